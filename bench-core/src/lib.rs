@@ -1,0 +1,11 @@
+//! bench-core: NCCL collectives measured exactly as NVIDIA nccl-tests measures them, every wait
+//! bounded in time, with a verdict (PASS, FAIL, ERROR) and a JSON report.
+//!
+//! Without the `gpu` feature only the pure parts are built (verdicts and exit codes, sizes, data
+//! types, collective definitions, report types), so the SPANK plugin can share them without ever
+//! linking CUDA or NCCL code into srun or slurmstepd.
+
+pub mod collectives;
+pub mod datatype;
+pub mod size;
+pub mod verdict;

@@ -1,0 +1,1 @@
+//! The `--nccl-check` SPANK plugin (filled by the SPANK issue; see README).
