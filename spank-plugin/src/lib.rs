@@ -1,1 +1,207 @@
-//! The `--nccl-check` SPANK plugin (filled by the SPANK issue; see README).
+//! The `--nccl-check` SPANK plugin: the Slurm entry points, and the one place that dispatches on
+//! the SPANK context to the module of the Slurm process we run in (pyxis style):
+//! [`srun`] (Local), [`alloc`] (Allocator: sbatch/salloc), [`slurmstepd`] (Remote).
+//!
+//! The entry points are exported here rather than through slurm-spank's `SPANK_PLUGIN!`, which
+//! always exports all 12 `slurm_spank_*` hooks. Exporting only the 4 hooks we use means slurmd
+//! does not fork a `slurmstepd spank prolog/epilog` for every job on every node (it does when a
+//! plugin has `slurm_spank_job_prolog`), and it lets `--nccl-check` take an optional value (see
+//! [`options`]). The crate still provides the safe handle ([`slurm_spank::SpankHandle`]) and
+//! the bindings. Every hook catches panics: nothing unwinds into Slurm.
+//!
+//! With the option absent every hook returns at once: no process is spawned and no file is
+//! touched, so listing the plugin as `required` costs plain jobs nothing measurable.
+
+use std::ffi::{c_char, c_int, c_uint};
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
+
+use slurm_spank::{spank_sys, Context, LogLevel, OptionCache, SpankHandle};
+
+pub mod alloc;
+pub mod config;
+pub mod hostlist;
+pub mod options;
+pub mod rendezvous;
+pub mod slurmstepd;
+pub mod srun;
+pub mod worker;
+
+mod version {
+    include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
+}
+
+/// The Slurm version (from the build host's `slurm/slurm_version.h`) this plugin was built for.
+pub use version::SLURM_VERSION_NUMBER;
+
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static plugin_name: [u8; 11] = *b"nccl_check\0";
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+/// The loader requires major.minor to match the running Slurm (`plugin.c: _verify_syms`).
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static plugin_version: c_uint = SLURM_VERSION_NUMBER;
+
+/// Everything that can stop a callback; shown once, prefixed `nccl-check:`.
+#[derive(Debug)]
+pub enum Error {
+    /// A plugstack.conf argument is invalid.
+    Config(config::ConfigError),
+    /// An invalid `--nccl-check` value.
+    Mode(options::ModeError),
+    /// Slurm refused a SPANK call.
+    Spank(String),
+    /// The check could not be prepared.
+    Check(String),
+    /// The check ran and did not pass; the user has already been told on the task's stderr.
+    Reported(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config(e) => write!(f, "nccl-check: {e}"),
+            Error::Mode(e) => write!(f, "nccl-check: {e}"),
+            Error::Spank(e) | Error::Check(e) | Error::Reported(e) => write!(f, "nccl-check: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Per-process state. Each Slurm process (srun, sbatch, slurmstepd, each task child) has its own
+/// copy; the task child inherits slurmstepd's through fork.
+#[derive(Debug, Default)]
+struct State {
+    config: Option<Result<config::Config, config::ConfigError>>,
+    task: slurmstepd::TaskState,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+#[derive(Debug, Clone, Copy)]
+enum Hook {
+    Init,
+    InitPostOpt,
+    TaskInitPrivileged,
+    TaskInit,
+}
+
+fn dispatch(hook: Hook, raw: spank_sys::spank_t, spank: &mut SpankHandle) -> Result<(), Error> {
+    let ctx = spank.context().map_err(|e| Error::Spank(e.to_string()))?;
+    let mut guard = STATE
+        .try_lock()
+        .map_err(|_| Error::Spank("plugin state is busy or poisoned".into()))?;
+    let state = guard.get_or_insert_with(State::default);
+    match (hook, ctx) {
+        (Hook::Init, Context::Local | Context::Allocator | Context::Remote) => {
+            // SAFETY: `raw` is the handle of the slurm_spank_init call running now.
+            unsafe { options::register(raw) }.map_err(Error::Spank)?;
+            state.config = Some(load_config(spank));
+            Ok(())
+        }
+        (Hook::Init, Context::Slurmd) => {
+            // A broken config must not stop slurmd (the plugin is `required`); say it in the log.
+            if let Err(e) = load_config(spank) {
+                slurm_spank::spank_log(LogLevel::Error, &format!("nccl-check: {e}"));
+            }
+            Ok(())
+        }
+        (Hook::InitPostOpt, Context::Local) => srun::init_post_opt(config_of(state)),
+        (Hook::InitPostOpt, Context::Allocator) => alloc::init_post_opt(config_of(state)),
+        (Hook::TaskInitPrivileged, Context::Remote) => {
+            let State { config, task } = state;
+            slurmstepd::task_init_privileged(config_ref(config), task)
+        }
+        (Hook::TaskInit, Context::Remote) => {
+            slurmstepd::task_init(spank, config_of(state), &state.task)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn load_config(spank: &SpankHandle) -> Result<config::Config, config::ConfigError> {
+    match spank.plugin_argv() {
+        Ok(args) => config::Config::parse(&args),
+        Err(e) => Err(config::ConfigError {
+            arg: String::from("<argv>"),
+            reason: format!("unreadable plugstack.conf arguments: {e}"),
+        }),
+    }
+}
+
+static NOT_LOADED: Result<config::Config, config::ConfigError> = Err(config::ConfigError {
+    arg: String::new(),
+    reason: String::new(),
+});
+
+fn config_ref(
+    config: &Option<Result<config::Config, config::ConfigError>>,
+) -> &Result<config::Config, config::ConfigError> {
+    config.as_ref().unwrap_or(&NOT_LOADED)
+}
+
+fn config_of(state: &State) -> &Result<config::Config, config::ConfigError> {
+    config_ref(&state.config)
+}
+
+fn hook(which: Hook, raw: spank_sys::spank_t, ac: c_int, av: *const *const c_char) -> c_int {
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let mut cache = OptionCache::default();
+        let mut spank = slurm_spank::init_spank_handle(raw, ac, av, &mut cache);
+        dispatch(which, raw, &mut spank)
+    }));
+    match result {
+        Ok(Ok(())) => 0,
+        Ok(Err(Error::Reported(msg))) => {
+            // Already on the user's stderr; keep a copy in the slurmd log for the admin.
+            slurm_spank::spank_log(LogLevel::Info, &format!("nccl-check: {msg}"));
+            -1
+        }
+        Ok(Err(e)) => {
+            slurm_spank::spank_log(LogLevel::Error, &e.to_string());
+            -1
+        }
+        Err(_) => {
+            slurm_spank::spank_log(
+                LogLevel::Error,
+                &format!("nccl-check: internal error (panic) in {which:?}; please report it"),
+            );
+            -1
+        }
+    }
+}
+
+macro_rules! export_hook {
+    ($c_name:ident, $hook:expr) => {
+        #[no_mangle]
+        #[doc(hidden)]
+        pub extern "C" fn $c_name(
+            spank: spank_sys::spank_t,
+            ac: c_int,
+            av: *const *const c_char,
+        ) -> c_int {
+            hook($hook, spank, ac, av)
+        }
+    };
+}
+
+export_hook!(slurm_spank_init, Hook::Init);
+export_hook!(slurm_spank_init_post_opt, Hook::InitPostOpt);
+export_hook!(slurm_spank_task_init_privileged, Hook::TaskInitPrivileged);
+export_hook!(slurm_spank_task_init, Hook::TaskInit);
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn plugin_version_comes_from_the_installed_headers() {
+        let v = super::SLURM_VERSION_NUMBER;
+        let dotted = format!("{}.{}.{}", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff);
+        assert_eq!(dotted, env!("NCCL_CHECK_SLURM_VERSION"));
+        assert!(v >= 0x160500, "Slurm {dotted} is older than 22.05");
+    }
+}

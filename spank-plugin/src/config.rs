@@ -1,0 +1,223 @@
+//! Site policy from the plugin's plugstack.conf arguments: one strict `key=value` parser, the
+//! defaults in one place ([`Config::default`]), unknown keys rejected by name.
+//!
+//! ```text
+//! required /usr/lib/x86_64-linux-gnu/slurm/nccl_check.so worker=/usr/libexec/nccl-check/nccl-check timeout=120
+//! ```
+//! Keys (each at most once):
+//! - `worker=PATH`: absolute path of the `nccl-check` worker binary, run once per task.
+//! - `timeout=SECS`: 1..=3600. The worker gets `--timeout SECS`; the plugin kills the worker's
+//!   whole process group [`KILL_GRACE_SECS`] seconds later if it is still running.
+//! - `port_range=LO-HI`: TCP ports for the worker's rendezvous on the step's first node,
+//!   1024 <= LO <= HI <= 65535. One port per step, chosen from (job id, step id).
+//! - `default_mode=quick|full|warn|off`: the mode of a bare `--nccl-check` (no `=mode`).
+//! - `allow_sharp=0|1`: 0 forces `NCCL_COLLNET_ENABLE=0` in the worker's environment, so a check
+//!   never takes SHARP aggregation resources; 1 leaves the job's own NCCL/SHARP settings alone.
+//! - `allow_container=0|1`: 0 skips the check (with a note to the user) in steps whose tasks run
+//!   inside a container (pyxis/enroot), e.g. where the worker is not mounted into containers.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::options::Mode;
+
+/// Seconds between the worker's own `--timeout` and the plugin's SIGKILL of its process group.
+pub const KILL_GRACE_SECS: u64 = 5;
+const MAX_TIMEOUT_SECS: u64 = 3600;
+const KEYS: &str = "worker, timeout, port_range, default_mode, allow_sharp, allow_container";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub worker: PathBuf,
+    pub timeout: Duration,
+    pub port_lo: u16,
+    pub port_hi: u16,
+    pub default_mode: Mode,
+    pub allow_sharp: bool,
+    pub allow_container: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            worker: PathBuf::from("/usr/libexec/nccl-check/nccl-check"),
+            timeout: Duration::from_secs(120),
+            port_lo: 29500,
+            port_hi: 29999,
+            default_mode: Mode::Quick,
+            allow_sharp: false,
+            allow_container: true,
+        }
+    }
+}
+
+impl Config {
+    /// The worker's hard deadline: its `--timeout` plus the grace period.
+    pub fn deadline(&self) -> Duration {
+        self.timeout + Duration::from_secs(KILL_GRACE_SECS)
+    }
+
+    /// Parses the plugstack.conf arguments (`spank.plugin_argv()`).
+    pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for arg in args {
+            let arg = arg.as_ref();
+            let err = |reason: String| ConfigError {
+                arg: arg.to_string(),
+                reason,
+            };
+            let Some((key, value)) = arg.split_once('=') else {
+                return Err(err(format!("expected key=value (keys: {KEYS})")));
+            };
+            if seen.contains(&key) {
+                return Err(err(format!("'{key}' given twice")));
+            }
+            match key {
+                "worker" => {
+                    let path = PathBuf::from(value);
+                    if !path.is_absolute() {
+                        return Err(err("worker must be an absolute path".into()));
+                    }
+                    config.worker = path;
+                }
+                "timeout" => {
+                    let secs = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|s| (1..=MAX_TIMEOUT_SECS).contains(s))
+                        .ok_or_else(|| {
+                            err(format!(
+                                "timeout must be whole seconds, 1 to {MAX_TIMEOUT_SECS}"
+                            ))
+                        })?;
+                    config.timeout = Duration::from_secs(secs);
+                }
+                "port_range" => {
+                    let (lo, hi) = parse_port_range(value).ok_or_else(|| {
+                        err("port_range must be LO-HI with 1024 <= LO <= HI <= 65535".into())
+                    })?;
+                    config.port_lo = lo;
+                    config.port_hi = hi;
+                }
+                "default_mode" => {
+                    config.default_mode = Mode::parse(value).map_err(|_| {
+                        err("default_mode must be one of quick, full, warn, off".into())
+                    })?;
+                }
+                "allow_sharp" => {
+                    config.allow_sharp =
+                        parse_bool(value).ok_or_else(|| err("allow_sharp must be 0 or 1".into()))?
+                }
+                "allow_container" => {
+                    config.allow_container = parse_bool(value)
+                        .ok_or_else(|| err("allow_container must be 0 or 1".into()))?
+                }
+                _ => return Err(err(format!("unknown key '{key}' (keys: {KEYS})"))),
+            }
+            seen.push(key);
+        }
+        Ok(config)
+    }
+}
+
+fn parse_bool(value: &str) -> Option<bool> {
+    match value {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    }
+}
+
+fn parse_port_range(value: &str) -> Option<(u16, u16)> {
+    let (lo, hi) = value.split_once('-')?;
+    let (lo, hi) = (lo.parse::<u16>().ok()?, hi.parse::<u16>().ok()?);
+    (1024 <= lo && lo <= hi).then_some((lo, hi))
+}
+
+/// One rejected plugstack.conf argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub arg: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "plugstack.conf argument '{}': {}",
+            self.arg.escape_debug(),
+            self.reason
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_arguments_give_the_documented_defaults() {
+        let c = Config::parse::<&str>(&[]).expect("defaults");
+        assert_eq!(c, Config::default());
+        assert_eq!((c.port_lo, c.port_hi), (29500, 29999));
+        assert_eq!(c.default_mode, Mode::Quick);
+        assert_eq!(c.deadline(), Duration::from_secs(125));
+    }
+
+    #[test]
+    fn every_key_is_parsed() {
+        let c = Config::parse(&[
+            "worker=/opt/nc/nccl-check",
+            "timeout=30",
+            "port_range=40000-40010",
+            "default_mode=full",
+            "allow_sharp=1",
+            "allow_container=0",
+        ])
+        .expect("valid");
+        assert_eq!(c.worker, PathBuf::from("/opt/nc/nccl-check"));
+        assert_eq!(c.timeout, Duration::from_secs(30));
+        assert_eq!((c.port_lo, c.port_hi), (40000, 40010));
+        assert_eq!(c.default_mode, Mode::Full);
+        assert!(c.allow_sharp);
+        assert!(!c.allow_container);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        let err = Config::parse(&["treshold=3"]).expect_err("unknown");
+        assert_eq!(err.arg, "treshold=3");
+        assert!(err.to_string().contains("unknown key 'treshold'"), "{err}");
+    }
+
+    #[test]
+    fn malformed_values_are_rejected() {
+        for bad in [
+            "worker=relative/path",
+            "timeout=0",
+            "timeout=3601",
+            "timeout=1.5",
+            "port_range=80-90",
+            "port_range=30000-29000",
+            "port_range=30000",
+            "port_range=30000-70000",
+            "default_mode=fast",
+            "allow_sharp=yes",
+            "allow_container=true",
+            "novalue",
+        ] {
+            assert!(Config::parse(&[bad]).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_rejected() {
+        let err = Config::parse(&["timeout=5", "timeout=6"]).expect_err("dup");
+        assert!(err.to_string().contains("given twice"));
+    }
+}

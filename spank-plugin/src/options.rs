@@ -1,0 +1,250 @@
+//! The `--nccl-check[=MODE]` option: registration with Slurm, the raw value Slurm hands over, and
+//! the one place where that raw value becomes a [`Mode`] (parse low, then high).
+//!
+//! slurm-spank 0.4.1's `register_option` can only declare "no value" or "value required"; a
+//! required value would make `srun --nccl-check hostname` swallow `hostname` as the mode. So the
+//! option is registered here with `has_arg = 2` (optional value, spank.h) and its own callback.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::fmt;
+use std::sync::Mutex;
+
+use slurm_spank::spank_sys;
+
+/// Name of the option as users type it (`--nccl-check`).
+pub const OPTION_NAME: &str = "nccl-check";
+const NAME_C: &CStr = c"nccl-check";
+const ARGINFO_C: &CStr = c"mode";
+const USAGE_C: &CStr = c"[nccl-check] before the tasks start, check the NCCL bandwidth of the \
+step's GPUs and nodes; fail the step on FAIL or ERROR. mode: quick (the default when no =mode is \
+given), full, warn (report but never fail), off";
+
+/// `has_arg` value meaning "optional argument" (spank.h: 0 none, 1 required, 2 optional).
+const OPTIONAL_ARGUMENT: c_int = 2;
+
+/// What each `--nccl-check` mode asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The short check; FAIL or ERROR fails the step.
+    Quick,
+    /// The long check; FAIL or ERROR fails the step.
+    Full,
+    /// The short check; FAIL or ERROR is reported and the tasks run anyway.
+    Warn,
+    /// No check (switches off a value inherited from sbatch/salloc).
+    Off,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 4] = [Mode::Quick, Mode::Full, Mode::Warn, Mode::Off];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Quick => "quick",
+            Mode::Full => "full",
+            Mode::Warn => "warn",
+            Mode::Off => "off",
+        }
+    }
+
+    /// Exact, lower-case names only: a typo must not silently pick a mode.
+    pub fn parse(value: &str) -> Result<Mode, ModeError> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == value)
+            .ok_or_else(|| ModeError {
+                value: value.to_string(),
+            })
+    }
+
+    /// The worker's `--plan` for this mode; `None` when nothing runs.
+    pub fn plan(self) -> Option<&'static str> {
+        match self {
+            Mode::Quick | Mode::Warn => Some("quick"),
+            Mode::Full => Some("full"),
+            Mode::Off => None,
+        }
+    }
+
+    /// Whether a FAIL or ERROR fails the step (everything but warn).
+    pub fn enforcing(self) -> bool {
+        !matches!(self, Mode::Warn)
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown `--nccl-check` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeError {
+    pub value: String,
+}
+
+impl fmt::Display for ModeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid --{OPTION_NAME} value '{}': expected one of quick, full, warn, off \
+             (or no value for the site default)",
+            self.value.escape_debug()
+        )
+    }
+}
+
+impl std::error::Error for ModeError {}
+
+/// The option as Slurm handed it over, before any interpretation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Raw {
+    /// `--nccl-check` was not given (nor inherited from sbatch/salloc).
+    Absent,
+    /// `--nccl-check` without a value (Slurm passes NULL, or "" through the environment).
+    Bare,
+    /// `--nccl-check=VALUE`.
+    Value(String),
+}
+
+impl Raw {
+    /// The requested mode; `Ok(None)` when the option is absent. `default` is the site's mode for
+    /// a bare `--nccl-check` (plugstack `default_mode=`).
+    pub fn mode(&self, default: Mode) -> Result<Option<Mode>, ModeError> {
+        match self {
+            Raw::Absent => Ok(None),
+            Raw::Bare => Ok(Some(default)),
+            Raw::Value(v) => Mode::parse(v).map(Some),
+        }
+    }
+}
+
+/// Checks the option given in this process (srun, sbatch, salloc) against the site config.
+/// Absent option: nothing is checked, so a broken config cannot break plain jobs.
+pub fn validate(
+    config: &Result<crate::config::Config, crate::config::ConfigError>,
+) -> Result<(), crate::Error> {
+    let raw = raw();
+    if raw == Raw::Absent {
+        return Ok(());
+    }
+    let config = config
+        .as_ref()
+        .map_err(|e| crate::Error::Config(e.clone()))?;
+    raw.mode(config.default_mode).map_err(crate::Error::Mode)?;
+    Ok(())
+}
+
+/// Filled by [`on_option`], which Slurm calls outside of any other plugin callback.
+static SEEN: Mutex<Option<Option<String>>> = Mutex::new(None);
+
+/// The raw option value seen so far in this process.
+pub fn raw() -> Raw {
+    match SEEN.lock() {
+        Ok(seen) => match seen.as_ref() {
+            None => Raw::Absent,
+            Some(None) => Raw::Bare,
+            Some(Some(v)) if v.is_empty() => Raw::Bare,
+            Some(Some(v)) => Raw::Value(v.clone()),
+        },
+        // Only a panic while holding the lock poisons it; treat the value as unreadable.
+        Err(_) => Raw::Value(String::from("<unreadable>")),
+    }
+}
+
+/// Option callback (`spank_opt_cb_f`): record the value; validation happens in init_post_opt,
+/// where the message can say what was wrong. Never unwinds into Slurm.
+extern "C" fn on_option(_val: c_int, optarg: *const c_char, _remote: c_int) -> c_int {
+    let value = if optarg.is_null() {
+        None
+    } else {
+        // SAFETY: Slurm passes a NUL-terminated string that lives for the duration of the call.
+        Some(
+            unsafe { CStr::from_ptr(optarg) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    };
+    let stored = std::panic::catch_unwind(move || match SEEN.lock() {
+        Ok(mut seen) => {
+            *seen = Some(value);
+            true
+        }
+        Err(_) => false,
+    });
+    match stored {
+        Ok(true) => 0,
+        _ => -1,
+    }
+}
+
+/// Registers `--nccl-check[=mode]` in the current context (call from `slurm_spank_init`).
+///
+/// # Safety
+/// `spank` must be the handle Slurm passed to the running `slurm_spank_init`.
+pub unsafe fn register(spank: spank_sys::spank_t) -> Result<(), String> {
+    let mut opt = spank_sys::spank_option {
+        name: NAME_C.as_ptr(),
+        arginfo: ARGINFO_C.as_ptr(),
+        usage: USAGE_C.as_ptr(),
+        has_arg: OPTIONAL_ARGUMENT,
+        val: 0,
+        cb: Some(on_option),
+    };
+    // SAFETY: the caller passes Slurm's handle; Slurm copies the struct and the strings
+    // (plugstack.c `_spank_option_copy`), which are 'static anyway.
+    let rc = unsafe { spank_sys::spank_option_register(spank, &mut opt) };
+    if rc == spank_sys::ESPANK_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!(
+            "cannot register --{OPTION_NAME}: spank_option_register returned {rc}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mode_name_parses_back_to_itself() {
+        for m in Mode::ALL {
+            assert_eq!(Mode::parse(m.as_str()), Ok(m));
+        }
+    }
+
+    #[test]
+    fn unknown_or_miscased_values_are_rejected_with_the_value_named() {
+        for bad in ["Quick", "fast", " quick", "quick,full", "1"] {
+            let err = Mode::parse(bad).expect_err(bad);
+            assert!(
+                err.to_string().contains("invalid --nccl-check value"),
+                "{err}"
+            );
+            assert!(err
+                .to_string()
+                .contains("expected one of quick, full, warn, off"));
+        }
+    }
+
+    #[test]
+    fn bare_option_takes_the_site_default_and_absent_means_nothing() {
+        assert_eq!(Raw::Absent.mode(Mode::Full), Ok(None));
+        assert_eq!(Raw::Bare.mode(Mode::Full), Ok(Some(Mode::Full)));
+        assert_eq!(
+            Raw::Value("off".into()).mode(Mode::Quick),
+            Ok(Some(Mode::Off))
+        );
+        assert!(Raw::Value("bogus".into()).mode(Mode::Quick).is_err());
+    }
+
+    #[test]
+    fn warn_runs_the_quick_plan_without_enforcing() {
+        assert_eq!(Mode::Warn.plan(), Some("quick"));
+        assert!(!Mode::Warn.enforcing());
+        assert_eq!(Mode::Full.plan(), Some("full"));
+        assert_eq!(Mode::Off.plan(), None);
+    }
+}
