@@ -9,3 +9,15 @@ pub mod collectives;
 pub mod datatype;
 pub mod size;
 pub mod verdict;
+pub mod rendezvous;
+pub mod report;
+pub mod team;
+
+#[cfg(feature = "gpu")]
+pub mod cuda;
+#[cfg(feature = "gpu")]
+pub mod nccl;
+#[cfg(feature = "gpu")]
+pub mod options;
+#[cfg(feature = "gpu")]
+pub mod runner;

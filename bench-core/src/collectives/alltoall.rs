@@ -29,6 +29,6 @@ impl Collective for AlltoAll {
     /// group, exactly as nccl-tests 2.19.6 chooses.
     #[cfg(feature = "gpu")]
     fn issue(&self, op: &crate::nccl::Issue<'_>) -> Result<(), crate::nccl::NcclError> {
-        op.comm.alltoall(op.send, op.recv, op.count, op.dtype, op.nranks, op.stream)
+        op.comm.alltoall(op.send, op.recv, op.count, op.dtype, op.elt, op.nranks, op.stream)
     }
 }

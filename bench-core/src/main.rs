@@ -1,0 +1,300 @@
+//! `nccl-check`: parse, load CUDA and NCCL, meet the other processes, drive one thread per GPU,
+//! then print the verdict, write the report and exit with the verdict's code. The one place that
+//! turns errors into messages and exit codes.
+
+use bench_core::cuda;
+use bench_core::nccl::Nccl;
+use bench_core::options::{self, Options, ParseExit};
+use bench_core::rendezvous::{self, Member};
+use bench_core::report::json::{NcclInfo, Reason, Report, Settings, GpuEntry};
+use bench_core::runner::{GpuThread, RunError, Start, Status};
+use bench_core::team::Team;
+use bench_core::verdict::ExitCode;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+fn main() {
+    let t0 = Instant::now();
+    let started_unix = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let opts = match options::parse(std::env::args(), &|k| std::env::var(k).ok()) {
+        Ok(o) => o,
+        Err(ParseExit::Info(text)) => {
+            print!("{text}");
+            exit(0);
+        }
+        Err(ParseExit::Usage(msg)) => {
+            eprintln!("nccl-check: ERROR usage: {msg} (see nccl-check --help)");
+            exit(ExitCode::Usage.code());
+        }
+    };
+    // A site's NCCL_COMM_BLOCKING=1 would silently turn the bounded non-blocking init into a
+    // blocking one that can hang forever (NCCL init.cc envConfigOverride).
+    std::env::remove_var("NCCL_COMM_BLOCKING");
+    let opts: &'static Options = Box::leak(Box::new(opts));
+    let mut report = Report::new(hostname(), started_unix);
+    report.process_rank = opts.rank;
+    report.world = opts.world;
+    report.rendezvous = opts.rendezvous.clone();
+    report.settings = Some(settings(opts));
+    let status: Status = Arc::new(Mutex::new(vec!["starting".to_string()]));
+    start_watchdog(t0 + opts.timeout, status.clone(), opts, report.clone());
+
+    let outcome = run(opts, t0, &status, &mut report);
+    let code = match outcome {
+        Ok(()) => judge(opts, &mut report),
+        Err(e) => {
+            report.error = Some(e.message().to_string());
+            report.reasons.push(Reason { code: reason_code(&e), message: e.message().to_string() });
+            report.set_outcome(e.exit_code(), e.message().to_string());
+            e.exit_code()
+        }
+    };
+    report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+    finish(opts, &report, code);
+}
+
+fn reason_code(e: &RunError) -> &'static str {
+    match e {
+        RunError::Library(_) => "nccl_library",
+        RunError::NoGpu(_) => "no_gpu",
+        RunError::Rendezvous(_) => "rendezvous",
+        RunError::Timeout(_) => "timeout",
+        RunError::Runtime(_) | RunError::Stopped(_) => "runtime",
+    }
+}
+
+/// PASS or FAIL from the measurements.
+fn judge(opts: &Options, report: &mut Report) -> ExitCode {
+    let mut reasons = Vec::new();
+    for r in &report.results {
+        let size = bench_core::size::human(r.size);
+        for (name, p) in [("out-of-place", &r.out_of_place), ("in-place", &r.in_place)] {
+            if let Some(w) = p.wrong.filter(|&w| w > 0) {
+                reasons.push(Reason {
+                    code: "wrong_data",
+                    message: format!("{} {size} {name}: {w} wrong elements (data corrupted in transfer)", r.collective),
+                });
+            }
+            if let Some(min) = opts.min_busbw.filter(|&m| p.busbw < m) {
+                reasons.push(Reason {
+                    code: "busbw_below_threshold",
+                    message: format!("{} {size} {name}: busbw {:.1} < {min:.1} GB/s", r.collective, p.busbw),
+                });
+            }
+        }
+    }
+    let mut by_coll: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    for r in &report.results {
+        let e = by_coll.entry(r.collective.to_string()).or_default();
+        e.0 += r.out_of_place.busbw + r.in_place.busbw;
+        e.1 += 2.0;
+    }
+    report.avg_busbw = by_coll.into_iter().map(|(k, (s, n))| (k, s / n)).collect();
+    let gpus = report.nranks;
+    let hosts = report.processes.iter().map(|p| p.host.as_str()).collect::<std::collections::BTreeSet<_>>().len().max(1);
+    let best = report
+        .results
+        .iter()
+        .max_by(|a, b| a.out_of_place.busbw.total_cmp(&b.out_of_place.busbw))
+        .map(|r| format!(", {} {} busbw {:.1} GB/s", r.collective, bench_core::size::human(r.size), r.out_of_place.busbw))
+        .unwrap_or_default();
+    let code = if reasons.is_empty() { ExitCode::Pass } else { ExitCode::Fail };
+    let summary = match reasons.first() {
+        None => format!("{gpus} GPUs on {hosts} host(s){best}"),
+        Some(first) if reasons.len() == 1 => first.message.clone(),
+        Some(first) => format!("{} (and {} more)", first.message, reasons.len() - 1),
+    };
+    report.reasons = reasons;
+    report.set_outcome(code, summary);
+    code
+}
+
+fn run(opts: &'static Options, t0: Instant, status: &Status, report: &mut Report) -> Result<(), RunError> {
+    let deadline = t0 + opts.timeout;
+    // dlopen NCCL while the driver starts: both take a while, neither needs the other.
+    let lib_path = opts.nccl_lib.clone();
+    let loader = std::thread::spawn(move || {
+        let t = Instant::now();
+        (Nccl::load(lib_path.as_deref()), t.elapsed())
+    });
+    let t = Instant::now();
+    let driver = cuda::init_driver();
+    report.phases.cuda_init_ms = ms(t.elapsed());
+    let (nccl, load_time) = loader.join().map_err(|_| RunError::Runtime("NCCL loader thread panicked".into()))?;
+    report.phases.nccl_load_ms = ms(load_time);
+    let nccl: &'static Nccl = Box::leak(Box::new(nccl.map_err(|e| RunError::Library(e.to_string()))?));
+    report.nccl = Some(NcclInfo {
+        version: nccl.version_string(),
+        version_code: nccl.version,
+        library: nccl.path.display().to_string(),
+    });
+    let visible = driver.map_err(|e| RunError::NoGpu(e.to_string()))?;
+    let devices: Vec<usize> = match &opts.gpus {
+        None => (0..visible).collect(),
+        Some(list) => {
+            if let Some(bad) = list.iter().find(|&&g| g >= visible) {
+                return Err(RunError::NoGpu(format!("no usable GPU: --gpus names device {bad}, but only {visible} are visible")));
+            }
+            list.clone()
+        }
+    };
+    if !opts.quiet && opts.rank == 0 {
+        println!(
+            "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
+            env!("CARGO_PKG_VERSION"),
+            nccl.version,
+            nccl.path.display()
+        );
+    }
+
+    // One thread per GPU starts its context now; the rendezvous runs meanwhile.
+    *status.lock().unwrap_or_else(|p| p.into_inner()) = vec![String::new(); devices.len()];
+    let mut senders = Vec::new();
+    let mut handles = Vec::new();
+    for (slot, &device) in devices.iter().enumerate() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        senders.push(tx);
+        let thread = GpuThread { slot, device, nccl, opts, deadline, status: status.clone() };
+        let h = std::thread::Builder::new()
+            .name(format!("gpu{device}"))
+            .spawn(move || thread.run(rx))
+            .map_err(|e| RunError::Runtime(format!("cannot start a thread: {e}")))?;
+        handles.push(h);
+    }
+
+    let t = Instant::now();
+    let me = Member { proc_rank: opts.rank, host: report.host.clone(), pid: std::process::id(), ngpus: devices.len() as u32, first_rank: 0 };
+    let addr = opts.rendezvous.clone().unwrap_or_default();
+    let joined = rendezvous::join(&addr, &opts.token, opts.world, me, deadline, || {
+        nccl.unique_id().map(|id| id.internal).map_err(|e| e.to_string())
+    });
+    report.phases.rendezvous_ms = ms(t.elapsed());
+    let joined = match joined {
+        Ok(j) => j,
+        Err(e) => {
+            drop(senders);
+            for h in handles {
+                let _ = h.join();
+            }
+            return Err(RunError::Rendezvous(e));
+        }
+    };
+    let nranks = joined.nranks();
+    let first_rank = joined.members[opts.rank as usize].first_rank;
+    report.nranks = nranks;
+    report.processes = joined.members.clone();
+    let team = Arc::new(Team::new(devices.len(), joined.plane, deadline));
+    let id = bench_core::nccl::UniqueId { internal: joined.unique_id };
+    for (slot, tx) in senders.iter().enumerate() {
+        let rank = first_rank + slot as u32;
+        let _ = tx.send(Start { team: team.clone(), id, rank, nranks, printer: rank == 0 && !opts.quiet, recorder: slot == 0 });
+    }
+
+    let mut errors = Vec::new();
+    for h in handles {
+        let out = h.join().map_err(|_| RunError::Runtime("a GPU thread panicked".into()))?;
+        let p = &mut report.phases;
+        p.contexts_ms = p.contexts_ms.max(out.phases.contexts_ms);
+        p.nccl_init_ms = p.nccl_init_ms.max(out.phases.nccl_init_ms);
+        p.allocation_ms = p.allocation_ms.max(out.phases.allocation_ms);
+        if !out.rows.is_empty() {
+            p.warmup_ms = out.phases.warmup_ms;
+            p.timed_loop_ms = out.phases.timed_loop_ms;
+            p.verification_ms = out.phases.verification_ms;
+            report.results = out.rows;
+        }
+        if let Some(info) = out.info {
+            let rank = out.rank.unwrap_or(u32::MAX);
+            let info = serde_json::to_value(info).unwrap_or_default();
+            report.gpus.push(GpuEntry { rank, host: report.host.clone(), info });
+        }
+        errors.extend(out.error);
+    }
+    // The first real cause, not the threads that stopped because of it.
+    errors.sort_by_key(|e| matches!(e, RunError::Stopped(_)));
+    match errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn settings(o: &Options) -> Settings {
+    Settings {
+        collectives: o.collectives.iter().map(|c| c.name()).collect(),
+        min_bytes: o.min_bytes,
+        max_bytes: o.max_bytes,
+        step_factor: o.step_factor,
+        warmup_iters: o.warmup_iters,
+        iters: o.iters,
+        datatype: o.datatype.name(),
+        op: o.op.name(),
+        root: o.root,
+        check: o.check,
+        timeout_s: o.timeout.as_secs_f64(),
+        min_busbw: o.min_busbw,
+    }
+}
+
+/// The last resort: whatever is stuck (a CUDA call without a deadline, an abort that blocks), the
+/// process reports ERROR and exits shortly after `--timeout`.
+fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut report: Report) {
+    let _ = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
+        // The loops poll the same deadline and normally report first; this fires only if they cannot.
+        std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(400));
+        let waiting = status.lock().map(|s| s.join("; ")).unwrap_or_default();
+        let msg = format!("no progress within --timeout {:.0}s; waiting for: {waiting}", opts.timeout.as_secs_f64());
+        report.set_outcome(ExitCode::Timeout, msg.clone());
+        report.error = Some(msg.clone());
+        report.reasons.push(Reason { code: "timeout", message: msg });
+        finish(opts, &report, ExitCode::Timeout);
+    });
+}
+
+static FINISHED: Mutex<bool> = Mutex::new(false);
+
+/// Prints the verdict line, writes the report, and leaves at once: `_exit` skips NCCL's and
+/// CUDA's teardown (seconds, and a hang risk when a peer is gone); the driver frees everything.
+fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
+    let mut done = FINISHED.lock().unwrap_or_else(|p| p.into_inner());
+    if !*done {
+        *done = true;
+        if let Some(path) = &opts.json {
+            if let Err(e) = write_json(path, report) {
+                eprintln!("nccl-check: cannot write the report to {}: {e}", path.display());
+            }
+        }
+        let _ = std::io::stdout().flush();
+        eprintln!("nccl-check: {} {}", report.verdict, report.summary);
+        let _ = std::io::stderr().flush();
+    }
+    exit(code.code())
+}
+
+fn write_json(path: &std::path::Path, report: &Report) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+    // Write then rename, so a reader never sees half a report.
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text + "\n")?;
+    std::fs::rename(&tmp, path)
+}
+
+fn exit(code: i32) -> ! {
+    let _ = std::io::stdout().flush();
+    // SAFETY: _exit ends the process without running atexit handlers (see finish).
+    unsafe { libc::_exit(code) }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes.
+    if unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}

@@ -1,0 +1,302 @@
+//! One NCCL communicator, created non-blocking so every wait on it has a deadline.
+//!
+//! Rules from nccl.h / the NCCL docs that shape this file: with `blocking = 0` any call may return
+//! `ncclInProgress`, and then `ncclCommGetAsyncError` must be polled (polling is what completes
+//! the pending work) until it reports success before the next NCCL call; on a deadline,
+//! `ncclCommAbort` unblocks NCCL's threads and sockets.
+
+use super::error::{NcclError, IN_PROGRESS};
+use super::library::{Config, Nccl, RawComm, RawStream, UniqueId};
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+/// A communicator of one GPU, owned by the thread that drives that GPU.
+pub struct Comm<'a> {
+    nccl: &'a Nccl,
+    raw: RawComm,
+    /// Every wait on this communicator ends by this instant.
+    pub deadline: Instant,
+}
+
+/// Why a wait ended without success.
+#[derive(Debug)]
+pub enum WaitError {
+    Nccl(NcclError),
+    Deadline,
+}
+
+/// The arguments of one collective on one rank, shared by every [`crate::collectives::Collective`].
+pub struct Issue<'a> {
+    pub comm: &'a Comm<'a>,
+    pub send: u64,
+    pub recv: u64,
+    pub count: u64,
+    pub elt: u64,
+    pub dtype: u32,
+    pub op: u32,
+    pub root: u32,
+    pub rank: u32,
+    pub nranks: u32,
+    pub stream: RawStream,
+}
+
+impl<'a> Comm<'a> {
+    /// Starts `ncclCommInitRankConfig` non-blocking; call [`Comm::wait_ready`] before use.
+    pub fn start_init(
+        nccl: &'a Nccl,
+        nranks: u32,
+        id: UniqueId,
+        rank: u32,
+        deadline: Instant,
+    ) -> Result<Comm<'a>, NcclError> {
+        let mut cfg = Config::non_blocking();
+        let mut raw: RawComm = std::ptr::null_mut();
+        // SAFETY: cfg and raw outlive the call; NCCL copies the config.
+        let rc =
+            unsafe { (nccl.init_rank_config)(&mut raw, nranks as i32, id, rank as i32, &mut cfg) };
+        if rc != 0 && rc != IN_PROGRESS {
+            return Err(nccl.error(rc, "ncclCommInitRankConfig", raw));
+        }
+        Ok(Comm { nccl, raw, deadline })
+    }
+
+    /// `Ok(true)` when ready, `Ok(false)` while in progress, the error otherwise.
+    pub fn poll(&self) -> Result<bool, NcclError> {
+        let mut state = 0;
+        // SAFETY: raw is a communicator handle from ncclCommInitRankConfig.
+        let rc = unsafe { (self.nccl.async_error)(self.raw, &mut state) };
+        self.nccl.check(rc, "ncclCommGetAsyncError", self.raw)?;
+        match state {
+            0 => Ok(true),
+            IN_PROGRESS => Ok(false),
+            code => Err(self.nccl.error(code, "ncclCommGetAsyncError", self.raw)),
+        }
+    }
+
+    /// Polls until the communicator is ready, it fails, or the deadline passes.
+    pub fn wait_ready(&self) -> Result<(), WaitError> {
+        let mut spins = 0u32;
+        loop {
+            if self.poll().map_err(WaitError::Nccl)? {
+                return Ok(());
+            }
+            if Instant::now() >= self.deadline {
+                return Err(WaitError::Deadline);
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Aborts the communicator from a helper thread and waits at most `within` for it: abort can
+    /// itself block on NCCL's proxy thread, and the caller must still exit in time.
+    pub fn abort_within(self, within: Duration) {
+        let raw = self.raw as usize;
+        let abort = self.nccl.abort;
+        std::mem::forget(self);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new().name("nccl-abort".into()).spawn(move || {
+            // SAFETY: the communicator is not used by anyone after this point.
+            unsafe { abort(raw as RawComm) };
+            let _ = tx.send(());
+        });
+        if spawned.is_ok() {
+            let _ = rx.recv_timeout(within);
+        }
+    }
+
+    /// Handles the return code of an enqueue call: `InProgress` means poll until ready first.
+    fn enqueued(&self, rc: i32, call: &'static str) -> Result<(), NcclError> {
+        self.nccl.check(rc, call, self.raw)?;
+        if rc == IN_PROGRESS {
+            match self.wait_ready() {
+                Ok(()) => {}
+                Err(WaitError::Nccl(e)) => return Err(e),
+                Err(WaitError::Deadline) => {
+                    return Err(NcclError {
+                        code: IN_PROGRESS,
+                        call,
+                        detail: "still in progress at the deadline".into(),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn group_start(&self) -> Result<(), NcclError> {
+        // SAFETY: no arguments.
+        let rc = unsafe { (self.nccl.group_start)() };
+        self.enqueued(rc, "ncclGroupStart")
+    }
+
+    pub fn group_end(&self) -> Result<(), NcclError> {
+        // SAFETY: no arguments.
+        let rc = unsafe { (self.nccl.group_end)() };
+        self.enqueued(rc, "ncclGroupEnd")
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn all_reduce(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        op: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: send/recv are device buffers of at least count elements on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.all_reduce)(
+                send as *const c_void,
+                recv as *mut c_void,
+                count as usize,
+                dtype as i32,
+                op as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclAllReduce")
+    }
+
+    pub fn all_gather(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: send holds count elements, recv count*nranks, on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.all_gather)(
+                send as *const c_void,
+                recv as *mut c_void,
+                count as usize,
+                dtype as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclAllGather")
+    }
+
+    pub fn reduce_scatter(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        op: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: send holds count*nranks elements, recv count, on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.reduce_scatter)(
+                send as *const c_void,
+                recv as *mut c_void,
+                count as usize,
+                dtype as i32,
+                op as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclReduceScatter")
+    }
+
+    pub fn broadcast(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        root: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: send/recv hold count elements on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.broadcast)(
+                send as *const c_void,
+                recv as *mut c_void,
+                count as usize,
+                dtype as i32,
+                root as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclBroadcast")
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_recv(
+        &self,
+        send: u64,
+        to: u32,
+        recv: u64,
+        from: u32,
+        count: u64,
+        dtype: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        self.group_start()?;
+        let sent = self.send(send, to, count, dtype, stream);
+        let received = self.recv(recv, from, count, dtype, stream);
+        let ended = self.group_end();
+        sent.and(received).and(ended)
+    }
+
+    fn send(&self, buf: u64, peer: u32, count: u64, dtype: u32, stream: RawStream) -> Result<(), NcclError> {
+        // SAFETY: buf holds count elements on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.send)(buf as *const c_void, count as usize, dtype as i32, peer as i32, self.raw, stream)
+        };
+        self.enqueued(rc, "ncclSend")
+    }
+
+    fn recv(&self, buf: u64, peer: u32, count: u64, dtype: u32, stream: RawStream) -> Result<(), NcclError> {
+        // SAFETY: buf holds count elements on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.recv)(buf as *mut c_void, count as usize, dtype as i32, peer as i32, self.raw, stream)
+        };
+        self.enqueued(rc, "ncclRecv")
+    }
+
+    /// `ncclAlltoAll` when the library has it, else one send and one receive per peer, grouped.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alltoall(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        elt: u64,
+        nranks: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        if let Some(f) = self.nccl.alltoall {
+            // SAFETY: send/recv hold count*nranks elements on this comm's GPU.
+            let rc = unsafe {
+                f(send as *const c_void, recv as *mut c_void, count as usize, dtype as i32, self.raw, stream)
+            };
+            return self.enqueued(rc, "ncclAlltoAll");
+        }
+        let chunk = count * elt;
+        self.group_start()?;
+        let mut result = Ok(());
+        for peer in 0..nranks {
+            let off = peer as u64 * chunk;
+            result = result
+                .and(self.send(send + off, peer, count, dtype, stream))
+                .and(self.recv(recv + off, peer, count, dtype, stream));
+        }
+        result.and(self.group_end())
+    }
+}

@@ -1,0 +1,380 @@
+//! The command line, parsed low (clap, raw strings) then high (a validated [`Options`]); the
+//! rest of the program never sees a raw string. Slurm's environment fills rank, world and the
+//! rendezvous address when flags do not.
+
+use crate::collectives::{self, Collective};
+use crate::datatype::{DataType, RedOp};
+use crate::size::parse_size;
+use crate::verdict::ExitCode;
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const AFTER_HELP: &str = "\
+Examples:
+  nccl-check                                  quick check: all_reduce 256M on every visible GPU
+  nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests sweep)
+  nccl-check sendrecv,alltoall --json r.json  two collectives, JSON report
+  srun -N2 --ntasks-per-node=1 nccl-check     one process per node, ranks and rendezvous from Slurm
+  nccl-check --rank 1 --world 2 --rendezvous node01:29500   without Slurm (run rank 0 on node01)
+
+Output: nccl-tests' table on stdout (same columns), progress and the verdict line on stderr.
+
+Exit codes:
+";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "nccl-check",
+    version,
+    about = "[nccl-check] Measure NCCL collectives on this node's GPUs (or a whole job's) exactly as \
+             nccl-tests does, verify every byte, and say PASS, FAIL or ERROR.",
+    after_help = after_help()
+)]
+struct Raw {
+    /// Collectives to run, comma-separated: all_reduce, all_gather, reduce_scatter, broadcast,
+    /// alltoall, sendrecv, or all [default: from --plan]
+    collectives: Option<String>,
+
+    /// Named defaults: quick = all_reduce 256M, 2 warm-up + 5 timed iterations;
+    /// full = all six collectives, 32M..1G
+    #[arg(long, default_value = "quick", value_parser = ["quick", "full"])]
+    plan: String,
+
+    /// Smallest size in bytes (K, M, G suffixes) [default: from --plan]
+    #[arg(short = 'b', long = "minbytes")]
+    min_bytes: Option<String>,
+    /// Largest size in bytes [default: from --plan]
+    #[arg(short = 'e', long = "maxbytes")]
+    max_bytes: Option<String>,
+    /// Multiply the size by this between rows
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    step_factor: u64,
+    /// Timed iterations per size [default: from --plan]
+    #[arg(short = 'n', long)]
+    iters: Option<u32>,
+    /// Warm-up operations per size before timing [default: from --plan]
+    #[arg(short = 'w', long = "warmup-iters")]
+    warmup_iters: Option<u32>,
+    /// Data type: float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64
+    #[arg(short = 'd', long, default_value = "float")]
+    datatype: String,
+    /// Reduction: sum, prod, max, min
+    #[arg(short = 'o', long, default_value = "sum")]
+    op: String,
+    /// Root rank of broadcast
+    #[arg(short = 'r', long, default_value_t = 0)]
+    root: u32,
+    /// Verify the results bit for bit (1) or not (0)
+    #[arg(short = 'c', long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    check: u8,
+
+    /// GPUs this process drives, as device indices (e.g. 0,1) [default: every visible GPU]
+    #[arg(long)]
+    gpus: Option<String>,
+    /// This process's rank among --world processes [default: $SLURM_PROCID or 0]
+    #[arg(long)]
+    rank: Option<String>,
+    /// Number of processes joined into one check [default: $SLURM_NTASKS or 1]
+    #[arg(long)]
+    world: Option<String>,
+    /// HOST:PORT where rank 0 listens for the others [default: $NCCL_CHECK_RENDEZVOUS, or the
+    /// first node of $SLURM_STEP_NODELIST and a port from the job id]
+    #[arg(long)]
+    rendezvous: Option<String>,
+    /// Shared secret of the processes of one check [default: from the Slurm job and step]
+    #[arg(long)]
+    token: Option<String>,
+
+    /// Give up after this many seconds with ERROR (exit 6), saying what was awaited
+    #[arg(long, default_value = "60")]
+    timeout: String,
+    /// FAIL when any row's busbw (GB/s) is below this
+    #[arg(long = "min-busbw")]
+    min_busbw: Option<f64>,
+    /// Path of libnccl.so.2 [env: NCCL_CHECK_NCCL_LIB; default: the library path]
+    #[arg(long = "nccl-lib")]
+    nccl_lib: Option<PathBuf>,
+    /// Write the JSON report here
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Print only the verdict line (no table)
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+fn after_help() -> String {
+    format!("{AFTER_HELP}{}", ExitCode::TABLE)
+}
+
+/// Validated options.
+#[derive(Debug)]
+pub struct Options {
+    pub collectives: Vec<&'static dyn Collective>,
+    pub sizes: Vec<u64>,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub step_factor: u64,
+    pub iters: u32,
+    pub warmup_iters: u32,
+    pub datatype: DataType,
+    pub op: RedOp,
+    pub root: u32,
+    pub check: bool,
+    pub gpus: Option<Vec<usize>>,
+    pub rank: u32,
+    pub world: u32,
+    pub rendezvous: Option<String>,
+    pub token: String,
+    pub timeout: Duration,
+    pub min_busbw: Option<f64>,
+    pub nccl_lib: Option<PathBuf>,
+    pub json: Option<PathBuf>,
+    pub quiet: bool,
+}
+
+/// Parses the command line; `Err` carries clap's own exit (help, version) or a usage error line.
+pub fn parse(args: impl IntoIterator<Item = String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, ParseExit> {
+    let raw = Raw::try_parse_from(args).map_err(|e| match e.kind() {
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => ParseExit::Info(e.to_string()),
+        _ => ParseExit::Usage(first_line(&e.to_string())),
+    })?;
+    validate(raw, env).map_err(ParseExit::Usage)
+}
+
+/// How parsing ended without options.
+#[derive(Debug)]
+pub enum ParseExit {
+    /// `--help` or `--version`: print and exit 0.
+    Info(String),
+    /// A usage error: one line, exit 2.
+    Usage(String),
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().find(|l| !l.trim().is_empty()).unwrap_or(s).trim().trim_start_matches("error: ").to_string()
+}
+
+fn parse_u32(what: &str, v: &str) -> Result<u32, String> {
+    v.trim().parse::<u32>().map_err(|_| format!("invalid {what} '{v}': expected a non-negative integer"))
+}
+
+fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, String> {
+    let full = raw.plan == "full";
+    let coll_text = raw.collectives.unwrap_or_else(|| if full { "all" } else { "all_reduce" }.into());
+    let collectives = collectives::parse_list(&coll_text)?;
+    let default_min = if full { "32M" } else { "256M" };
+    let default_max = if full { "1G" } else { "256M" };
+    let min_bytes = parse_size(raw.min_bytes.as_deref().unwrap_or(default_min))?;
+    let max_bytes = match raw.max_bytes.as_deref() {
+        Some(m) => parse_size(m)?,
+        None if raw.min_bytes.is_some() => min_bytes.max(parse_size(default_max)?).min(min_bytes.max(1)),
+        None => parse_size(default_max)?,
+    };
+    if min_bytes > max_bytes {
+        return Err(format!("minbytes {min_bytes} is larger than maxbytes {max_bytes}"));
+    }
+    if raw.step_factor < 2 {
+        return Err(format!("invalid stepfactor {}: must be at least 2", raw.step_factor));
+    }
+    let mut sizes = vec![];
+    let mut s = min_bytes;
+    while s <= max_bytes {
+        sizes.push(s);
+        if s == 0 {
+            break;
+        }
+        s = s.saturating_mul(raw.step_factor);
+    }
+    let datatype = DataType::parse(&raw.datatype)?;
+    let op = RedOp::parse(&raw.op)?;
+    let iters = raw.iters.unwrap_or(if full { 20 } else { 5 });
+    if iters == 0 {
+        return Err("invalid iters 0: at least one timed iteration is needed".into());
+    }
+    let warmup_iters = raw.warmup_iters.unwrap_or(if full { 5 } else { 2 });
+
+    let gpus = match raw.gpus {
+        None => None,
+        Some(list) => Some(
+            list.split(',')
+                .map(|g| g.trim().parse::<usize>().map_err(|_| format!("invalid GPU index '{g}' in --gpus '{list}'")))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    if let Some(g) = &gpus {
+        if g.is_empty() {
+            return Err("--gpus lists no GPU".into());
+        }
+        let mut sorted = g.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != g.len() {
+            return Err(format!("--gpus lists a GPU twice: {g:?}"));
+        }
+    }
+
+    let world = match raw.world.or_else(|| env("SLURM_NTASKS")) {
+        Some(w) => parse_u32("world", &w)?,
+        None => 1,
+    };
+    let rank = match raw.rank.or_else(|| env("SLURM_PROCID")) {
+        Some(r) => parse_u32("rank", &r)?,
+        None => 0,
+    };
+    if world == 0 {
+        return Err("invalid world 0: at least one process is needed".into());
+    }
+    if rank >= world {
+        return Err(format!("invalid rank {rank}: must be below world {world}"));
+    }
+    let job = env("SLURM_JOB_ID");
+    let step = env("SLURM_STEP_ID").unwrap_or_else(|| "0".into());
+    let rendezvous = match raw.rendezvous.or_else(|| env("NCCL_CHECK_RENDEZVOUS")) {
+        Some(r) => Some(r),
+        None if world > 1 => {
+            let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
+            match (nodes.as_deref().and_then(crate::rendezvous::first_host), &job) {
+                (Some(host), Some(job)) => Some(format!("{host}:{}", slurm_port(job, &step))),
+                _ => return Err(format!("world {world} needs --rendezvous HOST:PORT (or run under Slurm)")),
+            }
+        }
+        None => None,
+    };
+    if let Some(r) = &rendezvous {
+        let ok = r.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+        if !ok {
+            return Err(format!("invalid rendezvous '{r}': expected HOST:PORT"));
+        }
+    }
+    let token = raw.token.unwrap_or_else(|| match &job {
+        Some(j) => format!("slurm-{j}.{step}"),
+        None => "nccl-check".into(),
+    });
+    let timeout = raw
+        .timeout
+        .parse::<f64>()
+        .ok()
+        .filter(|t| t.is_finite() && *t > 0.0 && *t <= 86400.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("invalid timeout '{}': expected seconds, > 0", raw.timeout))?;
+    if let Some(b) = raw.min_busbw {
+        if !(b.is_finite() && b >= 0.0) {
+            return Err(format!("invalid min-busbw '{b}'"));
+        }
+    }
+    let nccl_lib = raw.nccl_lib.or_else(|| env("NCCL_CHECK_NCCL_LIB").filter(|s| !s.is_empty()).map(PathBuf::from));
+    Ok(Options {
+        collectives,
+        sizes,
+        min_bytes,
+        max_bytes,
+        step_factor: raw.step_factor,
+        iters,
+        warmup_iters,
+        datatype,
+        op,
+        root: raw.root,
+        check: raw.check == 1,
+        gpus,
+        rank,
+        world,
+        rendezvous,
+        token,
+        timeout,
+        min_busbw: raw.min_busbw,
+        nccl_lib,
+        json: raw.json,
+        quiet: raw.quiet,
+    })
+}
+
+/// The rendezvous port of a Slurm step: 29500..29999, from the job and step ids, so that
+/// concurrent jobs sharing a first node rarely collide (the token tells them apart if they do).
+pub fn slurm_port(job: &str, step: &str) -> u16 {
+    let h = format!("{job}.{step}").bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    29500 + (h % 500) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_with(args: &[&str], vars: &[(&str, &str)]) -> Result<Options, String> {
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env = move |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let mut a = vec!["nccl-check".to_string()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        parse(a, &env).map_err(|e| match e {
+            ParseExit::Usage(u) => u,
+            ParseExit::Info(i) => i,
+        })
+    }
+
+    #[test]
+    fn quick_defaults() {
+        let o = parse_with(&[], &[]).unwrap();
+        assert_eq!(o.collectives.len(), 1);
+        assert_eq!(o.sizes, vec![256 << 20]);
+        assert_eq!((o.warmup_iters, o.iters, o.world, o.rank), (2, 5, 1, 0));
+        assert!(o.check && o.rendezvous.is_none());
+    }
+
+    #[test]
+    fn sweeps_double_like_nccl_tests() {
+        let o = parse_with(&["all", "-b", "32M", "-e", "8G"], &[]).unwrap();
+        assert_eq!(o.collectives.len(), 6);
+        assert_eq!(o.sizes.len(), 9);
+        assert_eq!(*o.sizes.last().unwrap(), 8 << 30);
+        let o = parse_with(&["-b", "1M"], &[]).unwrap();
+        assert_eq!(o.sizes, vec![1 << 20]);
+    }
+
+    #[test]
+    fn bad_input_is_one_clear_line() {
+        let cases = [
+            (&["all_reduse"][..], "unknown collective 'all_reduse'"),
+            (&["-b", "12Q"], "malformed size '12Q'"),
+            (&["-b", "1G", "-e", "1M"], "larger than maxbytes"),
+            (&["--rank", "2", "--world", "2"], "invalid rank 2: must be below world 2"),
+            (&["--rank", "x"], "invalid rank 'x'"),
+            (&["--world", "0"], "invalid world 0"),
+            (&["--world", "2"], "needs --rendezvous"),
+            (&["--world", "2", "--rank", "1", "--rendezvous", "nohost"], "invalid rendezvous 'nohost'"),
+            (&["--timeout", "-1"], "invalid timeout '-1'"),
+            (&["-d", "float128"], "unknown datatype 'float128'"),
+            (&["--gpus", "0,0"], "lists a GPU twice"),
+            (&["--bogus"], "unexpected argument '--bogus'"),
+        ];
+        for (args, want) in cases {
+            let e = parse_with(args, &[]).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+            assert!(!e.contains('\n'), "{args:?}: not one line: {e}");
+        }
+    }
+
+    #[test]
+    fn slurm_environment_fills_rank_world_and_rendezvous() {
+        let env = [
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_STEP_NODELIST", "gpu[07-08]"),
+            ("SLURM_JOB_ID", "1234"),
+            ("SLURM_STEP_ID", "0"),
+        ];
+        let o = parse_with(&[], &env).unwrap();
+        assert_eq!((o.rank, o.world), (3, 4));
+        let r = o.rendezvous.unwrap();
+        assert!(r.starts_with("gpu07:"), "{r}");
+        assert_eq!(o.token, "slurm-1234.0");
+        // flags win over the environment
+        let o = parse_with(&["--rank", "0", "--world", "1"], &env).unwrap();
+        assert_eq!((o.rank, o.world), (0, 1));
+    }
+
+    #[test]
+    fn help_lists_exit_codes() {
+        let h = parse_with(&["--help"], &[]).unwrap_err();
+        assert!(h.contains("Exit codes:") && h.contains("6  ERROR timeout"), "{h}");
+    }
+}

@@ -1,0 +1,141 @@
+//! The JSON report (`--json FILE`): everything needed to defend a verdict later. Bump
+//! `SCHEMA_VERSION` on any incompatible change; adding fields is compatible.
+
+use super::Row;
+use crate::verdict::{ExitCode, Verdict};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A reason behind a verdict: a stable code for machines and one sentence for people.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reason {
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// Wall-clock milliseconds of each phase of this process (parallel phases: the slowest GPU).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Phases {
+    /// cuInit and device count (the driver's own start).
+    pub cuda_init_ms: f64,
+    /// dlopen of libnccl, overlapped with cuda_init.
+    pub nccl_load_ms: f64,
+    /// Primary context, stream and kernel load per GPU, in parallel.
+    pub contexts_ms: f64,
+    /// Meeting the other processes (0 for one process), overlapped with contexts.
+    pub rendezvous_ms: f64,
+    /// ncclCommInitRankConfig until the communicator is ready.
+    pub nccl_init_ms: f64,
+    /// Send and receive buffers (ncclMemAlloc).
+    pub allocation_ms: f64,
+    /// The global warm-up sweep and the untimed operation before each measurement.
+    pub warmup_ms: f64,
+    /// The timed loops (what the table's times are made of).
+    pub timed_loop_ms: f64,
+    /// Filling, running and comparing the checked operation.
+    pub verification_ms: f64,
+    /// Process start to the moment the report was written.
+    pub total_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NcclInfo {
+    pub version: String,
+    pub version_code: i32,
+    pub library: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuEntry {
+    pub rank: u32,
+    pub host: String,
+    #[serde(flatten)]
+    pub info: serde_json::Value,
+}
+
+/// The settings a run measured with.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    pub collectives: Vec<&'static str>,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub step_factor: u64,
+    pub warmup_iters: u32,
+    pub iters: u32,
+    pub datatype: &'static str,
+    pub op: &'static str,
+    pub root: u32,
+    pub check: bool,
+    pub timeout_s: f64,
+    pub min_busbw: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub tool: &'static str,
+    pub tool_version: &'static str,
+    pub verdict: Verdict,
+    pub exit_code: i32,
+    /// One line for a terminal or a drain reason.
+    pub summary: String,
+    pub reasons: Vec<Reason>,
+    /// Seconds since the Unix epoch when the process started.
+    pub started_unix: f64,
+    pub host: String,
+    pub pid: u32,
+    pub process_rank: u32,
+    pub world: u32,
+    pub nranks: u32,
+    pub rendezvous: Option<String>,
+    pub nccl: Option<NcclInfo>,
+    /// Every NCCL_* variable of the environment the check ran with.
+    pub nccl_env: BTreeMap<String, String>,
+    pub settings: Option<Settings>,
+    /// This process's GPUs, then (from the rendezvous) which host holds which ranks.
+    pub gpus: Vec<GpuEntry>,
+    pub processes: Vec<crate::rendezvous::Member>,
+    pub results: Vec<Row>,
+    /// Per collective: mean busbw over all rows and placements (nccl-tests' "Avg bus bandwidth").
+    pub avg_busbw: BTreeMap<String, f64>,
+    pub phases: Phases,
+    pub error: Option<String>,
+}
+
+impl Report {
+    pub fn new(host: String, started_unix: f64) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            tool: "nccl-check",
+            tool_version: env!("CARGO_PKG_VERSION"),
+            verdict: Verdict::Error,
+            exit_code: ExitCode::Runtime.code(),
+            summary: String::new(),
+            reasons: Vec::new(),
+            started_unix,
+            host,
+            pid: std::process::id(),
+            process_rank: 0,
+            world: 1,
+            nranks: 0,
+            rendezvous: None,
+            nccl: None,
+            nccl_env: std::env::vars().filter(|(k, _)| k.starts_with("NCCL_")).collect(),
+            settings: None,
+            gpus: Vec::new(),
+            processes: Vec::new(),
+            results: Vec::new(),
+            avg_busbw: BTreeMap::new(),
+            phases: Phases::default(),
+            error: None,
+        }
+    }
+
+    pub fn set_outcome(&mut self, code: ExitCode, summary: String) {
+        self.exit_code = code.code();
+        self.verdict = code.verdict();
+        self.summary = summary;
+    }
+}
