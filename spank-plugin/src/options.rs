@@ -136,6 +136,14 @@ pub fn validate(
     Ok(())
 }
 
+/// How a bare `--nccl-check` arrives: NULL from the command line, "" through the environment, or
+/// the literal "(null)" in the `SLURM_SPANK__SLURM_SPANK_OPTION_*` variable that sbatch/salloc
+/// export to the job (plugstack.c `_option_setenv` passes the NULL optarg to
+/// `dyn_spank_set_job_env`, which formats it as "(null)"; observed on 22.05.8).
+fn is_bare(value: &str) -> bool {
+    value.is_empty() || value == "(null)"
+}
+
 /// Filled by [`on_option`], which Slurm calls outside of any other plugin callback.
 static SEEN: Mutex<Option<Option<String>>> = Mutex::new(None);
 
@@ -145,7 +153,7 @@ pub fn raw() -> Raw {
         Ok(seen) => match seen.as_ref() {
             None => Raw::Absent,
             Some(None) => Raw::Bare,
-            Some(Some(v)) if v.is_empty() => Raw::Bare,
+            Some(Some(v)) if is_bare(v) => Raw::Bare,
             Some(Some(v)) => Raw::Value(v.clone()),
         },
         // Only a panic while holding the lock poisons it; treat the value as unreadable.
@@ -238,6 +246,13 @@ mod tests {
             Ok(Some(Mode::Off))
         );
         assert!(Raw::Value("bogus".into()).mode(Mode::Quick).is_err());
+    }
+
+    #[test]
+    fn slurm_spellings_of_a_bare_option_are_bare() {
+        assert!(is_bare(""));
+        assert!(is_bare("(null)"));
+        assert!(!is_bare("quick"));
     }
 
     #[test]

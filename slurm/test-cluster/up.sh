@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Bring up a real Slurm test cluster on this one machine: munged, slurmctld and N slurmd "nodes"
+# n1..nN, all on 127.0.0.1 (Debian's Slurm is built with MULTIPLE_SLURMD; each slurmd gets its
+# own port and spool). No systemd: the daemons are started by hand, their PIDs kept in
+# $CLUSTER_DIR/run, and down.sh stops exactly those PIDs. Every wait is bounded.
+#
+# Usage (root):  slurm/test-cluster/up.sh [--nodes N] [--plugin PATH.so [--plugin-args "k=v ..."]]
+#   then:        . "${NCCL_CHECK_CLUSTER_DIR:-/var/tmp/nccl-check-cluster}/env.sh"   # SLURM_CONF
+#                srun -N2 --nccl-check hostname
+#   stop:        slurm/test-cluster/down.sh
+# --plugin copies the .so into $CLUSTER_DIR/lib (readable by every user) and writes
+# $CLUSTER_DIR/plugstack.conf.d/zz-nccl-check.conf ("required <so> <plugin-args>").
+# Nothing under /etc is written: slurm.conf and plugstack.conf live in $CLUSTER_DIR.
+set -euo pipefail
+
+CLUSTER_DIR=${NCCL_CHECK_CLUSTER_DIR:-/var/tmp/nccl-check-cluster}
+NODES=2
+PLUGIN=
+PLUGIN_ARGS=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --nodes) NODES=$2; shift 2 ;;
+        --plugin) PLUGIN=$2; shift 2 ;;
+        --plugin-args) PLUGIN_ARGS=$2; shift 2 ;;
+        *) echo "up.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+log() { echo "test-cluster: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root"
+for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/srun; do
+    [ -x "$b" ] || die "$b missing (run tests/setup-deps.sh)"
+done
+[[ "$NODES" =~ ^[1-9][0-9]?$ ]] || die "--nodes must be 1..99"
+if [ -s "$CLUSTER_DIR/run/slurmctld.pid" ] && kill -0 "$(cat "$CLUSTER_DIR/run/slurmctld.pid")" 2>/dev/null; then
+    die "a test cluster already runs from $CLUSTER_DIR (run down.sh first)"
+fi
+
+HOST=$(hostname)
+getent hosts "$HOST" >/dev/null || die "hostname '$HOST' does not resolve (add it to /etc/hosts)"
+CTLD_PORT=${NCCL_CHECK_CLUSTER_PORT:-16817}
+FIRST_NODE_PORT=$((CTLD_PORT + 10))
+LAST_NODE_PORT=$((FIRST_NODE_PORT + NODES - 1))
+
+mkdir -p "$CLUSTER_DIR"/{run,log,lib,spool/ctld,spool/d,plugstack.conf.d}
+chmod 755 "$CLUSTER_DIR" "$CLUSTER_DIR"/{run,log,lib,spool,spool/d,plugstack.conf.d}
+chown slurm:slurm "$CLUSTER_DIR/spool/ctld" "$CLUSTER_DIR/log" "$CLUSTER_DIR/run"
+rm -rf "$CLUSTER_DIR"/spool/ctld/* "$CLUSTER_DIR"/spool/d/*
+
+cat > "$CLUSTER_DIR/slurm.conf" <<CONF
+# Written by slurm/test-cluster/up.sh: $NODES nodes on 127.0.0.1, for tests only.
+ClusterName=ncclcheck
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=slurm
+SlurmdUser=root
+StateSaveLocation=$CLUSTER_DIR/spool/ctld
+SlurmdSpoolDir=$CLUSTER_DIR/spool/d/%n
+SlurmctldPidFile=$CLUSTER_DIR/run/slurmctld.pid
+SlurmdPidFile=$CLUSTER_DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$CLUSTER_DIR/log/slurmctld.log
+SlurmdLogFile=$CLUSTER_DIR/log/slurmd-%n.log
+SlurmdDebug=debug
+PlugStackConfig=$CLUSTER_DIR/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MailProg=/bin/true
+KillWait=5
+NodeName=n[1-$NODES] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$FIRST_NODE_PORT-$LAST_NODE_PORT] CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+[ "$NODES" = 1 ] && sed -i "s/^NodeName=n\[1-1\].*Port=\[[0-9-]*\]/NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$FIRST_NODE_PORT/" "$CLUSTER_DIR/slurm.conf"
+echo "include $CLUSTER_DIR/plugstack.conf.d/*.conf" > "$CLUSTER_DIR/plugstack.conf"
+rm -f "$CLUSTER_DIR"/plugstack.conf.d/*.conf
+if [ -n "$PLUGIN" ]; then
+    [ -f "$PLUGIN" ] || die "--plugin $PLUGIN: no such file"
+    install -m 0755 "$PLUGIN" "$CLUSTER_DIR/lib/nccl_check.so"
+    echo "required $CLUSTER_DIR/lib/nccl_check.so $PLUGIN_ARGS" > "$CLUSTER_DIR/plugstack.conf.d/zz-nccl-check.conf"
+fi
+chmod 644 "$CLUSTER_DIR/slurm.conf" "$CLUSTER_DIR/plugstack.conf"
+echo "export SLURM_CONF=$CLUSTER_DIR/slurm.conf" > "$CLUSTER_DIR/env.sh"
+export SLURM_CONF=$CLUSTER_DIR/slurm.conf
+
+# munged: reuse a running one (same key), else start one and remember that we did.
+if timeout 5 sh -c 'munge -n | unmunge' >/dev/null 2>&1; then
+    log "munged already running; reusing it"
+else
+    mkdir -p /run/munge /var/log/munge /var/lib/munge
+    chown munge:munge /run/munge /var/log/munge /var/lib/munge
+    chmod 0755 /run/munge
+    [ -s /etc/munge/munge.key ] || die "/etc/munge/munge.key missing"
+    timeout 15 runuser -u munge -- /usr/sbin/munged || die "munged failed to start"
+    timeout 10 sh -c 'until munge -n | unmunge >/dev/null 2>&1; do sleep 0.2; done' \
+        || die "munged does not answer"
+    cp /run/munge/munged.pid "$CLUSTER_DIR/run/munged.started.pid"
+    log "munged started (pid $(cat "$CLUSTER_DIR/run/munged.started.pid"))"
+fi
+
+timeout 20 /usr/sbin/slurmctld -c || die "slurmctld failed to start (see $CLUSTER_DIR/log/slurmctld.log)"
+timeout 20 sh -c "until [ -s '$CLUSTER_DIR/run/slurmctld.pid' ]; do sleep 0.2; done" \
+    || die "slurmctld wrote no pid file"
+for i in $(seq 1 "$NODES"); do
+    timeout 20 /usr/sbin/slurmd -N "n$i" || die "slurmd n$i failed to start (see $CLUSTER_DIR/log/slurmd-n$i.log)"
+done
+log "waiting (at most 60 s) for $NODES idle nodes"
+if ! timeout 60 bash -c "until [ \"\$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)\" -ge $NODES ]; do sleep 0.5; done"; then
+    sinfo -N >&2 || true
+    die "nodes did not become idle (logs in $CLUSTER_DIR/log)"
+fi
+sinfo -N >&2
+log "up: . $CLUSTER_DIR/env.sh; srun -N$NODES hostname"

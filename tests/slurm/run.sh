@@ -1,0 +1,315 @@
+#!/usr/bin/env bash
+# End-to-end suite for the --nccl-check SPANK plugin against a real Slurm 22.05 cluster on this
+# machine (slurm/test-cluster/up.sh: munged, slurmctld, 2 slurmd on 127.0.0.1). Needs root and
+# tests/setup-deps.sh. Builds what is missing (the plugin; the real worker for the no-GPU test),
+# brings the cluster up, runs every test, always tears the cluster down, exits non-zero if any
+# test failed. Every wait is bounded with `timeout`; all traffic stays on 127.0.0.1.
+#
+# Usage: bash tests/slurm/run.sh [TEST_NAME_SUBSTRING]
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+FILTER=${1:-}
+CI_USER=${NCCL_CHECK_CI_USER:-ncclci}
+TIMEOUT_S=4                          # plugstack timeout= for the suite
+DEADLINE_S=$((TIMEOUT_S + 5))        # + KILL_GRACE_SECS (spank-plugin/src/config.rs)
+PASSED=0 FAILED=0 FAILED_NAMES=()
+
+say() { echo "run.sh: $*" >&2; }
+[ "$(id -u)" = 0 ] || { say "must run as root"; exit 2; }
+
+# --- build ----------------------------------------------------------------------------------
+cd "$REPO"
+PLUGIN_SO=$REPO/target/release/libnccl_check.so
+REAL_WORKER=$REPO/target/release/nccl-check
+if [ ! -f "$PLUGIN_SO" ]; then
+    say "building the plugin"
+    timeout 1200 cargo build --release -p spank-plugin || { say "plugin build failed"; exit 1; }
+fi
+if [ ! -x "$REAL_WORKER" ]; then
+    say "building the real worker (cargo build --release -p bench-core)"
+    timeout 1800 cargo build --release -p bench-core || say "real worker build failed; its test will fail"
+fi
+
+# --- cluster --------------------------------------------------------------------------------
+export NCCL_CHECK_CLUSTER_DIR
+NCCL_CHECK_CLUSTER_DIR=$(mktemp -d /var/tmp/nccl-check-ci.XXXXXX)
+CL=$NCCL_CHECK_CLUSTER_DIR
+chmod 755 "$CL"
+CREATED_USER=
+cleanup() {
+    bash "$REPO/slurm/test-cluster/down.sh" --purge
+    [ -n "$CREATED_USER" ] && userdel -r "$CI_USER" 2>/dev/null
+    true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if ! id "$CI_USER" >/dev/null 2>&1; then
+    useradd -m -s /bin/bash "$CI_USER" && CREATED_USER=1
+fi
+CI_UID=$(id -u "$CI_USER")
+
+if ! bash "$REPO/slurm/test-cluster/up.sh" --nodes 2 --plugin "$PLUGIN_SO"; then
+    say "cluster did not come up"
+    for f in "$CL"/log/*.log; do echo "== $f"; tail -30 "$f"; done >&2
+    exit 1
+fi
+export SLURM_CONF=$CL/slurm.conf
+install -m 0755 "$REPO/tests/fake-worker/nccl-check-fake" "$CL/lib/nccl-check-fake"
+[ -x "$REAL_WORKER" ] && install -m 0755 "$REAL_WORKER" "$CL/lib/nccl-check"
+mkdir -p "$CL/work" && chmod 1777 "$CL/work"
+export NCCL_CHECK_FAKE_MARKER=$CL/work/fake.log
+install -m 0666 /dev/null "$NCCL_CHECK_FAKE_MARKER"   # workers of every user append to it
+cd "$CL/work"                        # a cwd every user can enter (jobs start in it)
+
+SO=$CL/lib/nccl_check.so
+conf() { # plugstack arguments for the plugin (re-read by Slurm at every job launch)
+    echo "required $SO $*" > "$CL/plugstack.conf.d/zz-nccl-check.conf"
+}
+default_conf() { conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S port_range=29500-29999"; }
+
+# --- helpers --------------------------------------------------------------------------------
+OUT=$CL/work/out ERR=$CL/work/err RC=0
+# run_cmd CMD...: runs with a 60 s bound; stdout → $OUT, stderr → $ERR, exit status → $RC.
+run_cmd() { timeout 60 "$@" >"$OUT" 2>"$ERR"; RC=$?; }
+AS_USER=(runuser -u "$CI_USER" -- env SLURM_CONF="$SLURM_CONF" NCCL_CHECK_FAKE_MARKER="$NCCL_CHECK_FAKE_MARKER")
+markers() { [ -f "$NCCL_CHECK_FAKE_MARKER" ] && grep -c '^rank=' "$NCCL_CHECK_FAKE_MARKER" || echo 0; }
+markers_of_job() { grep "^rank=.* job=$1 step=$2 " "$NCCL_CHECK_FAKE_MARKER" 2>/dev/null; }
+last_job() { grep -o 'job=[0-9]*' "$NCCL_CHECK_FAKE_MARKER" | tail -1 | cut -d= -f2; }
+job_count() { scontrol show jobs -o 2>/dev/null | grep -c '^JobId='; }
+TEST_FAILED=0
+fail() { echo "    $*" >&2; TEST_FAILED=1; return 1; }
+expect_rc0() { [ "$RC" = 0 ] || fail "expected rc 0, got $RC; stderr: $(tail -5 "$ERR")"; }
+expect_rc_nonzero() { [ "$RC" != 0 ] || fail "expected rc != 0, got 0"; }
+expect_err() { grep -qF -- "$1" "$ERR" || fail "stderr lacks '$1'; stderr: $(tail -8 "$ERR")"; }
+expect_out() { grep -qF -- "$1" "$OUT" || fail "stdout lacks '$1'; stdout: $(head -5 "$OUT")"; }
+daemons_alive() {
+    local f
+    for f in "$CL"/run/slurmctld.pid "$CL"/run/slurmd-n1.pid "$CL"/run/slurmd-n2.pid; do
+        kill -0 "$(cat "$f")" 2>/dev/null || fail "daemon from $f is gone" || return 1
+    done
+}
+idle() { timeout 30 bash -c 'until [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -ge 2 ]; do sleep 0.3; done'; }
+
+run_test() { # name function
+    local name=$1
+    [ -n "$FILTER" ] && [[ "$name" != *"$FILTER"* ]] && return 0
+    default_conf
+    unset NCCL_CHECK_FAKE NCCL_CHECK_FAKE_FAIL_RANK
+    idle || say "nodes not idle before $name"
+    local start=$SECONDS
+    TEST_FAILED=0
+    "$2"
+    if [ "$TEST_FAILED" = 0 ]; then
+        echo "PASS  $name ($((SECONDS - start)) s)"
+        PASSED=$((PASSED + 1))
+    else
+        echo "FAIL  $name ($((SECONDS - start)) s)"
+        FAILED=$((FAILED + 1)); FAILED_NAMES+=("$name")
+    fi
+}
+
+# --- tests ----------------------------------------------------------------------------------
+t_help_lists_option() {
+    for cmd in srun sbatch salloc; do
+        timeout 20 "$cmd" --help 2>&1 | grep -q -- '--nccl-check=mode' || fail "$cmd --help lacks --nccl-check"
+        timeout 20 "$cmd" --help 2>&1 | grep -q -- '\[nccl-check\]' || fail "$cmd --help lacks [nccl-check]"
+    done
+}
+
+t_pass_runs_worker_on_both_nodes() {
+    local before; before=$(markers)
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check hostname
+    expect_rc0
+    [ "$(grep -c . "$OUT")" = 2 ] || fail "expected 2 hostname lines: $(cat "$OUT")"
+    expect_err "nccl-check: PASS (quick, 2 ranks)"
+    [ "$(markers)" = $((before + 2)) ] || fail "expected 2 worker runs, got $(( $(markers) - before ))"
+    local job; job=$(last_job)
+    markers_of_job "$job" 0 | grep -q '^rank=0 world=2 rendezvous=n1:[0-9]* plan=quick node=n1 ' || fail "rank 0 on n1 missing: $(markers_of_job "$job" 0)"
+    markers_of_job "$job" 0 | grep -q '^rank=1 world=2 rendezvous=n1:[0-9]* plan=quick node=n2 ' || fail "rank 1 on n2 missing"
+    [ "$(markers_of_job "$job" 0 | grep -o 'rendezvous=[^ ]*' | sort -u | wc -l)" = 1 ] || fail "ranks disagree on the rendezvous"
+}
+
+t_full_mode_and_default_mode() {
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check=full true
+    expect_rc0
+    markers_of_job "$(last_job)" 0 | grep -q 'plan=full' || fail "--nccl-check=full did not run plan full"
+    conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S default_mode=full"
+    NCCL_CHECK_FAKE=pass run_cmd srun -N1 --nccl-check true
+    expect_rc0
+    markers_of_job "$(last_job)" 0 | grep -q 'plan=full' || fail "default_mode=full not used for a bare --nccl-check"
+}
+
+t_fail_fails_step_with_message() {
+    NCCL_CHECK_FAKE=fail NCCL_CHECK_FAKE_FAIL_RANK=1 run_cmd srun -N2 --nccl-check hostname
+    expect_rc_nonzero
+    expect_err "nccl-check: FAIL on n2 (rank 1 of 2): all_reduce busbw 12.3 < 300.0 GB/s on n2 GPU"
+    grep -q "FAIL on n1" "$ERR" && fail "rank 0 passed but was reported as FAIL"
+    [ "$(grep -c . "$OUT")" -le 1 ] || fail "the failing task still ran: $(cat "$OUT")"
+}
+
+t_warn_reports_and_runs() {
+    NCCL_CHECK_FAKE=fail run_cmd srun -N2 --nccl-check=warn hostname
+    expect_rc0
+    expect_err "(warn mode: the task runs anyway)"
+    [ "$(grep -c . "$OUT")" = 2 ] || fail "tasks did not run in warn mode"
+}
+
+t_hang_killed_at_deadline() {
+    local start=$SECONDS
+    NCCL_CHECK_FAKE=hang run_cmd srun -N2 --nccl-check hostname
+    local took=$((SECONDS - start))
+    expect_rc_nonzero
+    expect_err "worker did not finish within $DEADLINE_S s"
+    expect_err "process group was killed"
+    [ "$took" -ge $((DEADLINE_S - 1)) ] || fail "step ended after $took s, before the deadline"
+    [ "$took" -le $((DEADLINE_S + 15)) ] || fail "step took $took s (deadline $DEADLINE_S s + 15 s slack)"
+    local pids; pids=$(grep "^hang " "$NCCL_CHECK_FAKE_MARKER" | tail -2 | sed 's/.*child=\([0-9]*\) worker=\([0-9]*\)/\1 \2/')
+    [ -n "$pids" ] || fail "the hanging worker left no pids"
+    for p in $pids; do
+        [ "$(ps -o stat= -p "$p" 2>/dev/null | cut -c1)" = "" ] || [ "$(ps -o stat= -p "$p" | cut -c1)" = Z ] \
+            || fail "process $p of the hung worker survived"
+    done
+    daemons_alive
+}
+
+t_crash_fails_step_daemons_stay_up() {
+    NCCL_CHECK_FAKE=crash run_cmd srun -N2 --nccl-check hostname
+    expect_rc_nonzero
+    expect_err "worker killed by signal 11 (SIGSEGV)"
+    daemons_alive
+    run_cmd srun -N2 true
+    expect_rc0
+}
+
+t_real_worker_without_gpu_reports_error() {
+    [ -x "$CL/lib/nccl-check" ] || fail "real worker $REAL_WORKER was not built"
+    conf "worker=$CL/lib/nccl-check timeout=30"
+    run_cmd srun -N2 --nccl-check hostname
+    expect_rc_nonzero
+    expect_err "nccl-check: ERROR on n"
+    # Contract: no GPU → exit 4 "no usable GPU". Without NCCL installed (CI) the worker may stop
+    # one step earlier with exit 3 "NCCL library missing"; both are ERROR with the worker's text.
+    grep -Eq "nccl-check: ERROR on n[12] \(rank [01] of 2\): .*(GPU|NCCL).*\[worker exit [34]\]" "$ERR" \
+        || fail "expected the worker's no-GPU/no-NCCL ERROR (exit 4 or 3): $(tail -5 "$ERR")"
+}
+
+t_worker_missing_is_error() {
+    conf "worker=/nonexistent/nccl-check timeout=$TIMEOUT_S"
+    run_cmd srun -N2 --nccl-check true
+    expect_rc_nonzero
+    expect_err "cannot start the worker /nonexistent/nccl-check"
+}
+
+t_sbatch_option_reaches_inner_srun() {
+    run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
+        --wrap 'srun -N2 true; echo inner-rc=$?'
+    expect_rc0
+    local job; job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    [ "$(markers_of_job "$job" 0 | wc -l)" = 2 ] || fail "inner srun (step 0) of job $job ran the worker $(markers_of_job "$job" 0 | wc -l) times"
+    grep -q "^rank=.* job=$job step=4294967291 " "$NCCL_CHECK_FAKE_MARKER" && fail "the batch step itself ran the check"
+    grep -q "inner-rc=0" "$CL/work/batch-$job.out" || fail "inner srun failed: $(cat "$CL/work/batch-$job.out")"
+}
+
+t_inner_step_can_turn_it_off() {
+    run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
+        --wrap 'srun -N2 --nccl-check=off true; srun -N2 true'
+    expect_rc0
+    local job; job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    [ "$(markers_of_job "$job" 0 | wc -l)" = 0 ] || fail "step 0 had --nccl-check=off but ran the worker"
+    [ "$(markers_of_job "$job" 1 | wc -l)" = 2 ] || fail "step 1 should still inherit the option"
+}
+
+t_sbatch_failing_check_fails_inner_step() {
+    run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
+        --export=ALL,NCCL_CHECK_FAKE=fail --wrap 'srun -N2 true; echo inner-rc=$?'
+    local job; job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    grep -q "inner-rc=[1-9]" "$CL/work/batch-$job.out" || fail "inner srun did not fail: $(cat "$CL/work/batch-$job.out")"
+    grep -q "nccl-check: FAIL on n" "$CL/work/batch-$job.out" || fail "no FAIL summary in the job output"
+}
+
+t_salloc_option_reaches_srun() {
+    run_cmd salloc -N2 --nccl-check srun -N2 true
+    expect_rc0
+    local job; job=$(last_job)
+    [ "$(markers_of_job "$job" 0 | wc -l)" = 2 ] || fail "srun inside salloc did not run the worker on 2 nodes"
+    run_cmd salloc -N2 --nccl-check srun -N2 --nccl-check=off true
+    expect_rc0
+    [ "$(last_job)" = "$job" ] || fail "srun --nccl-check=off inside salloc ran the worker"
+}
+
+t_invalid_values_rejected_before_allocation() {
+    local before; before=$(job_count)
+    for cmd in "srun -N2 --nccl-check=bogus true" "sbatch -N2 --nccl-check=bogus --wrap true" \
+               "salloc -N2 --nccl-check=bogus true" "srun -N1 --nccl-check= --nccl-check=QUICK true"; do
+        run_cmd $cmd
+        expect_rc_nonzero
+        expect_err "nccl-check: invalid --nccl-check value"
+    done
+    [ "$(job_count)" = "$before" ] || fail "a job was created for an invalid value"
+}
+
+t_no_option_never_runs_worker() {
+    local before; before=$(markers)
+    NCCL_CHECK_FAKE=fail run_cmd srun -N2 hostname
+    expect_rc0
+    run_cmd sbatch -N2 --wait -o /dev/null --wrap 'srun -N2 true'
+    expect_rc0
+    NCCL_CHECK_FAKE=fail run_cmd srun -N2 --nccl-check=off true
+    expect_rc0
+    [ "$(markers)" = "$before" ] || fail "the worker ran without --nccl-check"
+    grep -q "nccl-check" "$ERR" && fail "the plugin printed something without the option: $(cat "$ERR")"
+    true
+}
+
+t_non_root_user_jobs_work() {
+    "${AS_USER[@]}" true || fail "cannot run as $CI_USER"
+    NCCL_CHECK_FAKE=pass run_cmd "${AS_USER[@]}" srun -N2 --nccl-check id -u
+    expect_rc0
+    [ "$(sort -u "$OUT")" = "$CI_UID" ] || fail "tasks ran as $(sort -u "$OUT" | tr '\n' ' ')"
+    markers_of_job "$(last_job)" 0 | grep -qv "uid=$CI_UID " && fail "the worker did not run as $CI_USER"
+    NCCL_CHECK_FAKE=fail run_cmd "${AS_USER[@]}" srun -N2 --nccl-check true
+    expect_rc_nonzero
+    expect_err "nccl-check: FAIL on n"
+    run_cmd "${AS_USER[@]}" sbatch -N2 --nccl-check --wait -o "$CL/work/user-%j.out" --wrap 'srun -N2 true'
+    expect_rc0
+    local job; job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    [ "$(markers_of_job "$job" 0 | grep -c "uid=$CI_UID ")" = 2 ] || fail "$CI_USER's batch step did not check as $CI_USER"
+}
+
+t_required_plugin_with_bad_config_keeps_plain_jobs_working() {
+    conf "worker=$CL/lib/nccl-check-fake treshold=3"
+    run_cmd srun -N2 true
+    expect_rc0
+    run_cmd sbatch -N1 --wait -o /dev/null --wrap true
+    expect_rc0
+    run_cmd srun -N2 --nccl-check true
+    expect_rc_nonzero
+    expect_err "nccl-check: plugstack.conf argument 'treshold=3': unknown key 'treshold'"
+}
+
+run_test "srun, sbatch and salloc --help list --nccl-check" t_help_lists_option
+run_test "srun -N2 --nccl-check runs the worker on both nodes (fake pass)" t_pass_runs_worker_on_both_nodes
+run_test "--nccl-check=full and default_mode=full run the full plan" t_full_mode_and_default_mode
+run_test "a failing check fails the step and names the node and GPU" t_fail_fails_step_with_message
+run_test "warn mode reports the failure and runs the tasks" t_warn_reports_and_runs
+run_test "a hanging worker is killed at the deadline and the step fails" t_hang_killed_at_deadline
+run_test "a crashing worker fails the step; slurmd and slurmstepd stay up" t_crash_fails_step_daemons_stay_up
+run_test "with no GPU the real worker reports ERROR and the step fails with its message" t_real_worker_without_gpu_reports_error
+run_test "a missing worker binary is an ERROR, not a crash" t_worker_missing_is_error
+run_test "sbatch --nccl-check reaches the inner srun" t_sbatch_option_reaches_inner_srun
+run_test "--nccl-check=off on an inner step turns the check off" t_inner_step_can_turn_it_off
+run_test "a failing check inside sbatch fails the inner step" t_sbatch_failing_check_fails_inner_step
+run_test "salloc --nccl-check reaches srun; off turns it off" t_salloc_option_reaches_srun
+run_test "invalid values are rejected before allocation" t_invalid_values_rejected_before_allocation
+run_test "without the option the worker never runs" t_no_option_never_runs_worker
+run_test "jobs of a non-root user work and check as that user" t_non_root_user_jobs_work
+run_test "the required plugin with a bad config does not break plain jobs" t_required_plugin_with_bad_config_keeps_plain_jobs_working
+
+echo "run.sh: $PASSED passed, $FAILED failed"
+for n in "${FAILED_NAMES[@]}"; do echo "  failed: $n"; done
+if [ "$FAILED" -gt 0 ]; then
+    for f in "$CL"/log/*.log; do echo "== tail $f"; tail -15 "$f"; done >&2
+    exit 1
+fi
