@@ -85,7 +85,9 @@ echo "include $CLUSTER_DIR/plugstack.conf.d/*.conf" > "$CLUSTER_DIR/plugstack.co
 rm -f "$CLUSTER_DIR"/plugstack.conf.d/*.conf
 if [ -n "$PLUGIN" ]; then
     [ -f "$PLUGIN" ] || die "--plugin $PLUGIN: no such file"
+    # Stripped, as a package would install it (the release build keeps debug info: 7 MB vs 0.5 MB).
     install -m 0755 "$PLUGIN" "$CLUSTER_DIR/lib/nccl_check.so"
+    command -v strip >/dev/null && strip "$CLUSTER_DIR/lib/nccl_check.so"
     echo "required $CLUSTER_DIR/lib/nccl_check.so $PLUGIN_ARGS" > "$CLUSTER_DIR/plugstack.conf.d/zz-nccl-check.conf"
 fi
 chmod 644 "$CLUSTER_DIR/slurm.conf" "$CLUSTER_DIR/plugstack.conf"
