@@ -293,19 +293,20 @@ impl Measurer<'_> {
             }
             self.thread.set_status(format!("GPU {} (rank {}): {} warm-up", self.thread.device, self.rank, coll.name()));
             let t = Instant::now();
-            // nccl-tests' global warm-up: every size from min to max by doubling, out-of-place.
+            // nccl-tests' global warm-up (TimeTest): every size from min to max by doubling,
+            // out-of-place, at rotating offsets, completing each size before the next.
             let mut size = o.min_bytes;
             while size <= o.max_bytes {
                 let c = coll.counts(size / elt, elt, self.nranks as u64);
-                for _ in 0..o.warmup_iters {
-                    self.issue(coll, &c, false, 0)?;
+                for iter in 0..o.warmup_iters as u64 {
+                    self.issue(coll, &c, false, iter)?;
                 }
+                self.wait(&format!("{} warm-up", coll.name()))?;
                 if size == 0 {
                     break;
                 }
                 size = size.saturating_mul(2);
             }
-            self.wait(&format!("{} warm-up", coll.name()))?;
             out.phases.warmup_ms += ms(t.elapsed());
             let mut busbw_sum = 0.0;
             let mut wrong_ranks = 0.0;
