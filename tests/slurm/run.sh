@@ -13,7 +13,7 @@ FILTER=${1:-}
 CI_USER=${NCCL_CHECK_CI_USER:-ncclci}
 TIMEOUT_S=4                          # plugstack timeout= for the suite
 DEADLINE_S=$((TIMEOUT_S + 5))        # + KILL_GRACE_SECS (spank-plugin/src/config.rs)
-PASSED=0 FAILED=0 FAILED_NAMES=()
+PASSED=0 FAILED=0 STARTED=0 FAILED_NAMES=()
 
 say() { echo "run.sh: $*" >&2; }
 [ "$(id -u)" = 0 ] || { say "must run as root"; exit 2; }
@@ -74,7 +74,7 @@ OUT=$CL/work/out ERR=$CL/work/err RC=0
 # run_cmd CMD...: runs with a 60 s bound; stdout → $OUT, stderr → $ERR, exit status → $RC.
 run_cmd() { timeout 60 "$@" >"$OUT" 2>"$ERR"; RC=$?; }
 AS_USER=(runuser -u "$CI_USER" -- env SLURM_CONF="$SLURM_CONF" NCCL_CHECK_FAKE_MARKER="$NCCL_CHECK_FAKE_MARKER")
-markers() { [ -f "$NCCL_CHECK_FAKE_MARKER" ] && grep -c '^rank=' "$NCCL_CHECK_FAKE_MARKER" || echo 0; }
+markers() { local n; n=$(grep -c '^rank=' "$NCCL_CHECK_FAKE_MARKER" 2>/dev/null); echo "${n:-0}"; }
 markers_of_job() { grep "^rank=.* job=$1 step=$2 " "$NCCL_CHECK_FAKE_MARKER" 2>/dev/null; }
 last_job() { grep -o 'job=[0-9]*' "$NCCL_CHECK_FAKE_MARKER" | tail -1 | cut -d= -f2; }
 job_count() { scontrol show jobs -o 2>/dev/null | grep -c '^JobId='; }
@@ -99,6 +99,7 @@ run_test() { # name function
     unset NCCL_CHECK_FAKE NCCL_CHECK_FAKE_FAIL_RANK
     idle || say "nodes not idle before $name"
     local start=$SECONDS
+    STARTED=$((STARTED + 1))     # a test aborted by a shell error is caught by the count below
     TEST_FAILED=0
     "$2"
     if [ "$TEST_FAILED" = 0 ]; then
@@ -307,6 +308,10 @@ run_test "without the option the worker never runs" t_no_option_never_runs_worke
 run_test "jobs of a non-root user work and check as that user" t_non_root_user_jobs_work
 run_test "the required plugin with a bad config does not break plain jobs" t_required_plugin_with_bad_config_keeps_plain_jobs_working
 
+if [ $((PASSED + FAILED)) != "$STARTED" ]; then
+    echo "run.sh: $((STARTED - PASSED - FAILED)) test(s) aborted by a shell error (see above)"
+    FAILED=$((STARTED - PASSED))
+fi
 echo "run.sh: $PASSED passed, $FAILED failed"
 for n in "${FAILED_NAMES[@]}"; do echo "  failed: $n"; done
 if [ "$FAILED" -gt 0 ]; then
