@@ -5,9 +5,11 @@
 #   munge          authentication daemon every Slurm daemon and command needs
 #   libslurm-dev   <slurm/slurm_version.h>, which spank-plugin/build.rs reads the plugin version from
 #   procps         ps/pgrep for the tests' process checks (no broad kills)
+#   clang-16       regenerates bench-core/kernels/check.ptx to prove the committed PTX is current
+#   unzip, python3-pip  fetch a real libnccl (nvidia-nccl-cu12 wheel) for the no-GPU worker tests
 set -euo pipefail
 
-pkgs=(slurm-wlm munge libslurm-dev procps)
+pkgs=(slurm-wlm munge libslurm-dev procps clang-16 unzip python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -2,7 +2,9 @@
 //! GPU, the embedded fill/verify kernels, and stream waits that poll against a deadline (cudarc's
 //! own `synchronize` blocks without one).
 
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,13 +24,19 @@ impl std::fmt::Display for NoGpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             NoGpu::DriverMissing => {
-                write!(f, "no usable GPU: the CUDA driver library (libcuda.so.1) was not found")
+                write!(
+                    f,
+                    "no usable GPU: the CUDA driver library (libcuda.so.1) was not found"
+                )
             }
             NoGpu::Init(e) => write!(f, "no usable GPU: cuInit failed: {e}"),
             NoGpu::NoDevice => {
                 let cvd = std::env::var("CUDA_VISIBLE_DEVICES").ok();
                 match cvd {
-                    Some(v) => write!(f, "no usable GPU: no CUDA device visible (CUDA_VISIBLE_DEVICES='{v}')"),
+                    Some(v) => write!(
+                        f,
+                        "no usable GPU: no CUDA device visible (CUDA_VISIBLE_DEVICES='{v}')"
+                    ),
                     None => write!(f, "no usable GPU: the driver reports no CUDA device"),
                 }
             }
@@ -75,12 +83,20 @@ pub fn gpu_info(ordinal: usize) -> Result<GpuInfo, DriverError> {
     let slot = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?;
     let uuid = device::get_uuid(dev)?;
     let b: Vec<u8> = uuid.bytes.iter().map(|&c| c as u8).collect();
-    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let hex =
+        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
     Ok(GpuInfo {
         device: ordinal,
         name: device::get_name(dev)?,
         pci_bus_id: format!("{domain:04x}:{bus:02x}:{slot:02x}.0"),
-        uuid: format!("GPU-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16)),
+        uuid: format!(
+            "GPU-{}-{}-{}-{}-{}",
+            hex(0..4),
+            hex(4..6),
+            hex(6..8),
+            hex(8..10),
+            hex(10..16)
+        ),
         memory_bytes: unsafe { device::total_mem(dev) }? as u64,
     })
 }
@@ -115,8 +131,16 @@ impl Gpu {
         let fill = module.load_function("nccl_check_fill")?;
         let verify = module.load_function("nccl_check_verify")?;
         let counter = unsafe { cudarc::driver::result::malloc_sync(8) }?;
-        let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        Ok(Gpu { ctx, stream, fill, verify, counter, blocks: (sms.max(1) as u32) * 4 })
+        let sms =
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        Ok(Gpu {
+            ctx,
+            stream,
+            fill,
+            verify,
+            counter,
+            blocks: (sms.max(1) as u32) * 4,
+        })
     }
 
     pub fn raw_stream(&self) -> *mut std::ffi::c_void {
@@ -150,7 +174,14 @@ impl Gpu {
             return Ok(());
         }
         let mut b = self.stream.launch_builder(&self.fill);
-        b.arg(&buf).arg(&count).arg(&dtype).arg(&op).arg(&seed).arg(&rank).arg(&nranks).arg(&index_base);
+        b.arg(&buf)
+            .arg(&count)
+            .arg(&dtype)
+            .arg(&op)
+            .arg(&seed)
+            .arg(&rank)
+            .arg(&nranks)
+            .arg(&index_base);
         // SAFETY: buf holds count elements of dtype on this GPU; the kernel stays within them.
         unsafe { b.launch(self.launch_cfg(count)) }.map(|_| ())
     }
@@ -161,7 +192,14 @@ impl Gpu {
             return Ok(());
         }
         // SAFETY: buf holds bytes bytes on this GPU.
-        unsafe { cudarc::driver::result::memset_d8_async(buf, 0xff, bytes as usize, self.stream.cu_stream()) }
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                buf,
+                0xff,
+                bytes as usize,
+                self.stream.cu_stream(),
+            )
+        }
     }
 
     /// Enqueues the comparison of `count` elements at `buf` with the expected values; the count of
@@ -180,17 +218,27 @@ impl Gpu {
         use crate::collectives::Expected;
         let (mode, chunk, src, base) = match expected {
             Expected::Reduction { index_base } => (0u32, 0u64, 0u32, index_base),
-            Expected::CopyFrom { src_rank, index_base } => (1, 0, src_rank, index_base),
+            Expected::CopyFrom {
+                src_rank,
+                index_base,
+            } => (1, 0, src_rank, index_base),
             Expected::Chunks { chunk, index_base } => (1, chunk, 0, index_base),
         };
         // SAFETY: counter is an 8-byte device allocation of this context.
-        unsafe { cudarc::driver::result::memset_d8_async(self.counter, 0, 8, self.stream.cu_stream()) }?;
+        unsafe {
+            cudarc::driver::result::memset_d8_async(self.counter, 0, 8, self.stream.cu_stream())
+        }?;
         if count == 0 {
             return Ok(());
         }
         let counter = self.counter;
         let mut b = self.stream.launch_builder(&self.verify);
-        b.arg(&buf).arg(&count).arg(&dtype).arg(&op).arg(&seed).arg(&nranks);
+        b.arg(&buf)
+            .arg(&count)
+            .arg(&dtype)
+            .arg(&op)
+            .arg(&seed)
+            .arg(&nranks);
         b.arg(&mode).arg(&chunk).arg(&src).arg(&base).arg(&counter);
         // SAFETY: buf holds count elements of dtype; counter is 8 bytes; both on this GPU.
         unsafe { b.launch(self.launch_cfg(count)) }.map(|_| ())

@@ -77,10 +77,16 @@ impl DataType {
             "u64" => "uint64",
             other => other,
         };
-        DataType::ALL.into_iter().find(|d| d.name() == alias).ok_or_else(|| {
-            let names: Vec<_> = DataType::ALL.iter().map(|d| d.name()).collect();
-            format!("unknown datatype '{text}' (choose from {})", names.join(", "))
-        })
+        DataType::ALL
+            .into_iter()
+            .find(|d| d.name() == alias)
+            .ok_or_else(|| {
+                let names: Vec<_> = DataType::ALL.iter().map(|d| d.name()).collect();
+                format!(
+                    "unknown datatype '{text}' (choose from {})",
+                    names.join(", ")
+                )
+            })
     }
 }
 
@@ -115,9 +121,12 @@ impl RedOp {
 
     pub fn parse(text: &str) -> Result<Self, String> {
         let t = text.to_ascii_lowercase();
-        RedOp::ALL.into_iter().find(|o| o.name() == t).ok_or_else(|| {
-            format!("unknown reduction op '{text}' (choose from sum, prod, max, min)")
-        })
+        RedOp::ALL
+            .into_iter()
+            .find(|o| o.name() == t)
+            .ok_or_else(|| {
+                format!("unknown reduction op '{text}' (choose from sum, prod, max, min)")
+            })
     }
 }
 
@@ -140,7 +149,9 @@ mod tests {
             assert_eq!(DataType::parse(d.name()).unwrap(), d);
         }
         assert_eq!(DataType::parse("bf16").unwrap(), DataType::Bfloat16);
-        assert!(DataType::parse("float128").unwrap_err().contains("'float128'"));
+        assert!(DataType::parse("float128")
+            .unwrap_err()
+            .contains("'float128'"));
         assert_eq!(RedOp::parse("MAX").unwrap(), RedOp::Max);
         assert!(RedOp::parse("avg").is_err());
     }

@@ -7,11 +7,11 @@
 
 pub mod collectives;
 pub mod datatype;
-pub mod size;
-pub mod verdict;
 pub mod rendezvous;
 pub mod report;
+pub mod size;
 pub mod team;
+pub mod verdict;
 
 #[cfg(feature = "gpu")]
 pub mod cuda;

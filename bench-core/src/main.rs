@@ -6,7 +6,7 @@ use bench_core::cuda;
 use bench_core::nccl::Nccl;
 use bench_core::options::{self, Options, ParseExit};
 use bench_core::rendezvous::{self, Member};
-use bench_core::report::json::{NcclInfo, Reason, Report, Settings, GpuEntry};
+use bench_core::report::json::{GpuEntry, NcclInfo, Reason, Report, Settings};
 use bench_core::runner::{GpuThread, RunError, Start, Status};
 use bench_core::team::Team;
 use bench_core::verdict::ExitCode;
@@ -16,7 +16,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 fn main() {
     let t0 = Instant::now();
-    let started_unix = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let started_unix = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let opts = match options::parse(std::env::args(), &|k| std::env::var(k).ok()) {
         Ok(o) => o,
         Err(ParseExit::Info(text)) => {
@@ -45,7 +47,10 @@ fn main() {
         Ok(()) => judge(opts, &mut report),
         Err(e) => {
             report.error = Some(e.message().to_string());
-            report.reasons.push(Reason { code: reason_code(&e), message: e.message().to_string() });
+            report.reasons.push(Reason {
+                code: reason_code(&e),
+                message: e.message().to_string(),
+            });
             report.set_outcome(e.exit_code(), e.message().to_string());
             e.exit_code()
         }
@@ -73,13 +78,19 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
             if let Some(w) = p.wrong.filter(|&w| w > 0) {
                 reasons.push(Reason {
                     code: "wrong_data",
-                    message: format!("{} {size} {name}: {w} wrong elements (data corrupted in transfer)", r.collective),
+                    message: format!(
+                        "{} {size} {name}: {w} wrong elements (data corrupted in transfer)",
+                        r.collective
+                    ),
                 });
             }
             if let Some(min) = opts.min_busbw.filter(|&m| p.busbw < m) {
                 reasons.push(Reason {
                     code: "busbw_below_threshold",
-                    message: format!("{} {size} {name}: busbw {:.1} < {min:.1} GB/s", r.collective, p.busbw),
+                    message: format!(
+                        "{} {size} {name}: busbw {:.1} < {min:.1} GB/s",
+                        r.collective, p.busbw
+                    ),
                 });
             }
         }
@@ -92,14 +103,31 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
     }
     report.avg_busbw = by_coll.into_iter().map(|(k, (s, n))| (k, s / n)).collect();
     let gpus = report.nranks;
-    let hosts = report.processes.iter().map(|p| p.host.as_str()).collect::<std::collections::BTreeSet<_>>().len().max(1);
+    let hosts = report
+        .processes
+        .iter()
+        .map(|p| p.host.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        .max(1);
     let best = report
         .results
         .iter()
         .max_by(|a, b| a.out_of_place.busbw.total_cmp(&b.out_of_place.busbw))
-        .map(|r| format!(", {} {} busbw {:.1} GB/s", r.collective, bench_core::size::human(r.size), r.out_of_place.busbw))
+        .map(|r| {
+            format!(
+                ", {} {} busbw {:.1} GB/s",
+                r.collective,
+                bench_core::size::human(r.size),
+                r.out_of_place.busbw
+            )
+        })
         .unwrap_or_default();
-    let code = if reasons.is_empty() { ExitCode::Pass } else { ExitCode::Fail };
+    let code = if reasons.is_empty() {
+        ExitCode::Pass
+    } else {
+        ExitCode::Fail
+    };
     let summary = match reasons.first() {
         None => format!("{gpus} GPUs on {hosts} host(s){best}"),
         Some(first) if reasons.len() == 1 => first.message.clone(),
@@ -110,7 +138,12 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
     code
 }
 
-fn run(opts: &'static Options, t0: Instant, status: &Status, report: &mut Report) -> Result<(), RunError> {
+fn run(
+    opts: &'static Options,
+    t0: Instant,
+    status: &Status,
+    report: &mut Report,
+) -> Result<(), RunError> {
     let deadline = t0 + opts.timeout;
     // dlopen NCCL while the driver starts: both take a while, neither needs the other.
     let lib_path = opts.nccl_lib.clone();
@@ -121,9 +154,13 @@ fn run(opts: &'static Options, t0: Instant, status: &Status, report: &mut Report
     let t = Instant::now();
     let driver = cuda::init_driver();
     report.phases.cuda_init_ms = ms(t.elapsed());
-    let (nccl, load_time) = loader.join().map_err(|_| RunError::Runtime("NCCL loader thread panicked".into()))?;
+    let (nccl, load_time) = loader
+        .join()
+        .map_err(|_| RunError::Runtime("NCCL loader thread panicked".into()))?;
     report.phases.nccl_load_ms = ms(load_time);
-    let nccl: &'static Nccl = Box::leak(Box::new(nccl.map_err(|e| RunError::Library(e.to_string()))?));
+    let nccl: &'static Nccl = Box::leak(Box::new(
+        nccl.map_err(|e| RunError::Library(e.to_string()))?,
+    ));
     report.nccl = Some(NcclInfo {
         version: nccl.version_string(),
         version_code: nccl.version,
@@ -134,7 +171,9 @@ fn run(opts: &'static Options, t0: Instant, status: &Status, report: &mut Report
         None => (0..visible).collect(),
         Some(list) => {
             if let Some(bad) = list.iter().find(|&&g| g >= visible) {
-                return Err(RunError::NoGpu(format!("no usable GPU: --gpus names device {bad}, but only {visible} are visible")));
+                return Err(RunError::NoGpu(format!(
+                    "no usable GPU: --gpus names device {bad}, but only {visible} are visible"
+                )));
             }
             list.clone()
         }
@@ -155,7 +194,14 @@ fn run(opts: &'static Options, t0: Instant, status: &Status, report: &mut Report
     for (slot, &device) in devices.iter().enumerate() {
         let (tx, rx) = std::sync::mpsc::channel();
         senders.push(tx);
-        let thread = GpuThread { slot, device, nccl, opts, deadline, status: status.clone() };
+        let thread = GpuThread {
+            slot,
+            device,
+            nccl,
+            opts,
+            deadline,
+            status: status.clone(),
+        };
         let h = std::thread::Builder::new()
             .name(format!("gpu{device}"))
             .spawn(move || thread.run(rx))
@@ -164,10 +210,18 @@ fn run(opts: &'static Options, t0: Instant, status: &Status, report: &mut Report
     }
 
     let t = Instant::now();
-    let me = Member { proc_rank: opts.rank, host: report.host.clone(), pid: std::process::id(), ngpus: devices.len() as u32, first_rank: 0 };
+    let me = Member {
+        proc_rank: opts.rank,
+        host: report.host.clone(),
+        pid: std::process::id(),
+        ngpus: devices.len() as u32,
+        first_rank: 0,
+    };
     let addr = opts.rendezvous.clone().unwrap_or_default();
     let joined = rendezvous::join(&addr, &opts.token, opts.world, me, deadline, || {
-        nccl.unique_id().map(|id| id.internal).map_err(|e| e.to_string())
+        nccl.unique_id()
+            .map(|id| id.internal)
+            .map_err(|e| e.to_string())
     });
     report.phases.rendezvous_ms = ms(t.elapsed());
     let joined = match joined {
@@ -185,15 +239,26 @@ fn run(opts: &'static Options, t0: Instant, status: &Status, report: &mut Report
     report.nranks = nranks;
     report.processes = joined.members.clone();
     let team = Arc::new(Team::new(devices.len(), joined.plane, deadline));
-    let id = bench_core::nccl::UniqueId { internal: joined.unique_id };
+    let id = bench_core::nccl::UniqueId {
+        internal: joined.unique_id,
+    };
     for (slot, tx) in senders.iter().enumerate() {
         let rank = first_rank + slot as u32;
-        let _ = tx.send(Start { team: team.clone(), id, rank, nranks, printer: rank == 0 && !opts.quiet, recorder: slot == 0 });
+        let _ = tx.send(Start {
+            team: team.clone(),
+            id,
+            rank,
+            nranks,
+            printer: rank == 0 && !opts.quiet,
+            recorder: slot == 0,
+        });
     }
 
     let mut errors = Vec::new();
     for h in handles {
-        let out = h.join().map_err(|_| RunError::Runtime("a GPU thread panicked".into()))?;
+        let out = h
+            .join()
+            .map_err(|_| RunError::Runtime("a GPU thread panicked".into()))?;
         let p = &mut report.phases;
         p.contexts_ms = p.contexts_ms.max(out.phases.contexts_ms);
         p.nccl_init_ms = p.nccl_init_ms.max(out.phases.nccl_init_ms);
@@ -207,7 +272,11 @@ fn run(opts: &'static Options, t0: Instant, status: &Status, report: &mut Report
         if let Some(info) = out.info {
             let rank = out.rank.unwrap_or(u32::MAX);
             let info = serde_json::to_value(info).unwrap_or_default();
-            report.gpus.push(GpuEntry { rank, host: report.host.clone(), info });
+            report.gpus.push(GpuEntry {
+                rank,
+                host: report.host.clone(),
+                info,
+            });
         }
         errors.extend(out.error);
     }
@@ -239,16 +308,26 @@ fn settings(o: &Options) -> Settings {
 /// The last resort: whatever is stuck (a CUDA call without a deadline, an abort that blocks), the
 /// process reports ERROR and exits shortly after `--timeout`.
 fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut report: Report) {
-    let _ = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
-        // The loops poll the same deadline and normally report first; this fires only if they cannot.
-        std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(400));
-        let waiting = status.lock().map(|s| s.join("; ")).unwrap_or_default();
-        let msg = format!("no progress within --timeout {:.0}s; waiting for: {waiting}", opts.timeout.as_secs_f64());
-        report.set_outcome(ExitCode::Timeout, msg.clone());
-        report.error = Some(msg.clone());
-        report.reasons.push(Reason { code: "timeout", message: msg });
-        finish(opts, &report, ExitCode::Timeout);
-    });
+    let _ = std::thread::Builder::new()
+        .name("watchdog".into())
+        .spawn(move || {
+            // The loops poll the same deadline and normally report first; this fires only if they cannot.
+            std::thread::sleep(
+                deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(400),
+            );
+            let waiting = status.lock().map(|s| s.join("; ")).unwrap_or_default();
+            let msg = format!(
+                "no progress within --timeout {:.0}s; waiting for: {waiting}",
+                opts.timeout.as_secs_f64()
+            );
+            report.set_outcome(ExitCode::Timeout, msg.clone());
+            report.error = Some(msg.clone());
+            report.reasons.push(Reason {
+                code: "timeout",
+                message: msg,
+            });
+            finish(opts, &report, ExitCode::Timeout);
+        });
 }
 
 static FINISHED: Mutex<bool> = Mutex::new(false);
@@ -261,7 +340,10 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
         *done = true;
         if let Some(path) = &opts.json {
             if let Err(e) = write_json(path, report) {
-                eprintln!("nccl-check: cannot write the report to {}: {e}", path.display());
+                eprintln!(
+                    "nccl-check: cannot write the report to {}: {e}",
+                    path.display()
+                );
             }
         }
         let _ = std::io::stdout().flush();

@@ -134,9 +134,14 @@ pub struct Options {
 }
 
 /// Parses the command line; `Err` carries clap's own exit (help, version) or a usage error line.
-pub fn parse(args: impl IntoIterator<Item = String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, ParseExit> {
+pub fn parse(
+    args: impl IntoIterator<Item = String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Options, ParseExit> {
     let raw = Raw::try_parse_from(args).map_err(|e| match e.kind() {
-        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => ParseExit::Info(e.to_string()),
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+            ParseExit::Info(e.to_string())
+        }
         _ => ParseExit::Usage(first_line(&e.to_string())),
     })?;
     validate(raw, env).map_err(ParseExit::Usage)
@@ -152,30 +157,46 @@ pub enum ParseExit {
 }
 
 fn first_line(s: &str) -> String {
-    s.lines().find(|l| !l.trim().is_empty()).unwrap_or(s).trim().trim_start_matches("error: ").to_string()
+    s.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(s)
+        .trim()
+        .trim_start_matches("error: ")
+        .to_string()
 }
 
 fn parse_u32(what: &str, v: &str) -> Result<u32, String> {
-    v.trim().parse::<u32>().map_err(|_| format!("invalid {what} '{v}': expected a non-negative integer"))
+    v.trim()
+        .parse::<u32>()
+        .map_err(|_| format!("invalid {what} '{v}': expected a non-negative integer"))
 }
 
 fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, String> {
     let full = raw.plan == "full";
-    let coll_text = raw.collectives.unwrap_or_else(|| if full { "all" } else { "all_reduce" }.into());
+    let coll_text = raw
+        .collectives
+        .unwrap_or_else(|| if full { "all" } else { "all_reduce" }.into());
     let collectives = collectives::parse_list(&coll_text)?;
     let default_min = if full { "32M" } else { "256M" };
     let default_max = if full { "1G" } else { "256M" };
     let min_bytes = parse_size(raw.min_bytes.as_deref().unwrap_or(default_min))?;
     let max_bytes = match raw.max_bytes.as_deref() {
         Some(m) => parse_size(m)?,
-        None if raw.min_bytes.is_some() => min_bytes.max(parse_size(default_max)?).min(min_bytes.max(1)),
+        None if raw.min_bytes.is_some() => min_bytes
+            .max(parse_size(default_max)?)
+            .min(min_bytes.max(1)),
         None => parse_size(default_max)?,
     };
     if min_bytes > max_bytes {
-        return Err(format!("minbytes {min_bytes} is larger than maxbytes {max_bytes}"));
+        return Err(format!(
+            "minbytes {min_bytes} is larger than maxbytes {max_bytes}"
+        ));
     }
     if raw.step_factor < 2 {
-        return Err(format!("invalid stepfactor {}: must be at least 2", raw.step_factor));
+        return Err(format!(
+            "invalid stepfactor {}: must be at least 2",
+            raw.step_factor
+        ));
     }
     let mut sizes = vec![];
     let mut s = min_bytes;
@@ -198,7 +219,11 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         None => None,
         Some(list) => Some(
             list.split(',')
-                .map(|g| g.trim().parse::<usize>().map_err(|_| format!("invalid GPU index '{g}' in --gpus '{list}'")))
+                .map(|g| {
+                    g.trim()
+                        .parse::<usize>()
+                        .map_err(|_| format!("invalid GPU index '{g}' in --gpus '{list}'"))
+                })
                 .collect::<Result<Vec<_>, _>>()?,
         ),
     };
@@ -234,15 +259,24 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         Some(r) => Some(r),
         None if world > 1 => {
             let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
-            match (nodes.as_deref().and_then(crate::rendezvous::first_host), &job) {
+            match (
+                nodes.as_deref().and_then(crate::rendezvous::first_host),
+                &job,
+            ) {
                 (Some(host), Some(job)) => Some(format!("{host}:{}", slurm_port(job, &step))),
-                _ => return Err(format!("world {world} needs --rendezvous HOST:PORT (or run under Slurm)")),
+                _ => {
+                    return Err(format!(
+                        "world {world} needs --rendezvous HOST:PORT (or run under Slurm)"
+                    ))
+                }
             }
         }
         None => None,
     };
     if let Some(r) = &rendezvous {
-        let ok = r.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+        let ok = r
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
         if !ok {
             return Err(format!("invalid rendezvous '{r}': expected HOST:PORT"));
         }
@@ -263,7 +297,11 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             return Err(format!("invalid min-busbw '{b}'"));
         }
     }
-    let nccl_lib = raw.nccl_lib.or_else(|| env("NCCL_CHECK_NCCL_LIB").filter(|s| !s.is_empty()).map(PathBuf::from));
+    let nccl_lib = raw.nccl_lib.or_else(|| {
+        env("NCCL_CHECK_NCCL_LIB")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    });
     Ok(Options {
         collectives,
         sizes,
@@ -292,7 +330,11 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
 /// The rendezvous port of a Slurm step: 29500..29999, from the job and step ids, so that
 /// concurrent jobs sharing a first node rarely collide (the token tells them apart if they do).
 pub fn slurm_port(job: &str, step: &str) -> u16 {
-    let h = format!("{job}.{step}").bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let h = format!("{job}.{step}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
     29500 + (h % 500) as u16
 }
 
@@ -301,7 +343,10 @@ mod tests {
     use super::*;
 
     fn parse_with(args: &[&str], vars: &[(&str, &str)]) -> Result<Options, String> {
-        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let env = move |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         let mut a = vec!["nccl-check".to_string()];
         a.extend(args.iter().map(|s| s.to_string()));
@@ -336,12 +381,18 @@ mod tests {
             (&["all_reduse"][..], "unknown collective 'all_reduse'"),
             (&["-b", "12Q"], "malformed size '12Q'"),
             (&["-b", "1G", "-e", "1M"], "larger than maxbytes"),
-            (&["--rank", "2", "--world", "2"], "invalid rank 2: must be below world 2"),
+            (
+                &["--rank", "2", "--world", "2"],
+                "invalid rank 2: must be below world 2",
+            ),
             (&["--rank", "x"], "invalid rank 'x'"),
             (&["--world", "0"], "invalid world 0"),
             (&["--world", "2"], "needs --rendezvous"),
-            (&["--world", "2", "--rank", "1", "--rendezvous", "nohost"], "invalid rendezvous 'nohost'"),
-            (&["--timeout", "-1"], "invalid timeout '-1'"),
+            (
+                &["--world", "2", "--rank", "1", "--rendezvous", "nohost"],
+                "invalid rendezvous 'nohost'",
+            ),
+            (&["--timeout=-1"], "invalid timeout '-1'"),
             (&["-d", "float128"], "unknown datatype 'float128'"),
             (&["--gpus", "0,0"], "lists a GPU twice"),
             (&["--bogus"], "unexpected argument '--bogus'"),
@@ -375,6 +426,9 @@ mod tests {
     #[test]
     fn help_lists_exit_codes() {
         let h = parse_with(&["--help"], &[]).unwrap_err();
-        assert!(h.contains("Exit codes:") && h.contains("6  ERROR timeout"), "{h}");
+        assert!(
+            h.contains("Exit codes:") && h.contains("6  ERROR timeout"),
+            "{h}"
+        );
     }
 }

@@ -82,7 +82,11 @@ pub fn join(
     if world == 1 {
         let mut me = me;
         me.first_rank = 0;
-        return Ok(Joined { unique_id: make_id()?, members: vec![me], plane: ControlPlane::Alone });
+        return Ok(Joined {
+            unique_id: make_id()?,
+            members: vec![me],
+            plane: ControlPlane::Alone,
+        });
     }
     if me.proc_rank == 0 {
         serve(addr, token, world, me, deadline, make_id)
@@ -92,7 +96,9 @@ pub fn join(
 }
 
 fn remaining(deadline: Instant) -> Option<Duration> {
-    deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
 }
 
 fn serve(
@@ -103,15 +109,23 @@ fn serve(
     deadline: Instant,
     make_id: impl FnOnce() -> Result<[u8; 128], String>,
 ) -> Result<Joined, String> {
-    let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).ok_or_else(|| {
-        format!("rendezvous address '{addr}' has no port (expected HOST:PORT)")
-    })?;
+    let port = addr
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .ok_or_else(|| format!("rendezvous address '{addr}' has no port (expected HOST:PORT)"))?;
     // Listen on every interface: the address names this host for the others, and the host may
     // have several.
-    let listener = TcpListener::bind(("0.0.0.0", port))
-        .map_err(|e| format!("rendezvous: cannot listen on port {port} (rank 0 on {}): {e}", me.host))?;
-    listener.set_nonblocking(true).map_err(|e| format!("rendezvous: {e}"))?;
-    let mut joined: Vec<Option<(Member, BufReader<TcpStream>)>> = (1..world).map(|_| None).collect();
+    let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| {
+        format!(
+            "rendezvous: cannot listen on port {port} (rank 0 on {}): {e}",
+            me.host
+        )
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("rendezvous: {e}"))?;
+    let mut joined: Vec<Option<(Member, BufReader<TcpStream>)>> =
+        (1..world).map(|_| None).collect();
     while joined.iter().any(Option::is_none) {
         let Some(left) = remaining(deadline) else {
             let missing: Vec<String> = joined
@@ -153,15 +167,29 @@ fn serve(
         next += m.ngpus;
     }
     let unique_id = make_id()?;
-    let welcome = Welcome { unique_id: unique_id.to_vec(), members: members.clone() };
+    let welcome = Welcome {
+        unique_id: unique_id.to_vec(),
+        members: members.clone(),
+    };
     for (m, reader) in peers.iter_mut() {
-        send_line(reader.get_mut(), &welcome, deadline)
-            .map_err(|e| format!("rendezvous: sending to process rank {} ({}): {e}", m.proc_rank, m.host))?;
+        send_line(reader.get_mut(), &welcome, deadline).map_err(|e| {
+            format!(
+                "rendezvous: sending to process rank {} ({}): {e}",
+                m.proc_rank, m.host
+            )
+        })?;
     }
-    Ok(Joined { unique_id, members, plane: ControlPlane::Root(peers) })
+    Ok(Joined {
+        unique_id,
+        members,
+        plane: ControlPlane::Root(peers),
+    })
 }
 
-fn read_hello(stream: TcpStream, within: Duration) -> Result<(Hello, BufReader<TcpStream>), String> {
+fn read_hello(
+    stream: TcpStream,
+    within: Duration,
+) -> Result<(Hello, BufReader<TcpStream>), String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let mut reader = BufReader::new(stream);
@@ -176,7 +204,10 @@ fn check_hello(
     joined: &[Option<(Member, BufReader<TcpStream>)>],
 ) -> Result<(), String> {
     if hello.token != token {
-        return Err(format!("token '{}' is not this job's '{token}'", hello.token));
+        return Err(format!(
+            "token '{}' is not this job's '{token}'",
+            hello.token
+        ));
     }
     if hello.world != world {
         return Err(format!("world size {} differs from {world}", hello.world));
@@ -191,7 +222,13 @@ fn check_hello(
     Ok(())
 }
 
-fn connect(addr: &str, token: &str, world: u32, me: Member, deadline: Instant) -> Result<Joined, String> {
+fn connect(
+    addr: &str,
+    token: &str,
+    world: u32,
+    me: Member,
+    deadline: Instant,
+) -> Result<Joined, String> {
     let mut last_error = String::from("no attempt");
     let stream = loop {
         let Some(left) = remaining(deadline) else {
@@ -211,15 +248,24 @@ fn connect(addr: &str, token: &str, world: u32, me: Member, deadline: Instant) -
     };
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let mut reader = BufReader::new(stream);
-    let hello = Hello { token: token.to_string(), world, member: me };
-    send_line(reader.get_mut(), &hello, deadline).map_err(|e| format!("rendezvous at {addr}: {e}"))?;
+    let hello = Hello {
+        token: token.to_string(),
+        world,
+        member: me,
+    };
+    send_line(reader.get_mut(), &hello, deadline)
+        .map_err(|e| format!("rendezvous at {addr}: {e}"))?;
     let welcome: Welcome = read_line(&mut reader, deadline)
         .map_err(|e| format!("rendezvous at {addr}: waiting for the other processes: {e}"))?;
     let unique_id: [u8; 128] = welcome
         .unique_id
         .try_into()
         .map_err(|_| format!("rendezvous at {addr}: malformed unique id"))?;
-    Ok(Joined { unique_id, members: welcome.members, plane: ControlPlane::Leaf(reader) })
+    Ok(Joined {
+        unique_id,
+        members: welcome.members,
+        plane: ControlPlane::Leaf(reader),
+    })
 }
 
 fn resolve(addr: &str) -> Result<SocketAddr, String> {
@@ -230,9 +276,15 @@ fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{addr} resolves to no address"))
 }
 
-fn send_line<T: Serialize>(stream: &mut TcpStream, msg: &T, deadline: Instant) -> Result<(), String> {
+fn send_line<T: Serialize>(
+    stream: &mut TcpStream,
+    msg: &T,
+    deadline: Instant,
+) -> Result<(), String> {
     let left = remaining(deadline).ok_or("deadline passed")?;
-    stream.set_write_timeout(Some(left)).map_err(|e| e.to_string())?;
+    stream
+        .set_write_timeout(Some(left))
+        .map_err(|e| e.to_string())?;
     let mut line = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
     line.push(b'\n');
     stream.write_all(&line).map_err(|e| e.to_string())
@@ -243,12 +295,20 @@ fn read_line<T: for<'de> Deserialize<'de>>(
     deadline: Instant,
 ) -> Result<T, String> {
     let left = remaining(deadline).ok_or("deadline passed")?;
-    reader.get_ref().set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+    reader
+        .get_ref()
+        .set_read_timeout(Some(left))
+        .map_err(|e| e.to_string())?;
     let mut line = String::new();
     match reader.read_line(&mut line) {
         Ok(0) => Err("connection closed (the peer exited)".into()),
         Ok(_) => serde_json::from_str(&line).map_err(|e| format!("malformed message: {e}")),
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
             Err("no answer before the deadline".into())
         }
         Err(e) => Err(e.to_string()),
@@ -262,14 +322,23 @@ impl ControlPlane {
         match self {
             ControlPlane::Alone => Ok(values.to_vec()),
             ControlPlane::Leaf(reader) => {
-                let msg = Sum { seq, values: values.to_vec(), abort: None };
-                send_line(reader.get_mut(), &msg, deadline).map_err(|e| format!("to rank 0: {e}"))?;
-                let reply: Sum = read_line(reader, deadline).map_err(|e| format!("from rank 0: {e}"))?;
+                let msg = Sum {
+                    seq,
+                    values: values.to_vec(),
+                    abort: None,
+                };
+                send_line(reader.get_mut(), &msg, deadline)
+                    .map_err(|e| format!("to rank 0: {e}"))?;
+                let reply: Sum =
+                    read_line(reader, deadline).map_err(|e| format!("from rank 0: {e}"))?;
                 if let Some(why) = reply.abort {
                     return Err(format!("another process gave up: {why}"));
                 }
                 if reply.seq != seq {
-                    return Err(format!("out of step with rank 0 (step {} vs {seq})", reply.seq));
+                    return Err(format!(
+                        "out of step with rank 0 (step {} vs {seq})",
+                        reply.seq
+                    ));
                 }
                 Ok(reply.values)
             }
@@ -287,10 +356,16 @@ impl ControlPlane {
                             ))
                         }
                         Ok(msg) if msg.seq != seq || msg.values.len() != total.len() => {
-                            failure = Some(format!("process rank {} ({}) is out of step", m.proc_rank, m.host))
+                            failure = Some(format!(
+                                "process rank {} ({}) is out of step",
+                                m.proc_rank, m.host
+                            ))
                         }
                         Ok(msg) => total.iter_mut().zip(msg.values).for_each(|(t, v)| *t += v),
-                        Err(e) => failure = Some(format!("process rank {} ({}): {e}", m.proc_rank, m.host)),
+                        Err(e) => {
+                            failure =
+                                Some(format!("process rank {} ({}): {e}", m.proc_rank, m.host))
+                        }
                     }
                     if failure.is_some() {
                         break;
@@ -300,7 +375,11 @@ impl ControlPlane {
                     self.abort(&why, deadline);
                     return Err(why);
                 }
-                let reply = Sum { seq, values: total.clone(), abort: None };
+                let reply = Sum {
+                    seq,
+                    values: total.clone(),
+                    abort: None,
+                };
                 for (m, reader) in peers.iter_mut() {
                     send_line(reader.get_mut(), &reply, deadline)
                         .map_err(|e| format!("process rank {} ({}): {e}", m.proc_rank, m.host))?;
@@ -313,7 +392,11 @@ impl ControlPlane {
     /// Tells the other processes to stop now (best effort, short timeout).
     pub fn abort(&mut self, why: &str, deadline: Instant) {
         let soon = (Instant::now() + Duration::from_millis(200)).min(deadline.max(Instant::now()));
-        let msg = Sum { seq: u64::MAX, values: Vec::new(), abort: Some(why.to_string()) };
+        let msg = Sum {
+            seq: u64::MAX,
+            values: Vec::new(),
+            abort: Some(why.to_string()),
+        };
         match self {
             ControlPlane::Alone => {}
             ControlPlane::Leaf(r) => {
@@ -366,7 +449,13 @@ mod tests {
     use super::*;
 
     fn member(r: u32, g: u32) -> Member {
-        Member { proc_rank: r, host: format!("h{r}"), pid: r, ngpus: g, first_rank: 0 }
+        Member {
+            proc_rank: r,
+            host: format!("h{r}"),
+            pid: r,
+            ngpus: g,
+            first_rank: 0,
+        }
     }
 
     #[test]
@@ -375,7 +464,10 @@ mod tests {
         assert_eq!(first_host("node[01-04,7]").as_deref(), Some("node01"));
         assert_eq!(first_host("gpu[3,5-6],cpu1").as_deref(), Some("gpu3"));
         assert_eq!(first_host("a,b").as_deref(), Some("a"));
-        assert_eq!(first_host("rack[2-3]-n[1-2]").as_deref(), Some("rack2-n[1-2]"));
+        assert_eq!(
+            first_host("rack[2-3]-n[1-2]").as_deref(),
+            Some("rack2-n[1-2]")
+        );
         assert_eq!(first_host(""), None);
     }
 
@@ -386,7 +478,9 @@ mod tests {
         let leaf = |r: u32, delay: u64| {
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(delay));
-                let mut j = join(addr, "t", 3, member(r, r + 1), deadline, || Err("not root".into()))?;
+                let mut j = join(addr, "t", 3, member(r, r + 1), deadline, || {
+                    Err("not root".into())
+                })?;
                 let s = j.plane.sum(1, &[r as f64, 1.0], deadline)?;
                 Ok::<_, String>((j.nranks(), j.members[r as usize].first_rank, s))
             })
@@ -411,8 +505,12 @@ mod tests {
         let addr = "127.0.0.1:29872";
         let start = Instant::now();
         let deadline = start + Duration::from_millis(800);
-        let t1 = std::thread::spawn(move || join(addr, "t", 3, member(1, 1), deadline, || Err("x".into())).err());
-        let e = join(addr, "t", 3, member(0, 1), deadline, || Ok([0; 128])).err().unwrap_or_default();
+        let t1 = std::thread::spawn(move || {
+            join(addr, "t", 3, member(1, 1), deadline, || Err("x".into())).err()
+        });
+        let e = join(addr, "t", 3, member(0, 1), deadline, || Ok([0; 128]))
+            .err()
+            .unwrap_or_default();
         assert!(e.contains("process rank(s) 2 of 3 never joined"), "{e}");
         let e1 = t1.join().unwrap().unwrap_or_default();
         assert!(e1.contains("rendezvous at 127.0.0.1:29872"), "{e1}");
@@ -423,9 +521,11 @@ mod tests {
     fn a_leaf_without_root_gives_up_at_the_deadline() {
         let start = Instant::now();
         let deadline = start + Duration::from_millis(500);
-        let e = join("127.0.0.1:29873", "t", 2, member(1, 1), deadline, || Err("x".into()))
-            .err()
-            .unwrap_or_default();
+        let e = join("127.0.0.1:29873", "t", 2, member(1, 1), deadline, || {
+            Err("x".into())
+        })
+        .err()
+        .unwrap_or_default();
         assert!(e.contains("rank 0 never answered"), "{e}");
         assert!(start.elapsed() < Duration::from_millis(1200));
     }
@@ -434,8 +534,15 @@ mod tests {
     fn a_wrong_token_is_ignored_not_joined() {
         let addr = "127.0.0.1:29874";
         let deadline = Instant::now() + Duration::from_millis(700);
-        let t = std::thread::spawn(move || join(addr, "other-job", 2, member(1, 1), deadline, || Err("x".into())).err());
-        let e = join(addr, "t", 2, member(0, 1), deadline, || Ok([0; 128])).err().unwrap_or_default();
+        let t = std::thread::spawn(move || {
+            join(addr, "other-job", 2, member(1, 1), deadline, || {
+                Err("x".into())
+            })
+            .err()
+        });
+        let e = join(addr, "t", 2, member(0, 1), deadline, || Ok([0; 128]))
+            .err()
+            .unwrap_or_default();
         assert!(e.contains("never joined"), "{e}");
         assert!(t.join().unwrap().is_some());
     }

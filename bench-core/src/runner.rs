@@ -90,7 +90,13 @@ impl GpuThread {
     }
 
     pub fn run(self, start: Receiver<Start>) -> Outcome {
-        let mut out = Outcome { info: None, rank: None, phases: Phases::default(), rows: Vec::new(), error: None };
+        let mut out = Outcome {
+            info: None,
+            rank: None,
+            phases: Phases::default(),
+            rows: Vec::new(),
+            error: None,
+        };
         let began = Instant::now();
         let dev = self.device;
         self.set_status(format!("GPU {dev}: creating its CUDA context"));
@@ -110,13 +116,17 @@ impl GpuThread {
         let buffers = match (Buffer::new(self.nccl, bytes), Buffer::new(self.nccl, bytes)) {
             (Ok(s), Ok(r)) => (s, r),
             (Err(e), _) | (_, Err(e)) => {
-                out.error = Some(RunError::Runtime(format!("GPU {dev}: allocating 2 x {bytes} bytes: {e}")));
+                out.error = Some(RunError::Runtime(format!(
+                    "GPU {dev}: allocating 2 x {bytes} bytes: {e}"
+                )));
                 return out;
             }
         };
         out.phases.allocation_ms = ms(t.elapsed());
 
-        self.set_status(format!("GPU {dev}: waiting for the other processes (rendezvous)"));
+        self.set_status(format!(
+            "GPU {dev}: waiting for the other processes (rendezvous)"
+        ));
         let left = self.deadline.saturating_duration_since(Instant::now());
         let Ok(start) = start.recv_timeout(left) else {
             // The main thread reports why (rendezvous failed or timed out).
@@ -132,7 +142,13 @@ impl GpuThread {
         out
     }
 
-    fn measure_all(&self, gpu: &Gpu, buffers: &(Buffer, Buffer), start: &Start, out: &mut Outcome) -> Result<(), RunError> {
+    fn measure_all(
+        &self,
+        gpu: &Gpu,
+        buffers: &(Buffer, Buffer),
+        start: &Start,
+        out: &mut Outcome,
+    ) -> Result<(), RunError> {
         let dev = self.device;
         let (rank, nranks) = (start.rank, start.nranks);
         let t = Instant::now();
@@ -141,10 +157,21 @@ impl GpuThread {
             .map_err(|e| RunError::Runtime(format!("GPU {dev} (rank {rank}): {e}")))?;
         let ready = comm.wait_ready();
         out.phases.nccl_init_ms = ms(t.elapsed());
-        let m = Measurer { thread: self, gpu, comm: &comm, team: &start.team, send: buffers.0.ptr, recv: buffers.1.ptr, rank, nranks };
+        let m = Measurer {
+            thread: self,
+            gpu,
+            comm: &comm,
+            team: &start.team,
+            send: buffers.0.ptr,
+            recv: buffers.1.ptr,
+            rank,
+            nranks,
+        };
         let result = match ready {
             Ok(()) => m.run_plan(start, out),
-            Err(crate::nccl::WaitError::Nccl(e)) => Err(RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"))),
+            Err(crate::nccl::WaitError::Nccl(e)) => Err(RunError::Runtime(format!(
+                "GPU {dev} (rank {rank}): NCCL init: {e}"
+            ))),
             Err(crate::nccl::WaitError::Deadline) => Err(RunError::Timeout(format!(
                 "GPU {dev} (rank {rank}): NCCL init of {nranks} ranks did not finish"
             ))),
@@ -153,7 +180,8 @@ impl GpuThread {
             Ok(()) => {
                 // Fast exit: the process ends right after the report; destroying communicators
                 // would only add NCCL's teardown (~0.4 s) to the time to verdict.
-                std::mem::forget(comm);
+                // (Comm has no Drop: the communicator is simply left to the process exit.)
+                let _ = comm;
                 Ok(())
             }
             Err(e) => {
@@ -209,7 +237,10 @@ impl Measurer<'_> {
     }
 
     fn err_runtime(&self, what: &str, e: impl std::fmt::Display) -> RunError {
-        RunError::Runtime(format!("GPU {} (rank {}): {what}: {e}", self.thread.device, self.rank))
+        RunError::Runtime(format!(
+            "GPU {} (rank {}): {what}: {e}",
+            self.thread.device, self.rank
+        ))
     }
 
     fn team_err(&self, e: String) -> RunError {
@@ -223,7 +254,13 @@ impl Measurer<'_> {
     }
 
     /// Enqueues one operation at iteration `iter`'s buffer offset.
-    fn issue(&self, coll: &dyn Collective, c: &Counts, in_place: bool, iter: u64) -> Result<(), RunError> {
+    fn issue(
+        &self,
+        coll: &dyn Collective,
+        c: &Counts,
+        in_place: bool,
+        iter: u64,
+    ) -> Result<(), RunError> {
         let (send, recv) = self.pointers(c, in_place, iter);
         let o = self.opts();
         let issue = Issue {
@@ -239,7 +276,8 @@ impl Measurer<'_> {
             nranks: self.nranks,
             stream: self.gpu.raw_stream(),
         };
-        coll.issue(&issue).map_err(|e| self.err_runtime(coll.name(), e))
+        coll.issue(&issue)
+            .map_err(|e| self.err_runtime(coll.name(), e))
     }
 
     /// nccl-tests' pointers: rotate through the buffer by whole operations (defeats caches), and
@@ -247,12 +285,15 @@ impl Measurer<'_> {
     fn pointers(&self, c: &Counts, in_place: bool, iter: u64) -> (u64, u64) {
         let elt = self.opts().datatype.size();
         let total = c.bytes(elt);
-        let steps = if total > 0 { (self.opts().max_bytes / total).max(1) } else { 1 };
+        let steps = self.opts().max_bytes.checked_div(total).unwrap_or(1).max(1);
         let shift = total * (iter % steps);
         let rank = self.rank as u64;
         if in_place {
             let base = self.recv + shift;
-            (base + c.send_inplace_offset * rank * elt, base + c.recv_inplace_offset * rank * elt)
+            (
+                base + c.send_inplace_offset * rank * elt,
+                base + c.recv_inplace_offset * rank * elt,
+            )
         } else {
             (self.send + shift, self.recv + shift)
         }
@@ -264,7 +305,10 @@ impl Measurer<'_> {
         let polled = self.gpu.wait(self.thread.deadline, || {
             n = n.wrapping_add(1);
             if n % 256 == 0 && self.team.is_failed() {
-                return Err(RunError::Stopped(format!("rank {}: stopped while waiting for {what}", self.rank)));
+                return Err(RunError::Stopped(format!(
+                    "rank {}: stopped while waiting for {what}",
+                    self.rank
+                )));
             }
             match self.comm.poll() {
                 Ok(_) => Ok(()),
@@ -288,10 +332,24 @@ impl Measurer<'_> {
         self.team.barrier().map_err(|e| self.team_err(e))?;
         for (ci, coll) in o.collectives.iter().copied().enumerate() {
             if start.printer {
-                print(&table::header(coll.nccl_tests_binary(), self.nranks as usize, o.min_bytes, o.max_bytes, o.step_factor, o.warmup_iters, o.iters, o.check));
+                print(&table::header(
+                    coll.nccl_tests_binary(),
+                    self.nranks as usize,
+                    o.min_bytes,
+                    o.max_bytes,
+                    o.step_factor,
+                    o.warmup_iters,
+                    o.iters,
+                    o.check,
+                ));
                 print(&table::column_header());
             }
-            self.thread.set_status(format!("GPU {} (rank {}): {} warm-up", self.thread.device, self.rank, coll.name()));
+            self.thread.set_status(format!(
+                "GPU {} (rank {}): {} warm-up",
+                self.thread.device,
+                self.rank,
+                coll.name()
+            ));
             let t = Instant::now();
             // nccl-tests' global warm-up (TimeTest): every size from min to max by doubling,
             // out-of-place, at rotating offsets, completing each size before the next.
@@ -315,19 +373,41 @@ impl Measurer<'_> {
                 let mut placements = [None, None];
                 for (pi, in_place) in [false, true].into_iter().enumerate() {
                     let seed = (ci as u32) << 24 | (si as u32) << 8 | (pi as u32) << 1;
-                    let what = format!("{} {} {}", coll.name(), crate::size::human(c.bytes(elt)), if in_place { "in-place" } else { "out-of-place" });
-                    self.thread.set_status(format!("GPU {} (rank {}): {what}", self.thread.device, self.rank));
+                    let what = format!(
+                        "{} {} {}",
+                        coll.name(),
+                        crate::size::human(c.bytes(elt)),
+                        if in_place { "in-place" } else { "out-of-place" }
+                    );
+                    self.thread.set_status(format!(
+                        "GPU {} (rank {}): {what}",
+                        self.thread.device, self.rank
+                    ));
                     let (secs, wrong) = self.measure(coll, &c, in_place, seed, &what, out)?;
                     let wrong_val = wrong.map_or(-1.0, |w| w as f64);
-                    let sums = self.team.sum(&[secs, wrong_val.max(0.0), (wrong_val > 0.0) as u8 as f64]).map_err(|e| self.team_err(e))?;
+                    let sums = self
+                        .team
+                        .sum(&[secs, wrong_val.max(0.0), (wrong_val > 0.0) as u8 as f64])
+                        .map_err(|e| self.team_err(e))?;
                     let time = sums[0] / self.nranks as f64;
-                    let algbw = if time > 0.0 { c.bytes(elt) as f64 / 1e9 / time } else { 0.0 };
+                    let algbw = if time > 0.0 {
+                        c.bytes(elt) as f64 / 1e9 / time
+                    } else {
+                        0.0
+                    };
                     let busbw = algbw * coll.bus_factor(self.nranks as u64);
                     busbw_sum += busbw;
                     wrong_ranks += sums[2];
-                    placements[pi] = Some(Placement { time_us: time * 1e6, algbw, busbw, wrong: wrong.map(|_| sums[1] as u64) });
+                    placements[pi] = Some(Placement {
+                        time_us: time * 1e6,
+                        algbw,
+                        busbw,
+                        wrong: wrong.map(|_| sums[1] as u64),
+                    });
                 }
-                let [Some(oop), Some(ip)] = placements else { unreachable!("both placements measured") };
+                let [Some(oop), Some(ip)] = placements else {
+                    unreachable!("both placements measured")
+                };
                 let row = Row {
                     collective: coll.name(),
                     size: c.bytes(elt),
@@ -347,20 +427,34 @@ impl Measurer<'_> {
             }
             if start.printer {
                 let rows = (o.sizes.len() * 2) as f64;
-                print(&table::footer(coll.nccl_tests_binary(), wrong_ranks as u64, busbw_sum / rows));
+                print(&table::footer(
+                    coll.nccl_tests_binary(),
+                    wrong_ranks as u64,
+                    busbw_sum / rows,
+                ));
             }
         }
         Ok(())
     }
 
     /// One placement of one size: returns seconds per operation and the wrong-element count.
-    fn measure(&self, coll: &dyn Collective, c: &Counts, in_place: bool, seed: u32, what: &str, out: &mut Outcome) -> Result<(f64, Option<u64>), RunError> {
+    fn measure(
+        &self,
+        coll: &dyn Collective,
+        c: &Counts,
+        in_place: bool,
+        seed: u32,
+        what: &str,
+        out: &mut Outcome,
+    ) -> Result<(f64, Option<u64>), RunError> {
         let o = self.opts();
         let elt = o.datatype.size();
         let (dt, op) = (o.datatype.code(), o.op.code());
         let t = Instant::now();
         let (input, _) = self.pointers(c, in_place, 0);
-        self.gpu.fill(input, c.send, dt, op, seed, self.rank, self.nranks, 0).map_err(|e| self.err_runtime("filling input", e))?;
+        self.gpu
+            .fill(input, c.send, dt, op, seed, self.rank, self.nranks, 0)
+            .map_err(|e| self.err_runtime("filling input", e))?;
         self.issue(coll, c, in_place, 0)?;
         self.wait(what)?;
         out.phases.warmup_ms += ms(t.elapsed());
@@ -381,15 +475,24 @@ impl Measurer<'_> {
         let t = Instant::now();
         let check_seed = seed | 1;
         let (input, output) = self.pointers(c, in_place, 0);
-        self.gpu.fill(input, c.send, dt, op, check_seed, self.rank, self.nranks, 0).map_err(|e| self.err_runtime("filling input", e))?;
+        self.gpu
+            .fill(input, c.send, dt, op, check_seed, self.rank, self.nranks, 0)
+            .map_err(|e| self.err_runtime("filling input", e))?;
         if !in_place {
-            self.gpu.poison(output, c.recv * elt).map_err(|e| self.err_runtime("clearing output", e))?;
+            self.gpu
+                .poison(output, c.recv * elt)
+                .map_err(|e| self.err_runtime("clearing output", e))?;
         }
         self.issue(coll, c, in_place, 0)?;
         let expected = coll.expected(self.rank, self.nranks, o.root, c);
-        self.gpu.verify(output, c.recv, dt, op, check_seed, self.nranks, expected).map_err(|e| self.err_runtime("verifying", e))?;
+        self.gpu
+            .verify(output, c.recv, dt, op, check_seed, self.nranks, expected)
+            .map_err(|e| self.err_runtime("verifying", e))?;
         self.wait(&format!("{what} (check)"))?;
-        let wrong = self.gpu.read_wrong().map_err(|e| self.err_runtime("reading the check result", e))?;
+        let wrong = self
+            .gpu
+            .read_wrong()
+            .map_err(|e| self.err_runtime("reading the check result", e))?;
         out.phases.verification_ms += ms(t.elapsed());
         Ok((secs, Some(wrong)))
     }

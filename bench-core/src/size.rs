@@ -4,9 +4,14 @@
 /// `parsesize`); a trailing `B` or `iB` is accepted. Fractions are allowed before a suffix.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
     if t.is_empty() {
-        return Err(format!("malformed size '{text}': expected a number such as 8, 32M or 8G"));
+        return Err(format!(
+            "malformed size '{text}': expected a number such as 8, 32M or 8G"
+        ));
     }
     let (num, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {

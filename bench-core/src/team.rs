@@ -29,7 +29,13 @@ impl Team {
         Team {
             n_local,
             deadline,
-            state: Mutex::new(State { generation: 0, arrived: 0, sums: Vec::new(), result: Vec::new(), failed: None }),
+            state: Mutex::new(State {
+                generation: 0,
+                arrived: 0,
+                sums: Vec::new(),
+                result: Vec::new(),
+                failed: None,
+            }),
             cv: Condvar::new(),
             plane: Mutex::new(plane),
             failed: AtomicBool::new(false),
@@ -55,7 +61,11 @@ impl Team {
     }
 
     pub fn failure(&self) -> Option<String> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).failed.clone()
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failed
+            .clone()
     }
 
     /// Element-wise sum of `values` over every rank of the job; also the barrier (empty values).
@@ -94,10 +104,17 @@ impl Team {
         loop {
             let left = self.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                let msg = format!("waiting for the other local GPU threads ({} of {} arrived)", st.arrived, self.n_local);
+                let msg = format!(
+                    "waiting for the other local GPU threads ({} of {} arrived)",
+                    st.arrived, self.n_local
+                );
                 return Err(msg);
             }
-            st = self.cv.wait_timeout(st, left).unwrap_or_else(|p| p.into_inner()).0;
+            st = self
+                .cv
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
             if st.generation != gen {
                 return Ok(st.result.clone());
             }
@@ -120,7 +137,11 @@ mod tests {
 
     #[test]
     fn threads_sum_and_meet() {
-        let team = Arc::new(Team::new(4, ControlPlane::Alone, Instant::now() + Duration::from_secs(5)));
+        let team = Arc::new(Team::new(
+            4,
+            ControlPlane::Alone,
+            Instant::now() + Duration::from_secs(5),
+        ));
         let handles: Vec<_> = (0..4)
             .map(|i| {
                 let t = team.clone();
@@ -139,7 +160,11 @@ mod tests {
 
     #[test]
     fn a_failure_releases_the_waiting_threads_at_once() {
-        let team = Arc::new(Team::new(2, ControlPlane::Alone, Instant::now() + Duration::from_secs(30)));
+        let team = Arc::new(Team::new(
+            2,
+            ControlPlane::Alone,
+            Instant::now() + Duration::from_secs(30),
+        ));
         let t = team.clone();
         let waiter = std::thread::spawn(move || t.barrier());
         std::thread::sleep(Duration::from_millis(100));
@@ -152,7 +177,11 @@ mod tests {
 
     #[test]
     fn a_missing_thread_ends_at_the_deadline() {
-        let team = Team::new(2, ControlPlane::Alone, Instant::now() + Duration::from_millis(200));
+        let team = Team::new(
+            2,
+            ControlPlane::Alone,
+            Instant::now() + Duration::from_millis(200),
+        );
         let e = team.barrier().unwrap_err();
         assert!(e.contains("1 of 2 arrived"), "{e}");
     }

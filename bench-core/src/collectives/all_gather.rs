@@ -13,16 +13,26 @@ impl Collective for AllGather {
     }
     fn counts(&self, count: u64, elt: u64, nranks: u64) -> Counts {
         let base = super::chunk_count(count, elt, nranks);
-        Counts { send: base, recv: base * nranks, param: base, send_inplace_offset: base, recv_inplace_offset: 0 }
+        Counts {
+            send: base,
+            recv: base * nranks,
+            param: base,
+            send_inplace_offset: base,
+            recv_inplace_offset: 0,
+        }
     }
     fn bus_factor(&self, nranks: u64) -> f64 {
         (nranks - 1) as f64 / nranks as f64
     }
     fn expected(&self, _rank: u32, _nranks: u32, _root: u32, c: &Counts) -> Expected {
-        Expected::Chunks { chunk: c.send, index_base: 0 }
+        Expected::Chunks {
+            chunk: c.send,
+            index_base: 0,
+        }
     }
     #[cfg(feature = "gpu")]
     fn issue(&self, op: &crate::nccl::Issue<'_>) -> Result<(), crate::nccl::NcclError> {
-        op.comm.all_gather(op.send, op.recv, op.count, op.dtype, op.stream)
+        op.comm
+            .all_gather(op.send, op.recv, op.count, op.dtype, op.stream)
     }
 }

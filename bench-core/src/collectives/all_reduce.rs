@@ -12,7 +12,13 @@ impl Collective for AllReduce {
         "all_reduce_perf"
     }
     fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
-        Counts { send: count, recv: count, param: count, send_inplace_offset: 0, recv_inplace_offset: 0 }
+        Counts {
+            send: count,
+            recv: count,
+            param: count,
+            send_inplace_offset: 0,
+            recv_inplace_offset: 0,
+        }
     }
     fn bus_factor(&self, nranks: u64) -> f64 {
         2.0 * (nranks - 1) as f64 / nranks as f64
@@ -25,6 +31,7 @@ impl Collective for AllReduce {
     }
     #[cfg(feature = "gpu")]
     fn issue(&self, op: &crate::nccl::Issue<'_>) -> Result<(), crate::nccl::NcclError> {
-        op.comm.all_reduce(op.send, op.recv, op.count, op.dtype, op.op, op.stream)
+        op.comm
+            .all_reduce(op.send, op.recv, op.count, op.dtype, op.op, op.stream)
     }
 }

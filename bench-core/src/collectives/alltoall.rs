@@ -13,7 +13,13 @@ impl Collective for AlltoAll {
     }
     fn counts(&self, count: u64, elt: u64, nranks: u64) -> Counts {
         let per_peer = super::chunk_count(count, elt, nranks);
-        Counts { send: per_peer * nranks, recv: per_peer * nranks, param: per_peer, send_inplace_offset: 0, recv_inplace_offset: 0 }
+        Counts {
+            send: per_peer * nranks,
+            recv: per_peer * nranks,
+            param: per_peer,
+            send_inplace_offset: 0,
+            recv_inplace_offset: 0,
+        }
     }
     fn bus_factor(&self, nranks: u64) -> f64 {
         (nranks - 1) as f64 / nranks as f64
@@ -23,12 +29,17 @@ impl Collective for AlltoAll {
     }
     fn expected(&self, rank: u32, _nranks: u32, _root: u32, c: &Counts) -> Expected {
         // chunk j of my output is chunk `rank` of rank j's input
-        Expected::Chunks { chunk: c.param, index_base: rank as u64 * c.param }
+        Expected::Chunks {
+            chunk: c.param,
+            index_base: rank as u64 * c.param,
+        }
     }
     /// `ncclAlltoAll` where the library has it (2.28+), else one send and one receive per peer in a
     /// group, exactly as nccl-tests 2.19.6 chooses.
     #[cfg(feature = "gpu")]
     fn issue(&self, op: &crate::nccl::Issue<'_>) -> Result<(), crate::nccl::NcclError> {
-        op.comm.alltoall(op.send, op.recv, op.count, op.dtype, op.elt, op.nranks, op.stream)
+        op.comm.alltoall(
+            op.send, op.recv, op.count, op.dtype, op.elt, op.nranks, op.stream,
+        )
     }
 }

@@ -12,7 +12,13 @@ impl Collective for Broadcast {
         "broadcast_perf"
     }
     fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
-        Counts { send: count, recv: count, param: count, send_inplace_offset: 0, recv_inplace_offset: 0 }
+        Counts {
+            send: count,
+            recv: count,
+            param: count,
+            send_inplace_offset: 0,
+            recv_inplace_offset: 0,
+        }
     }
     fn bus_factor(&self, _nranks: u64) -> f64 {
         1.0
@@ -21,10 +27,14 @@ impl Collective for Broadcast {
         true
     }
     fn expected(&self, _rank: u32, _nranks: u32, root: u32, _c: &Counts) -> Expected {
-        Expected::CopyFrom { src_rank: root, index_base: 0 }
+        Expected::CopyFrom {
+            src_rank: root,
+            index_base: 0,
+        }
     }
     #[cfg(feature = "gpu")]
     fn issue(&self, op: &crate::nccl::Issue<'_>) -> Result<(), crate::nccl::NcclError> {
-        op.comm.broadcast(op.send, op.recv, op.count, op.dtype, op.root, op.stream)
+        op.comm
+            .broadcast(op.send, op.recv, op.count, op.dtype, op.root, op.stream)
     }
 }

@@ -95,17 +95,33 @@ impl std::fmt::Debug for dyn Collective {
 }
 
 /// Every collective, in the order nccl-check runs them with `--collective all`.
-pub static COLLECTIVES: [&dyn Collective; 6] =
-    [&AllReduce, &AllGather, &ReduceScatter, &Broadcast, &AlltoAll, &SendRecv];
+pub static COLLECTIVES: [&dyn Collective; 6] = [
+    &AllReduce,
+    &AllGather,
+    &ReduceScatter,
+    &Broadcast,
+    &AlltoAll,
+    &SendRecv,
+];
 
 /// Finds a collective by name; accepts nccl-tests' binary names and no-underscore spellings.
 pub fn by_name(name: &str) -> Result<&'static dyn Collective, String> {
     let n = name.trim().to_ascii_lowercase();
-    let n = n.strip_suffix("_perf").unwrap_or(&n).replace(['-', '_'], "");
-    COLLECTIVES.iter().copied().find(|c| c.name().replace('_', "") == n).ok_or_else(|| {
-        let names: Vec<_> = COLLECTIVES.iter().map(|c| c.name()).collect();
-        format!("unknown collective '{name}' (choose from {}, or all)", names.join(", "))
-    })
+    let n = n
+        .strip_suffix("_perf")
+        .unwrap_or(&n)
+        .replace(['-', '_'], "");
+    COLLECTIVES
+        .iter()
+        .copied()
+        .find(|c| c.name().replace('_', "") == n)
+        .ok_or_else(|| {
+            let names: Vec<_> = COLLECTIVES.iter().map(|c| c.name()).collect();
+            format!(
+                "unknown collective '{name}' (choose from {}, or all)",
+                names.join(", ")
+            )
+        })
 }
 
 /// Parses a comma-separated list of collectives; `all` means every one.
@@ -138,9 +154,15 @@ mod tests {
         let ar = AllReduce.counts(c, 4, 4);
         assert_eq!((ar.send, ar.recv, ar.param), (c, c, c));
         let ag = AllGather.counts(c, 4, 4);
-        assert_eq!((ag.send, ag.recv, ag.param, ag.send_inplace_offset), (c / 4, c, c / 4, c / 4));
+        assert_eq!(
+            (ag.send, ag.recv, ag.param, ag.send_inplace_offset),
+            (c / 4, c, c / 4, c / 4)
+        );
         let rs = ReduceScatter.counts(c, 4, 4);
-        assert_eq!((rs.send, rs.recv, rs.param, rs.recv_inplace_offset), (c, c / 4, c / 4, c / 4));
+        assert_eq!(
+            (rs.send, rs.recv, rs.param, rs.recv_inplace_offset),
+            (c, c / 4, c / 4, c / 4)
+        );
         let a2a = AlltoAll.counts(c, 4, 4);
         assert_eq!((a2a.send, a2a.recv, a2a.param), (c, c, c / 4));
         for coll in COLLECTIVES {
@@ -172,14 +194,41 @@ mod tests {
     #[test]
     fn expected_outputs_name_the_right_sources() {
         let c = AllGather.counts(64, 4, 4);
-        assert_eq!(AllGather.expected(2, 4, 0, &c), Expected::Chunks { chunk: 16, index_base: 0 });
+        assert_eq!(
+            AllGather.expected(2, 4, 0, &c),
+            Expected::Chunks {
+                chunk: 16,
+                index_base: 0
+            }
+        );
         let c = ReduceScatter.counts(64, 4, 4);
-        assert_eq!(ReduceScatter.expected(2, 4, 0, &c), Expected::Reduction { index_base: 32 });
+        assert_eq!(
+            ReduceScatter.expected(2, 4, 0, &c),
+            Expected::Reduction { index_base: 32 }
+        );
         let c = AlltoAll.counts(64, 4, 4);
-        assert_eq!(AlltoAll.expected(3, 4, 0, &c), Expected::Chunks { chunk: 16, index_base: 48 });
+        assert_eq!(
+            AlltoAll.expected(3, 4, 0, &c),
+            Expected::Chunks {
+                chunk: 16,
+                index_base: 48
+            }
+        );
         let c = SendRecv.counts(64, 4, 4);
-        assert_eq!(SendRecv.expected(0, 4, 0, &c), Expected::CopyFrom { src_rank: 3, index_base: 0 });
-        assert_eq!(Broadcast.expected(1, 4, 2, &c), Expected::CopyFrom { src_rank: 2, index_base: 0 });
+        assert_eq!(
+            SendRecv.expected(0, 4, 0, &c),
+            Expected::CopyFrom {
+                src_rank: 3,
+                index_base: 0
+            }
+        );
+        assert_eq!(
+            Broadcast.expected(1, 4, 2, &c),
+            Expected::CopyFrom {
+                src_rank: 2,
+                index_base: 0
+            }
+        );
         assert!(!AlltoAll.checks_in_place() && !SendRecv.checks_in_place());
     }
 

@@ -13,7 +13,13 @@ impl Collective for ReduceScatter {
     }
     fn counts(&self, count: u64, elt: u64, nranks: u64) -> Counts {
         let base = super::chunk_count(count, elt, nranks);
-        Counts { send: base * nranks, recv: base, param: base, send_inplace_offset: 0, recv_inplace_offset: base }
+        Counts {
+            send: base * nranks,
+            recv: base,
+            param: base,
+            send_inplace_offset: 0,
+            recv_inplace_offset: base,
+        }
     }
     fn bus_factor(&self, nranks: u64) -> f64 {
         (nranks - 1) as f64 / nranks as f64
@@ -22,10 +28,13 @@ impl Collective for ReduceScatter {
         true
     }
     fn expected(&self, rank: u32, _nranks: u32, _root: u32, c: &Counts) -> Expected {
-        Expected::Reduction { index_base: rank as u64 * c.recv }
+        Expected::Reduction {
+            index_base: rank as u64 * c.recv,
+        }
     }
     #[cfg(feature = "gpu")]
     fn issue(&self, op: &crate::nccl::Issue<'_>) -> Result<(), crate::nccl::NcclError> {
-        op.comm.reduce_scatter(op.send, op.recv, op.count, op.dtype, op.op, op.stream)
+        op.comm
+            .reduce_scatter(op.send, op.recv, op.count, op.dtype, op.op, op.stream)
     }
 }

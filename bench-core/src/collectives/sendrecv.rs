@@ -12,7 +12,13 @@ impl Collective for SendRecv {
         "sendrecv_perf"
     }
     fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
-        Counts { send: count, recv: count, param: count, send_inplace_offset: 0, recv_inplace_offset: 0 }
+        Counts {
+            send: count,
+            recv: count,
+            param: count,
+            send_inplace_offset: 0,
+            recv_inplace_offset: 0,
+        }
     }
     fn bus_factor(&self, _nranks: u64) -> f64 {
         1.0
@@ -21,12 +27,23 @@ impl Collective for SendRecv {
         false
     }
     fn expected(&self, rank: u32, nranks: u32, _root: u32, _c: &Counts) -> Expected {
-        Expected::CopyFrom { src_rank: (rank + nranks - 1) % nranks, index_base: 0 }
+        Expected::CopyFrom {
+            src_rank: (rank + nranks - 1) % nranks,
+            index_base: 0,
+        }
     }
     /// Each rank sends to rank+1 and receives from rank-1 in one group (a ring of pairs).
     #[cfg(feature = "gpu")]
     fn issue(&self, op: &crate::nccl::Issue<'_>) -> Result<(), crate::nccl::NcclError> {
         let n = op.nranks;
-        op.comm.send_recv(op.send, (op.rank + 1) % n, op.recv, (op.rank + n - 1) % n, op.count, op.dtype, op.stream)
+        op.comm.send_recv(
+            op.send,
+            (op.rank + 1) % n,
+            op.recv,
+            (op.rank + n - 1) % n,
+            op.count,
+            op.dtype,
+            op.stream,
+        )
     }
 }

@@ -5,6 +5,9 @@
 //! the pending work) until it reports success before the next NCCL call; on a deadline,
 //! `ncclCommAbort` unblocks NCCL's threads and sockets.
 
+// Stream handles are opaque CUDA handles passed through to NCCL, never dereferenced here.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 use super::error::{NcclError, IN_PROGRESS};
 use super::library::{Config, Nccl, RawComm, RawStream, UniqueId};
 use std::ffi::c_void;
@@ -57,7 +60,11 @@ impl<'a> Comm<'a> {
         if rc != 0 && rc != IN_PROGRESS {
             return Err(nccl.error(rc, "ncclCommInitRankConfig", raw));
         }
-        Ok(Comm { nccl, raw, deadline })
+        Ok(Comm {
+            nccl,
+            raw,
+            deadline,
+        })
     }
 
     /// `Ok(true)` when ready, `Ok(false)` while in progress, the error otherwise.
@@ -97,13 +104,14 @@ impl<'a> Comm<'a> {
     pub fn abort_within(self, within: Duration) {
         let raw = self.raw as usize;
         let abort = self.nccl.abort;
-        std::mem::forget(self);
         let (tx, rx) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new().name("nccl-abort".into()).spawn(move || {
-            // SAFETY: the communicator is not used by anyone after this point.
-            unsafe { abort(raw as RawComm) };
-            let _ = tx.send(());
-        });
+        let spawned = std::thread::Builder::new()
+            .name("nccl-abort".into())
+            .spawn(move || {
+                // SAFETY: the communicator is not used by anyone after this point.
+                unsafe { abort(raw as RawComm) };
+                let _ = tx.send(());
+            });
         if spawned.is_ok() {
             let _ = rx.recv_timeout(within);
         }
@@ -253,18 +261,46 @@ impl<'a> Comm<'a> {
         sent.and(received).and(ended)
     }
 
-    fn send(&self, buf: u64, peer: u32, count: u64, dtype: u32, stream: RawStream) -> Result<(), NcclError> {
+    fn send(
+        &self,
+        buf: u64,
+        peer: u32,
+        count: u64,
+        dtype: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
         // SAFETY: buf holds count elements on this comm's GPU.
         let rc = unsafe {
-            (self.nccl.send)(buf as *const c_void, count as usize, dtype as i32, peer as i32, self.raw, stream)
+            (self.nccl.send)(
+                buf as *const c_void,
+                count as usize,
+                dtype as i32,
+                peer as i32,
+                self.raw,
+                stream,
+            )
         };
         self.enqueued(rc, "ncclSend")
     }
 
-    fn recv(&self, buf: u64, peer: u32, count: u64, dtype: u32, stream: RawStream) -> Result<(), NcclError> {
+    fn recv(
+        &self,
+        buf: u64,
+        peer: u32,
+        count: u64,
+        dtype: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
         // SAFETY: buf holds count elements on this comm's GPU.
         let rc = unsafe {
-            (self.nccl.recv)(buf as *mut c_void, count as usize, dtype as i32, peer as i32, self.raw, stream)
+            (self.nccl.recv)(
+                buf as *mut c_void,
+                count as usize,
+                dtype as i32,
+                peer as i32,
+                self.raw,
+                stream,
+            )
         };
         self.enqueued(rc, "ncclRecv")
     }
@@ -284,7 +320,14 @@ impl<'a> Comm<'a> {
         if let Some(f) = self.nccl.alltoall {
             // SAFETY: send/recv hold count*nranks elements on this comm's GPU.
             let rc = unsafe {
-                f(send as *const c_void, recv as *mut c_void, count as usize, dtype as i32, self.raw, stream)
+                f(
+                    send as *const c_void,
+                    recv as *mut c_void,
+                    count as usize,
+                    dtype as i32,
+                    self.raw,
+                    stream,
+                )
             };
             return self.enqueued(rc, "ncclAlltoAll");
         }

@@ -41,7 +41,13 @@ impl NcclError {
 
 impl fmt::Display for NcclError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} returned {} ({})", self.call, Self::code_name(self.code), self.code)?;
+        write!(
+            f,
+            "{} returned {} ({})",
+            self.call,
+            Self::code_name(self.code),
+            self.code
+        )?;
         if !self.detail.is_empty() {
             write!(f, ": {}", self.detail)?;
         }

@@ -188,7 +188,15 @@ impl Nccl {
             // SAFETY: loading NCCL runs its initialisers, which only set up NCCL's own state.
             match unsafe { Library::new(&name) } {
                 Ok(lib) => return Self::from_library(lib, &name),
-                Err(e) => tries.push((name, short_dl_error(&e.to_string()))),
+                Err(e) => {
+                    let why =
+                        std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string());
+                    let why = why
+                        .strip_prefix(&format!("{name}: "))
+                        .unwrap_or(&why)
+                        .to_string();
+                    tries.push((name, why))
+                }
             }
         }
         Err(LoadError::NotFound(tries))
@@ -202,7 +210,10 @@ impl Nccl {
         // SAFETY: ncclGetVersion writes one int.
         unsafe { get_version(&mut version) };
         if version < MIN_VERSION {
-            return Err(LoadError::TooOld { path: shown, version });
+            return Err(LoadError::TooOld {
+                path: shown,
+                version,
+            });
         }
         Ok(Nccl {
             get_unique_id: sym(&lib, &shown, "ncclGetUniqueId")?,
@@ -221,7 +232,11 @@ impl Nccl {
             broadcast: sym(&lib, &shown, "ncclBroadcast")?,
             send: sym(&lib, &shown, "ncclSend")?,
             recv: sym(&lib, &shown, "ncclRecv")?,
-            alltoall: if version >= 22800 { sym(&lib, &shown, "ncclAlltoAll").ok() } else { None },
+            alltoall: if version >= 22800 {
+                sym(&lib, &shown, "ncclAlltoAll").ok()
+            } else {
+                None
+            },
             _lib: lib,
             path,
             version,
@@ -247,7 +262,10 @@ impl Nccl {
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: NCCL allocates on the current CUDA context and writes the pointer.
         let rc = unsafe { f(&mut p, bytes.max(1)) };
-        Some(self.check(rc, "ncclMemAlloc", std::ptr::null_mut()).map(|_| p as u64))
+        Some(
+            self.check(rc, "ncclMemAlloc", std::ptr::null_mut())
+                .map(|_| p as u64),
+        )
     }
 
     pub fn mem_free(&self, ptr: u64) {
@@ -258,7 +276,12 @@ impl Nccl {
     }
 
     /// Turns a return code into a result, with NCCL's own error text.
-    pub(super) fn check(&self, rc: c_int, call: &'static str, comm: RawComm) -> Result<(), NcclError> {
+    pub(super) fn check(
+        &self,
+        rc: c_int,
+        call: &'static str,
+        comm: RawComm,
+    ) -> Result<(), NcclError> {
         if rc == 0 || rc == super::IN_PROGRESS {
             return Ok(());
         }
@@ -271,7 +294,10 @@ impl Nccl {
             if p.is_null() {
                 String::new()
             } else {
-                unsafe { CStr::from_ptr(p) }.to_string_lossy().trim().to_string()
+                unsafe { CStr::from_ptr(p) }
+                    .to_string_lossy()
+                    .trim()
+                    .to_string()
             }
         };
         let mut detail = text(unsafe { (self.error_string)(rc) });
@@ -281,7 +307,11 @@ impl Nccl {
                 detail = format!("{detail}: {l}");
             }
         }
-        NcclError { code: rc, call, detail }
+        NcclError {
+            code: rc,
+            call,
+            detail,
+        }
     }
 }
 
@@ -290,7 +320,10 @@ fn sym<T: Copy>(lib: &Library, path: &str, name: &'static str) -> Result<T, Load
     // SAFETY: T is the function-pointer type of `name` as declared in nccl.h.
     unsafe { lib.get::<T>(cname.as_bytes()) }
         .map(|s| *s)
-        .map_err(|_| LoadError::NotNccl { path: path.to_string(), symbol: name })
+        .map_err(|_| LoadError::NotNccl {
+            path: path.to_string(),
+            symbol: name,
+        })
 }
 
 /// The file a symbol was loaded from (dladdr), so the report names the real library.
@@ -300,13 +333,12 @@ fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
     if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
-    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
-    std::fs::canonicalize(&name).ok().or(Some(PathBuf::from(name)))
-}
-
-/// dlopen messages repeat the file name; keep the reason.
-fn short_dl_error(msg: &str) -> String {
-    msg.rsplit(": ").next().unwrap_or(msg).to_string()
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
+    std::fs::canonicalize(&name)
+        .ok()
+        .or(Some(PathBuf::from(name)))
 }
 
 #[cfg(test)]
@@ -329,7 +361,9 @@ mod tests {
 
     #[test]
     fn missing_library_lists_what_was_tried() {
-        let e = Nccl::load(Some(Path::new("/nonexistent/libnccl.so.2"))).err().map(|e| e.to_string());
+        let e = Nccl::load(Some(Path::new("/nonexistent/libnccl.so.2")))
+            .err()
+            .map(|e| e.to_string());
         let e = e.unwrap_or_default();
         assert!(e.contains("/nonexistent/libnccl.so.2"), "{e}");
         assert!(e.contains("--nccl-lib"), "{e}");
@@ -337,8 +371,13 @@ mod tests {
 
     #[test]
     fn a_library_that_is_not_nccl_is_named() {
-        let e = Nccl::load(Some(Path::new("libc.so.6"))).err().map(|e| e.to_string());
+        let e = Nccl::load(Some(Path::new("libc.so.6")))
+            .err()
+            .map(|e| e.to_string());
         let e = e.unwrap_or_default();
-        assert!(e.contains("is not an NCCL library (no symbol ncclGetVersion)"), "{e}");
+        assert!(
+            e.contains("is not an NCCL library (no symbol ncclGetVersion)"),
+            "{e}"
+        );
     }
 }

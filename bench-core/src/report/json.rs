@@ -122,7 +122,9 @@ impl Report {
             nranks: 0,
             rendezvous: None,
             nccl: None,
-            nccl_env: std::env::vars().filter(|(k, _)| k.starts_with("NCCL_")).collect(),
+            nccl_env: std::env::vars()
+                .filter(|(k, _)| k.starts_with("NCCL_"))
+                .collect(),
             settings: None,
             gpus: Vec::new(),
             processes: Vec::new(),

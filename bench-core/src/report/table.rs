@@ -11,7 +11,11 @@ pub fn float_str(value: f64, width: usize) -> String {
             return s;
         }
     }
-    let s = if width >= 7 { format!("{value:.1e}") } else { format!("{value:.0e}") };
+    let s = if width >= 7 {
+        format!("{value:.1e}")
+    } else {
+        format!("{value:.0e}")
+    };
     // C prints exponents with a sign and two digits (1.2e+05); match that.
     let s = match s.split_once('e') {
         Some((m, e)) => {
@@ -46,6 +50,7 @@ pub fn g(value: f64) -> String {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the nccl-tests header line has this many fields
 pub fn header(
     binary: &str,
     nthreads: usize,
@@ -84,7 +89,12 @@ pub fn column_header() -> String {
 }
 
 fn body(p: &Placement) -> String {
-    let head = format!("  {}  {}  {}", float_str(p.time_us, 7), float_str(p.algbw, 6), float_str(p.busbw, 6));
+    let head = format!(
+        "  {}  {}  {}",
+        float_str(p.time_us, 7),
+        float_str(p.algbw, 6),
+        float_str(p.busbw, 6)
+    );
     match p.wrong {
         Some(w) => format!("{head}  {:>6}", g(w as f64)),
         None => format!("{head}    N/A"),
@@ -143,7 +153,12 @@ mod tests {
     fn a_row_lines_up_with_an_nccl_tests_row() {
         // From the 4x H200 anchor: all_reduce 128 MiB
         let expected = "   134217728      33554432     float     sum      -1   613.39  218.81  328.22       0   610.79  219.74  329.62       0";
-        let p = |t, a, b| Placement { time_us: t, algbw: a, busbw: b, wrong: Some(0) };
+        let p = |t, a, b| Placement {
+            time_us: t,
+            algbw: a,
+            busbw: b,
+            wrong: Some(0),
+        };
         let r = Row {
             collective: "all_reduce",
             size: 134217728,
@@ -159,7 +174,12 @@ mod tests {
 
     #[test]
     fn unchecked_placements_print_na() {
-        let p = Placement { time_us: 1.0, algbw: 2.0, busbw: 3.0, wrong: None };
+        let p = Placement {
+            time_us: 1.0,
+            algbw: 2.0,
+            busbw: 3.0,
+            wrong: None,
+        };
         assert!(body(&p).ends_with("    N/A"));
     }
 }

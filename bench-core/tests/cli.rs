@@ -1,0 +1,108 @@
+//! Bad input gets one clear line and its own exit code (no GPU needed; CI runs these).
+//! The no-GPU case needs a real libnccl: CI provides one from the nvidia-nccl-cu12 wheel through
+//! NCCL_CHECK_TEST_NCCL_LIB (see tests/setup-deps.sh); without it that test fails, never skips.
+
+use std::process::Command;
+
+fn nccl_check(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nccl-check"))
+        .args(args)
+        .env_remove("SLURM_PROCID")
+        .env_remove("SLURM_NTASKS")
+        .env_remove("NCCL_CHECK_NCCL_LIB")
+        .output()
+        .expect("nccl-check runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_one_line_error(args: &[&str], code: i32, needle: &str) {
+    let (rc, _, err) = nccl_check(args);
+    assert_eq!(rc, code, "{args:?}: {err}");
+    assert_eq!(
+        err.trim().lines().count(),
+        1,
+        "{args:?}: not one line: {err}"
+    );
+    assert!(err.starts_with("nccl-check: ERROR"), "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+#[test]
+fn unknown_collective_is_a_usage_error() {
+    assert_one_line_error(&["all_reduse"], 2, "unknown collective 'all_reduse'");
+}
+
+#[test]
+fn malformed_size_is_a_usage_error() {
+    assert_one_line_error(&["-b", "32X"], 2, "malformed size '32X'");
+    assert_one_line_error(&["-e", "lots"], 2, "malformed size 'lots'");
+}
+
+#[test]
+fn invalid_rank_or_world_is_a_usage_error() {
+    assert_one_line_error(&["--rank", "4", "--world", "4"], 2, "invalid rank 4");
+    assert_one_line_error(&["--world", "0"], 2, "invalid world 0");
+    assert_one_line_error(&["--rank", "-1"], 2, "");
+}
+
+#[test]
+fn missing_nccl_library_is_error_3() {
+    assert_one_line_error(
+        &["--nccl-lib", "/nonexistent/libnccl.so.2"],
+        3,
+        "/nonexistent/libnccl.so.2",
+    );
+}
+
+#[test]
+fn a_library_that_is_not_nccl_is_error_3() {
+    assert_one_line_error(&["--nccl-lib", "libm.so.6"], 3, "is not an NCCL library");
+}
+
+#[test]
+fn no_gpu_is_error_4_and_the_report_says_error() {
+    let lib = std::env::var("NCCL_CHECK_TEST_NCCL_LIB").expect(
+        "set NCCL_CHECK_TEST_NCCL_LIB to a real libnccl.so.2 (tests/setup-deps.sh fetches one)",
+    );
+    let json = std::env::temp_dir().join(format!("nccl-check-nogpu-{}.json", std::process::id()));
+    let json_s = json.to_string_lossy().into_owned();
+    let (rc, _, err) = nccl_check(&["--nccl-lib", &lib, "--json", &json_s]);
+    if std::path::Path::new("/dev/nvidia0").exists() {
+        return; // a GPU machine: tests/gpu/run.sh covers CUDA_VISIBLE_DEVICES= there
+    }
+    assert_eq!(rc, 4, "{err}");
+    assert!(err.contains("no usable GPU"), "{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("report written"))
+            .expect("valid JSON");
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(report["verdict"], "ERROR");
+    assert_eq!(report["exit_code"], 4);
+    assert_eq!(report["schema_version"], 1);
+    assert!(
+        report["nccl"]["version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("2.")),
+        "{report}"
+    );
+    assert_eq!(report["reasons"][0]["code"], "no_gpu");
+}
+
+#[test]
+fn help_teaches_and_lists_exit_codes() {
+    let (rc, out, _) = nccl_check(&["--help"]);
+    assert_eq!(rc, 0);
+    for needle in [
+        "Examples:",
+        "Exit codes:",
+        "--rendezvous",
+        "--timeout",
+        "4  ERROR no usable GPU",
+    ] {
+        assert!(out.contains(needle), "{needle}");
+    }
+}
