@@ -44,7 +44,7 @@ struct Raw {
     /// Smallest size in bytes (K, M, G suffixes) [default: from --plan]
     #[arg(short = 'b', long = "minbytes")]
     min_bytes: Option<String>,
-    /// Largest size in bytes [default: from --plan]
+    /// Largest size in bytes [default: --minbytes when given, else from --plan]
     #[arg(short = 'e', long = "maxbytes")]
     max_bytes: Option<String>,
     /// Multiply the size by this between rows
@@ -182,9 +182,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
     let min_bytes = parse_size(raw.min_bytes.as_deref().unwrap_or(default_min))?;
     let max_bytes = match raw.max_bytes.as_deref() {
         Some(m) => parse_size(m)?,
-        None if raw.min_bytes.is_some() => min_bytes
-            .max(parse_size(default_max)?)
-            .min(min_bytes.max(1)),
+        // -b alone measures just that size.
+        None if raw.min_bytes.is_some() => min_bytes,
         None => parse_size(default_max)?,
     };
     if min_bytes > max_bytes {

@@ -60,14 +60,6 @@ impl Team {
         self.failed.load(Ordering::Relaxed)
     }
 
-    pub fn failure(&self) -> Option<String> {
-        self.state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .failed
-            .clone()
-    }
-
     /// Element-wise sum of `values` over every rank of the job; also the barrier (empty values).
     pub fn sum(&self, values: &[f64]) -> Result<Vec<f64>, String> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());

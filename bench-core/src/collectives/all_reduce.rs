@@ -12,13 +12,7 @@ impl Collective for AllReduce {
         "all_reduce_perf"
     }
     fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
-        Counts {
-            send: count,
-            recv: count,
-            param: count,
-            send_inplace_offset: 0,
-            recv_inplace_offset: 0,
-        }
+        Counts::same(count)
     }
     fn bus_factor(&self, nranks: u64) -> f64 {
         2.0 * (nranks - 1) as f64 / nranks as f64

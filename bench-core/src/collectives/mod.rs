@@ -35,6 +35,17 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// Send, receive and NCCL count all `count`, no in-place offsets (all_reduce, broadcast, sendrecv).
+    pub fn same(count: u64) -> Counts {
+        Counts {
+            send: count,
+            recv: count,
+            param: count,
+            send_inplace_offset: 0,
+            recv_inplace_offset: 0,
+        }
+    }
+
     /// The printed `size` and the bytes algbw counts: max(send, recv) bytes.
     pub fn bytes(&self, elt: u64) -> u64 {
         self.send.max(self.recv) * elt

@@ -12,13 +12,7 @@ impl Collective for SendRecv {
         "sendrecv_perf"
     }
     fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
-        Counts {
-            send: count,
-            recv: count,
-            param: count,
-            send_inplace_offset: 0,
-            recv_inplace_offset: 0,
-        }
+        Counts::same(count)
     }
     fn bus_factor(&self, _nranks: u64) -> f64 {
         1.0

@@ -32,11 +32,6 @@ impl NcclError {
             _ => "unknown ncclResult_t",
         }
     }
-
-    /// A peer or the network went away (the others should report ERROR, not FAIL).
-    pub fn is_remote(&self) -> bool {
-        self.code == 6 || self.code == 2
-    }
 }
 
 impl fmt::Display for NcclError {
