@@ -6,6 +6,7 @@
 //! linking CUDA or NCCL code into srun or slurmstepd.
 
 pub mod collectives;
+pub mod config;
 pub mod datatype;
 pub mod rendezvous;
 pub mod report;

@@ -1,0 +1,203 @@
+//! Reading one TOML config file into a typed struct, with errors that name the file, the line
+//! and the field (`/etc/nccl-check/nccl-check.toml:12: thresholds[2].min_busbw: ...`). Every
+//! config of the project (worker thresholds and plans, prolog policy) goes through here, so an
+//! admin sees the same error shape everywhere, and unknown keys are rejected by name (structs
+//! use `#[serde(deny_unknown_fields)]`).
+
+use serde::de::DeserializeOwned;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A config file that cannot be used, and where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// 1-based line, when the error has a place in the text.
+    pub line: Option<usize>,
+    /// Dotted path of the field (`thresholds[2].min_busbw`); empty for the file as a whole.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads and parses `path`. A missing file is an error too; callers that treat "absent" as
+/// "defaults" check existence first, so a typo in an explicit `--config` path is never silent.
+pub fn load<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.to_path_buf(),
+        line: None,
+        field: String::new(),
+        message: format!("cannot read: {e}"),
+    })?;
+    parse(path, &text)
+}
+
+/// Parses `text` as the contents of `path` (the path only names the file in errors).
+pub fn parse<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
+    let err = |line: Option<usize>, field: String, message: String| ConfigError {
+        file: path.to_path_buf(),
+        line,
+        field,
+        message,
+    };
+    let de = toml::Deserializer::parse(text).map_err(|e| {
+        err(
+            e.span().map(|s| line_of(text, s.start)),
+            String::new(),
+            e.message().trim().to_string(),
+        )
+    })?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let inner = e.inner();
+        let line = inner
+            .span()
+            .map(|s| line_of(text, s.start))
+            .or_else(|| find_key_line(text, &field));
+        let field = if field == "." { String::new() } else { field };
+        err(line, field, inner.message().trim().to_string())
+    })
+}
+
+/// A semantic error found after parsing (a negative threshold, an unknown collective): the line
+/// is found from the field's dotted path, so validation code only names the field.
+pub fn invalid(path: &Path, text: &str, field: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        file: path.to_path_buf(),
+        line: find_key_line(text, field),
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+/// 1-based line of byte `offset`.
+pub fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Best-effort line of a dotted field path such as `thresholds[2].min_busbw` or
+/// `plans.quick.steps[1].bytes`: walks the document's spans through toml's own parser.
+pub fn find_key_line(text: &str, field: &str) -> Option<usize> {
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    let mut span = None;
+    let mut table = Some(doc.get_ref());
+    let mut array: Option<&toml::de::DeArray> = None;
+    for part in field.split('.').filter(|p| !p.is_empty()) {
+        let (key, indices) = split_indices(part)?;
+        let value = match table {
+            Some(t) => t.get(key)?,
+            None => return span.map(|s: std::ops::Range<usize>| line_of(text, s.start)),
+        };
+        span = Some(value.span());
+        let mut v = value.get_ref();
+        for i in indices {
+            array = v.as_array();
+            let item = array?.get(i)?;
+            span = Some(item.span());
+            v = item.get_ref();
+        }
+        table = v.as_table();
+    }
+    span.map(|s| line_of(text, s.start))
+}
+
+fn split_indices(part: &str) -> Option<(&str, Vec<usize>)> {
+    let key_end = part.find('[').unwrap_or(part.len());
+    let mut indices = Vec::new();
+    for chunk in part[key_end..].split('[').filter(|c| !c.is_empty()) {
+        indices.push(chunk.strip_suffix(']')?.parse().ok()?);
+    }
+    Some((&part[..key_end], indices))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)] // read only through Debug
+    struct Doc {
+        #[serde(default)]
+        rules: Vec<Rule>,
+        name: Option<String>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)] // read only through Debug
+    struct Rule {
+        gpu: String,
+        min: f64,
+    }
+
+    const FILE: &str = "/etc/nccl-check/test.toml";
+
+    #[test]
+    fn a_wrong_type_names_file_line_and_field() {
+        let text = "name = \"x\"\n\n[[rules]]\ngpu = \"H200\"\nmin = 1.0\n\n[[rules]]\ngpu = \"H100\"\nmin = \"fast\"\n";
+        let e = parse::<Doc>(Path::new(FILE), text).unwrap_err();
+        assert_eq!(e.line, Some(9), "{e}");
+        assert_eq!(e.field, "rules[1].min");
+        assert!(e
+            .to_string()
+            .starts_with("/etc/nccl-check/test.toml:9: rules[1].min: "));
+    }
+
+    #[test]
+    fn an_unknown_key_is_rejected_by_name() {
+        let text = "[[rules]]\ngpu = \"H200\"\nmin = 1.0\ntreshold = 3\n";
+        let e = parse::<Doc>(Path::new(FILE), text).unwrap_err();
+        assert!(e.message.contains("treshold"), "{e}");
+        assert_eq!(e.line, Some(4), "{e}");
+    }
+
+    #[test]
+    fn a_syntax_error_names_the_line() {
+        let text = "name = \"x\"\n[[rules]\n";
+        let e = parse::<Doc>(Path::new(FILE), text).unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+    }
+
+    #[test]
+    fn a_missing_field_names_its_table() {
+        let text = "[[rules]]\ngpu = \"H200\"\n";
+        let e = parse::<Doc>(Path::new(FILE), text).unwrap_err();
+        assert!(e.message.contains("min"), "{e}");
+        assert!(e.line.is_some(), "{e}");
+    }
+
+    #[test]
+    fn validation_errors_find_the_line_of_the_field() {
+        let text =
+            "name = \"x\"\n[[rules]]\ngpu = \"A\"\nmin = 1.0\n[[rules]]\ngpu = \"B\"\nmin = -1.0\n";
+        let e = invalid(Path::new(FILE), text, "rules[1].min", "must be >= 0");
+        assert_eq!(e.line, Some(7));
+        assert_eq!(find_key_line(text, "name"), Some(1));
+    }
+
+    #[test]
+    fn a_missing_file_says_so() {
+        let e = load::<Doc>(Path::new("/nonexistent/nccl-check.toml")).unwrap_err();
+        assert!(e.to_string().contains("cannot read"), "{e}");
+    }
+}

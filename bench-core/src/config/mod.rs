@@ -1,0 +1,6 @@
+//! Configuration files: the shared loader (`file`), and the worker's own config (thresholds,
+//! outlier rule, plans).
+
+pub mod file;
+
+pub use file::ConfigError;
