@@ -99,7 +99,6 @@ pub fn find_key_line(text: &str, field: &str) -> Option<usize> {
     let doc = toml::de::DeTable::parse(text).ok()?;
     let mut span = None;
     let mut table = Some(doc.get_ref());
-    let mut array: Option<&toml::de::DeArray> = None;
     for part in field.split('.').filter(|p| !p.is_empty()) {
         let (key, indices) = split_indices(part)?;
         let value = match table {
@@ -109,8 +108,7 @@ pub fn find_key_line(text: &str, field: &str) -> Option<usize> {
         span = Some(value.span());
         let mut v = value.get_ref();
         for i in indices {
-            array = v.as_array();
-            let item = array?.get(i)?;
+            let item = v.as_array()?.get(i)?;
             span = Some(item.span());
             v = item.get_ref();
         }
