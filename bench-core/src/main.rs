@@ -47,10 +47,9 @@ fn main() {
         Ok(()) => judge(opts, &mut report),
         Err(e) => {
             report.error = Some(e.message().to_string());
-            report.reasons.push(Reason {
-                code: reason_code(&e),
-                message: e.message().to_string(),
-            });
+            report
+                .reasons
+                .push(Reason::plain(reason_code(&e), e.message().to_string()));
             report.set_outcome(e.exit_code(), e.message().to_string());
             e.exit_code()
         }
@@ -82,6 +81,9 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
                         "{} {size} {name}: {w} wrong elements (data corrupted in transfer)",
                         r.collective
                     ),
+                    subject: None,
+                    measured: Some(w as f64),
+                    limit: Some(0.0),
                 });
             }
             if let Some(min) = opts.min_busbw.filter(|&m| p.busbw < m) {
@@ -91,6 +93,9 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
                         "{} {size} {name}: busbw {:.1} < {min:.1} GB/s",
                         r.collective, p.busbw
                     ),
+                    subject: None,
+                    measured: Some(p.busbw),
+                    limit: Some(min),
                 });
             }
         }
@@ -322,10 +327,7 @@ fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut
             );
             report.set_outcome(ExitCode::Timeout, msg.clone());
             report.error = Some(msg.clone());
-            report.reasons.push(Reason {
-                code: "timeout",
-                message: msg,
-            });
+            report.reasons.push(Reason::plain("timeout", msg));
             finish(opts, &report, ExitCode::Timeout);
         });
 }
