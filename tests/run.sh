@@ -28,6 +28,15 @@ rm -f "$tmp"
 step "release build"
 cargo build --release
 
-step "real Slurm suite"
+step "real Slurm suite (SPANK plugin)"
 bash tests/slurm/run.sh
+
+step "prolog suite (real Slurm)"
+bash tests/prolog/run.sh
+
+step "container suite (older-glibc root filesystem, enroot files)"
+bash tests/container/run.sh
+
+step "packaging suite (DEB install/upgrade/remove, RPM metadata)"
+bash tests/packaging/run.sh
 echo "tests: all passed"
