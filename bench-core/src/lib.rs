@@ -12,6 +12,7 @@ pub mod rendezvous;
 pub mod report;
 pub mod size;
 pub mod team;
+pub mod transport;
 pub mod verdict;
 
 #[cfg(feature = "gpu")]

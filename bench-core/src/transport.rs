@@ -1,0 +1,879 @@
+//! Which transport each GPU-to-GPU path really used, taken from NCCL's own `NCCL_DEBUG=INFO` log,
+//! and the findings that turn a silent fallback (SHM or sockets where NVLink or InfiniBand is
+//! expected, no CollNet/NVLS where they were asked for) into a FAIL with code
+//! `transport_fallback`, whatever the bandwidth.
+//!
+//! Pure: text in, summary out. The formats are NCCL's, read in its source for 2.18.3 to 2.28.9
+//! and master (2.30.7):
+//!
+//! | source | message (after `host:pid:tid [cudaDev] NCCL INFO `) |
+//! |---|---|
+//! | `transport/p2p.cc` | `Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read` (also `P2P/IPC`, `P2P/MNNVL`, `P2P/direct pointer`, `P2P/indirect/2[2]`, suffix `/CE`) |
+//! | `transport/shm.cc` | `Channel 00 : 0[0] -> 1[1] via SHM/direct/direct` (2.18-2.28; `SHM/CE/direct` with memcpy), `... via SHM/direct` (2.30) |
+//! | `transport/net.cc` | `Channel 00/0 : 0[0] -> 4[0] [send] via NET/IB/0/GDRDMA`, `... [receive] via NET/Socket/1`, PXN `NET/IB/0(1)/GDRDMA`, `(PCI)`, `/Shared`; plugins name themselves (`IBext_v8`, `AWS Libfabric`, `UCX`) |
+//! | `transport/coll_net.cc` | `CollNet 00/0 : 0 [send] via COLLNET/SHARP/0/GDRDMA`, `rank 0 Connected CollNet`, `Connected Collnet Chains ...` (2.19+), `Connected collnet + chain` (2.18) |
+//! | `transport/nvls.cc` | `NVLS multicast support is [not ]available on dev 0[ (NVLS_NCHANNELS 16)]`, `NVLS comm 0x.. headRank ..`, `Connected NVLS tree` |
+//! | `init.cc` | `.. 24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels, ..`, `.. comm 0x.. rank 0 nranks 4 .. - Init COMPLETE`, `Using network IB` |
+//! | `transport.cc` / WARN | `Cannot initialize CollNet, using point-to-point network instead`, `.. less than CollNet node threshold .., disabling CollNet` |
+//! | `enqueue.cc` (subsys TUNING, rank 0) | `AllReduce: 268435456 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}` (2.24+), `AllReduce: 1024 Bytes -> Algo 1 proto 2 time 12.3` (2.22-2.23, 2.21 without the name) |
+//! | `graph/search.cc` (subsys GRAPH) | `Pattern 4, crossNic 0, nChannels 16, bw 40.0/40.0, type NVL/PIX, sameChannels 1` |
+//!
+//! The lines between ranks are printed once per channel by the connecting side (both sides for
+//! NET), at communicator init for collectives and lazily at the first send/recv for
+//! point-to-point (`Channel 00/1`: connIndex 1). The rings' order lines (`Channel 00/02 : 0 1 2
+//! 3`) carry no `via` and are skipped.
+//!
+//! The ranks are the communicator's. A log holding several communicators of different sizes
+//! (sub-communicators for pair tests) must be split per communicator by the caller; this parser
+//! does not guess which line belongs to which.
+
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::report::json::Reason;
+
+/// The reason code of every finding (report/json.rs lists the stable codes).
+pub const TRANSPORT_FALLBACK: &str = "transport_fallback";
+
+/// One transport as NCCL names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Transport {
+    /// CUDA peer-to-peer: NVLink, or PCIe peer-to-peer (`mode`: `CUMEM/read`, `IPC`, `MNNVL`,
+    /// `direct pointer`, `indirect/2[2]`, ...).
+    P2p { mode: String },
+    /// Through host shared memory.
+    Shm,
+    /// NCCL's InfiniBand/RoCE transport (`IB`), or the rdma-sharp plugin's (`IBext*`).
+    NetIb,
+    /// NCCL's TCP socket transport.
+    NetSocket,
+    /// Any other network plugin, by the name it gives itself (`AWS Libfabric`, `UCX`, ...).
+    NetOther(String),
+    /// SHARP / in-network reduction through a CollNet plugin.
+    CollNet,
+    /// NVLink SHARP (NVSwitch multicast).
+    Nvls,
+    /// A `via` NCCL printed that this parser does not know (a newer NCCL); kept verbatim.
+    Other(String),
+}
+
+impl Transport {
+    /// Stable machine name, for the JSON report and configs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Transport::P2p { .. } => "p2p",
+            Transport::Shm => "shm",
+            Transport::NetIb => "net_ib",
+            Transport::NetSocket => "net_socket",
+            Transport::NetOther(_) => "net_other",
+            Transport::CollNet => "collnet",
+            Transport::Nvls => "nvls",
+            Transport::Other(_) => "other",
+        }
+    }
+
+    pub fn is_net(&self) -> bool {
+        matches!(
+            self,
+            Transport::NetIb | Transport::NetSocket | Transport::NetOther(_)
+        )
+    }
+
+    /// Classifies the text after `via ` (`P2P/CUMEM/read`, `NET/IB/0/GDRDMA`, ...).
+    pub fn from_via(via: &str) -> Transport {
+        let via = via.trim();
+        if let Some(mode) = via.strip_prefix("P2P/") {
+            return Transport::P2p {
+                mode: mode.to_string(),
+            };
+        }
+        if via == "SHM" || via.starts_with("SHM/") {
+            return Transport::Shm;
+        }
+        if let Some(rest) = via.strip_prefix("NET/") {
+            let name = rest.split('/').next().unwrap_or(rest);
+            return match name {
+                "IB" => Transport::NetIb,
+                n if n.starts_with("IBext") => Transport::NetIb,
+                "Socket" => Transport::NetSocket,
+                n => Transport::NetOther(n.to_string()),
+            };
+        }
+        if via.starts_with("COLLNET/") {
+            return Transport::CollNet;
+        }
+        if via.starts_with("NVLS") {
+            return Transport::Nvls;
+        }
+        Transport::Other(via.to_string())
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::P2p { mode } if mode.is_empty() => f.write_str("P2P"),
+            Transport::P2p { mode } => write!(f, "P2P/{mode}"),
+            Transport::Shm => f.write_str("SHM"),
+            Transport::NetIb => f.write_str("NET/IB"),
+            Transport::NetSocket => f.write_str("NET/Socket"),
+            Transport::NetOther(name) => write!(f, "NET/{name}"),
+            Transport::CollNet => f.write_str("CollNet"),
+            Transport::Nvls => f.write_str("NVLS"),
+            Transport::Other(via) => write!(f, "{via}"),
+        }
+    }
+}
+
+/// One `Channel ... via ...` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    pub channel: u32,
+    /// 0 for the collectives' connections, 1 for point-to-point ones; absent on SHM lines.
+    pub conn_index: Option<u32>,
+    pub from_rank: u32,
+    /// The GPU's NVML index (the number in `0[3]`), i.e. the physical GPU on its node.
+    pub from_dev: u32,
+    pub to_rank: u32,
+    pub to_dev: u32,
+    pub transport: Transport,
+    /// Everything after `via ` (`NET/IB/0(1)/GDRDMA/Shared`).
+    pub via: String,
+}
+
+/// What was seen for one directed rank pair.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PairTransports {
+    pub from_dev: u32,
+    pub to_dev: u32,
+    pub transports: BTreeSet<Transport>,
+}
+
+/// Everything the log says about transports and algorithms.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransportSummary {
+    /// Per directed (from_rank, to_rank): the transports of all its channels.
+    pub pairs: BTreeMap<(u32, u32), PairTransports>,
+    /// Host of each rank, from the line prefixes (`host:pid:tid`) of the lines that rank printed.
+    pub rank_hosts: BTreeMap<u32, String>,
+    /// `Using network IB` (the network NCCL picked for this communicator).
+    pub network: Option<String>,
+    /// CollNet channels were connected (`CollNet .. via COLLNET/..`, `Connected CollNet`).
+    pub collnet_connected: bool,
+    /// Why NCCL gave CollNet up (`Cannot initialize CollNet, ...`), if it said so.
+    pub collnet_disabled: Option<String>,
+    /// `NVLS multicast support is [not ]available`: Some(false) when any GPU said "not".
+    pub nvls_available: Option<bool>,
+    /// The `N nvls channels` of the channel summary line (largest seen).
+    pub nvls_channels: Option<u32>,
+    /// NVLS buffers were set up (`NVLS comm ...`, `Connected NVLS tree`).
+    pub nvls_connected: bool,
+    /// Per collective (`AllReduce`, or `?` before NCCL 2.22): the algorithms the TUNING lines
+    /// named (`Ring`, `Tree`, `NVLS`, `CollNetDirect`, ...). Empty without NCCL_DEBUG_SUBSYS=TUNING.
+    pub algorithms: BTreeMap<String, BTreeSet<String>>,
+    /// Intra-node path types of the searched graphs (`NVL`, `PIX`, `SYS`...; subsys GRAPH).
+    pub graph_intra_types: BTreeSet<String>,
+    /// Number of `via` lines parsed.
+    pub connection_lines: usize,
+}
+
+/// One path of the report: who talked to whom, over what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathReport {
+    pub from_rank: u32,
+    pub to_rank: u32,
+    /// `GPU0->GPU1` (NVML indices), with the hosts when they differ.
+    pub path: String,
+    /// Stable names (`p2p`, `shm`, `net_ib`, ...).
+    pub transports: Vec<&'static str>,
+    /// As NCCL printed them (`P2P/CUMEM/read`, `NET/IB`).
+    pub detail: Vec<String>,
+}
+
+/// NCCL's algorithm names by the index older versions print (`Algo 4`): `ncclAlgoStr` in
+/// init.cc, the same order since 2.18 (PAT from 2.23).
+const ALGO_NAMES: [&str; 7] = [
+    "Tree",
+    "Ring",
+    "CollNetDirect",
+    "CollNetChain",
+    "NVLS",
+    "NVLSTree",
+    "PAT",
+];
+
+impl TransportSummary {
+    /// True when at least one connection line was found. Without them (NCCL_DEBUG unset, or
+    /// NCCL_DEBUG_SUBSYS without INIT) nothing can be said about transports: that is not a pass.
+    pub fn has_connections(&self) -> bool {
+        self.connection_lines > 0
+    }
+
+    /// Whether an NVLS algorithm carried a collective: from TUNING lines when present, else
+    /// whether NVLS was set up.
+    pub fn nvls_used(&self) -> bool {
+        self.carried(|a| a.starts_with("NVLS"))
+            .unwrap_or(self.nvls_connected)
+    }
+
+    /// Whether CollNet (SHARP) carried a collective: from TUNING lines when present, else
+    /// whether CollNet was connected.
+    pub fn collnet_used(&self) -> bool {
+        self.carried(|a| a.starts_with("CollNet"))
+            .unwrap_or(self.collnet_connected)
+    }
+
+    fn carried(&self, pred: impl Fn(&str) -> bool) -> Option<bool> {
+        if self.algorithms.is_empty() {
+            return None;
+        }
+        Some(
+            self.algorithms
+                .values()
+                .flat_map(|s| s.iter())
+                .any(|a| pred(a)),
+        )
+    }
+
+    /// Whether two ranks printed their lines from the same host name. Note that the caller
+    /// knows better: `NCCL_HOSTID` makes one host look like several nodes to NCCL.
+    pub fn same_host(&self, a: u32, b: u32) -> Option<bool> {
+        Some(self.rank_hosts.get(&a)? == self.rank_hosts.get(&b)?)
+    }
+
+    /// `GPU0->GPU1`, or `node01 GPU0->node02 GPU0` across hosts.
+    pub fn path_name(&self, from: u32, to: u32) -> String {
+        let (fd, td) = self
+            .pairs
+            .get(&(from, to))
+            .map(|p| (p.from_dev, p.to_dev))
+            .unwrap_or((from, to));
+        match (self.rank_hosts.get(&from), self.rank_hosts.get(&to)) {
+            (Some(a), Some(b)) if a != b => format!("{a} GPU{fd}->{b} GPU{td}"),
+            _ => format!("GPU{fd}->GPU{td}"),
+        }
+    }
+
+    /// The per-path table for the report.
+    pub fn paths(&self) -> Vec<PathReport> {
+        self.pairs
+            .iter()
+            .map(|(&(from, to), p)| PathReport {
+                from_rank: from,
+                to_rank: to,
+                path: self.path_name(from, to),
+                transports: dedup(p.transports.iter().map(Transport::name)),
+                detail: p.transports.iter().map(|t| t.to_string()).collect(),
+            })
+            .collect()
+    }
+}
+
+fn dedup(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = Vec::new();
+    for n in names {
+        if !v.contains(&n) {
+            v.push(n);
+        }
+    }
+    v
+}
+
+/// Splits one log line into (host of the printing process, level, message). Lines that are not
+/// NCCL INFO/WARN lines give `None`. Tolerates a timestamp before the host
+/// (`NCCL_DEBUG_TIMESTAMP_FORMAT`) and `\r`.
+fn split_line(line: &str) -> Option<(Option<&str>, &'static str, &str)> {
+    let line = line.trim_end_matches(['\r', '\n']);
+    let (pos, level, marker) = if let Some(p) = line.find(" NCCL INFO ") {
+        (p, "INFO", " NCCL INFO ")
+    } else if let Some(p) = line.find(" NCCL WARN ") {
+        (p, "WARN", " NCCL WARN ")
+    } else {
+        return None;
+    };
+    let message = line[pos + marker.len()..].trim();
+    // prefix: `[timestamp] host:pid:tid [dev]`
+    let prefix = line[..pos].trim_end();
+    let mut words = prefix.rsplit(' ').filter(|w| !w.is_empty());
+    let dev_or_host = words.next();
+    let host_word = match dev_or_host {
+        Some(w) if w.starts_with('[') => words.next(),
+        other => other,
+    };
+    let host = host_word.and_then(|w| {
+        let mut parts = w.rsplitn(3, ':');
+        let (_tid, _pid, host) = (parts.next()?, parts.next()?, parts.next()?);
+        (!host.is_empty()).then_some(host)
+    });
+    Some((host, level, message))
+}
+
+/// `12[3]` → (12, 3).
+fn rank_dev(s: &str) -> Option<(u32, u32)> {
+    let s = s.trim();
+    let open = s.find('[')?;
+    let rank = s[..open].parse().ok()?;
+    let dev = s[open + 1..].strip_suffix(']')?.parse().ok()?;
+    Some((rank, dev))
+}
+
+/// Parses `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0` (and the SHM form without `/0`).
+/// Returns the connection and whether the printing process is the receiver.
+pub fn parse_channel_line(message: &str) -> Option<(Connection, bool)> {
+    let rest = message.strip_prefix("Channel ")?;
+    let (chan, rest) = rest.split_once(" : ")?;
+    let (channel, conn_index) = match chan.split_once('/') {
+        Some((c, i)) => (c.trim().parse().ok()?, Some(i.trim().parse().ok()?)),
+        None => (chan.trim().parse().ok()?, None),
+    };
+    let (left, right) = rest.split_once(" -> ")?;
+    let (from_rank, from_dev) = rank_dev(left)?;
+    let (to_part, via) = right.split_once(" via ")?;
+    let mut to_words = to_part.split_whitespace();
+    let (to_rank, to_dev) = rank_dev(to_words.next()?)?;
+    let receiver = to_words.any(|w| w == "[receive]");
+    let via = via.trim().to_string();
+    Some((
+        Connection {
+            channel,
+            conn_index,
+            from_rank,
+            from_dev,
+            to_rank,
+            to_dev,
+            transport: Transport::from_via(&via),
+            via,
+        },
+        receiver,
+    ))
+}
+
+/// The number just before `word` (`16 nvls channels` → 16).
+fn number_before(message: &str, word: &str) -> Option<u32> {
+    let end = message.find(word)?;
+    message[..end].split_whitespace().last()?.parse().ok()
+}
+
+/// Reads a whole NCCL_DEBUG=INFO log (one communicator; any number of processes and hosts
+/// interleaved).
+pub fn parse_log(text: &str) -> TransportSummary {
+    let mut s = TransportSummary::default();
+    for line in text.lines() {
+        let Some((host, level, msg)) = split_line(line) else {
+            continue;
+        };
+        if level == "WARN" {
+            if msg.contains("Cannot initialize CollNet") {
+                s.collnet_disabled = Some(msg.to_string());
+            }
+            continue;
+        }
+        if let Some((c, receiver)) = parse_channel_line(msg) {
+            s.connection_lines += 1;
+            if let Some(h) = host {
+                let printer = if receiver { c.to_rank } else { c.from_rank };
+                s.rank_hosts.entry(printer).or_insert_with(|| h.to_string());
+            }
+            let p = s.pairs.entry((c.from_rank, c.to_rank)).or_default();
+            p.from_dev = c.from_dev;
+            p.to_dev = c.to_dev;
+            p.transports.insert(c.transport);
+            continue;
+        }
+        if (msg.starts_with("CollNet ") && msg.contains(" via COLLNET/"))
+            || msg.contains("Connected CollNet")
+            || msg.starts_with("Connected Collnet Chains")
+            || msg.starts_with("Connected collnet + chain")
+        {
+            s.collnet_connected = true;
+        } else if msg.contains("less than CollNet node threshold") {
+            s.collnet_disabled = Some(msg.to_string());
+        } else if let Some(rest) = msg.strip_prefix("NVLS multicast support is ") {
+            let available = !rest.starts_with("not ");
+            s.nvls_available = Some(s.nvls_available.unwrap_or(true) && available);
+        } else if msg.starts_with("NVLS comm ") || msg.starts_with("Connected NVLS tree") {
+            s.nvls_connected = true;
+        } else if msg.contains(" nvls channels") && msg.contains(" coll channels") {
+            if let Some(n) = number_before(msg, " nvls channels") {
+                s.nvls_channels = Some(s.nvls_channels.unwrap_or(0).max(n));
+            }
+        } else if let Some(net) = msg.strip_prefix("Using network ") {
+            s.network = Some(net.trim().to_string());
+        } else if msg.contains(" Bytes -> Algo ") {
+            if let Some((coll, algo)) = parse_tuning(msg) {
+                s.algorithms.entry(coll).or_default().insert(algo);
+            }
+        } else if msg.starts_with("Pattern ") && msg.contains(", type ") {
+            if let Some(t) = msg
+                .split(", type ")
+                .nth(1)
+                .and_then(|r| r.split('/').next())
+            {
+                s.graph_intra_types.insert(t.trim().to_string());
+            }
+        } else if msg.ends_with("Init COMPLETE") {
+            // `[ncclCommInitRankConfig ]comm 0x.. rank 3 nranks 4 ...`: the printing host holds rank 3.
+            let mut words = msg.split_whitespace();
+            if words.any(|w| w == "rank") {
+                if let (Some(r), Some(h)) = (words.next().and_then(|w| w.parse().ok()), host) {
+                    s.rank_hosts.entry(r).or_insert_with(|| h.to_string());
+                }
+            }
+        }
+    }
+    if s.nvls_channels.unwrap_or(0) > 0 && s.nvls_available == Some(true) {
+        s.nvls_connected = true;
+    }
+    s
+}
+
+/// `AllReduce: 268435456 Bytes -> Algo NVLS proto Simple ...` (2.24+),
+/// `AllReduce: 1024 Bytes -> Algo 1 proto 2 time 12.3` (2.22-2.23), `1024 Bytes -> Algo 1 ...` (2.21).
+fn parse_tuning(msg: &str) -> Option<(String, String)> {
+    let (head, tail) = msg.split_once(" Bytes -> Algo ")?;
+    let coll = match head.split_once(':') {
+        Some((c, _)) => c.trim().trim_end_matches(" [Symmetric]").to_string(),
+        None => String::from("?"),
+    };
+    let algo = tail.split_whitespace().next()?;
+    let algo = match algo.parse::<usize>() {
+        Ok(i) => ALGO_NAMES.get(i)?.to_string(),
+        Err(_) => algo.to_string(),
+    };
+    Some((coll, algo))
+}
+
+/// What the site expects of the paths (from the worker's options and network profile).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expectation {
+    /// GPUs of one node talk over NVLink: every intra-node path must be P2P.
+    pub intra_node_p2p: bool,
+    /// Paths between nodes must use this network (profile `expect_net`).
+    pub inter_node_net: Option<NetExpect>,
+    /// CollNet (SHARP) must carry the collectives (`--expect-collnet`).
+    pub collnet: bool,
+    /// NVLS must carry the collectives.
+    pub nvls: bool,
+}
+
+/// The network expected between nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetExpect {
+    /// InfiniBand or RoCE (NCCL's IB transport or the rdma-sharp plugin).
+    Ib,
+    /// TCP sockets (a plain-Ethernet site).
+    Socket,
+    /// A plugin, by a case-insensitive part of its name (`Libfabric` for AWS EFA, `UCX`).
+    Plugin(String),
+}
+
+impl NetExpect {
+    fn accepts(&self, t: &Transport) -> bool {
+        match (self, t) {
+            (NetExpect::Ib, Transport::NetIb) | (NetExpect::Socket, Transport::NetSocket) => true,
+            (NetExpect::Plugin(want), Transport::NetOther(name)) => name
+                .to_ascii_lowercase()
+                .contains(&want.to_ascii_lowercase()),
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for NetExpect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetExpect::Ib => f.write_str("NET/IB"),
+            NetExpect::Socket => f.write_str("NET/Socket"),
+            NetExpect::Plugin(p) => write!(f, "NET/{p}"),
+        }
+    }
+}
+
+/// One fallback: becomes a FAIL reason with code [`TRANSPORT_FALLBACK`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The path at fault (`GPU0->GPU1`), or the communicator (`CollNet`, `NVLS`).
+    pub subject: String,
+    /// `GPU0->GPU1 used SHM, NVLink P2P expected`.
+    pub message: String,
+}
+
+impl Finding {
+    pub fn to_reason(&self) -> Reason {
+        let mut r = Reason::plain(TRANSPORT_FALLBACK, self.message.clone());
+        r.subject = Some(self.subject.clone());
+        r
+    }
+}
+
+/// Holds the summary against the expectation. `same_node(a, b)` says whether ranks a and b run
+/// on one node (the caller knows: from Slurm or the rendezvous; [`TransportSummary::same_host`]
+/// is a fallback). Paths NCCL never connected are not judged (a ring connects neighbours only).
+/// An empty summary gives no findings: check [`TransportSummary::has_connections`] first.
+pub fn check(
+    summary: &TransportSummary,
+    same_node: &dyn Fn(u32, u32) -> bool,
+    expect: &Expectation,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (&(from, to), pair) in &summary.pairs {
+        let path = summary.path_name(from, to);
+        let intra = same_node(from, to);
+        if intra && expect.intra_node_p2p {
+            let bad: Vec<String> = pair
+                .transports
+                .iter()
+                .filter(|t| !matches!(t, Transport::P2p { .. }))
+                .map(|t| t.to_string())
+                .collect();
+            if !bad.is_empty() {
+                out.push(Finding {
+                    subject: path.clone(),
+                    message: format!("{path} used {}, NVLink P2P expected", bad.join(" and ")),
+                });
+            }
+        }
+        if !intra {
+            if let Some(want) = &expect.inter_node_net {
+                let bad: Vec<String> = pair
+                    .transports
+                    .iter()
+                    .filter(|t| t.is_net() && !want.accepts(t))
+                    .map(|t| t.to_string())
+                    .collect();
+                if !bad.is_empty() {
+                    out.push(Finding {
+                        subject: path.clone(),
+                        message: format!("{path} used {}, {want} expected", bad.join(" and ")),
+                    });
+                }
+            }
+        }
+    }
+    if expect.collnet && !summary.collnet_used() {
+        let why = match &summary.collnet_disabled {
+            Some(w) => format!(" (NCCL: {w})"),
+            None => String::new(),
+        };
+        out.push(Finding {
+            subject: String::from("CollNet"),
+            message: format!(
+                "CollNet (SHARP) did not carry the collectives, CollNet expected{why}"
+            ),
+        });
+    }
+    if expect.nvls && !summary.nvls_used() {
+        let why = match summary.nvls_available {
+            Some(false) => " (NCCL: NVLS multicast support is not available)",
+            _ => "",
+        };
+        out.push(Finding {
+            subject: String::from("NVLS"),
+            message: format!("NVLS did not carry the collectives, NVLS expected{why}"),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: &str = "node01:12345:12399 [0] NCCL INFO ";
+
+    fn log(lines: &[&str]) -> String {
+        lines.iter().map(|l| format!("{P}{l}\n")).collect()
+    }
+
+    fn p2p(mode: &str) -> Transport {
+        Transport::P2p { mode: mode.into() }
+    }
+
+    #[test]
+    fn every_via_format_of_nccl_2_18_to_2_30_is_classified() {
+        let cases = [
+            ("P2P/CUMEM/read", p2p("CUMEM/read")),
+            ("P2P/CUMEM", p2p("CUMEM")),
+            ("P2P/IPC/read", p2p("IPC/read")),
+            ("P2P/IPC/CE", p2p("IPC/CE")),
+            ("P2P/MNNVL/read", p2p("MNNVL/read")),
+            ("P2P/direct pointer/read", p2p("direct pointer/read")),
+            ("P2P/indirect/2[2]/read", p2p("indirect/2[2]/read")),
+            ("SHM/direct/direct", Transport::Shm),
+            ("SHM/CE/direct", Transport::Shm),
+            ("SHM/direct", Transport::Shm),
+            ("NET/IB/0/GDRDMA", Transport::NetIb),
+            ("NET/IB/3(1)/GDRDMA(PCI)/Shared", Transport::NetIb),
+            ("NET/IBext_v8/0/GDRDMA", Transport::NetIb),
+            ("NET/Socket/0", Transport::NetSocket),
+            (
+                "NET/AWS Libfabric/0/GDRDMA",
+                Transport::NetOther("AWS Libfabric".into()),
+            ),
+            ("COLLNET/SHARP/0/GDRDMA", Transport::CollNet),
+            ("CE/future", Transport::Other("CE/future".into())),
+        ];
+        for (via, want) in cases {
+            assert_eq!(Transport::from_via(via), want, "{via}");
+        }
+        assert_eq!(p2p("CUMEM/read").to_string(), "P2P/CUMEM/read");
+        assert_eq!(Transport::NetSocket.name(), "net_socket");
+    }
+
+    #[test]
+    fn channel_lines_give_ranks_devices_channel_and_direction() {
+        let (c, rx) =
+            parse_channel_line("Channel 03/1 : 0[4] -> 2[6] via P2P/CUMEM/read").expect("p2p");
+        assert_eq!((c.channel, c.conn_index), (3, Some(1)));
+        assert_eq!((c.from_rank, c.from_dev, c.to_rank, c.to_dev), (0, 4, 2, 6));
+        assert!(!rx);
+        let (c, _) =
+            parse_channel_line("Channel 00 : 1[1] -> 0[0] via SHM/direct/direct").expect("shm");
+        assert_eq!((c.channel, c.conn_index), (0, None));
+        let (c, rx) =
+            parse_channel_line("Channel 01/0 : 4[0] -> 0[0] [receive] via NET/IB/0/GDRDMA")
+                .expect("net rx");
+        assert!(rx);
+        assert_eq!((c.from_rank, c.to_rank), (4, 0));
+        assert_eq!(c.via, "NET/IB/0/GDRDMA");
+        assert!(
+            parse_channel_line("Channel 00/02 : 0 1 2 3").is_none(),
+            "ring order line"
+        );
+        assert!(parse_channel_line("Channel 00/24 :    0   1   2   3").is_none());
+    }
+
+    #[test]
+    fn a_healthy_nvlink_node_has_only_p2p_and_no_findings() {
+        let text = log(&[
+            "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+            "Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+            "Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read",
+            "Connected all rings, use ring PXN 0 GDR 1",
+        ]);
+        let s = parse_log(&text);
+        assert!(s.has_connections());
+        assert_eq!(s.pairs.len(), 2);
+        assert_eq!(s.pairs[&(0, 1)].transports.len(), 1);
+        let expect = Expectation {
+            intra_node_p2p: true,
+            ..Default::default()
+        };
+        assert!(check(&s, &|_, _| true, &expect).is_empty());
+        assert_eq!(s.paths()[0].transports, vec!["p2p"]);
+        assert_eq!(s.paths()[0].path, "GPU0->GPU1");
+    }
+
+    #[test]
+    fn shm_between_gpus_of_one_node_is_a_transport_fallback() {
+        let text = log(&[
+            "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct",
+            "Channel 00 : 1[1] -> 0[0] via SHM/direct/direct",
+        ]);
+        let s = parse_log(&text);
+        let expect = Expectation {
+            intra_node_p2p: true,
+            ..Default::default()
+        };
+        let f = check(&s, &|_, _| true, &expect);
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].message, "GPU0->GPU1 used SHM, NVLink P2P expected");
+        let r = f[0].to_reason();
+        assert_eq!(r.code, "transport_fallback");
+        assert_eq!(r.subject.as_deref(), Some("GPU0->GPU1"));
+        // Without the NVLink expectation SHM is just reported.
+        assert!(check(&s, &|_, _| true, &Expectation::default()).is_empty());
+    }
+
+    #[test]
+    fn a_mix_of_p2p_and_shm_on_one_path_is_still_a_fallback() {
+        let text = log(&[
+            "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+            "Channel 01 : 0[0] -> 1[1] via SHM/direct/direct",
+        ]);
+        let f = check(
+            &parse_log(&text),
+            &|_, _| true,
+            &Expectation {
+                intra_node_p2p: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(f.len(), 1);
+        assert!(f[0].message.contains("used SHM"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn sockets_between_nodes_fail_when_infiniband_is_expected() {
+        let text = "\
+node01:100:101 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0
+node02:200:201 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0
+node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDRDMA
+";
+        let s = parse_log(text);
+        assert_eq!(s.rank_hosts.get(&0).map(String::as_str), Some("node01"));
+        assert_eq!(s.rank_hosts.get(&1).map(String::as_str), Some("node02"));
+        assert_eq!(s.same_host(0, 1), Some(false));
+        let expect = Expectation {
+            intra_node_p2p: true,
+            inter_node_net: Some(NetExpect::Ib),
+            ..Default::default()
+        };
+        let f = check(&s, &|a, b| a == b, &expect);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(
+            f[0].message,
+            "node01 GPU0->node02 GPU0 used NET/Socket, NET/IB expected"
+        );
+        let plugin = Expectation {
+            inter_node_net: Some(NetExpect::Plugin("libfabric".into())),
+            ..Default::default()
+        };
+        assert_eq!(check(&s, &|a, b| a == b, &plugin).len(), 2);
+    }
+
+    #[test]
+    fn the_efa_plugin_is_accepted_by_part_of_its_name() {
+        let text = log(&["Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA"]);
+        let expect = Expectation {
+            inter_node_net: Some(NetExpect::Plugin("Libfabric".into())),
+            ..Default::default()
+        };
+        assert!(check(&parse_log(&text), &|_, _| false, &expect).is_empty());
+    }
+
+    #[test]
+    fn collnet_is_used_when_connected_and_a_fallback_when_nccl_gave_up() {
+        let used = parse_log(&log(&[
+            "CollNet 00/0 : 0 [send] via COLLNET/SHARP/0/GDRDMA",
+            "rank 0 Connected CollNet",
+        ]));
+        assert!(used.collnet_connected && used.collnet_used());
+        let expect = Expectation {
+            collnet: true,
+            ..Default::default()
+        };
+        assert!(check(&used, &|_, _| true, &expect).is_empty());
+
+        let text = "node01:1:2 [0] NCCL WARN Cannot initialize CollNet, using point-to-point network instead\n";
+        let gave_up = parse_log(text);
+        let f = check(&gave_up, &|_, _| true, &expect);
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].message.starts_with("CollNet (SHARP) did not carry"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].message.contains("Cannot initialize CollNet"));
+        assert_eq!(f[0].subject, "CollNet");
+
+        let threshold = parse_log(&log(&[
+            "Communicator has 1 nodes which is less than CollNet node threshold 2, disabling CollNet",
+        ]));
+        assert!(threshold.collnet_disabled.is_some());
+    }
+
+    #[test]
+    fn tuning_lines_say_which_algorithm_carried_each_collective() {
+        let s = parse_log(&log(&[
+            "AllReduce: 268435456 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}",
+            "AllGather: 8388608 Bytes -> Algo Ring proto Simple channel{Lo..Hi}={0..31}",
+            "Broadcast: 1024 Bytes -> Algo 1 proto 2 time 12.500000",
+            "4096 Bytes -> Algo 3 proto 2 time 7.000000",
+        ]));
+        assert!(s.algorithms["AllReduce"].contains("NVLS"));
+        assert!(s.algorithms["Broadcast"].contains("Ring"));
+        assert!(s.algorithms["?"].contains("CollNetChain"));
+        assert!(s.nvls_used());
+        assert!(s.collnet_used(), "CollNetChain carried a collective");
+        // TUNING lines win over connection evidence.
+        let ring_only = parse_log(&log(&[
+            "NVLS multicast support is available on dev 0 (NVLS_NCHANNELS 16)",
+            "24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+            "AllReduce: 1024 Bytes -> Algo Ring proto LL channel{Lo..Hi}={0..0}",
+        ]));
+        assert!(ring_only.nvls_connected);
+        assert!(!ring_only.nvls_used());
+    }
+
+    #[test]
+    fn nvls_expected_but_unavailable_is_a_fallback_naming_the_cause() {
+        let s = parse_log(&log(&[
+            "NVLS multicast support is not available on dev 0",
+            "24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+        ]));
+        assert_eq!(s.nvls_available, Some(false));
+        assert_eq!(s.nvls_channels, Some(0));
+        let f = check(
+            &s,
+            &|_, _| true,
+            &Expectation {
+                nvls: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(f.len(), 1);
+        assert!(f[0].message.contains("not available"), "{}", f[0].message);
+        // 2.18's channel line has no collnet count.
+        let old = parse_log(&log(&[
+            "NVLS multicast support is available on dev 0",
+            "32 coll channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+        ]));
+        assert_eq!(old.nvls_channels, Some(16));
+        assert!(old.nvls_used());
+    }
+
+    #[test]
+    fn prefixes_with_timestamps_hosts_with_colons_and_other_lines_are_handled() {
+        let text = "\
+[2026-11-21 10:00:00] gpu-a:10:11 [3] NCCL INFO Channel 00/0 : 3[3] -> 0[0] via P2P/CUMEM/read
+some unrelated output with -> and via in it
+gpu-b:20:21 [0] NCCL INFO Using network IB
+gpu-b:20:21 [0] NCCL INFO ncclCommInitRankConfig comm 0x5555 rank 4 nranks 8 cudaDev 0 nvmlDev 0 busId 18000 commId 0xabc - Init COMPLETE
+gpu-b:20:21 [0] NCCL INFO Pattern 4, crossNic 0, nChannels 16, bw 40.000000/40.000000, type NVL/PIX, sameChannels 1
+gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
+";
+        let s = parse_log(text);
+        assert_eq!(s.connection_lines, 1);
+        assert_eq!(s.rank_hosts.get(&3).map(String::as_str), Some("gpu-a"));
+        assert_eq!(s.rank_hosts.get(&4).map(String::as_str), Some("gpu-b"));
+        assert_eq!(s.network.as_deref(), Some("IB"));
+        assert!(s.graph_intra_types.contains("NVL"));
+    }
+
+    #[test]
+    fn no_debug_output_means_no_connections_not_a_pass() {
+        let s = parse_log("# nccl-tests output only\n");
+        assert!(!s.has_connections());
+        assert!(check(
+            &s,
+            &|_, _| true,
+            &Expectation {
+                intra_node_p2p: true,
+                ..Default::default()
+            }
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn lazily_connected_point_to_point_paths_are_included() {
+        let s = parse_log(&log(&[
+            "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+            "Channel 00/1 : 0[0] -> 2[2] via P2P/CUMEM/read",
+            "Channel 01/1 : 0[0] -> 3[3] via SHM/direct/direct",
+        ]));
+        assert_eq!(s.pairs.len(), 3);
+        let f = check(
+            &s,
+            &|_, _| true,
+            &Expectation {
+                intra_node_p2p: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].subject, "GPU0->GPU3");
+    }
+}
