@@ -153,9 +153,28 @@ impl GpuThread {
         let (rank, nranks) = (start.rank, start.nranks);
         let t = Instant::now();
         self.set_status(format!("GPU {dev}: NCCL init (rank {rank} of {nranks})"));
-        let comm = Comm::start_init(self.nccl, nranks, start.id, rank, self.deadline)
-            .map_err(|e| RunError::Runtime(format!("GPU {dev} (rank {rank}): {e}")))?;
-        let ready = comm.wait_ready();
+        let init_err = |e: crate::nccl::NcclError| {
+            RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"))
+        };
+        let mode = comm_mode();
+        let (comm, ready) = if mode == CommMode::Blocking {
+            (
+                Comm::init_blocking(self.nccl, nranks, start.id, rank, self.deadline)
+                    .map_err(init_err)?,
+                Ok(()),
+            )
+        } else {
+            let parent = Comm::start_init(self.nccl, nranks, start.id, rank, self.deadline)
+                .map_err(init_err)?;
+            let ready = parent.wait_ready();
+            match (mode, ready) {
+                (CommMode::Split, Ok(())) => match parent.into_blocking() {
+                    Some(child) => (child.map_err(init_err)?, Ok(())),
+                    None => (parent, Ok(())),
+                },
+                (_, ready) => (parent, ready),
+            }
+        };
         out.phases.nccl_init_ms = ms(t.elapsed());
         let m = Measurer {
             thread: self,
@@ -219,6 +238,31 @@ struct Measurer<'a> {
     recv: u64,
     rank: u32,
     nranks: u32,
+}
+
+/// Which communicator measures. `split` (default): a non-blocking init bounded by the deadline,
+/// then a blocking communicator split from it (see `Comm::into_blocking`). `nonblocking`: the
+/// non-blocking one measures (slow enqueues). `blocking`: a blocking init, bounded only by the
+/// watchdog. Set by `NCCL_CHECK_COMM_MODE`, for diagnosis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CommMode {
+    Split,
+    NonBlocking,
+    Blocking,
+}
+
+fn comm_mode() -> CommMode {
+    match std::env::var("NCCL_CHECK_COMM_MODE").as_deref() {
+        Ok("nonblocking") => CommMode::NonBlocking,
+        Ok("blocking") => CommMode::Blocking,
+        _ => CommMode::Split,
+    }
+}
+
+/// `NCCL_CHECK_DEBUG_TIMING=1`: print when each timed operation was enqueued (diagnosis only).
+fn debug_timing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("NCCL_CHECK_DEBUG_TIMING").is_some())
 }
 
 fn ms(d: std::time::Duration) -> f64 {
@@ -461,11 +505,26 @@ impl Measurer<'_> {
 
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let t = Instant::now();
+        let mut enqueued = Vec::new();
         for iter in 0..o.iters as u64 {
             self.issue(coll, c, in_place, iter)?;
+            if debug_timing() {
+                enqueued.push(t.elapsed().as_secs_f64() * 1e6);
+            }
         }
         self.wait(what)?;
         let elapsed = t.elapsed();
+        if debug_timing() {
+            eprintln!(
+                "nccl-check: debug rank {} {what}: enqueued at {:?} us, done at {:.0} us",
+                self.rank,
+                enqueued
+                    .iter()
+                    .map(|v| v.round() as i64)
+                    .collect::<Vec<_>>(),
+                elapsed.as_secs_f64() * 1e6
+            );
+        }
         out.phases.timed_loop_ms += ms(elapsed);
         let secs = elapsed.as_secs_f64() / o.iters as f64;
 

@@ -52,7 +52,11 @@ impl<'a> Comm<'a> {
         rank: u32,
         deadline: Instant,
     ) -> Result<Comm<'a>, NcclError> {
-        let mut cfg = Config::non_blocking();
+        // splitShare on the parent lets the measuring child reuse its resources (into_blocking).
+        let mut cfg = Config {
+            split_share: 1,
+            ..Config::non_blocking()
+        };
         let mut raw: RawComm = std::ptr::null_mut();
         // SAFETY: cfg and raw outlive the call; NCCL copies the config.
         let rc =
@@ -65,6 +69,82 @@ impl<'a> Comm<'a> {
             raw,
             deadline,
         })
+    }
+
+    /// Starts `ncclCommInitRankConfig` blocking (the `blocking` comm mode): the call returns
+    /// when the communicator is ready; only the watchdog bounds it.
+    pub fn init_blocking(
+        nccl: &'a Nccl,
+        nranks: u32,
+        id: UniqueId,
+        rank: u32,
+        deadline: Instant,
+    ) -> Result<Comm<'a>, NcclError> {
+        let mut cfg = Config::blocking_shared();
+        let mut raw: RawComm = std::ptr::null_mut();
+        // SAFETY: cfg and raw outlive the call; NCCL copies the config.
+        let rc =
+            unsafe { (nccl.init_rank_config)(&mut raw, nranks as i32, id, rank as i32, &mut cfg) };
+        nccl.check(rc, "ncclCommInitRankConfig", raw)?;
+        Ok(Comm {
+            nccl,
+            raw,
+            deadline,
+        })
+    }
+
+    /// A blocking communicator over the same ranks, split from this ready non-blocking one.
+    ///
+    /// Why: on a non-blocking communicator NCCL finishes every launch on a thread it creates
+    /// per `ncclGroupEnd` (group.cc), so each enqueue costs 50-170 us (measured on 4x H200,
+    /// 2026-11-21): more than a 32 MiB all_gather takes on the GPUs. nccl-tests measures with
+    /// a blocking communicator, whose enqueue costs a few microseconds. The split shares the
+    /// parent's resources (`splitShare = 1`), so it costs far less than a second init.
+    /// `None` when the library has no `ncclCommSplit` (before 2.18).
+    pub fn into_blocking(&self) -> Option<Result<Comm<'a>, NcclError>> {
+        let split = self.nccl.split?;
+        let mut cfg = Config::blocking_shared();
+        // NCCL writes the child's handle from its own thread once the split completes
+        // (init.cc: "*newcomm should be NCCL_COMM_NULL until comm split fully complete"), so
+        // the out-parameter is an atomic that this thread polls.
+        let out = std::sync::atomic::AtomicPtr::<c_void>::new(std::ptr::null_mut());
+        // SAFETY: self.raw is a ready communicator; cfg and `out` outlive the call and the
+        // polling below, which returns only after NCCL wrote `out` or the split failed.
+        let rc = unsafe { split(self.raw, 0, 0, out.as_ptr() as *mut RawComm, &mut cfg) };
+        let failed = |code, detail: String| NcclError {
+            code,
+            call: "ncclCommSplit",
+            detail,
+        };
+        if rc != 0 && rc != IN_PROGRESS {
+            return Some(Err(self.nccl.error(rc, "ncclCommSplit", self.raw)));
+        }
+        let began = Instant::now();
+        loop {
+            let raw = out.load(std::sync::atomic::Ordering::Acquire) as RawComm;
+            if !raw.is_null() {
+                let child = Comm {
+                    nccl: self.nccl,
+                    raw,
+                    deadline: self.deadline,
+                };
+                return Some(child.wait_ready().map(|()| child).map_err(|e| match e {
+                    WaitError::Nccl(e) => e,
+                    WaitError::Deadline => failed(IN_PROGRESS, "not ready at the deadline".into()),
+                }));
+            }
+            if let Err(e) = self.poll() {
+                return Some(Err(e));
+            }
+            if Instant::now() >= self.deadline {
+                return Some(Err(failed(IN_PROGRESS, "not done at the deadline".into())));
+            }
+            if began.elapsed() < Duration::from_millis(2) {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
     }
 
     /// `Ok(true)` when ready, `Ok(false)` while in progress, the error otherwise.
@@ -81,17 +161,27 @@ impl<'a> Comm<'a> {
     }
 
     /// Polls until the communicator is ready, it fails, or the deadline passes.
+    ///
+    /// On a non-blocking communicator every enqueue returns `ncclInProgress` and NCCL finishes
+    /// the launch on a thread of its own (group.cc), typically within tens of microseconds. The
+    /// first millisecond is a busy poll: measured on 4x H200 (2026-11-21, visit 3), yielding and
+    /// then sleeping 200 us here made each enqueue cost 60-170 us, longer than a 32 MiB
+    /// all_gather itself, so the timed loop measured our launch rate instead of the GPUs.
     pub fn wait_ready(&self) -> Result<(), WaitError> {
-        let mut spins = 0u32;
+        let began = Instant::now();
+        let mut polls = 0u32;
         loop {
             if self.poll().map_err(WaitError::Nccl)? {
                 return Ok(());
             }
-            if Instant::now() >= self.deadline {
+            polls = polls.wrapping_add(1);
+            if polls % 64 == 0 && Instant::now() >= self.deadline {
                 return Err(WaitError::Deadline);
             }
-            spins += 1;
-            if spins < 1000 {
+            let waited = began.elapsed();
+            if waited < Duration::from_millis(1) {
+                std::hint::spin_loop();
+            } else if waited < Duration::from_millis(20) {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(200));

@@ -62,6 +62,15 @@ impl Config {
             nvlink_centric_sched: UNDEF,
         }
     }
+
+    /// The communicator that measures: blocking, sharing its parent's resources when split.
+    pub fn blocking_shared() -> Self {
+        Config {
+            blocking: 1,
+            split_share: 1,
+            ..Config::non_blocking()
+        }
+    }
 }
 
 type FnVoid = unsafe extern "C" fn() -> c_int;
@@ -69,6 +78,7 @@ type FnVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type FnUniqueId = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type FnInitRankConfig =
     unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int, *mut Config) -> c_int;
+type FnSplit = unsafe extern "C" fn(RawComm, c_int, c_int, *mut RawComm, *mut Config) -> c_int;
 type FnAsyncError = unsafe extern "C" fn(RawComm, *mut c_int) -> c_int;
 type FnComm = unsafe extern "C" fn(RawComm) -> c_int;
 type FnErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
@@ -111,6 +121,9 @@ pub struct Nccl {
     pub(super) get_unique_id: FnUniqueId,
     pub(super) init_rank_config: FnInitRankConfig,
     pub(super) async_error: FnAsyncError,
+    /// `ncclCommSplit` (NCCL 2.18+): turns the bounded non-blocking communicator into the
+    /// blocking one that measures (see [`super::Comm::into_blocking`]).
+    pub(super) split: Option<FnSplit>,
     pub(super) abort: FnComm,
     pub(super) error_string: FnErrorString,
     pub(super) last_error: Option<FnLastError>,
@@ -219,6 +232,7 @@ impl Nccl {
             get_unique_id: sym(&lib, &shown, "ncclGetUniqueId")?,
             init_rank_config: sym(&lib, &shown, "ncclCommInitRankConfig")?,
             async_error: sym(&lib, &shown, "ncclCommGetAsyncError")?,
+            split: sym(&lib, &shown, "ncclCommSplit").ok(),
             abort: sym(&lib, &shown, "ncclCommAbort")?,
             error_string: sym(&lib, &shown, "ncclGetErrorString")?,
             last_error: sym(&lib, &shown, "ncclGetLastError").ok(),
