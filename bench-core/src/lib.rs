@@ -8,10 +8,12 @@
 pub mod collectives;
 pub mod config;
 pub mod datatype;
+pub mod pairs;
 pub mod rendezvous;
 pub mod report;
 pub mod size;
 pub mod team;
+pub mod thresholds;
 pub mod transport;
 pub mod verdict;
 

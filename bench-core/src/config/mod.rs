@@ -2,5 +2,6 @@
 //! outlier rule, plans).
 
 pub mod file;
+pub mod worker;
 
 pub use file::ConfigError;

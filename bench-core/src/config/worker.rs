@@ -1,0 +1,448 @@
+//! The worker's config (`/etc/nccl-check/nccl-check.toml`): threshold rules, the outlier rule and
+//! plans, merged over the built-in defaults (`bench-core/config/defaults.toml`, compiled in).
+//! Parsed low (serde structs mirroring the file) then validated high (sizes parsed, collectives
+//! resolved), with every error naming file, line and field.
+
+use super::file::{self, ConfigError};
+use crate::collectives::{self, Collective};
+use crate::size::parse_size;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where the admin's file is looked for when `--config` is not given.
+pub const DEFAULT_PATH: &str = "/etc/nccl-check/nccl-check.toml";
+/// The built-in defaults, shipped inside the binary.
+pub const DEFAULTS: &str = include_str!("../../config/defaults.toml");
+const DEFAULTS_NAME: &str = "<built-in defaults.toml>";
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    outliers: Option<RawOutliers>,
+    #[serde(default)]
+    thresholds: Vec<RawThreshold>,
+    #[serde(default)]
+    plans: BTreeMap<String, RawPlan>,
+    /// Site network profiles (issue 6); validated by `config::network` when present.
+    #[serde(default)]
+    network: Vec<toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOutliers {
+    fraction: Option<f64>,
+    retest: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawThreshold {
+    gpu: String,
+    gpus: Option<u32>,
+    nodes: Option<u32>,
+    collective: String,
+    bytes: Option<String>,
+    min_busbw: f64,
+    source: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlan {
+    description: Option<String>,
+    steps: Vec<RawStep>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    collective: Option<String>,
+    #[serde(default)]
+    pairs: bool,
+    bytes: Option<String>,
+    min_bytes: Option<String>,
+    max_bytes: Option<String>,
+    warmup: Option<u32>,
+    iters: Option<u32>,
+}
+
+/// The outlier rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outliers {
+    pub fraction: f64,
+    pub retest: bool,
+}
+
+/// One threshold rule, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    pub gpu: String,
+    pub gpus: Option<u32>,
+    pub nodes: u32,
+    pub collective: &'static str,
+    pub bytes: Option<u64>,
+    pub min_busbw: f64,
+    pub source: String,
+    /// File and line it came from, for `--explain-thresholds`.
+    pub origin: String,
+    /// True for the admin's rules (they win ties over the defaults).
+    pub admin: bool,
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A collective measured as nccl-tests does, at each size.
+    Collective {
+        collective: &'static dyn Collective,
+        sizes: Vec<u64>,
+        warmup: u32,
+        iters: u32,
+    },
+    /// The GPU pair matrix (and across nodes, the node-pair matrix) with sendrecv.
+    Pairs { bytes: u64, warmup: u32, iters: u32 },
+}
+
+impl Step {
+    pub fn max_bytes(&self) -> u64 {
+        match self {
+            Step::Collective { sizes, .. } => sizes.iter().copied().max().unwrap_or(0),
+            Step::Pairs { bytes, .. } => *bytes,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub name: String,
+    pub description: String,
+    pub steps: Vec<Step>,
+}
+
+/// The merged, validated config.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The admin file that was read, if any.
+    pub path: Option<PathBuf>,
+    pub outliers: Outliers,
+    /// Admin rules first, then the defaults.
+    pub thresholds: Vec<Threshold>,
+    pub plans: BTreeMap<String, Plan>,
+    /// Raw `[[network]]` tables of the admin file, with the file's text for error lines.
+    pub network: Vec<toml::Value>,
+    pub text: String,
+}
+
+impl WorkerConfig {
+    /// The defaults merged with `path` (when given, it must exist; when `None`, the default
+    /// path is read if it exists).
+    pub fn load(path: Option<&Path>) -> Result<WorkerConfig, ConfigError> {
+        let admin = match path {
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(PathBuf::from(DEFAULT_PATH)).filter(|p| p.exists()),
+        };
+        let admin = match admin {
+            None => None,
+            Some(p) => {
+                let text = std::fs::read_to_string(&p).map_err(|e| ConfigError {
+                    file: p.clone(),
+                    line: None,
+                    field: String::new(),
+                    message: format!("cannot read: {e}"),
+                })?;
+                Some((p, text))
+            }
+        };
+        Self::from_texts(admin.as_ref().map(|(p, t)| (p.as_path(), t.as_str())))
+    }
+
+    /// The defaults merged with an admin file's text (for tests and `load`).
+    pub fn from_texts(admin: Option<(&Path, &str)>) -> Result<WorkerConfig, ConfigError> {
+        let defaults_path = Path::new(DEFAULTS_NAME);
+        let raw_defaults: RawFile = file::parse(defaults_path, DEFAULTS)?;
+        let mut cfg = WorkerConfig {
+            path: None,
+            outliers: Outliers {
+                fraction: 0.85,
+                retest: true,
+            },
+            thresholds: Vec::new(),
+            plans: BTreeMap::new(),
+            network: Vec::new(),
+            text: String::new(),
+        };
+        let defaults = validate(defaults_path, DEFAULTS, raw_defaults, false)?;
+        cfg.apply(defaults);
+        if let Some((path, text)) = admin {
+            let raw: RawFile = file::parse(path, text)?;
+            let mine = validate(path, text, raw, true)?;
+            cfg.path = Some(path.to_path_buf());
+            cfg.text = text.to_string();
+            cfg.apply(mine);
+        }
+        Ok(cfg)
+    }
+
+    fn apply(&mut self, v: Validated) {
+        if let Some(f) = v.fraction {
+            self.outliers.fraction = f;
+        }
+        if let Some(r) = v.retest {
+            self.outliers.retest = r;
+        }
+        // The admin's rules go first: lookup prefers them on a tie.
+        let mut t = v.thresholds;
+        t.append(&mut self.thresholds);
+        self.thresholds = t;
+        self.plans.extend(v.plans);
+        if !v.network.is_empty() {
+            self.network = v.network;
+        }
+    }
+}
+
+struct Validated {
+    fraction: Option<f64>,
+    retest: Option<bool>,
+    thresholds: Vec<Threshold>,
+    plans: BTreeMap<String, Plan>,
+    network: Vec<toml::Value>,
+}
+
+fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Validated, ConfigError> {
+    let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
+    let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
+    if let Some(f) = fraction {
+        if !(f > 0.0 && f < 1.0) {
+            return Err(bad(
+                "outliers.fraction".into(),
+                format!("{f} is not a fraction: expected a number between 0 and 1, e.g. 0.85"),
+            ));
+        }
+    }
+    let mut thresholds = Vec::new();
+    for (i, t) in raw.thresholds.into_iter().enumerate() {
+        let field = |k: &str| format!("thresholds[{i}].{k}");
+        let collective = collectives::by_name(&t.collective)
+            .map_err(|e| bad(field("collective"), e))?
+            .name();
+        if !(t.min_busbw.is_finite() && t.min_busbw >= 0.0) {
+            return Err(bad(
+                field("min_busbw"),
+                format!("{} is not a bandwidth: expected GB/s >= 0", t.min_busbw),
+            ));
+        }
+        if t.gpu.trim().is_empty() {
+            return Err(bad(field("gpu"), "empty GPU name".into()));
+        }
+        if t.gpus == Some(0) || t.nodes == Some(0) {
+            return Err(bad(
+                field(if t.gpus == Some(0) { "gpus" } else { "nodes" }),
+                "must be at least 1".into(),
+            ));
+        }
+        let bytes = match &t.bytes {
+            None => None,
+            Some(b) => Some(parse_size(b).map_err(|e| bad(field("bytes"), e))?),
+        };
+        thresholds.push(Threshold {
+            gpu: t.gpu,
+            gpus: t.gpus,
+            nodes: t.nodes.unwrap_or(1),
+            collective,
+            bytes,
+            min_busbw: t.min_busbw,
+            source: t.source.unwrap_or_default(),
+            origin: format!(
+                "{}:{}",
+                path.display(),
+                file::find_key_line(text, &format!("thresholds[{i}]")).unwrap_or(0)
+            ),
+            admin,
+        });
+    }
+    let mut plans = BTreeMap::new();
+    for (name, p) in raw.plans {
+        let plan_field = |k: String| format!("plans.{name}.{k}");
+        if p.steps.is_empty() {
+            return Err(bad(
+                plan_field("steps".into()),
+                "a plan needs at least one step".into(),
+            ));
+        }
+        let mut steps = Vec::new();
+        for (i, s) in p.steps.into_iter().enumerate() {
+            let f = |k: &str| plan_field(format!("steps[{i}].{k}"));
+            let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
+                v.as_deref()
+                    .map(|b| parse_size(b).map_err(|e| bad(f(k), e)))
+                    .transpose()
+            };
+            let bytes = size("bytes", &s.bytes)?;
+            let min = size("min_bytes", &s.min_bytes)?;
+            let max = size("max_bytes", &s.max_bytes)?;
+            let iters = s.iters.unwrap_or(5);
+            if iters == 0 {
+                return Err(bad(
+                    f("iters"),
+                    "at least one timed iteration is needed".into(),
+                ));
+            }
+            let warmup = s.warmup.unwrap_or(2);
+            let step = match (s.pairs, &s.collective) {
+                (true, Some(_)) => {
+                    return Err(bad(
+                        f("pairs"),
+                        "a step is either `pairs = true` or a `collective`, not both".into(),
+                    ))
+                }
+                (false, None) => {
+                    return Err(bad(
+                        plan_field(format!("steps[{i}]")),
+                        "a step needs `collective = \"...\"` or `pairs = true`".into(),
+                    ))
+                }
+                (true, None) => Step::Pairs {
+                    bytes: bytes
+                        .or(max)
+                        .ok_or_else(|| bad(f("bytes"), "a pair step needs `bytes`".into()))?,
+                    warmup,
+                    iters,
+                },
+                (false, Some(c)) => {
+                    let collective =
+                        collectives::by_name(c).map_err(|e| bad(f("collective"), e))?;
+                    let (lo, hi) = match (bytes, min, max) {
+                        (Some(b), None, None) => (b, b),
+                        (None, Some(lo), Some(hi)) if lo <= hi => (lo, hi),
+                        (None, Some(lo), Some(hi)) => {
+                            return Err(bad(
+                                f("min_bytes"),
+                                format!("min_bytes {lo} is larger than max_bytes {hi}"),
+                            ))
+                        }
+                        _ => {
+                            return Err(bad(
+                                plan_field(format!("steps[{i}]")),
+                                "give `bytes`, or both `min_bytes` and `max_bytes`".into(),
+                            ))
+                        }
+                    };
+                    Step::Collective {
+                        collective,
+                        sizes: doubling(lo, hi),
+                        warmup,
+                        iters,
+                    }
+                }
+            };
+            steps.push(step);
+        }
+        plans.insert(
+            name.clone(),
+            Plan {
+                name,
+                description: p.description.unwrap_or_default(),
+                steps,
+            },
+        );
+    }
+    Ok(Validated {
+        fraction,
+        retest: raw.outliers.and_then(|o| o.retest),
+        thresholds,
+        plans,
+        network: raw.network,
+    })
+}
+
+/// `lo, 2lo, 4lo, ... <= hi` (nccl-tests' -f 2).
+pub fn doubling(lo: u64, hi: u64) -> Vec<u64> {
+    let mut sizes = Vec::new();
+    let mut s = lo;
+    while s <= hi {
+        sizes.push(s);
+        if s == 0 {
+            break;
+        }
+        s = s.saturating_mul(2);
+    }
+    sizes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admin(text: &str) -> Result<WorkerConfig, ConfigError> {
+        WorkerConfig::from_texts(Some((Path::new("/etc/nccl-check/nccl-check.toml"), text)))
+    }
+
+    #[test]
+    fn the_built_in_defaults_are_valid_and_have_quick_and_full() {
+        let c = WorkerConfig::from_texts(None).unwrap();
+        assert!(c.plans.contains_key("quick") && c.plans.contains_key("full"));
+        for model in ["A100", "H100", "H200", "B200", "GB200"] {
+            assert!(c.thresholds.iter().any(|t| t.gpu == model), "{model}");
+        }
+        assert!(c.thresholds.iter().all(|t| !t.source.is_empty()));
+        assert_eq!(c.outliers.fraction, 0.85);
+    }
+
+    #[test]
+    fn admin_rules_come_first_and_plans_replace_by_name() {
+        let c = admin(
+            "[outliers]\nfraction = 0.9\n[[thresholds]]\ngpu = \"H200\"\ngpus = 4\ncollective = \"all_reduce\"\nmin_busbw = 320.0\n[plans.quick]\nsteps = [{ collective = \"all_reduce\", bytes = \"1G\" }]\n",
+        )
+        .unwrap();
+        assert_eq!(c.outliers.fraction, 0.9);
+        assert!(c.thresholds[0].admin && c.thresholds[0].min_busbw == 320.0);
+        assert_eq!(c.plans["quick"].steps.len(), 1);
+        assert!(c.plans.contains_key("full"));
+    }
+
+    #[test]
+    fn a_broken_config_names_file_line_and_field() {
+        let e =
+            admin("[[thresholds]]\ngpu = \"H200\"\ncollective = \"allredux\"\nmin_busbw = 1.0\n")
+                .unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert_eq!(e.field, "thresholds[0].collective");
+        assert!(e.to_string().starts_with("/etc/nccl-check/nccl-check.toml:3: thresholds[0].collective: unknown collective 'allredux'"), "{e}");
+
+        let e = admin("[outliers]\nfraction = 85\n").unwrap_err();
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(2), "outliers.fraction"),
+            "{e}"
+        );
+
+        let e = admin("[[thresholds]]\ngpu = \"H200\"\ncollective = \"all_reduce\"\nmin_busbw = 1.0\ntreshold = 2\n").unwrap_err();
+        assert!(e.message.contains("treshold"), "{e}");
+
+        let e = admin(
+            "[plans.mine]\nsteps = [\n  { collective = \"all_reduce\", bytes = \"12Q\" },\n]\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "plans.mine.steps[0].bytes", "{e}");
+        assert_eq!(e.line, Some(3), "{e}");
+    }
+
+    #[test]
+    fn a_plan_step_is_either_pairs_or_a_collective() {
+        let e = admin(
+            "[plans.x]\nsteps = [{ pairs = true, collective = \"all_reduce\", bytes = \"1M\" }]\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("not both"), "{e}");
+        let e = admin("[plans.x]\nsteps = [{ bytes = \"1M\" }]\n").unwrap_err();
+        assert!(e.message.contains("needs"), "{e}");
+        let c = admin("[plans.x]\nsteps = [{ collective = \"sendrecv\", min_bytes = \"1M\", max_bytes = \"4M\" }]\n").unwrap();
+        match &c.plans["x"].steps[0] {
+            Step::Collective { sizes, .. } => assert_eq!(sizes, &vec![1 << 20, 2 << 20, 4 << 20]),
+            s => panic!("{s:?}"),
+        }
+    }
+}

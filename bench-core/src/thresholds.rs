@@ -1,0 +1,172 @@
+//! Which threshold rule applies to a measurement, and why (`--explain-thresholds`).
+//!
+//! A rule applies when its GPU name is a case-insensitive substring of the driver's name, its
+//! collective matches, and its `gpus`, `nodes` and `bytes` (when given) equal the measurement's.
+//! Among those the most specific wins (a rule naming the size beats one that does not, naming the
+//! GPU count beats not naming it); on a tie the first in order, which puts the admin's rules
+//! before the built-in ones.
+
+use crate::config::worker::Threshold;
+
+/// What a measurement is, for the lookup.
+#[derive(Debug, Clone, Copy)]
+pub struct Key<'a> {
+    pub gpu_name: &'a str,
+    pub gpus: u32,
+    pub nodes: u32,
+    pub collective: &'a str,
+    pub bytes: u64,
+}
+
+fn applies(t: &Threshold, k: &Key) -> bool {
+    k.gpu_name
+        .to_ascii_lowercase()
+        .contains(&t.gpu.to_ascii_lowercase())
+        && t.collective == k.collective
+        && t.gpus.is_none_or(|g| g == k.gpus)
+        && t.nodes == k.nodes
+        && t.bytes.is_none_or(|b| b == k.bytes)
+}
+
+fn specificity(t: &Threshold) -> u32 {
+    2 * u32::from(t.bytes.is_some()) + u32::from(t.gpus.is_some())
+}
+
+/// The rule for `key`, if any.
+pub fn lookup<'a>(rules: &'a [Threshold], key: &Key) -> Option<&'a Threshold> {
+    let mut best: Option<&Threshold> = None;
+    for t in rules.iter().filter(|t| applies(t, key)) {
+        if best.is_none_or(|b| specificity(t) > specificity(b)) {
+            best = Some(t);
+        }
+    }
+    best
+}
+
+/// Every rule for this GPU model, each with whether it applies to a node of `gpus` GPUs on
+/// `nodes` nodes and why not: the text of `nccl-check --explain-thresholds`.
+pub fn explain(rules: &[Threshold], gpu_name: &str, gpus: u32, nodes: u32) -> String {
+    let mut out = format!(
+        "Thresholds for {gpus} x '{gpu_name}' on {nodes} node(s) (most specific rule wins; admin rules first):\n"
+    );
+    let mut any = false;
+    for t in rules {
+        if !gpu_name
+            .to_ascii_lowercase()
+            .contains(&t.gpu.to_ascii_lowercase())
+        {
+            continue;
+        }
+        any = true;
+        let size = t.bytes.map_or("any size".to_string(), crate::size::human);
+        let why_not = if t.nodes != nodes {
+            Some(format!("for {} node(s)", t.nodes))
+        } else if t.collective == "sendrecv" && t.gpus == Some(2) {
+            None // the pair-matrix rule applies to every pair whatever the node's GPU count
+        } else if t.gpus.is_some_and(|g| g != gpus) {
+            Some(format!("for {} GPUs", t.gpus.unwrap_or(0)))
+        } else {
+            None
+        };
+        let gpus_text = t
+            .gpus
+            .map_or("any count".to_string(), |g| format!("{g} GPUs"));
+        out += &format!(
+            "  {} {:<14} {:>10}  {:<10}  >= {:>7.1} GB/s  [{}]  {}\n      source: {}\n",
+            if why_not.is_none() {
+                "APPLIES "
+            } else {
+                "ignored "
+            },
+            t.collective,
+            size,
+            gpus_text,
+            t.min_busbw,
+            t.origin,
+            why_not.unwrap_or_default(),
+            t.source
+        );
+    }
+    if !any {
+        out += &format!(
+            "  no rule names this GPU: only the outlier rule (peers' median) judges it.\n  Add [[thresholds]] with gpu = \"{gpu_name}\" to /etc/nccl-check/nccl-check.toml.\n"
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::worker::WorkerConfig;
+    use std::path::Path;
+
+    fn key(gpu: &str, gpus: u32, coll: &'static str, bytes: u64) -> Key<'static> {
+        Key {
+            gpu_name: Box::leak(gpu.to_string().into_boxed_str()),
+            gpus,
+            nodes: 1,
+            collective: coll,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn the_most_specific_rule_wins_and_admin_rules_win_ties() {
+        let c = WorkerConfig::from_texts(None).unwrap();
+        let t = lookup(
+            &c.thresholds,
+            &key("NVIDIA H200", 4, "all_reduce", 256 << 20),
+        )
+        .unwrap();
+        assert_eq!(t.min_busbw, 290.0);
+        // Size-specific pair rule beats the any-size one.
+        let t = lookup(&c.thresholds, &key("NVIDIA H200", 2, "sendrecv", 256 << 20)).unwrap();
+        assert_eq!(t.min_busbw, 255.0);
+        let t = lookup(&c.thresholds, &key("NVIDIA H200", 2, "sendrecv", 64 << 20)).unwrap();
+        assert_eq!(t.min_busbw, 200.0);
+        // An admin rule of the same specificity replaces the default.
+        let c = WorkerConfig::from_texts(Some((
+            Path::new("/etc/x.toml"),
+            "[[thresholds]]\ngpu = \"h200\"\ngpus = 4\ncollective = \"all_reduce\"\nbytes = \"256M\"\nmin_busbw = 330.0\n",
+        )))
+        .unwrap();
+        let t = lookup(
+            &c.thresholds,
+            &key("NVIDIA H200", 4, "all_reduce", 256 << 20),
+        )
+        .unwrap();
+        assert_eq!((t.min_busbw, t.admin), (330.0, true));
+    }
+
+    #[test]
+    fn no_rule_for_an_unknown_model_count_or_node_count() {
+        let c = WorkerConfig::from_texts(None).unwrap();
+        assert!(lookup(&c.thresholds, &key("Tesla T4", 4, "all_reduce", 256 << 20)).is_none());
+        assert!(lookup(
+            &c.thresholds,
+            &key("NVIDIA H200", 3, "all_reduce", 256 << 20)
+        )
+        .is_none());
+        let mut k = key("NVIDIA H200", 4, "all_reduce", 256 << 20);
+        k.nodes = 2;
+        assert!(
+            lookup(&c.thresholds, &k).is_none(),
+            "multi-node runs need rules that say so"
+        );
+    }
+
+    #[test]
+    fn explain_says_which_rules_apply_and_where_they_come_from() {
+        let c = WorkerConfig::from_texts(None).unwrap();
+        let text = explain(&c.thresholds, "NVIDIA H200", 4, 1);
+        assert!(text.contains("APPLIES  all_reduce"), "{text}");
+        assert!(
+            text.contains("ignored  all_reduce") && text.contains("for 8 GPUs"),
+            "{text}"
+        );
+        assert!(text.contains("source: nccl-check measured"), "{text}");
+        let text = explain(&c.thresholds, "Tesla T4", 4, 1);
+        assert!(text.contains("no rule names this GPU"), "{text}");
+    }
+}
