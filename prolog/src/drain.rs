@@ -1,0 +1,475 @@
+//! Draining and resuming this node through `scontrol`, owning only our own drains (NHC's rule):
+//! every reason we set starts with `nccl-check:`, and only such a drain is ever resumed.
+//!
+//! One drain request per node: under the state directory's lock, a drain requested in the last
+//! `RECENT` seconds (the marker file `drained`) needs no scontrol call at all, and otherwise the
+//! node's state is read first (`scontrol show node -o`), so a node already drained, by us or by
+//! anyone, is never drained again (and an admin's reason is never overwritten).
+
+use crate::report::Report;
+use crate::state::{self, Lock};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Every drain reason nccl-check sets starts with this; nothing else is ever resumed.
+pub const PREFIX: &str = "nccl-check:";
+/// The marker of our last drain request (time and reason).
+pub const MARKER: &str = "drained";
+/// A drain requested this recently is not requested again, and Slurm is not even asked.
+pub const RECENT: f64 = 60.0;
+/// Longest reason text after the prefix (Slurm shows reasons in one `sinfo -R` column).
+const MAX_REASON: usize = 160;
+const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// The drain reason for a FAIL: what failed (subject, collective, measured against limit), from
+/// the report's first reason, and the job that found it.
+pub fn reason(report: Option<&Report>, job: Option<&str>) -> String {
+    let body = match report {
+        Some(r) => match r.reasons.first() {
+            Some(first) => {
+                let mut s = first.message.clone();
+                if s.trim().is_empty() {
+                    s = match (first.measured, first.limit) {
+                        (Some(m), Some(l)) => format!("{} {m:.1} vs limit {l:.1}", first.code),
+                        _ => first.code.clone(),
+                    };
+                }
+                if let Some(subj) = first
+                    .subject
+                    .as_deref()
+                    .filter(|s| !first.message.contains(*s))
+                {
+                    s = format!("{subj}: {s}");
+                }
+                if r.reasons.len() > 1 {
+                    s.push_str(&format!(" (+{} more)", r.reasons.len() - 1));
+                }
+                s
+            }
+            None if !r.summary.trim().is_empty() => r.summary.clone(),
+            None => "FAIL (the report gives no reason)".into(),
+        },
+        None => "FAIL (worker exit 1, no readable report)".into(),
+    };
+    let body = body
+        .trim()
+        .strip_prefix(PREFIX)
+        .unwrap_or(body.trim())
+        .to_string();
+    let mut body: String = body
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if body.chars().count() > MAX_REASON {
+        body = body.chars().take(MAX_REASON - 3).collect::<String>() + "...";
+    }
+    match job {
+        Some(j) => format!("{PREFIX} {body} (job {j})"),
+        None => format!("{PREFIX} {body}"),
+    }
+}
+
+/// This node's state as slurmctld sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeState {
+    /// `IDLE+DRAIN`, `MIXED`, ...
+    pub state: String,
+    /// The reason without Slurm's ` [user@time]` suffix; empty when none.
+    pub reason: String,
+}
+
+impl NodeState {
+    pub fn drained(&self) -> bool {
+        self.state.split('+').any(|s| s.starts_with("DRAIN"))
+    }
+
+    pub fn ours(&self) -> bool {
+        self.reason.starts_with(PREFIX)
+    }
+}
+
+/// Parses one line of `scontrol show node -o NAME`.
+pub fn parse_show_node(line: &str) -> Option<NodeState> {
+    let state = line
+        .split_whitespace()
+        .find_map(|t| t.strip_prefix("State="))?
+        .to_string();
+    // Reason= is free text with spaces: it runs to the next " Key=" of scontrol's fixed keys
+    // that follow it, or to the end of the line.
+    let reason = match line.find(" Reason=") {
+        None => String::new(),
+        Some(i) => {
+            let rest = &line[i + " Reason=".len()..];
+            let end = [" Comment=", " Extra=", " ExtSensors", " CurrentWatts="]
+                .iter()
+                .filter_map(|k| rest.find(k))
+                .min()
+                .unwrap_or(rest.len());
+            let r = rest[..end].trim();
+            // Drop Slurm's " [user@2026-11-21T10:00:00]".
+            match r.rfind(" [") {
+                Some(j) if r.ends_with(']') => r[..j].trim().to_string(),
+                _ => r.to_string(),
+            }
+        }
+    };
+    let reason = if reason == "(null)" {
+        String::new()
+    } else {
+        reason
+    };
+    Some(NodeState { state, reason })
+}
+
+/// What a drain or resume request came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Drained,
+    Resumed,
+    /// Requested less than RECENT seconds ago (no scontrol call).
+    AlreadyRequested,
+    /// Already drained, with this reason (ours or someone else's): left as it is.
+    AlreadyDrained(String),
+    /// Drained by someone else: never resumed by us.
+    NotOurs(String),
+    /// Nothing to do (not drained, or no drain of ours recorded).
+    Nothing,
+    Failed(String),
+}
+
+/// `scontrol` for one node. Its environment is cleared except `SLURM_CONF`, which slurmd sets
+/// for its prolog (to its own config) and which scontrol needs to find the controller.
+pub struct Slurm {
+    pub scontrol: PathBuf,
+    pub node: String,
+    pub slurm_conf: Option<String>,
+}
+
+impl Slurm {
+    fn call(&self, args: &[&str]) -> Result<String, String> {
+        let mut cmd = Command::new(&self.scontrol);
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", crate::worker::WORKER_PATH)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(c) = &self.slurm_conf {
+            cmd.env("SLURM_CONF", c);
+        }
+        let what = format!("{} {}", self.scontrol.display(), args.join(" "));
+        let mut child = cmd.spawn().map_err(|e| format!("{what}: {e}"))?;
+        let deadline = Instant::now() + SCONTROL_TIMEOUT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("{what}: no answer within {SCONTROL_TIMEOUT:?}"));
+                }
+            }
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|e| format!("{what}: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "{what}: {} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    pub fn show(&self) -> Result<NodeState, String> {
+        let out = self.call(&["show", "node", "-o", &self.node])?;
+        out.lines().find_map(parse_show_node).ok_or_else(|| {
+            format!(
+                "scontrol show node {}: no State in {:?}",
+                self.node,
+                out.trim()
+            )
+        })
+    }
+
+    fn update(&self, args: &[&str]) -> Result<(), String> {
+        let node = format!("nodename={}", self.node);
+        let mut a = vec!["update", node.as_str()];
+        a.extend_from_slice(args);
+        self.call(&a).map(|_| ())
+    }
+
+    /// Drains this node with `reason` (which must start with PREFIX) unless it is drained
+    /// already or we asked less than RECENT seconds ago.
+    pub fn drain(&self, state_dir: &Path, reason: &str, now: f64) -> Outcome {
+        debug_assert!(reason.starts_with(PREFIX));
+        let _lock = match Lock::acquire(state_dir, LOCK_WAIT) {
+            Ok(l) => l,
+            Err(e) => return Outcome::Failed(format!("lock: {e}")),
+        };
+        if let Some((t, _)) = read_marker(state_dir) {
+            if (0.0..RECENT).contains(&(now - t)) {
+                return Outcome::AlreadyRequested;
+            }
+        }
+        // If the state cannot be read, still ask once (the marker keeps it to once).
+        if let Ok(n) = self.show() {
+            if n.drained() {
+                return Outcome::AlreadyDrained(n.reason);
+            }
+        }
+        let r = format!("reason={reason}");
+        match self.update(&["state=drain", &r]) {
+            Ok(()) => {
+                write_marker(state_dir, now, reason);
+                Outcome::Drained
+            }
+            Err(e) => Outcome::Failed(e),
+        }
+    }
+
+    /// Resumes this node if nccl-check drained it and the drain is older than the passing
+    /// measurement (`pass_started`). With `ask_anyway` (recheck), Slurm is asked even without
+    /// our marker (the state dir may have been wiped); otherwise no marker means no call.
+    pub fn resume_own(&self, state_dir: &Path, pass_started: f64, ask_anyway: bool) -> Outcome {
+        let _lock = match Lock::acquire(state_dir, LOCK_WAIT) {
+            Ok(l) => l,
+            Err(e) => return Outcome::Failed(format!("lock: {e}")),
+        };
+        let marker = read_marker(state_dir);
+        match marker {
+            // Drained after this measurement started (by a concurrent prolog): that one knows
+            // better.
+            Some((t, _)) if t > pass_started => return Outcome::Nothing,
+            None if !ask_anyway => return Outcome::Nothing,
+            _ => {}
+        }
+        let node = match self.show() {
+            Ok(n) => n,
+            Err(e) => return Outcome::Failed(e),
+        };
+        let out = if !node.drained() {
+            Outcome::Nothing
+        } else if !node.ours() {
+            Outcome::NotOurs(node.reason)
+        } else {
+            match self.update(&["state=resume"]) {
+                Ok(()) => Outcome::Resumed,
+                Err(e) => return Outcome::Failed(e),
+            }
+        };
+        let _ = std::fs::remove_file(state_dir.join(MARKER));
+        out
+    }
+}
+
+fn read_marker(state_dir: &Path) -> Option<(f64, String)> {
+    let text = std::fs::read_to_string(state_dir.join(MARKER)).ok()?;
+    let (t, reason) = text.split_once(' ').unwrap_or((text.trim(), ""));
+    Some((t.trim().parse().ok()?, reason.trim().to_string()))
+}
+
+fn write_marker(state_dir: &Path, now: f64, reason: &str) {
+    let _ = state::write_atomic(
+        &state_dir.join(MARKER),
+        format!("{now:.3} {reason}\n").as_bytes(),
+        0o644,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Reason, Report};
+
+    fn fail(reasons: Vec<Reason>) -> Report {
+        Report {
+            summary: "all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s".into(),
+            reasons,
+            ..Report::default()
+        }
+    }
+
+    fn busbw(subject: Option<&str>) -> Reason {
+        Reason {
+            code: "busbw_below_threshold".into(),
+            message: "all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s".into(),
+            subject: subject.map(str::to_string),
+            measured: Some(12.3),
+            limit: Some(300.0),
+        }
+    }
+
+    #[test]
+    fn the_reason_names_the_subject_the_numbers_and_the_job() {
+        let r = fail(vec![busbw(Some("GPU2<->GPU3"))]);
+        assert_eq!(
+            reason(Some(&r), Some("42")),
+            "nccl-check: GPU2<->GPU3: all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s (job 42)"
+        );
+    }
+
+    #[test]
+    fn a_reason_without_a_message_is_told_by_its_code_and_numbers() {
+        let mut b = busbw(Some("GPU1"));
+        b.message.clear();
+        assert_eq!(
+            reason(Some(&fail(vec![b])), None),
+            "nccl-check: GPU1: busbw_below_threshold 12.3 vs limit 300.0"
+        );
+    }
+
+    #[test]
+    fn more_reasons_are_counted_not_listed() {
+        let r = fail(vec![busbw(None), busbw(None), busbw(None)]);
+        assert_eq!(
+            reason(Some(&r), None),
+            "nccl-check: all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s (+2 more)"
+        );
+    }
+
+    #[test]
+    fn without_reasons_the_summary_and_without_a_report_a_generic_line() {
+        let r = fail(vec![]);
+        assert!(reason(Some(&r), None).starts_with("nccl-check: all_reduce 256 MiB"));
+        assert_eq!(
+            reason(None, Some("7")),
+            "nccl-check: FAIL (worker exit 1, no readable report) (job 7)"
+        );
+    }
+
+    #[test]
+    fn the_reason_is_one_short_line_with_one_prefix() {
+        let mut r = fail(vec![]);
+        r.summary = format!("nccl-check: line one\nline\ttwo {}", "x".repeat(400));
+        let s = reason(Some(&r), Some("1"));
+        assert!(s.starts_with("nccl-check: line one line two x"), "{s}");
+        assert_eq!(s.matches(PREFIX).count(), 1);
+        assert!(
+            !s.contains('\n') && s.chars().count() <= MAX_REASON + 30,
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn show_node_gives_state_and_reason_without_the_user_stamp() {
+        let line = "NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State=IDLE+DRAIN ThreadsPerCore=1 \
+            Partitions=debug BootTime=2026-11-21T10:00:00 LastBusyTime=2026-11-21T10:01:00 \
+            Reason=nccl-check: GPU2: busbw 12.3 < 300.0 GB/s (job 4) [root@2026-11-21T10:02:00]";
+        let n = parse_show_node(line).expect("parses");
+        assert_eq!(n.state, "IDLE+DRAIN");
+        assert_eq!(
+            n.reason,
+            "nccl-check: GPU2: busbw 12.3 < 300.0 GB/s (job 4)"
+        );
+        assert!(n.drained() && n.ours());
+        let n = parse_show_node("NodeName=n2 State=MIXED+DRAIN Reason=admin: hw ticket [root@x]")
+            .expect("parses");
+        assert!(n.drained() && !n.ours());
+        let n = parse_show_node("NodeName=n2 State=IDLE CPUTot=2").expect("parses");
+        assert!(!n.drained() && n.reason.is_empty());
+        let n = parse_show_node(
+            "NodeName=n2 State=ALLOCATED+DRAINING Reason=Prolog error [root@x] Comment=(null)",
+        )
+        .expect("parses");
+        assert!(n.drained() && !n.ours() && n.reason == "Prolog error");
+        assert_eq!(parse_show_node("Node n9 not found"), None);
+    }
+
+    /// A fake scontrol: `show` prints $STATE_LINE from a file, `update` appends its args to a log.
+    fn fake(dir: &Path, show: &str) -> Slurm {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(dir.join("show"), show).expect("write");
+        let p = dir.join("scontrol");
+        let body = format!(
+            "#!/bin/sh\nif [ \"$1\" = show ]; then cat {d}/show; else echo \"$*\" >> {d}/calls; fi\n",
+            d = dir.display()
+        );
+        std::fs::write(&p, body).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Slurm {
+            scontrol: p,
+            node: "n1".into(),
+            slurm_conf: None,
+        }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("nccl-check-drain-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        d
+    }
+
+    fn calls(dir: &Path) -> String {
+        std::fs::read_to_string(dir.join("calls")).unwrap_or_default()
+    }
+
+    #[test]
+    fn one_drain_request_per_node_and_never_over_someone_elses_drain() {
+        let d = scratch("once");
+        let s = fake(&d, "NodeName=n1 State=IDLE\n");
+        let r = "nccl-check: GPU1: busbw 1.0 < 2.0 GB/s";
+        assert_eq!(s.drain(&d, r, 1000.0), Outcome::Drained);
+        assert_eq!(
+            calls(&d),
+            format!("update nodename=n1 state=drain reason={r}\n")
+        );
+        // A second FAIL moments later: no scontrol call at all.
+        assert_eq!(s.drain(&d, r, 1010.0), Outcome::AlreadyRequested);
+        // Later, with the node drained by an admin: left alone.
+        std::fs::write(
+            d.join("show"),
+            "NodeName=n1 State=IDLE+DRAIN Reason=admin: psu [root@x]\n",
+        )
+        .expect("write");
+        assert_eq!(
+            s.drain(&d, r, 2000.0),
+            Outcome::AlreadyDrained("admin: psu".into())
+        );
+        assert_eq!(calls(&d).lines().count(), 1);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn only_our_own_drains_are_resumed() {
+        let d = scratch("resume");
+        let s = fake(
+            &d,
+            "NodeName=n1 State=IDLE+DRAIN Reason=nccl-check: GPU1 slow [root@x]\n",
+        );
+        // No marker and not a recheck: Slurm is not even asked.
+        assert_eq!(s.resume_own(&d, 100.0, false), Outcome::Nothing);
+        assert_eq!(calls(&d), "");
+        write_marker(&d, 50.0, "nccl-check: GPU1 slow");
+        // A drain newer than the passing measurement stands.
+        assert_eq!(s.resume_own(&d, 40.0, true), Outcome::Nothing);
+        assert_eq!(s.resume_own(&d, 100.0, false), Outcome::Resumed);
+        assert_eq!(calls(&d), "update nodename=n1 state=resume\n");
+        // Someone else's drain is never touched, even on a recheck.
+        std::fs::write(
+            d.join("show"),
+            "NodeName=n1 State=IDLE+DRAIN Reason=admin: psu [root@x]\n",
+        )
+        .expect("write");
+        assert_eq!(
+            s.resume_own(&d, 200.0, true),
+            Outcome::NotOurs("admin: psu".into())
+        );
+        assert_eq!(calls(&d).lines().count(), 1);
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

@@ -1,0 +1,93 @@
+//! Where the prolog's words go: syslog (facility from the config; `nccl-check-prolog[pid]: ...`),
+//! and one line on stderr, which slurmd copies into its log (on a failing prolog, 22.05 keeps only
+//! the first line of output: `prolog failed: rc:1 output:...`), so that line is the verdict.
+//! `--dry-run` also echoes every message on stdout.
+
+use syslog::{Facility, Formatter3164, Logger, LoggerBackend};
+
+pub const PROCESS: &str = "nccl-check-prolog";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warning,
+    Error,
+}
+
+pub struct Log {
+    syslog: Option<Logger<LoggerBackend, Formatter3164>>,
+    echo: bool,
+}
+
+impl Log {
+    /// Opens syslog with `facility` (validated by the config); without a syslog daemon the
+    /// messages still reach stderr's final line.
+    pub fn open(facility: &str, echo: bool) -> Log {
+        let syslog = match facility.parse::<Facility>() {
+            Ok(facility) => syslog::unix(Formatter3164 {
+                facility,
+                hostname: None,
+                process: PROCESS.into(),
+                pid: std::process::id(),
+            })
+            .ok(),
+            _ => None,
+        };
+        Log { syslog, echo }
+    }
+
+    #[cfg(test)]
+    pub fn has_syslog(&self) -> bool {
+        self.syslog.is_some()
+    }
+
+    pub fn log(&mut self, level: Level, msg: &str) {
+        if self.echo {
+            println!("{PROCESS}: {msg}");
+        }
+        if let Some(s) = self.syslog.as_mut() {
+            let _ = match level {
+                Level::Info => s.info(msg),
+                Level::Warning => s.warning(msg),
+                Level::Error => s.err(msg),
+            };
+        }
+    }
+
+    pub fn info(&mut self, msg: &str) {
+        self.log(Level::Info, msg);
+    }
+
+    pub fn warn(&mut self, msg: &str) {
+        self.log(Level::Warning, msg);
+    }
+
+    pub fn error(&mut self, msg: &str) {
+        self.log(Level::Error, msg);
+    }
+}
+
+/// The verdict line on stderr (one line: slurmd keeps the first).
+pub fn stderr_line(msg: &str) {
+    let one: String = msg.replace(['\n', '\r'], " ");
+    eprintln!("{PROCESS}: {one}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_facility_the_config_accepts_is_known_to_syslog_except_none() {
+        for f in crate::config::FACILITIES {
+            assert_eq!(f.parse::<Facility>().is_ok(), *f != "none", "{f}");
+        }
+    }
+
+    #[test]
+    fn without_a_syslog_daemon_logging_is_silent_not_fatal() {
+        let mut l = Log::open("none", false);
+        assert!(!l.has_syslog());
+        l.error("nothing listens; must not panic");
+    }
+}
