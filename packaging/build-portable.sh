@@ -13,7 +13,8 @@
 # Usage: packaging/build-portable.sh [--print-path]   (run from anywhere; needs cargo, python3)
 # Env:   NCCL_CHECK_GLIBC_FLOOR (default 2.17)
 # Output: target/x86_64-unknown-linux-gnu/release/nccl-check (path printed on stdout).
-# Installs what is missing, pinned: ziglang from PyPI (pip), cargo-zigbuild from crates.io.
+# Installs what is missing, pinned: ziglang from PyPI (pip, into target/tools/python),
+# cargo-zigbuild from crates.io (cargo install --locked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,12 +26,15 @@ say() { echo "build-portable: $*" >&2; }
 
 [[ "$FLOOR" =~ ^2\.[0-9]+$ ]] || { say "NCCL_CHECK_GLIBC_FLOOR must look like 2.17, got '$FLOOR'"; exit 2; }
 
-# zig: a `zig` on PATH, else the PyPI wheel (cargo-zigbuild runs `python3 -m ziglang` itself).
+# zig: a `zig` on PATH, else the PyPI wheel, which cargo-zigbuild runs as `python3 -m ziglang`.
+# It is installed into target/tools/python (PYTHONPATH), not into the system's Python.
+TOOLS_PY=$PWD/target/tools/python
+export PYTHONPATH=$TOOLS_PY${PYTHONPATH:+:$PYTHONPATH}
 if ! command -v zig >/dev/null 2>&1 && ! python3 -m ziglang version >/dev/null 2>&1; then
-    say "installing ziglang==$ZIGLANG_VERSION from PyPI"
-    timeout 600 python3 -m pip install -q --disable-pip-version-check "ziglang==$ZIGLANG_VERSION" >&2 \
-        || timeout 600 python3 -m pip install -q --disable-pip-version-check --break-system-packages \
-            "ziglang==$ZIGLANG_VERSION" >&2
+    say "installing ziglang==$ZIGLANG_VERSION from PyPI into $TOOLS_PY"
+    timeout 600 python3 -m pip install -q --disable-pip-version-check --target "$TOOLS_PY" \
+        "ziglang==$ZIGLANG_VERSION" >&2
+    python3 -m ziglang version >/dev/null || { say "zig from PyPI does not run"; exit 1; }
 fi
 if ! command -v cargo-zigbuild >/dev/null 2>&1; then
     say "installing cargo-zigbuild $ZIGBUILD_VERSION (cargo install --locked, a few minutes)"
