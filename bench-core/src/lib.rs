@@ -5,6 +5,7 @@
 //! types, collective definitions, report types), so the SPANK plugin can share them without ever
 //! linking CUDA or NCCL code into srun or slurmstepd.
 
+pub mod analysis;
 pub mod collectives;
 pub mod config;
 pub mod datatype;

@@ -68,38 +68,8 @@ fn reason_code(e: &RunError) -> &'static str {
     }
 }
 
-/// PASS or FAIL from the measurements.
+/// PASS or FAIL from the measurements (bench_core::analysis), and the summary line.
 fn judge(opts: &Options, report: &mut Report) -> ExitCode {
-    let mut reasons = Vec::new();
-    for r in &report.results {
-        let size = bench_core::size::human(r.size);
-        for (name, p) in [("out-of-place", &r.out_of_place), ("in-place", &r.in_place)] {
-            if let Some(w) = p.wrong.filter(|&w| w > 0) {
-                reasons.push(Reason {
-                    code: "wrong_data",
-                    message: format!(
-                        "{} {size} {name}: {w} wrong elements (data corrupted in transfer)",
-                        r.collective
-                    ),
-                    subject: None,
-                    measured: Some(w as f64),
-                    limit: Some(0.0),
-                });
-            }
-            if let Some(min) = opts.min_busbw.filter(|&m| p.busbw < m) {
-                reasons.push(Reason {
-                    code: "busbw_below_threshold",
-                    message: format!(
-                        "{} {size} {name}: busbw {:.1} < {min:.1} GB/s",
-                        r.collective, p.busbw
-                    ),
-                    subject: None,
-                    measured: Some(p.busbw),
-                    limit: Some(min),
-                });
-            }
-        }
-    }
     let mut by_coll: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
     for r in &report.results {
         let e = by_coll.entry(r.collective.to_string()).or_default();
@@ -114,7 +84,38 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
         .map(|p| p.host.as_str())
         .collect::<std::collections::BTreeSet<_>>()
         .len()
-        .max(1);
+        .max(1) as u32;
+    let gpu_name = report
+        .gpus
+        .first()
+        .and_then(|g| g.info.get("name"))
+        .and_then(|n| n.as_str())
+        .unwrap_or("")
+        .to_string();
+    let floor = |coll: &str, n: u32, bytes: u64| {
+        let pair = n == 2 && coll == "sendrecv";
+        let key = bench_core::thresholds::Key {
+            gpu_name: &gpu_name,
+            gpus: n,
+            nodes: if pair { 1 } else { hosts },
+            collective: coll,
+            bytes,
+        };
+        let rule =
+            bench_core::thresholds::lookup(&opts.config.thresholds, &key).map(|t| t.min_busbw);
+        match (rule, opts.min_busbw.filter(|_| !pair || n == gpus)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    };
+    let reasons = bench_core::analysis::judge(
+        &report.results,
+        &report.pairs,
+        gpus,
+        hosts,
+        opts.config.outliers.fraction,
+        &floor,
+    );
     let best = report
         .results
         .iter()
@@ -128,13 +129,27 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
             )
         })
         .unwrap_or_default();
+    let pair_min = report
+        .pairs
+        .iter()
+        .filter(|p| p.kind == "gpu")
+        .map(|p| p.busbw)
+        .fold(f64::INFINITY, f64::min);
+    let pairs_text = if pair_min.is_finite() {
+        format!(
+            ", {} GPU pairs >= {pair_min:.1} GB/s",
+            report.pairs.iter().filter(|p| p.kind == "gpu").count()
+        )
+    } else {
+        String::new()
+    };
     let code = if reasons.is_empty() {
         ExitCode::Pass
     } else {
         ExitCode::Fail
     };
     let summary = match reasons.first() {
-        None => format!("{gpus} GPUs on {hosts} host(s){best}"),
+        None => format!("{gpus} x {gpu_name} on {hosts} node(s){best}{pairs_text}"),
         Some(first) if reasons.len() == 1 => first.message.clone(),
         Some(first) => format!("{} (and {} more)", first.message, reasons.len() - 1),
     };
@@ -183,6 +198,32 @@ fn run(
             list.clone()
         }
     };
+    if opts.explain_thresholds {
+        let name = devices
+            .first()
+            .and_then(|&d| cuda::gpu_info(d).ok())
+            .map(|i| i.name)
+            .unwrap_or_default();
+        print!(
+            "{}",
+            bench_core::thresholds::explain(
+                &opts.config.thresholds,
+                &name,
+                devices.len() as u32,
+                1
+            )
+        );
+        println!(
+            "Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}",
+            opts.config.outliers.fraction,
+            opts.config.outliers.retest,
+            opts.config
+                .path
+                .as_ref()
+                .map_or("built-in defaults only".to_string(), |p| format!("{} over the built-in defaults", p.display()))
+        );
+        exit(0);
+    }
     if !opts.quiet && opts.rank == 0 {
         println!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
@@ -217,7 +258,12 @@ fn run(
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
-        host: report.host.clone(),
+        // The node identity: NCCL_HOSTID when set (NCCL treats such processes as separate
+        // nodes, and so does the verdict), else the host name.
+        host: std::env::var("NCCL_HOSTID")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| report.host.clone()),
         pid: std::process::id(),
         ngpus: devices.len() as u32,
         first_rank: 0,
@@ -244,6 +290,25 @@ fn run(
     report.nranks = nranks;
     report.processes = joined.members.clone();
     let team = Arc::new(Team::new(devices.len(), joined.plane, deadline));
+    // Which node each global rank is on, and its index there (GPU0, GPU1, ...).
+    let mut node_of = vec![(String::new(), 0usize); nranks as usize];
+    let mut per_node: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut members = joined.members.clone();
+    members.sort_by_key(|m| m.first_rank);
+    for m in &members {
+        for r in m.first_rank..m.first_rank + m.ngpus {
+            let i = per_node.entry(m.host.clone()).or_default();
+            node_of[r as usize] = (m.host.clone(), *i);
+            *i += 1;
+        }
+    }
+    let nodes = per_node.len() as u32;
+    let node_of = Arc::new(node_of);
+    let gpu_name = Arc::new(
+        cuda::gpu_info(devices[0])
+            .map(|i| i.name)
+            .unwrap_or_default(),
+    );
     let id = bench_core::nccl::UniqueId {
         internal: joined.unique_id,
     };
@@ -256,6 +321,10 @@ fn run(
             nranks,
             printer: rank == 0 && !opts.quiet,
             recorder: slot == 0,
+            node_of: node_of.clone(),
+            nodes,
+            gpu_name: gpu_name.clone(),
+            opts,
         });
     }
 
@@ -273,6 +342,7 @@ fn run(
             p.timed_loop_ms = out.phases.timed_loop_ms;
             p.verification_ms = out.phases.verification_ms;
             report.results = out.rows;
+            report.pairs = out.pairs;
         }
         if let Some(info) = out.info {
             let rank = out.rank.unwrap_or(u32::MAX);

@@ -3,6 +3,7 @@
 //! rendezvous address when flags do not.
 
 use crate::collectives::{self, Collective};
+use crate::config::worker::{Step, WorkerConfig};
 use crate::datatype::{DataType, RedOp};
 use crate::size::parse_size;
 use crate::verdict::ExitCode;
@@ -36,10 +37,18 @@ struct Raw {
     /// alltoall, sendrecv, or all [default: from --plan]
     collectives: Option<String>,
 
-    /// Named defaults: quick = all_reduce 256M, 2 warm-up + 5 timed iterations;
-    /// full = all six collectives, 32M..1G
-    #[arg(long, default_value = "quick", value_parser = ["quick", "full"])]
+    /// What to run, from the config's [plans]: quick = all_reduce 256M + the GPU pair matrix;
+    /// full = all six collectives 32M..1G + the pair matrix. Collectives or -b/-e on the command
+    /// line replace the plan's steps (no pair matrix then)
+    #[arg(long, default_value = "quick")]
     plan: String,
+    /// Thresholds, outlier rule and plans [env: NCCL_CHECK_CONFIG; default:
+    /// /etc/nccl-check/nccl-check.toml when it exists, over the built-in defaults]
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print which thresholds apply to this node's GPUs and why, then exit
+    #[arg(long = "explain-thresholds")]
+    explain_thresholds: bool,
 
     /// Smallest size in bytes (K, M, G suffixes) [default: from --plan]
     #[arg(short = 'b', long = "minbytes")]
@@ -89,7 +98,7 @@ struct Raw {
     /// Give up after this many seconds with ERROR (exit 6), saying what was awaited
     #[arg(long, default_value = "60")]
     timeout: String,
-    /// FAIL when any row's busbw (GB/s) is below this
+    /// FAIL when any row's busbw (GB/s) is below this (in addition to the config's thresholds)
     #[arg(long = "min-busbw")]
     min_busbw: Option<f64>,
     /// Path of libnccl.so.2 [env: NCCL_CHECK_NCCL_LIB; default: the library path]
@@ -110,6 +119,11 @@ fn after_help() -> String {
 /// Validated options.
 #[derive(Debug)]
 pub struct Options {
+    /// The steps to run: the plan's, or one per command-line collective.
+    pub steps: Vec<Step>,
+    pub plan: String,
+    pub config: WorkerConfig,
+    pub explain_thresholds: bool,
     pub collectives: Vec<&'static dyn Collective>,
     pub sizes: Vec<u64>,
     pub min_bytes: u64,
@@ -172,47 +186,118 @@ fn parse_u32(what: &str, v: &str) -> Result<u32, String> {
 }
 
 fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, String> {
-    let full = raw.plan == "full";
-    let coll_text = raw
-        .collectives
-        .unwrap_or_else(|| if full { "all" } else { "all_reduce" }.into());
-    let collectives = collectives::parse_list(&coll_text)?;
-    let default_min = if full { "32M" } else { "256M" };
-    let default_max = if full { "1G" } else { "256M" };
-    let min_bytes = parse_size(raw.min_bytes.as_deref().unwrap_or(default_min))?;
-    let max_bytes = match raw.max_bytes.as_deref() {
-        Some(m) => parse_size(m)?,
-        // -b alone measures just that size.
-        None if raw.min_bytes.is_some() => min_bytes,
-        None => parse_size(default_max)?,
-    };
-    if min_bytes > max_bytes {
-        return Err(format!(
-            "minbytes {min_bytes} is larger than maxbytes {max_bytes}"
-        ));
-    }
+    let config_path = raw.config.clone().or_else(|| {
+        env("NCCL_CHECK_CONFIG")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    });
+    let config = WorkerConfig::load(config_path.as_deref()).map_err(|e| format!("config: {e}"))?;
+    let plan = config.plans.get(&raw.plan).ok_or_else(|| {
+        format!(
+            "unknown plan '{}' (plans: {})",
+            raw.plan,
+            config.plans.keys().cloned().collect::<Vec<_>>().join(", ")
+        )
+    })?;
     if raw.step_factor < 2 {
         return Err(format!(
             "invalid stepfactor {}: must be at least 2",
             raw.step_factor
         ));
     }
-    let mut sizes = vec![];
-    let mut s = min_bytes;
-    while s <= max_bytes {
-        sizes.push(s);
-        if s == 0 {
-            break;
-        }
-        s = s.saturating_mul(raw.step_factor);
-    }
-    let datatype = DataType::parse(&raw.datatype)?;
-    let op = RedOp::parse(&raw.op)?;
-    let iters = raw.iters.unwrap_or(if full { 20 } else { 5 });
-    if iters == 0 {
+    if raw.iters == Some(0) {
         return Err("invalid iters 0: at least one timed iteration is needed".into());
     }
-    let warmup_iters = raw.warmup_iters.unwrap_or(if full { 5 } else { 2 });
+    // Command-line collectives or sizes make an ad-hoc plan, nccl-tests style.
+    let adhoc = raw.collectives.is_some() || raw.min_bytes.is_some() || raw.max_bytes.is_some();
+    let steps: Vec<Step> = if adhoc {
+        let collectives =
+            collectives::parse_list(raw.collectives.as_deref().unwrap_or("all_reduce"))?;
+        let min_bytes = parse_size(raw.min_bytes.as_deref().unwrap_or("256M"))?;
+        let max_bytes = match raw.max_bytes.as_deref() {
+            Some(m) => parse_size(m)?,
+            // -b alone measures just that size.
+            None if raw.min_bytes.is_some() => min_bytes,
+            None => parse_size("256M")?,
+        };
+        if min_bytes > max_bytes {
+            return Err(format!(
+                "minbytes {min_bytes} is larger than maxbytes {max_bytes}"
+            ));
+        }
+        let mut sizes = vec![];
+        let mut s = min_bytes;
+        while s <= max_bytes {
+            sizes.push(s);
+            if s == 0 {
+                break;
+            }
+            s = s.saturating_mul(raw.step_factor);
+        }
+        collectives
+            .into_iter()
+            .map(|collective| Step::Collective {
+                collective,
+                sizes: sizes.clone(),
+                warmup: raw.warmup_iters.unwrap_or(5),
+                iters: raw.iters.unwrap_or(20),
+            })
+            .collect()
+    } else {
+        plan.steps
+            .iter()
+            .map(|s| match s.clone() {
+                Step::Collective {
+                    collective,
+                    sizes,
+                    warmup,
+                    iters,
+                } => Step::Collective {
+                    collective,
+                    sizes,
+                    warmup: raw.warmup_iters.unwrap_or(warmup),
+                    iters: raw.iters.unwrap_or(iters),
+                },
+                Step::Pairs {
+                    bytes,
+                    warmup,
+                    iters,
+                } => Step::Pairs {
+                    bytes,
+                    warmup: raw.warmup_iters.unwrap_or(warmup),
+                    iters: raw.iters.unwrap_or(iters),
+                },
+            })
+            .collect()
+    };
+    let collectives: Vec<&'static dyn Collective> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Collective { collective, .. } => Some(*collective),
+            Step::Pairs { .. } => None,
+        })
+        .collect();
+    let all_sizes: Vec<u64> = steps
+        .iter()
+        .flat_map(|s| match s {
+            Step::Collective { sizes, .. } => sizes.clone(),
+            Step::Pairs { bytes, .. } => vec![*bytes],
+        })
+        .collect();
+    let min_bytes = all_sizes.iter().copied().min().unwrap_or(0);
+    let max_bytes = all_sizes.iter().copied().max().unwrap_or(0);
+    let sizes = match steps.first() {
+        Some(Step::Collective { sizes, .. }) => sizes.clone(),
+        _ => vec![],
+    };
+    let (warmup_iters, iters) = match steps.first() {
+        Some(Step::Collective { warmup, iters, .. } | Step::Pairs { warmup, iters, .. }) => {
+            (*warmup, *iters)
+        }
+        None => (0, 1),
+    };
+    let datatype = DataType::parse(&raw.datatype)?;
+    let op = RedOp::parse(&raw.op)?;
 
     let gpus = match raw.gpus {
         None => None,
@@ -302,6 +387,10 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             .map(PathBuf::from)
     });
     Ok(Options {
+        steps,
+        plan: raw.plan,
+        config,
+        explain_thresholds: raw.explain_thresholds,
         collectives,
         sizes,
         min_bytes,
@@ -361,6 +450,12 @@ mod tests {
         assert_eq!(o.collectives.len(), 1);
         assert_eq!(o.sizes, vec![256 << 20]);
         assert_eq!((o.warmup_iters, o.iters, o.world, o.rank), (2, 5, 1, 0));
+        assert!(matches!(o.steps[1], Step::Pairs { bytes, .. } if bytes == 256 << 20));
+        let e = parse_with(&["--plan", "nope"], &[]).unwrap_err();
+        assert!(
+            e.contains("unknown plan 'nope' (plans: full, quick)"),
+            "{e}"
+        );
         assert!(o.check && o.rendezvous.is_none());
     }
 

@@ -3,11 +3,12 @@
 //! barrier, the timed loop with rotating buffer offsets, then the bit-exact check).
 
 use crate::collectives::{Collective, Counts};
+use crate::config::worker::Step;
 use crate::cuda::{Gpu, GpuInfo, StreamWait};
 use crate::nccl::{Comm, Issue, Nccl, UniqueId};
 use crate::options::Options;
 use crate::report::json::Phases;
-use crate::report::{table, Placement, Row};
+use crate::report::{table, PairRow, Placement, Row};
 use crate::team::Team;
 use std::io::Write;
 use std::sync::mpsc::Receiver;
@@ -63,6 +64,66 @@ pub struct Start {
     pub printer: bool,
     /// Local thread 0 keeps the rows for this process's report.
     pub recorder: bool,
+    /// Per global rank: its node (host, or NCCL_HOSTID when set) and its index on that node.
+    pub node_of: Arc<Vec<(String, usize)>>,
+    pub nodes: u32,
+    /// The GPU name thresholds are looked up by (this process's first GPU).
+    pub gpu_name: Arc<String>,
+    pub opts: &'static Options,
+}
+
+impl Start {
+    /// Node names in order of their first rank.
+    pub fn node_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for (n, _) in self.node_of.iter() {
+            if !v.contains(n) {
+                v.push(n.clone());
+            }
+        }
+        v
+    }
+
+    /// Global ranks on `node`, by local index.
+    pub fn ranks_of(&self, node: &str) -> Vec<usize> {
+        let mut v: Vec<(usize, usize)> = self
+            .node_of
+            .iter()
+            .enumerate()
+            .filter(|(_, (n, _))| n == node)
+            .map(|(r, (_, i))| (*i, r))
+            .collect();
+        v.sort_unstable();
+        v.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// The config's threshold for (collective, GPUs measured together, bytes), if any. GPU
+    /// pairs (`sendrecv`, 2 GPUs) are always judged as one node.
+    pub fn floor_rule(&self, collective: &str, gpus: u32, bytes: u64) -> Option<f64> {
+        let key = crate::thresholds::Key {
+            gpu_name: &self.gpu_name,
+            gpus,
+            nodes: if gpus == 2 && collective == "sendrecv" {
+                1
+            } else {
+                self.nodes
+            },
+            collective,
+            bytes,
+        };
+        crate::thresholds::lookup(&self.opts.config.thresholds, &key).map(|t| t.min_busbw)
+    }
+
+    /// The floor of a collective row: the config's rule and `--min-busbw`, the higher.
+    pub fn floor(&self, collective: &str, gpus: u32, bytes: u64) -> Option<f64> {
+        match (
+            self.floor_rule(collective, gpus, bytes),
+            self.opts.min_busbw,
+        ) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 pub struct Outcome {
@@ -70,6 +131,7 @@ pub struct Outcome {
     pub rank: Option<u32>,
     pub phases: Phases,
     pub rows: Vec<Row>,
+    pub pairs: Vec<PairRow>,
     pub error: Option<RunError>,
 }
 
@@ -95,6 +157,7 @@ impl GpuThread {
             rank: None,
             phases: Phases::default(),
             rows: Vec::new(),
+            pairs: Vec::new(),
             error: None,
         };
         let began = Instant::now();
@@ -372,122 +435,412 @@ impl Measurer<'_> {
 
     fn run_plan(&self, start: &Start, out: &mut Outcome) -> Result<(), RunError> {
         let o = self.opts();
-        let elt = o.datatype.size();
         self.team.barrier().map_err(|e| self.team_err(e))?;
-        for (ci, coll) in o.collectives.iter().copied().enumerate() {
-            if start.printer {
-                print(&table::header(
-                    coll.nccl_tests_binary(),
-                    self.nranks as usize,
-                    o.min_bytes,
-                    o.max_bytes,
-                    o.step_factor,
-                    o.warmup_iters,
-                    o.iters,
-                    o.check,
-                ));
-                print(&table::column_header());
-            }
-            self.thread.set_status(format!(
-                "GPU {} (rank {}): {} warm-up",
-                self.thread.device,
-                self.rank,
-                coll.name()
-            ));
-            let t = Instant::now();
-            // nccl-tests' global warm-up (TimeTest): every size from min to max by doubling,
-            // out-of-place, at rotating offsets, completing each size before the next.
-            let mut size = o.min_bytes;
-            while size <= o.max_bytes {
-                let c = coll.counts(size / elt, elt, self.nranks as u64);
-                for iter in 0..o.warmup_iters as u64 {
-                    self.issue(coll, &c, false, iter)?;
-                }
-                self.wait(&format!("{} warm-up", coll.name()))?;
-                if size == 0 {
-                    break;
-                }
-                size = size.saturating_mul(2);
-            }
-            out.phases.warmup_ms += ms(t.elapsed());
-            let mut busbw_sum = 0.0;
-            let mut wrong_ranks = 0.0;
-            for (si, &size) in o.sizes.iter().enumerate() {
-                let c = coll.counts(size / elt, elt, self.nranks as u64);
-                let mut placements = [None, None];
-                for (pi, in_place) in [false, true].into_iter().enumerate() {
-                    let seed = (ci as u32) << 24 | (si as u32) << 8 | (pi as u32) << 1;
-                    let what = format!(
-                        "{} {} {}",
-                        coll.name(),
-                        crate::size::human(c.bytes(elt)),
-                        if in_place { "in-place" } else { "out-of-place" }
-                    );
-                    self.thread.set_status(format!(
-                        "GPU {} (rank {}): {what}",
-                        self.thread.device, self.rank
-                    ));
-                    let (secs, wrong) = self.measure(coll, &c, in_place, seed, &what, out)?;
-                    let wrong_val = wrong.map_or(-1.0, |w| w as f64);
-                    let sums = self
-                        .team
-                        .sum(&[secs, wrong_val.max(0.0), (wrong_val > 0.0) as u8 as f64])
-                        .map_err(|e| self.team_err(e))?;
-                    let time = sums[0] / self.nranks as f64;
-                    let algbw = if time > 0.0 {
-                        c.bytes(elt) as f64 / 1e9 / time
-                    } else {
-                        0.0
-                    };
-                    let busbw = algbw * coll.bus_factor(self.nranks as u64);
-                    busbw_sum += busbw;
-                    wrong_ranks += sums[2];
-                    placements[pi] = Some(Placement {
-                        time_us: time * 1e6,
-                        algbw,
-                        busbw,
-                        wrong: wrong.map(|_| sums[1] as u64),
-                    });
-                }
-                let [Some(oop), Some(ip)] = placements else {
-                    unreachable!("both placements measured")
-                };
-                let row = Row {
-                    collective: coll.name(),
-                    size: c.bytes(elt),
-                    count: c.param,
-                    dtype: o.datatype.name(),
-                    redop: if coll.uses_op() { o.op.name() } else { "none" },
-                    root: if coll.uses_root() { o.root as i32 } else { -1 },
-                    out_of_place: oop,
-                    in_place: ip,
-                };
-                if start.printer {
-                    print(&format!("{}\n", table::row(&row)));
-                }
-                if start.recorder {
-                    out.rows.push(row);
-                }
-            }
-            if start.printer {
-                let rows = (o.sizes.len() * 2) as f64;
-                print(&table::footer(
-                    coll.nccl_tests_binary(),
-                    wrong_ranks as u64,
-                    busbw_sum / rows,
-                ));
+        for (ci, step) in o.steps.iter().enumerate() {
+            match step {
+                Step::Collective {
+                    collective,
+                    sizes,
+                    warmup,
+                    iters,
+                } => self.run_collective(ci, *collective, sizes, *warmup, *iters, start, out)?,
+                Step::Pairs {
+                    bytes,
+                    warmup,
+                    iters,
+                } => self.run_pairs(*bytes, *warmup, *iters, start, out)?,
             }
         }
         Ok(())
     }
 
+    fn phase(&self, start: &Start, what: &str) {
+        if start.printer {
+            eprintln!("nccl-check: {what}");
+        }
+    }
+
+    /// Is this busbw below the threshold for (collective, GPUs, bytes)? Every rank asks the team,
+    /// so all agree even if their processes see different GPU names.
+    fn agree_slow(&self, slow: bool) -> Result<bool, RunError> {
+        let s = self
+            .team
+            .sum(&[slow as u8 as f64])
+            .map_err(|e| self.team_err(e))?;
+        Ok(s[0] > 0.0)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_collective(
+        &self,
+        ci: usize,
+        coll: &'static dyn Collective,
+        sizes: &[u64],
+        warmup: u32,
+        iters: u32,
+        start: &Start,
+        out: &mut Outcome,
+    ) -> Result<(), RunError> {
+        let o = self.opts();
+        let elt = o.datatype.size();
+        let (min_bytes, max_bytes) = (sizes[0], sizes[sizes.len() - 1]);
+        self.phase(
+            start,
+            &format!(
+                "{} {}..{}",
+                coll.name(),
+                crate::size::human(min_bytes),
+                crate::size::human(max_bytes)
+            ),
+        );
+        if start.printer {
+            print(&table::header(
+                coll.nccl_tests_binary(),
+                self.nranks as usize,
+                min_bytes,
+                max_bytes,
+                o.step_factor,
+                warmup,
+                iters,
+                o.check,
+            ));
+            print(&table::column_header());
+        }
+        self.thread.set_status(format!(
+            "GPU {} (rank {}): {} warm-up",
+            self.thread.device,
+            self.rank,
+            coll.name()
+        ));
+        let t = Instant::now();
+        // nccl-tests' global warm-up (TimeTest): every size from min to max by doubling,
+        // out-of-place, at rotating offsets, completing each size before the next.
+        let mut size = min_bytes;
+        while size <= max_bytes {
+            let c = coll.counts(size / elt, elt, self.nranks as u64);
+            for iter in 0..warmup as u64 {
+                self.issue(coll, &c, false, iter)?;
+            }
+            self.wait(&format!("{} warm-up", coll.name()))?;
+            if size == 0 {
+                break;
+            }
+            size = size.saturating_mul(2);
+        }
+        out.phases.warmup_ms += ms(t.elapsed());
+        let mut busbw_sum = 0.0;
+        let mut wrong_ranks = 0.0;
+        for (si, &size) in sizes.iter().enumerate() {
+            let mut row = self.measure_row(ci, si, coll, size, iters, out, &mut wrong_ranks)?;
+            let floor = start.floor(coll.name(), self.nranks, row.size);
+            let slow = floor.is_some_and(|f| row.out_of_place.busbw.min(row.in_place.busbw) < f);
+            if o.config.outliers.retest && self.agree_slow(slow)? {
+                self.phase(
+                    start,
+                    &format!(
+                        "{} {}: below threshold, measuring once more",
+                        coll.name(),
+                        crate::size::human(row.size)
+                    ),
+                );
+                let again = self.measure_row(ci, si, coll, size, iters, out, &mut wrong_ranks)?;
+                let first = (row.out_of_place.busbw, row.in_place.busbw);
+                row = again;
+                row.out_of_place.first_busbw = Some(first.0);
+                row.in_place.first_busbw = Some(first.1);
+            }
+            busbw_sum += row.out_of_place.busbw + row.in_place.busbw;
+            if start.printer {
+                print(&format!("{}\n", table::row(&row)));
+            }
+            if start.recorder {
+                out.rows.push(row);
+            }
+        }
+        if start.printer {
+            let rows = (sizes.len() * 2) as f64;
+            print(&table::footer(
+                coll.nccl_tests_binary(),
+                wrong_ranks as u64,
+                busbw_sum / rows,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Both placements of one size, combined over all ranks.
+    #[allow(clippy::too_many_arguments)]
+    fn measure_row(
+        &self,
+        ci: usize,
+        si: usize,
+        coll: &'static dyn Collective,
+        size: u64,
+        iters: u32,
+        out: &mut Outcome,
+        wrong_ranks: &mut f64,
+    ) -> Result<Row, RunError> {
+        let o = self.opts();
+        let elt = o.datatype.size();
+        let c = coll.counts(size / elt, elt, self.nranks as u64);
+        let mut placements = [None, None];
+        for (pi, in_place) in [false, true].into_iter().enumerate() {
+            let seed = (ci as u32) << 24 | (si as u32) << 8 | (pi as u32) << 1;
+            let what = format!(
+                "{} {} {}",
+                coll.name(),
+                crate::size::human(c.bytes(elt)),
+                if in_place { "in-place" } else { "out-of-place" }
+            );
+            self.thread.set_status(format!(
+                "GPU {} (rank {}): {what}",
+                self.thread.device, self.rank
+            ));
+            let (secs, wrong) = self.measure(coll, &c, in_place, seed, iters, &what, out)?;
+            let wrong_val = wrong.map_or(-1.0, |w| w as f64);
+            let sums = self
+                .team
+                .sum(&[secs, wrong_val.max(0.0), (wrong_val > 0.0) as u8 as f64])
+                .map_err(|e| self.team_err(e))?;
+            let time = sums[0] / self.nranks as f64;
+            let algbw = if time > 0.0 {
+                c.bytes(elt) as f64 / 1e9 / time
+            } else {
+                0.0
+            };
+            let busbw = algbw * coll.bus_factor(self.nranks as u64);
+            *wrong_ranks += sums[2];
+            placements[pi] = Some(Placement {
+                time_us: time * 1e6,
+                algbw,
+                busbw,
+                wrong: wrong.map(|_| sums[1] as u64),
+                first_busbw: None,
+            });
+        }
+        let [Some(oop), Some(ip)] = placements else {
+            unreachable!("both placements measured")
+        };
+        Ok(Row {
+            collective: coll.name(),
+            size: c.bytes(elt),
+            count: c.param,
+            dtype: o.datatype.name(),
+            redop: if coll.uses_op() { o.op.name() } else { "none" },
+            root: if coll.uses_root() { o.root as i32 } else { -1 },
+            out_of_place: oop,
+            in_place: ip,
+        })
+    }
+
+    /// The pair matrix: GPU pairs inside each node (rounds of disjoint pairs), then node pairs
+    /// (GPU i of one node with GPU i of the other, all GPUs at once). Slow pairs, by the same
+    /// rule the verdict uses, make the whole matrix run once more.
+    fn run_pairs(
+        &self,
+        bytes: u64,
+        warmup: u32,
+        iters: u32,
+        start: &Start,
+        out: &mut Outcome,
+    ) -> Result<(), RunError> {
+        let o = self.opts();
+        self.phase(
+            start,
+            &format!("pair matrix, sendrecv {}", crate::size::human(bytes)),
+        );
+        let mut rows = self.pair_matrix(bytes, warmup, iters, start, out)?;
+        let floor = |c: &str, g: u32, b: u64| start.floor_rule(c, g, b);
+        let slow =
+            !crate::analysis::slow_pairs(&rows, o.config.outliers.fraction, &floor).is_empty();
+        if o.config.outliers.retest && self.agree_slow(slow)? {
+            self.phase(start, "slow pairs: measuring the pair matrix once more");
+            let again = self.pair_matrix(bytes, warmup, iters, start, out)?;
+            for (r, a) in rows.iter_mut().zip(again) {
+                let first = r.busbw;
+                *r = a;
+                r.first_busbw = Some(first);
+            }
+        }
+        if start.printer {
+            let multi = start.nodes > 1;
+            print(&format!("#\n# Pair matrix: sendrecv {} bytes, {iters} iterations, rounds of disjoint pairs\n#  {:>24}  {:>10}  {:>8}\n", bytes, "pair", "time(us)", "busbw"));
+            for r in &rows {
+                print(&format!(
+                    "   {:>24}  {:>10.1}  {:>8.2}\n",
+                    r.subject(multi),
+                    r.time_us,
+                    r.busbw
+                ));
+            }
+        }
+        if start.recorder {
+            out.pairs.extend(rows);
+        }
+        Ok(())
+    }
+
+    fn pair_matrix(
+        &self,
+        bytes: u64,
+        warmup: u32,
+        iters: u32,
+        start: &Start,
+        out: &mut Outcome,
+    ) -> Result<Vec<PairRow>, RunError> {
+        let me = self.rank as usize;
+        let n = self.nranks as usize;
+        // GPU pairs: per node, rounds over its local ranks; all nodes run their rounds at once.
+        let mut gpu_rounds: Vec<Vec<(usize, usize)>> = Vec::new();
+        for node in start.node_names() {
+            let locals = start.ranks_of(&node);
+            for (k, round) in crate::pairs::rounds(locals.len()).into_iter().enumerate() {
+                if gpu_rounds.len() <= k {
+                    gpu_rounds.push(Vec::new());
+                }
+                gpu_rounds[k].extend(round.into_iter().map(|(a, b)| (locals[a], locals[b])));
+            }
+        }
+        // Node pairs: GPU i of node A with GPU i of node B.
+        let names = start.node_names();
+        type NodeRound = (Vec<(usize, usize)>, Vec<(String, String)>);
+        let mut node_rounds: Vec<NodeRound> = Vec::new();
+        for round in crate::pairs::rounds(names.len()) {
+            let mut ranks = Vec::new();
+            let mut nodes = Vec::new();
+            for (a, b) in round {
+                let (ra, rb) = (start.ranks_of(&names[a]), start.ranks_of(&names[b]));
+                for i in 0..ra.len().min(rb.len()) {
+                    ranks.push((ra[i], rb[i]));
+                }
+                nodes.push((names[a].clone(), names[b].clone()));
+            }
+            node_rounds.push((ranks, nodes));
+        }
+        let mut rows = Vec::new();
+        let elt = 1u64; // bytes as int8, like nccl-tests sendrecv -d int8 would count them
+        let count = bytes / elt;
+        for round in &gpu_rounds {
+            let times = self.pair_round(round, me, n, count, warmup, iters, out)?;
+            for &(a, b) in round {
+                let t = times[a].max(times[b]);
+                let (node, la) = start.node_of[a].clone();
+                let lb = start.node_of[b].1;
+                rows.push(PairRow {
+                    kind: "gpu",
+                    node,
+                    a: format!("GPU{la}"),
+                    b: format!("GPU{lb}"),
+                    ranks: (a as u32, b as u32),
+                    bytes,
+                    time_us: t * 1e6,
+                    busbw: if t > 0.0 { bytes as f64 / 1e9 / t } else { 0.0 },
+                    first_busbw: None,
+                });
+            }
+        }
+        for (round, nodes) in &node_rounds {
+            let times = self.pair_round(round, me, n, count, warmup, iters, out)?;
+            for (na, nb) in nodes {
+                let members: Vec<&(usize, usize)> = round
+                    .iter()
+                    .filter(|(a, b)| &start.node_of[*a].0 == na && &start.node_of[*b].0 == nb)
+                    .collect();
+                let t = members
+                    .iter()
+                    .map(|&&(a, b)| times[a].max(times[b]))
+                    .fold(0.0, f64::max);
+                // All GPUs of the two nodes at once: the node pair's bandwidth is their sum.
+                let total = bytes as f64 * members.len() as f64;
+                rows.push(PairRow {
+                    kind: "node",
+                    node: String::new(),
+                    a: na.clone(),
+                    b: nb.clone(),
+                    ranks: members
+                        .first()
+                        .map_or((0, 0), |&&(a, b)| (a as u32, b as u32)),
+                    bytes,
+                    time_us: t * 1e6,
+                    busbw: if t > 0.0 { total / 1e9 / t } else { 0.0 },
+                    first_busbw: None,
+                });
+            }
+        }
+        Ok(rows)
+    }
+
+    /// One round: every rank in a pair exchanges `count` bytes with its partner (send and
+    /// receive at once, as nccl-tests sendrecv with 2 GPUs), the others wait. Returns each
+    /// rank's seconds per operation (0 for ranks without a partner), the same on every rank.
+    #[allow(clippy::too_many_arguments)]
+    fn pair_round(
+        &self,
+        round: &[(usize, usize)],
+        me: usize,
+        n: usize,
+        count: u64,
+        warmup: u32,
+        iters: u32,
+        out: &mut Outcome,
+    ) -> Result<Vec<f64>, RunError> {
+        let partner = crate::pairs::partner(round, me);
+        let what = match partner {
+            Some(p) => format!("sendrecv with rank {p}"),
+            None => "pair round (idle)".into(),
+        };
+        self.thread.set_status(format!(
+            "GPU {} (rank {}): {what}",
+            self.thread.device, self.rank
+        ));
+        let exchange = |iter: u64| -> Result<(), RunError> {
+            let Some(p) = partner else { return Ok(()) };
+            let steps = (self.opts().max_bytes / count.max(1)).max(1);
+            let shift = count * (iter % steps);
+            self.comm
+                .send_recv(
+                    self.send + shift,
+                    p as u32,
+                    self.recv + shift,
+                    p as u32,
+                    count,
+                    0,
+                    self.gpu.raw_stream(),
+                )
+                .map_err(|e| self.err_runtime("sendrecv", e))
+        };
+        let t = Instant::now();
+        for iter in 0..warmup.max(1) as u64 {
+            exchange(iter)?;
+        }
+        self.wait(&what)?;
+        out.phases.warmup_ms += ms(t.elapsed());
+        self.team.barrier().map_err(|e| self.team_err(e))?;
+        let t = Instant::now();
+        for iter in 0..iters as u64 {
+            exchange(iter)?;
+        }
+        self.wait(&what)?;
+        let secs = if partner.is_some() {
+            t.elapsed().as_secs_f64() / iters as f64
+        } else {
+            0.0
+        };
+        out.phases.timed_loop_ms += ms(t.elapsed());
+        let mut mine = vec![0.0; n];
+        mine[me] = secs;
+        self.team.sum(&mine).map_err(|e| self.team_err(e))
+    }
+
     /// One placement of one size: returns seconds per operation and the wrong-element count.
+    #[allow(clippy::too_many_arguments)]
     fn measure(
         &self,
         coll: &dyn Collective,
         c: &Counts,
         in_place: bool,
         seed: u32,
+        iters: u32,
         what: &str,
         out: &mut Outcome,
     ) -> Result<(f64, Option<u64>), RunError> {
@@ -506,7 +859,7 @@ impl Measurer<'_> {
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let t = Instant::now();
         let mut enqueued = Vec::new();
-        for iter in 0..o.iters as u64 {
+        for iter in 0..iters as u64 {
             self.issue(coll, c, in_place, iter)?;
             if debug_timing() {
                 enqueued.push(t.elapsed().as_secs_f64() * 1e6);
@@ -526,7 +879,7 @@ impl Measurer<'_> {
             );
         }
         out.phases.timed_loop_ms += ms(elapsed);
-        let secs = elapsed.as_secs_f64() / o.iters as f64;
+        let secs = elapsed.as_secs_f64() / iters as f64;
 
         if !o.check || (in_place && !coll.checks_in_place()) {
             return Ok((secs, None));

@@ -106,3 +106,25 @@ fn help_teaches_and_lists_exit_codes() {
         assert!(out.contains(needle), "{needle}");
     }
 }
+
+#[test]
+fn a_broken_config_is_error_2_naming_file_line_and_field() {
+    let path = std::env::temp_dir().join(format!("nccl-check-bad-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "[outliers]\nfraction = 0.9\n\n[[thresholds]]\ngpu = \"H200\"\ncollective = \"all_reduce\"\nmin_busbw = \"fast\"\n",
+    )
+    .unwrap();
+    let p = path.to_string_lossy().into_owned();
+    assert_one_line_error(
+        &["--config", &p],
+        2,
+        &format!("config: {p}:7: thresholds[0].min_busbw: "),
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn an_unknown_plan_is_error_2() {
+    assert_one_line_error(&["--plan", "fastest"], 2, "unknown plan 'fastest'");
+}

@@ -124,6 +124,8 @@ pub struct Report {
     pub gpus: Vec<GpuEntry>,
     pub processes: Vec<crate::rendezvous::Member>,
     pub results: Vec<Row>,
+    /// The pair matrix: GPU pairs of each node and node pairs (see `PairRow`).
+    pub pairs: Vec<super::PairRow>,
     /// Per collective: mean busbw over all rows and placements (nccl-tests' "Avg bus bandwidth").
     pub avg_busbw: BTreeMap<String, f64>,
     pub phases: Phases,
@@ -155,6 +157,7 @@ impl Report {
             gpus: Vec::new(),
             processes: Vec::new(),
             results: Vec::new(),
+            pairs: Vec::new(),
             avg_busbw: BTreeMap::new(),
             phases: Phases::default(),
             error: None,

@@ -16,6 +16,10 @@ pub struct Placement {
     /// Elements that differ bitwise from the expected output, summed over ranks; `None` = not
     /// checked (in-place alltoall and sendrecv, or `--check 0`).
     pub wrong: Option<u64>,
+    /// When this result was slow and measured once more: the first measurement's busbw (the
+    /// fields above are the second's, which the verdict uses).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_busbw: Option<f64>,
 }
 
 /// One printed line of the table.
@@ -37,5 +41,36 @@ pub struct Row {
 impl Row {
     pub fn wrong(&self) -> u64 {
         self.out_of_place.wrong.unwrap_or(0) + self.in_place.wrong.unwrap_or(0)
+    }
+}
+
+/// One pair of the pair matrix: two GPUs of a node (`kind = "gpu"`) or two nodes
+/// (`kind = "node"`, GPU i of one with GPU i of the other, all at once), with sendrecv.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairRow {
+    pub kind: &'static str,
+    /// The node of a GPU pair; empty for node pairs.
+    pub node: String,
+    /// `GPU2` / `GPU3` for GPU pairs; node names for node pairs.
+    pub a: String,
+    pub b: String,
+    /// Global NCCL ranks of the (first) two endpoints.
+    pub ranks: (u32, u32),
+    pub bytes: u64,
+    /// Slower of the two endpoints, per operation.
+    pub time_us: f64,
+    pub busbw: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_busbw: Option<f64>,
+}
+
+impl PairRow {
+    /// `GPU2<->GPU3` (with the node when the check spans several), or `node1<->node2`.
+    pub fn subject(&self, multi_node: bool) -> String {
+        if self.kind == "gpu" && multi_node {
+            format!("{} {}<->{}", self.node, self.a, self.b)
+        } else {
+            format!("{}<->{}", self.a, self.b)
+        }
     }
 }

@@ -154,6 +154,7 @@ mod tests {
         // From the 4x H200 anchor: all_reduce 128 MiB
         let expected = "   134217728      33554432     float     sum      -1   613.39  218.81  328.22       0   610.79  219.74  329.62       0";
         let p = |t, a, b| Placement {
+            first_busbw: None,
             time_us: t,
             algbw: a,
             busbw: b,
@@ -175,6 +176,7 @@ mod tests {
     #[test]
     fn unchecked_placements_print_na() {
         let p = Placement {
+            first_busbw: None,
             time_us: 1.0,
             algbw: 2.0,
             busbw: 3.0,

@@ -1,0 +1,419 @@
+//! From measurements to reasons: thresholds, the outlier rule, and localization (which GPU, link
+//! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
+
+use crate::report::json::Reason;
+use crate::report::{PairRow, Row};
+use std::collections::BTreeMap;
+
+/// The threshold that applies to (collective, GPUs in the measurement, bytes), if any.
+pub type Floor<'a> = &'a dyn Fn(&str, u32, u64) -> Option<f64>;
+
+/// Median of `v` (mean of the middle two for an even count); 0 for none.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return 0.0;
+    }
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Which pairs are slow: below their threshold, or below `fraction` x the median of their peers
+/// (GPU pairs: the other pairs of the same node; node pairs: all node pairs). Used both to decide
+/// a retest and to judge.
+pub fn slow_pairs(pairs: &[PairRow], fraction: f64, floor: Floor) -> Vec<(usize, SlowWhy)> {
+    let mut out = Vec::new();
+    let mut groups: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+    for (i, p) in pairs.iter().enumerate() {
+        let node = if p.kind == "gpu" { p.node.as_str() } else { "" };
+        groups.entry((p.kind, node)).or_default().push(i);
+    }
+    for idx in groups.values() {
+        let med = median(&idx.iter().map(|&i| pairs[i].busbw).collect::<Vec<_>>());
+        for &i in idx {
+            let p = &pairs[i];
+            if let Some(min) = floor("sendrecv", 2, p.bytes).filter(|_| p.kind == "gpu") {
+                if p.busbw < min {
+                    out.push((i, SlowWhy::Threshold(min)));
+                    continue;
+                }
+            }
+            if idx.len() >= 2 && p.busbw < fraction * med {
+                out.push((i, SlowWhy::Outlier(med)));
+            }
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SlowWhy {
+    Threshold(f64),
+    Outlier(f64),
+}
+
+/// Every reason for FAIL in these results. `gpus` and `nodes` describe the whole check.
+pub fn judge(
+    rows: &[Row],
+    pairs: &[PairRow],
+    gpus: u32,
+    nodes: u32,
+    fraction: f64,
+    floor: Floor,
+) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    let multi = nodes > 1;
+    // 1. Wrong data is always FAIL.
+    for r in rows {
+        for (name, p) in [("out-of-place", &r.out_of_place), ("in-place", &r.in_place)] {
+            if let Some(w) = p.wrong.filter(|&w| w > 0) {
+                reasons.push(Reason {
+                    code: "wrong_data",
+                    message: format!(
+                        "{} {} {name}: {w} wrong elements (data corrupted in transfer)",
+                        r.collective,
+                        crate::size::human(r.size)
+                    ),
+                    subject: None,
+                    measured: Some(w as f64),
+                    limit: Some(0.0),
+                });
+            }
+        }
+    }
+    // 2. Localization first, so a slow collective can say who is responsible.
+    let local = localize(pairs, fraction, floor, multi);
+    let culprits: Vec<String> = local.iter().filter_map(|r| r.subject.clone()).collect();
+    // 3. Collectives against their thresholds.
+    for r in rows {
+        let Some(min) = floor(r.collective, gpus, r.size) else {
+            continue;
+        };
+        let worst = r.out_of_place.busbw.min(r.in_place.busbw);
+        if worst < min {
+            let blame = if culprits.is_empty() {
+                String::new()
+            } else {
+                format!("; responsible: {}", culprits.join(", "))
+            };
+            let retest = r
+                .out_of_place
+                .first_busbw
+                .map(|f| format!(" (first try {f:.1})"))
+                .unwrap_or_default();
+            reasons.push(Reason {
+                code: "busbw_below_threshold",
+                message: format!(
+                    "{} {} busbw {worst:.1}{retest} < {min:.1} GB/s ({:.0}% of the floor){blame}",
+                    r.collective,
+                    crate::size::human(r.size),
+                    100.0 * worst / min
+                ),
+                subject: culprits.first().cloned(),
+                measured: Some(worst),
+                limit: Some(min),
+            });
+        }
+    }
+    reasons.extend(local);
+    reasons
+}
+
+/// Reasons naming links, GPUs and nodes from the pair matrix.
+fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<Reason> {
+    let slow = slow_pairs(pairs, fraction, floor);
+    let mut reasons = Vec::new();
+    let sentence = |p: &PairRow, why: SlowWhy| -> (String, f64) {
+        let first = p
+            .first_busbw
+            .map(|f| format!(" (first try {f:.1})"))
+            .unwrap_or_default();
+        match why {
+            SlowWhy::Threshold(min) => (
+                format!(
+                    "{} sendrecv {} busbw {:.1}{first} < {min:.1} GB/s",
+                    p.subject(multi),
+                    crate::size::human(p.bytes),
+                    p.busbw
+                ),
+                min,
+            ),
+            SlowWhy::Outlier(med) => (
+                format!(
+                    "{} sendrecv {} busbw {:.1}{first} GB/s < {fraction:.2} x {} median {med:.1} GB/s",
+                    p.subject(multi),
+                    crate::size::human(p.bytes),
+                    p.busbw,
+                    if p.kind == "gpu" { "node" } else { "node-pair" }
+                ),
+                fraction * med,
+            ),
+        }
+    };
+    // A GPU whose every link is slow (and that has at least two) is the culprit, not its links.
+    let mut per_gpu: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+    for p in pairs.iter().filter(|p| p.kind == "gpu") {
+        for g in [&p.a, &p.b] {
+            per_gpu.entry((p.node.clone(), g.clone())).or_default().0 += 1;
+        }
+    }
+    for &(i, _) in &slow {
+        let p = &pairs[i];
+        if p.kind == "gpu" {
+            for g in [&p.a, &p.b] {
+                if let Some(e) = per_gpu.get_mut(&(p.node.clone(), g.clone())) {
+                    e.1 += 1;
+                }
+            }
+        }
+    }
+    let bad_gpus: Vec<(String, String)> = per_gpu
+        .iter()
+        .filter(|(_, &(total, slow))| total >= 2 && slow == total)
+        .map(|(k, _)| k.clone())
+        .collect();
+    // With 3+ GPUs two bad GPUs share a link; a GPU is named only if some of its peers are fine.
+    for (node, gpu) in &bad_gpus {
+        let links: Vec<&PairRow> = pairs
+            .iter()
+            .filter(|p| p.kind == "gpu" && &p.node == node && (&p.a == gpu || &p.b == gpu))
+            .collect();
+        let mean = links.iter().map(|p| p.busbw).sum::<f64>() / links.len() as f64;
+        let node_med = median(
+            &pairs
+                .iter()
+                .filter(|p| p.kind == "gpu" && &p.node == node)
+                .map(|p| p.busbw)
+                .collect::<Vec<_>>(),
+        );
+        let subject = if multi {
+            format!("{node} {gpu}")
+        } else {
+            gpu.clone()
+        };
+        reasons.push(Reason {
+            code: "gpu_outlier",
+            message: format!(
+                "{subject}: every link slow, mean sendrecv busbw {mean:.1} GB/s vs node median {node_med:.1} GB/s ({:.0}%)",
+                100.0 * mean / node_med.max(1e-9)
+            ),
+            subject: Some(subject),
+            measured: Some(mean),
+            limit: Some(fraction * node_med),
+        });
+    }
+    for &(i, why) in &slow {
+        let p = &pairs[i];
+        let blamed_gpu = p.kind == "gpu"
+            && bad_gpus
+                .iter()
+                .any(|(n, g)| n == &p.node && (g == &p.a || g == &p.b));
+        if blamed_gpu {
+            continue;
+        }
+        let (message, limit) = sentence(p, why);
+        reasons.push(Reason {
+            code: match (p.kind, why) {
+                ("gpu", SlowWhy::Threshold(_)) => "busbw_below_threshold",
+                ("gpu", SlowWhy::Outlier(_)) => "link_outlier",
+                _ => "node_pair_outlier",
+            },
+            message,
+            subject: Some(p.subject(multi)),
+            measured: Some(p.busbw),
+            limit: Some(limit),
+        });
+    }
+    // Nodes: each node's median GPU-pair busbw against the median over nodes.
+    if multi {
+        let mut per_node: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for p in pairs.iter().filter(|p| p.kind == "gpu") {
+            per_node.entry(p.node.as_str()).or_default().push(p.busbw);
+        }
+        let meds: Vec<(&str, f64)> = per_node.iter().map(|(n, v)| (*n, median(v))).collect();
+        let best = meds.iter().map(|m| m.1).fold(0.0, f64::max);
+        let all = median(&meds.iter().map(|m| m.1).collect::<Vec<_>>());
+        // With two nodes the median is their mean: compare with the better one instead.
+        let reference = if meds.len() == 2 { best } else { all };
+        for (node, m) in &meds {
+            if meds.len() >= 2 && *m < fraction * reference {
+                reasons.push(Reason {
+                    code: "node_outlier",
+                    message: format!(
+                        "node {node}: GPU-pair sendrecv busbw median {m:.1} GB/s < {fraction:.2} x {reference:.1} GB/s of the other nodes"
+                    ),
+                    subject: Some(node.to_string()),
+                    measured: Some(*m),
+                    limit: Some(fraction * reference),
+                });
+            }
+        }
+    }
+    reasons
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Placement;
+
+    fn gpu_pair(node: &str, a: u32, b: u32, busbw: f64) -> PairRow {
+        PairRow {
+            kind: "gpu",
+            node: node.into(),
+            a: format!("GPU{a}"),
+            b: format!("GPU{b}"),
+            ranks: (a, b),
+            bytes: 256 << 20,
+            time_us: 0.0,
+            busbw,
+            first_busbw: None,
+        }
+    }
+
+    fn matrix(node: &str, bw: impl Fn(u32, u32) -> f64) -> Vec<PairRow> {
+        let mut v = Vec::new();
+        for a in 0..4 {
+            for b in a + 1..4 {
+                v.push(gpu_pair(node, a, b, bw(a, b)));
+            }
+        }
+        v
+    }
+
+    fn row(coll: &'static str, busbw: f64) -> Row {
+        let p = Placement {
+            time_us: 1.0,
+            algbw: 1.0,
+            busbw,
+            wrong: Some(0),
+            first_busbw: None,
+        };
+        Row {
+            collective: coll,
+            size: 256 << 20,
+            count: 1,
+            dtype: "float",
+            redop: "sum",
+            root: -1,
+            out_of_place: p,
+            in_place: p,
+        }
+    }
+
+    const NO_FLOOR: Floor = &|_, _, _| None;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn a_healthy_node_has_no_reasons() {
+        let pairs = matrix("n1", |a, b| 300.0 + (a * 3 + b) as f64);
+        let floor: Floor = &|c, g, _| match (c, g) {
+            ("all_reduce", 4) => Some(290.0),
+            ("sendrecv", 2) => Some(255.0),
+            _ => None,
+        };
+        assert!(judge(&[row("all_reduce", 338.0)], &pairs, 4, 1, 0.85, floor).is_empty());
+    }
+
+    #[test]
+    fn one_slow_link_is_named_without_any_threshold() {
+        let pairs = matrix("n1", |a, b| if (a, b) == (2, 3) { 41.2 } else { 302.1 });
+        let r = judge(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].code, "link_outlier");
+        assert_eq!(r[0].subject.as_deref(), Some("GPU2<->GPU3"));
+        assert!(
+            r[0].message.starts_with(
+                "GPU2<->GPU3 sendrecv 256 MiB busbw 41.2 GB/s < 0.85 x node median 302.1 GB/s"
+            ),
+            "{}",
+            r[0].message
+        );
+    }
+
+    #[test]
+    fn a_gpu_with_every_link_slow_is_named_instead_of_its_links() {
+        let pairs = matrix("n1", |a, b| if a == 1 || b == 1 { 150.0 } else { 300.0 });
+        let r = judge(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].code, r[0].subject.as_deref()),
+            ("gpu_outlier", Some("GPU1"))
+        );
+    }
+
+    #[test]
+    fn a_slow_collective_names_the_responsible_link() {
+        let pairs = matrix("n1", |a, b| if (a, b) == (0, 3) { 100.0 } else { 300.0 });
+        let floor: Floor = &|c, _, _| (c == "all_reduce").then_some(290.0);
+        let r = judge(&[row("all_reduce", 120.0)], &pairs, 4, 1, 0.85, floor);
+        assert_eq!(r[0].code, "busbw_below_threshold");
+        assert!(
+            r[0].message.contains("responsible: GPU0<->GPU3"),
+            "{}",
+            r[0].message
+        );
+        assert_eq!(r[1].code, "link_outlier");
+    }
+
+    #[test]
+    fn all_links_uniformly_slow_fail_on_thresholds_only() {
+        // NCCL_P2P_DISABLE=1: every pair equally slow, no outlier; the floors catch it.
+        let pairs = matrix("n1", |_, _| 20.0);
+        let floor: Floor = &|c, g, _| match (c, g) {
+            ("all_reduce", 4) => Some(290.0),
+            ("sendrecv", 2) => Some(255.0),
+            _ => None,
+        };
+        let r = judge(&[row("all_reduce", 24.7)], &pairs, 4, 1, 0.85, floor);
+        assert!(
+            r.iter().any(|x| x.code == "busbw_below_threshold"
+                && x.message
+                    .starts_with("all_reduce 256 MiB busbw 24.7 < 290.0 GB/s (9% of the floor)")),
+            "{r:?}"
+        );
+        assert!(
+            r.iter().any(|x| x.code == "gpu_outlier")
+                || r.iter()
+                    .filter(|x| x.code == "busbw_below_threshold")
+                    .count()
+                    > 1,
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn the_slow_node_of_two_is_named() {
+        let mut pairs = vec![
+            gpu_pair("nodeA", 0, 1, 301.0),
+            gpu_pair("nodeB", 2, 3, 24.0),
+        ];
+        pairs[1].a = "GPU0".into();
+        pairs[1].b = "GPU1".into();
+        let r = judge(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].code, r[0].subject.as_deref()),
+            ("node_outlier", Some("nodeB"))
+        );
+    }
+
+    #[test]
+    fn wrong_data_is_a_failure() {
+        let mut r = row("all_gather", 300.0);
+        r.in_place.wrong = Some(7);
+        let reasons = judge(&[r], &[], 4, 1, 0.85, NO_FLOOR);
+        assert_eq!(reasons[0].code, "wrong_data");
+    }
+}
