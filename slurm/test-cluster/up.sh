@@ -5,11 +5,14 @@
 # $CLUSTER_DIR/run, and down.sh stops exactly those PIDs. Every wait is bounded.
 #
 # Usage (root):  slurm/test-cluster/up.sh [--nodes N] [--plugin PATH.so [--plugin-args "k=v ..."]]
+#                                        [--prolog PATH] [--conf "Key=Value"]...
 #   then:        . "${NCCL_CHECK_CLUSTER_DIR:-/var/tmp/nccl-check-cluster}/env.sh"   # SLURM_CONF
 #                srun -N2 --nccl-check hostname
 #   stop:        slurm/test-cluster/down.sh
 # --plugin copies the .so into $CLUSTER_DIR/lib (readable by every user) and writes
 # $CLUSTER_DIR/plugstack.conf.d/zz-nccl-check.conf ("required <so> <plugin-args>").
+# --prolog adds Prolog=PATH and PrologFlags=Alloc (the prolog runs on every node at allocation);
+# --conf appends one more slurm.conf line (repeatable; e.g. "SchedulerParameters=nohold_on_prolog_fail").
 # Nothing under /etc is written: slurm.conf and plugstack.conf live in $CLUSTER_DIR.
 set -euo pipefail
 
@@ -17,11 +20,15 @@ CLUSTER_DIR=${NCCL_CHECK_CLUSTER_DIR:-/var/tmp/nccl-check-cluster}
 NODES=2
 PLUGIN=
 PLUGIN_ARGS=
+PROLOG=
+EXTRA_CONF=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --nodes) NODES=$2; shift 2 ;;
         --plugin) PLUGIN=$2; shift 2 ;;
         --plugin-args) PLUGIN_ARGS=$2; shift 2 ;;
+        --prolog) PROLOG=$2; shift 2 ;;
+        --conf) EXTRA_CONF+=("$2"); shift 2 ;;
         *) echo "up.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -81,6 +88,13 @@ NodeName=n[1-$NODES] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$FIRST_NODE_POR
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
 [ "$NODES" = 1 ] && sed -i "s/^NodeName=n\[1-1\].*Port=\[[0-9-]*\]/NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$FIRST_NODE_PORT/" "$CLUSTER_DIR/slurm.conf"
+if [ -n "$PROLOG" ]; then
+    [ -x "$PROLOG" ] || die "--prolog $PROLOG: not an executable file"
+    printf 'Prolog=%s\nPrologFlags=Alloc\n' "$PROLOG" >> "$CLUSTER_DIR/slurm.conf"
+fi
+for line in "${EXTRA_CONF[@]}"; do
+    printf '%s\n' "$line" >> "$CLUSTER_DIR/slurm.conf"
+done
 echo "include $CLUSTER_DIR/plugstack.conf.d/*.conf" > "$CLUSTER_DIR/plugstack.conf"
 rm -f "$CLUSTER_DIR"/plugstack.conf.d/*.conf
 if [ -n "$PLUGIN" ]; then
