@@ -10,9 +10,12 @@
 //!   whole process group [`KILL_GRACE_SECS`] seconds later if it is still running.
 //! - `port_range=LO-HI`: TCP ports for the worker's rendezvous on the step's first node,
 //!   1024 <= LO <= HI <= 65535. One port per step, chosen from (job id, step id).
-//! - `default_mode=quick|full|warn|off`: the mode of a bare `--nccl-check` (no `=mode`).
+//! - `default_mode=quick|full|sharp|warn|off`: the mode of a bare `--nccl-check` (no `=mode`);
+//!   `sharp` needs `allow_sharp=1`.
 //! - `allow_sharp=0|1`: 0 forces `NCCL_COLLNET_ENABLE=0` in the worker's environment, so a check
-//!   never takes SHARP aggregation resources; 1 leaves the job's own NCCL/SHARP settings alone.
+//!   never takes SHARP aggregation resources, and refuses `--nccl-check=sharp` before allocation;
+//!   1 allows `--nccl-check=sharp` (the worker gets `--expect-collnet`) and leaves the job's own
+//!   NCCL/SHARP settings alone in the other modes.
 //! - `allow_container=0|1`: 0 skips the check (with a note to the user) in steps whose tasks run
 //!   inside a container (pyxis/enroot), e.g. where the worker is not mounted into containers.
 
@@ -103,7 +106,7 @@ impl Config {
                 }
                 "default_mode" => {
                     config.default_mode = Mode::parse(value).map_err(|_| {
-                        err("default_mode must be one of quick, full, warn, off".into())
+                        err("default_mode must be one of quick, full, sharp, warn, off".into())
                     })?;
                 }
                 "allow_sharp" => {
@@ -117,6 +120,12 @@ impl Config {
                 _ => return Err(err(format!("unknown key '{key}' (keys: {KEYS})"))),
             }
             seen.push(key);
+        }
+        if config.default_mode == Mode::Sharp && !config.allow_sharp {
+            return Err(ConfigError {
+                arg: String::from("default_mode=sharp"),
+                reason: "default_mode=sharp needs allow_sharp=1".into(),
+            });
         }
         Ok(config)
     }
@@ -213,6 +222,14 @@ mod tests {
         ] {
             assert!(Config::parse(&[bad]).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn default_mode_sharp_needs_allow_sharp() {
+        let err = Config::parse(&["default_mode=sharp"]).expect_err("sharp without allow");
+        assert!(err.to_string().contains("needs allow_sharp=1"), "{err}");
+        let c = Config::parse(&["allow_sharp=1", "default_mode=sharp"]).expect("allowed");
+        assert_eq!(c.default_mode, Mode::Sharp);
     }
 
     #[test]

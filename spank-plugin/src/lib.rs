@@ -53,6 +53,8 @@ pub enum Error {
     Config(config::ConfigError),
     /// An invalid `--nccl-check` value.
     Mode(options::ModeError),
+    /// A valid mode the site's policy does not allow (`sharp` without `allow_sharp=1`).
+    NotAllowed(String),
     /// Slurm refused a SPANK call.
     Spank(String),
     /// The check could not be prepared.
@@ -66,7 +68,9 @@ impl fmt::Display for Error {
         match self {
             Error::Config(e) => write!(f, "nccl-check: {e}"),
             Error::Mode(e) => write!(f, "nccl-check: {e}"),
-            Error::Spank(e) | Error::Check(e) | Error::Reported(e) => write!(f, "nccl-check: {e}"),
+            Error::Spank(e) | Error::Check(e) | Error::Reported(e) | Error::NotAllowed(e) => {
+                write!(f, "nccl-check: {e}")
+            }
         }
     }
 }

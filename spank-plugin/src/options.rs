@@ -17,7 +17,8 @@ const NAME_C: &CStr = c"nccl-check";
 const ARGINFO_C: &CStr = c"mode";
 const USAGE_C: &CStr = c"[nccl-check] before the tasks start, check the NCCL bandwidth of the \
 step's GPUs and nodes; fail the step on FAIL or ERROR. mode: quick (the default when no =mode is \
-given), full, warn (report but never fail), off";
+given), full, sharp (also prove SHARP/CollNet carries the collectives; only where the site \
+allows it), warn (report but never fail), off";
 
 /// `has_arg` value meaning "optional argument" (spank.h: 0 none, 1 required, 2 optional).
 const OPTIONAL_ARGUMENT: c_int = 2;
@@ -29,6 +30,10 @@ pub enum Mode {
     Quick,
     /// The long check; FAIL or ERROR fails the step.
     Full,
+    /// The short check with SHARP (NCCL CollNet) on; FAIL when CollNet did not carry the
+    /// collectives. Only where the site allows it (plugstack `allow_sharp=1`): SHARP takes
+    /// aggregation resources of the switches.
+    Sharp,
     /// The short check; FAIL or ERROR is reported and the tasks run anyway.
     Warn,
     /// No check (switches off a value inherited from sbatch/salloc).
@@ -36,12 +41,13 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub const ALL: [Mode; 4] = [Mode::Quick, Mode::Full, Mode::Warn, Mode::Off];
+    pub const ALL: [Mode; 5] = [Mode::Quick, Mode::Full, Mode::Sharp, Mode::Warn, Mode::Off];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Quick => "quick",
             Mode::Full => "full",
+            Mode::Sharp => "sharp",
             Mode::Warn => "warn",
             Mode::Off => "off",
         }
@@ -60,10 +66,16 @@ impl Mode {
     /// The worker's `--plan` for this mode; `None` when nothing runs.
     pub fn plan(self) -> Option<&'static str> {
         match self {
-            Mode::Quick | Mode::Warn => Some("quick"),
+            Mode::Quick | Mode::Warn | Mode::Sharp => Some("quick"),
             Mode::Full => Some("full"),
             Mode::Off => None,
         }
+    }
+
+    /// Whether the worker must prove that CollNet (SHARP) carried the collectives
+    /// (`--expect-collnet`).
+    pub fn expect_collnet(self) -> bool {
+        matches!(self, Mode::Sharp)
     }
 
     /// Whether a FAIL or ERROR fails the step (everything but warn).
@@ -88,7 +100,7 @@ impl fmt::Display for ModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invalid --{OPTION_NAME} value '{}': expected one of quick, full, warn, off \
+            "invalid --{OPTION_NAME} value '{}': expected one of quick, full, sharp, warn, off \
              (or no value for the site default)",
             self.value.escape_debug()
         )
@@ -132,7 +144,22 @@ pub fn validate(
     let config = config
         .as_ref()
         .map_err(|e| crate::Error::Config(e.clone()))?;
-    raw.mode(config.default_mode).map_err(crate::Error::Mode)?;
+    let mode = raw.mode(config.default_mode).map_err(crate::Error::Mode)?;
+    check_allowed(mode, config)
+}
+
+/// Site policy on modes: `sharp` only with plugstack `allow_sharp=1`. Checked in srun, sbatch
+/// and salloc (before any allocation) and again in the step.
+pub fn check_allowed(
+    mode: Option<Mode>,
+    config: &crate::config::Config,
+) -> Result<(), crate::Error> {
+    if mode == Some(Mode::Sharp) && !config.allow_sharp {
+        return Err(crate::Error::NotAllowed(format!(
+            "--{OPTION_NAME}=sharp is not allowed on this cluster (the site's plugstack.conf has \
+             allow_sharp=0); use --{OPTION_NAME} or --{OPTION_NAME}=full"
+        )));
+    }
     Ok(())
 }
 
@@ -233,7 +260,7 @@ mod tests {
             );
             assert!(err
                 .to_string()
-                .contains("expected one of quick, full, warn, off"));
+                .contains("expected one of quick, full, sharp, warn, off"));
         }
     }
 
@@ -253,6 +280,33 @@ mod tests {
         assert!(is_bare(""));
         assert!(is_bare("(null)"));
         assert!(!is_bare("quick"));
+    }
+
+    #[test]
+    fn sharp_runs_the_quick_plan_expecting_collnet_and_enforces() {
+        assert_eq!(Mode::parse("sharp"), Ok(Mode::Sharp));
+        assert_eq!(Mode::Sharp.plan(), Some("quick"));
+        assert!(Mode::Sharp.expect_collnet());
+        assert!(Mode::Sharp.enforcing());
+        assert!(Mode::ALL
+            .iter()
+            .filter(|m| m.expect_collnet())
+            .eq([&Mode::Sharp]));
+    }
+
+    #[test]
+    fn sharp_is_refused_unless_the_site_allows_it() {
+        let mut config = crate::config::Config::default();
+        let err = check_allowed(Some(Mode::Sharp), &config).expect_err("not allowed");
+        assert!(
+            err.to_string()
+                .starts_with("nccl-check: --nccl-check=sharp is not allowed on this cluster"),
+            "{err}"
+        );
+        assert!(check_allowed(Some(Mode::Quick), &config).is_ok());
+        assert!(check_allowed(None, &config).is_ok());
+        config.allow_sharp = true;
+        assert!(check_allowed(Some(Mode::Sharp), &config).is_ok());
     }
 
     #[test]

@@ -47,7 +47,11 @@ fn requested(
         return Ok(None);
     }
     let config = config.as_ref().map_err(|e| Error::Config(e.clone()))?;
-    match raw.mode(config.default_mode).map_err(Error::Mode)? {
+    let mode = raw.mode(config.default_mode).map_err(Error::Mode)?;
+    // srun/sbatch/salloc refused it already; the step checks again in case the option came
+    // through the environment from elsewhere.
+    options::check_allowed(mode, config)?;
+    match mode {
         Some(Mode::Off) | None => Ok(None),
         Some(mode) => Ok(Some((mode, config))),
     }
@@ -132,6 +136,7 @@ pub fn task_init(
         rank,
         world,
         rendezvous: rdv,
+        expect_collnet: mode.expect_collnet(),
         timeout: config.timeout,
         deadline: config.deadline(),
         env,

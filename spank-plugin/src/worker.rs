@@ -30,6 +30,9 @@ pub struct Invocation {
     pub rank: u32,
     pub world: u32,
     pub rendezvous: String,
+    /// `--expect-collnet`: the worker turns CollNet (SHARP) on and FAILs with
+    /// `transport_fallback` when CollNet did not carry the collectives (`--nccl-check=sharp`).
+    pub expect_collnet: bool,
     /// Passed as `--timeout` (whole seconds).
     pub timeout: Duration,
     /// When the plugin kills the worker's process group.
@@ -92,6 +95,9 @@ fn command(inv: &Invocation, json: Option<&Path>) -> Command {
         .arg(&inv.rendezvous)
         .arg("--timeout")
         .arg(inv.timeout.as_secs().max(1).to_string());
+    if inv.expect_collnet {
+        cmd.arg("--expect-collnet");
+    }
     if let Some(json) = json {
         cmd.arg("--json").arg(json);
     }
@@ -420,6 +426,7 @@ mod tests {
             rank: 1,
             world: 2,
             rendezvous: "n1:29501".into(),
+            expect_collnet: false,
             timeout: Duration::from_secs(1),
             deadline: Duration::from_millis(deadline_ms),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
@@ -457,6 +464,18 @@ mod tests {
         assert_eq!(o.ending, Ending::Exited(0), "{o:?}");
         assert_eq!(o.verdict, Verdict::Pass);
         assert_eq!(o.detail, "all good");
+    }
+
+    #[test]
+    fn sharp_mode_adds_expect_collnet_before_the_json_path() {
+        let (mut inv, _d) = inv(
+            r#"[ "$*" = "--plan quick --rank 1 --world 2 --rendezvous n1:29501 --timeout 1 --expect-collnet --json $(dirname "${13}")/report.json" ] || exit 9
+               exit 0"#,
+            5000,
+        );
+        inv.expect_collnet = true;
+        let o = run(&inv);
+        assert_eq!(o.ending, Ending::Exited(0), "{o:?}");
     }
 
     #[test]

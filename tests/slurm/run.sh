@@ -290,6 +290,45 @@ t_required_plugin_with_bad_config_keeps_plain_jobs_working() {
     expect_err "nccl-check: plugstack.conf argument 'treshold=3': unknown key 'treshold'"
 }
 
+t_sharp_refused_unless_allowed() {
+    local before; before=$(job_count)
+    local markers_before; markers_before=$(markers)
+    for cmd in "srun -N2 --nccl-check=sharp true" "sbatch -N2 --nccl-check=sharp --wrap true" \
+               "salloc -N2 --nccl-check=sharp true"; do
+        run_cmd $cmd
+        expect_rc_nonzero
+        expect_err "nccl-check: --nccl-check=sharp is not allowed on this cluster"
+    done
+    [ "$(job_count)" = "$before" ] || fail "a job was created for a refused sharp check"
+    [ "$(markers)" = "$markers_before" ] || fail "the worker ran for a refused sharp check"
+    # The default (allow_sharp=0) also keeps SHARP off in the ordinary check.
+    NCCL_COLLNET_ENABLE=1 run_cmd srun -N1 --nccl-check true
+    expect_rc0
+    markers_of_job "$(last_job)" 0 | grep -q 'expect_collnet=0 collnet_env=0$' \
+        || fail "allow_sharp=0 did not force NCCL_COLLNET_ENABLE=0: $(markers_of_job "$(last_job)" 0)"
+}
+
+t_sharp_allowed_passes_expect_collnet() {
+    conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S allow_sharp=1"
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check=sharp true
+    expect_rc0
+    expect_err "nccl-check: PASS (quick, 2 ranks)"
+    local job; job=$(last_job)
+    [ "$(markers_of_job "$job" 0 | grep -c 'plan=quick .* expect_collnet=1 collnet_env=unset$')" = 2 ] \
+        || fail "both ranks should get --expect-collnet: $(markers_of_job "$job" 0)"
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
+    expect_rc0
+    markers_of_job "$(last_job)" 0 | grep -q 'expect_collnet=1' && fail "quick mode passed --expect-collnet"
+    # sbatch --nccl-check=sharp reaches the inner step; a failure fails it.
+    run_cmd sbatch -N2 --nccl-check=sharp --wait -o "$CL/work/batch-%j.out" --wrap 'srun -N2 true; echo inner-rc=$?'
+    expect_rc0
+    job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    [ "$(markers_of_job "$job" 0 | grep -c 'expect_collnet=1')" = 2 ] || fail "inner step of sbatch --nccl-check=sharp lacks --expect-collnet"
+    NCCL_CHECK_FAKE=fail run_cmd srun -N2 --nccl-check=sharp true
+    expect_rc_nonzero
+    expect_err "nccl-check: FAIL on n"
+}
+
 run_test "srun, sbatch and salloc --help list --nccl-check" t_help_lists_option
 run_test "srun -N2 --nccl-check runs the worker on both nodes (fake pass)" t_pass_runs_worker_on_both_nodes
 run_test "--nccl-check=full and default_mode=full run the full plan" t_full_mode_and_default_mode
@@ -304,6 +343,8 @@ run_test "--nccl-check=off on an inner step turns the check off" t_inner_step_ca
 run_test "a failing check inside sbatch fails the inner step" t_sbatch_failing_check_fails_inner_step
 run_test "salloc --nccl-check reaches srun; off turns it off" t_salloc_option_reaches_srun
 run_test "invalid values are rejected before allocation" t_invalid_values_rejected_before_allocation
+run_test "--nccl-check=sharp is refused before allocation unless allow_sharp=1" t_sharp_refused_unless_allowed
+run_test "with allow_sharp=1, --nccl-check=sharp passes --expect-collnet to every rank" t_sharp_allowed_passes_expect_collnet
 run_test "without the option the worker never runs" t_no_option_never_runs_worker
 run_test "jobs of a non-root user work and check as that user" t_non_root_user_jobs_work
 run_test "the required plugin with a bad config does not break plain jobs" t_required_plugin_with_bad_config_keeps_plain_jobs_working

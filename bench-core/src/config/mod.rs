@@ -2,6 +2,7 @@
 //! outlier rule, plans).
 
 pub mod file;
+pub mod network;
 pub mod worker;
 
 pub use file::ConfigError;

@@ -1,0 +1,549 @@
+//! Site network profiles: the NCCL/UCX/libfabric/SHARP environment a fabric needs (InfiniBand,
+//! RoCE with its GID index, AWS EFA through the OFI plugin, plain TCP, SHARP, NVLS), chosen per
+//! Slurm partition and/or node set, so every check runs with exactly the settings the site's
+//! jobs use, and what the check may then expect of the transports.
+//!
+//! In the worker config (`[[network]]` tables, unknown keys rejected):
+//! ```toml
+//! [[network]]
+//! name = "ib-hdr"
+//! partitions = ["gpu", "gpu-long"]     # SLURM_JOB_PARTITION; empty or absent = any
+//! nodes = ["gpu[001-128]", "dgx-*"]    # Slurm hostlist expressions, `*` = any characters
+//! expect_net = "ib"                    # "ib", "socket", or part of a net plugin's name
+//! env = { NCCL_IB_HCA = "=mlx5_0:1,mlx5_3:1", NCCL_SOCKET_IFNAME = "ib0" }
+//! ```
+//! **The first profile that matches wins** (file order), so put specific profiles before general
+//! ones; a profile with neither `partitions` nor `nodes` matches everything and may only be last.
+//! A profile matches when the partition is listed (or none are) and the host matches one of the
+//! `nodes` expressions (or none are given). Commented examples with sources:
+//! `bench-core/config/network-examples.toml`.
+
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use super::file::{invalid, ConfigError};
+use crate::transport::NetExpect;
+
+/// One `[[network]]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkProfile {
+    /// Shown in the report (`network_profile`) and in errors.
+    pub name: String,
+    /// What the profile is for; free text for the admin.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Slurm partitions (exact names) this profile applies to; empty = any partition.
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    /// Slurm hostlist expressions (`gpu[001-128,200]`, `rack[1-2]-n[01-16]`), or names with `*`;
+    /// empty = any node.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// Variables set for every check (`NCCL_*`, `UCX_*`, `FI_*`, `SHARP_*`, `OFI_NCCL_*`,
+    /// `HCOLL_*`). They replace the same variables of the job's environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The network NCCL must use between nodes: `ib` (InfiniBand or RoCE, NCCL's IB transport or
+    /// the rdma-sharp plugin), `socket`, or a case-insensitive part of a net plugin's name
+    /// (`libfabric` for AWS EFA's aws-ofi-nccl). Anything else between nodes is a FAIL
+    /// (`transport_fallback`).
+    #[serde(default)]
+    pub expect_net: Option<String>,
+    /// GPUs of one node talk over NVLink, so SHM or NET between them is a FAIL. Absent: the
+    /// worker's default.
+    #[serde(default)]
+    pub expect_nvlink: Option<bool>,
+    /// CollNet (SHARP) must carry the collectives (as `--expect-collnet`).
+    #[serde(default)]
+    pub expect_collnet: bool,
+    /// NVLS (NVLink SHARP) must carry the collectives.
+    #[serde(default)]
+    pub expect_nvls: bool,
+}
+
+/// Prefixes of the variables a profile may set: the libraries NCCL and its net plugins read.
+pub const ENV_PREFIXES: [&str; 6] = ["NCCL_", "UCX_", "FI_", "SHARP_", "OFI_NCCL_", "HCOLL_"];
+
+/// Variables the worker owns: a profile must not set them.
+/// `NCCL_COMM_BLOCKING` would make its bounded, non-blocking init blocking; `NCCL_COMM_ID` is
+/// the rendezvous; `NCCL_DEBUG_FILE` would take away the log the transport check reads.
+pub const RESERVED_ENV: [&str; 3] = ["NCCL_COMM_BLOCKING", "NCCL_COMM_ID", "NCCL_DEBUG_FILE"];
+
+impl NetworkProfile {
+    /// True when the profile applies to a job in `partition` (None: unknown) on `host`.
+    pub fn matches(&self, partition: Option<&str>, host: &str) -> bool {
+        let partition_ok = self.partitions.is_empty()
+            || partition.is_some_and(|p| self.partitions.iter().any(|q| q == p));
+        let node_ok = self.nodes.is_empty()
+            || self
+                .nodes
+                .iter()
+                .any(|pattern| hostlist_matches(pattern, host).unwrap_or(false));
+        partition_ok && node_ok
+    }
+
+    /// Whether the profile matches every job (no partition, no node constraint).
+    pub fn matches_everything(&self) -> bool {
+        self.partitions.is_empty() && self.nodes.is_empty()
+    }
+
+    /// `expect_net` as the transport check reads it.
+    pub fn net_expect(&self) -> Option<NetExpect> {
+        let want = self.expect_net.as_deref()?.trim();
+        Some(match want.to_ascii_lowercase().as_str() {
+            "ib" | "infiniband" | "roce" => NetExpect::Ib,
+            "socket" | "tcp" => NetExpect::Socket,
+            _ => NetExpect::Plugin(want.to_string()),
+        })
+    }
+
+    /// The variables, in a stable order, for the worker's environment and the report.
+    pub fn env_pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+/// The profile for a job in `partition` on `host`: the first that matches, in file order.
+pub fn select<'a>(
+    profiles: &'a [NetworkProfile],
+    partition: Option<&str>,
+    host: &str,
+) -> Option<&'a NetworkProfile> {
+    profiles.iter().find(|p| p.matches(partition, host))
+}
+
+/// Checks what serde cannot: names, patterns, variable names and values, contradictions, and
+/// profiles that can never apply. `path`/`text` are the config file, so errors name the line
+/// (`network[2].env.NCCL_IB_GID_INDEX`).
+pub fn validate(profiles: &[NetworkProfile], path: &Path, text: &str) -> Result<(), ConfigError> {
+    let mut names = BTreeSet::new();
+    for (i, p) in profiles.iter().enumerate() {
+        let at = |field: &str| format!("network[{i}].{field}");
+        let bad = |field: &str, msg: String| Err(invalid(path, text, &at(field), msg));
+        if p.name.is_empty()
+            || !p
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return bad("name", "must be letters, digits, '-', '_' or '.'".into());
+        }
+        if !names.insert(p.name.as_str()) {
+            return bad("name", format!("'{}' is used by two profiles", p.name));
+        }
+        if p.matches_everything() && i + 1 < profiles.len() {
+            return bad(
+                "name",
+                format!(
+                    "'{}' has neither partitions nor nodes, so it matches every job and the \
+                     profiles after it never apply (the first match wins); move it last",
+                    p.name
+                ),
+            );
+        }
+        for (j, part) in p.partitions.iter().enumerate() {
+            if part.is_empty() || part.contains([',', ' ', '\t']) {
+                return bad(
+                    &format!("partitions[{j}]"),
+                    format!("'{part}' is not one partition name"),
+                );
+            }
+        }
+        for (j, pattern) in p.nodes.iter().enumerate() {
+            if let Err(e) = hostlist_matches(pattern, "") {
+                return bad(&format!("nodes[{j}]"), e);
+            }
+        }
+        for (key, value) in &p.env {
+            let field = format!("env.{key}");
+            if !ENV_PREFIXES.iter().any(|pre| key.starts_with(pre))
+                || !key
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                return bad(
+                    &field,
+                    format!(
+                        "not a variable a profile may set (upper case, starting with one of {})",
+                        ENV_PREFIXES.join(", ")
+                    ),
+                );
+            }
+            if RESERVED_ENV.contains(&key.as_str()) {
+                return bad(&field, "is set by nccl-check itself".into());
+            }
+            if value.is_empty() || value.contains(['\0', '\n']) {
+                return bad(&field, "needs a one-line, non-empty value".into());
+            }
+        }
+        if let Some(want) = &p.expect_net {
+            if want.trim().is_empty() {
+                return bad(
+                    "expect_net",
+                    "use ib, socket, or a net plugin's name".into(),
+                );
+            }
+        }
+        let env = |k: &str| p.env.get(k).map(String::as_str);
+        match p.net_expect() {
+            Some(NetExpect::Ib) if env("NCCL_IB_DISABLE") == Some("1") => {
+                return bad("expect_net", "is ib but env sets NCCL_IB_DISABLE=1".into());
+            }
+            Some(NetExpect::Socket)
+                if env("NCCL_NET").is_some_and(|n| !n.eq_ignore_ascii_case("socket")) =>
+            {
+                return bad(
+                    "expect_net",
+                    "is socket but env sets NCCL_NET to another network".into(),
+                );
+            }
+            _ => {}
+        }
+        if p.expect_collnet {
+            if env("NCCL_COLLNET_ENABLE") == Some("0") {
+                return bad(
+                    "expect_collnet",
+                    "is true but env sets NCCL_COLLNET_ENABLE=0".into(),
+                );
+            }
+            if env("NCCL_NET_PLUGIN") == Some("none") {
+                return bad(
+                    "expect_collnet",
+                    "is true but env sets NCCL_NET_PLUGIN=none; SHARP needs the \
+                     nccl-rdma-sharp net plugin"
+                        .into(),
+                );
+            }
+        }
+        if p.expect_nvls && env("NCCL_NVLS_ENABLE") == Some("0") {
+            return bad(
+                "expect_nvls",
+                "is true but env sets NCCL_NVLS_ENABLE=0".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether `host` matches a Slurm hostlist expression: comma-separated items of literal text and
+/// bracket groups of numbers and ranges (`n[01-16,20]`: zero padding as written; `n[1-16]`: no
+/// padding), plus `*` for any characters. Err when the expression cannot be read.
+pub fn hostlist_matches(pattern: &str, host: &str) -> Result<bool, String> {
+    let items = split_items(pattern)?;
+    let mut any = false;
+    for item in items {
+        let parts = parse_item(item)?;
+        any |= match_parts(&parts, host);
+    }
+    Ok(any)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Literal(String),
+    Star,
+    /// Inclusive ranges; `width` = the written width when zero-padded.
+    Ranges(Vec<(u64, u64, Option<usize>)>),
+}
+
+fn split_items(pattern: &str) -> Result<Vec<&str>, String> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, c) in pattern.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&pattern[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        if !(0..=1).contains(&depth) {
+            return Err(format!("'{pattern}': unbalanced or nested brackets"));
+        }
+    }
+    if depth != 0 {
+        return Err(format!("'{pattern}': unbalanced brackets"));
+    }
+    items.push(&pattern[start..]);
+    if items.iter().any(|i| i.trim().is_empty()) {
+        return Err(format!("'{pattern}': empty host name"));
+    }
+    Ok(items)
+}
+
+fn parse_item(item: &str) -> Result<Vec<Part>, String> {
+    let mut parts = Vec::new();
+    let mut literal = String::new();
+    let mut chars = item.chars();
+    let flush = |literal: &mut String, parts: &mut Vec<Part>| {
+        if !literal.is_empty() {
+            parts.push(Part::Literal(std::mem::take(literal)));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '[' => {
+                flush(&mut literal, &mut parts);
+                let group: String = chars.by_ref().take_while(|&c| c != ']').collect();
+                parts.push(Part::Ranges(parse_ranges(item, &group)?));
+            }
+            '*' => {
+                flush(&mut literal, &mut parts);
+                parts.push(Part::Star);
+            }
+            c if c.is_ascii_alphanumeric() || "-_.".contains(c) => literal.push(c),
+            c => return Err(format!("'{item}': unexpected character '{c}'")),
+        }
+    }
+    flush(&mut literal, &mut parts);
+    Ok(parts)
+}
+
+fn parse_ranges(item: &str, group: &str) -> Result<Vec<(u64, u64, Option<usize>)>, String> {
+    let err = || format!("'{item}': '[{group}]' is not a list of numbers and ranges");
+    let mut out = Vec::new();
+    for r in group.split(',') {
+        let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+        if lo.is_empty() || !lo.bytes().chain(hi.bytes()).all(|b| b.is_ascii_digit()) {
+            return Err(err());
+        }
+        let (l, h) = (
+            lo.parse::<u64>().map_err(|_| err())?,
+            hi.parse::<u64>().map_err(|_| err())?,
+        );
+        if l > h {
+            return Err(err());
+        }
+        let width = (lo.len() > 1 && lo.starts_with('0')).then_some(lo.len());
+        out.push((l, h, width));
+    }
+    Ok(out)
+}
+
+/// Backtracking match of the parts against the whole of `host`.
+fn match_parts(parts: &[Part], host: &str) -> bool {
+    let Some((first, rest)) = parts.split_first() else {
+        return host.is_empty();
+    };
+    match first {
+        Part::Literal(l) => host
+            .strip_prefix(l.as_str())
+            .is_some_and(|h| match_parts(rest, h)),
+        Part::Star => (0..=host.len())
+            .filter(|&i| host.is_char_boundary(i))
+            .any(|i| match_parts(rest, &host[i..])),
+        Part::Ranges(ranges) => {
+            let digits = host.bytes().take_while(u8::is_ascii_digit).count();
+            (1..=digits).any(|n| {
+                let text = &host[..n];
+                let Ok(value) = text.parse::<u64>() else {
+                    return false;
+                };
+                let in_range = ranges.iter().any(|&(lo, hi, width)| {
+                    (lo..=hi).contains(&value)
+                        && match width {
+                            Some(w) => text.len() == w,
+                            None => text.len() == 1 || !text.starts_with('0'),
+                        }
+                });
+                in_range && match_parts(rest, &host[n..])
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::file::parse;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Doc {
+        #[serde(default)]
+        network: Vec<NetworkProfile>,
+    }
+
+    const FILE: &str = "/etc/nccl-check/nccl-check.toml";
+
+    fn load(text: &str) -> Result<Vec<NetworkProfile>, ConfigError> {
+        let doc: Doc = parse(Path::new(FILE), text)?;
+        validate(&doc.network, Path::new(FILE), text)?;
+        Ok(doc.network)
+    }
+
+    #[test]
+    fn hostlists_match_as_slurm_writes_them() {
+        let m = |p: &str, h: &str| hostlist_matches(p, h).expect(p);
+        assert!(m("gpu[001-128]", "gpu007"));
+        assert!(!m("gpu[001-128]", "gpu7"), "padding is part of the name");
+        assert!(!m("gpu[001-128]", "gpu129"));
+        assert!(m("n[1-16]", "n16") && m("n[1-16]", "n1") && !m("n[1-16]", "n01"));
+        assert!(m("rack[1-2]-n[01-04,7]", "rack2-n7") && m("rack[1-2]-n[01-04,7]", "rack1-n03"));
+        assert!(
+            !m("rack[1-2]-n[01-04,7]", "rack2-n07"),
+            "each range keeps its own width"
+        );
+        assert!(!m("rack[1-2]-n[01-04,7]", "rack3-n01"));
+        assert!(m("a1,b[2-3]", "b3") && m("a1,b[2-3]", "a1") && !m("a1,b[2-3]", "a2"));
+        assert!(m("dgx-*", "dgx-h200-17") && !m("dgx-*", "gpu1"));
+        assert!(m("n[1-2]0", "n10") && m("n[1-2]0", "n20") && !m("n[1-2]0", "n30"));
+        assert!(!m("gpu1", "gpu10"), "whole names only");
+        for bad in [
+            "gpu[1-", "gpu[a-b]", "gpu[3-1]", "gpu[[1]]", "a,,b", "gpu 1", "n[]",
+        ] {
+            assert!(hostlist_matches(bad, "x").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_first_matching_profile_wins() {
+        let text = r#"
+[[network]]
+name = "roce-a"
+partitions = ["a100"]
+nodes = ["ra[01-10]"]
+env = { NCCL_IB_GID_INDEX = "3" }
+expect_net = "ib"
+
+[[network]]
+name = "a100-rest"
+partitions = ["a100"]
+env = { NCCL_IB_DISABLE = "1", NCCL_SOCKET_IFNAME = "eth0" }
+expect_net = "socket"
+
+[[network]]
+name = "default"
+env = { NCCL_IB_HCA = "mlx5" }
+"#;
+        let p = load(text).expect("valid");
+        assert_eq!(
+            select(&p, Some("a100"), "ra03").map(|p| &p.name[..]),
+            Some("roce-a")
+        );
+        assert_eq!(
+            select(&p, Some("a100"), "ra11").map(|p| &p.name[..]),
+            Some("a100-rest")
+        );
+        assert_eq!(
+            select(&p, Some("h200"), "ra03").map(|p| &p.name[..]),
+            Some("default")
+        );
+        assert_eq!(select(&p, None, "x").map(|p| &p.name[..]), Some("default"));
+        assert_eq!(select(&p[..2], None, "ra03"), None, "no partition known");
+        assert_eq!(p[0].net_expect(), Some(NetExpect::Ib));
+        assert_eq!(p[1].net_expect(), Some(NetExpect::Socket));
+        assert_eq!(
+            p[1].env_pairs().collect::<Vec<_>>(),
+            [("NCCL_IB_DISABLE", "1"), ("NCCL_SOCKET_IFNAME", "eth0")]
+        );
+    }
+
+    #[test]
+    fn a_catch_all_profile_before_others_is_rejected_with_its_line() {
+        let text =
+            "[[network]]\nname = \"all\"\n\n[[network]]\nname = \"ib\"\npartitions = [\"gpu\"]\n";
+        let e = load(text).expect_err("unreachable profile");
+        assert_eq!(e.field, "network[0].name");
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("move it last"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_file_line_and_field() {
+        let e = load("[[network]]\nname = \"x\"\nenv_vars = {}\n").expect_err("unknown key");
+        assert!(e.message.contains("env_vars"), "{e}");
+        let text = "[[network]]\nname = \"x\"\nnodes = [\"gpu[1-\"]\n";
+        let e = load(text).expect_err("bad hostlist");
+        assert_eq!(e.field, "network[0].nodes[0]");
+        assert_eq!(e.line, Some(3));
+        assert!(e.to_string().starts_with(FILE), "{e}");
+        let text = "[[network]]\nname = \"x\"\n[network.env]\nLD_PRELOAD = \"/x.so\"\n";
+        let e = load(text).expect_err("not an NCCL variable");
+        assert_eq!(e.field, "network[0].env.LD_PRELOAD");
+        assert_eq!(e.line, Some(4), "{e}");
+        let e = load("[[network]]\nname = \"x\"\nenv = { NCCL_COMM_BLOCKING = \"1\" }\n")
+            .expect_err("reserved");
+        assert!(e.message.contains("set by nccl-check itself"), "{e}");
+        let e =
+            load("[[network]]\nname = \"x\"\nenv = { NCCL_IB_HCA = \"\" }\n").expect_err("empty");
+        assert!(e.message.contains("non-empty"), "{e}");
+        let e = load("[[network]]\nname = \"a b\"\n").expect_err("name");
+        assert_eq!(e.field, "network[0].name");
+        let e = load("[[network]]\nname = \"a\"\npartitions=[\"x\"]\n[[network]]\nname = \"a\"\n")
+            .expect_err("duplicate");
+        assert!(e.message.contains("used by two profiles"), "{e}");
+    }
+
+    #[test]
+    fn contradictions_between_expectations_and_env_are_rejected() {
+        for (text, field) in [
+            (
+                "expect_net = \"ib\"\nenv = { NCCL_IB_DISABLE = \"1\" }",
+                "expect_net",
+            ),
+            (
+                "expect_net = \"socket\"\nenv = { NCCL_NET = \"IB\" }",
+                "expect_net",
+            ),
+            (
+                "expect_collnet = true\nenv = { NCCL_COLLNET_ENABLE = \"0\" }",
+                "expect_collnet",
+            ),
+            (
+                "expect_collnet = true\nenv = { NCCL_NET_PLUGIN = \"none\" }",
+                "expect_collnet",
+            ),
+            (
+                "expect_nvls = true\nenv = { NCCL_NVLS_ENABLE = \"0\" }",
+                "expect_nvls",
+            ),
+        ] {
+            let e = load(&format!("[[network]]\nname = \"x\"\n{text}\n")).expect_err(text);
+            assert_eq!(e.field, format!("network[0].{field}"), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn plugin_names_are_kept_for_the_transport_check() {
+        let p = load("[[network]]\nname = \"efa\"\nexpect_net = \"Libfabric\"\n").expect("valid");
+        assert_eq!(
+            p[0].net_expect(),
+            Some(NetExpect::Plugin("Libfabric".into()))
+        );
+    }
+
+    #[test]
+    fn the_shipped_examples_are_valid_and_cover_every_fabric() {
+        let text = include_str!("../../config/network-examples.toml");
+        let doc: Doc = parse(Path::new("network-examples.toml"), text).expect("parses");
+        validate(&doc.network, Path::new("network-examples.toml"), text).expect("valid");
+        let names: Vec<&str> = doc.network.iter().map(|p| p.name.as_str()).collect();
+        for want in ["infiniband", "roce", "aws-efa", "tcp", "sharp", "nvls"] {
+            assert!(names.contains(&want), "no '{want}' example in {names:?}");
+        }
+        let by = |n: &str| doc.network.iter().find(|p| p.name == n).expect(n);
+        assert!(by("roce").env.contains_key("NCCL_IB_GID_INDEX"));
+        assert_eq!(
+            by("aws-efa").env.get("FI_PROVIDER").map(String::as_str),
+            Some("efa")
+        );
+        assert_eq!(
+            by("tcp").env.get("NCCL_IB_DISABLE").map(String::as_str),
+            Some("1")
+        );
+        assert!(by("tcp").env.contains_key("NCCL_SOCKET_IFNAME"));
+        assert_eq!(
+            by("sharp")
+                .env
+                .get("NCCL_COLLNET_ENABLE")
+                .map(String::as_str),
+            Some("1")
+        );
+        assert!(by("sharp").expect_collnet && by("nvls").expect_nvls);
+    }
+}
