@@ -5,6 +5,7 @@
 # $CLUSTER_DIR/run, and down.sh stops exactly those PIDs. Every wait is bounded.
 #
 # Usage (root):  slurm/test-cluster/up.sh [--nodes N] [--plugin PATH.so [--plugin-args "k=v ..."]]
+#                                         [--plugstack FILE]
 #                                        [--prolog PATH] [--conf "Key=Value"]...
 #   then:        . "${NCCL_CHECK_CLUSTER_DIR:-/var/tmp/nccl-check-cluster}/env.sh"   # SLURM_CONF
 #                srun -N2 --nccl-check hostname
@@ -13,6 +14,8 @@
 # $CLUSTER_DIR/plugstack.conf.d/zz-nccl-check.conf ("required <so> <plugin-args>").
 # --prolog adds Prolog=PATH and PrologFlags=Alloc (the prolog runs on every node at allocation);
 # --conf appends one more slurm.conf line (repeatable; e.g. "SchedulerParameters=nohold_on_prolog_fail").
+# --plugstack uses FILE as the cluster's PlugStackConfig instead (e.g. /etc/slurm/plugstack.conf,
+# to load a plugin from where a package installed it, as a real node would); not with --plugin.
 # Nothing under /etc is written: slurm.conf and plugstack.conf live in $CLUSTER_DIR.
 set -euo pipefail
 
@@ -20,6 +23,7 @@ CLUSTER_DIR=${NCCL_CHECK_CLUSTER_DIR:-/var/tmp/nccl-check-cluster}
 NODES=2
 PLUGIN=
 PLUGIN_ARGS=
+PLUGSTACK=
 PROLOG=
 EXTRA_CONF=()
 while [ $# -gt 0 ]; do
@@ -27,6 +31,7 @@ while [ $# -gt 0 ]; do
         --nodes) NODES=$2; shift 2 ;;
         --plugin) PLUGIN=$2; shift 2 ;;
         --plugin-args) PLUGIN_ARGS=$2; shift 2 ;;
+        --plugstack) PLUGSTACK=$2; shift 2 ;;
         --prolog) PROLOG=$2; shift 2 ;;
         --conf) EXTRA_CONF+=("$2"); shift 2 ;;
         *) echo "up.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -40,6 +45,10 @@ for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/srun; do
     [ -x "$b" ] || die "$b missing (run tests/setup-deps.sh)"
 done
 [[ "$NODES" =~ ^[1-9][0-9]?$ ]] || die "--nodes must be 1..99"
+if [ -n "$PLUGSTACK" ]; then
+    [ -z "$PLUGIN" ] || die "--plugstack and --plugin exclude each other"
+    [ -f "$PLUGSTACK" ] || die "--plugstack $PLUGSTACK: no such file"
+fi
 if [ -s "$CLUSTER_DIR/run/slurmctld.pid" ] && kill -0 "$(cat "$CLUSTER_DIR/run/slurmctld.pid")" 2>/dev/null; then
     die "a test cluster already runs from $CLUSTER_DIR (run down.sh first)"
 fi
@@ -71,7 +80,7 @@ SlurmdPidFile=$CLUSTER_DIR/run/slurmd-%n.pid
 SlurmctldLogFile=$CLUSTER_DIR/log/slurmctld.log
 SlurmdLogFile=$CLUSTER_DIR/log/slurmd-%n.log
 SlurmdDebug=debug
-PlugStackConfig=$CLUSTER_DIR/plugstack.conf
+PlugStackConfig=${PLUGSTACK:-$CLUSTER_DIR/plugstack.conf}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SwitchType=switch/none
