@@ -15,7 +15,7 @@
 //! | `transport/nvls.cc` | `NVLS multicast support is [not ]available on dev 0[ (NVLS_NCHANNELS 16)]`, `NVLS comm 0x.. headRank ..`, `Connected NVLS tree` |
 //! | `init.cc` | `.. 24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels, ..`, `.. comm 0x.. rank 0 nranks 4 .. - Init COMPLETE`, `Using network IB` |
 //! | `transport.cc` / WARN | `Cannot initialize CollNet, using point-to-point network instead`, `.. less than CollNet node threshold .., disabling CollNet` |
-//! | `enqueue.cc` (subsys TUNING, rank 0) | `AllReduce: 268435456 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}` (2.24+), `AllReduce: 1024 Bytes -> Algo 1 proto 2 time 12.3` (2.22-2.23, 2.21 without the name) |
+//! | `enqueue.cc` (subsys TUNING, rank 0) | `AllReduce: 67108864 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..23}` (2.24+: `RING`, `NVLS_TREE`, `COLLNET_DIRECT`), `AllReduce: 1024 Bytes -> Algo 1 proto 2 time 12.3` (2.22-2.23, 2.21 without the name) |
 //! | `graph/search.cc` (subsys GRAPH) | `Pattern 4, crossNic 0, nChannels 16, bw 40.0/40.0, type NVL/PIX, sameChannels 1` |
 //!
 //! The lines between ranks are printed once per channel by the connecting side (both sides for
@@ -242,15 +242,18 @@ impl TransportSummary {
         Some(self.rank_hosts.get(&a)? == self.rank_hosts.get(&b)?)
     }
 
-    /// `GPU0->GPU1`, or `node01 GPU0->node02 GPU0` across hosts.
+    /// `GPU0->GPU1` in a one-host log, `node01 GPU0->GPU1` inside a node of a multi-host log,
+    /// `node01 GPU0->node02 GPU0` across hosts.
     pub fn path_name(&self, from: u32, to: u32) -> String {
         let (fd, td) = self
             .pairs
             .get(&(from, to))
             .map(|p| (p.from_dev, p.to_dev))
             .unwrap_or((from, to));
+        let several_hosts = self.rank_hosts.values().collect::<BTreeSet<_>>().len() > 1;
         match (self.rank_hosts.get(&from), self.rank_hosts.get(&to)) {
             (Some(a), Some(b)) if a != b => format!("{a} GPU{fd}->{b} GPU{td}"),
+            (Some(a), _) if several_hosts => format!("{a} GPU{fd}->GPU{td}"),
             _ => format!("GPU{fd}->GPU{td}"),
         }
     }
@@ -439,7 +442,15 @@ fn parse_tuning(msg: &str) -> Option<(String, String)> {
     let algo = tail.split_whitespace().next()?;
     let algo = match algo.parse::<usize>() {
         Ok(i) => ALGO_NAMES.get(i)?.to_string(),
-        Err(_) => algo.to_string(),
+        // 2.24+ prints ncclAlgoToString's `RING`, `COLLNET_DIRECT`, `NVLS_TREE`: use the
+        // NCCL_ALGO spelling (`Ring`, `CollNetDirect`, `NVLSTree`).
+        Err(_) => {
+            let key = algo.replace('_', "").to_ascii_uppercase();
+            ALGO_NAMES
+                .iter()
+                .find(|n| n.to_ascii_uppercase() == key)
+                .map_or_else(|| algo.to_string(), |n| n.to_string())
+        }
     };
     Some((coll, algo))
 }
@@ -726,6 +737,15 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
             f[0].message,
             "node01 GPU0->node02 GPU0 used NET/Socket, NET/IB expected"
         );
+        let mixed = parse_log(&format!(
+            "{text}node01:100:101 [1] NCCL INFO Channel 00 : 2[1] -> 0[0] via SHM/direct/direct\n"
+        ));
+        let f = check(&mixed, &|a, b| a != 1 && b != 1, &expect);
+        assert!(
+            f.iter()
+                .any(|f| f.message == "node01 GPU1->GPU0 used SHM, NVLink P2P expected"),
+            "{f:?}"
+        );
         let plugin = Expectation {
             inter_node_net: Some(NetExpect::Plugin("libfabric".into())),
             ..Default::default()
@@ -777,12 +797,15 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
     #[test]
     fn tuning_lines_say_which_algorithm_carried_each_collective() {
         let s = parse_log(&log(&[
-            "AllReduce: 268435456 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}",
-            "AllGather: 8388608 Bytes -> Algo Ring proto Simple channel{Lo..Hi}={0..31}",
+            "AllReduce: 268435456 Bytes -> Algo NVLS proto SIMPLE channel{Lo..Hi}={0..15}",
+            "AllGather: 8388608 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..31}",
+            "ReduceScatter: 8388608 Bytes -> Algo COLLNET_DIRECT proto SIMPLE channel{Lo..Hi}={0..7}",
             "Broadcast: 1024 Bytes -> Algo 1 proto 2 time 12.500000",
             "4096 Bytes -> Algo 3 proto 2 time 7.000000",
         ]));
         assert!(s.algorithms["AllReduce"].contains("NVLS"));
+        assert!(s.algorithms["AllGather"].contains("Ring"));
+        assert!(s.algorithms["ReduceScatter"].contains("CollNetDirect"));
         assert!(s.algorithms["Broadcast"].contains("Ring"));
         assert!(s.algorithms["?"].contains("CollNetChain"));
         assert!(s.nvls_used());
@@ -791,7 +814,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
         let ring_only = parse_log(&log(&[
             "NVLS multicast support is available on dev 0 (NVLS_NCHANNELS 16)",
             "24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer",
-            "AllReduce: 1024 Bytes -> Algo Ring proto LL channel{Lo..Hi}={0..0}",
+            "AllReduce: 1024 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}",
         ]));
         assert!(ring_only.nvls_connected);
         assert!(!ring_only.nvls_used());
@@ -875,5 +898,129 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
         );
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].subject, "GPU0->GPU3");
+    }
+
+    // --- real logs: NCCL 2.28.9 on 4x H200 (bench-core/tests/data/nccl-logs/README.md) ---
+
+    fn real(name: &str) -> TransportSummary {
+        let path = format!("{}/tests/data/nccl-logs/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        parse_log(&text)
+    }
+
+    fn nvlink() -> Expectation {
+        Expectation {
+            intra_node_p2p: true,
+            ..Default::default()
+        }
+    }
+
+    /// All 12 directed pairs of 4 GPUs (sendrecv and alltoall connect every pair lazily).
+    fn all_pairs() -> Vec<(u32, u32)> {
+        (0..4)
+            .flat_map(|a| (0..4).filter(move |&b| b != a).map(move |b| (a, b)))
+            .collect()
+    }
+
+    #[test]
+    fn real_healthy_h200_node_uses_nvlink_p2p_on_every_path() {
+        let s = real("healthy.log");
+        assert!(s.has_connections());
+        assert_eq!(s.pairs.keys().copied().collect::<Vec<_>>(), all_pairs());
+        for (pair, p) in &s.pairs {
+            assert!(
+                p.transports
+                    .iter()
+                    .all(|t| matches!(t, Transport::P2p { .. })),
+                "{pair:?}: {:?}",
+                p.transports
+            );
+        }
+        assert!(check(&s, &|_, _| true, &nvlink()).is_empty());
+        assert_eq!(s.network.as_deref(), Some("Socket"));
+        assert!(s.graph_intra_types.contains("NVL"));
+        assert_eq!(s.nvls_channels, Some(0), "recorded with NCCL_NVLS_ENABLE=0");
+        assert!(!s.nvls_used() && !s.collnet_used());
+        assert_eq!(
+            s.algorithms
+                .get("AllReduce")
+                .map(|a| a.iter().cloned().collect::<Vec<_>>()),
+            Some(vec![String::from("Ring")])
+        );
+        let paths = s.paths();
+        assert_eq!(paths[0].path, "GPU0->GPU1");
+        assert_eq!(paths[0].transports, vec!["p2p"]);
+    }
+
+    #[test]
+    fn real_p2p_disabled_node_is_a_shm_fallback_on_every_path_it_used() {
+        let s = real("p2p-disabled.log");
+        assert!(s.has_connections());
+        assert!(s
+            .pairs
+            .values()
+            .all(|p| p.transports.iter().eq([&Transport::Shm])));
+        let f = check(&s, &|_, _| true, &nvlink());
+        assert_eq!(f.len(), s.pairs.len());
+        assert!(f
+            .iter()
+            .any(|f| f.message == "GPU0->GPU1 used SHM, NVLink P2P expected"));
+        assert!(f.iter().all(|f| f.to_reason().code == "transport_fallback"));
+    }
+
+    #[test]
+    fn real_socket_only_node_is_a_net_fallback() {
+        let s = real("socket-only.log");
+        assert!(s
+            .pairs
+            .values()
+            .all(|p| p.transports.iter().eq([&Transport::NetSocket])));
+        let f = check(&s, &|_, _| true, &nvlink());
+        assert!(!f.is_empty());
+        assert!(f
+            .iter()
+            .all(|f| f.message.ends_with("used NET/Socket, NVLink P2P expected")));
+    }
+
+    #[test]
+    fn real_two_emulated_nodes_use_p2p_inside_and_sockets_between() {
+        let text = std::fs::read_to_string(format!(
+            "{}/tests/data/nccl-logs/twonode-a.log",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("twonode-a.log")
+            + &std::fs::read_to_string(format!(
+                "{}/tests/data/nccl-logs/twonode-b.log",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .expect("twonode-b.log");
+        let s = parse_log(&text);
+        // NCCL_HOSTID=nodeA / nodeB: ranks 0,1 and 2,3 are two "nodes" on one host.
+        let same_node = |a: u32, b: u32| a / 2 == b / 2;
+        for (&(a, b), p) in &s.pairs {
+            if same_node(a, b) {
+                assert!(
+                    p.transports
+                        .iter()
+                        .all(|t| matches!(t, Transport::P2p { .. })),
+                    "{a}->{b}: {:?}",
+                    p.transports
+                );
+            } else {
+                assert!(p.transports.iter().eq([&Transport::NetSocket]), "{a}->{b}");
+            }
+        }
+        assert!(s.pairs.keys().any(|&(a, b)| !same_node(a, b)));
+        let mut expect = nvlink();
+        expect.inter_node_net = Some(NetExpect::Socket);
+        assert!(check(&s, &same_node, &expect).is_empty());
+        expect.inter_node_net = Some(NetExpect::Ib);
+        let f = check(&s, &same_node, &expect);
+        assert!(!f.is_empty());
+        assert!(
+            f.iter()
+                .all(|f| f.message.ends_with("used NET/Socket, NET/IB expected")),
+            "{f:?}"
+        );
     }
 }
