@@ -6,7 +6,7 @@
 #
 # Usage (root):  slurm/test-cluster/up.sh [--nodes N] [--plugin PATH.so [--plugin-args "k=v ..."]]
 #                                         [--plugstack FILE]
-#                                        [--prolog PATH] [--conf "Key=Value"]...
+#                                        [--prolog PATH] [--conf "Key=Value"]... [--munge-socket PATH]
 #   then:        . "${NCCL_CHECK_CLUSTER_DIR:-/var/tmp/nccl-check-cluster}/env.sh"   # SLURM_CONF
 #                srun -N2 --nccl-check hostname
 #   stop:        slurm/test-cluster/down.sh
@@ -16,6 +16,9 @@
 # --conf appends one more slurm.conf line (repeatable; e.g. "SchedulerParameters=nohold_on_prolog_fail").
 # --plugstack uses FILE as the cluster's PlugStackConfig instead (e.g. /etc/slurm/plugstack.conf,
 # to load a plugin from where a package installed it, as a real node would); not with --plugin.
+# --munge-socket starts a private munged on PATH (its files beside it; stopped by down.sh) and sets
+# AuthInfo=socket=PATH (unless a --conf AuthInfo= line is given: it must then name the socket), so no
+# other cluster's munged matters.
 # Nothing under /etc is written: slurm.conf and plugstack.conf live in $CLUSTER_DIR.
 set -euo pipefail
 
@@ -26,6 +29,7 @@ PLUGIN_ARGS=
 PLUGSTACK=
 PROLOG=
 EXTRA_CONF=()
+MUNGE_SOCKET=
 while [ $# -gt 0 ]; do
     case "$1" in
         --nodes) NODES=$2; shift 2 ;;
@@ -34,6 +38,7 @@ while [ $# -gt 0 ]; do
         --plugstack) PLUGSTACK=$2; shift 2 ;;
         --prolog) PROLOG=$2; shift 2 ;;
         --conf) EXTRA_CONF+=("$2"); shift 2 ;;
+        --munge-socket) MUNGE_SOCKET=$2; shift 2 ;;
         *) echo "up.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -101,6 +106,9 @@ if [ -n "$PROLOG" ]; then
     [ -x "$PROLOG" ] || die "--prolog $PROLOG: not an executable file"
     printf 'Prolog=%s\nPrologFlags=Alloc\n' "$PROLOG" >> "$CLUSTER_DIR/slurm.conf"
 fi
+if [ -n "$MUNGE_SOCKET" ] && ! printf '%s\n' "${EXTRA_CONF[@]}" | grep -q '^AuthInfo='; then
+    echo "AuthInfo=socket=$MUNGE_SOCKET" >> "$CLUSTER_DIR/slurm.conf"
+fi
 for line in "${EXTRA_CONF[@]}"; do
     printf '%s\n' "$line" >> "$CLUSTER_DIR/slurm.conf"
 done
@@ -117,8 +125,18 @@ chmod 644 "$CLUSTER_DIR/slurm.conf" "$CLUSTER_DIR/plugstack.conf"
 echo "export SLURM_CONF=$CLUSTER_DIR/slurm.conf" > "$CLUSTER_DIR/env.sh"
 export SLURM_CONF=$CLUSTER_DIR/slurm.conf
 
-# munged: reuse a running one (same key), else start one and remember that we did.
-if timeout 5 sh -c 'munge -n | unmunge' >/dev/null 2>&1; then
+# munged: a private one on --munge-socket, else reuse a running one (same key), else start one and
+# remember that we did.
+if [ -n "$MUNGE_SOCKET" ]; then
+    md=$(dirname "$MUNGE_SOCKET")
+    mkdir -p "$md" && chown munge:munge "$md" && chmod 0755 "$md"
+    timeout 15 runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCKET" --pid-file="$md/munged.pid" \
+        --log-file="$md/munged.log" --seed-file="$md/munged.seed" || die "private munged failed to start"
+    timeout 10 sh -c "until munge -S '$MUNGE_SOCKET' -n | unmunge -S '$MUNGE_SOCKET' >/dev/null 2>&1; do sleep 0.2; done" \
+        || die "private munged does not answer on $MUNGE_SOCKET"
+    cp "$md/munged.pid" "$CLUSTER_DIR/run/munged.started.pid"
+    log "private munged started on $MUNGE_SOCKET (pid $(cat "$CLUSTER_DIR/run/munged.started.pid"))"
+elif timeout 5 sh -c 'munge -n | unmunge' >/dev/null 2>&1; then
     log "munged already running; reusing it"
 else
     mkdir -p /run/munge /var/log/munge /var/lib/munge

@@ -1,3 +1,316 @@
 #!/usr/bin/env bash
-# Placeholder: the prolog suite is being written.
-echo "tests/prolog: no tests yet"
+# End-to-end suite for the prolog gate (nccl-check-prolog) in a real Slurm 22.05 cluster on this
+# machine: slurm/test-cluster/up.sh with Prolog= set (PrologFlags=Alloc), 2 slurmd on 127.0.0.1.
+# No GPU: the worker is tests/prolog/fake-worker, which hands the prolog a report recorded for
+# 4x H200 (tests/prolog/data) and the matching exit code; from there on (verdict, drain, cache,
+# resume, logs) it is the production code. The GPUs' identity comes from a fake
+# /proc/driver/nvidia/gpus built from the same report (config gpu_info_dir).
+#
+# Needs root, tests/setup-deps.sh and `cargo build --release` (tests/run.sh does both; this builds
+# the prolog if it is missing). Every wait is bounded; the cluster is always torn down.
+# slurm.conf additions: SchedulerParameters=nohold_on_prolog_fail (a requeued batch job is not
+# held, so it can run on the other node by itself), AuthInfo=cred_expire=10 (Slurm delays a
+# requeued job by cred_expire + 1 s; 120 s by default) and a private munged (up.sh --munge-socket),
+# so other test clusters on this machine starting and stopping theirs do not matter.
+#
+# Usage: bash tests/prolog/run.sh [TEST_NAME_SUBSTRING]
+#   env NCCL_CHECK_CLUSTER_PORT (default 17817) keeps it apart from other test clusters.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+FILTER=${1:-}
+PASSED=0 FAILED=0 STARTED=0 FAILED_NAMES=()
+say() { echo "prolog/run.sh: $*" >&2; }
+[ "$(id -u)" = 0 ] || { say "must run as root"; exit 2; }
+
+cd "$REPO"
+BIN=$REPO/target/release/nccl-check-prolog
+if [ ! -x "$BIN" ]; then
+    say "building the prolog"
+    timeout 1200 cargo build --release -p nccl-check-prolog || { say "build failed"; exit 1; }
+fi
+
+# --- cluster and fixtures -------------------------------------------------------------------
+export NCCL_CHECK_CLUSTER_DIR NCCL_CHECK_CLUSTER_PORT=${NCCL_CHECK_CLUSTER_PORT:-17817}
+NCCL_CHECK_CLUSTER_DIR=$(mktemp -d /var/tmp/nccl-check-prolog-ci.XXXXXX)
+CL=$NCCL_CHECK_CLUSTER_DIR
+chmod 755 "$CL"
+cleanup() { bash "$REPO/slurm/test-cluster/down.sh" --purge; true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+T=$CL/prolog                         # everything the prolog reads and writes
+mkdir -p "$T/bin" "$T/gpus" "$T/mode" "$T/work" "$T/metrics"
+install -m 0755 "$BIN" "$T/bin/nccl-check-prolog"
+install -m 0755 "$REPO/tests/prolog/fake-worker" "$T/bin/fake-worker"
+cp -r "$REPO/tests/prolog/data" "$T/bin/data"
+make_gpus() { # the fake driver directory from the PASS report's GPUs
+    rm -rf "$T/gpus" && mkdir -p "$T/gpus"
+    python3 - "$T/bin/data/pass.json" "$T/gpus" <<'PY'
+import json, os, sys
+for g in json.load(open(sys.argv[1]))["gpus"]:
+    d = os.path.join(sys.argv[2], g["pci_bus_id"])
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "information"), "w") as f:
+        f.write(f"Model: \t\t {g['name']}\nGPU UUID: \t {g['uuid']}\nBus Location: \t {g['pci_bus_id']}\n"
+                "Device Minor: \t 0\nGPU Excluded:\t No\n")
+PY
+}
+make_gpus
+CONF=$T/prolog.toml
+MARKER=$T/marker
+# conf ["key = value"...]: the prolog config, re-read by every prolog run: the suite's defaults,
+# each replaced by a given line with the same key.
+conf() {
+    local defaults=(
+        "worker = \"$T/bin/fake-worker\""
+        "gpus = \"all\""
+        "state_dir = \"$T/state/%n\""
+        "gpu_info_dir = \"$T/gpus\""
+        "metrics_file = \"$T/metrics/%n.prom\""
+        "budget_seconds = 10"
+    ) line d
+    {
+        for d in "${defaults[@]}"; do
+            for line in "$@"; do [ "${line%% =*}" = "${d%% =*}" ] && continue 2; done
+            echo "$d"
+        done
+        printf '%s\n' "$@"
+        echo "[env]"
+        echo "NCCL_CHECK_FAKE_MODE_DIR = \"$T/mode\""
+        echo "NCCL_CHECK_FAKE_MARKER = \"$MARKER\""
+    } > "$CONF"
+}
+# slurmd runs Prolog= without arguments: a two-line wrapper names the suite's config.
+printf '#!/bin/sh\nexec %s --config %s\n' "$T/bin/nccl-check-prolog" "$CONF" > "$T/bin/prolog.sh"
+chmod 755 "$T/bin/prolog.sh"
+conf
+
+if ! bash "$REPO/slurm/test-cluster/up.sh" --nodes 2 --prolog "$T/bin/prolog.sh" \
+    --munge-socket "$CL/munge/munge.socket.2" --conf "AuthInfo=socket=$CL/munge/munge.socket.2,cred_expire=10" \
+    --conf "SchedulerParameters=nohold_on_prolog_fail" --conf "PrologEpilogTimeout=60"; then
+    say "cluster did not come up"
+    for f in "$CL"/log/*.log; do echo "== $f"; tail -30 "$f"; done >&2
+    exit 1
+fi
+export SLURM_CONF=$CL/slurm.conf
+cd "$T/work"
+
+# --- helpers --------------------------------------------------------------------------------
+OUT=$T/out ERR=$T/err RC=0
+TEST_FAILED=0
+fail() { echo "    $*" >&2; TEST_FAILED=1; return 1; }
+mode() { echo "$2" > "$T/mode/$1"; }               # mode NODE pass|fail|error|hang|...
+runs_of() { local n; n=$(grep -c "^node=$1 " "$MARKER" 2>/dev/null); echo "${n:-0}"; }
+reason_of() { sinfo -h -R -o '%N|%E' 2>/dev/null | awk -F'|' -v n="$1" '$1 == n { print $2 }'; }
+drained() { scontrol show node -o "$1" 2>/dev/null | grep -q 'State=[A-Z+]*DRAIN'; }
+# prolog_direct ARGS...: the binary as slurmd would start it (no PATH), stdout/stderr/rc captured.
+prolog_direct() {
+    timeout 60 env -i SLURM_CONF="$SLURM_CONF" SLURM_SCRIPT_CONTEXT=prolog_slurmd ${EXTRA_ENV:-} \
+        "$T/bin/nccl-check-prolog" --config "$CONF" "$@" >"$OUT" 2>"$ERR"
+    RC=$?
+}
+# submit [sbatch args...]: a batch job printing where it ran; echoes the job id.
+submit() { timeout 20 sbatch --parsable -N1 -o "$T/work/job-%j.out" "$@" --wrap 'echo "ran on $SLURMD_NODENAME"'; }
+wait_done() { # JOB SECONDS: until the job left the queue
+    timeout "$2" bash -c "while [ -n \"\$(squeue -h -j $1 2>/dev/null)\" ]; do sleep 0.5; done" \
+        || fail "job $1 still queued after $2 s: $(squeue -h -j "$1" -o '%T %R %N' 2>&1)"
+}
+ran_on() { cat "$T/work/job-$1.out" 2>/dev/null | sed -n 's/^ran on //p'; }
+reset() { # every node resumed and idle, no state, every node passes
+    scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1
+    rm -rf "$T/state" "$T/mode"/* "$T/metrics"/* "$T/bin/data" && : > "$MARKER"
+    cp -r "$REPO/tests/prolog/data" "$T/bin/data"
+    make_gpus
+    conf
+    timeout 30 bash -c 'until [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -ge 2 ]; do sleep 0.3; done' \
+        || say "nodes not idle: $(sinfo -N 2>&1 | tr '\n' ' ')"
+}
+
+run_test() { # name function
+    local name=$1
+    [ -n "$FILTER" ] && [[ "$name" != *"$FILTER"* ]] && return 0
+    reset
+    local start=$SECONDS
+    STARTED=$((STARTED + 1))
+    TEST_FAILED=0
+    "$2"
+    if [ "$TEST_FAILED" = 0 ]; then
+        echo "PASS  $name ($((SECONDS - start)) s)"
+        PASSED=$((PASSED + 1))
+    else
+        echo "FAIL  $name ($((SECONDS - start)) s)"
+        FAILED=$((FAILED + 1)); FAILED_NAMES+=("$name")
+    fi
+}
+
+# --- tests ----------------------------------------------------------------------------------
+t_fail_drains_and_requeues() {
+    mode n1 fail
+    local j; j=$(submit) || { fail "sbatch failed"; return; }
+    wait_done "$j" 120
+    [ "$(runs_of n1)" -ge 1 ] || fail "the prolog never measured on n1 (job landed elsewhere?): $(cat "$MARKER")"
+    local r; r=$(reason_of n1)
+    [[ "$r" == "nccl-check: all_reduce 256 MiB out-of-place: busbw 21.7 < 200.0 GB/s (+1 more) (job $j)" ]] \
+        || fail "sinfo -R reason of n1: '$r'"
+    drained n1 || fail "n1 is not drained"
+    [ "$(ran_on "$j")" = n2 ] || fail "job $j did not run on n2: '$(ran_on "$j")'"
+    scontrol show job "$j" | grep -q 'Restarts=1' || fail "job $j was not requeued once: $(scontrol show job "$j" | grep Restarts)"
+    grep -q "prolog failed: rc:1 output:nccl-check-prolog: FAIL job $j on n1" "$CL/log/slurmd-n1.log" \
+        || fail "slurmd's log lacks the prolog's FAIL line"
+    [ -s "$T/state/n1/fail-report.json" ] || fail "fail-report.json not kept"
+    [ ! -e "$T/state/n1/last-pass.json" ] || fail "a FAIL left a cached pass"
+    grep -q 'nccl_check_verdict{verdict="FAIL"} 1' "$T/metrics/n1.prom" || fail "metrics lack the FAIL"
+    grep -q 'nccl_check_busbw_gbps{collective="all_reduce"} 21.800' "$T/metrics/n1.prom" || fail "metrics lack busbw"
+}
+
+t_worker_gets_only_path_and_the_config_env() {
+    local j; j=$(submit -w n1) || { fail "sbatch failed"; return; }
+    wait_done "$j" 60
+    local envs; envs=$(sed -n 's/.* env=//p' "$MARKER" | head -1)
+    # PWD, SHLVL and _ are set by bash itself.
+    [ "$envs" = "CUDA_DEVICE_ORDER,NCCL_CHECK_FAKE_MARKER,NCCL_CHECK_FAKE_MODE_DIR,PATH,PWD,SHLVL,_" ] \
+        || fail "the worker's environment: $envs"
+    grep -q -- "args=--plan quick --json $T/state/n1/report.json --timeout 8 --quiet env=" "$MARKER" \
+        || fail "the worker's arguments: $(head -1 "$MARKER")"
+    [ "$(ran_on "$j")" = n1 ] || fail "job did not run"
+}
+
+t_error_drains_nothing_and_the_job_runs() {
+    mode n1 error
+    local j; j=$(submit -w n1) || { fail "sbatch failed"; return; }
+    wait_done "$j" 60
+    [ "$(ran_on "$j")" = n1 ] || fail "job $j did not run on n1"
+    drained n1 && fail "ERROR drained n1: $(reason_of n1)"
+    [ "$(runs_of n1)" = 1 ] || fail "the worker ran $(runs_of n1) times"
+    grep -q 'nccl_check_verdict{verdict="ERROR"} 1' "$T/metrics/n1.prom" || fail "metrics lack the ERROR"
+}
+
+t_a_hung_worker_is_killed_at_the_budget_and_the_job_runs() {
+    conf "budget_seconds = 5"
+    mode n1 hang
+    local j t0=$SECONDS; j=$(submit -w n1) || { fail "sbatch failed"; return; }
+    wait_done "$j" 60
+    [ "$(ran_on "$j")" = n1 ] || fail "job $j did not run on n1"
+    drained n1 && fail "a timeout drained n1"
+    [ $((SECONDS - t0)) -le 30 ] || fail "took $((SECONDS - t0)) s with a 5 s budget"
+    local child; child=$(sed -n 's/^hang child=\([0-9]*\).*/\1/p' "$MARKER" | head -1)
+    [ -n "$child" ] || fail "the fake worker did not hang"
+    # Gone, or a zombie waiting for init to reap it.
+    local st; st=$([ -n "$child" ] && ps -o stat= -p "$child" 2>/dev/null)
+    [ -z "$st" ] || [[ "$st" == Z* ]] || fail "the worker's child $child survived (state $st)"
+}
+
+t_cached_pass_skips_the_measurement() {
+    conf "cache_seconds = 600"
+    local j1 j2 j3
+    j1=$(submit -w n1) && wait_done "$j1" 60
+    [ "$(runs_of n1)" = 1 ] || fail "first job: the worker ran $(runs_of n1) times, expected 1"
+    j2=$(submit -w n1) && wait_done "$j2" 60
+    [ "$(runs_of n1)" = 1 ] || fail "second job: the worker ran again (no cache)"
+    [ "$(ran_on "$j2")" = n1 ] || fail "second job did not run"
+    # Another GPU in the node (a new UUID): the pass no longer counts.
+    sed -i 's/GPU-3f1a9c52/GPU-00000000/' "$T"/gpus/*/information "$T/bin/data/pass.json"
+    j3=$(submit -w n1) && wait_done "$j3" 60
+    [ "$(runs_of n1)" = 2 ] || fail "third job after a GPU change: the worker ran $(($(runs_of n1) - 1)) more times, expected 1"
+    # The cached path as slurmd runs it, timed (the benchmark: prolog/benchmarks/cached-path.sh).
+    EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=99" prolog_direct
+    [ "$RC" = 0 ] && grep -q "PASS (cached) job 99 on n1" "$ERR" || fail "direct run: rc $RC, $(cat "$ERR")"
+    bash "$REPO/prolog/benchmarks/cached-path.sh" 100 "$T/bin/nccl-check-prolog" >"$OUT" 2>&1 \
+        || fail "cached path over 50 ms or not cached: $(cat "$OUT")"
+    sed 's/^/    /' "$OUT"
+}
+
+t_auto_resume_resumes_only_our_own_drains() {
+    conf "auto_resume = true"
+    # n1: drained by nccl-check (a recheck that fails); n2: drained by an admin.
+    mode n1 fail
+    EXTRA_ENV="" prolog_direct --recheck --node n1
+    [ "$RC" = 1 ] || fail "recheck FAIL: rc $RC, expected 1; $(cat "$ERR")"
+    [[ "$(reason_of n1)" == "nccl-check: all_reduce"* ]] || fail "n1 not drained by nccl-check: '$(reason_of n1)'"
+    scontrol update nodename=n2 state=drain reason="admin: PSU ticket 4711"
+    mode n1 pass
+    prolog_direct --recheck --node n1
+    [ "$RC" = 0 ] || fail "recheck PASS: rc $RC; $(cat "$ERR")"
+    drained n1 && fail "n1 still drained after it passed: '$(reason_of n1)'"
+    prolog_direct --recheck --node n2
+    [ "$RC" = 0 ] || fail "recheck PASS on n2: rc $RC"
+    [ "$(reason_of n2)" = "admin: PSU ticket 4711" ] || fail "n2's admin drain was touched: '$(reason_of n2)'"
+    # A drain of ours that an admin then took over (new reason) is the admin's now.
+    scontrol update nodename=n2 state=resume
+    mode n2 fail
+    prolog_direct --recheck --node n2
+    [[ "$(reason_of n2)" == "nccl-check:"* ]] || fail "n2 not drained by the recheck: '$(reason_of n2)'"
+    scontrol update nodename=n2 state=drain reason="admin: keep out, RMA"
+    mode n2 pass
+    prolog_direct --recheck --node n2
+    [ "$(reason_of n2)" = "admin: keep out, RMA" ] || fail "the admin's reason on n2 was touched: '$(reason_of n2)'"
+}
+
+t_a_broken_config_never_drains() {
+    mode n1 fail
+    conf 'budget_secs = 5'                # a typo: unknown key
+    local j; j=$(submit -w n1) || { fail "sbatch failed"; return; }
+    wait_done "$j" 60
+    [ "$(ran_on "$j")" = n1 ] || fail "job $j did not run on n1"
+    drained n1 && fail "a broken config drained n1"
+    [ "$(runs_of n1)" = 0 ] || fail "the worker ran with a broken config"
+    EXTRA_ENV="SLURMD_NODENAME=n1" prolog_direct
+    [ "$RC" = 0 ] || fail "broken config: rc $RC, expected 0"
+    grep -qF "ERROR config: $CONF:7: " "$ERR" && grep -qF "budget_secs" "$ERR" \
+        || fail "the error does not name file, line and field: $(cat "$ERR")"
+    timeout 20 env -i "$T/bin/nccl-check-prolog" --config /nonexistent/prolog.toml --node n1 >"$OUT" 2>"$ERR"
+    RC=$?
+    [ "$RC" = 0 ] && grep -q "cannot read" "$ERR" || fail "missing --config: rc $RC, $(cat "$ERR")"
+}
+
+t_dry_run_prints_and_does_nothing() {
+    mode n1 fail
+    EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=77" prolog_direct --dry-run
+    [ "$RC" = 0 ] || fail "dry run exited $RC"
+    grep -q 'drain:  n1 reason="nccl-check: all_reduce 256 MiB out-of-place: busbw 21.7 < 200.0 GB/s (+1 more) (job 77)"' "$OUT" \
+        || fail "dry run does not show the drain: $(cat "$OUT")"
+    grep -q 'exit:   1 (a dry run exits 0)' "$OUT" || fail "dry run does not show the exit code"
+    drained n1 && fail "the dry run drained n1"
+    [ ! -e "$T/state/n1/drained" ] || fail "the dry run left a drain marker"
+    [ ! -e "$T/metrics/n1.prom" ] || fail "the dry run wrote metrics"
+}
+
+t_on_fail_run_lets_the_job_run_and_drains_after() {
+    conf 'on_fail = "run"'
+    mode n1 fail
+    local j; j=$(submit -w n1) || { fail "sbatch failed"; return; }
+    wait_done "$j" 60
+    [ "$(ran_on "$j")" = n1 ] || fail "job $j did not run on n1"
+    [[ "$(reason_of n1)" == "nccl-check: "*"(job $j)" ]] || fail "n1 not drained: '$(reason_of n1)'"
+}
+
+t_job_gpus_are_passed_to_the_worker() {
+    conf 'gpus = "job"'
+    EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=5 CUDA_VISIBLE_DEVICES=3,1" prolog_direct
+    [ "$RC" = 0 ] || fail "rc $RC: $(cat "$ERR")"
+    grep -q -- '--quiet --gpus 1,3 env=' "$MARKER" || fail "worker args: $(cat "$MARKER")"
+    # A job without GPUs is not checked.
+    : > "$MARKER"
+    EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=6" prolog_direct
+    [ "$RC" = 0 ] && grep -q "no GPUs allocated" "$ERR" || fail "job without GPUs: rc $RC, $(cat "$ERR")"
+    [ "$(runs_of n1)" = 0 ] || fail "the worker ran for a job without GPUs"
+}
+
+run_test "FAIL drains the node with an nccl-check: reason; the batch job is requeued and runs on n2" t_fail_drains_and_requeues
+run_test "the worker gets only PATH and the config's [env], and the contract's arguments" t_worker_gets_only_path_and_the_config_env
+run_test "ERROR drains nothing and the job runs" t_error_drains_nothing_and_the_job_runs
+run_test "a hung worker is killed at the budget, nothing drained, the job runs" t_a_hung_worker_is_killed_at_the_budget_and_the_job_runs
+run_test "a cached pass skips the measurement (<= 50 ms); a GPU change invalidates it" t_cached_pass_skips_the_measurement
+run_test "auto-resume resumes only nccl-check's own drains" t_auto_resume_resumes_only_our_own_drains
+run_test "a broken config never drains and names file, line and field" t_a_broken_config_never_drains
+run_test "--dry-run prints the drain it would do and does nothing" t_dry_run_prints_and_does_nothing
+run_test "on_fail = run: the job runs on the node, which is drained" t_on_fail_run_lets_the_job_run_and_drains_after
+run_test "gpus = job passes the job's GPUs; a job without GPUs is not checked" t_job_gpus_are_passed_to_the_worker
+
+echo "prolog suite: $PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ] || { printf '  failed: %s\n' "${FAILED_NAMES[@]}"; exit 1; }
+if [ -z "$FILTER" ] && [ "$STARTED" != 10 ]; then
+    say "only $STARTED of 10 tests ran"; exit 1
+fi
+exit 0
