@@ -121,6 +121,17 @@ pub fn judge(
         }
     }
     reasons.extend(local);
+    // The first reason becomes the summary: data first, then the slow collective, then the
+    // culprit with the widest scope.
+    let rank = |r: &Reason| match (r.code, r.subject.is_some()) {
+        ("wrong_data", _) => 0,
+        ("busbw_below_threshold", false) => 1,
+        ("node_outlier", _) => 2,
+        ("busbw_below_threshold", true) if r.message.contains("GPU pairs slow") => 3,
+        ("gpu_outlier", _) => 4,
+        _ => 5,
+    };
+    reasons.sort_by_key(rank);
     reasons
 }
 
@@ -155,6 +166,59 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
             ),
         }
     };
+    // Every GPU pair of a node slow (NVLink down or unused, e.g. NCCL_P2P_DISABLE): one reason
+    // for the node, not one per GPU.
+    let mut whole_nodes: Vec<String> = Vec::new();
+    {
+        let mut count: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for p in pairs.iter().filter(|p| p.kind == "gpu") {
+            count.entry(p.node.as_str()).or_default().0 += 1;
+        }
+        for &(i, _) in &slow {
+            if pairs[i].kind == "gpu" {
+                count.entry(pairs[i].node.as_str()).or_default().1 += 1;
+            }
+        }
+        for (node, &(total, n_slow)) in &count {
+            if total < 3 || n_slow < total {
+                continue;
+            }
+            let bws: Vec<f64> = pairs
+                .iter()
+                .filter(|p| p.kind == "gpu" && p.node == *node)
+                .map(|p| p.busbw)
+                .collect();
+            let lo = bws.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = bws.iter().copied().fold(0.0, f64::max);
+            let limit = slow
+                .iter()
+                .find_map(|&(i, w)| match w {
+                    SlowWhy::Threshold(m) if pairs[i].node == *node => Some(m),
+                    _ => None,
+                })
+                .unwrap_or(0.0);
+            let subject = if multi {
+                node.to_string()
+            } else {
+                "all GPU pairs".to_string()
+            };
+            reasons.push(Reason {
+                code: "busbw_below_threshold",
+                message: format!(
+                    "{}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)",
+                    if multi { format!("node {node}: ") } else { String::new() }
+                ),
+                subject: Some(subject),
+                measured: Some(hi),
+                limit: Some(limit),
+            });
+            whole_nodes.push(node.to_string());
+        }
+    }
+    let slow: Vec<(usize, SlowWhy)> = slow
+        .into_iter()
+        .filter(|&(i, _)| !(pairs[i].kind == "gpu" && whole_nodes.contains(&pairs[i].node)))
+        .collect();
     // A GPU whose every link is slow (and that has at least two) is the culprit, not its links.
     let mut per_gpu: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
     for p in pairs.iter().filter(|p| p.kind == "gpu") {

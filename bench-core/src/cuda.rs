@@ -74,6 +74,19 @@ pub struct GpuInfo {
 }
 
 /// Reads the facts of device `ordinal` (no context needed).
+/// Whether CUDA can map `b`'s memory from `a` (NVLink or PCIe peer access). When it can, NCCL
+/// is expected to use its P2P transport between them; SHM or sockets there is a fallback.
+pub fn can_access_peer(a: usize, b: usize) -> bool {
+    use cudarc::driver::result::device;
+    let (Ok(da), Ok(db)) = (device::get(a as i32), device::get(b as i32)) else {
+        return false;
+    };
+    let mut can = 0;
+    // SAFETY: writes one int; both handles come from cuDeviceGet.
+    let rc = unsafe { sys::cuDeviceCanAccessPeer(&mut can, da, db) };
+    rc == sys::CUresult::CUDA_SUCCESS && can == 1
+}
+
 pub fn gpu_info(ordinal: usize) -> Result<GpuInfo, DriverError> {
     use cudarc::driver::result::device;
     let dev = device::get(ordinal as i32)?;

@@ -2,6 +2,7 @@
 //! then print the verdict, write the report and exit with the verdict's code. The one place that
 //! turns errors into messages and exit codes.
 
+use bench_core::config::network::NetworkProfile;
 use bench_core::cuda;
 use bench_core::nccl::Nccl;
 use bench_core::options::{self, Options, ParseExit};
@@ -34,7 +35,11 @@ fn main() {
     // blocking one that can hang forever (NCCL init.cc envConfigOverride).
     std::env::remove_var("NCCL_COMM_BLOCKING");
     let opts: &'static Options = Box::leak(Box::new(opts));
+    let profile = apply_network_profile(opts);
+    let nccl_log = capture_nccl_log(opts, profile);
     let mut report = Report::new(hostname(), started_unix);
+    report.network_profile = profile
+        .map(|p| serde_json::json!({ "name": p.name, "env": p.env, "expect_net": p.expect_net }));
     report.process_rank = opts.rank;
     report.world = opts.world;
     report.rendezvous = opts.rendezvous.clone();
@@ -43,6 +48,9 @@ fn main() {
     start_watchdog(t0 + opts.timeout, status.clone(), opts, report.clone());
 
     let outcome = run(opts, t0, &status, &mut report);
+    if outcome.is_ok() {
+        report.transports = Some(read_transports(&nccl_log, &report));
+    }
     let code = match outcome {
         Ok(()) => judge(opts, &mut report),
         Err(e) => {
@@ -108,7 +116,20 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
             (a, b) => a.or(b),
         }
     };
-    let reasons = bench_core::analysis::judge(
+    let special = report
+        .transports
+        .as_ref()
+        .is_some_and(|t| t.collnet_used || t.nvls_used);
+    // CollNet/NVLS busbw is not ring-equivalent: judge collectives only by the outlier rule and
+    // thresholds written for that algorithm (none are built in).
+    let floor = |coll: &str, n: u32, bytes: u64| {
+        if special && !(n == 2 && coll == "sendrecv") {
+            None
+        } else {
+            floor(coll, n, bytes)
+        }
+    };
+    let mut reasons = bench_core::analysis::judge(
         &report.results,
         &report.pairs,
         gpus,
@@ -116,6 +137,7 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
         opts.config.outliers.fraction,
         &floor,
     );
+    reasons.extend(transport_reasons(opts, report));
     let best = report
         .results
         .iter()
@@ -156,6 +178,154 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
     report.reasons = reasons;
     report.set_outcome(code, summary);
     code
+}
+
+/// Where NCCL's INFO log of this process goes: a private temporary file, unless the user set
+/// `NCCL_DEBUG` (then their settings stand and transports are not recorded). Set before NCCL
+/// is loaded: NCCL reads these once, at its first call.
+fn capture_nccl_log(
+    opts: &Options,
+    profile: Option<&NetworkProfile>,
+) -> Result<std::path::PathBuf, String> {
+    let collnet = opts.expect_collnet || profile.is_some_and(|p| p.expect_collnet);
+    if collnet && std::env::var_os("NCCL_COLLNET_ENABLE").is_none() {
+        std::env::set_var("NCCL_COLLNET_ENABLE", "1");
+    }
+    if opts.expect_nvls || profile.is_some_and(|p| p.expect_nvls) {
+        std::env::set_var("NCCL_NVLS_ENABLE", "1");
+    }
+    if let Ok(level) = std::env::var("NCCL_DEBUG") {
+        return Err(format!(
+            "not recorded: NCCL_DEBUG={level} was set by the caller"
+        ));
+    }
+    let path = std::env::temp_dir().join(format!(
+        "nccl-check-{}-{}.nccl.log",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    std::env::set_var("NCCL_DEBUG", "INFO");
+    std::env::set_var("NCCL_DEBUG_FILE", &path);
+    if std::env::var_os("NCCL_DEBUG_SUBSYS").is_none() {
+        std::env::set_var("NCCL_DEBUG_SUBSYS", "INIT,P2P,SHM,NET,COLL,GRAPH,TUNING");
+    }
+    Ok(path)
+}
+
+/// The site's network profile for this job (partition from Slurm, this host), its environment
+/// set before NCCL loads: the check runs with exactly the settings the site's jobs use.
+fn apply_network_profile(opts: &'static Options) -> Option<&'static NetworkProfile> {
+    let partition = std::env::var("SLURM_JOB_PARTITION").ok();
+    let p = bench_core::config::network::select(
+        &opts.config.network,
+        partition.as_deref(),
+        &hostname(),
+    )?;
+    for (k, v) in p.env_pairs() {
+        std::env::set_var(k, v);
+    }
+    Some(p)
+}
+
+fn read_transports(
+    log: &Result<std::path::PathBuf, String>,
+    _report: &Report,
+) -> bench_core::report::json::TransportInfo {
+    use bench_core::report::json::TransportInfo;
+    let empty = |source: String| TransportInfo {
+        source,
+        paths: Vec::new(),
+        network: None,
+        collnet_used: false,
+        nvls_used: false,
+        busbw_note: None,
+    };
+    let path = match log {
+        Ok(p) => p,
+        Err(why) => return empty(why.clone()),
+    };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let _ = std::fs::remove_file(path);
+    let s = bench_core::transport::parse_log(&text);
+    let (collnet, nvls) = (s.collnet_used(), s.nvls_used());
+    let mut info = empty(format!(
+        "NCCL_DEBUG=INFO log, {} connection lines",
+        s.connection_lines
+    ));
+    info.paths = s.paths();
+    info.network = s.network.clone();
+    info.collnet_used = collnet;
+    info.nvls_used = nvls;
+    if collnet || nvls {
+        info.busbw_note = Some(format!(
+            "{} carried collectives: busbw is not the ring-equivalent figure (it can exceed the link speed); only thresholds written for that algorithm apply",
+            if collnet { "CollNet (SHARP)" } else { "NVLS" }
+        ));
+    }
+    TRANSPORT_SUMMARY.get_or_init(|| s);
+    info
+}
+
+static TRANSPORT_SUMMARY: std::sync::OnceLock<bench_core::transport::TransportSummary> =
+    std::sync::OnceLock::new();
+
+/// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each
+/// other directly, no CollNet/NVLS when they were asked for.
+fn apply_network_profile_cached(opts: &Options) -> Option<&NetworkProfile> {
+    let partition = std::env::var("SLURM_JOB_PARTITION").ok();
+    bench_core::config::network::select(&opts.config.network, partition.as_deref(), &hostname())
+}
+
+fn transport_reasons(opts: &Options, report: &Report) -> Vec<Reason> {
+    let Some(summary) = TRANSPORT_SUMMARY.get() else {
+        return Vec::new();
+    };
+    if !summary.has_connections() {
+        return Vec::new();
+    }
+    // Ranks of this process -> device index; only those pairs can be asked to CUDA.
+    let first = report
+        .processes
+        .iter()
+        .find(|p| p.proc_rank == report.process_rank)
+        .map_or(0, |p| p.first_rank);
+    let devices: Vec<usize> = match &opts.gpus {
+        Some(list) => list.clone(),
+        None => (0..report.gpus.len()).collect(),
+    };
+    let device_of = |rank: u32| -> Option<usize> {
+        rank.checked_sub(first)
+            .and_then(|i| devices.get(i as usize).copied())
+    };
+    let p2p_expected = |a: u32, b: u32| match (device_of(a), device_of(b)) {
+        (Some(da), Some(db)) => cuda::can_access_peer(da, db),
+        _ => false,
+    };
+    let host_of = |rank: u32| {
+        report
+            .processes
+            .iter()
+            .find(|p| rank >= p.first_rank && rank < p.first_rank + p.ngpus)
+            .map(|p| p.host.clone())
+    };
+    let same_node = |a: u32, b: u32| {
+        let same = host_of(a).is_some() && host_of(a) == host_of(b);
+        // Judged as intra-node only where P2P is possible; other same-node paths are left alone.
+        same && p2p_expected(a, b)
+    };
+    let profile = apply_network_profile_cached(opts);
+    let expect = bench_core::transport::Expectation {
+        intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
+        inter_node_net: profile.and_then(|p| p.net_expect()),
+        collnet: opts.expect_collnet || profile.is_some_and(|p| p.expect_collnet),
+        nvls: opts.expect_nvls || profile.is_some_and(|p| p.expect_nvls),
+    };
+    bench_core::transport::check(summary, &same_node, &expect)
+        .iter()
+        .map(|f| f.to_reason())
+        .collect()
 }
 
 fn run(

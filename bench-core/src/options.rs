@@ -107,6 +107,12 @@ struct Raw {
     /// Write the JSON report here
     #[arg(long)]
     json: Option<PathBuf>,
+    /// SHARP: enable CollNet (NCCL_COLLNET_ENABLE=1) and FAIL when NCCL did not use it
+    #[arg(long = "expect-collnet")]
+    expect_collnet: bool,
+    /// NVLink SHARP: enable NVLS (NCCL_NVLS_ENABLE=1) and FAIL when NCCL did not use it
+    #[arg(long = "expect-nvls")]
+    expect_nvls: bool,
     /// Print only the verdict line (no table)
     #[arg(short, long)]
     quiet: bool,
@@ -124,6 +130,8 @@ pub struct Options {
     pub plan: String,
     pub config: WorkerConfig,
     pub explain_thresholds: bool,
+    pub expect_collnet: bool,
+    pub expect_nvls: bool,
     pub collectives: Vec<&'static dyn Collective>,
     pub sizes: Vec<u64>,
     pub min_bytes: u64,
@@ -391,6 +399,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         plan: raw.plan,
         config,
         explain_thresholds: raw.explain_thresholds,
+        expect_collnet: raw.expect_collnet,
+        expect_nvls: raw.expect_nvls,
         collectives,
         sizes,
         min_bytes,

@@ -220,10 +220,24 @@ impl GpuThread {
             RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"))
         };
         let mode = comm_mode();
-        let (comm, ready) = if mode == CommMode::Blocking {
+        // With several nodes, GPU pairs are measured on a communicator of their own node: in a
+        // multi-node communicator NCCL sizes point-to-point channels for the network, and an
+        // NVLink pair measured there shows the network's share (34 GB/s instead of ~300 GB/s
+        // on H200 with sockets between the nodes, 2026-11-21).
+        let node_split = (start.nodes > 1).then(|| {
+            let (node, local) = &start.node_of[rank as usize];
+            let color = start
+                .node_names()
+                .iter()
+                .position(|n| n == node)
+                .unwrap_or(0);
+            (color as i32, *local as i32)
+        });
+        let (comm, node_comm, ready) = if mode == CommMode::Blocking {
             (
                 Comm::init_blocking(self.nccl, nranks, start.id, rank, self.deadline)
                     .map_err(init_err)?,
+                None,
                 Ok(()),
             )
         } else {
@@ -231,11 +245,20 @@ impl GpuThread {
                 .map_err(init_err)?;
             let ready = parent.wait_ready();
             match (mode, ready) {
-                (CommMode::Split, Ok(())) => match parent.into_blocking() {
-                    Some(child) => (child.map_err(init_err)?, Ok(())),
-                    None => (parent, Ok(())),
-                },
-                (_, ready) => (parent, ready),
+                (CommMode::Split, Ok(())) => {
+                    let node_comm = match node_split {
+                        Some((color, key)) => parent
+                            .split_blocking(color, key)
+                            .transpose()
+                            .map_err(init_err)?,
+                        None => None,
+                    };
+                    match parent.into_blocking() {
+                        Some(child) => (child.map_err(init_err)?, node_comm, Ok(())),
+                        None => (parent, node_comm, Ok(())),
+                    }
+                }
+                (_, ready) => (parent, None, ready),
             }
         };
         out.phases.nccl_init_ms = ms(t.elapsed());
@@ -243,6 +266,7 @@ impl GpuThread {
             thread: self,
             gpu,
             comm: &comm,
+            node_comm: node_comm.as_ref(),
             team: &start.team,
             send: buffers.0.ptr,
             recv: buffers.1.ptr,
@@ -296,6 +320,8 @@ struct Measurer<'a> {
     thread: &'a GpuThread,
     gpu: &'a Gpu,
     comm: &'a Comm<'a>,
+    /// This node's GPUs only (multi-node checks), for the GPU pair matrix.
+    node_comm: Option<&'a Comm<'a>>,
     team: &'a Team,
     send: u64,
     recv: u64,
@@ -721,7 +747,7 @@ impl Measurer<'_> {
         let elt = 1u64; // bytes as int8, like nccl-tests sendrecv -d int8 would count them
         let count = bytes / elt;
         for round in &gpu_rounds {
-            let times = self.pair_round(round, me, n, count, warmup, iters, out)?;
+            let times = self.pair_round(round, me, n, count, warmup, iters, true, start, out)?;
             for &(a, b) in round {
                 let t = times[a].max(times[b]);
                 let (node, la) = start.node_of[a].clone();
@@ -740,7 +766,7 @@ impl Measurer<'_> {
             }
         }
         for (round, nodes) in &node_rounds {
-            let times = self.pair_round(round, me, n, count, warmup, iters, out)?;
+            let times = self.pair_round(round, me, n, count, warmup, iters, false, start, out)?;
             for (na, nb) in nodes {
                 let members: Vec<&(usize, usize)> = round
                     .iter()
@@ -782,9 +808,16 @@ impl Measurer<'_> {
         count: u64,
         warmup: u32,
         iters: u32,
+        in_node: bool,
+        start: &Start,
         out: &mut Outcome,
     ) -> Result<Vec<f64>, RunError> {
         let partner = crate::pairs::partner(round, me);
+        // Inside a node, on the node's own communicator when there is one: peers by local index.
+        let (comm, peer_of): (&Comm, Box<dyn Fn(usize) -> u32>) = match (in_node, self.node_comm) {
+            (true, Some(c)) => (c, Box::new(|p: usize| start.node_of[p].1 as u32)),
+            _ => (self.comm, Box::new(|p: usize| p as u32)),
+        };
         let what = match partner {
             Some(p) => format!("sendrecv with rank {p}"),
             None => "pair round (idle)".into(),
@@ -797,17 +830,16 @@ impl Measurer<'_> {
             let Some(p) = partner else { return Ok(()) };
             let steps = (self.opts().max_bytes / count.max(1)).max(1);
             let shift = count * (iter % steps);
-            self.comm
-                .send_recv(
-                    self.send + shift,
-                    p as u32,
-                    self.recv + shift,
-                    p as u32,
-                    count,
-                    0,
-                    self.gpu.raw_stream(),
-                )
-                .map_err(|e| self.err_runtime("sendrecv", e))
+            comm.send_recv(
+                self.send + shift,
+                peer_of(p),
+                self.recv + shift,
+                peer_of(p),
+                count,
+                0,
+                self.gpu.raw_stream(),
+            )
+            .map_err(|e| self.err_runtime("sendrecv", e))
         };
         let t = Instant::now();
         for iter in 0..warmup.max(1) as u64 {

@@ -24,9 +24,9 @@ struct RawFile {
     thresholds: Vec<RawThreshold>,
     #[serde(default)]
     plans: BTreeMap<String, RawPlan>,
-    /// Site network profiles (issue 6); validated by `config::network` when present.
+    /// Site network profiles (`config::network`).
     #[serde(default)]
-    network: Vec<toml::Value>,
+    network: Vec<super::network::NetworkProfile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -130,8 +130,8 @@ pub struct WorkerConfig {
     /// Admin rules first, then the defaults.
     pub thresholds: Vec<Threshold>,
     pub plans: BTreeMap<String, Plan>,
-    /// Raw `[[network]]` tables of the admin file, with the file's text for error lines.
-    pub network: Vec<toml::Value>,
+    /// The admin file's `[[network]]` profiles (none are built in).
+    pub network: Vec<super::network::NetworkProfile>,
     pub text: String,
 }
 
@@ -208,7 +208,7 @@ struct Validated {
     retest: Option<bool>,
     thresholds: Vec<Threshold>,
     plans: BTreeMap<String, Plan>,
-    network: Vec<toml::Value>,
+    network: Vec<super::network::NetworkProfile>,
 }
 
 fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Validated, ConfigError> {
@@ -222,6 +222,7 @@ fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Valida
             ));
         }
     }
+    super::network::validate(&raw.network, path, text)?;
     let mut thresholds = Vec::new();
     for (i, t) in raw.thresholds.into_iter().enumerate() {
         let field = |k: &str| format!("thresholds[{i}].{k}");

@@ -102,6 +102,12 @@ impl<'a> Comm<'a> {
     /// parent's resources (`splitShare = 1`), so it costs far less than a second init.
     /// `None` when the library has no `ncclCommSplit` (before 2.18).
     pub fn into_blocking(&self) -> Option<Result<Comm<'a>, NcclError>> {
+        self.split_blocking(0, 0)
+    }
+
+    /// A blocking communicator of the ranks that pass the same `color`, ordered by `key` (then
+    /// by rank). Collective over all ranks of `self`; bounded by `self.deadline`.
+    pub fn split_blocking(&self, color: i32, key: i32) -> Option<Result<Comm<'a>, NcclError>> {
         let split = self.nccl.split?;
         let mut cfg = Config::blocking_shared();
         // NCCL writes the child's handle from its own thread once the split completes
@@ -110,7 +116,7 @@ impl<'a> Comm<'a> {
         let out = std::sync::atomic::AtomicPtr::<c_void>::new(std::ptr::null_mut());
         // SAFETY: self.raw is a ready communicator; cfg and `out` outlive the call and the
         // polling below, which returns only after NCCL wrote `out` or the split failed.
-        let rc = unsafe { split(self.raw, 0, 0, out.as_ptr() as *mut RawComm, &mut cfg) };
+        let rc = unsafe { split(self.raw, color, key, out.as_ptr() as *mut RawComm, &mut cfg) };
         let failed = |code, detail: String| NcclError {
             code,
             call: "ncclCommSplit",

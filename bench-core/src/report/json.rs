@@ -66,6 +66,22 @@ pub struct Phases {
     pub total_ms: f64,
 }
 
+/// What NCCL's log says about the paths of this process's ranks.
+#[derive(Debug, Clone, Serialize)]
+pub struct TransportInfo {
+    /// Where the log came from, or why there is none (`NCCL_DEBUG` set by the user).
+    pub source: String,
+    pub paths: Vec<crate::transport::PathReport>,
+    /// `Using network ...`
+    pub network: Option<String>,
+    pub collnet_used: bool,
+    pub nvls_used: bool,
+    /// Set when CollNet or NVLS carried collectives: busbw is then not the ring-equivalent
+    /// figure (it can exceed the link speed), and only thresholds for that algorithm apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busbw_note: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct NcclInfo {
     pub version: String,
@@ -126,6 +142,10 @@ pub struct Report {
     pub results: Vec<Row>,
     /// The pair matrix: GPU pairs of each node and node pairs (see `PairRow`).
     pub pairs: Vec<super::PairRow>,
+    /// The site network profile applied (name and the environment it set), if any.
+    pub network_profile: Option<serde_json::Value>,
+    /// Which transport each path used, from NCCL's own log (see `transport`).
+    pub transports: Option<TransportInfo>,
     /// Per collective: mean busbw over all rows and placements (nccl-tests' "Avg bus bandwidth").
     pub avg_busbw: BTreeMap<String, f64>,
     pub phases: Phases,
@@ -158,6 +178,8 @@ impl Report {
             processes: Vec::new(),
             results: Vec::new(),
             pairs: Vec::new(),
+            transports: None,
+            network_profile: None,
             avg_busbw: BTreeMap::new(),
             phases: Phases::default(),
             error: None,
