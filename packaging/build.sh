@@ -222,6 +222,20 @@ for l in /etc/enroot/mounts.d/* /etc/enroot/environ.d/* /etc/enroot/hooks.d/*; d
     [ -L "\$l" ] || continue
     case "\$(readlink "\$l")" in /usr/share/nccl-check/enroot/*) rm -f "\$l"; echo "nccl-check: removed the link \$l" ;; esac
 done
+# slurm.conf is the admin's: never edited here. But a Prolog= naming the removed prolog makes
+# slurmd fail every job's prolog and drain the node (observed on 22.05), so say so loudly.
+where=
+for c in "\${SLURM_CONF:-}" /etc/slurm/slurm.conf; do
+    [ -n "\$c" ] && [ -f "\$c" ] && grep -Eqs '^[[:space:]]*(Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog' "\$c" && where="\$where \$c"
+done
+if [ -z "\$where" ] && command -v scontrol >/dev/null 2>&1; then
+    timeout 5 scontrol show config 2>/dev/null | grep -Eq '^(Prolog|Epilog) +=.*nccl-check-prolog' && where=" (scontrol show config)"
+fi
+if [ -n "\$where" ]; then
+    echo "nccl-check: WARNING: slurm.conf\$where still runs nccl-check-prolog, which is being removed:" >&2
+    echo "nccl-check: WARNING: slurmd will fail the prolog and DRAIN this node at its next job." >&2
+    echo "nccl-check: WARNING: remove that Prolog= entry and run 'scontrol reconfigure'." >&2
+fi
 EOF
 }
 

@@ -1,3 +1,415 @@
 #!/usr/bin/env bash
-# Placeholder: the packaging suite is being written.
-echo "tests/packaging: no tests yet"
+# Packaging suite: builds the DEB and RPM with packaging/build.sh, then lives through an admin's
+# whole package lifecycle on this Debian 12 machine against the real Slurm test cluster
+# (slurm/test-cluster/up.sh --plugstack /etc/slurm/plugstack.conf, i.e. the plugstack a real node
+# reads): install with apt, plugin installed disabled, enable it as packaging/README.md says,
+# srun --help and srun --nccl-check with the installed worker (no GPU here: ERROR) and with the
+# fake worker (PASS), upgrade to a rebuilt revision keeping edited config files, remove (srun
+# keeps working), reinstall, purge. Then the RPM's metadata with rpm -qp: files, scripts,
+# requires, provides, conflicts, config files, and its payload against the DEB's.
+#
+# Needs root on Debian 12 (tests/setup-deps.sh; rpm, help2man, dpkg-dev are installed here).
+# Leaves the machine as it found it: the package is purged and the cluster torn down on any exit.
+# Refuses to run while a nccl-check package is installed (it would remove the admin's package).
+# Every wait is bounded with `timeout`. Own cluster dir and ports, so other suites may run at once.
+#
+# Usage: bash tests/packaging/run.sh
+# Env:   NCCL_CHECK_PKG_WORKER=portable|host (build.sh --worker; default portable)
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export NCCL_CHECK_CLUSTER_DIR=${NCCL_CHECK_PKG_CLUSTER_DIR:-/var/tmp/nccl-check-pkg-cluster}
+export NCCL_CHECK_CLUSTER_PORT=${NCCL_CHECK_PKG_CLUSTER_PORT:-19817}
+CL=$NCCL_CHECK_CLUSTER_DIR
+SNIPPET=/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
+CONTROL=/etc/slurm/plugstack.conf.d/zz-nccl-check-pkgtest-control.conf
+PASSED=0 FAILED=0 STARTED=0 FAILED_NAMES=()
+export DEBIAN_FRONTEND=noninteractive
+say() { echo "packaging: $*" >&2; }
+[ "$(id -u)" = 0 ] || { say "must run as root"; exit 2; }
+cd "$REPO"
+
+# --- prerequisites ----------------------------------------------------------------------------
+timeout 1800 bash tests/setup-deps.sh >&2 || { say "tests/setup-deps.sh failed"; exit 1; }
+missing=()
+for p in rpm help2man dpkg-dev binutils cpio; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    timeout 600 apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 \
+        || { timeout 600 apt-get update -q >&2 && timeout 600 apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; } \
+        || { say "apt-get install ${missing[*]} failed"; exit 1; }
+fi
+installed=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'nccl-check*' 2>/dev/null | awk '$1 != "un" { print $2 }')
+if [ -n "$installed" ]; then
+    say "a nccl-check package is installed ($installed); not touching it. Remove it first."
+    exit 2
+fi
+[ -e "$SNIPPET" ] && { say "$SNIPPET exists without the package; not touching it"; exit 2; }
+
+WORK=$(mktemp -d /var/tmp/nccl-check-pkg-test.XXXXXX)
+chmod 755 "$WORK"
+LOG=$WORK/log
+cleanup() {
+    bash "$REPO/slurm/test-cluster/down.sh" --purge >/dev/null 2>&1
+    rm -f "$CONTROL"
+    local st; st=$(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG" 2>/dev/null)
+    if [ -n "$st" ] && [ "${st:0:2}" != un ]; then
+        timeout 300 apt-get purge -y -q "$PKG" >/dev/null 2>&1 || timeout 120 dpkg --purge "$PKG" >/dev/null 2>&1
+    fi
+    rm -rf "$WORK"
+    true
+}
+PKG=nccl-check-none
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- build: revision 1 and 2 of the same version (the upgrade) ---------------------------------
+WORKER_KIND=${NCCL_CHECK_PKG_WORKER:-portable}
+say "building revision 1 (packaging/build.sh --worker $WORKER_KIND)"
+if ! timeout 3600 packaging/build.sh --worker "$WORKER_KIND" --revision 1 --out "$WORK/r1" >"$LOG" 2>&1; then
+    tail -30 "$LOG" >&2; say "build.sh failed"; exit 1
+fi
+say "building revision 2"
+if ! timeout 1800 packaging/build.sh --worker "$WORKER_KIND" --revision 2 --out "$WORK/r2" >"$LOG" 2>&1; then
+    tail -30 "$LOG" >&2; say "build.sh --revision 2 failed"; exit 1
+fi
+hex=$(awk '$1 == "#define" && $2 == "SLURM_VERSION_NUMBER" { print $3 }' /usr/include/slurm/slurm_version.h)
+MM=$(printf '%d.%02d' $(( (hex >> 16) & 255 )) $(( (hex >> 8) & 255 )))
+NEXT=$(printf '%d.%02d' $(( (hex >> 16) & 255 )) $(( ((hex >> 8) & 255) + 1 )))
+PKG=nccl-check-slurm$MM
+VERSION=$(cargo pkgid -p spank-plugin | sed 's/.*[#@]//')
+DEB1=$WORK/r1/${PKG}_$VERSION-1_amd64.deb
+DEB2=$WORK/r2/${PKG}_$VERSION-2_amd64.deb
+RPM1=$WORK/r1/$PKG-$VERSION-1.x86_64.rpm
+SO=/usr/lib/x86_64-linux-gnu/slurm-wlm/nccl_check.so
+for f in "$DEB1" "$DEB2" "$RPM1"; do [ -f "$f" ] || { say "build.sh made no $f"; ls -l "$WORK"/r*/ >&2; exit 1; }; done
+
+# --- helpers (as tests/slurm/run.sh) ------------------------------------------------------------
+OUT=$WORK/out ERR=$WORK/err RC=0
+run_cmd() { timeout 120 "$@" >"$OUT" 2>"$ERR"; RC=$?; }
+TEST_FAILED=0
+fail() { echo "    $*" >&2; TEST_FAILED=1; return 1; }
+expect_rc0() { [ "$RC" = 0 ] || fail "expected rc 0, got $RC; stderr: $(tail -5 "$ERR")"; }
+expect_rc_nonzero() { [ "$RC" != 0 ] || fail "expected rc != 0, got 0"; }
+expect_err() { grep -qF -- "$1" "$ERR" || fail "stderr lacks '$1'; stderr: $(tail -8 "$ERR")"; }
+expect_out() { grep -qF -- "$1" "$OUT" || fail "stdout lacks '$1'; stdout: $(head -5 "$OUT")"; }
+# apt-get runs dpkg on a pseudo-terminal: maintainer scripts' stderr arrives on its stdout.
+expect_apt_says() { cat "$OUT" "$ERR" | grep -qF -- "$1" || fail "apt output lacks '$1': $(grep nccl-check "$OUT" "$ERR" | head -5)"; }
+expect_file() { [ -e "$1" ] || [ -L "$1" ] || fail "missing: $1"; }
+expect_no_file() { [ ! -e "$1" ] && [ ! -L "$1" ] || fail "still there: $1"; }
+apt_install() { run_cmd apt-get install -y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"; }
+enabled() { grep -Eq "^required[[:space:]]+$SO[[:space:]]" "$SNIPPET"; }
+idle() { timeout 30 bash -c 'until [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -ge 2 ]; do sleep 0.3; done'; }
+# A plain step works and prints nothing about a plugin.
+plain_srun_works() {
+    idle || true
+    run_cmd srun -N2 hostname
+    expect_rc0 || return 1
+    [ "$(grep -c . "$OUT")" = 2 ] || fail "expected 2 hostname lines: $(cat "$OUT")"
+    ! grep -q 'error' "$ERR" || fail "srun printed errors: $(head -5 "$ERR")"
+}
+
+run_test() { # name function
+    local name=$1 start=$SECONDS
+    STARTED=$((STARTED + 1))
+    TEST_FAILED=0
+    "$2"
+    if [ "$TEST_FAILED" = 0 ]; then
+        echo "PASS  $name ($((SECONDS - start)) s)"
+        PASSED=$((PASSED + 1))
+    else
+        echo "FAIL  $name ($((SECONDS - start)) s)"
+        FAILED=$((FAILED + 1)); FAILED_NAMES+=("$name")
+    fi
+}
+
+# --- DEB metadata -------------------------------------------------------------------------------
+t_deb_names_and_pins_the_slurm_major() {
+    local f; f=$(dpkg-deb -f "$DEB1" Package Version Depends Provides Conflicts Replaces)
+    grep -qx "Package: $PKG" <<<"$f" || fail "Package: $(grep Package <<<"$f")"
+    grep -qx "Version: $VERSION-1" <<<"$f" || fail "Version: $(grep Version <<<"$f")"
+    grep -qF "slurm-wlm-basic-plugins (>= $MM~), slurm-wlm-basic-plugins (<< $NEXT~)" <<<"$f" \
+        || fail "Depends lacks the Slurm $MM range: $(grep Depends <<<"$f")"
+    grep -q '^Depends: .*libc6 (>= ' <<<"$f" || fail "Depends lacks libc6 (dpkg-shlibdeps)"
+    for k in Provides Conflicts Replaces; do
+        grep -qx "$k: nccl-check" <<<"$f" || fail "$k is not 'nccl-check': $(grep "^$k" <<<"$f")"
+    done
+    [ "$(dpkg-deb -f "$DEB2" Version)" = "$VERSION-2" ] || fail "revision 2 has version $(dpkg-deb -f "$DEB2" Version)"
+}
+
+t_deb_conffiles_and_files() {
+    local conff files
+    conff=$(dpkg-deb --ctrl-tarfile "$DEB1" | tar -xO ./conffiles)
+    for c in /etc/nccl-check/nccl-check.toml /etc/nccl-check/prolog.toml "$SNIPPET"; do
+        grep -qx "$c" <<<"$conff" || fail "not a conffile: $c"
+    done
+    files=$(dpkg-deb -c "$DEB1" | awk '{ print $6 }' | sed 's#^\.##')
+    for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/bin/nccl-check /usr/sbin/nccl-check-prolog \
+             /usr/share/man/man1/nccl-check.1.gz /usr/share/man/man8/nccl-check-prolog.8.gz \
+             "/usr/share/doc/$PKG/README.md" "/usr/share/doc/$PKG/copyright" \
+             /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab \
+             /usr/share/nccl-check/enroot/hooks.d/90-nccl-check.sh \
+             /usr/share/nccl-check/enroot/environ.d/90-nccl-check.env; do
+        grep -qx "$p" <<<"$files" || fail "not in the .deb: $p"
+    done
+}
+
+# --- install, enable, use -----------------------------------------------------------------------
+t_apt_installs_the_deb_with_the_plugin_disabled() {
+    apt_install "$DEB1"
+    expect_rc0 || return 1
+    expect_out "The SPANK plugin is disabled until you uncomment"
+    dpkg-query -W -f='${Status} ${Version}\n' "$PKG" | grep -qx "install ok installed $VERSION-1" \
+        || fail "dpkg says: $(dpkg-query -W -f='${Status} ${Version}' "$PKG")"
+    for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml \
+             /etc/nccl-check/prolog.toml "$SNIPPET" /var/lib/nccl-check; do expect_file "$p"; done
+    [ "$(readlink -f /usr/bin/nccl-check)" = /usr/libexec/nccl-check/nccl-check ] || fail "/usr/bin/nccl-check is not the libexec worker"
+    grep -Eq "^#required[[:space:]]+$SO worker=/usr/libexec/nccl-check/nccl-check " "$SNIPPET" \
+        || fail "no disabled plugin line for $SO in $SNIPPET: $(grep -v '^# ' "$SNIPPET")"
+    ! enabled || fail "the plugin line is enabled right after install"
+    run_cmd /usr/bin/nccl-check --version; expect_rc0; expect_out "nccl-check $VERSION"
+    run_cmd /usr/sbin/nccl-check-prolog --help; expect_rc0; expect_out "nccl-check-prolog"
+    run_cmd man -w nccl-check nccl-check-prolog; expect_rc0
+}
+
+t_cluster_reads_the_installed_plugstack() {
+    # As a site would: the packaged plugstack, and slurm.conf Prolog= naming the packaged prolog.
+    if ! timeout 180 bash "$REPO/slurm/test-cluster/up.sh" --nodes 2 --plugstack /etc/slurm/plugstack.conf \
+            --prolog /usr/sbin/nccl-check-prolog --conf PrologEpilogTimeout=120 >"$LOG" 2>&1; then
+        tail -20 "$LOG" >&2
+        fail "cluster did not come up (logs in $CL/log)"
+        return 1
+    fi
+    export SLURM_CONF=$CL/slurm.conf
+    grep -qx 'PlugStackConfig=/etc/slurm/plugstack.conf' "$SLURM_CONF" || fail "cluster does not read /etc/slurm/plugstack.conf"
+    install -m 0755 "$REPO/tests/fake-worker/nccl-check-fake" "$CL/lib/nccl-check-fake"
+    mkdir -p "$CL/work" && chmod 1777 "$CL/work"
+    export NCCL_CHECK_FAKE_MARKER=$CL/work/fake.log
+    install -m 0666 /dev/null "$NCCL_CHECK_FAKE_MARKER"
+    cd "$CL/work" || return 1
+    plain_srun_works
+    run_cmd srun --help
+    ! grep -q -- '--nccl-check' "$OUT" || fail "srun --help shows --nccl-check while the plugin is disabled"
+}
+
+t_enabling_as_the_readme_says_adds_the_option() {
+    # packaging/README.md, "Enable the plugin": exactly this line.
+    sed -i "s|^#required $SO|required $SO|" "$SNIPPET"
+    enabled || { fail "the README's sed did not enable $SNIPPET"; return 1; }
+    for cmd in srun sbatch salloc; do
+        timeout 20 "$cmd" --help 2>&1 | grep -q -- '--nccl-check=mode' || fail "$cmd --help lacks --nccl-check"
+    done
+    plain_srun_works
+}
+
+t_real_worker_reports_error_without_gpu() {
+    idle || true
+    local before; before=$(wc -l < "$(ls -1 "$CL"/log/slurmd-n1.log)")
+    run_cmd runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" srun -N2 --nccl-check hostname
+    expect_rc_nonzero
+    expect_err "nccl-check: ERROR on n1 (rank 0 of 2)"
+    expect_err "nccl-check: ERROR on n2 (rank 1 of 2)"
+    grep -Eq 'NCCL library not found|no usable GPU|no GPU' "$ERR" || fail "no missing-NCCL/GPU reason: $(grep nccl-check "$ERR" | head -2)"
+    ! grep -q '^vm$' "$OUT" || fail "the tasks ran although the check failed"
+    # The slurmstepd of this step loaded the plugin from the plugstack line naming the installed path.
+    local ln; ln=$(grep -n "^required $SO " "$SNIPPET" | cut -d: -f1)
+    tail -n +"$before" "$CL/log/slurmd-n1.log" | grep -q "spank: $SNIPPET:$ln: Loaded plugin nccl_check.so" \
+        || fail "slurmd-n1.log lacks 'spank: $SNIPPET:$ln: Loaded plugin nccl_check.so'"
+    [ ! -e "$CL/lib/nccl_check.so" ] || fail "a plugin copy exists in the cluster dir"
+}
+
+t_fake_worker_passes_through_the_installed_plugin() {
+    idle || true
+    sed -i -E "s#^(required $SO .*)worker=[^[:space:]]+#\1worker=$CL/lib/nccl-check-fake#" "$SNIPPET"
+    grep -q "worker=$CL/lib/nccl-check-fake" "$SNIPPET" || { fail "could not set worker="; return 1; }
+    local before; before=$(grep -c '^rank=' "$NCCL_CHECK_FAKE_MARKER")
+    run_cmd srun -N2 --nccl-check hostname
+    expect_rc0
+    expect_err "nccl-check: PASS (quick, 2 ranks)"
+    [ "$(grep -c '^rank=' "$NCCL_CHECK_FAKE_MARKER")" = $((before + 2)) ] || fail "expected 2 worker runs"
+}
+
+t_prolog_gate_runs_the_installed_worker() {
+    # gpus = "all": check every GPU even without gres/gpu (here: none, so the worker says ERROR).
+    sed -i 's/^gpus = "job"$/gpus = "all"/' /etc/nccl-check/prolog.toml
+    grep -qx 'gpus = "all"' /etc/nccl-check/prolog.toml || { fail "could not set gpus = \"all\""; return 1; }
+    rm -f /var/lib/nccl-check/report.json
+    plain_srun_works
+    [ -f /var/lib/nccl-check/report.json ] || { fail "the prolog wrote no /var/lib/nccl-check/report.json"; return 1; }
+    grep -q '"verdict": *"ERROR"' /var/lib/nccl-check/report.json || fail "report is not ERROR: $(head -c 300 /var/lib/nccl-check/report.json)"
+    [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "an ERROR drained a node: $(sinfo -N -o '%N %T %E')"
+}
+
+# --- upgrade ------------------------------------------------------------------------------------
+t_upgrade_keeps_edited_config_files() {
+    echo "# site edit: kept on upgrade" >> /etc/nccl-check/nccl-check.toml
+    local snip_before; snip_before=$(md5sum < "$SNIPPET")
+    apt_install "$DEB2"
+    expect_rc0 || return 1
+    dpkg-query -W -f='${Status} ${Version}\n' "$PKG" | grep -qx "install ok installed $VERSION-2" \
+        || fail "after upgrade dpkg says: $(dpkg-query -W -f='${Status} ${Version}' "$PKG")"
+    grep -q '^# site edit: kept on upgrade$' /etc/nccl-check/nccl-check.toml || fail "nccl-check.toml edit lost"
+    grep -qx 'gpus = "all"' /etc/nccl-check/prolog.toml || fail "prolog.toml edit (gpus = \"all\") lost"
+    [ "$(md5sum < "$SNIPPET")" = "$snip_before" ] || fail "$SNIPPET changed by the upgrade"
+    ! grep -q 'commented out' "$OUT" || fail "the upgrade disabled the plugin: $(grep 'commented out' "$OUT")"
+    local leftovers; leftovers=$(find /etc/nccl-check /etc/slurm -name '*.dpkg-*')
+    [ -z "$leftovers" ] || fail "dpkg left: $leftovers"
+    idle || true
+    run_cmd srun -N2 --nccl-check hostname
+    expect_rc0
+    expect_err "nccl-check: PASS (quick, 2 ranks)"
+}
+
+# --- remove, reinstall, purge -------------------------------------------------------------------
+t_remove_disables_the_plugin_and_srun_keeps_working() {
+    run_cmd apt-get remove -y -q "$PKG"
+    expect_rc0 || return 1
+    expect_out "nccl-check: commented out the plugin line in $SNIPPET"
+    # slurm.conf still says Prolog=/usr/sbin/nccl-check-prolog: the package warns (never edits it).
+    expect_apt_says "nccl-check: WARNING: slurm.conf $SLURM_CONF still runs nccl-check-prolog"
+    expect_apt_says "DRAIN this node"
+    # ... and the admin does what it says (README, "Remove").
+    sed -i -E '/^(Prolog|PrologFlags|PrologEpilogTimeout)=/d' "$SLURM_CONF"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^rc' || fail "not in state rc: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
+    for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/bin/nccl-check /usr/sbin/nccl-check-prolog; do expect_no_file "$p"; done
+    # dpkg -r keeps conffiles (and the site's edits); purge removes them.
+    grep -q '^# site edit: kept on upgrade$' /etc/nccl-check/nccl-check.toml || fail "remove lost the edited nccl-check.toml"
+    ! enabled || fail "the plugin line is still active after removal"
+    grep -q "^#required $SO worker=$CL/lib/nccl-check-fake " "$SNIPPET" || fail "the admin's line was not kept (commented): $(tail -1 "$SNIPPET")"
+    plain_srun_works
+    run_cmd srun --help
+    ! grep -q -- '--nccl-check' "$OUT" || fail "srun --help still shows --nccl-check"
+    # Control: the same line left active would have broken every srun (why prerm disables it).
+    echo "required $SO" > "$CONTROL"
+    run_cmd srun -N1 true
+    rm -f "$CONTROL"
+    expect_rc_nonzero
+    expect_err "Failed to load plugin $SO"
+}
+
+t_reinstall_after_remove_keeps_it_disabled() {
+    apt_install "$DEB2"
+    expect_rc0 || return 1
+    expect_file "$SO"
+    ! enabled || fail "reinstall re-enabled the plugin behind the admin's back"
+    plain_srun_works
+}
+
+t_purge_removes_everything() {
+    run_cmd apt-get purge -y -q "$PKG"
+    expect_rc0 || return 1
+    dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" 2>/dev/null | grep -q '^[ri]' && fail "still known to dpkg as installed/config-files"
+    for p in /etc/nccl-check "$SNIPPET" /var/lib/nccl-check "$SO" /usr/libexec/nccl-check /usr/share/nccl-check \
+             "/usr/share/doc/$PKG"; do expect_no_file "$p"; done
+    expect_file /etc/slurm/plugstack.conf.d        # Slurm's directory stays
+    plain_srun_works
+}
+
+# --- RPM ----------------------------------------------------------------------------------------
+t_rpm_files_scripts_and_dependencies() {
+    run_cmd rpm -qp --qf '%{NAME} %{VERSION} %{RELEASE} %{ARCH}\n' "$RPM1"
+    expect_out "$PKG $VERSION 1 x86_64"
+    local files; files=$(rpm -qpl "$RPM1" 2>/dev/null)
+    for p in /usr/lib64/slurm/nccl_check.so /usr/libexec/nccl-check/nccl-check /usr/bin/nccl-check \
+             /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml /etc/nccl-check/prolog.toml "$SNIPPET" \
+             /usr/share/man/man1/nccl-check.1.gz /usr/share/man/man8/nccl-check-prolog.8.gz \
+             "/usr/share/doc/$PKG/README.md" /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab /var/lib/nccl-check; do
+        grep -qx "$p" <<<"$files" || fail "rpm -qpl lacks $p"
+    done
+    ! grep -q x86_64-linux-gnu <<<"$files" || fail "Debian paths in the RPM"
+    local conf; conf=$(rpm -qpc "$RPM1" 2>/dev/null)
+    for c in /etc/nccl-check/nccl-check.toml /etc/nccl-check/prolog.toml "$SNIPPET"; do
+        grep -qx "$c" <<<"$conf" || fail "not %config: $c"
+    done
+    # noreplace: the file flags of the three config files carry RPMFILE_NOREPLACE (1<<4).
+    local flags; flags=$(rpm -qp --qf '[%{FILEFLAGS} %{FILENAMES}\n]' "$RPM1" 2>/dev/null | grep ' /etc/.*\.\(toml\|conf\)$')
+    local fl fname
+    while read -r fl fname; do
+        (( (fl & 16) != 0 )) || fail "$fname is %config without noreplace (flags $fl)"
+    done <<<"$flags"
+    local req; req=$(rpm -qpR "$RPM1" 2>/dev/null)
+    grep -qx "slurm >= $MM" <<<"$req" || fail "rpm -qpR lacks 'slurm >= $MM'"
+    grep -qx "slurm < $NEXT" <<<"$req" || fail "rpm -qpR lacks 'slurm < $NEXT'"
+    grep -q '^libc.so.6' <<<"$req" || fail "rpm -qpR lacks libc (auto requires)"
+    local prov; prov=$(rpm -qp --provides "$RPM1" 2>/dev/null)
+    grep -qx "nccl-check = $VERSION-1" <<<"$prov" || fail "rpm --provides lacks nccl-check = $VERSION-1"
+    ! grep -q 'nccl_check.so' <<<"$prov" || fail "the plugin is provided as a library"
+    [ "$(rpm -qp --conflicts "$RPM1" 2>/dev/null)" = nccl-check ] || fail "rpm --conflicts: $(rpm -qp --conflicts "$RPM1" 2>/dev/null)"
+    local scripts; scripts=$(rpm -qp --scripts "$RPM1" 2>/dev/null)
+    grep -q '^preuninstall scriptlet' <<<"$scripts" || fail "no %preun"
+    grep -q 'if \[ "\$1" = 0 \]' <<<"$scripts" || fail "%preun does not test for erase (\$1 = 0)"
+    grep -qF '/usr/lib64/slurm/nccl_check\.so' <<<"$scripts" || fail "%preun does not name the RPM plugin path"
+}
+
+t_rpm_preun_disables_the_plugin_line() {
+    # Run the real scriptlet against a copy of /etc: only its paths are redirected.
+    local sb=$WORK/rpm-sandbox script
+    mkdir -p "$sb/etc/slurm/plugstack.conf.d" "$sb/etc/enroot/mounts.d"
+    printf 'include %s/etc/slurm/plugstack.conf.d/*.conf\n' "$sb" > "$sb/etc/slurm/plugstack.conf"
+    printf '# site\nrequired /usr/lib64/slurm/nccl_check.so worker=/x timeout=9\noptional /usr/lib64/slurm/other.so\n' \
+        > "$sb$SNIPPET"
+    ln -s /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab "$sb/etc/enroot/mounts.d/90-nccl-check.fstab"
+    ln -s /usr/share/other.fstab "$sb/etc/enroot/mounts.d/other.fstab"
+    script=$(rpm -qp --qf '%{PREUN}' "$RPM1" 2>/dev/null | sed "s#/etc/#$sb/etc/#g")
+    sh -n <<<"$script" || { fail "%preun is not valid sh"; return 1; }
+    run_cmd sh -c "$script" sh 1          # upgrade: nothing changes
+    expect_rc0
+    grep -q '^required /usr/lib64/slurm/nccl_check.so' "$sb$SNIPPET" || fail "upgrade (\$1 = 1) disabled the plugin"
+    run_cmd sh -c "$script" sh 0          # erase
+    expect_rc0
+    grep -q '^#required /usr/lib64/slurm/nccl_check.so worker=/x timeout=9$' "$sb$SNIPPET" || fail "erase did not comment the line: $(cat "$sb$SNIPPET")"
+    grep -q '^optional /usr/lib64/slurm/other.so$' "$sb$SNIPPET" || fail "erase touched another plugin's line"
+    [ ! -L "$sb/etc/enroot/mounts.d/90-nccl-check.fstab" ] || fail "erase kept the enroot link into the package"
+    [ -L "$sb/etc/enroot/mounts.d/other.fstab" ] || fail "erase removed a link that is not ours"
+}
+
+t_rpm_payload_matches_the_deb() {
+    local d=$WORK/cmp
+    mkdir -p "$d/deb" "$d/rpm"
+    dpkg-deb -x "$DEB1" "$d/deb"
+    (cd "$d/rpm" && rpm2cpio "$RPM1" | cpio -idm --quiet) || { fail "rpm2cpio failed"; return 1; }
+    # Same bytes at each distribution's own path; only docs differ (Debian's copyright, changelog).
+    cmp -s "$d/deb$SO" "$d/rpm/usr/lib64/slurm/nccl_check.so" || fail "the plugins differ"
+    local f
+    for f in usr/libexec/nccl-check/nccl-check usr/sbin/nccl-check-prolog etc/nccl-check/nccl-check.toml \
+             etc/nccl-check/prolog.toml usr/share/man/man1/nccl-check.1.gz; do
+        cmp -s "$d/deb/$f" "$d/rpm/$f" || fail "differs between DEB and RPM: $f"
+    done
+    diff -r "$d/deb/usr/share/nccl-check" "$d/rpm/usr/share/nccl-check" >/dev/null || fail "enroot files differ"
+    diff <(sed 's#/usr/lib/x86_64-linux-gnu/slurm-wlm/#/usr/lib64/slurm/#g' "$d/deb$SNIPPET") "$d/rpm$SNIPPET" >/dev/null \
+        || fail "the plugstack snippets differ beyond the plugin directory"
+}
+
+run_test "the .deb is named for Slurm $MM and depends on exactly that major" t_deb_names_and_pins_the_slurm_major
+run_test "the .deb holds the plugin, worker, prolog, man pages, enroot files and three conffiles" t_deb_conffiles_and_files
+run_test "apt installs the .deb; the plugin is installed disabled" t_apt_installs_the_deb_with_the_plugin_disabled
+if [ "$TEST_FAILED" = 0 ]; then
+    run_test "the test cluster reads /etc/slurm/plugstack.conf; disabled plugin changes nothing" t_cluster_reads_the_installed_plugstack
+    run_test "enabling as the README says adds --nccl-check to srun, sbatch, salloc" t_enabling_as_the_readme_says_adds_the_option
+    run_test "srun --nccl-check loads the installed plugin; the installed worker reports ERROR (no GPU)" t_real_worker_reports_error_without_gpu
+    run_test "srun --nccl-check with the fake worker passes through the installed plugin" t_fake_worker_passes_through_the_installed_plugin
+    run_test "slurm.conf Prolog=/usr/sbin/nccl-check-prolog runs the installed worker; ERROR drains nothing" t_prolog_gate_runs_the_installed_worker
+    run_test "upgrade to revision 2 keeps the edited config files and the enabled plugin" t_upgrade_keeps_edited_config_files
+    run_test "remove disables the plugin line, warns about Prolog=; srun keeps working" t_remove_disables_the_plugin_and_srun_keeps_working
+    run_test "reinstall after remove keeps the plugin disabled" t_reinstall_after_remove_keeps_it_disabled
+    run_test "purge removes config, state and every file" t_purge_removes_everything
+else
+    say "install failed; skipping the cluster tests"
+fi
+run_test "rpm -qp: files, %config(noreplace), scripts, requires, provides, conflicts" t_rpm_files_scripts_and_dependencies
+run_test "the RPM's %preun disables only our plugin line and our enroot links, on erase only" t_rpm_preun_disables_the_plugin_line
+run_test "the RPM's payload is the DEB's at RHEL paths" t_rpm_payload_matches_the_deb
+
+if [ $((PASSED + FAILED)) != "$STARTED" ]; then
+    echo "packaging: $((STARTED - PASSED - FAILED)) test(s) aborted by a shell error (see above)"
+    FAILED=$((STARTED - PASSED))
+fi
+echo "packaging: $PASSED passed, $FAILED failed"
+for n in "${FAILED_NAMES[@]}"; do echo "  failed: $n"; done
+if [ "$FAILED" -gt 0 ]; then
+    for f in "$CL"/log/*.log; do [ -f "$f" ] && { echo "== tail $f"; tail -15 "$f"; }; done >&2
+    exit 1
+fi
