@@ -21,7 +21,7 @@ pub enum Found {
     Measured(Verdict),
     /// The same GPUs passed within the cache window: nothing was run.
     CachedPass,
-    /// Nothing to check (a job without GPUs under `gpus = "job"`).
+    /// Nothing to check (a job without GPUs under `gpus = "job"`; a recheck of a node running jobs).
     NothingToCheck,
     /// The config could not be used; nothing was run.
     BrokenConfig,

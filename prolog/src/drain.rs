@@ -88,6 +88,13 @@ impl NodeState {
         self.state.split('+').any(|s| s.starts_with("DRAIN"))
     }
 
+    /// Jobs run on it (a recheck of every GPU would disturb them and could FAIL because of them).
+    pub fn busy(&self) -> bool {
+        self.state
+            .split('+')
+            .any(|s| s.starts_with("ALLOC") || s.starts_with("MIX") || s.starts_with("COMPLETING"))
+    }
+
     pub fn ours(&self) -> bool {
         self.reason.starts_with(PREFIX)
     }
@@ -385,6 +392,11 @@ mod tests {
         )
         .expect("parses");
         assert!(n.drained() && !n.ours() && n.reason == "Prolog error");
+        assert!(n.busy());
+        let n = parse_show_node("NodeName=n2 State=IDLE+DRAIN Reason=x").expect("parses");
+        assert!(!n.busy());
+        let n = parse_show_node("NodeName=n2 State=MIXED CPUTot=2").expect("parses");
+        assert!(n.busy());
         assert_eq!(parse_show_node("Node n9 not found"), None);
     }
 

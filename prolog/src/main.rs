@@ -210,6 +210,31 @@ impl Gate<'_> {
             return self
                 .error_without_run(&format!("state_dir {}: {e}", state_dir.display()), &whom);
         }
+        let slurm = drain::Slurm {
+            scontrol: self.cfg.scontrol.clone(),
+            node: self.facts.node.clone(),
+            slurm_conf: self.facts.slurm_conf.clone(),
+        };
+        if self.mode == Mode::Recheck {
+            // A recheck takes every GPU: never while jobs run on the node.
+            match slurm.show() {
+                Ok(n) if n.busy() => {
+                    let msg = format!(
+                        "recheck on {}: skipped, jobs run on the node (State={})",
+                        self.facts.node, n.state
+                    );
+                    self.log.info(&msg);
+                    return self.finish(
+                        decide::decide(self.mode, Found::NothingToCheck, self.policy(), false),
+                        &msg,
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => self.log.warn(&format!(
+                    "recheck: cannot read the node's state ({e}); checking anyway"
+                )),
+            }
+        }
         let sel = match self.select() {
             Ok(Some(s)) => s,
             Ok(None) => {
@@ -390,11 +415,6 @@ impl Gate<'_> {
             }
             CacheAction::Keep => {}
         }
-        let slurm = drain::Slurm {
-            scontrol: self.cfg.scontrol.clone(),
-            node: self.facts.node.clone(),
-            slurm_conf: self.facts.slurm_conf.clone(),
-        };
         if let (true, Some(r)) = (actions.drain, reason.as_deref()) {
             let out = slurm.drain(&state_dir, r, now_unix());
             let m = match &out {

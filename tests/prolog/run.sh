@@ -297,6 +297,20 @@ t_job_gpus_are_passed_to_the_worker() {
     [ "$(runs_of n1)" = 0 ] || fail "the worker ran for a job without GPUs"
 }
 
+t_recheck_leaves_a_busy_node_alone() {
+    local j; j=$(timeout 20 sbatch --parsable -N1 -w n1 -o /dev/null --wrap "touch $T/work/started; sleep 60") \
+        || { fail "sbatch failed"; return; }
+    # Started = its prolog is over (RUNNING alone is not: with PrologFlags=Alloc it precedes the prolog).
+    timeout 30 bash -c "until [ -e $T/work/started ]; do sleep 0.3; done" || fail "job $j did not start"
+    mode n1 fail
+    : > "$MARKER"
+    prolog_direct --recheck --node n1
+    [ "$RC" = 0 ] && grep -q "skipped, jobs run on the node" "$ERR" || fail "recheck on a busy node: rc $RC, $(cat "$ERR")"
+    [ "$(runs_of n1)" = 0 ] || fail "the worker ran on a busy node"
+    drained n1 && fail "n1 drained"
+    scancel "$j"; wait_done "$j" 30
+}
+
 run_test "FAIL drains the node with an nccl-check: reason; the batch job is requeued and runs on n2" t_fail_drains_and_requeues
 run_test "the worker gets only PATH and the config's [env], and the contract's arguments" t_worker_gets_only_path_and_the_config_env
 run_test "ERROR drains nothing and the job runs" t_error_drains_nothing_and_the_job_runs
@@ -306,11 +320,12 @@ run_test "auto-resume resumes only nccl-check's own drains" t_auto_resume_resume
 run_test "a broken config never drains and names file, line and field" t_a_broken_config_never_drains
 run_test "--dry-run prints the drain it would do and does nothing" t_dry_run_prints_and_does_nothing
 run_test "on_fail = run: the job runs on the node, which is drained" t_on_fail_run_lets_the_job_run_and_drains_after
+run_test "--recheck leaves a node with running jobs alone" t_recheck_leaves_a_busy_node_alone
 run_test "gpus = job passes the job's GPUs; a job without GPUs is not checked" t_job_gpus_are_passed_to_the_worker
 
 echo "prolog suite: $PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ] || { printf '  failed: %s\n' "${FAILED_NAMES[@]}"; exit 1; }
-if [ -z "$FILTER" ] && [ "$STARTED" != 10 ]; then
-    say "only $STARTED of 10 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 11 ]; then
+    say "only $STARTED of 11 tests ran"; exit 1
 fi
 exit 0
