@@ -114,7 +114,9 @@ pub fn judge(
                     crate::size::human(r.size),
                     100.0 * worst / min
                 ),
-                subject: culprits.first().cloned(),
+                // The culprits are named in the sentence; the subject of a collective is the
+                // whole check.
+                subject: None,
                 measured: Some(worst),
                 limit: Some(min),
             });
@@ -271,8 +273,57 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
             limit: Some(fraction * node_med),
         });
     }
+    // A node whose every node pair is slow (and that has at least two) is the culprit.
+    let mut per_node_pair: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for p in pairs.iter().filter(|p| p.kind == "node") {
+        for n in [&p.a, &p.b] {
+            per_node_pair.entry(n.as_str()).or_default().0 += 1;
+        }
+    }
+    for &(i, _) in &slow {
+        if pairs[i].kind == "node" {
+            for n in [&pairs[i].a, &pairs[i].b] {
+                if let Some(e) = per_node_pair.get_mut(n.as_str()) {
+                    e.1 += 1;
+                }
+            }
+        }
+    }
+    let bad_nodes: Vec<String> = per_node_pair
+        .iter()
+        .filter(|(_, &(total, slow))| total >= 2 && slow == total)
+        .map(|(n, _)| n.to_string())
+        .collect();
+    for node in &bad_nodes {
+        let bws: Vec<f64> = pairs
+            .iter()
+            .filter(|p| p.kind == "node" && (&p.a == node || &p.b == node))
+            .map(|p| p.busbw)
+            .collect();
+        let mean = bws.iter().sum::<f64>() / bws.len() as f64;
+        let med = median(
+            &pairs
+                .iter()
+                .filter(|p| p.kind == "node")
+                .map(|p| p.busbw)
+                .collect::<Vec<_>>(),
+        );
+        reasons.push(Reason {
+            code: "node_outlier",
+            message: format!(
+                "node {node}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({:.0}%)",
+                100.0 * mean / med.max(1e-9)
+            ),
+            subject: Some(node.clone()),
+            measured: Some(mean),
+            limit: Some(fraction * med),
+        });
+    }
     for &(i, why) in &slow {
         let p = &pairs[i];
+        if p.kind == "node" && bad_nodes.iter().any(|n| n == &p.a || n == &p.b) {
+            continue;
+        }
         let blamed_gpu = p.kind == "gpu"
             && bad_gpus
                 .iter()
@@ -470,6 +521,36 @@ mod tests {
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
             ("node_outlier", Some("nodeB"))
+        );
+    }
+
+    #[test]
+    fn the_node_in_every_slow_node_pair_is_named() {
+        let node_pair = |a: &str, b: &str, busbw: f64| PairRow {
+            kind: "node",
+            node: String::new(),
+            a: a.into(),
+            b: b.into(),
+            ranks: (0, 1),
+            bytes: 256 << 20,
+            time_us: 0.0,
+            busbw,
+            first_busbw: None,
+        };
+        // Measured on 4 emulated 1-GPU nodes over sockets with n3's GPU busy (2026-11-21).
+        let pairs = vec![
+            node_pair("n1", "n2", 2.15),
+            node_pair("n3", "n4", 1.34),
+            node_pair("n1", "n4", 2.40),
+            node_pair("n2", "n3", 1.47),
+            node_pair("n1", "n3", 1.43),
+            node_pair("n2", "n4", 2.15),
+        ];
+        let r = judge(&[], &pairs, 4, 4, 0.85, NO_FLOOR);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].code, r[0].subject.as_deref()),
+            ("node_outlier", Some("n3"))
         );
     }
 

@@ -241,7 +241,11 @@ impl GpuThread {
                 Ok(()),
             )
         } else {
-            let parent = Comm::start_init(self.nccl, nranks, start.id, rank, self.deadline)
+            // A node-local child must not share: shared children get the parent's few
+            // point-to-point channels, sized for the network (measured on H200 with sockets
+            // between emulated nodes: an NVLink pair at 34.6 GB/s instead of ~300).
+            let share = node_split.is_none();
+            let parent = Comm::start_init(self.nccl, nranks, start.id, rank, self.deadline, share)
                 .map_err(init_err)?;
             let ready = parent.wait_ready();
             match (mode, ready) {

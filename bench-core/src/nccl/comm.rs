@@ -51,10 +51,13 @@ impl<'a> Comm<'a> {
         id: UniqueId,
         rank: u32,
         deadline: Instant,
+        share_with_children: bool,
     ) -> Result<Comm<'a>, NcclError> {
-        // splitShare on the parent lets the measuring child reuse its resources (into_blocking).
+        // splitShare is read from the *parent* (init.cc ncclCommInitChildComm): with it, the
+        // measuring child reuses the parent's resources (cheap, into_blocking), but every child
+        // is also limited to the parent's channels; see split_blocking.
         let mut cfg = Config {
-            split_share: 1,
+            split_share: share_with_children as i32,
             ..Config::non_blocking()
         };
         let mut raw: RawComm = std::ptr::null_mut();
@@ -106,7 +109,8 @@ impl<'a> Comm<'a> {
     }
 
     /// A blocking communicator of the ranks that pass the same `color`, ordered by `key` (then
-    /// by rank). Collective over all ranks of `self`; bounded by `self.deadline`.
+    /// by rank). Collective over all ranks of `self`; bounded by `self.deadline`. Whether the
+    /// child shares the parent's resources was fixed at the parent's init (`start_init`).
     pub fn split_blocking(&self, color: i32, key: i32) -> Option<Result<Comm<'a>, NcclError>> {
         let split = self.nccl.split?;
         let mut cfg = Config::blocking_shared();
