@@ -64,6 +64,7 @@ MARKER=$T/marker
 conf() {
     local defaults=(
         "worker = \"$T/bin/fake-worker\""
+        "worker_config = \"$T/nccl-check.toml\""
         "gpus = \"all\""
         "state_dir = \"$T/state/%n\""
         "gpu_info_dir = \"$T/gpus\""
@@ -174,6 +175,12 @@ t_worker_gets_only_path_and_the_config_env() {
     grep -q -- "args=--plan quick --json $T/state/n1/report.json --timeout 8 --quiet env=" "$MARKER" \
         || fail "the worker's arguments: $(head -1 "$MARKER")"
     [ "$(ran_on "$j")" = n1 ] || fail "job did not run"
+    # The worker's config is passed when it exists.
+    echo "# thresholds" > "$T/nccl-check.toml"
+    : > "$MARKER"
+    EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=8" prolog_direct
+    grep -q -- "--quiet --config $T/nccl-check.toml env=" "$MARKER" || fail "no --config: $(cat "$MARKER")"
+    rm -f "$T/nccl-check.toml"
 }
 
 t_error_drains_nothing_and_the_job_runs() {
@@ -257,7 +264,7 @@ t_a_broken_config_never_drains() {
     [ "$(runs_of n1)" = 0 ] || fail "the worker ran with a broken config"
     EXTRA_ENV="SLURMD_NODENAME=n1" prolog_direct
     [ "$RC" = 0 ] || fail "broken config: rc $RC, expected 0"
-    grep -qF "ERROR config: $CONF:7: " "$ERR" && grep -qF "budget_secs" "$ERR" \
+    grep -qF "ERROR config: $CONF:8: " "$ERR" && grep -qF "budget_secs" "$ERR" \
         || fail "the error does not name file, line and field: $(cat "$ERR")"
     timeout 20 env -i "$T/bin/nccl-check-prolog" --config /nonexistent/prolog.toml --node n1 >"$OUT" 2>"$ERR"
     RC=$?
