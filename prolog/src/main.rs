@@ -31,7 +31,7 @@ const LONG_ABOUT: &str = "\
 
 slurmd runs it as root for every job (slurm.conf: Prolog=/usr/sbin/nccl-check-prolog). It runs the
 nccl-check worker (quick plan) on the job's GPUs within a hard time budget, then:
-  PASS   exit 0; the pass is cached, so jobs in the next cache_seconds on the same GPUs skip the check
+  PASS   exit 0; the pass is cached (jobs on the same GPUs skip the check for cache_seconds)
   FAIL   drain this node with a reason starting 'nccl-check:' (what failed, measured vs limit),
          then exit 1: slurmd requeues a batch job (held unless SchedulerParameters has
          nohold_on_prolog_fail) and kills an srun/salloc job
