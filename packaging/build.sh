@@ -316,12 +316,16 @@ EOF
     { printf '#!/bin/sh\nset -e\nif [ "$1" = remove ]; then\n'
       disable_script "$so_re" | sed 's/^/    /'
       printf 'fi\nexit 0\n'; } > "$root/DEBIAN/prerm"
-    cat > "$root/DEBIAN/postrm" <<'EOF'
+    cat > "$root/DEBIAN/postrm" <<EOF
 #!/bin/sh
 set -e
-if [ "$1" = purge ]; then
-    # Reports, cache and drain marker written by nccl-check-prolog.
-    rm -rf /var/lib/nccl-check
+if [ "\$1" = purge ]; then
+    # Reports, cache and drain marker written by nccl-check-prolog; kept when another Slurm
+    # major's nccl-check package (which replaced this one) owns the directory now.
+    others=\$(dpkg-query -S /var/lib/nccl-check 2>/dev/null | sed 's/: .*//' | tr ', ' '\\n\\n' | grep -vxF -e '' -e '$NAME' || true)
+    if [ -z "\$others" ]; then
+        rm -rf /var/lib/nccl-check
+    fi
     rmdir /etc/nccl-check 2>/dev/null || true
 fi
 exit 0

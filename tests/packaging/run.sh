@@ -54,10 +54,13 @@ LOG=$WORK/log
 cleanup() {
     bash "$REPO/slurm/test-cluster/down.sh" --purge >/dev/null 2>&1
     rm -f "$CONTROL"
-    local st; st=$(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG" 2>/dev/null)
-    if [ -n "$st" ] && [ "${st:0:2}" != un ]; then
-        timeout 300 apt-get purge -y -q "$PKG" >/dev/null 2>&1 || timeout 120 dpkg --purge "$PKG" >/dev/null 2>&1
-    fi
+    local p st
+    for p in "$PKG" nccl-check-slurm22.99; do
+        st=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null)
+        if [ -n "$st" ] && [ "${st:0:2}" != un ]; then
+            timeout 300 apt-get purge -y -q "$p" >/dev/null 2>&1 || timeout 120 dpkg --purge "$p" >/dev/null 2>&1
+        fi
+    done
     rm -rf "$WORK"
     true
 }
@@ -308,6 +311,37 @@ t_purge_removes_everything() {
     plain_srun_works
 }
 
+t_another_majors_package_replaces_this_one() {
+    # The same package renamed as if built for another Slurm major (the dependencies stay
+    # satisfiable here): apt must swap them, keep the site's config, and purging the old one
+    # must not delete what the new one owns.
+    local x=$WORK/other other=nccl-check-slurm22.99
+    dpkg-deb -R "$DEB1" "$x" || { fail "dpkg-deb -R failed"; return 1; }
+    sed -i "s/^Package: $PKG\$/Package: $other/" "$x/DEBIAN/control"
+    mv "$x/usr/share/doc/$PKG" "$x/usr/share/doc/$other"
+    sed -i "s#usr/share/doc/$PKG/#usr/share/doc/$other/#" "$x/DEBIAN/md5sums"
+    dpkg-deb --root-owner-group -b "$x" "$WORK/other.deb" >/dev/null || { fail "repack failed"; return 1; }
+    apt_install "$DEB1"
+    expect_rc0 || return 1
+    sed -i "s|^#required $SO|required $SO|" "$SNIPPET"
+    echo "# site edit: kept across majors" >> /etc/nccl-check/nccl-check.toml
+    apt_install "$WORK/other.deb"
+    expect_rc0 || return 1
+    dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^rc' || fail "$PKG was not removed"
+    dpkg-query -W -f='${db:Status-Abbrev}\n' "$other" | grep -q '^ii' || fail "$other is not installed"
+    grep -q '^# site edit: kept across majors$' /etc/nccl-check/nccl-check.toml || fail "the edit was lost"
+    ! enabled || fail "the plugin line stayed enabled across the swap"
+    run_cmd dpkg --purge "$PKG"
+    expect_rc0
+    for p in /var/lib/nccl-check /etc/nccl-check/nccl-check.toml /etc/nccl-check/prolog.toml "$SNIPPET" "$SO"; do
+        expect_file "$p"
+    done
+    run_cmd apt-get purge -y -q "$other"
+    expect_rc0
+    expect_no_file /etc/nccl-check
+    expect_no_file /var/lib/nccl-check
+}
+
 # --- RPM ----------------------------------------------------------------------------------------
 t_rpm_files_scripts_and_dependencies() {
     run_cmd rpm -qp --qf '%{NAME} %{VERSION} %{RELEASE} %{ARCH}\n' "$RPM1"
@@ -396,6 +430,7 @@ if [ "$TEST_FAILED" = 0 ]; then
     run_test "remove disables the plugin line, warns about Prolog=; srun keeps working" t_remove_disables_the_plugin_and_srun_keeps_working
     run_test "reinstall after remove keeps the plugin disabled" t_reinstall_after_remove_keeps_it_disabled
     run_test "purge removes config, state and every file" t_purge_removes_everything
+    run_test "another Slurm major's package replaces this one; purging the old keeps the new" t_another_majors_package_replaces_this_one
 else
     say "install failed; skipping the cluster tests"
 fi
