@@ -2,7 +2,7 @@
 # The prolog's cached path: wall time of `nccl-check-prolog` when the same GPUs passed within the
 # cache window, started as slurmd starts it (empty environment but the Slurm variables, no PATH,
 # root). Issue 5 asks for <= 50 ms. Needs no Slurm and no GPU: a fake
-# /proc/driver/nvidia/gpus built from tests/prolog/data/pass.json, and the suite's fake worker for
+# /proc/driver/nvidia/gpus built from tests/prolog/data/real-quick-pass.json, and the suite's fake worker for
 # the one measuring run that fills the cache.
 #
 # Usage: prolog/benchmarks/cached-path.sh [RUNS] [BINARY]
@@ -17,7 +17,7 @@ BIN=${2:-$REPO/target/release/nccl-check-prolog}
 [ -x "$BIN" ] || { echo "cached-path: $BIN missing (cargo build --release -p nccl-check-prolog)" >&2; exit 2; }
 T=$(mktemp -d /var/tmp/nccl-check-prolog-bench.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-python3 - "$REPO/tests/prolog/data/pass.json" "$T/gpus" <<'PY'
+python3 - "$REPO/tests/prolog/data/real-quick-pass.json" "$T/gpus" <<'PY'
 import json, os, sys
 for g in json.load(open(sys.argv[1]))["gpus"]:
     d = os.path.join(sys.argv[2], g["pci_bus_id"])

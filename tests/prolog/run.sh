@@ -46,7 +46,7 @@ install -m 0755 "$REPO/tests/prolog/fake-worker" "$T/bin/fake-worker"
 cp -r "$REPO/tests/prolog/data" "$T/bin/data"
 make_gpus() { # the fake driver directory from the PASS report's GPUs
     rm -rf "$T/gpus" && mkdir -p "$T/gpus"
-    python3 - "$T/bin/data/pass.json" "$T/gpus" <<'PY'
+    python3 - "$T/bin/data/real-quick-pass.json" "$T/gpus" <<'PY'
 import json, os, sys
 for g in json.load(open(sys.argv[1]))["gpus"]:
     d = os.path.join(sys.argv[2], g["pci_bus_id"])
@@ -152,7 +152,7 @@ t_fail_drains_and_requeues() {
     wait_done "$j" 120
     [ "$(runs_of n1)" -ge 1 ] || fail "the prolog never measured on n1 (job landed elsewhere?): $(cat "$MARKER")"
     local r; r=$(reason_of n1)
-    [[ "$r" == "nccl-check: all_reduce 256 MiB out-of-place: busbw 21.7 < 200.0 GB/s (+1 more) (job $j)" ]] \
+    [[ "$r" == "nccl-check: all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job $j)" ]] \
         || fail "sinfo -R reason of n1: '$r'"
     drained n1 || fail "n1 is not drained"
     [ "$(ran_on "$j")" = n2 ] || fail "job $j did not run on n2: '$(ran_on "$j")'"
@@ -162,7 +162,7 @@ t_fail_drains_and_requeues() {
     [ -s "$T/state/n1/fail-report.json" ] || fail "fail-report.json not kept"
     [ ! -e "$T/state/n1/last-pass.json" ] || fail "a FAIL left a cached pass"
     grep -q 'nccl_check_verdict{verdict="FAIL"} 1' "$T/metrics/n1.prom" || fail "metrics lack the FAIL"
-    grep -q 'nccl_check_busbw_gbps{collective="all_reduce"} 21.800' "$T/metrics/n1.prom" || fail "metrics lack busbw"
+    grep -q 'nccl_check_busbw_gbps{collective="all_reduce"} 24.651' "$T/metrics/n1.prom" || fail "metrics lack busbw"
 }
 
 t_worker_gets_only_path_and_the_config_env() {
@@ -217,7 +217,7 @@ t_cached_pass_skips_the_measurement() {
     [ "$(runs_of n1)" = 1 ] || fail "second job: the worker ran again (no cache)"
     [ "$(ran_on "$j2")" = n1 ] || fail "second job did not run"
     # Another GPU in the node (a new UUID): the pass no longer counts.
-    sed -i 's/GPU-3f1a9c52/GPU-00000000/' "$T"/gpus/*/information "$T/bin/data/pass.json"
+    sed -i 's/GPU-1c421d08/GPU-00000000/' "$T"/gpus/*/information "$T/bin/data/real-quick-pass.json"
     j3=$(submit -w n1) && wait_done "$j3" 60
     [ "$(runs_of n1)" = 2 ] || fail "third job after a GPU change: the worker ran $(($(runs_of n1) - 1)) more times, expected 1"
     # The cached path as slurmd runs it, timed (the benchmark: prolog/benchmarks/cached-path.sh).
@@ -275,7 +275,7 @@ t_dry_run_prints_and_does_nothing() {
     mode n1 fail
     EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=77" prolog_direct --dry-run
     [ "$RC" = 0 ] || fail "dry run exited $RC"
-    grep -q 'drain:  n1 reason="nccl-check: all_reduce 256 MiB out-of-place: busbw 21.7 < 200.0 GB/s (+1 more) (job 77)"' "$OUT" \
+    grep -q 'drain:  n1 reason="nccl-check: all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 77)"' "$OUT" \
         || fail "dry run does not show the drain: $(cat "$OUT")"
     grep -q 'exit:   1 (a dry run exits 0)' "$OUT" || fail "dry run does not show the exit code"
     drained n1 && fail "the dry run drained n1"
