@@ -31,7 +31,7 @@ cd "$REPO"
 say() { echo "build.sh: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 
-SLURM_WANT=auto REVISION=1 WORKER=portable ONLY= OUT=dist
+SLURM_WANT=auto REVISION=1 WORKER=portable ONLY='' OUT=dist
 while [ $# -gt 0 ]; do
     case "$1" in
         --slurm-version) SLURM_WANT=${2:?}; shift 2 ;;
@@ -256,7 +256,7 @@ EOF
 build_deb() {
     local root=$WORK/deb/root plugindir=usr/lib/x86_64-linux-gnu/slurm-wlm docdir=usr/share/doc/$NAME
     local so=/$plugindir/nccl_check.so so_re
-    so_re=$(sed 's/\./\\./g' <<<"$so")
+    so_re=${so//./\\.}
     stage "$root" "$plugindir" "$docdir"
     cat > "$root/$docdir/copyright" <<EOF
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
@@ -344,7 +344,7 @@ EOF
 build_rpm() {
     local root=$WORK/rpm/root plugindir=usr/lib64/slurm docdir=usr/share/doc/$NAME top=$WORK/rpm/top
     local so=/$plugindir/nccl_check.so so_re
-    so_re=$(sed 's/\./\\./g' <<<"$so")
+    so_re=${so//./\\.}
     stage "$root" "$plugindir" "$docdir"
     mkdir -p "$top"/{BUILD,RPMS,SPECS,SRPMS,SOURCES}
     local spec=$top/SPECS/$NAME.spec

@@ -27,7 +27,7 @@ PASSED=0 FAILED=0 STARTED=0 FAILED_NAMES=()
 export DEBIAN_FRONTEND=noninteractive
 say() { echo "packaging: $*" >&2; }
 [ "$(id -u)" = 0 ] || { say "must run as root"; exit 2; }
-cd "$REPO"
+cd "$REPO" || exit 1
 
 # --- prerequisites ----------------------------------------------------------------------------
 timeout 1800 bash tests/setup-deps.sh >&2 || { say "tests/setup-deps.sh failed"; exit 1; }
@@ -103,7 +103,7 @@ expect_apt_says() { cat "$OUT" "$ERR" | grep -qF -- "$1" || fail "apt output lac
 expect_file() { [ -e "$1" ] || [ -L "$1" ] || fail "missing: $1"; }
 expect_no_file() { [ ! -e "$1" ] && [ ! -L "$1" ] || fail "still there: $1"; }
 apt_install() { run_cmd apt-get install -y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"; }
-enabled() { grep -Eq "^required[[:space:]]+$SO[[:space:]]" "$SNIPPET"; }
+enabled() { grep -Eq "^required[[:space:]]+${SO}[[:space:]]" "$SNIPPET"; }
 idle() { timeout 30 bash -c 'until [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -ge 2 ]; do sleep 0.3; done'; }
 # A plain step works and prints nothing about a plugin.
 plain_srun_works() {
