@@ -128,6 +128,13 @@ run_test() { # name function
     fi
 }
 
+t_build_refuses_a_slurm_version_the_headers_do_not_have() {
+    run_cmd packaging/build.sh --slurm-version 99.01 --out "$WORK/refused"
+    expect_rc_nonzero
+    expect_err "--slurm-version 99.01, but /usr/include/slurm/slurm_version.h is Slurm $MM."
+    [ -z "$(ls -A "$WORK/refused" 2>/dev/null)" ] || fail "it built something: $(ls "$WORK/refused")"
+}
+
 # --- DEB metadata -------------------------------------------------------------------------------
 t_deb_names_and_pins_the_slurm_major() {
     local f; f=$(dpkg-deb -f "$DEB1" Package Version Depends Provides Conflicts Replaces)
@@ -417,6 +424,7 @@ t_rpm_payload_matches_the_deb() {
         || fail "the plugstack snippets differ beyond the plugin directory"
 }
 
+run_test "build.sh refuses a --slurm-version the installed headers do not have" t_build_refuses_a_slurm_version_the_headers_do_not_have
 run_test "the .deb is named for Slurm $MM and depends on exactly that major" t_deb_names_and_pins_the_slurm_major
 run_test "the .deb holds the plugin, worker, prolog, man pages, enroot files and three conffiles" t_deb_conffiles_and_files
 run_test "apt installs the .deb; the plugin is installed disabled" t_apt_installs_the_deb_with_the_plugin_disabled
