@@ -3,16 +3,19 @@
 # .rpm (RHEL/Rocky/Alma 9) for the Slurm major.minor whose headers are installed here, into dist/.
 # See packaging/README.md (what goes where, install, enable, upgrade, remove).
 #
-# Usage: packaging/build.sh [--slurm-version auto|MAJOR.MINOR] [--revision N] [--worker portable|host]
-#                           [--only deb|rpm] [--out DIR]
+# Usage: packaging/build.sh [--slurm-version auto|MAJOR.MINOR] [--revision N]
+#                           [--binaries default|portable|host] [--only deb|rpm] [--out DIR]
 #   --slurm-version  auto (default): read SLURM_VERSION_NUMBER from <slurm/slurm_version.h> (the
 #                    same file spank-plugin/build.rs compiles into the plugin). A value is only a
 #                    guard: the build fails unless the headers say that major.minor.
 #   --revision N     package revision (DEB 0.1.0-N, RPM Release N); default 1. Bump it to rebuild
 #                    the same version (the packaging suite upgrades 1 -> 2).
-#   --worker         portable (default): the worker built for glibc >= 2.17 by build-portable.sh,
-#                    so the copy pyxis/enroot bind-mount into users' containers runs there too;
-#                    host: target/release/nccl-check as built here (faster; host glibc).
+#   --binaries       default: the worker built for glibc >= 2.17 by build-portable.sh (pyxis/enroot
+#                    bind-mount it into users' older containers), the plugin and prolog as
+#                    `cargo build --release` builds them here (the artifacts the Slurm suites test;
+#                    they need this machine's glibc: 2.34 on Debian 12, so the RPM suits EL9).
+#                    portable: all three for glibc >= 2.17 with cargo-zigbuild (an RPM for EL8 too).
+#                    host: all three as built here (fast, no zig; the worker then needs this glibc).
 #   --only deb|rpm   build one package only.
 #   --out DIR        default dist/ (relative to the repository).
 # Env: SLURM_INCLUDE_DIR (another Slurm prefix's include dir), NCCL_CHECK_PACKAGER ("Name <mail>").
@@ -31,12 +34,12 @@ cd "$REPO"
 say() { echo "build.sh: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 
-SLURM_WANT=auto REVISION=1 WORKER=portable ONLY='' OUT=dist
+SLURM_WANT=auto REVISION=1 BINARIES=default ONLY='' OUT=dist
 while [ $# -gt 0 ]; do
     case "$1" in
         --slurm-version) SLURM_WANT=${2:?}; shift 2 ;;
         --revision) REVISION=${2:?}; shift 2 ;;
-        --worker) WORKER=${2:?}; shift 2 ;;
+        --binaries) BINARIES=${2:?}; shift 2 ;;
         --only) ONLY=${2:?}; shift 2 ;;
         --out) OUT=${2:?}; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -44,7 +47,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [[ "$REVISION" =~ ^[1-9][0-9]*$ ]] || die "--revision must be a positive integer, got '$REVISION'"
-case "$WORKER" in portable|host) ;; *) die "--worker must be portable or host, got '$WORKER'" ;; esac
+case "$BINARIES" in default|portable|host) ;; *) die "--binaries must be default, portable or host, got '$BINARIES'" ;; esac
 case "$ONLY" in ''|deb|rpm) ;; *) die "--only must be deb or rpm, got '$ONLY'" ;; esac
 want() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
@@ -98,15 +101,31 @@ HAVE_PROLOG=
 [ -f prolog/Cargo.toml ] && grep -q '^name = "nccl-check-prolog"' prolog/Cargo.toml && HAVE_PROLOG=1
 pkgs=(-p spank-plugin)
 [ -n "$HAVE_PROLOG" ] && pkgs+=(-p nccl-check-prolog)
-[ "$WORKER" = host ] && pkgs+=(-p bench-core)
-say "cargo build --release ${pkgs[*]}"
-timeout 3600 cargo build --release "${pkgs[@]}" >&2
-PLUGIN_SO=target/release/libnccl_check.so
-PROLOG_BIN=target/release/nccl-check-prolog
-if [ "$WORKER" = portable ]; then
-    WORKER_BIN=$(packaging/build-portable.sh)
+TRIPLE=x86_64-unknown-linux-gnu
+if [ "$BINARIES" = portable ]; then
+    WORKER_BIN=$(packaging/build-portable.sh)      # also installs zig and cargo-zigbuild if missing
+    floor=${NCCL_CHECK_GLIBC_FLOOR:-2.17}
+    say "cargo zigbuild --release ${pkgs[*]} --target $TRIPLE.$floor"
+    PYTHONPATH=$REPO/target/tools/python${PYTHONPATH:+:$PYTHONPATH} \
+        timeout 3600 cargo zigbuild --release "${pkgs[@]}" --target "$TRIPLE.$floor" >&2
+    PLUGIN_SO=target/$TRIPLE/release/libnccl_check.so
+    PROLOG_BIN=target/$TRIPLE/release/nccl-check-prolog
+    for f in "$PLUGIN_SO" ${HAVE_PROLOG:+"$PROLOG_BIN"}; do   # the same proof build-portable.sh gives
+        newest=$(objdump -T "$f" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -1)
+        [ "$(printf '%s\n%s\n' "$newest" "$floor" | sort -V | tail -1)" = "$floor" ] \
+            || die "$f needs GLIBC_$newest, above $floor"
+    done
 else
-    WORKER_BIN=target/release/nccl-check
+    [ "$BINARIES" = host ] && pkgs+=(-p bench-core)
+    say "cargo build --release ${pkgs[*]}"
+    timeout 3600 cargo build --release "${pkgs[@]}" >&2
+    PLUGIN_SO=target/release/libnccl_check.so
+    PROLOG_BIN=target/release/nccl-check-prolog
+    if [ "$BINARIES" = default ]; then
+        WORKER_BIN=$(packaging/build-portable.sh)
+    else
+        WORKER_BIN=target/release/nccl-check
+    fi
 fi
 for f in "$PLUGIN_SO" "$WORKER_BIN" ${HAVE_PROLOG:+"$PROLOG_BIN"}; do [ -f "$f" ] || die "not built: $f"; done
 

@@ -14,7 +14,8 @@
 # Every wait is bounded with `timeout`. Own cluster dir and ports, so other suites may run at once.
 #
 # Usage: bash tests/packaging/run.sh
-# Env:   NCCL_CHECK_PKG_WORKER=portable|host (build.sh --worker; default portable)
+# Env:   NCCL_CHECK_PKG_BINARIES=default|portable|host (build.sh --binaries for the lifecycle
+#        packages; default: default)
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -69,13 +70,13 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- build: revision 1 and 2 of the same version (the upgrade) ---------------------------------
-WORKER_KIND=${NCCL_CHECK_PKG_WORKER:-portable}
-say "building revision 1 (packaging/build.sh --worker $WORKER_KIND)"
-if ! timeout 3600 packaging/build.sh --worker "$WORKER_KIND" --revision 1 --out "$WORK/r1" >"$LOG" 2>&1; then
+BINARIES=${NCCL_CHECK_PKG_BINARIES:-default}
+say "building revision 1 (packaging/build.sh --binaries $BINARIES)"
+if ! timeout 3600 packaging/build.sh --binaries "$BINARIES" --revision 1 --out "$WORK/r1" >"$LOG" 2>&1; then
     tail -30 "$LOG" >&2; say "build.sh failed"; exit 1
 fi
 say "building revision 2"
-if ! timeout 1800 packaging/build.sh --worker "$WORKER_KIND" --revision 2 --out "$WORK/r2" >"$LOG" 2>&1; then
+if ! timeout 1800 packaging/build.sh --binaries "$BINARIES" --revision 2 --out "$WORK/r2" >"$LOG" 2>&1; then
     tail -30 "$LOG" >&2; say "build.sh --revision 2 failed"; exit 1
 fi
 hex=$(awk '$1 == "#define" && $2 == "SLURM_VERSION_NUMBER" { print $3 }' /usr/include/slurm/slurm_version.h)
@@ -129,10 +130,35 @@ run_test() { # name function
 }
 
 t_build_refuses_a_slurm_version_the_headers_do_not_have() {
-    run_cmd packaging/build.sh --slurm-version 99.01 --out "$WORK/refused"
+    run_cmd "$REPO/packaging/build.sh" --slurm-version 99.01 --out "$WORK/refused"
     expect_rc_nonzero
     expect_err "--slurm-version 99.01, but /usr/include/slurm/slurm_version.h is Slurm $MM."
     [ -z "$(ls -A "$WORK/refused" 2>/dev/null)" ] || fail "it built something: $(ls "$WORK/refused")"
+}
+
+t_portable_rpm_needs_glibc_2_17_and_its_plugin_works() {
+    # EL8 has glibc 2.28: the RPM must not require more. cargo-zigbuild builds all three binaries.
+    if ! timeout 3600 "$REPO/packaging/build.sh" --binaries portable --only rpm --out "$WORK/portable" >"$LOG" 2>&1; then
+        fail "build.sh --binaries portable failed: $(tail -5 "$LOG")"; return 1
+    fi
+    local rpm=$WORK/portable/$PKG-$VERSION-1.x86_64.rpm newest
+    newest=$(rpm -qpR "$rpm" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -1)
+    [ -n "$newest" ] || { fail "no GLIBC requirement found"; return 1; }
+    [ "$(printf '%s\n2.17\n' "$newest" | sort -V | tail -1)" = 2.17 ] || fail "the portable RPM requires GLIBC_$newest"
+    # Its plugin, loaded by the real cluster: pass and fail paths with the fake worker.
+    local d=$WORK/portable/x
+    mkdir -p "$d" && (cd "$d" && rpm2cpio "$rpm" | cpio -idm --quiet) || { fail "rpm2cpio failed"; return 1; }
+    [ -n "${SLURM_CONF:-}" ] && [ -f "$CL/run/slurmctld.pid" ] || { fail "no cluster"; return 1; }
+    install -m 0755 "$d/usr/lib64/slurm/nccl_check.so" "$CL/lib/nccl_check_portable.so"
+    echo "required $CL/lib/nccl_check_portable.so worker=$CL/lib/nccl-check-fake timeout=20" > "$CONTROL"
+    idle || true
+    run_cmd srun -N2 --nccl-check hostname
+    expect_rc0
+    expect_err "nccl-check: PASS (quick, 2 ranks)"
+    NCCL_CHECK_FAKE=fail run_cmd srun -N2 --nccl-check hostname
+    expect_rc_nonzero
+    expect_err "nccl-check: FAIL on n1 (rank 0 of 2)"
+    rm -f "$CONTROL"
 }
 
 # --- DEB metadata -------------------------------------------------------------------------------
@@ -445,6 +471,7 @@ fi
 run_test "rpm -qp: files, %config(noreplace), scripts, requires, provides, conflicts" t_rpm_files_scripts_and_dependencies
 run_test "the RPM's %preun disables only our plugin line and our enroot links, on erase only" t_rpm_preun_disables_the_plugin_line
 run_test "the RPM's payload is the DEB's at RHEL paths" t_rpm_payload_matches_the_deb
+run_test "--binaries portable: an RPM for glibc 2.17 whose plugin loads and checks in Slurm" t_portable_rpm_needs_glibc_2_17_and_its_plugin_works
 
 if [ $((PASSED + FAILED)) != "$STARTED" ]; then
     echo "packaging: $((STARTED - PASSED - FAILED)) test(s) aborted by a shell error (see above)"
