@@ -25,4 +25,6 @@ pub mod nccl;
 #[cfg(feature = "gpu")]
 pub mod options;
 #[cfg(feature = "gpu")]
+pub mod plot;
+#[cfg(feature = "gpu")]
 pub mod runner;

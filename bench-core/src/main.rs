@@ -138,6 +138,13 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
         &floor,
     );
     reasons.extend(transport_reasons(opts, report));
+    if let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) {
+        let plot_floor = |c: &str, b: u64| floor(c, gpus, b);
+        match bench_core::plot::draw(path, &report.results, &gpu_name, gpus, &plot_floor) {
+            Ok(()) => eprintln!("nccl-check: plot written to {}", path.display()),
+            Err(e) => eprintln!("nccl-check: WARNING no plot: {e}"),
+        }
+    }
     let best = report
         .results
         .iter()

@@ -113,6 +113,10 @@ struct Raw {
     /// NVLink SHARP: enable NVLS (NCCL_NVLS_ENABLE=1) and FAIL when NCCL did not use it
     #[arg(long = "expect-nvls")]
     expect_nvls: bool,
+    /// Draw busbw against message size per collective, with the thresholds and the reference
+    /// curve, into this SVG file (process rank 0)
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// Print only the verdict line (no table)
     #[arg(short, long)]
     quiet: bool,
@@ -132,6 +136,7 @@ pub struct Options {
     pub explain_thresholds: bool,
     pub expect_collnet: bool,
     pub expect_nvls: bool,
+    pub plot: Option<PathBuf>,
     pub collectives: Vec<&'static dyn Collective>,
     pub sizes: Vec<u64>,
     pub min_bytes: u64,
@@ -401,6 +406,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         explain_thresholds: raw.explain_thresholds,
         expect_collnet: raw.expect_collnet,
         expect_nvls: raw.expect_nvls,
+        plot: raw.plot,
         collectives,
         sizes,
         min_bytes,

@@ -432,6 +432,27 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_admin_file_and_network_examples_are_valid() {
+        admin(include_str!("../../config/nccl-check.toml")).unwrap();
+        // The examples file, uncommented as an admin would.
+        let examples: String = include_str!("../../config/nccl-check.toml")
+            .lines()
+            .map(|l| {
+                l.strip_prefix('#')
+                    .filter(|r| {
+                        r.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '[' || c == ']')
+                            || r.starts_with("  {")
+                    })
+                    .unwrap_or("")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = admin(&examples).unwrap();
+        assert_eq!(c.network.len(), 1);
+        assert!(c.thresholds[0].admin && c.thresholds[0].min_busbw == 420.0);
+    }
+
+    #[test]
     fn a_plan_step_is_either_pairs_or_a_collective() {
         let e = admin(
             "[plans.x]\nsteps = [{ pairs = true, collective = \"all_reduce\", bytes = \"1M\" }]\n",
