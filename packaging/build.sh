@@ -203,6 +203,8 @@ stage() {
     [ -f enroot/README.md ] && install -m 0644 enroot/README.md "$root/usr/share/nccl-check/enroot/README.md"
     install -m 0644 packaging/README.md "$root/$docdir/README.md"
     install -m 0644 slurm/plugstack.conf.d/zz-nccl-check.conf "$root/$docdir/zz-nccl-check.conf.example"
+    install -m 0644 bench-core/config/network-examples.toml "$root/$docdir/network-examples.toml"
+    install -m 0644 bench-core/config/defaults.toml "$root/$docdir/defaults.toml"
 }
 
 # plugstack_snippet SO_PATH: slurm/plugstack.conf.d/zz-nccl-check.conf with the plugin line
