@@ -71,6 +71,8 @@ pub struct Config {
     pub gpu_info_dir: PathBuf,
     /// Syslog facility (`daemon`, `user`, `local0`..`local7`), or `none`.
     pub syslog_facility: String,
+    /// The syslog daemon's socket (`/dev/log`; journald's syslog socket is linked there).
+    pub syslog_socket: PathBuf,
     /// Prometheus textfile for node_exporter's textfile collector; empty = off. `%n` = node name.
     pub metrics_file: String,
     /// The only environment the worker gets besides a fixed PATH and `CUDA_DEVICE_ORDER`.
@@ -93,6 +95,7 @@ impl Default for Config {
             scontrol: PathBuf::from("/usr/bin/scontrol"),
             gpu_info_dir: PathBuf::from("/proc/driver/nvidia/gpus"),
             syslog_facility: "daemon".into(),
+            syslog_socket: PathBuf::from("/dev/log"),
             metrics_file: String::new(),
             env: BTreeMap::new(),
         }
@@ -149,6 +152,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         ("worker_config", &c.worker_config),
         ("scontrol", &c.scontrol),
         ("gpu_info_dir", &c.gpu_info_dir),
+        ("syslog_socket", &c.syslog_socket),
     ] {
         if !p.is_absolute() {
             return bad(

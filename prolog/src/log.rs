@@ -22,14 +22,17 @@ pub struct Log {
 impl Log {
     /// Opens syslog with `facility` (validated by the config); without a syslog daemon the
     /// messages still reach stderr's final line.
-    pub fn open(facility: &str, echo: bool) -> Log {
+    pub fn open(facility: &str, socket: &std::path::Path, echo: bool) -> Log {
         let syslog = match facility.parse::<Facility>() {
-            Ok(facility) => syslog::unix(Formatter3164 {
-                facility,
-                hostname: None,
-                process: PROCESS.into(),
-                pid: std::process::id(),
-            })
+            Ok(facility) => syslog::unix_custom(
+                Formatter3164 {
+                    facility,
+                    hostname: None,
+                    process: PROCESS.into(),
+                    pid: std::process::id(),
+                },
+                socket,
+            )
             .ok(),
             _ => None,
         };
@@ -86,8 +89,40 @@ mod tests {
 
     #[test]
     fn without_a_syslog_daemon_logging_is_silent_not_fatal() {
-        let mut l = Log::open("none", false);
+        let mut l = Log::open("none", std::path::Path::new("/dev/log"), false);
         assert!(!l.has_syslog());
         l.error("nothing listens; must not panic");
+        let mut l = Log::open("daemon", std::path::Path::new("/nonexistent/log"), false);
+        assert!(!l.has_syslog());
+        l.error("nothing listens; must not panic");
+    }
+
+    #[test]
+    fn messages_reach_a_syslog_socket_with_facility_severity_and_process() {
+        // A real datagram socket standing in for the syslog daemon's /dev/log.
+        let dir = std::env::temp_dir().join(format!("nccl-check-syslog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("log");
+        let _ = std::fs::remove_file(&path);
+        let daemon = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        daemon
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut l = Log::open("local3", &path, false);
+        assert!(l.has_syslog());
+        l.error("FAIL job 7 on n1: all_reduce 256 MiB busbw 30.2 < 290.0 GB/s");
+        let mut buf = [0u8; 2048];
+        let n = daemon.recv(&mut buf).unwrap();
+        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let _ = std::fs::remove_dir_all(&dir);
+        // <PRI> = facility local3 (19) * 8 + severity err (3) = 155.
+        assert!(got.starts_with("<155>"), "{got}");
+        assert!(
+            got.contains(&format!(
+                "nccl-check-prolog[{}]: FAIL job 7 on n1",
+                std::process::id()
+            )),
+            "{got}"
+        );
     }
 }

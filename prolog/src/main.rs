@@ -139,7 +139,7 @@ fn run(cli: Cli) -> i32 {
     let cfg = match config::load(&path, explicit) {
         Ok(c) => c,
         Err(e) => {
-            let mut log = Log::open("daemon", cli.dry_run);
+            let mut log = Log::open("daemon", std::path::Path::new("/dev/log"), cli.dry_run);
             let msg = format!(
                 "ERROR config: {e}; not checked, nothing drained{}",
                 if mode == Mode::Prolog {
@@ -154,7 +154,7 @@ fn run(cli: Cli) -> i32 {
             return decide::decide(mode, Found::BrokenConfig, policy, false).exit_code;
         }
     };
-    let mut log = Log::open(&cfg.syslog_facility, cli.dry_run);
+    let mut log = Log::open(&cfg.syslog_facility, &cfg.syslog_socket, cli.dry_run);
     Gate {
         cfg: &cfg,
         facts: &facts,
