@@ -206,13 +206,23 @@ fn capture_nccl_log(
             "not recorded: NCCL_DEBUG={level} was set by the caller"
         ));
     }
-    let path = std::env::temp_dir().join(format!(
-        "nccl-check-{}-{}.nccl.log",
+    // A fresh private directory (0700; creation fails if the name exists, so no planted
+    // symlink can redirect NCCL's fopen when the prolog runs this as root).
+    let dir = std::env::temp_dir().join(format!(
+        "nccl-check-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     ));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("not recorded: cannot create {}: {e}", dir.display()))?;
+    }
+    let path = dir.join("nccl.log");
     std::env::set_var("NCCL_DEBUG", "INFO");
     std::env::set_var("NCCL_DEBUG_FILE", &path);
     if std::env::var_os("NCCL_DEBUG_SUBSYS").is_none() {
@@ -255,6 +265,9 @@ fn read_transports(
     };
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let _ = std::fs::remove_file(path);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
     let s = bench_core::transport::parse_log(&text);
     let (collnet, nvls) = (s.collnet_used(), s.nvls_used());
     let mut info = empty(format!(
