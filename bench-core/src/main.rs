@@ -222,6 +222,7 @@ fn capture_nccl_log(
             .create(&dir)
             .map_err(|e| format!("not recorded: cannot create {}: {e}", dir.display()))?;
     }
+    let _ = NCCL_LOG_DIR.set(dir.clone());
     let path = dir.join("nccl.log");
     std::env::set_var("NCCL_DEBUG", "INFO");
     std::env::set_var("NCCL_DEBUG_FILE", &path);
@@ -593,6 +594,8 @@ fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut
 }
 
 static FINISHED: Mutex<bool> = Mutex::new(false);
+/// The private directory of NCCL's log, removed however the process ends.
+static NCCL_LOG_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 /// Prints the verdict line, writes the report, and leaves at once: `_exit` skips NCCL's and
 /// CUDA's teardown (seconds, and a hang risk when a peer is gone); the driver frees everything.
@@ -600,6 +603,9 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
     let mut done = FINISHED.lock().unwrap_or_else(|p| p.into_inner());
     if !*done {
         *done = true;
+        if let Some(dir) = NCCL_LOG_DIR.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         if let Some(path) = &opts.json {
             if let Err(e) = write_json(path, report) {
                 eprintln!(
