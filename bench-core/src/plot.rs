@@ -88,7 +88,12 @@ pub fn draw(
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(48)
-            .build_cartesian_2d((lo..hi).log_scale(), 0f64..top)
+            .build_cartesian_2d(
+                (lo..hi)
+                    .log_scale()
+                    .with_key_points(mine.iter().map(|r| r.size).collect::<Vec<_>>()),
+                0f64..top,
+            )
             .map_err(|e| err(&e))?;
         chart
             .configure_mesh()
