@@ -2,6 +2,8 @@
 # GPU tests of the real nccl-check worker (not run in CI: CI has no GPU). Needs >= 2 GPUs; the
 # two-process tests need 4. Every step is bounded by `timeout`; traffic stays on 127.0.0.1.
 #   tests/gpu/run.sh NCCL_CHECK LIBNCCL [OUTDIR]
+# Optional: NCCL_CHECK_PROLOG=path/to/nccl-check-prolog (run as root) adds the prolog gate's checks;
+# TORCH_PYTHON=python-with-torch adds the busy-GPU localization check.
 set -u
 bin=$1 lib=$2 out=${3:-/tmp/nccl-check-gpu-tests}
 mkdir -p "$out"
@@ -61,6 +63,54 @@ if [ "$ngpus" -ge 4 ]; then
   check "peer SIGKILLed mid-loop: survivor ERROR" 1 $(( r0 >= 5 && r0 <= 7 )) "rc $r0 after ${ms} ms: $(tail -1 "$out/b0.txt")"
 fi
 
-NCCL_P2P_DISABLE=1 nc --json "$out/p2p.json" >"$out/p2p.txt" 2>&1; echo "INFO NCCL_P2P_DISABLE=1 quick: rc $? busbw $(busbw "$out/p2p.json")"
+# Verdicts (issue 3, 6): the NVLink path gone is FAIL, by bandwidth and by transport.
+reasons() { python3 -c 'import json,sys; print(" ".join(sorted(set(x["code"] for x in json.load(open(sys.argv[1]))["reasons"]))))' "$1"; }
+summary() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["summary"])' "$1"; }
+transports() { python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["transports"]; print(" ".join(sorted(set(x for p in t["paths"] for x in p["transports"]))))' "$1"; }
+check "healthy node: quick plan PASS, every path P2P" "0 p2p" "$(nc --json "$out/healthy.json" >"$out/healthy.txt" 2>&1; echo $?) $(transports "$out/healthy.json")" "$(summary "$out/healthy.json")"
+NCCL_P2P_DISABLE=1 nc --json "$out/p2p.json" >"$out/p2p.txt" 2>&1; r=$?
+check "NCCL_P2P_DISABLE=1: FAIL by threshold and transport" "1 busbw_below_threshold transport_fallback" "$r $(reasons "$out/p2p.json")" "$(summary "$out/p2p.json")"
+
+if [ -n "${TORCH_PYTHON:-}" ] && [ "$ngpus" -ge 3 ]; then
+  # One GPU slowed by a competing matmul loop (20 s, bounded): the verdict names it.
+  timeout 30 "$TORCH_PYTHON" -c "
+import torch,time
+a=torch.randn(8192,8192,device='cuda:1');t=time.time()
+while time.time()-t<20: b=a@a
+torch.cuda.synchronize()" & hog=$!
+  sleep 6
+  nc --json "$out/busy.json" >"$out/busy.txt" 2>&1; r=$?
+  wait $hog
+  check "GPU1 busy: FAIL naming GPU1" "1 yes" "$r $(summary "$out/busy.json" | grep -q 'GPU1' && echo yes)" "$(summary "$out/busy.json")"
+fi
+
+if [ "$ngpus" -ge 4 ]; then
+  # Two simulated nodes launched as the SPANK plugin launches the worker (issue 4): one per node,
+  # Slurm's variables, the node's GPUs; then n2 degraded: the summary names n2.
+  launch() { # name node rank devices port [env...]
+    local name=$1 node=$2 rank=$3 dev=$4 port=$5; shift 5
+    env "$@" CUDA_VISIBLE_DEVICES=$dev NCCL_HOSTID=$node SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_PROCID=$rank SLURM_NTASKS=2 SLURMD_NODENAME=$node \
+      timeout -k 2 90 "$bin" --plan quick --rank $rank --world 2 --rendezvous 127.0.0.1:$port --timeout 60 --json "$out/$name.json" --nccl-lib "$lib" >"$out/$name.txt" 2>&1
+  }
+  launch ok1 n1 0 0,1 29621 & p0=$!; launch ok2 n2 1 2,3 29621; r1=$?; wait $p0; r0=$?
+  check "2 simulated nodes, plugin-style launch: PASS" "0 0" "$r0 $r1" "$(summary "$out/ok1.json")"
+  launch bad1 n1 0 0,1 29622 & p0=$!; launch bad2 n2 1 2,3 29622 NCCL_P2P_DISABLE=1; r1=$?; wait $p0; r0=$?
+  check "n2's NVLink gone: both FAIL naming node n2" "1 1 yes" "$r0 $r1 $(summary "$out/bad1.json" | grep -q '^node n2' && echo yes)" "$(summary "$out/bad1.json")"
+fi
+
+if [ -n "${NCCL_CHECK_PROLOG:-}" ] && [ "$(id -u)" = 0 ]; then
+  # The prolog gate (issue 5) as slurmd runs it: root, no PATH, Slurm's variables and a hostile
+  # LD_LIBRARY_PATH it must drop. No Slurm here: scontrol is a recording stub.
+  pd=$out/prolog; rm -rf "$pd"; mkdir -p "$pd/state"
+  printf '#!/bin/sh\necho "$*" >> %s/scontrol.log\ncase "$1" in show) echo "NodeName=gpu01 State=IDLE Reason=(null)";; esac\n' "$pd" > "$pd/scontrol"; chmod +x "$pd/scontrol"
+  conf() { printf 'worker = "%s"\nworker_config = "/nonexistent.toml"\ngpus = "all"\ncache_seconds = %s\nstate_dir = "%s/state"\nscontrol = "%s/scontrol"\n[env]\nNCCL_CHECK_NCCL_LIB = "%s"\nNCCL_NVLS_ENABLE = "0"\n%s\n' "$(readlink -f "$bin")" "$2" "$pd" "$pd" "$lib" "$3" > "$pd/$1.toml"; }
+  conf pass 600 ""; conf fail 0 'NCCL_P2P_DISABLE = "1"'
+  gate() { env -i SLURMD_NODENAME=gpu01 SLURM_JOB_ID=$1 SLURM_SCRIPT_CONTEXT=prolog_slurmd LD_LIBRARY_PATH=/evil timeout -k 2 60 "$NCCL_CHECK_PROLOG" --config "$pd/$2.toml"; }
+  gate 1 pass >"$pd/pass.txt" 2>&1; check "prolog: healthy node passes" 0 $? "$(tail -1 "$pd/pass.txt")"
+  t0=$(date +%s%N); gate 2 pass >"$pd/cached.txt" 2>&1; r=$?; ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  check "prolog: cached pass <= 50 ms" "0 yes" "$r $([ $ms -le 50 ] && echo yes)" "${ms} ms"
+  rm -rf "$pd/state"/*; gate 3 fail >"$pd/fail.txt" 2>&1; r=$?
+  check "prolog: NVLink gone drains with nccl-check: and exits 1" "1 yes" "$r $(grep -q 'state=drain reason=nccl-check: ' "$pd/scontrol.log" && echo yes)" "$(tail -1 "$pd/scontrol.log")"
+fi
 echo "gpu tests: $fails failed"
 exit $((fails > 0))
