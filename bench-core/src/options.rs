@@ -13,7 +13,9 @@ use std::time::Duration;
 
 const AFTER_HELP: &str = "\
 Examples:
-  nccl-check                                  quick check: all_reduce 256M on every visible GPU
+  nccl-check                                  quick plan: all_reduce 256M + every GPU pair (~2.5 s)
+  nccl-check --explain-thresholds             which thresholds apply to these GPUs, and their sources
+  nccl-check --plan full --plot r.svg         six collectives 32M..1G + pairs; busbw drawn vs size
   nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests sweep)
   nccl-check sendrecv,alltoall --json r.json  two collectives, JSON report
   srun -N2 --ntasks-per-node=1 nccl-check     one process per node, ranks and rendezvous from Slurm
@@ -59,10 +61,11 @@ struct Raw {
     /// Multiply the size by this between rows
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     step_factor: u64,
-    /// Timed iterations per size [default: from --plan]
+    /// Timed iterations per size [default: from --plan; 20 with command-line collectives/sizes]
     #[arg(short = 'n', long)]
     iters: Option<u32>,
-    /// Warm-up operations per size before timing [default: from --plan]
+    /// Warm-up operations per size before timing [default: from --plan; 5 with command-line
+    /// collectives/sizes]
     #[arg(short = 'w', long = "warmup-iters")]
     warmup_iters: Option<u32>,
     /// Data type: float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64

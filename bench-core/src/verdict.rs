@@ -78,8 +78,8 @@ impl ExitCode {
     /// One line per code, for `--help` and the README.
     pub const TABLE: &'static str = concat!(
         "  0  PASS: every measurement passed\n",
-        "  1  FAIL: wrong data or bandwidth below threshold (the hardware is at fault)\n",
-        "  2  ERROR usage: invalid option or environment value\n",
+        "  1  FAIL: wrong data, bandwidth below a threshold or its peers, or a transport fallback\n",
+        "  2  ERROR usage: invalid option, environment value or config file\n",
         "  3  ERROR NCCL library missing, not NCCL, or too old\n",
         "  4  ERROR no usable GPU (CUDA driver missing or no device visible)\n",
         "  5  ERROR rendezvous: a peer never came, refused, or went away\n",
