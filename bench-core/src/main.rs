@@ -52,7 +52,7 @@ fn main() {
         report.transports = Some(read_transports(&nccl_log, &report));
     }
     let code = match outcome {
-        Ok(()) => judge(opts, &mut report),
+        Ok(()) => judge(opts, &mut report, profile),
         Err(e) => {
             report.error = Some(e.message().to_string());
             report
@@ -77,7 +77,7 @@ fn reason_code(e: &RunError) -> &'static str {
 }
 
 /// PASS or FAIL from the measurements (bench_core::analysis), and the summary line.
-fn judge(opts: &Options, report: &mut Report) -> ExitCode {
+fn judge(opts: &Options, report: &mut Report, profile: Option<&NetworkProfile>) -> ExitCode {
     let mut by_coll: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
     for r in &report.results {
         let e = by_coll.entry(r.collective.to_string()).or_default();
@@ -101,20 +101,11 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
         .unwrap_or("")
         .to_string();
     let floor = |coll: &str, n: u32, bytes: u64| {
-        let pair = n == 2 && coll == "sendrecv";
-        let key = bench_core::thresholds::Key {
-            gpu_name: &gpu_name,
-            gpus: n,
-            nodes: if pair { 1 } else { hosts },
-            collective: coll,
-            bytes,
-        };
-        let rule =
-            bench_core::thresholds::lookup(&opts.config.thresholds, &key).map(|t| t.min_busbw);
-        match (rule, opts.min_busbw.filter(|_| !pair || n == gpus)) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+        use bench_core::thresholds;
+        let rule = thresholds::floor(&opts.config.thresholds, &gpu_name, hosts, coll, n, bytes);
+        // --min-busbw is for the check's collectives, not for each GPU pair.
+        let pair = thresholds::is_pair(coll, n) && n != gpus;
+        thresholds::with_min(rule, opts.min_busbw.filter(|_| !pair))
     };
     let special = report
         .transports
@@ -123,7 +114,7 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
     // CollNet/NVLS busbw is not ring-equivalent: judge collectives only by the outlier rule and
     // thresholds written for that algorithm (none are built in).
     let floor = |coll: &str, n: u32, bytes: u64| {
-        if special && !(n == 2 && coll == "sendrecv") {
+        if special && !bench_core::thresholds::is_pair(coll, n) {
             None
         } else {
             floor(coll, n, bytes)
@@ -137,7 +128,7 @@ fn judge(opts: &Options, report: &mut Report) -> ExitCode {
         opts.config.outliers.fraction,
         &floor,
     );
-    reasons.extend(transport_reasons(opts, report));
+    reasons.extend(transport_reasons(opts, report, profile));
     if let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) {
         let plot_floor = |c: &str, b: u64| floor(c, gpus, b);
         match bench_core::plot::draw(path, &report.results, &gpu_name, gpus, &plot_floor) {
@@ -294,12 +285,11 @@ static TRANSPORT_SUMMARY: std::sync::OnceLock<bench_core::transport::TransportSu
 
 /// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each
 /// other directly, no CollNet/NVLS when they were asked for.
-fn apply_network_profile_cached(opts: &Options) -> Option<&NetworkProfile> {
-    let partition = std::env::var("SLURM_JOB_PARTITION").ok();
-    bench_core::config::network::select(&opts.config.network, partition.as_deref(), &hostname())
-}
-
-fn transport_reasons(opts: &Options, report: &Report) -> Vec<Reason> {
+fn transport_reasons(
+    opts: &Options,
+    report: &Report,
+    profile: Option<&NetworkProfile>,
+) -> Vec<Reason> {
     let Some(summary) = TRANSPORT_SUMMARY.get() else {
         return Vec::new();
     };
@@ -336,7 +326,6 @@ fn transport_reasons(opts: &Options, report: &Report) -> Vec<Reason> {
         // Judged as intra-node only where P2P is possible; other same-node paths are left alone.
         same && p2p_expected(a, b)
     };
-    let profile = apply_network_profile_cached(opts);
     let expect = bench_core::transport::Expectation {
         intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
         inter_node_net: profile.and_then(|p| p.net_expect()),

@@ -100,29 +100,16 @@ impl Start {
     /// The config's threshold for (collective, GPUs measured together, bytes), if any. GPU
     /// pairs (`sendrecv`, 2 GPUs) are always judged as one node.
     pub fn floor_rule(&self, collective: &str, gpus: u32, bytes: u64) -> Option<f64> {
-        let key = crate::thresholds::Key {
-            gpu_name: &self.gpu_name,
-            gpus,
-            nodes: if gpus == 2 && collective == "sendrecv" {
-                1
-            } else {
-                self.nodes
-            },
-            collective,
-            bytes,
-        };
-        crate::thresholds::lookup(&self.opts.config.thresholds, &key).map(|t| t.min_busbw)
+        let rules = &self.opts.config.thresholds;
+        crate::thresholds::floor(rules, &self.gpu_name, self.nodes, collective, gpus, bytes)
     }
 
     /// The floor of a collective row: the config's rule and `--min-busbw`, the higher.
     pub fn floor(&self, collective: &str, gpus: u32, bytes: u64) -> Option<f64> {
-        match (
+        crate::thresholds::with_min(
             self.floor_rule(collective, gpus, bytes),
             self.opts.min_busbw,
-        ) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+        )
     }
 }
 

@@ -43,6 +43,39 @@ pub fn lookup<'a>(rules: &'a [Threshold], key: &Key) -> Option<&'a Threshold> {
     best
 }
 
+/// Whether a measurement is one GPU pair of the pair matrix (sendrecv between 2 GPUs).
+pub fn is_pair(collective: &str, gpus: u32) -> bool {
+    gpus == 2 && collective == "sendrecv"
+}
+
+/// The rule's floor for `gpus` GPUs measured together on a check of `nodes` nodes. A GPU pair
+/// lies inside one node whatever the check spans, so it is looked up as one node.
+pub fn floor(
+    rules: &[Threshold],
+    gpu_name: &str,
+    nodes: u32,
+    collective: &str,
+    gpus: u32,
+    bytes: u64,
+) -> Option<f64> {
+    let key = Key {
+        gpu_name,
+        gpus,
+        nodes: if is_pair(collective, gpus) { 1 } else { nodes },
+        collective,
+        bytes,
+    };
+    lookup(rules, &key).map(|t| t.min_busbw)
+}
+
+/// A rule's floor raised by `--min-busbw`, when both apply.
+pub fn with_min(rule: Option<f64>, min_busbw: Option<f64>) -> Option<f64> {
+    match (rule, min_busbw) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Every rule for this GPU model, each with whether it applies to a node of `gpus` GPUs on
 /// `nodes` nodes and why not: the text of `nccl-check --explain-thresholds`.
 pub fn explain(rules: &[Threshold], gpu_name: &str, gpus: u32, nodes: u32) -> String {
@@ -154,6 +187,17 @@ mod tests {
             lookup(&c.thresholds, &k).is_none(),
             "multi-node runs need rules that say so"
         );
+    }
+
+    #[test]
+    fn a_gpu_pair_is_judged_as_one_node_and_min_busbw_raises_a_floor() {
+        let c = WorkerConfig::from_texts(None).unwrap();
+        let r = &c.thresholds;
+        assert_eq!(floor(r, "NVIDIA H200", 2, "sendrecv", 2, 256 << 20), Some(255.0));
+        assert_eq!(floor(r, "NVIDIA H200", 2, "all_reduce", 4, 256 << 20), None);
+        assert_eq!(with_min(Some(290.0), Some(300.0)), Some(300.0));
+        assert_eq!(with_min(None, Some(300.0)), Some(300.0));
+        assert_eq!(with_min(Some(290.0), None), Some(290.0));
     }
 
     #[test]

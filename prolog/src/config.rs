@@ -134,13 +134,7 @@ pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
     if !explicit && !path.exists() {
         return Ok(Config::default());
     }
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: path.to_path_buf(),
-        line: None,
-        field: String::new(),
-        message: format!("cannot read: {e}"),
-    })?;
-    parse(path, &text)
+    parse(path, &file::read(path)?)
 }
 
 /// Parses and validates the text of `path`.

@@ -37,13 +37,17 @@ impl std::error::Error for ConfigError {}
 /// Reads and parses `path`. A missing file is an error too; callers that treat "absent" as
 /// "defaults" check existence first, so a typo in an explicit `--config` path is never silent.
 pub fn load<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+    parse(path, &read(path)?)
+}
+
+/// The text of a config file, or an error naming it (for loaders that validate after parsing).
+pub fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
         file: path.to_path_buf(),
         line: None,
         field: String::new(),
         message: format!("cannot read: {e}"),
-    })?;
-    parse(path, &text)
+    })
 }
 
 /// Parses `text` as the contents of `path` (the path only names the file in errors).

@@ -146,12 +146,7 @@ impl WorkerConfig {
         let admin = match admin {
             None => None,
             Some(p) => {
-                let text = std::fs::read_to_string(&p).map_err(|e| ConfigError {
-                    file: p.clone(),
-                    line: None,
-                    field: String::new(),
-                    message: format!("cannot read: {e}"),
-                })?;
+                let text = file::read(&p)?;
                 Some((p, text))
             }
         };
