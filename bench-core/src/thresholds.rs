@@ -193,7 +193,10 @@ mod tests {
     fn a_gpu_pair_is_judged_as_one_node_and_min_busbw_raises_a_floor() {
         let c = WorkerConfig::from_texts(None).unwrap();
         let r = &c.thresholds;
-        assert_eq!(floor(r, "NVIDIA H200", 2, "sendrecv", 2, 256 << 20), Some(255.0));
+        assert_eq!(
+            floor(r, "NVIDIA H200", 2, "sendrecv", 2, 256 << 20),
+            Some(255.0)
+        );
         assert_eq!(floor(r, "NVIDIA H200", 2, "all_reduce", 4, 256 << 20), None);
         assert_eq!(with_min(Some(290.0), Some(300.0)), Some(300.0));
         assert_eq!(with_min(None, Some(300.0)), Some(300.0));
