@@ -10,6 +10,7 @@ use bench_core::rendezvous::{self, Member};
 use bench_core::report::json::{GpuEntry, NcclInfo, Reason, Report, Settings};
 use bench_core::runner::{GpuThread, RunError, Start, Status};
 use bench_core::team::Team;
+use bench_core::transport::TransportSummary;
 use bench_core::verdict::ExitCode;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -48,11 +49,12 @@ fn main() {
     start_watchdog(t0 + opts.timeout, status.clone(), opts, report.clone());
 
     let outcome = run(opts, t0, &status, &mut report);
-    if outcome.is_ok() {
-        report.transports = Some(read_transports(&nccl_log, &report));
-    }
     let code = match outcome {
-        Ok(()) => judge(opts, &mut report, profile),
+        Ok(()) => {
+            let (info, summary) = read_transports(&nccl_log);
+            report.transports = Some(info);
+            judge(opts, &mut report, profile, summary.as_ref())
+        }
         Err(e) => {
             report.error = Some(e.message().to_string());
             report
@@ -77,7 +79,12 @@ fn reason_code(e: &RunError) -> &'static str {
 }
 
 /// PASS or FAIL from the measurements (bench_core::analysis), and the summary line.
-fn judge(opts: &Options, report: &mut Report, profile: Option<&NetworkProfile>) -> ExitCode {
+fn judge(
+    opts: &Options,
+    report: &mut Report,
+    profile: Option<&NetworkProfile>,
+    transports: Option<&TransportSummary>,
+) -> ExitCode {
     let mut by_coll: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
     for r in &report.results {
         let e = by_coll.entry(r.collective.to_string()).or_default();
@@ -128,7 +135,9 @@ fn judge(opts: &Options, report: &mut Report, profile: Option<&NetworkProfile>) 
         opts.config.outliers.fraction,
         &floor,
     );
-    reasons.extend(transport_reasons(opts, report, profile));
+    if let Some(summary) = transports {
+        reasons.extend(transport_reasons(opts, report, profile, summary));
+    }
     if let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) {
         let plot_floor = |c: &str, b: u64| floor(c, gpus, b);
         match bench_core::plot::draw(path, &report.results, &gpu_name, gpus, &plot_floor) {
@@ -238,10 +247,14 @@ fn apply_network_profile(opts: &'static Options) -> Option<&'static NetworkProfi
     Some(p)
 }
 
+/// What NCCL's log says, for the report, and the parsed log for the transport rule (none when
+/// the log was not recorded).
 fn read_transports(
     log: &Result<std::path::PathBuf, String>,
-    _report: &Report,
-) -> bench_core::report::json::TransportInfo {
+) -> (
+    bench_core::report::json::TransportInfo,
+    Option<TransportSummary>,
+) {
     use bench_core::report::json::TransportInfo;
     let empty = |source: String| TransportInfo {
         source,
@@ -253,7 +266,7 @@ fn read_transports(
     };
     let path = match log {
         Ok(p) => p,
-        Err(why) => return empty(why.clone()),
+        Err(why) => return (empty(why.clone()), None),
     };
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let _ = std::fs::remove_file(path);
@@ -276,12 +289,8 @@ fn read_transports(
             if collnet { "CollNet (SHARP)" } else { "NVLS" }
         ));
     }
-    TRANSPORT_SUMMARY.get_or_init(|| s);
-    info
+    (info, Some(s))
 }
-
-static TRANSPORT_SUMMARY: std::sync::OnceLock<bench_core::transport::TransportSummary> =
-    std::sync::OnceLock::new();
 
 /// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each
 /// other directly, no CollNet/NVLS when they were asked for.
@@ -289,10 +298,8 @@ fn transport_reasons(
     opts: &Options,
     report: &Report,
     profile: Option<&NetworkProfile>,
+    summary: &TransportSummary,
 ) -> Vec<Reason> {
-    let Some(summary) = TRANSPORT_SUMMARY.get() else {
-        return Vec::new();
-    };
     if !summary.has_connections() {
         return Vec::new();
     }
