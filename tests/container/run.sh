@@ -36,7 +36,9 @@ SUITE=bullseye
 MIRROR=http://deb.debian.org/debian
 GLIBC_FLOOR=2.17
 WORKER_DIR=/usr/libexec/nccl-check   # the package's path and spank-plugin's default worker=
-PASSED=0 FAILED=0 STARTED=0 FAILED_NAMES=()
+# PASSED FAILED STARTED, fail, harness_run, harness_tally:
+# shellcheck disable=SC1091  # followed with shellcheck -x
+. "$REPO/tests/lib/harness.sh"
 
 say() { echo "container/run.sh: $*" >&2; }
 [ "$(id -u)" = 0 ] || { say "must run as root (debootstrap, chroot, mount)"; exit 2; }
@@ -122,8 +124,6 @@ in_root() {
     timeout 60 chroot "$root" /usr/bin/env -i "${env[@]}" "$@" >"$OUT" 2>"$ERR"
     RC=$?
 }
-TEST_FAILED=0
-fail() { echo "    $*" >&2; TEST_FAILED=1; return 1; }
 expect_rc() { [ "$RC" = "$1" ] || fail "expected rc $1, got $RC; stderr: $(tail -3 "$ERR")"; }
 # expect_one_error_line REGEX: stderr is exactly one line and it matches.
 expect_one_error_line() {
@@ -133,15 +133,7 @@ expect_one_error_line() {
 run_test() { # name function
     local name=$1
     [ -n "$FILTER" ] && [[ "$name" != *"$FILTER"* ]] && return 0
-    local start=$SECONDS
-    STARTED=$((STARTED + 1))
-    TEST_FAILED=0
-    "$2"
-    if [ "$TEST_FAILED" = 0 ]; then
-        echo "PASS  $name ($((SECONDS - start)) s)"; PASSED=$((PASSED + 1))
-    else
-        echo "FAIL  $name ($((SECONDS - start)) s)"; FAILED=$((FAILED + 1)); FAILED_NAMES+=("$name")
-    fi
+    harness_run "$name" "$2"
 }
 
 # install_worker ROOT: the worker and libnccl at fixed paths inside ROOT (a plain copy).
@@ -432,10 +424,4 @@ run_test "enroot hook: keeps the image's and the job's choice; never fails a con
 run_test "enroot environ.d: only valid KEY=VALUE lines after enroot's formatting" t_environ_file_is_valid_after_enroot_formatting
 [ -n "${NCCL_CHECK_CONTAINER_EXTRA:-}" ] && run_test "extra roots: $NCCL_CHECK_CONTAINER_EXTRA" t_extra_roots
 
-if [ $((PASSED + FAILED)) != "$STARTED" ]; then
-    echo "container/run.sh: $((STARTED - PASSED - FAILED)) test(s) aborted by a shell error"
-    FAILED=$((STARTED - PASSED))
-fi
-echo "container/run.sh: $PASSED passed, $FAILED failed"
-for n in "${FAILED_NAMES[@]+"${FAILED_NAMES[@]}"}"; do echo "  failed: $n"; done
-[ "$FAILED" = 0 ]
+harness_tally container/run.sh

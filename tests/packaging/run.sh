@@ -24,7 +24,9 @@ export NCCL_CHECK_CLUSTER_PORT=${NCCL_CHECK_PKG_CLUSTER_PORT:-19817}
 CL=$NCCL_CHECK_CLUSTER_DIR
 SNIPPET=/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
 CONTROL=/etc/slurm/plugstack.conf.d/zz-nccl-check-pkgtest-control.conf
-PASSED=0 FAILED=0 STARTED=0 FAILED_NAMES=()
+# PASSED FAILED STARTED, fail, harness_run, harness_tally:
+# shellcheck disable=SC1091  # followed with shellcheck -x
+. "$REPO/tests/lib/harness.sh"
 export DEBIAN_FRONTEND=noninteractive
 say() { echo "packaging: $*" >&2; }
 [ "$(id -u)" = 0 ] || { say "must run as root"; exit 2; }
@@ -93,8 +95,6 @@ for f in "$DEB1" "$DEB2" "$RPM1"; do [ -f "$f" ] || { say "build.sh made no $f";
 # --- helpers (as tests/slurm/run.sh) ------------------------------------------------------------
 OUT=$WORK/out ERR=$WORK/err RC=0
 run_cmd() { timeout 120 "$@" >"$OUT" 2>"$ERR"; RC=$?; }
-TEST_FAILED=0
-fail() { echo "    $*" >&2; TEST_FAILED=1; return 1; }
 expect_rc0() { [ "$RC" = 0 ] || fail "expected rc 0, got $RC; stderr: $(tail -5 "$ERR")"; }
 expect_rc_nonzero() { [ "$RC" != 0 ] || fail "expected rc != 0, got 0"; }
 expect_err() { grep -qF -- "$1" "$ERR" || fail "stderr lacks '$1'; stderr: $(tail -8 "$ERR")"; }
@@ -115,19 +115,7 @@ plain_srun_works() {
     ! grep -q 'error' "$ERR" || fail "srun printed errors: $(head -5 "$ERR")"
 }
 
-run_test() { # name function
-    local name=$1 start=$SECONDS
-    STARTED=$((STARTED + 1))
-    TEST_FAILED=0
-    "$2"
-    if [ "$TEST_FAILED" = 0 ]; then
-        echo "PASS  $name ($((SECONDS - start)) s)"
-        PASSED=$((PASSED + 1))
-    else
-        echo "FAIL  $name ($((SECONDS - start)) s)"
-        FAILED=$((FAILED + 1)); FAILED_NAMES+=("$name")
-    fi
-}
+run_test() { harness_run "$@"; }
 
 t_build_refuses_a_slurm_version_the_headers_do_not_have() {
     run_cmd "$REPO/packaging/build.sh" --slurm-version 99.01 --out "$WORK/refused"
@@ -473,13 +461,7 @@ run_test "the RPM's %preun disables only our plugin line and our enroot links, o
 run_test "the RPM's payload is the DEB's at RHEL paths" t_rpm_payload_matches_the_deb
 run_test "--binaries portable: an RPM for glibc 2.17 whose plugin loads and checks in Slurm" t_portable_rpm_needs_glibc_2_17_and_its_plugin_works
 
-if [ $((PASSED + FAILED)) != "$STARTED" ]; then
-    echo "packaging: $((STARTED - PASSED - FAILED)) test(s) aborted by a shell error (see above)"
-    FAILED=$((STARTED - PASSED))
-fi
-echo "packaging: $PASSED passed, $FAILED failed"
-for n in "${FAILED_NAMES[@]}"; do echo "  failed: $n"; done
-if [ "$FAILED" -gt 0 ]; then
+if ! harness_tally packaging; then
     for f in "$CL"/log/*.log; do [ -f "$f" ] && { echo "== tail $f"; tail -15 "$f"; }; done >&2
     exit 1
 fi

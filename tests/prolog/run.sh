@@ -19,7 +19,9 @@ set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 FILTER=${1:-}
-PASSED=0 FAILED=0 STARTED=0 FAILED_NAMES=()
+# PASSED FAILED STARTED, fail, harness_run, harness_tally:
+# shellcheck disable=SC1091  # followed with shellcheck -x
+. "$REPO/tests/lib/harness.sh"
 say() { echo "prolog/run.sh: $*" >&2; }
 [ "$(id -u)" = 0 ] || { say "must run as root"; exit 2; }
 
@@ -99,8 +101,6 @@ cd "$T/work"
 
 # --- helpers --------------------------------------------------------------------------------
 OUT=$T/out ERR=$T/err RC=0
-TEST_FAILED=0
-fail() { echo "    $*" >&2; TEST_FAILED=1; return 1; }
 mode() { echo "$2" > "$T/mode/$1"; }               # mode NODE pass|fail|error|hang|...
 runs_of() { local n; n=$(grep -c "^node=$1 " "$MARKER" 2>/dev/null); echo "${n:-0}"; }
 reason_of() { sinfo -h -R -o '%N|%E' 2>/dev/null | awk -F'|' -v n="$1" '$1 == n { print $2 }'; }
@@ -132,17 +132,7 @@ run_test() { # name function
     local name=$1
     [ -n "$FILTER" ] && [[ "$name" != *"$FILTER"* ]] && return 0
     reset
-    local start=$SECONDS
-    STARTED=$((STARTED + 1))
-    TEST_FAILED=0
-    "$2"
-    if [ "$TEST_FAILED" = 0 ]; then
-        echo "PASS  $name ($((SECONDS - start)) s)"
-        PASSED=$((PASSED + 1))
-    else
-        echo "FAIL  $name ($((SECONDS - start)) s)"
-        FAILED=$((FAILED + 1)); FAILED_NAMES+=("$name")
-    fi
+    harness_run "$name" "$2"
 }
 
 # --- tests ----------------------------------------------------------------------------------
@@ -330,8 +320,7 @@ run_test "on_fail = run: the job runs on the node, which is drained" t_on_fail_r
 run_test "--recheck leaves a node with running jobs alone" t_recheck_leaves_a_busy_node_alone
 run_test "gpus = job passes the job's GPUs; a job without GPUs is not checked" t_job_gpus_are_passed_to_the_worker
 
-echo "prolog suite: $PASSED passed, $FAILED failed"
-[ "$FAILED" = 0 ] || { printf '  failed: %s\n' "${FAILED_NAMES[@]}"; exit 1; }
+harness_tally "prolog suite" || exit 1
 if [ -z "$FILTER" ] && [ "$STARTED" != 11 ]; then
     say "only $STARTED of 11 tests ran"; exit 1
 fi

@@ -13,7 +13,9 @@ FILTER=${1:-}
 CI_USER=${NCCL_CHECK_CI_USER:-ncclci}
 TIMEOUT_S=4                          # plugstack timeout= for the suite
 DEADLINE_S=$((TIMEOUT_S + 5))        # + KILL_GRACE_SECS (spank-plugin/src/config.rs)
-PASSED=0 FAILED=0 STARTED=0 FAILED_NAMES=()
+# PASSED FAILED STARTED, fail, harness_run, harness_tally:
+# shellcheck disable=SC1091  # followed with shellcheck -x
+. "$REPO/tests/lib/harness.sh"
 
 say() { echo "run.sh: $*" >&2; }
 [ "$(id -u)" = 0 ] || { say "must run as root"; exit 2; }
@@ -78,8 +80,6 @@ markers() { local n; n=$(grep -c '^rank=' "$NCCL_CHECK_FAKE_MARKER" 2>/dev/null)
 markers_of_job() { grep "^rank=.* job=$1 step=$2 " "$NCCL_CHECK_FAKE_MARKER" 2>/dev/null; }
 last_job() { grep -o 'job=[0-9]*' "$NCCL_CHECK_FAKE_MARKER" | tail -1 | cut -d= -f2; }
 job_count() { scontrol show jobs -o 2>/dev/null | grep -c '^JobId='; }
-TEST_FAILED=0
-fail() { echo "    $*" >&2; TEST_FAILED=1; return 1; }
 expect_rc0() { [ "$RC" = 0 ] || fail "expected rc 0, got $RC; stderr: $(tail -5 "$ERR")"; }
 expect_rc_nonzero() { [ "$RC" != 0 ] || fail "expected rc != 0, got 0"; }
 expect_err() { grep -qF -- "$1" "$ERR" || fail "stderr lacks '$1'; stderr: $(tail -8 "$ERR")"; }
@@ -98,17 +98,7 @@ run_test() { # name function
     default_conf
     unset NCCL_CHECK_FAKE NCCL_CHECK_FAKE_FAIL_RANK
     idle || say "nodes not idle before $name"
-    local start=$SECONDS
-    STARTED=$((STARTED + 1))     # a test aborted by a shell error is caught by the count below
-    TEST_FAILED=0
-    "$2"
-    if [ "$TEST_FAILED" = 0 ]; then
-        echo "PASS  $name ($((SECONDS - start)) s)"
-        PASSED=$((PASSED + 1))
-    else
-        echo "FAIL  $name ($((SECONDS - start)) s)"
-        FAILED=$((FAILED + 1)); FAILED_NAMES+=("$name")
-    fi
+    harness_run "$name" "$2"
 }
 
 # --- tests ----------------------------------------------------------------------------------
@@ -349,13 +339,7 @@ run_test "without the option the worker never runs" t_no_option_never_runs_worke
 run_test "jobs of a non-root user work and check as that user" t_non_root_user_jobs_work
 run_test "the required plugin with a bad config does not break plain jobs" t_required_plugin_with_bad_config_keeps_plain_jobs_working
 
-if [ $((PASSED + FAILED)) != "$STARTED" ]; then
-    echo "run.sh: $((STARTED - PASSED - FAILED)) test(s) aborted by a shell error (see above)"
-    FAILED=$((STARTED - PASSED))
-fi
-echo "run.sh: $PASSED passed, $FAILED failed"
-for n in "${FAILED_NAMES[@]}"; do echo "  failed: $n"; done
-if [ "$FAILED" -gt 0 ]; then
+if ! harness_tally run.sh; then
     for f in "$CL"/log/*.log; do echo "== tail $f"; tail -15 "$f"; done >&2
     exit 1
 fi
