@@ -10,10 +10,12 @@ nccl-tests runs as `<coll>_perf -b B -e E -f 2 -g NGPUS -w W -n N -c 1` (one pro
 libnccl's directory first on LD_LIBRARY_PATH; nccl-check as `nccl-check <coll> -b B -e E -f 2 -w W -n N
 --nccl-lib LIB`. Environment (NCCL_*) is inherited by both.
 
---repeat N runs both tools N times, alternating (nccl-tests, nccl-check, nccl-tests, ...), and
-compares the per-point medians: one run of either tool varies by up to +-5% at 32-128 MiB on 4x
-H200 (nccl-tests alltoall 64 MiB: 248.9 and 272.3 GB/s in two runs of one visit), which says more
-about the moment than about the tool.
+--repeat N runs both tools N times, alternating, the first tool swapped every round (nt, ours,
+ours, nt, nt, ours, ...) so that neither always runs on a just-warmed machine, and compares the
+per-point medians: one run of either tool varies by up to +-5% at 32-256 MiB on 4x H200
+(nccl-tests alltoall 64 MiB: 248.9 and 272.3 GB/s in two runs of one visit; alltoall out-of-place
+128 MiB: 279.5 to 303.9 GB/s over 11 runs), which says more about the moment than about the tool.
+With --repeat, spread.txt lists each point's range (min..max over the runs) for both tools.
 """
 import argparse, os, statistics, subprocess, sys, time
 
@@ -73,18 +75,34 @@ def main():
 
     if a.repeat > 1:
         lines[0] += ", median of %d alternating runs per tool" % a.repeat
+    spread = ["# busbw range over %d runs per tool (GB/s), min..max" % a.repeat,
+              "%-15s %12s %-19s %-19s %-19s %-19s" % ("collective", "size", "oop_ours", "oop_nt", "ip_ours", "ip_nt")]
     for coll in a.collectives.split(","):
         nts, ourss = [], []
         for k in range(a.repeat):
             tag = "" if a.repeat == 1 else ".%d" % (k + 1)
-            nt = run([os.path.join(a.nccl_tests, coll + "_perf"), "-b", a.b, "-e", a.e, "-f", "2", "-g", str(ngpus),
-                      "-w", a.w, "-n", a.n, "-c", "1"], env_nt, os.path.join(a.out, coll + tag + ".nccl-tests.txt"), 900)
-            ours = run([a.nccl_check, coll, "-b", a.b, "-e", a.e, "-f", "2", "-w", a.w, "-n", a.n, "--timeout", "900",
-                        "--nccl-lib", a.nccl_lib, "--json", os.path.join(a.out, coll + tag + ".nccl-check.json")],
-                       env, os.path.join(a.out, coll + tag + ".nccl-check.txt"), 900)
-            nts.append(rows(nt.stdout))
-            ourss.append(rows(ours.stdout))
+
+            def nccl_tests():
+                p = run([os.path.join(a.nccl_tests, coll + "_perf"), "-b", a.b, "-e", a.e, "-f", "2", "-g", str(ngpus),
+                         "-w", a.w, "-n", a.n, "-c", "1"], env_nt, os.path.join(a.out, coll + tag + ".nccl-tests.txt"), 900)
+                nts.append(rows(p.stdout))
+
+            def nccl_check():
+                p = run([a.nccl_check, coll, "-b", a.b, "-e", a.e, "-f", "2", "-w", a.w, "-n", a.n, "--timeout", "900",
+                         "--nccl-lib", a.nccl_lib, "--json", os.path.join(a.out, coll + tag + ".nccl-check.json")],
+                        env, os.path.join(a.out, coll + tag + ".nccl-check.txt"), 900)
+                ourss.append(rows(p.stdout))
+
+            order = [nccl_tests, nccl_check] if k % 2 == 0 else [nccl_check, nccl_tests]
+            for step in order:
+                step()
         rn, ro = median_rows(nts), median_rows(ourss)
+        for size in sorted(rn):
+            rng = lambda runs, key: "%.1f..%.1f" % (min(r[size][key] for r in runs if size in r),
+                                                     max(r[size][key] for r in runs if size in r))
+            if all(size in r for r in ourss):
+                spread.append("%-15s %12d %-19s %-19s %-19s %-19s" % (
+                    coll, size, rng(ourss, "oop"), rng(nts, "oop"), rng(ourss, "ip"), rng(nts, "ip")))
         for size in sorted(rn):
             if size not in ro:
                 lines.append("%-15s %12d missing in nccl-check" % (coll, size))
@@ -102,6 +120,9 @@ def main():
     print(text, end="")
     with open(os.path.join(a.out, "ratios.txt"), "w") as fh:
         fh.write(text)
+    if a.repeat > 1:
+        with open(os.path.join(a.out, "spread.txt"), "w") as fh:
+            fh.write("\n".join(spread) + "\n")
     return 1 if failures else 0
 
 
