@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): nccl-check against an existing nccl-tests build, same GPUs, same libnccl,
-same sizes, one run. Prints busbw(nccl-check) / busbw(nccl-tests) per collective, size and placement,
+same sizes, one run each (or --repeat N). Prints busbw(nccl-check) / busbw(nccl-tests) per collective, size and placement,
 and saves both tools' raw output.
 
   compare-nccl-tests.py --nccl-check target/release/nccl-check --nccl-tests ~/nccl-tests/build \
