@@ -6,16 +6,21 @@ and saves both tools' raw output.
   compare-nccl-tests.py --nccl-check target/release/nccl-check --nccl-tests ~/nccl-tests/build \
       --nccl-lib /usr/lib/x86_64-linux-gnu/libnccl.so.2 -b 32M -e 8G --out results/run1
 
-nccl-tests runs as `<coll>_perf -b B -e E -f 2 -g NGPUS -w W -n N -c 1` (one process, all GPUs), with
-libnccl's directory first on LD_LIBRARY_PATH; nccl-check as `nccl-check <coll> -b B -e E -f 2 -w W -n N
---nccl-lib LIB`. Environment (NCCL_*) is inherited by both.
+nccl-tests runs as `<coll>_perf -b B -e E -f 2 -t NGPUS -g 1 -w W -n N -c 1` (one process, one thread
+per GPU: the way nccl-check drives GPUs), with libnccl's directory first on LD_LIBRARY_PATH; nccl-check
+as `nccl-check <coll> -b B -e E -f 2 -w W -n N --nccl-lib LIB`. Environment (NCCL_*) is inherited by
+both. `--nccl-tests-mode gpus` runs nccl-tests as `-g NGPUS` instead (one thread launching every GPU in
+one NCCL group, the classic invocation); `both` runs both modes every round and writes one table per
+mode (ratios.threads.txt, ratios.gpus.txt). The launch model alone moves busbw by a few percent at
+32-64 MiB: on 4x H200, broadcast 32 MiB in-place, nccl-tests -g 4 gives 279-285 GB/s and -t 4 -g 1
+293-296 GB/s in the same visit (results/2026-11-21-h200x4-session4).
 
---repeat N runs both tools N times, alternating, the first tool swapped every round (nt, ours,
-ours, nt, nt, ours, ...) so that neither always runs on a just-warmed machine, and compares the
-per-point medians: one run of either tool varies by up to +-5% at 32-256 MiB on 4x H200
-(nccl-tests alltoall 64 MiB: 248.9 and 272.3 GB/s in two runs of one visit; alltoall out-of-place
-128 MiB: 279.5 to 303.9 GB/s over 11 runs), which says more about the moment than about the tool.
-With --repeat, spread.txt lists each point's range (min..max over the runs) for both tools.
+--repeat N runs every tool N times, interleaved, the order rotated every round so that no tool
+always runs on a just-warmed machine, and compares the per-point medians: one run of either tool
+varies by up to +-5% at 32-256 MiB on 4x H200 (nccl-tests alltoall 64 MiB: 248.9 and 272.3 GB/s in
+two runs of one visit; alltoall out-of-place 128 MiB: 279.5 to 303.9 GB/s over 11 runs), which says
+more about the moment than about the tool. With --repeat, spread.txt lists each point's range
+(min..max over the runs) for both tools.
 """
 import argparse, os, statistics, subprocess, sys, time
 
@@ -54,6 +59,9 @@ def main():
     ap.add_argument("--collectives", default=",".join(COLLS))
     ap.add_argument("--out", required=True, help="directory for raw outputs and the ratio table")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each tool, alternating; medians compared")
+    ap.add_argument("--nccl-tests-mode", choices=["threads", "gpus", "both"], default="threads",
+                    help="threads: -t NGPUS -g 1, one thread per GPU as nccl-check drives them (default); "
+                         "gpus: -g NGPUS, one thread launching all GPUs in a group; both: each round runs both")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     ngpus = a.gpus
@@ -63,67 +71,87 @@ def main():
     env = dict(os.environ)
     libdir = os.path.dirname(os.path.realpath(a.nccl_lib))
     env_nt = dict(env, LD_LIBRARY_PATH=libdir + ":" + env.get("LD_LIBRARY_PATH", ""))
-    lines, ratios, failures = [], [], 0
-    lines.append("# busbw ratio nccl-check / nccl-tests, %d GPUs, sizes %s..%s, -w %s -n %s" % (ngpus, a.b, a.e, a.w, a.n))
-    lines.append("%-15s %12s %10s %10s %7s %10s %10s %7s" % ("collective", "size", "oop_ours", "oop_nt", "ratio", "ip_ours", "ip_nt", "ratio"))
-    def median_rows(texts):
-        out = {}
-        for size in set().union(*[set(t) for t in texts]):
-            vals = [t[size] for t in texts if size in t]
-            out[size] = {k: statistics.median(v[k] for v in vals) for k in ("oop", "ip")}
-        return out
+    modes = ["threads", "gpus"] if a.nccl_tests_mode == "both" else [a.nccl_tests_mode]
+    nt_flags = {"threads": ["-t", str(ngpus), "-g", "1"], "gpus": ["-g", str(ngpus)]}
+    runs = {"ours": {}, **{m: {} for m in modes}}  # tool -> collective -> list of parsed runs
 
-    if a.repeat > 1:
-        lines[0] += ", median of %d alternating runs per tool" % a.repeat
-    spread = ["# busbw range over %d runs per tool (GB/s), min..max" % a.repeat,
-              "%-15s %12s %-19s %-19s %-19s %-19s" % ("collective", "size", "oop_ours", "oop_nt", "ip_ours", "ip_nt")]
-    for coll in a.collectives.split(","):
-        nts, ourss = [], []
+    def nccl_tests(coll, tag, mode):
+        name = "nccl-tests" if len(modes) == 1 else "nccl-tests-" + mode
+        p = run([os.path.join(a.nccl_tests, coll + "_perf"), "-b", a.b, "-e", a.e, "-f", "2", *nt_flags[mode],
+                 "-w", a.w, "-n", a.n, "-c", "1"], env_nt, os.path.join(a.out, coll + tag + "." + name + ".txt"), 900)
+        runs[mode].setdefault(coll, []).append(rows(p.stdout))
+
+    def nccl_check(coll, tag):
+        p = run([a.nccl_check, coll, "-b", a.b, "-e", a.e, "-f", "2", "-w", a.w, "-n", a.n, "--timeout", "900",
+                 "--nccl-lib", a.nccl_lib, "--json", os.path.join(a.out, coll + tag + ".nccl-check.json")],
+                env, os.path.join(a.out, coll + tag + ".nccl-check.txt"), 900)
+        runs["ours"].setdefault(coll, []).append(rows(p.stdout))
+
+    colls = a.collectives.split(",")
+    for coll in colls:
         for k in range(a.repeat):
             tag = "" if a.repeat == 1 else ".%d" % (k + 1)
-
-            def nccl_tests():
-                p = run([os.path.join(a.nccl_tests, coll + "_perf"), "-b", a.b, "-e", a.e, "-f", "2", "-g", str(ngpus),
-                         "-w", a.w, "-n", a.n, "-c", "1"], env_nt, os.path.join(a.out, coll + tag + ".nccl-tests.txt"), 900)
-                nts.append(rows(p.stdout))
-
-            def nccl_check():
-                p = run([a.nccl_check, coll, "-b", a.b, "-e", a.e, "-f", "2", "-w", a.w, "-n", a.n, "--timeout", "900",
-                         "--nccl-lib", a.nccl_lib, "--json", os.path.join(a.out, coll + tag + ".nccl-check.json")],
-                        env, os.path.join(a.out, coll + tag + ".nccl-check.txt"), 900)
-                ourss.append(rows(p.stdout))
-
-            order = [nccl_tests, nccl_check] if k % 2 == 0 else [nccl_check, nccl_tests]
-            for step in order:
+            steps = [lambda m=m: nccl_tests(coll, tag, m) for m in modes] + [lambda: nccl_check(coll, tag)]
+            # Rotate the order every round so that no tool always runs first on a just-warmed machine.
+            for step in steps[k % len(steps):] + steps[:k % len(steps)]:
                 step()
+
+    failures = 0
+    for mode in modes:
+        text, spread, missing = report(a, ngpus, mode, nt_flags[mode], colls, runs["ours"], runs[mode])
+        failures += missing
+        suffix = "" if len(modes) == 1 else "." + mode
+        print(text, end="")
+        with open(os.path.join(a.out, "ratios%s.txt" % suffix), "w") as fh:
+            fh.write(text)
+        if a.repeat > 1:
+            with open(os.path.join(a.out, "spread%s.txt" % suffix), "w") as fh:
+                fh.write(spread)
+    return 1 if failures else 0
+
+
+def median_rows(texts):
+    out = {}
+    for size in set().union(*[set(t) for t in texts]):
+        vals = [t[size] for t in texts if size in t]
+        out[size] = {k: statistics.median(v[k] for v in vals) for k in ("oop", "ip")}
+    return out
+
+
+def report(a, ngpus, mode, flags, colls, ours, theirs):
+    """The ratio table (and the per-point range table) of nccl-check against one nccl-tests mode."""
+    lines = ["# busbw ratio nccl-check / nccl-tests (%s), %d GPUs, sizes %s..%s, -w %s -n %s" % (
+        " ".join(flags), ngpus, a.b, a.e, a.w, a.n)]
+    if a.repeat > 1:
+        lines[0] += ", median of %d alternating runs per tool" % a.repeat
+    lines.append("%-15s %12s %10s %10s %7s %10s %10s %7s" % ("collective", "size", "oop_ours", "oop_nt", "ratio",
+                                                             "ip_ours", "ip_nt", "ratio"))
+    spread = ["# busbw range over %d runs per tool (GB/s), min..max; nccl-tests %s" % (a.repeat, " ".join(flags)),
+              "%-15s %12s %-19s %-19s %-19s %-19s" % ("collective", "size", "oop_ours", "oop_nt", "ip_ours", "ip_nt")]
+    ratios, missing = [], 0
+    for coll in colls:
+        nts, ourss = theirs.get(coll, []), ours.get(coll, [])
         rn, ro = median_rows(nts), median_rows(ourss)
-        for size in sorted(rn):
-            rng = lambda runs, key: "%.1f..%.1f" % (min(r[size][key] for r in runs if size in r),
-                                                     max(r[size][key] for r in runs if size in r))
-            if all(size in r for r in ourss):
-                spread.append("%-15s %12d %-19s %-19s %-19s %-19s" % (
-                    coll, size, rng(ourss, "oop"), rng(nts, "oop"), rng(ourss, "ip"), rng(nts, "ip")))
         for size in sorted(rn):
             if size not in ro:
                 lines.append("%-15s %12d missing in nccl-check" % (coll, size))
-                failures += 1
+                missing += 1
                 continue
             r1 = ro[size]["oop"] / rn[size]["oop"] if rn[size]["oop"] else float("nan")
             r2 = ro[size]["ip"] / rn[size]["ip"] if rn[size]["ip"] else float("nan")
             ratios += [r1, r2]
-            lines.append("%-15s %12d %10.2f %10.2f %7.3f %10.2f %10.2f %7.3f" % (coll, size, ro[size]["oop"], rn[size]["oop"], r1, ro[size]["ip"], rn[size]["ip"], r2))
+            lines.append("%-15s %12d %10.2f %10.2f %7.3f %10.2f %10.2f %7.3f" % (
+                coll, size, ro[size]["oop"], rn[size]["oop"], r1, ro[size]["ip"], rn[size]["ip"], r2))
+            if all(size in r for r in ourss):
+                rng = lambda rs, key: "%.1f..%.1f" % (min(r[size][key] for r in rs if size in r),
+                                                       max(r[size][key] for r in rs if size in r))
+                spread.append("%-15s %12d %-19s %-19s %-19s %-19s" % (
+                    coll, size, rng(ourss, "oop"), rng(nts, "oop"), rng(ourss, "ip"), rng(nts, "ip")))
     if ratios:
         inside = sum(1 for r in ratios if 0.97 <= r <= 1.03)
         lines.append("# points %d, within [0.97, 1.03]: %d, min %.3f, median %.3f, max %.3f" % (
             len(ratios), inside, min(ratios), statistics.median(ratios), max(ratios)))
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    with open(os.path.join(a.out, "ratios.txt"), "w") as fh:
-        fh.write(text)
-    if a.repeat > 1:
-        with open(os.path.join(a.out, "spread.txt"), "w") as fh:
-            fh.write("\n".join(spread) + "\n")
-    return 1 if failures else 0
+    return "\n".join(lines) + "\n", "\n".join(spread) + "\n", missing
 
 
 if __name__ == "__main__":
