@@ -25,6 +25,9 @@ bench-core/kernels/build-ptx.sh "$tmp"
 diff -u bench-core/kernels/check.ptx "$tmp"
 rm -f "$tmp"
 
+step "benchmark-script suite (fake tools)"
+bash tests/benchmarks/run.sh
+
 step "release build"
 cargo build --release
 

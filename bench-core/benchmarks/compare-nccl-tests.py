@@ -19,8 +19,8 @@ mode (ratios.threads.txt, ratios.gpus.txt). The launch model alone moves busbw b
 always runs on a just-warmed machine, and compares the per-point medians: one run of either tool
 varies by up to +-5% at 32-256 MiB on 4x H200 (nccl-tests alltoall 64 MiB: 248.9 and 272.3 GB/s in
 two runs of one visit; alltoall out-of-place 128 MiB: 279.5 to 303.9 GB/s over 11 runs), which says
-more about the moment than about the tool. With --repeat, spread.txt lists each point's range
-(min..max over the runs) for both tools.
+more about the moment than about the tool. With --repeat, spread.txt (spread.MODE.txt with `both`)
+lists each point's range (min..max over the runs) for both tools.
 """
 import argparse, os, statistics, subprocess, sys, time
 
