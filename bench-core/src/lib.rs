@@ -21,6 +21,8 @@ pub mod verdict;
 #[cfg(feature = "gpu")]
 pub mod cuda;
 #[cfg(feature = "gpu")]
+pub mod loop_probe;
+#[cfg(feature = "gpu")]
 pub mod nccl;
 #[cfg(feature = "gpu")]
 pub mod options;

@@ -5,6 +5,7 @@
 use crate::collectives::{Collective, Counts};
 use crate::config::worker::Step;
 use crate::cuda::{Gpu, GpuInfo, StreamWait};
+use crate::loop_probe::LoopProbe;
 use crate::nccl::{Comm, Issue, Nccl, UniqueId};
 use crate::options::Options;
 use crate::report::json::Phases;
@@ -337,19 +338,6 @@ fn comm_mode() -> CommMode {
         Ok("blocking") => CommMode::Blocking,
         _ => CommMode::Split,
     }
-}
-
-/// `NCCL_CHECK_DEBUG_TIMING=1`: print when each timed operation was enqueued and how long each
-/// took on the GPU, from timing events around it (diagnosis only: the events cost launch time).
-fn debug_timing() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("NCCL_CHECK_DEBUG_TIMING").is_some())
-}
-
-/// The instant debug times are given from, shared by all threads.
-fn debug_epoch() -> &'static Instant {
-    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    EPOCH.get_or_init(Instant::now)
 }
 
 fn ms(d: std::time::Duration) -> f64 {
@@ -886,57 +874,25 @@ impl Measurer<'_> {
         self.wait(what)?;
         out.phases.warmup_ms += ms(t.elapsed());
 
-        // Diagnosis only: one timing event before and after every timed operation.
-        let events = if debug_timing() {
-            debug_epoch();
-            (0..=iters)
-                .map(|_| {
-                    self.gpu
-                        .ctx
-                        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| self.err_runtime("creating debug events", e))?
-        } else {
-            Vec::new()
-        };
+        let mut probe = LoopProbe::new(self.gpu, iters)
+            .map_err(|e| self.err_runtime("creating debug events", e))?;
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let t = Instant::now();
-        let mut enqueued = Vec::new();
-        if let Some(ev) = events.first() {
-            ev.record(&self.gpu.stream)
+        if let Some(p) = probe.as_mut() {
+            p.start(self.gpu)
                 .map_err(|e| self.err_runtime("recording a debug event", e))?;
         }
         for iter in 0..iters as u64 {
             self.issue(coll, c, in_place, iter)?;
-            if debug_timing() {
-                enqueued.push(t.elapsed().as_secs_f64() * 1e6);
-                events[iter as usize + 1]
-                    .record(&self.gpu.stream)
+            if let Some(p) = probe.as_mut() {
+                p.enqueued(self.gpu)
                     .map_err(|e| self.err_runtime("recording a debug event", e))?;
             }
         }
         self.wait(what)?;
         let elapsed = t.elapsed();
-        if debug_timing() {
-            let gpu_us: Vec<i64> = events
-                .windows(2)
-                .map(|w| {
-                    w[0].elapsed_ms(&w[1])
-                        .map_or(-1, |v| (v * 1e3).round() as i64)
-                })
-                .collect();
-            eprintln!(
-                "nccl-check: debug rank {} {what}: barrier left at {:.0} us, enqueued at {:?} us, done at {:.0} us, GPU per op {:?} us",
-                self.rank,
-                t.duration_since(*debug_epoch()).as_secs_f64() * 1e6,
-                enqueued
-                    .iter()
-                    .map(|v| v.round() as i64)
-                    .collect::<Vec<_>>(),
-                elapsed.as_secs_f64() * 1e6,
-                gpu_us
-            );
+        if let Some(p) = &probe {
+            p.report(self.rank, what, elapsed);
         }
         out.phases.timed_loop_ms += ms(elapsed);
         let secs = elapsed.as_secs_f64() / iters as f64;
