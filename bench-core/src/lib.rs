@@ -18,6 +18,9 @@ pub mod thresholds;
 pub mod transport;
 pub mod verdict;
 
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
+
 #[cfg(feature = "gpu")]
 pub mod cuda;
 #[cfg(feature = "gpu")]

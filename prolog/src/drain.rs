@@ -402,15 +402,13 @@ mod tests {
 
     /// A fake scontrol: `show` prints $STATE_LINE from a file, `update` appends its args to a log.
     fn fake(dir: &Path, show: &str) -> Slurm {
-        use std::os::unix::fs::PermissionsExt;
         std::fs::write(dir.join("show"), show).expect("write");
         let p = dir.join("scontrol");
         let body = format!(
             "#!/bin/sh\nif [ \"$1\" = show ]; then cat {d}/show; else echo \"$*\" >> {d}/calls; fi\n",
             d = dir.display()
         );
-        std::fs::write(&p, body).expect("write");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        bench_core::test_support::write_executable(&p, &body);
         Slurm {
             scontrol: p,
             node: "n1".into(),

@@ -252,7 +252,6 @@ fn tail(path: &Path, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     fn scratch(name: &str) -> PathBuf {
         let d =
@@ -263,8 +262,7 @@ mod tests {
 
     fn script(dir: &Path, body: &str) -> PathBuf {
         let p = dir.join("worker.sh");
-        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        bench_core::test_support::write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
         p
     }
 

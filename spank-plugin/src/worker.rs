@@ -417,9 +417,7 @@ mod tests {
     fn inv(script: &str, deadline_ms: u64) -> (Invocation, tempdir::Dir) {
         let dir = tempdir::Dir::new();
         let worker = dir.path.join("worker.sh");
-        std::fs::write(&worker, format!("#!/bin/sh\n{script}\n")).expect("write script");
-        std::fs::set_permissions(&worker, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .expect("chmod");
+        bench_core::test_support::write_executable(&worker, &format!("#!/bin/sh\n{script}\n"));
         let inv = Invocation {
             worker,
             plan: "quick",
