@@ -58,7 +58,7 @@ def main():
     ap.add_argument("--gpus", type=int, default=0, help="GPU count (default: all visible)")
     ap.add_argument("--collectives", default=",".join(COLLS))
     ap.add_argument("--out", required=True, help="directory for raw outputs and the ratio table")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each tool, alternating; medians compared")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each tool, interleaved; medians compared")
     ap.add_argument("--nccl-tests-mode", choices=["threads", "gpus", "both"], default="threads",
                     help="threads: -t NGPUS -g 1, one thread per GPU as nccl-check drives them (default); "
                          "gpus: -g NGPUS, one thread launching all GPUs in a group; both: each round runs both")
@@ -123,7 +123,7 @@ def report(a, ngpus, mode, flags, colls, ours, theirs):
     lines = ["# busbw ratio nccl-check / nccl-tests (%s), %d GPUs, sizes %s..%s, -w %s -n %s" % (
         " ".join(flags), ngpus, a.b, a.e, a.w, a.n)]
     if a.repeat > 1:
-        lines[0] += ", median of %d alternating runs per tool" % a.repeat
+        lines[0] += ", median of %d interleaved runs per tool" % a.repeat
     lines.append("%-15s %12s %10s %10s %7s %10s %10s %7s" % ("collective", "size", "oop_ours", "oop_nt", "ratio",
                                                              "ip_ours", "ip_nt", "ratio"))
     spread = ["# busbw range over %d runs per tool (GB/s), min..max; nccl-tests %s" % (a.repeat, " ".join(flags)),

@@ -22,9 +22,8 @@ fn epoch() -> Instant {
 }
 
 pub struct LoopProbe {
-    /// One before the first operation and one after each.
+    /// One before the first operation and one after each; `enqueued.len() + 1` are recorded.
     events: Vec<CudaEvent>,
-    recorded: usize,
     /// Microseconds after `start` at which each operation's enqueue returned.
     enqueued: Vec<f64>,
     start: Instant,
@@ -42,35 +41,30 @@ impl LoopProbe {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(LoopProbe {
             events,
-            recorded: 0,
             enqueued: Vec::new(),
             start: Instant::now(),
         }))
     }
 
-    /// The loop starts now (right after the barrier).
-    pub fn start(&mut self, gpu: &Gpu) -> Result<(), DriverError> {
-        self.start = Instant::now();
-        self.record(gpu)
+    /// The timed loop started at `start` (right after the barrier): the event before the first op.
+    pub fn start(&mut self, gpu: &Gpu, start: Instant) -> Result<(), DriverError> {
+        self.start = start;
+        self.events[0].record(&gpu.stream)
     }
 
-    /// One operation was just enqueued.
+    /// One operation was just enqueued: the event after it.
     pub fn enqueued(&mut self, gpu: &Gpu) -> Result<(), DriverError> {
         self.enqueued.push(self.start.elapsed().as_secs_f64() * 1e6);
-        self.record(gpu)
-    }
-
-    fn record(&mut self, gpu: &Gpu) -> Result<(), DriverError> {
-        if let Some(ev) = self.events.get(self.recorded) {
-            ev.record(&gpu.stream)?;
-            self.recorded += 1;
+        match self.events.get(self.enqueued.len()) {
+            Some(ev) => ev.record(&gpu.stream),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// After the stream completed: one line on stderr.
     pub fn report(&self, rank: u32, what: &str, elapsed: Duration) {
-        let gpu_us: Vec<i64> = self.events[..self.recorded]
+        let recorded = (self.enqueued.len() + 1).min(self.events.len());
+        let gpu_us: Vec<i64> = self.events[..recorded]
             .windows(2)
             .map(|w| {
                 w[0].elapsed_ms(&w[1])

@@ -879,7 +879,7 @@ impl Measurer<'_> {
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let t = Instant::now();
         if let Some(p) = probe.as_mut() {
-            p.start(self.gpu)
+            p.start(self.gpu, t)
                 .map_err(|e| self.err_runtime("recording a debug event", e))?;
         }
         for iter in 0..iters as u64 {

@@ -23,6 +23,23 @@ pub fn write_executable(path: &Path, body: &str) {
     std::fs::remove_file(&src).ok();
 }
 
+/// Asserts that the process whose pid `pid_file` holds is gone after `settle`: no longer in /proc,
+/// or a zombie (`Z`) or dead (`X`) waiting for a reaper. The state field follows the `(comm)`.
+pub fn assert_process_gone(pid_file: &Path, settle: std::time::Duration) {
+    let pid: i32 = std::fs::read_to_string(pid_file)
+        .expect("read the pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
+    std::thread::sleep(settle);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(") ").next().and_then(|r| r.chars().next());
+    assert!(
+        matches!(state, None | Some('Z') | Some('X')),
+        "process {pid} survived: {stat}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,6 +54,25 @@ mod tests {
         let out = Command::new(&p).output().expect("run");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
         assert!(!dir.join("hello.sh.src").exists());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_reaped_process_is_gone_and_a_live_one_is_not() {
+        let dir = std::env::temp_dir().join(format!("nccl-check-test-gone-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let pid_file = dir.join("pid");
+        let mut done = Command::new("true").spawn().expect("spawn");
+        std::fs::write(&pid_file, done.id().to_string()).expect("write");
+        done.wait().expect("wait");
+        assert_process_gone(&pid_file, std::time::Duration::ZERO);
+        let mut live = Command::new("sleep").arg("30").spawn().expect("spawn");
+        std::fs::write(&pid_file, live.id().to_string()).expect("write");
+        let caught =
+            std::panic::catch_unwind(|| assert_process_gone(&pid_file, std::time::Duration::ZERO));
+        live.kill().ok();
+        live.wait().ok();
+        assert!(caught.is_err(), "a live process passed as gone");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

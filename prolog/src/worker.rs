@@ -329,15 +329,8 @@ mod tests {
             "{:?}",
             run.problem
         );
-        let child: i32 = std::fs::read_to_string(dir.join("env"))
-            .expect("pid")
-            .trim()
-            .parse()
-            .expect("pid");
-        std::thread::sleep(Duration::from_millis(100));
         // The grandchild is gone (or a zombie of init's about to be reaped).
-        let state = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
-        assert!(state.is_empty() || state.contains(") Z"), "{state}");
+        bench_core::test_support::assert_process_gone(&dir.join("env"), Duration::from_millis(100));
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -517,18 +517,10 @@ mod tests {
             "{}",
             o.detail
         );
-        let pid: i32 = std::fs::read_to_string(d.path.join("child.pid"))
-            .expect("child pid")
-            .trim()
-            .parse()
-            .expect("pid");
-        std::thread::sleep(Duration::from_millis(200));
-        // Gone, or a zombie waiting for a reaper (the state field follows the `(comm)`).
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat.rsplit(") ").next().and_then(|r| r.chars().next());
-        assert!(
-            matches!(state, None | Some('Z') | Some('X')),
-            "grandchild {pid} survived the group kill: {stat}"
+        // The grandchild is gone, or a zombie waiting for a reaper.
+        bench_core::test_support::assert_process_gone(
+            &d.path.join("child.pid"),
+            Duration::from_millis(200),
         );
     }
 
