@@ -14,6 +14,7 @@ pub mod pairs;
 pub mod rendezvous;
 pub mod report;
 pub mod size;
+pub mod slurm_rendezvous;
 pub mod team;
 pub mod thresholds;
 pub mod transport;

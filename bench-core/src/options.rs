@@ -91,7 +91,7 @@ struct Raw {
     #[arg(long)]
     world: Option<String>,
     /// HOST:PORT where rank 0 listens for the others [default: $NCCL_CHECK_RENDEZVOUS, or the
-    /// first node of $SLURM_STEP_NODELIST and a port from the job id]
+    /// first node of $SLURM_STEP_NODELIST and a port in 29501-29999 from the job and step ids]
     #[arg(long)]
     rendezvous: Option<String>,
     /// Shared secret of the processes of one check [default: from the Slurm job and step]
@@ -359,11 +359,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         Some(r) => Some(r),
         None if world > 1 => {
             let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
-            match (
-                nodes.as_deref().and_then(crate::rendezvous::first_host),
-                &job,
-            ) {
-                (Some(host), Some(job)) => Some(format!("{host}:{}", slurm_port(job, &step))),
+            match (nodes, &job) {
+                (Some(nodes), Some(job)) => Some(slurm_rendezvous(&nodes, job, &step)?),
                 _ => {
                     return Err(format!(
                         "world {world} needs --rendezvous HOST:PORT (or run under Slurm)"
@@ -434,15 +431,15 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
     })
 }
 
-/// The rendezvous port of a Slurm step: 29500..29999, from the job and step ids, so that
-/// concurrent jobs sharing a first node rarely collide (the token tells them apart if they do).
-pub fn slurm_port(job: &str, step: &str) -> u16 {
-    let h = format!("{job}.{step}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        });
-    29500 + (h % 500) as u16
+/// The rendezvous of a Slurm step from its environment: the same address the plugin passes.
+fn slurm_rendezvous(nodes: &str, job: &str, step: &str) -> Result<String, String> {
+    let id = |name: &str, v: &str| {
+        v.parse::<u32>()
+            .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
+    };
+    let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
+    let ports = crate::slurm_rendezvous::PortRange::DEFAULT;
+    crate::slurm_rendezvous::address(nodes, job, step, ports).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -528,12 +525,35 @@ mod tests {
         ];
         let o = parse_with(&[], &env).unwrap();
         assert_eq!((o.rank, o.world), (3, 4));
-        let r = o.rendezvous.unwrap();
-        assert!(r.starts_with("gpu07:"), "{r}");
+        // The plugin's address for the same step (bench_core::slurm_rendezvous pins the port).
+        assert_eq!(o.rendezvous.as_deref(), Some("gpu07:29748"));
         assert_eq!(o.token, "slurm-1234.0");
         // flags win over the environment
         let o = parse_with(&["--rank", "0", "--world", "1"], &env).unwrap();
         assert_eq!((o.rank, o.world), (0, 1));
+    }
+
+    #[test]
+    fn the_slurm_rendezvous_host_is_a_host_of_the_list() {
+        let with = |nodes: &str, job: &str| {
+            let env = [
+                ("SLURM_PROCID", "1"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_STEP_NODELIST", nodes),
+                ("SLURM_JOB_ID", job),
+                ("SLURM_STEP_ID", "0"),
+            ];
+            parse_with(&[], &env).map(|o| o.rendezvous.unwrap_or_default())
+        };
+        // Two bracket groups: this was "rack2-n[1-2]:PORT", which no node is called.
+        assert_eq!(
+            with("rack[2-3]-n[1-2]", "1234").as_deref(),
+            Ok("rack2-n1:29748")
+        );
+        let e = with("rack[2-3", "1234").unwrap_err();
+        assert!(e.contains("cannot read host list 'rack[2-3'"), "{e}");
+        let e = with("n1", "12x").unwrap_err();
+        assert!(e.contains("invalid SLURM_JOB_ID '12x'"), "{e}");
     }
 
     #[test]

@@ -411,39 +411,6 @@ impl ControlPlane {
     }
 }
 
-/// The first host of a Slurm hostlist expression: `node[01-04,7],gpu2` -> `node01`.
-pub fn first_host(hostlist: &str) -> Option<String> {
-    let s = hostlist.trim();
-    let end_of_first = {
-        let mut depth = 0;
-        let mut end = s.len();
-        for (i, c) in s.char_indices() {
-            match c {
-                '[' => depth += 1,
-                ']' => depth -= 1,
-                ',' if depth == 0 => {
-                    end = i;
-                    break;
-                }
-                _ => {}
-            }
-        }
-        end
-    };
-    let first = &s[..end_of_first];
-    let out = match first.find('[') {
-        None => first.to_string(),
-        Some(open) => {
-            let close = first[open..].find(']')? + open;
-            let inner = &first[open + 1..close];
-            let range = inner.split(',').next()?;
-            let lo = range.split('-').next()?;
-            format!("{}{}{}", &first[..open], lo, &first[close + 1..])
-        }
-    };
-    (!out.is_empty()).then_some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,19 +423,6 @@ mod tests {
             ngpus: g,
             first_rank: 0,
         }
-    }
-
-    #[test]
-    fn first_host_of_hostlists() {
-        assert_eq!(first_host("node01").as_deref(), Some("node01"));
-        assert_eq!(first_host("node[01-04,7]").as_deref(), Some("node01"));
-        assert_eq!(first_host("gpu[3,5-6],cpu1").as_deref(), Some("gpu3"));
-        assert_eq!(first_host("a,b").as_deref(), Some("a"));
-        assert_eq!(
-            first_host("rack[2-3]-n[1-2]").as_deref(),
-            Some("rack2-n[1-2]")
-        );
-        assert_eq!(first_host(""), None);
     }
 
     #[test]

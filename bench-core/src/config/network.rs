@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::file::{invalid, ConfigError};
+use crate::hostlist::Pattern;
 use crate::transport::NetExpect;
 
 /// One `[[network]]` table.
@@ -227,133 +228,11 @@ pub fn validate(profiles: &[NetworkProfile], path: &Path, text: &str) -> Result<
     Ok(())
 }
 
-/// Whether `host` matches a Slurm hostlist expression: comma-separated items of literal text and
-/// bracket groups of numbers and ranges (`n[01-16,20]`: zero padding as written; `n[1-16]`: no
-/// padding), plus `*` for any characters. Err when the expression cannot be read.
+/// Whether `host` matches a Slurm hostlist expression, `*` meaning any characters (see
+/// [`crate::hostlist::Pattern`]: commas only between entries). Err when it cannot be read.
 pub fn hostlist_matches(pattern: &str, host: &str) -> Result<bool, String> {
-    let items = split_items(pattern)?;
-    let mut any = false;
-    for item in items {
-        let parts = parse_item(item)?;
-        any |= match_parts(&parts, host);
-    }
-    Ok(any)
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Part {
-    Literal(String),
-    Star,
-    /// Inclusive ranges; `width` = the written width when zero-padded.
-    Ranges(Vec<(u64, u64, Option<usize>)>),
-}
-
-fn split_items(pattern: &str) -> Result<Vec<&str>, String> {
-    let mut items = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    for (i, c) in pattern.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            ',' if depth == 0 => {
-                items.push(&pattern[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-        if !(0..=1).contains(&depth) {
-            return Err(format!("'{pattern}': unbalanced or nested brackets"));
-        }
-    }
-    if depth != 0 {
-        return Err(format!("'{pattern}': unbalanced brackets"));
-    }
-    items.push(&pattern[start..]);
-    if items.iter().any(|i| i.trim().is_empty()) {
-        return Err(format!("'{pattern}': empty host name"));
-    }
-    Ok(items)
-}
-
-fn parse_item(item: &str) -> Result<Vec<Part>, String> {
-    let mut parts = Vec::new();
-    let mut literal = String::new();
-    let mut chars = item.chars();
-    let flush = |literal: &mut String, parts: &mut Vec<Part>| {
-        if !literal.is_empty() {
-            parts.push(Part::Literal(std::mem::take(literal)));
-        }
-    };
-    while let Some(c) = chars.next() {
-        match c {
-            '[' => {
-                flush(&mut literal, &mut parts);
-                let group: String = chars.by_ref().take_while(|&c| c != ']').collect();
-                parts.push(Part::Ranges(parse_ranges(item, &group)?));
-            }
-            '*' => {
-                flush(&mut literal, &mut parts);
-                parts.push(Part::Star);
-            }
-            c if c.is_ascii_alphanumeric() || "-_.".contains(c) => literal.push(c),
-            c => return Err(format!("'{item}': unexpected character '{c}'")),
-        }
-    }
-    flush(&mut literal, &mut parts);
-    Ok(parts)
-}
-
-fn parse_ranges(item: &str, group: &str) -> Result<Vec<(u64, u64, Option<usize>)>, String> {
-    let err = || format!("'{item}': '[{group}]' is not a list of numbers and ranges");
-    let mut out = Vec::new();
-    for r in group.split(',') {
-        let (lo, hi) = r.split_once('-').unwrap_or((r, r));
-        if lo.is_empty() || !lo.bytes().chain(hi.bytes()).all(|b| b.is_ascii_digit()) {
-            return Err(err());
-        }
-        let (l, h) = (
-            lo.parse::<u64>().map_err(|_| err())?,
-            hi.parse::<u64>().map_err(|_| err())?,
-        );
-        if l > h {
-            return Err(err());
-        }
-        let width = (lo.len() > 1 && lo.starts_with('0')).then_some(lo.len());
-        out.push((l, h, width));
-    }
-    Ok(out)
-}
-
-/// Backtracking match of the parts against the whole of `host`.
-fn match_parts(parts: &[Part], host: &str) -> bool {
-    let Some((first, rest)) = parts.split_first() else {
-        return host.is_empty();
-    };
-    match first {
-        Part::Literal(l) => host
-            .strip_prefix(l.as_str())
-            .is_some_and(|h| match_parts(rest, h)),
-        Part::Star => (0..=host.len())
-            .filter(|&i| host.is_char_boundary(i))
-            .any(|i| match_parts(rest, &host[i..])),
-        Part::Ranges(ranges) => {
-            let digits = host.bytes().take_while(u8::is_ascii_digit).count();
-            (1..=digits).any(|n| {
-                let text = &host[..n];
-                let Ok(value) = text.parse::<u64>() else {
-                    return false;
-                };
-                let in_range = ranges.iter().any(|&(lo, hi, width)| {
-                    (lo..=hi).contains(&value)
-                        && match width {
-                            Some(w) => text.len() == w,
-                            None => text.len() == 1 || !text.starts_with('0'),
-                        }
-                });
-                in_range && match_parts(rest, &host[n..])
-            })
-        }
-    }
+    let pattern = Pattern::parse(pattern).map_err(|e| e.to_string())?;
+    Ok(pattern.matches(host))
 }
 
 #[cfg(test)]
