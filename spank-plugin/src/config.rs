@@ -9,7 +9,8 @@
 //! - `timeout=SECS`: 1..=3600. The worker gets `--timeout SECS`; the plugin kills the worker's
 //!   whole process group [`KILL_GRACE_SECS`] seconds later if it is still running.
 //! - `port_range=LO-HI`: TCP ports for the worker's rendezvous on the step's first node,
-//!   1024 <= LO <= HI <= 65535. One port per step, chosen from (job id, step id).
+//!   1024 <= LO <= HI <= 65535, default 29501-29999. One port per step, chosen from (job id,
+//!   step id) by `bench_core::slurm_rendezvous::port`; PyTorch's 29500 is never chosen.
 //! - `default_mode=quick|full|sharp|warn|off`: the mode of a bare `--nccl-check` (no `=mode`);
 //!   `sharp` needs `allow_sharp=1`.
 //! - `allow_sharp=0|1`: 0 forces `NCCL_COLLNET_ENABLE=0` in the worker's environment, so a check
@@ -24,6 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::options::Mode;
+use bench_core::slurm_rendezvous::PortRange;
 
 /// Seconds between the worker's own `--timeout` and the plugin's SIGKILL of its process group.
 pub const KILL_GRACE_SECS: u64 = 5;
@@ -34,8 +36,7 @@ const KEYS: &str = "worker, timeout, port_range, default_mode, allow_sharp, allo
 pub struct Config {
     pub worker: PathBuf,
     pub timeout: Duration,
-    pub port_lo: u16,
-    pub port_hi: u16,
+    pub ports: PortRange,
     pub default_mode: Mode,
     pub allow_sharp: bool,
     pub allow_container: bool,
@@ -46,8 +47,7 @@ impl Default for Config {
         Config {
             worker: PathBuf::from("/usr/libexec/nccl-check/nccl-check"),
             timeout: Duration::from_secs(120),
-            port_lo: 29500,
-            port_hi: 29999,
+            ports: PortRange::DEFAULT,
             default_mode: Mode::Quick,
             allow_sharp: false,
             allow_container: true,
@@ -98,11 +98,7 @@ impl Config {
                     config.timeout = Duration::from_secs(secs);
                 }
                 "port_range" => {
-                    let (lo, hi) = parse_port_range(value).ok_or_else(|| {
-                        err("port_range must be LO-HI with 1024 <= LO <= HI <= 65535".into())
-                    })?;
-                    config.port_lo = lo;
-                    config.port_hi = hi;
+                    config.ports = PortRange::parse(value).map_err(|e| err(e.to_string()))?;
                 }
                 "default_mode" => {
                     config.default_mode = Mode::parse(value).map_err(|_| {
@@ -139,12 +135,6 @@ fn parse_bool(value: &str) -> Option<bool> {
     }
 }
 
-fn parse_port_range(value: &str) -> Option<(u16, u16)> {
-    let (lo, hi) = value.split_once('-')?;
-    let (lo, hi) = (lo.parse::<u16>().ok()?, hi.parse::<u16>().ok()?);
-    (1024 <= lo && lo <= hi).then_some((lo, hi))
-}
-
 /// One rejected plugstack.conf argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -173,7 +163,7 @@ mod tests {
     fn no_arguments_give_the_documented_defaults() {
         let c = Config::parse::<&str>(&[]).expect("defaults");
         assert_eq!(c, Config::default());
-        assert_eq!((c.port_lo, c.port_hi), (29500, 29999));
+        assert_eq!((c.ports.lo(), c.ports.hi()), (29501, 29999));
         assert_eq!(c.default_mode, Mode::Quick);
         assert_eq!(c.deadline(), Duration::from_secs(125));
     }
@@ -191,7 +181,7 @@ mod tests {
         .expect("valid");
         assert_eq!(c.worker, PathBuf::from("/opt/nc/nccl-check"));
         assert_eq!(c.timeout, Duration::from_secs(30));
-        assert_eq!((c.port_lo, c.port_hi), (40000, 40010));
+        assert_eq!((c.ports.lo(), c.ports.hi()), (40000, 40010));
         assert_eq!(c.default_mode, Mode::Full);
         assert!(c.allow_sharp);
         assert!(!c.allow_container);
@@ -215,6 +205,7 @@ mod tests {
             "port_range=30000-29000",
             "port_range=30000",
             "port_range=30000-70000",
+            "port_range=29500-29500",
             "default_mode=fast",
             "allow_sharp=yes",
             "allow_container=true",

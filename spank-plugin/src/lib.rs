@@ -21,9 +21,7 @@ use slurm_spank::{spank_sys, Context, LogLevel, OptionCache, SpankHandle};
 
 pub mod alloc;
 pub mod config;
-pub mod hostlist;
 pub mod options;
-pub mod rendezvous;
 pub mod slurmstepd;
 pub mod srun;
 pub mod worker;

@@ -20,7 +20,7 @@ use slurm_spank::SpankHandle;
 use crate::config::Config;
 use crate::options::{self, Mode};
 use crate::worker::{self, Invocation};
-use crate::{rendezvous, Error};
+use crate::Error;
 
 /// Step ids from here up are Slurm's special steps (interactive 0xfffffffa, batch 0xfffffffb,
 /// extern 0xfffffffc, ...; slurm.h): no check there, the steps inside the job are checked.
@@ -106,7 +106,7 @@ pub fn task_init(
     let node = getenv("SLURMD_NODENAME").unwrap_or_else(|| String::from("?"));
     let nodelist = getenv("SLURM_STEP_NODELIST")
         .ok_or_else(|| Error::Check("SLURM_STEP_NODELIST is not set in the step".into()))?;
-    let rdv = rendezvous::address(&nodelist, job_id, step_id, config.port_lo, config.port_hi)
+    let rdv = bench_core::slurm_rendezvous::address(&nodelist, job_id, step_id, config.ports)
         .map_err(|e| Error::Check(e.to_string()))?;
     let mut env: Vec<(OsString, OsString)> = spank
         .job_env_os()
