@@ -455,11 +455,26 @@ fn run(
         ngpus: devices.len() as u32,
         first_rank: 0,
     };
-    let addr = opts.rendezvous.clone().unwrap_or_default();
-    let joined = rendezvous::join(&addr, &opts.token, opts.world, me, deadline, || {
-        nccl.unique_id()
-            .map(|id| id.internal)
-            .map_err(|e| e.to_string())
+    let joined = authenticator(opts).and_then(|auth| {
+        let setup = rendezvous::Setup {
+            host: opts
+                .rendezvous
+                .as_deref()
+                .and_then(|r| r.rsplit_once(':'))
+                .map(|(h, _)| h.to_string())
+                .unwrap_or_default(),
+            ports: opts.ports.clone(),
+            label: opts.label.clone(),
+            world: opts.world,
+            coordinator: opts.coordinator,
+            auth: auth.as_ref(),
+            deadline,
+        };
+        rendezvous::join(&setup, me, || {
+            nccl.unique_id()
+                .map(|id| id.internal)
+                .map_err(|e| e.to_string())
+        })
     });
     report.phases.rendezvous_ms = ms(t.elapsed());
     let joined = match joined {
@@ -547,6 +562,26 @@ fn run(
     match errors.into_iter().next() {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// The proof every peer must give: the step's shared secret, or MUNGE under Slurm.
+fn authenticator(opts: &Options) -> Result<Box<dyn rendezvous::auth::Authenticator>, String> {
+    use bench_core::options::Credential;
+    use bench_core::rendezvous::auth::{Munge, SharedSecret};
+    match &opts.credential {
+        Credential::Secret(s) => Ok(Box::new(SharedSecret::new(s, "NCCL_CHECK_SECRET")?)),
+        Credential::Munge => {
+            let socket = std::env::var_os("NCCL_CHECK_MUNGE_SOCKET").map(Into::into);
+            Ok(Box::new(Munge::find(socket).map_err(|e| {
+                format!("no way to authenticate the other processes: set NCCL_CHECK_SECRET or install MUNGE ({e})")
+            })?))
+        }
+        // One process: the rendezvous returns before any proof is asked for.
+        Credential::None => Ok(Box::new(SharedSecret::new(
+            "single-process-check",
+            "nobody",
+        )?)),
     }
 }
 

@@ -90,13 +90,13 @@ struct Raw {
     /// Number of processes joined into one check [default: $SLURM_NTASKS or 1]
     #[arg(long)]
     world: Option<String>,
-    /// HOST:PORT where rank 0 listens for the others [default: $NCCL_CHECK_RENDEZVOUS, or the
-    /// first node of $SLURM_STEP_NODELIST and a port in 29501-29999 from the job and step ids]
-    #[arg(long)]
+    /// HOST:PORT where rank 0 listens for the others [default: $NCCL_CHECK_RENDEZVOUS; under
+    /// Slurm the first task of the step's first node coordinates, on a port in 29501-29999 from the job and step ids]
+    /// Peers prove they belong to the check with $NCCL_CHECK_SECRET (the srun plugin sets one
+    /// per step; outside Slurm: export NCCL_CHECK_SECRET=$(openssl rand -hex 32) for every
+    /// process), else under Slurm with MUNGE credentials of your own uid.
+    #[arg(long, verbatim_doc_comment)]
     rendezvous: Option<String>,
-    /// Shared secret of the processes of one check [default: from the Slurm job and step]
-    #[arg(long)]
-    token: Option<String>,
 
     /// Give up after this many seconds with ERROR (exit 6), saying what was awaited
     #[arg(long, default_value = "60")]
@@ -155,7 +155,14 @@ pub struct Options {
     pub rank: u32,
     pub world: u32,
     pub rendezvous: Option<String>,
-    pub token: String,
+    /// Candidate ports of the rendezvous, in order (one when given explicitly).
+    pub ports: Vec<u16>,
+    /// This step's name in every proof: `slurm-<job>.<step>`, or `manual`.
+    pub label: String,
+    /// True in the process that listens (see `rendezvous::Setup::coordinator`).
+    pub coordinator: bool,
+    /// How peers prove they belong to this check.
+    pub credential: Credential,
     pub timeout: Duration,
     pub min_busbw: Option<f64>,
     pub nccl_lib: Option<PathBuf>,
@@ -355,12 +362,29 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
     }
     let job = env("SLURM_JOB_ID");
     let step = env("SLURM_STEP_ID").unwrap_or_else(|| "0".into());
-    let rendezvous = match raw.rendezvous.or_else(|| env("NCCL_CHECK_RENDEZVOUS")) {
-        Some(r) => Some(r),
+    let explicit = raw.rendezvous.or_else(|| env("NCCL_CHECK_RENDEZVOUS"));
+    let (rendezvous, ports, coordinator) = match explicit {
+        Some(r) => {
+            let port = r
+                .rsplit_once(':')
+                .filter(|(h, _)| !h.is_empty())
+                .and_then(|(_, p)| p.parse::<u16>().ok().filter(|&p| p > 0))
+                .ok_or_else(|| format!("invalid rendezvous '{r}': expected HOST:PORT"))?;
+            (Some(r), vec![port], rank == 0)
+        }
         None if world > 1 => {
             let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
             match (nodes, &job) {
-                (Some(nodes), Some(job)) => Some(slurm_rendezvous(&nodes, job, &step)?),
+                (Some(nodes), Some(job)) => {
+                    let (host, ports) = slurm_rendezvous(&nodes, job, &step)?;
+                    // The first task on the step's first node coordinates, whatever its rank
+                    // (with -m arbitrary rank 0 may run elsewhere); without Slurm's node name, rank 0.
+                    let coordinator = match (env("SLURMD_NODENAME"), env("SLURM_LOCALID")) {
+                        (Some(node), Some(local)) => node == host && local == "0",
+                        _ => rank == 0,
+                    };
+                    (Some(format!("{host}:{}", ports[0])), ports, coordinator)
+                }
                 _ => {
                     return Err(format!(
                         "world {world} needs --rendezvous HOST:PORT (or run under Slurm)"
@@ -368,20 +392,22 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
                 }
             }
         }
-        None => None,
+        None => (None, Vec::new(), true),
     };
-    if let Some(r) = &rendezvous {
-        let ok = r
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
-        if !ok {
-            return Err(format!("invalid rendezvous '{r}': expected HOST:PORT"));
-        }
-    }
-    let token = raw.token.unwrap_or_else(|| match &job {
+    let label = match &job {
         Some(j) => format!("slurm-{j}.{step}"),
-        None => "nccl-check".into(),
-    });
+        None => "manual".into(),
+    };
+    let credential = match env("NCCL_CHECK_SECRET") {
+        Some(secret) => Credential::Secret(secret),
+        None if job.is_some() => Credential::Munge,
+        None if world > 1 => {
+            return Err(format!(
+                "world {world} outside Slurm needs a shared secret: export NCCL_CHECK_SECRET=$(openssl rand -hex 32) to every process"
+            ))
+        }
+        None => Credential::None,
+    };
     let timeout = raw
         .timeout
         .parse::<f64>()
@@ -422,7 +448,10 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         rank,
         world,
         rendezvous,
-        token,
+        ports,
+        label,
+        coordinator,
+        credential,
         timeout,
         min_busbw: raw.min_busbw,
         nccl_lib,
@@ -431,15 +460,39 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
     })
 }
 
-/// The rendezvous of a Slurm step from its environment: the same address the plugin passes.
-fn slurm_rendezvous(nodes: &str, job: &str, step: &str) -> Result<String, String> {
+/// How the processes of one check prove to each other that they belong to it.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// `NCCL_CHECK_SECRET` (set per step by the srun plugin, or by the user).
+    Secret(String),
+    /// MUNGE credentials of this uid (under Slurm, when no secret is given).
+    Munge,
+    /// One process: nobody to prove anything to.
+    None,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secret.
+        match self {
+            Credential::Secret(_) => write!(f, "Secret(..)"),
+            Credential::Munge => write!(f, "Munge"),
+            Credential::None => write!(f, "None"),
+        }
+    }
+}
+
+/// The rendezvous of a Slurm step from its environment: the coordinator's host and the
+/// candidate ports, the first of them the address the plugin passes.
+fn slurm_rendezvous(nodes: &str, job: &str, step: &str) -> Result<(String, Vec<u16>), String> {
     let id = |name: &str, v: &str| {
         v.parse::<u32>()
             .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
     };
     let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
-    let ports = crate::slurm_rendezvous::PortRange::DEFAULT;
-    crate::slurm_rendezvous::address(nodes, job, step, ports).map_err(|e| e.to_string())
+    let range = crate::slurm_rendezvous::PortRange::DEFAULT;
+    let host = crate::hostlist::first(nodes).map_err(|e| e.to_string())?;
+    Ok((host, crate::slurm_rendezvous::candidates(job, step, range)))
 }
 
 #[cfg(test)]
@@ -527,7 +580,8 @@ mod tests {
         assert_eq!((o.rank, o.world), (3, 4));
         // The plugin's address for the same step (bench_core::slurm_rendezvous pins the port).
         assert_eq!(o.rendezvous.as_deref(), Some("gpu07:29748"));
-        assert_eq!(o.token, "slurm-1234.0");
+        assert_eq!(o.label, "slurm-1234.0");
+        assert_eq!(o.credential, Credential::Munge);
         // flags win over the environment
         let o = parse_with(&["--rank", "0", "--world", "1"], &env).unwrap();
         assert_eq!((o.rank, o.world), (0, 1));

@@ -107,6 +107,26 @@ pub fn port(job: u32, step: u32, range: PortRange) -> u16 {
     range.nth(((offset + u64::from(step) % n) % n) as u32)
 }
 
+/// How many ports a step tries when its own is taken (by another job, or squatted).
+pub const CANDIDATES: u32 = 8;
+/// Distance between a step's candidates, prime so they are distinct for any range of more
+/// than [`CANDIDATES`] usable ports, and large so they rarely meet the next steps' own ports.
+const CANDIDATE_STRIDE: u64 = 97;
+
+/// The step's port first, then the others its coordinator may bind if that one is taken;
+/// members try them in this order.
+pub fn candidates(job: u32, step: u32, range: PortRange) -> Vec<u16> {
+    let n = u64::from(range.usable());
+    let first = (mix(u64::from(job)) % n + u64::from(step) % n) % n;
+    let mut ports: Vec<u16> = (0..u64::from(CANDIDATES))
+        .map(|k| range.nth(((first + k * CANDIDATE_STRIDE) % n) as u32))
+        .collect();
+    // In a range smaller than the stride times the count, candidates repeat: keep the first of each.
+    let mut seen = std::collections::HashSet::new();
+    ports.retain(|p| seen.insert(*p));
+    ports
+}
+
 /// splitmix64's output function (Steele, Lea, Flood 2014): every input bit moves every output bit.
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -131,6 +151,26 @@ pub fn address(
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn the_candidates_start_with_the_steps_port_and_stay_in_the_range() {
+        for job in [0u32, 1, 1234, u32::MAX] {
+            for step in [0u32, 1, 7] {
+                let c = candidates(job, step, PortRange::DEFAULT);
+                assert_eq!(c[0], port(job, step, PortRange::DEFAULT));
+                assert_eq!(c.len(), CANDIDATES as usize);
+                assert!(c.iter().all(|p| (29501..=29999).contains(p)), "{c:?}");
+                assert_eq!(c.iter().collect::<HashSet<_>>().len(), c.len());
+            }
+        }
+        // A range of 3 usable ports gives those 3, the step's own first.
+        let small = PortRange::new(29499, 29502).unwrap();
+        let c = candidates(5, 0, small);
+        assert_eq!(c[0], port(5, 0, small));
+        let mut sorted = c.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![29499, 29501, 29502]);
+    }
 
     #[test]
     fn the_default_range_is_documented_and_leaves_out_pytorchs_port() {

@@ -77,7 +77,9 @@ impl Team {
             // The last local thread to arrive talks to the other processes for everyone.
             let global = {
                 let mut plane = self.plane.lock().unwrap_or_else(|p| p.into_inner());
-                plane.sum(gen, &local, self.deadline)
+                plane
+                    .sum(gen, &local, self.deadline)
+                    .map_err(|e| e.to_string())
             };
             match global {
                 Ok(g) => st.result = g,

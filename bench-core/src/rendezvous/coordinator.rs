@@ -1,0 +1,272 @@
+//! The coordinator's side: listen on the rendezvous address, authenticate every member in a
+//! handshake of its own (many at once, each with a short deadline, so a slow or idle stranger
+//! never delays the real members), then hand everyone the NCCL unique id and the member list.
+
+use super::auth::{self, Authenticator};
+use super::messages::{self, Accepted, Challenge, Hello, Welcome, WelcomeBody};
+use super::plane::ControlPlane;
+use super::wire;
+use super::{Joined, Member, Setup};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Longest one handshake may take (challenge to accepted): a real member answers in
+/// milliseconds; a stranger holds a slot at most this long.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Handshakes served at once; connections beyond this are closed at once (a real member retries).
+pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
+
+/// One member that passed its handshake.
+struct Arrival {
+    member: Member,
+    nonce: String,
+    stream: TcpStream,
+}
+
+/// Binds the first free candidate port on the rendezvous host's address.
+fn bind(setup: &Setup) -> Result<(TcpListener, u16), String> {
+    let ip = bind_address(&setup.host)?;
+    let mut last = String::new();
+    for &port in &setup.ports {
+        match TcpListener::bind(SocketAddr::new(ip, port)) {
+            Ok(l) => return Ok((l, port)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                last = format!("port {port} is in use");
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
+                return Err(format!(
+                    "the rendezvous host {} ({ip}) is not an address of this machine: the coordinating process must run there",
+                    setup.host
+                ))
+            }
+            Err(e) => last = format!("port {port}: {e}"),
+        }
+    }
+    Err(format!(
+        "cannot listen on {} at any of ports {:?}: {last}",
+        setup.host, setup.ports
+    ))
+}
+
+/// The address to listen on: the one the members will connect to. A host name that resolves to
+/// a loopback address other than the one given literally (Debian maps its own name to
+/// 127.0.1.1) would be unreachable from other nodes: then every interface is used, which the
+/// handshake's authentication makes safe.
+fn bind_address(host: &str) -> Result<IpAddr, String> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(ip);
+    }
+    let ips: Vec<IpAddr> = (host, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve the rendezvous host {host}: {e}"))?
+        .map(|a| a.ip())
+        .collect();
+    let ip = ips
+        .iter()
+        .find(|i| i.is_ipv4())
+        .or(ips.first())
+        .copied()
+        .ok_or_else(|| format!("the rendezvous host {host} resolves to no address"))?;
+    if ip.is_loopback() && host != "localhost" {
+        return Ok(IpAddr::from([0, 0, 0, 0]));
+    }
+    Ok(ip)
+}
+
+/// Waits up to `wait` for the listener to have a connection.
+fn readable(listener: &TcpListener, wait: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = wait.as_millis().min(1000) as libc::c_int;
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+}
+
+/// One member's handshake, on its own thread.
+fn handshake(
+    mut stream: TcpStream,
+    world: u32,
+    label: &str,
+    auth: &dyn Authenticator,
+    deadline: Instant,
+) -> Result<Arrival, String> {
+    let deadline = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let nonce = auth::nonce()?;
+    let challenge = Challenge {
+        protocol: auth::PROTOCOL.into(),
+        label: label.into(),
+        nonce: nonce.clone(),
+    };
+    wire::send(&mut stream, &challenge, deadline).map_err(|e| e.to_string())?;
+    let hello: Hello =
+        wire::recv(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(|e| e.to_string())?;
+    messages::check_proof(&hello.proof)?;
+    messages::check_hello(&hello.body, world)?;
+    let body = serde_json::to_vec(&hello.body).map_err(|e| e.to_string())?;
+    auth.verify(
+        &auth::context("hello", label, &nonce, &body),
+        &hello.proof,
+        deadline,
+    )?;
+    let accepted = Accepted {
+        proof: auth.prove(
+            &auth::context("accepted", label, &hello.body.nonce, &body),
+            deadline,
+        )?,
+    };
+    wire::send(&mut stream, &accepted, deadline).map_err(|e| e.to_string())?;
+    Ok(Arrival {
+        member: hello.body.member,
+        nonce: hello.body.nonce,
+        stream,
+    })
+}
+
+/// Serves the rendezvous until every other process has joined, or the deadline.
+pub fn serve(
+    setup: &Setup,
+    me: Member,
+    make_id: impl FnOnce() -> Result<[u8; 128], String>,
+) -> Result<Joined, String> {
+    let (listener, port) = bind(setup)?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("rendezvous: {e}"))?;
+    let world = setup.world;
+    let mut slots: Vec<Option<Arrival>> = (0..world).map(|_| None).collect();
+    let mut missing = world - 1;
+    let (tx, rx) = mpsc::channel::<(u64, Result<Arrival, String>)>();
+    // Handshakes under way, by id: a second handle to each socket, so that the ones still
+    // running when everyone is in can be cut off at once instead of holding up the welcome.
+    let mut pending: std::collections::HashMap<u64, TcpStream> = Default::default();
+    let mut next_id = 0u64;
+    std::thread::scope(|scope| -> Result<(), String> {
+        let result = (|| {
+            while missing > 0 {
+                while let Ok((id, result)) = rx.try_recv() {
+                    pending.remove(&id);
+                    match result {
+                        Ok(a) => {
+                            let r = a.member.proc_rank as usize;
+                            if r == me.proc_rank as usize || slots[r].is_some() {
+                                eprintln!(
+                                "nccl-check: rendezvous: process rank {r} joined twice; the second ({}) is ignored",
+                                a.member.host
+                            );
+                            } else {
+                                slots[r] = Some(a);
+                                missing -= 1;
+                            }
+                        }
+                        Err(why) => {
+                            eprintln!("nccl-check: rendezvous: refused a connection: {why}")
+                        }
+                    }
+                }
+                if missing == 0 {
+                    break;
+                }
+                let Some(left) = setup.deadline.checked_duration_since(Instant::now()) else {
+                    let absent: Vec<String> = (0..world)
+                        .filter(|&r| r != me.proc_rank && slots[r as usize].is_none())
+                        .map(|r| r.to_string())
+                        .collect();
+                    return Err(format!(
+                        "rendezvous at {}:{port}: process rank(s) {} of {world} never joined",
+                        setup.host,
+                        absent.join(", ")
+                    ));
+                };
+                if !readable(&listener, left.min(Duration::from_millis(20))) {
+                    continue;
+                }
+                match listener.accept() {
+                    Ok((stream, _)) if pending.len() < MAX_PARALLEL_HANDSHAKES => {
+                        let Ok(handle) = stream.try_clone() else {
+                            continue;
+                        };
+                        let id = next_id;
+                        next_id += 1;
+                        pending.insert(id, handle);
+                        let tx = tx.clone();
+                        let (label, auth, deadline) = (&setup.label, setup.auth, setup.deadline);
+                        scope.spawn(move || {
+                            let _ = tx.send((id, handshake(stream, world, label, auth, deadline)));
+                        });
+                    }
+                    Ok(_) => {} // over the limit: closed; a real member retries
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(format!("rendezvous: accept on port {port}: {e}")),
+                }
+            }
+            Ok(())
+        })();
+        // Whoever is still in a handshake is not needed (or it is too late): cut them off so the
+        // scope's threads end now.
+        for (_, s) in pending.drain() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        result
+    })?;
+    welcome(setup, me, slots, make_id)
+}
+
+/// Numbers the ranks, makes the NCCL id and sends everyone the welcome.
+fn welcome(
+    setup: &Setup,
+    me: Member,
+    slots: Vec<Option<Arrival>>,
+    make_id: impl FnOnce() -> Result<[u8; 128], String>,
+) -> Result<Joined, String> {
+    let my_rank = me.proc_rank as usize;
+    let mut members = Vec::with_capacity(slots.len());
+    let mut peers = Vec::with_capacity(slots.len());
+    for (r, slot) in slots.into_iter().enumerate() {
+        match slot {
+            Some(a) => {
+                members.push(a.member.clone());
+                peers.push((a.member, a.nonce, a.stream));
+            }
+            None if r == my_rank => members.push(me.clone()),
+            None => return Err(format!("process rank {r} has no connection")),
+        }
+    }
+    messages::assign_ranks(&mut members)?;
+    let unique_id = make_id()?;
+    let body = WelcomeBody {
+        unique_id: hex::encode(unique_id),
+        members: members.clone(),
+    };
+    let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+    let mut plane = Vec::with_capacity(peers.len());
+    for (m, nonce, mut stream) in peers {
+        let proof = setup.auth.prove(
+            &auth::context("welcome", &setup.label, &nonce, &bytes),
+            setup.deadline,
+        )?;
+        let msg = Welcome {
+            body: body.clone(),
+            proof,
+        };
+        wire::send(&mut stream, &msg, setup.deadline).map_err(|e| {
+            format!(
+                "rendezvous: sending to process rank {} ({}): {e}",
+                m.proc_rank, m.host
+            )
+        })?;
+        let m = members[m.proc_rank as usize].clone();
+        plane.push((m, stream));
+    }
+    Ok(Joined {
+        unique_id,
+        members,
+        plane: ControlPlane::Root(plane),
+    })
+}

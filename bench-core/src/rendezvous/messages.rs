@@ -1,0 +1,285 @@
+//! The rendezvous messages and the checks every field passes before it is used.
+//!
+//! The handshake, per connection:
+//! 1. coordinator -> member: [`Challenge`] (protocol, step label, a fresh nonce);
+//! 2. member -> coordinator: [`Hello`] (who it is, its own nonce, a proof over both nonces);
+//! 3. coordinator -> member: [`Accepted`] (a proof over the member's nonce: the member now knows it
+//!    talks to its own step's coordinator, not to a process squatting on the port);
+//! 4. once everyone is in, coordinator -> member: [`Welcome`] (NCCL unique id, every member,
+//!    a proof binding them to this connection).
+//!
+//! Counts, ranks, sizes and names from a peer are validated with checked arithmetic; a value
+//! that would make this process allocate or index beyond the limits below is refused by name.
+
+use super::Member;
+use serde::{Deserialize, Serialize};
+
+/// Most processes in one check.
+pub const MAX_WORLD: u32 = 65_536;
+/// Most GPUs one process drives.
+pub const MAX_GPUS_PER_PROCESS: u32 = 64;
+/// Longest host name (Linux HOST_NAME_MAX is 64; DNS names reach 253).
+pub const MAX_HOST_LEN: usize = 255;
+/// NCCL's unique id is 128 bytes (`NCCL_UNIQUE_ID_BYTES`).
+pub const UNIQUE_ID_BYTES: usize = 128;
+/// Longest proof (a MUNGE credential of a 64-character payload is about 200 bytes).
+pub const MAX_PROOF_LEN: usize = 4096;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Challenge {
+    pub protocol: String,
+    pub label: String,
+    pub nonce: String,
+}
+
+/// What a member proves: everything it says about itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HelloBody {
+    pub world: u32,
+    pub member: Member,
+    pub nonce: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    pub body: HelloBody,
+    pub proof: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Accepted {
+    pub proof: String,
+}
+
+/// What the coordinator proves at the end: the id and the member list.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WelcomeBody {
+    /// Hex of the 128-byte NCCL unique id.
+    pub unique_id: String,
+    pub members: Vec<Member>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Welcome {
+    pub body: WelcomeBody,
+    pub proof: String,
+}
+
+/// A nonce is 64 hex digits.
+pub fn check_nonce(n: &str) -> Result<(), String> {
+    if n.len() == 64 && n.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err("nonce is not 64 hex digits".into())
+    }
+}
+
+pub fn check_proof(p: &str) -> Result<(), String> {
+    if p.is_empty() || p.len() > MAX_PROOF_LEN {
+        return Err(format!(
+            "proof of {} bytes (1..{MAX_PROOF_LEN} allowed)",
+            p.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A host name: printable ASCII without spaces, 1..=255 bytes.
+pub fn check_host(h: &str) -> Result<(), String> {
+    if h.is_empty() || h.len() > MAX_HOST_LEN || !h.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "host name of {} bytes is not 1..{MAX_HOST_LEN} printable characters",
+            h.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks what a member says about itself against this step's world size.
+pub fn check_hello(body: &HelloBody, world: u32) -> Result<(), String> {
+    if body.world != world {
+        return Err(format!("world size {} differs from {world}", body.world));
+    }
+    let m = &body.member;
+    if m.proc_rank >= world {
+        return Err(format!(
+            "process rank {} is outside 0..{world}",
+            m.proc_rank
+        ));
+    }
+    if m.ngpus == 0 || m.ngpus > MAX_GPUS_PER_PROCESS {
+        return Err(format!(
+            "process rank {} drives {} GPUs (1..{MAX_GPUS_PER_PROCESS} allowed)",
+            m.proc_rank, m.ngpus
+        ));
+    }
+    check_host(&m.host)?;
+    check_nonce(&body.nonce)
+}
+
+/// Gives every member its first NCCL rank, in process-rank order; the total must fit.
+pub fn assign_ranks(members: &mut [Member]) -> Result<u32, String> {
+    let mut next: u32 = 0;
+    for m in members.iter_mut() {
+        m.first_rank = next;
+        next = next
+            .checked_add(m.ngpus)
+            .ok_or("the GPU count of all processes overflows")?;
+    }
+    Ok(next)
+}
+
+/// Checks the coordinator's welcome as seen by process `me` of `world`; returns the unique id.
+pub fn check_welcome(
+    body: &WelcomeBody,
+    world: u32,
+    me: &Member,
+) -> Result<[u8; UNIQUE_ID_BYTES], String> {
+    let id = hex::decode(&body.unique_id).map_err(|_| "unique id is not hex".to_string())?;
+    let id: [u8; UNIQUE_ID_BYTES] = id
+        .try_into()
+        .map_err(|_| format!("unique id is not {UNIQUE_ID_BYTES} bytes"))?;
+    if body.members.len() != world as usize {
+        return Err(format!(
+            "{} members listed for a world of {world}",
+            body.members.len()
+        ));
+    }
+    let mut expect_first: u32 = 0;
+    for (i, m) in body.members.iter().enumerate() {
+        if m.proc_rank as usize != i {
+            return Err(format!(
+                "member {i} says it is process rank {}",
+                m.proc_rank
+            ));
+        }
+        if m.ngpus == 0 || m.ngpus > MAX_GPUS_PER_PROCESS {
+            return Err(format!("process rank {i} drives {} GPUs", m.ngpus));
+        }
+        check_host(&m.host)?;
+        if m.first_rank != expect_first {
+            return Err(format!(
+                "process rank {i} has first rank {} instead of {expect_first}",
+                m.first_rank
+            ));
+        }
+        expect_first = expect_first
+            .checked_add(m.ngpus)
+            .ok_or("the GPU count of all processes overflows")?;
+    }
+    let mine = body
+        .members
+        .get(me.proc_rank as usize)
+        .ok_or("the member list does not include this process")?;
+    if mine.ngpus != me.ngpus || mine.host != me.host || mine.pid != me.pid {
+        return Err("the member list does not describe this process as it joined".into());
+    }
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn member(r: u32, g: u32) -> Member {
+        Member {
+            proc_rank: r,
+            host: format!("n{r}"),
+            pid: 100 + r,
+            ngpus: g,
+            first_rank: 0,
+        }
+    }
+
+    fn hello(r: u32, g: u32, world: u32) -> HelloBody {
+        HelloBody {
+            world,
+            member: member(r, g),
+            nonce: "a".repeat(64),
+        }
+    }
+
+    #[test]
+    fn hello_fields_out_of_range_are_refused_by_name() {
+        assert!(check_hello(&hello(1, 4, 2), 2).is_ok());
+        let bad = [
+            (hello(1, u32::MAX, 2), "drives 4294967295 GPUs"),
+            (hello(1, 300_000_000, 2), "drives 300000000 GPUs"),
+            (hello(1, 0, 2), "drives 0 GPUs"),
+            (hello(2, 1, 2), "outside 0..2"),
+            (hello(1, 1, 3), "world size 3 differs"),
+        ];
+        for (h, want) in bad {
+            let e = check_hello(&h, 2).unwrap_err();
+            assert!(e.contains(want), "{e} lacks {want}");
+        }
+        let mut long = hello(1, 1, 2);
+        long.member.host = "x".repeat(300);
+        assert!(check_hello(&long, 2).is_err());
+        let mut short_nonce = hello(1, 1, 2);
+        short_nonce.nonce = "ab".into();
+        assert!(check_hello(&short_nonce, 2).is_err());
+    }
+
+    fn welcome(members: Vec<Member>) -> WelcomeBody {
+        WelcomeBody {
+            unique_id: "00".repeat(128),
+            members,
+        }
+    }
+
+    #[test]
+    fn a_welcome_that_would_index_or_overflow_is_refused() {
+        let mut ok = vec![member(0, 2), member(1, 2)];
+        assert_eq!(assign_ranks(&mut ok).unwrap(), 4);
+        assert!(check_welcome(&welcome(ok.clone()), 2, &member(1, 2)).is_ok());
+        // members = [] (a panic at an index before)
+        assert!(check_welcome(&welcome(vec![]), 2, &member(1, 2)).is_err());
+        // first_rank = 4e9
+        let mut far = ok.clone();
+        far[1].first_rank = 4_000_000_000;
+        assert!(check_welcome(&welcome(far), 2, &member(1, 2)).is_err());
+        // a short unique id
+        let mut w = welcome(ok.clone());
+        w.unique_id = "00".into();
+        assert!(check_welcome(&w, 2, &member(1, 2)).is_err());
+        // someone else's description of me
+        assert!(check_welcome(&welcome(ok), 2, &member(1, 3)).is_err());
+        // u32 sums that would wrap
+        let mut huge: Vec<Member> = (0..3).map(|r| member(r, MAX_GPUS_PER_PROCESS)).collect();
+        assert!(assign_ranks(&mut huge).is_ok());
+        let mut wrap = vec![member(0, u32::MAX), member(1, 2)];
+        assert!(assign_ranks(&mut wrap).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+        /// Whatever bytes arrive, parsing and checking end in Ok or Err, never a panic.
+        #[test]
+        fn any_bytes_are_parsed_and_checked_without_panicking(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if let Ok(h) = super::super::wire::decode::<Hello>(&bytes) {
+                let _ = check_hello(&h.body, 4);
+                let _ = check_proof(&h.proof);
+            }
+            if let Ok(w) = super::super::wire::decode::<Welcome>(&bytes) {
+                let _ = check_welcome(&w.body, 4, &member(1, 1));
+            }
+            let _ = super::super::wire::decode::<Challenge>(&bytes);
+        }
+
+        /// Well-formed messages with arbitrary numbers: checks never panic, and a welcome that
+        /// passes has a member list this process can index.
+        #[test]
+        fn arbitrary_fields_never_panic(world in 0u32..10, ranks in proptest::collection::vec((any::<u32>(), any::<u32>(), any::<u32>()), 0..10)) {
+            let members: Vec<Member> = ranks.iter().map(|&(r, g, f)| Member { proc_rank: r, host: "h".into(), pid: 1, ngpus: g, first_rank: f }).collect();
+            let me = member(1, 1);
+            if check_welcome(&welcome(members.clone()), world, &me).is_ok() {
+                prop_assert!(members.len() == world as usize && (me.proc_rank as usize) < members.len());
+            }
+            for m in members {
+                let _ = check_hello(&HelloBody { world, member: m, nonce: "0".repeat(64) }, world);
+            }
+        }
+    }
+}

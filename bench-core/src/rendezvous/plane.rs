@@ -1,0 +1,167 @@
+//! Barriers and sums after the rendezvous, over the authenticated connections: every member
+//! sends its values to the coordinator, which adds them and sends the total back. Frames are
+//! capped at what a sum of this length can take; a mismatch in step or length is an error
+//! naming the process, never a wrong sum.
+
+use super::wire::{self, WireError};
+use super::Member;
+use serde::{Deserialize, Serialize};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[derive(Serialize, Deserialize)]
+struct Sum {
+    seq: u64,
+    values: Vec<f64>,
+    /// Set by a process that gives up, so the others stop at once instead of at their deadline.
+    #[serde(default)]
+    abort: Option<String>,
+}
+
+/// Longest abort message passed on.
+const MAX_ABORT_CHARS: usize = 500;
+
+/// Why a sum did not complete.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlaneError {
+    /// The deadline passed while waiting for `who`.
+    Deadline(String),
+    /// Another process gave up and said why.
+    Aborted(String),
+    /// A process went away or broke the protocol.
+    Peer(String),
+}
+
+impl std::fmt::Display for PlaneError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlaneError::Deadline(who) => write!(f, "{who}: no answer before the deadline"),
+            PlaneError::Aborted(why) => write!(f, "another process gave up: {why}"),
+            PlaneError::Peer(what) => write!(f, "{what}"),
+        }
+    }
+}
+
+/// Connections for barriers and sums after the rendezvous.
+pub enum ControlPlane {
+    /// One process: nothing to talk to.
+    Alone,
+    /// The coordinator: one connection per other process, in process-rank order.
+    Root(Vec<(Member, TcpStream)>),
+    /// Any other process: the connection to the coordinator.
+    Leaf(TcpStream),
+}
+
+fn max_frame(values: usize) -> usize {
+    // A JSON f64 is at most 24 characters plus a comma; the rest is the envelope and an abort text.
+    4096 + values * 26
+}
+
+fn peer_error(who: &str, e: WireError) -> PlaneError {
+    match e {
+        WireError::Deadline => PlaneError::Deadline(who.to_string()),
+        other => PlaneError::Peer(format!("{who}: {other}")),
+    }
+}
+
+fn who(m: &Member) -> String {
+    format!("process rank {} ({})", m.proc_rank, m.host)
+}
+
+impl ControlPlane {
+    /// Element-wise sum of `values` over all processes (a barrier when empty). `seq` numbers the
+    /// calls so a mismatch is detected rather than mis-summed.
+    pub fn sum(
+        &mut self,
+        seq: u64,
+        values: &[f64],
+        deadline: Instant,
+    ) -> Result<Vec<f64>, PlaneError> {
+        let cap = max_frame(values.len());
+        match self {
+            ControlPlane::Alone => Ok(values.to_vec()),
+            ControlPlane::Leaf(stream) => {
+                let msg = Sum {
+                    seq,
+                    values: values.to_vec(),
+                    abort: None,
+                };
+                wire::send(stream, &msg, deadline).map_err(|e| peer_error("the coordinator", e))?;
+                let reply: Sum = wire::recv(stream, cap, deadline)
+                    .map_err(|e| peer_error("the coordinator", e))?;
+                if let Some(why) = reply.abort {
+                    return Err(PlaneError::Aborted(
+                        why.chars().take(MAX_ABORT_CHARS).collect(),
+                    ));
+                }
+                if reply.seq != seq || reply.values.len() != values.len() {
+                    return Err(PlaneError::Peer(format!(
+                        "out of step with the coordinator (step {} vs {seq})",
+                        reply.seq
+                    )));
+                }
+                Ok(reply.values)
+            }
+            ControlPlane::Root(peers) => {
+                let mut total = values.to_vec();
+                let mut failure = None;
+                for (m, stream) in peers.iter_mut() {
+                    match wire::recv::<Sum>(stream, cap, deadline) {
+                        Ok(msg) if msg.abort.is_some() => {
+                            let why: String = msg
+                                .abort
+                                .unwrap_or_default()
+                                .chars()
+                                .take(MAX_ABORT_CHARS)
+                                .collect();
+                            failure =
+                                Some(PlaneError::Aborted(format!("{} gave up: {why}", who(m))));
+                        }
+                        Ok(msg) if msg.seq != seq || msg.values.len() != total.len() => {
+                            failure = Some(PlaneError::Peer(format!("{} is out of step", who(m))));
+                        }
+                        Ok(msg) => total.iter_mut().zip(msg.values).for_each(|(t, v)| *t += v),
+                        Err(e) => failure = Some(peer_error(&who(m), e)),
+                    }
+                    if failure.is_some() {
+                        break;
+                    }
+                }
+                if let Some(why) = failure {
+                    self.abort(&why.to_string(), deadline);
+                    return Err(why);
+                }
+                let reply = Sum {
+                    seq,
+                    values: total.clone(),
+                    abort: None,
+                };
+                for (m, stream) in peers.iter_mut() {
+                    wire::send(stream, &reply, deadline).map_err(|e| peer_error(&who(m), e))?;
+                }
+                Ok(total)
+            }
+        }
+    }
+
+    /// Tells the other processes to stop now (best effort, short timeout).
+    pub fn abort(&mut self, why: &str, deadline: Instant) {
+        let soon = (Instant::now() + Duration::from_millis(200)).min(deadline.max(Instant::now()));
+        let msg = Sum {
+            seq: u64::MAX,
+            values: Vec::new(),
+            abort: Some(why.chars().take(MAX_ABORT_CHARS).collect()),
+        };
+        match self {
+            ControlPlane::Alone => {}
+            ControlPlane::Leaf(s) => {
+                let _ = wire::send(s, &msg, soon);
+            }
+            ControlPlane::Root(peers) => {
+                for (_, s) in peers.iter_mut() {
+                    let _ = wire::send(s, &msg, soon);
+                }
+            }
+        }
+    }
+}
