@@ -44,6 +44,8 @@ struct RawThreshold {
     nodes: Option<u32>,
     collective: String,
     bytes: Option<String>,
+    min_bytes: Option<String>,
+    max_bytes: Option<String>,
     min_busbw: f64,
     source: Option<String>,
 }
@@ -82,7 +84,10 @@ pub struct Threshold {
     pub gpus: Option<u32>,
     pub nodes: u32,
     pub collective: &'static str,
-    pub bytes: Option<u64>,
+    /// Smallest message size the floor holds for (`bytes` sets both ends; absent: no bound).
+    pub min_bytes: Option<u64>,
+    /// Largest message size the floor holds for.
+    pub max_bytes: Option<u64>,
     pub min_busbw: f64,
     pub source: String,
     /// File and line it came from, for `--explain-thresholds`.
@@ -239,16 +244,38 @@ fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Valida
                 "must be at least 1".into(),
             ));
         }
-        let bytes = match &t.bytes {
-            None => None,
-            Some(b) => Some(parse_size(b).map_err(|e| bad(field("bytes"), e))?),
+        let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
+            v.as_deref()
+                .map(|b| parse_size(b).map_err(|e| bad(field(k), e)))
+                .transpose()
+        };
+        let (min_bytes, max_bytes) = match (
+            size("bytes", &t.bytes)?,
+            size("min_bytes", &t.min_bytes)?,
+            size("max_bytes", &t.max_bytes)?,
+        ) {
+            (Some(b), None, None) => (Some(b), Some(b)),
+            (Some(_), _, _) => {
+                return Err(bad(
+                    field("bytes"),
+                    "give `bytes` (one size) or `min_bytes`/`max_bytes` (a range), not both".into(),
+                ))
+            }
+            (None, Some(lo), Some(hi)) if lo > hi => {
+                return Err(bad(
+                    field("min_bytes"),
+                    format!("min_bytes {lo} is larger than max_bytes {hi}"),
+                ))
+            }
+            (None, lo, hi) => (lo, hi),
         };
         thresholds.push(Threshold {
             gpu: t.gpu,
             gpus: t.gpus,
             nodes: t.nodes.unwrap_or(1),
             collective,
-            bytes,
+            min_bytes,
+            max_bytes,
             min_busbw: t.min_busbw,
             source: t.source.unwrap_or_default(),
             origin: format!(
