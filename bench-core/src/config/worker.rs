@@ -27,6 +27,9 @@ struct RawFile {
     /// Site network profiles (`config::network`).
     #[serde(default)]
     network: Vec<super::network::NetworkProfile>,
+    /// GPUs a node should have (`config::expected_gpus`).
+    #[serde(default)]
+    expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -137,6 +140,8 @@ pub struct WorkerConfig {
     pub plans: BTreeMap<String, Plan>,
     /// The admin file's `[[network]]` profiles (none are built in).
     pub network: Vec<super::network::NetworkProfile>,
+    /// The admin file's `[[expected_gpus]]` (none are built in).
+    pub expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
     pub text: String,
 }
 
@@ -171,6 +176,7 @@ impl WorkerConfig {
             thresholds: Vec::new(),
             plans: BTreeMap::new(),
             network: Vec::new(),
+            expected_gpus: Vec::new(),
             text: String::new(),
         };
         let defaults = validate(defaults_path, DEFAULTS, raw_defaults, false)?;
@@ -200,6 +206,9 @@ impl WorkerConfig {
         if !v.network.is_empty() {
             self.network = v.network;
         }
+        if !v.expected_gpus.is_empty() {
+            self.expected_gpus = v.expected_gpus;
+        }
     }
 }
 
@@ -209,9 +218,15 @@ struct Validated {
     thresholds: Vec<Threshold>,
     plans: BTreeMap<String, Plan>,
     network: Vec<super::network::NetworkProfile>,
+    expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
 }
 
-fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Validated, ConfigError> {
+fn validate(
+    path: &Path,
+    text: &str,
+    mut raw: RawFile,
+    admin: bool,
+) -> Result<Validated, ConfigError> {
     let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
     let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
     if let Some(f) = fraction {
@@ -223,6 +238,7 @@ fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Valida
         }
     }
     super::network::validate(&raw.network, path, text)?;
+    super::expected_gpus::validate(&mut raw.expected_gpus, path, text)?;
     let mut thresholds = Vec::new();
     for (i, t) in raw.thresholds.into_iter().enumerate() {
         let field = |k: &str| format!("thresholds[{i}].{k}");
@@ -378,6 +394,7 @@ fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Valida
         thresholds,
         plans,
         network: raw.network,
+        expected_gpus: raw.expected_gpus,
     })
 }
 
