@@ -6,7 +6,9 @@
 //!   parts with its source), or, for a model not in the table, fewer than the GPU's siblings of
 //!   the same model on this node (PCIe parts with bridges have fewer links by design, e.g. Azure
 //!   NCv5 H100 PCIe has 12 of 18 active, azurehpc-health-checks #162, so their count is never
-//!   assumed).
+//!   assumed). A GPU alone of its model on the node is not judged: it has no NVLink peer, and
+//!   a 1-GPU VM slice of an HGX board (seen on the lent H100: `nvidia-smi nvlink -s` lists no
+//!   link) need not show its links.
 //! - `pcie_degraded`: PCIe link width below the maximum; generation below the maximum only when
 //!   the facts were read under load (GPUs lower the link generation when idle to save power, so
 //!   an idle Gen1 link is normal).
@@ -158,7 +160,8 @@ pub fn classify(facts: &HealthFacts, ctx: Context) -> Vec<Finding> {
     let mut out = Vec::new();
     for g in gpus {
         let subject = format!("GPU {} ({})", g.index, g.bus_id);
-        if let Some(l) = &g.nvlink {
+        let same_model = gpus.iter().filter(|o| o.name == g.name).count();
+        if let Some(l) = g.nvlink.as_ref().filter(|_| same_model >= 2) {
             let (want, why) = match expected_nvlinks(&g.name) {
                 Some((n, src)) => (Some(n), src.to_string()),
                 None => (
@@ -384,6 +387,13 @@ mod tests {
         let f = classify(&node(g), Context::default());
         assert_eq!(codes(&f), vec![("nvlink_down", "GPU 1 (00000000:19:00.0)")]);
         assert!(f[0].message.contains("siblings"), "{}", f[0].message);
+        // A lone H100 SXM (a 1-GPU VM slice) with its links shown inactive: not judged.
+        let mut lone = healthy(0, "NVIDIA H100 80GB HBM3");
+        lone.nvlink.as_mut().unwrap().active = 0;
+        assert!(classify(&node(vec![lone.clone()]), Context::default()).is_empty());
+        let two = node(vec![lone, healthy(1, "NVIDIA H100 80GB HBM3")]);
+        let f = classify(&two, Context::default());
+        assert_eq!(codes(&f), vec![("nvlink_down", "GPU 0 (00000000:18:00.0)")]);
         assert_eq!(
             expected_nvlinks("NVIDIA H100 80GB HBM3").map(|x| x.0),
             Some(18)

@@ -177,7 +177,15 @@ mod tests {
     #[test]
     fn without_nvml_the_facts_say_why_and_nothing_fails() {
         // This machine has no NVIDIA driver; on a GPU machine NVML answers instead.
-        match read_within(Duration::from_secs(20)) {
+        let facts = read_within(Duration::from_secs(20));
+        // Shown with --nocapture: the answers of a real GPU machine, to record as fixtures.
+        eprintln!(
+            "{}",
+            serde_json::to_string_pretty(&facts).unwrap_or_default()
+        );
+        let findings = super::super::gpu_health::classify(&facts, Default::default());
+        eprintln!("findings: {findings:?}");
+        match facts {
             HealthFacts::Unavailable { why } => {
                 assert!(why.starts_with("NVML not available: "), "{why}")
             }
