@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod collectives;
 pub mod config;
 pub mod datatype;
+pub mod facts;
 pub mod hostlist;
 pub mod pairs;
 pub mod rendezvous;

@@ -27,6 +27,9 @@ struct RawFile {
     /// Site network profiles (`config::network`).
     #[serde(default)]
     network: Vec<super::network::NetworkProfile>,
+    /// GPUs a node should have (`config::expected_gpus`).
+    #[serde(default)]
+    expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -44,6 +47,8 @@ struct RawThreshold {
     nodes: Option<u32>,
     collective: String,
     bytes: Option<String>,
+    min_bytes: Option<String>,
+    max_bytes: Option<String>,
     min_busbw: f64,
     source: Option<String>,
 }
@@ -82,7 +87,10 @@ pub struct Threshold {
     pub gpus: Option<u32>,
     pub nodes: u32,
     pub collective: &'static str,
-    pub bytes: Option<u64>,
+    /// Smallest message size the floor holds for (`bytes` sets both ends; absent: no bound).
+    pub min_bytes: Option<u64>,
+    /// Largest message size the floor holds for.
+    pub max_bytes: Option<u64>,
     pub min_busbw: f64,
     pub source: String,
     /// File and line it came from, for `--explain-thresholds`.
@@ -132,6 +140,8 @@ pub struct WorkerConfig {
     pub plans: BTreeMap<String, Plan>,
     /// The admin file's `[[network]]` profiles (none are built in).
     pub network: Vec<super::network::NetworkProfile>,
+    /// The admin file's `[[expected_gpus]]` (none are built in).
+    pub expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
     pub text: String,
 }
 
@@ -166,6 +176,7 @@ impl WorkerConfig {
             thresholds: Vec::new(),
             plans: BTreeMap::new(),
             network: Vec::new(),
+            expected_gpus: Vec::new(),
             text: String::new(),
         };
         let defaults = validate(defaults_path, DEFAULTS, raw_defaults, false)?;
@@ -195,6 +206,9 @@ impl WorkerConfig {
         if !v.network.is_empty() {
             self.network = v.network;
         }
+        if !v.expected_gpus.is_empty() {
+            self.expected_gpus = v.expected_gpus;
+        }
     }
 }
 
@@ -204,9 +218,15 @@ struct Validated {
     thresholds: Vec<Threshold>,
     plans: BTreeMap<String, Plan>,
     network: Vec<super::network::NetworkProfile>,
+    expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
 }
 
-fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Validated, ConfigError> {
+fn validate(
+    path: &Path,
+    text: &str,
+    mut raw: RawFile,
+    admin: bool,
+) -> Result<Validated, ConfigError> {
     let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
     let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
     if let Some(f) = fraction {
@@ -218,6 +238,7 @@ fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Valida
         }
     }
     super::network::validate(&raw.network, path, text)?;
+    super::expected_gpus::validate(&mut raw.expected_gpus, path, text)?;
     let mut thresholds = Vec::new();
     for (i, t) in raw.thresholds.into_iter().enumerate() {
         let field = |k: &str| format!("thresholds[{i}].{k}");
@@ -239,16 +260,38 @@ fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Valida
                 "must be at least 1".into(),
             ));
         }
-        let bytes = match &t.bytes {
-            None => None,
-            Some(b) => Some(parse_size(b).map_err(|e| bad(field("bytes"), e))?),
+        let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
+            v.as_deref()
+                .map(|b| parse_size(b).map_err(|e| bad(field(k), e)))
+                .transpose()
+        };
+        let (min_bytes, max_bytes) = match (
+            size("bytes", &t.bytes)?,
+            size("min_bytes", &t.min_bytes)?,
+            size("max_bytes", &t.max_bytes)?,
+        ) {
+            (Some(b), None, None) => (Some(b), Some(b)),
+            (Some(_), _, _) => {
+                return Err(bad(
+                    field("bytes"),
+                    "give `bytes` (one size) or `min_bytes`/`max_bytes` (a range), not both".into(),
+                ))
+            }
+            (None, Some(lo), Some(hi)) if lo > hi => {
+                return Err(bad(
+                    field("min_bytes"),
+                    format!("min_bytes {lo} is larger than max_bytes {hi}"),
+                ))
+            }
+            (None, lo, hi) => (lo, hi),
         };
         thresholds.push(Threshold {
             gpu: t.gpu,
             gpus: t.gpus,
             nodes: t.nodes.unwrap_or(1),
             collective,
-            bytes,
+            min_bytes,
+            max_bytes,
             min_busbw: t.min_busbw,
             source: t.source.unwrap_or_default(),
             origin: format!(
@@ -351,6 +394,7 @@ fn validate(path: &Path, text: &str, raw: RawFile, admin: bool) -> Result<Valida
         thresholds,
         plans,
         network: raw.network,
+        expected_gpus: raw.expected_gpus,
     })
 }
 

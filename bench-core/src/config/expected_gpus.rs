@@ -1,0 +1,188 @@
+//! `[[expected_gpus]]`: how many GPUs a node should have (and optionally which, by PCI bus id),
+//! per partition and/or node set, chosen like the network profiles (first match wins). Read by
+//! `facts::inventory`; without a match the count comes from Slurm's gres.conf/slurm.conf.
+//!
+//! ```toml
+//! [[expected_gpus]]
+//! nodes = ["gpu[001-128]"]          # Slurm hostlist expressions, `*` = any characters
+//! partitions = ["gpu"]              # SLURM_JOB_PARTITION; empty or absent = any
+//! count = 8
+//! bus_ids = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
+//!            "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"]   # optional
+//! ```
+
+use super::file::{invalid, ConfigError};
+use super::network::hostlist_matches;
+use serde::Deserialize;
+use std::path::Path;
+
+/// The most GPUs one node may be configured to have.
+pub const MAX_GPUS: u32 = 64;
+
+/// One `[[expected_gpus]]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedGpus {
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    pub count: u32,
+    /// PCI addresses (`0000:9b:00.0`, lower case after validation) the GPUs sit at, so a
+    /// missing one is named.
+    #[serde(default)]
+    pub bus_ids: Vec<String>,
+}
+
+impl ExpectedGpus {
+    pub fn matches(&self, partition: Option<&str>, host: &str) -> bool {
+        let partition_ok = self.partitions.is_empty()
+            || partition.is_some_and(|p| self.partitions.iter().any(|q| q == p));
+        let node_ok = self.nodes.is_empty()
+            || self
+                .nodes
+                .iter()
+                .any(|pattern| hostlist_matches(pattern, host).unwrap_or(false));
+        partition_ok && node_ok
+    }
+}
+
+/// The entry for a job in `partition` on `host`: the first that matches, in file order.
+pub fn select<'a>(
+    list: &'a [ExpectedGpus],
+    partition: Option<&str>,
+    host: &str,
+) -> Option<&'a ExpectedGpus> {
+    list.iter().find(|e| e.matches(partition, host))
+}
+
+/// Whether `text` is a PCI address `dddd:bb:dd.f` (hex digits).
+pub fn is_bus_id(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() == 12
+        && [4, 7, 10]
+            .iter()
+            .all(|&i| b[i] == if i == 10 { b'.' } else { b':' })
+        && b.iter()
+            .enumerate()
+            .filter(|(i, _)| ![4, 7, 10].contains(i))
+            .all(|(_, c)| c.is_ascii_hexdigit())
+}
+
+/// Checks what serde cannot, naming the line (`expected_gpus[1].bus_ids[3]`), and lower-cases
+/// the bus ids.
+pub fn validate(list: &mut [ExpectedGpus], path: &Path, text: &str) -> Result<(), ConfigError> {
+    let n = list.len();
+    for (i, e) in list.iter_mut().enumerate() {
+        let bad = |field: &str, msg: String| {
+            Err(invalid(
+                path,
+                text,
+                &format!("expected_gpus[{i}].{field}"),
+                msg,
+            ))
+        };
+        if e.count == 0 || e.count > MAX_GPUS {
+            return bad(
+                "count",
+                format!("{} GPUs: expected 1..={MAX_GPUS}", e.count),
+            );
+        }
+        if e.partitions.is_empty() && e.nodes.is_empty() && i + 1 < n {
+            return bad(
+                "count",
+                "an entry with neither partitions nor nodes matches every node, so the entries \
+                 after it never apply (the first match wins); move it last"
+                    .into(),
+            );
+        }
+        for (j, part) in e.partitions.iter().enumerate() {
+            if part.is_empty() || part.contains([',', ' ', '\t']) {
+                return bad(
+                    &format!("partitions[{j}]"),
+                    format!("'{part}' is not one partition name"),
+                );
+            }
+        }
+        for (j, pattern) in e.nodes.iter().enumerate() {
+            if let Err(msg) = hostlist_matches(pattern, "") {
+                return bad(&format!("nodes[{j}]"), msg);
+            }
+        }
+        if !e.bus_ids.is_empty() && e.bus_ids.len() != e.count as usize {
+            return bad(
+                "bus_ids",
+                format!("{} bus ids for count = {}", e.bus_ids.len(), e.count),
+            );
+        }
+        for j in 0..e.bus_ids.len() {
+            let id = e.bus_ids[j].to_ascii_lowercase();
+            if !is_bus_id(&id) {
+                return bad(
+                    &format!("bus_ids[{j}]"),
+                    format!("'{id}' is not a PCI address like 0000:9b:00.0"),
+                );
+            }
+            if e.bus_ids[..j].contains(&id) {
+                return bad(&format!("bus_ids[{j}]"), format!("'{id}' is listed twice"));
+            }
+            e.bus_ids[j] = id;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::worker::WorkerConfig;
+    use std::path::Path;
+
+    fn admin(text: &str) -> Result<WorkerConfig, crate::config::ConfigError> {
+        WorkerConfig::from_texts(Some((Path::new("/etc/nccl-check/nccl-check.toml"), text)))
+    }
+
+    #[test]
+    fn entries_are_selected_by_partition_and_node_first_match_wins() {
+        let c = admin(
+            "[[expected_gpus]]\nnodes = [\"gpu[001-004]\"]\ncount = 4\n\
+             [[expected_gpus]]\npartitions = [\"big\"]\ncount = 8\nbus_ids = [\"0000:18:00.0\", \"0000:2A:00.0\", \"0000:3a:00.0\", \"0000:5d:00.0\", \"0000:9a:00.0\", \"0000:ab:00.0\", \"0000:ba:00.0\", \"0000:db:00.0\"]\n\
+             [[expected_gpus]]\ncount = 2\n",
+        )
+        .unwrap();
+        let l = &c.expected_gpus;
+        assert_eq!(super::select(l, Some("big"), "gpu003").unwrap().count, 4);
+        assert_eq!(super::select(l, Some("big"), "gpu010").unwrap().count, 8);
+        assert_eq!(super::select(l, None, "gpu010").unwrap().count, 2);
+        assert_eq!(l[1].bus_ids[1], "0000:2a:00.0");
+        assert!(WorkerConfig::from_texts(None)
+            .unwrap()
+            .expected_gpus
+            .is_empty());
+    }
+
+    #[test]
+    fn bad_entries_name_file_line_and_field() {
+        let e = admin("[[expected_gpus]]\ncount = 8\nbus_ids = [\"0000:18:00.0\"]\n").unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("expected_gpus[0].bus_ids", Some(3)),
+            "{e}"
+        );
+        let e = admin("[[expected_gpus]]\ncount = 1\nbus_ids = [\"18:00.0\"]\n").unwrap_err();
+        assert_eq!(e.field, "expected_gpus[0].bus_ids[0]", "{e}");
+        let e = admin("[[expected_gpus]]\ncount = 0\n").unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("expected_gpus[0].count", Some(2)),
+            "{e}"
+        );
+        let e = admin("[[expected_gpus]]\ncount = 8\ncont = 8\n").unwrap_err();
+        assert!(e.message.contains("cont") && e.line == Some(3), "{e}");
+        let e =
+            admin("[[expected_gpus]]\ncount = 8\n[[expected_gpus]]\nnodes = [\"a\"]\ncount = 4\n")
+                .unwrap_err();
+        assert!(e.message.contains("move it last"), "{e}");
+        let e = admin("[[expected_gpus]]\nnodes = [\"gpu[1-\"]\ncount = 4\n").unwrap_err();
+        assert_eq!(e.field, "expected_gpus[0].nodes[0]", "{e}");
+    }
+}

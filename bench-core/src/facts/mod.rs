@@ -1,0 +1,58 @@
+//! Facts: what the node itself says about its hardware, read in milliseconds before or beside
+//! the bandwidth measurement, so a verdict can name the part (a GPU the driver no longer lists,
+//! a NIC port that is down or trained at a lower rate, a GPU with a dead NVLink, a degraded PCIe
+//! link, uncorrectable ECC errors or an active hardware slowdown) instead of only a slow number.
+//!
+//! Each module reads one source under a configurable root (so tests use fixture trees) and
+//! returns plain data plus `Finding`s; none of them decides a verdict. A finding has a stable
+//! `code` the report turns into its reason; every finding here is a hardware fault, i.e. a
+//! FAIL that may drain the node, and a source that cannot be read is never one (it is reported
+//! as unavailable).
+//! - `inventory`: GPUs the driver lists vs the GPUs the node should have (`gpu_missing`).
+//! - `net`: the NICs NCCL used, their state and link rate from sysfs (`net_port_down`,
+//!   `net_rate_degraded`), and the node-pair bandwidth to expect of them.
+//! - `gpu_health`: NVML facts per GPU and their classification (`nvlink_down`, `pcie_degraded`,
+//!   `ecc_uncorrectable`, `row_remap_pending`, `hw_slowdown`); `nvml` reads them (feature `nvml`).
+
+pub mod gpu_health;
+pub mod inventory;
+pub mod net;
+#[cfg(feature = "nvml")]
+pub mod nvml;
+pub mod read;
+
+use serde::Serialize;
+
+/// One fault found in the facts, in the shape the report's reason takes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// Stable machine-readable code, e.g. `gpu_missing`.
+    pub code: &'static str,
+    /// The part: `GPU 0000:9b:00.0`, `mlx5_0:1`, `eth0`.
+    pub subject: String,
+    /// One line for an admin: what is wrong and how it was known.
+    pub message: String,
+    /// The measured value, when the fault is a number (GPUs listed, Gb/s, PCIe width).
+    pub measured: Option<f64>,
+    /// The value it was held against.
+    pub limit: Option<f64>,
+}
+
+impl Finding {
+    pub fn new(code: &'static str, subject: impl Into<String>, message: impl Into<String>) -> Self {
+        Finding {
+            code,
+            subject: subject.into(),
+            message: message.into(),
+            measured: None,
+            limit: None,
+        }
+    }
+
+    /// The same finding with its number and the limit it missed.
+    pub fn with_values(mut self, measured: f64, limit: f64) -> Self {
+        self.measured = Some(measured);
+        self.limit = Some(limit);
+        self
+    }
+}
