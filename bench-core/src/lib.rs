@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod collectives;
 pub mod config;
 pub mod datatype;
+pub mod localize;
 pub mod pairs;
 pub mod rendezvous;
 pub mod report;
