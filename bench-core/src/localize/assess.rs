@@ -2,7 +2,7 @@
 //! node-rails are cleared or bad, and the findings that explain every slow result. Pure and
 //! deterministic: the same results give the same findings on every rank.
 
-use super::{node_name, Code, Config, Finding, Group, GroupKind, Phase};
+use super::{node_name, Code, Config, Finding, Group, GroupKind};
 use std::collections::BTreeMap;
 
 /// One measured group.
@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 pub(crate) struct Measured {
     pub group: Group,
     pub busbw: f64,
-    pub phase: Phase,
 }
 
 /// Nearest-rank quantile `q` of `values`; `None` for none.
@@ -403,7 +402,6 @@ mod tests {
                 rail_b: r,
             },
             busbw,
-            phase: Phase::Screen,
         }
     }
 

@@ -151,6 +151,14 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
     let (mut healthy, mut worst) = (a_s, a_s);
     let cap = round_cap(n);
     let screen = ring_rounds(n).len();
+    // Two nodes: screening and the cross-rail round. Three: every pair is met in screening, so no
+    // confirmation partner is left. From four on the cap binds.
+    let (worst_rounds, one_fault) = match n {
+        0 | 1 => (0, 0),
+        2 => (2, 2),
+        3 => (3, 3),
+        _ => (cap, screen + 1),
+    };
     let mut full_matrix_seconds = 0.0;
     if n >= 2 {
         let per_iter =
@@ -168,34 +176,29 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
         let round_s = pair_round_s(n);
         phases.push(PhaseModel {
             name: "localization_worst_case",
-            rounds: cap,
-            seconds: cap as f64 * round_s,
+            rounds: worst_rounds,
+            seconds: worst_rounds as f64 * round_s,
             what: format!(
-                "only when B is slow: {screen} screening rounds of the ring's {} node pairs x {g} rails ({} groups at most per round), then rounds pairing suspects with cleared nodes, capped at {cap} rounds ({round_s:.2} s each)",
+                "only when B is slow: {screen} screening rounds of the ring's {} node pairs x {g} rails ({} groups at most per round), then rounds pairing suspects with cleared nodes, at most {worst_rounds} rounds ({round_s:.2} s each)",
                 if n == 2 { 1 } else { n },
                 (n / 2) * g
             ),
         });
         healthy += b_s;
-        worst += b_s + cap as f64 * round_s;
+        worst += b_s + worst_rounds as f64 * round_s;
         full_matrix_seconds = crate::pairs::rounds(n).len() as f64 * round_s;
     }
-    let one_fault = match n {
-        0 | 1 => 0,
-        2 => 2,
-        _ => screen + 1,
-    };
     Ok(PlanModel {
         nodes: n,
         gpus_per_node: g,
         plan: "adaptive",
-        rounds: cap,
+        rounds: worst_rounds,
         rounds_bound: if n >= 2 {
             2.0 * (n as f64).log2() + 4.0
         } else {
             0.0
         },
-        rounds_one_fault: one_fault.min(cap),
+        rounds_one_fault: one_fault,
         modeled_seconds: worst,
         modeled_seconds_healthy: healthy,
         nccl_init_seconds: c("nccl_init_base_s") + (n * g) as f64 * c("nccl_init_per_rank_s"),
@@ -299,8 +302,9 @@ mod tests {
             .iter()
             .map(|&n| plan_model(n, 8).unwrap().rounds)
             .collect();
-        assert_eq!(r, [6, 6, 10, 16, 28]);
-        assert_eq!(plan_model(3, 8).unwrap().rounds_one_fault, 4);
+        assert_eq!(r, [2, 3, 10, 16, 28]);
+        assert_eq!(plan_model(3, 8).unwrap().rounds_one_fault, 3);
+        assert_eq!(plan_model(8, 8).unwrap().rounds_one_fault, 3);
         assert!(plan_model(0, 8).is_err());
         assert!(explain_plan(0, 8, true).contains("\"error\""));
         let text = explain_plan(64, 8, false);

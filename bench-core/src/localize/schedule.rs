@@ -183,11 +183,7 @@ impl Localizer {
                     if let Group::Pair { a, b, .. } = group {
                         self.met.insert((a.min(b), a.max(b)));
                     }
-                    self.pairs.push(Measured {
-                        group,
-                        busbw,
-                        phase: round.phase,
-                    });
+                    self.pairs.push(Measured { group, busbw });
                 }
                 if let Stage::NodeRounds { next } = self.stage {
                     self.stage = Stage::NodeRounds { next: next + 1 };
