@@ -11,6 +11,7 @@ pub mod config;
 pub mod datatype;
 pub mod facts;
 pub mod hostlist;
+pub mod localize;
 pub mod pairs;
 pub mod rendezvous;
 pub mod report;

@@ -1,0 +1,435 @@
+//! Judging what the rounds measured: a reference per kind of group, which results are slow, which
+//! node-rails are cleared or bad, and the findings that explain every slow result. Pure and
+//! deterministic: the same results give the same findings on every rank.
+
+use super::{node_name, Code, Config, Finding, Group, GroupKind};
+use std::collections::BTreeMap;
+
+/// One measured group.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Measured {
+    pub group: Group,
+    pub busbw: f64,
+}
+
+/// Nearest-rank quantile `q` of `values`; `None` for none.
+pub(crate) fn quantile(values: impl Iterator<Item = f64>, q: f64) -> Option<f64> {
+    let mut v: Vec<f64> = values.collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = (q * v.len() as f64).ceil() as usize;
+    Some(v[rank.clamp(1, v.len()) - 1])
+}
+
+/// The limit below which a result of one kind is slow.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limit {
+    pub reference: Option<f64>,
+    pub fraction: f64,
+    pub floor: Option<f64>,
+}
+
+impl Limit {
+    pub fn new(values: impl Iterator<Item = f64>, floor: Option<f64>, cfg: &Config) -> Limit {
+        Limit {
+            reference: quantile(values, cfg.reference_quantile),
+            fraction: cfg.fraction,
+            floor,
+        }
+    }
+
+    /// The busbw a result must reach.
+    pub fn value(&self) -> f64 {
+        let rel = self.reference.map_or(0.0, |r| self.fraction * r);
+        rel.max(self.floor.unwrap_or(0.0))
+    }
+
+    pub fn slow(&self, busbw: f64) -> bool {
+        busbw < self.value()
+    }
+}
+
+/// Phase A: which nodes are slow on their own GPUs.
+pub(crate) fn local_bad(local: &[f64], cfg: &Config) -> (Vec<bool>, Limit) {
+    let limit = Limit::new(local.iter().copied(), cfg.floors.local, cfg);
+    (local.iter().map(|&v| limit.slow(v)).collect(), limit)
+}
+
+/// What the pair results say about every node-rail.
+pub(crate) struct Assessment {
+    pub g: usize,
+    pub slow: Vec<bool>,
+    pub rail_limit: Limit,
+    /// Some pair of this node on this rail is fast.
+    pub cleared: Vec<bool>,
+    /// Some pair of this node on this rail is slow.
+    pub touched_slow: Vec<bool>,
+    pub bad: Vec<bool>,
+}
+
+impl Assessment {
+    pub fn new(n: usize, g: usize, pairs: &[Measured], cfg: &Config) -> Assessment {
+        let of_kind = |k: GroupKind| {
+            pairs
+                .iter()
+                .filter(move |m| m.group.kind() == k)
+                .map(|m| m.busbw)
+        };
+        let rail_limit = Limit::new(of_kind(GroupKind::RailPair), cfg.floors.pair, cfg);
+        let cross_limit = Limit::new(of_kind(GroupKind::CrossRail), cfg.floors.pair, cfg);
+        let slow: Vec<bool> = pairs
+            .iter()
+            .map(|m| match m.group.kind() {
+                GroupKind::CrossRail => cross_limit.slow(m.busbw),
+                _ => rail_limit.slow(m.busbw),
+            })
+            .collect();
+        let mut cleared = vec![false; n * g];
+        let mut touched_slow = vec![false; n * g];
+        for (m, &s) in pairs.iter().zip(&slow) {
+            if let Some((a, b, r)) = same_rail(m) {
+                for x in [a, b] {
+                    if s {
+                        touched_slow[x * g + r] = true;
+                    } else {
+                        cleared[x * g + r] = true;
+                    }
+                }
+            }
+        }
+        // Bad: no fast pair on the rail, and slow with at least two cleared partners (one slow
+        // pair with a cleared partner may be the link between them).
+        let mut cleared_slow_partners = vec![0u32; n * g];
+        for (m, &s) in pairs.iter().zip(&slow) {
+            if let (Some((a, b, r)), true) = (same_rail(m), s) {
+                if cleared[b * g + r] {
+                    cleared_slow_partners[a * g + r] += 1;
+                }
+                if cleared[a * g + r] {
+                    cleared_slow_partners[b * g + r] += 1;
+                }
+            }
+        }
+        let mut bad: Vec<bool> = (0..n * g)
+            .map(|i| !cleared[i] && cleared_slow_partners[i] >= 2)
+            .collect();
+        // Two nodes: the cross-rail round places a slow rail. Group (0:r, 1:r+1) holds node 0's
+        // NIC r, group (0:r-1, 1:r) node 1's NIC r; the slow one of the two names the owner.
+        if n == 2 && g >= 2 {
+            let cross: BTreeMap<(usize, usize), bool> = pairs
+                .iter()
+                .zip(&slow)
+                .filter_map(|(m, &s)| match m.group {
+                    Group::Pair {
+                        a: 0,
+                        rail_a,
+                        b: 1,
+                        rail_b,
+                    } if rail_a != rail_b => Some(((rail_a, rail_b), s)),
+                    _ => None,
+                })
+                .collect();
+            for r in 0..g {
+                let prev = (r + g - 1) % g;
+                let (Some(&mine0), Some(&mine1)) =
+                    (cross.get(&(r, (r + 1) % g)), cross.get(&(prev, r)))
+                else {
+                    continue;
+                };
+                if touched_slow[r] && !cleared[r] && mine0 && !mine1 {
+                    bad[r] = true;
+                }
+                if touched_slow[g + r] && !cleared[g + r] && mine1 && !mine0 {
+                    bad[g + r] = true;
+                }
+            }
+        }
+        Assessment {
+            g,
+            slow,
+            rail_limit,
+            cleared,
+            touched_slow,
+            bad,
+        }
+    }
+
+    pub fn fully_cleared(&self, x: usize) -> bool {
+        (0..self.g).all(|r| self.cleared[x * self.g + r])
+    }
+
+    /// Node-rails that are slow, not cleared and not yet decided: each node with its rails.
+    pub fn undecided(&self, local_bad: &[bool]) -> Vec<(usize, Vec<usize>)> {
+        let mut out = Vec::new();
+        for (x, &lb) in local_bad.iter().enumerate() {
+            let rails: Vec<usize> = (0..self.g)
+                .filter(|&r| {
+                    let i = x * self.g + r;
+                    self.touched_slow[i] && !self.cleared[i] && !self.bad[i]
+                })
+                .collect();
+            if !rails.is_empty() && !lb {
+                out.push((x, rails));
+            }
+        }
+        out
+    }
+}
+
+fn same_rail(m: &Measured) -> Option<(usize, usize, usize)> {
+    match m.group {
+        Group::Pair {
+            a,
+            rail_a,
+            b,
+            rail_b,
+        } if rail_a == rail_b => Some((a, b, rail_a)),
+        _ => None,
+    }
+}
+
+/// Everything `finish` needs besides the pairs.
+pub(crate) struct Inputs<'a> {
+    pub n: usize,
+    pub g: usize,
+    pub cfg: &'a Config,
+    pub local: &'a [f64],
+    pub pairs: &'a [Measured],
+    /// Phase B's busbw and whether it was below its floor.
+    pub allocation: Option<(f64, bool)>,
+}
+
+/// The findings that explain every slow result: nodes and rails first, then node pairs, then
+/// what stays unexplained.
+pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
+    let (n, g) = (inp.n, inp.g);
+    let mut out = Vec::new();
+    let (local_bad, local_limit) = if inp.local.len() == n {
+        local_bad(inp.local, inp.cfg)
+    } else {
+        (
+            vec![false; n],
+            Limit::new(std::iter::empty(), None, inp.cfg),
+        )
+    };
+    for (x, _) in local_bad.iter().enumerate().filter(|(_, &b)| b) {
+        out.push(Finding {
+            code: Code::NodeSlow,
+            nodes: vec![x],
+            rail: None,
+            subject: node_name(x),
+            message: format!(
+                "{}: its own GPUs: local busbw {:.1} GB/s < {:.1} GB/s (phase A, every node at once)",
+                node_name(x),
+                inp.local[x],
+                local_limit.value()
+            ),
+            measured: Some(inp.local[x]),
+            limit: Some(local_limit.value()),
+        });
+    }
+    let a = Assessment::new(n, g, inp.pairs, inp.cfg);
+    let limit = a.rail_limit.value();
+    // The best result of a node-rail's slow pairs: even that is below the limit.
+    let mut best = vec![0.0f64; n * g];
+    for (m, &s) in inp.pairs.iter().zip(&a.slow) {
+        if let (Some((x, y, r)), true) = (same_rail(m), s) {
+            for z in [x, y] {
+                best[z * g + r] = best[z * g + r].max(m.busbw);
+            }
+        }
+    }
+    for x in (0..n).filter(|&x| !local_bad[x]) {
+        let rails: Vec<usize> = (0..g).filter(|&r| a.bad[x * g + r]).collect();
+        let top = rails.iter().map(|&r| best[x * g + r]).fold(0.0, f64::max);
+        if !rails.is_empty() && rails.len() == g {
+            out.push(Finding {
+                code: Code::NodeSlow,
+                nodes: vec![x],
+                rail: None,
+                subject: node_name(x),
+                message: format!(
+                    "{}: every node pair it is in is slow on all {g} NICs, with cleared partners: busbw <= {top:.1} GB/s < {limit:.1} GB/s",
+                    node_name(x)
+                ),
+                measured: Some(top),
+                limit: Some(limit),
+            });
+            continue;
+        }
+        for r in rails {
+            out.push(Finding {
+                code: Code::RailSlow,
+                nodes: vec![x],
+                rail: Some(r),
+                subject: format!("{} GPU{r} NIC", node_name(x)),
+                message: format!(
+                    "{} rail {r} (GPU{r}'s NIC): every pair through it is slow, busbw <= {:.1} GB/s < {limit:.1} GB/s; its other rails are fine",
+                    node_name(x),
+                    best[x * g + r]
+                ),
+                measured: Some(best[x * g + r]),
+                limit: Some(limit),
+            });
+        }
+    }
+    // Slow pairs no bad node-rail explains: a link when both ends are cleared, else unresolved.
+    let explained = |x: usize, r: usize| a.bad[x * g + r] || local_bad[x];
+    let mut links: BTreeMap<(usize, usize), (Vec<usize>, f64)> = BTreeMap::new();
+    let mut unresolved: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (m, &s) in inp.pairs.iter().zip(&a.slow) {
+        let Some((x, y, r)) = same_rail(m).filter(|_| s) else {
+            continue;
+        };
+        if explained(x, r) || explained(y, r) {
+            continue;
+        }
+        if n == 2 || (a.cleared[x * g + r] && a.cleared[y * g + r]) {
+            let e = links
+                .entry((x.min(y), x.max(y)))
+                .or_insert((Vec::new(), f64::INFINITY));
+            e.0.push(r);
+            e.1 = e.1.min(m.busbw);
+        } else {
+            for z in [x, y].into_iter().filter(|&z| !a.cleared[z * g + r]) {
+                unresolved.entry(z).or_default().push(r);
+            }
+        }
+    }
+    for ((x, y), (mut rails, worst)) in links {
+        rails.sort_unstable();
+        rails.dedup();
+        let why = if n == 2 {
+            "; with two nodes a slow NIC on either node and a slow path between them look the same"
+        } else {
+            ", both nodes fast with their other partners"
+        };
+        out.push(Finding {
+            code: Code::NodePairSlow,
+            nodes: vec![x, y],
+            rail: None,
+            subject: format!("{}<->{}", node_name(x), node_name(y)),
+            message: format!(
+                "{}<->{}: sendrecv busbw {worst:.1} GB/s < {limit:.1} GB/s on {} of {g} rails{why}",
+                node_name(x),
+                node_name(y),
+                rails.len()
+            ),
+            measured: Some(worst),
+            limit: Some(limit),
+        });
+    }
+    if !unresolved.is_empty() {
+        let names: Vec<String> = unresolved.keys().take(16).map(|&z| node_name(z)).collect();
+        let more = unresolved.len().saturating_sub(16);
+        out.push(Finding {
+            code: Code::SuspectsUnresolved,
+            nodes: unresolved.keys().copied().collect(),
+            rail: None,
+            subject: names.join(","),
+            message: format!(
+                "slow pairs not placed on a node, rail or link (no cleared partner left, or the round cap reached): {}{}",
+                names.join(", "),
+                if more > 0 { format!(" and {more} more") } else { String::new() }
+            ),
+            measured: None,
+            limit: Some(limit),
+        });
+    }
+    if let (Some((busbw, true)), true) = (inp.allocation, out.is_empty()) {
+        let floor = inp.cfg.floors.allocation.unwrap_or(0.0);
+        let (code, nodes, subject, why) = if n == 2 {
+            (
+                Code::NodePairSlow,
+                vec![0, 1],
+                format!("{}<->{}", node_name(0), node_name(1)),
+                "no rail stands out: with two nodes a slow node's NICs, both nodes, or the path between them look the same",
+            )
+        } else {
+            (
+                Code::AllocationSlow,
+                (0..n).collect(),
+                "allocation".to_string(),
+                "no node, rail or ring link stands out: uniformly slow, or at least half of the ring slow (no healthy reference)",
+            )
+        };
+        out.push(Finding {
+            code,
+            nodes,
+            rail: None,
+            subject,
+            message: format!(
+                "allocation-wide collective busbw {busbw:.1} GB/s < floor {floor:.1} GB/s; {why}"
+            ),
+            measured: Some(busbw),
+            limit: Some(floor),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let v = [4.0, 1.0, 3.0, 2.0];
+        assert_eq!(quantile(v.iter().copied(), 0.5), Some(2.0));
+        assert_eq!(quantile(v.iter().copied(), 0.75), Some(3.0));
+        assert_eq!(quantile([5.0, 1.0].into_iter(), 0.75), Some(5.0));
+        assert_eq!(quantile(std::iter::empty(), 0.75), None);
+    }
+
+    #[test]
+    fn limit_takes_the_stricter_of_relative_and_floor() {
+        let cfg = Config::default();
+        let l = Limit::new([100.0, 100.0, 100.0].into_iter(), Some(90.0), &cfg);
+        assert_eq!(l.value(), 90.0);
+        assert!(l.slow(89.0) && !l.slow(90.0));
+        let l = Limit::new([100.0].into_iter(), Some(50.0), &cfg);
+        assert_eq!(l.value(), 85.0);
+    }
+
+    fn pair(a: usize, b: usize, r: usize, busbw: f64) -> Measured {
+        Measured {
+            group: Group::Pair {
+                a,
+                rail_a: r,
+                b,
+                rail_b: r,
+            },
+            busbw,
+        }
+    }
+
+    #[test]
+    fn one_slow_pair_with_cleared_ends_is_a_link_not_a_node() {
+        // Ring of 4, one rail: edge (1,2) slow.
+        let pairs = [
+            pair(0, 1, 0, 48.0),
+            pair(2, 3, 0, 47.0),
+            pair(1, 2, 0, 20.0),
+            pair(0, 3, 0, 48.5),
+        ];
+        let cfg = Config::default();
+        let a = Assessment::new(4, 1, &pairs, &cfg);
+        assert_eq!(a.bad, vec![false; 4]);
+        assert!(a.undecided(&[false; 4]).is_empty());
+        let f = findings(&Inputs {
+            n: 4,
+            g: 1,
+            cfg: &cfg,
+            local: &[300.0; 4],
+            pairs: &pairs,
+            allocation: Some((20.0, true)),
+        });
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(
+            (f[0].code, f[0].nodes.clone()),
+            (Code::NodePairSlow, vec![1, 2])
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! Localization that scales: which node, node pair or NIC rail makes an allocation slow, named in
+//! a number of node-level rounds that does not grow with the number of nodes. Pure: no GPU, no
+//! sockets; a runner (or the fabric simulation) measures the rounds this module hands out.
+//!
+//! # The schedule
+//! - **Phase A** (always): every node's own GPUs at once (the local collective and GPU pair matrix of
+//!   today); one number per node, judged against the other nodes (a GPU, NVLink or a throttled
+//!   node shows here and is named `node_slow` without any inter-node round).
+//! - **Phase B** (N >= 2): one collective over the whole allocation. It is a single number, so only
+//!   an absolute floor can judge it; when it is at or above its floor the check ends: a healthy
+//!   allocation costs zero localization rounds. Without a floor B cannot be judged and screening
+//!   always runs (two rounds on a healthy allocation).
+//! - **Screening** (B slow): the edges of the ring B's collective runs over (node i with node i+1)
+//!   in two rounds of disjoint node pairs (even edges, odd edges; three when N is odd), each node
+//!   pair measured rail-wise: GPU r of one node with GPU r of the other, through both GPUs' NICs.
+//! - **Confirmation** (only if needed): a node-rail whose screening pairs are all slow, but which
+//!   has fewer than two slow pairs with cleared partners, is paired with a cleared node it has not
+//!   met yet; disjoint pairs, all suspects at once, until every suspect is decided or the round cap
+//!   `2*floor(log2 N)+4` is reached (the rest is reported as unresolved, never guessed).
+//! - The full pair matrix (`Plan::FullMatrix`, `pairs::rounds`) stays available on request: N-1
+//!   rounds, judged by the same rule, and the only plan that tests node pairs B's ring never uses.
+//!
+//! # Why it does not grow with N
+//! Each round measures up to N/2 node pairs in parallel, so screening costs 2-3 rounds whatever N
+//! is, and one confirmation round decides up to as many suspects as there are cleared nodes. One
+//! or two faults take 2-3 rounds at N = 4096 as at N = 8; the cap (O(log N)) only bounds the
+//! pathological case of more suspects than cleared nodes.
+//!
+//! # The rule, and what each fault looks like
+//! A result is slow when it is below `fraction` x the reference of its kind (an upper quantile of
+//! every result of that kind so far, so it stays healthy while up to 3/4 are slow) or below the
+//! kind's floor. Node x is *cleared* on rail r when any of its pairs on r is fast; it is *bad* on r
+//! when none is and at least two of its slow pairs on r are with cleared partners.
+//! - slow node (all NICs): both ring edges slow on every rail, neighbours cleared by their other edge;
+//! - slow rail (GPU r's NIC): both ring edges slow on rail r only;
+//! - slow node pair: one edge slow, both ends cleared by their other edge;
+//! - two bad nodes: two such patterns; adjacent ones leave each with one cleared partner, and one
+//!   confirmation round against fresh cleared nodes decides both.
+//!
+//! # What it cannot tell apart
+//! - N = 2: a node whose NICs are all slow, both nodes slow, and a slow path between them all look
+//!   the same (one pair, nothing to compare with); named `node_pair_slow` unless phase A names a
+//!   node. A single slow rail is still placed on its node by one cross-rail round (GPU r of node 0
+//!   with GPU r+1 of node 1), which needs G >= 2.
+//! - N = 3 with two bad nodes, and generally half the ring slow: no healthy reference is left;
+//!   the finding is `allocation_slow` (or `suspects_unresolved` when a pair floor is set).
+//! - A slow node pair that B's ring does not use (not neighbours in node order) does not slow B and
+//!   is not looked for; `Plan::FullMatrix` finds it.
+//! - A suspect whose confirmation partner happens to share a second, independent link fault.
+
+mod assess;
+pub mod plan;
+mod schedule;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
+
+pub use plan::explain_plan;
+pub use schedule::Localizer;
+
+/// Largest allocation the localizer accepts (a bounded input: results arrive from the network).
+pub const MAX_NODES: usize = 65_536;
+/// Largest number of GPUs (and so NIC rails) per node.
+pub const MAX_GPUS: usize = 64;
+
+/// What one group of a round is: who takes part, and so what its busbw means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// Phase A: the GPUs of one node, nothing else.
+    Local { node: usize },
+    /// Phase B: every GPU of every node, one collective.
+    Allocation,
+    /// Sendrecv between GPU `rail_a` of node `a` and GPU `rail_b` of node `b`, each through its
+    /// own NIC. `rail_a == rail_b` in every plan except the two-node cross-rail round.
+    Pair {
+        a: usize,
+        rail_a: usize,
+        b: usize,
+        rail_b: usize,
+    },
+}
+
+/// Results are compared only with results of the same kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GroupKind {
+    Local,
+    Allocation,
+    RailPair,
+    CrossRail,
+}
+
+impl Group {
+    pub fn kind(&self) -> GroupKind {
+        match self {
+            Group::Local { .. } => GroupKind::Local,
+            Group::Allocation => GroupKind::Allocation,
+            Group::Pair { rail_a, rail_b, .. } if rail_a == rail_b => GroupKind::RailPair,
+            Group::Pair { .. } => GroupKind::CrossRail,
+        }
+    }
+}
+
+/// Why a round exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Local,
+    Allocation,
+    Screen,
+    CrossRail,
+    Confirm,
+    Matrix,
+}
+
+impl Phase {
+    /// Localization rounds are the ones the bound counts: everything after phase B.
+    pub fn is_localization(self) -> bool {
+        !matches!(self, Phase::Local | Phase::Allocation)
+    }
+}
+
+/// Groups measured at the same time; no GPU is in two groups of one round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Round {
+    pub index: usize,
+    pub phase: Phase,
+    pub groups: Vec<Group>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Screening of B's ring edges, then suspects against cleared nodes (the default).
+    Adaptive,
+    /// Every node pair, rail-wise (N-1 rounds; N when N is odd), whatever B says.
+    FullMatrix,
+}
+
+/// Absolute floors in GB/s busbw, one per kind of group; `None`: relative rule only.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Floors {
+    pub local: Option<f64>,
+    pub allocation: Option<f64>,
+    pub pair: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Slow = below this fraction of the reference (defaults.toml `[outliers] fraction`).
+    pub fraction: f64,
+    /// The reference is this quantile of the results of one kind (nearest rank). 0.5 is the
+    /// median; 0.75 keeps a healthy reference while up to 3/4 of results are slow, which the
+    /// ring needs: two bad nodes among 8 slow half of its edges.
+    pub reference_quantile: f64,
+    pub floors: Floors,
+    pub plan: Plan,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            fraction: 0.85,
+            reference_quantile: 0.75,
+            floors: Floors::default(),
+            plan: Plan::Adaptive,
+        }
+    }
+}
+
+/// Stable finding codes; the report maps them onto its reason codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Code {
+    NodeSlow,
+    NodePairSlow,
+    RailSlow,
+    /// Phase B below its floor and no node, pair or rail stands out.
+    AllocationSlow,
+    /// Suspects left undecided (round cap reached or no cleared partner).
+    SuspectsUnresolved,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::NodeSlow => "node_slow",
+            Code::NodePairSlow => "node_pair_slow",
+            Code::RailSlow => "rail_slow",
+            Code::AllocationSlow => "allocation_slow",
+            Code::SuspectsUnresolved => "suspects_unresolved",
+        }
+    }
+}
+
+/// One culprit. `nodes` are indices into the allocation's node list (the runner owns the names);
+/// `rail` is the GPU index whose NIC is meant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub code: Code,
+    pub nodes: Vec<usize>,
+    pub rail: Option<usize>,
+    pub subject: String,
+    pub message: String,
+    pub measured: Option<f64>,
+    pub limit: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub findings: Vec<Finding>,
+    /// Every round, phases A and B included.
+    pub rounds: usize,
+    /// Rounds after phase B (the ones `2*log2(N)+4` bounds).
+    pub localization_rounds: usize,
+    pub allocation_busbw: Option<f64>,
+}
+
+impl Verdict {
+    pub fn pass(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum LocalizeError {
+    Shape { nodes: usize, gpus: usize },
+    Config(&'static str),
+    NoRoundPending,
+    ResultCount { expected: usize, got: usize },
+    BadValue { index: usize, value: f64 },
+}
+
+impl std::fmt::Display for LocalizeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LocalizeError::Shape { nodes, gpus } => write!(
+                f,
+                "allocation of {nodes} nodes x {gpus} GPUs: need 1..={MAX_NODES} nodes and 1..={MAX_GPUS} GPUs per node"
+            ),
+            LocalizeError::Config(why) => write!(f, "localization config: {why}"),
+            LocalizeError::NoRoundPending => write!(f, "results recorded with no round pending"),
+            LocalizeError::ResultCount { expected, got } => {
+                write!(f, "round has {expected} groups, {got} results recorded")
+            }
+            LocalizeError::BadValue { index, value } => {
+                write!(f, "result {index} is {value}: busbw must be finite and >= 0")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LocalizeError {}
+
+/// The worst-case number of localization rounds: `2*floor(log2 N)+4` (0 for one node).
+pub fn round_cap(nodes: usize) -> usize {
+    if nodes < 2 {
+        0
+    } else {
+        2 * nodes.ilog2() as usize + 4
+    }
+}
+
+/// Node names in findings: `node7`; the runner swaps in host names.
+pub(crate) fn node_name(i: usize) -> String {
+    format!("node{i}")
+}

@@ -1,0 +1,316 @@
+//! `--explain-plan`: the steps and rounds a check of N nodes x G GPUs runs, and a modeled time per
+//! phase. No GPU needed: the rounds come from the same schedule the localizer runs, the time from
+//! a cost model whose constants are measured (cited files) or public numbers, each marked as an
+//! estimate where no source exists.
+
+use super::schedule::ring_rounds;
+use super::{round_cap, LocalizeError, MAX_GPUS, MAX_NODES};
+use serde::Serialize;
+
+/// One constant of the cost model and where it comes from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Constant {
+    pub name: &'static str,
+    pub value: f64,
+    pub unit: &'static str,
+    pub estimate: bool,
+    pub source: &'static str,
+}
+
+const MIB_256: f64 = 268_435_456.0;
+
+pub const CONSTANTS: [Constant; 9] = [
+    Constant {
+        name: "local_collective_s",
+        value: 0.087,
+        unit: "s",
+        estimate: false,
+        source: "all_reduce 256M on one node, allocation 23 + warm-up 47 + timed loop 12 + verification 5 ms (medians, 4x H200): bench-core/benchmarks/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
+    },
+    Constant {
+        name: "local_pair_round_s",
+        value: 0.056,
+        unit: "s",
+        estimate: false,
+        source: "quick plan 2268 ms - all_reduce alone 2101 ms = 167 ms for the 3 rounds of the 4-GPU pair matrix (README.md 'Measured'; medians in bench-core/benchmarks/results/2026-11-21-h200x4-session4/time-to-verdict.txt)",
+    },
+    Constant {
+        name: "nccl_init_base_s",
+        value: 0.69,
+        unit: "s",
+        estimate: false,
+        source: "nccl_init phase, median 692 ms at 4 ranks: bench-core/benchmarks/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
+    },
+    Constant {
+        name: "nccl_init_per_rank_s",
+        value: 0.002,
+        unit: "s/rank",
+        estimate: true,
+        source: "estimate: NCCL's bootstrap and ring building grow with the rank count; NVIDIA/nccl#1156 reports 2.5 min at 'certain K GPUs' on the default init path, NVIDIA/nccl PR #1789 tens of seconds from O(N^2) loops at 32K-100K ranks; no published number at 8K ranks",
+    },
+    Constant {
+        name: "connect_all_s",
+        value: 0.39,
+        unit: "s",
+        estimate: false,
+        source: "NCCL 'Init timings ... connections 0.39' for every channel of an 8-rank communicator (NVIDIA/nccl#1646 log); charged once to the allocation-wide collective, whose ranks connect to a fixed number of neighbours",
+    },
+    Constant {
+        name: "connect_new_peer_s",
+        value: 0.2,
+        unit: "s",
+        estimate: true,
+        source: "estimate: one new IB peer per GPU per localization round; about half of connect_all_s, 4x the measured local pair round (which includes NVLink P2P connection set-up)",
+    },
+    Constant {
+        name: "allocation_busbw_gbs",
+        value: 370.0,
+        unit: "GB/s",
+        estimate: false,
+        source: "multi-node all_reduce busbw, H100 8 nodes average 373 GB/s (CoreWeave nccl-tests README, shared/notes/peer-tools.md sec. 1.9)",
+    },
+    Constant {
+        name: "nic_busbw_gbs",
+        value: 48.0,
+        unit: "GB/s",
+        estimate: true,
+        source: "estimate: a 400 Gb/s NIC is 50 GB/s line rate; a GPU pair across nodes through one NIC each way",
+    },
+    Constant {
+        name: "hop_latency_s",
+        value: 5e-6,
+        unit: "s",
+        estimate: true,
+        source: "estimate: per ring step between nodes (ring all_reduce takes 2(N-1) steps; NCCL's trees would take log N), plus the same per tree level for the per-round control-plane sum",
+    },
+];
+
+fn c(name: &str) -> f64 {
+    CONSTANTS
+        .iter()
+        .find(|k| k.name == name)
+        .map_or(f64::NAN, |k| k.value)
+}
+
+/// Timed iterations per measurement, as the quick plan: 2 warm-up + 5 timed x 2 placements.
+const ITERATIONS: f64 = 12.0;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseModel {
+    pub name: &'static str,
+    pub rounds: usize,
+    pub seconds: f64,
+    pub what: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanModel {
+    pub nodes: usize,
+    pub gpus_per_node: usize,
+    pub plan: &'static str,
+    /// Node-level localization rounds in the worst case (the schedule's cap).
+    pub rounds: usize,
+    /// `2*log2(N)+4`, the bound the cap keeps.
+    pub rounds_bound: f64,
+    /// Rounds for one slow node, rail or link (screening; + 1 confirmation for adjacent pairs).
+    pub rounds_one_fault: usize,
+    /// Everything after NCCL init, worst case (every localization round spent).
+    pub modeled_seconds: f64,
+    /// Everything after NCCL init on a healthy allocation (phases A and B only).
+    pub modeled_seconds_healthy: f64,
+    pub nccl_init_seconds: f64,
+    pub nccl_init_is_estimate: bool,
+    pub phases: Vec<PhaseModel>,
+    pub full_matrix_rounds: usize,
+    pub full_matrix_seconds: f64,
+    pub constants: &'static [Constant],
+}
+
+/// Seconds for one localization round of rail-wise pairs among `nodes` nodes.
+fn pair_round_s(nodes: usize) -> f64 {
+    let data = ITERATIONS * MIB_256 / (c("nic_busbw_gbs") * 1e9);
+    let control = 2.0 * (nodes.max(2) as f64).log2() * c("hop_latency_s");
+    c("connect_new_peer_s") + data + control
+}
+
+pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, LocalizeError> {
+    let (n, g) = (nodes, gpus_per_node);
+    if !(1..=MAX_NODES).contains(&n) || !(1..=MAX_GPUS).contains(&g) {
+        return Err(LocalizeError::Shape { nodes: n, gpus: g });
+    }
+    let local_rounds = crate::pairs::rounds(g).len();
+    let a_s = c("local_collective_s") + local_rounds as f64 * c("local_pair_round_s");
+    let mut phases = vec![PhaseModel {
+        name: "a_local",
+        rounds: 1,
+        seconds: a_s,
+        what: format!(
+            "every node at once: all_reduce 256M over its {g} GPUs, then its GPU pair matrix ({local_rounds} rounds)"
+        ),
+    }];
+    let (mut healthy, mut worst) = (a_s, a_s);
+    let cap = round_cap(n);
+    let screen = ring_rounds(n).len();
+    // Two nodes: screening and the cross-rail round. Three: every pair is met in screening, so no
+    // confirmation partner is left. From four on the cap binds.
+    let (worst_rounds, one_fault) = match n {
+        0 | 1 => (0, 0),
+        2 => (2, 2),
+        3 => (3, 3),
+        _ => (cap, screen + 1),
+    };
+    let mut full_matrix_seconds = 0.0;
+    if n >= 2 {
+        let per_iter =
+            2.0 * MIB_256 / (c("allocation_busbw_gbs") * 1e9) + 2.0 * n as f64 * c("hop_latency_s");
+        let b_s = c("connect_all_s") + ITERATIONS * per_iter;
+        phases.push(PhaseModel {
+            name: "b_allocation",
+            rounds: 1,
+            seconds: b_s,
+            what: format!(
+                "all_reduce 256M over all {} GPUs; at or above its floor the check ends here (PASS, no localization)",
+                n * g
+            ),
+        });
+        let round_s = pair_round_s(n);
+        phases.push(PhaseModel {
+            name: "localization_worst_case",
+            rounds: worst_rounds,
+            seconds: worst_rounds as f64 * round_s,
+            what: format!(
+                "only when B is slow: {screen} screening rounds of the ring's {} node pairs x {g} rails ({} groups at most per round), then rounds pairing suspects with cleared nodes, at most {worst_rounds} rounds ({round_s:.2} s each)",
+                if n == 2 { 1 } else { n },
+                (n / 2) * g
+            ),
+        });
+        healthy += b_s;
+        worst += b_s + worst_rounds as f64 * round_s;
+        full_matrix_seconds = crate::pairs::rounds(n).len() as f64 * round_s;
+    }
+    Ok(PlanModel {
+        nodes: n,
+        gpus_per_node: g,
+        plan: "adaptive",
+        rounds: worst_rounds,
+        rounds_bound: if n >= 2 {
+            2.0 * (n as f64).log2() + 4.0
+        } else {
+            0.0
+        },
+        rounds_one_fault: one_fault,
+        modeled_seconds: worst,
+        modeled_seconds_healthy: healthy,
+        nccl_init_seconds: c("nccl_init_base_s") + (n * g) as f64 * c("nccl_init_per_rank_s"),
+        nccl_init_is_estimate: true,
+        phases,
+        full_matrix_rounds: crate::pairs::rounds(n).len(),
+        full_matrix_seconds,
+        constants: &CONSTANTS,
+    })
+}
+
+/// The plan for `nodes` x `gpus_per_node`, as text or as one JSON object.
+pub fn explain_plan(nodes: usize, gpus_per_node: usize, json: bool) -> String {
+    let m = match plan_model(nodes, gpus_per_node) {
+        Ok(m) => m,
+        Err(e) if json => return serde_json::json!({ "error": e.to_string() }).to_string(),
+        Err(e) => return format!("error: {e}\n"),
+    };
+    if json {
+        return serde_json::to_string_pretty(&m)
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    }
+    let mut s = format!(
+        "Plan for {} nodes x {} GPUs ({} ranks), adaptive localization\n\n",
+        m.nodes,
+        m.gpus_per_node,
+        m.nodes * m.gpus_per_node
+    );
+    s += &format!(
+        "  NCCL init                {:>7.2} s  (estimate: {} ranks)\n",
+        m.nccl_init_seconds,
+        m.nodes * m.gpus_per_node
+    );
+    for p in &m.phases {
+        s += &format!(
+            "  {:<24} {:>7.2} s  {:>3} round(s): {}\n",
+            p.name, p.seconds, p.rounds, p.what
+        );
+    }
+    s += &format!(
+        "\nAfter NCCL init: {:.2} s healthy, {:.2} s worst case ({} localization rounds; bound 2*log2(N)+4 = {:.1}; one fault: {} rounds).\n",
+        m.modeled_seconds_healthy, m.modeled_seconds, m.rounds, m.rounds_bound, m.rounds_one_fault
+    );
+    if m.nodes >= 2 {
+        s += &format!(
+            "Full pair matrix on request: {} rounds, {:.1} s.\n",
+            m.full_matrix_rounds, m.full_matrix_seconds
+        );
+    }
+    s += "\nModel constants:\n";
+    for k in m.constants {
+        s += &format!(
+            "  {} = {} {}{}: {}\n",
+            k.name,
+            k.value,
+            k.unit,
+            if k.estimate { " (estimate)" } else { "" },
+            k.source
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thousand_nodes_of_eight_fit_the_issue_budget() {
+        let v: serde_json::Value =
+            serde_json::from_str(&explain_plan(1024, 8, true)).expect("one JSON object");
+        let rounds = v["rounds"].as_u64().unwrap();
+        let secs = v["modeled_seconds"].as_f64().unwrap();
+        assert!(rounds <= 24, "{rounds}");
+        assert_eq!(rounds, 24, "the cap at 1024 nodes is 2*10+4");
+        assert!(secs <= 10.0, "{secs}");
+        assert!(secs > v["modeled_seconds_healthy"].as_f64().unwrap());
+        assert_eq!(v["phases"].as_array().unwrap().len(), 3);
+        assert_eq!(v["full_matrix_rounds"].as_u64(), Some(1023));
+    }
+
+    #[test]
+    fn every_constant_says_where_it_comes_from() {
+        for k in &CONSTANTS {
+            assert!(k.value.is_finite() && k.value > 0.0, "{}", k.name);
+            assert!(k.source.len() > 20, "{}", k.name);
+            assert!(
+                k.estimate || k.source.contains('/'),
+                "{}: cite a file or issue",
+                k.name
+            );
+        }
+    }
+
+    #[test]
+    fn the_model_matches_the_schedule() {
+        // Rounds grow with log2 N; one node has no inter-node phase.
+        let one = plan_model(1, 8).unwrap();
+        assert_eq!((one.rounds, one.phases.len()), (0, 1));
+        let r: Vec<usize> = [2, 3, 8, 64, 4096]
+            .iter()
+            .map(|&n| plan_model(n, 8).unwrap().rounds)
+            .collect();
+        assert_eq!(r, [2, 3, 10, 16, 28]);
+        assert_eq!(plan_model(3, 8).unwrap().rounds_one_fault, 3);
+        assert_eq!(plan_model(8, 8).unwrap().rounds_one_fault, 3);
+        assert!(plan_model(0, 8).is_err());
+        assert!(explain_plan(0, 8, true).contains("\"error\""));
+        let text = explain_plan(64, 8, false);
+        assert!(
+            text.contains("b_allocation") && text.contains("(estimate)"),
+            "{text}"
+        );
+    }
+}

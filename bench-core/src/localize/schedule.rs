@@ -1,0 +1,410 @@
+//! The localization state machine: which round comes next, given what the earlier rounds
+//! measured. The runner (or the fabric simulation) drives it:
+//! `while let Some(round) = l.next_round() { l.record(&measure(&round))? } let v = l.finish();`
+
+use super::assess::{self, Assessment, Inputs, Measured};
+use super::{
+    round_cap, Config, Group, LocalizeError, Phase, Plan, Round, Verdict, MAX_GPUS, MAX_NODES,
+};
+use std::collections::HashSet;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Local,
+    Allocation,
+    /// Screening (adaptive) or the full matrix: the node-pair rounds in `node_rounds`.
+    NodeRounds {
+        next: usize,
+    },
+    CrossRail,
+    Confirm,
+    Done,
+}
+
+#[derive(Debug)]
+pub struct Localizer {
+    n: usize,
+    g: usize,
+    cfg: Config,
+    stage: Stage,
+    pending: Option<Round>,
+    rounds: usize,
+    localization_rounds: usize,
+    local: Vec<f64>,
+    local_bad: Vec<bool>,
+    allocation: Option<(f64, bool)>,
+    node_rounds: Vec<Vec<(usize, usize)>>,
+    pairs: Vec<Measured>,
+    /// Node pairs measured so far (smaller index first): a confirmation needs a new partner.
+    met: HashSet<(usize, usize)>,
+    /// Where the search for a cleared partner resumes, so partners spread over the allocation.
+    cursor: usize,
+}
+
+impl Localizer {
+    pub fn new(nodes: usize, gpus_per_node: usize, cfg: Config) -> Result<Self, LocalizeError> {
+        if !(1..=MAX_NODES).contains(&nodes) || !(1..=MAX_GPUS).contains(&gpus_per_node) {
+            return Err(LocalizeError::Shape {
+                nodes,
+                gpus: gpus_per_node,
+            });
+        }
+        if !(cfg.fraction > 0.0 && cfg.fraction <= 1.0) {
+            return Err(LocalizeError::Config("fraction must be in (0, 1]"));
+        }
+        if !(cfg.reference_quantile > 0.0 && cfg.reference_quantile <= 1.0) {
+            return Err(LocalizeError::Config(
+                "reference_quantile must be in (0, 1]",
+            ));
+        }
+        let floors = [cfg.floors.local, cfg.floors.allocation, cfg.floors.pair];
+        if floors
+            .iter()
+            .flatten()
+            .any(|f| !(f.is_finite() && *f >= 0.0))
+        {
+            return Err(LocalizeError::Config("floors must be finite and >= 0"));
+        }
+        Ok(Localizer {
+            n: nodes,
+            g: gpus_per_node,
+            cfg,
+            stage: Stage::Local,
+            pending: None,
+            rounds: 0,
+            localization_rounds: 0,
+            local: Vec::new(),
+            local_bad: vec![false; nodes],
+            allocation: None,
+            node_rounds: Vec::new(),
+            pairs: Vec::new(),
+            met: HashSet::new(),
+            cursor: 0,
+        })
+    }
+
+    /// The round to measure next; the same round again until its results are recorded. `None`:
+    /// nothing left to measure, call `finish`.
+    pub fn next_round(&mut self) -> Option<Round> {
+        if let Some(r) = &self.pending {
+            return Some(r.clone());
+        }
+        loop {
+            let (phase, groups) = match self.stage {
+                Stage::Done => return None,
+                Stage::Local => (
+                    Phase::Local,
+                    (0..self.n).map(|node| Group::Local { node }).collect(),
+                ),
+                Stage::Allocation => (Phase::Allocation, vec![Group::Allocation]),
+                Stage::NodeRounds { next } if next < self.node_rounds.len() => {
+                    let phase = match self.cfg.plan {
+                        Plan::Adaptive => Phase::Screen,
+                        Plan::FullMatrix => Phase::Matrix,
+                    };
+                    (phase, self.rail_wise(&self.node_rounds[next]))
+                }
+                Stage::NodeRounds { .. } => {
+                    self.stage = self.after_node_rounds();
+                    continue;
+                }
+                Stage::CrossRail => (Phase::CrossRail, self.cross_rail()),
+                Stage::Confirm => match self.confirmations() {
+                    Some(groups) => (Phase::Confirm, groups),
+                    None => {
+                        self.stage = Stage::Done;
+                        continue;
+                    }
+                },
+            };
+            let round = Round {
+                index: self.rounds,
+                phase,
+                groups,
+            };
+            self.pending = Some(round.clone());
+            return Some(round);
+        }
+    }
+
+    /// The busbw (GB/s) of every group of the pending round, in the round's order.
+    pub fn record(&mut self, results: &[f64]) -> Result<(), LocalizeError> {
+        let round = self.pending.as_ref().ok_or(LocalizeError::NoRoundPending)?;
+        if results.len() != round.groups.len() {
+            return Err(LocalizeError::ResultCount {
+                expected: round.groups.len(),
+                got: results.len(),
+            });
+        }
+        if let Some((index, &value)) = results
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
+        {
+            return Err(LocalizeError::BadValue { index, value });
+        }
+        let Some(round) = self.pending.take() else {
+            return Err(LocalizeError::NoRoundPending);
+        };
+        self.rounds += 1;
+        if round.phase.is_localization() {
+            self.localization_rounds += 1;
+        }
+        match round.phase {
+            Phase::Local => {
+                self.local = results.to_vec();
+                self.local_bad = assess::local_bad(&self.local, &self.cfg).0;
+                self.stage = if self.n >= 2 {
+                    Stage::Allocation
+                } else {
+                    Stage::Done
+                };
+            }
+            Phase::Allocation => {
+                // One number has no peers: only a floor can judge it, and without one the
+                // allocation is screened.
+                let below = self.cfg.floors.allocation.is_some_and(|f| results[0] < f);
+                let screen = below || self.cfg.floors.allocation.is_none();
+                self.allocation = Some((results[0], below));
+                self.stage = match (self.cfg.plan, screen) {
+                    (Plan::FullMatrix, _) => {
+                        self.node_rounds = crate::pairs::rounds(self.n);
+                        Stage::NodeRounds { next: 0 }
+                    }
+                    (Plan::Adaptive, true) => {
+                        self.node_rounds = ring_rounds(self.n);
+                        Stage::NodeRounds { next: 0 }
+                    }
+                    (Plan::Adaptive, false) => Stage::Done,
+                };
+            }
+            _ => {
+                for (&group, &busbw) in round.groups.iter().zip(results) {
+                    if let Group::Pair { a, b, .. } = group {
+                        self.met.insert((a.min(b), a.max(b)));
+                    }
+                    self.pairs.push(Measured { group, busbw });
+                }
+                if let Stage::NodeRounds { next } = self.stage {
+                    self.stage = Stage::NodeRounds { next: next + 1 };
+                } else if round.phase == Phase::CrossRail {
+                    self.stage = Stage::Done;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Judge everything measured so far.
+    pub fn finish(self) -> Verdict {
+        let findings = assess::findings(&Inputs {
+            n: self.n,
+            g: self.g,
+            cfg: &self.cfg,
+            local: &self.local,
+            pairs: &self.pairs,
+            allocation: self.allocation,
+        });
+        Verdict {
+            findings,
+            rounds: self.rounds,
+            localization_rounds: self.localization_rounds,
+            allocation_busbw: self.allocation.map(|a| a.0),
+        }
+    }
+
+    fn rail_wise(&self, node_pairs: &[(usize, usize)]) -> Vec<Group> {
+        let mut out = Vec::with_capacity(node_pairs.len() * self.g);
+        for &(a, b) in node_pairs {
+            for r in 0..self.g {
+                out.push(Group::Pair {
+                    a,
+                    rail_a: r,
+                    b,
+                    rail_b: r,
+                });
+            }
+        }
+        out
+    }
+
+    fn after_node_rounds(&self) -> Stage {
+        match self.cfg.plan {
+            Plan::FullMatrix => Stage::Done,
+            Plan::Adaptive if self.n == 2 && self.g >= 2 => {
+                let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
+                if a.undecided(&self.local_bad).is_empty() {
+                    Stage::Done
+                } else {
+                    Stage::CrossRail
+                }
+            }
+            Plan::Adaptive => Stage::Confirm,
+        }
+    }
+
+    /// GPU r of node 0 with GPU r+1 of node 1: every NIC once, each with a different partner
+    /// NIC than in screening.
+    fn cross_rail(&self) -> Vec<Group> {
+        (0..self.g)
+            .map(|r| Group::Pair {
+                a: 0,
+                rail_a: r,
+                b: 1,
+                rail_b: (r + 1) % self.g,
+            })
+            .collect()
+    }
+
+    /// Each undecided node with a cleared node it has not met, all at once; `None` when nothing
+    /// is undecided, no pairing is possible, or the round cap is reached.
+    fn confirmations(&mut self) -> Option<Vec<Group>> {
+        if self.localization_rounds >= round_cap(self.n) {
+            return None;
+        }
+        let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
+        let suspects = a.undecided(&self.local_bad);
+        if suspects.is_empty() {
+            return None;
+        }
+        let is_suspect: HashSet<usize> = suspects.iter().map(|s| s.0).collect();
+        let partners: Vec<usize> = (0..self.n)
+            .filter(|&x| !self.local_bad[x] && !is_suspect.contains(&x) && a.fully_cleared(x))
+            .collect();
+        if partners.is_empty() {
+            return None;
+        }
+        let mut used = vec![false; partners.len()];
+        let mut groups = Vec::new();
+        for (x, rails) in suspects {
+            // Scan at most every partner once, from where the last search stopped.
+            let found = (0..partners.len())
+                .map(|k| (self.cursor + k) % partners.len())
+                .find(|&i| {
+                    let p = partners[i];
+                    !used[i] && !self.met.contains(&(x.min(p), x.max(p)))
+                });
+            let Some(i) = found else { continue };
+            used[i] = true;
+            self.cursor = (i + 1) % partners.len();
+            let p = partners[i];
+            for r in rails {
+                groups.push(Group::Pair {
+                    a: x.min(p),
+                    rail_a: r,
+                    b: x.max(p),
+                    rail_b: r,
+                });
+            }
+        }
+        (!groups.is_empty()).then_some(groups)
+    }
+}
+
+/// The edges of the ring over nodes 0..n (node i with node i+1, the last with the first) as
+/// rounds of disjoint pairs: even edges, odd edges, and for an odd n the closing edge alone.
+pub(crate) fn ring_rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
+    match n {
+        0 | 1 => Vec::new(),
+        2 => vec![vec![(0, 1)]],
+        _ => {
+            let edge = |i: usize| (i.min((i + 1) % n), i.max((i + 1) % n));
+            let mut out = vec![
+                (0..n).step_by(2).filter(|&i| i + 1 < n).map(edge).collect(),
+                (1..n)
+                    .step_by(2)
+                    .filter(|&i| i + 1 < n || n % 2 == 0)
+                    .map(edge)
+                    .collect(),
+            ];
+            if n % 2 == 1 {
+                out.push(vec![edge(n - 1)]);
+            }
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn ring_rounds_cover_every_edge_once_with_disjoint_pairs() {
+        for n in 2..=41 {
+            let rounds = ring_rounds(n);
+            let want_rounds = match n {
+                2 => 1,
+                n if n % 2 == 0 => 2,
+                _ => 3,
+            };
+            assert_eq!(rounds.len(), want_rounds, "n={n}");
+            let mut edges = BTreeSet::new();
+            for round in &rounds {
+                let mut seen = BTreeSet::new();
+                for &(a, b) in round {
+                    assert!(a < b && b < n);
+                    assert!(
+                        seen.insert(a) && seen.insert(b),
+                        "n={n}: node twice in {round:?}"
+                    );
+                    assert!(edges.insert((a, b)), "n={n}: edge ({a},{b}) twice");
+                }
+            }
+            let want: BTreeSet<_> = (0..n)
+                .map(|i| (i.min((i + 1) % n), i.max((i + 1) % n)))
+                .collect();
+            assert_eq!(edges, want, "n={n}");
+        }
+    }
+
+    #[test]
+    fn bad_input_is_refused() {
+        assert!(matches!(
+            Localizer::new(0, 8, Config::default()),
+            Err(LocalizeError::Shape { .. })
+        ));
+        assert!(Localizer::new(MAX_NODES + 1, 8, Config::default()).is_err());
+        let cfg = Config {
+            fraction: 1.5,
+            ..Config::default()
+        };
+        assert!(matches!(
+            Localizer::new(4, 8, cfg),
+            Err(LocalizeError::Config(_))
+        ));
+        let mut l = Localizer::new(4, 2, Config::default()).unwrap();
+        assert_eq!(l.record(&[1.0]), Err(LocalizeError::NoRoundPending));
+        let r = l.next_round().unwrap();
+        assert_eq!(
+            l.next_round().unwrap(),
+            r,
+            "the pending round is handed out again"
+        );
+        assert_eq!(
+            l.record(&[1.0]),
+            Err(LocalizeError::ResultCount {
+                expected: 4,
+                got: 1
+            })
+        );
+        assert!(matches!(
+            l.record(&[1.0, f64::NAN, 1.0, 1.0]),
+            Err(LocalizeError::BadValue { index: 1, .. })
+        ));
+        assert!(l.record(&[1.0; 4]).is_ok());
+    }
+
+    #[test]
+    fn one_node_runs_phase_a_only() {
+        let mut l = Localizer::new(1, 4, Config::default()).unwrap();
+        let r = l.next_round().unwrap();
+        assert_eq!(r.groups, vec![Group::Local { node: 0 }]);
+        l.record(&[300.0]).unwrap();
+        assert!(l.next_round().is_none());
+        let v = l.finish();
+        assert!(v.pass());
+        assert_eq!((v.rounds, v.localization_rounds), (1, 0));
+    }
+}

@@ -1,0 +1,188 @@
+//! A deterministic fabric simulation for the localizer: N nodes x G GPUs with per-GPU, per-NVLink,
+//! per-NIC (rail) and per-node-pair bandwidth factors, faults injected from a table, and a model
+//! of what each group of a round measures. A test and planning harness: the real worker measures
+//! real NCCL; the real `Localizer` runs against this model unchanged.
+//!
+//! The model: a node's local collective runs at `local_nominal` x its slowest GPU or NVLink; a
+//! pair of GPUs on two nodes at `nic_nominal` x the slower of their NICs x the factor of the
+//! node pair's path (never faster than either GPU); the allocation-wide collective is a ring in
+//! node order over every rail, so it runs at its slowest node or ring edge. Every result carries
+//! a deterministic noise of +-`noise` from a seeded PRNG, so the relative rule meets spread.
+
+use super::{Group, LocalizeError, Localizer, Round, Verdict};
+use std::collections::HashMap;
+
+/// One fault; factors multiply nominal bandwidth (0.5: half as fast).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fault {
+    /// One GPU slow at everything (throttled).
+    Gpu {
+        node: usize,
+        gpu: usize,
+        factor: f64,
+    },
+    /// Every GPU of a node slow (the node shows in phase A).
+    NodeLocal { node: usize, factor: f64 },
+    /// The NVLink between two GPUs of a node.
+    NvLink {
+        node: usize,
+        a: usize,
+        b: usize,
+        factor: f64,
+    },
+    /// GPU `rail`'s NIC on one node.
+    Nic {
+        node: usize,
+        rail: usize,
+        factor: f64,
+    },
+    /// Every NIC of a node (e.g. a PCIe switch trained down): invisible in phase A.
+    NodeNet { node: usize, factor: f64 },
+    /// The path between two nodes, on every rail.
+    Link { a: usize, b: usize, factor: f64 },
+}
+
+#[derive(Debug, Clone)]
+pub struct Fabric {
+    pub nodes: usize,
+    pub gpus: usize,
+    /// Healthy busbw of a node's local collective, GB/s.
+    pub local_nominal: f64,
+    /// Healthy busbw of a rail-wise GPU pair across two nodes (one NIC each way), GB/s.
+    pub nic_nominal: f64,
+    /// Healthy busbw of the allocation-wide collective, GB/s.
+    pub allocation_nominal: f64,
+    /// Relative half-width of the measurement noise.
+    pub noise: f64,
+    gpu: Vec<f64>,
+    nic: Vec<f64>,
+    nvlink: HashMap<(usize, usize, usize), f64>,
+    link: HashMap<(usize, usize), f64>,
+    rng: u64,
+}
+
+impl Fabric {
+    /// A healthy fabric of 8x H100-like nodes with 400 Gb/s NICs: 480 GB/s local all_reduce
+    /// (shared/notes/peer-tools.md sec. 5), 48 GB/s per NIC (400 Gb/s line rate, est.), 370 GB/s
+    /// multi-node all_reduce (CoreWeave H100 8 nodes average 373, same note sec. 1.9).
+    pub fn healthy(nodes: usize, gpus: usize, seed: u64) -> Fabric {
+        Fabric {
+            nodes,
+            gpus,
+            local_nominal: 480.0,
+            nic_nominal: 48.0,
+            allocation_nominal: 370.0,
+            noise: 0.02,
+            gpu: vec![1.0; nodes * gpus],
+            nic: vec![1.0; nodes * gpus],
+            nvlink: HashMap::new(),
+            link: HashMap::new(),
+            rng: seed,
+        }
+    }
+
+    pub fn inject(&mut self, fault: Fault) {
+        let g = self.gpus;
+        match fault {
+            Fault::Gpu { node, gpu, factor } => self.gpu[node * g + gpu] *= factor,
+            Fault::NodeLocal { node, factor } => {
+                self.gpu[node * g..(node + 1) * g]
+                    .iter_mut()
+                    .for_each(|f| *f *= factor);
+            }
+            Fault::NvLink { node, a, b, factor } => {
+                *self.nvlink.entry((node, a.min(b), a.max(b))).or_insert(1.0) *= factor;
+            }
+            Fault::Nic { node, rail, factor } => self.nic[node * g + rail] *= factor,
+            Fault::NodeNet { node, factor } => {
+                self.nic[node * g..(node + 1) * g]
+                    .iter_mut()
+                    .for_each(|f| *f *= factor);
+            }
+            Fault::Link { a, b, factor } => {
+                *self.link.entry((a.min(b), a.max(b))).or_insert(1.0) *= factor;
+            }
+        }
+    }
+
+    /// What every group of `round` measures, in order.
+    pub fn measure(&mut self, round: &Round) -> Vec<f64> {
+        round
+            .groups
+            .iter()
+            .map(|group| {
+                let exact = match *group {
+                    Group::Local { node } => self.local(node),
+                    Group::Allocation => self.allocation(),
+                    Group::Pair {
+                        a,
+                        rail_a,
+                        b,
+                        rail_b,
+                    } => self.pair(a, rail_a, b, rail_b),
+                };
+                exact * (1.0 + self.noise * (2.0 * self.uniform() - 1.0))
+            })
+            .collect()
+    }
+
+    fn local(&self, x: usize) -> f64 {
+        let g = self.gpus;
+        let gpu = self.gpu[x * g..(x + 1) * g]
+            .iter()
+            .copied()
+            .fold(1.0, f64::min);
+        let nvlink = self
+            .nvlink
+            .iter()
+            .filter(|(k, _)| k.0 == x)
+            .map(|(_, &f)| f)
+            .fold(1.0, f64::min);
+        self.local_nominal * gpu.min(nvlink)
+    }
+
+    fn pair(&self, a: usize, ra: usize, b: usize, rb: usize) -> f64 {
+        let g = self.gpus;
+        let nic = self.nic[a * g + ra].min(self.nic[b * g + rb]);
+        let path = self.link.get(&(a.min(b), a.max(b))).copied().unwrap_or(1.0);
+        let gpu = self.gpu[a * g + ra].min(self.gpu[b * g + rb]);
+        (self.nic_nominal * nic * path).min(self.local_nominal * gpu)
+    }
+
+    fn allocation(&self) -> f64 {
+        let n = self.nodes;
+        let mut worst = 1.0f64;
+        if n >= 2 {
+            for x in 0..n {
+                let y = (x + 1) % n;
+                for r in 0..self.gpus {
+                    worst = worst.min(self.pair(x, r, y, r) / self.nic_nominal);
+                }
+            }
+        }
+        let local = (0..n).map(|x| self.local(x)).fold(f64::INFINITY, f64::min);
+        (self.allocation_nominal * worst).min(local)
+    }
+
+    /// splitmix64: a fixed, seeded sequence in [0, 1).
+    fn uniform(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Drive `localizer` to its verdict with `fabric` measuring every round: the runner's loop.
+pub fn run(mut localizer: Localizer, fabric: &mut Fabric) -> Result<Verdict, LocalizeError> {
+    while let Some(round) = localizer.next_round() {
+        let results = fabric.measure(&round);
+        localizer.record(&results)?;
+    }
+    Ok(localizer.finish())
+}
+
+#[cfg(test)]
+mod tests;
