@@ -7,7 +7,7 @@ use bench_core::cuda;
 use bench_core::nccl::Nccl;
 use bench_core::options::{self, Options, ParseExit};
 use bench_core::rendezvous::{self, Member};
-use bench_core::report::json::{GpuEntry, NcclInfo, Reason, Report, Settings};
+use bench_core::report::json::{GpuEntry, NcclInfo, Reason, ReasonCode, Report, Settings};
 use bench_core::runner::{GpuThread, RunError, Start, Status};
 use bench_core::team::Team;
 use bench_core::transport::TransportSummary;
@@ -68,13 +68,13 @@ fn main() {
     finish(opts, &report, code);
 }
 
-fn reason_code(e: &RunError) -> &'static str {
+fn reason_code(e: &RunError) -> ReasonCode {
     match e {
-        RunError::Library(_) => "nccl_library",
-        RunError::NoGpu(_) => "no_gpu",
-        RunError::Rendezvous(_) => "rendezvous",
-        RunError::Timeout(_) => "timeout",
-        RunError::Runtime(_) | RunError::Stopped(_) => "runtime",
+        RunError::Library(_) => ReasonCode::NcclLibrary,
+        RunError::NoGpu(_) => ReasonCode::NoGpu,
+        RunError::Rendezvous(_) => ReasonCode::Rendezvous,
+        RunError::Timeout(_) => ReasonCode::Timeout,
+        RunError::Runtime(_) | RunError::Stopped(_) => ReasonCode::Runtime,
     }
 }
 
@@ -103,10 +103,8 @@ fn judge(
     let gpu_name = report
         .gpus
         .first()
-        .and_then(|g| g.info.get("name"))
-        .and_then(|n| n.as_str())
-        .unwrap_or("")
-        .to_string();
+        .map(|g| g.info.name.clone())
+        .unwrap_or_default();
     let floor = |coll: &str, n: u32, bytes: u64| {
         use bench_core::thresholds;
         let rule = thresholds::floor(&opts.config.thresholds, &gpu_name, hosts, coll, n, bytes);
@@ -161,13 +159,17 @@ fn judge(
     let pair_min = report
         .pairs
         .iter()
-        .filter(|p| p.kind == "gpu")
+        .filter(|p| p.kind == bench_core::report::PairKind::Gpu)
         .map(|p| p.busbw)
         .fold(f64::INFINITY, f64::min);
     let pairs_text = if pair_min.is_finite() {
         format!(
             ", {} GPU pairs >= {pair_min:.1} GB/s",
-            report.pairs.iter().filter(|p| p.kind == "gpu").count()
+            report
+                .pairs
+                .iter()
+                .filter(|p| p.kind == bench_core::report::PairKind::Gpu)
+                .count()
         )
     } else {
         String::new()
@@ -533,7 +535,6 @@ fn run(
         }
         if let Some(info) = out.info {
             let rank = out.rank.unwrap_or(u32::MAX);
-            let info = serde_json::to_value(info).unwrap_or_default();
             report.gpus.push(GpuEntry {
                 rank,
                 host: report.host.clone(),
@@ -584,7 +585,7 @@ fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut
             );
             report.set_outcome(ExitCode::Timeout, msg.clone());
             report.error = Some(msg.clone());
-            report.reasons.push(Reason::plain("timeout", msg));
+            report.reasons.push(Reason::plain(ReasonCode::Timeout, msg));
             finish(opts, &report, ExitCode::Timeout);
         });
 }

@@ -9,7 +9,7 @@ use crate::loop_probe::LoopProbe;
 use crate::nccl::{Comm, Issue, Nccl, UniqueId};
 use crate::options::Options;
 use crate::report::json::Phases;
-use crate::report::{table, PairRow, Placement, Row};
+use crate::report::{table, PairKind, PairRow, Placement, Row};
 use crate::team::Team;
 use std::io::Write;
 use std::sync::mpsc::Receiver;
@@ -739,7 +739,7 @@ impl Measurer<'_> {
                 let (node, la) = start.node_of[a].clone();
                 let lb = start.node_of[b].1;
                 rows.push(PairRow {
-                    kind: "gpu",
+                    kind: PairKind::Gpu,
                     node,
                     a: format!("GPU{la}"),
                     b: format!("GPU{lb}"),
@@ -765,7 +765,7 @@ impl Measurer<'_> {
                 // All GPUs of the two nodes at once: the node pair's bandwidth is their sum.
                 let total = bytes as f64 * members.len() as f64;
                 rows.push(PairRow {
-                    kind: "node",
+                    kind: PairKind::Node,
                     node: String::new(),
                     a: na.clone(),
                     b: nb.clone(),

@@ -31,10 +31,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::report::json::Reason;
-
-/// The reason code of every finding (report/json.rs lists the stable codes).
-pub const TRANSPORT_FALLBACK: &str = "transport_fallback";
+use crate::report::json::{Reason, ReasonCode};
 
 /// One transport as NCCL names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -501,7 +498,7 @@ impl fmt::Display for NetExpect {
     }
 }
 
-/// One fallback: becomes a FAIL reason with code [`TRANSPORT_FALLBACK`].
+/// One fallback: becomes a FAIL reason with code `transport_fallback`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// The path at fault (`GPU0->GPU1`), or the communicator (`CollNet`, `NVLS`).
@@ -512,7 +509,7 @@ pub struct Finding {
 
 impl Finding {
     pub fn to_reason(&self) -> Reason {
-        let mut r = Reason::plain(TRANSPORT_FALLBACK, self.message.clone());
+        let mut r = Reason::plain(ReasonCode::TransportFallback, self.message.clone());
         r.subject = Some(self.subject.clone());
         r
     }
@@ -691,7 +688,7 @@ mod tests {
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].message, "GPU0->GPU1 used SHM, NVLink P2P expected");
         let r = f[0].to_reason();
-        assert_eq!(r.code, "transport_fallback");
+        assert_eq!(r.code, ReasonCode::TransportFallback);
         assert_eq!(r.subject.as_deref(), Some("GPU0->GPU1"));
         // Without the NVLink expectation SHM is just reported.
         assert!(check(&s, &|_, _| true, &Expectation::default()).is_empty());
@@ -965,7 +962,9 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
         assert!(f
             .iter()
             .any(|f| f.message == "GPU0->GPU1 used SHM, NVLink P2P expected"));
-        assert!(f.iter().all(|f| f.to_reason().code == "transport_fallback"));
+        assert!(f
+            .iter()
+            .all(|f| f.to_reason().code == ReasonCode::TransportFallback));
     }
 
     #[test]
