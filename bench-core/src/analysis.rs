@@ -586,4 +586,29 @@ mod tests {
         let reasons = judge(&[r], &[], 4, 1, 0.85, NO_FLOOR);
         assert_eq!(reasons[0].code, ReasonCode::WrongData);
     }
+
+    #[test]
+    fn the_widest_culprit_comes_first_whatever_order_it_was_found_in() {
+        // Three nodes; every GPU pair of n3 is below its floor: n3 is a node outlier (found
+        // last) and a node whose pairs are all slow (found first). The node comes first.
+        let mut pairs = matrix("n1", |_, _| 300.0);
+        pairs.extend(matrix("n2", |_, _| 305.0));
+        pairs.extend(matrix("n3", |_, _| 20.0));
+        let floor: Floor = &|c, g, _| (c == "sendrecv" && g == 2).then_some(255.0);
+        let r = judge(&[], &pairs, 12, 3, 0.85, floor);
+        let codes: Vec<(ReasonCode, Option<&str>)> =
+            r.iter().map(|x| (x.code, x.subject.as_deref())).collect();
+        assert_eq!(
+            codes,
+            [
+                (ReasonCode::NodeOutlier, Some("n3")),
+                (ReasonCode::BusbwBelowThreshold, Some("n3")),
+            ]
+        );
+        assert!(
+            r[1].message.starts_with("node n3: all 6 GPU pairs slow"),
+            "{}",
+            r[1].message
+        );
+    }
 }

@@ -9,12 +9,15 @@ pub mod analysis;
 pub mod collectives;
 pub mod config;
 pub mod datatype;
+pub mod floors;
+pub mod judge;
 pub mod pairs;
 pub mod rendezvous;
 pub mod report;
 pub mod size;
 pub mod team;
 pub mod thresholds;
+pub mod topology;
 pub mod transport;
 pub mod verdict;
 
