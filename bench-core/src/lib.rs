@@ -31,7 +31,11 @@ pub mod loop_probe;
 #[cfg(feature = "gpu")]
 pub mod nccl;
 #[cfg(feature = "gpu")]
+pub mod nccl_env;
+#[cfg(feature = "gpu")]
 pub mod options;
+#[cfg(feature = "gpu")]
+pub mod orchestrate;
 #[cfg(feature = "gpu")]
 pub mod plot;
 #[cfg(feature = "gpu")]

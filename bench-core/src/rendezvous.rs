@@ -276,49 +276,113 @@ fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{addr} resolves to no address"))
 }
 
+/// Why a message could not be sent or read: the deadline, or anything else.
+#[derive(Debug)]
+enum WireError {
+    Deadline(&'static str),
+    Failed(String),
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireError::Deadline(m) => f.write_str(m),
+            WireError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<WireError> for String {
+    fn from(e: WireError) -> String {
+        e.to_string()
+    }
+}
+
+impl WireError {
+    fn failed(e: impl std::fmt::Display) -> WireError {
+        WireError::Failed(e.to_string())
+    }
+
+    /// The control plane's error, with `context` (which peer) before the message.
+    fn in_plane(self, context: impl std::fmt::Display) -> PlaneError {
+        let message = format!("{context}: {self}");
+        match self {
+            WireError::Deadline(_) => PlaneError::Deadline(message),
+            WireError::Failed(_) => PlaneError::Peer(message),
+        }
+    }
+}
+
 fn send_line<T: Serialize>(
     stream: &mut TcpStream,
     msg: &T,
     deadline: Instant,
-) -> Result<(), String> {
-    let left = remaining(deadline).ok_or("deadline passed")?;
+) -> Result<(), WireError> {
+    let left = remaining(deadline).ok_or(WireError::Deadline("deadline passed"))?;
     stream
         .set_write_timeout(Some(left))
-        .map_err(|e| e.to_string())?;
-    let mut line = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+        .map_err(WireError::failed)?;
+    let mut line = serde_json::to_vec(msg).map_err(WireError::failed)?;
     line.push(b'\n');
-    stream.write_all(&line).map_err(|e| e.to_string())
+    stream.write_all(&line).map_err(WireError::failed)
 }
 
 fn read_line<T: for<'de> Deserialize<'de>>(
     reader: &mut BufReader<TcpStream>,
     deadline: Instant,
-) -> Result<T, String> {
-    let left = remaining(deadline).ok_or("deadline passed")?;
+) -> Result<T, WireError> {
+    let left = remaining(deadline).ok_or(WireError::Deadline("deadline passed"))?;
     reader
         .get_ref()
         .set_read_timeout(Some(left))
-        .map_err(|e| e.to_string())?;
+        .map_err(WireError::failed)?;
     let mut line = String::new();
     match reader.read_line(&mut line) {
-        Ok(0) => Err("connection closed (the peer exited)".into()),
-        Ok(_) => serde_json::from_str(&line).map_err(|e| format!("malformed message: {e}")),
+        Ok(0) => Err(WireError::failed("connection closed (the peer exited)")),
+        Ok(_) => serde_json::from_str(&line)
+            .map_err(|e| WireError::failed(format!("malformed message: {e}"))),
         Err(e)
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) =>
         {
-            Err("no answer before the deadline".into())
+            Err(WireError::Deadline("no answer before the deadline"))
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(WireError::failed(e)),
+    }
+}
+
+/// Why a sum over the processes failed: the kind decides the exit code, the text says who.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlaneError {
+    /// A process did not answer before the deadline.
+    Deadline(String),
+    /// A process went away, sent something malformed, or is out of step.
+    Peer(String),
+    /// Another process gave up first (its reason is in the text).
+    Aborted(String),
+}
+
+impl std::fmt::Display for PlaneError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlaneError::Deadline(m) | PlaneError::Peer(m) | PlaneError::Aborted(m) => {
+                f.write_str(m)
+            }
+        }
     }
 }
 
 impl ControlPlane {
     /// Element-wise sum of `values` over all processes (a barrier when empty). `seq` numbers the
     /// calls so a mismatch is detected rather than mis-summed.
-    pub fn sum(&mut self, seq: u64, values: &[f64], deadline: Instant) -> Result<Vec<f64>, String> {
+    pub fn sum(
+        &mut self,
+        seq: u64,
+        values: &[f64],
+        deadline: Instant,
+    ) -> Result<Vec<f64>, PlaneError> {
         match self {
             ControlPlane::Alone => Ok(values.to_vec()),
             ControlPlane::Leaf(reader) => {
@@ -327,18 +391,19 @@ impl ControlPlane {
                     values: values.to_vec(),
                     abort: None,
                 };
-                send_line(reader.get_mut(), &msg, deadline)
-                    .map_err(|e| format!("to rank 0: {e}"))?;
+                send_line(reader.get_mut(), &msg, deadline).map_err(|e| e.in_plane("to rank 0"))?;
                 let reply: Sum =
-                    read_line(reader, deadline).map_err(|e| format!("from rank 0: {e}"))?;
+                    read_line(reader, deadline).map_err(|e| e.in_plane("from rank 0"))?;
                 if let Some(why) = reply.abort {
-                    return Err(format!("another process gave up: {why}"));
+                    return Err(PlaneError::Aborted(format!(
+                        "another process gave up: {why}"
+                    )));
                 }
                 if reply.seq != seq {
-                    return Err(format!(
+                    return Err(PlaneError::Peer(format!(
                         "out of step with rank 0 (step {} vs {seq})",
                         reply.seq
-                    ));
+                    )));
                 }
                 Ok(reply.values)
             }
@@ -348,23 +413,25 @@ impl ControlPlane {
                 for (m, reader) in peers.iter_mut() {
                     match read_line::<Sum>(reader, deadline) {
                         Ok(msg) if msg.abort.is_some() => {
-                            failure = Some(format!(
+                            failure = Some(PlaneError::Aborted(format!(
                                 "process rank {} ({}) gave up: {}",
                                 m.proc_rank,
                                 m.host,
                                 msg.abort.unwrap_or_default()
-                            ))
+                            )))
                         }
                         Ok(msg) if msg.seq != seq || msg.values.len() != total.len() => {
-                            failure = Some(format!(
+                            failure = Some(PlaneError::Peer(format!(
                                 "process rank {} ({}) is out of step",
                                 m.proc_rank, m.host
-                            ))
+                            )))
                         }
                         Ok(msg) => total.iter_mut().zip(msg.values).for_each(|(t, v)| *t += v),
                         Err(e) => {
-                            failure =
-                                Some(format!("process rank {} ({}): {e}", m.proc_rank, m.host))
+                            failure = Some(e.in_plane(format_args!(
+                                "process rank {} ({})",
+                                m.proc_rank, m.host
+                            )))
                         }
                     }
                     if failure.is_some() {
@@ -372,7 +439,7 @@ impl ControlPlane {
                     }
                 }
                 if let Some(why) = failure {
-                    self.abort(&why, deadline);
+                    self.abort(&why.to_string(), deadline);
                     return Err(why);
                 }
                 let reply = Sum {
@@ -381,8 +448,9 @@ impl ControlPlane {
                     abort: None,
                 };
                 for (m, reader) in peers.iter_mut() {
-                    send_line(reader.get_mut(), &reply, deadline)
-                        .map_err(|e| format!("process rank {} ({}): {e}", m.proc_rank, m.host))?;
+                    send_line(reader.get_mut(), &reply, deadline).map_err(|e| {
+                        e.in_plane(format_args!("process rank {} ({})", m.proc_rank, m.host))
+                    })?;
                 }
                 Ok(total)
             }
@@ -481,7 +549,10 @@ mod tests {
                 let mut j = join(addr, "t", 3, member(r, r + 1), deadline, || {
                     Err("not root".into())
                 })?;
-                let s = j.plane.sum(1, &[r as f64, 1.0], deadline)?;
+                let s = j
+                    .plane
+                    .sum(1, &[r as f64, 1.0], deadline)
+                    .map_err(|e| e.to_string())?;
                 Ok::<_, String>((j.nranks(), j.members[r as usize].first_rank, s))
             })
         };
@@ -545,5 +616,52 @@ mod tests {
             .unwrap_or_default();
         assert!(e.contains("never joined"), "{e}");
         assert!(t.join().unwrap().is_some());
+    }
+
+    #[test]
+    fn a_sum_says_whether_a_peer_gave_up_went_away_or_never_answered() {
+        let addr = "127.0.0.1:29875";
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let leaf = std::thread::spawn(move || {
+            let mut j = join(addr, "t", 2, member(1, 1), deadline, || Err("x".into()))?;
+            j.plane.abort("GPU 0: CUDA error", deadline);
+            Ok::<_, String>(j.plane.sum(2, &[], deadline))
+        });
+        let mut root = join(addr, "t", 2, member(0, 1), deadline, || Ok([0; 128])).unwrap();
+        let e = root.plane.sum(1, &[], deadline).unwrap_err();
+        assert_eq!(
+            e,
+            PlaneError::Aborted("process rank 1 (h1) gave up: GPU 0: CUDA error".into())
+        );
+        // The root passes the abort on.
+        let echoed = leaf.join().unwrap().unwrap().unwrap_err();
+        assert!(matches!(echoed, PlaneError::Aborted(_)), "{echoed:?}");
+
+        let addr = "127.0.0.1:29877";
+        let leaf = std::thread::spawn(move || {
+            let mut j = join(addr, "t", 2, member(1, 1), deadline, || Err("x".into()))?;
+            std::thread::sleep(Duration::from_millis(200));
+            Ok::<_, String>(j.plane.sum(1, &[], deadline))
+        });
+        let root = join(addr, "t", 2, member(0, 1), deadline, || Ok([0; 128])).unwrap();
+        drop(root);
+        let gone = leaf.join().unwrap().unwrap().unwrap_err();
+        assert!(matches!(gone, PlaneError::Peer(_)), "{gone:?}");
+        assert!(gone.to_string().starts_with("from rank 0: "), "{gone}");
+
+        let addr = "127.0.0.1:29876";
+        let soon = Instant::now() + Duration::from_millis(600);
+        let quiet = std::thread::spawn(move || {
+            let j = join(addr, "t", 2, member(1, 1), soon, || Err("x".into()));
+            std::thread::sleep(Duration::from_millis(700));
+            drop(j);
+        });
+        let mut root = join(addr, "t", 2, member(0, 1), soon, || Ok([0; 128])).unwrap();
+        let e = root.plane.sum(1, &[], soon).unwrap_err();
+        assert_eq!(
+            e,
+            PlaneError::Deadline("process rank 1 (h1): no answer before the deadline".into())
+        );
+        quiet.join().unwrap();
     }
 }
