@@ -7,6 +7,10 @@
 //! comes or goes away ends in an error that names it. Messages are JSON lines; a token (the
 //! Slurm job and step, or `--token`) keeps two jobs that pick the same port apart.
 
+mod error;
+
+pub use error::PlaneError;
+use error::WireError;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -276,43 +280,6 @@ fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{addr} resolves to no address"))
 }
 
-/// Why a message could not be sent or read: the deadline, or anything else.
-#[derive(Debug)]
-enum WireError {
-    Deadline(&'static str),
-    Failed(String),
-}
-
-impl std::fmt::Display for WireError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WireError::Deadline(m) => f.write_str(m),
-            WireError::Failed(m) => f.write_str(m),
-        }
-    }
-}
-
-impl From<WireError> for String {
-    fn from(e: WireError) -> String {
-        e.to_string()
-    }
-}
-
-impl WireError {
-    fn failed(e: impl std::fmt::Display) -> WireError {
-        WireError::Failed(e.to_string())
-    }
-
-    /// The control plane's error, with `context` (which peer) before the message.
-    fn in_plane(self, context: impl std::fmt::Display) -> PlaneError {
-        let message = format!("{context}: {self}");
-        match self {
-            WireError::Deadline(_) => PlaneError::Deadline(message),
-            WireError::Failed(_) => PlaneError::Peer(message),
-        }
-    }
-}
-
 fn send_line<T: Serialize>(
     stream: &mut TcpStream,
     msg: &T,
@@ -350,27 +317,6 @@ fn read_line<T: for<'de> Deserialize<'de>>(
             Err(WireError::Deadline("no answer before the deadline"))
         }
         Err(e) => Err(WireError::failed(e)),
-    }
-}
-
-/// Why a sum over the processes failed: the kind decides the exit code, the text says who.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PlaneError {
-    /// A process did not answer before the deadline.
-    Deadline(String),
-    /// A process went away, sent something malformed, or is out of step.
-    Peer(String),
-    /// Another process gave up first (its reason is in the text).
-    Aborted(String),
-}
-
-impl std::fmt::Display for PlaneError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PlaneError::Deadline(m) | PlaneError::Peer(m) | PlaneError::Aborted(m) => {
-                f.write_str(m)
-            }
-        }
     }
 }
 
