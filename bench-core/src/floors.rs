@@ -49,10 +49,16 @@ impl Floors<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rule(collective: &'static str, gpus: u32, nodes: u32, min_busbw: f64) -> Threshold {
+    /// An H200 rule for tests (also the verdict's).
+    pub(crate) fn rule(
+        collective: &'static str,
+        gpus: u32,
+        nodes: u32,
+        min_busbw: f64,
+    ) -> Threshold {
         Threshold {
             gpu: "H200".into(),
             gpus: Some(gpus),

@@ -179,6 +179,7 @@ pub fn transport_reasons(
 mod tests {
     use super::*;
     use crate::config::worker::Threshold;
+    use crate::floors::tests::rule;
     use crate::rendezvous::Member;
     use crate::report::gpu::GpuInfo;
     use crate::report::json::{GpuEntry, ReasonCode, TransportInfo};
@@ -187,22 +188,11 @@ mod tests {
 
     const MIB256: u64 = 256 << 20;
 
-    fn rule(collective: &'static str, gpus: u32, min_busbw: f64) -> Threshold {
-        Threshold {
-            gpu: "H200".into(),
-            gpus: Some(gpus),
-            nodes: 1,
-            collective,
-            bytes: None,
-            min_busbw,
-            source: "test".into(),
-            origin: "test".into(),
-            admin: false,
-        }
-    }
-
     fn rules() -> Vec<Threshold> {
-        vec![rule("all_reduce", 4, 290.0), rule("sendrecv", 2, 255.0)]
+        vec![
+            rule("all_reduce", 4, 1, 290.0),
+            rule("sendrecv", 2, 1, 255.0),
+        ]
     }
 
     fn row(collective: &'static str, busbw: f64) -> Row {
