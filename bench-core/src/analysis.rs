@@ -1,8 +1,8 @@
 //! From measurements to reasons: thresholds, the outlier rule, and localization (which GPU, link
 //! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
 
-use crate::report::json::Reason;
-use crate::report::{PairRow, Row};
+use crate::report::json::{Reason, ReasonCode};
+use crate::report::{PairKind, PairRow, Row};
 use std::collections::BTreeMap;
 
 /// The threshold that applies to (collective, GPUs in the measurement, bytes), if any.
@@ -28,16 +28,20 @@ pub fn median(v: &[f64]) -> f64 {
 /// a retest and to judge.
 pub fn slow_pairs(pairs: &[PairRow], fraction: f64, floor: Floor) -> Vec<(usize, SlowWhy)> {
     let mut out = Vec::new();
-    let mut groups: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+    let mut groups: BTreeMap<(PairKind, &str), Vec<usize>> = BTreeMap::new();
     for (i, p) in pairs.iter().enumerate() {
-        let node = if p.kind == "gpu" { p.node.as_str() } else { "" };
+        let node = if p.kind == PairKind::Gpu {
+            p.node.as_str()
+        } else {
+            ""
+        };
         groups.entry((p.kind, node)).or_default().push(i);
     }
     for idx in groups.values() {
         let med = median(&idx.iter().map(|&i| pairs[i].busbw).collect::<Vec<_>>());
         for &i in idx {
             let p = &pairs[i];
-            if let Some(min) = floor("sendrecv", 2, p.bytes).filter(|_| p.kind == "gpu") {
+            if let Some(min) = floor("sendrecv", 2, p.bytes).filter(|_| p.kind == PairKind::Gpu) {
                 if p.busbw < min {
                     out.push((i, SlowWhy::Threshold(min)));
                     continue;
@@ -73,7 +77,7 @@ pub fn judge(
         for (name, p) in [("out-of-place", &r.out_of_place), ("in-place", &r.in_place)] {
             if let Some(w) = p.wrong.filter(|&w| w > 0) {
                 reasons.push(Reason {
-                    code: "wrong_data",
+                    code: ReasonCode::WrongData,
                     message: format!(
                         "{} {} {name}: {w} wrong elements (data corrupted in transfer)",
                         r.collective,
@@ -88,7 +92,7 @@ pub fn judge(
     }
     // 2. Localization first, so a slow collective can say who is responsible.
     let local = localize(pairs, fraction, floor, multi);
-    let culprits: Vec<String> = local.iter().filter_map(|r| r.subject.clone()).collect();
+    let culprits: Vec<String> = local.subjects().collect();
     // 3. Collectives against their thresholds.
     for r in rows {
         let Some(min) = floor(r.collective, gpus, r.size) else {
@@ -107,7 +111,7 @@ pub fn judge(
                 .map(|f| format!(" (first try {f:.1})"))
                 .unwrap_or_default();
             reasons.push(Reason {
-                code: "busbw_below_threshold",
+                code: ReasonCode::BusbwBelowThreshold,
                 message: format!(
                     "{} {} busbw {worst:.1}{retest} < {min:.1} GB/s ({:.0}% of the floor){blame}",
                     r.collective,
@@ -122,24 +126,42 @@ pub fn judge(
             });
         }
     }
-    reasons.extend(local);
     // The first reason becomes the summary: data first, then the slow collective, then the
-    // culprit with the widest scope.
+    // culprit with the widest scope: a node, a node whose GPU pairs are all slow, a GPU, a link.
     let rank = |r: &Reason| match (r.code, r.subject.is_some()) {
-        ("wrong_data", _) => 0,
-        ("busbw_below_threshold", false) => 1,
-        ("node_outlier", _) => 2,
-        ("busbw_below_threshold", true) if r.message.contains("GPU pairs slow") => 3,
-        ("gpu_outlier", _) => 4,
+        (ReasonCode::WrongData, _) => 0,
+        (ReasonCode::BusbwBelowThreshold, false) => 1,
+        (ReasonCode::NodeOutlier, _) => 2,
+        (ReasonCode::GpuOutlier, _) => 4,
         _ => 5,
     };
-    reasons.sort_by_key(rank);
-    reasons
+    let mut ranked: Vec<(u8, Reason)> = reasons.into_iter().map(|r| (rank(&r), r)).collect();
+    ranked.extend(local.whole_nodes.into_iter().map(|r| (3, r)));
+    ranked.extend(local.culprits.into_iter().map(|r| (rank(&r), r)));
+    ranked.sort_by_key(|(k, _)| *k);
+    ranked.into_iter().map(|(_, r)| r).collect()
+}
+
+/// What the pair matrix blames: nodes whose GPU pairs are all slow (one reason per node), then
+/// nodes, GPUs and links.
+struct Localized {
+    whole_nodes: Vec<Reason>,
+    culprits: Vec<Reason>,
+}
+
+impl Localized {
+    fn subjects(&self) -> impl Iterator<Item = String> + '_ {
+        self.whole_nodes
+            .iter()
+            .chain(&self.culprits)
+            .filter_map(|r| r.subject.clone())
+    }
 }
 
 /// Reasons naming links, GPUs and nodes from the pair matrix.
-fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<Reason> {
+fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Localized {
     let slow = slow_pairs(pairs, fraction, floor);
+    let mut whole = Vec::new();
     let mut reasons = Vec::new();
     let sentence = |p: &PairRow, why: SlowWhy| -> (String, f64) {
         let first = p
@@ -162,7 +184,7 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
                     p.subject(multi),
                     crate::size::human(p.bytes),
                     p.busbw,
-                    if p.kind == "gpu" { "node" } else { "node-pair" }
+                    if p.kind == PairKind::Gpu { "node" } else { "node-pair" }
                 ),
                 fraction * med,
             ),
@@ -173,11 +195,11 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
     let mut whole_nodes: Vec<String> = Vec::new();
     {
         let mut count: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-        for p in pairs.iter().filter(|p| p.kind == "gpu") {
+        for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
             count.entry(p.node.as_str()).or_default().0 += 1;
         }
         for &(i, _) in &slow {
-            if pairs[i].kind == "gpu" {
+            if pairs[i].kind == PairKind::Gpu {
                 count.entry(pairs[i].node.as_str()).or_default().1 += 1;
             }
         }
@@ -187,7 +209,7 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
             }
             let bws: Vec<f64> = pairs
                 .iter()
-                .filter(|p| p.kind == "gpu" && p.node == *node)
+                .filter(|p| p.kind == PairKind::Gpu && p.node == *node)
                 .map(|p| p.busbw)
                 .collect();
             let lo = bws.iter().copied().fold(f64::INFINITY, f64::min);
@@ -204,8 +226,8 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
             } else {
                 "all GPU pairs".to_string()
             };
-            reasons.push(Reason {
-                code: "busbw_below_threshold",
+            whole.push(Reason {
+                code: ReasonCode::BusbwBelowThreshold,
                 message: format!(
                     "{}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)",
                     if multi { format!("node {node}: ") } else { String::new() }
@@ -219,18 +241,18 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
     }
     let slow: Vec<(usize, SlowWhy)> = slow
         .into_iter()
-        .filter(|&(i, _)| !(pairs[i].kind == "gpu" && whole_nodes.contains(&pairs[i].node)))
+        .filter(|&(i, _)| !(pairs[i].kind == PairKind::Gpu && whole_nodes.contains(&pairs[i].node)))
         .collect();
     // A GPU whose every link is slow (and that has at least two) is the culprit, not its links.
     let mut per_gpu: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
-    for p in pairs.iter().filter(|p| p.kind == "gpu") {
+    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
         for g in [&p.a, &p.b] {
             per_gpu.entry((p.node.clone(), g.clone())).or_default().0 += 1;
         }
     }
     for &(i, _) in &slow {
         let p = &pairs[i];
-        if p.kind == "gpu" {
+        if p.kind == PairKind::Gpu {
             for g in [&p.a, &p.b] {
                 if let Some(e) = per_gpu.get_mut(&(p.node.clone(), g.clone())) {
                     e.1 += 1;
@@ -247,13 +269,13 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
     for (node, gpu) in &bad_gpus {
         let links: Vec<&PairRow> = pairs
             .iter()
-            .filter(|p| p.kind == "gpu" && &p.node == node && (&p.a == gpu || &p.b == gpu))
+            .filter(|p| p.kind == PairKind::Gpu && &p.node == node && (&p.a == gpu || &p.b == gpu))
             .collect();
         let mean = links.iter().map(|p| p.busbw).sum::<f64>() / links.len() as f64;
         let node_med = median(
             &pairs
                 .iter()
-                .filter(|p| p.kind == "gpu" && &p.node == node)
+                .filter(|p| p.kind == PairKind::Gpu && &p.node == node)
                 .map(|p| p.busbw)
                 .collect::<Vec<_>>(),
         );
@@ -263,7 +285,7 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
             gpu.clone()
         };
         reasons.push(Reason {
-            code: "gpu_outlier",
+            code: ReasonCode::GpuOutlier,
             message: format!(
                 "{subject}: every link slow, mean sendrecv busbw {mean:.1} GB/s vs node median {node_med:.1} GB/s ({:.0}%)",
                 100.0 * mean / node_med.max(1e-9)
@@ -275,13 +297,13 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
     }
     // A node whose every node pair is slow (and that has at least two) is the culprit.
     let mut per_node_pair: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for p in pairs.iter().filter(|p| p.kind == "node") {
+    for p in pairs.iter().filter(|p| p.kind == PairKind::Node) {
         for n in [&p.a, &p.b] {
             per_node_pair.entry(n.as_str()).or_default().0 += 1;
         }
     }
     for &(i, _) in &slow {
-        if pairs[i].kind == "node" {
+        if pairs[i].kind == PairKind::Node {
             for n in [&pairs[i].a, &pairs[i].b] {
                 if let Some(e) = per_node_pair.get_mut(n.as_str()) {
                     e.1 += 1;
@@ -297,19 +319,19 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
     for node in &bad_nodes {
         let bws: Vec<f64> = pairs
             .iter()
-            .filter(|p| p.kind == "node" && (&p.a == node || &p.b == node))
+            .filter(|p| p.kind == PairKind::Node && (&p.a == node || &p.b == node))
             .map(|p| p.busbw)
             .collect();
         let mean = bws.iter().sum::<f64>() / bws.len() as f64;
         let med = median(
             &pairs
                 .iter()
-                .filter(|p| p.kind == "node")
+                .filter(|p| p.kind == PairKind::Node)
                 .map(|p| p.busbw)
                 .collect::<Vec<_>>(),
         );
         reasons.push(Reason {
-            code: "node_outlier",
+            code: ReasonCode::NodeOutlier,
             message: format!(
                 "node {node}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({:.0}%)",
                 100.0 * mean / med.max(1e-9)
@@ -321,10 +343,10 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
     }
     for &(i, why) in &slow {
         let p = &pairs[i];
-        if p.kind == "node" && bad_nodes.iter().any(|n| n == &p.a || n == &p.b) {
+        if p.kind == PairKind::Node && bad_nodes.iter().any(|n| n == &p.a || n == &p.b) {
             continue;
         }
-        let blamed_gpu = p.kind == "gpu"
+        let blamed_gpu = p.kind == PairKind::Gpu
             && bad_gpus
                 .iter()
                 .any(|(n, g)| n == &p.node && (g == &p.a || g == &p.b));
@@ -334,9 +356,9 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
         let (message, limit) = sentence(p, why);
         reasons.push(Reason {
             code: match (p.kind, why) {
-                ("gpu", SlowWhy::Threshold(_)) => "busbw_below_threshold",
-                ("gpu", SlowWhy::Outlier(_)) => "link_outlier",
-                _ => "node_pair_outlier",
+                (PairKind::Gpu, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
+                (PairKind::Gpu, SlowWhy::Outlier(_)) => ReasonCode::LinkOutlier,
+                (PairKind::Node, _) => ReasonCode::NodePairOutlier,
             },
             message,
             subject: Some(p.subject(multi)),
@@ -347,7 +369,7 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
     // Nodes: each node's median GPU-pair busbw against the median over nodes.
     if multi {
         let mut per_node: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        for p in pairs.iter().filter(|p| p.kind == "gpu") {
+        for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
             per_node.entry(p.node.as_str()).or_default().push(p.busbw);
         }
         let meds: Vec<(&str, f64)> = per_node.iter().map(|(n, v)| (*n, median(v))).collect();
@@ -358,7 +380,7 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
         for (node, m) in &meds {
             if meds.len() >= 2 && *m < fraction * reference {
                 reasons.push(Reason {
-                    code: "node_outlier",
+                    code: ReasonCode::NodeOutlier,
                     message: format!(
                         "node {node}: GPU-pair sendrecv busbw median {m:.1} GB/s < {fraction:.2} x {reference:.1} GB/s of the other nodes"
                     ),
@@ -369,7 +391,10 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Vec<
             }
         }
     }
-    reasons
+    Localized {
+        whole_nodes: whole,
+        culprits: reasons,
+    }
 }
 
 #[cfg(test)]
@@ -379,7 +404,7 @@ mod tests {
 
     fn gpu_pair(node: &str, a: u32, b: u32, busbw: f64) -> PairRow {
         PairRow {
-            kind: "gpu",
+            kind: PairKind::Gpu,
             node: node.into(),
             a: format!("GPU{a}"),
             b: format!("GPU{b}"),
@@ -446,7 +471,7 @@ mod tests {
         let pairs = matrix("n1", |a, b| if (a, b) == (2, 3) { 41.2 } else { 302.1 });
         let r = judge(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
-        assert_eq!(r[0].code, "link_outlier");
+        assert_eq!(r[0].code, ReasonCode::LinkOutlier);
         assert_eq!(r[0].subject.as_deref(), Some("GPU2<->GPU3"));
         assert!(
             r[0].message.starts_with(
@@ -464,7 +489,7 @@ mod tests {
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
-            ("gpu_outlier", Some("GPU1"))
+            (ReasonCode::GpuOutlier, Some("GPU1"))
         );
     }
 
@@ -473,13 +498,13 @@ mod tests {
         let pairs = matrix("n1", |a, b| if (a, b) == (0, 3) { 100.0 } else { 300.0 });
         let floor: Floor = &|c, _, _| (c == "all_reduce").then_some(290.0);
         let r = judge(&[row("all_reduce", 120.0)], &pairs, 4, 1, 0.85, floor);
-        assert_eq!(r[0].code, "busbw_below_threshold");
+        assert_eq!(r[0].code, ReasonCode::BusbwBelowThreshold);
         assert!(
             r[0].message.contains("responsible: GPU0<->GPU3"),
             "{}",
             r[0].message
         );
-        assert_eq!(r[1].code, "link_outlier");
+        assert_eq!(r[1].code, ReasonCode::LinkOutlier);
     }
 
     #[test]
@@ -493,15 +518,15 @@ mod tests {
         };
         let r = judge(&[row("all_reduce", 24.7)], &pairs, 4, 1, 0.85, floor);
         assert!(
-            r.iter().any(|x| x.code == "busbw_below_threshold"
+            r.iter().any(|x| x.code == ReasonCode::BusbwBelowThreshold
                 && x.message
                     .starts_with("all_reduce 256 MiB busbw 24.7 < 290.0 GB/s (9% of the floor)")),
             "{r:?}"
         );
         assert!(
-            r.iter().any(|x| x.code == "gpu_outlier")
+            r.iter().any(|x| x.code == ReasonCode::GpuOutlier)
                 || r.iter()
-                    .filter(|x| x.code == "busbw_below_threshold")
+                    .filter(|x| x.code == ReasonCode::BusbwBelowThreshold)
                     .count()
                     > 1,
             "{r:?}"
@@ -520,14 +545,14 @@ mod tests {
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
-            ("node_outlier", Some("nodeB"))
+            (ReasonCode::NodeOutlier, Some("nodeB"))
         );
     }
 
     #[test]
     fn the_node_in_every_slow_node_pair_is_named() {
         let node_pair = |a: &str, b: &str, busbw: f64| PairRow {
-            kind: "node",
+            kind: PairKind::Node,
             node: String::new(),
             a: a.into(),
             b: b.into(),
@@ -550,7 +575,7 @@ mod tests {
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
-            ("node_outlier", Some("n3"))
+            (ReasonCode::NodeOutlier, Some("n3"))
         );
     }
 
@@ -559,6 +584,31 @@ mod tests {
         let mut r = row("all_gather", 300.0);
         r.in_place.wrong = Some(7);
         let reasons = judge(&[r], &[], 4, 1, 0.85, NO_FLOOR);
-        assert_eq!(reasons[0].code, "wrong_data");
+        assert_eq!(reasons[0].code, ReasonCode::WrongData);
+    }
+
+    #[test]
+    fn the_widest_culprit_comes_first_whatever_order_it_was_found_in() {
+        // Three nodes; every GPU pair of n3 is below its floor: n3 is a node outlier (found
+        // last) and a node whose pairs are all slow (found first). The node comes first.
+        let mut pairs = matrix("n1", |_, _| 300.0);
+        pairs.extend(matrix("n2", |_, _| 305.0));
+        pairs.extend(matrix("n3", |_, _| 20.0));
+        let floor: Floor = &|c, g, _| (c == "sendrecv" && g == 2).then_some(255.0);
+        let r = judge(&[], &pairs, 12, 3, 0.85, floor);
+        let codes: Vec<(ReasonCode, Option<&str>)> =
+            r.iter().map(|x| (x.code, x.subject.as_deref())).collect();
+        assert_eq!(
+            codes,
+            [
+                (ReasonCode::NodeOutlier, Some("n3")),
+                (ReasonCode::BusbwBelowThreshold, Some("n3")),
+            ]
+        );
+        assert!(
+            r[1].message.starts_with("node n3: all 6 GPU pairs slow"),
+            "{}",
+            r[1].message
+        );
     }
 }

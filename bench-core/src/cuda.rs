@@ -5,7 +5,6 @@
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg,
 };
-use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,20 +59,8 @@ pub fn init_driver() -> Result<usize, NoGpu> {
     }
 }
 
-/// What the report says about one GPU.
-#[derive(Debug, Clone, Serialize)]
-pub struct GpuInfo {
-    /// Index among the devices this process sees.
-    pub device: usize,
-    pub name: String,
-    /// `0000:18:00.0`, the form nvidia-smi prints.
-    pub pci_bus_id: String,
-    /// `GPU-xxxxxxxx-...`, the form nvidia-smi prints.
-    pub uuid: String,
-    pub memory_bytes: u64,
-}
+pub use crate::report::gpu::GpuInfo;
 
-/// Reads the facts of device `ordinal` (no context needed).
 /// Whether CUDA can map `b`'s memory from `a` (NVLink or PCIe peer access). When it can, NCCL
 /// is expected to use its P2P transport between them; SHM or sockets there is a fallback.
 pub fn can_access_peer(a: usize, b: usize) -> bool {
@@ -87,6 +74,7 @@ pub fn can_access_peer(a: usize, b: usize) -> bool {
     rc == sys::CUresult::CUDA_SUCCESS && can == 1
 }
 
+/// Reads the facts of device `ordinal` (no context needed).
 pub fn gpu_info(ordinal: usize) -> Result<GpuInfo, DriverError> {
     use cudarc::driver::result::device;
     let dev = device::get(ordinal as i32)?;

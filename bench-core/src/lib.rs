@@ -10,7 +10,9 @@ pub mod collectives;
 pub mod config;
 pub mod datatype;
 pub mod facts;
+pub mod floors;
 pub mod hostlist;
+pub mod judge;
 pub mod localize;
 pub mod pairs;
 pub mod rendezvous;
@@ -19,6 +21,7 @@ pub mod size;
 pub mod slurm_rendezvous;
 pub mod team;
 pub mod thresholds;
+pub mod topology;
 pub mod transport;
 pub mod verdict;
 
@@ -32,7 +35,11 @@ pub mod loop_probe;
 #[cfg(feature = "gpu")]
 pub mod nccl;
 #[cfg(feature = "gpu")]
+pub mod nccl_env;
+#[cfg(feature = "gpu")]
 pub mod options;
+#[cfg(feature = "gpu")]
+pub mod orchestrate;
 #[cfg(feature = "gpu")]
 pub mod plot;
 #[cfg(feature = "gpu")]

@@ -163,6 +163,8 @@ pub struct Options {
     pub coordinator: bool,
     /// How peers prove they belong to this check.
     pub credential: Credential,
+    /// munged's socket when not the default ($NCCL_CHECK_MUNGE_SOCKET).
+    pub munge_socket: Option<PathBuf>,
     pub timeout: Duration,
     pub min_busbw: Option<f64>,
     pub nccl_lib: Option<PathBuf>,
@@ -452,6 +454,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         label,
         coordinator,
         credential,
+        munge_socket: env("NCCL_CHECK_MUNGE_SOCKET").map(PathBuf::from),
         timeout,
         min_busbw: raw.min_busbw,
         nccl_lib,

@@ -2,10 +2,31 @@
 //! through the control plane, across processes. Every wait has the run's deadline, and the first
 //! failure anywhere releases everyone at once.
 
-use crate::rendezvous::ControlPlane;
+use crate::rendezvous::{ControlPlane, PlaneError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
+
+/// Why a team operation failed; the kind decides the exit code, the text says where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TeamError {
+    /// The team had failed already (another thread or process first): this thread stops.
+    Stopped(String),
+    /// The other local GPU threads did not all arrive before the deadline.
+    LocalDeadline(String),
+    /// The sum over the processes failed.
+    Plane(PlaneError),
+}
+
+impl std::fmt::Display for TeamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TeamError::Stopped(why) => write!(f, "stopped: {why}"),
+            TeamError::LocalDeadline(m) => f.write_str(m),
+            TeamError::Plane(e) => write!(f, "{e}"),
+        }
+    }
+}
 
 pub struct Team {
     n_local: usize,
@@ -61,10 +82,10 @@ impl Team {
     }
 
     /// Element-wise sum of `values` over every rank of the job; also the barrier (empty values).
-    pub fn sum(&self, values: &[f64]) -> Result<Vec<f64>, String> {
+    pub fn sum(&self, values: &[f64]) -> Result<Vec<f64>, TeamError> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = &st.failed {
-            return Err(format!("stopped: {why}"));
+            return Err(TeamError::Stopped(why.clone()));
         }
         if st.sums.len() < values.len() {
             st.sums.resize(values.len(), 0.0);
@@ -77,17 +98,15 @@ impl Team {
             // The last local thread to arrive talks to the other processes for everyone.
             let global = {
                 let mut plane = self.plane.lock().unwrap_or_else(|p| p.into_inner());
-                plane
-                    .sum(gen, &local, self.deadline)
-                    .map_err(|e| e.to_string())
+                plane.sum(gen, &local, self.deadline)
             };
             match global {
                 Ok(g) => st.result = g,
                 Err(e) => {
                     self.failed.store(true, Ordering::Relaxed);
-                    st.failed.get_or_insert(e.clone());
+                    st.failed.get_or_insert(e.to_string());
                     self.cv.notify_all();
-                    return Err(e);
+                    return Err(TeamError::Plane(e));
                 }
             }
             st.arrived = 0;
@@ -102,7 +121,7 @@ impl Team {
                     "waiting for the other local GPU threads ({} of {} arrived)",
                     st.arrived, self.n_local
                 );
-                return Err(msg);
+                return Err(TeamError::LocalDeadline(msg));
             }
             st = self
                 .cv
@@ -113,12 +132,12 @@ impl Team {
                 return Ok(st.result.clone());
             }
             if let Some(why) = &st.failed {
-                return Err(format!("stopped: {why}"));
+                return Err(TeamError::Stopped(why.clone()));
             }
         }
     }
 
-    pub fn barrier(&self) -> Result<(), String> {
+    pub fn barrier(&self) -> Result<(), TeamError> {
         self.sum(&[]).map(|_| ())
     }
 }
@@ -165,7 +184,8 @@ mod tests {
         let start = Instant::now();
         team.fail("GPU 1: CUDA error");
         let e = waiter.join().unwrap().unwrap_err();
-        assert!(e.contains("GPU 1: CUDA error"), "{e}");
+        assert_eq!(e, TeamError::Stopped("GPU 1: CUDA error".into()));
+        assert_eq!(e.to_string(), "stopped: GPU 1: CUDA error");
         assert!(start.elapsed() < Duration::from_secs(1));
     }
 
@@ -177,6 +197,11 @@ mod tests {
             Instant::now() + Duration::from_millis(200),
         );
         let e = team.barrier().unwrap_err();
-        assert!(e.contains("1 of 2 arrived"), "{e}");
+        assert_eq!(
+            e,
+            TeamError::LocalDeadline(
+                "waiting for the other local GPU threads (1 of 2 arrived)".into()
+            )
+        );
     }
 }

@@ -21,23 +21,24 @@ struct Sum {
 /// Longest abort message passed on.
 const MAX_ABORT_CHARS: usize = 500;
 
-/// Why a sum did not complete.
-#[derive(Debug, Clone, PartialEq)]
+/// Why a sum did not complete: the kind decides the exit code, the text (complete, shown
+/// as it is) says who.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlaneError {
-    /// The deadline passed while waiting for `who`.
+    /// A process did not answer before the deadline.
     Deadline(String),
-    /// Another process gave up and said why.
+    /// Another process gave up first (its reason is in the text).
     Aborted(String),
-    /// A process went away or broke the protocol.
+    /// A process went away, sent something malformed, or is out of step.
     Peer(String),
 }
 
 impl std::fmt::Display for PlaneError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PlaneError::Deadline(who) => write!(f, "{who}: no answer before the deadline"),
-            PlaneError::Aborted(why) => write!(f, "another process gave up: {why}"),
-            PlaneError::Peer(what) => write!(f, "{what}"),
+            PlaneError::Deadline(m) | PlaneError::Aborted(m) | PlaneError::Peer(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -59,7 +60,9 @@ fn max_frame(values: usize) -> usize {
 
 fn peer_error(who: &str, e: WireError) -> PlaneError {
     match e {
-        WireError::Deadline => PlaneError::Deadline(who.to_string()),
+        WireError::Deadline => {
+            PlaneError::Deadline(format!("{who}: no answer before the deadline"))
+        }
         other => PlaneError::Peer(format!("{who}: {other}")),
     }
 }
@@ -90,9 +93,10 @@ impl ControlPlane {
                 let reply: Sum = wire::recv(stream, cap, deadline)
                     .map_err(|e| peer_error("the coordinator", e))?;
                 if let Some(why) = reply.abort {
-                    return Err(PlaneError::Aborted(
-                        why.chars().take(MAX_ABORT_CHARS).collect(),
-                    ));
+                    let why: String = why.chars().take(MAX_ABORT_CHARS).collect();
+                    return Err(PlaneError::Aborted(format!(
+                        "another process gave up: {why}"
+                    )));
                 }
                 if reply.seq != seq || reply.values.len() != values.len() {
                     return Err(PlaneError::Peer(format!(

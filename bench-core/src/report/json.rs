@@ -1,45 +1,14 @@
 //! The JSON report (`--json FILE`): everything needed to defend a verdict later. Bump
 //! `SCHEMA_VERSION` on any incompatible change; adding fields is compatible.
 
+use super::gpu::GpuInfo;
+pub use super::reason::{Reason, ReasonCode};
 use super::Row;
 use crate::verdict::{ExitCode, Verdict};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// A reason behind a verdict: a stable code for machines and one sentence for people.
-///
-/// Codes (stable; consumers such as the prolog and the SPANK plugin match on them):
-/// FAIL: `wrong_data`, `busbw_below_threshold`, `gpu_outlier`, `link_outlier`, `node_outlier`,
-/// `node_pair_outlier`, `transport_fallback`; ERROR: `usage`, `config`, `nccl_library`, `no_gpu`,
-/// `rendezvous`, `timeout`, `runtime`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Reason {
-    pub code: &'static str,
-    pub message: String,
-    /// What is at fault, by name: `GPU2`, `GPU2<->GPU3`, `node017`, `node017<->node018`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub subject: Option<String>,
-    /// The measured value (GB/s for bandwidths) and the limit it was held against.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub measured: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<f64>,
-}
-
-impl Reason {
-    /// A reason with only a code and a sentence (errors).
-    pub fn plain(code: &'static str, message: impl Into<String>) -> Reason {
-        Reason {
-            code,
-            message: message.into(),
-            subject: None,
-            measured: None,
-            limit: None,
-        }
-    }
-}
 
 /// Wall-clock milliseconds of each phase of this process (parallel phases: the slowest GPU).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -94,7 +63,7 @@ pub struct GpuEntry {
     pub rank: u32,
     pub host: String,
     #[serde(flatten)]
-    pub info: serde_json::Value,
+    pub info: GpuInfo,
 }
 
 /// The settings a run measured with.

@@ -1,9 +1,11 @@
 //! What a run reports: the nccl-tests-compatible table (`table`) and the JSON report (`json`).
 
+pub mod gpu;
 pub mod json;
+pub mod reason;
 pub mod table;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One placement (out-of-place or in-place) of one row, combined over all ranks.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -44,11 +46,21 @@ impl Row {
     }
 }
 
+/// What a pair of the pair matrix joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PairKind {
+    /// Two GPUs of one node.
+    Gpu,
+    /// Two nodes: GPU i of one with GPU i of the other, all at once.
+    Node,
+}
+
 /// One pair of the pair matrix: two GPUs of a node (`kind = "gpu"`) or two nodes
 /// (`kind = "node"`, GPU i of one with GPU i of the other, all at once), with sendrecv.
 #[derive(Debug, Clone, Serialize)]
 pub struct PairRow {
-    pub kind: &'static str,
+    pub kind: PairKind,
     /// The node of a GPU pair; empty for node pairs.
     pub node: String,
     /// `GPU2` / `GPU3` for GPU pairs; node names for node pairs.
@@ -67,10 +79,26 @@ pub struct PairRow {
 impl PairRow {
     /// `GPU2<->GPU3` (with the node when the check spans several), or `node1<->node2`.
     pub fn subject(&self, multi_node: bool) -> String {
-        if self.kind == "gpu" && multi_node {
+        if self.kind == PairKind::Gpu && multi_node {
             format!("{} {}<->{}", self.node, self.a, self.b)
         } else {
             format!("{}<->{}", self.a, self.b)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pair_kinds_are_written_as_before() {
+        let text = |k: PairKind| serde_json::to_string(&k).expect("serializes");
+        assert_eq!(
+            (text(PairKind::Gpu), text(PairKind::Node)),
+            (r#""gpu""#.into(), r#""node""#.into())
+        );
+        let back: PairKind = serde_json::from_str(r#""node""#).expect("parses");
+        assert_eq!(back, PairKind::Node);
     }
 }

@@ -27,14 +27,15 @@
 //! (sub-communicators for pair tests) must be split per communicator by the caller; this parser
 //! does not guess which line belongs to which.
 
+mod expect;
+mod log;
+
+pub use expect::{check, Expectation, Finding, NetExpect};
+pub use log::{parse_channel_line, parse_log};
+
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-
-use crate::report::json::Reason;
-
-/// The reason code of every finding (report/json.rs lists the stable codes).
-pub const TRANSPORT_FALLBACK: &str = "transport_fallback";
 
 /// One transport as NCCL names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -191,18 +192,6 @@ pub struct PathReport {
     pub detail: Vec<String>,
 }
 
-/// NCCL's algorithm names by the index older versions print (`Algo 4`): `ncclAlgoStr` in
-/// init.cc, the same order since 2.18 (PAT from 2.23).
-const ALGO_NAMES: [&str; 7] = [
-    "Tree",
-    "Ring",
-    "CollNetDirect",
-    "CollNetChain",
-    "NVLS",
-    "NVLSTree",
-    "PAT",
-];
-
 impl TransportSummary {
     /// True when at least one connection line was found. Without them (NCCL_DEBUG unset, or
     /// NCCL_DEBUG_SUBSYS without INIT) nothing can be said about transports: that is not a pass.
@@ -273,6 +262,39 @@ impl TransportSummary {
     }
 }
 
+impl crate::report::json::TransportInfo {
+    /// The report's entry when there is no log to read (`why`: NCCL_DEBUG set by the caller).
+    pub fn not_recorded(why: String) -> Self {
+        Self {
+            source: why,
+            paths: Vec::new(),
+            network: None,
+            collnet_used: false,
+            nvls_used: false,
+            busbw_note: None,
+        }
+    }
+
+    /// The report's entry for a parsed log.
+    pub fn from_log(s: &TransportSummary) -> Self {
+        let (collnet, nvls) = (s.collnet_used(), s.nvls_used());
+        Self {
+            paths: s.paths(),
+            network: s.network.clone(),
+            collnet_used: collnet,
+            nvls_used: nvls,
+            busbw_note: (collnet || nvls).then(|| format!(
+                "{} carried collectives: busbw is not the ring-equivalent figure (it can exceed the link speed); only thresholds written for that algorithm apply",
+                if collnet { "CollNet (SHARP)" } else { "NVLS" }
+            )),
+            ..Self::not_recorded(format!(
+                "NCCL_DEBUG=INFO log, {} connection lines",
+                s.connection_lines
+            ))
+        }
+    }
+}
+
 fn dedup(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
     let mut v: Vec<&'static str> = Vec::new();
     for n in names {
@@ -283,313 +305,10 @@ fn dedup(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
     v
 }
 
-/// Splits one log line into (host of the printing process, level, message). Lines that are not
-/// NCCL INFO/WARN lines give `None`. Tolerates a timestamp before the host
-/// (`NCCL_DEBUG_TIMESTAMP_FORMAT`) and `\r`.
-fn split_line(line: &str) -> Option<(Option<&str>, &'static str, &str)> {
-    let line = line.trim_end_matches(['\r', '\n']);
-    let (pos, level, marker) = if let Some(p) = line.find(" NCCL INFO ") {
-        (p, "INFO", " NCCL INFO ")
-    } else if let Some(p) = line.find(" NCCL WARN ") {
-        (p, "WARN", " NCCL WARN ")
-    } else {
-        return None;
-    };
-    let message = line[pos + marker.len()..].trim();
-    // prefix: `[timestamp] host:pid:tid [dev]`
-    let prefix = line[..pos].trim_end();
-    let mut words = prefix.rsplit(' ').filter(|w| !w.is_empty());
-    let dev_or_host = words.next();
-    let host_word = match dev_or_host {
-        Some(w) if w.starts_with('[') => words.next(),
-        other => other,
-    };
-    let host = host_word.and_then(|w| {
-        let mut parts = w.rsplitn(3, ':');
-        let (_tid, _pid, host) = (parts.next()?, parts.next()?, parts.next()?);
-        (!host.is_empty()).then_some(host)
-    });
-    Some((host, level, message))
-}
-
-/// `12[3]` → (12, 3).
-fn rank_dev(s: &str) -> Option<(u32, u32)> {
-    let s = s.trim();
-    let open = s.find('[')?;
-    let rank = s[..open].parse().ok()?;
-    let dev = s[open + 1..].strip_suffix(']')?.parse().ok()?;
-    Some((rank, dev))
-}
-
-/// Parses `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0` (and the SHM form without `/0`).
-/// Returns the connection and whether the printing process is the receiver.
-pub fn parse_channel_line(message: &str) -> Option<(Connection, bool)> {
-    let rest = message.strip_prefix("Channel ")?;
-    let (chan, rest) = rest.split_once(" : ")?;
-    let (channel, conn_index) = match chan.split_once('/') {
-        Some((c, i)) => (c.trim().parse().ok()?, Some(i.trim().parse().ok()?)),
-        None => (chan.trim().parse().ok()?, None),
-    };
-    let (left, right) = rest.split_once(" -> ")?;
-    let (from_rank, from_dev) = rank_dev(left)?;
-    let (to_part, via) = right.split_once(" via ")?;
-    let mut to_words = to_part.split_whitespace();
-    let (to_rank, to_dev) = rank_dev(to_words.next()?)?;
-    let receiver = to_words.any(|w| w == "[receive]");
-    let via = via.trim().to_string();
-    Some((
-        Connection {
-            channel,
-            conn_index,
-            from_rank,
-            from_dev,
-            to_rank,
-            to_dev,
-            transport: Transport::from_via(&via),
-            via,
-        },
-        receiver,
-    ))
-}
-
-/// The number just before `word` (`16 nvls channels` → 16).
-fn number_before(message: &str, word: &str) -> Option<u32> {
-    let end = message.find(word)?;
-    message[..end].split_whitespace().last()?.parse().ok()
-}
-
-/// Reads a whole NCCL_DEBUG=INFO log (one communicator; any number of processes and hosts
-/// interleaved).
-pub fn parse_log(text: &str) -> TransportSummary {
-    let mut s = TransportSummary::default();
-    for line in text.lines() {
-        let Some((host, level, msg)) = split_line(line) else {
-            continue;
-        };
-        if level == "WARN" {
-            if msg.contains("Cannot initialize CollNet") {
-                s.collnet_disabled = Some(msg.to_string());
-            }
-            continue;
-        }
-        if let Some((c, receiver)) = parse_channel_line(msg) {
-            s.connection_lines += 1;
-            if let Some(h) = host {
-                let printer = if receiver { c.to_rank } else { c.from_rank };
-                s.rank_hosts.entry(printer).or_insert_with(|| h.to_string());
-            }
-            let p = s.pairs.entry((c.from_rank, c.to_rank)).or_default();
-            p.from_dev = c.from_dev;
-            p.to_dev = c.to_dev;
-            p.transports.insert(c.transport);
-            continue;
-        }
-        if (msg.starts_with("CollNet ") && msg.contains(" via COLLNET/"))
-            || msg.contains("Connected CollNet")
-            || msg.starts_with("Connected Collnet Chains")
-            || msg.starts_with("Connected collnet + chain")
-        {
-            s.collnet_connected = true;
-        } else if msg.contains("less than CollNet node threshold") {
-            s.collnet_disabled = Some(msg.to_string());
-        } else if let Some(rest) = msg.strip_prefix("NVLS multicast support is ") {
-            let available = !rest.starts_with("not ");
-            s.nvls_available = Some(s.nvls_available.unwrap_or(true) && available);
-        } else if msg.starts_with("NVLS comm ") || msg.starts_with("Connected NVLS tree") {
-            s.nvls_connected = true;
-        } else if msg.contains(" nvls channels") && msg.contains(" coll channels") {
-            if let Some(n) = number_before(msg, " nvls channels") {
-                s.nvls_channels = Some(s.nvls_channels.unwrap_or(0).max(n));
-            }
-        } else if let Some(net) = msg.strip_prefix("Using network ") {
-            s.network = Some(net.trim().to_string());
-        } else if msg.contains(" Bytes -> Algo ") {
-            if let Some((coll, algo)) = parse_tuning(msg) {
-                s.algorithms.entry(coll).or_default().insert(algo);
-            }
-        } else if msg.starts_with("Pattern ") && msg.contains(", type ") {
-            if let Some(t) = msg
-                .split(", type ")
-                .nth(1)
-                .and_then(|r| r.split('/').next())
-            {
-                s.graph_intra_types.insert(t.trim().to_string());
-            }
-        } else if msg.ends_with("Init COMPLETE") {
-            // `[ncclCommInitRankConfig ]comm 0x.. rank 3 nranks 4 ...`: the printing host holds rank 3.
-            let mut words = msg.split_whitespace();
-            if words.any(|w| w == "rank") {
-                if let (Some(r), Some(h)) = (words.next().and_then(|w| w.parse().ok()), host) {
-                    s.rank_hosts.entry(r).or_insert_with(|| h.to_string());
-                }
-            }
-        }
-    }
-    if s.nvls_channels.unwrap_or(0) > 0 && s.nvls_available == Some(true) {
-        s.nvls_connected = true;
-    }
-    s
-}
-
-/// `AllReduce: 268435456 Bytes -> Algo NVLS proto Simple ...` (2.24+),
-/// `AllReduce: 1024 Bytes -> Algo 1 proto 2 time 12.3` (2.22-2.23), `1024 Bytes -> Algo 1 ...` (2.21).
-fn parse_tuning(msg: &str) -> Option<(String, String)> {
-    let (head, tail) = msg.split_once(" Bytes -> Algo ")?;
-    let coll = match head.split_once(':') {
-        Some((c, _)) => c.trim().trim_end_matches(" [Symmetric]").to_string(),
-        None => String::from("?"),
-    };
-    let algo = tail.split_whitespace().next()?;
-    let algo = match algo.parse::<usize>() {
-        Ok(i) => ALGO_NAMES.get(i)?.to_string(),
-        // 2.24+ prints ncclAlgoToString's `RING`, `COLLNET_DIRECT`, `NVLS_TREE`: use the
-        // NCCL_ALGO spelling (`Ring`, `CollNetDirect`, `NVLSTree`).
-        Err(_) => {
-            let key = algo.replace('_', "").to_ascii_uppercase();
-            ALGO_NAMES
-                .iter()
-                .find(|n| n.to_ascii_uppercase() == key)
-                .map_or_else(|| algo.to_string(), |n| n.to_string())
-        }
-    };
-    Some((coll, algo))
-}
-
-/// What the site expects of the paths (from the worker's options and network profile).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Expectation {
-    /// GPUs of one node talk over NVLink: every intra-node path must be P2P.
-    pub intra_node_p2p: bool,
-    /// Paths between nodes must use this network (profile `expect_net`).
-    pub inter_node_net: Option<NetExpect>,
-    /// CollNet (SHARP) must carry the collectives (`--expect-collnet`).
-    pub collnet: bool,
-    /// NVLS must carry the collectives.
-    pub nvls: bool,
-}
-
-/// The network expected between nodes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NetExpect {
-    /// InfiniBand or RoCE (NCCL's IB transport or the rdma-sharp plugin).
-    Ib,
-    /// TCP sockets (a plain-Ethernet site).
-    Socket,
-    /// A plugin, by a case-insensitive part of its name (`Libfabric` for AWS EFA, `UCX`).
-    Plugin(String),
-}
-
-impl NetExpect {
-    fn accepts(&self, t: &Transport) -> bool {
-        match (self, t) {
-            (NetExpect::Ib, Transport::NetIb) | (NetExpect::Socket, Transport::NetSocket) => true,
-            (NetExpect::Plugin(want), Transport::NetOther(name)) => name
-                .to_ascii_lowercase()
-                .contains(&want.to_ascii_lowercase()),
-            _ => false,
-        }
-    }
-}
-
-impl fmt::Display for NetExpect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NetExpect::Ib => f.write_str("NET/IB"),
-            NetExpect::Socket => f.write_str("NET/Socket"),
-            NetExpect::Plugin(p) => write!(f, "NET/{p}"),
-        }
-    }
-}
-
-/// One fallback: becomes a FAIL reason with code [`TRANSPORT_FALLBACK`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    /// The path at fault (`GPU0->GPU1`), or the communicator (`CollNet`, `NVLS`).
-    pub subject: String,
-    /// `GPU0->GPU1 used SHM, NVLink P2P expected`.
-    pub message: String,
-}
-
-impl Finding {
-    pub fn to_reason(&self) -> Reason {
-        let mut r = Reason::plain(TRANSPORT_FALLBACK, self.message.clone());
-        r.subject = Some(self.subject.clone());
-        r
-    }
-}
-
-/// Holds the summary against the expectation. `same_node(a, b)` says whether ranks a and b run
-/// on one node (the caller knows: from Slurm or the rendezvous; [`TransportSummary::same_host`]
-/// is a fallback). Paths NCCL never connected are not judged (a ring connects neighbours only).
-/// An empty summary gives no findings: check [`TransportSummary::has_connections`] first.
-pub fn check(
-    summary: &TransportSummary,
-    same_node: &dyn Fn(u32, u32) -> bool,
-    expect: &Expectation,
-) -> Vec<Finding> {
-    let mut out = Vec::new();
-    for (&(from, to), pair) in &summary.pairs {
-        let path = summary.path_name(from, to);
-        let intra = same_node(from, to);
-        if intra && expect.intra_node_p2p {
-            let bad: Vec<String> = pair
-                .transports
-                .iter()
-                .filter(|t| !matches!(t, Transport::P2p { .. }))
-                .map(|t| t.to_string())
-                .collect();
-            if !bad.is_empty() {
-                out.push(Finding {
-                    subject: path.clone(),
-                    message: format!("{path} used {}, NVLink P2P expected", bad.join(" and ")),
-                });
-            }
-        }
-        if !intra {
-            if let Some(want) = &expect.inter_node_net {
-                let bad: Vec<String> = pair
-                    .transports
-                    .iter()
-                    .filter(|t| t.is_net() && !want.accepts(t))
-                    .map(|t| t.to_string())
-                    .collect();
-                if !bad.is_empty() {
-                    out.push(Finding {
-                        subject: path.clone(),
-                        message: format!("{path} used {}, {want} expected", bad.join(" and ")),
-                    });
-                }
-            }
-        }
-    }
-    if expect.collnet && !summary.collnet_used() {
-        let why = match &summary.collnet_disabled {
-            Some(w) => format!(" (NCCL: {w})"),
-            None => String::new(),
-        };
-        out.push(Finding {
-            subject: String::from("CollNet"),
-            message: format!(
-                "CollNet (SHARP) did not carry the collectives, CollNet expected{why}"
-            ),
-        });
-    }
-    if expect.nvls && !summary.nvls_used() {
-        let why = match summary.nvls_available {
-            Some(false) => " (NCCL: NVLS multicast support is not available)",
-            _ => "",
-        };
-        out.push(Finding {
-            subject: String::from("NVLS"),
-            message: format!("NVLS did not carry the collectives, NVLS expected{why}"),
-        });
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::json::ReasonCode;
 
     const P: &str = "node01:12345:12399 [0] NCCL INFO ";
 
@@ -691,7 +410,7 @@ mod tests {
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].message, "GPU0->GPU1 used SHM, NVLink P2P expected");
         let r = f[0].to_reason();
-        assert_eq!(r.code, "transport_fallback");
+        assert_eq!(r.code, ReasonCode::TransportFallback);
         assert_eq!(r.subject.as_deref(), Some("GPU0->GPU1"));
         // Without the NVLink expectation SHM is just reported.
         assert!(check(&s, &|_, _| true, &Expectation::default()).is_empty());
@@ -965,7 +684,9 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
         assert!(f
             .iter()
             .any(|f| f.message == "GPU0->GPU1 used SHM, NVLink P2P expected"));
-        assert!(f.iter().all(|f| f.to_reason().code == "transport_fallback"));
+        assert!(f
+            .iter()
+            .all(|f| f.to_reason().code == ReasonCode::TransportFallback));
     }
 
     #[test]

@@ -1,0 +1,386 @@
+//! The verdict of a finished run, as plain functions of its report and the configuration:
+//! average busbw per collective, the reasons for FAIL (thresholds and outliers from
+//! `analysis`, transport fallbacks from `transport`), PASS or FAIL, and the summary line.
+//! CUDA's answer to "can these two GPUs reach each other directly" comes in as a function, so
+//! all of it runs without a GPU.
+
+use crate::config::worker::Threshold;
+use crate::floors::Floors;
+use crate::report::json::{Reason, Report};
+use crate::report::{PairKind, Row};
+use crate::topology::Topology;
+use crate::transport::{Expectation, TransportSummary};
+use crate::verdict::ExitCode;
+use std::collections::BTreeMap;
+
+/// What the configuration says about judging.
+#[derive(Debug, Clone, Copy)]
+pub struct Judging<'a> {
+    pub thresholds: &'a [Threshold],
+    /// The outlier rule: below this fraction of the peers' median is FAIL.
+    pub outlier_fraction: f64,
+    /// `--min-busbw`.
+    pub min_busbw: Option<f64>,
+    /// What the paths must use.
+    pub expect: &'a Expectation,
+}
+
+/// Whether CUDA can map device `b`'s memory from device `a` (`cuda::can_access_peer`).
+pub type PeerAccess<'a> = &'a dyn Fn(usize, usize) -> bool;
+
+/// The GPU model thresholds are looked up by: this process's first GPU.
+pub fn gpu_name(report: &Report) -> &str {
+    report.gpus.first().map_or("", |g| g.info.name.as_str())
+}
+
+/// The floors of this run (the same the runner's retest used, now knowing whether CollNet or
+/// NVLS carried the collectives).
+pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>) -> Floors<'a> {
+    Floors {
+        rules: judging.thresholds,
+        gpu_name: gpu_name(report),
+        nodes: Topology::new(&report.processes).node_count(),
+        gpus: report.nranks,
+        min_busbw: judging.min_busbw,
+        in_network_algorithms: report
+            .transports
+            .as_ref()
+            .is_some_and(|t| t.collnet_used || t.nvls_used),
+    }
+}
+
+/// Judges a finished run: fills `avg_busbw`, `reasons`, the verdict and the summary of
+/// `report`, and returns the exit code (PASS or FAIL). `log` is NCCL's parsed log, when it was
+/// recorded.
+pub fn judge(
+    report: &mut Report,
+    judging: &Judging,
+    log: Option<&TransportSummary>,
+    can_access_peer: PeerAccess,
+) -> ExitCode {
+    report.avg_busbw = avg_busbw(&report.results);
+    let topology = Topology::new(&report.processes);
+    let floors = floors(report, judging);
+    let mut reasons = crate::analysis::judge(
+        &report.results,
+        &report.pairs,
+        report.nranks,
+        topology.node_count(),
+        judging.outlier_fraction,
+        &|c, n, b| floors.floor(c, n, b),
+    );
+    if let Some(log) = log {
+        reasons.extend(transport_reasons(
+            report,
+            &topology,
+            judging.expect,
+            log,
+            can_access_peer,
+        ));
+    }
+    let code = if reasons.is_empty() {
+        ExitCode::Pass
+    } else {
+        ExitCode::Fail
+    };
+    let summary = summary(report, topology.node_count(), &reasons);
+    report.reasons = reasons;
+    report.set_outcome(code, summary);
+    code
+}
+
+/// Per collective: the mean busbw over its rows and both placements (nccl-tests' "Avg bus
+/// bandwidth").
+pub fn avg_busbw(rows: &[Row]) -> BTreeMap<String, f64> {
+    let mut by_coll: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for r in rows {
+        let e = by_coll.entry(r.collective.to_string()).or_default();
+        e.0 += r.out_of_place.busbw + r.in_place.busbw;
+        e.1 += 2.0;
+    }
+    by_coll.into_iter().map(|(k, (s, n))| (k, s / n)).collect()
+}
+
+/// One line for a terminal or a drain reason: what was measured when all is well, else the
+/// first reason and how many more there are.
+pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
+    match reasons {
+        [] => {}
+        [only] => return only.message.clone(),
+        [first, rest @ ..] => return format!("{} (and {} more)", first.message, rest.len()),
+    }
+    let best = report
+        .results
+        .iter()
+        .max_by(|a, b| a.out_of_place.busbw.total_cmp(&b.out_of_place.busbw))
+        .map(|r| {
+            format!(
+                ", {} {} busbw {:.1} GB/s",
+                r.collective,
+                crate::size::human(r.size),
+                r.out_of_place.busbw
+            )
+        })
+        .unwrap_or_default();
+    let gpu_pairs: Vec<f64> = report
+        .pairs
+        .iter()
+        .filter(|p| p.kind == PairKind::Gpu)
+        .map(|p| p.busbw)
+        .collect();
+    let pair_min = gpu_pairs.iter().copied().fold(f64::INFINITY, f64::min);
+    let pairs_text = if pair_min.is_finite() {
+        format!(", {} GPU pairs >= {pair_min:.1} GB/s", gpu_pairs.len())
+    } else {
+        String::new()
+    };
+    format!(
+        "{} x {} on {nodes} node(s){best}{pairs_text}",
+        report.nranks,
+        gpu_name(report)
+    )
+}
+
+/// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each
+/// other directly, another network than the profile's between nodes, no CollNet/NVLS when they
+/// were asked for.
+pub fn transport_reasons(
+    report: &Report,
+    topology: &Topology,
+    expect: &Expectation,
+    log: &TransportSummary,
+    can_access_peer: PeerAccess,
+) -> Vec<Reason> {
+    if !log.has_connections() {
+        return Vec::new();
+    }
+    // Only this process's GPUs can be asked to CUDA: the report lists their ranks and devices.
+    let device_of = |rank: u32| {
+        report
+            .gpus
+            .iter()
+            .find(|g| g.rank == rank)
+            .map(|g| g.info.device)
+    };
+    let p2p_possible = |a: u32, b: u32| match (device_of(a), device_of(b)) {
+        (Some(da), Some(db)) => can_access_peer(da, db),
+        _ => false,
+    };
+    // Judged as intra-node only where P2P is possible; other same-node paths are left alone.
+    let same_node =
+        |a: u32, b: u32| topology.same_node(a as usize, b as usize) && p2p_possible(a, b);
+    crate::transport::check(log, &same_node, expect)
+        .iter()
+        .map(|f| f.to_reason())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::worker::Threshold;
+    use crate::floors::tests::rule;
+    use crate::rendezvous::Member;
+    use crate::report::gpu::GpuInfo;
+    use crate::report::json::{GpuEntry, ReasonCode, TransportInfo};
+    use crate::report::{PairRow, Placement};
+    use crate::verdict::Verdict;
+
+    const MIB256: u64 = 256 << 20;
+
+    fn rules() -> Vec<Threshold> {
+        vec![
+            rule("all_reduce", 4, 1, 290.0),
+            rule("sendrecv", 2, 1, 255.0),
+        ]
+    }
+
+    fn row(collective: &'static str, busbw: f64) -> Row {
+        let p = Placement {
+            time_us: 1.0,
+            algbw: busbw / 1.5,
+            busbw,
+            wrong: Some(0),
+            first_busbw: None,
+        };
+        Row {
+            collective,
+            size: MIB256,
+            count: MIB256 / 4,
+            dtype: "float",
+            redop: "sum",
+            root: -1,
+            out_of_place: p,
+            in_place: p,
+        }
+    }
+
+    /// One node of 4 H200s, every GPU pair at `pair_busbw`.
+    fn report(rows: Vec<Row>, pair_busbw: f64) -> Report {
+        let mut r = Report::new("n1".into(), 0.0);
+        r.nranks = 4;
+        r.processes = vec![Member {
+            proc_rank: 0,
+            host: "n1".into(),
+            pid: 1,
+            ngpus: 4,
+            first_rank: 0,
+        }];
+        r.gpus = (0..4)
+            .map(|i| GpuEntry {
+                rank: i,
+                host: "n1".into(),
+                info: GpuInfo {
+                    device: i as usize,
+                    name: "NVIDIA H200".into(),
+                    ..GpuInfo::default()
+                },
+            })
+            .collect();
+        r.results = rows;
+        for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
+            r.pairs.push(PairRow {
+                kind: PairKind::Gpu,
+                node: "n1".into(),
+                a: format!("GPU{a}"),
+                b: format!("GPU{b}"),
+                ranks: (a, b),
+                bytes: MIB256,
+                time_us: 1.0,
+                busbw: pair_busbw,
+                first_busbw: None,
+            });
+        }
+        r
+    }
+
+    fn run(report: &mut Report, min_busbw: Option<f64>, log: Option<&str>, p2p: bool) -> ExitCode {
+        let rules = rules();
+        let expect = Expectation {
+            intra_node_p2p: true,
+            ..Expectation::default()
+        };
+        let judging = Judging {
+            thresholds: &rules,
+            outlier_fraction: 0.85,
+            min_busbw,
+            expect: &expect,
+        };
+        let log = log.map(crate::transport::parse_log);
+        judge(report, &judging, log.as_ref(), &|_, _| p2p)
+    }
+
+    #[test]
+    fn a_healthy_node_passes_with_what_was_measured_in_the_summary() {
+        let mut r = report(
+            vec![row("all_reduce", 338.0), row("all_gather", 250.0)],
+            300.0,
+        );
+        assert_eq!(run(&mut r, None, None, true), ExitCode::Pass);
+        assert_eq!(r.verdict, Verdict::Pass);
+        assert!(r.reasons.is_empty(), "{:?}", r.reasons);
+        assert_eq!(
+            r.summary,
+            "4 x NVIDIA H200 on 1 node(s), all_reduce 256 MiB busbw 338.0 GB/s, 6 GPU pairs >= 300.0 GB/s"
+        );
+        assert_eq!(r.avg_busbw.get("all_reduce"), Some(&338.0));
+        assert_eq!(r.avg_busbw.get("all_gather"), Some(&250.0));
+    }
+
+    #[test]
+    fn a_slow_collective_fails_and_is_named_in_the_summary() {
+        let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
+        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        assert_eq!((r.verdict, r.exit_code), (Verdict::Fail, 1));
+        assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
+        assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
+        assert_eq!(
+            r.summary,
+            "all_reduce 256 MiB busbw 120.0 < 290.0 GB/s (41% of the floor)"
+        );
+    }
+
+    #[test]
+    fn several_reasons_show_the_first_and_how_many_more() {
+        let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
+        r.pairs[5].busbw = 40.0; // GPU2<->GPU3: below its floor and its peers
+        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        assert_eq!(r.reasons.len(), 2, "{:?}", r.reasons);
+        assert_eq!(
+            r.summary,
+            "all_reduce 256 MiB busbw 120.0 < 290.0 GB/s (41% of the floor); responsible: GPU2<->GPU3 (and 1 more)"
+        );
+    }
+
+    #[test]
+    fn collectives_carried_by_collnet_or_nvls_are_judged_by_the_outlier_rule_only() {
+        for (collnet, nvls) in [(true, false), (false, true)] {
+            let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
+            r.transports = Some(TransportInfo {
+                collnet_used: collnet,
+                nvls_used: nvls,
+                ..TransportInfo::not_recorded(String::new())
+            });
+            assert_eq!(
+                run(&mut r, Some(500.0), None, true),
+                ExitCode::Pass,
+                "{:?}",
+                r.reasons
+            );
+            // The GPU pairs keep their floor.
+            r.pairs.iter_mut().for_each(|p| p.busbw = 100.0);
+            assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        }
+    }
+
+    #[test]
+    fn min_busbw_applies_to_collectives_but_not_to_gpu_pairs() {
+        let mut r = report(vec![row("all_reduce", 450.0)], 300.0);
+        assert_eq!(
+            run(&mut r, Some(400.0), None, true),
+            ExitCode::Pass,
+            "{:?}",
+            r.reasons
+        );
+        let mut r = report(vec![row("all_reduce", 350.0)], 300.0);
+        assert_eq!(run(&mut r, Some(400.0), None, true), ExitCode::Fail);
+        assert_eq!(r.reasons[0].limit, Some(400.0));
+    }
+
+    const SHM_LOG: &str =
+        "n1:10:11 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct\n\
+                           n1:10:11 [1] NCCL INFO Channel 00/0 : 1[1] -> 2[2] via P2P/CUMEM/read\n";
+
+    #[test]
+    fn shm_between_gpus_that_can_reach_each_other_is_a_transport_fallback() {
+        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
+        assert_eq!(run(&mut r, None, Some(SHM_LOG), true), ExitCode::Fail);
+        assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
+        assert_eq!(r.reasons[0].code, ReasonCode::TransportFallback);
+        assert_eq!(r.reasons[0].subject.as_deref(), Some("GPU0->GPU1"));
+        // Without peer access CUDA expects no P2P there: SHM is what it should be.
+        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
+        assert_eq!(run(&mut r, None, Some(SHM_LOG), false), ExitCode::Pass);
+    }
+
+    #[test]
+    fn paths_of_another_process_are_not_judged_as_intra_node() {
+        // Ranks 0 and 1 on one node but in two processes: this process knows only its GPU.
+        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
+        r.processes[0].ngpus = 1;
+        r.processes.push(Member {
+            proc_rank: 1,
+            host: "n1".into(),
+            pid: 2,
+            ngpus: 3,
+            first_rank: 1,
+        });
+        r.gpus.truncate(1);
+        assert_eq!(
+            run(&mut r, None, Some(SHM_LOG), true),
+            ExitCode::Pass,
+            "{:?}",
+            r.reasons
+        );
+    }
+}

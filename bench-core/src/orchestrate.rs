@@ -1,0 +1,325 @@
+//! One check of this process, from loading CUDA and NCCL to the verdict: one thread per GPU,
+//! the rendezvous with the other processes meanwhile, then the threads' outcomes gathered into
+//! the report and judged (`judge`). Errors come back as [`RunError`]; printing and the exit
+//! code are the binary's.
+
+use crate::config::network::NetworkProfile;
+use crate::cuda;
+use crate::judge::{self, Judging};
+use crate::nccl::{Nccl, UniqueId};
+use crate::options::Options;
+use crate::rendezvous::{self, Member};
+use crate::report::json::{GpuEntry, NcclInfo, Report, Settings};
+use crate::runner::{GpuThread, Outcome, RunError, Start, Status};
+use crate::team::Team;
+use crate::topology::Topology;
+use crate::transport::TransportSummary;
+use crate::verdict::ExitCode;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How a run ended without error.
+pub enum Ran {
+    /// Measured: the report holds the results, ready to be judged.
+    Measured,
+    /// `--explain-thresholds`: the text to print; nothing was measured.
+    Explained(String),
+}
+
+/// Loads, starts the GPU threads, meets the other processes and gathers the outcomes into
+/// `report`. Every wait is bounded by `t0 + --timeout`.
+pub fn run(
+    opts: &'static Options,
+    t0: Instant,
+    status: &Status,
+    report: &mut Report,
+) -> Result<Ran, RunError> {
+    let deadline = t0 + opts.timeout;
+    let (nccl, visible) = load(opts, report)?;
+    let devices = devices(opts, visible)?;
+    if opts.explain_thresholds {
+        return Ok(Ran::Explained(explain(opts, &devices)));
+    }
+    if !opts.quiet && opts.rank == 0 {
+        println!(
+            "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
+            env!("CARGO_PKG_VERSION"),
+            nccl.version,
+            nccl.path.display()
+        );
+    }
+
+    // One thread per GPU starts its context now; the rendezvous runs meanwhile.
+    *status.lock().unwrap_or_else(|p| p.into_inner()) = vec![String::new(); devices.len()];
+    let mut senders = Vec::new();
+    let mut handles = Vec::new();
+    for (slot, &device) in devices.iter().enumerate() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        senders.push(tx);
+        let thread = GpuThread {
+            slot,
+            device,
+            nccl,
+            opts,
+            deadline,
+            status: status.clone(),
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("gpu{device}"))
+            .spawn(move || thread.run(rx))
+            .map_err(|e| RunError::Runtime(format!("cannot start a thread: {e}")))?;
+        handles.push(h);
+    }
+    if let Err(e) = meet(opts, nccl, &devices, deadline, &senders, report) {
+        drop(senders);
+        for h in handles {
+            let _ = h.join();
+        }
+        return Err(e);
+    }
+    gather(handles, report).map(|()| Ran::Measured)
+}
+
+/// dlopen NCCL while the driver starts (both take a while, neither needs the other); returns
+/// NCCL and the number of visible GPUs.
+fn load(opts: &Options, report: &mut Report) -> Result<(&'static Nccl, usize), RunError> {
+    let lib_path = opts.nccl_lib.clone();
+    let loader = std::thread::spawn(move || {
+        let t = Instant::now();
+        (Nccl::load(lib_path.as_deref()), t.elapsed())
+    });
+    let t = Instant::now();
+    let driver = cuda::init_driver();
+    report.phases.cuda_init_ms = ms(t.elapsed());
+    let (nccl, load_time) = loader
+        .join()
+        .map_err(|_| RunError::Runtime("NCCL loader thread panicked".into()))?;
+    report.phases.nccl_load_ms = ms(load_time);
+    let nccl: &'static Nccl = Box::leak(Box::new(
+        nccl.map_err(|e| RunError::Library(e.to_string()))?,
+    ));
+    report.nccl = Some(NcclInfo {
+        version: nccl.version_string(),
+        version_code: nccl.version,
+        library: nccl.path.display().to_string(),
+    });
+    let visible = driver.map_err(|e| RunError::NoGpu(e.to_string()))?;
+    Ok((nccl, visible))
+}
+
+/// The devices this process drives: `--gpus`, else every visible one.
+fn devices(opts: &Options, visible: usize) -> Result<Vec<usize>, RunError> {
+    match &opts.gpus {
+        None => Ok((0..visible).collect()),
+        Some(list) => match list.iter().find(|&&g| g >= visible) {
+            Some(bad) => Err(RunError::NoGpu(format!(
+                "no usable GPU: --gpus names device {bad}, but only {visible} are visible"
+            ))),
+            None => Ok(list.clone()),
+        },
+    }
+}
+
+/// The text of `--explain-thresholds` for this node's GPUs.
+fn explain(opts: &Options, devices: &[usize]) -> String {
+    let name = devices
+        .first()
+        .and_then(|&d| cuda::gpu_info(d).ok())
+        .map(|i| i.name)
+        .unwrap_or_default();
+    let rules = crate::thresholds::explain(&opts.config.thresholds, &name, devices.len() as u32, 1);
+    format!(
+        "{rules}Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}\n",
+        opts.config.outliers.fraction,
+        opts.config.outliers.retest,
+        opts.config.path.as_ref().map_or("built-in defaults only".to_string(), |p| format!(
+            "{} over the built-in defaults",
+            p.display()
+        ))
+    )
+}
+
+/// The proof every peer must give: the step's shared secret, or MUNGE under Slurm.
+fn authenticator(opts: &Options) -> Result<Box<dyn rendezvous::auth::Authenticator>, String> {
+    use crate::options::Credential;
+    use crate::rendezvous::auth::{Munge, SharedSecret};
+    match &opts.credential {
+        Credential::Secret(s) => Ok(Box::new(SharedSecret::new(s, "NCCL_CHECK_SECRET")?)),
+        Credential::Munge => Ok(Box::new(Munge::find(opts.munge_socket.clone()).map_err(
+            |e| {
+                format!(
+                    "no way to authenticate the other processes: set NCCL_CHECK_SECRET or install MUNGE ({e})"
+                )
+            },
+        )?)),
+        // One process: the rendezvous returns before any proof is asked for.
+        Credential::None => Ok(Box::new(SharedSecret::new(
+            "single-process-check",
+            "nobody",
+        )?)),
+    }
+}
+
+/// The rendezvous, then each GPU thread gets its rank and the check's topology.
+fn meet(
+    opts: &'static Options,
+    nccl: &'static Nccl,
+    devices: &[usize],
+    deadline: Instant,
+    senders: &[Sender<Start>],
+    report: &mut Report,
+) -> Result<(), RunError> {
+    let t = Instant::now();
+    let me = Member {
+        proc_rank: opts.rank,
+        // The node identity: NCCL_HOSTID when set (NCCL treats such processes as separate
+        // nodes, and so does the verdict), else the host name.
+        host: std::env::var("NCCL_HOSTID")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| report.host.clone()),
+        pid: std::process::id(),
+        ngpus: devices.len() as u32,
+        first_rank: 0,
+    };
+    let joined = authenticator(opts).and_then(|auth| {
+        let setup = rendezvous::Setup {
+            host: opts
+                .rendezvous
+                .as_deref()
+                .and_then(|r| r.rsplit_once(':'))
+                .map(|(h, _)| h.to_string())
+                .unwrap_or_default(),
+            ports: opts.ports.clone(),
+            label: opts.label.clone(),
+            world: opts.world,
+            coordinator: opts.coordinator,
+            auth: auth.as_ref(),
+            deadline,
+        };
+        rendezvous::join(&setup, me, || {
+            nccl.unique_id()
+                .map(|id| id.internal)
+                .map_err(|e| e.to_string())
+        })
+    });
+    report.phases.rendezvous_ms = ms(t.elapsed());
+    let joined = joined.map_err(RunError::Rendezvous)?;
+    let nranks = joined.nranks();
+    let first_rank = joined.members[opts.rank as usize].first_rank;
+    report.nranks = nranks;
+    report.processes = joined.members.clone();
+    let topology = Arc::new(Topology::new(&joined.members));
+    let team = Arc::new(Team::new(devices.len(), joined.plane, deadline));
+    let gpu_name = Arc::new(
+        cuda::gpu_info(devices[0])
+            .map(|i| i.name)
+            .unwrap_or_default(),
+    );
+    let id = UniqueId {
+        internal: joined.unique_id,
+    };
+    for (slot, tx) in senders.iter().enumerate() {
+        let rank = first_rank + slot as u32;
+        let _ = tx.send(Start {
+            team: team.clone(),
+            id,
+            rank,
+            nranks,
+            printer: rank == 0 && !opts.quiet,
+            recorder: slot == 0,
+            topology: topology.clone(),
+            gpu_name: gpu_name.clone(),
+            opts,
+        });
+    }
+    Ok(())
+}
+
+/// Waits for every GPU thread (each bounded by the deadline) and puts their outcomes in the
+/// report; the first real error, not the threads that stopped because of it.
+fn gather(handles: Vec<JoinHandle<Outcome>>, report: &mut Report) -> Result<(), RunError> {
+    let mut errors = Vec::new();
+    for h in handles {
+        let out = h
+            .join()
+            .map_err(|_| RunError::Runtime("a GPU thread panicked".into()))?;
+        let p = &mut report.phases;
+        p.contexts_ms = p.contexts_ms.max(out.phases.contexts_ms);
+        p.nccl_init_ms = p.nccl_init_ms.max(out.phases.nccl_init_ms);
+        p.allocation_ms = p.allocation_ms.max(out.phases.allocation_ms);
+        if !out.rows.is_empty() {
+            p.warmup_ms = out.phases.warmup_ms;
+            p.timed_loop_ms = out.phases.timed_loop_ms;
+            p.verification_ms = out.phases.verification_ms;
+            report.results = out.rows;
+            report.pairs = out.pairs;
+        }
+        if let Some(info) = out.info {
+            report.gpus.push(GpuEntry {
+                rank: out.rank.unwrap_or(u32::MAX),
+                host: report.host.clone(),
+                info,
+            });
+        }
+        errors.extend(out.error);
+    }
+    errors.sort_by_key(|e| matches!(e, RunError::Stopped(_)));
+    match errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// PASS or FAIL of a measured run (see `judge`), with CUDA's peer access for the transport
+/// rule; draws `--plot` on rank 0.
+pub fn verdict(
+    opts: &Options,
+    report: &mut Report,
+    profile: Option<&NetworkProfile>,
+    log: Option<&TransportSummary>,
+) -> ExitCode {
+    let expect = crate::nccl_env::expectation(opts, profile);
+    let judging = Judging {
+        thresholds: &opts.config.thresholds,
+        outlier_fraction: opts.config.outliers.fraction,
+        min_busbw: opts.min_busbw,
+        expect: &expect,
+    };
+    let code = judge::judge(report, &judging, log, &cuda::can_access_peer);
+    if let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) {
+        let floors = judge::floors(report, &judging);
+        let gpus = report.nranks;
+        let plot_floor = |c: &str, b: u64| floors.floor(c, gpus, b);
+        let name = judge::gpu_name(report);
+        match crate::plot::draw(path, &report.results, name, gpus, &plot_floor) {
+            Ok(()) => eprintln!("nccl-check: plot written to {}", path.display()),
+            Err(e) => eprintln!("nccl-check: WARNING no plot: {e}"),
+        }
+    }
+    code
+}
+
+/// The settings a run measured with, for the report.
+pub fn settings(o: &Options) -> Settings {
+    Settings {
+        collectives: o.collectives.iter().map(|c| c.name()).collect(),
+        min_bytes: o.min_bytes,
+        max_bytes: o.max_bytes,
+        step_factor: o.step_factor,
+        warmup_iters: o.warmup_iters,
+        iters: o.iters,
+        datatype: o.datatype.name(),
+        op: o.op.name(),
+        root: o.root,
+        check: o.check,
+        timeout_s: o.timeout.as_secs_f64(),
+        min_busbw: o.min_busbw,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

@@ -1,0 +1,191 @@
+//! The site's expectation of the paths, and the findings that turn a silent fallback into FAIL.
+
+use super::{Transport, TransportSummary};
+use crate::config::network::NetworkProfile;
+use crate::report::json::{Reason, ReasonCode};
+use std::fmt;
+
+/// What the site expects of the paths (from the worker's options and network profile).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expectation {
+    /// GPUs of one node talk over NVLink: every intra-node path must be P2P.
+    pub intra_node_p2p: bool,
+    /// Paths between nodes must use this network (profile `expect_net`).
+    pub inter_node_net: Option<NetExpect>,
+    /// CollNet (SHARP) must carry the collectives (`--expect-collnet`).
+    pub collnet: bool,
+    /// NVLS must carry the collectives.
+    pub nvls: bool,
+}
+
+impl Expectation {
+    /// From the site's network profile and the worker's `--expect-collnet`/`--expect-nvls`.
+    /// Without a profile saying otherwise, GPUs of one node are expected to use NVLink P2P.
+    pub fn new(profile: Option<&NetworkProfile>, collnet: bool, nvls: bool) -> Expectation {
+        Expectation {
+            intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
+            inter_node_net: profile.and_then(|p| p.net_expect()),
+            collnet: collnet || profile.is_some_and(|p| p.expect_collnet),
+            nvls: nvls || profile.is_some_and(|p| p.expect_nvls),
+        }
+    }
+}
+
+/// The network expected between nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetExpect {
+    /// InfiniBand or RoCE (NCCL's IB transport or the rdma-sharp plugin).
+    Ib,
+    /// TCP sockets (a plain-Ethernet site).
+    Socket,
+    /// A plugin, by a case-insensitive part of its name (`Libfabric` for AWS EFA, `UCX`).
+    Plugin(String),
+}
+
+impl NetExpect {
+    fn accepts(&self, t: &Transport) -> bool {
+        match (self, t) {
+            (NetExpect::Ib, Transport::NetIb) | (NetExpect::Socket, Transport::NetSocket) => true,
+            (NetExpect::Plugin(want), Transport::NetOther(name)) => name
+                .to_ascii_lowercase()
+                .contains(&want.to_ascii_lowercase()),
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for NetExpect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetExpect::Ib => f.write_str("NET/IB"),
+            NetExpect::Socket => f.write_str("NET/Socket"),
+            NetExpect::Plugin(p) => write!(f, "NET/{p}"),
+        }
+    }
+}
+
+/// One fallback: becomes a FAIL reason with code `transport_fallback`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The path at fault (`GPU0->GPU1`), or the communicator (`CollNet`, `NVLS`).
+    pub subject: String,
+    /// `GPU0->GPU1 used SHM, NVLink P2P expected`.
+    pub message: String,
+}
+
+impl Finding {
+    pub fn to_reason(&self) -> Reason {
+        let mut r = Reason::plain(ReasonCode::TransportFallback, self.message.clone());
+        r.subject = Some(self.subject.clone());
+        r
+    }
+}
+
+/// Holds the summary against the expectation. `same_node(a, b)` says whether ranks a and b run
+/// on one node (the caller knows: from Slurm or the rendezvous; [`TransportSummary::same_host`]
+/// is a fallback). Paths NCCL never connected are not judged (a ring connects neighbours only).
+/// An empty summary gives no findings: check [`TransportSummary::has_connections`] first.
+pub fn check(
+    summary: &TransportSummary,
+    same_node: &dyn Fn(u32, u32) -> bool,
+    expect: &Expectation,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (&(from, to), pair) in &summary.pairs {
+        let path = summary.path_name(from, to);
+        let intra = same_node(from, to);
+        if intra && expect.intra_node_p2p {
+            let bad: Vec<String> = pair
+                .transports
+                .iter()
+                .filter(|t| !matches!(t, Transport::P2p { .. }))
+                .map(|t| t.to_string())
+                .collect();
+            if !bad.is_empty() {
+                out.push(Finding {
+                    subject: path.clone(),
+                    message: format!("{path} used {}, NVLink P2P expected", bad.join(" and ")),
+                });
+            }
+        }
+        if !intra {
+            if let Some(want) = &expect.inter_node_net {
+                let bad: Vec<String> = pair
+                    .transports
+                    .iter()
+                    .filter(|t| t.is_net() && !want.accepts(t))
+                    .map(|t| t.to_string())
+                    .collect();
+                if !bad.is_empty() {
+                    out.push(Finding {
+                        subject: path.clone(),
+                        message: format!("{path} used {}, {want} expected", bad.join(" and ")),
+                    });
+                }
+            }
+        }
+    }
+    if expect.collnet && !summary.collnet_used() {
+        let why = match &summary.collnet_disabled {
+            Some(w) => format!(" (NCCL: {w})"),
+            None => String::new(),
+        };
+        out.push(Finding {
+            subject: String::from("CollNet"),
+            message: format!(
+                "CollNet (SHARP) did not carry the collectives, CollNet expected{why}"
+            ),
+        });
+    }
+    if expect.nvls && !summary.nvls_used() {
+        let why = match summary.nvls_available {
+            Some(false) => " (NCCL: NVLS multicast support is not available)",
+            _ => "",
+        };
+        out.push(Finding {
+            subject: String::from("NVLS"),
+            message: format!("NVLS did not carry the collectives, NVLS expected{why}"),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(expect_nvlink: Option<bool>, expect_collnet: bool) -> NetworkProfile {
+        NetworkProfile {
+            name: "ib".into(),
+            description: None,
+            partitions: Vec::new(),
+            nodes: Vec::new(),
+            env: Default::default(),
+            expect_net: Some("ib".into()),
+            expect_nvlink,
+            expect_collnet,
+            expect_nvls: false,
+        }
+    }
+
+    #[test]
+    fn the_expectation_comes_from_the_profile_and_the_options() {
+        let none = Expectation::new(None, false, true);
+        assert_eq!(
+            none,
+            Expectation {
+                intra_node_p2p: true,
+                inter_node_net: None,
+                collnet: false,
+                nvls: true,
+            }
+        );
+        let p = profile(Some(false), true);
+        let e = Expectation::new(Some(&p), false, false);
+        assert_eq!(
+            (e.intra_node_p2p, e.inter_node_net, e.collnet, e.nvls),
+            (false, Some(NetExpect::Ib), true, false)
+        );
+        assert!(Expectation::new(Some(&profile(None, false)), false, false).intra_node_p2p);
+    }
+}
