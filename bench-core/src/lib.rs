@@ -8,11 +8,13 @@
 pub mod analysis;
 pub mod collectives;
 pub mod config;
+pub mod contract;
 pub mod datatype;
 pub mod pairs;
 pub mod rendezvous;
 pub mod report;
 pub mod size;
+pub mod supervise;
 pub mod team;
 pub mod thresholds;
 pub mod transport;
