@@ -106,9 +106,11 @@ impl Config {
                 }
                 "default_mode" => {
                     config.default_mode = Mode::parse(value).map_err(|_| {
-                        err("default_mode must be one of quick, full, sharp, warn, off, \
+                        err(
+                            "default_mode must be one of quick, full, sharp, warn, off, \
                              plan=NAME"
-                            .into())
+                                .into(),
+                        )
                     })?;
                 }
                 "allow_sharp" => {
@@ -194,7 +196,10 @@ mod tests {
         assert_eq!(c.worker, PathBuf::from("/opt/nc/nccl-check"));
         assert_eq!(c.timeout, Duration::from_secs(30));
         assert_eq!((c.port_lo, c.port_hi), (40000, 40010));
-        assert_eq!(c.default_mode, Mode::parse("plan=site_nvlink").expect("valid"));
+        assert_eq!(
+            c.default_mode,
+            Mode::parse("plan=site_nvlink").expect("valid")
+        );
         assert!(c.allow_sharp);
         assert!(!c.allow_container);
     }

@@ -279,10 +279,16 @@ mod tests {
     fn a_sites_own_plan_passes_through_by_name_and_enforces() {
         let m = Mode::parse("plan=nvlink_only-2").expect("valid");
         assert_eq!(m.to_string(), "plan=nvlink_only-2");
-        assert_eq!(m.plan().map(|p| p.to_string()).as_deref(), Some("nvlink_only-2"));
+        assert_eq!(
+            m.plan().map(|p| p.to_string()).as_deref(),
+            Some("nvlink_only-2")
+        );
         assert!(m.enforcing() && !m.expect_collnet());
         // `plan=quick` is the quick plan, spelled out.
-        assert_eq!(Mode::parse("plan=quick").expect("valid").plan(), Mode::Quick.plan());
+        assert_eq!(
+            Mode::parse("plan=quick").expect("valid").plan(),
+            Mode::Quick.plan()
+        );
     }
 
     #[test]
@@ -296,7 +302,16 @@ mod tests {
 
     #[test]
     fn unknown_or_miscased_values_are_rejected_with_the_value_named() {
-        for bad in ["Quick", "fast", " quick", "quick,full", "1", "nvlink", "PLAN=x", "plans=x"] {
+        for bad in [
+            "Quick",
+            "fast",
+            " quick",
+            "quick,full",
+            "1",
+            "nvlink",
+            "PLAN=x",
+            "plans=x",
+        ] {
             let err = Mode::parse(bad).expect_err(bad);
             assert!(
                 err.to_string().contains("invalid --nccl-check value"),

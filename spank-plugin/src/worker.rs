@@ -66,10 +66,7 @@ pub fn run(inv: &Invocation) -> Outcome {
     };
     let outcome = match supervise::run(spec) {
         Ok(done) => {
-            let report = args
-                .json
-                .as_deref()
-                .map(|p| read_report(p, MAX_JSON_BYTES));
+            let report = args.json.as_deref().map(|p| read_report(p, MAX_JSON_BYTES));
             outcome(Ok(done.ending), report, &done.stderr, inv)
         }
         Err(e) => outcome(Err(e.error.to_string()), None, &[], inv),

@@ -5,6 +5,7 @@
 //! Plans are passed through by name ([`PlanName`]): the caller checks the syntax, the worker
 //! checks that its config defines the plan (and lists the plans when it does not).
 
+use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
@@ -13,9 +14,24 @@ use std::path::PathBuf;
 pub const MAX_PLAN_NAME: usize = 64;
 
 /// A plan name as callers may pass it: 1 to [`MAX_PLAN_NAME`] characters of `a-z`, `0-9`, `_`
-/// and `-`, starting with a letter or digit (so it can never read as an option).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// and `-`, starting with a letter or digit (so it can never read as an option). In config
+/// files it is a string checked the same way.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct PlanName(String);
+
+impl TryFrom<String> for PlanName {
+    type Error = PlanNameError;
+    fn try_from(s: String) -> Result<PlanName, PlanNameError> {
+        PlanName::new(&s)
+    }
+}
+
+impl From<PlanName> for String {
+    fn from(p: PlanName) -> String {
+        p.0
+    }
+}
 
 impl PlanName {
     pub fn new(name: &str) -> Result<PlanName, PlanNameError> {
