@@ -111,7 +111,7 @@ pub fn outcome(
         (Ok(Ending::Exited(code)), Some(s)) => format!("{s} [worker exit {code}]"),
         (Ok(Ending::Exited(code)), None) => format!(
             "worker exited with code {code} ({}){last_output}",
-            ExitCode::from_code(*code).map_or("undocumented exit code", |c| c.meaning())
+            ExitCode::meaning_of(*code)
         ),
         (Ok(Ending::Signaled(sig)), _) => format!(
             "worker killed by signal {sig} ({}){last_output}",

@@ -76,12 +76,10 @@ impl ExitCode {
         }
     }
 
-    /// `ERROR (timeout: ...)` for a documented code, `ERROR (undocumented exit code)` otherwise.
-    pub fn describe_status(code: i32) -> String {
-        match ExitCode::from_code(code) {
-            Some(c) => format!("{} ({})", c.verdict(), c.meaning()),
-            None => format!("{} (undocumented exit code)", Verdict::Error),
-        }
+    /// What an exit status means, for callers' messages: the table's line, or that the code is
+    /// not one of the worker's.
+    pub fn meaning_of(code: i32) -> &'static str {
+        ExitCode::from_code(code).map_or("undocumented exit code", ExitCode::meaning)
     }
 
     /// One line per code, for `--help`.
@@ -116,13 +114,11 @@ mod tests {
     #[test]
     fn callers_describe_a_status_from_the_table() {
         assert_eq!(
-            ExitCode::describe_status(4),
-            "ERROR (no usable GPU (driver missing, no device visible))"
+            ExitCode::meaning_of(4),
+            "no usable GPU (driver missing, no device visible)"
         );
-        assert_eq!(
-            ExitCode::describe_status(42),
-            "ERROR (undocumented exit code)"
-        );
+        assert_eq!(ExitCode::meaning_of(42), "undocumented exit code");
+        assert_eq!(ExitCode::meaning_of(-1), "undocumented exit code");
         assert!(ExitCode::help_table().contains("\n  6  ERROR timeout: --timeout passed"));
     }
 

@@ -7,6 +7,8 @@
 
 pub mod args;
 pub mod exit;
+#[cfg(test)]
+mod fakes;
 
 pub use args::{PlanName, PlanNameError, WorkerArgs};
 pub use exit::ExitCode;
