@@ -360,14 +360,8 @@ fn pump(pipes: &mut [Pipe], wait: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::scratch_dir;
     use crate::test_support::{assert_process_gone, write_executable};
-
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nccl-check-sup-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("mkdir");
-        d
-    }
 
     fn sh(dir: &std::path::Path, body: &str, deadline_ms: u64) -> Spec {
         let p = dir.join("child.sh");
@@ -382,7 +376,7 @@ mod tests {
 
     #[test]
     fn exit_codes_and_both_streams_come_back() {
-        let d = scratch("exit");
+        let d = scratch_dir("sup-exit");
         let f = run(sh(&d, "echo out; echo err >&2; exit 3", 5000)).expect("runs");
         assert_eq!(f.ending, Ending::Exited(3));
         assert_eq!((f.exit_code(), f.unreaped), (Some(3), false));
@@ -395,7 +389,7 @@ mod tests {
 
     #[test]
     fn a_signal_is_reported_as_such() {
-        let d = scratch("signal");
+        let d = scratch_dir("sup-signal");
         let f = run(sh(&d, "kill -SEGV $$", 5000)).expect("runs");
         assert_eq!(f.ending, Ending::Signaled(libc::SIGSEGV));
         assert_eq!(f.exit_code(), None);
@@ -404,7 +398,7 @@ mod tests {
 
     #[test]
     fn at_the_deadline_the_child_and_its_grandchild_are_killed() {
-        let d = scratch("deadline");
+        let d = scratch_dir("sup-deadline");
         let t = Instant::now();
         let f = run(sh(
             &d,
@@ -421,7 +415,7 @@ mod tests {
 
     #[test]
     fn what_a_child_leaves_behind_goes_with_it_and_does_not_hold_us() {
-        let d = scratch("orphan");
+        let d = scratch_dir("sup-orphan");
         // The grandchild keeps stdout open; we must neither wait for it nor leave it running.
         let t = Instant::now();
         let f = run(sh(
@@ -438,7 +432,7 @@ mod tests {
 
     #[test]
     fn the_tail_is_bounded_to_the_last_bytes() {
-        let d = scratch("tail");
+        let d = scratch_dir("sup-tail");
         let f = run(sh(
             &d,
             "i=0; while [ $i -lt 500 ]; do echo line$i; i=$((i+1)); done",
@@ -455,7 +449,7 @@ mod tests {
 
     #[test]
     fn output_can_go_to_a_file_and_the_environment_is_only_what_was_given() {
-        let d = scratch("file");
+        let d = scratch_dir("sup-file");
         let log = File::create(d.join("log")).expect("create");
         let mut s = sh(&d, "env | sort; echo done >&2", 5000);
         s.stdout = Output::File(log.try_clone().expect("clone"));

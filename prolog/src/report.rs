@@ -33,14 +33,8 @@ pub fn uuids(report: &Report) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bench_core::test_support::scratch_dir;
     use bench_core::verdict::Verdict;
-
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("nccl-check-report-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("mkdir");
-        d
-    }
 
     #[test]
     fn the_recorded_fail_report_gives_its_reasons_and_gpu_uuids() {
@@ -58,7 +52,7 @@ mod tests {
 
     #[test]
     fn a_gpu_without_uuid_means_no_uuids_and_garbage_is_not_a_report() {
-        let d = scratch("garbage");
+        let d = scratch_dir("report-garbage");
         let p = d.join("r.json");
         std::fs::write(
             &p,

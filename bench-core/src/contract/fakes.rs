@@ -6,8 +6,9 @@ use super::{PlanName, WorkerArgs};
 use crate::report::json::Report;
 use crate::report::read::{read_report, ReportError};
 use crate::supervise::{self, Ending, Finished, Output, Spec};
+use crate::test_support::scratch_dir;
 use crate::verdict::Verdict;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 const SPANK_FAKE: &str = concat!(
@@ -15,13 +16,6 @@ const SPANK_FAKE: &str = concat!(
     "/../tests/fake-worker/nccl-check-fake"
 );
 const PROLOG_FAKE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/prolog/fake-worker");
-
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nccl-check-fakes-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("mkdir");
-    d
-}
 
 fn run(
     fake: &str,
@@ -90,7 +84,7 @@ fn is_pass_summary(s: &str) -> bool {
 
 #[test]
 fn both_fakes_accept_every_command_line_of_the_contract() {
-    let d = scratch("accept");
+    let d = scratch_dir("fakes-accept");
     std::fs::create_dir_all(d.join("n7")).expect("mkdir");
     for fake in [SPANK_FAKE, PROLOG_FAKE] {
         for a in every_args(&d) {
@@ -110,7 +104,7 @@ fn both_fakes_accept_every_command_line_of_the_contract() {
 
 #[test]
 fn an_unknown_plan_is_a_usage_error_listing_the_plans() {
-    let d = scratch("plan");
+    let d = scratch_dir("fakes-plan");
     std::fs::create_dir_all(d.join("n7")).expect("mkdir");
     let mut a = every_args(&d).remove(0);
     a.plan = PlanName::new("nope").expect("valid");
@@ -129,7 +123,7 @@ fn an_unknown_plan_is_a_usage_error_listing_the_plans() {
 
 #[test]
 fn the_spank_fakes_reports_have_the_real_summary_shapes() {
-    let d = scratch("shape");
+    let d = scratch_dir("fakes-shape");
     std::fs::create_dir_all(d.join("n7")).expect("mkdir");
     let a = every_args(&d).remove(8); // rank 1 of 2
     let (done, pass) = run(SPANK_FAKE, &a, &d, "pass");

@@ -170,13 +170,7 @@ fn intern_str(s: &str) -> &'static str {
 mod tests {
     use super::*;
     use crate::report::json::Reason;
-
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nccl-check-read-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("mkdir");
-        d
-    }
+    use crate::test_support::scratch_dir;
 
     #[test]
     fn a_written_report_reads_back_field_for_field() {
@@ -261,7 +255,7 @@ mod tests {
 
     #[test]
     fn symlinks_fifos_and_large_files_are_refused_without_waiting() {
-        let d = scratch("unsafe");
+        let d = scratch_dir("read-unsafe");
         let real = d.join("real.json");
         std::fs::write(&real, br#"{"schema_version":1,"verdict":"PASS"}"#).expect("write");
         assert!(read_report(&real, 1 << 20).is_ok());
