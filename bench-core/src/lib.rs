@@ -8,6 +8,7 @@
 pub mod analysis;
 pub mod collectives;
 pub mod config;
+pub mod contract;
 pub mod datatype;
 pub mod facts;
 pub mod floors;
@@ -19,6 +20,7 @@ pub mod rendezvous;
 pub mod report;
 pub mod size;
 pub mod slurm_rendezvous;
+pub mod supervise;
 pub mod team;
 pub mod thresholds;
 pub mod topology;

@@ -126,7 +126,7 @@ struct Raw {
 }
 
 fn after_help() -> String {
-    format!("{AFTER_HELP}{}", ExitCode::TABLE)
+    format!("{AFTER_HELP}{}", ExitCode::help_table())
 }
 
 /// Validated options.

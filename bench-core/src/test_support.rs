@@ -40,6 +40,14 @@ pub fn assert_process_gone(pid_file: &Path, settle: std::time::Duration) {
     );
 }
 
+/// A fresh, empty directory for one test: `$TMPDIR/nccl-check-<name>-<pid>`.
+pub fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("nccl-check-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create the scratch directory");
+    d
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 //! copy with every key at its default; a test keeps the two equal.
 
 use bench_core::config::file::{self, ConfigError};
+use bench_core::contract::PlanName;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -49,8 +50,9 @@ pub struct Config {
     pub worker: PathBuf,
     /// The worker's config (thresholds); passed as `--config` only when the file exists.
     pub worker_config: PathBuf,
-    /// The worker's plan.
-    pub plan: String,
+    /// The worker's plan: `quick`, `full`, or any plan of the worker's config (the worker says
+    /// which plans it has when it does not know this one).
+    pub plan: PlanName,
     /// Seconds from worker start until its process group is killed. The worker gets
     /// `--timeout` a little less (see `worker_timeout`). Keep well under PrologEpilogTimeout.
     pub budget_seconds: u64,
@@ -84,7 +86,7 @@ impl Default for Config {
         Config {
             worker: PathBuf::from("/usr/bin/nccl-check"),
             worker_config: PathBuf::from("/etc/nccl-check/nccl-check.toml"),
-            plan: "quick".into(),
+            plan: PlanName::quick(),
             budget_seconds: 30,
             gpus: GpuPolicy::Job,
             on_fail: OnFail::Requeue,
@@ -168,12 +170,6 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     }
     if c.state_dir.is_empty() {
         return bad("state_dir", "must not be empty".into());
-    }
-    if !matches!(c.plan.as_str(), "quick" | "full") {
-        return bad(
-            "plan",
-            format!("must be \"quick\" or \"full\", got {:?}", c.plan),
-        );
     }
     if !(5..=3600).contains(&c.budget_seconds) {
         return bad(
@@ -272,6 +268,15 @@ mod tests {
         assert_eq!(e.field, "env.BAD-NAME", "{e}");
         let c = parse_str("[env]\nNCCL_IB_HCA = \"mlx5\"\n").expect("valid");
         assert_eq!(c.env["NCCL_IB_HCA"], "mlx5");
+    }
+
+    #[test]
+    fn any_plan_name_passes_through_and_a_malformed_one_names_the_line() {
+        let c = parse_str("plan = \"site_nvlink\"\n").expect("valid");
+        assert_eq!(c.plan.as_str(), "site_nvlink");
+        let e = parse_str("\nplan = \"Quick plan\"\n").unwrap_err();
+        assert_eq!((e.field.as_str(), e.line), ("plan", Some(2)), "{e}");
+        assert!(e.message.contains("invalid plan name"), "{e}");
     }
 
     #[test]

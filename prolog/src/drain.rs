@@ -8,9 +8,9 @@
 
 use crate::report::Report;
 use crate::state::{self, Lock};
+use bench_core::supervise::{self, Ending, Output, Spec};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Every drain reason nccl-check sets starts with this; nothing else is ever resumed.
 pub const PREFIX: &str = "nccl-check:";
@@ -20,7 +20,10 @@ pub const MARKER: &str = "drained";
 pub const RECENT: f64 = 60.0;
 /// Longest reason text after the prefix (Slurm shows reasons in one `sinfo -R` column).
 const MAX_REASON: usize = 160;
-const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one `scontrol` call may take before its process group is killed.
+pub const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most of scontrol's stdout kept (one `show node -o` line) and of its stderr (the error).
+const SCONTROL_OUTPUT_BYTES: usize = 64 << 10;
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// The drain reason for a FAIL: what failed (subject, collective, measured against limit), from
@@ -33,7 +36,7 @@ pub fn reason(report: Option<&Report>, job: Option<&str>) -> String {
                 if s.trim().is_empty() {
                     s = match (first.measured, first.limit) {
                         (Some(m), Some(l)) => format!("{} {m:.1} vs limit {l:.1}", first.code),
-                        _ => first.code.clone(),
+                        _ => first.code.to_string(),
                     };
                 }
                 if let Some(subj) = first
@@ -155,48 +158,37 @@ pub struct Slurm {
     pub scontrol: PathBuf,
     pub node: String,
     pub slurm_conf: Option<String>,
+    /// Per call ([`SCONTROL_TIMEOUT`]).
+    pub timeout: Duration,
 }
 
 impl Slurm {
+    /// One scontrol call, supervised: at the timeout its whole process group is killed, and
+    /// nothing it leaves behind (holding its output open or not) is waited for or kept.
     fn call(&self, args: &[&str]) -> Result<String, String> {
-        let mut cmd = Command::new(&self.scontrol);
-        cmd.args(args)
-            .env_clear()
-            .env("PATH", crate::worker::WORKER_PATH)
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(c) = &self.slurm_conf {
-            cmd.env("SLURM_CONF", c);
-        }
         let what = format!("{} {}", self.scontrol.display(), args.join(" "));
-        let mut child = cmd.spawn().map_err(|e| format!("{what}: {e}"))?;
-        let deadline = Instant::now() + SCONTROL_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("{what}: no answer within {SCONTROL_TIMEOUT:?}"));
-                }
-            }
+        let argv = args.iter().map(Into::into).collect();
+        let mut spec =
+            Spec::new(&self.scontrol, argv, self.timeout).env("PATH", crate::worker::WORKER_PATH);
+        if let Some(c) = &self.slurm_conf {
+            spec = spec.env("SLURM_CONF", c);
         }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| format!("{what}: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "{what}: {} {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
+        spec.stdout = Output::Tail {
+            max_bytes: SCONTROL_OUTPUT_BYTES,
+        };
+        spec.stderr = Output::Tail {
+            max_bytes: SCONTROL_OUTPUT_BYTES,
+        };
+        let done = supervise::run(spec).map_err(|e| format!("{what}: {}", e.error))?;
+        let stderr = String::from_utf8_lossy(&done.stderr);
+        match done.ending {
+            Ending::Exited(0) => Ok(String::from_utf8_lossy(&done.stdout).into_owned()),
+            Ending::KilledAtDeadline => Err(format!(
+                "{what}: no answer within {:?}; its process group was killed",
+                self.timeout
+            )),
+            Ending::Exited(c) => Err(format!("{what}: exit status {c}: {}", stderr.trim())),
+            Ending::Signaled(s) => Err(format!("{what}: killed by signal {s}: {}", stderr.trim())),
         }
     }
 
@@ -299,7 +291,8 @@ fn write_marker(state_dir: &Path, now: f64, reason: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Reason, Report};
+    use crate::report::Report;
+    use bench_core::report::json::Reason;
 
     fn fail(reasons: Vec<Reason>) -> Report {
         Report {
@@ -311,7 +304,7 @@ mod tests {
 
     fn busbw(subject: Option<&str>) -> Reason {
         Reason {
-            code: "busbw_below_threshold".into(),
+            code: bench_core::report::json::ReasonCode::BusbwBelowThreshold,
             message: "all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s".into(),
             subject: subject.map(str::to_string),
             measured: Some(12.3),
@@ -413,6 +406,7 @@ mod tests {
             scontrol: p,
             node: "n1".into(),
             slurm_conf: None,
+            timeout: SCONTROL_TIMEOUT,
         }
     }
 
@@ -451,6 +445,33 @@ mod tests {
             Outcome::AlreadyDrained("admin: psu".into())
         );
         assert_eq!(calls(&d).lines().count(), 1);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// A hung scontrol, and one that exits leaving a child that holds its output open: neither
+    /// holds the prolog, and nothing of either survives (the old code killed scontrol only, and
+    /// then waited for its stdout to close).
+    #[test]
+    fn a_hung_or_leaky_scontrol_is_killed_with_its_whole_group() {
+        let d = scratch("hung");
+        let mut s = fake(&d, "");
+        let body = format!(
+            "#!/bin/sh\nsleep 300 & echo $! > {d}/child\n[ \"$1\" = show ] && exec sleep 300\n\
+             echo 'NodeName=n1 State=IDLE'\n",
+            d = d.display()
+        );
+        bench_core::test_support::write_executable(&s.scontrol, &body);
+        s.timeout = Duration::from_millis(400);
+        let t = std::time::Instant::now();
+        let e = s.show().expect_err("hung");
+        assert!(e.contains("no answer within"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        bench_core::test_support::assert_process_gone(&d.join("child"), Duration::from_millis(100));
+        s.timeout = Duration::from_secs(10);
+        let t = std::time::Instant::now();
+        assert!(s.update(&["state=resume"]).is_ok());
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        bench_core::test_support::assert_process_gone(&d.join("child"), Duration::from_millis(100));
         std::fs::remove_dir_all(&d).ok();
     }
 

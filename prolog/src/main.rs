@@ -214,6 +214,7 @@ impl Gate<'_> {
             scontrol: self.cfg.scontrol.clone(),
             node: self.facts.node.clone(),
             slurm_conf: self.facts.slurm_conf.clone(),
+            timeout: drain::SCONTROL_TIMEOUT,
         };
         if self.mode == Mode::Recheck {
             // A recheck takes every GPU: never while jobs run on the node.
@@ -291,17 +292,16 @@ impl Gate<'_> {
             self.facts.node,
             sel.label,
             req.worker.display(),
-            req.args().join(" ")
+            req.args().display()
         ));
         let run = worker::run(&req);
         let verdict = run.verdict;
         let report = run.report.as_ref().ok();
         if let Some(r) = report {
-            if r.verdict.is_some_and(|v| v != verdict) {
+            if r.verdict != verdict {
                 self.log.warn(&format!(
                     "the report says {} but the worker exited {:?}; the exit status decides ({verdict})",
-                    r.verdict.map(|v| v.as_str()).unwrap_or("?"),
-                    run.exit_code
+                    r.verdict, run.exit_code
                 ));
             }
         }
@@ -309,7 +309,7 @@ impl Gate<'_> {
         // Cache only a pass of exactly the GPUs we meant (a different set would mean Slurm's and
         // CUDA's GPU order disagree on this node).
         let mut cacheable = sel.identities.clone();
-        if let (Some(ids), Some(measured)) = (&sel.identities, report.and_then(|r| r.uuids())) {
+        if let (Some(ids), Some(measured)) = (&sel.identities, report.and_then(report::uuids)) {
             let mut ids = ids.clone();
             ids.sort();
             if ids.iter().all(|i| i.starts_with("GPU-")) && ids != measured {

@@ -1,96 +1,65 @@
-//! The part of the worker's JSON report (schema_version 1, `bench-core/src/report/json.rs`) the
-//! prolog uses. Tolerant: unknown fields are ignored, missing ones default, so a newer worker
-//! that adds fields still works.
+//! The worker's report as the prolog reads it: bench-core's one definition
+//! ([`bench_core::report::json::Report`]) through its bounded reader, plus what the prolog asks
+//! of it.
 
-use bench_core::verdict::Verdict;
-use serde::Deserialize;
-use std::collections::BTreeMap;
+pub use bench_core::report::json::Report;
+use bench_core::report::read::read_report;
 use std::path::Path;
 
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Report {
-    pub verdict: Option<Verdict>,
-    #[serde(default)]
-    pub summary: String,
-    #[serde(default)]
-    pub reasons: Vec<Reason>,
-    #[serde(default)]
-    pub gpus: Vec<Gpu>,
-    #[serde(default)]
-    pub avg_busbw: BTreeMap<String, f64>,
-}
+/// The largest report read: a real one of 8 GPUs with the pair matrix is some 100 KiB.
+pub const MAX_REPORT_BYTES: u64 = 8 << 20;
 
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Reason {
-    #[serde(default)]
-    pub code: String,
-    #[serde(default)]
-    pub message: String,
-    #[serde(default)]
-    pub subject: Option<String>,
-    #[serde(default)]
-    pub measured: Option<f64>,
-    #[serde(default)]
-    pub limit: Option<f64>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Gpu {
-    #[serde(default)]
-    pub uuid: Option<String>,
-}
-
-/// Reads the report; `Err` says why it is unusable (missing, not JSON, not a report).
+/// Reads the report; `Err` says why it is unusable (missing, not a report, a newer schema).
 pub fn read(path: &Path) -> Result<Report, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    read_report(path, MAX_REPORT_BYTES).map_err(|e| e.to_string())
 }
 
-pub fn parse(text: &str) -> Result<Report, String> {
-    let r: Report = serde_json::from_str(text).map_err(|e| format!("not a report: {e}"))?;
-    if r.verdict.is_none() {
-        return Err("not a report: no verdict".into());
-    }
-    Ok(r)
-}
-
-impl Report {
-    /// The UUIDs of the GPUs the worker measured, when every GPU entry has one.
-    pub fn uuids(&self) -> Option<Vec<String>> {
-        let mut u: Vec<String> = self
-            .gpus
-            .iter()
-            .map(|g| g.uuid.clone())
-            .collect::<Option<_>>()?;
-        u.sort();
-        (!u.is_empty()).then_some(u)
-    }
+/// The UUIDs of the GPUs the worker measured, sorted, when every GPU entry has one.
+pub fn uuids(report: &Report) -> Option<Vec<String>> {
+    let mut u: Vec<String> = report
+        .gpus
+        .iter()
+        .map(|g| Some(g.info.uuid.clone()).filter(|u| !u.is_empty()))
+        .collect::<Option<_>>()?;
+    u.sort();
+    (!u.is_empty()).then_some(u)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bench_core::test_support::scratch_dir;
+    use bench_core::verdict::Verdict;
 
     #[test]
-    fn a_full_report_parses_and_extra_fields_are_ignored() {
-        let text = r#"{"schema_version":1,"tool":"nccl-check","verdict":"FAIL","exit_code":1,
-            "summary":"nccl-check: FAIL ...","reasons":[{"code":"busbw_below_threshold",
-            "message":"all_reduce 256 MiB: busbw 12.3 < 300.0 GB/s","subject":"GPU2<->GPU3",
-            "measured":12.3,"limit":300.0}],"host":"node017","gpus":[{"rank":0,"host":"node017",
-            "device":0,"name":"NVIDIA H200","pci_bus_id":"0000:19:00.0","uuid":"GPU-b",
-            "memory_bytes":1}],"avg_busbw":{"all_reduce":12.3},"new_field":{"x":1}}"#;
-        let r = parse(text).expect("parses");
-        assert_eq!(r.verdict, Some(Verdict::Fail));
-        assert_eq!(r.reasons[0].subject.as_deref(), Some("GPU2<->GPU3"));
-        assert_eq!(r.reasons[0].measured, Some(12.3));
-        assert_eq!(r.avg_busbw["all_reduce"], 12.3);
-        assert_eq!(r.uuids(), Some(vec!["GPU-b".to_string()]));
+    fn the_recorded_fail_report_gives_its_reasons_and_gpu_uuids() {
+        let r = read(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/prolog/data/real-quick-fail-p2p-disabled.json"
+        )))
+        .expect("reads");
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert_eq!(
+            r.reasons[0].code,
+            bench_core::report::json::ReasonCode::BusbwBelowThreshold
+        );
+        let ids = uuids(&r).expect("every GPU has a UUID");
+        assert_eq!(ids.len(), 4);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
     }
 
     #[test]
-    fn garbage_or_a_verdictless_object_is_not_a_report() {
-        assert!(parse("{\"verdict\":").is_err());
-        assert!(parse("{\"summary\":\"x\"}").is_err());
-        assert!(parse("{\"verdict\":\"MAYBE\"}").is_err());
+    fn a_gpu_without_uuid_means_no_uuids_and_garbage_is_not_a_report() {
+        let d = scratch_dir("report-garbage");
+        let p = d.join("r.json");
+        std::fs::write(
+            &p,
+            r#"{"schema_version":1,"verdict":"PASS","gpus":[{"uuid":"GPU-a"},{"name":"x"}]}"#,
+        )
+        .expect("write");
+        assert_eq!(uuids(&read(&p).expect("reads")), None);
+        std::fs::write(&p, r#"{"summary":"x"}"#).expect("write");
+        assert!(read(&p).unwrap_err().contains("not a report"));
+        std::fs::remove_dir_all(&d).ok();
     }
 }

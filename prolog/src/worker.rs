@@ -1,15 +1,16 @@
 //! Running the `nccl-check` worker as root, safely: a clean environment (a fixed PATH plus only
-//! what the admin's config lists), its own process group killed with SIGKILL at the budget, and
-//! the verdict read from its exit status (the contract: 0 PASS, 1 FAIL, anything else or a signal
-//! ERROR) with the JSON report for the details.
+//! what the admin's config lists), the contract's command line ([`WorkerArgs`]), supervised by
+//! [`bench_core::supervise`] (own process group killed with SIGKILL at the budget, output to the
+//! log file), and the verdict read from its exit status (the contract: 0 PASS, 1 FAIL, anything
+//! else or a signal ERROR) with the JSON report for the details.
 
 use crate::report::{self, Report};
+use bench_core::contract::{PlanName, WorkerArgs};
+use bench_core::supervise::{self, Ending, Output, Spec};
 use bench_core::verdict::{ExitCode, Verdict};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The worker's PATH. Fixed: the prolog's own environment has none, and the job's must not count.
@@ -19,7 +20,7 @@ pub const WORKER_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 #[derive(Debug, Clone)]
 pub struct Request {
     pub worker: PathBuf,
-    pub plan: String,
+    pub plan: PlanName,
     pub json: PathBuf,
     /// The worker's `--timeout`.
     pub timeout_s: u64,
@@ -50,24 +51,15 @@ pub struct Run {
 }
 
 impl Request {
-    pub fn args(&self) -> Vec<String> {
-        let mut a = vec![
-            "--plan".into(),
-            self.plan.clone(),
-            "--json".into(),
-            self.json.display().to_string(),
-            "--timeout".into(),
-            self.timeout_s.to_string(),
-            "--quiet".into(),
-        ];
-        if let Some(c) = &self.config {
-            a.extend(["--config".into(), c.display().to_string()]);
+    /// The worker's command line.
+    pub fn args(&self) -> WorkerArgs {
+        WorkerArgs {
+            json: Some(self.json.clone()),
+            quiet: true,
+            config: self.config.clone(),
+            gpus: self.gpus.clone(),
+            ..WorkerArgs::new(self.plan.clone(), self.timeout_s)
         }
-        if let Some(g) = &self.gpus {
-            let list: Vec<String> = g.iter().map(|i| i.to_string()).collect();
-            a.extend(["--gpus".into(), list.join(",")]);
-        }
-        a
     }
 
     /// The worker's complete environment. Nothing comes from the prolog's own environment, which
@@ -110,132 +102,35 @@ pub fn run(req: &Request) -> Run {
         Ok(p) => p,
         Err(e) => return failed(format!("cannot create {}: {e}", req.log.display())),
     };
-    let mut cmd = Command::new(&req.worker);
-    cmd.args(req.args())
-        .env_clear()
-        .envs(req.env())
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .process_group(0);
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            // If the prolog itself is killed (slurmd's PrologEpilogTimeout), take the worker along:
-            // it is in its own process group, so slurmd's kill of ours would not reach it.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() != parent {
-                libc::_exit(125);
-            }
-            Ok(())
-        });
-    }
-    // ETXTBSY: the worker file is being replaced (a package upgrade) or was just written by
-    // another thread whose fork still holds it open; it passes within moments.
-    let mut tries = 0;
-    let child = loop {
-        match cmd.spawn() {
-            Ok(c) => break c,
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 5 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return failed(format!("cannot start {}: {e}", req.worker.display())),
-        }
+    let mut spec = Spec::new(&req.worker, req.args().to_args(), req.budget);
+    spec.env = Some(
+        req.env()
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect(),
+    );
+    spec.stdout = Output::File(out);
+    spec.stderr = Output::File(err);
+    let done = match supervise::run(spec) {
+        Ok(d) => d,
+        Err(e) => return failed(e.to_string()),
     };
-    let pid = child.id() as libc::pid_t;
-    let (status, timed_out) = wait_until(pid, start + req.budget);
-    // Whatever the worker left behind in its group goes with it; the group id cannot be reused
-    // yet because the leader is not reaped.
-    // SAFETY: plain syscalls on our own child's group.
-    unsafe {
-        libc::killpg(pid, libc::SIGKILL);
-    }
-    let status = reap(pid).or(status);
-    drop(child);
-    let (exit_code, signal) = match status {
-        Some(Ended::Exited(c)) => (Some(c), None),
-        Some(Ended::Signaled(s)) => (None, Some(s)),
-        None => (None, None),
-    };
-    let problem = if timed_out {
-        Some(format!(
+    let timed_out = done.ending == Ending::KilledAtDeadline;
+    let problem = match done.ending {
+        Ending::KilledAtDeadline => Some(format!(
             "no verdict within the budget of {} s; the worker's process group was killed",
             req.budget.as_secs()
-        ))
-    } else if let Some(s) = signal {
-        Some(format!("the worker was killed by signal {s}"))
-    } else if exit_code.is_none() {
-        Some("the worker's exit status was lost".into())
-    } else {
-        None
+        )),
+        Ending::Signaled(s) => Some(format!("the worker was killed by signal {s}")),
+        Ending::Exited(_) => None,
     };
     Run {
-        verdict: verdict_of(exit_code, timed_out),
-        exit_code,
+        verdict: verdict_of(done.exit_code(), timed_out),
+        exit_code: done.exit_code(),
         problem,
         report: report::read(&req.json),
         elapsed: start.elapsed(),
         output_tail: tail(&req.log, 3),
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Ended {
-    Exited(i32),
-    Signaled(i32),
-}
-
-/// Polls `pid` without reaping it (`WNOWAIT`) until it ends or `deadline` passes.
-fn wait_until(pid: libc::pid_t, deadline: Instant) -> (Option<Ended>, bool) {
-    let mut nap = Duration::from_millis(1);
-    loop {
-        // SAFETY: a zeroed siginfo_t is valid; waitid fills it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        if r == 0 && unsafe { info.si_pid() } == pid {
-            return (None, false);
-        }
-        if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return (None, false);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return (None, true);
-        }
-        std::thread::sleep(nap.min(deadline - now));
-        nap = (nap * 2).min(Duration::from_millis(20));
-    }
-}
-
-/// Reaps `pid` (after the group kill, so this returns at once).
-fn reap(pid: libc::pid_t) -> Option<Ended> {
-    let mut status = 0;
-    loop {
-        // SAFETY: waiting for our own child.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if r == pid {
-            break;
-        }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return None;
-        }
-    }
-    if libc::WIFEXITED(status) {
-        Some(Ended::Exited(libc::WEXITSTATUS(status)))
-    } else if libc::WIFSIGNALED(status) {
-        Some(Ended::Signaled(libc::WTERMSIG(status)))
-    } else {
-        None
     }
 }
 
@@ -269,7 +164,7 @@ mod tests {
     fn request(dir: &Path, worker: PathBuf, budget_ms: u64) -> Request {
         Request {
             worker,
-            plan: "quick".into(),
+            plan: PlanName::quick(),
             json: dir.join("report.json"),
             timeout_s: 1,
             budget: Duration::from_millis(budget_ms),
@@ -285,7 +180,7 @@ mod tests {
         let mut r = request(Path::new("/s"), PathBuf::from("/usr/bin/nccl-check"), 1000);
         r.config = Some(PathBuf::from("/etc/nccl-check/nccl-check.toml"));
         assert_eq!(
-            r.args().join(" "),
+            r.args().display(),
             "--plan quick --json /s/report.json --timeout 1 --quiet \
              --config /etc/nccl-check/nccl-check.toml --gpus 0,2"
         );

@@ -11,8 +11,8 @@
 //! - `port_range=LO-HI`: TCP ports for the worker's rendezvous on the step's first node,
 //!   1024 <= LO <= HI <= 65535, default 29501-29999. One port per step, chosen from (job id,
 //!   step id) by `bench_core::slurm_rendezvous::port`; PyTorch's 29500 is never chosen.
-//! - `default_mode=quick|full|sharp|warn|off`: the mode of a bare `--nccl-check` (no `=mode`);
-//!   `sharp` needs `allow_sharp=1`.
+//! - `default_mode=quick|full|sharp|warn|off|plan=NAME`: the mode of a bare `--nccl-check` (no
+//!   `=mode`); `sharp` needs `allow_sharp=1`; `plan=NAME` runs the worker config's plan NAME.
 //! - `allow_sharp=0|1`: 0 forces `NCCL_COLLNET_ENABLE=0` in the worker's environment, so a check
 //!   never takes SHARP aggregation resources, and refuses `--nccl-check=sharp` before allocation;
 //!   1 allows `--nccl-check=sharp` (the worker gets `--expect-collnet`) and leaves the job's own
@@ -102,7 +102,11 @@ impl Config {
                 }
                 "default_mode" => {
                     config.default_mode = Mode::parse(value).map_err(|_| {
-                        err("default_mode must be one of quick, full, sharp, warn, off".into())
+                        err(
+                            "default_mode must be one of quick, full, sharp, warn, off, \
+                             plan=NAME"
+                                .into(),
+                        )
                     })?;
                 }
                 "allow_sharp" => {
@@ -174,7 +178,7 @@ mod tests {
             "worker=/opt/nc/nccl-check",
             "timeout=30",
             "port_range=40000-40010",
-            "default_mode=full",
+            "default_mode=plan=site_nvlink",
             "allow_sharp=1",
             "allow_container=0",
         ])
@@ -182,7 +186,10 @@ mod tests {
         assert_eq!(c.worker, PathBuf::from("/opt/nc/nccl-check"));
         assert_eq!(c.timeout, Duration::from_secs(30));
         assert_eq!((c.ports.lo(), c.ports.hi()), (40000, 40010));
-        assert_eq!(c.default_mode, Mode::Full);
+        assert_eq!(
+            c.default_mode,
+            Mode::parse("plan=site_nvlink").expect("valid")
+        );
         assert!(c.allow_sharp);
         assert!(!c.allow_container);
     }
@@ -207,6 +214,7 @@ mod tests {
             "port_range=30000-70000",
             "port_range=29500-29500",
             "default_mode=fast",
+            "default_mode=plan=Fast",
             "allow_sharp=yes",
             "allow_container=true",
             "novalue",

@@ -199,11 +199,37 @@ export_hook!(slurm_spank_task_init, Hook::TaskInit);
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    /// What Slurm's plugin loader reads (plugin.c `_verify_syms`): a NUL-terminated name, the
+    /// type `spank`, and a version; the plugstack line names the library file, `nccl_check.so`.
     #[test]
-    fn plugin_version_comes_from_the_installed_headers() {
-        let v = super::SLURM_VERSION_NUMBER;
-        let dotted = format!("{}.{}.{}", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff);
-        assert_eq!(dotted, env!("NCCL_CHECK_SLURM_VERSION"));
-        assert!(v >= 0x160500, "Slurm {dotted} is older than 22.05");
+    fn the_loader_symbols_name_this_library_as_a_spank_plugin() {
+        let name = CStr::from_bytes_with_nul(&plugin_name).expect("NUL-terminated name");
+        assert_eq!(name.to_str(), Ok(env!("CARGO_CRATE_NAME")));
+        let ty = CStr::from_bytes_with_nul(&plugin_type).expect("NUL-terminated type");
+        assert_eq!(ty.to_str(), Ok("spank"));
+        // The calls used here exist unchanged from Slurm 22.05 on (README: Building).
+        assert!(plugin_version >= 0x16_05_00, "{plugin_version:#x}");
+    }
+
+    /// The user sees each message once, with one `nccl-check:` lead, whatever its source.
+    #[test]
+    fn every_error_is_shown_with_exactly_one_lead() {
+        let mode = options::Mode::parse("bogus").expect_err("invalid");
+        let config = config::Config::parse(&["treshold=3"]).expect_err("invalid");
+        for e in [
+            Error::Config(config),
+            Error::Mode(mode),
+            Error::NotAllowed("x".into()),
+            Error::Spank("x".into()),
+            Error::Check("x".into()),
+            Error::Reported("FAIL on n1: busbw 1.0 < 2.0 GB/s".into()),
+        ] {
+            let text = e.to_string();
+            assert!(text.starts_with("nccl-check: "), "{text}");
+            assert_eq!(text.matches("nccl-check:").count(), 1, "{text}");
+        }
     }
 }

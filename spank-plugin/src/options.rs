@@ -1,5 +1,7 @@
 //! The `--nccl-check[=MODE]` option: registration with Slurm, the raw value Slurm hands over, and
-//! the one place where that raw value becomes a [`Mode`] (parse low, then high).
+//! the one place where that raw value becomes a [`Mode`] (parse low, then high). Besides the five
+//! named modes, `plan=NAME` asks for a plan of the worker's config (a site's own plan): its
+//! syntax is checked here, before any allocation; whether the worker knows it, the worker says.
 //!
 //! slurm-spank 0.4.1's `register_option` can only declare "no value" or "value required"; a
 //! required value would make `srun --nccl-check hostname` swallow `hostname` as the mode. So the
@@ -9,6 +11,7 @@ use std::ffi::{c_char, c_int, CStr};
 use std::fmt;
 use std::sync::Mutex;
 
+use bench_core::contract::{PlanName, PlanNameError};
 use slurm_spank::spank_sys;
 
 /// Name of the option as users type it (`--nccl-check`).
@@ -18,13 +21,13 @@ const ARGINFO_C: &CStr = c"mode";
 const USAGE_C: &CStr = c"[nccl-check] before the tasks start, check the NCCL bandwidth of the \
 step's GPUs and nodes; fail the step on FAIL or ERROR. mode: quick (the default when no =mode is \
 given), full, sharp (also prove SHARP/CollNet carries the collectives; only where the site \
-allows it), warn (report but never fail), off";
+allows it), warn (report but never fail), off, or plan=NAME (a plan of the site's worker config)";
 
 /// `has_arg` value meaning "optional argument" (spank.h: 0 none, 1 required, 2 optional).
 const OPTIONAL_ARGUMENT: c_int = 2;
 
 /// What each `--nccl-check` mode asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
     /// The short check; FAIL or ERROR fails the step.
     Quick,
@@ -38,72 +41,92 @@ pub enum Mode {
     Warn,
     /// No check (switches off a value inherited from sbatch/salloc).
     Off,
+    /// `plan=NAME`: this plan of the worker's config; FAIL or ERROR fails the step. A plan the
+    /// worker does not know is its usage ERROR, which lists the plans it has.
+    Plan(PlanName),
 }
 
-impl Mode {
-    pub const ALL: [Mode; 5] = [Mode::Quick, Mode::Full, Mode::Sharp, Mode::Warn, Mode::Off];
+/// How `plan=NAME` is spelled.
+const PLAN_PREFIX: &str = "plan=";
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Quick => "quick",
-            Mode::Full => "full",
-            Mode::Sharp => "sharp",
-            Mode::Warn => "warn",
-            Mode::Off => "off",
-        }
-    }
+impl Mode {
+    /// The modes with a name of their own.
+    pub const NAMED: [Mode; 5] = [Mode::Quick, Mode::Full, Mode::Sharp, Mode::Warn, Mode::Off];
 
     /// Exact, lower-case names only: a typo must not silently pick a mode.
     pub fn parse(value: &str) -> Result<Mode, ModeError> {
-        Mode::ALL
+        let err = |plan: Option<PlanNameError>| ModeError {
+            value: value.to_string(),
+            plan,
+        };
+        if let Some(name) = value.strip_prefix(PLAN_PREFIX) {
+            return PlanName::new(name)
+                .map(Mode::Plan)
+                .map_err(|e| err(Some(e)));
+        }
+        Mode::NAMED
             .into_iter()
-            .find(|m| m.as_str() == value)
-            .ok_or_else(|| ModeError {
-                value: value.to_string(),
-            })
+            .find(|m| m.to_string() == value)
+            .ok_or_else(|| err(None))
     }
 
     /// The worker's `--plan` for this mode; `None` when nothing runs.
-    pub fn plan(self) -> Option<&'static str> {
+    pub fn plan(&self) -> Option<PlanName> {
         match self {
-            Mode::Quick | Mode::Warn | Mode::Sharp => Some("quick"),
-            Mode::Full => Some("full"),
+            Mode::Quick | Mode::Warn | Mode::Sharp => Some(PlanName::quick()),
+            Mode::Full => Some(PlanName::full()),
+            Mode::Plan(p) => Some(p.clone()),
             Mode::Off => None,
         }
     }
 
     /// Whether the worker must prove that CollNet (SHARP) carried the collectives
     /// (`--expect-collnet`).
-    pub fn expect_collnet(self) -> bool {
+    pub fn expect_collnet(&self) -> bool {
         matches!(self, Mode::Sharp)
     }
 
     /// Whether a FAIL or ERROR fails the step (everything but warn).
-    pub fn enforcing(self) -> bool {
+    pub fn enforcing(&self) -> bool {
         !matches!(self, Mode::Warn)
     }
 }
 
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            Mode::Quick => f.write_str("quick"),
+            Mode::Full => f.write_str("full"),
+            Mode::Sharp => f.write_str("sharp"),
+            Mode::Warn => f.write_str("warn"),
+            Mode::Off => f.write_str("off"),
+            Mode::Plan(p) => write!(f, "{PLAN_PREFIX}{p}"),
+        }
     }
 }
 
-/// An unknown `--nccl-check` value.
+/// An unknown `--nccl-check` value, or `plan=` with a name that cannot be a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModeError {
     pub value: String,
+    pub plan: Option<PlanNameError>,
 }
 
 impl fmt::Display for ModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invalid --{OPTION_NAME} value '{}': expected one of quick, full, sharp, warn, off \
-             (or no value for the site default)",
+            "invalid --{OPTION_NAME} value '{}': ",
             self.value.escape_debug()
-        )
+        )?;
+        match &self.plan {
+            Some(e) => write!(f, "{e}"),
+            None => write!(
+                f,
+                "expected one of quick, full, sharp, warn, off, or plan=NAME for a plan of the \
+                 worker's config (or no value for the site default)"
+            ),
+        }
     }
 }
 
@@ -123,10 +146,10 @@ pub enum Raw {
 impl Raw {
     /// The requested mode; `Ok(None)` when the option is absent. `default` is the site's mode for
     /// a bare `--nccl-check` (plugstack `default_mode=`).
-    pub fn mode(&self, default: Mode) -> Result<Option<Mode>, ModeError> {
+    pub fn mode(&self, default: &Mode) -> Result<Option<Mode>, ModeError> {
         match self {
             Raw::Absent => Ok(None),
-            Raw::Bare => Ok(Some(default)),
+            Raw::Bare => Ok(Some(default.clone())),
             Raw::Value(v) => Mode::parse(v).map(Some),
         }
     }
@@ -144,17 +167,17 @@ pub fn validate(
     let config = config
         .as_ref()
         .map_err(|e| crate::Error::Config(e.clone()))?;
-    let mode = raw.mode(config.default_mode).map_err(crate::Error::Mode)?;
-    check_allowed(mode, config)
+    let mode = raw.mode(&config.default_mode).map_err(crate::Error::Mode)?;
+    check_allowed(mode.as_ref(), config)
 }
 
 /// Site policy on modes: `sharp` only with plugstack `allow_sharp=1`. Checked in srun, sbatch
 /// and salloc (before any allocation) and again in the step.
 pub fn check_allowed(
-    mode: Option<Mode>,
+    mode: Option<&Mode>,
     config: &crate::config::Config,
 ) -> Result<(), crate::Error> {
-    if mode == Some(Mode::Sharp) && !config.allow_sharp {
+    if mode == Some(&Mode::Sharp) && !config.allow_sharp {
         return Err(crate::Error::NotAllowed(format!(
             "--{OPTION_NAME}=sharp is not allowed on this cluster (the site's plugstack.conf has \
              allow_sharp=0); use --{OPTION_NAME} or --{OPTION_NAME}=full"
@@ -245,14 +268,50 @@ mod tests {
 
     #[test]
     fn every_mode_name_parses_back_to_itself() {
-        for m in Mode::ALL {
-            assert_eq!(Mode::parse(m.as_str()), Ok(m));
+        let names: Vec<String> = Mode::NAMED.iter().map(Mode::to_string).collect();
+        assert_eq!(names, ["quick", "full", "sharp", "warn", "off"]);
+        for m in Mode::NAMED {
+            assert_eq!(Mode::parse(&m.to_string()), Ok(m));
+        }
+    }
+
+    #[test]
+    fn a_sites_own_plan_passes_through_by_name_and_enforces() {
+        let m = Mode::parse("plan=nvlink_only-2").expect("valid");
+        assert_eq!(m.to_string(), "plan=nvlink_only-2");
+        assert_eq!(
+            m.plan().map(|p| p.to_string()).as_deref(),
+            Some("nvlink_only-2")
+        );
+        assert!(m.enforcing() && !m.expect_collnet());
+        // `plan=quick` is the quick plan, spelled out.
+        assert_eq!(
+            Mode::parse("plan=quick").expect("valid").plan(),
+            Mode::Quick.plan()
+        );
+    }
+
+    #[test]
+    fn a_plan_name_that_cannot_be_one_is_rejected_before_allocation() {
+        for bad in ["plan=", "plan=Nvlink", "plan=-x", "plan=a b", "plan=a=b"] {
+            let err = Mode::parse(bad).expect_err(bad).to_string();
+            assert!(err.starts_with("invalid --nccl-check value"), "{err}");
+            assert!(err.contains("invalid plan name"), "{err}");
         }
     }
 
     #[test]
     fn unknown_or_miscased_values_are_rejected_with_the_value_named() {
-        for bad in ["Quick", "fast", " quick", "quick,full", "1"] {
+        for bad in [
+            "Quick",
+            "fast",
+            " quick",
+            "quick,full",
+            "1",
+            "nvlink",
+            "PLAN=x",
+            "plans=x",
+        ] {
             let err = Mode::parse(bad).expect_err(bad);
             assert!(
                 err.to_string().contains("invalid --nccl-check value"),
@@ -266,13 +325,13 @@ mod tests {
 
     #[test]
     fn bare_option_takes_the_site_default_and_absent_means_nothing() {
-        assert_eq!(Raw::Absent.mode(Mode::Full), Ok(None));
-        assert_eq!(Raw::Bare.mode(Mode::Full), Ok(Some(Mode::Full)));
+        assert_eq!(Raw::Absent.mode(&Mode::Full), Ok(None));
+        assert_eq!(Raw::Bare.mode(&Mode::Full), Ok(Some(Mode::Full)));
         assert_eq!(
-            Raw::Value("off".into()).mode(Mode::Quick),
+            Raw::Value("off".into()).mode(&Mode::Quick),
             Ok(Some(Mode::Off))
         );
-        assert!(Raw::Value("bogus".into()).mode(Mode::Quick).is_err());
+        assert!(Raw::Value("bogus".into()).mode(&Mode::Quick).is_err());
     }
 
     #[test]
@@ -285,10 +344,10 @@ mod tests {
     #[test]
     fn sharp_runs_the_quick_plan_expecting_collnet_and_enforces() {
         assert_eq!(Mode::parse("sharp"), Ok(Mode::Sharp));
-        assert_eq!(Mode::Sharp.plan(), Some("quick"));
+        assert_eq!(Mode::Sharp.plan(), Some(PlanName::quick()));
         assert!(Mode::Sharp.expect_collnet());
         assert!(Mode::Sharp.enforcing());
-        assert!(Mode::ALL
+        assert!(Mode::NAMED
             .iter()
             .filter(|m| m.expect_collnet())
             .eq([&Mode::Sharp]));
@@ -297,23 +356,23 @@ mod tests {
     #[test]
     fn sharp_is_refused_unless_the_site_allows_it() {
         let mut config = crate::config::Config::default();
-        let err = check_allowed(Some(Mode::Sharp), &config).expect_err("not allowed");
+        let err = check_allowed(Some(&Mode::Sharp), &config).expect_err("not allowed");
         assert!(
             err.to_string()
                 .starts_with("nccl-check: --nccl-check=sharp is not allowed on this cluster"),
             "{err}"
         );
-        assert!(check_allowed(Some(Mode::Quick), &config).is_ok());
+        assert!(check_allowed(Some(&Mode::Quick), &config).is_ok());
         assert!(check_allowed(None, &config).is_ok());
         config.allow_sharp = true;
-        assert!(check_allowed(Some(Mode::Sharp), &config).is_ok());
+        assert!(check_allowed(Some(&Mode::Sharp), &config).is_ok());
     }
 
     #[test]
     fn warn_runs_the_quick_plan_without_enforcing() {
-        assert_eq!(Mode::Warn.plan(), Some("quick"));
+        assert_eq!(Mode::Warn.plan(), Some(PlanName::quick()));
         assert!(!Mode::Warn.enforcing());
-        assert_eq!(Mode::Full.plan(), Some("full"));
+        assert_eq!(Mode::Full.plan(), Some(PlanName::full()));
         assert_eq!(Mode::Off.plan(), None);
     }
 }

@@ -14,6 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
+use bench_core::contract::{PlanName, WorkerArgs};
 use bench_core::verdict::Verdict;
 use slurm_spank::SpankHandle;
 
@@ -47,10 +48,10 @@ fn requested(
         return Ok(None);
     }
     let config = config.as_ref().map_err(|e| Error::Config(e.clone()))?;
-    let mode = raw.mode(config.default_mode).map_err(Error::Mode)?;
+    let mode = raw.mode(&config.default_mode).map_err(Error::Mode)?;
     // srun/sbatch/salloc refused it already; the step checks again in case the option came
     // through the environment from elsewhere.
-    options::check_allowed(mode, config)?;
+    options::check_allowed(mode.as_ref(), config)?;
     match mode {
         Some(Mode::Off) | None => Ok(None),
         Some(mode) => Ok(Some((mode, config))),
@@ -129,15 +130,15 @@ pub fn task_init(
         .map(PathBuf::from)
         .filter(|p| p.is_absolute() && p.is_dir())
         .unwrap_or_else(|| PathBuf::from("/tmp"));
-    let plan = mode.plan().unwrap_or("quick");
+    let plan = mode.plan().unwrap_or_else(PlanName::quick);
+    let mut args = WorkerArgs::new(plan.clone(), config.timeout.as_secs());
+    args.rank = Some(rank);
+    args.world = Some(world);
+    args.rendezvous = Some(rdv);
+    args.expect_collnet = mode.expect_collnet();
     let inv = Invocation {
         worker: config.worker.clone(),
-        plan,
-        rank,
-        world,
-        rendezvous: rdv,
-        expect_collnet: mode.expect_collnet(),
-        timeout: config.timeout,
+        args,
         deadline: config.deadline(),
         env,
         tmp_dir,

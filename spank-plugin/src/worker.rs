@@ -1,22 +1,22 @@
-//! Runs the `nccl-check` worker as a child of the task: its own process group, a hard deadline at
-//! which the whole group is SIGKILLed, stderr kept (last lines) for the summary, and the verdict
-//! read from the exit status (0 PASS, 1 FAIL, anything else or a signal ERROR).
-//!
-//! No threads: this runs in a task process forked from the multi-threaded slurmstepd, so the
-//! child's stderr is read with poll(2) in the same loop that watches the deadline.
+//! Runs the `nccl-check` worker as a child of the task and turns its end into the plugin's
+//! verdict and one line for the user. The command line is the contract's
+//! ([`bench_core::contract::WorkerArgs`]), the supervision (own process group, deadline, group
+//! kill, stderr tail, no threads) is [`bench_core::supervise`], and the details come from the
+//! worker's JSON report ([`bench_core::report::read`]); the verdict itself comes from the exit
+//! status (0 PASS, 1 FAIL, anything else or a signal ERROR).
 
 use std::ffi::OsString;
-use std::io::Read;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bench_core::verdict::{ExitCode, Verdict};
+use bench_core::contract::{ExitCode, WorkerArgs};
+use bench_core::report::json::Report;
+use bench_core::report::read::{read_report, ReportError};
+use bench_core::supervise::{self, Ending, Output, Spec};
+use bench_core::verdict::Verdict;
 
-/// Lines of the worker's stderr kept for the summary.
-const TAIL_LINES: usize = 20;
+/// Bytes of the worker's stderr kept for the message when there is no report.
+const STDERR_TAIL_BYTES: usize = 16 << 10;
 /// Largest JSON report read back (the summary is one line; the rest is not needed here).
 const MAX_JSON_BYTES: u64 = 4 << 20;
 /// Longest summary shown to the user.
@@ -26,15 +26,8 @@ const MAX_SUMMARY_CHARS: usize = 400;
 #[derive(Debug, Clone)]
 pub struct Invocation {
     pub worker: PathBuf,
-    pub plan: &'static str,
-    pub rank: u32,
-    pub world: u32,
-    pub rendezvous: String,
-    /// `--expect-collnet`: the worker turns CollNet (SHARP) on and FAILs with
-    /// `transport_fallback` when CollNet did not carry the collectives (`--nccl-check=sharp`).
-    pub expect_collnet: bool,
-    /// Passed as `--timeout` (whole seconds).
-    pub timeout: Duration,
+    /// The command line; `json` is set by [`run`] to a private directory.
+    pub args: WorkerArgs,
     /// When the plugin kills the worker's process group.
     pub deadline: Duration,
     /// The complete environment of the worker (the task's environment).
@@ -43,21 +36,13 @@ pub struct Invocation {
     pub tmp_dir: PathBuf,
 }
 
-/// How the worker ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
-    Exited(i32),
-    Signaled(i32),
-    KilledAtDeadline,
-    NotStarted(String),
-}
-
 /// The worker's result as the plugin reports it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Outcome {
     pub verdict: Verdict,
-    pub ending: Ending,
-    /// One line, without the `nccl-check: VERDICT` lead.
+    /// How the worker ended; `Err` = it could not be started.
+    pub ending: Result<Ending, String>,
+    /// One line: the report's summary, or what is known without one.
     pub detail: String,
     /// `host` from the JSON report, if any.
     pub host: Option<String>,
@@ -66,16 +51,25 @@ pub struct Outcome {
 /// Runs the worker to completion or to the deadline.
 pub fn run(inv: &Invocation) -> Outcome {
     let json_dir = private_dir(&inv.tmp_dir);
-    let json_path = json_dir.as_ref().map(|d| d.join("report.json"));
-    let mut cmd = command(inv, json_path.as_deref());
-    let outcome = match cmd.spawn() {
-        Ok(child) => supervise(child, inv, json_path.as_deref()),
-        Err(e) => Outcome {
-            verdict: Verdict::Error,
-            ending: Ending::NotStarted(e.to_string()),
-            detail: format!("cannot start the worker {}: {e}", inv.worker.display()),
-            host: None,
+    let mut args = inv.args.clone();
+    args.json = json_dir.as_ref().map(|d| d.join("report.json"));
+    let spec = Spec {
+        program: inv.worker.clone(),
+        args: args.to_args(),
+        env: Some(inv.env.clone()),
+        cwd: None,
+        stdout: Output::Discard,
+        stderr: Output::Tail {
+            max_bytes: STDERR_TAIL_BYTES,
         },
+        deadline: inv.deadline,
+    };
+    let outcome = match supervise::run(spec) {
+        Ok(done) => {
+            let report = args.json.as_deref().map(|p| read_report(p, MAX_JSON_BYTES));
+            outcome(Ok(done.ending), report, &done.stderr, inv)
+        }
+        Err(e) => outcome(Err(e.error.to_string()), None, &[], inv),
     };
     if let Some(dir) = json_dir {
         let _ = std::fs::remove_dir_all(dir);
@@ -83,270 +77,62 @@ pub fn run(inv: &Invocation) -> Outcome {
     outcome
 }
 
-fn command(inv: &Invocation, json: Option<&Path>) -> Command {
-    let mut cmd = Command::new(&inv.worker);
-    cmd.arg("--plan")
-        .arg(inv.plan)
-        .arg("--rank")
-        .arg(inv.rank.to_string())
-        .arg("--world")
-        .arg(inv.world.to_string())
-        .arg("--rendezvous")
-        .arg(&inv.rendezvous)
-        .arg("--timeout")
-        .arg(inv.timeout.as_secs().max(1).to_string());
-    if inv.expect_collnet {
-        cmd.arg("--expect-collnet");
-    }
-    if let Some(json) = json {
-        cmd.arg("--json").arg(json);
-    }
-    cmd.env_clear()
-        .envs(inv.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        // Own process group: the deadline kill reaches everything the worker started, and a
-        // signal to the task's group does not hit the worker by accident.
-        .process_group(0);
-    // SAFETY: prctl is async-signal-safe. If the task dies (scancel, slurmstepd gone), the worker
-    // goes too instead of holding GPUs until its own timeout.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            Ok(())
-        });
-    }
-    cmd
-}
-
-fn supervise(mut child: Child, inv: &Invocation, json: Option<&Path>) -> Outcome {
-    let pid = child.id() as libc::pid_t;
-    let deadline = Instant::now() + inv.deadline;
-    let mut stderr = child.stderr.take();
-    if let Some(err) = &stderr {
-        // SAFETY: fcntl on a pipe fd we own.
-        unsafe {
-            let fd = err.as_raw_fd();
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-        }
-    }
-    let mut tail = Tail::default();
-    let killed = loop {
-        if exited_without_reaping(pid) {
-            break false;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            break true;
-        }
-        let wait = (deadline - now).min(Duration::from_millis(100));
-        match &mut stderr {
-            Some(err) => {
-                if !poll_read(err, &mut tail, wait) {
-                    stderr = None; // EOF: the worker closed stderr (it may still run)
-                }
-            }
-            None => std::thread::sleep(wait.min(Duration::from_millis(20))),
-        }
-    };
-    // Kill the group in both cases: at the deadline to end the worker, after a normal exit to end
-    // anything it left behind. The worker is not reaped yet, so its pid (the group id) is not reused.
-    // SAFETY: plain syscall; ESRCH (group already empty) is fine.
-    unsafe {
-        libc::killpg(pid, libc::SIGKILL);
-    }
-    if let Some(err) = &mut stderr {
-        let _ = poll_read(err, &mut tail, Duration::ZERO);
-    }
-    let status = child.wait();
-    let ending = match (killed, status) {
-        (true, _) => Ending::KilledAtDeadline,
-        (false, Ok(s)) => match (s.code(), s.signal()) {
-            (Some(code), _) => Ending::Exited(code),
-            (None, Some(sig)) => Ending::Signaled(sig),
-            (None, None) => Ending::NotStarted("unknown wait status".into()),
-        },
-        (false, Err(e)) => Ending::NotStarted(format!("wait failed: {e}")),
-    };
-    let report = json.and_then(read_report);
-    outcome(ending, report, &tail.lines(), inv)
-}
-
-/// True once the child has exited; leaves it a zombie so its pid stays reserved.
-fn exited_without_reaping(pid: libc::pid_t) -> bool {
-    // SAFETY: waitid with a zeroed siginfo out-parameter.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let rc = libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        );
-        // rc < 0 (ECHILD: someone else reaped it) also ends the loop.
-        rc < 0 || info.si_pid() != 0
-    }
-}
-
-/// Waits up to `wait` for stderr data and appends it to `tail`; false at EOF.
-fn poll_read(err: &mut std::process::ChildStderr, tail: &mut Tail, wait: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: err.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = wait.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if n <= 0 {
-        return true;
-    }
-    let mut buf = [0u8; 8192];
-    loop {
-        match err.read(&mut buf) {
-            Ok(0) => return false,
-            Ok(k) => tail.push(&buf[..k]),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return false,
-        }
-    }
-}
-
-/// The last [`TAIL_LINES`] lines of a byte stream.
-#[derive(Default)]
-struct Tail {
-    lines: std::collections::VecDeque<String>,
-    partial: Vec<u8>,
-}
-
-impl Tail {
-    fn push(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            if b == b'\n' {
-                let line = String::from_utf8_lossy(&self.partial).into_owned();
-                self.partial.clear();
-                self.lines.push_back(line);
-                if self.lines.len() > TAIL_LINES {
-                    self.lines.pop_front();
-                }
-            } else if self.partial.len() < 64 * 1024 {
-                self.partial.push(b);
-            }
-        }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.lines.iter().cloned().collect();
-        if !self.partial.is_empty() {
-            v.push(String::from_utf8_lossy(&self.partial).into_owned());
-        }
-        v
-    }
-}
-
-/// What the plugin uses from the worker's JSON report.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
-    pub verdict: Option<String>,
-    pub summary: Option<String>,
-    pub host: Option<String>,
-}
-
-fn read_report(path: &Path) -> Option<Report> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut text = String::new();
-    file.take(MAX_JSON_BYTES).read_to_string(&mut text).ok()?;
-    parse_report(&text)
-}
-
-/// Reads `verdict`, `summary` and `host` from the worker's JSON object; other fields are ignored.
-pub fn parse_report(text: &str) -> Option<Report> {
-    let value: serde_json::Value = serde_json::from_str(text).ok()?;
-    let field = |k: &str| value.get(k).and_then(|v| v.as_str()).map(str::to_string);
-    Some(Report {
-        verdict: field("verdict"),
-        summary: field("summary"),
-        host: field("host"),
-    })
-}
-
 /// Builds the outcome from the ending, the JSON report and the stderr tail (pure).
 pub fn outcome(
-    ending: Ending,
-    report: Option<Report>,
-    stderr_tail: &[String],
+    ending: Result<Ending, String>,
+    report: Option<Result<Report, ReportError>>,
+    stderr_tail: &[u8],
     inv: &Invocation,
 ) -> Outcome {
-    let verdict = match &ending {
-        Ending::Exited(code) => ExitCode::verdict_of_status(Some(*code)),
+    let verdict = match ending {
+        Ok(Ending::Exited(code)) => ExitCode::verdict_of_status(Some(code)),
         _ => Verdict::Error,
     };
-    let report = report.unwrap_or_default();
-    let from_worker = report
-        .summary
-        .clone()
-        .filter(|s| !s.trim().is_empty())
-        .or_else(|| {
-            stderr_tail
-                .iter()
-                .rev()
-                .find(|l| l.trim_start().starts_with("nccl-check:"))
-                .cloned()
-        });
-    let last_output = stderr_tail
-        .iter()
+    let (report, report_problem) = match report {
+        Some(Ok(r)) => (Some(r), None),
+        Some(Err(ReportError::Missing(_))) | None => (None, None),
+        Some(Err(e)) => (None, Some(e.to_string())),
+    };
+    let summary = report
+        .as_ref()
+        .map(|r| one_line(&r.summary))
+        .filter(|s| !s.is_empty());
+    // Without a report, the worker's last words are all there is.
+    let tail = String::from_utf8_lossy(stderr_tail);
+    let last_output = tail
+        .lines()
         .rev()
         .find(|l| !l.trim().is_empty())
-        .map(|l| one_line(l));
-    let detail = match (&ending, from_worker) {
-        (Ending::Exited(code), Some(s)) if *code <= 1 => strip_lead(&s),
-        (Ending::Exited(code), Some(s)) => format!("{} [worker exit {code}]", strip_lead(&s)),
-        (Ending::Exited(code), None) => {
-            let mut d = format!("worker exited with code {code} ({})", meaning(*code));
-            if let Some(l) = last_output {
-                d.push_str(&format!("; last output: {l}"));
-            }
-            d
-        }
-        (Ending::Signaled(sig), _) => {
-            let mut d = format!("worker killed by signal {sig} ({})", signal_name(*sig));
-            if let Some(l) = last_output {
-                d.push_str(&format!("; last output: {l}"));
-            }
-            d
-        }
-        (Ending::KilledAtDeadline, _) => format!(
+        .map(one_line)
+        .map(|l| format!("; last output: {l}"))
+        .unwrap_or_default();
+    let mut detail = match (&ending, summary) {
+        (Ok(Ending::Exited(code)), Some(s)) if *code <= 1 => s,
+        (Ok(Ending::Exited(code)), Some(s)) => format!("{s} [worker exit {code}]"),
+        (Ok(Ending::Exited(code)), None) => format!(
+            "worker exited with code {code} ({}){last_output}",
+            ExitCode::meaning_of(*code)
+        ),
+        (Ok(Ending::Signaled(sig)), _) => format!(
+            "worker killed by signal {sig} ({}){last_output}",
+            signal_name(*sig)
+        ),
+        (Ok(Ending::KilledAtDeadline), _) => format!(
             "worker did not finish within {} s (--timeout {} s + grace); its process group was killed",
             inv.deadline.as_secs(),
-            inv.timeout.as_secs()
+            inv.args.timeout_s
         ),
-        (Ending::NotStarted(e), _) => format!("cannot run the worker {}: {e}", inv.worker.display()),
+        (Err(e), _) => format!("cannot start the worker {}: {e}", inv.worker.display()),
     };
+    if let Some(p) = report_problem {
+        detail.push_str(&format!("; report unusable: {p}"));
+    }
     Outcome {
         verdict,
         ending,
         detail: one_line(&detail),
-        host: report.host,
+        host: report.map(|r| r.host).filter(|h| !h.is_empty()),
     }
-}
-
-/// `nccl-check: FAIL busbw ...` → `busbw ...` (the plugin writes its own lead).
-fn strip_lead(summary: &str) -> String {
-    let s = one_line(summary);
-    let s = s.trim_start();
-    let s = s.strip_prefix("nccl-check:").unwrap_or(s).trim_start();
-    let s = ["PASS", "FAIL", "ERROR"]
-        .iter()
-        .find_map(|v| {
-            s.strip_prefix(v)
-                .filter(|rest| rest.is_empty() || rest.starts_with([' ', ':']))
-        })
-        .map(|rest| rest.trim_start_matches(':').trim_start())
-        .unwrap_or(s);
-    s.to_string()
 }
 
 /// First line, control characters removed, at most [`MAX_SUMMARY_CHARS`] characters.
@@ -361,21 +147,6 @@ fn one_line(s: &str) -> String {
         out.push('…');
     }
     out
-}
-
-/// The documented exit codes (bench-core `ExitCode`).
-fn meaning(code: i32) -> &'static str {
-    match code {
-        0 => "PASS",
-        1 => "FAIL",
-        2 => "usage error",
-        3 => "NCCL library missing",
-        4 => "no usable GPU",
-        5 => "rendezvous failure",
-        6 => "timeout",
-        7 => "CUDA/NCCL runtime error",
-        _ => "undocumented exit code",
-    }
 }
 
 fn signal_name(sig: i32) -> &'static str {
@@ -413,19 +184,23 @@ fn private_dir(parent: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bench_core::contract::PlanName;
 
+    /// A worker script; `$json` is the value of its `--json` argument.
     fn inv(script: &str, deadline_ms: u64) -> (Invocation, tempdir::Dir) {
         let dir = tempdir::Dir::new();
         let worker = dir.path.join("worker.sh");
-        bench_core::test_support::write_executable(&worker, &format!("#!/bin/sh\n{script}\n"));
+        let body = format!(
+            "#!/bin/sh\njson=; prev=; for a; do [ \"$prev\" = --json ] && json=$a; prev=$a; done\n{script}\n"
+        );
+        bench_core::test_support::write_executable(&worker, &body);
+        let mut args = WorkerArgs::new(PlanName::quick(), 1);
+        args.rank = Some(1);
+        args.world = Some(2);
+        args.rendezvous = Some("n1:29501".into());
         let inv = Invocation {
             worker,
-            plan: "quick",
-            rank: 1,
-            world: 2,
-            rendezvous: "n1:29501".into(),
-            expect_collnet: false,
-            timeout: Duration::from_secs(1),
+            args,
             deadline: Duration::from_millis(deadline_ms),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             tmp_dir: dir.path.clone(),
@@ -450,50 +225,76 @@ mod tests {
         }
     }
 
+    const REPORT: &str = r#"{"schema_version":1,"verdict":"VERDICT","exit_code":CODE,"summary":"SUMMARY","host":"n2"}"#;
+
+    fn write_report(verdict: &str, code: i32, summary: &str) -> String {
+        let r = REPORT
+            .replace("VERDICT", verdict)
+            .replace("CODE", &code.to_string())
+            .replace("SUMMARY", summary);
+        format!("printf '%s' '{r}' > \"$json\"")
+    }
+
     #[test]
     fn pass_gets_the_contract_arguments_and_the_given_environment_only() {
         let (inv, _d) = inv(
-            r#"[ "$*" = "--plan quick --rank 1 --world 2 --rendezvous n1:29501 --timeout 1 --json $(dirname "${12}")/report.json" ] || exit 9
+            &format!(
+                r#"[ "$*" = "--plan quick --json $json --timeout 1 --rank 1 --world 2 --rendezvous n1:29501" ] || exit 9
+               [ "$(dirname "$json")" != "{}" ] || exit 7
                [ -z "$HOME" ] || exit 8
-               echo 'nccl-check: PASS all good' >&2; exit 0"#,
+               {}; exit 0"#,
+                std::env::temp_dir().display(),
+                write_report("PASS", 0, "8 x H200 on 1 node(s)")
+            ),
             5000,
         );
         let o = run(&inv);
-        assert_eq!(o.ending, Ending::Exited(0), "{o:?}");
+        assert_eq!(o.ending, Ok(Ending::Exited(0)), "{o:?}");
         assert_eq!(o.verdict, Verdict::Pass);
-        assert_eq!(o.detail, "all good");
+        assert_eq!(o.detail, "8 x H200 on 1 node(s)");
+        assert_eq!(o.host.as_deref(), Some("n2"));
     }
 
     #[test]
-    fn sharp_mode_adds_expect_collnet_before_the_json_path() {
+    fn sharp_mode_adds_expect_collnet_and_a_sites_plan_passes_through() {
         let (mut inv, _d) = inv(
-            r#"[ "$*" = "--plan quick --rank 1 --world 2 --rendezvous n1:29501 --timeout 1 --expect-collnet --json $(dirname "${13}")/report.json" ] || exit 9
+            r#"[ "$*" = "--plan site_nvlink --json $json --timeout 1 --rank 1 --world 2 --rendezvous n1:29501 --expect-collnet" ] || exit 9
                exit 0"#,
             5000,
         );
-        inv.expect_collnet = true;
+        inv.args.expect_collnet = true;
+        inv.args.plan = PlanName::new("site_nvlink").expect("valid");
         let o = run(&inv);
-        assert_eq!(o.ending, Ending::Exited(0), "{o:?}");
+        assert_eq!(o.ending, Ok(Ending::Exited(0)), "{o:?}");
     }
 
     #[test]
-    fn exit_one_is_fail_and_json_summary_wins_over_stderr() {
+    fn exit_one_is_fail_with_the_reports_summary_not_stderr() {
         let (inv, _d) = inv(
-            r#"json="${12}"
-               printf '{"verdict":"FAIL","summary":"nccl-check: FAIL busbw 12.0 < 300 GB/s on n2 GPU 3","host":"n2","exit_code":1}' > "$json"
-               echo 'nccl-check: FAIL from stderr' >&2; exit 1"#,
+            &format!(
+                "{}; echo 'nccl-check: FAIL from stderr' >&2; exit 1",
+                write_report("FAIL", 1, "busbw 12.0 < 300 GB/s on n2 GPU 3")
+            ),
             5000,
         );
         let o = run(&inv);
         assert_eq!(o.verdict, Verdict::Fail);
         assert_eq!(o.detail, "busbw 12.0 < 300 GB/s on n2 GPU 3");
-        assert_eq!(o.host.as_deref(), Some("n2"));
     }
 
     #[test]
-    fn other_codes_are_errors_with_the_last_summary_line() {
+    fn the_exit_status_decides_not_the_reports_verdict() {
+        let (inv, _d) = inv(&format!("{}; exit 1", write_report("PASS", 0, "ok")), 5000);
+        assert_eq!(run(&inv).verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn an_error_with_a_report_names_the_exit_code() {
         let (inv, _d) = inv(
-            "echo noise >&2; echo 'nccl-check: ERROR no usable GPU: no device' >&2; echo trailing >&2; exit 4",
+            &format!(
+                "{}; exit 4",
+                write_report("ERROR", 4, "no usable GPU: no device")
+            ),
             5000,
         );
         let o = run(&inv);
@@ -502,22 +303,56 @@ mod tests {
     }
 
     #[test]
+    fn without_a_report_the_table_and_the_last_stderr_line_tell_it() {
+        let (inv2, _d) = inv(
+            "echo noise >&2; echo \"nccl-check: ERROR usage: unknown plan 'x' (plans: full, quick)\" >&2; exit 2",
+            5000,
+        );
+        let o = run(&inv2);
+        assert_eq!(o.verdict, Verdict::Error);
+        assert_eq!(
+            o.detail,
+            format!(
+                "worker exited with code 2 ({}); last output: nccl-check: ERROR usage: unknown \
+                 plan 'x' (plans: full, quick)",
+                ExitCode::Usage.meaning()
+            )
+        );
+        let (inv42, _d42) = inv("exit 42", 5000);
+        assert_eq!(
+            run(&inv42).detail,
+            "worker exited with code 42 (undocumented exit code)"
+        );
+    }
+
+    #[test]
+    fn a_report_of_a_newer_schema_is_named_not_ignored() {
+        let (inv, _d) = inv(
+            r#"printf '{"schema_version":9,"verdict":"PASS"}' > "$json"; exit 0"#,
+            5000,
+        );
+        let o = run(&inv);
+        assert_eq!(o.verdict, Verdict::Pass);
+        assert!(o.detail.contains("report unusable"), "{}", o.detail);
+        assert!(o.detail.contains("schema_version 9"), "{}", o.detail);
+    }
+
+    #[test]
     fn a_hanging_worker_and_its_children_are_killed_at_the_deadline() {
         let (inv, d) = inv(
-            r#"sleep 300 & echo $! > "$(dirname "${12}")/../child.pid"; sleep 300"#,
+            r#"sleep 300 & echo $! > "$(dirname "$json")/../child.pid"; sleep 300"#,
             700,
         );
-        let start = Instant::now();
+        let start = std::time::Instant::now();
         let o = run(&inv);
         assert!(start.elapsed() < Duration::from_secs(5));
-        assert_eq!(o.ending, Ending::KilledAtDeadline);
+        assert_eq!(o.ending, Ok(Ending::KilledAtDeadline));
         assert_eq!(o.verdict, Verdict::Error);
         assert!(
             o.detail.contains("process group was killed"),
             "{}",
             o.detail
         );
-        // The grandchild is gone, or a zombie waiting for a reaper.
         bench_core::test_support::assert_process_gone(
             &d.path.join("child.pid"),
             Duration::from_millis(200),
@@ -528,7 +363,7 @@ mod tests {
     fn a_crash_is_an_error_naming_the_signal() {
         let (inv, _d) = inv("echo 'about to crash' >&2; kill -SEGV $$", 5000);
         let o = run(&inv);
-        assert_eq!(o.ending, Ending::Signaled(libc::SIGSEGV));
+        assert_eq!(o.ending, Ok(Ending::Signaled(libc::SIGSEGV)));
         assert_eq!(o.verdict, Verdict::Error);
         assert!(o.detail.contains("SIGSEGV"), "{}", o.detail);
         assert!(o.detail.contains("about to crash"), "{}", o.detail);
@@ -540,24 +375,21 @@ mod tests {
         inv.worker = PathBuf::from("/nonexistent/nccl-check");
         let o = run(&inv);
         assert_eq!(o.verdict, Verdict::Error);
-        assert!(o.detail.contains("/nonexistent/nccl-check"), "{}", o.detail);
+        assert!(
+            o.detail
+                .starts_with("cannot start the worker /nonexistent/nccl-check: "),
+            "{}",
+            o.detail
+        );
     }
 
     #[test]
     fn summaries_are_one_bounded_line() {
-        assert_eq!(strip_lead("nccl-check: ERROR: x\ny"), "x");
-        assert_eq!(strip_lead("nccl-check: PASSED"), "PASSED");
+        assert_eq!(one_line("x\ny"), "x");
+        assert_eq!(one_line("a\tb"), "ab");
         assert_eq!(
             one_line(&"a".repeat(1000)).chars().count(),
             MAX_SUMMARY_CHARS + 1
-        );
-        assert_eq!(parse_report("not json"), None);
-        assert_eq!(
-            parse_report(r#"{"verdict":"PASS","exit_code":0}"#),
-            Some(Report {
-                verdict: Some("PASS".into()),
-                ..Report::default()
-            })
         );
     }
 }

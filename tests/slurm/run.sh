@@ -135,9 +135,24 @@ t_full_mode_and_default_mode() {
 t_fail_fails_step_with_message() {
     NCCL_CHECK_FAKE=fail NCCL_CHECK_FAKE_FAIL_RANK=1 run_cmd srun -N2 --nccl-check hostname
     expect_rc_nonzero
-    expect_err "nccl-check: FAIL on n2 (rank 1 of 2): all_reduce busbw 12.3 < 300.0 GB/s on n2 GPU"
+    expect_err "nccl-check: FAIL on n2 (rank 1 of 2): all_reduce 256 MiB busbw 12.3 < 300.0 GB/s (4% of the floor); responsible: n2 GPU"
     grep -q "FAIL on n1" "$ERR" && fail "rank 0 passed but was reported as FAIL"
     [ "$(grep -c . "$OUT")" -le 1 ] || fail "the failing task still ran: $(cat "$OUT")"
+}
+
+t_site_plan_passes_through() {
+    NCCL_CHECK_FAKE_PLANS="full quick site_nvlink" NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check=plan=site_nvlink true
+    expect_rc0
+    expect_err "nccl-check: PASS (site_nvlink, 2 ranks)"
+    [ "$(markers_of_job "$(last_job)" 0 | grep -c ' plan=site_nvlink ')" = 2 ] || fail "plan=site_nvlink did not reach both ranks"
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check=plan=nope true
+    expect_rc_nonzero
+    expect_err "unknown plan 'nope' (plans: full, quick)"
+    local before; before=$(job_count)
+    run_cmd srun -N2 --nccl-check=plan=Not/A/Plan true
+    expect_rc_nonzero
+    expect_err "nccl-check: invalid --nccl-check value 'plan=Not/A/Plan': invalid plan name"
+    [ "$(job_count)" = "$before" ] || fail "a job was created for a malformed plan name"
 }
 
 t_warn_reports_and_runs() {
@@ -323,6 +338,7 @@ run_test "srun, sbatch and salloc --help list --nccl-check" t_help_lists_option
 run_test "srun -N2 --nccl-check runs the worker on both nodes (fake pass)" t_pass_runs_worker_on_both_nodes
 run_test "--nccl-check=full and default_mode=full run the full plan" t_full_mode_and_default_mode
 run_test "a failing check fails the step and names the node and GPU" t_fail_fails_step_with_message
+run_test "--nccl-check=plan=NAME runs a site's own plan; the worker names an unknown one" t_site_plan_passes_through
 run_test "warn mode reports the failure and runs the tasks" t_warn_reports_and_runs
 run_test "a hanging worker is killed at the deadline and the step fails" t_hang_killed_at_deadline
 run_test "a crashing worker fails the step; slurmd and slurmstepd stay up" t_crash_fails_step_daemons_stay_up

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 /// The facts of one GPU. Fields in alphabetical order: the report has always written them so
 /// (they went through a `serde_json::Value` map), and a struct is written in declaration order.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct GpuInfo {
     /// Index among the devices this process sees.
     pub device: usize,

@@ -5,13 +5,14 @@ use super::gpu::GpuInfo;
 pub use super::reason::{Reason, ReasonCode};
 use super::Row;
 use crate::verdict::{ExitCode, Verdict};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Wall-clock milliseconds of each phase of this process (parallel phases: the slowest GPU).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Phases {
     /// cuInit and device count (the driver's own start).
     pub cuda_init_ms: f64,
@@ -36,7 +37,8 @@ pub struct Phases {
 }
 
 /// What NCCL's log says about the paths of this process's ranks.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TransportInfo {
     /// Where the log came from, or why there is none (`NCCL_DEBUG` set by the user).
     pub source: String,
@@ -51,14 +53,16 @@ pub struct TransportInfo {
     pub busbw_note: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NcclInfo {
     pub version: String,
     pub version_code: i32,
     pub library: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct GpuEntry {
     pub rank: u32,
     pub host: String,
@@ -67,15 +71,19 @@ pub struct GpuEntry {
 }
 
 /// The settings a run measured with.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Settings {
+    #[serde(deserialize_with = "crate::report::read::intern_vec")]
     pub collectives: Vec<&'static str>,
     pub min_bytes: u64,
     pub max_bytes: u64,
     pub step_factor: u64,
     pub warmup_iters: u32,
     pub iters: u32,
+    #[serde(deserialize_with = "crate::report::read::intern")]
     pub datatype: &'static str,
+    #[serde(deserialize_with = "crate::report::read::intern")]
     pub op: &'static str,
     pub root: u32,
     pub check: bool,
@@ -83,10 +91,15 @@ pub struct Settings {
     pub min_busbw: Option<f64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// Read back with [`super::read::read_report`]; fields missing from a report take
+/// [`Default`]'s values.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Report {
     pub schema_version: u32,
+    #[serde(deserialize_with = "crate::report::read::intern")]
     pub tool: &'static str,
+    #[serde(deserialize_with = "crate::report::read::intern")]
     pub tool_version: &'static str,
     pub verdict: Verdict,
     pub exit_code: i32,

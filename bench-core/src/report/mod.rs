@@ -2,13 +2,15 @@
 
 pub mod gpu;
 pub mod json;
+pub mod read;
 pub mod reason;
 pub mod table;
 
 use serde::{Deserialize, Serialize};
 
 /// One placement (out-of-place or in-place) of one row, combined over all ranks.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Placement {
     /// Seconds per operation, averaged over ranks (nccl-tests `-a 1`), in microseconds.
     pub time_us: f64,
@@ -25,15 +27,18 @@ pub struct Placement {
 }
 
 /// One printed line of the table.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Row {
+    #[serde(deserialize_with = "crate::report::read::intern")]
     pub collective: &'static str,
     /// Bytes: max(send, recv), as nccl-tests prints.
     pub size: u64,
     /// The count passed to NCCL.
     pub count: u64,
-    #[serde(rename = "type")]
+    #[serde(rename = "type", deserialize_with = "crate::report::read::intern")]
     pub dtype: &'static str,
+    #[serde(deserialize_with = "crate::report::read::intern")]
     pub redop: &'static str,
     pub root: i32,
     pub out_of_place: Placement,
@@ -47,10 +52,13 @@ impl Row {
 }
 
 /// What a pair of the pair matrix joins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PairKind {
     /// Two GPUs of one node.
+    #[default]
     Gpu,
     /// Two nodes: GPU i of one with GPU i of the other, all at once.
     Node,
@@ -58,7 +66,8 @@ pub enum PairKind {
 
 /// One pair of the pair matrix: two GPUs of a node (`kind = "gpu"`) or two nodes
 /// (`kind = "node"`, GPU i of one with GPU i of the other, all at once), with sendrecv.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PairRow {
     pub kind: PairKind,
     /// The node of a GPU pair; empty for node pairs.

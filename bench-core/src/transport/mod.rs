@@ -180,13 +180,14 @@ pub struct TransportSummary {
 }
 
 /// One path of the report: who talked to whom, over what.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PathReport {
     pub from_rank: u32,
     pub to_rank: u32,
     /// `GPU0->GPU1` (NVML indices), with the hosts when they differ.
     pub path: String,
     /// Stable names (`p2p`, `shm`, `net_ib`, ...).
+    #[serde(deserialize_with = "crate::report::read::intern_vec")]
     pub transports: Vec<&'static str>,
     /// As NCCL printed them (`P2P/CUMEM/read`, `NET/IB`).
     pub detail: Vec<String>,

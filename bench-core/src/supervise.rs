@@ -1,0 +1,480 @@
+//! Running a child process so that it can never outlive its welcome: the one spawning module of
+//! the workspace (the plugin's worker, the prolog's worker and its `scontrol` calls use it).
+//!
+//! The child gets its own process group, dies with its parent (`PR_SET_PDEATHSIG`, checked
+//! against a parent that died before the call), and at the deadline, or as soon as it exits,
+//! the whole group is SIGKILLed, so nothing it started stays behind. Its output goes to a file,
+//! to nowhere, or into a bounded in-memory tail read with poll(2) on non-blocking pipes.
+//!
+//! No threads: the SPANK plugin calls this from a task process forked from the multi-threaded
+//! slurmstepd, where starting threads is not safe.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How often an exec that fails with ETXTBSY is retried (the file is being replaced, or another
+/// thread's fork briefly holds a write descriptor to it).
+const ETXTBSY_TRIES: u32 = 5;
+/// How long the reap after the group kill may take: a process stuck in the kernel (a GPU driver
+/// call) dies only when the call returns; we do not wait for that forever.
+const REAP_GRACE: Duration = Duration::from_secs(2);
+/// Longest nap between two looks at the child when no output arrives.
+const MAX_NAP: Duration = Duration::from_millis(20);
+
+/// Where one output stream of the child goes.
+#[derive(Debug)]
+pub enum Output {
+    /// `/dev/null`.
+    Discard,
+    /// Kept in memory: the last `max_bytes` bytes.
+    Tail { max_bytes: usize },
+    /// Appended to this file (the caller opens it; pass a `try_clone` for both streams).
+    File(File),
+}
+
+/// What to run and how long it may take.
+#[derive(Debug)]
+pub struct Spec {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    /// The complete environment of the child; `None` inherits ours.
+    pub env: Option<Vec<(OsString, OsString)>>,
+    /// The working directory; `None` keeps ours.
+    pub cwd: Option<PathBuf>,
+    pub stdout: Output,
+    pub stderr: Output,
+    /// From the spawn: the group is killed when this has passed.
+    pub deadline: Duration,
+}
+
+impl Spec {
+    /// `program args` with an empty environment, output discarded, `/` as working directory.
+    pub fn new(program: impl Into<PathBuf>, args: Vec<OsString>, deadline: Duration) -> Spec {
+        Spec {
+            program: program.into(),
+            args,
+            env: Some(Vec::new()),
+            cwd: Some(PathBuf::from("/")),
+            stdout: Output::Discard,
+            stderr: Output::Discard,
+            deadline,
+        }
+    }
+
+    /// Adds one variable to the child's own environment (after `env: Some(..)`).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Spec {
+        let key = key.into();
+        let env = self.env.get_or_insert_with(Vec::new);
+        env.retain(|(k, _)| *k != key);
+        env.push((key, value.into()));
+        self
+    }
+}
+
+/// How the child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Exited(i32),
+    Signaled(i32),
+    /// Still running at the deadline: its group was killed.
+    KilledAtDeadline,
+}
+
+/// A finished child: how it ended and what it printed (for `Output::Tail` streams).
+#[derive(Debug)]
+pub struct Finished {
+    pub ending: Ending,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub elapsed: Duration,
+    /// The child could not be reaped within [`REAP_GRACE`] after the kill (stuck in the kernel);
+    /// its exit status is then unknown.
+    pub unreaped: bool,
+}
+
+impl Finished {
+    /// The exit code when the child exited by itself.
+    pub fn exit_code(&self) -> Option<i32> {
+        match self.ending {
+            Ending::Exited(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// The child could not be started.
+#[derive(Debug)]
+pub struct SpawnError {
+    pub program: PathBuf,
+    pub error: std::io::Error,
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot start {}: {}", self.program.display(), self.error)
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+/// Runs `spec` to its end or its deadline; the process group is gone when this returns.
+pub fn run(spec: Spec) -> Result<Finished, SpawnError> {
+    let start = Instant::now();
+    let deadline = start + spec.deadline;
+    let mut cmd = command(&spec);
+    let mut tries = 0;
+    let mut child = loop {
+        match cmd.spawn() {
+            Ok(c) => break c,
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETXTBSY)
+                    && tries < ETXTBSY_TRIES
+                    && Instant::now() < deadline =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(error) => {
+                return Err(SpawnError {
+                    program: spec.program,
+                    error,
+                })
+            }
+        }
+    };
+    let mut pipes: Vec<Pipe> = Vec::new();
+    if let (Some(s), Output::Tail { max_bytes }) = (child.stdout.take(), &spec.stdout) {
+        pipes.push(Pipe::new(Box::new(s), Stream::Stdout, *max_bytes));
+    }
+    if let (Some(s), Output::Tail { max_bytes }) = (child.stderr.take(), &spec.stderr) {
+        pipes.push(Pipe::new(Box::new(s), Stream::Stderr, *max_bytes));
+    }
+    let pid = child.id() as libc::pid_t;
+    let timed_out = loop {
+        if exited_unreaped(pid) {
+            break false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break true;
+        }
+        pump(&mut pipes, (deadline - now).min(MAX_NAP));
+    };
+    // The whole group, in both cases: at the deadline to end the child, after an exit to end what
+    // it left behind. The leader is not reaped yet, so its pid (the group id) cannot be reused.
+    // SAFETY: plain syscall; ESRCH (the group is empty already) is fine.
+    unsafe {
+        libc::killpg(pid, libc::SIGKILL);
+    }
+    pump(&mut pipes, Duration::ZERO);
+    let status = reap(&mut child, Instant::now() + REAP_GRACE);
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    for p in pipes {
+        match p.stream {
+            Stream::Stdout => stdout = p.tail,
+            Stream::Stderr => stderr = p.tail,
+        }
+    }
+    let ending = match (timed_out, status) {
+        (true, _) => Ending::KilledAtDeadline,
+        (false, Some(e)) => e,
+        // Exited, then not reapable in time: only possible if someone else reaped it.
+        (false, None) => Ending::Signaled(libc::SIGKILL),
+    };
+    Ok(Finished {
+        ending,
+        stdout,
+        stderr,
+        elapsed: start.elapsed(),
+        unreaped: status.is_none(),
+    })
+}
+
+fn command(spec: &Spec) -> Command {
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args).stdin(Stdio::null());
+    if let Some(env) = &spec.env {
+        cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    }
+    if let Some(dir) = &spec.cwd {
+        cmd.current_dir(dir);
+    }
+    cmd.stdout(stdio(&spec.stdout)).stderr(stdio(&spec.stderr));
+    // Own process group: the kill reaches everything the child started, and a signal to the
+    // caller's group (Ctrl-C, slurmd's kill of the prolog) is not what ends it.
+    cmd.process_group(0);
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The child dies with us (scancel, slurmd's PrologEpilogTimeout) instead of holding
+            // GPUs until its own timeout; it is in its own group, so a kill of ours misses it.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            // We died between fork and prctl: the signal was never armed.
+            if libc::getppid() != parent {
+                libc::_exit(125);
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+fn stdio(o: &Output) -> Stdio {
+    match o {
+        Output::Discard => Stdio::null(),
+        Output::Tail { .. } => Stdio::piped(),
+        Output::File(f) => match f.try_clone() {
+            Ok(f) => Stdio::from(f),
+            Err(_) => Stdio::null(),
+        },
+    }
+}
+
+/// True once the child has exited; leaves it a zombie so its pid stays reserved.
+fn exited_unreaped(pid: libc::pid_t) -> bool {
+    // SAFETY: waitid with a zeroed siginfo out-parameter.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        if rc < 0 {
+            // EINTR: look again; anything else (ECHILD: reaped by someone else) ends the wait.
+            return std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR);
+        }
+        info.si_pid() != 0
+    }
+}
+
+/// Reaps the child, waiting at most until `until`.
+fn reap(child: &mut Child, until: Instant) -> Option<Ending> {
+    use std::os::unix::process::ExitStatusExt;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => {
+                return match (s.code(), s.signal()) {
+                    (Some(c), _) => Some(Ending::Exited(c)),
+                    (None, Some(sig)) => Some(Ending::Signaled(sig)),
+                    (None, None) => None,
+                }
+            }
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(2)),
+            _ => return None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// One pipe from the child, non-blocking, with the tail of what came through it.
+struct Pipe {
+    reader: Box<dyn ReadFd>,
+    stream: Stream,
+    tail: Vec<u8>,
+    max: usize,
+    open: bool,
+}
+
+trait ReadFd: Read + AsRawFd {}
+impl<T: Read + AsRawFd> ReadFd for T {}
+
+impl Pipe {
+    fn new(reader: Box<dyn ReadFd>, stream: Stream, max: usize) -> Pipe {
+        // SAFETY: fcntl on a pipe descriptor we own.
+        unsafe {
+            let fd = reader.as_raw_fd();
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        Pipe {
+            reader,
+            stream,
+            tail: Vec::new(),
+            max,
+            open: true,
+        }
+    }
+
+    /// Reads what is there now; marks the pipe closed at EOF.
+    fn drain(&mut self) {
+        let mut buf = [0u8; 8192];
+        while self.open {
+            match self.reader.read(&mut buf) {
+                Ok(0) => self.open = false,
+                Ok(n) => push_tail(&mut self.tail, &buf[..n], self.max),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(_) => self.open = false,
+            }
+        }
+    }
+}
+
+/// Appends `bytes`, keeping the last `max`.
+fn push_tail(tail: &mut Vec<u8>, bytes: &[u8], max: usize) {
+    tail.extend_from_slice(bytes);
+    if tail.len() > max {
+        tail.drain(..tail.len() - max);
+    }
+}
+
+/// Waits up to `wait` for output on the open pipes and reads it; sleeps when none is open.
+fn pump(pipes: &mut [Pipe], wait: Duration) {
+    let mut fds: Vec<libc::pollfd> = pipes
+        .iter()
+        .filter(|p| p.open)
+        .map(|p| libc::pollfd {
+            fd: p.reader.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    if fds.is_empty() {
+        std::thread::sleep(wait);
+        return;
+    }
+    let ms = wait.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `fds` is a valid array of fds.len() pollfds.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n > 0 || wait.is_zero() {
+        for p in pipes.iter_mut().filter(|p| p.open) {
+            p.drain();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::scratch_dir;
+    use crate::test_support::{assert_process_gone, write_executable};
+
+    fn sh(dir: &std::path::Path, body: &str, deadline_ms: u64) -> Spec {
+        let p = dir.join("child.sh");
+        write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
+        let mut s = Spec::new(p, vec![], Duration::from_millis(deadline_ms))
+            .env("PATH", "/usr/bin:/bin")
+            .env("DIR", dir);
+        s.stdout = Output::Tail { max_bytes: 1024 };
+        s.stderr = Output::Tail { max_bytes: 1024 };
+        s
+    }
+
+    #[test]
+    fn exit_codes_and_both_streams_come_back() {
+        let d = scratch_dir("sup-exit");
+        let f = run(sh(&d, "echo out; echo err >&2; exit 3", 5000)).expect("runs");
+        assert_eq!(f.ending, Ending::Exited(3));
+        assert_eq!((f.exit_code(), f.unreaped), (Some(3), false));
+        assert_eq!(
+            (&f.stdout[..], &f.stderr[..]),
+            (&b"out\n"[..], &b"err\n"[..])
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_signal_is_reported_as_such() {
+        let d = scratch_dir("sup-signal");
+        let f = run(sh(&d, "kill -SEGV $$", 5000)).expect("runs");
+        assert_eq!(f.ending, Ending::Signaled(libc::SIGSEGV));
+        assert_eq!(f.exit_code(), None);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn at_the_deadline_the_child_and_its_grandchild_are_killed() {
+        let d = scratch_dir("sup-deadline");
+        let t = Instant::now();
+        let f = run(sh(
+            &d,
+            "sleep 300 & echo $! > \"$DIR/grandchild\"; echo started; sleep 300",
+            500,
+        ))
+        .expect("runs");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        assert_eq!(f.ending, Ending::KilledAtDeadline);
+        assert_eq!(f.stdout, b"started\n");
+        assert_process_gone(&d.join("grandchild"), Duration::from_millis(100));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn what_a_child_leaves_behind_goes_with_it_and_does_not_hold_us() {
+        let d = scratch_dir("sup-orphan");
+        // The grandchild keeps stdout open; we must neither wait for it nor leave it running.
+        let t = Instant::now();
+        let f = run(sh(
+            &d,
+            "sleep 300 & echo $! > \"$DIR/grandchild\"; exit 0",
+            10_000,
+        ))
+        .expect("runs");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        assert_eq!(f.ending, Ending::Exited(0));
+        assert_process_gone(&d.join("grandchild"), Duration::from_millis(100));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn the_tail_is_bounded_to_the_last_bytes() {
+        let d = scratch_dir("sup-tail");
+        let f = run(sh(
+            &d,
+            "i=0; while [ $i -lt 500 ]; do echo line$i; i=$((i+1)); done",
+            5000,
+        ))
+        .expect("runs");
+        assert_eq!(f.stdout.len(), 1024);
+        assert!(f.stdout.ends_with(b"line498\nline499\n"));
+        let mut t = b"abc".to_vec();
+        push_tail(&mut t, b"defg", 5);
+        assert_eq!(t, b"cdefg");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn output_can_go_to_a_file_and_the_environment_is_only_what_was_given() {
+        let d = scratch_dir("sup-file");
+        let log = File::create(d.join("log")).expect("create");
+        let mut s = sh(&d, "env | sort; echo done >&2", 5000);
+        s.stdout = Output::File(log.try_clone().expect("clone"));
+        s.stderr = Output::File(log);
+        let f = run(s).expect("runs");
+        assert_eq!(f.ending, Ending::Exited(0));
+        let text = std::fs::read_to_string(d.join("log")).expect("read");
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split('=').next())
+            .filter(|k| !["PWD", "SHLVL", "_"].contains(k)) // set by the shell itself
+            .collect();
+        assert_eq!(names, ["DIR", "PATH", "done"], "{text}");
+        assert!(f.stdout.is_empty() && f.stderr.is_empty());
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_missing_program_is_a_spawn_error() {
+        let s = Spec::new("/nonexistent/prog", vec![], Duration::from_secs(1));
+        let e = run(s).expect_err("missing");
+        assert!(
+            e.to_string()
+                .starts_with("cannot start /nonexistent/prog: "),
+            "{e}"
+        );
+    }
+}
