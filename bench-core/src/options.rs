@@ -5,6 +5,7 @@
 use crate::collectives::{self, Collective};
 use crate::config::worker::{Step, WorkerConfig};
 use crate::datatype::{DataType, RedOp};
+pub use crate::rendezvous::auth::Credential;
 use crate::size::parse_size;
 use crate::verdict::ExitCode;
 use clap::Parser;
@@ -461,28 +462,6 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         json: raw.json,
         quiet: raw.quiet,
     })
-}
-
-/// How the processes of one check prove to each other that they belong to it.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Credential {
-    /// `NCCL_CHECK_SECRET` (set per step by the srun plugin, or by the user).
-    Secret(String),
-    /// MUNGE credentials of this uid (under Slurm, when no secret is given).
-    Munge,
-    /// One process: nobody to prove anything to.
-    None,
-}
-
-impl std::fmt::Debug for Credential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print the secret.
-        match self {
-            Credential::Secret(_) => write!(f, "Secret(..)"),
-            Credential::Munge => write!(f, "Munge"),
-            Credential::None => write!(f, "None"),
-        }
-    }
 }
 
 /// The rendezvous of a Slurm step from its environment: the coordinator's host and the

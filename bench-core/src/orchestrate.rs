@@ -141,27 +141,6 @@ fn explain(opts: &Options, devices: &[usize]) -> String {
     )
 }
 
-/// The proof every peer must give: the step's shared secret, or MUNGE under Slurm.
-fn authenticator(opts: &Options) -> Result<Box<dyn rendezvous::auth::Authenticator>, String> {
-    use crate::options::Credential;
-    use crate::rendezvous::auth::{Munge, SharedSecret};
-    match &opts.credential {
-        Credential::Secret(s) => Ok(Box::new(SharedSecret::new(s, "NCCL_CHECK_SECRET")?)),
-        Credential::Munge => Ok(Box::new(Munge::find(opts.munge_socket.clone()).map_err(
-            |e| {
-                format!(
-                    "no way to authenticate the other processes: set NCCL_CHECK_SECRET or install MUNGE ({e})"
-                )
-            },
-        )?)),
-        // One process: the rendezvous returns before any proof is asked for.
-        Credential::None => Ok(Box::new(SharedSecret::new(
-            "single-process-check",
-            "nobody",
-        )?)),
-    }
-}
-
 /// The rendezvous, then each GPU thread gets its rank and the check's topology.
 fn meet(
     opts: &'static Options,
@@ -184,27 +163,30 @@ fn meet(
         ngpus: devices.len() as u32,
         first_rank: 0,
     };
-    let joined = authenticator(opts).and_then(|auth| {
-        let setup = rendezvous::Setup {
-            host: opts
-                .rendezvous
-                .as_deref()
-                .and_then(|r| r.rsplit_once(':'))
-                .map(|(h, _)| h.to_string())
-                .unwrap_or_default(),
-            ports: opts.ports.clone(),
-            label: opts.label.clone(),
-            world: opts.world,
-            coordinator: opts.coordinator,
-            auth: auth.as_ref(),
-            deadline,
-        };
-        rendezvous::join(&setup, me, || {
-            nccl.unique_id()
-                .map(|id| id.internal)
-                .map_err(|e| e.to_string())
-        })
-    });
+    let joined = opts
+        .credential
+        .authenticator(opts.munge_socket.clone())
+        .and_then(|auth| {
+            let setup = rendezvous::Setup {
+                host: opts
+                    .rendezvous
+                    .as_deref()
+                    .and_then(|r| r.rsplit_once(':'))
+                    .map(|(h, _)| h.to_string())
+                    .unwrap_or_default(),
+                ports: opts.ports.clone(),
+                label: opts.label.clone(),
+                world: opts.world,
+                coordinator: opts.coordinator,
+                auth: auth.as_ref(),
+                deadline,
+            };
+            rendezvous::join(&setup, me, || {
+                nccl.unique_id()
+                    .map(|id| id.internal)
+                    .map_err(|e| e.to_string())
+            })
+        });
     report.phases.rendezvous_ms = ms(t.elapsed());
     let joined = joined.map_err(RunError::Rendezvous)?;
     let nranks = joined.nranks();

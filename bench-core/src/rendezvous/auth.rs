@@ -43,6 +43,51 @@ pub fn nonce() -> Result<String, String> {
     Ok(hex::encode(b))
 }
 
+/// How the processes of one check prove to each other that they belong to it.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// `NCCL_CHECK_SECRET` (set per step by the srun plugin, or by the user).
+    Secret(String),
+    /// MUNGE credentials of this uid (under Slurm, when no secret is given).
+    Munge,
+    /// One process: nobody to prove anything to.
+    None,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secret.
+        match self {
+            Credential::Secret(_) => write!(f, "Secret(..)"),
+            Credential::Munge => write!(f, "Munge"),
+            Credential::None => write!(f, "None"),
+        }
+    }
+}
+
+impl Credential {
+    /// The authenticator for this credential; `munge_socket` is munged's socket when not the
+    /// default.
+    pub fn authenticator(
+        &self,
+        munge_socket: Option<std::path::PathBuf>,
+    ) -> Result<Box<dyn Authenticator>, String> {
+        match self {
+            Credential::Secret(s) => Ok(Box::new(SharedSecret::new(s, "NCCL_CHECK_SECRET")?)),
+            Credential::Munge => Ok(Box::new(Munge::find(munge_socket).map_err(|e| {
+                format!(
+                    "no way to authenticate the other processes: set NCCL_CHECK_SECRET or install MUNGE ({e})"
+                )
+            })?)),
+            // One process: the rendezvous returns before any proof is asked for.
+            Credential::None => Ok(Box::new(SharedSecret::new(
+                "single-process-check",
+                "nobody",
+            )?)),
+        }
+    }
+}
+
 /// Makes and checks proofs.
 pub trait Authenticator: Send + Sync {
     /// A proof that this process, holding the step's credential, made `context`.
