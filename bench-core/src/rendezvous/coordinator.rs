@@ -18,6 +18,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Handshakes served at once; connections beyond this are closed at once (a real member retries).
 pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 
+/// Refused connections logged one by one; the rest are counted in one line.
+const MAX_REFUSALS_LOGGED: usize = 3;
+
 /// One member that passed its handshake.
 struct Arrival {
     member: Member,
@@ -147,6 +150,7 @@ pub fn serve(
     // running when everyone is in can be cut off at once instead of holding up the welcome.
     let mut pending: std::collections::HashMap<u64, TcpStream> = Default::default();
     let mut next_id = 0u64;
+    let mut refused = 0usize;
     std::thread::scope(|scope| -> Result<(), String> {
         let result = (|| {
             while missing > 0 {
@@ -208,6 +212,12 @@ pub fn serve(
             }
             Ok(())
         })();
+        if refused > MAX_REFUSALS_LOGGED {
+            eprintln!(
+                "nccl-check: rendezvous: refused {} more connection(s)",
+                refused - MAX_REFUSALS_LOGGED
+            );
+        }
         // Whoever is still in a handshake is not needed (or it is too late): cut them off so the
         // scope's threads end now.
         for (_, s) in pending.drain() {
