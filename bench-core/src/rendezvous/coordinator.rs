@@ -170,7 +170,11 @@ pub fn serve(
                             }
                         }
                         Err(why) => {
-                            eprintln!("nccl-check: rendezvous: refused a connection: {why}")
+                            refused += 1;
+                            // A stranger retrying every 50 ms must not flood the job's log.
+                            if refused <= MAX_REFUSALS_LOGGED {
+                                eprintln!("nccl-check: rendezvous: refused a connection: {why}");
+                            }
                         }
                     }
                 }
