@@ -74,20 +74,33 @@ check "srun -N2 --gres=gpu:1 --nccl-check passes and runs the tasks" "0 2" "$rc 
 timeout -k 5 120 srun -N2 --gres=gpu:1 --nccl-check --export=ALL,NCCL_P2P_DISABLE=1,NCCL_SHM_DISABLE=1,NCCL_SOCKET_NTHREADS=1,NCCL_NSOCKS_PERTHREAD=1 hostname >"$out/degraded.txt" 2>&1; rc=$?
 check "a degraded step does not run its tasks" "nonzero 0" "$([ $rc -ne 0 ] && echo nonzero || echo zero) $(grep -c "^$(hostname)$" "$out/degraded.txt")" "$(grep -m1 'nccl-check' "$out/degraded.txt")"
 
-# 4. The prolog gate on n2 with NVLink P2P off in its worker env: a real FAIL drains n2 only.
+# 4. The prolog gate as slurmd runs it, on one node with both GPUs: a healthy node runs the job;
+# with NVLink P2P off in the worker's environment (the admin's [env]) the prolog FAILs, drains the
+# node with a reason naming the link, and the job does not run there.
 bash "$repo/slurm/test-cluster/down.sh" >/dev/null 2>&1
 install -m 0755 "$rel/nccl-check-prolog" /opt/nccl-check-e2e/nccl-check-prolog
+printf 'NodeName=n1 Name=gpu File=/dev/nvidia[0-1]\n' > "$cl/gres.conf"
 mkdir -p /etc/nccl-check
-cat > "$out/prolog.toml" <<EOF
-worker = "/opt/nccl-check-e2e/nccl-check"
-EOF
-echo "prolog config used: see prolog.toml" > "$out/prolog-note.txt"
-timeout 120 bash "$repo/slurm/test-cluster/up.sh" --nodes 2 --prolog /opt/nccl-check-e2e/nccl-check-prolog >"$out/up-prolog.txt" 2>&1
+prolog_conf() { # extra [env] lines
+  { echo 'worker = "/opt/nccl-check-e2e/nccl-check"'; echo '[env]'; echo "NCCL_CHECK_NCCL_LIB = \"$lib\""; printf '%s\n' "$@"; } > /etc/nccl-check/prolog.toml
+  cp /etc/nccl-check/prolog.toml "$out/prolog-$#.toml"
+}
+prolog_conf
+NCCL_CHECK_CLUSTER_NODE_EXTRA="Gres=gpu:2" timeout 120 bash "$repo/slurm/test-cluster/up.sh" --nodes 1 \
+  --prolog /opt/nccl-check-e2e/nccl-check-prolog --conf "GresTypes=gpu" >"$out/up-prolog.txt" 2>&1
 check "cluster with the prolog gate is up" 0 $? "$(tail -1 "$out/up-prolog.txt")"
-timeout -k 5 120 srun -N1 -w n1 true >"$out/prolog-pass.txt" 2>&1
+/opt/nccl-check-e2e/nccl-check-prolog --check-config >"$out/prolog-check-config.txt" 2>&1
+timeout -k 5 120 srun -N1 --gres=gpu:2 -t 1 true >"$out/prolog-pass.txt" 2>&1
 check "prolog: a job on a healthy node runs" 0 $? "$(tail -1 "$out/prolog-pass.txt")"
-sinfo -R -h >"$out/sinfo-R.txt" 2>&1
+prolog_conf 'NCCL_P2P_DISABLE = "1"'
+rm -f /var/lib/nccl-check/last-pass.json  # a new config is a new fingerprint anyway
+timeout -k 5 120 srun -N1 --gres=gpu:2 -t 1 --immediate=60 true >"$out/prolog-fail.txt" 2>&1; rc=$?
+sleep 2
+sinfo -R -h -o '%n|%E' >"$out/sinfo-R.txt" 2>&1
+check "prolog: P2P off drains n1 with an nccl-check reason" "nonzero yes" \
+  "$([ $rc -ne 0 ] && echo nonzero || echo zero) $(grep -q '^n1|nccl-check' "$out/sinfo-R.txt" && echo yes || echo no)" "$(cat "$out/sinfo-R.txt")"
 cp "$cl"/log/*.log "$out/" 2>/dev/null
 bash "$repo/slurm/test-cluster/down.sh" >/dev/null 2>&1
+rm -f /etc/nccl-check/prolog.toml
 echo "slurm-e2e: $fails failure(s)"
 exit $((fails > 0))
