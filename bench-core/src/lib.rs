@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod collectives;
 pub mod config;
 pub mod datatype;
+pub mod evidence;
 pub mod facts;
 pub mod floors;
 pub mod hostlist;
