@@ -408,7 +408,10 @@ mod tests {
                    gpu1:10:12 [1] NCCL INFO NET/Socket : Using [0]eth1:10.0.0.1<0>\n\
                    gpu1:10:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n";
         let parsed = crate::transport::parse_log(log);
-        assert_eq!(parsed.net_using, vec!["NET/Socket : Using [0]eth1:10.0.0.1<0>"]);
+        assert_eq!(
+            parsed.net_using,
+            vec!["NET/Socket : Using [0]eth1:10.0.0.1<0>"]
+        );
         let mut f = inventory(&src, None);
         f.set_net(&sysfs, Some(&parsed.net_using), 2, &policy);
         assert_eq!(f.net.unwrap().findings[0].subject, "eth1");
