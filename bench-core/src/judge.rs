@@ -190,7 +190,10 @@ pub fn probe_line(report: &Report) -> String {
             })
         })
         .collect();
-    crate::facts::local_probe::line(&probed)
+    match gpus.iter().find_map(|g| g.local_probe_error.as_deref()) {
+        Some(why) if probed.is_empty() => format!("local probe: not measured ({why})"),
+        _ => crate::facts::local_probe::line(&probed),
+    }
 }
 
 /// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each

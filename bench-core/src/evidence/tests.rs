@@ -192,6 +192,16 @@ fn one_gpu_is_a_probe_not_a_collective_and_never_busbw_zero() {
     r.gpus[0].local_probe = Some(LocalProbe::new(0, 1 << 28, 100, 40.0));
     assert_eq!(run(&mut r), ExitCode::Fail);
     assert_eq!(codes(&r)[0].0, "local_probe_slow");
+    // A probe that could not run says why (no fault: nothing was measured).
+    r.gpus[0].local_probe = None;
+    r.gpus[0].local_probe_error = Some("allocating 2 x 268435456 bytes: out of memory".into());
+    assert_eq!(run(&mut r), ExitCode::Pass);
+    assert!(
+        r.summary
+            .ends_with("local probe: not measured (allocating 2 x 268435456 bytes: out of memory)"),
+        "{}",
+        r.summary
+    );
 }
 
 #[test]
