@@ -151,7 +151,9 @@ pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
         }
         None => (expected, Vec::new(), Vec::new()),
     };
-    if let (None, Some(e), Some(n), true) = (&alloc, &expected, cuda_visible, findings.is_empty()) {
+    let in_job = (src.env)("SLURM_JOB_ID").is_some_and(|j| !j.is_empty());
+    if let (false, Some(e), Some(n), true) = (in_job, &expected, cuda_visible, findings.is_empty())
+    {
         if n < e.count {
             let cvd = (src.env)("CUDA_VISIBLE_DEVICES")
                 .map(|v| format!(" with CUDA_VISIBLE_DEVICES={v}"))
@@ -346,6 +348,18 @@ mod tests {
         let f = inventory(&src, Some(1));
         assert!(f.findings.is_empty(), "{:?}", f.findings);
         assert!(f.expected.unwrap().source.contains("SLURM_JOB_GPUS"));
+        // A job step without a GPU list: the node's expectation (8), but CUDA's count is the
+        // task's binding, not the node's: not missing.
+        let bare = env_of(&[("SLURM_JOB_ID", "9")]);
+        let step = Sources {
+            root: data("node-8"),
+            host: "gpu007".into(),
+            expected_gpus: &cfg,
+            env: &bare,
+        };
+        let f = inventory(&step, Some(1));
+        assert!(f.findings.is_empty(), "{:?}", f.findings);
+        assert_eq!(f.expected.map(|e| e.count), Some(8));
         let env = env_of(&[("SLURM_JOB_ID", "9"), ("SLURM_STEP_GPUS", "4,5")]);
         let src = Sources { env: &env, ..src };
         let f = inventory(&src, Some(2));
