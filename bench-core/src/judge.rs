@@ -1,10 +1,12 @@
 //! The verdict of a finished run, as plain functions of its report and the configuration:
 //! average busbw per collective, the reasons for FAIL (thresholds and outliers from
-//! `analysis`, transport fallbacks from `transport`), PASS or FAIL, and the summary line.
+//! `analysis`, transport fallbacks from `transport`, the node's facts and host interference from
+//! `evidence`), PASS or FAIL, and the summary line.
 //! CUDA's answer to "can these two GPUs reach each other directly" comes in as a function, so
 //! all of it runs without a GPU.
 
 use crate::config::worker::Threshold;
+use crate::evidence;
 use crate::floors::Floors;
 use crate::report::json::{Reason, Report};
 use crate::report::{PairKind, Row};
@@ -61,14 +63,34 @@ pub fn judge(
     report.avg_busbw = avg_busbw(&report.results);
     let topology = Topology::new(&report.processes);
     let floors = floors(report, judging);
-    let mut reasons = crate::analysis::judge(
+    let all = report.nranks;
+    // Rows the host slowed (fast by the GPUs' clock) are warned about, not held to their floor.
+    let (warnings, spared) =
+        evidence::host_interference(&report.results, &report.gpu_side, &|c, b| {
+            floors.floor(c, all, b)
+        });
+    let spared =
+        |c: &str, n: u32, b: u64| n == all && spared.iter().any(|&(sc, sb)| sc == c && sb == b);
+    // The node's own facts first: they name the part.
+    let facts = evidence::findings(report, judging.outlier_fraction);
+    let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
+    let mut measured = crate::analysis::judge(
         &report.results,
         &report.pairs,
         report.nranks,
         topology.node_count(),
         judging.outlier_fraction,
-        &|c, n, b| floors.floor(c, n, b),
+        &|c, n, b| {
+            if spared(c, n, b) {
+                None
+            } else {
+                floors.floor(c, n, b)
+            }
+        },
     );
+    measured.extend(evidence::node_pair_floor(report));
+    evidence::cite(&mut measured, &facts);
+    reasons.extend(measured);
     if let Some(log) = log {
         reasons.extend(transport_reasons(
             report,
@@ -83,8 +105,12 @@ pub fn judge(
     } else {
         ExitCode::Fail
     };
-    let summary = summary(report, topology.node_count(), &reasons);
+    let mut summary = summary(report, topology.node_count(), &reasons);
+    if let Some(w) = warnings.first() {
+        summary = format!("{summary}; WARNING {}: {}", w.code, w.message);
+    }
     report.reasons = reasons;
+    report.warnings = warnings;
     report.set_outcome(code, summary);
     code
 }
@@ -108,6 +134,14 @@ pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
         [] => {}
         [only] => return only.message.clone(),
         [first, rest @ ..] => return format!("{} (and {} more)", first.message, rest.len()),
+    }
+    if report.nranks <= 1 && report.results.is_empty() {
+        // One GPU: no collective (busbw would be 0 by definition); the probe is the check.
+        return format!(
+            "1 x {} on {nodes} node(s): 1 GPU: no collective; {}",
+            gpu_name(report),
+            probe_line(report)
+        );
     }
     let best = report
         .results
@@ -139,6 +173,27 @@ pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
         report.nranks,
         gpu_name(report)
     )
+}
+
+/// The local probe's results in one line (`facts::local_probe::line`).
+pub fn probe_line(report: &Report) -> String {
+    let mut gpus: Vec<_> = report.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.rank);
+    let probed: Vec<crate::facts::local_probe::Probed> = gpus
+        .iter()
+        .enumerate()
+        .filter_map(|(k, g)| {
+            Some(crate::facts::local_probe::Probed {
+                subject: format!("GPU{k}"),
+                gpu_name: &g.info.name,
+                probe: g.local_probe.as_ref()?,
+            })
+        })
+        .collect();
+    match gpus.iter().find_map(|g| g.local_probe_error.as_deref()) {
+        Some(why) if probed.is_empty() => format!("local probe: not measured ({why})"),
+        _ => crate::facts::local_probe::line(&probed),
+    }
 }
 
 /// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each
@@ -227,14 +282,16 @@ mod tests {
             first_rank: 0,
         }];
         r.gpus = (0..4)
-            .map(|i| GpuEntry {
-                rank: i,
-                host: "n1".into(),
-                info: GpuInfo {
-                    device: i as usize,
-                    name: "NVIDIA H200".into(),
-                    ..GpuInfo::default()
-                },
+            .map(|i| {
+                GpuEntry::new(
+                    i,
+                    "n1".into(),
+                    GpuInfo {
+                        device: i as usize,
+                        name: "NVIDIA H200".into(),
+                        ..GpuInfo::default()
+                    },
+                )
             })
             .collect();
         r.results = rows;

@@ -10,6 +10,7 @@ pub mod collectives;
 pub mod config;
 pub mod contract;
 pub mod datatype;
+pub mod evidence;
 pub mod facts;
 pub mod floors;
 pub mod hostlist;

@@ -12,10 +12,13 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod gpus;
+
 const AFTER_HELP: &str = "\
 Examples:
   nccl-check                                  quick plan: all_reduce 256M + every GPU pair (~2.5 s)
   nccl-check --explain-thresholds             which thresholds apply to these GPUs, and their sources
+  nccl-check --explain-thresholds --gpu-model H200 --gpus 8   the same for a model, without a GPU
   nccl-check --plan full --plot r.svg         six collectives 32M..1G + pairs; busbw drawn vs size
   nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests sweep)
   nccl-check sendrecv,alltoall --json r.json  two collectives, JSON report
@@ -52,6 +55,9 @@ struct Raw {
     /// Print which thresholds apply to this node's GPUs and why, then exit
     #[arg(long = "explain-thresholds")]
     explain_thresholds: bool,
+    /// With --explain-thresholds: this GPU model instead of this node's (--gpus N: count, default 8)
+    #[arg(long = "gpu-model")]
+    gpu_model: Option<String>,
 
     /// Smallest size in bytes (K, M, G suffixes) [default: from --plan]
     #[arg(short = 'b', long = "minbytes")]
@@ -138,6 +144,8 @@ pub struct Options {
     pub plan: String,
     pub config: WorkerConfig,
     pub explain_thresholds: bool,
+    /// `--gpu-model NAME --gpus N`: explain for this model and GPU count, asking no GPU.
+    pub gpu_model: Option<(String, u32)>,
     pub expect_collnet: bool,
     pub expect_nvls: bool,
     pub plot: Option<PathBuf>,
@@ -325,29 +333,14 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
     let datatype = DataType::parse(&raw.datatype)?;
     let op = RedOp::parse(&raw.op)?;
 
-    let gpus = match raw.gpus {
-        None => None,
-        Some(list) => Some(
-            list.split(',')
-                .map(|g| {
-                    g.trim()
-                        .parse::<usize>()
-                        .map_err(|_| format!("invalid GPU index '{g}' in --gpus '{list}'"))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-    };
-    if let Some(g) = &gpus {
-        if g.is_empty() {
-            return Err("--gpus lists no GPU".into());
-        }
-        let mut sorted = g.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        if sorted.len() != g.len() {
-            return Err(format!("--gpus lists a GPU twice: {g:?}"));
-        }
-    }
+    let gpus::GpuSelection {
+        devices: gpus,
+        model: gpu_model,
+    } = gpus::parse(
+        raw.gpus.as_deref(),
+        raw.gpu_model.as_deref(),
+        raw.explain_thresholds,
+    )?;
 
     let world = match raw.world.or_else(|| env("SLURM_NTASKS")) {
         Some(w) => parse_u32("world", &w)?,
@@ -433,6 +426,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         plan: raw.plan,
         config,
         explain_thresholds: raw.explain_thresholds,
+        gpu_model,
         expect_collnet: raw.expect_collnet,
         expect_nvls: raw.expect_nvls,
         plot: raw.plot,

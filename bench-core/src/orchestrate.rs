@@ -1,7 +1,8 @@
 //! One check of this process, from loading CUDA and NCCL to the verdict: one thread per GPU,
 //! the rendezvous with the other processes meanwhile, then the threads' outcomes gathered into
-//! the report and judged (`judge`). Errors come back as [`RunError`]; printing and the exit
-//! code are the binary's.
+//! the report and judged (`judge`). The node's facts (`facts::node`: inventory, NVML on its
+//! own thread, the NICs NCCL used) are gathered beside the measurement, never delaying it.
+//! Errors come back as [`RunError`]; printing and the exit code are the binary's.
 
 use crate::config::network::NetworkProfile;
 use crate::cuda;
@@ -20,6 +21,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod facts;
+
 /// How a run ended without error.
 pub enum Ran {
     /// Measured: the report holds the results, ready to be judged.
@@ -37,11 +40,17 @@ pub fn run(
     report: &mut Report,
 ) -> Result<Ran, RunError> {
     let deadline = t0 + opts.timeout;
+    if opts.explain_thresholds && opts.gpu_model.is_some() {
+        // Another GPU model, or a login node: no GPU, no NCCL.
+        return Ok(Ran::Explained(explain(opts, None)));
+    }
+    let health = facts::start_nvml();
     let (nccl, visible) = load(opts, report)?;
     let devices = devices(opts, visible)?;
     if opts.explain_thresholds {
-        return Ok(Ran::Explained(explain(opts, &devices)));
+        return Ok(Ran::Explained(explain(opts, Some(&devices))));
     }
+    report.facts = Some(facts::inventory(opts, &report.host, visible));
     if !opts.quiet && opts.rank == 0 {
         println!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
@@ -79,7 +88,9 @@ pub fn run(
         }
         return Err(e);
     }
-    gather(handles, report).map(|()| Ran::Measured)
+    gather(handles, report)?;
+    facts::attach_nvml(report, health, deadline);
+    Ok(Ran::Measured)
 }
 
 /// dlopen NCCL while the driver starts (both take a while, neither needs the other); returns
@@ -122,16 +133,25 @@ fn devices(opts: &Options, visible: usize) -> Result<Vec<usize>, RunError> {
     }
 }
 
-/// The text of `--explain-thresholds` for this node's GPUs.
-fn explain(opts: &Options, devices: &[usize]) -> String {
-    let name = devices
-        .first()
-        .and_then(|&d| cuda::gpu_info(d).ok())
-        .map(|i| i.name)
-        .unwrap_or_default();
-    let rules = crate::thresholds::explain(&opts.config.thresholds, &name, devices.len() as u32, 1);
+/// The text of `--explain-thresholds`: for this node's GPUs (`devices`), or for
+/// `--gpu-model NAME --gpus N` without asking CUDA.
+fn explain(opts: &Options, devices: Option<&[usize]>) -> String {
+    let (name, count) = match (&opts.gpu_model, devices) {
+        (Some((model, count)), _) => (model.clone(), *count),
+        (None, Some(devices)) => (
+            devices
+                .first()
+                .and_then(|&d| cuda::gpu_info(d).ok())
+                .map(|i| i.name)
+                .unwrap_or_default(),
+            devices.len() as u32,
+        ),
+        (None, None) => (String::new(), 0),
+    };
+    let rules = crate::thresholds::explain(&opts.config.thresholds, &name, count, 1);
+    let node = facts::explain(opts, &name, &crate::nccl_env::hostname());
     format!(
-        "{rules}Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}\n",
+        "{rules}{node}Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}\n",
         opts.config.outliers.fraction,
         opts.config.outliers.retest,
         opts.config.path.as_ref().map_or("built-in defaults only".to_string(), |p| format!(
@@ -240,12 +260,15 @@ fn gather(handles: Vec<JoinHandle<Outcome>>, report: &mut Report) -> Result<(), 
             report.pairs = out.pairs;
         }
         if let Some(info) = out.info {
-            report.gpus.push(GpuEntry {
-                rank: out.rank.unwrap_or(u32::MAX),
-                host: report.host.clone(),
-                info,
-            });
+            let mut gpu = GpuEntry::new(out.rank.unwrap_or(u32::MAX), report.host.clone(), info);
+            match out.probe {
+                Some(Ok(p)) => gpu.local_probe = Some(p),
+                Some(Err(e)) => gpu.local_probe_error = Some(e),
+                None => {}
+            }
+            report.gpus.push(gpu);
         }
+        report.gpu_side.extend(out.gpu_side);
         errors.extend(out.error);
     }
     errors.sort_by_key(|e| matches!(e, RunError::Stopped(_)));
@@ -264,6 +287,11 @@ pub fn verdict(
     log: Option<&TransportSummary>,
 ) -> ExitCode {
     let expect = crate::nccl_env::expectation(opts, profile);
+    let nodes = Topology::new(&report.processes).node_count();
+    if let Some(f) = report.facts.as_mut() {
+        let lines = log.map(|l| l.net_using.as_slice());
+        f.set_net(std::path::Path::new("/"), lines, nodes, &Default::default());
+    }
     let judging = Judging {
         thresholds: &opts.config.thresholds,
         outlier_fraction: opts.config.outliers.fraction,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GPU tests of the real nccl-check worker (not run in CI: CI has no GPU). Needs >= 2 GPUs; the
-# two-process tests need 4. Every step is bounded by `timeout`; traffic stays on 127.0.0.1.
+# GPU tests of the real nccl-check worker (not run in CI: CI has no GPU). Runs on 1 GPU (what
+# applies), the two-process tests on 2 (one GPU each) or 4 (two each), the 1x4-vs-2x2 comparison
+# and the simulated plugin launch on 4. Every step is bounded by `timeout`; traffic stays on 127.0.0.1.
 #   tests/gpu/run.sh NCCL_CHECK LIBNCCL [OUTDIR]
 # Optional: NCCL_CHECK_PROLOG=path/to/nccl-check-prolog (run as root) adds the prolog gate's checks;
 # TORCH_PYTHON=python-with-torch adds the busy-GPU localization check.
@@ -26,6 +27,28 @@ done
 nc all -b 8 -e 64K -f 8 -w 1 -n 2 >"$out/small.txt" 2>&1; check "tiny sizes (0-byte chunks) pass" 0 $?
 CUDA_VISIBLE_DEVICES= nc >"$out/nogpu.txt" 2>&1; check "no visible GPU is ERROR 4" 4 $? "$(tail -1 "$out/nogpu.txt")"
 
+# Node facts (issue 18): NVML per GPU in the report, the inventory, the 1-GPU check, the sweep.
+json_get() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$@"; }
+check "every GPU has NVML facts in the report (gpus[].health)" "True" \
+  "$(json_get "$out/quick.json" 'all(g.get("health") for g in r["gpus"])')" "$(json_get "$out/quick.json" 'r["facts"]["nvml"]')"
+check "every GPU has a local probe" "True" "$(json_get "$out/quick.json" 'all(g.get("local_probe") for g in r["gpus"])')" \
+  "$(json_get "$out/quick.json" '[round(g["local_probe"]["copy_gbs"]) for g in r["gpus"] if g.get("local_probe")]') GB/s"
+CUDA_VISIBLE_DEVICES=0 nc --json "$out/one.json" >"$out/one.txt" 2>&1; r=$?
+check "1 GPU: PASS by the local probe, no collective" "0 yes no" \
+  "$r $(grep -q '1 GPU: no collective; local probe' "$out/one.txt" && echo yes) $(grep -q 'busbw 0.0' "$out/one.txt" && echo yes || echo no)" "$(tail -1 "$out/one.txt")"
+env -u NCCL_CHECK_NCCL_LIB CUDA_VISIBLE_DEVICES= timeout 20 "$bin" --nccl-lib /nonexistent/libnccl.so.2 --explain-thresholds --gpu-model H200 --gpus 8 >"$out/explain.txt" 2>&1; r=$?
+check "--explain-thresholds --gpu-model without GPU or NCCL" "0 yes" "$r $(grep -q 'local probe' "$out/explain.txt" && grep -q 'NVLinks per GPU: 18' "$out/explain.txt" && echo yes)"
+T=600 nc all -b 8 -e 8G --timeout 540 --json "$out/sweep.json" >"$out/sweep.txt" 2>&1; check "all -b 8 -e 8G sweep passes" 0 $? "$(tail -1 "$out/sweep.txt")"
+if [ "$ngpus" -ge 2 ]; then
+  printf '[[expected_gpus]]\ncount = %s\n' "$ngpus" >"$out/expect.toml"
+  CUDA_VISIBLE_DEVICES=0 nc --config "$out/expect.toml" --json "$out/missing.json" >"$out/missing.txt" 2>&1; r=$?
+  check "expected_gpus = $ngpus, CUDA_VISIBLE_DEVICES=0: FAIL gpu_missing" "1 gpu_missing" \
+    "$r $(json_get "$out/missing.json" 'r["reasons"][0]["code"]')" "$(tail -1 "$out/missing.txt")"
+  nc --config "$out/expect.toml" >"$out/expected.txt" 2>&1; check "expected_gpus = $ngpus, all visible: PASS" 0 $? "$(tail -1 "$out/expected.txt")"
+fi
+
+# Two processes: one GPU each on 2 GPUs, two each on 4.
+if [ "$ngpus" -ge 4 ]; then half0=0,1 half1=2,3; else half0=0 half1=1; fi
 if [ "$ngpus" -ge 4 ]; then
   port=29611
   nc all_reduce -b 1G -e 1G --json "$out/one4.json" >"$out/one4.txt" 2>&1; check "1 process x 4 GPUs" 0 $?
@@ -37,11 +60,12 @@ if [ "$ngpus" -ge 4 ]; then
   check "2 processes x 2 GPUs (started 3 s apart)" "0 0" "$r0 $r1"
   a=$(busbw "$out/one4.json"); b=$(busbw "$out/two0.json")
   python3 -c "import sys; a,b=$a,$b; r=b/a; print(('PASS' if abs(r-1)<=0.03 else 'FAIL'), '2x2 vs 1x4 busbw %.1f / %.1f = %.3f (within 3%%)' % (b,a,r)); sys.exit(abs(r-1)>0.03)" || fails=$((fails + 1))
-
+fi
+if [ "$ngpus" -ge 2 ]; then
   port=29612
-  NCCL_HOSTID=node0 nc all -b 64M -e 64M --gpus 0,1 --rank 0 --world 2 --rendezvous 127.0.0.1:$port --json "$out/host0.json" >"$out/host0.txt" 2>&1 &
+  NCCL_HOSTID=node0 nc all -b 64M -e 64M --gpus $half0 --rank 0 --world 2 --rendezvous 127.0.0.1:$port --json "$out/host0.json" >"$out/host0.txt" 2>&1 &
   p0=$!
-  NCCL_HOSTID=node1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET nc all -b 64M -e 64M --gpus 2,3 --rank 1 --world 2 --rendezvous 127.0.0.1:$port >"$out/host1.txt" 2>&1; r1=$?
+  NCCL_HOSTID=node1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET nc all -b 64M -e 64M --gpus $half1 --rank 1 --world 2 --rendezvous 127.0.0.1:$port >"$out/host1.txt" 2>&1; r1=$?
   wait $p0; r0=$?
   check "2 emulated nodes (NCCL_HOSTID) all collectives, data correct" "0 0" "$r0 $r1" "$(grep -m1 -o 'NET/Socket[^ ]*' "$out/host1.txt") busbw $(busbw "$out/host0.json")"
 
@@ -56,9 +80,9 @@ if [ "$ngpus" -ge 4 ]; then
 
   # (b) one process SIGKILLed in the timed loop: the other ends with ERROR within the budget
   port=29614
-  nc all_reduce -b 8G -e 8G -w 1 -n 400 --gpus 0,1 --rank 0 --world 2 --rendezvous 127.0.0.1:$port --timeout 25 >"$out/b0.txt" 2>&1 &
+  nc all_reduce -b 8G -e 8G -w 1 -n 400 --gpus $half0 --rank 0 --world 2 --rendezvous 127.0.0.1:$port --timeout 25 >"$out/b0.txt" 2>&1 &
   p0=$!
-  nc all_reduce -b 8G -e 8G -w 1 -n 400 --gpus 2,3 --rank 1 --world 2 --rendezvous 127.0.0.1:$port --timeout 25 >"$out/b1.txt" 2>&1 &
+  nc all_reduce -b 8G -e 8G -w 1 -n 400 --gpus $half1 --rank 1 --world 2 --rendezvous 127.0.0.1:$port --timeout 25 >"$out/b1.txt" 2>&1 &
   p1=$!
   sleep 10; kill -9 $p1; t0=$(date +%s%N)
   wait $p0; r0=$?; ms=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -69,11 +93,14 @@ fi
 reasons() { python3 -c 'import json,sys; print(" ".join(sorted(set(x["code"] for x in json.load(open(sys.argv[1]))["reasons"]))))' "$1"; }
 summary() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["summary"])' "$1"; }
 transports() { python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["transports"]; print(" ".join(sorted(set(x for p in t["paths"] for x in p["transports"]))))' "$1"; }
-check "healthy node: quick plan PASS, every path P2P" "0 p2p" "$(nc --json "$out/healthy.json" >"$out/healthy.txt" 2>&1; echo $?) $(transports "$out/healthy.json")" "$(summary "$out/healthy.json")"
-NCCL_P2P_DISABLE=1 nc --json "$out/p2p.json" >"$out/p2p.txt" 2>&1; r=$?
-check "NCCL_P2P_DISABLE=1: FAIL by threshold and transport" "1 busbw_below_threshold transport_fallback" "$r $(reasons "$out/p2p.json")" "$(summary "$out/p2p.json")"
+if [ "$ngpus" -ge 2 ]; then
+  check "healthy node: quick plan PASS, every path P2P" "0 p2p" "$(nc --json "$out/healthy.json" >"$out/healthy.txt" 2>&1; echo $?) $(transports "$out/healthy.json")" "$(summary "$out/healthy.json")"
+  NCCL_P2P_DISABLE=1 nc --json "$out/p2p.json" >"$out/p2p.txt" 2>&1; r=$?
+  check "NCCL_P2P_DISABLE=1: FAIL by threshold and transport" "1 busbw_below_threshold transport_fallback" "$r $(reasons "$out/p2p.json")" "$(summary "$out/p2p.json")"
+fi
 
-if [ -n "${TORCH_PYTHON:-}" ] && [ "$ngpus" -ge 3 ]; then
+if [ -n "${TORCH_PYTHON:-}" ] && [ "$ngpus" -ge 2 ]; then
+  # On 2 GPUs no third GPU tells the two apart: the local probe names the busy one.
   # One GPU slowed by a competing matmul loop (20 s, bounded): the verdict names it.
   timeout 30 "$TORCH_PYTHON" -c "
 import torch,time

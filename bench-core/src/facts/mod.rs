@@ -13,10 +13,16 @@
 //!   `net_rate_degraded`), and the node-pair bandwidth to expect of them.
 //! - `gpu_health`: NVML facts per GPU and their classification (`nvlink_down`, `pcie_degraded`,
 //!   `ecc_uncorrectable`, `row_remap_pending`, `hw_slowdown`); `nvml` reads them (feature `nvml`).
+//! - `local_probe`: each GPU's device-local copy bandwidth against its model and its siblings
+//!   (`local_probe_slow`); `runner::probe` measures it.
+//! - `node`: the facts of one check gathered together (expectation from the job, the config or
+//!   Slurm's files; CUDA's count; NVML's state; the NICs NCCL used), for the report and `judge`.
 
 pub mod gpu_health;
 pub mod inventory;
+pub mod local_probe;
 pub mod net;
+pub mod node;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod read;

@@ -8,7 +8,8 @@
 //!
 //! What counts as a fault (`judge`):
 //! - `net_port_down`: an RDMA port not `ACTIVE` or whose physical state is not `LinkUp`, or an
-//!   interface whose operstate is not `up`.
+//!   interface whose operstate is neither `up` nor `unknown` (`unknown` is what a driver that
+//!   reports no carrier state gives: the loopback and many virtual NICs, which carry traffic).
 //! - `net_rate_degraded`: an InfiniBand port trained at fewer lanes than `full_width` (4X: the
 //!   width of every ConnectX/BlueField HCA port; 1X or 2X means a bad cable or transceiver), or any
 //!   port below its expected rate. The expected rate is the admin's `expect_rate_gbps` when given;
@@ -224,7 +225,7 @@ fn read_iface(root: &Path, iface: &str) -> Result<Port, String> {
     Ok(Port {
         nic: iface.to_string(),
         kind: Kind::Tcp,
-        up: state == "up",
+        up: state == "up" || state == "unknown",
         state,
         phys_state: None,
         rate_gbps,
@@ -479,6 +480,9 @@ mod tests {
             vec![("net_port_down", "eth1"), ("net_rate_degraded", "eth2")]
         );
         assert_eq!(f.expected_pair_gbs, None);
+        // The loopback (NCCL_SOCKET_IFNAME=lo) reports no carrier state: `unknown` is up.
+        let f = read(&tree("tcp"), &nics(&["lo"]), &p);
+        assert!(f.findings.is_empty() && f.ports[0].up, "{:?}", f.findings);
         // The GPU machine without IB: no RDMA device at all.
         assert!(all_rdma_ports(&tree("tcp")).is_empty());
     }

@@ -68,6 +68,37 @@ pub struct GpuEntry {
     pub host: String,
     #[serde(flatten)]
     pub info: GpuInfo,
+    /// What NVML said about this GPU (matched by PCI bus id); None without NVML.
+    pub health: Option<crate::facts::gpu_health::GpuHealth>,
+    /// Its device-local copy bandwidth (`facts::local_probe`).
+    pub local_probe: Option<crate::facts::local_probe::LocalProbe>,
+    /// Why the local probe could not measure, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_probe_error: Option<String>,
+}
+
+impl GpuEntry {
+    /// A GPU with no facts beyond CUDA's.
+    pub fn new(rank: u32, host: String, info: GpuInfo) -> GpuEntry {
+        GpuEntry {
+            rank,
+            host,
+            info,
+            health: None,
+            local_probe: None,
+            local_probe_error: None,
+        }
+    }
+}
+
+/// A retested row's busbw by the GPU's clock: per rank the summed per-operation GPU time of the
+/// same timed loop, the smallest over ranks (a rank whose host was late waited least).
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuSide {
+    pub collective: &'static str,
+    pub size: u64,
+    pub out_of_place_busbw: f64,
+    pub in_place_busbw: f64,
 }
 
 /// The settings a run measured with.
@@ -130,6 +161,16 @@ pub struct Report {
     pub transports: Option<TransportInfo>,
     /// Per collective: mean busbw over all rows and placements (nccl-tests' "Avg bus bandwidth").
     pub avg_busbw: BTreeMap<String, f64>,
+    /// What the node itself says: expected vs listed GPUs, NVML's availability, the NICs NCCL
+    /// used (`facts`); each GPU's own facts are in `gpus[]`. Written for people and tools; the
+    /// plugin and the prolog act on `reasons`, so a reader skips it.
+    #[serde(skip_deserializing)]
+    pub facts: Option<crate::facts::node::NodeFacts>,
+    /// WARN: noted, never FAIL (`host_interference`).
+    pub warnings: Vec<Reason>,
+    /// Retested rows timed by the GPU's clock too (see `GpuSide`).
+    #[serde(skip_serializing_if = "Vec::is_empty", skip_deserializing)]
+    pub gpu_side: Vec<GpuSide>,
     pub phases: Phases,
     pub error: Option<String>,
 }
@@ -163,6 +204,9 @@ impl Report {
             transports: None,
             network_profile: None,
             avg_busbw: BTreeMap::new(),
+            facts: None,
+            warnings: Vec::new(),
+            gpu_side: Vec::new(),
             phases: Phases::default(),
             error: None,
         }

@@ -128,6 +128,9 @@ impl Default for Report {
             network_profile: None,
             transports: None,
             avg_busbw: BTreeMap::new(),
+            facts: None,
+            warnings: Vec::new(),
+            gpu_side: Vec::new(),
             phases: Default::default(),
             error: None,
         }

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// The stable reason codes (consumers such as the prolog and the SPANK plugin match on them).
-/// FAIL: `wrong_data` .. `transport_fallback`; ERROR: `nccl_library` .. `runtime`.
+/// FAIL: `wrong_data` .. `transport_fallback` and the node facts `gpu_missing` ..
+/// `local_probe_slow` (a part named by what the node itself says, `facts`); ERROR: `nccl_library`
+/// .. `runtime`; WARN (never FAIL, never drains): `host_interference`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReasonCode {
@@ -15,6 +17,26 @@ pub enum ReasonCode {
     NodePairOutlier,
     TransportFallback,
     NcclLibrary,
+    /// Fewer GPUs than the node should have (config, Slurm's gres, or the job's allocation).
+    GpuMissing,
+    /// Fewer NVLinks active than the model has.
+    NvlinkDown,
+    /// PCIe link narrower (or, under load, slower) than its maximum.
+    PcieDegraded,
+    /// Uncorrectable ECC errors since the driver loaded.
+    EccUncorrectable,
+    /// A row remapping waits for a reset, or failed.
+    RowRemapPending,
+    /// Hardware slowdown, thermal slowdown or power brake active.
+    HwSlowdown,
+    /// A NIC NCCL uses is down.
+    NetPortDown,
+    /// A NIC NCCL uses trained below its width or its siblings' (or the configured) rate.
+    NetRateDegraded,
+    /// A GPU's device-local copy bandwidth below its model's floor or its siblings'.
+    LocalProbeSlow,
+    /// Slow by the host's clock, fast by the GPU's: the host delayed the loop (WARN only).
+    HostInterference,
     NoGpu,
     Rendezvous,
     Timeout,
@@ -36,6 +58,16 @@ impl ReasonCode {
             ReasonCode::NodePairOutlier => "node_pair_outlier",
             ReasonCode::TransportFallback => "transport_fallback",
             ReasonCode::NcclLibrary => "nccl_library",
+            ReasonCode::GpuMissing => "gpu_missing",
+            ReasonCode::NvlinkDown => "nvlink_down",
+            ReasonCode::PcieDegraded => "pcie_degraded",
+            ReasonCode::EccUncorrectable => "ecc_uncorrectable",
+            ReasonCode::RowRemapPending => "row_remap_pending",
+            ReasonCode::HwSlowdown => "hw_slowdown",
+            ReasonCode::NetPortDown => "net_port_down",
+            ReasonCode::NetRateDegraded => "net_rate_degraded",
+            ReasonCode::LocalProbeSlow => "local_probe_slow",
+            ReasonCode::HostInterference => "host_interference",
             ReasonCode::NoGpu => "no_gpu",
             ReasonCode::Rendezvous => "rendezvous",
             ReasonCode::Timeout => "timeout",
@@ -43,7 +75,39 @@ impl ReasonCode {
             ReasonCode::Unknown => "unknown",
         }
     }
+
+    /// The code of a node fact's finding (`facts::Finding::code`); None for a code this
+    /// version does not know (a bug: every finding code has a variant, see the test).
+    pub fn of_finding(code: &str) -> Option<ReasonCode> {
+        FACT_CODES.iter().copied().find(|c| c.as_str() == code)
+    }
+
+    /// Whether the reason is about a bandwidth measurement (a fact may explain it).
+    pub fn is_bandwidth(self) -> bool {
+        matches!(
+            self,
+            ReasonCode::BusbwBelowThreshold
+                | ReasonCode::GpuOutlier
+                | ReasonCode::LinkOutlier
+                | ReasonCode::NodeOutlier
+                | ReasonCode::NodePairOutlier
+                | ReasonCode::LocalProbeSlow
+        )
+    }
 }
+
+/// The codes node facts produce (each a hardware fault: FAIL).
+pub const FACT_CODES: [ReasonCode; 9] = [
+    ReasonCode::GpuMissing,
+    ReasonCode::NvlinkDown,
+    ReasonCode::PcieDegraded,
+    ReasonCode::EccUncorrectable,
+    ReasonCode::RowRemapPending,
+    ReasonCode::HwSlowdown,
+    ReasonCode::NetPortDown,
+    ReasonCode::NetRateDegraded,
+    ReasonCode::LocalProbeSlow,
+];
 
 impl std::fmt::Display for ReasonCode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,6 +182,27 @@ mod tests {
                 serde_json::to_string(&c).expect("serializes")
             );
         }
+    }
+
+    #[test]
+    fn every_fact_code_has_its_spelling() {
+        let spelled: Vec<&str> = FACT_CODES.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            spelled.join(","),
+            "gpu_missing,nvlink_down,pcie_degraded,ecc_uncorrectable,row_remap_pending,\
+             hw_slowdown,net_port_down,net_rate_degraded,local_probe_slow"
+        );
+        for c in FACT_CODES {
+            assert_eq!(ReasonCode::of_finding(c.as_str()), Some(c));
+            let back: ReasonCode =
+                serde_json::from_str(&format!("\"{c}\"")).expect("a fact code parses");
+            assert_eq!(back, c);
+        }
+        assert_eq!(ReasonCode::of_finding("runtime"), None);
+        assert_eq!(
+            serde_json::to_string(&ReasonCode::HostInterference).expect("ok"),
+            r#""host_interference""#
+        );
     }
 
     #[test]

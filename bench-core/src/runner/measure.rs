@@ -1,6 +1,9 @@
 //! The timed loops of the collectives: buffers, the pointers of each iteration, enqueueing,
-//! the bounded wait for the stream, the check of the data, and one table row per size.
+//! the bounded wait for the stream, the check of the data, and one table row per size. A
+//! retest of a slow row is timed by the GPU's clock too (`gpu_time`), so the verdict can tell
+//! a slow GPU or link from a slow host.
 
+use super::gpu_time::GpuTimer;
 use super::output::{phase, print};
 use super::{ms, GpuThread, Outcome, RunError, Start};
 use crate::collectives::{Collective, Counts};
@@ -9,6 +12,7 @@ use crate::cuda::{Gpu, StreamWait};
 use crate::loop_probe::LoopProbe;
 use crate::nccl::{Comm, Issue, Nccl};
 use crate::options::Options;
+use crate::report::json::GpuSide;
 use crate::report::{table, Placement, Row};
 use crate::team::{Team, TeamError};
 use std::time::Instant;
@@ -247,7 +251,8 @@ impl Measurer<'_> {
         let mut busbw_sum = 0.0;
         let mut wrong_ranks = 0.0;
         for (si, &size) in sizes.iter().enumerate() {
-            let mut row = self.measure_row(ci, si, coll, size, iters, out, &mut wrong_ranks)?;
+            let at = (ci, si, size, iters);
+            let (mut row, _) = self.measure_row(at, coll, false, out, &mut wrong_ranks)?;
             let floor = start.floors().floor(coll.name(), self.nranks, row.size);
             let slow = floor.is_some_and(|f| row.out_of_place.busbw.min(row.in_place.busbw) < f);
             if o.config.outliers.retest && self.agree_slow(slow)? {
@@ -259,7 +264,10 @@ impl Measurer<'_> {
                         crate::size::human(row.size)
                     ),
                 );
-                let again = self.measure_row(ci, si, coll, size, iters, out, &mut wrong_ranks)?;
+                let (again, gpu) = self.measure_row(at, coll, true, out, &mut wrong_ranks)?;
+                if start.recorder {
+                    out.gpu_side.extend(gpu);
+                }
                 let first = (row.out_of_place.busbw, row.in_place.busbw);
                 row = again;
                 row.out_of_place.first_busbw = Some(first.0);
@@ -284,22 +292,21 @@ impl Measurer<'_> {
         Ok(())
     }
 
-    /// Both placements of one size, combined over all ranks.
-    #[allow(clippy::too_many_arguments)]
+    /// Both placements of one size (`at`: collective and size index, bytes, iterations),
+    /// combined over all ranks; with `gpu_timed`, also their busbw by the GPU's clock.
     fn measure_row(
         &self,
-        ci: usize,
-        si: usize,
+        (ci, si, size, iters): (usize, usize, u64, u32),
         coll: &'static dyn Collective,
-        size: u64,
-        iters: u32,
+        gpu_timed: bool,
         out: &mut Outcome,
         wrong_ranks: &mut f64,
-    ) -> Result<Row, RunError> {
+    ) -> Result<(Row, Option<GpuSide>), RunError> {
         let o = self.opts();
         let elt = o.datatype.size();
         let c = coll.counts(size / elt, elt, self.nranks as u64);
         let mut placements = [None, None];
+        let mut gpu_busbw = [0.0f64; 2];
         for (pi, in_place) in [false, true].into_iter().enumerate() {
             let seed = (ci as u32) << 24 | (si as u32) << 8 | (pi as u32) << 1;
             let what = format!(
@@ -312,7 +319,8 @@ impl Measurer<'_> {
                 "GPU {} (rank {}): {what}",
                 self.thread.device, self.rank
             ));
-            let (secs, wrong) = self.measure(coll, &c, in_place, seed, iters, &what, out)?;
+            let loop_ = (in_place, seed, iters, gpu_timed);
+            let (secs, wrong, gpu_secs) = self.measure(coll, &c, loop_, &what, out)?;
             let wrong_val = wrong.map_or(-1.0, |w| w as f64);
             let sums = self
                 .team
@@ -325,6 +333,12 @@ impl Measurer<'_> {
                 0.0
             };
             let busbw = algbw * coll.bus_factor(self.nranks as u64);
+            if let Some(g) = gpu_secs {
+                let fastest = self.fastest_gpu_time(g)?;
+                if fastest > 0.0 {
+                    gpu_busbw[pi] = busbw * time / fastest;
+                }
+            }
             *wrong_ranks += sums[2];
             placements[pi] = Some(Placement {
                 time_us: time * 1e6,
@@ -337,7 +351,13 @@ impl Measurer<'_> {
         let [Some(oop), Some(ip)] = placements else {
             unreachable!("both placements measured")
         };
-        Ok(Row {
+        let gpu = gpu_timed.then(|| GpuSide {
+            collective: coll.name(),
+            size: c.bytes(elt),
+            out_of_place_busbw: gpu_busbw[0],
+            in_place_busbw: gpu_busbw[1],
+        });
+        let row = Row {
             collective: coll.name(),
             size: c.bytes(elt),
             count: c.param,
@@ -346,24 +366,30 @@ impl Measurer<'_> {
             root: if coll.uses_root() { o.root as i32 } else { -1 },
             out_of_place: oop,
             in_place: ip,
-        })
+        };
+        Ok((row, gpu))
     }
 
-    /// The pair matrix: GPU pairs inside each node (rounds of disjoint pairs), then node pairs
-    /// (GPU i of one node with GPU i of the other, all GPUs at once). Slow pairs, by the same
-    /// rule the verdict uses, make the whole matrix run once more.
-    /// One placement of one size: returns seconds per operation and the wrong-element count.
-    #[allow(clippy::too_many_arguments)]
+    /// The smallest per-operation GPU time over all ranks: every rank's value in its own slot of
+    /// a sum. A rank whose host launched late waited least on the GPU, so the smallest is the
+    /// time the GPUs and links needed.
+    fn fastest_gpu_time(&self, mine: f64) -> Result<f64, RunError> {
+        let mut slots = vec![0.0; self.nranks as usize];
+        slots[self.rank as usize] = mine;
+        let all = self.team.sum(&slots).map_err(|e| self.team_err(e))?;
+        Ok(all.into_iter().fold(f64::INFINITY, f64::min))
+    }
+
+    /// One placement of one size: returns seconds per operation, the wrong-element count, and
+    /// with `gpu_timed` the operation's GPU seconds (`gpu_time`).
     fn measure(
         &self,
         coll: &dyn Collective,
         c: &Counts,
-        in_place: bool,
-        seed: u32,
-        iters: u32,
+        (in_place, seed, iters, gpu_timed): (bool, u32, u32, bool),
         what: &str,
         out: &mut Outcome,
-    ) -> Result<(f64, Option<u64>), RunError> {
+    ) -> Result<(f64, Option<u64>, Option<f64>), RunError> {
         let o = self.opts();
         let elt = o.datatype.size();
         let (dt, op) = (o.datatype.code(), o.op.code());
@@ -378,6 +404,15 @@ impl Measurer<'_> {
 
         let mut probe = LoopProbe::new(self.gpu, iters)
             .map_err(|e| self.err_runtime("creating debug events", e))?;
+        let mut timer = if gpu_timed {
+            Some(
+                GpuTimer::new(self.gpu, iters)
+                    .map_err(|e| self.err_runtime("creating timing events", e))?,
+            )
+        } else {
+            None
+        };
+        let timing = |e| self.err_runtime("recording a timing event", e);
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let t = Instant::now();
         if let Some(p) = probe.as_mut() {
@@ -385,7 +420,13 @@ impl Measurer<'_> {
                 .map_err(|e| self.err_runtime("recording a debug event", e))?;
         }
         for iter in 0..iters as u64 {
+            if let Some(t) = &timer {
+                t.before(self.gpu).map_err(timing)?;
+            }
             self.issue(coll, c, in_place, iter)?;
+            if let Some(t) = timer.as_mut() {
+                t.after(self.gpu).map_err(timing)?;
+            }
             if let Some(p) = probe.as_mut() {
                 p.enqueued(self.gpu)
                     .map_err(|e| self.err_runtime("recording a debug event", e))?;
@@ -398,9 +439,17 @@ impl Measurer<'_> {
         }
         out.phases.timed_loop_ms += ms(elapsed);
         let secs = elapsed.as_secs_f64() / iters as f64;
+        let gpu_secs = match &timer {
+            Some(t) => Some(
+                t.seconds()
+                    .map_err(|e| self.err_runtime("reading timing events", e))?
+                    / iters as f64,
+            ),
+            None => None,
+        };
 
         if !o.check || (in_place && !coll.checks_in_place()) {
-            return Ok((secs, None));
+            return Ok((secs, None, gpu_secs));
         }
         let t = Instant::now();
         let check_seed = seed | 1;
@@ -424,7 +473,7 @@ impl Measurer<'_> {
             .read_wrong()
             .map_err(|e| self.err_runtime("reading the check result", e))?;
         out.phases.verification_ms += ms(t.elapsed());
-        Ok((secs, Some(wrong)))
+        Ok((secs, Some(wrong), gpu_secs))
     }
 }
 

@@ -4,13 +4,16 @@
 //!
 //! This module owns the thread's life (what it waits for, what it hands back); `comms` sets up
 //! and aborts the communicators, `measure` runs the collectives' timed loops, `pair_matrix` the
-//! GPU and node pairs, `output` prints the tables, `error` says why a run ended in ERROR.
+//! GPU and node pairs, `output` prints the tables, `error` says why a run ended in ERROR,
+//! `probe` measures the GPU's local copy bandwidth, `gpu_time` times a retest by the GPU's clock.
 
 mod comms;
 mod error;
+mod gpu_time;
 mod measure;
 mod output;
 mod pair_matrix;
+pub mod probe;
 
 pub use error::RunError;
 
@@ -69,6 +72,10 @@ pub struct Outcome {
     pub phases: Phases,
     pub rows: Vec<Row>,
     pub pairs: Vec<PairRow>,
+    /// The local probe's result, or why it could not measure.
+    pub probe: Option<Result<crate::facts::local_probe::LocalProbe, String>>,
+    /// Retested rows by the GPU's clock (`gpu_time`).
+    pub gpu_side: Vec<crate::report::json::GpuSide>,
     pub error: Option<RunError>,
 }
 
@@ -95,6 +102,8 @@ impl GpuThread {
             phases: Phases::default(),
             rows: Vec::new(),
             pairs: Vec::new(),
+            probe: None,
+            gpu_side: Vec::new(),
             error: None,
         };
         let began = Instant::now();
@@ -123,6 +132,8 @@ impl GpuThread {
             }
         };
         out.phases.allocation_ms = ms(t.elapsed());
+        self.set_status(format!("GPU {dev}: local probe"));
+        out.probe = Some(probe::measure(&gpu, dev, self.deadline));
 
         self.set_status(format!(
             "GPU {dev}: waiting for the other processes (rendezvous)"
@@ -152,6 +163,11 @@ impl GpuThread {
         out: &mut Outcome,
     ) -> Result<(), RunError> {
         let (rank, nranks) = (start.rank, start.nranks);
+        if nranks == 1 {
+            // No collective with one rank (its busbw is 0 by definition): the probe is the check.
+            output::phase(start, "1 GPU: no collective; the local probe is the check");
+            return Ok(());
+        }
         let t = Instant::now();
         self.set_status(format!(
             "GPU {}: NCCL init (rank {rank} of {nranks})",

@@ -132,6 +132,11 @@ pub fn parse_log(text: &str) -> TransportSummary {
             if let Some(n) = number_before(msg, " nvls channels") {
                 s.nvls_channels = Some(s.nvls_channels.unwrap_or(0).max(n));
             }
+        } else if msg.starts_with("NET/") && msg.contains(" Using [") {
+            // Bounded: one line per process and network plugin.
+            if s.net_using.len() < 64 && !s.net_using.iter().any(|l| l == msg) {
+                s.net_using.push(msg.to_string());
+            }
         } else if let Some(net) = msg.strip_prefix("Using network ") {
             s.network = Some(net.trim().to_string());
         } else if msg.contains(" Bytes -> Algo ") {

@@ -177,6 +177,8 @@ pub struct TransportSummary {
     pub graph_intra_types: BTreeSet<String>,
     /// Number of `via` lines parsed.
     pub connection_lines: usize,
+    /// NCCL's `NET/IB : Using [0]mlx5_0:1/IB ...` lines: the NICs it used (`facts::net`).
+    pub net_using: Vec<String>,
 }
 
 /// One path of the report: who talked to whom, over what.

@@ -1,0 +1,286 @@
+//! The per-GPU local probe, judged: each GPU's device-local copy bandwidth (`runner::probe`
+//! measures it, every GPU at once, for tens of milliseconds) against its model's floor and
+//! against its siblings (`local_probe_slow`). Pure: no CUDA here.
+//!
+//! The floor. A device-to-device copy of B bytes reads B and writes B bytes of HBM, so the copy
+//! rate (B / time, what is reported) is at most half the memory bandwidth. Healthy GPUs stream
+//! at 0.85-0.93 of their datasheet bandwidth (CUDA samples' bandwidthTest, which counts 2 B per
+//! copy, reports ~1.4 TB/s device-to-device on an A100 40GB of 1.555 TB/s; BabelStream's copy
+//! reaches ~0.9 of peak on A100 and H100), i.e. a copy rate of ~0.43-0.46 x the datasheet
+//! figure. The floor is `FLOOR_FRACTION` = 0.30 x the datasheet bandwidth: two thirds of a
+//! healthy copy rate. That is well below a healthy GPU's worst run (no false FAIL), and above
+//! what a GPU gives when another process streams through its memory (the two share the
+//! bandwidth: ~half each) or when its memory clock has dropped.
+//!
+//! The siblings. A GPU below `fraction` (the config's outlier fraction) x the median of the
+//! other GPUs of this process is slow too; on a 2-GPU node that is the other GPU, so the slower
+//! one is named, which a pair measurement cannot do.
+
+use super::Finding;
+use serde::{Deserialize, Serialize};
+
+/// Copy rate floor as a fraction of the datasheet memory bandwidth (see the module comment).
+pub const FLOOR_FRACTION: f64 = 0.30;
+
+/// Datasheet memory bandwidth per GPU in GB/s, by a substring of the driver's name (first match
+/// wins, so the PCIe and NVL parts come before the SXM parts whose names they contain).
+pub const HBM_GBS: [(&str, f64, &str); 9] = [
+    (
+        "H100 NVL",
+        3900.0,
+        "NVIDIA H100 datasheet: H100 NVL 3.9 TB/s HBM3",
+    ),
+    (
+        "H100 PCIe",
+        2000.0,
+        "NVIDIA H100 datasheet: H100 PCIe 2 TB/s HBM2e",
+    ),
+    (
+        "H100",
+        3350.0,
+        "NVIDIA H100 datasheet: H100 SXM 3.35 TB/s HBM3",
+    ),
+    (
+        "H200",
+        4800.0,
+        "NVIDIA H200 datasheet: H200 SXM and NVL 4.8 TB/s HBM3e",
+    ),
+    (
+        "GB200",
+        8000.0,
+        "NVIDIA GB200 NVL72 datasheet: 576 TB/s HBM3e for 72 GPUs = 8 TB/s each",
+    ),
+    (
+        "B200",
+        8000.0,
+        "NVIDIA HGX B200 datasheet: 64 TB/s HBM3e for 8 GPUs = 8 TB/s each",
+    ),
+    (
+        "A100 80GB PCIe",
+        1935.0,
+        "NVIDIA A100 datasheet: A100 80GB PCIe 1,935 GB/s HBM2e",
+    ),
+    (
+        "A100-SXM4-80GB",
+        2039.0,
+        "NVIDIA A100 datasheet: A100 80GB SXM 2,039 GB/s HBM2e",
+    ),
+    (
+        "A100",
+        1555.0,
+        "NVIDIA A100 datasheet: A100 40GB 1,555 GB/s HBM2",
+    ),
+];
+
+/// The datasheet memory bandwidth of a GPU model and its source.
+pub fn hbm_gbs(gpu_name: &str) -> Option<(f64, &'static str)> {
+    let n = gpu_name.to_ascii_lowercase();
+    HBM_GBS
+        .iter()
+        .find(|(model, _, _)| n.contains(&model.to_ascii_lowercase()))
+        .map(|(_, gbs, src)| (*gbs, *src))
+}
+
+/// The copy-rate floor of a GPU model (GB/s) and how it was formed.
+pub fn floor(gpu_name: &str) -> Option<(f64, String)> {
+    hbm_gbs(gpu_name).map(|(gbs, src)| {
+        (
+            FLOOR_FRACTION * gbs,
+            format!("{FLOOR_FRACTION} x {gbs:.0} GB/s ({src}); a copy reads and writes each byte"),
+        )
+    })
+}
+
+/// What one GPU's probe measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalProbe {
+    /// CUDA device index in this process.
+    pub device: usize,
+    /// Bytes per copy.
+    pub bytes: u64,
+    /// Timed copies.
+    pub iters: u32,
+    /// GPU time of the timed copies (CUDA events), milliseconds.
+    pub gpu_ms: f64,
+    /// Copy rate: bytes x iters / time, GB/s (1e9 bytes).
+    pub copy_gbs: f64,
+}
+
+impl LocalProbe {
+    /// The rate of `iters` copies of `bytes` that took `gpu_ms` on the GPU.
+    pub fn new(device: usize, bytes: u64, iters: u32, gpu_ms: f64) -> LocalProbe {
+        let copy_gbs = if gpu_ms > 0.0 {
+            bytes as f64 * f64::from(iters) / (gpu_ms / 1e3) / 1e9
+        } else {
+            0.0
+        };
+        LocalProbe {
+            device,
+            bytes,
+            iters,
+            gpu_ms,
+            copy_gbs,
+        }
+    }
+}
+
+/// One GPU's probe as the verdict sees it: the subject (`GPU0`), its model and its result.
+#[derive(Debug, Clone)]
+pub struct Probed<'a> {
+    pub subject: String,
+    pub gpu_name: &'a str,
+    pub probe: &'a LocalProbe,
+}
+
+/// The findings of the probes of this process's GPUs: below the model's floor, or below
+/// `fraction` x the median of the other GPUs.
+pub fn judge(probed: &[Probed], fraction: f64) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, p) in probed.iter().enumerate() {
+        let rate = p.probe.copy_gbs;
+        if let Some((min, how)) = floor(p.gpu_name) {
+            if rate < min {
+                out.push(
+                    Finding::new(
+                        "local_probe_slow",
+                        &p.subject,
+                        format!(
+                            "{}: device-local copy {rate:.0} GB/s < {min:.0} GB/s ({how})",
+                            p.subject
+                        ),
+                    )
+                    .with_values(rate, min),
+                );
+                continue;
+            }
+        }
+        let others: Vec<f64> = probed
+            .iter()
+            .enumerate()
+            .filter(|(j, o)| *j != i && o.gpu_name == p.gpu_name)
+            .map(|(_, o)| o.probe.copy_gbs)
+            .collect();
+        if others.is_empty() {
+            continue;
+        }
+        let median = crate::analysis::median(&others);
+        if rate < fraction * median {
+            out.push(
+                Finding::new(
+                    "local_probe_slow",
+                    &p.subject,
+                    format!(
+                        "{}: device-local copy {rate:.0} GB/s < {fraction} x {median:.0} GB/s, the \
+                         median of its {} sibling(s)",
+                        p.subject,
+                        others.len()
+                    ),
+                )
+                .with_values(rate, fraction * median),
+            );
+        }
+    }
+    out
+}
+
+/// One line for the terminal and the summary: `local probe GPU0 1520, GPU1 1518 GB/s (floor 1440)`.
+pub fn line(probed: &[Probed]) -> String {
+    if probed.is_empty() {
+        return "local probe: not measured".to_string();
+    }
+    let each: Vec<String> = probed
+        .iter()
+        .map(|p| format!("{} {:.0}", p.subject, p.probe.copy_gbs))
+        .collect();
+    let floor = probed
+        .first()
+        .and_then(|p| floor(p.gpu_name))
+        .map(|(f, _)| format!(" (floor {f:.0})"))
+        .unwrap_or_else(|| " (no model floor: siblings only)".to_string());
+    format!("local probe device copy {} GB/s{floor}", each.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(device: usize, copy_gbs: f64) -> LocalProbe {
+        // 256 MiB x 40 copies at the given rate.
+        let bytes = 256u64 << 20;
+        let ms = bytes as f64 * 40.0 / (copy_gbs * 1e9) * 1e3;
+        LocalProbe::new(device, bytes, 40, ms)
+    }
+
+    fn probed<'a>(name: &'a str, probes: &'a [LocalProbe]) -> Vec<Probed<'a>> {
+        probes
+            .iter()
+            .map(|p| Probed {
+                subject: format!("GPU{}", p.device),
+                gpu_name: name,
+                probe: p,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_model_floors_come_from_the_datasheets_with_pcie_parts_first() {
+        assert_eq!(hbm_gbs("NVIDIA H100 80GB HBM3").map(|x| x.0), Some(3350.0));
+        assert_eq!(hbm_gbs("NVIDIA H100 PCIe").map(|x| x.0), Some(2000.0));
+        assert_eq!(hbm_gbs("NVIDIA H100 NVL").map(|x| x.0), Some(3900.0));
+        assert_eq!(hbm_gbs("NVIDIA H200").map(|x| x.0), Some(4800.0));
+        assert_eq!(hbm_gbs("NVIDIA A100-SXM4-80GB").map(|x| x.0), Some(2039.0));
+        assert_eq!(hbm_gbs("NVIDIA A100-SXM4-40GB").map(|x| x.0), Some(1555.0));
+        assert_eq!(hbm_gbs("Tesla T4"), None);
+        let (f, how) = floor("NVIDIA H200").unwrap();
+        assert!((f - 1440.0).abs() < 1e-9, "{f}");
+        assert!(how.contains("4.8 TB/s"), "{how}");
+    }
+
+    #[test]
+    fn a_healthy_copy_rate_passes_and_a_shared_memory_fails_on_one_gpu() {
+        // Healthy H200: ~0.45 x 4800 = 2160 GB/s of copy rate.
+        let one = [probe(0, 2150.0)];
+        assert!(judge(&probed("NVIDIA H200", &one), 0.85).is_empty());
+        // Another process streaming through its memory: about half.
+        let one = [probe(0, 1100.0)];
+        let f = judge(&probed("NVIDIA H200", &one), 0.85);
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].code, f[0].subject.as_str()),
+            ("local_probe_slow", "GPU0")
+        );
+        assert!(f[0]
+            .message
+            .starts_with("GPU0: device-local copy 1100 GB/s < 1440 GB/s"));
+        assert_eq!(f[0].limit, Some(1440.0));
+    }
+
+    #[test]
+    fn on_two_gpus_the_slower_one_is_named_by_its_sibling() {
+        // Both above the model floor, one at 0.7 of the other: only it is named.
+        let two = [probe(0, 2150.0), probe(1, 1500.0)];
+        let f = judge(&probed("NVIDIA H200", &two), 0.85);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].subject, "GPU1");
+        assert!(
+            f[0].message.contains("median of its 1 sibling"),
+            "{}",
+            f[0].message
+        );
+        // An unknown model: siblings only.
+        let f = judge(&probed("Tesla T4", &two), 0.85);
+        assert_eq!(f.len(), 1);
+        assert!(judge(&probed("Tesla T4", &two[..1]), 0.85).is_empty());
+        assert_eq!(
+            line(&probed("NVIDIA H200", &two)),
+            "local probe device copy GPU0 2150, GPU1 1500 GB/s (floor 1440)"
+        );
+    }
+
+    #[test]
+    fn a_zero_time_gives_zero_not_infinity() {
+        assert_eq!(LocalProbe::new(0, 1 << 20, 10, 0.0).copy_gbs, 0.0);
+        let p = LocalProbe::new(0, 1_000_000_000, 2, 1000.0);
+        assert!((p.copy_gbs - 2.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,441 @@
+//! The node's facts for one check, gathered once: the GPU inventory (what the node or the job
+//! should have against what the driver lists and CUDA opens), NVML's state, and after the run
+//! the NICs NCCL used. What becomes a FAIL reason is decided in `judge`; this module gathers.
+//!
+//! Where the expectation comes from (first that gives one): the job's allocation under Slurm
+//! (`SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS`: the device minors Slurm gave; else, in a Slurm job,
+//! the count of `CUDA_VISIBLE_DEVICES`), so GPUs the job did not ask for are never "missing";
+//! else the admin's `[[expected_gpus]]`; else Slurm's gres.conf/slurm.conf as slurmd reads them
+//! (`$SLURM_CONF`'s directory, else /etc/slurm); else nothing (the driver's list is reported).
+//!
+//! What CUDA opens is held against the expectation only outside a Slurm job: inside one, a task
+//! sees the GPUs its binding gives it (`--gpus-per-task`), which may be fewer than the step's.
+
+use super::gpu_health::HealthFacts;
+use super::inventory::{self, DriverGpu, Expected};
+use super::net::NetFacts;
+use super::Finding;
+use crate::config::expected_gpus::{self, ExpectedGpus};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// What a check knows about its node beyond its measurements.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeFacts {
+    /// What this node (or this job) should have, when known.
+    pub expected: Option<Expected>,
+    /// The GPUs the driver lists (`/proc/driver/nvidia/gpus`).
+    pub driver_gpus: Vec<DriverGpu>,
+    /// Why the driver's list could not be read (then it is not compared).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver_error: Option<String>,
+    /// GPUs CUDA opens in this process.
+    pub cuda_visible: Option<u32>,
+    /// `available (driver 580.95.05)`, or `NVML not available: <why>`.
+    pub nvml: String,
+    /// Milliseconds the NVML facts took (read on their own thread, beside the check).
+    pub nvml_ms: f64,
+    /// The NICs NCCL used, their sysfs state and rate (filled after the run).
+    pub net: Option<NetFacts>,
+    /// Why there are no NIC facts, or why they were not judged.
+    pub net_note: String,
+    /// Inventory findings (`gpu_missing`); NVML and probe findings are judged per GPU.
+    pub findings: Vec<Finding>,
+}
+
+/// Where the facts are read from (`/` and the real environment on a node; fixtures in tests).
+pub struct Sources<'a> {
+    pub root: PathBuf,
+    /// Slurm's node name (`SLURMD_NODENAME`) or the host name.
+    pub host: String,
+    pub expected_gpus: &'a [ExpectedGpus],
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// The GPUs a Slurm job was given, as the environment says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allocation {
+    /// Device minors, when Slurm gave them (`SLURM_STEP_GPUS=0,1`).
+    pub minors: Vec<u32>,
+    pub count: u32,
+    pub source: String,
+}
+
+/// `0,1,4-5` -> [0, 1, 4, 5]; None when a part is not a number or range (bounded).
+fn index_list(text: &str) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
+        if hi < lo || out.len() as u32 + (hi - lo) >= expected_gpus::MAX_GPUS {
+            return None;
+        }
+        out.extend(lo..=hi);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The job's GPUs under Slurm; None outside a job or when Slurm gave no GPU list.
+pub fn allocation(env: &dyn Fn(&str) -> Option<String>) -> Option<Allocation> {
+    for var in ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS"] {
+        if let Some(minors) = env(var).as_deref().and_then(index_list) {
+            return Some(Allocation {
+                count: minors.len() as u32,
+                minors,
+                source: format!("the job's allocation ({var})"),
+            });
+        }
+    }
+    let in_job = env("SLURM_JOB_ID").is_some_and(|j| !j.is_empty());
+    let cvd = env("CUDA_VISIBLE_DEVICES").filter(|v| !v.trim().is_empty())?;
+    in_job.then(|| Allocation {
+        minors: Vec::new(),
+        count: cvd.split(',').filter(|s| !s.trim().is_empty()).count() as u32,
+        source: format!("the job's allocation (CUDA_VISIBLE_DEVICES={cvd})"),
+    })
+}
+
+/// Slurm's config files as slurmd on this node reads them.
+fn slurm_files(src: &Sources) -> (PathBuf, PathBuf) {
+    let conf = (src.env)("SLURM_CONF")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| super::read::under(&src.root, "/etc/slurm/slurm.conf"));
+    let dir = conf
+        .parent()
+        .map_or_else(|| src.root.clone(), Path::to_path_buf);
+    (dir.join("gres.conf"), conf)
+}
+
+/// The node's expectation without a job: the admin's config, else Slurm's files.
+pub fn node_expectation(src: &Sources) -> Option<Expected> {
+    let partition = (src.env)("SLURM_JOB_PARTITION");
+    if let Some(e) = expected_gpus::select(src.expected_gpus, partition.as_deref(), &src.host) {
+        return Some(Expected::from_config(e));
+    }
+    let (gres, conf) = slurm_files(src);
+    inventory::from_slurm_files(&gres, &conf, &src.host)
+}
+
+/// The inventory part of the facts (file reads only: milliseconds). `cuda_visible`: how many
+/// GPUs CUDA opens in this process, when CUDA was asked.
+pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
+    let alloc = allocation(src.env);
+    let node = node_expectation(src);
+    let (listed, driver_error) = match inventory::driver_gpus(&src.root) {
+        Ok(l) => (Some(l), None),
+        Err(e) => (
+            None,
+            Some(format!("the driver's GPU list is unreadable: {e}")),
+        ),
+    };
+    // An allocation with minors is compared minor by minor; one with only a count is a count.
+    let expected = match &alloc {
+        Some(a) if a.minors.is_empty() => Some(Expected {
+            count: a.count,
+            bus_ids: Vec::new(),
+            minors: Vec::new(),
+            source: a.source.clone(),
+        }),
+        _ => node,
+    };
+    let minors = alloc.as_ref().map(|a| a.minors.as_slice());
+    let minors = minors.filter(|m| !m.is_empty());
+    let (expected, driver_gpus, mut findings) = match listed {
+        Some(listed) => {
+            let mut inv = inventory::check(expected, listed, minors);
+            if let (Some(a), Some(e)) = (&alloc, inv.expected.as_mut()) {
+                e.source = a.source.clone();
+            }
+            (inv.expected, inv.listed, inv.findings)
+        }
+        None => (expected, Vec::new(), Vec::new()),
+    };
+    let in_job = (src.env)("SLURM_JOB_ID").is_some_and(|j| !j.is_empty());
+    if let (false, Some(e), Some(n), true) = (in_job, &expected, cuda_visible, findings.is_empty())
+    {
+        if n < e.count {
+            let cvd = (src.env)("CUDA_VISIBLE_DEVICES")
+                .map(|v| format!(" with CUDA_VISIBLE_DEVICES={v}"))
+                .unwrap_or_default();
+            findings.push(
+                Finding::new(
+                    "gpu_missing",
+                    "GPUs",
+                    format!(
+                        "expected {} GPUs, CUDA opens {n}{cvd} (expected from {})",
+                        e.count, e.source
+                    ),
+                )
+                .with_values(f64::from(n), f64::from(e.count)),
+            );
+        }
+    }
+    NodeFacts {
+        expected,
+        driver_gpus,
+        driver_error,
+        cuda_visible,
+        nvml: String::new(),
+        nvml_ms: 0.0,
+        net: None,
+        net_note: "not read yet".to_string(),
+        findings,
+    }
+}
+
+impl NodeFacts {
+    /// Records NVML's state; the per-GPU facts go to the report's `gpus[]`.
+    pub fn set_nvml(&mut self, facts: &HealthFacts, ms: f64) {
+        self.nvml = match facts {
+            HealthFacts::Available { driver_version, .. } => {
+                format!("available (driver {driver_version})")
+            }
+            HealthFacts::Unavailable { why } => why.clone(),
+        };
+        self.nvml_ms = ms;
+    }
+}
+
+impl NodeFacts {
+    /// The NICs NCCL's log says it used (`lines`: its `NET/... : Using [0]...` lines; None when
+    /// the log was not recorded), read from sysfs under `root`. On one node they carried no
+    /// traffic: reported, not judged (a check of one node is no test of its network).
+    pub fn set_net(
+        &mut self,
+        root: &Path,
+        lines: Option<&[String]>,
+        nodes: u32,
+        policy: &super::net::NetPolicy,
+    ) {
+        let Some(lines) = lines else {
+            self.net_note = "NCCL's log was not recorded: the NICs it used are unknown".into();
+            return;
+        };
+        let mut nics: Vec<super::net::NicRef> = Vec::new();
+        for nic in lines
+            .iter()
+            .flat_map(|l| super::net::nics_from_nccl_log_line(l))
+        {
+            if !nics.contains(&nic) {
+                nics.push(nic);
+            }
+        }
+        if nics.is_empty() {
+            self.net_note = "NCCL's log names no NIC".into();
+            return;
+        }
+        let mut net = super::net::read(root, &nics, policy);
+        if nodes <= 1 {
+            self.net_note = format!(
+                "one node: the NICs carried no traffic; reported, not judged ({} finding(s) ignored)",
+                net.findings.len()
+            );
+            net.findings.clear();
+            net.expected_pair_gbs = None;
+        } else {
+            self.net_note = net.note.clone();
+        }
+        self.net = Some(net);
+    }
+}
+
+/// A PCI bus id in the driver's form (`0000:9b:00.0`), from NVML's (`00000000:9B:00.0`) or
+/// CUDA's; None when it is not one.
+pub fn bus_id(text: &str) -> Option<String> {
+    let t = text.trim().to_ascii_lowercase();
+    let (domain, rest) = t.split_once(':')?;
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    let id = format!("{domain:04x}:{rest}");
+    expected_gpus::is_bus_id(&id).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/inventory")
+            .join(name)
+    }
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    fn two() -> Vec<ExpectedGpus> {
+        vec![ExpectedGpus {
+            partitions: vec![],
+            nodes: vec![],
+            count: 8,
+            bus_ids: vec![],
+        }]
+    }
+
+    #[test]
+    fn the_job_allocation_comes_from_slurm_and_a_bare_cuda_list_is_none() {
+        let a = allocation(&env_of(&[
+            ("SLURM_STEP_GPUS", "0,2"),
+            ("SLURM_JOB_GPUS", "0-3"),
+        ]));
+        assert_eq!(a.map(|a| (a.minors, a.count)), Some((vec![0, 2], 2)));
+        let a = allocation(&env_of(&[("SLURM_JOB_GPUS", "0-3")])).unwrap();
+        assert_eq!((a.minors.len(), a.count), (4, 4));
+        assert!(a.source.contains("SLURM_JOB_GPUS"));
+        let a = allocation(&env_of(&[
+            ("SLURM_JOB_ID", "7"),
+            ("CUDA_VISIBLE_DEVICES", "3"),
+        ]));
+        assert_eq!(a.map(|a| (a.minors.len(), a.count)), Some((0, 1)));
+        assert_eq!(allocation(&env_of(&[("CUDA_VISIBLE_DEVICES", "0")])), None);
+        assert_eq!(allocation(&env_of(&[("SLURM_JOB_GPUS", "x")])), None);
+        assert_eq!(index_list("0-99999"), None);
+    }
+
+    #[test]
+    fn cuda_seeing_fewer_gpus_than_configured_is_gpu_missing_outside_a_job() {
+        let cfg = two();
+        let env = env_of(&[("CUDA_VISIBLE_DEVICES", "0")]);
+        let src = Sources {
+            root: data("node-8"),
+            host: "gpu001".into(),
+            expected_gpus: &cfg,
+            env: &env,
+        };
+        let f = inventory(&src, Some(1));
+        assert_eq!(f.driver_gpus.len(), 8);
+        assert_eq!(f.findings.len(), 1, "{:?}", f.findings);
+        assert_eq!(f.findings[0].code, "gpu_missing");
+        assert!(
+            f.findings[0]
+                .message
+                .starts_with("expected 8 GPUs, CUDA opens 1 with CUDA_VISIBLE_DEVICES=0"),
+            "{}",
+            f.findings[0].message
+        );
+        // All 8 open: nothing missing.
+        assert!(inventory(&src, Some(8)).findings.is_empty());
+        // The driver lost one: named by the driver's list, not twice.
+        let src = Sources {
+            root: data("node-7of8"),
+            ..src
+        };
+        let f = inventory(&src, Some(7));
+        assert_eq!(f.findings.len(), 1);
+        assert!(f.findings[0]
+            .message
+            .starts_with("expected 8 GPUs, driver lists 7"));
+    }
+
+    #[test]
+    fn in_a_job_only_its_gpus_count_and_a_task_binding_is_not_missing() {
+        let cfg = two();
+        // The job has minors 0-3 of the 7-of-8 node (5 is gone): all present.
+        let env = env_of(&[("SLURM_JOB_ID", "9"), ("SLURM_JOB_GPUS", "0,1,2,3")]);
+        let src = Sources {
+            root: data("node-7of8"),
+            host: "gpu007".into(),
+            expected_gpus: &cfg,
+            env: &env,
+        };
+        // A task bound to one GPU of the four: CUDA opens 1, which is not a fault in a job.
+        let f = inventory(&src, Some(1));
+        assert!(f.findings.is_empty(), "{:?}", f.findings);
+        assert!(f.expected.unwrap().source.contains("SLURM_JOB_GPUS"));
+        // A job step without a GPU list: the node's expectation (8), but CUDA's count is the
+        // task's binding, not the node's: not missing.
+        let bare = env_of(&[("SLURM_JOB_ID", "9")]);
+        let step = Sources {
+            root: data("node-8"),
+            host: "gpu007".into(),
+            expected_gpus: &cfg,
+            env: &bare,
+        };
+        let f = inventory(&step, Some(1));
+        assert!(f.findings.is_empty(), "{:?}", f.findings);
+        assert_eq!(f.expected.map(|e| e.count), Some(8));
+        let env = env_of(&[("SLURM_JOB_ID", "9"), ("SLURM_STEP_GPUS", "4,5")]);
+        let src = Sources { env: &env, ..src };
+        let f = inventory(&src, Some(2));
+        assert_eq!(f.findings.len(), 1);
+        assert!(f.findings[0].message.contains("/dev/nvidia5 absent"));
+    }
+
+    #[test]
+    fn without_a_driver_list_or_expectation_nothing_is_missing() {
+        let none: Vec<ExpectedGpus> = vec![];
+        let env = env_of(&[]);
+        let src = Sources {
+            root: data("no-such-root"),
+            host: "gpu001".into(),
+            expected_gpus: &none,
+            env: &env,
+        };
+        let f = inventory(&src, Some(1));
+        assert!(f.findings.is_empty());
+        assert!(f.driver_error.is_some());
+        assert_eq!(f.expected, None);
+        // Slurm's files under the root give the count.
+        let src = Sources {
+            root: data("slurm-root"),
+            ..src
+        };
+        let e = node_expectation(&src);
+        assert_eq!(e.map(|e| e.count), Some(8));
+    }
+
+    #[test]
+    fn the_nics_of_nccls_log_are_judged_only_across_nodes() {
+        let sysfs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/sysfs/tcp");
+        let none: Vec<ExpectedGpus> = vec![];
+        let env = env_of(&[]);
+        let src = Sources {
+            root: data("node-8"),
+            host: "h".into(),
+            expected_gpus: &none,
+            env: &env,
+        };
+        let policy = super::super::net::NetPolicy::default();
+        let lines = vec!["NET/Socket : Using [0]eth1:10.0.0.1<0> [1]eth0:10.1.0.1<0>".to_string()];
+        let mut f = inventory(&src, None);
+        f.set_net(&sysfs, Some(&lines), 2, &policy);
+        let net = f.net.as_ref().unwrap();
+        assert_eq!(net.findings.len(), 1);
+        assert_eq!(
+            (net.findings[0].code, net.findings[0].subject.as_str()),
+            ("net_port_down", "eth1")
+        );
+        let mut f = inventory(&src, None);
+        f.set_net(&sysfs, Some(&lines), 1, &policy);
+        assert!(f.net.as_ref().unwrap().findings.is_empty());
+        assert!(f.net_note.starts_with("one node"), "{}", f.net_note);
+        f.set_net(&sysfs, None, 2, &policy);
+        assert!(f.net_note.contains("not recorded"));
+        // The lines come from NCCL's log as `transport::parse_log` keeps them (once each).
+        let log = "gpu1:10:11 [0] NCCL INFO NET/Socket : Using [0]eth1:10.0.0.1<0>\n\
+                   gpu1:10:12 [1] NCCL INFO NET/Socket : Using [0]eth1:10.0.0.1<0>\n\
+                   gpu1:10:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n";
+        let parsed = crate::transport::parse_log(log);
+        assert_eq!(
+            parsed.net_using,
+            vec!["NET/Socket : Using [0]eth1:10.0.0.1<0>"]
+        );
+        let mut f = inventory(&src, None);
+        f.set_net(&sysfs, Some(&parsed.net_using), 2, &policy);
+        assert_eq!(f.net.unwrap().findings[0].subject, "eth1");
+    }
+
+    #[test]
+    fn bus_ids_are_normalized_to_the_drivers_form() {
+        assert_eq!(bus_id("00000000:9B:00.0").as_deref(), Some("0000:9b:00.0"));
+        assert_eq!(bus_id("0000:18:00.0").as_deref(), Some("0000:18:00.0"));
+        assert_eq!(bus_id("garbage"), None);
+        assert_eq!(bus_id(""), None);
+    }
+}

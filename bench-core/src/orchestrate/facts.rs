@@ -1,0 +1,141 @@
+//! The node's facts of one check (`facts::node`), gathered beside the measurement: NVML on its
+//! own thread from the process's start (it can block for seconds on a sick GPU, so the check
+//! waits for it at most `NVML_BUDGET` from its start and never past the deadline), the
+//! inventory once CUDA has counted its GPUs (file reads: milliseconds), and the text
+//! `--explain-thresholds` shows about them.
+
+use crate::facts::gpu_health::{self, HealthFacts};
+use crate::facts::local_probe;
+use crate::facts::node::{self, NodeFacts, Sources};
+use crate::options::Options;
+use crate::report::json::Report;
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+/// The longest the check waits for NVML, from the moment its thread started.
+pub const NVML_BUDGET: Duration = Duration::from_secs(3);
+
+/// NVML's facts on their way.
+pub struct Pending {
+    rx: Option<Receiver<HealthFacts>>,
+    started: Instant,
+    why_not: String,
+}
+
+/// Starts reading NVML on its own thread.
+pub fn start_nvml() -> Pending {
+    let (tx, rx) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("nvml-facts".into())
+        .spawn(move || {
+            // The receiver may be gone once the check is over: nothing to do then.
+            let _ = tx.send(crate::facts::nvml::read());
+        });
+    Pending {
+        rx: spawned.is_ok().then_some(rx),
+        started: Instant::now(),
+        why_not: spawned
+            .err()
+            .map(|e| format!("cannot start a thread: {e}"))
+            .unwrap_or_default(),
+    }
+}
+
+/// Slurm's name for this node, else the host name.
+fn node_name(host: &str) -> String {
+    std::env::var("SLURMD_NODENAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| host.to_string())
+}
+
+/// The inventory once CUDA counted `visible` GPUs.
+pub fn inventory(opts: &Options, host: &str, visible: usize) -> NodeFacts {
+    let env = |k: &str| std::env::var(k).ok();
+    let src = Sources {
+        root: "/".into(),
+        host: node_name(host),
+        expected_gpus: &opts.config.expected_gpus,
+        env: &env,
+    };
+    node::inventory(&src, Some(visible as u32))
+}
+
+/// Waits (bounded) for NVML and puts each GPU's facts beside it in the report, matched by PCI
+/// bus id; the report's facts say whether NVML answered.
+pub fn attach_nvml(report: &mut Report, pending: Pending, deadline: Instant) {
+    let t = Instant::now();
+    let until = (pending.started + NVML_BUDGET).min(deadline);
+    let facts = match pending.rx {
+        None => HealthFacts::unavailable(&pending.why_not),
+        Some(rx) => rx
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| {
+                HealthFacts::unavailable(format!(
+                    "no answer within {:.1} s (a GPU may be hung)",
+                    NVML_BUDGET.as_secs_f64()
+                ))
+            }),
+    };
+    if let HealthFacts::Available { gpus, .. } = &facts {
+        for g in &mut report.gpus {
+            let mine = node::bus_id(&g.info.pci_bus_id);
+            g.health = gpus
+                .iter()
+                .find(|h| mine.is_some() && node::bus_id(&h.bus_id) == mine)
+                .cloned();
+        }
+    }
+    let waited = t.elapsed().as_secs_f64() * 1e3;
+    if let Some(f) = report.facts.as_mut() {
+        f.set_nvml(&facts, waited);
+    }
+}
+
+/// What `--explain-thresholds` says about the node's facts for `gpu_name`.
+pub fn explain(opts: &Options, gpu_name: &str, host: &str) -> String {
+    let env = |k: &str| std::env::var(k).ok();
+    let src = Sources {
+        root: "/".into(),
+        host: node_name(host),
+        expected_gpus: &opts.config.expected_gpus,
+        env: &env,
+    };
+    let mut out = String::from("Node facts:\n");
+    out += &match node::node_expectation(&src) {
+        Some(e) => format!(
+            "  expected GPUs on {}: {}{} (source: {})\n",
+            src.host,
+            e.count,
+            if e.bus_ids.is_empty() {
+                String::new()
+            } else {
+                format!(" at {}", e.bus_ids.join(", "))
+            },
+            e.source
+        ),
+        None => format!(
+            "  expected GPUs on {}: not known (no [[expected_gpus]] matches, no Slurm gres.conf/slurm.conf names it): \
+             only the driver's list is reported; under srun the job's allocation is expected\n",
+            src.host
+        ),
+    };
+    out += &match gpu_health::expected_nvlinks(gpu_name) {
+        Some((n, why)) => format!("  NVLinks per GPU: {n} active (source: {why})\n"),
+        None => format!(
+            "  NVLinks per GPU: '{gpu_name}' is no SXM part of the table: each GPU is held against \
+             its siblings of the same model\n"
+        ),
+    };
+    out += &match local_probe::floor(gpu_name) {
+        Some((f, how)) => format!(
+            "  local probe (device-local copy, every GPU at once): >= {f:.0} GB/s = {how}; and >= {:.2} x its siblings' median\n",
+            opts.config.outliers.fraction
+        ),
+        None => format!(
+            "  local probe: no datasheet figure for '{gpu_name}': held against its siblings only ({:.2} x their median)\n",
+            opts.config.outliers.fraction
+        ),
+    };
+    out
+}
