@@ -84,7 +84,9 @@ if [ "$ngpus" -ge 2 ]; then
   p0=$!
   nc all_reduce -b 8G -e 8G -w 1 -n 400 --gpus $half1 --rank 1 --world 2 --rendezvous 127.0.0.1:$port --timeout 25 >"$out/b1.txt" 2>&1 &
   p1=$!
-  sleep 10; kill -9 $p1; t0=$(date +%s%N)
+  # `nc` is a shell function: $p1 is its subshell, not the worker. Kill the worker (and its
+  # timeout) by its own command line, mid-loop: 2 x 400 iterations of 8 GiB take > 15 s.
+  sleep 8; pkill -9 -f -- "--rank 1 --world 2 --rendezvous 127.0.0.1:$port"; t0=$(date +%s%N)
   wait $p0; r0=$?; ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   check "peer SIGKILLed mid-loop: survivor ERROR" 1 $(( r0 >= 5 && r0 <= 7 )) "rc $r0 after ${ms} ms: $(tail -1 "$out/b0.txt")"
 fi
