@@ -107,7 +107,7 @@ SO=/usr/lib/x86_64-linux-gnu/slurm-wlm/nccl_check.so
 need_files=("$DEB1" "$DEB2")
 [ -z "$PREBUILT" ] && need_files+=("$RPM1")
 for f in "${need_files[@]}"; do [ -f "$f" ] || { say "build.sh made no $f"; ls -l "$WORK"/r*/ >&2; exit 1; }; done
-say "Slurm $(sinfo --version 2>/dev/null) on $(. /etc/os-release && echo "$PRETTY_NAME"); package $PKG $VERSION"
+say "Slurm $(dpkg-query -W -f='${Version}' slurmd 2>/dev/null) on $(. /etc/os-release && echo "$PRETTY_NAME"); package $PKG $VERSION"
 
 # --- helpers (as tests/slurm/run.sh) ------------------------------------------------------------
 OUT=$WORK/out ERR=$WORK/err RC=0
