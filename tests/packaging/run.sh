@@ -236,11 +236,15 @@ t_cluster_reads_the_installed_plugstack() {
 }
 
 t_enabling_as_the_readme_says_adds_the_option() {
+    local help
     # packaging/README.md, "Enable the plugin": exactly this line.
     sed -i "s|^#required $SO|required $SO|" "$SNIPPET"
     enabled || { fail "the README's sed did not enable $SNIPPET"; return 1; }
     for cmd in srun sbatch salloc; do
-        timeout 20 "$cmd" --help 2>&1 | grep -q -- '--nccl-check=mode' || fail "$cmd --help lacks --nccl-check"
+        # Captured first: `cmd --help | grep -q` under pipefail fails when grep exits early and
+        # cmd dies of SIGPIPE (seen with 24.11's longer sbatch --help).
+        help=$(timeout 20 "$cmd" --help 2>&1)
+        grep -q -- '--nccl-check=mode' <<<"$help" || fail "$cmd --help lacks --nccl-check"
     done
     plain_srun_works
 }

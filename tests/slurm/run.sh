@@ -115,9 +115,13 @@ run_test() { # name function
 
 # --- tests ----------------------------------------------------------------------------------
 t_help_lists_option() {
+    local help
     for cmd in srun sbatch salloc; do
-        timeout 20 "$cmd" --help 2>&1 | grep -q -- '--nccl-check=mode' || fail "$cmd --help lacks --nccl-check"
-        timeout 20 "$cmd" --help 2>&1 | grep -q -- '\[nccl-check\]' || fail "$cmd --help lacks [nccl-check]"
+        # Captured first: `cmd --help | grep -q` under pipefail fails when grep exits early and
+        # cmd dies of SIGPIPE (seen with 24.11's longer sbatch --help).
+        help=$(timeout 20 "$cmd" --help 2>&1)
+        grep -q -- '--nccl-check=mode' <<<"$help" || fail "$cmd --help lacks --nccl-check"
+        grep -q -- '\[nccl-check\]' <<<"$help" || fail "$cmd --help lacks [nccl-check]"
     done
 }
 
