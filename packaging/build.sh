@@ -18,7 +18,10 @@
 #                    host: all three as built here (fast, no zig; the worker then needs this glibc).
 #   --only deb|rpm   build one package only.
 #   --out DIR        default dist/ (relative to the repository).
-# Env: SLURM_INCLUDE_DIR (another Slurm prefix's include dir), NCCL_CHECK_PACKAGER ("Name <mail>").
+# Env: SLURM_INCLUDE_DIR (another Slurm prefix's include dir), NCCL_CHECK_PACKAGER ("Name <mail>"),
+#      NCCL_CHECK_PKG_TARGET_DIR (cargo target dir of the plugin and prolog with --binaries
+#      default|host; default target: tests/matrix/run.sh builds other majors' plugins elsewhere so
+#      target/release keeps the host's).
 #
 # Why per Slurm major: slurmd/srun load a SPANK plugin only when its plugin_version has the same
 # major.minor as the running Slurm (src/common/plugin.c _verify_syms; notes 1.7), so each package
@@ -63,8 +66,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         say "installing ${missing[*]} (apt-get)"
         export DEBIAN_FRONTEND=noninteractive
-        timeout 600 apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 \
-            || { timeout 600 apt-get update -q >&2 && timeout 600 apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; } \
+        # DPkg::Lock::Timeout: wait for another apt on the machine instead of failing (exit 100).
+        timeout 900 apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" >&2 \
+            || { timeout 900 apt-get -o DPkg::Lock::Timeout=600 update -q >&2 \
+                 && timeout 900 apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" >&2; } \
             || die "apt-get install ${missing[*]} failed"
     else
         die "missing tools; install the Debian packages: ${missing[*]}"
@@ -117,14 +122,15 @@ if [ "$BINARIES" = portable ]; then
     done
 else
     [ "$BINARIES" = host ] && pkgs+=(-p bench-core)
-    say "cargo build --release ${pkgs[*]}"
-    timeout 3600 cargo build --release "${pkgs[@]}" >&2
-    PLUGIN_SO=target/release/libnccl_check.so
-    PROLOG_BIN=target/release/nccl-check-prolog
+    TD=${NCCL_CHECK_PKG_TARGET_DIR:-target}
+    say "cargo build --release ${pkgs[*]} --target-dir $TD"
+    timeout 3600 cargo build --release "${pkgs[@]}" --target-dir "$TD" >&2
+    PLUGIN_SO=$TD/release/libnccl_check.so
+    PROLOG_BIN=$TD/release/nccl-check-prolog
     if [ "$BINARIES" = default ]; then
         WORKER_BIN=$(packaging/build-portable.sh)
     else
-        WORKER_BIN=target/release/nccl-check
+        WORKER_BIN=$TD/release/nccl-check
     fi
 fi
 for f in "$PLUGIN_SO" "$WORKER_BIN" ${HAVE_PROLOG:+"$PROLOG_BIN"}; do [ -f "$f" ] || die "not built: $f"; done

@@ -1,11 +1,29 @@
 #!/usr/bin/env bash
 # The project's test command (README "Run the tests"; .ci/run calls exactly this). Needs root on a
 # Debian 12 machine: it installs what is missing, then runs lint, unit and integration tests, the
-# PTX freshness check, and the real-Slurm suite (munged, slurmctld and 2 slurmd on this machine).
+# PTX freshness check, and the real-Slurm suites (munged, slurmctld and 2 slurmd on this machine)
+# on every Slurm major of the matrix: 22.05 (the host's), 24.11 and 26.05 (debootstrapped Debian
+# trixie and sid roots, cached under target/slurm-roots; tests/matrix/run.sh).
 # GPU tests are separate: tests/gpu/run.sh on a GPU machine.
+#
+# Usage: bash tests/run.sh [--slurm MAJOR.MINOR]...   (default: 22.05 24.11 26.05)
+#   or   NCCL_CHECK_SLURM="24.11" bash tests/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-step() { printf '\n=== %s\n' "$*"; }
+step() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%T)"; }
+
+RELEASES=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --slurm) RELEASES+=("${2:?--slurm needs MAJOR.MINOR}"); shift 2 ;;
+        *) echo "tests/run.sh: unknown argument '$1' (usage: tests/run.sh [--slurm MAJOR.MINOR]...)" >&2; exit 2 ;;
+    esac
+done
+# shellcheck disable=SC2206  # a list of words
+[ ${#RELEASES[@]} -gt 0 ] || RELEASES=(${NCCL_CHECK_SLURM:-22.05 24.11 26.05})
+for r in "${RELEASES[@]}"; do
+    case "$r" in 22.05|24.11|26.05) ;; *) echo "tests/run.sh: no Slurm $r in the matrix (22.05 24.11 26.05)" >&2; exit 2 ;; esac
+done
 
 step "prerequisites"
 bash tests/setup-deps.sh
@@ -31,15 +49,11 @@ bash tests/benchmarks/run.sh
 step "release build"
 cargo build --release
 
-step "real Slurm suite (SPANK plugin)"
-bash tests/slurm/run.sh
-
-step "prolog suite (real Slurm)"
-bash tests/prolog/run.sh
+for r in "${RELEASES[@]}"; do
+    step "Slurm $r: SPANK plugin, prolog and packaging suites against real Slurm $r daemons"
+    bash tests/matrix/run.sh --slurm "$r"
+done
 
 step "container suite (older-glibc root filesystem, enroot files)"
 bash tests/container/run.sh
-
-step "packaging suite (DEB install/upgrade/remove, RPM metadata)"
-bash tests/packaging/run.sh
-echo "tests: all passed"
+echo "tests: all passed (Slurm ${RELEASES[*]})"

@@ -7,9 +7,10 @@
 #   procps         ps/pgrep for the tests' process checks (no broad kills)
 #   clang-16       regenerates bench-core/kernels/check.ptx to prove the committed PTX is current
 #   unzip, python3-pip  fetch a real libnccl (nvidia-nccl-cu12 wheel) for the no-GPU worker tests
+#   debootstrap    the Slurm 24.11 (trixie) and 26.05 (sid) root filesystems of tests/matrix/run.sh
 set -euo pipefail
 
-pkgs=(slurm-wlm munge libslurm-dev procps clang-16 unzip python3-pip)
+pkgs=(slurm-wlm munge libslurm-dev procps clang-16 unzip python3-pip debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -22,5 +23,7 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 echo "setup-deps: installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-timeout 600 apt-get update -q
-timeout 900 apt-get install -y -q --no-install-recommends "${missing[@]}"
+# DPkg::Lock::Timeout: wait (up to 10 min) for another apt on the machine, e.g. a second suite or
+# an admin, instead of failing with exit 100.
+timeout 900 apt-get -o DPkg::Lock::Timeout=600 update -q
+timeout 1200 apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}"

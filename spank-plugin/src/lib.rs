@@ -20,6 +20,7 @@ use std::sync::Mutex;
 use slurm_spank::{spank_sys, Context, LogLevel, OptionCache, SpankHandle};
 
 pub mod alloc;
+pub mod compat;
 pub mod config;
 pub mod options;
 pub mod slurmstepd;
@@ -101,6 +102,7 @@ fn dispatch(hook: Hook, raw: spank_sys::spank_t, spank: &mut SpankHandle) -> Res
     let state = guard.get_or_insert_with(State::default);
     match (hook, ctx) {
         (Hook::Init, Context::Local | Context::Allocator | Context::Remote) => {
+            compat::injected_init_failure(matches!(ctx, Context::Remote)).map_err(Error::Check)?;
             // SAFETY: `raw` is the handle of the slurm_spank_init call running now.
             unsafe { options::register(raw) }.map_err(Error::Spank)?;
             state.config = Some(load_config(spank));

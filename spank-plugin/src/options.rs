@@ -213,7 +213,7 @@ pub fn raw() -> Raw {
 
 /// Option callback (`spank_opt_cb_f`): record the value; validation happens in init_post_opt,
 /// where the message can say what was wrong. Never unwinds into Slurm.
-extern "C" fn on_option(_val: c_int, optarg: *const c_char, _remote: c_int) -> c_int {
+extern "C" fn on_option(_val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
     let value = if optarg.is_null() {
         None
     } else {
@@ -226,7 +226,9 @@ extern "C" fn on_option(_val: c_int, optarg: *const c_char, _remote: c_int) -> c
     };
     let stored = std::panic::catch_unwind(move || match SEEN.lock() {
         Ok(mut seen) => {
-            *seen = Some(value);
+            if crate::compat::keep_remote_value(remote != 0, seen.is_some()) {
+                *seen = Some(value);
+            }
             true
         }
         Err(_) => false,

@@ -54,8 +54,9 @@ python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    if ! { timeout 600 apt-get update -q >&2 \
-        && timeout 900 apt-get install -y -q --no-install-recommends "${need[@]}" >&2; }; then
+    # DPkg::Lock::Timeout: wait for another apt on the machine instead of failing (exit 100).
+    if ! { timeout 900 apt-get -o DPkg::Lock::Timeout=600 update -q >&2 \
+        && timeout 1200 apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${need[@]}" >&2; }; then
         say "apt-get install ${need[*]} failed"; exit 1
     fi
 fi

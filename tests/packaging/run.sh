@@ -13,9 +13,15 @@
 # Refuses to run while a nccl-check package is installed (it would remove the admin's package).
 # Every wait is bounded with `timeout`. Own cluster dir and ports, so other suites may run at once.
 #
+# tests/matrix/run.sh also runs it inside the 24.11 (trixie) and 26.05 (sid) root filesystems,
+# with that major's packages built on the host beforehand (NCCL_CHECK_PKG_PREBUILT): there the
+# DEB lifecycle runs against the root's own Slurm; the build.sh and RPM tests run on the host only.
+#
 # Usage: bash tests/packaging/run.sh
 # Env:   NCCL_CHECK_PKG_BINARIES=default|portable|host (build.sh --binaries for the lifecycle
 #        packages; default: default)
+#        NCCL_CHECK_PKG_PREBUILT=DIR with DIR/r1/*.deb and DIR/r2/*.deb (revisions 1 and 2) and
+#        NCCL_CHECK_PKG_VERSION: use those instead of building (no cargo in a root filesystem).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -33,15 +39,18 @@ say() { echo "packaging: $*" >&2; }
 cd "$REPO" || exit 1
 
 # --- prerequisites ----------------------------------------------------------------------------
-timeout 1800 bash tests/setup-deps.sh >&2 || { say "tests/setup-deps.sh failed"; exit 1; }
+PREBUILT=${NCCL_CHECK_PKG_PREBUILT:-}
+# Every apt call waits for the dpkg lock (another apt on the machine) instead of failing.
+APT=(apt-get -o DPkg::Lock::Timeout=600)
+[ -z "$PREBUILT" ] && { timeout 1800 bash tests/setup-deps.sh >&2 || { say "tests/setup-deps.sh failed"; exit 1; }; }
 missing=()
-for p in rpm help2man dpkg-dev binutils cpio; do
+[ -z "$PREBUILT" ] && for p in rpm help2man dpkg-dev binutils cpio; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
-    timeout 600 apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 \
-        || { timeout 600 apt-get update -q >&2 && timeout 600 apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; } \
+    timeout 900 "${APT[@]}" install -y -q --no-install-recommends "${missing[@]}" >&2 \
+        || { timeout 900 "${APT[@]}" update -q >&2 && timeout 900 "${APT[@]}" install -y -q --no-install-recommends "${missing[@]}" >&2; } \
         || { say "apt-get install ${missing[*]} failed"; exit 1; }
 fi
 installed=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 'nccl-check*' 2>/dev/null | awk '$1 != "un" { print $2 }')
@@ -61,7 +70,7 @@ cleanup() {
     for p in "$PKG" nccl-check-slurm22.99; do
         st=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null)
         if [ -n "$st" ] && [ "${st:0:2}" != un ]; then
-            timeout 300 apt-get purge -y -q "$p" >/dev/null 2>&1 || timeout 120 dpkg --purge "$p" >/dev/null 2>&1
+            timeout 900 "${APT[@]}" purge -y -q "$p" >/dev/null 2>&1 || timeout 120 dpkg --purge "$p" >/dev/null 2>&1
         fi
     done
     rm -rf "$WORK"
@@ -73,24 +82,32 @@ trap 'exit 130' INT TERM
 
 # --- build: revision 1 and 2 of the same version (the upgrade) ---------------------------------
 BINARIES=${NCCL_CHECK_PKG_BINARIES:-default}
-say "building revision 1 (packaging/build.sh --binaries $BINARIES)"
-if ! timeout 3600 packaging/build.sh --binaries "$BINARIES" --revision 1 --out "$WORK/r1" >"$LOG" 2>&1; then
-    tail -30 "$LOG" >&2; say "build.sh failed"; exit 1
-fi
-say "building revision 2"
-if ! timeout 1800 packaging/build.sh --binaries "$BINARIES" --revision 2 --out "$WORK/r2" >"$LOG" 2>&1; then
-    tail -30 "$LOG" >&2; say "build.sh --revision 2 failed"; exit 1
+if [ -n "$PREBUILT" ]; then
+    say "packages from $PREBUILT (built by tests/matrix/run.sh)"
+    cp -r "$PREBUILT/r1" "$PREBUILT/r2" "$WORK/" || { say "no $PREBUILT/r1 or r2"; exit 1; }
+else
+    say "building revision 1 (packaging/build.sh --binaries $BINARIES)"
+    if ! timeout 3600 packaging/build.sh --binaries "$BINARIES" --revision 1 --out "$WORK/r1" >"$LOG" 2>&1; then
+        tail -30 "$LOG" >&2; say "build.sh failed"; exit 1
+    fi
+    say "building revision 2"
+    if ! timeout 1800 packaging/build.sh --binaries "$BINARIES" --revision 2 --out "$WORK/r2" >"$LOG" 2>&1; then
+        tail -30 "$LOG" >&2; say "build.sh --revision 2 failed"; exit 1
+    fi
 fi
 hex=$(awk '$1 == "#define" && $2 == "SLURM_VERSION_NUMBER" { print $3 }' /usr/include/slurm/slurm_version.h)
 MM=$(printf '%d.%02d' $(( (hex >> 16) & 255 )) $(( (hex >> 8) & 255 )))
 NEXT=$(printf '%d.%02d' $(( (hex >> 16) & 255 )) $(( ((hex >> 8) & 255) + 1 )))
 PKG=nccl-check-slurm$MM
-VERSION=$(cargo pkgid -p spank-plugin | sed 's/.*[#@]//')
+VERSION=${NCCL_CHECK_PKG_VERSION:-$(cargo pkgid -p spank-plugin | sed 's/.*[#@]//')}
 DEB1=$WORK/r1/${PKG}_$VERSION-1_amd64.deb
 DEB2=$WORK/r2/${PKG}_$VERSION-2_amd64.deb
 RPM1=$WORK/r1/$PKG-$VERSION-1.x86_64.rpm
 SO=/usr/lib/x86_64-linux-gnu/slurm-wlm/nccl_check.so
-for f in "$DEB1" "$DEB2" "$RPM1"; do [ -f "$f" ] || { say "build.sh made no $f"; ls -l "$WORK"/r*/ >&2; exit 1; }; done
+need_files=("$DEB1" "$DEB2")
+[ -z "$PREBUILT" ] && need_files+=("$RPM1")
+for f in "${need_files[@]}"; do [ -f "$f" ] || { say "build.sh made no $f"; ls -l "$WORK"/r*/ >&2; exit 1; }; done
+say "Slurm $(dpkg-query -W -f='${Version}' slurmd 2>/dev/null) on $(. /etc/os-release && echo "$PRETTY_NAME"); package $PKG $VERSION"
 
 # --- helpers (as tests/slurm/run.sh) ------------------------------------------------------------
 OUT=$WORK/out ERR=$WORK/err RC=0
@@ -103,7 +120,7 @@ expect_out() { grep -qF -- "$1" "$OUT" || fail "stdout lacks '$1'; stdout: $(hea
 expect_apt_says() { cat "$OUT" "$ERR" | grep -qF -- "$1" || fail "apt output lacks '$1': $(grep nccl-check "$OUT" "$ERR" | head -5)"; }
 expect_file() { [ -e "$1" ] || [ -L "$1" ] || fail "missing: $1"; }
 expect_no_file() { [ ! -e "$1" ] && [ ! -L "$1" ] || fail "still there: $1"; }
-apt_install() { run_cmd apt-get install -y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"; }
+apt_install() { run_cmd "${APT[@]}" install -y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"; }
 enabled() { grep -Eq "^required[[:space:]]+${SO}[[:space:]]" "$SNIPPET"; }
 idle() { timeout 30 bash -c 'until [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -ge 2 ]; do sleep 0.3; done'; }
 # A plain step works and prints nothing about a plugin.
@@ -219,11 +236,15 @@ t_cluster_reads_the_installed_plugstack() {
 }
 
 t_enabling_as_the_readme_says_adds_the_option() {
+    local help
     # packaging/README.md, "Enable the plugin": exactly this line.
     sed -i "s|^#required $SO|required $SO|" "$SNIPPET"
     enabled || { fail "the README's sed did not enable $SNIPPET"; return 1; }
     for cmd in srun sbatch salloc; do
-        timeout 20 "$cmd" --help 2>&1 | grep -q -- '--nccl-check=mode' || fail "$cmd --help lacks --nccl-check"
+        # Captured first: `cmd --help | grep -q` under pipefail fails when grep exits early and
+        # cmd dies of SIGPIPE (seen with 24.11's longer sbatch --help).
+        help=$(timeout 20 "$cmd" --help 2>&1)
+        grep -q -- '--nccl-check=mode' <<<"$help" || fail "$cmd --help lacks --nccl-check"
     done
     plain_srun_works
 }
@@ -288,7 +309,7 @@ t_upgrade_keeps_edited_config_files() {
 
 # --- remove, reinstall, purge -------------------------------------------------------------------
 t_remove_disables_the_plugin_and_srun_keeps_working() {
-    run_cmd apt-get remove -y -q "$PKG"
+    run_cmd "${APT[@]}" remove -y -q "$PKG"
     expect_rc0 || return 1
     expect_out "nccl-check: commented out the plugin line in $SNIPPET"
     # slurm.conf still says Prolog=/usr/sbin/nccl-check-prolog: the package warns (never edits it).
@@ -323,7 +344,7 @@ t_reinstall_after_remove_keeps_it_disabled() {
 }
 
 t_purge_removes_everything() {
-    run_cmd apt-get purge -y -q "$PKG"
+    run_cmd "${APT[@]}" purge -y -q "$PKG"
     expect_rc0 || return 1
     dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" 2>/dev/null | grep -q '^[ri]' && fail "still known to dpkg as installed/config-files"
     for p in /etc/nccl-check "$SNIPPET" /var/lib/nccl-check "$SO" /usr/libexec/nccl-check /usr/share/nccl-check \
@@ -357,7 +378,7 @@ t_another_majors_package_replaces_this_one() {
     for p in /var/lib/nccl-check /etc/nccl-check/nccl-check.toml /etc/nccl-check/prolog.toml "$SNIPPET" "$SO"; do
         expect_file "$p"
     done
-    run_cmd apt-get purge -y -q "$other"
+    run_cmd "${APT[@]}" purge -y -q "$other"
     expect_rc0
     expect_no_file /etc/nccl-check
     expect_no_file /var/lib/nccl-check
@@ -438,7 +459,7 @@ t_rpm_payload_matches_the_deb() {
         || fail "the plugstack snippets differ beyond the plugin directory"
 }
 
-run_test "build.sh refuses a --slurm-version the installed headers do not have" t_build_refuses_a_slurm_version_the_headers_do_not_have
+[ -z "$PREBUILT" ] && run_test "build.sh refuses a --slurm-version the installed headers do not have" t_build_refuses_a_slurm_version_the_headers_do_not_have
 run_test "the .deb is named for Slurm $MM and depends on exactly that major" t_deb_names_and_pins_the_slurm_major
 run_test "the .deb holds the plugin, worker, prolog, man pages, enroot files and three conffiles" t_deb_conffiles_and_files
 run_test "apt installs the .deb; the plugin is installed disabled" t_apt_installs_the_deb_with_the_plugin_disabled
@@ -456,10 +477,14 @@ if [ "$TEST_FAILED" = 0 ]; then
 else
     say "install failed; skipping the cluster tests"
 fi
-run_test "rpm -qp: files, %config(noreplace), scripts, requires, provides, conflicts" t_rpm_files_scripts_and_dependencies
-run_test "the RPM's %preun disables only our plugin line and our enroot links, on erase only" t_rpm_preun_disables_the_plugin_line
-run_test "the RPM's payload is the DEB's at RHEL paths" t_rpm_payload_matches_the_deb
-run_test "--binaries portable: an RPM for glibc 2.17 whose plugin loads and checks in Slurm" t_portable_rpm_needs_glibc_2_17_and_its_plugin_works
+if [ -z "$PREBUILT" ]; then
+    run_test "rpm -qp: files, %config(noreplace), scripts, requires, provides, conflicts" t_rpm_files_scripts_and_dependencies
+    run_test "the RPM's %preun disables only our plugin line and our enroot links, on erase only" t_rpm_preun_disables_the_plugin_line
+    run_test "the RPM's payload is the DEB's at RHEL paths" t_rpm_payload_matches_the_deb
+    run_test "--binaries portable: an RPM for glibc 2.17 whose plugin loads and checks in Slurm" t_portable_rpm_needs_glibc_2_17_and_its_plugin_works
+else
+    say "RPM and build.sh tests: on the host only (tests/packaging/run.sh without NCCL_CHECK_PKG_PREBUILT)"
+fi
 
 if ! harness_tally packaging; then
     for f in "$CL"/log/*.log; do [ -f "$f" ] && { echo "== tail $f"; tail -15 "$f"; }; done >&2

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# End-to-end suite for the --nccl-check SPANK plugin against a real Slurm 22.05 cluster on this
-# machine (slurm/test-cluster/up.sh: munged, slurmctld, 2 slurmd on 127.0.0.1). Needs root and
-# tests/setup-deps.sh. Builds what is missing (the plugin; the real worker for the no-GPU test),
-# brings the cluster up, runs every test, always tears the cluster down, exits non-zero if any
-# test failed. Every wait is bounded with `timeout`; all traffic stays on 127.0.0.1.
+# End-to-end suite for the --nccl-check SPANK plugin against a real Slurm cluster on this
+# machine (slurm/test-cluster/up.sh: munged, slurmctld, 2 slurmd on 127.0.0.1): the host's Slurm
+# 22.05, or 24.11/26.05 when tests/matrix/run.sh runs it inside that release's root filesystem.
+# Needs root and tests/setup-deps.sh. Builds what is missing (the plugin; the real worker for the
+# no-GPU test), brings the cluster up, runs every test, always tears the cluster down, exits
+# non-zero if any test failed. Every wait is bounded with `timeout`; all traffic stays on 127.0.0.1.
 #
 # Usage: bash tests/slurm/run.sh [TEST_NAME_SUBSTRING]
+# Env (set by tests/matrix/run.sh): NCCL_CHECK_PLUGIN_SO (the plugin built for this Slurm;
+#   default target/release/libnccl_check.so), NCCL_CHECK_FAULT_PLUGIN_SO (its fault-injection
+#   build: enables the init-failure test, which is skipped, and says so, without it).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -22,9 +26,10 @@ say() { echo "run.sh: $*" >&2; }
 
 # --- build ----------------------------------------------------------------------------------
 cd "$REPO"
-PLUGIN_SO=$REPO/target/release/libnccl_check.so
+PLUGIN_SO=${NCCL_CHECK_PLUGIN_SO:-$REPO/target/release/libnccl_check.so}
+FAULT_SO=${NCCL_CHECK_FAULT_PLUGIN_SO:-}
 REAL_WORKER=$REPO/target/release/nccl-check
-if [ ! -f "$PLUGIN_SO" ]; then
+if [ ! -f "$PLUGIN_SO" ] && [ -z "${NCCL_CHECK_PLUGIN_SO:-}" ]; then
     say "building the plugin"
     timeout 1200 cargo build --release -p spank-plugin || { say "plugin build failed"; exit 1; }
 fi
@@ -52,12 +57,19 @@ if ! id "$CI_USER" >/dev/null 2>&1; then
 fi
 CI_UID=$(id -u "$CI_USER")
 
+# slurmstepd inherits slurmd's environment: only the fault-injection build reads this (compat.rs).
+[ -n "$FAULT_SO" ] && export NCCL_CHECK_FAULT_REMOTE_INIT=1
 if ! bash "$REPO/slurm/test-cluster/up.sh" --nodes 2 --plugin "$PLUGIN_SO"; then
     say "cluster did not come up"
     for f in "$CL"/log/*.log; do echo "== $f"; tail -30 "$f"; done >&2
     exit 1
 fi
+unset NCCL_CHECK_FAULT_REMOTE_INIT
 export SLURM_CONF=$CL/slurm.conf
+# Slurm of the daemons: "slurm 22.05.8" or "slurm-wlm 24.11.5".
+SLURM_VER=$(sinfo --version | grep -o '[0-9][0-9]*\.[0-9][0-9]*' | head -1)
+say "Slurm $SLURM_VER, plugin $PLUGIN_SO"
+[ -n "$FAULT_SO" ] && install -m 0755 "$FAULT_SO" "$CL/lib/nccl_check_fault.so"
 install -m 0755 "$REPO/tests/fake-worker/nccl-check-fake" "$CL/lib/nccl-check-fake"
 [ -x "$REAL_WORKER" ] && install -m 0755 "$REAL_WORKER" "$CL/lib/nccl-check"
 mkdir -p "$CL/work" && chmod 1777 "$CL/work"
@@ -103,9 +115,13 @@ run_test() { # name function
 
 # --- tests ----------------------------------------------------------------------------------
 t_help_lists_option() {
+    local help
     for cmd in srun sbatch salloc; do
-        timeout 20 "$cmd" --help 2>&1 | grep -q -- '--nccl-check=mode' || fail "$cmd --help lacks --nccl-check"
-        timeout 20 "$cmd" --help 2>&1 | grep -q -- '\[nccl-check\]' || fail "$cmd --help lacks [nccl-check]"
+        # Captured first: `cmd --help | grep -q` under pipefail fails when grep exits early and
+        # cmd dies of SIGPIPE (seen with 24.11's longer sbatch --help).
+        help=$(timeout 20 "$cmd" --help 2>&1)
+        grep -q -- '--nccl-check=mode' <<<"$help" || fail "$cmd --help lacks --nccl-check"
+        grep -q -- '\[nccl-check\]' <<<"$help" || fail "$cmd --help lacks [nccl-check]"
     done
 }
 
@@ -334,6 +350,42 @@ t_sharp_allowed_passes_expect_collnet() {
     expect_err "nccl-check: FAIL on n"
 }
 
+t_init_failure_drains_no_node_on_25_05_and_later() {
+    [ -n "$FAULT_SO" ] || { echo "    skipped: no NCCL_CHECK_FAULT_PLUGIN_SO (tests/matrix/run.sh builds one)"; return 0; }
+    # The fault-injection build fails slurm_spank_init in slurmstepd (slurmd's environment has
+    # NCCL_CHECK_FAULT_REMOTE_INIT=1); that is where a required plugin's error drains a node.
+    echo "required $CL/lib/nccl_check_fault.so worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S" \
+        > "$CL/plugstack.conf.d/zz-nccl-check.conf"
+    run_cmd sbatch -N1 -w n1 --no-requeue --wait -o /dev/null --wrap true
+    local job; job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    default_conf
+    [ -n "$job" ] || { fail "sbatch printed no job id: $(cat "$OUT" "$ERR")"; return 1; }
+    local jstate; jstate=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*')
+    scancel "$job" 2>/dev/null
+    # From 23.11 on such a job fails and sbatch --wait exits non-zero (Slurm's changelog); 22.05
+    # reports it COMPLETED with rc 0 (observed), and only the log and the drain below show it.
+    if [ "$(printf '%s\n23.11\n' "$SLURM_VER" | sort -V | head -1)" = 23.11 ]; then
+        [ "$jstate" != JobState=COMPLETED ] || fail "job $job completed although slurm_spank_init failed"
+        [ "$RC" != 0 ] || fail "sbatch --wait exited 0 although slurm_spank_init failed ($jstate)"
+    fi
+    timeout 20 bash -c "until grep -q 'nccl_check_fault.so: init() failed' $CL/log/slurmd-n1.log; do sleep 0.3; done" \
+        || fail "slurmd-n1.log does not show the injected init() failure"
+    local state reason
+    sleep 2                      # slurmctld handles the batch completion message
+    state=$(sinfo -h -n n1 -o %T); reason=$(sinfo -h -R -n n1 -o %E)
+    if [ "$(printf '%s\n25.05\n' "$SLURM_VER" | sort -V | head -1)" = 25.05 ]; then
+        [[ "$state" != drain* ]] || fail "Slurm $SLURM_VER drained n1 ($reason) despite slurm_spank_init_failure_mode"
+        echo "    Slurm $SLURM_VER: job $job $jstate (sbatch rc $RC), n1 stays $state"
+    else
+        # The control: without the failure mode (before 25.05) the same failure drains the node,
+        # so the test above can fail. Resume it for the next tests.
+        [[ "$state" == drain* ]] && [ "$reason" = "batch job complete failure" ] \
+            || fail "Slurm $SLURM_VER: expected the pre-25.05 drain, got state $state reason '$reason'"
+        echo "    Slurm $SLURM_VER (no failure mode): job $job $jstate (sbatch rc $RC), n1 drained with '$reason', as documented; resumed"
+        scontrol update nodename=n1 state=resume
+    fi
+}
+
 run_test "srun, sbatch and salloc --help list --nccl-check" t_help_lists_option
 run_test "srun -N2 --nccl-check runs the worker on both nodes (fake pass)" t_pass_runs_worker_on_both_nodes
 run_test "--nccl-check=full and default_mode=full run the full plan" t_full_mode_and_default_mode
@@ -354,6 +406,7 @@ run_test "with allow_sharp=1, --nccl-check=sharp passes --expect-collnet to ever
 run_test "without the option the worker never runs" t_no_option_never_runs_worker
 run_test "jobs of a non-root user work and check as that user" t_non_root_user_jobs_work
 run_test "the required plugin with a bad config does not break plain jobs" t_required_plugin_with_bad_config_keeps_plain_jobs_working
+run_test "slurm_spank_init failing in slurmstepd drains no node on 25.05+ (drains before: the control)" t_init_failure_drains_no_node_on_25_05_and_later
 
 if ! harness_tally run.sh; then
     for f in "$CL"/log/*.log; do echo "== tail $f"; tail -15 "$f"; done >&2
