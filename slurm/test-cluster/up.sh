@@ -19,6 +19,8 @@
 # --munge-socket starts a private munged on PATH (its files beside it; stopped by down.sh) and sets
 # AuthInfo=socket=PATH (unless a --conf AuthInfo= line is given: it must then name the socket), so no
 # other cluster's munged matters.
+# NCCL_CHECK_CLUSTER_NODE_EXTRA="Gres=gpu:1" appends to every node's NodeName line (the GPU
+# machine's end-to-end test; a gres.conf beside slurm.conf in $CLUSTER_DIR goes with it).
 # Nothing under /etc is written: slurm.conf and plugstack.conf live in $CLUSTER_DIR.
 set -euo pipefail
 
@@ -98,7 +100,7 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 MailProg=/bin/true
 KillWait=5
-NodeName=n[1-$NODES] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$FIRST_NODE_PORT-$LAST_NODE_PORT] CPUs=2 RealMemory=1000 State=UNKNOWN
+NodeName=n[1-$NODES] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$FIRST_NODE_PORT-$LAST_NODE_PORT] CPUs=2 RealMemory=1000 State=UNKNOWN ${NCCL_CHECK_CLUSTER_NODE_EXTRA:-}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
 [ "$NODES" = 1 ] && sed -i "s/^NodeName=n\[1-1\].*Port=\[[0-9-]*\]/NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$FIRST_NODE_PORT/" "$CLUSTER_DIR/slurm.conf"
