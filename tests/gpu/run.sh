@@ -102,17 +102,19 @@ if [ "$ngpus" -ge 2 ]; then
 fi
 
 if [ -n "${TORCH_PYTHON:-}" ] && [ "$ngpus" -ge 2 ]; then
-  # On 2 GPUs no third GPU tells the two apart: the local probe names the busy one.
-  # One GPU slowed by a competing matmul loop (20 s, bounded): the verdict names it.
+  # On 2 GPUs no third GPU tells the two apart: the local probe names the busy one. GPU1's memory
+  # saturated by another process's copy loop (20 s, bounded); a matmul loop would not do: it leaves
+  # the memory bandwidth to the probe (2055 vs 2089 GB/s measured on H200).
   timeout 30 "$TORCH_PYTHON" -c "
 import torch,time
-a=torch.randn(8192,8192,device='cuda:1');t=time.time()
-while time.time()-t<20: b=a@a
+a=torch.empty(2<<30,dtype=torch.uint8,device='cuda:1');b=torch.empty_like(a);t=time.time()
+while time.time()-t<20: b.copy_(a)
 torch.cuda.synchronize()" & hog=$!
   sleep 6
   nc --json "$out/busy.json" >"$out/busy.txt" 2>&1; r=$?
   wait $hog
-  check "GPU1 busy: FAIL naming GPU1" "1 yes" "$r $(summary "$out/busy.json" | grep -q 'GPU1' && echo yes)" "$(summary "$out/busy.json")"
+  first=$(python3 -c 'import json,sys; x=json.load(open(sys.argv[1]))["reasons"][0]; print(x["code"], x.get("subject",""))' "$out/busy.json" 2>/dev/null)
+  check "GPU1 memory saturated: FAIL local_probe_slow naming GPU1 (not the pair)" "1 yes" "$r $(echo "$first" | grep -qE '^local_probe_slow .*GPU1' && echo yes)" "$first: $(summary "$out/busy.json")"
 fi
 
 if [ "$ngpus" -ge 4 ]; then
