@@ -15,6 +15,7 @@ const AFTER_HELP: &str = "\
 Examples:
   nccl-check                                  quick plan: all_reduce 256M + every GPU pair (~2.5 s)
   nccl-check --explain-thresholds             which thresholds apply to these GPUs, and their sources
+  nccl-check --explain-plan --nodes 1024 --gpus-per-node 8 [--json]   rounds and modeled time (no GPU)
   nccl-check --plan full --plot r.svg         six collectives 32M..1G + pairs; busbw drawn vs size
   nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests sweep)
   nccl-check sendrecv,alltoall --json r.json  two collectives, JSON report
@@ -177,6 +178,13 @@ pub fn parse(
     args: impl IntoIterator<Item = String>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Options, ParseExit> {
+    let args: Vec<String> = args.into_iter().collect();
+    // --explain-plan needs no config, GPU or NCCL, and its --json is a flag (localize::cli).
+    match crate::localize::cli::intercept(&args) {
+        Some(crate::localize::cli::PlanCli::Print(text)) => return Err(ParseExit::Info(text)),
+        Some(crate::localize::cli::PlanCli::Usage(e)) => return Err(ParseExit::Usage(e)),
+        None => {}
+    }
     let raw = Raw::try_parse_from(args).map_err(|e| match e.kind() {
         clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
             ParseExit::Info(e.to_string())

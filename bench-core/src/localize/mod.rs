@@ -49,6 +49,7 @@
 //! - A suspect whose confirmation partner happens to share a second, independent link fault.
 
 mod assess;
+pub mod cli;
 pub mod plan;
 mod schedule;
 #[cfg(any(test, feature = "sim"))]
