@@ -69,6 +69,8 @@ pub fn judge(
         judging.outlier_fraction,
         &|c, n, b| floors.floor(c, n, b),
     );
+    // The node-level localizer (multi-node checks) judged its own rounds; its reasons join.
+    reasons.extend(report.localization.iter().flat_map(|l| l.reasons.clone()));
     if let Some(log) = log {
         reasons.extend(transport_reasons(
             report,

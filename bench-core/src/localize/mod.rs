@@ -50,12 +50,15 @@
 
 mod assess;
 pub mod cli;
+pub mod drive;
 pub mod plan;
+pub mod reasons;
 mod schedule;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 
 pub use plan::explain_plan;
+pub use reasons::Summary;
 pub use schedule::Localizer;
 
 /// Largest allocation the localizer accepts (a bounded input: results arrive from the network).
