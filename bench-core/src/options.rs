@@ -124,6 +124,11 @@ struct Raw {
     /// Print only the verdict line (no table)
     #[arg(short, long)]
     quiet: bool,
+    /// Node pairs of a multi-node check: adaptive (one allocation-wide collective, then
+    /// localization rounds only when it is slow), full (every node pair, N-1 rounds), or auto
+    /// (full up to 3 nodes, where it measures the same pairs in as many rounds, else adaptive)
+    #[arg(long = "pair-matrix", default_value = "auto")]
+    pair_matrix: String,
 }
 
 fn after_help() -> String {
@@ -171,6 +176,39 @@ pub struct Options {
     pub nccl_lib: Option<PathBuf>,
     pub json: Option<PathBuf>,
     pub quiet: bool,
+    /// `--pair-matrix`: how node pairs are measured (`localize`).
+    pub pair_matrix: PairMatrix,
+}
+
+/// `--pair-matrix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairMatrix {
+    Auto,
+    Adaptive,
+    Full,
+}
+
+impl PairMatrix {
+    fn parse(v: &str) -> Result<PairMatrix, String> {
+        match v {
+            "auto" => Ok(PairMatrix::Auto),
+            "adaptive" => Ok(PairMatrix::Adaptive),
+            "full" => Ok(PairMatrix::Full),
+            _ => Err(format!(
+                "invalid pair-matrix '{v}': expected auto, adaptive or full"
+            )),
+        }
+    }
+
+    /// Whether `nodes` nodes measure every node pair: up to 3 nodes the full matrix measures the
+    /// ring's pairs in as many rounds (1 and 3) and keeps the node-pair table.
+    pub fn full_for(self, nodes: u32) -> bool {
+        match self {
+            PairMatrix::Full => true,
+            PairMatrix::Adaptive => false,
+            PairMatrix::Auto => nodes <= 3,
+        }
+    }
 }
 
 /// Parses the command line; `Err` carries clap's own exit (help, version) or a usage error line.
@@ -430,6 +468,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             return Err(format!("invalid min-busbw '{b}'"));
         }
     }
+    let pair_matrix = PairMatrix::parse(&raw.pair_matrix)?;
     let nccl_lib = raw.nccl_lib.or_else(|| {
         env("NCCL_CHECK_NCCL_LIB")
             .filter(|s| !s.is_empty())
@@ -468,6 +507,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         nccl_lib,
         json: raw.json,
         quiet: raw.quiet,
+        pair_matrix,
     })
 }
 
@@ -628,5 +668,18 @@ mod tests {
             h.contains("Exit codes:") && h.contains("6  ERROR timeout"),
             "{h}"
         );
+    }
+
+    #[test]
+    fn pair_matrix_is_full_up_to_three_nodes_unless_told() {
+        let o = parse_with(&[], &[]).unwrap();
+        assert_eq!(o.pair_matrix, PairMatrix::Auto);
+        assert!(o.pair_matrix.full_for(3) && !o.pair_matrix.full_for(4));
+        let o = parse_with(&["--pair-matrix", "full"], &[]).unwrap();
+        assert!(o.pair_matrix.full_for(64));
+        let o = parse_with(&["--pair-matrix", "adaptive"], &[]).unwrap();
+        assert!(!o.pair_matrix.full_for(2));
+        let e = parse_with(&["--pair-matrix", "some"], &[]).unwrap_err();
+        assert!(e.contains("invalid pair-matrix 'some'"), "{e}");
     }
 }

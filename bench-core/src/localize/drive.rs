@@ -105,9 +105,7 @@ pub fn drive<E>(
 ) -> Result<Verdict, DriveError<E>> {
     while let Some(round) = localizer.next_round() {
         let results = round_results(&round).map_err(DriveError::Measure)?;
-        localizer
-            .record(&results)
-            .map_err(DriveError::Localize)?;
+        localizer.record(&results).map_err(DriveError::Localize)?;
     }
     Ok(localizer.finish())
 }
@@ -201,6 +199,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!(v.findings.len(), 1, "{v:?}");
-        assert_eq!((v.findings[0].code, v.findings[0].nodes.clone()), (Code::NodeSlow, vec![5]));
+        assert_eq!(
+            (v.findings[0].code, v.findings[0].nodes.clone()),
+            (Code::NodeSlow, vec![5])
+        );
     }
 }

@@ -38,10 +38,7 @@ pub fn reason_code(code: Code) -> Option<ReasonCode> {
 
 /// The verdict's findings as reasons, `nodeK` replaced by `names[K]`.
 pub fn reasons(v: &Verdict, names: &[String]) -> Vec<Reason> {
-    v.findings
-        .iter()
-        .filter_map(|f| reason(f, names))
-        .collect()
+    v.findings.iter().filter_map(|f| reason(f, names)).collect()
 }
 
 fn reason(f: &Finding, names: &[String]) -> Option<Reason> {
@@ -62,10 +59,7 @@ pub fn rename(text: &str, names: &[String]) -> String {
     while i < bytes.len() {
         let word_start = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
         if word_start && text[i..].starts_with("node") {
-            let digits = text[i + 4..]
-                .bytes()
-                .take_while(u8::is_ascii_digit)
-                .count();
+            let digits = text[i + 4..].bytes().take_while(u8::is_ascii_digit).count();
             let end = i + 4 + digits;
             let at_word_end = end == bytes.len() || !bytes[end].is_ascii_alphanumeric();
             if digits > 0 && at_word_end {

@@ -8,6 +8,7 @@
 
 mod comms;
 mod error;
+mod localized;
 mod measure;
 mod output;
 mod pair_matrix;
@@ -69,6 +70,11 @@ pub struct Outcome {
     pub phases: Phases,
     pub rows: Vec<Row>,
     pub pairs: Vec<PairRow>,
+    /// The node-level localization (recorder thread of a multi-node adaptive check).
+    pub localization: Option<crate::localize::Summary>,
+    /// The last collective measured (name, bytes, busbw of the slower placement), the same on
+    /// every rank: phase B of the localizer when the plan's collective ran over all ranks.
+    pub last_collective: Option<(&'static str, u64, f64)>,
     pub error: Option<RunError>,
 }
 
@@ -95,6 +101,8 @@ impl GpuThread {
             phases: Phases::default(),
             rows: Vec::new(),
             pairs: Vec::new(),
+            localization: None,
+            last_collective: None,
             error: None,
         };
         let began = Instant::now();
