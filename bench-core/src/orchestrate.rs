@@ -142,7 +142,7 @@ fn explain(opts: &Options, devices: &[usize]) -> String {
 }
 
 /// The proof every peer must give: the step's shared secret, or MUNGE under Slurm.
-fn authenticator(opts: &Options) -> Result<Box<dyn rendezvous::auth::Authenticator>, String> {
+pub fn authenticator(opts: &Options) -> Result<Box<dyn rendezvous::auth::Authenticator>, String> {
     use crate::options::Credential;
     use crate::rendezvous::auth::{Munge, SharedSecret};
     match &opts.credential {
