@@ -34,6 +34,9 @@ cargo build --release
 step "real Slurm suite (SPANK plugin)"
 bash tests/slurm/run.sh
 
+step "scale suite (real Slurm, 64 nodes, simulated fabric)"
+bash tests/scale/run.sh
+
 step "prolog suite (real Slurm)"
 bash tests/prolog/run.sh
 

@@ -11,8 +11,8 @@
 //!
 //! Environment (test only): NCCL_CHECK_SIM_GPUS (GPUs per process, default 8),
 //! NCCL_CHECK_SIM_FAULTS (`nodenet:NODE:F`, `nic:NODE:RAIL:F`, `link:NODE:NODE:F`, comma-separated,
-//! NODE a node name), NCCL_CHECK_SIM_ABSENT (a node name whose process never joins: it waits out
-//! the timeout, as a task stuck before its rendezvous would).
+//! NODE a node name), NCCL_CHECK_SIM_ABSENT (a node name whose process kills itself before it
+//! joins, as a task that dies before its rendezvous).
 
 use bench_core::localize::drive::{drive, DriveError, Layout};
 use bench_core::localize::sim::{Fabric, Fault};
@@ -117,10 +117,10 @@ fn run(
         ));
     }
     if std::env::var("NCCL_CHECK_SIM_ABSENT").is_ok_and(|a| a == host) {
-        std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
-        return Err(RunError::Timeout(format!(
-            "{host}: never joined (NCCL_CHECK_SIM_ABSENT)"
-        )));
+        // A task that dies before its rendezvous (OOM killer, node failure): no report, no word
+        // to the others; they must find out by themselves.
+        // SAFETY: raise(3) with a valid signal number.
+        unsafe { libc::raise(libc::SIGKILL) };
     }
     let t = Instant::now();
     let me = Member {
