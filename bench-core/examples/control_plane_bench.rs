@@ -29,7 +29,7 @@ struct Args {
 fn parse() -> Args {
     let mut a = Args {
         procs: 1024,
-        port: 29650,
+        port: 31650, // outside 29501-29999, where Slurm steps rendezvous
         rounds: 20,
         timeout_s: 120.0,
         dead: None,
@@ -136,7 +136,11 @@ fn child(a: &Args, rank: u32) {
             let sum_deadline = Instant::now() + Duration::from_secs_f64(a.timeout_s);
             match joined.plane.sum(seq, &v, sum_deadline) {
                 Ok(s) => {
-                    let expect = if a.dead.is_some() { -1.0 } else { a.procs as f64 };
+                    let expect = if a.dead.is_some() {
+                        -1.0
+                    } else {
+                        a.procs as f64
+                    };
                     if a.dead.is_none() && s[0] != expect {
                         failure = Some((format!("wrong sum {} != {expect}", s[0]), 0.0));
                         break 'outer;
@@ -181,11 +185,26 @@ fn main() {
     let mut children = Vec::new();
     for rank in 0..a.procs {
         let mut c = Command::new(&exe);
-        c.args(["--child", &rank.to_string(), "--procs", &a.procs.to_string()])
-            .args(["--port", &a.port.to_string(), "--rounds", &a.rounds.to_string()])
-            .args(["--timeout", &a.timeout_s.to_string(), "--t0", &t0.to_string()])
-            .args(["--out-dir", &a.out_dir, "--dead-mode", &a.dead_mode])
-            .stdin(Stdio::null());
+        c.args([
+            "--child",
+            &rank.to_string(),
+            "--procs",
+            &a.procs.to_string(),
+        ])
+        .args([
+            "--port",
+            &a.port.to_string(),
+            "--rounds",
+            &a.rounds.to_string(),
+        ])
+        .args([
+            "--timeout",
+            &a.timeout_s.to_string(),
+            "--t0",
+            &t0.to_string(),
+        ])
+        .args(["--out-dir", &a.out_dir, "--dead-mode", &a.dead_mode])
+        .stdin(Stdio::null());
         if let Some(d) = a.dead {
             c.args(["--dead", &d.to_string()]);
         }

@@ -52,9 +52,12 @@ echo "required $CL/lib/nccl_check.so worker=$CL/lib/nccl-check-sim timeout=$TIME
     > "$CL/plugstack.conf.d/zz-nccl-check.conf"
 
 OUT=$CL/work/out ERR=$CL/work/err RC=0 ELAPSED=0
+# The test cluster's node names (n1..n64) do not resolve: every slurmd is 127.0.0.1 under this
+# machine's name. The plugin still picks the step's rendezvous port and passes --rendezvous
+# n1:PORT; the simulated worker reads n1 as 127.0.0.1 (NCCL_CHECK_SIM_RENDEZVOUS_HOST).
 run_srun() { # env assignments for the workers, then srun runs on every node, bounded by the budget
     local t0=$SECONDS
-    env "$@" timeout "$BUDGET_S" srun -N"$NODES" --ntasks-per-node=1 --nccl-check true >"$OUT" 2>"$ERR"
+    env NCCL_CHECK_SIM_RENDEZVOUS_HOST=127.0.0.1 "$@" timeout "$BUDGET_S" srun -N"$NODES" --ntasks-per-node=1 --nccl-check true >"$OUT" 2>"$ERR"
     RC=$? ELAPSED=$((SECONDS - t0))
 }
 run_test() { # name function

@@ -12,7 +12,8 @@
 //! Environment (test only): NCCL_CHECK_SIM_GPUS (GPUs per process, default 8),
 //! NCCL_CHECK_SIM_FAULTS (`nodenet:NODE:F`, `nic:NODE:RAIL:F`, `link:NODE:NODE:F`, comma-separated,
 //! NODE a node name), NCCL_CHECK_SIM_ABSENT (a node name whose process kills itself before it
-//! joins, as a task that dies before its rendezvous).
+//! joins, as a task that dies before its rendezvous), NCCL_CHECK_SIM_RENDEZVOUS_HOST (the address
+//! that stands for the coordinator's node name, which the test cluster cannot resolve).
 
 use bench_core::localize::drive::{drive, DriveError, Layout};
 use bench_core::localize::sim::{Fabric, Fault};
@@ -131,13 +132,20 @@ fn run(
         first_rank: 0,
     };
     let auth = bench_core::orchestrate::authenticator(opts).map_err(RunError::Rendezvous)?;
+    // The test cluster's node names (n1..n64, every slurmd on 127.0.0.1 under one host name) do
+    // not resolve; NCCL_CHECK_SIM_RENDEZVOUS_HOST stands in for the name service there. The port
+    // stays the one the plugin chose.
+    let host_of_rdv = std::env::var("NCCL_CHECK_SIM_RENDEZVOUS_HOST")
+        .ok()
+        .filter(|h| !h.is_empty());
     let setup = rendezvous::Setup {
-        host: opts
-            .rendezvous
-            .as_deref()
-            .and_then(|r| r.rsplit_once(':'))
-            .map(|(h, _)| h.to_string())
-            .unwrap_or_default(),
+        host: host_of_rdv.unwrap_or_else(|| {
+            opts.rendezvous
+                .as_deref()
+                .and_then(|r| r.rsplit_once(':'))
+                .map(|(h, _)| h.to_string())
+                .unwrap_or_default()
+        }),
         ports: opts.ports.clone(),
         label: opts.label.clone(),
         world: opts.world,
