@@ -273,6 +273,31 @@ mod tests {
     }
 
     #[test]
+    fn the_localizers_reasons_make_the_verdict_fail() {
+        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
+        let reason = crate::report::json::Reason {
+            code: crate::report::json::ReasonCode::RailSlow,
+            message: "n7 rail 3 (GPU3's NIC): every pair through it is slow".into(),
+            subject: Some("n7 GPU3 NIC".into()),
+            measured: Some(20.0),
+            limit: Some(40.0),
+        };
+        r.localization = Some(crate::localize::Summary {
+            plan: "adaptive".into(),
+            nodes: 8,
+            rails: 4,
+            rounds: 4,
+            localization_rounds: 2,
+            allocation_busbw: Some(100.0),
+            allocation_floor: None,
+            pair_groups: 32,
+            reasons: vec![reason.clone()],
+        });
+        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        assert_eq!(r.reasons, vec![reason]);
+    }
+
+    #[test]
     fn a_healthy_node_passes_with_what_was_measured_in_the_summary() {
         let mut r = report(
             vec![row("all_reduce", 338.0), row("all_gather", 250.0)],
