@@ -71,6 +71,7 @@ expect_err() { grep -qE -- "$1" "$ERR" || fail "stderr lacks /$1/; stderr: $(tai
 t_healthy_passes_without_localization_rounds() {
     run_srun NCCL_CHECK_SIM_GPUS=8
     [ "$RC" = 0 ] || fail "expected PASS (rc 0), got $RC: $(tail -8 "$ERR")"
+    expect_err "nccl-check: PASS \([a-z]+, $NODES ranks\): $((NODES * 8)) x simulated GPU on $NODES node\(s\), 2 rounds \(0 localization\)"
     [ "$ELAPSED" -le "$BUDGET_S" ] || fail "took $ELAPSED s (budget $BUDGET_S s)"
     say "healthy -N$NODES: $ELAPSED s"
 }
@@ -78,9 +79,11 @@ t_healthy_passes_without_localization_rounds() {
 t_slow_node_is_named() {
     run_srun NCCL_CHECK_SIM_GPUS=8 NCCL_CHECK_SIM_FAULTS=nodenet:n37:0.5
     [ "$RC" != 0 ] || fail "expected FAIL, got rc 0"
-    expect_err "nccl-check: FAIL on n[0-9]+ .*n37: every node pair it is in is slow on all 8 NICs"
-    grep -E "FAIL on" "$ERR" | grep -vq "n37" && grep -E "FAIL on" "$ERR" | grep -v n37 | grep -qE "n[0-9]+:" \
-        && fail "another node was named: $(grep -E 'FAIL on' "$ERR" | head -3)"
+    expect_err "nccl-check: FAIL on n[0-9]+ .*: n37: every node pair it is in is slow on all 8 NICs"
+    # Every rank reports the same single finding: no other node is named.
+    [ "$(grep -cE 'nccl-check: FAIL on n[0-9]+ \(rank [0-9]+ of [0-9]+\): n37: every node pair' "$ERR")" = "$NODES" ] \
+        || fail "not every rank names n37 alone: $(grep -E 'FAIL on' "$ERR" | sort | uniq -c | head -5)"
+    grep -q "(and [0-9]* more)" "$ERR" && fail "more than one finding: $(grep -m1 'FAIL on' "$ERR")"
     say "slow n37 -N$NODES: $ELAPSED s"
 }
 

@@ -60,13 +60,19 @@ fn main() {
             } else {
                 ExitCode::Fail
             };
-            let summary = match report.reasons.first() {
-                Some(r) => r.message.clone(),
-                None => format!(
-                    "{} x simulated GPU on {} node(s), no slow node, rail or node pair",
-                    report.nranks,
-                    report.localization.as_ref().map_or(0, |l| l.nodes)
-                ),
+            let summary = match report.reasons.as_slice() {
+                [only] => only.message.clone(),
+                [first, rest @ ..] => format!("{} (and {} more)", first.message, rest.len()),
+                [] => {
+                    let l = report.localization.as_ref();
+                    format!(
+                        "{} x simulated GPU on {} node(s), {} rounds ({} localization), no slow node, rail or node pair",
+                        report.nranks,
+                        l.map_or(0, |l| l.nodes),
+                        l.map_or(0, |l| l.rounds),
+                        l.map_or(0, |l| l.localization_rounds),
+                    )
+                }
             };
             report.set_outcome(code, summary);
             code
