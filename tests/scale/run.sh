@@ -14,7 +14,7 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 FILTER=${1:-}
 NODES=${NCCL_CHECK_SCALE_NODES:-64}
-TIMEOUT_S=40                          # the worker's --timeout (plugstack timeout=)
+TIMEOUT_S=20                          # the worker's --timeout (plugstack timeout=)
 BUDGET_S=$((TIMEOUT_S + 5 + 30))      # + the plugin's kill grace + srun's start-up of 64 tasks
 # shellcheck disable=SC1091  # followed with shellcheck -x
 . "$REPO/tests/lib/harness.sh"
