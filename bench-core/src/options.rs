@@ -124,11 +124,10 @@ struct Raw {
     /// Print only the verdict line (no table)
     #[arg(short, long)]
     quiet: bool,
-    /// Node pairs of a multi-node check: adaptive (one allocation-wide collective, then
-    /// localization rounds only when it is slow), full (every node pair, N-1 rounds), or auto
-    /// (full up to 3 nodes, where it measures the same pairs in as many rounds, else adaptive)
-    #[arg(long = "pair-matrix", default_value = "auto")]
-    pair_matrix: String,
+    /// Node pairs: adaptive (localization rounds only when the allocation-wide collective is
+    /// slow), full (every node pair, N-1 rounds), auto (full up to 3 nodes, else adaptive)
+    #[arg(long = "pair-matrix", default_value = "auto", value_parser = crate::localize::PairMatrix::parse)]
+    pair_matrix: crate::localize::PairMatrix,
 }
 
 fn after_help() -> String {
@@ -177,38 +176,7 @@ pub struct Options {
     pub json: Option<PathBuf>,
     pub quiet: bool,
     /// `--pair-matrix`: how node pairs are measured (`localize`).
-    pub pair_matrix: PairMatrix,
-}
-
-/// `--pair-matrix`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PairMatrix {
-    Auto,
-    Adaptive,
-    Full,
-}
-
-impl PairMatrix {
-    fn parse(v: &str) -> Result<PairMatrix, String> {
-        match v {
-            "auto" => Ok(PairMatrix::Auto),
-            "adaptive" => Ok(PairMatrix::Adaptive),
-            "full" => Ok(PairMatrix::Full),
-            _ => Err(format!(
-                "invalid pair-matrix '{v}': expected auto, adaptive or full"
-            )),
-        }
-    }
-
-    /// Whether `nodes` nodes measure every node pair: up to 3 nodes the full matrix measures the
-    /// ring's pairs in as many rounds (1 and 3) and keeps the node-pair table.
-    pub fn full_for(self, nodes: u32) -> bool {
-        match self {
-            PairMatrix::Full => true,
-            PairMatrix::Adaptive => false,
-            PairMatrix::Auto => nodes <= 3,
-        }
-    }
+    pub pair_matrix: crate::localize::PairMatrix,
 }
 
 /// Parses the command line; `Err` carries clap's own exit (help, version) or a usage error line.
@@ -218,10 +186,8 @@ pub fn parse(
 ) -> Result<Options, ParseExit> {
     let args: Vec<String> = args.into_iter().collect();
     // --explain-plan needs no config, GPU or NCCL, and its --json is a flag (localize::cli).
-    match crate::localize::cli::intercept(&args) {
-        Some(crate::localize::cli::PlanCli::Print(text)) => return Err(ParseExit::Info(text)),
-        Some(crate::localize::cli::PlanCli::Usage(e)) => return Err(ParseExit::Usage(e)),
-        None => {}
+    if let Some(done) = crate::localize::cli::intercept(&args) {
+        return Err(done.map_or_else(ParseExit::Usage, ParseExit::Info));
     }
     let raw = Raw::try_parse_from(args).map_err(|e| match e.kind() {
         clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
@@ -424,7 +390,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
             match (nodes, &job) {
                 (Some(nodes), Some(job)) => {
-                    let (host, ports) = slurm_rendezvous(&nodes, job, &step)?;
+                    let (host, ports) = crate::slurm_rendezvous::of_step(&nodes, job, &step)?;
                     // The first task on the step's first node coordinates, whatever its rank
                     // (with -m arbitrary rank 0 may run elsewhere); without Slurm's node name, rank 0.
                     let coordinator = match (env("SLURMD_NODENAME"), env("SLURM_LOCALID")) {
@@ -468,7 +434,6 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             return Err(format!("invalid min-busbw '{b}'"));
         }
     }
-    let pair_matrix = PairMatrix::parse(&raw.pair_matrix)?;
     let nccl_lib = raw.nccl_lib.or_else(|| {
         env("NCCL_CHECK_NCCL_LIB")
             .filter(|s| !s.is_empty())
@@ -507,7 +472,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         nccl_lib,
         json: raw.json,
         quiet: raw.quiet,
-        pair_matrix,
+        pair_matrix: raw.pair_matrix,
     })
 }
 
@@ -531,19 +496,6 @@ impl std::fmt::Debug for Credential {
             Credential::None => write!(f, "None"),
         }
     }
-}
-
-/// The rendezvous of a Slurm step from its environment: the coordinator's host and the
-/// candidate ports, the first of them the address the plugin passes.
-fn slurm_rendezvous(nodes: &str, job: &str, step: &str) -> Result<(String, Vec<u16>), String> {
-    let id = |name: &str, v: &str| {
-        v.parse::<u32>()
-            .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
-    };
-    let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
-    let range = crate::slurm_rendezvous::PortRange::DEFAULT;
-    let host = crate::hostlist::first(nodes).map_err(|e| e.to_string())?;
-    Ok((host, crate::slurm_rendezvous::candidates(job, step, range)))
 }
 
 #[cfg(test)]
@@ -672,6 +624,7 @@ mod tests {
 
     #[test]
     fn pair_matrix_is_full_up_to_three_nodes_unless_told() {
+        use crate::localize::PairMatrix;
         let o = parse_with(&[], &[]).unwrap();
         assert_eq!(o.pair_matrix, PairMatrix::Auto);
         assert!(o.pair_matrix.full_for(3) && !o.pair_matrix.full_for(4));

@@ -4,12 +4,8 @@
 
 use super::explain_plan;
 
-/// How `--explain-plan` ended: the text to print (exit 0) or a usage error (exit 2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PlanCli {
-    Print(String),
-    Usage(String),
-}
+/// How `--explain-plan` ended: `Ok`: the text to print (exit 0); `Err`: a usage error (exit 2).
+pub type PlanCli = Result<String, String>;
 
 /// `None` when `args` (program name first) do not ask for `--explain-plan`.
 pub fn intercept(args: &[String]) -> Option<PlanCli> {
@@ -20,14 +16,14 @@ pub fn intercept(args: &[String]) -> Option<PlanCli> {
         Ok((nodes, gpus, json)) => {
             let text = explain_plan(nodes, gpus, json);
             if text.starts_with("error: ") || text.starts_with("{\"error\"") {
-                PlanCli::Usage(first_error(&text))
+                Err(first_error(&text))
             } else if json {
-                PlanCli::Print(text + "\n")
+                Ok(text + "\n")
             } else {
-                PlanCli::Print(text)
+                Ok(text)
             }
         }
-        Err(e) => PlanCli::Usage(e),
+        Err(e) => Err(e),
     })
 }
 
@@ -93,7 +89,7 @@ mod tests {
 
     #[test]
     fn json_is_one_object_with_rounds_and_modeled_seconds() {
-        let Some(PlanCli::Print(text)) = run(&[
+        let Some(Ok(text)) = run(&[
             "--explain-plan",
             "--nodes",
             "1024",
@@ -110,7 +106,7 @@ mod tests {
     #[test]
     fn bad_input_is_a_usage_error() {
         let usage = |args: &[&str]| match run(args) {
-            Some(PlanCli::Usage(e)) => e,
+            Some(Err(e)) => e,
             other => panic!("{args:?}: {other:?}"),
         };
         assert!(usage(&["--explain-plan", "--nodes", "8"]).contains("--gpus-per-node"));
