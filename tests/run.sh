@@ -54,6 +54,9 @@ for r in "${RELEASES[@]}"; do
     bash tests/matrix/run.sh --slurm "$r"
 done
 
+step "scale suite (real Slurm 22.05, 64 nodes, simulated fabric)"
+bash tests/scale/run.sh
+
 step "container suite (older-glibc root filesystem, enroot files)"
 bash tests/container/run.sh
 echo "tests: all passed (Slurm ${RELEASES[*]})"

@@ -91,6 +91,8 @@ pub fn judge(
     measured.extend(evidence::node_pair_floor(report));
     evidence::cite(&mut measured, &facts);
     reasons.extend(measured);
+    // The node-level localizer (multi-node checks) judged its own rounds; its reasons join.
+    reasons.extend(report.localization.iter().flat_map(|l| l.reasons.clone()));
     if let Some(log) = log {
         reasons.extend(transport_reasons(
             report,
@@ -325,6 +327,31 @@ mod tests {
         };
         let log = log.map(crate::transport::parse_log);
         judge(report, &judging, log.as_ref(), &|_, _| p2p)
+    }
+
+    #[test]
+    fn the_localizers_reasons_make_the_verdict_fail() {
+        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
+        let reason = crate::report::json::Reason {
+            code: crate::report::json::ReasonCode::RailSlow,
+            message: "n7 rail 3 (GPU3's NIC): every pair through it is slow".into(),
+            subject: Some("n7 GPU3 NIC".into()),
+            measured: Some(20.0),
+            limit: Some(40.0),
+        };
+        r.localization = Some(crate::localize::Summary {
+            plan: "adaptive".into(),
+            nodes: 8,
+            rails: 4,
+            rounds: 4,
+            localization_rounds: 2,
+            allocation_busbw: Some(100.0),
+            allocation_floor: None,
+            pair_groups: 32,
+            reasons: vec![reason.clone()],
+        });
+        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        assert_eq!(r.reasons, vec![reason]);
     }
 
     #[test]

@@ -19,6 +19,7 @@ Examples:
   nccl-check                                  quick plan: all_reduce 256M + every GPU pair (~2.5 s)
   nccl-check --explain-thresholds             which thresholds apply to these GPUs, and their sources
   nccl-check --explain-thresholds --gpu-model H200 --gpus 8   the same for a model, without a GPU
+  nccl-check --explain-plan --nodes 1024 --gpus-per-node 8 [--json]   rounds and modeled time (no GPU)
   nccl-check --plan full --plot r.svg         six collectives 32M..1G + pairs; busbw drawn vs size
   nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests sweep)
   nccl-check sendrecv,alltoall --json r.json  two collectives, JSON report
@@ -130,6 +131,10 @@ struct Raw {
     /// Print only the verdict line (no table)
     #[arg(short, long)]
     quiet: bool,
+    /// Node pairs: adaptive (localization rounds only when the allocation-wide collective is
+    /// slow), full (every node pair, N-1 rounds), auto (full up to 3 nodes, else adaptive)
+    #[arg(long = "pair-matrix", default_value = "auto", value_parser = crate::localize::PairMatrix::parse)]
+    pair_matrix: crate::localize::PairMatrix,
 }
 
 fn after_help() -> String {
@@ -179,6 +184,8 @@ pub struct Options {
     pub nccl_lib: Option<PathBuf>,
     pub json: Option<PathBuf>,
     pub quiet: bool,
+    /// `--pair-matrix`: how node pairs are measured (`localize`).
+    pub pair_matrix: crate::localize::PairMatrix,
 }
 
 /// Parses the command line; `Err` carries clap's own exit (help, version) or a usage error line.
@@ -186,6 +193,11 @@ pub fn parse(
     args: impl IntoIterator<Item = String>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Options, ParseExit> {
+    let args: Vec<String> = args.into_iter().collect();
+    // --explain-plan needs no config, GPU or NCCL, and its --json is a flag (localize::cli).
+    if let Some(done) = crate::localize::cli::intercept(&args) {
+        return Err(done.map_or_else(ParseExit::Usage, ParseExit::Info));
+    }
     let raw = Raw::try_parse_from(args).map_err(|e| match e.kind() {
         clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
             ParseExit::Info(e.to_string())
@@ -372,7 +384,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
             match (nodes, &job) {
                 (Some(nodes), Some(job)) => {
-                    let (host, ports) = slurm_rendezvous(&nodes, job, &step)?;
+                    let (host, ports) = crate::slurm_rendezvous::of_step(&nodes, job, &step)?;
                     // The first task on the step's first node coordinates, whatever its rank
                     // (with -m arbitrary rank 0 may run elsewhere); without Slurm's node name, rank 0.
                     let coordinator = match (env("SLURMD_NODENAME"), env("SLURM_LOCALID")) {
@@ -455,20 +467,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         nccl_lib,
         json: raw.json,
         quiet: raw.quiet,
+        pair_matrix: raw.pair_matrix,
     })
-}
-
-/// The rendezvous of a Slurm step from its environment: the coordinator's host and the
-/// candidate ports, the first of them the address the plugin passes.
-fn slurm_rendezvous(nodes: &str, job: &str, step: &str) -> Result<(String, Vec<u16>), String> {
-    let id = |name: &str, v: &str| {
-        v.parse::<u32>()
-            .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
-    };
-    let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
-    let range = crate::slurm_rendezvous::PortRange::DEFAULT;
-    let host = crate::hostlist::first(nodes).map_err(|e| e.to_string())?;
-    Ok((host, crate::slurm_rendezvous::candidates(job, step, range)))
 }
 
 #[cfg(test)]
@@ -593,5 +593,19 @@ mod tests {
             h.contains("Exit codes:") && h.contains("6  ERROR timeout"),
             "{h}"
         );
+    }
+
+    #[test]
+    fn pair_matrix_is_full_up_to_three_nodes_unless_told() {
+        use crate::localize::PairMatrix;
+        let o = parse_with(&[], &[]).unwrap();
+        assert_eq!(o.pair_matrix, PairMatrix::Auto);
+        assert!(o.pair_matrix.full_for(3) && !o.pair_matrix.full_for(4));
+        let o = parse_with(&["--pair-matrix", "full"], &[]).unwrap();
+        assert!(o.pair_matrix.full_for(64));
+        let o = parse_with(&["--pair-matrix", "adaptive"], &[]).unwrap();
+        assert!(!o.pair_matrix.full_for(2));
+        let e = parse_with(&["--pair-matrix", "some"], &[]).unwrap_err();
+        assert!(e.contains("invalid pair-matrix 'some'"), "{e}");
     }
 }

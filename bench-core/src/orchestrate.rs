@@ -259,6 +259,9 @@ fn gather(handles: Vec<JoinHandle<Outcome>>, report: &mut Report) -> Result<(), 
             report.results = out.rows;
             report.pairs = out.pairs;
         }
+        if out.localization.is_some() {
+            report.localization = out.localization;
+        }
         if let Some(info) = out.info {
             let mut gpu = GpuEntry::new(out.rank.unwrap_or(u32::MAX), report.host.clone(), info);
             match out.probe {

@@ -147,6 +147,18 @@ pub fn address(
     Ok(format!("{host}:{}", port(job, step, range)))
 }
 
+/// The rendezvous of a Slurm step from its environment: the coordinator's host (the step's first
+/// node) and the candidate ports, the first of them the address the plugin passes.
+pub fn of_step(nodes: &str, job: &str, step: &str) -> Result<(String, Vec<u16>), String> {
+    let id = |name: &str, v: &str| {
+        v.parse::<u32>()
+            .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
+    };
+    let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
+    let host = crate::hostlist::first(nodes).map_err(|e| e.to_string())?;
+    Ok((host, candidates(job, step, PortRange::DEFAULT)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

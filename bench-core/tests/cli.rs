@@ -136,3 +136,32 @@ fn a_broken_config_is_error_2_naming_file_line_and_field() {
 fn an_unknown_plan_is_error_2() {
     assert_one_line_error(&["--plan", "fastest"], 2, "unknown plan 'fastest'");
 }
+
+#[test]
+fn explain_plan_needs_no_gpu_and_prints_one_json_object() {
+    // No NCCL library at all: --explain-plan must not load one.
+    let (rc, out, err) = nccl_check_with(
+        &[
+            "--explain-plan",
+            "--nodes",
+            "1024",
+            "--gpus-per-node",
+            "8",
+            "--json",
+        ],
+        &[("NCCL_CHECK_NCCL_LIB", "/nonexistent/libnccl.so.2")],
+    );
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let rounds = v["rounds"].as_u64().unwrap();
+    assert!(rounds <= 24, "{rounds}");
+    assert!(v["modeled_seconds"].as_f64().unwrap() <= 10.0, "{out}");
+    let (rc, text, _) = nccl_check(&["--explain-plan", "--nodes", "64", "--gpus-per-node", "8"]);
+    assert_eq!(rc, 0);
+    assert!(text.contains("Plan for 64 nodes x 8 GPUs"), "{text}");
+    assert_one_line_error(
+        &["--explain-plan", "--nodes", "64"],
+        2,
+        "--explain-plan needs --nodes N and --gpus-per-node G",
+    );
+}

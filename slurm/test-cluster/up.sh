@@ -51,7 +51,8 @@ die() { log "ERROR: $*"; exit 1; }
 for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/srun; do
     [ -x "$b" ] || die "$b missing (run tests/setup-deps.sh)"
 done
-[[ "$NODES" =~ ^[1-9][0-9]?$ ]] || die "--nodes must be 1..99"
+# Up to 128 slurmd on one machine (tests/scale/run.sh brings up 64); ports CTLD+10 .. CTLD+137.
+[[ "$NODES" =~ ^[1-9][0-9]{0,2}$ ]] && [ "$NODES" -le 128 ] || die "--nodes must be 1..128"
 if [ -n "$PLUGSTACK" ]; then
     [ -z "$PLUGIN" ] || die "--plugstack and --plugin exclude each other"
     [ -f "$PLUGSTACK" ] || die "--plugstack $PLUGSTACK: no such file"
@@ -158,8 +159,9 @@ timeout 20 sh -c "until [ -s '$CLUSTER_DIR/run/slurmctld.pid' ]; do sleep 0.2; d
 for i in $(seq 1 "$NODES"); do
     timeout 20 /usr/sbin/slurmd -N "n$i" || die "slurmd n$i failed to start (see $CLUSTER_DIR/log/slurmd-n$i.log)"
 done
-log "waiting (at most 60 s) for $NODES idle nodes"
-if ! timeout 60 bash -c "until [ \"\$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)\" -ge $NODES ]; do sleep 0.5; done"; then
+IDLE_WAIT=$((60 + NODES))   # 64 slurmd register one by one with slurmctld on 2 shared cores
+log "waiting (at most $IDLE_WAIT s) for $NODES idle nodes"
+if ! timeout "$IDLE_WAIT" bash -c "until [ \"\$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)\" -ge $NODES ]; do sleep 0.5; done"; then
     sinfo -N >&2 || true
     die "nodes did not become idle (logs in $CLUSTER_DIR/log)"
 fi

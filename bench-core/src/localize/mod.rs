@@ -49,12 +49,16 @@
 //! - A suspect whose confirmation partner happens to share a second, independent link fault.
 
 mod assess;
+pub mod cli;
+pub mod drive;
 pub mod plan;
+pub mod reasons;
 mod schedule;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 
 pub use plan::explain_plan;
+pub use reasons::Summary;
 pub use schedule::Localizer;
 
 /// Largest allocation the localizer accepts (a bounded input: results arrive from the network).
@@ -131,6 +135,37 @@ pub enum Plan {
     Adaptive,
     /// Every node pair, rail-wise (N-1 rounds; N when N is odd), whatever B says.
     FullMatrix,
+}
+
+/// `--pair-matrix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairMatrix {
+    Auto,
+    Adaptive,
+    Full,
+}
+
+impl PairMatrix {
+    pub fn parse(v: &str) -> Result<PairMatrix, String> {
+        match v {
+            "auto" => Ok(PairMatrix::Auto),
+            "adaptive" => Ok(PairMatrix::Adaptive),
+            "full" => Ok(PairMatrix::Full),
+            _ => Err(format!(
+                "invalid pair-matrix '{v}': expected auto, adaptive or full"
+            )),
+        }
+    }
+
+    /// Whether `nodes` nodes measure every node pair: up to 3 nodes the full matrix measures the
+    /// ring's pairs in as many rounds (1 and 3) and keeps the node-pair table.
+    pub fn full_for(self, nodes: u32) -> bool {
+        match self {
+            PairMatrix::Full => true,
+            PairMatrix::Adaptive => false,
+            PairMatrix::Auto => nodes <= 3,
+        }
+    }
 }
 
 /// Absolute floors in GB/s busbw, one per kind of group; `None`: relative rule only.

@@ -138,6 +138,9 @@ pub fn serve(
     me: Member,
     make_id: impl FnOnce() -> Result<[u8; 128], String>,
 ) -> Result<Joined, String> {
+    // One socket per member, plus each handshake's second handle: over the common soft limit
+    // of 1,024 open files at 1,024 processes (measured: "Too many open files" on accept).
+    super::plane::ensure_open_files(setup.world as u64 + MAX_PARALLEL_HANDSHAKES as u64 + 64)?;
     let (listener, port) = bind(setup)?;
     listener
         .set_nonblocking(true)

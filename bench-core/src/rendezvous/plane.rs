@@ -71,6 +71,35 @@ fn who(m: &Member) -> String {
     format!("process rank {} ({})", m.proc_rank, m.host)
 }
 
+/// Raises this process's soft limit of open files to `needed` (at most the hard limit): the
+/// coordinator holds a connection to every other process. An error says which limit to raise.
+pub(super) fn ensure_open_files(needed: u64) -> Result<(), String> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a live rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Ok(()); // unknown: let accept say so if it comes to that
+    }
+    if lim.rlim_cur >= needed {
+        return Ok(());
+    }
+    let want = needed.min(lim.rlim_max);
+    let raised = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 || want < needed {
+        return Err(format!(
+            "rendezvous: coordinating this many processes needs {needed} open files, but the hard limit (ulimit -Hn) is {}: raise it for the job (e.g. Slurm PropagateResourceLimits or limits.conf)",
+            lim.rlim_max
+        ));
+    }
+    Ok(())
+}
+
 impl ControlPlane {
     /// Element-wise sum of `values` over all processes (a barrier when empty). `seq` numbers the
     /// calls so a mismatch is detected rather than mis-summed.
@@ -166,6 +195,36 @@ impl ControlPlane {
                     let _ = wire::send(s, &msg, soon);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> (u64, u64) {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: valid resource, live pointer.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        (lim.rlim_cur, lim.rlim_max)
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_up_to_the_hard_limit_and_no_further() {
+        let (soft, hard) = limits();
+        if hard > soft {
+            ensure_open_files(soft + 1).unwrap();
+            assert!(limits().0 > soft);
+        }
+        let (soft, hard) = limits();
+        ensure_open_files(soft).unwrap();
+        if hard < u64::MAX / 2 {
+            let e = ensure_open_files(hard + 1).unwrap_err();
+            assert!(e.contains("hard limit (ulimit -Hn)"), "{e}");
         }
     }
 }

@@ -155,6 +155,9 @@ pub struct Report {
     pub results: Vec<Row>,
     /// The pair matrix: GPU pairs of each node and node pairs (see `PairRow`).
     pub pairs: Vec<super::PairRow>,
+    /// The node-level localization of a multi-node check (`localize`), when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub localization: Option<crate::localize::Summary>,
     /// The site network profile applied (name and the environment it set), if any.
     pub network_profile: Option<serde_json::Value>,
     /// Which transport each path used, from NCCL's own log (see `transport`).
@@ -201,6 +204,7 @@ impl Report {
             processes: Vec::new(),
             results: Vec::new(),
             pairs: Vec::new(),
+            localization: None,
             transports: None,
             network_profile: None,
             avg_busbw: BTreeMap::new(),

@@ -128,6 +128,7 @@ impl Default for Report {
             network_profile: None,
             transports: None,
             avg_busbw: BTreeMap::new(),
+            localization: None,
             facts: None,
             warnings: Vec::new(),
             gpu_side: Vec::new(),

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The stable reason codes (consumers such as the prolog and the SPANK plugin match on them).
-/// FAIL: `wrong_data` .. `transport_fallback` and the node facts `gpu_missing` ..
+/// FAIL: `wrong_data` .. `transport_fallback`, the localizer's `node_slow` .. `suspects_unresolved`, and the node facts `gpu_missing` ..
 /// `local_probe_slow` (a part named by what the node itself says, `facts`); ERROR: `nccl_library`
 /// .. `runtime`; WARN (never FAIL, never drains): `host_interference`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -16,6 +16,14 @@ pub enum ReasonCode {
     NodeOutlier,
     NodePairOutlier,
     TransportFallback,
+    /// The localizer (multi-node checks): a node slow on every NIC or on its own GPUs.
+    NodeSlow,
+    /// The localizer: the path between two nodes, both fast with other partners.
+    NodePairSlow,
+    /// The localizer: one GPU's NIC on one node.
+    RailSlow,
+    /// The localizer: slow pairs it could not place within its round cap (never guessed).
+    SuspectsUnresolved,
     NcclLibrary,
     /// Fewer GPUs than the node should have (config, Slurm's gres, or the job's allocation).
     GpuMissing,
@@ -57,6 +65,10 @@ impl ReasonCode {
             ReasonCode::NodeOutlier => "node_outlier",
             ReasonCode::NodePairOutlier => "node_pair_outlier",
             ReasonCode::TransportFallback => "transport_fallback",
+            ReasonCode::NodeSlow => "node_slow",
+            ReasonCode::NodePairSlow => "node_pair_slow",
+            ReasonCode::RailSlow => "rail_slow",
+            ReasonCode::SuspectsUnresolved => "suspects_unresolved",
             ReasonCode::NcclLibrary => "nccl_library",
             ReasonCode::GpuMissing => "gpu_missing",
             ReasonCode::NvlinkDown => "nvlink_down",
@@ -147,7 +159,7 @@ impl Reason {
 mod tests {
     use super::*;
 
-    const ALL: [ReasonCode; 12] = [
+    const ALL: [ReasonCode; 16] = [
         ReasonCode::WrongData,
         ReasonCode::BusbwBelowThreshold,
         ReasonCode::GpuOutlier,
@@ -155,6 +167,10 @@ mod tests {
         ReasonCode::NodeOutlier,
         ReasonCode::NodePairOutlier,
         ReasonCode::TransportFallback,
+        ReasonCode::NodeSlow,
+        ReasonCode::NodePairSlow,
+        ReasonCode::RailSlow,
+        ReasonCode::SuspectsUnresolved,
         ReasonCode::NcclLibrary,
         ReasonCode::NoGpu,
         ReasonCode::Rendezvous,
@@ -172,7 +188,8 @@ mod tests {
             written.join(","),
             concat!(
                 r#""wrong_data","busbw_below_threshold","gpu_outlier","link_outlier","#,
-                r#""node_outlier","node_pair_outlier","transport_fallback","nccl_library","#,
+                r#""node_outlier","node_pair_outlier","transport_fallback","node_slow","#,
+                r#""node_pair_slow","rail_slow","suspects_unresolved","nccl_library","#,
                 r#""no_gpu","rendezvous","timeout","runtime""#
             )
         );

@@ -273,6 +273,11 @@ impl Measurer<'_> {
                 row.out_of_place.first_busbw = Some(first.0);
                 row.in_place.first_busbw = Some(first.1);
             }
+            out.last_collective = Some((
+                coll.name(),
+                row.size,
+                row.out_of_place.busbw.min(row.in_place.busbw),
+            ));
             busbw_sum += row.out_of_place.busbw + row.in_place.busbw;
             if start.printer {
                 print(&format!("{}\n", table::row(&row)));

@@ -10,6 +10,7 @@
 mod comms;
 mod error;
 mod gpu_time;
+mod localized;
 mod measure;
 mod output;
 mod pair_matrix;
@@ -76,6 +77,11 @@ pub struct Outcome {
     pub probe: Option<Result<crate::facts::local_probe::LocalProbe, String>>,
     /// Retested rows by the GPU's clock (`gpu_time`).
     pub gpu_side: Vec<crate::report::json::GpuSide>,
+    /// The node-level localization (recorder thread of a multi-node adaptive check).
+    pub localization: Option<crate::localize::Summary>,
+    /// The last collective measured (name, bytes, busbw of the slower placement), the same on
+    /// every rank: phase B of the localizer when the plan's collective ran over all ranks.
+    pub last_collective: Option<(&'static str, u64, f64)>,
     pub error: Option<RunError>,
 }
 
@@ -104,6 +110,8 @@ impl GpuThread {
             pairs: Vec::new(),
             probe: None,
             gpu_side: Vec::new(),
+            localization: None,
+            last_collective: None,
             error: None,
         };
         let began = Instant::now();

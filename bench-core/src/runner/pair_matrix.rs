@@ -58,7 +58,7 @@ pub(super) fn schedule(t: &Topology) -> Schedule {
 }
 
 /// GB/s of `bytes` moved in `secs` (0 when nothing was timed).
-fn busbw(bytes: f64, secs: f64) -> f64 {
+pub(super) fn busbw(bytes: f64, secs: f64) -> f64 {
     if secs > 0.0 {
         bytes / 1e9 / secs
     } else {
@@ -144,6 +144,9 @@ impl Measurer<'_> {
         out: &mut Outcome,
     ) -> Result<(), RunError> {
         let o = self.opts();
+        if !o.pair_matrix.full_for(start.topology.node_count()) {
+            return self.run_localized(bytes, (warmup, iters), start, out);
+        }
         phase(
             start,
             &format!("pair matrix, sendrecv {}", crate::size::human(bytes)),
@@ -206,13 +209,30 @@ impl Measurer<'_> {
         &self,
         round: &[(usize, usize)],
         count: u64,
-        (warmup, iters): (u32, u32),
+        loops: (u32, u32),
         in_node: bool,
         start: &Start,
         out: &mut Outcome,
     ) -> Result<Vec<f64>, RunError> {
         let me = self.rank as usize;
         let partner = crate::pairs::partner(round, me);
+        let secs = self.timed_exchange(partner, count, loops, in_node, start, out)?;
+        let mut mine = vec![0.0; self.nranks as usize];
+        mine[me] = secs;
+        self.team.sum(&mine).map_err(|e| self.team_err(e))
+    }
+
+    /// This rank's part of a round: `count` bytes each way with `partner` (none: it waits),
+    /// after a warm-up and a barrier; seconds per operation (0 without a partner).
+    pub(super) fn timed_exchange(
+        &self,
+        partner: Option<usize>,
+        count: u64,
+        (warmup, iters): (u32, u32),
+        in_node: bool,
+        start: &Start,
+        out: &mut Outcome,
+    ) -> Result<f64, RunError> {
         // Inside a node, on the node's own communicator when there is one: peers by local index.
         let (comm, peer_of): (&Comm, Box<dyn Fn(usize) -> u32>) = match (in_node, self.node_comm) {
             (true, Some(c)) => (
@@ -262,9 +282,7 @@ impl Measurer<'_> {
             0.0
         };
         out.phases.timed_loop_ms += ms(t.elapsed());
-        let mut mine = vec![0.0; self.nranks as usize];
-        mine[me] = secs;
-        self.team.sum(&mine).map_err(|e| self.team_err(e))
+        Ok(secs)
     }
 }
 

@@ -1,0 +1,236 @@
+//! The control plane at N processes on 127.0.0.1 (CPU only): N real processes join through the
+//! authenticated rendezvous (shared secret, NCCL_CHECK_SECRET), then sum vectors of several
+//! lengths through the control plane; one JSON line per run on stdout with join time, per-round
+//! sum times, and the coordinator's and a member's memory. With `--dead R --dead-mode exit|hang`
+//! process R leaves after joining (exits, or stops answering); the run then reports whether and
+//! when the coordinator named it (within the deadline + 1 s is the requirement).
+//!
+//! cargo build --release -p bench-core --example control_plane_bench
+//! NCCL_CHECK_SECRET=$(openssl rand -hex 32) target/release/examples/control_plane_bench --procs 1024
+
+use bench_core::rendezvous::{self, auth::SharedSecret, Member};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+struct Args {
+    procs: u32,
+    port: u16,
+    rounds: u32,
+    timeout_s: f64,
+    dead: Option<u32>,
+    dead_mode: String,
+    child: Option<u32>,
+    /// Unix seconds at which the parent started every child (join time is measured from it).
+    t0: f64,
+    out_dir: String,
+}
+
+fn parse() -> Args {
+    let mut a = Args {
+        procs: 1024,
+        port: 31650, // outside 29501-29999, where Slurm steps rendezvous
+        rounds: 20,
+        timeout_s: 120.0,
+        dead: None,
+        dead_mode: "exit".into(),
+        child: None,
+        t0: 0.0,
+        out_dir: std::env::temp_dir().display().to_string(),
+    };
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    for w in v.chunks(2) {
+        let val = w.get(1).cloned().unwrap_or_default();
+        match w[0].as_str() {
+            "--procs" => a.procs = val.parse().expect("--procs N"),
+            "--port" => a.port = val.parse().expect("--port P"),
+            "--rounds" => a.rounds = val.parse().expect("--rounds R"),
+            "--timeout" => a.timeout_s = val.parse().expect("--timeout S"),
+            "--dead" => a.dead = Some(val.parse().expect("--dead RANK")),
+            "--dead-mode" => a.dead_mode = val,
+            "--child" => a.child = Some(val.parse().expect("--child RANK")),
+            "--t0" => a.t0 = val.parse().expect("--t0"),
+            "--out-dir" => a.out_dir = val,
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// VmHWM (peak resident) and VmRSS of this process, KiB.
+fn memory_kib() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+fn quantiles(mut v: Vec<f64>) -> serde_json::Value {
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    serde_json::json!({ "n": v.len(), "median_ms": q(0.5), "p90_ms": q(0.9), "max_ms": q(1.0) })
+}
+
+fn child(a: &Args, rank: u32) {
+    let secret = std::env::var("NCCL_CHECK_SECRET").expect("NCCL_CHECK_SECRET");
+    let auth = SharedSecret::new(&secret, "NCCL_CHECK_SECRET").expect("secret");
+    let deadline = Instant::now() + Duration::from_secs_f64(a.timeout_s);
+    let setup = rendezvous::Setup {
+        host: "127.0.0.1".into(),
+        ports: vec![a.port],
+        label: "bench".into(),
+        world: a.procs,
+        coordinator: rank == 0,
+        auth: &auth,
+        deadline,
+    };
+    let me = Member {
+        proc_rank: rank,
+        host: format!("h{rank}"),
+        pid: std::process::id(),
+        ngpus: 8,
+        first_rank: 0,
+    };
+    let joined = rendezvous::join(&setup, me, || Ok([1u8; 128]));
+    let join_s = unix_now() - a.t0;
+    let mut joined = match joined {
+        Ok(j) => j,
+        Err(e) => {
+            if rank == 0 {
+                println!("{}", serde_json::json!({ "error": e, "join_s": join_s }));
+            }
+            std::process::exit(1);
+        }
+    };
+    if a.dead == Some(rank) {
+        match a.dead_mode.as_str() {
+            "hang" => std::thread::sleep(Duration::from_secs_f64(a.timeout_s + 5.0)),
+            _ => std::process::exit(0),
+        }
+        std::process::exit(0);
+    }
+    // Lengths: one number (a barrier or a flag), a confirmation round's groups, one per process
+    // (a screening round at one GPU per node), one per rank (the old per-round vector at 8 GPUs).
+    let nranks = joined.nranks() as usize;
+    let lengths = [1usize, 64, a.procs as usize, nranks];
+    let mut seq = 0u64;
+    let mut by_len = Vec::new();
+    let mut failure = None;
+    'outer: for &len in &lengths {
+        let mut times = Vec::new();
+        for _ in 0..a.rounds {
+            seq += 1;
+            let v = vec![1.0; len];
+            let t = Instant::now();
+            let sum_deadline = Instant::now() + Duration::from_secs_f64(a.timeout_s);
+            match joined.plane.sum(seq, &v, sum_deadline) {
+                Ok(s) => {
+                    let expect = if a.dead.is_some() {
+                        -1.0
+                    } else {
+                        a.procs as f64
+                    };
+                    if a.dead.is_none() && s[0] != expect {
+                        failure = Some((format!("wrong sum {} != {expect}", s[0]), 0.0));
+                        break 'outer;
+                    }
+                    times.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                Err(e) => {
+                    failure = Some((e.to_string(), t.elapsed().as_secs_f64()));
+                    break 'outer;
+                }
+            }
+        }
+        by_len.push(serde_json::json!({ "len": len, "sum": quantiles(times) }));
+    }
+    let (hwm, rss) = memory_kib();
+    let line = serde_json::json!({
+        "rank": rank,
+        "procs": a.procs,
+        "join_s": join_s,
+        "sums": by_len,
+        "vm_hwm_kib": hwm,
+        "vm_rss_kib": rss,
+        "failure": failure.as_ref().map(|f| f.0.clone()),
+        "failure_after_s": failure.as_ref().map(|f| f.1),
+        "timeout_s": a.timeout_s,
+    });
+    if rank <= 1 || failure.is_some() {
+        let path = format!("{}/cp-bench-{rank}.json", a.out_dir);
+        let _ = std::fs::write(path, line.to_string());
+    }
+}
+
+fn main() {
+    let a = parse();
+    if let Some(rank) = a.child {
+        child(&a, rank);
+        return;
+    }
+    let exe = std::env::current_exe().expect("own path");
+    let t0 = unix_now();
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for rank in 0..a.procs {
+        let mut c = Command::new(&exe);
+        c.args([
+            "--child",
+            &rank.to_string(),
+            "--procs",
+            &a.procs.to_string(),
+        ])
+        .args([
+            "--port",
+            &a.port.to_string(),
+            "--rounds",
+            &a.rounds.to_string(),
+        ])
+        .args([
+            "--timeout",
+            &a.timeout_s.to_string(),
+            "--t0",
+            &t0.to_string(),
+        ])
+        .args(["--out-dir", &a.out_dir, "--dead-mode", &a.dead_mode])
+        .stdin(Stdio::null());
+        if let Some(d) = a.dead {
+            c.args(["--dead", &d.to_string()]);
+        }
+        children.push(c.spawn().expect("spawn"));
+    }
+    let spawn_s = started.elapsed().as_secs_f64();
+    for mut c in children {
+        let _ = c.wait();
+    }
+    let total_s = started.elapsed().as_secs_f64();
+    let read = |r: u32| -> serde_json::Value {
+        std::fs::read_to_string(format!("{}/cp-bench-{r}.json", a.out_dir))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    let out = serde_json::json!({
+        "procs": a.procs,
+        "rounds_per_length": a.rounds,
+        "dead": a.dead,
+        "dead_mode": a.dead.map(|_| a.dead_mode.clone()),
+        "spawn_s": spawn_s,
+        "total_s": total_s,
+        "coordinator": read(0),
+        "member": read(1),
+    });
+    println!("{out}");
+    let _ = std::io::stdout().flush();
+}

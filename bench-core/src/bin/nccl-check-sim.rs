@@ -1,0 +1,276 @@
+//! `nccl-check-sim`: the worker of the GPU-less scale test (tests/scale/run.sh). It parses the
+//! real worker's command line and environment, joins the other processes through the real
+//! authenticated rendezvous, and runs the real localizer whose every round is summed through the
+//! real control plane; only the measurements come from `localize::sim` (no CUDA, no NCCL).
+//!
+//! Why this cannot fake a production PASS: it is a separate binary that exists only in a
+//! `--features sim` build (bench-core/Cargo.toml `required-features`); release builds, packages
+//! and the SPANK plugin's default worker path never contain it, and `nccl-check` itself has no
+//! simulated path. Its reports say `"tool": "nccl-check"` only because the plugin reads them as
+//! the worker's; its `localization.plan` is `"sim"`.
+//!
+//! Environment (test only): NCCL_CHECK_SIM_GPUS (GPUs per process, default 8),
+//! NCCL_CHECK_SIM_FAULTS (`nodenet:NODE:F`, `nic:NODE:RAIL:F`, `link:NODE:NODE:F`, comma-separated,
+//! NODE a node name), NCCL_CHECK_SIM_ABSENT (a node name whose process kills itself before it
+//! joins, as a task that dies before its rendezvous), NCCL_CHECK_SIM_RENDEZVOUS_HOST (the address
+//! that stands for the coordinator's node name, which the test cluster cannot resolve).
+
+use bench_core::localize::drive::{drive, DriveError, Layout};
+use bench_core::localize::sim::{Fabric, Fault};
+use bench_core::localize::{Config, Floors, Localizer, Summary};
+use bench_core::options::{self, ParseExit};
+use bench_core::rendezvous::{self, Member};
+use bench_core::report::json::{Reason, Report};
+use bench_core::runner::RunError;
+use bench_core::team::Team;
+use bench_core::topology::Topology;
+use bench_core::verdict::ExitCode;
+use std::io::Write;
+use std::time::{Instant, SystemTime};
+
+fn main() {
+    let t0 = Instant::now();
+    let opts = match options::parse(std::env::args(), &|k| std::env::var(k).ok()) {
+        Ok(o) => o,
+        Err(ParseExit::Info(text)) => {
+            print!("{text}");
+            std::process::exit(0);
+        }
+        Err(ParseExit::Usage(msg)) => {
+            eprintln!("nccl-check: ERROR usage: {msg}");
+            std::process::exit(ExitCode::Usage.code());
+        }
+    };
+    let started = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let host = ["NCCL_HOSTID", "SLURMD_NODENAME"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(bench_core::nccl_env::hostname);
+    let mut report = Report::new(host.clone(), started);
+    report.process_rank = opts.rank;
+    report.world = opts.world;
+    report.rendezvous = opts.rendezvous.clone();
+    let deadline = t0 + opts.timeout;
+    let code = match run(&opts, &host, deadline, &mut report) {
+        Ok(()) => {
+            let code = if report.reasons.is_empty() {
+                ExitCode::Pass
+            } else {
+                ExitCode::Fail
+            };
+            let summary = match report.reasons.as_slice() {
+                [only] => only.message.clone(),
+                [first, rest @ ..] => format!("{} (and {} more)", first.message, rest.len()),
+                [] => {
+                    let l = report.localization.as_ref();
+                    format!(
+                        "{} x simulated GPU on {} node(s), {} rounds ({} localization), no slow node, rail or node pair",
+                        report.nranks,
+                        l.map_or(0, |l| l.nodes),
+                        l.map_or(0, |l| l.rounds),
+                        l.map_or(0, |l| l.localization_rounds),
+                    )
+                }
+            };
+            report.set_outcome(code, summary);
+            code
+        }
+        Err(e) => {
+            report.error = Some(e.message().to_string());
+            report
+                .reasons
+                .push(Reason::plain(e.reason_code(), e.message().to_string()));
+            report.set_outcome(e.exit_code(), e.message().to_string());
+            e.exit_code()
+        }
+    };
+    report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+    if let Some(path) = &opts.json {
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        let tmp = path.with_extension("json.tmp");
+        if std::fs::write(&tmp, text + "\n")
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .is_err()
+        {
+            eprintln!("nccl-check: cannot write the report to {}", path.display());
+        }
+    }
+    let _ = std::io::stdout().flush();
+    eprintln!("nccl-check: {} {}", report.verdict, report.summary);
+    std::process::exit(code.code());
+}
+
+fn env_usize(key: &str, default: usize) -> Result<usize, RunError> {
+    match std::env::var(key) {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| RunError::Runtime(format!("{key}={v}: not a number"))),
+        Err(_) => Ok(default),
+    }
+}
+
+fn run(
+    opts: &options::Options,
+    host: &str,
+    deadline: Instant,
+    report: &mut Report,
+) -> Result<(), RunError> {
+    let gpus = env_usize("NCCL_CHECK_SIM_GPUS", 8)?;
+    if !(1..=64).contains(&gpus) {
+        return Err(RunError::Runtime(
+            "NCCL_CHECK_SIM_GPUS must be 1..=64".into(),
+        ));
+    }
+    if std::env::var("NCCL_CHECK_SIM_ABSENT").is_ok_and(|a| a == host) {
+        // A task that dies before its rendezvous (OOM killer, node failure): no report, no word
+        // to the others; they must find out by themselves.
+        // SAFETY: raise(3) with a valid signal number.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    let t = Instant::now();
+    let me = Member {
+        proc_rank: opts.rank,
+        host: host.to_string(),
+        pid: std::process::id(),
+        ngpus: gpus as u32,
+        first_rank: 0,
+    };
+    let auth = opts
+        .credential
+        .authenticator(opts.munge_socket.clone())
+        .map_err(RunError::Rendezvous)?;
+    // The test cluster's node names (n1..n64, every slurmd on 127.0.0.1 under one host name) do
+    // not resolve; NCCL_CHECK_SIM_RENDEZVOUS_HOST stands in for the name service there. The port
+    // stays the one the plugin chose.
+    let host_of_rdv = std::env::var("NCCL_CHECK_SIM_RENDEZVOUS_HOST")
+        .ok()
+        .filter(|h| !h.is_empty());
+    let setup = rendezvous::Setup {
+        host: host_of_rdv.unwrap_or_else(|| {
+            opts.rendezvous
+                .as_deref()
+                .and_then(|r| r.rsplit_once(':'))
+                .map(|(h, _)| h.to_string())
+                .unwrap_or_default()
+        }),
+        ports: opts.ports.clone(),
+        label: opts.label.clone(),
+        world: opts.world,
+        coordinator: opts.coordinator,
+        auth: auth.as_ref(),
+        deadline,
+    };
+    let joined = rendezvous::join(&setup, me, || Ok([0u8; 128])).map_err(RunError::Rendezvous)?;
+    report.phases.rendezvous_ms = t.elapsed().as_secs_f64() * 1e3;
+    report.nranks = joined.nranks();
+    report.processes = joined.members.clone();
+    let topology = Topology::new(&joined.members);
+    let layout = Layout::new(&topology);
+    let team = Team::new(1, joined.plane, deadline);
+    let first = joined.members[opts.rank as usize].first_rank as usize;
+    let mine: Vec<usize> = (first..first + gpus).collect();
+
+    // Every process builds the same fabric (same seed, same faults) and measures every round in
+    // the same order, so its numbers agree; it contributes only the groups its ranks lead, and
+    // the control plane's sums put each round together.
+    let (n, g) = (layout.names.len(), layout.rails.max(1));
+    let mut fabric = Fabric::healthy(n, g, 1);
+    for fault in faults(&layout.names)? {
+        fabric.inject(fault);
+    }
+    let cfg = Config {
+        fraction: opts.config.outliers.fraction,
+        floors: Floors {
+            // As a site's multi-node all_reduce rule would: 0.85 x the healthy fabric's value.
+            allocation: Some(0.85 * fabric.allocation_nominal),
+            ..Floors::default()
+        },
+        ..Config::default()
+    };
+    let floor = cfg.floors.allocation;
+    let localizer =
+        Localizer::new(n, g, cfg).map_err(|e| RunError::Runtime(format!("localization: {e}")))?;
+    let mut pair_groups = 0;
+    let t = Instant::now();
+    let verdict = drive(localizer, |round| {
+        let exact = fabric.measure(round);
+        if round.phase.is_localization() {
+            pair_groups += round.groups.len();
+        }
+        let mut sum = vec![0.0; round.groups.len()];
+        for &r in &mine {
+            let c = layout.contribution(round, r, |i| exact[i]);
+            sum.iter_mut().zip(c).for_each(|(s, v)| *s += v);
+        }
+        team.sum(&sum)
+            .map_err(|e| RunError::from_team(opts.rank, e))
+    })
+    .map_err(|e| match e {
+        DriveError::Measure(e) => e,
+        DriveError::Localize(e) => RunError::Runtime(format!("localization: {e}")),
+    })?;
+    report.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
+    let reasons = bench_core::localize::reasons::reasons(&verdict, &layout.names);
+    report.reasons = reasons.clone();
+    report.localization = Some(Summary {
+        plan: "sim".into(),
+        nodes: n,
+        rails: layout.rails,
+        rounds: verdict.rounds,
+        localization_rounds: verdict.localization_rounds,
+        allocation_busbw: verdict.allocation_busbw,
+        allocation_floor: floor,
+        pair_groups,
+        reasons,
+    });
+    if opts.rank == 0 && !opts.quiet {
+        println!(
+            "# nccl-check-sim: {n} nodes x {g} simulated GPUs, {} rounds ({} localization), rendezvous {:.0} ms, rounds {:.0} ms",
+            verdict.rounds,
+            verdict.localization_rounds,
+            report.phases.rendezvous_ms,
+            report.phases.timed_loop_ms
+        );
+    }
+    Ok(())
+}
+
+/// NCCL_CHECK_SIM_FAULTS, with node names resolved to the localizer's indices.
+fn faults(names: &[String]) -> Result<Vec<Fault>, RunError> {
+    let spec = std::env::var("NCCL_CHECK_SIM_FAULTS").unwrap_or_default();
+    let bad = |what: &str| RunError::Runtime(format!("NCCL_CHECK_SIM_FAULTS: {what}"));
+    let node = |s: &str| {
+        names
+            .iter()
+            .position(|n| n == s)
+            .ok_or_else(|| bad(&format!("no node '{s}'")))
+    };
+    let num = |s: &str| {
+        s.parse::<f64>()
+            .map_err(|_| bad(&format!("'{s}' is not a number")))
+    };
+    let mut out = Vec::new();
+    for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
+        let f: Vec<&str> = item.trim().split(':').collect();
+        out.push(match f.as_slice() {
+            ["nodenet", x, k] => Fault::NodeNet {
+                node: node(x)?,
+                factor: num(k)?,
+            },
+            ["nic", x, r, k] => Fault::Nic {
+                node: node(x)?,
+                rail: num(r)? as usize,
+                factor: num(k)?,
+            },
+            ["link", x, y, k] => Fault::Link {
+                a: node(x)?,
+                b: node(y)?,
+                factor: num(k)?,
+            },
+            _ => return Err(bad(&format!("cannot read '{item}'"))),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,122 @@
+//! The localizer's verdict in the report: its findings as reasons with host names (the
+//! localizer numbers nodes; the report names them), and a summary of the rounds it ran.
+
+use super::{Code, Finding, Verdict};
+use crate::report::reason::{Reason, ReasonCode};
+use serde::{Deserialize, Serialize};
+
+/// What the node-level localization of a multi-node check did, for the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// `adaptive` (screening + confirmation) or `full` (every node pair).
+    pub plan: String,
+    pub nodes: usize,
+    pub rails: usize,
+    /// Every round, phases A and B included.
+    pub rounds: usize,
+    /// Rounds after phase B (bounded by `2*log2(N)+4`).
+    pub localization_rounds: usize,
+    /// Phase B's busbw (GB/s) and the floor it was held against, if one applies.
+    pub allocation_busbw: Option<f64>,
+    pub allocation_floor: Option<f64>,
+    /// Node-rail pair groups measured over all rounds.
+    pub pair_groups: usize,
+    pub reasons: Vec<Reason>,
+}
+
+/// The report's code for a finding; `None` for `allocation_slow`, which the allocation-wide
+/// collective's own row already reports (`busbw_below_threshold`, the same floor).
+pub fn reason_code(code: Code) -> Option<ReasonCode> {
+    match code {
+        Code::NodeSlow => Some(ReasonCode::NodeSlow),
+        Code::NodePairSlow => Some(ReasonCode::NodePairSlow),
+        Code::RailSlow => Some(ReasonCode::RailSlow),
+        Code::SuspectsUnresolved => Some(ReasonCode::SuspectsUnresolved),
+        Code::AllocationSlow => None,
+    }
+}
+
+/// The verdict's findings as reasons, `nodeK` replaced by `names[K]`.
+pub fn reasons(v: &Verdict, names: &[String]) -> Vec<Reason> {
+    v.findings.iter().filter_map(|f| reason(f, names)).collect()
+}
+
+fn reason(f: &Finding, names: &[String]) -> Option<Reason> {
+    Some(Reason {
+        code: reason_code(f.code)?,
+        message: rename(&f.message, names),
+        subject: Some(rename(&f.subject, names)),
+        measured: f.measured,
+        limit: f.limit,
+    })
+}
+
+/// Replaces every `node<digits>` that starts a word by that node's name (unknown indices stay).
+pub fn rename(text: &str, names: &[String]) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let word_start = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+        if word_start && text[i..].starts_with("node") {
+            let digits = text[i + 4..].bytes().take_while(u8::is_ascii_digit).count();
+            let end = i + 4 + digits;
+            let at_word_end = end == bytes.len() || !bytes[end].is_ascii_alphanumeric();
+            if digits > 0 && at_word_end {
+                if let Some(name) = text[i + 4..end]
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|k| names.get(k))
+                {
+                    out.push_str(name);
+                    i = end;
+                    continue;
+                }
+            }
+        }
+        let ch = text[i..].chars().next().unwrap_or(' ');
+        out.push(ch);
+        i += ch.len_utf8().max(1);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_indices_become_host_names_and_nothing_else_changes() {
+        let names: Vec<String> = ["gpu-a", "gpu-b", "gpu-c"].map(String::from).to_vec();
+        assert_eq!(
+            rename("node2<->node0: slow; nodes node7 node1x", &names),
+            "gpu-c<->gpu-a: slow; nodes node7 node1x"
+        );
+        assert_eq!(rename("node1 GPU3 NIC", &names), "gpu-b GPU3 NIC");
+        assert_eq!(rename("ünïcode node1", &names), "ünïcode gpu-b");
+    }
+
+    #[test]
+    fn findings_become_reasons_except_allocation_slow() {
+        let f = |code| Finding {
+            code,
+            nodes: vec![1],
+            rail: None,
+            subject: "node1".into(),
+            message: "node1: slow".into(),
+            measured: Some(1.0),
+            limit: Some(2.0),
+        };
+        let v = Verdict {
+            findings: vec![f(Code::RailSlow), f(Code::AllocationSlow)],
+            rounds: 4,
+            localization_rounds: 2,
+            allocation_busbw: Some(3.0),
+        };
+        let r = reasons(&v, &["a".into(), "b".into()]);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].code, ReasonCode::RailSlow);
+        assert_eq!(r[0].subject.as_deref(), Some("b"));
+        assert_eq!(r[0].message, "b: slow");
+    }
+}
