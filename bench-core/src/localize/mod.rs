@@ -48,7 +48,7 @@
 //!   is not looked for; `Plan::FullMatrix` finds it.
 //! - A suspect whose confirmation partner happens to share a second, independent link fault.
 
-mod assess;
+pub(crate) mod assess;
 pub mod cli;
 pub mod drive;
 pub mod plan;

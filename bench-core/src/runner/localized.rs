@@ -30,6 +30,17 @@ pub(super) fn local_values(nodes: &[String], rows: &[PairRow]) -> Vec<f64> {
     worst.into_iter().map(|w| w.unwrap_or(best)).collect()
 }
 
+/// Phase A's floor: the GPU-pair rule, but only when some node had a GPU pair to measure. With one
+/// GPU per node nothing was measured and every node's placeholder would sit below any floor (a
+/// healthy 2 x 1-GPU check on 2x H200 FAILed as "nA: its own GPUs: local busbw 1.0 < 255.0").
+pub(super) fn local_floor(rows: &[PairRow], pair_rule: Option<f64>) -> Option<f64> {
+    if rows.is_empty() {
+        None
+    } else {
+        pair_rule
+    }
+}
+
 impl Measurer<'_> {
     pub(super) fn run_localized(
         &self,
@@ -63,7 +74,7 @@ impl Measurer<'_> {
         let cfg = Config {
             fraction: self.opts().config.outliers.fraction,
             floors: Floors {
-                local: floors.floor("sendrecv", 2, bytes),
+                local: local_floor(&rows, floors.floor("sendrecv", 2, bytes)),
                 allocation: allocation.and_then(|(c, size, _)| floors.floor(c, self.nranks, size)),
                 // No rule covers one GPU pair across two nodes (the sendrecv rule with 2 GPUs is
                 // an NVLink pair's): node pairs are judged against each other only.
@@ -183,5 +194,23 @@ mod tests {
         let rows = [row("a", 300.0), row("a", 120.0), row("b", 310.0)];
         assert_eq!(local_values(&nodes, &rows), vec![120.0, 310.0, 310.0]);
         assert_eq!(local_values(&nodes, &[]), vec![1.0; 3]);
+    }
+
+    #[test]
+    fn one_gpu_nodes_have_no_phase_a_floor_and_are_not_slow() {
+        let nodes: Vec<String> = ["nA", "nB"].map(String::from).to_vec();
+        assert_eq!(local_floor(&[], Some(255.0)), None);
+        assert_eq!(local_floor(&[row("a", 300.0)], Some(255.0)), Some(255.0));
+        // What the localizer sees for two 1-GPU nodes: equal placeholders, no floor.
+        let cfg = crate::localize::Config {
+            floors: crate::localize::Floors {
+                local: local_floor(&[], Some(255.0)),
+                allocation: None,
+                pair: None,
+            },
+            ..crate::localize::Config::default()
+        };
+        let (bad, _) = crate::localize::assess::local_bad(&local_values(&nodes, &[]), &cfg);
+        assert_eq!(bad, vec![false, false]);
     }
 }
