@@ -45,6 +45,12 @@ while [ $# -gt 0 ]; do
     esac
 done
 log() { echo "test-cluster: $*" >&2; }
+# The daemons outlive this script: they must not inherit its descriptors beyond 0-2 (a caller's
+# `flock FILE up.sh` lock would otherwise stay held by munged until it stops).
+for fd in /proc/$$/fd/*; do
+    fd=${fd##*/}
+    [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
+done
 die() { log "ERROR: $*"; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root"
