@@ -49,7 +49,7 @@ log() { echo "test-cluster: $*" >&2; }
 # `flock FILE up.sh` lock would otherwise stay held by munged until it stops).
 for fd in /proc/$$/fd/*; do
     fd=${fd##*/}
-    [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
+    [ "$fd" -gt 2 ] 2>/dev/null && [ "$fd" != 255 ] && eval "exec $fd>&-" 2>/dev/null
 done
 die() { log "ERROR: $*"; exit 1; }
 
