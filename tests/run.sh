@@ -3,7 +3,8 @@
 # Debian 12 machine: it installs what is missing, then runs lint, unit and integration tests, the
 # PTX freshness check, and the real-Slurm suites (munged, slurmctld and 2 slurmd on this machine)
 # on every Slurm major of the matrix: 22.05 (the host's), 24.11 and 26.05 (debootstrapped Debian
-# trixie and sid roots, cached under target/slurm-roots; tests/matrix/run.sh).
+# trixie and sid roots, cached under target/slurm-roots; tests/matrix/run.sh), then the container
+# suites: the worker in an older root, and real pyxis + enroot containers (tests/pyxis/run.sh).
 # GPU tests are separate: tests/gpu/run.sh on a GPU machine.
 #
 # Usage: bash tests/run.sh [--slurm MAJOR.MINOR]...   (default: 22.05 24.11 26.05)
@@ -59,4 +60,7 @@ bash tests/scale/run.sh
 
 step "container suite (older-glibc root filesystem, enroot files)"
 bash tests/container/run.sh
+
+step "pyxis suite (real pyxis 0.24.0 + enroot 4.1.2 containers, host Slurm 22.05)"
+bash tests/pyxis/run.sh
 echo "tests: all passed (Slurm ${RELEASES[*]})"
