@@ -16,6 +16,7 @@ const AFTER_HELP: &str = "\
 Examples:
   nccl-check                                  quick plan: all_reduce 256M + every GPU pair (~2.5 s)
   nccl-check --explain-thresholds             which thresholds apply to these GPUs, and their sources
+  nccl-check --check-config [FILE]            validate the config, print what it sets and where (exit 0/2)
   nccl-check --plan full --plot r.svg         six collectives 32M..1G + pairs; busbw drawn vs size
   nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests sweep)
   nccl-check sendrecv,alltoall --json r.json  two collectives, JSON report

@@ -150,12 +150,12 @@ pub fn run(path: &Path, explicit: bool, node: &str) -> i32 {
 }
 
 /// `state_dir` and `metrics_file` read from a config that does not validate, when those keys
-/// themselves are usable (absolute strings); the defaults otherwise.
-pub fn salvage(path: &Path) -> (String, String) {
+/// themselves are usable (absolute strings), else the defaults; None when the file cannot be
+/// read at all (a wrong `--config` path: nothing says where this gate's state belongs).
+pub fn salvage(path: &Path) -> Option<(String, String)> {
     let d = Config::default();
-    let table = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| t.parse::<toml::Table>().ok());
+    let text = std::fs::read_to_string(path).ok()?;
+    let table = text.parse::<toml::Table>().ok();
     let get = |key: &str, default: String| {
         table
             .as_ref()
@@ -165,10 +165,10 @@ pub fn salvage(path: &Path) -> (String, String) {
             .map(str::to_string)
             .unwrap_or(default)
     };
-    (
+    Some((
         get("state_dir", d.state_dir.clone()),
         get("metrics_file", d.metrics_file.clone()),
-    )
+    ))
 }
 
 #[cfg(test)]
@@ -228,9 +228,13 @@ mod tests {
             "state_dir = \"/s/%n\"\nmetrics_file = \"/m.prom\"\nbudget = 1\n",
         )
         .expect("write");
-        assert_eq!(salvage(&f), ("/s/%n".into(), "/m.prom".into()));
+        assert_eq!(salvage(&f), Some(("/s/%n".into(), "/m.prom".into())));
         std::fs::write(&f, "state_dir = [\n").expect("write");
-        assert_eq!(salvage(&f), ("/var/lib/nccl-check".into(), String::new()));
+        assert_eq!(
+            salvage(&f),
+            Some(("/var/lib/nccl-check".into(), String::new()))
+        );
+        assert_eq!(salvage(&d.join("absent.toml")), None);
         std::fs::remove_dir_all(&d).ok();
     }
 }

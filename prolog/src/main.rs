@@ -147,7 +147,8 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
     log.error(&msg);
     if !dry_run {
         log::stderr_line(&msg);
-        let (state_dir, metrics_file) = check_config::salvage(path);
+    }
+    if let Some((state_dir, metrics_file)) = check_config::salvage(path).filter(|_| !dry_run) {
         let state_dir = PathBuf::from(state_dir.replace("%n", &facts.node));
         if secure::ensure_dir(&state_dir).is_ok() {
             let st = Status {

@@ -101,15 +101,15 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
     format!("{PREFIX}{}|{sentence}{job}", one_line(&head))
 }
 
-/// What `sinfo -R` shows of a reason.
-pub fn sinfo_view(reason: &str) -> String {
-    reason.chars().take(20).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use bench_core::report::json::Reason;
+
+    /// What `sinfo -R` shows of a reason by default.
+    fn sinfo_view(reason: &str) -> String {
+        reason.chars().take(20).collect()
+    }
 
     fn fail(reasons: Vec<Reason>) -> Report {
         Report {
