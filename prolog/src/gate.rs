@@ -320,9 +320,9 @@ impl<'a> Gate<'a> {
 
     fn nothing_to_check(&mut self, whom: &str) -> i32 {
         let msg = if self.dry_run && self.facts.cuda_visible_devices.is_none() {
-            "dry run: gpus = \"job\" and no job's GPUs (CUDA_VISIBLE_DEVICES is unset): nothing \
-             to check. Name GPUs to check them now (CUDA_VISIBLE_DEVICES=0,1 nccl-check-prolog \
-             --dry-run), or check every GPU with --recheck --dry-run"
+            "dry run: gpus = \"job\", but CUDA_VISIBLE_DEVICES (the job's GPUs, set by slurmd) \
+             is unset: nothing to check. Name GPUs to check them now (CUDA_VISIBLE_DEVICES=0,1 \
+             nccl-check-prolog --dry-run), or check every GPU with --recheck --dry-run"
                 .to_string()
         } else {
             format!(

@@ -70,7 +70,7 @@ pub fn prune(state_dir: &Path, older_than: Duration) {
             m.is_dir().then(|| (t, e.path()))
         })
         .collect();
-    dirs.sort_by(|a, b| b.0.cmp(&a.0));
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
     let now = SystemTime::now();
     for (t, p) in dirs.into_iter().skip(KEEP_RUNS) {
         if now.duration_since(t).is_ok_and(|age| age > older_than) {

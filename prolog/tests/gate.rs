@@ -165,7 +165,7 @@ fn a_hundred_concurrent_pass_and_fail_pairs_never_cross() {
         let ft = token(&fj);
         assert!(fe.contains(&format!("FAIL job {fj}")), "{fe}");
         assert!(
-            fe.contains(&format!("nccl-check:GPU2-3 slow|")) && fe.contains(&ft),
+            fe.contains("nccl-check:GPU2-3 slow|") && fe.contains(&ft),
             "{fe}"
         );
         assert!(fe.contains("; drained n1"), "{fe}");
