@@ -185,6 +185,8 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     apt_install "$DEB1"
     expect_rc0 || return 1
     expect_out "The SPANK plugin is disabled until you uncomment"
+    # postinst ran nccl-check-prolog --check-config on the shipped prolog.toml: valid and ready.
+    ! grep -q 'WARNING: nccl-check-prolog --check-config' "$OUT" "$ERR" || fail "postinst found the gate not ready: $(cat "$ERR")"
     dpkg-query -W -f='${Status} ${Version}\n' "$PKG" | grep -qx "install ok installed $VERSION-1" \
         || fail "dpkg says: $(dpkg-query -W -f='${Status} ${Version}' "$PKG")"
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml \
@@ -198,7 +200,6 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     run_cmd man -w nccl-check nccl-check-prolog; expect_rc0
     # The README's validation step on the shipped config: valid, every key at its default.
     run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'budget_seconds = 30    # default'
-    ! grep -q 'WARNING: nccl-check-prolog --check-config' "$OUT" "$ERR" || fail "postinst found the gate not ready: $(cat "$ERR")"
 }
 
 t_cluster_reads_the_installed_plugstack() {
