@@ -266,8 +266,8 @@ t_prolog_gate_runs_the_installed_worker() {
     run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'gpus = "all"    # /etc/nccl-check/prolog.toml:'
     rm -rf /var/lib/nccl-check/runs
     plain_srun_works
-    local r; r=$(ls /var/lib/nccl-check/runs/job-*/report.json 2>/dev/null | head -1)
-    [ -n "$r" ] || { fail "the prolog wrote no /var/lib/nccl-check/runs/job-*/report.json"; return 1; }
+    local r; for r in /var/lib/nccl-check/runs/job-*/report.json; do [ -f "$r" ] && break; done
+    [ -f "$r" ] || { fail "the prolog wrote no /var/lib/nccl-check/runs/job-*/report.json"; return 1; }
     grep -q '"verdict": *"ERROR"' "$r" || fail "report is not ERROR: $(head -c 300 "$r")"
     grep -q '"state": "error"' /var/lib/nccl-check/gate.json || fail "gate.json: $(cat /var/lib/nccl-check/gate.json)"
     [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "an ERROR drained a node: $(sinfo -N -o '%N %T %E')"
