@@ -249,8 +249,14 @@ for l in /etc/enroot/mounts.d/* /etc/enroot/environ.d/* /etc/enroot/hooks.d/*; d
     [ -L "\$l" ] || continue
     case "\$(readlink "\$l")" in /usr/share/nccl-check/enroot/*) rm -f "\$l"; echo "nccl-check: removed the link \$l" ;; esac
 done
-# slurm.conf is the admin's: never edited here. But a Prolog= naming the removed prolog makes
-# slurmd fail every job's prolog and drain the node (observed on 22.05), so say so loudly.
+EOF
+}
+
+# The script that refuses to remove the prolog while slurm.conf still runs it (DEB prerm remove,
+# RPM %preun on erase): slurmd would fail every job's prolog and DRAIN the node (observed on
+# 22.05). slurm.conf is the admin's and is never edited here; NCCL_CHECK_FORCE_REMOVE=1 overrides.
+refuse_script() {
+    cat <<EOF
 where=
 for c in "\${SLURM_CONF:-}" /etc/slurm/slurm.conf; do
     [ -n "\$c" ] && [ -f "\$c" ] && grep -Eqs '^[[:space:]]*(Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog' "\$c" && where="\$where \$c"
@@ -258,10 +264,12 @@ done
 if [ -z "\$where" ] && command -v scontrol >/dev/null 2>&1; then
     timeout 5 scontrol show config 2>/dev/null | grep -Eq '^(Prolog|Epilog) +=.*nccl-check-prolog' && where=" (scontrol show config)"
 fi
-if [ -n "\$where" ]; then
-    echo "nccl-check: WARNING: slurm.conf\$where still runs nccl-check-prolog, which is being removed:" >&2
-    echo "nccl-check: WARNING: slurmd will fail the prolog and DRAIN this node at its next job." >&2
-    echo "nccl-check: WARNING: remove that Prolog= entry and run 'scontrol reconfigure'." >&2
+if [ -n "\$where" ] && [ "\${NCCL_CHECK_FORCE_REMOVE:-}" != 1 ]; then
+    echo "nccl-check: REFUSED: slurm.conf\$where still runs nccl-check-prolog (Prolog=)." >&2
+    echo "nccl-check: Removing it now would make slurmd fail every job's prolog and DRAIN this node." >&2
+    echo "nccl-check: Remove that Prolog= entry, run 'scontrol reconfigure', then remove the package" >&2
+    echo "nccl-check: (or set NCCL_CHECK_FORCE_REMOVE=1 to remove it anyway)." >&2
+    exit 1
 fi
 EOF
 }
@@ -333,6 +341,11 @@ EOF
 set -e
 if [ "\$1" = configure ]; then
     install -d -m 0755 /var/lib/nccl-check
+    # The gate's config, validated where slurmd will read it (the prolog never fails the install).
+    if [ -x /usr/sbin/nccl-check-prolog ] && ! out=\$(timeout 10 /usr/sbin/nccl-check-prolog --check-config 2>&1); then
+        echo "nccl-check: WARNING: nccl-check-prolog --check-config finds the prolog gate not ready:" >&2
+        printf '%s\\n' "\$out" | grep -E '^(INVALID|NOT READY)' | sed 's/^/nccl-check:   /' >&2 || true
+    fi
     if [ -z "\$2" ] && ! grep -Eq '^[[:space:]]*(required|optional)[[:space:]]+$so_re' /etc/slurm/plugstack.conf.d/zz-nccl-check.conf 2>/dev/null; then
         echo "nccl-check: installed. The SPANK plugin is disabled until you uncomment its line in"
         echo "nccl-check: /etc/slurm/plugstack.conf.d/zz-nccl-check.conf; see /usr/share/doc/$NAME/README.md"
@@ -340,7 +353,11 @@ if [ "\$1" = configure ]; then
 fi
 exit 0
 EOF
-    { printf '#!/bin/sh\nset -e\nif [ "$1" = remove ]; then\n'
+    { printf '#!/bin/sh\nset -e\n'
+      # "remove in-favour PKG": another Slurm major's package takes over the same prolog path.
+      [ -n "$HAVE_PROLOG" ] && { printf 'if [ "$1" = remove ] && [ "$2" != in-favour ]; then\n'
+          refuse_script | sed 's/^/    /'; printf 'fi\n'; }
+      printf 'if [ "$1" = remove ]; then\n'
       disable_script "$so_re" | sed 's/^/    /'
       printf 'fi\nexit 0\n'; } > "$root/DEBIAN/prerm"
     cat > "$root/DEBIAN/postrm" <<EOF
@@ -408,6 +425,7 @@ cp -a $root/. %{buildroot}/
 # \$1 = 0: erase (not upgrade). Disable the plugin before its file goes, so srun keeps working.
 if [ "\$1" = 0 ]; then
 EOF
+    [ -n "$HAVE_PROLOG" ] && refuse_script | sed 's/^/    /'
     disable_script "$so_re" | sed 's/^/    /'
     cat <<EOF
 fi

@@ -17,6 +17,9 @@ fn main() {
     let started_unix = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
+    if let Some(code) = check_config() {
+        exit(code);
+    }
     let opts = match options::parse(std::env::args(), &|k| std::env::var(k).ok()) {
         Ok(o) => o,
         Err(ParseExit::Info(text)) => {
@@ -65,6 +68,82 @@ fn main() {
     };
     report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
     finish(opts, &report, code);
+}
+
+/// `nccl-check --check-config [FILE]` (FILE: else $NCCL_CHECK_CONFIG, else the default path when it
+/// exists): validates the worker's config over the built-in defaults and prints what it sets and
+/// where. Exit 0 valid, 2 invalid. Needs no GPU and no NCCL. None: not this command.
+fn check_config() -> Option<i32> {
+    use bench_core::config::file::find_key_line;
+    use bench_core::config::worker::WorkerConfig;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_none_or(|a| a != "--check-config") || args.len() > 2 {
+        return None;
+    }
+    let path = args
+        .get(1)
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("NCCL_CHECK_CONFIG").map(Into::into));
+    let cfg = match WorkerConfig::load(path.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("INVALID {e}");
+            return Some(2);
+        }
+    };
+    let file = cfg.path.as_ref().map(|p| p.display().to_string());
+    let from = |field: &str| match (&file, find_key_line(&cfg.text, field)) {
+        (Some(f), Some(l)) => format!("{f}:{l}"),
+        _ => "built-in defaults".into(),
+    };
+    match &file {
+        Some(f) => {
+            println!("# {f}: valid; the effective configuration (over the built-in defaults):")
+        }
+        None => println!("# no config file: the built-in defaults apply:"),
+    }
+    println!(
+        "outliers.fraction = {}    # {}",
+        cfg.outliers.fraction,
+        from("outliers.fraction")
+    );
+    println!(
+        "outliers.retest = {}    # {}",
+        cfg.outliers.retest,
+        from("outliers.retest")
+    );
+    let admin_rules = cfg
+        .text
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|t| t.get("thresholds").and_then(|v| v.as_array()).map(Vec::len))
+        .unwrap_or(0);
+    println!(
+        "thresholds = {} rules    # {admin_rules} from {}, then the built-in defaults (first match wins)",
+        cfg.thresholds.len(),
+        file.as_deref().unwrap_or("no file")
+    );
+    for (name, plan) in &cfg.plans {
+        println!(
+            "plans.{name} = {} steps    # {}",
+            plan.steps.len(),
+            from(&format!("plans.{name}"))
+        );
+    }
+    for (i, n) in cfg.network.iter().enumerate() {
+        println!(
+            "network[{i}] = {:?}    # {}",
+            n.name,
+            from(&format!("network[{i}]"))
+        );
+    }
+    for i in 0..cfg.expected_gpus.len() {
+        println!(
+            "expected_gpus[{i}]    # {}",
+            from(&format!("expected_gpus[{i}]"))
+        );
+    }
+    Some(0)
 }
 
 /// The last resort: whatever is stuck (a CUDA call without a deadline, an abort that blocks), the

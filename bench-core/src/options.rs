@@ -20,6 +20,7 @@ Examples:
   nccl-check --explain-thresholds             which thresholds apply to these GPUs, and their sources
   nccl-check --explain-thresholds --gpu-model H200 --gpus 8   the same for a model, without a GPU
   nccl-check --explain-plan --nodes 1024 --gpus-per-node 8 [--json]   rounds and modeled time (no GPU)
+  nccl-check --check-config [FILE]            validate the config, print what it sets and where (exit 0/2)
   nccl-check --plan full --plot r.svg         six collectives 32M..1G + pairs; busbw drawn vs size
   nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests sweep)
   nccl-check sendrecv,alltoall --json r.json  two collectives, JSON report

@@ -125,6 +125,19 @@ impl std::error::Error for SpawnError {}
 
 /// Runs `spec` to its end or its deadline; the process group is gone when this returns.
 pub fn run(spec: Spec) -> Result<Finished, SpawnError> {
+    run_with(spec, false)
+}
+
+/// [`run`], and the child's whole group dies with the caller too, however the caller dies
+/// (SIGKILL included): `PR_SET_PDEATHSIG` reaches only the child, not what it started, so a
+/// small watcher process joins the child's group and kills it when our end of a socket closes.
+/// For the root prolog, which slurmd may kill at `PrologEpilogTimeout`. Not for the SPANK plugin
+/// (it forks one more process).
+pub fn run_guarded(spec: Spec) -> Result<Finished, SpawnError> {
+    run_with(spec, true)
+}
+
+fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
     let start = Instant::now();
     let deadline = start + spec.deadline;
     let mut cmd = command(&spec);
@@ -156,6 +169,7 @@ pub fn run(spec: Spec) -> Result<Finished, SpawnError> {
         pipes.push(Pipe::new(Box::new(s), Stream::Stderr, *max_bytes));
     }
     let pid = child.id() as libc::pid_t;
+    let guard = guarded.then(|| Guard::arm(pid)).flatten();
     let timed_out = loop {
         if exited_unreaped(pid) {
             break false;
@@ -166,6 +180,9 @@ pub fn run(spec: Spec) -> Result<Finished, SpawnError> {
         }
         pump(&mut pipes, (deadline - now).min(MAX_NAP));
     };
+    if let Some(g) = guard {
+        g.disarm();
+    }
     // The whole group, in both cases: at the deadline to end the child, after an exit to end what
     // it left behind. The leader is not reaped yet, so its pid (the group id) cannot be reused.
     // SAFETY: plain syscall; ESRCH (the group is empty already) is fine.
@@ -194,6 +211,82 @@ pub fn run(spec: Spec) -> Result<Finished, SpawnError> {
         elapsed: start.elapsed(),
         unreaped: status.is_none(),
     })
+}
+
+/// The watcher of [`run_guarded`]: a forked process in the child's group, blocked reading its end
+/// of a socket pair whose other end only we hold. Our death closes it: the watcher then kills the
+/// group (the child is not reaped yet, so the group id is still the child's). At a normal end we
+/// send one byte first and it leaves without killing.
+struct Guard {
+    pid: libc::pid_t,
+    fd: libc::c_int,
+}
+
+impl Guard {
+    fn arm(pgid: libc::pid_t) -> Option<Guard> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: socketpair fills two descriptors; CLOEXEC keeps them from later children.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return None;
+        }
+        // SAFETY: between fork and _exit the watcher makes only async-signal-safe calls.
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                libc::close(fds[1]);
+                // In the child's group: a kill of our group (slurmd's) does not reach it.
+                libc::setpgid(0, pgid);
+                let mut b = 0u8;
+                let n = loop {
+                    let n = libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+                    if n < 0 && *libc::__errno_location() == libc::EINTR {
+                        continue;
+                    }
+                    break n;
+                };
+                if n <= 0 {
+                    libc::kill(-pgid, libc::SIGKILL);
+                }
+                libc::_exit(0)
+            },
+            -1 => {
+                // SAFETY: closing the descriptors we just made.
+                unsafe {
+                    libc::close(fds[0]);
+                    libc::close(fds[1]);
+                }
+                None
+            }
+            pid => {
+                // SAFETY: closing the watcher's end in our process.
+                unsafe { libc::close(fds[0]) };
+                Some(Guard { pid, fd: fds[1] })
+            }
+        }
+    }
+
+    /// The normal end: tells the watcher to leave, then reaps it (bounded).
+    fn disarm(self) {
+        // SAFETY: send on our socket (MSG_NOSIGNAL: a watcher already gone is no SIGPIPE), then
+        // close it and reap the watcher without blocking past REAP_GRACE.
+        unsafe {
+            libc::send(self.fd, b"x".as_ptr().cast(), 1, libc::MSG_NOSIGNAL);
+            libc::close(self.fd);
+            let until = Instant::now() + REAP_GRACE;
+            while libc::waitpid(self.pid, std::ptr::null_mut(), libc::WNOHANG) == 0
+                && Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
 }
 
 fn command(spec: &Spec) -> Command {

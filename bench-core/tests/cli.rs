@@ -165,3 +165,40 @@ fn explain_plan_needs_no_gpu_and_prints_one_json_object() {
         "--explain-plan needs --nodes N and --gpus-per-node G",
     );
 }
+
+/// Issue 20: no way to validate the worker's config before deploying it.
+#[test]
+fn check_config_validates_and_says_where_each_setting_comes_from() {
+    let dir = std::env::temp_dir().join(format!("nccl-check-cli-cc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let good = dir.join("good.toml");
+    std::fs::write(
+        &good,
+        "[outliers]\nfraction = 0.8\n\n[plans.site]\nsteps = [{ collective = \"all_reduce\", bytes = \"1M\" }]\n",
+    )
+    .expect("write");
+    let g = good.display().to_string();
+    let (rc, out, _) = nccl_check(&["--check-config", &g]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains(&format!("outliers.fraction = 0.8    # {g}:2\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains("outliers.retest = true    # built-in defaults\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("plans.site = 1 steps    # {g}:4\n")),
+        "{out}"
+    );
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[outliers]\nfraktion = 0.8\n").expect("write");
+    let (rc, out, _) = nccl_check(&["--check-config", &bad.display().to_string()]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(
+        out.starts_with(&format!("INVALID {}:2", bad.display())),
+        "{out}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -31,9 +31,7 @@ gpus = "all"
 state_dir = "$T/state/%n"
 gpu_info_dir = "$T/gpus"
 scontrol = "/bin/false"
-[env]
-NCCL_CHECK_FAKE = "pass"
-NCCL_CHECK_FAKE_MARKER = "$T/marker"
+env = { NCCL_CHECK_FAKE = "pass", NCCL_CHECK_FAKE_MARKER = "$T/marker" }
 CONF
 python3 - "$BIN" "$T" "$RUNS" <<'PY'
 import os, platform, statistics, subprocess, sys, time

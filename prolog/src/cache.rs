@@ -3,7 +3,11 @@
 //! the same worker, worker config and prolog config, skips the measurement. Only PASS is ever
 //! recorded; a FAIL deletes the file.
 
+use crate::budget::Deadline;
+use crate::state::Lock;
 use serde::{Deserialize, Serialize};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 pub const FILE: &str = "last-pass.json";
@@ -29,26 +33,47 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
-/// Reads the cache; anything unreadable counts as empty (the check then simply runs).
+/// The largest cache file read (MAX_ENTRIES entries are a few KiB).
+const MAX_BYTES: u64 = 64 << 10;
+
+/// Reads the cache; anything unreadable counts as empty (the check then simply runs). Only a
+/// regular file (no symlink) owned by us (root) and not writable by others counts: anything
+/// else was not written by the prolog.
 pub fn read(state_dir: &Path) -> Cache {
-    std::fs::read(path(state_dir))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path(state_dir))
+    else {
+        return Cache::default();
+    };
+    let ours = f
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.uid() == crate::secure::owner() && m.mode() & 0o022 == 0);
+    let mut bytes = Vec::new();
+    if !ours || f.take(MAX_BYTES).read_to_end(&mut bytes).is_err() {
+        return Cache::default();
+    }
+    serde_json::from_slice(&bytes).unwrap_or_default()
 }
 
-/// Writes atomically (temp file, then rename), so a concurrent prolog never reads half a file.
-pub fn write(state_dir: &Path, cache: &Cache) -> std::io::Result<()> {
+/// Writes atomically (new file, then rename), so a concurrent prolog never reads half a file.
+fn write(state_dir: &Path, cache: &Cache) -> std::io::Result<()> {
     let text = serde_json::to_vec_pretty(cache).map_err(std::io::Error::other)?;
     crate::state::write_atomic(&path(state_dir), &text, 0o644)
 }
 
-/// Forgets every pass.
-pub fn clear(state_dir: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path(state_dir)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
+/// Read, change and write the cache under the state directory's lock (waiting until
+/// `deadline` at most).
+pub fn update(
+    state_dir: &Path,
+    deadline: Deadline,
+    change: impl FnOnce(&mut Cache),
+) -> std::io::Result<()> {
+    let _lock = Lock::acquire(state_dir, deadline)?;
+    let mut c = read(state_dir);
+    change(&mut c);
+    write(state_dir, &c)
 }
 
 impl Cache {
@@ -71,6 +96,17 @@ impl Cache {
             // A clock that went backwards proves nothing.
             .filter(|&age| (0.0..window_s as f64).contains(&age))
             .reduce(f64::min)
+    }
+
+    /// Forgets every pass that included one of `gpus` (a FAIL of them); all passes when the
+    /// failed GPUs are not known.
+    pub fn forget(&mut self, gpus: Option<&[String]>) {
+        match gpus {
+            Some(g) => self
+                .entries
+                .retain(|e| !e.gpus.iter().any(|x| g.contains(x))),
+            None => self.entries.clear(),
+        }
     }
 
     /// Records a pass of `gpus`; sets it covers are dropped, the oldest go beyond MAX_ENTRIES.
@@ -176,17 +212,50 @@ mod tests {
     }
 
     #[test]
-    fn written_then_read_back_and_cleared() {
-        let dir = std::env::temp_dir().join(format!("nccl-check-cache-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
+    fn a_fail_forgets_only_the_passes_of_its_gpus() {
+        let mut c = Cache::default();
+        c.record(&ids(&["GPU-a", "GPU-b"]), "f", 1.0);
+        c.record(&ids(&["GPU-c", "GPU-d"]), "f", 1.0);
+        c.forget(Some(&ids(&["GPU-c", "GPU-d"])));
+        assert_eq!(c.entries.len(), 1);
+        assert_eq!(c.entries[0].gpus, ids(&["GPU-a", "GPU-b"]));
+        c.forget(None);
+        assert!(c.entries.is_empty());
+    }
+
+    #[test]
+    fn updated_under_the_lock_then_read_back() {
+        let dir = bench_core::test_support::scratch_dir("cache-rw");
+        let far = || Deadline::after(std::time::Duration::from_secs(5));
+        update(&dir, far(), |c| c.record(&ids(&["GPU-a"]), "f", 5.0)).expect("write");
+        update(&dir, far(), |c| c.record(&ids(&["GPU-b"]), "f", 6.0)).expect("write");
+        assert_eq!(read(&dir).entries.len(), 2);
+        update(&dir, far(), |c| c.forget(None)).expect("write");
+        assert_eq!(read(&dir), Cache::default());
+        std::fs::write(path(&dir), b"{garbage").expect("write");
+        assert_eq!(read(&dir), Cache::default());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A cache someone else could have written is not believed.
+    #[test]
+    fn a_group_writable_or_linked_cache_file_counts_as_empty() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = bench_core::test_support::scratch_dir("cache-forged");
         let mut c = Cache::default();
         c.record(&ids(&["GPU-a"]), "f", 5.0);
         write(&dir, &c).expect("write");
         assert_eq!(read(&dir), c);
-        clear(&dir).expect("clear");
-        clear(&dir).expect("clear twice");
+        std::fs::set_permissions(path(&dir), std::fs::Permissions::from_mode(0o666))
+            .expect("chmod");
         assert_eq!(read(&dir), Cache::default());
-        std::fs::write(path(&dir), b"{garbage").expect("write");
+        std::fs::rename(path(&dir), dir.join("elsewhere")).expect("mv");
+        std::os::unix::fs::symlink(dir.join("elsewhere"), path(&dir)).expect("ln");
+        std::fs::set_permissions(
+            dir.join("elsewhere"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .expect("chmod");
         assert_eq!(read(&dir), Cache::default());
         std::fs::remove_dir_all(&dir).ok();
     }

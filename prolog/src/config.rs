@@ -1,6 +1,11 @@
 //! The prolog's own config (`/etc/nccl-check/prolog.toml`): every key, its default (here, in
 //! `Default for Config`, and nowhere else) and its validation. `prolog/prolog.toml` is the shipped
 //! copy with every key at its default; a test keeps the two equal.
+//!
+//! Keys land where the admin means them: the shipped file ends with no table (the worker's
+//! environment is the inline `env = { ... }`), so a line appended to it is a top-level key, and
+//! a prolog key that ended up inside an `[env]` table anyway is an error naming file, line and
+//! field, never a worker environment variable.
 
 use bench_core::config::file::{self, ConfigError};
 use bench_core::contract::PlanName;
@@ -32,15 +37,20 @@ pub enum OnFail {
     Run,
 }
 
-/// What an ERROR (a setup problem, not the hardware) does.
+/// What an ERROR (a setup problem, not the hardware) does. The default is `run`: an ERROR is
+/// the site's or nccl-check's own problem (worker or library missing, timeout), and failing
+/// the job would make slurmd drain every node with "Prolog error" over one setup mistake; the
+/// ERROR is made visible instead (stderr line, `gate.json`, `nccl_check_gate_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum OnError {
     /// Exit 0: log it, never drain, the job runs.
+    #[serde(rename = "run")]
     Run,
     /// Exit 1: the prolog still drains nothing itself, but slurmd drains the node with reason
     /// "Prolog error" and requeues the job (Slurm's own behaviour for any non-zero prolog exit).
-    Fail,
+    /// (`"fail"`, its old name, is still read.)
+    #[serde(rename = "fail-job", alias = "fail")]
+    FailJob,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -77,9 +87,33 @@ pub struct Config {
     pub syslog_socket: PathBuf,
     /// Prometheus textfile for node_exporter's textfile collector; empty = off. `%n` = node name.
     pub metrics_file: String,
-    /// The only environment the worker gets besides a fixed PATH and `CUDA_DEVICE_ORDER`.
+    /// The only environment the worker gets besides a fixed PATH, `CUDA_DEVICE_ORDER` and
+    /// `TMPDIR` (the run's private directory).
     pub env: BTreeMap<String, String>,
 }
+
+/// Every key of the file, in the shipped file's order (`--check-config` prints them all).
+pub const KEYS: [&str; 16] = [
+    "worker",
+    "worker_config",
+    "plan",
+    "budget_seconds",
+    "gpus",
+    "on_fail",
+    "on_error",
+    "auto_resume",
+    "cache_seconds",
+    "state_dir",
+    "scontrol",
+    "gpu_info_dir",
+    "syslog_facility",
+    "syslog_socket",
+    "metrics_file",
+    "env",
+];
+
+/// Environment variables the prolog sets for the worker itself.
+const RESERVED_ENV: [&str; 1] = ["TMPDIR"];
 
 impl Default for Config {
     fn default() -> Config {
@@ -188,6 +222,22 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         );
     }
     for key in c.env.keys() {
+        if KEYS.contains(&key.as_str()) {
+            return bad(
+                &format!("env.{key}"),
+                format!(
+                    "{key:?} is a prolog setting, not a worker environment variable: it is \
+                     inside the env table (a line after an [env] header?); move it above [env], \
+                     or write the environment as env = {{ NAME = \"value\" }}"
+                ),
+            );
+        }
+        if RESERVED_ENV.contains(&key.as_str()) {
+            return bad(
+                &format!("env.{key}"),
+                format!("{key} is set by the prolog (the run's private directory)"),
+            );
+        }
         let ok = !key.is_empty()
             && !key.starts_with(|ch: char| ch.is_ascii_digit())
             && key
@@ -213,11 +263,80 @@ mod tests {
         parse(Path::new(FILE), text)
     }
 
+    const SHIPPED: &str = include_str!("../prolog.toml");
+
+    /// The shipped file with every `#key = value` line uncommented.
+    fn uncommented() -> String {
+        SHIPPED
+            .lines()
+            .map(|l| match l.strip_prefix('#') {
+                Some(k) if KEYS.iter().any(|key| k.starts_with(&format!("{key} = "))) => k,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     #[test]
-    fn the_shipped_file_holds_exactly_the_defaults() {
-        let text = include_str!("../prolog.toml");
-        let c = parse(Path::new("prolog/prolog.toml"), text).expect("shipped file parses");
+    fn the_shipped_file_shows_every_key_at_its_default_and_ends_with_no_table() {
+        let c = parse(Path::new("prolog/prolog.toml"), SHIPPED).expect("shipped file parses");
         assert_eq!(c, Config::default());
+        let all = uncommented();
+        for key in KEYS {
+            assert!(all.contains(&format!("\n{key} = ")), "{key} not shown");
+        }
+        assert_eq!(
+            parse_str(&all).expect("uncommented parses"),
+            Config::default()
+        );
+        assert!(
+            !SHIPPED.lines().any(|l| l.trim_start().starts_with('[')),
+            "a [table] in the shipped file would catch appended lines"
+        );
+    }
+
+    /// Issue 20: `printf 'on_fail = "drain"\n' >> prolog.toml` became a worker environment
+    /// variable, and `budget_seconds = 2` an "invalid type" inside env.
+    #[test]
+    fn a_line_appended_to_the_shipped_file_is_a_prolog_setting() {
+        let c = parse_str(&format!("{SHIPPED}on_fail = \"run\"\n")).expect("valid");
+        assert_eq!(c.on_fail, OnFail::Run);
+        assert!(c.env.is_empty());
+        let last = SHIPPED.lines().count() + 1;
+        let e = parse_str(&format!("{SHIPPED}on_fail = \"drain\"\n")).unwrap_err();
+        assert_eq!((e.field.as_str(), e.line), ("on_fail", Some(last)), "{e}");
+        let e = parse_str(&format!("{SHIPPED}budget_seconds = 2\n")).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("budget_seconds", Some(last)),
+            "{e}"
+        );
+        // Edited in place and appended: a key set twice names its line.
+        let e = parse_str(&format!("{}\non_fail = \"run\"\n", uncommented())).unwrap_err();
+        assert!(e.line.is_some() && e.message.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn a_prolog_key_inside_an_env_table_is_an_error_not_a_variable() {
+        let text = "plan = \"quick\"\n[env]\nNCCL_IB_HCA = \"mlx5\"\non_fail = \"run\"\n";
+        let e = parse_str(text).unwrap_err();
+        assert_eq!((e.field.as_str(), e.line), ("env.on_fail", Some(4)), "{e}");
+        assert!(e.message.contains("prolog setting"), "{e}");
+        let e = parse_str("env = { TMPDIR = \"/tmp\" }\n").unwrap_err();
+        assert_eq!(e.field, "env.TMPDIR", "{e}");
+    }
+
+    #[test]
+    fn on_error_is_run_or_fail_job_and_the_old_name_still_reads() {
+        assert_eq!(Config::default().on_error, OnError::Run);
+        for v in ["fail-job", "fail"] {
+            let c = parse_str(&format!("on_error = \"{v}\"\n")).expect("valid");
+            assert_eq!(c.on_error, OnError::FailJob);
+        }
+        assert_eq!(
+            parse_str("on_error = \"drain\"\n").unwrap_err().field,
+            "on_error"
+        );
     }
 
     #[test]
@@ -266,7 +385,7 @@ mod tests {
     fn env_keys_must_be_variable_names() {
         let e = parse_str("[env]\nNCCL_IB_HCA = \"mlx5\"\n\"BAD-NAME\" = \"x\"\n").unwrap_err();
         assert_eq!(e.field, "env.BAD-NAME", "{e}");
-        let c = parse_str("[env]\nNCCL_IB_HCA = \"mlx5\"\n").expect("valid");
+        let c = parse_str("env = { NCCL_IB_HCA = \"mlx5\" }\n").expect("valid");
         assert_eq!(c.env["NCCL_IB_HCA"], "mlx5");
     }
 

@@ -87,7 +87,7 @@ pub fn decide(mode: Mode, found: Found, policy: Policy, all_gpus: bool) -> Actio
         Found::Measured(Verdict::Error) => nothing(match (mode, policy.on_error) {
             (Mode::Recheck, _) => 2,
             (Mode::Prolog, OnError::Run) => 0,
-            (Mode::Prolog, OnError::Fail) => 1,
+            (Mode::Prolog, OnError::FailJob) => 1,
         }),
     }
 }
@@ -156,7 +156,7 @@ mod tests {
     #[test]
     fn error_with_on_error_fail_exits_one_but_still_never_drains_itself() {
         let p = Policy {
-            on_error: OnError::Fail,
+            on_error: OnError::FailJob,
             ..DEFAULT
         };
         let a = prolog(Found::Measured(Verdict::Error), p);

@@ -6,11 +6,10 @@
 //! node's state is read first (`scontrol show node -o`), so a node already drained, by us or by
 //! anyone, is never drained again (and an admin's reason is never overwritten).
 
-use crate::report::Report;
+use crate::budget::Deadline;
 use crate::state::{self, Lock};
 use bench_core::supervise::{self, Ending, Output, Spec};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// Every drain reason nccl-check sets starts with this; nothing else is ever resumed.
 pub const PREFIX: &str = "nccl-check:";
@@ -18,64 +17,8 @@ pub const PREFIX: &str = "nccl-check:";
 pub const MARKER: &str = "drained";
 /// A drain requested this recently is not requested again, and Slurm is not even asked.
 pub const RECENT: f64 = 60.0;
-/// Longest reason text after the prefix (Slurm shows reasons in one `sinfo -R` column).
-const MAX_REASON: usize = 160;
-/// How long one `scontrol` call may take before its process group is killed.
-pub const SCONTROL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most of scontrol's stdout kept (one `show node -o` line) and of its stderr (the error).
 const SCONTROL_OUTPUT_BYTES: usize = 64 << 10;
-const LOCK_WAIT: Duration = Duration::from_secs(10);
-
-/// The drain reason for a FAIL: what failed (subject, collective, measured against limit), from
-/// the report's first reason, and the job that found it.
-pub fn reason(report: Option<&Report>, job: Option<&str>) -> String {
-    let body = match report {
-        Some(r) => match r.reasons.first() {
-            Some(first) => {
-                let mut s = first.message.clone();
-                if s.trim().is_empty() {
-                    s = match (first.measured, first.limit) {
-                        (Some(m), Some(l)) => format!("{} {m:.1} vs limit {l:.1}", first.code),
-                        _ => first.code.to_string(),
-                    };
-                }
-                if let Some(subj) = first
-                    .subject
-                    .as_deref()
-                    .filter(|s| !first.message.contains(*s))
-                {
-                    s = format!("{subj}: {s}");
-                }
-                if r.reasons.len() > 1 {
-                    s.push_str(&format!(" (+{} more)", r.reasons.len() - 1));
-                }
-                s
-            }
-            None if !r.summary.trim().is_empty() => r.summary.clone(),
-            None => "FAIL (the report gives no reason)".into(),
-        },
-        None => "FAIL (worker exit 1, no readable report)".into(),
-    };
-    let body = body
-        .trim()
-        .strip_prefix(PREFIX)
-        .unwrap_or(body.trim())
-        .to_string();
-    let mut body: String = body
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect::<String>()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    if body.chars().count() > MAX_REASON {
-        body = body.chars().take(MAX_REASON - 3).collect::<String>() + "...";
-    }
-    match job {
-        Some(j) => format!("{PREFIX} {body} (job {j})"),
-        None => format!("{PREFIX} {body}"),
-    }
-}
 
 /// This node's state as slurmctld sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,12 +97,13 @@ pub enum Outcome {
 
 /// `scontrol` for one node. Its environment is cleared except `SLURM_CONF`, which slurmd sets
 /// for its prolog (to its own config) and which scontrol needs to find the controller.
+#[derive(Debug, Clone)]
 pub struct Slurm {
     pub scontrol: PathBuf,
     pub node: String,
     pub slurm_conf: Option<String>,
-    /// Per call ([`SCONTROL_TIMEOUT`]).
-    pub timeout: Duration,
+    /// The prolog's budget: every call and lock wait ends by then ([`crate::budget`]).
+    pub deadline: Deadline,
 }
 
 impl Slurm {
@@ -167,9 +111,13 @@ impl Slurm {
     /// nothing it leaves behind (holding its output open or not) is waited for or kept.
     fn call(&self, args: &[&str]) -> Result<String, String> {
         let what = format!("{} {}", self.scontrol.display(), args.join(" "));
+        let left = self.deadline.remaining();
+        if left.is_zero() {
+            return Err(format!("{what}: not run, the budget is spent"));
+        }
         let argv = args.iter().map(Into::into).collect();
         let mut spec =
-            Spec::new(&self.scontrol, argv, self.timeout).env("PATH", crate::worker::WORKER_PATH);
+            Spec::new(&self.scontrol, argv, left).env("PATH", crate::worker::WORKER_PATH);
         if let Some(c) = &self.slurm_conf {
             spec = spec.env("SLURM_CONF", c);
         }
@@ -184,8 +132,8 @@ impl Slurm {
         match done.ending {
             Ending::Exited(0) => Ok(String::from_utf8_lossy(&done.stdout).into_owned()),
             Ending::KilledAtDeadline => Err(format!(
-                "{what}: no answer within {:?}; its process group was killed",
-                self.timeout
+                "{what}: no answer within the {:.1} s left of the budget; killed",
+                left.as_secs_f64()
             )),
             Ending::Exited(c) => Err(format!("{what}: exit status {c}: {}", stderr.trim())),
             Ending::Signaled(s) => Err(format!("{what}: killed by signal {s}: {}", stderr.trim())),
@@ -214,7 +162,7 @@ impl Slurm {
     /// already or we asked less than RECENT seconds ago.
     pub fn drain(&self, state_dir: &Path, reason: &str, now: f64) -> Outcome {
         debug_assert!(reason.starts_with(PREFIX));
-        let _lock = match Lock::acquire(state_dir, LOCK_WAIT) {
+        let _lock = match Lock::acquire(state_dir, self.deadline) {
             Ok(l) => l,
             Err(e) => return Outcome::Failed(format!("lock: {e}")),
         };
@@ -243,7 +191,7 @@ impl Slurm {
     /// measurement (`pass_started`). With `ask_anyway` (recheck), Slurm is asked even without
     /// our marker (the state dir may have been wiped); otherwise no marker means no call.
     pub fn resume_own(&self, state_dir: &Path, pass_started: f64, ask_anyway: bool) -> Outcome {
-        let _lock = match Lock::acquire(state_dir, LOCK_WAIT) {
+        let _lock = match Lock::acquire(state_dir, self.deadline) {
             Ok(l) => l,
             Err(e) => return Outcome::Failed(format!("lock: {e}")),
         };
@@ -291,78 +239,7 @@ fn write_marker(state_dir: &Path, now: f64, reason: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Report;
-    use bench_core::report::json::Reason;
-
-    fn fail(reasons: Vec<Reason>) -> Report {
-        Report {
-            summary: "all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s".into(),
-            reasons,
-            ..Report::default()
-        }
-    }
-
-    fn busbw(subject: Option<&str>) -> Reason {
-        Reason {
-            code: bench_core::report::json::ReasonCode::BusbwBelowThreshold,
-            message: "all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s".into(),
-            subject: subject.map(str::to_string),
-            measured: Some(12.3),
-            limit: Some(300.0),
-        }
-    }
-
-    #[test]
-    fn the_reason_names_the_subject_the_numbers_and_the_job() {
-        let r = fail(vec![busbw(Some("GPU2<->GPU3"))]);
-        assert_eq!(
-            reason(Some(&r), Some("42")),
-            "nccl-check: GPU2<->GPU3: all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s (job 42)"
-        );
-    }
-
-    #[test]
-    fn a_reason_without_a_message_is_told_by_its_code_and_numbers() {
-        let mut b = busbw(Some("GPU1"));
-        b.message.clear();
-        assert_eq!(
-            reason(Some(&fail(vec![b])), None),
-            "nccl-check: GPU1: busbw_below_threshold 12.3 vs limit 300.0"
-        );
-    }
-
-    #[test]
-    fn more_reasons_are_counted_not_listed() {
-        let r = fail(vec![busbw(None), busbw(None), busbw(None)]);
-        assert_eq!(
-            reason(Some(&r), None),
-            "nccl-check: all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s (+2 more)"
-        );
-    }
-
-    #[test]
-    fn without_reasons_the_summary_and_without_a_report_a_generic_line() {
-        let r = fail(vec![]);
-        assert!(reason(Some(&r), None).starts_with("nccl-check: all_reduce 256 MiB"));
-        assert_eq!(
-            reason(None, Some("7")),
-            "nccl-check: FAIL (worker exit 1, no readable report) (job 7)"
-        );
-    }
-
-    #[test]
-    fn the_reason_is_one_short_line_with_one_prefix() {
-        let mut r = fail(vec![]);
-        r.summary = format!("nccl-check: line one\nline\ttwo {}", "x".repeat(400));
-        let s = reason(Some(&r), Some("1"));
-        assert!(s.starts_with("nccl-check: line one line two x"), "{s}");
-        assert_eq!(s.matches(PREFIX).count(), 1);
-        assert!(
-            !s.contains('\n') && s.chars().count() <= MAX_REASON + 30,
-            "{s}"
-        );
-    }
-
+    use std::time::Duration;
     #[test]
     fn show_node_gives_state_and_reason_without_the_user_stamp() {
         let line = "NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State=IDLE+DRAIN ThreadsPerCore=1 \
@@ -406,7 +283,7 @@ mod tests {
             scontrol: p,
             node: "n1".into(),
             slurm_conf: None,
-            timeout: SCONTROL_TIMEOUT,
+            deadline: Deadline::after(Duration::from_secs(30)),
         }
     }
 
@@ -461,13 +338,13 @@ mod tests {
             d = d.display()
         );
         bench_core::test_support::write_executable(&s.scontrol, &body);
-        s.timeout = Duration::from_millis(400);
+        s.deadline = Deadline::after(Duration::from_millis(400));
         let t = std::time::Instant::now();
         let e = s.show().expect_err("hung");
-        assert!(e.contains("no answer within"), "{e}");
+        assert!(e.contains("no answer within the 0.4 s left"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
         bench_core::test_support::assert_process_gone(&d.join("child"), Duration::from_millis(100));
-        s.timeout = Duration::from_secs(10);
+        s.deadline = Deadline::after(Duration::from_secs(10));
         let t = std::time::Instant::now();
         assert!(s.update(&["state=resume"]).is_ok());
         assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());

@@ -1,15 +1,19 @@
 //! The optional Prometheus textfile (`metrics_file`) for node_exporter's textfile collector:
-//! the last measured verdict, busbw per collective, when and how long. Written atomically (temp
+//! the gate's state (`nccl_check_gate_state`: pass, fail, error, or disabled when the config
+//! cannot be used), the last measured verdict, busbw per collective, when and how long. Written atomically (temp
 //! file + rename in the same directory), as the collector requires. A cached pass does not
 //! rewrite it: the numbers stay those of the last real measurement.
 
+use crate::status::GateState;
 use bench_core::verdict::Verdict;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
 pub struct Sample<'a> {
-    pub verdict: Verdict,
+    pub gate: GateState,
+    /// None: nothing was measured (a disabled gate, or an ERROR before the worker ran).
+    pub verdict: Option<Verdict>,
     pub exit_code: Option<i32>,
     pub avg_busbw: &'a BTreeMap<String, f64>,
     pub finished_unix: f64,
@@ -21,6 +25,20 @@ pub fn render(s: &Sample) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
+        "# HELP nccl_check_gate_state State of the nccl-check prolog gate after its last run \
+         (1 = this state; disabled = the config cannot be used, nothing is checked)."
+    );
+    let _ = writeln!(t, "# TYPE nccl_check_gate_state gauge");
+    for g in GateState::ALL {
+        let _ = writeln!(
+            t,
+            "nccl_check_gate_state{{state=\"{}\"}} {}",
+            g.as_str(),
+            u8::from(s.gate == g)
+        );
+    }
+    let _ = writeln!(
+        t,
         "# HELP nccl_check_verdict Last nccl-check prolog verdict on this node (1 = this verdict)."
     );
     let _ = writeln!(t, "# TYPE nccl_check_verdict gauge");
@@ -28,7 +46,7 @@ pub fn render(s: &Sample) -> String {
         let _ = writeln!(
             t,
             "nccl_check_verdict{{verdict=\"{v}\"}} {}",
-            u8::from(s.verdict == v)
+            u8::from(s.verdict == Some(v))
         );
     }
     let _ = writeln!(
@@ -81,7 +99,8 @@ mod tests {
             ("bad name".to_string(), 1.0),
         ]);
         let t = render(&Sample {
-            verdict: Verdict::Fail,
+            gate: GateState::Fail,
+            verdict: Some(Verdict::Fail),
             exit_code: Some(1),
             avg_busbw: &bw,
             finished_unix: 1_790_000_000.5,
@@ -105,6 +124,14 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("nccl_check_exit_code 1\n"), "{t}");
+        assert!(
+            t.contains("nccl_check_gate_state{state=\"fail\"} 1\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("nccl_check_gate_state{state=\"disabled\"} 0\n"),
+            "{t}"
+        );
         for line in t.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(line.split(' ').count(), 2, "{line}");
         }

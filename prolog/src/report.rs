@@ -4,14 +4,15 @@
 
 pub use bench_core::report::json::Report;
 use bench_core::report::read::read_report;
+pub use bench_core::report::read::ReportError;
 use std::path::Path;
 
 /// The largest report read: a real one of 8 GPUs with the pair matrix is some 100 KiB.
 pub const MAX_REPORT_BYTES: u64 = 8 << 20;
 
 /// Reads the report; `Err` says why it is unusable (missing, not a report, a newer schema).
-pub fn read(path: &Path) -> Result<Report, String> {
-    read_report(path, MAX_REPORT_BYTES).map_err(|e| e.to_string())
+pub fn read(path: &Path) -> Result<Report, ReportError> {
+    read_report(path, MAX_REPORT_BYTES)
 }
 
 /// The UUIDs of the GPUs the worker measured, sorted, when every GPU entry has one.
@@ -59,7 +60,7 @@ mod tests {
         .expect("write");
         assert_eq!(uuids(&read(&p).expect("reads")), None);
         std::fs::write(&p, r#"{"summary":"x"}"#).expect("write");
-        assert!(read(&p).unwrap_err().contains("not a report"));
+        assert!(read(&p).unwrap_err().to_string().contains("not a report"));
         std::fs::remove_dir_all(&d).ok();
     }
 }

@@ -1,46 +1,82 @@
-//! The state directory (`state_dir`, default /var/lib/nccl-check): created root-only, files in it
-//! replaced atomically, and one lock per node for the decisions that must not race (drain,
-//! resume) between prologs of jobs that start on the node at the same moment.
+//! The state directory (`state_dir`, default /var/lib/nccl-check): checked root-only
+//! ([`crate::secure`]), one private directory per run for the worker's report, log and temp files
+//! (`runs/<job-N|recheck|nojob>.<random>/`, so concurrent jobs never share a file), and one lock
+//! per node for everything read-modify-write (cache, drain marker, resume) between prologs of
+//! jobs that start on the node at the same moment.
 
+use crate::budget::Deadline;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
-/// Creates `dir` (mode 0755, root's) if missing.
-pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
+pub use crate::secure::write_atomic;
+
+/// Where the per-run directories live.
+pub const RUNS: &str = "runs";
+/// Finished run directories kept for the admin (newest first); older ones go.
+const KEEP_RUNS: usize = 32;
+
+/// One run's private directory (mode 0700, random name, created with `mkdir`'s O_EXCL
+/// semantics): `report.json`, `worker.log`, and the worker's `TMPDIR` (NCCL's log).
+#[derive(Debug)]
+pub struct RunDir {
+    pub path: PathBuf,
 }
 
-/// Writes `bytes` to `path` through a temp file in the same directory and a rename, so readers
-/// see the old or the new file, never half of one.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+impl RunDir {
+    /// Creates `<state_dir>/runs/<tag>.<random>`; `tag` is `job-<id>`, `recheck` or `nojob`.
+    pub fn create(state_dir: &Path, tag: &str) -> std::io::Result<RunDir> {
+        let runs = state_dir.join(RUNS);
+        crate::secure::ensure_dir(&runs).map_err(std::io::Error::other)?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{tag}."))
+            .rand_bytes(8)
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(&runs)?;
+        // Kept after the run for the admin (pruned by age and count, see `prune`).
+        Ok(RunDir { path: dir.keep() })
     }
-    result
+}
+
+/// The tag of a run's directory and of its files: `job-<id>` (digits only, else `job-invalid`),
+/// `recheck`, or `nojob`.
+pub fn tag(job: Option<&str>, recheck: bool) -> String {
+    match (recheck, job) {
+        (true, _) => "recheck".into(),
+        (false, Some(j))
+            if !j.is_empty() && j.len() <= 20 && j.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            format!("job-{j}")
+        }
+        (false, Some(_)) => "job-invalid".into(),
+        (false, None) => "nojob".into(),
+    }
+}
+
+/// Removes run directories beyond the newest [`KEEP_RUNS`], but only those older than
+/// `older_than` (a run still in progress is never younger than its budget allows). Called under
+/// the lock; errors are ignored (pruning is housekeeping).
+pub fn prune(state_dir: &Path, older_than: Duration) {
+    let Ok(entries) = std::fs::read_dir(state_dir.join(RUNS)) else {
+        return;
+    };
+    let mut dirs: Vec<(SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let m = e.path().symlink_metadata().ok()?;
+            let t = m.modified().ok()?;
+            m.is_dir().then(|| (t, e.path()))
+        })
+        .collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
+    let now = SystemTime::now();
+    for (t, p) in dirs.into_iter().skip(KEEP_RUNS) {
+        if now.duration_since(t).is_ok_and(|age| age > older_than) {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
 }
 
 /// An exclusive `flock` on `<dir>/lock`, released on drop.
@@ -49,15 +85,15 @@ pub struct Lock {
 }
 
 impl Lock {
-    /// Waits at most `wait` for the lock.
-    pub fn acquire(dir: &Path, wait: Duration) -> std::io::Result<Lock> {
+    /// Waits for the lock until `deadline` at the latest.
+    pub fn acquire(dir: &Path, deadline: Deadline) -> std::io::Result<Lock> {
         let file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(dir.join("lock"))?;
-        let deadline = Instant::now() + wait;
         loop {
             // SAFETY: flock on a descriptor we own.
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
@@ -67,13 +103,16 @@ impl Lock {
             if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
                 return Err(e);
             }
-            if Instant::now() >= deadline {
+            if deadline.passed() {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    format!("{}/lock held longer than {:?}", dir.display(), wait),
+                    format!(
+                        "{}/lock still held by another prolog at the end of the budget",
+                        dir.display()
+                    ),
                 ));
             }
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(5).min(deadline.remaining()));
         }
     }
 }
@@ -81,22 +120,76 @@ impl Lock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bench_core::test_support::scratch_dir;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn atomic_write_replaces_the_file_and_leaves_no_temp() {
-        let dir = std::env::temp_dir().join(format!("nccl-check-state-{}", std::process::id()));
-        ensure_dir(&dir).expect("mkdir");
+        let dir = scratch_dir("state-atomic");
         let p = dir.join("x.json");
         write_atomic(&p, b"one", 0o644).expect("write");
         write_atomic(&p, b"two", 0o644).expect("write");
         assert_eq!(std::fs::read(&p).expect("read"), b"two");
         let names: Vec<_> = std::fs::read_dir(&dir).expect("ls").flatten().collect();
         assert_eq!(names.len(), 1);
-        let held = Lock::acquire(&dir, Duration::from_millis(10)).expect("lock");
-        let second = Lock::acquire(&dir, Duration::from_millis(50));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_lock_is_exclusive_and_its_wait_ends_at_the_deadline() {
+        let dir = scratch_dir("state-lock");
+        let held = Lock::acquire(&dir, Deadline::after(Duration::from_millis(10))).expect("lock");
+        let t = std::time::Instant::now();
+        let second = Lock::acquire(&dir, Deadline::after(Duration::from_millis(50)));
         assert!(second.is_err(), "a second holder must wait");
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
         drop(held);
-        Lock::acquire(&dir, Duration::from_millis(50)).expect("free again");
+        Lock::acquire(&dir, Deadline::after(Duration::from_millis(50))).expect("free again");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn run_directories_are_private_distinct_and_named_by_job() {
+        let dir = scratch_dir("state-runs");
+        let a = RunDir::create(&dir, &tag(Some("42"), false)).expect("run dir");
+        let b = RunDir::create(&dir, &tag(Some("42"), false)).expect("run dir");
+        assert_ne!(a.path, b.path);
+        let name = a
+            .path
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        assert!(name.starts_with("job-42."), "{name}");
+        let mode = std::fs::metadata(&a.path)
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(tag(Some("../x"), false), "job-invalid");
+        assert_eq!(tag(Some("7"), true), "recheck");
+        assert_eq!(tag(None, false), "nojob");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_and_every_young_run() {
+        let dir = scratch_dir("state-prune");
+        for i in 0..(KEEP_RUNS + 5) {
+            RunDir::create(&dir, &format!("job-{i}")).expect("run dir");
+        }
+        prune(&dir, Duration::from_secs(3600));
+        let n = std::fs::read_dir(dir.join(RUNS)).expect("ls").count();
+        assert_eq!(n, KEEP_RUNS + 5, "young runs are never pruned");
+        prune(&dir, Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(5));
+        prune(&dir, Duration::ZERO);
+        let n = std::fs::read_dir(dir.join(RUNS)).expect("ls").count();
+        assert_eq!(n, KEEP_RUNS);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -1,15 +1,17 @@
 //! Running the `nccl-check` worker as root, safely: a clean environment (a fixed PATH plus only
 //! what the admin's config lists), the contract's command line ([`WorkerArgs`]), supervised by
 //! [`bench_core::supervise`] (own process group killed with SIGKILL at the budget, output to the
-//! log file), and the verdict read from its exit status (the contract: 0 PASS, 1 FAIL, anything
-//! else or a signal ERROR) with the JSON report for the details.
+//! log file in the run's private directory), and the verdict from its exit status and its JSON
+//! report together (the contract: 0 PASS, 1 FAIL, anything else or a signal ERROR; a report that
+//! says otherwise is an ERROR "contradiction", never a drain).
 
-use crate::report::{self, Report};
+use crate::report::{self, Report, ReportError};
 use bench_core::contract::{PlanName, WorkerArgs};
 use bench_core::supervise::{self, Ending, Output, Spec};
-use bench_core::verdict::{ExitCode, Verdict};
+use bench_core::verdict::Verdict;
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,9 @@ pub const WORKER_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 pub struct Request {
     pub worker: PathBuf,
     pub plan: PlanName,
-    pub json: PathBuf,
+    /// The run's private directory ([`crate::state::RunDir`]): the report, the log, and the
+    /// worker's `TMPDIR` (NCCL's log goes there, never to a shared /tmp).
+    pub dir: PathBuf,
     /// The worker's `--timeout`.
     pub timeout_s: u64,
     /// The process group is killed this long after the start.
@@ -30,10 +34,8 @@ pub struct Request {
     pub config: Option<PathBuf>,
     /// `--gpus` (indices in PCI bus order); None = every GPU.
     pub gpus: Option<Vec<usize>>,
-    /// The admin's `[env]` table.
+    /// The admin's `env` table.
     pub env: BTreeMap<String, String>,
-    /// The worker's stdout and stderr go here.
-    pub log: PathBuf,
 }
 
 /// How one run ended.
@@ -42,19 +44,30 @@ pub struct Run {
     pub verdict: Verdict,
     /// The exit code, when the worker exited by itself.
     pub exit_code: Option<i32>,
-    /// What went wrong outside the report: not started, killed, timed out.
+    /// What happened to the worker, in words ("exited 3", "killed by signal 11 (SIGSEGV)").
+    pub ended: String,
+    /// Why the verdict is ERROR besides the worker's own word: not started, killed, timed out,
+    /// an unusable report, or a report that contradicts the exit code.
     pub problem: Option<String>,
-    pub report: Result<Report, String>,
+    pub report: Result<Report, ReportError>,
     pub elapsed: Duration,
     /// The last lines the worker printed.
     pub output_tail: String,
 }
 
 impl Request {
+    pub fn json(&self) -> PathBuf {
+        self.dir.join("report.json")
+    }
+
+    pub fn log(&self) -> PathBuf {
+        self.dir.join("worker.log")
+    }
+
     /// The worker's command line.
     pub fn args(&self) -> WorkerArgs {
         WorkerArgs {
-            json: Some(self.json.clone()),
+            json: Some(self.json()),
             quiet: true,
             config: self.config.clone(),
             gpus: self.gpus.clone(),
@@ -71,36 +84,83 @@ impl Request {
         // "fastest first". This makes `--gpus` name the GPUs Slurm meant.
         e.insert("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into());
         e.extend(self.env.clone());
+        // The run's private directory (root's, 0700): NCCL's log and any temp file of the worker.
+        e.insert("TMPDIR".into(), self.dir.display().to_string());
         e.into_iter().collect()
     }
 }
 
-/// The verdict of a run: the exit status decides (only 1 is FAIL); a report that cannot be read
-/// does not change it.
-pub fn verdict_of(exit_code: Option<i32>, timed_out: bool) -> Verdict {
-    if timed_out {
-        Verdict::Error
-    } else {
-        ExitCode::verdict_of_status(exit_code)
+/// What the ending means, in words.
+pub fn describe(ending: Ending, budget: Duration) -> String {
+    match ending {
+        Ending::Exited(c) => format!("the worker exited {c}"),
+        Ending::Signaled(s) => {
+            let name = nix::sys::signal::Signal::try_from(s)
+                .map(|s| format!(" ({s})"))
+                .unwrap_or_default();
+            format!("the worker was killed by signal {s}{name}")
+        }
+        Ending::KilledAtDeadline => format!(
+            "no verdict within the budget of {} s; the worker's process group was killed",
+            budget.as_secs()
+        ),
+    }
+}
+
+/// The verdict from the exit status and the report together: PASS needs exit 0 and a report
+/// saying PASS, FAIL exit 1 and a report saying FAIL (or no report at all: the generic reason);
+/// anything else is ERROR, with the problem that made it one.
+pub fn judge(ending: Ending, report: &Result<Report, ReportError>) -> (Verdict, Option<String>) {
+    let code = match ending {
+        Ending::Exited(c) => c,
+        _ => return (Verdict::Error, None),
+    };
+    let by_exit = bench_core::verdict::ExitCode::verdict_of_status(Some(code));
+    match (by_exit, report) {
+        (Verdict::Error, _) => (Verdict::Error, None),
+        (v, Ok(r)) if r.verdict == v => (v, None),
+        (v, Ok(r)) => (
+            Verdict::Error,
+            Some(format!(
+                "contradiction: the worker exited {code} ({v}) but its report says {}",
+                r.verdict
+            )),
+        ),
+        (Verdict::Fail, Err(ReportError::Missing(_))) => (Verdict::Fail, None),
+        (_, Err(e @ ReportError::TooLarge(..))) => {
+            (Verdict::Error, Some(format!("report too large: {e}")))
+        }
+        (v, Err(e)) => (
+            Verdict::Error,
+            Some(format!(
+                "the worker exited {code} ({v}) but its report is unusable: {e}"
+            )),
+        ),
     }
 }
 
 /// Runs the worker to its end or to the budget, whichever comes first.
 pub fn run(req: &Request) -> Run {
     let start = Instant::now();
-    // A stale report must never be read as this run's.
-    let _ = std::fs::remove_file(&req.json);
     let failed = |problem: String| Run {
         verdict: Verdict::Error,
         exit_code: None,
+        ended: "the worker did not start".into(),
         problem: Some(problem),
-        report: Err("no report".into()),
+        report: Err(ReportError::Missing(req.json())),
         elapsed: start.elapsed(),
         output_tail: String::new(),
     };
-    let (out, err) = match File::create(&req.log).and_then(|f| Ok((f.try_clone()?, f))) {
+    // A new file in the run's private directory (O_EXCL: nothing planted is written through).
+    let log = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(req.log());
+    let (out, err) = match log.and_then(|f: File| Ok((f.try_clone()?, f))) {
         Ok(p) => p,
-        Err(e) => return failed(format!("cannot create {}: {e}", req.log.display())),
+        Err(e) => return failed(format!("cannot create {}: {e}", req.log().display())),
     };
     let mut spec = Spec::new(&req.worker, req.args().to_args(), req.budget);
     spec.env = Some(
@@ -111,34 +171,38 @@ pub fn run(req: &Request) -> Run {
     );
     spec.stdout = Output::File(out);
     spec.stderr = Output::File(err);
-    let done = match supervise::run(spec) {
+    // Guarded: a SIGKILL of the prolog (slurmd's PrologEpilogTimeout) takes the whole group.
+    let done = match supervise::run_guarded(spec) {
         Ok(d) => d,
         Err(e) => return failed(e.to_string()),
     };
-    let timed_out = done.ending == Ending::KilledAtDeadline;
+    let report = report::read(&req.json());
+    let (verdict, judged) = judge(done.ending, &report);
     let problem = match done.ending {
-        Ending::KilledAtDeadline => Some(format!(
-            "no verdict within the budget of {} s; the worker's process group was killed",
-            req.budget.as_secs()
-        )),
-        Ending::Signaled(s) => Some(format!("the worker was killed by signal {s}")),
-        Ending::Exited(_) => None,
+        Ending::Exited(_) => judged,
+        other => Some(describe(other, req.budget)),
     };
     Run {
-        verdict: verdict_of(done.exit_code(), timed_out),
+        verdict,
         exit_code: done.exit_code(),
+        ended: describe(done.ending, req.budget),
         problem,
-        report: report::read(&req.json),
+        report,
         elapsed: start.elapsed(),
-        output_tail: tail(&req.log, 3),
+        output_tail: tail(&req.log(), 3),
     }
 }
 
 /// The last `n` non-empty lines of `path`, joined with " | " (at most 400 characters).
 fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read(path).unwrap_or_default();
-    let start = text.len().saturating_sub(16 * 1024);
-    let text = String::from_utf8_lossy(&text[start..]);
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = Vec::new();
+    if let Ok(mut f) = File::open(path) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(16 * 1024)));
+        let _ = f.take(16 * 1024).read_to_end(&mut text);
+    }
+    let text = String::from_utf8_lossy(&text);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let s = lines[lines.len().saturating_sub(n)..].join(" | ");
     s.chars().take(400).collect()
@@ -147,13 +211,7 @@ fn tail(path: &Path, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn scratch(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("nccl-check-worker-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("mkdir");
-        d
-    }
+    use bench_core::test_support::scratch_dir;
 
     fn script(dir: &Path, body: &str) -> PathBuf {
         let p = dir.join("worker.sh");
@@ -162,58 +220,114 @@ mod tests {
     }
 
     fn request(dir: &Path, worker: PathBuf, budget_ms: u64) -> Request {
+        let run = dir.join("run");
+        std::fs::create_dir_all(&run).expect("mkdir");
         Request {
             worker,
             plan: PlanName::quick(),
-            json: dir.join("report.json"),
+            dir: run,
             timeout_s: 1,
             budget: Duration::from_millis(budget_ms),
             config: None,
             gpus: Some(vec![0, 2]),
             env: BTreeMap::from([("OUT".to_string(), dir.join("env").display().to_string())]),
-            log: dir.join("worker.log"),
         }
+    }
+
+    fn report(v: Verdict) -> Result<Report, ReportError> {
+        Ok(Report {
+            verdict: v,
+            ..Report::default()
+        })
     }
 
     #[test]
     fn the_worker_gets_the_contract_arguments() {
-        let mut r = request(Path::new("/s"), PathBuf::from("/usr/bin/nccl-check"), 1000);
+        let mut r = request(&scratch_dir("worker-args"), PathBuf::from("/w"), 1000);
+        r.dir = PathBuf::from("/s/runs/job-1.x");
         r.config = Some(PathBuf::from("/etc/nccl-check/nccl-check.toml"));
         assert_eq!(
             r.args().display(),
-            "--plan quick --json /s/report.json --timeout 1 --quiet \
+            "--plan quick --json /s/runs/job-1.x/report.json --timeout 1 --quiet \
              --config /etc/nccl-check/nccl-check.toml --gpus 0,2"
         );
     }
 
     #[test]
-    fn only_exit_code_one_is_fail_and_a_timeout_is_error() {
-        assert_eq!(verdict_of(Some(0), false), Verdict::Pass);
-        assert_eq!(verdict_of(Some(1), false), Verdict::Fail);
-        assert_eq!(verdict_of(Some(1), true), Verdict::Error);
-        assert_eq!(verdict_of(Some(5), false), Verdict::Error);
-        assert_eq!(verdict_of(None, false), Verdict::Error);
+    fn the_verdict_needs_the_exit_code_and_the_report_to_agree() {
+        let missing = || Err(ReportError::Missing(PathBuf::from("/r")));
+        assert_eq!(
+            judge(Ending::Exited(0), &report(Verdict::Pass)).0,
+            Verdict::Pass
+        );
+        assert_eq!(
+            judge(Ending::Exited(1), &report(Verdict::Fail)).0,
+            Verdict::Fail
+        );
+        // A FAIL that wrote no report still fails (with the generic reason).
+        assert_eq!(judge(Ending::Exited(1), &missing()).0, Verdict::Fail);
+        for (code, says) in [(1, Verdict::Pass), (0, Verdict::Fail), (0, Verdict::Error)] {
+            let (v, why) = judge(Ending::Exited(code), &report(says));
+            assert_eq!(v, Verdict::Error, "exit {code} with {says}");
+            assert!(why.unwrap_or_default().starts_with("contradiction"));
+        }
+        let (v, why) = judge(Ending::Exited(0), &missing());
+        assert_eq!(v, Verdict::Error);
+        assert!(why.unwrap_or_default().contains("no report"));
+        let big = Err(ReportError::TooLarge(PathBuf::from("/r"), 8));
+        let (v, why) = judge(Ending::Exited(0), &big);
+        assert_eq!(v, Verdict::Error);
+        assert!(why.unwrap_or_default().starts_with("report too large"));
+        assert_eq!(
+            judge(Ending::Exited(5), &report(Verdict::Pass)).0,
+            Verdict::Error
+        );
+        assert_eq!(
+            judge(Ending::KilledAtDeadline, &report(Verdict::Pass)).0,
+            Verdict::Error
+        );
+        assert_eq!(
+            judge(Ending::Signaled(9), &report(Verdict::Fail)).0,
+            Verdict::Error
+        );
     }
 
     #[test]
-    fn the_environment_is_scrubbed_to_path_and_the_admin_table() {
-        let dir = scratch("env");
-        let w = script(&dir, "env > \"$OUT\"; exit 0");
+    fn endings_are_told_in_words_never_as_none() {
+        let b = Duration::from_secs(30);
+        assert_eq!(describe(Ending::Exited(3), b), "the worker exited 3");
+        assert_eq!(
+            describe(Ending::Signaled(11), b),
+            "the worker was killed by signal 11 (SIGSEGV)"
+        );
+        assert!(describe(Ending::KilledAtDeadline, b).contains("budget of 30 s"));
+    }
+
+    #[test]
+    fn the_environment_is_scrubbed_to_path_tmpdir_and_the_admin_table() {
+        let dir = scratch_dir("worker-env");
+        let w = script(&dir, "env > \"$OUT\"; cp /dev/null \"$TMPDIR/x\"; echo '{\"schema_version\":1,\"verdict\":\"PASS\"}' > \"$(dirname \"$TMPDIR/x\")/report.json\"; exit 0");
         // The test process itself has HOME, CARGO_* and more: none may reach the worker.
-        let run = run(&request(&dir, w, 5000));
+        let req = request(&dir, w, 5000);
+        let run = run(&req);
         assert_eq!(run.verdict, Verdict::Pass, "{:?}", run.problem);
         let env = std::fs::read_to_string(dir.join("env")).expect("env written");
         let mut keys: Vec<&str> = env.lines().filter_map(|l| l.split('=').next()).collect();
         keys.sort();
         keys.retain(|k| *k != "PWD" && *k != "SHLVL" && *k != "_"); // set by the shell itself
-        assert_eq!(keys, ["CUDA_DEVICE_ORDER", "OUT", "PATH"], "{env}");
+        assert_eq!(
+            keys,
+            ["CUDA_DEVICE_ORDER", "OUT", "PATH", "TMPDIR"],
+            "{env}"
+        );
         assert!(env.contains(&format!("PATH={WORKER_PATH}\n")));
+        assert!(req.dir.join("x").exists(), "TMPDIR is the run's directory");
         std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
     fn a_hung_worker_and_its_children_are_killed_at_the_budget() {
-        let dir = scratch("hang");
+        let dir = scratch_dir("worker-hang");
         let w = script(&dir, "sleep 1000 & echo $! > \"$OUT\"; sleep 1000");
         let t = Instant::now();
         let run = run(&request(&dir, w, 300));
@@ -231,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_missing_worker_is_an_error_not_a_fail() {
-        let dir = scratch("missing");
+        let dir = scratch_dir("worker-missing");
         let run = run(&request(
             &dir,
             PathBuf::from("/nonexistent/nccl-check"),
@@ -243,18 +357,19 @@ mod tests {
             .as_deref()
             .unwrap_or("")
             .contains("cannot start"));
+        assert_eq!(run.ended, "the worker did not start");
         std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
-    fn a_stale_report_is_never_read_as_this_runs() {
-        let dir = scratch("stale");
-        std::fs::write(dir.join("report.json"), r#"{"verdict":"PASS"}"#).expect("write");
+    fn an_error_exit_keeps_the_output_tail() {
+        let dir = scratch_dir("worker-tail");
         let w = script(&dir, "echo 'nccl-check: ERROR rendezvous' >&2; exit 5");
         let run = run(&request(&dir, w, 5000));
         assert_eq!((run.verdict, run.exit_code), (Verdict::Error, Some(5)));
         assert!(run.report.is_err());
         assert_eq!(run.output_tail, "nccl-check: ERROR rendezvous");
+        assert_eq!(run.ended, "the worker exited 5");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -202,6 +202,8 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     apt_install "$DEB1"
     expect_rc0 || return 1
     expect_out "The SPANK plugin is disabled until you uncomment"
+    # postinst ran nccl-check-prolog --check-config on the shipped prolog.toml: valid and ready.
+    ! grep -q 'WARNING: nccl-check-prolog --check-config' "$OUT" "$ERR" || fail "postinst found the gate not ready: $(cat "$ERR")"
     dpkg-query -W -f='${Status} ${Version}\n' "$PKG" | grep -qx "install ok installed $VERSION-1" \
         || fail "dpkg says: $(dpkg-query -W -f='${Status} ${Version}' "$PKG")"
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml \
@@ -213,6 +215,8 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     run_cmd /usr/bin/nccl-check --version; expect_rc0; expect_out "nccl-check $VERSION"
     run_cmd /usr/sbin/nccl-check-prolog --help; expect_rc0; expect_out "nccl-check-prolog"
     run_cmd man -w nccl-check nccl-check-prolog; expect_rc0
+    # The README's validation step on the shipped config: valid, every key at its default.
+    run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'budget_seconds = 30    # default'
 }
 
 t_cluster_reads_the_installed_plugstack() {
@@ -278,12 +282,15 @@ t_fake_worker_passes_through_the_installed_plugin() {
 
 t_prolog_gate_runs_the_installed_worker() {
     # gpus = "all": check every GPU even without gres/gpu (here: none, so the worker says ERROR).
-    sed -i 's/^gpus = "job"$/gpus = "all"/' /etc/nccl-check/prolog.toml
-    grep -qx 'gpus = "all"' /etc/nccl-check/prolog.toml || { fail "could not set gpus = \"all\""; return 1; }
-    rm -f /var/lib/nccl-check/report.json
+    # Appended, as configuration management does (the shipped file ends with no [table]).
+    echo 'gpus = "all"' >> /etc/nccl-check/prolog.toml
+    run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'gpus = "all"    # /etc/nccl-check/prolog.toml:'
+    rm -rf /var/lib/nccl-check/runs
     plain_srun_works
-    [ -f /var/lib/nccl-check/report.json ] || { fail "the prolog wrote no /var/lib/nccl-check/report.json"; return 1; }
-    grep -q '"verdict": *"ERROR"' /var/lib/nccl-check/report.json || fail "report is not ERROR: $(head -c 300 /var/lib/nccl-check/report.json)"
+    local r; for r in /var/lib/nccl-check/runs/job-*/report.json; do [ -f "$r" ] && break; done
+    [ -f "$r" ] || { fail "the prolog wrote no /var/lib/nccl-check/runs/job-*/report.json"; return 1; }
+    grep -q '"verdict": *"ERROR"' "$r" || fail "report is not ERROR: $(head -c 300 "$r")"
+    grep -q '"state": "error"' /var/lib/nccl-check/gate.json || fail "gate.json: $(cat /var/lib/nccl-check/gate.json)"
     [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "an ERROR drained a node: $(sinfo -N -o '%N %T %E')"
 }
 
@@ -309,15 +316,22 @@ t_upgrade_keeps_edited_config_files() {
 
 # --- remove, reinstall, purge -------------------------------------------------------------------
 t_remove_disables_the_plugin_and_srun_keeps_working() {
+    # slurm.conf still says Prolog=/usr/sbin/nccl-check-prolog: removing the prolog now would
+    # make slurmd drain the node at its next job, so the package refuses (and never edits it).
     run_cmd "${APT[@]}" remove -y -q "$PKG"
-    expect_rc0 || return 1
-    expect_out "nccl-check: commented out the plugin line in $SNIPPET"
-    # slurm.conf still says Prolog=/usr/sbin/nccl-check-prolog: the package warns (never edits it).
-    expect_apt_says "nccl-check: WARNING: slurm.conf $SLURM_CONF still runs nccl-check-prolog"
-    expect_apt_says "DRAIN this node"
+    expect_rc_nonzero
+    expect_apt_says "nccl-check: REFUSED: slurm.conf $SLURM_CONF still runs nccl-check-prolog"
+    dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^ii' || fail "not installed after the refusal: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
+    expect_file /usr/sbin/nccl-check-prolog
+    enabled || fail "the refused removal disabled the plugin"
+    plain_srun_works
+    [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "a node drained: $(sinfo -N -o '%N %T %E')"
     # ... and the admin does what it says (README, "Remove").
     sed -i -E '/^(Prolog|PrologFlags|PrologEpilogTimeout)=/d' "$SLURM_CONF"
     timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    run_cmd apt-get remove -y -q "$PKG"
+    expect_rc0 || return 1
+    expect_out "nccl-check: commented out the plugin line in $SNIPPET"
     dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^rc' || fail "not in state rc: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/bin/nccl-check /usr/sbin/nccl-check-prolog; do expect_no_file "$p"; done
     # dpkg -r keeps conffiles (and the site's edits); purge removes them.
@@ -470,7 +484,7 @@ if [ "$TEST_FAILED" = 0 ]; then
     run_test "srun --nccl-check with the fake worker passes through the installed plugin" t_fake_worker_passes_through_the_installed_plugin
     run_test "slurm.conf Prolog=/usr/sbin/nccl-check-prolog runs the installed worker; ERROR drains nothing" t_prolog_gate_runs_the_installed_worker
     run_test "upgrade to revision 2 keeps the edited config files and the enabled plugin" t_upgrade_keeps_edited_config_files
-    run_test "remove disables the plugin line, warns about Prolog=; srun keeps working" t_remove_disables_the_plugin_and_srun_keeps_working
+    run_test "remove is refused while Prolog= runs the prolog (no drain); then disables the plugin line; srun keeps working" t_remove_disables_the_plugin_and_srun_keeps_working
     run_test "reinstall after remove keeps the plugin disabled" t_reinstall_after_remove_keeps_it_disabled
     run_test "purge removes config, state and every file" t_purge_removes_everything
     run_test "another Slurm major's package replaces this one; purging the old keeps the new" t_another_majors_package_replaces_this_one

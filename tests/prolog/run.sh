@@ -79,9 +79,7 @@ conf() {
             echo "$d"
         done
         printf '%s\n' "$@"
-        echo "[env]"
-        echo "NCCL_CHECK_FAKE_MODE_DIR = \"$T/mode\""
-        echo "NCCL_CHECK_FAKE_MARKER = \"$MARKER\""
+        echo "env = { NCCL_CHECK_FAKE_MODE_DIR = \"$T/mode\", NCCL_CHECK_FAKE_MARKER = \"$MARKER\" }"
     } > "$CONF"
 }
 # slurmd runs Prolog= without arguments: a two-line wrapper names the suite's config.
@@ -103,7 +101,7 @@ cd "$T/work"
 OUT=$T/out ERR=$T/err RC=0
 mode() { echo "$2" > "$T/mode/$1"; }               # mode NODE pass|fail|error|hang|...
 runs_of() { local n; n=$(grep -c "^node=$1 " "$MARKER" 2>/dev/null); echo "${n:-0}"; }
-reason_of() { sinfo -h -R -o '%N|%E' 2>/dev/null | awk -F'|' -v n="$1" '$1 == n { print $2 }'; }
+reason_of() { sinfo -h -R -o '%N#%E' 2>/dev/null | awk -F'#' -v n="$1" '$1 == n { print $2 }'; }
 drained() { scontrol show node -o "$1" 2>/dev/null | grep -q 'State=[A-Z+]*DRAIN'; }
 # prolog_direct ARGS...: the binary as slurmd would start it (no PATH), stdout/stderr/rc captured.
 prolog_direct() {
@@ -142,15 +140,18 @@ t_fail_drains_and_requeues() {
     wait_done "$j" 120
     [ "$(runs_of n1)" -ge 1 ] || fail "the prolog never measured on n1 (job landed elsewhere?): $(cat "$MARKER")"
     local r; r=$(reason_of n1)
-    [[ "$r" == "nccl-check: all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job $j)" ]] \
+    [[ "$r" == "nccl-check:GPUs slow|all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job $j)" ]] \
         || fail "sinfo -R reason of n1: '$r'"
+    # What sinfo -R shows by default (20 characters): ours, the culprit, the problem.
+    sinfo -R -n n1 | grep -q '^nccl-check:GPUs slow ' || fail "sinfo -R shows: $(sinfo -R -n n1 | tail -1)"
     drained n1 || fail "n1 is not drained"
     [ "$(ran_on "$j")" = n2 ] || fail "job $j did not run on n2: '$(ran_on "$j")'"
     scontrol show job "$j" | grep -q 'Restarts=1' || fail "job $j was not requeued once: $(scontrol show job "$j" | grep Restarts)"
     grep -q "prolog failed: rc:1 output:nccl-check-prolog: FAIL job $j on n1" "$CL/log/slurmd-n1.log" \
         || fail "slurmd's log lacks the prolog's FAIL line"
-    [ -s "$T/state/n1/fail-report.json" ] || fail "fail-report.json not kept"
-    [ ! -e "$T/state/n1/last-pass.json" ] || fail "a FAIL left a cached pass"
+    ls "$T/state/n1/runs/job-$j."*/report.json >/dev/null 2>&1 || fail "the job's report was not kept in runs/job-$j.*"
+    grep -q '"state": "fail"' "$T/state/n1/gate.json" || fail "gate.json: $(cat "$T/state/n1/gate.json")"
+    ! grep -qs '"passed_unix"' "$T/state/n1/last-pass.json" || fail "a FAIL left a cached pass: $(cat "$T/state/n1/last-pass.json")"
     grep -q 'nccl_check_verdict{verdict="FAIL"} 1' "$T/metrics/n1.prom" || fail "metrics lack the FAIL"
     grep -q 'nccl_check_busbw_gbps{collective="all_reduce"} 24.651' "$T/metrics/n1.prom" || fail "metrics lack busbw"
 }
@@ -160,9 +161,9 @@ t_worker_gets_only_path_and_the_config_env() {
     wait_done "$j" 60
     local envs; envs=$(sed -n 's/.* env=//p' "$MARKER" | head -1)
     # PWD, SHLVL and _ are set by bash itself.
-    [ "$envs" = "CUDA_DEVICE_ORDER,NCCL_CHECK_FAKE_MARKER,NCCL_CHECK_FAKE_MODE_DIR,PATH,PWD,SHLVL,_" ] \
+    [ "$envs" = "CUDA_DEVICE_ORDER,NCCL_CHECK_FAKE_MARKER,NCCL_CHECK_FAKE_MODE_DIR,PATH,PWD,SHLVL,TMPDIR,_" ] \
         || fail "the worker's environment: $envs"
-    grep -q -- "args=--plan quick --json $T/state/n1/report.json --timeout 8 --quiet env=" "$MARKER" \
+    grep -q -- "args=--plan quick --json $T/state/n1/runs/job-$j\.[^/ ]*/report.json --timeout 8 --quiet env=" "$MARKER" \
         || fail "the worker's arguments: $(head -1 "$MARKER")"
     [ "$(ran_on "$j")" = n1 ] || fail "job did not run"
     # The worker's config is passed when it exists.
@@ -181,6 +182,10 @@ t_error_drains_nothing_and_the_job_runs() {
     drained n1 && fail "ERROR drained n1: $(reason_of n1)"
     [ "$(runs_of n1)" = 1 ] || fail "the worker ran $(runs_of n1) times"
     grep -q 'nccl_check_verdict{verdict="ERROR"} 1' "$T/metrics/n1.prom" || fail "metrics lack the ERROR"
+    grep -q 'nccl_check_gate_state{state="error"} 1' "$T/metrics/n1.prom" || fail "metrics lack the gate state"
+    grep -q '"state": "error"' "$T/state/n1/gate.json" || fail "gate.json: $(cat "$T/state/n1/gate.json")"
+    grep -q "ERROR job $j on n1: all GPUs: the worker exited 3: NCCL library not found" "$T/state/n1/gate.json" \
+        || fail "gate.json does not say what happened: $(cat "$T/state/n1/gate.json")"
 }
 
 t_a_hung_worker_is_killed_at_the_budget_and_the_job_runs() {
@@ -224,7 +229,7 @@ t_auto_resume_resumes_only_our_own_drains() {
     mode n1 fail
     EXTRA_ENV="" prolog_direct --recheck --node n1
     [ "$RC" = 1 ] || fail "recheck FAIL: rc $RC, expected 1; $(cat "$ERR")"
-    [[ "$(reason_of n1)" == "nccl-check: all_reduce"* ]] || fail "n1 not drained by nccl-check: '$(reason_of n1)'"
+    [[ "$(reason_of n1)" == "nccl-check:GPUs slow|all_reduce"* ]] || fail "n1 not drained by nccl-check: '$(reason_of n1)'"
     scontrol update nodename=n2 state=drain reason="admin: PSU ticket 4711"
     mode n1 pass
     prolog_direct --recheck --node n1
@@ -259,13 +264,42 @@ t_a_broken_config_never_drains() {
     timeout 20 env -i "$T/bin/nccl-check-prolog" --config /nonexistent/prolog.toml --node n1 >"$OUT" 2>"$ERR"
     RC=$?
     [ "$RC" = 0 ] && grep -q "cannot read" "$ERR" || fail "missing --config: rc $RC, $(cat "$ERR")"
+    # The gate is off, and says so where admins look.
+    grep -q 'nccl_check_gate_state{state="disabled"} 1' "$T/metrics/n1.prom" || fail "metrics lack the disabled gate"
+    grep -q '"state": "disabled"' "$T/state/n1/gate.json" || fail "gate.json: $(cat "$T/state/n1/gate.json" 2>&1)"
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -q "^INVALID $CONF:8: " "$OUT" || fail "--check-config on a broken file: rc $RC, $(cat "$OUT")"
+}
+
+t_check_config_prints_every_key_and_its_source() {
+    echo 'on_fail = "run"' >> "$CONF"          # appended, as configuration management does
+    prolog_direct --check-config
+    [ "$RC" = 0 ] || fail "--check-config: rc $RC, $(cat "$OUT")"
+    grep -q "^on_fail = \"run\"    # $CONF:10\$" "$OUT" || fail "on_fail source: $(cat "$OUT")"
+    grep -q '^on_error = "run"    # default$' "$OUT" || fail "on_error source: $(cat "$OUT")"
+    [ "$(grep -c ' # ' "$OUT")" = 16 ] || fail "not every key printed: $(cat "$OUT")"
+    conf; echo 'on_fail = "drain"' >> "$CONF"
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -q "^INVALID $CONF:10: on_fail: " "$OUT" || fail "appended bad value: rc $RC, $(cat "$OUT")"
+    conf 'worker = "/nonexistent/nccl-check"'
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -q "^NOT READY worker /nonexistent/nccl-check" "$OUT" || fail "missing worker: rc $RC, $(cat "$OUT")"
+}
+
+t_dry_run_without_a_job_says_so_once() {
+    conf 'gpus = "job"'
+    EXTRA_ENV="SLURMD_NODENAME=n1" prolog_direct --dry-run
+    [ "$RC" = 0 ] || fail "rc $RC"
+    [ "$(cat "$OUT" "$ERR" | wc -l)" = 1 ] && grep -q 'nothing to check' "$OUT" \
+        || fail "expected one line: $(cat "$OUT" "$ERR")"
+    ! grep -q 'no job' "$OUT" "$ERR" || fail "says 'no job': $(cat "$OUT")"
 }
 
 t_dry_run_prints_and_does_nothing() {
     mode n1 fail
     EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=77" prolog_direct --dry-run
     [ "$RC" = 0 ] || fail "dry run exited $RC"
-    grep -q 'drain:  n1 reason="nccl-check: all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 77)"' "$OUT" \
+    grep -qF 'drain:  n1 reason="nccl-check:GPUs slow|all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 77)"' "$OUT" \
         || fail "dry run does not show the drain: $(cat "$OUT")"
     grep -q 'exit:   1 (a dry run exits 0)' "$OUT" || fail "dry run does not show the exit code"
     drained n1 && fail "the dry run drained n1"
@@ -274,12 +308,14 @@ t_dry_run_prints_and_does_nothing() {
 }
 
 t_on_fail_run_lets_the_job_run_and_drains_after() {
-    conf 'on_fail = "run"'
+    echo 'on_fail = "run"' >> "$CONF"     # appended: a prolog setting, not a worker variable
     mode n1 fail
     local j; j=$(submit -w n1) || { fail "sbatch failed"; return; }
     wait_done "$j" 60
     [ "$(ran_on "$j")" = n1 ] || fail "job $j did not run on n1"
-    [[ "$(reason_of n1)" == "nccl-check: "*"(job $j)" ]] || fail "n1 not drained: '$(reason_of n1)'"
+    [[ "$(reason_of n1)" == "nccl-check:"*"(job $j)" ]] || fail "n1 not drained: '$(reason_of n1)'"
+    grep -q "FAIL job $j on n1: .*; drained n1, the job runs" "$T/state/n1/gate.json" \
+        || fail "gate.json: $(cat "$T/state/n1/gate.json")"
 }
 
 t_job_gpus_are_passed_to_the_worker() {
@@ -319,9 +355,11 @@ run_test "--dry-run prints the drain it would do and does nothing" t_dry_run_pri
 run_test "on_fail = run: the job runs on the node, which is drained" t_on_fail_run_lets_the_job_run_and_drains_after
 run_test "--recheck leaves a node with running jobs alone" t_recheck_leaves_a_busy_node_alone
 run_test "gpus = job passes the job's GPUs; a job without GPUs is not checked" t_job_gpus_are_passed_to_the_worker
+run_test "--check-config prints every key and its source; an appended line is a prolog key; exit 2 when invalid or not ready" t_check_config_prints_every_key_and_its_source
+run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
 
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 11 ]; then
-    say "only $STARTED of 11 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 13 ]; then
+    say "only $STARTED of 13 tests ran"; exit 1
 fi
 exit 0

@@ -1,0 +1,240 @@
+//! `nccl-check-prolog --check-config [--config FILE]`: validates the config before slurmd sees
+//! it, prints every key with its effective value and where that came from (the default, or
+//! `file:line`), then what would keep the gate from working on this node (worker not executable,
+//! a directory the prolog refuses to write). Exit 0: valid and ready; 2: invalid or not ready.
+//! Also salvages `state_dir` and `metrics_file` from a broken file, so a disabled gate can still
+//! say so where the admin looks.
+
+use crate::config::{self, Config, KEYS};
+use crate::secure;
+use bench_core::config::file::find_key_line;
+use std::fmt::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// A key's effective value as TOML.
+fn value(c: &Config, key: &str) -> String {
+    let q = |s: &str| format!("{s:?}");
+    let p = |p: &Path| q(&p.display().to_string());
+    match key {
+        "worker" => p(&c.worker),
+        "worker_config" => p(&c.worker_config),
+        "plan" => q(c.plan.as_str()),
+        "budget_seconds" => c.budget_seconds.to_string(),
+        "gpus" => q(match c.gpus {
+            config::GpuPolicy::Job => "job",
+            config::GpuPolicy::All => "all",
+        }),
+        "on_fail" => q(match c.on_fail {
+            config::OnFail::Requeue => "requeue",
+            config::OnFail::Run => "run",
+        }),
+        "on_error" => q(match c.on_error {
+            config::OnError::Run => "run",
+            config::OnError::FailJob => "fail-job",
+        }),
+        "auto_resume" => c.auto_resume.to_string(),
+        "cache_seconds" => c.cache_seconds.to_string(),
+        "state_dir" => q(&c.state_dir),
+        "scontrol" => p(&c.scontrol),
+        "gpu_info_dir" => p(&c.gpu_info_dir),
+        "syslog_facility" => q(&c.syslog_facility),
+        "syslog_socket" => p(&c.syslog_socket),
+        "metrics_file" => q(&c.metrics_file),
+        "env" => {
+            let kv: Vec<String> = c
+                .env
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", q(v)))
+                .collect();
+            if kv.is_empty() {
+                "{}".into()
+            } else {
+                format!("{{ {} }}", kv.join(", "))
+            }
+        }
+        _ => "?".into(),
+    }
+}
+
+/// Every key, its value and its source, one per line.
+pub fn render(c: &Config, file: Option<(&Path, &str)>) -> String {
+    let mut out = String::new();
+    for key in KEYS {
+        let from = file
+            .and_then(|(path, text)| {
+                find_key_line(text, key).map(|l| format!("{}:{l}", path.display()))
+            })
+            .unwrap_or_else(|| "default".into());
+        let _ = writeln!(out, "{key} = {}    # {from}", value(c, key));
+    }
+    out
+}
+
+/// What would make every run of the gate on `node` an ERROR.
+pub fn problems(c: &Config, node: &str) -> Vec<String> {
+    let mut p = Vec::new();
+    let exec = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if !exec(&c.worker) {
+        p.push(format!(
+            "worker {}: not an executable file",
+            c.worker.display()
+        ));
+    }
+    if !exec(&c.scontrol) {
+        p.push(format!(
+            "scontrol {}: not an executable file",
+            c.scontrol.display()
+        ));
+    }
+    let state = c.state_dir_for(node);
+    // A missing state_dir is created (root's, 0755) at the first run; an existing one must pass.
+    if state.exists() {
+        if let Err(e) = secure::check_dir(&state) {
+            p.push(format!("state_dir {e}"));
+        }
+    }
+    if let Some(m) = c.metrics_file_for(node) {
+        if let Err(e) = secure::check_dir(m.parent().unwrap_or(Path::new("/"))) {
+            p.push(format!("metrics_file {e}"));
+        }
+    }
+    p
+}
+
+/// The command: prints the report, returns the exit code.
+pub fn run(path: &Path, explicit: bool, node: &str) -> i32 {
+    let exists = explicit || path.exists();
+    let text = if exists {
+        match bench_core::config::file::read(path) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                println!("INVALID {e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
+    let cfg = match &text {
+        Some(t) => match config::parse(path, t) {
+            Ok(c) => c,
+            Err(e) => {
+                println!("INVALID {e}");
+                println!("The gate is off while this stands: every job runs unchecked.");
+                return 2;
+            }
+        },
+        None => Config::default(),
+    };
+    match &text {
+        Some(_) => println!("# {}: valid; the effective configuration:", path.display()),
+        None => println!(
+            "# {} is absent: the defaults apply; the effective configuration:",
+            path.display()
+        ),
+    }
+    print!("{}", render(&cfg, text.as_deref().map(|t| (path, t))));
+    let problems = problems(&cfg, node);
+    if problems.is_empty() {
+        println!("# ready on {node}: the worker and scontrol are executable, the directories safe");
+        return 0;
+    }
+    for p in &problems {
+        println!("NOT READY {p}");
+    }
+    println!("Every job on {node} would end in ERROR (not drained) until this is fixed.");
+    2
+}
+
+/// `state_dir` and `metrics_file` read from a config that does not validate, when those keys
+/// themselves are usable (absolute strings), else the defaults; None when the file cannot be
+/// read at all (a wrong `--config` path: nothing says where this gate's state belongs).
+pub fn salvage(path: &Path) -> Option<(String, String)> {
+    let d = Config::default();
+    let text = std::fs::read_to_string(path).ok()?;
+    let table = text.parse::<toml::Table>().ok();
+    let get = |key: &str, default: String| {
+        table
+            .as_ref()
+            .and_then(|t| t.get(key))
+            .and_then(|v| v.as_str())
+            .filter(|s| s.starts_with('/'))
+            .map(str::to_string)
+            .unwrap_or(default)
+    };
+    Some((
+        get("state_dir", d.state_dir.clone()),
+        get("metrics_file", d.metrics_file.clone()),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_is_printed_with_its_value_and_source() {
+        let text = "# site\nplan = \"full\"\nenv = { NCCL_IB_HCA = \"mlx5\" }\n";
+        let p = Path::new("/etc/nccl-check/prolog.toml");
+        let c = config::parse(p, text).expect("valid");
+        let out = render(&c, Some((p, text)));
+        assert_eq!(out.lines().count(), KEYS.len());
+        assert!(
+            out.contains("plan = \"full\"    # /etc/nccl-check/prolog.toml:2\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("env = { NCCL_IB_HCA = \"mlx5\" }    # /etc/nccl-check/prolog.toml:3\n"),
+            "{out}"
+        );
+        assert!(out.contains("budget_seconds = 30    # default\n"), "{out}");
+        assert!(out.contains("on_error = \"run\"    # default\n"), "{out}");
+        // What is printed parses back to the same configuration.
+        assert_eq!(config::parse(p, &out).expect("round trip"), c);
+    }
+
+    #[test]
+    fn a_missing_worker_or_an_unsafe_directory_is_a_problem() {
+        let d = bench_core::test_support::scratch_dir("check-config");
+        let c = Config {
+            worker: d.join("nccl-check"),
+            scontrol: "/bin/sh".into(),
+            state_dir: d.display().to_string(),
+            metrics_file: d.join("m/x.prom").display().to_string(),
+            ..Config::default()
+        };
+        std::fs::create_dir(d.join("m")).expect("mkdir");
+        std::fs::set_permissions(d.join("m"), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
+        let p = problems(&c, "n1");
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("not an executable"), "{p:?}");
+        assert!(
+            p[1].starts_with("metrics_file ") && p[1].contains("0777"),
+            "{p:?}"
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_broken_file_still_gives_its_state_dir_and_metrics_file() {
+        let d = bench_core::test_support::scratch_dir("salvage");
+        let f = d.join("p.toml");
+        std::fs::write(
+            &f,
+            "state_dir = \"/s/%n\"\nmetrics_file = \"/m.prom\"\nbudget = 1\n",
+        )
+        .expect("write");
+        assert_eq!(salvage(&f), Some(("/s/%n".into(), "/m.prom".into())));
+        std::fs::write(&f, "state_dir = [\n").expect("write");
+        assert_eq!(
+            salvage(&f),
+            Some(("/var/lib/nccl-check".into(), String::new()))
+        );
+        assert_eq!(salvage(&d.join("absent.toml")), None);
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

@@ -1,0 +1,383 @@
+//! One run of the gate with a valid config, in order: check the directories it writes, pick the
+//! GPUs, answer from the cache or run the worker in a private run directory, decide
+//! ([`crate::decide`]), update the cache under the lock, drain or resume, then say what happened
+//! (stderr, syslog, `gate.json`, metrics). Everything within one budget ([`crate::budget`]).
+
+use crate::budget::Deadline;
+use crate::config::Config;
+use crate::decide::{self, Actions, CacheAction, Found, Mode, Policy};
+use crate::drain::{self, Outcome};
+use crate::facts::{self, Facts, Selection};
+use crate::log::{self, Log};
+use crate::status::{GateState, Status};
+use crate::words::{self, Line};
+use crate::{cache, metrics, reason, report, secure, state, status, worker};
+use bench_core::verdict::Verdict;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+pub struct Gate<'a> {
+    pub cfg: &'a Config,
+    pub facts: &'a Facts,
+    pub mode: Mode,
+    pub dry_run: bool,
+    pub log: &'a mut Log,
+    /// The whole run ends by then: `budget_seconds` from the start plus a moment for the drain.
+    pub deadline: Deadline,
+}
+
+/// Where the run may write its state: the directories that passed [`secure`]'s checks.
+#[derive(Default)]
+struct Places {
+    state_dir: Option<PathBuf>,
+    metrics: Option<PathBuf>,
+}
+
+impl<'a> Gate<'a> {
+    fn policy(&self) -> Policy {
+        Policy::from(self.cfg)
+    }
+
+    fn line<'b>(&self, whom: &'b str, label: &'b str, a: &Actions) -> Line<'b>
+    where
+        'a: 'b,
+    {
+        Line {
+            whom,
+            node: &self.facts.node,
+            label,
+            mode: self.mode,
+            exit_code: a.exit_code,
+        }
+    }
+
+    pub fn run(mut self) -> i32 {
+        let start = now_unix();
+        let whom = self.facts.whom(self.mode);
+        let mut places = Places::default();
+        let state_dir = self.cfg.state_dir_for(&self.facts.node);
+        if let Err(e) = secure::ensure_dir(&state_dir) {
+            return self.error_without_run(&places, &format!("state_dir {e}"), &whom);
+        }
+        places.state_dir = Some(state_dir.clone());
+        if let Some(m) = self.cfg.metrics_file_for(&self.facts.node) {
+            let dir = m.parent().unwrap_or(Path::new("/"));
+            if let Err(e) = secure::check_dir(dir) {
+                return self.error_without_run(&places, &format!("metrics_file {e}"), &whom);
+            }
+            places.metrics = Some(m);
+        }
+        let slurm = drain::Slurm {
+            scontrol: self.cfg.scontrol.clone(),
+            node: self.facts.node.clone(),
+            slurm_conf: self.facts.slurm_conf.clone(),
+            deadline: self.deadline,
+        };
+        if self.mode == Mode::Recheck {
+            // A recheck takes every GPU: never while jobs run on the node. A quarter of the
+            // budget at most for the question.
+            let ask = Deadline::after(self.deadline.remaining() / 4);
+            match (drain::Slurm {
+                deadline: ask,
+                ..slurm.clone()
+            })
+            .show()
+            {
+                Ok(n) if n.busy() => {
+                    let msg = format!(
+                        "recheck on {}: skipped, jobs run on the node (State={})",
+                        self.facts.node, n.state
+                    );
+                    self.log.info(&msg);
+                    let a = decide::decide(self.mode, Found::NothingToCheck, self.policy(), false);
+                    return self.finish(a, &msg);
+                }
+                Ok(_) => {}
+                Err(e) => self.log.warn(&format!(
+                    "recheck: cannot read the node's state ({e}); checking anyway"
+                )),
+            }
+        }
+        let sel = match facts::select(self.cfg, self.facts, self.mode) {
+            Ok(Some(s)) => s,
+            Ok(None) => return self.nothing_to_check(&whom),
+            Err(e) => return self.error_without_run(&places, &e, &whom),
+        };
+        let fingerprint = cache::fingerprint(
+            &format!("{:?}", self.cfg),
+            &[&self.cfg.worker, &self.cfg.worker_config],
+        );
+
+        // The cached path: a few file reads, no process started, nothing written.
+        if self.mode == Mode::Prolog {
+            if let Some(ids) = &sel.identities {
+                let c = cache::read(&state_dir);
+                if let Some(age) = c.lookup(ids, &fingerprint, start, self.cfg.cache_seconds) {
+                    let msg = format!(
+                        "PASS (cached) {whom} on {}: {} passed {age:.0} s ago (cache_seconds = {})",
+                        self.facts.node, sel.label, self.cfg.cache_seconds
+                    );
+                    self.log.info(&msg);
+                    let a = decide::decide(self.mode, Found::CachedPass, self.policy(), sel.all);
+                    return self.finish(a, &msg);
+                }
+            }
+        }
+        self.measure(&places, &state_dir, &slurm, sel, &fingerprint, start, &whom)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn measure(
+        &mut self,
+        places: &Places,
+        state_dir: &Path,
+        slurm: &drain::Slurm,
+        sel: Selection,
+        fingerprint: &str,
+        start: f64,
+        whom: &str,
+    ) -> i32 {
+        let tag = state::tag(self.facts.job.as_deref(), self.mode == Mode::Recheck);
+        let budget = Duration::from_secs(self.cfg.budget_seconds);
+        state::prune(state_dir, budget + Duration::from_secs(60));
+        let dir = match state::RunDir::create(state_dir, &tag) {
+            Ok(d) => d,
+            Err(e) => {
+                let p = format!(
+                    "cannot create a run directory in {}: {e}",
+                    state_dir.display()
+                );
+                return self.error_without_run(places, &p, whom);
+            }
+        };
+        let req = worker::Request {
+            worker: self.cfg.worker.clone(),
+            plan: self.cfg.plan.clone(),
+            dir: dir.path.clone(),
+            timeout_s: self.cfg.worker_timeout(),
+            budget: budget.min(self.deadline.remaining()),
+            config: self
+                .cfg
+                .worker_config
+                .exists()
+                .then(|| self.cfg.worker_config.clone()),
+            gpus: sel.indices.clone(),
+            env: self.cfg.env.clone(),
+        };
+        self.log.info(&format!(
+            "{whom} on {}: checking {}: {} {}",
+            self.facts.node,
+            sel.label,
+            req.worker.display(),
+            req.args().display()
+        ));
+        let run = worker::run(&req);
+        let verdict = run.verdict;
+        let report = run.report.as_ref().ok();
+        if let Some(p) = run
+            .problem
+            .as_deref()
+            .filter(|p| p.starts_with("contradiction"))
+        {
+            self.log.error(p);
+        }
+
+        // Cache only a pass of exactly the GPUs we meant (a different set would mean Slurm's and
+        // CUDA's GPU order disagree on this node).
+        let mut cacheable = sel.identities.clone();
+        if let (Some(ids), Some(measured)) = (&sel.identities, report.and_then(report::uuids)) {
+            let mut ids = ids.clone();
+            ids.sort();
+            if ids.iter().all(|i| i.starts_with("GPU-")) && ids != measured {
+                self.log.warn(&format!(
+                    "the worker measured GPUs {measured:?} but {} are {ids:?} in PCI order; not cached",
+                    sel.label
+                ));
+                cacheable = None;
+            }
+        }
+
+        let actions = decide::decide(self.mode, Found::Measured(verdict), self.policy(), sel.all);
+        let line = self.line(whom, &sel.label, &actions);
+        let drain_reason = (verdict == Verdict::Fail)
+            .then(|| reason::drain_reason(report, self.facts.job.as_deref()));
+        if self.dry_run {
+            let msg = match verdict {
+                Verdict::Pass => line.pass(&run, report),
+                Verdict::Fail => line.fail(&run, drain_reason.as_deref().unwrap_or(""), None),
+                Verdict::Error => line.error(&run, report),
+            };
+            self.log.info(&msg);
+            words::print_plan(&self.facts.node, &actions, drain_reason.as_deref());
+            return self.finish(actions, &msg);
+        }
+        // The steps after the measurement must happen even when it used the whole budget.
+        let late = self.deadline.with_grace();
+        let cache_result = match actions.cache {
+            CacheAction::StorePass => cacheable
+                .filter(|_| self.cfg.cache_seconds > 0)
+                .map(|ids| cache::update(state_dir, late, |c| c.record(&ids, fingerprint, start))),
+            CacheAction::Clear => Some(cache::update(state_dir, late, |c| {
+                c.forget(sel.identities.as_deref())
+            })),
+            CacheAction::Keep => None,
+        };
+        if let Some(Err(e)) = cache_result {
+            self.log
+                .warn(&format!("cache {}: {e}", cache::path(state_dir).display()));
+        }
+        let slurm = drain::Slurm {
+            deadline: late,
+            ..slurm.clone()
+        };
+        let mut drain_said = None;
+        if let (true, Some(r)) = (actions.drain, drain_reason.as_deref()) {
+            drain_said = Some(words::drain_outcome(
+                &slurm.drain(state_dir, r, now_unix()),
+                &self.facts.node,
+            ));
+        }
+        let msg = match verdict {
+            Verdict::Pass => line.pass(&run, report),
+            Verdict::Fail => line.fail(
+                &run,
+                drain_reason.as_deref().unwrap_or(""),
+                drain_said.as_deref(),
+            ),
+            Verdict::Error => line.error(&run, report),
+        };
+        match verdict {
+            Verdict::Pass => self.log.info(&msg),
+            Verdict::Fail | Verdict::Error => self.log.error(&msg),
+        }
+        if actions.resume_own_drain {
+            self.resume(&slurm, state_dir, start);
+        }
+        let gate = match verdict {
+            Verdict::Pass => GateState::Pass,
+            Verdict::Fail => GateState::Fail,
+            Verdict::Error => GateState::Error,
+        };
+        let st = Status {
+            state: gate,
+            message: msg.clone(),
+            node: self.facts.node.clone(),
+            job: self.facts.job.clone(),
+            time_unix: now_unix(),
+            drain_reason,
+            drain: drain_said,
+            run_dir: Some(dir.path.clone()),
+        };
+        let empty = Default::default();
+        let sample = metrics::Sample {
+            gate,
+            verdict: Some(verdict),
+            exit_code: run.exit_code,
+            avg_busbw: report.map(|r| &r.avg_busbw).unwrap_or(&empty),
+            finished_unix: now_unix(),
+            duration_s: run.elapsed.as_secs_f64(),
+        };
+        self.publish(places, &st, &sample);
+        self.finish(actions, &msg)
+    }
+
+    fn resume(&mut self, slurm: &drain::Slurm, state_dir: &Path, start: f64) {
+        match slurm.resume_own(state_dir, start, self.mode == Mode::Recheck) {
+            Outcome::Resumed => self.log.info(&format!(
+                "resumed {}: every GPU passed again after nccl-check drained it",
+                self.facts.node
+            )),
+            Outcome::NotOurs(why) => self.log.info(&format!(
+                "{} stays drained: not drained by nccl-check ({why})",
+                self.facts.node
+            )),
+            Outcome::Failed(e) => self.log.error(&format!("resume FAILED: {e}")),
+            _ => {}
+        }
+    }
+
+    /// `gate.json` and the metrics file, where their directories passed the checks.
+    fn publish(&mut self, places: &Places, st: &Status, sample: &metrics::Sample) {
+        if let Some(d) = &places.state_dir {
+            if let Err(e) = status::write(d, st) {
+                self.log
+                    .warn(&format!("{}: {e}", d.join(status::FILE).display()));
+            }
+        }
+        if let Some(p) = &places.metrics {
+            if let Err(e) = metrics::write(p, sample) {
+                self.log.warn(&format!("metrics_file {}: {e}", p.display()));
+            }
+        }
+    }
+
+    fn nothing_to_check(&mut self, whom: &str) -> i32 {
+        let msg = if self.dry_run && self.facts.cuda_visible_devices.is_none() {
+            "dry run: gpus = \"job\", but CUDA_VISIBLE_DEVICES (the job's GPUs, set by slurmd) \
+             is unset: nothing to check. Name GPUs to check them now (CUDA_VISIBLE_DEVICES=0,1 \
+             nccl-check-prolog --dry-run), or check every GPU with --recheck --dry-run"
+                .to_string()
+        } else {
+            format!(
+                "{whom} on {}: no GPUs allocated to the job; not checked (gpus = \"job\")",
+                self.facts.node
+            )
+        };
+        self.log.info(&msg);
+        let a = decide::decide(self.mode, Found::NothingToCheck, self.policy(), false);
+        self.finish(a, &msg)
+    }
+
+    /// A setup problem found before the worker could run.
+    fn error_without_run(&mut self, places: &Places, problem: &str, whom: &str) -> i32 {
+        let a = decide::decide(
+            self.mode,
+            Found::Measured(Verdict::Error),
+            self.policy(),
+            false,
+        );
+        let msg = self.line(whom, "", &a).error_without_run(problem);
+        self.log.error(&msg);
+        if self.dry_run {
+            words::print_plan(&self.facts.node, &a, None);
+        } else {
+            let st = Status {
+                state: GateState::Error,
+                message: msg.clone(),
+                node: self.facts.node.clone(),
+                job: self.facts.job.clone(),
+                time_unix: now_unix(),
+                drain_reason: None,
+                drain: None,
+                run_dir: None,
+            };
+            let empty = Default::default();
+            let sample = metrics::Sample {
+                gate: GateState::Error,
+                verdict: Some(Verdict::Error),
+                exit_code: None,
+                avg_busbw: &empty,
+                finished_unix: now_unix(),
+                duration_s: 0.0,
+            };
+            self.publish(places, &st, &sample);
+        }
+        self.finish(a, &msg)
+    }
+
+    /// The verdict line on stderr (slurmd's log keeps it when the prolog exits non-zero); a dry
+    /// run has printed it on stdout already.
+    fn finish(&mut self, a: Actions, msg: &str) -> i32 {
+        if !self.dry_run {
+            log::stderr_line(msg);
+        }
+        a.exit_code
+    }
+}

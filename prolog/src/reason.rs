@@ -1,0 +1,189 @@
+//! The drain reason of a FAIL, built from the job's own report only. `sinfo -R` shows the first
+//! 20 characters of a reason, so those name what matters: `nccl-check:` (ours, the only reasons
+//! ever resumed), the culprit in compact form and what is wrong with it; the full sentence
+//! follows after a `|`:
+//!
+//! `nccl-check:GPU2-3 slow|GPU2<->GPU3: sendrecv 256 MiB: busbw 12.3 < 300.0 GB/s (job 42)`
+//! `nccl-check:GPUs slow|all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 7)`
+
+use crate::drain::PREFIX;
+use crate::report::Report;
+use bench_core::report::json::ReasonCode;
+
+/// Longest sentence after the `|` (the whole reason stays one line of about 200 characters).
+const MAX_SENTENCE: usize = 160;
+/// Longest culprit before the problem word.
+const MAX_CULPRIT: usize = 24;
+
+/// `GPU2<->GPU3` → `GPU2-3`, `n1<->n2` → `n1-n2`, `GPU0->GPU1` → `GPU0-1`; anything else as it
+/// is, without spaces.
+pub fn compact_subject(subject: &str) -> String {
+    let s = subject.trim().replace("<->", "-").replace("->", "-");
+    let s: String = s.split_whitespace().collect::<Vec<_>>().join("_");
+    let compact = match s.split_once('-') {
+        Some((a, b)) => {
+            // Only GPU indices are shortened: node names stay whole, as Slurm knows them.
+            match (a.strip_prefix("GPU"), b.strip_prefix("GPU")) {
+                (Some(_), Some(n)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => {
+                    format!("{a}-{n}")
+                }
+                _ => s.clone(),
+            }
+        }
+        None => s.clone(),
+    };
+    compact.chars().take(MAX_CULPRIT).collect()
+}
+
+/// What is wrong, in one word.
+fn problem(code: ReasonCode) -> &'static str {
+    match code {
+        ReasonCode::BusbwBelowThreshold
+        | ReasonCode::GpuOutlier
+        | ReasonCode::LinkOutlier
+        | ReasonCode::NodeOutlier
+        | ReasonCode::NodePairOutlier => "slow",
+        ReasonCode::WrongData => "wrong",
+        ReasonCode::TransportFallback => "transport",
+        _ => "FAIL",
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() || c == '|' { ' ' } else { c })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The reason for a FAIL of `job` (`None` for a recheck) whose report is `report`.
+pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
+    let (head, sentence) = match report {
+        Some(r) => match r.reasons.first() {
+            Some(first) => {
+                let mut s = first.message.clone();
+                if s.trim().is_empty() {
+                    s = match (first.measured, first.limit) {
+                        (Some(m), Some(l)) => format!("{} {m:.1} vs limit {l:.1}", first.code),
+                        _ => first.code.to_string(),
+                    };
+                }
+                let subject = first.subject.as_deref().filter(|s| !s.trim().is_empty());
+                if let Some(subj) = subject.filter(|s| !first.message.contains(*s)) {
+                    s = format!("{subj}: {s}");
+                }
+                if r.reasons.len() > 1 {
+                    s.push_str(&format!(" (+{} more)", r.reasons.len() - 1));
+                }
+                let culprit = subject.map_or_else(|| "GPUs".to_string(), compact_subject);
+                (format!("{culprit} {}", problem(first.code)), s)
+            }
+            None if !r.summary.trim().is_empty() => ("FAIL".to_string(), r.summary.clone()),
+            None => ("FAIL".to_string(), "the report gives no reason".to_string()),
+        },
+        None => (
+            "FAIL no report".to_string(),
+            "the worker exited 1 (FAIL) without a report".to_string(),
+        ),
+    };
+    let sentence = one_line(&sentence);
+    let sentence = sentence
+        .strip_prefix(PREFIX)
+        .map(str::trim)
+        .unwrap_or(&sentence);
+    let mut sentence = sentence.to_string();
+    if sentence.chars().count() > MAX_SENTENCE {
+        sentence = sentence.chars().take(MAX_SENTENCE - 3).collect::<String>() + "...";
+    }
+    let job = job.map(|j| format!(" (job {j})")).unwrap_or_default();
+    format!("{PREFIX}{}|{sentence}{job}", one_line(&head))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bench_core::report::json::Reason;
+
+    /// What `sinfo -R` shows of a reason by default.
+    fn sinfo_view(reason: &str) -> String {
+        reason.chars().take(20).collect()
+    }
+
+    fn fail(reasons: Vec<Reason>) -> Report {
+        Report {
+            summary: "all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s".into(),
+            reasons,
+            ..Report::default()
+        }
+    }
+
+    fn busbw(subject: Option<&str>) -> Reason {
+        Reason {
+            code: ReasonCode::BusbwBelowThreshold,
+            message: "sendrecv 256 MiB: busbw 12.3 < 300.0 GB/s".into(),
+            subject: subject.map(str::to_string),
+            measured: Some(12.3),
+            limit: Some(300.0),
+        }
+    }
+
+    #[test]
+    fn the_first_twenty_characters_name_ours_the_culprit_and_the_problem() {
+        let r = fail(vec![busbw(Some("GPU2<->GPU3"))]);
+        let s = drain_reason(Some(&r), Some("42"));
+        assert_eq!(
+            s,
+            "nccl-check:GPU2-3 slow|GPU2<->GPU3: sendrecv 256 MiB: busbw 12.3 < 300.0 GB/s (job 42)"
+        );
+        assert_eq!(sinfo_view(&s), "nccl-check:GPU2-3 sl");
+        let s = drain_reason(Some(&fail(vec![busbw(Some("GPU1"))])), None);
+        assert_eq!(sinfo_view(&s), "nccl-check:GPU1 slow");
+        let s = drain_reason(Some(&fail(vec![busbw(None), busbw(None)])), Some("7"));
+        assert_eq!(
+            s,
+            "nccl-check:GPUs slow|sendrecv 256 MiB: busbw 12.3 < 300.0 GB/s (+1 more) (job 7)"
+        );
+    }
+
+    #[test]
+    fn subjects_are_compacted() {
+        assert_eq!(compact_subject("GPU2<->GPU3"), "GPU2-3");
+        assert_eq!(compact_subject("GPU0->GPU1"), "GPU0-1");
+        assert_eq!(compact_subject("n1<->n2"), "n1-n2");
+        assert_eq!(compact_subject("gpu-node017"), "gpu-node017");
+        assert_eq!(compact_subject("node 7"), "node_7");
+    }
+
+    #[test]
+    fn a_reason_without_a_message_is_told_by_its_code_and_numbers() {
+        let mut b = busbw(Some("GPU1"));
+        b.message.clear();
+        assert_eq!(
+            drain_reason(Some(&fail(vec![b])), None),
+            "nccl-check:GPU1 slow|GPU1: busbw_below_threshold 12.3 vs limit 300.0"
+        );
+    }
+
+    #[test]
+    fn without_reasons_the_summary_and_without_a_report_it_says_so() {
+        let s = drain_reason(Some(&fail(vec![])), None);
+        assert!(s.starts_with("nccl-check:FAIL|all_reduce 256 MiB"), "{s}");
+        assert_eq!(
+            drain_reason(None, Some("7")),
+            "nccl-check:FAIL no report|the worker exited 1 (FAIL) without a report (job 7)"
+        );
+    }
+
+    #[test]
+    fn the_reason_is_one_short_line_with_one_prefix_and_one_bar() {
+        let mut r = fail(vec![]);
+        r.summary = format!("nccl-check: line one\nline\ttwo | {}", "x".repeat(400));
+        let s = drain_reason(Some(&r), Some("1"));
+        assert!(s.starts_with("nccl-check:FAIL|line one line two x"), "{s}");
+        assert_eq!(s.matches(PREFIX).count(), 1);
+        assert_eq!(s.matches('|').count(), 1);
+        assert!(!s.contains('\n') && s.chars().count() <= 200, "{s}");
+    }
+}

@@ -1,0 +1,235 @@
+//! Files the root prolog writes, safely: every directory it writes into must be owned by root
+//! (the prolog's own uid) and not writable by group or others, and so must every directory above
+//! it (a sticky one such as /tmp excepted: nobody else can rename what is in it); a symlink in
+//! the last place is refused (`lstat`). Files are created with `O_EXCL | O_NOFOLLOW` under a random
+//! name in the same directory (`tempfile`) and renamed into place, so a planted symlink can never
+//! redirect a write or a chmod to another file.
+
+use std::fmt;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// A directory the prolog will not write into, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsafe {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+impl fmt::Display for Unsafe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.why)
+    }
+}
+
+impl std::error::Error for Unsafe {}
+
+fn unsafe_dir(path: &Path, why: impl Into<String>) -> Unsafe {
+    Unsafe {
+        path: path.to_path_buf(),
+        why: why.into(),
+    }
+}
+
+/// The uid that must own what the prolog writes: root in production (slurmd runs it as root);
+/// the test suites' own uid otherwise.
+pub fn owner() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() }
+}
+
+/// Creates `dir` (and missing parents, mode 0755) when absent, then checks it with [`check_dir`].
+/// An existing directory is never chmod'ed or chown'ed: one that someone else could write may
+/// hold files planted there (a forged cache), so it is refused, not repaired.
+pub fn ensure_dir(dir: &Path) -> Result<(), Unsafe> {
+    if std::fs::symlink_metadata(dir).is_err() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| unsafe_dir(dir, format!("cannot create: {e}")))?;
+    }
+    check_dir(dir)
+}
+
+/// `dir` is a directory (not a symlink) owned by root and not writable by group or others, and
+/// every directory above it is owned by root and not writable by group or others unless sticky.
+pub fn check_dir(dir: &Path) -> Result<(), Unsafe> {
+    if !dir.is_absolute() {
+        return Err(unsafe_dir(dir, "not an absolute path"));
+    }
+    let m = std::fs::symlink_metadata(dir).map_err(|e| unsafe_dir(dir, e.to_string()))?;
+    if m.file_type().is_symlink() {
+        return Err(unsafe_dir(dir, "is a symlink; refused (use the real path)"));
+    }
+    if !m.is_dir() {
+        return Err(unsafe_dir(dir, "not a directory"));
+    }
+    let me = owner();
+    if m.uid() != me {
+        return Err(unsafe_dir(
+            dir,
+            format!("owned by uid {}, not {me} (root); refused", m.uid()),
+        ));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(unsafe_dir(
+            dir,
+            format!(
+                "mode {:04o} is writable by group or others; refused (chmod go-w, and check what \
+                 is in it)",
+                m.mode() & 0o7777
+            ),
+        ));
+    }
+    for up in dir.ancestors().skip(1) {
+        // Follows symlinks here (/var/run -> /run); the link's own directory is checked too, as
+        // one of the ancestors of the path as given.
+        let m = std::fs::metadata(up).map_err(|e| unsafe_dir(up, e.to_string()))?;
+        let sticky = m.mode() & 0o1000 != 0;
+        if m.uid() != me && m.uid() != 0 {
+            return Err(unsafe_dir(
+                up,
+                format!(
+                    "owned by uid {} (above {}); refused",
+                    m.uid(),
+                    dir.display()
+                ),
+            ));
+        }
+        if m.mode() & 0o022 != 0 && !sticky {
+            return Err(unsafe_dir(
+                up,
+                format!(
+                    "mode {:04o} is writable by group or others (above {}); refused",
+                    m.mode() & 0o7777,
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path`: a new file with a random name in the same directory (created with
+/// `O_EXCL`, so never through a planted name or link), its mode set on the open descriptor, then
+/// renamed over `path` (which replaces a symlink there, never its target). Readers see the old
+/// file or the new one, never half of one.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    // The umask may have narrowed the mode given at creation; fchmod on our own descriptor.
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bench_core::test_support::scratch_dir;
+    use std::os::unix::fs::symlink;
+
+    fn chown(p: &Path, uid: u32) {
+        std::os::unix::fs::lchown(p, Some(uid), None).expect("chown (the tests run as root)");
+    }
+
+    fn root() -> bool {
+        owner() == 0
+    }
+
+    #[test]
+    fn a_root_owned_private_directory_is_accepted_and_created() {
+        let d = scratch_dir("secure-ok");
+        let sub = d.join("a/b");
+        ensure_dir(&sub).expect("created and accepted");
+        assert_eq!(std::fs::metadata(&sub).expect("stat").mode() & 0o777, 0o755);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_world_writable_directory_is_refused_by_name_and_left_as_it_is() {
+        let d = scratch_dir("secure-0777");
+        let s = d.join("state");
+        std::fs::create_dir(&s).expect("mkdir");
+        std::fs::set_permissions(&s, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let e = ensure_dir(&s).unwrap_err();
+        assert_eq!(e.path, s);
+        assert!(e.why.contains("0777"), "{e}");
+        // Refused, not repaired: what someone planted there is not blessed by a chmod.
+        assert_eq!(std::fs::metadata(&s).expect("stat").mode() & 0o777, 0o777);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_directory_owned_by_another_uid_or_below_one_is_refused() {
+        if !root() {
+            return; // chown needs root; the suites run as root
+        }
+        let d = scratch_dir("secure-uid");
+        let s = d.join("metrics");
+        std::fs::create_dir(&s).expect("mkdir");
+        chown(&s, 65534);
+        let e = check_dir(&s).unwrap_err();
+        assert!(e.why.contains("uid 65534"), "{e}");
+        let below = s.join("sub");
+        std::fs::create_dir(&below).expect("mkdir");
+        chown(&below, 0);
+        let e = check_dir(&below).unwrap_err();
+        assert_eq!(e.path, s, "{e}");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_symlinked_directory_is_refused() {
+        let d = scratch_dir("secure-link");
+        std::fs::create_dir(d.join("real")).expect("mkdir");
+        symlink(d.join("real"), d.join("link")).expect("symlink");
+        let e = check_dir(&d.join("link")).unwrap_err();
+        assert!(e.why.contains("symlink"), "{e}");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// The old writer opened `.<name>.<pid>.tmp` without O_EXCL|O_NOFOLLOW, so a link planted
+    /// under that name made root write through it and chmod the target.
+    #[test]
+    fn planted_symlinks_never_redirect_a_write_or_a_chmod() {
+        let d = scratch_dir("secure-plant");
+        let target = d.join("secret");
+        std::fs::write(&target, b"root only").expect("write");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let dest = d.join("nccl_check.prom");
+        for pid in 0..600 {
+            symlink(&target, d.join(format!(".nccl_check.prom.{pid}.tmp"))).expect("plant");
+        }
+        symlink(
+            &target,
+            d.join(format!(".nccl_check.prom.{}.tmp", std::process::id())),
+        )
+        .expect("plant");
+        // The destination itself a link to the target: the rename replaces the link.
+        symlink(&target, &dest).expect("plant");
+        write_atomic(&dest, b"metrics\n", 0o644).expect("write");
+        assert_eq!(std::fs::read(&target).expect("read"), b"root only");
+        assert_eq!(
+            std::fs::metadata(&target).expect("stat").mode() & 0o777,
+            0o600
+        );
+        let m = std::fs::symlink_metadata(&dest).expect("stat");
+        assert!(m.is_file() && m.mode() & 0o777 == 0o644, "{m:?}");
+        assert_eq!(std::fs::read(&dest).expect("read"), b"metrics\n");
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

@@ -1,0 +1,88 @@
+//! Where the gate's state is visible besides syslog: `<state_dir>/gate.json` (the node's report
+//! of the last prolog run: state, the verdict line, the drain reason and what came of it, the
+//! run's directory) and the `nccl_check_gate_state` metric ([`crate::metrics`]). A gate that is
+//! off (broken config) or in ERROR says so there, not only in a log nobody reads.
+
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+pub const FILE: &str = "gate.json";
+
+/// The gate's state after one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateState {
+    /// The job's GPUs passed (measured or cached).
+    Pass,
+    /// They failed: the node was (or would be) drained.
+    Fail,
+    /// The check could not be made (setup problem): nothing drained, `on_error` decided.
+    Error,
+    /// The gate is off: the config cannot be used, nothing is checked.
+    Disabled,
+}
+
+impl GateState {
+    pub const ALL: [GateState; 4] = [
+        GateState::Pass,
+        GateState::Fail,
+        GateState::Error,
+        GateState::Disabled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateState::Pass => "pass",
+            GateState::Fail => "fail",
+            GateState::Error => "error",
+            GateState::Disabled => "disabled",
+        }
+    }
+}
+
+/// The content of `gate.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub state: GateState,
+    /// The verdict line (what the prolog printed on stderr).
+    pub message: String,
+    pub node: String,
+    pub job: Option<String>,
+    pub time_unix: f64,
+    /// The FAIL's drain reason (the `sinfo -R` text) and what came of the request.
+    pub drain_reason: Option<String>,
+    pub drain: Option<String>,
+    /// The run's private directory (report.json, worker.log).
+    pub run_dir: Option<PathBuf>,
+}
+
+pub fn write(state_dir: &Path, s: &Status) -> std::io::Result<()> {
+    let text = serde_json::to_vec_pretty(s).map_err(std::io::Error::other)?;
+    crate::state::write_atomic(&state_dir.join(FILE), &text, 0o644)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_file_names_the_state_and_the_reason() {
+        let d = bench_core::test_support::scratch_dir("status");
+        let s = Status {
+            state: GateState::Disabled,
+            message: "ERROR config: x".into(),
+            node: "n1".into(),
+            job: Some("4".into()),
+            time_unix: 1.0,
+            drain_reason: None,
+            drain: None,
+            run_dir: None,
+        };
+        write(&d, &s).expect("write");
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join(FILE)).expect("read")).expect("json");
+        assert_eq!(v["state"], "disabled");
+        assert_eq!(v["job"], "4");
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

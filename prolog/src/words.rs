@@ -1,0 +1,209 @@
+//! What the prolog says: the one verdict line (stderr, syslog, `gate.json`) composed from what
+//! actually happened (a drain is "drained" only after scontrol succeeded), and the dry run's plan.
+
+use crate::decide::{Actions, CacheAction, Mode};
+use crate::drain::{self, Outcome};
+use crate::report::Report;
+use crate::worker::Run;
+
+/// What came of a drain request, for the verdict line.
+pub fn drain_outcome(o: &Outcome, node: &str) -> String {
+    match o {
+        Outcome::Drained => format!("drained {node}"),
+        Outcome::AlreadyRequested => format!(
+            "{node} drain already requested in the last {} s; not asked again",
+            drain::RECENT
+        ),
+        Outcome::AlreadyDrained(why) => format!("{node} is drained already ({why}); left as it is"),
+        Outcome::Failed(e) => format!("drain FAILED: {e}"),
+        Outcome::Resumed | Outcome::NotOurs(_) | Outcome::Nothing => format!("{o:?}"),
+    }
+}
+
+/// What the exit code does to the job, after a FAIL or an ERROR.
+fn job_fate(mode: Mode, exit_code: i32, fail: bool) -> &'static str {
+    match (mode, exit_code, fail) {
+        (Mode::Recheck, _, _) => "",
+        (_, 0, true) => ", the job runs (on_fail = \"run\")",
+        (_, 0, false) => ", the job runs (on_error = \"run\")",
+        (_, _, true) => ", Slurm requeues the job",
+        (_, _, false) => ", exit 1 (on_error = \"fail-job\"): slurmd drains with \"Prolog error\"",
+    }
+}
+
+pub struct Line<'a> {
+    pub whom: &'a str,
+    pub node: &'a str,
+    pub label: &'a str,
+    pub mode: Mode,
+    pub exit_code: i32,
+}
+
+impl Line<'_> {
+    pub fn pass(&self, run: &Run, report: Option<&Report>) -> String {
+        let bw: Vec<String> = report
+            .map(|r| {
+                r.avg_busbw
+                    .iter()
+                    .map(|(c, b)| format!("{c} {b:.1} GB/s"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        format!(
+            "PASS {} on {}: {} in {:.2} s{}{}",
+            self.whom,
+            self.node,
+            self.label,
+            run.elapsed.as_secs_f64(),
+            if bw.is_empty() {
+                String::new()
+            } else {
+                format!(", busbw {}", bw.join(", "))
+            },
+            report
+                .map(|r| format!(" ({})", r.summary.trim()))
+                .unwrap_or_default()
+        )
+    }
+
+    /// `drain`: what came of the drain request (None in a dry run).
+    pub fn fail(&self, run: &Run, reason: &str, drain: Option<&str>) -> String {
+        format!(
+            "FAIL {} on {}: {} in {:.2} s: {reason}; {}{}",
+            self.whom,
+            self.node,
+            self.label,
+            run.elapsed.as_secs_f64(),
+            drain.unwrap_or("would drain (dry run)"),
+            job_fate(self.mode, self.exit_code, true)
+        )
+    }
+
+    pub fn error(&self, run: &Run, report: Option<&Report>) -> String {
+        let detail = run
+            .problem
+            .clone()
+            .or_else(|| {
+                report
+                    .map(|r| r.summary.trim().to_string())
+                    .filter(|s| !s.is_empty())
+            })
+            .or_else(|| (!run.output_tail.is_empty()).then(|| run.output_tail.clone()));
+        let what = match detail {
+            Some(d) if d != run.ended => format!("{}: {d}", run.ended),
+            _ => run.ended.clone(),
+        };
+        format!(
+            "ERROR {} on {}: {}: {what}; not drained{}",
+            self.whom,
+            self.node,
+            self.label,
+            job_fate(self.mode, self.exit_code, false)
+        )
+    }
+
+    /// A setup problem found before the worker could run.
+    pub fn error_without_run(&self, problem: &str) -> String {
+        format!(
+            "ERROR {} on {}: {problem}; not checked, not drained{}",
+            self.whom,
+            self.node,
+            job_fate(self.mode, self.exit_code, false)
+        )
+    }
+}
+
+/// The dry run's plan, on stdout.
+pub fn print_plan(node: &str, a: &Actions, reason: Option<&str>) {
+    println!("dry run: nothing below was done");
+    println!(
+        "  cache:  {}",
+        match a.cache {
+            CacheAction::StorePass => "record this pass",
+            CacheAction::Clear => "forget the passes of these GPUs",
+            CacheAction::Keep => "unchanged",
+        }
+    );
+    if a.drain {
+        println!(
+            "  drain:  {node} reason=\"{}\" (unless already drained)",
+            reason.unwrap_or("")
+        );
+    } else {
+        println!("  drain:  no");
+    }
+    println!(
+        "  resume: {}",
+        if a.resume_own_drain {
+            "yes, if nccl-check drained this node"
+        } else {
+            "no"
+        }
+    );
+    println!("  exit:   {} (a dry run exits 0)", a.exit_code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bench_core::report::read::ReportError;
+    use bench_core::verdict::Verdict;
+    use std::time::Duration;
+
+    fn run(ended: &str, problem: Option<&str>) -> Run {
+        Run {
+            verdict: Verdict::Error,
+            exit_code: None,
+            ended: ended.into(),
+            problem: problem.map(str::to_string),
+            report: Err(ReportError::Missing("/r".into())),
+            elapsed: Duration::from_millis(1500),
+            output_tail: String::new(),
+        }
+    }
+
+    fn line(mode: Mode, exit_code: i32) -> Line<'static> {
+        Line {
+            whom: "job 7",
+            node: "n1",
+            label: "GPUs 0,1",
+            mode,
+            exit_code,
+        }
+    }
+
+    #[test]
+    fn an_error_says_what_happened_to_the_worker_never_none() {
+        let r = run("the worker was killed by signal 11 (SIGSEGV)", None);
+        let s = line(Mode::Prolog, 0).error(&r, None);
+        assert_eq!(
+            s,
+            "ERROR job 7 on n1: GPUs 0,1: the worker was killed by signal 11 (SIGSEGV); \
+             not drained, the job runs (on_error = \"run\")"
+        );
+        assert!(!s.contains("none"));
+    }
+
+    #[test]
+    fn a_fail_says_drained_only_after_the_drain_and_otherwise_why_not() {
+        let r = run("the worker exited 1", None);
+        let l = line(Mode::Prolog, 1);
+        let ok = l.fail(
+            &r,
+            "nccl-check:GPUs slow|x",
+            Some(&drain_outcome(&Outcome::Drained, "n1")),
+        );
+        assert!(ok.ends_with("; drained n1, Slurm requeues the job"), "{ok}");
+        let bad = drain_outcome(
+            &Outcome::Failed("scontrol: exit status 1: denied".into()),
+            "n1",
+        );
+        let s = l.fail(&r, "nccl-check:GPUs slow|x", Some(&bad));
+        assert!(
+            s.contains("; drain FAILED: scontrol: exit status 1: denied"),
+            "{s}"
+        );
+        assert!(!s.contains("drained n1"), "{s}");
+        assert!(l.fail(&r, "x", None).contains("would drain (dry run)"));
+    }
+}

@@ -1,0 +1,367 @@
+//! The release-shaped binary against the issue's reproductions (issue 15, prolog part), with a
+//! fake worker and a fake scontrol in a scratch directory: concurrent jobs never cross, forged or
+//! planted files are refused, the budget holds whatever hangs, the worker's group dies with the
+//! prolog, and a huge report costs little. Loopback only, bounded, root (as the prolog runs).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nccl-check-prolog");
+
+struct Site {
+    dir: PathBuf,
+}
+
+fn write_exec(p: &Path, body: &str) {
+    bench_core::test_support::write_executable(p, body);
+}
+
+impl Site {
+    fn new(name: &str) -> Site {
+        let dir = bench_core::test_support::scratch_dir(&format!("gate-{name}"));
+        std::fs::create_dir_all(dir.join("gpus")).expect("mkdir");
+        std::fs::create_dir_all(dir.join("metrics")).expect("mkdir");
+        let s = Site { dir };
+        s.gpus("0");
+        // show: IDLE (or hangs with a file "hang"); update: appended to "calls".
+        write_exec(
+            &s.dir.join("scontrol"),
+            &format!(
+                "#!/bin/sh\n[ -e {d}/hang ] && exec sleep 100\nif [ \"$1\" = show ]; then \
+                 echo 'NodeName=n1 State=IDLE'; else echo \"$*\" >> {d}/calls; fi\n",
+                d = s.dir.display()
+            ),
+        );
+        s.config("budget_seconds = 10");
+        s
+    }
+
+    /// Four GPUs whose UUIDs carry `round` (a new set of GPUs each round).
+    fn gpus(&self, round: &str) {
+        let g = self.dir.join("gpus");
+        let _ = std::fs::remove_dir_all(&g);
+        for i in 0..4 {
+            let d = g.join(format!("0000:{:02x}:00.0", 0x18 + i));
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(
+                d.join("information"),
+                format!(
+                    "Model: X\nGPU UUID: GPU-r{round}-{i}\nBus Location: 0000:{:02x}:00.0\n",
+                    0x18 + i
+                ),
+            )
+            .expect("write");
+        }
+    }
+
+    fn worker(&self, body: &str) {
+        write_exec(&self.dir.join("worker"), &format!("#!/bin/bash\n{body}\n"));
+    }
+
+    fn config(&self, extra: &str) {
+        let d = self.dir.display();
+        std::fs::write(
+            self.dir.join("prolog.toml"),
+            format!(
+                "worker = \"{d}/worker\"\nworker_config = \"{d}/none.toml\"\n\
+                 state_dir = \"{d}/state\"\ngpu_info_dir = \"{d}/gpus\"\n\
+                 scontrol = \"{d}/scontrol\"\nsyslog_facility = \"none\"\n\
+                 metrics_file = \"{d}/metrics/n.prom\"\n{extra}\n\
+                 env = {{ OUT = \"{d}/out\" }}\n"
+            ),
+        )
+        .expect("write");
+    }
+
+    fn prolog(&self, job: &str, gpus: &str) -> Command {
+        let mut c = Command::new(BIN);
+        c.env_clear()
+            .env("SLURMD_NODENAME", "n1")
+            .env("SLURM_JOB_ID", job)
+            .env("CUDA_VISIBLE_DEVICES", gpus)
+            .arg("--config")
+            .arg(self.dir.join("prolog.toml"))
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, job: &str, gpus: &str) -> Output {
+        self.prolog(job, gpus).output().expect("runs")
+    }
+
+    fn calls(&self) -> String {
+        std::fs::read_to_string(self.dir.join("calls")).unwrap_or_default()
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The fake of the concurrency test: PASS on GPUs 0,1, FAIL on 2,3, each report carrying a token
+/// that only this run knows; "<run dir> <token>" goes to $OUT.
+const PAIR_WORKER: &str = r#"
+while [ $# -gt 0 ]; do case $1 in --json) json=$2; shift;; --gpus) gpus=$2; shift;; esac; shift; done
+tok=$(cat /proc/sys/kernel/random/uuid)
+echo "$(basename "$(dirname "$json")") $gpus $tok" >> "$OUT"
+sleep 0.0$((RANDOM % 5))
+if [ "$gpus" = 0,1 ]; then
+  printf '{"schema_version":1,"verdict":"PASS","summary":"pass %s"}' "$tok" > "$json"; exit 0
+fi
+printf '{"schema_version":1,"verdict":"FAIL","summary":"fail","reasons":[{"code":"busbw_below_threshold","message":"sendrecv busbw 1.0 < 300.0 GB/s %s","subject":"GPU2<->GPU3"}]}' "$tok" > "$json"
+exit 1
+"#;
+
+/// Issue 15: 30 pairs of concurrent prologs on one node (PASS on GPUs 0,1, FAIL on 2,3) gave 4
+/// drains with the other job's report and 3 lost or crossed cache entries.
+#[test]
+fn a_hundred_concurrent_pass_and_fail_pairs_never_cross() {
+    let s = Site::new("pairs");
+    s.worker(PAIR_WORKER);
+    let t = Instant::now();
+    for round in 0..100 {
+        s.gpus(&round.to_string());
+        let _ = std::fs::remove_file(s.dir.join("state/drained"));
+        let (pj, fj) = (
+            format!("{}", 1000 + 2 * round),
+            format!("{}", 1001 + 2 * round),
+        );
+        let pass = s
+            .prolog(&pj, "0,1")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let fail = s
+            .prolog(&fj, "2,3")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let (pass, fail) = (
+            pass.wait_with_output().expect("wait"),
+            fail.wait_with_output().expect("wait"),
+        );
+        let out = std::fs::read_to_string(s.dir.join("out")).expect("worker log");
+        let token = |job: &str| {
+            out.lines()
+                .find(|l| l.starts_with(&format!("job-{job}.")))
+                .and_then(|l| l.split(' ').nth(2))
+                .map(str::to_string)
+                .unwrap_or_else(|| panic!("no worker run for job {job}: {out}"))
+        };
+        let (pe, fe) = (stderr(&pass), stderr(&fail));
+        assert_eq!(pass.status.code(), Some(0), "round {round}: {pe}");
+        assert!(
+            pe.contains(&format!("PASS job {pj}")) && pe.contains(&token(&pj)),
+            "{pe}"
+        );
+        assert_eq!(fail.status.code(), Some(1), "round {round}: {fe}");
+        let ft = token(&fj);
+        assert!(fe.contains(&format!("FAIL job {fj}")), "{fe}");
+        assert!(
+            fe.contains("nccl-check:GPU2-3 slow|") && fe.contains(&ft),
+            "{fe}"
+        );
+        assert!(fe.contains("; drained n1"), "{fe}");
+        let calls = s.calls();
+        let last = calls.lines().last().unwrap_or("");
+        assert!(
+            last.contains(&ft) && last.ends_with(&format!("(job {fj})")),
+            "round {round}: the drain carries another report: {last}"
+        );
+        // The PASS of this round's GPUs 0,1 is recorded; nothing of the failed 2,3.
+        let cache: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(s.dir.join("state/last-pass.json")).expect("cache"),
+        )
+        .expect("json");
+        let sets: Vec<String> = cache["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| e["gpus"].to_string())
+            .collect();
+        let want = format!("[\"GPU-r{round}-0\",\"GPU-r{round}-1\"]");
+        assert!(sets.contains(&want), "round {round}: {sets:?}");
+        assert!(
+            !sets.iter().any(|g| g.contains(&format!("GPU-r{round}-2"))),
+            "{sets:?}"
+        );
+    }
+    assert!(t.elapsed() < Duration::from_secs(240), "{:?}", t.elapsed());
+}
+
+/// Issue 15: a state dir pre-created 0777 by another user with a forged last-pass.json gave a
+/// failing node "PASS (cached)" without running the worker.
+#[test]
+fn a_forged_cache_in_a_world_writable_state_dir_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Site::new("forged");
+    s.worker("echo ran >> \"$OUT\"; exit 1");
+    let state = s.dir.join("state");
+    std::fs::create_dir(&state).expect("mkdir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let forged = r#"{"entries":[{"passed_unix":9999999999.0,"gpus":["GPU-r0-0","GPU-r0-1"],"fingerprint":"x"}]}"#;
+    std::fs::write(state.join("last-pass.json"), forged).expect("write");
+    let o = s.run("5", "0,1");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(
+        e.contains(&format!(
+            "ERROR job 5 on n1: state_dir {}: mode 0777",
+            state.display()
+        )),
+        "{e}"
+    );
+    assert!(!e.contains("PASS"), "{e}");
+    assert!(!s.dir.join("out").exists(), "the worker ran");
+}
+
+/// Issue 15: with a metrics directory writable by a service account, 600 planted symlinks made
+/// root overwrite a root-owned 0600 file and chmod it 0644.
+#[test]
+fn planted_symlinks_in_a_metrics_dir_another_uid_can_write_change_nothing() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let s = Site::new("metrics");
+    s.worker(
+        "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
+         echo '{\"schema_version\":1,\"verdict\":\"PASS\",\"summary\":\"ok\"}' > \"$j\"",
+    );
+    let m = s.dir.join("metrics");
+    let target = s.dir.join("secret");
+    std::fs::write(&target, "root only\n").expect("write");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::os::unix::fs::chown(&m, Some(65534), Some(65534)).expect("chown (root)");
+    for pid in 0..600 {
+        let _ = std::os::unix::fs::symlink(&target, m.join(format!(".n.prom.{pid}.tmp")));
+    }
+    std::os::unix::fs::symlink(&target, m.join("n.prom")).expect("plant");
+    let o = s.run("6", "0,1");
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!("metrics_file {}: owned by uid 65534", m.display())),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).expect("read"),
+        "root only\n"
+    );
+    let meta = std::fs::metadata(&target).expect("stat");
+    assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, 0));
+}
+
+/// Issue 15: the prolog outlasted budget_seconds by ~50 s (10 s per scontrol call, lock waits)
+/// and said "draining" before knowing the drain failed.
+#[test]
+fn a_hung_scontrol_costs_at_most_the_budget_and_the_message_says_the_drain_failed() {
+    let s = Site::new("budget");
+    s.config("budget_seconds = 5");
+    s.worker(
+        "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
+         echo '{\"schema_version\":1,\"verdict\":\"FAIL\",\"summary\":\"slow\"}' > \"$j\"; exit 1",
+    );
+    std::fs::write(s.dir.join("hang"), "").expect("write");
+    let t = Instant::now();
+    let o = s.run("7", "0,1");
+    let took = t.elapsed();
+    let e = stderr(&o);
+    assert!(
+        took < Duration::from_secs(7),
+        "{took:?} with budget_seconds = 5: {e}"
+    );
+    assert!(e.contains("drain FAILED: "), "{e}");
+    assert!(!e.contains("drained n1"), "{e}");
+    assert_eq!(o.status.code(), Some(1), "{e}");
+}
+
+/// A report that says PASS with exit 1 drained with the PASS summary as the reason.
+#[test]
+fn a_report_contradicting_the_exit_code_is_an_error_and_never_drains() {
+    let s = Site::new("contradiction");
+    s.worker(
+        "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
+         echo '{\"schema_version\":1,\"verdict\":\"PASS\",\"summary\":\"all good\"}' > \"$j\"; exit 1",
+    );
+    let o = s.run("8", "0,1");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(
+        e.contains("ERROR job 8 on n1") && e.contains("contradiction"),
+        "{e}"
+    );
+    assert_eq!(s.calls(), "", "drained on a contradiction");
+    let gate = std::fs::read_to_string(s.dir.join("state/gate.json")).expect("gate.json");
+    assert!(gate.contains("\"state\": \"error\""), "{gate}");
+    let prom = std::fs::read_to_string(s.dir.join("metrics/n.prom")).expect("metrics");
+    assert!(
+        prom.contains("nccl_check_gate_state{state=\"error\"} 1"),
+        "{prom}"
+    );
+}
+
+/// Issue 15: a 400 MB report cost 2 GB of RSS.
+#[test]
+fn a_huge_report_is_an_error_that_costs_little_memory() {
+    let s = Site::new("huge");
+    s.worker(
+        "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
+         truncate -s 400M \"$j\"; exit 0",
+    );
+    let o = s.run("9", "0,1");
+    let e = stderr(&o);
+    assert!(
+        e.contains("ERROR job 9") && e.contains("report too large"),
+        "{e}"
+    );
+    // SAFETY: getrusage fills the struct we pass.
+    let rss_kib = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut u);
+        u.ru_maxrss
+    };
+    assert!(rss_kib < 100 * 1024, "largest child RSS {rss_kib} KiB");
+}
+
+/// Issue 15: a SIGKILLed prolog left the worker's children orphaned.
+#[test]
+fn the_workers_whole_group_dies_with_a_killed_prolog() {
+    let s = Site::new("pdeath");
+    s.worker("sleep 1000 & echo \"$! $$\" > \"$OUT\"; sleep 1000");
+    let mut p = s
+        .prolog("10", "0,1")
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let out = s.dir.join("out");
+    let t = Instant::now();
+    while std::fs::read_to_string(&out).map_or(true, |s| !s.ends_with('\n')) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the worker never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.kill().expect("SIGKILL the prolog");
+    p.wait().expect("reap");
+    let pids = std::fs::read_to_string(&out).expect("pids");
+    for pid in pids.split_whitespace() {
+        let t = Instant::now();
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Gone, or a zombie about to be reaped by init.
+            if stat.is_empty() || stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')) {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(3),
+                "pid {pid} survived: {stat}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
