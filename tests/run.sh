@@ -65,8 +65,11 @@ step "pyxis suite (real pyxis 0.24.0 + enroot 4.1.2 containers, host Slurm 22.05
 # Their sources are not on any package registry CI can reach: they come from the steering repo's
 # shared/vendor (or NCCL_CHECK_VENDOR_DIR). Where neither exists the suite cannot build them; that
 # is said loudly here rather than failing every other suite's result with it.
-if ls "${NCCL_CHECK_VENDOR_DIR:-/nonexistent}"/pyxis-*.tar.gz shared/vendor/pyxis-*.tar.gz \
-    ../shared/vendor/pyxis-*.tar.gz >/dev/null 2>&1; then
+vendored=
+for d in "${NCCL_CHECK_VENDOR_DIR:-}" shared/vendor ../shared/vendor; do
+    [ -n "$d" ] && compgen -G "$d/pyxis-*.tar.gz" >/dev/null && vendored=$d && break
+done
+if [ -n "$vendored" ]; then
     bash tests/pyxis/run.sh
 else
     echo "tests: NOT RUN: pyxis suite: no pyxis/enroot sources in \$NCCL_CHECK_VENDOR_DIR, shared/vendor or ../shared/vendor"
