@@ -223,7 +223,7 @@ plugstack_snippet() {
 # make every srun fail). See /usr/share/doc/$NAME/README.md.
 #
 EOF
-    sed -E "s#^(required|optional)([[:space:]]+)[^[:space:]]*nccl_check\.so#\#\1\2$so#; \
+    sed -E "s#^(required|optional)([[:space:]]+)[^[:space:]]*nccl_check\.so#\#required\2$so#; \
             /^#?(required|optional)[[:space:]]/ s#worker=[^[:space:]]*#worker=/usr/libexec/nccl-check/nccl-check#" "$src"
 }
 

@@ -98,6 +98,12 @@ struct Raw {
     /// process), else under Slurm with MUNGE credentials of your own uid.
     #[arg(long, verbatim_doc_comment)]
     rendezvous: Option<String>,
+    /// Under Slurm: derive the rendezvous ports from this range, LO-HI [default: 29501-29999]
+    #[arg(long = "port-range")]
+    port_range: Option<String>,
+    /// A line on stderr every few seconds while the check runs: phase, elapsed, budget
+    #[arg(long)]
+    progress: bool,
 
     /// Give up after this many seconds with ERROR (exit 6), saying what was awaited
     #[arg(long, default_value = "60")]
@@ -158,6 +164,9 @@ pub struct Options {
     pub rendezvous: Option<String>,
     /// Candidate ports of the rendezvous, in order (one when given explicitly).
     pub ports: Vec<u16>,
+    /// The range the Slurm candidates come from (`--port-range`).
+    pub port_range: crate::slurm_rendezvous::PortRange,
+    pub progress: bool,
     /// This step's name in every proof: `slurm-<job>.<step>`, or `manual`.
     pub label: String,
     /// True in the process that listens (see `rendezvous::Setup::coordinator`).
@@ -174,10 +183,12 @@ pub struct Options {
 }
 
 /// Parses the command line; `Err` carries clap's own exit (help, version) or a usage error line.
-pub fn parse(
-    args: impl IntoIterator<Item = String>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Options, ParseExit> {
+/// Arguments are `OsString`s: a non-UTF-8 one is a usage error, never a panic.
+pub fn parse<I, T>(args: I, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, ParseExit>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     let raw = Raw::try_parse_from(args).map_err(|e| match e.kind() {
         clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
             ParseExit::Info(e.to_string())
@@ -365,6 +376,10 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
     }
     let job = env("SLURM_JOB_ID");
     let step = env("SLURM_STEP_ID").unwrap_or_else(|| "0".into());
+    let port_range = match &raw.port_range {
+        Some(r) => crate::slurm_rendezvous::PortRange::parse(r).map_err(|e| e.to_string())?,
+        None => crate::slurm_rendezvous::PortRange::DEFAULT,
+    };
     let explicit = raw.rendezvous.or_else(|| env("NCCL_CHECK_RENDEZVOUS"));
     let (rendezvous, ports, coordinator) = match explicit {
         Some(r) => {
@@ -379,7 +394,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
             match (nodes, &job) {
                 (Some(nodes), Some(job)) => {
-                    let (host, ports) = slurm_rendezvous(&nodes, job, &step)?;
+                    let (host, ports) = slurm_rendezvous(&nodes, job, &step, port_range)?;
                     // The first task on the step's first node coordinates, whatever its rank
                     // (with -m arbitrary rank 0 may run elsewhere); without Slurm's node name, rank 0.
                     let coordinator = match (env("SLURMD_NODENAME"), env("SLURM_LOCALID")) {
@@ -423,11 +438,17 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             return Err(format!("invalid min-busbw '{b}'"));
         }
     }
-    let nccl_lib = raw.nccl_lib.or_else(|| {
-        env("NCCL_CHECK_NCCL_LIB")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    });
+    // The flag, then the user's variable, then the site's config (`nccl_lib =`).
+    let nccl_lib = raw
+        .nccl_lib
+        .or_else(|| {
+            env("NCCL_CHECK_NCCL_LIB")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        })
+        .or_else(|| config.nccl_lib.clone());
+    // `--json -` is the report on stdout, alone: no table there.
+    let json_to_stdout = raw.json.as_deref() == Some(std::path::Path::new("-"));
     Ok(Options {
         steps,
         plan: raw.plan,
@@ -452,6 +473,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         world,
         rendezvous,
         ports,
+        port_range,
+        progress: raw.progress,
         label,
         coordinator,
         credential,
@@ -460,19 +483,23 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         min_busbw: raw.min_busbw,
         nccl_lib,
         json: raw.json,
-        quiet: raw.quiet,
+        quiet: raw.quiet || json_to_stdout,
     })
 }
 
 /// The rendezvous of a Slurm step from its environment: the coordinator's host and the
 /// candidate ports, the first of them the address the plugin passes.
-fn slurm_rendezvous(nodes: &str, job: &str, step: &str) -> Result<(String, Vec<u16>), String> {
+fn slurm_rendezvous(
+    nodes: &str,
+    job: &str,
+    step: &str,
+    range: crate::slurm_rendezvous::PortRange,
+) -> Result<(String, Vec<u16>), String> {
     let id = |name: &str, v: &str| {
         v.parse::<u32>()
             .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
     };
     let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
-    let range = crate::slurm_rendezvous::PortRange::DEFAULT;
     let host = crate::hostlist::first(nodes).map_err(|e| e.to_string())?;
     Ok((host, crate::slurm_rendezvous::candidates(job, step, range)))
 }

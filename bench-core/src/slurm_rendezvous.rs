@@ -93,6 +93,13 @@ impl PortRange {
     }
 }
 
+/// `LO-HI`, as [`PortRange::parse`] reads it back.
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.lo, self.hi)
+    }
+}
+
 impl Default for PortRange {
     fn default() -> Self {
         PortRange::DEFAULT
