@@ -26,7 +26,14 @@ fn main() {
             exit(0);
         }
         Err(ParseExit::Usage(msg)) => {
-            eprintln!("nccl-check: ERROR usage: {msg} (see nccl-check --help)");
+            // --help lists flags, not the config file's keys: point at where those are written.
+            let see = if msg.starts_with("config:") {
+                "the keys are documented in /etc/nccl-check/nccl-check.toml and \
+                 /usr/share/doc/nccl-check*/defaults.toml"
+            } else {
+                "see nccl-check --help"
+            };
+            eprintln!("nccl-check: ERROR usage: {msg} ({see})");
             exit(ExitCode::Usage.code());
         }
     };
@@ -119,7 +126,11 @@ fn start_progress(t0: Instant, status: Status, budget: Duration) {
                 "nccl-check: running {:.0} s of {:.0} s budget: {}",
                 t0.elapsed().as_secs_f64(),
                 budget.as_secs_f64(),
-                if doing.is_empty() { "measuring" } else { &doing }
+                if doing.is_empty() {
+                    "measuring"
+                } else {
+                    &doing
+                }
             );
         });
 }

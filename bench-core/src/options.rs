@@ -31,7 +31,7 @@ Exit codes:
 #[command(
     name = "nccl-check",
     version,
-    about = "[nccl-check] Measure NCCL collectives on this node's GPUs (or a whole job's) exactly as \
+    about = "Measure NCCL collectives on this node's GPUs (or a whole job's) exactly as \
              nccl-tests does, verify every byte, and say PASS, FAIL or ERROR.",
     after_help = after_help()
 )]

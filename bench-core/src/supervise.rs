@@ -413,10 +413,7 @@ mod tests {
         let d = scratch_dir("sup-tee");
         let copy = File::create(d.join("copy")).expect("create");
         let mut s = sh(&d, "echo one >&2; echo two >&2; exit 1", 5000);
-        s.stderr = Output::Tee {
-            max_bytes: 4,
-            copy,
-        };
+        s.stderr = Output::Tee { max_bytes: 4, copy };
         let f = run(s).expect("runs");
         assert_eq!(f.ending, Ending::Exited(1));
         assert_eq!(&f.stderr[..], b"two\n");

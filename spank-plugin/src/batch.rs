@@ -70,9 +70,7 @@ pub fn check_allocation(
         }
         (verdict, true) => {
             let msg = format!("{verdict} in the allocation check: {detail}");
-            say(&format!(
-                "nccl-check: {msg}; the batch script does not run"
-            ));
+            say(&format!("nccl-check: {msg}; the batch script does not run"));
             Err(Error::Reported(msg))
         }
         (verdict, false) => {
@@ -138,8 +136,18 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
         .lines()
         .rev()
         .find(|l| l.contains("nccl-check: FAIL") || l.contains("nccl-check: ERROR"))
-        .map(|l| l.trim().chars().filter(|c| !c.is_control()).take(400).collect::<String>());
-    let last_line = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        .map(|l| {
+            l.trim()
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(400)
+                .collect::<String>()
+        });
+    let last_line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
     match ending {
         Ending::Exited(code) => {
             let verdict = ExitCode::verdict_of_status(Some(code));

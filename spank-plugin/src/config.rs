@@ -150,8 +150,8 @@ impl Config {
                         parse_bool(value).ok_or_else(|| err("verbose must be 0 or 1".into()))?
                 }
                 "batch_check" => {
-                    config.batch_check = parse_bool(value)
-                        .ok_or_else(|| err("batch_check must be 0 or 1".into()))?
+                    config.batch_check =
+                        parse_bool(value).ok_or_else(|| err("batch_check must be 0 or 1".into()))?
                 }
                 _ => return Err(err(format!("unknown key '{key}' (keys: {KEYS})"))),
             }

@@ -383,7 +383,10 @@ mod tests {
             "quick,,verbose",
         ] {
             let err = Raw::Value(bad.into()).mode(&Mode::Quick).expect_err(bad);
-            assert!(err.to_string().contains("invalid --nccl-check value"), "{err}");
+            assert!(
+                err.to_string().contains("invalid --nccl-check value"),
+                "{err}"
+            );
         }
         for bad in ["fast", " quick", "1", "nvlink", "plans=x"] {
             let err = Mode::parse(bad).expect_err(bad);

@@ -146,8 +146,7 @@ pub fn task_init(
         env,
         tmp_dir,
         show_stderr: rank == 0,
-        keep_report: report_dir
-            .map(|d| d.join(report_name(job_id, step_id, &node, rank))),
+        keep_report: report_dir.map(|d| d.join(report_name(job_id, step_id, &node, rank))),
     };
     if verbose && rank == 0 {
         say(&present::header());
@@ -274,7 +273,9 @@ mod tests {
     use super::*;
 
     fn get<'a>(env: &'a [(OsString, OsString)], k: &str) -> Option<&'a str> {
-        env.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.to_str())
+        env.iter()
+            .find(|(n, _)| n == k)
+            .and_then(|(_, v)| v.to_str())
     }
 
     /// Issue 15: srun's per-step secret reaches the worker under the worker's name, and only

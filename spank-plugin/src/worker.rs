@@ -110,9 +110,7 @@ fn keep(src: &Path, dst: &Path) -> Result<(), String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let why = |e: std::io::Error| format!("cannot keep the report as {}: {e}", dst.display());
-    let mut from = std::fs::File::open(src)
-        .map_err(why)?
-        .take(MAX_JSON_BYTES);
+    let mut from = std::fs::File::open(src).map_err(why)?.take(MAX_JSON_BYTES);
     let mut to = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

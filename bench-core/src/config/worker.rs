@@ -464,7 +464,10 @@ mod tests {
     fn the_site_names_its_nccl_library_with_an_absolute_path() {
         assert_eq!(WorkerConfig::from_texts(None).unwrap().nccl_lib, None);
         let c = admin("nccl_lib = \"/opt/nccl/lib/libnccl.so.2\"\n").unwrap();
-        assert_eq!(c.nccl_lib, Some(PathBuf::from("/opt/nccl/lib/libnccl.so.2")));
+        assert_eq!(
+            c.nccl_lib,
+            Some(PathBuf::from("/opt/nccl/lib/libnccl.so.2"))
+        );
         let e = admin("nccl_lib = \"libnccl.so.2\"\n").unwrap_err();
         assert_eq!(e.field, "nccl_lib", "{e}");
         assert!(e.to_string().contains("must be an absolute path"), "{e}");

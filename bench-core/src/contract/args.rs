@@ -239,7 +239,8 @@ mod tests {
         a.port_range = Some(crate::slurm_rendezvous::PortRange::new(40000, 40010).expect("ok"));
         a.progress = true;
         assert!(
-            a.display().ends_with("--gpus 1,3 --port-range 40000-40010 --progress"),
+            a.display()
+                .ends_with("--gpus 1,3 --port-range 40000-40010 --progress"),
             "{}",
             a.display()
         );
@@ -307,9 +308,8 @@ mod round_trip {
             a.expect_collnet = on(5);
             a.progress = on(2);
             if on(1) {
-                a.port_range = Some(
-                    crate::slurm_rendezvous::PortRange::new(40000, 40100).expect("valid"),
-                );
+                a.port_range =
+                    Some(crate::slurm_rendezvous::PortRange::new(40000, 40100).expect("valid"));
             }
             let o = parse_args(&a);
             assert_eq!(o.plan, a.plan.as_str(), "{bits}");
