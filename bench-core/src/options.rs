@@ -183,7 +183,6 @@ pub struct Options {
 }
 
 /// Parses the command line; `Err` carries clap's own exit (help, version) or a usage error line.
-/// Arguments are `OsString`s: a non-UTF-8 one is a usage error, never a panic.
 pub fn parse<I, T>(args: I, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, ParseExit>
 where
     I: IntoIterator<Item = T>,
@@ -438,17 +437,12 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             return Err(format!("invalid min-busbw '{b}'"));
         }
     }
-    // The flag, then the user's variable, then the site's config (`nccl_lib =`).
-    let nccl_lib = raw
-        .nccl_lib
-        .or_else(|| {
-            env("NCCL_CHECK_NCCL_LIB")
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-        })
-        .or_else(|| config.nccl_lib.clone());
-    // `--json -` is the report on stdout, alone: no table there.
-    let json_to_stdout = raw.json.as_deref() == Some(std::path::Path::new("-"));
+    let nccl_lib = raw.nccl_lib.or_else(|| {
+        env("NCCL_CHECK_NCCL_LIB")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    });
+    let nccl_lib = nccl_lib.or_else(|| config.nccl_lib.clone()); // the site's, last
     Ok(Options {
         steps,
         plan: raw.plan,
@@ -482,8 +476,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         timeout,
         min_busbw: raw.min_busbw,
         nccl_lib,
+        quiet: raw.quiet || raw.json.as_deref() == Some("-".as_ref()), // --json -: no table
         json: raw.json,
-        quiet: raw.quiet || json_to_stdout,
     })
 }
 
