@@ -28,6 +28,9 @@
 #
 # Tools: cargo, dpkg-deb, dpkg-shlibdeps (dpkg-dev), rpmbuild (Debian package `rpm`), help2man,
 # strip/objdump (binutils). As root on Debian, missing ones are installed with apt-get.
+# Network: the default --binaries fetches ziglang from PyPI and cargo-zigbuild from crates.io
+# (build-portable.sh, once; kept under target/), and a cold cargo build fetches the workspace's
+# crates from crates.io. Offline: `--binaries host` with a warm cargo cache (~/.cargo/registry).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
