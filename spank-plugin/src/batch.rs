@@ -37,7 +37,14 @@ pub fn check_allocation(
     mode: &Mode,
     verbose: bool,
 ) -> Result<(), Error> {
-    let nnodes = spank.job_nnodes().map_err(spank_err("S_JOB_NNODES"))?;
+    // The batch step itself runs on one node; the job's node count is in its environment.
+    let nnodes = spank
+        .getenv("SLURM_JOB_NUM_NODES")
+        .ok()
+        .flatten()
+        .and_then(|n| n.parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .map_or_else(|| spank.job_nnodes().map_err(spank_err("S_JOB_NNODES")), Ok)?;
     let secret = crate::srun::fresh_secret()?;
     let env = worker_env(spank, config, Some(secret.into()))?;
     let plan = mode.plan().unwrap_or_else(PlanName::quick);
