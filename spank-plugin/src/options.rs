@@ -168,7 +168,20 @@ fn split_verbose(value: &str) -> Result<(Option<&str>, bool), ModeError> {
     Ok((mode, verbose))
 }
 
+/// Where sbatch and salloc leave the option for the job (sbatch.c "Propagate SPANK environment":
+/// `SLURM_SPANK_` + plugstack.c's `_SLURM_SPANK_OPTION_<plugin>_<option>`).
+pub const JOB_ENV_VAR: &str = "SLURM_SPANK__SLURM_SPANK_OPTION_nccl_check_nccl_check";
+
 impl Raw {
+    /// The option as the job's environment carries it ([`JOB_ENV_VAR`]).
+    pub fn from_job_env(value: Option<String>) -> Raw {
+        match value {
+            None => Raw::Absent,
+            Some(v) if is_bare(&v) => Raw::Bare,
+            Some(v) => Raw::Value(v),
+        }
+    }
+
     /// The requested mode; `Ok(None)` when the option is absent. `default` is the site's mode for
     /// a bare `--nccl-check` (plugstack `default_mode=`), and for `verbose` alone.
     pub fn mode(&self, default: &Mode) -> Result<Option<Mode>, ModeError> {
@@ -449,6 +462,16 @@ mod tests {
             Ok(Some(Mode::Off))
         );
         assert!(Raw::Value("bogus".into()).mode(&Mode::Quick).is_err());
+    }
+
+    #[test]
+    fn the_batch_step_reads_sbatchs_option_from_the_jobs_environment() {
+        assert_eq!(Raw::from_job_env(None), Raw::Absent);
+        assert_eq!(Raw::from_job_env(Some("(null)".into())), Raw::Bare);
+        assert_eq!(
+            Raw::from_job_env(Some("full,verbose".into())),
+            Raw::Value("full,verbose".into())
+        );
     }
 
     #[test]

@@ -45,11 +45,11 @@ fn mount_ns() -> Option<u64> {
 }
 
 /// The requested mode in this step, or `None` when nothing is to run (cheap: no IO).
-fn requested(
-    config: &Result<Config, crate::config::ConfigError>,
-) -> Result<Option<(Mode, &Config)>, Error> {
-    let raw = options::raw();
-    if raw == options::Raw::Absent {
+fn requested<'a>(
+    config: &'a Result<Config, crate::config::ConfigError>,
+    raw: &options::Raw,
+) -> Result<Option<(Mode, &'a Config)>, Error> {
+    if *raw == options::Raw::Absent {
         return Ok(None);
     }
     let config = config.as_ref().map_err(|e| Error::Config(e.clone()))?;
@@ -68,7 +68,7 @@ pub fn task_init_privileged(
     config: &Result<Config, crate::config::ConfigError>,
     state: &mut TaskState,
 ) -> Result<(), Error> {
-    if let Ok(Some((_, config))) = requested(config) {
+    if let Ok(Some((_, config))) = requested(config, &options::raw()) {
         if !config.allow_container {
             state.host_mnt_ns = mount_ns();
         }
@@ -82,17 +82,23 @@ pub fn task_init(
     config: &Result<Config, crate::config::ConfigError>,
     state: &TaskState,
 ) -> Result<(), Error> {
+    let mut raw = options::raw();
     let mut secret = None;
-    if options::raw() != options::Raw::Absent {
+    if raw != options::Raw::Absent {
         // The step's secret is for the worker only: the user's program never sees it.
         secret = spank.getenv_os(SECRET_TRANSPORT).ok().flatten();
         let _ = spank.unsetenv(SECRET_TRANSPORT);
     }
-    let Some((mode, config)) = requested(config)? else {
+    let step_id = spank.job_stepid().map_err(spank_err("S_JOB_STEPID"))?;
+    if raw == options::Raw::Absent && step_id == BATCH_STEP {
+        // Slurm hands no remote options to the batch step; sbatch's value is in the job's
+        // environment (checked only here: cheap, no IO).
+        raw = options::Raw::from_job_env(spank.getenv(options::JOB_ENV_VAR).ok().flatten());
+    }
+    let Some((mode, config)) = requested(config, &raw)? else {
         return Ok(());
     };
-    let verbose = config.verbose || options::raw().verbose();
-    let step_id = spank.job_stepid().map_err(spank_err("S_JOB_STEPID"))?;
+    let verbose = config.verbose || raw.verbose();
     let nnodes = spank.job_nnodes().map_err(spank_err("S_JOB_NNODES"))?;
     if step_id == BATCH_STEP && config.batch_check && nnodes > 0 {
         return crate::batch::check_allocation(spank, config, &mode, verbose);
