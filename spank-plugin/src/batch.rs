@@ -22,7 +22,7 @@ use slurm_spank::SpankHandle;
 
 use crate::config::Config;
 use crate::options::Mode;
-use crate::slurmstepd::{say, spank_err, worker_env};
+use crate::slurmstepd::{say, worker_env};
 use crate::Error;
 
 /// Time allowed for srun to create the check's step, on top of the worker's deadline.
@@ -44,7 +44,7 @@ pub fn check_allocation(
         .flatten()
         .and_then(|n| n.parse::<u32>().ok())
         .filter(|&n| n > 0)
-        .map_or_else(|| spank.job_nnodes().map_err(spank_err("S_JOB_NNODES")), Ok)?;
+        .ok_or_else(|| Error::Check("SLURM_JOB_NUM_NODES is not set in the batch step".into()))?;
     let secret = crate::srun::fresh_secret()?;
     let env = worker_env(spank, config, Some(secret.into()))?;
     let plan = mode.plan().unwrap_or_else(PlanName::quick);

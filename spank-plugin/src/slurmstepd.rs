@@ -100,7 +100,8 @@ pub fn task_init(
     };
     let verbose = config.verbose || raw.verbose();
     let nnodes = spank.job_nnodes().map_err(spank_err("S_JOB_NNODES"))?;
-    if step_id == BATCH_STEP && config.batch_check && nnodes > 0 {
+    // (The batch step's own node count is 0: slurmstepd_job.c never sets it for batch.)
+    if step_id == BATCH_STEP && config.batch_check {
         return crate::batch::check_allocation(spank, config, &mode, verbose);
     }
     if step_id >= FIRST_SPECIAL_STEP || nnodes == 0 {
