@@ -31,6 +31,9 @@
 #
 # Tools: cargo, dpkg-deb, dpkg-shlibdeps (dpkg-dev), rpmbuild (Debian package `rpm`), help2man,
 # strip/objdump (binutils). As root on Debian, missing ones are installed with apt-get.
+# Network: the default --binaries fetches ziglang from PyPI and cargo-zigbuild from crates.io
+# (build-portable.sh, once; kept under target/), and a cold cargo build fetches the workspace's
+# crates from crates.io. Offline: `--binaries host` with a warm cargo cache (~/.cargo/registry).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
@@ -229,7 +232,7 @@ plugstack_snippet() {
 # make every srun fail). See /usr/share/doc/$NAME/README.md.
 #
 EOF
-    sed -E "s#^(required|optional)([[:space:]]+)[^[:space:]]*nccl_check\.so#\#\1\2$so#; \
+    sed -E "s#^(required|optional)([[:space:]]+)[^[:space:]]*nccl_check\.so#\#required\2$so#; \
             /^#?(required|optional)[[:space:]]/ s#worker=[^[:space:]]*#worker=/usr/libexec/nccl-check/nccl-check#" "$src"
 }
 

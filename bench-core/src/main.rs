@@ -20,14 +20,23 @@ fn main() {
     if let Some(code) = check_config() {
         exit(code);
     }
-    let opts = match options::parse(std::env::args(), &|k| std::env::var(k).ok()) {
+    // args_os: a non-UTF-8 argument (a user's TMPDIR in a --json path) is a usage error, not a
+    // panic; a non-UTF-8 variable reads as unset.
+    let opts = match options::parse(std::env::args_os(), &|k| std::env::var(k).ok()) {
         Ok(o) => o,
         Err(ParseExit::Info(text)) => {
             print!("{text}");
             exit(0);
         }
         Err(ParseExit::Usage(msg)) => {
-            eprintln!("nccl-check: ERROR usage: {msg} (see nccl-check --help)");
+            // --help lists flags, not the config file's keys: point at where those are written.
+            let see = if msg.starts_with("config:") {
+                "the keys are documented in /etc/nccl-check/nccl-check.toml and \
+                 /usr/share/doc/nccl-check*/defaults.toml"
+            } else {
+                "see nccl-check --help"
+            };
+            eprintln!("nccl-check: ERROR usage: {msg} ({see})");
             exit(ExitCode::Usage.code());
         }
     };
@@ -46,6 +55,9 @@ fn main() {
     report.settings = Some(orchestrate::settings(opts));
     let status: Status = Arc::new(Mutex::new(vec!["starting".to_string()]));
     start_watchdog(t0 + opts.timeout, status.clone(), opts, report.clone());
+    if opts.progress && opts.rank == 0 {
+        start_progress(t0, status.clone(), opts.timeout);
+    }
 
     let code = match orchestrate::run(opts, t0, &status, &mut report) {
         Ok(Ran::Explained(text)) => {
@@ -168,6 +180,40 @@ fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut
         });
 }
 
+/// Seconds between two progress lines (`--progress`).
+const PROGRESS_EVERY: Duration = Duration::from_secs(3);
+/// Longest progress line: the per-GPU status can be long on 8 GPUs.
+const PROGRESS_MAX_CHARS: usize = 160;
+
+/// `--progress`: what the check is doing, how long it has run and its budget, every few seconds,
+/// so a user never stares at a silent terminal (the phases themselves are printed as they start).
+fn start_progress(t0: Instant, status: Status, budget: Duration) {
+    let _ = std::thread::Builder::new()
+        .name("progress".into())
+        .spawn(move || loop {
+            std::thread::sleep(PROGRESS_EVERY);
+            let doing = status
+                .lock()
+                .map(|s| {
+                    let mut v: Vec<&String> = s.iter().filter(|x| !x.is_empty()).collect();
+                    v.dedup();
+                    v.iter().map(|x| x.as_str()).collect::<Vec<_>>().join("; ")
+                })
+                .unwrap_or_default();
+            let doing: String = doing.chars().take(PROGRESS_MAX_CHARS).collect();
+            eprintln!(
+                "nccl-check: running {:.0} s of {:.0} s budget: {}",
+                t0.elapsed().as_secs_f64(),
+                budget.as_secs_f64(),
+                if doing.is_empty() {
+                    "measuring"
+                } else {
+                    &doing
+                }
+            );
+        });
+}
+
 static FINISHED: Mutex<bool> = Mutex::new(false);
 
 /// Prints the verdict line, writes the report, and leaves at once: `_exit` skips NCCL's and
@@ -194,6 +240,13 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
 
 fn write_json(path: &std::path::Path, report: &Report) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+    if path == std::path::Path::new("-") {
+        // `--json -`: the report is stdout's only content (options.rs turns the table off).
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.write_all(b"\n")?;
+        return out.flush();
+    }
     // Write then rename, so a reader never sees half a report.
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, text + "\n")?;

@@ -36,7 +36,7 @@ Exit codes:
 #[command(
     name = "nccl-check",
     version,
-    about = "[nccl-check] Measure NCCL collectives on this node's GPUs (or a whole job's) exactly as \
+    about = "Measure NCCL collectives on this node's GPUs (or a whole job's) exactly as \
              nccl-tests does, verify every byte, and say PASS, FAIL or ERROR.",
     after_help = after_help()
 )]
@@ -106,6 +106,12 @@ struct Raw {
     /// process), else under Slurm with MUNGE credentials of your own uid.
     #[arg(long, verbatim_doc_comment)]
     rendezvous: Option<String>,
+    /// Under Slurm: derive the rendezvous ports from this range, LO-HI [default: 29501-29999]
+    #[arg(long = "port-range")]
+    port_range: Option<String>,
+    /// A line on stderr every few seconds while the check runs: phase, elapsed, budget
+    #[arg(long)]
+    progress: bool,
 
     /// Give up after this many seconds with ERROR (exit 6), saying what was awaited
     #[arg(long, default_value = "60")]
@@ -172,6 +178,9 @@ pub struct Options {
     pub rendezvous: Option<String>,
     /// Candidate ports of the rendezvous, in order (one when given explicitly).
     pub ports: Vec<u16>,
+    /// The range the Slurm candidates come from (`--port-range`).
+    pub port_range: crate::slurm_rendezvous::PortRange,
+    pub progress: bool,
     /// This step's name in every proof: `slurm-<job>.<step>`, or `manual`.
     pub label: String,
     /// True in the process that listens (see `rendezvous::Setup::coordinator`).
@@ -190,13 +199,18 @@ pub struct Options {
 }
 
 /// Parses the command line; `Err` carries clap's own exit (help, version) or a usage error line.
-pub fn parse(
-    args: impl IntoIterator<Item = String>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Options, ParseExit> {
-    let args: Vec<String> = args.into_iter().collect();
+pub fn parse<I, T>(args: I, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, ParseExit>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
     // --explain-plan needs no config, GPU or NCCL, and its --json is a flag (localize::cli).
-    if let Some(done) = crate::localize::cli::intercept(&args) {
+    let lossy: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if let Some(done) = crate::localize::cli::intercept(&lossy) {
         return Err(done.map_or_else(ParseExit::Usage, ParseExit::Info));
     }
     let raw = Raw::try_parse_from(args).map_err(|e| match e.kind() {
@@ -371,6 +385,10 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
     }
     let job = env("SLURM_JOB_ID");
     let step = env("SLURM_STEP_ID").unwrap_or_else(|| "0".into());
+    let port_range = match &raw.port_range {
+        Some(r) => crate::slurm_rendezvous::PortRange::parse(r).map_err(|e| e.to_string())?,
+        None => crate::slurm_rendezvous::PortRange::DEFAULT,
+    };
     let explicit = raw.rendezvous.or_else(|| env("NCCL_CHECK_RENDEZVOUS"));
     let (rendezvous, ports, coordinator) = match explicit {
         Some(r) => {
@@ -385,7 +403,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
             match (nodes, &job) {
                 (Some(nodes), Some(job)) => {
-                    let (host, ports) = crate::slurm_rendezvous::of_step(&nodes, job, &step)?;
+                    let (host, ports) =
+                        crate::slurm_rendezvous::of_step(&nodes, job, &step, port_range)?;
                     // The first task on the step's first node coordinates, whatever its rank
                     // (with -m arbitrary rank 0 may run elsewhere); without Slurm's node name, rank 0.
                     let coordinator = match (env("SLURMD_NODENAME"), env("SLURM_LOCALID")) {
@@ -434,6 +453,7 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)
     });
+    let nccl_lib = nccl_lib.or_else(|| config.nccl_lib.clone()); // the site's, last
     Ok(Options {
         steps,
         plan: raw.plan,
@@ -459,6 +479,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         world,
         rendezvous,
         ports,
+        port_range,
+        progress: raw.progress,
         label,
         coordinator,
         credential,
@@ -466,8 +488,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         timeout,
         min_busbw: raw.min_busbw,
         nccl_lib,
+        quiet: raw.quiet || raw.json.as_deref() == Some("-".as_ref()), // --json -: no table
         json: raw.json,
-        quiet: raw.quiet,
         pair_matrix: raw.pair_matrix,
     })
 }

@@ -304,10 +304,18 @@ pub fn verdict(
     let code = judge::judge(report, &judging, log, &cuda::can_access_peer);
     if let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) {
         let floors = judge::floors(report, &judging);
-        let gpus = report.nranks;
-        let plot_floor = |c: &str, b: u64| floors.floor(c, gpus, b);
-        let name = judge::gpu_name(report);
-        match crate::plot::draw(path, &report.results, name, gpus, &plot_floor) {
+        let plot_floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
+        let headline = format!("{}: {}", report.verdict, report.summary);
+        let input = crate::plot::PlotInput {
+            rows: &report.results,
+            pairs: &report.pairs,
+            gpu_name: judge::gpu_name(report),
+            gpus: report.nranks,
+            headline: &headline,
+            floor: &plot_floor,
+            outlier_fraction: opts.config.outliers.fraction,
+        };
+        match crate::plot::draw(path, &input) {
             Ok(()) => eprintln!("nccl-check: plot written to {}", path.display()),
             Err(e) => eprintln!("nccl-check: WARNING no plot: {e}"),
         }

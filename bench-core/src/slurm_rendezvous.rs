@@ -93,6 +93,13 @@ impl PortRange {
     }
 }
 
+/// `LO-HI`, as [`PortRange::parse`] reads it back.
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.lo, self.hi)
+    }
+}
+
 impl Default for PortRange {
     fn default() -> Self {
         PortRange::DEFAULT
@@ -149,14 +156,19 @@ pub fn address(
 
 /// The rendezvous of a Slurm step from its environment: the coordinator's host (the step's first
 /// node) and the candidate ports, the first of them the address the plugin passes.
-pub fn of_step(nodes: &str, job: &str, step: &str) -> Result<(String, Vec<u16>), String> {
+pub fn of_step(
+    nodes: &str,
+    job: &str,
+    step: &str,
+    range: PortRange,
+) -> Result<(String, Vec<u16>), String> {
     let id = |name: &str, v: &str| {
         v.parse::<u32>()
             .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
     };
     let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
     let host = crate::hostlist::first(nodes).map_err(|e| e.to_string())?;
-    Ok((host, candidates(job, step, PortRange::DEFAULT)))
+    Ok((host, candidates(job, step, range)))
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ pub enum Output {
     Tail { max_bytes: usize },
     /// Appended to this file (the caller opens it; pass a `try_clone` for both streams).
     File(File),
+    /// Copied to `copy` as it arrives (a user's terminal) and kept as a tail like `Tail`.
+    Tee { max_bytes: usize, copy: File },
 }
 
 /// What to run and how long it may take.
@@ -162,11 +164,11 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
         }
     };
     let mut pipes: Vec<Pipe> = Vec::new();
-    if let (Some(s), Output::Tail { max_bytes }) = (child.stdout.take(), &spec.stdout) {
-        pipes.push(Pipe::new(Box::new(s), Stream::Stdout, *max_bytes));
+    if let (Some(s), Some((max, copy))) = (child.stdout.take(), kept(&spec.stdout)) {
+        pipes.push(Pipe::new(Box::new(s), Stream::Stdout, max, copy));
     }
-    if let (Some(s), Output::Tail { max_bytes }) = (child.stderr.take(), &spec.stderr) {
-        pipes.push(Pipe::new(Box::new(s), Stream::Stderr, *max_bytes));
+    if let (Some(s), Some((max, copy))) = (child.stderr.take(), kept(&spec.stderr)) {
+        pipes.push(Pipe::new(Box::new(s), Stream::Stderr, max, copy));
     }
     let pid = child.id() as libc::pid_t;
     let guard = guarded.then(|| Guard::arm(pid)).flatten();
@@ -319,10 +321,19 @@ fn command(spec: &Spec) -> Command {
     cmd
 }
 
+/// The tail size and the copy of a stream read through a pipe.
+fn kept(o: &Output) -> Option<(usize, Option<File>)> {
+    match o {
+        Output::Tail { max_bytes } => Some((*max_bytes, None)),
+        Output::Tee { max_bytes, copy } => Some((*max_bytes, copy.try_clone().ok())),
+        Output::Discard | Output::File(_) => None,
+    }
+}
+
 fn stdio(o: &Output) -> Stdio {
     match o {
         Output::Discard => Stdio::null(),
-        Output::Tail { .. } => Stdio::piped(),
+        Output::Tail { .. } | Output::Tee { .. } => Stdio::piped(),
         Output::File(f) => match f.try_clone() {
             Ok(f) => Stdio::from(f),
             Err(_) => Stdio::null(),
@@ -380,13 +391,14 @@ struct Pipe {
     tail: Vec<u8>,
     max: usize,
     open: bool,
+    copy: Option<File>,
 }
 
 trait ReadFd: Read + AsRawFd {}
 impl<T: Read + AsRawFd> ReadFd for T {}
 
 impl Pipe {
-    fn new(reader: Box<dyn ReadFd>, stream: Stream, max: usize) -> Pipe {
+    fn new(reader: Box<dyn ReadFd>, stream: Stream, max: usize, copy: Option<File>) -> Pipe {
         // SAFETY: fcntl on a pipe descriptor we own.
         unsafe {
             let fd = reader.as_raw_fd();
@@ -399,6 +411,7 @@ impl Pipe {
             tail: Vec::new(),
             max,
             open: true,
+            copy,
         }
     }
 
@@ -408,7 +421,14 @@ impl Pipe {
         while self.open {
             match self.reader.read(&mut buf) {
                 Ok(0) => self.open = false,
-                Ok(n) => push_tail(&mut self.tail, &buf[..n], self.max),
+                Ok(n) => {
+                    if let Some(c) = &mut self.copy {
+                        // Best effort: a closed terminal must not end the supervision.
+                        use std::io::Write;
+                        let _ = c.write_all(&buf[..n]);
+                    }
+                    push_tail(&mut self.tail, &buf[..n], self.max)
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(_) => self.open = false,
@@ -476,6 +496,23 @@ mod tests {
         assert_eq!(
             (&f.stdout[..], &f.stderr[..]),
             (&b"out\n"[..], &b"err\n"[..])
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// The plugin shows rank 0's progress to the user as it comes and still keeps the tail.
+    #[test]
+    fn a_tee_copies_the_stream_and_keeps_the_tail() {
+        let d = scratch_dir("sup-tee");
+        let copy = File::create(d.join("copy")).expect("create");
+        let mut s = sh(&d, "echo one >&2; echo two >&2; exit 1", 5000);
+        s.stderr = Output::Tee { max_bytes: 4, copy };
+        let f = run(s).expect("runs");
+        assert_eq!(f.ending, Ending::Exited(1));
+        assert_eq!(&f.stderr[..], b"two\n");
+        assert_eq!(
+            std::fs::read_to_string(d.join("copy")).expect("copy"),
+            "one\ntwo\n"
         );
         std::fs::remove_dir_all(&d).ok();
     }

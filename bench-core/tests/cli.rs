@@ -110,9 +110,17 @@ fn help_teaches_and_lists_exit_codes() {
         "--rendezvous",
         "--timeout",
         "4  ERROR no usable GPU",
+        "--port-range",
+        "--progress",
     ] {
         assert!(out.contains(needle), "{needle}");
     }
+    // The help (and the man page made from it) opens with a sentence, not a "[nccl-check]" tag.
+    assert!(
+        !out.contains("[nccl-check]"),
+        "{}",
+        &out[..out.len().min(200)]
+    );
 }
 
 #[test]
@@ -129,7 +137,35 @@ fn a_broken_config_is_error_2_naming_file_line_and_field() {
         2,
         &format!("config: {p}:7: thresholds[0].min_busbw: "),
     );
+    // --help lists no config keys: the error points at the documented file instead.
+    let (_, _, err) = nccl_check(&["--config", &p]);
+    assert!(!err.contains("--help"), "{err}");
+    assert!(
+        err.contains("documented in /etc/nccl-check/nccl-check.toml"),
+        "{err}"
+    );
     let _ = std::fs::remove_file(&path);
+}
+
+/// Issue 20 item 7: `--json -` wrote a file named `-`.
+#[test]
+fn json_dash_writes_the_report_to_stdout_and_nothing_else() {
+    let dir = std::env::temp_dir().join(format!("nccl-check-json-dash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nccl-check"))
+        .args(["--json", "-"])
+        .current_dir(&dir)
+        .env_remove("SLURM_PROCID")
+        .env_remove("SLURM_NTASKS")
+        .env("NCCL_CHECK_NCCL_LIB", "/nonexistent/libnccl.so.2")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(3));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not the JSON report ({e}): {:?}", out.stdout));
+    assert_eq!(report["verdict"], "ERROR");
+    assert!(!dir.join("-").exists(), "a file named '-' was written");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

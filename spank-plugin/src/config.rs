@@ -19,6 +19,14 @@
 //!   NCCL/SHARP settings alone in the other modes.
 //! - `allow_container=0|1`: 0 skips the check (with a note to the user) in steps whose tasks run
 //!   inside a container (pyxis/enroot), e.g. where the worker is not mounted into containers.
+//! - `nccl_lib=PATH`: the site's libnccl.so.2 (absolute), given to the worker as
+//!   `NCCL_CHECK_NCCL_LIB` unless the user's environment sets that variable (the user's wins).
+//! - `verbose=0|1`: 1 prints the per-node result table for every check (as `,verbose` does).
+//! - `report_dir=PATH`: keep every rank's JSON report there (absolute; the user must be able to
+//!   write it), as `$NCCL_CHECK_REPORT_DIR` does for one user's jobs (the user's wins).
+//! - `batch_check=0|1`: 1 (default) checks the allocation in `sbatch --nccl-check` jobs before the
+//!   batch script's first command (one worker per node through `srun`), whether or not the
+//!   script calls srun itself.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -30,7 +38,8 @@ use bench_core::slurm_rendezvous::PortRange;
 /// Seconds between the worker's own `--timeout` and the plugin's SIGKILL of its process group.
 pub const KILL_GRACE_SECS: u64 = 5;
 const MAX_TIMEOUT_SECS: u64 = 3600;
-const KEYS: &str = "worker, timeout, port_range, default_mode, allow_sharp, allow_container";
+const KEYS: &str = "worker, timeout, port_range, default_mode, allow_sharp, allow_container, \
+nccl_lib, verbose, report_dir, batch_check";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -40,6 +49,10 @@ pub struct Config {
     pub default_mode: Mode,
     pub allow_sharp: bool,
     pub allow_container: bool,
+    pub nccl_lib: Option<PathBuf>,
+    pub verbose: bool,
+    pub report_dir: Option<PathBuf>,
+    pub batch_check: bool,
 }
 
 impl Default for Config {
@@ -51,6 +64,10 @@ impl Default for Config {
             default_mode: Mode::Quick,
             allow_sharp: false,
             allow_container: true,
+            nccl_lib: None,
+            verbose: false,
+            report_dir: None,
+            batch_check: true,
         }
     }
 }
@@ -117,6 +134,25 @@ impl Config {
                     config.allow_container = parse_bool(value)
                         .ok_or_else(|| err("allow_container must be 0 or 1".into()))?
                 }
+                "nccl_lib" | "report_dir" => {
+                    let path = PathBuf::from(value);
+                    if !path.is_absolute() {
+                        return Err(err(format!("{key} must be an absolute path")));
+                    }
+                    *(if key == "nccl_lib" {
+                        &mut config.nccl_lib
+                    } else {
+                        &mut config.report_dir
+                    }) = Some(path);
+                }
+                "verbose" => {
+                    config.verbose =
+                        parse_bool(value).ok_or_else(|| err("verbose must be 0 or 1".into()))?
+                }
+                "batch_check" => {
+                    config.batch_check =
+                        parse_bool(value).ok_or_else(|| err("batch_check must be 0 or 1".into()))?
+                }
                 _ => return Err(err(format!("unknown key '{key}' (keys: {KEYS})"))),
             }
             seen.push(key);
@@ -181,8 +217,21 @@ mod tests {
             "default_mode=plan=site_nvlink",
             "allow_sharp=1",
             "allow_container=0",
+            "nccl_lib=/opt/nccl/lib/libnccl.so.2",
+            "verbose=1",
+            "report_dir=/var/tmp/nccl-reports",
+            "batch_check=0",
         ])
         .expect("valid");
+        assert_eq!(
+            c.nccl_lib.as_deref(),
+            Some(std::path::Path::new("/opt/nccl/lib/libnccl.so.2"))
+        );
+        assert!(c.verbose && !c.batch_check);
+        assert_eq!(
+            c.report_dir.as_deref(),
+            Some(std::path::Path::new("/var/tmp/nccl-reports"))
+        );
         assert_eq!(c.worker, PathBuf::from("/opt/nc/nccl-check"));
         assert_eq!(c.timeout, Duration::from_secs(30));
         assert_eq!((c.ports.lo(), c.ports.hi()), (40000, 40010));
@@ -217,6 +266,10 @@ mod tests {
             "default_mode=plan=Fast",
             "allow_sharp=yes",
             "allow_container=true",
+            "nccl_lib=libnccl.so.2",
+            "report_dir=reports",
+            "verbose=yes",
+            "batch_check=2",
             "novalue",
         ] {
             assert!(Config::parse(&[bad]).is_err(), "{bad} accepted");

@@ -20,9 +20,11 @@ use std::sync::Mutex;
 use slurm_spank::{spank_sys, Context, LogLevel, OptionCache, SpankHandle};
 
 pub mod alloc;
+pub mod batch;
 pub mod compat;
 pub mod config;
 pub mod options;
+pub mod present;
 pub mod slurmstepd;
 pub mod srun;
 pub mod worker;

@@ -18,10 +18,11 @@ use slurm_spank::spank_sys;
 pub const OPTION_NAME: &str = "nccl-check";
 const NAME_C: &CStr = c"nccl-check";
 const ARGINFO_C: &CStr = c"mode";
-const USAGE_C: &CStr = c"[nccl-check] before the tasks start, check the NCCL bandwidth of the \
-step's GPUs and nodes; fail the step on FAIL or ERROR. mode: quick (the default when no =mode is \
-given), full, sharp (also prove SHARP/CollNet carries the collectives; only where the site \
-allows it), warn (report but never fail), off, or plan=NAME (a plan of the site's worker config)";
+const USAGE_C: &CStr = c"Before the tasks start, check the NCCL bandwidth of the step's GPUs \
+and nodes; fail the step on FAIL or ERROR. mode: quick (the default when no =mode is given), \
+full, sharp (also prove SHARP/CollNet carries the collectives; only where the site allows it), \
+warn (report but never fail), off, or plan=NAME (a plan of the site's worker config); add \
+,verbose (or verbose alone) for a per-node table. The mode follows an = sign: --nccl-check=full";
 
 /// `has_arg` value meaning "optional argument" (spank.h: 0 none, 1 required, 2 optional).
 const OPTIONAL_ARGUMENT: c_int = 2;
@@ -53,20 +54,22 @@ impl Mode {
     /// The modes with a name of their own.
     pub const NAMED: [Mode; 5] = [Mode::Quick, Mode::Full, Mode::Sharp, Mode::Warn, Mode::Off];
 
-    /// Exact, lower-case names only: a typo must not silently pick a mode.
+    /// Exact names, in any case (`FULL` is `full`): a typo must not silently pick a mode. Plan
+    /// names themselves are lower case (the worker's config defines them so).
     pub fn parse(value: &str) -> Result<Mode, ModeError> {
         let err = |plan: Option<PlanNameError>| ModeError {
             value: value.to_string(),
             plan,
         };
-        if let Some(name) = value.strip_prefix(PLAN_PREFIX) {
-            return PlanName::new(name)
+        let prefix = value.get(..PLAN_PREFIX.len());
+        if prefix.is_some_and(|p| p.eq_ignore_ascii_case(PLAN_PREFIX)) {
+            return PlanName::new(&value[PLAN_PREFIX.len()..])
                 .map(Mode::Plan)
                 .map_err(|e| err(Some(e)));
         }
         Mode::NAMED
             .into_iter()
-            .find(|m| m.to_string() == value)
+            .find(|m| m.to_string().eq_ignore_ascii_case(value))
             .ok_or_else(|| err(None))
     }
 
@@ -143,16 +146,88 @@ pub enum Raw {
     Value(String),
 }
 
+/// How `,verbose` (or `verbose` alone) is spelled.
+const VERBOSE: &str = "verbose";
+
+/// `MODE`, `MODE,verbose`, `verbose,MODE` or `verbose`: the mode part and whether verbose was asked.
+fn split_verbose(value: &str) -> Result<(Option<&str>, bool), ModeError> {
+    let mut mode = None;
+    let mut verbose = false;
+    for part in value.split(',') {
+        if part.eq_ignore_ascii_case(VERBOSE) && !verbose {
+            verbose = true;
+        } else if mode.is_none() && !part.is_empty() {
+            mode = Some(part);
+        } else {
+            return Err(ModeError {
+                value: value.to_string(),
+                plan: None,
+            });
+        }
+    }
+    Ok((mode, verbose))
+}
+
+/// Where sbatch and salloc leave the option for the job (sbatch.c "Propagate SPANK environment":
+/// `SLURM_SPANK_` + plugstack.c's `_SLURM_SPANK_OPTION_<plugin>_<option>`).
+pub const JOB_ENV_VAR: &str = "SLURM_SPANK__SLURM_SPANK_OPTION_nccl_check_nccl_check";
+
 impl Raw {
+    /// The option as the job's environment carries it ([`JOB_ENV_VAR`]).
+    pub fn from_job_env(value: Option<String>) -> Raw {
+        match value {
+            None => Raw::Absent,
+            Some(v) if is_bare(&v) => Raw::Bare,
+            Some(v) => Raw::Value(v),
+        }
+    }
+
     /// The requested mode; `Ok(None)` when the option is absent. `default` is the site's mode for
-    /// a bare `--nccl-check` (plugstack `default_mode=`).
+    /// a bare `--nccl-check` (plugstack `default_mode=`), and for `verbose` alone.
     pub fn mode(&self, default: &Mode) -> Result<Option<Mode>, ModeError> {
         match self {
             Raw::Absent => Ok(None),
             Raw::Bare => Ok(Some(default.clone())),
-            Raw::Value(v) => Mode::parse(v).map(Some),
+            Raw::Value(v) => match split_verbose(v)? {
+                (Some(m), _) => Mode::parse(m).map(Some),
+                (None, _) => Ok(Some(default.clone())),
+            },
         }
     }
+
+    /// Whether the user asked for the per-node table (`,verbose`).
+    pub fn verbose(&self) -> bool {
+        match self {
+            Raw::Value(v) => split_verbose(v).is_ok_and(|(_, verbose)| verbose),
+            _ => false,
+        }
+    }
+}
+
+/// `srun --nccl-check quick true`: the option takes its value only after `=`, so `quick` became
+/// the program to run. Returns the word when a bare `--nccl-check` is followed by a mode's name,
+/// so srun and sbatch can refuse before any allocation ("did you mean --nccl-check=quick?").
+pub fn detached_value(argv: &[String]) -> Option<String> {
+    let at = argv.iter().position(|a| a == "--nccl-check")?;
+    let next = argv.get(at + 1)?;
+    let (mode, _) = split_verbose(next).ok()?;
+    let looks_like_mode = match mode {
+        Some(m) => Mode::parse(m).is_ok(),
+        None => true,
+    };
+    looks_like_mode.then(|| next.clone())
+}
+
+/// This process's command line (srun's or sbatch's own), bounded; empty when unreadable.
+pub fn own_argv() -> Vec<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let _ = std::fs::File::open("/proc/self/cmdline")
+        .and_then(|f| f.take(1 << 20).read_to_end(&mut bytes));
+    bytes
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
 }
 
 /// Checks the option given in this process (srun, sbatch, salloc) against the site config.
@@ -167,6 +242,14 @@ pub fn validate(
     let config = config
         .as_ref()
         .map_err(|e| crate::Error::Config(e.clone()))?;
+    if raw == Raw::Bare {
+        if let Some(word) = detached_value(&own_argv()) {
+            return Err(crate::Error::Check(format!(
+                "'--{OPTION_NAME} {word}' would run the check and then a program named '{word}': \
+                 did you mean --{OPTION_NAME}={word}?"
+            )));
+        }
+    }
     let mode = raw.mode(&config.default_mode).map_err(crate::Error::Mode)?;
     check_allowed(mode.as_ref(), config)
 }
@@ -305,15 +388,22 @@ mod tests {
     #[test]
     fn unknown_or_miscased_values_are_rejected_with_the_value_named() {
         for bad in [
-            "Quick",
             "fast",
             " quick",
             "quick,full",
             "1",
             "nvlink",
-            "PLAN=x",
             "plans=x",
+            "verbose,verbose",
+            "quick,,verbose",
         ] {
+            let err = Raw::Value(bad.into()).mode(&Mode::Quick).expect_err(bad);
+            assert!(
+                err.to_string().contains("invalid --nccl-check value"),
+                "{err}"
+            );
+        }
+        for bad in ["fast", " quick", "1", "nvlink", "plans=x"] {
             let err = Mode::parse(bad).expect_err(bad);
             assert!(
                 err.to_string().contains("invalid --nccl-check value"),
@@ -322,6 +412,46 @@ mod tests {
             assert!(err
                 .to_string()
                 .contains("expected one of quick, full, sharp, warn, off"));
+        }
+    }
+
+    /// Issue 20: `--nccl-check=FULL` was refused.
+    #[test]
+    fn mode_names_are_case_insensitive_plan_names_are_not() {
+        assert_eq!(Mode::parse("FULL"), Ok(Mode::Full));
+        assert_eq!(Mode::parse("Quick"), Ok(Mode::Quick));
+        assert_eq!(
+            Mode::parse("PLAN=site").map(|m| m.to_string()),
+            Ok("plan=site".into())
+        );
+        assert!(Mode::parse("plan=Site").is_err());
+    }
+
+    #[test]
+    fn verbose_rides_along_with_any_mode_or_alone() {
+        let v = |s: &str| Raw::Value(s.into());
+        assert_eq!(v("full,verbose").mode(&Mode::Quick), Ok(Some(Mode::Full)));
+        assert!(v("full,verbose").verbose() && v("VERBOSE,warn").verbose());
+        assert_eq!(v("verbose").mode(&Mode::Warn), Ok(Some(Mode::Warn)));
+        assert!(v("verbose").verbose());
+        assert!(!v("full").verbose() && !Raw::Bare.verbose());
+    }
+
+    /// Issue 20: `srun --nccl-check quick true` ran the check and then tried to exec `quick`.
+    #[test]
+    fn a_mode_given_as_the_next_word_is_caught() {
+        let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        for (line, want) in [
+            ("srun -N2 --nccl-check quick true", Some("quick")),
+            ("srun --nccl-check FULL hostname", Some("FULL")),
+            ("srun --nccl-check plan=site true", Some("plan=site")),
+            ("sbatch --nccl-check verbose job.sh", Some("verbose")),
+            ("srun --nccl-check hostname", None),
+            ("srun --nccl-check -N2 quick", None),
+            ("srun --nccl-check=quick quick", None),
+            ("srun -N2 true", None),
+        ] {
+            assert_eq!(detached_value(&argv(line)).as_deref(), want, "{line}");
         }
     }
 
@@ -334,6 +464,16 @@ mod tests {
             Ok(Some(Mode::Off))
         );
         assert!(Raw::Value("bogus".into()).mode(&Mode::Quick).is_err());
+    }
+
+    #[test]
+    fn the_batch_step_reads_sbatchs_option_from_the_jobs_environment() {
+        assert_eq!(Raw::from_job_env(None), Raw::Absent);
+        assert_eq!(Raw::from_job_env(Some("(null)".into())), Raw::Bare);
+        assert_eq!(
+            Raw::from_job_env(Some("full,verbose".into())),
+            Raw::Value("full,verbose".into())
+        );
     }
 
     #[test]

@@ -20,12 +20,17 @@ use slurm_spank::SpankHandle;
 
 use crate::config::Config;
 use crate::options::{self, Mode};
+use crate::present;
+use crate::srun::SECRET_TRANSPORT;
 use crate::worker::{self, Invocation};
 use crate::Error;
 
 /// Step ids from here up are Slurm's special steps (interactive 0xfffffffa, batch 0xfffffffb,
 /// extern 0xfffffffc, ...; slurm.h): no check there, the steps inside the job are checked.
 const FIRST_SPECIAL_STEP: u32 = 0xffff_fff0;
+/// The batch script's step (SLURM_BATCH_SCRIPT in slurm.h): `sbatch --nccl-check` checks the
+/// allocation there, before the script's first command.
+const BATCH_STEP: u32 = 0xffff_fffb;
 
 /// State kept between the two task callbacks (both run in the same task process).
 #[derive(Debug, Default)]
@@ -40,11 +45,11 @@ fn mount_ns() -> Option<u64> {
 }
 
 /// The requested mode in this step, or `None` when nothing is to run (cheap: no IO).
-fn requested(
-    config: &Result<Config, crate::config::ConfigError>,
-) -> Result<Option<(Mode, &Config)>, Error> {
-    let raw = options::raw();
-    if raw == options::Raw::Absent {
+fn requested<'a>(
+    config: &'a Result<Config, crate::config::ConfigError>,
+    raw: &options::Raw,
+) -> Result<Option<(Mode, &'a Config)>, Error> {
+    if *raw == options::Raw::Absent {
         return Ok(None);
     }
     let config = config.as_ref().map_err(|e| Error::Config(e.clone()))?;
@@ -63,7 +68,7 @@ pub fn task_init_privileged(
     config: &Result<Config, crate::config::ConfigError>,
     state: &mut TaskState,
 ) -> Result<(), Error> {
-    if let Ok(Some((_, config))) = requested(config) {
+    if let Ok(Some((_, config))) = requested(config, &options::raw()) {
         if !config.allow_container {
             state.host_mnt_ns = mount_ns();
         }
@@ -77,11 +82,28 @@ pub fn task_init(
     config: &Result<Config, crate::config::ConfigError>,
     state: &TaskState,
 ) -> Result<(), Error> {
-    let Some((mode, config)) = requested(config)? else {
+    let mut raw = options::raw();
+    let mut secret = None;
+    if raw != options::Raw::Absent {
+        // The step's secret is for the worker only: the user's program never sees it.
+        secret = spank.getenv_os(SECRET_TRANSPORT).ok().flatten();
+        let _ = spank.unsetenv(SECRET_TRANSPORT);
+    }
+    let step_id = spank.job_stepid().map_err(spank_err("S_JOB_STEPID"))?;
+    if raw == options::Raw::Absent && step_id == BATCH_STEP {
+        // Slurm hands no remote options to the batch step; sbatch's value is in the job's
+        // environment (checked only here: cheap, no IO).
+        raw = options::Raw::from_job_env(spank.getenv(options::JOB_ENV_VAR).ok().flatten());
+    }
+    let Some((mode, config)) = requested(config, &raw)? else {
         return Ok(());
     };
-    let step_id = spank.job_stepid().map_err(spank_err("S_JOB_STEPID"))?;
+    let verbose = config.verbose || raw.verbose();
     let nnodes = spank.job_nnodes().map_err(spank_err("S_JOB_NNODES"))?;
+    // (The batch step's own node count is 0: slurmstepd_job.c never sets it for batch.)
+    if step_id == BATCH_STEP && config.batch_check {
+        return crate::batch::check_allocation(spank, config, &mode, verbose);
+    }
     if step_id >= FIRST_SPECIAL_STEP || nnodes == 0 {
         return Ok(());
     }
@@ -105,27 +127,7 @@ pub fn task_init(
         .map_err(spank_err("S_JOB_TOTAL_TASK_COUNT"))?;
     let getenv = |name: &str| spank.getenv(name).ok().flatten();
     let node = getenv("SLURMD_NODENAME").unwrap_or_else(|| String::from("?"));
-    let nodelist = getenv("SLURM_STEP_NODELIST")
-        .ok_or_else(|| Error::Check("SLURM_STEP_NODELIST is not set in the step".into()))?;
-    let rdv = bench_core::slurm_rendezvous::address(&nodelist, job_id, step_id, config.ports)
-        .map_err(|e| Error::Check(e.to_string()))?;
-    let mut env: Vec<(OsString, OsString)> = spank
-        .job_env_os()
-        .map_err(spank_err("S_JOB_ENV"))?
-        .into_iter()
-        .filter_map(|kv| {
-            let bytes = kv.as_bytes();
-            let eq = bytes.iter().position(|&b| b == b'=')?;
-            Some((
-                std::ffi::OsStr::from_bytes(&bytes[..eq]).to_os_string(),
-                std::ffi::OsStr::from_bytes(&bytes[eq + 1..]).to_os_string(),
-            ))
-        })
-        .collect();
-    if !config.allow_sharp {
-        env.retain(|(k, _)| k != "NCCL_COLLNET_ENABLE");
-        env.push(("NCCL_COLLNET_ENABLE".into(), "0".into()));
-    }
+    let env = worker_env(spank, config, secret)?;
     let tmp_dir = getenv("TMPDIR")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute() && p.is_dir())
@@ -134,16 +136,35 @@ pub fn task_init(
     let mut args = WorkerArgs::new(plan.clone(), config.timeout.as_secs());
     args.rank = Some(rank);
     args.world = Some(world);
-    args.rendezvous = Some(rdv);
+    // No --rendezvous: the worker derives host, candidate ports and coordinator from the task's
+    // Slurm environment (the coordinator is the first task of the step's first node, whatever
+    // its rank, and a taken port is skipped); the site's range still applies.
+    args.port_range = Some(config.ports);
+    args.progress = rank == 0;
     args.expect_collnet = mode.expect_collnet();
+    let report_dir = getenv(REPORT_DIR_VAR)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| config.report_dir.clone());
     let inv = Invocation {
         worker: config.worker.clone(),
         args,
         deadline: config.deadline(),
         env,
         tmp_dir,
+        show_stderr: rank == 0,
+        keep_report: report_dir.map(|d| d.join(report_name(job_id, step_id, &node, rank))),
     };
+    if verbose && rank == 0 {
+        say(&present::header());
+    }
     let outcome = worker::run(&inv);
+    if let Some(p) = &outcome.keep_problem {
+        say(&format!("nccl-check: note: {p}"));
+    }
+    if verbose {
+        say(&present::row(&node, rank, world, &outcome));
+    }
     let where_ = format!("on {node} (rank {rank} of {world})");
     match (outcome.verdict, mode.enforcing()) {
         (Verdict::Pass, _) => {
@@ -175,14 +196,135 @@ pub fn task_init(
     }
 }
 
-fn spank_err(item: &'static str) -> impl Fn(slurm_spank::SpankError) -> Error {
+/// The user's own directory for kept reports (wins over plugstack `report_dir=`).
+pub const REPORT_DIR_VAR: &str = "NCCL_CHECK_REPORT_DIR";
+/// The worker's variable for the NCCL library (the user's wins over plugstack `nccl_lib=`).
+const NCCL_LIB_VAR: &str = "NCCL_CHECK_NCCL_LIB";
+/// The worker's variable for the rendezvous secret.
+const SECRET_VAR: &str = "NCCL_CHECK_SECRET";
+
+/// `nccl-check-JOB.STEP-NODE-rankR.json`, with only `[A-Za-z0-9._-]` of the node name.
+fn report_name(job: u32, step: u32, node: &str, rank: u32) -> String {
+    let node: String = node
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("nccl-check-{job}.{step}-{node}-rank{rank}.json")
+}
+
+/// The worker's environment: the task's, with the site's SHARP policy, the step's secret under
+/// the worker's name for it, and the site's NCCL library unless the user names one.
+pub fn worker_env(
+    spank: &SpankHandle,
+    config: &Config,
+    secret: Option<OsString>,
+) -> Result<Vec<(OsString, OsString)>, Error> {
+    let mut env: Vec<(OsString, OsString)> = spank
+        .job_env_os()
+        .map_err(spank_err("S_JOB_ENV"))?
+        .into_iter()
+        .filter_map(|kv| {
+            let bytes = kv.as_bytes();
+            let eq = bytes.iter().position(|&b| b == b'=')?;
+            Some((
+                std::ffi::OsStr::from_bytes(&bytes[..eq]).to_os_string(),
+                std::ffi::OsStr::from_bytes(&bytes[eq + 1..]).to_os_string(),
+            ))
+        })
+        .collect();
+    adjust_env(&mut env, config, secret);
+    Ok(env)
+}
+
+/// The policy part of [`worker_env`] (pure).
+fn adjust_env(env: &mut Vec<(OsString, OsString)>, config: &Config, secret: Option<OsString>) {
+    if !config.allow_sharp {
+        env.retain(|(k, _)| k != "NCCL_COLLNET_ENABLE");
+        env.push(("NCCL_COLLNET_ENABLE".into(), "0".into()));
+    }
+    let transported = env
+        .iter()
+        .position(|(k, _)| k == SECRET_TRANSPORT)
+        .map(|i| env.remove(i).1);
+    if let Some(secret) = secret.or(transported) {
+        env.retain(|(k, _)| k != SECRET_VAR);
+        env.push((SECRET_VAR.into(), secret));
+    }
+    let user_lib = env.iter().any(|(k, v)| k == NCCL_LIB_VAR && !v.is_empty());
+    if let (Some(lib), false) = (&config.nccl_lib, user_lib) {
+        env.retain(|(k, _)| k != NCCL_LIB_VAR);
+        env.push((NCCL_LIB_VAR.into(), lib.clone().into_os_string()));
+    }
+}
+
+pub(crate) fn spank_err(item: &'static str) -> impl Fn(slurm_spank::SpankError) -> Error {
     move |e| Error::Check(format!("cannot read {item}: {e}"))
 }
 
 /// Writes one line to the task's stderr, which slurmstepd has already connected to srun's
 /// stderr before any task callback runs (mgr.c `prepare_stdio` precedes `exec_task`).
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{line}");
     let _ = err.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get<'a>(env: &'a [(OsString, OsString)], k: &str) -> Option<&'a str> {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .and_then(|(_, v)| v.to_str())
+    }
+
+    /// Issue 15: srun's per-step secret reaches the worker under the worker's name, and only
+    /// there; issue 20 item 4: the site's NCCL library unless the user names one.
+    #[test]
+    fn the_worker_gets_the_steps_secret_and_the_sites_library_unless_the_user_names_one() {
+        let mut config = Config {
+            nccl_lib: Some(PathBuf::from("/opt/nccl/libnccl.so.2")),
+            ..Config::default()
+        };
+        let mut env: Vec<(OsString, OsString)> = vec![
+            (SECRET_TRANSPORT.into(), "feed".into()),
+            (SECRET_VAR.into(), "users-own".into()),
+            ("NCCL_COLLNET_ENABLE".into(), "1".into()),
+        ];
+        adjust_env(&mut env, &config, Some("cafe".into()));
+        assert_eq!(get(&env, SECRET_VAR), Some("cafe"));
+        assert_eq!(get(&env, SECRET_TRANSPORT), None);
+        assert_eq!(get(&env, NCCL_LIB_VAR), Some("/opt/nccl/libnccl.so.2"));
+        assert_eq!(get(&env, "NCCL_COLLNET_ENABLE"), Some("0"));
+        assert_eq!(env.iter().filter(|(k, _)| k == SECRET_VAR).count(), 1);
+
+        let mut env: Vec<(OsString, OsString)> = vec![
+            (SECRET_TRANSPORT.into(), "feed".into()),
+            (NCCL_LIB_VAR.into(), "/home/me/libnccl.so.2".into()),
+        ];
+        config.allow_sharp = true;
+        adjust_env(&mut env, &config, None);
+        assert_eq!(get(&env, SECRET_VAR), Some("feed"));
+        assert_eq!(get(&env, NCCL_LIB_VAR), Some("/home/me/libnccl.so.2"));
+        assert_eq!(get(&env, "NCCL_COLLNET_ENABLE"), None);
+    }
+
+    #[test]
+    fn kept_report_names_are_one_plain_file_name() {
+        assert_eq!(
+            report_name(12, 0, "gpu-a07", 3),
+            "nccl-check-12.0-gpu-a07-rank3.json"
+        );
+        assert_eq!(
+            report_name(12, 1, "../x/y", 0),
+            "nccl-check-12.1-.._x_y-rank0.json"
+        );
+    }
 }

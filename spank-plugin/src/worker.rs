@@ -6,6 +6,7 @@
 //! status (0 PASS, 1 FAIL, anything else or a signal ERROR).
 
 use std::ffi::OsString;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -34,6 +35,10 @@ pub struct Invocation {
     pub env: Vec<(OsString, OsString)>,
     /// Directory in which a private directory for the JSON report is created.
     pub tmp_dir: PathBuf,
+    /// Copy the worker's stderr to ours as it comes (its progress, for the user), besides the tail.
+    pub show_stderr: bool,
+    /// Keep a copy of the JSON report at this path (created new, never through a link).
+    pub keep_report: Option<PathBuf>,
 }
 
 /// The worker's result as the plugin reports it.
@@ -46,6 +51,10 @@ pub struct Outcome {
     pub detail: String,
     /// `host` from the JSON report, if any.
     pub host: Option<String>,
+    /// How long the worker ran.
+    pub elapsed: Duration,
+    /// Why the report could not be kept (`keep_report`), for a note to the user.
+    pub keep_problem: Option<String>,
 }
 
 /// Runs the worker to completion or to the deadline.
@@ -53,28 +62,63 @@ pub fn run(inv: &Invocation) -> Outcome {
     let json_dir = private_dir(&inv.tmp_dir);
     let mut args = inv.args.clone();
     args.json = json_dir.as_ref().map(|d| d.join("report.json"));
+    // The task's stderr (srun's, through slurmstepd); a dup, so closing it leaves ours open.
+    let copy = inv
+        .show_stderr
+        .then(|| std::io::stderr().as_fd().try_clone_to_owned().ok())
+        .flatten()
+        .map(std::fs::File::from);
+    let stderr = match copy {
+        Some(copy) => Output::Tee {
+            max_bytes: STDERR_TAIL_BYTES,
+            copy,
+        },
+        None => Output::Tail {
+            max_bytes: STDERR_TAIL_BYTES,
+        },
+    };
     let spec = Spec {
         program: inv.worker.clone(),
         args: args.to_args(),
         env: Some(inv.env.clone()),
         cwd: None,
         stdout: Output::Discard,
-        stderr: Output::Tail {
-            max_bytes: STDERR_TAIL_BYTES,
-        },
+        stderr,
         deadline: inv.deadline,
     };
-    let outcome = match supervise::run(spec) {
+    let started = std::time::Instant::now();
+    let mut outcome = match supervise::run(spec) {
         Ok(done) => {
             let report = args.json.as_deref().map(|p| read_report(p, MAX_JSON_BYTES));
             outcome(Ok(done.ending), report, &done.stderr, inv)
         }
         Err(e) => outcome(Err(e.error.to_string()), None, &[], inv),
     };
+    outcome.elapsed = started.elapsed();
+    if let (Some(src), Some(dst)) = (args.json.as_deref(), inv.keep_report.as_deref()) {
+        outcome.keep_problem = keep(src, dst).err();
+    }
     if let Some(dir) = json_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
     outcome
+}
+
+/// Copies the report to `dst`: a new file (`O_EXCL`, never through a symlink), at most
+/// [`MAX_JSON_BYTES`], written as the user who runs the task.
+fn keep(src: &Path, dst: &Path) -> Result<(), String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let why = |e: std::io::Error| format!("cannot keep the report as {}: {e}", dst.display());
+    let mut from = std::fs::File::open(src).map_err(why)?.take(MAX_JSON_BYTES);
+    let mut to = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dst)
+        .map_err(why)?;
+    std::io::copy(&mut from, &mut to).map(|_| ()).map_err(why)
 }
 
 /// Builds the outcome from the ending, the JSON report and the stderr tail (pure).
@@ -132,6 +176,8 @@ pub fn outcome(
         ending,
         detail: one_line(&detail),
         host: report.map(|r| r.host).filter(|h| !h.is_empty()),
+        elapsed: Duration::ZERO,
+        keep_problem: None,
     }
 }
 
@@ -204,6 +250,8 @@ mod tests {
             deadline: Duration::from_millis(deadline_ms),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             tmp_dir: dir.path.clone(),
+            show_stderr: false,
+            keep_report: None,
         };
         (inv, dir)
     }
@@ -357,6 +405,25 @@ mod tests {
             &d.path.join("child.pid"),
             Duration::from_millis(200),
         );
+    }
+
+    /// Issue 20 item 7: the per-node reports were always deleted.
+    #[test]
+    fn a_kept_report_is_a_new_file_and_never_follows_a_link() {
+        let (mut inv, d) = inv(&format!("{}; exit 0", write_report("PASS", 0, "ok")), 5000);
+        inv.keep_report = Some(d.path.join("kept.json"));
+        let out = run(&inv);
+        assert_eq!(out.keep_problem, None);
+        let kept = std::fs::read_to_string(d.path.join("kept.json")).expect("kept");
+        assert!(kept.contains("\"summary\":\"ok\""), "{kept}");
+        // The same name again, and a planted symlink: refused with a note, the check unaffected.
+        let again = run(&inv);
+        assert_eq!(again.verdict, Verdict::Pass);
+        assert!(again.keep_problem.is_some_and(|p| p.contains("kept.json")));
+        std::os::unix::fs::symlink(d.path.join("victim"), d.path.join("link.json")).expect("ln");
+        inv.keep_report = Some(d.path.join("link.json"));
+        assert!(run(&inv).keep_problem.is_some());
+        assert!(!d.path.join("victim").exists());
     }
 
     #[test]

@@ -121,7 +121,9 @@ t_help_lists_option() {
         # cmd dies of SIGPIPE (seen with 24.11's longer sbatch --help).
         help=$(timeout 20 "$cmd" --help 2>&1)
         grep -q -- '--nccl-check=mode' <<<"$help" || fail "$cmd --help lacks --nccl-check"
-        grep -q -- '\[nccl-check\]' <<<"$help" || fail "$cmd --help lacks [nccl-check]"
+        # The usage text reads as a sentence, not a "[nccl-check]" tag (issue 20).
+        grep -q -- '\[nccl-check\]' <<<"$help" && fail "$cmd --help still shows [nccl-check]"
+        grep -q -- 'Before the tasks start, check the NCCL bandwidth' <<<"$help" || fail "$cmd --help lacks the usage text"
     done
 }
 
@@ -133,9 +135,138 @@ t_pass_runs_worker_on_both_nodes() {
     expect_err "nccl-check: PASS (quick, 2 ranks)"
     [ "$(markers)" = $((before + 2)) ] || fail "expected 2 worker runs, got $(( $(markers) - before ))"
     local job; job=$(last_job)
-    markers_of_job "$job" 0 | grep -q '^rank=0 world=2 rendezvous=n1:[0-9]* plan=quick node=n1 ' || fail "rank 0 on n1 missing: $(markers_of_job "$job" 0)"
-    markers_of_job "$job" 0 | grep -q '^rank=1 world=2 rendezvous=n1:[0-9]* plan=quick node=n2 ' || fail "rank 1 on n2 missing"
-    [ "$(markers_of_job "$job" 0 | grep -o 'rendezvous=[^ ]*' | sort -u | wc -l)" = 1 ] || fail "ranks disagree on the rendezvous"
+    # No explicit --rendezvous: the worker derives it from the step; the site's range is passed.
+    markers_of_job "$job" 0 | grep -q '^rank=0 world=2 rendezvous=derived plan=quick node=n1 ' || fail "rank 0 on n1 missing: $(markers_of_job "$job" 0)"
+    markers_of_job "$job" 0 | grep -q '^rank=1 world=2 rendezvous=derived plan=quick node=n2 ' || fail "rank 1 on n2 missing"
+    [ "$(markers_of_job "$job" 0 | grep -c ' port_range=29500-29999 ')" = 2 ] || fail "port_range= did not reach both workers: $(markers_of_job "$job" 0)"
+    # rank 0's worker output reaches the user as it comes (progress), the others' does not.
+    expect_err "fake worker: all_reduce 256 MiB ok"
+    [ "$(grep -c 'fake worker: all_reduce' "$ERR")" = 1 ] || fail "expected only rank 0's worker output: $(cat "$ERR")"
+    markers_of_job "$job" 0 | grep -q '^rank=0 .* progress=1 ' || fail "rank 0 did not get --progress"
+    markers_of_job "$job" 0 | grep -q '^rank=1 .* progress=0 ' || fail "rank 1 got --progress"
+}
+
+t_each_step_gets_its_own_secret() {
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
+    expect_rc0
+    local job; job=$(last_job)
+    local a; a=$(markers_of_job "$job" 0 | grep -o 'secret=[^ ]*' | sort -u)
+    [ "$(echo "$a" | wc -l)" = 1 ] || fail "the ranks of one step got different secrets: $a"
+    [ "$a" != "secret=unset" ] || fail "the worker got no NCCL_CHECK_SECRET"
+    markers_of_job "$job" 0 | grep -q 'transport=set' && fail "srun's transport variable reached the worker"
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
+    expect_rc0
+    local b; b=$(markers_of_job "$(last_job)" 0 | grep -o 'secret=[^ ]*' | sort -u)
+    [ "$b" != "secret=unset" ] && [ "$a" != "$b" ] || fail "two steps got the same secret ($a, $b)"
+    # --export=NONE passes only SLURM_* variables: the secret still arrives.
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --export=NONE --nccl-check /bin/true
+    expect_rc0
+    markers_of_job "$(last_job)" 0 | grep -q 'secret=unset' && fail "--export=NONE lost the secret: $(markers_of_job "$(last_job)" 0)"
+    # The user's program never sees it, and srun never prints it.
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check /usr/bin/env
+    expect_rc0
+    grep -q 'NCCL_CHECK_SECRET' "$OUT" && fail "the task's environment holds the secret: $(grep SECRET "$OUT")"
+    grep -qi 'secret=' "$ERR" && fail "the secret was printed: $(cat "$ERR")"
+    true
+}
+
+t_mode_names_any_case_and_a_detached_mode_is_refused() {
+    NCCL_CHECK_FAKE=pass run_cmd srun -N1 --nccl-check=FULL true
+    expect_rc0
+    markers_of_job "$(last_job)" 0 | grep -q 'plan=full' || fail "--nccl-check=FULL did not run plan full"
+    local before markers_before
+    before=$(job_count)
+    markers_before=$(markers)
+    for cmd in "srun -N2 --nccl-check quick true" "salloc -N2 --nccl-check warn true"; do
+        run_cmd $cmd
+        expect_rc_nonzero
+        expect_err "did you mean --nccl-check="
+    done
+    # sbatch opens its script ('full') before any plugin runs: refused there, with sbatch's words.
+    run_cmd sbatch -N2 --nccl-check full /bin/true
+    expect_rc_nonzero
+    [ "$(job_count)" = "$before" ] || fail "a job was created for '--nccl-check quick'"
+    [ "$(markers)" = "$markers_before" ] || fail "the worker ran for '--nccl-check quick'"
+}
+
+t_site_nccl_lib_unless_the_user_names_one() {
+    conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S nccl_lib=/opt/site/libnccl.so.2"
+    NCCL_CHECK_FAKE=pass run_cmd env -u NCCL_CHECK_NCCL_LIB srun -N2 --nccl-check true
+    expect_rc0
+    [ "$(markers_of_job "$(last_job)" 0 | grep -c 'nccl_lib=/opt/site/libnccl.so.2$')" = 2 ] || fail "nccl_lib= did not reach the workers: $(markers_of_job "$(last_job)" 0)"
+    NCCL_CHECK_NCCL_LIB=/home/me/libnccl.so.2 NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
+    expect_rc0
+    [ "$(markers_of_job "$(last_job)" 0 | grep -c 'nccl_lib=/home/me/libnccl.so.2$')" = 2 ] || fail "the user's NCCL_CHECK_NCCL_LIB did not win"
+}
+
+t_verbose_table_and_kept_reports() {
+    local dir=$CL/work/reports.$$
+    mkdir -p "$dir"
+    NCCL_CHECK_REPORT_DIR=$dir NCCL_CHECK_FAKE=fail NCCL_CHECK_FAKE_FAIL_RANK=1 run_cmd srun -N2 --nccl-check=warn,verbose true
+    expect_rc0
+    local job; job=$(last_job)
+    expect_err "nccl-check: node"
+    grep -Eq '^nccl-check: n1 +0/2 PASS ' "$ERR" || fail "no PASS row for n1: $(cat "$ERR")"
+    grep -Eq '^nccl-check: n2 +1/2 FAIL ' "$ERR" || fail "no FAIL row for n2: $(cat "$ERR")"
+    [ -f "$dir/nccl-check-$job.0-n1-rank0.json" ] && [ -f "$dir/nccl-check-$job.0-n2-rank1.json" ] \
+        || fail "reports not kept: $(ls "$dir")"
+    grep -q '"verdict":"FAIL"' "$dir/nccl-check-$job.0-n2-rank1.json" || fail "the kept report is not rank 1's"
+    # Without verbose there is no table; the site default turns it on.
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
+    grep -q '^nccl-check: node' "$ERR" && fail "a table without verbose"
+    conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S verbose=1 report_dir=$dir"
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
+    expect_rc0
+    expect_err "nccl-check: node"
+    [ -f "$dir/nccl-check-$(last_job).0-n2-rank1.json" ] || fail "report_dir= did not keep the reports"
+    rm -rf "$dir"
+}
+
+# slurm/README.md "Install from source", step by step, into this cluster's plugstack directory
+# (the plugin goes into Slurm's real PluginDir, as on a node; a file already there is restored).
+t_documented_install_steps_work_and_a_wrong_path_breaks_nothing() {
+    local snippet=$CL/plugstack.conf.d/zz-nccl-check.conf
+    # The shipped file as is (no PluginDir filled in): plain jobs still run.
+    sed "s|worker=[^ ]*|worker=$CL/lib/nccl-check-fake|" "$REPO/slurm/plugstack.conf.d/zz-nccl-check.conf" > "$snippet"
+    run_cmd srun -N2 true
+    expect_rc0
+    local PLUGINDIR; PLUGINDIR=$(scontrol show config | awk '$1 == "PluginDir" {print $3}')
+    [ -d "$PLUGINDIR" ] || { fail "scontrol show config gave no PluginDir ('$PLUGINDIR')"; return; }
+    local so=$PLUGINDIR/nccl_check.so backup=
+    [ -e "$so" ] && { backup=$CL/work/nccl_check.so.orig; cp -a "$so" "$backup"; }
+    install -m 0755 "$PLUGIN_SO" "$so"
+    sed "s|@PLUGINDIR@|$PLUGINDIR|; s|worker=[^ ]*|worker=$CL/lib/nccl-check-fake|" \
+        "$REPO/slurm/plugstack.conf.d/zz-nccl-check.conf" > "$snippet"
+    if timeout 20 srun --help 2>&1 | grep -q -- --nccl-check; then
+        sed -i 's/^optional /required /' "$snippet"
+    else
+        fail "srun --help does not list --nccl-check after the documented steps"
+    fi
+    grep -q "^required $so " "$snippet" || fail "the snippet is not required $so: $(grep -v '^#' "$snippet")"
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
+    expect_rc0
+    expect_err "nccl-check: PASS (quick, 2 ranks)"
+    if [ -n "$backup" ]; then cp -a "$backup" "$so"; else rm -f "$so"; fi
+}
+
+t_sbatch_checks_the_allocation_before_the_script() {
+    NCCL_CHECK_FAKE=pass run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" --wrap 'echo script-started'
+    expect_rc0
+    local job; job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    [ "$(markers_of_job "$job" 0 | wc -l)" = 2 ] || fail "the allocation check did not run one worker per node: $(markers_of_job "$job" 0)"
+    grep -q "nccl-check: PASS (allocation" "$CL/work/batch-$job.out" || fail "no allocation PASS line: $(cat "$CL/work/batch-$job.out")"
+    [ "$(grep -n 'PASS (allocation' "$CL/work/batch-$job.out" | cut -d: -f1)" -lt "$(grep -n script-started "$CL/work/batch-$job.out" | cut -d: -f1)" ] \
+        || fail "the script started before the check"
+    run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" --export=ALL,NCCL_CHECK_FAKE=fail --wrap 'echo script-started'
+    expect_rc_nonzero
+    job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    grep -q "script-started" "$CL/work/batch-$job.out" && fail "the batch script ran after a FAIL"
+    grep -q "nccl-check: FAIL in the allocation check" "$CL/work/batch-$job.out" || fail "no FAIL line: $(cat "$CL/work/batch-$job.out")"
+    conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S batch_check=0"
+    run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" --wrap 'echo script-started'
+    expect_rc0
+    job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    [ "$(markers_of_job "$job" 0 | wc -l)" = 0 ] || fail "batch_check=0 still checked the allocation"
 }
 
 t_full_mode_and_default_mode() {
@@ -229,12 +360,14 @@ t_sbatch_option_reaches_inner_srun() {
         --wrap 'srun -N2 true; echo inner-rc=$?'
     expect_rc0
     local job; job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
-    [ "$(markers_of_job "$job" 0 | wc -l)" = 2 ] || fail "inner srun (step 0) of job $job ran the worker $(markers_of_job "$job" 0 | wc -l) times"
-    grep -q "^rank=.* job=$job step=4294967291 " "$NCCL_CHECK_FAKE_MARKER" && fail "the batch step itself ran the check"
+    # step 0 is the allocation check, step 1 the script's srun
+    [ "$(markers_of_job "$job" 1 | wc -l)" = 2 ] || fail "inner srun (step 1) of job $job ran the worker $(markers_of_job "$job" 1 | wc -l) times"
+    grep -q "^rank=.* job=$job step=4294967291 " "$NCCL_CHECK_FAKE_MARKER" && fail "the batch step itself ran the worker"
     grep -q "inner-rc=0" "$CL/work/batch-$job.out" || fail "inner srun failed: $(cat "$CL/work/batch-$job.out")"
 }
 
 t_inner_step_can_turn_it_off() {
+    conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S batch_check=0"
     run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
         --wrap 'srun -N2 --nccl-check=off true; srun -N2 true'
     expect_rc0
@@ -244,6 +377,7 @@ t_inner_step_can_turn_it_off() {
 }
 
 t_sbatch_failing_check_fails_inner_step() {
+    conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S batch_check=0"
     run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
         --export=ALL,NCCL_CHECK_FAKE=fail --wrap 'srun -N2 true; echo inner-rc=$?'
     local job; job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
@@ -264,7 +398,7 @@ t_salloc_option_reaches_srun() {
 t_invalid_values_rejected_before_allocation() {
     local before; before=$(job_count)
     for cmd in "srun -N2 --nccl-check=bogus true" "sbatch -N2 --nccl-check=bogus --wrap true" \
-               "salloc -N2 --nccl-check=bogus true" "srun -N1 --nccl-check= --nccl-check=QUICK true"; do
+               "salloc -N2 --nccl-check=bogus true" "srun -N1 --nccl-check= --nccl-check=QUICKLY true"; do
         run_cmd $cmd
         expect_rc_nonzero
         expect_err "nccl-check: invalid --nccl-check value"
@@ -325,7 +459,7 @@ t_sharp_refused_unless_allowed() {
     # The default (allow_sharp=0) also keeps SHARP off in the ordinary check.
     NCCL_COLLNET_ENABLE=1 run_cmd srun -N1 --nccl-check true
     expect_rc0
-    markers_of_job "$(last_job)" 0 | grep -q 'expect_collnet=0 collnet_env=0$' \
+    markers_of_job "$(last_job)" 0 | grep -q 'expect_collnet=0 collnet_env=0 ' \
         || fail "allow_sharp=0 did not force NCCL_COLLNET_ENABLE=0: $(markers_of_job "$(last_job)" 0)"
 }
 
@@ -335,7 +469,7 @@ t_sharp_allowed_passes_expect_collnet() {
     expect_rc0
     expect_err "nccl-check: PASS (quick, 2 ranks)"
     local job; job=$(last_job)
-    [ "$(markers_of_job "$job" 0 | grep -c 'plan=quick .* expect_collnet=1 collnet_env=unset$')" = 2 ] \
+    [ "$(markers_of_job "$job" 0 | grep -c 'plan=quick .* expect_collnet=1 collnet_env=unset ')" = 2 ] \
         || fail "both ranks should get --expect-collnet: $(markers_of_job "$job" 0)"
     NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
     expect_rc0
@@ -344,7 +478,8 @@ t_sharp_allowed_passes_expect_collnet() {
     run_cmd sbatch -N2 --nccl-check=sharp --wait -o "$CL/work/batch-%j.out" --wrap 'srun -N2 true; echo inner-rc=$?'
     expect_rc0
     job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
-    [ "$(markers_of_job "$job" 0 | grep -c 'expect_collnet=1')" = 2 ] || fail "inner step of sbatch --nccl-check=sharp lacks --expect-collnet"
+    [ "$(markers_of_job "$job" 0 | grep -c 'expect_collnet=1')" = 2 ] || fail "the allocation check of sbatch --nccl-check=sharp lacks --expect-collnet"
+    [ "$(markers_of_job "$job" 1 | grep -c 'expect_collnet=1')" = 2 ] || fail "inner step of sbatch --nccl-check=sharp lacks --expect-collnet"
     NCCL_CHECK_FAKE=fail run_cmd srun -N2 --nccl-check=sharp true
     expect_rc_nonzero
     expect_err "nccl-check: FAIL on n"
@@ -388,6 +523,12 @@ t_init_failure_drains_no_node_on_25_05_and_later() {
 
 run_test "srun, sbatch and salloc --help list --nccl-check" t_help_lists_option
 run_test "srun -N2 --nccl-check runs the worker on both nodes (fake pass)" t_pass_runs_worker_on_both_nodes
+run_test "each srun step gets its own secret, also with --export=NONE; tasks never see it" t_each_step_gets_its_own_secret
+run_test "--nccl-check=FULL works; '--nccl-check quick' is refused before allocation" t_mode_names_any_case_and_a_detached_mode_is_refused
+run_test "plugstack nccl_lib= reaches the worker unless the user sets NCCL_CHECK_NCCL_LIB" t_site_nccl_lib_unless_the_user_names_one
+run_test ",verbose prints the per-node table; reports are kept on request" t_verbose_table_and_kept_reports
+run_test "sbatch --nccl-check checks the allocation before the batch script's first command" t_sbatch_checks_the_allocation_before_the_script
+run_test "the documented install steps work on this node; the shipped file breaks nothing" t_documented_install_steps_work_and_a_wrong_path_breaks_nothing
 run_test "--nccl-check=full and default_mode=full run the full plan" t_full_mode_and_default_mode
 run_test "a failing check fails the step and names the node and GPU" t_fail_fails_step_with_message
 run_test "--nccl-check=plan=NAME runs a site's own plan; the worker names an unknown one" t_site_plan_passes_through

@@ -40,14 +40,43 @@ pub fn load<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
     parse(path, &read(path)?)
 }
 
+/// Largest config file read: real ones are a few KiB, and `--config /dev/zero` must neither fill
+/// the memory nor run past the worker's watchdog (it starts after the config is read).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// The text of a config file, or an error naming it (for loaders that validate after parsing).
+/// Only a regular file is read (opened non-blocking, so a FIFO is refused instead of waited on),
+/// and at most [`MAX_CONFIG_BYTES`] of it.
 pub fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| ConfigError {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |message: String| ConfigError {
         file: path.to_path_buf(),
         line: None,
         field: String::new(),
-        message: format!("cannot read: {e}"),
-    })
+        message,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| err(format!("cannot read: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| err(format!("cannot read: {e}")))?;
+    if !meta.is_file() {
+        return Err(err("cannot read: not a regular file".into()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| err(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(err(format!(
+            "cannot read: larger than {MAX_CONFIG_BYTES} bytes"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| err("cannot read: not UTF-8 text".into()))
 }
 
 /// Parses `text` as the contents of `path` (the path only names the file in errors).
@@ -201,5 +230,36 @@ mod tests {
     fn a_missing_file_says_so() {
         let e = load::<Doc>(Path::new("/nonexistent/nccl-check.toml")).unwrap_err();
         assert!(e.to_string().contains("cannot read"), "{e}");
+    }
+}
+
+/// Issue 15: `--config /dev/zero` grew without bound and `--config FIFO` blocked in open(2),
+/// both before the watchdog starts.
+#[cfg(test)]
+mod bounded {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn devices_fifos_and_huge_files_are_refused_quickly() {
+        let t0 = Instant::now();
+        let e = read(Path::new("/dev/zero")).expect_err("/dev/zero");
+        assert!(e.message.contains("not a regular file"), "{e}");
+        let dir = crate::test_support::scratch_dir("config-read");
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("no NUL");
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read(&fifo).expect_err("fifo");
+        assert!(e.message.contains("not a regular file"), "{e}");
+        let big = dir.join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).expect("write");
+        let e = read(&big).expect_err("big");
+        assert!(e.message.contains("larger than"), "{e}");
+        let ok = dir.join("ok.toml");
+        std::fs::write(&ok, "# fine\n").expect("write");
+        assert_eq!(read(&ok).expect("regular"), "# fine\n");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -19,6 +19,8 @@ const DEFAULTS_NAME: &str = "<built-in defaults.toml>";
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
+    /// The site's libnccl.so.2 (absolute), for users who do not set NCCL_CHECK_NCCL_LIB.
+    nccl_lib: Option<PathBuf>,
     outliers: Option<RawOutliers>,
     #[serde(default)]
     thresholds: Vec<RawThreshold>,
@@ -142,6 +144,8 @@ pub struct WorkerConfig {
     pub network: Vec<super::network::NetworkProfile>,
     /// The admin file's `[[expected_gpus]]` (none are built in).
     pub expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
+    /// The admin file's `nccl_lib` (after `--nccl-lib` and `NCCL_CHECK_NCCL_LIB`).
+    pub nccl_lib: Option<PathBuf>,
     pub text: String,
 }
 
@@ -177,6 +181,7 @@ impl WorkerConfig {
             plans: BTreeMap::new(),
             network: Vec::new(),
             expected_gpus: Vec::new(),
+            nccl_lib: None,
             text: String::new(),
         };
         let defaults = validate(defaults_path, DEFAULTS, raw_defaults, false)?;
@@ -209,6 +214,9 @@ impl WorkerConfig {
         if !v.expected_gpus.is_empty() {
             self.expected_gpus = v.expected_gpus;
         }
+        if v.nccl_lib.is_some() {
+            self.nccl_lib = v.nccl_lib;
+        }
     }
 }
 
@@ -219,6 +227,7 @@ struct Validated {
     plans: BTreeMap<String, Plan>,
     network: Vec<super::network::NetworkProfile>,
     expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
+    nccl_lib: Option<PathBuf>,
 }
 
 fn validate(
@@ -236,6 +245,12 @@ fn validate(
                 format!("{f} is not a fraction: expected a number between 0 and 1, e.g. 0.85"),
             ));
         }
+    }
+    if let Some(lib) = raw.nccl_lib.as_ref().filter(|l| !l.is_absolute()) {
+        return Err(bad(
+            "nccl_lib".into(),
+            format!("'{}' must be an absolute path", lib.display()),
+        ));
     }
     super::network::validate(&raw.network, path, text)?;
     super::expected_gpus::validate(&mut raw.expected_gpus, path, text)?;
@@ -395,6 +410,7 @@ fn validate(
         plans,
         network: raw.network,
         expected_gpus: raw.expected_gpus,
+        nccl_lib: raw.nccl_lib,
     })
 }
 
@@ -441,6 +457,20 @@ mod tests {
         assert!(c.thresholds[0].admin && c.thresholds[0].min_busbw == 320.0);
         assert_eq!(c.plans["quick"].steps.len(), 1);
         assert!(c.plans.contains_key("full"));
+    }
+
+    /// Issue 20 item 4: the site says where NCCL is, once, for every user.
+    #[test]
+    fn the_site_names_its_nccl_library_with_an_absolute_path() {
+        assert_eq!(WorkerConfig::from_texts(None).unwrap().nccl_lib, None);
+        let c = admin("nccl_lib = \"/opt/nccl/lib/libnccl.so.2\"\n").unwrap();
+        assert_eq!(
+            c.nccl_lib,
+            Some(PathBuf::from("/opt/nccl/lib/libnccl.so.2"))
+        );
+        let e = admin("nccl_lib = \"libnccl.so.2\"\n").unwrap_err();
+        assert_eq!(e.field, "nccl_lib", "{e}");
+        assert!(e.to_string().contains("must be an absolute path"), "{e}");
     }
 
     #[test]

@@ -108,8 +108,13 @@ pub struct WorkerArgs {
     /// `--rank` and `--world`: this process among the processes of one check.
     pub rank: Option<u32>,
     pub world: Option<u32>,
-    /// `--rendezvous HOST:PORT` where rank 0 listens.
+    /// `--rendezvous HOST:PORT` where rank 0 listens; `None` under Slurm lets the worker derive
+    /// host, candidate ports and coordinator from the task's environment.
     pub rendezvous: Option<String>,
+    /// `--port-range LO-HI`: the ports the worker derives its candidates from (Slurm only).
+    pub port_range: Option<crate::slurm_rendezvous::PortRange>,
+    /// `--progress`: a line on stderr every few seconds (phase, elapsed, budget).
+    pub progress: bool,
     /// `--expect-collnet`: turn CollNet (SHARP) on and FAIL when it did not carry the collectives.
     pub expect_collnet: bool,
 }
@@ -127,6 +132,8 @@ impl WorkerArgs {
             rank: None,
             world: None,
             rendezvous: None,
+            port_range: None,
+            progress: false,
             expect_collnet: false,
         }
     }
@@ -156,6 +163,12 @@ impl WorkerArgs {
         }
         if let Some(r) = &self.rendezvous {
             a.extend(["--rendezvous".into(), r.into()]);
+        }
+        if let Some(p) = &self.port_range {
+            a.extend(["--port-range".into(), p.to_string().into()]);
+        }
+        if self.progress {
+            a.push("--progress".into());
         }
         if self.expect_collnet {
             a.push("--expect-collnet".into());
@@ -223,6 +236,14 @@ mod tests {
         );
         a.timeout_s = 0;
         assert!(a.display().contains("--timeout 1 "), "{}", a.display());
+        a.port_range = Some(crate::slurm_rendezvous::PortRange::new(40000, 40010).expect("ok"));
+        a.progress = true;
+        assert!(
+            a.display()
+                .ends_with("--gpus 1,3 --port-range 40000-40010 --progress"),
+            "{}",
+            a.display()
+        );
     }
 }
 
@@ -285,6 +306,11 @@ mod round_trip {
                 a.rendezvous = Some("node-a07:29511".into());
             }
             a.expect_collnet = on(5);
+            a.progress = on(2);
+            if on(1) {
+                a.port_range =
+                    Some(crate::slurm_rendezvous::PortRange::new(40000, 40100).expect("valid"));
+            }
             let o = parse_args(&a);
             assert_eq!(o.plan, a.plan.as_str(), "{bits}");
             assert!(o.config.plans.contains_key(a.plan.as_str()), "{bits}");
@@ -296,6 +322,8 @@ mod round_trip {
             assert_eq!(o.world, a.world.unwrap_or(1), "{bits}");
             assert_eq!(o.rendezvous, a.rendezvous, "{bits}");
             assert_eq!(o.expect_collnet, a.expect_collnet, "{bits}");
+            assert_eq!(o.progress, a.progress, "{bits}");
+            assert_eq!(o.port_range, a.port_range.unwrap_or_default(), "{bits}");
         }
         std::fs::remove_dir_all(&dir).ok();
     }

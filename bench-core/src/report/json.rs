@@ -196,9 +196,7 @@ impl Report {
             nranks: 0,
             rendezvous: None,
             nccl: None,
-            nccl_env: std::env::vars()
-                .filter(|(k, _)| k.starts_with("NCCL_"))
-                .collect(),
+            nccl_env: nccl_env_of(std::env::vars_os()),
             settings: None,
             gpus: Vec::new(),
             processes: Vec::new(),
@@ -220,5 +218,41 @@ impl Report {
         self.exit_code = code.code();
         self.verdict = code.verdict();
         self.summary = summary;
+    }
+}
+/// The `NCCL_*` variables for the report: never the rendezvous secret (reports are kept and
+/// shared), and never a panic on a non-UTF-8 variable (`std::env::vars` panics; those are left
+/// out).
+pub fn nccl_env_of(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> BTreeMap<String, String> {
+    vars.filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| k.starts_with("NCCL_") && !k.contains("SECRET"))
+        .collect()
+}
+
+#[cfg(test)]
+mod nccl_env_tests {
+    use super::*;
+    use std::os::unix::ffi::OsStringExt;
+
+    /// Issue 15: a non-UTF-8 variable panicked the worker; the secret must never reach a report.
+    #[test]
+    fn the_report_keeps_nccl_variables_but_not_the_secret_or_non_utf8_ones() {
+        let vars = vec![
+            ("NCCL_DEBUG".into(), "INFO".into()),
+            ("NCCL_CHECK_SECRET".into(), "0123456789abcdef".into()),
+            (
+                "NCCL_IB_HCA".into(),
+                std::ffi::OsString::from_vec(vec![0xff]),
+            ),
+            ("TMPDIR".into(), std::ffi::OsString::from_vec(vec![0xfe])),
+            ("PATH".into(), "/bin".into()),
+        ];
+        let env = nccl_env_of(vars.into_iter());
+        assert_eq!(
+            env.into_iter().collect::<Vec<_>>(),
+            vec![("NCCL_DEBUG".to_string(), "INFO".to_string())]
+        );
     }
 }

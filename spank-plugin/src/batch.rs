@@ -1,0 +1,218 @@
+//! `sbatch --nccl-check`: check the whole allocation in the batch step, before the batch
+//! script's first command, whether or not the script ever calls srun (a script that runs
+//! `torchrun` directly used to get no check at all).
+//!
+//! How: in the batch script's task (task_init, as the user, before exec), run
+//! `srun --nccl-check=off --nodes=N --ntasks=N --ntasks-per-node=1 WORKER ARGS`: one worker per
+//! node of the job, ranks, world and rendezvous from that step's Slurm environment, a fresh
+//! secret for it, all under [`bench_core::supervise`] with a deadline of the worker's timeout +
+//! grace + [`STEP_SETUP`] for srun to create the step. `--nccl-check=off` keeps that srun's own
+//! tasks from checking again. FAIL or ERROR fails the batch task (the script never starts) in
+//! the enforcing modes; `warn` reports and runs the script. Steps the script starts with srun
+//! inherit the option as before and are checked again (`srun --nccl-check=off` skips that);
+//! plugstack `batch_check=0` turns this allocation check off.
+
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use bench_core::contract::{ExitCode, PlanName, WorkerArgs};
+use bench_core::supervise::{self, Ending, Output, Spec};
+use bench_core::verdict::Verdict;
+use slurm_spank::SpankHandle;
+
+use crate::config::Config;
+use crate::options::Mode;
+use crate::slurmstepd::{say, worker_env};
+use crate::Error;
+
+/// Time allowed for srun to create the check's step, on top of the worker's deadline.
+const STEP_SETUP: Duration = Duration::from_secs(30);
+/// Bytes of srun's stderr kept for the message.
+const TAIL_BYTES: usize = 16 << 10;
+
+/// Runs the allocation check in the batch step.
+pub fn check_allocation(
+    spank: &SpankHandle,
+    config: &Config,
+    mode: &Mode,
+    verbose: bool,
+) -> Result<(), Error> {
+    // The batch step itself runs on one node; the job's node count is in its environment.
+    let nnodes = spank
+        .getenv("SLURM_JOB_NUM_NODES")
+        .ok()
+        .flatten()
+        .and_then(|n| n.parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .ok_or_else(|| Error::Check("SLURM_JOB_NUM_NODES is not set in the batch step".into()))?;
+    let secret = crate::srun::fresh_secret()?;
+    let env = worker_env(spank, config, Some(secret.into()))?;
+    let plan = mode.plan().unwrap_or_else(PlanName::quick);
+    let spec = Spec {
+        program: "srun".into(),
+        args: srun_args(config, mode, nnodes, verbose),
+        env: Some(env),
+        cwd: None,
+        stdout: Output::Discard,
+        stderr: tee_stderr(),
+        deadline: config.deadline() + STEP_SETUP,
+    };
+    say(&format!(
+        "nccl-check: checking the allocation ({plan}, {nnodes} node(s), budget {} s) before the \
+         batch script starts",
+        config.timeout.as_secs()
+    ));
+    let t0 = Instant::now();
+    let (verdict, detail) = match supervise::run(spec) {
+        Ok(done) => judge(done.ending, &done.stderr, config),
+        Err(e) => (Verdict::Error, format!("cannot start srun: {}", e.error)),
+    };
+    let took = t0.elapsed().as_secs_f64();
+    match (verdict, mode.enforcing()) {
+        (Verdict::Pass, _) => {
+            say(&format!(
+                "nccl-check: PASS (allocation, {plan}, {nnodes} node(s), {took:.1} s)"
+            ));
+            Ok(())
+        }
+        (verdict, true) => {
+            let msg = format!("{verdict} in the allocation check: {detail}");
+            say(&format!("nccl-check: {msg}; the batch script does not run"));
+            Err(Error::Reported(msg))
+        }
+        (verdict, false) => {
+            say(&format!(
+                "nccl-check: {verdict} in the allocation check: {detail} (warn mode: the batch \
+                 script runs anyway)"
+            ));
+            Ok(())
+        }
+    }
+}
+
+/// The check's srun command line (after `srun`).
+fn srun_args(config: &Config, mode: &Mode, nnodes: u32, verbose: bool) -> Vec<OsString> {
+    let n = nnodes.to_string();
+    let mut a: Vec<OsString> = [
+        "--nccl-check=off",
+        "--job-name=nccl-check",
+        "--nodes",
+        &n,
+        "--ntasks",
+        &n,
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    if verbose {
+        a.push("--label".into());
+    }
+    a.push(config.worker.clone().into_os_string());
+    let mut w = WorkerArgs::new(
+        mode.plan().unwrap_or_else(PlanName::quick),
+        config.timeout.as_secs(),
+    );
+    w.port_range = Some(config.ports);
+    w.progress = true;
+    w.expect_collnet = mode.expect_collnet();
+    a.extend(w.to_args());
+    a
+}
+
+/// The batch step's stderr (the job's error file), copied as the check's output arrives.
+fn tee_stderr() -> Output {
+    use std::os::fd::AsFd;
+    match std::io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => Output::Tee {
+            max_bytes: TAIL_BYTES,
+            copy: std::fs::File::from(fd),
+        },
+        Err(_) => Output::Tail {
+            max_bytes: TAIL_BYTES,
+        },
+    }
+}
+
+/// srun's exit is the highest exit of its tasks (0 PASS, 1 FAIL, else ERROR); the detail is
+/// the workers' last verdict line (pure).
+fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
+    let text = String::from_utf8_lossy(stderr);
+    let last_verdict = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("nccl-check: FAIL") || l.contains("nccl-check: ERROR"))
+        .map(|l| {
+            l.trim()
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(400)
+                .collect::<String>()
+        });
+    let last_line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    match ending {
+        Ending::Exited(code) => {
+            let verdict = ExitCode::verdict_of_status(Some(code));
+            let detail = last_verdict.unwrap_or_else(|| {
+                format!(
+                    "srun exited with code {code} ({}); last output: {}",
+                    ExitCode::meaning_of(code),
+                    last_line.chars().take(400).collect::<String>()
+                )
+            });
+            (verdict, detail)
+        }
+        Ending::Signaled(sig) => (Verdict::Error, format!("srun killed by signal {sig}")),
+        Ending::KilledAtDeadline => (
+            Verdict::Error,
+            format!(
+                "the check did not finish within {} s (--timeout {} s + grace + {} s for srun)",
+                (config.deadline() + STEP_SETUP).as_secs(),
+                config.timeout.as_secs(),
+                STEP_SETUP.as_secs()
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_worker_per_node_with_the_check_of_its_own_step_off() {
+        let config = Config::default();
+        let a: Vec<String> = srun_args(&config, &Mode::Full, 3, false)
+            .into_iter()
+            .map(|s| s.into_string().expect("utf-8"))
+            .collect();
+        assert_eq!(
+            a.join(" "),
+            "--nccl-check=off --job-name=nccl-check --nodes 3 --ntasks 3 --ntasks-per-node=1 \
+             --kill-on-bad-exit=1 /usr/libexec/nccl-check/nccl-check --plan full --timeout 120 \
+             --port-range 29501-29999 --progress"
+        );
+    }
+
+    #[test]
+    fn the_exit_decides_and_the_workers_verdict_line_explains() {
+        let c = Config::default();
+        let err = b"nccl-check: running 3 s\nnccl-check: FAIL all_reduce 12 < 300 GB/s on n2\nsrun: error: n2: task 1: Exited with exit code 1\n";
+        let (v, d) = judge(Ending::Exited(1), err, &c);
+        assert_eq!(v, Verdict::Fail);
+        assert_eq!(d, "nccl-check: FAIL all_reduce 12 < 300 GB/s on n2");
+        let (v, d) = judge(Ending::Exited(0), b"", &c);
+        assert_eq!(v, Verdict::Pass, "{d}");
+        let (v, d) = judge(Ending::Exited(2), b"srun: error: bad thing\n", &c);
+        assert_eq!(v, Verdict::Error);
+        assert!(d.contains("last output: srun: error: bad thing"), "{d}");
+        let (v, d) = judge(Ending::KilledAtDeadline, b"", &c);
+        assert_eq!(v, Verdict::Error);
+        assert!(d.contains("did not finish within 155 s"), "{d}");
+    }
+}
