@@ -29,6 +29,15 @@ for f in "$CLUSTER_DIR"/run/slurmd-*.pid; do
 done
 stop_pid slurmctld "$CLUSTER_DIR/run/slurmctld.pid"
 stop_pid munged "$CLUSTER_DIR/run/munged.started.pid"
+# A daemon whose pid file was lost (a restart by a package's maintainer script, a pid namespace)
+# still carries this cluster's SLURM_CONF: stop it too, or the next cluster on the same port talks
+# to it (seen: a 24.11 slurmctld left behind gave the 26.05 suite "Protocol authentication error").
+for env in /proc/[0-9]*/environ; do
+    pid=${env#/proc/}; pid=${pid%/environ}
+    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in slurmctld|slurmd|slurmstepd|slurmscriptd) ;; *) continue ;; esac
+    tr '\0' '\n' <"$env" 2>/dev/null | grep -qxF "SLURM_CONF=$CLUSTER_DIR/slurm.conf" || continue
+    kill -KILL "$pid" 2>/dev/null && log "stopped a leftover $(cat "/proc/$pid/comm" 2>/dev/null || echo daemon) (pid $pid)"
+done
 if [ "${1:-}" = --purge ]; then
     rm -rf "$CLUSTER_DIR"
     log "removed $CLUSTER_DIR"
