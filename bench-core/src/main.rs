@@ -69,14 +69,7 @@ fn main() {
             report.transports = Some(info);
             orchestrate::verdict(opts, &mut report, profile, log.as_ref())
         }
-        Err(e) => {
-            report.error = Some(e.message().to_string());
-            report
-                .reasons
-                .push(Reason::plain(e.reason_code(), e.message().to_string()));
-            report.set_outcome(e.exit_code(), e.message().to_string());
-            e.exit_code()
-        }
+        Err(e) => e.record(&mut report),
     };
     report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
     finish(opts, &report, code);

@@ -20,7 +20,7 @@ use bench_core::localize::sim::{Fabric, Fault};
 use bench_core::localize::{Config, Floors, Localizer, Summary};
 use bench_core::options::{self, ParseExit};
 use bench_core::rendezvous::{self, Member};
-use bench_core::report::json::{Reason, Report};
+use bench_core::report::json::Report;
 use bench_core::runner::RunError;
 use bench_core::team::Team;
 use bench_core::topology::Topology;
@@ -77,14 +77,7 @@ fn main() {
             report.set_outcome(code, summary);
             code
         }
-        Err(e) => {
-            report.error = Some(e.message().to_string());
-            report
-                .reasons
-                .push(Reason::plain(e.reason_code(), e.message().to_string()));
-            report.set_outcome(e.exit_code(), e.message().to_string());
-            e.exit_code()
-        }
+        Err(e) => e.record(&mut report),
     };
     report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
     if let Some(path) = &opts.json {
