@@ -7,7 +7,7 @@ use super::messages::{self, Accepted, Challenge, Hello, Welcome, WelcomeBody};
 use super::plane::ControlPlane;
 use super::wire;
 use super::{Joined, Member, Setup};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ struct Arrival {
 
 /// Binds the first free candidate port on the rendezvous host's address.
 fn bind(setup: &Setup) -> Result<(TcpListener, u16), String> {
-    let ip = bind_address(&setup.host)?;
+    let ip = bind_address(&setup.host, setup.deadline)?;
     let mut last = String::new();
     for &port in &setup.ports {
         match TcpListener::bind(SocketAddr::new(ip, port)) {
@@ -57,13 +57,13 @@ fn bind(setup: &Setup) -> Result<(TcpListener, u16), String> {
 /// a loopback address other than the one given literally (Debian maps its own name to
 /// 127.0.1.1) would be unreachable from other nodes: then every interface is used, which the
 /// handshake's authentication makes safe.
-fn bind_address(host: &str) -> Result<IpAddr, String> {
+fn bind_address(host: &str, deadline: Instant) -> Result<IpAddr, String> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(ip);
     }
-    let ips: Vec<IpAddr> = (host, 0)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve the rendezvous host {host}: {e}"))?
+    let ips: Vec<IpAddr> = super::member::lookup(host, 0, deadline)
+        .map_err(|e| format!("the rendezvous host: {e}"))?
+        .into_iter()
         .map(|a| a.ip())
         .collect();
     let ip = ips

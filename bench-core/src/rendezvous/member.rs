@@ -17,11 +17,32 @@ struct Admitted {
     port: u16,
 }
 
-fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
-    let all: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?
-        .collect();
+/// The addresses of `host`, looked up on a helper thread so that a slow resolver (a name that
+/// does not resolve can take 10 s per try) never holds this process past `deadline`.
+pub(super) fn lookup(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, String> {
+    let left = deadline
+        .checked_duration_since(Instant::now())
+        .ok_or("deadline passed")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = host.to_string();
+    std::thread::Builder::new()
+        .name("resolve".into())
+        .spawn(move || {
+            let r = (name.as_str(), port)
+                .to_socket_addrs()
+                .map(|a| a.collect::<Vec<_>>());
+            let _ = tx.send(r);
+        })
+        .map_err(|e| format!("cannot start a resolver thread: {e}"))?;
+    match rx.recv_timeout(left) {
+        Ok(Ok(all)) => Ok(all),
+        Ok(Err(e)) => Err(format!("cannot resolve {host}: {e}")),
+        Err(_) => Err(format!("cannot resolve {host} before the deadline")),
+    }
+}
+
+fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, String> {
+    let all = lookup(host, port, deadline)?;
     all.iter()
         .find(|a| a.is_ipv4())
         .or(all.first())
@@ -35,7 +56,7 @@ fn attempt(setup: &Setup, me: &Member, port: u16) -> Result<Admitted, String> {
         .deadline
         .checked_duration_since(Instant::now())
         .ok_or("deadline passed")?;
-    let addr = resolve(&setup.host, port)?;
+    let addr = resolve(&setup.host, port, setup.deadline)?;
     let mut stream = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
         .map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;

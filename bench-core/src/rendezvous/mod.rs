@@ -233,6 +233,14 @@ mod tests {
     }
 
     #[test]
+    fn name_lookups_answer_within_the_deadline() {
+        let soon = Instant::now() + Duration::from_secs(5);
+        assert!(member::lookup("localhost", 1, soon).is_ok_and(|a| !a.is_empty()));
+        let e = member::lookup("localhost", 1, Instant::now()).unwrap_err();
+        assert!(e.contains("deadline"), "{e}");
+    }
+
+    #[test]
     fn a_member_without_coordinator_gives_up_at_the_deadline() {
         let start = Instant::now();
         let deadline = start + Duration::from_millis(500);
