@@ -5,10 +5,21 @@
 //! process R leaves after joining (exits, or stops answering); the run then reports whether and
 //! when the coordinator named it (within the deadline + 1 s is the requirement).
 //!
-//! cargo build --release -p bench-core --example control_plane_bench
+//! After the sums, a whole localization as a real check runs it (8 simulated GPUs per process,
+//! one node's NICs at half speed so that screening and confirmation rounds run): the coordinator
+//! runs the localizer (`localize::conduct`), every process follows through `Team::gather`; the
+//! time of every gather, as the coordinator and a member see it, and the verdict are recorded.
+//!
+//! cargo build --release -p bench-core --features sim --example control_plane_bench
 //! NCCL_CHECK_SECRET=$(openssl rand -hex 32) target/release/examples/control_plane_bench --procs 1024
 
+use bench_core::localize::conduct::{follow, group_of, Conductor, Step};
+use bench_core::localize::layout::Layout;
+use bench_core::localize::sim::{Fabric, Fault};
+use bench_core::localize::{Config, Floors, Localizer};
 use bench_core::rendezvous::{self, auth::SharedSecret, Member};
+use bench_core::team::Team;
+use bench_core::topology::Topology;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -155,12 +166,18 @@ fn child(a: &Args, rank: u32) {
         }
         by_len.push(serde_json::json!({ "len": len, "sum": quantiles(times) }));
     }
+    let localization = if failure.is_none() {
+        localize(joined, rank, a.timeout_s)
+    } else {
+        serde_json::Value::Null
+    };
     let (hwm, rss) = memory_kib();
     let line = serde_json::json!({
         "rank": rank,
         "procs": a.procs,
         "join_s": join_s,
         "sums": by_len,
+        "localization": localization,
         "vm_hwm_kib": hwm,
         "vm_rss_kib": rss,
         "failure": failure.as_ref().map(|f| f.0.clone()),
@@ -170,6 +187,81 @@ fn child(a: &Args, rank: u32) {
     if rank <= 1 || failure.is_some() {
         let path = format!("{}/cp-bench-{rank}.json", a.out_dir);
         let _ = std::fs::write(path, line.to_string());
+    }
+}
+
+/// One localization through the real plane: the coordinator conducts, everyone follows.
+fn localize(joined: rendezvous::Joined, rank: u32, timeout_s: f64) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs_f64(timeout_s);
+    let topology = Topology::new(&joined.members);
+    let layout = Layout::new(&topology);
+    let nranks = topology.nranks() as usize;
+    let process_of: Vec<u32> = (0..nranks)
+        .map(|r| topology.process_of(r).unwrap_or(0))
+        .collect();
+    let first = joined.members[rank as usize].first_rank as usize;
+    let mine: Vec<usize> = (first..first + 8).collect();
+    let team = Team::new(1, joined.plane, deadline);
+    let (n, g) = (layout.names.len(), layout.rails.max(1));
+    let mut fabric = Fabric::healthy(n, g, 1);
+    fabric.inject(Fault::NodeNet {
+        node: n / 3,
+        factor: 0.5,
+    });
+    let cfg = Config {
+        floors: Floors {
+            allocation: Some(0.85 * fabric.allocation_nominal),
+            ..Floors::default()
+        },
+        ..Config::default()
+    };
+    let mut conductor: Option<Conductor> = None;
+    let known_fabric = fabric.clone();
+    let mut times = Vec::new();
+    let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, String> {
+        let t = Instant::now();
+        let step = team
+            .gather(len, led, |sums| {
+                if conductor.is_none() {
+                    let l = Localizer::new(n, g, cfg.clone()).map_err(|e| e.to_string())?;
+                    let mut f = known_fabric.clone();
+                    conductor = Some(Conductor::new(
+                        l,
+                        layout.clone(),
+                        process_of.clone(),
+                        rank,
+                        "bench",
+                        cfg.floors.allocation,
+                        Box::new(move |r| f.measure(r)),
+                    ));
+                }
+                let c = conductor.as_mut().ok_or("no conductor")?;
+                c.decide(sums).map_err(|e| e.to_string())
+            })
+            .map_err(|e| e.to_string());
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        step
+    };
+    let measure = |_, _, _, places: &[bench_core::localize::conduct::Place]| {
+        Ok(places
+            .iter()
+            .map(|p| group_of(&layout, p).map_or(0.0, |g| fabric.measure_group(&g)))
+            .collect())
+    };
+    let t = Instant::now();
+    let result = follow(&mine, nranks, gather, measure);
+    let total_ms = t.elapsed().as_secs_f64() * 1e3;
+    match result {
+        Ok(s) => serde_json::json!({
+            "gathers": times.len(),
+            "gather": quantiles(times),
+            "total_ms": total_ms,
+            "rounds": s.rounds,
+            "localization_rounds": s.localization_rounds,
+            "pair_groups": s.pair_groups,
+            "reasons": s.reasons.iter().map(|r| r.message.clone()).collect::<Vec<_>>(),
+        }),
+        Err(e) => serde_json::json!({ "error": format!("{e:?}"), "total_ms": total_ms }),
     }
 }
 

@@ -348,6 +348,7 @@ mod tests {
             allocation_busbw: Some(100.0),
             allocation_floor: None,
             pair_groups: 32,
+            reasons_omitted: 0,
             reasons: vec![reason.clone()],
         });
         assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);

@@ -223,6 +223,7 @@ fn meet(
     let id = UniqueId {
         internal: joined.unique_id,
     };
+    let conductor = Arc::new(std::sync::Mutex::new(None));
     for (slot, tx) in senders.iter().enumerate() {
         let rank = first_rank + slot as u32;
         let _ = tx.send(Start {
@@ -234,6 +235,7 @@ fn meet(
             recorder: slot == 0,
             topology: topology.clone(),
             gpu_name: gpu_name.clone(),
+            conductor: conductor.clone(),
             opts,
         });
     }

@@ -1,8 +1,11 @@
-//! The GPU threads of one process acting together: barriers and sums across local threads and,
-//! through the control plane, across processes. Every wait has the run's deadline, and the first
+//! The GPU threads of one process acting together: barriers, sums, minimums and gathers across
+//! local threads and, through the control plane, across processes. Every wait has the run's deadline, and the first
 //! failure anywhere releases everyone at once.
 
+use crate::rendezvous::plane::{Decide, Op};
 use crate::rendezvous::{ControlPlane, PlaneError};
+use serde::{de::DeserializeOwned, Serialize};
+use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
@@ -37,12 +40,60 @@ pub struct Team {
     failed: AtomicBool,
 }
 
+/// What the local threads have put in so far this generation.
+enum Pending {
+    Nothing,
+    Reduce {
+        op: Op,
+        values: Vec<f64>,
+    },
+    Gather {
+        len: usize,
+        entries: Vec<(u64, f64)>,
+    },
+}
+
+/// What a generation gave back.
+#[derive(Clone)]
+enum Done {
+    Values(Vec<f64>),
+    Reply(Value),
+}
+
 struct State {
     generation: u64,
     arrived: usize,
-    sums: Vec<f64>,
-    result: Vec<f64>,
+    pending: Pending,
+    result: Done,
     failed: Option<String>,
+}
+
+impl Pending {
+    /// Adds one local thread's part; threads of one generation must all do the same operation.
+    fn add(&mut self, part: Pending) -> Result<(), String> {
+        match (&mut *self, part) {
+            (Pending::Nothing, part) => *self = part,
+            (Pending::Reduce { op, values }, Pending::Reduce { op: o, values: v }) if *op == o => {
+                if values.len() < v.len() {
+                    let fill = if o == Op::Min { f64::INFINITY } else { 0.0 };
+                    values.resize(v.len(), fill);
+                }
+                for (t, x) in values.iter_mut().zip(v) {
+                    *t = if o == Op::Min { t.min(x) } else { *t + x };
+                }
+            }
+            (Pending::Gather { len, entries }, Pending::Gather { len: l, entries: e })
+                if *len == l =>
+            {
+                entries.extend(e)
+            }
+            _ => return Err(
+                "the GPU threads of this process are out of step (different operations at once)"
+                    .into(),
+            ),
+        }
+        Ok(())
+    }
 }
 
 impl Team {
@@ -53,8 +104,8 @@ impl Team {
             state: Mutex::new(State {
                 generation: 0,
                 arrived: 0,
-                sums: Vec::new(),
-                result: Vec::new(),
+                pending: Pending::Nothing,
+                result: Done::Values(Vec::new()),
                 failed: None,
             }),
             cv: Condvar::new(),
@@ -83,22 +134,88 @@ impl Team {
 
     /// Element-wise sum of `values` over every rank of the job; also the barrier (empty values).
     pub fn sum(&self, values: &[f64]) -> Result<Vec<f64>, TeamError> {
+        self.reduce(Op::Sum, values)
+    }
+
+    /// Element-wise minimum of `values` over every rank of the job.
+    pub fn min(&self, values: &[f64]) -> Result<Vec<f64>, TeamError> {
+        self.reduce(Op::Min, values)
+    }
+
+    fn reduce(&self, op: Op, values: &[f64]) -> Result<Vec<f64>, TeamError> {
+        let part = Pending::Reduce {
+            op,
+            values: values.to_vec(),
+        };
+        match self.meet(part, None)? {
+            Done::Values(v) => Ok(v),
+            Done::Reply(_) => Err(out_of_step()),
+        }
+    }
+
+    pub fn barrier(&self) -> Result<(), TeamError> {
+        self.sum(&[]).map(|_| ())
+    }
+
+    /// Every rank's `entries` of a vector of `len` values, added up at the coordinator, whose
+    /// `decide` (called once, in the coordinator's process only, by whichever of its threads
+    /// arrives last) turns the whole vector into one reply per process, in process-rank order.
+    /// Every thread of a process gets its process's reply; see [`ControlPlane::gather`].
+    pub fn gather<R: Serialize + DeserializeOwned>(
+        &self,
+        len: usize,
+        entries: &[(u64, f64)],
+        mut decide: impl FnMut(&[f64]) -> Result<Vec<R>, String>,
+    ) -> Result<R, TeamError> {
+        let mut as_values = |sums: &[f64]| -> Result<Vec<Value>, String> {
+            decide(sums)?
+                .iter()
+                .map(|r| serde_json::to_value(r).map_err(|e| e.to_string()))
+                .collect()
+        };
+        let part = Pending::Gather {
+            len,
+            entries: entries.to_vec(),
+        };
+        match self.meet(part, Some(&mut as_values))? {
+            Done::Reply(v) => serde_json::from_value(v).map_err(|e| {
+                TeamError::Plane(PlaneError::Peer(format!(
+                    "the coordinator's reply does not parse: {e}"
+                )))
+            }),
+            Done::Values(_) => Err(out_of_step()),
+        }
+    }
+
+    /// One generation: every local thread puts in its part; the last one to arrive talks to the
+    /// other processes for everyone, the others wait for its result (or the deadline).
+    fn meet(&self, part: Pending, decide: Option<Decide>) -> Result<Done, TeamError> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = &st.failed {
             return Err(TeamError::Stopped(why.clone()));
         }
-        if st.sums.len() < values.len() {
-            st.sums.resize(values.len(), 0.0);
+        if let Err(why) = st.pending.add(part) {
+            drop(st);
+            self.fail(&why);
+            return Err(TeamError::Stopped(why));
         }
-        st.sums.iter_mut().zip(values).for_each(|(s, v)| *s += v);
         st.arrived += 1;
         let gen = st.generation;
         if st.arrived == self.n_local {
-            let local = std::mem::take(&mut st.sums);
-            // The last local thread to arrive talks to the other processes for everyone.
+            let pending = std::mem::replace(&mut st.pending, Pending::Nothing);
             let global = {
                 let mut plane = self.plane.lock().unwrap_or_else(|p| p.into_inner());
-                plane.sum(gen, &local, self.deadline)
+                match (pending, decide) {
+                    (Pending::Reduce { op, values }, _) => plane
+                        .reduce(gen, op, &values, self.deadline)
+                        .map(Done::Values),
+                    (Pending::Gather { len, entries }, Some(decide)) => plane
+                        .gather(gen, len, &entries, self.deadline, decide)
+                        .map(Done::Reply),
+                    (Pending::Gather { .. }, None) | (Pending::Nothing, _) => plane
+                        .reduce(gen, Op::Sum, &[], self.deadline)
+                        .map(Done::Values),
+                }
             };
             match global {
                 Ok(g) => st.result = g,
@@ -136,10 +253,10 @@ impl Team {
             }
         }
     }
+}
 
-    pub fn barrier(&self) -> Result<(), TeamError> {
-        self.sum(&[]).map(|_| ())
-    }
+fn out_of_step() -> TeamError {
+    TeamError::Stopped("the GPU threads of this process are out of step".into())
 }
 
 #[cfg(test)]
@@ -169,6 +286,53 @@ mod tests {
         for h in handles {
             assert_eq!(h.join().unwrap(), (vec![6.0, 4.0], vec![8.0]));
         }
+    }
+
+    #[test]
+    fn threads_take_minimums_and_gather_one_reply_for_the_process() {
+        let team = Arc::new(Team::new(
+            3,
+            ControlPlane::Alone,
+            Instant::now() + Duration::from_secs(5),
+        ));
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let handles: Vec<_> = (0..3)
+            .map(|i| {
+                let (t, calls) = (team.clone(), calls.clone());
+                std::thread::spawn(move || {
+                    let m = t.min(&[10.0 - i as f64, i as f64]).unwrap();
+                    let reply: Vec<String> = t
+                        .gather(4, &[(i as u64, 1.0 + i as f64), (3, 1.0)], |sums| {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            Ok(vec![sums.iter().map(|s| s.to_string()).collect::<Vec<_>>()])
+                        })
+                        .unwrap();
+                    (m, reply)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (m, reply) = h.join().unwrap();
+            assert_eq!(m, vec![8.0, 0.0]);
+            assert_eq!(reply, ["1", "2", "3", "3"]);
+        }
+        // Only the last thread to arrive decides, once for the process.
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn threads_doing_different_operations_at_once_fail_the_team() {
+        let team = Arc::new(Team::new(
+            2,
+            ControlPlane::Alone,
+            Instant::now() + Duration::from_secs(5),
+        ));
+        let t = team.clone();
+        let summer = std::thread::spawn(move || t.sum(&[1.0]));
+        std::thread::sleep(Duration::from_millis(100));
+        let e = team.min(&[1.0]).unwrap_err();
+        assert!(e.to_string().contains("out of step"), "{e}");
+        assert!(summer.join().unwrap().is_err());
     }
 
     #[test]

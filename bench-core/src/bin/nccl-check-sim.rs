@@ -1,7 +1,7 @@
 //! `nccl-check-sim`: the worker of the GPU-less scale test (tests/scale/run.sh). It parses the
 //! real worker's command line and environment, joins the other processes through the real
-//! authenticated rendezvous, and runs the real localizer whose every round is summed through the
-//! real control plane; only the measurements come from `localize::sim` (no CUDA, no NCCL).
+//! authenticated rendezvous, and follows the real localizer (run by the coordinator's process)
+//! through the real control plane's gathers, as the GPU worker does; only the measurements come from `localize::sim` (no CUDA, no NCCL).
 //!
 //! Why this cannot fake a production PASS: it is a separate binary that exists only in a
 //! `--features sim` build (bench-core/Cargo.toml `required-features`); release builds, packages
@@ -15,9 +15,10 @@
 //! joins, as a task that dies before its rendezvous), NCCL_CHECK_SIM_RENDEZVOUS_HOST (the address
 //! that stands for the coordinator's node name, which the test cluster cannot resolve).
 
-use bench_core::localize::drive::{drive, DriveError, Layout};
+use bench_core::localize::conduct::{follow, group_of, Conductor, FollowError, Place, Step};
+use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
-use bench_core::localize::{Config, Floors, Localizer, Summary};
+use bench_core::localize::{Config, Floors, Localizer, Phase};
 use bench_core::options::{self, ParseExit};
 use bench_core::rendezvous::{self, Member};
 use bench_core::report::json::Report;
@@ -164,10 +165,14 @@ fn run(
     let team = Team::new(1, joined.plane, deadline);
     let first = joined.members[opts.rank as usize].first_rank as usize;
     let mine: Vec<usize> = (first..first + gpus).collect();
+    let process_of: Vec<u32> = (0..topology.nranks() as usize)
+        .map(|r| topology.process_of(r).unwrap_or(0))
+        .collect();
 
-    // Every process builds the same fabric (same seed, same faults) and measures every round in
-    // the same order, so its numbers agree; it contributes only the groups its ranks lead, and
-    // the control plane's sums put each round together.
+    // Every process builds the same fabric (same seed, same faults); each measures only the
+    // places of its own ranks, and only the coordinator's process runs the localizer (the
+    // phases it knows without pairs, each node's own GPUs and the allocation collective, it
+    // takes from its copy of the fabric, as the real coordinator takes them from phase A and B).
     let (n, g) = (layout.names.len(), layout.rails.max(1));
     let mut fabric = Fabric::healthy(n, g, 1);
     for fault in faults(&layout.names)? {
@@ -183,46 +188,55 @@ fn run(
         ..Config::default()
     };
     let floor = cfg.floors.allocation;
-    let localizer =
-        Localizer::new(n, g, cfg).map_err(|e| RunError::Runtime(format!("localization: {e}")))?;
-    let mut pair_groups = 0;
+    let mut conductor = None;
+    let coordinator_fabric = fabric.clone();
+    let new_conductor = || -> Result<Conductor, String> {
+        let localizer =
+            Localizer::new(n, g, cfg.clone()).map_err(|e| format!("localization: {e}"))?;
+        let mut known_fabric = coordinator_fabric.clone();
+        Ok(Conductor::new(
+            localizer,
+            layout.clone(),
+            process_of.clone(),
+            opts.rank,
+            "sim",
+            floor,
+            Box::new(move |round| known_fabric.measure(round)),
+        ))
+    };
     let t = Instant::now();
-    let verdict = drive(localizer, |round| {
-        let exact = fabric.measure(round);
-        if round.phase.is_localization() {
-            pair_groups += round.groups.len();
-        }
-        let mut sum = vec![0.0; round.groups.len()];
-        for &r in &mine {
-            let c = layout.contribution(round, r, |i| exact[i]);
-            sum.iter_mut().zip(c).for_each(|(s, v)| *s += v);
-        }
-        team.sum(&sum)
-            .map_err(|e| RunError::from_team(opts.rank, e))
-    })
-    .map_err(|e| match e {
-        DriveError::Measure(e) => e,
-        DriveError::Localize(e) => RunError::Runtime(format!("localization: {e}")),
-    })?;
+    let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, RunError> {
+        team.gather(len, led, |sums| {
+            if conductor.is_none() {
+                conductor = Some(new_conductor()?);
+            }
+            let c = conductor.as_mut().ok_or("no conductor")?;
+            c.decide(sums).map_err(|e| format!("localization: {e}"))
+        })
+        .map_err(|e| RunError::from_team(opts.rank, e))
+    };
+    let measure = |_: u32, _: Phase, _: u32, places: &[Place]| -> Result<Vec<f64>, RunError> {
+        Ok(places
+            .iter()
+            .map(|p| group_of(&layout, p).map_or(0.0, |g| fabric.measure_group(&g)))
+            .collect())
+    };
+    let summary =
+        follow(&mine, topology.nranks() as usize, gather, measure).map_err(|e| match e {
+            FollowError::Caller(e) => e,
+            FollowError::BadStep(why) => {
+                RunError::Runtime(format!("localization: the coordinator's step: {why}"))
+            }
+        })?;
     report.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
-    let reasons = bench_core::localize::reasons::reasons(&verdict, &layout.names);
-    report.reasons = reasons.clone();
-    report.localization = Some(Summary {
-        plan: "sim".into(),
-        nodes: n,
-        rails: layout.rails,
-        rounds: verdict.rounds,
-        localization_rounds: verdict.localization_rounds,
-        allocation_busbw: verdict.allocation_busbw,
-        allocation_floor: floor,
-        pair_groups,
-        reasons,
-    });
+    report.reasons = summary.reasons.clone();
+    let (rounds, localization_rounds) = (summary.rounds, summary.localization_rounds);
+    report.localization = Some(summary);
     if opts.rank == 0 && !opts.quiet {
         println!(
             "# nccl-check-sim: {n} nodes x {g} simulated GPUs, {} rounds ({} localization), rendezvous {:.0} ms, rounds {:.0} ms",
-            verdict.rounds,
-            verdict.localization_rounds,
+            rounds,
+            localization_rounds,
             report.phases.rendezvous_ms,
             report.phases.timed_loop_ms
         );

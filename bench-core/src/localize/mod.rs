@@ -50,7 +50,8 @@
 
 pub(crate) mod assess;
 pub mod cli;
-pub mod drive;
+pub mod conduct;
+pub mod layout;
 pub mod plan;
 pub mod reasons;
 mod schedule;
@@ -104,7 +105,7 @@ impl Group {
 }
 
 /// Why a round exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Phase {
     Local,
     Allocation,

@@ -22,6 +22,13 @@ pub struct Summary {
     /// Node-rail pair groups measured over all rounds.
     pub pair_groups: usize,
     pub reasons: Vec<Reason>,
+    /// Reasons left out of this process's report (the coordinator's report has them all).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasons_omitted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The report's code for a finding; `None` for `allocation_slow`, which the allocation-wide

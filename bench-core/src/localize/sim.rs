@@ -107,23 +107,22 @@ impl Fabric {
 
     /// What every group of `round` measures, in order.
     pub fn measure(&mut self, round: &Round) -> Vec<f64> {
-        round
-            .groups
-            .iter()
-            .map(|group| {
-                let exact = match *group {
-                    Group::Local { node } => self.local(node),
-                    Group::Allocation => self.allocation(),
-                    Group::Pair {
-                        a,
-                        rail_a,
-                        b,
-                        rail_b,
-                    } => self.pair(a, rail_a, b, rail_b),
-                };
-                exact * (1.0 + self.noise * (2.0 * self.uniform() - 1.0))
-            })
-            .collect()
+        round.groups.iter().map(|g| self.measure_group(g)).collect()
+    }
+
+    /// What one group measures (with this fabric's noise).
+    pub fn measure_group(&mut self, group: &Group) -> f64 {
+        let exact = match *group {
+            Group::Local { node } => self.local(node),
+            Group::Allocation => self.allocation(),
+            Group::Pair {
+                a,
+                rail_a,
+                b,
+                rail_b,
+            } => self.pair(a, rail_a, b, rail_b),
+        };
+        exact * (1.0 + self.noise * (2.0 * self.uniform() - 1.0))
     }
 
     fn local(&self, x: usize) -> f64 {

@@ -284,6 +284,9 @@ fn welcome(
     Ok(Joined {
         unique_id,
         members,
-        plane: ControlPlane::Root(plane),
+        plane: ControlPlane::Root {
+            me: me.proc_rank,
+            peers: plane,
+        },
     })
 }

@@ -1,27 +1,72 @@
-//! Barriers and sums after the rendezvous, over the authenticated connections: every member
-//! sends its values to the coordinator, which adds them and sends the total back. Frames are
-//! capped at what a sum of this length can take; a mismatch in step or length is an error
-//! naming the process, never a wrong sum.
+//! Barriers, sums and gathers after the rendezvous, over the authenticated connections (a star
+//! through the coordinator: one message up and one down per process and operation).
+//!
+//! - [`ControlPlane::reduce`]: every process sends a short vector, the coordinator combines them
+//!   element-wise (sum or minimum) and sends the result back. For a few values per operation:
+//!   votes, one time per rank's process, barriers.
+//! - [`ControlPlane::gather`]: every process sends only the entries it has (index, value) of a
+//!   vector of agreed length; the coordinator adds them up and turns the whole vector into one
+//!   reply per process (`decide`), each sent only to its process. Bytes per operation grow with
+//!   N, not N^2: what the localizer's rounds use, where the vector has one entry per node pair.
+//!
+//! Frames are capped (by length for `reduce`, by a constant for `gather`); a mismatch in step,
+//! operation or length is an error naming the process, never a wrong result.
 
 use super::wire::{self, WireError};
 use super::Member;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-#[derive(Serialize, Deserialize)]
-struct Sum {
+/// How `reduce` combines the processes' vectors, element by element.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    #[default]
+    Sum,
+    Min,
+    /// Sparse entries up, one reply per process down.
+    Gather,
+}
+
+/// One message of the plane, either way. Fields an operation does not use stay empty.
+#[derive(Default, Serialize, Deserialize)]
+struct Frame {
     seq: u64,
+    #[serde(default)]
+    op: Op,
+    /// `reduce`: the vector (up) or the result (down).
+    #[serde(default)]
     values: Vec<f64>,
+    /// `gather`: the vector's length, which every process must agree on.
+    #[serde(default)]
+    len: u64,
+    /// `gather`, up: (index, value) entries; several for one index are added.
+    #[serde(default)]
+    entries: Vec<(u64, f64)>,
+    /// `gather`, down: this process's reply.
+    #[serde(default)]
+    reply: Option<Value>,
     /// Set by a process that gives up, so the others stop at once instead of at their deadline.
     #[serde(default)]
     abort: Option<String>,
 }
 
+/// The coordinator's decision in a gather: the whole vector in, one reply per process out.
+pub type Decide<'a> = &'a mut dyn FnMut(&[f64]) -> Result<Vec<Value>, String>;
+
 /// Longest abort message passed on.
 const MAX_ABORT_CHARS: usize = 500;
+/// Most entries one process may send in one `gather` (the localizer's rounds send at most one
+/// per GPU of the process).
+pub const MAX_GATHER_ENTRIES: usize = 4096;
+/// Longest vector a `gather` may describe (65,536 nodes x 64 GPUs).
+pub const MAX_GATHER_LEN: u64 = 1 << 22;
+/// Largest `gather` frame either way: the entries up, one process's reply down.
+pub const MAX_GATHER_FRAME: usize = 1 << 20;
 
-/// Why a sum did not complete: the kind decides the exit code, the text (complete, shown
+/// Why an operation did not complete: the kind decides the exit code, the text (complete, shown
 /// as it is) says who.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlaneError {
@@ -43,17 +88,21 @@ impl std::fmt::Display for PlaneError {
     }
 }
 
-/// Connections for barriers and sums after the rendezvous.
+/// Connections for barriers, sums and gathers after the rendezvous.
 pub enum ControlPlane {
     /// One process: nothing to talk to.
     Alone,
-    /// The coordinator: one connection per other process, in process-rank order.
-    Root(Vec<(Member, TcpStream)>),
+    /// The coordinator (process rank `me`): one connection per other process, in process-rank
+    /// order.
+    Root {
+        me: u32,
+        peers: Vec<(Member, TcpStream)>,
+    },
     /// Any other process: the connection to the coordinator.
     Leaf(TcpStream),
 }
 
-fn max_frame(values: usize) -> usize {
+fn reduce_frame(values: usize) -> usize {
     // A JSON f64 is at most 24 characters plus a comma; the rest is the envelope and an abort text.
     4096 + values * 26
 }
@@ -69,6 +118,36 @@ fn peer_error(who: &str, e: WireError) -> PlaneError {
 
 fn who(m: &Member) -> String {
     format!("process rank {} ({})", m.proc_rank, m.host)
+}
+
+fn aborted(why: Option<String>) -> String {
+    why.unwrap_or_default()
+        .chars()
+        .take(MAX_ABORT_CHARS)
+        .collect()
+}
+
+/// Adds `entries` into `total`; an index out of range or a value that is not finite is the
+/// sender's error, never a wrong sum.
+fn add_entries(total: &mut [f64], entries: &[(u64, f64)]) -> Result<(), String> {
+    if entries.len() > MAX_GATHER_ENTRIES {
+        return Err(format!(
+            "sent {} entries (at most {MAX_GATHER_ENTRIES})",
+            entries.len()
+        ));
+    }
+    let n = total.len();
+    for &(i, v) in entries {
+        let slot = usize::try_from(i)
+            .ok()
+            .and_then(|i| total.get_mut(i))
+            .ok_or_else(|| format!("sent entry {i} of a vector of {n}"))?;
+        if !v.is_finite() {
+            return Err(format!("sent {v} at entry {i}"));
+        }
+        *slot += v;
+    }
+    Ok(())
 }
 
 /// Raises this process's soft limit of open files to `needed` (at most the hard limit): the
@@ -109,88 +188,228 @@ impl ControlPlane {
         values: &[f64],
         deadline: Instant,
     ) -> Result<Vec<f64>, PlaneError> {
-        let cap = max_frame(values.len());
+        self.reduce(seq, Op::Sum, values, deadline)
+    }
+
+    /// Element-wise `op` (sum or minimum) of `values` over all processes.
+    pub fn reduce(
+        &mut self,
+        seq: u64,
+        op: Op,
+        values: &[f64],
+        deadline: Instant,
+    ) -> Result<Vec<f64>, PlaneError> {
+        let cap = reduce_frame(values.len());
+        let up = Frame {
+            seq,
+            op,
+            values: values.to_vec(),
+            ..Frame::default()
+        };
         match self {
             ControlPlane::Alone => Ok(values.to_vec()),
             ControlPlane::Leaf(stream) => {
-                let msg = Sum {
-                    seq,
-                    values: values.to_vec(),
-                    abort: None,
-                };
-                wire::send(stream, &msg, deadline).map_err(|e| peer_error("the coordinator", e))?;
-                let reply: Sum = wire::recv(stream, cap, deadline)
-                    .map_err(|e| peer_error("the coordinator", e))?;
-                if let Some(why) = reply.abort {
-                    let why: String = why.chars().take(MAX_ABORT_CHARS).collect();
-                    return Err(PlaneError::Aborted(format!(
-                        "another process gave up: {why}"
-                    )));
-                }
-                if reply.seq != seq || reply.values.len() != values.len() {
-                    return Err(PlaneError::Peer(format!(
-                        "out of step with the coordinator (step {} vs {seq})",
-                        reply.seq
-                    )));
+                let reply = Self::round_trip(stream, &up, cap, deadline)?;
+                if reply.values.len() != values.len() {
+                    return Err(out_of_step(reply.seq, seq));
                 }
                 Ok(reply.values)
             }
-            ControlPlane::Root(peers) => {
-                let mut total = values.to_vec();
-                let mut failure = None;
-                for (m, stream) in peers.iter_mut() {
-                    match wire::recv::<Sum>(stream, cap, deadline) {
-                        Ok(msg) if msg.abort.is_some() => {
-                            let why: String = msg
-                                .abort
-                                .unwrap_or_default()
-                                .chars()
-                                .take(MAX_ABORT_CHARS)
-                                .collect();
-                            failure =
-                                Some(PlaneError::Aborted(format!("{} gave up: {why}", who(m))));
-                        }
-                        Ok(msg) if msg.seq != seq || msg.values.len() != total.len() => {
-                            failure = Some(PlaneError::Peer(format!("{} is out of step", who(m))));
-                        }
-                        Ok(msg) => total.iter_mut().zip(msg.values).for_each(|(t, v)| *t += v),
-                        Err(e) => failure = Some(peer_error(&who(m), e)),
+            ControlPlane::Root { peers, .. } => {
+                let mut total = up.values;
+                let n = total.len();
+                let gathered = Self::collect(peers, seq, op, cap, deadline, |msg| {
+                    if msg.values.len() != n {
+                        return Err(format!("sent {} values, not {n}", msg.values.len()));
                     }
-                    if failure.is_some() {
-                        break;
-                    }
-                }
-                if let Some(why) = failure {
+                    let combine = |t: &mut f64, v: f64| match op {
+                        Op::Min => *t = t.min(v),
+                        _ => *t += v,
+                    };
+                    total
+                        .iter_mut()
+                        .zip(msg.values)
+                        .for_each(|(t, v)| combine(t, v));
+                    Ok(())
+                });
+                if let Err(why) = gathered {
                     self.abort(&why.to_string(), deadline);
                     return Err(why);
                 }
-                let reply = Sum {
+                let ControlPlane::Root { peers, .. } = self else {
+                    unreachable!()
+                };
+                let down = Frame {
                     seq,
+                    op,
                     values: total.clone(),
-                    abort: None,
+                    ..Frame::default()
                 };
                 for (m, stream) in peers.iter_mut() {
-                    wire::send(stream, &reply, deadline).map_err(|e| peer_error(&who(m), e))?;
+                    wire::send(stream, &down, deadline).map_err(|e| peer_error(&who(m), e))?;
                 }
                 Ok(total)
             }
         }
     }
 
+    /// Every process's `entries` of a vector of `len` values, added up at the coordinator, which
+    /// calls `decide` once with the whole vector and sends reply `p` to process rank `p` only.
+    /// Returns this process's reply. Only the coordinator's `decide` is called; it must return
+    /// one reply per process, each under [`MAX_GATHER_FRAME`] bytes.
+    pub fn gather(
+        &mut self,
+        seq: u64,
+        len: usize,
+        entries: &[(u64, f64)],
+        deadline: Instant,
+        decide: Decide,
+    ) -> Result<Value, PlaneError> {
+        if len as u64 > MAX_GATHER_LEN {
+            return Err(PlaneError::Peer(format!(
+                "a gather of {len} values is over the limit of {MAX_GATHER_LEN}"
+            )));
+        }
+        let up = Frame {
+            seq,
+            op: Op::Gather,
+            len: len as u64,
+            entries: entries.to_vec(),
+            ..Frame::default()
+        };
+        let mut total = vec![0.0; len];
+        let own = add_entries(&mut total, entries)
+            .map_err(|e| PlaneError::Peer(format!("this process {e}")));
+        match self {
+            ControlPlane::Alone => {
+                own?;
+                let mut replies = decide(&total).map_err(PlaneError::Peer)?;
+                if replies.len() != 1 {
+                    return Err(PlaneError::Peer(format!(
+                        "the coordinator made {} replies for 1 process",
+                        replies.len()
+                    )));
+                }
+                Ok(replies.swap_remove(0))
+            }
+            ControlPlane::Leaf(stream) => {
+                own?;
+                let reply = Self::round_trip(stream, &up, MAX_GATHER_FRAME, deadline)?;
+                reply.reply.ok_or_else(|| out_of_step(reply.seq, seq))
+            }
+            ControlPlane::Root { me, peers } => {
+                let me = *me as usize;
+                let world = peers.len() + 1;
+                let gathered = own.and_then(|()| {
+                    Self::collect(peers, seq, Op::Gather, MAX_GATHER_FRAME, deadline, |msg| {
+                        if msg.len != len as u64 {
+                            return Err(format!(
+                                "is out of step (a gather of {} values, not {len})",
+                                msg.len
+                            ));
+                        }
+                        add_entries(&mut total, &msg.entries)
+                    })
+                });
+                let replies = gathered.and_then(|()| {
+                    let replies = decide(&total).map_err(PlaneError::Peer)?;
+                    if replies.len() != world {
+                        return Err(PlaneError::Peer(format!(
+                            "the coordinator made {} replies for {world} processes",
+                            replies.len()
+                        )));
+                    }
+                    Ok(replies)
+                });
+                let mut replies = match replies {
+                    Ok(r) => r,
+                    Err(why) => {
+                        self.abort(&why.to_string(), deadline);
+                        return Err(why);
+                    }
+                };
+                let ControlPlane::Root { peers, .. } = self else {
+                    unreachable!()
+                };
+                for (m, stream) in peers.iter_mut() {
+                    let down = Frame {
+                        seq,
+                        op: Op::Gather,
+                        len: len as u64,
+                        reply: replies.get_mut(m.proc_rank as usize).map(Value::take),
+                        ..Frame::default()
+                    };
+                    wire::send(stream, &down, deadline).map_err(|e| peer_error(&who(m), e))?;
+                }
+                Ok(replies.get_mut(me).map(Value::take).unwrap_or_default())
+            }
+        }
+    }
+
+    /// A member's half of an operation: send, then wait for the coordinator's answer.
+    fn round_trip(
+        stream: &mut TcpStream,
+        up: &Frame,
+        cap: usize,
+        deadline: Instant,
+    ) -> Result<Frame, PlaneError> {
+        wire::send(stream, up, deadline).map_err(|e| peer_error("the coordinator", e))?;
+        let reply: Frame =
+            wire::recv(stream, cap, deadline).map_err(|e| peer_error("the coordinator", e))?;
+        if reply.abort.is_some() {
+            return Err(PlaneError::Aborted(format!(
+                "another process gave up: {}",
+                aborted(reply.abort)
+            )));
+        }
+        if reply.seq != up.seq || reply.op != up.op {
+            return Err(out_of_step(reply.seq, up.seq));
+        }
+        Ok(reply)
+    }
+
+    /// The coordinator's half: one frame from every other process, in rank order, each handed
+    /// to `take` once its step and operation are checked. The first failure names the process.
+    fn collect(
+        peers: &mut [(Member, TcpStream)],
+        seq: u64,
+        op: Op,
+        cap: usize,
+        deadline: Instant,
+        mut take: impl FnMut(Frame) -> Result<(), String>,
+    ) -> Result<(), PlaneError> {
+        for (m, stream) in peers.iter_mut() {
+            let msg: Frame =
+                wire::recv(stream, cap, deadline).map_err(|e| peer_error(&who(m), e))?;
+            if msg.abort.is_some() {
+                return Err(PlaneError::Aborted(format!(
+                    "{} gave up: {}",
+                    who(m),
+                    aborted(msg.abort)
+                )));
+            }
+            if msg.seq != seq || msg.op != op {
+                return Err(PlaneError::Peer(format!("{} is out of step", who(m))));
+            }
+            take(msg).map_err(|e| PlaneError::Peer(format!("{} {e}", who(m))))?;
+        }
+        Ok(())
+    }
+
     /// Tells the other processes to stop now (best effort, short timeout).
     pub fn abort(&mut self, why: &str, deadline: Instant) {
         let soon = (Instant::now() + Duration::from_millis(200)).min(deadline.max(Instant::now()));
-        let msg = Sum {
+        let msg = Frame {
             seq: u64::MAX,
-            values: Vec::new(),
             abort: Some(why.chars().take(MAX_ABORT_CHARS).collect()),
+            ..Frame::default()
         };
         match self {
             ControlPlane::Alone => {}
             ControlPlane::Leaf(s) => {
                 let _ = wire::send(s, &msg, soon);
             }
-            ControlPlane::Root(peers) => {
+            ControlPlane::Root { peers, .. } => {
                 for (_, s) in peers.iter_mut() {
                     let _ = wire::send(s, &msg, soon);
                 }
@@ -199,9 +418,199 @@ impl ControlPlane {
     }
 }
 
+fn out_of_step(theirs: u64, ours: u64) -> PlaneError {
+    PlaneError::Peer(format!(
+        "out of step with the coordinator (step {theirs} vs {ours})"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
+
+    /// A coordinator (process rank `me`) and `world - 1` members on loopback, joined without a
+    /// handshake (the plane runs on connections the rendezvous authenticated).
+    fn star(world: u32, me: u32) -> (ControlPlane, Vec<(u32, ControlPlane)>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut peers = Vec::new();
+        let mut leaves = Vec::new();
+        for r in (0..world).filter(|&r| r != me) {
+            let leaf = TcpStream::connect(addr).unwrap();
+            let (root_side, _) = listener.accept().unwrap();
+            let m = Member {
+                proc_rank: r,
+                host: format!("h{r}"),
+                pid: r,
+                ngpus: 1,
+                first_rank: r,
+            };
+            peers.push((m, root_side));
+            leaves.push((r, ControlPlane::Leaf(leaf)));
+        }
+        (ControlPlane::Root { me, peers }, leaves)
+    }
+
+    fn soon(ms: u64) -> Instant {
+        Instant::now() + Duration::from_millis(ms)
+    }
+
+    /// Each process's reply names it and carries the total it was computed from.
+    fn replies_naming_each_process(
+        world: usize,
+    ) -> impl FnMut(&[f64]) -> Result<Vec<Value>, String> {
+        move |total: &[f64]| {
+            Ok((0..world)
+                .map(|p| serde_json::json!({ "for": p, "total": total }))
+                .collect())
+        }
+    }
+
+    #[test]
+    fn a_gather_adds_sparse_entries_and_each_process_gets_only_its_reply() {
+        let (mut root, leaves) = star(4, 2);
+        let deadline = soon(5000);
+        let threads: Vec<_> = leaves
+            .into_iter()
+            .map(|(r, mut plane)| {
+                std::thread::spawn(move || {
+                    let entries = [(r as u64, 1.0 + r as f64), (5, 10.0)];
+                    let mut never = |_: &[f64]| -> Result<Vec<Value>, String> {
+                        panic!("a member's decide is never called")
+                    };
+                    (r, plane.gather(7, 6, &entries, deadline, &mut never))
+                })
+            })
+            .collect();
+        let mut calls = 0;
+        let mut decide = |t: &[f64]| {
+            calls += 1;
+            replies_naming_each_process(4)(t)
+        };
+        let mine = root
+            .gather(7, 6, &[(2, 3.0)], deadline, &mut decide)
+            .unwrap();
+        assert_eq!(calls, 1);
+        let total = serde_json::json!([1.0, 2.0, 3.0, 4.0, 0.0, 30.0]);
+        assert_eq!(mine, serde_json::json!({ "for": 2, "total": total }));
+        for t in threads {
+            let (r, got) = t.join().unwrap();
+            assert_eq!(
+                got.unwrap(),
+                serde_json::json!({ "for": r, "total": total })
+            );
+        }
+    }
+
+    #[test]
+    fn a_minimum_is_element_wise_over_every_process() {
+        let (mut root, leaves) = star(3, 0);
+        let deadline = soon(5000);
+        let threads: Vec<_> = leaves
+            .into_iter()
+            .map(|(r, mut plane)| {
+                std::thread::spawn(move || {
+                    plane.reduce(1, Op::Min, &[r as f64, 5.0 - r as f64], deadline)
+                })
+            })
+            .collect();
+        let got = root.reduce(1, Op::Min, &[9.0, 9.0], deadline).unwrap();
+        assert_eq!(got, vec![1.0, 3.0]);
+        for t in threads {
+            assert_eq!(t.join().unwrap().unwrap(), vec![1.0, 3.0]);
+        }
+    }
+
+    #[test]
+    fn a_bad_entry_or_length_names_the_sender_and_stops_everyone() {
+        for (bad_entries, bad_len, want) in [
+            (
+                vec![(99u64, 1.0)],
+                4usize,
+                "process rank 1 (h1) sent entry 99 of a vector of 4",
+            ),
+            // JSON has no NaN: serde_json writes null, which the coordinator refuses.
+            (
+                vec![(0, f64::NAN)],
+                4,
+                "process rank 1 (h1): malformed message",
+            ),
+            (
+                vec![],
+                5,
+                "process rank 1 (h1) is out of step (a gather of 5 values, not 4)",
+            ),
+        ] {
+            let (mut root, mut leaves) = star(3, 0);
+            let deadline = soon(5000);
+            let (_, mut bad) = leaves.remove(0);
+            let (_, mut good) = leaves.remove(0);
+            // The bad process sends its frame itself: its own plane would refuse to.
+            let tb = std::thread::spawn(move || {
+                let ControlPlane::Leaf(stream) = &mut bad else {
+                    unreachable!()
+                };
+                let up = Frame {
+                    seq: 3,
+                    op: Op::Gather,
+                    len: bad_len as u64,
+                    entries: bad_entries,
+                    ..Frame::default()
+                };
+                ControlPlane::round_trip(stream, &up, MAX_GATHER_FRAME, deadline)
+            });
+            let tg = std::thread::spawn(move || {
+                let mut d = |_: &[f64]| -> Result<Vec<Value>, String> { Ok(vec![]) };
+                good.gather(3, 4, &[(1, 1.0)], deadline, &mut d)
+            });
+            let e = root
+                .gather(3, 4, &[], deadline, &mut replies_naming_each_process(3))
+                .unwrap_err();
+            assert!(
+                matches!(&e, PlaneError::Peer(m) if m.starts_with(want)),
+                "{e:?}"
+            );
+            let eg = tg.join().unwrap().unwrap_err();
+            assert!(
+                matches!(&eg, PlaneError::Aborted(m) if m.contains(want)),
+                "{eg:?}"
+            );
+            assert!(tb.join().unwrap().is_err());
+        }
+    }
+
+    #[test]
+    fn a_silent_member_is_named_at_the_deadline() {
+        let (mut root, leaves) = star(2, 0);
+        let start = Instant::now();
+        let e = root
+            .gather(1, 2, &[], soon(300), &mut replies_naming_each_process(2))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            PlaneError::Deadline("process rank 1 (h1): no answer before the deadline".into())
+        );
+        assert!(start.elapsed() < Duration::from_millis(1300));
+        drop(leaves);
+    }
+
+    /// What a gather costs a member does not grow with the vector's length: a round of 4,096
+    /// node pairs is as cheap to take part in as one of 4.
+    #[test]
+    fn a_members_gather_frame_does_not_grow_with_the_vector() {
+        let frame = |len: u64| Frame {
+            seq: 12,
+            op: Op::Gather,
+            len,
+            entries: vec![(len - 1, 47.123456789)],
+            ..Frame::default()
+        };
+        let small = serde_json::to_vec(&frame(4)).unwrap().len();
+        let large = serde_json::to_vec(&frame(MAX_GATHER_LEN)).unwrap().len();
+        assert!(large <= small + 16, "{small} vs {large} bytes");
+        assert!(large < 200, "{large} bytes");
+    }
 
     fn limits() -> (u64, u64) {
         let mut lim = libc::rlimit {

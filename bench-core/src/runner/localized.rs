@@ -1,18 +1,22 @@
 //! The adaptive node-pair plan of a multi-node check, on real GPUs: phase A is the GPU pair
 //! matrix of every node at once (on each node's own communicator), phase B the plan's collective
 //! over every rank (measured just before), then the localizer's rounds, each a set of disjoint
-//! rank pairs exchanging with NCCL sendrecv on the check's communicator. Every round ends in one
-//! sum as long as the round has groups (each rank writes only the groups it leads), never one
-//! number per rank. Every rank runs the same localizer on the same sums, so all agree on the
-//! next round without another message.
+//! rank pairs exchanging with NCCL sendrecv on the check's communicator.
+//!
+//! The control plane carries O(N) bytes a round: each process sends only the results its ranks
+//! lead (a gather), and hears back only what concerns it: its node's GPU pairs in phase A, its
+//! ranks' places in the next round after that. The coordinator alone runs the localizer
+//! (`localize::conduct`), so no process ever holds every group's result but the coordinator.
 
 use super::measure::Measurer;
 use super::output::{pair_table, phase, print};
-use super::pair_matrix::{busbw, gpu_rows, schedule};
+use super::pair_matrix::{busbw, gpu_rounds, gpu_row};
 use super::{Outcome, RunError, Start};
-use crate::localize::drive::{drive, DriveError, Layout};
-use crate::localize::{self, Config, Floors, Localizer, Phase, Plan, Summary};
+use crate::localize::conduct::{follow, Conductor, FollowError, Place, Step};
+use crate::localize::layout::Layout;
+use crate::localize::{Config, Floors, Localizer, Phase, Plan};
 use crate::report::PairRow;
+use crate::topology::Topology;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
 /// be slow on its own: it gets the best value, so it neither fails nor lowers the reference.
@@ -60,14 +64,27 @@ impl Measurer<'_> {
             ),
         );
         let mut rows = Vec::new();
-        for round in &schedule(t).gpu_rounds {
-            let secs = self.pair_sums(round, bytes, loops, true, start, out)?;
-            let mut times = vec![0.0; self.nranks as usize];
-            for (&(a, b), &s) in round.iter().zip(&secs) {
-                times[a] = s;
-                times[b] = s;
+        for round in &gpu_rounds(t) {
+            let partner = crate::pairs::partner(round, me);
+            let secs = self.timed_exchange(partner, bytes, loops, true, start, out)?;
+            let led: Vec<(u64, f64)> = round
+                .iter()
+                .position(|&(a, _)| a == me)
+                .map(|i| (i as u64, secs))
+                .into_iter()
+                .collect();
+            let coordinator = t.process_of(me).unwrap_or(0);
+            let got: Vec<(u64, f64)> = self
+                .team
+                .gather(round.len(), &led, |sums| {
+                    Ok(node_replies(t, round, sums, coordinator))
+                })
+                .map_err(|e| self.team_err(e))?;
+            for (i, secs) in got {
+                if let Some(&pair) = round.get(i as usize) {
+                    rows.push(gpu_row(t, pair, secs, bytes));
+                }
             }
-            rows.extend(gpu_rows(t, round, &times, bytes));
         }
         let floors = start.floors();
         let allocation = out.last_collective;
@@ -83,90 +100,127 @@ impl Measurer<'_> {
             plan: Plan::Adaptive,
             ..Config::default()
         };
-        let localizer = Localizer::new(layout.names.len(), layout.rails.max(1), cfg.clone())
-            .map_err(|e| RunError::Runtime(format!("localization: {e}")))?;
+        // Only the coordinator's process has every node's rows (it is the one that decides).
         let locals = local_values(&layout.names, &rows);
-        let mut pair_groups = 0;
-        let verdict = drive(localizer, |round| match round.phase {
-            Phase::Local => Ok(locals.clone()),
-            // Without a collective over every rank before the pairs, B has no number and no
-            // floor: the localizer then screens (it never passes B unjudged).
-            Phase::Allocation => Ok(vec![allocation.map_or(0.0, |a| a.2)]),
-            _ => {
-                phase(
-                    start,
-                    &format!(
-                        "localization round {} ({:?}): {} node-rail pairs",
-                        round.index,
-                        round.phase,
-                        round.groups.len()
-                    ),
-                );
-                pair_groups += round.groups.len();
-                let partner = layout.partner(round, me);
-                let secs =
-                    self.timed_exchange(partner.map(|p| p.1), bytes, loops, false, start, out)?;
-                let mine = layout.contribution(round, me, |_| busbw(bytes as f64, secs));
-                self.team.sum(&mine).map_err(|e| self.team_err(e))
-            }
-        })
-        .map_err(|e| match e {
-            DriveError::Measure(e) => e,
-            DriveError::Localize(e) => RunError::Runtime(format!("localization: {e}")),
-        })?;
-        let reasons = localize::reasons::reasons(&verdict, &layout.names);
+        // Without a collective over every rank before the pairs, B has no number and no
+        // floor: the localizer then screens (it never passes B unjudged).
+        let allocation_busbw = allocation.map_or(0.0, |a| a.2);
+        let new_conductor = || -> Result<Conductor, String> {
+            let localizer = Localizer::new(layout.names.len(), layout.rails.max(1), cfg.clone())
+                .map_err(|e| format!("localization: {e}"))?;
+            let (locals, alloc) = (locals.clone(), allocation_busbw);
+            let known = Box::new(move |round: &crate::localize::Round| match round.phase {
+                Phase::Local => locals.clone(),
+                _ => vec![alloc; round.groups.len()],
+            });
+            Ok(Conductor::new(
+                localizer,
+                layout.clone(),
+                process_of(t),
+                t.process_of(me).unwrap_or(0),
+                "adaptive",
+                cfg.floors.allocation,
+                known,
+            ))
+        };
+        let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, RunError> {
+            self.team
+                .gather(len, led, |sums| {
+                    let mut slot = start.conductor.lock().unwrap_or_else(|p| p.into_inner());
+                    if slot.is_none() {
+                        *slot = Some(new_conductor()?);
+                    }
+                    let c = slot.as_mut().ok_or("no conductor")?;
+                    let steps = c.decide(sums).map_err(|e| format!("localization: {e}"))?;
+                    if matches!(steps.first(), Some(Step::Done(_))) {
+                        *slot = None;
+                    }
+                    Ok(steps)
+                })
+                .map_err(|e| self.team_err(e))
+        };
+        let measure = |index: u32, ph: Phase, groups: u32, places: &[Place]| {
+            phase(
+                start,
+                &format!("localization round {index} ({ph:?}): {groups} node-rail pairs"),
+            );
+            let partner = places.first().map(|p| p.peer as usize);
+            let secs = self.timed_exchange(partner, bytes, loops, false, start, out)?;
+            Ok(vec![busbw(bytes as f64, secs); places.len()])
+        };
+        let summary =
+            follow(&[me], self.nranks as usize, gather, measure).map_err(|e| match e {
+                FollowError::Caller(e) => e,
+                FollowError::BadStep(why) => {
+                    RunError::Runtime(format!("localization: the coordinator's step: {why}"))
+                }
+            })?;
         if start.printer {
             print(&pair_table(&rows, bytes, loops.1, false));
+            let found = if summary.reasons.is_empty() {
+                "no slow node, rail or node pair".to_string()
+            } else {
+                summary
+                    .reasons
+                    .iter()
+                    .map(|r| r.message.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
             print(&format!(
-                "# localization: {} nodes x {} rails, {} rounds ({} after the allocation-wide collective), {}\n",
-                layout.names.len(),
-                layout.rails,
-                verdict.rounds,
-                verdict.localization_rounds,
-                if reasons.is_empty() {
-                    "no slow node, rail or node pair".to_string()
-                } else {
-                    reasons.iter().map(|r| r.message.as_str()).collect::<Vec<_>>().join("; ")
-                }
+                "# localization: {} nodes x {} rails, {} rounds ({} after the allocation-wide collective), {found}\n",
+                summary.nodes, summary.rails, summary.rounds, summary.localization_rounds,
             ));
         }
         if start.recorder {
             out.pairs.extend(rows);
-            out.localization = Some(Summary {
-                plan: "adaptive".into(),
-                nodes: layout.names.len(),
-                rails: layout.rails,
-                rounds: verdict.rounds,
-                localization_rounds: verdict.localization_rounds,
-                allocation_busbw: verdict.allocation_busbw,
-                allocation_floor: cfg.floors.allocation,
-                pair_groups,
-                reasons,
-            });
+            out.localization = Some(summary);
         }
         Ok(())
     }
+}
 
-    /// One round of disjoint rank pairs; every pair's seconds per operation, the same on every
-    /// rank, from one sum as long as the round (each pair's first rank writes its time).
-    fn pair_sums(
-        &self,
-        round: &[(usize, usize)],
-        bytes: u64,
-        loops: (u32, u32),
-        in_node: bool,
-        start: &Start,
-        out: &mut Outcome,
-    ) -> Result<Vec<f64>, RunError> {
-        let me = self.rank as usize;
-        let partner = crate::pairs::partner(round, me);
-        let secs = self.timed_exchange(partner, bytes, loops, in_node, start, out)?;
-        let mine: Vec<f64> = round
-            .iter()
-            .map(|&(a, _)| if a == me { secs } else { 0.0 })
-            .collect();
-        self.team.sum(&mine).map_err(|e| self.team_err(e))
+/// Phase A's replies, in process-rank order: the coordinator (`coordinator`) gets every pair's
+/// seconds (it judges every node), every other process the pairs of its own node.
+fn node_replies(
+    t: &Topology,
+    round: &[(usize, usize)],
+    sums: &[f64],
+    coordinator: u32,
+) -> Vec<Vec<(u64, f64)>> {
+    let procs = process_of(t);
+    let count = procs.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+    let mut node_of_proc = vec![None; count];
+    for (rank, &p) in procs.iter().enumerate() {
+        node_of_proc[p as usize] = t.node_index(rank);
     }
+    let mut by_node: std::collections::HashMap<usize, Vec<(u64, f64)>> = Default::default();
+    for (i, (&(a, _), &secs)) in round.iter().zip(sums).enumerate() {
+        if let Some(node) = t.node_index(a) {
+            by_node.entry(node).or_default().push((i as u64, secs));
+        }
+    }
+    (0..count)
+        .map(|p| {
+            if p == coordinator as usize {
+                sums.iter()
+                    .enumerate()
+                    .map(|(i, &s)| (i as u64, s))
+                    .collect()
+            } else {
+                node_of_proc[p]
+                    .and_then(|n| by_node.get(&n).cloned())
+                    .unwrap_or_default()
+            }
+        })
+        .collect()
+}
+
+/// The process of every rank.
+fn process_of(t: &Topology) -> Vec<u32> {
+    (0..t.nranks() as usize)
+        .map(|r| t.process_of(r).unwrap_or(0))
+        .collect()
 }
 
 #[cfg(test)]

@@ -375,14 +375,12 @@ impl Measurer<'_> {
         Ok((row, gpu))
     }
 
-    /// The smallest per-operation GPU time over all ranks: every rank's value in its own slot of
-    /// a sum. A rank whose host launched late waited least on the GPU, so the smallest is the
-    /// time the GPUs and links needed.
+    /// The smallest per-operation GPU time over all ranks (one value each way per process). A
+    /// rank whose host launched late waited least on the GPU, so the smallest is the time the
+    /// GPUs and links needed.
     fn fastest_gpu_time(&self, mine: f64) -> Result<f64, RunError> {
-        let mut slots = vec![0.0; self.nranks as usize];
-        slots[self.rank as usize] = mine;
-        let all = self.team.sum(&slots).map_err(|e| self.team_err(e))?;
-        Ok(all.into_iter().fold(f64::INFINITY, f64::min))
+        let all = self.team.min(&[mine]).map_err(|e| self.team_err(e))?;
+        Ok(all.first().copied().unwrap_or(mine))
     }
 
     /// One placement of one size: returns seconds per operation, the wrong-element count, and

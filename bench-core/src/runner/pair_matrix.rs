@@ -26,7 +26,8 @@ pub(super) struct Schedule {
     pub node_rounds: Vec<NodeRound>,
 }
 
-pub(super) fn schedule(t: &Topology) -> Schedule {
+/// Rounds of GPU pairs inside nodes, every node at once (round k of every node together).
+pub(super) fn gpu_rounds(t: &Topology) -> Vec<Vec<(usize, usize)>> {
     let mut gpu_rounds: Vec<Vec<(usize, usize)>> = Vec::new();
     for node in 0..t.node_names().len() {
         let locals = t.ranks_of(node);
@@ -37,6 +38,11 @@ pub(super) fn schedule(t: &Topology) -> Schedule {
             gpu_rounds[k].extend(round.into_iter().map(|(a, b)| (locals[a], locals[b])));
         }
     }
+    gpu_rounds
+}
+
+pub(super) fn schedule(t: &Topology) -> Schedule {
+    let gpu_rounds = gpu_rounds(t);
     let node_rounds = crate::pairs::rounds(t.node_names().len())
         .into_iter()
         .map(|round| {
@@ -75,22 +81,24 @@ pub(super) fn gpu_rows(
 ) -> Vec<PairRow> {
     round
         .iter()
-        .map(|&(a, b)| {
-            let secs = times[a].max(times[b]);
-            let local = |r| t.local_index(r).unwrap_or(0);
-            PairRow {
-                kind: PairKind::Gpu,
-                node: t.node_of(a).unwrap_or_default().to_string(),
-                a: format!("GPU{}", local(a)),
-                b: format!("GPU{}", local(b)),
-                ranks: (a as u32, b as u32),
-                bytes,
-                time_us: secs * 1e6,
-                busbw: busbw(bytes as f64, secs),
-                first_busbw: None,
-            }
-        })
+        .map(|&(a, b)| gpu_row(t, (a, b), times[a].max(times[b]), bytes))
         .collect()
+}
+
+/// The row of one GPU pair that took `secs` per operation.
+pub(super) fn gpu_row(t: &Topology, (a, b): (usize, usize), secs: f64, bytes: u64) -> PairRow {
+    let local = |r| t.local_index(r).unwrap_or(0);
+    PairRow {
+        kind: PairKind::Gpu,
+        node: t.node_of(a).unwrap_or_default().to_string(),
+        a: format!("GPU{}", local(a)),
+        b: format!("GPU{}", local(b)),
+        ranks: (a as u32, b as u32),
+        bytes,
+        time_us: secs * 1e6,
+        busbw: busbw(bytes as f64, secs),
+        first_busbw: None,
+    }
 }
 
 /// The rows of one round of node pairs: a node pair's time is its slowest GPU's, its bandwidth

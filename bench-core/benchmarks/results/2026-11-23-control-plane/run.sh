@@ -5,7 +5,7 @@
 set -euo pipefail
 OUT_DIR=${1:-.}
 REPO=$(cd "$(dirname "$0")/../../../.." && pwd)
-cargo build --release -p bench-core --example control_plane_bench --manifest-path "$REPO/Cargo.toml"
+cargo build --release -p bench-core --features sim --example control_plane_bench --manifest-path "$REPO/Cargo.toml"
 BENCH=$REPO/target/release/examples/control_plane_bench
 NCCL_CHECK_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export NCCL_CHECK_SECRET

@@ -1,0 +1,290 @@
+//! The localizer across processes. Only the coordinator runs it (a [`Conductor`]); every other
+//! process learns only where its own ranks stand in the next round (a [`Step`]) and sends back
+//! only the results of the groups it leads ([`follow`]). A round costs each process one small
+//! message up and one down, and O(N) bytes in all: no process receives every group's result.
+//! The GPU runner and the GPU-less scale test (`nccl-check-sim`) both run exactly this.
+
+use super::layout::Layout;
+use super::reasons::{self, Summary};
+use super::{Group, LocalizeError, Localizer, Phase, Round};
+use serde::{Deserialize, Serialize};
+
+/// Reasons a process is told at the end: its own node's first, then the others, up to this many
+/// (the coordinator's report keeps them all).
+pub const MAX_SHARED_REASONS: usize = 16;
+/// Longest message or subject of a shared reason, in characters.
+const MAX_REASON_CHARS: usize = 1000;
+
+/// One rank's place in a round: the group it is in, the rank it exchanges with, and whether it
+/// reports the group's result (the first end of a pair does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    pub rank: u32,
+    pub group: u32,
+    pub peer: u32,
+    pub leads: bool,
+}
+
+/// What one process does next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Step {
+    /// Measure round `index` (of `groups` groups): the places of this process's ranks in it
+    /// (none when they sit this round out; they still meet the others at its end).
+    Round {
+        index: u32,
+        phase: Phase,
+        groups: u32,
+        mine: Vec<Place>,
+    },
+    /// The verdict.
+    Done(Summary),
+}
+
+impl Step {
+    /// A step as a process receives it, checked against what that process is: every place is
+    /// one of `mine` (its ranks), at most once, with a peer among `nranks` other than itself, in
+    /// a group of the round. The coordinator is authenticated; this catches its bugs, not lies.
+    pub fn check(&self, mine: &[usize], nranks: usize) -> Result<(), String> {
+        let Step::Round {
+            groups,
+            mine: places,
+            ..
+        } = self
+        else {
+            return Ok(());
+        };
+        let mut seen = Vec::with_capacity(places.len());
+        for p in places {
+            let (rank, peer) = (p.rank as usize, p.peer as usize);
+            if !mine.contains(&rank) || seen.contains(&rank) {
+                return Err(format!(
+                    "a place for rank {rank}, which is not this process's or twice"
+                ));
+            }
+            if peer >= nranks || peer == rank || p.group >= *groups {
+                return Err(format!(
+                    "rank {rank}: peer {peer} of {nranks} in group {} of {groups}",
+                    p.group
+                ));
+            }
+            seen.push(rank);
+        }
+        Ok(())
+    }
+}
+
+/// Values the coordinator knows without a round of pairs (each node's own GPUs, the allocation
+/// collective): the runner measured them before, the simulation computes them.
+pub type Known = Box<dyn FnMut(&Round) -> Vec<f64> + Send>;
+
+/// The coordinator's side: runs the localizer and turns each round into every process's step.
+pub struct Conductor {
+    localizer: Option<Localizer>,
+    layout: Layout,
+    /// The process of every rank.
+    process_of: Vec<u32>,
+    processes: usize,
+    /// The coordinator's process: its report keeps every reason.
+    coordinator: u32,
+    known: Known,
+    pending: bool,
+    pair_groups: usize,
+    plan: &'static str,
+    allocation_floor: Option<f64>,
+}
+
+impl Conductor {
+    /// `process_of[r]`: the process rank of rank `r` (every process has at least one rank).
+    pub fn new(
+        localizer: Localizer,
+        layout: Layout,
+        process_of: Vec<u32>,
+        coordinator: u32,
+        plan: &'static str,
+        allocation_floor: Option<f64>,
+        known: Known,
+    ) -> Conductor {
+        let processes = process_of
+            .iter()
+            .map(|&p| p as usize + 1)
+            .max()
+            .unwrap_or(1);
+        Conductor {
+            localizer: Some(localizer),
+            layout,
+            process_of,
+            processes,
+            coordinator,
+            known,
+            pending: false,
+            pair_groups: 0,
+            plan,
+            allocation_floor,
+        }
+    }
+
+    /// Every process's next step, in process-rank order, given the results of the round asked
+    /// for last (empty before the first). Rounds whose values are known run here at once.
+    pub fn decide(&mut self, results: &[f64]) -> Result<Vec<Step>, LocalizeError> {
+        let localizer = self
+            .localizer
+            .as_mut()
+            .ok_or(LocalizeError::NoRoundPending)?;
+        if std::mem::take(&mut self.pending) {
+            localizer.record(results)?;
+        } else if !results.is_empty() {
+            return Err(LocalizeError::NoRoundPending);
+        }
+        while let Some(round) = localizer.next_round() {
+            if round.phase.is_localization() {
+                self.pending = true;
+                self.pair_groups += round.groups.len();
+                return Ok(self.places(&round));
+            }
+            localizer.record(&(self.known)(&round))?;
+        }
+        let verdict = self.localizer.take().map(Localizer::finish);
+        let verdict = verdict.ok_or(LocalizeError::NoRoundPending)?;
+        let summary = Summary {
+            plan: self.plan.into(),
+            nodes: self.layout.names.len(),
+            rails: self.layout.rails,
+            rounds: verdict.rounds,
+            localization_rounds: verdict.localization_rounds,
+            allocation_busbw: verdict.allocation_busbw,
+            allocation_floor: self.allocation_floor,
+            pair_groups: self.pair_groups,
+            reasons: reasons::reasons(&verdict, &self.layout.names),
+            reasons_omitted: 0,
+        };
+        Ok((0..self.processes)
+            .map(|p| match p == self.coordinator as usize {
+                true => Step::Done(summary.clone()),
+                false => Step::Done(self.shared(&summary, p)),
+            })
+            .collect())
+    }
+
+    /// Every process's places in `round`: both ends of every pair, the first end leading.
+    fn places(&self, round: &Round) -> Vec<Step> {
+        let mut steps: Vec<Vec<Place>> = vec![Vec::new(); self.processes];
+        for (i, g) in round.groups.iter().enumerate() {
+            let Some((a, b)) = self.layout.pair_ranks(g) else {
+                continue;
+            };
+            for (rank, peer, leads) in [(a, b, true), (b, a, false)] {
+                if let Some(&p) = self.process_of.get(rank) {
+                    steps[p as usize].push(Place {
+                        rank: rank as u32,
+                        group: i as u32,
+                        peer: peer as u32,
+                        leads,
+                    });
+                }
+            }
+        }
+        steps
+            .into_iter()
+            .map(|mine| Step::Round {
+                index: round.index as u32,
+                phase: round.phase,
+                groups: round.groups.len() as u32,
+                mine,
+            })
+            .collect()
+    }
+
+    /// The summary as process `p` is told it: the reasons that name its node first, at most
+    /// [`MAX_SHARED_REASONS`], each cut to a bounded length.
+    fn shared(&self, all: &Summary, p: usize) -> Summary {
+        let node = self
+            .process_of
+            .iter()
+            .position(|&q| q as usize == p)
+            .and_then(|r| self.layout.node_of_rank(r))
+            .and_then(|n| self.layout.names.get(n));
+        let names_mine = |r: &&crate::report::reason::Reason| {
+            let words = |s: &str| {
+                s.split("<->")
+                    .flat_map(str::split_whitespace)
+                    .any(|w| node.is_some_and(|n| w == n))
+            };
+            r.subject.as_deref().is_some_and(words)
+        };
+        let mut picked: Vec<_> = all.reasons.iter().filter(names_mine).collect();
+        picked.extend(all.reasons.iter().filter(|r| !names_mine(r)));
+        let cut = |s: &str| s.chars().take(MAX_REASON_CHARS).collect::<String>();
+        let reasons: Vec<_> = picked
+            .into_iter()
+            .take(MAX_SHARED_REASONS)
+            .map(|r| {
+                let mut r = r.clone();
+                r.message = cut(&r.message);
+                r.subject = r.subject.as_deref().map(cut);
+                r
+            })
+            .collect();
+        Summary {
+            reasons_omitted: all.reasons.len() - reasons.len(),
+            reasons,
+            ..all.clone()
+        }
+    }
+}
+
+/// Why following the coordinator stopped.
+#[derive(Debug)]
+pub enum FollowError<E> {
+    /// Gathering or measuring failed (the caller's own error).
+    Caller(E),
+    /// The coordinator's step does not fit this process.
+    BadStep(String),
+}
+
+/// One caller's part in a localization the coordinator conducts (a GPU thread with one rank, or
+/// a simulated process with several): `gather(len, entries)` hands in the results of the groups
+/// its ranks lead and returns its next step; `measure(index, phase, groups, places)` runs one round and returns one
+/// busbw (GB/s) per place. Every caller of every process calls `gather` once per round.
+pub fn follow<E>(
+    mine: &[usize],
+    nranks: usize,
+    mut gather: impl FnMut(usize, &[(u64, f64)]) -> Result<Step, E>,
+    mut measure: impl FnMut(u32, Phase, u32, &[Place]) -> Result<Vec<f64>, E>,
+) -> Result<Summary, FollowError<E>> {
+    let mut step = gather(0, &[]).map_err(FollowError::Caller)?;
+    loop {
+        step.check(mine, nranks).map_err(FollowError::BadStep)?;
+        let (index, phase, groups, places) = match step {
+            Step::Done(summary) => return Ok(summary),
+            Step::Round {
+                index,
+                phase,
+                groups,
+                mine: places,
+            } => (index, phase, groups, places),
+        };
+        let values = measure(index, phase, groups, &places).map_err(FollowError::Caller)?;
+        let entries: Vec<(u64, f64)> = places
+            .iter()
+            .zip(values)
+            .filter(|(p, _)| p.leads)
+            .map(|(p, v)| (p.group as u64, v))
+            .collect();
+        step = gather(groups as usize, &entries).map_err(FollowError::Caller)?;
+    }
+}
+
+/// The group a place measures, as the localizer numbers nodes and rails.
+pub fn group_of(layout: &Layout, place: &Place) -> Option<Group> {
+    let (a, rail_a) = layout.locate(place.rank as usize)?;
+    let (b, rail_b) = layout.locate(place.peer as usize)?;
+    Some(Group::Pair {
+        a,
+        rail_a,
+        b,
+        rail_b,
+    })
+}
+
+#[cfg(test)]
+mod tests;

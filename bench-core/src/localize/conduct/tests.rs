@@ -1,0 +1,349 @@
+use super::*;
+use crate::localize::sim::{self, Fabric, Fault};
+use crate::localize::{Code, Config, Floors};
+use crate::rendezvous::Member;
+use crate::topology::Topology;
+
+/// `nodes` processes of `gpus` GPUs each (one process per node, as under `srun --nccl-check`).
+fn layout(nodes: usize, gpus: usize) -> (Layout, Vec<u32>) {
+    let members: Vec<Member> = (0..nodes)
+        .map(|i| Member {
+            proc_rank: i as u32,
+            host: format!("n{i}"),
+            pid: 1,
+            ngpus: gpus as u32,
+            first_rank: (i * gpus) as u32,
+        })
+        .collect();
+    let t = Topology::new(&members);
+    let process_of = (0..nodes * gpus).map(|r| (r / gpus) as u32).collect();
+    (Layout::new(&t), process_of)
+}
+
+fn config(fabric: &Fabric) -> Config {
+    Config {
+        floors: Floors {
+            allocation: Some(0.85 * fabric.allocation_nominal),
+            ..Floors::default()
+        },
+        ..Config::default()
+    }
+}
+
+/// What a distributed localization costs and finds.
+struct Run {
+    summaries: Vec<Summary>,
+    /// Largest message one process sent or received in any round, in bytes (JSON).
+    largest_message: usize,
+    /// Most bytes any one round moved, all processes together.
+    largest_round: usize,
+    gathers: usize,
+}
+
+/// Runs `follow` for every process against one `Conductor`, as the control plane would: each
+/// process's entries go up, the coordinator's one `decide` makes every process's next step.
+fn distributed(fabric: &Fabric, nodes: usize, gpus: usize, coordinator: u32) -> Run {
+    let (layout, process_of) = layout(nodes, gpus);
+    let localizer = Localizer::new(nodes, gpus, config(fabric)).unwrap();
+    let mut known_fabric = fabric.clone();
+    let mut conductor = Conductor::new(
+        localizer,
+        layout.clone(),
+        process_of,
+        coordinator,
+        "adaptive",
+        config(fabric).floors.allocation,
+        Box::new(move |r| known_fabric.measure(r)),
+    );
+    let mut fabric = fabric.clone();
+    let (mut largest_message, mut largest_round, mut gathers) = (0, 0, 0);
+    // Lock-step: every process's entries of this round, then one decision.
+    let mut entries: Vec<Vec<(u64, f64)>> = vec![Vec::new(); nodes];
+    let mut len = 0;
+    loop {
+        let mut sums = vec![0.0; len];
+        let mut round_bytes = 0;
+        for e in &entries {
+            let bytes = serde_json::to_vec(e).unwrap().len();
+            largest_message = largest_message.max(bytes);
+            round_bytes += bytes;
+            for &(i, v) in e {
+                sums[i as usize] += v;
+            }
+        }
+        let steps = conductor.decide(&sums).unwrap();
+        gathers += 1;
+        assert_eq!(steps.len(), nodes);
+        for (p, s) in steps.iter().enumerate() {
+            let bytes = serde_json::to_vec(s).unwrap().len();
+            if p != coordinator as usize {
+                largest_message = largest_message.max(bytes);
+                round_bytes += bytes;
+            }
+        }
+        largest_round = largest_round.max(round_bytes);
+        if let Step::Done(_) = steps[0] {
+            let summaries = steps
+                .into_iter()
+                .map(|s| match s {
+                    Step::Done(s) => s,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            return Run {
+                summaries,
+                largest_message,
+                largest_round,
+                gathers,
+            };
+        }
+        for (p, step) in steps.iter().enumerate() {
+            let mine: Vec<usize> = (p * gpus..(p + 1) * gpus).collect();
+            step.check(&mine, nodes * gpus).unwrap();
+            let Step::Round {
+                groups,
+                mine: places,
+                ..
+            } = step
+            else {
+                unreachable!()
+            };
+            len = *groups as usize;
+            entries[p] = places
+                .iter()
+                .filter(|pl| pl.leads)
+                .map(|pl| {
+                    let g = group_of(&layout, pl).unwrap();
+                    (pl.group as u64, fabric.measure_group(&g))
+                })
+                .collect();
+        }
+    }
+}
+
+fn quiet(nodes: usize, gpus: usize, fault: Option<Fault>) -> Fabric {
+    let mut f = Fabric::healthy(nodes, gpus, 3);
+    f.noise = 0.0;
+    if let Some(fault) = fault {
+        f.inject(fault);
+    }
+    f
+}
+
+/// The distributed path finds exactly what the localizer finds when it sees every result itself
+/// (`sim::run`, the simulation table's path), on the same noiseless fabric.
+#[test]
+fn the_conducted_localization_finds_what_the_localizer_finds_alone() {
+    let faults = [
+        None,
+        Some(Fault::NodeNet {
+            node: 5,
+            factor: 0.5,
+        }),
+        Some(Fault::Nic {
+            node: 2,
+            rail: 3,
+            factor: 0.4,
+        }),
+        Some(Fault::Link {
+            a: 6,
+            b: 7,
+            factor: 0.3,
+        }),
+    ];
+    for fault in faults {
+        let (n, g) = (16, 4);
+        let fabric = quiet(n, g, fault);
+        let alone = {
+            let l = Localizer::new(n, g, config(&fabric)).unwrap();
+            sim::run(l, &mut fabric.clone()).unwrap()
+        };
+        let (layout, _) = layout(n, g);
+        let want = reasons::reasons(&alone, &layout.names);
+        let run = distributed(&fabric, n, g, 0);
+        for s in &run.summaries {
+            assert_eq!(s.reasons, want, "{fault:?}");
+            assert_eq!(s.rounds, alone.rounds);
+            assert_eq!(s.localization_rounds, alone.localization_rounds);
+        }
+        if fault.is_none() {
+            assert!(want.is_empty());
+            // Phases A and B at the coordinator, then straight to the verdict: one gather.
+            assert_eq!((run.gathers, alone.localization_rounds), (1, 0));
+        } else {
+            assert!(!want.is_empty(), "{fault:?}");
+            assert_eq!(run.gathers, alone.localization_rounds + 1);
+        }
+    }
+}
+
+/// O(1) bytes per process and O(N) per round: the largest message stays the same from 64 to
+/// 1,024 nodes, and a round's bytes grow no faster than the number of nodes.
+#[test]
+fn per_process_messages_stay_small_and_rounds_grow_linearly() {
+    let slow = |n: usize| {
+        Some(Fault::NodeNet {
+            node: n / 3,
+            factor: 0.5,
+        })
+    };
+    let small = distributed(&quiet(64, 8, slow(64)), 64, 8, 0);
+    let large = distributed(&quiet(1024, 8, slow(1024)), 1024, 8, 0);
+    assert!(large.gathers > 1 && small.gathers > 1);
+    assert!(
+        large.largest_message <= small.largest_message + 64,
+        "{} vs {} bytes",
+        small.largest_message,
+        large.largest_message
+    );
+    assert!(large.largest_message < 2048, "{}", large.largest_message);
+    let per_node = |r: &Run, n: usize| r.largest_round as f64 / n as f64;
+    assert!(
+        per_node(&large, 1024) <= 1.1 * per_node(&small, 64),
+        "{} vs {} bytes per node",
+        per_node(&small, 64),
+        per_node(&large, 1024)
+    );
+    for s in &large.summaries {
+        assert_eq!(s.reasons.len(), 1, "{:?}", s.reasons);
+        assert_eq!(s.reasons[0].subject.as_deref(), Some("n341"));
+    }
+}
+
+#[test]
+fn many_findings_are_shared_own_node_first_and_the_coordinator_keeps_them_all() {
+    let (n, g) = (64, 2);
+    let mut fabric = quiet(n, g, None);
+    for node in (0..n).step_by(3).take(20) {
+        fabric.inject(Fault::Nic {
+            node,
+            rail: 1,
+            factor: 0.3,
+        });
+    }
+    let run = distributed(&fabric, n, g, 7);
+    let all = &run.summaries[7];
+    assert_eq!((all.reasons.len(), all.reasons_omitted), (20, 0));
+    assert!(all
+        .reasons
+        .iter()
+        .all(|r| r.code == crate::report::reason::ReasonCode::RailSlow));
+    let own = &run.summaries[57]; // n57 is the 20th slow node: last in the list
+    assert_eq!(own.reasons.len(), MAX_SHARED_REASONS);
+    assert_eq!(own.reasons_omitted, 20 - MAX_SHARED_REASONS);
+    assert!(
+        own.reasons[0].message.starts_with("n57 "),
+        "{}",
+        own.reasons[0].message
+    );
+    // Exactly one mention of n57 among the shared reasons (no n5 for n57 mix-up).
+    let healthy = &run.summaries[1];
+    assert!(
+        healthy.reasons[0].message.starts_with("n0 "),
+        "{}",
+        healthy.reasons[0].message
+    );
+    let _ = Code::RailSlow;
+}
+
+#[test]
+fn a_step_that_does_not_fit_the_process_is_refused() {
+    let round = |mine: Vec<Place>| Step::Round {
+        index: 3,
+        phase: Phase::Screen,
+        groups: 4,
+        mine,
+    };
+    let place = |rank, group, peer| Place {
+        rank,
+        group,
+        peer,
+        leads: true,
+    };
+    let mine = [8, 9];
+    assert!(round(vec![place(8, 0, 2), place(9, 3, 30)])
+        .check(&mine, 32)
+        .is_ok());
+    for (bad, why) in [
+        (vec![place(7, 0, 2)], "a place for rank 7"),
+        (vec![place(8, 0, 2), place(8, 1, 3)], "a place for rank 8"),
+        (vec![place(8, 4, 2)], "group 4 of 4"),
+        (vec![place(8, 0, 32)], "peer 32 of 32"),
+        (vec![place(8, 0, 8)], "peer 8 of 32"),
+    ] {
+        let e = round(bad).check(&mine, 32).unwrap_err();
+        assert!(e.contains(why), "{e}");
+    }
+}
+
+#[test]
+fn results_without_a_round_and_a_finished_conductor_are_errors() {
+    let fabric = quiet(4, 2, None);
+    let (layout, process_of) = layout(4, 2);
+    let mut known = fabric.clone();
+    let mut c = Conductor::new(
+        Localizer::new(4, 2, config(&fabric)).unwrap(),
+        layout,
+        process_of,
+        0,
+        "adaptive",
+        None,
+        Box::new(move |r| known.measure(r)),
+    );
+    assert_eq!(c.decide(&[1.0]).unwrap_err(), LocalizeError::NoRoundPending);
+    // Healthy with a floor: straight to the verdict, then nothing more to decide.
+    assert!(matches!(c.decide(&[]).unwrap()[0], Step::Done(_)));
+    assert_eq!(c.decide(&[]).unwrap_err(), LocalizeError::NoRoundPending);
+}
+
+/// The follower's side: it hands in only what its ranks lead, and stops at the verdict.
+#[test]
+fn a_follower_sends_only_the_groups_it_leads() {
+    let steps = vec![
+        Step::Round {
+            index: 2,
+            phase: Phase::Screen,
+            groups: 6,
+            mine: vec![
+                Place {
+                    rank: 4,
+                    group: 1,
+                    peer: 0,
+                    leads: true,
+                },
+                Place {
+                    rank: 5,
+                    group: 4,
+                    peer: 1,
+                    leads: false,
+                },
+            ],
+        },
+        Step::Done(Summary {
+            plan: "adaptive".into(),
+            nodes: 3,
+            rails: 2,
+            rounds: 3,
+            localization_rounds: 1,
+            allocation_busbw: None,
+            allocation_floor: None,
+            pair_groups: 6,
+            reasons: vec![],
+            reasons_omitted: 0,
+        }),
+    ];
+    let mut steps = steps.into_iter();
+    let mut sent = Vec::new();
+    let summary = follow::<()>(
+        &[4, 5],
+        6,
+        |len, led| {
+            sent.push((len, led.to_vec()));
+            Ok(steps.next().unwrap())
+        },
+        |_, _, _, places| Ok(places.iter().map(|p| 10.0 + p.rank as f64).collect()),
+    )
+    .unwrap();
+    assert_eq!(summary.localization_rounds, 1);
+    assert_eq!(sent, vec![(0, vec![]), (6, vec![(1, 14.0)])]);
+}
