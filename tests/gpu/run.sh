@@ -69,6 +69,32 @@ if [ "$ngpus" -ge 2 ]; then
   wait $p0; r0=$?
   check "2 emulated nodes (NCCL_HOSTID) all collectives, data correct" "0 0" "$r0 $r1" "$(grep -m1 -o 'NET/Socket[^ ]*' "$out/host1.txt") busbw $(busbw "$out/host0.json")"
 
+  # Issue 16: the conducted localization on real NCCL (--pair-matrix adaptive): the coordinator
+  # runs the localizer, the other process follows by gathers of its own results only. Healthy: PASS
+  # with the localization in both reports; with TORCH_PYTHON, the second node's GPU memory saturated
+  # by a copy loop: FAIL on that process naming its GPU.
+  loc() { # name node rank port [env...]
+    local name=$1 node=$2 rank=$3 port=$4; shift 4
+    env "$@" NCCL_HOSTID=$node SLURMD_NODENAME=$node timeout -k 2 90 "$bin" --nccl-lib "$lib" --pair-matrix adaptive \
+      --gpus $rank --rank $rank --world 2 --rendezvous 127.0.0.1:$port --timeout 60 --json "$out/$name.json" >"$out/$name.txt" 2>&1
+  }
+  loc loc0 nA 0 29614 & p0=$!; loc loc1 nB 1 29614; r1=$?; wait $p0; r0=$?
+  check "adaptive plan, 2 emulated nodes: PASS, localization in both reports" "0 0 yes" \
+    "$r0 $r1 $(json_get "$out/loc1.json" '"yes" if r["localization"]["rounds"] >= 2 and r["localization"]["nodes"] == 2 else "no"')" \
+    "$(json_get "$out/loc0.json" 'r["localization"]')"
+  if [ -n "${TORCH_PYTHON:-}" ]; then
+    timeout 30 "$TORCH_PYTHON" -c "
+import torch,time
+a=torch.empty(2<<30,dtype=torch.uint8,device='cuda:1');b=torch.empty_like(a);t=time.time()
+while time.time()-t<20: b.copy_(a)
+torch.cuda.synchronize()" & hog=$!
+    sleep 6
+    loc deg0 nA 0 29615 & p0=$!; loc deg1 nB 1 29615; r1=$?; wait $p0; r0=$?
+    wait $hog
+    check "adaptive plan, nB's GPU memory saturated: nB FAILs naming its GPU" "1 yes" \
+      "$r1 $(json_get "$out/deg1.json" '"yes" if r["reasons"][0]["code"] == "local_probe_slow" else "no"')" "nA rc $r0: $(json_get "$out/deg1.json" 'r["summary"]')"
+  fi
+
   # (a) world 3, only 2 processes: both end with ERROR within --timeout + 1 s
   port=29613; t0=$(date +%s%N)
   nc --gpus 0 --rank 0 --world 3 --rendezvous 127.0.0.1:$port --timeout 10 >"$out/a0.txt" 2>&1 &
