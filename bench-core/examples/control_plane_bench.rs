@@ -8,7 +8,9 @@
 //! After the sums, a whole localization as a real check runs it (8 simulated GPUs per process,
 //! one node's NICs at half speed so that screening and confirmation rounds run): the coordinator
 //! runs the localizer (`localize::conduct`), every process follows through `Team::gather`; the
-//! time of every gather, as the coordinator and a member see it, and the verdict are recorded.
+//! time of every gather (after a barrier, timed apart, so that the processes' skew on a loaded
+//! machine is not counted as the plane's cost), the coordinator's time deciding, as the
+//! coordinator and a member see them, and the verdict are recorded.
 //!
 //! cargo build --release -p bench-core --features sim --example control_plane_bench
 //! NCCL_CHECK_SECRET=$(openssl rand -hex 32) target/release/examples/control_plane_bench --procs 1024
@@ -217,11 +219,17 @@ fn localize(joined: rendezvous::Joined, rank: u32, timeout_s: f64) -> serde_json
     };
     let mut conductor: Option<Conductor> = None;
     let known_fabric = fabric.clone();
-    let mut times = Vec::new();
+    let (mut times, mut barriers, mut decides) = (Vec::new(), Vec::new(), Vec::new());
     let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, String> {
+        // A barrier first, timed apart: on a loaded machine the processes reach a round's end
+        // seconds apart, and that skew is not the control plane's cost.
+        let t = Instant::now();
+        team.barrier().map_err(|e| e.to_string())?;
+        barriers.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         let step = team
             .gather(len, led, |sums| {
+                let d = Instant::now();
                 if conductor.is_none() {
                     let l = Localizer::new(n, g, cfg.clone()).map_err(|e| e.to_string())?;
                     let mut f = known_fabric.clone();
@@ -236,7 +244,9 @@ fn localize(joined: rendezvous::Joined, rank: u32, timeout_s: f64) -> serde_json
                     ));
                 }
                 let c = conductor.as_mut().ok_or("no conductor")?;
-                c.decide(sums).map_err(|e| e.to_string())
+                let steps = c.decide(sums).map_err(|e| e.to_string());
+                decides.push(d.elapsed().as_secs_f64() * 1e3);
+                steps
             })
             .map_err(|e| e.to_string());
         times.push(t.elapsed().as_secs_f64() * 1e3);
@@ -254,7 +264,10 @@ fn localize(joined: rendezvous::Joined, rank: u32, timeout_s: f64) -> serde_json
     match result {
         Ok(s) => serde_json::json!({
             "gathers": times.len(),
+            "gather_ms_in_order": times.clone(),
             "gather": quantiles(times),
+            "barrier_before_gather": quantiles(barriers),
+            "decide_ms_in_order": decides,
             "total_ms": total_ms,
             "rounds": s.rounds,
             "localization_rounds": s.localization_rounds,
