@@ -19,7 +19,7 @@ pub struct Constant {
 
 const MIB_256: f64 = 268_435_456.0;
 
-pub const CONSTANTS: [Constant; 9] = [
+pub const CONSTANTS: [Constant; 11] = [
     Constant {
         name: "local_collective_s",
         value: 0.087,
@@ -81,7 +81,21 @@ pub const CONSTANTS: [Constant; 9] = [
         value: 5e-6,
         unit: "s",
         estimate: true,
-        source: "estimate: per ring step between nodes (ring all_reduce takes 2(N-1) steps; NCCL's trees would take log N), plus the same per tree level for the per-round control-plane sum",
+        source: "estimate: per ring step between nodes (ring all_reduce takes 2(N-1) steps; NCCL's trees would take log N)",
+    },
+    Constant {
+        name: "control_sum_per_process_s",
+        value: 12e-6,
+        unit: "s/process",
+        estimate: false,
+        source: "control plane (a star): a one-value sum or barrier costs the coordinator one read and one write per process, 0.8 ms at 64 and 3.1 ms at 256 processes (12 us each); 31 us each at 1,024 processes sharing 2 cores (512 a core): bench-core/benchmarks/results/2026-11-23-control-plane-gather/",
+    },
+    Constant {
+        name: "control_gather_per_process_s",
+        value: 28e-6,
+        unit: "s/process",
+        estimate: false,
+        source: "a localization round's gather (entries up, each process's places down, the coordinator's decision): 1.2-3.1 ms at 64, 7.1-8.8 ms at 256 processes (28-34 us each); 62-80 us each at 1,024 processes on 2 shared cores: bench-core/benchmarks/results/2026-11-23-control-plane-gather/",
     },
 ];
 
@@ -126,12 +140,21 @@ pub struct PlanModel {
     pub constants: &'static [Constant],
 }
 
+/// Control-plane seconds of one round of pairs among `nodes` processes: the barrier before its
+/// timed loop and the gather after it (a star: linear in the number of processes).
+fn control_round_s(nodes: usize) -> f64 {
+    nodes as f64 * (c("control_sum_per_process_s") + c("control_gather_per_process_s"))
+}
+
 /// Seconds for one localization round of rail-wise pairs among `nodes` nodes.
 fn pair_round_s(nodes: usize) -> f64 {
     let data = ITERATIONS * MIB_256 / (c("nic_busbw_gbs") * 1e9);
-    let control = 2.0 * (nodes.max(2) as f64).log2() * c("hop_latency_s");
-    c("connect_new_peer_s") + data + control
+    c("connect_new_peer_s") + data + control_round_s(nodes)
 }
+
+/// Sums per measured collective size: the barrier before the timed loop, the times and
+/// wrong-element counts, the vote on the floor.
+const SUMS_PER_COLLECTIVE: f64 = 3.0;
 
 pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, LocalizeError> {
     let (n, g) = (nodes, gpus_per_node);
@@ -139,7 +162,14 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
         return Err(LocalizeError::Shape { nodes: n, gpus: g });
     }
     let local_rounds = crate::pairs::rounds(g).len();
-    let a_s = c("local_collective_s") + local_rounds as f64 * c("local_pair_round_s");
+    // Every node at once; with more than one node each round of pairs also meets the others.
+    let a_control = if n >= 2 {
+        local_rounds as f64 * control_round_s(n)
+            + SUMS_PER_COLLECTIVE * n as f64 * c("control_sum_per_process_s")
+    } else {
+        0.0
+    };
+    let a_s = c("local_collective_s") + local_rounds as f64 * c("local_pair_round_s") + a_control;
     let mut phases = vec![PhaseModel {
         name: "a_local",
         rounds: 1,
@@ -163,7 +193,10 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
     if n >= 2 {
         let per_iter =
             2.0 * MIB_256 / (c("allocation_busbw_gbs") * 1e9) + 2.0 * n as f64 * c("hop_latency_s");
-        let b_s = c("connect_all_s") + ITERATIONS * per_iter;
+        // ... and the gather that hands phases A and B to the coordinator's localizer.
+        let b_control = SUMS_PER_COLLECTIVE * n as f64 * c("control_sum_per_process_s")
+            + n as f64 * c("control_gather_per_process_s");
+        let b_s = c("connect_all_s") + ITERATIONS * per_iter + b_control;
         phases.push(PhaseModel {
             name: "b_allocation",
             rounds: 1,
