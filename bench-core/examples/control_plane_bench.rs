@@ -2,8 +2,9 @@
 //! authenticated rendezvous (shared secret, NCCL_CHECK_SECRET), then sum vectors of several
 //! lengths through the control plane; one JSON line per run on stdout with join time, per-round
 //! sum times, and the coordinator's and a member's memory. With `--dead R --dead-mode exit|hang`
-//! process R leaves after joining (exits, or stops answering); the run then reports whether and
-//! when the coordinator named it (within the deadline + 1 s is the requirement).
+//! process R leaves after joining (exits, or stops answering), with `--dead-mode absent` it never
+//! starts; the run then reports whether and when the coordinator named it (within the deadline
+//! + 1 s is the requirement).
 //!
 //! After the sums, a whole localization as a real check runs it (8 simulated GPUs per process,
 //! one node's NICs at half speed so that screening and confirmation rounds run): the coordinator
@@ -120,8 +121,12 @@ fn child(a: &Args, rank: u32) {
     let mut joined = match joined {
         Ok(j) => j,
         Err(e) => {
-            if rank == 0 {
-                println!("{}", serde_json::json!({ "error": e, "join_s": join_s }));
+            if rank <= 1 {
+                let line = serde_json::json!({ "rank": rank, "join_error": e, "join_s": join_s, "timeout_s": a.timeout_s });
+                let _ = std::fs::write(
+                    format!("{}/cp-bench-{rank}.json", a.out_dir),
+                    line.to_string(),
+                );
             }
             std::process::exit(1);
         }
@@ -289,6 +294,9 @@ fn main() {
     let started = Instant::now();
     let mut children = Vec::new();
     for rank in 0..a.procs {
+        if a.dead == Some(rank) && a.dead_mode == "absent" {
+            continue; // never starts: the rendezvous must name it at its deadline
+        }
         let mut c = Command::new(&exe);
         c.args([
             "--child",

@@ -18,7 +18,7 @@ for n in 64 256 1024; do
     timeout 600 "$BENCH" --procs "$n" --rounds 10 --port "$port" --timeout 120 --out-dir "$tmp" > "$OUT_DIR/procs-$n.json"
     rm -f "$tmp"/*.json
 done
-for mode in exit hang; do
+for mode in exit hang absent; do
     port=$((port + 1))
     timeout 600 "$BENCH" --procs 1024 --rounds 3 --port "$port" --timeout 20 --dead 517 --dead-mode "$mode" \
         --out-dir "$tmp" > "$OUT_DIR/procs-1024-dead-$mode.json"
