@@ -84,6 +84,8 @@ pub struct Conductor {
     /// The process of every rank.
     process_of: Vec<u32>,
     processes: usize,
+    /// Every process's node.
+    node_of_process: Vec<Option<usize>>,
     /// The coordinator's process: its report keeps every reason.
     coordinator: u32,
     known: Known,
@@ -114,6 +116,7 @@ impl Conductor {
             layout,
             process_of,
             processes,
+            node_of_process,
             coordinator,
             known,
             pending: false,
@@ -198,10 +201,10 @@ impl Conductor {
     /// [`MAX_SHARED_REASONS`], each cut to a bounded length.
     fn shared(&self, all: &Summary, p: usize) -> Summary {
         let node = self
-            .process_of
-            .iter()
-            .position(|&q| q as usize == p)
-            .and_then(|r| self.layout.node_of_rank(r))
+            .node_of_process
+            .get(p)
+            .copied()
+            .flatten()
             .and_then(|n| self.layout.names.get(n));
         let names_mine = |r: &&crate::report::reason::Reason| {
             let words = |s: &str| {
