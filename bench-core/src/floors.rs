@@ -52,10 +52,11 @@ impl Floors<'_> {
     /// The localizer's floors for a multi-node check whose node pairs are measured with
     /// `pair_bytes`. Phase A (each node's slowest GPU pair) gets the GPU-pair rule, but only when
     /// some node had a GPU pair to measure (`gpu_pairs_measured`): with one GPU per node every
-    /// node's placeholder would sit below any floor. Phase B gets the rule of `allocation`, the
-    /// collective (name, bytes) that ran over every rank of the check: without one, B has no floor
-    /// and the localizer screens. No rule covers one GPU pair across two nodes (the sendrecv rule
-    /// with 2 GPUs is an NVLink pair's): node pairs are judged against each other only.
+    /// node's placeholder would sit below any floor (a healthy 2 x 1-GPU check on 2x H200 FAILed
+    /// so: "nA: its own GPUs: local busbw 1.0 < 255.0"). Phase B gets the rule of `allocation`,
+    /// the collective (name, bytes) that ran over every rank of the check: without one, B has no
+    /// floor and the localizer screens. No rule covers one GPU pair across two nodes (the sendrecv
+    /// rule with 2 GPUs is an NVLink pair's): node pairs are judged against each other only.
     pub fn localization(
         &self,
         pair_bytes: u64,
