@@ -1,6 +1,8 @@
 //! The one floor (lowest acceptable busbw) of a measurement: the config's threshold rule,
 //! raised by `--min-busbw`, left out where it does not apply. The retest while measuring and the
-//! verdict afterwards ask the same question here, so they cannot disagree.
+//! verdict afterwards ask the same question here, so they cannot disagree; the localizer of a
+//! multi-node check gets its floors here too (`localization`), so a threshold rule that covers
+//! the allocation (e.g. `min_nodes = 2`) is what lets a healthy one pass without localization.
 
 use crate::config::worker::Threshold;
 use crate::thresholds::{floor, is_pair, with_min};
@@ -46,6 +48,29 @@ impl Floors<'_> {
         let min = self.min_busbw.filter(|_| !pair || gpus == self.gpus);
         with_min(rule, min)
     }
+
+    /// The localizer's floors for a multi-node check whose node pairs are measured with
+    /// `pair_bytes`. Phase A (each node's slowest GPU pair) gets the GPU-pair rule, but only when
+    /// some node had a GPU pair to measure (`gpu_pairs_measured`): with one GPU per node every
+    /// node's placeholder would sit below any floor (a healthy 2 x 1-GPU check on 2x H200 FAILed
+    /// so: "nA: its own GPUs: local busbw 1.0 < 255.0"). Phase B gets the rule of `allocation`,
+    /// the collective (name, bytes) that ran over every rank of the check: without one, B has no
+    /// floor and the localizer screens. No rule covers one GPU pair across two nodes (the sendrecv
+    /// rule with 2 GPUs is an NVLink pair's): node pairs are judged against each other only.
+    pub fn localization(
+        &self,
+        pair_bytes: u64,
+        gpu_pairs_measured: bool,
+        allocation: Option<(&str, u64)>,
+    ) -> crate::localize::Floors {
+        crate::localize::Floors {
+            local: self
+                .floor("sendrecv", 2, pair_bytes)
+                .filter(|_| gpu_pairs_measured),
+            allocation: allocation.and_then(|(c, bytes)| self.floor(c, self.gpus, bytes)),
+            pair: None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -62,7 +87,7 @@ pub(crate) mod tests {
         Threshold {
             gpu: "H200".into(),
             gpus: Some(gpus),
-            nodes,
+            nodes: crate::config::worker::NodeCount::Exact(nodes),
             collective,
             min_bytes: None,
             max_bytes: None,
@@ -151,5 +176,108 @@ pub(crate) mod tests {
         };
         assert_eq!(f.floor("all_reduce", 4, 1 << 28), None);
         assert_eq!(f.floor("sendrecv", 2, 1 << 28), Some(255.0));
+    }
+}
+
+/// Issue 16 end to end without a GPU: the floor a `min_nodes = 2` rule gives an all_reduce over
+/// 64 nodes x 8 GPUs, fed to the localizer as the runner feeds it, against the fabric simulation.
+#[cfg(test)]
+mod localization_tests {
+    use super::Floors;
+    use crate::config::worker::WorkerConfig;
+    use crate::localize::sim::{self, Fabric, Fault};
+    use crate::localize::{Code, Config, Localizer, Plan, Verdict};
+    use std::path::Path;
+
+    const MIB_256: u64 = 256 << 20;
+    const H100: &str = "NVIDIA H100 80GB HBM3";
+
+    /// The fabric simulation's nominal allocation busbw is 370 GB/s (H100-like, 400 Gb/s NICs).
+    const RANGE_RULE: &str = "[[thresholds]]\ngpu = \"H100\"\ncollective = \"all_reduce\"\n\
+        min_nodes = 2\nmin_bytes = \"256M\"\nmax_bytes = \"16G\"\nmin_busbw = 300.0\n\
+        source = \"test: 0.8x of the simulation's 370\"\n";
+
+    fn config(admin: Option<&str>) -> WorkerConfig {
+        WorkerConfig::from_texts(admin.map(|t| (Path::new("/etc/nccl-check/nccl-check.toml"), t)))
+            .unwrap()
+    }
+
+    /// What the runner hands the localizer (runner/localized.rs) for `nodes` x `gpus`, with the
+    /// plan's all_reduce 256M measured over every rank just before.
+    fn localizer_config(c: &WorkerConfig, nodes: u32, gpus: u32) -> Config {
+        let floors = Floors {
+            rules: &c.thresholds,
+            gpu_name: H100,
+            nodes,
+            gpus: nodes * gpus,
+            min_busbw: None,
+            in_network_algorithms: false,
+        };
+        Config {
+            fraction: c.outliers.fraction,
+            floors: floors.localization(MIB_256, true, Some(("all_reduce", MIB_256))),
+            plan: Plan::Adaptive,
+            ..Config::default()
+        }
+    }
+
+    fn localize(cfg: &Config, faults: &[Fault]) -> Verdict {
+        let mut fabric = Fabric::healthy(64, 8, 16);
+        for &f in faults {
+            fabric.inject(f);
+        }
+        sim::run(Localizer::new(64, 8, cfg.clone()).unwrap(), &mut fabric).unwrap()
+    }
+
+    #[test]
+    fn a_min_nodes_rule_passes_a_healthy_allocation_with_no_localization_round() {
+        let cfg = localizer_config(&config(Some(RANGE_RULE)), 64, 8);
+        assert_eq!(cfg.floors.allocation, Some(300.0));
+        let healthy = localize(&cfg, &[]);
+        assert!(healthy.pass(), "{healthy:?}");
+        assert_eq!(healthy.localization_rounds, 0, "{healthy:?}");
+        assert_eq!(healthy.rounds, 2, "phases A and B only: {healthy:?}");
+
+        // A node whose NICs all run at half speed: B falls below the floor, the screening names it.
+        let slow = Fault::NodeNet {
+            node: 17,
+            factor: 0.5,
+        };
+        let faulty = localize(&cfg, &[slow]);
+        assert!(!faulty.pass(), "{faulty:?}");
+        assert!(faulty.localization_rounds > 0, "{faulty:?}");
+        assert!(
+            faulty
+                .findings
+                .iter()
+                .any(|f| f.code == Code::NodeSlow && f.nodes == [17]),
+            "{faulty:?}"
+        );
+    }
+
+    #[test]
+    fn without_a_rule_for_the_allocation_a_healthy_one_is_screened() {
+        let cfg = localizer_config(&config(None), 64, 8);
+        assert_eq!(cfg.floors.allocation, None);
+        let healthy = localize(&cfg, &[]);
+        assert!(healthy.pass(), "{healthy:?}");
+        assert!(healthy.localization_rounds >= 2, "{healthy:?}");
+        // The same rule leaves a single node to the built-in 8x H100 rule.
+        let c = config(Some(RANGE_RULE));
+        let one = Floors {
+            rules: &c.thresholds,
+            gpu_name: H100,
+            nodes: 1,
+            gpus: 8,
+            min_busbw: None,
+            in_network_algorithms: false,
+        };
+        assert_eq!(one.floor("all_reduce", 8, MIB_256), Some(400.0));
+        let two = Floors {
+            nodes: 2,
+            gpus: 16,
+            ..one
+        };
+        assert_eq!(two.floor("all_reduce", 16, MIB_256), Some(300.0));
     }
 }

@@ -1,15 +1,23 @@
 //! Which threshold rule applies to a measurement, and why (`--explain-thresholds`).
 //!
 //! A rule applies when its GPU name is a case-insensitive substring of the driver's name, its
-//! collective matches, its `gpus` and `nodes` (when given) equal the measurement's, and the
+//! collective matches, its `gpus` (when given) equals the measurement's, the check's node count
+//! is the rule's `nodes` (absent: 1) or lies in its `min_nodes..=max_nodes` range, and the
 //! message size lies in its `min_bytes..=max_bytes` range: a floor holds only for the sizes its
 //! source supports (`config/defaults.toml` says why the ranges are what they are), and a size
-//! outside every rule is judged by the outlier rule alone. Among the rules that apply the most
-//! specific wins (a rule bounding the size beats one that does not, naming the GPU count beats
-//! not naming it); on a tie the first in order, which puts the admin's rules before the built-in
-//! ones.
+//! outside every rule is judged by the outlier rule alone. A GPU pair of the pair matrix is looked
+//! up as one node whatever the check spans, so `min_nodes = 2` never reaches it.
+//!
+//! Among the rules that apply the most specific wins, by these criteria in order:
+//! 1. the node count: an exact `nodes` beats a range with both ends, which beats a range open at
+//!    the top (`min_nodes` alone): a rule for exactly this allocation size says more than one for
+//!    every size (`config::node_count`);
+//! 2. a rule bounding the message size beats one that does not;
+//! 3. naming the GPU count beats not naming it (a node range takes no `gpus`).
+//!
+//! On a tie the first in order wins, which puts the admin's rules before the built-in ones.
 
-use crate::config::worker::Threshold;
+use crate::config::worker::{NodeCount, Threshold};
 
 /// What a measurement is, for the lookup.
 #[derive(Debug, Clone, Copy)]
@@ -27,7 +35,7 @@ fn applies(t: &Threshold, k: &Key) -> bool {
         .contains(&t.gpu.to_ascii_lowercase())
         && t.collective == k.collective
         && t.gpus.is_none_or(|g| g == k.gpus)
-        && t.nodes == k.nodes
+        && t.nodes.contains(k.nodes)
         && in_range(t, k.bytes)
 }
 
@@ -36,9 +44,10 @@ pub fn in_range(t: &Threshold, bytes: u64) -> bool {
     t.min_bytes.is_none_or(|lo| bytes >= lo) && t.max_bytes.is_none_or(|hi| bytes <= hi)
 }
 
-fn specificity(t: &Threshold) -> u32 {
+/// The criteria of the module doc, most significant first (compared as a tuple).
+fn specificity(t: &Threshold) -> (u32, bool, bool) {
     let sized = t.min_bytes.is_some() || t.max_bytes.is_some();
-    2 * u32::from(sized) + u32::from(t.gpus.is_some())
+    (t.nodes.specificity(), sized, t.gpus.is_some())
 }
 
 /// The rule's size range as `--explain-thresholds` shows it: `256 MiB`, `256 MiB..16 GiB`,
@@ -114,10 +123,16 @@ pub fn explain(rules: &[Threshold], gpu_name: &str, gpus: u32, nodes: u32) -> St
         }
         any = true;
         let size = size_range(t);
-        let why_not = if t.nodes != nodes {
-            Some(format!("for {} node(s)", t.nodes))
-        } else if t.collective == "sendrecv" && t.gpus == Some(2) {
-            None // the pair-matrix rule applies to every pair whatever the node's GPU count
+        // The pair-matrix rule applies to every pair whatever the node's GPU count, and a pair is
+        // looked up as one node whatever the check spans (`floor`).
+        let pair_rule = t.gpus.is_some_and(|g| is_pair(t.collective, g));
+        let why_not = if !t.nodes.contains(if pair_rule { 1 } else { nodes }) {
+            Some(match t.nodes {
+                NodeCount::Exact(n) => format!("for {n} node(s)"),
+                range => format!("for {range} nodes"),
+            })
+        } else if pair_rule {
+            None
         } else if t.gpus.is_some_and(|g| g != gpus) {
             Some(format!("for {} GPUs", t.gpus.unwrap_or(0)))
         } else {
@@ -126,8 +141,9 @@ pub fn explain(rules: &[Threshold], gpu_name: &str, gpus: u32, nodes: u32) -> St
         let gpus_text = t
             .gpus
             .map_or("any count".to_string(), |g| format!("{g} GPUs"));
+        let nodes_text = format!("nodes {}", t.nodes);
         out += &format!(
-            "  {} {:<14} {:>12}  {:<10}  >= {:>7.1} GB/s  [{}]  {}\n      source: {}\n",
+            "  {} {:<14} {:>12}  {:<10}  {:<11}  >= {:>7.1} GB/s  [{}]  {}\n      source: {}\n",
             if why_not.is_none() {
                 "APPLIES "
             } else {
@@ -136,6 +152,7 @@ pub fn explain(rules: &[Threshold], gpu_name: &str, gpus: u32, nodes: u32) -> St
             t.collective,
             size,
             gpus_text,
+            nodes_text,
             t.min_busbw,
             t.origin,
             why_not.unwrap_or_default(),
@@ -171,6 +188,195 @@ mod tests {
             collective: coll,
             bytes,
         }
+    }
+
+    fn admin(text: &str) -> WorkerConfig {
+        WorkerConfig::from_texts(Some((Path::new("/etc/x.toml"), text))).unwrap()
+    }
+
+    fn all_reduce_on(nodes: u32, gpus: u32) -> Key<'static> {
+        Key {
+            nodes,
+            ..key("NVIDIA H100 80GB HBM3", gpus, "all_reduce", 256 << 20)
+        }
+    }
+
+    const FROM_2: &str =
+        "[[thresholds]]\ngpu = \"H100\"\ncollective = \"all_reduce\"\nmin_nodes = 2\nmin_busbw = 300.0\n";
+
+    #[test]
+    fn a_node_range_rule_covers_every_allocation_size_but_one_node() {
+        let c = admin(FROM_2);
+        for (nodes, gpus) in [(2, 16), (64, 512), (4096, 32768), (3, 12)] {
+            let t = lookup(&c.thresholds, &all_reduce_on(nodes, gpus));
+            assert_eq!(t.map(|t| t.min_busbw), Some(300.0), "{nodes} nodes");
+        }
+        // One node keeps the built-in 8x H100 rule; a GPU count without one has no floor.
+        let t = lookup(&c.thresholds, &all_reduce_on(1, 8)).unwrap();
+        assert_eq!((t.min_busbw, t.admin), (400.0, false));
+        assert!(lookup(&c.thresholds, &all_reduce_on(1, 3)).is_none());
+        let upto = admin(&FROM_2.replace("min_nodes = 2", "min_nodes = 2\nmax_nodes = 64"));
+        assert!(lookup(&upto.thresholds, &all_reduce_on(64, 512)).is_some());
+        assert!(lookup(&upto.thresholds, &all_reduce_on(65, 520)).is_none());
+    }
+
+    #[test]
+    fn an_exact_node_count_beats_a_range_and_the_admins_rule_wins_a_tie() {
+        let exact = "[[thresholds]]\ngpu = \"H100\"\ncollective = \"all_reduce\"\nnodes = 64\nmin_busbw = 350.0\n";
+        // Either order: the exact rule wins at 64 nodes, the range everywhere else.
+        for text in [format!("{FROM_2}{exact}"), format!("{exact}{FROM_2}")] {
+            let c = admin(&text);
+            let at = |n: u32| lookup(&c.thresholds, &all_reduce_on(n, n * 8)).map(|t| t.min_busbw);
+            assert_eq!(
+                (at(64), at(32), at(128)),
+                (Some(350.0), Some(300.0), Some(300.0))
+            );
+        }
+        // The exact count wins even over a range that bounds the message size.
+        let sized = FROM_2.replace("min_nodes = 2", "min_nodes = 2\nmin_bytes = \"256M\"");
+        let c = admin(&format!("{sized}{exact}"));
+        let t = lookup(&c.thresholds, &all_reduce_on(64, 512)).unwrap();
+        assert_eq!(t.min_busbw, 350.0);
+        // A range with both ends beats an open one.
+        let closed = FROM_2.replace("min_nodes = 2", "min_nodes = 2\nmax_nodes = 64");
+        let c = admin(&format!("{FROM_2}{}", closed.replace("300.0", "320.0")));
+        let at = |n: u32| lookup(&c.thresholds, &all_reduce_on(n, n * 8)).map(|t| t.min_busbw);
+        assert_eq!((at(64), at(65)), (Some(320.0), Some(300.0)));
+        // Equal specificity: the first in order wins, and the admin's rules come before every
+        // built-in one.
+        let c = admin(&format!("{FROM_2}{}", FROM_2.replace("300.0", "310.0")));
+        let t = lookup(&c.thresholds, &all_reduce_on(8, 64)).unwrap();
+        assert_eq!((t.min_busbw, t.admin), (300.0, true));
+        let admins = c.thresholds.iter().take_while(|t| t.admin).count();
+        assert_eq!(admins, 2);
+        assert!(c.thresholds[admins..].iter().all(|t| !t.admin));
+    }
+
+    #[test]
+    fn gpu_pairs_are_looked_up_as_one_node_whatever_the_range() {
+        // A multi-node sendrecv rule does not reach the pair matrix's GPU pairs (one node).
+        let c = admin(
+            "[[thresholds]]\ngpu = \"H200\"\ncollective = \"sendrecv\"\nmin_nodes = 2\nmin_busbw = 10.0\n",
+        );
+        let r = &c.thresholds;
+        assert_eq!(
+            floor(r, "NVIDIA H200", 64, "sendrecv", 2, 256 << 20),
+            Some(255.0)
+        );
+        assert_eq!(
+            floor(r, "NVIDIA H200", 64, "sendrecv", 512, 256 << 20),
+            Some(10.0)
+        );
+        assert_eq!(floor(r, "NVIDIA H200", 1, "sendrecv", 8, 256 << 20), None);
+    }
+
+    #[test]
+    fn node_ranges_are_validated_with_file_line_and_field() {
+        let parse = |body: &str| {
+            WorkerConfig::from_texts(Some((
+                Path::new("/etc/x.toml"),
+                &format!("[[thresholds]]\ngpu = \"X\"\ncollective = \"all_reduce\"\nmin_busbw = 1.0\n{body}"),
+            )))
+        };
+        let c = parse("min_nodes = 2\nmax_nodes = 8\n").unwrap();
+        assert_eq!(
+            c.thresholds[0].nodes,
+            NodeCount::Range {
+                min: 2,
+                max: Some(8)
+            }
+        );
+        let cases = [
+            (
+                "nodes = 4\nmin_nodes = 2\n",
+                "thresholds[0].nodes",
+                5,
+                "not both",
+            ),
+            (
+                "max_nodes = 8\nnodes = 4\n",
+                "thresholds[0].nodes",
+                6,
+                "not both",
+            ),
+            (
+                "min_nodes = 9\nmax_nodes = 8\n",
+                "thresholds[0].min_nodes",
+                5,
+                "larger",
+            ),
+            (
+                "min_nodes = 0\n",
+                "thresholds[0].min_nodes",
+                5,
+                "at least 1",
+            ),
+            (
+                "max_nodes = 0\n",
+                "thresholds[0].max_nodes",
+                5,
+                "at least 1",
+            ),
+            ("nodes = 0\n", "thresholds[0].nodes", 5, "at least 1"),
+            (
+                "gpus = 16\nmin_nodes = 2\n",
+                "thresholds[0].gpus",
+                5,
+                "every GPU count",
+            ),
+        ];
+        for (body, field, line, says) in cases {
+            let e = parse(body).unwrap_err();
+            assert_eq!(
+                (e.field.as_str(), e.line),
+                (field, Some(line)),
+                "{body}: {e}"
+            );
+            assert!(e.message.contains(says), "{body}: {e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("/etc/x.toml:{line}: {field}: ")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn explain_shows_a_node_range_and_why_it_does_not_apply() {
+        let c = admin(&format!(
+            "{FROM_2}{}",
+            FROM_2.replace("min_nodes = 2", "min_nodes = 2\nmax_nodes = 64")
+        ));
+        let text = explain(&c.thresholds, "NVIDIA H100 80GB HBM3", 8, 1);
+        let line = |needle: &str| line_of(&text, needle);
+        let open = line("nodes 2.. ");
+        assert!(
+            open.starts_with("  ignored ") && open.ends_with("for 2.. nodes"),
+            "{open}"
+        );
+        let closed = line("nodes 2..64");
+        assert!(closed.ends_with("for 2..64 nodes"), "{closed}");
+        assert!(line("nodes 1 ").starts_with("  APPLIES "), "{text}");
+        let text = explain(&c.thresholds, "NVIDIA H100 80GB HBM3", 512, 64);
+        assert!(
+            line_of(&text, "nodes 2.. ").starts_with("  APPLIES "),
+            "{text}"
+        );
+        assert!(
+            line_of(&text, "nodes 2..64").starts_with("  APPLIES "),
+            "{text}"
+        );
+        assert!(
+            line_of(&text, "nodes 1 ").ends_with("for 1 node(s)"),
+            "{text}"
+        );
+    }
+
+    fn line_of(text: &str, needle: &str) -> String {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no '{needle}' in {text}"))
+            .to_string()
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod expected_gpus;
 pub mod file;
 pub mod network;
+pub mod node_count;
 pub mod worker;
 
 pub use file::ConfigError;

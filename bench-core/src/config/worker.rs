@@ -4,6 +4,7 @@
 //! resolved), with every error naming file, line and field.
 
 use super::file::{self, ConfigError};
+pub use super::node_count::NodeCount;
 use crate::collectives::{self, Collective};
 use crate::size::parse_size;
 use serde::Deserialize;
@@ -47,6 +48,8 @@ struct RawThreshold {
     gpu: String,
     gpus: Option<u32>,
     nodes: Option<u32>,
+    min_nodes: Option<u32>,
+    max_nodes: Option<u32>,
     collective: String,
     bytes: Option<String>,
     min_bytes: Option<String>,
@@ -87,7 +90,8 @@ pub struct Outliers {
 pub struct Threshold {
     pub gpu: String,
     pub gpus: Option<u32>,
-    pub nodes: u32,
+    /// `nodes = N` (absent: 1) or `min_nodes`/`max_nodes`.
+    pub nodes: NodeCount,
     pub collective: &'static str,
     /// Smallest message size the floor holds for (`bytes` sets both ends; absent: no bound).
     pub min_bytes: Option<u64>,
@@ -269,12 +273,11 @@ fn validate(
         if t.gpu.trim().is_empty() {
             return Err(bad(field("gpu"), "empty GPU name".into()));
         }
-        if t.gpus == Some(0) || t.nodes == Some(0) {
-            return Err(bad(
-                field(if t.gpus == Some(0) { "gpus" } else { "nodes" }),
-                "must be at least 1".into(),
-            ));
+        if t.gpus == Some(0) {
+            return Err(bad(field("gpus"), "must be at least 1".into()));
         }
+        let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
+            .map_err(|e| bad(field(e.key), e.message))?;
         let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
             v.as_deref()
                 .map(|b| parse_size(b).map_err(|e| bad(field(k), e)))
@@ -303,7 +306,7 @@ fn validate(
         thresholds.push(Threshold {
             gpu: t.gpu,
             gpus: t.gpus,
-            nodes: t.nodes.unwrap_or(1),
+            nodes,
             collective,
             min_bytes,
             max_bytes,
@@ -519,6 +522,10 @@ mod tests {
         let c = admin(&examples).unwrap();
         assert_eq!(c.network.len(), 1);
         assert!(c.thresholds[0].admin && c.thresholds[0].min_busbw == 420.0);
+        // The multi-node example: one rule for every allocation size (issue 16).
+        let multi = &c.thresholds[1];
+        assert!(multi.admin, "{multi:?}");
+        assert_eq!(multi.nodes, NodeCount::Range { min: 2, max: None });
     }
 
     #[test]

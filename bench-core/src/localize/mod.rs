@@ -8,8 +8,10 @@
 //!   node shows here and is named `node_slow` without any inter-node round).
 //! - **Phase B** (N >= 2): one collective over the whole allocation. It is a single number, so only
 //!   an absolute floor can judge it; when it is at or above its floor the check ends: a healthy
-//!   allocation costs zero localization rounds. Without a floor B cannot be judged and screening
-//!   always runs (two rounds on a healthy allocation).
+//!   allocation costs zero localization rounds. The floor is a threshold rule for the check's node
+//!   count (`min_nodes = 2` covers every allocation size: `crate::floors::Floors::localization`).
+//!   Without a floor B cannot be judged and screening always runs (two rounds on a healthy
+//!   allocation).
 //! - **Screening** (B slow): the edges of the ring B's collective runs over (node i with node i+1)
 //!   in two rounds of disjoint node pairs (even edges, odd edges; three when N is odd), each node
 //!   pair measured rail-wise: GPU r of one node with GPU r of the other, through both GPUs' NICs.

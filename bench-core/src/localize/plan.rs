@@ -130,7 +130,8 @@ pub struct PlanModel {
     pub rounds_one_fault: usize,
     /// Everything after NCCL init, worst case (every localization round spent).
     pub modeled_seconds: f64,
-    /// Everything after NCCL init on a healthy allocation (phases A and B only).
+    /// Everything after NCCL init on a healthy allocation (phases A and B only: B needs a floor,
+    /// e.g. a `min_nodes = 2` threshold rule, or screening runs too).
     pub modeled_seconds_healthy: f64,
     pub nccl_init_seconds: f64,
     pub nccl_init_is_estimate: bool,
@@ -202,7 +203,7 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
             rounds: 1,
             seconds: b_s,
             what: format!(
-                "all_reduce 256M over all {} GPUs; at or above its floor the check ends here (PASS, no localization)",
+                "all_reduce 256M over all {} GPUs; at or above its floor the check ends here (PASS, no localization). The floor is a [[thresholds]] rule for {n} nodes: `min_nodes = 2` covers every allocation size; without one B cannot be judged and screening runs",
                 n * g
             ),
         });
@@ -212,7 +213,7 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
             rounds: worst_rounds,
             seconds: worst_rounds as f64 * round_s,
             what: format!(
-                "only when B is slow: {screen} screening rounds of the ring's {} node pairs x {g} rails ({} groups at most per round), then rounds pairing suspects with cleared nodes, at most {worst_rounds} rounds ({round_s:.2} s each)",
+                "only when B is slow or has no floor: {screen} screening rounds of the ring's {} node pairs x {g} rails ({} groups at most per round), then rounds pairing suspects with cleared nodes, at most {worst_rounds} rounds ({round_s:.2} s each)",
                 if n == 2 { 1 } else { n },
                 (n / 2) * g
             ),
@@ -272,7 +273,7 @@ pub fn explain_plan(nodes: usize, gpus_per_node: usize, json: bool) -> String {
         );
     }
     s += &format!(
-        "\nAfter NCCL init: {:.2} s healthy, {:.2} s worst case ({} localization rounds; bound 2*log2(N)+4 = {:.1}; one fault: {} rounds).\n",
+        "\nAfter NCCL init: {:.2} s healthy (B at or above its floor), {:.2} s worst case ({} localization rounds; bound 2*log2(N)+4 = {:.1}; one fault: {} rounds).\n",
         m.modeled_seconds_healthy, m.modeled_seconds, m.rounds, m.rounds_bound, m.rounds_one_fault
     );
     if m.nodes >= 2 {
@@ -344,6 +345,12 @@ mod tests {
         assert!(
             text.contains("b_allocation") && text.contains("(estimate)"),
             "{text}"
+        );
+        // Issue 16: a healthy allocation ends after B only with a floor; say which key gives one.
+        let b = plan_model(64, 8).unwrap().phases[1].what.clone();
+        assert!(
+            b.contains("`min_nodes = 2`") && b.contains("64 nodes"),
+            "{b}"
         );
     }
 }

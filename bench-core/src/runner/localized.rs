@@ -14,7 +14,7 @@ use super::pair_matrix::{busbw, gpu_rounds, gpu_row};
 use super::{Outcome, RunError, Start};
 use crate::localize::conduct::{follow, Conductor, FollowError, Place, Step};
 use crate::localize::layout::Layout;
-use crate::localize::{Config, Floors, Localizer, Phase, Plan};
+use crate::localize::{Config, Localizer, Phase, Plan};
 use crate::report::PairRow;
 use crate::topology::Topology;
 
@@ -32,17 +32,6 @@ pub(super) fn local_values(nodes: &[String], rows: &[PairRow]) -> Vec<f64> {
         .collect();
     let best = worst.iter().flatten().copied().fold(1.0, f64::max);
     worst.into_iter().map(|w| w.unwrap_or(best)).collect()
-}
-
-/// Phase A's floor: the GPU-pair rule, but only when some node had a GPU pair to measure. With one
-/// GPU per node nothing was measured and every node's placeholder would sit below any floor (a
-/// healthy 2 x 1-GPU check on 2x H200 FAILed as "nA: its own GPUs: local busbw 1.0 < 255.0").
-pub(super) fn local_floor(rows: &[PairRow], pair_rule: Option<f64>) -> Option<f64> {
-    if rows.is_empty() {
-        None
-    } else {
-        pair_rule
-    }
 }
 
 impl Measurer<'_> {
@@ -90,13 +79,11 @@ impl Measurer<'_> {
         let allocation = out.last_collective;
         let cfg = Config {
             fraction: self.opts().config.outliers.fraction,
-            floors: Floors {
-                local: local_floor(&rows, floors.floor("sendrecv", 2, bytes)),
-                allocation: allocation.and_then(|(c, size, _)| floors.floor(c, self.nranks, size)),
-                // No rule covers one GPU pair across two nodes (the sendrecv rule with 2 GPUs is
-                // an NVLink pair's): node pairs are judged against each other only.
-                pair: None,
-            },
+            floors: floors.localization(
+                bytes,
+                !rows.is_empty(),
+                allocation.map(|(c, size, _)| (c, size)),
+            ),
             plan: Plan::Adaptive,
             ..Config::default()
         };
@@ -253,15 +240,20 @@ mod tests {
     #[test]
     fn one_gpu_nodes_have_no_phase_a_floor_and_are_not_slow() {
         let nodes: Vec<String> = ["nA", "nB"].map(String::from).to_vec();
-        assert_eq!(local_floor(&[], Some(255.0)), None);
-        assert_eq!(local_floor(&[row("a", 300.0)], Some(255.0)), Some(255.0));
+        let rules = [crate::floors::tests::rule("sendrecv", 2, 1, 255.0)];
+        let floors = crate::floors::Floors {
+            rules: &rules,
+            gpu_name: "NVIDIA H200",
+            nodes: 2,
+            gpus: 2,
+            min_busbw: None,
+            in_network_algorithms: false,
+        };
+        assert_eq!(floors.localization(1 << 28, false, None).local, None);
+        assert_eq!(floors.localization(1 << 28, true, None).local, Some(255.0));
         // What the localizer sees for two 1-GPU nodes: equal placeholders, no floor.
         let cfg = crate::localize::Config {
-            floors: crate::localize::Floors {
-                local: local_floor(&[], Some(255.0)),
-                allocation: None,
-                pair: None,
-            },
+            floors: floors.localization(1 << 28, false, None),
             ..crate::localize::Config::default()
         };
         let (bad, _) = crate::localize::assess::local_bad(&local_values(&nodes, &[]), &cfg);
