@@ -111,6 +111,10 @@ impl Conductor {
             .map(|&p| p as usize + 1)
             .max()
             .unwrap_or(1);
+        let mut node_of_process = vec![None; processes];
+        for (rank, &p) in process_of.iter().enumerate().rev() {
+            node_of_process[p as usize] = layout.node_of_rank(rank);
+        }
         Conductor {
             localizer: Some(localizer),
             layout,
