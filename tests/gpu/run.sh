@@ -73,15 +73,22 @@ if [ "$ngpus" -ge 2 ]; then
   # runs the localizer, the other process follows by gathers of its own results only. Healthy: PASS
   # with the localization in both reports; with TORCH_PYTHON, the second node's GPU memory saturated
   # by a copy loop: FAIL on that process naming its GPU.
-  loc() { # name node rank port [env...]
+  loc() { # name node rank port [worker args...]
     local name=$1 node=$2 rank=$3 port=$4; shift 4
-    env "$@" NCCL_HOSTID=$node SLURMD_NODENAME=$node timeout -k 2 90 "$bin" --nccl-lib "$lib" --pair-matrix adaptive \
-      --gpus $rank --rank $rank --world 2 --rendezvous 127.0.0.1:$port --timeout 60 --json "$out/$name.json" >"$out/$name.txt" 2>&1
+    env NCCL_HOSTID=$node SLURMD_NODENAME=$node timeout -k 2 90 "$bin" --nccl-lib "$lib" --pair-matrix adaptive \
+      --gpus $rank --rank $rank --world 2 --rendezvous 127.0.0.1:$port --timeout 60 --json "$out/$name.json" "$@" >"$out/$name.txt" 2>&1
   }
   loc loc0 nA 0 29614 & p0=$!; loc loc1 nB 1 29614; r1=$?; wait $p0; r0=$?
   check "adaptive plan, 2 emulated nodes: PASS, localization in both reports" "0 0 yes" \
     "$r0 $r1 $(json_get "$out/loc1.json" '"yes" if r["localization"]["rounds"] >= 2 and r["localization"]["nodes"] == 2 else "no"')" \
     "$(json_get "$out/loc0.json" 'r["localization"]')"
+  # A site's multi-node rule (min_nodes = 2) gives phase B a floor: a healthy allocation then ends
+  # after the allocation-wide collective, with no localization round. 1 GB/s: sockets on loopback.
+  printf '[[thresholds]]\ngpu = "H"\ncollective = "all_reduce"\nmin_nodes = 2\nmin_busbw = 1.0\nsource = "gpu suite: sockets between emulated nodes"\n' >"$out/multinode.toml"
+  loc flo0 nA 0 29616 --config "$out/multinode.toml" & p0=$!; loc flo1 nB 1 29616 --config "$out/multinode.toml"; r1=$?; wait $p0; r0=$?
+  check "adaptive plan with a min_nodes = 2 floor: PASS with no localization round" "0 0 0 1.0" \
+    "$r0 $r1 $(json_get "$out/flo1.json" 'r["localization"]["localization_rounds"]') $(json_get "$out/flo0.json" 'r["localization"]["allocation_floor"]')" \
+    "$(json_get "$out/flo0.json" 'r["localization"]')"
   if [ -n "${TORCH_PYTHON:-}" ]; then
     timeout 30 "$TORCH_PYTHON" -c "
 import torch,time
