@@ -108,6 +108,7 @@ fn child(a: &Args, rank: u32) {
         coordinator: rank == 0,
         auth: &auth,
         deadline,
+        expected: None,
     };
     let me = Member {
         proc_rank: rank,

@@ -20,6 +20,7 @@ pub mod pairs;
 pub mod rendezvous;
 pub mod report;
 pub mod size;
+pub mod slurm_layout;
 pub mod slurm_rendezvous;
 pub mod supervise;
 pub mod team;

@@ -174,10 +174,12 @@ fn meet(
     let me = Member {
         proc_rank: opts.rank,
         // The node identity: NCCL_HOSTID when set (NCCL treats such processes as separate
-        // nodes, and so does the verdict), else the host name.
-        host: std::env::var("NCCL_HOSTID")
-            .ok()
-            .filter(|h| !h.is_empty())
+        // nodes, and so does the verdict), else Slurm's node name (what an admin drains, what
+        // the coordinator holds against the step's node list; with MULTIPLE_SLURMD every slurmd
+        // has the same host name), else the host name.
+        host: ["NCCL_HOSTID", "SLURMD_NODENAME"]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().filter(|h| !h.is_empty()))
             .unwrap_or_else(|| report.host.clone()),
         pid: std::process::id(),
         ngpus: devices.len() as u32,
@@ -200,6 +202,7 @@ fn meet(
                 coordinator: opts.coordinator,
                 auth: auth.as_ref(),
                 deadline,
+                expected: crate::slurm_layout::expected(&|k| std::env::var(k).ok(), opts.world),
             };
             rendezvous::join(&setup, me, || {
                 nccl.unique_id()

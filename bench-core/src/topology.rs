@@ -1,7 +1,8 @@
 //! Where every NCCL rank of a check runs: its node, its index on that node and its process,
-//! derived once from the rendezvous members. A node is a host name, or `NCCL_HOSTID` when set
-//! (NCCL treats such processes as separate nodes, and so does the verdict), so several
-//! processes with the same name are one node and their ranks are numbered on across them.
+//! derived once from the rendezvous members. A node is the member's host: `NCCL_HOSTID` when set
+//! (NCCL treats such processes as separate nodes, and so does the verdict), else Slurm's node
+//! name, else the host name; so several processes with the same name are one node and their
+//! ranks are numbered on across them.
 
 use crate::rendezvous::Member;
 

@@ -5,8 +5,8 @@
 # `--features sim` build makes it): the real worker's options, rendezvous, control plane and
 # localizer, with measurements from the fabric simulation, because this machine has no GPU.
 # Tests: a healthy allocation PASSes with zero localization rounds; a node whose NICs are slow is
-# named (FAIL); a node whose task dies before its rendezvous ends the step in ERROR naming its
-# rank within the budget. Needs root and tests/setup-deps.sh; every wait is bounded.
+# named (FAIL); a node whose task dies before its rendezvous ends the step in ERROR naming the
+# node and its rank within the budget. Needs root and tests/setup-deps.sh; every wait is bounded.
 #
 # Usage: bash tests/scale/run.sh [TEST_NAME_SUBSTRING]   (tests/run.sh runs it; ~2-4 min on 2 cores)
 set -uo pipefail
@@ -91,9 +91,10 @@ t_missing_node_is_an_error_naming_it() {
     # n17's task dies before it joins (SIGKILL, as the OOM killer or a node failure would).
     run_srun NCCL_CHECK_SIM_GPUS=8 NCCL_CHECK_SIM_ABSENT=n17
     [ "$RC" != 0 ] || fail "expected ERROR, got rc 0"
-    expect_err "ERROR on n1 \(rank 0 of $NODES\): .*process rank\(s\) 16 of $NODES never joined"
+    # The coordinator names the node (from the step's node list and tasks per node), then the rank.
+    expect_err "ERROR on n1 \(rank 0 of $NODES\): .*no process of node n17 joined \(0 of 1\), process rank\(s\) 16 of $NODES never joined"
     [ "$ELAPSED" -le "$BUDGET_S" ] || fail "named after $ELAPSED s (budget $BUDGET_S s)"
-    say "missing n17 -N$NODES: ERROR after $ELAPSED s"
+    say "missing n17 -N$NODES: ERROR after $ELAPSED s: $(grep -m1 -oE 'ERROR on n1 \(rank 0 .*' "$ERR")"
 }
 
 run_test "srun -N$NODES --nccl-check passes a healthy simulated fabric with zero localization rounds" t_healthy_passes_without_localization_rounds

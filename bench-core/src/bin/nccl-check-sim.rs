@@ -155,6 +155,7 @@ fn run(
         coordinator: opts.coordinator,
         auth: auth.as_ref(),
         deadline,
+        expected: bench_core::slurm_layout::expected(&|k| std::env::var(k).ok(), opts.world),
     };
     let joined = rendezvous::join(&setup, me, || Ok([0u8; 128])).map_err(RunError::Rendezvous)?;
     report.phases.rendezvous_ms = t.elapsed().as_secs_f64() * 1e3;

@@ -2,6 +2,7 @@
 //! handshake of its own (many at once, each with a short deadline, so a slow or idle stranger
 //! never delays the real members), then hand everyone the NCCL unique id and the member list.
 
+use super::absent;
 use super::auth::{self, Authenticator};
 use super::messages::{self, Accepted, Challenge, Hello, Welcome, WelcomeBody};
 use super::plane::ControlPlane;
@@ -185,14 +186,20 @@ pub fn serve(
                     break;
                 }
                 let Some(left) = setup.deadline.checked_duration_since(Instant::now()) else {
-                    let absent: Vec<String> = (0..world)
+                    let absent: Vec<u32> = (0..world)
                         .filter(|&r| r != me.proc_rank && slots[r as usize].is_none())
-                        .map(|r| r.to_string())
                         .collect();
+                    let joined: Vec<&str> = slots
+                        .iter()
+                        .flatten()
+                        .map(|a| a.member.host.as_str())
+                        .chain([me.host.as_str()])
+                        .collect();
+                    let expected = setup.expected.as_deref();
                     return Err(format!(
-                        "rendezvous at {}:{port}: process rank(s) {} of {world} never joined",
+                        "rendezvous at {}:{port}: {}",
                         setup.host,
-                        absent.join(", ")
+                        absent::describe(expected, &joined, &absent, world)
                     ));
                 };
                 if !readable(&listener, left.min(Duration::from_millis(20))) {

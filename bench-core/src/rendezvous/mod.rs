@@ -7,11 +7,13 @@
 //! - [`wire`]: length-prefixed frames with size caps and one deadline per message;
 //! - [`messages`]: the handshake's messages and the validation of every field;
 //! - [`coordinator`] and [`member`]: the two sides of the handshake;
+//! - [`absent`]: the coordinator's word on the processes that never came (nodes, then ranks);
 //! - [`plane`]: sums and barriers afterwards.
 //!
 //! Every read, write, accept and connect is bounded by the caller's deadline; a peer that never
 //! comes or goes away ends in an error that names it.
 
+pub mod absent;
 pub mod auth;
 pub mod coordinator;
 pub mod member;
@@ -65,6 +67,10 @@ pub struct Setup<'a> {
     pub coordinator: bool,
     pub auth: &'a dyn auth::Authenticator,
     pub deadline: Instant,
+    /// Every node of the step with the number of its processes (under Slurm:
+    /// [`crate::slurm_layout::expected`]), so the coordinator can name the node whose processes
+    /// never joined; `None` outside Slurm. Member hosts are compared with these names.
+    pub expected: Option<Vec<(String, u32)>>,
 }
 
 /// Joins `setup.world` processes. The coordinator calls `make_id` once everyone is in.
@@ -137,6 +143,7 @@ mod tests {
             coordinator,
             auth,
             deadline,
+            expected: None,
         }
     }
 
@@ -232,6 +239,88 @@ mod tests {
         assert!(start.elapsed() < Duration::from_millis(1500));
     }
 
+    /// The coordinator's error at its deadline when only `joiners` (and itself, rank 0 on `h0`)
+    /// come, every rank r on node `h{r}` of the fake Slurm layout `expected`.
+    fn deadline_error(world: u32, expected: Option<Vec<(String, u32)>>, joiners: &[u32]) -> String {
+        let port = free_port();
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(700);
+        let members: Vec<MemberThread> = joiners
+            .iter()
+            .map(|&r| spawn_member(r, 1, vec![port], world, 0, deadline))
+            .collect();
+        let a = secret();
+        let mut s = setup(&a, vec![port], world, true, deadline);
+        s.expected = expected;
+        let e = join(&s, member(0, 1), || Ok([0; 128]))
+            .err()
+            .unwrap_or_default();
+        for m in members {
+            assert!(
+                m.join().unwrap().is_err(),
+                "a member got through without everyone"
+            );
+        }
+        assert!(
+            start.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            start.elapsed()
+        );
+        e
+    }
+
+    /// One process per node `h0`, `h1`, ...
+    fn one_per_node(world: u32) -> Option<Vec<(String, u32)>> {
+        Some((0..world).map(|r| (format!("h{r}"), 1)).collect())
+    }
+
+    #[test]
+    fn the_coordinator_names_the_node_whose_process_never_joined() {
+        let e = deadline_error(3, one_per_node(3), &[1]);
+        assert!(
+            e.ends_with(
+                ": no process of node h2 joined (0 of 1), process rank(s) 2 of 3 never joined"
+            ),
+            "{e}"
+        );
+        // A node of two processes (h0 runs ranks 0 and 2) with one of them in.
+        let layout = vec![("h0".to_string(), 2), ("h1".to_string(), 1)];
+        let e = deadline_error(3, Some(layout), &[1]);
+        assert!(
+            e.ends_with(": not every process of node h0 joined (1 of 2), process rank(s) 2 of 3 never joined"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_coordinator_names_eight_missing_nodes_and_counts_the_rest() {
+        let e = deadline_error(40, one_per_node(40), &[1, 2]);
+        let nodes: Vec<String> = (3..11).map(|r| format!("h{r} (0 of 1)")).collect();
+        let ranks: Vec<String> = (3..19).map(|r| r.to_string()).collect();
+        let want = format!(
+            ": processes of 37 nodes never joined: {} and 29 more, process rank(s) {} and 21 more of 40 never joined",
+            nodes.join(", "),
+            ranks.join(", ")
+        );
+        assert!(e.ends_with(&want), "{e}\nwanted {want}");
+    }
+
+    #[test]
+    fn the_coordinators_error_stays_short_with_1024_processes_missing() {
+        // Short enough for the plugin's one line (400 characters), nodes named first.
+        let e = deadline_error(1025, one_per_node(1025), &[]);
+        assert!(e.len() < 400, "{} bytes: {e}", e.len());
+        assert!(
+            e.contains(": processes of 1024 nodes never joined: h1 (0 of 1), h2"),
+            "{e}"
+        );
+        assert!(e.ends_with(" 16 and 1008 more of 1025 never joined"), "{e}");
+        // Without a layout: the ranks alone, as bounded (this was 5 KB before).
+        let e = deadline_error(1025, None, &[]);
+        assert!(e.len() < 200, "{} bytes: {e}", e.len());
+        assert!(e.contains(": process rank(s) 1, 2, 3, "), "{e}");
+    }
+
     #[test]
     fn name_lookups_answer_within_the_deadline() {
         let soon = Instant::now() + Duration::from_secs(5);
@@ -309,6 +398,7 @@ mod tests {
                 coordinator: true,
                 auth: &wrong,
                 deadline,
+                expected: None,
             };
             // Answers one connection with a real handshake under the wrong secret.
             if let Ok((stream, _)) = squat.accept() {
