@@ -137,6 +137,7 @@ check_5.2() {
     says 'gpus = "all"    # /etc/nccl-check/prolog.toml:'
     says 'on_error = "run"    # default'
     says "dry run: nothing below was done"
+    says "NCCL library not found"              # the recheck ran the worker on this node
     says_not "INVALID"
     says_not "NOT READY"
     timeout 20 nccl-check-prolog --check-config >/dev/null 2>&1 || fail "--check-config exits $? on the README's config"
