@@ -30,7 +30,9 @@
 # them provide and conflict with the virtual name `nccl-check`: one is installed at a time.
 #
 # Tools: cargo, dpkg-deb, dpkg-shlibdeps (dpkg-dev), rpmbuild (Debian package `rpm`), help2man,
-# strip/objdump (binutils). As root on Debian, missing ones are installed with apt-get.
+# strip/objdump (binutils), cc (gcc), libclang (libclang-dev, for bindgen), and for the default
+# and portable workers python3 -m pip (python3-pip). As root on Debian, missing ones are
+# installed with apt-get.
 # Network: the default --binaries fetches ziglang from PyPI and cargo-zigbuild from crates.io
 # (build-portable.sh, once; kept under target/), and a cold cargo build fetches the workspace's
 # crates from crates.io. Offline: `--binaries host` with a warm cargo cache (~/.cargo/registry).
@@ -64,6 +66,16 @@ want deb && need+=(dpkg-shlibdeps:dpkg-dev)
 want rpm && need+=(rpmbuild:rpm)
 missing=()
 for t in "${need[@]}"; do command -v "${t%%:*}" >/dev/null || missing+=("${t#*:}"); done
+# What cargo itself does not bring: a linker (cc), libclang for the slurm-spank crate's bindgen,
+# and pip for zig (PyPI) where the worker is built for old glibc. A fresh Debian 12 has none.
+command -v cc >/dev/null || missing+=(gcc)
+compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null || compgen -G '/usr/lib/*/libclang*.so*' >/dev/null \
+    || [ -n "${LIBCLANG_PATH:-}" ] || missing+=(libclang-dev)
+if [ "$BINARIES" != host ] && ! command -v zig >/dev/null \
+    && ! PYTHONPATH=$REPO/target/tools/python python3 -m ziglang version >/dev/null 2>&1 \
+    && ! python3 -m pip --version >/dev/null 2>&1; then
+    missing+=(python3-pip)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

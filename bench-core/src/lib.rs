@@ -17,6 +17,7 @@ pub mod hostlist;
 pub mod judge;
 pub mod localize;
 pub mod pairs;
+pub mod progress;
 pub mod rendezvous;
 pub mod report;
 pub mod size;

@@ -5,6 +5,7 @@
 use bench_core::nccl_env;
 use bench_core::options::{self, Options, ParseExit};
 use bench_core::orchestrate::{self, Ran};
+use bench_core::progress;
 use bench_core::report::json::{Reason, ReasonCode, Report};
 use bench_core::runner::Status;
 use bench_core::verdict::ExitCode;
@@ -55,9 +56,16 @@ fn main() {
     report.settings = Some(orchestrate::settings(opts));
     let status: Status = Arc::new(Mutex::new(vec!["starting".to_string()]));
     start_watchdog(t0 + opts.timeout, status.clone(), opts, report.clone());
-    if opts.progress && opts.rank == 0 {
-        start_progress(t0, status.clone(), opts.timeout);
-    }
+    // Kept until the process ends (`finish` leaves with `_exit`).
+    let _ticker = progress::wanted(opts.progress, opts.rank).then(|| {
+        progress::start(
+            t0,
+            status.clone(),
+            opts.timeout,
+            progress::EVERY,
+            std::io::stderr(),
+        )
+    });
 
     let code = match orchestrate::run(opts, t0, &status, &mut report) {
         Ok(Ran::Explained(text)) => {
@@ -170,40 +178,6 @@ fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut
             report.error = Some(msg.clone());
             report.reasons.push(Reason::plain(ReasonCode::Timeout, msg));
             finish(opts, &report, ExitCode::Timeout);
-        });
-}
-
-/// Seconds between two progress lines (`--progress`).
-const PROGRESS_EVERY: Duration = Duration::from_secs(3);
-/// Longest progress line: the per-GPU status can be long on 8 GPUs.
-const PROGRESS_MAX_CHARS: usize = 160;
-
-/// `--progress`: what the check is doing, how long it has run and its budget, every few seconds,
-/// so a user never stares at a silent terminal (the phases themselves are printed as they start).
-fn start_progress(t0: Instant, status: Status, budget: Duration) {
-    let _ = std::thread::Builder::new()
-        .name("progress".into())
-        .spawn(move || loop {
-            std::thread::sleep(PROGRESS_EVERY);
-            let doing = status
-                .lock()
-                .map(|s| {
-                    let mut v: Vec<&String> = s.iter().filter(|x| !x.is_empty()).collect();
-                    v.dedup();
-                    v.iter().map(|x| x.as_str()).collect::<Vec<_>>().join("; ")
-                })
-                .unwrap_or_default();
-            let doing: String = doing.chars().take(PROGRESS_MAX_CHARS).collect();
-            eprintln!(
-                "nccl-check: running {:.0} s of {:.0} s budget: {}",
-                t0.elapsed().as_secs_f64(),
-                budget.as_secs_f64(),
-                if doing.is_empty() {
-                    "measuring"
-                } else {
-                    &doing
-                }
-            );
         });
 }
 

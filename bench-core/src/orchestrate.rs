@@ -45,6 +45,9 @@ pub fn run(
         return Ok(Ran::Explained(explain(opts, None)));
     }
     let health = facts::start_nvml();
+    // What the progress line and the watchdog name while the libraries load.
+    *status.lock().unwrap_or_else(|p| p.into_inner()) =
+        vec!["loading NCCL and the CUDA driver".to_string()];
     let (nccl, visible) = load(opts, report)?;
     let devices = devices(opts, visible)?;
     if opts.explain_thresholds {

@@ -517,6 +517,45 @@ mod tests {
         std::fs::remove_dir_all(&d).ok();
     }
 
+    /// The plugin's user sees rank 0's progress lines while the worker runs, not when it ended:
+    /// this child goes on (and exits 0) only once its first line has arrived in the copy.
+    #[test]
+    fn a_tee_copies_each_line_while_the_child_still_runs() {
+        let d = scratch_dir("sup-tee-live");
+        let copy = File::create(d.join("copy")).expect("create");
+        let mut s = sh(
+            &d,
+            "echo 'nccl-check: running 3 s of 60 s budget: x' >&2\n\
+             i=0; while [ ! -e \"$DIR/go\" ] && [ $i -lt 60 ]; do sleep 0.05; i=$((i + 1)); done\n\
+             [ -e \"$DIR/go\" ]",
+            10_000,
+        );
+        s.stderr = Output::Tee {
+            max_bytes: 1024,
+            copy,
+        };
+        let dir = d.clone();
+        let watcher = std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(6);
+            while Instant::now() < until {
+                let seen = std::fs::read_to_string(dir.join("copy")).unwrap_or_default();
+                if seen.contains("running 3 s of 60 s budget") {
+                    std::fs::write(dir.join("go"), "").expect("go");
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        let f = run(s).expect("runs");
+        watcher.join().expect("watcher");
+        assert_eq!(
+            f.ending,
+            Ending::Exited(0),
+            "the line reached the copy only after the child gave up waiting"
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
     #[test]
     fn a_signal_is_reported_as_such() {
         let d = scratch_dir("sup-signal");

@@ -57,7 +57,10 @@ pub struct Status {
 }
 
 pub fn write(state_dir: &Path, s: &Status) -> std::io::Result<()> {
-    let text = serde_json::to_vec_pretty(s).map_err(std::io::Error::other)?;
+    let mut text = serde_json::to_vec_pretty(s).map_err(std::io::Error::other)?;
+    // A text file ends with a newline: `cat gate.json` (the README's step) must not glue the
+    // admin's next prompt or `sinfo -R`'s header to the closing brace.
+    text.push(b'\n');
     crate::state::write_atomic(&state_dir.join(FILE), &text, 0o644)
 }
 
@@ -79,10 +82,15 @@ mod tests {
             run_dir: None,
         };
         write(&d, &s).expect("write");
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(d.join(FILE)).expect("read")).expect("json");
+        let bytes = std::fs::read(d.join(FILE)).expect("read");
+        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
         assert_eq!(v["state"], "disabled");
         assert_eq!(v["job"], "4");
+        assert_eq!(
+            bytes.last(),
+            Some(&b'\n'),
+            "gate.json ends without a newline"
+        );
         std::fs::remove_dir_all(&d).ok();
     }
 }

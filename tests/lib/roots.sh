@@ -6,6 +6,10 @@
 #   24.11  trixie    (Debian 13)
 #   26.05  sid       (Debian unstable)
 #
+# One more root is no Slurm major of the matrix: "bookworm-fresh", a fresh Debian 12 (minbase) on
+# which slurmd, slurmctld, slurm-client and munge are then installed with apt-get, as a site's
+# node gets them and nothing else (tests/admin-path/run.sh follows the README's admin path there).
+#
 # Roots are cached under $NCCL_CHECK_SLURM_ROOTS (default <repo>/target/slurm-roots; never in
 # git). A root is complete only with its marker file, so an interrupted debootstrap is redone.
 # sid moves: its root is rebuilt when older than $NCCL_CHECK_ROOT_MAX_AGE_DAYS (default 7).
@@ -30,10 +34,18 @@ roots_suite() {
     esac
 }
 
+# The packages apt-get installs into "bookworm-fresh" after debootstrap: a site's Slurm node.
+ROOTS_FRESH_PACKAGES="slurmd slurmctld slurm-client munge"
+
 # roots_ensure SUITE: prints the cached root's path, debootstrapping it first when missing,
 # incomplete or (sid) stale. One debootstrap at a time (flock on the cache directory).
+# SUITE bookworm-fresh: see the head of this file.
 roots_ensure() {
     local suite=$1 dir=$ROOTS_DIR/$1 max_age=${NCCL_CHECK_ROOT_MAX_AGE_DAYS:-7}
+    local dist=$1 include=$ROOTS_PACKAGES after=
+    if [ "$suite" = bookworm-fresh ]; then
+        dist=bookworm include='' after=$ROOTS_FRESH_PACKAGES
+    fi
     mkdir -p "$ROOTS_DIR" || return 1
     (
         flock -w 1200 9 || { roots_say "lock $ROOTS_DIR/.lock busy"; exit 1; }
@@ -46,13 +58,20 @@ roots_ensure() {
         command -v debootstrap >/dev/null || roots_apt_install debootstrap || exit 1
         rm -rf --one-file-system "$dir" "$dir.partial"
         local t0=$SECONDS
-        roots_say "debootstrap --variant=minbase $suite (Slurm and munge included), about a minute"
-        if ! timeout 1200 debootstrap --variant=minbase --include="$ROOTS_PACKAGES" "$suite" "$dir.partial" \
+        roots_say "debootstrap --variant=minbase $dist${include:+ (Slurm and munge included)}, about a minute"
+        if ! timeout 1200 debootstrap --variant=minbase ${include:+--include="$include"} "$dist" "$dir.partial" \
                 "$ROOTS_MIRROR" >"$ROOTS_DIR/$suite.log" 2>&1; then
-            roots_say "debootstrap $suite failed (log $ROOTS_DIR/$suite.log):"
+            roots_say "debootstrap $dist failed (log $ROOTS_DIR/$suite.log):"
             tail -5 "$ROOTS_DIR/$suite.log" >&2
             rm -rf --one-file-system "$dir.partial"
             exit 1
+        fi
+        if [ -n "$after" ]; then
+            roots_say "apt-get install $after (in the root)"
+            # shellcheck disable=SC2086  # a list of package names
+            roots_apt_in "$dir.partial" $after >>"$ROOTS_DIR/$suite.log" 2>&1 \
+                || { roots_say "apt-get install $after failed (log $ROOTS_DIR/$suite.log)"; tail -5 "$ROOTS_DIR/$suite.log" >&2
+                     rm -rf --one-file-system "$dir.partial"; exit 1; }
         fi
         rm -f "$dir.partial"/var/cache/apt/archives/*.deb
         # munge's postinst makes a key on most releases; make sure there is one (0400 munge).
@@ -60,7 +79,11 @@ roots_ensure() {
             timeout 60 chroot "$dir.partial" /usr/sbin/mungekey -c -k /etc/munge/munge.key >&2 || exit 1
         fi
         timeout 30 chroot "$dir.partial" /bin/sh -c 'chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key' || exit 1
-        roots_slurm_version "$dir.partial" > "$dir.partial/$ROOTS_MARKER" || exit 1
+        if [ -n "$include" ]; then
+            roots_slurm_version "$dir.partial" > "$dir.partial/$ROOTS_MARKER" || exit 1
+        else    # no libslurm-dev in a site's node: the version is the package's
+            chroot "$dir.partial" dpkg-query -W -f='${Version}\n' slurmd > "$dir.partial/$ROOTS_MARKER" || exit 1
+        fi
         mv "$dir.partial" "$dir"
         roots_say "$suite root ready: Slurm $(cat "$dir/$ROOTS_MARKER") in $((SECONDS - t0)) s ($(du -sm "$dir" | cut -f1) MB)"
     ) 9>"$ROOTS_DIR/.lock" || return 1
@@ -73,6 +96,27 @@ roots_slurm_version() {
     hex=$(awk '$1 == "#define" && $2 == "SLURM_VERSION_NUMBER" { print $3 }' "$1/usr/include/slurm/slurm_version.h" 2>/dev/null)
     [[ "$hex" =~ ^0[xX][0-9a-fA-F]+$ ]] || { roots_say "$1: no SLURM_VERSION_NUMBER"; return 1; }
     printf '%d.%02d.%d\n' $(( (hex >> 16) & 255 )) $(( (hex >> 8) & 255 )) $(( hex & 255 ))
+}
+
+# roots_apt_in DIR PKG...: apt-get update and install PKG inside the root DIR, as an admin would
+# on that machine, in a private mount namespace (/proc mounted there only). No daemon is
+# started meanwhile (a policy-rc.d that says no, removed again), so the root is left as a
+# freshly installed machine whose daemons nobody started yet.
+roots_apt_in() {
+    local dir=$1; shift
+    cp -L /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null
+    printf '#!/bin/sh\nexit 101\n' > "$dir/usr/sbin/policy-rc.d" && chmod 755 "$dir/usr/sbin/policy-rc.d" || return 1
+    timeout 1200 unshare --mount --propagation private -- /bin/sh -c '
+        d=$1; shift
+        mount -t proc proc "$d/proc" || exit 1
+        chroot "$d" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 \
+            sh -c "apt-get -q update && apt-get install -y -q --no-install-recommends \"\$@\"" sh "$@"
+        rc=$?
+        umount "$d/proc"
+        exit $rc' sh "$dir" "$@"
+    local rc=$?
+    rm -f "$dir/usr/sbin/policy-rc.d"
+    return "$rc"
 }
 
 # roots_apt_install PKG...: apt-get install that waits for the dpkg lock (another apt on the
@@ -119,7 +163,16 @@ roots_inner() {
     local m=$scratch/merged
     ROOTS_MOUNTED=()           # global: the EXIT trap runs after this function returned
     undo() {
-        local i
+        local i p me comm
+        # Daemons the command started and left running (a test's slurmd or munged) would keep
+        # this namespace, its overlay and the ports alive after we return: every other process
+        # of this mount namespace ends with it (each one started inside it, killed by its pid).
+        me=$(readlink /proc/$$/ns/mnt)
+        for p in /proc/[0-9]*; do
+            [ "${p#/proc/}" != $$ ] && [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$me" ] || continue
+            comm=$(cat "$p/comm" 2>/dev/null)
+            kill -KILL "${p#/proc/}" 2>/dev/null && echo "roots: killed a leftover $comm (pid ${p#/proc/})" >&2
+        done
         for ((i = ${#ROOTS_MOUNTED[@]} - 1; i >= 0; i--)); do umount -l "${ROOTS_MOUNTED[i]}" 2>/dev/null; done
     }
     trap undo EXIT
