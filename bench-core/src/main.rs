@@ -57,7 +57,7 @@ fn main() {
     let status: Status = Arc::new(Mutex::new(vec!["starting".to_string()]));
     start_watchdog(t0 + opts.timeout, status.clone(), opts, report.clone());
     // Kept until the process ends (`finish` leaves with `_exit`).
-    let _ticker = progress::wanted(opts.progress, opts.rank).then(|| {
+    let _ticker = if progress::wanted(opts.progress, opts.rank) {
         progress::start(
             t0,
             status.clone(),
@@ -65,7 +65,9 @@ fn main() {
             progress::EVERY,
             std::io::stderr(),
         )
-    });
+    } else {
+        None
+    };
 
     let code = match orchestrate::run(opts, t0, &status, &mut report) {
         Ok(Ran::Explained(text)) => {

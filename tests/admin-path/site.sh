@@ -23,7 +23,8 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 say() { echo "admin-path (node): $*" >&2; }
 W=${ADMIN_WORK:?} BLOCKS=${ADMIN_BLOCKS:?} PORT=${ADMIN_CTLD_PORT:-20817}
 export DEBIAN_FRONTEND=noninteractive
-NODE=$(hostname)
+NODE=$(hostname)                                  # what `srun hostname` prints
+NODENAME=$(slurmd -C | sed -n '1s/^NodeName=\([^ ]*\).*/\1/p')   # Slurm's name of the node
 LOGS=$W/node
 mkdir -p "$LOGS"
 
@@ -119,7 +120,7 @@ check_4.1() {
     grep -q '^required /usr/lib/x86_64-linux-gnu/slurm-wlm/nccl_check.so ' /etc/slurm/plugstack.conf.d/zz-nccl-check.conf \
         || fail "the README's sed did not enable the plugin line"
     says "--nccl-check=mode"
-    says "nccl-check: ERROR on $NODE (rank 0 of 1): NCCL library not found"
+    says "nccl-check: ERROR on $NODENAME (rank 0 of 1): NCCL library not found"
     says "[worker exit 3]"
     ! grep -qx "$NODE" "$OUT" || fail "the task ran although the check said ERROR"
     [ "$RC" != 0 ] || fail "srun --nccl-check hostname exited 0 without NCCL"
