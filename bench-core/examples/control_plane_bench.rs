@@ -16,7 +16,7 @@
 //! cargo build --release -p bench-core --features sim --example control_plane_bench
 //! NCCL_CHECK_SECRET=$(openssl rand -hex 32) target/release/examples/control_plane_bench --procs 1024
 
-use bench_core::localize::conduct::{follow, group_of, Conductor, Step};
+use bench_core::localize::conduct::{decide_in, follow, group_of, Conductor, Step};
 use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
 use bench_core::localize::{Config, Floors, Localizer};
@@ -204,9 +204,7 @@ fn localize(joined: rendezvous::Joined, rank: u32, timeout_s: f64) -> serde_json
     let topology = Topology::new(&joined.members);
     let layout = Layout::new(&topology);
     let nranks = topology.nranks() as usize;
-    let process_of: Vec<u32> = (0..nranks)
-        .map(|r| topology.process_of(r).unwrap_or(0))
-        .collect();
+    let process_of = topology.processes_by_rank();
     let first = joined.members[rank as usize].first_rank as usize;
     let mine: Vec<usize> = (first..first + 8).collect();
     let team = Team::new(1, joined.plane, deadline);
@@ -236,10 +234,10 @@ fn localize(joined: rendezvous::Joined, rank: u32, timeout_s: f64) -> serde_json
         let step = team
             .gather(len, led, |sums| {
                 let d = Instant::now();
-                if conductor.is_none() {
+                let make = || -> Result<Conductor, String> {
                     let l = Localizer::new(n, g, cfg.clone()).map_err(|e| e.to_string())?;
                     let mut f = known_fabric.clone();
-                    conductor = Some(Conductor::new(
+                    Ok(Conductor::new(
                         l,
                         layout.clone(),
                         process_of.clone(),
@@ -247,10 +245,9 @@ fn localize(joined: rendezvous::Joined, rank: u32, timeout_s: f64) -> serde_json
                         "bench",
                         cfg.floors.allocation,
                         Box::new(move |r| f.measure(r)),
-                    ));
-                }
-                let c = conductor.as_mut().ok_or("no conductor")?;
-                let steps = c.decide(sums).map_err(|e| e.to_string());
+                    ))
+                };
+                let steps = decide_in(&mut conductor, make, sums);
                 decides.push(d.elapsed().as_secs_f64() * 1e3);
                 steps
             })

@@ -192,21 +192,7 @@ fn meet(
         .credential
         .authenticator(opts.munge_socket.clone())
         .and_then(|auth| {
-            let setup = rendezvous::Setup {
-                host: opts
-                    .rendezvous
-                    .as_deref()
-                    .and_then(|r| r.rsplit_once(':'))
-                    .map(|(h, _)| h.to_string())
-                    .unwrap_or_default(),
-                ports: opts.ports.clone(),
-                label: opts.label.clone(),
-                world: opts.world,
-                coordinator: opts.coordinator,
-                auth: auth.as_ref(),
-                deadline,
-                expected: crate::slurm_layout::expected(&|k| std::env::var(k).ok(), opts.world),
-            };
+            let setup = rendezvous_setup(opts, auth.as_ref(), deadline);
             rendezvous::join(&setup, me, || {
                 nccl.unique_id()
                     .map(|id| id.internal)
@@ -246,6 +232,30 @@ fn meet(
         });
     }
     Ok(())
+}
+
+/// How this process meets the others, from its options and the Slurm step's layout (the nodes
+/// and task counts the coordinator names when a process never comes).
+pub fn rendezvous_setup<'a>(
+    opts: &Options,
+    auth: &'a dyn rendezvous::auth::Authenticator,
+    deadline: Instant,
+) -> rendezvous::Setup<'a> {
+    rendezvous::Setup {
+        host: opts
+            .rendezvous
+            .as_deref()
+            .and_then(|r| r.rsplit_once(':'))
+            .map(|(h, _)| h.to_string())
+            .unwrap_or_default(),
+        ports: opts.ports.clone(),
+        label: opts.label.clone(),
+        world: opts.world,
+        coordinator: opts.coordinator,
+        auth,
+        deadline,
+        expected: crate::slurm_layout::expected(&|k| std::env::var(k).ok(), opts.world),
+    }
 }
 
 /// Waits for every GPU thread (each bounded by the deadline) and puts their outcomes in the

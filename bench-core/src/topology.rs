@@ -89,6 +89,11 @@ impl Topology {
         self.places.get(rank).map(|p| p.proc_rank)
     }
 
+    /// The process rank of every global rank, in rank order.
+    pub fn processes_by_rank(&self) -> Vec<u32> {
+        self.places.iter().map(|p| p.proc_rank).collect()
+    }
+
     /// Global ranks on the node at `node` (an index into [`Topology::node_names`]), by local index.
     pub fn ranks_of(&self, node: usize) -> Vec<usize> {
         (0..self.places.len())

@@ -15,7 +15,9 @@
 //! joins, as a task that dies before its rendezvous), NCCL_CHECK_SIM_RENDEZVOUS_HOST (the address
 //! that stands for the coordinator's node name, which the test cluster cannot resolve).
 
-use bench_core::localize::conduct::{follow, group_of, Conductor, FollowError, Place, Step};
+use bench_core::localize::conduct::{
+    decide_in, follow, group_of, Conductor, FollowError, Place, Step,
+};
 use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
 use bench_core::localize::{Config, Floors, Localizer, Phase};
@@ -138,25 +140,13 @@ fn run(
     // The test cluster's node names (n1..n64, every slurmd on 127.0.0.1 under one host name) do
     // not resolve; NCCL_CHECK_SIM_RENDEZVOUS_HOST stands in for the name service there. The port
     // stays the one the plugin chose.
-    let host_of_rdv = std::env::var("NCCL_CHECK_SIM_RENDEZVOUS_HOST")
+    let mut setup = bench_core::orchestrate::rendezvous_setup(opts, auth.as_ref(), deadline);
+    if let Some(h) = std::env::var("NCCL_CHECK_SIM_RENDEZVOUS_HOST")
         .ok()
-        .filter(|h| !h.is_empty());
-    let setup = rendezvous::Setup {
-        host: host_of_rdv.unwrap_or_else(|| {
-            opts.rendezvous
-                .as_deref()
-                .and_then(|r| r.rsplit_once(':'))
-                .map(|(h, _)| h.to_string())
-                .unwrap_or_default()
-        }),
-        ports: opts.ports.clone(),
-        label: opts.label.clone(),
-        world: opts.world,
-        coordinator: opts.coordinator,
-        auth: auth.as_ref(),
-        deadline,
-        expected: bench_core::slurm_layout::expected(&|k| std::env::var(k).ok(), opts.world),
-    };
+        .filter(|h| !h.is_empty())
+    {
+        setup.host = h;
+    }
     let joined = rendezvous::join(&setup, me, || Ok([0u8; 128])).map_err(RunError::Rendezvous)?;
     report.phases.rendezvous_ms = t.elapsed().as_secs_f64() * 1e3;
     report.nranks = joined.nranks();
@@ -166,9 +156,7 @@ fn run(
     let team = Team::new(1, joined.plane, deadline);
     let first = joined.members[opts.rank as usize].first_rank as usize;
     let mine: Vec<usize> = (first..first + gpus).collect();
-    let process_of: Vec<u32> = (0..topology.nranks() as usize)
-        .map(|r| topology.process_of(r).unwrap_or(0))
-        .collect();
+    let process_of = topology.processes_by_rank();
 
     // Every process builds the same fabric (same seed, same faults); each measures only the
     // places of its own ranks, and only the coordinator's process runs the localizer (the
@@ -208,11 +196,7 @@ fn run(
     let t = Instant::now();
     let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, RunError> {
         team.gather(len, led, |sums| {
-            if conductor.is_none() {
-                conductor = Some(new_conductor()?);
-            }
-            let c = conductor.as_mut().ok_or("no conductor")?;
-            c.decide(sums).map_err(|e| format!("localization: {e}"))
+            decide_in(&mut conductor, new_conductor, sums)
         })
         .map_err(|e| RunError::from_team(opts.rank, e))
     };

@@ -239,6 +239,27 @@ impl Conductor {
     }
 }
 
+/// The coordinator's decision in a gather, for a conductor kept in `slot`: made by `make` at the
+/// first round, then asked for every process's next step; emptied once it hands out the verdict,
+/// so the same slot serves the next localization of the process.
+pub fn decide_in(
+    slot: &mut Option<Conductor>,
+    make: impl FnOnce() -> Result<Conductor, String>,
+    results: &[f64],
+) -> Result<Vec<Step>, String> {
+    let conductor = match slot {
+        Some(c) => c,
+        None => slot.insert(make()?),
+    };
+    let steps = conductor
+        .decide(results)
+        .map_err(|e| format!("localization: {e}"))?;
+    if matches!(steps.first(), Some(Step::Done(_))) {
+        *slot = None;
+    }
+    Ok(steps)
+}
+
 /// Why following the coordinator stopped.
 #[derive(Debug)]
 pub enum FollowError<E> {

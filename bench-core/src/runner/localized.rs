@@ -12,7 +12,7 @@ use super::measure::Measurer;
 use super::output::{pair_table, phase, print};
 use super::pair_matrix::{busbw, gpu_rounds, gpu_row};
 use super::{Outcome, RunError, Start};
-use crate::localize::conduct::{follow, Conductor, FollowError, Place, Step};
+use crate::localize::conduct::{decide_in, follow, Conductor, FollowError, Place, Step};
 use crate::localize::layout::Layout;
 use crate::localize::{Config, Localizer, Phase, Plan};
 use crate::report::PairRow;
@@ -103,7 +103,7 @@ impl Measurer<'_> {
             Ok(Conductor::new(
                 localizer,
                 layout.clone(),
-                process_of(t),
+                t.processes_by_rank(),
                 t.process_of(me).unwrap_or(0),
                 "adaptive",
                 cfg.floors.allocation,
@@ -114,15 +114,7 @@ impl Measurer<'_> {
             self.team
                 .gather(len, led, |sums| {
                     let mut slot = start.conductor.lock().unwrap_or_else(|p| p.into_inner());
-                    if slot.is_none() {
-                        *slot = Some(new_conductor()?);
-                    }
-                    let c = slot.as_mut().ok_or("no conductor")?;
-                    let steps = c.decide(sums).map_err(|e| format!("localization: {e}"))?;
-                    if matches!(steps.first(), Some(Step::Done(_))) {
-                        *slot = None;
-                    }
-                    Ok(steps)
+                    decide_in(&mut slot, new_conductor, sums)
                 })
                 .map_err(|e| self.team_err(e))
         };
@@ -175,7 +167,7 @@ fn node_replies(
     sums: &[f64],
     coordinator: u32,
 ) -> Vec<Vec<(u64, f64)>> {
-    let procs = process_of(t);
+    let procs = t.processes_by_rank();
     let count = procs.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
     let mut node_of_proc = vec![None; count];
     for (rank, &p) in procs.iter().enumerate() {
@@ -200,13 +192,6 @@ fn node_replies(
                     .unwrap_or_default()
             }
         })
-        .collect()
-}
-
-/// The process of every rank.
-fn process_of(t: &Topology) -> Vec<u32> {
-    (0..t.nranks() as usize)
-        .map(|r| t.process_of(r).unwrap_or(0))
         .collect()
 }
 

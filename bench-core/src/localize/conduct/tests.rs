@@ -347,3 +347,51 @@ fn a_follower_sends_only_the_groups_it_leads() {
     assert_eq!(summary.localization_rounds, 1);
     assert_eq!(sent, vec![(0, vec![]), (6, vec![(1, 14.0)])]);
 }
+
+/// The slot's conductor is made once, kept between rounds, and emptied at the verdict.
+#[test]
+fn a_slot_keeps_one_conductor_until_the_verdict() {
+    let fabric = quiet(
+        8,
+        2,
+        Some(Fault::NodeNet {
+            node: 3,
+            factor: 0.5,
+        }),
+    );
+    let (layout, process_of) = layout(8, 2);
+    let mut made = 0;
+    let mut make = || {
+        made += 1;
+        let mut known = fabric.clone();
+        Ok(Conductor::new(
+            Localizer::new(8, 2, config(&fabric)).unwrap(),
+            layout.clone(),
+            process_of.clone(),
+            0,
+            "adaptive",
+            None,
+            Box::new(move |r: &Round| known.measure(r)),
+        ))
+    };
+    let mut slot = None;
+    let mut results = Vec::new();
+    let mut rounds = 0;
+    loop {
+        let steps = decide_in(&mut slot, &mut make, &results).unwrap();
+        match &steps[0] {
+            Step::Done(s) => {
+                assert_eq!(s.localization_rounds, rounds);
+                break;
+            }
+            Step::Round { groups, .. } => {
+                rounds += 1;
+                results = vec![40.0; *groups as usize];
+                assert!(slot.is_some());
+            }
+        }
+    }
+    assert!(rounds >= 1);
+    assert_eq!(made, 1);
+    assert!(slot.is_none(), "emptied at the verdict");
+}
