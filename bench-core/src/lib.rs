@@ -20,6 +20,7 @@ pub mod pairs;
 pub mod progress;
 pub mod rendezvous;
 pub mod report;
+pub mod running_thread;
 pub mod size;
 pub mod slurm_layout;
 pub mod slurm_rendezvous;

@@ -164,23 +164,23 @@ fn check_config() -> Option<i32> {
 /// The last resort: whatever is stuck (a CUDA call without a deadline, an abort that blocks), the
 /// process reports ERROR and exits shortly after `--timeout`.
 fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut report: Report) {
-    let _ = std::thread::Builder::new()
-        .name("watchdog".into())
-        .spawn(move || {
-            // The loops poll the same deadline and normally report first; this fires only if they cannot.
-            std::thread::sleep(
-                deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(400),
-            );
-            let waiting = status.lock().map(|s| s.join("; ")).unwrap_or_default();
-            let msg = format!(
-                "no progress within --timeout {:.0}s; waiting for: {waiting}",
-                opts.timeout.as_secs_f64()
-            );
-            report.set_outcome(ExitCode::Timeout, msg.clone());
-            report.error = Some(msg.clone());
-            report.reasons.push(Reason::plain(ReasonCode::Timeout, msg));
-            finish(opts, &report, ExitCode::Timeout);
-        });
+    // Running before NCCL's dlopen can take the loader's lock (running_thread.rs says why).
+    let _ = bench_core::running_thread::spawn("watchdog", move |ready| {
+        ready.running();
+        // The loops poll the same deadline and normally report first; this fires only if they cannot.
+        std::thread::sleep(
+            deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(400),
+        );
+        let waiting = status.lock().map(|s| s.join("; ")).unwrap_or_default();
+        let msg = format!(
+            "no progress within --timeout {:.0}s; waiting for: {waiting}",
+            opts.timeout.as_secs_f64()
+        );
+        report.set_outcome(ExitCode::Timeout, msg.clone());
+        report.error = Some(msg.clone());
+        report.reasons.push(Reason::plain(ReasonCode::Timeout, msg));
+        finish(opts, &report, ExitCode::Timeout);
+    });
 }
 
 static FINISHED: Mutex<bool> = Mutex::new(false);

@@ -58,9 +58,12 @@ pub fn start<W: Write + Send + 'static>(
     mut out: W,
 ) -> Option<Ticker> {
     let (stop, stopped) = mpsc::channel::<()>();
-    std::thread::Builder::new()
-        .name("progress".into())
-        .spawn(move || loop {
+    crate::running_thread::spawn("progress", move |ready| {
+        // A blocking receive sets up the channel's thread-local: do it once before saying it
+        // runs, so it never waits on the loader's lock during a stuck dlopen (running_thread.rs).
+        let _ = stopped.recv_timeout(Duration::from_millis(1));
+        ready.running();
+        loop {
             match stopped.recv_timeout(every) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
@@ -71,9 +74,10 @@ pub fn start<W: Write + Send + 'static>(
             };
             let _ = out.write_all(format!("{text}\n").as_bytes());
             let _ = out.flush();
-        })
-        .ok()
-        .map(|_| Ticker { _stop: stop })
+        }
+    })
+    .ok()
+    .map(|_| Ticker { _stop: stop })
 }
 
 #[cfg(test)]
