@@ -29,6 +29,12 @@ use crate::Error;
 const STEP_SETUP: Duration = Duration::from_secs(30);
 /// Bytes of srun's stderr kept for the message.
 const TAIL_BYTES: usize = 16 << 10;
+/// How long srun lets the other workers run after the first one ends (`srun --wait`). Real
+/// workers share one verdict and end within milliseconds of each other; a peer stuck in NCCL
+/// after a rank failed or crashed is killed this long after, not at the check's deadline. Not
+/// `--kill-on-bad-exit`: srun then aborts the step as the failing task's exit arrives, and its
+/// FAIL line, still in transit from that node, was lost in 4 of 8 runs on Slurm 22.05.
+const PEERS_GRACE_S: u32 = 10;
 
 /// Runs the allocation check in the batch step.
 pub fn check_allocation(
@@ -101,7 +107,8 @@ fn srun_args(config: &Config, mode: &Mode, nnodes: u32, verbose: bool) -> Vec<Os
         "--ntasks",
         &n,
         "--ntasks-per-node=1",
-        "--kill-on-bad-exit=1",
+        "--kill-on-bad-exit=0",
+        &format!("--wait={PEERS_GRACE_S}"),
     ]
     .iter()
     .map(OsString::from)
@@ -135,34 +142,53 @@ fn tee_stderr() -> Output {
     }
 }
 
-/// srun's exit is the highest exit of its tasks (0 PASS, 1 FAIL, else ERROR); the detail is
-/// the workers' last verdict line (pure).
+/// The verdict of the check's srun (pure). Exit 0 is PASS. Otherwise a FAIL decides: a
+/// worker's FAIL line, or srun's own "task N: Exited with exit code 1" (the worker's FAIL exit)
+/// when the line itself did not arrive. srun's exit is the highest of its tasks', so a peer
+/// that srun killed (137) or that ended in ERROR after the failing rank left would otherwise
+/// turn the FAIL into an ERROR. Without a FAIL the exit decides (1 FAIL, else ERROR). The
+/// detail is the deciding line, else srun's exit and its last line.
 fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
     let text = String::from_utf8_lossy(stderr);
-    let last_verdict = text
-        .lines()
-        .rev()
-        .find(|l| l.contains("nccl-check: FAIL") || l.contains("nccl-check: ERROR"))
-        .map(|l| {
-            l.trim()
-                .chars()
-                .filter(|c| !c.is_control())
-                .take(400)
-                .collect::<String>()
-        });
+    let printable = |l: &str| -> String {
+        l.trim()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(400)
+            .collect()
+    };
+    let last_with = |marker: &str| {
+        text.lines()
+            .rev()
+            .find(|l| l.contains(marker))
+            .map(printable)
+    };
     let last_line = text
         .lines()
         .rev()
         .find(|l| !l.trim().is_empty())
         .unwrap_or("");
     match ending {
+        Ending::Exited(0) => (Verdict::Pass, String::new()),
         Ending::Exited(code) => {
+            if let Some(fail) = last_with("nccl-check: FAIL") {
+                return (Verdict::Fail, fail);
+            }
+            if let Some(task) = last_with(": Exited with exit code 1") {
+                return (
+                    Verdict::Fail,
+                    format!(
+                        "{} (the worker's FAIL; its message did not reach srun)",
+                        task.trim_start_matches("srun: error: ")
+                    ),
+                );
+            }
             let verdict = ExitCode::verdict_of_status(Some(code));
-            let detail = last_verdict.unwrap_or_else(|| {
+            let detail = last_with("nccl-check: ERROR").unwrap_or_else(|| {
                 format!(
                     "srun exited with code {code} ({}); last output: {}",
                     ExitCode::meaning_of(code),
-                    last_line.chars().take(400).collect::<String>()
+                    printable(last_line)
                 )
             });
             (verdict, detail)
@@ -194,7 +220,7 @@ mod tests {
         assert_eq!(
             a.join(" "),
             "--nccl-check=off --job-name=nccl-check --nodes 3 --ntasks 3 --ntasks-per-node=1 \
-             --kill-on-bad-exit=1 /usr/libexec/nccl-check/nccl-check --plan full --timeout 120 \
+             --kill-on-bad-exit=0 --wait=10 /usr/libexec/nccl-check/nccl-check --plan full --timeout 120 \
              --port-range 29501-29999 --progress"
         );
     }
@@ -214,5 +240,39 @@ mod tests {
         let (v, d) = judge(Ending::KilledAtDeadline, b"", &c);
         assert_eq!(v, Verdict::Error);
         assert!(d.contains("did not finish within 155 s"), "{d}");
+    }
+
+    /// CI saw this (with --kill-on-bad-exit): rank 0 FAILs, srun ends rank 1, srun exits 143.
+    #[test]
+    fn a_fail_stays_a_fail_when_srun_ended_its_peers() {
+        let c = Config::default();
+        let err = b"fake worker: hanging\nsrun: error: n1: task 0: Exited with exit code 1\n\
+            srun: launch/slurm: _step_signal: Terminating StepId=3.0\n\
+            nccl-check: FAIL all_reduce 256 MiB busbw 12.3 < 300.0 GB/s; responsible: n1 GPU0\n\
+            srun: error: n2: task 1: Killed\n";
+        for code in [143, 137, 1] {
+            let (v, d) = judge(Ending::Exited(code), err, &c);
+            assert_eq!(v, Verdict::Fail, "exit {code}: {d}");
+            assert!(d.ends_with("responsible: n1 GPU0"), "{d}");
+        }
+        // The worker's line lost in transit: srun's own line about the task still says FAIL.
+        let err = b"srun: error: n1: task 0: Exited with exit code 1\n\
+            srun: error: n2: task 1: Terminated\nsrun: Force Terminated StepId=3.0\n";
+        let (v, d) = judge(Ending::Exited(143), err, &c);
+        assert_eq!(v, Verdict::Fail, "{d}");
+        assert_eq!(
+            d,
+            "n1: task 0: Exited with exit code 1 (the worker's FAIL; its message did not reach srun)"
+        );
+        // A peer's ERROR after the failing rank left does not hide the FAIL.
+        let err = b"1: nccl-check: FAIL busbw 12.3 < 300.0 GB/s; responsible: n2 GPU3\n\
+            0: nccl-check: ERROR control plane: process 1 left\n";
+        assert_eq!(judge(Ending::Exited(5), err, &c).0, Verdict::Fail);
+        // Without a FAIL a killed step is an ERROR, explained by the worker's own line.
+        let err = b"nccl-check: ERROR rendezvous: no peer\nsrun: error: n2: task 1: Exited with exit code 5\n\
+            srun: error: n1: task 0: Killed\n";
+        let (v, d) = judge(Ending::Exited(137), err, &c);
+        assert_eq!(v, Verdict::Error);
+        assert_eq!(d, "nccl-check: ERROR rendezvous: no peer");
     }
 }

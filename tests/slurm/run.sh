@@ -108,7 +108,7 @@ run_test() { # name function
     local name=$1
     [ -n "$FILTER" ] && [[ "$name" != *"$FILTER"* ]] && return 0
     default_conf
-    unset NCCL_CHECK_FAKE NCCL_CHECK_FAKE_FAIL_RANK
+    unset NCCL_CHECK_FAKE NCCL_CHECK_FAKE_FAIL_RANK NCCL_CHECK_FAKE_OTHERS
     idle || say "nodes not idle before $name"
     harness_run "$name" "$2"
 }
@@ -262,6 +262,16 @@ t_sbatch_checks_the_allocation_before_the_script() {
     job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
     grep -q "script-started" "$CL/work/batch-$job.out" && fail "the batch script ran after a FAIL"
     grep -q "nccl-check: FAIL in the allocation check" "$CL/work/batch-$job.out" || fail "no FAIL line: $(cat "$CL/work/batch-$job.out")"
+    # One node FAILs while the other's worker still runs: srun kills that one (batch.rs
+    # PEERS_GRACE_S) and its exit is then 137, not 1. Still a FAIL naming n1 (a CI run saw ERROR
+    # here, and with --kill-on-bad-exit the worker's FAIL line was lost in half the runs).
+    run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
+        --export=ALL,NCCL_CHECK_FAKE=fail,NCCL_CHECK_FAKE_FAIL_RANK=0,NCCL_CHECK_FAKE_OTHERS=hang --wrap 'echo script-started'
+    expect_rc_nonzero
+    job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
+    grep -q "script-started" "$CL/work/batch-$job.out" && fail "the batch script ran after a FAIL"
+    grep -q "nccl-check: FAIL in the allocation check: .*responsible: n1 GPU" "$CL/work/batch-$job.out" \
+        || fail "a peer terminated by srun turned the FAIL into: $(cat "$CL/work/batch-$job.out")"
     conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S batch_check=0"
     run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" --wrap 'echo script-started'
     expect_rc0
