@@ -174,12 +174,12 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
             if let Some(fail) = last_with("nccl-check: FAIL") {
                 return (Verdict::Fail, fail);
             }
-            if let Some(task) = last_with(": Exited with exit code 1") {
+            if let Some(task) = text.lines().rev().find_map(task_exited_with_fail) {
                 return (
                     Verdict::Fail,
                     format!(
                         "{} (the worker's FAIL; its message did not reach srun)",
-                        task.trim_start_matches("srun: error: ")
+                        printable(task)
                     ),
                 );
             }
@@ -204,6 +204,14 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
             ),
         ),
     }
+}
+
+/// srun's own line for a task that exited 1, the worker's FAIL exit, without its "srun: error: "
+/// prefix: `n1: task 0: Exited with exit code 1`. Exact, so 12 or 127 (a task that could not
+/// start its program) is not taken for a FAIL.
+fn task_exited_with_fail(line: &str) -> Option<&str> {
+    let task = line.trim().strip_prefix("srun: error: ")?;
+    task.ends_with(": Exited with exit code 1").then_some(task)
 }
 
 #[cfg(test)]
@@ -268,6 +276,9 @@ mod tests {
         let err = b"1: nccl-check: FAIL busbw 12.3 < 300.0 GB/s; responsible: n2 GPU3\n\
             0: nccl-check: ERROR control plane: process 1 left\n";
         assert_eq!(judge(Ending::Exited(5), err, &c).0, Verdict::Fail);
+        // A task that could not start its program (127) is no FAIL.
+        let err = b"srun: error: n2: task 1: Exited with exit code 127\n";
+        assert_eq!(judge(Ending::Exited(127), err, &c).0, Verdict::Error);
         // Without a FAIL a killed step is an ERROR, explained by the worker's own line.
         let err = b"nccl-check: ERROR rendezvous: no peer\nsrun: error: n2: task 1: Exited with exit code 5\n\
             srun: error: n1: task 0: Killed\n";
