@@ -86,10 +86,12 @@ pub fn gpu_info(ordinal: usize) -> Result<GpuInfo, DriverError> {
     let b: Vec<u8> = uuid.bytes.iter().map(|&c| c as u8).collect();
     let hex =
         |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let pci_bus_id = format!("{domain:04x}:{bus:02x}:{slot:02x}.0");
     Ok(GpuInfo {
+        pci_device_id: crate::sku::device_id_from_sysfs(std::path::Path::new("/"), &pci_bus_id),
         device: ordinal,
         name: device::get_name(dev)?,
-        pci_bus_id: format!("{domain:04x}:{bus:02x}:{slot:02x}.0"),
+        pci_bus_id,
         uuid: format!(
             "GPU-{}-{}-{}-{}-{}",
             hex(0..4),

@@ -65,7 +65,12 @@ pub fn findings(report: &Report, fraction: f64) -> Vec<(Scope, Finding)> {
                     Probed {
                         subject: format!("GPU{k}"),
                         gpu_name: &g.info.name,
+                        device_id: g
+                            .info
+                            .pci_device_id
+                            .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id)),
                         probe: p,
+                        others: g.health.as_ref().map_or(&[], |h| h.processes.as_slice()),
                     },
                 )
             })

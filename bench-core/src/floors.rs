@@ -5,15 +5,15 @@
 //! the allocation (e.g. `min_nodes = 2`) is what lets a healthy one pass without localization.
 
 use crate::config::worker::Threshold;
-use crate::thresholds::{floor, is_pair, with_min};
+use crate::thresholds::{floor, is_pair, with_min, Gpu};
 
 /// What the floors of one check depend on.
 #[derive(Debug, Clone, Copy)]
 pub struct Floors<'a> {
     /// The config's threshold rules (admin's first, then the built-in ones).
     pub rules: &'a [Threshold],
-    /// The GPU model the rules are looked up by (the driver's name of the first GPU).
-    pub gpu_name: &'a str,
+    /// The GPU model and interconnect the rules are looked up by (this process's first GPU).
+    pub gpu: Gpu<'a>,
     /// Nodes of the check.
     pub nodes: u32,
     /// GPUs of the whole check.
@@ -33,20 +33,26 @@ impl Floors<'_> {
     /// ring-equivalent figure: collectives they carried are judged only by the outlier rule and
     /// thresholds written for that algorithm (none are built in), so they get no floor.
     pub fn floor(&self, collective: &str, gpus: u32, bytes: u64) -> Option<f64> {
+        self.expectation(collective, gpus, bytes).map(|e| e.floor)
+    }
+
+    /// The floor with where it came from (the rule's file:line and source, or `--min-busbw`).
+    pub fn expectation(&self, collective: &str, gpus: u32, bytes: u64) -> Option<Expectation> {
         let pair = is_pair(collective, gpus);
         if self.in_network_algorithms && !pair {
             return None;
         }
-        let rule = floor(
-            self.rules,
-            self.gpu_name,
-            self.nodes,
-            collective,
-            gpus,
-            bytes,
-        );
+        let rule = floor(self.rules, &self.gpu, self.nodes, collective, gpus, bytes);
         let min = self.min_busbw.filter(|_| !pair || gpus == self.gpus);
-        with_min(rule, min)
+        let floor = with_min(rule.map(|t| t.min_busbw), min)?;
+        let source = match rule {
+            Some(t) if t.min_busbw >= floor => {
+                let what = if t.admin { "admin rule" } else { "built-in" };
+                format!("{what} [{}]: {}", t.origin, t.source)
+            }
+            _ => "--min-busbw".to_string(),
+        };
+        Some(Expectation { floor, source })
     }
 
     /// The localizer's floors for a multi-node check whose node pairs are measured with
@@ -73,6 +79,13 @@ impl Floors<'_> {
     }
 }
 
+/// A floor and where it came from, as the table and the report show it beside the number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expectation {
+    pub floor: f64,
+    pub source: String,
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -85,7 +98,9 @@ pub(crate) mod tests {
         min_busbw: f64,
     ) -> Threshold {
         Threshold {
-            gpu: "H200".into(),
+            gpu: None,
+            sku: Some("H200 SXM"),
+            interconnect: None,
             gpus: Some(gpus),
             nodes: crate::config::worker::NodeCount::Exact(nodes),
             collective,
@@ -101,7 +116,7 @@ pub(crate) mod tests {
     fn floors(rules: &[Threshold]) -> Floors<'_> {
         Floors {
             rules,
-            gpu_name: "NVIDIA H200",
+            gpu: Gpu::by_name("NVIDIA H200"),
             nodes: 1,
             gpus: 4,
             min_busbw: None,
@@ -120,7 +135,7 @@ pub(crate) mod tests {
         assert_eq!(f.floor("sendrecv", 2, 1 << 28), Some(255.0));
         assert_eq!(f.floor("all_gather", 4, 1 << 28), None);
         let other = Floors {
-            gpu_name: "NVIDIA A100",
+            gpu: Gpu::by_name("NVIDIA A100-SXM4-80GB"),
             ..f
         };
         assert_eq!(other.floor("all_reduce", 4, 1 << 28), None);
@@ -187,13 +202,14 @@ mod localization_tests {
     use crate::config::worker::WorkerConfig;
     use crate::localize::sim::{self, Fabric, Fault};
     use crate::localize::{Code, Config, Localizer, Plan, Verdict};
+    use crate::thresholds::Gpu;
     use std::path::Path;
 
     const MIB_256: u64 = 256 << 20;
     const H100: &str = "NVIDIA H100 80GB HBM3";
 
     /// The fabric simulation's nominal allocation busbw is 370 GB/s (H100-like, 400 Gb/s NICs).
-    const RANGE_RULE: &str = "[[thresholds]]\ngpu = \"H100\"\ncollective = \"all_reduce\"\n\
+    const RANGE_RULE: &str = "[[thresholds]]\nsku = \"H100 SXM\"\ncollective = \"all_reduce\"\n\
         min_nodes = 2\nmin_bytes = \"256M\"\nmax_bytes = \"16G\"\nmin_busbw = 300.0\n\
         source = \"test: 0.8x of the simulation's 370\"\n";
 
@@ -207,7 +223,10 @@ mod localization_tests {
     fn localizer_config(c: &WorkerConfig, nodes: u32, gpus: u32) -> Config {
         let floors = Floors {
             rules: &c.thresholds,
-            gpu_name: H100,
+            gpu: Gpu {
+                interconnect: crate::facts::interconnect::Class::Nvswitch,
+                ..Gpu::by_name(H100)
+            },
             nodes,
             gpus: nodes * gpus,
             min_busbw: None,
@@ -266,7 +285,10 @@ mod localization_tests {
         let c = config(Some(RANGE_RULE));
         let one = Floors {
             rules: &c.thresholds,
-            gpu_name: H100,
+            gpu: Gpu {
+                interconnect: crate::facts::interconnect::Class::Nvswitch,
+                ..Gpu::by_name(H100)
+            },
             nodes: 1,
             gpus: 8,
             min_busbw: None,

@@ -35,12 +35,36 @@ pub fn gpu_name(report: &Report) -> &str {
     report.gpus.first().map_or("", |g| g.info.name.as_str())
 }
 
+/// What this process's first GPU is: its SKU by PCI device ID (sysfs, else NVML's), else by
+/// its whole driver name.
+pub fn identity(report: &Report) -> crate::sku::Identity {
+    let first = report.gpus.first();
+    let id = first.and_then(|g| {
+        g.info
+            .pci_device_id
+            .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id))
+    });
+    crate::sku::Identity::resolve(id, gpu_name(report))
+}
+
+/// The model and interconnect the floors of this run are looked up by.
+pub fn gpu(report: &Report) -> crate::thresholds::Gpu<'_> {
+    crate::thresholds::Gpu {
+        name: gpu_name(report),
+        sku: identity(report).sku(),
+        interconnect: report
+            .interconnect
+            .as_ref()
+            .map_or(crate::facts::interconnect::Class::Unknown, |i| i.class),
+    }
+}
+
 /// The floors of this run (the same the runner's retest used, now knowing whether CollNet or
 /// NVLS carried the collectives).
 pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>) -> Floors<'a> {
     Floors {
         rules: judging.thresholds,
-        gpu_name: gpu_name(report),
+        gpu: gpu(report),
         nodes: Topology::new(&report.processes).node_count(),
         gpus: report.nranks,
         min_busbw: judging.min_busbw,
@@ -188,7 +212,9 @@ pub fn probe_line(report: &Report) -> String {
             Some(crate::facts::local_probe::Probed {
                 subject: format!("GPU{k}"),
                 gpu_name: &g.info.name,
+                device_id: g.info.pci_device_id,
                 probe: g.local_probe.as_ref()?,
+                others: &[],
             })
         })
         .collect();

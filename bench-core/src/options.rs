@@ -60,6 +60,10 @@ struct Raw {
     /// With --explain-thresholds: this GPU model instead of this node's (--gpus N: count, default 8)
     #[arg(long = "gpu-model")]
     gpu_model: Option<String>,
+    /// Print the GPUs this version knows by PCI device ID (form factor, memory, NVLink, source)
+    /// and exit; `sku` in a [[thresholds]] rule names one of them
+    #[arg(long = "list-skus")]
+    list_skus: bool,
 
     /// Smallest size in bytes (K, M, G suffixes) [default: from --plan]
     #[arg(short = 'b', long = "minbytes")]
@@ -219,6 +223,9 @@ where
         }
         _ => ParseExit::Usage(first_line(&e.to_string())),
     })?;
+    if raw.list_skus {
+        return Err(ParseExit::Info(crate::sku::list()));
+    }
     validate(raw, env).map_err(ParseExit::Usage)
 }
 

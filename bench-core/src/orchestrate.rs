@@ -42,7 +42,7 @@ pub fn run(
     let deadline = t0 + opts.timeout;
     if opts.explain_thresholds && opts.gpu_model.is_some() {
         // Another GPU model, or a login node: no GPU, no NCCL.
-        return Ok(Ran::Explained(explain(opts, None)));
+        return Ok(Ran::Explained(explain(opts, None, None)));
     }
     let health = facts::start_nvml();
     // What the progress line and the watchdog name while the libraries load.
@@ -51,7 +51,12 @@ pub fn run(
     let (nccl, visible) = load(opts, report)?;
     let devices = devices(opts, visible)?;
     if opts.explain_thresholds {
-        return Ok(Ran::Explained(explain(opts, Some(&devices))));
+        let nvml = health.resolve(deadline);
+        return Ok(Ran::Explained(explain(
+            opts,
+            Some(&devices),
+            Some(&nvml.facts),
+        )));
     }
     report.facts = Some(facts::inventory(opts, &report.host, visible));
     if !opts.quiet && opts.rank == 0 {
@@ -84,7 +89,12 @@ pub fn run(
             .map_err(|e| RunError::Runtime(format!("cannot start a thread: {e}")))?;
         handles.push(h);
     }
-    if let Err(e) = meet(opts, nccl, &devices, deadline, &senders, report) {
+    // NVML's facts decide which floors apply (the interconnect), so the measuring threads and
+    // the verdict hold results to the same floors: wait for them (bounded, `NVML_BUDGET` from
+    // the start; NVML usually answered while CUDA started).
+    let nvml = health.resolve(deadline);
+    let model = model(&devices, &nvml.facts, report);
+    if let Err(e) = meet(opts, nccl, &devices, deadline, &senders, report, model) {
         drop(senders);
         for h in handles {
             let _ = h.join();
@@ -92,7 +102,7 @@ pub fn run(
         return Err(e);
     }
     gather(handles, report)?;
-    facts::attach_nvml(report, health, deadline);
+    facts::attach_nvml(report, &nvml);
     Ok(Ran::Measured)
 }
 
@@ -138,21 +148,54 @@ fn devices(opts: &Options, visible: usize) -> Result<Vec<usize>, RunError> {
 
 /// The text of `--explain-thresholds`: for this node's GPUs (`devices`), or for
 /// `--gpu-model NAME --gpus N` without asking CUDA.
-fn explain(opts: &Options, devices: Option<&[usize]>) -> String {
-    let (name, count) = match (&opts.gpu_model, devices) {
-        (Some((model, count)), _) => (model.clone(), *count),
-        (None, Some(devices)) => (
-            devices
-                .first()
-                .and_then(|&d| cuda::gpu_info(d).ok())
-                .map(|i| i.name)
-                .unwrap_or_default(),
-            devices.len() as u32,
-        ),
-        (None, None) => (String::new(), 0),
+fn explain(
+    opts: &Options,
+    devices: Option<&[usize]>,
+    nvml: Option<&crate::facts::gpu_health::HealthFacts>,
+) -> String {
+    use crate::facts::interconnect::{classify, Interconnect};
+    let (name, count, device_id, interconnect) = match (&opts.gpu_model, devices, nvml) {
+        (None, Some(devices), Some(nvml)) => {
+            let infos: Vec<_> = devices
+                .iter()
+                .filter_map(|&d| cuda::gpu_info(d).ok())
+                .collect();
+            let buses: Vec<String> = infos.iter().map(|i| i.pci_bus_id.clone()).collect();
+            let first = infos.first();
+            (
+                first.map(|i| i.name.clone()).unwrap_or_default(),
+                devices.len() as u32,
+                first.and_then(|i| i.pci_device_id),
+                classify(nvml, &buses),
+            )
+        }
+        (Some((model, count)), ..) => {
+            // Offline: the SKU by its whole name, the interconnect its form factor implies.
+            let interconnect = match crate::sku::by_name(model) {
+                Some(s) => Interconnect::assumed(s.form, s.nvlink.map_or(0, |l| l.links), *count),
+                None => Interconnect::unknown(
+                    "the name is no whole name of the SKU table, so its form factor is unknown",
+                ),
+            };
+            (model.clone(), *count, None, interconnect)
+        }
+        _ => (String::new(), 0, None, Interconnect::unknown("no GPU")),
     };
-    let rules = crate::thresholds::explain(&opts.config.thresholds, &name, count, 1);
-    let node = facts::explain(opts, &name, &crate::nccl_env::hostname());
+    let identity = crate::sku::Identity::resolve(device_id, &name);
+    let gpu = crate::thresholds::Gpu {
+        name: &name,
+        sku: identity.sku(),
+        interconnect: interconnect.class,
+    };
+    let rules = crate::thresholds::explain(
+        &opts.config.thresholds,
+        &gpu,
+        &identity.to_string(),
+        &interconnect.to_string(),
+        count,
+        1,
+    );
+    let node = facts::explain(opts, device_id, &name, &crate::nccl_env::hostname());
     format!(
         "{rules}{node}Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}\n",
         opts.config.outliers.fraction,
@@ -164,6 +207,37 @@ fn explain(opts: &Options, devices: Option<&[usize]>) -> String {
     )
 }
 
+/// What the floors are looked up by: the first GPU's model (its SKU by PCI device ID) and how
+/// this process's GPUs reach each other (read from NVML), which the report records.
+fn model(
+    devices: &[usize],
+    nvml: &crate::facts::gpu_health::HealthFacts,
+    report: &mut Report,
+) -> Arc<crate::thresholds::GpuModel> {
+    let infos: Vec<_> = devices
+        .iter()
+        .filter_map(|&d| cuda::gpu_info(d).ok())
+        .collect();
+    let buses: Vec<String> = infos.iter().map(|i| i.pci_bus_id.clone()).collect();
+    let interconnect = crate::facts::interconnect::classify(nvml, &buses);
+    let first = infos.first();
+    let name = first.map(|i| i.name.clone()).unwrap_or_default();
+    let id = first.and_then(|i| i.pci_device_id).or_else(|| match nvml {
+        crate::facts::gpu_health::HealthFacts::Available { gpus, .. } => gpus
+            .iter()
+            .find(|g| crate::facts::node::bus_id(&g.bus_id) == buses.first().cloned())
+            .and_then(|g| g.pci_device_id),
+        _ => None,
+    });
+    let model = crate::thresholds::GpuModel {
+        name,
+        sku: crate::sku::Identity::resolve(id, first.map_or("", |i| i.name.as_str())).sku(),
+        interconnect: interconnect.class,
+    };
+    report.interconnect = Some(interconnect);
+    Arc::new(model)
+}
+
 /// The rendezvous, then each GPU thread gets its rank and the check's topology.
 fn meet(
     opts: &'static Options,
@@ -172,6 +246,7 @@ fn meet(
     deadline: Instant,
     senders: &[Sender<Start>],
     report: &mut Report,
+    gpu: Arc<crate::thresholds::GpuModel>,
 ) -> Result<(), RunError> {
     let t = Instant::now();
     let me = Member {
@@ -207,11 +282,6 @@ fn meet(
     report.processes = joined.members.clone();
     let topology = Arc::new(Topology::new(&joined.members));
     let team = Arc::new(Team::new(devices.len(), joined.plane, deadline));
-    let gpu_name = Arc::new(
-        cuda::gpu_info(devices[0])
-            .map(|i| i.name)
-            .unwrap_or_default(),
-    );
     let id = UniqueId {
         internal: joined.unique_id,
     };
@@ -226,7 +296,7 @@ fn meet(
             printer: rank == 0 && !opts.quiet,
             recorder: slot == 0,
             topology: topology.clone(),
-            gpu_name: gpu_name.clone(),
+            gpu: gpu.clone(),
             conductor: conductor.clone(),
             opts,
         });
@@ -328,6 +398,7 @@ pub fn verdict(
             rows: &report.results,
             pairs: &report.pairs,
             gpu_name: judge::gpu_name(report),
+            sku: judge::identity(report).sku().map(|s| s.key),
             gpus: report.nranks,
             headline: &headline,
             floor: &plot_floor,

@@ -21,24 +21,20 @@ struct Anchors {
 
 #[derive(Deserialize)]
 struct Anchor {
-    gpu: String,
+    /// The SKU table's key of the part the curve was measured on.
+    sku: String,
     gpus: u32,
     collective: String,
     points: Vec<(u64, f64)>,
 }
 
-/// The reference curve for this collective on `gpus` x `gpu_name`, if one is shipped.
-fn anchor(gpu_name: &str, gpus: u32, collective: &str) -> Option<Vec<(u64, f64)>> {
+/// The reference curve for this collective on `gpus` GPUs of SKU `sku`, if one is shipped.
+fn anchor(sku: Option<&str>, gpus: u32, collective: &str) -> Option<Vec<(u64, f64)>> {
+    let sku = sku?;
     let a: Anchors = toml::from_str(ANCHORS).ok()?;
     a.anchor
         .into_iter()
-        .find(|a| {
-            a.gpus == gpus
-                && a.collective == collective
-                && gpu_name
-                    .to_ascii_lowercase()
-                    .contains(&a.gpu.to_ascii_lowercase())
-        })
+        .find(|a| a.gpus == gpus && a.collective == collective && a.sku.eq_ignore_ascii_case(sku))
         .map(|a| a.points)
 }
 
@@ -47,6 +43,8 @@ pub struct PlotInput<'a> {
     pub rows: &'a [Row],
     pub pairs: &'a [PairRow],
     pub gpu_name: &'a str,
+    /// The SKU table's key of the GPU (its PCI device ID), for the reference curves.
+    pub sku: Option<&'a str>,
     /// GPUs measured together (the collectives' rank count).
     pub gpus: u32,
     /// The verdict and its summary, the plot's first line.
@@ -115,7 +113,7 @@ fn collective_panel<DB: DrawingBackend>(
     coll: &str,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     let mine: Vec<&Row> = input.rows.iter().filter(|r| r.collective == coll).collect();
-    let reference = anchor(input.gpu_name, input.gpus, coll).unwrap_or_default();
+    let reference = anchor(input.sku, input.gpus, coll).unwrap_or_default();
     let floors: Vec<(u64, f64)> = mine
         .iter()
         .filter_map(|r| (input.floor)(coll, input.gpus, r.size).map(|f| (r.size, f)))
@@ -244,10 +242,12 @@ mod tests {
             "alltoall",
             "sendrecv",
         ] {
-            let a = anchor("NVIDIA H200", 4, c).unwrap_or_default();
+            let a = anchor(Some("H200 SXM"), 4, c).unwrap_or_default();
             assert!(a.len() >= 5, "{c}");
         }
-        assert!(anchor("NVIDIA H200", 8, "all_reduce").is_none());
+        assert!(anchor(Some("H200 SXM"), 8, "all_reduce").is_none());
+        assert!(anchor(Some("H200 NVL"), 4, "all_reduce").is_none());
+        assert!(anchor(None, 4, "all_reduce").is_none());
     }
 
     fn row(collective: &'static str, size: u64, busbw: f64) -> Row {
@@ -330,6 +330,7 @@ mod tests {
             rows: &rows,
             pairs: &pairs,
             gpu_name: "NVIDIA H200",
+            sku: Some("H200 SXM"),
             gpus: 2,
             headline: "FAIL: all_reduce 256 MiB busbw 27.6 < 300.0 GB/s (9% of the floor)",
             floor: &floor,
@@ -395,6 +396,7 @@ mod tests {
             rows: &rows,
             pairs: &pairs,
             gpu_name: "NVIDIA H200",
+            sku: Some("H200 SXM"),
             gpus: 4,
             headline: "PASS: 4 x NVIDIA H200 on 1 node(s)",
             floor: &floor,

@@ -1,6 +1,8 @@
 //! Which threshold rule applies to a measurement, and why (`--explain-thresholds`).
 //!
-//! A rule applies when its GPU name is a case-insensitive substring of the driver's name, its
+//! A rule applies when the GPU is what it names (`sku`: the SKU table's key, found by the GPU's
+//! PCI device ID; `gpu`: the driver's whole name, never a part of it; `interconnect`: how the
+//! node's GPUs reach each other, as read from the node; a key left out matches anything), its
 //! collective matches, its `gpus` (when given) equals the measurement's, the check's node count
 //! is the rule's `nodes` (absent: 1) or lies in its `min_nodes..=max_nodes` range, and the
 //! message size lies in its `min_bytes..=max_bytes` range: a floor holds only for the sizes its
@@ -18,11 +20,64 @@
 //! On a tie the first in order wins, which puts the admin's rules before the built-in ones.
 
 use crate::config::worker::{NodeCount, Threshold};
+use crate::facts::interconnect::Class;
+use crate::sku::Sku;
+
+/// What the rules are looked up by: the GPU model (driver name and, when known, its SKU) and
+/// the interconnect of the node's GPUs (`Class::Unknown` where it could not be read).
+#[derive(Debug, Clone, Copy)]
+pub struct Gpu<'a> {
+    pub name: &'a str,
+    pub sku: Option<&'static Sku>,
+    pub interconnect: Class,
+}
+
+/// `Gpu` owned, for the GPU threads of a check.
+#[derive(Debug, Clone)]
+pub struct GpuModel {
+    pub name: String,
+    pub sku: Option<&'static Sku>,
+    pub interconnect: Class,
+}
+
+impl GpuModel {
+    pub fn gpu(&self) -> Gpu<'_> {
+        Gpu {
+            name: &self.name,
+            sku: self.sku,
+            interconnect: self.interconnect,
+        }
+    }
+}
+
+impl<'a> Gpu<'a> {
+    /// A GPU known only by its name (tests, the simulation): its SKU by the whole name, and
+    /// the interconnect its form factor implies.
+    pub fn by_name(name: &'a str) -> Gpu<'a> {
+        let sku = crate::sku::by_name(name);
+        Gpu {
+            name,
+            sku,
+            interconnect: sku.map_or(Class::Unknown, |s| {
+                crate::facts::interconnect::Interconnect::assumed(s.form, 0, 0).class
+            }),
+        }
+    }
+
+    /// Whether rule `t` names this GPU (its `gpu`, `sku` and `interconnect` keys).
+    pub fn is_named_by(&self, t: &Threshold) -> bool {
+        t.gpu
+            .as_deref()
+            .is_none_or(|g| crate::sku::names_gpu(g, self.name))
+            && t.sku.is_none_or(|k| self.sku.is_some_and(|s| s.key == k))
+            && t.interconnect.is_none_or(|c| c == self.interconnect)
+    }
+}
 
 /// What a measurement is, for the lookup.
 #[derive(Debug, Clone, Copy)]
 pub struct Key<'a> {
-    pub gpu_name: &'a str,
+    pub gpu: &'a Gpu<'a>,
     pub gpus: u32,
     pub nodes: u32,
     pub collective: &'a str,
@@ -30,9 +85,7 @@ pub struct Key<'a> {
 }
 
 fn applies(t: &Threshold, k: &Key) -> bool {
-    k.gpu_name
-        .to_ascii_lowercase()
-        .contains(&t.gpu.to_ascii_lowercase())
+    k.gpu.is_named_by(t)
         && t.collective == k.collective
         && t.gpus.is_none_or(|g| g == k.gpus)
         && t.nodes.contains(k.nodes)
@@ -81,22 +134,22 @@ pub fn is_pair(collective: &str, gpus: u32) -> bool {
 
 /// The rule's floor for `gpus` GPUs measured together on a check of `nodes` nodes. A GPU pair
 /// lies inside one node whatever the check spans, so it is looked up as one node.
-pub fn floor(
-    rules: &[Threshold],
-    gpu_name: &str,
+pub fn floor<'r>(
+    rules: &'r [Threshold],
+    gpu: &Gpu,
     nodes: u32,
     collective: &str,
     gpus: u32,
     bytes: u64,
-) -> Option<f64> {
+) -> Option<&'r Threshold> {
     let key = Key {
-        gpu_name,
+        gpu,
         gpus,
         nodes: if is_pair(collective, gpus) { 1 } else { nodes },
         collective,
         bytes,
     };
-    lookup(rules, &key).map(|t| t.min_busbw)
+    lookup(rules, &key)
 }
 
 /// A rule's floor raised by `--min-busbw`, when both apply.
@@ -108,67 +161,88 @@ pub fn with_min(rule: Option<f64>, min_busbw: Option<f64>) -> Option<f64> {
 }
 
 /// Every rule for this GPU model, each with whether it applies to a node of `gpus` GPUs on
-/// `nodes` nodes and why not: the text of `nccl-check --explain-thresholds`.
-pub fn explain(rules: &[Threshold], gpu_name: &str, gpus: u32, nodes: u32) -> String {
+/// `nodes` nodes and why not: the text of `nccl-check --explain-thresholds`. `identity` and
+/// `interconnect` say what the GPU was taken for and how its GPUs were found (or assumed) to be
+/// joined.
+pub fn explain(
+    rules: &[Threshold],
+    gpu: &Gpu,
+    identity: &str,
+    interconnect: &str,
+    gpus: u32,
+    nodes: u32,
+) -> String {
     let mut out = format!(
-        "Thresholds for {gpus} x '{gpu_name}' on {nodes} node(s) (most specific rule wins; admin rules first):\n"
+        "Thresholds for {gpus} x '{}' on {nodes} node(s) (most specific rule wins; admin rules first):\n  GPU: {identity}\n  interconnect: {interconnect}\n",
+        gpu.name
     );
     let mut any = false;
     for t in rules {
-        if !gpu_name
-            .to_ascii_lowercase()
-            .contains(&t.gpu.to_ascii_lowercase())
-        {
+        // Rules for this model: its SKU or name; the interconnect is said, not hidden.
+        let model_only = Gpu {
+            interconnect: t.interconnect.unwrap_or(gpu.interconnect),
+            ..*gpu
+        };
+        if !model_only.is_named_by(t) {
             continue;
         }
         any = true;
-        let size = size_range(t);
-        // The pair-matrix rule applies to every pair whatever the node's GPU count, and a pair is
-        // looked up as one node whatever the check spans (`floor`).
-        let pair_rule = t.gpus.is_some_and(|g| is_pair(t.collective, g));
-        let why_not = if !t.nodes.contains(if pair_rule { 1 } else { nodes }) {
-            Some(match t.nodes {
-                NodeCount::Exact(n) => format!("for {n} node(s)"),
-                range => format!("for {range} nodes"),
-            })
-        } else if pair_rule {
-            None
-        } else if t.gpus.is_some_and(|g| g != gpus) {
-            Some(format!("for {} GPUs", t.gpus.unwrap_or(0)))
-        } else {
-            None
-        };
-        let gpus_text = t
-            .gpus
-            .map_or("any count".to_string(), |g| format!("{g} GPUs"));
-        let nodes_text = format!("nodes {}", t.nodes);
-        out += &format!(
-            "  {} {:<14} {:>12}  {:<10}  {:<11}  >= {:>7.1} GB/s  [{}]  {}\n      source: {}\n",
-            if why_not.is_none() {
-                "APPLIES "
-            } else {
-                "ignored "
-            },
-            t.collective,
-            size,
-            gpus_text,
-            nodes_text,
-            t.min_busbw,
-            t.origin,
-            why_not.unwrap_or_default(),
-            t.source
-        );
+        out += &explain_rule(t, gpu, gpus, nodes);
     }
     if any {
         out +=
             "  Sizes outside a rule's range have no floor: the outlier rule alone judges them.\n";
-    }
-    if !any {
+    } else {
         out += &format!(
-            "  no rule names this GPU: only the outlier rule (peers' median) judges it.\n  Add [[thresholds]] with gpu = \"{gpu_name}\" to /etc/nccl-check/nccl-check.toml.\n"
+            "  no rule names this GPU and interconnect: only the outlier rule (peers' median) judges it.\n  Add [[thresholds]] with sku = \"...\" or gpu = \"{}\" to /etc/nccl-check/nccl-check.toml.\n",
+            gpu.name
         );
     }
     out
+}
+
+/// One line (and its source) of `explain`.
+fn explain_rule(t: &Threshold, gpu: &Gpu, gpus: u32, nodes: u32) -> String {
+    let size = size_range(t);
+    // The pair-matrix rule applies to every pair whatever the node's GPU count, and a pair is
+    // looked up as one node whatever the check spans (`floor`).
+    let pair_rule = t.gpus.is_some_and(|g| is_pair(t.collective, g));
+    let why_not = if let Some(c) = t.interconnect.filter(|&c| c != gpu.interconnect) {
+        Some(format!("for {c} (these GPUs: {})", gpu.interconnect))
+    } else if !t.nodes.contains(if pair_rule { 1 } else { nodes }) {
+        Some(match t.nodes {
+            NodeCount::Exact(n) => format!("for {n} node(s)"),
+            range => format!("for {range} nodes"),
+        })
+    } else if pair_rule {
+        None
+    } else if t.gpus.is_some_and(|g| g != gpus) {
+        Some(format!("for {} GPUs", t.gpus.unwrap_or(0)))
+    } else {
+        None
+    };
+    let gpus_text = t
+        .gpus
+        .map_or("any count".to_string(), |g| format!("{g} GPUs"));
+    let nodes_text = format!("nodes {}", t.nodes);
+    let on = t.interconnect.map_or("any".to_string(), |c| c.to_string());
+    format!(
+        "  {} {:<14} {:>12}  {:<10}  {:<11}  on {:<11}  >= {:>7.1} GB/s  [{}]  {}\n      source: {}\n",
+        if why_not.is_none() {
+            "APPLIES "
+        } else {
+            "ignored "
+        },
+        t.collective,
+        size,
+        gpus_text,
+        nodes_text,
+        on,
+        t.min_busbw,
+        t.origin,
+        why_not.unwrap_or_default(),
+        t.source
+    )
 }
 
 #[cfg(test)]
@@ -180,9 +254,33 @@ mod tests {
     use crate::config::worker::WorkerConfig;
     use std::path::Path;
 
-    fn key(gpu: &str, gpus: u32, coll: &'static str, bytes: u64) -> Key<'static> {
+    /// A GPU of this whole name on an NVSwitch fabric (where the built-in rules were measured).
+    fn gpu(name: &str) -> &'static Gpu<'static> {
+        let name: &'static str = Box::leak(name.to_string().into_boxed_str());
+        Box::leak(Box::new(Gpu {
+            interconnect: Class::Nvswitch,
+            ..Gpu::by_name(name)
+        }))
+    }
+
+    fn floor(
+        rules: &[Threshold],
+        name: &str,
+        nodes: u32,
+        coll: &str,
+        gpus: u32,
+        bytes: u64,
+    ) -> Option<f64> {
+        super::floor(rules, gpu(name), nodes, coll, gpus, bytes).map(|t| t.min_busbw)
+    }
+
+    fn explain(rules: &[Threshold], name: &str, gpus: u32, nodes: u32) -> String {
+        super::explain(rules, gpu(name), "id", "nvswitch", gpus, nodes)
+    }
+
+    fn key(name: &str, gpus: u32, coll: &'static str, bytes: u64) -> Key<'static> {
         Key {
-            gpu_name: Box::leak(gpu.to_string().into_boxed_str()),
+            gpu: gpu(name),
             gpus,
             nodes: 1,
             collective: coll,
@@ -202,7 +300,7 @@ mod tests {
     }
 
     const FROM_2: &str =
-        "[[thresholds]]\ngpu = \"H100\"\ncollective = \"all_reduce\"\nmin_nodes = 2\nmin_busbw = 300.0\n";
+        "[[thresholds]]\nsku = \"H100 SXM\"\ncollective = \"all_reduce\"\nmin_nodes = 2\nmin_busbw = 300.0\n";
 
     #[test]
     fn a_node_range_rule_covers_every_allocation_size_but_one_node() {
@@ -222,7 +320,7 @@ mod tests {
 
     #[test]
     fn an_exact_node_count_beats_a_range_and_the_admins_rule_wins_a_tie() {
-        let exact = "[[thresholds]]\ngpu = \"H100\"\ncollective = \"all_reduce\"\nnodes = 64\nmin_busbw = 350.0\n";
+        let exact = "[[thresholds]]\nsku = \"H100 SXM\"\ncollective = \"all_reduce\"\nnodes = 64\nmin_busbw = 350.0\n";
         // Either order: the exact rule wins at 64 nodes, the range everywhere else.
         for text in [format!("{FROM_2}{exact}"), format!("{exact}{FROM_2}")] {
             let c = admin(&text);
@@ -256,7 +354,7 @@ mod tests {
     fn gpu_pairs_are_looked_up_as_one_node_whatever_the_range() {
         // A multi-node sendrecv rule does not reach the pair matrix's GPU pairs (one node).
         let c = admin(
-            "[[thresholds]]\ngpu = \"H200\"\ncollective = \"sendrecv\"\nmin_nodes = 2\nmin_busbw = 10.0\n",
+            "[[thresholds]]\ngpu = \"NVIDIA H200\"\ncollective = \"sendrecv\"\nmin_nodes = 2\nmin_busbw = 10.0\n",
         );
         let r = &c.thresholds;
         assert_eq!(
@@ -275,7 +373,7 @@ mod tests {
         let parse = |body: &str| {
             WorkerConfig::from_texts(Some((
                 Path::new("/etc/x.toml"),
-                &format!("[[thresholds]]\ngpu = \"X\"\ncollective = \"all_reduce\"\nmin_busbw = 1.0\n{body}"),
+                &format!("[[thresholds]]\ngpu = \"Tesla X\"\ncollective = \"all_reduce\"\nmin_busbw = 1.0\n{body}"),
             )))
         };
         let c = parse("min_nodes = 2\nmax_nodes = 8\n").unwrap();
@@ -483,7 +581,7 @@ mod tests {
         let rule = |body: &str| {
             WorkerConfig::from_texts(Some((
                 Path::new("/etc/x.toml"),
-                &format!("[[thresholds]]\ngpu = \"X\"\ncollective = \"all_reduce\"\nmin_busbw = 1.0\n{body}"),
+                &format!("[[thresholds]]\ngpu = \"Tesla X\"\ncollective = \"all_reduce\"\nmin_busbw = 1.0\n{body}"),
             )))
         };
         let e = rule("min_bytes = \"1G\"\nmax_bytes = \"1M\"\n").unwrap_err();

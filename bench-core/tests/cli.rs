@@ -238,3 +238,86 @@ fn check_config_validates_and_says_where_each_setting_comes_from() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The explain text's APPLIES lines (collective and floor) for `--gpu-model MODEL --gpus 8`.
+fn applied(model: &str) -> Vec<String> {
+    let (rc, out, err) = nccl_check(&["--explain-thresholds", "--gpu-model", model, "--gpus", "8"]);
+    assert_eq!(rc, 0, "{model}: {err}");
+    out.lines()
+        .filter(|l| l.trim_start().starts_with("APPLIES"))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn an_8x_h100_pcie_node_gets_no_nvlink_floor_and_the_sxm_parts_keep_theirs() {
+    // Issue 24: "H100" was a part of "NVIDIA H100 PCIe", so the PCIe server got the SXM floor.
+    for pcie in [
+        "NVIDIA H100 PCIe",
+        "NVIDIA H100 NVL",
+        "NVIDIA H200 NVL",
+        "NVIDIA A100 80GB PCIe",
+    ] {
+        assert!(applied(pcie).is_empty(), "{pcie}: {:?}", applied(pcie));
+        let (_, out, _) = nccl_check(&["--explain-thresholds", "--gpu-model", pcie, "--gpus", "8"]);
+        assert!(out.contains("interconnect: 8 GPUs on PCIe"), "{out}");
+    }
+    for (sxm, floor) in [
+        ("NVIDIA H100 80GB HBM3", "400.0"),
+        ("NVIDIA H200", "400.0"),
+        ("NVIDIA A100-SXM4-80GB", "190.0"),
+    ] {
+        let lines = applied(sxm);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("all_reduce") && l.contains(floor)),
+            "{sxm}: {lines:?}"
+        );
+        let (_, out, _) = nccl_check(&["--explain-thresholds", "--gpu-model", sxm, "--gpus", "8"]);
+        assert!(out.contains("one NVLink fabric (NVSwitch)"), "{out}");
+    }
+    // A name the table does not know: said, and no floor.
+    let (_, out, _) = nccl_check(&[
+        "--explain-thresholds",
+        "--gpu-model",
+        "NVIDIA H100",
+        "--gpus",
+        "8",
+    ]);
+    assert!(out.contains("unknown part"), "{out}");
+    assert!(applied("NVIDIA H100").is_empty());
+}
+
+#[test]
+fn list_skus_names_every_part_by_device_id() {
+    let (rc, out, _) = nccl_check(&["--list-skus"]);
+    assert_eq!(rc, 0);
+    for needle in [
+        "H100 PCIe",
+        "10de:2331",
+        "H200 SXM",
+        "10de:2335",
+        "GB200",
+        "L40S",
+        "source:",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+}
+
+#[test]
+fn a_rule_that_names_part_of_a_gpu_name_is_refused_with_file_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("nccl-check-cli-partial-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cfg = dir.join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[[thresholds]]\ngpu = \"H100\"\ncollective = \"all_reduce\"\nmin_busbw = 1.0\n",
+    )
+    .expect("write");
+    let (rc, _, err) = nccl_check(&["--config", &cfg.to_string_lossy(), "--explain-thresholds"]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("c.toml:2: thresholds[0].gpu"), "{err}");
+    assert!(err.contains("sku = "), "{err}");
+}

@@ -45,7 +45,9 @@ struct RawOutliers {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawThreshold {
-    gpu: String,
+    gpu: Option<String>,
+    sku: Option<String>,
+    interconnect: Option<String>,
     gpus: Option<u32>,
     nodes: Option<u32>,
     min_nodes: Option<u32>,
@@ -88,7 +90,12 @@ pub struct Outliers {
 /// One threshold rule, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Threshold {
-    pub gpu: String,
+    /// The driver's whole GPU name (`NVIDIA H100 PCIe`, the `NVIDIA ` optional); None: any.
+    pub gpu: Option<String>,
+    /// A key of the SKU table (`sku::SKUS`): the part by its PCI device ID; None: any.
+    pub sku: Option<&'static str>,
+    /// The interconnect the floor was measured on (`facts::interconnect`); None: any.
+    pub interconnect: Option<crate::facts::interconnect::Class>,
     pub gpus: Option<u32>,
     /// `nodes = N` (absent: 1) or `min_nodes`/`max_nodes`.
     pub nodes: NodeCount,
@@ -270,9 +277,7 @@ fn validate(
                 format!("{} is not a bandwidth: expected GB/s >= 0", t.min_busbw),
             ));
         }
-        if t.gpu.trim().is_empty() {
-            return Err(bad(field("gpu"), "empty GPU name".into()));
-        }
+        let (gpu, sku, interconnect) = selectors(&t).map_err(|(k, m)| bad(field(k), m))?;
         if t.gpus == Some(0) {
             return Err(bad(field("gpus"), "must be at least 1".into()));
         }
@@ -304,7 +309,9 @@ fn validate(
             (None, lo, hi) => (lo, hi),
         };
         thresholds.push(Threshold {
-            gpu: t.gpu,
+            gpu,
+            sku,
+            interconnect,
             gpus: t.gpus,
             nodes,
             collective,
@@ -431,6 +438,75 @@ pub fn doubling(lo: u64, hi: u64) -> Vec<u64> {
     sizes
 }
 
+/// A rule's `gpu`, `sku` and `interconnect` keys, validated: `gpu` must be a whole driver
+/// name (a part of one, like "H100", would match the H100 PCIe as well as the SXM part: the
+/// false drain this rule replaces), `sku` a key of the table, `interconnect` a class name.
+type Selectors = (
+    Option<String>,
+    Option<&'static str>,
+    Option<crate::facts::interconnect::Class>,
+);
+
+fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
+    use crate::facts::interconnect::Class;
+    let gpu = match t.gpu.as_deref().map(str::trim) {
+        None => None,
+        Some("") => return Err(("gpu", "empty GPU name".into())),
+        Some(g) => {
+            if let Some(whole) = crate::sku::partial_name(g) {
+                return Err((
+                    "gpu",
+                    format!(
+                        "'{g}' is part of a GPU name, not a whole one: a rule's gpu matches the driver's \
+                         whole name (e.g. \"{whole}\"), so that one model's floor never reaches its \
+                         PCIe or NVL sibling; to match a part by its PCI device ID write sku = \"...\" \
+                         (`nccl-check --list-skus` lists them)"
+                    ),
+                ));
+            }
+            Some(g.to_string())
+        }
+    };
+    let sku = match t.sku.as_deref() {
+        None => None,
+        Some(k) => Some(
+            crate::sku::by_key(k)
+                .ok_or_else(|| {
+                    (
+                        "sku",
+                        format!(
+                            "unknown SKU '{k}': one of {} (`nccl-check --list-skus`)",
+                            crate::sku::SKUS
+                                .iter()
+                                .map(|s| format!("\"{}\"", s.key))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                })?
+                .key,
+        ),
+    };
+    let interconnect = match t.interconnect.as_deref() {
+        None => None,
+        Some(c) => Some(Class::parse(c).ok_or_else(|| {
+            (
+                "interconnect",
+                format!(
+                    "unknown interconnect '{c}': one of {}",
+                    Class::ALL
+                        .iter()
+                        .filter(|c| **c != Class::Unknown)
+                        .map(|c| format!("\"{c}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })?),
+    };
+    Ok((gpu, sku, interconnect))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,8 +519,8 @@ mod tests {
     fn the_built_in_defaults_are_valid_and_have_quick_and_full() {
         let c = WorkerConfig::from_texts(None).unwrap();
         assert!(c.plans.contains_key("quick") && c.plans.contains_key("full"));
-        for model in ["A100", "H100", "H200", "B200", "GB200"] {
-            assert!(c.thresholds.iter().any(|t| t.gpu == model), "{model}");
+        for sku in ["A100 SXM4 80GB", "H100 SXM", "H200 SXM", "B200", "GB200"] {
+            assert!(c.thresholds.iter().any(|t| t.sku == Some(sku)), "{sku}");
         }
         assert!(c.thresholds.iter().all(|t| !t.source.is_empty()));
         assert_eq!(c.outliers.fraction, 0.85);

@@ -15,6 +15,9 @@ const MIB256: u64 = 256 << 20;
 
 fn health(index: u32, active: u32) -> GpuHealth {
     GpuHealth {
+        pci_device_id: None,
+        links: vec![],
+        processes: vec![],
         index,
         bus_id: format!("00000000:{:02X}:00.0", 0x18 + index),
         name: "NVIDIA H200".into(),

@@ -23,46 +23,65 @@
 use super::Finding;
 use serde::{Deserialize, Serialize};
 
-/// NVLinks per GPU of the SXM parts, with where the number comes from.
-pub const NVLINKS: [(&str, u32, &str); 5] = [
-    (
-        "GB200",
-        18,
-        "NVLink5, 18 links per Blackwell GPU (NVIDIA GB200 NVL72 datasheet)",
-    ),
-    (
-        "B200",
-        18,
-        "NVLink5, 18 links per GPU (NVIDIA HGX B200 datasheet)",
-    ),
-    (
-        "H200",
-        18,
-        "NVLink4, 18 links per GPU (NVIDIA HGX H200 datasheet)",
-    ),
-    (
-        "H100 80GB HBM3",
-        18,
-        "H100 SXM5, NVLink4, 18 links per GPU (NVIDIA H100 datasheet)",
-    ),
-    (
-        "A100-SXM",
-        12,
-        "A100 SXM4, NVLink3, 12 links per GPU (NVIDIA A100 datasheet)",
-    ),
-];
-
-/// The model's NVLink count and its source, when the driver's name is a known SXM part. PCIe
-/// cards whose names contain the same words (`H100 PCIe`, `H100 NVL`, `H200 NVL`) are excluded.
-pub fn expected_nvlinks(gpu_name: &str) -> Option<(u32, &'static str)> {
-    let n = gpu_name.to_ascii_lowercase();
-    if n.contains("pcie") || n.contains(" nvl") {
-        return None;
+/// The NVLink count a GPU should have active, and its source: from the SKU table, by the
+/// GPU's PCI device ID (or its whole driver name when no ID could be read). Only parts whose
+/// links all lead somewhere by construction (SXM modules and superchips) have a count: a PCIe
+/// card's bridges are optional (Azure NCv5 H100 PCIe has 12 of 18 active, azurehpc-health-checks
+/// #162), so its count is never assumed.
+pub fn expected_nvlinks(device_id: Option<u16>, gpu_name: &str) -> Option<(u32, &'static str)> {
+    use crate::sku::{FormFactor, Identity};
+    let sku = Identity::resolve(device_id, gpu_name).sku()?;
+    match sku.form {
+        FormFactor::Sxm | FormFactor::Superchip => sku.nvlink.map(|l| (l.links, sku.source)),
+        FormFactor::Pcie | FormFactor::PcieBridged => None,
     }
-    NVLINKS
-        .iter()
-        .find(|(model, _, _)| n.contains(&model.to_ascii_lowercase()))
-        .map(|(_, links, src)| (*links, *src))
+}
+
+/// Where one NVLink leads, as NVML says (`nvmlDeviceGetNvLinkRemoteDeviceType`, or the remote
+/// end's PCI device ID where that call is not supported).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "to", rename_all = "snake_case")]
+pub enum Remote {
+    /// An NVSwitch (HGX baseboards, NVL72 switch trays).
+    Switch,
+    /// Another GPU, directly (a bridge or a direct-connect board).
+    Gpu { bus_id: String },
+    /// A CPU (NVLink-C2C, IBM NPU).
+    Cpu,
+    /// NVML could not say.
+    Unknown,
+}
+
+/// One NVLink of a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkFact {
+    pub link: u32,
+    pub active: bool,
+    pub remote: Remote,
+}
+
+/// Another process holding a context on a GPU (NVML's running compute processes), named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    /// The owner's user name (or uid when it has no name); empty when /proc did not say.
+    pub user: String,
+    /// GPU memory it holds, bytes, when NVML says.
+    pub used_bytes: Option<u64>,
+}
+
+impl std::fmt::Display for GpuProcess {
+    /// `pid 4242, user bob, 8.0 GiB`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {}", self.pid)?;
+        if !self.user.is_empty() {
+            write!(f, ", user {}", self.user)?;
+        }
+        if let Some(b) = self.used_bytes {
+            write!(f, ", {:.1} GiB", b as f64 / f64::from(1u32 << 30))?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -114,7 +133,16 @@ pub struct GpuHealth {
     /// `0000:9B:00.0` as NVML gives it.
     pub bus_id: String,
     pub name: String,
+    /// PCI device ID (vendor 0x10de), from NVML's PCI info; what the SKU table is keyed by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_device_id: Option<u16>,
     pub nvlink: Option<NvLinks>,
+    /// Each NVLink and where it leads (empty where NVML has no NVLink to say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkFact>,
+    /// Compute processes on this GPU when the facts were read, this check's own left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<GpuProcess>,
     pub pcie: Option<Pcie>,
     pub ecc_uncorrected_volatile: Option<u64>,
     pub row_remap: Option<RowRemap>,
@@ -162,7 +190,7 @@ pub fn classify(facts: &HealthFacts, ctx: Context) -> Vec<Finding> {
         let subject = format!("GPU {} ({})", g.index, g.bus_id);
         let same_model = gpus.iter().filter(|o| o.name == g.name).count();
         if let Some(l) = g.nvlink.as_ref().filter(|_| same_model >= 2) {
-            let (want, why) = match expected_nvlinks(&g.name) {
+            let (want, why) = match expected_nvlinks(g.pci_device_id, &g.name) {
                 Some((n, src)) => (Some(n), src.to_string()),
                 None => (
                     gpus.iter()
@@ -272,6 +300,9 @@ mod tests {
             index,
             bus_id: format!("00000000:{:02X}:00.0", 0x18 + index),
             name: name.to_string(),
+            pci_device_id: None,
+            links: vec![],
+            processes: vec![],
             nvlink: Some(NvLinks {
                 present: 18,
                 active: 18,
@@ -395,15 +426,22 @@ mod tests {
         let f = classify(&two, Context::default());
         assert_eq!(codes(&f), vec![("nvlink_down", "GPU 0 (00000000:18:00.0)")]);
         assert_eq!(
-            expected_nvlinks("NVIDIA H100 80GB HBM3").map(|x| x.0),
+            expected_nvlinks(None, "NVIDIA H100 80GB HBM3").map(|x| x.0),
             Some(18)
         );
         assert_eq!(
-            expected_nvlinks("NVIDIA A100-SXM4-80GB").map(|x| x.0),
+            expected_nvlinks(None, "NVIDIA A100-SXM4-80GB").map(|x| x.0),
             Some(12)
         );
-        assert_eq!(expected_nvlinks("NVIDIA H200 NVL"), None);
-        assert_eq!(expected_nvlinks("Tesla T4"), None);
+        assert_eq!(expected_nvlinks(None, "NVIDIA H200 NVL"), None);
+        assert_eq!(expected_nvlinks(None, "Tesla T4"), None);
+        // The device ID decides over the name: an H800 SXM has 8 links, whatever it is called.
+        assert_eq!(
+            expected_nvlinks(Some(0x2324), "NVIDIA H100 80GB HBM3").map(|x| x.0),
+            Some(8)
+        );
+        // An unknown device ID is not judged by a table, even under a known name.
+        assert_eq!(expected_nvlinks(Some(0x2bb9), "NVIDIA H200"), None);
     }
 
     #[test]

@@ -22,68 +22,16 @@ use serde::{Deserialize, Serialize};
 /// Copy rate floor as a fraction of the datasheet memory bandwidth (see the module comment).
 pub const FLOOR_FRACTION: f64 = 0.30;
 
-/// Datasheet memory bandwidth per GPU in GB/s, by a substring of the driver's name (first match
-/// wins, so the PCIe and NVL parts come before the SXM parts whose names they contain).
-pub const HBM_GBS: [(&str, f64, &str); 9] = [
-    (
-        "H100 NVL",
-        3900.0,
-        "NVIDIA H100 datasheet: H100 NVL 3.9 TB/s HBM3",
-    ),
-    (
-        "H100 PCIe",
-        2000.0,
-        "NVIDIA H100 datasheet: H100 PCIe 2 TB/s HBM2e",
-    ),
-    (
-        "H100",
-        3350.0,
-        "NVIDIA H100 datasheet: H100 SXM 3.35 TB/s HBM3",
-    ),
-    (
-        "H200",
-        4800.0,
-        "NVIDIA H200 datasheet: H200 SXM and NVL 4.8 TB/s HBM3e",
-    ),
-    (
-        "GB200",
-        8000.0,
-        "NVIDIA GB200 NVL72 datasheet: 576 TB/s HBM3e for 72 GPUs = 8 TB/s each",
-    ),
-    (
-        "B200",
-        8000.0,
-        "NVIDIA HGX B200 datasheet: 64 TB/s HBM3e for 8 GPUs = 8 TB/s each",
-    ),
-    (
-        "A100 80GB PCIe",
-        1935.0,
-        "NVIDIA A100 datasheet: A100 80GB PCIe 1,935 GB/s HBM2e",
-    ),
-    (
-        "A100-SXM4-80GB",
-        2039.0,
-        "NVIDIA A100 datasheet: A100 80GB SXM 2,039 GB/s HBM2e",
-    ),
-    (
-        "A100",
-        1555.0,
-        "NVIDIA A100 datasheet: A100 40GB 1,555 GB/s HBM2",
-    ),
-];
-
-/// The datasheet memory bandwidth of a GPU model and its source.
-pub fn hbm_gbs(gpu_name: &str) -> Option<(f64, &'static str)> {
-    let n = gpu_name.to_ascii_lowercase();
-    HBM_GBS
-        .iter()
-        .find(|(model, _, _)| n.contains(&model.to_ascii_lowercase()))
-        .map(|(_, gbs, src)| (*gbs, *src))
+/// The datasheet memory bandwidth of a GPU and its source, from the SKU table (by PCI device
+/// ID, else the whole driver name); None for a part the table does not know or gives no figure.
+pub fn hbm_gbs(device_id: Option<u16>, gpu_name: &str) -> Option<(f64, &'static str)> {
+    let sku = crate::sku::Identity::resolve(device_id, gpu_name).sku()?;
+    sku.memory_gbs.map(|gbs| (gbs, sku.source))
 }
 
-/// The copy-rate floor of a GPU model (GB/s) and how it was formed.
-pub fn floor(gpu_name: &str) -> Option<(f64, String)> {
-    hbm_gbs(gpu_name).map(|(gbs, src)| {
+/// The copy-rate floor of a GPU (GB/s) and how it was formed.
+pub fn floor(device_id: Option<u16>, gpu_name: &str) -> Option<(f64, String)> {
+    hbm_gbs(device_id, gpu_name).map(|(gbs, src)| {
         (
             FLOOR_FRACTION * gbs,
             format!("{FLOOR_FRACTION} x {gbs:.0} GB/s ({src}); a copy reads and writes each byte"),
@@ -129,7 +77,19 @@ impl LocalProbe {
 pub struct Probed<'a> {
     pub subject: String,
     pub gpu_name: &'a str,
+    /// PCI device ID, when read (the SKU table's key).
+    pub device_id: Option<u16>,
     pub probe: &'a LocalProbe,
+    /// Other processes on the GPU when it was measured: named first, they are what an admin
+    /// must know (a leftover process of the previous job is the common cause).
+    pub others: &'a [super::gpu_health::GpuProcess],
+}
+
+impl Probed<'_> {
+    /// `GPU0: busy: 1 other process (pid 4242, user bob, 8.0 GiB); ` or nothing.
+    fn busy(&self) -> String {
+        super::busy_prefix(&self.subject, self.others)
+    }
 }
 
 /// The findings of the probes of this process's GPUs: below the model's floor, or below
@@ -138,15 +98,17 @@ pub fn judge(probed: &[Probed], fraction: f64) -> Vec<Finding> {
     let mut out = Vec::new();
     for (i, p) in probed.iter().enumerate() {
         let rate = p.probe.copy_gbs;
-        if let Some((min, how)) = floor(p.gpu_name) {
+        if let Some((min, how)) = floor(p.device_id, p.gpu_name) {
             if rate < min {
                 out.push(
                     Finding::new(
                         "local_probe_slow",
                         &p.subject,
                         format!(
-                            "{}: device-local copy {rate:.0} GB/s < {min:.0} GB/s ({how})",
-                            p.subject
+                            "{}device-local copy {} GB/s < {} GB/s ({how})",
+                            p.busy(),
+                            super::num(rate),
+                            super::num(min)
                         ),
                     )
                     .with_values(rate, min),
@@ -157,7 +119,7 @@ pub fn judge(probed: &[Probed], fraction: f64) -> Vec<Finding> {
         let others: Vec<f64> = probed
             .iter()
             .enumerate()
-            .filter(|(j, o)| *j != i && o.gpu_name == p.gpu_name)
+            .filter(|(j, o)| *j != i && o.gpu_name == p.gpu_name && o.device_id == p.device_id)
             .map(|(_, o)| o.probe.copy_gbs)
             .collect();
         if others.is_empty() {
@@ -170,9 +132,11 @@ pub fn judge(probed: &[Probed], fraction: f64) -> Vec<Finding> {
                     "local_probe_slow",
                     &p.subject,
                     format!(
-                        "{}: device-local copy {rate:.0} GB/s < {fraction} x {median:.0} GB/s, the \
-                         median of its {} sibling(s)",
-                        p.subject,
+                        "{}device-local copy {} GB/s < {fraction} x {} GB/s, the median of its {} \
+                         sibling(s)",
+                        p.busy(),
+                        super::num(rate),
+                        super::num(median),
                         others.len()
                     ),
                 )
@@ -194,7 +158,7 @@ pub fn line(probed: &[Probed]) -> String {
         .collect();
     let floor = probed
         .first()
-        .and_then(|p| floor(p.gpu_name))
+        .and_then(|p| floor(p.device_id, p.gpu_name))
         .map(|(f, _)| format!(" (floor {f:.0})"))
         .unwrap_or_else(|| " (no model floor: siblings only)".to_string());
     format!("local probe device copy {} GB/s{floor}", each.join(", "))
@@ -217,21 +181,31 @@ mod tests {
             .map(|p| Probed {
                 subject: format!("GPU{}", p.device),
                 gpu_name: name,
+                device_id: None,
                 probe: p,
+                others: &[],
             })
             .collect()
     }
 
     #[test]
-    fn the_model_floors_come_from_the_datasheets_with_pcie_parts_first() {
-        assert_eq!(hbm_gbs("NVIDIA H100 80GB HBM3").map(|x| x.0), Some(3350.0));
-        assert_eq!(hbm_gbs("NVIDIA H100 PCIe").map(|x| x.0), Some(2000.0));
-        assert_eq!(hbm_gbs("NVIDIA H100 NVL").map(|x| x.0), Some(3900.0));
-        assert_eq!(hbm_gbs("NVIDIA H200").map(|x| x.0), Some(4800.0));
-        assert_eq!(hbm_gbs("NVIDIA A100-SXM4-80GB").map(|x| x.0), Some(2039.0));
-        assert_eq!(hbm_gbs("NVIDIA A100-SXM4-40GB").map(|x| x.0), Some(1555.0));
-        assert_eq!(hbm_gbs("Tesla T4"), None);
-        let (f, how) = floor("NVIDIA H200").unwrap();
+    fn the_model_floors_come_from_the_sku_table_by_device_id_then_whole_name() {
+        let by_name = |n: &str| hbm_gbs(None, n).map(|x| x.0);
+        assert_eq!(by_name("NVIDIA H100 80GB HBM3"), Some(3350.0));
+        assert_eq!(by_name("NVIDIA H100 PCIe"), Some(2000.0));
+        assert_eq!(by_name("NVIDIA H100 NVL"), Some(3900.0));
+        assert_eq!(by_name("NVIDIA H200"), Some(4800.0));
+        assert_eq!(by_name("NVIDIA A100-SXM4-80GB"), Some(2039.0));
+        assert_eq!(by_name("NVIDIA A100-SXM4-40GB"), Some(1555.0));
+        assert_eq!(by_name("Tesla T4"), None);
+        // A name that only contains a known part's name is not that part.
+        assert_eq!(by_name("NVIDIA H100 80GB HBM3 (custom)"), None);
+        // The device ID decides: an H100 PCIe (2331) under an SXM name has the PCIe figure.
+        assert_eq!(
+            hbm_gbs(Some(0x2331), "NVIDIA H100 80GB HBM3").map(|x| x.0),
+            Some(2000.0)
+        );
+        let (f, how) = floor(None, "NVIDIA H200").unwrap();
         assert!((f - 1440.0).abs() < 1e-9, "{f}");
         assert!(how.contains("4.8 TB/s"), "{how}");
     }
@@ -252,6 +226,22 @@ mod tests {
         assert!(f[0]
             .message
             .starts_with("GPU0: device-local copy 1100 GB/s < 1440 GB/s"));
+        // Another process on it is named first.
+        let others = [super::super::gpu_health::GpuProcess {
+            pid: 4242,
+            user: "bob".into(),
+            used_bytes: Some(8 << 30),
+        }];
+        let mut busy = probed("NVIDIA H200", &one);
+        busy[0].others = &others;
+        let f = judge(&busy, 0.85);
+        assert!(
+            f[0].message.starts_with(
+                "GPU0: busy: 1 other process (pid 4242, user bob, 8.0 GiB); device-local copy 1100 GB/s < 1440 GB/s"
+            ),
+            "{}",
+            f[0].message
+        );
         assert_eq!(f[0].limit, Some(1440.0));
     }
 

@@ -19,6 +19,7 @@
 //!   Slurm's files; CUDA's count; NVML's state; the NICs NCCL used), for the report and `judge`.
 
 pub mod gpu_health;
+pub mod interconnect;
 pub mod inventory;
 pub mod local_probe;
 pub mod net;
@@ -28,6 +29,40 @@ pub mod nvml;
 pub mod read;
 
 use serde::Serialize;
+
+/// A value as a message prints it beside the limit it is compared with: at least two
+/// significant digits, so that `0.19 < 0.2` never reads `0.2 < 0.2`.
+pub fn num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        let digits = (1 - a.log10().floor() as i32).clamp(1, 6) as usize;
+        format!("{v:.digits$}")
+    }
+}
+
+/// `GPU0: busy: 2 other processes (pid 4242, user bob, 8.0 GiB; pid 77); ` for a GPU other
+/// processes were using, else `GPU0: `.
+pub fn busy_prefix(subject: &str, others: &[gpu_health::GpuProcess]) -> String {
+    if others.is_empty() {
+        return format!("{subject}: ");
+    }
+    let n = others.len();
+    let list: Vec<String> = others.iter().take(4).map(|p| p.to_string()).collect();
+    let more = if n > 4 {
+        format!("; +{} more", n - 4)
+    } else {
+        String::new()
+    };
+    format!(
+        "{subject}: busy: {n} other process{} ({}{more}); ",
+        if n == 1 { "" } else { "es" },
+        list.join("; ")
+    )
+}
 
 /// One fault found in the facts, in the shape the report's reason takes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,5 +95,37 @@ impl Finding {
         self.measured = Some(measured);
         self.limit = Some(limit);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compared_value_keeps_two_significant_digits_so_the_comparison_reads_true() {
+        // The issue-24 case: 0.19 < 0.2 printed as "0.2 < 0.2".
+        assert_eq!(format!("{} < {}", num(0.19), num(0.2)), "0.19 < 0.20");
+        assert_eq!(num(0.0123), "0.012");
+        assert_eq!(num(7.5), "7.5");
+        assert_eq!(num(25.24), "25.2");
+        assert_eq!(num(728.4), "728");
+        assert_eq!(num(0.0), "0");
+        assert_eq!(num(1005.0), "1005");
+    }
+
+    #[test]
+    fn busy_prefix_names_at_most_four_processes() {
+        assert_eq!(busy_prefix("GPU0", &[]), "GPU0: ");
+        let p = |pid| gpu_health::GpuProcess {
+            pid,
+            user: String::new(),
+            used_bytes: None,
+        };
+        let six: Vec<_> = (1..=6).map(p).collect();
+        assert_eq!(
+            busy_prefix("GPU1", &six),
+            "GPU1: busy: 6 other processes (pid 1; pid 2; pid 3; pid 4; +2 more); "
+        );
     }
 }

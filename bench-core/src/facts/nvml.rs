@@ -7,7 +7,9 @@
 //! own thread and stops waiting at the deadline (the thread is left to finish or to die with the
 //! process; the worker never runs inside a task process).
 
-use super::gpu_health::{Clocks, GpuHealth, HealthFacts, NvLinks, Pcie, RowRemap, Throttle};
+use super::gpu_health::{
+    Clocks, GpuHealth, GpuProcess, HealthFacts, LinkFact, NvLinks, Pcie, Remote, RowRemap, Throttle,
+};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError};
 use nvml_wrapper::error::NvmlError;
@@ -56,6 +58,9 @@ pub fn read() -> HealthFacts {
                 index: i,
                 bus_id: String::new(),
                 name: String::new(),
+                pci_device_id: None,
+                links: vec![],
+                processes: vec![],
                 nvlink: None,
                 pcie: None,
                 ecc_uncorrected_volatile: None,
@@ -75,7 +80,30 @@ pub fn read() -> HealthFacts {
 fn gpu(nvml: &Nvml, index: u32, d: &Device) -> GpuHealth {
     let mut errors = Vec::new();
     let name = keep(&mut errors, "name", d.name()).unwrap_or_default();
-    let bus_id = keep(&mut errors, "pci", d.pci_info().map(|p| p.bus_id)).unwrap_or_default();
+    let pci = keep(&mut errors, "pci", d.pci_info());
+    let bus_id = pci.as_ref().map(|p| p.bus_id.clone()).unwrap_or_default();
+    // NVML packs the IDs as device << 16 | vendor.
+    let pci_device_id = pci
+        .filter(|p| p.pci_device_id & 0xffff == u32::from(crate::sku::NVIDIA_VENDOR))
+        .map(|p| (p.pci_device_id >> 16) as u16);
+    let processes = match d.running_compute_processes() {
+        Ok(list) => list
+            .into_iter()
+            .filter(|p| p.pid != std::process::id())
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                user: owner(p.pid),
+                used_bytes: match p.used_gpu_memory {
+                    nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                    nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+                },
+            })
+            .collect(),
+        Err(e) => {
+            errors.push(format!("processes: {e}"));
+            vec![]
+        }
+    };
     let pcie = (|| {
         Ok(Pcie {
             gen: d.current_pcie_link_gen()?,
@@ -114,11 +142,15 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> GpuHealth {
             None
         }
     };
+    let (nvlink, links) = nvlinks(nvml, d);
     GpuHealth {
         index,
         bus_id,
         name,
-        nvlink: nvlinks(d),
+        pci_device_id,
+        links,
+        processes,
+        nvlink,
         pcie,
         ecc_uncorrected_volatile: ecc,
         row_remap,
@@ -133,19 +165,86 @@ fn keep<T>(errors: &mut Vec<String>, what: &str, r: Result<T, NvmlError>) -> Opt
     r.map_err(|e| errors.push(format!("{what}: {e}"))).ok()
 }
 
-/// Links that answer, and how many of them are active; None when the GPU has no NVLink.
-fn nvlinks(d: &Device) -> Option<NvLinks> {
+/// Links that answer, how many of them are active, and where each leads; None and no links
+/// when the GPU has no NVLink.
+fn nvlinks(nvml: &Nvml, d: &Device) -> (Option<NvLinks>, Vec<LinkFact>) {
     let mut l = NvLinks {
         present: 0,
         active: 0,
     };
+    let mut links = Vec::new();
     for link in 0..MAX_LINKS {
-        if let Ok(active) = d.link_wrapper_for(link).is_active() {
+        let wrapper = d.link_wrapper_for(link);
+        if let Ok(active) = wrapper.is_active() {
             l.present += 1;
             l.active += u32::from(active);
+            links.push(LinkFact {
+                link,
+                active,
+                remote: remote(nvml, d, link, &wrapper),
+            });
         }
     }
-    (l.present > 0).then_some(l)
+    ((l.present > 0).then_some(l), links)
+}
+
+/// PCI device IDs of NVSwitch chips (pci.ids 2026.08.22: GA100 [A100 NVSwitch] 1af1,
+/// GH100 [H100 NVSwitch] 22a3), for drivers that cannot say a link's remote type.
+const NVSWITCH_IDS: [u16; 2] = [0x1af1, 0x22a3];
+
+/// Where a link leads: NVML's remote device type (called through the symbol directly: the
+/// wrapper of nvml-wrapper 0.13 writes the answer into a temporary and always returns
+/// Unknown), else the remote end's PCI device ID.
+fn remote(nvml: &Nvml, d: &Device, link: u32, wrapper: &nvml_wrapper::NvLink) -> Remote {
+    let remote_pci = wrapper.remote_pci_info().ok();
+    let kind = nvml
+        .lib()
+        .nvmlDeviceGetNvLinkRemoteDeviceType
+        .as_ref()
+        .ok()
+        .and_then(|f| {
+            let mut t: std::os::raw::c_uint = 255;
+            // SAFETY: the handle belongs to a live `Device` of this `Nvml`; `t` is a valid
+            // out-pointer of the enum's C type, as nvmlDeviceGetNvLinkRemoteDeviceType requires.
+            let rc = unsafe { f(d.handle(), link, &mut t) };
+            (rc == 0).then_some(t)
+        });
+    match kind {
+        // NVML_NVLINK_DEVICE_TYPE_GPU, _IBMNPU, _SWITCH (nvml.h).
+        Some(0) => Remote::Gpu {
+            bus_id: remote_pci.map(|p| p.bus_id).unwrap_or_default(),
+        },
+        Some(1) => Remote::Cpu,
+        Some(2) => Remote::Switch,
+        _ => match remote_pci {
+            Some(p) if NVSWITCH_IDS.contains(&((p.pci_device_id >> 16) as u16)) => Remote::Switch,
+            _ => Remote::Unknown,
+        },
+    }
+}
+
+/// The user name of a process's owner (its real uid from /proc), the uid where the name is
+/// unknown, empty where /proc does not say (another PID namespace).
+fn owner(pid: u32) -> String {
+    let status = match super::read::small(
+        std::path::Path::new(&format!("/proc/{pid}/status")),
+        64 * 1024,
+    ) {
+        Ok(s) => s,
+        Err(_) => return String::new(),
+    };
+    let Some(uid) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|u| u.parse::<u32>().ok())
+    else {
+        return String::new();
+    };
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| u.name)
 }
 
 /// `nvmlDeviceGetRemappedRows`, which nvml-wrapper 0.13 does not wrap.

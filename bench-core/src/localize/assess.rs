@@ -3,6 +3,7 @@
 //! deterministic: the same results give the same findings on every rank.
 
 use super::{node_name, Code, Config, Finding, Group, GroupKind};
+use crate::facts::num;
 use std::collections::BTreeMap;
 
 /// One measured group.
@@ -221,10 +222,10 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
             rail: None,
             subject: node_name(x),
             message: format!(
-                "{}: its own GPUs: local busbw {:.1} GB/s < {:.1} GB/s (phase A, every node at once)",
+                "{}: its own GPUs: local busbw {} GB/s < {} GB/s (phase A, every node at once)",
                 node_name(x),
-                inp.local[x],
-                local_limit.value()
+                num(inp.local[x]),
+                num(local_limit.value())
             ),
             measured: Some(inp.local[x]),
             limit: Some(local_limit.value()),
@@ -251,8 +252,10 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
                 rail: None,
                 subject: node_name(x),
                 message: format!(
-                    "{}: every node pair it is in is slow on all {g} NICs, with cleared partners: busbw <= {top:.1} GB/s < {limit:.1} GB/s",
-                    node_name(x)
+                    "{}: every node pair it is in is slow on all {g} NICs, with cleared partners: busbw <= {} GB/s < {} GB/s",
+                    node_name(x),
+                    num(top),
+                    num(limit)
                 ),
                 measured: Some(top),
                 limit: Some(limit),
@@ -266,9 +269,10 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
                 rail: Some(r),
                 subject: format!("{} GPU{r} NIC", node_name(x)),
                 message: format!(
-                    "{} rail {r} (GPU{r}'s NIC): every pair through it is slow, busbw <= {:.1} GB/s < {limit:.1} GB/s; its other rails are fine",
+                    "{} rail {r} (GPU{r}'s NIC): every pair through it is slow, busbw <= {} GB/s < {} GB/s; its other rails are fine",
                     node_name(x),
-                    best[x * g + r]
+                    num(best[x * g + r]),
+                    num(limit)
                 ),
                 measured: Some(best[x * g + r]),
                 limit: Some(limit),
@@ -312,9 +316,11 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
             rail: None,
             subject: format!("{}<->{}", node_name(x), node_name(y)),
             message: format!(
-                "{}<->{}: sendrecv busbw {worst:.1} GB/s < {limit:.1} GB/s on {} of {g} rails{why}",
+                "{}<->{}: sendrecv busbw {} GB/s < {} GB/s on {} of {g} rails{why}",
                 node_name(x),
                 node_name(y),
+                num(worst),
+                num(limit),
                 rails.len()
             ),
             measured: Some(worst),
@@ -361,7 +367,9 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
             rail: None,
             subject,
             message: format!(
-                "allocation-wide collective busbw {busbw:.1} GB/s < floor {floor:.1} GB/s; {why}"
+                "allocation-wide collective busbw {} GB/s < floor {} GB/s; {why}",
+                num(busbw),
+                num(floor)
             ),
             measured: Some(busbw),
             limit: Some(floor),

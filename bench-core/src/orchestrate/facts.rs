@@ -61,23 +61,40 @@ pub fn inventory(opts: &Options, host: &str, visible: usize) -> NodeFacts {
     node::inventory(&src, Some(visible as u32))
 }
 
-/// Waits (bounded) for NVML and puts each GPU's facts beside it in the report, matched by PCI
-/// bus id; the report's facts say whether NVML answered.
-pub fn attach_nvml(report: &mut Report, pending: Pending, deadline: Instant) {
-    let t = Instant::now();
-    let until = (pending.started + NVML_BUDGET).min(deadline);
-    let facts = match pending.rx {
-        None => HealthFacts::unavailable(&pending.why_not),
-        Some(rx) => rx
-            .recv_timeout(until.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| {
-                HealthFacts::unavailable(format!(
-                    "no answer within {:.1} s (a GPU may be hung)",
-                    NVML_BUDGET.as_secs_f64()
-                ))
-            }),
-    };
-    if let HealthFacts::Available { gpus, .. } = &facts {
+/// NVML's facts once they came (or why not), and how long the check waited for them.
+pub struct Resolved {
+    pub facts: HealthFacts,
+    pub waited_ms: f64,
+}
+
+impl Pending {
+    /// Waits (bounded: `NVML_BUDGET` from the thread's start, never past `deadline`).
+    pub fn resolve(self, deadline: Instant) -> Resolved {
+        let t = Instant::now();
+        let until = (self.started + NVML_BUDGET).min(deadline);
+        let facts = match self.rx {
+            None => HealthFacts::unavailable(&self.why_not),
+            Some(rx) => rx
+                .recv_timeout(until.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| {
+                    HealthFacts::unavailable(format!(
+                        "no answer within {:.1} s (a GPU may be hung)",
+                        NVML_BUDGET.as_secs_f64()
+                    ))
+                }),
+        };
+        Resolved {
+            facts,
+            waited_ms: t.elapsed().as_secs_f64() * 1e3,
+        }
+    }
+}
+
+/// Puts each GPU's NVML facts beside it in the report, matched by PCI bus id; the report's
+/// facts say whether NVML answered.
+pub fn attach_nvml(report: &mut Report, nvml: &Resolved) {
+    let facts = &nvml.facts;
+    if let HealthFacts::Available { gpus, .. } = facts {
         for g in &mut report.gpus {
             let mine = node::bus_id(&g.info.pci_bus_id);
             g.health = gpus
@@ -86,14 +103,13 @@ pub fn attach_nvml(report: &mut Report, pending: Pending, deadline: Instant) {
                 .cloned();
         }
     }
-    let waited = t.elapsed().as_secs_f64() * 1e3;
     if let Some(f) = report.facts.as_mut() {
-        f.set_nvml(&facts, waited);
+        f.set_nvml(facts, nvml.waited_ms);
     }
 }
 
 /// What `--explain-thresholds` says about the node's facts for `gpu_name`.
-pub fn explain(opts: &Options, gpu_name: &str, host: &str) -> String {
+pub fn explain(opts: &Options, device_id: Option<u16>, gpu_name: &str, host: &str) -> String {
     let env = |k: &str| std::env::var(k).ok();
     let src = Sources {
         root: "/".into(),
@@ -120,14 +136,14 @@ pub fn explain(opts: &Options, gpu_name: &str, host: &str) -> String {
             src.host
         ),
     };
-    out += &match gpu_health::expected_nvlinks(gpu_name) {
+    out += &match gpu_health::expected_nvlinks(device_id, gpu_name) {
         Some((n, why)) => format!("  NVLinks per GPU: {n} active (source: {why})\n"),
         None => format!(
-            "  NVLinks per GPU: '{gpu_name}' is no SXM part of the table: each GPU is held against \
-             its siblings of the same model\n"
+            "  NVLinks per GPU: '{gpu_name}' is no SXM or superchip part of the SKU table: each GPU \
+             is held against its siblings of the same model\n"
         ),
     };
-    out += &match local_probe::floor(gpu_name) {
+    out += &match local_probe::floor(device_id, gpu_name) {
         Some((f, how)) => format!(
             "  local probe (device-local copy, every GPU at once): >= {f:.0} GB/s = {how}; and >= {:.2} x its siblings' median\n",
             opts.config.outliers.fraction

@@ -15,4 +15,7 @@ pub struct GpuInfo {
     pub pci_bus_id: String,
     /// `GPU-xxxxxxxx-...`, the form nvidia-smi prints.
     pub uuid: String,
+    /// PCI device ID (vendor 0x10de) read from sysfs: what the SKU table knows the GPU by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_device_id: Option<u16>,
 }

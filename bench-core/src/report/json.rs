@@ -155,6 +155,10 @@ pub struct Report {
     pub results: Vec<Row>,
     /// The pair matrix: GPU pairs of each node and node pairs (see `PairRow`).
     pub pairs: Vec<super::PairRow>,
+    /// How this process's GPUs reach each other, read from NVML (`facts::interconnect`):
+    /// which built-in floors apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interconnect: Option<crate::facts::interconnect::Interconnect>,
     /// The node-level localization of a multi-node check (`localize`), when it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub localization: Option<crate::localize::Summary>,
@@ -202,6 +206,7 @@ impl Report {
             processes: Vec::new(),
             results: Vec::new(),
             pairs: Vec::new(),
+            interconnect: None,
             localization: None,
             transports: None,
             network_profile: None,

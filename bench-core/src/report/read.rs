@@ -123,6 +123,7 @@ impl Default for Report {
             settings: None,
             gpus: Vec::new(),
             processes: Vec::new(),
+            interconnect: None,
             results: Vec::new(),
             pairs: Vec::new(),
             network_profile: None,

@@ -228,7 +228,7 @@ mod tests {
         let rules = [crate::floors::tests::rule("sendrecv", 2, 1, 255.0)];
         let floors = crate::floors::Floors {
             rules: &rules,
-            gpu_name: "NVIDIA H200",
+            gpu: crate::thresholds::Gpu::by_name("NVIDIA H200"),
             nodes: 2,
             gpus: 2,
             min_busbw: None,

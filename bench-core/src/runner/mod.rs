@@ -46,8 +46,8 @@ pub struct Start {
     pub recorder: bool,
     /// Which node each global rank is on, and its index there.
     pub topology: Arc<Topology>,
-    /// The GPU name thresholds are looked up by (this process's first GPU).
-    pub gpu_name: Arc<String>,
+    /// The GPU model and interconnect thresholds are looked up by (this process's first GPU).
+    pub gpu: Arc<crate::thresholds::GpuModel>,
     /// The localizer of a multi-node check, shared by this process's GPU threads (whichever
     /// arrives last at a round's gather runs it); used in the coordinator's process only.
     pub conductor: Arc<Mutex<Option<crate::localize::conduct::Conductor>>>,
@@ -60,7 +60,7 @@ impl Start {
     pub fn floors(&self) -> Floors<'_> {
         Floors {
             rules: &self.opts.config.thresholds,
-            gpu_name: &self.gpu_name,
+            gpu: self.gpu.gpu(),
             nodes: self.topology.node_count(),
             gpus: self.nranks,
             min_busbw: self.opts.min_busbw,

@@ -86,11 +86,11 @@ fn healthy(gpu: &str, gpus: Option<u32>, coll: &str) -> Option<Vec<Row>> {
     let sweeps = h200x4();
     let rows = |c: &str| sweeps.iter().find(|(n, _)| n == c).map(|(_, r)| r.clone());
     match (gpu, gpus) {
-        ("H200", Some(4)) => rows(coll),
+        ("H200 SXM", Some(4)) => rows(coll),
         // The pair rule: the 2-GPU pairs at 256M, and the 4-GPU sendrecv ring elsewhere (each
         // GPU sends to one peer and receives from another, as in a pair; agreement at 256M is
         // checked by `the_ring_stands_in_for_a_pair`).
-        ("H200", Some(2)) if coll == "sendrecv" => {
+        ("H200 SXM", Some(2)) if coll == "sendrecv" => {
             let mut r = rows("sendrecv")?;
             r.extend(pairs_256m().into_iter().map(|busbw| Row {
                 bytes: 256 * M,
@@ -103,16 +103,17 @@ fn healthy(gpu: &str, gpus: Option<u32>, coll: &str) -> Option<Vec<Row>> {
 }
 
 /// Rules whose source measured elsewhere, with the size it measured at.
-const NO_SWEEP: [(&str, u32, &str, u64); 6] = [
-    ("H200", 8, "all_reduce", 256 * M),  // AWS p5e warn at 256M
-    ("H100", 8, "all_reduce", 256 * M),  // AWS p5 warn at 256M
-    ("H100", 4, "all_reduce", 256 * M),  // as the 4x H200 rule
-    ("A100", 8, "all_reduce", 256 * M),  // SuperBench 256M
-    ("B200", 8, "all_reduce", 256 * M),  // AWS p6 warn at 256M
-    ("GB200", 4, "all_reduce", 256 * M), // as B200
+const NO_SWEEP: [(&str, u32, &str, u64); 7] = [
+    ("H200 SXM", 8, "all_reduce", 256 * M), // AWS p5e warn at 256M
+    ("H100 SXM", 8, "all_reduce", 256 * M), // AWS p5 warn at 256M
+    ("H100 SXM", 4, "all_reduce", 256 * M), // as the 4x H200 rule
+    ("A100 SXM4 80GB", 8, "all_reduce", 256 * M), // SuperBench 256M
+    ("A100 SXM4 40GB", 8, "all_reduce", 256 * M), // as the 80GB part
+    ("B200", 8, "all_reduce", 256 * M),     // AWS p6 warn at 256M
+    ("GB200", 4, "all_reduce", 256 * M),    // as B200
 ];
 /// The 8x H200 rule from Azure's 16G measurement.
-const AZURE_H200X8: (&str, u32, &str, u64) = ("H200", 8, "all_reduce", 16 * G);
+const AZURE_H200X8: (&str, u32, &str, u64) = ("H200 SXM", 8, "all_reduce", 16 * G);
 
 /// The range a floor measured at `at` may cover: up to 16G from >= 256M (sweeps rise or stay
 /// flat there), and for all_reduce down to 2G from >= 2G (its sweep is within 3% of its 8G
@@ -126,6 +127,14 @@ fn extension_is_safe(coll: &str, at: u64, lo: u64, hi: u64) -> bool {
     at >= 256 * M && lo >= lowest && lo <= at && hi >= at && hi <= 16 * G
 }
 
+/// A GPU of this whole name on an NVSwitch fabric.
+fn nvswitch(name: &'static str) -> super::Gpu<'static> {
+    super::Gpu {
+        interconnect: crate::facts::interconnect::Class::Nvswitch,
+        ..super::Gpu::by_name(name)
+    }
+}
+
 fn powers_of_two() -> impl Iterator<Item = u64> {
     (3..=33).map(|e| 1u64 << e)
 }
@@ -135,10 +144,18 @@ fn every_default_rule_is_bounded_and_below_every_healthy_measurement_in_its_rang
     let c = WorkerConfig::from_texts(None).unwrap();
     let mut checked = 0;
     for t in &c.thresholds {
+        // Every built-in rule names its SKU and the interconnect its source measured.
+        let sku = t.sku.unwrap_or_else(|| panic!("{} has no sku", t.origin));
+        assert_eq!(
+            t.interconnect,
+            Some(crate::facts::interconnect::Class::Nvswitch),
+            "{}",
+            t.origin
+        );
         let (Some(lo), Some(hi)) = (t.min_bytes, t.max_bytes) else {
-            panic!("{} {:?} {} has no size range", t.gpu, t.gpus, t.collective);
+            panic!("{sku} {:?} {} has no size range", t.gpus, t.collective);
         };
-        match healthy(&t.gpu, t.gpus, t.collective) {
+        match healthy(sku, t.gpus, t.collective) {
             Some(rows) => {
                 for size in powers_of_two() {
                     let here: Vec<f64> = rows
@@ -152,7 +169,7 @@ fn every_default_rule_is_bounded_and_below_every_healthy_measurement_in_its_rang
                     assert!(
                         !here.is_empty(),
                         "{} x{:?} {}: no healthy measurement at {size} inside its range",
-                        t.gpu,
+                        sku,
                         t.gpus,
                         t.collective
                     );
@@ -160,7 +177,7 @@ fn every_default_rule_is_bounded_and_below_every_healthy_measurement_in_its_rang
                         assert!(
                             busbw >= t.min_busbw,
                             "{} x{:?} {} at {size}: healthy {busbw} < floor {}",
-                            t.gpu,
+                            sku,
                             t.gpus,
                             t.collective,
                             t.min_busbw
@@ -170,7 +187,7 @@ fn every_default_rule_is_bounded_and_below_every_healthy_measurement_in_its_rang
                 }
             }
             None => {
-                let key = (t.gpu.as_str(), t.gpus.unwrap_or(0), t.collective);
+                let key = (sku, t.gpus.unwrap_or(0), t.collective);
                 let at = NO_SWEEP
                     .iter()
                     .chain([&AZURE_H200X8])
@@ -194,15 +211,20 @@ fn a_healthy_all_8b_to_8g_sweep_on_4x_h200_never_fails_a_floor() {
     // `nccl-check all -b 8 -e 8G` on the 4x H200 whose sweeps are committed, and the pair
     // matrix at every size.
     let c = WorkerConfig::from_texts(None).unwrap();
+    let h200 = nvswitch("NVIDIA H200");
     let mut judged = 0;
     for (coll, rows) in h200x4() {
         for r in rows {
-            if let Some(min) = floor(&c.thresholds, "NVIDIA H200", 1, &coll, 4, r.bytes) {
+            if let Some(min) =
+                floor(&c.thresholds, &h200, 1, &coll, 4, r.bytes).map(|t| t.min_busbw)
+            {
                 assert!(r.busbw >= min, "{coll} {} {} < {min}", r.bytes, r.busbw);
                 judged += 1;
             }
             if coll == "sendrecv" {
-                if let Some(min) = floor(&c.thresholds, "NVIDIA H200", 1, "sendrecv", 2, r.bytes) {
+                if let Some(min) =
+                    floor(&c.thresholds, &h200, 1, "sendrecv", 2, r.bytes).map(|t| t.min_busbw)
+                {
                     assert!(r.busbw >= min, "pair {} {} < {min}", r.bytes, r.busbw);
                 }
             }
@@ -213,7 +235,7 @@ fn a_healthy_all_8b_to_8g_sweep_on_4x_h200_never_fails_a_floor() {
 
 #[test]
 fn the_ring_stands_in_for_a_pair() {
-    let ring: Vec<f64> = healthy("H200", Some(4), "sendrecv")
+    let ring: Vec<f64> = healthy("H200 SXM", Some(4), "sendrecv")
         .unwrap()
         .iter()
         .filter(|r| r.bytes == 256 * M)

@@ -1,0 +1,267 @@
+//! How the GPUs of a node reach each other, read from the node (NVML's NVLink state and where
+//! each link leads), never inferred from a GPU's name: one NVSwitch fabric, a direct NVLink
+//! mesh, NVLink-bridged groups (pairs) with PCIe between them, or PCIe only. A built-in
+//! collective floor states the interconnect it was measured on and applies only where the node
+//! has it (`thresholds`); where NVML cannot say, the class is `Unknown`, and no
+//! interconnect-specific floor applies (judge less, never more).
+//!
+//! A GPU with any link into an NVSwitch makes the class `nvswitch`, even when some or all of
+//! another GPU's links are down: that GPU is then an `nvlink_down` finding against its SKU's
+//! link count (`gpu_health`), not a reason to judge the node as a PCIe one.
+
+use super::gpu_health::{GpuHealth, HealthFacts, LinkFact, Remote};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// The class a `[[thresholds]]` rule names with `interconnect = "..."`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// Every GPU has NVLinks into one NVSwitch fabric (HGX, NVL72).
+    Nvswitch,
+    /// Every GPU of the node linked directly to every other (no switch).
+    NvlinkMesh,
+    /// NVLink bridges join GPUs in groups (usually pairs); PCIe between groups.
+    Bridged,
+    /// No NVLink between the GPUs.
+    Pcie,
+    /// NVML could not say.
+    Unknown,
+}
+
+impl Class {
+    pub const ALL: [Class; 5] = [
+        Class::Nvswitch,
+        Class::NvlinkMesh,
+        Class::Bridged,
+        Class::Pcie,
+        Class::Unknown,
+    ];
+
+    /// The name rules use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Nvswitch => "nvswitch",
+            Class::NvlinkMesh => "nvlink_mesh",
+            Class::Bridged => "bridged",
+            Class::Pcie => "pcie",
+            Class::Unknown => "unknown",
+        }
+    }
+
+    /// A rule's value: one of the names above, except `unknown` (no rule is written for it).
+    pub fn parse(text: &str) -> Option<Class> {
+        Class::ALL
+            .into_iter()
+            .find(|c| *c != Class::Unknown && c.name() == text)
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The interconnect of this process's GPUs, as read, with what the report says about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Interconnect {
+    pub class: Class,
+    /// GPUs of this process it was read for.
+    pub gpus: u32,
+    /// Most active NVLinks of one of those GPUs (0 without NVLink).
+    pub links_per_gpu: u32,
+    /// NVLink groups of the node (bus ids), for `bridged` and `nvlink_mesh`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<Vec<String>>,
+    /// PCIe generation and width the GPUs are capable of (the lowest among them).
+    pub pcie: Option<(u32, u32)>,
+    /// Why the class is unknown, or how it was assumed (offline, from the SKU).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+}
+
+impl Interconnect {
+    pub fn unknown(why: impl Into<String>) -> Interconnect {
+        Interconnect {
+            class: Class::Unknown,
+            gpus: 0,
+            links_per_gpu: 0,
+            groups: vec![],
+            pcie: None,
+            note: why.into(),
+        }
+    }
+
+    /// What `--explain-thresholds --gpu-model` assumes of `gpus` GPUs of a known form factor.
+    pub fn assumed(form: crate::sku::FormFactor, links: u32, gpus: u32) -> Interconnect {
+        use crate::sku::FormFactor;
+        let class = match form {
+            FormFactor::Sxm | FormFactor::Superchip => Class::Nvswitch,
+            FormFactor::PcieBridged => Class::Bridged,
+            FormFactor::Pcie => Class::Pcie,
+        };
+        Interconnect {
+            class,
+            gpus,
+            links_per_gpu: if class == Class::Pcie { 0 } else { links },
+            groups: vec![],
+            pcie: None,
+            note: format!("assumed from the SKU's form factor ({})", form.describe()),
+        }
+    }
+}
+
+impl fmt::Display for Interconnect {
+    /// `8 GPUs, one NVLink fabric (NVSwitch), 18 links each` or
+    /// `8 GPUs on PCIe Gen5 x16, 4 bridged groups`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.gpus;
+        let gpus = if n == 1 {
+            "1 GPU".into()
+        } else {
+            format!("{n} GPUs")
+        };
+        let pcie = self
+            .pcie
+            .map(|(g, w)| format!("PCIe Gen{g} x{w}"))
+            .unwrap_or_else(|| "PCIe".into());
+        match self.class {
+            Class::Nvswitch => write!(
+                f,
+                "{gpus}, one NVLink fabric (NVSwitch), {} links each",
+                self.links_per_gpu
+            )?,
+            Class::NvlinkMesh => write!(
+                f,
+                "{gpus}, direct NVLink mesh, {} links each",
+                self.links_per_gpu
+            )?,
+            Class::Bridged if self.groups.is_empty() => {
+                write!(f, "{gpus} on {pcie} with NVLink bridges")?
+            }
+            Class::Bridged => {
+                let pairs = self.groups.iter().all(|g| g.len() == 2);
+                write!(
+                    f,
+                    "{gpus} on {pcie}, {} NVLink-bridged {}",
+                    self.groups.len(),
+                    if pairs { "pairs" } else { "groups" }
+                )?
+            }
+            Class::Pcie => write!(f, "{gpus} on {pcie}, no NVLink")?,
+            Class::Unknown => write!(f, "interconnect unknown")?,
+        }
+        if !self.note.is_empty() {
+            write!(f, " ({})", self.note)?;
+        }
+        Ok(())
+    }
+}
+
+/// The interconnect of the GPUs with bus ids `mine` (NVML's list for the whole node is
+/// `facts`; with `mine` empty, every GPU NVML lists).
+pub fn classify(facts: &HealthFacts, mine: &[String]) -> Interconnect {
+    let gpus = match facts {
+        HealthFacts::Available { gpus, .. } => gpus,
+        HealthFacts::Unavailable { why } => return Interconnect::unknown(why.clone()),
+    };
+    let norm = |b: &str| super::node::bus_id(b).unwrap_or_else(|| b.to_ascii_lowercase());
+    let mine: BTreeSet<String> = mine.iter().map(|b| norm(b)).collect();
+    let selected: Vec<&GpuHealth> = gpus
+        .iter()
+        .filter(|g| mine.is_empty() || mine.contains(&norm(&g.bus_id)))
+        .collect();
+    if selected.is_empty() {
+        return Interconnect::unknown("NVML lists none of this process's GPUs");
+    }
+    let active = |g: &GpuHealth| g.links.iter().filter(|l| l.active).count() as u32;
+    let links_per_gpu = selected.iter().map(|g| active(g)).max().unwrap_or(0);
+    let pcie = selected
+        .iter()
+        .filter_map(|g| g.pcie.as_ref().map(|p| (p.max_gen, p.max_width)))
+        .min();
+    let base = Interconnect {
+        class: Class::Pcie,
+        gpus: selected.len() as u32,
+        links_per_gpu,
+        groups: vec![],
+        pcie,
+        note: String::new(),
+    };
+    let to_switch = |l: &LinkFact| l.remote == Remote::Switch;
+    if selected.iter().any(|g| g.links.iter().any(to_switch)) {
+        return Interconnect {
+            class: Class::Nvswitch,
+            ..base
+        };
+    }
+    // Direct GPU-GPU links over the whole node: groups are the connected parts.
+    let groups = groups(gpus, &norm);
+    let mine_in_groups = groups
+        .iter()
+        .any(|grp| selected.iter().any(|g| grp.contains(&norm(&g.bus_id))));
+    if !mine_in_groups {
+        return base;
+    }
+    let everyone = gpus.len();
+    let full_mesh = groups.len() == 1
+        && groups[0].len() == everyone
+        && everyone >= 3
+        && gpus.iter().all(|g| {
+            let peers = direct_peers(g, &norm);
+            peers.len() == everyone - 1
+        });
+    Interconnect {
+        class: if full_mesh {
+            Class::NvlinkMesh
+        } else {
+            Class::Bridged
+        },
+        groups,
+        ..base
+    }
+}
+
+/// The bus ids a GPU's active links lead to directly.
+fn direct_peers(g: &GpuHealth, norm: &dyn Fn(&str) -> String) -> BTreeSet<String> {
+    g.links
+        .iter()
+        .filter(|l| l.active)
+        .filter_map(|l| match &l.remote {
+            Remote::Gpu { bus_id } => Some(norm(bus_id)),
+            _ => None,
+        })
+        .filter(|b| *b != norm(&g.bus_id))
+        .collect()
+}
+
+/// Connected groups (2 or more GPUs) of direct NVLinks, each sorted, in order of first bus id.
+fn groups(gpus: &[GpuHealth], norm: &dyn Fn(&str) -> String) -> Vec<Vec<String>> {
+    let mut groups: Vec<BTreeSet<String>> = Vec::new();
+    for g in gpus {
+        let mut set = direct_peers(g, norm);
+        if set.is_empty() {
+            continue;
+        }
+        set.insert(norm(&g.bus_id));
+        // Merge every existing group that shares a GPU with this one.
+        let (joined, rest): (Vec<_>, Vec<_>) =
+            groups.into_iter().partition(|grp| !grp.is_disjoint(&set));
+        for grp in joined {
+            set.extend(grp);
+        }
+        groups = rest;
+        groups.push(set);
+    }
+    let mut out: Vec<Vec<String>> = groups
+        .into_iter()
+        .map(|s| s.into_iter().collect())
+        .collect();
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests;
