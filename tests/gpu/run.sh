@@ -45,7 +45,7 @@ check "every GPU has a local probe" "True" "$(json_get "$out/quick.json" 'all(g.
 CUDA_VISIBLE_DEVICES=0 nc --json "$out/one.json" >"$out/one.txt" 2>&1; r=$?
 check "1 GPU: PASS by the local probe, no collective" "0 yes no" \
   "$r $(grep -q '1 GPU: no collective; local probe' "$out/one.txt" && echo yes) $(grep -q 'busbw 0.0' "$out/one.txt" && echo yes || echo no)" "$(tail -1 "$out/one.txt")"
-env -u NCCL_CHECK_NCCL_LIB CUDA_VISIBLE_DEVICES= timeout 20 "$bin" --nccl-lib /nonexistent/libnccl.so.2 --explain-thresholds --gpu-model H200 --gpus 8 >"$out/explain.txt" 2>&1; r=$?
+env -u NCCL_CHECK_NCCL_LIB CUDA_VISIBLE_DEVICES= timeout 20 "$bin" --nccl-lib /nonexistent/libnccl.so.2 --explain-thresholds --gpu-model "NVIDIA H200" --gpus 8 >"$out/explain.txt" 2>&1; r=$?
 check "--explain-thresholds --gpu-model without GPU or NCCL" "0 yes" "$r $(grep -q 'local probe' "$out/explain.txt" && grep -q 'NVLinks per GPU: 18' "$out/explain.txt" && echo yes)"
 T=600 nc all -b 8 -e 8G --timeout 540 --json "$out/sweep.json" >"$out/sweep.txt" 2>&1; check "all -b 8 -e 8G sweep passes" 0 $? "$(tail -1 "$out/sweep.txt")"
 if [ "$ngpus" -ge 2 ]; then
@@ -93,7 +93,7 @@ if [ "$ngpus" -ge 2 ]; then
     "$(json_get "$out/loc0.json" 'r["localization"]')"
   # A site's multi-node rule (min_nodes = 2) gives phase B a floor: a healthy allocation then ends
   # after the allocation-wide collective, with no localization round. 1 GB/s: sockets on loopback.
-  printf '[[thresholds]]\ngpu = "H"\ncollective = "all_reduce"\nmin_nodes = 2\nmin_busbw = 1.0\nsource = "gpu suite: sockets between emulated nodes"\n' >"$out/multinode.toml"
+  printf '[[thresholds]]\ncollective = "all_reduce"\nmin_nodes = 2\nmin_busbw = 1.0\nsource = "gpu suite: sockets between emulated nodes"\n' >"$out/multinode.toml"
   loc flo0 nA 0 29616 --config "$out/multinode.toml" & p0=$!; loc flo1 nB 1 29616 --config "$out/multinode.toml"; r1=$?; wait $p0; r0=$?
   check "adaptive plan with a min_nodes = 2 floor: PASS with no localization round" "0 0 0 1.0" \
     "$r0 $r1 $(json_get "$out/flo1.json" 'r["localization"]["localization_rounds"]') $(json_get "$out/flo0.json" 'r["localization"]["allocation_floor"]')" \
