@@ -404,6 +404,7 @@ mod tests {
 
     fn gpu_pair(node: &str, a: u32, b: u32, busbw: f64) -> PairRow {
         PairRow {
+            expected: None,
             kind: PairKind::Gpu,
             node: node.into(),
             a: format!("GPU{a}"),
@@ -435,6 +436,7 @@ mod tests {
             first_busbw: None,
         };
         Row {
+            expected: None,
             collective: coll,
             size: 256 << 20,
             count: 1,
@@ -552,6 +554,7 @@ mod tests {
     #[test]
     fn the_node_in_every_slow_node_pair_is_named() {
         let node_pair = |a: &str, b: &str, busbw: f64| PairRow {
+            expected: None,
             kind: PairKind::Node,
             node: String::new(),
             a: a.into(),

@@ -7,9 +7,10 @@
 
 use crate::config::worker::Threshold;
 use crate::evidence;
+use crate::facts::num;
 use crate::floors::Floors;
 use crate::report::json::{Reason, Report};
-use crate::report::{PairKind, Row};
+use crate::report::{Expected, PairKind, Row};
 use crate::topology::Topology;
 use crate::transport::{Expectation, TransportSummary};
 use crate::verdict::ExitCode;
@@ -131,6 +132,13 @@ pub fn judge(
     } else {
         ExitCode::Fail
     };
+    let (rows, pairs) = expectations(report, &floors, judging.outlier_fraction);
+    for (r, e) in report.results.iter_mut().zip(rows) {
+        r.expected = e;
+    }
+    for (p, e) in report.pairs.iter_mut().zip(pairs) {
+        p.expected = e;
+    }
     let mut summary = summary(report, topology.node_count(), &reasons);
     if let Some(w) = warnings.first() {
         summary = format!("{summary}; WARNING {}: {}", w.code, w.message);
@@ -139,6 +147,57 @@ pub fn judge(
     report.warnings = warnings;
     report.set_outcome(code, summary);
     code
+}
+
+/// What each result and each pair was held against (`Row::expected`, `PairRow::expected`):
+/// the floor that applied, else for a pair the outlier rule's share of its peers' median.
+fn expectations(
+    report: &Report,
+    floors: &Floors,
+    fraction: f64,
+) -> (Vec<Option<Expected>>, Vec<Option<Expected>>) {
+    let rows = report
+        .results
+        .iter()
+        .map(|r| {
+            let e = floors.expectation(r.collective, report.nranks, r.size)?;
+            let busbw = r.out_of_place.busbw.min(r.in_place.busbw);
+            Some(Expected::new(busbw, e.floor, e.source))
+        })
+        .collect();
+    let pairs = report
+        .pairs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if p.kind == PairKind::Gpu {
+                if let Some(e) = floors.expectation("sendrecv", 2, p.bytes) {
+                    return Some(Expected::new(p.busbw, e.floor, e.source));
+                }
+            }
+            let peers: Vec<f64> = report
+                .pairs
+                .iter()
+                .enumerate()
+                .filter(|(j, o)| *j != i && o.kind == p.kind && o.node == p.node)
+                .map(|(_, o)| o.busbw)
+                .collect();
+            if peers.is_empty() {
+                return None;
+            }
+            let median = crate::analysis::median(&peers);
+            Some(Expected::new(
+                p.busbw,
+                fraction * median,
+                format!(
+                    "outlier rule: {fraction} x {} GB/s, the median of its {} peer pair(s)",
+                    crate::facts::num(median),
+                    peers.len()
+                ),
+            ))
+        })
+        .collect();
+    (rows, pairs)
 }
 
 /// Per collective: the mean busbw over its rows and both placements (nccl-tests' "Avg bus
@@ -174,8 +233,14 @@ pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
         .iter()
         .max_by(|a, b| a.out_of_place.busbw.total_cmp(&b.out_of_place.busbw))
         .map(|r| {
+            let held = r
+                .expected
+                .as_ref()
+                .map_or(" (no floor: held against peers)".to_string(), |e| {
+                    format!(" (floor {} GB/s, {:.2}x)", num(e.floor_gbs), e.margin)
+                });
             format!(
-                ", {} {} busbw {:.1} GB/s",
+                ", {} {} busbw {:.1} GB/s{held}",
                 r.collective,
                 crate::size::human(r.size),
                 r.out_of_place.busbw
@@ -287,6 +352,7 @@ mod tests {
             first_busbw: None,
         };
         Row {
+            expected: None,
             collective,
             size: MIB256,
             count: MIB256 / 4,
@@ -325,6 +391,7 @@ mod tests {
         r.results = rows;
         for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
             r.pairs.push(PairRow {
+                expected: None,
                 kind: PairKind::Gpu,
                 node: "n1".into(),
                 a: format!("GPU{a}"),
@@ -392,10 +459,48 @@ mod tests {
         assert!(r.reasons.is_empty(), "{:?}", r.reasons);
         assert_eq!(
             r.summary,
-            "4 x NVIDIA H200 on 1 node(s), all_reduce 256 MiB busbw 338.0 GB/s, 6 GPU pairs >= 300.0 GB/s"
+            "4 x NVIDIA H200 on 1 node(s), all_reduce 256 MiB busbw 338.0 GB/s (floor 290 GB/s, 1.17x), 6 GPU pairs >= 300.0 GB/s"
         );
+        // Every result carries what held it: the all_reduce its rule, all_gather none (no rule
+        // at this size), each pair the pair rule.
+        let e = r.results[0]
+            .expected
+            .as_ref()
+            .expect("all_reduce has a floor");
+        assert_eq!(e.floor_gbs, 290.0);
+        assert!((e.margin - 338.0 / 290.0).abs() < 1e-9, "{e:?}");
+        assert!(e.source.starts_with("built-in [test]"), "{e:?}");
+        assert_eq!(r.results[1].expected, None);
+        assert!(r
+            .pairs
+            .iter()
+            .all(|p| p.expected.as_ref().is_some_and(|e| e.floor_gbs == 255.0)));
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"expected\":{\"floor_gbs\":290.0"), "{json}");
         assert_eq!(r.avg_busbw.get("all_reduce"), Some(&338.0));
         assert_eq!(r.avg_busbw.get("all_gather"), Some(&250.0));
+    }
+
+    #[test]
+    fn a_pair_without_a_floor_is_held_against_its_peers_median() {
+        let mut r = report(vec![row("all_reduce", 338.0)], 100.0);
+        r.pairs[5].busbw = 90.0;
+        let no_pair_rule = vec![rule("all_reduce", 4, 1, 290.0)];
+        let expect = Expectation::default();
+        let judging = Judging {
+            thresholds: &no_pair_rule,
+            outlier_fraction: 0.85,
+            min_busbw: None,
+            expect: &expect,
+        };
+        judge(&mut r, &judging, None, &|_, _| true);
+        let e = r.pairs[5].expected.as_ref().expect("held against peers");
+        assert!((e.floor_gbs - 85.0).abs() < 1e-9, "{e:?}");
+        assert!(
+            e.source.starts_with("outlier rule: 0.85 x 100 GB/s"),
+            "{e:?}"
+        );
+        assert_eq!(e.short(), ">= 85.0 GB/s (1.06x; outlier rule)");
     }
 
     #[test]

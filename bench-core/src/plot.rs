@@ -259,6 +259,7 @@ mod tests {
             first_busbw: None,
         };
         Row {
+            expected: None,
             collective,
             size,
             count: size / 4,

@@ -43,6 +43,7 @@ fn row(collective: &'static str, busbw: f64) -> Row {
         first_busbw: None,
     };
     Row {
+        expected: None,
         collective,
         size: MIB256,
         count: MIB256 / 4,
@@ -85,6 +86,7 @@ fn report(n: u32, pair: f64) -> Report {
     for a in 0..n {
         for b in a + 1..n {
             r.pairs.push(PairRow {
+                expected: None,
                 kind: PairKind::Gpu,
                 node: "n1".into(),
                 a: format!("GPU{a}"),
@@ -280,6 +282,7 @@ fn net(expected: Option<f64>, findings: Vec<Finding>) -> NetFacts {
 fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
     let mut r = report(1, 0.0);
     r.pairs = vec![PairRow {
+        expected: None,
         kind: PairKind::Node,
         node: String::new(),
         a: "n1".into(),

@@ -32,6 +32,10 @@ pub struct Placement {
 pub struct Row {
     #[serde(deserialize_with = "crate::report::read::intern")]
     pub collective: &'static str,
+    /// What the row was held against (filled by the verdict; None: no floor at this size, the
+    /// outlier rule alone judged it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<Expected>,
     /// Bytes: max(send, recv), as nccl-tests prints.
     pub size: u64,
     /// The count passed to NCCL.
@@ -83,6 +87,48 @@ pub struct PairRow {
     pub busbw: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_busbw: Option<f64>,
+    /// What this pair was held against (filled by the verdict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<Expected>,
+}
+
+/// What a result was held against, beside it in the report and the table: the floor, the
+/// margin (the result's busbw / the floor: 1.18 is 18% above it, 0.50 half of it) and where the
+/// floor comes from (a built-in rule and its source, the admin's rule file:line, `--min-busbw`,
+/// or the outlier rule's median of its peers).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Expected {
+    pub floor_gbs: f64,
+    pub margin: f64,
+    pub source: String,
+}
+
+impl Expected {
+    pub fn new(busbw: f64, floor_gbs: f64, source: String) -> Expected {
+        Expected {
+            floor_gbs,
+            margin: if floor_gbs > 0.0 {
+                busbw / floor_gbs
+            } else {
+                f64::INFINITY
+            },
+            source,
+        }
+    }
+
+    /// `>= 400 GB/s (1.18x; built-in [<built-in defaults.toml>:91])` for a table or a summary.
+    pub fn short(&self) -> String {
+        let margin = if self.margin.is_finite() {
+            format!("{:.2}x", self.margin)
+        } else {
+            "no floor".into()
+        };
+        let from = self.source.split(": ").next().unwrap_or(&self.source);
+        format!(
+            ">= {} GB/s ({margin}; {from})",
+            crate::facts::num(self.floor_gbs)
+        )
+    }
 }
 
 impl PairRow {

@@ -161,6 +161,7 @@ mod tests {
             wrong: Some(0),
         };
         let r = Row {
+            expected: None,
             collective: "all_reduce",
             size: 134217728,
             count: 33554432,

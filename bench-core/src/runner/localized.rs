@@ -202,6 +202,7 @@ mod tests {
 
     fn row(node: &str, busbw: f64) -> PairRow {
         PairRow {
+            expected: None,
             kind: PairKind::Gpu,
             node: node.into(),
             a: "GPU0".into(),

@@ -280,7 +280,19 @@ impl Measurer<'_> {
             ));
             busbw_sum += row.out_of_place.busbw + row.in_place.busbw;
             if start.printer {
-                print(&format!("{}\n", table::row(&row)));
+                // What it is held against, on a `#` line nccl-tests parsers skip.
+                let held = start
+                    .floors()
+                    .expectation(coll.name(), self.nranks, row.size)
+                    .map(|e| {
+                        let busbw = row.out_of_place.busbw.min(row.in_place.busbw);
+                        format!(
+                            "#  ^ held against {}",
+                            crate::report::Expected::new(busbw, e.floor, e.source).short()
+                        )
+                    })
+                    .unwrap_or_else(|| "#  ^ no floor at this size".to_string());
+                print(&format!("{}\n{held}\n", table::row(&row)));
             }
             if start.recorder {
                 out.rows.push(row);
@@ -363,6 +375,7 @@ impl Measurer<'_> {
             in_place_busbw: gpu_busbw[1],
         });
         let row = Row {
+            expected: None,
             collective: coll.name(),
             size: c.bytes(elt),
             count: c.param,

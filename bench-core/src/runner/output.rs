@@ -43,6 +43,7 @@ mod tests {
     #[test]
     fn the_pair_table_names_each_pair_with_its_time_and_busbw() {
         let row = PairRow {
+            expected: None,
             kind: PairKind::Gpu,
             node: "n1".into(),
             a: "GPU0".into(),

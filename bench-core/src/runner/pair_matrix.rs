@@ -89,6 +89,7 @@ pub(super) fn gpu_rows(
 pub(super) fn gpu_row(t: &Topology, (a, b): (usize, usize), secs: f64, bytes: u64) -> PairRow {
     let local = |r| t.local_index(r).unwrap_or(0);
     PairRow {
+        expected: None,
         kind: PairKind::Gpu,
         node: t.node_of(a).unwrap_or_default().to_string(),
         a: format!("GPU{}", local(a)),
@@ -125,6 +126,7 @@ pub(super) fn node_rows(
                 .map(|&(a, b)| times[a].max(times[b]))
                 .fold(0.0, f64::max);
             PairRow {
+                expected: None,
                 kind: PairKind::Node,
                 node: String::new(),
                 a: names[na].clone(),
