@@ -140,6 +140,13 @@ pub fn judge(
         p.expected = e;
     }
     let mut summary = summary(report, topology.node_count(), &reasons);
+    for g in &report.shared_gpus {
+        let ranks: Vec<String> = g.iter().map(u32::to_string).collect();
+        summary += &format!(
+            "; ranks {} shared one GPU (--shared-gpus: emulated nodes, probes in turns)",
+            ranks.join(",")
+        );
+    }
     if let Some(w) = warnings.first() {
         summary = format!("{summary}; WARNING {}: {}", w.code, w.message);
     }

@@ -116,6 +116,11 @@ struct Raw {
     /// A line on stderr every few seconds while the check runs: phase, elapsed, budget
     #[arg(long)]
     progress: bool,
+    /// Tests and labs only: processes of this check may share a GPU (emulated nodes with
+    /// NCCL_HOSTID); their local probes take turns and the report says they shared it.
+    /// Without it two processes on one GPU are an ERROR [env: NCCL_CHECK_SHARED_GPUS=1]
+    #[arg(long = "shared-gpus")]
+    shared_gpus: bool,
 
     /// Give up after this many seconds with ERROR (exit 6), saying what was awaited
     #[arg(long, default_value = "60")]
@@ -185,6 +190,8 @@ pub struct Options {
     /// The range the Slurm candidates come from (`--port-range`).
     pub port_range: crate::slurm_rendezvous::PortRange,
     pub progress: bool,
+    /// Processes of this check may share a GPU (`--shared-gpus`, NCCL_CHECK_SHARED_GPUS=1).
+    pub shared_gpus: bool,
     /// This step's name in every proof: `slurm-<job>.<step>`, or `manual`.
     pub label: String,
     /// True in the process that listens (see `rendezvous::Setup::coordinator`).
@@ -488,6 +495,8 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         ports,
         port_range,
         progress: raw.progress,
+        shared_gpus: raw.shared_gpus
+            || env("NCCL_CHECK_SHARED_GPUS").is_some_and(|v| v.trim() == "1"),
         label,
         coordinator,
         credential,

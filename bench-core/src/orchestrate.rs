@@ -350,6 +350,9 @@ fn gather(handles: Vec<JoinHandle<Outcome>>, report: &mut Report) -> Result<(), 
         if out.localization.is_some() {
             report.localization = out.localization;
         }
+        if let Some(group) = out.shared.filter(|g| !report.shared_gpus.contains(g)) {
+            report.shared_gpus.push(group);
+        }
         if let Some(info) = out.info {
             let mut gpu = GpuEntry::new(out.rank.unwrap_or(u32::MAX), report.host.clone(), info);
             match out.probe {

@@ -43,6 +43,28 @@ torch.cuda.synchronize()" & hog=$!
     "$r $(echo "$first" | grep -qE "busy: 1 other process \(pid $hog|busy: [0-9]+ other process" && echo yes)" "$first"
 fi
 
+# Four emulated nodes (NCCL_HOSTID) on the one GPU: without --shared-gpus an ERROR naming the GPU
+# and the processes; with it a PASS whose summary says they shared it (probes in turns).
+NCCL_CHECK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n'); export NCCL_CHECK_SECRET
+emulated() { # tag port [args...]
+  local tag=$1 port=$2; shift 2
+  for r in 0 1 2 3; do
+    NCCL_HOSTID=e$r SLURMD_NODENAME=e$r nc --gpus 0 --rank $r --world 4 --rendezvous 127.0.0.1:$port \
+      --timeout 60 --json "$out/$tag-$r.json" "$@" >"$out/$tag-$r.txt" 2>&1 &
+  done
+  local rcs=""
+  for j in $(jobs -p); do wait "$j"; rcs="$rcs $?"; done
+  echo "$rcs"
+}
+rcs=$(emulated shared-no 29701)
+check "4 processes on one GPU without --shared-gpus: ERROR naming the GPU and the processes" "yes yes" \
+  "$(echo "$rcs" | awk '{ok=1; for (i=1;i<=NF;i++) if ($i < 2) ok=0; print (ok && NF==4) ? "yes" : "no"}') $(grep -q 'driven by 4 processes of this check' "$out/shared-no-0.txt" && echo yes)" \
+  "rcs:$rcs: $(grep -m1 -o 'GPU 0 .*processes of this check' "$out/shared-no-0.txt")"
+rcs=$(emulated shared-yes 29702 --shared-gpus)
+check "4 processes on one GPU with --shared-gpus: PASS, the summary says they shared it" " 0 0 0 0 yes" \
+  "$rcs $(get "$out/shared-yes-0.json" '"yes" if "shared one GPU" in r["summary"] else "no"')" \
+  "$(get "$out/shared-yes-0.json" 'r["summary"]')"
+
 pass=0
 for i in $(seq 1 "$runs"); do
   nc --json "$out/healthy-$i.json" >"$out/healthy-$i.txt" 2>&1 && pass=$((pass + 1))

@@ -155,6 +155,9 @@ pub struct Report {
     pub results: Vec<Row>,
     /// The pair matrix: GPU pairs of each node and node pairs (see `PairRow`).
     pub pairs: Vec<super::PairRow>,
+    /// With `--shared-gpus`: groups of ranks that drove one physical GPU (emulated nodes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_gpus: Vec<Vec<u32>>,
     /// How this process's GPUs reach each other, read from NVML (`facts::interconnect`):
     /// which built-in floors apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,6 +210,7 @@ impl Report {
             results: Vec::new(),
             pairs: Vec::new(),
             interconnect: None,
+            shared_gpus: Vec::new(),
             localization: None,
             transports: None,
             network_profile: None,

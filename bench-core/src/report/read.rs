@@ -124,6 +124,7 @@ impl Default for Report {
             gpus: Vec::new(),
             processes: Vec::new(),
             interconnect: None,
+            shared_gpus: Vec::new(),
             results: Vec::new(),
             pairs: Vec::new(),
             network_profile: None,

@@ -15,6 +15,7 @@ mod measure;
 mod output;
 mod pair_matrix;
 pub mod probe;
+pub mod shared;
 
 pub use error::RunError;
 
@@ -78,6 +79,8 @@ pub struct Outcome {
     pub pairs: Vec<PairRow>,
     /// The local probe's result, or why it could not measure.
     pub probe: Option<Result<crate::facts::local_probe::LocalProbe, String>>,
+    /// With `--shared-gpus`: the ranks (this one among them) that drove this GPU.
+    pub shared: Option<Vec<u32>>,
     /// Retested rows by the GPU's clock (`gpu_time`).
     pub gpu_side: Vec<crate::report::json::GpuSide>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
@@ -112,6 +115,7 @@ impl GpuThread {
             rows: Vec::new(),
             pairs: Vec::new(),
             probe: None,
+            shared: None,
             gpu_side: Vec::new(),
             localization: None,
             last_collective: None,
@@ -143,8 +147,11 @@ impl GpuThread {
             }
         };
         out.phases.allocation_ms = ms(t.elapsed());
-        self.set_status(format!("GPU {dev}: local probe"));
-        out.probe = Some(probe::measure(&gpu, dev, self.deadline));
+        // Processes that may share this GPU probe it in turns once they have met (`shared`).
+        if !self.opts.shared_gpus {
+            self.set_status(format!("GPU {dev}: local probe"));
+            out.probe = Some(probe::measure(&gpu, dev, self.deadline));
+        }
 
         self.set_status(format!(
             "GPU {dev}: waiting for the other processes (rendezvous)"
@@ -174,6 +181,11 @@ impl GpuThread {
         out: &mut Outcome,
     ) -> Result<(), RunError> {
         let (rank, nranks) = (start.rank, start.nranks);
+        if nranks > 1 {
+            self.check_sharing(gpu, start, out)?;
+        } else if self.opts.shared_gpus {
+            out.probe = Some(probe::measure(gpu, self.device, self.deadline));
+        }
         if nranks == 1 {
             // No collective with one rank (its busbw is 0 by definition): the probe is the check.
             output::phase(start, "1 GPU: no collective; the local probe is the check");
@@ -216,6 +228,80 @@ impl GpuThread {
                 Err(e)
             }
         }
+    }
+}
+
+impl GpuThread {
+    /// Whether another process of this check drives this GPU: an ERROR naming both, unless
+    /// `--shared-gpus`; then the probes of each group take turns (every rank passes the same
+    /// barriers), and the outcome records the group.
+    fn check_sharing(&self, gpu: &Gpu, start: &Start, out: &mut Outcome) -> Result<(), RunError> {
+        let dev = self.device;
+        let uuid = out
+            .info
+            .as_ref()
+            .map(|i| i.uuid.clone())
+            .unwrap_or_default();
+        let key = if uuid.is_empty() {
+            0.0
+        } else {
+            shared::uuid_key(&uuid)
+        };
+        let procs = start.topology.processes_by_rank();
+        let nprocs = procs.iter().copied().max().map_or(1, |p| p as usize + 1);
+        let sharing: shared::Sharing = start
+            .team
+            .gather(
+                start.nranks as usize,
+                &[(u64::from(start.rank), key)],
+                |keys| Ok(vec![shared::groups(keys); nprocs]),
+            )
+            .map_err(|e| RunError::from_team(start.rank, e))?;
+        let mine = sharing.group_of(start.rank).map(<[u32]>::to_vec);
+        let me = procs.get(start.rank as usize).copied();
+        let foreign = mine
+            .as_ref()
+            .is_some_and(|g| g.iter().any(|&r| procs.get(r as usize).copied() != me));
+        if foreign && !self.opts.shared_gpus {
+            let who: Vec<String> = mine
+                .unwrap_or_default()
+                .iter()
+                .map(|&r| {
+                    let p = procs.get(r as usize).copied().unwrap_or(u32::MAX);
+                    let host = start.topology.node_of(r as usize).unwrap_or("?");
+                    format!("rank {r} (process {p} on {host})")
+                })
+                .collect();
+            return Err(RunError::Runtime(format!(
+                "GPU {dev} ({uuid}) is driven by {} processes of this check: {}; processes \
+                 sharing a GPU measure each other, not the GPU: give each process its own GPUs \
+                 (tests and labs with emulated nodes: --shared-gpus or NCCL_CHECK_SHARED_GPUS=1)",
+                who.len(),
+                who.join(", ")
+            )));
+        }
+        if self.opts.shared_gpus {
+            let my_turn = mine
+                .as_ref()
+                .and_then(|g| g.iter().position(|&r| r == start.rank))
+                .unwrap_or(0);
+            for turn in 0..sharing.turns() {
+                start
+                    .team
+                    .barrier()
+                    .map_err(|e| RunError::from_team(start.rank, e))?;
+                if turn == my_turn {
+                    self.set_status(format!("GPU {dev}: local probe (turn {})", turn + 1));
+                    out.probe = Some(probe::measure(gpu, dev, self.deadline));
+                }
+            }
+            start
+                .team
+                .barrier()
+                .map_err(|e| RunError::from_team(start.rank, e))?;
+            out.shared = mine.filter(|_| foreign);
+        }
+        Ok(())
     }
 }
 
