@@ -94,6 +94,16 @@ pub fn run(
     // the start; NVML usually answered while CUDA started).
     let nvml = health.resolve(deadline);
     let model = model(&devices, &nvml.facts, report);
+    if !opts.quiet && opts.rank == 0 {
+        println!(
+            "# GPU: {}; interconnect: {}",
+            report.sku.as_deref().unwrap_or("?"),
+            report
+                .interconnect
+                .as_ref()
+                .map_or(String::new(), |i| i.to_string())
+        );
+    }
     if let Err(e) = meet(opts, nccl, &devices, deadline, &senders, report, model) {
         drop(senders);
         for h in handles {
@@ -229,11 +239,13 @@ fn model(
             .and_then(|g| g.pci_device_id),
         _ => None,
     });
+    let identity = crate::sku::Identity::resolve(id, first.map_or("", |i| i.name.as_str()));
     let model = crate::thresholds::GpuModel {
         name,
-        sku: crate::sku::Identity::resolve(id, first.map_or("", |i| i.name.as_str())).sku(),
+        sku: identity.sku(),
         interconnect: interconnect.class,
     };
+    report.sku = Some(identity.to_string());
     report.interconnect = Some(interconnect);
     Arc::new(model)
 }

@@ -18,8 +18,12 @@ nvidia-smi --query-gpu=index,name,pci.device_id,pci.bus_id,driver_version --form
 want_id=$(awk -F', ' 'NR==1 { print tolower($3) }' "$out/nvidia-smi.txt")   # 0x233010DE
 nc --json "$out/quick.json" >"$out/quick.txt" 2>&1; r=$?
 check "quick check passes" 0 $r "$(tail -1 "$out/quick.txt")"
-id=$(get "$out/quick.json" '"0x%04x10de" % r["gpus"][0]["info"]["pci_device_id"]')
+id=$(get "$out/quick.json" '"0x%04x10de" % r["gpus"][0]["pci_device_id"]')
 check "the report's PCI device ID is the one nvidia-smi shows" "$want_id" "$id"
+check "the report names the SKU by its device ID" "yes" \
+  "$(get "$out/quick.json" '"yes" if "(PCI 10de:" in r["sku"] else "no"')" "$(get "$out/quick.json" 'r["sku"]')"
+check "the table's header names the SKU and the interconnect" "yes" \
+  "$(grep -q '^# GPU: .*(PCI 10de:.*; interconnect: ' "$out/quick.txt" && echo yes)" "$(grep '^# GPU: ' "$out/quick.txt")"
 check "the report names the interconnect class" "yes" \
   "$(get "$out/quick.json" '"yes" if r["interconnect"]["class"] in ("nvswitch","pcie","bridged","nvlink_mesh") else "no"')" \
   "$(get "$out/quick.json" 'r["interconnect"]')"

@@ -158,6 +158,10 @@ pub struct Report {
     /// With `--shared-gpus`: groups of ranks that drove one physical GPU (emulated nodes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_gpus: Vec<Vec<u32>>,
+    /// What this process's first GPU was taken for: its SKU by PCI device ID (`sku`), e.g.
+    /// `H100 SXM (PCI 10de:2330)`, or why it is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<String>,
     /// How this process's GPUs reach each other, read from NVML (`facts::interconnect`):
     /// which built-in floors apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -211,6 +215,7 @@ impl Report {
             pairs: Vec::new(),
             interconnect: None,
             shared_gpus: Vec::new(),
+            sku: None,
             localization: None,
             transports: None,
             network_profile: None,

@@ -125,6 +125,7 @@ impl Default for Report {
             processes: Vec::new(),
             interconnect: None,
             shared_gpus: Vec::new(),
+            sku: None,
             results: Vec::new(),
             pairs: Vec::new(),
             network_profile: None,
