@@ -283,6 +283,19 @@ fn validate(
         }
         let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
             .map_err(|e| bad(field(e.key), e.message))?;
+        if interconnect == Some(crate::facts::interconnect::Class::Bridged)
+            && crate::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
+        {
+            // The pair rule would hold every pair of a bridged node, and the pairs between
+            // bridge groups run over PCIe: a false FAIL for each of them.
+            return Err(bad(
+                field("interconnect"),
+                "a GPU-pair rule (sendrecv, gpus = 2) cannot name \"bridged\": it would also hold \
+                 the pairs between bridge groups, which run over PCIe; on bridged nodes pairs are \
+                 judged against each other (the outlier rule)"
+                    .into(),
+            ));
+        }
         let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
             v.as_deref()
                 .map(|b| parse_size(b).map_err(|e| bad(field(k), e)))
@@ -513,6 +526,35 @@ mod tests {
 
     fn admin(text: &str) -> Result<WorkerConfig, ConfigError> {
         WorkerConfig::from_texts(Some((Path::new("/etc/nccl-check/nccl-check.toml"), text)))
+    }
+
+    #[test]
+    fn sku_and_interconnect_keys_are_validated_by_name() {
+        let load = |body: &str| {
+            WorkerConfig::from_texts(Some((
+                Path::new("/etc/x.toml"),
+                &format!(
+                    "[[thresholds]]\ncollective = \"sendrecv\"\ngpus = 2\nmin_busbw = 1.0\n{body}"
+                ),
+            )))
+        };
+        let c = load("sku = \"h100 pcie\"\ninterconnect = \"pcie\"\n").unwrap();
+        assert_eq!(c.thresholds[0].sku, Some("H100 PCIe"));
+        let e = load("sku = \"H100\"\n").unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("thresholds[0].sku", Some(5)),
+            "{e}"
+        );
+        assert!(e.message.contains("\"H100 SXM\""), "{e}");
+        let e = load("interconnect = \"NVLink\"\n").unwrap_err();
+        assert!(e.message.contains("\"nvswitch\""), "{e}");
+        let e = load("interconnect = \"bridged\"\n").unwrap_err();
+        assert_eq!(e.field, "thresholds[0].interconnect", "{e}");
+        // A whole name, with or without "NVIDIA ", is a name; a part of one is refused.
+        assert!(load("gpu = \"H100 PCIe\"\n").is_ok());
+        let e = load("gpu = \"H100\"\n").unwrap_err();
+        assert_eq!(e.field, "thresholds[0].gpu", "{e}");
     }
 
     #[test]
