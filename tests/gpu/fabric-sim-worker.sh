@@ -5,7 +5,8 @@
 # (FABRIC_FAULT, set by fabric.sh) is handed to the simulation: slow and starve make the node's
 # network 0.3x, path the node pair's; down keeps the node's worker back until its link is down
 # (it then cannot join); absent never starts it (fabric.sh). This proves fabric.sh's plumbing
-# (launch, names, secret, namespaces, judging), not the check on real NCCL.
+# (launch, names, secret, namespaces, judging), not the check on real NCCL. No multi-node floor
+# (NCCL_CHECK_SIM_FLOOR=none): the real run has no threshold for sockets either.
 sim=${FABRIC_SIM:-$(dirname "$0")/../../target/debug/nccl-check-sim}
 faults=
 for item in $(echo "${FABRIC_FAULT:-}" | tr ',' ' '); do
@@ -18,4 +19,4 @@ EOT
     down) [ "${SLURMD_NODENAME:-}" = "$a" ] && sleep "$((b + 1))" ;;
   esac
 done
-NCCL_CHECK_SIM_FAULTS=${faults#,} NCCL_CHECK_SIM_GPUS=1 exec "$sim" "$@"
+NCCL_CHECK_SIM_FAULTS=${faults#,} NCCL_CHECK_SIM_GPUS=1 NCCL_CHECK_SIM_FLOOR=none exec "$sim" "$@"

@@ -63,6 +63,7 @@ else
   say "no ip/tc here and none in $IPDIR: run tests/gpu/fetch-iproute2.sh where apt works and carry that folder"
   exit 2
 fi
+say "iproute2: ${IP[*]}"
 ipx() { timeout 10 "${IP[@]}" "$@"; }
 tcx() { timeout 10 "${TC[@]}" "$@"; }
 # The worker's own environment must not get the carried libraries (ipx sets them for `ip` only);
@@ -191,14 +192,14 @@ fabric_state() { # for the row's log: every qdisc, class and filter in place
 }
 
 # --- the self-test: shaping measured with TCP between namespaces (no GPU) ----------------------
-# A receiver in B counts bytes for 2 s; a sender in A writes as fast as it can. Prints Mbit/s.
+# A receiver in B counts bytes for 1 s; a sender in A writes as fast as it can. Prints Mbit/s.
 rate() { # from to
   local port=$((20000 + RANDOM % 20000)) r
   ipx netns exec "$(ns "$2")" timeout 8 python3 -c '
 import socket,sys,time
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1); s.bind(("0.0.0.0",int(sys.argv[1]))); s.listen(1); s.settimeout(5)
 c,_=s.accept(); c.settimeout(5); n=0; t0=time.time()
-while time.time()-t0<2.0:
+while time.time()-t0<1.0:
     b=c.recv(1<<20)
     if not b: break
     n+=len(b)
@@ -209,7 +210,7 @@ print("%.0f" % (n*8/(time.time()-t0)/1e6))' "$port" >"$OUTDIR/rate.out" 2>"$OUTD
 import socket,sys,time
 s=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=3); b=bytes(1<<20); t0=time.time()
 try:
-    while time.time()-t0<2.5: s.sendall(b)
+    while time.time()-t0<1.5: s.sendall(b)
 except OSError: pass' "$(addr "$2")" "$port" 2>>"$OUTDIR/rate.err"
   wait "$rx"
   r=$(cat "$OUTDIR/rate.out")
@@ -305,7 +306,12 @@ NODELIST=$(printf 'fab[01-%02d]' "$NODES")
 JOB=$((4000 + RUN_ID % 5000))
 fails=0 total=0
 
-# One node's worker, as the plugin's slurmstepd starts it; runs in the background.
+# One node's worker, as the plugin's slurmstepd starts it (spank-plugin/src/slurmstepd.rs: the
+# task's Slurm variables, the step's secret as NCCL_CHECK_SECRET, --plan --json --timeout --rank
+# --world --port-range, --progress on rank 0); runs in the background. The emulation adds only
+# what makes N processes on one host N nodes to NCCL: NCCL_HOSTID, NCCL_SOCKET_IFNAME (exact
+# match: the node's veth), and sockets only (NCCL_IB_DISABLE, NCCL_NET): an RDMA device is not
+# confined to a network namespace and would bypass the emulated fabric.
 launch() { # k rowdir fault
   local k=$1 dir=$2 rank=$(($1 - 1)) extra=()
   [ "$rank" = 0 ] && extra=(--progress)
@@ -316,6 +322,7 @@ launch() { # k rowdir fault
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     NCCL_CHECK_SECRET="$SECRET" NCCL_CHECK_CONFIG="$CFG" FABRIC_FAULT="$3" \
     CUDA_VISIBLE_DEVICES=0 NCCL_HOSTID="$(name "$k")" NCCL_SOCKET_IFNAME="=$(nv "$k")" \
+    NCCL_IB_DISABLE=1 NCCL_NET=Socket \
     SLURM_JOB_ID=$JOB SLURM_STEP_ID=0 SLURM_JOB_NODELIST="$NODELIST" SLURM_STEP_NODELIST="$NODELIST" \
     SLURM_NNODES="$NODES" SLURM_STEP_NUM_NODES="$NODES" SLURM_NTASKS="$NODES" SLURM_STEP_NUM_TASKS="$NODES" \
     SLURM_TASKS_PER_NODE="1(x$NODES)" SLURM_STEP_TASKS_PER_NODE="1(x$NODES)" SLURM_JOB_GPUS=0 SLURM_STEP_GPUS=0 \
