@@ -12,12 +12,15 @@
 # Everything is removed on exit (trap); every wait is bounded by `timeout`. Needs root.
 #
 #   bash tests/gpu/fabric.sh --nodes 8 [--out DIR] [--rows a,b] [--repeat K] [--bin NCCL_CHECK]
-#        [--nccl-lib LIB] [--table FILE] [--worker CMD] [--timeout S] [--stagger S]
+#        [--nccl-lib LIB] [--table FILE] [--worker CMD] [--timeout S] [--stagger S] [--budget S]
 #   bash tests/gpu/fabric.sh --selftest [--out DIR]     the plumbing alone, no GPU (below)
 #
 # --worker CMD runs CMD (split on blanks) instead of `NCCL_CHECK --nccl-lib LIB` with the same
 # arguments and environment, plus FABRIC_FAULT (the row's fault); fabric-sim-worker.sh is the
 # GPU-less stand-in (nccl-check-sim: the real rendezvous and localizer across the namespaces).
+# --budget S: no row starts after S seconds (the rest are listed NOT RUN), so a run fits a
+# device call's limit. The worker defaults to target/gpu-carry/nccl-check, else
+# target/release/nccl-check; NCCL to the one ldconfig, python's nvidia.nccl or a search finds.
 # --selftest proves the shaping with TCP transfers between the namespaces: a shaped path is slow
 # and only that path (`tests/README.md` "The emulated fabric").
 #
@@ -28,7 +31,11 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-NODES=8 OUTDIR=/tmp/nccl-check-fabric ROWS= REPEAT= BIN=$REPO/target/release/nccl-check LIB=
+# The worker: a stripped copy in target/gpu-carry (what the GPU machine gets carried), else the
+# release build of this checkout.
+BIN=$REPO/target/gpu-carry/nccl-check
+[ -x "$BIN" ] || BIN=$REPO/target/release/nccl-check
+NODES=8 OUTDIR=/tmp/nccl-check-fabric ROWS= REPEAT= LIB= BUDGET=
 TABLE=$REPO/tests/gpu/fabric-faults.txt WORKER= TIMEOUT_S= STAGGER=0.6 SELFTEST=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -42,6 +49,7 @@ while [ $# -gt 0 ]; do
     --worker) WORKER=$2; shift 2 ;;
     --timeout) TIMEOUT_S=$2; shift 2 ;;
     --stagger) STAGGER=$2; shift 2 ;;
+    --budget) BUDGET=$2; shift 2 ;;
     --selftest) SELFTEST=1; NODES=4; shift ;;
     *) echo "fabric.sh: unknown argument '$1' (see the header)" >&2; exit 2 ;;
   esac
@@ -256,7 +264,7 @@ if [ -z "$WORKER" ]; then
   if [ -z "$LIB" ]; then
     LIB=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}')
     [ -n "$LIB" ] || LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)
-    [ -n "$LIB" ] || LIB=$(find / -xdev -name libnccl.so.2 -print -quit 2>/dev/null)
+    [ -n "$LIB" ] || LIB=$(timeout 60 find / -xdev -name libnccl.so.2 -print -quit 2>/dev/null)
   fi
   [ -n "$LIB" ] && [ -f "$LIB" ] || { say "no libnccl.so.2 found: pass --nccl-lib"; exit 2; }
   read -r -a WORKER_CMD <<<"$BIN --nccl-lib $LIB"
@@ -438,7 +446,6 @@ run_row() { # row run fault expect culprit rounds
   python3 -c "import sys; sys.exit(not ($secs <= $budget))" || { ok=fail why+="verdict after $secs s > $budget s; "; }
   python3 -c "import sys; sys.exit(not ($all_secs <= $budget + 11))" || { ok=fail why+="last worker ended after $all_secs s; "; }
   [ -z "$hung" ] || { ok=fail why+="killed by timeout (hung): $hung; "; }
-  total=$((total + 1))
   [ $ok = pass ] || fails=$((fails + 1))
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$NODES" "$run" "$fault" "$expect $culprit" \
     "$verdict" "$names" "$rounds" "$secs" "$ok${why:+ ($why)}" >>"$SUMMARY"
@@ -453,8 +460,15 @@ while read -r row n repeat fault expect culprit maxr; do
   if [ -n "$ROWS" ] && [[ ",$ROWS," != *",$row,"* ]]; then continue; fi
   [ -n "$REPEAT" ] && repeat=$REPEAT
   for run in $(seq 1 "$repeat"); do
+    total=$((total + 1))
+    if [ -n "$BUDGET" ] && [ "$SECONDS" -ge "$BUDGET" ]; then
+      echo "NOT RUN n=$NODES $row#$run: --budget $BUDGET s spent"
+      printf '%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\tnot run (budget)\n' "$row" "$NODES" "$run" "$fault" "$expect $culprit" >>"$SUMMARY"
+      fails=$((fails + 1))
+      continue
+    fi
     run_row "$row" "$run" "$fault" "$expect" "$culprit" "$maxr"
   done
 done <"$TABLE"
-echo "fabric n=$NODES: $fails of $total rows failed; summary $SUMMARY"
+echo "fabric n=$NODES: $fails of $total rows failed or not run ($SECONDS s); summary $SUMMARY"
 exit $((fails > 0))
