@@ -16,7 +16,7 @@ EOT
   case $kind in
     slow | starve) faults="$faults,nodenet:$a:0.3" ;;
     path) faults="$faults,link:$a:$b:0.3" ;;
-    down) [ "${SLURMD_NODENAME:-}" = "$a" ] && sleep "$((b + 1))" ;;
+    down) [ "${SLURMD_NODENAME:-}" = "$a" ] && sleep "$((b + 5))" ;;
   esac
 done
 NCCL_CHECK_SIM_FAULTS=${faults#,} NCCL_CHECK_SIM_GPUS=1 NCCL_CHECK_SIM_FLOOR=none exec "$sim" "$@"

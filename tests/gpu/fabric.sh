@@ -396,9 +396,12 @@ run_row() { # row run fault expect culprit rounds
   done
   local helpers=()
   if [ -n "$down" ]; then
-    # Bounded: the sleep ends by the row's own budget.
-    (s=$(python3 -c "print(max(0.0, $downat - ($(date +%s%N) - $t0) / 1e9))"); sleep "$s"
-      ipx link set "$(hv "$down")" down && echo "$(date -u +%T.%N) link of $(name "$down") set down" >>"$dir/faults.log") &
+    # SECONDS after the last start: every worker has joined (the rendezvous ends when the last
+    # one arrives), so the link goes down inside the check (NCCL init, a collective or a round:
+    # faults.log keeps the coordinator's last progress line to say which).
+    (sleep "$downat"
+      ipx link set "$(hv "$down")" down &&
+        echo "$(date -u +%T.%N) link of $(name "$down") set down $downat s after the last start; coordinator: $(grep -a 'running' "$dir/$(name 1).log" | tail -1)" >>"$dir/faults.log") &
     helpers+=($!)
   fi
   if [ -n "$starve" ] && [ -n "${PIDS[$starve]:-}" ]; then
