@@ -319,7 +319,8 @@ fails=0 total=0
 # --world --port-range, --progress on rank 0); runs in the background. The emulation adds only
 # what makes N processes on one host N nodes to NCCL: NCCL_HOSTID, NCCL_SOCKET_IFNAME (exact
 # match: the node's veth), and sockets only (NCCL_IB_DISABLE, NCCL_NET): an RDMA device is not
-# confined to a network namespace and would bypass the emulated fabric.
+# confined to a network namespace and would bypass the emulated fabric. NCCL_DEBUG=WARN puts
+# NCCL's own warnings (a socket that broke, a timeout) in the node's log.
 launch() { # k rowdir fault
   local k=$1 dir=$2 rank=$(($1 - 1)) extra=()
   [ "$rank" = 0 ] && extra=(--progress)
@@ -330,7 +331,7 @@ launch() { # k rowdir fault
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     NCCL_CHECK_SECRET="$SECRET" NCCL_CHECK_CONFIG="$CFG" FABRIC_FAULT="$3" \
     CUDA_VISIBLE_DEVICES=0 NCCL_HOSTID="$(name "$k")" NCCL_SOCKET_IFNAME="=$(nv "$k")" \
-    NCCL_IB_DISABLE=1 NCCL_NET=Socket \
+    NCCL_IB_DISABLE=1 NCCL_NET=Socket NCCL_DEBUG="${NCCL_DEBUG:-WARN}" \
     SLURM_JOB_ID=$JOB SLURM_STEP_ID=0 SLURM_JOB_NODELIST="$NODELIST" SLURM_STEP_NODELIST="$NODELIST" \
     SLURM_NNODES="$NODES" SLURM_STEP_NUM_NODES="$NODES" SLURM_NTASKS="$NODES" SLURM_STEP_NUM_TASKS="$NODES" \
     SLURM_TASKS_PER_NODE="1(x$NODES)" SLURM_STEP_TASKS_PER_NODE="1(x$NODES)" SLURM_JOB_GPUS=0 SLURM_STEP_GPUS=0 \
