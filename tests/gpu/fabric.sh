@@ -287,8 +287,10 @@ EOF
 if command -v nvidia-smi >/dev/null && [ -z "$WORKER" ]; then
   DEVICE=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
   DRIVER=$(timeout 20 nvidia-smi --query-gpu=driver_version --format=csv,noheader -i 0 2>/dev/null)
+elif [ -n "$WORKER" ]; then
+  DEVICE="none (stand-in worker: $WORKER)" DRIVER=none
 else
-  DEVICE="none (stand-in worker: ${WORKER:-?})" DRIVER=none
+  DEVICE="unknown (no nvidia-smi)" DRIVER=unknown
 fi
 SUMMARY=$OUTDIR/summary.tsv
 NCCL_VERSION=
