@@ -6,7 +6,8 @@
 # trixie and sid roots, cached under target/slurm-roots; tests/matrix/run.sh), the README's admin
 # path on a fresh Debian 12 root (tests/admin-path/run.sh), then the container suites: the worker
 # in an older root, and real pyxis + enroot containers (tests/pyxis/run.sh).
-# GPU tests are separate: tests/gpu/run.sh on a GPU machine.
+# GPU tests are separate: tests/gpu/run.sh and tests/gpu/fabric.sh on a GPU machine (fabric.sh's
+# GPU-less plumbing check runs here).
 #
 # Usage: bash tests/run.sh [--slurm MAJOR.MINOR]...   (default: 22.05 24.11 26.05)
 #   or   NCCL_CHECK_SLURM="24.11" bash tests/run.sh
@@ -61,6 +62,14 @@ bash tests/admin-path/run.sh
 
 step "scale suite (real Slurm 22.05, 64 nodes, simulated fabric)"
 bash tests/scale/run.sh
+
+step "emulated fabric plumbing: namespaces, tc shaping, the simulated worker (no GPU; tests/gpu/fabric.sh)"
+cargo build -p bench-core --features sim --bin nccl-check-sim
+fabric_out=$(mktemp -d /tmp/nccl-check-fabric.XXXXXX)
+bash tests/gpu/fabric.sh --selftest --out "$fabric_out/selftest"
+bash tests/gpu/fabric.sh --nodes 8 --rows healthy,slow-node,slow-path,far-path,missing --repeat 1 \
+    --timeout 5 --stagger 0.1 --worker "$PWD/tests/gpu/fabric-sim-worker.sh" --out "$fabric_out/standin"
+rm -rf "$fabric_out"
 
 step "container suite (older-glibc root filesystem, enroot files)"
 bash tests/container/run.sh

@@ -13,7 +13,8 @@
 //! NCCL_CHECK_SIM_FAULTS (`nodenet:NODE:F`, `nic:NODE:RAIL:F`, `link:NODE:NODE:F`, comma-separated,
 //! NODE a node name), NCCL_CHECK_SIM_ABSENT (a node name whose process kills itself before it
 //! joins, as a task that dies before its rendezvous), NCCL_CHECK_SIM_RENDEZVOUS_HOST (the address
-//! that stands for the coordinator's node name, which the test cluster cannot resolve).
+//! that stands for the coordinator's node name, which the test cluster cannot resolve),
+//! NCCL_CHECK_SIM_FLOOR=none (no multi-node floor: phase B unjudged, screening always runs).
 
 use bench_core::localize::conduct::{
     decide_in, follow, group_of, Conductor, FollowError, Place, Step,
@@ -167,11 +168,22 @@ fn run(
     for fault in faults(&layout.names)? {
         fabric.inject(fault);
     }
+    // As a site's multi-node all_reduce rule would: 0.85 x the healthy fabric's value; none
+    // with NCCL_CHECK_SIM_FLOOR=none, as where no rule covers the fabric (tests/gpu/fabric.sh's
+    // sockets between emulated nodes): every check then localizes.
+    let allocation_floor = match std::env::var("NCCL_CHECK_SIM_FLOOR").as_deref() {
+        Ok("none") => None,
+        Ok(other) => {
+            return Err(RunError::Runtime(format!(
+                "NCCL_CHECK_SIM_FLOOR={other}: only 'none' is known"
+            )))
+        }
+        Err(_) => Some(0.85 * fabric.allocation_nominal),
+    };
     let cfg = Config {
         fraction: opts.config.outliers.fraction,
         floors: Floors {
-            // As a site's multi-node all_reduce rule would: 0.85 x the healthy fabric's value.
-            allocation: Some(0.85 * fabric.allocation_nominal),
+            allocation: allocation_floor,
             ..Floors::default()
         },
         ..Config::default()

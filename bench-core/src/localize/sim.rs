@@ -184,4 +184,6 @@ pub fn run(mut localizer: Localizer, fabric: &mut Fabric) -> Result<Verdict, Loc
 }
 
 #[cfg(test)]
+mod agreement;
+#[cfg(test)]
 mod tests;
