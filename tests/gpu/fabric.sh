@@ -24,9 +24,9 @@
 # --selftest proves the shaping with TCP transfers between the namespaces: a shaped path is slow
 # and only that path (`tests/README.md` "The emulated fabric").
 #
-# Stagger: workers start 0.6 s apart (--stagger). Started together, 8 workers' per-GPU probes
-# overlap on the one GPU and read 4-8x slow (local_probe_slow); that is the one-GPU emulation's
-# artefact, not the check's (issue 24 will let the workers know they share a GPU).
+# One GPU: every worker gets NCCL_CHECK_SHARED_GPUS=1 (without it, processes of one check on
+# one GPU are an ERROR: they measure each other); their local probes then take turns. Workers
+# still start 0.6 s apart (--stagger) as a plugin's tasks do not all start at once either.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
@@ -302,7 +302,7 @@ if [ ! -f "$SUMMARY" ]; then
     echo "# driver: $DRIVER"
     echo "# kernel: $(uname -r)"
     echo "# worker: ${WORKER:-$BIN} $( [ -z "$WORKER" ] && "$BIN" --version 2>/dev/null | head -1)"
-    echo "# start stagger: ${STAGGER} s (one GPU: probes of workers started together overlap, issue 24)"
+    echo "# start stagger: ${STAGGER} s; NCCL_CHECK_SHARED_GPUS=1 (one GPU: probes in turns)"
     printf 'row\tn\trun\tfault\texpected\tgot\tculprit\trounds\tseconds\tresult\n'
   } >"$SUMMARY"
 fi
@@ -331,7 +331,7 @@ launch() { # k rowdir fault
   # setsid: the worker (and `timeout`) get their own process group, which `starve` stops.
   setsid "${IP[@]}" netns exec "$(ns "$k")" env "${ldlp[@]}" \
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
-    NCCL_CHECK_SECRET="$SECRET" NCCL_CHECK_CONFIG="$CFG" FABRIC_FAULT="$3" \
+    NCCL_CHECK_SECRET="$SECRET" NCCL_CHECK_CONFIG="$CFG" FABRIC_FAULT="$3" NCCL_CHECK_SHARED_GPUS=1 \
     CUDA_VISIBLE_DEVICES=0 NCCL_HOSTID="$(name "$k")" NCCL_SOCKET_IFNAME="=$(nv "$k")" \
     NCCL_IB_DISABLE=1 NCCL_NET=Socket NCCL_DEBUG="${NCCL_DEBUG:-WARN}" \
     SLURM_JOB_ID=$JOB SLURM_STEP_ID=0 SLURM_JOB_NODELIST="$NODELIST" SLURM_STEP_NODELIST="$NODELIST" \
