@@ -453,22 +453,8 @@ fn plan_step(
         },
         (false, Some(c)) => {
             let collective = collectives::by_name(c).map_err(|e| bad(f("collective"), e))?;
-            let (lo, hi) = match (bytes, min, max) {
-                (Some(b), None, None) => (b, b),
-                (None, Some(lo), Some(hi)) if lo <= hi => (lo, hi),
-                (None, Some(lo), Some(hi)) => {
-                    return Err(bad(
-                        f("min_bytes"),
-                        format!("min_bytes {lo} is larger than max_bytes {hi}"),
-                    ))
-                }
-                _ => {
-                    return Err(bad(
-                        plan_field(format!("steps[{i}]")),
-                        "give `bytes`, or both `min_bytes` and `max_bytes`".into(),
-                    ))
-                }
-            };
+            let (lo, hi) = step_range(bytes, min, max)
+                .map_err(|(k, m)| bad(plan_field(format!("steps[{i}]{k}")), m))?;
             Step::Collective {
                 collective,
                 sizes: doubling(lo, hi),
@@ -477,6 +463,27 @@ fn plan_step(
             }
         }
     })
+}
+
+/// A collective step's size range from `bytes` (one size) or `min_bytes` and `max_bytes`; on
+/// error, the key under `steps[i]` to name (`.min_bytes`, or empty for the step) and the message.
+fn step_range(
+    bytes: Option<u64>,
+    min: Option<u64>,
+    max: Option<u64>,
+) -> Result<(u64, u64), (&'static str, String)> {
+    match (bytes, min, max) {
+        (Some(b), None, None) => Ok((b, b)),
+        (None, Some(lo), Some(hi)) if lo <= hi => Ok((lo, hi)),
+        (None, Some(lo), Some(hi)) => Err((
+            ".min_bytes",
+            format!("min_bytes {lo} is larger than max_bytes {hi}"),
+        )),
+        _ => Err((
+            "",
+            "give `bytes`, or both `min_bytes` and `max_bytes`".into(),
+        )),
+    }
 }
 
 /// `lo, 2lo, 4lo, ... <= hi` (nccl-tests' -f 2).
