@@ -161,88 +161,120 @@ impl Localized {
 /// Reasons naming links, GPUs and nodes from the pair matrix.
 fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Localized {
     let slow = slow_pairs(pairs, fraction, floor);
-    let mut whole = Vec::new();
-    let mut reasons = Vec::new();
-    let sentence = |p: &PairRow, why: SlowWhy| -> (String, f64) {
-        let first = p
-            .first_busbw
-            .map(|f| format!(" (first try {f:.1})"))
-            .unwrap_or_default();
-        match why {
-            SlowWhy::Threshold(min) => (
-                format!(
-                    "{} sendrecv {} busbw {:.1}{first} < {min:.1} GB/s",
-                    p.subject(multi),
-                    crate::size::human(p.bytes),
-                    p.busbw
-                ),
-                min,
-            ),
-            SlowWhy::Outlier(med) => (
-                format!(
-                    "{} sendrecv {} busbw {:.1}{first} GB/s < {fraction:.2} x {} median {med:.1} GB/s",
-                    p.subject(multi),
-                    crate::size::human(p.bytes),
-                    p.busbw,
-                    if p.kind == PairKind::Gpu { "node" } else { "node-pair" }
-                ),
-                fraction * med,
-            ),
-        }
-    };
-    // Every GPU pair of a node slow (NVLink down or unused, e.g. NCCL_P2P_DISABLE): one reason
-    // for the node, not one per GPU.
-    let mut whole_nodes: Vec<String> = Vec::new();
-    {
-        let mut count: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-        for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
-            count.entry(p.node.as_str()).or_default().0 += 1;
-        }
-        for &(i, _) in &slow {
-            if pairs[i].kind == PairKind::Gpu {
-                count.entry(pairs[i].node.as_str()).or_default().1 += 1;
-            }
-        }
-        for (node, &(total, n_slow)) in &count {
-            if total < 3 || n_slow < total {
-                continue;
-            }
-            let bws: Vec<f64> = pairs
-                .iter()
-                .filter(|p| p.kind == PairKind::Gpu && p.node == *node)
-                .map(|p| p.busbw)
-                .collect();
-            let lo = bws.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = bws.iter().copied().fold(0.0, f64::max);
-            let limit = slow
-                .iter()
-                .find_map(|&(i, w)| match w {
-                    SlowWhy::Threshold(m) if pairs[i].node == *node => Some(m),
-                    _ => None,
-                })
-                .unwrap_or(0.0);
-            let subject = if multi {
-                node.to_string()
-            } else {
-                "all GPU pairs".to_string()
-            };
-            whole.push(Reason {
-                code: ReasonCode::BusbwBelowThreshold,
-                message: format!(
-                    "{}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)",
-                    if multi { format!("node {node}: ") } else { String::new() }
-                ),
-                subject: Some(subject),
-                measured: Some(hi),
-                limit: Some(limit),
-            });
-            whole_nodes.push(node.to_string());
-        }
-    }
+    let (whole, whole_nodes) = whole_node_reasons(pairs, &slow, multi);
     let slow: Vec<(usize, SlowWhy)> = slow
         .into_iter()
         .filter(|&(i, _)| !(pairs[i].kind == PairKind::Gpu && whole_nodes.contains(&pairs[i].node)))
         .collect();
+    let mut reasons = Vec::new();
+    let bad_gpus = bad_gpus(pairs, &slow);
+    reasons.extend(gpu_reasons(pairs, &bad_gpus, fraction, multi));
+    let bad_nodes = bad_nodes(pairs, &slow);
+    reasons.extend(node_pair_culprit_reasons(pairs, &bad_nodes, fraction));
+    reasons.extend(link_reasons(
+        pairs, &slow, &bad_gpus, &bad_nodes, fraction, multi,
+    ));
+    // Nodes: each node's median GPU-pair busbw against the median over nodes.
+    if multi {
+        reasons.extend(node_median_reasons(pairs, fraction));
+    }
+    Localized {
+        whole_nodes: whole,
+        culprits: reasons,
+    }
+}
+
+/// The sentence and limit for one slow pair, so a link reason says which rule it broke.
+fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> (String, f64) {
+    let first = p
+        .first_busbw
+        .map(|f| format!(" (first try {f:.1})"))
+        .unwrap_or_default();
+    match why {
+        SlowWhy::Threshold(min) => (
+            format!(
+                "{} sendrecv {} busbw {:.1}{first} < {min:.1} GB/s",
+                p.subject(multi),
+                crate::size::human(p.bytes),
+                p.busbw
+            ),
+            min,
+        ),
+        SlowWhy::Outlier(med) => {
+            (
+                format!(
+                "{} sendrecv {} busbw {:.1}{first} GB/s < {fraction:.2} x {} median {med:.1} GB/s",
+                p.subject(multi),
+                crate::size::human(p.bytes),
+                p.busbw,
+                if p.kind == PairKind::Gpu { "node" } else { "node-pair" }
+            ),
+                fraction * med,
+            )
+        }
+    }
+}
+
+/// Nodes whose every GPU pair is slow, with one reason each, so such a node is not reported
+/// once per GPU. Returns the reasons and the names of those nodes.
+fn whole_node_reasons(
+    pairs: &[PairRow],
+    slow: &[(usize, SlowWhy)],
+    multi: bool,
+) -> (Vec<Reason>, Vec<String>) {
+    // Every GPU pair of a node slow (NVLink down or unused, e.g. NCCL_P2P_DISABLE): one reason
+    // for the node, not one per GPU.
+    let mut whole = Vec::new();
+    let mut whole_nodes: Vec<String> = Vec::new();
+    let mut count: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
+        count.entry(p.node.as_str()).or_default().0 += 1;
+    }
+    for &(i, _) in slow {
+        if pairs[i].kind == PairKind::Gpu {
+            count.entry(pairs[i].node.as_str()).or_default().1 += 1;
+        }
+    }
+    for (node, &(total, n_slow)) in &count {
+        if total < 3 || n_slow < total {
+            continue;
+        }
+        let bws: Vec<f64> = pairs
+            .iter()
+            .filter(|p| p.kind == PairKind::Gpu && p.node == *node)
+            .map(|p| p.busbw)
+            .collect();
+        let lo = bws.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = bws.iter().copied().fold(0.0, f64::max);
+        let limit = slow
+            .iter()
+            .find_map(|&(i, w)| match w {
+                SlowWhy::Threshold(m) if pairs[i].node == *node => Some(m),
+                _ => None,
+            })
+            .unwrap_or(0.0);
+        let subject = if multi {
+            node.to_string()
+        } else {
+            "all GPU pairs".to_string()
+        };
+        whole.push(Reason {
+            code: ReasonCode::BusbwBelowThreshold,
+            message: format!(
+                "{}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)",
+                if multi { format!("node {node}: ") } else { String::new() }
+            ),
+            subject: Some(subject),
+            measured: Some(hi),
+            limit: Some(limit),
+        });
+        whole_nodes.push(node.to_string());
+    }
+    (whole, whole_nodes)
+}
+
+/// (node, GPU) whose every GPU link is slow: the GPU is to blame rather than each of its links.
+fn bad_gpus(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<(String, String)> {
     // A GPU whose every link is slow (and that has at least two) is the culprit, not its links.
     let mut per_gpu: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
     for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
@@ -250,7 +282,7 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
             per_gpu.entry((p.node.clone(), g.clone())).or_default().0 += 1;
         }
     }
-    for &(i, _) in &slow {
+    for &(i, _) in slow {
         let p = &pairs[i];
         if p.kind == PairKind::Gpu {
             for g in [&p.a, &p.b] {
@@ -260,13 +292,23 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
             }
         }
     }
-    let bad_gpus: Vec<(String, String)> = per_gpu
+    per_gpu
         .iter()
         .filter(|(_, &(total, slow))| total >= 2 && slow == total)
         .map(|(k, _)| k.clone())
-        .collect();
+        .collect()
+}
+
+/// One reason per blamed GPU, comparing its links with the other GPU pairs of its node.
+fn gpu_reasons(
+    pairs: &[PairRow],
+    bad_gpus: &[(String, String)],
+    fraction: f64,
+    multi: bool,
+) -> Vec<Reason> {
+    let mut reasons = Vec::new();
     // With 3+ GPUs two bad GPUs share a link; a GPU is named only if some of its peers are fine.
-    for (node, gpu) in &bad_gpus {
+    for (node, gpu) in bad_gpus {
         let links: Vec<&PairRow> = pairs
             .iter()
             .filter(|p| p.kind == PairKind::Gpu && &p.node == node && (&p.a == gpu || &p.b == gpu))
@@ -295,6 +337,11 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
             limit: Some(fraction * node_med),
         });
     }
+    reasons
+}
+
+/// Nodes whose every node pair is slow: the node is to blame rather than each of its pairs.
+fn bad_nodes(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<String> {
     // A node whose every node pair is slow (and that has at least two) is the culprit.
     let mut per_node_pair: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for p in pairs.iter().filter(|p| p.kind == PairKind::Node) {
@@ -302,7 +349,7 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
             per_node_pair.entry(n.as_str()).or_default().0 += 1;
         }
     }
-    for &(i, _) in &slow {
+    for &(i, _) in slow {
         if pairs[i].kind == PairKind::Node {
             for n in [&pairs[i].a, &pairs[i].b] {
                 if let Some(e) = per_node_pair.get_mut(n.as_str()) {
@@ -311,12 +358,21 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
             }
         }
     }
-    let bad_nodes: Vec<String> = per_node_pair
+    per_node_pair
         .iter()
         .filter(|(_, &(total, slow))| total >= 2 && slow == total)
         .map(|(n, _)| n.to_string())
-        .collect();
-    for node in &bad_nodes {
+        .collect()
+}
+
+/// One reason per blamed node, comparing its node pairs with the median of all node pairs.
+fn node_pair_culprit_reasons(
+    pairs: &[PairRow],
+    bad_nodes: &[String],
+    fraction: f64,
+) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    for node in bad_nodes {
         let bws: Vec<f64> = pairs
             .iter()
             .filter(|p| p.kind == PairKind::Node && (&p.a == node || &p.b == node))
@@ -341,7 +397,20 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
             limit: Some(fraction * med),
         });
     }
-    for &(i, why) in &slow {
+    reasons
+}
+
+/// One reason per slow link that no blamed GPU or node already explains.
+fn link_reasons(
+    pairs: &[PairRow],
+    slow: &[(usize, SlowWhy)],
+    bad_gpus: &[(String, String)],
+    bad_nodes: &[String],
+    fraction: f64,
+    multi: bool,
+) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    for &(i, why) in slow {
         let p = &pairs[i];
         if p.kind == PairKind::Node && bad_nodes.iter().any(|n| n == &p.a || n == &p.b) {
             continue;
@@ -353,7 +422,7 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
         if blamed_gpu {
             continue;
         }
-        let (message, limit) = sentence(p, why);
+        let (message, limit) = slow_pair_sentence(p, why, fraction, multi);
         reasons.push(Reason {
             code: match (p.kind, why) {
                 (PairKind::Gpu, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
@@ -366,35 +435,36 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
             limit: Some(limit),
         });
     }
-    // Nodes: each node's median GPU-pair busbw against the median over nodes.
-    if multi {
-        let mut per_node: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
-            per_node.entry(p.node.as_str()).or_default().push(p.busbw);
-        }
-        let meds: Vec<(&str, f64)> = per_node.iter().map(|(n, v)| (*n, median(v))).collect();
-        let best = meds.iter().map(|m| m.1).fold(0.0, f64::max);
-        let all = median(&meds.iter().map(|m| m.1).collect::<Vec<_>>());
-        // With two nodes the median is their mean: compare with the better one instead.
-        let reference = if meds.len() == 2 { best } else { all };
-        for (node, m) in &meds {
-            if meds.len() >= 2 && *m < fraction * reference {
-                reasons.push(Reason {
-                    code: ReasonCode::NodeOutlier,
-                    message: format!(
-                        "node {node}: GPU-pair sendrecv busbw median {m:.1} GB/s < {fraction:.2} x {reference:.1} GB/s of the other nodes"
-                    ),
-                    subject: Some(node.to_string()),
-                    measured: Some(*m),
-                    limit: Some(fraction * reference),
-                });
-            }
+    reasons
+}
+
+/// Nodes whose median GPU-pair busbw is below `fraction` x that of the other nodes: a node slow
+/// as a whole, even where no single pair stands out within it.
+fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    let mut per_node: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
+        per_node.entry(p.node.as_str()).or_default().push(p.busbw);
+    }
+    let meds: Vec<(&str, f64)> = per_node.iter().map(|(n, v)| (*n, median(v))).collect();
+    let best = meds.iter().map(|m| m.1).fold(0.0, f64::max);
+    let all = median(&meds.iter().map(|m| m.1).collect::<Vec<_>>());
+    // With two nodes the median is their mean: compare with the better one instead.
+    let reference = if meds.len() == 2 { best } else { all };
+    for (node, m) in &meds {
+        if meds.len() >= 2 && *m < fraction * reference {
+            reasons.push(Reason {
+                code: ReasonCode::NodeOutlier,
+                message: format!(
+                    "node {node}: GPU-pair sendrecv busbw median {m:.1} GB/s < {fraction:.2} x {reference:.1} GB/s of the other nodes"
+                ),
+                subject: Some(node.to_string()),
+                measured: Some(*m),
+                limit: Some(fraction * reference),
+            });
         }
     }
-    Localized {
-        whole_nodes: whole,
-        culprits: reasons,
-    }
+    reasons
 }
 
 #[cfg(test)]

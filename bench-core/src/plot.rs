@@ -106,12 +106,19 @@ pub fn draw(path: &Path, input: &PlotInput) -> Result<(), String> {
     root.present().map_err(|e| err(&e))
 }
 
-/// One collective: measured busbw (both placements), the floors, the reference.
-fn collective_panel<DB: DrawingBackend>(
-    panel: &DrawingArea<DB, Shift>,
-    input: &PlotInput,
-    coll: &str,
-) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+/// What one collective's panel shows, worked out before drawing: its rows, the floors that apply,
+/// the reference points in view and the axes' ranges.
+struct PanelData<'a> {
+    mine: Vec<&'a Row>,
+    floors: Vec<(u64, f64)>,
+    shown: Vec<(u64, f64)>,
+    lo: u64,
+    hi: u64,
+    top: f64,
+}
+
+/// The rows, floors, visible reference and axis ranges for `coll` (pure, no drawing).
+fn panel_data<'a>(input: &PlotInput<'a>, coll: &str) -> PanelData<'a> {
     let mine: Vec<&Row> = input.rows.iter().filter(|r| r.collective == coll).collect();
     let reference = anchor(input.sku, input.gpus, coll).unwrap_or_default();
     let floors: Vec<(u64, f64)> = mine
@@ -139,6 +146,23 @@ fn collective_panel<DB: DrawingBackend>(
         (Some(a), Some(b)) => (lo.min(a.0), hi.max(b.0)),
         _ => (lo, hi),
     };
+    PanelData {
+        mine,
+        floors,
+        shown,
+        lo,
+        hi,
+        top,
+    }
+}
+
+/// One collective: measured busbw (both placements), the floors, the reference.
+fn collective_panel<DB: DrawingBackend>(
+    panel: &DrawingArea<DB, Shift>,
+    input: &PlotInput,
+    coll: &str,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let d = panel_data(input, coll);
     let mut chart = ChartBuilder::on(panel)
         .caption(
             format!("{coll}, {} x {}", input.gpus, input.gpu_name),
@@ -148,10 +172,10 @@ fn collective_panel<DB: DrawingBackend>(
         .x_label_area_size(36)
         .y_label_area_size(48)
         .build_cartesian_2d(
-            (lo..hi)
+            (d.lo..d.hi)
                 .log_scale()
-                .with_key_points(mine.iter().map(|r| r.size).collect::<Vec<_>>()),
-            0f64..top,
+                .with_key_points(d.mine.iter().map(|r| r.size).collect::<Vec<_>>()),
+            0f64..d.top,
         )?;
     chart
         .configure_mesh()
@@ -159,20 +183,40 @@ fn collective_panel<DB: DrawingBackend>(
         .y_desc("busbw (GB/s)")
         .x_label_formatter(&|b| crate::size::human(*b))
         .draw()?;
-    if shown.is_empty() {
+    draw_reference(&mut chart, &d, input)?;
+    draw_floors(&mut chart, &d)?;
+    draw_measured(&mut chart, &d)?;
+    mark_shortfalls(&mut chart, &d)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK.mix(0.3))
+        .draw()?;
+    Ok(())
+}
+
+/// The healthy nccl-tests curve, or a note that none is shipped, so a reader knows what good
+/// looks like for this GPU model and count.
+fn draw_reference<DB: DrawingBackend, CT: CoordTranslate<From = (u64, f64)>>(
+    chart: &mut ChartContext<DB, CT>,
+    d: &PanelData,
+    input: &PlotInput,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    if d.shown.is_empty() {
         let style = ("sans-serif", 13).into_font().color(&BLACK.mix(0.6));
         chart.plotting_area().draw(&Text::new(
             format!(
                 "no healthy reference shipped for {} x {}",
                 input.gpus, input.gpu_name
             ),
-            (lo.saturating_mul(5) / 4, top * 0.95),
+            (d.lo.saturating_mul(5) / 4, d.top * 0.95),
             style,
         ))?;
     } else {
         chart
             .draw_series(LineSeries::new(
-                shown,
+                d.shown.clone(),
                 ShapeStyle::from(&BLACK.mix(0.35)).stroke_width(2),
             ))?
             .label(format!(
@@ -181,16 +225,33 @@ fn collective_panel<DB: DrawingBackend>(
             ))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.35)));
     }
-    if !floors.is_empty() {
+    Ok(())
+}
+
+/// A short red bar at each size's floor: the line a measurement must reach.
+fn draw_floors<DB: DrawingBackend, CT: CoordTranslate<From = (u64, f64)>>(
+    chart: &mut ChartContext<DB, CT>,
+    d: &PanelData,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    if !d.floors.is_empty() {
         chart
-            .draw_series(floors.iter().map(|&(x, y)| {
+            .draw_series(d.floors.iter().map(|&(x, y)| {
                 PathElement::new(vec![(x * 3 / 4, y), (x * 4 / 3, y)], RED.stroke_width(3))
             }))?
             .label("floor (FAIL below)")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], RED));
     }
+    Ok(())
+}
+
+/// The measured busbw, one line with points per placement (out-of-place, in-place).
+fn draw_measured<DB: DrawingBackend, CT: CoordTranslate<From = (u64, f64)>>(
+    chart: &mut ChartContext<DB, CT>,
+    d: &PanelData,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     for (name, color, pick) in [("out-of-place", BLUE, true), ("in-place", GREEN, false)] {
-        let pts: Vec<(u64, f64)> = mine
+        let pts: Vec<(u64, f64)> = d
+            .mine
             .iter()
             .map(|r| {
                 let p = if pick { &r.out_of_place } else { &r.in_place };
@@ -203,9 +264,17 @@ fn collective_panel<DB: DrawingBackend>(
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
         chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
     }
+    Ok(())
+}
+
+/// Each size whose worse placement is below its floor, marked with its shortfall.
+fn mark_shortfalls<DB: DrawingBackend, CT: CoordTranslate<From = (u64, f64)>>(
+    chart: &mut ChartContext<DB, CT>,
+    d: &PanelData,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     // Below the floor: a large red point and the shortfall, so the failure is what one sees.
-    for r in &mine {
-        let Some(&(_, f)) = floors.iter().find(|(s, _)| *s == r.size) else {
+    for r in &d.mine {
+        let Some(&(_, f)) = d.floors.iter().find(|(s, _)| *s == r.size) else {
             continue;
         };
         let b = r.out_of_place.busbw.min(r.in_place.busbw);
@@ -213,17 +282,11 @@ fn collective_panel<DB: DrawingBackend>(
             chart.draw_series([Circle::new((r.size, b), 7, RED.filled())])?;
             chart.plotting_area().draw(&Text::new(
                 format!("{b:.1} < {f:.1} GB/s ({:.0}%)", 100.0 * b / f.max(1e-9)),
-                (r.size, b + top * 0.04),
+                (r.size, b + d.top * 0.04),
                 ("sans-serif", 14).into_font().color(&RED),
             ))?;
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK.mix(0.3))
-        .draw()?;
     Ok(())
 }
 

@@ -121,109 +121,133 @@ pub fn select<'a>(
 pub fn validate(profiles: &[NetworkProfile], path: &Path, text: &str) -> Result<(), ConfigError> {
     let mut names = BTreeSet::new();
     for (i, p) in profiles.iter().enumerate() {
-        let at = |field: &str| format!("network[{i}].{field}");
-        let bad = |field: &str, msg: String| Err(invalid(path, text, &at(field), msg));
-        if p.name.is_empty()
-            || !p
-                .name
+        let last = i + 1 == profiles.len();
+        check_name(p, last, &mut names)
+            .and_then(|()| check_selectors(p))
+            .and_then(|()| check_env(p))
+            .and_then(|()| check_expectations(p))
+            .map_err(|(field, msg)| invalid(path, text, &format!("network[{i}].{field}"), msg))?;
+    }
+    Ok(())
+}
+
+/// What one profile check found wrong: the field under `network[i].` and the message.
+type Bad = (String, String);
+
+/// A profile's name: well-formed, unique, and a catch-all profile only last (`last`), since the
+/// first match wins.
+fn check_name<'a>(
+    p: &'a NetworkProfile,
+    last: bool,
+    names: &mut BTreeSet<&'a str>,
+) -> Result<(), Bad> {
+    let bad = |msg: String| Err(("name".to_string(), msg));
+    if p.name.is_empty()
+        || !p
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return bad("must be letters, digits, '-', '_' or '.'".into());
+    }
+    if !names.insert(p.name.as_str()) {
+        return bad(format!("'{}' is used by two profiles", p.name));
+    }
+    if p.matches_everything() && !last {
+        return bad(format!(
+            "'{}' has neither partitions nor nodes, so it matches every job and the \
+             profiles after it never apply (the first match wins); move it last",
+            p.name
+        ));
+    }
+    Ok(())
+}
+
+/// `partitions` are single names and `nodes` readable hostlist expressions.
+fn check_selectors(p: &NetworkProfile) -> Result<(), Bad> {
+    for (j, part) in p.partitions.iter().enumerate() {
+        if part.is_empty() || part.contains([',', ' ', '\t']) {
+            return Err((
+                format!("partitions[{j}]"),
+                format!("'{part}' is not one partition name"),
+            ));
+        }
+    }
+    for (j, pattern) in p.nodes.iter().enumerate() {
+        if let Err(e) = hostlist_matches(pattern, "") {
+            return Err((format!("nodes[{j}]"), e));
+        }
+    }
+    Ok(())
+}
+
+/// `env`: only the fabric's own variables, none nccl-check sets itself, one-line values.
+fn check_env(p: &NetworkProfile) -> Result<(), Bad> {
+    for (key, value) in &p.env {
+        let field = format!("env.{key}");
+        if !ENV_PREFIXES.iter().any(|pre| key.starts_with(pre))
+            || !key
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
         {
-            return bad("name", "must be letters, digits, '-', '_' or '.'".into());
-        }
-        if !names.insert(p.name.as_str()) {
-            return bad("name", format!("'{}' is used by two profiles", p.name));
-        }
-        if p.matches_everything() && i + 1 < profiles.len() {
-            return bad(
-                "name",
+            return Err((
+                field,
                 format!(
-                    "'{}' has neither partitions nor nodes, so it matches every job and the \
-                     profiles after it never apply (the first match wins); move it last",
-                    p.name
+                    "not a variable a profile may set (upper case, starting with one of {})",
+                    ENV_PREFIXES.join(", ")
                 ),
-            );
+            ));
         }
-        for (j, part) in p.partitions.iter().enumerate() {
-            if part.is_empty() || part.contains([',', ' ', '\t']) {
-                return bad(
-                    &format!("partitions[{j}]"),
-                    format!("'{part}' is not one partition name"),
-                );
-            }
+        if RESERVED_ENV.contains(&key.as_str()) {
+            return Err((field, "is set by nccl-check itself".into()));
         }
-        for (j, pattern) in p.nodes.iter().enumerate() {
-            if let Err(e) = hostlist_matches(pattern, "") {
-                return bad(&format!("nodes[{j}]"), e);
-            }
+        if value.is_empty() || value.contains(['\0', '\n']) {
+            return Err((field, "needs a one-line, non-empty value".into()));
         }
-        for (key, value) in &p.env {
-            let field = format!("env.{key}");
-            if !ENV_PREFIXES.iter().any(|pre| key.starts_with(pre))
-                || !key
-                    .chars()
-                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-            {
-                return bad(
-                    &field,
-                    format!(
-                        "not a variable a profile may set (upper case, starting with one of {})",
-                        ENV_PREFIXES.join(", ")
-                    ),
-                );
-            }
-            if RESERVED_ENV.contains(&key.as_str()) {
-                return bad(&field, "is set by nccl-check itself".into());
-            }
-            if value.is_empty() || value.contains(['\0', '\n']) {
-                return bad(&field, "needs a one-line, non-empty value".into());
-            }
+    }
+    Ok(())
+}
+
+/// `expect_*` keys that the profile's own `env` contradicts (a check that could only FAIL).
+fn check_expectations(p: &NetworkProfile) -> Result<(), Bad> {
+    let bad = |field: &str, msg: &str| Err((field.to_string(), msg.to_string()));
+    if let Some(want) = &p.expect_net {
+        if want.trim().is_empty() {
+            return bad("expect_net", "use ib, socket, or a net plugin's name");
         }
-        if let Some(want) = &p.expect_net {
-            if want.trim().is_empty() {
-                return bad(
-                    "expect_net",
-                    "use ib, socket, or a net plugin's name".into(),
-                );
-            }
+    }
+    let env = |k: &str| p.env.get(k).map(String::as_str);
+    match p.net_expect() {
+        Some(NetExpect::Ib) if env("NCCL_IB_DISABLE") == Some("1") => {
+            return bad("expect_net", "is ib but env sets NCCL_IB_DISABLE=1");
         }
-        let env = |k: &str| p.env.get(k).map(String::as_str);
-        match p.net_expect() {
-            Some(NetExpect::Ib) if env("NCCL_IB_DISABLE") == Some("1") => {
-                return bad("expect_net", "is ib but env sets NCCL_IB_DISABLE=1".into());
-            }
-            Some(NetExpect::Socket)
-                if env("NCCL_NET").is_some_and(|n| !n.eq_ignore_ascii_case("socket")) =>
-            {
-                return bad(
-                    "expect_net",
-                    "is socket but env sets NCCL_NET to another network".into(),
-                );
-            }
-            _ => {}
-        }
-        if p.expect_collnet {
-            if env("NCCL_COLLNET_ENABLE") == Some("0") {
-                return bad(
-                    "expect_collnet",
-                    "is true but env sets NCCL_COLLNET_ENABLE=0".into(),
-                );
-            }
-            if env("NCCL_NET_PLUGIN") == Some("none") {
-                return bad(
-                    "expect_collnet",
-                    "is true but env sets NCCL_NET_PLUGIN=none; SHARP needs the \
-                     nccl-rdma-sharp net plugin"
-                        .into(),
-                );
-            }
-        }
-        if p.expect_nvls && env("NCCL_NVLS_ENABLE") == Some("0") {
+        Some(NetExpect::Socket)
+            if env("NCCL_NET").is_some_and(|n| !n.eq_ignore_ascii_case("socket")) =>
+        {
             return bad(
-                "expect_nvls",
-                "is true but env sets NCCL_NVLS_ENABLE=0".into(),
+                "expect_net",
+                "is socket but env sets NCCL_NET to another network",
             );
         }
+        _ => {}
+    }
+    if p.expect_collnet {
+        if env("NCCL_COLLNET_ENABLE") == Some("0") {
+            return bad(
+                "expect_collnet",
+                "is true but env sets NCCL_COLLNET_ENABLE=0",
+            );
+        }
+        if env("NCCL_NET_PLUGIN") == Some("none") {
+            return bad(
+                "expect_collnet",
+                "is true but env sets NCCL_NET_PLUGIN=none; SHARP needs the \
+                 nccl-rdma-sharp net plugin",
+            );
+        }
+    }
+    if p.expect_nvls && env("NCCL_NVLS_ENABLE") == Some("0") {
+        return bad("expect_nvls", "is true but env sets NCCL_NVLS_ENABLE=0");
     }
     Ok(())
 }

@@ -241,6 +241,7 @@ struct Validated {
     nccl_lib: Option<PathBuf>,
 }
 
+/// Checks one parsed file (the defaults or the admin's) and resolves it into what `apply` merges.
 fn validate(
     path: &Path,
     text: &str,
@@ -267,41 +268,99 @@ fn validate(
     super::expected_gpus::validate(&mut raw.expected_gpus, path, text)?;
     let mut thresholds = Vec::new();
     for (i, t) in raw.thresholds.into_iter().enumerate() {
-        let field = |k: &str| format!("thresholds[{i}].{k}");
-        let collective = collectives::by_name(&t.collective)
-            .map_err(|e| bad(field("collective"), e))?
-            .name();
-        if !(t.min_busbw.is_finite() && t.min_busbw >= 0.0) {
-            return Err(bad(
-                field("min_busbw"),
-                format!("{} is not a bandwidth: expected GB/s >= 0", t.min_busbw),
-            ));
-        }
-        let (gpu, sku, interconnect) = selectors(&t).map_err(|(k, m)| bad(field(k), m))?;
-        if t.gpus == Some(0) {
-            return Err(bad(field("gpus"), "must be at least 1".into()));
-        }
-        let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
-            .map_err(|e| bad(field(e.key), e.message))?;
-        if interconnect == Some(crate::facts::interconnect::Class::Bridged)
-            && crate::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
-        {
-            // The pair rule would hold every pair of a bridged node, and the pairs between
-            // bridge groups run over PCIe: a false FAIL for each of them.
-            return Err(bad(
-                field("interconnect"),
-                "a GPU-pair rule (sendrecv, gpus = 2) cannot name \"bridged\": it would also hold \
-                 the pairs between bridge groups, which run over PCIe; on bridged nodes pairs are \
-                 judged against each other (the outlier rule)"
-                    .into(),
-            ));
-        }
-        let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
-            v.as_deref()
-                .map(|b| parse_size(b).map_err(|e| bad(field(k), e)))
-                .transpose()
-        };
-        let (min_bytes, max_bytes) = match (
+        thresholds.push(threshold(path, text, i, t, admin)?);
+    }
+    let mut plans = BTreeMap::new();
+    for (name, p) in raw.plans {
+        let p = plan(path, text, name.clone(), p)?;
+        plans.insert(name, p);
+    }
+    Ok(Validated {
+        fraction,
+        retest: raw.outliers.and_then(|o| o.retest),
+        thresholds,
+        plans,
+        network: raw.network,
+        expected_gpus: raw.expected_gpus,
+        nccl_lib: raw.nccl_lib,
+    })
+}
+
+/// One `[[thresholds]]` rule, checked and resolved; errors name `thresholds[i].<key>`.
+fn threshold(
+    path: &Path,
+    text: &str,
+    i: usize,
+    t: RawThreshold,
+    admin: bool,
+) -> Result<Threshold, ConfigError> {
+    let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
+    let field = |k: &str| format!("thresholds[{i}].{k}");
+    let collective = collectives::by_name(&t.collective)
+        .map_err(|e| bad(field("collective"), e))?
+        .name();
+    if !(t.min_busbw.is_finite() && t.min_busbw >= 0.0) {
+        return Err(bad(
+            field("min_busbw"),
+            format!("{} is not a bandwidth: expected GB/s >= 0", t.min_busbw),
+        ));
+    }
+    let (gpu, sku, interconnect) = selectors(&t).map_err(|(k, m)| bad(field(k), m))?;
+    if t.gpus == Some(0) {
+        return Err(bad(field("gpus"), "must be at least 1".into()));
+    }
+    let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
+        .map_err(|e| bad(field(e.key), e.message))?;
+    if interconnect == Some(crate::facts::interconnect::Class::Bridged)
+        && crate::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
+    {
+        // The pair rule would hold every pair of a bridged node, and the pairs between
+        // bridge groups run over PCIe: a false FAIL for each of them.
+        return Err(bad(
+            field("interconnect"),
+            "a GPU-pair rule (sendrecv, gpus = 2) cannot name \"bridged\": it would also hold \
+             the pairs between bridge groups, which run over PCIe; on bridged nodes pairs are \
+             judged against each other (the outlier rule)"
+                .into(),
+        ));
+    }
+    let (min_bytes, max_bytes) = threshold_bytes(path, text, i, &t)?;
+    Ok(Threshold {
+        gpu,
+        sku,
+        interconnect,
+        gpus: t.gpus,
+        nodes,
+        collective,
+        min_bytes,
+        max_bytes,
+        min_busbw: t.min_busbw,
+        source: t.source.unwrap_or_default(),
+        origin: format!(
+            "{}:{}",
+            path.display(),
+            file::find_key_line(text, &format!("thresholds[{i}]")).unwrap_or(0)
+        ),
+        admin,
+    })
+}
+
+/// The byte range a threshold rule holds for: `bytes` (one size) or `min_bytes`/`max_bytes`.
+fn threshold_bytes(
+    path: &Path,
+    text: &str,
+    i: usize,
+    t: &RawThreshold,
+) -> Result<(Option<u64>, Option<u64>), ConfigError> {
+    let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
+    let field = |k: &str| format!("thresholds[{i}].{k}");
+    let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
+        v.as_deref()
+            .map(|b| parse_size(b).map_err(|e| bad(field(k), e)))
+            .transpose()
+    };
+    Ok(
+        match (
             size("bytes", &t.bytes)?,
             size("min_bytes", &t.min_bytes)?,
             size("max_bytes", &t.max_bytes)?,
@@ -320,121 +379,111 @@ fn validate(
                 ))
             }
             (None, lo, hi) => (lo, hi),
-        };
-        thresholds.push(Threshold {
-            gpu,
-            sku,
-            interconnect,
-            gpus: t.gpus,
-            nodes,
-            collective,
-            min_bytes,
-            max_bytes,
-            min_busbw: t.min_busbw,
-            source: t.source.unwrap_or_default(),
-            origin: format!(
-                "{}:{}",
-                path.display(),
-                file::find_key_line(text, &format!("thresholds[{i}]")).unwrap_or(0)
-            ),
-            admin,
-        });
+        },
+    )
+}
+
+/// One `[plans.<name>]` with its steps; errors name `plans.<name>.<key>`.
+fn plan(path: &Path, text: &str, name: String, p: RawPlan) -> Result<Plan, ConfigError> {
+    if p.steps.is_empty() {
+        return Err(file::invalid(
+            path,
+            text,
+            &format!("plans.{name}.steps"),
+            "a plan needs at least one step",
+        ));
     }
-    let mut plans = BTreeMap::new();
-    for (name, p) in raw.plans {
-        let plan_field = |k: String| format!("plans.{name}.{k}");
-        if p.steps.is_empty() {
-            return Err(bad(
-                plan_field("steps".into()),
-                "a plan needs at least one step".into(),
-            ));
-        }
-        let mut steps = Vec::new();
-        for (i, s) in p.steps.into_iter().enumerate() {
-            let f = |k: &str| plan_field(format!("steps[{i}].{k}"));
-            let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
-                v.as_deref()
-                    .map(|b| parse_size(b).map_err(|e| bad(f(k), e)))
-                    .transpose()
-            };
-            let bytes = size("bytes", &s.bytes)?;
-            let min = size("min_bytes", &s.min_bytes)?;
-            let max = size("max_bytes", &s.max_bytes)?;
-            let iters = s.iters.unwrap_or(5);
-            if iters == 0 {
-                return Err(bad(
-                    f("iters"),
-                    "at least one timed iteration is needed".into(),
-                ));
-            }
-            let warmup = s.warmup.unwrap_or(2);
-            let step = match (s.pairs, &s.collective) {
-                (true, Some(_)) => {
-                    return Err(bad(
-                        f("pairs"),
-                        "a step is either `pairs = true` or a `collective`, not both".into(),
-                    ))
-                }
-                (false, None) => {
-                    return Err(bad(
-                        plan_field(format!("steps[{i}]")),
-                        "a step needs `collective = \"...\"` or `pairs = true`".into(),
-                    ))
-                }
-                (true, None) => Step::Pairs {
-                    bytes: bytes
-                        .or(max)
-                        .ok_or_else(|| bad(f("bytes"), "a pair step needs `bytes`".into()))?,
-                    warmup,
-                    iters,
-                },
-                (false, Some(c)) => {
-                    let collective =
-                        collectives::by_name(c).map_err(|e| bad(f("collective"), e))?;
-                    let (lo, hi) = match (bytes, min, max) {
-                        (Some(b), None, None) => (b, b),
-                        (None, Some(lo), Some(hi)) if lo <= hi => (lo, hi),
-                        (None, Some(lo), Some(hi)) => {
-                            return Err(bad(
-                                f("min_bytes"),
-                                format!("min_bytes {lo} is larger than max_bytes {hi}"),
-                            ))
-                        }
-                        _ => {
-                            return Err(bad(
-                                plan_field(format!("steps[{i}]")),
-                                "give `bytes`, or both `min_bytes` and `max_bytes`".into(),
-                            ))
-                        }
-                    };
-                    Step::Collective {
-                        collective,
-                        sizes: doubling(lo, hi),
-                        warmup,
-                        iters,
-                    }
-                }
-            };
-            steps.push(step);
-        }
-        plans.insert(
-            name.clone(),
-            Plan {
-                name,
-                description: p.description.unwrap_or_default(),
-                steps,
-            },
-        );
+    let mut steps = Vec::new();
+    for (i, s) in p.steps.into_iter().enumerate() {
+        steps.push(plan_step(path, text, &name, i, s)?);
     }
-    Ok(Validated {
-        fraction,
-        retest: raw.outliers.and_then(|o| o.retest),
-        thresholds,
-        plans,
-        network: raw.network,
-        expected_gpus: raw.expected_gpus,
-        nccl_lib: raw.nccl_lib,
+    Ok(Plan {
+        name,
+        description: p.description.unwrap_or_default(),
+        steps,
     })
+}
+
+/// One step of a plan: either the pair matrix or one collective over a doubling size range.
+fn plan_step(
+    path: &Path,
+    text: &str,
+    name: &str,
+    i: usize,
+    s: RawStep,
+) -> Result<Step, ConfigError> {
+    let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
+    let plan_field = |k: String| format!("plans.{name}.{k}");
+    let f = |k: &str| plan_field(format!("steps[{i}].{k}"));
+    let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
+        v.as_deref()
+            .map(|b| parse_size(b).map_err(|e| bad(f(k), e)))
+            .transpose()
+    };
+    let bytes = size("bytes", &s.bytes)?;
+    let min = size("min_bytes", &s.min_bytes)?;
+    let max = size("max_bytes", &s.max_bytes)?;
+    let iters = s.iters.unwrap_or(5);
+    if iters == 0 {
+        return Err(bad(
+            f("iters"),
+            "at least one timed iteration is needed".into(),
+        ));
+    }
+    let warmup = s.warmup.unwrap_or(2);
+    Ok(match (s.pairs, &s.collective) {
+        (true, Some(_)) => {
+            return Err(bad(
+                f("pairs"),
+                "a step is either `pairs = true` or a `collective`, not both".into(),
+            ))
+        }
+        (false, None) => {
+            return Err(bad(
+                plan_field(format!("steps[{i}]")),
+                "a step needs `collective = \"...\"` or `pairs = true`".into(),
+            ))
+        }
+        (true, None) => Step::Pairs {
+            bytes: bytes
+                .or(max)
+                .ok_or_else(|| bad(f("bytes"), "a pair step needs `bytes`".into()))?,
+            warmup,
+            iters,
+        },
+        (false, Some(c)) => {
+            let collective = collectives::by_name(c).map_err(|e| bad(f("collective"), e))?;
+            let (lo, hi) = step_range(bytes, min, max)
+                .map_err(|(k, m)| bad(plan_field(format!("steps[{i}]{k}")), m))?;
+            Step::Collective {
+                collective,
+                sizes: doubling(lo, hi),
+                warmup,
+                iters,
+            }
+        }
+    })
+}
+
+/// A collective step's size range from `bytes` (one size) or `min_bytes` and `max_bytes`; on
+/// error, the key under `steps[i]` to name (`.min_bytes`, or empty for the step) and the message.
+fn step_range(
+    bytes: Option<u64>,
+    min: Option<u64>,
+    max: Option<u64>,
+) -> Result<(u64, u64), (&'static str, String)> {
+    match (bytes, min, max) {
+        (Some(b), None, None) => Ok((b, b)),
+        (None, Some(lo), Some(hi)) if lo <= hi => Ok((lo, hi)),
+        (None, Some(lo), Some(hi)) => Err((
+            ".min_bytes",
+            format!("min_bytes {lo} is larger than max_bytes {hi}"),
+        )),
+        _ => Err((
+            "",
+            "give `bytes`, or both `min_bytes` and `max_bytes`".into(),
+        )),
+    }
 }
 
 /// `lo, 2lo, 4lo, ... <= hi` (nccl-tests' -f 2).

@@ -188,106 +188,136 @@ pub fn classify(facts: &HealthFacts, ctx: Context) -> Vec<Finding> {
     let mut out = Vec::new();
     for g in gpus {
         let subject = format!("GPU {} ({})", g.index, g.bus_id);
-        let same_model = gpus.iter().filter(|o| o.name == g.name).count();
-        if let Some(l) = g.nvlink.as_ref().filter(|_| same_model >= 2) {
-            let (want, why) = match expected_nvlinks(g.pci_device_id, &g.name) {
-                Some((n, src)) => (Some(n), src.to_string()),
-                None => (
-                    gpus.iter()
-                        .filter(|o| o.name == g.name)
-                        .filter_map(|o| o.nvlink.as_ref().map(|l| l.active))
-                        .max(),
-                    "the most active links among its siblings of the same model".to_string(),
-                ),
-            };
-            if let Some(want) = want.filter(|&w| l.active < w) {
-                out.push(
-                    Finding::new(
-                        "nvlink_down",
-                        &subject,
-                        format!(
-                            "{subject}: {} of {want} NVLinks active (expected from {why})",
-                            l.active
-                        ),
-                    )
-                    .with_values(f64::from(l.active), f64::from(want)),
-                );
-            }
-        }
-        if let Some(p) = &g.pcie {
-            if p.width < p.max_width {
-                out.push(
-                    Finding::new(
-                        "pcie_degraded",
-                        &subject,
-                        format!("{subject}: PCIe link x{} of x{}", p.width, p.max_width),
-                    )
-                    .with_values(f64::from(p.width), f64::from(p.max_width)),
-                );
-            } else if ctx.under_load && p.gen < p.max_gen {
-                out.push(
-                    Finding::new(
-                        "pcie_degraded",
-                        &subject,
-                        format!(
-                            "{subject}: PCIe Gen{} of Gen{} while busy",
-                            p.gen, p.max_gen
-                        ),
-                    )
-                    .with_values(f64::from(p.gen), f64::from(p.max_gen)),
-                );
-            }
-        }
-        if let Some(n) = g.ecc_uncorrected_volatile.filter(|&n| n > 0) {
-            out.push(
-                Finding::new(
-                    "ecc_uncorrectable",
-                    &subject,
-                    format!("{subject}: {n} uncorrectable ECC error(s) since the driver loaded"),
-                )
-                .with_values(n as f64, 0.0),
-            );
-        }
-        if let Some(r) = g.row_remap.as_ref().filter(|r| r.pending || r.failed) {
-            let what = if r.failed {
-                "a row remapping failed (the GPU needs service)"
-            } else {
-                "a row remapping is pending (the GPU needs a reset)"
-            };
-            out.push(Finding::new(
-                "row_remap_pending",
-                &subject,
-                format!(
-                    "{subject}: {what}; {} uncorrected, {} corrected rows remapped",
-                    r.uncorrected_rows, r.corrected_rows
-                ),
-            ));
-        }
-        if let Some(t) = &g.throttle {
-            let active: Vec<&str> = [
-                (t.hw_slowdown, "hardware slowdown"),
-                (t.hw_thermal, "hardware thermal slowdown"),
-                (t.hw_power_brake, "power-brake slowdown"),
+        out.extend(
+            [
+                nvlink_down(g, gpus, &subject),
+                pcie_degraded(g, ctx, &subject),
+                ecc_uncorrectable(g, &subject),
+                row_remap_pending(g, &subject),
+                hw_slowdown(g, &subject),
             ]
-            .iter()
-            .filter(|(on, _)| *on)
-            .map(|(_, name)| *name)
-            .collect();
-            if !active.is_empty() {
-                let clocks = g
-                    .clocks
-                    .as_ref()
-                    .map(|c| format!(" (SM {} of {} MHz)", c.sm_mhz, c.sm_max_mhz))
-                    .unwrap_or_default();
-                out.push(Finding::new(
-                    "hw_slowdown",
-                    &subject,
-                    format!("{subject}: {} active{clocks}", active.join(", ")),
-                ));
-            }
-        }
+            .into_iter()
+            .flatten(),
+        );
     }
     out
+}
+
+/// `nvlink_down`: fewer active links than the SKU table says, or than the GPU's siblings of the
+/// same model have; a GPU alone of its model is not judged.
+fn nvlink_down(g: &GpuHealth, gpus: &[GpuHealth], subject: &str) -> Option<Finding> {
+    let same_model = gpus.iter().filter(|o| o.name == g.name).count();
+    let l = g.nvlink.as_ref().filter(|_| same_model >= 2)?;
+    let (want, why) = match expected_nvlinks(g.pci_device_id, &g.name) {
+        Some((n, src)) => (Some(n), src.to_string()),
+        None => (
+            gpus.iter()
+                .filter(|o| o.name == g.name)
+                .filter_map(|o| o.nvlink.as_ref().map(|l| l.active))
+                .max(),
+            "the most active links among its siblings of the same model".to_string(),
+        ),
+    };
+    let want = want.filter(|&w| l.active < w)?;
+    Some(
+        Finding::new(
+            "nvlink_down",
+            subject,
+            format!(
+                "{subject}: {} of {want} NVLinks active (expected from {why})",
+                l.active
+            ),
+        )
+        .with_values(f64::from(l.active), f64::from(want)),
+    )
+}
+
+/// `pcie_degraded`: a narrower link than the maximum, or (only under load) a lower generation.
+fn pcie_degraded(g: &GpuHealth, ctx: Context, subject: &str) -> Option<Finding> {
+    let p = g.pcie.as_ref()?;
+    if p.width < p.max_width {
+        Some(
+            Finding::new(
+                "pcie_degraded",
+                subject,
+                format!("{subject}: PCIe link x{} of x{}", p.width, p.max_width),
+            )
+            .with_values(f64::from(p.width), f64::from(p.max_width)),
+        )
+    } else if ctx.under_load && p.gen < p.max_gen {
+        Some(
+            Finding::new(
+                "pcie_degraded",
+                subject,
+                format!(
+                    "{subject}: PCIe Gen{} of Gen{} while busy",
+                    p.gen, p.max_gen
+                ),
+            )
+            .with_values(f64::from(p.gen), f64::from(p.max_gen)),
+        )
+    } else {
+        None
+    }
+}
+
+/// `ecc_uncorrectable`: any uncorrectable ECC error since the driver loaded.
+fn ecc_uncorrectable(g: &GpuHealth, subject: &str) -> Option<Finding> {
+    let n = g.ecc_uncorrected_volatile.filter(|&n| n > 0)?;
+    Some(
+        Finding::new(
+            "ecc_uncorrectable",
+            subject,
+            format!("{subject}: {n} uncorrectable ECC error(s) since the driver loaded"),
+        )
+        .with_values(n as f64, 0.0),
+    )
+}
+
+/// `row_remap_pending`: a row remapping that waits for a reset, or one that failed.
+fn row_remap_pending(g: &GpuHealth, subject: &str) -> Option<Finding> {
+    let r = g.row_remap.as_ref().filter(|r| r.pending || r.failed)?;
+    let what = if r.failed {
+        "a row remapping failed (the GPU needs service)"
+    } else {
+        "a row remapping is pending (the GPU needs a reset)"
+    };
+    Some(Finding::new(
+        "row_remap_pending",
+        subject,
+        format!(
+            "{subject}: {what}; {} uncorrected, {} corrected rows remapped",
+            r.uncorrected_rows, r.corrected_rows
+        ),
+    ))
+}
+
+/// `hw_slowdown`: the hardware, thermal or power-brake slowdowns that are active (software
+/// capping is not a fault).
+fn hw_slowdown(g: &GpuHealth, subject: &str) -> Option<Finding> {
+    let t = g.throttle.as_ref()?;
+    let active: Vec<&str> = [
+        (t.hw_slowdown, "hardware slowdown"),
+        (t.hw_thermal, "hardware thermal slowdown"),
+        (t.hw_power_brake, "power-brake slowdown"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect();
+    if active.is_empty() {
+        return None;
+    }
+    let clocks = g
+        .clocks
+        .as_ref()
+        .map(|c| format!(" (SM {} of {} MHz)", c.sm_mhz, c.sm_max_mhz))
+        .unwrap_or_default();
+    Some(Finding::new(
+        "hw_slowdown",
+        subject,
+        format!("{subject}: {} active{clocks}", active.join(", ")),
+    ))
 }
 
 #[cfg(test)]

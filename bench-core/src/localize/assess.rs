@@ -205,7 +205,7 @@ pub(crate) struct Inputs<'a> {
 /// The findings that explain every slow result: nodes and rails first, then node pairs, then
 /// what stays unexplained.
 pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
-    let (n, g) = (inp.n, inp.g);
+    let n = inp.n;
     let mut out = Vec::new();
     let (local_bad, local_limit) = if inp.local.len() == n {
         local_bad(inp.local, inp.cfg)
@@ -215,6 +215,19 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
             Limit::new(std::iter::empty(), None, inp.cfg),
         )
     };
+    out.extend(local_findings(inp, &local_bad, &local_limit));
+    let a = Assessment::new(n, inp.g, inp.pairs, inp.cfg);
+    out.extend(node_rail_findings(inp, &a, &local_bad));
+    out.extend(pair_findings(inp, &a, &local_bad));
+    if out.is_empty() {
+        out.extend(allocation_finding(inp));
+    }
+    out
+}
+
+/// Nodes whose own GPUs were slow in phase A: nothing measured between nodes can clear them.
+fn local_findings(inp: &Inputs, local_bad: &[bool], local_limit: &Limit) -> Vec<Finding> {
+    let mut out = Vec::new();
     for (x, _) in local_bad.iter().enumerate().filter(|(_, &b)| b) {
         out.push(Finding {
             code: Code::NodeSlow,
@@ -231,10 +244,15 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
             limit: Some(local_limit.value()),
         });
     }
-    let a = Assessment::new(n, g, inp.pairs, inp.cfg);
-    let limit = a.rail_limit.value();
+    out
+}
+
+/// For each node-rail, the best busbw among its slow same-rail pairs: the number a finding
+/// quotes, since even that is below the limit.
+fn best_slow_busbw(inp: &Inputs, a: &Assessment) -> Vec<f64> {
+    let g = inp.g;
     // The best result of a node-rail's slow pairs: even that is below the limit.
-    let mut best = vec![0.0f64; n * g];
+    let mut best = vec![0.0f64; inp.n * g];
     for (m, &s) in inp.pairs.iter().zip(&a.slow) {
         if let (Some((x, y, r)), true) = (same_rail(m), s) {
             for z in [x, y] {
@@ -242,6 +260,15 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
             }
         }
     }
+    best
+}
+
+/// Bad node-rails: one finding for a node bad on every rail, else one per bad rail.
+fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<Finding> {
+    let (n, g) = (inp.n, inp.g);
+    let limit = a.rail_limit.value();
+    let best = best_slow_busbw(inp, a);
+    let mut out = Vec::new();
     for x in (0..n).filter(|&x| !local_bad[x]) {
         let rails: Vec<usize> = (0..g).filter(|&r| a.bad[x * g + r]).collect();
         let top = rails.iter().map(|&r| best[x * g + r]).fold(0.0, f64::max);
@@ -279,9 +306,33 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
             });
         }
     }
+    out
+}
+
+/// Slow node pairs between cleared ends, keyed by (node, node): their rails and worst busbw.
+type SlowLinks = BTreeMap<(usize, usize), (Vec<usize>, f64)>;
+
+/// Slow pairs no bad node-rail explains: one finding per slow link, then one for the nodes left
+/// unresolved.
+fn pair_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<Finding> {
+    let limit = a.rail_limit.value();
+    let (links, unresolved) = unexplained_pairs(inp, a, local_bad);
+    let mut out = link_findings(inp, links, limit);
+    out.extend(unresolved_finding(&unresolved, limit));
+    out
+}
+
+/// Sorts the unexplained slow pairs into links (both ends cleared, or only two nodes) and the
+/// node-rails still unresolved.
+fn unexplained_pairs(
+    inp: &Inputs,
+    a: &Assessment,
+    local_bad: &[bool],
+) -> (SlowLinks, BTreeMap<usize, Vec<usize>>) {
+    let (n, g) = (inp.n, inp.g);
     // Slow pairs no bad node-rail explains: a link when both ends are cleared, else unresolved.
     let explained = |x: usize, r: usize| a.bad[x * g + r] || local_bad[x];
-    let mut links: BTreeMap<(usize, usize), (Vec<usize>, f64)> = BTreeMap::new();
+    let mut links: SlowLinks = BTreeMap::new();
     let mut unresolved: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (m, &s) in inp.pairs.iter().zip(&a.slow) {
         let Some((x, y, r)) = same_rail(m).filter(|_| s) else {
@@ -302,6 +353,13 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
             }
         }
     }
+    (links, unresolved)
+}
+
+/// One finding per slow link, saying why the link (and not a node) is blamed.
+fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<Finding> {
+    let (n, g) = (inp.n, inp.g);
+    let mut out = Vec::new();
     for ((x, y), (mut rails, worst)) in links {
         rails.sort_unstable();
         rails.dedup();
@@ -327,55 +385,67 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
             limit: Some(limit),
         });
     }
-    if !unresolved.is_empty() {
-        let names: Vec<String> = unresolved.keys().take(16).map(|&z| node_name(z)).collect();
-        let more = unresolved.len().saturating_sub(16);
-        out.push(Finding {
-            code: Code::SuspectsUnresolved,
-            nodes: unresolved.keys().copied().collect(),
-            rail: None,
-            subject: names.join(","),
-            message: format!(
-                "slow pairs not placed on a node, rail or link (no cleared partner left, or the round cap reached): {}{}",
-                names.join(", "),
-                if more > 0 { format!(" and {more} more") } else { String::new() }
-            ),
-            measured: None,
-            limit: Some(limit),
-        });
-    }
-    if let (Some((busbw, true)), true) = (inp.allocation, out.is_empty()) {
-        let floor = inp.cfg.floors.allocation.unwrap_or(0.0);
-        let (code, nodes, subject, why) = if n == 2 {
-            (
-                Code::NodePairSlow,
-                vec![0, 1],
-                format!("{}<->{}", node_name(0), node_name(1)),
-                "no rail stands out: with two nodes a slow node's NICs, both nodes, or the path between them look the same",
-            )
-        } else {
-            (
-                Code::AllocationSlow,
-                (0..n).collect(),
-                "allocation".to_string(),
-                "no node, rail or ring link stands out: uniformly slow, or at least half of the ring slow (no healthy reference)",
-            )
-        };
-        out.push(Finding {
-            code,
-            nodes,
-            rail: None,
-            subject,
-            message: format!(
-                "allocation-wide collective busbw {} GB/s < floor {} GB/s; {why}",
-                num(busbw),
-                num(floor)
-            ),
-            measured: Some(busbw),
-            limit: Some(floor),
-        });
-    }
     out
+}
+
+/// One finding naming (the first 16 of) the nodes with slow pairs that could not be placed.
+fn unresolved_finding(unresolved: &BTreeMap<usize, Vec<usize>>, limit: f64) -> Option<Finding> {
+    if unresolved.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = unresolved.keys().take(16).map(|&z| node_name(z)).collect();
+    let more = unresolved.len().saturating_sub(16);
+    Some(Finding {
+        code: Code::SuspectsUnresolved,
+        nodes: unresolved.keys().copied().collect(),
+        rail: None,
+        subject: names.join(","),
+        message: format!(
+            "slow pairs not placed on a node, rail or link (no cleared partner left, or the round cap reached): {}{}",
+            names.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        ),
+        measured: None,
+        limit: Some(limit),
+    })
+}
+
+/// When phase B's collective was below its floor and nothing else explains it: a finding for
+/// the whole allocation (or the one node pair), so a slow result is never left unexplained.
+fn allocation_finding(inp: &Inputs) -> Option<Finding> {
+    let n = inp.n;
+    let Some((busbw, true)) = inp.allocation else {
+        return None;
+    };
+    let floor = inp.cfg.floors.allocation.unwrap_or(0.0);
+    let (code, nodes, subject, why) = if n == 2 {
+        (
+            Code::NodePairSlow,
+            vec![0, 1],
+            format!("{}<->{}", node_name(0), node_name(1)),
+            "no rail stands out: with two nodes a slow node's NICs, both nodes, or the path between them look the same",
+        )
+    } else {
+        (
+            Code::AllocationSlow,
+            (0..n).collect(),
+            "allocation".to_string(),
+            "no node, rail or ring link stands out: uniformly slow, or at least half of the ring slow (no healthy reference)",
+        )
+    };
+    Some(Finding {
+        code,
+        nodes,
+        rail: None,
+        subject,
+        message: format!(
+            "allocation-wide collective busbw {} GB/s < floor {} GB/s; {why}",
+            num(busbw),
+            num(floor)
+        ),
+        measured: Some(busbw),
+        limit: Some(floor),
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use super::pair_matrix::{busbw, gpu_rounds, gpu_row};
 use super::{Outcome, RunError, Start};
 use crate::localize::conduct::{decide_in, follow, Conductor, FollowError, Place, Step};
 use crate::localize::layout::Layout;
-use crate::localize::{Config, Localizer, Phase, Plan};
+use crate::localize::{Config, Localizer, Phase, Plan, Summary};
 use crate::report::PairRow;
 use crate::topology::Topology;
 
@@ -42,8 +42,42 @@ impl Measurer<'_> {
         start: &Start,
         out: &mut Outcome,
     ) -> Result<(), RunError> {
+        let layout = Layout::new(&start.topology);
+        let rows = self.gpu_pairs_at_once(bytes, loops, start, out)?;
+        let allocation = out.last_collective;
+        let cfg = self.localization_config(bytes, start, &rows, allocation);
+        // Only the coordinator's process has every node's rows (it is the one that decides).
+        let locals = local_values(&layout.names, &rows);
+        // Without a collective over every rank before the pairs, B has no number and no
+        // floor: the localizer then screens (it never passes B unjudged).
+        let allocation_busbw = allocation.map_or(0.0, |a| a.2);
+        let setup = Setup {
+            layout,
+            cfg,
+            locals,
+            allocation_busbw,
+        };
+        let summary = self.conduct_rounds(bytes, loops, start, out, &setup)?;
+        if start.printer {
+            print_localized(&rows, bytes, loops, &summary);
+        }
+        if start.recorder {
+            out.pairs.extend(rows);
+            out.localization = Some(summary);
+        }
+        Ok(())
+    }
+
+    /// Phase A: every node's GPU pair matrix at once, each pair's seconds gathered to the
+    /// processes that need them (see [`node_replies`]); the rows this process heard of.
+    fn gpu_pairs_at_once(
+        &self,
+        bytes: u64,
+        loops: (u32, u32),
+        start: &Start,
+        out: &mut Outcome,
+    ) -> Result<Vec<PairRow>, RunError> {
         let t = &start.topology;
-        let layout = Layout::new(t);
         let me = self.rank as usize;
         phase(
             start,
@@ -75,9 +109,20 @@ impl Measurer<'_> {
                 }
             }
         }
+        Ok(rows)
+    }
+
+    /// The localizer's settings: the outlier fraction and the floors for the pairs and for the
+    /// allocation-wide collective measured just before (`allocation`: collective, size, busbw).
+    fn localization_config(
+        &self,
+        bytes: u64,
+        start: &Start,
+        rows: &[PairRow],
+        allocation: Option<(&'static str, u64, f64)>,
+    ) -> Config {
         let floors = start.floors();
-        let allocation = out.last_collective;
-        let cfg = Config {
+        Config {
             fraction: self.opts().config.outliers.fraction,
             floors: floors.localization(
                 bytes,
@@ -86,16 +131,26 @@ impl Measurer<'_> {
             ),
             plan: Plan::Adaptive,
             ..Config::default()
-        };
-        // Only the coordinator's process has every node's rows (it is the one that decides).
-        let locals = local_values(&layout.names, &rows);
-        // Without a collective over every rank before the pairs, B has no number and no
-        // floor: the localizer then screens (it never passes B unjudged).
-        let allocation_busbw = allocation.map_or(0.0, |a| a.2);
+        }
+    }
+
+    /// The localizer's rounds: the coordinator decides each step (its conductor is made on the
+    /// first gather), every process measures its places and reports back, until the summary.
+    fn conduct_rounds(
+        &self,
+        bytes: u64,
+        loops: (u32, u32),
+        start: &Start,
+        out: &mut Outcome,
+        setup: &Setup,
+    ) -> Result<Summary, RunError> {
+        let t = &start.topology;
+        let me = self.rank as usize;
+        let (layout, cfg) = (&setup.layout, &setup.cfg);
         let new_conductor = || -> Result<Conductor, String> {
             let localizer = Localizer::new(layout.names.len(), layout.rails.max(1), cfg.clone())
                 .map_err(|e| format!("localization: {e}"))?;
-            let (locals, alloc) = (locals.clone(), allocation_busbw);
+            let (locals, alloc) = (setup.locals.clone(), setup.allocation_busbw);
             let known = Box::new(move |round: &crate::localize::Round| match round.phase {
                 Phase::Local => locals.clone(),
                 _ => vec![alloc; round.groups.len()],
@@ -127,36 +182,41 @@ impl Measurer<'_> {
             let secs = self.timed_exchange(partner, bytes, loops, false, start, out)?;
             Ok(vec![busbw(bytes as f64, secs); places.len()])
         };
-        let summary =
-            follow(&[me], self.nranks as usize, gather, measure).map_err(|e| match e {
-                FollowError::Caller(e) => e,
-                FollowError::BadStep(why) => {
-                    RunError::Runtime(format!("localization: the coordinator's step: {why}"))
-                }
-            })?;
-        if start.printer {
-            print(&pair_table(&rows, bytes, loops.1, false));
-            let found = if summary.reasons.is_empty() {
-                "no slow node, rail or node pair".to_string()
-            } else {
-                summary
-                    .reasons
-                    .iter()
-                    .map(|r| r.message.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            };
-            print(&format!(
-                "# localization: {} nodes x {} rails, {} rounds ({} after the allocation-wide collective), {found}\n",
-                summary.nodes, summary.rails, summary.rounds, summary.localization_rounds,
-            ));
-        }
-        if start.recorder {
-            out.pairs.extend(rows);
-            out.localization = Some(summary);
-        }
-        Ok(())
+        follow(&[me], self.nranks as usize, gather, measure).map_err(|e| match e {
+            FollowError::Caller(e) => e,
+            FollowError::BadStep(why) => {
+                RunError::Runtime(format!("localization: the coordinator's step: {why}"))
+            }
+        })
     }
+}
+
+/// What the coordinator's conductor is made from: the layout, the localizer's settings, phase
+/// A's number per node and the allocation-wide collective's busbw (0 when none was measured).
+struct Setup {
+    layout: Layout,
+    cfg: Config,
+    locals: Vec<f64>,
+    allocation_busbw: f64,
+}
+
+/// The printer's part: phase A's pair table and one line with what the localizer found.
+fn print_localized(rows: &[PairRow], bytes: u64, loops: (u32, u32), summary: &Summary) {
+    print(&pair_table(rows, bytes, loops.1, false));
+    let found = if summary.reasons.is_empty() {
+        "no slow node, rail or node pair".to_string()
+    } else {
+        summary
+            .reasons
+            .iter()
+            .map(|r| r.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    print(&format!(
+        "# localization: {} nodes x {} rails, {} rounds ({} after the allocation-wide collective), {found}\n",
+        summary.nodes, summary.rails, summary.rounds, summary.localization_rounds,
+    ));
 }
 
 /// Phase A's replies, in process-rank order: the coordinator (`coordinator`) gets every pair's

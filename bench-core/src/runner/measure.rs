@@ -201,9 +201,47 @@ impl Measurer<'_> {
         start: &Start,
         out: &mut Outcome,
     ) -> Result<(), RunError> {
-        let o = self.opts();
-        let elt = o.datatype.size();
         let (min_bytes, max_bytes) = (sizes[0], sizes[sizes.len() - 1]);
+        self.announce_collective(coll, (min_bytes, max_bytes), warmup, iters, start);
+        self.global_warmup(coll, (min_bytes, max_bytes), warmup, out)?;
+        let mut busbw_sum = 0.0;
+        let mut wrong_ranks = 0.0;
+        for (si, &size) in sizes.iter().enumerate() {
+            let at = (ci, si, size, iters);
+            let row = self.measure_size(at, coll, start, out, &mut wrong_ranks)?;
+            busbw_sum += row.out_of_place.busbw + row.in_place.busbw;
+            if start.printer {
+                print(&format!(
+                    "{}\n{}\n",
+                    table::row(&row),
+                    self.held_against(coll, &row, start)
+                ));
+            }
+            if start.recorder {
+                out.rows.push(row);
+            }
+        }
+        if start.printer {
+            let rows = (sizes.len() * 2) as f64;
+            print(&table::footer(
+                coll.nccl_tests_binary(),
+                wrong_ranks as u64,
+                busbw_sum / rows,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The phase line and, on the printer, nccl-tests' header for this collective's sizes.
+    fn announce_collective(
+        &self,
+        coll: &'static dyn Collective,
+        (min_bytes, max_bytes): (u64, u64),
+        warmup: u32,
+        iters: u32,
+        start: &Start,
+    ) {
+        let o = self.opts();
         phase(
             start,
             &format!(
@@ -226,6 +264,17 @@ impl Measurer<'_> {
             ));
             print(&table::column_header());
         }
+    }
+
+    /// nccl-tests' warm-up before the timed sizes, its time added to the phases' warm-up.
+    fn global_warmup(
+        &self,
+        coll: &'static dyn Collective,
+        (min_bytes, max_bytes): (u64, u64),
+        warmup: u32,
+        out: &mut Outcome,
+    ) -> Result<(), RunError> {
+        let elt = self.opts().datatype.size();
         self.thread.set_status(format!(
             "GPU {} (rank {}): {} warm-up",
             self.thread.device,
@@ -248,65 +297,62 @@ impl Measurer<'_> {
             size = size.saturating_mul(2);
         }
         out.phases.warmup_ms += ms(t.elapsed());
-        let mut busbw_sum = 0.0;
-        let mut wrong_ranks = 0.0;
-        for (si, &size) in sizes.iter().enumerate() {
-            let at = (ci, si, size, iters);
-            let (mut row, _) = self.measure_row(at, coll, false, out, &mut wrong_ranks)?;
-            let floor = start.floors().floor(coll.name(), self.nranks, row.size);
-            let slow = floor.is_some_and(|f| row.out_of_place.busbw.min(row.in_place.busbw) < f);
-            if o.config.outliers.retest && self.agree_slow(slow)? {
-                phase(
-                    start,
-                    &format!(
-                        "{} {}: below threshold, measuring once more",
-                        coll.name(),
-                        crate::size::human(row.size)
-                    ),
-                );
-                let (again, gpu) = self.measure_row(at, coll, true, out, &mut wrong_ranks)?;
-                if start.recorder {
-                    out.gpu_side.extend(gpu);
-                }
-                let first = (row.out_of_place.busbw, row.in_place.busbw);
-                row = again;
-                row.out_of_place.first_busbw = Some(first.0);
-                row.in_place.first_busbw = Some(first.1);
-            }
-            out.last_collective = Some((
-                coll.name(),
-                row.size,
-                row.out_of_place.busbw.min(row.in_place.busbw),
-            ));
-            busbw_sum += row.out_of_place.busbw + row.in_place.busbw;
-            if start.printer {
-                // What it is held against, on a `#` line nccl-tests parsers skip.
-                let held = start
-                    .floors()
-                    .expectation(coll.name(), self.nranks, row.size)
-                    .map(|e| {
-                        let busbw = row.out_of_place.busbw.min(row.in_place.busbw);
-                        format!(
-                            "#  ^ held against {}",
-                            crate::report::Expected::new(busbw, e.floor, e.source).short()
-                        )
-                    })
-                    .unwrap_or_else(|| "#  ^ no floor at this size".to_string());
-                print(&format!("{}\n{held}\n", table::row(&row)));
-            }
-            if start.recorder {
-                out.rows.push(row);
-            }
-        }
-        if start.printer {
-            let rows = (sizes.len() * 2) as f64;
-            print(&table::footer(
-                coll.nccl_tests_binary(),
-                wrong_ranks as u64,
-                busbw_sum / rows,
-            ));
-        }
         Ok(())
+    }
+
+    /// One size's row; when every rank agrees it is below its floor (and retests are on), the
+    /// row measured once more, by the GPU's clock too, keeping the first try's busbw.
+    fn measure_size(
+        &self,
+        at: (usize, usize, u64, u32),
+        coll: &'static dyn Collective,
+        start: &Start,
+        out: &mut Outcome,
+        wrong_ranks: &mut f64,
+    ) -> Result<Row, RunError> {
+        let (mut row, _) = self.measure_row(at, coll, false, out, wrong_ranks)?;
+        let floor = start.floors().floor(coll.name(), self.nranks, row.size);
+        let slow = floor.is_some_and(|f| row.out_of_place.busbw.min(row.in_place.busbw) < f);
+        if self.opts().config.outliers.retest && self.agree_slow(slow)? {
+            phase(
+                start,
+                &format!(
+                    "{} {}: below threshold, measuring once more",
+                    coll.name(),
+                    crate::size::human(row.size)
+                ),
+            );
+            let (again, gpu) = self.measure_row(at, coll, true, out, wrong_ranks)?;
+            if start.recorder {
+                out.gpu_side.extend(gpu);
+            }
+            let first = (row.out_of_place.busbw, row.in_place.busbw);
+            row = again;
+            row.out_of_place.first_busbw = Some(first.0);
+            row.in_place.first_busbw = Some(first.1);
+        }
+        out.last_collective = Some((
+            coll.name(),
+            row.size,
+            row.out_of_place.busbw.min(row.in_place.busbw),
+        ));
+        Ok(row)
+    }
+
+    /// The `#` line under a row saying what it is held against (or that no floor applies).
+    fn held_against(&self, coll: &'static dyn Collective, row: &Row, start: &Start) -> String {
+        // What it is held against, on a `#` line nccl-tests parsers skip.
+        start
+            .floors()
+            .expectation(coll.name(), self.nranks, row.size)
+            .map(|e| {
+                let busbw = row.out_of_place.busbw.min(row.in_place.busbw);
+                format!(
+                    "#  ^ held against {}",
+                    crate::report::Expected::new(busbw, e.floor, e.source).short()
+                )
+            })
+            .unwrap_or_else(|| "#  ^ no floor at this size".to_string())
     }
 
     /// Both placements of one size (`at`: collective and size index, bytes, iterations),
