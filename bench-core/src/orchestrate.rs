@@ -335,9 +335,18 @@ pub fn rendezvous_setup<'a>(
         world: opts.world,
         coordinator: opts.coordinator,
         auth,
-        deadline,
+        deadline: rendezvous_deadline(deadline, opts.timeout),
         expected: crate::slurm_layout::expected(&|k| std::env::var(k).ok(), opts.world),
     }
+}
+
+/// The rendezvous gives up a little before the check's deadline, so that the coordinator can
+/// still name the nodes that never came (`rendezvous::absent`) before the watchdog ends the
+/// process with a bare timeout: 8 emulated nodes with one never started ended in "no progress
+/// within --timeout" naming no node (tests/gpu/results/fabric). A tenth of the budget, 1-5 s.
+pub fn rendezvous_deadline(deadline: Instant, timeout: Duration) -> Instant {
+    let margin = (timeout / 10).clamp(Duration::from_secs(1), Duration::from_secs(5));
+    deadline.checked_sub(margin).unwrap_or(deadline)
 }
 
 /// Waits for every GPU thread (each bounded by the deadline) and puts their outcomes in the
@@ -447,4 +456,18 @@ pub fn settings(o: &Options) -> Settings {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rendezvous_ends_a_tenth_of_the_budget_early_between_1_and_5_s() {
+        let d = Instant::now() + Duration::from_secs(100);
+        let at = |t: u64| d - rendezvous_deadline(d, Duration::from_secs(t));
+        assert_eq!(at(40), Duration::from_secs(4));
+        assert_eq!(at(120), Duration::from_secs(5));
+        assert_eq!(at(5), Duration::from_secs(1));
+    }
 }

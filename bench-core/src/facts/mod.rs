@@ -44,6 +44,22 @@ pub fn num(v: f64) -> String {
     }
 }
 
+/// A measured value and the limit it missed, each with enough digits that they differ when
+/// the values do (`0.198 < 0.2` prints `0.198 < 0.200`, never `0.20 < 0.20`).
+pub fn num_vs(value: f64, limit: f64) -> (String, String) {
+    let (mut a, mut b) = (num(value), num(limit));
+    if a == b && value != limit {
+        for decimals in 1..=6usize {
+            a = format!("{value:.decimals$}");
+            b = format!("{limit:.decimals$}");
+            if a != b {
+                break;
+            }
+        }
+    }
+    (a, b)
+}
+
 /// `GPU0: busy: 2 other processes (pid 4242, user bob, 8.0 GiB; pid 77); ` for a GPU other
 /// processes were using, else `GPU0: `.
 pub fn busy_prefix(subject: &str, others: &[gpu_health::GpuProcess]) -> String {
@@ -112,6 +128,10 @@ mod tests {
         assert_eq!(num(728.4), "728");
         assert_eq!(num(0.0), "0");
         assert_eq!(num(1005.0), "1005");
+        // The fabric run's line: "busbw 0.20 GB/s < 0.20 GB/s".
+        assert_eq!(num_vs(0.1987, 0.2012), ("0.199".into(), "0.201".into()));
+        assert_eq!(num_vs(0.24, 0.25), ("0.24".into(), "0.25".into()));
+        assert_eq!(num_vs(300.2, 300.4), ("300.2".into(), "300.4".into()));
     }
 
     #[test]

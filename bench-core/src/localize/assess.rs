@@ -3,7 +3,7 @@
 //! deterministic: the same results give the same findings on every rank.
 
 use super::{node_name, Code, Config, Finding, Group, GroupKind};
-use crate::facts::num;
+use crate::facts::num_vs;
 use std::collections::BTreeMap;
 
 /// One measured group.
@@ -237,8 +237,8 @@ fn local_findings(inp: &Inputs, local_bad: &[bool], local_limit: &Limit) -> Vec<
             message: format!(
                 "{}: its own GPUs: local busbw {} GB/s < {} GB/s (phase A, every node at once)",
                 node_name(x),
-                num(inp.local[x]),
-                num(local_limit.value())
+                num_vs(inp.local[x], local_limit.value()).0,
+                num_vs(inp.local[x], local_limit.value()).1
             ),
             measured: Some(inp.local[x]),
             limit: Some(local_limit.value()),
@@ -281,8 +281,8 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<F
                 message: format!(
                     "{}: every node pair it is in is slow on all {g} NICs, with cleared partners: busbw <= {} GB/s < {} GB/s",
                     node_name(x),
-                    num(top),
-                    num(limit)
+                    num_vs(top, limit).0,
+                    num_vs(top, limit).1
                 ),
                 measured: Some(top),
                 limit: Some(limit),
@@ -298,8 +298,8 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<F
                 message: format!(
                     "{} rail {r} (GPU{r}'s NIC): every pair through it is slow, busbw <= {} GB/s < {} GB/s; its other rails are fine",
                     node_name(x),
-                    num(best[x * g + r]),
-                    num(limit)
+                    num_vs(best[x * g + r], limit).0,
+                    num_vs(best[x * g + r], limit).1
                 ),
                 measured: Some(best[x * g + r]),
                 limit: Some(limit),
@@ -377,8 +377,8 @@ fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<Finding> {
                 "{}<->{}: sendrecv busbw {} GB/s < {} GB/s on {} of {g} rails{why}",
                 node_name(x),
                 node_name(y),
-                num(worst),
-                num(limit),
+                num_vs(worst, limit).0,
+                num_vs(worst, limit).1,
                 rails.len()
             ),
             measured: Some(worst),
@@ -440,8 +440,8 @@ fn allocation_finding(inp: &Inputs) -> Option<Finding> {
         subject,
         message: format!(
             "allocation-wide collective busbw {} GB/s < floor {} GB/s; {why}",
-            num(busbw),
-            num(floor)
+            num_vs(busbw, floor).0,
+            num_vs(busbw, floor).1
         ),
         measured: Some(busbw),
         limit: Some(floor),

@@ -15,6 +15,9 @@
 //! - **Screening** (B slow): the edges of the ring B's collective runs over (node i with node i+1)
 //!   in two rounds of disjoint node pairs (even edges, odd edges; three when N is odd), each node
 //!   pair measured rail-wise: GPU r of one node with GPU r of the other, through both GPUs' NICs.
+//! - **Retest** (only if needed): a slow node pair whose two ends are both cleared by another
+//!   pair is measured once more (disjoint pairs, usually one round); the second reading replaces
+//!   the first, as for every other retested result.
 //! - **Confirmation** (only if needed): a node-rail whose screening pairs are all slow, but which
 //!   has fewer than two slow pairs with cleared partners, is paired with a cleared node it has not
 //!   met yet; disjoint pairs, all suspects at once, until every suspect is decided or the round cap
@@ -115,6 +118,8 @@ pub enum Phase {
     CrossRail,
     Confirm,
     Matrix,
+    /// Node pairs that read slow once, with both ends fast elsewhere, measured again.
+    Retest,
 }
 
 impl Phase {
@@ -189,6 +194,11 @@ pub struct Config {
     pub reference_quantile: f64,
     pub floors: Floors,
     pub plan: Plan,
+    /// A slow node pair whose ends are both fast with their other partners is measured once
+    /// more before it is named (defaults.toml `[outliers] retest`): one slow reading of one
+    /// path is as often noise as a bad link (8 emulated nodes on one H100: 4 of 10 healthy
+    /// checks FAILed on a single slow pair before this, tests/gpu/results/fabric).
+    pub retest: bool,
 }
 
 impl Default for Config {
@@ -198,6 +208,7 @@ impl Default for Config {
             reference_quantile: 0.75,
             floors: Floors::default(),
             plan: Plan::Adaptive,
+            retest: true,
         }
     }
 }

@@ -16,6 +16,9 @@ enum Stage {
     NodeRounds {
         next: usize,
     },
+    /// Isolated slow node pairs measured again (`Phase::Retest`), then what follows the node
+    /// rounds.
+    Retest,
     CrossRail,
     Confirm,
     Done,
@@ -39,6 +42,8 @@ pub struct Localizer {
     met: HashSet<(usize, usize)>,
     /// Where the search for a cleared partner resumes, so partners spread over the allocation.
     cursor: usize,
+    /// Groups already measured a second time (never a third).
+    retested: Vec<Group>,
 }
 
 impl Localizer {
@@ -80,6 +85,7 @@ impl Localizer {
             pairs: Vec::new(),
             met: HashSet::new(),
             cursor: 0,
+            retested: Vec::new(),
         })
     }
 
@@ -105,9 +111,20 @@ impl Localizer {
                     (phase, self.rail_wise(&self.node_rounds[next]))
                 }
                 Stage::NodeRounds { .. } => {
-                    self.stage = self.after_node_rounds();
+                    self.stage = if self.cfg.retest {
+                        Stage::Retest
+                    } else {
+                        self.after_node_rounds()
+                    };
                     continue;
                 }
+                Stage::Retest => match self.retests() {
+                    Some(groups) => (Phase::Retest, groups),
+                    None => {
+                        self.stage = self.after_node_rounds();
+                        continue;
+                    }
+                },
                 Stage::CrossRail => (Phase::CrossRail, self.cross_rail()),
                 Stage::Confirm => match self.confirmations() {
                     Some(groups) => (Phase::Confirm, groups),
@@ -178,6 +195,15 @@ impl Localizer {
                     (Plan::Adaptive, false) => Stage::Done,
                 };
             }
+            Phase::Retest => {
+                // The second reading replaces the first (the verdict uses the retest's value).
+                for (&group, &busbw) in round.groups.iter().zip(results) {
+                    if let Some(m) = self.pairs.iter_mut().rev().find(|m| m.group == group) {
+                        m.busbw = busbw;
+                    }
+                    self.retested.push(group);
+                }
+            }
             _ => {
                 for (&group, &busbw) in round.groups.iter().zip(results) {
                     if let Group::Pair { a, b, .. } = group {
@@ -241,6 +267,43 @@ impl Localizer {
             }
             Plan::Adaptive => Stage::Confirm,
         }
+    }
+
+    /// The slow same-rail pairs whose two ends are cleared on that rail by another pair, not
+    /// yet retested, packed so that no node is in two groups of the round; `None`: none left
+    /// (or the round cap is reached).
+    fn retests(&self) -> Option<Vec<Group>> {
+        if self.localization_rounds >= round_cap(self.n) {
+            return None;
+        }
+        let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
+        let mut busy = HashSet::new();
+        let mut groups = Vec::new();
+        for (m, &slow) in self.pairs.iter().zip(&a.slow) {
+            let Group::Pair {
+                a: x,
+                rail_a,
+                b: y,
+                rail_b,
+            } = m.group
+            else {
+                continue;
+            };
+            let isolated = slow
+                && rail_a == rail_b
+                && a.cleared[x * self.g + rail_a]
+                && a.cleared[y * self.g + rail_b];
+            if !isolated || self.retested.contains(&m.group) || groups.contains(&m.group) {
+                continue;
+            }
+            if busy.contains(&(x, rail_a)) || busy.contains(&(y, rail_b)) {
+                continue;
+            }
+            busy.insert((x, rail_a));
+            busy.insert((y, rail_b));
+            groups.push(m.group);
+        }
+        (!groups.is_empty()).then_some(groups)
     }
 
     /// GPU r of node 0 with GPU r+1 of node 1: every NIC once, each with a different partner
@@ -406,5 +469,75 @@ mod tests {
         let v = l.finish();
         assert!(v.pass());
         assert_eq!((v.rounds, v.localization_rounds), (1, 0));
+    }
+
+    /// Drives 8 nodes x 1 GPU to the end of screening with every pair at 10 GB/s but the
+    /// first pair of the first screening round at `first`; then hands out what comes next.
+    fn screened(first: f64) -> (Localizer, Option<Round>) {
+        screened_with(first, Config::default())
+    }
+
+    fn screened_with(first: f64, cfg: Config) -> (Localizer, Option<Round>) {
+        let mut l = Localizer::new(8, 1, cfg).unwrap();
+        let local = l.next_round().unwrap();
+        l.record(&vec![300.0; local.groups.len()]).unwrap();
+        let b = l.next_round().unwrap();
+        assert_eq!(b.phase, Phase::Allocation);
+        l.record(&[1.0]).unwrap(); // no floor: screened
+        for k in 0..2 {
+            let r = l.next_round().unwrap();
+            assert_eq!(r.phase, Phase::Screen);
+            let mut v = vec![10.0; r.groups.len()];
+            if k == 0 {
+                v[0] = first;
+            }
+            l.record(&v).unwrap();
+        }
+        let next = l.next_round();
+        (l, next)
+    }
+
+    #[test]
+    fn one_slow_reading_of_a_pair_is_measured_again_before_it_is_named() {
+        // Both ends fast with their other partner: measured once more, and the second reading
+        // decides. Fast again: PASS (the fabric run's false FAIL on a healthy allocation).
+        let (mut l, retest) = screened(7.0);
+        let retest = retest.expect("a retest round");
+        assert_eq!(retest.phase, Phase::Retest);
+        assert_eq!(
+            retest.groups,
+            vec![Group::Pair {
+                a: 0,
+                rail_a: 0,
+                b: 1,
+                rail_b: 0
+            }]
+        );
+        l.record(&[10.0]).unwrap();
+        assert!(l.next_round().is_none());
+        let v = l.finish();
+        assert!(v.pass(), "{:?}", v.findings);
+        assert_eq!(v.localization_rounds, 3);
+        // Slow again: the path is named, and it is not measured a third time.
+        let (mut l, retest) = screened(7.0);
+        assert!(retest.is_some());
+        l.record(&[6.5]).unwrap();
+        assert!(l.next_round().is_none());
+        let v = l.finish();
+        assert_eq!(v.findings.len(), 1, "{:?}", v.findings);
+        assert_eq!(v.findings[0].code, super::super::Code::NodePairSlow);
+        assert_eq!(v.findings[0].nodes, vec![0, 1]);
+        // Nothing slow: no retest round.
+        let (_, next) = screened(10.0);
+        assert!(next.is_none());
+        // And with retest = false the first reading decides.
+        let no_retest = Config {
+            retest: false,
+            ..Config::default()
+        };
+        let (l, next) = screened_with(7.0, no_retest);
+        assert!(next.is_none());
+        let v = l.finish();
+        assert_eq!(v.findings[0].code, super::super::Code::NodePairSlow);
     }
 }

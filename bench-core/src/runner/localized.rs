@@ -130,6 +130,7 @@ impl Measurer<'_> {
                 allocation.map(|(c, size, _)| (c, size)),
             ),
             plan: Plan::Adaptive,
+            retest: self.opts().config.outliers.retest,
             ..Config::default()
         }
     }
