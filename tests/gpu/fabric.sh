@@ -274,8 +274,15 @@ fi
 # The plan of these rows: the built-in quick plan at 32 MiB (256 MiB over sockets at 0.4 GB/s
 # would take minutes); passed as a site would, through the worker's config.
 CFG=$OUTDIR/fabric-plan.toml
+# The outlier fraction: 0.70, not the built-in 0.85. Every emulated "node" shares one GPU and one
+# kernel's socket stack, which no real fabric does: in 1 of 10 healthy 8-node runs four disjoint
+# pairs read 0.75x the others in their screening round and again in their retest
+# (bench-core/benchmarks/results/2026-11-24-h100x1-fabric-visit3). The faults of the table are at
+# 0.3-0.4x, far below either.
 cat >"$CFG" <<'EOF'
 # tests/gpu/fabric.sh: the quick plan at 32 MiB (sockets between emulated nodes)
+[outliers]
+fraction = 0.70
 [plans.quick]
 description = "fabric suite: all_reduce 32M, then the pair matrix at 32M"
 steps = [
