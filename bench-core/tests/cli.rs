@@ -238,3 +238,21 @@ fn check_config_validates_and_says_where_each_setting_comes_from() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_rank_or_secret_that_is_not_utf8_is_a_usage_error_not_rank_0_or_munge() {
+    use std::os::unix::ffi::OsStrExt;
+    for var in ["SLURM_PROCID", "NCCL_CHECK_SECRET"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_nccl-check"))
+            .env(var, std::ffi::OsStr::from_bytes(b"1\xff"))
+            .output()
+            .expect("nccl-check runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}: {err}");
+        assert!(
+            err.starts_with(&format!("nccl-check: ERROR usage: invalid {var} "))
+                && err.contains("not UTF-8"),
+            "{var}: {err}"
+        );
+    }
+}
