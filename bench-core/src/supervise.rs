@@ -38,6 +38,14 @@ pub enum Output {
     File(File),
     /// Copied to `copy` as it arrives (a user's terminal) and kept as a tail like `Tail`.
     Tee { max_bytes: usize, copy: File },
+    /// Written to `file` (the caller opens it), at most its first `head` bytes as they arrive
+    /// and its last `tail` bytes at the end, with a line saying how much was cut between them:
+    /// a chatty child cannot fill the disk (the root prolog's `worker.log`).
+    Capped {
+        file: File,
+        head: usize,
+        tail: usize,
+    },
 }
 
 /// What to run and how long it may take.
@@ -164,11 +172,11 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
         }
     };
     let mut pipes: Vec<Pipe> = Vec::new();
-    if let (Some(s), Some((max, copy))) = (child.stdout.take(), kept(&spec.stdout)) {
-        pipes.push(Pipe::new(Box::new(s), Stream::Stdout, max, copy));
+    if let (Some(s), Some((max, copy, log))) = (child.stdout.take(), kept(&spec.stdout)) {
+        pipes.push(Pipe::new(Box::new(s), Stream::Stdout, max, copy, log));
     }
-    if let (Some(s), Some((max, copy))) = (child.stderr.take(), kept(&spec.stderr)) {
-        pipes.push(Pipe::new(Box::new(s), Stream::Stderr, max, copy));
+    if let (Some(s), Some((max, copy, log))) = (child.stderr.take(), kept(&spec.stderr)) {
+        pipes.push(Pipe::new(Box::new(s), Stream::Stderr, max, copy, log));
     }
     let pid = child.id() as libc::pid_t;
     let guard = guarded.then(|| Guard::arm(pid)).flatten();
@@ -194,7 +202,8 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
     pump(&mut pipes, Duration::ZERO);
     let status = reap(&mut child, Instant::now() + REAP_GRACE);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    for p in pipes {
+    for mut p in pipes {
+        p.finish_log();
         match p.stream {
             Stream::Stdout => stdout = p.tail,
             Stream::Stderr => stderr = p.tail,
@@ -321,19 +330,36 @@ fn command(spec: &Spec) -> Command {
     cmd
 }
 
-/// The tail size and the copy of a stream read through a pipe.
-fn kept(o: &Output) -> Option<(usize, Option<File>)> {
+/// The tail size, the copy and the capped log of a stream read through a pipe.
+fn kept(o: &Output) -> Option<(usize, Option<File>, Option<CappedLog>)> {
     match o {
-        Output::Tail { max_bytes } => Some((*max_bytes, None)),
-        Output::Tee { max_bytes, copy } => Some((*max_bytes, copy.try_clone().ok())),
+        Output::Tail { max_bytes } => Some((*max_bytes, None, None)),
+        Output::Tee { max_bytes, copy } => Some((*max_bytes, copy.try_clone().ok(), None)),
+        Output::Capped { file, head, tail } => {
+            let log = file.try_clone().ok().map(|file| CappedLog {
+                file,
+                head_left: *head,
+                total: 0,
+                written: 0,
+            });
+            Some((*tail, None, log))
+        }
         Output::Discard | Output::File(_) => None,
     }
+}
+
+/// Where [`Output::Capped`] writes: the head as it comes, the tail at the end.
+struct CappedLog {
+    file: File,
+    head_left: usize,
+    total: u64,
+    written: u64,
 }
 
 fn stdio(o: &Output) -> Stdio {
     match o {
         Output::Discard => Stdio::null(),
-        Output::Tail { .. } | Output::Tee { .. } => Stdio::piped(),
+        Output::Tail { .. } | Output::Tee { .. } | Output::Capped { .. } => Stdio::piped(),
         Output::File(f) => match f.try_clone() {
             Ok(f) => Stdio::from(f),
             Err(_) => Stdio::null(),
@@ -392,13 +418,20 @@ struct Pipe {
     max: usize,
     open: bool,
     copy: Option<File>,
+    log: Option<CappedLog>,
 }
 
 trait ReadFd: Read + AsRawFd {}
 impl<T: Read + AsRawFd> ReadFd for T {}
 
 impl Pipe {
-    fn new(reader: Box<dyn ReadFd>, stream: Stream, max: usize, copy: Option<File>) -> Pipe {
+    fn new(
+        reader: Box<dyn ReadFd>,
+        stream: Stream,
+        max: usize,
+        copy: Option<File>,
+        log: Option<CappedLog>,
+    ) -> Pipe {
         // SAFETY: fcntl on a pipe descriptor we own.
         unsafe {
             let fd = reader.as_raw_fd();
@@ -412,7 +445,31 @@ impl Pipe {
             max,
             open: true,
             copy,
+            log,
         }
+    }
+
+    /// Writes the capped log's tail, after a line that says how much was cut (nothing when the
+    /// whole stream fit in the head).
+    fn finish_log(&mut self) {
+        use std::io::Write;
+        let Some(log) = &mut self.log else { return };
+        let unwritten = log.total - log.written;
+        if unwritten == 0 {
+            return;
+        }
+        let shown = (self.tail.len() as u64).min(unwritten) as usize;
+        let cut = unwritten - shown as u64;
+        let stream = match self.stream {
+            Stream::Stdout => "standard output",
+            Stream::Stderr => "standard error",
+        };
+        let _ = write!(
+            log.file,
+            "\n[nccl-check: {cut} bytes of the worker's {stream} cut here; its first {} and last {shown} bytes are kept]\n",
+            log.written
+        );
+        let _ = log.file.write_all(&self.tail[self.tail.len() - shown..]);
     }
 
     /// Reads what is there now; marks the pipe closed at EOF.
@@ -426,6 +483,16 @@ impl Pipe {
                         // Best effort: a closed terminal must not end the supervision.
                         use std::io::Write;
                         let _ = c.write_all(&buf[..n]);
+                    }
+                    if let Some(log) = &mut self.log {
+                        // Best effort too: a full disk must not end the supervision.
+                        use std::io::Write;
+                        let head = n.min(log.head_left);
+                        if head > 0 && log.file.write_all(&buf[..head]).is_ok() {
+                            log.written += head as u64;
+                        }
+                        log.head_left -= head;
+                        log.total += n as u64;
                     }
                     push_tail(&mut self.tail, &buf[..n], self.max)
                 }
