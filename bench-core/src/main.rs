@@ -205,7 +205,13 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
             }
         }
         let _ = std::io::stdout().flush();
-        eprintln!("nccl-check: {} {}", report.verdict, report.summary);
+        // The summary may carry text from other processes (hosts, a peer's reason for giving
+        // up): one line, control characters shown escaped, never obeyed by a terminal.
+        eprintln!(
+            "nccl-check: {} {}",
+            report.verdict,
+            bench_core::text::escape_control(&report.summary)
+        );
         let _ = std::io::stderr().flush();
     }
     exit(code.code())

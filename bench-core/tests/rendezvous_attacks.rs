@@ -132,6 +132,9 @@ fn relay_cannot_read_or_change(auth: Arc<dyn Authenticator>, rewrite: bool) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     relay(squat, p2, rewrite, seen.clone());
     let c = coordinator(auth.clone(), vec![p1, p2], 20);
+    // The coordinator listens before the member looks (else the relay may find nobody behind it
+    // and the member go straight to the coordinator, by chance).
+    std::thread::sleep(Duration::from_millis(300));
     let (id, sum) = member_joins_and_sums(auth.as_ref(), vec![p1, p2], 20).unwrap();
     assert_eq!(c.join().unwrap().unwrap(), vec![3.0, 3.0]);
     assert_eq!(id, ID, "the member's NCCL unique id is the coordinator's");
@@ -447,17 +450,34 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
                     return;
                 };
                 let local = s.local_addr().unwrap().to_string();
-                let opening = serde_json::json!({
-                    "protocol": "nccl-check-rendezvous/3", "nonce": format!("{:064x}", i + 1),
-                    "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{port}")
-                });
-                let _ = s.write_all(&frame(&opening));
-                let _ = drain(&mut s, 300);
-                let hello = serde_json::json!({
-                    "body": { "world": 2, "member": member(1) },
-                    "proof": format!("MUNGE:AwQFAAD{}", "x".repeat(100))
-                });
-                let _ = s.write_all(&frame(&hello));
+                let fake = format!("MUNGE:AwQFAAD{}", "x".repeat(100));
+                // Whatever the coordinator's version, the shortest way to make it check a
+                // credential: version 2 took a hello at once, version 3 after an opening.
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut len = [0u8; 4];
+                if s.read_exact(&mut len).is_err() {
+                    return;
+                }
+                let mut first = vec![0u8; (u32::from_be_bytes(len) as usize).min(4096)];
+                let _ = s.read_exact(&mut first);
+                if String::from_utf8_lossy(&first).contains("rendezvous/2") {
+                    let hello = serde_json::json!({
+                        "body": { "world": 2, "member": member(1), "nonce": format!("{:064x}", i + 1) },
+                        "proof": fake
+                    });
+                    let _ = s.write_all(&frame(&hello));
+                } else {
+                    let opening = serde_json::json!({
+                        "protocol": "nccl-check-rendezvous/3", "nonce": format!("{:064x}", i + 1),
+                        "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{port}")
+                    });
+                    let _ = s.write_all(&frame(&opening));
+                    let _ = drain(&mut s, 300);
+                    let hello = serde_json::json!({
+                        "body": { "world": 2, "member": member(1) }, "proof": fake
+                    });
+                    let _ = s.write_all(&frame(&hello));
+                }
                 let _ = drain(&mut s, 500);
             })
         })
