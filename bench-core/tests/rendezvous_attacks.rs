@@ -16,7 +16,7 @@ const LABEL: &str = "slurm-4242.0";
 const ID: [u8; 128] = [0xab; 128];
 
 fn secret() -> SharedSecret {
-    SharedSecret::new("the-steps-secret-0123456789", "test").unwrap()
+    SharedSecret::new("the-steps-secret-0123456789", "test").expect("test setup")
 }
 
 fn member(r: u32) -> Member {
@@ -45,9 +45,11 @@ fn setup(auth: &dyn Authenticator, ports: Vec<u16>, coordinator: bool, secs: u64
 /// Distinct ports that were free a moment ago.
 fn free_ports(n: usize) -> Vec<u16> {
     let ls: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("test setup"))
         .collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    ls.iter()
+        .map(|l| l.local_addr().expect("test setup").port())
+        .collect()
 }
 
 /// The member's (unique id, sum of [2, 1] with the coordinator's [1, 2]) or why it failed.
@@ -99,7 +101,7 @@ fn relay(listener: TcpListener, to: u16, rewrite: bool, seen: Arc<Mutex<Vec<u8>>
                             break;
                         }
                         let mut chunk = buf[..n].to_vec();
-                        seen.lock().unwrap().extend_from_slice(&chunk);
+                        seen.lock().expect("lock").extend_from_slice(&chunk);
                         if rewrite {
                             let text = String::from_utf8_lossy(&chunk).into_owned();
                             if text.contains("[3.0,3.0]") {
@@ -114,8 +116,8 @@ fn relay(listener: TcpListener, to: u16, rewrite: bool, seen: Arc<Mutex<Vec<u8>>
                 });
             };
             pipe(
-                inbound.try_clone().unwrap(),
-                outbound.try_clone().unwrap(),
+                inbound.try_clone().expect("test setup"),
+                outbound.try_clone().expect("test setup"),
                 false,
             );
             pipe(outbound, inbound, rewrite);
@@ -126,8 +128,8 @@ fn relay(listener: TcpListener, to: u16, rewrite: bool, seen: Arc<Mutex<Vec<u8>>
 /// A relay on the first candidate port, the real coordinator on the second: the member's id and
 /// sum are the coordinator's, and nothing of the id passed the relay in the clear.
 fn relay_cannot_read_or_change(auth: Arc<dyn Authenticator>, rewrite: bool) {
-    let squat = TcpListener::bind("127.0.0.1:0").unwrap();
-    let p1 = squat.local_addr().unwrap().port();
+    let squat = TcpListener::bind("127.0.0.1:0").expect("test setup");
+    let p1 = squat.local_addr().expect("test setup").port();
     let p2 = free_ports(1)[0];
     let seen = Arc::new(Mutex::new(Vec::new()));
     relay(squat, p2, rewrite, seen.clone());
@@ -135,11 +137,14 @@ fn relay_cannot_read_or_change(auth: Arc<dyn Authenticator>, rewrite: bool) {
     // The coordinator listens before the member looks (else the relay may find nobody behind it
     // and the member go straight to the coordinator, by chance).
     std::thread::sleep(Duration::from_millis(300));
-    let (id, sum) = member_joins_and_sums(auth.as_ref(), vec![p1, p2], 20).unwrap();
-    assert_eq!(c.join().unwrap().unwrap(), vec![3.0, 3.0]);
+    let (id, sum) = member_joins_and_sums(auth.as_ref(), vec![p1, p2], 20).expect("test setup");
+    assert_eq!(
+        c.join().expect("thread").expect("test setup"),
+        vec![3.0, 3.0]
+    );
     assert_eq!(id, ID, "the member's NCCL unique id is the coordinator's");
     assert_eq!(sum, vec![3.0, 3.0], "the member's sum is the true one");
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().expect("lock");
     let text = String::from_utf8_lossy(&seen);
     assert!(
         !text.contains(&"ab".repeat(32)) && !seen.windows(32).any(|w| w == &ID[..32]),
@@ -161,7 +166,8 @@ fn a_relay_that_rewrites_changes_no_sum() {
 /// a real handshake it cannot prove) until the deadline.
 fn squatter(port: u16, secs: u64) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let wrong = SharedSecret::new("an-attackers-guess-0123456789", "squatter").unwrap();
+        let wrong =
+            SharedSecret::new("an-attackers-guess-0123456789", "squatter").expect("test setup");
         let mut s = setup(&wrong, vec![port], true, secs);
         s.world = 3; // never complete
         let _ = join(&s, member(0), || Ok([0; 128]));
@@ -174,7 +180,7 @@ fn a_squatter_on_every_candidate_makes_the_member_give_up_in_seconds() {
     let squatters: Vec<_> = ports.iter().map(|&p| squatter(p, 5)).collect();
     std::thread::sleep(Duration::from_millis(300));
     let start = Instant::now();
-    let e = member_joins_and_sums(&secret(), ports.clone(), 30).unwrap_err();
+    let e = member_joins_and_sums(&secret(), ports.clone(), 30).expect_err("must fail");
     let took = start.elapsed();
     assert!(took < Duration::from_secs(5), "gave up after {took:?}: {e}");
     assert!(
@@ -182,28 +188,28 @@ fn a_squatter_on_every_candidate_makes_the_member_give_up_in_seconds() {
         "{e}"
     );
     for s in squatters {
-        s.join().unwrap();
+        s.join().expect("thread");
     }
 }
 
 #[test]
 fn silent_listeners_on_seven_of_eight_candidates_do_not_delay_the_join() {
     let silent: Vec<TcpListener> = (0..7)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("test setup"))
         .collect();
     let mut ports: Vec<u16> = silent
         .iter()
-        .map(|l| l.local_addr().unwrap().port())
+        .map(|l| l.local_addr().expect("test setup").port())
         .collect();
     ports.push(free_ports(1)[0]);
     let auth: Arc<dyn Authenticator> = Arc::new(secret());
     let c = coordinator(auth.clone(), ports.clone(), 30);
     let start = Instant::now();
-    let (id, sum) = member_joins_and_sums(auth.as_ref(), ports, 30).unwrap();
+    let (id, sum) = member_joins_and_sums(auth.as_ref(), ports, 30).expect("test setup");
     let took = start.elapsed();
     assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
     assert!(took < Duration::from_millis(2500), "joined after {took:?}");
-    c.join().unwrap().unwrap();
+    c.join().expect("thread").expect("test setup");
     drop(silent);
 }
 
@@ -323,7 +329,7 @@ fn drain(s: &mut TcpStream, ms: u64) -> Vec<u8> {
 
 /// A frame of JSON as the rendezvous writes it.
 fn frame(v: &serde_json::Value) -> Vec<u8> {
-    let body = serde_json::to_vec(v).unwrap();
+    let body = serde_json::to_vec(v).expect("test setup");
     let mut f = (body.len() as u32).to_be_bytes().to_vec();
     f.extend_from_slice(&body);
     f
@@ -338,8 +344,8 @@ fn under_munge_a_credential_a_stranger_collects_is_useless_to_another_uid() {
     }
     let m = munged_or_skip!("collect");
     let auth = m.auth();
-    let squat = TcpListener::bind("127.0.0.1:0").unwrap();
-    let p1 = squat.local_addr().unwrap().port();
+    let squat = TcpListener::bind("127.0.0.1:0").expect("test setup");
+    let p1 = squat.local_addr().expect("test setup").port();
     let p2 = free_ports(1)[0];
     let collected = Arc::new(Mutex::new(Vec::new()));
     // On the first candidate: a squatter that talks like a coordinator and keeps what it gets.
@@ -352,24 +358,26 @@ fn under_munge_a_credential_a_stranger_collects_is_useless_to_another_uid() {
             });
             let _ = s.write_all(&frame(&greeting));
             let got = drain(&mut s, 300);
-            keep.lock().unwrap().extend_from_slice(&got);
+            keep.lock().expect("lock").extend_from_slice(&got);
         }
     });
     let c = coordinator(auth.clone(), vec![p1, p2], 20);
     std::thread::sleep(Duration::from_millis(300));
     // A stranger at the real coordinator's port, opening a handshake it cannot finish.
-    let mut at_coordinator = TcpStream::connect(("127.0.0.1", p2)).unwrap();
-    let local = at_coordinator.local_addr().unwrap().to_string();
+    let mut at_coordinator = TcpStream::connect(("127.0.0.1", p2)).expect("test setup");
+    let local = at_coordinator.local_addr().expect("test setup").to_string();
     let opening = serde_json::json!({
         "protocol": "nccl-check-rendezvous/3", "nonce": "cd".repeat(32),
         "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{p2}")
     });
-    at_coordinator.write_all(&frame(&opening)).unwrap();
+    at_coordinator
+        .write_all(&frame(&opening))
+        .expect("test setup");
     let from_coordinator = drain(&mut at_coordinator, 1500);
-    let (id, _) = member_joins_and_sums(auth.as_ref(), vec![p1, p2], 20).unwrap();
+    let (id, _) = member_joins_and_sums(auth.as_ref(), vec![p1, p2], 20).expect("test setup");
     assert_eq!(id, ID);
-    c.join().unwrap().unwrap();
-    let mut creds = credentials(&collected.lock().unwrap());
+    c.join().expect("thread").expect("test setup");
+    let mut creds = credentials(&collected.lock().expect("lock"));
     creds.extend(credentials(&from_coordinator));
     assert!(
         !creds.is_empty(),
@@ -389,10 +397,13 @@ fn under_munge_a_credential_a_stranger_collects_is_useless_to_another_uid() {
             .stderr(Stdio::piped())
             .spawn()
             .and_then(|mut ch| {
-                ch.stdin.take().unwrap().write_all(cred.as_bytes())?;
+                ch.stdin
+                    .take()
+                    .expect("test setup")
+                    .write_all(cred.as_bytes())?;
                 ch.wait_with_output()
             })
-            .unwrap();
+            .expect("test setup");
         assert!(
             !out.status.success(),
             "uid 65534 decoded a credential: {}",
@@ -435,7 +446,7 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
         std::thread::spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let n = munge_children();
-                let mut m = most.lock().unwrap();
+                let mut m = most.lock().expect("lock");
                 *m = (*m).max(n);
                 drop(m);
                 std::thread::sleep(Duration::from_millis(2));
@@ -449,7 +460,7 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
                 let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
                     return;
                 };
-                let local = s.local_addr().unwrap().to_string();
+                let local = s.local_addr().expect("test setup").to_string();
                 let fake = format!("MUNGE:AwQFAAD{}", "x".repeat(100));
                 // Whatever the coordinator's version, the shortest way to make it check a
                 // credential: version 2 took a hello at once, version 3 after an opening.
@@ -483,15 +494,15 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
         })
         .collect();
     for s in strangers {
-        s.join().unwrap();
+        s.join().expect("thread");
     }
     // The real member still joins afterwards.
-    let (id, sum) = member_joins_and_sums(auth.as_ref(), vec![port], 20).unwrap();
+    let (id, sum) = member_joins_and_sums(auth.as_ref(), vec![port], 20).expect("test setup");
     assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
-    c.join().unwrap().unwrap();
+    c.join().expect("thread").expect("test setup");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    watcher.join().unwrap();
-    let most = *most.lock().unwrap();
+    watcher.join().expect("thread");
+    let most = *most.lock().expect("lock");
     assert!(
         most <= bench_core::rendezvous::auth::MUNGE_AT_ONCE,
         "{most} munge/unmunge processes at once"
