@@ -509,3 +509,20 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
     );
     assert!(most >= 1, "the flood ran no MUNGE program at all");
 }
+
+#[test]
+fn under_munge_a_replayed_credential_is_refused_with_its_reason() {
+    let m = munged_or_skip!("replay");
+    let auth = m.auth();
+    let soon = Instant::now() + Duration::from_secs(5);
+    let proof = auth.prove(b"a context", soon).expect("munge");
+    auth.verify(b"a context", &proof, soon).expect("first use");
+    let e = auth
+        .verify(b"a context", &proof, soon)
+        .expect_err("a replay is refused");
+    assert!(e.contains("Replayed credential"), "{e}");
+    let e = auth
+        .verify(b"another context", "MUNGE:garbage:", soon)
+        .expect_err("garbage is refused");
+    assert!(e.len() > "unmunge: ".len() + 20, "a reason is given: {e}");
+}
