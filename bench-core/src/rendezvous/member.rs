@@ -99,12 +99,12 @@ fn silence(e: WireError) -> Miss {
 
 /// One try at one port: connect, read the greeting, check the coordinator's proof, and only then
 /// send this process's own. `track` keeps a handle on the socket so that another thread can cut
-/// the try short once the coordinator is found elsewhere.
+/// the try short once the coordinator is found elsewhere (false: it was found already).
 fn attempt(
     setup: &Setup,
     me: &Member,
     port: u16,
-    track: &dyn Fn(Option<&TcpStream>),
+    track: &dyn Fn(Option<&TcpStream>) -> bool,
 ) -> Result<Admitted, Miss> {
     let left = setup
         .deadline
@@ -113,9 +113,13 @@ fn attempt(
     let addr = resolve(&setup.host, port, setup.deadline).map_err(Miss::Open)?;
     let mut stream = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
         .map_err(|e| Miss::Open(e.to_string()))?;
-    track(Some(&stream));
+    if !track(Some(&stream)) {
+        return Err(Miss::Open(
+            "the coordinator was found on another port".into(),
+        ));
+    }
     let r = attempt_on(setup, me, &mut stream);
-    track(None);
+    let _ = track(None);
     r.map(|keys| Admitted {
         session: Session::new(stream, keys),
         port,
@@ -243,6 +247,11 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
             scope.spawn(move || {
                 let track = |s: Option<&TcpStream>| {
                     let mut f = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                    // Under the lock that the finder takes to cut every try short: a try that
+                    // connects after that is not started.
+                    if done.load(Ordering::Relaxed) {
+                        return false;
+                    }
                     match s.and_then(|s| s.try_clone().ok()) {
                         Some(s) => {
                             f.insert(port, s);
@@ -251,6 +260,7 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
                             f.remove(&port);
                         }
                     }
+                    true
                 };
                 while !done.load(Ordering::Relaxed) && Instant::now() < setup.deadline {
                     let report = match attempt(setup, me, port, &track) {
@@ -267,17 +277,27 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
                         return;
                     }
                     let Some(pause) = pause else { return };
-                    let left = setup.deadline.saturating_duration_since(Instant::now());
-                    std::thread::sleep(pause.min(left));
+                    // In slices, so that a thread pausing after a miss ends as soon as another
+                    // port found the coordinator (the join waits for every port's thread).
+                    let until = Instant::now() + pause;
+                    while !done.load(Ordering::Relaxed) {
+                        let now = Instant::now();
+                        if now >= until || now >= setup.deadline {
+                            break;
+                        }
+                        std::thread::sleep((until - now).min(Duration::from_millis(5)));
+                    }
                 }
             });
         }
         drop(tx);
         let result = watch(setup, &rx);
+        let mut f = in_flight.lock().unwrap_or_else(|p| p.into_inner());
         done.store(true, Ordering::Relaxed);
-        for (_, s) in in_flight.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+        for (_, s) in f.drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+        drop(f);
         result
     })
 }
