@@ -385,6 +385,9 @@ pub fn connect(setup: &Setup, me: Member) -> Result<Joined, String> {
     Ok(Joined {
         unique_id,
         members: welcome.members,
-        plane: ControlPlane::Leaf(a.session),
+        plane: ControlPlane::Leaf(
+            a.session
+                .named(format!("the coordinator ({}:{})", setup.host, a.port)),
+        ),
     })
 }

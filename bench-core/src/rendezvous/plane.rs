@@ -368,10 +368,10 @@ impl ControlPlane {
     ) -> Result<Frame, PlaneError> {
         stream
             .send(up, deadline)
-            .map_err(|e| peer_error("the coordinator", e))?;
+            .map_err(|e| peer_error(stream.peer(), e))?;
         let reply: Frame = stream
             .recv(cap, deadline)
-            .map_err(|e| peer_error("the coordinator", e))?;
+            .map_err(|e| peer_error(stream.peer(), e))?;
         if reply.abort.is_some() {
             return Err(PlaneError::Aborted(format!(
                 "another process gave up: {}",
@@ -466,10 +466,9 @@ mod tests {
             };
             let (down, up) = ([r as u8; 32], [r as u8 + 100; 32]);
             peers.push((m, Session::new(root_side, Keys::from_raw(down, up))));
-            leaves.push((
-                r,
-                ControlPlane::Leaf(Session::new(leaf, Keys::from_raw(up, down))),
-            ));
+            let leaf = Session::new(leaf, Keys::from_raw(up, down))
+                .named(format!("the coordinator ({addr})"));
+            leaves.push((r, ControlPlane::Leaf(leaf)));
         }
         (ControlPlane::Root { me, peers }, leaves)
     }
@@ -600,6 +599,19 @@ mod tests {
             );
             assert!(tb.join().unwrap().is_err());
         }
+    }
+
+    #[test]
+    fn a_coordinator_that_dies_is_named_with_its_address() {
+        let (root, mut leaves) = star(2, 0);
+        drop(root);
+        let (_, mut plane) = leaves.remove(0);
+        let e = plane.sum(1, &[1.0], soon(2000)).unwrap_err();
+        let PlaneError::Peer(m) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(m.starts_with("the coordinator (127.0.0.1:"), "{m}");
+        assert!(m.contains("the connection was closed (the process at the other end exited, was killed, or refused it)"), "{m}");
     }
 
     #[test]

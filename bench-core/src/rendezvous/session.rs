@@ -136,6 +136,8 @@ pub struct Session {
     keys: Keys,
     sent: u64,
     received: u64,
+    /// Who is at the other end, for messages ("the coordinator (n1:29617)").
+    peer: String,
 }
 
 impl Session {
@@ -145,7 +147,19 @@ impl Session {
             keys,
             sent: 0,
             received: 0,
+            peer: "the other process".into(),
         }
+    }
+
+    /// Names the other end for messages.
+    pub fn named(mut self, peer: String) -> Session {
+        self.peer = peer;
+        self
+    }
+
+    /// Who is at the other end.
+    pub fn peer(&self) -> &str {
+        &self.peer
     }
 
     /// The socket (for a second handle that can cut it off, or its addresses).
