@@ -23,7 +23,7 @@ fn main() {
     }
     // args_os: a non-UTF-8 argument (a user's TMPDIR in a --json path) is a usage error, not a
     // panic; so is a non-UTF-8 value of a variable the options read.
-    if let Some(msg) = options::non_utf8_env(&|k| std::env::var_os(k)) {
+    if let Some(msg) = options::env::non_utf8_env(&|k| std::env::var_os(k)) {
         eprintln!("nccl-check: ERROR usage: {msg}");
         exit(ExitCode::Usage.code());
     }

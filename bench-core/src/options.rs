@@ -12,6 +12,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod env;
 mod gpus;
 
 const AFTER_HELP: &str = "\
@@ -199,38 +200,6 @@ pub struct Options {
 }
 
 /// Parses the command line; `Err` carries clap's own exit (help, version) or a usage error line.
-/// Every environment variable [`parse`] reads.
-pub const ENV_READ: &[&str] = &[
-    "NCCL_CHECK_CONFIG",
-    "NCCL_CHECK_MUNGE_SOCKET",
-    "NCCL_CHECK_NCCL_LIB",
-    "NCCL_CHECK_RENDEZVOUS",
-    "NCCL_CHECK_SECRET",
-    "SLURMD_NODENAME",
-    "SLURM_JOB_ID",
-    "SLURM_JOB_NODELIST",
-    "SLURM_LOCALID",
-    "SLURM_NTASKS",
-    "SLURM_PROCID",
-    "SLURM_STEP_ID",
-    "SLURM_STEP_NODELIST",
-];
-
-/// The first variable of [`ENV_READ`] whose value is not UTF-8, as an error: such a value is
-/// invalid, never read as unset (a secret that "is absent" would switch to MUNGE; a rank that
-/// "is absent" would be 0).
-pub fn non_utf8_env(get: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Option<String> {
-    ENV_READ.iter().find_map(|k| {
-        let v = get(k)?;
-        v.to_str().is_none().then(|| {
-            format!(
-                "invalid {k} '{}': not UTF-8 text",
-                crate::text::escape_control(&v.to_string_lossy())
-            )
-        })
-    })
-}
-
 pub fn parse<I, T>(args: I, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, ParseExit>
 where
     I: IntoIterator<Item = T>,
@@ -421,10 +390,6 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
         Some(r) => crate::slurm_rendezvous::PortRange::parse(r).map_err(|e| e.to_string())?,
         None => crate::slurm_rendezvous::PortRange::DEFAULT,
     };
-    let label = match &job {
-        Some(j) => format!("slurm-{j}.{step}"),
-        None => "manual".into(),
-    };
     let explicit = raw.rendezvous.or_else(|| env("NCCL_CHECK_RENDEZVOUS"));
     let (rendezvous, ports, coordinator) = match explicit {
         Some(r) => {
@@ -439,16 +404,9 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
             match (nodes, &job) {
                 (Some(nodes), Some(job)) => {
-                    let (host, mut ports) =
-                        crate::slurm_rendezvous::of_step(&nodes, job, &step, port_range)?;
-                    // Ports nobody without the secret can predict, where there is one.
-                    if let Some(secret) = env("NCCL_CHECK_SECRET") {
-                        ports = crate::slurm_rendezvous::secret_candidates(
-                            secret.as_bytes(),
-                            &label,
-                            port_range,
-                        );
-                    }
+                    let secret = env("NCCL_CHECK_SECRET");
+                    let ids = (job.as_str(), step.as_str(), secret.as_deref());
+                    let (host, ports) = crate::slurm_rendezvous::of_step(&nodes, ids, port_range)?;
                     // The first task on the step's first node coordinates, whatever its rank
                     // (with -m arbitrary rank 0 may run elsewhere); without Slurm's node name, rank 0.
                     let coordinator = match (env("SLURMD_NODENAME"), env("SLURM_LOCALID")) {
@@ -465,6 +423,10 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             }
         }
         None => (None, Vec::new(), true),
+    };
+    let label = match &job {
+        Some(j) => format!("slurm-{j}.{step}"),
+        None => "manual".into(),
     };
     let credential = match env("NCCL_CHECK_SECRET") {
         Some(secret) => Credential::Secret(secret),
@@ -646,18 +608,6 @@ mod tests {
         assert_eq!(o.ports, want);
         assert_ne!(o.ports[0], 29748, "the port anyone computes from the ids");
         assert_eq!(o.rendezvous, Some(format!("gpu07:{}", want[0])));
-    }
-
-    #[test]
-    fn a_variable_that_is_not_utf8_is_invalid_not_unset() {
-        use std::os::unix::ffi::OsStringExt;
-        let bad = |k: &str| {
-            (k == "SLURM_PROCID").then(|| std::ffi::OsString::from_vec(vec![b'1', 0xff, 0x1b]))
-        };
-        let e = non_utf8_env(&bad).unwrap();
-        assert_eq!(e, "invalid SLURM_PROCID '1\u{fffd}\\u{1b}': not UTF-8 text");
-        let fine = |k: &str| (k == "NCCL_CHECK_SECRET").then(|| "x".into());
-        assert_eq!(non_utf8_env(&fine), None);
     }
 
     #[test]

@@ -190,20 +190,27 @@ pub fn address(
 }
 
 /// The rendezvous of a Slurm step from its environment: the coordinator's host (the step's first
-/// node) and the candidate ports, the first of them the address the plugin passes.
+/// node) and the candidate ports, the first of them the address the plugin passes. `ids` are the
+/// job id, the step id and the step's secret: with a secret the ports come from it
+/// ([`secret_candidates`]), without one from the ids ([`candidates`]).
 pub fn of_step(
     nodes: &str,
-    job: &str,
-    step: &str,
+    ids: (&str, &str, Option<&str>),
     range: PortRange,
 ) -> Result<(String, Vec<u16>), String> {
+    let (job, step, secret) = ids;
     let id = |name: &str, v: &str| {
         v.parse::<u32>()
             .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
     };
     let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
     let host = crate::hostlist::first(nodes).map_err(|e| e.to_string())?;
-    Ok((host, candidates(job, step, range)))
+    let ports = match secret {
+        // The step's label as the rendezvous writes it (options.rs).
+        Some(s) => secret_candidates(s.as_bytes(), &format!("slurm-{job}.{step}"), range),
+        None => candidates(job, step, range),
+    };
+    Ok((host, ports))
 }
 
 #[cfg(test)]

@@ -18,6 +18,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod capped;
+use capped::CappedLog;
+
 /// How often an exec that fails with ETXTBSY is retried (the file is being replaced, or another
 /// thread's fork briefly holds a write descriptor to it).
 const ETXTBSY_TRIES: u32 = 5;
@@ -203,7 +206,9 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
     let status = reap(&mut child, Instant::now() + REAP_GRACE);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     for mut p in pipes {
-        p.finish_log();
+        if let Some(log) = &mut p.log {
+            log.finish(&p.tail, p.stream);
+        }
         match p.stream {
             Stream::Stdout => stdout = p.tail,
             Stream::Stderr => stderr = p.tail,
@@ -335,25 +340,9 @@ fn kept(o: &Output) -> Option<(usize, Option<File>, Option<CappedLog>)> {
     match o {
         Output::Tail { max_bytes } => Some((*max_bytes, None, None)),
         Output::Tee { max_bytes, copy } => Some((*max_bytes, copy.try_clone().ok(), None)),
-        Output::Capped { file, head, tail } => {
-            let log = file.try_clone().ok().map(|file| CappedLog {
-                file,
-                head_left: *head,
-                total: 0,
-                written: 0,
-            });
-            Some((*tail, None, log))
-        }
+        Output::Capped { file, head, tail } => Some((*tail, None, CappedLog::new(file, *head))),
         Output::Discard | Output::File(_) => None,
     }
-}
-
-/// Where [`Output::Capped`] writes: the head as it comes, the tail at the end.
-struct CappedLog {
-    file: File,
-    head_left: usize,
-    total: u64,
-    written: u64,
 }
 
 fn stdio(o: &Output) -> Stdio {
@@ -449,29 +438,6 @@ impl Pipe {
         }
     }
 
-    /// Writes the capped log's tail, after a line that says how much was cut (nothing when the
-    /// whole stream fit in the head).
-    fn finish_log(&mut self) {
-        use std::io::Write;
-        let Some(log) = &mut self.log else { return };
-        let unwritten = log.total - log.written;
-        if unwritten == 0 {
-            return;
-        }
-        let shown = (self.tail.len() as u64).min(unwritten) as usize;
-        let cut = unwritten - shown as u64;
-        let stream = match self.stream {
-            Stream::Stdout => "standard output",
-            Stream::Stderr => "standard error",
-        };
-        let _ = write!(
-            log.file,
-            "\n[nccl-check: {cut} bytes of the worker's {stream} cut here; its first {} and last {shown} bytes are kept]\n",
-            log.written
-        );
-        let _ = log.file.write_all(&self.tail[self.tail.len() - shown..]);
-    }
-
     /// Reads what is there now; marks the pipe closed at EOF.
     fn drain(&mut self) {
         let mut buf = [0u8; 8192];
@@ -485,14 +451,7 @@ impl Pipe {
                         let _ = c.write_all(&buf[..n]);
                     }
                     if let Some(log) = &mut self.log {
-                        // Best effort too: a full disk must not end the supervision.
-                        use std::io::Write;
-                        let head = n.min(log.head_left);
-                        if head > 0 && log.file.write_all(&buf[..head]).is_ok() {
-                            log.written += head as u64;
-                        }
-                        log.head_left -= head;
-                        log.total += n as u64;
+                        log.write(&buf[..n]);
                     }
                     push_tail(&mut self.tail, &buf[..n], self.max)
                 }
