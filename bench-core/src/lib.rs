@@ -27,6 +27,7 @@ pub mod slurm_layout;
 pub mod slurm_rendezvous;
 pub mod supervise;
 pub mod team;
+pub mod text;
 pub mod thresholds;
 pub mod topology;
 pub mod transport;

@@ -22,7 +22,11 @@ fn main() {
         exit(code);
     }
     // args_os: a non-UTF-8 argument (a user's TMPDIR in a --json path) is a usage error, not a
-    // panic; a non-UTF-8 variable reads as unset.
+    // panic; so is a non-UTF-8 value of a variable the options read.
+    if let Some(msg) = options::env::non_utf8_env(&|k| std::env::var_os(k)) {
+        eprintln!("nccl-check: ERROR usage: {msg}");
+        exit(ExitCode::Usage.code());
+    }
     let opts = match options::parse(std::env::args_os(), &|k| std::env::var(k).ok()) {
         Ok(o) => o,
         Err(ParseExit::Info(text)) => {
@@ -201,7 +205,13 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
             }
         }
         let _ = std::io::stdout().flush();
-        eprintln!("nccl-check: {} {}", report.verdict, report.summary);
+        // The summary may carry text from other processes (hosts, a peer's reason for giving
+        // up): one line, control characters shown escaped, never obeyed by a terminal.
+        eprintln!(
+            "nccl-check: {} {}",
+            report.verdict,
+            bench_core::text::escape_control(&report.summary)
+        );
         let _ = std::io::stderr().flush();
     }
     exit(code.code())

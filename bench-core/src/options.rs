@@ -12,6 +12,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod env;
 mod gpus;
 
 const AFTER_HELP: &str = "\
@@ -417,8 +418,9 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
             let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
             match (nodes, &job) {
                 (Some(nodes), Some(job)) => {
-                    let (host, ports) =
-                        crate::slurm_rendezvous::of_step(&nodes, job, &step, port_range)?;
+                    let secret = env("NCCL_CHECK_SECRET");
+                    let ids = (job.as_str(), step.as_str(), secret.as_deref());
+                    let (host, ports) = crate::slurm_rendezvous::of_step(&nodes, ids, port_range)?;
                     // The first task on the step's first node coordinates, whatever its rank
                     // (with -m arbitrary rank 0 may run elsewhere); without Slurm's node name, rank 0.
                     let coordinator = match (env("SLURMD_NODENAME"), env("SLURM_LOCALID")) {
@@ -600,6 +602,28 @@ mod tests {
         // flags win over the environment
         let o = parse_with(&["--rank", "0", "--world", "1"], &env).unwrap();
         assert_eq!((o.rank, o.world), (0, 1));
+    }
+
+    #[test]
+    fn with_a_step_secret_the_ports_come_from_the_secret_not_the_ids() {
+        let secret = "f00d".repeat(16);
+        let env = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_NODELIST", "gpu[07-08]"),
+            ("SLURM_JOB_ID", "1234"),
+            ("SLURM_STEP_ID", "0"),
+            ("NCCL_CHECK_SECRET", secret.as_str()),
+        ];
+        let o = parse_with(&[], &env).unwrap();
+        let want = crate::slurm_rendezvous::secret_candidates(
+            secret.as_bytes(),
+            "slurm-1234.0",
+            crate::slurm_rendezvous::PortRange::DEFAULT,
+        );
+        assert_eq!(o.ports, want);
+        assert_ne!(o.ports[0], 29748, "the port anyone computes from the ids");
+        assert_eq!(o.rendezvous, Some(format!("gpu07:{}", want[0])));
     }
 
     #[test]

@@ -2,7 +2,11 @@
 //! of the step's node list and PORT derived from (job id, step id). The one definition, used by
 //! the worker's Slurm defaults and by the SPANK plugin, so both always name the same address.
 //!
-//! The port is `job offset + step` within the range, wrapping: the steps of one job get distinct
+//! With a step secret (the plugin's, the batch check's, or the user's `NCCL_CHECK_SECRET`) the
+//! candidate ports come from the secret instead ([`secret_candidates`]): another user, who can
+//! compute anything from the public job and step ids, cannot tell which ports to squat.
+//!
+//! Without one (MUNGE), the port is `job offset + step` within the range, wrapping: the steps of one job get distinct
 //! ports (up to the size of the range) and neighbouring steps never share one, while the job
 //! offset spreads concurrent jobs over the range. The default range is [`PortRange::DEFAULT`],
 //! 29501-29999; PyTorch's default `MASTER_PORT` 29500 is never chosen, even from a range that
@@ -134,6 +138,37 @@ pub fn candidates(job: u32, step: u32, range: PortRange) -> Vec<u16> {
     ports
 }
 
+/// The candidate ports of a step whose processes share `secret`: [`CANDIDATES`] distinct ports
+/// of the range drawn by HMAC-SHA256 keyed with the secret over the step's label and a counter,
+/// so only holders of the secret know them. Every process computes the same list.
+pub fn secret_candidates(secret: &[u8], label: &str, range: PortRange) -> Vec<u16> {
+    use hmac::{Hmac, Mac};
+    let n = u64::from(range.usable());
+    let want = CANDIDATES.min(range.usable()) as usize;
+    let mut ports: Vec<u16> = Vec::with_capacity(want);
+    // Each draw is uniform over the range; 256 draws find 8 distinct ports of any range of 8 or
+    // more with overwhelming probability, and the loop is bounded either way.
+    for counter in 0u32..256 {
+        if ports.len() == want {
+            break;
+        }
+        let Ok(mut mac) = <Hmac<sha2::Sha256> as Mac>::new_from_slice(secret) else {
+            break;
+        };
+        mac.update(b"nccl-check rendezvous ports\0");
+        mac.update(label.as_bytes());
+        mac.update(&counter.to_be_bytes());
+        let tag = mac.finalize().into_bytes();
+        let mut draw = [0u8; 8];
+        draw.copy_from_slice(&tag[..8]);
+        let port = range.nth((u64::from_be_bytes(draw) % n) as u32);
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    ports
+}
+
 /// splitmix64's output function (Steele, Lea, Flood 2014): every input bit moves every output bit.
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -155,20 +190,27 @@ pub fn address(
 }
 
 /// The rendezvous of a Slurm step from its environment: the coordinator's host (the step's first
-/// node) and the candidate ports, the first of them the address the plugin passes.
+/// node) and the candidate ports, the first of them the address the plugin passes. `ids` are the
+/// job id, the step id and the step's secret: with a secret the ports come from it
+/// ([`secret_candidates`]), without one from the ids ([`candidates`]).
 pub fn of_step(
     nodes: &str,
-    job: &str,
-    step: &str,
+    ids: (&str, &str, Option<&str>),
     range: PortRange,
 ) -> Result<(String, Vec<u16>), String> {
+    let (job, step, secret) = ids;
     let id = |name: &str, v: &str| {
         v.parse::<u32>()
             .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
     };
     let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
     let host = crate::hostlist::first(nodes).map_err(|e| e.to_string())?;
-    Ok((host, candidates(job, step, range)))
+    let ports = match secret {
+        // The step's label as the rendezvous writes it (options.rs).
+        Some(s) => secret_candidates(s.as_bytes(), &format!("slurm-{job}.{step}"), range),
+        None => candidates(job, step, range),
+    };
+    Ok((host, ports))
 }
 
 #[cfg(test)]
@@ -208,6 +250,32 @@ mod tests {
             .collect();
         assert_eq!(all.len(), 499, "every port of the range is used");
         assert!(all.iter().all(|p| (29501..=29999).contains(p)));
+    }
+
+    #[test]
+    fn secret_ports_are_distinct_in_the_range_and_differ_by_secret_and_step() {
+        let a = secret_candidates(b"secret-a-0123456789", "slurm-7.0", PortRange::DEFAULT);
+        assert_eq!(a.len(), CANDIDATES as usize);
+        assert_eq!(a.iter().collect::<HashSet<_>>().len(), a.len());
+        assert!(a.iter().all(|p| (29501..=29999).contains(p)), "{a:?}");
+        assert_eq!(
+            a,
+            secret_candidates(b"secret-a-0123456789", "slurm-7.0", PortRange::DEFAULT),
+            "every process computes the same list"
+        );
+        let b = secret_candidates(b"secret-b-0123456789", "slurm-7.0", PortRange::DEFAULT);
+        let c = secret_candidates(b"secret-a-0123456789", "slurm-7.1", PortRange::DEFAULT);
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        // Not the ports anyone can compute from the ids.
+        assert_ne!(a, candidates(7, 0, PortRange::DEFAULT));
+        // A range of 3 usable ports gives those 3; one of 1 gives it.
+        let small = PortRange::new(29499, 29502).unwrap();
+        let mut s = secret_candidates(b"k", "l", small);
+        s.sort();
+        assert_eq!(s, vec![29499, 29501, 29502]);
+        let one = PortRange::new(40000, 40000).unwrap();
+        assert_eq!(secret_candidates(b"k", "l", one), vec![40000]);
     }
 
     #[test]

@@ -18,6 +18,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod capped;
+use capped::CappedLog;
+
 /// How often an exec that fails with ETXTBSY is retried (the file is being replaced, or another
 /// thread's fork briefly holds a write descriptor to it).
 const ETXTBSY_TRIES: u32 = 5;
@@ -38,6 +41,14 @@ pub enum Output {
     File(File),
     /// Copied to `copy` as it arrives (a user's terminal) and kept as a tail like `Tail`.
     Tee { max_bytes: usize, copy: File },
+    /// Written to `file` (the caller opens it), at most its first `head` bytes as they arrive
+    /// and its last `tail` bytes at the end, with a line saying how much was cut between them:
+    /// a chatty child cannot fill the disk (the root prolog's `worker.log`).
+    Capped {
+        file: File,
+        head: usize,
+        tail: usize,
+    },
 }
 
 /// What to run and how long it may take.
@@ -164,11 +175,11 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
         }
     };
     let mut pipes: Vec<Pipe> = Vec::new();
-    if let (Some(s), Some((max, copy))) = (child.stdout.take(), kept(&spec.stdout)) {
-        pipes.push(Pipe::new(Box::new(s), Stream::Stdout, max, copy));
+    if let (Some(s), Some((max, copy, log))) = (child.stdout.take(), kept(&spec.stdout)) {
+        pipes.push(Pipe::new(Box::new(s), Stream::Stdout, max, copy, log));
     }
-    if let (Some(s), Some((max, copy))) = (child.stderr.take(), kept(&spec.stderr)) {
-        pipes.push(Pipe::new(Box::new(s), Stream::Stderr, max, copy));
+    if let (Some(s), Some((max, copy, log))) = (child.stderr.take(), kept(&spec.stderr)) {
+        pipes.push(Pipe::new(Box::new(s), Stream::Stderr, max, copy, log));
     }
     let pid = child.id() as libc::pid_t;
     let guard = guarded.then(|| Guard::arm(pid)).flatten();
@@ -194,7 +205,10 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
     pump(&mut pipes, Duration::ZERO);
     let status = reap(&mut child, Instant::now() + REAP_GRACE);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    for p in pipes {
+    for mut p in pipes {
+        if let Some(log) = &mut p.log {
+            log.finish(&p.tail, p.stream);
+        }
         match p.stream {
             Stream::Stdout => stdout = p.tail,
             Stream::Stderr => stderr = p.tail,
@@ -321,11 +335,12 @@ fn command(spec: &Spec) -> Command {
     cmd
 }
 
-/// The tail size and the copy of a stream read through a pipe.
-fn kept(o: &Output) -> Option<(usize, Option<File>)> {
+/// The tail size, the copy and the capped log of a stream read through a pipe.
+fn kept(o: &Output) -> Option<(usize, Option<File>, Option<CappedLog>)> {
     match o {
-        Output::Tail { max_bytes } => Some((*max_bytes, None)),
-        Output::Tee { max_bytes, copy } => Some((*max_bytes, copy.try_clone().ok())),
+        Output::Tail { max_bytes } => Some((*max_bytes, None, None)),
+        Output::Tee { max_bytes, copy } => Some((*max_bytes, copy.try_clone().ok(), None)),
+        Output::Capped { file, head, tail } => Some((*tail, None, CappedLog::new(file, *head))),
         Output::Discard | Output::File(_) => None,
     }
 }
@@ -333,7 +348,7 @@ fn kept(o: &Output) -> Option<(usize, Option<File>)> {
 fn stdio(o: &Output) -> Stdio {
     match o {
         Output::Discard => Stdio::null(),
-        Output::Tail { .. } | Output::Tee { .. } => Stdio::piped(),
+        Output::Tail { .. } | Output::Tee { .. } | Output::Capped { .. } => Stdio::piped(),
         Output::File(f) => match f.try_clone() {
             Ok(f) => Stdio::from(f),
             Err(_) => Stdio::null(),
@@ -392,13 +407,20 @@ struct Pipe {
     max: usize,
     open: bool,
     copy: Option<File>,
+    log: Option<CappedLog>,
 }
 
 trait ReadFd: Read + AsRawFd {}
 impl<T: Read + AsRawFd> ReadFd for T {}
 
 impl Pipe {
-    fn new(reader: Box<dyn ReadFd>, stream: Stream, max: usize, copy: Option<File>) -> Pipe {
+    fn new(
+        reader: Box<dyn ReadFd>,
+        stream: Stream,
+        max: usize,
+        copy: Option<File>,
+        log: Option<CappedLog>,
+    ) -> Pipe {
         // SAFETY: fcntl on a pipe descriptor we own.
         unsafe {
             let fd = reader.as_raw_fd();
@@ -412,6 +434,7 @@ impl Pipe {
             max,
             open: true,
             copy,
+            log,
         }
     }
 
@@ -426,6 +449,9 @@ impl Pipe {
                         // Best effort: a closed terminal must not end the supervision.
                         use std::io::Write;
                         let _ = c.write_all(&buf[..n]);
+                    }
+                    if let Some(log) = &mut self.log {
+                        log.write(&buf[..n]);
                     }
                     push_tail(&mut self.tail, &buf[..n], self.max)
                 }

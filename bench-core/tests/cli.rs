@@ -130,7 +130,7 @@ fn a_broken_config_is_error_2_naming_file_line_and_field() {
         &path,
         "[outliers]\nfraction = 0.9\n\n[[thresholds]]\ngpu = \"H200\"\ncollective = \"all_reduce\"\nmin_busbw = \"fast\"\n",
     )
-    .unwrap();
+    .expect("test setup");
     let p = path.to_string_lossy().into_owned();
     assert_one_line_error(
         &["--config", &p],
@@ -151,7 +151,7 @@ fn a_broken_config_is_error_2_naming_file_line_and_field() {
 #[test]
 fn json_dash_writes_the_report_to_stdout_and_nothing_else() {
     let dir = std::env::temp_dir().join(format!("nccl-check-json-dash-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).expect("test setup");
     let out = Command::new(env!("CARGO_BIN_EXE_nccl-check"))
         .args(["--json", "-"])
         .current_dir(&dir)
@@ -189,9 +189,12 @@ fn explain_plan_needs_no_gpu_and_prints_one_json_object() {
     );
     assert_eq!(rc, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
-    let rounds = v["rounds"].as_u64().unwrap();
+    let rounds = v["rounds"].as_u64().expect("test setup");
     assert!(rounds <= 24, "{rounds}");
-    assert!(v["modeled_seconds"].as_f64().unwrap() <= 10.0, "{out}");
+    assert!(
+        v["modeled_seconds"].as_f64().expect("test setup") <= 10.0,
+        "{out}"
+    );
     let (rc, text, _) = nccl_check(&["--explain-plan", "--nodes", "64", "--gpus-per-node", "8"]);
     assert_eq!(rc, 0);
     assert!(text.contains("Plan for 64 nodes x 8 GPUs"), "{text}");
@@ -320,4 +323,22 @@ fn a_rule_that_names_part_of_a_gpu_name_is_refused_with_file_line_and_field() {
     assert_eq!(rc, 2, "{err}");
     assert!(err.contains("c.toml:2: thresholds[0].gpu"), "{err}");
     assert!(err.contains("sku = "), "{err}");
+}
+
+#[test]
+fn a_rank_or_secret_that_is_not_utf8_is_a_usage_error_not_rank_0_or_munge() {
+    use std::os::unix::ffi::OsStrExt;
+    for var in ["SLURM_PROCID", "NCCL_CHECK_SECRET"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_nccl-check"))
+            .env(var, std::ffi::OsStr::from_bytes(b"1\xff"))
+            .output()
+            .expect("nccl-check runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}: {err}");
+        assert!(
+            err.starts_with(&format!("nccl-check: ERROR usage: invalid {var} "))
+                && err.contains("not UTF-8"),
+            "{var}: {err}"
+        );
+    }
 }

@@ -89,17 +89,24 @@ pub fn problems(c: &Config, node: &str) -> Vec<String> {
             c.scontrol.display()
         ));
     }
-    let state = c.state_dir_for(node);
     // A missing state_dir is created (root's, 0755) at the first run; an existing one must pass.
-    if state.exists() {
-        if let Err(e) = secure::check_dir(&state) {
-            p.push(format!("state_dir {e}"));
+    match c.state_dir_for(node) {
+        Ok(state) if state.exists() => {
+            if let Err(e) = secure::check_dir(&state) {
+                p.push(format!("state_dir {e}"));
+            }
         }
+        Ok(_) => {}
+        Err(e) => p.push(e),
     }
-    if let Some(m) = c.metrics_file_for(node) {
-        if let Err(e) = secure::check_dir(m.parent().unwrap_or(Path::new("/"))) {
-            p.push(format!("metrics_file {e}"));
+    match c.metrics_file_for(node) {
+        Ok(Some(m)) => {
+            if let Err(e) = secure::check_dir(m.parent().unwrap_or(Path::new("/"))) {
+                p.push(format!("metrics_file {e}"));
+            }
         }
+        Ok(None) => {}
+        Err(e) => p.push(e),
     }
     p
 }

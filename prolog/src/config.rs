@@ -152,15 +152,49 @@ impl Config {
         self.budget_seconds.saturating_sub(margin).max(1)
     }
 
-    /// `state_dir` with `%n` replaced by the node name.
-    pub fn state_dir_for(&self, node: &str) -> PathBuf {
-        PathBuf::from(self.state_dir.replace("%n", node))
+    /// `state_dir` with `%n` replaced by the node name, which must be a valid Slurm node name.
+    pub fn state_dir_for(&self, node: &str) -> Result<PathBuf, String> {
+        expand("state_dir", &self.state_dir, node)
     }
 
     /// `metrics_file` with `%n` replaced, or None when off.
-    pub fn metrics_file_for(&self, node: &str) -> Option<PathBuf> {
-        (!self.metrics_file.is_empty())
-            .then(|| PathBuf::from(self.metrics_file.replace("%n", node)))
+    pub fn metrics_file_for(&self, node: &str) -> Result<Option<PathBuf>, String> {
+        if self.metrics_file.is_empty() {
+            return Ok(None);
+        }
+        expand("metrics_file", &self.metrics_file, node).map(Some)
+    }
+}
+
+/// `template` with `%n` replaced by `node`, refused unless `node` is a valid Slurm node name:
+/// the name comes from slurmd's environment (`SLURMD_NODENAME`) and must not lead a path out of
+/// its directory (`../x`).
+fn expand(key: &str, template: &str, node: &str) -> Result<PathBuf, String> {
+    if template.contains("%n") {
+        check_node_name(node).map_err(|e| format!("{key} '{template}': %n: {e}"))?;
+    }
+    Ok(PathBuf::from(template.replace("%n", node)))
+}
+
+/// Longest node name `%n` accepts (Linux host names are at most 64 bytes).
+pub const MAX_NODE_NAME: usize = 64;
+
+/// A Slurm node name as a path part: 1 to 64 letters, digits, `-`, `_` and `.`, not starting
+/// with `.` or `-` (so never `..`, never a `/`).
+pub fn check_node_name(node: &str) -> Result<(), String> {
+    let ok = !node.is_empty()
+        && node.len() <= MAX_NODE_NAME
+        && !node.starts_with(['.', '-'])
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{}' is not a valid Slurm node name (1 to {MAX_NODE_NAME} letters, digits, '-', '_' or '.', not starting with '.' or '-')",
+            node.escape_debug()
+        ))
     }
 }
 
@@ -420,11 +454,34 @@ mod tests {
             parse_str("state_dir = \"/var/lib/nccl-check/%n\"\nmetrics_file = \"/m/%n.prom\"\n")
                 .expect("valid");
         assert_eq!(
-            c.state_dir_for("n7"),
+            c.state_dir_for("n7").unwrap(),
             PathBuf::from("/var/lib/nccl-check/n7")
         );
-        assert_eq!(c.metrics_file_for("n7"), Some(PathBuf::from("/m/n7.prom")));
-        assert_eq!(Config::default().metrics_file_for("n7"), None);
+        assert_eq!(
+            c.metrics_file_for("n7").unwrap(),
+            Some(PathBuf::from("/m/n7.prom"))
+        );
+        assert_eq!(Config::default().metrics_file_for("n7").unwrap(), None);
+        // SLURMD_NODENAME=../x must not lead out of the state root.
+        for bad in [
+            "../x",
+            "..",
+            "a/b",
+            "",
+            ".hidden",
+            "-n",
+            "n\n1",
+            &"n".repeat(65),
+        ] {
+            let e = c.state_dir_for(bad).unwrap_err();
+            assert!(e.contains("is not a valid Slurm node name"), "{bad:?}: {e}");
+            assert!(c.metrics_file_for(bad).is_err(), "{bad:?}");
+        }
+        for good in ["n7", "gpu-a100_01", "node.rack2", &"n".repeat(64)] {
+            assert!(c.state_dir_for(good).is_ok(), "{good:?}");
+        }
+        // Without %n the node name is not used, so not checked.
+        assert!(Config::default().state_dir_for("../x").is_ok());
     }
 
     #[test]

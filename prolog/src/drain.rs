@@ -163,8 +163,14 @@ impl Slurm {
     pub fn drain(&self, state_dir: &Path, reason: &str, now: f64) -> Outcome {
         debug_assert!(reason.starts_with(PREFIX));
         let _lock = match Lock::acquire(state_dir, self.deadline) {
-            Ok(l) => l,
-            Err(e) => return Outcome::Failed(format!("lock: {e}")),
+            Ok(l) => Some(l),
+            // Held by another prolog to the end of the budget: that one asks.
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                return Outcome::Failed(format!("lock: {e}"))
+            }
+            // The lock and the marker only keep concurrent prologs from asking twice; a state
+            // dir that cannot be written (read-only, full) must not keep a FAIL from draining.
+            Err(_) => None,
         };
         if let Some((t, _)) = read_marker(state_dir) {
             if (0.0..RECENT).contains(&(now - t)) {

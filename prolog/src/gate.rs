@@ -62,12 +62,19 @@ impl<'a> Gate<'a> {
         let start = now_unix();
         let whom = self.facts.whom(self.mode);
         let mut places = Places::default();
-        let state_dir = self.cfg.state_dir_for(&self.facts.node);
+        let state_dir = match self.cfg.state_dir_for(&self.facts.node) {
+            Ok(d) => d,
+            Err(e) => return self.error_without_run(&places, &e, &whom),
+        };
         if let Err(e) = secure::ensure_dir(&state_dir) {
             return self.error_without_run(&places, &format!("state_dir {e}"), &whom);
         }
         places.state_dir = Some(state_dir.clone());
-        if let Some(m) = self.cfg.metrics_file_for(&self.facts.node) {
+        let metrics = match self.cfg.metrics_file_for(&self.facts.node) {
+            Ok(m) => m,
+            Err(e) => return self.error_without_run(&places, &e, &whom),
+        };
+        if let Some(m) = metrics {
             let dir = m.parent().unwrap_or(Path::new("/"));
             if let Err(e) = secure::check_dir(dir) {
                 return self.error_without_run(&places, &format!("metrics_file {e}"), &whom);
@@ -147,14 +154,29 @@ impl<'a> Gate<'a> {
         let tag = state::tag(self.facts.job.as_deref(), self.mode == Mode::Recheck);
         let budget = Duration::from_secs(self.cfg.budget_seconds);
         state::prune(state_dir, budget + Duration::from_secs(60));
-        let dir = match state::RunDir::create(state_dir, &tag) {
+        // A state dir that cannot be written (read-only, full) must not turn a FAIL into an
+        // ERROR: the run goes to root's fallback directory instead, and the drain needs no file.
+        let dir = match state::RunDir::create_with_room(state_dir, &tag) {
             Ok(d) => d,
-            Err(e) => {
-                let p = format!(
-                    "cannot create a run directory in {}: {e}",
-                    state_dir.display()
-                );
-                return self.error_without_run(places, &p, whom);
+            Err(why) => {
+                let fallback = Path::new(state::FALLBACK_DIR);
+                state::prune(fallback, budget + Duration::from_secs(60));
+                match state::RunDir::create(fallback, &tag) {
+                    Ok(d) => {
+                        self.log.warn(&format!(
+                            "{why}; this run's report and worker.log go to {} instead",
+                            d.path.display()
+                        ));
+                        d
+                    }
+                    Err(e) => {
+                        let p = format!(
+                            "{why}, and cannot create one in {} either: {e}",
+                            fallback.display()
+                        );
+                        return self.error_without_run(places, &p, whom);
+                    }
+                }
             }
         };
         let req = worker::Request {

@@ -148,7 +148,10 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
     if !dry_run {
         log::stderr_line(&msg);
     }
-    if let Some((state_dir, metrics_file)) = check_config::salvage(path).filter(|_| !dry_run) {
+    // %n only with a valid node name (never `../x`): otherwise nothing is written.
+    let salvaged = check_config::salvage(path)
+        .filter(|_| !dry_run && config::check_node_name(&facts.node).is_ok());
+    if let Some((state_dir, metrics_file)) = salvaged {
         let state_dir = PathBuf::from(state_dir.replace("%n", &facts.node));
         if secure::ensure_dir(&state_dir).is_ok() {
             let st = Status {

@@ -40,6 +40,44 @@ impl RunDir {
     }
 }
 
+/// Where a run goes when the state dir cannot take it (read-only, full): root's, on tmpfs.
+pub const FALLBACK_DIR: &str = "/run/nccl-check";
+/// Free space a run needs in its directory: the report and two capped streams of worker.log
+/// (crate::worker::LOG_HEAD_BYTES, LOG_TAIL_BYTES), with room to spare.
+pub const RUN_SPACE: u64 = 16 << 20;
+
+impl RunDir {
+    /// [`RunDir::create`] where the file system has [`RUN_SPACE`] free; the error says what
+    /// could not be written and why.
+    pub fn create_with_room(state_dir: &Path, tag: &str) -> Result<RunDir, String> {
+        let cannot = |e: String| {
+            format!(
+                "cannot write a run directory in state_dir {}: {e}",
+                state_dir.display()
+            )
+        };
+        let free = free_bytes(state_dir).map_err(|e| cannot(e.to_string()))?;
+        if free < RUN_SPACE {
+            return Err(cannot(format!(
+                "{free} bytes free, {RUN_SPACE} needed (is the file system full?)"
+            )));
+        }
+        RunDir::create(state_dir, tag).map_err(|e| cannot(e.to_string()))
+    }
+}
+
+/// Bytes an unprivileged writer could still write on the file system of `dir`.
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: statvfs fills the zeroed struct from one NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
 /// The tag of a run's directory and of its files: `job-<id>` (digits only, else `job-invalid`),
 /// `recheck`, or `nojob`.
 pub fn tag(job: Option<&str>, recheck: bool) -> String {

@@ -17,6 +17,11 @@ use std::time::{Duration, Instant};
 
 /// The worker's PATH. Fixed: the prolog's own environment has none, and the job's must not count.
 pub const WORKER_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+/// `worker.log` keeps at most this much of the start of each of the worker's streams, and as
+/// much of their end, with a line saying how much was cut: root's disk is not the worker's to
+/// fill (a worker wrote 1.2 GB in 1.7 s), and the 32 newest runs are kept.
+pub const LOG_HEAD_BYTES: usize = 1 << 20;
+pub const LOG_TAIL_BYTES: usize = 1 << 20;
 
 /// Everything needed to start one worker run.
 #[derive(Debug, Clone)]
@@ -169,8 +174,16 @@ pub fn run(req: &Request) -> Run {
             .map(|(k, v)| (k.into(), v.into()))
             .collect(),
     );
-    spec.stdout = Output::File(out);
-    spec.stderr = Output::File(err);
+    spec.stdout = Output::Capped {
+        file: out,
+        head: LOG_HEAD_BYTES,
+        tail: LOG_TAIL_BYTES,
+    };
+    spec.stderr = Output::Capped {
+        file: err,
+        head: LOG_HEAD_BYTES,
+        tail: LOG_TAIL_BYTES,
+    };
     // Guarded: a SIGKILL of the prolog (slurmd's PrologEpilogTimeout) takes the whole group.
     let done = match supervise::run_guarded(spec) {
         Ok(d) => d,
@@ -189,8 +202,20 @@ pub fn run(req: &Request) -> Run {
         problem,
         report,
         elapsed: start.elapsed(),
-        output_tail: tail(&req.log(), 3),
+        // The worker's last words are on its standard error; worker.log may end with the kept
+        // tail of its standard output after a cut.
+        output_tail: last_lines(&done.stderr, 3)
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| tail(&req.log(), 3)),
     }
+}
+
+/// The last `n` non-empty lines of `bytes`, joined with " | " (at most 400 characters).
+fn last_lines(bytes: &[u8], n: usize) -> Option<String> {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let s = lines[lines.len().saturating_sub(n)..].join(" | ");
+    Some(s.chars().take(400).collect())
 }
 
 /// The last `n` non-empty lines of `path`, joined with " | " (at most 400 characters).
@@ -358,6 +383,31 @@ mod tests {
             .unwrap_or("")
             .contains("cannot start"));
         assert_eq!(run.ended, "the worker did not start");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_gigabyte_of_worker_output_leaves_a_capped_log_that_says_what_was_cut() {
+        let dir = scratch_dir("worker-flood");
+        let w = script(
+            &dir,
+            "head -c 1000000000 /dev/zero | tr '\\0' x; echo; echo 'nccl-check: FAIL the last line' >&2; exit 1",
+        );
+        let run = run(&request(&dir, w, 60_000));
+        assert_eq!(run.exit_code, Some(1), "{:?}", run.problem);
+        let req = request(&dir, PathBuf::new(), 1);
+        let size = std::fs::metadata(req.log()).expect("worker.log").len();
+        let most = 2 * (LOG_HEAD_BYTES + LOG_TAIL_BYTES) as u64 + 1024;
+        assert!(size <= most, "worker.log is {size} bytes");
+        let log = std::fs::read(req.log()).expect("read");
+        let text = String::from_utf8_lossy(&log);
+        assert!(
+            text.contains("[nccl-check: 997902849 bytes of the worker's standard output cut here; its first 1048576 and last 1048576 bytes are kept]"),
+            "{}",
+            &text[LOG_HEAD_BYTES..LOG_HEAD_BYTES + 300]
+        );
+        assert!(text.contains("nccl-check: FAIL the last line\n"));
+        assert_eq!(run.output_tail, "nccl-check: FAIL the last line");
         std::fs::remove_dir_all(&dir).ok();
     }
 

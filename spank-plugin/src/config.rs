@@ -9,8 +9,9 @@
 //! - `timeout=SECS`: 1..=3600. The worker gets `--timeout SECS`; the plugin kills the worker's
 //!   whole process group [`KILL_GRACE_SECS`] seconds later if it is still running.
 //! - `port_range=LO-HI`: TCP ports for the worker's rendezvous on the step's first node,
-//!   1024 <= LO <= HI <= 65535, default 29501-29999. One port per step, chosen from (job id,
-//!   step id) by `bench_core::slurm_rendezvous::port`; PyTorch's 29500 is never chosen.
+//!   1024 <= LO <= HI <= 65535, default 29501-29999. The worker draws 8 candidate ports per step
+//!   from the step's secret (`bench_core::slurm_rendezvous::secret_candidates`); PyTorch's
+//!   29500 is never chosen.
 //! - `default_mode=quick|full|sharp|warn|off|plan=NAME`: the mode of a bare `--nccl-check` (no
 //!   `=mode`); `sharp` needs `allow_sharp=1`; `plan=NAME` runs the worker config's plan NAME.
 //! - `allow_sharp=0|1`: 0 forces `NCCL_COLLNET_ENABLE=0` in the worker's environment, so a check

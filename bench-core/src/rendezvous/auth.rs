@@ -9,7 +9,15 @@
 //!   the user exports one (`openssl rand -hex 32`).
 //! - [`Munge`]: under Slurm without the plugin, a MUNGE credential (what Slurm itself trusts)
 //!   whose payload is the context's SHA-256; the receiver accepts it only if munged says it was
-//!   encoded by this same uid. MUNGE's replay cache makes each credential good once.
+//!   encoded by this same uid. MUNGE's replay cache makes each credential good once. Every
+//!   credential is restricted to this uid (munge's restrict-uid: no other user, root included,
+//!   can decode it), covers the connection's transcript (both nonces, both session keys, both
+//!   addresses), and a member sends one only after the coordinator has proved itself. Encoding
+//!   and decoding run a program each, at most [`MUNGE_AT_ONCE`] at a time in this process, so a
+//!   stranger's flood of connections cannot make it start processes without bound.
+//!
+//! The proofs authenticate the handshake; the connection's keys ([`super::session`]) protect
+//! everything after it.
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -18,7 +26,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Protocol name, the first part of every proof's context.
-pub const PROTOCOL: &str = "nccl-check-rendezvous/2";
+/// Version 3: sessions (sealed frames after the handshake); 2 had proofs per message only. Two
+/// versions refuse each other, and say which version the other speaks.
+pub const PROTOCOL: &str = "nccl-check-rendezvous/3";
 
 /// The bytes a proof covers: protocol, purpose, step label, the other side's nonce, the message.
 pub fn context(purpose: &str, label: &str, nonce: &str, body: &[u8]) -> Vec<u8> {
@@ -96,6 +106,9 @@ pub trait Authenticator: Send + Sync {
     fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), String>;
     /// How peers are authenticated, for messages and the report.
     fn describe(&self) -> String;
+    /// Key material every process of the step holds and nobody else does, mixed into each
+    /// connection's keys; empty where there is none (MUNGE: the proofs cover the key exchange).
+    fn psk(&self) -> &[u8];
 }
 
 /// HMAC-SHA256 with a shared secret.
@@ -148,6 +161,10 @@ impl Authenticator for SharedSecret {
     fn describe(&self) -> String {
         format!("HMAC-SHA256 with the shared secret from {}", self.source)
     }
+
+    fn psk(&self) -> &[u8] {
+        &self.key
+    }
 }
 
 /// MUNGE credentials through the `munge` and `unmunge` programs.
@@ -164,6 +181,43 @@ const MUNGE_DIRS: &[&str] = &["/usr/bin", "/bin", "/usr/local/bin"];
 const MUNGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest credential or unmunge output accepted.
 const MAX_MUNGE_OUTPUT: u64 = 64 * 1024;
+/// Most munge or unmunge programs this process runs at once; a handshake that finds none free
+/// before its deadline is refused (a real member retries).
+pub const MUNGE_AT_ONCE: usize = 4;
+
+/// Slots for [`MUNGE_AT_ONCE`] programs at a time.
+static MUNGE_SLOTS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+static MUNGE_FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// One of the slots, given back when dropped.
+struct MungeSlot;
+
+impl MungeSlot {
+    fn take(until: Instant) -> Result<MungeSlot, String> {
+        let mut busy = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        while *busy >= MUNGE_AT_ONCE {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return Err(format!(
+                    "MUNGE is busy: {MUNGE_AT_ONCE} credentials are being made or checked already (a flood of connections?)"
+                ));
+            };
+            busy = MUNGE_FREED
+                .wait_timeout(busy, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *busy += 1;
+        Ok(MungeSlot)
+    }
+}
+
+impl Drop for MungeSlot {
+    fn drop(&mut self) {
+        let mut busy = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        *busy = busy.saturating_sub(1);
+        MUNGE_FREED.notify_one();
+    }
+}
 
 impl Munge {
     /// Finds the programs; `socket` is munged's socket when not the default.
@@ -191,6 +245,8 @@ impl Munge {
         input: &[u8],
         deadline: Instant,
     ) -> Result<String, String> {
+        let until = deadline.min(Instant::now() + MUNGE_TIMEOUT);
+        let _slot = MungeSlot::take(until)?;
         let mut cmd = Command::new(program);
         if let Some(s) = &self.socket {
             cmd.arg("--socket").arg(s);
@@ -207,7 +263,6 @@ impl Munge {
         if let Some(mut stdin) = child.stdin.take() {
             let _ = stdin.write_all(input);
         }
-        let until = deadline.min(Instant::now() + MUNGE_TIMEOUT);
         let status = loop {
             match child.try_wait() {
                 Ok(Some(s)) => break s,
@@ -229,7 +284,22 @@ impl Munge {
             if let Some(e) = child.stderr.take() {
                 let _ = e.take(4096).read_to_string(&mut err);
             }
-            return Err(format!("{}: {}", program.display(), err.trim()));
+            // unmunge names a refused credential on stderr, or as its STATUS on stdout; say
+            // something either way.
+            let status_line = out
+                .lines()
+                .find_map(|l| l.strip_prefix("STATUS:"))
+                .map(str::trim);
+            let why = match (err.trim(), status_line) {
+                ("", Some(s)) => s.to_string(),
+                ("", None) => format!("exited with {status} and said nothing"),
+                (e, _) => e.to_string(),
+            };
+            return Err(format!(
+                "{}: {}",
+                program.display(),
+                crate::text::escape_control(&why)
+            ));
         }
         Ok(out)
     }
@@ -266,7 +336,13 @@ pub fn parse_unmunge(out: &str) -> Result<(String, u32, String), String> {
 
 impl Authenticator for Munge {
     fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, String> {
-        let cred = self.run(&self.munge, &["--string", &digest(context)], b"", deadline)?;
+        let uid = self.uid.to_string();
+        let cred = self.run(
+            &self.munge,
+            &["--restrict-uid", &uid, "--string", &digest(context)],
+            b"",
+            deadline,
+        )?;
         Ok(cred.trim().to_string())
     }
 
@@ -282,7 +358,15 @@ impl Authenticator for Munge {
         )?;
         let (status, uid, payload) = parse_unmunge(&out)?;
         if !status.starts_with("Success") {
-            return Err(format!("MUNGE credential refused: {status}"));
+            let status = if status.is_empty() {
+                "no reason given"
+            } else {
+                &status
+            };
+            return Err(format!(
+                "MUNGE credential refused: {}",
+                crate::text::escape_control(status)
+            ));
         }
         if uid != self.uid {
             return Err(format!(
@@ -298,6 +382,10 @@ impl Authenticator for Munge {
 
     fn describe(&self) -> String {
         format!("MUNGE credentials of uid {}", self.uid)
+    }
+
+    fn psk(&self) -> &[u8] {
+        &[]
     }
 }
 

@@ -1,11 +1,13 @@
 //! The coordinator's side: listen on the rendezvous address, authenticate every member in a
 //! handshake of its own (many at once, each with a short deadline, so a slow or idle stranger
-//! never delays the real members), then hand everyone the NCCL unique id and the member list.
+//! never delays the real members), then hand everyone the NCCL unique id and the member list,
+//! sealed under each connection's keys.
 
 use super::absent;
 use super::auth::{self, Authenticator};
-use super::messages::{self, Accepted, Challenge, Hello, Welcome, WelcomeBody};
+use super::messages::{self, Greeting, Hello, Opening, Proof, Version, Welcome};
 use super::plane::ControlPlane;
+use super::session::{self, KeyPair, Keys, Role, Session};
 use super::wire;
 use super::{Joined, Member, Setup};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -23,10 +25,14 @@ pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 const MAX_REFUSALS_LOGGED: usize = 3;
 
 /// One member that passed its handshake.
-struct Arrival {
+pub(super) struct Arrival {
     member: Member,
-    nonce: String,
-    stream: TcpStream,
+    session: Session,
+}
+
+/// A socket address as both sides write it into the transcript (IPv4-mapped IPv6 as IPv4).
+pub(super) fn addr_text(a: SocketAddr) -> String {
+    SocketAddr::new(a.ip().to_canonical(), a.port()).to_string()
 }
 
 /// Binds the first free candidate port on the rendezvous host's address.
@@ -92,7 +98,7 @@ fn readable(listener: &TcpListener, wait: Duration) -> bool {
 }
 
 /// One member's handshake, on its own thread.
-fn handshake(
+pub(super) fn handshake(
     mut stream: TcpStream,
     world: u32,
     label: &str,
@@ -102,34 +108,80 @@ fn handshake(
     let deadline = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let nonce = auth::nonce()?;
-    let challenge = Challenge {
+    let from = stream.peer_addr().map_err(|e| e.to_string())?;
+    let seen_from = addr_text(from);
+    let seen_to = addr_text(stream.local_addr().map_err(|e| e.to_string())?);
+    let who = |e: String| format!("from {from}: {e}");
+    let keys = KeyPair::new()?;
+    let greeting = Greeting {
         protocol: auth::PROTOCOL.into(),
         label: label.into(),
-        nonce: nonce.clone(),
+        nonce: auth::nonce()?,
+        key: keys.public_hex(),
     };
-    wire::send(&mut stream, &challenge, deadline).map_err(|e| e.to_string())?;
+    wire::send(&mut stream, &greeting, deadline).map_err(|e| who(e.to_string()))?;
+    let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, deadline)
+        .map_err(|e| who(e.to_string()))?;
+    let version: Version = wire::decode(&first).map_err(|e| who(e.to_string()))?;
+    if version.protocol != auth::PROTOCOL {
+        return Err(who(format!(
+            "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
+            crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+            auth::PROTOCOL
+        )));
+    }
+    let opening: Opening = wire::decode(&first).map_err(|e| who(e.to_string()))?;
+    messages::check_nonce(&opening.nonce).map_err(who)?;
+    let their_key = session::check_key(&opening.key).map_err(who)?;
+    messages::check_addr(&opening.from).map_err(who)?;
+    messages::check_addr(&opening.to).map_err(who)?;
+    let transcript = session::transcript(&[
+        label,
+        &greeting.nonce,
+        &greeting.key,
+        &opening.nonce,
+        &opening.key,
+        &seen_from,
+        &seen_to,
+    ]);
+    let t_hex = hex::encode(transcript);
+    let proof = Proof {
+        from: seen_from.clone(),
+        to: seen_to.clone(),
+        proof: auth
+            .prove(&auth::context("coordinator", label, &t_hex, b""), deadline)
+            .map_err(who)?,
+    };
+    wire::send(&mut stream, &proof, deadline).map_err(|e| who(e.to_string()))?;
+    if opening.from != seen_from || opening.to != seen_to {
+        // The member will see it too and look elsewhere; this side just names it.
+        return Err(format!(
+            "a connection relayed by another process: it left {} for {}, and arrived from {seen_from} at {seen_to}",
+            opening.from, opening.to
+        ));
+    }
     let hello: Hello =
-        wire::recv(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(|e| e.to_string())?;
-    messages::check_proof(&hello.proof)?;
-    messages::check_hello(&hello.body, world)?;
+        wire::recv(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(|e| who(e.to_string()))?;
+    messages::check_proof(&hello.proof).map_err(who)?;
+    messages::check_hello(&hello.body, world).map_err(who)?;
     let body = serde_json::to_vec(&hello.body).map_err(|e| e.to_string())?;
     auth.verify(
-        &auth::context("hello", label, &nonce, &body),
+        &auth::context("member", label, &t_hex, &body),
         &hello.proof,
         deadline,
-    )?;
-    let accepted = Accepted {
-        proof: auth.prove(
-            &auth::context("accepted", label, &hello.body.nonce, &body),
-            deadline,
-        )?,
-    };
-    wire::send(&mut stream, &accepted, deadline).map_err(|e| e.to_string())?;
+    )
+    .map_err(|e| who(format!("process rank {}: {e}", hello.body.member.proc_rank)))?;
+    let keys = Keys::derive(
+        &keys,
+        &their_key,
+        auth.psk(),
+        &transcript,
+        Role::Coordinator,
+    )
+    .map_err(who)?;
     Ok(Arrival {
         member: hello.body.member,
-        nonce: hello.body.nonce,
-        stream,
+        session: Session::new(stream, keys),
     })
 }
 
@@ -166,7 +218,7 @@ pub fn serve(
                             if r == me.proc_rank as usize || slots[r].is_some() {
                                 eprintln!(
                                 "nccl-check: rendezvous: process rank {r} joined twice; the second ({}) is ignored",
-                                a.member.host
+                                crate::text::escape_control(&a.member.host)
                             );
                             } else {
                                 slots[r] = Some(a);
@@ -177,7 +229,10 @@ pub fn serve(
                             refused += 1;
                             // A stranger retrying every 50 ms must not flood the job's log.
                             if refused <= MAX_REFUSALS_LOGGED {
-                                eprintln!("nccl-check: rendezvous: refused a connection: {why}");
+                                eprintln!(
+                                    "nccl-check: rendezvous: refused a connection: {}",
+                                    crate::text::escape_control(&why)
+                                );
                             }
                         }
                     }
@@ -256,7 +311,7 @@ fn welcome(
         match slot {
             Some(a) => {
                 members.push(a.member.clone());
-                peers.push((a.member, a.nonce, a.stream));
+                peers.push((a.member, a.session));
             }
             None if r == my_rank => members.push(me.clone()),
             None => return Err(format!("process rank {r} has no connection")),
@@ -264,29 +319,20 @@ fn welcome(
     }
     messages::assign_ranks(&mut members)?;
     let unique_id = make_id()?;
-    let body = WelcomeBody {
+    let msg = Welcome {
         unique_id: hex::encode(unique_id),
         members: members.clone(),
     };
-    let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
     let mut plane = Vec::with_capacity(peers.len());
-    for (m, nonce, mut stream) in peers {
-        let proof = setup.auth.prove(
-            &auth::context("welcome", &setup.label, &nonce, &bytes),
-            setup.deadline,
-        )?;
-        let msg = Welcome {
-            body: body.clone(),
-            proof,
-        };
-        wire::send(&mut stream, &msg, setup.deadline).map_err(|e| {
+    for (m, mut session) in peers {
+        session.send(&msg, setup.deadline).map_err(|e| {
             format!(
                 "rendezvous: sending to process rank {} ({}): {e}",
                 m.proc_rank, m.host
             )
         })?;
         let m = members[m.proc_rank as usize].clone();
-        plane.push((m, stream));
+        plane.push((m, session));
     }
     Ok(Joined {
         unique_id,

@@ -1,21 +1,49 @@
-//! A member's side: find the coordinator among the candidate ports (retrying until the
-//! deadline, since processes start seconds apart), prove who it is, insist on the coordinator's
-//! proof before trusting anything it says, then wait for the welcome.
+//! A member's side: find the coordinator among the candidate ports (every port tried on its own
+//! thread, retrying until the deadline, since processes start seconds apart), insist on the
+//! coordinator's proof before showing a credential or trusting anything it says, then wait for
+//! the sealed welcome.
+//!
+//! A port held by something else (a squatter, a relay, another step's or version's coordinator,
+//! a listener that never speaks) is named once and left to its thread while the others go on;
+//! when every candidate has been held by such a process twice in a row, the coordinator cannot
+//! be on any of them and the member ends at once, not at the deadline.
 
 use super::auth;
-use super::messages::{self, Accepted, Challenge, Hello, HelloBody, Welcome};
+use super::coordinator::{addr_text, HANDSHAKE_TIMEOUT};
+use super::messages::{self, Greeting, Hello, HelloBody, Opening, Proof, Version, Welcome};
 use super::plane::ControlPlane;
-use super::wire;
+use super::session::{self, KeyPair, Keys, Role, Session};
+use super::wire::{self, WireError};
 use super::{Joined, Member, Setup};
+use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A connection to the step's authenticated coordinator, before the welcome.
+/// A session with the step's authenticated coordinator, before the welcome.
 struct Admitted {
-    stream: TcpStream,
-    nonce: String,
+    session: Session,
     port: u16,
 }
+
+/// Why one try at a candidate port did not reach the coordinator.
+#[derive(Debug, Clone)]
+enum Miss {
+    /// Nothing listens there (yet), or it closed at once: the coordinator may be starting, or
+    /// busy with others; worth trying again.
+    Open(String),
+    /// Something holds the port and is not this step's coordinator: it answered and could not
+    /// prove itself, relays the connection, or said nothing for a whole handshake's time.
+    Held(String),
+}
+
+/// Retries before a held port counts as held for good (see [`connect`]).
+const HELD_TRIES: u32 = 2;
+/// Pause between two tries at one port.
+const RETRY: Duration = Duration::from_millis(50);
+/// Pause after a try found the port held.
+const HELD_RETRY: Duration = Duration::from_millis(300);
 
 /// The addresses of `host`, looked up on a helper thread so that a slow resolver (a name that
 /// does not resolve can take 10 s per try) never holds this process past `deadline`.
@@ -50,108 +78,316 @@ fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, Strin
         .ok_or_else(|| format!("{host} resolves to no address"))
 }
 
-/// One attempt at one port: connect, answer the challenge, check the coordinator's proof.
-fn attempt(setup: &Setup, me: &Member, port: u16) -> Result<Admitted, String> {
+/// The connection's two ends, as the transcript writes them.
+fn ends(stream: &TcpStream) -> Result<(String, String), String> {
+    let local = stream.local_addr().map_err(|e| e.to_string())?;
+    let peer = stream.peer_addr().map_err(|e| e.to_string())?;
+    Ok((addr_text(local), addr_text(peer)))
+}
+
+/// A wire error while the port's holder is expected to speak.
+fn silence(e: WireError) -> Miss {
+    match e {
+        WireError::Deadline => Miss::Held(format!(
+            "accepted the connection and said nothing for {} s (a silent listener, not this step's coordinator)",
+            HANDSHAKE_TIMEOUT.as_secs()
+        )),
+        WireError::Closed | WireError::Io(_) => Miss::Open(e.to_string()),
+        other => Miss::Held(format!("not an nccl-check coordinator: {other}")),
+    }
+}
+
+/// One try at one port: connect, read the greeting, check the coordinator's proof, and only then
+/// send this process's own. `track` keeps a handle on the socket so that another thread can cut
+/// the try short once the coordinator is found elsewhere (false: it was found already).
+fn attempt(
+    setup: &Setup,
+    me: &Member,
+    port: u16,
+    track: &dyn Fn(Option<&TcpStream>) -> bool,
+) -> Result<Admitted, Miss> {
     let left = setup
         .deadline
         .checked_duration_since(Instant::now())
-        .ok_or("deadline passed")?;
-    let addr = resolve(&setup.host, port, setup.deadline)?;
+        .ok_or_else(|| Miss::Open("deadline passed".into()))?;
+    let addr = resolve(&setup.host, port, setup.deadline).map_err(Miss::Open)?;
     let mut stream = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
-        .map_err(|e| e.to_string())?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let deadline = setup
-        .deadline
-        .min(Instant::now() + super::coordinator::HANDSHAKE_TIMEOUT);
-    let challenge: Challenge =
-        wire::recv(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(|e| e.to_string())?;
-    if challenge.protocol != auth::PROTOCOL {
-        return Err(format!(
-            "not an nccl-check coordinator (protocol '{}')",
-            challenge.protocol.chars().take(40).collect::<String>()
+        .map_err(|e| Miss::Open(e.to_string()))?;
+    if !track(Some(&stream)) {
+        return Err(Miss::Open(
+            "the coordinator was found on another port".into(),
         ));
     }
-    if challenge.label != setup.label {
-        return Err("the coordinator of another job step".into());
-    }
-    messages::check_nonce(&challenge.nonce)?;
-    let nonce = auth::nonce()?;
-    let body = HelloBody {
-        world: setup.world,
-        member: me.clone(),
-        nonce: nonce.clone(),
-    };
-    let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-    let proof = setup.auth.prove(
-        &auth::context("hello", &setup.label, &challenge.nonce, &bytes),
-        deadline,
-    )?;
-    wire::send(&mut stream, &Hello { body, proof }, deadline).map_err(|e| e.to_string())?;
-    let accepted: Accepted =
-        wire::recv(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(|e| e.to_string())?;
-    messages::check_proof(&accepted.proof)?;
-    setup
-        .auth
-        .verify(
-            &auth::context("accepted", &setup.label, &nonce, &bytes),
-            &accepted.proof,
-            deadline,
-        )
-        .map_err(|e| format!("the process on this port is not this step's coordinator: {e}"))?;
-    Ok(Admitted {
-        stream,
-        nonce,
+    let r = attempt_on(setup, me, &mut stream);
+    let _ = track(None);
+    r.map(|keys| Admitted {
+        session: Session::new(stream, keys),
         port,
     })
 }
 
-/// Joins through the coordinator.
-pub fn connect(setup: &Setup, me: Member) -> Result<Joined, String> {
-    let mut last_error = String::from("no attempt");
-    let mut admitted = None;
-    'search: while admitted.is_none() {
-        for &port in &setup.ports {
-            if Instant::now() >= setup.deadline {
-                break 'search;
-            }
-            match attempt(setup, &me, port) {
-                Ok(a) => {
-                    admitted = Some(a);
-                    break;
-                }
-                Err(e) => last_error = format!("port {port}: {e}"),
-            }
-        }
-        if admitted.is_none() {
-            // The coordinator may start seconds later (srun starts tasks unevenly).
-            let left = setup.deadline.saturating_duration_since(Instant::now());
-            std::thread::sleep(Duration::from_millis(50).min(left));
-        }
-    }
-    let Some(mut a) = admitted else {
-        return Err(format!(
-            "rendezvous at {}: the coordinator never answered ({last_error})",
-            setup.host
-        ));
+fn attempt_on(setup: &Setup, me: &Member, stream: &mut TcpStream) -> Result<Keys, Miss> {
+    let open = |e: String| Miss::Open(e);
+    stream.set_nodelay(true).map_err(|e| open(e.to_string()))?;
+    let deadline = setup.deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+    let (local, peer) = ends(stream).map_err(open)?;
+    let keys = KeyPair::new().map_err(open)?;
+    // Sent at once, beside the coordinator's greeting: no round trip of its own.
+    let opening = Opening {
+        protocol: auth::PROTOCOL.into(),
+        nonce: auth::nonce().map_err(open)?,
+        key: keys.public_hex(),
+        from: local.clone(),
+        to: peer.clone(),
     };
-    let where_ = format!("rendezvous at {}:{}", setup.host, a.port);
-    let welcome: Welcome = wire::recv(&mut a.stream, wire::MAX_HANDSHAKE_FRAME, setup.deadline)
-        .map_err(|e| format!("{where_}: waiting for the other processes: {e}"))?;
-    messages::check_proof(&welcome.proof).map_err(|e| format!("{where_}: {e}"))?;
-    let bytes = serde_json::to_vec(&welcome.body).map_err(|e| e.to_string())?;
+    wire::send(stream, &opening, deadline).map_err(silence)?;
+    let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(silence)?;
+    let version: Version = wire::decode(&first)
+        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
+    if version.protocol != auth::PROTOCOL {
+        return Err(Miss::Held(format!(
+            "a process speaking protocol '{}', not {} (a worker of another nccl-check version, or not nccl-check)",
+            crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+            auth::PROTOCOL
+        )));
+    }
+    let greeting: Greeting = wire::decode(&first)
+        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
+    if greeting.label != setup.label {
+        return Err(Miss::Held(format!(
+            "the coordinator of another job step ('{}')",
+            crate::text::escape_control(&greeting.label.chars().take(60).collect::<String>())
+        )));
+    }
+    let held = |e: String| Miss::Held(format!("not this step's coordinator: {e}"));
+    messages::check_nonce(&greeting.nonce).map_err(held)?;
+    let their_key = session::check_key(&greeting.key).map_err(held)?;
+    let proof: Proof = wire::recv(stream, wire::MAX_HELLO_FRAME, deadline).map_err(silence)?;
+    messages::check_proof(&proof.proof).map_err(held)?;
+    messages::check_addr(&proof.from).map_err(held)?;
+    messages::check_addr(&proof.to).map_err(held)?;
+    // The transcript as the coordinator saw the connection: its proof says whether that is
+    // really the coordinator; then whether it saw the same connection says whether anything
+    // sits between the two.
+    let transcript = session::transcript(&[
+        &setup.label,
+        &greeting.nonce,
+        &greeting.key,
+        &opening.nonce,
+        &opening.key,
+        &proof.from,
+        &proof.to,
+    ]);
+    let t_hex = hex::encode(transcript);
     setup
         .auth
         .verify(
-            &auth::context("welcome", &setup.label, &a.nonce, &bytes),
-            &welcome.proof,
-            setup.deadline,
+            &auth::context("coordinator", &setup.label, &t_hex, b""),
+            &proof.proof,
+            deadline,
         )
-        .map_err(|e| format!("{where_}: welcome refused: {e}"))?;
-    let unique_id = messages::check_welcome(&welcome.body, setup.world, &me)
+        .map_err(|e| {
+            Miss::Held(format!(
+                "answers like a coordinator but cannot prove it is this step's ({e}): a squatter"
+            ))
+        })?;
+    if proof.from != local || proof.to != peer {
+        return Err(Miss::Held(format!(
+            "held by a process that relays connections to this step's coordinator at {} (it sees this connection arrive from {}, this process left {local} for {peer})",
+            proof.to, proof.from
+        )));
+    }
+    let body = HelloBody {
+        world: setup.world,
+        member: me.clone(),
+    };
+    let bytes = serde_json::to_vec(&body).map_err(|e| open(e.to_string()))?;
+    let my_proof = setup
+        .auth
+        .prove(
+            &auth::context("member", &setup.label, &t_hex, &bytes),
+            deadline,
+        )
+        .map_err(open)?;
+    wire::send(
+        stream,
+        &Hello {
+            body,
+            proof: my_proof,
+        },
+        deadline,
+    )
+    .map_err(silence)?;
+    Keys::derive(
+        &keys,
+        &their_key,
+        setup.auth.psk(),
+        &transcript,
+        Role::Member,
+    )
+    .map_err(held)
+}
+
+/// What each port's thread reports.
+enum Report {
+    Found(Admitted),
+    Missed(u16, Miss),
+}
+
+/// Finds the coordinator: one thread per candidate port, each trying its port until it finds
+/// the coordinator, the others do, or the deadline passes.
+fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
+    let done = AtomicBool::new(false);
+    let in_flight: Mutex<HashMap<u16, TcpStream>> = Mutex::new(HashMap::new());
+    let (tx, rx) = mpsc::channel::<Report>();
+    std::thread::scope(|scope| {
+        for &port in &setup.ports {
+            let tx = tx.clone();
+            let (done, in_flight) = (&done, &in_flight);
+            scope.spawn(move || {
+                let track = |s: Option<&TcpStream>| {
+                    let mut f = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                    // Under the lock that the finder takes to cut every try short: a try that
+                    // connects after that is not started.
+                    if done.load(Ordering::Relaxed) {
+                        return false;
+                    }
+                    match s.and_then(|s| s.try_clone().ok()) {
+                        Some(s) => {
+                            f.insert(port, s);
+                        }
+                        None => {
+                            f.remove(&port);
+                        }
+                    }
+                    true
+                };
+                while !done.load(Ordering::Relaxed) && Instant::now() < setup.deadline {
+                    let report = match attempt(setup, me, port, &track) {
+                        Ok(a) => Report::Found(a),
+                        Err(m) => Report::Missed(port, m),
+                    };
+                    let pause = match &report {
+                        Report::Found(_) => None,
+                        Report::Missed(_, Miss::Open(_)) => Some(RETRY),
+                        // Every try at a relay costs the coordinator a handshake: slower.
+                        Report::Missed(_, Miss::Held(_)) => Some(HELD_RETRY),
+                    };
+                    if tx.send(report).is_err() {
+                        return;
+                    }
+                    let Some(pause) = pause else { return };
+                    // In slices, so that a thread pausing after a miss ends as soon as another
+                    // port found the coordinator (the join waits for every port's thread).
+                    let until = Instant::now() + pause;
+                    while !done.load(Ordering::Relaxed) {
+                        let now = Instant::now();
+                        if now >= until || now >= setup.deadline {
+                            break;
+                        }
+                        std::thread::sleep((until - now).min(Duration::from_millis(5)));
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let result = watch(setup, &rx);
+        let mut f = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        done.store(true, Ordering::Relaxed);
+        for (_, s) in f.drain() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        drop(f);
+        result
+    })
+}
+
+/// Reads the ports' reports until the coordinator is found, every port is held for good, or
+/// the deadline.
+fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String> {
+    // Per port: how many tries in a row found it held, and the latest word on it.
+    let mut held: HashMap<u16, u32> = HashMap::new();
+    let mut latest: HashMap<u16, String> = HashMap::new();
+    let mut named = std::collections::HashSet::new();
+    loop {
+        let left = setup.deadline.saturating_duration_since(Instant::now());
+        let report = match rx.recv_timeout(left) {
+            Ok(r) => r,
+            Err(_) => {
+                let last = setup
+                    .ports
+                    .iter()
+                    .filter_map(|p| latest.get(p).map(|w| format!("port {p}: {w}")))
+                    .next()
+                    .unwrap_or_else(|| "no attempt".into());
+                return Err(format!(
+                    "rendezvous at {}: the coordinator never answered ({last})",
+                    setup.host
+                ));
+            }
+        };
+        let (port, miss) = match report {
+            Report::Found(a) => return Ok(a),
+            Report::Missed(port, miss) => (port, miss),
+        };
+        match &miss {
+            Miss::Open(why) => {
+                held.insert(port, 0);
+                latest.insert(port, why.clone());
+            }
+            Miss::Held(why) => {
+                *held.entry(port).or_insert(0) += 1;
+                if named.insert(port) {
+                    eprintln!(
+                        "nccl-check: rendezvous: port {port} on {}: {}; trying the other candidate ports",
+                        setup.host,
+                        crate::text::escape_control(why)
+                    );
+                }
+                latest.insert(port, why.clone());
+            }
+        }
+        let all_held = setup
+            .ports
+            .iter()
+            .all(|p| held.get(p).is_some_and(|&n| n >= HELD_TRIES));
+        if all_held {
+            let ports: Vec<String> = setup.ports.iter().map(u16::to_string).collect();
+            let first = setup.ports[0];
+            return Err(format!(
+                "rendezvous at {}: every candidate port ({}) is held by a process that is not this step's coordinator, so the coordinator could listen on none of them (port {first}: {})",
+                setup.host,
+                ports.join(", "),
+                crate::text::escape_control(latest.get(&first).map_or("", String::as_str))
+            ));
+        }
+    }
+}
+
+/// Joins through the coordinator.
+pub fn connect(setup: &Setup, me: Member) -> Result<Joined, String> {
+    if setup.ports.is_empty() {
+        return Err(format!("rendezvous at {}: no candidate port", setup.host));
+    }
+    let mut a = find(setup, &me)?;
+    let where_ = format!("rendezvous at {}:{}", setup.host, a.port);
+    let welcome: Welcome = a
+        .session
+        .recv(wire::MAX_HANDSHAKE_FRAME, setup.deadline)
+        .map_err(|e| match e {
+            WireError::Closed => format!(
+                "{where_}: the coordinator closed the connection before everyone had joined: it exited, was killed, or gave up (its own output says why)"
+            ),
+            other => format!("{where_}: waiting for the other processes: {other}"),
+        })?;
+    let unique_id = messages::check_welcome(&welcome, setup.world, &me)
         .map_err(|e| format!("{where_}: welcome refused: {e}"))?;
     Ok(Joined {
         unique_id,
-        members: welcome.body.members,
-        plane: ControlPlane::Leaf(a.stream),
+        members: welcome.members,
+        plane: ControlPlane::Leaf(
+            a.session
+                .named(format!("the coordinator ({}:{})", setup.host, a.port)),
+        ),
     })
 }

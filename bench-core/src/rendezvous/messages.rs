@@ -1,12 +1,18 @@
 //! The rendezvous messages and the checks every field passes before it is used.
 //!
-//! The handshake, per connection:
-//! 1. coordinator -> member: [`Challenge`] (protocol, step label, a fresh nonce);
-//! 2. member -> coordinator: [`Hello`] (who it is, its own nonce, a proof over both nonces);
-//! 3. coordinator -> member: [`Accepted`] (a proof over the member's nonce: the member now knows it
-//!    talks to its own step's coordinator, not to a process squatting on the port);
-//! 4. once everyone is in, coordinator -> member: [`Welcome`] (NCCL unique id, every member,
-//!    a proof binding them to this connection).
+//! The handshake, per connection (protocol [`super::auth::PROTOCOL`]):
+//! 1. both sides speak at once: coordinator -> member [`Greeting`] (protocol, step label, nonce,
+//!    a fresh X25519 public key); member -> coordinator [`Opening`] (protocol, its own nonce and
+//!    public key, the connection's two addresses as it sees them);
+//! 2. coordinator -> member: [`Proof`] (the addresses as the coordinator sees them, and its proof
+//!    over the transcript of 1 and 2): the member now knows it talks to its own step's
+//!    coordinator, directly, before it shows a credential of its own;
+//! 3. member -> coordinator: [`Hello`] (who it is, its proof over the transcript and that);
+//! 4. both derive the connection's keys ([`super::session`]); everything after this is sealed,
+//!    first, once everyone is in, coordinator -> member: [`Welcome`] (NCCL unique id, every member).
+//!
+//! One round trip and a half, as before sessions: the member's first message goes out with the
+//! coordinator's, not after it.
 //!
 //! Counts, ranks, sizes and names from a peer are validated with checked arithmetic; a value
 //! that would make this process allocate or index beyond the limits below is refused by name.
@@ -25,11 +31,41 @@ pub const UNIQUE_ID_BYTES: usize = 128;
 /// Longest proof (a MUNGE credential of a 64-character payload is about 200 bytes).
 pub const MAX_PROOF_LEN: usize = 4096;
 
+/// The first field of either side's first message, read before the rest so that a process of
+/// another protocol version is named as such (it is refused, and says which version it speaks).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Challenge {
+pub struct Version {
+    pub protocol: String,
+}
+
+/// Coordinator -> member, on accept.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Greeting {
     pub protocol: String,
     pub label: String,
     pub nonce: String,
+    /// X25519 public key, hex.
+    pub key: String,
+}
+
+/// Member -> coordinator, on connect.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Opening {
+    pub protocol: String,
+    pub nonce: String,
+    /// X25519 public key, hex.
+    pub key: String,
+    /// The connection as the member sees it: its own address, and the address it connected to.
+    pub from: String,
+    pub to: String,
+}
+
+/// Coordinator -> member: the connection as the coordinator sees it, and its proof.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Proof {
+    pub from: String,
+    pub to: String,
+    pub proof: String,
 }
 
 /// What a member proves: everything it says about itself.
@@ -37,7 +73,6 @@ pub struct Challenge {
 pub struct HelloBody {
     pub world: u32,
     pub member: Member,
-    pub nonce: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,23 +81,26 @@ pub struct Hello {
     pub proof: String,
 }
 
+/// The coordinator's welcome, sealed: the id and the member list.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Accepted {
-    pub proof: String,
-}
-
-/// What the coordinator proves at the end: the id and the member list.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WelcomeBody {
+pub struct Welcome {
     /// Hex of the 128-byte NCCL unique id.
     pub unique_id: String,
     pub members: Vec<Member>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Welcome {
-    pub body: WelcomeBody,
-    pub proof: String,
+/// Longest socket address text accepted (`[v6 address%scope]:port`).
+pub const MAX_ADDR_LEN: usize = 64;
+
+/// A socket address as a peer wrote it: short printable ASCII.
+pub fn check_addr(a: &str) -> Result<(), String> {
+    if a.is_empty() || a.len() > MAX_ADDR_LEN || !a.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "address of {} bytes is not 1..{MAX_ADDR_LEN} printable characters",
+            a.len()
+        ));
+    }
+    Ok(())
 }
 
 /// A nonce is 64 hex digits.
@@ -113,8 +151,7 @@ pub fn check_hello(body: &HelloBody, world: u32) -> Result<(), String> {
             m.proc_rank, m.ngpus
         ));
     }
-    check_host(&m.host)?;
-    check_nonce(&body.nonce)
+    check_host(&m.host)
 }
 
 /// Gives every member its first NCCL rank, in process-rank order; the total must fit.
@@ -131,7 +168,7 @@ pub fn assign_ranks(members: &mut [Member]) -> Result<u32, String> {
 
 /// Checks the coordinator's welcome as seen by process `me` of `world`; returns the unique id.
 pub fn check_welcome(
-    body: &WelcomeBody,
+    body: &Welcome,
     world: u32,
     me: &Member,
 ) -> Result<[u8; UNIQUE_ID_BYTES], String> {
@@ -196,7 +233,6 @@ mod tests {
         HelloBody {
             world,
             member: member(r, g),
-            nonce: "a".repeat(64),
         }
     }
 
@@ -217,13 +253,13 @@ mod tests {
         let mut long = hello(1, 1, 2);
         long.member.host = "x".repeat(300);
         assert!(check_hello(&long, 2).is_err());
-        let mut short_nonce = hello(1, 1, 2);
-        short_nonce.nonce = "ab".into();
-        assert!(check_hello(&short_nonce, 2).is_err());
+        assert!(check_nonce("ab").is_err());
+        assert!(check_addr("127.0.0.1:29501").is_ok());
+        assert!(check_addr("a\x1b[2Jb").is_err());
     }
 
-    fn welcome(members: Vec<Member>) -> WelcomeBody {
-        WelcomeBody {
+    fn welcome(members: Vec<Member>) -> Welcome {
+        Welcome {
             unique_id: "00".repeat(128),
             members,
         }
@@ -263,9 +299,15 @@ mod tests {
                 let _ = check_proof(&h.proof);
             }
             if let Ok(w) = super::super::wire::decode::<Welcome>(&bytes) {
-                let _ = check_welcome(&w.body, 4, &member(1, 1));
+                let _ = check_welcome(&w, 4, &member(1, 1));
             }
-            let _ = super::super::wire::decode::<Challenge>(&bytes);
+            if let Ok(o) = super::super::wire::decode::<Opening>(&bytes) {
+                let _ = check_addr(&o.from);
+                let _ = check_nonce(&o.nonce);
+                let _ = super::super::session::check_key(&o.key);
+            }
+            let _ = super::super::wire::decode::<Greeting>(&bytes);
+            let _ = super::super::wire::decode::<Proof>(&bytes);
         }
 
         /// Well-formed messages with arbitrary numbers: checks never panic, and a welcome that
@@ -278,7 +320,7 @@ mod tests {
                 prop_assert!(members.len() == world as usize && (me.proc_rank as usize) < members.len());
             }
             for m in members {
-                let _ = check_hello(&HelloBody { world, member: m, nonce: "0".repeat(64) }, world);
+                let _ = check_hello(&HelloBody { world, member: m }, world);
             }
         }
     }

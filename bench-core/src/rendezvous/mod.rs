@@ -3,7 +3,9 @@
 //! may start seconds apart), everyone proves it belongs to the same job step, learns the NCCL
 //! unique id and its rank offset, and later the same connections carry barriers and sums.
 //!
-//! - [`auth`]: proofs (a per-step shared secret, or MUNGE credentials) over per-connection nonces;
+//! - [`auth`]: proofs (a per-step shared secret, or MUNGE credentials) over each connection's
+//!   transcript (nonces, key exchange, addresses);
+//! - [`session`]: each connection's own keys, and every frame after the handshake sealed;
 //! - [`wire`]: length-prefixed frames with size caps and one deadline per message;
 //! - [`messages`]: the handshake's messages and the validation of every field;
 //! - [`coordinator`] and [`member`]: the two sides of the handshake;
@@ -19,6 +21,7 @@ pub mod coordinator;
 pub mod member;
 pub mod messages;
 pub mod plane;
+pub mod session;
 pub mod wire;
 
 pub use plane::{ControlPlane, PlaneError};
@@ -109,7 +112,7 @@ mod tests {
         }
     }
 
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::net::{TcpListener, TcpStream};
     use std::time::Duration;
 
@@ -420,30 +423,8 @@ mod tests {
         squatter.join().unwrap();
     }
 
-    fn coordinator_handshake_for_test(mut stream: TcpStream, s: &Setup) -> Result<(), String> {
-        let nonce = auth::nonce()?;
-        wire::send(
-            &mut stream,
-            &messages::Challenge {
-                protocol: auth::PROTOCOL.into(),
-                label: s.label.clone(),
-                nonce,
-            },
-            s.deadline,
-        )
-        .map_err(|e| e.to_string())?;
-        let hello: messages::Hello = wire::recv(&mut stream, wire::MAX_HELLO_FRAME, s.deadline)
-            .map_err(|e| e.to_string())?;
-        let body = serde_json::to_vec(&hello.body).unwrap();
-        let proof = s.auth.prove(
-            &auth::context("accepted", &s.label, &hello.body.nonce, &body),
-            s.deadline,
-        )?;
-        wire::send(&mut stream, &messages::Accepted { proof }, s.deadline)
-            .map_err(|e| e.to_string())?;
-        let mut rest = Vec::new();
-        let _ = stream.take(1 << 16).read_to_end(&mut rest);
-        Ok(())
+    fn coordinator_handshake_for_test(stream: TcpStream, s: &Setup) -> Result<(), String> {
+        coordinator::handshake(stream, s.world, &s.label, s.auth, s.deadline).map(|_| ())
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Barriers, sums and gathers after the rendezvous, over the authenticated connections (a star
-//! through the coordinator: one message up and one down per process and operation).
+//! through the coordinator: one message up and one down per process and operation), every frame
+//! sealed under its connection's keys ([`super::session`]).
 //!
 //! - [`ControlPlane::reduce`]: every process sends a short vector, the coordinator combines them
 //!   element-wise (sum or minimum) and sends the result back. For a few values per operation:
@@ -12,11 +13,11 @@
 //! Frames are capped (by length for `reduce`, by a constant for `gather`); a mismatch in step,
 //! operation or length is an error naming the process, never a wrong result.
 
-use super::wire::{self, WireError};
+use super::session::Session;
+use super::wire::WireError;
 use super::Member;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// How `reduce` combines the processes' vectors, element by element.
@@ -96,10 +97,10 @@ pub enum ControlPlane {
     /// order.
     Root {
         me: u32,
-        peers: Vec<(Member, TcpStream)>,
+        peers: Vec<(Member, Session)>,
     },
     /// Any other process: the connection to the coordinator.
-    Leaf(TcpStream),
+    Leaf(Session),
 }
 
 fn reduce_frame(values: usize) -> usize {
@@ -117,14 +118,22 @@ fn peer_error(who: &str, e: WireError) -> PlaneError {
 }
 
 fn who(m: &Member) -> String {
-    format!("process rank {} ({})", m.proc_rank, m.host)
+    format!(
+        "process rank {} ({})",
+        m.proc_rank,
+        crate::text::escape_control(&m.host)
+    )
 }
 
+/// Another process's reason for giving up, as it may be printed: bounded, control characters
+/// escaped.
 fn aborted(why: Option<String>) -> String {
-    why.unwrap_or_default()
+    let why: String = why
+        .unwrap_or_default()
         .chars()
         .take(MAX_ABORT_CHARS)
-        .collect()
+        .collect();
+    crate::text::escape_control(&why)
 }
 
 /// Adds `entries` into `total`; an index out of range or a value that is not finite is the
@@ -246,7 +255,9 @@ impl ControlPlane {
                     ..Frame::default()
                 };
                 for (m, stream) in peers.iter_mut() {
-                    wire::send(stream, &down, deadline).map_err(|e| peer_error(&who(m), e))?;
+                    stream
+                        .send(&down, deadline)
+                        .map_err(|e| peer_error(&who(m), e))?;
                 }
                 Ok(total)
             }
@@ -339,7 +350,9 @@ impl ControlPlane {
                         reply: replies.get_mut(m.proc_rank as usize).map(Value::take),
                         ..Frame::default()
                     };
-                    wire::send(stream, &down, deadline).map_err(|e| peer_error(&who(m), e))?;
+                    stream
+                        .send(&down, deadline)
+                        .map_err(|e| peer_error(&who(m), e))?;
                 }
                 Ok(replies.get_mut(me).map(Value::take).unwrap_or_default())
             }
@@ -348,14 +361,17 @@ impl ControlPlane {
 
     /// A member's half of an operation: send, then wait for the coordinator's answer.
     fn round_trip(
-        stream: &mut TcpStream,
+        stream: &mut Session,
         up: &Frame,
         cap: usize,
         deadline: Instant,
     ) -> Result<Frame, PlaneError> {
-        wire::send(stream, up, deadline).map_err(|e| peer_error("the coordinator", e))?;
-        let reply: Frame =
-            wire::recv(stream, cap, deadline).map_err(|e| peer_error("the coordinator", e))?;
+        stream
+            .send(up, deadline)
+            .map_err(|e| peer_error(stream.peer(), e))?;
+        let reply: Frame = stream
+            .recv(cap, deadline)
+            .map_err(|e| peer_error(stream.peer(), e))?;
         if reply.abort.is_some() {
             return Err(PlaneError::Aborted(format!(
                 "another process gave up: {}",
@@ -371,7 +387,7 @@ impl ControlPlane {
     /// The coordinator's half: one frame from every other process, in rank order, each handed
     /// to `take` once its step and operation are checked. The first failure names the process.
     fn collect(
-        peers: &mut [(Member, TcpStream)],
+        peers: &mut [(Member, Session)],
         seq: u64,
         op: Op,
         cap: usize,
@@ -379,8 +395,9 @@ impl ControlPlane {
         mut take: impl FnMut(Frame) -> Result<(), String>,
     ) -> Result<(), PlaneError> {
         for (m, stream) in peers.iter_mut() {
-            let msg: Frame =
-                wire::recv(stream, cap, deadline).map_err(|e| peer_error(&who(m), e))?;
+            let msg: Frame = stream
+                .recv(cap, deadline)
+                .map_err(|e| peer_error(&who(m), e))?;
             if msg.abort.is_some() {
                 return Err(PlaneError::Aborted(format!(
                     "{} gave up: {}",
@@ -407,11 +424,11 @@ impl ControlPlane {
         match self {
             ControlPlane::Alone => {}
             ControlPlane::Leaf(s) => {
-                let _ = wire::send(s, &msg, soon);
+                let _ = s.send(&msg, soon);
             }
             ControlPlane::Root { peers, .. } => {
                 for (_, s) in peers.iter_mut() {
-                    let _ = wire::send(s, &msg, soon);
+                    let _ = s.send(&msg, soon);
                 }
             }
         }
@@ -427,7 +444,8 @@ fn out_of_step(theirs: u64, ours: u64) -> PlaneError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use crate::rendezvous::session::Keys;
+    use std::net::{TcpListener, TcpStream};
 
     /// A coordinator (process rank `me`) and `world - 1` members on loopback, joined without a
     /// handshake (the plane runs on connections the rendezvous authenticated).
@@ -446,7 +464,10 @@ mod tests {
                 ngpus: 1,
                 first_rank: r,
             };
-            peers.push((m, root_side));
+            let (down, up) = ([r as u8; 32], [r as u8 + 100; 32]);
+            peers.push((m, Session::new(root_side, Keys::from_raw(down, up))));
+            let leaf = Session::new(leaf, Keys::from_raw(up, down))
+                .named(format!("the coordinator ({addr})"));
             leaves.push((r, ControlPlane::Leaf(leaf)));
         }
         (ControlPlane::Root { me, peers }, leaves)
@@ -578,6 +599,19 @@ mod tests {
             );
             assert!(tb.join().unwrap().is_err());
         }
+    }
+
+    #[test]
+    fn a_coordinator_that_dies_is_named_with_its_address() {
+        let (root, mut leaves) = star(2, 0);
+        drop(root);
+        let (_, mut plane) = leaves.remove(0);
+        let e = plane.sum(1, &[1.0], soon(2000)).unwrap_err();
+        let PlaneError::Peer(m) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(m.starts_with("the coordinator (127.0.0.1:"), "{m}");
+        assert!(m.contains("the connection was closed (the process at the other end exited, was killed, or refused it)"), "{m}");
     }
 
     #[test]

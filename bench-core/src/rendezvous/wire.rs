@@ -1,4 +1,5 @@
-//! Framing of the control plane: a 4-byte big-endian length, then that many bytes of JSON.
+//! Framing of the control plane: a 4-byte big-endian length, then that many bytes (JSON during
+//! the handshake; sealed JSON after it, see [`super::session`]).
 //!
 //! Every frame has a size cap chosen by the caller (a handshake message is small; a sum carries
 //! one number per rank), checked before a byte of the body is buffered, and every read and write
@@ -27,6 +28,8 @@ pub enum WireError {
     TooLarge { len: usize, max: usize },
     /// Not JSON of the expected shape.
     Malformed(String),
+    /// A sealed frame that does not open: changed, replayed, reordered or dropped on the way.
+    Forged,
     /// Any other socket error.
     Io(String),
 }
@@ -35,7 +38,14 @@ impl std::fmt::Display for WireError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WireError::Deadline => write!(f, "no answer before the deadline"),
-            WireError::Closed => write!(f, "connection closed (the peer exited)"),
+            WireError::Closed => write!(
+                f,
+                "the connection was closed (the process at the other end exited, was killed, or refused it)"
+            ),
+            WireError::Forged => write!(
+                f,
+                "a message failed its integrity check: it was changed on the way (a process relaying the connection?)"
+            ),
             WireError::TooLarge { len, max } => {
                 write!(f, "message of {len} bytes is over the limit of {max}")
             }
@@ -85,13 +95,18 @@ pub fn send<T: Serialize>(
     deadline: Instant,
 ) -> Result<(), WireError> {
     let body = serde_json::to_vec(msg).map_err(|e| WireError::Malformed(e.to_string()))?;
+    send_frame(stream, &body, deadline)
+}
+
+/// Sends one frame of raw bytes.
+pub fn send_frame(stream: &mut TcpStream, body: &[u8], deadline: Instant) -> Result<(), WireError> {
     let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge {
         len: body.len(),
         max: u32::MAX as usize,
     })?;
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&body);
+    frame.extend_from_slice(body);
     let mut done = 0;
     while done < frame.len() {
         stream
@@ -113,6 +128,15 @@ pub fn recv<T: DeserializeOwned>(
     max: usize,
     deadline: Instant,
 ) -> Result<T, WireError> {
+    decode(&recv_frame(stream, max, deadline)?)
+}
+
+/// Receives one frame of at most `max` bytes.
+pub fn recv_frame(
+    stream: &mut TcpStream,
+    max: usize,
+    deadline: Instant,
+) -> Result<Vec<u8>, WireError> {
     let mut len = [0u8; 4];
     read_exact(stream, &mut len, deadline)?;
     let len = u32::from_be_bytes(len) as usize;
@@ -121,7 +145,7 @@ pub fn recv<T: DeserializeOwned>(
     }
     let mut body = vec![0u8; len];
     read_exact(stream, &mut body, deadline)?;
-    decode(&body)
+    Ok(body)
 }
 
 /// Parses a frame's body (separate so the parser can be fuzzed without sockets).
