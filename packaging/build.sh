@@ -267,23 +267,45 @@ done
 EOF
 }
 
-# The script that refuses to remove the prolog while slurm.conf still runs it (DEB prerm remove,
+# The script that refuses to remove the prolog while Slurm still runs it (DEB prerm remove,
 # RPM %preun on erase): slurmd would fail every job's prolog and DRAIN the node (observed on
-# 22.05). slurm.conf is the admin's and is never edited here; NCCL_CHECK_FORCE_REMOVE=1 overrides.
+# 22.05 and 24.11). The prolog itself reads Slurm's configuration as this node uses it
+# (`--where-configured`: the controller's live Prolog list in every scontrol format, each
+# slurm.conf with its Include files, a configless node's cache under /run/slurm/conf or the spool
+# directory). Should it not run at all, a plain search of the same places decides. slurm.conf is
+# the admin's and is never edited here; NCCL_CHECK_FORCE_REMOVE=1 overrides.
 refuse_script() {
-    cat <<EOF
-where=
-for c in "\${SLURM_CONF:-}" /etc/slurm/slurm.conf; do
-    [ -n "\$c" ] && [ -f "\$c" ] && grep -Eqs '^[[:space:]]*(Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog' "\$c" && where="\$where \$c"
-done
-if [ -z "\$where" ] && command -v scontrol >/dev/null 2>&1; then
-    timeout 5 scontrol show config 2>/dev/null | grep -Eq '^(Prolog|Epilog) +=.*nccl-check-prolog' && where=" (scontrol show config)"
+    cat <<'EOF'
+where= rc=0
+if [ -x /usr/sbin/nccl-check-prolog ]; then
+    # set -e: a non-zero status here is an answer, not the end of the script.
+    out=$(timeout 30 /usr/sbin/nccl-check-prolog --where-configured 2>&1) || rc=$?
+    where=$(echo "$out" | grep -v '^#' || true)
 fi
-if [ -n "\$where" ] && [ "\${NCCL_CHECK_FORCE_REMOVE:-}" != 1 ]; then
-    echo "nccl-check: REFUSED: slurm.conf\$where still runs nccl-check-prolog (Prolog=)." >&2
+if [ ! -x /usr/sbin/nccl-check-prolog ] || { [ "$rc" != 0 ] && [ "$rc" != 1 ]; }; then
+    # The prolog could not tell: the same places, searched plainly.
+    for c in "${SLURM_CONF:-}" /etc/slurm/slurm.conf /run/slurm/conf/slurm.conf /var/spool/slurmd/conf-cache/slurm.conf; do
+        [ -n "$c" ] && [ -f "$c" ] || continue
+        for f in "$c" "$(dirname "$c")"/*.conf; do
+            if grep -Eqs '^[[:space:]]*(Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog' "$f"; then
+                where="$where
+$f"
+            fi
+        done
+    done
+    if command -v scontrol >/dev/null 2>&1; then
+        if timeout 10 scontrol show config 2>/dev/null | grep -Eq '^(Prolog|Epilog)(\[[0-9]+\])? +=.*nccl-check-prolog'; then
+            where="$where
+scontrol show config"
+        fi
+    fi
+fi
+if [ -n "$where" ] && [ "${NCCL_CHECK_FORCE_REMOVE:-}" != 1 ]; then
+    echo "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:" >&2
+    echo "$where" | sed '/^$/d; s/^/nccl-check:   /' >&2
     echo "nccl-check: Removing it now would make slurmd fail every job's prolog and DRAIN this node." >&2
-    echo "nccl-check: Remove that Prolog= entry, run 'scontrol reconfigure', then remove the package" >&2
-    echo "nccl-check: (or set NCCL_CHECK_FORCE_REMOVE=1 to remove it anyway)." >&2
+    echo "nccl-check: Remove that Prolog= entry (on a configless node: on the controller), run" >&2
+    echo "nccl-check: 'scontrol reconfigure', then remove the package (or set NCCL_CHECK_FORCE_REMOVE=1)." >&2
     exit 1
 fi
 EOF

@@ -22,6 +22,7 @@ pub mod rendezvous;
 pub mod report;
 pub mod running_thread;
 pub mod size;
+pub mod slurm_config;
 pub mod slurm_layout;
 pub mod slurm_rendezvous;
 pub mod supervise;

@@ -320,7 +320,9 @@ t_remove_disables_the_plugin_and_srun_keeps_working() {
     # make slurmd drain the node at its next job, so the package refuses (and never edits it).
     run_cmd "${APT[@]}" remove -y -q "$PKG"
     expect_rc_nonzero
-    expect_apt_says "nccl-check: REFUSED: slurm.conf $SLURM_CONF still runs nccl-check-prolog"
+    expect_apt_says "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:"
+    expect_apt_says "$SLURM_CONF:"
+    expect_apt_says "scontrol show config: Prolog=/usr/sbin/nccl-check-prolog"
     dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^ii' || fail "not installed after the refusal: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
     expect_file /usr/sbin/nccl-check-prolog
     enabled || fail "the refused removal disabled the plugin"
@@ -355,6 +357,58 @@ t_reinstall_after_remove_keeps_it_disabled() {
     expect_file "$SO"
     ! enabled || fail "reinstall re-enabled the plugin behind the admin's back"
     plain_srun_works
+}
+
+# The prolog named by an Include'd file or only in a configless node's cache (the issue's
+# finding 1: 24.11 prints `Prolog[0] = ...`, which the old prerm's grep missed, and a node
+# without a slurm.conf of its own had nothing else to look at): the removal is refused, names the
+# file and line, and no node drains.
+refused_and_nothing_drained() { # WHERE-LINE...
+    expect_rc_nonzero
+    expect_apt_says "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:"
+    local w; for w in "$@"; do expect_apt_says "$w"; done
+    dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^ii' || fail "removed anyway: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
+    expect_file /usr/sbin/nccl-check-prolog
+    plain_srun_works
+    [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "a node drained: $(sinfo -N -o '%N %T %E')"
+}
+
+t_include_remove_is_refused_when_an_included_file_runs_the_prolog() {
+    local inc=$CL/gate.conf
+    printf '# the site gate\nProlog=/usr/sbin/nccl-check-prolog\nPrologFlags=Alloc\n' > "$inc"
+    echo "Include $inc" >> "$SLURM_CONF"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    run_cmd "${APT[@]}" remove -y -q "$PKG"
+    refused_and_nothing_drained "$inc:2: Prolog=/usr/sbin/nccl-check-prolog" \
+        "scontrol show config: Prolog=/usr/sbin/nccl-check-prolog"
+}
+
+t_configless_remove_is_refused_from_the_conf_cache_with_or_without_the_controller() {
+    # What a configless slurmd (slurmd --conf-server) leaves: no /etc/slurm/slurm.conf and no
+    # SLURM_CONF, the controller's files in <SlurmdSpoolDir>/conf-cache, /run/slurm/conf a link
+    # to it (Slurm 22.05+). The controller runs the Include of the test above.
+    [ ! -e /etc/slurm/slurm.conf ] || { fail "/etc/slurm/slurm.conf exists here; not a configless node"; return 1; }
+    [ ! -e /run/slurm/conf ] || { fail "/run/slurm/conf exists on this machine; not touching it"; return 1; }
+    local cache=$CL/spool/d/n1/conf-cache
+    mkdir -p "$cache" /run/slurm
+    cp "$SLURM_CONF" "$CL/gate.conf" "$cache/"
+    sed -i "s#^Include .*/gate.conf\$#Include gate.conf#" "$cache/slurm.conf"   # relative to the cache
+    ln -s "$cache" /run/slurm/conf
+    # scontrol finds the controller through /run/slurm/conf/slurm.conf, as on a configless node.
+    run_cmd env -u SLURM_CONF "${APT[@]}" remove -y -q "$PKG"
+    refused_and_nothing_drained "/run/slurm/conf/gate.conf:2: Prolog=/usr/sbin/nccl-check-prolog" \
+        "scontrol show config: Prolog=/usr/sbin/nccl-check-prolog"
+    # The controller does not answer (scontrol has no config source): the cache alone decides.
+    run_cmd env SLURM_CONF=/nonexistent/slurm.conf "${APT[@]}" remove -y -q "$PKG"
+    refused_and_nothing_drained "/run/slurm/conf/gate.conf:2: Prolog=/usr/sbin/nccl-check-prolog"
+    # Undone as the admin would: the controller stops running it; the cache follows.
+    rm -f /run/slurm/conf && rmdir /run/slurm 2>/dev/null
+    rm -rf "$cache"
+    sed -i "\\#^Include $CL/gate.conf\$#d" "$SLURM_CONF"
+    rm -f "$CL/gate.conf"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    run_cmd /usr/sbin/nccl-check-prolog --where-configured
+    expect_rc0
 }
 
 t_purge_removes_everything() {
@@ -486,6 +540,8 @@ if [ "$TEST_FAILED" = 0 ]; then
     run_test "upgrade to revision 2 keeps the edited config files and the enabled plugin" t_upgrade_keeps_edited_config_files
     run_test "remove is refused while Prolog= runs the prolog (no drain); then disables the plugin line; srun keeps working" t_remove_disables_the_plugin_and_srun_keeps_working
     run_test "reinstall after remove keeps the plugin disabled" t_reinstall_after_remove_keeps_it_disabled
+    run_test "include: remove is refused while an Include'd file runs the prolog; nothing drains" t_include_remove_is_refused_when_an_included_file_runs_the_prolog
+    run_test "configless: remove is refused from /run/slurm/conf, with and without the controller; nothing drains" t_configless_remove_is_refused_from_the_conf_cache_with_or_without_the_controller
     run_test "purge removes config, state and every file" t_purge_removes_everything
     run_test "another Slurm major's package replaces this one; purging the old keeps the new" t_another_majors_package_replaces_this_one
 else
