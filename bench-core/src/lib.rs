@@ -44,6 +44,8 @@ pub mod nccl;
 #[cfg(feature = "gpu")]
 pub mod nccl_env;
 #[cfg(feature = "gpu")]
+pub mod node_ready;
+#[cfg(feature = "gpu")]
 pub mod options;
 #[cfg(feature = "gpu")]
 pub mod orchestrate;

@@ -6,6 +6,7 @@
 
 mod budget;
 mod cache;
+mod chain;
 mod check_config;
 mod config;
 mod decide;
@@ -124,7 +125,7 @@ fn run(cli: Cli) -> i32 {
         return slurm_uses::run(&scontrol, facts.slurm_conf.as_deref());
     }
     if cli.check_config {
-        return check_config::run(&path, explicit, &facts.node);
+        return check_config::run(&path, explicit, &facts.node, facts.slurm_conf.as_deref());
     }
     let cfg = match config::load(&path, explicit) {
         Ok(c) => c,

@@ -277,13 +277,41 @@ t_check_config_prints_every_key_and_its_source() {
     [ "$RC" = 0 ] || fail "--check-config: rc $RC, $(cat "$OUT")"
     grep -q "^on_fail = \"run\"    # $CONF:10\$" "$OUT" || fail "on_fail source: $(cat "$OUT")"
     grep -q '^on_error = "run"    # default$' "$OUT" || fail "on_error source: $(cat "$OUT")"
-    [ "$(grep -c ' # ' "$OUT")" = 16 ] || fail "not every key printed: $(cat "$OUT")"
+    [ "$(grep -cE '^[a-z_]+ = .*    # ' "$OUT")" = 16 ] || fail "not every key printed: $(cat "$OUT")"
     conf; echo 'on_fail = "drain"' >> "$CONF"
     prolog_direct --check-config
     [ "$RC" = 2 ] && grep -q "^INVALID $CONF:10: on_fail: " "$OUT" || fail "appended bad value: rc $RC, $(cat "$OUT")"
     conf 'worker = "/nonexistent/nccl-check"'
     prolog_direct --check-config
     [ "$RC" = 2 ] && grep -q "^NOT READY worker /nonexistent/nccl-check" "$OUT" || fail "missing worker: rc $RC, $(cat "$OUT")"
+}
+
+# The issue's findings 2-4: what makes the gate a drain or a no-op is NOT READY (exit 2).
+t_check_config_checks_the_budget_gres_and_the_worker_config() {
+    conf 'budget_seconds = 70'
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -q '^NOT READY budget_seconds = 70 is not below PrologEpilogTimeout = 60 (scontrol show config)' "$OUT" \
+        || fail "budget above PrologEpilogTimeout: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    grep -q 'set budget_seconds <= 53 ' "$OUT" || fail "no actionable budget: $(grep NOT "$OUT")"
+    conf 'gpus = "job"'
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -q '^NOT READY gpus = "job" but Slurm has no GresTypes=gpu' "$OUT" \
+        || fail "gpus = job without gres/gpu: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    conf
+    prolog_direct --check-config
+    [ "$RC" = 0 ] && grep -q '^# PrologEpilogTimeout = 60 (scontrol show config): the budget' "$OUT" \
+        || fail "the suite's config: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    grep -q '^worker: # fake worker' "$OUT" || fail "the worker's --check-config was not asked: $(cat "$OUT")"
+    # The real worker on a worker config with a typo (nccl-check.toml: fracton).
+    local real=$REPO/target/release/nccl-check
+    [ -x "$real" ] || { fail "no $real (cargo build --release -p bench-core)"; return 1; }
+    install -m 0755 "$real" "$T/bin/nccl-check"
+    printf '[outliers]\nfracton = 0.9\n' > "$T/nccl-check.toml"
+    conf "worker = \"$T/bin/nccl-check\""
+    prolog_direct --check-config
+    rm -f "$T/nccl-check.toml"
+    [ "$RC" = 2 ] && grep -q "^NOT READY $T/bin/nccl-check --check-config: INVALID .*fracton" "$OUT" \
+        || fail "a worker config typo: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
 }
 
 t_dry_run_without_a_job_says_so_once() {
@@ -356,6 +384,7 @@ run_test "on_fail = run: the job runs on the node, which is drained" t_on_fail_r
 run_test "--recheck leaves a node with running jobs alone" t_recheck_leaves_a_busy_node_alone
 run_test "gpus = job passes the job's GPUs; a job without GPUs is not checked" t_job_gpus_are_passed_to_the_worker
 run_test "--check-config prints every key and its source; an appended line is a prolog key; exit 2 when invalid or not ready" t_check_config_prints_every_key_and_its_source
+run_test "--check-config: budget vs PrologEpilogTimeout, gpus = job without gres/gpu, the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
 run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
 
 harness_tally "prolog suite" || exit 1
