@@ -358,6 +358,41 @@ t_job_gpus_are_passed_to_the_worker() {
     [ "$(runs_of n1)" = 0 ] || fail "the worker ran for a job without GPUs"
 }
 
+# The issue's finding 4: a prolog that checks nothing says so every time. gpus = "job" on this
+# cluster without gres/gpu: the job runs unchecked, and gate.json (not the last job's PASS),
+# the metric and syslog say "skipped" and why, for this job.
+t_a_prolog_that_checks_nothing_says_skipped_every_time() {
+    local j1 j2 sock=$T/syslog.sock lines=$T/syslog.lines pid
+    rm -f "$sock" "$lines"
+    python3 - "$sock" "$lines" <<'PY2' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1]); s.settimeout(60)
+with open(sys.argv[2], "a") as out:
+    try:
+        while True:
+            out.write(s.recv(4096).decode(errors="replace") + "\n"); out.flush()
+    except socket.timeout:
+        pass
+PY2
+    pid=$!
+    timeout 5 bash -c "until [ -S '$sock' ]; do sleep 0.1; done"
+    conf "syslog_socket = \"$sock\""
+    j1=$(submit -w n1) || { fail "sbatch failed"; kill "$pid"; return; }
+    wait_done "$j1" 60
+    grep -q "\"state\": \"pass\"" "$T/state/n1/gate.json" || fail "job $j1: gate.json $(cat "$T/state/n1/gate.json")"
+    conf 'gpus = "job"' "syslog_socket = \"$sock\""
+    j2=$(submit -w n1) || { fail "sbatch failed"; kill "$pid"; return; }
+    wait_done "$j2" 60
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    [ "$(ran_on "$j2")" = n1 ] || fail "job $j2 did not run"
+    local g; g=$(cat "$T/state/n1/gate.json")
+    grep -q '"state": "skipped"' <<<"$g" && grep -q "\"job\": \"$j2\"" <<<"$g" \
+        && grep -q 'no GPUs allocated to the job' <<<"$g" || fail "gate.json after job $j2: $g"
+    grep -q 'nccl_check_gate_state{state="skipped"} 1' "$T/metrics/n1.prom" || fail "metric: $(grep gate_state "$T/metrics/n1.prom")"
+    grep -q "nccl-check-prolog\[[0-9]*\]: SKIPPED job $j2 on n1" "$lines" || fail "syslog: $(cat "$lines" 2>&1 | tail -3)"
+}
+
 t_recheck_leaves_a_busy_node_alone() {
     local j; j=$(timeout 20 sbatch --parsable -N1 -w n1 -o /dev/null --wrap "touch $T/work/started; sleep 60") \
         || { fail "sbatch failed"; return; }
@@ -383,6 +418,7 @@ run_test "--dry-run prints the drain it would do and does nothing" t_dry_run_pri
 run_test "on_fail = run: the job runs on the node, which is drained" t_on_fail_run_lets_the_job_run_and_drains_after
 run_test "--recheck leaves a node with running jobs alone" t_recheck_leaves_a_busy_node_alone
 run_test "gpus = job passes the job's GPUs; a job without GPUs is not checked" t_job_gpus_are_passed_to_the_worker
+run_test "a prolog that checks nothing writes gate.json skipped, the metric and a syslog line, for this job" t_a_prolog_that_checks_nothing_says_skipped_every_time
 run_test "--check-config prints every key and its source; an appended line is a prolog key; exit 2 when invalid or not ready" t_check_config_prints_every_key_and_its_source
 run_test "--check-config: budget vs PrologEpilogTimeout, gpus = job without gres/gpu, the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
 run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
