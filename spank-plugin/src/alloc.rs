@@ -43,7 +43,7 @@ mod tests {
 
     #[test]
     fn sbatch_and_a_salloc_without_the_option_say_nothing() {
-        let c = Config::parse::<&str>(&[]).map_err(|e| e);
+        let c = Config::parse::<&str>(&[]);
         assert_eq!(salloc_note(&["/usr/bin/sbatch".into()], &c), None);
         // No --nccl-check in this test process: nothing asked, nothing said.
         assert_eq!(salloc_note(&["/usr/bin/salloc".into()], &c), None);
