@@ -202,6 +202,8 @@ stage() {
         install -d -m 0755 "$root"/usr/sbin "$root"/usr/share/man/man8
         install -m 0755 "$PROLOG_BIN" "$root"/usr/sbin/nccl-check-prolog
         strip --strip-unneeded "$root"/usr/sbin/nccl-check-prolog
+        # HealthCheckProgram= wrapper: re-checks a drained node so auto_resume needs no script.
+        install -m 0755 prolog/files/nccl-check-recheck "$root"/usr/sbin/nccl-check-recheck
         install -m 0644 "$PROLOG_CONF" "$root"/etc/nccl-check/prolog.toml
         install -m 0644 "$WORK/man/nccl-check-prolog.8.gz" "$root"/usr/share/man/man8/
     fi
@@ -222,7 +224,10 @@ stage() {
         done
     done
     [ -f enroot/README.md ] && install -m 0644 enroot/README.md "$root/usr/share/nccl-check/enroot/README.md"
-    install -m 0644 packaging/README.md "$root/$docdir/README.md"
+    # The shipped copy names this package: its examples use the installed package's name.
+    { printf '> This is **%s**, built for Slurm %s; the commands below name it.\n\n' "$NAME" "$SLURM_MM"
+      sed -E "/^    /s/nccl-check-slurm22\.05/$NAME/g" packaging/README.md; } > "$root/$docdir/README.md"
+    chmod 0644 "$root/$docdir/README.md"
     install -m 0644 slurm/plugstack.conf.d/zz-nccl-check.conf "$root/$docdir/zz-nccl-check.conf.example"
     install -m 0644 bench-core/config/network-examples.toml "$root/$docdir/network-examples.toml"
     install -m 0644 bench-core/config/defaults.toml "$root/$docdir/defaults.toml"
@@ -379,7 +384,7 @@ set -e
 if [ "\$1" = configure ]; then
     install -d -m 0755 /var/lib/nccl-check
     # The gate's config, validated where slurmd will read it (the prolog never fails the install).
-    if [ -x /usr/sbin/nccl-check-prolog ] && ! out=\$(timeout 10 /usr/sbin/nccl-check-prolog --check-config 2>&1); then
+    if [ -x /usr/sbin/nccl-check-prolog ] && ! out=\$(timeout 40 /usr/sbin/nccl-check-prolog --check-config 2>&1); then
         echo "nccl-check: WARNING: nccl-check-prolog --check-config finds the prolog gate not ready:" >&2
         printf '%s\\n' "\$out" | grep -E '^(INVALID|NOT READY)' | sed 's/^/nccl-check:   /' >&2 || true
     fi
@@ -484,7 +489,7 @@ exit 0
 %dir /var/lib/nccl-check
 EOF
     if [ -n "$HAVE_PROLOG" ]; then
-        printf '%s\n' /usr/sbin/nccl-check-prolog '%config(noreplace) /etc/nccl-check/prolog.toml' \
+        printf '%s\n' /usr/sbin/nccl-check-prolog /usr/sbin/nccl-check-recheck '%config(noreplace) /etc/nccl-check/prolog.toml' \
             /usr/share/man/man8/nccl-check-prolog.8.gz
     fi
     printf '\n%%changelog\n* %s %s - %s-%s\n- Built for Slurm %s by packaging/build.sh.\n' \

@@ -188,7 +188,7 @@ t_deb_conffiles_and_files() {
     done
     files=$(dpkg-deb -c "$DEB1" | awk '{ print $6 }' | sed 's#^\.##')
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/bin/nccl-check /usr/sbin/nccl-check-prolog \
-             /usr/share/man/man1/nccl-check.1.gz /usr/share/man/man8/nccl-check-prolog.8.gz \
+             /usr/sbin/nccl-check-recheck /usr/share/man/man1/nccl-check.1.gz /usr/share/man/man8/nccl-check-prolog.8.gz \
              "/usr/share/doc/$PKG/README.md" "/usr/share/doc/$PKG/copyright" \
              /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab \
              /usr/share/nccl-check/enroot/hooks.d/90-nccl-check.sh \
@@ -215,6 +215,9 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     run_cmd /usr/bin/nccl-check --version; expect_rc0; expect_out "nccl-check $VERSION"
     run_cmd /usr/sbin/nccl-check-prolog --help; expect_rc0; expect_out "nccl-check-prolog"
     run_cmd man -w nccl-check nccl-check-prolog; expect_rc0
+    # The shipped README names this package (finding 5: it named only the 22.05 one).
+    grep -q "^> This is \*\*$PKG\*\*, built for Slurm $MM" "/usr/share/doc/$PKG/README.md" || fail "the shipped README does not name $PKG"
+    grep -q "^    apt-get remove $PKG " "/usr/share/doc/$PKG/README.md" || fail "the shipped README's commands do not name $PKG"
     # The README's validation step on the shipped config: valid, every key at its default.
     run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'budget_seconds = 30    # default'
 }
@@ -292,6 +295,40 @@ t_prolog_gate_runs_the_installed_worker() {
     grep -q '"verdict": *"ERROR"' "$r" || fail "report is not ERROR: $(head -c 300 "$r")"
     grep -q '"state": "error"' /var/lib/nccl-check/gate.json || fail "gate.json: $(cat /var/lib/nccl-check/gate.json)"
     [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "an ERROR drained a node: $(sinfo -N -o '%N %T %E')"
+}
+
+# The issue's item 7: the shipped HealthCheckProgram wrapper. A FAIL drains n1; once the GPUs
+# pass again, slurmd's health check (every 5 s here) runs /usr/sbin/nccl-check-recheck, which
+# resumes nccl-check's own drain (auto_resume): no hand-written script.
+t_recheck_wrapper_as_health_check_resumes_our_drain() {
+    expect_file /usr/sbin/nccl-check-recheck
+    local fx=$CL/lib/prolog-fake saved=$WORK/prolog.toml.saved conf_saved=$WORK/slurm.conf.saved
+    mkdir -p "$fx"
+    install -m 0755 "$REPO/tests/prolog/fake-worker" "$fx/fake-worker"
+    cp -r "$REPO/tests/prolog/data" "$fx/data"
+    # TEST FIXTURE: slurmd gives its health check no SLURM_CONF, and this cluster's slurm.conf is
+    # not where a node's is (/etc/slurm): scontrol through a wrapper that names it.
+    printf '#!/bin/sh\nexec env SLURM_CONF=%s /usr/bin/scontrol "$@"\n' "$SLURM_CONF" > "$fx/scontrol"
+    chmod 0755 "$fx/scontrol"
+    cp /etc/nccl-check/prolog.toml "$saved"
+    cp "$SLURM_CONF" "$conf_saved"
+    printf '# TEST FIXTURE\nworker = "%s"\nscontrol = "%s"\nauto_resume = true\nenv = { NCCL_CHECK_FAKE = "fail", NCCL_CHECK_FAKE_MARKER = "%s" }\n' \
+        "$fx/fake-worker" "$fx/scontrol" "$fx/marker" >> /etc/nccl-check/prolog.toml
+    idle || true
+    run_cmd srun -N1 -w n1 hostname
+    expect_rc_nonzero
+    local reason; reason=$(sinfo -h -R -n n1 -o '%E')
+    [[ "$reason" == nccl-check:* ]] || { fail "n1 not drained by the FAIL: '$reason'"; cp "$saved" /etc/nccl-check/prolog.toml; return 1; }
+    sed -i 's/NCCL_CHECK_FAKE = "fail"/NCCL_CHECK_FAKE = "pass"/' /etc/nccl-check/prolog.toml
+    printf 'HealthCheckProgram=/usr/sbin/nccl-check-recheck\nHealthCheckInterval=5\nHealthCheckNodeState=ANY\n' >> "$SLURM_CONF"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    timeout 60 bash -c 'while [ -n "$(sinfo -h -R -n n1 -o %E)" ]; do sleep 1; done' \
+        || fail "the health check did not resume n1 within 60 s: $(sinfo -R -n n1); gate.json: $(cat /var/lib/nccl-check/gate.json 2>&1 | head -5)"
+    grep -q 'recheck' "$fx/marker" 2>/dev/null || grep -q '^node=' "$fx/marker" 2>/dev/null || fail "the wrapper never ran the worker"
+    cp "$conf_saved" "$SLURM_CONF"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    cp "$saved" /etc/nccl-check/prolog.toml
+    plain_srun_works
 }
 
 # --- upgrade ------------------------------------------------------------------------------------
@@ -537,6 +574,7 @@ if [ "$TEST_FAILED" = 0 ]; then
     run_test "srun --nccl-check loads the installed plugin; the installed worker reports ERROR (no GPU)" t_real_worker_reports_error_without_gpu
     run_test "srun --nccl-check with the fake worker passes through the installed plugin" t_fake_worker_passes_through_the_installed_plugin
     run_test "slurm.conf Prolog=/usr/sbin/nccl-check-prolog runs the installed worker; ERROR drains nothing" t_prolog_gate_runs_the_installed_worker
+    run_test "nccl-check-recheck as HealthCheckProgram resumes nccl-check's own drain once the GPUs pass" t_recheck_wrapper_as_health_check_resumes_our_drain
     run_test "upgrade to revision 2 keeps the edited config files and the enabled plugin" t_upgrade_keeps_edited_config_files
     run_test "remove is refused while Prolog= runs the prolog (no drain); then disables the plugin line; srun keeps working" t_remove_disables_the_plugin_and_srun_keeps_working
     run_test "reinstall after remove keeps the plugin disabled" t_reinstall_after_remove_keeps_it_disabled
