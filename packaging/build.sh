@@ -388,8 +388,14 @@ if [ "\$1" = configure ]; then
         echo "nccl-check: WARNING: nccl-check-prolog --check-config finds the prolog gate not ready:" >&2
         printf '%s\\n' "\$out" | grep -E '^(INVALID|NOT READY)' | sed 's/^/nccl-check:   /' >&2 || true
     fi
-    if [ -z "\$2" ] && ! grep -Eq '^[[:space:]]*(required|optional)[[:space:]]+$so_re' /etc/slurm/plugstack.conf.d/zz-nccl-check.conf 2>/dev/null; then
-        echo "nccl-check: installed. The SPANK plugin is disabled until you uncomment its line in"
+    if ! grep -Eq '^[[:space:]]*(required|optional)[[:space:]]+$so_re' /etc/slurm/plugstack.conf.d/zz-nccl-check.conf 2>/dev/null; then
+        if [ -z "\$2" ]; then
+            echo "nccl-check: installed. The SPANK plugin is disabled until you uncomment its line in"
+        else
+            # A reinstall after a removal (which commented the line out) or an upgrade of a
+            # disabled plugin: --nccl-check stays off until the admin says otherwise.
+            echo "nccl-check: the SPANK plugin is still disabled (its line is commented out, as a removal leaves it); uncomment it in"
+        fi
         echo "nccl-check: /etc/slurm/plugstack.conf.d/zz-nccl-check.conf; see /usr/share/doc/$NAME/README.md"
     fi
 fi

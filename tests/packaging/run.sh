@@ -393,6 +393,7 @@ t_reinstall_after_remove_keeps_it_disabled() {
     expect_rc0 || return 1
     expect_file "$SO"
     ! enabled || fail "reinstall re-enabled the plugin behind the admin's back"
+    expect_out "nccl-check: the SPANK plugin is still disabled (its line is commented out"
     plain_srun_works
 }
 
