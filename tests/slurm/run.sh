@@ -413,6 +413,18 @@ t_salloc_option_reaches_srun() {
     ! grep -q 'nccl-check' "$ERR" || fail "salloc without the option mentions nccl-check: $(cat "$ERR")"
 }
 
+# The issue's finding 9: --nccl-check=help was refused as an invalid mode.
+t_help_value_lists_the_modes_and_runs_nothing() {
+    local before; before=$(job_count)
+    run_cmd srun -N1 --nccl-check=help true
+    expect_rc_nonzero
+    expect_err "nccl-check: --nccl-check[=MODE][,verbose]: "
+    expect_err "nccl-check: modes: quick, full, warn, off"
+    expect_err "nccl-check: nothing was run (this was --nccl-check=help)"
+    ! grep -q 'invalid --nccl-check value' "$ERR" || fail "help was refused as invalid: $(cat "$ERR")"
+    [ "$(job_count)" = "$before" ] || fail "--nccl-check=help submitted a job"
+}
+
 t_invalid_values_rejected_before_allocation() {
     local before; before=$(job_count)
     for cmd in "srun -N2 --nccl-check=bogus true" "sbatch -N2 --nccl-check=bogus --wrap true" \
@@ -558,6 +570,7 @@ run_test "a missing worker binary is an ERROR, not a crash" t_worker_missing_is_
 run_test "sbatch --nccl-check reaches the inner srun" t_sbatch_option_reaches_inner_srun
 run_test "--nccl-check=off on an inner step turns the check off" t_inner_step_can_turn_it_off
 run_test "a failing check inside sbatch fails the inner step" t_sbatch_failing_check_fails_inner_step
+run_test "srun --nccl-check=help lists the modes and runs nothing" t_help_value_lists_the_modes_and_runs_nothing
 run_test "salloc --nccl-check reaches srun; off turns it off; salloc says its own command is not checked" t_salloc_option_reaches_srun
 run_test "invalid values are rejected before allocation" t_invalid_values_rejected_before_allocation
 run_test "--nccl-check=sharp is refused before allocation unless allow_sharp=1" t_sharp_refused_unless_allowed
