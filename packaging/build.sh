@@ -202,6 +202,8 @@ stage() {
         install -d -m 0755 "$root"/usr/sbin "$root"/usr/share/man/man8
         install -m 0755 "$PROLOG_BIN" "$root"/usr/sbin/nccl-check-prolog
         strip --strip-unneeded "$root"/usr/sbin/nccl-check-prolog
+        # HealthCheckProgram= wrapper: re-checks a drained node so auto_resume needs no script.
+        install -m 0755 prolog/files/nccl-check-recheck "$root"/usr/sbin/nccl-check-recheck
         install -m 0644 "$PROLOG_CONF" "$root"/etc/nccl-check/prolog.toml
         install -m 0644 "$WORK/man/nccl-check-prolog.8.gz" "$root"/usr/share/man/man8/
     fi
@@ -222,7 +224,10 @@ stage() {
         done
     done
     [ -f enroot/README.md ] && install -m 0644 enroot/README.md "$root/usr/share/nccl-check/enroot/README.md"
-    install -m 0644 packaging/README.md "$root/$docdir/README.md"
+    # The shipped copy names this package: its examples use the installed package's name.
+    { printf '> This is **%s**, built for Slurm %s; the commands below name it.\n\n' "$NAME" "$SLURM_MM"
+      sed -E "/^    /s/nccl-check-slurm22\.05/$NAME/g" packaging/README.md; } > "$root/$docdir/README.md"
+    chmod 0644 "$root/$docdir/README.md"
     install -m 0644 slurm/plugstack.conf.d/zz-nccl-check.conf "$root/$docdir/zz-nccl-check.conf.example"
     install -m 0644 bench-core/config/network-examples.toml "$root/$docdir/network-examples.toml"
     install -m 0644 bench-core/config/defaults.toml "$root/$docdir/defaults.toml"
@@ -267,23 +272,45 @@ done
 EOF
 }
 
-# The script that refuses to remove the prolog while slurm.conf still runs it (DEB prerm remove,
+# The script that refuses to remove the prolog while Slurm still runs it (DEB prerm remove,
 # RPM %preun on erase): slurmd would fail every job's prolog and DRAIN the node (observed on
-# 22.05). slurm.conf is the admin's and is never edited here; NCCL_CHECK_FORCE_REMOVE=1 overrides.
+# 22.05 and 24.11). The prolog itself reads Slurm's configuration as this node uses it
+# (`--where-configured`: the controller's live Prolog list in every scontrol format, each
+# slurm.conf with its Include files, a configless node's cache under /run/slurm/conf or the spool
+# directory). Should it not run at all, a plain search of the same places decides. slurm.conf is
+# the admin's and is never edited here; NCCL_CHECK_FORCE_REMOVE=1 overrides.
 refuse_script() {
-    cat <<EOF
-where=
-for c in "\${SLURM_CONF:-}" /etc/slurm/slurm.conf; do
-    [ -n "\$c" ] && [ -f "\$c" ] && grep -Eqs '^[[:space:]]*(Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog' "\$c" && where="\$where \$c"
-done
-if [ -z "\$where" ] && command -v scontrol >/dev/null 2>&1; then
-    timeout 5 scontrol show config 2>/dev/null | grep -Eq '^(Prolog|Epilog) +=.*nccl-check-prolog' && where=" (scontrol show config)"
+    cat <<'EOF'
+where= rc=0
+if [ -x /usr/sbin/nccl-check-prolog ]; then
+    # set -e: a non-zero status here is an answer, not the end of the script.
+    out=$(timeout 30 /usr/sbin/nccl-check-prolog --where-configured 2>&1) || rc=$?
+    where=$(echo "$out" | grep -v '^#' || true)
 fi
-if [ -n "\$where" ] && [ "\${NCCL_CHECK_FORCE_REMOVE:-}" != 1 ]; then
-    echo "nccl-check: REFUSED: slurm.conf\$where still runs nccl-check-prolog (Prolog=)." >&2
+if [ ! -x /usr/sbin/nccl-check-prolog ] || { [ "$rc" != 0 ] && [ "$rc" != 1 ]; }; then
+    # The prolog could not tell: the same places, searched plainly.
+    for c in "${SLURM_CONF:-}" /etc/slurm/slurm.conf /run/slurm/conf/slurm.conf /var/spool/slurmd/conf-cache/slurm.conf; do
+        [ -n "$c" ] && [ -f "$c" ] || continue
+        for f in "$c" "$(dirname "$c")"/*.conf; do
+            if grep -Eqs '^[[:space:]]*(Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog' "$f"; then
+                where="$where
+$f"
+            fi
+        done
+    done
+    if command -v scontrol >/dev/null 2>&1; then
+        if timeout 10 scontrol show config 2>/dev/null | grep -Eq '^(Prolog|Epilog)(\[[0-9]+\])? +=.*nccl-check-prolog'; then
+            where="$where
+scontrol show config"
+        fi
+    fi
+fi
+if [ -n "$where" ] && [ "${NCCL_CHECK_FORCE_REMOVE:-}" != 1 ]; then
+    echo "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:" >&2
+    echo "$where" | sed '/^$/d; s/^/nccl-check:   /' >&2
     echo "nccl-check: Removing it now would make slurmd fail every job's prolog and DRAIN this node." >&2
-    echo "nccl-check: Remove that Prolog= entry, run 'scontrol reconfigure', then remove the package" >&2
-    echo "nccl-check: (or set NCCL_CHECK_FORCE_REMOVE=1 to remove it anyway)." >&2
+    echo "nccl-check: Remove that Prolog= entry (on a configless node: on the controller), run" >&2
+    echo "nccl-check: 'scontrol reconfigure', then remove the package (or set NCCL_CHECK_FORCE_REMOVE=1)." >&2
     exit 1
 fi
 EOF
@@ -357,12 +384,18 @@ set -e
 if [ "\$1" = configure ]; then
     install -d -m 0755 /var/lib/nccl-check
     # The gate's config, validated where slurmd will read it (the prolog never fails the install).
-    if [ -x /usr/sbin/nccl-check-prolog ] && ! out=\$(timeout 10 /usr/sbin/nccl-check-prolog --check-config 2>&1); then
+    if [ -x /usr/sbin/nccl-check-prolog ] && ! out=\$(timeout 40 /usr/sbin/nccl-check-prolog --check-config 2>&1); then
         echo "nccl-check: WARNING: nccl-check-prolog --check-config finds the prolog gate not ready:" >&2
         printf '%s\\n' "\$out" | grep -E '^(INVALID|NOT READY)' | sed 's/^/nccl-check:   /' >&2 || true
     fi
-    if [ -z "\$2" ] && ! grep -Eq '^[[:space:]]*(required|optional)[[:space:]]+$so_re' /etc/slurm/plugstack.conf.d/zz-nccl-check.conf 2>/dev/null; then
-        echo "nccl-check: installed. The SPANK plugin is disabled until you uncomment its line in"
+    if ! grep -Eq '^[[:space:]]*(required|optional)[[:space:]]+$so_re' /etc/slurm/plugstack.conf.d/zz-nccl-check.conf 2>/dev/null; then
+        if [ -z "\$2" ]; then
+            echo "nccl-check: installed. The SPANK plugin is disabled until you uncomment its line in"
+        else
+            # A reinstall after a removal (which commented the line out) or an upgrade of a
+            # disabled plugin: --nccl-check stays off until the admin says otherwise.
+            echo "nccl-check: the SPANK plugin is still disabled (its line is commented out, as a removal leaves it); uncomment it in"
+        fi
         echo "nccl-check: /etc/slurm/plugstack.conf.d/zz-nccl-check.conf; see /usr/share/doc/$NAME/README.md"
     fi
 fi
@@ -462,7 +495,7 @@ exit 0
 %dir /var/lib/nccl-check
 EOF
     if [ -n "$HAVE_PROLOG" ]; then
-        printf '%s\n' /usr/sbin/nccl-check-prolog '%config(noreplace) /etc/nccl-check/prolog.toml' \
+        printf '%s\n' /usr/sbin/nccl-check-prolog /usr/sbin/nccl-check-recheck '%config(noreplace) /etc/nccl-check/prolog.toml' \
             /usr/share/man/man8/nccl-check-prolog.8.gz
     fi
     printf '\n%%changelog\n* %s %s - %s-%s\n- Built for Slurm %s by packaging/build.sh.\n' \

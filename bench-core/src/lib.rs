@@ -23,6 +23,7 @@ pub mod report;
 pub mod running_thread;
 pub mod size;
 pub mod sku;
+pub mod slurm_config;
 pub mod slurm_layout;
 pub mod slurm_rendezvous;
 pub mod supervise;
@@ -44,6 +45,8 @@ pub mod loop_probe;
 pub mod nccl;
 #[cfg(feature = "gpu")]
 pub mod nccl_env;
+#[cfg(feature = "gpu")]
+pub mod node_ready;
 #[cfg(feature = "gpu")]
 pub mod options;
 #[cfg(feature = "gpu")]

@@ -149,20 +149,59 @@ fn check_config() -> Option<i32> {
             from(&format!("plans.{name}"))
         );
     }
+    println!(
+        "nccl_lib = {}    # {}",
+        cfg.nccl_lib.as_ref().map_or(
+            "(unset: libnccl.so.2 on the library path)".to_string(),
+            |p| format!("{:?}", p.display().to_string())
+        ),
+        from("nccl_lib")
+    );
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "any".to_string()
+        } else {
+            v.join(",")
+        }
+    };
     for (i, n) in cfg.network.iter().enumerate() {
+        let env: Vec<String> = n.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!(
-            "network[{i}] = {:?}    # {}",
+            "network[{i}] = {:?}: partitions {}, nodes {}, env {}    # {}",
             n.name,
+            list(&n.partitions),
+            list(&n.nodes),
+            if env.is_empty() {
+                "none".into()
+            } else {
+                env.join(" ")
+            },
             from(&format!("network[{i}]"))
         );
     }
-    for i in 0..cfg.expected_gpus.len() {
+    for (i, e) in cfg.expected_gpus.iter().enumerate() {
         println!(
-            "expected_gpus[{i}]    # {}",
+            "expected_gpus[{i}] = {} GPUs: partitions {}, nodes {}{}    # {}",
+            e.count,
+            list(&e.partitions),
+            list(&e.nodes),
+            if e.bus_ids.is_empty() {
+                String::new()
+            } else {
+                format!(", at {}", e.bus_ids.join(","))
+            },
             from(&format!("expected_gpus[{i}]"))
         );
     }
-    Some(0)
+    // Whether this node can run a check: GPUs listed, NCCL loadable (none: cannot tell).
+    let ready = bench_core::node_ready::check(
+        std::path::Path::new("/"),
+        bench_core::node_ready::nccl_lib(cfg.nccl_lib.clone()).as_deref(),
+    );
+    for l in &ready.lines {
+        println!("{l}");
+    }
+    Some(if ready.not_ready { 2 } else { 0 })
 }
 
 /// The last resort: whatever is stuck (a CUDA call without a deadline, an abort that blocks), the

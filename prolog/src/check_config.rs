@@ -1,7 +1,8 @@
 //! `nccl-check-prolog --check-config [--config FILE]`: validates the config before slurmd sees
 //! it, prints every key with its effective value and where that came from (the default, or
 //! `file:line`), then what would keep the gate from working on this node (worker not executable,
-//! a directory the prolog refuses to write). Exit 0: valid and ready; 2: invalid or not ready.
+//! a directory the prolog refuses to write, and through `chain` the worker's config and NCCL and
+//! Slurm's PrologEpilogTimeout and GresTypes). Exit 0: valid and ready; 2: invalid or not ready.
 //! Also salvages `state_dir` and `metrics_file` from a broken file, so a disabled gate can still
 //! say so where the admin looks.
 
@@ -112,7 +113,7 @@ pub fn problems(c: &Config, node: &str) -> Vec<String> {
 }
 
 /// The command: prints the report, returns the exit code.
-pub fn run(path: &Path, explicit: bool, node: &str) -> i32 {
+pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) -> i32 {
     let exists = explicit || path.exists();
     let text = if exists {
         match bench_core::config::file::read(path) {
@@ -144,9 +145,24 @@ pub fn run(path: &Path, explicit: bool, node: &str) -> i32 {
         ),
     }
     print!("{}", render(&cfg, text.as_deref().map(|t| (path, t))));
-    let problems = problems(&cfg, node);
+    let mut problems = problems(&cfg, node);
+    // The chain beyond this file: the worker's config and NCCL, then Slurm's settings.
+    let (worker_lines, w) = crate::chain::worker(&cfg);
+    for l in &worker_lines {
+        println!("{l}");
+    }
+    let (settings, why) = crate::chain::read_slurm(&cfg, slurm_conf);
+    let sl = crate::chain::slurm(&cfg, settings.as_ref(), &why, path);
+    for n in w.notes.iter().chain(&sl.notes) {
+        println!("# {n}");
+    }
+    problems.extend(w.problems);
+    problems.extend(sl.problems);
     if problems.is_empty() {
-        println!("# ready on {node}: the worker and scontrol are executable, the directories safe");
+        println!(
+            "# ready on {node}: the worker and scontrol are executable, the directories safe, \
+             the worker's config valid, Slurm's settings fit"
+        );
         return 0;
     }
     for p in &problems {

@@ -114,7 +114,7 @@ impl<'a> Gate<'a> {
         }
         let sel = match facts::select(self.cfg, self.facts, self.mode) {
             Ok(Some(s)) => s,
-            Ok(None) => return self.nothing_to_check(&whom),
+            Ok(None) => return self.nothing_to_check(&places, &whom),
             Err(e) => return self.error_without_run(&places, &e, &whom),
         };
         let fingerprint = cache::fingerprint(
@@ -340,7 +340,9 @@ impl<'a> Gate<'a> {
         }
     }
 
-    fn nothing_to_check(&mut self, whom: &str) -> i32 {
+    /// Nothing to check is never silent: gate.json says `skipped` and why, the metric too, and
+    /// syslog has the line (a gate that is off unnoticed checks no job).
+    fn nothing_to_check(&mut self, places: &Places, whom: &str) -> i32 {
         let msg = if self.dry_run && self.facts.cuda_visible_devices.is_none() {
             "dry run: gpus = \"job\", but CUDA_VISIBLE_DEVICES (the job's GPUs, set by slurmd) \
              is unset: nothing to check. Name GPUs to check them now (CUDA_VISIBLE_DEVICES=0,1 \
@@ -348,11 +350,34 @@ impl<'a> Gate<'a> {
                 .to_string()
         } else {
             format!(
-                "{whom} on {}: no GPUs allocated to the job; not checked (gpus = \"job\")",
+                "SKIPPED {whom} on {}: not checked, no GPUs allocated to the job (gpus = \"job\" \
+                 checks the job's gres/gpu GPUs only; without gres/gpu set gpus = \"all\")",
                 self.facts.node
             )
         };
         self.log.info(&msg);
+        if !self.dry_run {
+            let st = Status {
+                state: GateState::Skipped,
+                message: msg.clone(),
+                node: self.facts.node.clone(),
+                job: self.facts.job.clone(),
+                time_unix: now_unix(),
+                drain_reason: None,
+                drain: None,
+                run_dir: None,
+            };
+            let empty = Default::default();
+            let sample = metrics::Sample {
+                gate: GateState::Skipped,
+                verdict: None,
+                exit_code: None,
+                avg_busbw: &empty,
+                finished_unix: now_unix(),
+                duration_s: 0.0,
+            };
+            self.publish(places, &st, &sample);
+        }
         let a = decide::decide(self.mode, Found::NothingToCheck, self.policy(), false);
         self.finish(a, &msg)
     }

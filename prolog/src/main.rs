@@ -6,6 +6,7 @@
 
 mod budget;
 mod cache;
+mod chain;
 mod check_config;
 mod config;
 mod decide;
@@ -18,6 +19,7 @@ mod metrics;
 mod reason;
 mod report;
 mod secure;
+mod slurm_uses;
 mod state;
 mod status;
 mod words;
@@ -76,6 +78,11 @@ struct Cli {
     /// gate from working here; exit 0 valid, 2 invalid. Runs nothing
     #[arg(long, conflicts_with_all = ["dry_run", "recheck"])]
     check_config: bool,
+    /// Print every Prolog=/Epilog= of this node's Slurm that runs this prolog (the controller's
+    /// live settings, each slurm.conf with its Include files, a configless node's cache); exit
+    /// 1 when there is one, 0 when none. The package asks it before removing the prolog
+    #[arg(long, conflicts_with_all = ["dry_run", "recheck", "check_config"])]
+    where_configured: bool,
     /// Measure and print what would be done; never drain, resume, write the cache or exit non-zero
     #[arg(long)]
     dry_run: bool,
@@ -111,8 +118,14 @@ fn run(cli: Cli) -> i32 {
         Some(p) => (p.clone(), true),
         None => (PathBuf::from(config::DEFAULT_PATH), false),
     };
+    if cli.where_configured {
+        let scontrol = config::load(&path, explicit)
+            .map(|c| c.scontrol)
+            .unwrap_or_else(|_| Config::default().scontrol);
+        return slurm_uses::run(&scontrol, facts.slurm_conf.as_deref());
+    }
     if cli.check_config {
-        return check_config::run(&path, explicit, &facts.node);
+        return check_config::run(&path, explicit, &facts.node, facts.slurm_conf.as_deref());
     }
     let cfg = match config::load(&path, explicit) {
         Ok(c) => c,

@@ -20,14 +20,17 @@ pub enum GateState {
     Error,
     /// The gate is off: the config cannot be used, nothing is checked.
     Disabled,
+    /// This run checked nothing (the job has no GPUs under `gpus = "job"`); the message says why.
+    Skipped,
 }
 
 impl GateState {
-    pub const ALL: [GateState; 4] = [
+    pub const ALL: [GateState; 5] = [
         GateState::Pass,
         GateState::Fail,
         GateState::Error,
         GateState::Disabled,
+        GateState::Skipped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +39,7 @@ impl GateState {
             GateState::Fail => "fail",
             GateState::Error => "error",
             GateState::Disabled => "disabled",
+            GateState::Skipped => "skipped",
         }
     }
 }

@@ -62,6 +62,8 @@ pub enum Error {
     Check(String),
     /// The check ran and did not pass; the user has already been told on the task's stderr.
     Reported(String),
+    /// `--nccl-check=help`: the text to show; the command stops there.
+    Help(String),
 }
 
 impl fmt::Display for Error {
@@ -69,7 +71,11 @@ impl fmt::Display for Error {
         match self {
             Error::Config(e) => write!(f, "nccl-check: {e}"),
             Error::Mode(e) => write!(f, "nccl-check: {e}"),
-            Error::Spank(e) | Error::Check(e) | Error::Reported(e) | Error::NotAllowed(e) => {
+            Error::Spank(e)
+            | Error::Check(e)
+            | Error::Reported(e)
+            | Error::NotAllowed(e)
+            | Error::Help(e) => {
                 write!(f, "nccl-check: {e}")
             }
         }

@@ -250,8 +250,30 @@ pub fn validate(
             )));
         }
     }
+    if matches!(&raw, Raw::Value(v) if v.eq_ignore_ascii_case("help")) {
+        return Err(crate::Error::Help(help(config)));
+    }
     let mode = raw.mode(&config.default_mode).map_err(crate::Error::Mode)?;
     check_allowed(mode.as_ref(), config)
+}
+
+/// `--nccl-check=help`: the modes, the suffix, what the site set and the user's variables.
+/// Printed instead of running anything (the command stops: it was a question).
+pub fn help(config: &crate::config::Config) -> String {
+    let usage = USAGE_C.to_string_lossy();
+    format!(
+        "--{OPTION_NAME}[=MODE][,verbose]: {usage}.\n\
+         nccl-check: modes: quick, full, warn, off{}, plan=NAME; a bare --{OPTION_NAME} is {} here.\n\
+         nccl-check: environment: NCCL_CHECK_REPORT_DIR=DIR keeps every rank's JSON report; \
+         NCCL_CHECK_NCCL_LIB=PATH names the NCCL library the check loads.\n\
+         nccl-check: nothing was run (this was --{OPTION_NAME}=help)",
+        if config.allow_sharp {
+            ", sharp"
+        } else {
+            " (sharp: not allowed on this cluster)"
+        },
+        config.default_mode
+    )
 }
 
 /// Site policy on modes: `sharp` only with plugstack `allow_sharp=1`. Checked in srun, sbatch
@@ -350,6 +372,22 @@ pub unsafe fn register(spank: spank_sys::spank_t) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn help_lists_the_modes_the_default_and_the_variables() {
+        let c = crate::config::Config::parse::<&str>(&[]).expect("defaults");
+        let h = help(&c);
+        for w in [
+            "quick, full, warn, off",
+            "plan=NAME",
+            ",verbose",
+            "is quick here",
+            "NCCL_CHECK_REPORT_DIR",
+            "sharp: not allowed",
+        ] {
+            assert!(h.contains(w), "{w}: {h}");
+        }
+    }
 
     #[test]
     fn every_mode_name_parses_back_to_itself() {

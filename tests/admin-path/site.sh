@@ -100,7 +100,10 @@ CONF
 check_2.1() {
     [ "$RC" = 0 ] || fail "apt-get install failed (rc $RC): $(tail -8 "$OUT")"
     says "The SPANK plugin is disabled until you uncomment"
-    says_not "WARNING"
+    # This site has no gres/gpu: the default gpus = "job" would check nothing, and the install
+    # says so (README step 2; step 5 sets gpus = "all"). Nothing else is not ready.
+    says 'NOT READY gpus = "job" but Slurm has no GresTypes=gpu'
+    [ "$(grep -c 'NOT READY' "$OUT")" = 1 ] || fail "more than the gres warning: $(grep 'NOT READY' "$OUT")"
     dpkg-query -W -f='${Status}\n' nccl-check-slurm22.05 | grep -qx 'install ok installed' || fail "not installed"
     local help; help=$(timeout 20 srun --help 2>&1)
     ! grep -q -- --nccl-check <<<"$help" || fail "srun --help lists --nccl-check before it was enabled"

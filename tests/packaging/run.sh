@@ -188,7 +188,7 @@ t_deb_conffiles_and_files() {
     done
     files=$(dpkg-deb -c "$DEB1" | awk '{ print $6 }' | sed 's#^\.##')
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/bin/nccl-check /usr/sbin/nccl-check-prolog \
-             /usr/share/man/man1/nccl-check.1.gz /usr/share/man/man8/nccl-check-prolog.8.gz \
+             /usr/sbin/nccl-check-recheck /usr/share/man/man1/nccl-check.1.gz /usr/share/man/man8/nccl-check-prolog.8.gz \
              "/usr/share/doc/$PKG/README.md" "/usr/share/doc/$PKG/copyright" \
              /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab \
              /usr/share/nccl-check/enroot/hooks.d/90-nccl-check.sh \
@@ -215,6 +215,9 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     run_cmd /usr/bin/nccl-check --version; expect_rc0; expect_out "nccl-check $VERSION"
     run_cmd /usr/sbin/nccl-check-prolog --help; expect_rc0; expect_out "nccl-check-prolog"
     run_cmd man -w nccl-check nccl-check-prolog; expect_rc0
+    # The shipped README names this package (finding 5: it named only the 22.05 one).
+    grep -q "^> This is \*\*$PKG\*\*, built for Slurm $MM" "/usr/share/doc/$PKG/README.md" || fail "the shipped README does not name $PKG"
+    grep -q "^    apt-get remove $PKG " "/usr/share/doc/$PKG/README.md" || fail "the shipped README's commands do not name $PKG"
     # The README's validation step on the shipped config: valid, every key at its default.
     run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'budget_seconds = 30    # default'
 }
@@ -294,6 +297,40 @@ t_prolog_gate_runs_the_installed_worker() {
     [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "an ERROR drained a node: $(sinfo -N -o '%N %T %E')"
 }
 
+# The issue's item 7: the shipped HealthCheckProgram wrapper. A FAIL drains n1; once the GPUs
+# pass again, slurmd's health check (every 5 s here) runs /usr/sbin/nccl-check-recheck, which
+# resumes nccl-check's own drain (auto_resume): no hand-written script.
+t_recheck_wrapper_as_health_check_resumes_our_drain() {
+    expect_file /usr/sbin/nccl-check-recheck
+    local fx=$CL/lib/prolog-fake saved=$WORK/prolog.toml.saved conf_saved=$WORK/slurm.conf.saved
+    mkdir -p "$fx"
+    install -m 0755 "$REPO/tests/prolog/fake-worker" "$fx/fake-worker"
+    cp -r "$REPO/tests/prolog/data" "$fx/data"
+    # TEST FIXTURE: slurmd gives its health check no SLURM_CONF, and this cluster's slurm.conf is
+    # not where a node's is (/etc/slurm): scontrol through a wrapper that names it.
+    printf '#!/bin/sh\nexec env SLURM_CONF=%s /usr/bin/scontrol "$@"\n' "$SLURM_CONF" > "$fx/scontrol"
+    chmod 0755 "$fx/scontrol"
+    cp /etc/nccl-check/prolog.toml "$saved"
+    cp "$SLURM_CONF" "$conf_saved"
+    printf '# TEST FIXTURE\nworker = "%s"\nscontrol = "%s"\nauto_resume = true\nenv = { NCCL_CHECK_FAKE = "fail", NCCL_CHECK_FAKE_MARKER = "%s" }\n' \
+        "$fx/fake-worker" "$fx/scontrol" "$fx/marker" >> /etc/nccl-check/prolog.toml
+    idle || true
+    run_cmd srun -N1 -w n1 hostname
+    expect_rc_nonzero
+    local reason; reason=$(sinfo -h -R -n n1 -o '%E')
+    [[ "$reason" == nccl-check:* ]] || { fail "n1 not drained by the FAIL: '$reason'"; cp "$saved" /etc/nccl-check/prolog.toml; return 1; }
+    sed -i 's/NCCL_CHECK_FAKE = "fail"/NCCL_CHECK_FAKE = "pass"/' /etc/nccl-check/prolog.toml
+    printf 'HealthCheckProgram=/usr/sbin/nccl-check-recheck\nHealthCheckInterval=5\nHealthCheckNodeState=ANY\n' >> "$SLURM_CONF"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    timeout 60 bash -c 'while [ -n "$(sinfo -h -R -n n1 -o %E)" ]; do sleep 1; done' \
+        || fail "the health check did not resume n1 within 60 s: $(sinfo -R -n n1); gate.json: $(cat /var/lib/nccl-check/gate.json 2>&1 | head -5)"
+    grep -q 'recheck' "$fx/marker" 2>/dev/null || grep -q '^node=' "$fx/marker" 2>/dev/null || fail "the wrapper never ran the worker"
+    cp "$conf_saved" "$SLURM_CONF"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    cp "$saved" /etc/nccl-check/prolog.toml
+    plain_srun_works
+}
+
 # --- upgrade ------------------------------------------------------------------------------------
 t_upgrade_keeps_edited_config_files() {
     echo "# site edit: kept on upgrade" >> /etc/nccl-check/nccl-check.toml
@@ -320,7 +357,9 @@ t_remove_disables_the_plugin_and_srun_keeps_working() {
     # make slurmd drain the node at its next job, so the package refuses (and never edits it).
     run_cmd "${APT[@]}" remove -y -q "$PKG"
     expect_rc_nonzero
-    expect_apt_says "nccl-check: REFUSED: slurm.conf $SLURM_CONF still runs nccl-check-prolog"
+    expect_apt_says "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:"
+    expect_apt_says "$SLURM_CONF:"
+    expect_apt_says "scontrol show config: Prolog=/usr/sbin/nccl-check-prolog"
     dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^ii' || fail "not installed after the refusal: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
     expect_file /usr/sbin/nccl-check-prolog
     enabled || fail "the refused removal disabled the plugin"
@@ -354,7 +393,60 @@ t_reinstall_after_remove_keeps_it_disabled() {
     expect_rc0 || return 1
     expect_file "$SO"
     ! enabled || fail "reinstall re-enabled the plugin behind the admin's back"
+    expect_out "nccl-check: the SPANK plugin is still disabled (its line is commented out"
     plain_srun_works
+}
+
+# The prolog named by an Include'd file or only in a configless node's cache (the issue's
+# finding 1: 24.11 prints `Prolog[0] = ...`, which the old prerm's grep missed, and a node
+# without a slurm.conf of its own had nothing else to look at): the removal is refused, names the
+# file and line, and no node drains.
+refused_and_nothing_drained() { # WHERE-LINE...
+    expect_rc_nonzero
+    expect_apt_says "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:"
+    local w; for w in "$@"; do expect_apt_says "$w"; done
+    dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^ii' || fail "removed anyway: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
+    expect_file /usr/sbin/nccl-check-prolog
+    plain_srun_works
+    [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "a node drained: $(sinfo -N -o '%N %T %E')"
+}
+
+t_include_remove_is_refused_when_an_included_file_runs_the_prolog() {
+    local inc=$CL/gate.conf
+    printf '# the site gate\nProlog=/usr/sbin/nccl-check-prolog\nPrologFlags=Alloc\n' > "$inc"
+    echo "Include $inc" >> "$SLURM_CONF"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    run_cmd "${APT[@]}" remove -y -q "$PKG"
+    refused_and_nothing_drained "$inc:2: Prolog=/usr/sbin/nccl-check-prolog" \
+        "scontrol show config: Prolog=/usr/sbin/nccl-check-prolog"
+}
+
+t_configless_remove_is_refused_from_the_conf_cache_with_or_without_the_controller() {
+    # What a configless slurmd (slurmd --conf-server) leaves: no /etc/slurm/slurm.conf and no
+    # SLURM_CONF, the controller's files in <SlurmdSpoolDir>/conf-cache, /run/slurm/conf a link
+    # to it (Slurm 22.05+). The controller runs the Include of the test above.
+    [ ! -e /etc/slurm/slurm.conf ] || { fail "/etc/slurm/slurm.conf exists here; not a configless node"; return 1; }
+    [ ! -e /run/slurm/conf ] || { fail "/run/slurm/conf exists on this machine; not touching it"; return 1; }
+    local cache=$CL/spool/d/n1/conf-cache
+    mkdir -p "$cache" /run/slurm
+    cp "$SLURM_CONF" "$CL/gate.conf" "$cache/"
+    sed -i "s#^Include .*/gate.conf\$#Include gate.conf#" "$cache/slurm.conf"   # relative to the cache
+    ln -s "$cache" /run/slurm/conf
+    # scontrol finds the controller through /run/slurm/conf/slurm.conf, as on a configless node.
+    run_cmd env -u SLURM_CONF "${APT[@]}" remove -y -q "$PKG"
+    refused_and_nothing_drained "/run/slurm/conf/gate.conf:2: Prolog=/usr/sbin/nccl-check-prolog" \
+        "scontrol show config: Prolog=/usr/sbin/nccl-check-prolog"
+    # The controller does not answer (scontrol has no config source): the cache alone decides.
+    run_cmd env SLURM_CONF=/nonexistent/slurm.conf "${APT[@]}" remove -y -q "$PKG"
+    refused_and_nothing_drained "/run/slurm/conf/gate.conf:2: Prolog=/usr/sbin/nccl-check-prolog"
+    # Undone as the admin would: the controller stops running it; the cache follows.
+    rm -f /run/slurm/conf && rmdir /run/slurm 2>/dev/null
+    rm -rf "$cache"
+    sed -i "\\#^Include $CL/gate.conf\$#d" "$SLURM_CONF"
+    rm -f "$CL/gate.conf"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    run_cmd /usr/sbin/nccl-check-prolog --where-configured
+    expect_rc0
 }
 
 t_purge_removes_everything() {
@@ -483,9 +575,12 @@ if [ "$TEST_FAILED" = 0 ]; then
     run_test "srun --nccl-check loads the installed plugin; the installed worker reports ERROR (no GPU)" t_real_worker_reports_error_without_gpu
     run_test "srun --nccl-check with the fake worker passes through the installed plugin" t_fake_worker_passes_through_the_installed_plugin
     run_test "slurm.conf Prolog=/usr/sbin/nccl-check-prolog runs the installed worker; ERROR drains nothing" t_prolog_gate_runs_the_installed_worker
+    run_test "nccl-check-recheck as HealthCheckProgram resumes nccl-check's own drain once the GPUs pass" t_recheck_wrapper_as_health_check_resumes_our_drain
     run_test "upgrade to revision 2 keeps the edited config files and the enabled plugin" t_upgrade_keeps_edited_config_files
     run_test "remove is refused while Prolog= runs the prolog (no drain); then disables the plugin line; srun keeps working" t_remove_disables_the_plugin_and_srun_keeps_working
     run_test "reinstall after remove keeps the plugin disabled" t_reinstall_after_remove_keeps_it_disabled
+    run_test "include: remove is refused while an Include'd file runs the prolog; nothing drains" t_include_remove_is_refused_when_an_included_file_runs_the_prolog
+    run_test "configless: remove is refused from /run/slurm/conf, with and without the controller; nothing drains" t_configless_remove_is_refused_from_the_conf_cache_with_or_without_the_controller
     run_test "purge removes config, state and every file" t_purge_removes_everything
     run_test "another Slurm major's package replaces this one; purging the old keeps the new" t_another_majors_package_replaces_this_one
 else

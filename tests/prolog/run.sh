@@ -277,13 +277,41 @@ t_check_config_prints_every_key_and_its_source() {
     [ "$RC" = 0 ] || fail "--check-config: rc $RC, $(cat "$OUT")"
     grep -q "^on_fail = \"run\"    # $CONF:10\$" "$OUT" || fail "on_fail source: $(cat "$OUT")"
     grep -q '^on_error = "run"    # default$' "$OUT" || fail "on_error source: $(cat "$OUT")"
-    [ "$(grep -c ' # ' "$OUT")" = 16 ] || fail "not every key printed: $(cat "$OUT")"
+    [ "$(grep -cE '^[a-z_]+ = .*    # ' "$OUT")" = 16 ] || fail "not every key printed: $(cat "$OUT")"
     conf; echo 'on_fail = "drain"' >> "$CONF"
     prolog_direct --check-config
     [ "$RC" = 2 ] && grep -q "^INVALID $CONF:10: on_fail: " "$OUT" || fail "appended bad value: rc $RC, $(cat "$OUT")"
     conf 'worker = "/nonexistent/nccl-check"'
     prolog_direct --check-config
     [ "$RC" = 2 ] && grep -q "^NOT READY worker /nonexistent/nccl-check" "$OUT" || fail "missing worker: rc $RC, $(cat "$OUT")"
+}
+
+# The issue's findings 2-4: what makes the gate a drain or a no-op is NOT READY (exit 2).
+t_check_config_checks_the_budget_gres_and_the_worker_config() {
+    conf 'budget_seconds = 70'
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -q '^NOT READY budget_seconds = 70 is not below PrologEpilogTimeout = 60 (scontrol show config)' "$OUT" \
+        || fail "budget above PrologEpilogTimeout: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    grep -q 'set budget_seconds <= 53 ' "$OUT" || fail "no actionable budget: $(grep NOT "$OUT")"
+    conf 'gpus = "job"'
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -q '^NOT READY gpus = "job" but Slurm has no GresTypes=gpu' "$OUT" \
+        || fail "gpus = job without gres/gpu: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    conf
+    prolog_direct --check-config
+    [ "$RC" = 0 ] && grep -q '^# PrologEpilogTimeout = 60 (scontrol show config): the budget' "$OUT" \
+        || fail "the suite's config: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    grep -q '^worker: # fake worker' "$OUT" || fail "the worker's --check-config was not asked: $(cat "$OUT")"
+    # The real worker on a worker config with a typo (nccl-check.toml: fracton).
+    local real=$REPO/target/release/nccl-check
+    [ -x "$real" ] || { fail "no $real (cargo build --release -p bench-core)"; return 1; }
+    install -m 0755 "$real" "$T/bin/nccl-check"
+    printf '[outliers]\nfracton = 0.9\n' > "$T/nccl-check.toml"
+    conf "worker = \"$T/bin/nccl-check\""
+    prolog_direct --check-config
+    rm -f "$T/nccl-check.toml"
+    [ "$RC" = 2 ] && grep -q "^NOT READY $T/bin/nccl-check --check-config: INVALID .*fracton" "$OUT" \
+        || fail "a worker config typo: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
 }
 
 t_dry_run_without_a_job_says_so_once() {
@@ -330,6 +358,41 @@ t_job_gpus_are_passed_to_the_worker() {
     [ "$(runs_of n1)" = 0 ] || fail "the worker ran for a job without GPUs"
 }
 
+# The issue's finding 4: a prolog that checks nothing says so every time. gpus = "job" on this
+# cluster without gres/gpu: the job runs unchecked, and gate.json (not the last job's PASS),
+# the metric and syslog say "skipped" and why, for this job.
+t_a_prolog_that_checks_nothing_says_skipped_every_time() {
+    local j1 j2 sock=$T/syslog.sock lines=$T/syslog.lines pid
+    rm -f "$sock" "$lines"
+    python3 - "$sock" "$lines" <<'PY2' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1]); s.settimeout(60)
+with open(sys.argv[2], "a") as out:
+    try:
+        while True:
+            out.write(s.recv(4096).decode(errors="replace") + "\n"); out.flush()
+    except socket.timeout:
+        pass
+PY2
+    pid=$!
+    timeout 5 bash -c "until [ -S '$sock' ]; do sleep 0.1; done"
+    conf "syslog_socket = \"$sock\""
+    j1=$(submit -w n1) || { fail "sbatch failed"; kill "$pid"; return; }
+    wait_done "$j1" 60
+    grep -q "\"state\": \"pass\"" "$T/state/n1/gate.json" || fail "job $j1: gate.json $(cat "$T/state/n1/gate.json")"
+    conf 'gpus = "job"' "syslog_socket = \"$sock\""
+    j2=$(submit -w n1) || { fail "sbatch failed"; kill "$pid"; return; }
+    wait_done "$j2" 60
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    [ "$(ran_on "$j2")" = n1 ] || fail "job $j2 did not run"
+    local g; g=$(cat "$T/state/n1/gate.json")
+    grep -q '"state": "skipped"' <<<"$g" && grep -q "\"job\": \"$j2\"" <<<"$g" \
+        && grep -q 'no GPUs allocated to the job' <<<"$g" || fail "gate.json after job $j2: $g"
+    grep -q 'nccl_check_gate_state{state="skipped"} 1' "$T/metrics/n1.prom" || fail "metric: $(grep gate_state "$T/metrics/n1.prom")"
+    grep -q "nccl-check-prolog\[[0-9]*\]: SKIPPED job $j2 on n1" "$lines" || fail "syslog: $(cat "$lines" 2>&1 | tail -3)"
+}
+
 t_recheck_leaves_a_busy_node_alone() {
     local j; j=$(timeout 20 sbatch --parsable -N1 -w n1 -o /dev/null --wrap "touch $T/work/started; sleep 60") \
         || { fail "sbatch failed"; return; }
@@ -355,11 +418,13 @@ run_test "--dry-run prints the drain it would do and does nothing" t_dry_run_pri
 run_test "on_fail = run: the job runs on the node, which is drained" t_on_fail_run_lets_the_job_run_and_drains_after
 run_test "--recheck leaves a node with running jobs alone" t_recheck_leaves_a_busy_node_alone
 run_test "gpus = job passes the job's GPUs; a job without GPUs is not checked" t_job_gpus_are_passed_to_the_worker
+run_test "a prolog that checks nothing writes gate.json skipped, the metric and a syslog line, for this job" t_a_prolog_that_checks_nothing_says_skipped_every_time
 run_test "--check-config prints every key and its source; an appended line is a prolog key; exit 2 when invalid or not ready" t_check_config_prints_every_key_and_its_source
+run_test "--check-config: budget vs PrologEpilogTimeout, gpus = job without gres/gpu, the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
 run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
 
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 13 ]; then
-    say "only $STARTED of 13 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 15 ]; then
+    say "only $STARTED of 15 tests ran"; exit 1
 fi
 exit 0

@@ -403,6 +403,26 @@ t_salloc_option_reaches_srun() {
     run_cmd salloc -N2 --nccl-check srun -N2 --nccl-check=off true
     expect_rc0
     [ "$(last_job)" = "$job" ] || fail "srun --nccl-check=off inside salloc ran the worker"
+    # The issue's finding 6: salloc's own command (here: on this host) checks nothing, and says so.
+    run_cmd salloc -N1 --nccl-check hostname
+    expect_rc0
+    expect_err "nccl-check: salloc does not check the allocation itself"
+    expect_err "sbatch --nccl-check"
+    [ "$(last_job)" = "$job" ] || fail "salloc hostname ran the worker"
+    run_cmd salloc -N1 hostname
+    ! grep -q 'nccl-check' "$ERR" || fail "salloc without the option mentions nccl-check: $(cat "$ERR")"
+}
+
+# The issue's finding 9: --nccl-check=help was refused as an invalid mode.
+t_help_value_lists_the_modes_and_runs_nothing() {
+    local before; before=$(job_count)
+    run_cmd srun -N1 --nccl-check=help true
+    expect_rc_nonzero
+    expect_err "nccl-check: --nccl-check[=MODE][,verbose]: "
+    expect_err "nccl-check: modes: quick, full, warn, off"
+    expect_err "nccl-check: nothing was run (this was --nccl-check=help)"
+    ! grep -q 'invalid --nccl-check value' "$ERR" || fail "help was refused as invalid: $(cat "$ERR")"
+    [ "$(job_count)" = "$before" ] || fail "--nccl-check=help submitted a job"
 }
 
 t_invalid_values_rejected_before_allocation() {
@@ -550,7 +570,8 @@ run_test "a missing worker binary is an ERROR, not a crash" t_worker_missing_is_
 run_test "sbatch --nccl-check reaches the inner srun" t_sbatch_option_reaches_inner_srun
 run_test "--nccl-check=off on an inner step turns the check off" t_inner_step_can_turn_it_off
 run_test "a failing check inside sbatch fails the inner step" t_sbatch_failing_check_fails_inner_step
-run_test "salloc --nccl-check reaches srun; off turns it off" t_salloc_option_reaches_srun
+run_test "srun --nccl-check=help lists the modes and runs nothing" t_help_value_lists_the_modes_and_runs_nothing
+run_test "salloc --nccl-check reaches srun; off turns it off; salloc says its own command is not checked" t_salloc_option_reaches_srun
 run_test "invalid values are rejected before allocation" t_invalid_values_rejected_before_allocation
 run_test "--nccl-check=sharp is refused before allocation unless allow_sharp=1" t_sharp_refused_unless_allowed
 run_test "with allow_sharp=1, --nccl-check=sharp passes --expect-collnet to every rank" t_sharp_allowed_passes_expect_collnet

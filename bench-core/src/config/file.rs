@@ -88,11 +88,12 @@ pub fn parse<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigEr
         message,
     };
     let de = toml::Deserializer::parse(text).map_err(|e| {
-        err(
-            e.span().map(|s| line_of(text, s.start)),
-            String::new(),
-            e.message().trim().to_string(),
-        )
+        let msg = e.message().trim().to_string();
+        let (field, msg) = match e.span() {
+            Some(s) if msg.starts_with("duplicate key") => duplicate(text, s.start, &msg),
+            _ => (String::new(), msg),
+        };
+        err(e.span().map(|s| line_of(text, s.start)), field, msg)
     })?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
@@ -115,6 +116,40 @@ pub fn invalid(path: &Path, text: &str, field: &str, message: impl Into<String>)
         field: field.to_string(),
         message: message.into(),
     }
+}
+
+/// toml's `duplicate key` at `offset` named: the key, and the line that set it first (searched
+/// back to the table header the second one is under).
+fn duplicate(text: &str, offset: usize, msg: &str) -> (String, String) {
+    let rest = &text[offset.min(text.len())..];
+    let key: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .collect();
+    if key.is_empty() {
+        return (String::new(), msg.to_string());
+    }
+    let here = line_of(text, offset);
+    let first = text
+        .lines()
+        .enumerate()
+        .take(here - 1)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .take_while(|(_, l)| !l.trim_start().starts_with('['))
+        .filter(|(_, l)| {
+            let t = l.trim_start();
+            t.strip_prefix(key.as_str())
+                .is_some_and(|r| r.trim_start().starts_with('='))
+        })
+        .map(|(i, _)| i + 1)
+        .last();
+    let msg = match first {
+        Some(f) => format!("duplicate key `{key}`: set on line {f} already"),
+        None => format!("duplicate key `{key}`"),
+    };
+    (key, msg)
 }
 
 /// 1-based line of byte `offset`.
@@ -162,6 +197,16 @@ fn split_indices(part: &str) -> Option<(&str, Vec<usize>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duplicate_key_is_named_with_both_lines() {
+        let text = "budget_seconds = 10\nplan = \"quick\"\nbudget_seconds = 20\n";
+        let e = parse::<toml::Table>(Path::new("/etc/x.toml"), text).expect_err("duplicate");
+        assert_eq!(
+            e.to_string(),
+            "/etc/x.toml:3: budget_seconds: duplicate key `budget_seconds`: set on line 1 already"
+        );
+    }
     use serde::Deserialize;
 
     #[derive(Debug, Deserialize)]

@@ -234,8 +234,10 @@ pub fn from_slurm_files(gres_conf: &Path, slurm_conf: &Path, host: &str) -> Opti
     read(gres_conf)
         .and_then(|t| from_gres_conf(&t, host, &gres_conf.display().to_string()))
         .or_else(|| {
-            read(slurm_conf)
-                .and_then(|t| from_slurm_conf(&t, host, &slurm_conf.display().to_string()))
+            // NodeName= lines may live in an Include'd file.
+            crate::slurm_config::files::read(slurm_conf)
+                .ok()
+                .and_then(|c| from_slurm_conf(&c.text(), host, &slurm_conf.display().to_string()))
         })
 }
 

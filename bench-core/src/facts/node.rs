@@ -6,7 +6,8 @@
 //! (`SLURM_STEP_GPUS`, else `SLURM_JOB_GPUS`: the device minors Slurm gave; else, in a Slurm job,
 //! the count of `CUDA_VISIBLE_DEVICES`), so GPUs the job did not ask for are never "missing";
 //! else the admin's `[[expected_gpus]]`; else Slurm's gres.conf/slurm.conf as slurmd reads them
-//! (`$SLURM_CONF`'s directory, else /etc/slurm); else nothing (the driver's list is reported).
+//! (`$SLURM_CONF`'s directory, else /etc/slurm, else a configless node's cache under
+//! /run/slurm/conf or the spool directory, `slurm_config`); else nothing (the driver's list is reported).
 //!
 //! What CUDA opens is held against the expectation only outside a Slurm job: inside one, a task
 //! sees the GPUs its binding gives it (`--gpus-per-task`), which may be fewer than the step's.
@@ -95,16 +96,15 @@ pub fn allocation(env: &dyn Fn(&str) -> Option<String>) -> Option<Allocation> {
     })
 }
 
-/// Slurm's config files as slurmd on this node reads them.
-fn slurm_files(src: &Sources) -> (PathBuf, PathBuf) {
-    let conf = (src.env)("SLURM_CONF")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| super::read::under(&src.root, "/etc/slurm/slurm.conf"));
-    let dir = conf
-        .parent()
-        .map_or_else(|| src.root.clone(), Path::to_path_buf);
-    (dir.join("gres.conf"), conf)
+/// The slurm.conf in use on this node (`$SLURM_CONF`, /etc/slurm, a configless node's cache:
+/// [`crate::slurm_config::files::candidates`]) and the gres.conf beside it.
+fn slurm_files(src: &Sources) -> Option<(PathBuf, PathBuf)> {
+    let env_conf = (src.env)("SLURM_CONF").filter(|c| c.starts_with('/'));
+    let conf = crate::slurm_config::files::candidates(&src.root, env_conf.as_deref(), &[])
+        .into_iter()
+        .next()?;
+    let gres = conf.parent()?.join("gres.conf");
+    Some((gres, conf))
 }
 
 /// The node's expectation without a job: the admin's config, else Slurm's files.
@@ -113,7 +113,7 @@ pub fn node_expectation(src: &Sources) -> Option<Expected> {
     if let Some(e) = expected_gpus::select(src.expected_gpus, partition.as_deref(), &src.host) {
         return Some(Expected::from_config(e));
     }
-    let (gres, conf) = slurm_files(src);
+    let (gres, conf) = slurm_files(src)?;
     inventory::from_slurm_files(&gres, &conf, &src.host)
 }
 
@@ -388,6 +388,32 @@ mod tests {
         };
         let e = node_expectation(&src);
         assert_eq!(e.map(|e| e.count), Some(8));
+    }
+
+    #[test]
+    fn a_configless_node_s_gres_conf_in_run_slurm_conf_gives_the_count() {
+        // slurmd --conf-server: no /etc/slurm, the controller's files under /run/slurm/conf.
+        let root = crate::test_support::scratch_dir("configless-gres");
+        let conf = root.join("run/slurm/conf");
+        std::fs::create_dir_all(&conf).expect("mkdir");
+        std::fs::copy(data("gres.conf"), conf.join("gres.conf")).expect("copy");
+        std::fs::copy(data("slurm.conf"), conf.join("slurm.conf")).expect("copy");
+        let none: Vec<ExpectedGpus> = vec![];
+        let env = env_of(&[]);
+        let src = Sources {
+            root: root.clone(),
+            host: "gpu007".into(),
+            expected_gpus: &none,
+            env: &env,
+        };
+        let e = node_expectation(&src).expect("from the configless cache");
+        assert_eq!(e.count, 8);
+        assert!(
+            e.source.contains("run/slurm/conf/gres.conf"),
+            "{}",
+            e.source
+        );
+        std::fs::remove_dir_all(&root).ok();
     }
 
     #[test]

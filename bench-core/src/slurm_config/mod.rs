@@ -1,0 +1,360 @@
+//! Slurm's configuration as this node's slurmd really uses it, read in one place: the live
+//! settings from `scontrol show config` (every format of 22.05 to 26.05, [`show`]) and the files
+//! slurmd reads (configless caches, `Include` lines, [`files`]). Used by the package's refusal to
+//! remove a prolog Slurm still runs, by `nccl-check-prolog --check-config` (PrologEpilogTimeout,
+//! PrologFlags, GresTypes) and by the worker for the gres.conf/slurm.conf of the expected GPUs.
+
+pub mod files;
+pub mod show;
+
+use crate::supervise::{self, Ending, Output, Spec};
+use files::ConfText;
+use show::ShowConfig;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `PrologEpilogTimeout` as Slurm prints it when unset (NO_VAL16): slurmd then waits without
+/// limit.
+const NO_VAL16: u64 = 65534;
+
+/// The settings this project depends on, from one source.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Settings {
+    /// `scontrol show config`, or the file (with `file:line` per setting in `origin`).
+    pub source: String,
+    pub prologs: Vec<String>,
+    pub epilogs: Vec<String>,
+    /// Seconds; None = unset (no limit).
+    pub prolog_epilog_timeout: Option<u64>,
+    pub prolog_flags: Vec<String>,
+    pub gres_types: Vec<String>,
+    pub slurmd_spool_dir: Option<String>,
+    /// Where each setting came from, for messages (`Prolog: /etc/slurm/conf.d/x.conf:3`).
+    pub origin: Vec<(String, String)>,
+}
+
+fn timeout_value(v: &str) -> Option<u64> {
+    let n: u64 = v.split_whitespace().next()?.parse().ok()?;
+    (n != NO_VAL16 && n != 0).then_some(n)
+}
+
+impl Settings {
+    pub fn from_show(c: &ShowConfig) -> Settings {
+        Settings {
+            source: "scontrol show config".into(),
+            prologs: c.list("Prolog"),
+            epilogs: c.list("Epilog"),
+            prolog_epilog_timeout: c.get("PrologEpilogTimeout").and_then(timeout_value),
+            prolog_flags: c.list("PrologFlags"),
+            gres_types: c.list("GresTypes"),
+            slurmd_spool_dir: c.get("SlurmdSpoolDir").map(str::to_string),
+            origin: Vec::new(),
+        }
+    }
+
+    pub fn from_file(c: &ConfText) -> Settings {
+        let mut origin = Vec::new();
+        let mut list = |key: &str| -> Vec<String> {
+            let all = c.all(key);
+            for (_, l) in &all {
+                origin.push((key.to_string(), format!("{}:{}", l.file.display(), l.line)));
+            }
+            // Prolog= may be given more than once (24.11+) or as a comma list; each adds.
+            all.iter().flat_map(|(v, _)| show::split_list(v)).collect()
+        };
+        let prologs = list("Prolog");
+        let epilogs = list("Epilog");
+        let prolog_flags = c
+            .get("PrologFlags")
+            .map(|(v, _)| show::split_list(&v))
+            .unwrap_or_default();
+        Settings {
+            source: c.main.display().to_string(),
+            prologs,
+            epilogs,
+            prolog_epilog_timeout: c
+                .get("PrologEpilogTimeout")
+                .and_then(|(v, _)| timeout_value(&v)),
+            prolog_flags,
+            gres_types: c
+                .get("GresTypes")
+                .map(|(v, _)| show::split_list(&v))
+                .unwrap_or_default(),
+            slurmd_spool_dir: c.get("SlurmdSpoolDir").map(|(v, _)| v),
+            origin,
+        }
+    }
+
+    pub fn has_prolog_flag(&self, flag: &str) -> bool {
+        self.prolog_flags
+            .iter()
+            .any(|f| f.eq_ignore_ascii_case(flag))
+    }
+
+    pub fn has_gres_gpu(&self) -> bool {
+        self.gres_types
+            .iter()
+            .any(|g| g.eq_ignore_ascii_case("gpu"))
+    }
+
+    /// The Prolog= and Epilog= entries that run `program` (an installed path such as
+    /// `/usr/sbin/nccl-check-prolog`): the path itself, a wildcard or link that reaches it, or
+    /// a small script that calls it. `root` is `/` except in tests.
+    pub fn entries_running(&self, program: &Path, root: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for (kind, list) in [("Prolog", &self.prologs), ("Epilog", &self.epilogs)] {
+            for e in list {
+                if runs(e, program, root) {
+                    out.push(format!("{kind}={e}"));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Largest script looked into for a call of the program (a wrapper script is small).
+const SCRIPT_MAX: u64 = 256 * 1024;
+
+/// Whether the Prolog entry `entry` runs `program`.
+fn runs(entry: &str, program: &Path, root: &Path) -> bool {
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    let name = name.as_deref().unwrap_or("");
+    if !name.is_empty() && entry.contains(name) {
+        return true;
+    }
+    let under = |p: &str| crate::facts::read::under(root, p);
+    let want = std::fs::canonicalize(under(&program.display().to_string())).ok();
+    files::expand(&under(entry)).iter().any(|f| {
+        if want.is_some() && std::fs::canonicalize(f).ok() == want {
+            return true;
+        }
+        // A link to the program that is already gone (a second removal attempt) still runs it.
+        if std::fs::read_link(f).is_ok_and(|t| t.to_string_lossy().contains(name)) {
+            return true;
+        }
+        crate::facts::read::small(f, SCRIPT_MAX).is_ok_and(|t| !name.is_empty() && t.contains(name))
+    })
+}
+
+/// `scontrol show config`, bounded by `deadline`, with only `SLURM_CONF` (when given) in its
+/// environment. Err: why there is no answer (no controller, no scontrol, timeout).
+pub fn scontrol_show_config(
+    scontrol: &Path,
+    slurm_conf: Option<&str>,
+    deadline: Duration,
+) -> Result<ShowConfig, String> {
+    let what = format!("{} show config", scontrol.display());
+    let mut spec = Spec::new(scontrol, vec!["show".into(), "config".into()], deadline)
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    if let Some(c) = slurm_conf {
+        spec = spec.env("SLURM_CONF", c);
+    }
+    spec.stdout = Output::Tail {
+        max_bytes: show::SHOW_MAX,
+    };
+    spec.stderr = Output::Tail { max_bytes: 4096 };
+    let done = supervise::run(spec).map_err(|e| format!("{what}: {}", e.error))?;
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    let last = stderr.lines().last().unwrap_or("").trim().to_string();
+    match done.ending {
+        Ending::Exited(0) => {
+            let c = ShowConfig::parse(&String::from_utf8_lossy(&done.stdout));
+            if c.is_empty() {
+                Err(format!("{what}: printed no setting"))
+            } else {
+                Ok(c)
+            }
+        }
+        Ending::KilledAtDeadline => {
+            Err(format!("{what}: no answer in {} s", deadline.as_secs_f64()))
+        }
+        Ending::Exited(c) => Err(format!("{what}: exit status {c}: {last}")),
+        Ending::Signaled(s) => Err(format!("{what}: killed by signal {s}")),
+    }
+}
+
+/// What this node's Slurm says, from every source there is: the controller's live settings
+/// when scontrol answers, and each slurm.conf this node may read (with its includes).
+#[derive(Debug, Default)]
+pub struct Sources {
+    pub live: Option<Settings>,
+    /// Why there are no live settings.
+    pub live_error: Option<String>,
+    pub files: Vec<Settings>,
+    /// Files that could not be read, with why.
+    pub file_errors: Vec<String>,
+    /// The slurm.conf in use on this node (the first candidate), with its includes.
+    pub conf: Option<ConfText>,
+}
+
+impl Sources {
+    /// Reads them all. `scontrol`: None skips the controller (tests, or no Slurm client).
+    pub fn read(
+        root: &Path,
+        slurm_conf: Option<&str>,
+        scontrol: Option<&Path>,
+        deadline: Duration,
+    ) -> Sources {
+        let mut s = Sources::default();
+        if let Some(sc) = scontrol {
+            match scontrol_show_config(sc, slurm_conf, deadline) {
+                Ok(c) => s.live = Some(Settings::from_show(&c)),
+                Err(e) => s.live_error = Some(e),
+            }
+        }
+        let spool: Vec<String> = s
+            .live
+            .as_ref()
+            .and_then(|l| l.slurmd_spool_dir.clone())
+            .into_iter()
+            .collect();
+        for path in files::candidates(root, slurm_conf, &spool) {
+            match files::read(&path) {
+                Ok(c) => {
+                    s.files.push(Settings::from_file(&c));
+                    if s.conf.is_none() {
+                        s.conf = Some(c);
+                    }
+                }
+                Err(e) => s.file_errors.push(e.to_string()),
+            }
+        }
+        s
+    }
+
+    /// The settings to go by: the controller's, else the file in use.
+    pub fn effective(&self) -> Option<&Settings> {
+        self.live.as_ref().or_else(|| self.files.first())
+    }
+
+    /// Every place that runs `program` as Prolog= or Epilog=, as `source: Prolog=...`.
+    pub fn running(&self, program: &Path, root: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in self.live.iter().chain(&self.files) {
+            for e in s.entries_running(program, root) {
+                let at = s
+                    .origin
+                    .iter()
+                    .find(|(k, _)| e.starts_with(k.as_str()))
+                    .map(|(_, o)| o.clone())
+                    .unwrap_or_else(|| s.source.clone());
+                out.push(format!("{at}: {e}"));
+            }
+        }
+        out
+    }
+
+    /// The directory holding the slurm.conf in use (gres.conf lives beside it).
+    pub fn conf_dir(&self) -> Option<PathBuf> {
+        self.conf
+            .as_ref()
+            .and_then(|c| c.main.parent().map(Path::to_path_buf))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::scratch_dir;
+
+    fn data(name: &str) -> String {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/slurm-config")
+            .join(name);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    #[test]
+    fn every_major_s_output_gives_the_timeout_flags_and_prologs() {
+        for mm in ["22.05", "24.11", "26.05"] {
+            let s = Settings::from_show(&ShowConfig::parse(&data(&format!("{mm}-single.txt"))));
+            assert_eq!(s.prolog_epilog_timeout, Some(120), "{mm}");
+            assert!(s.has_prolog_flag("alloc"), "{mm}");
+            assert_eq!(s.prologs, ["/usr/sbin/nccl-check-prolog"], "{mm}");
+            let prog = Path::new("/usr/sbin/nccl-check-prolog");
+            assert_eq!(
+                s.entries_running(prog, Path::new("/")),
+                ["Prolog=/usr/sbin/nccl-check-prolog"],
+                "{mm}"
+            );
+            let s = Settings::from_show(&ShowConfig::parse(&data(&format!("{mm}-list.txt"))));
+            assert_eq!(s.prolog_epilog_timeout, None, "{mm}: unset = no limit");
+            assert_eq!(s.entries_running(prog, Path::new("/")).len(), 1, "{mm}");
+        }
+    }
+
+    #[test]
+    fn a_wildcard_prolog_dir_with_a_link_or_a_wrapper_script_runs_the_program() {
+        let d = scratch_dir("slurm-config-runs");
+        std::fs::create_dir_all(d.join("usr/sbin")).expect("mkdir");
+        std::fs::create_dir_all(d.join("etc/slurm/prolog.d")).expect("mkdir");
+        std::fs::write(d.join("usr/sbin/nccl-check-prolog"), "bin").expect("w");
+        let prog = Path::new("/usr/sbin/nccl-check-prolog");
+        let s = Settings {
+            prologs: vec!["/etc/slurm/prolog.d/*".into()],
+            ..Settings::default()
+        };
+        assert!(s.entries_running(prog, &d).is_empty());
+        std::os::unix::fs::symlink(
+            "/usr/sbin/nccl-check-prolog",
+            d.join("etc/slurm/prolog.d/50-gate"),
+        )
+        .expect("symlink");
+        assert_eq!(
+            s.entries_running(prog, &d),
+            ["Prolog=/etc/slurm/prolog.d/*"]
+        );
+        std::fs::remove_file(d.join("etc/slurm/prolog.d/50-gate")).expect("rm");
+        std::fs::write(
+            d.join("etc/slurm/prolog.d/50-gate.sh"),
+            "#!/bin/sh\nexec /usr/sbin/nccl-check-prolog \"$@\"\n",
+        )
+        .expect("w");
+        assert_eq!(s.entries_running(prog, &d).len(), 1);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_configless_node_s_included_prolog_is_found_without_a_controller() {
+        let d = scratch_dir("slurm-config-configless");
+        let cache = d.join("var/spool/slurmd/conf-cache");
+        std::fs::create_dir_all(&cache).expect("mkdir");
+        std::fs::write(
+            cache.join("slurm.conf"),
+            "ClusterName=c\nInclude prolog.conf\nGresTypes=gpu\n",
+        )
+        .expect("w");
+        std::fs::write(
+            cache.join("prolog.conf"),
+            "Prolog=/usr/sbin/nccl-check-prolog\nPrologFlags=Alloc\n",
+        )
+        .expect("w");
+        let s = Sources::read(&d, None, None, Duration::from_secs(1));
+        assert!(s.live.is_none() && s.file_errors.is_empty(), "{s:?}");
+        let prog = Path::new("/usr/sbin/nccl-check-prolog");
+        let r = s.running(prog, &d);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(
+            r[0].contains("conf-cache/prolog.conf:1: Prolog=/usr/sbin/nccl-check-prolog"),
+            "{r:?}"
+        );
+        let e = s.effective().expect("settings");
+        assert!(e.has_gres_gpu() && e.has_prolog_flag("Alloc"));
+        assert_eq!(s.conf_dir(), Some(cache));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_missing_scontrol_is_an_error_message() {
+        let e = scontrol_show_config(
+            Path::new("/nonexistent/scontrol"),
+            None,
+            Duration::from_secs(2),
+        )
+        .expect_err("no scontrol");
+        assert!(e.contains("/nonexistent/scontrol"), "{e}");
+    }
+}

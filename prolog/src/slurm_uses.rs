@@ -1,0 +1,79 @@
+//! `nccl-check-prolog --where-configured`: every place in this node's Slurm configuration that
+//! still runs this prolog (the controller's live `Prolog`/`Epilog` list, each slurm.conf the node
+//! may read with its `Include` files, a configless node's cache). The package's prerm asks it
+//! before removing the binary: a removed prolog that Slurm still runs fails every job's prolog and
+//! drains the node.
+
+use bench_core::slurm_config::Sources;
+use std::path::Path;
+use std::time::Duration;
+
+/// The installed path the packages put the prolog at.
+pub const INSTALLED: &str = "/usr/sbin/nccl-check-prolog";
+/// How long the controller is asked (the prerm must not hang an apt run).
+const SCONTROL_WAIT: Duration = Duration::from_secs(10);
+
+/// The lines to print: one per place that runs the prolog; empty when none does.
+pub fn places(
+    root: &Path,
+    slurm_conf: Option<&str>,
+    scontrol: Option<&Path>,
+) -> (Vec<String>, Vec<String>) {
+    let s = Sources::read(root, slurm_conf, scontrol, SCONTROL_WAIT);
+    let mut notes = Vec::new();
+    if let Some(e) = &s.live_error {
+        notes.push(format!("no live settings ({e}); the files decide"));
+    }
+    notes.extend(s.file_errors.iter().map(|e| format!("unreadable: {e}")));
+    let mut found = s.running(Path::new(INSTALLED), root);
+    found.dedup();
+    (found, notes)
+}
+
+/// The command: prints each place; exit 1 when there is one, 0 when none.
+pub fn run(scontrol: &Path, slurm_conf: Option<&str>) -> i32 {
+    let sc = scontrol.is_file().then_some(scontrol);
+    let (found, notes) = places(Path::new("/"), slurm_conf, sc);
+    for n in &notes {
+        println!("# {n}");
+    }
+    if found.is_empty() {
+        println!("# no Prolog= or Epilog= of this node's Slurm runs {INSTALLED}");
+        return 0;
+    }
+    for f in &found {
+        println!("{f}");
+    }
+    1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_included_prolog_on_a_configless_node_is_found_and_named_with_its_line() {
+        let d = bench_core::test_support::scratch_dir("slurm-uses");
+        let cache = d.join("run/slurm/conf");
+        std::fs::create_dir_all(&cache).expect("mkdir");
+        std::fs::write(
+            cache.join("slurm.conf"),
+            "ClusterName=c\ninclude gate.conf\n",
+        )
+        .expect("w");
+        std::fs::write(
+            cache.join("gate.conf"),
+            "# gate\nProlog=/usr/sbin/nccl-check-prolog\n",
+        )
+        .expect("w");
+        let (found, notes) = places(&d, None, None);
+        assert_eq!(found.len(), 1, "{found:?} {notes:?}");
+        assert!(
+            found[0].ends_with("run/slurm/conf/gate.conf:2: Prolog=/usr/sbin/nccl-check-prolog"),
+            "{found:?}"
+        );
+        std::fs::write(cache.join("gate.conf"), "Prolog=/etc/slurm/other\n").expect("w");
+        assert!(places(&d, None, None).0.is_empty());
+        std::fs::remove_dir_all(&d).ok();
+    }
+}
