@@ -11,6 +11,7 @@ mod config;
 mod decide;
 mod drain;
 mod facts;
+mod faults;
 mod gate;
 mod gpus;
 mod log;
@@ -83,6 +84,10 @@ struct Cli {
     /// drain on PASS (with auto_resume). For an admin, cron or a HealthCheckProgram wrapper
     #[arg(long)]
     recheck: bool,
+    /// Run as slurm.conf's Epilog= after a job: check, drain on FAIL (exit 0: the job has ended),
+    /// refresh the cache on PASS. The default where slurmd sets SLURM_SCRIPT_CONTEXT=epilog_slurmd
+    #[arg(long, conflicts_with = "recheck")]
+    epilog: bool,
     /// This node's Slurm name [default: $SLURMD_NODENAME, else the short host name]
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
@@ -101,12 +106,14 @@ fn main() {
 }
 
 fn run(cli: Cli) -> i32 {
+    let facts = Facts::read(cli.node.clone());
     let mode = if cli.recheck {
         Mode::Recheck
+    } else if cli.epilog || facts.script_context.as_deref() == Some("epilog_slurmd") {
+        Mode::Epilog
     } else {
         Mode::Prolog
     };
-    let facts = Facts::read(cli.node.clone());
     let (path, explicit) = match &cli.config {
         Some(p) => (p.clone(), true),
         None => (PathBuf::from(config::DEFAULT_PATH), false),
@@ -125,6 +132,7 @@ fn run(cli: Cli) -> i32 {
         mode,
         dry_run: cli.dry_run,
         log: &mut log,
+        faults: None,
         // Everything, the drain included, within the budget and a moment (budget::GRACE).
         deadline: budget::Deadline::after(Duration::from_secs(cfg.budget_seconds) + budget::GRACE),
     }
@@ -160,6 +168,8 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
                 drain_reason: None,
                 drain: None,
                 run_dir: None,
+                context: mode.as_str(),
+                faults: None,
             };
             let _ = status::write(&state_dir, &st);
         }
