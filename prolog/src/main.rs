@@ -88,6 +88,11 @@ struct Cli {
     /// refresh the cache on PASS. The default where slurmd sets SLURM_SCRIPT_CONTEXT=epilog_slurmd
     #[arg(long, conflicts_with = "recheck")]
     epilog: bool,
+    /// Read the hardware fault sources now (kernel log Xid/SXid, PCIe AER, IB/RoCE counters)
+    /// and print what each cost and found as JSON, judged against the last check's position;
+    /// keeps no position, drains nothing. Exit 0, or 1 when a fault would FAIL
+    #[arg(long, conflicts_with_all = ["dry_run", "recheck", "epilog", "check_config"])]
+    faults: bool,
     /// This node's Slurm name [default: $SLURMD_NODENAME, else the short host name]
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
@@ -123,8 +128,15 @@ fn run(cli: Cli) -> i32 {
     }
     let cfg = match config::load(&path, explicit) {
         Ok(c) => c,
+        Err(e) if cli.faults => {
+            log::stderr_line(&format!("ERROR config: {e}"));
+            return 2;
+        }
         Err(e) => return gate_off(&path, &e.to_string(), &facts, mode, cli.dry_run),
     };
+    if cli.faults {
+        return fault_report(&cfg, &facts.node);
+    }
     let mut log = Log::open(&cfg.syslog_facility, &cfg.syslog_socket, cli.dry_run);
     gate::Gate {
         cfg: &cfg,
@@ -137,6 +149,22 @@ fn run(cli: Cli) -> i32 {
         deadline: budget::Deadline::after(Duration::from_secs(cfg.budget_seconds) + budget::GRACE),
     }
     .run()
+}
+
+/// `--faults`: one read-only fault pass, printed.
+fn fault_report(cfg: &Config, node: &str) -> i32 {
+    let settings = faults::Settings {
+        root: cfg.fault_root.clone(),
+        aer: cfg.aer_limits,
+        ib: cfg.ib_limits,
+    };
+    let sum = faults::check(&settings, &cfg.state_dir_for(node), false);
+    match serde_json::to_string_pretty(&sum) {
+        Ok(text) => println!("{text}"),
+        Err(e) => log::stderr_line(&format!("ERROR internal: {e}")),
+    }
+    eprintln!("{}", sum.line());
+    i32::from(sum.failed())
 }
 
 /// The config cannot be used: the gate is off. Nothing is measured or drained, the job runs, and

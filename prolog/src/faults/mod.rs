@@ -325,6 +325,9 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
             }
         }
     }
+    if src.items == 0 && src.note.is_none() {
+        src.note = Some("no NVIDIA GPU or RDMA NIC with AER counters".into());
+    }
     src.ms = ms(t);
     out.sources.push(src);
 
@@ -337,7 +340,10 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
         readable: problems.is_empty(),
         items: ports.len(),
         ms: 0.0,
-        note: problems.first().cloned(),
+        note: problems
+            .first()
+            .cloned()
+            .or_else(|| ports.is_empty().then(|| "no RDMA port".to_string())),
     };
     for p in ports {
         let prev = before.ib.get(&p.name);
