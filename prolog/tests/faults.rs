@@ -219,3 +219,27 @@ fn the_epilog_drains_on_fail_exits_zero_and_its_pass_makes_the_next_prolog_cache
     assert_eq!(o.status.code(), Some(0));
     assert!(stderr(&o).contains("FAIL epilog job 10"), "{}", stderr(&o));
 }
+
+#[test]
+fn faults_prints_the_pass_as_json_keeps_no_position_and_exits_one_on_a_fail() {
+    let s = Site::new("cli", "ndr");
+    s.log("3,9,9000000,-;NVRM: Xid (PCI:0000:18:00): 95, pid=1, Uncontained: FBHUB");
+    for _ in 0..2 {
+        let o = Command::new(BIN)
+            .env_clear()
+            .args(["--faults", "--node", "n1", "--config"])
+            .arg(s.dir.join("prolog.toml"))
+            .output()
+            .expect("runs");
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(v["sources"].as_array().map(Vec::len), Some(3), "{v}");
+        assert_eq!(
+            v["findings"][0]["what"], "Xid 95 uncontained ECC error",
+            "{v}"
+        );
+        assert_eq!(v["findings"][0]["needs"], "gpu-reset", "{v}");
+    }
+    assert!(!s.dir.join("state/faults.json").exists());
+    assert_eq!(s.worker_runs(), 0);
+}

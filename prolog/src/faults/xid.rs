@@ -22,7 +22,7 @@ pub enum Class {
 
 /// What the hardware needs before it is trusted again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Needs {
     Nothing,
     /// `nvidia-smi -r` (or the GPU's reset through Fabric Manager on NVSwitch systems).
