@@ -271,7 +271,8 @@ t_a_broken_config_never_drains() {
     [ "$(runs_of n1)" = 0 ] || fail "the worker ran with a broken config"
     EXTRA_ENV="SLURMD_NODENAME=n1" prolog_direct
     [ "$RC" = 0 ] || fail "broken config: rc $RC, expected 0"
-    grep -qF "ERROR config: $CONF:8: " "$ERR" && grep -qF "budget_secs" "$ERR" \
+    local n; n=$(grep -n '^budget_secs' "$CONF" | cut -d: -f1)
+    grep -qF "ERROR config: $CONF:$n: " "$ERR" && grep -qF "budget_secs" "$ERR" \
         || fail "the error does not name file, line and field: $(cat "$ERR")"
     timeout 20 env -i "$T/bin/nccl-check-prolog" --config /nonexistent/prolog.toml --node n1 >"$OUT" 2>"$ERR"
     RC=$?
@@ -280,7 +281,7 @@ t_a_broken_config_never_drains() {
     grep -q 'nccl_check_gate_state{state="disabled"} 1' "$T/metrics/n1.prom" || fail "metrics lack the disabled gate"
     grep -q '"state": "disabled"' "$T/state/n1/gate.json" || fail "gate.json: $(cat "$T/state/n1/gate.json" 2>&1)"
     prolog_direct --check-config
-    [ "$RC" = 2 ] && grep -q "^INVALID $CONF:8: " "$OUT" || fail "--check-config on a broken file: rc $RC, $(cat "$OUT")"
+    [ "$RC" = 2 ] && grep -q "^INVALID $CONF:$n: " "$OUT" || fail "--check-config on a broken file: rc $RC, $(cat "$OUT")"
 }
 
 t_check_config_prints_every_key_and_its_source() {
