@@ -52,6 +52,9 @@ bash tests/benchmarks/run.sh
 step "release build"
 cargo build --release
 
+step "Prometheus: the prolog's alert rules (promtool test rules) and dashboard against a real node_exporter and Prometheus"
+bash tests/prometheus/run.sh target/release/nccl-check-prolog
+
 for r in "${RELEASES[@]}"; do
     step "Slurm $r: SPANK plugin, prolog and packaging suites against real Slurm $r daemons"
     bash tests/matrix/run.sh --slurm "$r"

@@ -8,9 +8,11 @@
 #   clang-16       regenerates bench-core/kernels/check.ptx to prove the committed PTX is current
 #   unzip, python3-pip  fetch a real libnccl (nvidia-nccl-cu12 wheel) for the no-GPU worker tests
 #   debootstrap    the Slurm 24.11 (trixie) and 26.05 (sid) root filesystems of tests/matrix/run.sh
+#   prometheus, prometheus-node-exporter  the prolog's alert rules and dashboard against the real
+#                  thing (tests/prometheus/run.sh)
 set -euo pipefail
 
-pkgs=(slurm-wlm munge libslurm-dev procps clang-16 unzip python3-pip debootstrap)
+pkgs=(slurm-wlm munge libslurm-dev procps clang-16 unzip python3-pip debootstrap prometheus prometheus-node-exporter)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -42,6 +42,10 @@ fn value(c: &Config, key: &str) -> String {
         "syslog_facility" => q(&c.syslog_facility),
         "syslog_socket" => p(&c.syslog_socket),
         "metrics_file" => q(&c.metrics_file),
+        "fault_checks" => c.fault_checks.to_string(),
+        "fault_root" => p(&c.fault_root),
+        "aer_limits" => inline_table(&c.aer_limits),
+        "ib_limits" => inline_table(&c.ib_limits),
         "env" => {
             let kv: Vec<String> = c
                 .env
@@ -56,6 +60,15 @@ fn value(c: &Config, key: &str) -> String {
         }
         _ => "?".into(),
     }
+}
+
+/// `{ a = 1, b = 2 }`, in the struct's field order.
+fn inline_table<T: serde::Serialize>(t: &T) -> String {
+    let kv: Vec<String> = match serde_json::to_value(t) {
+        Ok(serde_json::Value::Object(m)) => m.iter().map(|(k, v)| format!("{k} = {v}")).collect(),
+        _ => Vec::new(),
+    };
+    format!("{{ {} }}", kv.join(", "))
 }
 
 /// Every key, its value and its source, one per line.

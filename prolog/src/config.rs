@@ -7,6 +7,7 @@
 //! a prolog key that ended up inside an `[env]` table anyway is an error naming file, line and
 //! field, never a worker environment variable.
 
+use crate::faults::limits::{AerLimits, IbLimits};
 use bench_core::config::file::{self, ConfigError};
 use bench_core::contract::PlanName;
 use serde::Deserialize;
@@ -90,10 +91,19 @@ pub struct Config {
     /// The only environment the worker gets besides a fixed PATH, `CUDA_DEVICE_ORDER` and
     /// `TMPDIR` (the run's private directory).
     pub env: BTreeMap<String, String>,
+    /// Read the node's hardware faults (Xid/SXid, PCIe AER, IB/RoCE port counters) before the
+    /// bandwidth check; a fault over its limit FAILs (drains) without running the worker.
+    pub fault_checks: bool,
+    /// Where `dev/kmsg`, `proc/` and `sys/` are: `/`, or a fixture tree in tests.
+    pub fault_root: PathBuf,
+    /// The most each AER counter of a GPU or NIC may grow between checks.
+    pub aer_limits: AerLimits,
+    /// The most each IB/RoCE port error counter may grow between checks.
+    pub ib_limits: IbLimits,
 }
 
 /// Every key of the file, in the shipped file's order (`--check-config` prints them all).
-pub const KEYS: [&str; 16] = [
+pub const KEYS: [&str; 20] = [
     "worker",
     "worker_config",
     "plan",
@@ -109,6 +119,10 @@ pub const KEYS: [&str; 16] = [
     "syslog_facility",
     "syslog_socket",
     "metrics_file",
+    "fault_checks",
+    "fault_root",
+    "aer_limits",
+    "ib_limits",
     "env",
 ];
 
@@ -134,6 +148,10 @@ impl Default for Config {
             syslog_socket: PathBuf::from("/dev/log"),
             metrics_file: String::new(),
             env: BTreeMap::new(),
+            fault_checks: true,
+            fault_root: PathBuf::from("/"),
+            aer_limits: AerLimits::default(),
+            ib_limits: IbLimits::default(),
         }
     }
 }
@@ -217,6 +235,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         ("scontrol", &c.scontrol),
         ("gpu_info_dir", &c.gpu_info_dir),
         ("syslog_socket", &c.syslog_socket),
+        ("fault_root", &c.fault_root),
     ] {
         if !p.is_absolute() {
             return bad(

@@ -12,6 +12,20 @@ pub enum Mode {
     /// `--recheck`: by an admin, cron or a HealthCheckProgram wrapper, with no job; checks every
     /// GPU of the node, and is how a node drained by nccl-check gets back into service.
     Recheck,
+    /// By slurmd as `Epilog=` after a job (`SLURM_SCRIPT_CONTEXT=epilog_slurmd`, or
+    /// `--epilog`): the node is checked before the next job lands; a PASS refreshes the cache.
+    Epilog,
+}
+
+impl Mode {
+    /// The context's name in `gate.json` and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Prolog => "prolog",
+            Mode::Recheck => "recheck",
+            Mode::Epilog => "epilog",
+        }
+    }
 }
 
 /// What happened before any action.
@@ -81,13 +95,16 @@ pub fn decide(mode: Mode, found: Found, policy: Policy, all_gpus: bool) -> Actio
             exit_code: match (mode, policy.on_fail) {
                 (Mode::Recheck, _) | (Mode::Prolog, OnFail::Requeue) => 1,
                 (Mode::Prolog, OnFail::Run) => 0,
+                // The job has ended; the drain (reason "nccl-check: ...") keeps the next one
+                // away. A non-zero exit would only make slurmd drain with "Epilog error".
+                (Mode::Epilog, _) => 0,
             },
         },
         // ERROR is a setup problem, never the hardware's fault: never drained by us.
         Found::Measured(Verdict::Error) => nothing(match (mode, policy.on_error) {
             (Mode::Recheck, _) => 2,
-            (Mode::Prolog, OnError::Run) => 0,
-            (Mode::Prolog, OnError::FailJob) => 1,
+            (Mode::Prolog | Mode::Epilog, OnError::Run) => 0,
+            (Mode::Prolog | Mode::Epilog, OnError::FailJob) => 1,
         }),
     }
 }
@@ -194,6 +211,24 @@ mod tests {
         assert!(!decide(Mode::Prolog, pass, RESUME, false).resume_own_drain);
         assert!(decide(Mode::Prolog, pass, RESUME, true).resume_own_drain);
         assert!(decide(Mode::Recheck, pass, RESUME, true).resume_own_drain);
+    }
+
+    #[test]
+    fn the_epilog_drains_on_fail_exits_zero_and_records_a_pass() {
+        let a = decide(Mode::Epilog, Found::Measured(Verdict::Fail), DEFAULT, false);
+        assert_eq!(
+            (a.exit_code, a.drain, a.cache),
+            (0, true, CacheAction::Clear)
+        );
+        let a = decide(Mode::Epilog, Found::Measured(Verdict::Pass), DEFAULT, false);
+        assert_eq!((a.exit_code, a.cache), (0, CacheAction::StorePass));
+        let a = decide(
+            Mode::Epilog,
+            Found::Measured(Verdict::Error),
+            DEFAULT,
+            false,
+        );
+        assert_eq!((a.exit_code, a.drain), (0, false));
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub struct Facts {
     pub cuda_visible_devices: Option<String>,
     /// slurmd's config, for scontrol.
     pub slurm_conf: Option<String>,
+    /// Which script slurmd runs (`prolog_slurmd`, `epilog_slurmd`): one binary serves both.
+    pub script_context: Option<String>,
 }
 
 impl Facts {
@@ -35,15 +37,28 @@ impl Facts {
             job: var("SLURM_JOB_ID"),
             cuda_visible_devices: var("CUDA_VISIBLE_DEVICES"),
             slurm_conf: var("SLURM_CONF"),
+            script_context: var("SLURM_SCRIPT_CONTEXT"),
         }
     }
 
-    /// "job 42", "recheck" or "no job", for messages.
+    /// The job as the drain reason names it: `42`, `42, epilog` (the reason then ends
+    /// `(job 42, epilog)`), none for a recheck.
+    pub fn job_label(&self, mode: Mode) -> Option<String> {
+        match mode {
+            Mode::Recheck => None,
+            Mode::Prolog => self.job.clone(),
+            Mode::Epilog => Some(format!("{}, epilog", self.job.as_deref().unwrap_or("?"))),
+        }
+    }
+
+    /// "job 42", "epilog job 42", "recheck" or "no job", for messages.
     pub fn whom(&self, mode: Mode) -> String {
         match (mode, self.job.as_deref()) {
             (Mode::Recheck, _) => "recheck".to_string(),
             (Mode::Prolog, Some(j)) => format!("job {j}"),
             (Mode::Prolog, None) => "no job".to_string(),
+            (Mode::Epilog, Some(j)) => format!("epilog job {j}"),
+            (Mode::Epilog, None) => "epilog".to_string(),
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::facts::{self, Facts, Selection};
 use crate::log::{self, Log};
 use crate::status::{GateState, Status};
 use crate::words::{self, Line};
-use crate::{cache, metrics, reason, report, secure, state, status, worker};
+use crate::{cache, faults, metrics, reason, report, secure, state, status, worker};
 use bench_core::verdict::Verdict;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -31,6 +31,8 @@ pub struct Gate<'a> {
     pub log: &'a mut Log,
     /// The whole run ends by then: `budget_seconds` from the start plus a moment for the drain.
     pub deadline: Deadline,
+    /// The hardware fault pass of this run (set by the run; `gate.json` shows it).
+    pub faults: Option<faults::Summary>,
 }
 
 /// Where the run may write its state: the directories that passed [`secure`]'s checks.
@@ -110,6 +112,27 @@ impl<'a> Gate<'a> {
                 Err(e) => self.log.warn(&format!(
                     "recheck: cannot read the node's state ({e}); checking anyway"
                 )),
+            }
+        }
+        if self.cfg.fault_checks {
+            let settings = faults::Settings {
+                root: self.cfg.fault_root.clone(),
+                aer: self.cfg.aer_limits,
+                ib: self.cfg.ib_limits,
+            };
+            // A dry run reads but keeps no position: the next real run judges the same events.
+            let f = faults::check(&settings, &state_dir, !self.dry_run);
+            let line = f.line();
+            // Only what was found is logged (gate.json keeps every pass, with its sources).
+            if f.failed() {
+                self.log.error(&line);
+            } else if !f.findings.is_empty() {
+                self.log.warn(&line);
+            }
+            let failed = f.failed();
+            self.faults = Some(f);
+            if failed {
+                return self.fault_fail(&places, &state_dir, &slurm, &whom);
             }
         }
         let sel = match facts::select(self.cfg, self.facts, self.mode) {
@@ -229,7 +252,7 @@ impl<'a> Gate<'a> {
         let actions = decide::decide(self.mode, Found::Measured(verdict), self.policy(), sel.all);
         let line = self.line(whom, &sel.label, &actions);
         let drain_reason = (verdict == Verdict::Fail)
-            .then(|| reason::drain_reason(report, self.facts.job.as_deref()));
+            .then(|| reason::drain_reason(report, self.facts.job_label(self.mode).as_deref()));
         if self.dry_run {
             let msg = match verdict {
                 Verdict::Pass => line.pass(&run, report),
@@ -296,6 +319,8 @@ impl<'a> Gate<'a> {
             drain_reason,
             drain: drain_said,
             run_dir: Some(dir.path.clone()),
+            context: self.mode.as_str(),
+            faults: None,
         };
         let empty = Default::default();
         let sample = metrics::Sample {
@@ -308,6 +333,77 @@ impl<'a> Gate<'a> {
         };
         self.publish(places, &st, &sample);
         self.finish(actions, &msg)
+    }
+
+    /// A hardware fault over its limit: FAIL without measuring (the node is drained with the
+    /// fault, its source and its PCI address or port in the reason).
+    fn fault_fail(
+        &mut self,
+        places: &Places,
+        state_dir: &Path,
+        slurm: &drain::Slurm,
+        whom: &str,
+    ) -> i32 {
+        let reason = self
+            .faults
+            .as_ref()
+            .and_then(|f| f.drain_reason(self.facts.job_label(self.mode).as_deref()))
+            .unwrap_or_default();
+        let a = decide::decide(
+            self.mode,
+            Found::Measured(Verdict::Fail),
+            self.policy(),
+            false,
+        );
+        let node = self.facts.node.clone();
+        if self.dry_run {
+            let msg =
+                format!("FAIL {whom} on {node}: hardware fault: {reason}; would drain (dry run)");
+            self.log.info(&msg);
+            words::print_plan(&node, &a, Some(&reason));
+            return self.finish(a, &msg);
+        }
+        let late = self.deadline.with_grace();
+        if let Err(e) = cache::update(state_dir, late, |c| c.forget(None)) {
+            self.log
+                .warn(&format!("cache {}: {e}", cache::path(state_dir).display()));
+        }
+        let said = words::drain_outcome(
+            &drain::Slurm {
+                deadline: late,
+                ..slurm.clone()
+            }
+            .drain(state_dir, &reason, now_unix()),
+            &node,
+        );
+        let msg = format!(
+            "FAIL {whom} on {node}: hardware fault: {reason}; {said}{}",
+            words::job_fate(self.mode, a.exit_code, true)
+        );
+        self.log.error(&msg);
+        let st = Status {
+            state: GateState::Fail,
+            message: msg.clone(),
+            node,
+            job: self.facts.job.clone(),
+            time_unix: now_unix(),
+            drain_reason: Some(reason),
+            drain: Some(said),
+            run_dir: None,
+            context: self.mode.as_str(),
+            faults: None,
+        };
+        let empty = Default::default();
+        let sample = metrics::Sample {
+            gate: GateState::Fail,
+            verdict: Some(Verdict::Fail),
+            exit_code: None,
+            avg_busbw: &empty,
+            finished_unix: now_unix(),
+            duration_s: 0.0,
+        };
+        self.publish(places, &st, &sample);
+        self.finish(a, &msg)
     }
 
     fn resume(&mut self, slurm: &drain::Slurm, state_dir: &Path, start: f64) {
@@ -328,7 +424,11 @@ impl<'a> Gate<'a> {
     /// `gate.json` and the metrics file, where their directories passed the checks.
     fn publish(&mut self, places: &Places, st: &Status, sample: &metrics::Sample) {
         if let Some(d) = &places.state_dir {
-            if let Err(e) = status::write(d, st) {
+            let st = Status {
+                faults: self.faults.clone(),
+                ..st.clone()
+            };
+            if let Err(e) = status::write(d, &st) {
                 self.log
                     .warn(&format!("{}: {e}", d.join(status::FILE).display()));
             }
@@ -366,6 +466,8 @@ impl<'a> Gate<'a> {
                 drain_reason: None,
                 drain: None,
                 run_dir: None,
+                context: self.mode.as_str(),
+                faults: self.faults.clone(),
             };
             let empty = Default::default();
             let sample = metrics::Sample {
@@ -404,6 +506,8 @@ impl<'a> Gate<'a> {
                 drain_reason: None,
                 drain: None,
                 run_dir: None,
+                context: self.mode.as_str(),
+                faults: None,
             };
             let empty = Default::default();
             let sample = metrics::Sample {

@@ -12,6 +12,7 @@ mod config;
 mod decide;
 mod drain;
 mod facts;
+mod faults;
 mod gate;
 mod gpus;
 mod log;
@@ -90,6 +91,15 @@ struct Cli {
     /// drain on PASS (with auto_resume). For an admin, cron or a HealthCheckProgram wrapper
     #[arg(long)]
     recheck: bool,
+    /// Run as slurm.conf's Epilog= after a job: check, drain on FAIL (exit 0: the job has ended),
+    /// refresh the cache on PASS. The default where slurmd sets SLURM_SCRIPT_CONTEXT=epilog_slurmd
+    #[arg(long, conflicts_with = "recheck")]
+    epilog: bool,
+    /// Read the hardware fault sources now (kernel log Xid/SXid, PCIe AER, IB/RoCE counters)
+    /// and print what each cost and found as JSON, judged against the last check's position;
+    /// keeps no position, drains nothing. Exit 0, or 1 when a fault would FAIL
+    #[arg(long, conflicts_with_all = ["dry_run", "recheck", "epilog", "check_config"])]
+    faults: bool,
     /// This node's Slurm name [default: $SLURMD_NODENAME, else the short host name]
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
@@ -108,12 +118,14 @@ fn main() {
 }
 
 fn run(cli: Cli) -> i32 {
+    let facts = Facts::read(cli.node.clone());
     let mode = if cli.recheck {
         Mode::Recheck
+    } else if cli.epilog || facts.script_context.as_deref() == Some("epilog_slurmd") {
+        Mode::Epilog
     } else {
         Mode::Prolog
     };
-    let facts = Facts::read(cli.node.clone());
     let (path, explicit) = match &cli.config {
         Some(p) => (p.clone(), true),
         None => (PathBuf::from(config::DEFAULT_PATH), false),
@@ -129,8 +141,15 @@ fn run(cli: Cli) -> i32 {
     }
     let cfg = match config::load(&path, explicit) {
         Ok(c) => c,
+        Err(e) if cli.faults => {
+            log::stderr_line(&format!("ERROR config: {e}"));
+            return 2;
+        }
         Err(e) => return gate_off(&path, &e.to_string(), &facts, mode, cli.dry_run),
     };
+    if cli.faults {
+        return fault_report(&cfg, &facts.node);
+    }
     let mut log = Log::open(&cfg.syslog_facility, &cfg.syslog_socket, cli.dry_run);
     gate::Gate {
         cfg: &cfg,
@@ -138,10 +157,34 @@ fn run(cli: Cli) -> i32 {
         mode,
         dry_run: cli.dry_run,
         log: &mut log,
+        faults: None,
         // Everything, the drain included, within the budget and a moment (budget::GRACE).
         deadline: budget::Deadline::after(Duration::from_secs(cfg.budget_seconds) + budget::GRACE),
     }
     .run()
+}
+
+/// `--faults`: one read-only fault pass, printed.
+fn fault_report(cfg: &Config, node: &str) -> i32 {
+    let settings = faults::Settings {
+        root: cfg.fault_root.clone(),
+        aer: cfg.aer_limits,
+        ib: cfg.ib_limits,
+    };
+    let state_dir = match cfg.state_dir_for(node) {
+        Ok(d) => d,
+        Err(e) => {
+            log::stderr_line(&format!("ERROR {e}"));
+            return 2;
+        }
+    };
+    let sum = faults::check(&settings, &state_dir, false);
+    match serde_json::to_string_pretty(&sum) {
+        Ok(text) => println!("{text}"),
+        Err(e) => log::stderr_line(&format!("ERROR internal: {e}")),
+    }
+    eprintln!("{}", sum.line());
+    i32::from(sum.failed())
 }
 
 /// The config cannot be used: the gate is off. Nothing is measured or drained, the job runs, and
@@ -176,6 +219,8 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
                 drain_reason: None,
                 drain: None,
                 run_dir: None,
+                context: mode.as_str(),
+                faults: None,
             };
             let _ = status::write(&state_dir, &st);
         }

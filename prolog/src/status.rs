@@ -58,6 +58,11 @@ pub struct Status {
     pub drain: Option<String>,
     /// The run's private directory (report.json, worker.log).
     pub run_dir: Option<PathBuf>,
+    /// Which run wrote it: "prolog", "epilog" or "recheck".
+    pub context: &'static str,
+    /// The hardware fault pass: each source, readable or not, its cost, and what it found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<crate::faults::Summary>,
 }
 
 pub fn write(state_dir: &Path, s: &Status) -> std::io::Result<()> {
@@ -84,6 +89,8 @@ mod tests {
             drain_reason: None,
             drain: None,
             run_dir: None,
+            context: "prolog",
+            faults: None,
         };
         write(&d, &s).expect("write");
         let bytes = std::fs::read(d.join(FILE)).expect("read");

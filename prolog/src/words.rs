@@ -21,9 +21,12 @@ pub fn drain_outcome(o: &Outcome, node: &str) -> String {
 }
 
 /// What the exit code does to the job, after a FAIL or an ERROR.
-fn job_fate(mode: Mode, exit_code: i32, fail: bool) -> &'static str {
+pub fn job_fate(mode: Mode, exit_code: i32, fail: bool) -> &'static str {
     match (mode, exit_code, fail) {
-        (Mode::Recheck, _, _) => "",
+        (Mode::Recheck, _, _) | (Mode::Epilog, 0, _) => "",
+        (Mode::Epilog, _, _) => {
+            ", exit 1 (on_error = \"fail-job\"): slurmd drains with \"Epilog error\""
+        }
         (_, 0, true) => ", the job runs (on_fail = \"run\")",
         (_, 0, false) => ", the job runs (on_error = \"run\")",
         (_, _, true) => ", Slurm requeues the job",

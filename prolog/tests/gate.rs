@@ -67,7 +67,8 @@ impl Site {
                 "worker = \"{d}/worker\"\nworker_config = \"{d}/none.toml\"\n\
                  state_dir = \"{d}/state\"\ngpu_info_dir = \"{d}/gpus\"\n\
                  scontrol = \"{d}/scontrol\"\nsyslog_facility = \"none\"\n\
-                 metrics_file = \"{d}/metrics/n.prom\"\n{extra}\n\
+                 metrics_file = \"{d}/metrics/n.prom\"\n\
+                 fault_root = \"{d}/no-faults\"\n{extra}\n\
                  env = {{ OUT = \"{d}/out\" }}\n"
             ),
         )

@@ -72,6 +72,7 @@ conf() {
         "gpu_info_dir = \"$T/gpus\""
         "metrics_file = \"$T/metrics/%n.prom\""
         "budget_seconds = 10"
+        "fault_root = \"$T/faults\""
     ) line d
     {
         for d in "${defaults[@]}"; do
@@ -85,11 +86,21 @@ conf() {
 # slurmd runs Prolog= without arguments: a two-line wrapper names the suite's config.
 printf '#!/bin/sh\nexec %s --config %s\n' "$T/bin/nccl-check-prolog" "$CONF" > "$T/bin/prolog.sh"
 chmod 755 "$T/bin/prolog.sh"
+# Epilog=: the same binary, told apart by SLURM_SCRIPT_CONTEXT=epilog_slurmd (which slurmd sets;
+# the wrapper records it). Off unless a test creates $T/epilog-on, so the other tests' worker
+# counts stay theirs.
+printf '#!/bin/sh
+echo "${SLURM_SCRIPT_CONTEXT:-unset}" >> %s
+[ -e %s ] || exit 0
+exec %s --config %s
+' \
+    "$T/epilog-contexts" "$T/epilog-on" "$T/bin/nccl-check-prolog" "$CONF" > "$T/bin/epilog.sh"
+chmod 755 "$T/bin/epilog.sh"
 conf
 
 if ! bash "$REPO/slurm/test-cluster/up.sh" --nodes 2 --prolog "$T/bin/prolog.sh" \
     --munge-socket "$CL/munge/munge.socket.2" --conf "AuthInfo=socket=$CL/munge/munge.socket.2,cred_expire=10" \
-    --conf "SchedulerParameters=nohold_on_prolog_fail" --conf "PrologEpilogTimeout=60"; then
+    --conf "SchedulerParameters=nohold_on_prolog_fail" --conf "PrologEpilogTimeout=60" --conf "Epilog=$T/bin/epilog.sh"; then
     say "cluster did not come up"
     for f in "$CL"/log/*.log; do echo "== $f"; tail -30 "$f"; done >&2
     exit 1
@@ -118,7 +129,8 @@ wait_done() { # JOB SECONDS: until the job left the queue
 ran_on() { cat "$T/work/job-$1.out" 2>/dev/null | sed -n 's/^ran on //p'; }
 reset() { # every node resumed and idle, no state, every node passes
     scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1
-    rm -rf "$T/state" "$T/mode"/* "$T/metrics"/* "$T/bin/data" && : > "$MARKER"
+    rm -rf "$T/state" "$T/mode"/* "$T/metrics"/* "$T/bin/data" "$T/faults" "$T/epilog-on" && : > "$MARKER"
+    mkdir -p "$T/faults"  # fault_root: an empty tree (no kernel log, no PCI devices) unless a test fills it
     cp -r "$REPO/tests/prolog/data" "$T/bin/data"
     make_gpus
     conf
@@ -259,7 +271,8 @@ t_a_broken_config_never_drains() {
     [ "$(runs_of n1)" = 0 ] || fail "the worker ran with a broken config"
     EXTRA_ENV="SLURMD_NODENAME=n1" prolog_direct
     [ "$RC" = 0 ] || fail "broken config: rc $RC, expected 0"
-    grep -qF "ERROR config: $CONF:8: " "$ERR" && grep -qF "budget_secs" "$ERR" \
+    local n; n=$(grep -n '^budget_secs' "$CONF" | cut -d: -f1)
+    grep -qF "ERROR config: $CONF:$n: " "$ERR" && grep -qF "budget_secs" "$ERR" \
         || fail "the error does not name file, line and field: $(cat "$ERR")"
     timeout 20 env -i "$T/bin/nccl-check-prolog" --config /nonexistent/prolog.toml --node n1 >"$OUT" 2>"$ERR"
     RC=$?
@@ -268,19 +281,20 @@ t_a_broken_config_never_drains() {
     grep -q 'nccl_check_gate_state{state="disabled"} 1' "$T/metrics/n1.prom" || fail "metrics lack the disabled gate"
     grep -q '"state": "disabled"' "$T/state/n1/gate.json" || fail "gate.json: $(cat "$T/state/n1/gate.json" 2>&1)"
     prolog_direct --check-config
-    [ "$RC" = 2 ] && grep -q "^INVALID $CONF:8: " "$OUT" || fail "--check-config on a broken file: rc $RC, $(cat "$OUT")"
+    [ "$RC" = 2 ] && grep -q "^INVALID $CONF:$n: " "$OUT" || fail "--check-config on a broken file: rc $RC, $(cat "$OUT")"
 }
 
 t_check_config_prints_every_key_and_its_source() {
     echo 'on_fail = "run"' >> "$CONF"          # appended, as configuration management does
+    local n; n=$(wc -l < "$CONF")
     prolog_direct --check-config
     [ "$RC" = 0 ] || fail "--check-config: rc $RC, $(cat "$OUT")"
-    grep -q "^on_fail = \"run\"    # $CONF:10\$" "$OUT" || fail "on_fail source: $(cat "$OUT")"
+    grep -q "^on_fail = \"run\"    # $CONF:$n\$" "$OUT" || fail "on_fail source: $(cat "$OUT")"
     grep -q '^on_error = "run"    # default$' "$OUT" || fail "on_error source: $(cat "$OUT")"
-    [ "$(grep -cE '^[a-z_]+ = .*    # ' "$OUT")" = 16 ] || fail "not every key printed: $(cat "$OUT")"
-    conf; echo 'on_fail = "drain"' >> "$CONF"
+    [ "$(grep -cE '^[a-z_]+ = .*    # ' "$OUT")" = 20 ] || fail "not every key printed: $(cat "$OUT")"
+    conf; echo 'on_fail = "drain"' >> "$CONF"; n=$(wc -l < "$CONF")
     prolog_direct --check-config
-    [ "$RC" = 2 ] && grep -q "^INVALID $CONF:10: on_fail: " "$OUT" || fail "appended bad value: rc $RC, $(cat "$OUT")"
+    [ "$RC" = 2 ] && grep -q "^INVALID $CONF:$n: on_fail: " "$OUT" || fail "appended bad value: rc $RC, $(cat "$OUT")"
     conf 'worker = "/nonexistent/nccl-check"'
     prolog_direct --check-config
     [ "$RC" = 2 ] && grep -q "^NOT READY worker /nonexistent/nccl-check" "$OUT" || fail "missing worker: rc $RC, $(cat "$OUT")"
@@ -407,6 +421,45 @@ t_recheck_leaves_a_busy_node_alone() {
     scancel "$j"; wait_done "$j" 30
 }
 
+t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache() {
+    conf "cache_seconds = 600"
+    touch "$T/epilog-on"
+    : > "$T/epilog-contexts"
+    local j1 j2 j3
+    j1=$(submit -w n1) && wait_done "$j1" 60   # the job leaves the queue once its epilog ended
+    grep -qx epilog_slurmd "$T/epilog-contexts" \
+        || fail "slurmd's Epilog= environment has SLURM_SCRIPT_CONTEXT='$(sort -u "$T/epilog-contexts" | tr '\n' ' ')'"
+    [ "$(runs_of n1)" = 2 ] || fail "job $j1: the worker ran $(runs_of n1) times, expected 2 (prolog, epilog)"
+    grep -q '"context": "epilog"' "$T/state/n1/gate.json" || fail "gate.json: $(cat "$T/state/n1/gate.json")"
+    j2=$(submit -w n1) && wait_done "$j2" 60
+    [ "$(runs_of n1)" = 3 ] || fail "job $j2: the worker ran $(($(runs_of n1) - 2)) more times, expected 1 (the prolog's pass is the epilog's cache)"
+    mode n1 fail
+    j3=$(submit -w n1) && wait_done "$j3" 60
+    [ "$(ran_on "$j3")" = n1 ] || fail "job $j3 did not run on n1 (the prolog's pass was cached)"
+    drained n1 || fail "the epilog's FAIL did not drain n1"
+    local r; r=$(reason_of n1)
+    [[ "$r" == "nccl-check:GPUs slow|"*" (job $j3, epilog)" ]] || fail "sinfo -R reason of n1: '$r'"
+    scontrol show job "$j3" | grep -q 'JobState=COMPLETED' \
+        || fail "job $j3: $(scontrol show job "$j3" | grep -o 'JobState=[A-Z]*')"
+    grep -q "FAIL epilog job $j3 on n1" "$CL/log/slurmd-n1.log" "$T/state/n1/gate.json" \
+        || fail "no FAIL epilog line: $(cat "$T/state/n1/gate.json")"
+}
+
+t_a_kernel_xid_drains_before_the_worker_runs() {
+    cp -a "$REPO/prolog/tests/data/faults/hdr/." "$T/faults/"
+    echo '3,4,9000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.' >> "$T/faults/dev/kmsg"
+    local j; j=$(submit -w n1) || { fail "sbatch failed"; return; }
+    timeout 30 bash -c "until scontrol show node -o n1 | grep -q 'State=[A-Z+]*DRAIN'; do sleep 0.3; done"
+    local r; r=$(reason_of n1)
+    [[ "$r" == "nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00: reboot needed (job $j)" ]] \
+        || fail "sinfo -R reason of n1: '$r'"
+    [ "$(runs_of n1)" = 0 ] || fail "the worker ran on a node with a hardware fault"
+    python3 -c 'import json,sys; g=json.load(open(sys.argv[1])); s=g["faults"]["sources"]
+assert [x["name"] for x in s]==["kmsg","aer","ib"] and all(x["readable"] for x in s), s
+assert g["faults"]["total_ms"] < 50, g["faults"]' "$T/state/n1/gate.json" || fail "gate.json faults: $(cat "$T/state/n1/gate.json")"
+    scancel "$j" 2>/dev/null; wait_done "$j" 60
+}
+
 run_test "FAIL drains the node with an nccl-check: reason; the batch job is requeued and runs on n2" t_fail_drains_and_requeues
 run_test "the worker gets only PATH and the config's [env], and the contract's arguments" t_worker_gets_only_path_and_the_config_env
 run_test "ERROR drains nothing and the job runs" t_error_drains_nothing_and_the_job_runs
@@ -422,9 +475,11 @@ run_test "a prolog that checks nothing writes gate.json skipped, the metric and 
 run_test "--check-config prints every key and its source; an appended line is a prolog key; exit 2 when invalid or not ready" t_check_config_prints_every_key_and_its_source
 run_test "--check-config: budget vs PrologEpilogTimeout, gpus = job without gres/gpu, the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
 run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
+run_test "Epilog= (SLURM_SCRIPT_CONTEXT=epilog_slurmd): a PASS is the next prolog's cache; a FAIL drains after the job, which completes" t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache
+run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid and PCI address" t_a_kernel_xid_drains_before_the_worker_runs
 
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 15 ]; then
-    say "only $STARTED of 15 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 17 ]; then
+    say "only $STARTED of 17 tests ran"; exit 1
 fi
 exit 0

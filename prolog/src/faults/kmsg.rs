@@ -1,0 +1,244 @@
+//! The kernel log's records after a position, from `/dev/kmsg`, bounded in bytes and time.
+//!
+//! Why `/dev/kmsg` and not `/var/log/kern.log`: it is there on every Linux host (kern.log only
+//! where rsyslog runs; Debian 12 and most GPU images log to journald alone), it is the kernel's
+//! own buffer (no daemon between the driver and us), and every record carries a sequence number
+//! (<https://www.kernel.org/doc/Documentation/ABI/testing/dev-kmsg>): the position kept between
+//! checks is (boot id, last sequence number), which no log rotation can invalidate, and a reboot
+//! is seen by the boot id changing. Reads are non-blocking (`EAGAIN` = the end), each `read`
+//! returns one record, `EPIPE` means records were overwritten before we read them (counted, and
+//! reading goes on). The ring buffer holds this boot only (`log_buf_len`, 128 KiB to a few MiB),
+//! so a whole read costs milliseconds; the bounds below hold for anything else at that path
+//! (a fixture, a 1 GB file, binary garbage).
+
+use super::read::open_nonblocking;
+use std::io::{ErrorKind, Read};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Most bytes read in one check; the rest waits for the next check (the position is kept).
+pub const MAX_BYTES: u64 = 16 * 1024 * 1024;
+/// Longest line kept: a kmsg record is at most about 1 KiB; a longer "line" is garbage.
+const MAX_LINE: usize = 16 * 1024;
+/// Most matching records kept from one read (the first ones decide; the rest are counted).
+pub const MAX_RECORDS: usize = 256;
+
+/// One log record whose text matched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub seq: u64,
+    pub text: String,
+}
+
+/// What one read found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Records after the position whose text contains the needle (at most [`MAX_RECORDS`]).
+    pub records: Vec<Record>,
+    /// Matching records beyond [`MAX_RECORDS`].
+    pub dropped: usize,
+    /// The last sequence number read (the next position), when any record was read.
+    pub last_seq: Option<u64>,
+    pub bytes: u64,
+    /// Records the kernel overwrote before we could read them (`EPIPE`).
+    pub lost: u64,
+    /// Why the read stopped before the end: "size" or "time".
+    pub cut_short: Option<&'static str>,
+    /// Lines that are not kmsg records (garbage), skipped.
+    pub bad_lines: u64,
+}
+
+/// `prio,seq,usec,flags[,..];text` → (seq, text); continuation lines (" KEY=value") → None.
+pub fn parse_line(line: &[u8]) -> Option<(u64, &[u8])> {
+    let semi = line.iter().position(|&b| b == b';')?;
+    let header = std::str::from_utf8(&line[..semi]).ok()?;
+    let mut fields = header.split(',');
+    fields.next()?.parse::<u32>().ok()?;
+    let seq = fields.next()?.parse::<u64>().ok()?;
+    Some((seq, &line[semi + 1..]))
+}
+
+/// Reads `path` from its start, keeping records with sequence number above `after` whose text
+/// contains one of `needles`; stops at the end, at `max_bytes` or at `deadline`.
+pub fn scan(
+    path: &Path,
+    after: Option<u64>,
+    needles: &[&str],
+    max_bytes: u64,
+    deadline: Duration,
+) -> std::io::Result<Scan> {
+    let start = Instant::now();
+    let mut f = open_nonblocking(path)?;
+    let mut out = Scan::default();
+    // One kmsg record per read(); 16 KiB fits any (the kernel's limit is about 1 KiB).
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        if out.bytes >= max_bytes {
+            out.cut_short = Some("size");
+            break;
+        }
+        if start.elapsed() >= deadline {
+            out.cut_short = Some("time");
+            break;
+        }
+        let want = buf.len().min((max_bytes - out.bytes) as usize);
+        match f.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => {
+                out.bytes += n as u64;
+                pending.extend_from_slice(&buf[..n]);
+                take_lines(&mut pending, after, needles, &mut out);
+                if pending.len() > MAX_LINE {
+                    out.bad_lines += 1;
+                    pending.clear();
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => out.lost += 1,
+            Err(e) => return Err(e),
+        }
+    }
+    // A regular file's last line may lack its newline.
+    if out.cut_short.is_none() && !pending.is_empty() {
+        pending.push(b'\n');
+        take_lines(&mut pending, after, needles, &mut out);
+    }
+    Ok(out)
+}
+
+fn take_lines(pending: &mut Vec<u8>, after: Option<u64>, needles: &[&str], out: &mut Scan) {
+    let mut used = 0;
+    while let Some(nl) = pending[used..].iter().position(|&b| b == b'\n') {
+        let line = &pending[used..used + nl];
+        used += nl + 1;
+        if line.first() == Some(&b' ') || line.is_empty() {
+            continue; // a record's dictionary (" SUBSYSTEM=pci"), not a record
+        }
+        let Some((seq, text)) = parse_line(line) else {
+            out.bad_lines += 1;
+            continue;
+        };
+        out.last_seq = Some(out.last_seq.map_or(seq, |s| s.max(seq)));
+        if after.is_some_and(|a| seq <= a) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(text);
+        if needles.iter().any(|n| text.contains(n)) {
+            if out.records.len() < MAX_RECORDS {
+                out.records.push(Record {
+                    seq,
+                    text: text.into_owned(),
+                });
+            } else {
+                out.dropped += 1;
+            }
+        }
+    }
+    pending.drain(..used);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "6,100,5000,-;usb 1-1: new device\n SUBSYSTEM=usb\n\
+4,101,6000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n\
+4,102,7000,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 04\n";
+
+    fn scratch(name: &str, text: &[u8]) -> std::path::PathBuf {
+        let d = bench_core::test_support::scratch_dir(name);
+        std::fs::write(d.join("kmsg"), text).expect("write");
+        d
+    }
+
+    #[test]
+    fn records_after_the_position_that_match_are_kept_and_the_position_advances() {
+        let d = scratch("kmsg-pos", LOG.as_bytes());
+        let s = scan(
+            &d.join("kmsg"),
+            None,
+            &["Xid"],
+            MAX_BYTES,
+            Duration::from_secs(1),
+        )
+        .expect("read");
+        assert_eq!(s.records.len(), 2);
+        assert_eq!((s.records[0].seq, s.last_seq), (101, Some(102)));
+        let s = scan(
+            &d.join("kmsg"),
+            Some(101),
+            &["Xid"],
+            MAX_BYTES,
+            Duration::from_secs(1),
+        )
+        .expect("read");
+        assert_eq!(s.records.len(), 1);
+        assert_eq!(s.records[0].seq, 102);
+        assert_eq!(s.bad_lines, 0);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn binary_garbage_is_skipped_and_counted_never_a_panic() {
+        let mut g: Vec<u8> = (0..=255u8).cycle().take(200_000).collect();
+        g.extend_from_slice(LOG.as_bytes());
+        g.extend_from_slice(b"\xff\xfe;;;,,\n9,x,;\n4,103,1,-;NVRM: Xid (PCI:\xff): 13\n");
+        let d = scratch("kmsg-garbage", &g);
+        let s = scan(
+            &d.join("kmsg"),
+            None,
+            &["Xid"],
+            MAX_BYTES,
+            Duration::from_secs(1),
+        )
+        .expect("read");
+        assert!(s.bad_lines > 0);
+        assert_eq!(s.last_seq, Some(103));
+        assert_eq!(s.records.len(), 3, "{:?}", s.records);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_one_gigabyte_log_is_read_only_up_to_the_bound() {
+        let d = bench_core::test_support::scratch_dir("kmsg-huge");
+        let p = d.join("kmsg");
+        // Sparse: 1 GB of NUL bytes that costs no disk.
+        std::fs::File::create(&p)
+            .and_then(|f| f.set_len(1 << 30))
+            .expect("sparse file");
+        let t = Instant::now();
+        let s = scan(&p, None, &["Xid"], MAX_BYTES, Duration::from_secs(5)).expect("read");
+        assert_eq!((s.bytes, s.cut_short), (MAX_BYTES, Some("size")));
+        assert!(t.elapsed() < Duration::from_secs(5));
+        let s = scan(&p, None, &["Xid"], u64::MAX, Duration::from_millis(20)).expect("read");
+        assert_eq!(s.cut_short, Some("time"));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_fifo_is_read_without_blocking() {
+        let d = bench_core::test_support::scratch_dir("kmsg-fifo");
+        let p = d.join("kmsg");
+        super::super::read::tests::make_fifo(&p);
+        let s = scan(&p, None, &["Xid"], MAX_BYTES, Duration::from_secs(1)).expect("read");
+        assert_eq!(s.bytes, 0);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn the_real_dev_kmsg_is_read_to_its_end_when_readable() {
+        // As root on a Linux host: must end (EAGAIN), never block.
+        let t = Instant::now();
+        if let Ok(s) = scan(
+            Path::new("/dev/kmsg"),
+            None,
+            &["Xid"],
+            MAX_BYTES,
+            Duration::from_secs(2),
+        ) {
+            assert!(t.elapsed() < Duration::from_secs(3), "{s:?}");
+        }
+    }
+}

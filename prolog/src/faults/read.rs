@@ -1,0 +1,75 @@
+//! Bounded reads of the kernel's small files (sysfs counters, the boot id) that never block:
+//! opened `O_NONBLOCK` (a FIFO planted where a counter should be cannot hang the prolog),
+//! regular files only, at most [`MAX_SMALL`] bytes.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// The most read of one small file: sysfs counter files are well under 1 KiB.
+pub const MAX_SMALL: u64 = 64 * 1024;
+
+/// Opens `path` for reading without blocking (FIFOs, devices).
+pub fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// The text of a small regular file (lossy UTF-8), or why not.
+pub fn small(path: &Path) -> Result<String, String> {
+    let f = open_nonblocking(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let md = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !md.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    let mut buf = Vec::new();
+    f.take(MAX_SMALL)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The first whitespace-separated word of a small file, e.g. a counter's value.
+pub fn number(path: &Path) -> Result<u64, String> {
+    let text = small(path)?;
+    let word = text.split_whitespace().next().unwrap_or("");
+    word.parse()
+        .map_err(|_| format!("{}: not a number: {:?}", path.display(), cut(word)))
+}
+
+/// At most 40 characters of `s`, for messages about bad input.
+pub fn cut(s: &str) -> String {
+    s.chars().take(40).collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn make_fifo(p: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    }
+
+    #[test]
+    fn a_fifo_a_directory_and_garbage_are_errors_not_hangs_or_panics() {
+        let d = bench_core::test_support::scratch_dir("faults-read");
+        let fifo = d.join("fifo");
+        make_fifo(&fifo);
+        assert!(small(&fifo).unwrap_err().contains("not a regular file"));
+        assert!(small(&d).is_err());
+        assert!(small(&d.join("absent")).is_err());
+        std::fs::write(d.join("bin"), [0xff, 0x00, 0xfe, b'\n']).expect("write");
+        assert!(number(&d.join("bin")).unwrap_err().contains("not a number"));
+        std::fs::write(d.join("n"), "42\n").expect("write");
+        assert_eq!(number(&d.join("n")), Ok(42));
+        std::fs::remove_dir_all(&d).ok();
+    }
+}

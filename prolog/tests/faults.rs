@@ -1,0 +1,245 @@
+//! The fault pass wired into the gate, through the release-shaped binary with a fixture tree
+//! (`fault_root`), a fake worker and a fake scontrol: a hardware fault drains without running
+//! the worker and names its source and PCI address; `gate.json` lists every source with its
+//! cost; the epilog context (SLURM_SCRIPT_CONTEXT=epilog_slurmd, as slurmd sets it) drains on
+//! FAIL with exit 0 and its PASS makes the next prolog a cached pass.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nccl-check-prolog");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/faults");
+
+const PASS: &str = r#"while [ $# -gt 0 ]; do case $1 in --json) json=$2; shift;; esac; shift; done
+echo run >> "$OUT"
+printf '{"schema_version":1,"verdict":"PASS","summary":"fine"}' > "$json"; exit 0"#;
+const FAIL: &str = r#"while [ $# -gt 0 ]; do case $1 in --json) json=$2; shift;; esac; shift; done
+echo run >> "$OUT"
+printf '{"schema_version":1,"verdict":"FAIL","summary":"slow","reasons":[{"code":"busbw_below_threshold","message":"all_reduce busbw 1.0 < 300.0 GB/s","subject":"GPU0<->GPU1"}]}' > "$json"; exit 1"#;
+
+struct Site {
+    dir: PathBuf,
+}
+
+impl Site {
+    fn new(name: &str, tree: &str) -> Site {
+        let dir = bench_core::test_support::scratch_dir(&format!("gate-faults-{name}"));
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(format!("{FIXTURES}/{tree}"))
+            .arg(dir.join("root"))
+            .status()
+            .expect("cp")
+            .success();
+        assert!(ok);
+        for i in 0..2 {
+            let d = dir.join(format!("gpus/0000:{:02x}:00.0", 0x18 + i));
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(
+                d.join("information"),
+                format!(
+                    "Model: X\nGPU UUID: GPU-f-{i}\nBus Location: 0000:{:02x}:00.0\n",
+                    0x18 + i
+                ),
+            )
+            .expect("write");
+        }
+        bench_core::test_support::write_executable(
+            &dir.join("scontrol"),
+            &format!(
+                "#!/bin/sh\nif [ \"$1\" = show ]; then echo 'NodeName=n1 State=IDLE'; \
+                 else echo \"$*\" >> {}/calls; fi\n",
+                dir.display()
+            ),
+        );
+        let d = dir.display();
+        std::fs::write(
+            dir.join("prolog.toml"),
+            format!(
+                "worker = \"{d}/worker\"\nworker_config = \"{d}/none.toml\"\n\
+                 state_dir = \"{d}/state\"\ngpu_info_dir = \"{d}/gpus\"\n\
+                 scontrol = \"{d}/scontrol\"\nsyslog_facility = \"none\"\n\
+                 budget_seconds = 10\nfault_root = \"{d}/root\"\n\
+                 env = {{ OUT = \"{d}/out\" }}\n"
+            ),
+        )
+        .expect("write");
+        let s = Site { dir };
+        s.worker(PASS);
+        s
+    }
+
+    fn worker(&self, body: &str) {
+        bench_core::test_support::write_executable(
+            &self.dir.join("worker"),
+            &format!("#!/bin/bash\n{body}\n"),
+        );
+    }
+
+    fn run(&self, job: &str, context: &str) -> Output {
+        Command::new(BIN)
+            .env_clear()
+            .env("SLURMD_NODENAME", "n1")
+            .env("SLURM_JOB_ID", job)
+            .env("CUDA_VISIBLE_DEVICES", "0,1")
+            .env("SLURM_SCRIPT_CONTEXT", context)
+            .arg("--config")
+            .arg(self.dir.join("prolog.toml"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs")
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.dir.join(rel)).unwrap_or_default()
+    }
+
+    fn gate(&self) -> serde_json::Value {
+        serde_json::from_str(&self.read("state/gate.json")).expect("gate.json")
+    }
+
+    fn worker_runs(&self) -> usize {
+        self.read("out").lines().count()
+    }
+
+    fn log(&self, line: &str) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("root/dev/kmsg"))
+            .expect("kmsg");
+        writeln!(f, "{line}").expect("write");
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_hardware_fault_drains_without_the_worker_and_names_its_source_and_address() {
+    let s = Site::new("xid", "hdr");
+    let o = s.run("7", "prolog_slurmd");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(s.worker_runs(), 1);
+    let g = s.gate();
+    assert_eq!(g["context"], "prolog");
+    let names: Vec<&str> = g["faults"]["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .map(|x| x["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["kmsg", "aer", "ib"]);
+    assert!(g["faults"]["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .all(|x| x["readable"] == true && x["ms"].is_number()));
+    assert!(
+        g["faults"]["total_ms"].as_f64().is_some_and(|t| t < 50.0),
+        "{g}"
+    );
+    // The fixture's Xid 13 is an application's fault: a WARN in gate.json, no drain.
+    assert_eq!(g["faults"]["findings"][0]["class"], "warn");
+
+    s.log("3,4,9000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.");
+    let o = s.run("8", "prolog_slurmd");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert_eq!(
+        s.worker_runs(),
+        1,
+        "the worker must not run on a faulty node"
+    );
+    let calls = s.read("calls");
+    assert!(
+        calls.contains("reason=nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00: reboot needed (job 8)"),
+        "{calls}"
+    );
+    assert!(e.contains("FAIL job 8 on n1: hardware fault:"), "{e}");
+    assert_eq!(s.gate()["state"], "fail");
+    assert_eq!(
+        s.gate()["drain_reason"]
+            .as_str()
+            .map(|r| r.contains("0000:18:00")),
+        Some(true)
+    );
+    // Judged once: the next job is measured again.
+    let o = s.run("9", "prolog_slurmd");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(s.worker_runs(), 2);
+}
+
+#[test]
+fn the_epilog_drains_on_fail_exits_zero_and_its_pass_makes_the_next_prolog_cached() {
+    let s = Site::new("epilog", "roce");
+    s.worker(FAIL);
+    let o = s.run("5", "epilog_slurmd");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "the job has ended: exit 0: {e}");
+    assert!(e.contains("FAIL epilog job 5 on n1"), "{e}");
+    let calls = s.read("calls");
+    assert!(
+        calls.contains("reason=nccl-check:GPU0-1 slow|") && calls.contains("(job 5, epilog)"),
+        "{calls}"
+    );
+    assert_eq!(s.gate()["context"], "epilog");
+
+    s.worker(PASS);
+    std::fs::remove_file(s.dir.join("state/drained")).ok();
+    let o = s.run("6", "epilog_slurmd");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(s.worker_runs(), 2);
+    let o = s.run("7", "prolog_slurmd");
+    let e = stderr(&o);
+    assert!(e.is_empty() || !e.contains("FAIL"), "{e}");
+    assert_eq!(
+        s.worker_runs(),
+        2,
+        "the epilog's pass is the next prolog's cached pass"
+    );
+    // --epilog says the same where the environment does not.
+    s.worker(FAIL);
+    let o = Command::new(BIN)
+        .env_clear()
+        .env("SLURMD_NODENAME", "n1")
+        .env("SLURM_JOB_ID", "10")
+        .env("CUDA_VISIBLE_DEVICES", "0,1")
+        .args(["--epilog", "--config"])
+        .arg(s.dir.join("prolog.toml"))
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("FAIL epilog job 10"), "{}", stderr(&o));
+}
+
+#[test]
+fn faults_prints_the_pass_as_json_keeps_no_position_and_exits_one_on_a_fail() {
+    let s = Site::new("cli", "ndr");
+    s.log("3,9,9000000,-;NVRM: Xid (PCI:0000:18:00): 95, pid=1, Uncontained: FBHUB");
+    for _ in 0..2 {
+        let o = Command::new(BIN)
+            .env_clear()
+            .args(["--faults", "--node", "n1", "--config"])
+            .arg(s.dir.join("prolog.toml"))
+            .output()
+            .expect("runs");
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(v["sources"].as_array().map(Vec::len), Some(3), "{v}");
+        assert_eq!(
+            v["findings"][0]["what"], "Xid 95 uncontained ECC error",
+            "{v}"
+        );
+        assert_eq!(v["findings"][0]["needs"], "gpu-reset", "{v}");
+    }
+    assert!(!s.dir.join("state/faults.json").exists());
+    assert_eq!(s.worker_runs(), 0);
+}
