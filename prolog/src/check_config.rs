@@ -43,6 +43,10 @@ fn value(c: &Config, key: &str) -> String {
         "syslog_socket" => p(&c.syslog_socket),
         "metrics_file" => q(&c.metrics_file),
         "fault_checks" => c.fault_checks.to_string(),
+        "stray_processes" => q(match c.stray_processes {
+            crate::stray::Policy::Fail => "fail",
+            crate::stray::Policy::Warn => "warn",
+        }),
         "fault_root" => p(&c.fault_root),
         "aer_limits" => inline_table(&c.aer_limits),
         "ib_limits" => inline_table(&c.ib_limits),

@@ -100,10 +100,13 @@ pub struct Config {
     pub aer_limits: AerLimits,
     /// The most each IB/RoCE port error counter may grow between checks.
     pub ib_limits: IbLimits,
+    /// Another process on a GPU being checked: `fail` (default: the node is not clean, drain
+    /// with a `busy` reason) or `warn` (logged; the measurement decides).
+    pub stray_processes: crate::stray::Policy,
 }
 
 /// Every key of the file, in the shipped file's order (`--check-config` prints them all).
-pub const KEYS: [&str; 20] = [
+pub const KEYS: [&str; 21] = [
     "worker",
     "worker_config",
     "plan",
@@ -123,6 +126,7 @@ pub const KEYS: [&str; 20] = [
     "fault_root",
     "aer_limits",
     "ib_limits",
+    "stray_processes",
     "env",
 ];
 
@@ -152,6 +156,7 @@ impl Default for Config {
             fault_root: PathBuf::from("/"),
             aer_limits: AerLimits::default(),
             ib_limits: IbLimits::default(),
+            stray_processes: crate::stray::Policy::Fail,
         }
     }
 }

@@ -4,14 +4,14 @@
 //! (stderr, syslog, `gate.json`, metrics). Everything within one budget ([`crate::budget`]).
 
 use crate::budget::Deadline;
-use crate::config::Config;
+use crate::config::{Config, GpuPolicy};
 use crate::decide::{self, Actions, CacheAction, Found, Mode, Policy};
 use crate::drain::{self, Outcome};
 use crate::facts::{self, Facts, Selection};
 use crate::log::{self, Log};
 use crate::status::{GateState, Status};
 use crate::words::{self, Line};
-use crate::{cache, faults, metrics, reason, report, secure, state, status, worker};
+use crate::{cache, faults, metrics, reason, report, secure, state, status, stray, worker};
 use bench_core::verdict::Verdict;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -224,8 +224,9 @@ impl<'a> Gate<'a> {
             req.args().display()
         ));
         let run = worker::run(&req);
-        let verdict = run.verdict;
         let report = run.report.as_ref().ok();
+        let job = self.facts.job_label(self.mode);
+        let (verdict, stray_reason) = self.strays(run.verdict, report, sel.all, job.as_deref());
         if let Some(p) = run
             .problem
             .as_deref()
@@ -252,7 +253,7 @@ impl<'a> Gate<'a> {
         let actions = decide::decide(self.mode, Found::Measured(verdict), self.policy(), sel.all);
         let line = self.line(whom, &sel.label, &actions);
         let drain_reason = (verdict == Verdict::Fail)
-            .then(|| reason::drain_reason(report, self.facts.job_label(self.mode).as_deref()));
+            .then(|| stray_reason.unwrap_or_else(|| reason::drain_reason(report, job.as_deref())));
         if self.dry_run {
             let msg = match verdict {
                 Verdict::Pass => line.pass(&run, report),
@@ -404,6 +405,45 @@ impl<'a> Gate<'a> {
         };
         self.publish(places, &st, &sample);
         self.finish(a, &msg)
+    }
+
+    /// Other processes on the checked GPUs (`stray`): logged always; with `stray_processes =
+    /// "fail"` a PASS becomes a FAIL and the drain reason says `busy`. Only where every checked
+    /// GPU is this job's or no job's: the job's GPUs (`gpus = "job"`), or a recheck (which runs
+    /// only on a node without jobs). With `gpus = "all"` at a job's start the other GPUs may be
+    /// another job's, whose processes are not strays: warned, never drained.
+    fn strays(
+        &mut self,
+        verdict: Verdict,
+        report: Option<&bench_core::report::json::Report>,
+        all_gpus: bool,
+        job: Option<&str>,
+    ) -> (Verdict, Option<String>) {
+        let Some(report) = report else {
+            return (verdict, None);
+        };
+        let worker = self.cfg.worker.clone();
+        let strays = stray::find(report, &|pid| stray::is_our_worker(pid, &worker));
+        if strays.is_empty() {
+            return (verdict, None);
+        }
+        let reason = stray::drain_reason(&strays, job);
+        let judged = self.mode == Mode::Recheck || !all_gpus || self.cfg.gpus == GpuPolicy::Job;
+        let fail = judged && self.cfg.stray_processes == stray::Policy::Fail;
+        self.log.warn(&format!(
+            "{}: {}{}",
+            self.facts.node,
+            reason.split_once('|').map_or(reason.as_str(), |(_, s)| s),
+            if fail {
+                ""
+            } else {
+                " (warned only: stray_processes = \"warn\", or gpus = \"all\" beside other jobs)"
+            }
+        ));
+        match (fail, verdict) {
+            (true, Verdict::Pass | Verdict::Fail) => (Verdict::Fail, Some(reason)),
+            _ => (verdict, None),
+        }
     }
 
     fn resume(&mut self, slurm: &drain::Slurm, state_dir: &Path, start: f64) {

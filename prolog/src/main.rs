@@ -23,6 +23,7 @@ mod secure;
 mod slurm_uses;
 mod state;
 mod status;
+mod stray;
 mod words;
 mod worker;
 
