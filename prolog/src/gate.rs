@@ -226,7 +226,8 @@ impl<'a> Gate<'a> {
         let run = worker::run(&req);
         let report = run.report.as_ref().ok();
         let job = self.facts.job_label(self.mode);
-        let (verdict, stray_reason) = self.strays(run.verdict, report, sel.all, job.as_deref());
+        let (verdict, stray_reason, stray_warning) =
+            self.strays(run.verdict, report, sel.all, job.as_deref());
         if let Some(p) = run
             .problem
             .as_deref()
@@ -291,7 +292,10 @@ impl<'a> Gate<'a> {
             ));
         }
         let msg = match verdict {
-            Verdict::Pass => line.pass(&run, report),
+            Verdict::Pass => match &stray_warning {
+                Some(w) => format!("{}; WARNING {w}", line.pass(&run, report)),
+                None => line.pass(&run, report),
+            },
             Verdict::Fail => line.fail(
                 &run,
                 drain_reason.as_deref().unwrap_or(""),
@@ -418,31 +422,31 @@ impl<'a> Gate<'a> {
         report: Option<&bench_core::report::json::Report>,
         all_gpus: bool,
         job: Option<&str>,
-    ) -> (Verdict, Option<String>) {
+    ) -> (Verdict, Option<String>, Option<String>) {
         let Some(report) = report else {
-            return (verdict, None);
+            return (verdict, None, None);
         };
         let worker = self.cfg.worker.clone();
         let strays = stray::find(report, &|pid| stray::is_our_worker(pid, &worker));
         if strays.is_empty() {
-            return (verdict, None);
+            return (verdict, None, None);
         }
         let reason = stray::drain_reason(&strays, job);
         let judged = self.mode == Mode::Recheck || !all_gpus || self.cfg.gpus == GpuPolicy::Job;
         let fail = judged && self.cfg.stray_processes == stray::Policy::Fail;
-        self.log.warn(&format!(
-            "{}: {}{}",
-            self.facts.node,
+        let warning = format!(
+            "{}{}",
             reason.split_once('|').map_or(reason.as_str(), |(_, s)| s),
             if fail {
                 ""
             } else {
                 " (warned only: stray_processes = \"warn\", or gpus = \"all\" beside other jobs)"
             }
-        ));
+        );
+        self.log.warn(&format!("{}: {warning}", self.facts.node));
         match (fail, verdict) {
-            (true, Verdict::Pass | Verdict::Fail) => (Verdict::Fail, Some(reason)),
-            _ => (verdict, None),
+            (true, Verdict::Pass | Verdict::Fail) => (Verdict::Fail, Some(reason), None),
+            _ => (verdict, None, Some(warning)),
         }
     }
 
