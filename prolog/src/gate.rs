@@ -129,6 +129,12 @@ impl<'a> Gate<'a> {
             } else if !f.findings.is_empty() {
                 self.log.warn(&line);
             }
+            if let (Some(m), false) = (&places.metrics, self.dry_run) {
+                if let Err(e) = faults::metrics::write(m, &f, now_unix()) {
+                    self.log
+                        .warn(&format!("metrics_file (faults) {}: {e}", m.display()));
+                }
+            }
             let failed = f.failed();
             self.faults = Some(f);
             if failed {

@@ -41,7 +41,9 @@ cleanup() {
 }
 trap cleanup EXIT
 chmod 755 "$T"
-mkdir -p "$T/state" "$T/textfile" "$T/faults" "$T/gpus/0000:18:00.0"
+mkdir -p "$T/state" "$T/textfile" "$T/gpus/0000:18:00.0"
+# The fault pass reads the HDR fixture tree: its kernel log has an application Xid 13 (a WARN).
+cp -a "$REPO/prolog/tests/data/faults/hdr" "$T/faults"
 printf 'Model: X\nGPU UUID: GPU-prom-0\nBus Location: 0000:18:00.0\n' > "$T/gpus/0000:18:00.0/information"
 printf '#!/bin/sh\n[ "$1" = show ] && echo "NodeName=n1 State=IDLE"\nexit 0\n' > "$T/scontrol"
 cat > "$T/worker" <<'W'
@@ -64,6 +66,8 @@ C
 timeout 60 env -i "$BIN" --config "$T/prolog.toml" --recheck --node n1 >&2 || die "the prolog's recheck did not pass"
 grep -q 'nccl_check_busbw_gbps{collective="all_reduce"} 301.500' "$T/textfile/nccl_check.prom" \
     || die "metrics file: $(cat "$T/textfile/nccl_check.prom")"
+grep -q 'nccl_check_fault_findings{source="xid",class="warn"} 1' "$T/textfile/nccl_check-faults.prom" \
+    || die "fault metrics file: $(cat "$T/textfile/nccl_check-faults.prom" 2>&1)"
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 NE=$(port) PR=$(port)

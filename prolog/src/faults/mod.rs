@@ -9,6 +9,7 @@ pub mod aer;
 pub mod ib;
 pub mod kmsg;
 pub mod limits;
+pub mod metrics;
 pub mod read;
 pub mod xid;
 

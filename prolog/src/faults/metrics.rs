@@ -1,0 +1,137 @@
+//! The fault pass's Prometheus textfile, beside the gate's own (`metrics_file` `x.prom` →
+//! `x-faults.prom`, in the same directory, so node_exporter's textfile collector reads both and
+//! `metrics.rs` stays the gate's): what the last pass found per source and class, whether each
+//! source was readable, and what the pass cost. Written atomically after every pass but a dry run.
+
+use super::{Class, Summary};
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+const SOURCES: [&str; 4] = ["xid", "sxid", "aer", "ib"];
+
+/// `x.prom` → `x-faults.prom`.
+pub fn path_beside(metrics_file: &Path) -> PathBuf {
+    let stem = metrics_file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    metrics_file.with_file_name(format!("{stem}-faults.prom"))
+}
+
+pub fn render(s: &Summary, now_unix: f64) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "# HELP nccl_check_fault_findings Hardware faults new since the previous check, found by \
+         the last nccl-check fault pass (fail = the node was drained)."
+    );
+    let _ = writeln!(t, "# TYPE nccl_check_fault_findings gauge");
+    for source in SOURCES {
+        for (class, name) in [(Class::Fail, "fail"), (Class::Warn, "warn")] {
+            let n = s
+                .findings
+                .iter()
+                .filter(|f| f.source == source && f.class == class)
+                .count();
+            let _ = writeln!(
+                t,
+                "nccl_check_fault_findings{{source=\"{source}\",class=\"{name}\"}} {n}"
+            );
+        }
+    }
+    let _ = writeln!(
+        t,
+        "# HELP nccl_check_fault_source_readable Whether the last fault pass could read the source \
+         (kmsg = the kernel log, Xid/SXid; aer; ib)."
+    );
+    let _ = writeln!(t, "# TYPE nccl_check_fault_source_readable gauge");
+    for src in &s.sources {
+        let _ = writeln!(
+            t,
+            "nccl_check_fault_source_readable{{source=\"{}\"}} {}",
+            src.name,
+            u8::from(src.readable)
+        );
+    }
+    let _ = writeln!(
+        t,
+        "# HELP nccl_check_fault_pass_seconds Wall time of the last fault pass."
+    );
+    let _ = writeln!(t, "# TYPE nccl_check_fault_pass_seconds gauge");
+    let _ = writeln!(
+        t,
+        "nccl_check_fault_pass_seconds {:.6}",
+        s.total_ms / 1000.0
+    );
+    let _ = writeln!(
+        t,
+        "# HELP nccl_check_fault_last_pass_timestamp_seconds When the last fault pass ran."
+    );
+    let _ = writeln!(
+        t,
+        "# TYPE nccl_check_fault_last_pass_timestamp_seconds gauge"
+    );
+    let _ = writeln!(
+        t,
+        "nccl_check_fault_last_pass_timestamp_seconds {now_unix:.3}"
+    );
+    t
+}
+
+pub fn write(metrics_file: &Path, s: &Summary, now_unix: f64) -> std::io::Result<()> {
+    crate::secure::write_atomic(
+        &path_beside(metrics_file),
+        render(s, now_unix).as_bytes(),
+        0o644,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Finding, Needs, Source};
+    use super::*;
+
+    #[test]
+    fn counts_per_source_and_class_and_readability() {
+        let s = Summary {
+            findings: vec![Finding {
+                class: Class::Warn,
+                source: "xid",
+                subject: "0000:18:00".into(),
+                what: "Xid 13".into(),
+                needs: Needs::Nothing,
+            }],
+            sources: vec![Source {
+                name: "kmsg",
+                path: "/dev/kmsg".into(),
+                readable: false,
+                items: 0,
+                ms: 0.1,
+                note: None,
+            }],
+            total_ms: 1.5,
+            ..Summary::default()
+        };
+        let t = render(&s, 7.0);
+        assert!(
+            t.contains("nccl_check_fault_findings{source=\"xid\",class=\"warn\"} 1\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("nccl_check_fault_findings{source=\"ib\",class=\"fail\"} 0\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("nccl_check_fault_source_readable{source=\"kmsg\"} 0\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("nccl_check_fault_pass_seconds 0.001500\n"),
+            "{t}"
+        );
+        assert_eq!(
+            path_beside(Path::new("/m/n1.prom")),
+            PathBuf::from("/m/n1-faults.prom")
+        );
+    }
+}
