@@ -392,7 +392,7 @@ mod tests {
         let p2 = free_port();
         let squatter = std::thread::spawn(move || {
             let wrong = auth::SharedSecret::new("not-the-step-secret", "squatter").unwrap();
-            let deadline = Instant::now() + Duration::from_secs(3);
+            let deadline = Instant::now() + Duration::from_millis(1500);
             let s = Setup {
                 host: "127.0.0.1".into(),
                 ports: vec![],
@@ -403,9 +403,17 @@ mod tests {
                 deadline,
                 expected: None,
             };
-            // Answers one connection with a real handshake under the wrong secret.
-            if let Ok((stream, _)) = squat.accept() {
-                let _ = coordinator_handshake_for_test(stream, &s);
+            // Answers connections with a real handshake under the wrong secret, until its
+            // deadline (the member tries every port at once, and may find the coordinator on
+            // the other before it ever comes here).
+            squat.set_nonblocking(true).unwrap();
+            while Instant::now() < deadline {
+                match squat.accept() {
+                    Ok((stream, _)) => {
+                        let _ = coordinator_handshake_for_test(stream, &s);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
             }
         });
         let deadline = Instant::now() + Duration::from_secs(6);
