@@ -59,7 +59,8 @@ say() { echo "fabric.sh: $*" >&2; }
 case $NODES in [2-9]|[1-5][0-9]|6[0-4]) ;; *) say "--nodes must be 2..64"; exit 2 ;; esac
 # The worker's budget: NCCL init over sockets of N processes on one GPU, the quick plan at 32 MiB
 # and up to 2*log2(N)+4 localization rounds; ERROR rows end by it.
-[ -n "$TIMEOUT_S" ] || TIMEOUT_S=$((NODES <= 8 ? 40 : 60))
+# 16 nodes: a healthy check takes ~24 s, one at 500 Mbit/s ~2x that (60 s ran out at 250mbit).
+[ -n "$TIMEOUT_S" ] || TIMEOUT_S=$((NODES <= 8 ? 40 : 100))
 
 # --- iproute2: the host's, else the carried Debian 12 copy (tests/gpu/fetch-iproute2.sh) ---------
 IPDIR=$REPO/target/gpu-carry/iproute2
