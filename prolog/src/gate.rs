@@ -334,11 +334,13 @@ impl<'a> Gate<'a> {
             faults: None,
         };
         let empty = Default::default();
+        let margins = report.map(report::margins).unwrap_or_default();
         let sample = metrics::Sample {
             gate,
             verdict: Some(verdict),
             exit_code: run.exit_code,
             avg_busbw: report.map(|r| &r.avg_busbw).unwrap_or(&empty),
+            margins: &margins,
             finished_unix: now_unix(),
             duration_s: run.elapsed.as_secs_f64(),
         };
@@ -410,6 +412,7 @@ impl<'a> Gate<'a> {
             verdict: Some(Verdict::Fail),
             exit_code: None,
             avg_busbw: &empty,
+            margins: &empty,
             finished_unix: now_unix(),
             duration_s: 0.0,
         };
@@ -525,6 +528,7 @@ impl<'a> Gate<'a> {
                 verdict: None,
                 exit_code: None,
                 avg_busbw: &empty,
+                margins: &empty,
                 finished_unix: now_unix(),
                 duration_s: 0.0,
             };
@@ -565,6 +569,7 @@ impl<'a> Gate<'a> {
                 verdict: Some(Verdict::Error),
                 exit_code: None,
                 avg_busbw: &empty,
+                margins: &empty,
                 finished_unix: now_unix(),
                 duration_s: 0.0,
             };

@@ -236,6 +236,7 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
                         verdict: None,
                         exit_code: None,
                         avg_busbw: &empty,
+                        margins: &empty,
                         finished_unix: gate::now_unix(),
                         duration_s: 0.0,
                     },

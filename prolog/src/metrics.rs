@@ -16,6 +16,8 @@ pub struct Sample<'a> {
     pub verdict: Option<Verdict>,
     pub exit_code: Option<i32>,
     pub avg_busbw: &'a BTreeMap<String, f64>,
+    /// Per collective, the smallest busbw / floor of the last measurement (`report::margins`).
+    pub margins: &'a BTreeMap<String, f64>,
     pub finished_unix: f64,
     pub duration_s: f64,
 }
@@ -67,6 +69,17 @@ pub fn render(s: &Sample) -> String {
     }
     let _ = writeln!(
         t,
+        "# HELP nccl_check_busbw_margin Smallest busbw / floor per collective of the last \
+         measurement (1.0 = at the floor; only collectives a floor judged)."
+    );
+    let _ = writeln!(t, "# TYPE nccl_check_busbw_margin gauge");
+    for (coll, m) in s.margins {
+        if m.is_finite() && coll.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            let _ = writeln!(t, "nccl_check_busbw_margin{{collective=\"{coll}\"}} {m:.3}");
+        }
+    }
+    let _ = writeln!(
+        t,
         "# HELP nccl_check_last_run_timestamp_seconds When the last measurement ended."
     );
     let _ = writeln!(t, "# TYPE nccl_check_last_run_timestamp_seconds gauge");
@@ -103,6 +116,7 @@ mod tests {
             verdict: Some(Verdict::Fail),
             exit_code: Some(1),
             avg_busbw: &bw,
+            margins: &BTreeMap::from([("all_reduce".to_string(), 1.07)]),
             finished_unix: 1_790_000_000.5,
             duration_s: 2.1,
         });
@@ -116,6 +130,10 @@ mod tests {
         );
         assert!(
             t.contains("nccl_check_busbw_gbps{collective=\"all_reduce\"} 361.250\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("nccl_check_busbw_margin{collective=\"all_reduce\"} 1.070\n"),
             "{t}"
         );
         assert!(!t.contains("bad name"), "label values are checked: {t}");

@@ -15,6 +15,19 @@ pub fn read(path: &Path) -> Result<Report, ReportError> {
     read_report(path, MAX_REPORT_BYTES)
 }
 
+/// Per collective, the smallest margin of its results over the floor that judged them
+/// (`Row::expected`: busbw / floor; 1.0 is at the floor). Collectives no floor judged are absent.
+pub fn margins(report: &Report) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for r in &report.results {
+        if let Some(e) = r.expected.as_ref().filter(|e| e.margin.is_finite()) {
+            let m = out.entry(r.collective.to_string()).or_insert(e.margin);
+            *m = f64::min(*m, e.margin);
+        }
+    }
+    out
+}
+
 /// The UUIDs of the GPUs the worker measured, sorted, when every GPU entry has one.
 pub fn uuids(report: &Report) -> Option<Vec<String>> {
     let mut u: Vec<String> = report
@@ -31,6 +44,32 @@ mod tests {
     use super::*;
     use bench_core::test_support::scratch_dir;
     use bench_core::verdict::Verdict;
+
+    #[test]
+    fn margins_are_the_smallest_per_collective_and_only_where_a_floor_judged() {
+        use bench_core::report::{Expected, Row};
+        let row = |c: &'static str, m: Option<f64>| Row {
+            collective: c,
+            expected: m.map(|m| Expected {
+                floor_gbs: 100.0,
+                margin: m,
+                source: "test".into(),
+            }),
+            ..Row::default()
+        };
+        let r = Report {
+            results: vec![
+                row("all_reduce", Some(1.3)),
+                row("all_reduce", Some(1.07)),
+                row("all_gather", None),
+                row("sendrecv", Some(f64::INFINITY)),
+            ],
+            ..Report::default()
+        };
+        let m = margins(&r);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(m.get("all_reduce"), Some(&1.07));
+    }
 
     #[test]
     fn the_recorded_fail_report_gives_its_reasons_and_gpu_uuids() {
