@@ -163,21 +163,11 @@ fn explain(
     devices: Option<&[usize]>,
     nvml: Option<&crate::facts::gpu_health::HealthFacts>,
 ) -> String {
-    use crate::facts::interconnect::{classify, Interconnect};
+    use crate::facts::interconnect::Interconnect;
     let (name, count, device_id, interconnect) = match (&opts.gpu_model, devices, nvml) {
         (None, Some(devices), Some(nvml)) => {
-            let infos: Vec<_> = devices
-                .iter()
-                .filter_map(|&d| cuda::gpu_info(d).ok())
-                .collect();
-            let buses: Vec<String> = infos.iter().map(|i| i.pci_bus_id.clone()).collect();
-            let first = infos.first();
-            (
-                first.map(|i| i.name.clone()).unwrap_or_default(),
-                devices.len() as u32,
-                first.and_then(|i| i.pci_device_id),
-                classify(nvml, &buses),
-            )
+            let (name, id, interconnect) = read_gpus(devices, nvml);
+            (name, devices.len() as u32, id, interconnect)
         }
         (Some((model, count)), ..) => {
             // Offline: the SKU by its whole name, the interconnect its form factor implies.
@@ -224,22 +214,8 @@ fn model(
     nvml: &crate::facts::gpu_health::HealthFacts,
     report: &mut Report,
 ) -> Arc<crate::thresholds::GpuModel> {
-    let infos: Vec<_> = devices
-        .iter()
-        .filter_map(|&d| cuda::gpu_info(d).ok())
-        .collect();
-    let buses: Vec<String> = infos.iter().map(|i| i.pci_bus_id.clone()).collect();
-    let interconnect = crate::facts::interconnect::classify(nvml, &buses);
-    let first = infos.first();
-    let name = first.map(|i| i.name.clone()).unwrap_or_default();
-    let id = first.and_then(|i| i.pci_device_id).or_else(|| match nvml {
-        crate::facts::gpu_health::HealthFacts::Available { gpus, .. } => gpus
-            .iter()
-            .find(|g| crate::facts::node::bus_id(&g.bus_id) == buses.first().cloned())
-            .and_then(|g| g.pci_device_id),
-        _ => None,
-    });
-    let identity = crate::sku::Identity::resolve(id, first.map_or("", |i| i.name.as_str()));
+    let (name, id, interconnect) = read_gpus(devices, nvml);
+    let identity = crate::sku::Identity::resolve(id, &name);
     let model = crate::thresholds::GpuModel {
         name,
         sku: identity.sku(),
@@ -248,6 +224,34 @@ fn model(
     report.sku = Some(identity.to_string());
     report.interconnect = Some(interconnect);
     Arc::new(model)
+}
+
+/// This process's GPUs as the node reports them: the first one's driver name and PCI device ID
+/// (sysfs, else NVML's), and how they reach each other (NVML's links).
+fn read_gpus(
+    devices: &[usize],
+    nvml: &crate::facts::gpu_health::HealthFacts,
+) -> (
+    String,
+    Option<u16>,
+    crate::facts::interconnect::Interconnect,
+) {
+    let infos: Vec<_> = devices
+        .iter()
+        .filter_map(|&d| cuda::gpu_info(d).ok())
+        .collect();
+    let buses: Vec<String> = infos.iter().map(|i| i.pci_bus_id.clone()).collect();
+    let interconnect = crate::facts::interconnect::classify(nvml, &buses);
+    let first = infos.first();
+    let id = first.and_then(|i| i.pci_device_id).or_else(|| match nvml {
+        crate::facts::gpu_health::HealthFacts::Available { gpus, .. } => gpus
+            .iter()
+            .find(|g| crate::facts::node::bus_id(&g.bus_id) == buses.first().cloned())
+            .and_then(|g| g.pci_device_id),
+        _ => None,
+    });
+    let name = first.map(|i| i.name.clone()).unwrap_or_default();
+    (name, id, interconnect)
 }
 
 /// The rendezvous, then each GPU thread gets its rank and the check's topology.

@@ -177,11 +177,10 @@ pub fn by_name(name: &str) -> Option<&'static Sku> {
 /// its `NVIDIA ` prefix): the whole name it is part of, for the error that says so.
 pub fn partial_name(rule: &str) -> Option<&'static str> {
     let r = rule.trim().to_ascii_lowercase();
-    if names_gpu(rule, "")
-        || SKUS
-            .iter()
-            .flat_map(|s| s.names)
-            .any(|n| names_gpu(rule, n))
+    if SKUS
+        .iter()
+        .flat_map(|s| s.names)
+        .any(|n| names_gpu(rule, n))
     {
         return None;
     }

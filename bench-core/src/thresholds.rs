@@ -58,9 +58,7 @@ impl<'a> Gpu<'a> {
         Gpu {
             name,
             sku,
-            interconnect: sku.map_or(Class::Unknown, |s| {
-                crate::facts::interconnect::Interconnect::assumed(s.form, 0, 0).class
-            }),
+            interconnect: sku.map_or(Class::Unknown, |s| Class::of_form(s.form)),
         }
     }
 

@@ -31,6 +31,16 @@ pub enum Class {
 }
 
 impl Class {
+    /// The class a form factor implies when the node cannot be read (offline explanations).
+    pub fn of_form(form: crate::sku::FormFactor) -> Class {
+        use crate::sku::FormFactor;
+        match form {
+            FormFactor::Sxm | FormFactor::Superchip => Class::Nvswitch,
+            FormFactor::PcieBridged => Class::Bridged,
+            FormFactor::Pcie => Class::Pcie,
+        }
+    }
+
     pub const ALL: [Class; 5] = [
         Class::Nvswitch,
         Class::NvlinkMesh,
@@ -96,12 +106,7 @@ impl Interconnect {
 
     /// What `--explain-thresholds --gpu-model` assumes of `gpus` GPUs of a known form factor.
     pub fn assumed(form: crate::sku::FormFactor, links: u32, gpus: u32) -> Interconnect {
-        use crate::sku::FormFactor;
-        let class = match form {
-            FormFactor::Sxm | FormFactor::Superchip => Class::Nvswitch,
-            FormFactor::PcieBridged => Class::Bridged,
-            FormFactor::Pcie => Class::Pcie,
-        };
+        let class = Class::of_form(form);
         Interconnect {
             class,
             gpus,
