@@ -96,7 +96,7 @@ cleanup() {
     for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do umount -l "${MOUNTS[i]}" 2>/dev/null; done
     MOUNTS=()
     # Never delete through a mount that is still there.
-    if findmnt -rn -o TARGET | grep -q "^$WORK/"; then
+    if findmnt -rn -o TARGET | grep "^$WORK/" >/dev/null; then
         say "mounts left under $WORK; not removing it"
     else
         rm -rf --one-file-system "$WORK"

@@ -145,7 +145,7 @@ roots_run() {
         "$root" "$scratch" "$REPO" "${env[@]}" -- "$@"
     rc=$?
     # The namespace is gone, so nothing is mounted under $scratch any more.
-    if findmnt -rn -o TARGET | grep -q "^$scratch"; then
+    if findmnt -rn -o TARGET | grep "^$scratch" >/dev/null; then
         roots_say "mounts left under $scratch; not removing it"
     else
         rm -rf --one-file-system "$scratch"

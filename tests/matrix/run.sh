@@ -77,7 +77,7 @@ for so in "$OUT/libnccl_check.so" "$OUT/libnccl_check-fault.so"; do
     got=$(printf '%d.%02d' $(( (16#$pv >> 16) & 255 )) $(( (16#$pv >> 8) & 255 )))
     [ "$got" = "$MM" ] || die "$so has plugin_version $got, the root's Slurm is $MM"
     # 25.05+ read this int when slurm_spank_init fails: ESPANK_JOB_FAILURE fails the job, never the node.
-    nm -D --defined-only "$so" | grep -q ' slurm_spank_init_failure_mode$' \
+    nm -D --defined-only "$so" | grep ' slurm_spank_init_failure_mode$' >/dev/null \
         || die "$so does not export slurm_spank_init_failure_mode"
 done
 want=$(awk '/ESPANK_ERROR *= *[0-9]+/ { n = $NF + 0; sub(/,/, "", n); on = 1; next }

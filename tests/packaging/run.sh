@@ -117,7 +117,9 @@ expect_rc_nonzero() { [ "$RC" != 0 ] || fail "expected rc != 0, got 0"; }
 expect_err() { grep -qF -- "$1" "$ERR" || fail "stderr lacks '$1'; stderr: $(tail -8 "$ERR")"; }
 expect_out() { grep -qF -- "$1" "$OUT" || fail "stdout lacks '$1'; stdout: $(head -5 "$OUT")"; }
 # apt-get runs dpkg on a pseudo-terminal: maintainer scripts' stderr arrives on its stdout.
-expect_apt_says() { cat "$OUT" "$ERR" | grep -qF -- "$1" || fail "apt output lacks '$1': $(grep nccl-check "$OUT" "$ERR" | head -5)"; }
+# grep reads the files itself: `cat A B | grep -q` under pipefail fails when grep exits before cat
+# has written B (SIGPIPE), which once failed CI although the line was there.
+expect_apt_says() { grep -qF -- "$1" "$OUT" "$ERR" || fail "apt output lacks '$1': $(grep nccl-check "$OUT" "$ERR" | head -5)"; }
 expect_file() { [ -e "$1" ] || [ -L "$1" ] || fail "missing: $1"; }
 expect_no_file() { [ ! -e "$1" ] && [ ! -L "$1" ] || fail "still there: $1"; }
 apt_install() { run_cmd "${APT[@]}" install -y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"; }
@@ -267,7 +269,7 @@ t_real_worker_reports_error_without_gpu() {
     ! grep -q '^vm$' "$OUT" || fail "the tasks ran although the check failed"
     # The slurmstepd of this step loaded the plugin from the plugstack line naming the installed path.
     local ln; ln=$(grep -n "^required $SO " "$SNIPPET" | cut -d: -f1)
-    tail -n +"$before" "$CL/log/slurmd-n1.log" | grep -q "spank: $SNIPPET:$ln: Loaded plugin nccl_check.so" \
+    tail -n +"$before" "$CL/log/slurmd-n1.log" | grep "spank: $SNIPPET:$ln: Loaded plugin nccl_check.so" >/dev/null \
         || fail "slurmd-n1.log lacks 'spank: $SNIPPET:$ln: Loaded plugin nccl_check.so'"
     [ ! -e "$CL/lib/nccl_check.so" ] || fail "a plugin copy exists in the cluster dir"
 }

@@ -157,7 +157,7 @@ CREATED_USER=
 cleanup() {
     bash "$REPO/slurm/test-cluster/down.sh"
     # Containers are gone with their steps; their files (owned by the user) go with the directory.
-    if findmnt -rn -o TARGET | grep -q "^$CL/"; then
+    if findmnt -rn -o TARGET | grep "^$CL/" >/dev/null; then
         say "mounts left under $CL; not removing it"
     else
         rm -rf --one-file-system "$CL"

@@ -237,7 +237,7 @@ t_documented_install_steps_work_and_a_wrong_path_breaks_nothing() {
     install -m 0755 "$PLUGIN_SO" "$so"
     sed "s|@PLUGINDIR@|$PLUGINDIR|; s|worker=[^ ]*|worker=$CL/lib/nccl-check-fake|" \
         "$REPO/slurm/plugstack.conf.d/zz-nccl-check.conf" > "$snippet"
-    if timeout 20 srun --help 2>&1 | grep -q -- --nccl-check; then
+    if timeout 20 srun --help 2>&1 | grep -- --nccl-check >/dev/null; then
         sed -i 's/^optional /required /' "$snippet"
     else
         fail "srun --help does not list --nccl-check after the documented steps"
