@@ -206,6 +206,11 @@ stage() {
         install -m 0755 prolog/files/nccl-check-recheck "$root"/usr/sbin/nccl-check-recheck
         install -m 0644 "$PROLOG_CONF" "$root"/etc/nccl-check/prolog.toml
         install -m 0644 "$WORK/man/nccl-check-prolog.8.gz" "$root"/usr/share/man/man8/
+        # The prolog's Prometheus alert rules, their promtool tests and the Grafana dashboard, for
+        # the admin to copy into Prometheus' rule_files and Grafana (not active by themselves).
+        install -d -m 0755 "$root"/usr/share/nccl-check/monitoring
+        install -m 0644 prolog/monitoring/nccl-check.rules.yml prolog/monitoring/nccl-check.rules.test.yml \
+            prolog/monitoring/nccl-check.dashboard.json "$root"/usr/share/nccl-check/monitoring/
     fi
     plugstack_snippet "$plugindir/nccl_check.so" > "$root"/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
     chmod 0644 "$root"/etc/slurm/plugstack.conf.d/zz-nccl-check.conf

@@ -100,6 +100,7 @@ impl<'a> Gate<'a> {
             .show()
             {
                 Ok(n) if n.busy() => {
+                    self.write_node_state(&places, &n);
                     let msg = format!(
                         "recheck on {}: skipped, jobs run on the node (State={})",
                         self.facts.node, n.state
@@ -108,7 +109,7 @@ impl<'a> Gate<'a> {
                     let a = decide::decide(self.mode, Found::NothingToCheck, self.policy(), false);
                     return self.finish(a, &msg);
                 }
-                Ok(_) => {}
+                Ok(n) => self.write_node_state(&places, &n),
                 Err(e) => self.log.warn(&format!(
                     "recheck: cannot read the node's state ({e}); checking anyway"
                 )),
@@ -580,6 +581,19 @@ impl<'a> Gate<'a> {
 
     /// The verdict line on stderr (slurmd's log keeps it when the prolog exits non-zero); a dry
     /// run has printed it on stdout already.
+    /// The recheck's reading of Slurm's node state, for the alert on allocated nodes that the
+    /// gate has not run on (`metrics::render_node`). Not on a dry run.
+    fn write_node_state(&mut self, places: &Places, n: &drain::NodeState) {
+        if let (Some(m), false) = (&places.metrics, self.dry_run) {
+            if let Err(e) = metrics::write_node(m, n.busy(), &n.state, now_unix()) {
+                self.log.warn(&format!(
+                    "metrics_file (node state) {}: {e}",
+                    metrics::node_path(m).display()
+                ));
+            }
+        }
+    }
+
     fn finish(&mut self, a: Actions, msg: &str) -> i32 {
         if !self.dry_run {
             log::stderr_line(msg);

@@ -8,7 +8,7 @@ use crate::status::GateState;
 use bench_core::verdict::Verdict;
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub struct Sample<'a> {
     pub gate: GateState,
@@ -101,6 +101,65 @@ pub fn write(path: &Path, s: &Sample) -> std::io::Result<()> {
     crate::state::write_atomic(path, render(s).as_bytes(), 0o644)
 }
 
+/// `x.prom` → `x-node.prom`: the node's Slurm state as the last recheck read it, in its own file
+/// beside the gate's (a recheck of a busy node measures nothing and must not touch the gate's).
+pub fn node_path(metrics_file: &Path) -> PathBuf {
+    let stem = metrics_file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    metrics_file.with_file_name(format!("{stem}-node.prom"))
+}
+
+/// Whether Slurm has jobs on the node (State ALLOCATED, MIXED or COMPLETING), and when that was
+/// read: the fact the alert "no gate run in a day on an allocated node" joins with
+/// `nccl_check_last_run_timestamp_seconds`. Written by `--recheck` (the HealthCheckProgram,
+/// every HealthCheckInterval), from the `scontrol show node` it asks anyway.
+pub fn render_node(allocated: bool, slurm_state: &str, now_unix: f64) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "# HELP nccl_check_node_allocated Whether Slurm runs jobs on this node (State ALLOCATED, \
+         MIXED or COMPLETING), as nccl-check-prolog --recheck last read it."
+    );
+    let _ = writeln!(t, "# TYPE nccl_check_node_allocated gauge");
+    // The state word goes into a label only when it is Slurm's alphabet (IDLE+DRAIN, MIXED...).
+    let state_ok = !slurm_state.is_empty()
+        && slurm_state.len() <= 64
+        && slurm_state
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c == '+' || c == '_');
+    if state_ok {
+        let _ = writeln!(
+            t,
+            "nccl_check_node_allocated{{slurm_state=\"{slurm_state}\"}} {}",
+            u8::from(allocated)
+        );
+    } else {
+        let _ = writeln!(t, "nccl_check_node_allocated {}", u8::from(allocated));
+    }
+    let _ = writeln!(
+        t,
+        "# HELP nccl_check_node_state_timestamp_seconds When the recheck last read Slurm's node state."
+    );
+    let _ = writeln!(t, "# TYPE nccl_check_node_state_timestamp_seconds gauge");
+    let _ = writeln!(t, "nccl_check_node_state_timestamp_seconds {now_unix:.3}");
+    t
+}
+
+pub fn write_node(
+    metrics_file: &Path,
+    allocated: bool,
+    slurm_state: &str,
+    now_unix: f64,
+) -> std::io::Result<()> {
+    crate::state::write_atomic(
+        &node_path(metrics_file),
+        render_node(allocated, slurm_state, now_unix).as_bytes(),
+        0o644,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +212,31 @@ mod tests {
         for line in t.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(line.split(' ').count(), 2, "{line}");
         }
+    }
+
+    #[test]
+    fn the_node_state_file_says_allocated_and_when_beside_the_gate_s() {
+        assert_eq!(
+            node_path(Path::new("/var/lib/node_exporter/nccl_check.prom")),
+            Path::new("/var/lib/node_exporter/nccl_check-node.prom")
+        );
+        let t = render_node(true, "MIXED", 1_790_000_000.25);
+        assert!(
+            t.contains("nccl_check_node_allocated{slurm_state=\"MIXED\"} 1\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("nccl_check_node_state_timestamp_seconds 1790000000.250\n"),
+            "{t}"
+        );
+        let t = render_node(false, "IDLE+DRAIN", 1.0);
+        assert!(
+            t.contains("nccl_check_node_allocated{slurm_state=\"IDLE+DRAIN\"} 0\n"),
+            "{t}"
+        );
+        // Whatever scontrol printed, no label injection: a strange state is left out.
+        let t = render_node(false, "IDLE\"} 1\nevil{x=\"", 1.0);
+        assert!(t.contains("\nnccl_check_node_allocated 0\n"), "{t}");
+        assert!(!t.contains("evil"), "{t}");
     }
 }

@@ -366,3 +366,63 @@ fn the_workers_whole_group_dies_with_a_killed_prolog() {
         }
     }
 }
+
+/// Issue 29: `--recheck` (the HealthCheckProgram) writes Slurm's node state beside the gate's
+/// metrics, whether jobs run there or not: the fact the "no gate run in a day on an allocated
+/// node" alert needs. A busy node's recheck measures nothing and leaves the gate's file alone.
+#[test]
+fn the_recheck_writes_whether_slurm_runs_jobs_on_the_node() {
+    let s = Site::new("node-state");
+    s.worker(
+        r#"while [ $# -gt 0 ]; do [ "$1" = --json ] && json=$2; shift; done
+printf '{"schema_version":1,"verdict":"PASS","summary":"ok"}' > "$json""#,
+    );
+    let scontrol = |state: &str| {
+        write_exec(
+            &s.dir.join("scontrol"),
+            &format!("#!/bin/sh\n[ \"$1\" = show ] && echo 'NodeName=n1 State={state}'\nexit 0\n"),
+        )
+    };
+    let recheck = || {
+        Command::new(BIN)
+            .env_clear()
+            .args(["--recheck", "--node", "n1", "--config"])
+            .arg(s.dir.join("prolog.toml"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs")
+    };
+    let node = s.dir.join("metrics/n-node.prom");
+    let gate = s.dir.join("metrics/n.prom");
+
+    scontrol("MIXED");
+    let o = recheck();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t = std::fs::read_to_string(&node).expect("the node state file");
+    assert!(
+        t.contains("nccl_check_node_allocated{slurm_state=\"MIXED\"} 1\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("nccl_check_node_state_timestamp_seconds "),
+        "{t}"
+    );
+    assert!(
+        !gate.exists(),
+        "a busy node's recheck wrote the gate's metrics"
+    );
+
+    scontrol("IDLE");
+    let o = recheck();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t = std::fs::read_to_string(&node).expect("the node state file");
+    assert!(
+        t.contains("nccl_check_node_allocated{slurm_state=\"IDLE\"} 0\n"),
+        "{t}"
+    );
+    let g = std::fs::read_to_string(&gate).expect("the idle node was measured");
+    assert!(
+        g.contains("nccl_check_gate_state{state=\"pass\"} 1\n"),
+        "{g}"
+    );
+}

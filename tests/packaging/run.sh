@@ -29,6 +29,9 @@ export NCCL_CHECK_CLUSTER_DIR=${NCCL_CHECK_PKG_CLUSTER_DIR:-/var/tmp/nccl-check-
 export NCCL_CHECK_CLUSTER_PORT=${NCCL_CHECK_PKG_CLUSTER_PORT:-19817}
 CL=$NCCL_CHECK_CLUSTER_DIR
 SNIPPET=/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
+# The prolog's alert rules, their promtool tests and the Grafana dashboard (README, "Monitoring").
+MONITORING=(/usr/share/nccl-check/monitoring/nccl-check.rules.yml /usr/share/nccl-check/monitoring/nccl-check.rules.test.yml
+            /usr/share/nccl-check/monitoring/nccl-check.dashboard.json)
 CONTROL=/etc/slurm/plugstack.conf.d/zz-nccl-check-pkgtest-control.conf
 # PASSED FAILED STARTED, fail, harness_run, harness_tally:
 # shellcheck disable=SC1091  # followed with shellcheck -x
@@ -194,7 +197,8 @@ t_deb_conffiles_and_files() {
              "/usr/share/doc/$PKG/README.md" "/usr/share/doc/$PKG/copyright" \
              /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab \
              /usr/share/nccl-check/enroot/hooks.d/90-nccl-check.sh \
-             /usr/share/nccl-check/enroot/environ.d/90-nccl-check.env; do
+             /usr/share/nccl-check/enroot/environ.d/90-nccl-check.env \
+             "${MONITORING[@]}"; do
         grep -qx "$p" <<<"$files" || fail "not in the .deb: $p"
     done
 }
@@ -211,6 +215,13 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml \
              /etc/nccl-check/prolog.toml "$SNIPPET" /var/lib/nccl-check; do expect_file "$p"; done
     [ "$(readlink -f /usr/bin/nccl-check)" = /usr/libexec/nccl-check/nccl-check ] || fail "/usr/bin/nccl-check is not the libexec worker"
+    # The monitoring files as installed: the README's promtool command works on them where
+    # promtool is (the host; the Debian roots have none).
+    for p in "${MONITORING[@]}"; do expect_file "$p"; done
+    if command -v promtool >/dev/null; then
+        (cd /usr/share/nccl-check/monitoring && promtool test rules nccl-check.rules.test.yml) >"$LOG" 2>&1 \
+            || fail "promtool test rules on the installed files: $(tail -5 "$LOG")"
+    fi
     grep -Eq "^#required[[:space:]]+$SO worker=/usr/libexec/nccl-check/nccl-check " "$SNIPPET" \
         || fail "no disabled plugin line for $SO in $SNIPPET: $(grep -v '^# ' "$SNIPPET")"
     ! enabled || fail "the plugin line is enabled right after install"
@@ -500,7 +511,8 @@ t_rpm_files_scripts_and_dependencies() {
     for p in /usr/lib64/slurm/nccl_check.so /usr/libexec/nccl-check/nccl-check /usr/bin/nccl-check \
              /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml /etc/nccl-check/prolog.toml "$SNIPPET" \
              /usr/share/man/man1/nccl-check.1.gz /usr/share/man/man8/nccl-check-prolog.8.gz \
-             "/usr/share/doc/$PKG/README.md" /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab /var/lib/nccl-check; do
+             "/usr/share/doc/$PKG/README.md" /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab /var/lib/nccl-check \
+             "${MONITORING[@]}"; do
         grep -qx "$p" <<<"$files" || fail "rpm -qpl lacks $p"
     done
     ! grep -q x86_64-linux-gnu <<<"$files" || fail "Debian paths in the RPM"
@@ -569,7 +581,7 @@ t_rpm_payload_matches_the_deb() {
 
 [ -z "$PREBUILT" ] && run_test "build.sh refuses a --slurm-version the installed headers do not have" t_build_refuses_a_slurm_version_the_headers_do_not_have
 run_test "the .deb is named for Slurm $MM and depends on exactly that major" t_deb_names_and_pins_the_slurm_major
-run_test "the .deb holds the plugin, worker, prolog, man pages, enroot files and three conffiles" t_deb_conffiles_and_files
+run_test "the .deb holds the plugin, worker, prolog, man pages, enroot files, monitoring files and three conffiles" t_deb_conffiles_and_files
 run_test "apt installs the .deb; the plugin is installed disabled" t_apt_installs_the_deb_with_the_plugin_disabled
 if [ "$TEST_FAILED" = 0 ]; then
     run_test "the test cluster reads /etc/slurm/plugstack.conf; disabled plugin changes nothing" t_cluster_reads_the_installed_plugstack

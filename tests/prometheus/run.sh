@@ -4,7 +4,7 @@
 #   1. promtool check rules + promtool test rules: each alert firing and not firing
 #      (prolog/monitoring/nccl-check.rules.test.yml);
 #   2. the real nccl-check-prolog (--recheck, a fake worker reporting busbw, a fake scontrol)
-#      writes its metrics_file; node_exporter's textfile collector serves it; Prometheus scrapes
+#      writes its metrics_file, the fault pass's and the node state's beside it; node_exporter's textfile collector serves it; Prometheus scrapes
 #      it every second with the rules loaded: every rule loads healthy, and every dashboard
 #      panel's query (prolog/monitoring/nccl-check.dashboard.json, $instance = .+) returns data.
 # Root (the prolog's state and metrics directories must be root-owned). Loopback only, ports
@@ -68,6 +68,9 @@ grep -q 'nccl_check_busbw_gbps{collective="all_reduce"} 301.500' "$T/textfile/nc
     || die "metrics file: $(cat "$T/textfile/nccl_check.prom")"
 grep -q 'nccl_check_fault_findings{source="xid",class="warn"} 1' "$T/textfile/nccl_check-faults.prom" \
     || die "fault metrics file: $(cat "$T/textfile/nccl_check-faults.prom" 2>&1)"
+# The recheck read Slurm's node state (the fake scontrol: IDLE): the allocated alert's fact.
+grep -q 'nccl_check_node_allocated{slurm_state="IDLE"} 0' "$T/textfile/nccl_check-node.prom" \
+    || die "node state file: $(cat "$T/textfile/nccl_check-node.prom" 2>&1)"
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 NE=$(port) PR=$(port)

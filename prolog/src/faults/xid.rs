@@ -2,13 +2,24 @@
 //! FAIL (the hardware: drain), WARN (an application's fault or a corrected error: say it, do not
 //! drain) and whether the GPU needs a reset or the node a reboot.
 //!
-//! The table follows NVIDIA's public Xid catalog, "Resolution Bucket (Immediate Action)" column
-//! (<https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html>, Ampere and newer):
-//! RESTART_APP / IGNORE → WARN; RESET_GPU → FAIL, reset; RESTART_BM (reboot) → FAIL, reboot.
+//! The table follows NVIDIA's public Xid catalog for Ampere and newer, column "Resolution Bucket
+//! (Immediate Action)" (<https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html>),
+//! checked code by code on 2026-11-24 against the catalog as published then (its spreadsheet as
+//! NVIDIA ships it in NVIDIA/NVSentinel `distros/kubernetes/nvsentinel/charts/gpu-health-monitor/
+//! xiderrorsmapping.csv`, commit 6f8b0fcf, codes 1-162; the catalog page's own rows 1-13 read
+//! directly). Each entry keeps the catalog's bucket ([`Bucket`]) and the class follows from it
+//! alone ([`Bucket::class`]): RESTART_APP, IGNORE and CONTACT_SUPPORT → WARN; RESET_GPU → FAIL,
+//! reset; RESTART_BM → FAIL, reboot; CHECK_MECHANICALS → FAIL; the workflows by what they end in
+//! (WORKFLOW_XID_48 and the NVLink workflows reset the GPU; WORKFLOW_XID_45 follows the Xid that
+//! caused it, judged on its own line). Xid 46 is also CRITICAL "drain: reset_gpu" in NVIDIA Health
+//! Validation (<https://docs.nvidia.com/health-validation/reference/checks/xid.md>).
 //! Codes not in the table are WARN (named, with the catalog to look them up): an unknown code
-//! must not drain a fleet. SXid: NVIDIA's driver writes "Fatal" or "Non-fatal" into each SXid
-//! line (<https://docs.nvidia.com/deploy/xid-errors/index.html>, NVSwitch errors); a fatal one
-//! needs the NVSwitch and its GPUs reset (Fabric Manager), so FAIL, reset.
+//! must not drain a fleet. Xid 154 carries the driver's own recovery action and is judged by it.
+//!
+//! SXid: the catalog does not list them ("documented separately in the Fabric Manager User
+//! Guide", <https://docs.nvidia.com/deploy/xid-errors/introduction.html>); NVIDIA's driver writes
+//! "Fatal" or "Non-fatal" into each SXid line, and a fatal one needs the NVSwitch and its GPUs
+//! reset (Fabric Manager), so FAIL, reset. Not checked per code.
 
 use serde::Serialize;
 
@@ -58,120 +69,245 @@ pub struct Event {
     pub text: String,
 }
 
-/// (code, class, needs, meaning) per the catalog's immediate-action bucket.
-const XIDS: &[(u32, Class, Needs, &str)] = &[
+/// The catalog's "Resolution Bucket (Immediate Action)" of a code, as the catalog spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bucket {
+    RestartApp,
+    Ignore,
+    ContactSupport,
+    ResetGpu,
+    RestartBm,
+    CheckMechanicals,
+    /// WORKFLOW_XID_45: preemptive cleanup after another fault, which has its own line.
+    WorkflowXid45,
+    /// WORKFLOW_XID_48: a double-bit ECC error; the workflow ends in a GPU reset (row remap).
+    WorkflowXid48,
+    /// WORKFLOW_NVLINK_ERR (Xid 74) and WORKFLOW_NVLINK5_ERR (144-150): a GPU reset.
+    WorkflowNvlink,
+}
+
+impl Bucket {
+    /// The class and what the hardware needs, from the bucket alone.
+    fn class(self) -> (Class, Needs) {
+        match self {
+            Bucket::RestartApp
+            | Bucket::Ignore
+            | Bucket::ContactSupport
+            | Bucket::WorkflowXid45 => (Class::Warn, Needs::Nothing),
+            Bucket::ResetGpu | Bucket::WorkflowXid48 | Bucket::WorkflowNvlink => {
+                (Class::Fail, Needs::GpuReset)
+            }
+            Bucket::RestartBm => (Class::Fail, Needs::Reboot),
+            // Power or cooling of the board (Xid 54): the hardware, no reset fixes it.
+            Bucket::CheckMechanicals => (Class::Fail, Needs::Nothing),
+        }
+    }
+}
+
+use Bucket::*;
+
+/// (code, the catalog's mnemonic, its immediate-action bucket, meaning in a few words).
+const XIDS: &[(u32, &str, Bucket, &str)] = &[
     (
         8,
-        Class::Warn,
-        Needs::Nothing,
+        "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT",
+        RestartApp,
         "GPU stopped processing (application)",
     ),
     (
+        11,
+        "ROBUST_CHANNEL_GR_ERROR_MISSING_HW",
+        RestartApp,
+        "invalid push buffer stream (application)",
+    ),
+    (
         13,
-        Class::Warn,
-        Needs::Nothing,
+        "ROBUST_CHANNEL_GR_EXCEPTION",
+        RestartApp,
         "graphics engine exception (application)",
     ),
     (
         31,
-        Class::Warn,
-        Needs::Nothing,
+        "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT",
+        RestartApp,
         "GPU memory page fault (application)",
     ),
     (
         32,
-        Class::Warn,
-        Needs::Nothing,
+        "ROBUST_CHANNEL_PBDMA_ERROR",
+        RestartApp,
         "invalid push buffer stream (application)",
     ),
     (
         43,
-        Class::Warn,
-        Needs::Nothing,
+        "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR",
+        Ignore,
         "GPU stopped processing (application)",
     ),
     (
         45,
-        Class::Warn,
-        Needs::Nothing,
-        "preemptive cleanup after an application fault",
+        "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+        WorkflowXid45,
+        "preemptive cleanup after an earlier fault",
     ),
-    (48, Class::Fail, Needs::GpuReset, "double-bit ECC error"),
+    (
+        46,
+        "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR",
+        ResetGpu,
+        "GPU stopped processing (GPU timeout)",
+    ),
+    (
+        48,
+        "ROBUST_CHANNEL_GPU_ECC_DBE",
+        WorkflowXid48,
+        "double-bit ECC error",
+    ),
+    (
+        54,
+        "SILENT_RUNNING_PWR_REDUCED_CLOCKING",
+        CheckMechanicals,
+        "clocks reduced for power (board power or cooling)",
+    ),
     (
         61,
-        Class::Fail,
-        Needs::GpuReset,
-        "internal micro-controller breakpoint",
+        "PMU_BREAKPOINT",
+        ContactSupport,
+        "internal micro-controller breakpoint/warning",
     ),
     (
         62,
-        Class::Fail,
-        Needs::GpuReset,
+        "PMU_HALT_ERROR",
+        ResetGpu,
         "internal micro-controller halt",
     ),
     (
         63,
-        Class::Warn,
-        Needs::GpuReset,
+        "INFOROM_DRAM_RETIREMENT_EVENT",
+        Ignore,
         "row remapping or page retirement recorded",
     ),
     (
         64,
-        Class::Fail,
-        Needs::GpuReset,
+        "INFOROM_DRAM_RETIREMENT_FAILURE",
+        ResetGpu,
         "row remapping or page retirement failed",
     ),
     (
         68,
-        Class::Warn,
-        Needs::Nothing,
+        "ROBUST_CHANNEL_NVDEC0_ERROR",
+        RestartApp,
         "video decoder exception (application)",
     ),
     (
         69,
-        Class::Warn,
-        Needs::Nothing,
+        "ROBUST_CHANNEL_GR_CLASS_ERROR",
+        RestartApp,
         "graphics engine class error (application)",
     ),
-    (74, Class::Fail, Needs::GpuReset, "NVLink error"),
-    (79, Class::Fail, Needs::Reboot, "GPU has fallen off the bus"),
+    (74, "NVLINK_ERROR", WorkflowNvlink, "NVLink error"),
+    (
+        79,
+        "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+        RestartBm,
+        "GPU has fallen off the bus",
+    ),
     (
         92,
-        Class::Warn,
-        Needs::Nothing,
+        "EXCESSIVE_SBE_INTERRUPTS",
+        Ignore,
         "high single-bit ECC error rate",
     ),
     (
         94,
-        Class::Warn,
-        Needs::GpuReset,
+        "ROBUST_CHANNEL_CONTAINED_ERROR",
+        RestartApp,
         "contained ECC error (the application was stopped)",
     ),
-    (95, Class::Fail, Needs::GpuReset, "uncontained ECC error"),
+    (
+        95,
+        "ROBUST_CHANNEL_UNCONTAINED_ERROR",
+        ResetGpu,
+        "uncontained ECC error",
+    ),
     (
         109,
-        Class::Warn,
-        Needs::Nothing,
-        "context switch timeout (application)",
+        "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR",
+        ResetGpu,
+        "context switch timeout",
     ),
-    (119, Class::Fail, Needs::GpuReset, "GSP RPC timeout"),
-    (120, Class::Fail, Needs::GpuReset, "GSP error"),
-    (121, Class::Warn, Needs::Nothing, "C2C link corrected error"),
-    (140, Class::Fail, Needs::GpuReset, "unrecovered ECC error"),
+    (110, "SEC_FAULT_ERROR", ResetGpu, "security fault"),
+    (119, "GSP_RPC_TIMEOUT", ResetGpu, "GSP RPC timeout"),
+    (120, "GSP_ERROR", ResetGpu, "GSP error"),
+    (121, "C2C_ERROR", Ignore, "C2C link corrected error"),
+    (136, "ALI_TRAINING_FAIL", ResetGpu, "NVLink training failed"),
+    (
+        140,
+        "UNRECOVERABLE_ECC_ERROR_ESCAPE",
+        ResetGpu,
+        "unrecovered ECC error",
+    ),
     (
         143,
-        Class::Fail,
-        Needs::GpuReset,
+        "GPU_INIT_ERROR",
+        ResetGpu,
         "GPU initialization failure",
     ),
-    (144, Class::Fail, Needs::GpuReset, "NVLink SAW error"),
-    (145, Class::Fail, Needs::GpuReset, "NVLink RLW error"),
-    (146, Class::Fail, Needs::GpuReset, "NVLink TLW error"),
-    (147, Class::Fail, Needs::GpuReset, "NVLink TREX error"),
-    (148, Class::Fail, Needs::GpuReset, "NVLink NVLPW error"),
-    (149, Class::Fail, Needs::GpuReset, "NVLink NETIR error"),
-    (150, Class::Fail, Needs::GpuReset, "NVLink MSE error"),
+    (144, "NVLINK_SAW_ERROR", WorkflowNvlink, "NVLink SAW error"),
+    (145, "NVLINK_RLW_ERROR", WorkflowNvlink, "NVLink RLW error"),
+    (146, "NVLINK_TLW_ERROR", WorkflowNvlink, "NVLink TLW error"),
+    (
+        147,
+        "NVLINK_TREX_ERROR",
+        WorkflowNvlink,
+        "NVLink TREX error",
+    ),
+    (
+        148,
+        "NVLINK_NVLPW_CTRL_ERROR",
+        WorkflowNvlink,
+        "NVLink NVLPW error",
+    ),
+    (
+        149,
+        "NVLINK_NETIR_ERROR",
+        WorkflowNvlink,
+        "NVLink NETIR error",
+    ),
+    (150, "NVLINK_MSE_ERROR", WorkflowNvlink, "NVLink MSE error"),
+    (
+        155,
+        "NVLINK_SW_DEFINED_ERROR",
+        ResetGpu,
+        "NVLink software-defined error",
+    ),
+    (
+        156,
+        "RESOURCE_RETIREMENT_EVENT",
+        ResetGpu,
+        "resource retirement event",
+    ),
+    (158, "GPU_FATAL_TIMEOUT", ResetGpu, "GPU fatal timeout"),
+    (
+        160,
+        "CHANNEL_RETIREMENT_EVENT",
+        RestartBm,
+        "channel retirement event",
+    ),
 ];
+
+/// Xid 63's line says "reset gpu to activate": the remap waits for a reset (the catalog's bucket
+/// is IGNORE, so still a WARN; the NVML fact `row_remap_pending` judges the pending remap).
+fn needs_from_line(e: &Event, needs: Needs) -> Needs {
+    if needs == Needs::Nothing
+        && e.text
+            .to_ascii_lowercase()
+            .contains("reset gpu to activate")
+    {
+        Needs::GpuReset
+    } else {
+        needs
+    }
+}
 
 /// `...Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.` and
 /// `nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...`.
@@ -223,7 +359,10 @@ pub fn judge(e: &Event) -> (Class, Needs, String) {
         }
         Kind::Xid if e.code == 154 => recovery_action(&e.text),
         Kind::Xid => match XIDS.iter().find(|x| x.0 == e.code) {
-            Some(&(_, class, needs, meaning)) => (class, needs, meaning.to_string()),
+            Some(&(_, _, bucket, meaning)) => {
+                let (class, needs) = bucket.class();
+                (class, needs_from_line(e, needs), meaning.to_string())
+            }
             None => (
                 Class::Warn,
                 Needs::Nothing,
@@ -312,7 +451,7 @@ mod tests {
             ),
             (
                 "NVRM: Xid (PCI:0000:10:1c): 94, pid=1896, Contained: SM (0x1). RST: No",
-                (Class::Warn, Needs::GpuReset),
+                (Class::Warn, Needs::Nothing),
             ),
             (
                 "NVRM: Xid (PCI:0000:10:1c): 999, something new",
@@ -321,6 +460,81 @@ mod tests {
         ] {
             assert_eq!(judged(line), want, "{line}");
         }
+    }
+
+    fn xid(code: u32, text: &str) -> (Class, Needs) {
+        judged(&format!(
+            "NVRM: Xid (PCI:0000:18:00): {code}, pid=1, {text}"
+        ))
+    }
+
+    // Each test below is a code whose class disagreed with the catalog's immediate-action
+    // bucket before the table was checked against it (2026-11-24).
+
+    #[test]
+    fn xid_109_context_switch_timeout_is_reset_gpu_in_the_catalog() {
+        assert_eq!(
+            xid(109, "Ctx Switch Timeout Error"),
+            (Class::Fail, Needs::GpuReset)
+        );
+    }
+
+    #[test]
+    fn xid_46_gpu_timeout_is_reset_gpu_in_the_catalog() {
+        assert_eq!(
+            xid(46, "GPU stopped processing"),
+            (Class::Fail, Needs::GpuReset)
+        );
+    }
+
+    #[test]
+    fn reset_gpu_codes_missing_from_the_table_fail_with_a_reset() {
+        for code in [110, 136, 155, 156, 158] {
+            assert_eq!(xid(code, "x"), (Class::Fail, Needs::GpuReset), "Xid {code}");
+        }
+    }
+
+    #[test]
+    fn xid_160_channel_retirement_is_restart_bm_in_the_catalog() {
+        assert_eq!(
+            xid(160, "Channel retirement event"),
+            (Class::Fail, Needs::Reboot)
+        );
+    }
+
+    #[test]
+    fn xid_54_power_reduced_clocking_is_check_mechanicals_in_the_catalog() {
+        assert_eq!(
+            xid(54, "Power reduced clocking"),
+            (Class::Fail, Needs::Nothing)
+        );
+    }
+
+    #[test]
+    fn xid_61_is_contact_support_in_the_catalog_so_a_warn() {
+        assert_eq!(
+            xid(61, "Internal micro-controller breakpoint"),
+            (Class::Warn, Needs::Nothing)
+        );
+    }
+
+    #[test]
+    fn xid_94_contained_error_is_restart_app_and_needs_no_reset() {
+        assert_eq!(
+            xid(94, "Contained: SM (0x1). RST: No, D-RST: No"),
+            (Class::Warn, Needs::Nothing)
+        );
+    }
+
+    #[test]
+    fn xid_63_stays_a_warn_whose_line_asks_for_a_reset() {
+        assert_eq!(
+            xid(
+                63,
+                "Row Remapper: New row marked for remapping, reset gpu to activate."
+            ),
+            (Class::Warn, Needs::GpuReset)
+        );
     }
 
     #[test]
