@@ -26,7 +26,8 @@ pub mod net;
 pub mod node;
 #[cfg(feature = "nvml")]
 pub mod nvml;
-pub mod read;
+/// Bounded reads of small files, shared with the prolog (the contract crate).
+pub use nccl_check_contract::read;
 
 use serde::Serialize;
 

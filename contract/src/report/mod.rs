@@ -1,0 +1,3 @@
+//! The worker's JSON report as its callers see it.
+
+pub mod reason;
