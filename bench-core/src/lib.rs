@@ -22,7 +22,6 @@ pub mod report;
 pub mod running_thread;
 pub mod size;
 pub mod sku;
-pub mod slurm_config;
 pub mod slurm_layout;
 pub mod team;
 pub mod text;
@@ -32,7 +31,7 @@ pub mod transport;
 
 // Moved to the contract crate (the plugin and the prolog use them without bench-core); the
 // old paths stay so bench-core's modules are unchanged.
-pub use nccl_check_contract::{hostlist, slurm_rendezvous, supervise, verdict};
+pub use nccl_check_contract::{hostlist, slurm_config, slurm_rendezvous, supervise, verdict};
 
 #[cfg(any(test, feature = "test-support"))]
 pub use nccl_check_contract::test_support;

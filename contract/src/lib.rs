@@ -6,19 +6,28 @@
 //!
 //! - the worker's command line ([`args`]), its exit codes ([`exit`]) and the three verdicts
 //!   ([`verdict`]);
-//! - the report's reasons ([`report::reason`]);
+//! - the report as plain data ([`report`]), its bounded reader ([`report::read`]) and its
+//!   reasons ([`report::reason`]);
 //! - a child run with deadlines ([`supervise`]), Slurm host lists ([`hostlist`]), where a step's
-//!   ranks meet ([`slurm_rendezvous`]), bounded reads of small files ([`read`]).
+//!   ranks meet ([`slurm_rendezvous`]), (feature `slurm-config`) Slurm's own
+//!   configuration as the node uses it (`slurm_config`), bounded reads of small files ([`read`]), and (feature `toml`) the one
+//!   reader of TOML config files with errors that name file, line and field (`config_file`).
 
 pub mod args;
+#[cfg(feature = "toml")]
+pub mod config_file;
 pub mod exit;
 pub mod hostlist;
 pub mod read;
 pub mod report;
+#[cfg(feature = "slurm-config")]
+pub mod slurm_config;
 pub mod slurm_rendezvous;
 pub mod supervise;
 pub mod verdict;
 
+#[cfg(test)]
+mod fakes;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 

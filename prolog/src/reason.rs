@@ -8,7 +8,7 @@
 
 use crate::drain::PREFIX;
 use crate::report::Report;
-use bench_core::report::json::ReasonCode;
+use nccl_check_contract::report::reason::ReasonCode;
 
 /// Longest sentence after the `|` (the whole reason stays one line of about 200 characters).
 const MAX_SENTENCE: usize = 160;
@@ -104,7 +104,7 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::report::json::Reason;
+    use nccl_check_contract::report::reason::Reason;
 
     /// What `sinfo -R` shows of a reason by default.
     fn sinfo_view(reason: &str) -> String {

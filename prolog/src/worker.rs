@@ -1,14 +1,14 @@
 //! Running the `nccl-check` worker as root, safely: a clean environment (a fixed PATH plus only
 //! what the admin's config lists), the contract's command line ([`WorkerArgs`]), supervised by
-//! [`bench_core::supervise`] (own process group killed with SIGKILL at the budget, output to the
+//! [`nccl_check_contract::supervise`] (own process group killed with SIGKILL at the budget, output to the
 //! log file in the run's private directory), and the verdict from its exit status and its JSON
 //! report together (the contract: 0 PASS, 1 FAIL, anything else or a signal ERROR; a report that
 //! says otherwise is an ERROR "contradiction", never a drain).
 
 use crate::report::{self, Report, ReportError};
-use bench_core::contract::{PlanName, WorkerArgs};
-use bench_core::supervise::{self, Ending, Output, Spec};
-use bench_core::verdict::Verdict;
+use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_contract::verdict::Verdict;
+use nccl_check_contract::{PlanName, WorkerArgs};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -120,7 +120,7 @@ pub fn judge(ending: Ending, report: &Result<Report, ReportError>) -> (Verdict, 
         Ending::Exited(c) => c,
         _ => return (Verdict::Error, None),
     };
-    let by_exit = bench_core::verdict::ExitCode::verdict_of_status(Some(code));
+    let by_exit = nccl_check_contract::verdict::ExitCode::verdict_of_status(Some(code));
     match (by_exit, report) {
         (Verdict::Error, _) => (Verdict::Error, None),
         (v, Ok(r)) if r.verdict == v => (v, None),
@@ -236,11 +236,11 @@ fn tail(path: &Path, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::test_support::scratch_dir;
+    use nccl_check_contract::test_support::scratch_dir;
 
     fn script(dir: &Path, body: &str) -> PathBuf {
         let p = dir.join("worker.sh");
-        bench_core::test_support::write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
+        nccl_check_contract::test_support::write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
         p
     }
 
@@ -364,7 +364,10 @@ mod tests {
             run.problem
         );
         // The grandchild is gone (or a zombie of init's about to be reaped).
-        bench_core::test_support::assert_process_gone(&dir.join("env"), Duration::from_millis(100));
+        nccl_check_contract::test_support::assert_process_gone(
+            &dir.join("env"),
+            Duration::from_millis(100),
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -1,8 +1,8 @@
 //! Runs the `nccl-check` worker as a child of the task and turns its end into the plugin's
 //! verdict and one line for the user. The command line is the contract's
-//! ([`bench_core::contract::WorkerArgs`]), the supervision (own process group, deadline, group
-//! kill, stderr tail, no threads) is [`bench_core::supervise`], and the details come from the
-//! worker's JSON report ([`bench_core::report::read`]); the verdict itself comes from the exit
+//! ([`nccl_check_contract::WorkerArgs`]), the supervision (own process group, deadline, group
+//! kill, stderr tail, no threads) is [`nccl_check_contract::supervise`], and the details come from the
+//! worker's JSON report ([`nccl_check_contract::report::read`]); the verdict itself comes from the exit
 //! status (0 PASS, 1 FAIL, anything else or a signal ERROR).
 
 use std::ffi::OsString;
@@ -10,11 +10,11 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bench_core::contract::{ExitCode, WorkerArgs};
-use bench_core::report::json::Report;
-use bench_core::report::read::{read_report, ReportError};
-use bench_core::supervise::{self, Ending, Output, Spec};
-use bench_core::verdict::Verdict;
+use nccl_check_contract::report::read::{read_report, ReportError};
+use nccl_check_contract::report::Report;
+use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_contract::verdict::Verdict;
+use nccl_check_contract::{ExitCode, WorkerArgs};
 
 /// Bytes of the worker's stderr kept for the message when there is no report.
 const STDERR_TAIL_BYTES: usize = 16 << 10;
@@ -230,7 +230,7 @@ fn private_dir(parent: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::contract::PlanName;
+    use nccl_check_contract::PlanName;
 
     /// A worker script; `$json` is the value of its `--json` argument.
     fn inv(script: &str, deadline_ms: u64) -> (Invocation, tempdir::Dir) {
@@ -239,7 +239,7 @@ mod tests {
         let body = format!(
             "#!/bin/sh\njson=; prev=; for a; do [ \"$prev\" = --json ] && json=$a; prev=$a; done\n{script}\n"
         );
-        bench_core::test_support::write_executable(&worker, &body);
+        nccl_check_contract::test_support::write_executable(&worker, &body);
         let mut args = WorkerArgs::new(PlanName::quick(), 1);
         args.rank = Some(1);
         args.world = Some(2);
@@ -401,7 +401,7 @@ mod tests {
             "{}",
             o.detail
         );
-        bench_core::test_support::assert_process_gone(
+        nccl_check_contract::test_support::assert_process_gone(
             &d.path.join("child.pid"),
             Duration::from_millis(200),
         );

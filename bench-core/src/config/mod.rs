@@ -2,7 +2,8 @@
 //! outlier rule, plans).
 
 pub mod expected_gpus;
-pub mod file;
+/// The one TOML reader of every config (the prolog's too): the contract crate's.
+pub use nccl_check_contract::config_file as file;
 pub mod network;
 pub mod node_count;
 pub mod worker;

@@ -5,8 +5,6 @@
 //! [`crate::report::json::Report`] and read as the contract's plain report.
 
 pub use nccl_check_contract::{args, exit};
-#[cfg(test)]
-mod fakes;
 #[cfg(all(test, feature = "gpu"))]
 mod round_trip;
 
