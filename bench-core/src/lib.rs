@@ -24,14 +24,13 @@ pub mod size;
 pub mod sku;
 pub mod slurm_layout;
 pub mod team;
-pub mod text;
 pub mod thresholds;
 pub mod topology;
 pub mod transport;
 
 // Moved to the contract crate (the plugin and the prolog use them without bench-core); the
 // old paths stay so bench-core's modules are unchanged.
-pub use nccl_check_contract::{hostlist, slurm_config, slurm_rendezvous, supervise, verdict};
+pub use nccl_check_contract::{hostlist, slurm_config, slurm_rendezvous, supervise, text, verdict};
 
 #[cfg(any(test, feature = "test-support"))]
 pub use nccl_check_contract::test_support;

@@ -244,12 +244,11 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
             }
         }
         let _ = std::io::stdout().flush();
-        // The summary may carry text from other processes (hosts, a peer's reason for giving
-        // up): one line, control characters shown escaped, never obeyed by a terminal.
+        // The contract's verdict line (one line, others' text escaped), which callers that
+        // have no report file (the plugin's batch check, through srun) read back.
         eprintln!(
-            "nccl-check: {} {}",
-            report.verdict,
-            bench_core::text::escape_control(&report.summary)
+            "{}",
+            nccl_check_contract::line::write(report.verdict, &report.summary)
         );
         let _ = std::io::stderr().flush();
     }

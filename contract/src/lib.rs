@@ -6,11 +6,14 @@
 //!
 //! - the worker's command line ([`args`]), its exit codes ([`exit`]) and the three verdicts
 //!   ([`verdict`]);
+//! - the verdict line on stderr, written and read in one place ([`line`]);
+//! - the one rule from (how the worker ended, its report) to the verdict ([`outcome`]);
 //! - the report as plain data ([`report`]), its bounded reader ([`report::read`]) and its
 //!   reasons ([`report::reason`]);
 //! - a child run with deadlines ([`supervise`]), Slurm host lists ([`hostlist`]), where a step's
 //!   ranks meet ([`slurm_rendezvous`]), (feature `slurm-config`) Slurm's own
-//!   configuration as the node uses it (`slurm_config`), bounded reads of small files ([`read`]), and (feature `toml`) the one
+//!   configuration as the node uses it (`slurm_config`), bounded reads of small files ([`read`]), text from others made safe
+//!   to print ([`text`]), and (feature `toml`) the one
 //!   reader of TOML config files with errors that name file, line and field (`config_file`).
 
 pub mod args;
@@ -18,12 +21,15 @@ pub mod args;
 pub mod config_file;
 pub mod exit;
 pub mod hostlist;
+pub mod line;
+pub mod outcome;
 pub mod read;
 pub mod report;
 #[cfg(feature = "slurm-config")]
 pub mod slurm_config;
 pub mod slurm_rendezvous;
 pub mod supervise;
+pub mod text;
 pub mod verdict;
 
 #[cfg(test)]

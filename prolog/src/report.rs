@@ -7,8 +7,8 @@ pub use nccl_check_contract::report::read::ReportError;
 pub use nccl_check_contract::report::Report;
 use std::path::Path;
 
-/// The largest report read: a real one of 8 GPUs with the pair matrix is some 100 KiB.
-pub const MAX_REPORT_BYTES: u64 = 8 << 20;
+/// The largest report read (the contract's bound, the same for every caller).
+pub use nccl_check_contract::report::MAX_REPORT_BYTES;
 
 /// Reads the report; `Err` says why it is unusable (missing, not a report, a newer schema).
 pub fn read(path: &Path) -> Result<Report, ReportError> {

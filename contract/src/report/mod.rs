@@ -20,6 +20,10 @@ use std::collections::BTreeMap;
 /// compatible). The reader refuses a newer one by name.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// The largest report a caller reads: a real one of 8 GPUs with the pair matrix is some
+/// 100 KiB.
+pub const MAX_REPORT_BYTES: u64 = 8 << 20;
+
 /// A worker's report as the callers read it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
