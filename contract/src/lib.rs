@@ -11,10 +11,10 @@
 //! - the report as plain data ([`report`]), its bounded reader ([`report::read`]) and its
 //!   reasons ([`report::reason`]);
 //! - a child run with deadlines ([`supervise`]), Slurm host lists ([`hostlist`]), where a step's
-//!   ranks meet ([`slurm_rendezvous`]), (feature `slurm-config`) Slurm's own
-//!   configuration as the node uses it (`slurm_config`), bounded reads of small files ([`read`]), text from others made safe
-//!   to print ([`text`]), and (feature `toml`) the one
-//!   reader of TOML config files with errors that name file, line and field (`config_file`).
+//!   ranks meet ([`slurm_rendezvous`]), bounded reads of small files ([`read`]), text from
+//!   others made safe to print ([`text`]); with feature `slurm-config`, Slurm's own
+//!   configuration as the node uses it (`slurm_config`), and with feature `toml`, the one reader
+//!   of TOML config files, whose errors name file, line and field (`config_file`).
 
 pub mod args;
 #[cfg(feature = "toml")]

@@ -1,7 +1,7 @@
 //! The drain reason of a FAIL, built from the job's own report only. `sinfo -R` shows the first
 //! 20 characters of a reason, so those name what matters: `nccl-check:` (ours, the only reasons
-//! ever resumed), the culprit in compact form (the contract's `Culprit::short`) and what is wrong with it; the full sentence
-//! follows after a `|`:
+//! ever resumed), the culprit in compact form (the contract's `Culprit::short`) and what is
+//! wrong with it; the full sentence follows after a `|`:
 //!
 //! `nccl-check:GPU2-3 slow|GPU2<->GPU3: sendrecv 256 MiB: busbw 12.3 < 300.0 GB/s (job 42)`
 //! `nccl-check:GPUs slow|all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 7)`

@@ -1,8 +1,8 @@
 //! Runs the `nccl-check` worker as a child of the task and turns its end into the plugin's
 //! verdict and one line for the user. The command line is the contract's
 //! ([`nccl_check_contract::WorkerArgs`]), the supervision (own process group, deadline, group
-//! kill, stderr tail, no threads) is [`nccl_check_contract::supervise`], and the details come from the
-//! worker's JSON report ([`nccl_check_contract::report::read`]); the verdict is the contract's
+//! kill, stderr tail, no threads) is [`nccl_check_contract::supervise`], and the details come
+//! from the worker's JSON report ([`nccl_check_contract::report::read`]); the verdict is the contract's
 //! one rule over both ([`nccl_check_contract::outcome`]: 0 PASS and 1 FAIL when the report
 //! agrees, anything else, a signal or a contradiction ERROR).
 
