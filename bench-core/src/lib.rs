@@ -13,7 +13,6 @@ pub mod datatype;
 pub mod evidence;
 pub mod facts;
 pub mod floors;
-pub mod hostlist;
 pub mod judge;
 pub mod localize;
 pub mod pairs;
@@ -23,19 +22,18 @@ pub mod report;
 pub mod running_thread;
 pub mod size;
 pub mod sku;
-pub mod slurm_config;
 pub mod slurm_layout;
-pub mod slurm_rendezvous;
-pub mod supervise;
 pub mod team;
-pub mod text;
 pub mod thresholds;
 pub mod topology;
 pub mod transport;
-pub mod verdict;
+
+// Moved to the contract crate (the plugin and the prolog use them without bench-core); the
+// old paths stay so bench-core's modules are unchanged.
+pub use nccl_check_contract::{hostlist, slurm_config, slurm_rendezvous, supervise, text, verdict};
 
 #[cfg(any(test, feature = "test-support"))]
-pub mod test_support;
+pub use nccl_check_contract::test_support;
 
 #[cfg(feature = "gpu")]
 pub mod cuda;

@@ -8,7 +8,8 @@ use bench_core::orchestrate::{self, Ran};
 use bench_core::progress;
 use bench_core::report::json::{Reason, ReasonCode, Report};
 use bench_core::runner::Status;
-use bench_core::verdict::ExitCode;
+use bench_core::verdict::{ExitCode, Verdict};
+use nccl_check_contract::line;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -24,7 +25,7 @@ fn main() {
     // args_os: a non-UTF-8 argument (a user's TMPDIR in a --json path) is a usage error, not a
     // panic; so is a non-UTF-8 value of a variable the options read.
     if let Some(msg) = options::env::non_utf8_env(&|k| std::env::var_os(k)) {
-        eprintln!("nccl-check: ERROR usage: {msg}");
+        eprintln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
         exit(ExitCode::Usage.code());
     }
     let opts = match options::parse(std::env::args_os(), &|k| std::env::var(k).ok()) {
@@ -41,7 +42,10 @@ fn main() {
             } else {
                 "see nccl-check --help"
             };
-            eprintln!("nccl-check: ERROR usage: {msg} ({see})");
+            eprintln!(
+                "{}",
+                line::write(Verdict::Error, &format!("usage: {msg} ({see})"))
+            );
             exit(ExitCode::Usage.code());
         }
     };
@@ -244,13 +248,9 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
             }
         }
         let _ = std::io::stdout().flush();
-        // The summary may carry text from other processes (hosts, a peer's reason for giving
-        // up): one line, control characters shown escaped, never obeyed by a terminal.
-        eprintln!(
-            "nccl-check: {} {}",
-            report.verdict,
-            bench_core::text::escape_control(&report.summary)
-        );
+        // The contract's verdict line (one line, others' text escaped), which callers that
+        // have no report file (the plugin's batch check, through srun) read back.
+        eprintln!("{}", line::write(report.verdict, &report.summary));
         let _ = std::io::stderr().flush();
     }
     exit(code.code())

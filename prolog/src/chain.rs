@@ -6,8 +6,8 @@
 
 use crate::budget::GRACE;
 use crate::config::{Config, GpuPolicy};
-use bench_core::slurm_config::{Settings, Sources};
-use bench_core::supervise::{self, Ending, Output, Spec};
+use nccl_check_contract::slurm_config::{Settings, Sources};
+use nccl_check_contract::supervise::{self, Ending, Output, Spec};
 use std::path::Path;
 use std::time::Duration;
 
@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn a_worker_that_rejects_its_config_is_a_problem() {
-        let d = bench_core::test_support::scratch_dir("chain-worker");
+        let d = nccl_check_contract::test_support::scratch_dir("chain-worker");
         let w = d.join("worker");
         let ok = d.join("worker-ok");
         std::fs::write(

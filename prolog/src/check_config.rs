@@ -8,7 +8,7 @@
 
 use crate::config::{self, Config, KEYS};
 use crate::secure;
-use bench_core::config::file::find_key_line;
+use nccl_check_contract::config_file::find_key_line;
 use std::fmt::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -133,7 +133,7 @@ pub fn problems(c: &Config, node: &str) -> Vec<String> {
 pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) -> i32 {
     let exists = explicit || path.exists();
     let text = if exists {
-        match bench_core::config::file::read(path) {
+        match nccl_check_contract::config_file::read(path) {
             Ok(t) => Some(t),
             Err(e) => {
                 println!("INVALID {e}");
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn a_missing_worker_or_an_unsafe_directory_is_a_problem() {
-        let d = bench_core::test_support::scratch_dir("check-config");
+        let d = nccl_check_contract::test_support::scratch_dir("check-config");
         let c = Config {
             worker: d.join("nccl-check"),
             scontrol: "/bin/sh".into(),
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_broken_file_still_gives_its_state_dir_and_metrics_file() {
-        let d = bench_core::test_support::scratch_dir("salvage");
+        let d = nccl_check_contract::test_support::scratch_dir("salvage");
         let f = d.join("p.toml");
         std::fs::write(
             &f,

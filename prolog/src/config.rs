@@ -8,8 +8,8 @@
 //! field, never a worker environment variable.
 
 use crate::faults::limits::{AerLimits, IbLimits};
-use bench_core::config::file::{self, ConfigError};
-use bench_core::contract::PlanName;
+use nccl_check_contract::config_file::{self as file, ConfigError};
+use nccl_check_contract::PlanName;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! cache, resume). Pure; every row is a unit test below and a line in prolog/README.md.
 
 use crate::config::{OnError, OnFail};
-use bench_core::verdict::Verdict;
+use nccl_check_contract::verdict::Verdict;
 
 /// How the binary was started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

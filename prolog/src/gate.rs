@@ -12,7 +12,7 @@ use crate::log::{self, Log};
 use crate::status::{GateState, Status};
 use crate::words::{self, Line};
 use crate::{cache, faults, metrics, reason, report, secure, state, status, stray, worker};
-use bench_core::verdict::Verdict;
+use nccl_check_contract::verdict::Verdict;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -429,7 +429,7 @@ impl<'a> Gate<'a> {
     fn strays(
         &mut self,
         verdict: Verdict,
-        report: Option<&bench_core::report::json::Report>,
+        report: Option<&nccl_check_contract::report::Report>,
         all_gpus: bool,
         job: Option<&str>,
     ) -> (Verdict, Option<String>, Option<String>) {

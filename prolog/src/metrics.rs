@@ -5,7 +5,7 @@
 //! rewrite it: the numbers stay those of the last real measurement.
 
 use crate::status::GateState;
-use bench_core::verdict::Verdict;
+use nccl_check_contract::verdict::Verdict;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};

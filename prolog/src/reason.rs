@@ -1,40 +1,17 @@
 //! The drain reason of a FAIL, built from the job's own report only. `sinfo -R` shows the first
 //! 20 characters of a reason, so those name what matters: `nccl-check:` (ours, the only reasons
-//! ever resumed), the culprit in compact form and what is wrong with it; the full sentence
-//! follows after a `|`:
+//! ever resumed), the culprit in compact form (the contract's `Culprit::short`) and what is
+//! wrong with it; the full sentence follows after a `|`:
 //!
 //! `nccl-check:GPU2-3 slow|GPU2<->GPU3: sendrecv 256 MiB: busbw 12.3 < 300.0 GB/s (job 42)`
 //! `nccl-check:GPUs slow|all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 7)`
 
 use crate::drain::PREFIX;
 use crate::report::Report;
-use bench_core::report::json::ReasonCode;
+use nccl_check_contract::report::reason::ReasonCode;
 
 /// Longest sentence after the `|` (the whole reason stays one line of about 200 characters).
 const MAX_SENTENCE: usize = 160;
-/// Longest culprit before the problem word.
-const MAX_CULPRIT: usize = 24;
-
-/// `GPU2<->GPU3` → `GPU2-3`, `n1<->n2` → `n1-n2`, `GPU0->GPU1` → `GPU0-1`; anything else as it
-/// is, without spaces.
-pub fn compact_subject(subject: &str) -> String {
-    let s = subject.trim().replace("<->", "-").replace("->", "-");
-    let s: String = s.split_whitespace().collect::<Vec<_>>().join("_");
-    let compact = match s.split_once('-') {
-        Some((a, b)) => {
-            // Only GPU indices are shortened: node names stay whole, as Slurm knows them.
-            match (a.strip_prefix("GPU"), b.strip_prefix("GPU")) {
-                (Some(_), Some(n)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => {
-                    format!("{a}-{n}")
-                }
-                _ => s.clone(),
-            }
-        }
-        None => s.clone(),
-    };
-    compact.chars().take(MAX_CULPRIT).collect()
-}
-
 /// What is wrong, in one word.
 fn problem(code: ReasonCode) -> &'static str {
     match code {
@@ -77,7 +54,9 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
                 if r.reasons.len() > 1 {
                     s.push_str(&format!(" (+{} more)", r.reasons.len() - 1));
                 }
-                let culprit = subject.map_or_else(|| "GPUs".to_string(), compact_subject);
+                let culprit = first
+                    .culprit()
+                    .map_or_else(|| "GPUs".to_string(), |c| c.short());
                 (format!("{culprit} {}", problem(first.code)), s)
             }
             None if !r.summary.trim().is_empty() => ("FAIL".to_string(), r.summary.clone()),
@@ -104,7 +83,7 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::report::json::Reason;
+    use nccl_check_contract::report::reason::Reason;
 
     /// What `sinfo -R` shows of a reason by default.
     fn sinfo_view(reason: &str) -> String {
@@ -147,13 +126,19 @@ mod tests {
         );
     }
 
+    /// The culprit's short form is the contract's (`Culprit::short`), not string surgery here.
     #[test]
-    fn subjects_are_compacted() {
-        assert_eq!(compact_subject("GPU2<->GPU3"), "GPU2-3");
-        assert_eq!(compact_subject("GPU0->GPU1"), "GPU0-1");
-        assert_eq!(compact_subject("n1<->n2"), "n1-n2");
-        assert_eq!(compact_subject("gpu-node017"), "gpu-node017");
-        assert_eq!(compact_subject("node 7"), "node_7");
+    fn each_kind_of_culprit_leads_the_reason_in_its_short_form() {
+        for (subject, head) in [
+            ("GPU0->GPU1", "nccl-check:GPU0-1 slow|"),
+            ("n1<->n2", "nccl-check:n1-n2 slow|"),
+            ("gpu-node017", "nccl-check:gpu-node017 slow|"),
+            ("n7 GPU3 NIC", "nccl-check:n7_GPU3_NIC slow|"),
+            ("node 7", "nccl-check:node_7 slow|"),
+        ] {
+            let s = drain_reason(Some(&fail(vec![busbw(Some(subject))])), None);
+            assert!(s.starts_with(head), "{subject}: {s}");
+        }
     }
 
     #[test]

@@ -1,61 +1,47 @@
-//! The worker's report as the prolog reads it: bench-core's one definition
-//! ([`bench_core::report::json::Report`]) through its bounded reader, plus what the prolog asks
+//! The worker's report as the prolog reads it: the contract's plain report
+//! ([`nccl_check_contract::report::Report`]) through its bounded reader, plus what the prolog asks
 //! of it.
 
-pub use bench_core::report::json::Report;
-use bench_core::report::read::read_report;
-pub use bench_core::report::read::ReportError;
+use nccl_check_contract::report::read::read_report;
+pub use nccl_check_contract::report::read::ReportError;
+pub use nccl_check_contract::report::Report;
 use std::path::Path;
 
-/// The largest report read: a real one of 8 GPUs with the pair matrix is some 100 KiB.
-pub const MAX_REPORT_BYTES: u64 = 8 << 20;
+/// The largest report read (the contract's bound, the same for every caller).
+pub use nccl_check_contract::report::MAX_REPORT_BYTES;
 
 /// Reads the report; `Err` says why it is unusable (missing, not a report, a newer schema).
 pub fn read(path: &Path) -> Result<Report, ReportError> {
     read_report(path, MAX_REPORT_BYTES)
 }
 
-/// Per collective, the smallest margin of its results over the floor that judged them
-/// (`Row::expected`: busbw / floor; 1.0 is at the floor). Collectives no floor judged are absent.
+/// Per collective, the smallest margin of its results over the floor that judged them.
 pub fn margins(report: &Report) -> std::collections::BTreeMap<String, f64> {
-    let mut out = std::collections::BTreeMap::new();
-    for r in &report.results {
-        if let Some(e) = r.expected.as_ref().filter(|e| e.margin.is_finite()) {
-            let m = out.entry(r.collective.to_string()).or_insert(e.margin);
-            *m = f64::min(*m, e.margin);
-        }
-    }
-    out
+    report.margins()
 }
 
 /// The UUIDs of the GPUs the worker measured, sorted, when every GPU entry has one.
 pub fn uuids(report: &Report) -> Option<Vec<String>> {
-    let mut u: Vec<String> = report
-        .gpus
-        .iter()
-        .map(|g| Some(g.info.uuid.clone()).filter(|u| !u.is_empty()))
-        .collect::<Option<_>>()?;
-    u.sort();
-    (!u.is_empty()).then_some(u)
+    report.uuids()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::test_support::scratch_dir;
-    use bench_core::verdict::Verdict;
+    use nccl_check_contract::test_support::scratch_dir;
+    use nccl_check_contract::verdict::Verdict;
 
     #[test]
     fn margins_are_the_smallest_per_collective_and_only_where_a_floor_judged() {
-        use bench_core::report::{Expected, Row};
-        let row = |c: &'static str, m: Option<f64>| Row {
-            collective: c,
+        use nccl_check_contract::report::{Expected, Measured};
+        let row = |c: &str, m: Option<f64>| Measured {
+            collective: c.into(),
             expected: m.map(|m| Expected {
                 floor_gbs: 100.0,
                 margin: m,
                 source: "test".into(),
             }),
-            ..Row::default()
+            ..Measured::default()
         };
         let r = Report {
             results: vec![
@@ -81,7 +67,7 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Fail);
         assert_eq!(
             r.reasons[0].code,
-            bench_core::report::json::ReasonCode::BusbwBelowThreshold
+            nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold
         );
         let ids = uuids(&r).expect("every GPU has a UUID");
         assert_eq!(ids.len(), 4);

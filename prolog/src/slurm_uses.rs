@@ -4,7 +4,7 @@
 //! before removing the binary: a removed prolog that Slurm still runs fails every job's prolog and
 //! drains the node.
 
-use bench_core::slurm_config::Sources;
+use nccl_check_contract::slurm_config::Sources;
 use std::path::Path;
 use std::time::Duration;
 
@@ -53,7 +53,7 @@ mod tests {
 
     #[test]
     fn an_included_prolog_on_a_configless_node_is_found_and_named_with_its_line() {
-        let d = bench_core::test_support::scratch_dir("slurm-uses");
+        let d = nccl_check_contract::test_support::scratch_dir("slurm-uses");
         let cache = d.join("run/slurm/conf");
         std::fs::create_dir_all(&cache).expect("mkdir");
         std::fs::write(

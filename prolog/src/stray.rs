@@ -7,8 +7,8 @@
 //! `stray_processes = "fail"` (default) makes such a run a FAIL with a drain reason that says
 //! `busy`; `"warn"` logs it and leaves the verdict to the measurement.
 
-use bench_core::facts::gpu_health::GpuProcess;
-use bench_core::report::json::Report;
+use nccl_check_contract::report::process::GpuProcess;
+use nccl_check_contract::report::Report;
 use std::path::Path;
 
 /// What a stray process does to the verdict.
@@ -63,10 +63,11 @@ pub fn is_our_worker(pid: u32, worker: &Path) -> bool {
 /// 8.0 GiB): the node is not clean (job 8)`.
 pub fn drain_reason(strays: &[Stray], job: Option<&str>) -> String {
     let first = &strays[0];
-    let mut sentence = bench_core::facts::busy_prefix(&first.gpu, &first.processes)
-        .trim_end()
-        .trim_end_matches(';')
-        .to_string();
+    let mut sentence =
+        nccl_check_contract::report::process::busy_prefix(&first.gpu, &first.processes)
+            .trim_end()
+            .trim_end_matches(';')
+            .to_string();
     if strays.len() > 1 {
         sentence.push_str(&format!(" (+{} more GPUs)", strays.len() - 1));
     }
@@ -78,11 +79,10 @@ pub fn drain_reason(strays: &[Stray], job: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::facts::gpu_health::GpuHealth;
-    use bench_core::report::json::GpuEntry;
+    use nccl_check_contract::report::{Gpu, Health};
 
-    fn gpu(rank: u32, pids: &[u32]) -> GpuEntry {
-        let health: GpuHealth = serde_json::from_value(serde_json::json!({
+    fn gpu(rank: u32, pids: &[u32]) -> Gpu {
+        let health: Health = serde_json::from_value(serde_json::json!({
             "index": rank, "bus_id": "", "name": "NVIDIA H200", "nvlink": null, "pcie": null,
             "ecc_uncorrected_volatile": null, "row_remap": null, "throttle": null, "clocks": null,
             "processes": pids.iter().map(|&pid| serde_json::json!({
@@ -90,10 +90,10 @@ mod tests {
             })).collect::<Vec<_>>()
         }))
         .expect("health");
-        GpuEntry {
+        Gpu {
             rank,
             health: Some(health),
-            ..GpuEntry::default()
+            ..Gpu::default()
         }
     }
 

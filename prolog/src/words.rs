@@ -149,8 +149,8 @@ pub fn print_plan(node: &str, a: &Actions, reason: Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::report::read::ReportError;
-    use bench_core::verdict::Verdict;
+    use nccl_check_contract::report::read::ReportError;
+    use nccl_check_contract::verdict::Verdict;
     use std::time::Duration;
 
     fn run(ended: &str, problem: Option<&str>) -> Run {

@@ -1,14 +1,14 @@
 //! Running the `nccl-check` worker as root, safely: a clean environment (a fixed PATH plus only
 //! what the admin's config lists), the contract's command line ([`WorkerArgs`]), supervised by
-//! [`bench_core::supervise`] (own process group killed with SIGKILL at the budget, output to the
+//! [`nccl_check_contract::supervise`] (own process group killed with SIGKILL at the budget, output to the
 //! log file in the run's private directory), and the verdict from its exit status and its JSON
 //! report together (the contract: 0 PASS, 1 FAIL, anything else or a signal ERROR; a report that
 //! says otherwise is an ERROR "contradiction", never a drain).
 
 use crate::report::{self, Report, ReportError};
-use bench_core::contract::{PlanName, WorkerArgs};
-use bench_core::supervise::{self, Ending, Output, Spec};
-use bench_core::verdict::Verdict;
+use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_contract::verdict::Verdict;
+use nccl_check_contract::{PlanName, WorkerArgs};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -112,36 +112,11 @@ pub fn describe(ending: Ending, budget: Duration) -> String {
     }
 }
 
-/// The verdict from the exit status and the report together: PASS needs exit 0 and a report
-/// saying PASS, FAIL exit 1 and a report saying FAIL (or no report at all: the generic reason);
-/// anything else is ERROR, with the problem that made it one.
+/// The verdict from the exit status and the report together: the contract's one rule
+/// ([`nccl_check_contract::outcome::judge`]), with the problem that made it an ERROR.
 pub fn judge(ending: Ending, report: &Result<Report, ReportError>) -> (Verdict, Option<String>) {
-    let code = match ending {
-        Ending::Exited(c) => c,
-        _ => return (Verdict::Error, None),
-    };
-    let by_exit = bench_core::verdict::ExitCode::verdict_of_status(Some(code));
-    match (by_exit, report) {
-        (Verdict::Error, _) => (Verdict::Error, None),
-        (v, Ok(r)) if r.verdict == v => (v, None),
-        (v, Ok(r)) => (
-            Verdict::Error,
-            Some(format!(
-                "contradiction: the worker exited {code} ({v}) but its report says {}",
-                r.verdict
-            )),
-        ),
-        (Verdict::Fail, Err(ReportError::Missing(_))) => (Verdict::Fail, None),
-        (_, Err(e @ ReportError::TooLarge(..))) => {
-            (Verdict::Error, Some(format!("report too large: {e}")))
-        }
-        (v, Err(e)) => (
-            Verdict::Error,
-            Some(format!(
-                "the worker exited {code} ({v}) but its report is unusable: {e}"
-            )),
-        ),
-    }
+    let j = nccl_check_contract::outcome::judge(ending, Some(report));
+    (j.verdict, j.problem)
 }
 
 /// Runs the worker to its end or to the budget, whichever comes first.
@@ -236,11 +211,11 @@ fn tail(path: &Path, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::test_support::scratch_dir;
+    use nccl_check_contract::test_support::scratch_dir;
 
     fn script(dir: &Path, body: &str) -> PathBuf {
         let p = dir.join("worker.sh");
-        bench_core::test_support::write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
+        nccl_check_contract::test_support::write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
         p
     }
 
@@ -278,43 +253,14 @@ mod tests {
         );
     }
 
+    /// The rule itself is tested in the contract (`outcome`); here, that the prolog uses it.
     #[test]
     fn the_verdict_needs_the_exit_code_and_the_report_to_agree() {
         let missing = || Err(ReportError::Missing(PathBuf::from("/r")));
-        assert_eq!(
-            judge(Ending::Exited(0), &report(Verdict::Pass)).0,
-            Verdict::Pass
-        );
-        assert_eq!(
-            judge(Ending::Exited(1), &report(Verdict::Fail)).0,
-            Verdict::Fail
-        );
-        // A FAIL that wrote no report still fails (with the generic reason).
         assert_eq!(judge(Ending::Exited(1), &missing()).0, Verdict::Fail);
-        for (code, says) in [(1, Verdict::Pass), (0, Verdict::Fail), (0, Verdict::Error)] {
-            let (v, why) = judge(Ending::Exited(code), &report(says));
-            assert_eq!(v, Verdict::Error, "exit {code} with {says}");
-            assert!(why.unwrap_or_default().starts_with("contradiction"));
-        }
-        let (v, why) = judge(Ending::Exited(0), &missing());
+        let (v, why) = judge(Ending::Exited(0), &report(Verdict::Fail));
         assert_eq!(v, Verdict::Error);
-        assert!(why.unwrap_or_default().contains("no report"));
-        let big = Err(ReportError::TooLarge(PathBuf::from("/r"), 8));
-        let (v, why) = judge(Ending::Exited(0), &big);
-        assert_eq!(v, Verdict::Error);
-        assert!(why.unwrap_or_default().starts_with("report too large"));
-        assert_eq!(
-            judge(Ending::Exited(5), &report(Verdict::Pass)).0,
-            Verdict::Error
-        );
-        assert_eq!(
-            judge(Ending::KilledAtDeadline, &report(Verdict::Pass)).0,
-            Verdict::Error
-        );
-        assert_eq!(
-            judge(Ending::Signaled(9), &report(Verdict::Fail)).0,
-            Verdict::Error
-        );
+        assert!(why.unwrap_or_default().starts_with("contradiction"));
     }
 
     #[test]
@@ -364,7 +310,10 @@ mod tests {
             run.problem
         );
         // The grandchild is gone (or a zombie of init's about to be reaped).
-        bench_core::test_support::assert_process_gone(&dir.join("env"), Duration::from_millis(100));
+        nccl_check_contract::test_support::assert_process_gone(
+            &dir.join("env"),
+            Duration::from_millis(100),
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 

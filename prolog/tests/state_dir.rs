@@ -54,7 +54,7 @@ fn setup(d: &Path) -> PathBuf {
     }
     let scontrol = d.join("scontrol");
     let calls = d.join("scontrol.calls");
-    bench_core::test_support::write_executable(
+    nccl_check_contract::test_support::write_executable(
         &scontrol,
         &format!(
             "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$1\" in show) echo 'NodeName=n1 State=IDLE Reason=(null)' ;; esac\nexit 0\n",

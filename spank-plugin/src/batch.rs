@@ -5,7 +5,7 @@
 //! How: in the batch script's task (task_init, as the user, before exec), run
 //! `srun --nccl-check=off --nodes=N --ntasks=N --ntasks-per-node=1 WORKER ARGS`: one worker per
 //! node of the job, ranks, world and rendezvous from that step's Slurm environment, a fresh
-//! secret for it, all under [`bench_core::supervise`] with a deadline of the worker's timeout +
+//! secret for it, all under [`nccl_check_contract::supervise`] with a deadline of the worker's timeout +
 //! grace + [`STEP_SETUP`] for srun to create the step. `--nccl-check=off` keeps that srun's own
 //! tasks from checking again. FAIL or ERROR fails the batch task (the script never starts) in
 //! the enforcing modes; `warn` reports and runs the script. Steps the script starts with srun
@@ -15,9 +15,10 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use bench_core::contract::{ExitCode, PlanName, WorkerArgs};
-use bench_core::supervise::{self, Ending, Output, Spec};
-use bench_core::verdict::Verdict;
+use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_contract::verdict::Verdict;
+use nccl_check_contract::{line, outcome};
+use nccl_check_contract::{ExitCode, PlanName, WorkerArgs};
 use slurm_spank::SpankHandle;
 
 use crate::config::Config;
@@ -157,10 +158,11 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
             .take(400)
             .collect()
     };
-    let last_with = |marker: &str| {
+    // The workers' verdict lines, read as the contract writes them.
+    let last_with = |verdict: Verdict| {
         text.lines()
             .rev()
-            .find(|l| l.contains(marker))
+            .find(|l| line::parse(l).is_some_and(|f| f.verdict == verdict))
             .map(printable)
     };
     let last_line = text
@@ -171,7 +173,7 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
     match ending {
         Ending::Exited(0) => (Verdict::Pass, String::new()),
         Ending::Exited(code) => {
-            if let Some(fail) = last_with("nccl-check: FAIL") {
+            if let Some(fail) = last_with(Verdict::Fail) {
                 return (Verdict::Fail, fail);
             }
             if let Some(task) = text.lines().rev().find_map(task_exited_with_fail) {
@@ -183,8 +185,9 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
                     ),
                 );
             }
-            let verdict = ExitCode::verdict_of_status(Some(code));
-            let detail = last_with("nccl-check: ERROR").unwrap_or_else(|| {
+            // No worker's FAIL: srun's exit alone decides, by the contract's rule.
+            let verdict = outcome::judge(Ending::Exited(code), None).verdict;
+            let detail = last_with(Verdict::Error).unwrap_or_else(|| {
                 format!(
                     "srun exited with code {code} ({}); last output: {}",
                     ExitCode::meaning_of(code),

@@ -10,7 +10,7 @@
 //!   whole process group [`KILL_GRACE_SECS`] seconds later if it is still running.
 //! - `port_range=LO-HI`: TCP ports for the worker's rendezvous on the step's first node,
 //!   1024 <= LO <= HI <= 65535, default 29501-29999. The worker draws 8 candidate ports per step
-//!   from the step's secret (`bench_core::slurm_rendezvous::secret_candidates`); PyTorch's
+//!   from the step's secret (`nccl_check_contract::slurm_rendezvous::secret_candidates`); PyTorch's
 //!   29500 is never chosen.
 //! - `default_mode=quick|full|sharp|warn|off|plan=NAME`: the mode of a bare `--nccl-check` (no
 //!   `=mode`); `sharp` needs `allow_sharp=1`; `plan=NAME` runs the worker config's plan NAME.
@@ -34,7 +34,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::options::Mode;
-use bench_core::slurm_rendezvous::PortRange;
+use nccl_check_contract::slurm_rendezvous::PortRange;
 
 /// Seconds between the worker's own `--timeout` and the plugin's SIGKILL of its process group.
 pub const KILL_GRACE_SECS: u64 = 5;

@@ -30,14 +30,14 @@ pub fn row(node: &str, rank: u32, world: u32, outcome: &Outcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::verdict::Verdict;
+    use nccl_check_contract::verdict::Verdict;
     use std::time::Duration;
 
     #[test]
     fn rows_line_up_under_the_header() {
         let out = Outcome {
             verdict: Verdict::Fail,
-            ending: Ok(bench_core::supervise::Ending::Exited(1)),
+            ending: Ok(nccl_check_contract::supervise::Ending::Exited(1)),
             detail: "all_reduce busbw 12.3 < 300.0 GB/s; responsible: n2 GPU 0".into(),
             host: None,
             elapsed: Duration::from_millis(3140),

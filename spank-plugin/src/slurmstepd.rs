@@ -14,8 +14,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use bench_core::contract::{PlanName, WorkerArgs};
-use bench_core::verdict::Verdict;
+use nccl_check_contract::verdict::Verdict;
+use nccl_check_contract::{PlanName, WorkerArgs};
 use slurm_spank::SpankHandle;
 
 use crate::config::Config;

@@ -1,25 +1,26 @@
 //! Runs the `nccl-check` worker as a child of the task and turns its end into the plugin's
 //! verdict and one line for the user. The command line is the contract's
-//! ([`bench_core::contract::WorkerArgs`]), the supervision (own process group, deadline, group
-//! kill, stderr tail, no threads) is [`bench_core::supervise`], and the details come from the
-//! worker's JSON report ([`bench_core::report::read`]); the verdict itself comes from the exit
-//! status (0 PASS, 1 FAIL, anything else or a signal ERROR).
+//! ([`nccl_check_contract::WorkerArgs`]), the supervision (own process group, deadline, group
+//! kill, stderr tail, no threads) is [`nccl_check_contract::supervise`], and the details come
+//! from the worker's JSON report ([`nccl_check_contract::report::read`]); the verdict is the contract's
+//! one rule over both ([`nccl_check_contract::outcome`]: 0 PASS and 1 FAIL when the report
+//! agrees, anything else, a signal or a contradiction ERROR).
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bench_core::contract::{ExitCode, WorkerArgs};
-use bench_core::report::json::Report;
-use bench_core::report::read::{read_report, ReportError};
-use bench_core::supervise::{self, Ending, Output, Spec};
-use bench_core::verdict::Verdict;
+use nccl_check_contract::report::read::{read_report, ReportError};
+use nccl_check_contract::report::Report;
+use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_contract::verdict::Verdict;
+use nccl_check_contract::{ExitCode, WorkerArgs};
 
 /// Bytes of the worker's stderr kept for the message when there is no report.
 const STDERR_TAIL_BYTES: usize = 16 << 10;
-/// Largest JSON report read back (the summary is one line; the rest is not needed here).
-const MAX_JSON_BYTES: u64 = 4 << 20;
+/// Largest JSON report read back: the contract's bound, the same for every caller.
+const MAX_JSON_BYTES: u64 = nccl_check_contract::report::MAX_REPORT_BYTES;
 /// Longest summary shown to the user.
 const MAX_SUMMARY_CHARS: usize = 400;
 
@@ -128,15 +129,17 @@ pub fn outcome(
     stderr_tail: &[u8],
     inv: &Invocation,
 ) -> Outcome {
-    let verdict = match ending {
-        Ok(Ending::Exited(code)) => ExitCode::verdict_of_status(Some(code)),
-        _ => Verdict::Error,
+    // The contract's one rule (the prolog's too): exit status and report must agree.
+    let judged = match &ending {
+        Ok(e) => nccl_check_contract::outcome::judge(*e, report.as_ref()),
+        Err(_) => nccl_check_contract::outcome::Judged {
+            verdict: Verdict::Error,
+            problem: None,
+        },
     };
-    let (report, report_problem) = match report {
-        Some(Ok(r)) => (Some(r), None),
-        Some(Err(ReportError::Missing(_))) | None => (None, None),
-        Some(Err(e)) => (None, Some(e.to_string())),
-    };
+    let verdict = judged.verdict;
+    let report = report.and_then(Result::ok);
+    let report_problem = judged.problem;
     let summary = report
         .as_ref()
         .map(|r| one_line(&r.summary))
@@ -169,7 +172,7 @@ pub fn outcome(
         (Err(e), _) => format!("cannot start the worker {}: {e}", inv.worker.display()),
     };
     if let Some(p) = report_problem {
-        detail.push_str(&format!("; report unusable: {p}"));
+        detail.push_str(&format!("; {p}"));
     }
     Outcome {
         verdict,
@@ -230,7 +233,7 @@ fn private_dir(parent: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bench_core::contract::PlanName;
+    use nccl_check_contract::PlanName;
 
     /// A worker script; `$json` is the value of its `--json` argument.
     fn inv(script: &str, deadline_ms: u64) -> (Invocation, tempdir::Dir) {
@@ -239,7 +242,7 @@ mod tests {
         let body = format!(
             "#!/bin/sh\njson=; prev=; for a; do [ \"$prev\" = --json ] && json=$a; prev=$a; done\n{script}\n"
         );
-        bench_core::test_support::write_executable(&worker, &body);
+        nccl_check_contract::test_support::write_executable(&worker, &body);
         let mut args = WorkerArgs::new(PlanName::quick(), 1);
         args.rank = Some(1);
         args.world = Some(2);
@@ -330,10 +333,19 @@ mod tests {
         assert_eq!(o.detail, "busbw 12.0 < 300 GB/s on n2 GPU 3");
     }
 
+    /// The contract's one rule, as the prolog applies it: an exit status that the report
+    /// contradicts is an ERROR that says so (issue 27; the plugin used to take the exit alone).
     #[test]
-    fn the_exit_status_decides_not_the_reports_verdict() {
+    fn an_exit_status_the_report_contradicts_is_an_error_that_says_so() {
         let (inv, _d) = inv(&format!("{}; exit 1", write_report("PASS", 0, "ok")), 5000);
-        assert_eq!(run(&inv).verdict, Verdict::Fail);
+        let o = run(&inv);
+        assert_eq!(o.verdict, Verdict::Error);
+        assert!(
+            o.detail
+                .contains("contradiction: the worker exited 1 (FAIL) but its report says PASS"),
+            "{}",
+            o.detail
+        );
     }
 
     #[test]
@@ -380,8 +392,8 @@ mod tests {
             5000,
         );
         let o = run(&inv);
-        assert_eq!(o.verdict, Verdict::Pass);
-        assert!(o.detail.contains("report unusable"), "{}", o.detail);
+        assert_eq!(o.verdict, Verdict::Error);
+        assert!(o.detail.contains("report is unusable"), "{}", o.detail);
         assert!(o.detail.contains("schema_version 9"), "{}", o.detail);
     }
 
@@ -401,7 +413,7 @@ mod tests {
             "{}",
             o.detail
         );
-        bench_core::test_support::assert_process_gone(
+        nccl_check_contract::test_support::assert_process_gone(
             &d.path.join("child.pid"),
             Duration::from_millis(200),
         );

@@ -28,7 +28,8 @@ use bench_core::report::json::Report;
 use bench_core::runner::RunError;
 use bench_core::team::Team;
 use bench_core::topology::Topology;
-use bench_core::verdict::ExitCode;
+use bench_core::verdict::{ExitCode, Verdict};
+use nccl_check_contract::line;
 use std::io::Write;
 use std::time::{Instant, SystemTime};
 
@@ -41,7 +42,7 @@ fn main() {
             std::process::exit(0);
         }
         Err(ParseExit::Usage(msg)) => {
-            eprintln!("nccl-check: ERROR usage: {msg}");
+            eprintln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
             std::process::exit(ExitCode::Usage.code());
         }
     };
@@ -95,7 +96,7 @@ fn main() {
         }
     }
     let _ = std::io::stdout().flush();
-    eprintln!("nccl-check: {} {}", report.verdict, report.summary);
+    eprintln!("{}", line::write(report.verdict, &report.summary));
     std::process::exit(code.code());
 }
 

@@ -12,7 +12,6 @@
 //! ```
 
 use super::file::{invalid, ConfigError};
-use super::network::hostlist_matches;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -36,14 +35,7 @@ pub struct ExpectedGpus {
 
 impl ExpectedGpus {
     pub fn matches(&self, partition: Option<&str>, host: &str) -> bool {
-        let partition_ok = self.partitions.is_empty()
-            || partition.is_some_and(|p| self.partitions.iter().any(|q| q == p));
-        let node_ok = self.nodes.is_empty()
-            || self
-                .nodes
-                .iter()
-                .any(|pattern| hostlist_matches(pattern, host).unwrap_or(false));
-        partition_ok && node_ok
+        super::selector::matches(&self.partitions, &self.nodes, partition, host)
     }
 }
 
@@ -96,18 +88,8 @@ pub fn validate(list: &mut [ExpectedGpus], path: &Path, text: &str) -> Result<()
                     .into(),
             );
         }
-        for (j, part) in e.partitions.iter().enumerate() {
-            if part.is_empty() || part.contains([',', ' ', '\t']) {
-                return bad(
-                    &format!("partitions[{j}]"),
-                    format!("'{part}' is not one partition name"),
-                );
-            }
-        }
-        for (j, pattern) in e.nodes.iter().enumerate() {
-            if let Err(msg) = hostlist_matches(pattern, "") {
-                return bad(&format!("nodes[{j}]"), msg);
-            }
+        if let Err((field, msg)) = super::selector::check(&e.partitions, &e.nodes) {
+            return bad(&field, msg);
         }
         if !e.bus_ids.is_empty() && e.bus_ids.len() != e.count as usize {
             return bad(

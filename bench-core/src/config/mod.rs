@@ -1,10 +1,12 @@
-//! Configuration files: the shared loader (`file`), and the worker's own config (thresholds,
-//! outlier rule, plans).
+//! Configuration files: the shared loader (`file`, the contract crate's), which jobs an entry
+//! applies to (`selector`), and the worker's own config (thresholds, outlier rule, plans).
 
 pub mod expected_gpus;
-pub mod file;
+/// The one TOML reader of every config (the prolog's too): the contract crate's.
+pub use nccl_check_contract::config_file as file;
 pub mod network;
 pub mod node_count;
+pub mod selector;
 pub mod worker;
 
 pub use file::ConfigError;

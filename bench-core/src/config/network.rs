@@ -75,14 +75,7 @@ pub const RESERVED_ENV: [&str; 3] = ["NCCL_COMM_BLOCKING", "NCCL_COMM_ID", "NCCL
 impl NetworkProfile {
     /// True when the profile applies to a job in `partition` (None: unknown) on `host`.
     pub fn matches(&self, partition: Option<&str>, host: &str) -> bool {
-        let partition_ok = self.partitions.is_empty()
-            || partition.is_some_and(|p| self.partitions.iter().any(|q| q == p));
-        let node_ok = self.nodes.is_empty()
-            || self
-                .nodes
-                .iter()
-                .any(|pattern| hostlist_matches(pattern, host).unwrap_or(false));
-        partition_ok && node_ok
+        super::selector::matches(&self.partitions, &self.nodes, partition, host)
     }
 
     /// Whether the profile matches every job (no partition, no node constraint).
@@ -163,22 +156,9 @@ fn check_name<'a>(
     Ok(())
 }
 
-/// `partitions` are single names and `nodes` readable hostlist expressions.
+/// `partitions` and `nodes`, as every selecting entry checks them ([`super::selector`]).
 fn check_selectors(p: &NetworkProfile) -> Result<(), Bad> {
-    for (j, part) in p.partitions.iter().enumerate() {
-        if part.is_empty() || part.contains([',', ' ', '\t']) {
-            return Err((
-                format!("partitions[{j}]"),
-                format!("'{part}' is not one partition name"),
-            ));
-        }
-    }
-    for (j, pattern) in p.nodes.iter().enumerate() {
-        if let Err(e) = hostlist_matches(pattern, "") {
-            return Err((format!("nodes[{j}]"), e));
-        }
-    }
-    Ok(())
+    super::selector::check(&p.partitions, &p.nodes)
 }
 
 /// `env`: only the fabric's own variables, none nccl-check sets itself, one-line values.

@@ -60,29 +60,8 @@ pub struct LinkFact {
     pub remote: Remote,
 }
 
-/// Another process holding a context on a GPU (NVML's running compute processes), named.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuProcess {
-    pub pid: u32,
-    /// The owner's user name (or uid when it has no name); empty when /proc did not say.
-    pub user: String,
-    /// GPU memory it holds, bytes, when NVML says.
-    pub used_bytes: Option<u64>,
-}
-
-impl std::fmt::Display for GpuProcess {
-    /// `pid 4242, user bob, 8.0 GiB`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "pid {}", self.pid)?;
-        if !self.user.is_empty() {
-            write!(f, ", user {}", self.user)?;
-        }
-        if let Some(b) = self.used_bytes {
-            write!(f, ", {:.1} GiB", b as f64 / f64::from(1u32 << 30))?;
-        }
-        Ok(())
-    }
-}
+/// Another process on a GPU: the contract's type (the prolog reads it from the report).
+pub use nccl_check_contract::report::process::GpuProcess;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NvLinks {

@@ -26,7 +26,8 @@ pub mod net;
 pub mod node;
 #[cfg(feature = "nvml")]
 pub mod nvml;
-pub mod read;
+/// Bounded reads of small files, shared with the prolog (the contract crate).
+pub use nccl_check_contract::read;
 
 use serde::Serialize;
 
@@ -60,25 +61,7 @@ pub fn num_vs(value: f64, limit: f64) -> (String, String) {
     (a, b)
 }
 
-/// `GPU0: busy: 2 other processes (pid 4242, user bob, 8.0 GiB; pid 77); ` for a GPU other
-/// processes were using, else `GPU0: `.
-pub fn busy_prefix(subject: &str, others: &[gpu_health::GpuProcess]) -> String {
-    if others.is_empty() {
-        return format!("{subject}: ");
-    }
-    let n = others.len();
-    let list: Vec<String> = others.iter().take(4).map(|p| p.to_string()).collect();
-    let more = if n > 4 {
-        format!("; +{} more", n - 4)
-    } else {
-        String::new()
-    };
-    format!(
-        "{subject}: busy: {n} other process{} ({}{more}); ",
-        if n == 1 { "" } else { "es" },
-        list.join("; ")
-    )
-}
+pub use nccl_check_contract::report::process::busy_prefix;
 
 /// One fault found in the facts, in the shape the report's reason takes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -132,20 +115,5 @@ mod tests {
         assert_eq!(num_vs(0.1987, 0.2012), ("0.199".into(), "0.201".into()));
         assert_eq!(num_vs(0.24, 0.25), ("0.24".into(), "0.25".into()));
         assert_eq!(num_vs(300.2, 300.4), ("300.2".into(), "300.4".into()));
-    }
-
-    #[test]
-    fn busy_prefix_names_at_most_four_processes() {
-        assert_eq!(busy_prefix("GPU0", &[]), "GPU0: ");
-        let p = |pid| gpu_health::GpuProcess {
-            pid,
-            user: String::new(),
-            used_bytes: None,
-        };
-        let six: Vec<_> = (1..=6).map(p).collect();
-        assert_eq!(
-            busy_prefix("GPU1", &six),
-            "GPU1: busy: 6 other processes (pid 1; pid 2; pid 3; pid 4; +2 more); "
-        );
     }
 }

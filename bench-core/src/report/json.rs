@@ -8,7 +8,8 @@ use crate::verdict::{ExitCode, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 1;
+/// One schema version for the writer and the readers: the contract's.
+pub use nccl_check_contract::report::SCHEMA_VERSION;
 
 /// Wall-clock milliseconds of each phase of this process (parallel phases: the slowest GPU).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -122,7 +123,8 @@ pub struct Settings {
     pub min_busbw: Option<f64>,
 }
 
-/// Read back with [`super::read::read_report`]; fields missing from a report take
+/// Read back by callers as the contract's plain report
+/// (`nccl_check_contract::report::read::read_report`); fields missing from a report take
 /// [`Default`]'s values.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]

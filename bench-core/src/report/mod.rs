@@ -3,7 +3,7 @@
 pub mod gpu;
 pub mod json;
 pub mod read;
-pub mod reason;
+pub use nccl_check_contract::report::reason;
 pub mod table;
 
 use serde::{Deserialize, Serialize};

@@ -1,102 +1,21 @@
-//! Reading a worker's JSON report back ([`read_report`]): the callers' one way in. Bounded and
-//! safe on paths others could touch: the file is opened with `O_NOFOLLOW | O_NONBLOCK` (a
-//! symlink cannot redirect it, a FIFO cannot hang it), must be a regular file, and at most
-//! `max_bytes` are read. Tolerant of a newer worker of the same schema: unknown fields are
-//! ignored and missing ones default; a newer `schema_version` is an error that says so.
+//! Reading a report back as the worker's own type ([`parse_report`], for bench-core's tests and
+//! tools): the bounded file reader, the head checks and the errors are the contract's
+//! ([`nccl_check_contract::report::read`]), which the plugin and the prolog use with the plain
+//! report. Also the interning of the report's `&'static str` names.
 
 use super::json::{Report, SCHEMA_VERSION};
 use crate::verdict::{ExitCode, Verdict};
+pub use nccl_check_contract::report::read::{read_bounded, report_value, ReportError};
 use serde::{Deserialize, Deserializer};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// Why a report cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReportError {
-    /// No file: the worker wrote no report (it did not start, or stopped before).
-    Missing(PathBuf),
-    Unreadable(PathBuf, String),
-    /// A symlink, FIFO, device or directory where the report should be.
-    NotAFile(PathBuf),
-    TooLarge(PathBuf, u64),
-    /// Not JSON, not an object, or fields of the wrong type.
-    NotAReport(String),
-    /// Written by a worker with a newer, incompatible report format.
-    NewerSchema(u64),
-}
-
-impl fmt::Display for ReportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReportError::Missing(p) => write!(f, "{}: no report", p.display()),
-            ReportError::Unreadable(p, e) => write!(f, "{}: {e}", p.display()),
-            ReportError::NotAFile(p) => write!(f, "{}: not a regular file", p.display()),
-            ReportError::TooLarge(p, max) => {
-                write!(f, "{}: larger than {max} bytes", p.display())
-            }
-            ReportError::NotAReport(e) => write!(f, "not a report: {e}"),
-            ReportError::NewerSchema(v) => write!(
-                f,
-                "the report has schema_version {v}, this reader knows {SCHEMA_VERSION}: \
-                 update the caller (plugin, prolog) to the worker's version"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ReportError {}
-
-/// Reads and parses the report at `path`, at most `max_bytes` of it.
-pub fn read_report(path: &Path, max_bytes: u64) -> Result<Report, ReportError> {
-    let unreadable = |e: std::io::Error| match e.raw_os_error() {
-        Some(libc::ENOENT) => ReportError::Missing(path.to_path_buf()),
-        // O_NOFOLLOW on a symlink.
-        Some(libc::ELOOP) => ReportError::NotAFile(path.to_path_buf()),
-        _ => ReportError::Unreadable(path.to_path_buf(), e.to_string()),
-    };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(unreadable)?;
-    if !file.metadata().map_err(unreadable)?.file_type().is_file() {
-        return Err(ReportError::NotAFile(path.to_path_buf()));
-    }
-    let mut bytes = Vec::new();
-    file.take(max_bytes.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
-    if bytes.len() as u64 > max_bytes {
-        return Err(ReportError::TooLarge(path.to_path_buf(), max_bytes));
-    }
-    parse_report(&bytes)
-}
-
-/// Parses a report from its bytes. The bytes become a JSON value first: the report's name
-/// fields are `&'static str` (see [`intern`]), so serde deserializes it from owned data only.
-/// That also lets `schema_version` and `verdict` be checked before the rest, so that a newer
-/// schema is named as such, not as a type error somewhere inside.
+/// Parses the worker's own report type from its bytes, through the contract's checks of the
+/// head ([`report_value`]). The report's name fields are `&'static str` (see [`intern`]), so
+/// serde deserializes it from owned data only.
 pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| ReportError::NotAReport(format!("not JSON: {e}")))?;
-    let Some(head) = value.as_object() else {
-        return Err(ReportError::NotAReport("not a JSON object".into()));
-    };
-    match head.get("schema_version").map(|v| v.as_u64()) {
-        None => return Err(ReportError::NotAReport("no schema_version".into())),
-        Some(Some(v)) if v > u64::from(SCHEMA_VERSION) => return Err(ReportError::NewerSchema(v)),
-        Some(Some(v)) if v >= 1 => {}
-        Some(_) => return Err(ReportError::NotAReport("invalid schema_version".into())),
-    }
-    if !head.contains_key("verdict") {
-        return Err(ReportError::NotAReport("no verdict".into()));
-    }
-    serde_path_to_error::deserialize(value)
+    serde_path_to_error::deserialize(report_value(bytes)?)
         .map_err(|e| ReportError::NotAReport(format!("{}: {}", e.path(), e.inner())))
 }
 
@@ -177,7 +96,6 @@ fn intern_str(s: &str) -> &'static str {
 mod tests {
     use super::*;
     use crate::report::json::Reason;
-    use crate::test_support::scratch_dir;
 
     #[test]
     fn a_written_report_reads_back_field_for_field() {
@@ -208,26 +126,6 @@ mod tests {
     }
 
     #[test]
-    fn the_recorded_reports_of_a_real_worker_parse() {
-        for (name, text, verdict) in [
-            (
-                "pass",
-                include_str!("../../../tests/prolog/data/real-quick-pass.json"),
-                Verdict::Pass,
-            ),
-            (
-                "fail",
-                include_str!("../../../tests/prolog/data/real-quick-fail-p2p-disabled.json"),
-                Verdict::Fail,
-            ),
-        ] {
-            let r = parse_report(text.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(r.verdict, verdict, "{name}");
-            assert!(!r.results.is_empty() && !r.gpus.is_empty(), "{name}");
-        }
-    }
-
-    #[test]
     fn unknown_fields_are_ignored_and_missing_ones_default() {
         let r = parse_report(
             br#"{"schema_version":1,"verdict":"PASS","summary":"s","new_field":{"x":[1]},
@@ -239,54 +137,102 @@ mod tests {
         assert!(r.results.is_empty() && r.host.is_empty());
     }
 
+    /// The worker's report, written, reads as the contract's plain report that the plugin and
+    /// the prolog use: every field they act on arrives (issue 27: two types, one schema).
     #[test]
-    fn what_is_not_a_report_says_why() {
-        let cases: [(&[u8], &str); 6] = [
-            (b"{\"verdict\":", "not JSON"),
-            (b"[1,2]", "not a JSON object"),
-            (br#"{"verdict":"PASS"}"#, "no schema_version"),
-            (br#"{"schema_version":1,"summary":"x"}"#, "no verdict"),
-            (br#"{"schema_version":1,"verdict":"MAYBE"}"#, "verdict"),
-            (
-                br#"{"schema_version":"1","verdict":"PASS"}"#,
-                "invalid schema_version",
-            ),
-        ];
-        for (text, want) in cases {
-            let e = parse_report(text).expect_err(want).to_string();
-            assert!(e.starts_with("not a report: ") && e.contains(want), "{e}");
-        }
-    }
-
-    #[test]
-    fn a_newer_schema_is_an_error_that_names_it() {
-        let e =
-            parse_report(br#"{"schema_version":2,"verdict":{"new":"shape"}}"#).expect_err("newer");
-        assert_eq!(e, ReportError::NewerSchema(2));
-        assert!(e.to_string().contains("schema_version 2"), "{e}");
-    }
-
-    #[test]
-    fn symlinks_fifos_and_large_files_are_refused_without_waiting() {
-        let d = scratch_dir("read-unsafe");
-        let real = d.join("real.json");
-        std::fs::write(&real, br#"{"schema_version":1,"verdict":"PASS"}"#).expect("write");
-        assert!(read_report(&real, 1 << 20).is_ok());
-        let err = |p: &Path, max| read_report(p, max).expect_err("refused");
-        assert_eq!(err(&real, 10), ReportError::TooLarge(real.clone(), 10));
-        let link = d.join("link.json");
-        std::os::unix::fs::symlink(&real, &link).expect("symlink");
-        assert_eq!(err(&link, 1 << 20), ReportError::NotAFile(link.clone()));
-        let fifo = d.join("fifo.json");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let t = std::time::Instant::now();
-        assert_eq!(err(&fifo, 1 << 20), ReportError::NotAFile(fifo.clone()));
-        assert!(t.elapsed() < std::time::Duration::from_secs(1));
-        let gone = d.join("none.json");
-        assert_eq!(err(&gone, 1), ReportError::Missing(gone.clone()));
-        std::fs::remove_dir_all(&d).ok();
+    fn a_written_report_reads_as_the_contracts_plain_report() {
+        use crate::facts::gpu_health::{GpuHealth, GpuProcess};
+        use crate::report::gpu::GpuInfo;
+        use crate::report::json::GpuEntry;
+        use crate::report::{Expected, Row};
+        let mut r = Report::new("node017".into(), 12.5);
+        r.set_outcome(ExitCode::Fail, "busbw 12.3 < 300.0 GB/s".into());
+        r.reasons.push(Reason {
+            subject: Some("GPU2<->GPU3".into()),
+            measured: Some(12.3),
+            limit: Some(300.0),
+            ..Reason::plain(
+                crate::report::json::ReasonCode::BusbwBelowThreshold,
+                "busbw 12.3 < 300.0 GB/s",
+            )
+        });
+        r.warnings.push(Reason::plain(
+            crate::report::json::ReasonCode::HostInterference,
+            "w",
+        ));
+        let mut gpu = GpuEntry::new(
+            3,
+            "node017".into(),
+            GpuInfo {
+                uuid: "GPU-abc".into(),
+                pci_bus_id: "0000:18:00.0".into(),
+                name: "H100".into(),
+                ..GpuInfo::default()
+            },
+        );
+        let process = GpuProcess {
+            pid: 4242,
+            user: "bob".into(),
+            used_bytes: Some(1 << 30),
+        };
+        gpu.health = Some(GpuHealth {
+            index: 0,
+            bus_id: "00000000:18:00.0".into(),
+            name: "H100".into(),
+            pci_device_id: None,
+            nvlink: None,
+            links: vec![],
+            processes: vec![process.clone()],
+            pcie: None,
+            ecc_uncorrected_volatile: None,
+            row_remap: None,
+            throttle: None,
+            clocks: None,
+            errors: vec![],
+        });
+        r.gpus.push(gpu);
+        r.results.push(Row {
+            collective: "all_reduce",
+            size: 1 << 20,
+            expected: Some(Expected::new(12.3, 300.0, "built-in".into())),
+            ..Row::default()
+        });
+        r.avg_busbw.insert("all_reduce".into(), 12.3);
+        r.error = Some("e".into());
+        let text = serde_json::to_string_pretty(&r).expect("serialize");
+        let plain = nccl_check_contract::report::read::parse_report(text.as_bytes())
+            .expect("the contract reads it");
+        let want = nccl_check_contract::report::Report {
+            schema_version: SCHEMA_VERSION,
+            verdict: Verdict::Fail,
+            exit_code: 1,
+            summary: r.summary.clone(),
+            reasons: r.reasons.clone(),
+            warnings: r.warnings.clone(),
+            host: "node017".into(),
+            gpus: vec![nccl_check_contract::report::Gpu {
+                rank: 3,
+                host: "node017".into(),
+                uuid: "GPU-abc".into(),
+                pci_bus_id: "0000:18:00.0".into(),
+                name: "H100".into(),
+                health: Some(nccl_check_contract::report::Health {
+                    processes: vec![process],
+                }),
+            }],
+            results: vec![nccl_check_contract::report::Measured {
+                collective: "all_reduce".into(),
+                size: 1 << 20,
+                expected: Some(nccl_check_contract::report::Expected {
+                    floor_gbs: 300.0,
+                    margin: 12.3 / 300.0,
+                    source: "built-in".into(),
+                }),
+            }],
+            avg_busbw: r.avg_busbw.clone(),
+            error: Some("e".into()),
+        };
+        assert_eq!(plain, want);
     }
 
     #[test]

@@ -148,7 +148,7 @@ mod tests {
 4,102,7000,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 04\n";
 
     fn scratch(name: &str, text: &[u8]) -> std::path::PathBuf {
-        let d = bench_core::test_support::scratch_dir(name);
+        let d = nccl_check_contract::test_support::scratch_dir(name);
         std::fs::write(d.join("kmsg"), text).expect("write");
         d
     }
@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn a_one_gigabyte_log_is_read_only_up_to_the_bound() {
-        let d = bench_core::test_support::scratch_dir("kmsg-huge");
+        let d = nccl_check_contract::test_support::scratch_dir("kmsg-huge");
         let p = d.join("kmsg");
         // Sparse: 1 GB of NUL bytes that costs no disk.
         std::fs::File::create(&p)
@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_fifo_is_read_without_blocking() {
-        let d = bench_core::test_support::scratch_dir("kmsg-fifo");
+        let d = nccl_check_contract::test_support::scratch_dir("kmsg-fifo");
         let p = d.join("kmsg");
         super::super::read::tests::make_fifo(&p);
         let s = scan(&p, None, &["Xid"], MAX_BYTES, Duration::from_secs(1)).expect("read");

@@ -500,7 +500,7 @@ mod tests {
 
     /// A copy of fixture `name` (a tree with dev/, proc/, sys/) and a state directory.
     fn tree(name: &str, test: &str) -> (PathBuf, Settings) {
-        let d = bench_core::test_support::scratch_dir(&format!("faults-{test}-{name}"));
+        let d = nccl_check_contract::test_support::scratch_dir(&format!("faults-{test}-{name}"));
         let ok = std::process::Command::new("cp")
             .arg("-a")
             .arg(format!("{FIXTURES}/{name}"))

@@ -125,7 +125,7 @@ mod tests {
     /// The README's table says what this one says, row by row.
     #[test]
     fn the_readme_table_is_this_table() {
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../README.md");
         let start = readme
             .find("### Exit codes")
             .expect("README has Exit codes");

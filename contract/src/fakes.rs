@@ -2,9 +2,9 @@
 //! [`WorkerArgs`] makes, refuse an unknown plan as the worker does, and write reports that the
 //! callers' reader takes, with the real worker's summary shapes.
 
-use super::{PlanName, WorkerArgs};
-use crate::report::json::Report;
+use crate::args::{PlanName, WorkerArgs};
 use crate::report::read::{read_report, ReportError};
+use crate::report::Report;
 use crate::supervise::{self, Ending, Finished, Output, Spec};
 use crate::test_support::scratch_dir;
 use crate::verdict::Verdict;
@@ -138,7 +138,7 @@ fn the_spank_fakes_reports_have_the_real_summary_shapes() {
     assert_eq!(fail.summary, fail.reasons[0].message);
     assert_eq!(
         fail.reasons[0].code,
-        crate::report::json::ReasonCode::BusbwBelowThreshold
+        crate::report::reason::ReasonCode::BusbwBelowThreshold
     );
     assert!(
         fail.summary.contains("responsible: n7 GPU"),

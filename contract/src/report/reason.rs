@@ -143,6 +143,14 @@ pub struct Reason {
 }
 
 impl Reason {
+    /// What the reason blames, typed (from `subject`); None when it names nothing.
+    pub fn culprit(&self) -> Option<super::culprit::Culprit> {
+        self.subject
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+            .map(super::culprit::Culprit::parse)
+    }
+
     /// A reason with only a code and a sentence (errors).
     pub fn plain(code: ReasonCode, message: impl Into<String>) -> Reason {
         Reason {

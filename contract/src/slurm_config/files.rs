@@ -144,7 +144,7 @@ fn read_into(path: &Path, depth: usize, conf: &mut ConfText) -> io::Result<()> {
     if conf.files.len() >= FILES_MAX {
         return Err(bad(format!("more than {FILES_MAX} included files")));
     }
-    let text = crate::facts::read::small(path, FILE_MAX)
+    let text = crate::read::small(path, FILE_MAX)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     conf.files.push(path.to_path_buf());
     let dir = path.parent().unwrap_or(Path::new("/"));
@@ -188,7 +188,7 @@ pub fn expand(p: &Path) -> Vec<PathBuf> {
 /// `<spool>/conf-cache` for each spool directory given and the defaults), Debian's old
 /// `/etc/slurm-llnl`. Only the existing ones; `root` is `/` except in tests.
 pub fn candidates(root: &Path, slurm_conf: Option<&str>, spool_dirs: &[String]) -> Vec<PathBuf> {
-    let under = |abs: &str| crate::facts::read::under(root, abs);
+    let under = |abs: &str| crate::read::under(root, abs);
     let mut all: Vec<PathBuf> = Vec::new();
     if let Some(c) = slurm_conf.filter(|c| c.starts_with('/')) {
         all.push(under(c));

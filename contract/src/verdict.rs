@@ -1,5 +1,5 @@
 //! The three verdicts. The exit codes that carry them are part of the worker's contract
-//! ([`crate::contract::exit`]) and re-exported here.
+//! ([`crate::exit`]) and re-exported here.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,4 +29,4 @@ impl std::fmt::Display for Verdict {
 }
 
 /// The exit codes live with the rest of the worker's contract.
-pub use crate::contract::exit::ExitCode;
+pub use crate::exit::ExitCode;

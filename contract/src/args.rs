@@ -1,6 +1,7 @@
 //! The worker's command line as callers build it: [`WorkerArgs`], typed, turned into argv by
-//! [`WorkerArgs::to_args`] and nowhere else. A test below runs generated command lines through
-//! the worker's own parser (`crate::options::parse`) and checks that every field comes back.
+//! [`WorkerArgs::to_args`] and nowhere else. A test runs generated command lines through
+//! the worker's own parser (`bench_core::options::parse`, in bench-core's `contract/round_trip.rs`)
+//! and checks that every field comes back.
 //!
 //! Plans are passed through by name ([`PlanName`]): the caller checks the syntax, the worker
 //! checks that its config defines the plan (and lists the plans when it does not).
@@ -244,87 +245,5 @@ mod tests {
             "{}",
             a.display()
         );
-    }
-}
-
-/// Generated command lines through the worker's real parser.
-#[cfg(all(test, feature = "gpu"))]
-mod round_trip {
-    use super::*;
-    use crate::options::{parse, Options, ParseExit};
-
-    fn parse_args(args: &WorkerArgs) -> Options {
-        let mut argv = vec!["nccl-check".to_string()];
-        argv.extend(
-            args.to_args()
-                .into_iter()
-                .map(|a| a.into_string().expect("utf-8")),
-        );
-        // No environment but the shared secret a multi-process check needs outside Slurm:
-        // everything else must come from the command line.
-        let env = |k: &str| (k == "NCCL_CHECK_SECRET").then(|| "0123456789abcdef0123".to_string());
-        match parse(argv, &env) {
-            Ok(o) => o,
-            Err(ParseExit::Usage(e) | ParseExit::Info(e)) => panic!("{args:?}: {e}"),
-        }
-    }
-
-    #[test]
-    fn every_field_survives_the_workers_parser() {
-        let dir = std::env::temp_dir().join(format!("nccl-check-args-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let config = dir.join("site.toml");
-        // A plan only this file defines: it parses only if --config reached the worker.
-        std::fs::write(
-            &config,
-            "[plans.site_nvlink-2]\nsteps = [{ collective = \"sendrecv\", bytes = \"1M\" }]\n",
-        )
-        .expect("write config");
-        for bits in 0u32..64 {
-            let on = |b: u32| bits & (1 << b) != 0;
-            let mut a = WorkerArgs::new(
-                if on(0) {
-                    PlanName::new("site_nvlink-2").expect("valid")
-                } else {
-                    PlanName::full()
-                },
-                7 + bits as u64,
-            );
-            if on(0) {
-                a.config = Some(config.clone());
-            }
-            if on(1) {
-                a.json = Some(dir.join(format!("r{bits}.json")));
-            }
-            a.quiet = on(2);
-            if on(3) {
-                a.gpus = Some(vec![3, 0, 2]);
-            }
-            if on(4) {
-                a.rank = Some(1);
-                a.world = Some(3);
-                a.rendezvous = Some("node-a07:29511".into());
-            }
-            a.expect_collnet = on(5);
-            a.progress = on(2);
-            if on(1) {
-                a.port_range =
-                    Some(crate::slurm_rendezvous::PortRange::new(40000, 40100).expect("valid"));
-            }
-            let o = parse_args(&a);
-            assert_eq!(o.plan, a.plan.as_str(), "{bits}");
-            assert!(o.config.plans.contains_key(a.plan.as_str()), "{bits}");
-            assert_eq!(o.json, a.json, "{bits}");
-            assert_eq!(o.timeout, std::time::Duration::from_secs(a.timeout_s));
-            assert_eq!(o.quiet, a.quiet, "{bits}");
-            assert_eq!(o.gpus, a.gpus, "{bits}");
-            assert_eq!(o.rank, a.rank.unwrap_or(0), "{bits}");
-            assert_eq!(o.world, a.world.unwrap_or(1), "{bits}");
-            assert_eq!(o.rendezvous, a.rendezvous, "{bits}");
-            assert_eq!(o.expect_collnet, a.expect_collnet, "{bits}");
-            assert_eq!(o.progress, a.progress, "{bits}");
-            assert_eq!(o.port_range, a.port_range.unwrap_or_default(), "{bits}");
-        }
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -125,7 +125,7 @@ fn runs(entry: &str, program: &Path, root: &Path) -> bool {
     if !name.is_empty() && entry.contains(name) {
         return true;
     }
-    let under = |p: &str| crate::facts::read::under(root, p);
+    let under = |p: &str| crate::read::under(root, p);
     let want = std::fs::canonicalize(under(&program.display().to_string())).ok();
     files::expand(&under(entry)).iter().any(|f| {
         if want.is_some() && std::fs::canonicalize(f).ok() == want {
@@ -135,7 +135,7 @@ fn runs(entry: &str, program: &Path, root: &Path) -> bool {
         if std::fs::read_link(f).is_ok_and(|t| t.to_string_lossy().contains(name)) {
             return true;
         }
-        crate::facts::read::small(f, SCRIPT_MAX).is_ok_and(|t| !name.is_empty() && t.contains(name))
+        crate::read::small(f, SCRIPT_MAX).is_ok_and(|t| !name.is_empty() && t.contains(name))
     })
 }
 

@@ -1,0 +1,138 @@
+//! The one rule from how a worker ended and what its report says to the verdict a caller acts
+//! on. The SPANK plugin (each task's worker, and the batch step's check), and the prolog all
+//! decide by it, so a worker's PASS, FAIL or ERROR means the same to every caller.
+//!
+//! PASS needs exit 0 and a report saying PASS; FAIL exit 1 and a report saying FAIL, or no
+//! report at all (a FAIL is never turned into a pass by a missing file: the generic reason
+//! applies); anything else is ERROR, with the problem that made it one. A caller that asked
+//! for no report decides by the exit status alone.
+
+use crate::exit::ExitCode;
+use crate::report::read::ReportError;
+use crate::report::Report;
+use crate::supervise::Ending;
+use crate::verdict::Verdict;
+
+/// The verdict, and why it is an ERROR beside the worker's own word (a contradiction, an
+/// unusable report), when it is one for that reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    pub verdict: Verdict,
+    pub problem: Option<String>,
+}
+
+impl Judged {
+    fn plain(verdict: Verdict) -> Judged {
+        Judged {
+            verdict,
+            problem: None,
+        }
+    }
+
+    fn error(problem: String) -> Judged {
+        Judged {
+            verdict: Verdict::Error,
+            problem: Some(problem),
+        }
+    }
+}
+
+/// The verdict from the worker's end and its report (`None`: no report was asked for).
+pub fn judge(ending: Ending, report: Option<&Result<Report, ReportError>>) -> Judged {
+    let code = match ending {
+        Ending::Exited(c) => c,
+        Ending::Signaled(_) | Ending::KilledAtDeadline => return Judged::plain(Verdict::Error),
+    };
+    let by_exit = ExitCode::verdict_of_status(Some(code));
+    let Some(report) = report else {
+        return Judged::plain(by_exit);
+    };
+    match (by_exit, report) {
+        (Verdict::Error, _) => Judged::plain(Verdict::Error),
+        (v, Ok(r)) if r.verdict == v => Judged::plain(v),
+        (v, Ok(r)) => Judged::error(format!(
+            "contradiction: the worker exited {code} ({v}) but its report says {}",
+            r.verdict
+        )),
+        (Verdict::Fail, Err(ReportError::Missing(_))) => Judged::plain(Verdict::Fail),
+        (_, Err(e @ ReportError::TooLarge(..))) => Judged::error(format!("report too large: {e}")),
+        (v, Err(e)) => Judged::error(format!(
+            "the worker exited {code} ({v}) but its report is unusable: {e}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn report(v: Verdict) -> Result<Report, ReportError> {
+        Ok(Report {
+            verdict: v,
+            ..Report::default()
+        })
+    }
+
+    fn verdict(ending: Ending, r: &Result<Report, ReportError>) -> Verdict {
+        judge(ending, Some(r)).verdict
+    }
+
+    #[test]
+    fn the_verdict_needs_the_exit_code_and_the_report_to_agree() {
+        let missing = || Err(ReportError::Missing(PathBuf::from("/r")));
+        assert_eq!(
+            verdict(Ending::Exited(0), &report(Verdict::Pass)),
+            Verdict::Pass
+        );
+        assert_eq!(
+            verdict(Ending::Exited(1), &report(Verdict::Fail)),
+            Verdict::Fail
+        );
+        // A FAIL that wrote no report still fails (with the generic reason).
+        assert_eq!(verdict(Ending::Exited(1), &missing()), Verdict::Fail);
+        for (code, says) in [(1, Verdict::Pass), (0, Verdict::Fail), (0, Verdict::Error)] {
+            let j = judge(Ending::Exited(code), Some(&report(says)));
+            assert_eq!(j.verdict, Verdict::Error, "exit {code} with {says}");
+            assert!(j.problem.unwrap_or_default().starts_with("contradiction"));
+        }
+        let j = judge(Ending::Exited(0), Some(&missing()));
+        assert_eq!(j.verdict, Verdict::Error);
+        assert!(j.problem.unwrap_or_default().contains("no report"));
+        let big = Err(ReportError::TooLarge(PathBuf::from("/r"), 8));
+        let j = judge(Ending::Exited(0), Some(&big));
+        assert_eq!(j.verdict, Verdict::Error);
+        assert!(j
+            .problem
+            .unwrap_or_default()
+            .starts_with("report too large"));
+        let garbage = Err(ReportError::NotAReport("not JSON".into()));
+        let j = judge(Ending::Exited(1), Some(&garbage));
+        assert_eq!(j.verdict, Verdict::Error);
+        assert!(j.problem.unwrap_or_default().contains("unusable"));
+        assert_eq!(
+            verdict(Ending::Exited(5), &report(Verdict::Pass)),
+            Verdict::Error
+        );
+        assert_eq!(
+            verdict(Ending::KilledAtDeadline, &report(Verdict::Pass)),
+            Verdict::Error
+        );
+        assert_eq!(
+            verdict(Ending::Signaled(9), &report(Verdict::Fail)),
+            Verdict::Error
+        );
+    }
+
+    /// Without a report asked for, the exit status alone decides: 0 PASS, 1 FAIL, else ERROR.
+    #[test]
+    fn without_a_report_the_exit_status_decides() {
+        let v = |e| judge(e, None).verdict;
+        assert_eq!(v(Ending::Exited(0)), Verdict::Pass);
+        assert_eq!(v(Ending::Exited(1)), Verdict::Fail);
+        assert_eq!(v(Ending::Exited(6)), Verdict::Error);
+        assert_eq!(v(Ending::Exited(-1)), Verdict::Error);
+        assert_eq!(v(Ending::Signaled(11)), Verdict::Error);
+        assert_eq!(v(Ending::KilledAtDeadline), Verdict::Error);
+    }
+}

@@ -1,0 +1,196 @@
+//! Reading a worker's JSON report back ([`read_report`]): the callers' one way in. Bounded and
+//! safe on paths others could touch: the file is opened with `O_NOFOLLOW | O_NONBLOCK` (a
+//! symlink cannot redirect it, a FIFO cannot hang it), must be a regular file, and at most
+//! `max_bytes` are read. Tolerant of a newer worker of the same schema: unknown fields are
+//! ignored and missing ones default; a newer `schema_version` is an error that says so.
+
+use super::{Report, SCHEMA_VERSION};
+use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Why a report cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportError {
+    /// No file: the worker wrote no report (it did not start, or stopped before).
+    Missing(PathBuf),
+    Unreadable(PathBuf, String),
+    /// A symlink, FIFO, device or directory where the report should be.
+    NotAFile(PathBuf),
+    TooLarge(PathBuf, u64),
+    /// Not JSON, not an object, or fields of the wrong type.
+    NotAReport(String),
+    /// Written by a worker with a newer, incompatible report format.
+    NewerSchema(u64),
+}
+
+impl fmt::Display for ReportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReportError::Missing(p) => write!(f, "{}: no report", p.display()),
+            ReportError::Unreadable(p, e) => write!(f, "{}: {e}", p.display()),
+            ReportError::NotAFile(p) => write!(f, "{}: not a regular file", p.display()),
+            ReportError::TooLarge(p, max) => {
+                write!(f, "{}: larger than {max} bytes", p.display())
+            }
+            ReportError::NotAReport(e) => write!(f, "not a report: {e}"),
+            ReportError::NewerSchema(v) => write!(
+                f,
+                "the report has schema_version {v}, this reader knows {SCHEMA_VERSION}: \
+                 update the caller (plugin, prolog) to the worker's version"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReportError {}
+
+/// Reads and parses the report at `path`, at most `max_bytes` of it.
+pub fn read_report(path: &Path, max_bytes: u64) -> Result<Report, ReportError> {
+    parse_report(&read_bounded(path, max_bytes)?)
+}
+
+/// The bytes of the report at `path`: a regular file (never through a symlink, never a FIFO
+/// waited on), at most `max_bytes`.
+pub fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>, ReportError> {
+    let unreadable = |e: std::io::Error| match e.raw_os_error() {
+        Some(libc::ENOENT) => ReportError::Missing(path.to_path_buf()),
+        // O_NOFOLLOW on a symlink.
+        Some(libc::ELOOP) => ReportError::NotAFile(path.to_path_buf()),
+        _ => ReportError::Unreadable(path.to_path_buf(), e.to_string()),
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(unreadable)?;
+    if !file.metadata().map_err(unreadable)?.file_type().is_file() {
+        return Err(ReportError::NotAFile(path.to_path_buf()));
+    }
+    let mut bytes = Vec::new();
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(ReportError::TooLarge(path.to_path_buf(), max_bytes));
+    }
+    Ok(bytes)
+}
+
+/// The report's bytes as a JSON value whose head is a report's: an object with a
+/// `schema_version` this reader knows and a `verdict`. Checked before the rest, so that a newer
+/// schema is named as such, not as a type error somewhere inside.
+pub fn report_value(bytes: &[u8]) -> Result<serde_json::Value, ReportError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| ReportError::NotAReport(format!("not JSON: {e}")))?;
+    let Some(head) = value.as_object() else {
+        return Err(ReportError::NotAReport("not a JSON object".into()));
+    };
+    match head.get("schema_version").map(|v| v.as_u64()) {
+        None => return Err(ReportError::NotAReport("no schema_version".into())),
+        Some(Some(v)) if v > u64::from(SCHEMA_VERSION) => return Err(ReportError::NewerSchema(v)),
+        Some(Some(v)) if v >= 1 => {}
+        Some(_) => return Err(ReportError::NotAReport("invalid schema_version".into())),
+    }
+    if !head.contains_key("verdict") {
+        return Err(ReportError::NotAReport("no verdict".into()));
+    }
+    Ok(value)
+}
+
+/// Parses a report from its bytes into the plain [`Report`].
+pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
+    Report::deserialize_value(report_value(bytes)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::reason::ReasonCode;
+    use crate::test_support::scratch_dir;
+    use crate::verdict::Verdict;
+
+    #[test]
+    fn the_recorded_reports_of_a_real_worker_parse() {
+        for (name, text, verdict) in [
+            (
+                "pass",
+                include_str!("../../../tests/prolog/data/real-quick-pass.json"),
+                Verdict::Pass,
+            ),
+            (
+                "fail",
+                include_str!("../../../tests/prolog/data/real-quick-fail-p2p-disabled.json"),
+                Verdict::Fail,
+            ),
+        ] {
+            let r = parse_report(text.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(r.verdict, verdict, "{name}");
+            assert!(!r.results.is_empty() && !r.gpus.is_empty(), "{name}");
+            assert!(r.gpus.iter().all(|g| g.uuid.starts_with("GPU-")), "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_and_missing_ones_default() {
+        let r = parse_report(
+            br#"{"schema_version":1,"verdict":"PASS","summary":"s","new_field":{"x":[1]},
+                 "reasons":[{"code":"a_new_code","message":"m","new":1}]}"#,
+        )
+        .expect("parses");
+        assert_eq!((r.verdict, r.summary.as_str()), (Verdict::Pass, "s"));
+        assert_eq!(r.reasons[0].code, ReasonCode::Unknown);
+        assert!(r.results.is_empty() && r.host.is_empty());
+    }
+
+    #[test]
+    fn what_is_not_a_report_says_why() {
+        let cases: [(&[u8], &str); 6] = [
+            (b"{\"verdict\":", "not JSON"),
+            (b"[1,2]", "not a JSON object"),
+            (br#"{"verdict":"PASS"}"#, "no schema_version"),
+            (br#"{"schema_version":1,"summary":"x"}"#, "no verdict"),
+            (br#"{"schema_version":1,"verdict":"MAYBE"}"#, "verdict"),
+            (
+                br#"{"schema_version":"1","verdict":"PASS"}"#,
+                "invalid schema_version",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = parse_report(text).expect_err(want).to_string();
+            assert!(e.starts_with("not a report: ") && e.contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_newer_schema_is_an_error_that_names_it() {
+        let e =
+            parse_report(br#"{"schema_version":2,"verdict":{"new":"shape"}}"#).expect_err("newer");
+        assert_eq!(e, ReportError::NewerSchema(2));
+        assert!(e.to_string().contains("schema_version 2"), "{e}");
+    }
+
+    #[test]
+    fn symlinks_fifos_and_large_files_are_refused_without_waiting() {
+        let d = scratch_dir("read-unsafe");
+        let real = d.join("real.json");
+        std::fs::write(&real, br#"{"schema_version":1,"verdict":"PASS"}"#).expect("write");
+        assert!(read_report(&real, 1 << 20).is_ok());
+        let err = |p: &Path, max| read_report(p, max).expect_err("refused");
+        assert_eq!(err(&real, 10), ReportError::TooLarge(real.clone(), 10));
+        let link = d.join("link.json");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        assert_eq!(err(&link, 1 << 20), ReportError::NotAFile(link.clone()));
+        let fifo = d.join("fifo.json");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = std::time::Instant::now();
+        assert_eq!(err(&fifo, 1 << 20), ReportError::NotAFile(fifo.clone()));
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        let gone = d.join("none.json");
+        assert_eq!(err(&gone, 1), ReportError::Missing(gone.clone()));
+        std::fs::remove_dir_all(&d).ok();
+    }
+}
