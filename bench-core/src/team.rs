@@ -42,6 +42,9 @@ pub struct Team {
     failed: AtomicBool,
     /// What the watch found (a process gone, another's abort), if it failed the team first.
     lost: Mutex<Option<PlaneError>>,
+    /// Whether the other processes were told of the failure (`fail` could not take the plane
+    /// while an operation or the watch held it: the watch tells them then).
+    told: AtomicBool,
 }
 
 /// What the local threads have put in so far this generation.
@@ -116,6 +119,7 @@ impl Team {
             plane: Mutex::new(plane),
             failed: AtomicBool::new(false),
             lost: Mutex::new(None),
+            told: AtomicBool::new(false),
         }
     }
 
@@ -133,8 +137,12 @@ impl Team {
         std::thread::Builder::new()
             .name("plane-watch".into())
             .spawn(move || {
-                while !team.is_failed() && Instant::now() < team.deadline {
+                while Instant::now() < team.deadline {
                     std::thread::sleep(live.every);
+                    if team.is_failed() {
+                        team.tell();
+                        return;
+                    }
                     // An operation in progress beats and listens itself.
                     let tended = match team.plane.try_lock() {
                         Ok(mut plane) => plane.tend(team.deadline),
@@ -149,6 +157,21 @@ impl Team {
                 }
             })
             .map(|_| ())
+    }
+
+    /// Tells the other processes why the team failed, if `fail` could not.
+    fn tell(&self) {
+        if self.told.load(Ordering::Relaxed) {
+            return;
+        }
+        let why = {
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.failed.clone().unwrap_or_default()
+        };
+        if let Ok(mut plane) = self.plane.try_lock() {
+            plane.abort(&why, self.deadline);
+            self.told.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Fails the team with what the watch found, unless it had failed already.
@@ -179,6 +202,7 @@ impl Team {
             st.failed = Some(why.to_string());
             if let Ok(mut plane) = self.plane.try_lock() {
                 plane.abort(why, self.deadline);
+                self.told.store(true, Ordering::Relaxed);
             }
         }
         self.cv.notify_all();
@@ -555,6 +579,25 @@ mod watch_tests {
             "{e}"
         );
         drop(leaves);
+    }
+
+    #[test]
+    fn a_failure_while_the_plane_is_busy_still_reaches_the_others() {
+        let (root, mut leaves) = star(2, 0);
+        let root = watched(root, 30);
+        let member = watched(leaves.remove(0).1, 30);
+        {
+            // An operation (or the watch's pass) holds the plane when the GPU thread fails.
+            let _busy = member.plane.lock().unwrap();
+            member.fail("GPU 0 (rank 1): CUDA error 999");
+        }
+        let took = until_failed(&root, Duration::from_secs(5));
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        let e = lost_text(&root);
+        assert_eq!(
+            e,
+            "process rank 1 (h1) gave up: GPU 0 (rank 1): CUDA error 999"
+        );
     }
 
     #[test]
