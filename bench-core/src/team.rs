@@ -498,7 +498,10 @@ mod watch_tests {
         let mut silent = None;
         for (r, plane) in leaves {
             if r == 2 {
-                silent = Some(plane); // its link is down: it holds the connection, says nothing
+                // It beats once, then its link goes down: it holds the connection, says nothing.
+                let mut plane = plane;
+                plane.tend(Instant::now() + Duration::from_secs(1)).unwrap();
+                silent = Some(plane);
             } else {
                 teams.push(watched(plane, 30));
             }
@@ -551,7 +554,10 @@ mod watch_tests {
     #[test]
     fn members_name_a_coordinator_that_goes_quiet_and_it_names_its_own_node() {
         let (root, leaves) = star(3, 0);
-        // The coordinator's node lost its link: its watch hears nobody, nobody hears it.
+        // The coordinator's node lost its link (after one beat): its watch hears nobody, nobody
+        // hears it.
+        let mut root = root;
+        root.tend(Instant::now() + Duration::from_secs(1)).unwrap();
         let quiet_root = Arc::new(Team::new(1, root, Instant::now() + Duration::from_secs(30)));
         let teams: Vec<Arc<Team>> = leaves.into_iter().map(|(_, p)| watched(p, 30)).collect();
         for t in &teams {
@@ -566,8 +572,13 @@ mod watch_tests {
         drop(quiet_root);
         // The coordinator's own view when it hears none of the others (they are alive, but
         // nothing of theirs reaches it).
-        let (mut plane, leaves) = star(3, 0);
+        let (mut plane, mut leaves) = star(3, 0);
         plane.set_liveness(quick());
+        for (_, l) in leaves.iter_mut() {
+            l.tend(Instant::now() + Duration::from_secs(1)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        plane.tend(Instant::now() + Duration::from_secs(1)).unwrap(); // heard them once
         std::thread::sleep(quick().silence + Duration::from_millis(100));
         let e = plane
             .tend(Instant::now() + Duration::from_secs(1))
@@ -604,7 +615,10 @@ mod watch_tests {
     fn an_operation_waiting_on_a_silent_member_names_it_long_before_its_deadline() {
         let (mut root, mut leaves) = star(3, 0);
         root.set_liveness(quick());
-        let (_, silent) = leaves.remove(1);
+        let (_, mut silent) = leaves.remove(1);
+        silent
+            .tend(Instant::now() + Duration::from_secs(1))
+            .unwrap();
         let mut live = leaves.remove(0).1;
         live.set_liveness(quick());
         let deadline = Instant::now() + Duration::from_secs(20);

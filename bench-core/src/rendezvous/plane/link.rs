@@ -59,7 +59,12 @@ const MAX_DRAIN: usize = 256;
 
 pub struct Link {
     session: Session,
-    heard: Instant,
+    /// When the other end was last heard; `None` until its first frame on the plane. Before
+    /// that the silence does not count: right after the join the coordinator may still be
+    /// welcoming the others (6.8 s of welcomes at 4,096 processes on 2 cores,
+    /// bench-core/benchmarks/results/2026-11-24-control-plane-4096), and only the operation's
+    /// deadline bounds the wait, as before beats existed.
+    heard: Option<Instant>,
     /// A frame of an operation this process has not started yet, read by the watch.
     early: Option<Frame>,
 }
@@ -75,7 +80,7 @@ impl Link {
     pub fn new(session: Session) -> Link {
         Link {
             session,
-            heard: Instant::now(),
+            heard: None,
             early: None,
         }
     }
@@ -100,7 +105,7 @@ impl Link {
 
     /// How long the other end has been silent as of `now`, if longer than `live.silence`.
     pub fn silent(&self, now: Instant, live: &Liveness) -> Option<Duration> {
-        let quiet = now.saturating_duration_since(self.heard);
+        let quiet = now.saturating_duration_since(self.heard?);
         (quiet > live.silence).then_some(quiet)
     }
 
@@ -116,14 +121,15 @@ impl Link {
 
     /// Reads one frame that has started to arrive: its rest must come within the silence.
     fn read_one(&mut self, cap: usize, live: &Liveness, deadline: Instant) -> Result<Frame, Gone> {
-        let by = deadline.min(Instant::now() + live.silence);
+        let started = Instant::now();
+        let by = deadline.min(started + live.silence);
         match self.session.recv::<Frame>(cap, by) {
             Ok(f) => {
-                self.heard = Instant::now();
+                self.heard = Some(Instant::now());
                 Ok(f)
             }
             Err(WireError::Deadline) if by < deadline => Err(Gone::Silent(
-                Instant::now().saturating_duration_since(self.heard),
+                Instant::now().saturating_duration_since(self.heard.unwrap_or(started)),
             )),
             Err(e) => Err(Gone::Broken(e)),
         }
@@ -250,8 +256,11 @@ mod tests {
 
     #[test]
     fn a_link_that_carries_nothing_is_gone_after_the_silence_not_at_the_deadline() {
-        let (a, _b) = pair();
-        let mut a = Link::new(a);
+        let (a, b) = pair();
+        let (mut a, mut b) = (Link::new(a), Link::new(b));
+        b.beat(Instant::now() + Duration::from_secs(1)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(a.drain(4096, &quick()).unwrap().is_none());
         let start = Instant::now();
         let mut slices = 0;
         let r = a.next(4096, &quick(), start + Duration::from_secs(10), &mut |_| {
@@ -264,6 +273,27 @@ mod tests {
             start.elapsed()
         );
         assert!(slices >= 3, "the caller beats between slices ({slices})");
+    }
+
+    #[test]
+    fn a_link_never_heard_is_bounded_by_the_deadline_not_the_silence() {
+        // Right after the join: the coordinator may still be welcoming thousands of others.
+        let (a, _b) = pair();
+        let mut a = Link::new(a);
+        let start = Instant::now();
+        let r = a.next(
+            4096,
+            &quick(),
+            start + Duration::from_millis(900),
+            &mut |_| {},
+        );
+        assert!(matches!(r, Err(Waited::Deadline)));
+        assert!(
+            start.elapsed() >= Duration::from_millis(850),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(a.silent(Instant::now(), &quick()).is_none());
     }
 
     #[test]
