@@ -72,6 +72,10 @@ fabric_out=$(mktemp -d /tmp/nccl-check-fabric.XXXXXX)
 bash tests/gpu/fabric.sh --selftest --out "$fabric_out/selftest"
 bash tests/gpu/fabric.sh --nodes 8 --rows healthy,slow-node,slow-path,far-path,missing --repeat 1 \
     --timeout 5 --stagger 0.1 --worker "$PWD/tests/gpu/fabric-sim-worker.sh" --out "$fabric_out/standin"
+# A link set down mid-check: every worker stalls as NCCL does, only the control plane's watch
+# can name the node (5 s of silence at this budget; ~12 s).
+bash tests/gpu/fabric.sh --nodes 8 --rows link-down --repeat 1 --timeout 20 --stagger 0.1 \
+    --worker "$PWD/tests/gpu/fabric-sim-worker.sh" --out "$fabric_out/standin-down"
 rm -rf "$fabric_out"
 
 step "container suite (older-glibc root filesystem, enroot files)"

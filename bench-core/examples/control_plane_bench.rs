@@ -4,7 +4,8 @@
 //! sum times, and the coordinator's and a member's memory. With `--dead R --dead-mode exit|hang`
 //! process R leaves after joining (exits, or stops answering), with `--dead-mode absent` it never
 //! starts; the run then reports whether and when the coordinator named it (within the deadline
-//! + 1 s is the requirement).
+//! + 1 s is the requirement). `--max-len L` sums no vector longer than L; `--silence S` and
+//! `--every S` override the beats' silence and period (the budget's otherwise, as the worker's).
 //!
 //! After the sums, a whole localization as a real check runs it (8 simulated GPUs per process,
 //! one node's NICs at half speed so that screening and confirmation rounds run): the coordinator
@@ -38,6 +39,15 @@ struct Args {
     /// Unix seconds at which the parent started every child (join time is measured from it).
     t0: f64,
     out_dir: String,
+    /// Longest vector summed (`--max-len`): at 4,096 processes the 8N-value sums of the old
+    /// per-round design would move gigabytes through 2 cores and say nothing new.
+    max_len: usize,
+    /// The silence that names a process (`--silence S`), instead of the budget's (5-15 s): at
+    /// 4,096 processes on 2 cores a process can go unscheduled for longer than 15 s.
+    silence_s: Option<f64>,
+    /// How often beats go out (`--every S`, default a sixth of the silence): a long one takes
+    /// the beats out of the measurement.
+    every_s: Option<f64>,
 }
 
 fn parse() -> Args {
@@ -51,6 +61,9 @@ fn parse() -> Args {
         child: None,
         t0: 0.0,
         out_dir: std::env::temp_dir().display().to_string(),
+        max_len: usize::MAX,
+        silence_s: None,
+        every_s: None,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     for w in v.chunks(2) {
@@ -65,6 +78,9 @@ fn parse() -> Args {
             "--child" => a.child = Some(val.parse().expect("--child RANK")),
             "--t0" => a.t0 = val.parse().expect("--t0"),
             "--out-dir" => a.out_dir = val,
+            "--max-len" => a.max_len = val.parse().expect("--max-len L"),
+            "--silence" => a.silence_s = Some(val.parse().expect("--silence S")),
+            "--every" => a.every_s = Some(val.parse().expect("--every S")),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -120,7 +136,20 @@ fn child(a: &Args, rank: u32) {
     let joined = rendezvous::join(&setup, me, || Ok([1u8; 128]));
     let join_s = unix_now() - a.t0;
     let mut joined = match joined {
-        Ok(j) => j,
+        Ok(mut j) => {
+            // As the worker sets it (orchestrate::meet): beats, and the silence that names a
+            // process, from the budget.
+            let mut live =
+                rendezvous::plane::Liveness::for_budget(Duration::from_secs_f64(a.timeout_s));
+            if let Some(s) = a.silence_s {
+                live.silence = Duration::from_secs_f64(s);
+            }
+            if let Some(s) = a.every_s {
+                live.every = Duration::from_secs_f64(s);
+            }
+            j.plane.set_liveness(live);
+            j
+        }
         Err(e) => {
             if rank <= 1 {
                 let line = serde_json::json!({ "rank": rank, "join_error": e, "join_s": join_s, "timeout_s": a.timeout_s });
@@ -142,7 +171,10 @@ fn child(a: &Args, rank: u32) {
     // Lengths: one number (a barrier or a flag), a confirmation round's groups, one per process
     // (a screening round at one GPU per node), one per rank (the old per-round vector at 8 GPUs).
     let nranks = joined.nranks() as usize;
-    let lengths = [1usize, 64, a.procs as usize, nranks];
+    let lengths: Vec<usize> = [1usize, 64, a.procs as usize, nranks]
+        .into_iter()
+        .filter(|&l| l <= a.max_len)
+        .collect();
     let mut seq = 0u64;
     let mut by_len = Vec::new();
     let mut failure = None;
@@ -315,6 +347,17 @@ fn main() {
             &t0.to_string(),
         ])
         .args(["--out-dir", &a.out_dir, "--dead-mode", &a.dead_mode])
+        .args(["--max-len", &a.max_len.to_string()])
+        .args(
+            a.silence_s
+                .map(|s| vec!["--silence".to_string(), s.to_string()])
+                .unwrap_or_default(),
+        )
+        .args(
+            a.every_s
+                .map(|s| vec!["--every".to_string(), s.to_string()])
+                .unwrap_or_default(),
+        )
         .stdin(Stdio::null());
         if let Some(d) = a.dead {
             c.args(["--dead", &d.to_string()]);
@@ -335,6 +378,9 @@ fn main() {
     let out = serde_json::json!({
         "procs": a.procs,
         "rounds_per_length": a.rounds,
+        "max_len": a.max_len,
+        "silence_s": a.silence_s,
+        "every_s": a.every_s,
         "dead": a.dead,
         "dead_mode": a.dead.map(|_| a.dead_mode.clone()),
         "spawn_s": spawn_s,

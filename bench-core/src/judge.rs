@@ -449,6 +449,7 @@ mod tests {
             allocation_floor: None,
             pair_groups: 32,
             reasons_omitted: 0,
+            round_times: Vec::new(),
             reasons: vec![reason.clone()],
         });
         assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);

@@ -104,14 +104,26 @@ pub fn run(
                 .map_or(String::new(), |i| i.to_string())
         );
     }
-    if let Err(e) = meet(opts, nccl, &devices, deadline, &senders, report, model) {
-        drop(senders);
-        for h in handles {
-            let _ = h.join();
+    let team = match meet(opts, nccl, &devices, deadline, &senders, report, model) {
+        Ok(team) => team,
+        Err(e) => {
+            drop(senders);
+            for h in handles {
+                let _ = h.join();
+            }
+            return Err(e);
         }
-        return Err(e);
+    };
+    let gathered = gather(handles, report);
+    // A process that stopped answering (found by the plane's watch) is why the others' NCCL
+    // calls stalled or failed: its name is the reason, ahead of theirs.
+    if let Some(lost) = team.lost() {
+        return Err(RunError::from_team(
+            opts.rank,
+            crate::team::TeamError::Plane(lost),
+        ));
     }
-    gather(handles, report)?;
+    gathered?;
     facts::attach_nvml(report, &nvml);
     Ok(Ran::Measured)
 }
@@ -263,7 +275,7 @@ fn meet(
     senders: &[Sender<Start>],
     report: &mut Report,
     gpu: Arc<crate::thresholds::GpuModel>,
-) -> Result<(), RunError> {
+) -> Result<Arc<Team>, RunError> {
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
@@ -298,6 +310,8 @@ fn meet(
     report.processes = joined.members.clone();
     let topology = Arc::new(Topology::new(&joined.members));
     let team = Arc::new(Team::new(devices.len(), joined.plane, deadline));
+    team.watch(rendezvous::plane::Liveness::for_budget(opts.timeout))
+        .map_err(|e| RunError::Runtime(format!("cannot start the control plane's watch: {e}")))?;
     let id = UniqueId {
         internal: joined.unique_id,
     };
@@ -317,7 +331,7 @@ fn meet(
             opts,
         });
     }
-    Ok(())
+    Ok(team)
 }
 
 /// How this process meets the others, from its options and the Slurm step's layout (the nodes

@@ -1,13 +1,15 @@
 //! The GPU threads of one process acting together: barriers, sums, minimums and gathers across
 //! local threads and, through the control plane, across processes. Every wait has the run's deadline, and the first
-//! failure anywhere releases everyone at once.
+//! failure anywhere releases everyone at once. While no operation runs (the GPUs measure), the
+//! watch thread ([`Team::watch`]) tends the plane's connections, so a process that stops
+//! answering mid-collective ends the check in an ERROR naming its node, not in a bare timeout.
 
-use crate::rendezvous::plane::{Decide, Op};
+use crate::rendezvous::plane::{Decide, Liveness, Op};
 use crate::rendezvous::{ControlPlane, PlaneError};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// Why a team operation failed; the kind decides the exit code, the text says where.
@@ -38,6 +40,11 @@ pub struct Team {
     cv: Condvar,
     plane: Mutex<ControlPlane>,
     failed: AtomicBool,
+    /// What the watch found (a process gone, another's abort), if it failed the team first.
+    lost: Mutex<Option<PlaneError>>,
+    /// Whether the other processes were told of the failure (`fail` could not take the plane
+    /// while an operation or the watch held it: the watch tells them then).
+    told: AtomicBool,
 }
 
 /// What the local threads have put in so far this generation.
@@ -111,7 +118,80 @@ impl Team {
             cv: Condvar::new(),
             plane: Mutex::new(plane),
             failed: AtomicBool::new(false),
+            lost: Mutex::new(None),
+            told: AtomicBool::new(false),
         }
+    }
+
+    /// Starts the watch thread: every `live.every` while no operation holds the plane, a pass
+    /// of [`ControlPlane::tend`] (beats out, what arrived read); its first error fails the team
+    /// and is kept for [`Team::lost`]. Ends with the team, at the deadline, or with the process.
+    pub fn watch(self: &Arc<Self>, live: Liveness) -> std::io::Result<()> {
+        if let Ok(mut plane) = self.plane.lock() {
+            if matches!(*plane, ControlPlane::Alone) {
+                return Ok(());
+            }
+            plane.set_liveness(live);
+        }
+        let team = self.clone();
+        std::thread::Builder::new()
+            .name("plane-watch".into())
+            .spawn(move || {
+                while Instant::now() < team.deadline {
+                    std::thread::sleep(live.every);
+                    if team.is_failed() {
+                        team.tell();
+                        return;
+                    }
+                    // An operation in progress beats and listens itself.
+                    let tended = match team.plane.try_lock() {
+                        Ok(mut plane) => plane.tend(team.deadline),
+                        Err(_) => Ok(()),
+                    };
+                    // The plane's lock is released here: `fail` takes the state's, which an
+                    // operation holds while it waits for the plane's.
+                    if let Err(e) = tended {
+                        team.lose(e);
+                        return;
+                    }
+                }
+            })
+            .map(|_| ())
+    }
+
+    /// Tells the other processes why the team failed, if `fail` could not.
+    fn tell(&self) {
+        if self.told.load(Ordering::Relaxed) {
+            return;
+        }
+        let why = {
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.failed.clone().unwrap_or_default()
+        };
+        if let Ok(mut plane) = self.plane.try_lock() {
+            plane.abort(&why, self.deadline);
+            self.told.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Fails the team with what the watch found, unless it had failed already.
+    fn lose(&self, e: PlaneError) {
+        {
+            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.failed.is_some() {
+                return;
+            }
+        }
+        if let Ok(mut lost) = self.lost.lock() {
+            lost.get_or_insert(e.clone());
+        }
+        self.fail(&e.to_string());
+    }
+
+    /// What the watch found, when it was the first to fail the team: the reason the check
+    /// ended, ahead of the GPU threads' own errors (which follow from it: their peers gone).
+    pub fn lost(&self) -> Option<PlaneError> {
+        self.lost.lock().ok().and_then(|l| l.clone())
     }
 
     /// Marks the team failed (first reason wins) and tells the other processes.
@@ -122,6 +202,7 @@ impl Team {
             st.failed = Some(why.to_string());
             if let Ok(mut plane) = self.plane.try_lock() {
                 plane.abort(why, self.deadline);
+                self.told.store(true, Ordering::Relaxed);
             }
         }
         self.cv.notify_all();
@@ -367,5 +448,195 @@ mod tests {
                 "waiting for the other local GPU threads (1 of 2 arrived)".into()
             )
         );
+    }
+}
+
+/// The watch over loopback: a process that stops answering mid-measure, one whose connection
+/// is cut, a coordinator that goes quiet, an operation waiting on a silent process.
+#[cfg(test)]
+mod watch_tests {
+    use super::*;
+    use crate::rendezvous::plane::tests::star;
+    use std::time::Duration;
+
+    fn quick() -> Liveness {
+        Liveness {
+            every: Duration::from_millis(50),
+            silence: Duration::from_millis(400),
+        }
+    }
+
+    fn watched(plane: ControlPlane, secs: u64) -> Arc<Team> {
+        let t = Arc::new(Team::new(
+            1,
+            plane,
+            Instant::now() + Duration::from_secs(secs),
+        ));
+        t.watch(quick()).unwrap();
+        t
+    }
+
+    /// Waits (bounded) until the team has failed; how long that took.
+    fn until_failed(t: &Team, within: Duration) -> Duration {
+        let start = Instant::now();
+        while !t.is_failed() && start.elapsed() < within {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        start.elapsed()
+    }
+
+    fn lost_text(t: &Team) -> String {
+        t.lost().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_member_that_stops_answering_mid_measure_is_named_by_the_coordinator_and_everyone_learns_it(
+    ) {
+        let (root, leaves) = star(4, 0);
+        let root = watched(root, 30);
+        let mut teams = Vec::new();
+        let mut silent = None;
+        for (r, plane) in leaves {
+            if r == 2 {
+                // It beats once, then its link goes down: it holds the connection, says nothing.
+                let mut plane = plane;
+                plane.tend(Instant::now() + Duration::from_secs(1)).unwrap();
+                silent = Some(plane);
+            } else {
+                teams.push(watched(plane, 30));
+            }
+        }
+        // Healthy for a while: three silences' worth of beats, nobody failed.
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(!root.is_failed());
+        let took = until_failed(&root, Duration::from_secs(5));
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        let e = lost_text(&root);
+        assert!(
+            e.starts_with("node h2 (process rank 2) stopped answering the control plane for"),
+            "{e}"
+        );
+        assert!(matches!(root.lost(), Some(PlaneError::Lost(_))));
+        for t in &teams {
+            until_failed(t, Duration::from_secs(2));
+            let e = lost_text(t);
+            assert!(
+                e.starts_with("another process gave up: node h2 (process rank 2) stopped"),
+                "{e}"
+            );
+        }
+        drop(silent);
+    }
+
+    #[test]
+    fn a_member_whose_connection_is_cut_is_named_at_once() {
+        let (root, mut leaves) = star(3, 0);
+        let root = watched(root, 30);
+        let (_, cut) = leaves.remove(1);
+        let other = watched(leaves.remove(0).1, 30);
+        std::thread::sleep(Duration::from_millis(100));
+        drop(cut);
+        let took = until_failed(&root, Duration::from_secs(5));
+        assert!(took < quick().silence, "{took:?}");
+        let e = lost_text(&root);
+        assert!(
+            e.starts_with("node h2 (process rank 2) went away: the connection was closed"),
+            "{e}"
+        );
+        until_failed(&other, Duration::from_secs(2));
+        assert!(
+            lost_text(&other).contains("node h2"),
+            "{}",
+            lost_text(&other)
+        );
+    }
+
+    #[test]
+    fn members_name_a_coordinator_that_goes_quiet_and_it_names_its_own_node() {
+        let (root, leaves) = star(3, 0);
+        // The coordinator's node lost its link (after one beat): its watch hears nobody, nobody
+        // hears it.
+        let mut root = root;
+        root.tend(Instant::now() + Duration::from_secs(1)).unwrap();
+        let quiet_root = Arc::new(Team::new(1, root, Instant::now() + Duration::from_secs(30)));
+        let teams: Vec<Arc<Team>> = leaves.into_iter().map(|(_, p)| watched(p, 30)).collect();
+        for t in &teams {
+            let took = until_failed(t, Duration::from_secs(5));
+            assert!(took < Duration::from_secs(2), "{took:?}");
+            let e = lost_text(t);
+            assert!(
+                e.starts_with("the coordinator (127.0.0.1:") && e.contains("stopped answering"),
+                "{e}"
+            );
+        }
+        drop(quiet_root);
+        // The coordinator's own view when it hears none of the others (they are alive, but
+        // nothing of theirs reaches it).
+        let (mut plane, mut leaves) = star(3, 0);
+        plane.set_liveness(quick());
+        for (_, l) in leaves.iter_mut() {
+            l.tend(Instant::now() + Duration::from_secs(1)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        plane.tend(Instant::now() + Duration::from_secs(1)).unwrap(); // heard them once
+        std::thread::sleep(quick().silence + Duration::from_millis(100));
+        let e = plane
+            .tend(Instant::now() + Duration::from_secs(1))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("none of the other 2 processes answered")
+                && e.to_string().contains("this node (h0)"),
+            "{e}"
+        );
+        drop(leaves);
+    }
+
+    #[test]
+    fn a_failure_while_the_plane_is_busy_still_reaches_the_others() {
+        let (root, mut leaves) = star(2, 0);
+        let root = watched(root, 30);
+        let member = watched(leaves.remove(0).1, 30);
+        {
+            // An operation (or the watch's pass) holds the plane when the GPU thread fails.
+            let _busy = member.plane.lock().unwrap();
+            member.fail("GPU 0 (rank 1): CUDA error 999");
+        }
+        let took = until_failed(&root, Duration::from_secs(5));
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        let e = lost_text(&root);
+        assert_eq!(
+            e,
+            "process rank 1 (h1) gave up: GPU 0 (rank 1): CUDA error 999"
+        );
+    }
+
+    #[test]
+    fn an_operation_waiting_on_a_silent_member_names_it_long_before_its_deadline() {
+        let (mut root, mut leaves) = star(3, 0);
+        root.set_liveness(quick());
+        let (_, mut silent) = leaves.remove(1);
+        silent
+            .tend(Instant::now() + Duration::from_secs(1))
+            .unwrap();
+        let mut live = leaves.remove(0).1;
+        live.set_liveness(quick());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let member = std::thread::spawn(move || live.sum(1, &[1.0], deadline));
+        let start = Instant::now();
+        let e = root.sum(1, &[1.0], deadline).unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            matches!(&e, PlaneError::Lost(m) if m.starts_with("node h2 (process rank 2) stopped")),
+            "{e:?}"
+        );
+        // The member that did answer waited beaten, then got the coordinator's word.
+        let em = member.join().unwrap().unwrap_err();
+        assert!(em.to_string().contains("node h2"), "{em}");
+        drop(silent);
     }
 }

@@ -3,8 +3,10 @@
 # build: the real options, Slurm rendezvous across the namespaces, control plane and localizer;
 # the measurements from the fabric simulation). It cannot feel tc, so the row's fault
 # (FABRIC_FAULT, set by fabric.sh) is handed to the simulation: slow and starve make the node's
-# network 0.3x, path the node pair's; down keeps the node's worker back until its link is down
-# (it then cannot join); absent never starts it (fabric.sh). This proves fabric.sh's plumbing
+# network 0.3x, path the node pair's; down stalls every worker after the rendezvous as NCCL's
+# collectives stall when a node's link goes down (NCCL_CHECK_SIM_HOLD_MS: nothing ends the
+# stall but the team failing or the deadline), so only the control plane's watch can name the
+# node; absent never starts it (fabric.sh). This proves fabric.sh's plumbing
 # (launch, names, secret, namespaces, judging), not the check on real NCCL. No multi-node floor
 # (NCCL_CHECK_SIM_FLOOR=none): the real run has no threshold for sockets either.
 sim=${FABRIC_SIM:-$(dirname "$0")/../../target/debug/nccl-check-sim}
@@ -16,7 +18,7 @@ EOT
   case $kind in
     slow | starve) faults="$faults,nodenet:$a:0.3" ;;
     path) faults="$faults,link:$a:$b:0.3" ;;
-    down) [ "${SLURMD_NODENAME:-}" = "$a" ] && sleep "$((b + 5))" ;;
+    down) export NCCL_CHECK_SIM_HOLD_MS=3600000 ;;
   esac
 done
 NCCL_CHECK_SIM_FAULTS=${faults#,} NCCL_CHECK_SIM_GPUS=1 NCCL_CHECK_SIM_FLOOR=none exec "$sim" "$@"

@@ -14,7 +14,10 @@
 //! NODE a node name), NCCL_CHECK_SIM_ABSENT (a node name whose process kills itself before it
 //! joins, as a task that dies before its rendezvous), NCCL_CHECK_SIM_RENDEZVOUS_HOST (the address
 //! that stands for the coordinator's node name, which the test cluster cannot resolve),
-//! NCCL_CHECK_SIM_FLOOR=none (no multi-node floor: phase B unjudged, screening always runs).
+//! NCCL_CHECK_SIM_FLOOR=none (no multi-node floor: phase B unjudged, screening always runs),
+//! NCCL_CHECK_SIM_HOLD_MS (every process "measures" this long after the rendezvous, as a long
+//! collective would, watching its team as the GPU worker's wait does: a link set down meanwhile
+//! is found by the plane's watch, tests/gpu/fabric.sh's link-down row without a GPU).
 
 use bench_core::localize::conduct::{
     decide_in, follow, group_of, Conductor, FollowError, Place, Step,
@@ -23,6 +26,7 @@ use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
 use bench_core::localize::{Config, Floors, Localizer, Phase};
 use bench_core::options::{self, ParseExit};
+use bench_core::rendezvous::plane::Liveness;
 use bench_core::rendezvous::{self, Member};
 use bench_core::report::json::Report;
 use bench_core::runner::RunError;
@@ -155,7 +159,14 @@ fn run(
     report.processes = joined.members.clone();
     let topology = Topology::new(&joined.members);
     let layout = Layout::new(&topology);
-    let team = Team::new(1, joined.plane, deadline);
+    let team = std::sync::Arc::new(Team::new(1, joined.plane, deadline));
+    team.watch(Liveness::for_budget(opts.timeout))
+        .map_err(|e| RunError::Runtime(format!("cannot start the control plane's watch: {e}")))?;
+    let lost = |e: RunError| match team.lost() {
+        Some(l) => RunError::from_team(opts.rank, bench_core::team::TeamError::Plane(l)),
+        None => e,
+    };
+    hold(env_usize("NCCL_CHECK_SIM_HOLD_MS", 0)?, &team, deadline).map_err(lost)?;
     let first = joined.members[opts.rank as usize].first_rank as usize;
     let mine: Vec<usize> = (first..first + gpus).collect();
     let process_of = topology.processes_by_rank();
@@ -219,13 +230,14 @@ fn run(
             .map(|p| group_of(&layout, p).map_or(0.0, |g| fabric.measure_group(&g)))
             .collect())
     };
-    let summary =
-        follow(&mine, topology.nranks() as usize, gather, measure).map_err(|e| match e {
+    let summary = follow(&mine, topology.nranks() as usize, gather, measure)
+        .map_err(|e| match e {
             FollowError::Caller(e) => e,
             FollowError::BadStep(why) => {
                 RunError::Runtime(format!("localization: the coordinator's step: {why}"))
             }
-        })?;
+        })
+        .map_err(lost)?;
     report.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
     report.reasons = summary.reasons.clone();
     let (rounds, localization_rounds) = (summary.rounds, summary.localization_rounds);
@@ -238,6 +250,24 @@ fn run(
             report.phases.rendezvous_ms,
             report.phases.timed_loop_ms
         );
+    }
+    Ok(())
+}
+
+/// A long collective's stand-in: `ms` milliseconds, ended early (as an ERROR) when the team
+/// fails, polled as the GPU worker's stream wait polls it.
+fn hold(ms: usize, team: &Team, deadline: Instant) -> Result<(), RunError> {
+    let until = Instant::now() + std::time::Duration::from_millis(ms as u64);
+    while Instant::now() < until {
+        if team.is_failed() {
+            return Err(RunError::Stopped("stopped while holding".into()));
+        }
+        if Instant::now() >= deadline {
+            return Err(RunError::Timeout(
+                "no progress within --timeout: the held collective never completed".into(),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     Ok(())
 }

@@ -163,6 +163,7 @@ impl Conductor {
             pair_groups: self.pair_groups,
             reasons: reasons::reasons(&verdict, &self.layout.names),
             reasons_omitted: 0,
+            round_times: Vec::new(),
         };
         Ok((0..self.processes)
             .map(|p| match p == self.coordinator as usize {
@@ -233,6 +234,7 @@ impl Conductor {
             .collect();
         Summary {
             reasons_omitted: all.reasons.len() - reasons.len(),
+            round_times: Vec::new(),
             reasons,
             ..all.clone()
         }
@@ -280,10 +282,14 @@ pub fn follow<E>(
     mut measure: impl FnMut(u32, Phase, u32, &[Place]) -> Result<Vec<f64>, E>,
 ) -> Result<Summary, FollowError<E>> {
     let mut step = gather(0, &[]).map_err(FollowError::Caller)?;
+    let mut times = Vec::new();
     loop {
         step.check(mine, nranks).map_err(FollowError::BadStep)?;
         let (index, phase, groups, places) = match step {
-            Step::Done(summary) => return Ok(summary),
+            Step::Done(mut summary) => {
+                summary.round_times = times;
+                return Ok(summary);
+            }
             Step::Round {
                 index,
                 phase,
@@ -291,7 +297,9 @@ pub fn follow<E>(
                 mine: places,
             } => (index, phase, groups, places),
         };
+        let began = std::time::Instant::now();
         let values = measure(index, phase, groups, &places).map_err(FollowError::Caller)?;
+        let measured = began.elapsed();
         let entries: Vec<(u64, f64)> = places
             .iter()
             .zip(values)
@@ -299,6 +307,12 @@ pub fn follow<E>(
             .map(|(p, v)| (p.group as u64, v))
             .collect();
         step = gather(groups as usize, &entries).map_err(FollowError::Caller)?;
+        times.push(super::reasons::RoundTime {
+            round: index,
+            phase,
+            measure_ms: measured.as_secs_f64() * 1e3,
+            gather_ms: (began.elapsed() - measured).as_secs_f64() * 1e3,
+        });
     }
 }
 

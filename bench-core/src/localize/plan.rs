@@ -1,7 +1,9 @@
 //! `--explain-plan`: the steps and rounds a check of N nodes x G GPUs runs, and a modeled time per
 //! phase. No GPU needed: the rounds come from the same schedule the localizer runs, the time from
 //! a cost model whose constants are measured (cited files) or public numbers, each marked as an
-//! estimate where no source exists.
+//! estimate where no source exists. Calibration on real NCCL: every report of a multi-node check
+//! carries its process's `localization.round_times` (measure and gather per round), so a
+//! `tests/gpu/fabric.sh` run gives a sendrecv round's and a gather's time per node count.
 
 use super::schedule::ring_rounds;
 use super::{round_cap, LocalizeError, MAX_GPUS, MAX_NODES};

@@ -25,6 +25,20 @@ pub struct Summary {
     /// Reasons left out of this process's report (the coordinator's report has them all).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reasons_omitted: usize,
+    /// This process's time per round, in order: its measurement, then the gather that follows
+    /// (which includes waiting for the slowest process). What `--explain-plan`'s per-round
+    /// constants are calibrated from (tests/gpu/fabric.sh's committed reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub round_times: Vec<RoundTime>,
+}
+
+/// One round's time in one process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundTime {
+    pub round: u32,
+    pub phase: super::Phase,
+    pub measure_ms: f64,
+    pub gather_ms: f64,
 }
 
 fn is_zero(n: &usize) -> bool {

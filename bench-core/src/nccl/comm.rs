@@ -26,6 +26,8 @@ pub struct Comm<'a> {
 pub enum WaitError {
     Nccl(NcclError),
     Deadline,
+    /// The caller's `stop` said so (another process is gone: the init cannot finish).
+    Stopped,
 }
 
 /// The arguments of one collective on one rank, shared by every [`crate::collectives::Collective`].
@@ -140,7 +142,9 @@ impl<'a> Comm<'a> {
                 };
                 return Some(child.wait_ready().map(|()| child).map_err(|e| match e {
                     WaitError::Nccl(e) => e,
-                    WaitError::Deadline => failed(IN_PROGRESS, "not ready at the deadline".into()),
+                    WaitError::Deadline | WaitError::Stopped => {
+                        failed(IN_PROGRESS, "not ready at the deadline".into())
+                    }
                 }));
             }
             if let Err(e) = self.poll() {
@@ -178,6 +182,12 @@ impl<'a> Comm<'a> {
     /// then sleeping 200 us here made each enqueue cost 60-170 us, longer than a 32 MiB
     /// all_gather itself, so the timed loop measured our launch rate instead of the GPUs.
     pub fn wait_ready(&self) -> Result<(), WaitError> {
+        self.wait_ready_unless(&|| false)
+    }
+
+    /// [`Comm::wait_ready`], ended early with [`WaitError::Stopped`] once `stop` says so
+    /// (asked every 64 polls).
+    pub fn wait_ready_unless(&self, stop: &dyn Fn() -> bool) -> Result<(), WaitError> {
         let began = Instant::now();
         let mut polls = 0u32;
         loop {
@@ -187,6 +197,9 @@ impl<'a> Comm<'a> {
             polls = polls.wrapping_add(1);
             if polls % 64 == 0 && Instant::now() >= self.deadline {
                 return Err(WaitError::Deadline);
+            }
+            if polls % 64 == 0 && stop() {
+                return Err(WaitError::Stopped);
             }
             let waited = began.elapsed();
             if waited < Duration::from_millis(1) {
@@ -224,7 +237,7 @@ impl<'a> Comm<'a> {
             match self.wait_ready() {
                 Ok(()) => {}
                 Err(WaitError::Nccl(e)) => return Err(e),
-                Err(WaitError::Deadline) => {
+                Err(WaitError::Deadline | WaitError::Stopped) => {
                     return Err(NcclError {
                         code: IN_PROGRESS,
                         call,

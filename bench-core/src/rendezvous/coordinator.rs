@@ -337,9 +337,6 @@ fn welcome(
     Ok(Joined {
         unique_id,
         members,
-        plane: ControlPlane::Root {
-            me: me.proc_rank,
-            peers: plane,
-        },
+        plane: ControlPlane::root(&me, plane),
     })
 }

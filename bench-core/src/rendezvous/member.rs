@@ -385,7 +385,7 @@ pub fn connect(setup: &Setup, me: Member) -> Result<Joined, String> {
     Ok(Joined {
         unique_id,
         members: welcome.members,
-        plane: ControlPlane::Leaf(
+        plane: ControlPlane::leaf(
             a.session
                 .named(format!("the coordinator ({}:{})", setup.host, a.port)),
         ),

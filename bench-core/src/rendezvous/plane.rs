@@ -12,13 +12,26 @@
 //!
 //! Frames are capped (by length for `reduce`, by a constant for `gather`); a mismatch in step,
 //! operation or length is an error naming the process, never a wrong result.
+//!
+//! Every connection also carries beats ([`link`]): a process that stops answering (its link
+//! down, its node gone) is named after [`Liveness::silence`], by an operation waiting for it or,
+//! while the GPUs measure and no operation runs, by [`ControlPlane::tend`] (the team's watch
+//! thread; [`wait`]); the coordinator decides who is to blame ([`lost`]) and tells everyone it
+//! can reach.
 
 use super::session::Session;
 use super::wire::WireError;
 use super::Member;
+use link::Link;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::time::{Duration, Instant};
+
+pub mod link;
+pub mod lost;
+mod wait;
+
+pub use link::Liveness;
 
 /// How `reduce` combines the processes' vectors, element by element.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +65,9 @@ struct Frame {
     /// Set by a process that gives up, so the others stop at once instead of at their deadline.
     #[serde(default)]
     abort: Option<String>,
+    /// Only says the sender lives ([`link`]); carries nothing else and is never answered.
+    #[serde(default)]
+    beat: bool,
 }
 
 /// The coordinator's decision in a gather: the whole vector in, one reply per process out.
@@ -77,14 +93,18 @@ pub enum PlaneError {
     Aborted(String),
     /// A process went away, sent something malformed, or is out of step.
     Peer(String),
+    /// Processes stopped answering (nothing, not even a beat, for the silence) or their
+    /// connections broke while the check ran; the text names their nodes ([`lost`]).
+    Lost(String),
 }
 
 impl std::fmt::Display for PlaneError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PlaneError::Deadline(m) | PlaneError::Aborted(m) | PlaneError::Peer(m) => {
-                f.write_str(m)
-            }
+            PlaneError::Deadline(m)
+            | PlaneError::Aborted(m)
+            | PlaneError::Peer(m)
+            | PlaneError::Lost(m) => f.write_str(m),
         }
     }
 }
@@ -93,14 +113,16 @@ impl std::fmt::Display for PlaneError {
 pub enum ControlPlane {
     /// One process: nothing to talk to.
     Alone,
-    /// The coordinator (process rank `me`): one connection per other process, in process-rank
-    /// order.
+    /// The coordinator (process rank `me` on node `host`): one connection per other process,
+    /// in process-rank order.
     Root {
         me: u32,
-        peers: Vec<(Member, Session)>,
+        host: String,
+        peers: Vec<(Member, Link)>,
+        live: Liveness,
     },
     /// Any other process: the connection to the coordinator.
-    Leaf(Session),
+    Leaf { link: Box<Link>, live: Liveness },
 }
 
 fn reduce_frame(values: usize) -> usize {
@@ -189,6 +211,24 @@ pub(super) fn ensure_open_files(needed: u64) -> Result<(), String> {
 }
 
 impl ControlPlane {
+    /// The coordinator's plane over its authenticated connections.
+    pub fn root(me: &Member, peers: Vec<(Member, Session)>) -> ControlPlane {
+        ControlPlane::Root {
+            me: me.proc_rank,
+            host: me.host.clone(),
+            peers: peers.into_iter().map(|(m, s)| (m, Link::new(s))).collect(),
+            live: Liveness::default(),
+        }
+    }
+
+    /// A member's plane over its connection to the coordinator.
+    pub fn leaf(session: Session) -> ControlPlane {
+        ControlPlane::Leaf {
+            link: Box::new(Link::new(session)),
+            live: Liveness::default(),
+        }
+    }
+
     /// Element-wise sum of `values` over all processes (a barrier when empty). `seq` numbers the
     /// calls so a mismatch is detected rather than mis-summed.
     pub fn sum(
@@ -217,17 +257,19 @@ impl ControlPlane {
         };
         match self {
             ControlPlane::Alone => Ok(values.to_vec()),
-            ControlPlane::Leaf(stream) => {
-                let reply = Self::round_trip(stream, &up, cap, deadline)?;
+            ControlPlane::Leaf { link, live } => {
+                let reply = Self::round_trip(link, live, &up, cap, deadline)?;
                 if reply.values.len() != values.len() {
                     return Err(out_of_step(reply.seq, seq));
                 }
                 Ok(reply.values)
             }
-            ControlPlane::Root { peers, .. } => {
+            ControlPlane::Root {
+                peers, live, host, ..
+            } => {
                 let mut total = up.values;
                 let n = total.len();
-                let gathered = Self::collect(peers, seq, op, cap, deadline, |msg| {
+                let gathered = Self::collect(peers, live, host, seq, op, cap, deadline, |msg| {
                     if msg.values.len() != n {
                         return Err(format!("sent {} values, not {n}", msg.values.len()));
                     }
@@ -254,9 +296,8 @@ impl ControlPlane {
                     values: total.clone(),
                     ..Frame::default()
                 };
-                for (m, stream) in peers.iter_mut() {
-                    stream
-                        .send(&down, deadline)
+                for (m, link) in peers.iter_mut() {
+                    link.send(&down, deadline)
                         .map_err(|e| peer_error(&who(m), e))?;
                 }
                 Ok(total)
@@ -303,16 +344,21 @@ impl ControlPlane {
                 }
                 Ok(replies.swap_remove(0))
             }
-            ControlPlane::Leaf(stream) => {
+            ControlPlane::Leaf { link, live } => {
                 own?;
-                let reply = Self::round_trip(stream, &up, MAX_GATHER_FRAME, deadline)?;
+                let reply = Self::round_trip(link, live, &up, MAX_GATHER_FRAME, deadline)?;
                 reply.reply.ok_or_else(|| out_of_step(reply.seq, seq))
             }
-            ControlPlane::Root { me, peers } => {
+            ControlPlane::Root {
+                me,
+                peers,
+                live,
+                host,
+            } => {
                 let me = *me as usize;
                 let world = peers.len() + 1;
                 let gathered = own.and_then(|()| {
-                    Self::collect(peers, seq, Op::Gather, MAX_GATHER_FRAME, deadline, |msg| {
+                    let take = |msg: Frame| {
                         if msg.len != len as u64 {
                             return Err(format!(
                                 "is out of step (a gather of {} values, not {len})",
@@ -320,7 +366,9 @@ impl ControlPlane {
                             ));
                         }
                         add_entries(&mut total, &msg.entries)
-                    })
+                    };
+                    let cap = MAX_GATHER_FRAME;
+                    Self::collect(peers, live, host, seq, Op::Gather, cap, deadline, take)
                 });
                 let replies = gathered.and_then(|()| {
                     let replies = decide(&total).map_err(PlaneError::Peer)?;
@@ -342,7 +390,7 @@ impl ControlPlane {
                 let ControlPlane::Root { peers, .. } = self else {
                     unreachable!()
                 };
-                for (m, stream) in peers.iter_mut() {
+                for (m, link) in peers.iter_mut() {
                     let down = Frame {
                         seq,
                         op: Op::Gather,
@@ -350,67 +398,12 @@ impl ControlPlane {
                         reply: replies.get_mut(m.proc_rank as usize).map(Value::take),
                         ..Frame::default()
                     };
-                    stream
-                        .send(&down, deadline)
+                    link.send(&down, deadline)
                         .map_err(|e| peer_error(&who(m), e))?;
                 }
                 Ok(replies.get_mut(me).map(Value::take).unwrap_or_default())
             }
         }
-    }
-
-    /// A member's half of an operation: send, then wait for the coordinator's answer.
-    fn round_trip(
-        stream: &mut Session,
-        up: &Frame,
-        cap: usize,
-        deadline: Instant,
-    ) -> Result<Frame, PlaneError> {
-        stream
-            .send(up, deadline)
-            .map_err(|e| peer_error(stream.peer(), e))?;
-        let reply: Frame = stream
-            .recv(cap, deadline)
-            .map_err(|e| peer_error(stream.peer(), e))?;
-        if reply.abort.is_some() {
-            return Err(PlaneError::Aborted(format!(
-                "another process gave up: {}",
-                aborted(reply.abort)
-            )));
-        }
-        if reply.seq != up.seq || reply.op != up.op {
-            return Err(out_of_step(reply.seq, up.seq));
-        }
-        Ok(reply)
-    }
-
-    /// The coordinator's half: one frame from every other process, in rank order, each handed
-    /// to `take` once its step and operation are checked. The first failure names the process.
-    fn collect(
-        peers: &mut [(Member, Session)],
-        seq: u64,
-        op: Op,
-        cap: usize,
-        deadline: Instant,
-        mut take: impl FnMut(Frame) -> Result<(), String>,
-    ) -> Result<(), PlaneError> {
-        for (m, stream) in peers.iter_mut() {
-            let msg: Frame = stream
-                .recv(cap, deadline)
-                .map_err(|e| peer_error(&who(m), e))?;
-            if msg.abort.is_some() {
-                return Err(PlaneError::Aborted(format!(
-                    "{} gave up: {}",
-                    who(m),
-                    aborted(msg.abort)
-                )));
-            }
-            if msg.seq != seq || msg.op != op {
-                return Err(PlaneError::Peer(format!("{} is out of step", who(m))));
-            }
-            take(msg).map_err(|e| PlaneError::Peer(format!("{} {e}", who(m))))?;
-        }
-        Ok(())
     }
 
     /// Tells the other processes to stop now (best effort, short timeout).
@@ -423,12 +416,12 @@ impl ControlPlane {
         };
         match self {
             ControlPlane::Alone => {}
-            ControlPlane::Leaf(s) => {
-                let _ = s.send(&msg, soon);
+            ControlPlane::Leaf { link, .. } => {
+                let _ = link.send(&msg, soon);
             }
             ControlPlane::Root { peers, .. } => {
-                for (_, s) in peers.iter_mut() {
-                    let _ = s.send(&msg, soon);
+                for (_, link) in peers.iter_mut() {
+                    let _ = link.send(&msg, soon);
                 }
             }
         }
@@ -442,14 +435,14 @@ fn out_of_step(theirs: u64, ours: u64) -> PlaneError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::rendezvous::session::Keys;
     use std::net::{TcpListener, TcpStream};
 
     /// A coordinator (process rank `me`) and `world - 1` members on loopback, joined without a
     /// handshake (the plane runs on connections the rendezvous authenticated).
-    fn star(world: u32, me: u32) -> (ControlPlane, Vec<(u32, ControlPlane)>) {
+    pub(crate) fn star(world: u32, me: u32) -> (ControlPlane, Vec<(u32, ControlPlane)>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let mut peers = Vec::new();
@@ -468,9 +461,16 @@ mod tests {
             peers.push((m, Session::new(root_side, Keys::from_raw(down, up))));
             let leaf = Session::new(leaf, Keys::from_raw(up, down))
                 .named(format!("the coordinator ({addr})"));
-            leaves.push((r, ControlPlane::Leaf(leaf)));
+            leaves.push((r, ControlPlane::leaf(leaf)));
         }
-        (ControlPlane::Root { me, peers }, leaves)
+        let me = Member {
+            proc_rank: me,
+            host: format!("h{me}"),
+            pid: me,
+            ngpus: 1,
+            first_rank: me,
+        };
+        (ControlPlane::root(&me, peers), leaves)
     }
 
     fn soon(ms: u64) -> Instant {
@@ -569,7 +569,7 @@ mod tests {
             let (_, mut good) = leaves.remove(0);
             // The bad process sends its frame itself: its own plane would refuse to.
             let tb = std::thread::spawn(move || {
-                let ControlPlane::Leaf(stream) = &mut bad else {
+                let ControlPlane::Leaf { link, live } = &mut bad else {
                     unreachable!()
                 };
                 let up = Frame {
@@ -579,7 +579,7 @@ mod tests {
                     entries: bad_entries,
                     ..Frame::default()
                 };
-                ControlPlane::round_trip(stream, &up, MAX_GATHER_FRAME, deadline)
+                ControlPlane::round_trip(link, live, &up, MAX_GATHER_FRAME, deadline)
             });
             let tg = std::thread::spawn(move || {
                 let mut d = |_: &[f64]| -> Result<Vec<Value>, String> { Ok(vec![]) };

@@ -69,7 +69,8 @@ pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, 
     let share = node_split.is_none();
     let parent =
         Comm::start_init(nccl, nranks, start.id, rank, thread.deadline, share).map_err(init_err)?;
-    let ready = parent.wait_ready();
+    // A process gone mid-init (the team's watch fails the team) ends the wait at once.
+    let ready = parent.wait_ready_unless(&|| start.team.is_failed());
     if mode != CommMode::Split || ready.is_err() {
         return Ok(Comms {
             comm: parent,
@@ -101,6 +102,9 @@ pub(super) fn init_error(dev: usize, rank: u32, nranks: u32, e: WaitError) -> Ru
         WaitError::Nccl(e) => RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}")),
         WaitError::Deadline => RunError::Timeout(format!(
             "GPU {dev} (rank {rank}): NCCL init of {nranks} ranks did not finish"
+        )),
+        WaitError::Stopped => RunError::Stopped(format!(
+            "GPU {dev} (rank {rank}): NCCL init stopped: another process failed"
         )),
     }
 }

@@ -27,9 +27,9 @@ impl RunError {
             TeamError::LocalDeadline(_) | TeamError::Plane(PlaneError::Deadline(_)) => {
                 RunError::Timeout(format!("rank {rank}: {e}"))
             }
-            TeamError::Plane(PlaneError::Peer(_) | PlaneError::Aborted(_)) => {
-                RunError::Rendezvous(format!("rank {rank}: {e}"))
-            }
+            TeamError::Plane(
+                PlaneError::Peer(_) | PlaneError::Aborted(_) | PlaneError::Lost(_),
+            ) => RunError::Rendezvous(format!("rank {rank}: {e}")),
         }
     }
 

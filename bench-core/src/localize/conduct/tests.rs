@@ -330,6 +330,7 @@ fn a_follower_sends_only_the_groups_it_leads() {
             pair_groups: 6,
             reasons: vec![],
             reasons_omitted: 0,
+            round_times: Vec::new(),
         }),
     ];
     let mut steps = steps.into_iter();
@@ -341,11 +342,20 @@ fn a_follower_sends_only_the_groups_it_leads() {
             sent.push((len, led.to_vec()));
             Ok(steps.next().unwrap())
         },
-        |_, _, _, places| Ok(places.iter().map(|p| 10.0 + p.rank as f64).collect()),
+        |_, _, _, places| {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            Ok(places.iter().map(|p| 10.0 + p.rank as f64).collect())
+        },
     )
     .unwrap();
     assert_eq!(summary.localization_rounds, 1);
     assert_eq!(sent, vec![(0, vec![]), (6, vec![(1, 14.0)])]);
+    // The process's own time per round, for the model's calibration: one entry per round.
+    let [t] = summary.round_times.as_slice() else {
+        panic!("{:?}", summary.round_times)
+    };
+    assert_eq!((t.round, t.phase), (2, Phase::Screen));
+    assert!(t.measure_ms >= 30.0 && t.gather_ms < 30.0, "{t:?}");
 }
 
 /// The slot's conductor is made once, kept between rounds, and emptied at the verdict.
