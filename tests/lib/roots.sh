@@ -6,13 +6,14 @@
 #   24.11  trixie    (Debian 13)
 #   26.05  sid       (Debian unstable)
 #
-# One more root is no Slurm major of the matrix: "bookworm-fresh", a fresh Debian 12 (minbase) on
-# which slurmd, slurmctld, slurm-client and munge are then installed with apt-get, as a site's
-# node gets them and nothing else (tests/admin-path/run.sh follows the README's admin path there).
+# Fresh roots, one per major, are no part of the matrix: "bookworm-fresh", "trixie-fresh" and
+# "sid-fresh", a fresh Debian 12 / 13 / sid (minbase) on which slurmd, slurmctld, slurm-client and
+# munge are then installed with apt-get, as a site's node gets them and nothing else
+# (tests/admin-path/run.sh follows the README's admin path there; roots_fresh_suite MAJOR names it).
 #
 # Roots are cached under $NCCL_CHECK_SLURM_ROOTS (default <repo>/target/slurm-roots; never in
 # git). A root is complete only with its marker file, so an interrupted debootstrap is redone.
-# sid moves: its root is rebuilt when older than $NCCL_CHECK_ROOT_MAX_AGE_DAYS (default 7).
+# sid moves: its roots (sid, sid-fresh) are rebuilt when older than $NCCL_CHECK_ROOT_MAX_AGE_DAYS (default 7).
 # Every run works on an overlay of the cached root, which therefore never changes.
 
 ROOTS_MIRROR=${NCCL_CHECK_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -34,23 +35,33 @@ roots_suite() {
     esac
 }
 
-# The packages apt-get installs into "bookworm-fresh" after debootstrap: a site's Slurm node.
+# The packages apt-get installs into a fresh root after debootstrap: a site's Slurm node.
 ROOTS_FRESH_PACKAGES="slurmd slurmctld slurm-client munge"
+
+# roots_fresh_suite MAJOR.MINOR: the fresh root (a site's node, nothing else) of that major.
+roots_fresh_suite() {
+    case "$1" in
+        22.05) echo bookworm-fresh ;;
+        24.11) echo trixie-fresh ;;
+        26.05) echo sid-fresh ;;
+        *) roots_say "no fresh root for Slurm $1 (known: 22.05 24.11 26.05)"; return 1 ;;
+    esac
+}
 
 # roots_ensure SUITE: prints the cached root's path, debootstrapping it first when missing,
 # incomplete or (sid) stale. One debootstrap at a time (flock on the cache directory).
-# SUITE bookworm-fresh: see the head of this file.
+# SUITE bookworm-fresh, trixie-fresh, sid-fresh: see the head of this file.
 roots_ensure() {
     local suite=$1 dir=$ROOTS_DIR/$1 max_age=${NCCL_CHECK_ROOT_MAX_AGE_DAYS:-7}
     local dist=$1 include=$ROOTS_PACKAGES after=
-    if [ "$suite" = bookworm-fresh ]; then
-        dist=bookworm include='' after=$ROOTS_FRESH_PACKAGES
-    fi
+    case "$suite" in
+        *-fresh) dist=${suite%-fresh} include='' after=$ROOTS_FRESH_PACKAGES ;;
+    esac
     mkdir -p "$ROOTS_DIR" || return 1
     (
         flock -w 1200 9 || { roots_say "lock $ROOTS_DIR/.lock busy"; exit 1; }
         if [ -f "$dir/$ROOTS_MARKER" ]; then
-            if [ "$suite" != sid ] || [ -z "$(find "$dir/$ROOTS_MARKER" -mtime +"$max_age")" ]; then
+            if [ "$dist" != sid ] || [ -z "$(find "$dir/$ROOTS_MARKER" -mtime +"$max_age")" ]; then
                 exit 0
             fi
             roots_say "$suite root is older than $max_age days; rebuilding"
