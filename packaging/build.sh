@@ -206,7 +206,20 @@ stage() {
         install -m 0755 prolog/files/nccl-check-recheck "$root"/usr/sbin/nccl-check-recheck
         install -m 0644 "$PROLOG_CONF" "$root"/etc/nccl-check/prolog.toml
         install -m 0644 "$WORK/man/nccl-check-prolog.8.gz" "$root"/usr/share/man/man8/
+        # nccl-check-prolog --help cites it ("Docs:").
+        install -m 0644 prolog/README.md "$root/$docdir/prolog.md"
     fi
+    # Measurements the worker's printed text cites (--explain-plan's model constants, the
+    # threshold rules' sources): every /usr/share/nccl-check/results/ path named in its sources,
+    # copied from bench-core/benchmarks/results/. A cited file that is missing fails the build
+    # (bench-core/tests/cited_files.rs: no printed text cites a file of the source tree).
+    local rel
+    while read -r rel; do
+        [ -f "bench-core/benchmarks/results/$rel" ] || die "cited but missing: bench-core/benchmarks/results/$rel"
+        install -D -m 0644 "bench-core/benchmarks/results/$rel" "$root/usr/share/nccl-check/results/$rel"
+    done < <(grep -rhoE '/usr/share/nccl-check/results/[A-Za-z0-9_./-]*[A-Za-z0-9_-]' bench-core/src bench-core/config \
+             | sed 's#^/usr/share/nccl-check/results/##' | sort -u)
+    [ -d "$root/usr/share/nccl-check/results" ] || die "no cited result found in bench-core/src or bench-core/config"
     plugstack_snippet "$plugindir/nccl_check.so" > "$root"/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
     chmod 0644 "$root"/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
     # enroot files: reference copies, enabled by the admin with links into /etc/enroot (README).

@@ -1,7 +1,8 @@
 //! `--explain-plan`: the steps and rounds a check of N nodes x G GPUs runs, and a modeled time per
 //! phase. No GPU needed: the rounds come from the same schedule the localizer runs, the time from
-//! a cost model whose constants are measured (cited files) or public numbers, each marked as an
-//! estimate where no source exists. The plan's sizes and iterations, and whether a healthy
+//! a cost model whose constants are measured (cited files, which the packages install under
+//! /usr/share/nccl-check/results/) or public numbers (URLs), each marked as an estimate where no
+//! source exists. The plan's sizes and iterations, and whether a healthy
 //! allocation ends after phase B, come from the site's worker config (`super::site::Workload`).
 
 use super::schedule::ring_rounds;
@@ -25,21 +26,21 @@ pub const CONSTANTS: [Constant; 11] = [
         value: 0.087,
         unit: "s",
         estimate: false,
-        source: "all_reduce 256M on one node, allocation 23 + warm-up 47 + timed loop 12 + verification 5 ms (medians, 4x H200): bench-core/benchmarks/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
+        source: "all_reduce 256M on one node, allocation 23 + warm-up 47 + timed loop 12 + verification 5 ms (medians, 4x H200): /usr/share/nccl-check/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
     },
     Constant {
         name: "local_pair_round_s",
         value: 0.056,
         unit: "s",
         estimate: false,
-        source: "quick plan 2268 ms - all_reduce alone 2101 ms = 167 ms for the 3 rounds of the 4-GPU pair matrix (README.md 'Measured'; medians in bench-core/benchmarks/results/2026-11-21-h200x4-session4/time-to-verdict.txt)",
+        source: "quick plan 2268 ms - all_reduce alone 2101 ms = 167 ms for the 3 rounds of the 4-GPU pair matrix (medians in /usr/share/nccl-check/results/2026-11-21-h200x4-session4/time-to-verdict.txt)",
     },
     Constant {
         name: "nccl_init_base_s",
         value: 0.69,
         unit: "s",
         estimate: false,
-        source: "nccl_init phase, median 692 ms at 4 ranks: bench-core/benchmarks/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
+        source: "nccl_init phase, median 692 ms at 4 ranks: /usr/share/nccl-check/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
     },
     Constant {
         name: "nccl_init_per_rank_s",
@@ -67,7 +68,7 @@ pub const CONSTANTS: [Constant; 11] = [
         value: 370.0,
         unit: "GB/s",
         estimate: false,
-        source: "multi-node all_reduce busbw, H100 8 nodes average 373 GB/s (CoreWeave nccl-tests README, shared/notes/peer-tools.md sec. 1.9)",
+        source: "multi-node all_reduce busbw, H100 8 nodes average 373 GB/s (https://github.com/coreweave/nccl-tests, README 'Expected Performance')",
     },
     Constant {
         name: "nic_busbw_gbs",
@@ -88,14 +89,14 @@ pub const CONSTANTS: [Constant; 11] = [
         value: 12e-6,
         unit: "s/process",
         estimate: false,
-        source: "control plane (a star): a one-value sum or barrier costs the coordinator one read and one write per process, 0.8 ms at 64 and 3.1 ms at 256 processes (12 us each); 31 us each at 1,024 processes sharing 2 cores (512 a core): bench-core/benchmarks/results/2026-11-23-control-plane-gather/",
+        source: "control plane (a star): a one-value sum or barrier costs the coordinator one read and one write per process, 0.8 ms at 64 and 3.1 ms at 256 processes (12 us each); 31 us each at 1,024 processes sharing 2 cores (512 a core): /usr/share/nccl-check/results/2026-11-23-control-plane-gather/README.md",
     },
     Constant {
         name: "control_gather_per_process_s",
         value: 28e-6,
         unit: "s/process",
         estimate: false,
-        source: "a localization round's gather (entries up, each process's places down, the coordinator's decision): 1.2-3.1 ms at 64, 7.1-8.8 ms at 256 processes (28-34 us each); 62-80 us each at 1,024 processes on 2 shared cores: bench-core/benchmarks/results/2026-11-23-control-plane-gather/",
+        source: "a localization round's gather (entries up, each process's places down, the coordinator's decision): 1.2-3.1 ms at 64, 7.1-8.8 ms at 256 processes (28-34 us each); 62-80 us each at 1,024 processes on 2 shared cores: /usr/share/nccl-check/results/2026-11-23-control-plane-gather/README.md",
     },
 ];
 
