@@ -237,9 +237,12 @@ stage() {
         done
     done
     [ -f enroot/README.md ] && install -m 0644 enroot/README.md "$root/usr/share/nccl-check/enroot/README.md"
-    # The shipped copy names this package: its examples use the installed package's name.
+    # The shipped copy names this package: its commands, the package it describes and its doc
+    # directory use the installed package's name and Slurm major; the rows about each major
+    # (supported majors, naming) and the record of a past check keep theirs.
     { printf '> This is **%s**, built for Slurm %s; the commands below name it.\n\n' "$NAME" "$SLURM_MM"
-      sed -E "/^    /s/nccl-check-slurm22\.05/$NAME/g" packaging/README.md; } > "$root/$docdir/README.md"
+      sed -E "/^    /{s/nccl-check-slurm22\.05/$NAME/g; s#Debian 12 / Slurm 22\.05#Debian, Slurm $SLURM_MM#; s/Slurm 22\.05 RPMs/Slurm $SLURM_MM RPMs/}
+              /^(One package per|\| docs \|)/s/nccl-check-slurm22\.05/$NAME/g" packaging/README.md; } > "$root/$docdir/README.md"
     chmod 0644 "$root/$docdir/README.md"
     install -m 0644 slurm/plugstack.conf.d/zz-nccl-check.conf "$root/$docdir/zz-nccl-check.conf.example"
     install -m 0644 bench-core/config/network-examples.toml "$root/$docdir/network-examples.toml"

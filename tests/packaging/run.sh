@@ -220,6 +220,9 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     # The shipped README names this package (finding 5: it named only the 22.05 one).
     grep -q "^> This is \*\*$PKG\*\*, built for Slurm $MM" "/usr/share/doc/$PKG/README.md" || fail "the shipped README does not name $PKG"
     grep -q "^    apt-get remove $PKG " "/usr/share/doc/$PKG/README.md" || fail "the shipped README's commands do not name $PKG"
+    grep -qF "| docs | \`/usr/share/doc/$PKG/\`" "/usr/share/doc/$PKG/README.md" || fail "the shipped README's docs row does not name $PKG"
+    grep -qF "named after it: **\`$PKG\`**" "/usr/share/doc/$PKG/README.md" || fail "the shipped README's first line does not name $PKG"
+    grep -q "^    # Debian, Slurm $MM " "/usr/share/doc/$PKG/README.md" || fail "the shipped README's install comment does not name Slurm $MM"
     # Every file the installed binaries cite is installed (finding 9: --explain-thresholds and
     # --explain-plan cited shared/notes/... and bench-core/benchmarks/results/...).
     local cited f n=0
