@@ -123,7 +123,7 @@ t_step_1_builds_the_packages() {
     debs=$(compgen -G "dist/nccl-check-slurm${MM}_*.deb" | wc -l)
     rpms=$(compgen -G "dist/nccl-check-slurm$MM-*.rpm" | wc -l)
     [ "$debs" = 1 ] && [ "$rpms" = 1 ] || { fail "dist/ has $debs .deb and $rpms .rpm for Slurm $MM: $(ls dist)"; return 1; }
-    [ "$(ls dist | wc -l)" = 2 ] || fail "dist/ holds more than this major's two packages: $(ls dist)"
+    [ "$(compgen -G 'dist/*' | wc -l)" = 2 ] || fail "dist/ holds more than this major's two packages: $(ls dist)"
     mkdir -p "$WORK/dist" && cp dist/*.deb "$WORK/dist/"
 }
 
