@@ -43,12 +43,14 @@ pub struct Workload {
     pub floor: Option<HealthyFloor>,
 }
 
+#[cfg(test)]
 const MIB_256: u64 = 1 << 28;
 
 impl Workload {
     /// The quick plan of the built-in defaults with a floor for B assumed: the model as it was
     /// before it read a config (unit tests of the model itself).
-    pub fn assumed_floor() -> Workload {
+    #[cfg(test)]
+    pub(crate) fn assumed_floor() -> Workload {
         Workload {
             config: "none (a floor for B assumed)".into(),
             plan: "quick".into(),
