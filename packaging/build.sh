@@ -211,7 +211,20 @@ stage() {
         install -d -m 0755 "$root"/usr/share/nccl-check/monitoring
         install -m 0644 prolog/monitoring/nccl-check.rules.yml prolog/monitoring/nccl-check.rules.test.yml \
             prolog/monitoring/nccl-check.dashboard.json "$root"/usr/share/nccl-check/monitoring/
+        # nccl-check-prolog --help cites it ("Docs:").
+        install -m 0644 prolog/README.md "$root/$docdir/prolog.md"
     fi
+    # Measurements the worker's printed text cites (--explain-plan's model constants, the
+    # threshold rules' sources): every /usr/share/nccl-check/results/ path named in its sources,
+    # copied from bench-core/benchmarks/results/. A cited file that is missing fails the build
+    # (bench-core/tests/cited_files.rs: no printed text cites a file of the source tree).
+    local rel
+    while read -r rel; do
+        [ -f "bench-core/benchmarks/results/$rel" ] || die "cited but missing: bench-core/benchmarks/results/$rel"
+        install -D -m 0644 "bench-core/benchmarks/results/$rel" "$root/usr/share/nccl-check/results/$rel"
+    done < <(grep -rhoE '/usr/share/nccl-check/results/[A-Za-z0-9_./-]*[A-Za-z0-9_-]' bench-core/src bench-core/config \
+             | sed 's#^/usr/share/nccl-check/results/##' | sort -u)
+    [ -d "$root/usr/share/nccl-check/results" ] || die "no cited result found in bench-core/src or bench-core/config"
     plugstack_snippet "$plugindir/nccl_check.so" > "$root"/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
     chmod 0644 "$root"/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
     # enroot files: reference copies, enabled by the admin with links into /etc/enroot (README).
@@ -229,9 +242,12 @@ stage() {
         done
     done
     [ -f enroot/README.md ] && install -m 0644 enroot/README.md "$root/usr/share/nccl-check/enroot/README.md"
-    # The shipped copy names this package: its examples use the installed package's name.
+    # The shipped copy names this package: its commands, the package it describes and its doc
+    # directory use the installed package's name and Slurm major; the rows about each major
+    # (supported majors, naming) and the record of a past check keep theirs.
     { printf '> This is **%s**, built for Slurm %s; the commands below name it.\n\n' "$NAME" "$SLURM_MM"
-      sed -E "/^    /s/nccl-check-slurm22\.05/$NAME/g" packaging/README.md; } > "$root/$docdir/README.md"
+      sed -E "/^    /{s/nccl-check-slurm22\.05/$NAME/g; s#Debian 12 / Slurm 22\.05#Debian, Slurm $SLURM_MM#; s/Slurm 22\.05 RPMs/Slurm $SLURM_MM RPMs/}
+              /^(One package per|\| docs \|)/s/nccl-check-slurm22\.05/$NAME/g" packaging/README.md; } > "$root/$docdir/README.md"
     chmod 0644 "$root/$docdir/README.md"
     install -m 0644 slurm/plugstack.conf.d/zz-nccl-check.conf "$root/$docdir/zz-nccl-check.conf.example"
     install -m 0644 bench-core/config/network-examples.toml "$root/$docdir/network-examples.toml"

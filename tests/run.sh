@@ -3,9 +3,10 @@
 # Debian 12 machine: it installs what is missing, then runs lint, unit and integration tests, the
 # PTX freshness check, and the real-Slurm suites (munged, slurmctld and 2 slurmd on this machine)
 # on every Slurm major of the matrix: 22.05 (the host's), 24.11 and 26.05 (debootstrapped Debian
-# trixie and sid roots, cached under target/slurm-roots; tests/matrix/run.sh), the README's admin
-# path on a fresh Debian 12 root (tests/admin-path/run.sh), then the container suites: the worker
-# in an older root, and real pyxis + enroot containers (tests/pyxis/run.sh).
+# trixie and sid roots, cached under target/slurm-roots; tests/matrix/run.sh), each followed by the
+# README's admin path on a fresh Debian root of that major (tests/admin-path/run.sh --slurm MM),
+# then the container suites: the worker in an older root, and real pyxis + enroot containers
+# (tests/pyxis/run.sh).
 # GPU tests are separate: tests/gpu/run.sh and tests/gpu/fabric.sh on a GPU machine (fabric.sh's
 # GPU-less plumbing check runs here).
 #
@@ -58,10 +59,10 @@ bash tests/prometheus/run.sh target/release/nccl-check-prolog
 for r in "${RELEASES[@]}"; do
     step "Slurm $r: SPANK plugin, prolog and packaging suites against real Slurm $r daemons"
     bash tests/matrix/run.sh --slurm "$r"
+    # Right after the matrix: its build of this major's packages is still warm in target/slurm-matrix.
+    step "admin path on Slurm $r: the README's ten-minute admin path on a fresh Debian root with Slurm $r from apt"
+    bash tests/admin-path/run.sh --slurm "$r"
 done
-
-step "admin path: the README's ten-minute admin path on a fresh Debian 12 root (Slurm 22.05 from apt)"
-bash tests/admin-path/run.sh
 
 step "scale suite (real Slurm 22.05, 64 nodes, simulated fabric)"
 bash tests/scale/run.sh

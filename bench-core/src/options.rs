@@ -20,7 +20,8 @@ Examples:
   nccl-check                                  quick plan: all_reduce 256M + every GPU pair (~2.5 s)
   nccl-check --explain-thresholds             which thresholds apply to these GPUs, and their sources
   nccl-check --explain-thresholds --gpu-model H200 --gpus 8   the same for a model, without a GPU
-  nccl-check --explain-plan --nodes 1024 --gpus-per-node 8 [--json]   rounds and modeled time (no GPU)
+  nccl-check --explain-plan --nodes 1024 --gpus-per-node 8 [--config F] [--gpu-model M] [--json]
+                                              rounds, modeled time, the rule that ends a healthy check (no GPU)
   nccl-check --check-config [FILE]            validate the config, print what it sets and where (exit 0/2)
   nccl-check --plan full --plot r.svg         six collectives 32M..1G + pairs; busbw drawn vs size
   nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests sweep)
@@ -217,12 +218,12 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-    // --explain-plan needs no config, GPU or NCCL, and its --json is a flag (localize::cli).
+    // --explain-plan needs no GPU or NCCL, and its --json is a flag (localize::cli).
     let lossy: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    if let Some(done) = crate::localize::cli::intercept(&lossy) {
+    if let Some(done) = crate::localize::cli::intercept(&lossy, env) {
         return Err(done.map_or_else(ParseExit::Usage, ParseExit::Info));
     }
     let raw = Raw::try_parse_from(args).map_err(|e| match e.kind() {

@@ -205,6 +205,117 @@ fn explain_plan_needs_no_gpu_and_prints_one_json_object() {
     );
 }
 
+/// Issue 25: `--explain-plan` refused `--config` and quoted a healthy time (B at its floor) that
+/// the site's config did not give: without a multi-node rule a healthy allocation screens.
+#[test]
+fn explain_plan_reads_the_site_config_and_names_the_rule_that_ends_a_healthy_check() {
+    let dir = std::env::temp_dir().join(format!("nccl-check-cli-ep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let site = dir.join("site.toml");
+    std::fs::write(
+        &site,
+        "# site\n[[thresholds]]\nsku = \"H100 SXM\"\ncollective = \"all_reduce\"\nmin_nodes = 2\nmin_bytes = \"256M\"\nmax_bytes = \"16G\"\nmin_busbw = 300.0\nsource = \"our fleet\"\n",
+    )
+    .expect("write");
+    let site = site.to_str().expect("utf-8 path");
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["--explain-plan", "--nodes", "64", "--gpus-per-node", "8"];
+        args.extend_from_slice(extra);
+        let (rc, out, err) = nccl_check_with(&args, &[("NCCL_CHECK_CONFIG", "")]);
+        assert_eq!(rc, 0, "{args:?}: {err}");
+        out
+    };
+    let h100 = ["--gpu-model", "NVIDIA H100 80GB HBM3"];
+    let with_rule = plan(&["--config", site, h100[0], h100[1]]);
+    assert!(
+        with_rule.contains(&format!("admin rule [{site}:2]: our fleet"))
+            && with_rule.contains("healthy (ends after B, at or above its floor)"),
+        "{with_rule}"
+    );
+    // The built-in defaults know no fabric: no floor for B, so a healthy check screens.
+    let builtin = plan(&[h100[0], h100[1]]);
+    assert!(
+        builtin.contains("Config: built-in defaults")
+            && builtin.contains("B has no floor, so 2 screening rounds run"),
+        "{builtin}"
+    );
+    // The rule names a SKU: without --gpu-model it cannot be known to apply, and it says so.
+    let no_model = plan(&["--config", site]);
+    assert!(
+        no_model.contains("rules naming a GPU need --gpu-model"),
+        "{no_model}"
+    );
+    // JSON: the healthy time under the config, and the rule.
+    let (rc, out, err) = nccl_check_with(
+        &[
+            "--explain-plan",
+            "--nodes",
+            "64",
+            "--gpus-per-node",
+            "8",
+            "--json",
+            "--config",
+            site,
+            h100[0],
+            h100[1],
+        ],
+        &[],
+    );
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(v["healthy_rounds"].as_u64(), Some(0));
+    assert_eq!(
+        v["workload"]["floor"]["min_busbw_gbs"].as_f64(),
+        Some(300.0)
+    );
+    // $NCCL_CHECK_CONFIG is read as the worker reads it.
+    let (rc, out, _) = nccl_check_with(
+        &[
+            "--explain-plan",
+            "--nodes",
+            "64",
+            "--gpus-per-node",
+            "8",
+            h100[0],
+            h100[1],
+        ],
+        &[("NCCL_CHECK_CONFIG", site)],
+    );
+    assert_eq!(rc, 0);
+    assert!(out.contains("ends after B"), "{out}");
+    // A broken config is the config's one-line error; an unknown plan is named.
+    let broken = dir.join("broken.toml");
+    std::fs::write(&broken, "[outliers]\nfracton = 0.9\n").expect("write");
+    let broken = broken.to_str().expect("utf-8 path");
+    assert_one_line_error(
+        &[
+            "--explain-plan",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--config",
+            broken,
+        ],
+        2,
+        "fracton",
+    );
+    assert_one_line_error(
+        &[
+            "--explain-plan",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--plan",
+            "fastest",
+        ],
+        2,
+        "unknown plan 'fastest'",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 20: no way to validate the worker's config before deploying it.
 #[test]
 fn check_config_validates_and_says_where_each_setting_comes_from() {

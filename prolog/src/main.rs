@@ -68,7 +68,7 @@ Exit codes (--check-config): 0 valid and ready, 2 invalid or not ready.
 Files: /etc/nccl-check/prolog.toml (config; absent = defaults); in <state_dir>: gate.json (the
 last run: state, verdict line, drain reason), runs/job-<id>.<random>/ (report.json, worker.log),
 last-pass.json (cache), drained (our drain marker), lock.
-Docs: prolog/README.md.";
+Docs: /usr/share/doc/nccl-check-slurm*/prolog.md (installed with the package).";
 
 #[derive(Debug, Parser)]
 #[command(name = "nccl-check-prolog", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]

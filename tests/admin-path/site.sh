@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The node side of tests/admin-path/run.sh, run as root inside a fresh Debian 12 root filesystem
-# (tests/lib/roots.sh "bookworm-fresh": minbase + slurmd, slurmctld, slurm-client, munge from apt).
+# The node side of tests/admin-path/run.sh, run as root inside a fresh Debian root filesystem of
+# one Slurm major (tests/lib/roots.sh roots_fresh_suite: bookworm-fresh 22.05, trixie-fresh 24.11,
+# sid-fresh 26.05: minbase + slurmd, slurmctld, slurm-client, munge from apt).
 #
 # First the site as any site has it before nccl-check (not part of the README): /etc/slurm/
 # slurm.conf for this one node (its NodeName line from `slurmd -C`), munged, slurmctld and slurmd
@@ -12,7 +13,8 @@
 # the README shows.
 #
 # Env (from run.sh): ADMIN_WORK (the host's work dir, under the repository, so visible here) with
-#   blocks/S.B.sh and dist/*.deb; ADMIN_BLOCKS (the block ids in order); ADMIN_CTLD_PORT.
+#   blocks/S.B.sh and dist/*.deb; ADMIN_BLOCKS (the block ids in order); ADMIN_CTLD_PORT;
+#   ADMIN_MM (the Slurm major: the package is nccl-check-slurm$ADMIN_MM).
 # Every wait is bounded; the daemons are stopped on exit (and roots_run kills whatever is left in
 # the namespace).
 set -uo pipefail
@@ -20,8 +22,9 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck disable=SC1091  # followed with shellcheck -x
 . "$REPO/tests/lib/harness.sh"
-say() { echo "admin-path (node): $*" >&2; }
-W=${ADMIN_WORK:?} BLOCKS=${ADMIN_BLOCKS:?} PORT=${ADMIN_CTLD_PORT:-20817}
+say() { echo "admin-path $ADMIN_MM (node): $*" >&2; }
+W=${ADMIN_WORK:?} BLOCKS=${ADMIN_BLOCKS:?} PORT=${ADMIN_CTLD_PORT:-20817} MM=${ADMIN_MM:?}
+PKG=nccl-check-slurm$MM
 export DEBIAN_FRONTEND=noninteractive
 NODE=$(hostname)                                  # what `srun hostname` prints
 NODENAME=$(slurmd -C | sed -n '1s/^NodeName=\([^ ]*\).*/\1/p')   # Slurm's name of the node
@@ -104,7 +107,7 @@ check_2.1() {
     # says so (README step 2; step 5 sets gpus = "all"). Nothing else is not ready.
     says 'NOT READY gpus = "job" but Slurm has no GresTypes=gpu'
     [ "$(grep -c 'NOT READY' "$OUT")" = 1 ] || fail "more than the gres warning: $(grep 'NOT READY' "$OUT")"
-    dpkg-query -W -f='${Status}\n' nccl-check-slurm22.05 | grep -qx 'install ok installed' || fail "not installed"
+    dpkg-query -W -f='${Status}\n' "$PKG" | grep -qx 'install ok installed' || fail "$PKG is not installed"
     local help; help=$(timeout 20 srun --help 2>&1)
     ! grep -q -- --nccl-check <<<"$help" || fail "srun --help lists --nccl-check before it was enabled"
     [ "$(timeout 20 srun hostname 2>&1)" = "$NODE" ] || fail "srun hostname broke after the install"
@@ -132,7 +135,8 @@ check_4.1() {
 check_5.1() {
     [ "$RC" = 0 ] || fail "scontrol reconfigure failed (rc $RC): $(cat "$OUT")"
     local conf; conf=$(timeout 20 scontrol show config 2>&1)
-    grep -Eq '^Prolog +=.*/usr/sbin/nccl-check-prolog' <<<"$conf" || fail "Slurm does not run the prolog: $(grep -E '^Prolog' <<<"$conf")"
+    # 22.05 prints "Prolog = a,b", 24.11 and later "Prolog[0] = a" per entry.
+    grep -Eq '^Prolog(\[[0-9]+\])? +=.*/usr/sbin/nccl-check-prolog' <<<"$conf" || fail "Slurm does not run the prolog: $(grep -E '^Prolog' <<<"$conf")"
     grep -Eq '^PrologFlags +=.*Alloc' <<<"$conf" || fail "PrologFlags lacks Alloc: $(grep -E '^PrologFlags' <<<"$conf")"
     idle || fail "the node is not idle after the reconfigure: $(sinfo -N 2>&1)"
 }
@@ -190,7 +194,7 @@ t_fail_drains_with_the_readme_reason() {
 
 # --- run -----------------------------------------------------------------------------------
 run_test() { harness_run "$@"; }
-run_test "the site before nccl-check: a one-node Slurm 22.05 and munge from apt, srun works" t_site
+run_test "the site before nccl-check: a one-node Slurm $MM and munge from apt, srun works" t_site
 if [ "$TEST_FAILED" = 0 ]; then
     for b in $BLOCKS; do
         [ "$b" = 1.1 ] && continue                     # built on the host
@@ -204,4 +208,4 @@ if [ "$TEST_FAILED" = 0 ]; then
     done
     run_test "[fixture] a FAIL drains the node with the reason the README shows; the job does not run" t_fail_drains_with_the_readme_reason
 fi
-harness_tally "admin-path (node)"
+harness_tally "admin-path $MM (node)"

@@ -6,13 +6,14 @@
 #   24.11  trixie    (Debian 13)
 #   26.05  sid       (Debian unstable)
 #
-# One more root is no Slurm major of the matrix: "bookworm-fresh", a fresh Debian 12 (minbase) on
-# which slurmd, slurmctld, slurm-client and munge are then installed with apt-get, as a site's
-# node gets them and nothing else (tests/admin-path/run.sh follows the README's admin path there).
+# Fresh roots, one per major, are no part of the matrix: "bookworm-fresh", "trixie-fresh" and
+# "sid-fresh", a fresh Debian 12 / 13 / sid (minbase) on which slurmd, slurmctld, slurm-client and
+# munge are then installed with apt-get, as a site's node gets them and nothing else
+# (tests/admin-path/run.sh follows the README's admin path there; roots_fresh_suite MAJOR names it).
 #
 # Roots are cached under $NCCL_CHECK_SLURM_ROOTS (default <repo>/target/slurm-roots; never in
 # git). A root is complete only with its marker file, so an interrupted debootstrap is redone.
-# sid moves: its root is rebuilt when older than $NCCL_CHECK_ROOT_MAX_AGE_DAYS (default 7).
+# sid moves: its roots (sid, sid-fresh) are rebuilt when older than $NCCL_CHECK_ROOT_MAX_AGE_DAYS (default 7).
 # Every run works on an overlay of the cached root, which therefore never changes.
 
 ROOTS_MIRROR=${NCCL_CHECK_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -34,23 +35,33 @@ roots_suite() {
     esac
 }
 
-# The packages apt-get installs into "bookworm-fresh" after debootstrap: a site's Slurm node.
+# The packages apt-get installs into a fresh root after debootstrap: a site's Slurm node.
 ROOTS_FRESH_PACKAGES="slurmd slurmctld slurm-client munge"
+
+# roots_fresh_suite MAJOR.MINOR: the fresh root (a site's node, nothing else) of that major.
+roots_fresh_suite() {
+    case "$1" in
+        22.05) echo bookworm-fresh ;;
+        24.11) echo trixie-fresh ;;
+        26.05) echo sid-fresh ;;
+        *) roots_say "no fresh root for Slurm $1 (known: 22.05 24.11 26.05)"; return 1 ;;
+    esac
+}
 
 # roots_ensure SUITE: prints the cached root's path, debootstrapping it first when missing,
 # incomplete or (sid) stale. One debootstrap at a time (flock on the cache directory).
-# SUITE bookworm-fresh: see the head of this file.
+# SUITE bookworm-fresh, trixie-fresh, sid-fresh: see the head of this file.
 roots_ensure() {
     local suite=$1 dir=$ROOTS_DIR/$1 max_age=${NCCL_CHECK_ROOT_MAX_AGE_DAYS:-7}
     local dist=$1 include=$ROOTS_PACKAGES after=
-    if [ "$suite" = bookworm-fresh ]; then
-        dist=bookworm include='' after=$ROOTS_FRESH_PACKAGES
-    fi
+    case "$suite" in
+        *-fresh) dist=${suite%-fresh} include='' after=$ROOTS_FRESH_PACKAGES ;;
+    esac
     mkdir -p "$ROOTS_DIR" || return 1
     (
         flock -w 1200 9 || { roots_say "lock $ROOTS_DIR/.lock busy"; exit 1; }
         if [ -f "$dir/$ROOTS_MARKER" ]; then
-            if [ "$suite" != sid ] || [ -z "$(find "$dir/$ROOTS_MARKER" -mtime +"$max_age")" ]; then
+            if [ "$dist" != sid ] || [ -z "$(find "$dir/$ROOTS_MARKER" -mtime +"$max_age")" ]; then
                 exit 0
             fi
             roots_say "$suite root is older than $max_age days; rebuilding"
@@ -101,7 +112,9 @@ roots_slurm_version() {
 # roots_apt_in DIR PKG...: apt-get update and install PKG inside the root DIR, as an admin would
 # on that machine, in a private mount namespace (/proc mounted there only). No daemon is
 # started meanwhile (a policy-rc.d that says no, removed again), so the root is left as a
-# freshly installed machine whose daemons nobody started yet.
+# freshly installed machine whose daemons nobody started yet. sid's Release file carries a
+# Valid-Until a week out: where this machine's clock and the mirror disagree, apt refuses it
+# ("is expired"), so the check is off here (a test fixture; debootstrap itself does not check it).
 roots_apt_in() {
     local dir=$1; shift
     cp -L /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null
@@ -110,7 +123,7 @@ roots_apt_in() {
         d=$1; shift
         mount -t proc proc "$d/proc" || exit 1
         chroot "$d" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 \
-            sh -c "apt-get -q update && apt-get install -y -q --no-install-recommends \"\$@\"" sh "$@"
+            sh -c "apt-get -q -o Acquire::Check-Valid-Until=false update && apt-get install -y -q --no-install-recommends \"\$@\"" sh "$@"
         rc=$?
         umount "$d/proc"
         exit $rc' sh "$dir" "$@"

@@ -231,6 +231,21 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     # The shipped README names this package (finding 5: it named only the 22.05 one).
     grep -q "^> This is \*\*$PKG\*\*, built for Slurm $MM" "/usr/share/doc/$PKG/README.md" || fail "the shipped README does not name $PKG"
     grep -q "^    apt-get remove $PKG " "/usr/share/doc/$PKG/README.md" || fail "the shipped README's commands do not name $PKG"
+    grep -qF "| docs | \`/usr/share/doc/$PKG/\`" "/usr/share/doc/$PKG/README.md" || fail "the shipped README's docs row does not name $PKG"
+    grep -qF "named after it: **\`$PKG\`**" "/usr/share/doc/$PKG/README.md" || fail "the shipped README's first line does not name $PKG"
+    grep -q "^    # Debian, Slurm $MM " "/usr/share/doc/$PKG/README.md" || fail "the shipped README's install comment does not name Slurm $MM"
+    # Every file the installed binaries cite is installed (finding 9: --explain-thresholds and
+    # --explain-plan cited shared/notes/... and bench-core/benchmarks/results/...).
+    local cited f n=0
+    cited=$( { /usr/bin/nccl-check --explain-plan --nodes 64 --gpus-per-node 8
+               /usr/bin/nccl-check --explain-thresholds --gpu-model "NVIDIA H200" --gpus 4
+               /usr/sbin/nccl-check-prolog --help; } 2>&1 | grep -oE '/usr/share/[A-Za-z0-9_./*-]*[A-Za-z0-9_*-]' | sort -u)
+    for f in $cited; do
+        n=$((n + 1))
+        # shellcheck disable=SC2086  # a cited glob (/usr/share/doc/nccl-check-slurm*/prolog.md)
+        compgen -G "$f" >/dev/null || fail "cited but not installed: $f"
+    done
+    [ "$n" -ge 3 ] || fail "expected the plan's and the rules' cited results and the prolog's docs, found: $cited"
     # The README's validation step on the shipped config: valid, every key at its default.
     run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'budget_seconds = 30    # default'
 }

@@ -62,6 +62,7 @@ pub mod reasons;
 mod schedule;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod site;
 
 pub use plan::explain_plan;
 pub use reasons::Summary;

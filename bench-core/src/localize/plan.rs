@@ -1,11 +1,15 @@
 //! `--explain-plan`: the steps and rounds a check of N nodes x G GPUs runs, and a modeled time per
 //! phase. No GPU needed: the rounds come from the same schedule the localizer runs, the time from
-//! a cost model whose constants are measured (cited files) or public numbers, each marked as an
-//! estimate where no source exists. Calibration on real NCCL: every report of a multi-node check
-//! carries its process's `localization.round_times` (measure and gather per round), so a
-//! `tests/gpu/fabric.sh` run gives a sendrecv round's and a gather's time per node count.
+//! a cost model whose constants are measured (cited files, which the packages install under
+//! /usr/share/nccl-check/results/) or public numbers (URLs), each marked as an estimate where no
+//! source exists. The plan's sizes and iterations, and whether a healthy
+//! allocation ends after phase B, come from the site's worker config (`super::site::Workload`).
+//! Calibration on real NCCL: every report of a multi-node check carries its process's
+//! `localization.round_times` (measure and gather per round), so a `tests/gpu/fabric.sh` run gives
+//! a sendrecv round's and a gather's time per node count.
 
 use super::schedule::ring_rounds;
+use super::site::Workload;
 use super::{round_cap, LocalizeError, MAX_GPUS, MAX_NODES};
 use serde::Serialize;
 
@@ -19,29 +23,27 @@ pub struct Constant {
     pub source: &'static str,
 }
 
-const MIB_256: f64 = 268_435_456.0;
-
 pub const CONSTANTS: [Constant; 11] = [
     Constant {
         name: "local_collective_s",
         value: 0.087,
         unit: "s",
         estimate: false,
-        source: "all_reduce 256M on one node, allocation 23 + warm-up 47 + timed loop 12 + verification 5 ms (medians, 4x H200): bench-core/benchmarks/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
+        source: "all_reduce 256M on one node, allocation 23 + warm-up 47 + timed loop 12 + verification 5 ms (medians, 4x H200): /usr/share/nccl-check/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
     },
     Constant {
         name: "local_pair_round_s",
         value: 0.056,
         unit: "s",
         estimate: false,
-        source: "quick plan 2268 ms - all_reduce alone 2101 ms = 167 ms for the 3 rounds of the 4-GPU pair matrix (README.md 'Measured'; medians in bench-core/benchmarks/results/2026-11-21-h200x4-session4/time-to-verdict.txt)",
+        source: "quick plan 2268 ms - all_reduce alone 2101 ms = 167 ms for the 3 rounds of the 4-GPU pair matrix (medians in /usr/share/nccl-check/results/2026-11-21-h200x4-session4/time-to-verdict.txt)",
     },
     Constant {
         name: "nccl_init_base_s",
         value: 0.69,
         unit: "s",
         estimate: false,
-        source: "nccl_init phase, median 692 ms at 4 ranks: bench-core/benchmarks/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
+        source: "nccl_init phase, median 692 ms at 4 ranks: /usr/share/nccl-check/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
     },
     Constant {
         name: "nccl_init_per_rank_s",
@@ -69,7 +71,7 @@ pub const CONSTANTS: [Constant; 11] = [
         value: 370.0,
         unit: "GB/s",
         estimate: false,
-        source: "multi-node all_reduce busbw, H100 8 nodes average 373 GB/s (CoreWeave nccl-tests README, shared/notes/peer-tools.md sec. 1.9)",
+        source: "multi-node all_reduce busbw, H100 8 nodes average 373 GB/s (https://github.com/coreweave/nccl-tests, README 'Expected Performance')",
     },
     Constant {
         name: "nic_busbw_gbs",
@@ -90,14 +92,14 @@ pub const CONSTANTS: [Constant; 11] = [
         value: 12e-6,
         unit: "s/process",
         estimate: false,
-        source: "control plane (a star): a one-value sum or barrier costs the coordinator one read and one write per process, 0.8 ms at 64 and 3.1 ms at 256 processes (12 us each); 31 us each at 1,024 processes sharing 2 cores (512 a core): bench-core/benchmarks/results/2026-11-23-control-plane-gather/",
+        source: "control plane (a star): a one-value sum or barrier costs the coordinator one read and one write per process, 0.8 ms at 64 and 3.1 ms at 256 processes (12 us each); 31 us each at 1,024 processes sharing 2 cores (512 a core): /usr/share/nccl-check/results/2026-11-23-control-plane-gather/README.md",
     },
     Constant {
         name: "control_gather_per_process_s",
         value: 28e-6,
         unit: "s/process",
         estimate: false,
-        source: "a localization round's gather (entries up, each process's places down, the coordinator's decision): 1.2-3.1 ms at 64, 7.1-8.8 ms at 256 processes (28-34 us each); 62-80 us each at 1,024 processes on 2 shared cores: bench-core/benchmarks/results/2026-11-23-control-plane-gather/",
+        source: "a localization round's gather (entries up, each process's places down, the coordinator's decision): 1.2-3.1 ms at 64, 7.1-8.8 ms at 256 processes (28-34 us each); 62-80 us each at 1,024 processes on 2 shared cores: /usr/share/nccl-check/results/2026-11-23-control-plane-gather/README.md",
     },
 ];
 
@@ -107,9 +109,6 @@ fn c(name: &str) -> f64 {
         .find(|k| k.name == name)
         .map_or(f64::NAN, |k| k.value)
 }
-
-/// Timed iterations per measurement, as the quick plan: 2 warm-up + 5 timed x 2 placements.
-const ITERATIONS: f64 = 12.0;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseModel {
@@ -132,9 +131,13 @@ pub struct PlanModel {
     pub rounds_one_fault: usize,
     /// Everything after NCCL init, worst case (every localization round spent).
     pub modeled_seconds: f64,
-    /// Everything after NCCL init on a healthy allocation (phases A and B only: B needs a floor,
-    /// e.g. a `min_nodes = 2` threshold rule, or screening runs too).
+    /// Everything after NCCL init on a healthy allocation under the config: phases A and B when
+    /// a rule gives B a floor (e.g. `min_nodes = 2`), else A, B and the screening rounds.
     pub modeled_seconds_healthy: f64,
+    /// Localization rounds a healthy allocation still runs (0 with a floor for B, else screening).
+    pub healthy_rounds: usize,
+    /// What the config decides: its plan's steps and B's floor with the rule that gives it.
+    pub workload: Workload,
     pub nccl_init_seconds: f64,
     pub nccl_init_is_estimate: bool,
     pub phases: Vec<PhaseModel>,
@@ -150,8 +153,8 @@ fn control_round_s(nodes: usize) -> f64 {
 }
 
 /// Seconds for one localization round of rail-wise pairs among `nodes` nodes.
-fn pair_round_s(nodes: usize) -> f64 {
-    let data = ITERATIONS * MIB_256 / (c("nic_busbw_gbs") * 1e9);
+fn pair_round_s(nodes: usize, w: &Workload) -> f64 {
+    let data = f64::from(w.pair_iterations) * w.pair_bytes as f64 / (c("nic_busbw_gbs") * 1e9);
     c("connect_new_peer_s") + data + control_round_s(nodes)
 }
 
@@ -159,7 +162,11 @@ fn pair_round_s(nodes: usize) -> f64 {
 /// wrong-element counts, the vote on the floor.
 const SUMS_PER_COLLECTIVE: f64 = 3.0;
 
-pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, LocalizeError> {
+pub fn plan_model(
+    nodes: usize,
+    gpus_per_node: usize,
+    w: &Workload,
+) -> Result<PlanModel, LocalizeError> {
     let (n, g) = (nodes, gpus_per_node);
     if !(1..=MAX_NODES).contains(&n) || !(1..=MAX_GPUS).contains(&g) {
         return Err(LocalizeError::Shape { nodes: n, gpus: g });
@@ -193,23 +200,59 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
         _ => (cap, screen + 1),
     };
     let mut full_matrix_seconds = 0.0;
+    let mut healthy_rounds = 0;
     if n >= 2 {
-        let per_iter =
-            2.0 * MIB_256 / (c("allocation_busbw_gbs") * 1e9) + 2.0 * n as f64 * c("hop_latency_s");
+        let data_s: f64 = w
+            .allocation
+            .iter()
+            .map(|r| {
+                f64::from(r.iterations)
+                    * (2.0 * r.bytes as f64 / (c("allocation_busbw_gbs") * 1e9)
+                        + 2.0 * n as f64 * c("hop_latency_s"))
+            })
+            .sum();
         // ... and the gather that hands phases A and B to the coordinator's localizer.
-        let b_control = SUMS_PER_COLLECTIVE * n as f64 * c("control_sum_per_process_s")
+        let b_control = SUMS_PER_COLLECTIVE
+            * w.allocation.len() as f64
+            * n as f64
+            * c("control_sum_per_process_s")
             + n as f64 * c("control_gather_per_process_s");
-        let b_s = c("connect_all_s") + ITERATIONS * per_iter + b_control;
+        let b_s = if w.allocation.is_empty() {
+            0.0
+        } else {
+            c("connect_all_s") + data_s + b_control
+        };
+        let b_what = match (w.allocation.last(), &w.floor) {
+            (None, _) => format!(
+                "plan '{}' runs no collective over all ranks before its pairs: nothing can end a healthy check here, screening runs",
+                w.plan
+            ),
+            (Some(last), Some(f)) => format!(
+                "{} over all {} GPUs{}: the floor {:.1} GB/s ({}); at or above it the check ends here (PASS, no localization)",
+                runs(w),
+                n * g,
+                judged(w, last),
+                f.min_busbw_gbs,
+                f.rule
+            ),
+            (Some(last), None) => format!(
+                "{} over all {} GPUs{}: no [[thresholds]] rule in {} gives it a floor for {n} nodes{}, so B cannot be judged and screening runs on a healthy allocation too (a rule with `min_nodes = 2` covers every allocation size)",
+                runs(w),
+                n * g,
+                judged(w, last),
+                w.config,
+                w.gpu_model
+                    .as_deref()
+                    .map_or(" (rules naming a GPU need --gpu-model)".to_string(), |m| format!(" of '{m}'"))
+            ),
+        };
         phases.push(PhaseModel {
             name: "b_allocation",
             rounds: 1,
             seconds: b_s,
-            what: format!(
-                "all_reduce 256M over all {} GPUs; at or above its floor the check ends here (PASS, no localization). The floor is a [[thresholds]] rule for {n} nodes: `min_nodes = 2` covers every allocation size; without one B cannot be judged and screening runs",
-                n * g
-            ),
+            what: b_what,
         });
-        let round_s = pair_round_s(n);
+        let round_s = pair_round_s(n, w);
         phases.push(PhaseModel {
             name: "localization_worst_case",
             rounds: worst_rounds,
@@ -220,7 +263,10 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
                 (n / 2) * g
             ),
         });
-        healthy += b_s;
+        if w.floor.is_none() || w.allocation.is_empty() {
+            healthy_rounds = screen.min(worst_rounds);
+        }
+        healthy += b_s + healthy_rounds as f64 * round_s;
         worst += b_s + worst_rounds as f64 * round_s;
         full_matrix_seconds = crate::pairs::rounds(n).len() as f64 * round_s;
     }
@@ -237,6 +283,8 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
         rounds_one_fault: one_fault,
         modeled_seconds: worst,
         modeled_seconds_healthy: healthy,
+        healthy_rounds,
+        workload: w.clone(),
         nccl_init_seconds: c("nccl_init_base_s") + (n * g) as f64 * c("nccl_init_per_rank_s"),
         nccl_init_is_estimate: true,
         phases,
@@ -246,9 +294,36 @@ pub fn plan_model(nodes: usize, gpus_per_node: usize) -> Result<PlanModel, Local
     })
 }
 
-/// The plan for `nodes` x `gpus_per_node`, as text or as one JSON object.
-pub fn explain_plan(nodes: usize, gpus_per_node: usize, json: bool) -> String {
-    let m = match plan_model(nodes, gpus_per_node) {
+/// Phase B's collectives in a few words: `all_reduce 256 MiB` or `36 collective sizes (...)`.
+fn runs(w: &Workload) -> String {
+    match w.allocation.as_slice() {
+        [one] => format!("{} {}", one.collective, crate::size::human(one.bytes)),
+        many => format!(
+            "{} collective sizes ({} .. {} {})",
+            many.len(),
+            many.first().map_or("", |r| r.collective),
+            many.last().map_or("", |r| r.collective),
+            many.last()
+                .map_or(String::new(), |r| crate::size::human(r.bytes))
+        ),
+    }
+}
+
+/// Which of B's measurements is judged, where B has more than one (`; the last, sendrecv 1 GiB, is judged`).
+fn judged(w: &Workload, last: &super::site::AllocationRun) -> String {
+    if w.allocation.len() < 2 {
+        return String::new();
+    }
+    format!(
+        "; the last, {} {}, is judged",
+        last.collective,
+        crate::size::human(last.bytes)
+    )
+}
+
+/// The plan for `nodes` x `gpus_per_node` under `w`, as text or as one JSON object.
+pub fn explain_plan(nodes: usize, gpus_per_node: usize, json: bool, w: &Workload) -> String {
+    let m = match plan_model(nodes, gpus_per_node, w) {
         Ok(m) => m,
         Err(e) if json => return serde_json::json!({ "error": e.to_string() }).to_string(),
         Err(e) => return format!("error: {e}\n"),
@@ -274,9 +349,29 @@ pub fn explain_plan(nodes: usize, gpus_per_node: usize, json: bool) -> String {
             p.name, p.seconds, p.rounds, p.what
         );
     }
+    let healthy_path = if m.nodes < 2 {
+        "one node: phase A is the whole check".to_string()
+    } else if m.healthy_rounds == 0 {
+        "ends after B, at or above its floor".to_string()
+    } else {
+        format!(
+            "B has no floor, so {} screening rounds run",
+            m.healthy_rounds
+        )
+    };
     s += &format!(
-        "\nAfter NCCL init: {:.2} s healthy (B at or above its floor), {:.2} s worst case ({} localization rounds; bound 2*log2(N)+4 = {:.1}; one fault: {} rounds).\n",
-        m.modeled_seconds_healthy, m.modeled_seconds, m.rounds, m.rounds_bound, m.rounds_one_fault
+        "\nConfig: {}, plan '{}'{}.\nAfter NCCL init: {:.2} s healthy ({healthy_path}), {:.2} s worst case ({} localization rounds; bound 2*log2(N)+4 = {:.1}; one fault: {} rounds).\n",
+        m.workload.config,
+        m.workload.plan,
+        m.workload
+            .gpu_model
+            .as_deref()
+            .map_or(String::new(), |g| format!(", GPU '{g}'")),
+        m.modeled_seconds_healthy,
+        m.modeled_seconds,
+        m.rounds,
+        m.rounds_bound,
+        m.rounds_one_fault
     );
     if m.nodes >= 2 {
         s += &format!(
@@ -302,10 +397,20 @@ pub fn explain_plan(nodes: usize, gpus_per_node: usize, json: bool) -> String {
 mod tests {
     use super::*;
 
+    fn w() -> Workload {
+        Workload::assumed_floor()
+    }
+
+    fn defaults(nodes: usize) -> Workload {
+        let cfg = crate::config::worker::WorkerConfig::from_texts(None).expect("defaults");
+        Workload::from_config(&cfg, "quick", Some("NVIDIA H100 80GB HBM3"), nodes, 8)
+            .expect("quick")
+    }
+
     #[test]
     fn a_thousand_nodes_of_eight_fit_the_issue_budget() {
         let v: serde_json::Value =
-            serde_json::from_str(&explain_plan(1024, 8, true)).expect("one JSON object");
+            serde_json::from_str(&explain_plan(1024, 8, true, &w())).expect("one JSON object");
         let rounds = v["rounds"].as_u64().unwrap();
         let secs = v["modeled_seconds"].as_f64().unwrap();
         assert!(rounds <= 24, "{rounds}");
@@ -332,27 +437,51 @@ mod tests {
     #[test]
     fn the_model_matches_the_schedule() {
         // Rounds grow with log2 N; one node has no inter-node phase.
-        let one = plan_model(1, 8).unwrap();
+        let one = plan_model(1, 8, &w()).unwrap();
         assert_eq!((one.rounds, one.phases.len()), (0, 1));
         let r: Vec<usize> = [2, 3, 8, 64, 4096]
             .iter()
-            .map(|&n| plan_model(n, 8).unwrap().rounds)
+            .map(|&n| plan_model(n, 8, &w()).unwrap().rounds)
             .collect();
         assert_eq!(r, [2, 3, 10, 16, 28]);
-        assert_eq!(plan_model(3, 8).unwrap().rounds_one_fault, 3);
-        assert_eq!(plan_model(8, 8).unwrap().rounds_one_fault, 3);
-        assert!(plan_model(0, 8).is_err());
-        assert!(explain_plan(0, 8, true).contains("\"error\""));
-        let text = explain_plan(64, 8, false);
+        assert_eq!(plan_model(3, 8, &w()).unwrap().rounds_one_fault, 3);
+        assert_eq!(plan_model(8, 8, &w()).unwrap().rounds_one_fault, 3);
+        assert!(plan_model(0, 8, &w()).is_err());
+        assert!(explain_plan(0, 8, true, &w()).contains("\"error\""));
+        let text = explain_plan(64, 8, false, &w());
         assert!(
             text.contains("b_allocation") && text.contains("(estimate)"),
             "{text}"
         );
         // Issue 16: a healthy allocation ends after B only with a floor; say which key gives one.
-        let b = plan_model(64, 8).unwrap().phases[1].what.clone();
+        let b = plan_model(64, 8, &defaults(64)).unwrap().phases[1]
+            .what
+            .clone();
         assert!(
             b.contains("`min_nodes = 2`") && b.contains("64 nodes"),
             "{b}"
+        );
+    }
+
+    #[test]
+    fn without_a_floor_for_b_the_healthy_path_screens_and_says_so() {
+        let (with, without) = (
+            plan_model(64, 8, &w()).unwrap(),
+            plan_model(64, 8, &defaults(64)).unwrap(),
+        );
+        assert_eq!((with.healthy_rounds, without.healthy_rounds), (0, 2));
+        let round = without.phases[2].seconds / without.rounds as f64;
+        assert!(
+            (without.modeled_seconds_healthy - with.modeled_seconds_healthy - 2.0 * round).abs()
+                < 1e-9
+        );
+        // The same worst case: the floor decides only whether a healthy check ends after B.
+        assert!((without.modeled_seconds - with.modeled_seconds).abs() < 1e-9);
+        let text = explain_plan(64, 8, false, &defaults(64));
+        assert!(
+            text.contains("Config: built-in defaults, plan 'quick', GPU 'NVIDIA H100 80GB HBM3'")
+                && text.contains("healthy (B has no floor, so 2 screening rounds run)"),
+            "{text}"
         );
     }
 }
