@@ -114,7 +114,13 @@ pub fn run(
             return Err(e);
         }
     };
-    let gathered = gather(handles, report);
+    let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
+        Ok(handles) => gather(handles, report),
+        // A GPU thread still inside NCCL after the watch named a lost process: the thread may
+        // never come back (seen on one H100 with 16 emulated nodes: a link down during NCCL
+        // init held `ncclCommInitRankConfig` until --timeout), and the verdict is known.
+        Err(()) => Ok(()),
+    };
     // A process that stopped answering (found by the plane's watch) is why the others' NCCL
     // calls stalled or failed: its name is the reason, ahead of theirs.
     if let Some(lost) = team.lost() {
@@ -369,6 +375,31 @@ pub fn rendezvous_deadline(deadline: Instant, timeout: Duration) -> Instant {
 
 /// Waits for every GPU thread (each bounded by the deadline) and puts their outcomes in the
 /// report; the first real error, not the threads that stopped because of it.
+/// How long the GPU threads get to come back once the watch has named a lost process.
+const LOST_GRACE: Duration = Duration::from_secs(2);
+
+/// Waits for every GPU thread to finish, unless `lost` (the team's watch named a lost process)
+/// and the threads are still not all back `grace` later: then `Err(())`, and the caller reports
+/// the lost process without them (they are left to the process exit).
+fn join_unless<T>(
+    handles: Vec<JoinHandle<T>>,
+    lost: impl Fn() -> bool,
+    grace: Duration,
+) -> Result<Vec<JoinHandle<T>>, ()> {
+    let mut lost_since: Option<Instant> = None;
+    // Bounded by the watchdog, which ends the process at the budget's end.
+    while !handles.iter().all(|h| h.is_finished()) {
+        if lost() {
+            let since = *lost_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= grace {
+                return Err(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(handles)
+}
+
 fn gather(handles: Vec<JoinHandle<Outcome>>, report: &mut Report) -> Result<(), RunError> {
     let mut errors = Vec::new();
     for h in handles {
@@ -479,6 +510,58 @@ fn ms(d: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A GPU thread stuck in NCCL after the watch named a lost process does not hold the
+    /// verdict until --timeout: the join gives up `grace` after `lost`, and not before.
+    #[test]
+    fn a_stuck_gpu_thread_is_left_behind_once_a_process_is_lost_and_only_then() {
+        let release = Arc::new(AtomicBool::new(false));
+        let stuck = |r: Arc<AtomicBool>| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                while !r.load(Ordering::Relaxed) && t.elapsed() < Duration::from_secs(20) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        let lost = Arc::new(AtomicBool::new(false));
+        let l = lost.clone();
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            l.store(true, Ordering::Relaxed);
+        });
+        let t = Instant::now();
+        let joined = join_unless(
+            vec![stuck(release.clone())],
+            || lost.load(Ordering::Relaxed),
+            Duration::from_millis(200),
+        );
+        let took = t.elapsed();
+        assert!(joined.is_err());
+        assert!(
+            took >= Duration::from_millis(500),
+            "gave up before lost + grace: {took:?}"
+        );
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        release.store(true, Ordering::Relaxed);
+        setter.join().unwrap();
+        // Threads that come back are all joined, lost or not.
+        let done = join_unless(
+            vec![std::thread::spawn(|| 7)],
+            || true,
+            Duration::from_secs(2),
+        );
+        assert_eq!(done.unwrap().pop().unwrap().join().unwrap(), 7);
+        let r2 = Arc::new(AtomicBool::new(false));
+        let h = stuck(r2.clone());
+        let r3 = r2.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            r3.store(true, Ordering::Relaxed);
+        });
+        assert!(join_unless(vec![h], || false, Duration::ZERO).is_ok());
+    }
 
     #[test]
     fn the_rendezvous_ends_a_tenth_of_the_budget_early_between_1_and_5_s() {
