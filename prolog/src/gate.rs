@@ -158,36 +158,51 @@ impl<'a> Gate<'a> {
             return code;
         }
         // A shared node under gpus = "all": other jobs' GPUs are left out (asked of Slurm only
-        // now, so a cached pass of every GPU costs no Slurm call). A quarter of the budget at
-        // most for the questions.
+        // now, so a cached pass of every GPU costs no Slurm call).
         if self.cfg.gpus == GpuPolicy::All && self.mode != Mode::Recheck {
-            let asked = shared::ask(
-                &drain::Slurm {
-                    deadline: Deadline::after(self.deadline.remaining() / 4),
-                    ..slurm.clone()
-                },
-                self.facts.job.as_deref(),
-            );
-            let plan = shared::plan(asked, gpus::read(&self.cfg.gpu_info_dir).len());
-            if let Err(why) = &plan.strays_judged {
-                self.log.warn(&format!("{}: {why}", self.facts.node));
-            }
-            sel = match facts::select(self.cfg, self.facts, self.mode, Some(&plan)) {
-                Ok(Some(s)) => s,
-                Ok(None) => return self.nothing_to_check(&places, &whom, None),
-                Err(e) => return self.error_without_run(&places, &e, &whom),
+            sel = match self.leave_out_other_jobs(&places, &slurm, &whom) {
+                Ok(s) => s,
+                Err(code) => return code,
             };
-            if sel.indices.as_ref().is_some_and(|i| i.is_empty()) {
-                let why = format!("not checked, every GPU is another job's: {}", plan.said());
-                return self.nothing_to_check(&places, &whom, Some(why));
-            }
-            if !plan.skip.is_empty() {
+            if sel.indices.is_some() {
                 if let Some(code) = self.cached(&sel, &state_dir, &fingerprint, start, &whom) {
                     return code;
                 }
             }
         }
         self.measure(&places, &state_dir, &slurm, sel, &fingerprint, start, &whom)
+    }
+
+    /// The selection without the GPUs Slurm gave other jobs ([`shared`]), asked within a
+    /// quarter of what is left of the budget; `Err` is the run's exit code when nothing is left
+    /// to check (or the selection fails).
+    fn leave_out_other_jobs(
+        &mut self,
+        places: &Places,
+        slurm: &drain::Slurm,
+        whom: &str,
+    ) -> Result<Selection, i32> {
+        let asked = shared::ask(
+            &drain::Slurm {
+                deadline: Deadline::after(self.deadline.remaining() / 4),
+                ..slurm.clone()
+            },
+            self.facts.job.as_deref(),
+        );
+        let plan = shared::plan(asked, gpus::read(&self.cfg.gpu_info_dir).len());
+        if let Err(why) = &plan.strays_judged {
+            self.log.warn(&format!("{}: {why}", self.facts.node));
+        }
+        let sel = match facts::select(self.cfg, self.facts, self.mode, Some(&plan)) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(self.nothing_to_check(places, whom, None)),
+            Err(e) => return Err(self.error_without_run(places, &e, whom)),
+        };
+        if sel.indices.as_ref().is_some_and(|i| i.is_empty()) {
+            let why = format!("not checked, every GPU is another job's: {}", plan.said());
+            return Err(self.nothing_to_check(places, whom, Some(why)));
+        }
+        Ok(sel)
     }
 
     /// A prolog's answer from the cache, when every selected GPU passed recently.
