@@ -476,4 +476,62 @@ mod tests {
         assert!(p.skip.is_empty());
         assert!(p.strays_judged.unwrap_err().contains("no answer"));
     }
+    /// A directory with a fake `scontrol` and `squeue` that print canned answers.
+    fn fake_slurm(name: &str, node: &str, squeue: &str, jobs: &[(&str, &str)]) -> Slurm {
+        use std::os::unix::fs::PermissionsExt;
+        let dir =
+            std::env::temp_dir().join(format!("nccl-check-shared-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let mut sc = format!(
+            "#!/bin/sh\nif [ \"$2\" = node ]; then cat <<'EOF'\n{node}\nEOF\nexit 0; fi\ncase \"$5\" in\n"
+        );
+        for (id, line) in jobs {
+            sc.push_str(&format!("{id}) cat <<'EOF'\n{line}\nEOF\n;;\n"));
+        }
+        sc.push_str(
+            "*) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1;;\nesac\n",
+        );
+        let sq = format!("#!/bin/sh\ncat <<'EOF'\n{squeue}\nEOF\n");
+        for (f, text) in [("scontrol", sc), ("squeue", sq)] {
+            let p = dir.join(f);
+            std::fs::write(&p, text).expect("write");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        Slurm {
+            scontrol: dir.join("scontrol"),
+            node: "n1".into(),
+            slurm_conf: None,
+            deadline: crate::budget::Deadline::after(std::time::Duration::from_secs(10)),
+        }
+    }
+
+    #[test]
+    fn slurm_is_asked_for_the_node_its_jobs_and_each_job_and_an_ended_job_is_no_holder() {
+        let d = "22.05-untyped";
+        let node = capture(d, "node-two-jobs.txt");
+        let (a, b) = (capture(d, "job-a.txt"), capture(d, "job-b.txt"));
+        // Job 1 is ours, job 2 another's, job 3 ended between the questions.
+        let slurm = fake_slurm(
+            "ask",
+            node.trim(),
+            "1\n2\n3",
+            &[("1", a.trim()), ("2", b.trim())],
+        );
+        let got = ask(&slurm, Some("1")).expect("asked");
+        assert_eq!(got.ours, [0].into());
+        assert_eq!(got.others, [("2".to_string(), [1, 2].into())].into());
+        assert_eq!(got.other_jobs, ["2", "3"]);
+        let p = plan(Ok(got), 4);
+        assert_eq!(p.said(), "skipped GPU1, GPU2: allocated to job 2");
+        assert_eq!(p.strays_judged, Ok(()));
+        // A job id that is not one, and too many jobs, are not asked further.
+        let bad = fake_slurm("bad", node.trim(), "1\n$(reboot)", &[]);
+        assert!(ask(&bad, Some("1")).unwrap_err().contains("not a job id"));
+        let many: Vec<String> = (1..=MAX_JOBS + 1).map(|i| i.to_string()).collect();
+        let lots = fake_slurm("lots", node.trim(), &many.join("\n"), &[]);
+        assert!(ask(&lots, Some("1")).unwrap_err().contains("jobs on n1"));
+        for s in [slurm, bad, lots] {
+            std::fs::remove_dir_all(s.scontrol.parent().expect("dir")).ok();
+        }
+    }
 }
