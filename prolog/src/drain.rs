@@ -107,17 +107,33 @@ pub struct Slurm {
 }
 
 impl Slurm {
-    /// One scontrol call, supervised: at the timeout its whole process group is killed, and
-    /// nothing it leaves behind (holding its output open or not) is waited for or kept.
+    /// One scontrol call.
     fn call(&self, args: &[&str]) -> Result<String, String> {
-        let what = format!("{} {}", self.scontrol.display(), args.join(" "));
+        self.run(&self.scontrol, args)
+    }
+
+    /// `squeue`, from the directory of `scontrol` (Slurm's client commands are installed
+    /// together; a second config key would only be a second path to keep root's).
+    pub fn squeue(&self, args: &[&str]) -> Result<String, String> {
+        self.run(&self.scontrol.with_file_name("squeue"), args)
+    }
+
+    /// `scontrol ARGS` read-only (`show ...`), for the other modules that ask Slurm.
+    pub fn scontrol_show(&self, args: &[&str]) -> Result<String, String> {
+        debug_assert_eq!(args.first(), Some(&"show"));
+        self.call(args)
+    }
+
+    /// One Slurm client call, supervised: at the timeout its whole process group is killed, and
+    /// nothing it leaves behind (holding its output open or not) is waited for or kept.
+    fn run(&self, program: &Path, args: &[&str]) -> Result<String, String> {
+        let what = format!("{} {}", program.display(), args.join(" "));
         let left = self.deadline.remaining();
         if left.is_zero() {
             return Err(format!("{what}: not run, the budget is spent"));
         }
         let argv = args.iter().map(Into::into).collect();
-        let mut spec =
-            Spec::new(&self.scontrol, argv, left).env("PATH", crate::worker::WORKER_PATH);
+        let mut spec = Spec::new(program, argv, left).env("PATH", crate::worker::WORKER_PATH);
         if let Some(c) = &self.slurm_conf {
             spec = spec.env("SLURM_CONF", c);
         }

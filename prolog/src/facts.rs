@@ -3,7 +3,7 @@
 
 use crate::config::{Config, GpuPolicy};
 use crate::decide::Mode;
-use crate::gpus;
+use crate::{gpus, shared};
 
 /// What the environment slurmd built for the prolog says, read here and nowhere else.
 #[derive(Debug)]
@@ -66,6 +66,10 @@ impl Facts {
 /// The GPUs one run checks.
 #[derive(Debug)]
 pub struct Selection {
+    /// Whether a process on a checked GPU counts against the node: Ok when every checked GPU is
+    /// this job's or no job's (`gpus = "job"`, a recheck, or other jobs' GPUs skipped); Err
+    /// says why not (then it is only warned).
+    pub strays_judged: Result<(), String>,
     /// `--gpus` for the worker; None = every GPU.
     pub indices: Option<Vec<usize>>,
     /// Their identities, when the driver lists them all (the cache needs them).
@@ -76,17 +80,53 @@ pub struct Selection {
     pub label: String,
 }
 
-/// The GPUs to check; `Ok(None)` = the job has none.
-pub fn select(cfg: &Config, facts: &Facts, mode: Mode) -> Result<Option<Selection>, String> {
+/// The GPUs to check; `Ok(None)` = the job has none. `shared`: under `gpus = "all"` at a job's
+/// start or end, what Slurm says of other jobs' GPUs ([`shared::plan`]); those are left out.
+pub fn select(
+    cfg: &Config,
+    facts: &Facts,
+    mode: Mode,
+    shared: Option<&shared::Plan>,
+) -> Result<Option<Selection>, String> {
     let node_gpus = gpus::read(&cfg.gpu_info_dir);
     let known =
         (!node_gpus.is_empty()).then(|| node_gpus.iter().map(|g| g.identity()).collect::<Vec<_>>());
     if mode == Mode::Recheck || cfg.gpus == GpuPolicy::All {
+        let plan = shared.filter(|_| mode != Mode::Recheck);
+        let strays_judged = match (mode, cfg.gpus, plan) {
+            // A recheck runs only on a node without jobs.
+            (Mode::Recheck, _, _) => Ok(()),
+            (_, _, Some(p)) => p.strays_judged.clone(),
+            _ => Err("gpus = \"all\" beside other jobs".into()),
+        };
+        let skip = plan.map(|p| &p.skip).filter(|s| !s.is_empty());
+        let Some(skip) = skip else {
+            return Ok(Some(Selection {
+                strays_judged,
+                indices: None,
+                identities: known,
+                all: true,
+                label: "all GPUs".into(),
+            }));
+        };
+        // The plan skips only where the driver's GPUs are Slurm's, so every index is one here.
+        let measured: Vec<usize> = (0..node_gpus.len())
+            .filter(|i| !skip.contains_key(i))
+            .collect();
+        let list: Vec<String> = measured.iter().map(|i| i.to_string()).collect();
+        let said = plan.map(|p| p.said()).unwrap_or_default();
         return Ok(Some(Selection {
-            indices: None,
-            identities: known,
-            all: true,
-            label: "all GPUs".into(),
+            strays_judged,
+            identities: known
+                .as_ref()
+                .map(|k| measured.iter().filter_map(|&i| k.get(i).cloned()).collect()),
+            all: false,
+            label: if measured.is_empty() {
+                format!("no GPU ({said})")
+            } else {
+                format!("GPUs {} ({said})", list.join(","))
+            },
+            indices: Some(measured),
         }));
     }
     let job = gpus::parse_job_gpus(facts.cuda_visible_devices.as_deref())?;
@@ -101,6 +141,7 @@ pub fn select(cfg: &Config, facts: &Facts, mode: Mode) -> Result<Option<Selectio
         .is_some_and(|k| job.len() == k.len() && job.iter().all(|&i| i < k.len()));
     let list: Vec<String> = job.iter().map(|i| i.to_string()).collect();
     Ok(Some(Selection {
+        strays_judged: Ok(()),
         indices: Some(job),
         identities,
         all,
@@ -122,7 +163,7 @@ mod tests {
         let cfg = Config::default();
         let mut f = Facts::read(Some("n1".into()));
         f.cuda_visible_devices = Some("3,1".into());
-        let s = select(&cfg, &f, Mode::Prolog)
+        let s = select(&cfg, &f, Mode::Prolog, None)
             .expect("valid")
             .expect("some");
         assert_eq!(
@@ -130,9 +171,62 @@ mod tests {
             (Some(vec![1, 3]), "GPUs 1,3")
         );
         f.cuda_visible_devices = None;
-        assert!(select(&cfg, &f, Mode::Prolog).expect("valid").is_none());
-        assert!(select(&cfg, &f, Mode::Recheck)
+        assert!(select(&cfg, &f, Mode::Prolog, None)
+            .expect("valid")
+            .is_none());
+        assert!(select(&cfg, &f, Mode::Recheck, None)
             .expect("valid")
             .is_some_and(|s| s.all));
+    }
+    #[test]
+    fn gpus_all_leaves_out_other_jobs_gpus_and_judges_strays_only_where_slurm_said() {
+        let dir = std::env::temp_dir().join(format!("nccl-check-facts-{}", std::process::id()));
+        for k in 0..4 {
+            let d = dir.join(format!("0000:{k}a:00.0"));
+            std::fs::create_dir_all(&d).expect("mkdir");
+            let text = format!("Model: X\nGPU UUID: GPU-{k}\nBus Location: 0000:{k}a:00.0\n");
+            std::fs::write(d.join("information"), text).expect("write");
+        }
+        let cfg = Config {
+            gpus: GpuPolicy::All,
+            gpu_info_dir: dir.clone(),
+            ..Config::default()
+        };
+        let f = Facts::read(Some("n1".into()));
+        let plan = shared::Plan {
+            skip: [(1, vec!["42".to_string()]), (3, vec!["43".to_string()])].into(),
+            strays_judged: Ok(()),
+        };
+        let s = select(&cfg, &f, Mode::Prolog, Some(&plan))
+            .expect("valid")
+            .expect("some");
+        assert_eq!(s.indices, Some(vec![0, 2]));
+        assert_eq!(s.identities, Some(vec!["GPU-0".into(), "GPU-2".into()]));
+        assert!(!s.all);
+        assert_eq!(
+            s.label,
+            "GPUs 0,2 (skipped GPU1: allocated to job 42; GPU3: allocated to job 43)"
+        );
+        assert_eq!(s.strays_judged, Ok(()));
+        // Slurm could not say: every GPU, strays not judged; without asking, the same.
+        let unknown = shared::Plan {
+            skip: Default::default(),
+            strays_judged: Err("no answer".into()),
+        };
+        let s = select(&cfg, &f, Mode::Epilog, Some(&unknown))
+            .expect("valid")
+            .expect("some");
+        assert_eq!((s.indices, s.all), (None, true));
+        assert_eq!(s.strays_judged, Err("no answer".into()));
+        let s = select(&cfg, &f, Mode::Prolog, None)
+            .expect("valid")
+            .expect("some");
+        assert!(s.strays_judged.is_err());
+        // A recheck runs on a node without jobs: every GPU, judged.
+        let s = select(&cfg, &f, Mode::Recheck, Some(&plan))
+            .expect("valid")
+            .expect("some");
+        assert_eq!((s.indices, s.strays_judged), (None, Ok(())));
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

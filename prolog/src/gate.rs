@@ -11,7 +11,9 @@ use crate::facts::{self, Facts, Selection};
 use crate::log::{self, Log};
 use crate::status::{GateState, Status};
 use crate::words::{self, Line};
-use crate::{cache, faults, metrics, reason, report, secure, state, status, stray, worker};
+use crate::{
+    cache, faults, gpus, metrics, reason, report, secure, shared, state, status, stray, worker,
+};
 use nccl_check_contract::verdict::Verdict;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -142,9 +144,9 @@ impl<'a> Gate<'a> {
                 return self.fault_fail(&places, &state_dir, &slurm, &whom);
             }
         }
-        let sel = match facts::select(self.cfg, self.facts, self.mode) {
+        let mut sel = match facts::select(self.cfg, self.facts, self.mode, None) {
             Ok(Some(s)) => s,
-            Ok(None) => return self.nothing_to_check(&places, &whom),
+            Ok(None) => return self.nothing_to_check(&places, &whom, None),
             Err(e) => return self.error_without_run(&places, &e, &whom),
         };
         let fingerprint = cache::fingerprint(
@@ -153,21 +155,78 @@ impl<'a> Gate<'a> {
         );
 
         // The cached path: a few file reads, no process started, nothing written.
-        if self.mode == Mode::Prolog {
-            if let Some(ids) = &sel.identities {
-                let c = cache::read(&state_dir);
-                if let Some(age) = c.lookup(ids, &fingerprint, start, self.cfg.cache_seconds) {
-                    let msg = format!(
-                        "PASS (cached) {whom} on {}: {} passed {age:.0} s ago (cache_seconds = {})",
-                        self.facts.node, sel.label, self.cfg.cache_seconds
-                    );
-                    self.log.info(&msg);
-                    let a = decide::decide(self.mode, Found::CachedPass, self.policy(), sel.all);
-                    return self.finish(a, &msg);
+        if let Some(code) = self.cached(&sel, &state_dir, &fingerprint, start, &whom) {
+            return code;
+        }
+        // A shared node under gpus = "all": other jobs' GPUs are left out (asked of Slurm only
+        // now, so a cached pass of every GPU costs no Slurm call).
+        if self.cfg.gpus == GpuPolicy::All && self.mode != Mode::Recheck {
+            sel = match self.leave_out_other_jobs(&places, &slurm, &whom) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            if sel.indices.is_some() {
+                if let Some(code) = self.cached(&sel, &state_dir, &fingerprint, start, &whom) {
+                    return code;
                 }
             }
         }
         self.measure(&places, &state_dir, &slurm, sel, &fingerprint, start, &whom)
+    }
+
+    /// The selection without the GPUs Slurm gave other jobs ([`shared`]), asked within a
+    /// quarter of what is left of the budget; `Err` is the run's exit code when nothing is left
+    /// to check (or the selection fails).
+    fn leave_out_other_jobs(
+        &mut self,
+        places: &Places,
+        slurm: &drain::Slurm,
+        whom: &str,
+    ) -> Result<Selection, i32> {
+        let asked = shared::ask(
+            &drain::Slurm {
+                deadline: Deadline::after(self.deadline.remaining() / 4),
+                ..slurm.clone()
+            },
+            self.facts.job.as_deref(),
+        );
+        let plan = shared::plan(asked, gpus::read(&self.cfg.gpu_info_dir).len());
+        if let Err(why) = &plan.strays_judged {
+            self.log.warn(&format!("{}: {why}", self.facts.node));
+        }
+        let sel = match facts::select(self.cfg, self.facts, self.mode, Some(&plan)) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(self.nothing_to_check(places, whom, None)),
+            Err(e) => return Err(self.error_without_run(places, &e, whom)),
+        };
+        if sel.indices.as_ref().is_some_and(|i| i.is_empty()) {
+            let why = format!("not checked, every GPU is another job's: {}", plan.said());
+            return Err(self.nothing_to_check(places, whom, Some(why)));
+        }
+        Ok(sel)
+    }
+
+    /// A prolog's answer from the cache, when every selected GPU passed recently.
+    fn cached(
+        &mut self,
+        sel: &Selection,
+        state_dir: &Path,
+        fingerprint: &str,
+        start: f64,
+        whom: &str,
+    ) -> Option<i32> {
+        if self.mode != Mode::Prolog {
+            return None;
+        }
+        let ids = sel.identities.as_ref()?;
+        let age = cache::read(state_dir).lookup(ids, fingerprint, start, self.cfg.cache_seconds)?;
+        let msg = format!(
+            "PASS (cached) {whom} on {}: {} passed {age:.0} s ago (cache_seconds = {})",
+            self.facts.node, sel.label, self.cfg.cache_seconds
+        );
+        self.log.info(&msg);
+        let a = decide::decide(self.mode, Found::CachedPass, self.policy(), sel.all);
+        Some(self.finish(a, &msg))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -234,7 +293,7 @@ impl<'a> Gate<'a> {
         let report = run.report.as_ref().ok();
         let job = self.facts.job_label(self.mode);
         let (verdict, stray_reason, stray_warning) =
-            self.strays(run.verdict, report, sel.all, job.as_deref());
+            self.strays(run.verdict, report, &sel.strays_judged, job.as_deref());
         if let Some(p) = run
             .problem
             .as_deref()
@@ -423,14 +482,15 @@ impl<'a> Gate<'a> {
 
     /// Other processes on the checked GPUs (`stray`): logged always; with `stray_processes =
     /// "fail"` a PASS becomes a FAIL and the drain reason says `busy`. Only where every checked
-    /// GPU is this job's or no job's: the job's GPUs (`gpus = "job"`), or a recheck (which runs
-    /// only on a node without jobs). With `gpus = "all"` at a job's start the other GPUs may be
-    /// another job's, whose processes are not strays: warned, never drained.
+    /// GPU is this job's or no job's (`judged`): the job's GPUs (`gpus = "job"`), a recheck
+    /// (which runs only on a node without jobs), or `gpus = "all"` with the GPUs Slurm gave
+    /// other jobs left out ([`crate::shared`]). Where Slurm could not say, a GPU may be another
+    /// job's, whose processes are not strays: warned, never drained.
     fn strays(
         &mut self,
         verdict: Verdict,
         report: Option<&nccl_check_contract::report::Report>,
-        all_gpus: bool,
+        judged: &Result<(), String>,
         job: Option<&str>,
     ) -> (Verdict, Option<String>, Option<String>) {
         let Some(report) = report else {
@@ -442,16 +502,15 @@ impl<'a> Gate<'a> {
             return (verdict, None, None);
         }
         let reason = stray::drain_reason(&strays, job);
-        let judged = self.mode == Mode::Recheck || !all_gpus || self.cfg.gpus == GpuPolicy::Job;
-        let fail = judged && self.cfg.stray_processes == stray::Policy::Fail;
+        let fail = judged.is_ok() && self.cfg.stray_processes == stray::Policy::Fail;
+        let why = match judged {
+            _ if fail => String::new(),
+            Err(e) => format!(" (warned only: {e})"),
+            Ok(()) => " (warned only: stray_processes = \"warn\")".to_string(),
+        };
         let warning = format!(
-            "{}{}",
-            reason.split_once('|').map_or(reason.as_str(), |(_, s)| s),
-            if fail {
-                ""
-            } else {
-                " (warned only: stray_processes = \"warn\", or gpus = \"all\" beside other jobs)"
-            }
+            "{}{why}",
+            reason.split_once('|').map_or(reason.as_str(), |(_, s)| s)
         );
         self.log.warn(&format!("{}: {warning}", self.facts.node));
         match (fail, verdict) {
@@ -496,8 +555,10 @@ impl<'a> Gate<'a> {
 
     /// Nothing to check is never silent: gate.json says `skipped` and why, the metric too, and
     /// syslog has the line (a gate that is off unnoticed checks no job).
-    fn nothing_to_check(&mut self, places: &Places, whom: &str) -> i32 {
-        let msg = if self.dry_run && self.facts.cuda_visible_devices.is_none() {
+    fn nothing_to_check(&mut self, places: &Places, whom: &str, why: Option<String>) -> i32 {
+        let msg = if let Some(why) = why {
+            format!("SKIPPED {whom} on {}: {why}", self.facts.node)
+        } else if self.dry_run && self.facts.cuda_visible_devices.is_none() {
             "dry run: gpus = \"job\", but CUDA_VISIBLE_DEVICES (the job's GPUs, set by slurmd) \
              is unset: nothing to check. Name GPUs to check them now (CUDA_VISIBLE_DEVICES=0,1 \
              nccl-check-prolog --dry-run), or check every GPU with --recheck --dry-run"

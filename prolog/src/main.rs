@@ -20,6 +20,7 @@ mod metrics;
 mod reason;
 mod report;
 mod secure;
+mod shared;
 mod slurm_uses;
 mod state;
 mod status;

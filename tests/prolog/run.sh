@@ -499,8 +499,80 @@ run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_wi
 run_test "Epilog= (SLURM_SCRIPT_CONTEXT=epilog_slurmd): a PASS is the next prolog's cache; a FAIL drains after the job, which completes" t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache
 run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid and PCI address" t_a_kernel_xid_drains_before_the_worker_runs
 
+# --- a shared node: the cluster again, now with 4 gres GPUs on each node ----------------------
+# The GPUs are plain files (slurmd only stats them: the same on 22.05, 24.11 and 26.05); the
+# driver directory of make_gpus lists 4 GPUs too, so Slurm's index i is the driver's GPU i.
+# Issue 26 item 6: under gpus = "all", GPUs that Slurm gave other jobs are skipped and said so,
+# and a stray process on a GPU that is this job's or no job's still counts against the node.
+shared_cluster_up() {
+    bash "$REPO/slurm/test-cluster/down.sh" >/dev/null 2>&1
+    mkdir -p "$CL/dev" && for i in 0 1 2 3; do : > "$CL/dev/gpu$i"; done
+    printf 'Name=gpu File=%s/dev/gpu[0-3]\n' "$CL" > "$CL/gres.conf"
+    NCCL_CHECK_CLUSTER_NODE_EXTRA="Gres=gpu:4" bash "$REPO/slurm/test-cluster/up.sh" --nodes 2 \
+        --prolog "$T/bin/prolog.sh" --munge-socket "$CL/munge/munge.socket.2" \
+        --conf "AuthInfo=socket=$CL/munge/munge.socket.2,cred_expire=10" --conf "GresTypes=gpu" \
+        --conf "SchedulerParameters=nohold_on_prolog_fail" --conf "PrologEpilogTimeout=60" \
+        --conf "Epilog=$T/bin/epilog.sh"
+}
+
+# gres_of JOB: the job's GPU indices on n1 as slurmctld says (scontrol show job -d).
+gres_of() { scontrol show job -d -o "$1" | grep -o ' GRES=[^ ]*' | head -1; }
+
+t_a_shared_node_skips_other_jobs_gpus_and_judges_the_rest() {
+    local x a b
+    conf 'cache_seconds = 0'           # every prolog measures (X's pass would answer B's)
+    # Job A holds GPU1: job X takes GPU0 first and leaves.
+    x=$(timeout 20 sbatch --parsable -w n1 --gres=gpu:1 -o /dev/null --wrap 'sleep 300') || { fail "sbatch X"; return; }
+    a=$(timeout 20 sbatch --parsable -w n1 --gres=gpu:1 -o /dev/null --wrap "touch $T/work/a-started; sleep 300") \
+        || { fail "sbatch A"; return; }
+    timeout 30 bash -c "until [ -e $T/work/a-started ]; do sleep 0.3; done" || fail "job $a did not start"
+    scancel "$x"; wait_done "$x" 30
+    [[ "$(gres_of "$a")" == *"(IDX:1)" ]] || { fail "job $a holds $(gres_of "$a"), not GPU1"; scancel "$a"; return; }
+    # Job B's prolog, run by slurmd: GPU1 is skipped, the worker gets the other three.
+    : > "$MARKER"
+    b=$(submit -w n1 --gres=gpu:1) || { fail "sbatch B"; scancel "$a"; return; }
+    wait_done "$b" 60
+    [ "$(ran_on "$b")" = n1 ] || fail "job $b did not run on n1"
+    grep -q -- "--gpus 0,2,3 env=" "$MARKER" || fail "job $b: worker args: $(cat "$MARKER")"
+    grep -q "\"message\": \"PASS job $b on n1: GPUs 0,2,3 (skipped GPU1: allocated to job $a) in " "$T/state/n1/gate.json" \
+        || fail "job $b: gate.json: $(cat "$T/state/n1/gate.json")"
+    # A stray process on a measured GPU (the report's first: GPU0, given to no job) counts.
+    mode n1 busy
+    : > "$MARKER"
+    EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=999" prolog_direct
+    [ "$RC" = 1 ] || fail "stray on a free GPU: rc $RC (expected the FAIL's 1): $(cat "$ERR")"
+    grep -q "skipped GPU1: allocated to job $a" "$ERR" || fail "stray: not said: $(cat "$ERR")"
+    local r; r=$(reason_of n1)
+    [[ "$r" == "nccl-check:GPU0 busy|"*"(job 999)" ]] || fail "sinfo -R reason of n1: '$r'"
+    scontrol update nodename=n1 state=resume >/dev/null 2>&1
+    conf 'cache_seconds = 0' 'stray_processes = "warn"'
+    EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=1000" prolog_direct
+    [ "$RC" = 0 ] && grep -q "busy: 1 other process.*warned only" "$ERR" || fail "warn: rc $RC, $(cat "$ERR")"
+    drained n1 && fail "warn drained n1"
+    # Slurm cannot be asked (scontrol fails): every GPU measured, the stray only warned, said why.
+    printf '#!/bin/sh\necho "scontrol: broken on purpose" >&2\nexit 1\n' > "$T/bin/scontrol"
+    chmod 755 "$T/bin/scontrol"
+    conf 'cache_seconds = 0' "scontrol = \"$T/bin/scontrol\""
+    : > "$MARKER"
+    EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=1001" prolog_direct
+    [ "$RC" = 0 ] && grep -q "Slurm could not say which GPUs other jobs hold (.*broken on purpose" "$ERR" \
+        && grep -q "warned only" "$ERR" || fail "Slurm not asked: rc $RC, $(cat "$ERR")"
+    grep -q -- "--gpus" "$MARKER" && fail "Slurm not asked: the worker did not get every GPU: $(cat "$MARKER")"
+    drained n1 && fail "a stray drained n1 though Slurm could not say whose GPU it is"
+    scancel "$a"; wait_done "$a" 30
+}
+
+if [ -z "$FILTER" ] || [[ "a shared node" == *"$FILTER"* ]]; then
+    if shared_cluster_up; then
+        run_test "a shared node (gres): gpus = all skips other jobs' GPUs and says so; a stray on a free GPU still counts" \
+            t_a_shared_node_skips_other_jobs_gpus_and_judges_the_rest
+    else
+        say "the cluster with gres GPUs did not come up"; STARTED=$((STARTED + 1))
+    fi
+fi
+
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 18 ]; then
-    say "only $STARTED of 18 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 19 ]; then
+    say "only $STARTED of 19 tests ran"; exit 1
 fi
 exit 0
