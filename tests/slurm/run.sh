@@ -29,7 +29,9 @@ cd "$REPO"
 PLUGIN_SO=${NCCL_CHECK_PLUGIN_SO:-$REPO/target/release/libnccl_check.so}
 FAULT_SO=${NCCL_CHECK_FAULT_PLUGIN_SO:-}
 REAL_WORKER=$REPO/target/release/nccl-check
-if [ ! -f "$PLUGIN_SO" ] && [ -z "${NCCL_CHECK_PLUGIN_SO:-}" ]; then
+# The admin's plugin-line check, built with the plugin (tests/matrix/run.sh puts it beside it).
+PLUGSTACK_BIN=${NCCL_CHECK_PLUGSTACK_BIN:-$(dirname "$PLUGIN_SO")/nccl-check-plugstack}
+if { [ ! -f "$PLUGIN_SO" ] || [ ! -x "$PLUGSTACK_BIN" ]; } && [ -z "${NCCL_CHECK_PLUGIN_SO:-}" ]; then
     say "building the plugin"
     timeout 1200 cargo build --release -p spank-plugin || { say "plugin build failed"; exit 1; }
 fi
@@ -472,7 +474,7 @@ t_required_plugin_with_bad_config_keeps_plain_jobs_working() {
     expect_rc0
     run_cmd srun -N2 --nccl-check true
     expect_rc_nonzero
-    expect_err "nccl-check: plugstack.conf argument 'treshold=3': unknown key 'treshold'"
+    expect_err "nccl-check: plugstack.conf argument 'treshold=3': unknown argument 'treshold'"
 }
 
 t_sharp_refused_unless_allowed() {
@@ -549,6 +551,30 @@ t_init_failure_drains_no_node_on_25_05_and_later() {
         echo "    Slurm $SLURM_VER (no failure mode): job $job $jstate (sbatch rc $RC), n1 drained with '$reason', as documented; resumed"
         scontrol update nodename=n1 state=resume
     fi
+}
+
+# Issue 25 finding 8: a typo on the plugin line showed only when a user ran --nccl-check. The
+# admin's check reads the plugstack Slurm reads (SLURM_CONF's PlugStackConfig and its include)
+# and names it with the plugin's own parser; a valid line gives its effective arguments.
+t_plugstack_check_names_a_typo_where_slurm_reads_it() {
+    [ -x "$PLUGSTACK_BIN" ] || { fail "$PLUGSTACK_BIN was not built"; return 1; }
+    local line=$CL/plugstack.conf.d/zz-nccl-check.conf
+    conf "worker=$CL/lib/nccl-check-fake timout=120"
+    run_cmd "$PLUGSTACK_BIN" --check
+    [ "$RC" = 2 ] || fail "a typo gave exit $RC, not 2: $(cat "$OUT" "$ERR")"
+    expect_out "# plugstack: $CL/plugstack.conf (PlugStackConfig at $SLURM_CONF:"
+    expect_out "INVALID $line:1: unknown argument 'timout' (did you mean 'timeout'?)"
+    # What a user would have met: the same sentence, from the same parser, in the plugin.
+    run_cmd srun -N1 --nccl-check true
+    expect_rc_nonzero
+    expect_err "unknown argument 'timout' (did you mean 'timeout'?)"
+    default_conf
+    run_cmd "$PLUGSTACK_BIN" --check
+    expect_rc0
+    expect_out "# $line:1: worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S port_range=29500-29999"
+    run_cmd "$PLUGSTACK_BIN" --help
+    expect_rc0
+    expect_out "Exit codes: 0 valid"
 }
 
 # Issue 25 finding 9: a failing check printed its ERROR twice (the worker's own verdict line,
@@ -643,6 +669,7 @@ run_test "with allow_sharp=1, --nccl-check=sharp passes --expect-collnet to ever
 run_test "without the option the worker never runs" t_no_option_never_runs_worker
 run_test "jobs of a non-root user work and check as that user" t_non_root_user_jobs_work
 run_test "the required plugin with a bad config does not break plain jobs" t_required_plugin_with_bad_config_keeps_plain_jobs_working
+run_test "nccl-check-plugstack --check names a plugin-line typo where Slurm reads it (issue 25)" t_plugstack_check_names_a_typo_where_slurm_reads_it
 run_test "a failing check says its ERROR once, whole, also with ,verbose (issue 25)" t_a_failing_check_says_it_once_and_whole
 run_test "the missing-NCCL hint names what an srun user can set, never --nccl-lib (issue 25)" t_the_nccl_hint_names_what_a_srun_user_can_set
 run_test "the batch log says the allocation check's failure once, without srun's task exit line (issue 25)" t_the_batch_log_says_the_failure_once
