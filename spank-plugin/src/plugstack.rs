@@ -73,6 +73,30 @@ fn is_ours(plugin: &str) -> bool {
         .is_some_and(|n| n.ends_with(".so") && n.contains("nccl_check"))
 }
 
+/// A plugstack file, at most [`FILE_MAX`] bytes, as is (line numbers stay Slurm's). Only a
+/// regular file is opened: a FIFO planted in an included directory would block the read.
+fn read_text(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut buf = Vec::new();
+    std::fs::File::open(path)?
+        .take(FILE_MAX + 1)
+        .read_to_end(&mut buf)?;
+    if buf.len() as u64 > FILE_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {FILE_MAX} bytes"),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
 /// Reads `main` and what it includes.
 pub fn read(main: &Path) -> Stack {
     let mut stack = Stack::default();
@@ -88,7 +112,7 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
         ));
         return;
     }
-    let text = match bench_core::facts::read::small(path, FILE_MAX) {
+    let text = match read_text(path) {
         Ok(t) => t,
         // Slurm: "A missing config file is not an error, but is equivalent to an empty file."
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && depth == 0 => {
@@ -451,6 +475,25 @@ mod tests {
             f.problems[2].contains(":3: a second nccl_check.so line"),
             "{f:?}"
         );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn line_numbers_are_slurms_and_a_fifo_is_not_opened() {
+        let d = scratch_dir("plugstack-lines");
+        std::fs::write(
+            d.join("p.conf"),
+            "\n\n  required /x/nccl_check.so timout=1\n",
+        )
+        .expect("write");
+        let s = read(&d.join("p.conf"));
+        assert_eq!(s.entries[0].line, 3, "{s:?}");
+        let fifo = d.join("f.conf");
+        let c = std::ffi::CString::new(fifo.display().to_string()).expect("path");
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let s = read(&fifo);
+        assert!(s.notes[0].contains("not a regular file"), "{s:?}");
         std::fs::remove_dir_all(&d).ok();
     }
 
