@@ -129,8 +129,9 @@ if [ "$BINARIES" = portable ]; then
     PYTHONPATH=$REPO/target/tools/python${PYTHONPATH:+:$PYTHONPATH} \
         timeout 3600 cargo zigbuild --release "${pkgs[@]}" --target "$TRIPLE.$floor" >&2
     PLUGIN_SO=target/$TRIPLE/release/libnccl_check.so
+    PLUGSTACK_BIN=target/$TRIPLE/release/nccl-check-plugstack
     PROLOG_BIN=target/$TRIPLE/release/nccl-check-prolog
-    for f in "$PLUGIN_SO" ${HAVE_PROLOG:+"$PROLOG_BIN"}; do   # the same proof build-portable.sh gives
+    for f in "$PLUGIN_SO" "$PLUGSTACK_BIN" ${HAVE_PROLOG:+"$PROLOG_BIN"}; do   # the same proof build-portable.sh gives
         newest=$(objdump -T "$f" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -1)
         [ "$(printf '%s\n%s\n' "$newest" "$floor" | sort -V | tail -1)" = "$floor" ] \
             || die "$f needs GLIBC_$newest, above $floor"
@@ -141,6 +142,7 @@ else
     say "cargo build --release ${pkgs[*]} --target-dir $TD"
     timeout 3600 cargo build --release "${pkgs[@]}" --target-dir "$TD" >&2
     PLUGIN_SO=$TD/release/libnccl_check.so
+    PLUGSTACK_BIN=$TD/release/nccl-check-plugstack
     PROLOG_BIN=$TD/release/nccl-check-prolog
     if [ "$BINARIES" = default ]; then
         WORKER_BIN=$(packaging/build-portable.sh)
@@ -148,7 +150,7 @@ else
         WORKER_BIN=$TD/release/nccl-check
     fi
 fi
-for f in "$PLUGIN_SO" "$WORKER_BIN" ${HAVE_PROLOG:+"$PROLOG_BIN"}; do [ -f "$f" ] || die "not built: $f"; done
+for f in "$PLUGIN_SO" "$PLUGSTACK_BIN" "$WORKER_BIN" ${HAVE_PROLOG:+"$PROLOG_BIN"}; do [ -f "$f" ] || die "not built: $f"; done
 
 # The plugin must carry the headers' major.minor, or Slurm refuses it ("Incompatible plugin version").
 read_u32_symbol() { # FILE SYMBOL -> decimal value of a 4-byte little-endian data symbol
@@ -177,6 +179,9 @@ mkdir -p "$WORK/man"
 help2man -N -s 1 -n "check NCCL bandwidth of this node's (or a job's) GPUs: PASS, FAIL or ERROR" \
     --version-string="$VERSION" -o "$WORK/man/nccl-check.1" "$WORKER_BIN"
 gzip -9n "$WORK/man/nccl-check.1"
+help2man -N -s 8 -n "check the nccl_check.so line of Slurm's plugstack.conf with the plugin's own parser" \
+    --version-string="$VERSION" -o "$WORK/man/nccl-check-plugstack.8" "$PLUGSTACK_BIN"
+gzip -9n "$WORK/man/nccl-check-plugstack.8"
 if [ -n "$HAVE_PROLOG" ]; then
     help2man -N -s 8 -n "Slurm prolog gate: check this node's GPUs at job start, drain it on FAIL" \
         --version-string="$VERSION" -o "$WORK/man/nccl-check-prolog.8" "$PROLOG_BIN"
@@ -188,6 +193,7 @@ stage() {
     local root=$1 plugindir=$2 docdir=$3
     install -d -m 0755 "$root"/usr/libexec/nccl-check "$root"/usr/bin "$root/$plugindir" \
         "$root"/etc/nccl-check "$root"/etc/slurm/plugstack.conf.d "$root"/usr/share/man/man1 \
+        "$root"/usr/sbin "$root"/usr/share/man/man8 \
         "$root/$docdir" "$root"/usr/share/nccl-check/enroot "$root"/var/lib/nccl-check
     # The worker lives in /usr/libexec/nccl-check (the plugin's default worker=, and the directory
     # enroot/mounts.d binds into containers); /usr/bin/nccl-check is a link for people and the prolog.
@@ -198,6 +204,10 @@ stage() {
     strip --strip-unneeded "$root/$plugindir/nccl_check.so"
     install -m 0644 "$WORKER_CONF" "$root"/etc/nccl-check/nccl-check.toml
     install -m 0644 "$WORK/man/nccl-check.1.gz" "$root"/usr/share/man/man1/
+    # The admin's check of the plugin line (login nodes too): the plugin's own parser.
+    install -m 0755 "$PLUGSTACK_BIN" "$root"/usr/sbin/nccl-check-plugstack
+    strip --strip-unneeded "$root"/usr/sbin/nccl-check-plugstack
+    install -m 0644 "$WORK/man/nccl-check-plugstack.8.gz" "$root"/usr/share/man/man8/
     if [ -n "$HAVE_PROLOG" ]; then
         install -d -m 0755 "$root"/usr/sbin "$root"/usr/share/man/man8
         install -m 0755 "$PROLOG_BIN" "$root"/usr/sbin/nccl-check-prolog
@@ -375,7 +385,7 @@ EOF
     local sd=$WORK/deb/shlibdeps shlibs elfs=()
     mkdir -p "$sd/debian"
     printf 'Source: nccl-check\n\nPackage: %s\nArchitecture: amd64\n' "$NAME" > "$sd/debian/control"
-    elfs=("$root"/usr/libexec/nccl-check/nccl-check "$root/$so")
+    elfs=("$root"/usr/libexec/nccl-check/nccl-check "$root/$so" "$root"/usr/sbin/nccl-check-plugstack)
     [ -n "$HAVE_PROLOG" ] && elfs+=("$root"/usr/sbin/nccl-check-prolog)
     # -l: no package shlibs to look in; the plugin's undefined spank_* symbols come from slurmd.
     shlibs=$(cd "$sd" && dpkg-shlibdeps -O --warnings=0 "${elfs[@]}" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
@@ -512,6 +522,8 @@ exit 0
 %config(noreplace) /etc/slurm/plugstack.conf.d/zz-nccl-check.conf
 /usr/share/nccl-check
 /usr/share/man/man1/nccl-check.1.gz
+/usr/sbin/nccl-check-plugstack
+/usr/share/man/man8/nccl-check-plugstack.8.gz
 %doc /$docdir
 %dir /var/lib/nccl-check
 EOF

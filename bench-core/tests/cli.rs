@@ -353,6 +353,41 @@ fn check_config_validates_and_says_where_each_setting_comes_from() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Issue 25 finding 9: the printout left out `nccl_lib`, `[[network]]` and `[[expected_gpus]]`;
+/// every effective key is shown.
+#[test]
+fn check_config_shows_nccl_lib_network_and_expected_gpus() {
+    let dir = std::env::temp_dir().join(format!("nccl-check-cli-cc3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let f = dir.join("site.toml");
+    std::fs::write(
+        &f,
+        "nccl_lib = \"/opt/nccl/lib/libnccl.so.2\"\n\n[[network]]\nname = \"ib\"\n\
+         partitions = [\"gpu\"]\n[network.env]\nNCCL_IB_HCA = \"=mlx5_0:1\"\n\n\
+         [[expected_gpus]]\nnodes = [\"gpu[001-128]\"]\ncount = 8\n",
+    )
+    .expect("write");
+    let g = f.display().to_string();
+    let (rc, out, _) = nccl_check(&["--check-config", &g]);
+    // No GPU here: the readiness part may say NOT READY; the printout is what is checked.
+    assert!(rc == 0 || rc == 2, "{rc}: {out}");
+    assert!(
+        out.contains(&format!(
+            "nccl_lib = \"/opt/nccl/lib/libnccl.so.2\"    # {g}:1\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("network[0] = \"ib\": partitions gpu, nodes any, env NCCL_IB_HCA==mlx5_0:1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("expected_gpus[0] = 8 GPUs: partitions any, nodes gpu[001-128]"),
+        "{out}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The explain text's APPLIES lines (collective and floor) for `--gpu-model MODEL --gpus 8`.
 fn applied(model: &str) -> Vec<String> {
     let (rc, out, err) = nccl_check(&["--explain-thresholds", "--gpu-model", model, "--gpus", "8"]);

@@ -8,6 +8,11 @@
 use crate::verdict::Verdict;
 use serde::{Deserialize, Serialize};
 
+/// What the worker's message for a missing NCCL library ([`ExitCode::NcclLibrary`]) ends with:
+/// what its own command line's user can do. A caller that runs the worker for someone who has no
+/// such command line (the SPANK plugin's srun user) replaces exactly this with its own hint.
+pub const NCCL_LIB_HINT: &str = "give its path with --nccl-lib or NCCL_CHECK_NCCL_LIB";
+
 /// Documented exit codes of `nccl-check`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -19,7 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod capped;
+mod lines;
 use capped::CappedLog;
+use lines::LineCopy;
 
 /// How often an exec that fails with ETXTBSY is retried (the file is being replaced, or another
 /// thread's fork briefly holds a write descriptor to it).
@@ -41,6 +43,13 @@ pub enum Output {
     File(File),
     /// Copied to `copy` as it arrives (a user's terminal) and kept as a tail like `Tail`.
     Tee { max_bytes: usize, copy: File },
+    /// Like `Tee`, but copies whole lines only, and not those for which `skip` is true (the tail
+    /// keeps everything).
+    TeeLines {
+        max_bytes: usize,
+        copy: File,
+        skip: fn(&[u8]) -> bool,
+    },
     /// Written to `file` (the caller opens it), at most its first `head` bytes as they arrive
     /// and its last `tail` bytes at the end, with a line saying how much was cut between them:
     /// a chatty child cannot fill the disk (the root prolog's `worker.log`).
@@ -335,11 +344,28 @@ fn command(spec: &Spec) -> Command {
     cmd
 }
 
+/// Where a live copy of a stream goes.
+enum Copy {
+    Raw(File),
+    Lines(LineCopy),
+}
+
 /// The tail size, the copy and the capped log of a stream read through a pipe.
-fn kept(o: &Output) -> Option<(usize, Option<File>, Option<CappedLog>)> {
+fn kept(o: &Output) -> Option<(usize, Option<Copy>, Option<CappedLog>)> {
     match o {
         Output::Tail { max_bytes } => Some((*max_bytes, None, None)),
-        Output::Tee { max_bytes, copy } => Some((*max_bytes, copy.try_clone().ok(), None)),
+        Output::Tee { max_bytes, copy } => {
+            Some((*max_bytes, copy.try_clone().ok().map(Copy::Raw), None))
+        }
+        Output::TeeLines {
+            max_bytes,
+            copy,
+            skip,
+        } => Some((
+            *max_bytes,
+            LineCopy::new(copy, *skip).map(Copy::Lines),
+            None,
+        )),
         Output::Capped { file, head, tail } => Some((*tail, None, CappedLog::new(file, *head))),
         Output::Discard | Output::File(_) => None,
     }
@@ -348,7 +374,10 @@ fn kept(o: &Output) -> Option<(usize, Option<File>, Option<CappedLog>)> {
 fn stdio(o: &Output) -> Stdio {
     match o {
         Output::Discard => Stdio::null(),
-        Output::Tail { .. } | Output::Tee { .. } | Output::Capped { .. } => Stdio::piped(),
+        Output::Tail { .. }
+        | Output::Tee { .. }
+        | Output::TeeLines { .. }
+        | Output::Capped { .. } => Stdio::piped(),
         Output::File(f) => match f.try_clone() {
             Ok(f) => Stdio::from(f),
             Err(_) => Stdio::null(),
@@ -406,7 +435,7 @@ struct Pipe {
     tail: Vec<u8>,
     max: usize,
     open: bool,
-    copy: Option<File>,
+    copy: Option<Copy>,
     log: Option<CappedLog>,
 }
 
@@ -418,7 +447,7 @@ impl Pipe {
         reader: Box<dyn ReadFd>,
         stream: Stream,
         max: usize,
-        copy: Option<File>,
+        copy: Option<Copy>,
         log: Option<CappedLog>,
     ) -> Pipe {
         // SAFETY: fcntl on a pipe descriptor we own.
@@ -443,12 +472,16 @@ impl Pipe {
         let mut buf = [0u8; 8192];
         while self.open {
             match self.reader.read(&mut buf) {
-                Ok(0) => self.open = false,
+                Ok(0) => self.close(),
                 Ok(n) => {
-                    if let Some(c) = &mut self.copy {
+                    match &mut self.copy {
                         // Best effort: a closed terminal must not end the supervision.
-                        use std::io::Write;
-                        let _ = c.write_all(&buf[..n]);
+                        Some(Copy::Raw(c)) => {
+                            use std::io::Write;
+                            let _ = c.write_all(&buf[..n]);
+                        }
+                        Some(Copy::Lines(c)) => c.write(&buf[..n]),
+                        None => {}
                     }
                     if let Some(log) = &mut self.log {
                         log.write(&buf[..n]);
@@ -457,8 +490,15 @@ impl Pipe {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(_) => self.open = false,
+                Err(_) => self.close(),
             }
+        }
+    }
+
+    fn close(&mut self) {
+        self.open = false;
+        if let Some(Copy::Lines(c)) = &mut self.copy {
+            c.finish();
         }
     }
 }
@@ -539,6 +579,31 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(d.join("copy")).expect("copy"),
             "one\ntwo\n"
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// The plugin's live copy leaves out the lines it says itself; the tail keeps them.
+    #[test]
+    fn a_line_tee_leaves_out_the_lines_its_filter_skips() {
+        let d = scratch_dir("sup-tee-lines");
+        let copy = File::create(d.join("copy")).expect("create");
+        let mut s = sh(
+            &d,
+            "echo one >&2; echo 'nccl-check: ERROR x' >&2; printf two >&2; exit 3",
+            5000,
+        );
+        s.stderr = Output::TeeLines {
+            max_bytes: 1024,
+            copy,
+            skip: |l| l.starts_with(b"nccl-check: ERROR"),
+        };
+        let f = run(s).expect("runs");
+        assert_eq!(f.ending, Ending::Exited(3));
+        assert_eq!(&f.stderr[..], b"one\nnccl-check: ERROR x\ntwo");
+        assert_eq!(
+            std::fs::read_to_string(d.join("copy")).expect("copy"),
+            "one\ntwo"
         );
         std::fs::remove_dir_all(&d).ok();
     }

@@ -148,6 +148,63 @@ pub fn worker(c: &Config) -> (Vec<String>, Findings) {
     (lines, f)
 }
 
+/// The admin's check of the SPANK plugin's line (`nccl-check-plugstack --check`, installed beside
+/// this program, the plugin's own parser): a typo on that line fails every `--nccl-check` job.
+/// Its lines come back prefixed `plugin line: `; not installed is a note.
+pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Findings) {
+    let mut f = Findings::default();
+    if !program.is_file() {
+        f.notes.push(format!(
+            "{} is not installed: the SPANK plugin's line is not checked",
+            program.display()
+        ));
+        return (Vec::new(), f);
+    }
+    let mut spec =
+        Spec::new(program, vec!["--check".into()], WAIT).env("PATH", crate::worker::WORKER_PATH);
+    if let Some(c) = slurm_conf {
+        spec = spec.env("SLURM_CONF", c);
+    }
+    spec.stdout = Output::Tail {
+        max_bytes: 64 * 1024,
+    };
+    spec.stderr = Output::Tail {
+        max_bytes: 8 * 1024,
+    };
+    let what = format!("{} --check", program.display());
+    let done = match supervise::run(spec) {
+        Ok(d) => d,
+        Err(e) => {
+            f.problems.push(format!("{what}: {}", e.error));
+            return (Vec::new(), f);
+        }
+    };
+    let text =
+        String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
+    let lines = text.lines().map(|l| format!("plugin line: {l}")).collect();
+    for bad in text.lines().filter_map(|l| l.strip_prefix("INVALID ")) {
+        f.problems.push(format!("plugin line: {bad}"));
+    }
+    match done.ending {
+        Ending::Exited(0) => {}
+        Ending::Exited(_) if !f.problems.is_empty() => {}
+        Ending::KilledAtDeadline => f
+            .problems
+            .push(format!("{what}: no answer in {} s", WAIT.as_secs())),
+        other => f.problems.push(format!("{what}: {other:?}")),
+    }
+    (lines, f)
+}
+
+/// `nccl-check-plugstack` beside this program (both in /usr/sbin when installed).
+pub fn plugstack_program() -> std::path::PathBuf {
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| "/usr/sbin".into());
+    dir.join("nccl-check-plugstack")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +301,35 @@ mod tests {
         assert_eq!(worker(&c2).1, Findings::default());
         assert!(f.problems[0].contains("unknown field 'fracton'"), "{f:?}");
         assert!(lines[0].starts_with("worker: INVALID "), "{lines:?}");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Issue 25 finding 8: --check-config runs the plugin line's check and takes its INVALID
+    /// lines as problems; without the program it says so and goes on.
+    #[test]
+    fn the_plugin_lines_problems_are_the_gates_problems() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = bench_core::test_support::scratch_dir("chain-plugstack");
+        let p = d.join("nccl-check-plugstack");
+        std::fs::write(
+            &p,
+            "#!/bin/sh\n[ \"$1\" = --check ] || exit 9\necho \"# plugstack: $SLURM_CONF\"\n\
+             echo \"INVALID /etc/slurm/plugstack.conf.d/zz-nccl-check.conf:1: unknown argument 'timout' (did you mean 'timeout'?)\"\nexit 2\n",
+        )
+        .expect("w");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let (lines, f) = plugin_line(&p, Some("/x/slurm.conf"));
+        assert_eq!(lines[0], "plugin line: # plugstack: /x/slurm.conf");
+        assert_eq!(
+            f.problems,
+            [
+                "plugin line: /etc/slurm/plugstack.conf.d/zz-nccl-check.conf:1: unknown argument \
+              'timout' (did you mean 'timeout'?)"
+            ]
+        );
+        let (lines, f) = plugin_line(&d.join("absent"), None);
+        assert!(lines.is_empty() && f.problems.is_empty(), "{f:?}");
+        assert!(f.notes[0].contains("is not installed"), "{f:?}");
         std::fs::remove_dir_all(&d).ok();
     }
 }

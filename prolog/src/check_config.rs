@@ -170,11 +170,17 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
     }
     let (settings, why) = crate::chain::read_slurm(&cfg, slurm_conf);
     let sl = crate::chain::slurm(&cfg, settings.as_ref(), &why, path);
-    for n in w.notes.iter().chain(&sl.notes) {
+    let (plugin_lines, pl) =
+        crate::chain::plugin_line(&crate::chain::plugstack_program(), slurm_conf);
+    for l in &plugin_lines {
+        println!("{l}");
+    }
+    for n in w.notes.iter().chain(&sl.notes).chain(&pl.notes) {
         println!("# {n}");
     }
     problems.extend(w.problems);
     problems.extend(sl.problems);
+    problems.extend(pl.problems);
     if problems.is_empty() {
         println!(
             "# ready on {node}: the worker and scontrol are executable, the directories safe, \

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use nccl_check_contract::supervise::{self, Ending, Output, Spec};
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_contract::{line, outcome};
+use nccl_check_contract::exit::NCCL_LIB_HINT;
+use nccl_check_contract::outcome;
 use nccl_check_contract::{ExitCode, PlanName, WorkerArgs};
 use slurm_spank::SpankHandle;
 
@@ -70,10 +71,19 @@ pub fn check_allocation(
         config.timeout.as_secs()
     ));
     let t0 = Instant::now();
-    let (verdict, detail) = match supervise::run(spec) {
+    let (verdict, mut detail) = match supervise::run(spec) {
         Ok(done) => judge(done.ending, &done.stderr, config),
         Err(e) => (Verdict::Error, format!("cannot start srun: {}", e.error)),
     };
+    if detail.contains(NCCL_LIB_HINT) {
+        let user_lib = spank
+            .getenv("NCCL_CHECK_NCCL_LIB")
+            .ok()
+            .flatten()
+            .filter(|v| !v.is_empty());
+        detail =
+            crate::present::nccl_lib_hint(&detail, user_lib.as_deref(), config.nccl_lib.as_deref());
+    }
     let took = t0.elapsed().as_secs_f64();
     match (verdict, mode.enforcing()) {
         (Verdict::Pass, _) => {
@@ -129,13 +139,15 @@ fn srun_args(config: &Config, mode: &Mode, nnodes: u32, verbose: bool) -> Vec<Os
     a
 }
 
-/// The batch step's stderr (the job's error file), copied as the check's output arrives.
+/// The batch step's stderr (the job's error file), copied as the check's output arrives, less
+/// what the plugin's own verdict line says ([`in_the_verdict`]).
 fn tee_stderr() -> Output {
     use std::os::fd::AsFd;
     match std::io::stderr().as_fd().try_clone_to_owned() {
-        Ok(fd) => Output::Tee {
+        Ok(fd) => Output::TeeLines {
             max_bytes: TAIL_BYTES,
             copy: std::fs::File::from(fd),
+            skip: in_the_verdict,
         },
         Err(_) => Output::Tail {
             max_bytes: TAIL_BYTES,
@@ -158,13 +170,6 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
             .take(400)
             .collect()
     };
-    // The workers' verdict lines, read as the contract writes them.
-    let last_with = |verdict: Verdict| {
-        text.lines()
-            .rev()
-            .find(|l| line::parse(l).is_some_and(|f| f.verdict == verdict))
-            .map(printable)
-    };
     let last_line = text
         .lines()
         .rev()
@@ -173,7 +178,7 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
     match ending {
         Ending::Exited(0) => (Verdict::Pass, String::new()),
         Ending::Exited(code) => {
-            if let Some(fail) = last_with(Verdict::Fail) {
+            if let Some(fail) = last_summary(&text, Verdict::Fail) {
                 return (Verdict::Fail, fail);
             }
             if let Some(task) = text.lines().rev().find_map(task_exited_with_fail) {
@@ -187,7 +192,7 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
             }
             // No worker's FAIL: srun's exit alone decides, by the contract's rule.
             let verdict = outcome::judge(Ending::Exited(code), None).verdict;
-            let detail = last_with(Verdict::Error).unwrap_or_else(|| {
+            let detail = last_summary(&text, Verdict::Error).unwrap_or_else(|| {
                 format!(
                     "srun exited with code {code} ({}); last output: {}",
                     ExitCode::meaning_of(code),
@@ -207,6 +212,30 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
             ),
         ),
     }
+}
+
+/// Lines of the check's srun that the one verdict line after it says (issue 25: the batch log
+/// showed the worker's FAIL, srun's `task 1: Exited with exit code 1` and then the plugin's line):
+/// each worker's verdict line and srun's line about how a task of the check ended.
+fn in_the_verdict(line: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim();
+    crate::present::verdict_line(text).is_some()
+        || text.strip_prefix("srun: error: ").is_some_and(|t| {
+            t.contains(": task ")
+                && (t.contains(": Exited with exit code ")
+                    || t.ends_with(": Killed")
+                    || t.ends_with(": Terminated"))
+        })
+}
+
+/// The summary of the last worker verdict line with this verdict, printable.
+fn last_summary(text: &str, want: Verdict) -> Option<String> {
+    text.lines().rev().find_map(|l| {
+        crate::present::verdict_line(l)
+            .filter(|(v, _)| *v == want)
+            .map(|(_, s)| s.chars().filter(|c| !c.is_control()).take(400).collect())
+    })
 }
 
 /// srun's own line for a task that exited 1, the worker's FAIL exit, without its "srun: error: "
@@ -236,13 +265,33 @@ mod tests {
         );
     }
 
+    /// Issue 25: the batch log showed the worker's line and srun's task exit besides ours.
+    #[test]
+    fn the_batch_log_leaves_out_what_the_verdict_line_says() {
+        for said in [
+            "nccl-check: FAIL busbw 12.3 < 300.0 GB/s\n",
+            "0: nccl-check: ERROR rendezvous: no peer\n",
+            "srun: error: n2: task 1: Exited with exit code 1\n",
+            "srun: error: n1: task 0: Killed\n",
+        ] {
+            assert!(in_the_verdict(said.as_bytes()), "{said}");
+        }
+        for kept in [
+            "nccl-check: running 3 s of 4 s budget: loading NCCL\n",
+            "srun: error: Unable to create step for job 7: Invalid generic resource\n",
+            "fake worker: hanging\n",
+        ] {
+            assert!(!in_the_verdict(kept.as_bytes()), "{kept}");
+        }
+    }
+
     #[test]
     fn the_exit_decides_and_the_workers_verdict_line_explains() {
         let c = Config::default();
         let err = b"nccl-check: running 3 s\nnccl-check: FAIL all_reduce 12 < 300 GB/s on n2\nsrun: error: n2: task 1: Exited with exit code 1\n";
         let (v, d) = judge(Ending::Exited(1), err, &c);
         assert_eq!(v, Verdict::Fail);
-        assert_eq!(d, "nccl-check: FAIL all_reduce 12 < 300 GB/s on n2");
+        assert_eq!(d, "all_reduce 12 < 300 GB/s on n2");
         let (v, d) = judge(Ending::Exited(0), b"", &c);
         assert_eq!(v, Verdict::Pass, "{d}");
         let (v, d) = judge(Ending::Exited(2), b"srun: error: bad thing\n", &c);
@@ -287,6 +336,6 @@ mod tests {
             srun: error: n1: task 0: Killed\n";
         let (v, d) = judge(Ending::Exited(137), err, &c);
         assert_eq!(v, Verdict::Error);
-        assert_eq!(d, "nccl-check: ERROR rendezvous: no peer");
+        assert_eq!(d, "rendezvous: no peer");
     }
 }

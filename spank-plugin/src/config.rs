@@ -39,8 +39,19 @@ use nccl_check_contract::slurm_rendezvous::PortRange;
 /// Seconds between the worker's own `--timeout` and the plugin's SIGKILL of its process group.
 pub const KILL_GRACE_SECS: u64 = 5;
 const MAX_TIMEOUT_SECS: u64 = 3600;
-const KEYS: &str = "worker, timeout, port_range, default_mode, allow_sharp, allow_container, \
-nccl_lib, verbose, report_dir, batch_check";
+/// Every argument the plugin line takes.
+pub const KEYS: [&str; 10] = [
+    "worker",
+    "timeout",
+    "port_range",
+    "default_mode",
+    "allow_sharp",
+    "allow_container",
+    "nccl_lib",
+    "verbose",
+    "report_dir",
+    "batch_check",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -79,6 +90,29 @@ impl Config {
         self.timeout + Duration::from_secs(KILL_GRACE_SECS)
     }
 
+    /// Every argument with its effective value, as a plugin line would say it.
+    pub fn describe(&self) -> String {
+        let path = |p: &Option<PathBuf>| {
+            p.as_ref()
+                .map_or("(unset)".to_string(), |p| p.display().to_string())
+        };
+        format!(
+            "worker={} timeout={} port_range={}-{} default_mode={} allow_sharp={} \
+             allow_container={} nccl_lib={} verbose={} report_dir={} batch_check={}",
+            self.worker.display(),
+            self.timeout.as_secs(),
+            self.ports.lo(),
+            self.ports.hi(),
+            self.default_mode,
+            u8::from(self.allow_sharp),
+            u8::from(self.allow_container),
+            path(&self.nccl_lib),
+            u8::from(self.verbose),
+            path(&self.report_dir),
+            u8::from(self.batch_check)
+        )
+    }
+
     /// Parses the plugstack.conf arguments (`spank.plugin_argv()`).
     pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, ConfigError> {
         let mut config = Config::default();
@@ -90,7 +124,10 @@ impl Config {
                 reason,
             };
             let Some((key, value)) = arg.split_once('=') else {
-                return Err(err(format!("expected key=value (keys: {KEYS})")));
+                return Err(err(format!(
+                    "expected key=value (arguments: {})",
+                    KEYS.join(", ")
+                )));
             };
             if seen.contains(&key) {
                 return Err(err(format!("'{key}' given twice")));
@@ -154,7 +191,7 @@ impl Config {
                     config.batch_check =
                         parse_bool(value).ok_or_else(|| err("batch_check must be 0 or 1".into()))?
                 }
-                _ => return Err(err(format!("unknown key '{key}' (keys: {KEYS})"))),
+                _ => return Err(err(unknown(key))),
             }
             seen.push(key);
         }
@@ -165,6 +202,19 @@ impl Config {
             });
         }
         Ok(config)
+    }
+}
+
+/// An unknown argument, with the one it most likely meant (a typo: `timout`) or else the list.
+fn unknown(key: &str) -> String {
+    let near = KEYS
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(key, k), *k))
+        .filter(|(d, _)| *d <= 2 && *d < key.len())
+        .min();
+    match near {
+        Some((_, k)) => format!("unknown argument '{key}' (did you mean '{k}'?)"),
+        None => format!("unknown argument '{key}' (arguments: {})", KEYS.join(", ")),
     }
 }
 
@@ -248,7 +298,25 @@ mod tests {
     fn unknown_keys_are_rejected_by_name() {
         let err = Config::parse(&["treshold=3"]).expect_err("unknown");
         assert_eq!(err.arg, "treshold=3");
-        assert!(err.to_string().contains("unknown key 'treshold'"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("unknown argument 'treshold' (arguments: worker, timeout"),
+            "{err}"
+        );
+    }
+
+    /// Issue 25: a typo is named with what it most likely meant.
+    #[test]
+    fn a_typo_is_named_with_the_argument_it_meant() {
+        let err = Config::parse(&["timout=120"]).expect_err("typo");
+        assert_eq!(
+            err.reason,
+            "unknown argument 'timout' (did you mean 'timeout'?)"
+        );
+        let err = Config::parse(&["nccllib=/x"]).expect_err("typo");
+        assert!(err.reason.contains("did you mean 'nccl_lib'"), "{err}");
+        let err = Config::parse(&["verbos=1"]).expect_err("typo");
+        assert!(err.reason.contains("did you mean 'verbose'"), "{err}");
     }
 
     #[test]
@@ -283,6 +351,19 @@ mod tests {
         assert!(err.to_string().contains("needs allow_sharp=1"), "{err}");
         let c = Config::parse(&["allow_sharp=1", "default_mode=sharp"]).expect("allowed");
         assert_eq!(c.default_mode, Mode::Sharp);
+    }
+
+    /// `nccl-check-plugstack --check` prints what is in force; it parses back to the same.
+    #[test]
+    fn the_description_names_every_argument_and_parses_back() {
+        let c = Config::parse(&["timeout=30", "nccl_lib=/opt/libnccl.so.2", "verbose=1"])
+            .expect("valid");
+        let d = c.describe();
+        for k in KEYS {
+            assert!(d.contains(&format!("{k}=")), "{k}: {d}");
+        }
+        let args: Vec<&str> = d.split(' ').filter(|a| !a.ends_with("=(unset)")).collect();
+        assert_eq!(Config::parse(&args).expect("parses back"), c);
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod batch;
 pub mod compat;
 pub mod config;
 pub mod options;
+pub mod plugstack;
 pub mod present;
 pub mod slurmstepd;
 pub mod srun;

@@ -1,11 +1,16 @@
-//! The per-node result table of `--nccl-check=...,verbose` (or plugstack `verbose=1`): rank 0
-//! prints the header, every task its own row as soon as its worker ends, so the rows of a step
-//! arrive together on srun's stderr, one line each.
+//! What the user reads about a check: the per-node result table of `--nccl-check=...,verbose`
+//! (or plugstack `verbose=1`: rank 0 prints the header, every task its own row as soon as its
+//! worker ends, so the rows of a step arrive together on srun's stderr, one line each), which of
+//! the worker's own lines are left out of the live copy (the plugin says the verdict itself,
+//! once), and the hint for a missing NCCL that fits a user who runs through srun.
+
+use std::path::Path;
+
+use nccl_check_contract::exit::NCCL_LIB_HINT;
+use nccl_check_contract::line;
+use nccl_check_contract::verdict::Verdict;
 
 use crate::worker::Outcome;
-
-/// Longest detail in a row (the full sentence stays in the kept report).
-const DETAIL_CHARS: usize = 160;
 
 /// The table's header line.
 pub fn header() -> String {
@@ -15,35 +20,90 @@ pub fn header() -> String {
     )
 }
 
-/// One task's row.
-pub fn row(node: &str, rank: u32, world: u32, outcome: &Outcome) -> String {
+/// One task's row, with the whole detail (one line, bounded by the worker module): it is the
+/// only place a verbose check says a FAIL or ERROR, so it is never cut.
+pub fn row(node: &str, rank: u32, world: u32, outcome: &Outcome, note: &str) -> String {
     let node: String = node.chars().filter(|c| !c.is_control()).take(64).collect();
-    let detail: String = outcome.detail.chars().take(DETAIL_CHARS).collect();
     format!(
-        "nccl-check: {node:<16} {:>9} {:<7} {:>6.1}s  {detail}",
+        "nccl-check: {node:<16} {:>9} {:<7} {:>6.1}s  {}{note}",
         format!("{rank}/{world}"),
         outcome.verdict.to_string(),
-        outcome.elapsed.as_secs_f64()
+        outcome.elapsed.as_secs_f64(),
+        outcome.detail
     )
+}
+
+/// The worker's own verdict line (`nccl-check: FAIL <summary>`, written by
+/// `nccl_check_contract::line`), also behind srun's `--label` (`1: `): its verdict and summary.
+/// Only at the start of the line (after a label), so a line that quotes one is not taken for it;
+/// the contract's parser reads it.
+pub fn verdict_line(line: &str) -> Option<(Verdict, &str)> {
+    let line = line.trim();
+    let unlabelled = line
+        .split_once(": ")
+        .filter(|(label, _)| !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(line, |(_, rest)| rest);
+    if !unlabelled.starts_with(line::PREFIX) {
+        return None;
+    }
+    line::parse(unlabelled).map(|f| (f.verdict, f.summary))
+}
+
+/// Left out of the live copy of the worker's stderr: its verdict line, which the plugin's own
+/// line (or table row) says with the node and rank.
+pub fn is_verdict_line(line: &[u8]) -> bool {
+    verdict_line(&String::from_utf8_lossy(line)).is_some()
+}
+
+/// The detail of a worker that could not load NCCL, with the worker's hint (`--nccl-lib`, which
+/// no srun user can pass) replaced by what is true here: the user's `NCCL_CHECK_NCCL_LIB` when
+/// that is what was tried, else the plugin line's `nccl_lib=` when the site set one, else both
+/// ways to name the library.
+pub fn nccl_lib_hint(detail: &str, user_lib: Option<&str>, site_lib: Option<&Path>) -> String {
+    let hint = match (user_lib, site_lib) {
+        (Some(u), _) => format!(
+            "NCCL_CHECK_NCCL_LIB={u} (your environment) is what was tried: correct it, or unset \
+             it to use the site's library"
+        ),
+        (None, Some(s)) => format!(
+            "nccl_lib={} on the plugin line (the site's) is what was tried: tell your admin, or \
+             set NCCL_CHECK_NCCL_LIB=/path/to/libnccl.so.2 in your job's environment",
+            s.display()
+        ),
+        (None, None) => "set NCCL_CHECK_NCCL_LIB=/path/to/libnccl.so.2 in your job's environment, \
+             or ask your admin to set nccl_lib= on the plugin line"
+            .to_string(),
+    };
+    let without = detail.replace(&format!("; {NCCL_LIB_HINT}"), "");
+    match without.rfind(" [worker exit ") {
+        Some(i) => format!("{}; {hint}{}", &without[..i], &without[i..]),
+        None => format!("{without}; {hint}"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_check_contract::verdict::Verdict;
     use std::time::Duration;
 
-    #[test]
-    fn rows_line_up_under_the_header() {
-        let out = Outcome {
-            verdict: Verdict::Fail,
+    fn outcome(verdict: Verdict, detail: &str) -> Outcome {
+        Outcome {
+            verdict,
             ending: Ok(nccl_check_contract::supervise::Ending::Exited(1)),
-            detail: "all_reduce busbw 12.3 < 300.0 GB/s; responsible: n2 GPU 0".into(),
+            detail: detail.into(),
             host: None,
             elapsed: Duration::from_millis(3140),
             keep_problem: None,
-        };
-        let (h, r) = (header(), row("n2", 1, 2, &out));
+        }
+    }
+
+    #[test]
+    fn rows_line_up_under_the_header() {
+        let out = outcome(
+            Verdict::Fail,
+            "all_reduce busbw 12.3 < 300.0 GB/s; responsible: n2 GPU 0",
+        );
+        let (h, r) = (header(), row("n2", 1, 2, &out, ""));
         assert_eq!(
             r,
             "nccl-check: n2                     1/2 FAIL       3.1s  all_reduce busbw 12.3 < \
@@ -51,5 +111,71 @@ mod tests {
         );
         assert_eq!(h.find("result"), r.find("all_reduce"));
         assert_eq!(h.find("verdict"), r.find("FAIL"));
+    }
+
+    /// Issue 25: the row cut the worker's sentence after 160 characters, mid-word.
+    #[test]
+    fn a_row_holds_the_whole_detail() {
+        let long = format!(
+            "NCCL library not found (tried {}) [worker exit 3]",
+            "x".repeat(300)
+        );
+        let r = row("n1", 0, 1, &outcome(Verdict::Error, &long), " (warn)");
+        assert!(r.ends_with(&format!("{long} (warn)")), "{r}");
+    }
+
+    #[test]
+    fn the_workers_verdict_lines_are_known_with_or_without_a_label() {
+        assert_eq!(
+            verdict_line("nccl-check: FAIL busbw 12.3 < 300.0 GB/s"),
+            Some((Verdict::Fail, "busbw 12.3 < 300.0 GB/s"))
+        );
+        assert_eq!(
+            verdict_line("1: nccl-check: ERROR rendezvous: no peer\n"),
+            Some((Verdict::Error, "rendezvous: no peer"))
+        );
+        assert!(is_verdict_line(b"nccl-check: PASS 8 x H100 on 1 node(s)\n"));
+        for other in [
+            "nccl-check: running 3 s of 4 s budget: loading NCCL",
+            "nccl-check: PASSED",
+            "fake worker: all_reduce 256 MiB ok",
+            "x1: nccl-check: FAIL y",
+            "srun: error: n1: task 0: Exited with exit code 1",
+        ] {
+            assert!(!is_verdict_line(other.as_bytes()), "{other}");
+        }
+    }
+
+    /// Issue 25: an srun user was told to use --nccl-lib, which srun cannot pass on.
+    #[test]
+    fn the_nccl_hint_names_what_was_tried_and_never_the_workers_flag() {
+        let d = format!(
+            "NCCL library not found (tried libnccl.so.2: nope); {NCCL_LIB_HINT} [worker exit 3]"
+        );
+        let user = nccl_lib_hint(
+            &d,
+            Some("/home/u/libnccl.so.2"),
+            Some(Path::new("/opt/l.so")),
+        );
+        assert_eq!(
+            user,
+            "NCCL library not found (tried libnccl.so.2: nope); NCCL_CHECK_NCCL_LIB=/home/u/libnccl.so.2 \
+             (your environment) is what was tried: correct it, or unset it to use the site's library \
+             [worker exit 3]"
+        );
+        let site = nccl_lib_hint(&d, None, Some(Path::new("/opt/nccl/libnccl.so.2")));
+        assert!(
+            site.contains("nccl_lib=/opt/nccl/libnccl.so.2 on the plugin line"),
+            "{site}"
+        );
+        let none = nccl_lib_hint(&d, None, None);
+        assert!(
+            none.contains("set NCCL_CHECK_NCCL_LIB=") && none.contains("nccl_lib="),
+            "{none}"
+        );
+        for s in [user, site, none] {
+            assert!(!s.contains("--nccl-lib"), "{s}");
+            assert!(s.ends_with(" [worker exit 3]"), "{s}");
+        }
     }
 }

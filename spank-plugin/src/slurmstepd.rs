@@ -14,8 +14,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
+use nccl_check_contract::supervise::Ending;
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_contract::{PlanName, WorkerArgs};
+use nccl_check_contract::{ExitCode, PlanName, WorkerArgs};
 use slurm_spank::SpankHandle;
 
 use crate::config::Config;
@@ -127,6 +128,7 @@ pub fn task_init(
         .map_err(spank_err("S_JOB_TOTAL_TASK_COUNT"))?;
     let getenv = |name: &str| spank.getenv(name).ok().flatten();
     let node = getenv("SLURMD_NODENAME").unwrap_or_else(|| String::from("?"));
+    let user_lib = getenv(NCCL_LIB_VAR).filter(|v| !v.is_empty());
     let env = worker_env(spank, config, secret)?;
     let tmp_dir = getenv("TMPDIR")
         .map(PathBuf::from)
@@ -158,12 +160,24 @@ pub fn task_init(
     if verbose && rank == 0 {
         say(&present::header());
     }
-    let outcome = worker::run(&inv);
+    let mut outcome = worker::run(&inv);
+    if outcome.ending == Ok(Ending::Exited(ExitCode::NcclLibrary.code())) {
+        outcome.detail = present::nccl_lib_hint(
+            &outcome.detail,
+            user_lib.as_deref(),
+            config.nccl_lib.as_deref(),
+        );
+    }
     if let Some(p) = &outcome.keep_problem {
         say(&format!("nccl-check: note: {p}"));
     }
+    let warn_note = match (outcome.verdict, mode.enforcing()) {
+        (Verdict::Pass, _) | (_, true) => "",
+        (_, false) => " (warn mode: the task runs anyway)",
+    };
     if verbose {
-        say(&present::row(&node, rank, world, &outcome));
+        // The row is where a verbose check says a FAIL or ERROR; no second line repeats it.
+        say(&present::row(&node, rank, world, &outcome, warn_note));
     }
     let where_ = format!("on {node} (rank {rank} of {world})");
     match (outcome.verdict, mode.enforcing()) {
@@ -177,20 +191,19 @@ pub fn task_init(
             Ok(())
         }
         (verdict, true) => {
-            say(&format!(
-                "nccl-check: {verdict} {where_}: {}",
-                outcome.detail
-            ));
-            Err(Error::Reported(format!(
-                "{verdict} {where_}: {}",
-                outcome.detail
-            )))
+            let msg = format!("{verdict} {where_}: {}", outcome.detail);
+            if !verbose {
+                say(&format!("nccl-check: {msg}"));
+            }
+            Err(Error::Reported(msg))
         }
         (verdict, false) => {
-            say(&format!(
-                "nccl-check: {verdict} {where_}: {} (warn mode: the task runs anyway)",
-                outcome.detail
-            ));
+            if !verbose {
+                say(&format!(
+                    "nccl-check: {verdict} {where_}: {}{warn_note}",
+                    outcome.detail
+                ));
+            }
             Ok(())
         }
     }

@@ -70,9 +70,11 @@ pub fn run(inv: &Invocation) -> Outcome {
         .flatten()
         .map(std::fs::File::from);
     let stderr = match copy {
-        Some(copy) => Output::Tee {
+        // Its progress as it comes; not its verdict line: the plugin says that once, itself.
+        Some(copy) => Output::TeeLines {
             max_bytes: STDERR_TAIL_BYTES,
             copy,
+            skip: crate::present::is_verdict_line,
         },
         None => Output::Tail {
             max_bytes: STDERR_TAIL_BYTES,

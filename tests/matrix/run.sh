@@ -65,6 +65,8 @@ build_plugin() { # DEST [cargo args...]
 t0=$SECONDS
 build_plugin "$OUT/libnccl_check-fault.so" --features fault-injection || die "fault-injection plugin build failed"
 build_plugin "$OUT/libnccl_check.so" || die "plugin build failed"
+# The admin's plugin-line check (a binary of the plugin's crate; glibc 2.36 runs in trixie, sid).
+install -m 0755 "$T/release/nccl-check-plugstack" "$OUT/nccl-check-plugstack" || die "no nccl-check-plugstack"
 if [ ! -x target/release/nccl-check ] || [ ! -x target/release/nccl-check-prolog ]; then
     timeout 2400 cargo build -q --release -p bench-core -p nccl-check-prolog >&2 || die "release build failed"
 fi

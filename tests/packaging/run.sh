@@ -194,6 +194,7 @@ t_deb_conffiles_and_files() {
     files=$(dpkg-deb -c "$DEB1" | awk '{ print $6 }' | sed 's#^\.##')
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/bin/nccl-check /usr/sbin/nccl-check-prolog \
              /usr/sbin/nccl-check-recheck /usr/share/man/man1/nccl-check.1.gz /usr/share/man/man8/nccl-check-prolog.8.gz \
+             /usr/sbin/nccl-check-plugstack /usr/share/man/man8/nccl-check-plugstack.8.gz \
              "/usr/share/doc/$PKG/README.md" "/usr/share/doc/$PKG/copyright" \
              /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab \
              /usr/share/nccl-check/enroot/hooks.d/90-nccl-check.sh \
@@ -248,6 +249,32 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     [ "$n" -ge 3 ] || fail "expected the plan's and the rules' cited results and the prolog's docs, found: $cited"
     # The README's validation step on the shipped config: valid, every key at its default.
     run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'budget_seconds = 30    # default'
+    # The shipped (commented-out) plugin line's arguments pass the plugin's own parser (issue 25).
+    run_cmd /usr/sbin/nccl-check-plugstack --check "$SNIPPET"; expect_rc0
+    expect_out "commented out; its arguments are valid"
+    run_cmd man -w nccl-check-plugstack; expect_rc0
+}
+
+# Issue 25 finding 8: a typo on the plugin line showed only when a user ran --nccl-check. The
+# installed nccl-check-plugstack finds it where Slurm reads it (slurm.conf's PlugStackConfig, its
+# include), with file and line, and nccl-check-prolog --check-config runs the same check.
+t_plugstack_check_names_a_typo_on_the_installed_line() {
+    enabled || { fail "the plugin line is not enabled (the test before enables it)"; return 1; }
+    run_cmd /usr/sbin/nccl-check-plugstack --check
+    expect_rc0
+    expect_out "# plugstack: /etc/slurm/plugstack.conf (PlugStackConfig at $SLURM_CONF:"
+    expect_out "worker=/usr/libexec/nccl-check/nccl-check timeout=120"
+    local n; n=$(grep -n "^required $SO " "$SNIPPET" | cut -d: -f1)
+    sed -i "s|^required $SO \(.*\)timeout=120|required $SO \1timout=120|" "$SNIPPET"
+    run_cmd /usr/sbin/nccl-check-plugstack --check
+    [ "$RC" = 2 ] || fail "a typo gave exit $RC, not 2"
+    expect_out "INVALID $SNIPPET:$n: unknown argument 'timout' (did you mean 'timeout'?)"
+    run_cmd /usr/sbin/nccl-check-prolog --check-config
+    [ "$RC" = 2 ] || fail "--check-config gave exit $RC with a typo on the plugin line"
+    expect_out "NOT READY plugin line: $SNIPPET:$n: unknown argument 'timout'"
+    sed -i "s|^required $SO \(.*\)timout=120|required $SO \1timeout=120|" "$SNIPPET"
+    run_cmd /usr/sbin/nccl-check-plugstack --check
+    expect_rc0
 }
 
 t_cluster_reads_the_installed_plugstack() {
@@ -526,6 +553,7 @@ t_rpm_files_scripts_and_dependencies() {
     for p in /usr/lib64/slurm/nccl_check.so /usr/libexec/nccl-check/nccl-check /usr/bin/nccl-check \
              /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml /etc/nccl-check/prolog.toml "$SNIPPET" \
              /usr/share/man/man1/nccl-check.1.gz /usr/share/man/man8/nccl-check-prolog.8.gz \
+             /usr/sbin/nccl-check-plugstack /usr/share/man/man8/nccl-check-plugstack.8.gz \
              "/usr/share/doc/$PKG/README.md" /usr/share/nccl-check/enroot/mounts.d/90-nccl-check.fstab /var/lib/nccl-check \
              "${MONITORING[@]}"; do
         grep -qx "$p" <<<"$files" || fail "rpm -qpl lacks $p"
@@ -585,7 +613,7 @@ t_rpm_payload_matches_the_deb() {
     # Same bytes at each distribution's own path; only docs differ (Debian's copyright, changelog).
     cmp -s "$d/deb$SO" "$d/rpm/usr/lib64/slurm/nccl_check.so" || fail "the plugins differ"
     local f
-    for f in usr/libexec/nccl-check/nccl-check usr/sbin/nccl-check-prolog etc/nccl-check/nccl-check.toml \
+    for f in usr/libexec/nccl-check/nccl-check usr/sbin/nccl-check-prolog usr/sbin/nccl-check-plugstack etc/nccl-check/nccl-check.toml \
              etc/nccl-check/prolog.toml usr/share/man/man1/nccl-check.1.gz; do
         cmp -s "$d/deb/$f" "$d/rpm/$f" || fail "differs between DEB and RPM: $f"
     done
@@ -601,6 +629,7 @@ run_test "apt installs the .deb; the plugin is installed disabled" t_apt_install
 if [ "$TEST_FAILED" = 0 ]; then
     run_test "the test cluster reads /etc/slurm/plugstack.conf; disabled plugin changes nothing" t_cluster_reads_the_installed_plugstack
     run_test "enabling as the README says adds --nccl-check to srun, sbatch, salloc" t_enabling_as_the_readme_says_adds_the_option
+    run_test "nccl-check-plugstack --check and --check-config name a typo on the installed plugin line" t_plugstack_check_names_a_typo_on_the_installed_line
     run_test "srun --nccl-check loads the installed plugin; the installed worker reports ERROR (no GPU)" t_real_worker_reports_error_without_gpu
     run_test "srun --nccl-check with the fake worker passes through the installed plugin" t_fake_worker_passes_through_the_installed_plugin
     run_test "slurm.conf Prolog=/usr/sbin/nccl-check-prolog runs the installed worker; ERROR drains nothing" t_prolog_gate_runs_the_installed_worker

@@ -29,7 +29,9 @@ cd "$REPO"
 PLUGIN_SO=${NCCL_CHECK_PLUGIN_SO:-$REPO/target/release/libnccl_check.so}
 FAULT_SO=${NCCL_CHECK_FAULT_PLUGIN_SO:-}
 REAL_WORKER=$REPO/target/release/nccl-check
-if [ ! -f "$PLUGIN_SO" ] && [ -z "${NCCL_CHECK_PLUGIN_SO:-}" ]; then
+# The admin's plugin-line check, built with the plugin (tests/matrix/run.sh puts it beside it).
+PLUGSTACK_BIN=${NCCL_CHECK_PLUGSTACK_BIN:-$(dirname "$PLUGIN_SO")/nccl-check-plugstack}
+if { [ ! -f "$PLUGIN_SO" ] || [ ! -x "$PLUGSTACK_BIN" ]; } && [ -z "${NCCL_CHECK_PLUGIN_SO:-}" ]; then
     say "building the plugin"
     timeout 1200 cargo build --release -p spank-plugin || { say "plugin build failed"; exit 1; }
 fi
@@ -472,7 +474,7 @@ t_required_plugin_with_bad_config_keeps_plain_jobs_working() {
     expect_rc0
     run_cmd srun -N2 --nccl-check true
     expect_rc_nonzero
-    expect_err "nccl-check: plugstack.conf argument 'treshold=3': unknown key 'treshold'"
+    expect_err "nccl-check: plugstack.conf argument 'treshold=3': unknown argument 'treshold'"
 }
 
 t_sharp_refused_unless_allowed() {
@@ -551,6 +553,95 @@ t_init_failure_drains_no_node_on_25_05_and_later() {
     fi
 }
 
+# Issue 25 finding 8: a typo on the plugin line showed only when a user ran --nccl-check. The
+# admin's check reads the plugstack Slurm reads (SLURM_CONF's PlugStackConfig and its include)
+# and names it with the plugin's own parser; a valid line gives its effective arguments.
+t_plugstack_check_names_a_typo_where_slurm_reads_it() {
+    [ -x "$PLUGSTACK_BIN" ] || { fail "$PLUGSTACK_BIN was not built"; return 1; }
+    local line=$CL/plugstack.conf.d/zz-nccl-check.conf
+    conf "worker=$CL/lib/nccl-check-fake timout=120"
+    run_cmd "$PLUGSTACK_BIN" --check
+    [ "$RC" = 2 ] || fail "a typo gave exit $RC, not 2: $(cat "$OUT" "$ERR")"
+    expect_out "# plugstack: $CL/plugstack.conf (PlugStackConfig at $SLURM_CONF:"
+    expect_out "INVALID $line:1: unknown argument 'timout' (did you mean 'timeout'?)"
+    # What a user would have met: the same sentence, from the same parser, in the plugin.
+    run_cmd srun -N1 --nccl-check true
+    expect_rc_nonzero
+    expect_err "unknown argument 'timout' (did you mean 'timeout'?)"
+    default_conf
+    run_cmd "$PLUGSTACK_BIN" --check
+    expect_rc0
+    expect_out "# $line:1: worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S port_range=29500-29999"
+    run_cmd "$PLUGSTACK_BIN" --help
+    expect_rc0
+    expect_out "Exit codes: 0 valid"
+}
+
+# Issue 25 finding 9: a failing check printed its ERROR twice (the worker's own verdict line,
+# copied live, then the plugin's), three times with ,verbose (the table row too), and the row
+# cut the sentence after 160 characters. Now: once, whole, in the row when there is a table.
+t_a_failing_check_says_it_once_and_whole() {
+    NCCL_CHECK_FAKE=error run_cmd srun -N1 --nccl-check true
+    expect_rc_nonzero
+    [ "$(grep -c 'rendezvous: no peer' "$ERR")" = 1 ] || fail "the ERROR is not shown exactly once: $(grep nccl-check "$ERR")"
+    expect_err "nccl-check: ERROR on n1 (rank 0 of 1): rendezvous: no peer"
+    NCCL_CHECK_FAKE=error run_cmd srun -N1 --nccl-check=quick,verbose true
+    expect_rc_nonzero
+    [ "$(grep -c 'rendezvous: no peer' "$ERR")" = 1 ] || fail "with verbose the ERROR is not shown exactly once: $(grep nccl-check "$ERR")"
+    grep -Eq '^nccl-check: n1 +0/1 ERROR .*rendezvous: no peer' "$ERR" || fail "no ERROR row: $(grep nccl-check "$ERR")"
+    NCCL_CHECK_FAKE=pass run_cmd srun -N1 --nccl-check true
+    expect_rc0
+    [ "$(grep -c 'nccl-check: PASS' "$ERR")" = 1 ] || fail "the PASS is not shown exactly once: $(grep nccl-check "$ERR")"
+    # The real worker's long sentence (its tries) in the row, not cut mid-word.
+    [ -x "$CL/lib/nccl-check" ] || { fail "real worker $REAL_WORKER was not built"; return; }
+    conf "worker=$CL/lib/nccl-check timeout=30"
+    NCCL_CHECK_NCCL_LIB=/nonexistent/user-dir/libnccl.so.2 run_cmd srun -N1 --nccl-check=quick,verbose true
+    expect_rc_nonzero
+    [ "$(grep -c 'NCCL library not found' "$ERR")" = 1 ] || fail "the real worker's ERROR is not shown exactly once: $(grep nccl-check "$ERR")"
+    grep -Eq '^nccl-check: n1 +0/1 ERROR .*/nonexistent/user-dir/libnccl.so.2: .*No such file or directory\).*\[worker exit 3\]' "$ERR" \
+        || fail "the row does not hold the whole sentence: $(grep nccl-check "$ERR")"
+}
+
+# Issue 25 finding 9: the hint named --nccl-lib, which a user cannot pass through srun. It names
+# what is true: the user's NCCL_CHECK_NCCL_LIB when that is what failed, else that variable and
+# the plugin line's nccl_lib= (the admin's), saying which one was tried.
+t_the_nccl_hint_names_what_a_srun_user_can_set() {
+    [ -x "$CL/lib/nccl-check" ] || { fail "real worker $REAL_WORKER was not built"; return; }
+    conf "worker=$CL/lib/nccl-check timeout=30"
+    NCCL_CHECK_NCCL_LIB=/nonexistent/user-dir/libnccl.so.2 run_cmd srun -N1 --nccl-check true
+    expect_rc_nonzero
+    grep -q -- '--nccl-lib' "$ERR" && fail "the hint names --nccl-lib: $(grep nccl-check "$ERR")"
+    expect_err "NCCL_CHECK_NCCL_LIB=/nonexistent/user-dir/libnccl.so.2 (your environment)"
+    conf "worker=$CL/lib/nccl-check timeout=30 nccl_lib=/nonexistent/site-dir/libnccl.so.2"
+    run_cmd srun -N1 --nccl-check true
+    expect_rc_nonzero
+    grep -q -- '--nccl-lib' "$ERR" && fail "the hint names --nccl-lib: $(grep nccl-check "$ERR")"
+    expect_err "nccl_lib=/nonexistent/site-dir/libnccl.so.2 on the plugin line"
+    expect_err "NCCL_CHECK_NCCL_LIB"
+}
+
+# Issue 25 finding 9: the batch log doubled the prefix ("FAIL in the allocation check:
+# nccl-check: FAIL ..."), repeated the worker's line and showed srun's own "task 0: Exited with
+# exit code 1" unexplained. Now one line says it.
+t_the_batch_log_says_the_failure_once() {
+    run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
+        --export=ALL,NCCL_CHECK_FAKE=fail,NCCL_CHECK_FAKE_FAIL_RANK=1 --wrap 'echo script-started'
+    expect_rc_nonzero
+    local job log; job=$(grep -o '[0-9]*$' "$OUT" | tail -1); log=$CL/work/batch-$job.out
+    grep -q "nccl-check: FAIL in the allocation check: all_reduce 256 MiB busbw 12.3 < 300.0 GB/s .*responsible: n2 GPU" "$log" \
+        || fail "no FAIL line naming n2: $(cat "$log")"
+    grep -q "nccl-check: [A-Z]* in the allocation check: .*nccl-check:" "$log" && fail "the prefix is doubled: $(cat "$log")"
+    [ "$(grep -c 'busbw 12.3' "$log")" = 1 ] || fail "the FAIL is not said exactly once: $(cat "$log")"
+    grep -q 'Exited with exit code' "$log" && fail "srun's task exit line is in the log unexplained: $(cat "$log")"
+    run_cmd sbatch -N1 --nccl-check --wait -o "$CL/work/batch-%j.out" --export=ALL,NCCL_CHECK_FAKE=error --wrap 'echo script-started'
+    expect_rc_nonzero
+    job=$(grep -o '[0-9]*$' "$OUT" | tail -1); log=$CL/work/batch-$job.out
+    [ "$(grep -c 'rendezvous: no peer' "$log")" = 1 ] || fail "the ERROR is not said exactly once: $(cat "$log")"
+    grep -q 'Exited with exit code' "$log" && fail "srun's task exit line is in the log unexplained: $(cat "$log")"
+    grep -q "script-started" "$log" && fail "the batch script ran after an ERROR"
+    true
+}
+
 run_test "srun, sbatch and salloc --help list --nccl-check" t_help_lists_option
 run_test "srun -N2 --nccl-check runs the worker on both nodes (fake pass)" t_pass_runs_worker_on_both_nodes
 run_test "each srun step gets its own secret, also with --export=NONE; tasks never see it" t_each_step_gets_its_own_secret
@@ -578,6 +669,10 @@ run_test "with allow_sharp=1, --nccl-check=sharp passes --expect-collnet to ever
 run_test "without the option the worker never runs" t_no_option_never_runs_worker
 run_test "jobs of a non-root user work and check as that user" t_non_root_user_jobs_work
 run_test "the required plugin with a bad config does not break plain jobs" t_required_plugin_with_bad_config_keeps_plain_jobs_working
+run_test "nccl-check-plugstack --check names a plugin-line typo where Slurm reads it (issue 25)" t_plugstack_check_names_a_typo_where_slurm_reads_it
+run_test "a failing check says its ERROR once, whole, also with ,verbose (issue 25)" t_a_failing_check_says_it_once_and_whole
+run_test "the missing-NCCL hint names what an srun user can set, never --nccl-lib (issue 25)" t_the_nccl_hint_names_what_a_srun_user_can_set
+run_test "the batch log says the allocation check's failure once, without srun's task exit line (issue 25)" t_the_batch_log_says_the_failure_once
 run_test "slurm_spank_init failing in slurmstepd drains no node on 25.05+ (drains before: the control)" t_init_failure_drains_no_node_on_25_05_and_later
 
 if ! harness_tally run.sh; then
