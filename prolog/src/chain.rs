@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn the_plugin_lines_problems_are_the_gates_problems() {
         use std::os::unix::fs::PermissionsExt;
-        let d = bench_core::test_support::scratch_dir("chain-plugstack");
+        let d = nccl_check_contract::test_support::scratch_dir("chain-plugstack");
         let p = d.join("nccl-check-plugstack");
         std::fs::write(
             &p,

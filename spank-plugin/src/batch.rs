@@ -15,10 +15,10 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use nccl_check_contract::supervise::{self, Ending, Output, Spec};
-use nccl_check_contract::verdict::Verdict;
 use nccl_check_contract::exit::NCCL_LIB_HINT;
 use nccl_check_contract::outcome;
+use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_contract::verdict::Verdict;
 use nccl_check_contract::{ExitCode, PlanName, WorkerArgs};
 use slurm_spank::SpankHandle;
 
