@@ -553,6 +553,40 @@ impl<'a> Gate<'a> {
         }
     }
 
+    /// [`Self::publish`] for a run that measured nothing (skipped, or a setup error before the
+    /// worker): no drain, no run directory, no numbers.
+    fn publish_unmeasured(
+        &mut self,
+        places: &Places,
+        gate: GateState,
+        verdict: Option<Verdict>,
+        msg: &str,
+    ) {
+        let st = Status {
+            state: gate,
+            message: msg.to_string(),
+            node: self.facts.node.clone(),
+            job: self.facts.job.clone(),
+            time_unix: now_unix(),
+            drain_reason: None,
+            drain: None,
+            run_dir: None,
+            context: self.mode.as_str(),
+            faults: None, // publish() fills in this run's faults
+        };
+        let empty = Default::default();
+        let sample = metrics::Sample {
+            gate,
+            verdict,
+            exit_code: None,
+            avg_busbw: &empty,
+            margins: &empty,
+            finished_unix: now_unix(),
+            duration_s: 0.0,
+        };
+        self.publish(places, &st, &sample);
+    }
+
     /// Nothing to check is never silent: gate.json says `skipped` and why, the metric too, and
     /// syslog has the line (a gate that is off unnoticed checks no job).
     fn nothing_to_check(&mut self, places: &Places, whom: &str, why: Option<String>) -> i32 {
@@ -572,29 +606,7 @@ impl<'a> Gate<'a> {
         };
         self.log.info(&msg);
         if !self.dry_run {
-            let st = Status {
-                state: GateState::Skipped,
-                message: msg.clone(),
-                node: self.facts.node.clone(),
-                job: self.facts.job.clone(),
-                time_unix: now_unix(),
-                drain_reason: None,
-                drain: None,
-                run_dir: None,
-                context: self.mode.as_str(),
-                faults: self.faults.clone(),
-            };
-            let empty = Default::default();
-            let sample = metrics::Sample {
-                gate: GateState::Skipped,
-                verdict: None,
-                exit_code: None,
-                avg_busbw: &empty,
-                margins: &empty,
-                finished_unix: now_unix(),
-                duration_s: 0.0,
-            };
-            self.publish(places, &st, &sample);
+            self.publish_unmeasured(places, GateState::Skipped, None, &msg);
         }
         let a = decide::decide(self.mode, Found::NothingToCheck, self.policy(), false);
         self.finish(a, &msg)
@@ -613,29 +625,7 @@ impl<'a> Gate<'a> {
         if self.dry_run {
             words::print_plan(&self.facts.node, &a, None);
         } else {
-            let st = Status {
-                state: GateState::Error,
-                message: msg.clone(),
-                node: self.facts.node.clone(),
-                job: self.facts.job.clone(),
-                time_unix: now_unix(),
-                drain_reason: None,
-                drain: None,
-                run_dir: None,
-                context: self.mode.as_str(),
-                faults: None,
-            };
-            let empty = Default::default();
-            let sample = metrics::Sample {
-                gate: GateState::Error,
-                verdict: Some(Verdict::Error),
-                exit_code: None,
-                avg_busbw: &empty,
-                margins: &empty,
-                finished_unix: now_unix(),
-                duration_s: 0.0,
-            };
-            self.publish(places, &st, &sample);
+            self.publish_unmeasured(places, GateState::Error, Some(Verdict::Error), &msg);
         }
         self.finish(a, &msg)
     }
