@@ -67,9 +67,9 @@ build_plugin "$OUT/libnccl_check-fault.so" --features fault-injection || die "fa
 build_plugin "$OUT/libnccl_check.so" || die "plugin build failed"
 # The admin's plugin-line check (a binary of the plugin's crate; glibc 2.36 runs in trixie, sid).
 install -m 0755 "$T/release/nccl-check-plugstack" "$OUT/nccl-check-plugstack" || die "no nccl-check-plugstack"
-if [ ! -x target/release/nccl-check ] || [ ! -x target/release/nccl-check-prolog ]; then
-    timeout 2400 cargo build -q --release -p bench-core -p nccl-check-prolog >&2 || die "release build failed"
-fi
+# Always through cargo (a second or two when up to date): a binary left from older sources
+# would be tested in their place (it once failed the prolog suite's shared-node test here).
+timeout 2400 cargo build -q --release -p bench-core -p nccl-check-prolog >&2 || die "release build failed"
 # The loader compares major.minor of plugin_version with its own (plugin.c _verify_syms).
 for so in "$OUT/libnccl_check.so" "$OUT/libnccl_check-fault.so"; do
     addr=$(nm -D --defined-only "$so" | awk '$3 == "plugin_version" { print $1 }')
