@@ -215,6 +215,10 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
     let status = reap(&mut child, Instant::now() + REAP_GRACE);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     for mut p in pipes {
+        // The stream is over for us even where no EOF was read (a write end can outlive the
+        // group for a moment: a thread's fork elsewhere in this process holds a copy until its
+        // exec): a line copy's last line without its newline goes out now, not never.
+        p.close();
         if let Some(log) = &mut p.log {
             log.finish(&p.tail, p.stream);
         }
