@@ -114,6 +114,9 @@ pub fn run(
             return Err(e);
         }
     };
+    // Whether this process could run while it measured (a starved worker starves NCCL's
+    // proxy threads: `runner::off_cpu`).
+    let off_cpu = crate::runner::off_cpu::Watch::start();
     let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
         Ok(handles) => gather(handles, report),
         // A GPU thread still inside NCCL after the watch named a lost process: the thread may
@@ -121,6 +124,9 @@ pub fn run(
         // init held `ncclCommInitRankConfig` until --timeout), and the verdict is known.
         Err(()) => Ok(()),
     };
+    if let (Some(seen), Some(facts)) = (off_cpu.and_then(|w| w.stop()), report.facts.as_mut()) {
+        facts.set_off_cpu(&node_name(&report.host), seen);
+    }
     // A process that stopped answering (found by the plane's watch) is why the others' NCCL
     // calls stalled or failed: its name is the reason, ahead of theirs.
     if let Some(lost) = team.lost() {
@@ -272,6 +278,17 @@ fn read_gpus(
     (name, id, interconnect)
 }
 
+/// The node identity: NCCL_HOSTID when set (NCCL treats such processes as separate nodes, and
+/// so does the verdict), else Slurm's node name (what an admin drains, what the coordinator
+/// holds against the step's node list; with MULTIPLE_SLURMD every slurmd has the same host
+/// name), else the host name.
+fn node_name(host: &str) -> String {
+    ["NCCL_HOSTID", "SLURMD_NODENAME"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| host.to_string())
+}
+
 /// The rendezvous, then each GPU thread gets its rank and the check's topology.
 fn meet(
     opts: &'static Options,
@@ -285,14 +302,7 @@ fn meet(
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
-        // The node identity: NCCL_HOSTID when set (NCCL treats such processes as separate
-        // nodes, and so does the verdict), else Slurm's node name (what an admin drains, what
-        // the coordinator holds against the step's node list; with MULTIPLE_SLURMD every slurmd
-        // has the same host name), else the host name.
-        host: ["NCCL_HOSTID", "SLURMD_NODENAME"]
-            .iter()
-            .find_map(|k| std::env::var(k).ok().filter(|h| !h.is_empty()))
-            .unwrap_or_else(|| report.host.clone()),
+        host: node_name(&report.host),
         pid: std::process::id(),
         ngpus: devices.len() as u32,
         first_rank: 0,

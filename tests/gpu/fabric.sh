@@ -8,7 +8,8 @@
 # names resolve through /etc/netns/NS/hosts, which `ip netns exec` mounts over /etc/hosts inside
 # that namespace only). Faults come from a table (fabric-faults.txt: slow node, slow path, link
 # down mid-check, node absent, CPU-starved worker); each row is judged on the verdict, the
-# culprits and the localization rounds of the coordinator's report, and ERROR rows on the time.
+# culprits and the localization rounds of the coordinator's report (with any other node's own
+# FAIL), and ERROR rows on the time.
 # Everything is removed on exit (trap); every wait is bounded by `timeout`. Needs root.
 #
 #   bash tests/gpu/fabric.sh --nodes 8 [--out DIR] [--rows a,b] [--repeat K] [--bin NCCL_CHECK]
@@ -352,28 +353,43 @@ launch() { # k rowdir fault
   PIDS[$k]=$!
 }
 
-# The coordinator's report -> "verdict|culprits|rounds|nccl|end": culprits, every fabNN it names
-# (FAIL: in its reasons; ERROR: in its summary); end, when it gave its verdict (Unix seconds).
-judge_report() { # json
-  python3 - "$1" <<'PY'
+# The row's reports -> "verdict|culprits|rounds|nccl|end", from the coordinator's report (rank 0,
+# the first file): culprits, every fabNN it names (FAIL: in its reasons; ERROR: in its summary);
+# end, when it gave its verdict (Unix seconds). A node judges its own facts (a missing GPU, a
+# worker that could not run: `worker_starved`) in its own report, which its own prolog acts on:
+# when the coordinator PASSes, a FAIL in any other node's report makes the row's verdict FAIL and
+# adds the nodes that report names.
+judge_report() { # coordinator.json other.json...
+  python3 - "$@" <<'PY'
 import json, re, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
+def load(path):
+    try:
+        return json.load(open(path))
+    except Exception:
+        return None
+def named(r):
+    text = []
+    if r.get("verdict") == "FAIL":
+        for x in r.get("reasons", []):
+            text += [x.get("subject") or "", x.get("message") or ""]
+    else:
+        text = [r.get("summary") or ""] + [x.get("message") or "" for x in r.get("reasons", [])]
+    # A node named as HOST:PORT is the rendezvous address (the coordinator's node), not a culprit.
+    return set(re.findall(r"\bfab\d\d\b(?!:\d)", " ".join(text)))
+r = load(sys.argv[1])
+if r is None:
     print("NOREPORT|-|-||0"); sys.exit(0)
-text = []
-if r.get("verdict") == "FAIL":
-    for x in r.get("reasons", []):
-        text += [x.get("subject") or "", x.get("message") or ""]
-else:
-    text = [r.get("summary") or ""] + [x.get("message") or "" for x in r.get("reasons", [])]
-# A node named as HOST:PORT is the rendezvous address (the coordinator's node), not a culprit.
-names = sorted(set(re.findall(r"\bfab\d\d\b(?!:\d)", " ".join(text))))
+verdict, names = r.get("verdict"), named(r)
+if verdict in ("PASS", "FAIL"):
+    for other in filter(None, map(load, sys.argv[2:])):
+        if other.get("verdict") == "FAIL":
+            verdict = "FAIL"
+            names |= named(other)
 loc = r.get("localization") or {}
 rounds = loc.get("localization_rounds", "-")
 nccl = (r.get("nccl") or {}).get("version", "")
 end = r.get("started_unix", 0) + (r.get("phases") or {}).get("total_ms", 0) / 1e3
-print("%s|%s|%s|%s|%.3f" % (r.get("verdict"), ",".join(names) or "-", rounds, nccl, end))
+print("%s|%s|%s|%s|%.3f" % (verdict, ",".join(sorted(names)) or "-", rounds, nccl, end))
 PY
 }
 
@@ -439,7 +455,9 @@ run_row() { # row run fault expect culprit rounds
   fabric_state >"$dir/fabric-after.txt" 2>&1
   echo "${rcs[*]}" >"$dir/exit-codes.txt"
   local got verdict names rounds nccl end secs
-  got=$(judge_report "$dir/$(name 1).json")
+  local others=()
+  for k in $(seq 2 "$NODES"); do others+=("$dir/$(name "$k").json"); done
+  got=$(judge_report "$dir/$(name 1).json" "${others[@]}")
   IFS='|' read -r verdict names rounds nccl end <<<"$got"
   # seconds: from the first start to the coordinator's verdict (its report's own clock).
   secs=$(python3 -c "e=$end; print('%.1f' % (e - $t0 / 1e9) if e > 0 else '$all_secs')")

@@ -221,6 +221,7 @@ fn a_missing_gpu_from_the_inventory_is_the_first_reason() {
         nvml_ms: 0.0,
         net: None,
         net_note: String::new(),
+        off_cpu: None,
         findings: vec![Finding::new(
             "gpu_missing",
             "GPUs",
@@ -303,6 +304,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
         net: Some(net(Some(37.5), vec![])),
         net_note: String::new(),
         findings: vec![],
+        off_cpu: None,
     };
     r.facts = Some(facts.clone());
     let slow = node_pair_floor(&r);

@@ -40,8 +40,12 @@ pub struct NodeFacts {
     pub net: Option<NetFacts>,
     /// Why there are no NIC facts, or why they were not judged.
     pub net_note: String,
-    /// Inventory findings (`gpu_missing`); NVML and probe findings are judged per GPU.
+    /// Inventory findings (`gpu_missing`, and `worker_starved` from `off_cpu`); NVML and probe
+    /// findings are judged per GPU.
     pub findings: Vec<Finding>,
+    /// How long this process could not run while it measured (`runner::off_cpu`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<crate::runner::off_cpu::OffCpu>,
 }
 
 /// Where the facts are read from (`/` and the real environment on a node; fixtures in tests).
@@ -181,10 +185,19 @@ pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
         net: None,
         net_note: "not read yet".to_string(),
         findings,
+        off_cpu: None,
     }
 }
 
 impl NodeFacts {
+    /// What the off-CPU watch saw while this process measured, and `worker_starved` naming
+    /// `node` when it lost half of it (`runner::off_cpu::finding`).
+    pub fn set_off_cpu(&mut self, node: &str, seen: crate::runner::off_cpu::OffCpu) {
+        self.findings
+            .extend(crate::runner::off_cpu::finding(node, &seen));
+        self.off_cpu = Some(seen);
+    }
+
     /// Records NVML's state; the per-GPU facts go to the report's `gpus[]`.
     pub fn set_nvml(&mut self, facts: &HealthFacts, ms: f64) {
         self.nvml = match facts {

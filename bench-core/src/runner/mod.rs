@@ -15,6 +15,7 @@ mod measure;
 mod output;
 mod pair_matrix;
 pub mod probe;
+pub mod off_cpu;
 pub mod shared;
 
 pub use error::RunError;

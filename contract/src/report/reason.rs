@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// The stable reason codes (consumers such as the prolog and the SPANK plugin match on them).
 /// FAIL: `wrong_data` .. `transport_fallback`, the localizer's `node_slow` .. `suspects_unresolved`, and the node facts `gpu_missing` ..
-/// `local_probe_slow` (a part named by what the node itself says, `facts`); ERROR: `nccl_library`
+/// `worker_starved` (a part named by what the node itself says, `facts`); ERROR: `nccl_library`
 /// .. `runtime`; WARN (never FAIL, never drains): `host_interference`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -43,6 +43,9 @@ pub enum ReasonCode {
     NetRateDegraded,
     /// A GPU's device-local copy bandwidth below its model's floor or its siblings'.
     LocalProbeSlow,
+    /// The check's worker could not run for half of its measuring (a CPU-starved or stopped
+    /// process: NCCL's network proxy stops with it).
+    WorkerStarved,
     /// Slow by the host's clock, fast by the GPU's: the host delayed the loop (WARN only).
     HostInterference,
     NoGpu,
@@ -79,6 +82,7 @@ impl ReasonCode {
             ReasonCode::NetPortDown => "net_port_down",
             ReasonCode::NetRateDegraded => "net_rate_degraded",
             ReasonCode::LocalProbeSlow => "local_probe_slow",
+            ReasonCode::WorkerStarved => "worker_starved",
             ReasonCode::HostInterference => "host_interference",
             ReasonCode::NoGpu => "no_gpu",
             ReasonCode::Rendezvous => "rendezvous",
@@ -109,7 +113,7 @@ impl ReasonCode {
 }
 
 /// The codes node facts produce (each a hardware fault: FAIL).
-pub const FACT_CODES: [ReasonCode; 9] = [
+pub const FACT_CODES: [ReasonCode; 10] = [
     ReasonCode::GpuMissing,
     ReasonCode::NvlinkDown,
     ReasonCode::PcieDegraded,
@@ -119,6 +123,7 @@ pub const FACT_CODES: [ReasonCode; 9] = [
     ReasonCode::NetPortDown,
     ReasonCode::NetRateDegraded,
     ReasonCode::LocalProbeSlow,
+    ReasonCode::WorkerStarved,
 ];
 
 impl std::fmt::Display for ReasonCode {
@@ -215,7 +220,7 @@ mod tests {
         assert_eq!(
             spelled.join(","),
             "gpu_missing,nvlink_down,pcie_degraded,ecc_uncorrectable,row_remap_pending,\
-             hw_slowdown,net_port_down,net_rate_degraded,local_probe_slow"
+             hw_slowdown,net_port_down,net_rate_degraded,local_probe_slow,worker_starved"
         );
         for c in FACT_CODES {
             assert_eq!(ReasonCode::of_finding(c.as_str()), Some(c));
