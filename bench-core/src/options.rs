@@ -415,4 +415,49 @@ mod tests {
         let e = parse_with(&["--pair-matrix", "some"], &[]).unwrap_err();
         assert!(e.contains("invalid pair-matrix 'some'"), "{e}");
     }
+
+    #[test]
+    fn check_config_is_a_clap_mode_with_an_optional_file() {
+        let mode = |args: &[&str]| {
+            let v = std::iter::once("nccl-check").chain(args.iter().copied());
+            Args::parse(v).map(|a| a.check_config().map(|f| f.map(Path::to_path_buf)))
+        };
+        assert!(matches!(mode(&["--check-config"]), Ok(Some(None))));
+        assert!(
+            matches!(mode(&["--check-config", "/etc/x.toml"]), Ok(Some(Some(p))) if p == Path::new("/etc/x.toml"))
+        );
+        assert!(matches!(mode(&["--plan", "full"]), Ok(None)));
+        // One FILE at most, and no check flag beside the mode: a usage error, as before clap.
+        for bad in [
+            &["--check-config", "a", "b"][..],
+            &["--check-config", "--plan", "full"],
+            &["--plan", "full", "--check-config"],
+        ] {
+            assert!(
+                matches!(mode(bad), Err(ParseExit::Usage(_))),
+                "{bad:?}: {:?}",
+                mode(bad)
+            );
+        }
+        // The mode is never a check: resolving it without running it is a usage error.
+        let a = Args::parse(["nccl-check", "--check-config"]).expect("parsed");
+        assert!(matches!(a.resolve(&|_| None), Err(ParseExit::Usage(_))));
+    }
+
+    #[test]
+    fn help_teaches_the_modes() {
+        let h = parse_with(&["--help"], &[]).unwrap_err();
+        assert!(
+            h.contains("--check-config") && h.contains("--explain-plan"),
+            "{h}"
+        );
+        let h = parse_with(&["--check-config", "--help"], &[]).unwrap_err();
+        assert!(
+            h.contains("[FILE]") && h.contains("NCCL_CHECK_CONFIG"),
+            "{h}"
+        );
+        // `help` is still a word clap does not take: a collective, refused by name.
+        let e = parse_with(&["help"], &[]).unwrap_err();
+        assert!(e.contains("unknown collective 'help'"), "{e}");
+    }
 }

@@ -151,19 +151,7 @@ fn run(
     // phases it knows without pairs, each node's own GPUs and the allocation collective, it
     // takes from its copy of the fabric, as the real coordinator takes them from phase A and B).
     let (n, g) = (layout.names.len(), layout.rails.max(1));
-    let mut fabric = Fabric::healthy(n, g, 1);
-    for fault in faults(&layout.names)? {
-        fabric.inject(fault);
-    }
-    let allocation_floor = allocation_floor(&fabric)?;
-    let cfg = Config {
-        fraction: opts.config.outliers.fraction,
-        floors: Floors {
-            allocation: allocation_floor,
-            ..Floors::default()
-        },
-        ..Config::default()
-    };
+    let (fabric, cfg) = fabric_and_config(opts, &layout.names, g)?;
     let floor = cfg.floors.allocation;
     let mut conductor = None;
     let coordinator_fabric = fabric.clone();
@@ -251,6 +239,28 @@ fn join(
     report.nranks = joined.nranks();
     report.processes = joined.members.clone();
     Ok(joined)
+}
+
+/// The simulated fabric of `names` x `g` GPUs with the faults asked for, and the localizer's
+/// config (the worker config's outlier fraction, the simulated site's allocation floor).
+fn fabric_and_config(
+    opts: &options::Options,
+    names: &[String],
+    g: usize,
+) -> Result<(Fabric, Config), RunError> {
+    let mut fabric = Fabric::healthy(names.len(), g, 1);
+    for fault in faults(names)? {
+        fabric.inject(fault);
+    }
+    let cfg = Config {
+        fraction: opts.config.outliers.fraction,
+        floors: Floors {
+            allocation: allocation_floor(&fabric)?,
+            ..Floors::default()
+        },
+        ..Config::default()
+    };
+    Ok((fabric, cfg))
 }
 
 /// As a site's multi-node all_reduce rule would: 0.85 x the healthy fabric's value; none with
