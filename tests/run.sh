@@ -37,6 +37,8 @@ export NCCL_CHECK_TEST_NCCL_LIB
 step "format and lint"
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
+# Issue 27: no non-test function over 100 lines (the list names any that is).
+python3 tests/tools/longest-fns.py --max 100
 
 step "unit and integration tests"
 cargo test --workspace

@@ -3,7 +3,7 @@
 //! verdict's code. The one place that turns errors into messages and exit codes.
 
 use bench_core::nccl_env;
-use bench_core::options::{self, Options, ParseExit};
+use bench_core::options::{self, Command, Options, ParseExit};
 use bench_core::orchestrate::{self, Ran};
 use bench_core::progress;
 use bench_core::report::json::{Reason, ReasonCode, Report};
@@ -19,8 +19,9 @@ fn main() {
     let started_unix = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    if let Some(code) = check_config() {
-        exit(code);
+    let args = options::Args::parse(std::env::args_os());
+    if let Some(file) = args.as_ref().ok().and_then(options::Args::check_config) {
+        check_config(file);
     }
     // args_os: a non-UTF-8 argument (a user's TMPDIR in a --json path) is a usage error, not a
     // panic; so is a non-UTF-8 value of a variable the options read.
@@ -28,31 +29,18 @@ fn main() {
         eprintln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
         exit(ExitCode::Usage.code());
     }
-    let opts = match options::parse(std::env::args_os(), &|k| std::env::var(k).ok()) {
-        Ok(o) => o,
-        Err(ParseExit::Info(text)) => {
+    let opts = match args.and_then(|a| a.resolve(&|k| std::env::var(k).ok())) {
+        Ok(Command::Check(o)) => o,
+        Ok(Command::Explained(text)) | Err(ParseExit::Info(text)) => {
             print!("{text}");
             exit(0);
         }
-        Err(ParseExit::Usage(msg)) => {
-            // --help lists flags, not the config file's keys: point at where those are written.
-            let see = if msg.starts_with("config:") {
-                "the keys are documented in /etc/nccl-check/nccl-check.toml and \
-                 /usr/share/doc/nccl-check*/defaults.toml"
-            } else {
-                "see nccl-check --help"
-            };
-            eprintln!(
-                "{}",
-                line::write(Verdict::Error, &format!("usage: {msg} ({see})"))
-            );
-            exit(ExitCode::Usage.code());
-        }
+        Err(ParseExit::Usage(msg)) => usage_error(&msg),
     };
     // A site's NCCL_COMM_BLOCKING=1 would silently turn the bounded non-blocking init into a
     // blocking one that can hang forever (NCCL init.cc envConfigOverride).
     std::env::remove_var("NCCL_COMM_BLOCKING");
-    let opts: &'static Options = Box::leak(Box::new(opts));
+    let opts: &'static Options = Box::leak(opts);
     let profile = nccl_env::apply_network_profile(opts);
     let nccl_log = nccl_env::capture_nccl_log(opts, profile);
     let mut report = Report::new(nccl_env::hostname(), started_unix);
@@ -93,119 +81,33 @@ fn main() {
     finish(opts, &report, code);
 }
 
-/// `nccl-check --check-config [FILE]` (FILE: else $NCCL_CHECK_CONFIG, else the default path when it
-/// exists): validates the worker's config over the built-in defaults and prints what it sets and
-/// where. Exit 0 valid, 2 invalid. Needs no GPU and no NCCL. None: not this command.
-fn check_config() -> Option<i32> {
-    use bench_core::config::file::find_key_line;
-    use bench_core::config::worker::WorkerConfig;
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if args.first().is_none_or(|a| a != "--check-config") || args.len() > 2 {
-        return None;
-    }
-    let path = args
-        .get(1)
+/// `--check-config [FILE]`: FILE, else $NCCL_CHECK_CONFIG, else the default path
+/// (`config::check` says what is printed).
+fn check_config(file: Option<&std::path::Path>) -> ! {
+    let path = file
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("NCCL_CHECK_CONFIG").map(Into::into));
-    let cfg = match WorkerConfig::load(path.as_deref()) {
-        Ok(c) => c,
-        Err(e) => {
-            println!("INVALID {e}");
-            return Some(2);
-        }
-    };
-    let file = cfg.path.as_ref().map(|p| p.display().to_string());
-    let from = |field: &str| match (&file, find_key_line(&cfg.text, field)) {
-        (Some(f), Some(l)) => format!("{f}:{l}"),
-        _ => "built-in defaults".into(),
-    };
-    match &file {
-        Some(f) => {
-            println!("# {f}: valid; the effective configuration (over the built-in defaults):")
-        }
-        None => println!("# no config file: the built-in defaults apply:"),
-    }
-    println!(
-        "outliers.fraction = {}    # {}",
-        cfg.outliers.fraction,
-        from("outliers.fraction")
-    );
-    println!(
-        "outliers.retest = {}    # {}",
-        cfg.outliers.retest,
-        from("outliers.retest")
-    );
-    let admin_rules = cfg
-        .text
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|t| t.get("thresholds").and_then(|v| v.as_array()).map(Vec::len))
-        .unwrap_or(0);
-    println!(
-        "thresholds = {} rules    # {admin_rules} from {}, then the built-in defaults (first match wins)",
-        cfg.thresholds.len(),
-        file.as_deref().unwrap_or("no file")
-    );
-    for (name, plan) in &cfg.plans {
-        println!(
-            "plans.{name} = {} steps    # {}",
-            plan.steps.len(),
-            from(&format!("plans.{name}"))
-        );
-    }
-    println!(
-        "nccl_lib = {}    # {}",
-        cfg.nccl_lib.as_ref().map_or(
-            "(unset: libnccl.so.2 on the library path)".to_string(),
-            |p| format!("{:?}", p.display().to_string())
-        ),
-        from("nccl_lib")
-    );
-    let list = |v: &[String]| {
-        if v.is_empty() {
-            "any".to_string()
-        } else {
-            v.join(",")
-        }
-    };
-    for (i, n) in cfg.network.iter().enumerate() {
-        let env: Vec<String> = n.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!(
-            "network[{i}] = {:?}: partitions {}, nodes {}, env {}    # {}",
-            n.name,
-            list(&n.partitions),
-            list(&n.nodes),
-            if env.is_empty() {
-                "none".into()
-            } else {
-                env.join(" ")
-            },
-            from(&format!("network[{i}]"))
-        );
-    }
-    for (i, e) in cfg.expected_gpus.iter().enumerate() {
-        println!(
-            "expected_gpus[{i}] = {} GPUs: partitions {}, nodes {}{}    # {}",
-            e.count,
-            list(&e.partitions),
-            list(&e.nodes),
-            if e.bus_ids.is_empty() {
-                String::new()
-            } else {
-                format!(", at {}", e.bus_ids.join(","))
-            },
-            from(&format!("expected_gpus[{i}]"))
-        );
-    }
-    // Whether this node can run a check: GPUs listed, NCCL loadable (none: cannot tell).
-    let ready = bench_core::node_ready::check(
-        std::path::Path::new("/"),
-        bench_core::node_ready::nccl_lib(cfg.nccl_lib.clone()).as_deref(),
-    );
-    for l in &ready.lines {
+    let checked = bench_core::config::check::run(path.as_deref(), std::path::Path::new("/"));
+    for l in &checked.lines {
         println!("{l}");
     }
-    Some(if ready.not_ready { 2 } else { 0 })
+    exit(checked.code)
+}
+
+/// A usage error: one verdict line on stderr, exit 2.
+fn usage_error(msg: &str) -> ! {
+    // --help lists flags, not the config file's keys: point at where those are written.
+    let see = if msg.starts_with("config:") {
+        "the keys are documented in /etc/nccl-check/nccl-check.toml and \
+         /usr/share/doc/nccl-check*/defaults.toml"
+    } else {
+        "see nccl-check --help"
+    };
+    eprintln!(
+        "{}",
+        line::write(Verdict::Error, &format!("usage: {msg} ({see})"))
+    );
+    exit(ExitCode::Usage.code());
 }
 
 /// The last resort: whatever is stuck (a CUDA call without a deadline, an abort that blocks), the

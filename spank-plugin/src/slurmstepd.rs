@@ -111,52 +111,18 @@ pub fn task_init(
     let rank = spank
         .task_global_id()
         .map_err(spank_err("S_TASK_GLOBAL_ID"))?;
-    if let (Some(host), Some(now)) = (state.host_mnt_ns, mount_ns()) {
-        if host != now {
-            if rank == 0 {
-                say(
-                    "nccl-check: skipped: this step runs in a container and the site does not \
-                     allow checks there (allow_container=0)",
-                );
-            }
-            return Ok(());
+    if moved_into_a_container(state) {
+        if rank == 0 {
+            say(
+                "nccl-check: skipped: this step runs in a container and the site does not \
+                 allow checks there (allow_container=0)",
+            );
         }
+        return Ok(());
     }
-    let job_id = spank.job_id().map_err(spank_err("S_JOB_ID"))?;
-    let world = spank
-        .job_total_task_count()
-        .map_err(spank_err("S_JOB_TOTAL_TASK_COUNT"))?;
-    let getenv = |name: &str| spank.getenv(name).ok().flatten();
-    let node = getenv("SLURMD_NODENAME").unwrap_or_else(|| String::from("?"));
-    let user_lib = getenv(NCCL_LIB_VAR).filter(|v| !v.is_empty());
-    let env = worker_env(spank, config, secret)?;
-    let tmp_dir = getenv("TMPDIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute() && p.is_dir())
-        .unwrap_or_else(|| PathBuf::from("/tmp"));
-    let plan = mode.plan().unwrap_or_else(PlanName::quick);
-    let mut args = WorkerArgs::new(plan.clone(), config.timeout.as_secs());
-    args.rank = Some(rank);
-    args.world = Some(world);
-    // No --rendezvous: the worker derives host, candidate ports and coordinator from the task's
-    // Slurm environment (the coordinator is the first task of the step's first node, whatever
-    // its rank, and a taken port is skipped); the site's range still applies.
-    args.port_range = Some(config.ports);
-    args.progress = rank == 0;
-    args.expect_collnet = mode.expect_collnet();
-    let report_dir = getenv(REPORT_DIR_VAR)
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| config.report_dir.clone());
-    let inv = Invocation {
-        worker: config.worker.clone(),
-        args,
-        deadline: config.deadline(),
-        env,
-        tmp_dir,
-        show_stderr: rank == 0,
-        keep_report: report_dir.map(|d| d.join(report_name(job_id, step_id, &node, rank))),
-    };
+    let task = Task::of(spank, rank, step_id)?;
+    let user_lib = task.getenv(spank, NCCL_LIB_VAR).filter(|v| !v.is_empty());
+    let inv = invocation(spank, config, &mode, &task, secret)?;
     if verbose && rank == 0 {
         say(&present::header());
     }
@@ -171,18 +137,109 @@ pub fn task_init(
     if let Some(p) = &outcome.keep_problem {
         say(&format!("nccl-check: note: {p}"));
     }
+    tell(&task, &mode, verbose, &outcome)
+}
+
+/// With `allow_container=0`: whether a plugin before this one (pyxis) moved the task into
+/// another mount namespace since `task_init_privileged`.
+fn moved_into_a_container(state: &TaskState) -> bool {
+    matches!((state.host_mnt_ns, mount_ns()), (Some(host), Some(now)) if host != now)
+}
+
+/// Who this task is in its step.
+struct Task {
+    job_id: u32,
+    step_id: u32,
+    rank: u32,
+    world: u32,
+    node: String,
+}
+
+impl Task {
+    fn of(spank: &SpankHandle, rank: u32, step_id: u32) -> Result<Task, Error> {
+        let job_id = spank.job_id().map_err(spank_err("S_JOB_ID"))?;
+        let world = spank
+            .job_total_task_count()
+            .map_err(spank_err("S_JOB_TOTAL_TASK_COUNT"))?;
+        let node = spank
+            .getenv("SLURMD_NODENAME")
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| String::from("?"));
+        Ok(Task {
+            job_id,
+            step_id,
+            rank,
+            world,
+            node,
+        })
+    }
+
+    fn getenv(&self, spank: &SpankHandle, name: &str) -> Option<String> {
+        spank.getenv(name).ok().flatten()
+    }
+}
+
+/// The worker's command line, environment, deadline and report place for this task.
+fn invocation(
+    spank: &SpankHandle,
+    config: &Config,
+    mode: &Mode,
+    task: &Task,
+    secret: Option<OsString>,
+) -> Result<Invocation, Error> {
+    let env = worker_env(spank, config, secret)?;
+    let tmp_dir = task
+        .getenv(spank, "TMPDIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let plan = mode.plan().unwrap_or_else(PlanName::quick);
+    let mut args = WorkerArgs::new(plan, config.timeout.as_secs());
+    args.rank = Some(task.rank);
+    args.world = Some(task.world);
+    // No --rendezvous: the worker derives host, candidate ports and coordinator from the task's
+    // Slurm environment (the coordinator is the first task of the step's first node, whatever
+    // its rank, and a taken port is skipped); the site's range still applies.
+    args.port_range = Some(config.ports);
+    args.progress = task.rank == 0;
+    args.expect_collnet = mode.expect_collnet();
+    let report_dir = task
+        .getenv(spank, REPORT_DIR_VAR)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| config.report_dir.clone());
+    let name = report_name(task.job_id, task.step_id, &task.node, task.rank);
+    Ok(Invocation {
+        worker: config.worker.clone(),
+        args,
+        deadline: config.deadline(),
+        env,
+        tmp_dir,
+        show_stderr: task.rank == 0,
+        keep_report: report_dir.map(|d| d.join(name)),
+    })
+}
+
+/// Says the outcome (rank 0 a PASS, every rank its FAIL or ERROR) and fails the task when the
+/// mode enforces.
+fn tell(task: &Task, mode: &Mode, verbose: bool, outcome: &worker::Outcome) -> Result<(), Error> {
+    let Task {
+        rank, world, node, ..
+    } = task;
     let warn_note = match (outcome.verdict, mode.enforcing()) {
         (Verdict::Pass, _) | (_, true) => "",
         (_, false) => " (warn mode: the task runs anyway)",
     };
     if verbose {
         // The row is where a verbose check says a FAIL or ERROR; no second line repeats it.
-        say(&present::row(&node, rank, world, &outcome, warn_note));
+        say(&present::row(node, *rank, *world, outcome, warn_note));
     }
     let where_ = format!("on {node} (rank {rank} of {world})");
     match (outcome.verdict, mode.enforcing()) {
         (Verdict::Pass, _) => {
-            if rank == 0 {
+            if *rank == 0 {
+                let plan = mode.plan().unwrap_or_else(PlanName::quick);
                 say(&format!(
                     "nccl-check: PASS ({plan}, {world} ranks): {}",
                     outcome.detail

@@ -131,32 +131,7 @@ fn run(
         // SAFETY: raise(3) with a valid signal number.
         unsafe { libc::raise(libc::SIGKILL) };
     }
-    let t = Instant::now();
-    let me = Member {
-        proc_rank: opts.rank,
-        host: host.to_string(),
-        pid: std::process::id(),
-        ngpus: gpus as u32,
-        first_rank: 0,
-    };
-    let auth = opts
-        .credential
-        .authenticator(opts.munge_socket.clone())
-        .map_err(RunError::Rendezvous)?;
-    // The test cluster's node names (n1..n64, every slurmd on 127.0.0.1 under one host name) do
-    // not resolve; NCCL_CHECK_SIM_RENDEZVOUS_HOST stands in for the name service there. The port
-    // stays the one the plugin chose.
-    let mut setup = bench_core::orchestrate::rendezvous_setup(opts, auth.as_ref(), deadline);
-    if let Some(h) = std::env::var("NCCL_CHECK_SIM_RENDEZVOUS_HOST")
-        .ok()
-        .filter(|h| !h.is_empty())
-    {
-        setup.host = h;
-    }
-    let joined = rendezvous::join(&setup, me, || Ok([0u8; 128])).map_err(RunError::Rendezvous)?;
-    report.phases.rendezvous_ms = t.elapsed().as_secs_f64() * 1e3;
-    report.nranks = joined.nranks();
-    report.processes = joined.members.clone();
+    let joined = join(opts, host, gpus, deadline, report)?;
     let topology = Topology::new(&joined.members);
     let layout = Layout::new(&topology);
     let team = std::sync::Arc::new(Team::new(1, joined.plane, deadline));
@@ -176,30 +151,7 @@ fn run(
     // phases it knows without pairs, each node's own GPUs and the allocation collective, it
     // takes from its copy of the fabric, as the real coordinator takes them from phase A and B).
     let (n, g) = (layout.names.len(), layout.rails.max(1));
-    let mut fabric = Fabric::healthy(n, g, 1);
-    for fault in faults(&layout.names)? {
-        fabric.inject(fault);
-    }
-    // As a site's multi-node all_reduce rule would: 0.85 x the healthy fabric's value; none
-    // with NCCL_CHECK_SIM_FLOOR=none, as where no rule covers the fabric (tests/gpu/fabric.sh's
-    // sockets between emulated nodes): every check then localizes.
-    let allocation_floor = match std::env::var("NCCL_CHECK_SIM_FLOOR").as_deref() {
-        Ok("none") => None,
-        Ok(other) => {
-            return Err(RunError::Runtime(format!(
-                "NCCL_CHECK_SIM_FLOOR={other}: only 'none' is known"
-            )))
-        }
-        Err(_) => Some(0.85 * fabric.allocation_nominal),
-    };
-    let cfg = Config {
-        fraction: opts.config.outliers.fraction,
-        floors: Floors {
-            allocation: allocation_floor,
-            ..Floors::default()
-        },
-        ..Config::default()
-    };
+    let (fabric, cfg) = fabric_and_config(opts, &layout.names, g)?;
     let floor = cfg.floors.allocation;
     let mut conductor = None;
     let coordinator_fabric = fabric.clone();
@@ -243,15 +195,98 @@ fn run(
     let (rounds, localization_rounds) = (summary.rounds, summary.localization_rounds);
     report.localization = Some(summary);
     if opts.rank == 0 && !opts.quiet {
-        println!(
-            "# nccl-check-sim: {n} nodes x {g} simulated GPUs, {} rounds ({} localization), rendezvous {:.0} ms, rounds {:.0} ms",
-            rounds,
-            localization_rounds,
-            report.phases.rendezvous_ms,
-            report.phases.timed_loop_ms
-        );
+        say(n, g, rounds, localization_rounds, report);
     }
     Ok(())
+}
+
+/// Joins the check's processes (the real rendezvous, with `gpus` simulated GPUs each) and
+/// records the team in the report.
+fn join(
+    opts: &options::Options,
+    host: &str,
+    gpus: usize,
+    deadline: Instant,
+    report: &mut Report,
+) -> Result<rendezvous::Joined, RunError> {
+    let t = Instant::now();
+    let me = Member {
+        proc_rank: opts.rank,
+        host: host.to_string(),
+        pid: std::process::id(),
+        ngpus: gpus as u32,
+        first_rank: 0,
+    };
+    let auth = opts
+        .credential
+        .authenticator(opts.munge_socket.clone())
+        .map_err(RunError::Rendezvous)?;
+    // The test cluster's node names (n1..n64, every slurmd on 127.0.0.1 under one host name) do
+    // not resolve; NCCL_CHECK_SIM_RENDEZVOUS_HOST stands in for the name service there. The port
+    // stays the one the plugin chose.
+    let mut setup = bench_core::orchestrate::rendezvous_setup(opts, auth.as_ref(), deadline);
+    if let Some(h) = std::env::var("NCCL_CHECK_SIM_RENDEZVOUS_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+    {
+        setup.host = h;
+    }
+    let joined = rendezvous::join(&setup, me, || Ok([0u8; 128])).map_err(RunError::Rendezvous)?;
+    report.phases.rendezvous_ms = t.elapsed().as_secs_f64() * 1e3;
+    report.nranks = joined.nranks();
+    report.processes = joined.members.clone();
+    report.phases.rendezvous_ms = t.elapsed().as_secs_f64() * 1e3;
+    report.nranks = joined.nranks();
+    report.processes = joined.members.clone();
+    Ok(joined)
+}
+
+/// The simulated fabric of `names` x `g` GPUs with the faults asked for, and the localizer's
+/// config (the worker config's outlier fraction, the simulated site's allocation floor).
+fn fabric_and_config(
+    opts: &options::Options,
+    names: &[String],
+    g: usize,
+) -> Result<(Fabric, Config), RunError> {
+    let mut fabric = Fabric::healthy(names.len(), g, 1);
+    for fault in faults(names)? {
+        fabric.inject(fault);
+    }
+    let cfg = Config {
+        fraction: opts.config.outliers.fraction,
+        floors: Floors {
+            allocation: allocation_floor(&fabric)?,
+            ..Floors::default()
+        },
+        ..Config::default()
+    };
+    Ok((fabric, cfg))
+}
+
+/// As a site's multi-node all_reduce rule would: 0.85 x the healthy fabric's value; none with
+/// NCCL_CHECK_SIM_FLOOR=none, as where no rule covers the fabric (tests/gpu/fabric.sh's sockets
+/// between emulated nodes): every check then localizes.
+fn allocation_floor(fabric: &Fabric) -> Result<Option<f64>, RunError> {
+    Ok(match std::env::var("NCCL_CHECK_SIM_FLOOR").as_deref() {
+        Ok("none") => None,
+        Ok(other) => {
+            return Err(RunError::Runtime(format!(
+                "NCCL_CHECK_SIM_FLOOR={other}: only 'none' is known"
+            )))
+        }
+        Err(_) => Some(0.85 * fabric.allocation_nominal),
+    })
+}
+
+/// Rank 0's one line of what was simulated.
+fn say(n: usize, g: usize, rounds: usize, localization_rounds: usize, report: &Report) {
+    println!(
+        "# nccl-check-sim: {n} nodes x {g} simulated GPUs, {} rounds ({} localization), rendezvous {:.0} ms, rounds {:.0} ms",
+        rounds,
+        localization_rounds,
+        report.phases.rendezvous_ms,
+        report.phases.timed_loop_ms
+    );
 }
 
 /// A long collective's stand-in: `ms` milliseconds, ended early (as an ERROR) when the team

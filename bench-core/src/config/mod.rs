@@ -1,6 +1,8 @@
 //! Configuration files: the shared loader (`file`, the contract crate's), which jobs an entry
-//! applies to (`selector`), and the worker's own config (thresholds, outlier rule, plans).
+//! applies to (`selector`), the worker's own config (thresholds, outlier rule, plans), and
+//! `--check-config`'s report on it (`check`).
 
+pub mod check;
 pub mod expected_gpus;
 /// The one TOML reader of every config (the prolog's too): the contract crate's.
 pub use nccl_check_contract::config_file as file;

@@ -1,139 +1,100 @@
 //! `nccl-check --explain-plan --nodes N --gpus-per-node G [--config FILE] [--plan NAME]
-//! [--gpu-model NAME] [--json]`: parsed by hand before the worker's own options (no CUDA, no NCCL
-//! is loaded for it), because `--json` is a flag here while the worker's `--json` takes a path.
-//! The config is the worker's (`--config`, else `$NCCL_CHECK_CONFIG`, else
+//! [--gpu-model NAME] [--json]`: a mode of the worker's command line (`options/raw.rs`), parsed by
+//! clap; no CUDA, no NCCL is loaded for it. Its `--json` is a flag, while the check's `--json`
+//! takes a path. The config is the worker's (`--config`, else `$NCCL_CHECK_CONFIG`, else
 //! /etc/nccl-check/nccl-check.toml when it exists, over the built-in defaults): the plan it
 //! explains and the rule that ends a healthy check after phase B are the ones a check would use.
 
 use super::explain_plan;
 use super::site::Workload;
 use crate::config::worker::WorkerConfig;
+use clap::builder::NonEmptyStringValueParser;
 use std::path::PathBuf;
 
-/// How `--explain-plan` ended: `Ok`: the text to print (exit 0); `Err`: a usage error (exit 2).
-pub type PlanCli = Result<String, String>;
-
-/// What `--explain-plan` was asked.
-#[derive(Debug, Default)]
-struct Request {
-    nodes: usize,
-    gpus: usize,
-    json: bool,
-    config: Option<PathBuf>,
+/// What `--explain-plan` was asked, as typed. The counts stay text until [`run`] so that a bad
+/// one is named in this mode's own words.
+#[derive(clap::Args, Debug, Default)]
+#[command(after_help = "Examples:\n  \
+    nccl-check --explain-plan --nodes 1024 --gpus-per-node 8\n  \
+    nccl-check --explain-plan --nodes 64 --gpus-per-node 8 --config site.toml \
+    --gpu-model H100 --json")]
+pub struct ExplainArgs {
+    /// Nodes in the allocation to explain
+    #[arg(long, value_name = "N", value_parser = NonEmptyStringValueParser::new())]
+    nodes: Option<String>,
+    /// GPUs per node
+    #[arg(long = "gpus-per-node", value_name = "G", value_parser = NonEmptyStringValueParser::new())]
+    gpus_per_node: Option<String>,
+    /// The worker's config whose plan and thresholds apply [env: NCCL_CHECK_CONFIG; default:
+    /// /etc/nccl-check/nccl-check.toml when it exists, over the built-in defaults]
+    #[arg(long, value_name = "FILE", value_parser = NonEmptyStringValueParser::new())]
+    config: Option<String>,
+    /// The plan to explain, from the config's [plans] [default: quick]
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
     plan: Option<String>,
+    /// The GPU model, so that threshold rules naming a GPU can apply (e.g. H100)
+    #[arg(long = "gpu-model", value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
     gpu_model: Option<String>,
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    json: bool,
 }
 
-/// `None` when `args` (program name first) do not ask for `--explain-plan`. `env` is the
-/// worker's environment (`NCCL_CHECK_CONFIG`).
-pub fn intercept(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Option<PlanCli> {
-    if !args.iter().skip(1).any(|a| a == "--explain-plan") {
-        return None;
-    }
-    Some(parse(&args[1..]).and_then(|r| run(r, env)))
-}
-
-fn run(r: Request, env: &dyn Fn(&str) -> Option<String>) -> PlanCli {
-    let path = r.config.clone().or_else(|| {
+/// The text `--explain-plan` prints (exit 0), or its usage error (exit 2). `env` is the worker's
+/// environment (`NCCL_CHECK_CONFIG`).
+pub fn run(args: &ExplainArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let (nodes, gpus) = match (&args.nodes, &args.gpus_per_node) {
+        (Some(n), Some(g)) => (count("--nodes", n)?, count("--gpus-per-node", g)?),
+        _ => return Err("--explain-plan needs --nodes N and --gpus-per-node G".into()),
+    };
+    let path = args.config.as_ref().map(PathBuf::from).or_else(|| {
         env("NCCL_CHECK_CONFIG")
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)
     });
     let config = WorkerConfig::load(path.as_deref()).map_err(|e| format!("config: {e}"))?;
-    let plan = r.plan.as_deref().unwrap_or("quick");
+    let plan = args.plan.as_deref().unwrap_or("quick");
     // A shape the model refuses is said by the model (its error names the limits).
-    let workload = Workload::from_config(&config, plan, r.gpu_model.as_deref(), r.nodes, r.gpus)?;
-    let text = explain_plan(r.nodes, r.gpus, r.json, &workload);
-    if text.starts_with("error: ") || text.starts_with("{\"error\"") {
-        Err(first_error(&text))
-    } else if r.json {
-        Ok(text + "\n")
-    } else {
-        Ok(text)
-    }
+    let workload = Workload::from_config(&config, plan, args.gpu_model.as_deref(), nodes, gpus)?;
+    let text = explain_plan(nodes, gpus, args.json, &workload).map_err(|e| e.to_string())?;
+    Ok(if args.json { text + "\n" } else { text })
 }
 
-fn first_error(text: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(v) => v["error"].as_str().unwrap_or(text).to_string(),
-        Err(_) => text.trim().trim_start_matches("error: ").to_string(),
-    }
-}
-
-const USAGE: &str =
-    "--nodes N --gpus-per-node G [--config FILE] [--plan NAME] [--gpu-model NAME] [--json]";
-
-fn parse(args: &[String]) -> Result<Request, String> {
-    let mut r = Request::default();
-    let (mut nodes, mut gpus) = (None, None);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (key, inline) = match a.split_once('=') {
-            Some((k, v)) => (k, Some(v.to_string())),
-            None => (a.as_str(), None),
-        };
-        let mut value = |what: &str| -> Result<String, String> {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| format!("--explain-plan: {what} needs a value"))
-        };
-        let count = |what: &str, v: String| -> Result<usize, String> {
-            v.parse::<usize>().map_err(|_| {
-                format!("--explain-plan: invalid {what} '{v}': expected a positive integer")
-            })
-        };
-        match key {
-            "--explain-plan" if inline.is_none() => {}
-            "--json" if inline.is_none() => r.json = true,
-            "--nodes" => nodes = Some(count("--nodes", value("--nodes")?)?),
-            "--gpus-per-node" => gpus = Some(count("--gpus-per-node", value("--gpus-per-node")?)?),
-            "--config" => r.config = Some(PathBuf::from(value("--config")?)),
-            "--plan" => r.plan = Some(value("--plan")?),
-            "--gpu-model" => r.gpu_model = Some(value("--gpu-model")?),
-            other => return Err(format!("--explain-plan takes only {USAGE}, not '{other}'")),
-        }
-    }
-    match (nodes, gpus) {
-        (Some(n), Some(g)) => {
-            r.nodes = n;
-            r.gpus = g;
-            Ok(r)
-        }
-        _ => Err("--explain-plan needs --nodes N and --gpus-per-node G".into()),
-    }
+fn count(what: &str, v: &str) -> Result<usize, String> {
+    v.parse::<usize>()
+        .map_err(|_| format!("--explain-plan: invalid {what} '{v}': expected a positive integer"))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::options::{parse, ParseExit};
 
-    fn run(args: &[&str]) -> Option<PlanCli> {
-        let v: Vec<String> = std::iter::once("nccl-check")
-            .chain(args.iter().copied())
-            .map(String::from)
-            .collect();
-        intercept(&v, &|_| None)
+    /// What the worker's command line does with `args`: the printed text, or the usage error.
+    fn run(args: &[&str]) -> Result<String, String> {
+        let v = std::iter::once("nccl-check").chain(args.iter().copied());
+        match parse(v, &|_| None) {
+            Err(ParseExit::Info(text)) => Ok(text),
+            Err(ParseExit::Usage(e)) => Err(e),
+            Ok(o) => Err(format!("a check, not --explain-plan: {o:?}")),
+        }
     }
 
     #[test]
-    fn only_explain_plan_is_intercepted() {
-        assert_eq!(run(&["--json", "r.json"]), None);
-        assert_eq!(run(&["--plan", "quick"]), None);
+    fn only_explain_plan_is_explained() {
+        assert!(run(&["--json", "r.json"]).is_err_and(|e| e.starts_with("a check")));
+        assert!(run(&["--plan", "quick"]).is_err_and(|e| e.starts_with("a check")));
     }
 
     #[test]
     fn json_is_one_object_with_rounds_and_modeled_seconds() {
-        let Some(Ok(text)) = run(&[
+        let text = run(&[
             "--explain-plan",
             "--nodes",
             "1024",
             "--gpus-per-node=8",
             "--json",
-        ]) else {
-            panic!("not printed")
-        };
+        ])
+        .expect("printed");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["rounds"].as_u64(), Some(24));
         assert!(v["modeled_seconds"].as_f64().unwrap() <= 10.0);
@@ -142,7 +103,7 @@ mod tests {
     #[test]
     fn bad_input_is_a_usage_error() {
         let usage = |args: &[&str]| match run(args) {
-            Some(Err(e)) => e,
+            Err(e) => e,
             other => panic!("{args:?}: {other:?}"),
         };
         assert!(usage(&["--explain-plan", "--nodes", "8"]).contains("--gpus-per-node"));
@@ -163,6 +124,18 @@ mod tests {
             "--plot"
         ])
         .contains("'--plot'"));
-        assert!(usage(&["--explain-plan", "--nodes"]).contains("needs a value"));
+        assert!(usage(&["--explain-plan", "--nodes"]).contains("--nodes"));
+        // A check's flag before the mode is refused, not silently dropped.
+        let e = usage(&["--plan", "full", "--explain-plan", "--nodes", "2"]);
+        assert!(e.contains("cannot be used with"), "{e}");
+    }
+
+    #[test]
+    fn help_teaches_the_mode() {
+        let h = run(&["--explain-plan", "--help"]).expect("help");
+        assert!(
+            h.contains("--gpus-per-node <G>") && h.contains("Examples:"),
+            "{h}"
+        );
     }
 }

@@ -322,15 +322,17 @@ fn judged(w: &Workload, last: &super::site::AllocationRun) -> String {
 }
 
 /// The plan for `nodes` x `gpus_per_node` under `w`, as text or as one JSON object.
-pub fn explain_plan(nodes: usize, gpus_per_node: usize, json: bool, w: &Workload) -> String {
-    let m = match plan_model(nodes, gpus_per_node, w) {
-        Ok(m) => m,
-        Err(e) if json => return serde_json::json!({ "error": e.to_string() }).to_string(),
-        Err(e) => return format!("error: {e}\n"),
-    };
+pub fn explain_plan(
+    nodes: usize,
+    gpus_per_node: usize,
+    json: bool,
+    w: &Workload,
+) -> Result<String, LocalizeError> {
+    let m = plan_model(nodes, gpus_per_node, w)?;
     if json {
+        // Plain data with string keys: serde_json cannot fail on it.
         return serde_json::to_string_pretty(&m)
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+            .map_err(|_| LocalizeError::Config("the plan model did not serialize"));
     }
     let mut s = format!(
         "Plan for {} nodes x {} GPUs ({} ranks), adaptive localization\n\n",
@@ -390,7 +392,7 @@ pub fn explain_plan(nodes: usize, gpus_per_node: usize, json: bool, w: &Workload
             k.source
         );
     }
-    s
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -410,7 +412,8 @@ mod tests {
     #[test]
     fn a_thousand_nodes_of_eight_fit_the_issue_budget() {
         let v: serde_json::Value =
-            serde_json::from_str(&explain_plan(1024, 8, true, &w())).expect("one JSON object");
+            serde_json::from_str(&explain_plan(1024, 8, true, &w()).expect("explained"))
+                .expect("one JSON object");
         let rounds = v["rounds"].as_u64().unwrap();
         let secs = v["modeled_seconds"].as_f64().unwrap();
         assert!(rounds <= 24, "{rounds}");
@@ -447,8 +450,8 @@ mod tests {
         assert_eq!(plan_model(3, 8, &w()).unwrap().rounds_one_fault, 3);
         assert_eq!(plan_model(8, 8, &w()).unwrap().rounds_one_fault, 3);
         assert!(plan_model(0, 8, &w()).is_err());
-        assert!(explain_plan(0, 8, true, &w()).contains("\"error\""));
-        let text = explain_plan(64, 8, false, &w());
+        assert!(explain_plan(0, 8, true, &w()).is_err());
+        let text = explain_plan(64, 8, false, &w()).expect("explained");
         assert!(
             text.contains("b_allocation") && text.contains("(estimate)"),
             "{text}"
@@ -477,7 +480,7 @@ mod tests {
         );
         // The same worst case: the floor decides only whether a healthy check ends after B.
         assert!((without.modeled_seconds - with.modeled_seconds).abs() < 1e-9);
-        let text = explain_plan(64, 8, false, &defaults(64));
+        let text = explain_plan(64, 8, false, &defaults(64)).expect("explained");
         assert!(
             text.contains("Config: built-in defaults, plan 'quick', GPU 'NVIDIA H100 80GB HBM3'")
                 && text.contains("healthy (B has no floor, so 2 screening rounds run)"),

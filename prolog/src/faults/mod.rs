@@ -246,11 +246,32 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
         boot_id,
         ..Memory::default()
     };
+    let after = if rebooted { None } else { before.kmsg_seq };
+    let src = scan_kmsg(s, after, problem, &mut now, &mut out);
+    out.sources.push(src);
+    let src = scan_aer(s, &before, rebooted, &mut now, &mut out);
+    out.sources.push(src);
+    let src = scan_ib(s, &before, rebooted, &mut now, &mut out);
+    out.sources.push(src);
+    let t = Instant::now();
+    if save {
+        keep(state_dir, &now, &before_bytes, &mut out);
+    }
+    out.save_ms = ms(t);
+    out.total_ms = ms(start);
+    out
+}
 
-    // Xid and SXid.
+/// Xid and SXid: the kernel log's records after sequence number `after`.
+fn scan_kmsg(
+    s: &Settings,
+    after: Option<u64>,
+    problem: Option<String>,
+    now: &mut Memory,
+    out: &mut Summary,
+) -> Source {
     let t = Instant::now();
     let path = s.root.join("dev/kmsg");
-    let after = if rebooted { None } else { before.kmsg_seq };
     now.kmsg_seq = after;
     let mut src = Source {
         name: "kmsg",
@@ -265,36 +286,49 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
             src.readable = true;
             src.items = scan.records.len();
             now.kmsg_seq = scan.last_seq.or(after);
-            let mut notes = Vec::new();
-            if let Some(why) = scan.cut_short {
-                notes.push(format!(
-                    "stopped at the {why} bound after {} bytes; the rest next check",
-                    scan.bytes
-                ));
+            if let Some(note) = kmsg_notes(&scan) {
+                src.note = Some(note);
             }
-            if scan.lost > 0 {
-                notes.push(format!(
-                    "{} records overwritten before they were read",
-                    scan.lost
-                ));
-            }
-            if scan.bad_lines > 0 {
-                notes.push(format!(
-                    "{} lines that are not log records skipped",
-                    scan.bad_lines
-                ));
-            }
-            if !notes.is_empty() {
-                src.note = Some(notes.join("; "));
-            }
-            judge_xids(&scan.records, scan.dropped, &mut out);
+            judge_xids(&scan.records, scan.dropped, out);
         }
         Err(e) => src.note = Some(format!("{e}")),
     }
     src.ms = ms(t);
-    out.sources.push(src);
+    src
+}
 
-    // PCIe AER.
+/// What a scan of the kernel log left out, in words (none: it read everything).
+fn kmsg_notes(scan: &kmsg::Scan) -> Option<String> {
+    let mut notes = Vec::new();
+    if let Some(why) = scan.cut_short {
+        notes.push(format!(
+            "stopped at the {why} bound after {} bytes; the rest next check",
+            scan.bytes
+        ));
+    }
+    if scan.lost > 0 {
+        notes.push(format!(
+            "{} records overwritten before they were read",
+            scan.lost
+        ));
+    }
+    if scan.bad_lines > 0 {
+        notes.push(format!(
+            "{} lines that are not log records skipped",
+            scan.bad_lines
+        ));
+    }
+    (!notes.is_empty()).then(|| notes.join("; "))
+}
+
+/// PCIe AER counters of the NVIDIA GPUs and RDMA NICs, against the last pass's.
+fn scan_aer(
+    s: &Settings,
+    before: &Memory,
+    rebooted: bool,
+    now: &mut Memory,
+    out: &mut Summary,
+) -> Source {
     let t = Instant::now();
     let (devices, problems) = aer::devices(&s.root);
     let mut src = Source {
@@ -315,7 +349,7 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
                     before.aer.get(&d.pci).copied()
                 };
                 if let Some(p) = prev {
-                    judge_aer(d, &c, &p, &detail, &s.aer, &mut out);
+                    judge_aer(d, &c, &p, &detail, &s.aer, out);
                 }
                 now.aer.insert(d.pci.clone(), c);
             }
@@ -330,9 +364,17 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
         src.note = Some("no NVIDIA GPU or RDMA NIC with AER counters".into());
     }
     src.ms = ms(t);
-    out.sources.push(src);
+    src
+}
 
-    // InfiniBand / RoCE ports.
+/// InfiniBand / RoCE ports: state and error counters, against the last pass's.
+fn scan_ib(
+    s: &Settings,
+    before: &Memory,
+    rebooted: bool,
+    now: &mut Memory,
+    out: &mut Summary,
+) -> Source {
     let t = Instant::now();
     let (ports, problems) = ib::read_ports(&s.root);
     let src = Source {
@@ -354,26 +396,27 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
                 active: false,
                 ..p.clone()
             };
-            judge_port(&p, &zero, &s.ib, &mut out);
+            judge_port(&p, &zero, &s.ib, out);
         } else if let Some(prev) = prev {
-            judge_port(&p, prev, &s.ib, &mut out);
+            judge_port(&p, prev, &s.ib, out);
         }
         now.ib.insert(p.name.clone(), p);
     }
-    out.sources.push(Source { ms: ms(t), ..src });
+    Source { ms: ms(t), ..src }
+}
 
-    let text = serde_json::to_vec(&now).unwrap_or_default();
-    let t = Instant::now();
-    if save && text != before_bytes {
-        if let Err(e) = crate::secure::write_atomic(&state_dir.join(STATE_FILE), &text, 0o600) {
-            if let Some(s) = out.sources.first_mut() {
-                s.note = Some(format!("{}: {e}", state_dir.join(STATE_FILE).display()));
-            }
+/// Keeps the new position and counters in `faults.json` when they changed; a write that fails
+/// is said on the first source.
+fn keep(state_dir: &Path, now: &Memory, before_bytes: &[u8], out: &mut Summary) {
+    let text = serde_json::to_vec(now).unwrap_or_default();
+    if text == before_bytes {
+        return;
+    }
+    if let Err(e) = crate::secure::write_atomic(&state_dir.join(STATE_FILE), &text, 0o600) {
+        if let Some(s) = out.sources.first_mut() {
+            s.note = Some(format!("{}: {e}", state_dir.join(STATE_FILE).display()));
         }
     }
-    out.save_ms = ms(t);
-    out.total_ms = ms(start);
-    out
 }
 
 fn judge_xids(records: &[kmsg::Record], dropped: usize, out: &mut Summary) {

@@ -1,0 +1,119 @@
+//! The hardware fault pass of a run (`crate::faults`): logged and counted, and a fault over its
+//! limit is a FAIL that drains without measuring.
+
+use super::{now_unix, Gate, Places};
+use crate::decide::{self, Found};
+use crate::status::{GateState, Status};
+use crate::{cache, drain, faults, metrics, words};
+use nccl_check_contract::verdict::Verdict;
+use std::path::Path;
+
+impl Gate<'_> {
+    /// Reads the fault sources when `fault_checks` is on. `Some`: the run's exit code (a FAIL).
+    pub(super) fn fault_pass(
+        &mut self,
+        places: &Places,
+        state_dir: &Path,
+        slurm: &drain::Slurm,
+        whom: &str,
+    ) -> Option<i32> {
+        if !self.cfg.fault_checks {
+            return None;
+        }
+        let settings = faults::Settings {
+            root: self.cfg.fault_root.clone(),
+            aer: self.cfg.aer_limits,
+            ib: self.cfg.ib_limits,
+        };
+        // A dry run reads but keeps no position: the next real run judges the same events.
+        let f = faults::check(&settings, state_dir, !self.dry_run);
+        let line = f.line();
+        // Only what was found is logged (gate.json keeps every pass, with its sources).
+        if f.failed() {
+            self.log.error(&line);
+        } else if !f.findings.is_empty() {
+            self.log.warn(&line);
+        }
+        if let (Some(m), false) = (&places.metrics, self.dry_run) {
+            if let Err(e) = faults::metrics::write(m, &f, now_unix()) {
+                self.log
+                    .warn(&format!("metrics_file (faults) {}: {e}", m.display()));
+            }
+        }
+        let failed = f.failed();
+        self.faults = Some(f);
+        failed.then(|| self.fault_fail(places, state_dir, slurm, whom))
+    }
+
+    /// A hardware fault over its limit: FAIL without measuring (the node is drained with the
+    /// fault, its source and its PCI address or port in the reason).
+    fn fault_fail(
+        &mut self,
+        places: &Places,
+        state_dir: &Path,
+        slurm: &drain::Slurm,
+        whom: &str,
+    ) -> i32 {
+        let reason = self
+            .faults
+            .as_ref()
+            .and_then(|f| f.drain_reason(self.facts.job_label(self.mode).as_deref()))
+            .unwrap_or_default();
+        let a = decide::decide(
+            self.mode,
+            Found::Measured(Verdict::Fail),
+            self.policy(),
+            false,
+        );
+        let node = self.facts.node.clone();
+        if self.dry_run {
+            let msg =
+                format!("FAIL {whom} on {node}: hardware fault: {reason}; would drain (dry run)");
+            self.log.info(&msg);
+            words::print_plan(&node, &a, Some(&reason));
+            return self.finish(a, &msg);
+        }
+        let late = self.deadline.with_grace();
+        if let Err(e) = cache::update(state_dir, late, |c| c.forget(None)) {
+            self.log
+                .warn(&format!("cache {}: {e}", cache::path(state_dir).display()));
+        }
+        let said = words::drain_outcome(
+            &drain::Slurm {
+                deadline: late,
+                ..slurm.clone()
+            }
+            .drain(state_dir, &reason, now_unix()),
+            &node,
+        );
+        let msg = format!(
+            "FAIL {whom} on {node}: hardware fault: {reason}; {said}{}",
+            words::job_fate(self.mode, a.exit_code, true)
+        );
+        self.log.error(&msg);
+        let st = Status {
+            state: GateState::Fail,
+            message: msg.clone(),
+            node,
+            job: self.facts.job.clone(),
+            time_unix: now_unix(),
+            drain_reason: Some(reason),
+            drain: Some(said),
+            run_dir: None,
+            context: self.mode.as_str(),
+            faults: None,
+        };
+        let empty = Default::default();
+        let sample = metrics::Sample {
+            gate: GateState::Fail,
+            verdict: Some(Verdict::Fail),
+            exit_code: None,
+            avg_busbw: &empty,
+            margins: &empty,
+            finished_unix: now_unix(),
+            duration_s: 0.0,
+        };
+        self.publish(places, &st, &sample);
+        self.finish(a, &msg)
+    }
+}

@@ -1,0 +1,320 @@
+//! The measuring stage of a run: a run directory, the worker with the selected GPUs, stray
+//! processes on them, then the consequences of the verdict in order: the cache, the drain, the
+//! resume of our own drain, the line and `gate.json`.
+
+use super::{now_unix, Gate, Places};
+use crate::budget::Deadline;
+use crate::decide::{self, Actions, CacheAction, Found, Mode};
+use crate::drain::{self, Outcome};
+use crate::facts::Selection;
+use crate::status::{GateState, Status};
+use crate::words::{self, Line};
+use crate::{cache, metrics, reason, report, state, stray, worker};
+use nccl_check_contract::report::Report;
+use nccl_check_contract::verdict::Verdict;
+use std::path::Path;
+use std::time::Duration;
+
+/// What the cache is keyed by and where the run writes: the same for every stage of one run.
+pub(super) struct Keys<'k> {
+    pub places: &'k Places,
+    pub state_dir: &'k Path,
+    pub slurm: &'k drain::Slurm,
+    pub fingerprint: &'k str,
+    pub start: f64,
+    pub whom: &'k str,
+}
+
+/// The worker's run, judged: the verdict after strays, and what to say and do about it.
+struct Judged<'r> {
+    run: &'r worker::Run,
+    report: Option<&'r Report>,
+    verdict: Verdict,
+    stray_warning: Option<String>,
+    drain_reason: Option<String>,
+    actions: Actions,
+}
+
+impl Gate<'_> {
+    pub(super) fn measure(&mut self, k: &Keys, sel: Selection) -> i32 {
+        let dir = match self.run_dir(k) {
+            Ok(d) => d,
+            Err(code) => return code,
+        };
+        let req = self.request(&sel, &dir);
+        self.log.info(&format!(
+            "{} on {}: checking {}: {} {}",
+            k.whom,
+            self.facts.node,
+            sel.label,
+            req.worker.display(),
+            req.args().display()
+        ));
+        let run = worker::run(&req);
+        let j = self.judge(&run, &sel);
+        let cacheable = self.cacheable(&sel, j.report);
+        let line = self.line(k.whom, &sel.label, &j.actions);
+        if self.dry_run {
+            let msg = match j.verdict {
+                Verdict::Pass => line.pass(&run, j.report),
+                Verdict::Fail => line.fail(&run, j.drain_reason.as_deref().unwrap_or(""), None),
+                Verdict::Error => line.error(&run, j.report),
+            };
+            self.log.info(&msg);
+            words::print_plan(&self.facts.node, &j.actions, j.drain_reason.as_deref());
+            return self.finish(j.actions, &msg);
+        }
+        // The steps after the measurement must happen even when it used the whole budget.
+        let late = self.deadline.with_grace();
+        self.store(k, &j.actions, cacheable, &sel, late);
+        let slurm = drain::Slurm {
+            deadline: late,
+            ..k.slurm.clone()
+        };
+        let drain_said = match (j.actions.drain, j.drain_reason.as_deref()) {
+            (true, Some(r)) => Some(words::drain_outcome(
+                &slurm.drain(k.state_dir, r, now_unix()),
+                &self.facts.node,
+            )),
+            _ => None,
+        };
+        let msg = said(&line, &j, drain_said.as_deref());
+        match j.verdict {
+            Verdict::Pass => self.log.info(&msg),
+            Verdict::Fail | Verdict::Error => self.log.error(&msg),
+        }
+        if j.actions.resume_own_drain {
+            self.resume(&slurm, k.state_dir, k.start);
+        }
+        self.publish_measured(k.places, &j, &msg, drain_said, &dir);
+        self.finish(j.actions, &msg)
+    }
+
+    /// This run's directory under the state dir. A state dir that cannot be written (read-only,
+    /// full) must not turn a FAIL into an ERROR: the run goes to root's fallback directory
+    /// instead, and the drain needs no file. `Err`: the run's exit code when neither works.
+    fn run_dir(&mut self, k: &Keys) -> Result<state::RunDir, i32> {
+        let tag = state::tag(self.facts.job.as_deref(), self.mode == Mode::Recheck);
+        let keep = Duration::from_secs(self.cfg.budget_seconds) + Duration::from_secs(60);
+        state::prune(k.state_dir, keep);
+        let why = match state::RunDir::create_with_room(k.state_dir, &tag) {
+            Ok(d) => return Ok(d),
+            Err(why) => why,
+        };
+        let fallback = Path::new(state::FALLBACK_DIR);
+        state::prune(fallback, keep);
+        match state::RunDir::create(fallback, &tag) {
+            Ok(d) => {
+                self.log.warn(&format!(
+                    "{why}; this run's report and worker.log go to {} instead",
+                    d.path.display()
+                ));
+                Ok(d)
+            }
+            Err(e) => {
+                let p = format!(
+                    "{why}, and cannot create one in {} either: {e}",
+                    fallback.display()
+                );
+                Err(self.error_without_run(k.places, &p, k.whom))
+            }
+        }
+    }
+
+    /// The worker's arguments: the config's plan and worker config, the selected GPUs, what is
+    /// left of the budget.
+    fn request(&self, sel: &Selection, dir: &state::RunDir) -> worker::Request {
+        let budget = Duration::from_secs(self.cfg.budget_seconds);
+        worker::Request {
+            worker: self.cfg.worker.clone(),
+            plan: self.cfg.plan.clone(),
+            dir: dir.path.clone(),
+            timeout_s: self.cfg.worker_timeout(),
+            budget: budget.min(self.deadline.remaining()),
+            config: self
+                .cfg
+                .worker_config
+                .exists()
+                .then(|| self.cfg.worker_config.clone()),
+            gpus: sel.indices.clone(),
+            env: self.cfg.env.clone(),
+        }
+    }
+
+    /// The verdict after strays, the drain reason of a FAIL and what the mode does about it.
+    fn judge<'r>(&mut self, run: &'r worker::Run, sel: &Selection) -> Judged<'r> {
+        let report = run.report.as_ref().ok();
+        let job = self.facts.job_label(self.mode);
+        let (verdict, stray_reason, stray_warning) =
+            self.strays(run.verdict, report, &sel.strays_judged, job.as_deref());
+        if let Some(p) = run
+            .problem
+            .as_deref()
+            .filter(|p| p.starts_with("contradiction"))
+        {
+            self.log.error(p);
+        }
+        let actions = decide::decide(self.mode, Found::Measured(verdict), self.policy(), sel.all);
+        let drain_reason = (verdict == Verdict::Fail)
+            .then(|| stray_reason.unwrap_or_else(|| reason::drain_reason(report, job.as_deref())));
+        Judged {
+            run,
+            report,
+            verdict,
+            stray_warning,
+            drain_reason,
+            actions,
+        }
+    }
+
+    /// The identities a pass may be cached under: only a pass of exactly the GPUs we meant (a
+    /// different set would mean Slurm's and CUDA's GPU order disagree on this node).
+    fn cacheable(&mut self, sel: &Selection, report: Option<&Report>) -> Option<Vec<String>> {
+        if let (Some(ids), Some(measured)) = (&sel.identities, report.and_then(report::uuids)) {
+            let mut ids = ids.clone();
+            ids.sort();
+            if ids.iter().all(|i| i.starts_with("GPU-")) && ids != measured {
+                self.log.warn(&format!(
+                    "the worker measured GPUs {measured:?} but {} are {ids:?} in PCI order; not cached",
+                    sel.label
+                ));
+                return None;
+            }
+        }
+        sel.identities.clone()
+    }
+
+    /// The cache after a verdict: a pass stored, a failure or error forgets the GPUs.
+    fn store(
+        &mut self,
+        k: &Keys,
+        actions: &Actions,
+        cacheable: Option<Vec<String>>,
+        sel: &Selection,
+        late: Deadline,
+    ) {
+        let result = match actions.cache {
+            CacheAction::StorePass => cacheable.filter(|_| self.cfg.cache_seconds > 0).map(|ids| {
+                cache::update(k.state_dir, late, |c| {
+                    c.record(&ids, k.fingerprint, k.start)
+                })
+            }),
+            CacheAction::Clear => Some(cache::update(k.state_dir, late, |c| {
+                c.forget(sel.identities.as_deref())
+            })),
+            CacheAction::Keep => None,
+        };
+        if let Some(Err(e)) = result {
+            self.log.warn(&format!(
+                "cache {}: {e}",
+                cache::path(k.state_dir).display()
+            ));
+        }
+    }
+
+    /// `gate.json` and the metrics of a run that measured.
+    fn publish_measured(
+        &mut self,
+        places: &Places,
+        j: &Judged,
+        msg: &str,
+        drain: Option<String>,
+        dir: &state::RunDir,
+    ) {
+        let gate = match j.verdict {
+            Verdict::Pass => GateState::Pass,
+            Verdict::Fail => GateState::Fail,
+            Verdict::Error => GateState::Error,
+        };
+        let st = Status {
+            state: gate,
+            message: msg.to_string(),
+            node: self.facts.node.clone(),
+            job: self.facts.job.clone(),
+            time_unix: now_unix(),
+            drain_reason: j.drain_reason.clone(),
+            drain,
+            run_dir: Some(dir.path.clone()),
+            context: self.mode.as_str(),
+            faults: None,
+        };
+        let empty = Default::default();
+        let margins = j.report.map(report::margins).unwrap_or_default();
+        let sample = metrics::Sample {
+            gate,
+            verdict: Some(j.verdict),
+            exit_code: j.run.exit_code,
+            avg_busbw: j.report.map(|r| &r.avg_busbw).unwrap_or(&empty),
+            margins: &margins,
+            finished_unix: now_unix(),
+            duration_s: j.run.elapsed.as_secs_f64(),
+        };
+        self.publish(places, &st, &sample);
+    }
+
+    /// Other processes on the checked GPUs (`stray`): logged always; with `stray_processes =
+    /// "fail"` a PASS becomes a FAIL and the drain reason says `busy`. Only where every checked
+    /// GPU is this job's or no job's (`judged`): the job's GPUs (`gpus = "job"`), a recheck
+    /// (which runs only on a node without jobs), or `gpus = "all"` with the GPUs Slurm gave
+    /// other jobs left out ([`crate::shared`]). Where Slurm could not say, a GPU may be another
+    /// job's, whose processes are not strays: warned, never drained.
+    fn strays(
+        &mut self,
+        verdict: Verdict,
+        report: Option<&Report>,
+        judged: &Result<(), String>,
+        job: Option<&str>,
+    ) -> (Verdict, Option<String>, Option<String>) {
+        let Some(report) = report else {
+            return (verdict, None, None);
+        };
+        let worker = self.cfg.worker.clone();
+        let strays = stray::find(report, &|pid| stray::is_our_worker(pid, &worker));
+        if strays.is_empty() {
+            return (verdict, None, None);
+        }
+        let reason = stray::drain_reason(&strays, job);
+        let fail = judged.is_ok() && self.cfg.stray_processes == stray::Policy::Fail;
+        let why = match judged {
+            _ if fail => String::new(),
+            Err(e) => format!(" (warned only: {e})"),
+            Ok(()) => " (warned only: stray_processes = \"warn\")".to_string(),
+        };
+        let warning = format!(
+            "{}{why}",
+            reason.split_once('|').map_or(reason.as_str(), |(_, s)| s)
+        );
+        self.log.warn(&format!("{}: {warning}", self.facts.node));
+        match (fail, verdict) {
+            (true, Verdict::Pass | Verdict::Fail) => (Verdict::Fail, Some(reason), None),
+            _ => (verdict, None, Some(warning)),
+        }
+    }
+
+    fn resume(&mut self, slurm: &drain::Slurm, state_dir: &Path, start: f64) {
+        match slurm.resume_own(state_dir, start, self.mode == Mode::Recheck) {
+            Outcome::Resumed => self.log.info(&format!(
+                "resumed {}: every GPU passed again after nccl-check drained it",
+                self.facts.node
+            )),
+            Outcome::NotOurs(why) => self.log.info(&format!(
+                "{} stays drained: not drained by nccl-check ({why})",
+                self.facts.node
+            )),
+            Outcome::Failed(e) => self.log.error(&format!("resume FAILED: {e}")),
+            _ => {}
+        }
+    }
+}
+
+/// The run's line: the verdict, with the stray warning of a pass or the drain of a FAIL.
+fn said(line: &Line, j: &Judged, drain_said: Option<&str>) -> String {
+    match j.verdict {
+        Verdict::Pass => match &j.stray_warning {
+            Some(w) => format!("{}; WARNING {w}", line.pass(j.run, j.report)),
+            None => line.pass(j.run, j.report),
+        },
+        Verdict::Fail => line.fail(j.run, j.drain_reason.as_deref().unwrap_or(""), drain_said),
+        Verdict::Error => line.error(j.run, j.report),
+    }
+}

@@ -1,0 +1,126 @@
+//! What a run says besides its line: `gate.json` and the metrics where their directories passed
+//! the checks, and the endings of a run that measured nothing (skipped, a setup error).
+
+use super::{now_unix, Gate, Places};
+use crate::decide::{self, Found};
+use crate::drain;
+use crate::metrics;
+use crate::status::{self, GateState, Status};
+use crate::words;
+use nccl_check_contract::verdict::Verdict;
+
+impl Gate<'_> {
+    /// `gate.json` and the metrics file, where their directories passed the checks.
+    pub(super) fn publish(&mut self, places: &Places, st: &Status, sample: &metrics::Sample) {
+        if let Some(d) = &places.state_dir {
+            let st = Status {
+                faults: self.faults.clone(),
+                ..st.clone()
+            };
+            if let Err(e) = status::write(d, &st) {
+                self.log
+                    .warn(&format!("{}: {e}", d.join(status::FILE).display()));
+            }
+        }
+        if let Some(p) = &places.metrics {
+            if let Err(e) = metrics::write(p, sample) {
+                self.log.warn(&format!("metrics_file {}: {e}", p.display()));
+            }
+        }
+    }
+
+    /// [`Self::publish`] for a run that measured nothing (skipped, or a setup error before the
+    /// worker): no drain, no run directory, no numbers.
+    pub(super) fn publish_unmeasured(
+        &mut self,
+        places: &Places,
+        gate: GateState,
+        verdict: Option<Verdict>,
+        msg: &str,
+    ) {
+        let st = Status {
+            state: gate,
+            message: msg.to_string(),
+            node: self.facts.node.clone(),
+            job: self.facts.job.clone(),
+            time_unix: now_unix(),
+            drain_reason: None,
+            drain: None,
+            run_dir: None,
+            context: self.mode.as_str(),
+            faults: None, // publish() fills in this run's faults
+        };
+        let empty = Default::default();
+        let sample = metrics::Sample {
+            gate,
+            verdict,
+            exit_code: None,
+            avg_busbw: &empty,
+            margins: &empty,
+            finished_unix: now_unix(),
+            duration_s: 0.0,
+        };
+        self.publish(places, &st, &sample);
+    }
+
+    /// Nothing to check is never silent: gate.json says `skipped` and why, the metric too, and
+    /// syslog has the line (a gate that is off unnoticed checks no job).
+    pub(super) fn nothing_to_check(
+        &mut self,
+        places: &Places,
+        whom: &str,
+        why: Option<String>,
+    ) -> i32 {
+        let msg = if let Some(why) = why {
+            format!("SKIPPED {whom} on {}: {why}", self.facts.node)
+        } else if self.dry_run && self.facts.cuda_visible_devices.is_none() {
+            "dry run: gpus = \"job\", but CUDA_VISIBLE_DEVICES (the job's GPUs, set by slurmd) \
+             is unset: nothing to check. Name GPUs to check them now (CUDA_VISIBLE_DEVICES=0,1 \
+             nccl-check-prolog --dry-run), or check every GPU with --recheck --dry-run"
+                .to_string()
+        } else {
+            format!(
+                "SKIPPED {whom} on {}: not checked, no GPUs allocated to the job (gpus = \"job\" \
+                 checks the job's gres/gpu GPUs only; without gres/gpu set gpus = \"all\")",
+                self.facts.node
+            )
+        };
+        self.log.info(&msg);
+        if !self.dry_run {
+            self.publish_unmeasured(places, GateState::Skipped, None, &msg);
+        }
+        let a = decide::decide(self.mode, Found::NothingToCheck, self.policy(), false);
+        self.finish(a, &msg)
+    }
+
+    /// A setup problem found before the worker could run.
+    pub(super) fn error_without_run(&mut self, places: &Places, problem: &str, whom: &str) -> i32 {
+        let a = decide::decide(
+            self.mode,
+            Found::Measured(Verdict::Error),
+            self.policy(),
+            false,
+        );
+        let msg = self.line(whom, "", &a).error_without_run(problem);
+        self.log.error(&msg);
+        if self.dry_run {
+            words::print_plan(&self.facts.node, &a, None);
+        } else {
+            self.publish_unmeasured(places, GateState::Error, Some(Verdict::Error), &msg);
+        }
+        self.finish(a, &msg)
+    }
+
+    /// The recheck's reading of Slurm's node state, for the alert on allocated nodes that the
+    /// gate has not run on (`metrics::render_node`). Not on a dry run.
+    pub(super) fn write_node_state(&mut self, places: &Places, n: &drain::NodeState) {
+        if let (Some(m), false) = (&places.metrics, self.dry_run) {
+            if let Err(e) = metrics::write_node(m, n.busy(), &n.state, now_unix()) {
+                self.log.warn(&format!(
+                    "metrics_file (node state) {}: {e}",
+                    metrics::node_path(m).display()
+                ));
+            }
+        }
+    }
+}
