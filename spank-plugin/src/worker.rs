@@ -198,18 +198,10 @@ fn one_line(s: &str) -> String {
     out
 }
 
+/// The signal's name as `kill -l` spells it (`SIGSEGV`), from nix's table; "signal" for a
+/// number it does not know (a real-time signal).
 fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGILL => "SIGILL",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGINT => "SIGINT",
-        _ => "signal",
-    }
+    nix::sys::signal::Signal::try_from(sig).map_or("signal", |s| s.as_str())
 }
 
 /// `DIR/nccl-check.XXXXXX`: a new 0700 directory no other user can race on (`mkdtemp`, through
@@ -443,6 +435,23 @@ mod tests {
         assert_eq!(o.verdict, Verdict::Error);
         assert!(o.detail.contains("SIGSEGV"), "{}", o.detail);
         assert!(o.detail.contains("about to crash"), "{}", o.detail);
+    }
+
+    #[test]
+    fn every_standard_signal_is_named_and_others_are_not_guessed() {
+        let named = [
+            (libc::SIGSEGV, "SIGSEGV"),
+            (libc::SIGBUS, "SIGBUS"),
+            (libc::SIGKILL, "SIGKILL"),
+            (libc::SIGPIPE, "SIGPIPE"),
+            (libc::SIGUSR1, "SIGUSR1"),
+            (libc::SIGXCPU, "SIGXCPU"),
+        ];
+        for (sig, name) in named {
+            assert_eq!(signal_name(sig), name);
+        }
+        assert_eq!(signal_name(0), "signal");
+        assert_eq!(signal_name(libc::SIGRTMIN() + 1), "signal");
     }
 
     #[test]
