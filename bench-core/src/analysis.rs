@@ -95,7 +95,7 @@ pub fn judge(
     let culprits: Vec<String> = local.subjects().collect();
     // 3. Collectives against their thresholds.
     for r in rows {
-        let Some(min) = floor(r.collective, gpus, r.size) else {
+        let Some(min) = floor(&r.collective, gpus, r.size) else {
             continue;
         };
         let worst = r.out_of_place.busbw.min(r.in_place.busbw);
@@ -507,11 +507,11 @@ mod tests {
         };
         Row {
             expected: None,
-            collective: coll,
+            collective: coll.into(),
             size: 256 << 20,
             count: 1,
-            dtype: "float",
-            redop: "sum",
+            dtype: "float".into(),
+            redop: "sum".into(),
             root: -1,
             out_of_place: p,
             in_place: p,

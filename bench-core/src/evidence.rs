@@ -147,11 +147,11 @@ pub fn host_interference(
     rows: &[Row],
     gpu_side: &[GpuSide],
     floor: &dyn Fn(&str, u64) -> Option<f64>,
-) -> (Vec<Reason>, Vec<(&'static str, u64)>) {
+) -> (Vec<Reason>, Vec<(crate::report::Name, u64)>) {
     let mut warnings = Vec::new();
     let mut spared = Vec::new();
     for r in rows {
-        let Some(min) = floor(r.collective, r.size) else {
+        let Some(min) = floor(&r.collective, r.size) else {
             continue;
         };
         let Some(g) = gpu_side
@@ -176,7 +176,7 @@ pub fn host_interference(
                 measured: Some(host),
                 limit: Some(min),
             });
-            spared.push((r.collective, r.size));
+            spared.push((r.collective.clone(), r.size));
         }
     }
     (warnings, spared)

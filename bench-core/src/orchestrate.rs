@@ -488,14 +488,14 @@ pub fn verdict(
 /// The settings a run measured with, for the report.
 pub fn settings(o: &Options) -> Settings {
     Settings {
-        collectives: o.collectives.iter().map(|c| c.name()).collect(),
+        collectives: o.collectives.iter().map(|c| c.name().into()).collect(),
         min_bytes: o.min_bytes,
         max_bytes: o.max_bytes,
         step_factor: o.step_factor,
         warmup_iters: o.warmup_iters,
         iters: o.iters,
-        datatype: o.datatype.name(),
-        op: o.op.name(),
+        datatype: o.datatype.name().into(),
+        op: o.op.name().into(),
         root: o.root,
         check: o.check,
         timeout_s: o.timeout.as_secs_f64(),

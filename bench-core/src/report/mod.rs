@@ -8,6 +8,10 @@ pub mod table;
 
 use serde::{Deserialize, Serialize};
 
+/// A name the worker fills from its own tables (`all_reduce`, `float`, `p2p`) and a report read
+/// back holds as its own copy: borrowed when written, owned when read, never leaked.
+pub type Name = std::borrow::Cow<'static, str>;
+
 /// One placement (out-of-place or in-place) of one row, combined over all ranks.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -30,8 +34,7 @@ pub struct Placement {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Row {
-    #[serde(deserialize_with = "crate::report::read::intern")]
-    pub collective: &'static str,
+    pub collective: Name,
     /// What the row was held against (filled by the verdict; None: no floor at this size, the
     /// outlier rule alone judged it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -40,10 +43,9 @@ pub struct Row {
     pub size: u64,
     /// The count passed to NCCL.
     pub count: u64,
-    #[serde(rename = "type", deserialize_with = "crate::report::read::intern")]
-    pub dtype: &'static str,
-    #[serde(deserialize_with = "crate::report::read::intern")]
-    pub redop: &'static str,
+    #[serde(rename = "type")]
+    pub dtype: Name,
+    pub redop: Name,
     pub root: i32,
     pub out_of_place: Placement,
     pub in_place: Placement,

@@ -415,18 +415,18 @@ impl Measurer<'_> {
             unreachable!("both placements measured")
         };
         let gpu = gpu_timed.then(|| GpuSide {
-            collective: coll.name(),
+            collective: coll.name().into(),
             size: c.bytes(elt),
             out_of_place_busbw: gpu_busbw[0],
             in_place_busbw: gpu_busbw[1],
         });
         let row = Row {
             expected: None,
-            collective: coll.name(),
+            collective: coll.name().into(),
             size: c.bytes(elt),
             count: c.param,
-            dtype: o.datatype.name(),
-            redop: if coll.uses_op() { o.op.name() } else { "none" },
+            dtype: o.datatype.name().into(),
+            redop: if coll.uses_op() { o.op.name() } else { "none" }.into(),
             root: if coll.uses_root() { o.root as i32 } else { -1 },
             out_of_place: oop,
             in_place: ip,

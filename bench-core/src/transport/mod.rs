@@ -33,6 +33,7 @@ mod log;
 pub use expect::{check, Expectation, Finding, NetExpect};
 pub use log::{parse_channel_line, parse_log};
 
+use crate::report::Name;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -189,8 +190,7 @@ pub struct PathReport {
     /// `GPU0->GPU1` (NVML indices), with the hosts when they differ.
     pub path: String,
     /// Stable names (`p2p`, `shm`, `net_ib`, ...).
-    #[serde(deserialize_with = "crate::report::read::intern_vec")]
-    pub transports: Vec<&'static str>,
+    pub transports: Vec<Name>,
     /// As NCCL printed them (`P2P/CUMEM/read`, `NET/IB`).
     pub detail: Vec<String>,
 }
@@ -258,7 +258,10 @@ impl TransportSummary {
                 from_rank: from,
                 to_rank: to,
                 path: self.path_name(from, to),
-                transports: dedup(p.transports.iter().map(Transport::name)),
+                transports: dedup(p.transports.iter().map(Transport::name))
+                    .into_iter()
+                    .map(Name::from)
+                    .collect(),
                 detail: p.transports.iter().map(|t| t.to_string()).collect(),
             })
             .collect()
