@@ -61,6 +61,7 @@ pub fn check_allocation(
         args: srun_args(config, mode, nnodes, verbose),
         env: Some(env),
         cwd: None,
+        stdin: None,
         stdout: Output::Discard,
         stderr: tee_stderr(),
         deadline: config.deadline() + STEP_SETUP,

@@ -85,6 +85,7 @@ pub fn run(inv: &Invocation) -> Outcome {
         args: args.to_args(),
         env: Some(inv.env.clone()),
         cwd: None,
+        stdin: None,
         stdout: Output::Discard,
         stderr,
         deadline: inv.deadline,
