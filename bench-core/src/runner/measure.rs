@@ -415,7 +415,7 @@ impl Measurer<'_> {
             unreachable!("both placements measured")
         };
         let gpu = gpu_timed.then(|| GpuSide {
-            collective: coll.name().into(),
+            collective: coll.name(),
             size: c.bytes(elt),
             out_of_place_busbw: gpu_busbw[0],
             in_place_busbw: gpu_busbw[1],
