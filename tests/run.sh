@@ -38,6 +38,10 @@ step "format and lint"
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 
+step "one name per thing: no new public item named like another (issue 27)"
+python3 tests/tools/duplicate-names.py --selftest
+python3 tests/tools/duplicate-names.py --allow tests/tools/duplicate-names.allow
+
 step "unit and integration tests"
 cargo test --workspace
 

@@ -62,7 +62,7 @@ pub enum SlowWhy {
 }
 
 /// Every reason for FAIL in these results. `gpus` and `nodes` describe the whole check.
-pub fn judge(
+pub fn fail_reasons(
     rows: &[Row],
     pairs: &[PairRow],
     gpus: u32,
@@ -535,13 +535,13 @@ mod tests {
             ("sendrecv", 2) => Some(255.0),
             _ => None,
         };
-        assert!(judge(&[row("all_reduce", 338.0)], &pairs, 4, 1, 0.85, floor).is_empty());
+        assert!(fail_reasons(&[row("all_reduce", 338.0)], &pairs, 4, 1, 0.85, floor).is_empty());
     }
 
     #[test]
     fn one_slow_link_is_named_without_any_threshold() {
         let pairs = matrix("n1", |a, b| if (a, b) == (2, 3) { 41.2 } else { 302.1 });
-        let r = judge(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
+        let r = fail_reasons(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(r[0].code, ReasonCode::LinkOutlier);
         assert_eq!(r[0].subject.as_deref(), Some("GPU2<->GPU3"));
@@ -557,7 +557,7 @@ mod tests {
     #[test]
     fn a_gpu_with_every_link_slow_is_named_instead_of_its_links() {
         let pairs = matrix("n1", |a, b| if a == 1 || b == 1 { 150.0 } else { 300.0 });
-        let r = judge(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
+        let r = fail_reasons(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
@@ -569,7 +569,7 @@ mod tests {
     fn a_slow_collective_names_the_responsible_link() {
         let pairs = matrix("n1", |a, b| if (a, b) == (0, 3) { 100.0 } else { 300.0 });
         let floor: Floor = &|c, _, _| (c == "all_reduce").then_some(290.0);
-        let r = judge(&[row("all_reduce", 120.0)], &pairs, 4, 1, 0.85, floor);
+        let r = fail_reasons(&[row("all_reduce", 120.0)], &pairs, 4, 1, 0.85, floor);
         assert_eq!(r[0].code, ReasonCode::BusbwBelowThreshold);
         assert!(
             r[0].message.contains("responsible: GPU0<->GPU3"),
@@ -588,7 +588,7 @@ mod tests {
             ("sendrecv", 2) => Some(255.0),
             _ => None,
         };
-        let r = judge(&[row("all_reduce", 24.7)], &pairs, 4, 1, 0.85, floor);
+        let r = fail_reasons(&[row("all_reduce", 24.7)], &pairs, 4, 1, 0.85, floor);
         assert!(
             r.iter().any(|x| x.code == ReasonCode::BusbwBelowThreshold
                 && x.message
@@ -613,7 +613,7 @@ mod tests {
         ];
         pairs[1].a = "GPU0".into();
         pairs[1].b = "GPU1".into();
-        let r = judge(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
+        let r = fail_reasons(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
@@ -644,7 +644,7 @@ mod tests {
             node_pair("n1", "n3", 1.43),
             node_pair("n2", "n4", 2.15),
         ];
-        let r = judge(&[], &pairs, 4, 4, 0.85, NO_FLOOR);
+        let r = fail_reasons(&[], &pairs, 4, 4, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
@@ -656,7 +656,7 @@ mod tests {
     fn wrong_data_is_a_failure() {
         let mut r = row("all_gather", 300.0);
         r.in_place.wrong = Some(7);
-        let reasons = judge(&[r], &[], 4, 1, 0.85, NO_FLOOR);
+        let reasons = fail_reasons(&[r], &[], 4, 1, 0.85, NO_FLOOR);
         assert_eq!(reasons[0].code, ReasonCode::WrongData);
     }
 
@@ -668,7 +668,7 @@ mod tests {
         pairs.extend(matrix("n2", |_, _| 305.0));
         pairs.extend(matrix("n3", |_, _| 20.0));
         let floor: Floor = &|c, g, _| (c == "sendrecv" && g == 2).then_some(255.0);
-        let r = judge(&[], &pairs, 12, 3, 0.85, floor);
+        let r = fail_reasons(&[], &pairs, 12, 3, 0.85, floor);
         let codes: Vec<(ReasonCode, Option<&str>)> =
             r.iter().map(|x| (x.code, x.subject.as_deref())).collect();
         assert_eq!(

@@ -77,7 +77,7 @@ pub fn findings(report: &Report, fraction: f64) -> Vec<(Scope, Finding)> {
         })
         .collect();
     let only: Vec<Probed> = probed.iter().map(|(_, p)| p.clone()).collect();
-    for f in local_probe::judge(&only, fraction) {
+    for f in local_probe::slow_probes(&only, fraction) {
         let slot = probed
             .iter()
             .find(|(_, p)| p.subject == f.subject)

@@ -99,7 +99,7 @@ pub fn judge(
     // The node's own facts first: they name the part.
     let facts = evidence::findings(report, judging.outlier_fraction);
     let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
-    let mut measured = crate::analysis::judge(
+    let mut measured = crate::analysis::fail_reasons(
         &report.results,
         &report.pairs,
         report.nranks,

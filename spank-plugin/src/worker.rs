@@ -44,7 +44,7 @@ pub struct Invocation {
 
 /// The worker's result as the plugin reports it.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct TaskOutcome {
     pub verdict: Verdict,
     /// How the worker ended; `Err` = it could not be started.
     pub ending: Result<Ending, String>,
@@ -59,7 +59,7 @@ pub struct Outcome {
 }
 
 /// Runs the worker to completion or to the deadline.
-pub fn run(inv: &Invocation) -> Outcome {
+pub fn run(inv: &Invocation) -> TaskOutcome {
     let json_dir = private_dir(&inv.tmp_dir);
     let mut args = inv.args.clone();
     args.json = json_dir.as_ref().map(|d| d.path().join("report.json"));
@@ -129,10 +129,10 @@ pub fn outcome(
     report: Option<Result<Report, ReportError>>,
     stderr_tail: &[u8],
     inv: &Invocation,
-) -> Outcome {
+) -> TaskOutcome {
     // The contract's one rule (the prolog's too): exit status and report must agree.
     let judged = match &ending {
-        Ok(e) => nccl_check_contract::outcome::judge(*e, report.as_ref()),
+        Ok(e) => nccl_check_contract::outcome::of_run(*e, report.as_ref()),
         Err(_) => nccl_check_contract::outcome::Judged {
             verdict: Verdict::Error,
             problem: None,
@@ -175,7 +175,7 @@ pub fn outcome(
     if let Some(p) = report_problem {
         detail.push_str(&format!("; {p}"));
     }
-    Outcome {
+    TaskOutcome {
         verdict,
         ending,
         detail: one_line(&detail),
