@@ -2,7 +2,7 @@
 //! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
 
 use crate::report::json::{Reason, ReasonCode};
-use crate::report::{PairKind, PairRow, Row};
+use crate::report::{Culprit, PairKind, PairRow, Row};
 use std::collections::BTreeMap;
 
 /// The threshold that applies to (collective, GPUs in the measurement, bytes), if any.
@@ -254,9 +254,9 @@ fn whole_node_reasons(
             })
             .unwrap_or(0.0);
         let subject = if multi {
-            node.to_string()
+            Culprit::Node(node.to_string())
         } else {
-            "all GPU pairs".to_string()
+            Culprit::Other("all GPU pairs".into())
         };
         whole.push(Reason {
             code: ReasonCode::BusbwBelowThreshold,
@@ -264,7 +264,7 @@ fn whole_node_reasons(
                 "{}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)",
                 if multi { format!("node {node}: ") } else { String::new() }
             ),
-            subject: Some(subject),
+            subject: Some(subject.to_string()),
             measured: Some(hi),
             limit: Some(limit),
         });
@@ -321,11 +321,15 @@ fn gpu_reasons(
                 .map(|p| p.busbw)
                 .collect::<Vec<_>>(),
         );
-        let subject = if multi {
-            format!("{node} {gpu}")
-        } else {
-            gpu.clone()
-        };
+        let subject = match crate::report::gpu_index(gpu) {
+            Some(index) => Culprit::Gpu {
+                node: multi.then(|| node.clone()),
+                gpu: index,
+            },
+            None if multi => Culprit::Other(format!("{node} {gpu}")),
+            None => Culprit::Other(gpu.clone()),
+        }
+        .to_string();
         reasons.push(Reason {
             code: ReasonCode::GpuOutlier,
             message: format!(
@@ -392,7 +396,7 @@ fn node_pair_culprit_reasons(
                 "node {node}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({:.0}%)",
                 100.0 * mean / med.max(1e-9)
             ),
-            subject: Some(node.clone()),
+            subject: Some(Culprit::Node(node.clone()).to_string()),
             measured: Some(mean),
             limit: Some(fraction * med),
         });
@@ -458,7 +462,7 @@ fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
                 message: format!(
                     "node {node}: GPU-pair sendrecv busbw median {m:.1} GB/s < {fraction:.2} x {reference:.1} GB/s of the other nodes"
                 ),
-                subject: Some(node.to_string()),
+                subject: Some(Culprit::Node(node.to_string()).to_string()),
                 measured: Some(*m),
                 limit: Some(fraction * reference),
             });
@@ -683,5 +687,51 @@ mod tests {
             "{}",
             r[1].message
         );
+    }
+
+    /// What the outlier rule blames reaches the callers typed: the subject it writes reads back
+    /// as the contract's culprit of the same kind (GPU, GPU pair, node), with the node named
+    /// when the check spans several.
+    #[test]
+    fn every_culprit_is_written_as_its_typed_kind() {
+        let culprit = |r: &Reason| r.culprit().expect("names something");
+        let one = fail_reasons(
+            &[],
+            &matrix("n1", |a, b| if (a, b) == (2, 3) { 41.2 } else { 302.1 }),
+            4,
+            1,
+            0.85,
+            NO_FLOOR,
+        );
+        assert_eq!(
+            culprit(&one[0]),
+            Culprit::GpuPair {
+                node: None,
+                a: 2,
+                b: 3,
+                directed: false
+            }
+        );
+        let mut pairs = matrix("n1", |_, _| 300.0);
+        pairs.extend(matrix(
+            "n2",
+            |a, b| if a == 1 || b == 1 { 150.0 } else { 300.0 },
+        ));
+        let multi = fail_reasons(&[], &pairs, 8, 2, 0.85, NO_FLOOR);
+        assert!(
+            multi.iter().any(|r| culprit(r)
+                == Culprit::Gpu {
+                    node: Some("n2".into()),
+                    gpu: 1
+                }),
+            "{multi:?}"
+        );
+        let mut pairs = vec![
+            gpu_pair("nodeA", 0, 1, 301.0),
+            gpu_pair("nodeB", 0, 1, 24.0),
+        ];
+        pairs[1].ranks = (2, 3);
+        let node = fail_reasons(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
+        assert_eq!(culprit(&node[0]), Culprit::Node("nodeB".into()));
     }
 }

@@ -33,7 +33,7 @@ mod log;
 pub use expect::{check, Expectation, Finding, NetExpect};
 pub use log::{parse_channel_line, parse_log};
 
-use crate::report::Name;
+use crate::report::{Culprit, Name};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -243,10 +243,17 @@ impl TransportSummary {
             .map(|p| (p.from_dev, p.to_dev))
             .unwrap_or((from, to));
         let several_hosts = self.rank_hosts.values().collect::<BTreeSet<_>>().len() > 1;
+        let directed = |node: Option<&String>| Culprit::GpuPair {
+            node: node.cloned(),
+            a: fd,
+            b: td,
+            directed: true,
+        };
         match (self.rank_hosts.get(&from), self.rank_hosts.get(&to)) {
+            // Across nodes: no culprit kind of its own (the localizer names node pairs).
             (Some(a), Some(b)) if a != b => format!("{a} GPU{fd}->{b} GPU{td}"),
-            (Some(a), _) if several_hosts => format!("{a} GPU{fd}->GPU{td}"),
-            _ => format!("GPU{fd}->GPU{td}"),
+            (Some(a), _) if several_hosts => directed(Some(a)).to_string(),
+            _ => directed(None).to_string(),
         }
     }
 
