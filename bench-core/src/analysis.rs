@@ -2,7 +2,7 @@
 //! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
 
 use crate::report::json::{Reason, ReasonCode};
-use crate::report::{PairKind, PairRow, Row};
+use crate::report::{Culprit, PairKind, PairRow, Row};
 use std::collections::BTreeMap;
 
 /// The threshold that applies to (collective, GPUs in the measurement, bytes), if any.
@@ -62,7 +62,7 @@ pub enum SlowWhy {
 }
 
 /// Every reason for FAIL in these results. `gpus` and `nodes` describe the whole check.
-pub fn judge(
+pub fn fail_reasons(
     rows: &[Row],
     pairs: &[PairRow],
     gpus: u32,
@@ -95,7 +95,7 @@ pub fn judge(
     let culprits: Vec<String> = local.subjects().collect();
     // 3. Collectives against their thresholds.
     for r in rows {
-        let Some(min) = floor(r.collective, gpus, r.size) else {
+        let Some(min) = floor(&r.collective, gpus, r.size) else {
             continue;
         };
         let worst = r.out_of_place.busbw.min(r.in_place.busbw);
@@ -254,9 +254,9 @@ fn whole_node_reasons(
             })
             .unwrap_or(0.0);
         let subject = if multi {
-            node.to_string()
+            Culprit::Node(node.to_string())
         } else {
-            "all GPU pairs".to_string()
+            Culprit::Other("all GPU pairs".into())
         };
         whole.push(Reason {
             code: ReasonCode::BusbwBelowThreshold,
@@ -264,7 +264,7 @@ fn whole_node_reasons(
                 "{}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)",
                 if multi { format!("node {node}: ") } else { String::new() }
             ),
-            subject: Some(subject),
+            subject: Some(subject.to_string()),
             measured: Some(hi),
             limit: Some(limit),
         });
@@ -321,11 +321,15 @@ fn gpu_reasons(
                 .map(|p| p.busbw)
                 .collect::<Vec<_>>(),
         );
-        let subject = if multi {
-            format!("{node} {gpu}")
-        } else {
-            gpu.clone()
-        };
+        let subject = match crate::report::gpu_index(gpu) {
+            Some(index) => Culprit::Gpu {
+                node: multi.then(|| node.clone()),
+                gpu: index,
+            },
+            None if multi => Culprit::Other(format!("{node} {gpu}")),
+            None => Culprit::Other(gpu.clone()),
+        }
+        .to_string();
         reasons.push(Reason {
             code: ReasonCode::GpuOutlier,
             message: format!(
@@ -392,7 +396,7 @@ fn node_pair_culprit_reasons(
                 "node {node}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({:.0}%)",
                 100.0 * mean / med.max(1e-9)
             ),
-            subject: Some(node.clone()),
+            subject: Some(Culprit::Node(node.clone()).to_string()),
             measured: Some(mean),
             limit: Some(fraction * med),
         });
@@ -458,7 +462,7 @@ fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
                 message: format!(
                     "node {node}: GPU-pair sendrecv busbw median {m:.1} GB/s < {fraction:.2} x {reference:.1} GB/s of the other nodes"
                 ),
-                subject: Some(node.to_string()),
+                subject: Some(Culprit::Node(node.to_string()).to_string()),
                 measured: Some(*m),
                 limit: Some(fraction * reference),
             });
@@ -507,11 +511,11 @@ mod tests {
         };
         Row {
             expected: None,
-            collective: coll,
+            collective: coll.into(),
             size: 256 << 20,
             count: 1,
-            dtype: "float",
-            redop: "sum",
+            dtype: "float".into(),
+            redop: "sum".into(),
             root: -1,
             out_of_place: p,
             in_place: p,
@@ -535,13 +539,13 @@ mod tests {
             ("sendrecv", 2) => Some(255.0),
             _ => None,
         };
-        assert!(judge(&[row("all_reduce", 338.0)], &pairs, 4, 1, 0.85, floor).is_empty());
+        assert!(fail_reasons(&[row("all_reduce", 338.0)], &pairs, 4, 1, 0.85, floor).is_empty());
     }
 
     #[test]
     fn one_slow_link_is_named_without_any_threshold() {
         let pairs = matrix("n1", |a, b| if (a, b) == (2, 3) { 41.2 } else { 302.1 });
-        let r = judge(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
+        let r = fail_reasons(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(r[0].code, ReasonCode::LinkOutlier);
         assert_eq!(r[0].subject.as_deref(), Some("GPU2<->GPU3"));
@@ -557,7 +561,7 @@ mod tests {
     #[test]
     fn a_gpu_with_every_link_slow_is_named_instead_of_its_links() {
         let pairs = matrix("n1", |a, b| if a == 1 || b == 1 { 150.0 } else { 300.0 });
-        let r = judge(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
+        let r = fail_reasons(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
@@ -569,7 +573,7 @@ mod tests {
     fn a_slow_collective_names_the_responsible_link() {
         let pairs = matrix("n1", |a, b| if (a, b) == (0, 3) { 100.0 } else { 300.0 });
         let floor: Floor = &|c, _, _| (c == "all_reduce").then_some(290.0);
-        let r = judge(&[row("all_reduce", 120.0)], &pairs, 4, 1, 0.85, floor);
+        let r = fail_reasons(&[row("all_reduce", 120.0)], &pairs, 4, 1, 0.85, floor);
         assert_eq!(r[0].code, ReasonCode::BusbwBelowThreshold);
         assert!(
             r[0].message.contains("responsible: GPU0<->GPU3"),
@@ -588,7 +592,7 @@ mod tests {
             ("sendrecv", 2) => Some(255.0),
             _ => None,
         };
-        let r = judge(&[row("all_reduce", 24.7)], &pairs, 4, 1, 0.85, floor);
+        let r = fail_reasons(&[row("all_reduce", 24.7)], &pairs, 4, 1, 0.85, floor);
         assert!(
             r.iter().any(|x| x.code == ReasonCode::BusbwBelowThreshold
                 && x.message
@@ -613,7 +617,7 @@ mod tests {
         ];
         pairs[1].a = "GPU0".into();
         pairs[1].b = "GPU1".into();
-        let r = judge(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
+        let r = fail_reasons(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
@@ -644,7 +648,7 @@ mod tests {
             node_pair("n1", "n3", 1.43),
             node_pair("n2", "n4", 2.15),
         ];
-        let r = judge(&[], &pairs, 4, 4, 0.85, NO_FLOOR);
+        let r = fail_reasons(&[], &pairs, 4, 4, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
             (r[0].code, r[0].subject.as_deref()),
@@ -656,7 +660,7 @@ mod tests {
     fn wrong_data_is_a_failure() {
         let mut r = row("all_gather", 300.0);
         r.in_place.wrong = Some(7);
-        let reasons = judge(&[r], &[], 4, 1, 0.85, NO_FLOOR);
+        let reasons = fail_reasons(&[r], &[], 4, 1, 0.85, NO_FLOOR);
         assert_eq!(reasons[0].code, ReasonCode::WrongData);
     }
 
@@ -668,7 +672,7 @@ mod tests {
         pairs.extend(matrix("n2", |_, _| 305.0));
         pairs.extend(matrix("n3", |_, _| 20.0));
         let floor: Floor = &|c, g, _| (c == "sendrecv" && g == 2).then_some(255.0);
-        let r = judge(&[], &pairs, 12, 3, 0.85, floor);
+        let r = fail_reasons(&[], &pairs, 12, 3, 0.85, floor);
         let codes: Vec<(ReasonCode, Option<&str>)> =
             r.iter().map(|x| (x.code, x.subject.as_deref())).collect();
         assert_eq!(
@@ -683,5 +687,51 @@ mod tests {
             "{}",
             r[1].message
         );
+    }
+
+    /// What the outlier rule blames reaches the callers typed: the subject it writes reads back
+    /// as the contract's culprit of the same kind (GPU, GPU pair, node), with the node named
+    /// when the check spans several.
+    #[test]
+    fn every_culprit_is_written_as_its_typed_kind() {
+        let culprit = |r: &Reason| r.culprit().expect("names something");
+        let one = fail_reasons(
+            &[],
+            &matrix("n1", |a, b| if (a, b) == (2, 3) { 41.2 } else { 302.1 }),
+            4,
+            1,
+            0.85,
+            NO_FLOOR,
+        );
+        assert_eq!(
+            culprit(&one[0]),
+            Culprit::GpuPair {
+                node: None,
+                a: 2,
+                b: 3,
+                directed: false
+            }
+        );
+        let mut pairs = matrix("n1", |_, _| 300.0);
+        pairs.extend(matrix(
+            "n2",
+            |a, b| if a == 1 || b == 1 { 150.0 } else { 300.0 },
+        ));
+        let multi = fail_reasons(&[], &pairs, 8, 2, 0.85, NO_FLOOR);
+        assert!(
+            multi.iter().any(|r| culprit(r)
+                == Culprit::Gpu {
+                    node: Some("n2".into()),
+                    gpu: 1
+                }),
+            "{multi:?}"
+        );
+        let mut pairs = vec![
+            gpu_pair("nodeA", 0, 1, 301.0),
+            gpu_pair("nodeB", 0, 1, 24.0),
+        ];
+        pairs[1].ranks = (2, 3);
+        let node = fail_reasons(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
+        assert_eq!(culprit(&node[0]), Culprit::Node("nodeB".into()));
     }
 }

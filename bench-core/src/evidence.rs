@@ -77,7 +77,7 @@ pub fn findings(report: &Report, fraction: f64) -> Vec<(Scope, Finding)> {
         })
         .collect();
     let only: Vec<Probed> = probed.iter().map(|(_, p)| p.clone()).collect();
-    for f in local_probe::judge(&only, fraction) {
+    for f in local_probe::slow_probes(&only, fraction) {
         let slot = probed
             .iter()
             .find(|(_, p)| p.subject == f.subject)
@@ -147,11 +147,11 @@ pub fn host_interference(
     rows: &[Row],
     gpu_side: &[GpuSide],
     floor: &dyn Fn(&str, u64) -> Option<f64>,
-) -> (Vec<Reason>, Vec<(&'static str, u64)>) {
+) -> (Vec<Reason>, Vec<(crate::report::Name, u64)>) {
     let mut warnings = Vec::new();
     let mut spared = Vec::new();
     for r in rows {
-        let Some(min) = floor(r.collective, r.size) else {
+        let Some(min) = floor(&r.collective, r.size) else {
             continue;
         };
         let Some(g) = gpu_side
@@ -176,7 +176,7 @@ pub fn host_interference(
                 measured: Some(host),
                 limit: Some(min),
             });
-            spared.push((r.collective, r.size));
+            spared.push((r.collective.clone(), r.size));
         }
     }
     (warnings, spared)

@@ -95,11 +95,11 @@ pub fn judge(
             floors.floor(c, all, b)
         });
     let spared =
-        |c: &str, n: u32, b: u64| n == all && spared.iter().any(|&(sc, sb)| sc == c && sb == b);
+        |c: &str, n: u32, b: u64| n == all && spared.iter().any(|(sc, sb)| sc == c && *sb == b);
     // The node's own facts first: they name the part.
     let facts = evidence::findings(report, judging.outlier_fraction);
     let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
-    let mut measured = crate::analysis::judge(
+    let mut measured = crate::analysis::fail_reasons(
         &report.results,
         &report.pairs,
         report.nranks,
@@ -167,7 +167,7 @@ fn expectations(
         .results
         .iter()
         .map(|r| {
-            let e = floors.expectation(r.collective, report.nranks, r.size)?;
+            let e = floors.expectation(&r.collective, report.nranks, r.size)?;
             let busbw = r.out_of_place.busbw.min(r.in_place.busbw);
             Some(Expected::new(busbw, e.floor, e.source))
         })
@@ -282,7 +282,7 @@ pub fn probe_line(report: &Report) -> String {
         .enumerate()
         .filter_map(|(k, g)| {
             Some(crate::facts::local_probe::Probed {
-                subject: format!("GPU{k}"),
+                subject: crate::report::gpu_name(k as u32),
                 gpu_name: &g.info.name,
                 device_id: g.info.pci_device_id,
                 probe: g.local_probe.as_ref()?,
@@ -360,11 +360,11 @@ mod tests {
         };
         Row {
             expected: None,
-            collective,
+            collective: collective.into(),
             size: MIB256,
             count: MIB256 / 4,
-            dtype: "float",
-            redop: "sum",
+            dtype: "float".into(),
+            redop: "sum".into(),
             root: -1,
             out_of_place: p,
             in_place: p,

@@ -17,13 +17,9 @@ pub type LogPlace = Result<PathBuf, String>;
 
 /// This host's name (`gethostname`), "unknown" if it cannot be read.
 pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes.
-    if unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// What the paths must use: the profile's expectations and the options'.
@@ -108,5 +104,15 @@ fn remove(path: &Path) {
     let _ = std::fs::remove_file(path);
     if let Some(dir) = path.parent() {
         let _ = std::fs::remove_dir(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The name the kernel holds (uname's nodename), whole: not "unknown", not cut short.
+    #[test]
+    fn the_hostname_is_the_kernels() {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("procfs");
+        assert_eq!(super::hostname(), kernel.trim_end());
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-mod facts;
+mod gather_facts;
 
 /// How a run ended without error.
 pub enum Ran {
@@ -44,7 +44,7 @@ pub fn run(
         // Another GPU model, or a login node: no GPU, no NCCL.
         return Ok(Ran::Explained(explain(opts, None, None)));
     }
-    let health = facts::start_nvml();
+    let health = gather_facts::start_nvml();
     // What the progress line and the watchdog name while the libraries load.
     *status.lock().unwrap_or_else(|p| p.into_inner()) =
         vec!["loading NCCL and the CUDA driver".to_string()];
@@ -58,7 +58,7 @@ pub fn run(
             Some(&nvml.facts),
         )));
     }
-    report.facts = Some(facts::inventory(opts, &report.host, visible));
+    report.facts = Some(gather_facts::inventory(opts, &report.host, visible));
     if !opts.quiet && opts.rank == 0 {
         println!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
@@ -136,7 +136,7 @@ pub fn run(
         ));
     }
     gathered?;
-    facts::attach_nvml(report, &nvml);
+    gather_facts::attach_nvml(report, &nvml);
     Ok(Ran::Measured)
 }
 
@@ -219,7 +219,7 @@ fn explain(
         count,
         1,
     );
-    let node = facts::explain(opts, device_id, &name, &crate::nccl_env::hostname());
+    let node = gather_facts::explain(opts, device_id, &name, &crate::nccl_env::hostname());
     format!(
         "{rules}{node}Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}\n",
         opts.config.outliers.fraction,
@@ -498,14 +498,14 @@ pub fn verdict(
 /// The settings a run measured with, for the report.
 pub fn settings(o: &Options) -> Settings {
     Settings {
-        collectives: o.collectives.iter().map(|c| c.name()).collect(),
+        collectives: o.collectives.iter().map(|c| c.name().into()).collect(),
         min_bytes: o.min_bytes,
         max_bytes: o.max_bytes,
         step_factor: o.step_factor,
         warmup_iters: o.warmup_iters,
         iters: o.iters,
-        datatype: o.datatype.name(),
-        op: o.op.name(),
+        datatype: o.datatype.name().into(),
+        op: o.op.name().into(),
         root: o.root,
         check: o.check,
         timeout_s: o.timeout.as_secs_f64(),

@@ -63,8 +63,8 @@ const HEATMAP_H: u32 = 420;
 pub fn draw(path: &Path, input: &PlotInput) -> Result<(), String> {
     let mut collectives: Vec<&str> = Vec::new();
     for r in input.rows {
-        if !collectives.contains(&r.collective) {
-            collectives.push(r.collective);
+        if !collectives.contains(&&*r.collective) {
+            collectives.push(&r.collective);
         }
     }
     let matrices = heatmap::matrices(input.pairs, input.floor, input.outlier_fraction);
@@ -323,11 +323,11 @@ mod tests {
         };
         Row {
             expected: None,
-            collective,
+            collective: collective.into(),
             size,
             count: size / 4,
-            dtype: "float",
-            redop: "sum",
+            dtype: "float".into(),
+            redop: "sum".into(),
             root: -1,
             out_of_place: p(busbw),
             in_place: p(busbw + 1.0),

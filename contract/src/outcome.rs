@@ -38,7 +38,7 @@ impl Judged {
 }
 
 /// The verdict from the worker's end and its report (`None`: no report was asked for).
-pub fn judge(ending: Ending, report: Option<&Result<Report, ReportError>>) -> Judged {
+pub fn of_run(ending: Ending, report: Option<&Result<Report, ReportError>>) -> Judged {
     let code = match ending {
         Ending::Exited(c) => c,
         Ending::Signaled(_) | Ending::KilledAtDeadline => return Judged::plain(Verdict::Error),
@@ -75,7 +75,7 @@ mod tests {
     }
 
     fn verdict(ending: Ending, r: &Result<Report, ReportError>) -> Verdict {
-        judge(ending, Some(r)).verdict
+        of_run(ending, Some(r)).verdict
     }
 
     #[test]
@@ -92,22 +92,22 @@ mod tests {
         // A FAIL that wrote no report still fails (with the generic reason).
         assert_eq!(verdict(Ending::Exited(1), &missing()), Verdict::Fail);
         for (code, says) in [(1, Verdict::Pass), (0, Verdict::Fail), (0, Verdict::Error)] {
-            let j = judge(Ending::Exited(code), Some(&report(says)));
+            let j = of_run(Ending::Exited(code), Some(&report(says)));
             assert_eq!(j.verdict, Verdict::Error, "exit {code} with {says}");
             assert!(j.problem.unwrap_or_default().starts_with("contradiction"));
         }
-        let j = judge(Ending::Exited(0), Some(&missing()));
+        let j = of_run(Ending::Exited(0), Some(&missing()));
         assert_eq!(j.verdict, Verdict::Error);
         assert!(j.problem.unwrap_or_default().contains("no report"));
         let big = Err(ReportError::TooLarge(PathBuf::from("/r"), 8));
-        let j = judge(Ending::Exited(0), Some(&big));
+        let j = of_run(Ending::Exited(0), Some(&big));
         assert_eq!(j.verdict, Verdict::Error);
         assert!(j
             .problem
             .unwrap_or_default()
             .starts_with("report too large"));
         let garbage = Err(ReportError::NotAReport("not JSON".into()));
-        let j = judge(Ending::Exited(1), Some(&garbage));
+        let j = of_run(Ending::Exited(1), Some(&garbage));
         assert_eq!(j.verdict, Verdict::Error);
         assert!(j.problem.unwrap_or_default().contains("unusable"));
         assert_eq!(
@@ -127,7 +127,7 @@ mod tests {
     /// Without a report asked for, the exit status alone decides: 0 PASS, 1 FAIL, else ERROR.
     #[test]
     fn without_a_report_the_exit_status_decides() {
-        let v = |e| judge(e, None).verdict;
+        let v = |e| of_run(e, None).verdict;
         assert_eq!(v(Ending::Exited(0)), Verdict::Pass);
         assert_eq!(v(Ending::Exited(1)), Verdict::Fail);
         assert_eq!(v(Ending::Exited(6)), Verdict::Error);

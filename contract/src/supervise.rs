@@ -23,6 +23,9 @@ mod lines;
 use capped::CappedLog;
 use lines::LineCopy;
 
+/// Most bytes [`Spec::stdin`] may hold: POSIX's `PIPE_BUF`, what a write into a new, empty pipe
+/// takes whole without blocking (Linux's pipe holds 64 KiB), so feeding the child cannot hang.
+pub const MAX_STDIN: usize = 4096;
 /// How often an exec that fails with ETXTBSY is retried (the file is being replaced, or another
 /// thread's fork briefly holds a write descriptor to it).
 const ETXTBSY_TRIES: u32 = 5;
@@ -69,6 +72,9 @@ pub struct Spec {
     pub env: Option<Vec<(OsString, OsString)>>,
     /// The working directory; `None` keeps ours.
     pub cwd: Option<PathBuf>,
+    /// Written to the child's stdin as it starts, then closed (at most [`MAX_STDIN`] bytes);
+    /// `None`: `/dev/null`.
+    pub stdin: Option<Vec<u8>>,
     pub stdout: Output,
     pub stderr: Output,
     /// From the spawn: the group is killed when this has passed.
@@ -83,6 +89,7 @@ impl Spec {
             args,
             env: Some(Vec::new()),
             cwd: Some(PathBuf::from("/")),
+            stdin: None,
             stdout: Output::Discard,
             stderr: Output::Discard,
             deadline,
@@ -162,6 +169,15 @@ pub fn run_guarded(spec: Spec) -> Result<Finished, SpawnError> {
 fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
     let start = Instant::now();
     let deadline = start + spec.deadline;
+    if spec.stdin.as_ref().is_some_and(|b| b.len() > MAX_STDIN) {
+        return Err(SpawnError {
+            program: spec.program,
+            error: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("more than {MAX_STDIN} bytes for its stdin"),
+            ),
+        });
+    }
     let mut cmd = command(&spec);
     let mut tries = 0;
     let mut child = loop {
@@ -183,6 +199,13 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
             }
         }
     };
+    if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), spec.stdin.as_deref()) {
+        use std::io::Write;
+        // At most PIPE_BUF into an empty pipe: taken whole at once, never blocking. A child that
+        // exits without reading gives EPIPE (SIGPIPE is ignored in Rust programs): its exit
+        // status tells the rest.
+        let _ = pipe.write_all(bytes);
+    }
     let mut pipes: Vec<Pipe> = Vec::new();
     if let (Some(s), Some((max, copy, log))) = (child.stdout.take(), kept(&spec.stdout)) {
         pipes.push(Pipe::new(Box::new(s), Stream::Stdout, max, copy, log));
@@ -320,7 +343,10 @@ impl Guard {
 
 fn command(spec: &Spec) -> Command {
     let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args).stdin(Stdio::null());
+    cmd.args(&spec.args).stdin(match spec.stdin {
+        Some(_) => Stdio::piped(),
+        None => Stdio::null(),
+    });
     if let Some(env) = &spec.env {
         cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
     }
@@ -555,6 +581,24 @@ mod tests {
         s.stdout = Output::Tail { max_bytes: 1024 };
         s.stderr = Output::Tail { max_bytes: 1024 };
         s
+    }
+
+    #[test]
+    fn stdin_bytes_reach_the_child_and_too_many_are_refused_before_it_starts() {
+        let d = scratch_dir("sup-stdin");
+        let mut s = sh(&d, "cat; exit 4", 5000);
+        s.stdin = Some(b"credential\n".to_vec());
+        let f = run(s).expect("runs");
+        assert_eq!(
+            (f.ending, &f.stdout[..]),
+            (Ending::Exited(4), &b"credential\n"[..])
+        );
+        let mut s = sh(&d, "touch \"$DIR/ran\"", 5000);
+        s.stdin = Some(vec![b'x'; MAX_STDIN + 1]);
+        let e = run(s).expect_err("refused");
+        assert_eq!(e.error.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(!d.join("ran").exists());
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]

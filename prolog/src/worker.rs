@@ -113,9 +113,12 @@ pub fn describe(ending: Ending, budget: Duration) -> String {
 }
 
 /// The verdict from the exit status and the report together: the contract's one rule
-/// ([`nccl_check_contract::outcome::judge`]), with the problem that made it an ERROR.
-pub fn judge(ending: Ending, report: &Result<Report, ReportError>) -> (Verdict, Option<String>) {
-    let j = nccl_check_contract::outcome::judge(ending, Some(report));
+/// ([`nccl_check_contract::outcome::of_run`]), with the problem that made it an ERROR.
+pub fn verdict_of_run(
+    ending: Ending,
+    report: &Result<Report, ReportError>,
+) -> (Verdict, Option<String>) {
+    let j = nccl_check_contract::outcome::of_run(ending, Some(report));
     (j.verdict, j.problem)
 }
 
@@ -165,7 +168,7 @@ pub fn run(req: &Request) -> Run {
         Err(e) => return failed(e.to_string()),
     };
     let report = report::read(&req.json());
-    let (verdict, judged) = judge(done.ending, &report);
+    let (verdict, judged) = verdict_of_run(done.ending, &report);
     let problem = match done.ending {
         Ending::Exited(_) => judged,
         other => Some(describe(other, req.budget)),
@@ -257,8 +260,11 @@ mod tests {
     #[test]
     fn the_verdict_needs_the_exit_code_and_the_report_to_agree() {
         let missing = || Err(ReportError::Missing(PathBuf::from("/r")));
-        assert_eq!(judge(Ending::Exited(1), &missing()).0, Verdict::Fail);
-        let (v, why) = judge(Ending::Exited(0), &report(Verdict::Fail));
+        assert_eq!(
+            verdict_of_run(Ending::Exited(1), &missing()).0,
+            Verdict::Fail
+        );
+        let (v, why) = verdict_of_run(Ending::Exited(0), &report(Verdict::Fail));
         assert_eq!(v, Verdict::Error);
         assert!(why.unwrap_or_default().starts_with("contradiction"));
     }

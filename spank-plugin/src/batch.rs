@@ -61,6 +61,7 @@ pub fn check_allocation(
         args: srun_args(config, mode, nnodes, verbose),
         env: Some(env),
         cwd: None,
+        stdin: None,
         stdout: Output::Discard,
         stderr: tee_stderr(),
         deadline: config.deadline() + STEP_SETUP,
@@ -72,7 +73,7 @@ pub fn check_allocation(
     ));
     let t0 = Instant::now();
     let (verdict, mut detail) = match supervise::run(spec) {
-        Ok(done) => judge(done.ending, &done.stderr, config),
+        Ok(done) => verdict_of_srun(done.ending, &done.stderr, config),
         Err(e) => (Verdict::Error, format!("cannot start srun: {}", e.error)),
     };
     if detail.contains(NCCL_LIB_HINT) {
@@ -161,7 +162,7 @@ fn tee_stderr() -> Output {
 /// that srun killed (137) or that ended in ERROR after the failing rank left would otherwise
 /// turn the FAIL into an ERROR. Without a FAIL the exit decides (1 FAIL, else ERROR). The
 /// detail is the deciding line, else srun's exit and its last line.
-fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
+fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
     let text = String::from_utf8_lossy(stderr);
     let printable = |l: &str| -> String {
         l.trim()
@@ -191,7 +192,7 @@ fn judge(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
                 );
             }
             // No worker's FAIL: srun's exit alone decides, by the contract's rule.
-            let verdict = outcome::judge(Ending::Exited(code), None).verdict;
+            let verdict = outcome::of_run(Ending::Exited(code), None).verdict;
             let detail = last_summary(&text, Verdict::Error).unwrap_or_else(|| {
                 format!(
                     "srun exited with code {code} ({}); last output: {}",
@@ -289,15 +290,15 @@ mod tests {
     fn the_exit_decides_and_the_workers_verdict_line_explains() {
         let c = Config::default();
         let err = b"nccl-check: running 3 s\nnccl-check: FAIL all_reduce 12 < 300 GB/s on n2\nsrun: error: n2: task 1: Exited with exit code 1\n";
-        let (v, d) = judge(Ending::Exited(1), err, &c);
+        let (v, d) = verdict_of_srun(Ending::Exited(1), err, &c);
         assert_eq!(v, Verdict::Fail);
         assert_eq!(d, "all_reduce 12 < 300 GB/s on n2");
-        let (v, d) = judge(Ending::Exited(0), b"", &c);
+        let (v, d) = verdict_of_srun(Ending::Exited(0), b"", &c);
         assert_eq!(v, Verdict::Pass, "{d}");
-        let (v, d) = judge(Ending::Exited(2), b"srun: error: bad thing\n", &c);
+        let (v, d) = verdict_of_srun(Ending::Exited(2), b"srun: error: bad thing\n", &c);
         assert_eq!(v, Verdict::Error);
         assert!(d.contains("last output: srun: error: bad thing"), "{d}");
-        let (v, d) = judge(Ending::KilledAtDeadline, b"", &c);
+        let (v, d) = verdict_of_srun(Ending::KilledAtDeadline, b"", &c);
         assert_eq!(v, Verdict::Error);
         assert!(d.contains("did not finish within 155 s"), "{d}");
     }
@@ -311,14 +312,14 @@ mod tests {
             nccl-check: FAIL all_reduce 256 MiB busbw 12.3 < 300.0 GB/s; responsible: n1 GPU0\n\
             srun: error: n2: task 1: Killed\n";
         for code in [143, 137, 1] {
-            let (v, d) = judge(Ending::Exited(code), err, &c);
+            let (v, d) = verdict_of_srun(Ending::Exited(code), err, &c);
             assert_eq!(v, Verdict::Fail, "exit {code}: {d}");
             assert!(d.ends_with("responsible: n1 GPU0"), "{d}");
         }
         // The worker's line lost in transit: srun's own line about the task still says FAIL.
         let err = b"srun: error: n1: task 0: Exited with exit code 1\n\
             srun: error: n2: task 1: Terminated\nsrun: Force Terminated StepId=3.0\n";
-        let (v, d) = judge(Ending::Exited(143), err, &c);
+        let (v, d) = verdict_of_srun(Ending::Exited(143), err, &c);
         assert_eq!(v, Verdict::Fail, "{d}");
         assert_eq!(
             d,
@@ -327,14 +328,17 @@ mod tests {
         // A peer's ERROR after the failing rank left does not hide the FAIL.
         let err = b"1: nccl-check: FAIL busbw 12.3 < 300.0 GB/s; responsible: n2 GPU3\n\
             0: nccl-check: ERROR control plane: process 1 left\n";
-        assert_eq!(judge(Ending::Exited(5), err, &c).0, Verdict::Fail);
+        assert_eq!(verdict_of_srun(Ending::Exited(5), err, &c).0, Verdict::Fail);
         // A task that could not start its program (127) is no FAIL.
         let err = b"srun: error: n2: task 1: Exited with exit code 127\n";
-        assert_eq!(judge(Ending::Exited(127), err, &c).0, Verdict::Error);
+        assert_eq!(
+            verdict_of_srun(Ending::Exited(127), err, &c).0,
+            Verdict::Error
+        );
         // Without a FAIL a killed step is an ERROR, explained by the worker's own line.
         let err = b"nccl-check: ERROR rendezvous: no peer\nsrun: error: n2: task 1: Exited with exit code 5\n\
             srun: error: n1: task 0: Killed\n";
-        let (v, d) = judge(Ending::Exited(137), err, &c);
+        let (v, d) = verdict_of_srun(Ending::Exited(137), err, &c);
         assert_eq!(v, Verdict::Error);
         assert_eq!(d, "rendezvous: no peer");
     }

@@ -10,7 +10,7 @@ use nccl_check_contract::exit::NCCL_LIB_HINT;
 use nccl_check_contract::line;
 use nccl_check_contract::verdict::Verdict;
 
-use crate::worker::Outcome;
+use crate::worker::TaskOutcome;
 
 /// The table's header line.
 pub fn header() -> String {
@@ -22,7 +22,7 @@ pub fn header() -> String {
 
 /// One task's row, with the whole detail (one line, bounded by the worker module): it is the
 /// only place a verbose check says a FAIL or ERROR, so it is never cut.
-pub fn row(node: &str, rank: u32, world: u32, outcome: &Outcome, note: &str) -> String {
+pub fn row(node: &str, rank: u32, world: u32, outcome: &TaskOutcome, note: &str) -> String {
     let node: String = node.chars().filter(|c| !c.is_control()).take(64).collect();
     format!(
         "nccl-check: {node:<16} {:>9} {:<7} {:>6.1}s  {}{note}",
@@ -86,8 +86,8 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn outcome(verdict: Verdict, detail: &str) -> Outcome {
-        Outcome {
+    fn outcome(verdict: Verdict, detail: &str) -> TaskOutcome {
+        TaskOutcome {
             verdict,
             ending: Ok(nccl_check_contract::supervise::Ending::Exited(1)),
             detail: detail.into(),

@@ -44,7 +44,7 @@ pub struct Invocation {
 
 /// The worker's result as the plugin reports it.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct TaskOutcome {
     pub verdict: Verdict,
     /// How the worker ended; `Err` = it could not be started.
     pub ending: Result<Ending, String>,
@@ -59,10 +59,10 @@ pub struct Outcome {
 }
 
 /// Runs the worker to completion or to the deadline.
-pub fn run(inv: &Invocation) -> Outcome {
+pub fn run(inv: &Invocation) -> TaskOutcome {
     let json_dir = private_dir(&inv.tmp_dir);
     let mut args = inv.args.clone();
-    args.json = json_dir.as_ref().map(|d| d.join("report.json"));
+    args.json = json_dir.as_ref().map(|d| d.path().join("report.json"));
     // The task's stderr (srun's, through slurmstepd); a dup, so closing it leaves ours open.
     let copy = inv
         .show_stderr
@@ -85,6 +85,7 @@ pub fn run(inv: &Invocation) -> Outcome {
         args: args.to_args(),
         env: Some(inv.env.clone()),
         cwd: None,
+        stdin: None,
         stdout: Output::Discard,
         stderr,
         deadline: inv.deadline,
@@ -101,9 +102,7 @@ pub fn run(inv: &Invocation) -> Outcome {
     if let (Some(src), Some(dst)) = (args.json.as_deref(), inv.keep_report.as_deref()) {
         outcome.keep_problem = keep(src, dst).err();
     }
-    if let Some(dir) = json_dir {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    drop(json_dir);
     outcome
 }
 
@@ -130,10 +129,10 @@ pub fn outcome(
     report: Option<Result<Report, ReportError>>,
     stderr_tail: &[u8],
     inv: &Invocation,
-) -> Outcome {
+) -> TaskOutcome {
     // The contract's one rule (the prolog's too): exit status and report must agree.
     let judged = match &ending {
-        Ok(e) => nccl_check_contract::outcome::judge(*e, report.as_ref()),
+        Ok(e) => nccl_check_contract::outcome::of_run(*e, report.as_ref()),
         Err(_) => nccl_check_contract::outcome::Judged {
             verdict: Verdict::Error,
             problem: None,
@@ -176,7 +175,7 @@ pub fn outcome(
     if let Some(p) = report_problem {
         detail.push_str(&format!("; {p}"));
     }
-    Outcome {
+    TaskOutcome {
         verdict,
         ending,
         detail: one_line(&detail),
@@ -200,36 +199,22 @@ fn one_line(s: &str) -> String {
     out
 }
 
+/// The signal's name as `kill -l` spells it (`SIGSEGV`), from nix's table; "signal" for a
+/// number it does not know (a real-time signal).
 fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGILL => "SIGILL",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGINT => "SIGINT",
-        _ => "signal",
-    }
+    nix::sys::signal::Signal::try_from(sig).map_or("signal", |s| s.as_str())
 }
 
-/// `mkdtemp(DIR/nccl-check.XXXXXX)`: a 0700 directory no other user can race on.
-fn private_dir(parent: &Path) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut template = parent
-        .join("nccl-check.XXXXXX")
-        .as_os_str()
-        .as_bytes()
-        .to_vec();
-    template.push(0);
-    // SAFETY: NUL-terminated, writable buffer, as mkdtemp requires.
-    let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
-    if p.is_null() {
-        return None;
-    }
-    template.pop();
-    Some(PathBuf::from(std::ffi::OsStr::from_bytes(&template)))
+/// `DIR/nccl-check.XXXXXX`: a new 0700 directory no other user can race on (`mkdtemp`, through
+/// tempfile), removed when the value is dropped.
+fn private_dir(parent: &Path) -> Option<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    // tempfile leaves the mode to the umask unless told: mkdtemp's is 0700.
+    tempfile::Builder::new()
+        .prefix("nccl-check.")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(parent)
+        .ok()
 }
 
 #[cfg(test)]
@@ -238,9 +223,9 @@ mod tests {
     use nccl_check_contract::PlanName;
 
     /// A worker script; `$json` is the value of its `--json` argument.
-    fn inv(script: &str, deadline_ms: u64) -> (Invocation, tempdir::Dir) {
-        let dir = tempdir::Dir::new();
-        let worker = dir.path.join("worker.sh");
+    fn inv(script: &str, deadline_ms: u64) -> (Invocation, tempfile::TempDir) {
+        let dir = private_dir(&std::env::temp_dir()).expect("a private dir");
+        let worker = dir.path().join("worker.sh");
         let body = format!(
             "#!/bin/sh\njson=; prev=; for a; do [ \"$prev\" = --json ] && json=$a; prev=$a; done\n{script}\n"
         );
@@ -254,28 +239,11 @@ mod tests {
             args,
             deadline: Duration::from_millis(deadline_ms),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            tmp_dir: dir.path.clone(),
+            tmp_dir: dir.path().to_path_buf(),
             show_stderr: false,
             keep_report: None,
         };
         (inv, dir)
-    }
-
-    mod tempdir {
-        pub struct Dir {
-            pub path: std::path::PathBuf,
-        }
-        impl Dir {
-            pub fn new() -> Dir {
-                let path = super::private_dir(&std::env::temp_dir()).expect("mkdtemp");
-                Dir { path }
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.path);
-            }
-        }
     }
 
     const REPORT: &str = r#"{"schema_version":1,"verdict":"VERDICT","exit_code":CODE,"summary":"SUMMARY","host":"n2"}"#;
@@ -306,6 +274,25 @@ mod tests {
         assert_eq!(o.verdict, Verdict::Pass);
         assert_eq!(o.detail, "8 x H200 on 1 node(s)");
         assert_eq!(o.host.as_deref(), Some("n2"));
+    }
+
+    /// The report goes to a new 0700 `nccl-check.XXXXXX` directory under the task's temporary
+    /// directory, removed when the worker is done.
+    #[test]
+    fn the_report_directory_is_private_new_and_removed_after() {
+        let (inv, d) = inv(
+            r#"dir=$(dirname "$json")
+               [ "$(stat -c %a "$dir")" = 700 ] || exit 9
+               case "$(basename "$dir")" in nccl-check.??????) ;; *) exit 8 ;; esac
+               echo "$dir" > "$(dirname "$dir")/seen"; exit 0"#,
+            5000,
+        );
+        let o = run(&inv);
+        assert_eq!(o.ending, Ok(Ending::Exited(0)), "{o:?}");
+        let seen = std::fs::read_to_string(d.path().join("seen")).expect("the worker ran");
+        let seen = Path::new(seen.trim_end());
+        assert_eq!(seen.parent(), Some(d.path()));
+        assert!(!seen.exists(), "{} left behind", seen.display());
     }
 
     #[test]
@@ -416,7 +403,7 @@ mod tests {
             o.detail
         );
         nccl_check_contract::test_support::assert_process_gone(
-            &d.path.join("child.pid"),
+            &d.path().join("child.pid"),
             Duration::from_millis(200),
         );
     }
@@ -425,19 +412,20 @@ mod tests {
     #[test]
     fn a_kept_report_is_a_new_file_and_never_follows_a_link() {
         let (mut inv, d) = inv(&format!("{}; exit 0", write_report("PASS", 0, "ok")), 5000);
-        inv.keep_report = Some(d.path.join("kept.json"));
+        inv.keep_report = Some(d.path().join("kept.json"));
         let out = run(&inv);
         assert_eq!(out.keep_problem, None);
-        let kept = std::fs::read_to_string(d.path.join("kept.json")).expect("kept");
+        let kept = std::fs::read_to_string(d.path().join("kept.json")).expect("kept");
         assert!(kept.contains("\"summary\":\"ok\""), "{kept}");
         // The same name again, and a planted symlink: refused with a note, the check unaffected.
         let again = run(&inv);
         assert_eq!(again.verdict, Verdict::Pass);
         assert!(again.keep_problem.is_some_and(|p| p.contains("kept.json")));
-        std::os::unix::fs::symlink(d.path.join("victim"), d.path.join("link.json")).expect("ln");
-        inv.keep_report = Some(d.path.join("link.json"));
+        std::os::unix::fs::symlink(d.path().join("victim"), d.path().join("link.json"))
+            .expect("ln");
+        inv.keep_report = Some(d.path().join("link.json"));
         assert!(run(&inv).keep_problem.is_some());
-        assert!(!d.path.join("victim").exists());
+        assert!(!d.path().join("victim").exists());
     }
 
     #[test]
@@ -448,6 +436,23 @@ mod tests {
         assert_eq!(o.verdict, Verdict::Error);
         assert!(o.detail.contains("SIGSEGV"), "{}", o.detail);
         assert!(o.detail.contains("about to crash"), "{}", o.detail);
+    }
+
+    #[test]
+    fn every_standard_signal_is_named_and_others_are_not_guessed() {
+        let named = [
+            (libc::SIGSEGV, "SIGSEGV"),
+            (libc::SIGBUS, "SIGBUS"),
+            (libc::SIGKILL, "SIGKILL"),
+            (libc::SIGPIPE, "SIGPIPE"),
+            (libc::SIGUSR1, "SIGUSR1"),
+            (libc::SIGXCPU, "SIGXCPU"),
+        ];
+        for (sig, name) in named {
+            assert_eq!(signal_name(sig), name);
+        }
+        assert_eq!(signal_name(0), "signal");
+        assert_eq!(signal_name(libc::SIGRTMIN() + 1), "signal");
     }
 
     #[test]

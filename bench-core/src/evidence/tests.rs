@@ -44,11 +44,11 @@ fn row(collective: &'static str, busbw: f64) -> Row {
     };
     Row {
         expected: None,
-        collective,
+        collective: collective.into(),
         size: MIB256,
         count: MIB256 / 4,
-        dtype: "float",
-        redop: "sum",
+        dtype: "float".into(),
+        redop: "sum".into(),
         root: -1,
         out_of_place: p,
         in_place: p,

@@ -94,7 +94,7 @@ impl Probed<'_> {
 
 /// The findings of the probes of this process's GPUs: below the model's floor, or below
 /// `fraction` x the median of the other GPUs.
-pub fn judge(probed: &[Probed], fraction: f64) -> Vec<Finding> {
+pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
     let mut out = Vec::new();
     for (i, p) in probed.iter().enumerate() {
         let rate = p.probe.copy_gbs;
@@ -214,10 +214,10 @@ mod tests {
     fn a_healthy_copy_rate_passes_and_a_shared_memory_fails_on_one_gpu() {
         // Healthy H200: ~0.45 x 4800 = 2160 GB/s of copy rate.
         let one = [probe(0, 2150.0)];
-        assert!(judge(&probed("NVIDIA H200", &one), 0.85).is_empty());
+        assert!(slow_probes(&probed("NVIDIA H200", &one), 0.85).is_empty());
         // Another process streaming through its memory: about half.
         let one = [probe(0, 1100.0)];
-        let f = judge(&probed("NVIDIA H200", &one), 0.85);
+        let f = slow_probes(&probed("NVIDIA H200", &one), 0.85);
         assert_eq!(f.len(), 1);
         assert_eq!(
             (f[0].code, f[0].subject.as_str()),
@@ -234,7 +234,7 @@ mod tests {
         }];
         let mut busy = probed("NVIDIA H200", &one);
         busy[0].others = &others;
-        let f = judge(&busy, 0.85);
+        let f = slow_probes(&busy, 0.85);
         assert!(
             f[0].message.starts_with(
                 "GPU0: busy: 1 other process (pid 4242, user bob, 8.0 GiB); device-local copy 1100 GB/s < 1440 GB/s"
@@ -249,7 +249,7 @@ mod tests {
     fn on_two_gpus_the_slower_one_is_named_by_its_sibling() {
         // Both above the model floor, one at 0.7 of the other: only it is named.
         let two = [probe(0, 2150.0), probe(1, 1500.0)];
-        let f = judge(&probed("NVIDIA H200", &two), 0.85);
+        let f = slow_probes(&probed("NVIDIA H200", &two), 0.85);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].subject, "GPU1");
         assert!(
@@ -258,9 +258,9 @@ mod tests {
             f[0].message
         );
         // An unknown model: siblings only.
-        let f = judge(&probed("Tesla T4", &two), 0.85);
+        let f = slow_probes(&probed("Tesla T4", &two), 0.85);
         assert_eq!(f.len(), 1);
-        assert!(judge(&probed("Tesla T4", &two[..1]), 0.85).is_empty());
+        assert!(slow_probes(&probed("Tesla T4", &two[..1]), 0.85).is_empty());
         assert_eq!(
             line(&probed("NVIDIA H200", &two)),
             "local probe device copy GPU0 2150, GPU1 1500 GB/s (floor 1440)"

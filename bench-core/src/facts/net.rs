@@ -6,7 +6,7 @@
 //! `/sys/class/infiniband/<device>/ports/<port>/{state,phys_state,rate,link_layer}`, a socket
 //! interface from `/sys/class/net/<iface>/{operstate,speed}`, all under a configurable root.
 //!
-//! What counts as a fault (`judge`):
+//! What counts as a fault (`assess_ports`):
 //! - `net_port_down`: an RDMA port not `ACTIVE` or whose physical state is not `LinkUp`, or an
 //!   interface whose operstate is neither `up` nor `unknown` (`unknown` is what a driver that
 //!   reports no carrier state gives: the loopback and many virtual NICs, which carry traffic).
@@ -251,7 +251,7 @@ pub fn read(root: &Path, nics: &[NicRef], policy: &NetPolicy) -> NetFacts {
             }),
         }
     }
-    judge(ports, unreadable, policy)
+    assess_ports(ports, unreadable, policy)
 }
 
 /// Every RDMA port of the node (for a report when NCCL's log named none).
@@ -269,7 +269,7 @@ pub fn all_rdma_ports(root: &Path) -> Vec<NicRef> {
 }
 
 /// The findings and the node-pair expectation of already-read ports.
-pub fn judge(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetPolicy) -> NetFacts {
+pub fn assess_ports(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetPolicy) -> NetFacts {
     let mut findings = Vec::new();
     for p in &ports {
         if !p.up {

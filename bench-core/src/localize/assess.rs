@@ -4,6 +4,7 @@
 
 use super::{node_name, Code, Config, Finding, Group, GroupKind};
 use crate::facts::num_vs;
+use crate::report::Culprit;
 use std::collections::BTreeMap;
 
 /// One measured group.
@@ -233,7 +234,7 @@ fn local_findings(inp: &Inputs, local_bad: &[bool], local_limit: &Limit) -> Vec<
             code: Code::NodeSlow,
             nodes: vec![x],
             rail: None,
-            subject: node_name(x),
+            subject: Culprit::Node(node_name(x)).to_string(),
             message: format!(
                 "{}: its own GPUs: local busbw {} GB/s < {} GB/s (phase A, every node at once)",
                 node_name(x),
@@ -277,7 +278,7 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<F
                 code: Code::NodeSlow,
                 nodes: vec![x],
                 rail: None,
-                subject: node_name(x),
+                subject: Culprit::Node(node_name(x)).to_string(),
                 message: format!(
                     "{}: every node pair it is in is slow on all {g} NICs, with cleared partners: busbw <= {} GB/s < {} GB/s",
                     node_name(x),
@@ -294,7 +295,11 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<F
                 code: Code::RailSlow,
                 nodes: vec![x],
                 rail: Some(r),
-                subject: format!("{} GPU{r} NIC", node_name(x)),
+                subject: Culprit::Rail {
+                    node: node_name(x),
+                    gpu: r as u32,
+                }
+                .to_string(),
                 message: format!(
                     "{} rail {r} (GPU{r}'s NIC): every pair through it is slow, busbw <= {} GB/s < {} GB/s; its other rails are fine",
                     node_name(x),
@@ -372,7 +377,7 @@ fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<Finding> {
             code: Code::NodePairSlow,
             nodes: vec![x, y],
             rail: None,
-            subject: format!("{}<->{}", node_name(x), node_name(y)),
+            subject: Culprit::NodePair(node_name(x), node_name(y)).to_string(),
             message: format!(
                 "{}<->{}: sendrecv busbw {} GB/s < {} GB/s on {} of {g} rails{why}",
                 node_name(x),

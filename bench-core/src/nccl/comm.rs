@@ -9,7 +9,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::error::{NcclError, IN_PROGRESS};
-use super::library::{Config, Nccl, RawComm, RawStream, UniqueId};
+use super::library::{Nccl, NcclConfig, RawComm, RawStream, UniqueId};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
@@ -58,9 +58,9 @@ impl<'a> Comm<'a> {
         // splitShare is read from the *parent* (init.cc ncclCommInitChildComm): with it, the
         // measuring child reuses the parent's resources (cheap, into_blocking), but every child
         // is also limited to the parent's channels; see split_blocking.
-        let mut cfg = Config {
+        let mut cfg = NcclConfig {
             split_share: share_with_children as i32,
-            ..Config::non_blocking()
+            ..NcclConfig::non_blocking()
         };
         let mut raw: RawComm = std::ptr::null_mut();
         // SAFETY: cfg and raw outlive the call; NCCL copies the config.
@@ -85,7 +85,7 @@ impl<'a> Comm<'a> {
         rank: u32,
         deadline: Instant,
     ) -> Result<Comm<'a>, NcclError> {
-        let mut cfg = Config::blocking_shared();
+        let mut cfg = NcclConfig::blocking_shared();
         let mut raw: RawComm = std::ptr::null_mut();
         // SAFETY: cfg and raw outlive the call; NCCL copies the config.
         let rc =
@@ -115,7 +115,7 @@ impl<'a> Comm<'a> {
     /// child shares the parent's resources was fixed at the parent's init (`start_init`).
     pub fn split_blocking(&self, color: i32, key: i32) -> Option<Result<Comm<'a>, NcclError>> {
         let split = self.nccl.split?;
-        let mut cfg = Config::blocking_shared();
+        let mut cfg = NcclConfig::blocking_shared();
         // NCCL writes the child's handle from its own thread once the split completes
         // (init.cc: "*newcomm should be NCCL_COMM_NULL until comm split fully complete"), so
         // the out-parameter is an atomic that this thread polls.

@@ -18,7 +18,7 @@ pub struct UniqueId {
 /// `ncclConfig_t` as of NCCL 2.28 (`version = 22800`). NCCL copies `min(size, its own size)`
 /// bytes and ignores fields newer than `version`, so older and newer libraries read it correctly.
 #[repr(C)]
-pub struct Config {
+pub struct NcclConfig {
     pub size: usize,
     pub magic: u32,
     pub version: u32,
@@ -38,12 +38,12 @@ pub struct Config {
     pub nvlink_centric_sched: c_int,
 }
 
-impl Config {
+impl NcclConfig {
     /// `NCCL_CONFIG_INITIALIZER` with `blocking = 0`: every field left to NCCL's default.
     pub fn non_blocking() -> Self {
         const UNDEF: c_int = c_int::MIN;
-        Config {
-            size: std::mem::size_of::<Config>(),
+        NcclConfig {
+            size: std::mem::size_of::<NcclConfig>(),
             magic: 0xcafe_beef,
             version: 22800,
             blocking: 0,
@@ -65,10 +65,10 @@ impl Config {
 
     /// The communicator that measures: blocking, sharing its parent's resources when split.
     pub fn blocking_shared() -> Self {
-        Config {
+        NcclConfig {
             blocking: 1,
             split_share: 1,
-            ..Config::non_blocking()
+            ..NcclConfig::non_blocking()
         }
     }
 }
@@ -77,8 +77,8 @@ type FnVoid = unsafe extern "C" fn() -> c_int;
 type FnVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type FnUniqueId = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type FnInitRankConfig =
-    unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int, *mut Config) -> c_int;
-type FnSplit = unsafe extern "C" fn(RawComm, c_int, c_int, *mut RawComm, *mut Config) -> c_int;
+    unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int, *mut NcclConfig) -> c_int;
+type FnSplit = unsafe extern "C" fn(RawComm, c_int, c_int, *mut RawComm, *mut NcclConfig) -> c_int;
 type FnAsyncError = unsafe extern "C" fn(RawComm, *mut c_int) -> c_int;
 type FnComm = unsafe extern "C" fn(RawComm) -> c_int;
 type FnErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
@@ -362,7 +362,7 @@ mod tests {
     #[test]
     fn config_matches_nccl_2_28_layout() {
         // nccl.h 2.28: ncclConfig_v22800 is 80 bytes on x86-64 (cudarc's bindgen layout).
-        assert_eq!(std::mem::size_of::<Config>(), 80);
+        assert_eq!(std::mem::size_of::<NcclConfig>(), 80);
         assert_eq!(std::mem::size_of::<UniqueId>(), 128);
     }
 

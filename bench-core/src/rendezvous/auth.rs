@@ -21,8 +21,6 @@
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Protocol name, the first part of every proof's context.
@@ -180,7 +178,7 @@ const MUNGE_DIRS: &[&str] = &["/usr/bin", "/bin", "/usr/local/bin"];
 /// Longest a single munge or unmunge run may take.
 const MUNGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest credential or unmunge output accepted.
-const MAX_MUNGE_OUTPUT: u64 = 64 * 1024;
+const MAX_MUNGE_OUTPUT: usize = 64 * 1024;
 /// Most munge or unmunge programs this process runs at once; a handshake that finds none free
 /// before its deadline is refused (a real member retries).
 pub const MUNGE_AT_ONCE: usize = 4;
@@ -238,6 +236,8 @@ impl Munge {
         })
     }
 
+    /// Runs `program` under the contract's supervision (own process group, killed with all it
+    /// started at the deadline, reaped), `input` on its stdin; its stdout, or why it failed.
     fn run(
         &self,
         program: &std::path::Path,
@@ -245,63 +245,54 @@ impl Munge {
         input: &[u8],
         deadline: Instant,
     ) -> Result<String, String> {
+        use nccl_check_contract::supervise::{self, Ending, Output, Spec};
         let until = deadline.min(Instant::now() + MUNGE_TIMEOUT);
         let _slot = MungeSlot::take(until)?;
-        let mut cmd = Command::new(program);
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
         if let Some(s) = &self.socket {
-            cmd.arg("--socket").arg(s);
+            argv.extend(["--socket".into(), s.clone().into_os_string()]);
         }
-        let mut child = cmd
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-        // Inputs and outputs are a few hundred bytes: far below a pipe's buffer, so writing all of
-        // the input before reading cannot deadlock.
-        if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(input);
-        }
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(s)) => break s,
-                Ok(None) if Instant::now() >= until => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("{} did not answer in time", program.display()));
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-                Err(e) => return Err(format!("{}: {e}", program.display())),
-            }
+        argv.extend(args.iter().map(|a| (*a).into()));
+        let spec = Spec {
+            program: program.to_path_buf(),
+            args: argv,
+            env: None,
+            cwd: None,
+            stdin: Some(input.to_vec()),
+            stdout: Output::Tail {
+                max_bytes: MAX_MUNGE_OUTPUT,
+            },
+            stderr: Output::Tail { max_bytes: 4096 },
+            deadline: until.saturating_duration_since(Instant::now()),
         };
-        let mut out = String::new();
-        if let Some(o) = child.stdout.take() {
-            let _ = o.take(MAX_MUNGE_OUTPUT).read_to_string(&mut out);
-        }
-        if !status.success() {
-            let mut err = String::new();
-            if let Some(e) = child.stderr.take() {
-                let _ = e.take(4096).read_to_string(&mut err);
+        let done = supervise::run(spec)
+            .map_err(|e| format!("cannot run {}: {}", program.display(), e.error))?;
+        let out = String::from_utf8_lossy(&done.stdout).into_owned();
+        let status = match done.ending {
+            Ending::Exited(0) => return Ok(out),
+            Ending::KilledAtDeadline => {
+                return Err(format!("{} did not answer in time", program.display()))
             }
-            // unmunge names a refused credential on stderr, or as its STATUS on stdout; say
-            // something either way.
-            let status_line = out
-                .lines()
-                .find_map(|l| l.strip_prefix("STATUS:"))
-                .map(str::trim);
-            let why = match (err.trim(), status_line) {
-                ("", Some(s)) => s.to_string(),
-                ("", None) => format!("exited with {status} and said nothing"),
-                (e, _) => e.to_string(),
-            };
-            return Err(format!(
-                "{}: {}",
-                program.display(),
-                crate::text::escape_control(&why)
-            ));
-        }
-        Ok(out)
+            Ending::Exited(code) => format!("exit status: {code}"),
+            Ending::Signaled(sig) => format!("signal: {sig}"),
+        };
+        let err = String::from_utf8_lossy(&done.stderr);
+        // unmunge names a refused credential on stderr, or as its STATUS on stdout; say
+        // something either way.
+        let status_line = out
+            .lines()
+            .find_map(|l| l.strip_prefix("STATUS:"))
+            .map(str::trim);
+        let why = match (err.trim(), status_line) {
+            ("", Some(s)) => s.to_string(),
+            ("", None) => format!("exited with {status} and said nothing"),
+            (e, _) => e.to_string(),
+        };
+        Err(format!(
+            "{}: {}",
+            program.display(),
+            crate::text::escape_control(&why)
+        ))
     }
 }
 
@@ -441,5 +432,84 @@ mod tests {
             "STATUS:          Replayed credential (15)\nUID:             alice (1000)\n\nabc\n";
         assert!(parse_unmunge(replayed).unwrap().0.starts_with("Replayed"));
         assert!(parse_unmunge("garbage").is_err());
+    }
+
+    /// A Munge whose programs are these two scripts.
+    fn fake_munge(dir: &std::path::Path, munge: &str, unmunge: &str) -> Munge {
+        use nccl_check_contract::test_support::write_executable;
+        let (m, u) = (dir.join("munge"), dir.join("unmunge"));
+        write_executable(&m, &format!("#!/bin/sh\n{munge}\n"));
+        write_executable(&u, &format!("#!/bin/sh\n{unmunge}\n"));
+        Munge {
+            munge: m,
+            unmunge: u,
+            socket: Some(dir.join("socket")),
+            uid: 1000,
+        }
+    }
+
+    /// A munge that hangs is killed at the handshake's deadline with all it started, and named.
+    #[test]
+    fn a_munge_program_past_the_deadline_is_killed_with_its_children_and_named() {
+        use nccl_check_contract::test_support::{assert_process_gone, scratch_dir};
+        let d = scratch_dir("munge-hang");
+        let pid = d.join("child.pid");
+        let m = fake_munge(
+            &d,
+            &format!("sleep 30 & echo $! > {}; wait", pid.display()),
+            "exit 0",
+        );
+        let started = Instant::now();
+        let e = m
+            .prove(b"ctx", Instant::now() + Duration::from_millis(300))
+            .expect_err("no answer");
+        assert!(started.elapsed() < Duration::from_secs(3), "{e}");
+        assert_eq!(
+            e,
+            format!("{} did not answer in time", d.join("munge").display())
+        );
+        assert_process_gone(&pid, Duration::from_secs(2));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// unmunge gets the credential on its stdin and the socket first; its refusal is passed on,
+    /// from stderr or from its STATUS line.
+    #[test]
+    fn unmunge_reads_the_credential_on_stdin_and_a_refusal_says_why() {
+        use nccl_check_contract::test_support::scratch_dir;
+        let d = scratch_dir("munge-refuse");
+        let m = fake_munge(
+            &d,
+            "echo \"$@\"",
+            r#"[ "$1 $3 $4 $5 $6" = "--socket -k STATUS -k UID" ] || exit 9
+               echo "refused: $(cat)" >&2; exit 1"#,
+        );
+        let e = m.verify(b"ctx", "MUNGE:abc", later()).expect_err("refused");
+        assert_eq!(
+            e,
+            format!("{}: refused: MUNGE:abc", d.join("unmunge").display())
+        );
+        let cred = m.prove(b"ctx", later()).expect("munge answers");
+        assert!(
+            cred.starts_with(&format!(
+                "--socket {} --restrict-uid 1000 --string ",
+                d.join("socket").display()
+            )),
+            "{cred}"
+        );
+        let m = fake_munge(
+            &d,
+            "exit 0",
+            "echo 'STATUS: Replayed credential (15)'; exit 15",
+        );
+        let e = m.verify(b"ctx", "MUNGE:abc", later()).expect_err("refused");
+        assert!(e.ends_with(": Replayed credential (15)"), "{e}");
+        let m = fake_munge(&d, "exit 3", "exit 0");
+        let e = m.prove(b"ctx", later()).expect_err("failed");
+        assert!(
+            e.ends_with(": exited with exit status: 3 and said nothing"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).ok();
     }
 }

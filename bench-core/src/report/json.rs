@@ -3,7 +3,7 @@
 
 use super::gpu::GpuInfo;
 pub use super::reason::{Reason, ReasonCode};
-use super::Row;
+use super::{Name, Row};
 use crate::verdict::{ExitCode, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -106,17 +106,14 @@ pub struct GpuSide {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    #[serde(deserialize_with = "crate::report::read::intern_vec")]
-    pub collectives: Vec<&'static str>,
+    pub collectives: Vec<Name>,
     pub min_bytes: u64,
     pub max_bytes: u64,
     pub step_factor: u64,
     pub warmup_iters: u32,
     pub iters: u32,
-    #[serde(deserialize_with = "crate::report::read::intern")]
-    pub datatype: &'static str,
-    #[serde(deserialize_with = "crate::report::read::intern")]
-    pub op: &'static str,
+    pub datatype: Name,
+    pub op: Name,
     pub root: u32,
     pub check: bool,
     pub timeout_s: f64,
@@ -130,10 +127,8 @@ pub struct Settings {
 #[serde(default)]
 pub struct Report {
     pub schema_version: u32,
-    #[serde(deserialize_with = "crate::report::read::intern")]
-    pub tool: &'static str,
-    #[serde(deserialize_with = "crate::report::read::intern")]
-    pub tool_version: &'static str,
+    pub tool: Name,
+    pub tool_version: Name,
     pub verdict: Verdict,
     pub exit_code: i32,
     /// One line for a terminal or a drain reason.
@@ -195,8 +190,8 @@ impl Report {
     pub fn new(host: String, started_unix: f64) -> Report {
         Report {
             schema_version: SCHEMA_VERSION,
-            tool: "nccl-check",
-            tool_version: env!("CARGO_PKG_VERSION"),
+            tool: "nccl-check".into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
             verdict: Verdict::Error,
             exit_code: ExitCode::Runtime.code(),
             summary: String::new(),

@@ -6,7 +6,12 @@ pub mod read;
 pub use nccl_check_contract::report::reason;
 pub mod table;
 
+pub use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};
+
+/// A name the worker fills from its own tables (`all_reduce`, `float`, `p2p`) and a report read
+/// back holds as its own copy: borrowed when written, owned when read, never leaked.
+pub type Name = std::borrow::Cow<'static, str>;
 
 /// One placement (out-of-place or in-place) of one row, combined over all ranks.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -30,8 +35,7 @@ pub struct Placement {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Row {
-    #[serde(deserialize_with = "crate::report::read::intern")]
-    pub collective: &'static str,
+    pub collective: Name,
     /// What the row was held against (filled by the verdict; None: no floor at this size, the
     /// outlier rule alone judged it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -40,10 +44,9 @@ pub struct Row {
     pub size: u64,
     /// The count passed to NCCL.
     pub count: u64,
-    #[serde(rename = "type", deserialize_with = "crate::report::read::intern")]
-    pub dtype: &'static str,
-    #[serde(deserialize_with = "crate::report::read::intern")]
-    pub redop: &'static str,
+    #[serde(rename = "type")]
+    pub dtype: Name,
+    pub redop: Name,
     pub root: i32,
     pub out_of_place: Placement,
     pub in_place: Placement,
@@ -132,19 +135,78 @@ impl Expected {
 }
 
 impl PairRow {
-    /// `GPU2<->GPU3` (with the node when the check spans several), or `node1<->node2`.
-    pub fn subject(&self, multi_node: bool) -> String {
-        if self.kind == PairKind::Gpu && multi_node {
-            format!("{} {}<->{}", self.node, self.a, self.b)
-        } else {
-            format!("{}<->{}", self.a, self.b)
+    /// What a slow pair blames, typed: two GPUs of a node (the node named when the check spans
+    /// several), or two nodes.
+    pub fn culprit(&self, multi_node: bool) -> Culprit {
+        match self.kind {
+            PairKind::Gpu => match (gpu_index(&self.a), gpu_index(&self.b)) {
+                (Some(a), Some(b)) => Culprit::GpuPair {
+                    node: multi_node.then(|| self.node.clone()),
+                    a,
+                    b,
+                    directed: false,
+                },
+                // Not a name this worker gives its GPUs: kept as written, never guessed.
+                _ => Culprit::Other(format!("{}<->{}", self.a, self.b)),
+            },
+            PairKind::Node => Culprit::NodePair(self.a.clone(), self.b.clone()),
         }
     }
+
+    /// [`PairRow::culprit`] as the report writes it: `GPU2<->GPU3`, `n7 GPU2<->GPU3`,
+    /// `node1<->node2`.
+    pub fn subject(&self, multi_node: bool) -> String {
+        self.culprit(multi_node).to_string()
+    }
+}
+
+/// The worker's name of a GPU (`GPU2`, [`gpu_name`]) back to its index.
+pub fn gpu_index(name: &str) -> Option<u32> {
+    match Culprit::parse(name) {
+        Culprit::Gpu { node: None, gpu } => Some(gpu),
+        _ => None,
+    }
+}
+
+/// A GPU as the worker names it in pairs and reasons: `GPU2`.
+pub fn gpu_name(index: u32) -> String {
+    Culprit::Gpu {
+        node: None,
+        gpu: index,
+    }
+    .to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pair_blames_its_two_gpus_or_its_two_nodes_as_written_before() {
+        let pair = |kind, node: &str, a: &str, b: &str| PairRow {
+            kind,
+            node: node.into(),
+            a: a.into(),
+            b: b.into(),
+            ..PairRow::default()
+        };
+        let gpus = pair(PairKind::Gpu, "n7", &gpu_name(2), &gpu_name(3));
+        assert_eq!(gpus.subject(false), "GPU2<->GPU3");
+        assert_eq!(gpus.subject(true), "n7 GPU2<->GPU3");
+        for multi in [false, true] {
+            assert_eq!(Culprit::parse(&gpus.subject(multi)), gpus.culprit(multi));
+        }
+        let nodes = pair(PairKind::Node, "", "n1", "n2");
+        assert_eq!(
+            nodes.culprit(true),
+            Culprit::NodePair("n1".into(), "n2".into())
+        );
+        assert_eq!(nodes.subject(true), "n1<->n2");
+        assert_eq!(
+            (gpu_index("GPU12"), gpu_index("n1"), gpu_index("GPU")),
+            (Some(12), None, None)
+        );
+    }
 
     #[test]
     fn pair_kinds_are_written_as_before() {

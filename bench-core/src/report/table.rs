@@ -162,11 +162,11 @@ mod tests {
         };
         let r = Row {
             expected: None,
-            collective: "all_reduce",
+            collective: "all_reduce".into(),
             size: 134217728,
             count: 33554432,
-            dtype: "float",
-            redop: "sum",
+            dtype: "float".into(),
+            redop: "sum".into(),
             root: -1,
             out_of_place: p(613.39, 218.81, 328.22),
             in_place: p(610.79, 219.74, 329.62),

@@ -422,11 +422,11 @@ impl Measurer<'_> {
         });
         let row = Row {
             expected: None,
-            collective: coll.name(),
+            collective: coll.name().into(),
             size: c.bytes(elt),
             count: c.param,
-            dtype: o.datatype.name(),
-            redop: if coll.uses_op() { o.op.name() } else { "none" },
+            dtype: o.datatype.name().into(),
+            redop: if coll.uses_op() { o.op.name() } else { "none" }.into(),
             root: if coll.uses_root() { o.root as i32 } else { -1 },
             out_of_place: oop,
             in_place: ip,

@@ -33,6 +33,7 @@ mod log;
 pub use expect::{check, Expectation, Finding, NetExpect};
 pub use log::{parse_channel_line, parse_log};
 
+use crate::report::{Culprit, Name};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -189,8 +190,7 @@ pub struct PathReport {
     /// `GPU0->GPU1` (NVML indices), with the hosts when they differ.
     pub path: String,
     /// Stable names (`p2p`, `shm`, `net_ib`, ...).
-    #[serde(deserialize_with = "crate::report::read::intern_vec")]
-    pub transports: Vec<&'static str>,
+    pub transports: Vec<Name>,
     /// As NCCL printed them (`P2P/CUMEM/read`, `NET/IB`).
     pub detail: Vec<String>,
 }
@@ -243,10 +243,17 @@ impl TransportSummary {
             .map(|p| (p.from_dev, p.to_dev))
             .unwrap_or((from, to));
         let several_hosts = self.rank_hosts.values().collect::<BTreeSet<_>>().len() > 1;
+        let directed = |node: Option<&String>| Culprit::GpuPair {
+            node: node.cloned(),
+            a: fd,
+            b: td,
+            directed: true,
+        };
         match (self.rank_hosts.get(&from), self.rank_hosts.get(&to)) {
+            // Across nodes: no culprit kind of its own (the localizer names node pairs).
             (Some(a), Some(b)) if a != b => format!("{a} GPU{fd}->{b} GPU{td}"),
-            (Some(a), _) if several_hosts => format!("{a} GPU{fd}->GPU{td}"),
-            _ => format!("GPU{fd}->GPU{td}"),
+            (Some(a), _) if several_hosts => directed(Some(a)).to_string(),
+            _ => directed(None).to_string(),
         }
     }
 
@@ -258,7 +265,10 @@ impl TransportSummary {
                 from_rank: from,
                 to_rank: to,
                 path: self.path_name(from, to),
-                transports: dedup(p.transports.iter().map(Transport::name)),
+                transports: dedup(p.transports.iter().map(Transport::name))
+                    .into_iter()
+                    .map(Name::from)
+                    .collect(),
                 detail: p.transports.iter().map(|t| t.to_string()).collect(),
             })
             .collect()

@@ -6,8 +6,22 @@ use serde::{Deserialize, Serialize};
 /// FAIL: `wrong_data` .. `transport_fallback`, the localizer's `node_slow` .. `suspects_unresolved`, and the node facts `gpu_missing` ..
 /// `worker_starved` (a part named by what the node itself says, `facts`); ERROR: `nccl_library`
 /// .. `runtime`; WARN (never FAIL, never drains): `host_interference`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ReasonCode {
     WrongData,
     BusbwBelowThreshold,
@@ -58,38 +72,10 @@ pub enum ReasonCode {
 }
 
 impl ReasonCode {
-    /// The code as the report spells it.
+    /// The code as the report spells it: serde's name, by the same snake_case rule (a test
+    /// holds the two to each other for every variant).
     pub fn as_str(self) -> &'static str {
-        match self {
-            ReasonCode::WrongData => "wrong_data",
-            ReasonCode::BusbwBelowThreshold => "busbw_below_threshold",
-            ReasonCode::GpuOutlier => "gpu_outlier",
-            ReasonCode::LinkOutlier => "link_outlier",
-            ReasonCode::NodeOutlier => "node_outlier",
-            ReasonCode::NodePairOutlier => "node_pair_outlier",
-            ReasonCode::TransportFallback => "transport_fallback",
-            ReasonCode::NodeSlow => "node_slow",
-            ReasonCode::NodePairSlow => "node_pair_slow",
-            ReasonCode::RailSlow => "rail_slow",
-            ReasonCode::SuspectsUnresolved => "suspects_unresolved",
-            ReasonCode::NcclLibrary => "nccl_library",
-            ReasonCode::GpuMissing => "gpu_missing",
-            ReasonCode::NvlinkDown => "nvlink_down",
-            ReasonCode::PcieDegraded => "pcie_degraded",
-            ReasonCode::EccUncorrectable => "ecc_uncorrectable",
-            ReasonCode::RowRemapPending => "row_remap_pending",
-            ReasonCode::HwSlowdown => "hw_slowdown",
-            ReasonCode::NetPortDown => "net_port_down",
-            ReasonCode::NetRateDegraded => "net_rate_degraded",
-            ReasonCode::LocalProbeSlow => "local_probe_slow",
-            ReasonCode::WorkerStarved => "worker_starved",
-            ReasonCode::HostInterference => "host_interference",
-            ReasonCode::NoGpu => "no_gpu",
-            ReasonCode::Rendezvous => "rendezvous",
-            ReasonCode::Timeout => "timeout",
-            ReasonCode::Runtime => "runtime",
-            ReasonCode::Unknown => "unknown",
-        }
+        self.into()
     }
 
     /// The code of a node fact's finding (`facts::Finding::code`); None for a code this
@@ -212,6 +198,31 @@ mod tests {
                 serde_json::to_string(&c).expect("serializes")
             );
         }
+    }
+
+    /// Every code, as serde writes it and as `as_str` names it: one spelling, pinned (the report
+    /// schema's consumers match on these strings).
+    #[test]
+    fn every_code_has_one_spelling_and_it_does_not_change() {
+        use strum::IntoEnumIterator;
+        let mut spelled = Vec::new();
+        for c in ReasonCode::iter() {
+            let json = serde_json::to_string(&c).expect("serializes");
+            assert_eq!(json, format!("\"{}\"", c.as_str()), "{c:?}");
+            spelled.push(c.as_str());
+        }
+        assert_eq!(
+            spelled.join(","),
+            concat!(
+                "wrong_data,busbw_below_threshold,gpu_outlier,link_outlier,node_outlier,",
+                "node_pair_outlier,transport_fallback,node_slow,node_pair_slow,rail_slow,",
+                "suspects_unresolved,nccl_library,gpu_missing,nvlink_down,pcie_degraded,",
+                "ecc_uncorrectable,row_remap_pending,hw_slowdown,net_port_down,",
+                "net_rate_degraded,local_probe_slow,worker_starved,host_interference,no_gpu,",
+                "rendezvous,",
+                "timeout,runtime,unknown"
+            )
+        );
     }
 
     #[test]

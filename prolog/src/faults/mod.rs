@@ -435,9 +435,9 @@ fn judge_xids(records: &[kmsg::Record], dropped: usize, out: &mut Summary) {
         }
     }
     // FAILs first: they decide the drain reason.
-    seen.sort_by_key(|(e, _)| xid::judge(e).0 != Class::Fail);
+    seen.sort_by_key(|(e, _)| xid::assess(e).0 != Class::Fail);
     for (e, n) in seen {
-        let (class, needs, meaning) = xid::judge(&e);
+        let (class, needs, meaning) = xid::assess(&e);
         let (source, kind) = match e.kind {
             xid::Kind::Xid => ("xid", "Xid"),
             xid::Kind::SXid => ("sxid", "SXid"),

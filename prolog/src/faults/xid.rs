@@ -343,7 +343,7 @@ pub fn parse(line: &str) -> Option<Event> {
 }
 
 /// The class, what the hardware needs, and the meaning in a few words.
-pub fn judge(e: &Event) -> (Class, Needs, String) {
+pub fn assess(e: &Event) -> (Class, Needs, String) {
     match e.kind {
         Kind::SXid => {
             let lower = e.text.to_ascii_lowercase();
@@ -395,7 +395,7 @@ mod tests {
 
     fn judged(line: &str) -> (Class, Needs) {
         let e = parse(line).expect(line);
-        let (c, n, _) = judge(&e);
+        let (c, n, _) = assess(&e);
         (c, n)
     }
 
@@ -563,7 +563,7 @@ mod tests {
             (e.kind, e.code, e.pci.as_str()),
             (Kind::SXid, 20034, "0000:c6:00.0")
         );
-        assert_eq!(judge(&e).0, Class::Fail);
+        assert_eq!(assess(&e).0, Class::Fail);
         assert_eq!(
             judged("nvidia-nvswitch0: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 36 egress non-posted PRIV error (First)"),
             (Class::Warn, Needs::Nothing)
