@@ -114,6 +114,19 @@ pub fn run(
             return Err(e);
         }
     };
+    wait_for_gpus(handles, &team, opts.rank, report)?;
+    gather_facts::attach_nvml(report, &nvml);
+    Ok(Ran::Measured)
+}
+
+/// Waits for the GPU threads (bounded once a process is lost) and collects their outcomes into
+/// the report, with what the off-CPU watch saw meanwhile.
+fn wait_for_gpus(
+    handles: Vec<JoinHandle<Outcome>>,
+    team: &crate::team::Team,
+    rank: u32,
+    report: &mut Report,
+) -> Result<(), RunError> {
     // Whether this process could run while it measured (a starved worker starves NCCL's
     // proxy threads: `runner::off_cpu`).
     let off_cpu = crate::runner::off_cpu::Watch::start();
@@ -131,13 +144,11 @@ pub fn run(
     // calls stalled or failed: its name is the reason, ahead of theirs.
     if let Some(lost) = team.lost() {
         return Err(RunError::from_team(
-            opts.rank,
+            rank,
             crate::team::TeamError::Plane(lost),
         ));
     }
-    gathered?;
-    gather_facts::attach_nvml(report, &nvml);
-    Ok(Ran::Measured)
+    gathered
 }
 
 /// dlopen NCCL while the driver starts (both take a while, neither needs the other); returns

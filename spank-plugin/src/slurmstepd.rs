@@ -223,7 +223,12 @@ fn invocation(
 
 /// Says the outcome (rank 0 a PASS, every rank its FAIL or ERROR) and fails the task when the
 /// mode enforces.
-fn tell(task: &Task, mode: &Mode, verbose: bool, outcome: &worker::TaskOutcome) -> Result<(), Error> {
+fn tell(
+    task: &Task,
+    mode: &Mode,
+    verbose: bool,
+    outcome: &worker::TaskOutcome,
+) -> Result<(), Error> {
     let Task {
         rank, world, node, ..
     } = task;

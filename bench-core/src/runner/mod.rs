@@ -12,10 +12,10 @@ mod error;
 mod gpu_time;
 mod localized;
 mod measure;
+pub mod off_cpu;
 mod output;
 mod pair_matrix;
 pub mod probe;
-pub mod off_cpu;
 pub mod shared;
 
 pub use error::RunError;

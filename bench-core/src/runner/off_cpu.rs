@@ -167,7 +167,11 @@ mod tests {
         let calls = std::sync::atomic::AtomicU32::new(0);
         let seen = watch(&stop, Duration::from_millis(5), |tick| {
             let n = calls.fetch_add(1, Ordering::Relaxed) + 1;
-            std::thread::sleep(if n == 3 { tick + Duration::from_millis(300) } else { tick });
+            std::thread::sleep(if n == 3 {
+                tick + Duration::from_millis(300)
+            } else {
+                tick
+            });
             if n == 6 {
                 stop.store(true, Ordering::Relaxed);
             }
