@@ -380,11 +380,11 @@ pub fn connect(setup: &Setup, me: Member) -> Result<Joined, String> {
             ),
             other => format!("{where_}: waiting for the other processes: {other}"),
         })?;
-    let unique_id = messages::check_welcome(&welcome, setup.world, &me)
+    let (unique_id, members) = messages::check_welcome(&welcome, setup.world, &me)
         .map_err(|e| format!("{where_}: welcome refused: {e}"))?;
     Ok(Joined {
         unique_id,
-        members: welcome.members,
+        members,
         plane: ControlPlane::leaf(
             a.session
                 .named(format!("the coordinator ({}:{})", setup.host, a.port)),
