@@ -4,12 +4,14 @@
 //! sum times, and the coordinator's and a member's memory. With `--dead R --dead-mode exit|hang`
 //! process R leaves after joining (exits, or stops answering), with `--dead-mode absent` it never
 //! starts; the run then reports whether and when the coordinator named it (within the deadline
-//! + 1 s is the requirement). `--max-len L` sums no vector longer than L; `--silence S` and
+//! plus 1 s is the requirement). `--max-len L` sums no vector longer than L; `--silence S` and
 //! `--every S` override the beats' silence and period (the budget's otherwise, as the worker's).
 //!
 //! After the sums, a whole localization as a real check runs it (8 simulated GPUs per process,
-//! one node's NICs at half speed so that screening and confirmation rounds run): the coordinator
-//! runs the localizer (`localize::conduct`), every process follows through `Team::gather`; the
+//! one node's NICs at half speed so that screening and confirmation rounds run) through the star:
+//! the coordinator runs the localizer (`localize::conduct::decide_in`), every process follows
+//! through `Team::gather` (the star's round, which GPU checks no longer use: their rounds are
+//! NCCL all_reduces, `runner/localized.rs`); the
 //! time of every gather (after a barrier, timed apart, so that the processes' skew on a loaded
 //! machine is not counted as the plane's cost), the coordinator's time deciding, as the
 //! coordinator and a member see them, and the verdict are recorded.

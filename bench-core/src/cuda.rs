@@ -247,6 +247,20 @@ impl Gpu {
         unsafe { b.launch(self.launch_cfg(count)) }.map(|_| ())
     }
 
+    /// Enqueues the copy of `host` to `buf` on this GPU's stream (the localization's round
+    /// vector). Pageable memory is staged before this returns, so `host` may go at once.
+    pub fn copy_in(&self, buf: u64, host: &[f64]) -> Result<(), DriverError> {
+        // SAFETY: buf holds at least host.len() f64s on this GPU (the caller checks).
+        unsafe { cudarc::driver::result::memcpy_htod_async(buf, host, self.stream.cu_stream()) }
+    }
+
+    /// Reads `host.len()` f64s from `buf`; call only after [`Gpu::wait`] succeeded, so the copy
+    /// cannot block on pending work.
+    pub fn copy_out(&self, buf: u64, host: &mut [f64]) -> Result<(), DriverError> {
+        // SAFETY: buf holds at least host.len() f64s; the stream is idle (waited).
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(host, buf) }
+    }
+
     /// Reads the wrong-element counter; call only after [`Gpu::wait`] succeeded.
     pub fn read_wrong(&self) -> Result<u64, DriverError> {
         let mut host = [0u64; 1];

@@ -342,7 +342,6 @@ fn meet(
     let id = UniqueId {
         internal: joined.unique_id,
     };
-    let conductor = Arc::new(std::sync::Mutex::new(None));
     for (slot, tx) in senders.iter().enumerate() {
         let rank = first_rank + slot as u32;
         let _ = tx.send(Start {
@@ -354,7 +353,6 @@ fn meet(
             recorder: slot == 0,
             topology: topology.clone(),
             gpu: gpu.clone(),
-            conductor: conductor.clone(),
             opts,
         });
     }

@@ -208,6 +208,13 @@ impl Team {
         self.cv.notify_all();
     }
 
+    /// Whether this process coordinates the check (or is alone in it): its report keeps every
+    /// reason of the localization.
+    pub fn coordinates(&self) -> bool {
+        let plane = self.plane.lock().unwrap_or_else(|p| p.into_inner());
+        matches!(*plane, ControlPlane::Alone | ControlPlane::Root { .. })
+    }
+
     /// Cheap check for wait loops.
     pub fn is_failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)

@@ -20,7 +20,7 @@
 //! is found by the plane's watch, tests/gpu/fabric.sh's link-down row without a GPU).
 
 use bench_core::localize::conduct::{
-    decide_in, follow, group_of, Conductor, FollowError, Place, Step,
+    decide_here, follow, group_of, keeper, slots, Conductor, FollowError, Place, Step,
 };
 use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
@@ -147,13 +147,15 @@ fn run(
     let process_of = topology.processes_by_rank();
 
     // Every process builds the same fabric (same seed, same faults); each measures only the
-    // places of its own ranks, and only the coordinator's process runs the localizer (the
-    // phases it knows without pairs, each node's own GPUs and the allocation collective, it
-    // takes from its copy of the fabric, as the real coordinator takes them from phase A and B).
+    // places of its own ranks, and every process runs its own copy of the localizer on the
+    // rounds' summed vectors (the phases it knows without pairs, each node's own GPUs and the
+    // allocation collective, it takes from its copy of the fabric, as the GPU runner takes
+    // them from phase A's all_reduce and B's sum).
     let (n, g) = (layout.names.len(), layout.rails.max(1));
     let (fabric, cfg) = fabric_and_config(opts, &layout.names, g)?;
     let floor = cfg.floors.allocation;
     let mut conductor = None;
+    let keeps = keeper(opts.rank, team.coordinates());
     let coordinator_fabric = fabric.clone();
     let new_conductor = || -> Result<Conductor, String> {
         let localizer =
@@ -163,18 +165,24 @@ fn run(
             localizer,
             layout.clone(),
             process_of.clone(),
-            opts.rank,
+            keeps,
             "sim",
             floor,
             Box::new(move |round| known_fabric.measure(round)),
         ))
     };
     let t = Instant::now();
+    // As the GPU runner does, with the control plane's exact sum in place of NCCL's all_reduce.
     let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, RunError> {
-        team.gather(len, led, |sums| {
-            decide_in(&mut conductor, new_conductor, sums)
-        })
-        .map_err(|e| RunError::from_team(opts.rank, e))
+        let vector = slots(len, led).map_err(RunError::Runtime)?;
+        let sums = match vector.is_empty() {
+            true => Vec::new(),
+            false => team
+                .sum(&vector)
+                .map_err(|e| RunError::from_team(opts.rank, e))?,
+        };
+        decide_here(&mut conductor, new_conductor, &sums, opts.rank, &mine)
+            .map_err(RunError::Runtime)
     };
     let measure = |_: u32, _: Phase, _: u32, places: &[Place]| -> Result<Vec<f64>, RunError> {
         Ok(places
@@ -186,7 +194,7 @@ fn run(
         .map_err(|e| match e {
             FollowError::Caller(e) => e,
             FollowError::BadStep(why) => {
-                RunError::Runtime(format!("localization: the coordinator's step: {why}"))
+                RunError::Runtime(format!("localization: this process's step: {why}"))
             }
         })
         .map_err(lost)?;

@@ -1,8 +1,15 @@
-//! The localizer across processes. Only the coordinator runs it (a [`Conductor`]); every other
-//! process learns only where its own ranks stand in the next round (a [`Step`]) and sends back
-//! only the results of the groups it leads ([`follow`]). A round costs each process one small
-//! message up and one down, and O(N) bytes in all: no process receives every group's result.
-//! The GPU runner and the GPU-less scale test (`nccl-check-sim`) both run exactly this.
+//! The localizer across processes. Every process runs the same deterministic [`Conductor`] on
+//! the same vectors ([`decide_here`]): a round's results are summed over every process (each
+//! group's value in its slot, [`slots`]: NCCL's all_reduce on the GPUs, the control plane's sum
+//! in the GPU-less simulation), so every process decides for itself where its ranks stand next
+//! (a [`Step`]) and no coordinator sits in the round. [`follow`] runs one caller's part. The
+//! GPU runner and the GPU-less scale test (`nccl-check-sim`) both run exactly this;
+//! [`decide_in`] (the coordinator alone deciding, replies through the star) stays for the
+//! control-plane benchmark that measures the star.
+//!
+//! Same vectors, same steps: the localizer keeps no time and no randomness, and its hash sets
+//! are only asked `contains`, never iterated (`schedule.rs`), so its decisions depend on the
+//! summed vectors alone.
 
 use super::layout::Layout;
 use super::reasons::{self, Summary};
@@ -260,6 +267,69 @@ pub fn decide_in(
         *slot = None;
     }
     Ok(steps)
+}
+
+/// A round's vector as one caller puts it in before the sum over every process: `len` slots,
+/// the result of each group its ranks lead at the group's slot, every other slot 0. Each slot is
+/// led by one rank only, so its sum is one value plus zeros: exact in any order of addition, the
+/// same bits in every process (no rounding for a reduction tree to reorder).
+pub fn slots(len: usize, entries: &[(u64, f64)]) -> Result<Vec<f64>, String> {
+    let mut vector = vec![0.0; len];
+    for &(group, value) in entries {
+        let slot = usize::try_from(group)
+            .ok()
+            .and_then(|g| vector.get_mut(g))
+            .ok_or_else(|| format!("a result for group {group} of a round of {len}"))?;
+        *slot = value;
+    }
+    Ok(vector)
+}
+
+/// This caller's next step, decided here: this process's own conductor (in `slot`, made by
+/// `make` at the first round, emptied at the verdict) is given the round's summed vector (`sums`,
+/// empty before the first round), and of every process's steps this keeps those of the ranks in
+/// `mine` of process `process`. Every process runs the same conductor on the same vectors, so
+/// each learns what a coordinator deciding alone would have sent it, with nothing sent.
+pub fn decide_here(
+    slot: &mut Option<Conductor>,
+    make: impl FnOnce() -> Result<Conductor, String>,
+    sums: &[f64],
+    process: u32,
+    mine: &[usize],
+) -> Result<Step, String> {
+    let step = decide_in(slot, make, sums)?
+        .into_iter()
+        .nth(process as usize)
+        .ok_or_else(|| format!("localization: no step for process rank {process}"))?;
+    Ok(match step {
+        Step::Round {
+            index,
+            phase,
+            groups,
+            mine: places,
+        } => Step::Round {
+            index,
+            phase,
+            groups,
+            mine: places
+                .into_iter()
+                .filter(|p| mine.contains(&(p.rank as usize)))
+                .collect(),
+        },
+        done => done,
+    })
+}
+
+/// The `coordinator` a process's own [`Conductor`] is made with: the process whose report
+/// keeps every reason. Each process decides for itself and keeps the full list only if it
+/// coordinates the check (`None` otherwise: its conductor then shares every process the bounded
+/// list, its own node's first, as the coordinator's replies did).
+pub fn keeper(process: u32, coordinates: bool) -> u32 {
+    match coordinates {
+        true => process,
+        // No process has this rank: every summary is the shared one.
+        false => u32::MAX,
+    }
 }
 
 /// Why following the coordinator stopped.

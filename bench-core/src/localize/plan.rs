@@ -6,7 +6,11 @@
 //! allocation ends after phase B, come from the site's worker config (`super::site::Workload`).
 //! Calibration on real NCCL: every report of a multi-node check carries its process's
 //! `localization.round_times` (measure and gather per round), so a `tests/gpu/fabric.sh` run gives
-//! a sendrecv round's and a gather's time per node count.
+//! a sendrecv round's and a gather's time per node count (`connect_new_peer_s` comes from them).
+//! A round's records travel by one NCCL all_reduce (`runner/localized.rs`), modeled as NCCL's
+//! tree: about 2 log2(ranks) latencies plus the vector's bytes at NIC speed, after which every
+//! process runs the localizer's decision itself; only the barrier before each timed loop still
+//! passes through the control plane's star.
 
 use super::schedule::ring_rounds;
 use super::site::Workload;
@@ -23,7 +27,7 @@ pub struct Constant {
     pub source: &'static str,
 }
 
-pub const CONSTANTS: [Constant; 11] = [
+pub const CONSTANTS: [Constant; 12] = [
     Constant {
         name: "local_collective_s",
         value: 0.087,
@@ -61,10 +65,10 @@ pub const CONSTANTS: [Constant; 11] = [
     },
     Constant {
         name: "connect_new_peer_s",
-        value: 0.2,
+        value: 0.04,
         unit: "s",
-        estimate: true,
-        source: "estimate: one new IB peer per GPU per localization round; about half of connect_all_s, 4x the measured local pair round (which includes NVLink P2P connection set-up)",
+        estimate: false,
+        source: "a localization round's time beyond its data: measure_ms - 7 x the per-iteration sendrecv time (2 warm-up + 5 timed of 32 MiB; the iteration time from the report's timed loop less its all_reduce rows), median 40 ms over the 48 process-rounds of 3 healthy 8-node checks (range -11..107 ms; the connection to the new peer and the barrier before the timed loop). Real NCCL 2.28.9 over sockets between emulated nodes on one H100 (IB connection set-up not measured): /usr/share/nccl-check/results/2026-11-24-h100x1-visit8/fabric/n8-beats/n8-healthy-1/fab01.json and the other fab*.json of n8-healthy-1..3",
     },
     Constant {
         name: "allocation_busbw_gbs",
@@ -85,7 +89,14 @@ pub const CONSTANTS: [Constant; 11] = [
         value: 5e-6,
         unit: "s",
         estimate: true,
-        source: "estimate: per ring step between nodes (ring all_reduce takes 2(N-1) steps; NCCL's trees would take log N)",
+        source: "estimate: per step between nodes (ring all_reduce takes 2(N-1) steps; NCCL's trees take about 2 log2 N, up then down)",
+    },
+    Constant {
+        name: "small_allreduce_s",
+        value: 27e-6,
+        unit: "s",
+        estimate: false,
+        source: "an all_reduce of 8 B to 128 KiB on one node costs its launch and the node's own steps: 24.5-27.8 us at 8 B..128 KiB, 4x H200, nccl-tests all_reduce_perf: /usr/share/nccl-check/results/2026-11-21-h200x4-anchors/h200x4-nccl-tests-2.19.6-nccl-2.28.9-sweep.txt",
     },
     Constant {
         name: "control_sum_per_process_s",
@@ -95,11 +106,11 @@ pub const CONSTANTS: [Constant; 11] = [
         source: "control plane (a star): a one-value sum or barrier costs the coordinator one read and one write per process, 0.8 ms at 64 and 3.1 ms at 256 processes (12 us each); 31 us each at 1,024 processes sharing 2 cores (512 a core): /usr/share/nccl-check/results/2026-11-23-control-plane-gather/README.md",
     },
     Constant {
-        name: "control_gather_per_process_s",
-        value: 28e-6,
-        unit: "s/process",
+        name: "decide_per_node_s",
+        value: 2e-6,
+        unit: "s/node",
         estimate: false,
-        source: "a localization round's gather (entries up, each process's places down, the coordinator's decision): 1.2-3.1 ms at 64, 7.1-8.8 ms at 256 processes (28-34 us each); 62-80 us each at 1,024 processes on 2 shared cores: /usr/share/nccl-check/results/2026-11-23-control-plane-gather/README.md",
+        source: "the localizer's decision after a round, which every process now runs itself: <= 1.3 ms at 1,024 and 3-8 ms at 4,096 nodes (8 ms / 4,096 = 2 us a node) on a loaded 2-core machine: /usr/share/nccl-check/results/2026-11-24-control-plane-4096/README.md",
     },
 ];
 
@@ -146,16 +157,27 @@ pub struct PlanModel {
     pub constants: &'static [Constant],
 }
 
-/// Control-plane seconds of one round of pairs among `nodes` processes: the barrier before its
-/// timed loop and the gather after it (a star: linear in the number of processes).
-fn control_round_s(nodes: usize) -> f64 {
-    nodes as f64 * (c("control_sum_per_process_s") + c("control_gather_per_process_s"))
+/// NCCL's tree all_reduce of a round's vector (`groups` f64 slots) over `ranks`: the
+/// small-collective floor, 2 log2(ranks) steps between nodes, the vector up and down at NIC speed.
+fn vector_allreduce_s(ranks: usize, groups: usize) -> f64 {
+    let steps = 2.0 * (ranks.max(2) as f64).log2().ceil();
+    let bytes = 8.0 * groups as f64;
+    c("small_allreduce_s") + steps * c("hop_latency_s") + 2.0 * bytes / (c("nic_busbw_gbs") * 1e9)
+}
+
+/// Control seconds of one round of pairs at `nodes` x `g`: the barrier before its timed loop
+/// (through the star: linear in the processes, one a node here), the all_reduce of its results
+/// (one slot per pair, `nodes/2 x g` at most), and every process's own decision.
+fn control_round_s(nodes: usize, g: usize) -> f64 {
+    nodes as f64 * c("control_sum_per_process_s")
+        + vector_allreduce_s(nodes * g, (nodes / 2).max(1) * g)
+        + nodes as f64 * c("decide_per_node_s")
 }
 
 /// Seconds for one localization round of rail-wise pairs among `nodes` nodes.
-fn pair_round_s(nodes: usize, w: &Workload) -> f64 {
+fn pair_round_s(nodes: usize, g: usize, w: &Workload) -> f64 {
     let data = f64::from(w.pair_iterations) * w.pair_bytes as f64 / (c("nic_busbw_gbs") * 1e9);
-    c("connect_new_peer_s") + data + control_round_s(nodes)
+    c("connect_new_peer_s") + data + control_round_s(nodes, g)
 }
 
 /// Sums per measured collective size: the barrier before the timed loop, the times and
@@ -171,25 +193,9 @@ pub fn plan_model(
     if !(1..=MAX_NODES).contains(&n) || !(1..=MAX_GPUS).contains(&g) {
         return Err(LocalizeError::Shape { nodes: n, gpus: g });
     }
-    let local_rounds = crate::pairs::rounds(g).len();
-    // Every node at once; with more than one node each round of pairs also meets the others.
-    let a_control = if n >= 2 {
-        local_rounds as f64 * control_round_s(n)
-            + SUMS_PER_COLLECTIVE * n as f64 * c("control_sum_per_process_s")
-    } else {
-        0.0
-    };
-    let a_s = c("local_collective_s") + local_rounds as f64 * c("local_pair_round_s") + a_control;
-    let mut phases = vec![PhaseModel {
-        name: "a_local",
-        rounds: 1,
-        seconds: a_s,
-        what: format!(
-            "every node at once: all_reduce 256M over its {g} GPUs, then its GPU pair matrix ({local_rounds} rounds)"
-        ),
-    }];
-    let (mut healthy, mut worst) = (a_s, a_s);
-    let cap = round_cap(n);
+    let a = phase_a(n, g);
+    let (mut healthy, mut worst) = (a.seconds, a.seconds);
+    let mut phases = vec![a];
     let screen = ring_rounds(n).len();
     // Two nodes: screening and the cross-rail round. Three: every pair is met in screening, so no
     // confirmation partner is left. From four on the cap binds.
@@ -197,62 +203,20 @@ pub fn plan_model(
         0 | 1 => (0, 0),
         2 => (2, 2),
         3 => (3, 3),
-        _ => (cap, screen + 1),
+        _ => (round_cap(n), screen + 1),
     };
     let mut full_matrix_seconds = 0.0;
     let mut healthy_rounds = 0;
     if n >= 2 {
-        let data_s: f64 = w
-            .allocation
-            .iter()
-            .map(|r| {
-                f64::from(r.iterations)
-                    * (2.0 * r.bytes as f64 / (c("allocation_busbw_gbs") * 1e9)
-                        + 2.0 * n as f64 * c("hop_latency_s"))
-            })
-            .sum();
-        // ... and the gather that hands phases A and B to the coordinator's localizer.
-        let b_control = SUMS_PER_COLLECTIVE
-            * w.allocation.len() as f64
-            * n as f64
-            * c("control_sum_per_process_s")
-            + n as f64 * c("control_gather_per_process_s");
-        let b_s = if w.allocation.is_empty() {
-            0.0
-        } else {
-            c("connect_all_s") + data_s + b_control
-        };
-        let b_what = match (w.allocation.last(), &w.floor) {
-            (None, _) => format!(
-                "plan '{}' runs no collective over all ranks before its pairs: nothing can end a healthy check here, screening runs",
-                w.plan
-            ),
-            (Some(last), Some(f)) => format!(
-                "{} over all {} GPUs{}: the floor {:.1} GB/s ({}); at or above it the check ends here (PASS, no localization)",
-                runs(w),
-                n * g,
-                judged(w, last),
-                f.min_busbw_gbs,
-                f.rule
-            ),
-            (Some(last), None) => format!(
-                "{} over all {} GPUs{}: no [[thresholds]] rule in {} gives it a floor for {n} nodes{}, so B cannot be judged and screening runs on a healthy allocation too (a rule with `min_nodes = 2` covers every allocation size)",
-                runs(w),
-                n * g,
-                judged(w, last),
-                w.config,
-                w.gpu_model
-                    .as_deref()
-                    .map_or(" (rules naming a GPU need --gpu-model)".to_string(), |m| format!(" of '{m}'"))
-            ),
-        };
-        phases.push(PhaseModel {
-            name: "b_allocation",
-            rounds: 1,
-            seconds: b_s,
-            what: b_what,
-        });
-        let round_s = pair_round_s(n, w);
+        let b = phase_b(n, g, w);
+        let round_s = pair_round_s(n, g, w);
+        if w.floor.is_none() || w.allocation.is_empty() {
+            healthy_rounds = screen.min(worst_rounds);
+        }
+        healthy += b.seconds + healthy_rounds as f64 * round_s;
+        worst += b.seconds + worst_rounds as f64 * round_s;
+        full_matrix_seconds = crate::pairs::rounds(n).len() as f64 * round_s;
+        phases.push(b);
         phases.push(PhaseModel {
             name: "localization_worst_case",
             rounds: worst_rounds,
@@ -263,12 +227,6 @@ pub fn plan_model(
                 (n / 2) * g
             ),
         });
-        if w.floor.is_none() || w.allocation.is_empty() {
-            healthy_rounds = screen.min(worst_rounds);
-        }
-        healthy += b_s + healthy_rounds as f64 * round_s;
-        worst += b_s + worst_rounds as f64 * round_s;
-        full_matrix_seconds = crate::pairs::rounds(n).len() as f64 * round_s;
     }
     Ok(PlanModel {
         nodes: n,
@@ -292,6 +250,85 @@ pub fn plan_model(
         full_matrix_seconds,
         constants: &CONSTANTS,
     })
+}
+
+/// Phase A: every node's own collective and GPU pair matrix at once; with more than one node
+/// each round of pairs also meets the others (the barrier through the star, then the all_reduce
+/// that gives every process every pair's time), and the collective's sums pass the star.
+fn phase_a(n: usize, g: usize) -> PhaseModel {
+    let local_rounds = crate::pairs::rounds(g).len();
+    let a_control = if n >= 2 {
+        let round = n as f64 * c("control_sum_per_process_s")
+            + vector_allreduce_s(n * g, n * (g / 2).max(1));
+        local_rounds as f64 * round
+            + SUMS_PER_COLLECTIVE * n as f64 * c("control_sum_per_process_s")
+    } else {
+        0.0
+    };
+    PhaseModel {
+        name: "a_local",
+        rounds: 1,
+        seconds: c("local_collective_s") + local_rounds as f64 * c("local_pair_round_s") + a_control,
+        what: format!(
+            "every node at once: all_reduce 256M over its {g} GPUs, then its GPU pair matrix ({local_rounds} rounds)"
+        ),
+    }
+}
+
+/// Phase B: the plan's collectives over every rank, their sums through the star, and the one
+/// sum that hands every process the coordinator's localization settings.
+fn phase_b(n: usize, g: usize, w: &Workload) -> PhaseModel {
+    let data_s: f64 = w
+        .allocation
+        .iter()
+        .map(|r| {
+            f64::from(r.iterations)
+                * (2.0 * r.bytes as f64 / (c("allocation_busbw_gbs") * 1e9)
+                    + 2.0 * n as f64 * c("hop_latency_s"))
+        })
+        .sum();
+    let b_control = (SUMS_PER_COLLECTIVE * w.allocation.len() as f64 + 1.0)
+        * n as f64
+        * c("control_sum_per_process_s");
+    let seconds = if w.allocation.is_empty() {
+        0.0
+    } else {
+        c("connect_all_s") + data_s + b_control
+    };
+    PhaseModel {
+        name: "b_allocation",
+        rounds: 1,
+        seconds,
+        what: b_what(n, g, w),
+    }
+}
+
+/// What phase B runs and whether it can end a healthy check.
+fn b_what(n: usize, g: usize, w: &Workload) -> String {
+    match (w.allocation.last(), &w.floor) {
+        (None, _) => format!(
+            "plan '{}' runs no collective over all ranks before its pairs: nothing can end a healthy check here, screening runs",
+            w.plan
+        ),
+        (Some(last), Some(f)) => format!(
+            "{} over all {} GPUs{}: the floor {:.1} GB/s ({}); at or above it the check ends here (PASS, no localization)",
+            runs(w),
+            n * g,
+            judged(w, last),
+            f.min_busbw_gbs,
+            f.rule
+        ),
+        (Some(last), None) => format!(
+            "{} over all {} GPUs{}: no [[thresholds]] rule in {} gives it a floor for {n} nodes{}, so B cannot be judged and screening runs on a healthy allocation too (a rule with `min_nodes = 2` covers every allocation size)",
+            runs(w),
+            n * g,
+            judged(w, last),
+            w.config,
+            w.gpu_model
+                .as_deref()
+                .map_or(" (rules naming a GPU need --gpu-model)".to_string(), |m| format!(" of '{m}'"))
+        ),
+    }
 }
 
 /// Phase B's collectives in a few words: `all_reduce 256 MiB` or `36 collective sizes (...)`.
@@ -422,6 +459,32 @@ mod tests {
         assert!(secs > v["modeled_seconds_healthy"].as_f64().unwrap());
         assert_eq!(v["phases"].as_array().unwrap().len(), 3);
         assert_eq!(v["full_matrix_rounds"].as_u64(), Some(1023));
+    }
+
+    /// Issue 28: 4,096 x 8 within 10 s after NCCL init once a round's records travel by NCCL's
+    /// all_reduce (15.0 s when every round's gather passed through the coordinator's star).
+    #[test]
+    fn four_thousand_nodes_of_eight_model_under_ten_seconds_with_the_rounds_off_the_star() {
+        let m = plan_model(4096, 8, &w()).unwrap();
+        assert_eq!(m.rounds, 28);
+        assert!(m.modeled_seconds <= 10.0, "{}", m.modeled_seconds);
+        assert!(
+            (m.modeled_seconds - 6.68).abs() < 0.02,
+            "{}",
+            m.modeled_seconds
+        );
+        // A round's records (16,384 slots, 128 KiB) over 32,768 ranks: a fraction of a
+        // millisecond, where the star's gather cost 28 us a process (115 ms at 4,096).
+        let records = vector_allreduce_s(4096 * 8, 4096 / 2 * 8);
+        assert!((1e-4..1e-3).contains(&records), "{records}");
+        // What a round costs now: its data (12 x 256 MiB at 48 GB/s), the barrier through the
+        // star, the new peer's connection, the decision; the records are the least of it.
+        let round = m.phases[2].seconds / 28.0;
+        let data = 12.0 * 256.0 * 1048576.0 / 48e9;
+        let barrier = 4096.0 * 12e-6;
+        let decide = 4096.0 * 2e-6;
+        let want = data + barrier + 0.04 + decide + records;
+        assert!((round - want).abs() < 1e-9, "{round} vs {want}");
     }
 
     #[test]

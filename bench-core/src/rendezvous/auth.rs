@@ -24,9 +24,10 @@ use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
 
 /// Protocol name, the first part of every proof's context.
-/// Version 3: sessions (sealed frames after the handshake); 2 had proofs per message only. Two
-/// versions refuse each other, and say which version the other speaks.
-pub const PROTOCOL: &str = "nccl-check-rendezvous/3";
+/// Version 4: the welcome lists the processes by columns (`messages::Welcome`); 3 brought
+/// sessions (sealed frames after the handshake); 2 had proofs per message only. Two versions
+/// refuse each other, and say which version the other speaks.
+pub const PROTOCOL: &str = "nccl-check-rendezvous/4";
 
 /// The bytes a proof covers: protocol, purpose, step label, the other side's nonce, the message.
 pub fn context(purpose: &str, label: &str, nonce: &str, body: &[u8]) -> Vec<u8> {

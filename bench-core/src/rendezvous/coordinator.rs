@@ -319,13 +319,12 @@ fn welcome(
     }
     messages::assign_ranks(&mut members)?;
     let unique_id = make_id()?;
-    let msg = Welcome {
-        unique_id: hex::encode(unique_id),
-        members: members.clone(),
-    };
+    // Made and serialized once; only the sealing differs from one member to the next.
+    let msg = serde_json::to_vec(&Welcome::new(&unique_id, &members))
+        .map_err(|e| format!("rendezvous: the welcome: {e}"))?;
     let mut plane = Vec::with_capacity(peers.len());
     for (m, mut session) in peers {
-        session.send(&msg, setup.deadline).map_err(|e| {
+        session.send_json(&msg, setup.deadline).map_err(|e| {
             format!(
                 "rendezvous: sending to process rank {} ({}): {e}",
                 m.proc_rank, m.host

@@ -126,6 +126,30 @@ fn attempt(
     })
 }
 
+/// The coordinator's first message, if it is this step's coordinator's greeting: the same
+/// protocol version (else named: another nccl-check version, or not nccl-check) and this step's
+/// label (else the coordinator of another step holds the port).
+fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
+    let version: Version = wire::decode(first)
+        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
+    if version.protocol != auth::PROTOCOL {
+        return Err(Miss::Held(format!(
+            "a process speaking protocol '{}', not {} (a worker of another nccl-check version, or not nccl-check)",
+            crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+            auth::PROTOCOL
+        )));
+    }
+    let greeting: Greeting = wire::decode(first)
+        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
+    if greeting.label != setup.label {
+        return Err(Miss::Held(format!(
+            "the coordinator of another job step ('{}')",
+            crate::text::escape_control(&greeting.label.chars().take(60).collect::<String>())
+        )));
+    }
+    Ok(greeting)
+}
+
 fn attempt_on(setup: &Setup, me: &Member, stream: &mut TcpStream) -> Result<Keys, Miss> {
     let open = |e: String| Miss::Open(e);
     stream.set_nodelay(true).map_err(|e| open(e.to_string()))?;
@@ -142,23 +166,7 @@ fn attempt_on(setup: &Setup, me: &Member, stream: &mut TcpStream) -> Result<Keys
     };
     wire::send(stream, &opening, deadline).map_err(silence)?;
     let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(silence)?;
-    let version: Version = wire::decode(&first)
-        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
-    if version.protocol != auth::PROTOCOL {
-        return Err(Miss::Held(format!(
-            "a process speaking protocol '{}', not {} (a worker of another nccl-check version, or not nccl-check)",
-            crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
-            auth::PROTOCOL
-        )));
-    }
-    let greeting: Greeting = wire::decode(&first)
-        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
-    if greeting.label != setup.label {
-        return Err(Miss::Held(format!(
-            "the coordinator of another job step ('{}')",
-            crate::text::escape_control(&greeting.label.chars().take(60).collect::<String>())
-        )));
-    }
+    let greeting = greeting_of(setup, &first)?;
     let held = |e: String| Miss::Held(format!("not this step's coordinator: {e}"));
     messages::check_nonce(&greeting.nonce).map_err(held)?;
     let their_key = session::check_key(&greeting.key).map_err(held)?;
@@ -380,11 +388,11 @@ pub fn connect(setup: &Setup, me: Member) -> Result<Joined, String> {
             ),
             other => format!("{where_}: waiting for the other processes: {other}"),
         })?;
-    let unique_id = messages::check_welcome(&welcome, setup.world, &me)
+    let (unique_id, members) = messages::check_welcome(&welcome, setup.world, &me)
         .map_err(|e| format!("{where_}: welcome refused: {e}"))?;
     Ok(Joined {
         unique_id,
-        members: welcome.members,
+        members,
         plane: ControlPlane::leaf(
             a.session
                 .named(format!("the coordinator ({}:{})", setup.host, a.port)),

@@ -81,12 +81,92 @@ pub struct Hello {
     pub proof: String,
 }
 
-/// The coordinator's welcome, sealed: the id and the member list.
+/// The coordinator's welcome, sealed: the id and every process, by columns. Every member gets
+/// the whole list (N welcomes of N processes: the join's bytes grow as N^2), so each process
+/// costs a few small numbers here (its host's index, its GPU count, its pid, ~20 bytes in JSON)
+/// and each host name is sent once, instead of one JSON record a process (~75 bytes: 240 KB a
+/// welcome at 4,096 processes, bench-core/benchmarks/results/2026-11-24-control-plane-4096).
+/// Ranks are not sent: process rank is the position, first NCCL ranks follow from the GPU counts
+/// ([`assign_ranks`], which every member runs itself).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Welcome {
     /// Hex of the 128-byte NCCL unique id.
     pub unique_id: String,
-    pub members: Vec<Member>,
+    /// Every host once, in the order of its first process.
+    pub hosts: Vec<String>,
+    /// Per process, in process-rank order: the index of its host in `hosts`.
+    pub host: Vec<u32>,
+    /// Per process: the GPUs it drives.
+    pub ngpus: Vec<u32>,
+    /// Per process: its pid (for the report's process list).
+    pub pid: Vec<u32>,
+}
+
+impl Welcome {
+    /// The welcome for `members` (in process-rank order).
+    pub fn new(unique_id: &[u8], members: &[Member]) -> Welcome {
+        let mut hosts: Vec<String> = Vec::new();
+        let mut index: std::collections::HashMap<&str, u32> = Default::default();
+        let host = members
+            .iter()
+            .map(|m| {
+                *index.entry(m.host.as_str()).or_insert_with(|| {
+                    hosts.push(m.host.clone());
+                    hosts.len() as u32 - 1
+                })
+            })
+            .collect();
+        Welcome {
+            unique_id: hex::encode(unique_id),
+            hosts,
+            host,
+            ngpus: members.iter().map(|m| m.ngpus).collect(),
+            pid: members.iter().map(|m| m.pid).collect(),
+        }
+    }
+
+    /// The member list it describes, each field checked, for a world of `world` processes.
+    fn members(&self, world: u32) -> Result<Vec<Member>, String> {
+        let n = world as usize;
+        for (what, len) in [
+            ("host indices", self.host.len()),
+            ("GPU counts", self.ngpus.len()),
+            ("pids", self.pid.len()),
+        ] {
+            if len != n {
+                return Err(format!("{len} {what} listed for a world of {world}"));
+            }
+        }
+        if self.hosts.len() > n {
+            return Err(format!(
+                "{} hosts listed for a world of {world}",
+                self.hosts.len()
+            ));
+        }
+        for h in &self.hosts {
+            check_host(h)?;
+        }
+        let mut members = Vec::with_capacity(n);
+        for (i, ((&h, &ngpus), &pid)) in
+            self.host.iter().zip(&self.ngpus).zip(&self.pid).enumerate()
+        {
+            let host = self.hosts.get(h as usize).ok_or_else(|| {
+                format!("process rank {i} is on host {h} of {}", self.hosts.len())
+            })?;
+            if ngpus == 0 || ngpus > MAX_GPUS_PER_PROCESS {
+                return Err(format!("process rank {i} drives {ngpus} GPUs"));
+            }
+            members.push(Member {
+                proc_rank: i as u32,
+                host: host.clone(),
+                pid,
+                ngpus,
+                first_rank: 0,
+            });
+        }
+        assign_ranks(&mut members)?;
+        Ok(members)
+    }
 }
 
 /// Longest socket address text accepted (`[v6 address%scope]:port`).
@@ -166,52 +246,25 @@ pub fn assign_ranks(members: &mut [Member]) -> Result<u32, String> {
     Ok(next)
 }
 
-/// Checks the coordinator's welcome as seen by process `me` of `world`; returns the unique id.
+/// Checks the coordinator's welcome as seen by process `me` of `world`; returns the unique id
+/// and every process, in process-rank order, with its first NCCL rank.
 pub fn check_welcome(
     body: &Welcome,
     world: u32,
     me: &Member,
-) -> Result<[u8; UNIQUE_ID_BYTES], String> {
+) -> Result<([u8; UNIQUE_ID_BYTES], Vec<Member>), String> {
     let id = hex::decode(&body.unique_id).map_err(|_| "unique id is not hex".to_string())?;
     let id: [u8; UNIQUE_ID_BYTES] = id
         .try_into()
         .map_err(|_| format!("unique id is not {UNIQUE_ID_BYTES} bytes"))?;
-    if body.members.len() != world as usize {
-        return Err(format!(
-            "{} members listed for a world of {world}",
-            body.members.len()
-        ));
-    }
-    let mut expect_first: u32 = 0;
-    for (i, m) in body.members.iter().enumerate() {
-        if m.proc_rank as usize != i {
-            return Err(format!(
-                "member {i} says it is process rank {}",
-                m.proc_rank
-            ));
-        }
-        if m.ngpus == 0 || m.ngpus > MAX_GPUS_PER_PROCESS {
-            return Err(format!("process rank {i} drives {} GPUs", m.ngpus));
-        }
-        check_host(&m.host)?;
-        if m.first_rank != expect_first {
-            return Err(format!(
-                "process rank {i} has first rank {} instead of {expect_first}",
-                m.first_rank
-            ));
-        }
-        expect_first = expect_first
-            .checked_add(m.ngpus)
-            .ok_or("the GPU count of all processes overflows")?;
-    }
-    let mine = body
-        .members
+    let members = body.members(world)?;
+    let mine = members
         .get(me.proc_rank as usize)
         .ok_or("the member list does not include this process")?;
     if mine.ngpus != me.ngpus || mine.host != me.host || mine.pid != me.pid {
         return Err("the member list does not describe this process as it joined".into());
     }
-    Ok(id)
+    Ok((id, members))
 }
 
 #[cfg(test)]
@@ -259,23 +312,27 @@ mod tests {
     }
 
     fn welcome(members: Vec<Member>) -> Welcome {
-        Welcome {
-            unique_id: "00".repeat(128),
-            members,
-        }
+        Welcome::new(&[0; 128], &members)
     }
 
     #[test]
     fn a_welcome_that_would_index_or_overflow_is_refused() {
         let mut ok = vec![member(0, 2), member(1, 2)];
         assert_eq!(assign_ranks(&mut ok).unwrap(), 4);
-        assert!(check_welcome(&welcome(ok.clone()), 2, &member(1, 2)).is_ok());
+        let (_, got) = check_welcome(&welcome(ok.clone()), 2, &member(1, 2)).unwrap();
+        assert_eq!(got, ok);
         // members = [] (a panic at an index before)
         assert!(check_welcome(&welcome(vec![]), 2, &member(1, 2)).is_err());
-        // first_rank = 4e9
-        let mut far = ok.clone();
-        far[1].first_rank = 4_000_000_000;
-        assert!(check_welcome(&welcome(far), 2, &member(1, 2)).is_err());
+        // a host index past the host list
+        let mut far = welcome(ok.clone());
+        far.host[1] = 4_000_000_000;
+        let e = check_welcome(&far, 2, &member(1, 2)).unwrap_err();
+        assert_eq!(e, "process rank 1 is on host 4000000000 of 2");
+        // columns of different lengths
+        let mut short = welcome(ok.clone());
+        short.pid.pop();
+        let e = check_welcome(&short, 2, &member(1, 2)).unwrap_err();
+        assert_eq!(e, "1 pids listed for a world of 2");
         // a short unique id
         let mut w = welcome(ok.clone());
         w.unique_id = "00".into();
@@ -287,6 +344,35 @@ mod tests {
         assert!(assign_ranks(&mut huge).is_ok());
         let mut wrap = vec![member(0, u32::MAX), member(1, 2)];
         assert!(assign_ranks(&mut wrap).is_err());
+        let mut many = welcome(vec![member(0, 1), member(1, 0)]);
+        many.ngpus[1] = 0;
+        let e = check_welcome(&many, 2, &member(0, 1)).unwrap_err();
+        assert_eq!(e, "process rank 1 drives 0 GPUs");
+    }
+
+    /// Issue 28 (design part 3): a welcome costs each process a few small numbers, and each
+    /// node's name once; the member list comes back whole, first ranks included.
+    #[test]
+    fn a_welcome_sends_each_host_once_and_a_few_bytes_a_process() {
+        // 512 nodes of 8 processes (one a GPU), as `srun --ntasks-per-node 8`.
+        let mut members: Vec<Member> = (0..4096u32)
+            .map(|r| Member {
+                proc_rank: r,
+                host: format!("gpu-node-{:04}", r / 8),
+                pid: 4_000_000 + r,
+                ngpus: 1,
+                first_rank: 0,
+            })
+            .collect();
+        assign_ranks(&mut members).unwrap();
+        let w = welcome(members.clone());
+        assert_eq!(w.hosts.len(), 512);
+        let bytes = serde_json::to_vec(&w).unwrap().len();
+        let records = serde_json::to_vec(&members).unwrap().len();
+        assert!(bytes * 3 < records, "{bytes} vs {records} bytes");
+        assert!(bytes < 4096 * 20, "{bytes} bytes");
+        let (_, back) = check_welcome(&w, 4096, &members[4095]).unwrap();
+        assert_eq!(back, members);
     }
 
     proptest! {
@@ -314,10 +400,10 @@ mod tests {
         /// passes has a member list this process can index.
         #[test]
         fn arbitrary_fields_never_panic(world in 0u32..10, ranks in proptest::collection::vec((any::<u32>(), any::<u32>(), any::<u32>()), 0..10)) {
-            let members: Vec<Member> = ranks.iter().map(|&(r, g, f)| Member { proc_rank: r, host: "h".into(), pid: 1, ngpus: g, first_rank: f }).collect();
+            let members: Vec<Member> = ranks.iter().map(|&(r, g, f)| Member { proc_rank: r, host: format!("h{}", f % 3), pid: 1, ngpus: g, first_rank: f }).collect();
             let me = member(1, 1);
-            if check_welcome(&welcome(members.clone()), world, &me).is_ok() {
-                prop_assert!(members.len() == world as usize && (me.proc_rank as usize) < members.len());
+            if let Ok((_, got)) = check_welcome(&welcome(members.clone()), world, &me) {
+                prop_assert!(got.len() == world as usize && (me.proc_rank as usize) < got.len());
             }
             for m in members {
                 let _ = check_hello(&HelloBody { world, member: m }, world);

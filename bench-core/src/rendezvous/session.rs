@@ -170,6 +170,12 @@ impl Session {
     /// Seals and sends one message.
     pub fn send<T: Serialize>(&mut self, msg: &T, deadline: Instant) -> Result<(), WireError> {
         let body = serde_json::to_vec(msg).map_err(|e| WireError::Malformed(e.to_string()))?;
+        self.send_json(&body, deadline)
+    }
+
+    /// Seals and sends one message already serialized (`body`: its JSON), so that one message
+    /// for many sessions is serialized once.
+    pub fn send_json(&mut self, body: &[u8], deadline: Instant) -> Result<(), WireError> {
         let sealed_len =
             u32::try_from(body.len() + TAG_BYTES).map_err(|_| WireError::TooLarge {
                 len: body.len(),
@@ -183,7 +189,7 @@ impl Session {
             .encrypt(
                 &nonce(n),
                 Payload {
-                    msg: &body,
+                    msg: body,
                     aad: &sealed_len.to_be_bytes(),
                 },
             )

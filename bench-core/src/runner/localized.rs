@@ -3,20 +3,22 @@
 //! over every rank (measured just before), then the localizer's rounds, each a set of disjoint
 //! rank pairs exchanging with NCCL sendrecv on the check's communicator.
 //!
-//! The control plane carries O(N) bytes a round: each process sends only the results its ranks
-//! lead (a gather), and hears back only what concerns it: its node's GPU pairs in phase A, its
-//! ranks' places in the next round after that. The coordinator alone runs the localizer
-//! (`localize::conduct`), so no process ever holds every group's result but the coordinator.
-
+//! The rounds' records travel by NCCL, not through the coordinator: after each round (phase A's
+//! too) every rank puts the results it leads into the round's vector (`conduct::slots`), one
+//! all_reduce (sum, f64) on the check's communicator gives every rank the same vector, and each
+//! GPU thread's own copy of the localizer decides its next place (`conduct::decide_here`). The
+//! control plane keeps the beats, the aborts and the naming of a process that stops answering.
 use super::measure::Measurer;
 use super::output::{pair_table, phase, print};
 use super::pair_matrix::{busbw, gpu_rounds, gpu_row};
 use super::{Outcome, RunError, Start};
-use crate::localize::conduct::{decide_in, follow, Conductor, FollowError, Place, Step};
+use crate::datatype::{DataType, RedOp};
+use crate::localize::conduct::{
+    decide_here, follow, keeper, slots, Conductor, FollowError, Place, Step,
+};
 use crate::localize::layout::Layout;
-use crate::localize::{Config, Localizer, Phase, Plan, Summary};
+use crate::localize::{Config, Floors, Localizer, Phase, Plan, Summary};
 use crate::report::PairRow;
-use crate::topology::Topology;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
 /// be slow on its own: it gets the best value, so it neither fails nor lowers the reference.
@@ -46,7 +48,9 @@ impl Measurer<'_> {
         let rows = self.gpu_pairs_at_once(bytes, loops, start, out)?;
         let allocation = out.last_collective;
         let cfg = self.localization_config(bytes, start, &rows, allocation);
-        // Only the coordinator's process has every node's rows (it is the one that decides).
+        let cfg = self.agreed(cfg, start)?;
+        // Every process has every node's rows (phase A's all_reduce), so every copy of the
+        // localizer starts from the same numbers.
         let locals = local_values(&layout.names, &rows);
         // Without a collective over every rank before the pairs, B has no number and no
         // floor: the localizer then screens (it never passes B unjudged).
@@ -62,14 +66,71 @@ impl Measurer<'_> {
             print_localized(&rows, bytes, loops, &summary);
         }
         if start.recorder {
-            out.pairs.extend(rows);
+            // As before the rounds left the star: the coordinator's report keeps every node's
+            // pairs, every other process's its own node's.
+            let t = &start.topology;
+            let node = t
+                .node_index(self.rank as usize)
+                .and_then(|n| setup.layout.names.get(n));
+            let keeps_all = self.team.coordinates();
+            out.pairs.extend(
+                rows.into_iter()
+                    .filter(|r| keeps_all || Some(&r.node) == node),
+            );
             out.localization = Some(summary);
         }
         Ok(())
     }
 
-    /// Phase A: every node's GPU pair matrix at once, each pair's seconds gathered to the
-    /// processes that need them (see [`node_replies`]); the rows this process heard of.
+    /// The sum over every rank of this rank's round vector (see `conduct::slots`): one NCCL
+    /// all_reduce (sum, f64), in place in the receive buffer (idle between rounds), on the
+    /// check's communicator, waited as every measurement is (NCCL's async error, the team
+    /// failing, the deadline). One rank per GPU thread, each on its own communicator, as every
+    /// collective of the check is issued.
+    fn sum_over_ranks(&self, vector: &[f64], what: &str) -> Result<Vec<f64>, RunError> {
+        if vector.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bytes = std::mem::size_of_val(vector) as u64;
+        let room = self.opts().max_bytes.max(16);
+        if bytes > room {
+            return Err(self.err_runtime(
+                what,
+                format!("{bytes} bytes do not fit the {room}-byte buffer"),
+            ));
+        }
+        self.gpu
+            .copy_in(self.recv, vector)
+            .map_err(|e| self.err_runtime(what, e))?;
+        let count = vector.len() as u64;
+        let (f64_, sum) = (DataType::Double.code(), RedOp::Sum.code());
+        let stream = self.gpu.raw_stream();
+        self.comm
+            .all_reduce(self.recv, self.recv, count, f64_, sum, stream)
+            .map_err(|e| self.err_runtime(what, e))?;
+        // `vector` lives until here: the copy in is complete once the stream is.
+        self.wait(what)?;
+        let mut sums = vec![0.0; vector.len()];
+        self.gpu
+            .copy_out(self.recv, &mut sums)
+            .map_err(|e| self.err_runtime(what, e))?;
+        Ok(sums)
+    }
+
+    /// The coordinator's localization settings, the same bits in every process: each process
+    /// looks its floors up by its own GPU, and copies of the localizer that disagreed on them
+    /// would hand out different rounds. One sum over the team that only the coordinator's
+    /// recorder thread puts numbers into (exact: one value plus zeros).
+    fn agreed(&self, cfg: Config, start: &Start) -> Result<Config, RunError> {
+        let speaks = self.team.coordinates() && start.recorder;
+        let mine = settings(&cfg);
+        let put = if speaks { mine } else { vec![0.0; mine.len()] };
+        let sums = self.team.sum(&put).map_err(|e| self.team_err(e))?;
+        Ok(with_settings(cfg, &sums))
+    }
+
+    /// Phase A: every node's GPU pair matrix at once, each round's pair seconds summed over
+    /// every rank (one slot per pair, its first rank's): every node's rows, in every process.
     fn gpu_pairs_at_once(
         &self,
         bytes: u64,
@@ -96,17 +157,10 @@ impl Measurer<'_> {
                 .map(|i| (i as u64, secs))
                 .into_iter()
                 .collect();
-            let coordinator = t.process_of(me).unwrap_or(0);
-            let got: Vec<(u64, f64)> = self
-                .team
-                .gather(round.len(), &led, |sums| {
-                    Ok(node_replies(t, round, sums, coordinator))
-                })
-                .map_err(|e| self.team_err(e))?;
-            for (i, secs) in got {
-                if let Some(&pair) = round.get(i as usize) {
-                    rows.push(gpu_row(t, pair, secs, bytes));
-                }
+            let vector = slots(round.len(), &led).map_err(RunError::Runtime)?;
+            let sums = self.sum_over_ranks(&vector, "phase A's pair times (all_reduce)")?;
+            for (&pair, secs) in round.iter().zip(sums) {
+                rows.push(gpu_row(t, pair, secs, bytes));
             }
         }
         Ok(rows)
@@ -135,8 +189,9 @@ impl Measurer<'_> {
         }
     }
 
-    /// The localizer's rounds: the coordinator decides each step (its conductor is made on the
-    /// first gather), every process measures its places and reports back, until the summary.
+    /// The localizer's rounds: after each, the round's results summed over every rank, from
+    /// which this thread's own conductor (made at the first step) decides where its rank
+    /// stands next; every process decides the same, so the pairs meet.
     fn conduct_rounds(
         &self,
         bytes: u64,
@@ -147,6 +202,8 @@ impl Measurer<'_> {
     ) -> Result<Summary, RunError> {
         let t = &start.topology;
         let me = self.rank as usize;
+        let process = t.process_of(me).unwrap_or(0);
+        let keeps = keeper(process, self.team.coordinates());
         let (layout, cfg) = (&setup.layout, &setup.cfg);
         let new_conductor = || -> Result<Conductor, String> {
             let localizer = Localizer::new(layout.names.len(), layout.rails.max(1), cfg.clone())
@@ -160,19 +217,19 @@ impl Measurer<'_> {
                 localizer,
                 layout.clone(),
                 t.processes_by_rank(),
-                t.process_of(me).unwrap_or(0),
+                keeps,
                 "adaptive",
                 cfg.floors.allocation,
                 known,
             ))
         };
+        let mut conductor = None;
         let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, RunError> {
-            self.team
-                .gather(len, led, |sums| {
-                    let mut slot = start.conductor.lock().unwrap_or_else(|p| p.into_inner());
-                    decide_in(&mut slot, new_conductor, sums)
-                })
-                .map_err(|e| self.team_err(e))
+            let vector = slots(len, led).map_err(RunError::Runtime)?;
+            let sums =
+                self.sum_over_ranks(&vector, "the localization round's results (all_reduce)")?;
+            decide_here(&mut conductor, new_conductor, &sums, process, &[me])
+                .map_err(RunError::Runtime)
         };
         let measure = |index: u32, ph: Phase, groups: u32, places: &[Place]| {
             phase(
@@ -186,13 +243,13 @@ impl Measurer<'_> {
         follow(&[me], self.nranks as usize, gather, measure).map_err(|e| match e {
             FollowError::Caller(e) => e,
             FollowError::BadStep(why) => {
-                RunError::Runtime(format!("localization: the coordinator's step: {why}"))
+                RunError::Runtime(format!("localization: this rank's step: {why}"))
             }
         })
     }
 }
 
-/// What the coordinator's conductor is made from: the layout, the localizer's settings, phase
+/// What every thread's conductor is made from: the layout, the localizer's settings, phase
 /// A's number per node and the allocation-wide collective's busbw (0 when none was measured).
 struct Setup {
     layout: Layout,
@@ -220,40 +277,31 @@ fn print_localized(rows: &[PairRow], bytes: u64, loops: (u32, u32), summary: &Su
     ));
 }
 
-/// Phase A's replies, in process-rank order: the coordinator (`coordinator`) gets every pair's
-/// seconds (it judges every node), every other process the pairs of its own node.
-fn node_replies(
-    t: &Topology,
-    round: &[(usize, usize)],
-    sums: &[f64],
-    coordinator: u32,
-) -> Vec<Vec<(u64, f64)>> {
-    let procs = t.processes_by_rank();
-    let count = procs.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-    let mut node_of_proc = vec![None; count];
-    for (rank, &p) in procs.iter().enumerate() {
-        node_of_proc[p as usize] = t.node_index(rank);
+/// The localization settings one process puts into the team's sum (see `Measurer::agreed`):
+/// the fraction, retest, and each floor as (present, value).
+fn settings(cfg: &Config) -> Vec<f64> {
+    let f = &cfg.floors;
+    let mut v = vec![cfg.fraction, cfg.retest as u8 as f64];
+    for floor in [f.local, f.allocation, f.pair] {
+        v.extend([floor.is_some() as u8 as f64, floor.unwrap_or(0.0)]);
     }
-    let mut by_node: std::collections::HashMap<usize, Vec<(u64, f64)>> = Default::default();
-    for (i, (&(a, _), &secs)) in round.iter().zip(sums).enumerate() {
-        if let Some(node) = t.node_index(a) {
-            by_node.entry(node).or_default().push((i as u64, secs));
-        }
+    v
+}
+
+/// `cfg` with the settings summed over the team (one process's [`settings`]).
+fn with_settings(cfg: Config, v: &[f64]) -> Config {
+    let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+    let floor = |i: usize| (at(i) > 0.0).then(|| at(i + 1));
+    Config {
+        fraction: at(0),
+        retest: at(1) > 0.0,
+        floors: Floors {
+            local: floor(2),
+            allocation: floor(4),
+            pair: floor(6),
+        },
+        ..cfg
     }
-    (0..count)
-        .map(|p| {
-            if p == coordinator as usize {
-                sums.iter()
-                    .enumerate()
-                    .map(|(i, &s)| (i as u64, s))
-                    .collect()
-            } else {
-                node_of_proc[p]
-                    .and_then(|n| by_node.get(&n).cloned())
-                    .unwrap_or_default()
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -282,6 +330,32 @@ mod tests {
         let rows = [row("a", 300.0), row("a", 120.0), row("b", 310.0)];
         assert_eq!(local_values(&nodes, &rows), vec![120.0, 310.0, 310.0]);
         assert_eq!(local_values(&nodes, &[]), vec![1.0; 3]);
+    }
+
+    #[test]
+    fn the_coordinators_settings_survive_the_sum_bit_for_bit() {
+        let cfg = Config {
+            fraction: 0.85,
+            retest: false,
+            floors: Floors {
+                local: Some(255.1),
+                allocation: None,
+                pair: Some(0.1 + 0.2),
+            },
+            ..Config::default()
+        };
+        // Every other process puts zeros in: the sum is the coordinator's numbers.
+        let zeros = vec![0.0; settings(&cfg).len()];
+        let summed: Vec<f64> = settings(&cfg)
+            .iter()
+            .zip(&zeros)
+            .map(|(a, b)| a + b + b)
+            .collect();
+        let other = Config {
+            fraction: 0.5,
+            ..Config::default()
+        };
+        assert_eq!(with_settings(other, &summed), cfg);
     }
 
     #[test]

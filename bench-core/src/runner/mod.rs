@@ -50,9 +50,6 @@ pub struct Start {
     pub topology: Arc<Topology>,
     /// The GPU model and interconnect thresholds are looked up by (this process's first GPU).
     pub gpu: Arc<crate::thresholds::GpuModel>,
-    /// The localizer of a multi-node check, shared by this process's GPU threads (whichever
-    /// arrives last at a round's gather runs it); used in the coordinator's process only.
-    pub conductor: Arc<Mutex<Option<crate::localize::conduct::Conductor>>>,
     pub opts: &'static Options,
 }
 

@@ -405,3 +405,143 @@ fn a_slot_keeps_one_conductor_until_the_verdict() {
     assert_eq!(made, 1);
     assert!(slot.is_none(), "emptied at the verdict");
 }
+
+/// Every process with its own conductor, fed the round's summed vector: each caller is one
+/// rank (a GPU thread), decides its own step, and hands in only what it leads. Returns every
+/// process's summary (from its first rank's caller) and the steps each caller took; checks at
+/// every round that each caller's step is the coordinator's step for its process, cut to its
+/// rank, from a lone coordinator fed the same vectors.
+fn replicated(fabric: &Fabric, nodes: usize, gpus: usize, coordinator: u32) -> Vec<Summary> {
+    let (layout, process_of) = layout(nodes, gpus);
+    let make = |keeps: u32| {
+        let mut known = fabric.clone();
+        let (layout, process_of) = (layout.clone(), process_of.clone());
+        move || {
+            Ok(Conductor::new(
+                Localizer::new(nodes, gpus, config(fabric)).unwrap(),
+                layout,
+                process_of,
+                keeps,
+                "adaptive",
+                config(fabric).floors.allocation,
+                Box::new(move |r: &Round| known.measure(r)),
+            ))
+        }
+    };
+    let nranks = nodes * gpus;
+    let mut slots_of: Vec<Option<Conductor>> = (0..nranks).map(|_| None).collect();
+    let mut lone = None;
+    let mut fabric = fabric.clone();
+    let mut entries: Vec<Vec<(u64, f64)>> = vec![Vec::new(); nranks];
+    let mut len = 0;
+    loop {
+        // The all_reduce: every rank's vector, summed in an order unlike the ranks' own.
+        let mut sums = vec![0.0; len];
+        for e in entries.iter().rev() {
+            for (t, v) in sums.iter_mut().zip(slots(len, e).unwrap()) {
+                *t += v;
+            }
+        }
+        let want = decide_in(&mut lone, make(coordinator), &sums).unwrap();
+        let mut done = Vec::new();
+        for rank in 0..nranks {
+            let p = (rank / gpus) as u32;
+            let keeps = keeper(p, p == coordinator);
+            let step = decide_here(&mut slots_of[rank], make(keeps), &sums, p, &[rank]).unwrap();
+            step.check(&[rank], nranks).unwrap();
+            match (&step, &want[p as usize]) {
+                (Step::Done(s), Step::Done(w)) => {
+                    assert_eq!(s, w, "rank {rank}");
+                    if rank % gpus == 0 {
+                        done.push(s.clone());
+                    }
+                }
+                (
+                    Step::Round {
+                        index,
+                        groups,
+                        mine,
+                        ..
+                    },
+                    Step::Round {
+                        index: wi,
+                        groups: wg,
+                        mine: wm,
+                        ..
+                    },
+                ) => {
+                    assert_eq!((index, groups), (wi, wg));
+                    let theirs: Vec<_> = wm.iter().filter(|pl| pl.rank as usize == rank).collect();
+                    assert_eq!(mine.iter().collect::<Vec<_>>(), theirs, "rank {rank}");
+                    len = *groups as usize;
+                    entries[rank] = mine
+                        .iter()
+                        .filter(|pl| pl.leads)
+                        .map(|pl| {
+                            let g = group_of(&layout, pl).unwrap();
+                            (pl.group as u64, fabric.measure_group(&g))
+                        })
+                        .collect();
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+        if !done.is_empty() {
+            assert_eq!(done.len(), nodes);
+            assert!(
+                slots_of.iter().all(Option::is_none),
+                "emptied at the verdict"
+            );
+            return done;
+        }
+    }
+}
+
+/// Issue 28: the rounds' records carried by an all_reduce, every process deciding for itself.
+/// Each rank's own conductor, fed the same summed vectors, takes the step a lone coordinator
+/// would have sent it and ends with the same summary as the coordinator's path: the full list
+/// at the coordinator, the shared one elsewhere.
+#[test]
+fn conductors_fed_the_same_vectors_take_the_coordinators_steps_and_reach_its_summary() {
+    let faults = [
+        None,
+        Some(Fault::NodeNet {
+            node: 5,
+            factor: 0.5,
+        }),
+        Some(Fault::Nic {
+            node: 2,
+            rail: 1,
+            factor: 0.4,
+        }),
+        Some(Fault::Link {
+            a: 6,
+            b: 7,
+            factor: 0.3,
+        }),
+    ];
+    for fault in faults {
+        // Noise on: the vectors carry real-looking, unround numbers.
+        let mut fabric = Fabric::healthy(12, 2, 7);
+        if let Some(f) = fault {
+            fabric.inject(f);
+        }
+        let by_coordinator = distributed(&fabric, 12, 2, 3).summaries;
+        let by_everyone = replicated(&fabric, 12, 2, 3);
+        assert_eq!(by_everyone, by_coordinator, "{fault:?}");
+        if fault.is_some() {
+            assert!(!by_everyone[3].reasons.is_empty(), "{fault:?}");
+        }
+    }
+}
+
+#[test]
+fn a_rounds_vector_has_each_led_result_in_its_slot_and_refuses_a_slot_outside_it() {
+    assert_eq!(
+        slots(4, &[(2, 7.5), (0, 1.25)]).unwrap(),
+        vec![1.25, 0.0, 7.5, 0.0]
+    );
+    assert_eq!(slots(0, &[]).unwrap(), Vec::<f64>::new());
+    let e = slots(4, &[(4, 1.0)]).unwrap_err();
+    assert_eq!(e, "a result for group 4 of a round of 4");
+}
