@@ -96,7 +96,7 @@ pub fn reason(scope: Scope, f: &Finding) -> Reason {
         code: ReasonCode::of_finding(f.code).unwrap_or(ReasonCode::Unknown),
         message: f.message.clone(),
         subject: Some(match scope {
-            Scope::Gpu(k) => format!("GPU{k}"),
+            Scope::Gpu(k) => crate::report::gpu_label(k as u32),
             _ => f.subject.clone(),
         }),
         measured: f.measured,

@@ -282,7 +282,7 @@ pub fn probe_line(report: &Report) -> String {
         .enumerate()
         .filter_map(|(k, g)| {
             Some(crate::facts::local_probe::Probed {
-                subject: crate::report::gpu_name(k as u32),
+                subject: crate::report::gpu_label(k as u32),
                 gpu_name: &g.info.name,
                 device_id: g.info.pci_device_id,
                 probe: g.local_probe.as_ref()?,

@@ -1,5 +1,6 @@
 //! Running a child process so that it can never outlive its welcome: the one spawning module of
-//! the workspace (the plugin's worker, the prolog's worker and its `scontrol` calls use it).
+//! the workspace (the plugin's worker, the prolog's worker and its `scontrol` calls, the worker's
+//! MUNGE programs use it).
 //!
 //! The child gets its own process group, dies with its parent (`PR_SET_PDEATHSIG`, checked
 //! against a parent that died before the call), and at the deadline, or as soon as it exits,

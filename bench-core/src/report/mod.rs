@@ -160,7 +160,7 @@ impl PairRow {
     }
 }
 
-/// The worker's name of a GPU (`GPU2`, [`gpu_name`]) back to its index.
+/// The worker's name of a GPU (`GPU2`, [`gpu_label`]) back to its index.
 pub fn gpu_index(name: &str) -> Option<u32> {
     match Culprit::parse(name) {
         Culprit::Gpu { node: None, gpu } => Some(gpu),
@@ -169,7 +169,7 @@ pub fn gpu_index(name: &str) -> Option<u32> {
 }
 
 /// A GPU as the worker names it in pairs and reasons: `GPU2`.
-pub fn gpu_name(index: u32) -> String {
+pub fn gpu_label(index: u32) -> String {
     Culprit::Gpu {
         node: None,
         gpu: index,
@@ -190,7 +190,7 @@ mod tests {
             b: b.into(),
             ..PairRow::default()
         };
-        let gpus = pair(PairKind::Gpu, "n7", &gpu_name(2), &gpu_name(3));
+        let gpus = pair(PairKind::Gpu, "n7", &gpu_label(2), &gpu_label(3));
         assert_eq!(gpus.subject(false), "GPU2<->GPU3");
         assert_eq!(gpus.subject(true), "n7 GPU2<->GPU3");
         for multi in [false, true] {
