@@ -61,7 +61,9 @@ impl Measurer<'_> {
             locals,
             allocation_busbw,
         };
-        let summary = self.conduct_rounds(bytes, loops, start, out, &setup)?;
+        let mut summary = self.conduct_rounds(bytes, loops, start, out, &setup)?;
+        let starved = self.starved_nodes(start, &setup.layout.names)?;
+        super::off_cpu::blame_starved(&mut summary.reasons, &starved);
         if start.printer {
             print_localized(&rows, bytes, loops, &summary);
         }
@@ -115,6 +117,32 @@ impl Measurer<'_> {
             .copy_out(self.recv, &mut sums)
             .map_err(|e| self.err_runtime(what, e))?;
         Ok(sums)
+    }
+
+    /// Every node whose workers could not run for at least `off_cpu::STARVED_SHARE` of the
+    /// check so far, with that share: one sum over every rank of a vector of 2 slots a node (the
+    /// share of each rank's process, and 1), so a node of several processes gets their mean.
+    fn starved_nodes(
+        &self,
+        start: &Start,
+        names: &[String],
+    ) -> Result<Vec<(String, f64)>, RunError> {
+        let n = names.len();
+        let mut mine = vec![0.0; 2 * n];
+        let node = start.topology.node_index(self.rank as usize);
+        if let (Some(k), Some(share)) = (node.filter(|&k| k < n), super::off_cpu::share_so_far()) {
+            mine[k] = share;
+            mine[n + k] = 1.0;
+        }
+        let sums = self.sum_over_ranks(&mine, "the nodes' off-CPU shares")?;
+        Ok((0..n)
+            .filter_map(|k| {
+                let (total, ranks) = (sums[k], sums[n + k]);
+                let mean = total / ranks;
+                (ranks > 0.0 && mean >= super::off_cpu::STARVED_SHARE)
+                    .then(|| (names[k].clone(), mean))
+            })
+            .collect())
     }
 
     /// The coordinator's localization settings, the same bits in every process: each process
