@@ -213,7 +213,7 @@ fn explain(
         count,
         1,
     );
-    let node = gather_facts::explain(opts, device_id, &name, &crate::nccl_env::hostname());
+    let node = gather_facts::explain_node(opts, device_id, &name, &crate::nccl_env::hostname());
     format!(
         "{rules}{node}Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}\n",
         opts.config.outliers.fraction,
@@ -259,7 +259,7 @@ fn read_gpus(
         .filter_map(|&d| cuda::gpu_info(d).ok())
         .collect();
     let buses: Vec<String> = infos.iter().map(|i| i.pci_bus_id.clone()).collect();
-    let interconnect = crate::facts::interconnect::classify(nvml, &buses);
+    let interconnect = crate::facts::interconnect::of_node(nvml, &buses);
     let first = infos.first();
     let id = first.and_then(|i| i.pci_device_id).or_else(|| match nvml {
         crate::facts::gpu_health::HealthFacts::Available { gpus, .. } => gpus

@@ -109,7 +109,7 @@ pub fn attach_nvml(report: &mut Report, nvml: &Resolved) {
 }
 
 /// What `--explain-thresholds` says about the node's facts for `gpu_name`.
-pub fn explain(opts: &Options, device_id: Option<u16>, gpu_name: &str, host: &str) -> String {
+pub fn explain_node(opts: &Options, device_id: Option<u16>, gpu_name: &str, host: &str) -> String {
     let env = |k: &str| std::env::var(k).ok();
     let src = Sources {
         root: "/".into(),
