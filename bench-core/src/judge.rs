@@ -97,7 +97,7 @@ pub fn judge(
     let spared =
         |c: &str, n: u32, b: u64| n == all && spared.iter().any(|(sc, sb)| sc == c && *sb == b);
     // The node's own facts first: they name the part.
-    let facts = evidence::findings(report, judging.outlier_fraction);
+    let facts = evidence::node_findings(report, judging.outlier_fraction);
     let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
     let mut measured = crate::analysis::fail_reasons(
         &report.results,

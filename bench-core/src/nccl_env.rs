@@ -31,8 +31,11 @@ pub fn expectation(opts: &Options, profile: Option<&NetworkProfile>) -> Expectat
 /// set before NCCL loads: the check runs with exactly the settings the site's jobs use.
 pub fn apply_network_profile(opts: &'static Options) -> Option<&'static NetworkProfile> {
     let partition = std::env::var("SLURM_JOB_PARTITION").ok();
-    let p =
-        crate::config::network::select(&opts.config.network, partition.as_deref(), &hostname())?;
+    let p = crate::config::network::select_profile(
+        &opts.config.network,
+        partition.as_deref(),
+        &hostname(),
+    )?;
     for (k, v) in p.env_pairs() {
         std::env::set_var(k, v);
     }

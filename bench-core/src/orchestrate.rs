@@ -58,7 +58,7 @@ pub fn run(
             Some(&nvml.facts),
         )));
     }
-    report.facts = Some(gather_facts::inventory(opts, &report.host, visible));
+    report.facts = Some(gather_facts::gather_inventory(opts, &report.host, visible));
     if !opts.quiet && opts.rank == 0 {
         println!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",

@@ -50,7 +50,7 @@ fn node_name(host: &str) -> String {
 }
 
 /// The inventory once CUDA counted `visible` GPUs.
-pub fn inventory(opts: &Options, host: &str, visible: usize) -> NodeFacts {
+pub fn gather_inventory(opts: &Options, host: &str, visible: usize) -> NodeFacts {
     let env = |k: &str| std::env::var(k).ok();
     let src = Sources {
         root: "/".into(),
