@@ -273,7 +273,7 @@ pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
     )
 }
 
-/// The local probe's results in one line (`facts::local_probe::line`).
+/// The local probe's results in one line (`facts::local_probe::results_line`).
 pub fn probe_line(report: &Report) -> String {
     let mut gpus: Vec<_> = report.gpus.iter().collect();
     gpus.sort_by_key(|g| g.rank);
@@ -292,7 +292,7 @@ pub fn probe_line(report: &Report) -> String {
         .collect();
     match gpus.iter().find_map(|g| g.local_probe_error.as_deref()) {
         Some(why) if probed.is_empty() => format!("local probe: not measured ({why})"),
-        _ => crate::facts::local_probe::line(&probed),
+        _ => crate::facts::local_probe::results_line(&probed),
     }
 }
 

@@ -450,7 +450,7 @@ pub fn verdict(
     profile: Option<&NetworkProfile>,
     log: Option<&TransportSummary>,
 ) -> ExitCode {
-    let expect = crate::nccl_env::expectation(opts, profile);
+    let expect = crate::nccl_env::path_expectation(opts, profile);
     let nodes = Topology::new(&report.processes).node_count();
     if let Some(f) = report.facts.as_mut() {
         let lines = log.map(|l| l.net_using.as_slice());

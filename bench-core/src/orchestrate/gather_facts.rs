@@ -143,7 +143,7 @@ pub fn explain_node(opts: &Options, device_id: Option<u16>, gpu_name: &str, host
              is held against its siblings of the same model\n"
         ),
     };
-    out += &match local_probe::floor(device_id, gpu_name) {
+    out += &match local_probe::copy_floor(device_id, gpu_name) {
         Some((f, how)) => format!(
             "  local probe (device-local copy, every GPU at once): >= {f:.0} GB/s = {how}; and >= {:.2} x its siblings' median\n",
             opts.config.outliers.fraction
