@@ -34,7 +34,7 @@ fn in_rank_order(report: &Report) -> Vec<&GpuEntry> {
 }
 
 /// Every fault the facts show, with what it is about.
-pub fn findings(report: &Report, fraction: f64) -> Vec<(Scope, Finding)> {
+pub fn node_findings(report: &Report, fraction: f64) -> Vec<(Scope, Finding)> {
     let mut out = Vec::new();
     let gpus = in_rank_order(report);
     if let Some(f) = &report.facts {

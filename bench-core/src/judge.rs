@@ -97,7 +97,7 @@ pub fn judge(
     let spared =
         |c: &str, n: u32, b: u64| n == all && spared.iter().any(|(sc, sb)| sc == c && *sb == b);
     // The node's own facts first: they name the part.
-    let facts = evidence::findings(report, judging.outlier_fraction);
+    let facts = evidence::node_findings(report, judging.outlier_fraction);
     let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
     let mut measured = crate::analysis::fail_reasons(
         &report.results,
@@ -273,7 +273,7 @@ pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
     )
 }
 
-/// The local probe's results in one line (`facts::local_probe::line`).
+/// The local probe's results in one line (`facts::local_probe::results_line`).
 pub fn probe_line(report: &Report) -> String {
     let mut gpus: Vec<_> = report.gpus.iter().collect();
     gpus.sort_by_key(|g| g.rank);
@@ -292,7 +292,7 @@ pub fn probe_line(report: &Report) -> String {
         .collect();
     match gpus.iter().find_map(|g| g.local_probe_error.as_deref()) {
         Some(why) if probed.is_empty() => format!("local probe: not measured ({why})"),
-        _ => crate::facts::local_probe::line(&probed),
+        _ => crate::facts::local_probe::results_line(&probed),
     }
 }
 

@@ -23,7 +23,7 @@ pub fn hostname() -> String {
 }
 
 /// What the paths must use: the profile's expectations and the options'.
-pub fn expectation(opts: &Options, profile: Option<&NetworkProfile>) -> Expectation {
+pub fn path_expectation(opts: &Options, profile: Option<&NetworkProfile>) -> Expectation {
     Expectation::new(profile, opts.expect_collnet, opts.expect_nvls)
 }
 
@@ -31,8 +31,11 @@ pub fn expectation(opts: &Options, profile: Option<&NetworkProfile>) -> Expectat
 /// set before NCCL loads: the check runs with exactly the settings the site's jobs use.
 pub fn apply_network_profile(opts: &'static Options) -> Option<&'static NetworkProfile> {
     let partition = std::env::var("SLURM_JOB_PARTITION").ok();
-    let p =
-        crate::config::network::select(&opts.config.network, partition.as_deref(), &hostname())?;
+    let p = crate::config::network::select_profile(
+        &opts.config.network,
+        partition.as_deref(),
+        &hostname(),
+    )?;
     for (k, v) in p.env_pairs() {
         std::env::set_var(k, v);
     }
@@ -42,7 +45,7 @@ pub fn apply_network_profile(opts: &'static Options) -> Option<&'static NetworkP
 /// Where NCCL's INFO log of this process goes: a private temporary file, unless the user set
 /// `NCCL_DEBUG` (then their settings stand and transports are not recorded).
 pub fn capture_nccl_log(opts: &Options, profile: Option<&NetworkProfile>) -> LogPlace {
-    let expect = expectation(opts, profile);
+    let expect = path_expectation(opts, profile);
     if expect.collnet && std::env::var_os("NCCL_COLLNET_ENABLE").is_none() {
         std::env::set_var("NCCL_COLLNET_ENABLE", "1");
     }

@@ -58,7 +58,7 @@ pub fn run(
             Some(&nvml.facts),
         )));
     }
-    report.facts = Some(gather_facts::inventory(opts, &report.host, visible));
+    report.facts = Some(gather_facts::gather_inventory(opts, &report.host, visible));
     if !opts.quiet && opts.rank == 0 {
         println!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
@@ -230,7 +230,7 @@ fn explain(
         count,
         1,
     );
-    let node = gather_facts::explain(opts, device_id, &name, &crate::nccl_env::hostname());
+    let node = gather_facts::explain_node(opts, device_id, &name, &crate::nccl_env::hostname());
     format!(
         "{rules}{node}Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}\n",
         opts.config.outliers.fraction,
@@ -276,7 +276,7 @@ fn read_gpus(
         .filter_map(|&d| cuda::gpu_info(d).ok())
         .collect();
     let buses: Vec<String> = infos.iter().map(|i| i.pci_bus_id.clone()).collect();
-    let interconnect = crate::facts::interconnect::classify(nvml, &buses);
+    let interconnect = crate::facts::interconnect::of_node(nvml, &buses);
     let first = infos.first();
     let id = first.and_then(|i| i.pci_device_id).or_else(|| match nvml {
         crate::facts::gpu_health::HealthFacts::Available { gpus, .. } => gpus
@@ -469,7 +469,7 @@ pub fn verdict(
     profile: Option<&NetworkProfile>,
     log: Option<&TransportSummary>,
 ) -> ExitCode {
-    let expect = crate::nccl_env::expectation(opts, profile);
+    let expect = crate::nccl_env::path_expectation(opts, profile);
     let nodes = Topology::new(&report.processes).node_count();
     if let Some(f) = report.facts.as_mut() {
         let lines = log.map(|l| l.net_using.as_slice());

@@ -100,7 +100,7 @@ pub fn draw(path: &Path, input: &PlotInput) -> Result<(), String> {
     if !matrices.is_empty() {
         let areas = heat.split_evenly((heat_rows as usize, heat_cols as usize));
         for (m, area) in matrices.iter().zip(areas.iter()) {
-            heatmap::draw(area, m).map_err(|e| err(&e))?;
+            heatmap::draw_matrix(area, m).map_err(|e| err(&e))?;
         }
     }
     root.present().map_err(|e| err(&e))

@@ -294,6 +294,10 @@ impl Guard {
         match unsafe { libc::fork() } {
             0 => unsafe {
                 libc::close(fds[1]);
+                // Nothing else of ours stays open in the watcher: a copy of a descriptor keeps
+                // its file's flock and its pipe's write end alive for as long as the child runs
+                // (another thread's lock seemed held; another child's output never ended).
+                close_all_but(fds[0]);
                 // In the child's group: a kill of our group (slurmd's) does not reach it.
                 libc::setpgid(0, pgid);
                 let mut b = 0u8;
@@ -337,6 +341,25 @@ impl Guard {
                 && Instant::now() < until
             {
                 std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Closes every descriptor from 3 up except `keep` (in a forked child: close_range(2) and
+/// close(2) are async-signal-safe). Without close_range (Linux before 5.9) each is closed in turn.
+unsafe fn close_all_but(keep: libc::c_int) {
+    let range = |lo: libc::c_int, hi: libc::c_uint| {
+        // SAFETY: closes descriptors of this (forked) process only.
+        unsafe { libc::syscall(libc::SYS_close_range, lo as libc::c_uint, hi, 0) == 0 }
+    };
+    let below = keep <= 3 || range(3, (keep - 1) as libc::c_uint);
+    let above = range(keep + 1, libc::c_uint::MAX);
+    if !(below && above) {
+        for fd in 3..65536 {
+            if fd != keep {
+                // SAFETY: as above; EBADF for a descriptor not open is fine.
+                unsafe { libc::close(fd) };
             }
         }
     }
@@ -599,6 +622,41 @@ mod tests {
         let e = run(s).expect_err("refused");
         assert_eq!(e.error.kind(), std::io::ErrorKind::InvalidInput);
         assert!(!d.join("ran").exists());
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// The guard's watcher lives as long as the child: it must not keep our files open (a
+    /// lock another thread takes and gives back looked held for that long: the prolog's state
+    /// lock test failed under load this way).
+    #[test]
+    fn a_guarded_childs_watcher_holds_none_of_our_files() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let d = scratch_dir("sup-guard-fds");
+        let open = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(d.join("lock"))
+                .expect("open")
+        };
+        let flock = |f: &File| unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let held = open();
+        assert_eq!(flock(&held), 0);
+        let spec = sh(&d, "touch \"$DIR/started\"; sleep 2", 5000);
+        let child = std::thread::spawn(move || run_guarded(spec).expect("runs"));
+        let until = Instant::now() + Duration::from_secs(3);
+        while !d.join("started").exists() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(held);
+        assert_eq!(
+            flock(&open()),
+            0,
+            "the lock is still held after it was given back"
+        );
+        child.join().expect("joined");
         std::fs::remove_dir_all(&d).ok();
     }
 

@@ -40,7 +40,7 @@ impl ExpectedGpus {
 }
 
 /// The entry for a job in `partition` on `host`: the first that matches, in file order.
-pub fn select<'a>(
+pub fn select_expected<'a>(
     list: &'a [ExpectedGpus],
     partition: Option<&str>,
     host: &str,
@@ -63,7 +63,11 @@ pub fn is_bus_id(text: &str) -> bool {
 
 /// Checks what serde cannot, naming the line (`expected_gpus[1].bus_ids[3]`), and lower-cases
 /// the bus ids.
-pub fn validate(list: &mut [ExpectedGpus], path: &Path, text: &str) -> Result<(), ConfigError> {
+pub fn validate_expected(
+    list: &mut [ExpectedGpus],
+    path: &Path,
+    text: &str,
+) -> Result<(), ConfigError> {
     let n = list.len();
     for (i, e) in list.iter_mut().enumerate() {
         let bad = |field: &str, msg: String| {
@@ -132,9 +136,19 @@ mod tests {
         )
         .unwrap();
         let l = &c.expected_gpus;
-        assert_eq!(super::select(l, Some("big"), "gpu003").unwrap().count, 4);
-        assert_eq!(super::select(l, Some("big"), "gpu010").unwrap().count, 8);
-        assert_eq!(super::select(l, None, "gpu010").unwrap().count, 2);
+        assert_eq!(
+            super::select_expected(l, Some("big"), "gpu003")
+                .unwrap()
+                .count,
+            4
+        );
+        assert_eq!(
+            super::select_expected(l, Some("big"), "gpu010")
+                .unwrap()
+                .count,
+            8
+        );
+        assert_eq!(super::select_expected(l, None, "gpu010").unwrap().count, 2);
         assert_eq!(l[1].bus_ids[1], "0000:2a:00.0");
         assert!(WorkerConfig::from_texts(None)
             .unwrap()

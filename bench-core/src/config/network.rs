@@ -100,7 +100,7 @@ impl NetworkProfile {
 }
 
 /// The profile for a job in `partition` on `host`: the first that matches, in file order.
-pub fn select<'a>(
+pub fn select_profile<'a>(
     profiles: &'a [NetworkProfile],
     partition: Option<&str>,
     host: &str,
@@ -111,7 +111,11 @@ pub fn select<'a>(
 /// Checks what serde cannot: names, patterns, variable names and values, contradictions, and
 /// profiles that can never apply. `path`/`text` are the config file, so errors name the line
 /// (`network[2].env.NCCL_IB_GID_INDEX`).
-pub fn validate(profiles: &[NetworkProfile], path: &Path, text: &str) -> Result<(), ConfigError> {
+pub fn validate_profiles(
+    profiles: &[NetworkProfile],
+    path: &Path,
+    text: &str,
+) -> Result<(), ConfigError> {
     let mut names = BTreeSet::new();
     for (i, p) in profiles.iter().enumerate() {
         let last = i + 1 == profiles.len();
@@ -255,7 +259,7 @@ mod tests {
 
     fn load(text: &str) -> Result<Vec<NetworkProfile>, ConfigError> {
         let doc: Doc = parse(Path::new(FILE), text)?;
-        validate(&doc.network, Path::new(FILE), text)?;
+        validate_profiles(&doc.network, Path::new(FILE), text)?;
         Ok(doc.network)
     }
 
@@ -305,19 +309,26 @@ env = { NCCL_IB_HCA = "mlx5" }
 "#;
         let p = load(text).expect("valid");
         assert_eq!(
-            select(&p, Some("a100"), "ra03").map(|p| &p.name[..]),
+            select_profile(&p, Some("a100"), "ra03").map(|p| &p.name[..]),
             Some("roce-a")
         );
         assert_eq!(
-            select(&p, Some("a100"), "ra11").map(|p| &p.name[..]),
+            select_profile(&p, Some("a100"), "ra11").map(|p| &p.name[..]),
             Some("a100-rest")
         );
         assert_eq!(
-            select(&p, Some("h200"), "ra03").map(|p| &p.name[..]),
+            select_profile(&p, Some("h200"), "ra03").map(|p| &p.name[..]),
             Some("default")
         );
-        assert_eq!(select(&p, None, "x").map(|p| &p.name[..]), Some("default"));
-        assert_eq!(select(&p[..2], None, "ra03"), None, "no partition known");
+        assert_eq!(
+            select_profile(&p, None, "x").map(|p| &p.name[..]),
+            Some("default")
+        );
+        assert_eq!(
+            select_profile(&p[..2], None, "ra03"),
+            None,
+            "no partition known"
+        );
         assert_eq!(p[0].net_expect(), Some(NetExpect::Ib));
         assert_eq!(p[1].net_expect(), Some(NetExpect::Socket));
         assert_eq!(
@@ -404,7 +415,7 @@ env = { NCCL_IB_HCA = "mlx5" }
     fn the_shipped_examples_are_valid_and_cover_every_fabric() {
         let text = include_str!("../../config/network-examples.toml");
         let doc: Doc = parse(Path::new("network-examples.toml"), text).expect("parses");
-        validate(&doc.network, Path::new("network-examples.toml"), text).expect("valid");
+        validate_profiles(&doc.network, Path::new("network-examples.toml"), text).expect("valid");
         let names: Vec<&str> = doc.network.iter().map(|p| p.name.as_str()).collect();
         for want in ["infiniband", "roce", "aws-efa", "tcp", "sharp", "nvls"] {
             assert!(names.contains(&want), "no '{want}' example in {names:?}");

@@ -264,8 +264,8 @@ fn validate(
             format!("'{}' must be an absolute path", lib.display()),
         ));
     }
-    super::network::validate(&raw.network, path, text)?;
-    super::expected_gpus::validate(&mut raw.expected_gpus, path, text)?;
+    super::network::validate_profiles(&raw.network, path, text)?;
+    super::expected_gpus::validate_expected(&mut raw.expected_gpus, path, text)?;
     let mut thresholds = Vec::new();
     for (i, t) in raw.thresholds.into_iter().enumerate() {
         thresholds.push(threshold(path, text, i, t, admin)?);

@@ -325,7 +325,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
     );
     facts.net = Some(net(Some(37.5), vec![down]));
     r.facts = Some(facts);
-    let f = findings(&r, 0.85);
+    let f = node_findings(&r, 0.85);
     assert_eq!(f.len(), 1);
     assert_eq!(reason(f[0].0, &f[0].1).code, ReasonCode::NetPortDown);
     let mut rs = vec![Reason {

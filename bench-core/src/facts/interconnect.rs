@@ -167,7 +167,7 @@ impl fmt::Display for Interconnect {
 
 /// The interconnect of the GPUs with bus ids `mine` (NVML's list for the whole node is
 /// `facts`; with `mine` empty, every GPU NVML lists).
-pub fn classify(facts: &HealthFacts, mine: &[String]) -> Interconnect {
+pub fn of_node(facts: &HealthFacts, mine: &[String]) -> Interconnect {
     let gpus = match facts {
         HealthFacts::Available { gpus, .. } => gpus,
         HealthFacts::Unavailable { why } => return Interconnect::unknown(why.clone()),

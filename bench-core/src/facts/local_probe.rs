@@ -30,7 +30,7 @@ pub fn hbm_gbs(device_id: Option<u16>, gpu_name: &str) -> Option<(f64, &'static 
 }
 
 /// The copy-rate floor of a GPU (GB/s) and how it was formed.
-pub fn floor(device_id: Option<u16>, gpu_name: &str) -> Option<(f64, String)> {
+pub fn copy_floor(device_id: Option<u16>, gpu_name: &str) -> Option<(f64, String)> {
     hbm_gbs(device_id, gpu_name).map(|(gbs, src)| {
         (
             FLOOR_FRACTION * gbs,
@@ -98,7 +98,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
     let mut out = Vec::new();
     for (i, p) in probed.iter().enumerate() {
         let rate = p.probe.copy_gbs;
-        if let Some((min, how)) = floor(p.device_id, p.gpu_name) {
+        if let Some((min, how)) = copy_floor(p.device_id, p.gpu_name) {
             if rate < min {
                 out.push(
                     Finding::new(
@@ -148,7 +148,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
 }
 
 /// One line for the terminal and the summary: `local probe GPU0 1520, GPU1 1518 GB/s (floor 1440)`.
-pub fn line(probed: &[Probed]) -> String {
+pub fn results_line(probed: &[Probed]) -> String {
     if probed.is_empty() {
         return "local probe: not measured".to_string();
     }
@@ -158,7 +158,7 @@ pub fn line(probed: &[Probed]) -> String {
         .collect();
     let floor = probed
         .first()
-        .and_then(|p| floor(p.device_id, p.gpu_name))
+        .and_then(|p| copy_floor(p.device_id, p.gpu_name))
         .map(|(f, _)| format!(" (floor {f:.0})"))
         .unwrap_or_else(|| " (no model floor: siblings only)".to_string());
     format!("local probe device copy {} GB/s{floor}", each.join(", "))
@@ -205,7 +205,7 @@ mod tests {
             hbm_gbs(Some(0x2331), "NVIDIA H100 80GB HBM3").map(|x| x.0),
             Some(2000.0)
         );
-        let (f, how) = floor(None, "NVIDIA H200").unwrap();
+        let (f, how) = copy_floor(None, "NVIDIA H200").unwrap();
         assert!((f - 1440.0).abs() < 1e-9, "{f}");
         assert!(how.contains("4.8 TB/s"), "{how}");
     }
@@ -262,7 +262,7 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert!(slow_probes(&probed("Tesla T4", &two[..1]), 0.85).is_empty());
         assert_eq!(
-            line(&probed("NVIDIA H200", &two)),
+            results_line(&probed("NVIDIA H200", &two)),
             "local probe device copy GPU0 2150, GPU1 1500 GB/s (floor 1440)"
         );
     }

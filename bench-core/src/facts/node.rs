@@ -114,7 +114,9 @@ fn slurm_files(src: &Sources) -> Option<(PathBuf, PathBuf)> {
 /// The node's expectation without a job: the admin's config, else Slurm's files.
 pub fn node_expectation(src: &Sources) -> Option<Expected> {
     let partition = (src.env)("SLURM_JOB_PARTITION");
-    if let Some(e) = expected_gpus::select(src.expected_gpus, partition.as_deref(), &src.host) {
+    if let Some(e) =
+        expected_gpus::select_expected(src.expected_gpus, partition.as_deref(), &src.host)
+    {
         return Some(Expected::from_config(e));
     }
     let (gres, conf) = slurm_files(src)?;

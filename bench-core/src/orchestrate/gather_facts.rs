@@ -50,7 +50,7 @@ fn node_name(host: &str) -> String {
 }
 
 /// The inventory once CUDA counted `visible` GPUs.
-pub fn inventory(opts: &Options, host: &str, visible: usize) -> NodeFacts {
+pub fn gather_inventory(opts: &Options, host: &str, visible: usize) -> NodeFacts {
     let env = |k: &str| std::env::var(k).ok();
     let src = Sources {
         root: "/".into(),
@@ -109,7 +109,7 @@ pub fn attach_nvml(report: &mut Report, nvml: &Resolved) {
 }
 
 /// What `--explain-thresholds` says about the node's facts for `gpu_name`.
-pub fn explain(opts: &Options, device_id: Option<u16>, gpu_name: &str, host: &str) -> String {
+pub fn explain_node(opts: &Options, device_id: Option<u16>, gpu_name: &str, host: &str) -> String {
     let env = |k: &str| std::env::var(k).ok();
     let src = Sources {
         root: "/".into(),
@@ -143,7 +143,7 @@ pub fn explain(opts: &Options, device_id: Option<u16>, gpu_name: &str, host: &st
              is held against its siblings of the same model\n"
         ),
     };
-    out += &match local_probe::floor(device_id, gpu_name) {
+    out += &match local_probe::copy_floor(device_id, gpu_name) {
         Some((f, how)) => format!(
             "  local probe (device-local copy, every GPU at once): >= {f:.0} GB/s = {how}; and >= {:.2} x its siblings' median\n",
             opts.config.outliers.fraction

@@ -136,7 +136,7 @@ fn matrix(title: String, pairs: &[&PairRow], floor: Option<f64>, fraction: f64) 
 }
 
 /// Draws one matrix into `area`.
-pub fn draw<DB: DrawingBackend>(
+pub fn draw_matrix<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     m: &Matrix,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {

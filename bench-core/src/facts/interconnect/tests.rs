@@ -64,7 +64,7 @@ fn bridged_pairs(n: usize) -> Vec<GpuHealth> {
 
 #[test]
 fn eight_sxm_gpus_on_nvswitch_are_one_nvlink_fabric() {
-    let ic = classify(&node(nvswitch_node(8)), &[]);
+    let ic = of_node(&node(nvswitch_node(8)), &[]);
     assert_eq!(ic.class, Class::Nvswitch);
     assert_eq!((ic.gpus, ic.links_per_gpu), (8, 18));
     assert_eq!(
@@ -76,7 +76,7 @@ fn eight_sxm_gpus_on_nvswitch_are_one_nvlink_fabric() {
 #[test]
 fn pcie_cards_without_links_are_pcie_with_their_generation_and_width() {
     let gpus: Vec<GpuHealth> = (0..8).map(|i| gpu(i, 0, |_| Remote::Unknown)).collect();
-    let ic = classify(&node(gpus), &[]);
+    let ic = of_node(&node(gpus), &[]);
     assert_eq!(ic.class, Class::Pcie);
     assert_eq!(ic.pcie, Some((5, 16)));
     assert_eq!(ic.to_string(), "8 GPUs on PCIe Gen5 x16, no NVLink");
@@ -84,7 +84,7 @@ fn pcie_cards_without_links_are_pcie_with_their_generation_and_width() {
 
 #[test]
 fn bridged_pairs_are_bridged_with_each_pair_named() {
-    let ic = classify(&node(bridged_pairs(8)), &[]);
+    let ic = of_node(&node(bridged_pairs(8)), &[]);
     assert_eq!(ic.class, Class::Bridged);
     assert_eq!(ic.groups.len(), 4);
     assert_eq!(ic.groups[0], vec!["0000:18:00.0", "0000:19:00.0"]);
@@ -98,7 +98,7 @@ fn bridged_pairs_are_bridged_with_each_pair_named() {
 fn one_link_down_on_nvswitch_stays_nvswitch_and_even_a_gpu_with_none_does() {
     let mut gpus = nvswitch_node(8);
     gpus[3].links[7].active = false;
-    let ic = classify(&node(gpus.clone()), &[]);
+    let ic = of_node(&node(gpus.clone()), &[]);
     assert_eq!(ic.class, Class::Nvswitch);
     assert_eq!(ic.links_per_gpu, 18);
     // A GPU whose every link is down, in a process that drives only it, still sees no switch:
@@ -107,8 +107,8 @@ fn one_link_down_on_nvswitch_stays_nvswitch_and_even_a_gpu_with_none_does() {
         l.active = false;
         l.remote = Remote::Unknown;
     }
-    assert_eq!(classify(&node(gpus.clone()), &[]).class, Class::Nvswitch);
-    assert_eq!(classify(&node(gpus), &[bus(3)]).class, Class::Pcie);
+    assert_eq!(of_node(&node(gpus.clone()), &[]).class, Class::Nvswitch);
+    assert_eq!(of_node(&node(gpus), &[bus(3)]).class, Class::Pcie);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn a_four_way_direct_mesh_is_a_mesh_and_one_lost_peer_makes_it_groups() {
         })
     };
     let gpus: Vec<GpuHealth> = (0..4).map(mesh).collect();
-    assert_eq!(classify(&node(gpus.clone()), &[]).class, Class::NvlinkMesh);
+    assert_eq!(of_node(&node(gpus.clone()), &[]).class, Class::NvlinkMesh);
     let mut broken = gpus;
     for g in &mut broken {
         g.links.retain(|l| match &l.remote {
@@ -130,17 +130,17 @@ fn a_four_way_direct_mesh_is_a_mesh_and_one_lost_peer_makes_it_groups() {
             _ => true,
         });
     }
-    assert_eq!(classify(&node(broken), &[]).class, Class::Bridged);
+    assert_eq!(of_node(&node(broken), &[]).class, Class::Bridged);
 }
 
 #[test]
 fn a_process_sees_its_own_gpus_and_unknown_is_said() {
-    let ic = classify(&node(nvswitch_node(8)), &[bus(2).to_lowercase()]);
+    let ic = of_node(&node(nvswitch_node(8)), &[bus(2).to_lowercase()]);
     assert_eq!((ic.class, ic.gpus), (Class::Nvswitch, 1));
-    let none = classify(&node(nvswitch_node(2)), &["0000:99:00.0".into()]);
+    let none = of_node(&node(nvswitch_node(2)), &["0000:99:00.0".into()]);
     assert_eq!(none.class, Class::Unknown);
     assert!(none.note.contains("none of this process"), "{}", none.note);
-    let unavailable = classify(
+    let unavailable = of_node(
         &HealthFacts::unavailable("libnvidia-ml.so.1: not found"),
         &[],
     );
