@@ -17,7 +17,7 @@ mod peers;
 mod raw;
 mod steps;
 
-use raw::{Mode, Raw};
+use raw::{Mode, RawArgs};
 
 /// Validated options.
 #[derive(Debug)]
@@ -73,7 +73,7 @@ pub struct Options {
 
 /// The command line as typed (clap has parsed it; no environment is read yet).
 #[derive(Debug)]
-pub struct Args(Raw);
+pub struct Args(RawArgs);
 
 /// What a validated command line asks.
 #[derive(Debug)]
@@ -91,7 +91,7 @@ impl Args {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let raw = Raw::try_parse_from(args).map_err(|e| match e.kind() {
+        let raw = RawArgs::try_parse_from(args).map_err(|e| match e.kind() {
             clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
                 ParseExit::Info(e.to_string())
             }
@@ -160,7 +160,7 @@ fn first_line(s: &str) -> String {
 }
 
 /// The high layer: every check in the order a user meets its error, then the options.
-fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, String> {
+fn validate(raw: RawArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, String> {
     let config = load_config(&raw, env)?;
     let plan = config.plans.get(&raw.plan).ok_or_else(|| {
         format!(
@@ -238,7 +238,10 @@ fn validate(raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, S
 }
 
 /// `--config`, else `$NCCL_CHECK_CONFIG`, else the default path, over the built-in defaults.
-fn load_config(raw: &Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<WorkerConfig, String> {
+fn load_config(
+    raw: &RawArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<WorkerConfig, String> {
     let path = raw.config.clone().or_else(|| {
         env("NCCL_CHECK_CONFIG")
             .filter(|s| !s.is_empty())

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 mod fault_pass;
-mod measure;
+mod measurement;
 mod publish;
 
 pub fn now_unix() -> f64 {
@@ -95,7 +95,7 @@ impl<'a> Gate<'a> {
             &format!("{:?}", self.cfg),
             &[&self.cfg.worker, &self.cfg.worker_config],
         );
-        let keys = measure::Keys {
+        let keys = measurement::RunKeys {
             places: &places,
             state_dir: &state_dir,
             slurm: &slurm,
@@ -212,7 +212,7 @@ impl<'a> Gate<'a> {
     }
 
     /// A prolog's answer from the cache, when every selected GPU passed recently.
-    fn cached(&mut self, sel: &Selection, k: &measure::Keys) -> Option<i32> {
+    fn cached(&mut self, sel: &Selection, k: &measurement::RunKeys) -> Option<i32> {
         if self.mode != Mode::Prolog {
             return None;
         }

@@ -2,7 +2,7 @@
 //! candidate ports, which process coordinates, the step's label and the credential, from the
 //! flags else Slurm's environment.
 
-use super::raw::Raw;
+use super::raw::RawArgs;
 use crate::rendezvous::auth::Credential;
 use crate::slurm_rendezvous::{self, PortRange};
 
@@ -25,7 +25,7 @@ struct Step {
 }
 
 impl Peers {
-    pub fn of(raw: &Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Peers, String> {
+    pub fn of(raw: &RawArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Peers, String> {
         let (rank, world) = rank_and_world(raw, env)?;
         let ids = Step {
             job: env("SLURM_JOB_ID"),
@@ -69,7 +69,10 @@ fn parse_u32(what: &str, v: &str) -> Result<u32, String> {
 }
 
 /// `--rank`/`--world`, else `SLURM_PROCID`/`SLURM_NTASKS`, else 0 of 1.
-fn rank_and_world(raw: &Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<(u32, u32), String> {
+fn rank_and_world(
+    raw: &RawArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(u32, u32), String> {
     let world = match raw.world.clone().or_else(|| env("SLURM_NTASKS")) {
         Some(w) => parse_u32("world", &w)?,
         None => 1,

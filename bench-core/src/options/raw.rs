@@ -37,7 +37,7 @@ Exit codes:
     disable_help_subcommand = true,
     args_conflicts_with_subcommands = true
 )]
-pub(super) struct Raw {
+pub(super) struct RawArgs {
     /// A mode other than the check itself (`--check-config`, `--explain-plan`).
     #[command(subcommand)]
     pub mode: Option<Mode>,

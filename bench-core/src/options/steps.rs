@@ -2,13 +2,13 @@
 //! plan from command-line collectives and sizes (nccl-tests style), and the summary of those
 //! steps the rest of the options carry.
 
-use super::raw::Raw;
+use super::raw::RawArgs;
 use crate::collectives::{self, Collective};
 use crate::config::worker::Step;
 use crate::size::parse_size;
 
 /// `-f` and `-n` values no plan can run with.
-pub(super) fn check_counts(raw: &Raw) -> Result<(), String> {
+pub(super) fn check_counts(raw: &RawArgs) -> Result<(), String> {
     if raw.step_factor < 2 {
         return Err(format!(
             "invalid stepfactor {}: must be at least 2",
@@ -22,7 +22,7 @@ pub(super) fn check_counts(raw: &Raw) -> Result<(), String> {
 }
 
 /// The steps to run: command-line collectives or sizes make an ad-hoc plan; else `plan`'s steps.
-pub(super) fn of(raw: &Raw, plan: &[Step]) -> Result<Vec<Step>, String> {
+pub(super) fn of(raw: &RawArgs, plan: &[Step]) -> Result<Vec<Step>, String> {
     let adhoc = raw.collectives.is_some() || raw.min_bytes.is_some() || raw.max_bytes.is_some();
     if adhoc {
         adhoc_steps(raw)
@@ -32,7 +32,7 @@ pub(super) fn of(raw: &Raw, plan: &[Step]) -> Result<Vec<Step>, String> {
 }
 
 /// One step per command-line collective over the `-b`..`-e` sweep.
-fn adhoc_steps(raw: &Raw) -> Result<Vec<Step>, String> {
+fn adhoc_steps(raw: &RawArgs) -> Result<Vec<Step>, String> {
     let collectives = collectives::parse_list(raw.collectives.as_deref().unwrap_or("all_reduce"))?;
     let sizes = sweep(raw)?;
     Ok(collectives
@@ -47,7 +47,7 @@ fn adhoc_steps(raw: &Raw) -> Result<Vec<Step>, String> {
 }
 
 /// The sizes from `-b` to `-e`, multiplied by `-f` between rows.
-fn sweep(raw: &Raw) -> Result<Vec<u64>, String> {
+fn sweep(raw: &RawArgs) -> Result<Vec<u64>, String> {
     let min_bytes = parse_size(raw.min_bytes.as_deref().unwrap_or("256M"))?;
     let max_bytes = match raw.max_bytes.as_deref() {
         Some(m) => parse_size(m)?,
@@ -73,7 +73,7 @@ fn sweep(raw: &Raw) -> Result<Vec<u64>, String> {
 }
 
 /// The plan's steps, with `-w` and `-n` replacing its counts where given.
-fn plan_steps(raw: &Raw, plan: &[Step]) -> Vec<Step> {
+fn plan_steps(raw: &RawArgs, plan: &[Step]) -> Vec<Step> {
     plan.iter()
         .map(|s| match s.clone() {
             Step::Collective {

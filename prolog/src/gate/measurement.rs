@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// What the cache is keyed by and where the run writes: the same for every stage of one run.
-pub(super) struct Keys<'k> {
+pub(super) struct RunKeys<'k> {
     pub places: &'k Places,
     pub state_dir: &'k Path,
     pub slurm: &'k drain::Slurm,
@@ -36,7 +36,7 @@ struct Judged<'r> {
 }
 
 impl Gate<'_> {
-    pub(super) fn measure(&mut self, k: &Keys, sel: Selection) -> i32 {
+    pub(super) fn measure(&mut self, k: &RunKeys, sel: Selection) -> i32 {
         let dir = match self.run_dir(k) {
             Ok(d) => d,
             Err(code) => return code,
@@ -93,7 +93,7 @@ impl Gate<'_> {
     /// This run's directory under the state dir. A state dir that cannot be written (read-only,
     /// full) must not turn a FAIL into an ERROR: the run goes to root's fallback directory
     /// instead, and the drain needs no file. `Err`: the run's exit code when neither works.
-    fn run_dir(&mut self, k: &Keys) -> Result<state::RunDir, i32> {
+    fn run_dir(&mut self, k: &RunKeys) -> Result<state::RunDir, i32> {
         let tag = state::tag(self.facts.job.as_deref(), self.mode == Mode::Recheck);
         let keep = Duration::from_secs(self.cfg.budget_seconds) + Duration::from_secs(60);
         state::prune(k.state_dir, keep);
@@ -187,7 +187,7 @@ impl Gate<'_> {
     /// The cache after a verdict: a pass stored, a failure or error forgets the GPUs.
     fn store(
         &mut self,
-        k: &Keys,
+        k: &RunKeys,
         actions: &Actions,
         cacheable: Option<Vec<String>>,
         sel: &Selection,
