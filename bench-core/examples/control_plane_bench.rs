@@ -19,10 +19,10 @@
 //! cargo build --release -p bench-core --features sim --example control_plane_bench
 //! NCCL_CHECK_SECRET=$(openssl rand -hex 32) target/release/examples/control_plane_bench --procs 1024
 
-use bench_core::localize::conduct::{decide_in, follow, group_of, Conductor, Step};
+use bench_core::localize::conduct::{decide_in, follow, group_of, Conductor, ConductorStep};
 use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
-use bench_core::localize::{Config, Floors, Localizer};
+use bench_core::localize::{LocalizeConfig, Localizer, PairFloors};
 use bench_core::rendezvous::{self, auth::SharedSecret, Member};
 use bench_core::team::Team;
 use bench_core::topology::Topology;
@@ -248,17 +248,17 @@ fn localize(joined: rendezvous::Joined, rank: u32, timeout_s: f64) -> serde_json
         node: n / 3,
         factor: 0.5,
     });
-    let cfg = Config {
-        floors: Floors {
+    let cfg = LocalizeConfig {
+        floors: PairFloors {
             allocation: Some(0.85 * fabric.allocation_nominal),
-            ..Floors::default()
+            ..PairFloors::default()
         },
-        ..Config::default()
+        ..LocalizeConfig::default()
     };
     let mut conductor: Option<Conductor> = None;
     let known_fabric = fabric.clone();
     let (mut times, mut barriers, mut decides) = (Vec::new(), Vec::new(), Vec::new());
-    let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, String> {
+    let gather = |len: usize, led: &[(u64, f64)]| -> Result<ConductorStep, String> {
         // A barrier first, timed apart: on a loaded machine the processes reach a round's end
         // seconds apart, and that skew is not the control plane's cost.
         let t = Instant::now();

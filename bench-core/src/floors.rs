@@ -68,8 +68,8 @@ impl Floors<'_> {
         pair_bytes: u64,
         gpu_pairs_measured: bool,
         allocation: Option<(&str, u64)>,
-    ) -> crate::localize::Floors {
-        crate::localize::Floors {
+    ) -> crate::localize::PairFloors {
+        crate::localize::PairFloors {
             local: self
                 .floor("sendrecv", 2, pair_bytes)
                 .filter(|_| gpu_pairs_measured),
@@ -201,7 +201,7 @@ mod localization_tests {
     use super::Floors;
     use crate::config::worker::WorkerConfig;
     use crate::localize::sim::{self, Fabric, Fault};
-    use crate::localize::{Code, Config, Localizer, Plan, Verdict};
+    use crate::localize::{Code, LocalizeConfig, LocalizePlan, LocalizeVerdict, Localizer};
     use crate::thresholds::Gpu;
     use std::path::Path;
 
@@ -220,7 +220,7 @@ mod localization_tests {
 
     /// What the runner hands the localizer (runner/localized.rs) for `nodes` x `gpus`, with the
     /// plan's all_reduce 256M measured over every rank just before.
-    fn localizer_config(c: &WorkerConfig, nodes: u32, gpus: u32) -> Config {
+    fn localizer_config(c: &WorkerConfig, nodes: u32, gpus: u32) -> LocalizeConfig {
         let floors = Floors {
             rules: &c.thresholds,
             gpu: Gpu {
@@ -232,15 +232,15 @@ mod localization_tests {
             min_busbw: None,
             in_network_algorithms: false,
         };
-        Config {
+        LocalizeConfig {
             fraction: c.outliers.fraction,
             floors: floors.localization(MIB_256, true, Some(("all_reduce", MIB_256))),
-            plan: Plan::Adaptive,
-            ..Config::default()
+            plan: LocalizePlan::Adaptive,
+            ..LocalizeConfig::default()
         }
     }
 
-    fn localize(cfg: &Config, faults: &[Fault]) -> Verdict {
+    fn localize(cfg: &LocalizeConfig, faults: &[Fault]) -> LocalizeVerdict {
         let mut fabric = Fabric::healthy(64, 8, 16);
         for &f in faults {
             fabric.inject(f);

@@ -439,7 +439,7 @@ mod tests {
             measured: Some(20.0),
             limit: Some(40.0),
         };
-        r.localization = Some(crate::localize::Summary {
+        r.localization = Some(crate::localize::LocalizeSummary {
             plan: "adaptive".into(),
             nodes: 8,
             rails: 4,

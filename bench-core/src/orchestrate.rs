@@ -11,7 +11,7 @@ use crate::nccl::{Nccl, UniqueId};
 use crate::options::Options;
 use crate::rendezvous::{self, Member};
 use crate::report::json::{GpuEntry, NcclInfo, Report, Settings};
-use crate::runner::{GpuThread, Outcome, RunError, Start, Status};
+use crate::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
 use crate::team::Team;
 use crate::topology::Topology;
 use crate::transport::TransportSummary;
@@ -122,7 +122,7 @@ pub fn run(
 /// Waits for the GPU threads (bounded once a process is lost) and collects their outcomes into
 /// the report, with what the off-CPU watch saw meanwhile.
 fn wait_for_gpus(
-    handles: Vec<JoinHandle<Outcome>>,
+    handles: Vec<JoinHandle<GpuOutcome>>,
     team: &crate::team::Team,
     rank: u32,
     report: &mut Report,
@@ -419,7 +419,7 @@ fn join_unless<T>(
     Ok(handles)
 }
 
-fn gather(handles: Vec<JoinHandle<Outcome>>, report: &mut Report) -> Result<(), RunError> {
+fn gather(handles: Vec<JoinHandle<GpuOutcome>>, report: &mut Report) -> Result<(), RunError> {
     let mut errors = Vec::new();
     for h in handles {
         let out = h

@@ -5,7 +5,7 @@
 //! Each finding is a problem (the gate would be a no-op or a drain: exit 2) or a note.
 
 use crate::budget::GRACE;
-use crate::config::{Config, GpuPolicy};
+use crate::config::{GateConfig, GpuPolicy};
 use nccl_check_contract::slurm_config::{Settings, Sources};
 use nccl_check_contract::supervise::{self, Ending, Output, Spec};
 use std::path::Path;
@@ -25,7 +25,7 @@ pub struct Findings {
 }
 
 /// Slurm's side, from the settings there are (None: none could be read, `why`).
-pub fn slurm(c: &Config, s: Option<&Settings>, why: &str, file: &Path) -> Findings {
+pub fn slurm(c: &GateConfig, s: Option<&Settings>, why: &str, file: &Path) -> Findings {
     let mut f = Findings::default();
     let Some(s) = s else {
         f.notes.push(format!(
@@ -91,7 +91,7 @@ pub fn slurm(c: &Config, s: Option<&Settings>, why: &str, file: &Path) -> Findin
 }
 
 /// Slurm's settings for this node: the controller's, else the slurm.conf in use.
-pub fn read_slurm(c: &Config, slurm_conf: Option<&str>) -> (Option<Settings>, String) {
+pub fn read_slurm(c: &GateConfig, slurm_conf: Option<&str>) -> (Option<Settings>, String) {
     let sc = c.scontrol.is_file().then_some(c.scontrol.as_path());
     let s = Sources::read(Path::new("/"), slurm_conf, sc, WAIT);
     let why = s.live_error.clone().unwrap_or_else(|| "no scontrol".into());
@@ -104,7 +104,7 @@ pub fn read_slurm(c: &Config, slurm_conf: Option<&str>) -> (Option<Settings>, St
 
 /// The worker's `--check-config` on the config the prolog passes on, run as the prolog runs the
 /// worker (fixed PATH, the config's `env` table). Its lines come back prefixed `worker: `.
-pub fn worker(c: &Config) -> (Vec<String>, Findings) {
+pub fn worker(c: &GateConfig) -> (Vec<String>, Findings) {
     let mut f = Findings::default();
     let mut args = vec!["--check-config".into()];
     if c.worker_config.exists() {
@@ -221,17 +221,17 @@ mod tests {
     #[test]
     fn a_budget_at_or_above_prolog_epilog_timeout_is_a_problem() {
         let file = Path::new("/etc/nccl-check/prolog.toml");
-        let c = Config {
+        let c = GateConfig {
             budget_seconds: 40,
             gpus: GpuPolicy::All,
-            ..Config::default()
+            ..GateConfig::default()
         };
         let f = slurm(&c, Some(&settings(Some(15), &[])), "", file);
         assert_eq!(f.problems.len(), 1, "{f:?}");
         assert!(f.problems[0].contains("PrologEpilogTimeout = 15"), "{f:?}");
         assert!(f.problems[0].contains("budget_seconds <= 8"), "{f:?}");
         // Within the margin: 30 + 1.5 + 5 > 36.
-        let c = Config {
+        let c = GateConfig {
             budget_seconds: 30,
             ..c
         };
@@ -252,7 +252,7 @@ mod tests {
     #[test]
     fn gpus_job_without_gres_gpu_is_a_problem_and_unknown_slurm_a_note() {
         let file = Path::new("/etc/nccl-check/prolog.toml");
-        let c = Config::default();
+        let c = GateConfig::default();
         assert_eq!(c.gpus, GpuPolicy::Job);
         let f = slurm(&c, Some(&settings(Some(120), &[])), "", file);
         assert_eq!(f.problems.len(), 1, "{f:?}");
@@ -280,10 +280,10 @@ mod tests {
         std::fs::write(d.join("w.toml"), "x").expect("w");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let c = Config {
+        let c = GateConfig {
             worker: w,
             worker_config: d.join("w.toml"),
-            ..Config::default()
+            ..GateConfig::default()
         };
         let (lines, f) = worker(&c);
         assert_eq!(f.problems.len(), 1, "{f:?}");
@@ -294,7 +294,7 @@ mod tests {
         )
         .expect("w");
         std::fs::set_permissions(&ok, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let c2 = Config {
+        let c2 = GateConfig {
             worker: ok.clone(),
             ..c.clone()
         };

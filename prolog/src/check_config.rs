@@ -6,7 +6,7 @@
 //! Also salvages `state_dir` and `metrics_file` from a broken file, so a disabled gate can still
 //! say so where the admin looks.
 
-use crate::config::{self, Config, KEYS};
+use crate::config::{self, GateConfig, KEYS};
 use crate::secure;
 use nccl_check_contract::config_file::find_key_line;
 use std::fmt::Write;
@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// A key's effective value as TOML.
-fn value(c: &Config, key: &str) -> String {
+fn value(c: &GateConfig, key: &str) -> String {
     let q = |s: &str| format!("{s:?}");
     let p = |p: &Path| q(&p.display().to_string());
     match key {
@@ -76,7 +76,7 @@ fn inline_table<T: serde::Serialize>(t: &T) -> String {
 }
 
 /// Every key, its value and its source, one per line.
-pub fn render(c: &Config, file: Option<(&Path, &str)>) -> String {
+pub fn render(c: &GateConfig, file: Option<(&Path, &str)>) -> String {
     let mut out = String::new();
     for key in KEYS {
         let from = file
@@ -90,7 +90,7 @@ pub fn render(c: &Config, file: Option<(&Path, &str)>) -> String {
 }
 
 /// What would make every run of the gate on `node` an ERROR.
-pub fn problems(c: &Config, node: &str) -> Vec<String> {
+pub fn problems(c: &GateConfig, node: &str) -> Vec<String> {
     let mut p = Vec::new();
     let exec = |path: &Path| {
         std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -152,7 +152,7 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
                 return 2;
             }
         },
-        None => Config::default(),
+        None => GateConfig::default(),
     };
     match &text {
         Some(_) => println!("# {}: valid; the effective configuration:", path.display()),
@@ -199,7 +199,7 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
 /// themselves are usable (absolute strings), else the defaults; None when the file cannot be
 /// read at all (a wrong `--config` path: nothing says where this gate's state belongs).
 pub fn salvage(path: &Path) -> Option<(String, String)> {
-    let d = Config::default();
+    let d = GateConfig::default();
     let text = std::fs::read_to_string(path).ok()?;
     let table = text.parse::<toml::Table>().ok();
     let get = |key: &str, default: String| {
@@ -245,12 +245,12 @@ mod tests {
     #[test]
     fn a_missing_worker_or_an_unsafe_directory_is_a_problem() {
         let d = nccl_check_contract::test_support::scratch_dir("check-config");
-        let c = Config {
+        let c = GateConfig {
             worker: d.join("nccl-check"),
             scontrol: "/bin/sh".into(),
             state_dir: d.display().to_string(),
             metrics_file: d.join("m/x.prom").display().to_string(),
-            ..Config::default()
+            ..GateConfig::default()
         };
         std::fs::create_dir(d.join("m")).expect("mkdir");
         std::fs::set_permissions(d.join("m"), std::fs::Permissions::from_mode(0o777))

@@ -56,7 +56,7 @@ pub enum OnError {
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Config {
+pub struct GateConfig {
     /// The worker binary (absolute).
     pub worker: PathBuf,
     /// The worker's config (thresholds); passed as `--config` only when the file exists.
@@ -133,9 +133,9 @@ pub const KEYS: [&str; 21] = [
 /// Environment variables the prolog sets for the worker itself.
 const RESERVED_ENV: [&str; 1] = ["TMPDIR"];
 
-impl Default for Config {
-    fn default() -> Config {
-        Config {
+impl Default for GateConfig {
+    fn default() -> GateConfig {
+        GateConfig {
             worker: PathBuf::from("/usr/bin/nccl-check"),
             worker_config: PathBuf::from("/etc/nccl-check/nccl-check.toml"),
             plan: PlanName::quick(),
@@ -167,7 +167,7 @@ pub const FACILITIES: &[&str] = &[
     "local7",
 ];
 
-impl Config {
+impl GateConfig {
     /// Seconds passed to the worker's `--timeout`: the budget less a margin (a tenth, at least
     /// 2 s) so the worker's own watchdog reports before the group is killed.
     pub fn worker_timeout(&self) -> u64 {
@@ -223,16 +223,16 @@ pub fn check_node_name(node: &str) -> Result<(), String> {
 
 /// Loads `path`, or the defaults when `path` is the default path and absent. An explicit
 /// `--config` that does not exist is an error (a typo must not silently mean "defaults").
-pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
+pub fn load(path: &Path, explicit: bool) -> Result<GateConfig, ConfigError> {
     if !explicit && !path.exists() {
-        return Ok(Config::default());
+        return Ok(GateConfig::default());
     }
     parse(path, &file::read(path)?)
 }
 
 /// Parses and validates the text of `path`.
-pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-    let c: Config = file::parse(path, text)?;
+pub fn parse(path: &Path, text: &str) -> Result<GateConfig, ConfigError> {
+    let c: GateConfig = file::parse(path, text)?;
     let bad = |field: &str, msg: String| Err(file::invalid(path, text, field, msg));
     for (field, p) in [
         ("worker", &c.worker),
@@ -317,7 +317,7 @@ mod tests {
 
     const FILE: &str = "/etc/nccl-check/prolog.toml";
 
-    fn parse_str(text: &str) -> Result<Config, ConfigError> {
+    fn parse_str(text: &str) -> Result<GateConfig, ConfigError> {
         parse(Path::new(FILE), text)
     }
 
@@ -338,14 +338,14 @@ mod tests {
     #[test]
     fn the_shipped_file_shows_every_key_at_its_default_and_ends_with_no_table() {
         let c = parse(Path::new("prolog/prolog.toml"), SHIPPED).expect("shipped file parses");
-        assert_eq!(c, Config::default());
+        assert_eq!(c, GateConfig::default());
         let all = uncommented();
         for key in KEYS {
             assert!(all.contains(&format!("\n{key} = ")), "{key} not shown");
         }
         assert_eq!(
             parse_str(&all).expect("uncommented parses"),
-            Config::default()
+            GateConfig::default()
         );
         assert!(
             !SHIPPED.lines().any(|l| l.trim_start().starts_with('[')),
@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn on_error_is_run_or_fail_job_and_the_old_name_still_reads() {
-        assert_eq!(Config::default().on_error, OnError::Run);
+        assert_eq!(GateConfig::default().on_error, OnError::Run);
         for v in ["fail-job", "fail"] {
             let c = parse_str(&format!("on_error = \"{v}\"\n")).expect("valid");
             assert_eq!(c.on_error, OnError::FailJob);
@@ -399,7 +399,10 @@ mod tests {
 
     #[test]
     fn an_empty_file_means_all_defaults() {
-        assert_eq!(parse_str("").expect("empty is valid"), Config::default());
+        assert_eq!(
+            parse_str("").expect("empty is valid"),
+            GateConfig::default()
+        );
     }
 
     #[test]
@@ -464,7 +467,7 @@ mod tests {
 
     #[test]
     fn worker_timeout_leaves_a_margin_before_the_kill() {
-        let mut c = Config::default();
+        let mut c = GateConfig::default();
         assert_eq!(c.worker_timeout(), 27);
         c.budget_seconds = 5;
         assert_eq!(c.worker_timeout(), 3);
@@ -485,7 +488,7 @@ mod tests {
             c.metrics_file_for("n7").unwrap(),
             Some(PathBuf::from("/m/n7.prom"))
         );
-        assert_eq!(Config::default().metrics_file_for("n7").unwrap(), None);
+        assert_eq!(GateConfig::default().metrics_file_for("n7").unwrap(), None);
         // SLURMD_NODENAME=../x must not lead out of the state root.
         for bad in [
             "../x",
@@ -505,13 +508,13 @@ mod tests {
             assert!(c.state_dir_for(good).is_ok(), "{good:?}");
         }
         // Without %n the node name is not used, so not checked.
-        assert!(Config::default().state_dir_for("../x").is_ok());
+        assert!(GateConfig::default().state_dir_for("../x").is_ok());
     }
 
     #[test]
     fn an_absent_default_file_means_defaults_but_an_explicit_one_is_an_error() {
         let p = Path::new("/nonexistent/prolog.toml");
-        assert_eq!(load(p, false).expect("defaults"), Config::default());
+        assert_eq!(load(p, false).expect("defaults"), GateConfig::default());
         let e = load(p, true).unwrap_err();
         assert!(e.to_string().contains("cannot read"), "{e}");
     }

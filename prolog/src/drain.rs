@@ -81,7 +81,7 @@ pub fn parse_show_node(line: &str) -> Option<NodeState> {
 
 /// What a drain or resume request came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum DrainOutcome {
     Drained,
     Resumed,
     /// Requested less than RECENT seconds ago (no scontrol call).
@@ -176,13 +176,13 @@ impl Slurm {
 
     /// Drains this node with `reason` (which must start with PREFIX) unless it is drained
     /// already or we asked less than RECENT seconds ago.
-    pub fn drain(&self, state_dir: &Path, reason: &str, now: f64) -> Outcome {
+    pub fn drain(&self, state_dir: &Path, reason: &str, now: f64) -> DrainOutcome {
         debug_assert!(reason.starts_with(PREFIX));
         let _lock = match Lock::acquire(state_dir, self.deadline) {
             Ok(l) => Some(l),
             // Held by another prolog to the end of the budget: that one asks.
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                return Outcome::Failed(format!("lock: {e}"))
+                return DrainOutcome::Failed(format!("lock: {e}"))
             }
             // The lock and the marker only keep concurrent prologs from asking twice; a state
             // dir that cannot be written (read-only, full) must not keep a FAIL from draining.
@@ -190,53 +190,58 @@ impl Slurm {
         };
         if let Some((t, _)) = read_marker(state_dir) {
             if (0.0..RECENT).contains(&(now - t)) {
-                return Outcome::AlreadyRequested;
+                return DrainOutcome::AlreadyRequested;
             }
         }
         // If the state cannot be read, still ask once (the marker keeps it to once).
         if let Ok(n) = self.show() {
             if n.drained() {
-                return Outcome::AlreadyDrained(n.reason);
+                return DrainOutcome::AlreadyDrained(n.reason);
             }
         }
         let r = format!("reason={reason}");
         match self.update(&["state=drain", &r]) {
             Ok(()) => {
                 write_marker(state_dir, now, reason);
-                Outcome::Drained
+                DrainOutcome::Drained
             }
-            Err(e) => Outcome::Failed(e),
+            Err(e) => DrainOutcome::Failed(e),
         }
     }
 
     /// Resumes this node if nccl-check drained it and the drain is older than the passing
     /// measurement (`pass_started`). With `ask_anyway` (recheck), Slurm is asked even without
     /// our marker (the state dir may have been wiped); otherwise no marker means no call.
-    pub fn resume_own(&self, state_dir: &Path, pass_started: f64, ask_anyway: bool) -> Outcome {
+    pub fn resume_own(
+        &self,
+        state_dir: &Path,
+        pass_started: f64,
+        ask_anyway: bool,
+    ) -> DrainOutcome {
         let _lock = match Lock::acquire(state_dir, self.deadline) {
             Ok(l) => l,
-            Err(e) => return Outcome::Failed(format!("lock: {e}")),
+            Err(e) => return DrainOutcome::Failed(format!("lock: {e}")),
         };
         let marker = read_marker(state_dir);
         match marker {
             // Drained after this measurement started (by a concurrent prolog): that one knows
             // better.
-            Some((t, _)) if t > pass_started => return Outcome::Nothing,
-            None if !ask_anyway => return Outcome::Nothing,
+            Some((t, _)) if t > pass_started => return DrainOutcome::Nothing,
+            None if !ask_anyway => return DrainOutcome::Nothing,
             _ => {}
         }
         let node = match self.show() {
             Ok(n) => n,
-            Err(e) => return Outcome::Failed(e),
+            Err(e) => return DrainOutcome::Failed(e),
         };
         let out = if !node.drained() {
-            Outcome::Nothing
+            DrainOutcome::Nothing
         } else if !node.ours() {
-            Outcome::NotOurs(node.reason)
+            DrainOutcome::NotOurs(node.reason)
         } else {
             match self.update(&["state=resume"]) {
-                Ok(()) => Outcome::Resumed,
-                Err(e) => return Outcome::Failed(e),
+                Ok(()) => DrainOutcome::Resumed,
+                Err(e) => return DrainOutcome::Failed(e),
             }
         };
         let _ = std::fs::remove_file(state_dir.join(MARKER));
@@ -326,13 +331,13 @@ mod tests {
         let d = scratch("once");
         let s = fake(&d, "NodeName=n1 State=IDLE\n");
         let r = "nccl-check: GPU1: busbw 1.0 < 2.0 GB/s";
-        assert_eq!(s.drain(&d, r, 1000.0), Outcome::Drained);
+        assert_eq!(s.drain(&d, r, 1000.0), DrainOutcome::Drained);
         assert_eq!(
             calls(&d),
             format!("update nodename=n1 state=drain reason={r}\n")
         );
         // A second FAIL moments later: no scontrol call at all.
-        assert_eq!(s.drain(&d, r, 1010.0), Outcome::AlreadyRequested);
+        assert_eq!(s.drain(&d, r, 1010.0), DrainOutcome::AlreadyRequested);
         // Later, with the node drained by an admin: left alone.
         std::fs::write(
             d.join("show"),
@@ -341,7 +346,7 @@ mod tests {
         .expect("write");
         assert_eq!(
             s.drain(&d, r, 2000.0),
-            Outcome::AlreadyDrained("admin: psu".into())
+            DrainOutcome::AlreadyDrained("admin: psu".into())
         );
         assert_eq!(calls(&d).lines().count(), 1);
         std::fs::remove_dir_all(&d).ok();
@@ -388,12 +393,12 @@ mod tests {
             "NodeName=n1 State=IDLE+DRAIN Reason=nccl-check: GPU1 slow [root@x]\n",
         );
         // No marker and not a recheck: Slurm is not even asked.
-        assert_eq!(s.resume_own(&d, 100.0, false), Outcome::Nothing);
+        assert_eq!(s.resume_own(&d, 100.0, false), DrainOutcome::Nothing);
         assert_eq!(calls(&d), "");
         write_marker(&d, 50.0, "nccl-check: GPU1 slow");
         // A drain newer than the passing measurement stands.
-        assert_eq!(s.resume_own(&d, 40.0, true), Outcome::Nothing);
-        assert_eq!(s.resume_own(&d, 100.0, false), Outcome::Resumed);
+        assert_eq!(s.resume_own(&d, 40.0, true), DrainOutcome::Nothing);
+        assert_eq!(s.resume_own(&d, 100.0, false), DrainOutcome::Resumed);
         assert_eq!(calls(&d), "update nodename=n1 state=resume\n");
         // Someone else's drain is never touched, even on a recheck.
         std::fs::write(
@@ -403,7 +408,7 @@ mod tests {
         .expect("write");
         assert_eq!(
             s.resume_own(&d, 200.0, true),
-            Outcome::NotOurs("admin: psu".into())
+            DrainOutcome::NotOurs("admin: psu".into())
         );
         assert_eq!(calls(&d).lines().count(), 1);
         std::fs::remove_dir_all(&d).ok();

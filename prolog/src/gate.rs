@@ -7,10 +7,10 @@
 //! `gate.json`, metrics and the runs that measure nothing.
 
 use crate::budget::Deadline;
-use crate::config::{Config, GpuPolicy};
+use crate::config::{GateConfig, GpuPolicy};
 use crate::decide::{self, Actions, Found, Mode, Policy};
 use crate::drain;
-use crate::facts::{self, Facts, Selection};
+use crate::job_env::{self, Facts, Selection};
 use crate::log::{self, Log};
 use crate::words::Line;
 use crate::{cache, faults, gpus, secure, shared};
@@ -29,7 +29,7 @@ pub fn now_unix() -> f64 {
 }
 
 pub struct Gate<'a> {
-    pub cfg: &'a Config,
+    pub cfg: &'a GateConfig,
     pub facts: &'a Facts,
     pub mode: Mode,
     pub dry_run: bool,
@@ -86,7 +86,7 @@ impl<'a> Gate<'a> {
         if let Some(code) = self.fault_pass(&places, &state_dir, &slurm, &whom) {
             return code;
         }
-        let mut sel = match facts::select(self.cfg, self.facts, self.mode, None) {
+        let mut sel = match job_env::select(self.cfg, self.facts, self.mode, None) {
             Ok(Some(s)) => s,
             Ok(None) => return self.nothing_to_check(&places, &whom, None),
             Err(e) => return self.error_without_run(&places, &e, &whom),
@@ -199,7 +199,7 @@ impl<'a> Gate<'a> {
         if let Err(why) = &plan.strays_judged {
             self.log.warn(&format!("{}: {why}", self.facts.node));
         }
-        let sel = match facts::select(self.cfg, self.facts, self.mode, Some(&plan)) {
+        let sel = match job_env::select(self.cfg, self.facts, self.mode, Some(&plan)) {
             Ok(Some(s)) => s,
             Ok(None) => return Err(self.nothing_to_check(places, whom, None)),
             Err(e) => return Err(self.error_without_run(places, &e, whom)),

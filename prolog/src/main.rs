@@ -11,7 +11,7 @@ mod check_config;
 mod config;
 mod decide;
 mod drain;
-mod facts;
+mod job_env;
 mod faults;
 mod gate;
 mod gpus;
@@ -29,9 +29,9 @@ mod words;
 mod worker;
 
 use clap::Parser;
-use config::Config;
+use config::GateConfig;
 use decide::{Found, Mode, Policy};
-use facts::Facts;
+use job_env::Facts;
 use log::Log;
 use status::{GateState, Status};
 use std::path::{Path, PathBuf};
@@ -135,7 +135,7 @@ fn run(cli: Cli) -> i32 {
     if cli.where_configured {
         let scontrol = config::load(&path, explicit)
             .map(|c| c.scontrol)
-            .unwrap_or_else(|_| Config::default().scontrol);
+            .unwrap_or_else(|_| GateConfig::default().scontrol);
         return slurm_uses::run(&scontrol, facts.slurm_conf.as_deref());
     }
     if cli.check_config {
@@ -167,7 +167,7 @@ fn run(cli: Cli) -> i32 {
 }
 
 /// `--faults`: one read-only fault pass, printed.
-fn fault_report(cfg: &Config, node: &str) -> i32 {
+fn fault_report(cfg: &GateConfig, node: &str) -> i32 {
     let settings = faults::Settings {
         root: cfg.fault_root.clone(),
         aer: cfg.aer_limits,
@@ -245,12 +245,12 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
             }
         }
     }
-    let policy = Policy::from(&Config::default());
+    let policy = Policy::from(&GateConfig::default());
     decide::decide(mode, Found::BrokenConfig, policy, false).exit_code
 }
 
-impl From<&Config> for Policy {
-    fn from(c: &Config) -> Policy {
+impl From<&GateConfig> for Policy {
+    fn from(c: &GateConfig) -> Policy {
         Policy {
             on_fail: c.on_fail,
             on_error: c.on_error,

@@ -2,21 +2,25 @@
 //! actually happened (a drain is "drained" only after scontrol succeeded), and the dry run's plan.
 
 use crate::decide::{Actions, CacheAction, Mode};
-use crate::drain::{self, Outcome};
+use crate::drain::{self, DrainOutcome};
 use crate::report::Report;
 use crate::worker::Run;
 
 /// What came of a drain request, for the verdict line.
-pub fn drain_outcome(o: &Outcome, node: &str) -> String {
+pub fn drain_outcome(o: &DrainOutcome, node: &str) -> String {
     match o {
-        Outcome::Drained => format!("drained {node}"),
-        Outcome::AlreadyRequested => format!(
+        DrainOutcome::Drained => format!("drained {node}"),
+        DrainOutcome::AlreadyRequested => format!(
             "{node} drain already requested in the last {} s; not asked again",
             drain::RECENT
         ),
-        Outcome::AlreadyDrained(why) => format!("{node} is drained already ({why}); left as it is"),
-        Outcome::Failed(e) => format!("drain FAILED: {e}"),
-        Outcome::Resumed | Outcome::NotOurs(_) | Outcome::Nothing => format!("{o:?}"),
+        DrainOutcome::AlreadyDrained(why) => {
+            format!("{node} is drained already ({why}); left as it is")
+        }
+        DrainOutcome::Failed(e) => format!("drain FAILED: {e}"),
+        DrainOutcome::Resumed | DrainOutcome::NotOurs(_) | DrainOutcome::Nothing => {
+            format!("{o:?}")
+        }
     }
 }
 
@@ -194,11 +198,11 @@ mod tests {
         let ok = l.fail(
             &r,
             "nccl-check:GPUs slow|x",
-            Some(&drain_outcome(&Outcome::Drained, "n1")),
+            Some(&drain_outcome(&DrainOutcome::Drained, "n1")),
         );
         assert!(ok.ends_with("; drained n1, Slurm requeues the job"), "{ok}");
         let bad = drain_outcome(
-            &Outcome::Failed("scontrol: exit status 1: denied".into()),
+            &DrainOutcome::Failed("scontrol: exit status 1: denied".into()),
             "n1",
         );
         let s = l.fail(&r, "nccl-check:GPUs slow|x", Some(&bad));

@@ -8,11 +8,11 @@
 //! starts no step on its nodes (its command runs here, on the login node), so nothing can check
 //! the allocation itself: salloc says so once, and what is checked instead (every srun inside).
 
-use crate::config::{Config, ConfigError};
+use crate::config::{ConfigError, PluginConfig};
 use crate::{options, Error};
 
 /// `slurm_spank_init_post_opt` in sbatch/salloc.
-pub fn init_post_opt(config: &Result<Config, ConfigError>) -> Result<(), Error> {
+pub fn init_post_opt(config: &Result<PluginConfig, ConfigError>) -> Result<(), Error> {
     options::validate(config)?;
     if let Some(line) = salloc_note(&options::own_argv(), config) {
         eprintln!("{line}");
@@ -21,7 +21,7 @@ pub fn init_post_opt(config: &Result<Config, ConfigError>) -> Result<(), Error> 
 }
 
 /// The line salloc prints when a check was asked for; None in sbatch, or without a check.
-fn salloc_note(argv: &[String], config: &Result<Config, ConfigError>) -> Option<String> {
+fn salloc_note(argv: &[String], config: &Result<PluginConfig, ConfigError>) -> Option<String> {
     // The process's own program (a fact of this process, not of the user's input).
     let prog = argv.first()?.rsplit('/').next()?;
     if prog != "salloc" {
@@ -43,7 +43,7 @@ mod tests {
 
     #[test]
     fn sbatch_and_a_salloc_without_the_option_say_nothing() {
-        let c = Config::parse::<&str>(&[]);
+        let c = PluginConfig::parse::<&str>(&[]);
         assert_eq!(salloc_note(&["/usr/bin/sbatch".into()], &c), None);
         // No --nccl-check in this test process: nothing asked, nothing said.
         assert_eq!(salloc_note(&["/usr/bin/salloc".into()], &c), None);

@@ -22,7 +22,7 @@ use nccl_check_contract::verdict::Verdict;
 use nccl_check_contract::{ExitCode, PlanName, WorkerArgs};
 use slurm_spank::SpankHandle;
 
-use crate::config::Config;
+use crate::config::PluginConfig;
 use crate::options::Mode;
 use crate::slurmstepd::{say, worker_env};
 use crate::Error;
@@ -41,7 +41,7 @@ const PEERS_GRACE_S: u32 = 10;
 /// Runs the allocation check in the batch step.
 pub fn check_allocation(
     spank: &SpankHandle,
-    config: &Config,
+    config: &PluginConfig,
     mode: &Mode,
     verbose: bool,
 ) -> Result<(), Error> {
@@ -109,7 +109,7 @@ pub fn check_allocation(
 }
 
 /// The check's srun command line (after `srun`).
-fn srun_args(config: &Config, mode: &Mode, nnodes: u32, verbose: bool) -> Vec<OsString> {
+fn srun_args(config: &PluginConfig, mode: &Mode, nnodes: u32, verbose: bool) -> Vec<OsString> {
     let n = nnodes.to_string();
     let mut a: Vec<OsString> = [
         "--nccl-check=off",
@@ -162,7 +162,7 @@ fn tee_stderr() -> Output {
 /// that srun killed (137) or that ended in ERROR after the failing rank left would otherwise
 /// turn the FAIL into an ERROR. Without a FAIL the exit decides (1 FAIL, else ERROR). The
 /// detail is the deciding line, else srun's exit and its last line.
-fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &Config) -> (Verdict, String) {
+fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Verdict, String) {
     let text = String::from_utf8_lossy(stderr);
     let printable = |l: &str| -> String {
         l.trim()
@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn one_worker_per_node_with_the_check_of_its_own_step_off() {
-        let config = Config::default();
+        let config = PluginConfig::default();
         let a: Vec<String> = srun_args(&config, &Mode::Full, 3, false)
             .into_iter()
             .map(|s| s.into_string().expect("utf-8"))
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn the_exit_decides_and_the_workers_verdict_line_explains() {
-        let c = Config::default();
+        let c = PluginConfig::default();
         let err = b"nccl-check: running 3 s\nnccl-check: FAIL all_reduce 12 < 300 GB/s on n2\nsrun: error: n2: task 1: Exited with exit code 1\n";
         let (v, d) = verdict_of_srun(Ending::Exited(1), err, &c);
         assert_eq!(v, Verdict::Fail);
@@ -306,7 +306,7 @@ mod tests {
     /// CI saw this (with --kill-on-bad-exit): rank 0 FAILs, srun ends rank 1, srun exits 143.
     #[test]
     fn a_fail_stays_a_fail_when_srun_ended_its_peers() {
-        let c = Config::default();
+        let c = PluginConfig::default();
         let err = b"fake worker: hanging\nsrun: error: n1: task 0: Exited with exit code 1\n\
             srun: launch/slurm: _step_signal: Terminating StepId=3.0\n\
             nccl-check: FAIL all_reduce 256 MiB busbw 12.3 < 300.0 GB/s; responsible: n1 GPU0\n\

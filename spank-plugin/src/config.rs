@@ -54,7 +54,7 @@ pub const KEYS: [&str; 10] = [
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
+pub struct PluginConfig {
     pub worker: PathBuf,
     pub timeout: Duration,
     pub ports: PortRange,
@@ -67,9 +67,9 @@ pub struct Config {
     pub batch_check: bool,
 }
 
-impl Default for Config {
+impl Default for PluginConfig {
     fn default() -> Self {
-        Config {
+        PluginConfig {
             worker: PathBuf::from("/usr/libexec/nccl-check/nccl-check"),
             timeout: Duration::from_secs(120),
             ports: PortRange::DEFAULT,
@@ -84,7 +84,7 @@ impl Default for Config {
     }
 }
 
-impl Config {
+impl PluginConfig {
     /// The worker's hard deadline: its `--timeout` plus the grace period.
     pub fn deadline(&self) -> Duration {
         self.timeout + Duration::from_secs(KILL_GRACE_SECS)
@@ -114,8 +114,8 @@ impl Config {
     }
 
     /// Parses the plugstack.conf arguments (`spank.plugin_argv()`).
-    pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, ConfigError> {
-        let mut config = Config::default();
+    pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<PluginConfig, ConfigError> {
+        let mut config = PluginConfig::default();
         let mut seen: Vec<&str> = Vec::new();
         for arg in args {
             let arg = arg.as_ref();
@@ -252,8 +252,8 @@ mod tests {
 
     #[test]
     fn no_arguments_give_the_documented_defaults() {
-        let c = Config::parse::<&str>(&[]).expect("defaults");
-        assert_eq!(c, Config::default());
+        let c = PluginConfig::parse::<&str>(&[]).expect("defaults");
+        assert_eq!(c, PluginConfig::default());
         assert_eq!((c.ports.lo(), c.ports.hi()), (29501, 29999));
         assert_eq!(c.default_mode, Mode::Quick);
         assert_eq!(c.deadline(), Duration::from_secs(125));
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn every_key_is_parsed() {
-        let c = Config::parse(&[
+        let c = PluginConfig::parse(&[
             "worker=/opt/nc/nccl-check",
             "timeout=30",
             "port_range=40000-40010",
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_rejected_by_name() {
-        let err = Config::parse(&["treshold=3"]).expect_err("unknown");
+        let err = PluginConfig::parse(&["treshold=3"]).expect_err("unknown");
         assert_eq!(err.arg, "treshold=3");
         assert!(
             err.to_string()
@@ -308,14 +308,14 @@ mod tests {
     /// Issue 25: a typo is named with what it most likely meant.
     #[test]
     fn a_typo_is_named_with_the_argument_it_meant() {
-        let err = Config::parse(&["timout=120"]).expect_err("typo");
+        let err = PluginConfig::parse(&["timout=120"]).expect_err("typo");
         assert_eq!(
             err.reason,
             "unknown argument 'timout' (did you mean 'timeout'?)"
         );
-        let err = Config::parse(&["nccllib=/x"]).expect_err("typo");
+        let err = PluginConfig::parse(&["nccllib=/x"]).expect_err("typo");
         assert!(err.reason.contains("did you mean 'nccl_lib'"), "{err}");
-        let err = Config::parse(&["verbos=1"]).expect_err("typo");
+        let err = PluginConfig::parse(&["verbos=1"]).expect_err("typo");
         assert!(err.reason.contains("did you mean 'verbose'"), "{err}");
     }
 
@@ -341,34 +341,34 @@ mod tests {
             "batch_check=2",
             "novalue",
         ] {
-            assert!(Config::parse(&[bad]).is_err(), "{bad} accepted");
+            assert!(PluginConfig::parse(&[bad]).is_err(), "{bad} accepted");
         }
     }
 
     #[test]
     fn default_mode_sharp_needs_allow_sharp() {
-        let err = Config::parse(&["default_mode=sharp"]).expect_err("sharp without allow");
+        let err = PluginConfig::parse(&["default_mode=sharp"]).expect_err("sharp without allow");
         assert!(err.to_string().contains("needs allow_sharp=1"), "{err}");
-        let c = Config::parse(&["allow_sharp=1", "default_mode=sharp"]).expect("allowed");
+        let c = PluginConfig::parse(&["allow_sharp=1", "default_mode=sharp"]).expect("allowed");
         assert_eq!(c.default_mode, Mode::Sharp);
     }
 
     /// `nccl-check-plugstack --check` prints what is in force; it parses back to the same.
     #[test]
     fn the_description_names_every_argument_and_parses_back() {
-        let c = Config::parse(&["timeout=30", "nccl_lib=/opt/libnccl.so.2", "verbose=1"])
+        let c = PluginConfig::parse(&["timeout=30", "nccl_lib=/opt/libnccl.so.2", "verbose=1"])
             .expect("valid");
         let d = c.describe();
         for k in KEYS {
             assert!(d.contains(&format!("{k}=")), "{k}: {d}");
         }
         let args: Vec<&str> = d.split(' ').filter(|a| !a.ends_with("=(unset)")).collect();
-        assert_eq!(Config::parse(&args).expect("parses back"), c);
+        assert_eq!(PluginConfig::parse(&args).expect("parses back"), c);
     }
 
     #[test]
     fn duplicate_keys_are_rejected() {
-        let err = Config::parse(&["timeout=5", "timeout=6"]).expect_err("dup");
+        let err = PluginConfig::parse(&["timeout=5", "timeout=6"]).expect_err("dup");
         assert!(err.to_string().contains("given twice"));
     }
 }

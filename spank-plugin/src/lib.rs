@@ -52,7 +52,7 @@ pub static plugin_version: c_uint = SLURM_VERSION_NUMBER;
 #[derive(Debug)]
 pub enum Error {
     /// A plugstack.conf argument is invalid.
-    Config(config::ConfigError),
+    PluginConfig(config::ConfigError),
     /// An invalid `--nccl-check` value.
     Mode(options::ModeError),
     /// A valid mode the site's policy does not allow (`sharp` without `allow_sharp=1`).
@@ -70,7 +70,7 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Config(e) => write!(f, "nccl-check: {e}"),
+            Error::PluginConfig(e) => write!(f, "nccl-check: {e}"),
             Error::Mode(e) => write!(f, "nccl-check: {e}"),
             Error::Spank(e)
             | Error::Check(e)
@@ -89,7 +89,7 @@ impl std::error::Error for Error {}
 /// copy; the task child inherits slurmstepd's through fork.
 #[derive(Debug, Default)]
 struct State {
-    config: Option<Result<config::Config, config::ConfigError>>,
+    config: Option<Result<config::PluginConfig, config::ConfigError>>,
     task: slurmstepd::TaskState,
 }
 
@@ -137,9 +137,9 @@ fn dispatch(hook: Hook, raw: spank_sys::spank_t, spank: &mut SpankHandle) -> Res
     }
 }
 
-fn load_config(spank: &SpankHandle) -> Result<config::Config, config::ConfigError> {
+fn load_config(spank: &SpankHandle) -> Result<config::PluginConfig, config::ConfigError> {
     match spank.plugin_argv() {
-        Ok(args) => config::Config::parse(&args),
+        Ok(args) => config::PluginConfig::parse(&args),
         Err(e) => Err(config::ConfigError {
             arg: String::from("<argv>"),
             reason: format!("unreadable plugstack.conf arguments: {e}"),
@@ -147,18 +147,18 @@ fn load_config(spank: &SpankHandle) -> Result<config::Config, config::ConfigErro
     }
 }
 
-static NOT_LOADED: Result<config::Config, config::ConfigError> = Err(config::ConfigError {
+static NOT_LOADED: Result<config::PluginConfig, config::ConfigError> = Err(config::ConfigError {
     arg: String::new(),
     reason: String::new(),
 });
 
 fn config_ref(
-    config: &Option<Result<config::Config, config::ConfigError>>,
-) -> &Result<config::Config, config::ConfigError> {
+    config: &Option<Result<config::PluginConfig, config::ConfigError>>,
+) -> &Result<config::PluginConfig, config::ConfigError> {
     config.as_ref().unwrap_or(&NOT_LOADED)
 }
 
-fn config_of(state: &State) -> &Result<config::Config, config::ConfigError> {
+fn config_of(state: &State) -> &Result<config::PluginConfig, config::ConfigError> {
     config_ref(&state.config)
 }
 
@@ -229,9 +229,9 @@ mod tests {
     #[test]
     fn every_error_is_shown_with_exactly_one_lead() {
         let mode = options::Mode::parse("bogus").expect_err("invalid");
-        let config = config::Config::parse(&["treshold=3"]).expect_err("invalid");
+        let config = config::PluginConfig::parse(&["treshold=3"]).expect_err("invalid");
         for e in [
-            Error::Config(config),
+            Error::PluginConfig(config),
             Error::Mode(mode),
             Error::NotAllowed("x".into()),
             Error::Spank("x".into()),

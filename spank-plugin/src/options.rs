@@ -233,7 +233,7 @@ pub fn own_argv() -> Vec<String> {
 /// Checks the option given in this process (srun, sbatch, salloc) against the site config.
 /// Absent option: nothing is checked, so a broken config cannot break plain jobs.
 pub fn validate(
-    config: &Result<crate::config::Config, crate::config::ConfigError>,
+    config: &Result<crate::config::PluginConfig, crate::config::ConfigError>,
 ) -> Result<(), crate::Error> {
     let raw = raw();
     if raw == Raw::Absent {
@@ -241,7 +241,7 @@ pub fn validate(
     }
     let config = config
         .as_ref()
-        .map_err(|e| crate::Error::Config(e.clone()))?;
+        .map_err(|e| crate::Error::PluginConfig(e.clone()))?;
     if raw == Raw::Bare {
         if let Some(word) = detached_value(&own_argv()) {
             return Err(crate::Error::Check(format!(
@@ -259,7 +259,7 @@ pub fn validate(
 
 /// `--nccl-check=help`: the modes, the suffix, what the site set and the user's variables.
 /// Printed instead of running anything (the command stops: it was a question).
-pub fn help(config: &crate::config::Config) -> String {
+pub fn help(config: &crate::config::PluginConfig) -> String {
     let usage = USAGE_C.to_string_lossy();
     format!(
         "--{OPTION_NAME}[=MODE][,verbose]: {usage}.\n\
@@ -280,7 +280,7 @@ pub fn help(config: &crate::config::Config) -> String {
 /// and salloc (before any allocation) and again in the step.
 pub fn check_allowed(
     mode: Option<&Mode>,
-    config: &crate::config::Config,
+    config: &crate::config::PluginConfig,
 ) -> Result<(), crate::Error> {
     if mode == Some(&Mode::Sharp) && !config.allow_sharp {
         return Err(crate::Error::NotAllowed(format!(
@@ -375,7 +375,7 @@ mod tests {
 
     #[test]
     fn help_lists_the_modes_the_default_and_the_variables() {
-        let c = crate::config::Config::parse::<&str>(&[]).expect("defaults");
+        let c = crate::config::PluginConfig::parse::<&str>(&[]).expect("defaults");
         let h = help(&c);
         for w in [
             "quick, full, warn, off",
@@ -535,7 +535,7 @@ mod tests {
 
     #[test]
     fn sharp_is_refused_unless_the_site_allows_it() {
-        let mut config = crate::config::Config::default();
+        let mut config = crate::config::PluginConfig::default();
         let err = check_allowed(Some(&Mode::Sharp), &config).expect_err("not allowed");
         assert!(
             err.to_string()

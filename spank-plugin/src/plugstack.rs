@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use nccl_check_contract::slurm_config::{files, Sources};
 
-use crate::config::{Config, ConfigError};
+use crate::config::{ConfigError, PluginConfig};
 
 /// The plugin's file name on a plugin line (`plugin_name` is `nccl_check`, the file the package
 /// installs is `nccl_check.so`).
@@ -299,7 +299,7 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
                 e.plugin
             )),
         }
-        match Config::parse(&e.args) {
+        match PluginConfig::parse(&e.args) {
             Err(err) => f.problems.push(format!(
                 "{} (every --nccl-check job fails with it)",
                 located(&at, &err)
@@ -343,7 +343,7 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
             }
         ));
         for e in stack.entries.iter().filter(|e| !e.enabled) {
-            let state = match Config::parse(&e.args) {
+            let state = match PluginConfig::parse(&e.args) {
                 Ok(_) => "its arguments are valid".to_string(),
                 Err(err) => format!(
                     "when enabled: {}",

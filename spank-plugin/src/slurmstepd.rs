@@ -19,7 +19,7 @@ use nccl_check_contract::verdict::Verdict;
 use nccl_check_contract::{ExitCode, PlanName, WorkerArgs};
 use slurm_spank::SpankHandle;
 
-use crate::config::Config;
+use crate::config::PluginConfig;
 use crate::options::{self, Mode};
 use crate::present;
 use crate::srun::SECRET_TRANSPORT;
@@ -47,13 +47,15 @@ fn mount_ns() -> Option<u64> {
 
 /// The requested mode in this step, or `None` when nothing is to run (cheap: no IO).
 fn requested<'a>(
-    config: &'a Result<Config, crate::config::ConfigError>,
+    config: &'a Result<PluginConfig, crate::config::ConfigError>,
     raw: &options::Raw,
-) -> Result<Option<(Mode, &'a Config)>, Error> {
+) -> Result<Option<(Mode, &'a PluginConfig)>, Error> {
     if *raw == options::Raw::Absent {
         return Ok(None);
     }
-    let config = config.as_ref().map_err(|e| Error::Config(e.clone()))?;
+    let config = config
+        .as_ref()
+        .map_err(|e| Error::PluginConfig(e.clone()))?;
     let mode = raw.mode(&config.default_mode).map_err(Error::Mode)?;
     // srun/sbatch/salloc refused it already; the step checks again in case the option came
     // through the environment from elsewhere.
@@ -66,7 +68,7 @@ fn requested<'a>(
 
 /// `slurm_spank_task_init_privileged` (root, in the task process, before any task_init).
 pub fn task_init_privileged(
-    config: &Result<Config, crate::config::ConfigError>,
+    config: &Result<PluginConfig, crate::config::ConfigError>,
     state: &mut TaskState,
 ) -> Result<(), Error> {
     if let Ok(Some((_, config))) = requested(config, &options::raw()) {
@@ -80,7 +82,7 @@ pub fn task_init_privileged(
 /// `slurm_spank_task_init` (the user, in the task process, just before exec).
 pub fn task_init(
     spank: &SpankHandle,
-    config: &Result<Config, crate::config::ConfigError>,
+    config: &Result<PluginConfig, crate::config::ConfigError>,
     state: &TaskState,
 ) -> Result<(), Error> {
     let mut raw = options::raw();
@@ -183,7 +185,7 @@ impl Task {
 /// The worker's command line, environment, deadline and report place for this task.
 fn invocation(
     spank: &SpankHandle,
-    config: &Config,
+    config: &PluginConfig,
     mode: &Mode,
     task: &Task,
     secret: Option<OsString>,
@@ -297,7 +299,7 @@ fn report_name(job: u32, step: u32, node: &str, rank: u32) -> String {
 /// the worker's name for it, and the site's NCCL library unless the user names one.
 pub fn worker_env(
     spank: &SpankHandle,
-    config: &Config,
+    config: &PluginConfig,
     secret: Option<OsString>,
 ) -> Result<Vec<(OsString, OsString)>, Error> {
     let mut env: Vec<(OsString, OsString)> = spank
@@ -318,7 +320,11 @@ pub fn worker_env(
 }
 
 /// The policy part of [`worker_env`] (pure).
-fn adjust_env(env: &mut Vec<(OsString, OsString)>, config: &Config, secret: Option<OsString>) {
+fn adjust_env(
+    env: &mut Vec<(OsString, OsString)>,
+    config: &PluginConfig,
+    secret: Option<OsString>,
+) {
     if !config.allow_sharp {
         env.retain(|(k, _)| k != "NCCL_COLLNET_ENABLE");
         env.push(("NCCL_COLLNET_ENABLE".into(), "0".into()));
@@ -364,9 +370,9 @@ mod tests {
     /// there; issue 20 item 4: the site's NCCL library unless the user names one.
     #[test]
     fn the_worker_gets_the_steps_secret_and_the_sites_library_unless_the_user_names_one() {
-        let mut config = Config {
+        let mut config = PluginConfig {
             nccl_lib: Some(PathBuf::from("/opt/nccl/libnccl.so.2")),
-            ..Config::default()
+            ..PluginConfig::default()
         };
         let mut env: Vec<(OsString, OsString)> = vec![
             (SECRET_TRANSPORT.into(), "feed".into()),

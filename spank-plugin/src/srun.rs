@@ -11,7 +11,7 @@
 //! the task's environment, so the user's program never sees it. It is never logged. A step
 //! launched without it (an srun without the plugin) falls back to MUNGE in the worker.
 
-use crate::config::{Config, ConfigError};
+use crate::config::{ConfigError, PluginConfig};
 use crate::options::{self, Mode};
 use crate::Error;
 
@@ -21,7 +21,7 @@ pub const SECRET_TRANSPORT: &str = "SLURM_NCCL_CHECK_SECRET";
 const SECRET_BYTES: usize = 32;
 
 /// `slurm_spank_init_post_opt` in srun: options are parsed at this point.
-pub fn init_post_opt(config: &Result<Config, ConfigError>) -> Result<(), Error> {
+pub fn init_post_opt(config: &Result<PluginConfig, ConfigError>) -> Result<(), Error> {
     options::validate(config)?;
     let Ok(config) = config else { return Ok(()) };
     match options::raw().mode(&config.default_mode) {

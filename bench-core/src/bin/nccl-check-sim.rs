@@ -20,11 +20,11 @@
 //! is found by the plane's watch, tests/gpu/fabric.sh's link-down row without a GPU).
 
 use bench_core::localize::conduct::{
-    decide_here, follow, group_of, keeper, slots, Conductor, FollowError, Place, Step,
+    decide_here, follow, group_of, keeper, slots, Conductor, ConductorStep, FollowError, Place,
 };
 use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
-use bench_core::localize::{Config, Floors, Localizer, Phase};
+use bench_core::localize::{LocalizeConfig, Localizer, PairFloors, Phase};
 use bench_core::options::{self, ParseExit};
 use bench_core::rendezvous::plane::Liveness;
 use bench_core::rendezvous::{self, Member};
@@ -152,7 +152,7 @@ fn run(
     // allocation collective, it takes from its copy of the fabric, as the GPU runner takes
     // them from phase A's all_reduce and B's sum).
     let (n, g) = (layout.names.len(), layout.rails.max(1));
-    let (fabric, cfg) = fabric_and_config(opts, &layout.names, g)?;
+    let (mut fabric, cfg) = fabric_and_config(opts, &layout.names, g)?;
     let floor = cfg.floors.allocation;
     let mut conductor = None;
     let keeps = keeper(opts.rank, team.coordinates());
@@ -173,7 +173,7 @@ fn run(
     };
     let t = Instant::now();
     // As the GPU runner does, with the control plane's exact sum in place of NCCL's all_reduce.
-    let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, RunError> {
+    let gather = |len: usize, led: &[(u64, f64)]| -> Result<ConductorStep, RunError> {
         let vector = slots(len, led).map_err(RunError::Runtime)?;
         let sums = match vector.is_empty() {
             true => Vec::new(),
@@ -255,18 +255,18 @@ fn fabric_and_config(
     opts: &options::Options,
     names: &[String],
     g: usize,
-) -> Result<(Fabric, Config), RunError> {
+) -> Result<(Fabric, LocalizeConfig), RunError> {
     let mut fabric = Fabric::healthy(names.len(), g, 1);
     for fault in faults(names)? {
         fabric.inject(fault);
     }
-    let cfg = Config {
+    let cfg = LocalizeConfig {
         fraction: opts.config.outliers.fraction,
-        floors: Floors {
+        floors: PairFloors {
             allocation: allocation_floor(&fabric)?,
-            ..Floors::default()
+            ..PairFloors::default()
         },
-        ..Config::default()
+        ..LocalizeConfig::default()
     };
     Ok((fabric, cfg))
 }

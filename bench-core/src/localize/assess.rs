@@ -2,7 +2,7 @@
 //! node-rails are cleared or bad, and the findings that explain every slow result. Pure and
 //! deterministic: the same results give the same findings on every rank.
 
-use super::{node_name, Code, Config, Finding, Group, GroupKind};
+use super::{node_name, Code, Group, GroupKind, LocalizeConfig, LocalizeFinding};
 use crate::facts::num_vs;
 use crate::report::Culprit;
 use std::collections::BTreeMap;
@@ -34,7 +34,11 @@ pub(crate) struct Limit {
 }
 
 impl Limit {
-    pub fn new(values: impl Iterator<Item = f64>, floor: Option<f64>, cfg: &Config) -> Limit {
+    pub fn new(
+        values: impl Iterator<Item = f64>,
+        floor: Option<f64>,
+        cfg: &LocalizeConfig,
+    ) -> Limit {
         Limit {
             reference: quantile(values, cfg.reference_quantile),
             fraction: cfg.fraction,
@@ -54,7 +58,7 @@ impl Limit {
 }
 
 /// Phase A: which nodes are slow on their own GPUs.
-pub(crate) fn local_bad(local: &[f64], cfg: &Config) -> (Vec<bool>, Limit) {
+pub(crate) fn local_bad(local: &[f64], cfg: &LocalizeConfig) -> (Vec<bool>, Limit) {
     let limit = Limit::new(local.iter().copied(), cfg.floors.local, cfg);
     (local.iter().map(|&v| limit.slow(v)).collect(), limit)
 }
@@ -72,7 +76,7 @@ pub(crate) struct Assessment {
 }
 
 impl Assessment {
-    pub fn new(n: usize, g: usize, pairs: &[Measured], cfg: &Config) -> Assessment {
+    pub fn new(n: usize, g: usize, pairs: &[Measured], cfg: &LocalizeConfig) -> Assessment {
         let of_kind = |k: GroupKind| {
             pairs
                 .iter()
@@ -196,7 +200,7 @@ fn same_rail(m: &Measured) -> Option<(usize, usize, usize)> {
 pub(crate) struct Inputs<'a> {
     pub n: usize,
     pub g: usize,
-    pub cfg: &'a Config,
+    pub cfg: &'a LocalizeConfig,
     pub local: &'a [f64],
     pub pairs: &'a [Measured],
     /// Phase B's busbw and whether it was below its floor.
@@ -205,7 +209,7 @@ pub(crate) struct Inputs<'a> {
 
 /// The findings that explain every slow result: nodes and rails first, then node pairs, then
 /// what stays unexplained.
-pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
+pub(crate) fn findings(inp: &Inputs) -> Vec<LocalizeFinding> {
     let n = inp.n;
     let mut out = Vec::new();
     let (local_bad, local_limit) = if inp.local.len() == n {
@@ -227,10 +231,10 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<Finding> {
 }
 
 /// Nodes whose own GPUs were slow in phase A: nothing measured between nodes can clear them.
-fn local_findings(inp: &Inputs, local_bad: &[bool], local_limit: &Limit) -> Vec<Finding> {
+fn local_findings(inp: &Inputs, local_bad: &[bool], local_limit: &Limit) -> Vec<LocalizeFinding> {
     let mut out = Vec::new();
     for (x, _) in local_bad.iter().enumerate().filter(|(_, &b)| b) {
-        out.push(Finding {
+        out.push(LocalizeFinding {
             code: Code::NodeSlow,
             nodes: vec![x],
             rail: None,
@@ -265,7 +269,7 @@ fn best_slow_busbw(inp: &Inputs, a: &Assessment) -> Vec<f64> {
 }
 
 /// Bad node-rails: one finding for a node bad on every rail, else one per bad rail.
-fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<Finding> {
+fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<LocalizeFinding> {
     let (n, g) = (inp.n, inp.g);
     let limit = a.rail_limit.value();
     let best = best_slow_busbw(inp, a);
@@ -274,7 +278,7 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<F
         let rails: Vec<usize> = (0..g).filter(|&r| a.bad[x * g + r]).collect();
         let top = rails.iter().map(|&r| best[x * g + r]).fold(0.0, f64::max);
         if !rails.is_empty() && rails.len() == g {
-            out.push(Finding {
+            out.push(LocalizeFinding {
                 code: Code::NodeSlow,
                 nodes: vec![x],
                 rail: None,
@@ -291,7 +295,7 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<F
             continue;
         }
         for r in rails {
-            out.push(Finding {
+            out.push(LocalizeFinding {
                 code: Code::RailSlow,
                 nodes: vec![x],
                 rail: Some(r),
@@ -319,7 +323,7 @@ type SlowLinks = BTreeMap<(usize, usize), (Vec<usize>, f64)>;
 
 /// Slow pairs no bad node-rail explains: one finding per slow link, then one for the nodes left
 /// unresolved.
-fn pair_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<Finding> {
+fn pair_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<LocalizeFinding> {
     let limit = a.rail_limit.value();
     let (links, unresolved) = unexplained_pairs(inp, a, local_bad);
     let mut out = link_findings(inp, links, limit);
@@ -362,7 +366,7 @@ fn unexplained_pairs(
 }
 
 /// One finding per slow link, saying why the link (and not a node) is blamed.
-fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<Finding> {
+fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<LocalizeFinding> {
     let (n, g) = (inp.n, inp.g);
     let mut out = Vec::new();
     for ((x, y), (mut rails, worst)) in links {
@@ -373,7 +377,7 @@ fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<Finding> {
         } else {
             ", both nodes fast with their other partners"
         };
-        out.push(Finding {
+        out.push(LocalizeFinding {
             code: Code::NodePairSlow,
             nodes: vec![x, y],
             rail: None,
@@ -394,13 +398,16 @@ fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<Finding> {
 }
 
 /// One finding naming (the first 16 of) the nodes with slow pairs that could not be placed.
-fn unresolved_finding(unresolved: &BTreeMap<usize, Vec<usize>>, limit: f64) -> Option<Finding> {
+fn unresolved_finding(
+    unresolved: &BTreeMap<usize, Vec<usize>>,
+    limit: f64,
+) -> Option<LocalizeFinding> {
     if unresolved.is_empty() {
         return None;
     }
     let names: Vec<String> = unresolved.keys().take(16).map(|&z| node_name(z)).collect();
     let more = unresolved.len().saturating_sub(16);
-    Some(Finding {
+    Some(LocalizeFinding {
         code: Code::SuspectsUnresolved,
         nodes: unresolved.keys().copied().collect(),
         rail: None,
@@ -417,7 +424,7 @@ fn unresolved_finding(unresolved: &BTreeMap<usize, Vec<usize>>, limit: f64) -> O
 
 /// When phase B's collective was below its floor and nothing else explains it: a finding for
 /// the whole allocation (or the one node pair), so a slow result is never left unexplained.
-fn allocation_finding(inp: &Inputs) -> Option<Finding> {
+fn allocation_finding(inp: &Inputs) -> Option<LocalizeFinding> {
     let n = inp.n;
     let Some((busbw, true)) = inp.allocation else {
         return None;
@@ -438,7 +445,7 @@ fn allocation_finding(inp: &Inputs) -> Option<Finding> {
             "no node, rail or ring link stands out: uniformly slow, or at least half of the ring slow (no healthy reference)",
         )
     };
-    Some(Finding {
+    Some(LocalizeFinding {
         code,
         nodes,
         rail: None,
@@ -468,7 +475,7 @@ mod tests {
 
     #[test]
     fn limit_takes_the_stricter_of_relative_and_floor() {
-        let cfg = Config::default();
+        let cfg = LocalizeConfig::default();
         let l = Limit::new([100.0, 100.0, 100.0].into_iter(), Some(90.0), &cfg);
         assert_eq!(l.value(), 90.0);
         assert!(l.slow(89.0) && !l.slow(90.0));
@@ -497,7 +504,7 @@ mod tests {
             pair(1, 2, 0, 20.0),
             pair(0, 3, 0, 48.5),
         ];
-        let cfg = Config::default();
+        let cfg = LocalizeConfig::default();
         let a = Assessment::new(4, 1, &pairs, &cfg);
         assert_eq!(a.bad, vec![false; 4]);
         assert!(a.undecided(&[false; 4]).is_empty());

@@ -2,7 +2,7 @@
 //! the same vectors ([`decide_here`]): a round's results are summed over every process (each
 //! group's value in its slot, [`slots`]: NCCL's all_reduce on the GPUs, the control plane's sum
 //! in the GPU-less simulation), so every process decides for itself where its ranks stand next
-//! (a [`Step`]) and no coordinator sits in the round. [`follow`] runs one caller's part. The
+//! (a [`ConductorStep`]) and no coordinator sits in the round. [`follow`] runs one caller's part. The
 //! GPU runner and the GPU-less scale test (`nccl-check-sim`) both run exactly this;
 //! [`decide_in`] (the coordinator alone deciding, replies through the star) stays for the
 //! control-plane benchmark that measures the star.
@@ -12,7 +12,7 @@
 //! summed vectors alone.
 
 use super::layout::Layout;
-use super::reasons::{self, Summary};
+use super::reasons::{self, LocalizeSummary};
 use super::{Group, LocalizeError, Localizer, Phase, Round};
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +34,7 @@ pub struct Place {
 
 /// What one process does next.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Step {
+pub enum ConductorStep {
     /// Measure round `index` (of `groups` groups): the places of this process's ranks in it
     /// (none when they sit this round out; they still meet the others at its end).
     Round {
@@ -44,15 +44,15 @@ pub enum Step {
         mine: Vec<Place>,
     },
     /// The verdict.
-    Done(Summary),
+    Done(LocalizeSummary),
 }
 
-impl Step {
+impl ConductorStep {
     /// A step as a process receives it, checked against what that process is: every place is
     /// one of `mine` (its ranks), at most once, with a peer among `nranks` other than itself, in
     /// a group of the round. The coordinator is authenticated; this catches its bugs, not lies.
     pub fn check(&self, mine: &[usize], nranks: usize) -> Result<(), String> {
-        let Step::Round {
+        let ConductorStep::Round {
             groups,
             mine: places,
             ..
@@ -139,7 +139,7 @@ impl Conductor {
 
     /// Every process's next step, in process-rank order, given the results of the round asked
     /// for last (empty before the first). Rounds whose values are known run here at once.
-    pub fn decide(&mut self, results: &[f64]) -> Result<Vec<Step>, LocalizeError> {
+    pub fn decide(&mut self, results: &[f64]) -> Result<Vec<ConductorStep>, LocalizeError> {
         let localizer = self
             .localizer
             .as_mut()
@@ -159,7 +159,7 @@ impl Conductor {
         }
         let verdict = self.localizer.take().map(Localizer::finish);
         let verdict = verdict.ok_or(LocalizeError::NoRoundPending)?;
-        let summary = Summary {
+        let summary = LocalizeSummary {
             plan: self.plan.into(),
             nodes: self.layout.names.len(),
             rails: self.layout.rails,
@@ -174,14 +174,14 @@ impl Conductor {
         };
         Ok((0..self.processes)
             .map(|p| match p == self.coordinator as usize {
-                true => Step::Done(summary.clone()),
-                false => Step::Done(self.shared(&summary, p)),
+                true => ConductorStep::Done(summary.clone()),
+                false => ConductorStep::Done(self.shared(&summary, p)),
             })
             .collect())
     }
 
     /// Every process's places in `round`: both ends of every pair, the first end leading.
-    fn places(&self, round: &Round) -> Vec<Step> {
+    fn places(&self, round: &Round) -> Vec<ConductorStep> {
         let mut steps: Vec<Vec<Place>> = vec![Vec::new(); self.processes];
         for (i, g) in round.groups.iter().enumerate() {
             let Some((a, b)) = self.layout.pair_ranks(g) else {
@@ -200,7 +200,7 @@ impl Conductor {
         }
         steps
             .into_iter()
-            .map(|mine| Step::Round {
+            .map(|mine| ConductorStep::Round {
                 index: round.index as u32,
                 phase: round.phase,
                 groups: round.groups.len() as u32,
@@ -211,7 +211,7 @@ impl Conductor {
 
     /// The summary as process `p` is told it: the reasons that name its node first, at most
     /// [`MAX_SHARED_REASONS`], each cut to a bounded length.
-    fn shared(&self, all: &Summary, p: usize) -> Summary {
+    fn shared(&self, all: &LocalizeSummary, p: usize) -> LocalizeSummary {
         let node = self
             .node_of_process
             .get(p)
@@ -239,7 +239,7 @@ impl Conductor {
                 r
             })
             .collect();
-        Summary {
+        LocalizeSummary {
             reasons_omitted: all.reasons.len() - reasons.len(),
             round_times: Vec::new(),
             reasons,
@@ -255,7 +255,7 @@ pub fn decide_in(
     slot: &mut Option<Conductor>,
     make: impl FnOnce() -> Result<Conductor, String>,
     results: &[f64],
-) -> Result<Vec<Step>, String> {
+) -> Result<Vec<ConductorStep>, String> {
     let conductor = match slot {
         Some(c) => c,
         None => slot.insert(make()?),
@@ -263,7 +263,7 @@ pub fn decide_in(
     let steps = conductor
         .decide(results)
         .map_err(|e| format!("localization: {e}"))?;
-    if matches!(steps.first(), Some(Step::Done(_))) {
+    if matches!(steps.first(), Some(ConductorStep::Done(_))) {
         *slot = None;
     }
     Ok(steps)
@@ -296,18 +296,18 @@ pub fn decide_here(
     sums: &[f64],
     process: u32,
     mine: &[usize],
-) -> Result<Step, String> {
+) -> Result<ConductorStep, String> {
     let step = decide_in(slot, make, sums)?
         .into_iter()
         .nth(process as usize)
         .ok_or_else(|| format!("localization: no step for process rank {process}"))?;
     Ok(match step {
-        Step::Round {
+        ConductorStep::Round {
             index,
             phase,
             groups,
             mine: places,
-        } => Step::Round {
+        } => ConductorStep::Round {
             index,
             phase,
             groups,
@@ -348,19 +348,19 @@ pub enum FollowError<E> {
 pub fn follow<E>(
     mine: &[usize],
     nranks: usize,
-    mut gather: impl FnMut(usize, &[(u64, f64)]) -> Result<Step, E>,
+    mut gather: impl FnMut(usize, &[(u64, f64)]) -> Result<ConductorStep, E>,
     mut measure: impl FnMut(u32, Phase, u32, &[Place]) -> Result<Vec<f64>, E>,
-) -> Result<Summary, FollowError<E>> {
+) -> Result<LocalizeSummary, FollowError<E>> {
     let mut step = gather(0, &[]).map_err(FollowError::Caller)?;
     let mut times = Vec::new();
     loop {
         step.check(mine, nranks).map_err(FollowError::BadStep)?;
         let (index, phase, groups, places) = match step {
-            Step::Done(mut summary) => {
+            ConductorStep::Done(mut summary) => {
                 summary.round_times = times;
                 return Ok(summary);
             }
-            Step::Round {
+            ConductorStep::Round {
                 index,
                 phase,
                 groups,

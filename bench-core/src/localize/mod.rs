@@ -9,7 +9,7 @@
 //! - **Phase B** (N >= 2): one collective over the whole allocation. It is a single number, so only
 //!   an absolute floor can judge it; when it is at or above its floor the check ends: a healthy
 //!   allocation costs zero localization rounds. The floor is a threshold rule for the check's node
-//!   count (`min_nodes = 2` covers every allocation size: `crate::floors::Floors::localization`).
+//!   count (`min_nodes = 2` covers every allocation size: `crate::floors::PairFloors::localization`).
 //!   Without a floor B cannot be judged and screening always runs (two rounds on a healthy
 //!   allocation).
 //! - **Screening** (B slow): the edges of the ring B's collective runs over (node i with node i+1)
@@ -22,7 +22,7 @@
 //!   has fewer than two slow pairs with cleared partners, is paired with a cleared node it has not
 //!   met yet; disjoint pairs, all suspects at once, until every suspect is decided or the round cap
 //!   `2*floor(log2 N)+4` is reached (the rest is reported as unresolved, never guessed).
-//! - The full pair matrix (`Plan::FullMatrix`, `pairs::rounds`) stays available on request: N-1
+//! - The full pair matrix (`LocalizePlan::FullMatrix`, `pairs::rounds`) stays available on request: N-1
 //!   rounds, judged by the same rule, and the only plan that tests node pairs B's ring never uses.
 //!
 //! # Why it does not grow with N
@@ -50,7 +50,7 @@
 //! - N = 3 with two bad nodes, and generally half the ring slow: no healthy reference is left;
 //!   the finding is `allocation_slow` (or `suspects_unresolved` when a pair floor is set).
 //! - A slow node pair that B's ring does not use (not neighbours in node order) does not slow B and
-//!   is not looked for; `Plan::FullMatrix` finds it.
+//!   is not looked for; `LocalizePlan::FullMatrix` finds it.
 //! - A suspect whose confirmation partner happens to share a second, independent link fault.
 
 pub(crate) mod assess;
@@ -65,7 +65,7 @@ pub mod sim;
 pub mod site;
 
 pub use plan::explain_plan;
-pub use reasons::Summary;
+pub use reasons::LocalizeSummary;
 pub use schedule::Localizer;
 
 /// Largest allocation the localizer accepts (a bounded input: results arrive from the network).
@@ -139,7 +139,7 @@ pub struct Round {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plan {
+pub enum LocalizePlan {
     /// Screening of B's ring edges, then suspects against cleared nodes (the default).
     Adaptive,
     /// Every node pair, rail-wise (N-1 rounds; N when N is odd), whatever B says.
@@ -179,22 +179,22 @@ impl PairMatrix {
 
 /// Absolute floors in GB/s busbw, one per kind of group; `None`: relative rule only.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Floors {
+pub struct PairFloors {
     pub local: Option<f64>,
     pub allocation: Option<f64>,
     pub pair: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Config {
+pub struct LocalizeConfig {
     /// Slow = below this fraction of the reference (defaults.toml `[outliers] fraction`).
     pub fraction: f64,
     /// The reference is this quantile of the results of one kind (nearest rank). 0.5 is the
     /// median; 0.75 keeps a healthy reference while up to 3/4 of results are slow, which the
     /// ring needs: two bad nodes among 8 slow half of its edges.
     pub reference_quantile: f64,
-    pub floors: Floors,
-    pub plan: Plan,
+    pub floors: PairFloors,
+    pub plan: LocalizePlan,
     /// A slow node pair whose ends are both fast with their other partners is measured once
     /// more before it is named (defaults.toml `[outliers] retest`): one slow reading of one
     /// path is as often noise as a bad link (8 emulated nodes on one H100: 4 of 10 healthy
@@ -202,13 +202,13 @@ pub struct Config {
     pub retest: bool,
 }
 
-impl Default for Config {
+impl Default for LocalizeConfig {
     fn default() -> Self {
-        Config {
+        LocalizeConfig {
             fraction: 0.85,
             reference_quantile: 0.75,
-            floors: Floors::default(),
-            plan: Plan::Adaptive,
+            floors: PairFloors::default(),
+            plan: LocalizePlan::Adaptive,
             retest: true,
         }
     }
@@ -241,7 +241,7 @@ impl Code {
 /// One culprit. `nodes` are indices into the allocation's node list (the runner owns the names);
 /// `rail` is the GPU index whose NIC is meant.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Finding {
+pub struct LocalizeFinding {
     pub code: Code,
     pub nodes: Vec<usize>,
     pub rail: Option<usize>,
@@ -252,8 +252,8 @@ pub struct Finding {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
-    pub findings: Vec<Finding>,
+pub struct LocalizeVerdict {
+    pub findings: Vec<LocalizeFinding>,
     /// Every round, phases A and B included.
     pub rounds: usize,
     /// Rounds after phase B (the ones `2*log2(N)+4` bounds).
@@ -261,7 +261,7 @@ pub struct Verdict {
     pub allocation_busbw: Option<f64>,
 }
 
-impl Verdict {
+impl LocalizeVerdict {
     pub fn pass(&self) -> bool {
         self.findings.is_empty()
     }
@@ -270,7 +270,7 @@ impl Verdict {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LocalizeError {
     Shape { nodes: usize, gpus: usize },
-    Config(&'static str),
+    LocalizeConfig(&'static str),
     NoRoundPending,
     ResultCount { expected: usize, got: usize },
     BadValue { index: usize, value: f64 },
@@ -283,7 +283,7 @@ impl std::fmt::Display for LocalizeError {
                 f,
                 "allocation of {nodes} nodes x {gpus} GPUs: need 1..={MAX_NODES} nodes and 1..={MAX_GPUS} GPUs per node"
             ),
-            LocalizeError::Config(why) => write!(f, "localization config: {why}"),
+            LocalizeError::LocalizeConfig(why) => write!(f, "localization config: {why}"),
             LocalizeError::NoRoundPending => write!(f, "results recorded with no round pending"),
             LocalizeError::ResultCount { expected, got } => {
                 write!(f, "round has {expected} groups, {got} results recorded")

@@ -369,10 +369,10 @@ pub fn explain_plan(
     if json {
         // Plain data with string keys: serde_json cannot fail on it.
         return serde_json::to_string_pretty(&m)
-            .map_err(|_| LocalizeError::Config("the plan model did not serialize"));
+            .map_err(|_| LocalizeError::LocalizeConfig("the plan model did not serialize"));
     }
     let mut s = format!(
-        "Plan for {} nodes x {} GPUs ({} ranks), adaptive localization\n\n",
+        "LocalizePlan for {} nodes x {} GPUs ({} ranks), adaptive localization\n\n",
         m.nodes,
         m.gpus_per_node,
         m.nodes * m.gpus_per_node
@@ -545,8 +545,9 @@ mod tests {
         assert!((without.modeled_seconds - with.modeled_seconds).abs() < 1e-9);
         let text = explain_plan(64, 8, false, &defaults(64)).expect("explained");
         assert!(
-            text.contains("Config: built-in defaults, plan 'quick', GPU 'NVIDIA H100 80GB HBM3'")
-                && text.contains("healthy (B has no floor, so 2 screening rounds run)"),
+            text.contains(
+                "LocalizeConfig: built-in defaults, plan 'quick', GPU 'NVIDIA H100 80GB HBM3'"
+            ) && text.contains("healthy (B has no floor, so 2 screening rounds run)"),
             "{text}"
         );
     }

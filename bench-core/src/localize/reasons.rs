@@ -1,13 +1,13 @@
 //! The localizer's verdict in the report: its findings as reasons with host names (the
 //! localizer numbers nodes; the report names them), and a summary of the rounds it ran.
 
-use super::{Code, Finding, Verdict};
+use super::{Code, LocalizeFinding, LocalizeVerdict};
 use crate::report::reason::{Reason, ReasonCode};
 use serde::{Deserialize, Serialize};
 
 /// What the node-level localization of a multi-node check did, for the report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
+pub struct LocalizeSummary {
     /// `adaptive` (screening + confirmation) or `full` (every node pair).
     pub plan: String,
     pub nodes: usize,
@@ -58,11 +58,11 @@ pub fn reason_code(code: Code) -> Option<ReasonCode> {
 }
 
 /// The verdict's findings as reasons, `nodeK` replaced by `names[K]`.
-pub fn reasons(v: &Verdict, names: &[String]) -> Vec<Reason> {
+pub fn reasons(v: &LocalizeVerdict, names: &[String]) -> Vec<Reason> {
     v.findings.iter().filter_map(|f| reason(f, names)).collect()
 }
 
-fn reason(f: &Finding, names: &[String]) -> Option<Reason> {
+fn reason(f: &LocalizeFinding, names: &[String]) -> Option<Reason> {
     Some(Reason {
         code: reason_code(f.code)?,
         message: rename(&f.message, names),
@@ -119,7 +119,7 @@ mod tests {
 
     #[test]
     fn findings_become_reasons_except_allocation_slow() {
-        let f = |code| Finding {
+        let f = |code| LocalizeFinding {
             code,
             nodes: vec![1],
             rail: None,
@@ -128,7 +128,7 @@ mod tests {
             measured: Some(1.0),
             limit: Some(2.0),
         };
-        let v = Verdict {
+        let v = LocalizeVerdict {
             findings: vec![f(Code::RailSlow), f(Code::AllocationSlow)],
             rounds: 4,
             localization_rounds: 2,

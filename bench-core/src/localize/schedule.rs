@@ -4,7 +4,8 @@
 
 use super::assess::{self, Assessment, Inputs, Measured};
 use super::{
-    round_cap, Config, Group, LocalizeError, Phase, Plan, Round, Verdict, MAX_GPUS, MAX_NODES,
+    round_cap, Group, LocalizeConfig, LocalizeError, LocalizePlan, LocalizeVerdict, Phase, Round,
+    MAX_GPUS, MAX_NODES,
 };
 use std::collections::HashSet;
 
@@ -28,7 +29,7 @@ enum Stage {
 pub struct Localizer {
     n: usize,
     g: usize,
-    cfg: Config,
+    cfg: LocalizeConfig,
     stage: Stage,
     pending: Option<Round>,
     rounds: usize,
@@ -47,7 +48,11 @@ pub struct Localizer {
 }
 
 impl Localizer {
-    pub fn new(nodes: usize, gpus_per_node: usize, cfg: Config) -> Result<Self, LocalizeError> {
+    pub fn new(
+        nodes: usize,
+        gpus_per_node: usize,
+        cfg: LocalizeConfig,
+    ) -> Result<Self, LocalizeError> {
         if !(1..=MAX_NODES).contains(&nodes) || !(1..=MAX_GPUS).contains(&gpus_per_node) {
             return Err(LocalizeError::Shape {
                 nodes,
@@ -55,10 +60,10 @@ impl Localizer {
             });
         }
         if !(cfg.fraction > 0.0 && cfg.fraction <= 1.0) {
-            return Err(LocalizeError::Config("fraction must be in (0, 1]"));
+            return Err(LocalizeError::LocalizeConfig("fraction must be in (0, 1]"));
         }
         if !(cfg.reference_quantile > 0.0 && cfg.reference_quantile <= 1.0) {
-            return Err(LocalizeError::Config(
+            return Err(LocalizeError::LocalizeConfig(
                 "reference_quantile must be in (0, 1]",
             ));
         }
@@ -68,7 +73,9 @@ impl Localizer {
             .flatten()
             .any(|f| !(f.is_finite() && *f >= 0.0))
         {
-            return Err(LocalizeError::Config("floors must be finite and >= 0"));
+            return Err(LocalizeError::LocalizeConfig(
+                "floors must be finite and >= 0",
+            ));
         }
         Ok(Localizer {
             n: nodes,
@@ -105,8 +112,8 @@ impl Localizer {
                 Stage::Allocation => (Phase::Allocation, vec![Group::Allocation]),
                 Stage::NodeRounds { next } if next < self.node_rounds.len() => {
                     let phase = match self.cfg.plan {
-                        Plan::Adaptive => Phase::Screen,
-                        Plan::FullMatrix => Phase::Matrix,
+                        LocalizePlan::Adaptive => Phase::Screen,
+                        LocalizePlan::FullMatrix => Phase::Matrix,
                     };
                     (phase, self.rail_wise(&self.node_rounds[next]))
                 }
@@ -184,15 +191,15 @@ impl Localizer {
                 let screen = below || self.cfg.floors.allocation.is_none();
                 self.allocation = Some((results[0], below));
                 self.stage = match (self.cfg.plan, screen) {
-                    (Plan::FullMatrix, _) => {
+                    (LocalizePlan::FullMatrix, _) => {
                         self.node_rounds = crate::pairs::rounds(self.n);
                         Stage::NodeRounds { next: 0 }
                     }
-                    (Plan::Adaptive, true) => {
+                    (LocalizePlan::Adaptive, true) => {
                         self.node_rounds = ring_rounds(self.n);
                         Stage::NodeRounds { next: 0 }
                     }
-                    (Plan::Adaptive, false) => Stage::Done,
+                    (LocalizePlan::Adaptive, false) => Stage::Done,
                 };
             }
             Phase::Retest => {
@@ -222,7 +229,7 @@ impl Localizer {
     }
 
     /// Judge everything measured so far.
-    pub fn finish(self) -> Verdict {
+    pub fn finish(self) -> LocalizeVerdict {
         let findings = assess::findings(&Inputs {
             n: self.n,
             g: self.g,
@@ -231,7 +238,7 @@ impl Localizer {
             pairs: &self.pairs,
             allocation: self.allocation,
         });
-        Verdict {
+        LocalizeVerdict {
             findings,
             rounds: self.rounds,
             localization_rounds: self.localization_rounds,
@@ -256,8 +263,8 @@ impl Localizer {
 
     fn after_node_rounds(&self) -> Stage {
         match self.cfg.plan {
-            Plan::FullMatrix => Stage::Done,
-            Plan::Adaptive if self.n == 2 && self.g >= 2 => {
+            LocalizePlan::FullMatrix => Stage::Done,
+            LocalizePlan::Adaptive if self.n == 2 && self.g >= 2 => {
                 let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
                 if a.undecided(&self.local_bad).is_empty() {
                     Stage::Done
@@ -265,7 +272,7 @@ impl Localizer {
                     Stage::CrossRail
                 }
             }
-            Plan::Adaptive => Stage::Confirm,
+            LocalizePlan::Adaptive => Stage::Confirm,
         }
     }
 
@@ -425,19 +432,19 @@ mod tests {
     #[test]
     fn bad_input_is_refused() {
         assert!(matches!(
-            Localizer::new(0, 8, Config::default()),
+            Localizer::new(0, 8, LocalizeConfig::default()),
             Err(LocalizeError::Shape { .. })
         ));
-        assert!(Localizer::new(MAX_NODES + 1, 8, Config::default()).is_err());
-        let cfg = Config {
+        assert!(Localizer::new(MAX_NODES + 1, 8, LocalizeConfig::default()).is_err());
+        let cfg = LocalizeConfig {
             fraction: 1.5,
-            ..Config::default()
+            ..LocalizeConfig::default()
         };
         assert!(matches!(
             Localizer::new(4, 8, cfg),
-            Err(LocalizeError::Config(_))
+            Err(LocalizeError::LocalizeConfig(_))
         ));
-        let mut l = Localizer::new(4, 2, Config::default()).unwrap();
+        let mut l = Localizer::new(4, 2, LocalizeConfig::default()).unwrap();
         assert_eq!(l.record(&[1.0]), Err(LocalizeError::NoRoundPending));
         let r = l.next_round().unwrap();
         assert_eq!(
@@ -461,7 +468,7 @@ mod tests {
 
     #[test]
     fn one_node_runs_phase_a_only() {
-        let mut l = Localizer::new(1, 4, Config::default()).unwrap();
+        let mut l = Localizer::new(1, 4, LocalizeConfig::default()).unwrap();
         let r = l.next_round().unwrap();
         assert_eq!(r.groups, vec![Group::Local { node: 0 }]);
         l.record(&[300.0]).unwrap();
@@ -474,10 +481,10 @@ mod tests {
     /// Drives 8 nodes x 1 GPU to the end of screening with every pair at 10 GB/s but the
     /// first pair of the first screening round at `first`; then hands out what comes next.
     fn screened(first: f64) -> (Localizer, Option<Round>) {
-        screened_with(first, Config::default())
+        screened_with(first, LocalizeConfig::default())
     }
 
-    fn screened_with(first: f64, cfg: Config) -> (Localizer, Option<Round>) {
+    fn screened_with(first: f64, cfg: LocalizeConfig) -> (Localizer, Option<Round>) {
         let mut l = Localizer::new(8, 1, cfg).unwrap();
         let local = l.next_round().unwrap();
         l.record(&vec![300.0; local.groups.len()]).unwrap();
@@ -531,9 +538,9 @@ mod tests {
         let (_, next) = screened(10.0);
         assert!(next.is_none());
         // And with retest = false the first reading decides.
-        let no_retest = Config {
+        let no_retest = LocalizeConfig {
             retest: false,
-            ..Config::default()
+            ..LocalizeConfig::default()
         };
         let (l, next) = screened_with(7.0, no_retest);
         assert!(next.is_none());

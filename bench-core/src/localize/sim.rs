@@ -9,7 +9,7 @@
 //! node order over every rail, so it runs at its slowest node or ring edge. Every result carries
 //! a deterministic noise of +-`noise` from a seeded PRNG, so the relative rule meets spread.
 
-use super::{Group, LocalizeError, Localizer, Round, Verdict};
+use super::{Group, LocalizeError, LocalizeVerdict, Localizer, Round};
 use std::collections::HashMap;
 
 /// One fault; factors multiply nominal bandwidth (0.5: half as fast).
@@ -175,7 +175,10 @@ impl Fabric {
 }
 
 /// Drive `localizer` to its verdict with `fabric` measuring every round: the runner's loop.
-pub fn run(mut localizer: Localizer, fabric: &mut Fabric) -> Result<Verdict, LocalizeError> {
+pub fn run(
+    mut localizer: Localizer,
+    fabric: &mut Fabric,
+) -> Result<LocalizeVerdict, LocalizeError> {
     while let Some(round) = localizer.next_round() {
         let results = fabric.measure(&round);
         localizer.record(&results)?;

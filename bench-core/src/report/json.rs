@@ -165,7 +165,7 @@ pub struct Report {
     pub interconnect: Option<crate::facts::interconnect::Interconnect>,
     /// The node-level localization of a multi-node check (`localize`), when it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub localization: Option<crate::localize::Summary>,
+    pub localization: Option<crate::localize::LocalizeSummary>,
     /// The site network profile applied (name and the environment it set), if any.
     pub network_profile: Option<serde_json::Value>,
     /// Which transport each path used, from NCCL's own log (see `transport`).

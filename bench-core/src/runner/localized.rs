@@ -11,13 +11,15 @@
 use super::measure::Measurer;
 use super::output::{pair_table, phase, print};
 use super::pair_matrix::{busbw, gpu_rounds, gpu_row};
-use super::{Outcome, RunError, Start};
+use super::{GpuOutcome, RunError, Start};
 use crate::datatype::{DataType, RedOp};
 use crate::localize::conduct::{
-    decide_here, follow, keeper, slots, Conductor, FollowError, Place, Step,
+    decide_here, follow, keeper, slots, Conductor, ConductorStep, FollowError, Place,
 };
 use crate::localize::layout::Layout;
-use crate::localize::{Config, Floors, Localizer, Phase, Plan, Summary};
+use crate::localize::{
+    LocalizeConfig, LocalizePlan, LocalizeSummary, Localizer, PairFloors, Phase,
+};
 use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
@@ -42,7 +44,7 @@ impl Measurer<'_> {
         bytes: u64,
         loops: (u32, u32),
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let layout = Layout::new(&start.topology);
         let rows = self.gpu_pairs_at_once(bytes, loops, start, out)?;
@@ -149,7 +151,7 @@ impl Measurer<'_> {
     /// looks its floors up by its own GPU, and copies of the localizer that disagreed on them
     /// would hand out different rounds. One sum over the team that only the coordinator's
     /// recorder thread puts numbers into (exact: one value plus zeros).
-    fn agreed(&self, cfg: Config, start: &Start) -> Result<Config, RunError> {
+    fn agreed(&self, cfg: LocalizeConfig, start: &Start) -> Result<LocalizeConfig, RunError> {
         let speaks = self.team.coordinates() && start.recorder;
         let mine = settings(&cfg);
         let put = if speaks { mine } else { vec![0.0; mine.len()] };
@@ -164,7 +166,7 @@ impl Measurer<'_> {
         bytes: u64,
         loops: (u32, u32),
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<Vec<PairRow>, RunError> {
         let t = &start.topology;
         let me = self.rank as usize;
@@ -202,18 +204,18 @@ impl Measurer<'_> {
         start: &Start,
         rows: &[PairRow],
         allocation: Option<(&'static str, u64, f64)>,
-    ) -> Config {
+    ) -> LocalizeConfig {
         let floors = start.floors();
-        Config {
+        LocalizeConfig {
             fraction: self.opts().config.outliers.fraction,
             floors: floors.localization(
                 bytes,
                 !rows.is_empty(),
                 allocation.map(|(c, size, _)| (c, size)),
             ),
-            plan: Plan::Adaptive,
+            plan: LocalizePlan::Adaptive,
             retest: self.opts().config.outliers.retest,
-            ..Config::default()
+            ..LocalizeConfig::default()
         }
     }
 
@@ -225,9 +227,9 @@ impl Measurer<'_> {
         bytes: u64,
         loops: (u32, u32),
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
         setup: &Setup,
-    ) -> Result<Summary, RunError> {
+    ) -> Result<LocalizeSummary, RunError> {
         let t = &start.topology;
         let me = self.rank as usize;
         let process = t.process_of(me).unwrap_or(0);
@@ -252,7 +254,7 @@ impl Measurer<'_> {
             ))
         };
         let mut conductor = None;
-        let gather = |len: usize, led: &[(u64, f64)]| -> Result<Step, RunError> {
+        let gather = |len: usize, led: &[(u64, f64)]| -> Result<ConductorStep, RunError> {
             let vector = slots(len, led).map_err(RunError::Runtime)?;
             let sums =
                 self.sum_over_ranks(&vector, "the localization round's results (all_reduce)")?;
@@ -281,13 +283,13 @@ impl Measurer<'_> {
 /// A's number per node and the allocation-wide collective's busbw (0 when none was measured).
 struct Setup {
     layout: Layout,
-    cfg: Config,
+    cfg: LocalizeConfig,
     locals: Vec<f64>,
     allocation_busbw: f64,
 }
 
 /// The printer's part: phase A's pair table and one line with what the localizer found.
-fn print_localized(rows: &[PairRow], bytes: u64, loops: (u32, u32), summary: &Summary) {
+fn print_localized(rows: &[PairRow], bytes: u64, loops: (u32, u32), summary: &LocalizeSummary) {
     print(&pair_table(rows, bytes, loops.1, false));
     let found = if summary.reasons.is_empty() {
         "no slow node, rail or node pair".to_string()
@@ -307,7 +309,7 @@ fn print_localized(rows: &[PairRow], bytes: u64, loops: (u32, u32), summary: &Su
 
 /// The localization settings one process puts into the team's sum (see `Measurer::agreed`):
 /// the fraction, retest, and each floor as (present, value).
-fn settings(cfg: &Config) -> Vec<f64> {
+fn settings(cfg: &LocalizeConfig) -> Vec<f64> {
     let f = &cfg.floors;
     let mut v = vec![cfg.fraction, cfg.retest as u8 as f64];
     for floor in [f.local, f.allocation, f.pair] {
@@ -317,13 +319,13 @@ fn settings(cfg: &Config) -> Vec<f64> {
 }
 
 /// `cfg` with the settings summed over the team (one process's [`settings`]).
-fn with_settings(cfg: Config, v: &[f64]) -> Config {
+fn with_settings(cfg: LocalizeConfig, v: &[f64]) -> LocalizeConfig {
     let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
     let floor = |i: usize| (at(i) > 0.0).then(|| at(i + 1));
-    Config {
+    LocalizeConfig {
         fraction: at(0),
         retest: at(1) > 0.0,
-        floors: Floors {
+        floors: PairFloors {
             local: floor(2),
             allocation: floor(4),
             pair: floor(6),
@@ -362,15 +364,15 @@ mod tests {
 
     #[test]
     fn the_coordinators_settings_survive_the_sum_bit_for_bit() {
-        let cfg = Config {
+        let cfg = LocalizeConfig {
             fraction: 0.85,
             retest: false,
-            floors: Floors {
+            floors: PairFloors {
                 local: Some(255.1),
                 allocation: None,
                 pair: Some(0.1 + 0.2),
             },
-            ..Config::default()
+            ..LocalizeConfig::default()
         };
         // Every other process puts zeros in: the sum is the coordinator's numbers.
         let zeros = vec![0.0; settings(&cfg).len()];
@@ -379,9 +381,9 @@ mod tests {
             .zip(&zeros)
             .map(|(a, b)| a + b + b)
             .collect();
-        let other = Config {
+        let other = LocalizeConfig {
             fraction: 0.5,
-            ..Config::default()
+            ..LocalizeConfig::default()
         };
         assert_eq!(with_settings(other, &summed), cfg);
     }
@@ -401,9 +403,9 @@ mod tests {
         assert_eq!(floors.localization(1 << 28, false, None).local, None);
         assert_eq!(floors.localization(1 << 28, true, None).local, Some(255.0));
         // What the localizer sees for two 1-GPU nodes: equal placeholders, no floor.
-        let cfg = crate::localize::Config {
+        let cfg = crate::localize::LocalizeConfig {
             floors: floors.localization(1 << 28, false, None),
-            ..crate::localize::Config::default()
+            ..crate::localize::LocalizeConfig::default()
         };
         let (bad, _) = crate::localize::assess::local_bad(&local_values(&nodes, &[]), &cfg);
         assert_eq!(bad, vec![false, false]);

@@ -5,7 +5,7 @@
 
 use super::gpu_time::GpuTimer;
 use super::output::{phase, print};
-use super::{ms, GpuThread, Outcome, RunError, Start};
+use super::{ms, GpuOutcome, GpuThread, RunError, Start};
 use crate::collectives::{Collective, Counts};
 use crate::config::worker::Step;
 use crate::cuda::{Gpu, StreamWait};
@@ -159,7 +159,7 @@ impl Measurer<'_> {
         }
     }
 
-    pub(super) fn run_plan(&self, start: &Start, out: &mut Outcome) -> Result<(), RunError> {
+    pub(super) fn run_plan(&self, start: &Start, out: &mut GpuOutcome) -> Result<(), RunError> {
         let o = self.opts();
         self.team.barrier().map_err(|e| self.team_err(e))?;
         for (ci, step) in o.steps.iter().enumerate() {
@@ -199,7 +199,7 @@ impl Measurer<'_> {
         warmup: u32,
         iters: u32,
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let (min_bytes, max_bytes) = (sizes[0], sizes[sizes.len() - 1]);
         self.announce_collective(coll, (min_bytes, max_bytes), warmup, iters, start);
@@ -272,7 +272,7 @@ impl Measurer<'_> {
         coll: &'static dyn Collective,
         (min_bytes, max_bytes): (u64, u64),
         warmup: u32,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let elt = self.opts().datatype.size();
         self.thread.set_status(format!(
@@ -307,7 +307,7 @@ impl Measurer<'_> {
         at: (usize, usize, u64, u32),
         coll: &'static dyn Collective,
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
         wrong_ranks: &mut f64,
     ) -> Result<Row, RunError> {
         let (mut row, _) = self.measure_row(at, coll, false, out, wrong_ranks)?;
@@ -362,7 +362,7 @@ impl Measurer<'_> {
         (ci, si, size, iters): (usize, usize, u64, u32),
         coll: &'static dyn Collective,
         gpu_timed: bool,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
         wrong_ranks: &mut f64,
     ) -> Result<(Row, Option<GpuSide>), RunError> {
         let o = self.opts();
@@ -450,7 +450,7 @@ impl Measurer<'_> {
         c: &Counts,
         (in_place, seed, iters, gpu_timed): (bool, u32, u32, bool),
         what: &str,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<(f64, Option<u64>, Option<f64>), RunError> {
         let o = self.opts();
         let elt = o.datatype.size();

@@ -69,7 +69,7 @@ impl Start {
 }
 
 /// What a GPU thread hands back.
-pub struct Outcome {
+pub struct GpuOutcome {
     pub info: Option<GpuInfo>,
     pub rank: Option<u32>,
     pub phases: Phases,
@@ -82,7 +82,7 @@ pub struct Outcome {
     /// Retested rows by the GPU's clock (`gpu_time`).
     pub gpu_side: Vec<crate::report::json::GpuSide>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
-    pub localization: Option<crate::localize::Summary>,
+    pub localization: Option<crate::localize::LocalizeSummary>,
     /// The last collective measured (name, bytes, busbw of the slower placement), the same on
     /// every rank: phase B of the localizer when the plan's collective ran over all ranks.
     pub last_collective: Option<(&'static str, u64, f64)>,
@@ -105,8 +105,8 @@ impl GpuThread {
         }
     }
 
-    pub fn run(self, start: Receiver<Start>) -> Outcome {
-        let mut out = Outcome {
+    pub fn run(self, start: Receiver<Start>) -> GpuOutcome {
+        let mut out = GpuOutcome {
             info: None,
             rank: None,
             phases: Phases::default(),
@@ -176,7 +176,7 @@ impl GpuThread {
         gpu: &Gpu,
         buffers: &(Buffer, Buffer),
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let (rank, nranks) = (start.rank, start.nranks);
         if nranks > 1 {
@@ -233,7 +233,12 @@ impl GpuThread {
     /// Whether another process of this check drives this GPU: an ERROR naming both, unless
     /// `--shared-gpus`; then the probes of each group take turns (every rank passes the same
     /// barriers), and the outcome records the group.
-    fn check_sharing(&self, gpu: &Gpu, start: &Start, out: &mut Outcome) -> Result<(), RunError> {
+    fn check_sharing(
+        &self,
+        gpu: &Gpu,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
         let dev = self.device;
         let uuid = out
             .info

@@ -4,7 +4,7 @@
 
 use super::measure::Measurer;
 use super::output::{pair_table, phase, print};
-use super::{ms, Outcome, RunError, Start};
+use super::{ms, GpuOutcome, RunError, Start};
 use crate::nccl::Comm;
 use crate::report::{PairKind, PairRow};
 use crate::topology::Topology;
@@ -151,7 +151,7 @@ impl Measurer<'_> {
         bytes: u64,
         (warmup, iters): (u32, u32),
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let o = self.opts();
         if !o.pair_matrix.full_for(start.topology.node_count()) {
@@ -194,7 +194,7 @@ impl Measurer<'_> {
         bytes: u64,
         loops: (u32, u32),
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<Vec<PairRow>, RunError> {
         let t = &start.topology;
         let plan = schedule(t);
@@ -222,7 +222,7 @@ impl Measurer<'_> {
         loops: (u32, u32),
         in_node: bool,
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<Vec<f64>, RunError> {
         let me = self.rank as usize;
         let partner = crate::pairs::partner(round, me);
@@ -241,7 +241,7 @@ impl Measurer<'_> {
         (warmup, iters): (u32, u32),
         in_node: bool,
         start: &Start,
-        out: &mut Outcome,
+        out: &mut GpuOutcome,
     ) -> Result<f64, RunError> {
         // Inside a node, on the node's own communicator when there is one: peers by local index.
         let (comm, peer_of): (&Comm, Box<dyn Fn(usize) -> u32>) = match (in_node, self.node_comm) {

@@ -5,8 +5,8 @@
 use super::{now_unix, Gate, Places};
 use crate::budget::Deadline;
 use crate::decide::{self, Actions, CacheAction, Found, Mode};
-use crate::drain::{self, Outcome};
-use crate::facts::Selection;
+use crate::drain::{self, DrainOutcome};
+use crate::job_env::Selection;
 use crate::status::{GateState, Status};
 use crate::words::{self, Line};
 use crate::{cache, metrics, reason, report, state, stray, worker};
@@ -293,15 +293,15 @@ impl Gate<'_> {
 
     fn resume(&mut self, slurm: &drain::Slurm, state_dir: &Path, start: f64) {
         match slurm.resume_own(state_dir, start, self.mode == Mode::Recheck) {
-            Outcome::Resumed => self.log.info(&format!(
+            DrainOutcome::Resumed => self.log.info(&format!(
                 "resumed {}: every GPU passed again after nccl-check drained it",
                 self.facts.node
             )),
-            Outcome::NotOurs(why) => self.log.info(&format!(
+            DrainOutcome::NotOurs(why) => self.log.info(&format!(
                 "{} stays drained: not drained by nccl-check ({why})",
                 self.facts.node
             )),
-            Outcome::Failed(e) => self.log.error(&format!("resume FAILED: {e}")),
+            DrainOutcome::Failed(e) => self.log.error(&format!("resume FAILED: {e}")),
             _ => {}
         }
     }

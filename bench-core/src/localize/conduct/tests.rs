@@ -1,6 +1,6 @@
 use super::*;
 use crate::localize::sim::{self, Fabric, Fault};
-use crate::localize::{Code, Config, Floors};
+use crate::localize::{Code, LocalizeConfig, PairFloors};
 use crate::rendezvous::Member;
 use crate::topology::Topology;
 
@@ -20,19 +20,19 @@ fn layout(nodes: usize, gpus: usize) -> (Layout, Vec<u32>) {
     (Layout::new(&t), process_of)
 }
 
-fn config(fabric: &Fabric) -> Config {
-    Config {
-        floors: Floors {
+fn config(fabric: &Fabric) -> LocalizeConfig {
+    LocalizeConfig {
+        floors: PairFloors {
             allocation: Some(0.85 * fabric.allocation_nominal),
-            ..Floors::default()
+            ..PairFloors::default()
         },
-        ..Config::default()
+        ..LocalizeConfig::default()
     }
 }
 
 /// What a distributed localization costs and finds.
 struct Run {
-    summaries: Vec<Summary>,
+    summaries: Vec<LocalizeSummary>,
     /// Largest message one process sent or received in any round, in bytes (JSON).
     largest_message: usize,
     /// Most bytes any one round moved, all processes together.
@@ -82,11 +82,11 @@ fn distributed(fabric: &Fabric, nodes: usize, gpus: usize, coordinator: u32) -> 
             }
         }
         largest_round = largest_round.max(round_bytes);
-        if let Step::Done(_) = steps[0] {
+        if let ConductorStep::Done(_) = steps[0] {
             let summaries = steps
                 .into_iter()
                 .map(|s| match s {
-                    Step::Done(s) => s,
+                    ConductorStep::Done(s) => s,
                     other => panic!("{other:?}"),
                 })
                 .collect();
@@ -100,7 +100,7 @@ fn distributed(fabric: &Fabric, nodes: usize, gpus: usize, coordinator: u32) -> 
         for (p, step) in steps.iter().enumerate() {
             let mine: Vec<usize> = (p * gpus..(p + 1) * gpus).collect();
             step.check(&mine, nodes * gpus).unwrap();
-            let Step::Round {
+            let ConductorStep::Round {
                 groups,
                 mine: places,
                 ..
@@ -248,7 +248,7 @@ fn many_findings_are_shared_own_node_first_and_the_coordinator_keeps_them_all() 
 
 #[test]
 fn a_step_that_does_not_fit_the_process_is_refused() {
-    let round = |mine: Vec<Place>| Step::Round {
+    let round = |mine: Vec<Place>| ConductorStep::Round {
         index: 3,
         phase: Phase::Screen,
         groups: 4,
@@ -292,7 +292,7 @@ fn results_without_a_round_and_a_finished_conductor_are_errors() {
     );
     assert_eq!(c.decide(&[1.0]).unwrap_err(), LocalizeError::NoRoundPending);
     // Healthy with a floor: straight to the verdict, then nothing more to decide.
-    assert!(matches!(c.decide(&[]).unwrap()[0], Step::Done(_)));
+    assert!(matches!(c.decide(&[]).unwrap()[0], ConductorStep::Done(_)));
     assert_eq!(c.decide(&[]).unwrap_err(), LocalizeError::NoRoundPending);
 }
 
@@ -300,7 +300,7 @@ fn results_without_a_round_and_a_finished_conductor_are_errors() {
 #[test]
 fn a_follower_sends_only_the_groups_it_leads() {
     let steps = vec![
-        Step::Round {
+        ConductorStep::Round {
             index: 2,
             phase: Phase::Screen,
             groups: 6,
@@ -319,7 +319,7 @@ fn a_follower_sends_only_the_groups_it_leads() {
                 },
             ],
         },
-        Step::Done(Summary {
+        ConductorStep::Done(LocalizeSummary {
             plan: "adaptive".into(),
             nodes: 3,
             rails: 2,
@@ -390,11 +390,11 @@ fn a_slot_keeps_one_conductor_until_the_verdict() {
     loop {
         let steps = decide_in(&mut slot, &mut make, &results).unwrap();
         match &steps[0] {
-            Step::Done(s) => {
+            ConductorStep::Done(s) => {
                 assert_eq!(s.localization_rounds, rounds);
                 break;
             }
-            Step::Round { groups, .. } => {
+            ConductorStep::Round { groups, .. } => {
                 rounds += 1;
                 results = vec![40.0; *groups as usize];
                 assert!(slot.is_some());
@@ -411,7 +411,12 @@ fn a_slot_keeps_one_conductor_until_the_verdict() {
 /// process's summary (from its first rank's caller) and the steps each caller took; checks at
 /// every round that each caller's step is the coordinator's step for its process, cut to its
 /// rank, from a lone coordinator fed the same vectors.
-fn replicated(fabric: &Fabric, nodes: usize, gpus: usize, coordinator: u32) -> Vec<Summary> {
+fn replicated(
+    fabric: &Fabric,
+    nodes: usize,
+    gpus: usize,
+    coordinator: u32,
+) -> Vec<LocalizeSummary> {
     let (layout, process_of) = layout(nodes, gpus);
     let make = |keeps: u32| {
         let mut known = fabric.clone();
@@ -450,20 +455,20 @@ fn replicated(fabric: &Fabric, nodes: usize, gpus: usize, coordinator: u32) -> V
             let step = decide_here(&mut slots_of[rank], make(keeps), &sums, p, &[rank]).unwrap();
             step.check(&[rank], nranks).unwrap();
             match (&step, &want[p as usize]) {
-                (Step::Done(s), Step::Done(w)) => {
+                (ConductorStep::Done(s), ConductorStep::Done(w)) => {
                     assert_eq!(s, w, "rank {rank}");
                     if rank % gpus == 0 {
                         done.push(s.clone());
                     }
                 }
                 (
-                    Step::Round {
+                    ConductorStep::Round {
                         index,
                         groups,
                         mine,
                         ..
                     },
-                    Step::Round {
+                    ConductorStep::Round {
                         index: wi,
                         groups: wg,
                         mine: wm,

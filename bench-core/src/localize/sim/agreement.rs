@@ -13,7 +13,7 @@
 //! the replay's answer for those rows is that node by construction.
 
 use super::{run, Fabric, Fault};
-use crate::localize::{Config, Localizer, Verdict};
+use crate::localize::{LocalizeConfig, LocalizeVerdict, Localizer};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -235,18 +235,19 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
             TableFault::Down { .. } | TableFault::Absent { .. } => continue,
         });
     }
-    let verdict: Verdict =
-        match Localizer::new(row.nodes, 1, Config::default()).and_then(|l| run(l, &mut fabric)) {
-            Ok(v) => v,
-            Err(e) => {
-                return SimAnswer {
-                    verdict: "ERROR".into(),
-                    culprits: BTreeSet::new(),
-                    localization_rounds: None,
-                    detail: format!("the simulation failed: {e}"),
-                }
+    let verdict: LocalizeVerdict = match Localizer::new(row.nodes, 1, LocalizeConfig::default())
+        .and_then(|l| run(l, &mut fabric))
+    {
+        Ok(v) => v,
+        Err(e) => {
+            return SimAnswer {
+                verdict: "ERROR".into(),
+                culprits: BTreeSet::new(),
+                localization_rounds: None,
+                detail: format!("the simulation failed: {e}"),
             }
-        };
+        }
+    };
     SimAnswer {
         verdict: if verdict.pass() { "PASS" } else { "FAIL" }.into(),
         culprits: verdict

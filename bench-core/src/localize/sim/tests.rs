@@ -2,7 +2,7 @@
 //! against the simulated fabric.
 
 use super::*;
-use crate::localize::{Code, Config, Floors, Group, Phase, Plan, Round};
+use crate::localize::{Code, Group, LocalizeConfig, LocalizePlan, PairFloors, Phase, Round};
 use std::collections::{BTreeSet, HashSet};
 
 const NS: [usize; 6] = [2, 3, 8, 64, 1024, 4096];
@@ -107,15 +107,15 @@ fn expected(case: Case, n: usize) -> Named {
     }
 }
 
-/// Floors as a site would set them: the allocation-wide collective at 0.85 x healthy; pairs
+/// PairFloors as a site would set them: the allocation-wide collective at 0.85 x healthy; pairs
 /// and nodes judged by the relative rule only.
-fn config() -> Config {
-    Config {
-        floors: Floors {
+fn config() -> LocalizeConfig {
+    LocalizeConfig {
+        floors: PairFloors {
             allocation: Some(0.85 * 370.0),
-            ..Floors::default()
+            ..PairFloors::default()
         },
-        ..Config::default()
+        ..LocalizeConfig::default()
     }
 }
 
@@ -142,7 +142,7 @@ fn assert_disjoint(round: &Round, n: usize) {
     }
 }
 
-fn check(n: usize, cfg: Config, fabric: &mut Fabric) -> Verdict {
+fn check(n: usize, cfg: LocalizeConfig, fabric: &mut Fabric) -> LocalizeVerdict {
     let mut l = Localizer::new(n, G, cfg).unwrap();
     while let Some(round) = l.next_round() {
         assert_disjoint(&round, n);
@@ -152,7 +152,7 @@ fn check(n: usize, cfg: Config, fabric: &mut Fabric) -> Verdict {
     l.finish()
 }
 
-fn named(v: &Verdict) -> Named {
+fn named(v: &LocalizeVerdict) -> Named {
     v.findings
         .iter()
         .map(|f| (f.code, f.nodes.clone(), f.rail))
@@ -285,9 +285,9 @@ fn gpu_and_nvlink_faults_are_named_by_phase_a() {
 
 #[test]
 fn without_an_allocation_floor_screening_always_runs_and_still_passes_healthy() {
-    let cfg = Config {
-        floors: Floors::default(),
-        ..Config::default()
+    let cfg = LocalizeConfig {
+        floors: PairFloors::default(),
+        ..LocalizeConfig::default()
     };
     let v = check(64, cfg.clone(), &mut Fabric::healthy(64, G, 1));
     assert!(v.pass(), "{:#?}", v.findings);
@@ -315,8 +315,8 @@ fn a_link_off_the_ring_needs_the_full_matrix() {
     let mut fabric = Fabric::healthy(8, G, 9);
     fabric.inject(fault);
     assert!(check(8, config(), &mut fabric).pass());
-    let full = Config {
-        plan: Plan::FullMatrix,
+    let full = LocalizeConfig {
+        plan: LocalizePlan::FullMatrix,
         ..config()
     };
     let mut fabric = Fabric::healthy(8, G, 9);
@@ -349,13 +349,13 @@ fn too_many_suspects_end_unresolved_within_the_cap() {
     for node in (0..n).step_by(2) {
         fabric.inject(Fault::NodeNet { node, factor: 0.5 });
     }
-    let cfg = Config {
-        floors: Floors {
+    let cfg = LocalizeConfig {
+        floors: PairFloors {
             allocation: Some(300.0),
             pair: Some(40.0),
             local: None,
         },
-        ..Config::default()
+        ..LocalizeConfig::default()
     };
     let v = check(n, cfg, &mut fabric);
     assert!(v.localization_rounds <= crate::localize::round_cap(n));

@@ -1,7 +1,7 @@
 //! What the prolog learns from its environment and the driver, read once: the node, the job and
 //! its GPUs ([`Facts`]), and from those the GPUs one run checks ([`Selection`]).
 
-use crate::config::{Config, GpuPolicy};
+use crate::config::{GateConfig, GpuPolicy};
 use crate::decide::Mode;
 use crate::{gpus, shared};
 
@@ -83,7 +83,7 @@ pub struct Selection {
 /// The GPUs to check; `Ok(None)` = the job has none. `shared`: under `gpus = "all"` at a job's
 /// start or end, what Slurm says of other jobs' GPUs ([`shared::plan`]); those are left out.
 pub fn select(
-    cfg: &Config,
+    cfg: &GateConfig,
     facts: &Facts,
     mode: Mode,
     shared: Option<&shared::Plan>,
@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn the_job_gpus_select_those_indices_and_none_means_nothing_to_check() {
-        let cfg = Config::default();
+        let cfg = GateConfig::default();
         let mut f = Facts::read(Some("n1".into()));
         f.cuda_visible_devices = Some("3,1".into());
         let s = select(&cfg, &f, Mode::Prolog, None)
@@ -187,10 +187,10 @@ mod tests {
             let text = format!("Model: X\nGPU UUID: GPU-{k}\nBus Location: 0000:{k}a:00.0\n");
             std::fs::write(d.join("information"), text).expect("write");
         }
-        let cfg = Config {
+        let cfg = GateConfig {
             gpus: GpuPolicy::All,
             gpu_info_dir: dir.clone(),
-            ..Config::default()
+            ..GateConfig::default()
         };
         let f = Facts::read(Some("n1".into()));
         let plan = shared::Plan {
