@@ -372,7 +372,7 @@ pub fn explain_plan(
             .map_err(|_| LocalizeError::LocalizeConfig("the plan model did not serialize"));
     }
     let mut s = format!(
-        "LocalizePlan for {} nodes x {} GPUs ({} ranks), adaptive localization\n\n",
+        "Plan for {} nodes x {} GPUs ({} ranks), adaptive localization\n\n",
         m.nodes,
         m.gpus_per_node,
         m.nodes * m.gpus_per_node
@@ -545,9 +545,8 @@ mod tests {
         assert!((without.modeled_seconds - with.modeled_seconds).abs() < 1e-9);
         let text = explain_plan(64, 8, false, &defaults(64)).expect("explained");
         assert!(
-            text.contains(
-                "LocalizeConfig: built-in defaults, plan 'quick', GPU 'NVIDIA H100 80GB HBM3'"
-            ) && text.contains("healthy (B has no floor, so 2 screening rounds run)"),
+            text.contains("Config: built-in defaults, plan 'quick', GPU 'NVIDIA H100 80GB HBM3'")
+                && text.contains("healthy (B has no floor, so 2 screening rounds run)"),
             "{text}"
         );
     }
