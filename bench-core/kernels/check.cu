@@ -17,7 +17,7 @@ typedef unsigned char u8;
 #define GLOBAL extern "C" __attribute__((global))
 #define DEVICE static __attribute__((device)) inline
 
-// Keep these numbers equal to bench-core/src/datatype.rs (DataType::code, RedOp::code).
+// Keep these numbers equal to bench-core/src/measure/datatype.rs (DataType::code, RedOp::code).
 enum { T_I8 = 0, T_U8 = 1, T_I32 = 2, T_U32 = 3, T_I64 = 4, T_U64 = 5, T_F16 = 6, T_F32 = 7, T_F64 = 8, T_BF16 = 9 };
 enum { OP_SUM = 0, OP_PROD = 1, OP_MAX = 2, OP_MIN = 3 };
 

@@ -5,28 +5,28 @@
 //! types, collective definitions, report types), so the SPANK plugin can share them without ever
 //! linking CUDA or NCCL code into srun or slurmstepd.
 
-pub mod analysis;
-pub mod collectives;
+// The stages of one check, in the order it runs them (ARCHITECTURE.md), each with its
+// one input and output; beside them the flow that calls them (`orchestrate`), the
+// record they fill (`report`) and the worker's side of the contract (`contract`).
+// 1. argv and environment -> Options
+pub mod settings;
+// 2. the TOML file over the built-in defaults -> WorkerConfig
 pub mod config;
-pub mod contract;
-pub mod datatype;
-pub mod evidence;
+// 3. Options -> Team (rendezvous, control plane, Topology)
+pub mod meet;
+// 4. Options, Team, floors -> rows of results
+pub mod measure;
+// 5. the node -> NodeFacts, Sku, TransportSummary
 pub mod facts;
-pub mod floors;
+// 6. report and config -> Verdict and reasons
 pub mod judge;
+// 7. node-level rounds -> findings (whom to blame)
 pub mod localize;
-pub mod pairs;
-pub mod progress;
-pub mod rendezvous;
+// 8. report -> table, progress line, plot
+pub mod render;
+
+pub mod contract;
 pub mod report;
-pub mod running_thread;
-pub mod size;
-pub mod sku;
-pub mod slurm_layout;
-pub mod team;
-pub mod thresholds;
-pub mod topology;
-pub mod transport;
 
 // Moved to the contract crate (the plugin and the prolog use them without bench-core); the
 // old paths stay so bench-core's modules are unchanged.
@@ -36,20 +36,4 @@ pub use nccl_check_contract::{hostlist, slurm_config, slurm_rendezvous, supervis
 pub use nccl_check_contract::test_support;
 
 #[cfg(feature = "gpu")]
-pub mod cuda;
-#[cfg(feature = "gpu")]
-pub mod loop_probe;
-#[cfg(feature = "gpu")]
-pub mod nccl;
-#[cfg(feature = "gpu")]
-pub mod nccl_env;
-#[cfg(feature = "gpu")]
-pub mod node_ready;
-#[cfg(feature = "gpu")]
-pub mod options;
-#[cfg(feature = "gpu")]
 pub mod orchestrate;
-#[cfg(feature = "gpu")]
-pub mod plot;
-#[cfg(feature = "gpu")]
-pub mod runner;

@@ -2,12 +2,12 @@
 //! check (`orchestrate`), judge it, then print the verdict, write the report and exit with the
 //! verdict's code. The one place that turns errors into messages and exit codes.
 
-use bench_core::nccl_env;
-use bench_core::options::{self, Command, Options, ParseExit};
+use bench_core::measure::nccl_env;
+use bench_core::measure::runner::Status;
 use bench_core::orchestrate::{self, Ran};
-use bench_core::progress;
+use bench_core::render::progress;
 use bench_core::report::json::{Reason, ReasonCode, Report};
-use bench_core::runner::Status;
+use bench_core::settings::options::{self, Command, Options, ParseExit};
 use bench_core::verdict::{ExitCode, Verdict};
 use nccl_check_contract::line;
 use std::io::Write;
@@ -114,7 +114,7 @@ fn usage_error(msg: &str) -> ! {
 /// process reports ERROR and exits shortly after `--timeout`.
 fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut report: Report) {
     // Running before NCCL's dlopen can take the loader's lock (running_thread.rs says why).
-    let _ = bench_core::running_thread::spawn("watchdog", move |ready| {
+    let _ = bench_core::measure::running_thread::spawn("watchdog", move |ready| {
         ready.running();
         // The loops poll the same deadline and normally report first; this fires only if they cannot.
         std::thread::sleep(

@@ -5,16 +5,16 @@
 //! Errors come back as [`RunError`]; printing and the exit code are the binary's.
 
 use crate::config::network::NetworkProfile;
-use crate::cuda;
-use crate::judge::{self, Judging};
-use crate::nccl::{Nccl, UniqueId};
-use crate::options::Options;
-use crate::rendezvous::{self, Member};
+use crate::facts::transport::TransportSummary;
+use crate::judge::overall::{self, Judging};
+use crate::measure::cuda;
+use crate::measure::nccl::{Nccl, UniqueId};
+use crate::measure::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
+use crate::meet::rendezvous::{self, Member};
+use crate::meet::team::Team;
+use crate::meet::topology::Topology;
 use crate::report::json::{GpuEntry, NcclInfo, Report, Settings};
-use crate::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
-use crate::team::Team;
-use crate::topology::Topology;
-use crate::transport::TransportSummary;
+use crate::settings::options::Options;
 use crate::verdict::ExitCode;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -123,13 +123,13 @@ pub fn run(
 /// the report, with what the off-CPU watch saw meanwhile.
 fn wait_for_gpus(
     handles: Vec<JoinHandle<GpuOutcome>>,
-    team: &crate::team::Team,
+    team: &crate::meet::team::Team,
     rank: u32,
     report: &mut Report,
 ) -> Result<(), RunError> {
     // Whether this process could run while it measured (a starved worker starves NCCL's
     // proxy threads: `runner::off_cpu`).
-    let off_cpu = crate::runner::off_cpu::Watch::start();
+    let off_cpu = crate::measure::runner::off_cpu::Watch::start();
     let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
         Ok(handles) => gather(handles, report),
         // A GPU thread still inside NCCL after the watch named a lost process: the thread may
@@ -145,7 +145,7 @@ fn wait_for_gpus(
     if let Some(lost) = team.lost() {
         return Err(RunError::from_team(
             rank,
-            crate::team::TeamError::Plane(lost),
+            crate::meet::team::TeamError::Plane(lost),
         ));
     }
     gathered
@@ -206,7 +206,7 @@ fn explain(
         }
         (Some((model, count)), ..) => {
             // Offline: the SKU by its whole name, the interconnect its form factor implies.
-            let interconnect = match crate::sku::by_name(model) {
+            let interconnect = match crate::facts::sku::by_name(model) {
                 Some(s) => Interconnect::assumed(s.form, s.nvlink.map_or(0, |l| l.links), *count),
                 None => Interconnect::unknown(
                     "the name is no whole name of the SKU table, so its form factor is unknown",
@@ -216,13 +216,13 @@ fn explain(
         }
         _ => (String::new(), 0, None, Interconnect::unknown("no GPU")),
     };
-    let identity = crate::sku::Identity::resolve(device_id, &name);
-    let gpu = crate::thresholds::Gpu {
+    let identity = crate::facts::sku::Identity::resolve(device_id, &name);
+    let gpu = crate::judge::thresholds::Gpu {
         name: &name,
         sku: identity.sku(),
         interconnect: interconnect.class,
     };
-    let rules = crate::thresholds::explain(
+    let rules = crate::judge::thresholds::explain(
         &opts.config.thresholds,
         &gpu,
         &identity.to_string(),
@@ -230,7 +230,12 @@ fn explain(
         count,
         1,
     );
-    let node = gather_facts::explain_node(opts, device_id, &name, &crate::nccl_env::hostname());
+    let node = gather_facts::explain_node(
+        opts,
+        device_id,
+        &name,
+        &crate::measure::nccl_env::hostname(),
+    );
     format!(
         "{rules}{node}Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}\n",
         opts.config.outliers.fraction,
@@ -248,10 +253,10 @@ fn model(
     devices: &[usize],
     nvml: &crate::facts::gpu_health::HealthFacts,
     report: &mut Report,
-) -> Arc<crate::thresholds::GpuModel> {
+) -> Arc<crate::judge::thresholds::GpuModel> {
     let (name, id, interconnect) = read_gpus(devices, nvml);
-    let identity = crate::sku::Identity::resolve(id, &name);
-    let model = crate::thresholds::GpuModel {
+    let identity = crate::facts::sku::Identity::resolve(id, &name);
+    let model = crate::judge::thresholds::GpuModel {
         name,
         sku: identity.sku(),
         interconnect: interconnect.class,
@@ -308,7 +313,7 @@ fn meet(
     deadline: Instant,
     senders: &[Sender<Start>],
     report: &mut Report,
-    gpu: Arc<crate::thresholds::GpuModel>,
+    gpu: Arc<crate::judge::thresholds::GpuModel>,
 ) -> Result<Arc<Team>, RunError> {
     let t = Instant::now();
     let me = Member {
@@ -379,7 +384,7 @@ pub fn rendezvous_setup<'a>(
         coordinator: opts.coordinator,
         auth,
         deadline: rendezvous_deadline(deadline, opts.timeout),
-        expected: crate::slurm_layout::expected(&|k| std::env::var(k).ok(), opts.world),
+        expected: crate::meet::slurm_layout::expected(&|k| std::env::var(k).ok(), opts.world),
     }
 }
 
@@ -469,7 +474,7 @@ pub fn verdict(
     profile: Option<&NetworkProfile>,
     log: Option<&TransportSummary>,
 ) -> ExitCode {
-    let expect = crate::nccl_env::path_expectation(opts, profile);
+    let expect = crate::measure::nccl_env::path_expectation(opts, profile);
     let nodes = Topology::new(&report.processes).node_count();
     if let Some(f) = report.facts.as_mut() {
         let lines = log.map(|l| l.net_using.as_slice());
@@ -481,22 +486,22 @@ pub fn verdict(
         min_busbw: opts.min_busbw,
         expect: &expect,
     };
-    let code = judge::judge(report, &judging, log, &cuda::can_access_peer);
+    let code = overall::judge(report, &judging, log, &cuda::can_access_peer);
     if let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) {
-        let floors = judge::floors(report, &judging);
+        let floors = overall::floors(report, &judging);
         let plot_floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
         let headline = format!("{}: {}", report.verdict, report.summary);
-        let input = crate::plot::PlotInput {
+        let input = crate::render::plot::PlotInput {
             rows: &report.results,
             pairs: &report.pairs,
-            gpu_name: judge::gpu_name(report),
-            sku: judge::identity(report).sku().map(|s| s.key),
+            gpu_name: overall::gpu_name(report),
+            sku: overall::identity(report).sku().map(|s| s.key),
             gpus: report.nranks,
             headline: &headline,
             floor: &plot_floor,
             outlier_fraction: opts.config.outliers.fraction,
         };
-        match crate::plot::draw(path, &input) {
+        match crate::render::plot::draw(path, &input) {
             Ok(()) => eprintln!("nccl-check: plot written to {}", path.display()),
             Err(e) => eprintln!("nccl-check: WARNING no plot: {e}"),
         }

@@ -1,6 +1,6 @@
 //! The worker's command line as callers build it: [`WorkerArgs`], typed, turned into argv by
 //! [`WorkerArgs::to_args`] and nowhere else. A test runs generated command lines through
-//! the worker's own parser (`bench_core::options::parse`, in bench-core's `contract/round_trip.rs`)
+//! the worker's own parser (`bench_core::settings::options::parse`, in bench-core's `contract/round_trip.rs`)
 //! and checks that every field comes back.
 //!
 //! Plans are passed through by name ([`PlanName`]): the caller checks the syntax, the worker

@@ -25,13 +25,13 @@ use bench_core::localize::conduct::{
 use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
 use bench_core::localize::{LocalizeConfig, Localizer, PairFloors, Phase};
-use bench_core::options::{self, ParseExit};
-use bench_core::rendezvous::plane::Liveness;
-use bench_core::rendezvous::{self, Member};
+use bench_core::measure::runner::RunError;
+use bench_core::meet::rendezvous::plane::Liveness;
+use bench_core::meet::rendezvous::{self, Member};
+use bench_core::meet::team::Team;
+use bench_core::meet::topology::Topology;
 use bench_core::report::json::Report;
-use bench_core::runner::RunError;
-use bench_core::team::Team;
-use bench_core::topology::Topology;
+use bench_core::settings::options::{self, ParseExit};
 use bench_core::verdict::{ExitCode, Verdict};
 use nccl_check_contract::line;
 use std::io::Write;
@@ -56,7 +56,7 @@ fn main() {
     let host = ["NCCL_HOSTID", "SLURMD_NODENAME"]
         .iter()
         .find_map(|k| std::env::var(k).ok().filter(|h| !h.is_empty()))
-        .unwrap_or_else(bench_core::nccl_env::hostname);
+        .unwrap_or_else(bench_core::measure::nccl_env::hostname);
     let mut report = Report::new(host.clone(), started);
     report.process_rank = opts.rank;
     report.world = opts.world;
@@ -138,7 +138,7 @@ fn run(
     team.watch(Liveness::for_budget(opts.timeout))
         .map_err(|e| RunError::Runtime(format!("cannot start the control plane's watch: {e}")))?;
     let lost = |e: RunError| match team.lost() {
-        Some(l) => RunError::from_team(opts.rank, bench_core::team::TeamError::Plane(l)),
+        Some(l) => RunError::from_team(opts.rank, bench_core::meet::team::TeamError::Plane(l)),
         None => e,
     };
     hold(env_usize("NCCL_CHECK_SIM_HOLD_MS", 0)?, &team, deadline).map_err(lost)?;

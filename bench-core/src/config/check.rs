@@ -27,9 +27,9 @@ pub fn run(path: Option<&Path>, root: &Path) -> Checked {
     };
     let mut lines = effective(&cfg);
     // Whether this node can run a check: GPUs listed, NCCL loadable (none: cannot tell).
-    let ready = crate::node_ready::check(
+    let ready = crate::facts::node_ready::check(
         root,
-        crate::node_ready::nccl_lib(cfg.nccl_lib.clone()).as_deref(),
+        crate::facts::node_ready::nccl_lib(cfg.nccl_lib.clone()).as_deref(),
     );
     lines.extend(ready.lines);
     Checked {

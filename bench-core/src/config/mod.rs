@@ -1,3 +1,8 @@
+//! Stage 2, config: the worker's TOML file over the built-in defaults in, one
+//! [`worker::WorkerConfig`] out (with the site's network profiles and expected GPUs). Decides which
+//! threshold rules, plans, profiles and GPU counts apply to this job (`selector`: by partition and
+//! node); every bad key is an error with file, line and key.
+//!
 //! Configuration files: the shared loader (`file`, the contract crate's), which jobs an entry
 //! applies to (`selector`), the worker's own config (thresholds, outlier rule, plans), and
 //! `--check-config`'s report on it (`check`).

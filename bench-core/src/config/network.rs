@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::file::{invalid, ConfigError};
+use crate::facts::transport::NetExpect;
 use crate::hostlist::Pattern;
-use crate::transport::NetExpect;
 
 /// One `[[network]]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -5,8 +5,8 @@
 
 use super::file::{self, ConfigError};
 pub use super::node_count::NodeCount;
-use crate::collectives::{self, Collective};
-use crate::size::parse_size;
+use crate::measure::collectives::{self, Collective};
+use crate::measure::size::parse_size;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -312,7 +312,7 @@ fn threshold(
     let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
         .map_err(|e| bad(field(e.key), e.message))?;
     if interconnect == Some(crate::facts::interconnect::Class::Bridged)
-        && crate::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
+        && crate::judge::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
     {
         // The pair rule would hold every pair of a bridged node, and the pairs between
         // bridge groups run over PCIe: a false FAIL for each of them.
@@ -515,7 +515,7 @@ fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
         None => None,
         Some("") => return Err(("gpu", "empty GPU name".into())),
         Some(g) => {
-            if let Some(whole) = crate::sku::partial_name(g) {
+            if let Some(whole) = crate::facts::sku::partial_name(g) {
                 return Err((
                     "gpu",
                     format!(
@@ -532,13 +532,13 @@ fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
     let sku = match t.sku.as_deref() {
         None => None,
         Some(k) => Some(
-            crate::sku::by_key(k)
+            crate::facts::sku::by_key(k)
                 .ok_or_else(|| {
                     (
                         "sku",
                         format!(
                             "unknown SKU '{k}': one of {} (`nccl-check --list-skus`)",
-                            crate::sku::SKUS
+                            crate::facts::sku::SKUS
                                 .iter()
                                 .map(|s| format!("\"{}\"", s.key))
                                 .collect::<Vec<_>>()

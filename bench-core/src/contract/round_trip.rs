@@ -1,9 +1,9 @@
 //! The contract's worker arguments ([`WorkerArgs`]) through the worker's real parser: every
-//! field a caller sets comes back from `crate::options::parse` (a test only; the contract crate
+//! field a caller sets comes back from `crate::settings::options::parse` (a test only; the contract crate
 //! cannot see the parser).
 
 use super::{PlanName, WorkerArgs};
-use crate::options::{parse, Options, ParseExit};
+use crate::settings::options::{parse, Options, ParseExit};
 
 fn parse_args(args: &WorkerArgs) -> Options {
     let mut argv = vec!["nccl-check".to_string()];

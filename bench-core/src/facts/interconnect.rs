@@ -32,8 +32,8 @@ pub enum Class {
 
 impl Class {
     /// The class a form factor implies when the node cannot be read (offline explanations).
-    pub fn of_form(form: crate::sku::FormFactor) -> Class {
-        use crate::sku::FormFactor;
+    pub fn of_form(form: crate::facts::sku::FormFactor) -> Class {
+        use crate::facts::sku::FormFactor;
         match form {
             FormFactor::Sxm | FormFactor::Superchip => Class::Nvswitch,
             FormFactor::PcieBridged => Class::Bridged,
@@ -105,7 +105,7 @@ impl Interconnect {
     }
 
     /// What `--explain-thresholds --gpu-model` assumes of `gpus` GPUs of a known form factor.
-    pub fn assumed(form: crate::sku::FormFactor, links: u32, gpus: u32) -> Interconnect {
+    pub fn assumed(form: crate::facts::sku::FormFactor, links: u32, gpus: u32) -> Interconnect {
         let class = Class::of_form(form);
         Interconnect {
             class,

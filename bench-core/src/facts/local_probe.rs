@@ -25,7 +25,7 @@ pub const FLOOR_FRACTION: f64 = 0.30;
 /// The datasheet memory bandwidth of a GPU and its source, from the SKU table (by PCI device
 /// ID, else the whole driver name); None for a part the table does not know or gives no figure.
 pub fn hbm_gbs(device_id: Option<u16>, gpu_name: &str) -> Option<(f64, &'static str)> {
-    let sku = crate::sku::Identity::resolve(device_id, gpu_name).sku()?;
+    let sku = crate::facts::sku::Identity::resolve(device_id, gpu_name).sku()?;
     sku.memory_gbs.map(|gbs| (gbs, sku.source))
 }
 
@@ -125,7 +125,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
         if others.is_empty() {
             continue;
         }
-        let median = crate::analysis::median(&others);
+        let median = crate::judge::analysis::median(&others);
         if rate < fraction * median {
             out.push(
                 Finding::new(

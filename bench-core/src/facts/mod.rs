@@ -1,3 +1,8 @@
+//! Stage 5, facts: the node in (the driver's GPUs, NVML, PCI device IDs, sysfs NICs, NCCL's own
+//! INFO log), typed facts out ([`node::NodeFacts`], [`sku::Sku`], [`transport::TransportSummary`]).
+//! Readers: they classify what they read into stable codes and leave the verdict to `judge`
+//! (`local_probe` still judges the probe against its floor: issue 27).
+//!
 //! Facts: what the node itself says about its hardware, read in milliseconds before or beside
 //! the bandwidth measurement, so a verdict can name the part (a GPU the driver no longer lists,
 //! a NIC port that is down or trained at a lower rate, a GPU with a dead NVLink, a degraded PCIe
@@ -24,8 +29,12 @@ pub mod inventory;
 pub mod local_probe;
 pub mod net;
 pub mod node;
+#[cfg(feature = "gpu")]
+pub mod node_ready;
 #[cfg(feature = "nvml")]
 pub mod nvml;
+pub mod sku;
+pub mod transport;
 /// Bounded reads of small files, shared with the prolog (the contract crate).
 pub use nccl_check_contract::read;
 

@@ -45,7 +45,7 @@ pub struct NodeFacts {
     pub findings: Vec<Finding>,
     /// How long this process could not run while it measured (`runner::off_cpu`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub off_cpu: Option<crate::runner::off_cpu::OffCpu>,
+    pub off_cpu: Option<crate::measure::runner::off_cpu::OffCpu>,
 }
 
 /// Where the facts are read from (`/` and the real environment on a node; fixtures in tests).
@@ -194,9 +194,9 @@ pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
 impl NodeFacts {
     /// What the off-CPU watch saw while this process measured, and `worker_starved` naming
     /// `node` when it lost half of it (`runner::off_cpu::finding`).
-    pub fn set_off_cpu(&mut self, node: &str, seen: crate::runner::off_cpu::OffCpu) {
+    pub fn set_off_cpu(&mut self, node: &str, seen: crate::measure::runner::off_cpu::OffCpu) {
         self.findings
-            .extend(crate::runner::off_cpu::finding(node, &seen));
+            .extend(crate::measure::runner::off_cpu::finding(node, &seen));
         self.off_cpu = Some(seen);
     }
 
@@ -462,7 +462,7 @@ mod tests {
         let log = "gpu1:10:11 [0] NCCL INFO NET/Socket : Using [0]eth1:10.0.0.1<0>\n\
                    gpu1:10:12 [1] NCCL INFO NET/Socket : Using [0]eth1:10.0.0.1<0>\n\
                    gpu1:10:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n";
-        let parsed = crate::transport::parse_log(log);
+        let parsed = crate::facts::transport::parse_log(log);
         assert_eq!(
             parsed.net_using,
             vec!["NET/Socket : Using [0]eth1:10.0.0.1<0>"]

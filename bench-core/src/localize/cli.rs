@@ -67,7 +67,7 @@ fn count(what: &str, v: &str) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::options::{parse, ParseExit};
+    use crate::settings::options::{parse, ParseExit};
 
     /// What the worker's command line does with `args`: the printed text, or the usage error.
     fn run(args: &[&str]) -> Result<String, String> {

@@ -3,7 +3,7 @@
 //! (`conduct.rs`), the GPU runner and the GPU-less scale test.
 
 use super::Group;
-use crate::topology::Topology;
+use crate::meet::topology::Topology;
 
 /// The nodes of a check and their ranks, in the order the localizer numbers them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +81,7 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rendezvous::Member;
+    use crate::meet::rendezvous::Member;
 
     fn topology(nodes: usize, gpus: u32) -> Topology {
         let members: Vec<Member> = (0..nodes)

@@ -1,3 +1,8 @@
+//! Stage 7, localize: the measurements of node-level rounds in, findings out (the node, node pair
+//! or NIC rail to blame), in O(log N) rounds that every process decides alike from the same summed
+//! results (`conduct`). The `--explain-plan` model (`plan`, `site`, `cli`) stays beside the
+//! schedule it replays.
+//!
 //! Localization that scales: which node, node pair or NIC rail makes an allocation slow, named in
 //! a number of node-level rounds that does not grow with the number of nodes. Pure: no GPU, no
 //! sockets; a runner (or the fabric simulation) measures the rounds this module hands out.
@@ -9,7 +14,7 @@
 //! - **Phase B** (N >= 2): one collective over the whole allocation. It is a single number, so only
 //!   an absolute floor can judge it; when it is at or above its floor the check ends: a healthy
 //!   allocation costs zero localization rounds. The floor is a threshold rule for the check's node
-//!   count (`min_nodes = 2` covers every allocation size: `crate::floors::PairFloors::localization`).
+//!   count (`min_nodes = 2` covers every allocation size: `crate::judge::floors::PairFloors::localization`).
 //!   Without a floor B cannot be judged and screening always runs (two rounds on a healthy
 //!   allocation).
 //! - **Screening** (B slow): the edges of the ring B's collective runs over (node i with node i+1)

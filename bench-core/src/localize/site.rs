@@ -6,8 +6,8 @@
 
 use crate::config::worker::{Step, WorkerConfig};
 use crate::facts::interconnect::Class;
-use crate::floors::Floors;
-use crate::thresholds::Gpu;
+use crate::judge::floors::Floors;
+use crate::judge::thresholds::Gpu;
 use serde::Serialize;
 
 /// One collective size that runs over every rank of the allocation before the pairs.

@@ -7,8 +7,8 @@
 use crate::facts::gpu_health::{self, HealthFacts};
 use crate::facts::local_probe;
 use crate::facts::node::{self, NodeFacts, Sources};
-use crate::options::Options;
 use crate::report::json::Report;
+use crate::settings::options::Options;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 

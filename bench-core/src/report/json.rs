@@ -43,7 +43,7 @@ pub struct Phases {
 pub struct TransportInfo {
     /// Where the log came from, or why there is none (`NCCL_DEBUG` set by the user).
     pub source: String,
-    pub paths: Vec<crate::transport::PathReport>,
+    pub paths: Vec<crate::facts::transport::PathReport>,
     /// `Using network ...`
     pub network: Option<String>,
     pub collnet_used: bool,
@@ -148,7 +148,7 @@ pub struct Report {
     pub settings: Option<Settings>,
     /// This process's GPUs, then (from the rendezvous) which host holds which ranks.
     pub gpus: Vec<GpuEntry>,
-    pub processes: Vec<crate::rendezvous::Member>,
+    pub processes: Vec<crate::meet::rendezvous::Member>,
     pub results: Vec<Row>,
     /// The pair matrix: GPU pairs of each node and node pairs (see `PairRow`).
     pub pairs: Vec<super::PairRow>,

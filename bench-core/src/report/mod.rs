@@ -4,7 +4,6 @@ pub mod gpu;
 pub mod json;
 pub mod read;
 pub use nccl_check_contract::report::reason;
-pub mod table;
 
 pub use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};

@@ -1,8 +1,8 @@
 use super::*;
 use crate::localize::sim::{self, Fabric, Fault};
 use crate::localize::{Code, LocalizeConfig, PairFloors};
-use crate::rendezvous::Member;
-use crate::topology::Topology;
+use crate::meet::rendezvous::Member;
+use crate::meet::topology::Topology;
 
 /// `nodes` processes of `gpus` GPUs each (one process per node, as under `srun --nccl-check`).
 fn layout(nodes: usize, gpus: usize) -> (Layout, Vec<u32>) {

@@ -1,0 +1,737 @@
+//! From measurements to reasons: thresholds, the outlier rule, and localization (which GPU, link
+//! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
+
+use crate::report::json::{Reason, ReasonCode};
+use crate::report::{Culprit, PairKind, PairRow, Row};
+use std::collections::BTreeMap;
+
+/// The threshold that applies to (collective, GPUs in the measurement, bytes), if any.
+pub type Floor<'a> = &'a dyn Fn(&str, u32, u64) -> Option<f64>;
+
+/// Median of `v` (mean of the middle two for an even count); 0 for none.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return 0.0;
+    }
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Which pairs are slow: below their threshold, or below `fraction` x the median of their peers
+/// (GPU pairs: the other pairs of the same node; node pairs: all node pairs). Used both to decide
+/// a retest and to judge.
+pub fn slow_pairs(pairs: &[PairRow], fraction: f64, floor: Floor) -> Vec<(usize, SlowWhy)> {
+    let mut out = Vec::new();
+    let mut groups: BTreeMap<(PairKind, &str), Vec<usize>> = BTreeMap::new();
+    for (i, p) in pairs.iter().enumerate() {
+        let node = if p.kind == PairKind::Gpu {
+            p.node.as_str()
+        } else {
+            ""
+        };
+        groups.entry((p.kind, node)).or_default().push(i);
+    }
+    for idx in groups.values() {
+        let med = median(&idx.iter().map(|&i| pairs[i].busbw).collect::<Vec<_>>());
+        for &i in idx {
+            let p = &pairs[i];
+            if let Some(min) = floor("sendrecv", 2, p.bytes).filter(|_| p.kind == PairKind::Gpu) {
+                if p.busbw < min {
+                    out.push((i, SlowWhy::Threshold(min)));
+                    continue;
+                }
+            }
+            if idx.len() >= 2 && p.busbw < fraction * med {
+                out.push((i, SlowWhy::Outlier(med)));
+            }
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SlowWhy {
+    Threshold(f64),
+    Outlier(f64),
+}
+
+/// Every reason for FAIL in these results. `gpus` and `nodes` describe the whole check.
+pub fn fail_reasons(
+    rows: &[Row],
+    pairs: &[PairRow],
+    gpus: u32,
+    nodes: u32,
+    fraction: f64,
+    floor: Floor,
+) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    let multi = nodes > 1;
+    // 1. Wrong data is always FAIL.
+    for r in rows {
+        for (name, p) in [("out-of-place", &r.out_of_place), ("in-place", &r.in_place)] {
+            if let Some(w) = p.wrong.filter(|&w| w > 0) {
+                reasons.push(Reason {
+                    code: ReasonCode::WrongData,
+                    message: format!(
+                        "{} {} {name}: {w} wrong elements (data corrupted in transfer)",
+                        r.collective,
+                        crate::measure::size::human(r.size)
+                    ),
+                    subject: None,
+                    measured: Some(w as f64),
+                    limit: Some(0.0),
+                });
+            }
+        }
+    }
+    // 2. Localization first, so a slow collective can say who is responsible.
+    let local = localize(pairs, fraction, floor, multi);
+    let culprits: Vec<String> = local.subjects().collect();
+    // 3. Collectives against their thresholds.
+    for r in rows {
+        let Some(min) = floor(&r.collective, gpus, r.size) else {
+            continue;
+        };
+        let worst = r.out_of_place.busbw.min(r.in_place.busbw);
+        if worst < min {
+            let blame = if culprits.is_empty() {
+                String::new()
+            } else {
+                format!("; responsible: {}", culprits.join(", "))
+            };
+            let retest = r
+                .out_of_place
+                .first_busbw
+                .map(|f| format!(" (first try {f:.1})"))
+                .unwrap_or_default();
+            reasons.push(Reason {
+                code: ReasonCode::BusbwBelowThreshold,
+                message: format!(
+                    "{} {} busbw {worst:.1}{retest} < {min:.1} GB/s ({:.0}% of the floor){blame}",
+                    r.collective,
+                    crate::measure::size::human(r.size),
+                    100.0 * worst / min
+                ),
+                // The culprits are named in the sentence; the subject of a collective is the
+                // whole check.
+                subject: None,
+                measured: Some(worst),
+                limit: Some(min),
+            });
+        }
+    }
+    // The first reason becomes the summary: data first, then the slow collective, then the
+    // culprit with the widest scope: a node, a node whose GPU pairs are all slow, a GPU, a link.
+    let rank = |r: &Reason| match (r.code, r.subject.is_some()) {
+        (ReasonCode::WrongData, _) => 0,
+        (ReasonCode::BusbwBelowThreshold, false) => 1,
+        (ReasonCode::NodeOutlier, _) => 2,
+        (ReasonCode::GpuOutlier, _) => 4,
+        _ => 5,
+    };
+    let mut ranked: Vec<(u8, Reason)> = reasons.into_iter().map(|r| (rank(&r), r)).collect();
+    ranked.extend(local.whole_nodes.into_iter().map(|r| (3, r)));
+    ranked.extend(local.culprits.into_iter().map(|r| (rank(&r), r)));
+    ranked.sort_by_key(|(k, _)| *k);
+    ranked.into_iter().map(|(_, r)| r).collect()
+}
+
+/// What the pair matrix blames: nodes whose GPU pairs are all slow (one reason per node), then
+/// nodes, GPUs and links.
+struct Localized {
+    whole_nodes: Vec<Reason>,
+    culprits: Vec<Reason>,
+}
+
+impl Localized {
+    fn subjects(&self) -> impl Iterator<Item = String> + '_ {
+        self.whole_nodes
+            .iter()
+            .chain(&self.culprits)
+            .filter_map(|r| r.subject.clone())
+    }
+}
+
+/// Reasons naming links, GPUs and nodes from the pair matrix.
+fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Localized {
+    let slow = slow_pairs(pairs, fraction, floor);
+    let (whole, whole_nodes) = whole_node_reasons(pairs, &slow, multi);
+    let slow: Vec<(usize, SlowWhy)> = slow
+        .into_iter()
+        .filter(|&(i, _)| !(pairs[i].kind == PairKind::Gpu && whole_nodes.contains(&pairs[i].node)))
+        .collect();
+    let mut reasons = Vec::new();
+    let bad_gpus = bad_gpus(pairs, &slow);
+    reasons.extend(gpu_reasons(pairs, &bad_gpus, fraction, multi));
+    let bad_nodes = bad_nodes(pairs, &slow);
+    reasons.extend(node_pair_culprit_reasons(pairs, &bad_nodes, fraction));
+    reasons.extend(link_reasons(
+        pairs, &slow, &bad_gpus, &bad_nodes, fraction, multi,
+    ));
+    // Nodes: each node's median GPU-pair busbw against the median over nodes.
+    if multi {
+        reasons.extend(node_median_reasons(pairs, fraction));
+    }
+    Localized {
+        whole_nodes: whole,
+        culprits: reasons,
+    }
+}
+
+/// The sentence and limit for one slow pair, so a link reason says which rule it broke.
+fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> (String, f64) {
+    let first = p
+        .first_busbw
+        .map(|f| format!(" (first try {f:.1})"))
+        .unwrap_or_default();
+    match why {
+        SlowWhy::Threshold(min) => (
+            format!(
+                "{} sendrecv {} busbw {:.1}{first} < {min:.1} GB/s",
+                p.subject(multi),
+                crate::measure::size::human(p.bytes),
+                p.busbw
+            ),
+            min,
+        ),
+        SlowWhy::Outlier(med) => {
+            (
+                format!(
+                "{} sendrecv {} busbw {:.1}{first} GB/s < {fraction:.2} x {} median {med:.1} GB/s",
+                p.subject(multi),
+                crate::measure::size::human(p.bytes),
+                p.busbw,
+                if p.kind == PairKind::Gpu { "node" } else { "node-pair" }
+            ),
+                fraction * med,
+            )
+        }
+    }
+}
+
+/// Nodes whose every GPU pair is slow, with one reason each, so such a node is not reported
+/// once per GPU. Returns the reasons and the names of those nodes.
+fn whole_node_reasons(
+    pairs: &[PairRow],
+    slow: &[(usize, SlowWhy)],
+    multi: bool,
+) -> (Vec<Reason>, Vec<String>) {
+    // Every GPU pair of a node slow (NVLink down or unused, e.g. NCCL_P2P_DISABLE): one reason
+    // for the node, not one per GPU.
+    let mut whole = Vec::new();
+    let mut whole_nodes: Vec<String> = Vec::new();
+    let mut count: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
+        count.entry(p.node.as_str()).or_default().0 += 1;
+    }
+    for &(i, _) in slow {
+        if pairs[i].kind == PairKind::Gpu {
+            count.entry(pairs[i].node.as_str()).or_default().1 += 1;
+        }
+    }
+    for (node, &(total, n_slow)) in &count {
+        if total < 3 || n_slow < total {
+            continue;
+        }
+        let bws: Vec<f64> = pairs
+            .iter()
+            .filter(|p| p.kind == PairKind::Gpu && p.node == *node)
+            .map(|p| p.busbw)
+            .collect();
+        let lo = bws.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = bws.iter().copied().fold(0.0, f64::max);
+        let limit = slow
+            .iter()
+            .find_map(|&(i, w)| match w {
+                SlowWhy::Threshold(m) if pairs[i].node == *node => Some(m),
+                _ => None,
+            })
+            .unwrap_or(0.0);
+        let subject = if multi {
+            Culprit::Node(node.to_string())
+        } else {
+            Culprit::Other("all GPU pairs".into())
+        };
+        whole.push(Reason {
+            code: ReasonCode::BusbwBelowThreshold,
+            message: format!(
+                "{}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)",
+                if multi { format!("node {node}: ") } else { String::new() }
+            ),
+            subject: Some(subject.to_string()),
+            measured: Some(hi),
+            limit: Some(limit),
+        });
+        whole_nodes.push(node.to_string());
+    }
+    (whole, whole_nodes)
+}
+
+/// (node, GPU) whose every GPU link is slow: the GPU is to blame rather than each of its links.
+fn bad_gpus(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<(String, String)> {
+    // A GPU whose every link is slow (and that has at least two) is the culprit, not its links.
+    let mut per_gpu: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
+        for g in [&p.a, &p.b] {
+            per_gpu.entry((p.node.clone(), g.clone())).or_default().0 += 1;
+        }
+    }
+    for &(i, _) in slow {
+        let p = &pairs[i];
+        if p.kind == PairKind::Gpu {
+            for g in [&p.a, &p.b] {
+                if let Some(e) = per_gpu.get_mut(&(p.node.clone(), g.clone())) {
+                    e.1 += 1;
+                }
+            }
+        }
+    }
+    per_gpu
+        .iter()
+        .filter(|(_, &(total, slow))| total >= 2 && slow == total)
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// One reason per blamed GPU, comparing its links with the other GPU pairs of its node.
+fn gpu_reasons(
+    pairs: &[PairRow],
+    bad_gpus: &[(String, String)],
+    fraction: f64,
+    multi: bool,
+) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    // With 3+ GPUs two bad GPUs share a link; a GPU is named only if some of its peers are fine.
+    for (node, gpu) in bad_gpus {
+        let links: Vec<&PairRow> = pairs
+            .iter()
+            .filter(|p| p.kind == PairKind::Gpu && &p.node == node && (&p.a == gpu || &p.b == gpu))
+            .collect();
+        let mean = links.iter().map(|p| p.busbw).sum::<f64>() / links.len() as f64;
+        let node_med = median(
+            &pairs
+                .iter()
+                .filter(|p| p.kind == PairKind::Gpu && &p.node == node)
+                .map(|p| p.busbw)
+                .collect::<Vec<_>>(),
+        );
+        let subject = match crate::report::gpu_index(gpu) {
+            Some(index) => Culprit::Gpu {
+                node: multi.then(|| node.clone()),
+                gpu: index,
+            },
+            None if multi => Culprit::Other(format!("{node} {gpu}")),
+            None => Culprit::Other(gpu.clone()),
+        }
+        .to_string();
+        reasons.push(Reason {
+            code: ReasonCode::GpuOutlier,
+            message: format!(
+                "{subject}: every link slow, mean sendrecv busbw {mean:.1} GB/s vs node median {node_med:.1} GB/s ({:.0}%)",
+                100.0 * mean / node_med.max(1e-9)
+            ),
+            subject: Some(subject),
+            measured: Some(mean),
+            limit: Some(fraction * node_med),
+        });
+    }
+    reasons
+}
+
+/// Nodes whose every node pair is slow: the node is to blame rather than each of its pairs.
+fn bad_nodes(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<String> {
+    // A node whose every node pair is slow (and that has at least two) is the culprit.
+    let mut per_node_pair: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for p in pairs.iter().filter(|p| p.kind == PairKind::Node) {
+        for n in [&p.a, &p.b] {
+            per_node_pair.entry(n.as_str()).or_default().0 += 1;
+        }
+    }
+    for &(i, _) in slow {
+        if pairs[i].kind == PairKind::Node {
+            for n in [&pairs[i].a, &pairs[i].b] {
+                if let Some(e) = per_node_pair.get_mut(n.as_str()) {
+                    e.1 += 1;
+                }
+            }
+        }
+    }
+    per_node_pair
+        .iter()
+        .filter(|(_, &(total, slow))| total >= 2 && slow == total)
+        .map(|(n, _)| n.to_string())
+        .collect()
+}
+
+/// One reason per blamed node, comparing its node pairs with the median of all node pairs.
+fn node_pair_culprit_reasons(
+    pairs: &[PairRow],
+    bad_nodes: &[String],
+    fraction: f64,
+) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    for node in bad_nodes {
+        let bws: Vec<f64> = pairs
+            .iter()
+            .filter(|p| p.kind == PairKind::Node && (&p.a == node || &p.b == node))
+            .map(|p| p.busbw)
+            .collect();
+        let mean = bws.iter().sum::<f64>() / bws.len() as f64;
+        let med = median(
+            &pairs
+                .iter()
+                .filter(|p| p.kind == PairKind::Node)
+                .map(|p| p.busbw)
+                .collect::<Vec<_>>(),
+        );
+        reasons.push(Reason {
+            code: ReasonCode::NodeOutlier,
+            message: format!(
+                "node {node}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({:.0}%)",
+                100.0 * mean / med.max(1e-9)
+            ),
+            subject: Some(Culprit::Node(node.clone()).to_string()),
+            measured: Some(mean),
+            limit: Some(fraction * med),
+        });
+    }
+    reasons
+}
+
+/// One reason per slow link that no blamed GPU or node already explains.
+fn link_reasons(
+    pairs: &[PairRow],
+    slow: &[(usize, SlowWhy)],
+    bad_gpus: &[(String, String)],
+    bad_nodes: &[String],
+    fraction: f64,
+    multi: bool,
+) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    for &(i, why) in slow {
+        let p = &pairs[i];
+        if p.kind == PairKind::Node && bad_nodes.iter().any(|n| n == &p.a || n == &p.b) {
+            continue;
+        }
+        let blamed_gpu = p.kind == PairKind::Gpu
+            && bad_gpus
+                .iter()
+                .any(|(n, g)| n == &p.node && (g == &p.a || g == &p.b));
+        if blamed_gpu {
+            continue;
+        }
+        let (message, limit) = slow_pair_sentence(p, why, fraction, multi);
+        reasons.push(Reason {
+            code: match (p.kind, why) {
+                (PairKind::Gpu, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
+                (PairKind::Gpu, SlowWhy::Outlier(_)) => ReasonCode::LinkOutlier,
+                (PairKind::Node, _) => ReasonCode::NodePairOutlier,
+            },
+            message,
+            subject: Some(p.subject(multi)),
+            measured: Some(p.busbw),
+            limit: Some(limit),
+        });
+    }
+    reasons
+}
+
+/// Nodes whose median GPU-pair busbw is below `fraction` x that of the other nodes: a node slow
+/// as a whole, even where no single pair stands out within it.
+fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    let mut per_node: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
+        per_node.entry(p.node.as_str()).or_default().push(p.busbw);
+    }
+    let meds: Vec<(&str, f64)> = per_node.iter().map(|(n, v)| (*n, median(v))).collect();
+    let best = meds.iter().map(|m| m.1).fold(0.0, f64::max);
+    let all = median(&meds.iter().map(|m| m.1).collect::<Vec<_>>());
+    // With two nodes the median is their mean: compare with the better one instead.
+    let reference = if meds.len() == 2 { best } else { all };
+    for (node, m) in &meds {
+        if meds.len() >= 2 && *m < fraction * reference {
+            reasons.push(Reason {
+                code: ReasonCode::NodeOutlier,
+                message: format!(
+                    "node {node}: GPU-pair sendrecv busbw median {m:.1} GB/s < {fraction:.2} x {reference:.1} GB/s of the other nodes"
+                ),
+                subject: Some(Culprit::Node(node.to_string()).to_string()),
+                measured: Some(*m),
+                limit: Some(fraction * reference),
+            });
+        }
+    }
+    reasons
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Placement;
+
+    fn gpu_pair(node: &str, a: u32, b: u32, busbw: f64) -> PairRow {
+        PairRow {
+            expected: None,
+            kind: PairKind::Gpu,
+            node: node.into(),
+            a: format!("GPU{a}"),
+            b: format!("GPU{b}"),
+            ranks: (a, b),
+            bytes: 256 << 20,
+            time_us: 0.0,
+            busbw,
+            first_busbw: None,
+        }
+    }
+
+    fn matrix(node: &str, bw: impl Fn(u32, u32) -> f64) -> Vec<PairRow> {
+        let mut v = Vec::new();
+        for a in 0..4 {
+            for b in a + 1..4 {
+                v.push(gpu_pair(node, a, b, bw(a, b)));
+            }
+        }
+        v
+    }
+
+    fn row(coll: &'static str, busbw: f64) -> Row {
+        let p = Placement {
+            time_us: 1.0,
+            algbw: 1.0,
+            busbw,
+            wrong: Some(0),
+            first_busbw: None,
+        };
+        Row {
+            expected: None,
+            collective: coll.into(),
+            size: 256 << 20,
+            count: 1,
+            dtype: "float".into(),
+            redop: "sum".into(),
+            root: -1,
+            out_of_place: p,
+            in_place: p,
+        }
+    }
+
+    const NO_FLOOR: Floor = &|_, _, _| None;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn a_healthy_node_has_no_reasons() {
+        let pairs = matrix("n1", |a, b| 300.0 + (a * 3 + b) as f64);
+        let floor: Floor = &|c, g, _| match (c, g) {
+            ("all_reduce", 4) => Some(290.0),
+            ("sendrecv", 2) => Some(255.0),
+            _ => None,
+        };
+        assert!(fail_reasons(&[row("all_reduce", 338.0)], &pairs, 4, 1, 0.85, floor).is_empty());
+    }
+
+    #[test]
+    fn one_slow_link_is_named_without_any_threshold() {
+        let pairs = matrix("n1", |a, b| if (a, b) == (2, 3) { 41.2 } else { 302.1 });
+        let r = fail_reasons(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].code, ReasonCode::LinkOutlier);
+        assert_eq!(r[0].subject.as_deref(), Some("GPU2<->GPU3"));
+        assert!(
+            r[0].message.starts_with(
+                "GPU2<->GPU3 sendrecv 256 MiB busbw 41.2 GB/s < 0.85 x node median 302.1 GB/s"
+            ),
+            "{}",
+            r[0].message
+        );
+    }
+
+    #[test]
+    fn a_gpu_with_every_link_slow_is_named_instead_of_its_links() {
+        let pairs = matrix("n1", |a, b| if a == 1 || b == 1 { 150.0 } else { 300.0 });
+        let r = fail_reasons(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].code, r[0].subject.as_deref()),
+            (ReasonCode::GpuOutlier, Some("GPU1"))
+        );
+    }
+
+    #[test]
+    fn a_slow_collective_names_the_responsible_link() {
+        let pairs = matrix("n1", |a, b| if (a, b) == (0, 3) { 100.0 } else { 300.0 });
+        let floor: Floor = &|c, _, _| (c == "all_reduce").then_some(290.0);
+        let r = fail_reasons(&[row("all_reduce", 120.0)], &pairs, 4, 1, 0.85, floor);
+        assert_eq!(r[0].code, ReasonCode::BusbwBelowThreshold);
+        assert!(
+            r[0].message.contains("responsible: GPU0<->GPU3"),
+            "{}",
+            r[0].message
+        );
+        assert_eq!(r[1].code, ReasonCode::LinkOutlier);
+    }
+
+    #[test]
+    fn all_links_uniformly_slow_fail_on_thresholds_only() {
+        // NCCL_P2P_DISABLE=1: every pair equally slow, no outlier; the floors catch it.
+        let pairs = matrix("n1", |_, _| 20.0);
+        let floor: Floor = &|c, g, _| match (c, g) {
+            ("all_reduce", 4) => Some(290.0),
+            ("sendrecv", 2) => Some(255.0),
+            _ => None,
+        };
+        let r = fail_reasons(&[row("all_reduce", 24.7)], &pairs, 4, 1, 0.85, floor);
+        assert!(
+            r.iter().any(|x| x.code == ReasonCode::BusbwBelowThreshold
+                && x.message
+                    .starts_with("all_reduce 256 MiB busbw 24.7 < 290.0 GB/s (9% of the floor)")),
+            "{r:?}"
+        );
+        assert!(
+            r.iter().any(|x| x.code == ReasonCode::GpuOutlier)
+                || r.iter()
+                    .filter(|x| x.code == ReasonCode::BusbwBelowThreshold)
+                    .count()
+                    > 1,
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn the_slow_node_of_two_is_named() {
+        let mut pairs = vec![
+            gpu_pair("nodeA", 0, 1, 301.0),
+            gpu_pair("nodeB", 2, 3, 24.0),
+        ];
+        pairs[1].a = "GPU0".into();
+        pairs[1].b = "GPU1".into();
+        let r = fail_reasons(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].code, r[0].subject.as_deref()),
+            (ReasonCode::NodeOutlier, Some("nodeB"))
+        );
+    }
+
+    #[test]
+    fn the_node_in_every_slow_node_pair_is_named() {
+        let node_pair = |a: &str, b: &str, busbw: f64| PairRow {
+            expected: None,
+            kind: PairKind::Node,
+            node: String::new(),
+            a: a.into(),
+            b: b.into(),
+            ranks: (0, 1),
+            bytes: 256 << 20,
+            time_us: 0.0,
+            busbw,
+            first_busbw: None,
+        };
+        // Measured on 4 emulated 1-GPU nodes over sockets with n3's GPU busy (2026-11-21).
+        let pairs = vec![
+            node_pair("n1", "n2", 2.15),
+            node_pair("n3", "n4", 1.34),
+            node_pair("n1", "n4", 2.40),
+            node_pair("n2", "n3", 1.47),
+            node_pair("n1", "n3", 1.43),
+            node_pair("n2", "n4", 2.15),
+        ];
+        let r = fail_reasons(&[], &pairs, 4, 4, 0.85, NO_FLOOR);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].code, r[0].subject.as_deref()),
+            (ReasonCode::NodeOutlier, Some("n3"))
+        );
+    }
+
+    #[test]
+    fn wrong_data_is_a_failure() {
+        let mut r = row("all_gather", 300.0);
+        r.in_place.wrong = Some(7);
+        let reasons = fail_reasons(&[r], &[], 4, 1, 0.85, NO_FLOOR);
+        assert_eq!(reasons[0].code, ReasonCode::WrongData);
+    }
+
+    #[test]
+    fn the_widest_culprit_comes_first_whatever_order_it_was_found_in() {
+        // Three nodes; every GPU pair of n3 is below its floor: n3 is a node outlier (found
+        // last) and a node whose pairs are all slow (found first). The node comes first.
+        let mut pairs = matrix("n1", |_, _| 300.0);
+        pairs.extend(matrix("n2", |_, _| 305.0));
+        pairs.extend(matrix("n3", |_, _| 20.0));
+        let floor: Floor = &|c, g, _| (c == "sendrecv" && g == 2).then_some(255.0);
+        let r = fail_reasons(&[], &pairs, 12, 3, 0.85, floor);
+        let codes: Vec<(ReasonCode, Option<&str>)> =
+            r.iter().map(|x| (x.code, x.subject.as_deref())).collect();
+        assert_eq!(
+            codes,
+            [
+                (ReasonCode::NodeOutlier, Some("n3")),
+                (ReasonCode::BusbwBelowThreshold, Some("n3")),
+            ]
+        );
+        assert!(
+            r[1].message.starts_with("node n3: all 6 GPU pairs slow"),
+            "{}",
+            r[1].message
+        );
+    }
+
+    /// What the outlier rule blames reaches the callers typed: the subject it writes reads back
+    /// as the contract's culprit of the same kind (GPU, GPU pair, node), with the node named
+    /// when the check spans several.
+    #[test]
+    fn every_culprit_is_written_as_its_typed_kind() {
+        let culprit = |r: &Reason| r.culprit().expect("names something");
+        let one = fail_reasons(
+            &[],
+            &matrix("n1", |a, b| if (a, b) == (2, 3) { 41.2 } else { 302.1 }),
+            4,
+            1,
+            0.85,
+            NO_FLOOR,
+        );
+        assert_eq!(
+            culprit(&one[0]),
+            Culprit::GpuPair {
+                node: None,
+                a: 2,
+                b: 3,
+                directed: false
+            }
+        );
+        let mut pairs = matrix("n1", |_, _| 300.0);
+        pairs.extend(matrix(
+            "n2",
+            |a, b| if a == 1 || b == 1 { 150.0 } else { 300.0 },
+        ));
+        let multi = fail_reasons(&[], &pairs, 8, 2, 0.85, NO_FLOOR);
+        assert!(
+            multi.iter().any(|r| culprit(r)
+                == Culprit::Gpu {
+                    node: Some("n2".into()),
+                    gpu: 1
+                }),
+            "{multi:?}"
+        );
+        let mut pairs = vec![
+            gpu_pair("nodeA", 0, 1, 301.0),
+            gpu_pair("nodeB", 0, 1, 24.0),
+        ];
+        pairs[1].ranks = (2, 3);
+        let node = fail_reasons(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
+        assert_eq!(culprit(&node[0]), Culprit::Node("nodeB".into()));
+    }
+}

@@ -1,0 +1,216 @@
+//! The node's facts in the verdict (issue 18): their faults as FAIL reasons (`gpu_missing`,
+//! NVML's codes, NIC state, the local probe), the fact that explains a slow bandwidth cited in
+//! its reason, the node-pair bandwidth held against the NICs' rate, and host interference told
+//! apart from a slow GPU or link. Pure: a function of the report, like `judge`, which calls it.
+//!
+//! Host interference policy: a retested row that is below its floor by the host's clock (the
+//! number reported, as nccl-tests reports it) but at or above it by the GPU's clock (`GpuSide`)
+//! was slowed by its host (CPU load, a descheduled launching thread, a late peer), not by its
+//! GPUs or links. It is a WARN (`host_interference` in `warnings`): never FAIL, never drains,
+//! and the verdict stays what the rest of the check says.
+
+use crate::facts::gpu_health::{self, HealthFacts};
+use crate::facts::local_probe::{self, Probed};
+use crate::facts::Finding;
+use crate::report::json::{GpuEntry, GpuSide, Reason, ReasonCode, Report};
+use crate::report::{PairKind, Row};
+
+/// What a fact is about, for citing it in a bandwidth reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The GPU at this position among the process's GPUs (rank order): `GPU{k}` in pair names.
+    Gpu(usize),
+    /// The node's NICs.
+    Net,
+    /// The node as a whole (inventory).
+    Node,
+}
+
+/// The process's GPUs in rank order (their position is the `GPUk` of the pair matrix).
+fn in_rank_order(report: &Report) -> Vec<&GpuEntry> {
+    let mut g: Vec<&GpuEntry> = report.gpus.iter().collect();
+    g.sort_by_key(|e| e.rank);
+    g
+}
+
+/// Every fault the facts show, with what it is about.
+pub fn node_findings(report: &Report, fraction: f64) -> Vec<(Scope, Finding)> {
+    let mut out = Vec::new();
+    let gpus = in_rank_order(report);
+    if let Some(f) = &report.facts {
+        out.extend(f.findings.iter().cloned().map(|x| (Scope::Node, x)));
+    }
+    let health: Vec<_> = gpus.iter().filter_map(|g| g.health.clone()).collect();
+    if !health.is_empty() {
+        let facts = HealthFacts::Available {
+            driver_version: String::new(),
+            gpus: health,
+        };
+        for f in gpu_health::classify(&facts, gpu_health::Context::default()) {
+            let slot = gpus.iter().position(|g| {
+                g.health
+                    .as_ref()
+                    .is_some_and(|h| f.subject == format!("GPU {} ({})", h.index, h.bus_id))
+            });
+            out.push((slot.map_or(Scope::Node, Scope::Gpu), f));
+        }
+    }
+    let probed: Vec<(usize, Probed)> = gpus
+        .iter()
+        .enumerate()
+        .filter_map(|(k, g)| {
+            g.local_probe.as_ref().map(|p| {
+                (
+                    k,
+                    Probed {
+                        subject: format!("GPU{k}"),
+                        gpu_name: &g.info.name,
+                        device_id: g
+                            .info
+                            .pci_device_id
+                            .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id)),
+                        probe: p,
+                        others: g.health.as_ref().map_or(&[], |h| h.processes.as_slice()),
+                    },
+                )
+            })
+        })
+        .collect();
+    let only: Vec<Probed> = probed.iter().map(|(_, p)| p.clone()).collect();
+    for f in local_probe::slow_probes(&only, fraction) {
+        let slot = probed
+            .iter()
+            .find(|(_, p)| p.subject == f.subject)
+            .map(|(k, _)| *k);
+        out.push((slot.map_or(Scope::Node, Scope::Gpu), f));
+    }
+    if let Some(net) = report.facts.as_ref().and_then(|f| f.net.as_ref()) {
+        out.extend(net.findings.iter().cloned().map(|x| (Scope::Net, x)));
+    }
+    out
+}
+
+/// A finding as a FAIL reason; the subject is `GPUk` for a GPU of this process.
+pub fn reason(scope: Scope, f: &Finding) -> Reason {
+    Reason {
+        code: ReasonCode::of_finding(f.code).unwrap_or(ReasonCode::Unknown),
+        message: f.message.clone(),
+        subject: Some(match scope {
+            Scope::Gpu(k) => crate::report::gpu_label(k as u32),
+            _ => f.subject.clone(),
+        }),
+        measured: f.measured,
+        limit: f.limit,
+    }
+}
+
+/// The scopes a bandwidth reason's subject names: `GPU2<->GPU3`, `n1 GPU0<->GPU1`, `GPU1`,
+/// `node1<->node2`; none (the whole check) when it names nothing.
+fn scopes_of(subject: Option<&str>) -> Option<Vec<Scope>> {
+    let s = subject?;
+    let gpus: Vec<Scope> = s
+        .split(|c: char| c.is_whitespace() || c == '<' || c == '-' || c == '>')
+        .filter_map(|w| w.strip_prefix("GPU")?.parse().ok().map(Scope::Gpu))
+        .collect();
+    Some(if gpus.is_empty() {
+        vec![Scope::Net]
+    } else {
+        gpus
+    })
+}
+
+/// Appends to each slow-bandwidth reason the facts that explain it: those of the GPUs it names,
+/// the NICs for a node or node pair, every fact for the whole check (at most three).
+pub fn cite(reasons: &mut [Reason], facts: &[(Scope, Finding)]) {
+    for r in reasons
+        .iter_mut()
+        .filter(|r| r.code.is_bandwidth() && r.code != ReasonCode::LocalProbeSlow)
+    {
+        let scopes = scopes_of(r.subject.as_deref());
+        let why: Vec<&str> = facts
+            .iter()
+            .filter(|(s, f)| {
+                f.code != "local_probe_slow" && scopes.as_ref().is_none_or(|want| want.contains(s))
+            })
+            .map(|(_, f)| f.message.as_str())
+            .take(3)
+            .collect();
+        if !why.is_empty() {
+            r.message = format!("{} (explained by: {})", r.message, why.join("; "));
+        }
+    }
+}
+
+/// Rows slowed by their host (see the module comment): their warnings, and the rows'
+/// (collective, size) so the threshold rule leaves them alone.
+pub fn host_interference(
+    rows: &[Row],
+    gpu_side: &[GpuSide],
+    floor: &dyn Fn(&str, u64) -> Option<f64>,
+) -> (Vec<Reason>, Vec<(crate::report::Name, u64)>) {
+    let mut warnings = Vec::new();
+    let mut spared = Vec::new();
+    for r in rows {
+        let Some(min) = floor(&r.collective, r.size) else {
+            continue;
+        };
+        let Some(g) = gpu_side
+            .iter()
+            .find(|g| g.collective == r.collective && g.size == r.size)
+        else {
+            continue;
+        };
+        let host = r.out_of_place.busbw.min(r.in_place.busbw);
+        let gpu = g.out_of_place_busbw.min(g.in_place_busbw);
+        if host < min && gpu >= min {
+            warnings.push(Reason {
+                code: ReasonCode::HostInterference,
+                message: format!(
+                    "{} {} busbw {host:.1} < {min:.1} GB/s by the host's clock but {gpu:.1} by \
+                     the GPUs': the host delayed the loop (CPU load or a late process), not the \
+                     GPUs or links",
+                    r.collective,
+                    crate::measure::size::human(r.size)
+                ),
+                subject: None,
+                measured: Some(host),
+                limit: Some(min),
+            });
+            spared.push((r.collective.clone(), r.size));
+        }
+    }
+    (warnings, spared)
+}
+
+/// Node pairs below the share of the NICs' line rate NCCL's RDMA ports can carry
+/// (`facts::net`); nothing over sockets or on one node.
+pub fn node_pair_floor(report: &Report) -> Vec<Reason> {
+    let Some(net) = report.facts.as_ref().and_then(|f| f.net.as_ref()) else {
+        return Vec::new();
+    };
+    let Some(min) = net.expected_pair_gbs else {
+        return Vec::new();
+    };
+    report
+        .pairs
+        .iter()
+        .filter(|p| p.kind == PairKind::Node && p.busbw < min)
+        .map(|p| {
+            let subject = p.subject(true);
+            Reason {
+                code: ReasonCode::BusbwBelowThreshold,
+                message: format!(
+                    "node pair {subject}: sendrecv {:.1} GB/s < {min:.1} GB/s expected of the \
+                     NICs NCCL used ({})",
+                    p.busbw, net.note
+                ),
+                subject: Some(subject),
+                measured: Some(p.busbw),
+                limit: Some(min),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,354 @@
+use super::*;
+use crate::facts::gpu_health::{GpuHealth, NvLinks};
+use crate::facts::local_probe::LocalProbe;
+use crate::facts::net::{Kind, NetFacts, Port};
+use crate::facts::node::NodeFacts;
+use crate::facts::transport::Expectation;
+use crate::judge::floors::tests::rule;
+use crate::judge::overall::{judge, Judging};
+use crate::meet::rendezvous::Member;
+use crate::report::gpu::GpuInfo;
+use crate::report::{PairRow, Placement};
+use crate::verdict::{ExitCode, Verdict};
+
+const MIB256: u64 = 256 << 20;
+
+fn health(index: u32, active: u32) -> GpuHealth {
+    GpuHealth {
+        pci_device_id: None,
+        links: vec![],
+        processes: vec![],
+        index,
+        bus_id: format!("00000000:{:02X}:00.0", 0x18 + index),
+        name: "NVIDIA H200".into(),
+        nvlink: Some(NvLinks {
+            present: 18,
+            active,
+        }),
+        pcie: None,
+        ecc_uncorrected_volatile: Some(0),
+        row_remap: None,
+        throttle: None,
+        clocks: None,
+        errors: vec![],
+    }
+}
+
+fn row(collective: &'static str, busbw: f64) -> Row {
+    let p = Placement {
+        time_us: 1.0,
+        algbw: busbw,
+        busbw,
+        wrong: Some(0),
+        first_busbw: None,
+    };
+    Row {
+        expected: None,
+        collective: collective.into(),
+        size: MIB256,
+        count: MIB256 / 4,
+        dtype: "float".into(),
+        redop: "sum".into(),
+        root: -1,
+        out_of_place: p,
+        in_place: p,
+    }
+}
+
+/// One node of `n` H200s with healthy facts and probes; GPU pairs at `pair` GB/s.
+fn report(n: u32, pair: f64) -> Report {
+    let mut r = Report::new("n1".into(), 0.0);
+    r.nranks = n;
+    r.processes = vec![Member {
+        proc_rank: 0,
+        host: "n1".into(),
+        pid: 1,
+        ngpus: n,
+        first_rank: 0,
+    }];
+    r.gpus = (0..n)
+        .map(|i| {
+            let mut g = GpuEntry::new(
+                i,
+                "n1".into(),
+                GpuInfo {
+                    device: i as usize,
+                    name: "NVIDIA H200".into(),
+                    pci_bus_id: format!("0000:{:02x}:00.0", 0x18 + i),
+                    ..GpuInfo::default()
+                },
+            );
+            g.health = Some(health(i, 18));
+            g.local_probe = Some(LocalProbe::new(i as usize, 1 << 28, 100, 12.5));
+            g
+        })
+        .collect();
+    for a in 0..n {
+        for b in a + 1..n {
+            r.pairs.push(PairRow {
+                expected: None,
+                kind: PairKind::Gpu,
+                node: "n1".into(),
+                a: format!("GPU{a}"),
+                b: format!("GPU{b}"),
+                ranks: (a, b),
+                bytes: MIB256,
+                time_us: 1.0,
+                busbw: pair,
+                first_busbw: None,
+            });
+        }
+    }
+    r
+}
+
+fn run(r: &mut Report) -> ExitCode {
+    let rules = vec![
+        rule("all_reduce", 4, 1, 290.0),
+        rule("sendrecv", 2, 1, 255.0),
+    ];
+    let expect = Expectation::default();
+    let judging = Judging {
+        thresholds: &rules,
+        outlier_fraction: 0.85,
+        min_busbw: None,
+        expect: &expect,
+    };
+    judge(r, &judging, None, &|_, _| true)
+}
+
+fn codes(r: &Report) -> Vec<(String, Option<String>)> {
+    r.reasons
+        .iter()
+        .map(|x| (x.code.to_string(), x.subject.clone()))
+        .collect()
+}
+
+#[test]
+fn a_healthy_node_with_facts_passes() {
+    let mut r = report(4, 300.0);
+    r.results = vec![row("all_reduce", 300.0)];
+    assert_eq!(run(&mut r), ExitCode::Pass, "{:?}", r.reasons);
+    assert!(r.warnings.is_empty());
+}
+
+#[test]
+fn a_dead_nvlink_fails_first_and_explains_the_slow_link() {
+    let mut r = report(4, 300.0);
+    r.gpus[1].health = Some(health(1, 14));
+    // GPU1's pairs are slow.
+    for p in r
+        .pairs
+        .iter_mut()
+        .filter(|p| p.a == "GPU1" || p.b == "GPU1")
+    {
+        p.busbw = 150.0;
+    }
+    r.results = vec![row("all_reduce", 300.0)];
+    assert_eq!(run(&mut r), ExitCode::Fail);
+    let c = codes(&r);
+    assert_eq!(c[0], ("nvlink_down".into(), Some("GPU1".into())), "{c:?}");
+    assert!(
+        r.summary.contains("14 of 18 NVLinks active"),
+        "{}",
+        r.summary
+    );
+    // The bandwidth reason about GPU1 cites the fact; none about other GPUs is cited.
+    let slow: Vec<&Reason> = r.reasons.iter().filter(|x| x.code.is_bandwidth()).collect();
+    assert!(!slow.is_empty(), "{:?}", r.reasons);
+    for s in slow {
+        assert!(
+            s.message
+                .contains("(explained by: GPU 1 (00000000:19:00.0): 14 of 18 NVLinks"),
+            "{}",
+            s.message
+        );
+    }
+}
+
+#[test]
+fn a_gpu_with_shared_memory_is_named_by_its_probe_on_two_gpus() {
+    let mut r = report(2, 300.0);
+    // GPU1's copy rate halved (another process streams through its memory).
+    r.gpus[1].local_probe = Some(LocalProbe::new(1, 1 << 28, 100, 25.0));
+    r.results = vec![row("sendrecv", 300.0)];
+    assert_eq!(run(&mut r), ExitCode::Fail);
+    assert_eq!(
+        codes(&r),
+        vec![("local_probe_slow".into(), Some("GPU1".into()))]
+    );
+    assert!(
+        r.summary
+            .starts_with("GPU1: device-local copy 1074 GB/s < 1440 GB/s"),
+        "{}",
+        r.summary
+    );
+}
+
+#[test]
+fn one_gpu_is_a_probe_not_a_collective_and_never_busbw_zero() {
+    let mut r = report(1, 0.0);
+    assert_eq!(run(&mut r), ExitCode::Pass);
+    assert_eq!(
+        r.summary,
+        "1 x NVIDIA H200 on 1 node(s): 1 GPU: no collective; local probe device copy GPU0 2147 GB/s (floor 1440)"
+    );
+    assert!(!r.summary.contains("busbw"));
+    r.gpus[0].local_probe = Some(LocalProbe::new(0, 1 << 28, 100, 40.0));
+    assert_eq!(run(&mut r), ExitCode::Fail);
+    assert_eq!(codes(&r)[0].0, "local_probe_slow");
+    // A probe that could not run says why (no fault: nothing was measured).
+    r.gpus[0].local_probe = None;
+    r.gpus[0].local_probe_error = Some("allocating 2 x 268435456 bytes: out of memory".into());
+    assert_eq!(run(&mut r), ExitCode::Pass);
+    assert!(
+        r.summary
+            .ends_with("local probe: not measured (allocating 2 x 268435456 bytes: out of memory)"),
+        "{}",
+        r.summary
+    );
+}
+
+#[test]
+fn a_missing_gpu_from_the_inventory_is_the_first_reason() {
+    let mut r = report(1, 0.0);
+    r.facts = Some(NodeFacts {
+        expected: None,
+        driver_gpus: vec![],
+        driver_error: None,
+        cuda_visible: Some(1),
+        nvml: String::new(),
+        nvml_ms: 0.0,
+        net: None,
+        net_note: String::new(),
+        off_cpu: None,
+        findings: vec![Finding::new(
+            "gpu_missing",
+            "GPUs",
+            "expected 2 GPUs, CUDA opens 1 with CUDA_VISIBLE_DEVICES=0",
+        )
+        .with_values(1.0, 2.0)],
+    });
+    assert_eq!(run(&mut r), ExitCode::Fail);
+    assert_eq!(r.verdict, Verdict::Fail);
+    assert_eq!(codes(&r), vec![("gpu_missing".into(), Some("GPUs".into()))]);
+    assert!(r.summary.starts_with("expected 2 GPUs, CUDA opens 1"));
+}
+
+#[test]
+fn slow_by_the_host_but_fast_by_the_gpus_is_a_warning_not_fail() {
+    let mut r = report(4, 300.0);
+    r.results = vec![row("all_reduce", 200.0)];
+    r.gpu_side = vec![GpuSide {
+        collective: "all_reduce",
+        size: MIB256,
+        out_of_place_busbw: 320.0,
+        in_place_busbw: 318.0,
+    }];
+    assert_eq!(run(&mut r), ExitCode::Pass, "{:?}", r.reasons);
+    assert_eq!(r.warnings.len(), 1);
+    assert_eq!(r.warnings[0].code, ReasonCode::HostInterference);
+    assert!(
+        r.summary.contains("WARNING host_interference"),
+        "{}",
+        r.summary
+    );
+    // Slow by the GPUs' clock too: the hardware is slow, FAIL stands.
+    r.gpu_side[0].in_place_busbw = 210.0;
+    assert_eq!(run(&mut r), ExitCode::Fail);
+    assert!(r.warnings.is_empty());
+    assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
+}
+
+fn net(expected: Option<f64>, findings: Vec<Finding>) -> NetFacts {
+    NetFacts {
+        ports: vec![Port {
+            nic: "mlx5_0:1".into(),
+            kind: Kind::InfiniBand,
+            up: findings.is_empty(),
+            state: "4: ACTIVE".into(),
+            phys_state: None,
+            rate_gbps: Some(400.0),
+            width: Some(4),
+            rate_text: None,
+        }],
+        unreadable: vec![],
+        expected_pair_gbs: expected,
+        note: "0.75 x 400 Gb/s of 1 RDMA port(s) up = 37.5 GB/s".into(),
+        findings,
+    }
+}
+
+#[test]
+fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
+    let mut r = report(1, 0.0);
+    r.pairs = vec![PairRow {
+        expected: None,
+        kind: PairKind::Node,
+        node: String::new(),
+        a: "n1".into(),
+        b: "n2".into(),
+        ranks: (0, 1),
+        bytes: MIB256,
+        time_us: 1.0,
+        busbw: 20.0,
+        first_busbw: None,
+    }];
+    let mut facts = NodeFacts {
+        expected: None,
+        driver_gpus: vec![],
+        driver_error: None,
+        cuda_visible: None,
+        nvml: String::new(),
+        nvml_ms: 0.0,
+        net: Some(net(Some(37.5), vec![])),
+        net_note: String::new(),
+        findings: vec![],
+        off_cpu: None,
+    };
+    r.facts = Some(facts.clone());
+    let slow = node_pair_floor(&r);
+    assert_eq!(slow.len(), 1);
+    assert_eq!(slow[0].subject.as_deref(), Some("n1<->n2"));
+    assert!(
+        slow[0].message.contains("20.0 GB/s < 37.5 GB/s"),
+        "{}",
+        slow[0].message
+    );
+    r.pairs[0].busbw = 40.0;
+    assert!(node_pair_floor(&r).is_empty());
+    // A port down: FAIL naming it, cited by the node pair's slow reason.
+    let down = Finding::new(
+        "net_port_down",
+        "mlx5_0:1",
+        "NIC mlx5_0:1 that NCCL uses is down",
+    );
+    facts.net = Some(net(Some(37.5), vec![down]));
+    r.facts = Some(facts);
+    let f = node_findings(&r, 0.85);
+    assert_eq!(f.len(), 1);
+    assert_eq!(reason(f[0].0, &f[0].1).code, ReasonCode::NetPortDown);
+    let mut rs = vec![Reason {
+        code: ReasonCode::NodePairOutlier,
+        message: "n1<->n2 slow".into(),
+        subject: Some("n1<->n2".into()),
+        measured: None,
+        limit: None,
+    }];
+    cite(&mut rs, &f);
+    assert_eq!(
+        rs[0].message,
+        "n1<->n2 slow (explained by: NIC mlx5_0:1 that NCCL uses is down)"
+    );
+}
+
+#[test]
+fn subjects_name_their_gpus() {
+    assert_eq!(
+        scopes_of(Some("n1 GPU0<->GPU12")),
+        Some(vec![Scope::Gpu(0), Scope::Gpu(12)])
+    );
+    assert_eq!(scopes_of(Some("GPU3")), Some(vec![Scope::Gpu(3)]));
+    assert_eq!(scopes_of(Some("node1<->node2")), Some(vec![Scope::Net]));
+    assert_eq!(scopes_of(None), None);
+}

@@ -1,0 +1,610 @@
+//! The verdict of a finished run, as plain functions of its report and the configuration:
+//! average busbw per collective, the reasons for FAIL (thresholds and outliers from
+//! `analysis`, transport fallbacks from `transport`, the node's facts and host interference from
+//! `evidence`), PASS or FAIL, and the summary line.
+//! CUDA's answer to "can these two GPUs reach each other directly" comes in as a function, so
+//! all of it runs without a GPU.
+
+use crate::config::worker::Threshold;
+use crate::facts::num;
+use crate::facts::transport::{Expectation, TransportSummary};
+use crate::judge::evidence;
+use crate::judge::floors::Floors;
+use crate::meet::topology::Topology;
+use crate::report::json::{Reason, Report};
+use crate::report::{Expected, PairKind, Row};
+use crate::verdict::ExitCode;
+use std::collections::BTreeMap;
+
+/// What the configuration says about judging.
+#[derive(Debug, Clone, Copy)]
+pub struct Judging<'a> {
+    pub thresholds: &'a [Threshold],
+    /// The outlier rule: below this fraction of the peers' median is FAIL.
+    pub outlier_fraction: f64,
+    /// `--min-busbw`.
+    pub min_busbw: Option<f64>,
+    /// What the paths must use.
+    pub expect: &'a Expectation,
+}
+
+/// Whether CUDA can map device `b`'s memory from device `a` (`cuda::can_access_peer`).
+pub type PeerAccess<'a> = &'a dyn Fn(usize, usize) -> bool;
+
+/// The GPU model thresholds are looked up by: this process's first GPU.
+pub fn gpu_name(report: &Report) -> &str {
+    report.gpus.first().map_or("", |g| g.info.name.as_str())
+}
+
+/// What this process's first GPU is: its SKU by PCI device ID (sysfs, else NVML's), else by
+/// its whole driver name.
+pub fn identity(report: &Report) -> crate::facts::sku::Identity {
+    let first = report.gpus.first();
+    let id = first.and_then(|g| {
+        g.info
+            .pci_device_id
+            .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id))
+    });
+    crate::facts::sku::Identity::resolve(id, gpu_name(report))
+}
+
+/// The model and interconnect the floors of this run are looked up by.
+pub fn gpu(report: &Report) -> crate::judge::thresholds::Gpu<'_> {
+    crate::judge::thresholds::Gpu {
+        name: gpu_name(report),
+        sku: identity(report).sku(),
+        interconnect: report
+            .interconnect
+            .as_ref()
+            .map_or(crate::facts::interconnect::Class::Unknown, |i| i.class),
+    }
+}
+
+/// The floors of this run (the same the runner's retest used, now knowing whether CollNet or
+/// NVLS carried the collectives).
+pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>) -> Floors<'a> {
+    Floors {
+        rules: judging.thresholds,
+        gpu: gpu(report),
+        nodes: Topology::new(&report.processes).node_count(),
+        gpus: report.nranks,
+        min_busbw: judging.min_busbw,
+        in_network_algorithms: report
+            .transports
+            .as_ref()
+            .is_some_and(|t| t.collnet_used || t.nvls_used),
+    }
+}
+
+/// Judges a finished run: fills `avg_busbw`, `reasons`, the verdict and the summary of
+/// `report`, and returns the exit code (PASS or FAIL). `log` is NCCL's parsed log, when it was
+/// recorded.
+pub fn judge(
+    report: &mut Report,
+    judging: &Judging,
+    log: Option<&TransportSummary>,
+    can_access_peer: PeerAccess,
+) -> ExitCode {
+    report.avg_busbw = avg_busbw(&report.results);
+    let topology = Topology::new(&report.processes);
+    let floors = floors(report, judging);
+    let all = report.nranks;
+    // Rows the host slowed (fast by the GPUs' clock) are warned about, not held to their floor.
+    let (warnings, spared) =
+        evidence::host_interference(&report.results, &report.gpu_side, &|c, b| {
+            floors.floor(c, all, b)
+        });
+    let spared =
+        |c: &str, n: u32, b: u64| n == all && spared.iter().any(|(sc, sb)| sc == c && *sb == b);
+    // The node's own facts first: they name the part.
+    let facts = evidence::node_findings(report, judging.outlier_fraction);
+    let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
+    let mut measured = crate::judge::analysis::fail_reasons(
+        &report.results,
+        &report.pairs,
+        report.nranks,
+        topology.node_count(),
+        judging.outlier_fraction,
+        &|c, n, b| {
+            if spared(c, n, b) {
+                None
+            } else {
+                floors.floor(c, n, b)
+            }
+        },
+    );
+    measured.extend(evidence::node_pair_floor(report));
+    evidence::cite(&mut measured, &facts);
+    reasons.extend(measured);
+    // The node-level localizer (multi-node checks) judged its own rounds; its reasons join.
+    reasons.extend(report.localization.iter().flat_map(|l| l.reasons.clone()));
+    if let Some(log) = log {
+        reasons.extend(transport_reasons(
+            report,
+            &topology,
+            judging.expect,
+            log,
+            can_access_peer,
+        ));
+    }
+    let code = if reasons.is_empty() {
+        ExitCode::Pass
+    } else {
+        ExitCode::Fail
+    };
+    let (rows, pairs) = expectations(report, &floors, judging.outlier_fraction);
+    for (r, e) in report.results.iter_mut().zip(rows) {
+        r.expected = e;
+    }
+    for (p, e) in report.pairs.iter_mut().zip(pairs) {
+        p.expected = e;
+    }
+    let mut summary = summary(report, topology.node_count(), &reasons);
+    for g in &report.shared_gpus {
+        let ranks: Vec<String> = g.iter().map(u32::to_string).collect();
+        summary += &format!(
+            "; ranks {} shared one GPU (--shared-gpus: emulated nodes, probes in turns)",
+            ranks.join(",")
+        );
+    }
+    if let Some(w) = warnings.first() {
+        summary = format!("{summary}; WARNING {}: {}", w.code, w.message);
+    }
+    report.reasons = reasons;
+    report.warnings = warnings;
+    report.set_outcome(code, summary);
+    code
+}
+
+/// What each result and each pair was held against (`Row::expected`, `PairRow::expected`):
+/// the floor that applied, else for a pair the outlier rule's share of its peers' median.
+fn expectations(
+    report: &Report,
+    floors: &Floors,
+    fraction: f64,
+) -> (Vec<Option<Expected>>, Vec<Option<Expected>>) {
+    let rows = report
+        .results
+        .iter()
+        .map(|r| {
+            let e = floors.expectation(&r.collective, report.nranks, r.size)?;
+            let busbw = r.out_of_place.busbw.min(r.in_place.busbw);
+            Some(Expected::new(busbw, e.floor, e.source))
+        })
+        .collect();
+    let pairs = report
+        .pairs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if p.kind == PairKind::Gpu {
+                if let Some(e) = floors.expectation("sendrecv", 2, p.bytes) {
+                    return Some(Expected::new(p.busbw, e.floor, e.source));
+                }
+            }
+            let peers: Vec<f64> = report
+                .pairs
+                .iter()
+                .enumerate()
+                .filter(|(j, o)| *j != i && o.kind == p.kind && o.node == p.node)
+                .map(|(_, o)| o.busbw)
+                .collect();
+            if peers.is_empty() {
+                return None;
+            }
+            let median = crate::judge::analysis::median(&peers);
+            Some(Expected::new(
+                p.busbw,
+                fraction * median,
+                format!(
+                    "outlier rule: {fraction} x {} GB/s, the median of its {} peer pair(s)",
+                    crate::facts::num(median),
+                    peers.len()
+                ),
+            ))
+        })
+        .collect();
+    (rows, pairs)
+}
+
+/// Per collective: the mean busbw over its rows and both placements (nccl-tests' "Avg bus
+/// bandwidth").
+pub fn avg_busbw(rows: &[Row]) -> BTreeMap<String, f64> {
+    let mut by_coll: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for r in rows {
+        let e = by_coll.entry(r.collective.to_string()).or_default();
+        e.0 += r.out_of_place.busbw + r.in_place.busbw;
+        e.1 += 2.0;
+    }
+    by_coll.into_iter().map(|(k, (s, n))| (k, s / n)).collect()
+}
+
+/// One line for a terminal or a drain reason: what was measured when all is well, else the
+/// first reason and how many more there are.
+pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
+    match reasons {
+        [] => {}
+        [only] => return only.message.clone(),
+        [first, rest @ ..] => return format!("{} (and {} more)", first.message, rest.len()),
+    }
+    if report.nranks <= 1 && report.results.is_empty() {
+        // One GPU: no collective (busbw would be 0 by definition); the probe is the check.
+        return format!(
+            "1 x {} on {nodes} node(s): 1 GPU: no collective; {}",
+            gpu_name(report),
+            probe_line(report)
+        );
+    }
+    let best = report
+        .results
+        .iter()
+        .max_by(|a, b| a.out_of_place.busbw.total_cmp(&b.out_of_place.busbw))
+        .map(|r| {
+            let held = r
+                .expected
+                .as_ref()
+                .map_or(" (no floor: held against peers)".to_string(), |e| {
+                    format!(" (floor {} GB/s, {:.2}x)", num(e.floor_gbs), e.margin)
+                });
+            format!(
+                ", {} {} busbw {:.1} GB/s{held}",
+                r.collective,
+                crate::measure::size::human(r.size),
+                r.out_of_place.busbw
+            )
+        })
+        .unwrap_or_default();
+    let gpu_pairs: Vec<f64> = report
+        .pairs
+        .iter()
+        .filter(|p| p.kind == PairKind::Gpu)
+        .map(|p| p.busbw)
+        .collect();
+    let pair_min = gpu_pairs.iter().copied().fold(f64::INFINITY, f64::min);
+    let pairs_text = if pair_min.is_finite() {
+        format!(", {} GPU pairs >= {pair_min:.1} GB/s", gpu_pairs.len())
+    } else {
+        String::new()
+    };
+    format!(
+        "{} x {} on {nodes} node(s){best}{pairs_text}",
+        report.nranks,
+        gpu_name(report)
+    )
+}
+
+/// The local probe's results in one line (`facts::local_probe::results_line`).
+pub fn probe_line(report: &Report) -> String {
+    let mut gpus: Vec<_> = report.gpus.iter().collect();
+    gpus.sort_by_key(|g| g.rank);
+    let probed: Vec<crate::facts::local_probe::Probed> = gpus
+        .iter()
+        .enumerate()
+        .filter_map(|(k, g)| {
+            Some(crate::facts::local_probe::Probed {
+                subject: crate::report::gpu_label(k as u32),
+                gpu_name: &g.info.name,
+                device_id: g.info.pci_device_id,
+                probe: g.local_probe.as_ref()?,
+                others: &[],
+            })
+        })
+        .collect();
+    match gpus.iter().find_map(|g| g.local_probe_error.as_deref()) {
+        Some(why) if probed.is_empty() => format!("local probe: not measured ({why})"),
+        _ => crate::facts::local_probe::results_line(&probed),
+    }
+}
+
+/// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each
+/// other directly, another network than the profile's between nodes, no CollNet/NVLS when they
+/// were asked for.
+pub fn transport_reasons(
+    report: &Report,
+    topology: &Topology,
+    expect: &Expectation,
+    log: &TransportSummary,
+    can_access_peer: PeerAccess,
+) -> Vec<Reason> {
+    if !log.has_connections() {
+        return Vec::new();
+    }
+    // Only this process's GPUs can be asked to CUDA: the report lists their ranks and devices.
+    let device_of = |rank: u32| {
+        report
+            .gpus
+            .iter()
+            .find(|g| g.rank == rank)
+            .map(|g| g.info.device)
+    };
+    let p2p_possible = |a: u32, b: u32| match (device_of(a), device_of(b)) {
+        (Some(da), Some(db)) => can_access_peer(da, db),
+        _ => false,
+    };
+    // Judged as intra-node only where P2P is possible; other same-node paths are left alone.
+    let same_node =
+        |a: u32, b: u32| topology.same_node(a as usize, b as usize) && p2p_possible(a, b);
+    crate::facts::transport::check(log, &same_node, expect)
+        .iter()
+        .map(|f| f.to_reason())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::worker::Threshold;
+    use crate::judge::floors::tests::rule;
+    use crate::meet::rendezvous::Member;
+    use crate::report::gpu::GpuInfo;
+    use crate::report::json::{GpuEntry, ReasonCode, TransportInfo};
+    use crate::report::{PairRow, Placement};
+    use crate::verdict::Verdict;
+
+    const MIB256: u64 = 256 << 20;
+
+    fn rules() -> Vec<Threshold> {
+        vec![
+            rule("all_reduce", 4, 1, 290.0),
+            rule("sendrecv", 2, 1, 255.0),
+        ]
+    }
+
+    fn row(collective: &'static str, busbw: f64) -> Row {
+        let p = Placement {
+            time_us: 1.0,
+            algbw: busbw / 1.5,
+            busbw,
+            wrong: Some(0),
+            first_busbw: None,
+        };
+        Row {
+            expected: None,
+            collective: collective.into(),
+            size: MIB256,
+            count: MIB256 / 4,
+            dtype: "float".into(),
+            redop: "sum".into(),
+            root: -1,
+            out_of_place: p,
+            in_place: p,
+        }
+    }
+
+    /// One node of 4 H200s, every GPU pair at `pair_busbw`.
+    fn report(rows: Vec<Row>, pair_busbw: f64) -> Report {
+        let mut r = Report::new("n1".into(), 0.0);
+        r.nranks = 4;
+        r.processes = vec![Member {
+            proc_rank: 0,
+            host: "n1".into(),
+            pid: 1,
+            ngpus: 4,
+            first_rank: 0,
+        }];
+        r.gpus = (0..4)
+            .map(|i| {
+                GpuEntry::new(
+                    i,
+                    "n1".into(),
+                    GpuInfo {
+                        device: i as usize,
+                        name: "NVIDIA H200".into(),
+                        ..GpuInfo::default()
+                    },
+                )
+            })
+            .collect();
+        r.results = rows;
+        for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
+            r.pairs.push(PairRow {
+                expected: None,
+                kind: PairKind::Gpu,
+                node: "n1".into(),
+                a: format!("GPU{a}"),
+                b: format!("GPU{b}"),
+                ranks: (a, b),
+                bytes: MIB256,
+                time_us: 1.0,
+                busbw: pair_busbw,
+                first_busbw: None,
+            });
+        }
+        r
+    }
+
+    fn run(report: &mut Report, min_busbw: Option<f64>, log: Option<&str>, p2p: bool) -> ExitCode {
+        let rules = rules();
+        let expect = Expectation {
+            intra_node_p2p: true,
+            ..Expectation::default()
+        };
+        let judging = Judging {
+            thresholds: &rules,
+            outlier_fraction: 0.85,
+            min_busbw,
+            expect: &expect,
+        };
+        let log = log.map(crate::facts::transport::parse_log);
+        judge(report, &judging, log.as_ref(), &|_, _| p2p)
+    }
+
+    #[test]
+    fn the_localizers_reasons_make_the_verdict_fail() {
+        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
+        let reason = crate::report::json::Reason {
+            code: crate::report::json::ReasonCode::RailSlow,
+            message: "n7 rail 3 (GPU3's NIC): every pair through it is slow".into(),
+            subject: Some("n7 GPU3 NIC".into()),
+            measured: Some(20.0),
+            limit: Some(40.0),
+        };
+        r.localization = Some(crate::localize::LocalizeSummary {
+            plan: "adaptive".into(),
+            nodes: 8,
+            rails: 4,
+            rounds: 4,
+            localization_rounds: 2,
+            allocation_busbw: Some(100.0),
+            allocation_floor: None,
+            pair_groups: 32,
+            reasons_omitted: 0,
+            round_times: Vec::new(),
+            reasons: vec![reason.clone()],
+        });
+        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        assert_eq!(r.reasons, vec![reason]);
+    }
+
+    #[test]
+    fn a_healthy_node_passes_with_what_was_measured_in_the_summary() {
+        let mut r = report(
+            vec![row("all_reduce", 338.0), row("all_gather", 250.0)],
+            300.0,
+        );
+        assert_eq!(run(&mut r, None, None, true), ExitCode::Pass);
+        assert_eq!(r.verdict, Verdict::Pass);
+        assert!(r.reasons.is_empty(), "{:?}", r.reasons);
+        assert_eq!(
+            r.summary,
+            "4 x NVIDIA H200 on 1 node(s), all_reduce 256 MiB busbw 338.0 GB/s (floor 290 GB/s, 1.17x), 6 GPU pairs >= 300.0 GB/s"
+        );
+        // Every result carries what held it: the all_reduce its rule, all_gather none (no rule
+        // at this size), each pair the pair rule.
+        let e = r.results[0]
+            .expected
+            .as_ref()
+            .expect("all_reduce has a floor");
+        assert_eq!(e.floor_gbs, 290.0);
+        assert!((e.margin - 338.0 / 290.0).abs() < 1e-9, "{e:?}");
+        assert!(e.source.starts_with("built-in [test]"), "{e:?}");
+        assert_eq!(r.results[1].expected, None);
+        assert!(r
+            .pairs
+            .iter()
+            .all(|p| p.expected.as_ref().is_some_and(|e| e.floor_gbs == 255.0)));
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"expected\":{\"floor_gbs\":290.0"), "{json}");
+        assert_eq!(r.avg_busbw.get("all_reduce"), Some(&338.0));
+        assert_eq!(r.avg_busbw.get("all_gather"), Some(&250.0));
+    }
+
+    #[test]
+    fn a_pair_without_a_floor_is_held_against_its_peers_median() {
+        let mut r = report(vec![row("all_reduce", 338.0)], 100.0);
+        r.pairs[5].busbw = 90.0;
+        let no_pair_rule = vec![rule("all_reduce", 4, 1, 290.0)];
+        let expect = Expectation::default();
+        let judging = Judging {
+            thresholds: &no_pair_rule,
+            outlier_fraction: 0.85,
+            min_busbw: None,
+            expect: &expect,
+        };
+        judge(&mut r, &judging, None, &|_, _| true);
+        let e = r.pairs[5].expected.as_ref().expect("held against peers");
+        assert!((e.floor_gbs - 85.0).abs() < 1e-9, "{e:?}");
+        assert!(
+            e.source.starts_with("outlier rule: 0.85 x 100 GB/s"),
+            "{e:?}"
+        );
+        assert_eq!(e.short(), ">= 85.0 GB/s (1.06x; outlier rule)");
+    }
+
+    #[test]
+    fn a_slow_collective_fails_and_is_named_in_the_summary() {
+        let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
+        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        assert_eq!((r.verdict, r.exit_code), (Verdict::Fail, 1));
+        assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
+        assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
+        assert_eq!(
+            r.summary,
+            "all_reduce 256 MiB busbw 120.0 < 290.0 GB/s (41% of the floor)"
+        );
+    }
+
+    #[test]
+    fn several_reasons_show_the_first_and_how_many_more() {
+        let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
+        r.pairs[5].busbw = 40.0; // GPU2<->GPU3: below its floor and its peers
+        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        assert_eq!(r.reasons.len(), 2, "{:?}", r.reasons);
+        assert_eq!(
+            r.summary,
+            "all_reduce 256 MiB busbw 120.0 < 290.0 GB/s (41% of the floor); responsible: GPU2<->GPU3 (and 1 more)"
+        );
+    }
+
+    #[test]
+    fn collectives_carried_by_collnet_or_nvls_are_judged_by_the_outlier_rule_only() {
+        for (collnet, nvls) in [(true, false), (false, true)] {
+            let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
+            r.transports = Some(TransportInfo {
+                collnet_used: collnet,
+                nvls_used: nvls,
+                ..TransportInfo::not_recorded(String::new())
+            });
+            assert_eq!(
+                run(&mut r, Some(500.0), None, true),
+                ExitCode::Pass,
+                "{:?}",
+                r.reasons
+            );
+            // The GPU pairs keep their floor.
+            r.pairs.iter_mut().for_each(|p| p.busbw = 100.0);
+            assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        }
+    }
+
+    #[test]
+    fn min_busbw_applies_to_collectives_but_not_to_gpu_pairs() {
+        let mut r = report(vec![row("all_reduce", 450.0)], 300.0);
+        assert_eq!(
+            run(&mut r, Some(400.0), None, true),
+            ExitCode::Pass,
+            "{:?}",
+            r.reasons
+        );
+        let mut r = report(vec![row("all_reduce", 350.0)], 300.0);
+        assert_eq!(run(&mut r, Some(400.0), None, true), ExitCode::Fail);
+        assert_eq!(r.reasons[0].limit, Some(400.0));
+    }
+
+    const SHM_LOG: &str =
+        "n1:10:11 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct\n\
+                           n1:10:11 [1] NCCL INFO Channel 00/0 : 1[1] -> 2[2] via P2P/CUMEM/read\n";
+
+    #[test]
+    fn shm_between_gpus_that_can_reach_each_other_is_a_transport_fallback() {
+        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
+        assert_eq!(run(&mut r, None, Some(SHM_LOG), true), ExitCode::Fail);
+        assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
+        assert_eq!(r.reasons[0].code, ReasonCode::TransportFallback);
+        assert_eq!(r.reasons[0].subject.as_deref(), Some("GPU0->GPU1"));
+        // Without peer access CUDA expects no P2P there: SHM is what it should be.
+        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
+        assert_eq!(run(&mut r, None, Some(SHM_LOG), false), ExitCode::Pass);
+    }
+
+    #[test]
+    fn paths_of_another_process_are_not_judged_as_intra_node() {
+        // Ranks 0 and 1 on one node but in two processes: this process knows only its GPU.
+        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
+        r.processes[0].ngpus = 1;
+        r.processes.push(Member {
+            proc_rank: 1,
+            host: "n1".into(),
+            pid: 2,
+            ngpus: 3,
+            first_rank: 1,
+        });
+        r.gpus.truncate(1);
+        assert_eq!(
+            run(&mut r, None, Some(SHM_LOG), true),
+            ExitCode::Pass,
+            "{:?}",
+            r.reasons
+        );
+    }
+}

@@ -1,0 +1,34 @@
+//! `all_reduce`: see nccl-tests `src/all_reduce.cu`.
+
+use super::{Collective, Counts, Expected};
+
+pub struct AllReduce;
+
+impl Collective for AllReduce {
+    fn name(&self) -> &'static str {
+        "all_reduce"
+    }
+    fn nccl_tests_binary(&self) -> &'static str {
+        "all_reduce_perf"
+    }
+    fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
+        Counts::same(count)
+    }
+    fn bus_factor(&self, nranks: u64) -> f64 {
+        2.0 * (nranks - 1) as f64 / nranks as f64
+    }
+    fn uses_op(&self) -> bool {
+        true
+    }
+    fn expected(&self, _rank: u32, _nranks: u32, _root: u32, _c: &Counts) -> Expected {
+        Expected::Reduction { index_base: 0 }
+    }
+    #[cfg(feature = "gpu")]
+    fn issue(
+        &self,
+        op: &crate::measure::nccl::Issue<'_>,
+    ) -> Result<(), crate::measure::nccl::NcclError> {
+        op.comm
+            .all_reduce(op.send, op.recv, op.count, op.dtype, op.op, op.stream)
+    }
+}

@@ -1,0 +1,48 @@
+//! `alltoall`: see nccl-tests `src/alltoall.cu`.
+
+use super::{Collective, Counts, Expected};
+
+pub struct AlltoAll;
+
+impl Collective for AlltoAll {
+    fn name(&self) -> &'static str {
+        "alltoall"
+    }
+    fn nccl_tests_binary(&self) -> &'static str {
+        "alltoall_perf"
+    }
+    fn counts(&self, count: u64, elt: u64, nranks: u64) -> Counts {
+        let per_peer = super::chunk_count(count, elt, nranks);
+        Counts {
+            send: per_peer * nranks,
+            recv: per_peer * nranks,
+            param: per_peer,
+            send_inplace_offset: 0,
+            recv_inplace_offset: 0,
+        }
+    }
+    fn bus_factor(&self, nranks: u64) -> f64 {
+        (nranks - 1) as f64 / nranks as f64
+    }
+    fn checks_in_place(&self) -> bool {
+        false
+    }
+    fn expected(&self, rank: u32, _nranks: u32, _root: u32, c: &Counts) -> Expected {
+        // chunk j of my output is chunk `rank` of rank j's input
+        Expected::Chunks {
+            chunk: c.param,
+            index_base: rank as u64 * c.param,
+        }
+    }
+    /// `ncclAlltoAll` where the library has it (2.28+), else one send and one receive per peer in a
+    /// group, exactly as nccl-tests 2.19.6 chooses.
+    #[cfg(feature = "gpu")]
+    fn issue(
+        &self,
+        op: &crate::measure::nccl::Issue<'_>,
+    ) -> Result<(), crate::measure::nccl::NcclError> {
+        op.comm.alltoall(
+            op.send, op.recv, op.count, op.dtype, op.elt, op.nranks, op.stream,
+        )
+    }
+}

@@ -1,0 +1,37 @@
+//! `broadcast`: see nccl-tests `src/broadcast.cu`.
+
+use super::{Collective, Counts, Expected};
+
+pub struct Broadcast;
+
+impl Collective for Broadcast {
+    fn name(&self) -> &'static str {
+        "broadcast"
+    }
+    fn nccl_tests_binary(&self) -> &'static str {
+        "broadcast_perf"
+    }
+    fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
+        Counts::same(count)
+    }
+    fn bus_factor(&self, _nranks: u64) -> f64 {
+        1.0
+    }
+    fn uses_root(&self) -> bool {
+        true
+    }
+    fn expected(&self, _rank: u32, _nranks: u32, root: u32, _c: &Counts) -> Expected {
+        Expected::CopyFrom {
+            src_rank: root,
+            index_base: 0,
+        }
+    }
+    #[cfg(feature = "gpu")]
+    fn issue(
+        &self,
+        op: &crate::measure::nccl::Issue<'_>,
+    ) -> Result<(), crate::measure::nccl::NcclError> {
+        op.comm
+            .broadcast(op.send, op.recv, op.count, op.dtype, op.root, op.stream)
+    }
+}

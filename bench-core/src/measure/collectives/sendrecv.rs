@@ -1,0 +1,46 @@
+//! `sendrecv`: see nccl-tests `src/sendrecv.cu`.
+
+use super::{Collective, Counts, Expected};
+
+pub struct SendRecv;
+
+impl Collective for SendRecv {
+    fn name(&self) -> &'static str {
+        "sendrecv"
+    }
+    fn nccl_tests_binary(&self) -> &'static str {
+        "sendrecv_perf"
+    }
+    fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
+        Counts::same(count)
+    }
+    fn bus_factor(&self, _nranks: u64) -> f64 {
+        1.0
+    }
+    fn checks_in_place(&self) -> bool {
+        false
+    }
+    fn expected(&self, rank: u32, nranks: u32, _root: u32, _c: &Counts) -> Expected {
+        Expected::CopyFrom {
+            src_rank: (rank + nranks - 1) % nranks,
+            index_base: 0,
+        }
+    }
+    /// Each rank sends to rank+1 and receives from rank-1 in one group (a ring of pairs).
+    #[cfg(feature = "gpu")]
+    fn issue(
+        &self,
+        op: &crate::measure::nccl::Issue<'_>,
+    ) -> Result<(), crate::measure::nccl::NcclError> {
+        let n = op.nranks;
+        op.comm.send_recv(
+            op.send,
+            (op.rank + 1) % n,
+            op.recv,
+            (op.rank + n - 1) % n,
+            op.count,
+            op.dtype,
+            op.stream,
+        )
+    }
+}

@@ -1,0 +1,458 @@
+//! One NCCL communicator, created non-blocking so every wait on it has a deadline.
+//!
+//! Rules from nccl.h / the NCCL docs that shape this file: with `blocking = 0` any call may return
+//! `ncclInProgress`, and then `ncclCommGetAsyncError` must be polled (polling is what completes
+//! the pending work) until it reports success before the next NCCL call; on a deadline,
+//! `ncclCommAbort` unblocks NCCL's threads and sockets.
+
+// Stream handles are opaque CUDA handles passed through to NCCL, never dereferenced here.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use super::error::{NcclError, IN_PROGRESS};
+use super::library::{Nccl, NcclConfig, RawComm, RawStream, UniqueId};
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+/// A communicator of one GPU, owned by the thread that drives that GPU.
+pub struct Comm<'a> {
+    nccl: &'a Nccl,
+    raw: RawComm,
+    /// Every wait on this communicator ends by this instant.
+    pub deadline: Instant,
+}
+
+/// Why a wait ended without success.
+#[derive(Debug)]
+pub enum WaitError {
+    Nccl(NcclError),
+    Deadline,
+    /// The caller's `stop` said so (another process is gone: the init cannot finish).
+    Stopped,
+}
+
+/// The arguments of one collective on one rank, shared by every [`crate::measure::collectives::Collective`].
+pub struct Issue<'a> {
+    pub comm: &'a Comm<'a>,
+    pub send: u64,
+    pub recv: u64,
+    pub count: u64,
+    pub elt: u64,
+    pub dtype: u32,
+    pub op: u32,
+    pub root: u32,
+    pub rank: u32,
+    pub nranks: u32,
+    pub stream: RawStream,
+}
+
+impl<'a> Comm<'a> {
+    /// Starts `ncclCommInitRankConfig` non-blocking; call [`Comm::wait_ready`] before use.
+    pub fn start_init(
+        nccl: &'a Nccl,
+        nranks: u32,
+        id: UniqueId,
+        rank: u32,
+        deadline: Instant,
+        share_with_children: bool,
+    ) -> Result<Comm<'a>, NcclError> {
+        // splitShare is read from the *parent* (init.cc ncclCommInitChildComm): with it, the
+        // measuring child reuses the parent's resources (cheap, into_blocking), but every child
+        // is also limited to the parent's channels; see split_blocking.
+        let mut cfg = NcclConfig {
+            split_share: share_with_children as i32,
+            ..NcclConfig::non_blocking()
+        };
+        let mut raw: RawComm = std::ptr::null_mut();
+        // SAFETY: cfg and raw outlive the call; NCCL copies the config.
+        let rc =
+            unsafe { (nccl.init_rank_config)(&mut raw, nranks as i32, id, rank as i32, &mut cfg) };
+        if rc != 0 && rc != IN_PROGRESS {
+            return Err(nccl.error(rc, "ncclCommInitRankConfig", raw));
+        }
+        Ok(Comm {
+            nccl,
+            raw,
+            deadline,
+        })
+    }
+
+    /// Starts `ncclCommInitRankConfig` blocking (the `blocking` comm mode): the call returns
+    /// when the communicator is ready; only the watchdog bounds it.
+    pub fn init_blocking(
+        nccl: &'a Nccl,
+        nranks: u32,
+        id: UniqueId,
+        rank: u32,
+        deadline: Instant,
+    ) -> Result<Comm<'a>, NcclError> {
+        let mut cfg = NcclConfig::blocking_shared();
+        let mut raw: RawComm = std::ptr::null_mut();
+        // SAFETY: cfg and raw outlive the call; NCCL copies the config.
+        let rc =
+            unsafe { (nccl.init_rank_config)(&mut raw, nranks as i32, id, rank as i32, &mut cfg) };
+        nccl.check(rc, "ncclCommInitRankConfig", raw)?;
+        Ok(Comm {
+            nccl,
+            raw,
+            deadline,
+        })
+    }
+
+    /// A blocking communicator over the same ranks, split from this ready non-blocking one.
+    ///
+    /// Why: on a non-blocking communicator NCCL finishes every launch on a thread it creates
+    /// per `ncclGroupEnd` (group.cc), so each enqueue costs 50-170 us (measured on 4x H200,
+    /// 2026-11-21): more than a 32 MiB all_gather takes on the GPUs. nccl-tests measures with
+    /// a blocking communicator, whose enqueue costs a few microseconds. The split shares the
+    /// parent's resources (`splitShare = 1`), so it costs far less than a second init.
+    /// `None` when the library has no `ncclCommSplit` (before 2.18).
+    pub fn into_blocking(&self) -> Option<Result<Comm<'a>, NcclError>> {
+        self.split_blocking(0, 0)
+    }
+
+    /// A blocking communicator of the ranks that pass the same `color`, ordered by `key` (then
+    /// by rank). Collective over all ranks of `self`; bounded by `self.deadline`. Whether the
+    /// child shares the parent's resources was fixed at the parent's init (`start_init`).
+    pub fn split_blocking(&self, color: i32, key: i32) -> Option<Result<Comm<'a>, NcclError>> {
+        let split = self.nccl.split?;
+        let mut cfg = NcclConfig::blocking_shared();
+        // NCCL writes the child's handle from its own thread once the split completes
+        // (init.cc: "*newcomm should be NCCL_COMM_NULL until comm split fully complete"), so
+        // the out-parameter is an atomic that this thread polls.
+        let out = std::sync::atomic::AtomicPtr::<c_void>::new(std::ptr::null_mut());
+        // SAFETY: self.raw is a ready communicator; cfg and `out` outlive the call and the
+        // polling below, which returns only after NCCL wrote `out` or the split failed.
+        let rc = unsafe { split(self.raw, color, key, out.as_ptr() as *mut RawComm, &mut cfg) };
+        let failed = |code, detail: String| NcclError {
+            code,
+            call: "ncclCommSplit",
+            detail,
+        };
+        if rc != 0 && rc != IN_PROGRESS {
+            return Some(Err(self.nccl.error(rc, "ncclCommSplit", self.raw)));
+        }
+        let began = Instant::now();
+        loop {
+            let raw = out.load(std::sync::atomic::Ordering::Acquire) as RawComm;
+            if !raw.is_null() {
+                let child = Comm {
+                    nccl: self.nccl,
+                    raw,
+                    deadline: self.deadline,
+                };
+                return Some(child.wait_ready().map(|()| child).map_err(|e| match e {
+                    WaitError::Nccl(e) => e,
+                    WaitError::Deadline | WaitError::Stopped => {
+                        failed(IN_PROGRESS, "not ready at the deadline".into())
+                    }
+                }));
+            }
+            if let Err(e) = self.poll() {
+                return Some(Err(e));
+            }
+            if Instant::now() >= self.deadline {
+                return Some(Err(failed(IN_PROGRESS, "not done at the deadline".into())));
+            }
+            if began.elapsed() < Duration::from_millis(2) {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// `Ok(true)` when ready, `Ok(false)` while in progress, the error otherwise.
+    pub fn poll(&self) -> Result<bool, NcclError> {
+        let mut state = 0;
+        // SAFETY: raw is a communicator handle from ncclCommInitRankConfig.
+        let rc = unsafe { (self.nccl.async_error)(self.raw, &mut state) };
+        self.nccl.check(rc, "ncclCommGetAsyncError", self.raw)?;
+        match state {
+            0 => Ok(true),
+            IN_PROGRESS => Ok(false),
+            code => Err(self.nccl.error(code, "ncclCommGetAsyncError", self.raw)),
+        }
+    }
+
+    /// Polls until the communicator is ready, it fails, or the deadline passes.
+    ///
+    /// On a non-blocking communicator every enqueue returns `ncclInProgress` and NCCL finishes
+    /// the launch on a thread of its own (group.cc), typically within tens of microseconds. The
+    /// first millisecond is a busy poll: measured on 4x H200 (2026-11-21, visit 3), yielding and
+    /// then sleeping 200 us here made each enqueue cost 60-170 us, longer than a 32 MiB
+    /// all_gather itself, so the timed loop measured our launch rate instead of the GPUs.
+    pub fn wait_ready(&self) -> Result<(), WaitError> {
+        self.wait_ready_unless(&|| false)
+    }
+
+    /// [`Comm::wait_ready`], ended early with [`WaitError::Stopped`] once `stop` says so
+    /// (asked every 64 polls).
+    pub fn wait_ready_unless(&self, stop: &dyn Fn() -> bool) -> Result<(), WaitError> {
+        let began = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            if self.poll().map_err(WaitError::Nccl)? {
+                return Ok(());
+            }
+            polls = polls.wrapping_add(1);
+            if polls % 64 == 0 && Instant::now() >= self.deadline {
+                return Err(WaitError::Deadline);
+            }
+            if polls % 64 == 0 && stop() {
+                return Err(WaitError::Stopped);
+            }
+            let waited = began.elapsed();
+            if waited < Duration::from_millis(1) {
+                std::hint::spin_loop();
+            } else if waited < Duration::from_millis(20) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Aborts the communicator from a helper thread and waits at most `within` for it: abort can
+    /// itself block on NCCL's proxy thread, and the caller must still exit in time.
+    pub fn abort_within(self, within: Duration) {
+        let raw = self.raw as usize;
+        let abort = self.nccl.abort;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("nccl-abort".into())
+            .spawn(move || {
+                // SAFETY: the communicator is not used by anyone after this point.
+                unsafe { abort(raw as RawComm) };
+                let _ = tx.send(());
+            });
+        if spawned.is_ok() {
+            let _ = rx.recv_timeout(within);
+        }
+    }
+
+    /// Handles the return code of an enqueue call: `InProgress` means poll until ready first.
+    fn enqueued(&self, rc: i32, call: &'static str) -> Result<(), NcclError> {
+        self.nccl.check(rc, call, self.raw)?;
+        if rc == IN_PROGRESS {
+            match self.wait_ready() {
+                Ok(()) => {}
+                Err(WaitError::Nccl(e)) => return Err(e),
+                Err(WaitError::Deadline | WaitError::Stopped) => {
+                    return Err(NcclError {
+                        code: IN_PROGRESS,
+                        call,
+                        detail: "still in progress at the deadline".into(),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn group_start(&self) -> Result<(), NcclError> {
+        // SAFETY: no arguments.
+        let rc = unsafe { (self.nccl.group_start)() };
+        self.enqueued(rc, "ncclGroupStart")
+    }
+
+    pub fn group_end(&self) -> Result<(), NcclError> {
+        // SAFETY: no arguments.
+        let rc = unsafe { (self.nccl.group_end)() };
+        self.enqueued(rc, "ncclGroupEnd")
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn all_reduce(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        op: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: send/recv are device buffers of at least count elements on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.all_reduce)(
+                send as *const c_void,
+                recv as *mut c_void,
+                count as usize,
+                dtype as i32,
+                op as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclAllReduce")
+    }
+
+    pub fn all_gather(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: send holds count elements, recv count*nranks, on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.all_gather)(
+                send as *const c_void,
+                recv as *mut c_void,
+                count as usize,
+                dtype as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclAllGather")
+    }
+
+    pub fn reduce_scatter(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        op: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: send holds count*nranks elements, recv count, on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.reduce_scatter)(
+                send as *const c_void,
+                recv as *mut c_void,
+                count as usize,
+                dtype as i32,
+                op as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclReduceScatter")
+    }
+
+    pub fn broadcast(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        root: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: send/recv hold count elements on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.broadcast)(
+                send as *const c_void,
+                recv as *mut c_void,
+                count as usize,
+                dtype as i32,
+                root as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclBroadcast")
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_recv(
+        &self,
+        send: u64,
+        to: u32,
+        recv: u64,
+        from: u32,
+        count: u64,
+        dtype: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        self.group_start()?;
+        let sent = self.send(send, to, count, dtype, stream);
+        let received = self.recv(recv, from, count, dtype, stream);
+        let ended = self.group_end();
+        sent.and(received).and(ended)
+    }
+
+    fn send(
+        &self,
+        buf: u64,
+        peer: u32,
+        count: u64,
+        dtype: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: buf holds count elements on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.send)(
+                buf as *const c_void,
+                count as usize,
+                dtype as i32,
+                peer as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclSend")
+    }
+
+    fn recv(
+        &self,
+        buf: u64,
+        peer: u32,
+        count: u64,
+        dtype: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        // SAFETY: buf holds count elements on this comm's GPU.
+        let rc = unsafe {
+            (self.nccl.recv)(
+                buf as *mut c_void,
+                count as usize,
+                dtype as i32,
+                peer as i32,
+                self.raw,
+                stream,
+            )
+        };
+        self.enqueued(rc, "ncclRecv")
+    }
+
+    /// `ncclAlltoAll` when the library has it, else one send and one receive per peer, grouped.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alltoall(
+        &self,
+        send: u64,
+        recv: u64,
+        count: u64,
+        dtype: u32,
+        elt: u64,
+        nranks: u32,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        if let Some(f) = self.nccl.alltoall {
+            // SAFETY: send/recv hold count*nranks elements on this comm's GPU.
+            let rc = unsafe {
+                f(
+                    send as *const c_void,
+                    recv as *mut c_void,
+                    count as usize,
+                    dtype as i32,
+                    self.raw,
+                    stream,
+                )
+            };
+            return self.enqueued(rc, "ncclAlltoAll");
+        }
+        let chunk = count * elt;
+        self.group_start()?;
+        let mut result = Ok(());
+        for peer in 0..nranks {
+            let off = peer as u64 * chunk;
+            result = result
+                .and(self.send(send + off, peer, count, dtype, stream))
+                .and(self.recv(recv + off, peer, count, dtype, stream));
+        }
+        result.and(self.group_end())
+    }
+}

@@ -1,0 +1,121 @@
+//! NCCL's environment for one check, set before NCCL is loaded (it reads these once, at its
+//! first call): the site's network profile, CollNet/NVLS when expected, and NCCL's INFO log
+//! captured to a private file so the transports can be judged afterwards.
+
+use crate::config::network::NetworkProfile;
+use crate::facts::transport::{Expectation, TransportSummary};
+use crate::report::json::TransportInfo;
+use crate::settings::options::Options;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The private directory of NCCL's log, removed however the process ends.
+static NCCL_LOG_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Where NCCL's log goes, or why it is not recorded.
+pub type LogPlace = Result<PathBuf, String>;
+
+/// This host's name (`gethostname`), "unknown" if it cannot be read.
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// What the paths must use: the profile's expectations and the options'.
+pub fn path_expectation(opts: &Options, profile: Option<&NetworkProfile>) -> Expectation {
+    Expectation::new(profile, opts.expect_collnet, opts.expect_nvls)
+}
+
+/// The site's network profile for this job (partition from Slurm, this host), its environment
+/// set before NCCL loads: the check runs with exactly the settings the site's jobs use.
+pub fn apply_network_profile(opts: &'static Options) -> Option<&'static NetworkProfile> {
+    let partition = std::env::var("SLURM_JOB_PARTITION").ok();
+    let p = crate::config::network::select_profile(
+        &opts.config.network,
+        partition.as_deref(),
+        &hostname(),
+    )?;
+    for (k, v) in p.env_pairs() {
+        std::env::set_var(k, v);
+    }
+    Some(p)
+}
+
+/// Where NCCL's INFO log of this process goes: a private temporary file, unless the user set
+/// `NCCL_DEBUG` (then their settings stand and transports are not recorded).
+pub fn capture_nccl_log(opts: &Options, profile: Option<&NetworkProfile>) -> LogPlace {
+    let expect = path_expectation(opts, profile);
+    if expect.collnet && std::env::var_os("NCCL_COLLNET_ENABLE").is_none() {
+        std::env::set_var("NCCL_COLLNET_ENABLE", "1");
+    }
+    if expect.nvls {
+        std::env::set_var("NCCL_NVLS_ENABLE", "1");
+    }
+    if let Ok(level) = std::env::var("NCCL_DEBUG") {
+        return Err(format!(
+            "not recorded: NCCL_DEBUG={level} was set by the caller"
+        ));
+    }
+    // A fresh private directory (0700; creation fails if the name exists, so no planted
+    // symlink can redirect NCCL's fopen when the prolog runs this as root).
+    let dir = std::env::temp_dir().join(format!(
+        "nccl-check-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("not recorded: cannot create {}: {e}", dir.display()))?;
+    }
+    let _ = NCCL_LOG_DIR.set(dir.clone());
+    let path = dir.join("nccl.log");
+    std::env::set_var("NCCL_DEBUG", "INFO");
+    std::env::set_var("NCCL_DEBUG_FILE", &path);
+    if std::env::var_os("NCCL_DEBUG_SUBSYS").is_none() {
+        std::env::set_var("NCCL_DEBUG_SUBSYS", "INIT,P2P,SHM,NET,COLL,GRAPH,TUNING");
+    }
+    Ok(path)
+}
+
+/// Removes the log's private directory (at exit, whatever the verdict).
+pub fn remove_log_dir() {
+    if let Some(dir) = NCCL_LOG_DIR.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// What NCCL's log says, for the report, and the parsed log for the transport rule (none when
+/// the log was not recorded). The log is removed once read.
+pub fn read_transports(log: &LogPlace) -> (TransportInfo, Option<TransportSummary>) {
+    let path = match log {
+        Ok(p) => p,
+        Err(why) => return (TransportInfo::not_recorded(why.clone()), None),
+    };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    remove(path);
+    let s = crate::facts::transport::parse_log(&text);
+    (TransportInfo::from_log(&s), Some(s))
+}
+
+fn remove(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The name the kernel holds (uname's nodename), whole: not "unknown", not cut short.
+    #[test]
+    fn the_hostname_is_the_kernels() {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("procfs");
+        assert_eq!(super::hostname(), kernel.trim_end());
+    }
+}

@@ -1,0 +1,123 @@
+//! A GPU thread's communicators: the check's own (bounded non-blocking init, then a blocking
+//! child for measuring) and, on multi-node checks, one of its node for the GPU pairs.
+
+use super::{GpuThread, RunError, Start};
+use crate::measure::nccl::{Comm, NcclError, WaitError};
+
+/// Which communicator measures. `split` (default): a non-blocking init bounded by the deadline,
+/// then a blocking communicator split from it (see `Comm::into_blocking`). `nonblocking`: the
+/// non-blocking one measures (slow enqueues). `blocking`: a blocking init, bounded only by the
+/// watchdog. Set by `NCCL_CHECK_COMM_MODE`, for diagnosis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CommMode {
+    Split,
+    NonBlocking,
+    Blocking,
+}
+
+impl CommMode {
+    /// From the value of `NCCL_CHECK_COMM_MODE` (anything else: the default).
+    pub(super) fn parse(value: Option<&str>) -> CommMode {
+        match value {
+            Some("nonblocking") => CommMode::NonBlocking,
+            Some("blocking") => CommMode::Blocking,
+            _ => CommMode::Split,
+        }
+    }
+}
+
+/// The communicators of one GPU thread.
+pub(super) struct Comms<'a> {
+    pub comm: Comm<'a>,
+    /// This node's GPUs only (multi-node checks), for the GPU pair matrix.
+    pub node_comm: Option<Comm<'a>>,
+    /// Whether the non-blocking init finished (always Ok for the blocking modes).
+    pub ready: Result<(), WaitError>,
+}
+
+/// Creates the communicators of `start.rank`. An error of the init calls themselves comes back
+/// at once; one that NCCL reports while connecting comes back in `ready`, so the caller can
+/// still abort the communicator.
+pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, RunError> {
+    let (dev, rank, nranks) = (thread.device, start.rank, start.nranks);
+    let init_err =
+        |e: NcclError| RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"));
+    let mode = CommMode::parse(std::env::var("NCCL_CHECK_COMM_MODE").ok().as_deref());
+    let nccl = thread.nccl;
+    // With several nodes, GPU pairs are measured on a communicator of their own node: in a
+    // multi-node communicator NCCL sizes point-to-point channels for the network, and an
+    // NVLink pair measured there shows the network's share (34 GB/s instead of ~300 GB/s
+    // on H200 with sockets between the nodes, 2026-11-21).
+    let topology = &start.topology;
+    let node_split = (topology.node_count() > 1).then(|| {
+        let r = rank as usize;
+        let color = topology.node_index(r).unwrap_or(0);
+        (color as i32, topology.local_index(r).unwrap_or(0) as i32)
+    });
+    if mode == CommMode::Blocking {
+        let comm =
+            Comm::init_blocking(nccl, nranks, start.id, rank, thread.deadline).map_err(init_err)?;
+        return Ok(Comms {
+            comm,
+            node_comm: None,
+            ready: Ok(()),
+        });
+    }
+    // A node-local child must not share: shared children get the parent's few
+    // point-to-point channels, sized for the network (measured on H200 with sockets
+    // between emulated nodes: an NVLink pair at 34.6 GB/s instead of ~300).
+    let share = node_split.is_none();
+    let parent =
+        Comm::start_init(nccl, nranks, start.id, rank, thread.deadline, share).map_err(init_err)?;
+    // A process gone mid-init (the team's watch fails the team) ends the wait at once.
+    let ready = parent.wait_ready_unless(&|| start.team.is_failed());
+    if mode != CommMode::Split || ready.is_err() {
+        return Ok(Comms {
+            comm: parent,
+            node_comm: None,
+            ready,
+        });
+    }
+    let node_comm = match node_split {
+        Some((color, key)) => parent
+            .split_blocking(color, key)
+            .transpose()
+            .map_err(init_err)?,
+        None => None,
+    };
+    let comm = match parent.into_blocking() {
+        Some(child) => child.map_err(init_err)?,
+        None => parent,
+    };
+    Ok(Comms {
+        comm,
+        node_comm,
+        ready: Ok(()),
+    })
+}
+
+/// The error of a non-blocking init that did not become ready.
+pub(super) fn init_error(dev: usize, rank: u32, nranks: u32, e: WaitError) -> RunError {
+    match e {
+        WaitError::Nccl(e) => RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}")),
+        WaitError::Deadline => RunError::Timeout(format!(
+            "GPU {dev} (rank {rank}): NCCL init of {nranks} ranks did not finish"
+        )),
+        WaitError::Stopped => RunError::Stopped(format!(
+            "GPU {dev} (rank {rank}): NCCL init stopped: another process failed"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_comm_mode_defaults_to_split() {
+        assert_eq!(CommMode::parse(None), CommMode::Split);
+        assert_eq!(CommMode::parse(Some("nonblocking")), CommMode::NonBlocking);
+        assert_eq!(CommMode::parse(Some("blocking")), CommMode::Blocking);
+        assert_eq!(CommMode::parse(Some("Blocking")), CommMode::Split);
+    }
+}

@@ -1,0 +1,315 @@
+//! One thread per GPU: context, buffers, communicator, then the measurement loop, exactly in the
+//! order nccl-tests uses (global warm-up sweep; per size and placement: one untimed operation, a
+//! barrier, the timed loop with rotating buffer offsets, then the bit-exact check).
+//!
+//! This module owns the thread's life (what it waits for, what it hands back); `comms` sets up
+//! and aborts the communicators, `measure` runs the collectives' timed loops, `pair_matrix` the
+//! GPU and node pairs, `output` prints the tables, `error` says why a run ended in ERROR,
+//! `probe` measures the GPU's local copy bandwidth, `gpu_time` times a retest by the GPU's clock.
+
+mod comms;
+mod error;
+mod gpu_time;
+mod localized;
+pub mod off_cpu;
+mod pair_matrix;
+pub mod probe;
+pub mod shared;
+mod timed;
+
+pub use error::RunError;
+
+use crate::judge::floors::Floors;
+use crate::measure::cuda::{Gpu, GpuInfo};
+use crate::measure::nccl::{Nccl, UniqueId};
+use crate::meet::team::Team;
+use crate::meet::topology::Topology;
+use crate::report::json::Phases;
+use crate::report::{PairRow, Row};
+use crate::settings::options::Options;
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use timed::{Buffer, Measurer};
+
+/// What each GPU thread is doing now, for the watchdog's "waiting for ..." line.
+pub type Status = Arc<Mutex<Vec<String>>>;
+
+/// What the main thread sends each GPU thread once the processes have met.
+pub struct Start {
+    pub team: Arc<Team>,
+    pub id: UniqueId,
+    pub rank: u32,
+    pub nranks: u32,
+    /// Global rank 0 prints the table.
+    pub printer: bool,
+    /// Local thread 0 keeps the rows for this process's report.
+    pub recorder: bool,
+    /// Which node each global rank is on, and its index there.
+    pub topology: Arc<Topology>,
+    /// The GPU model and interconnect thresholds are looked up by (this process's first GPU).
+    pub gpu: Arc<crate::judge::thresholds::GpuModel>,
+    pub opts: &'static Options,
+}
+
+impl Start {
+    /// The floors the retest holds measurements against: the verdict's (`floors`), before
+    /// anyone knows whether CollNet or NVLS carried the collectives.
+    pub fn floors(&self) -> Floors<'_> {
+        Floors {
+            rules: &self.opts.config.thresholds,
+            gpu: self.gpu.gpu(),
+            nodes: self.topology.node_count(),
+            gpus: self.nranks,
+            min_busbw: self.opts.min_busbw,
+            in_network_algorithms: false,
+        }
+    }
+}
+
+/// What a GPU thread hands back.
+pub struct GpuOutcome {
+    pub info: Option<GpuInfo>,
+    pub rank: Option<u32>,
+    pub phases: Phases,
+    pub rows: Vec<Row>,
+    pub pairs: Vec<PairRow>,
+    /// The local probe's result, or why it could not measure.
+    pub probe: Option<Result<crate::facts::local_probe::LocalProbe, String>>,
+    /// With `--shared-gpus`: the ranks (this one among them) that drove this GPU.
+    pub shared: Option<Vec<u32>>,
+    /// Retested rows by the GPU's clock (`gpu_time`).
+    pub gpu_side: Vec<crate::report::json::GpuSide>,
+    /// The node-level localization (recorder thread of a multi-node adaptive check).
+    pub localization: Option<crate::localize::LocalizeSummary>,
+    /// The last collective measured (name, bytes, busbw of the slower placement), the same on
+    /// every rank: phase B of the localizer when the plan's collective ran over all ranks.
+    pub last_collective: Option<(&'static str, u64, f64)>,
+    pub error: Option<RunError>,
+}
+
+pub struct GpuThread {
+    pub slot: usize,
+    pub device: usize,
+    pub nccl: &'static Nccl,
+    pub opts: &'static Options,
+    pub deadline: Instant,
+    pub status: Status,
+}
+
+impl GpuThread {
+    fn set_status(&self, what: String) {
+        if let Ok(mut s) = self.status.lock() {
+            s[self.slot] = what;
+        }
+    }
+
+    pub fn run(self, start: Receiver<Start>) -> GpuOutcome {
+        let mut out = GpuOutcome {
+            info: None,
+            rank: None,
+            phases: Phases::default(),
+            rows: Vec::new(),
+            pairs: Vec::new(),
+            probe: None,
+            shared: None,
+            gpu_side: Vec::new(),
+            localization: None,
+            last_collective: None,
+            error: None,
+        };
+        let began = Instant::now();
+        let dev = self.device;
+        self.set_status(format!("GPU {dev}: creating its CUDA context"));
+        let gpu = match Gpu::open(dev) {
+            Ok(g) => g,
+            Err(e) => {
+                out.error = Some(RunError::Runtime(format!("GPU {dev}: CUDA context: {e}")));
+                return out;
+            }
+        };
+        out.info = crate::measure::cuda::gpu_info(dev).ok();
+        out.phases.contexts_ms = ms(began.elapsed());
+
+        let t = Instant::now();
+        self.set_status(format!("GPU {dev}: allocating buffers"));
+        let bytes = self.opts.max_bytes.max(16);
+        let buffers = match (Buffer::new(self.nccl, bytes), Buffer::new(self.nccl, bytes)) {
+            (Ok(s), Ok(r)) => (s, r),
+            (Err(e), _) | (_, Err(e)) => {
+                out.error = Some(RunError::Runtime(format!(
+                    "GPU {dev}: allocating 2 x {bytes} bytes: {e}"
+                )));
+                return out;
+            }
+        };
+        out.phases.allocation_ms = ms(t.elapsed());
+        // Processes that may share this GPU probe it in turns once they have met (`shared`).
+        if !self.opts.shared_gpus {
+            self.set_status(format!("GPU {dev}: local probe"));
+            out.probe = Some(probe::measure(&gpu, dev, self.deadline));
+        }
+
+        self.set_status(format!(
+            "GPU {dev}: waiting for the other processes (rendezvous)"
+        ));
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let Ok(start) = start.recv_timeout(left) else {
+            // The main thread reports why (rendezvous failed or timed out).
+            out.error = Some(RunError::Stopped(format!("GPU {dev}: no start")));
+            return out;
+        };
+        out.rank = Some(start.rank);
+        let result = self.measure_all(&gpu, &buffers, &start, &mut out);
+        if let Err(e) = result {
+            start.team.fail(e.message());
+            out.error = Some(e);
+        }
+        out
+    }
+
+    /// The communicators, then the plan; on failure the others are told and the communicator
+    /// is aborted (bounded).
+    fn measure_all(
+        &self,
+        gpu: &Gpu,
+        buffers: &(Buffer, Buffer),
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
+        let (rank, nranks) = (start.rank, start.nranks);
+        if nranks > 1 {
+            self.check_sharing(gpu, start, out)?;
+        } else if self.opts.shared_gpus {
+            out.probe = Some(probe::measure(gpu, self.device, self.deadline));
+        }
+        if nranks == 1 {
+            // No collective with one rank (its busbw is 0 by definition): the probe is the check.
+            crate::render::output::phase(
+                start,
+                "1 GPU: no collective; the local probe is the check",
+            );
+            return Ok(());
+        }
+        let t = Instant::now();
+        self.set_status(format!(
+            "GPU {}: NCCL init (rank {rank} of {nranks})",
+            self.device
+        ));
+        let comms = comms::open(self, start)?;
+        out.phases.nccl_init_ms = ms(t.elapsed());
+        let m = Measurer {
+            thread: self,
+            gpu,
+            comm: &comms.comm,
+            node_comm: comms.node_comm.as_ref(),
+            team: &start.team,
+            send: buffers.0.ptr,
+            recv: buffers.1.ptr,
+            rank,
+            nranks,
+        };
+        let result = comms
+            .ready
+            .map_err(|e| comms::init_error(self.device, rank, nranks, e))
+            .and_then(|()| m.run_plan(start, out));
+        match result {
+            Ok(()) => {
+                // Fast exit: the process ends right after the report; destroying communicators
+                // would only add NCCL's teardown (~0.4 s) to the time to verdict.
+                // (Comm has no Drop: the communicator is simply left to the process exit.)
+                Ok(())
+            }
+            Err(e) => {
+                start.team.fail(e.message());
+                comms
+                    .comm
+                    .abort_within(std::time::Duration::from_millis(500));
+                Err(e)
+            }
+        }
+    }
+}
+
+impl GpuThread {
+    /// Whether another process of this check drives this GPU: an ERROR naming both, unless
+    /// `--shared-gpus`; then the probes of each group take turns (every rank passes the same
+    /// barriers), and the outcome records the group.
+    fn check_sharing(
+        &self,
+        gpu: &Gpu,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
+        let dev = self.device;
+        let uuid = out
+            .info
+            .as_ref()
+            .map(|i| i.uuid.clone())
+            .unwrap_or_default();
+        let key = if uuid.is_empty() {
+            0.0
+        } else {
+            shared::uuid_key(&uuid)
+        };
+        let procs = start.topology.processes_by_rank();
+        let nprocs = procs.iter().copied().max().map_or(1, |p| p as usize + 1);
+        let sharing: shared::Sharing = start
+            .team
+            .gather(
+                start.nranks as usize,
+                &[(u64::from(start.rank), key)],
+                |keys| Ok(vec![shared::groups(keys); nprocs]),
+            )
+            .map_err(|e| RunError::from_team(start.rank, e))?;
+        let mine = sharing.group_of(start.rank).map(<[u32]>::to_vec);
+        let me = procs.get(start.rank as usize).copied();
+        let foreign = mine
+            .as_ref()
+            .is_some_and(|g| g.iter().any(|&r| procs.get(r as usize).copied() != me));
+        if foreign && !self.opts.shared_gpus {
+            let who: Vec<String> = mine
+                .unwrap_or_default()
+                .iter()
+                .map(|&r| {
+                    let p = procs.get(r as usize).copied().unwrap_or(u32::MAX);
+                    let host = start.topology.node_of(r as usize).unwrap_or("?");
+                    format!("rank {r} (process {p} on {host})")
+                })
+                .collect();
+            return Err(RunError::Runtime(format!(
+                "GPU {dev} ({uuid}) is driven by {} processes of this check: {}; processes \
+                 sharing a GPU measure each other, not the GPU: give each process its own GPUs \
+                 (tests and labs with emulated nodes: --shared-gpus or NCCL_CHECK_SHARED_GPUS=1)",
+                who.len(),
+                who.join(", ")
+            )));
+        }
+        if self.opts.shared_gpus {
+            let my_turn = mine
+                .as_ref()
+                .and_then(|g| g.iter().position(|&r| r == start.rank))
+                .unwrap_or(0);
+            for turn in 0..sharing.turns() {
+                start
+                    .team
+                    .barrier()
+                    .map_err(|e| RunError::from_team(start.rank, e))?;
+                if turn == my_turn {
+                    self.set_status(format!("GPU {dev}: local probe (turn {})", turn + 1));
+                    out.probe = Some(probe::measure(gpu, dev, self.deadline));
+                }
+            }
+            start
+                .team
+                .barrier()
+                .map_err(|e| RunError::from_team(start.rank, e))?;
+            out.shared = mine.filter(|_| foreign);
+        }
+        Ok(())
+    }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

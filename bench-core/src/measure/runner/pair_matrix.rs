@@ -1,0 +1,376 @@
+//! The pair matrix: GPU pairs inside each node (rounds of disjoint pairs, every node at once),
+//! then node pairs (GPU i of one node with GPU i of the other, all GPUs at once). The schedule
+//! and the rows are pure functions of the topology and the measured times.
+
+use super::timed::Measurer;
+use super::{ms, GpuOutcome, RunError, Start};
+use crate::measure::nccl::Comm;
+use crate::meet::topology::Topology;
+use crate::render::output::{pair_table, phase, print};
+use crate::report::{PairKind, PairRow};
+use std::time::Instant;
+
+/// One round of node pairs: the rank pairs measured at once, and the node pairs (indices into
+/// the topology's node names) they make up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct NodeRound {
+    pub ranks: Vec<(usize, usize)>,
+    pub nodes: Vec<(usize, usize)>,
+}
+
+/// Every round of the matrix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Schedule {
+    /// Per round: disjoint GPU pairs (global ranks) of every node.
+    pub gpu_rounds: Vec<Vec<(usize, usize)>>,
+    pub node_rounds: Vec<NodeRound>,
+}
+
+/// Rounds of GPU pairs inside nodes, every node at once (round k of every node together).
+pub(super) fn gpu_rounds(t: &Topology) -> Vec<Vec<(usize, usize)>> {
+    let mut gpu_rounds: Vec<Vec<(usize, usize)>> = Vec::new();
+    for node in 0..t.node_names().len() {
+        let locals = t.ranks_of(node);
+        for (k, round) in crate::measure::pairs::rounds(locals.len())
+            .into_iter()
+            .enumerate()
+        {
+            if gpu_rounds.len() <= k {
+                gpu_rounds.push(Vec::new());
+            }
+            gpu_rounds[k].extend(round.into_iter().map(|(a, b)| (locals[a], locals[b])));
+        }
+    }
+    gpu_rounds
+}
+
+pub(super) fn schedule(t: &Topology) -> Schedule {
+    let gpu_rounds = gpu_rounds(t);
+    let node_rounds = crate::measure::pairs::rounds(t.node_names().len())
+        .into_iter()
+        .map(|round| {
+            let mut ranks = Vec::new();
+            for &(a, b) in &round {
+                let (ra, rb) = (t.ranks_of(a), t.ranks_of(b));
+                ranks.extend(ra.into_iter().zip(rb));
+            }
+            NodeRound {
+                ranks,
+                nodes: round,
+            }
+        })
+        .collect();
+    Schedule {
+        gpu_rounds,
+        node_rounds,
+    }
+}
+
+/// GB/s of `bytes` moved in `secs` (0 when nothing was timed).
+pub(super) fn busbw(bytes: f64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes / 1e9 / secs
+    } else {
+        0.0
+    }
+}
+
+/// The rows of one round of GPU pairs; `times[r]`: rank r's seconds per operation.
+pub(super) fn gpu_rows(
+    t: &Topology,
+    round: &[(usize, usize)],
+    times: &[f64],
+    bytes: u64,
+) -> Vec<PairRow> {
+    round
+        .iter()
+        .map(|&(a, b)| gpu_row(t, (a, b), times[a].max(times[b]), bytes))
+        .collect()
+}
+
+/// The row of one GPU pair that took `secs` per operation.
+pub(super) fn gpu_row(t: &Topology, (a, b): (usize, usize), secs: f64, bytes: u64) -> PairRow {
+    let local = |r| t.local_index(r).unwrap_or(0);
+    PairRow {
+        expected: None,
+        kind: PairKind::Gpu,
+        node: t.node_of(a).unwrap_or_default().to_string(),
+        a: crate::report::gpu_label(local(a) as u32),
+        b: crate::report::gpu_label(local(b) as u32),
+        ranks: (a as u32, b as u32),
+        bytes,
+        time_us: secs * 1e6,
+        busbw: busbw(bytes as f64, secs),
+        first_busbw: None,
+    }
+}
+
+/// The rows of one round of node pairs: a node pair's time is its slowest GPU's, its bandwidth
+/// the sum over its GPUs (all at once).
+pub(super) fn node_rows(
+    t: &Topology,
+    round: &NodeRound,
+    times: &[f64],
+    bytes: u64,
+) -> Vec<PairRow> {
+    let names = t.node_names();
+    round
+        .nodes
+        .iter()
+        .map(|&(na, nb)| {
+            let members: Vec<(usize, usize)> = round
+                .ranks
+                .iter()
+                .copied()
+                .filter(|&(a, b)| t.node_index(a) == Some(na) && t.node_index(b) == Some(nb))
+                .collect();
+            let secs = members
+                .iter()
+                .map(|&(a, b)| times[a].max(times[b]))
+                .fold(0.0, f64::max);
+            PairRow {
+                expected: None,
+                kind: PairKind::Node,
+                node: String::new(),
+                a: names[na].clone(),
+                b: names[nb].clone(),
+                ranks: members
+                    .first()
+                    .map_or((0, 0), |&(a, b)| (a as u32, b as u32)),
+                bytes,
+                time_us: secs * 1e6,
+                busbw: busbw(bytes as f64 * members.len() as f64, secs),
+                first_busbw: None,
+            }
+        })
+        .collect()
+}
+
+impl Measurer<'_> {
+    /// Measures the matrix; slow pairs, by the floors and outlier rule the verdict uses, make
+    /// the whole matrix run once more.
+    pub(super) fn run_pairs(
+        &self,
+        bytes: u64,
+        (warmup, iters): (u32, u32),
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
+        let o = self.opts();
+        if !o.pair_matrix.full_for(start.topology.node_count()) {
+            return self.run_localized(bytes, (warmup, iters), start, out);
+        }
+        phase(
+            start,
+            &format!(
+                "pair matrix, sendrecv {}",
+                crate::measure::size::human(bytes)
+            ),
+        );
+        let mut rows = self.pair_matrix(bytes, (warmup, iters), start, out)?;
+        let floors = start.floors();
+        let floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
+        let slow = !crate::judge::analysis::slow_pairs(&rows, o.config.outliers.fraction, &floor)
+            .is_empty();
+        if o.config.outliers.retest && self.agree_slow(slow)? {
+            phase(start, "slow pairs: measuring the pair matrix once more");
+            let again = self.pair_matrix(bytes, (warmup, iters), start, out)?;
+            for (r, a) in rows.iter_mut().zip(again) {
+                let first = r.busbw;
+                *r = a;
+                r.first_busbw = Some(first);
+            }
+        }
+        if start.printer {
+            print(&pair_table(
+                &rows,
+                bytes,
+                iters,
+                start.topology.node_count() > 1,
+            ));
+        }
+        if start.recorder {
+            out.pairs.extend(rows);
+        }
+        Ok(())
+    }
+
+    fn pair_matrix(
+        &self,
+        bytes: u64,
+        loops: (u32, u32),
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<Vec<PairRow>, RunError> {
+        let t = &start.topology;
+        let plan = schedule(t);
+        let mut rows = Vec::new();
+        // bytes as int8, like nccl-tests sendrecv -d int8 would count them
+        let count = bytes;
+        for round in &plan.gpu_rounds {
+            let times = self.pair_round(round, count, loops, true, start, out)?;
+            rows.extend(gpu_rows(t, round, &times, bytes));
+        }
+        for round in &plan.node_rounds {
+            let times = self.pair_round(&round.ranks, count, loops, false, start, out)?;
+            rows.extend(node_rows(t, round, &times, bytes));
+        }
+        Ok(rows)
+    }
+
+    /// One round: every rank in a pair exchanges `count` bytes with its partner (send and
+    /// receive at once, as nccl-tests sendrecv with 2 GPUs), the others wait. Returns each
+    /// rank's seconds per operation (0 for ranks without a partner), the same on every rank.
+    fn pair_round(
+        &self,
+        round: &[(usize, usize)],
+        count: u64,
+        loops: (u32, u32),
+        in_node: bool,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<Vec<f64>, RunError> {
+        let me = self.rank as usize;
+        let partner = crate::measure::pairs::partner(round, me);
+        let secs = self.timed_exchange(partner, count, loops, in_node, start, out)?;
+        let mut mine = vec![0.0; self.nranks as usize];
+        mine[me] = secs;
+        self.team.sum(&mine).map_err(|e| self.team_err(e))
+    }
+
+    /// This rank's part of a round: `count` bytes each way with `partner` (none: it waits),
+    /// after a warm-up and a barrier; seconds per operation (0 without a partner).
+    pub(super) fn timed_exchange(
+        &self,
+        partner: Option<usize>,
+        count: u64,
+        (warmup, iters): (u32, u32),
+        in_node: bool,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<f64, RunError> {
+        // Inside a node, on the node's own communicator when there is one: peers by local index.
+        let (comm, peer_of): (&Comm, Box<dyn Fn(usize) -> u32>) = match (in_node, self.node_comm) {
+            (true, Some(c)) => (
+                c,
+                Box::new(|p: usize| start.topology.local_index(p).unwrap_or(0) as u32),
+            ),
+            _ => (self.comm, Box::new(|p: usize| p as u32)),
+        };
+        let what = match partner {
+            Some(p) => format!("sendrecv with rank {p}"),
+            None => "pair round (idle)".into(),
+        };
+        self.thread.set_status(format!(
+            "GPU {} (rank {}): {what}",
+            self.thread.device, self.rank
+        ));
+        let exchange = |iter: u64| -> Result<(), RunError> {
+            let Some(p) = partner else { return Ok(()) };
+            let steps = (self.opts().max_bytes / count.max(1)).max(1);
+            let shift = count * (iter % steps);
+            comm.send_recv(
+                self.send + shift,
+                peer_of(p),
+                self.recv + shift,
+                peer_of(p),
+                count,
+                0,
+                self.gpu.raw_stream(),
+            )
+            .map_err(|e| self.err_runtime("sendrecv", e))
+        };
+        let t = Instant::now();
+        for iter in 0..warmup.max(1) as u64 {
+            exchange(iter)?;
+        }
+        self.wait(&what)?;
+        out.phases.warmup_ms += ms(t.elapsed());
+        self.team.barrier().map_err(|e| self.team_err(e))?;
+        let t = Instant::now();
+        for iter in 0..iters as u64 {
+            exchange(iter)?;
+        }
+        self.wait(&what)?;
+        let secs = if partner.is_some() {
+            t.elapsed().as_secs_f64() / iters as f64
+        } else {
+            0.0
+        };
+        out.phases.timed_loop_ms += ms(t.elapsed());
+        Ok(secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meet::rendezvous::Member;
+
+    fn topology(nodes: &[(&str, u32)]) -> Topology {
+        let mut first = 0;
+        let members: Vec<Member> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, &(host, ngpus))| {
+                let m = Member {
+                    proc_rank: i as u32,
+                    host: host.into(),
+                    pid: 1,
+                    ngpus,
+                    first_rank: first,
+                };
+                first += ngpus;
+                m
+            })
+            .collect();
+        Topology::new(&members)
+    }
+
+    #[test]
+    fn two_nodes_of_two_gpus_measure_their_gpu_pairs_at_once_then_the_node_pair() {
+        let s = schedule(&topology(&[("a", 2), ("b", 2)]));
+        assert_eq!(s.gpu_rounds, vec![vec![(0, 1), (2, 3)]]);
+        assert_eq!(
+            s.node_rounds,
+            vec![NodeRound {
+                ranks: vec![(0, 2), (1, 3)],
+                nodes: vec![(0, 1)],
+            }]
+        );
+    }
+
+    #[test]
+    fn uneven_nodes_pair_only_the_gpus_both_have() {
+        let t = topology(&[("a", 3), ("b", 1)]);
+        let s = schedule(&t);
+        assert_eq!(s.gpu_rounds.len(), 3, "{s:?}");
+        assert!(s.gpu_rounds.iter().all(|r| r.len() == 1));
+        assert_eq!(s.node_rounds[0].ranks, vec![(0, 3)]);
+        // One node: no node pairs at all.
+        assert!(schedule(&topology(&[("a", 4)])).node_rounds.is_empty());
+    }
+
+    #[test]
+    fn rows_take_the_slower_endpoint_and_node_pairs_sum_their_gpus() {
+        let t = topology(&[("a", 2), ("b", 2)]);
+        let times = [0.001, 0.002, 0.001, 0.0];
+        let gpu = gpu_rows(&t, &[(0, 1), (2, 3)], &times, 1_000_000);
+        assert_eq!(
+            (gpu[0].node.as_str(), gpu[0].a.as_str(), gpu[0].b.as_str()),
+            ("a", "GPU0", "GPU1")
+        );
+        assert_eq!((gpu[0].time_us, gpu[0].busbw), (2000.0, 0.5));
+        assert_eq!((gpu[1].node.as_str(), gpu[1].a.as_str()), ("b", "GPU0"));
+        assert_eq!(gpu[1].ranks, (2, 3));
+        let round = &schedule(&t).node_rounds[0];
+        let node = node_rows(&t, round, &times, 1_000_000);
+        assert_eq!(node.len(), 1);
+        assert_eq!((node[0].a.as_str(), node[0].b.as_str()), ("a", "b"));
+        assert_eq!(node[0].kind, PairKind::Node);
+        // Two GPU pairs of 1 MB each, the slower in 2 ms: 1 GB/s.
+        assert_eq!((node[0].time_us, node[0].busbw), (2000.0, 1.0));
+        // Nothing timed: no bandwidth rather than infinity.
+        assert_eq!(gpu_rows(&t, &[(0, 1)], &[0.0; 4], 1)[0].busbw, 0.0);
+    }
+}

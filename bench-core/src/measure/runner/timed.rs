@@ -1,0 +1,569 @@
+//! The timed loops of the collectives: buffers, the pointers of each iteration, enqueueing,
+//! the bounded wait for the stream, the check of the data, and one table row per size. A
+//! retest of a slow row is timed by the GPU's clock too (`gpu_time`), so the verdict can tell
+//! a slow GPU or link from a slow host.
+
+use super::gpu_time::GpuTimer;
+use super::{ms, GpuOutcome, GpuThread, RunError, Start};
+use crate::config::worker::Step;
+use crate::measure::collectives::{Collective, Counts};
+use crate::measure::cuda::{Gpu, StreamWait};
+use crate::measure::loop_probe::LoopProbe;
+use crate::measure::nccl::{Comm, Issue, Nccl};
+use crate::meet::team::{Team, TeamError};
+use crate::render::output::{phase, print};
+use crate::render::table;
+use crate::report::json::GpuSide;
+use crate::report::{Placement, Row};
+use crate::settings::options::Options;
+use std::time::Instant;
+
+/// One device buffer of the thread (never freed: the process exits right after the report).
+pub(super) struct Buffer {
+    pub ptr: u64,
+}
+
+impl Buffer {
+    /// ncclMemAlloc as nccl-tests uses from NCCL 2.19 (cuMem memory, registrable), else cuMemAlloc.
+    pub fn new(nccl: &Nccl, bytes: u64) -> Result<Buffer, String> {
+        match nccl.mem_alloc(bytes as usize) {
+            Some(Ok(ptr)) => Ok(Buffer { ptr }),
+            Some(Err(e)) => Err(e.to_string()),
+            None => unsafe { cudarc::driver::result::malloc_sync(bytes as usize) }
+                .map(|ptr| Buffer { ptr })
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// What one GPU thread measures with: its GPU, communicators, team and buffers.
+pub(super) struct Measurer<'a> {
+    pub thread: &'a GpuThread,
+    pub gpu: &'a Gpu,
+    pub comm: &'a Comm<'a>,
+    /// This node's GPUs only (multi-node checks), for the GPU pair matrix.
+    pub node_comm: Option<&'a Comm<'a>>,
+    pub team: &'a Team,
+    pub send: u64,
+    pub recv: u64,
+    pub rank: u32,
+    pub nranks: u32,
+}
+
+/// nccl-tests' pointers for iteration `iter`: rotate through the buffers by whole operations
+/// (defeats caches), and in-place operations work inside the receive buffer at the rank's
+/// offsets.
+pub(super) fn pointers(
+    (send, recv): (u64, u64),
+    c: &Counts,
+    elt: u64,
+    max_bytes: u64,
+    rank: u32,
+    (in_place, iter): (bool, u64),
+) -> (u64, u64) {
+    let total = c.bytes(elt);
+    let steps = max_bytes.checked_div(total).unwrap_or(1).max(1);
+    let shift = total * (iter % steps);
+    let rank = rank as u64;
+    if in_place {
+        let base = recv + shift;
+        (
+            base + c.send_inplace_offset * rank * elt,
+            base + c.recv_inplace_offset * rank * elt,
+        )
+    } else {
+        (send + shift, recv + shift)
+    }
+}
+
+impl Measurer<'_> {
+    pub(super) fn opts(&self) -> &Options {
+        self.thread.opts
+    }
+
+    pub(super) fn err_runtime(&self, what: &str, e: impl std::fmt::Display) -> RunError {
+        RunError::Runtime(format!(
+            "GPU {} (rank {}): {what}: {e}",
+            self.thread.device, self.rank
+        ))
+    }
+
+    pub(super) fn team_err(&self, e: TeamError) -> RunError {
+        RunError::from_team(self.rank, e)
+    }
+
+    /// Enqueues one operation at iteration `iter`'s buffer offset.
+    fn issue(
+        &self,
+        coll: &dyn Collective,
+        c: &Counts,
+        in_place: bool,
+        iter: u64,
+    ) -> Result<(), RunError> {
+        let (send, recv) = self.pointers(c, in_place, iter);
+        let o = self.opts();
+        let issue = Issue {
+            comm: self.comm,
+            send,
+            recv,
+            count: c.param,
+            elt: o.datatype.size(),
+            dtype: o.datatype.code(),
+            op: o.op.code(),
+            root: o.root,
+            rank: self.rank,
+            nranks: self.nranks,
+            stream: self.gpu.raw_stream(),
+        };
+        coll.issue(&issue)
+            .map_err(|e| self.err_runtime(coll.name(), e))
+    }
+
+    /// nccl-tests' pointers: rotate through the buffer by whole operations (defeats caches), and
+    fn pointers(&self, c: &Counts, in_place: bool, iter: u64) -> (u64, u64) {
+        let o = self.opts();
+        let base = (self.send, self.recv);
+        pointers(
+            base,
+            c,
+            o.datatype.size(),
+            o.max_bytes,
+            self.rank,
+            (in_place, iter),
+        )
+    }
+
+    /// Waits for the stream, polling NCCL's async error and the team, until the deadline.
+    pub(super) fn wait(&self, what: &str) -> Result<(), RunError> {
+        let mut n = 0u32;
+        let polled = self.gpu.wait(self.thread.deadline, || {
+            n = n.wrapping_add(1);
+            if n % 256 == 0 && self.team.is_failed() {
+                return Err(RunError::Stopped(format!(
+                    "rank {}: stopped while waiting for {what}",
+                    self.rank
+                )));
+            }
+            match self.comm.poll() {
+                Ok(_) => Ok(()),
+                Err(e) => Err(self.err_runtime(what, e)),
+            }
+        });
+        match polled {
+            Ok(()) => Ok(()),
+            Err(Ok(StreamWait::Cuda(e))) => Err(self.err_runtime(what, e)),
+            Err(Ok(StreamWait::Deadline)) => Err(RunError::Timeout(format!(
+                "GPU {} (rank {}): waiting for {what} to complete (a peer may be stuck or gone)",
+                self.thread.device, self.rank
+            ))),
+            Err(Err(e)) => Err(e),
+        }
+    }
+
+    pub(super) fn run_plan(&self, start: &Start, out: &mut GpuOutcome) -> Result<(), RunError> {
+        let o = self.opts();
+        self.team.barrier().map_err(|e| self.team_err(e))?;
+        for (ci, step) in o.steps.iter().enumerate() {
+            match step {
+                Step::Collective {
+                    collective,
+                    sizes,
+                    warmup,
+                    iters,
+                } => self.run_collective(ci, *collective, sizes, *warmup, *iters, start, out)?,
+                Step::Pairs {
+                    bytes,
+                    warmup,
+                    iters,
+                } => self.run_pairs(*bytes, (*warmup, *iters), start, out)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Is this busbw below the threshold for (collective, GPUs, bytes)? Every rank asks the team,
+    /// so all agree even if their processes see different GPU names.
+    pub(super) fn agree_slow(&self, slow: bool) -> Result<bool, RunError> {
+        let s = self
+            .team
+            .sum(&[slow as u8 as f64])
+            .map_err(|e| self.team_err(e))?;
+        Ok(s[0] > 0.0)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_collective(
+        &self,
+        ci: usize,
+        coll: &'static dyn Collective,
+        sizes: &[u64],
+        warmup: u32,
+        iters: u32,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
+        let (min_bytes, max_bytes) = (sizes[0], sizes[sizes.len() - 1]);
+        self.announce_collective(coll, (min_bytes, max_bytes), warmup, iters, start);
+        self.global_warmup(coll, (min_bytes, max_bytes), warmup, out)?;
+        let mut busbw_sum = 0.0;
+        let mut wrong_ranks = 0.0;
+        for (si, &size) in sizes.iter().enumerate() {
+            let at = (ci, si, size, iters);
+            let row = self.measure_size(at, coll, start, out, &mut wrong_ranks)?;
+            busbw_sum += row.out_of_place.busbw + row.in_place.busbw;
+            if start.printer {
+                print(&format!(
+                    "{}\n{}\n",
+                    table::row(&row),
+                    self.held_against(coll, &row, start)
+                ));
+            }
+            if start.recorder {
+                out.rows.push(row);
+            }
+        }
+        if start.printer {
+            let rows = (sizes.len() * 2) as f64;
+            print(&table::footer(
+                coll.nccl_tests_binary(),
+                wrong_ranks as u64,
+                busbw_sum / rows,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The phase line and, on the printer, nccl-tests' header for this collective's sizes.
+    fn announce_collective(
+        &self,
+        coll: &'static dyn Collective,
+        (min_bytes, max_bytes): (u64, u64),
+        warmup: u32,
+        iters: u32,
+        start: &Start,
+    ) {
+        let o = self.opts();
+        phase(
+            start,
+            &format!(
+                "{} {}..{}",
+                coll.name(),
+                crate::measure::size::human(min_bytes),
+                crate::measure::size::human(max_bytes)
+            ),
+        );
+        if start.printer {
+            print(&table::header(
+                coll.nccl_tests_binary(),
+                self.nranks as usize,
+                min_bytes,
+                max_bytes,
+                o.step_factor,
+                warmup,
+                iters,
+                o.check,
+            ));
+            print(&table::column_header());
+        }
+    }
+
+    /// nccl-tests' warm-up before the timed sizes, its time added to the phases' warm-up.
+    fn global_warmup(
+        &self,
+        coll: &'static dyn Collective,
+        (min_bytes, max_bytes): (u64, u64),
+        warmup: u32,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
+        let elt = self.opts().datatype.size();
+        self.thread.set_status(format!(
+            "GPU {} (rank {}): {} warm-up",
+            self.thread.device,
+            self.rank,
+            coll.name()
+        ));
+        let t = Instant::now();
+        // nccl-tests' global warm-up (TimeTest): every size from min to max by doubling,
+        // out-of-place, at rotating offsets, completing each size before the next.
+        let mut size = min_bytes;
+        while size <= max_bytes {
+            let c = coll.counts(size / elt, elt, self.nranks as u64);
+            for iter in 0..warmup as u64 {
+                self.issue(coll, &c, false, iter)?;
+            }
+            self.wait(&format!("{} warm-up", coll.name()))?;
+            if size == 0 {
+                break;
+            }
+            size = size.saturating_mul(2);
+        }
+        out.phases.warmup_ms += ms(t.elapsed());
+        Ok(())
+    }
+
+    /// One size's row; when every rank agrees it is below its floor (and retests are on), the
+    /// row measured once more, by the GPU's clock too, keeping the first try's busbw.
+    fn measure_size(
+        &self,
+        at: (usize, usize, u64, u32),
+        coll: &'static dyn Collective,
+        start: &Start,
+        out: &mut GpuOutcome,
+        wrong_ranks: &mut f64,
+    ) -> Result<Row, RunError> {
+        let (mut row, _) = self.measure_row(at, coll, false, out, wrong_ranks)?;
+        let floor = start.floors().floor(coll.name(), self.nranks, row.size);
+        let slow = floor.is_some_and(|f| row.out_of_place.busbw.min(row.in_place.busbw) < f);
+        if self.opts().config.outliers.retest && self.agree_slow(slow)? {
+            phase(
+                start,
+                &format!(
+                    "{} {}: below threshold, measuring once more",
+                    coll.name(),
+                    crate::measure::size::human(row.size)
+                ),
+            );
+            let (again, gpu) = self.measure_row(at, coll, true, out, wrong_ranks)?;
+            if start.recorder {
+                out.gpu_side.extend(gpu);
+            }
+            let first = (row.out_of_place.busbw, row.in_place.busbw);
+            row = again;
+            row.out_of_place.first_busbw = Some(first.0);
+            row.in_place.first_busbw = Some(first.1);
+        }
+        out.last_collective = Some((
+            coll.name(),
+            row.size,
+            row.out_of_place.busbw.min(row.in_place.busbw),
+        ));
+        Ok(row)
+    }
+
+    /// The `#` line under a row saying what it is held against (or that no floor applies).
+    fn held_against(&self, coll: &'static dyn Collective, row: &Row, start: &Start) -> String {
+        // What it is held against, on a `#` line nccl-tests parsers skip.
+        start
+            .floors()
+            .expectation(coll.name(), self.nranks, row.size)
+            .map(|e| {
+                let busbw = row.out_of_place.busbw.min(row.in_place.busbw);
+                format!(
+                    "#  ^ held against {}",
+                    crate::report::Expected::new(busbw, e.floor, e.source).short()
+                )
+            })
+            .unwrap_or_else(|| "#  ^ no floor at this size".to_string())
+    }
+
+    /// Both placements of one size (`at`: collective and size index, bytes, iterations),
+    /// combined over all ranks; with `gpu_timed`, also their busbw by the GPU's clock.
+    fn measure_row(
+        &self,
+        (ci, si, size, iters): (usize, usize, u64, u32),
+        coll: &'static dyn Collective,
+        gpu_timed: bool,
+        out: &mut GpuOutcome,
+        wrong_ranks: &mut f64,
+    ) -> Result<(Row, Option<GpuSide>), RunError> {
+        let o = self.opts();
+        let elt = o.datatype.size();
+        let c = coll.counts(size / elt, elt, self.nranks as u64);
+        let mut placements = [None, None];
+        let mut gpu_busbw = [0.0f64; 2];
+        for (pi, in_place) in [false, true].into_iter().enumerate() {
+            let seed = (ci as u32) << 24 | (si as u32) << 8 | (pi as u32) << 1;
+            let what = format!(
+                "{} {} {}",
+                coll.name(),
+                crate::measure::size::human(c.bytes(elt)),
+                if in_place { "in-place" } else { "out-of-place" }
+            );
+            self.thread.set_status(format!(
+                "GPU {} (rank {}): {what}",
+                self.thread.device, self.rank
+            ));
+            let loop_ = (in_place, seed, iters, gpu_timed);
+            let (secs, wrong, gpu_secs) = self.measure(coll, &c, loop_, &what, out)?;
+            let wrong_val = wrong.map_or(-1.0, |w| w as f64);
+            let sums = self
+                .team
+                .sum(&[secs, wrong_val.max(0.0), (wrong_val > 0.0) as u8 as f64])
+                .map_err(|e| self.team_err(e))?;
+            let time = sums[0] / self.nranks as f64;
+            let algbw = if time > 0.0 {
+                c.bytes(elt) as f64 / 1e9 / time
+            } else {
+                0.0
+            };
+            let busbw = algbw * coll.bus_factor(self.nranks as u64);
+            if let Some(g) = gpu_secs {
+                let fastest = self.fastest_gpu_time(g)?;
+                if fastest > 0.0 {
+                    gpu_busbw[pi] = busbw * time / fastest;
+                }
+            }
+            *wrong_ranks += sums[2];
+            placements[pi] = Some(Placement {
+                time_us: time * 1e6,
+                algbw,
+                busbw,
+                wrong: wrong.map(|_| sums[1] as u64),
+                first_busbw: None,
+            });
+        }
+        let [Some(oop), Some(ip)] = placements else {
+            unreachable!("both placements measured")
+        };
+        let gpu = gpu_timed.then(|| GpuSide {
+            collective: coll.name(),
+            size: c.bytes(elt),
+            out_of_place_busbw: gpu_busbw[0],
+            in_place_busbw: gpu_busbw[1],
+        });
+        let row = Row {
+            expected: None,
+            collective: coll.name().into(),
+            size: c.bytes(elt),
+            count: c.param,
+            dtype: o.datatype.name().into(),
+            redop: if coll.uses_op() { o.op.name() } else { "none" }.into(),
+            root: if coll.uses_root() { o.root as i32 } else { -1 },
+            out_of_place: oop,
+            in_place: ip,
+        };
+        Ok((row, gpu))
+    }
+
+    /// The smallest per-operation GPU time over all ranks (one value each way per process). A
+    /// rank whose host launched late waited least on the GPU, so the smallest is the time the
+    /// GPUs and links needed.
+    fn fastest_gpu_time(&self, mine: f64) -> Result<f64, RunError> {
+        let all = self.team.min(&[mine]).map_err(|e| self.team_err(e))?;
+        Ok(all.first().copied().unwrap_or(mine))
+    }
+
+    /// One placement of one size: returns seconds per operation, the wrong-element count, and
+    /// with `gpu_timed` the operation's GPU seconds (`gpu_time`).
+    fn measure(
+        &self,
+        coll: &dyn Collective,
+        c: &Counts,
+        (in_place, seed, iters, gpu_timed): (bool, u32, u32, bool),
+        what: &str,
+        out: &mut GpuOutcome,
+    ) -> Result<(f64, Option<u64>, Option<f64>), RunError> {
+        let o = self.opts();
+        let elt = o.datatype.size();
+        let (dt, op) = (o.datatype.code(), o.op.code());
+        let t = Instant::now();
+        let (input, _) = self.pointers(c, in_place, 0);
+        self.gpu
+            .fill(input, c.send, dt, op, seed, self.rank, self.nranks, 0)
+            .map_err(|e| self.err_runtime("filling input", e))?;
+        self.issue(coll, c, in_place, 0)?;
+        self.wait(what)?;
+        out.phases.warmup_ms += ms(t.elapsed());
+
+        let mut probe = LoopProbe::new(self.gpu, iters)
+            .map_err(|e| self.err_runtime("creating debug events", e))?;
+        let mut timer = if gpu_timed {
+            Some(
+                GpuTimer::new(self.gpu, iters)
+                    .map_err(|e| self.err_runtime("creating timing events", e))?,
+            )
+        } else {
+            None
+        };
+        let timing = |e| self.err_runtime("recording a timing event", e);
+        self.team.barrier().map_err(|e| self.team_err(e))?;
+        let t = Instant::now();
+        if let Some(p) = probe.as_mut() {
+            p.start(self.gpu, t)
+                .map_err(|e| self.err_runtime("recording a debug event", e))?;
+        }
+        for iter in 0..iters as u64 {
+            if let Some(t) = &timer {
+                t.before(self.gpu).map_err(timing)?;
+            }
+            self.issue(coll, c, in_place, iter)?;
+            if let Some(t) = timer.as_mut() {
+                t.after(self.gpu).map_err(timing)?;
+            }
+            if let Some(p) = probe.as_mut() {
+                p.enqueued(self.gpu)
+                    .map_err(|e| self.err_runtime("recording a debug event", e))?;
+            }
+        }
+        self.wait(what)?;
+        let elapsed = t.elapsed();
+        if let Some(p) = &probe {
+            p.report(self.rank, what, elapsed);
+        }
+        out.phases.timed_loop_ms += ms(elapsed);
+        let secs = elapsed.as_secs_f64() / iters as f64;
+        let gpu_secs = match &timer {
+            Some(t) => Some(
+                t.seconds()
+                    .map_err(|e| self.err_runtime("reading timing events", e))?
+                    / iters as f64,
+            ),
+            None => None,
+        };
+
+        if !o.check || (in_place && !coll.checks_in_place()) {
+            return Ok((secs, None, gpu_secs));
+        }
+        let t = Instant::now();
+        let check_seed = seed | 1;
+        let (input, output) = self.pointers(c, in_place, 0);
+        self.gpu
+            .fill(input, c.send, dt, op, check_seed, self.rank, self.nranks, 0)
+            .map_err(|e| self.err_runtime("filling input", e))?;
+        if !in_place {
+            self.gpu
+                .poison(output, c.recv * elt)
+                .map_err(|e| self.err_runtime("clearing output", e))?;
+        }
+        self.issue(coll, c, in_place, 0)?;
+        let expected = coll.expected(self.rank, self.nranks, o.root, c);
+        self.gpu
+            .verify(output, c.recv, dt, op, check_seed, self.nranks, expected)
+            .map_err(|e| self.err_runtime("verifying", e))?;
+        self.wait(&format!("{what} (check)"))?;
+        let wrong = self
+            .gpu
+            .read_wrong()
+            .map_err(|e| self.err_runtime("reading the check result", e))?;
+        out.phases.verification_ms += ms(t.elapsed());
+        Ok((secs, Some(wrong), gpu_secs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointers_rotate_by_whole_operations_and_in_place_uses_the_rank_offsets() {
+        // 4-byte elements, 256 elements per rank in, 1024 out (all_gather over 4 ranks).
+        let c = Counts {
+            send: 256,
+            recv: 1024,
+            param: 256,
+            send_inplace_offset: 256,
+            recv_inplace_offset: 0,
+        };
+        let bufs = (0x1000_0000, 0x2000_0000);
+        let total = c.bytes(4);
+        assert_eq!(total, 4096);
+        // 3 operations fit in 12 KiB: iteration 4 is back at offset 1.
+        let p = |in_place, iter| pointers(bufs, &c, 4, 3 * 4096, 2, (in_place, iter));
+        assert_eq!(p(false, 0), bufs);
+        assert_eq!(p(false, 1), (bufs.0 + 4096, bufs.1 + 4096));
+        assert_eq!(p(false, 4), p(false, 1));
+        assert_eq!(p(true, 0), (bufs.1 + 256 * 2 * 4, bufs.1));
+        // A size larger than the buffer never moves.
+        assert_eq!(pointers(bufs, &c, 4, 100, 0, (false, 7)), bufs);
+    }
+}

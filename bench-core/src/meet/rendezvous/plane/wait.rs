@@ -1,0 +1,225 @@
+//! How the plane waits for the other processes: a member's round trip, the coordinator's
+//! collection, and the watch's pass while no operation runs; beats go out meanwhile, and a
+//! process that stops answering is named ([`super::lost`]).
+
+use super::link::{Gone, Link, Liveness, Waited};
+use super::MAX_GATHER_FRAME;
+use super::{aborted, lost, out_of_step, peer_error, who, ControlPlane, Frame, Op, PlaneError};
+use crate::meet::rendezvous::wire::WireError;
+use crate::meet::rendezvous::Member;
+use std::time::Instant;
+
+impl ControlPlane {
+    /// How often beats go out and how long a silence names a process (the check's budget
+    /// decides: [`Liveness::for_budget`]).
+    pub fn set_liveness(&mut self, to: Liveness) {
+        match self {
+            ControlPlane::Alone => {}
+            ControlPlane::Root { live, .. } | ControlPlane::Leaf { live, .. } => *live = to,
+        }
+    }
+
+    /// The plane's liveness settings (the default for one process alone).
+    pub fn liveness(&self) -> Liveness {
+        match self {
+            ControlPlane::Alone => Liveness::default(),
+            ControlPlane::Root { live, .. } | ControlPlane::Leaf { live, .. } => *live,
+        }
+    }
+
+    /// A member's half of an operation: send, then wait for the coordinator's answer, beating
+    /// while it waits (the coordinator may be waiting for a slower process).
+    pub(super) fn round_trip(
+        link: &mut Link,
+        live: &Liveness,
+        up: &Frame,
+        cap: usize,
+        deadline: Instant,
+    ) -> Result<Frame, PlaneError> {
+        link.send(up, deadline)
+            .map_err(|e| peer_error(link.peer(), e))?;
+        let every = live.every;
+        let reply = link
+            .next(cap, live, deadline, &mut |l: &mut Link| {
+                let _ = l.beat(Instant::now() + every);
+            })
+            .map_err(|w| match w {
+                Waited::Deadline => peer_error(link.peer(), WireError::Deadline),
+                Waited::Gone(Gone::Broken(e)) => peer_error(link.peer(), e),
+                Waited::Gone(g) => PlaneError::Lost(lost::at_member(link.peer(), &g)),
+            })?;
+        if reply.abort.is_some() {
+            return Err(PlaneError::Aborted(format!(
+                "another process gave up: {}",
+                aborted(reply.abort)
+            )));
+        }
+        if reply.seq != up.seq || reply.op != up.op {
+            return Err(out_of_step(reply.seq, up.seq));
+        }
+        Ok(reply)
+    }
+
+    /// The coordinator's half: one frame from every other process, in rank order, each handed
+    /// to `take` once its step and operation are checked. While it waits for one, it beats to
+    /// all; one that stops answering ends it with every process that has ([`Self::survey`]).
+    /// The first failure names the process.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn collect(
+        peers: &mut [(Member, Link)],
+        live: &Liveness,
+        host: &str,
+        seq: u64,
+        op: Op,
+        cap: usize,
+        deadline: Instant,
+        mut take: impl FnMut(Frame) -> Result<(), String>,
+    ) -> Result<(), PlaneError> {
+        for k in 0..peers.len() {
+            let (before, rest) = peers.split_at_mut(k);
+            let Some(((m, link), after)) = rest.split_first_mut() else {
+                break;
+            };
+            let every = live.every;
+            let waited = link.next(cap, live, deadline, &mut |l: &mut Link| {
+                let soon = Instant::now() + every;
+                let _ = l.beat(soon);
+                for (_, other) in before.iter_mut().chain(after.iter_mut()) {
+                    let _ = other.beat(soon);
+                }
+            });
+            let msg = match waited {
+                Ok(msg) => msg,
+                Err(Waited::Deadline) => return Err(peer_error(&who(m), WireError::Deadline)),
+                Err(Waited::Gone(Gone::Broken(e))) => return Err(peer_error(&who(m), e)),
+                Err(Waited::Gone(g)) => return Err(Self::survey(peers, live, host, k, g)),
+            };
+            let m = &peers[k].0;
+            if msg.abort.is_some() {
+                return Err(PlaneError::Aborted(format!(
+                    "{} gave up: {}",
+                    who(m),
+                    aborted(msg.abort)
+                )));
+            }
+            if msg.seq != seq || msg.op != op {
+                return Err(PlaneError::Peer(format!("{} is out of step", who(m))));
+            }
+            take(msg).map_err(|e| PlaneError::Peer(format!("{} {e}", who(m))))?;
+        }
+        Ok(())
+    }
+
+    /// Process `first` is gone (`why`): which others are too (read what they sent; silent
+    /// for the silence, or broken), and the coordinator's sentence naming them.
+    fn survey(
+        peers: &mut [(Member, Link)],
+        live: &Liveness,
+        host: &str,
+        first: usize,
+        why: Gone,
+    ) -> PlaneError {
+        let mut gone: Vec<(usize, Gone)> = vec![(first, why)];
+        for (i, (_, link)) in peers.iter_mut().enumerate() {
+            if i == first {
+                continue;
+            }
+            match link.drain(MAX_GATHER_FRAME, live) {
+                Err(g) => gone.push((i, g)),
+                Ok(_) => {
+                    if let Some(q) = link.silent(Instant::now(), live) {
+                        gone.push((i, Gone::Silent(q)));
+                    }
+                }
+            }
+        }
+        gone.sort_by_key(|(i, _)| *i);
+        let me = Member {
+            proc_rank: u32::MAX,
+            host: host.to_string(),
+            pid: 0,
+            ngpus: 0,
+            first_rank: 0,
+        };
+        let lost: Vec<(&Member, &Gone)> = gone.iter().map(|(i, g)| (&peers[*i].0, g)).collect();
+        PlaneError::Lost(lost::at_coordinator(&me, &lost, peers.len()))
+    }
+
+    /// The watch's pass while no operation runs (the team's watch thread, every
+    /// [`Liveness::every`]): a beat on every connection, then what has arrived read without
+    /// waiting. An error when a process stopped answering, its connection broke or another
+    /// process gave up; the coordinator then tells every process it can reach.
+    pub fn tend(&mut self, deadline: Instant) -> Result<(), PlaneError> {
+        let result = match self {
+            ControlPlane::Alone => Ok(()),
+            ControlPlane::Leaf { link, live } => {
+                let beat = link.beat(Instant::now() + live.every);
+                let got = beat.map_err(Gone::Broken).and_then(|()| {
+                    let f = link.drain(MAX_GATHER_FRAME, live)?;
+                    match link.silent(Instant::now(), live) {
+                        Some(q) if f.is_none() => Err(Gone::Silent(q)),
+                        _ => Ok(f),
+                    }
+                });
+                return match got {
+                    Ok(Some(abort)) => Err(PlaneError::Aborted(format!(
+                        "another process gave up: {}",
+                        aborted(abort.abort)
+                    ))),
+                    Ok(None) => Ok(()),
+                    Err(g) => Err(PlaneError::Lost(lost::at_member(link.peer(), &g))),
+                };
+            }
+            ControlPlane::Root {
+                peers, live, host, ..
+            } => Self::tend_root(peers, live, host),
+        };
+        if let Err(why) = &result {
+            self.abort(&why.to_string(), deadline);
+        }
+        result
+    }
+
+    fn tend_root(
+        peers: &mut [(Member, Link)],
+        live: &Liveness,
+        host: &str,
+    ) -> Result<(), PlaneError> {
+        let soon = Instant::now() + live.every;
+        let mut broken = None;
+        for (i, (_, link)) in peers.iter_mut().enumerate() {
+            if let Err(e) = link.beat(soon) {
+                broken.get_or_insert((i, Gone::Broken(e)));
+            }
+        }
+        for (i, (m, link)) in peers.iter_mut().enumerate() {
+            match link.drain(MAX_GATHER_FRAME, live) {
+                Ok(Some(abort)) => {
+                    return Err(PlaneError::Aborted(format!(
+                        "{} gave up: {}",
+                        who(m),
+                        aborted(abort.abort)
+                    )))
+                }
+                Ok(None) => {}
+                Err(g) => {
+                    broken.get_or_insert((i, g));
+                }
+            }
+        }
+        let now = Instant::now();
+        let silent = peers
+            .iter()
+            .position(|(_, l)| l.silent(now, live).is_some())
+            .map(|i| {
+                (
+                    i,
+                    Gone::Silent(peers[i].1.silent(now, live).unwrap_or_default()),
+                )
+            });
+        match broken.or(silent) {
+            Some((i, g)) => Err(Self::survey(peers, live, host, i, g)),
+            None => Ok(()),
+        }
+    }
+}

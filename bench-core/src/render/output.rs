@@ -1,0 +1,70 @@
+//! What rank 0 prints while measuring: progress lines on stderr, the tables on stdout.
+
+use crate::measure::runner::Start;
+use crate::report::PairRow;
+use std::io::Write;
+
+/// Writes `text` to stdout at once (the table is read live, line by line).
+pub(crate) fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// A progress line on stderr, from the printing rank only.
+pub(crate) fn phase(start: &Start, what: &str) {
+    if start.printer {
+        eprintln!("nccl-check: {what}");
+    }
+}
+
+/// The pair matrix as a table under the collectives' tables.
+pub(crate) fn pair_table(rows: &[PairRow], bytes: u64, iters: u32, multi_node: bool) -> String {
+    let mut out = format!(
+        "#\n# Pair matrix: sendrecv {bytes} bytes, {iters} iterations, rounds of disjoint pairs\n#  {:>24}  {:>10}  {:>8}\n",
+        "pair", "time(us)", "busbw"
+    );
+    for r in rows {
+        out += &format!(
+            "   {:>24}  {:>10.1}  {:>8.2}\n",
+            r.subject(multi_node),
+            r.time_us,
+            r.busbw
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::PairKind;
+
+    #[test]
+    fn the_pair_table_names_each_pair_with_its_time_and_busbw() {
+        let row = PairRow {
+            expected: None,
+            kind: PairKind::Gpu,
+            node: "n1".into(),
+            a: "GPU0".into(),
+            b: "GPU1".into(),
+            ranks: (0, 1),
+            bytes: 1 << 20,
+            time_us: 12.345,
+            busbw: 301.234,
+            first_busbw: None,
+        };
+        let one = pair_table(std::slice::from_ref(&row), 1 << 20, 20, false);
+        assert_eq!(
+            one,
+            "#\n# Pair matrix: sendrecv 1048576 bytes, 20 iterations, rounds of disjoint pairs\n\
+             #                      pair    time(us)     busbw\n\
+             \x20               GPU0<->GPU1        12.3    301.23\n"
+        );
+        let multi = pair_table(&[row], 1 << 20, 20, true);
+        assert!(
+            multi.ends_with("          n1 GPU0<->GPU1        12.3    301.23\n"),
+            "{multi}"
+        );
+    }
+}
