@@ -4,7 +4,7 @@
 //!
 //! This module owns the thread's life (what it waits for, what it hands back); `comms` sets up
 //! and aborts the communicators, `measure` runs the collectives' timed loops, `pair_matrix` the
-//! GPU and node pairs, `output` prints the tables, `error` says why a run ended in ERROR,
+//! GPU and node pairs, `render::output` prints the tables, `error` says why a run ended in ERROR,
 //! `probe` measures the GPU's local copy bandwidth, `gpu_time` times a retest by the GPU's clock.
 
 mod comms;
