@@ -21,6 +21,7 @@
 //! Clocks are recorded for the report only: they follow the load.
 
 use super::Finding;
+use crate::facts::ReasonCode;
 use serde::{Deserialize, Serialize};
 
 /// The NVLink count a GPU should have active, and its source: from the SKU table, by the
@@ -200,7 +201,7 @@ fn nvlink_down(g: &GpuHealth, gpus: &[GpuHealth], subject: &str) -> Option<Findi
     let want = want.filter(|&w| l.active < w)?;
     Some(
         Finding::new(
-            "nvlink_down",
+            ReasonCode::NvlinkDown,
             subject,
             format!(
                 "{subject}: {} of {want} NVLinks active (expected from {why})",
@@ -217,7 +218,7 @@ fn pcie_degraded(g: &GpuHealth, ctx: Context, subject: &str) -> Option<Finding> 
     if p.width < p.max_width {
         Some(
             Finding::new(
-                "pcie_degraded",
+                ReasonCode::PcieDegraded,
                 subject,
                 format!("{subject}: PCIe link x{} of x{}", p.width, p.max_width),
             )
@@ -226,7 +227,7 @@ fn pcie_degraded(g: &GpuHealth, ctx: Context, subject: &str) -> Option<Finding> 
     } else if ctx.under_load && p.gen < p.max_gen {
         Some(
             Finding::new(
-                "pcie_degraded",
+                ReasonCode::PcieDegraded,
                 subject,
                 format!(
                     "{subject}: PCIe Gen{} of Gen{} while busy",
@@ -245,7 +246,7 @@ fn ecc_uncorrectable(g: &GpuHealth, subject: &str) -> Option<Finding> {
     let n = g.ecc_uncorrected_volatile.filter(|&n| n > 0)?;
     Some(
         Finding::new(
-            "ecc_uncorrectable",
+            ReasonCode::EccUncorrectable,
             subject,
             format!("{subject}: {n} uncorrectable ECC error(s) since the driver loaded"),
         )
@@ -262,7 +263,7 @@ fn row_remap_pending(g: &GpuHealth, subject: &str) -> Option<Finding> {
         "a row remapping is pending (the GPU needs a reset)"
     };
     Some(Finding::new(
-        "row_remap_pending",
+        ReasonCode::RowRemapPending,
         subject,
         format!(
             "{subject}: {what}; {} uncorrected, {} corrected rows remapped",
@@ -293,7 +294,7 @@ fn hw_slowdown(g: &GpuHealth, subject: &str) -> Option<Finding> {
         .map(|c| format!(" (SM {} of {} MHz)", c.sm_mhz, c.sm_max_mhz))
         .unwrap_or_default();
     Some(Finding::new(
-        "hw_slowdown",
+        ReasonCode::HwSlowdown,
         subject,
         format!("{subject}: {} active{clocks}", active.join(", ")),
     ))
@@ -355,7 +356,9 @@ mod tests {
     }
 
     fn codes(f: &[Finding]) -> Vec<(&str, &str)> {
-        f.iter().map(|x| (x.code, x.subject.as_str())).collect()
+        f.iter()
+            .map(|x| (x.code.as_str(), x.subject.as_str()))
+            .collect()
     }
 
     #[test]
@@ -408,7 +411,7 @@ mod tests {
         );
         assert!(idle[0].message.contains("failed"));
         let busy = classify(&facts, Context { under_load: true });
-        assert_eq!(busy[0].code, "pcie_degraded");
+        assert_eq!(busy[0].code.as_str(), "pcie_degraded");
         assert!(busy[0].message.contains("Gen1 of Gen5 while busy"));
     }
 

@@ -18,6 +18,7 @@ use super::read::{attr, entries, small, under};
 use super::Finding;
 use crate::config::expected_gpus::{is_bus_id, ExpectedGpus};
 use crate::config::network::hostlist_matches;
+use crate::facts::ReasonCode;
 use serde::Serialize;
 use std::path::Path;
 
@@ -295,7 +296,7 @@ pub fn check(
             };
             findings.push(
                 Finding::new(
-                    "gpu_missing",
+                    ReasonCode::GpuMissing,
                     if absent.is_empty() {
                         "GPUs".to_string()
                     } else {
@@ -365,7 +366,7 @@ mod tests {
         assert_eq!(inv.findings.len(), 1);
         let f = &inv.findings[0];
         assert_eq!(
-            (f.code, f.subject.as_str()),
+            (f.code.as_str(), f.subject.as_str()),
             ("gpu_missing", "GPU 0000:9b:00.0")
         );
         assert!(

@@ -17,6 +17,7 @@
 //! one is named, which a pair measurement cannot do.
 
 use super::Finding;
+use crate::facts::ReasonCode;
 use serde::{Deserialize, Serialize};
 
 /// Copy rate floor as a fraction of the datasheet memory bandwidth (see the module comment).
@@ -102,7 +103,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
             if rate < min {
                 out.push(
                     Finding::new(
-                        "local_probe_slow",
+                        ReasonCode::LocalProbeSlow,
                         &p.subject,
                         format!(
                             "{}device-local copy {} GB/s < {} GB/s ({how})",
@@ -129,7 +130,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
         if rate < fraction * median {
             out.push(
                 Finding::new(
-                    "local_probe_slow",
+                    ReasonCode::LocalProbeSlow,
                     &p.subject,
                     format!(
                         "{}device-local copy {} GB/s < {fraction} x {} GB/s, the median of its {} \
@@ -220,7 +221,7 @@ mod tests {
         let f = slow_probes(&probed("NVIDIA H200", &one), 0.85);
         assert_eq!(f.len(), 1);
         assert_eq!(
-            (f[0].code, f[0].subject.as_str()),
+            (f[0].code.as_str(), f[0].subject.as_str()),
             ("local_probe_slow", "GPU0")
         );
         assert!(f[0]

@@ -38,6 +38,7 @@ pub mod transport;
 /// Bounded reads of small files, shared with the prolog (the contract crate).
 pub use nccl_check_contract::read;
 
+pub use crate::report::reason::ReasonCode;
 use serde::Serialize;
 
 /// A value as a message prints it beside the limit it is compared with: at least two
@@ -75,8 +76,9 @@ pub use nccl_check_contract::report::process::busy_prefix;
 /// One fault found in the facts, in the shape the report's reason takes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
-    /// Stable machine-readable code, e.g. `gpu_missing`.
-    pub code: &'static str,
+    /// Its reason code, one of the fact codes (`ReasonCode::FACT_CODES`-style: `GpuMissing`,
+    /// written `gpu_missing`): typed here, so no reader maps a string back.
+    pub code: ReasonCode,
     /// The part: `GPU 0000:9b:00.0`, `mlx5_0:1`, `eth0`.
     pub subject: String,
     /// One line for an admin: what is wrong and how it was known.
@@ -88,7 +90,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(code: &'static str, subject: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(code: ReasonCode, subject: impl Into<String>, message: impl Into<String>) -> Self {
         Finding {
             code,
             subject: subject.into(),

@@ -26,6 +26,7 @@
 
 use super::read::{attr, entries, under};
 use super::Finding;
+use crate::facts::ReasonCode;
 use serde::Serialize;
 use std::path::Path;
 
@@ -278,7 +279,7 @@ pub fn assess_ports(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetP
                 .as_deref()
                 .map(|s| format!(", physical state {s}"));
             findings.push(Finding::new(
-                "net_port_down",
+                ReasonCode::NetPortDown,
                 &p.nic,
                 format!(
                     "NIC {} that NCCL uses is down (state {}{})",
@@ -292,7 +293,7 @@ pub fn assess_ports(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetP
         if let Some(w) = p.width.filter(|&w| w < policy.full_width) {
             findings.push(
                 Finding::new(
-                    "net_rate_degraded",
+                    ReasonCode::NetRateDegraded,
                     &p.nic,
                     format!(
                         "NIC {} trained at {w}X instead of {}X: {} (a cable or transceiver fault)",
@@ -318,7 +319,7 @@ pub fn assess_ports(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetP
             if rate < want {
                 findings.push(
                     Finding::new(
-                        "net_rate_degraded",
+                        ReasonCode::NetRateDegraded,
                         &p.nic,
                         format!(
                             "NIC {} runs at {rate} Gb/s, below the {want} Gb/s of {how}",
@@ -382,7 +383,7 @@ mod tests {
     fn codes(f: &NetFacts) -> Vec<(&str, &str)> {
         f.findings
             .iter()
-            .map(|x| (x.code, x.subject.as_str()))
+            .map(|x| (x.code.as_str(), x.subject.as_str()))
             .collect()
     }
 

@@ -17,6 +17,7 @@ use super::inventory::{self, DriverGpu, Expected};
 use super::net::NetFacts;
 use super::Finding;
 use crate::config::expected_gpus::{self, ExpectedGpus};
+use crate::facts::ReasonCode;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -166,7 +167,7 @@ pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
                 .unwrap_or_default();
             findings.push(
                 Finding::new(
-                    "gpu_missing",
+                    ReasonCode::GpuMissing,
                     "GPUs",
                     format!(
                         "expected {} GPUs, CUDA opens {n}{cvd} (expected from {})",
@@ -326,7 +327,7 @@ mod tests {
         let f = inventory(&src, Some(1));
         assert_eq!(f.driver_gpus.len(), 8);
         assert_eq!(f.findings.len(), 1, "{:?}", f.findings);
-        assert_eq!(f.findings[0].code, "gpu_missing");
+        assert_eq!(f.findings[0].code.as_str(), "gpu_missing");
         assert!(
             f.findings[0]
                 .message
@@ -449,7 +450,10 @@ mod tests {
         let net = f.net.as_ref().unwrap();
         assert_eq!(net.findings.len(), 1);
         assert_eq!(
-            (net.findings[0].code, net.findings[0].subject.as_str()),
+            (
+                net.findings[0].code.as_str(),
+                net.findings[0].subject.as_str()
+            ),
             ("net_port_down", "eth1")
         );
         let mut f = inventory(&src, None);

@@ -93,7 +93,7 @@ pub fn node_findings(report: &Report, fraction: f64) -> Vec<(Scope, Finding)> {
 /// A finding as a FAIL reason; the subject is `GPUk` for a GPU of this process.
 pub fn reason(scope: Scope, f: &Finding) -> Reason {
     Reason {
-        code: ReasonCode::of_finding(f.code).unwrap_or(ReasonCode::Unknown),
+        code: f.code,
         message: f.message.clone(),
         subject: Some(match scope {
             Scope::Gpu(k) => crate::report::gpu_label(k as u32),
@@ -130,7 +130,8 @@ pub fn cite(reasons: &mut [Reason], facts: &[(Scope, Finding)]) {
         let why: Vec<&str> = facts
             .iter()
             .filter(|(s, f)| {
-                f.code != "local_probe_slow" && scopes.as_ref().is_none_or(|want| want.contains(s))
+                f.code != ReasonCode::LocalProbeSlow
+                    && scopes.as_ref().is_none_or(|want| want.contains(s))
             })
             .map(|(_, f)| f.message.as_str())
             .take(3)

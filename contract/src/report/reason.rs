@@ -78,10 +78,9 @@ impl ReasonCode {
         self.into()
     }
 
-    /// The code of a node fact's finding (`facts::Finding::code`); None for a code this
-    /// version does not know (a bug: every finding code has a variant, see the test).
-    pub fn of_finding(code: &str) -> Option<ReasonCode> {
-        FACT_CODES.iter().copied().find(|c| c.as_str() == code)
+    /// Whether a node fact produces this code (bench-core's `facts::Finding` carries it typed).
+    pub fn is_fact(self) -> bool {
+        FACT_CODES.contains(&self)
     }
 
     /// Whether the reason is about a bandwidth measurement (a fact may explain it).
@@ -234,12 +233,12 @@ mod tests {
              hw_slowdown,net_port_down,net_rate_degraded,local_probe_slow,worker_starved"
         );
         for c in FACT_CODES {
-            assert_eq!(ReasonCode::of_finding(c.as_str()), Some(c));
+            assert!(c.is_fact());
             let back: ReasonCode =
                 serde_json::from_str(&format!("\"{c}\"")).expect("a fact code parses");
             assert_eq!(back, c);
         }
-        assert_eq!(ReasonCode::of_finding("runtime"), None);
+        assert!(!ReasonCode::Runtime.is_fact());
         assert_eq!(
             serde_json::to_string(&ReasonCode::HostInterference).expect("ok"),
             r#""host_interference""#

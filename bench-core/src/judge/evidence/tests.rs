@@ -223,7 +223,7 @@ fn a_missing_gpu_from_the_inventory_is_the_first_reason() {
         net_note: String::new(),
         off_cpu: None,
         findings: vec![Finding::new(
-            "gpu_missing",
+            ReasonCode::GpuMissing,
             "GPUs",
             "expected 2 GPUs, CUDA opens 1 with CUDA_VISIBLE_DEVICES=0",
         )
@@ -319,7 +319,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
     assert!(node_pair_floor(&r).is_empty());
     // A port down: FAIL naming it, cited by the node pair's slow reason.
     let down = Finding::new(
-        "net_port_down",
+        ReasonCode::NetPortDown,
         "mlx5_0:1",
         "NIC mlx5_0:1 that NCCL uses is down",
     );

@@ -3,7 +3,7 @@
 //! barrier, the timed loop with rotating buffer offsets, then the bit-exact check).
 //!
 //! This module owns the thread's life (what it waits for, what it hands back); `comms` sets up
-//! and aborts the communicators, `measure` runs the collectives' timed loops, `pair_matrix` the
+//! and aborts the communicators, `timed` runs the collectives' timed loops, `pair_matrix` the
 //! GPU and node pairs, `render::output` prints the tables, `error` says why a run ended in ERROR,
 //! `probe` measures the GPU's local copy bandwidth, `gpu_time` times a retest by the GPU's clock.
 

@@ -140,7 +140,7 @@ pub fn finding(node: &str, seen: &OffCpu) -> Option<Finding> {
     }
     Some(
         Finding::new(
-            "worker_starved",
+            ReasonCode::WorkerStarved,
             node,
             format!(
                 "node {node}: the check's worker could not run for {:.1} s of the {:.1} s it \
@@ -212,7 +212,7 @@ mod tests {
     #[test]
     fn a_process_that_lost_half_of_a_long_window_is_named_and_less_is_not() {
         let f = finding("fab07", &seen(10.0, 6.0)).expect("60% of 10 s is starved");
-        assert_eq!(f.code, "worker_starved");
+        assert_eq!(f.code, ReasonCode::WorkerStarved);
         assert_eq!(f.subject, "fab07");
         assert!(f.message.contains("node fab07") && f.message.contains("60%"));
         assert_eq!(f.measured, Some(0.6));
