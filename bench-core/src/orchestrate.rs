@@ -217,7 +217,7 @@ fn explain(
         _ => (String::new(), 0, None, Interconnect::unknown("no GPU")),
     };
     let identity = crate::facts::sku::Identity::resolve(device_id, &name);
-    let gpu = crate::judge::thresholds::Gpu {
+    let gpu = crate::judge::thresholds::GpuKey {
         name: &name,
         sku: identity.sku(),
         interconnect: interconnect.class,

@@ -62,7 +62,7 @@ pub fn driver_gpus(root: &Path) -> Result<Vec<DriverGpu>, String> {
 
 /// What the node should have, and where that came from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Expected {
+pub struct NodeExpectation {
     pub count: u32,
     /// Bus ids of the expected GPUs, when known.
     pub bus_ids: Vec<String>,
@@ -72,9 +72,9 @@ pub struct Expected {
     pub source: String,
 }
 
-impl Expected {
+impl NodeExpectation {
     /// From the admin's matching `[[expected_gpus]]`.
-    pub fn from_config(e: &ExpectedGpus) -> Expected {
+    pub fn from_config(e: &ExpectedGpus) -> NodeExpectation {
         let whom = if e.nodes.is_empty() && e.partitions.is_empty() {
             "every node".to_string()
         } else {
@@ -84,7 +84,7 @@ impl Expected {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
-        Expected {
+        NodeExpectation {
             count: e.count,
             bus_ids: e.bus_ids.clone(),
             minors: Vec::new(),
@@ -151,7 +151,7 @@ fn host_matches(w: &[(String, String)], host: &str) -> bool {
 }
 
 /// This host's GPUs from gres.conf's text; None when no `Name=gpu` line for it gives a count.
-pub fn from_gres_conf(text: &str, host: &str, file: &str) -> Option<Expected> {
+pub fn from_gres_conf(text: &str, host: &str, file: &str) -> Option<NodeExpectation> {
     let (mut count, mut minors, mut any) = (0u32, Vec::new(), false);
     for line in text.lines() {
         let w = words(line);
@@ -178,7 +178,7 @@ pub fn from_gres_conf(text: &str, host: &str, file: &str) -> Option<Expected> {
     } else {
         Vec::new()
     };
-    any.then(|| Expected {
+    any.then(|| NodeExpectation {
         count,
         bus_ids: Vec::new(),
         minors,
@@ -188,7 +188,7 @@ pub fn from_gres_conf(text: &str, host: &str, file: &str) -> Option<Expected> {
 
 /// This host's GPU count from slurm.conf's `NodeName=` lines (`NodeName=DEFAULT` applies to
 /// the lines after it); None when its line names no gpu gres.
-pub fn from_slurm_conf(text: &str, host: &str, file: &str) -> Option<Expected> {
+pub fn from_slurm_conf(text: &str, host: &str, file: &str) -> Option<NodeExpectation> {
     let mut default_gres: Option<String> = None;
     for line in text.lines() {
         let w = words(line);
@@ -218,7 +218,7 @@ pub fn from_slurm_conf(text: &str, host: &str, file: &str) -> Option<Expected> {
                 .unwrap_or(1);
             count = count.saturating_add(n);
         }
-        return (count > 0).then(|| Expected {
+        return (count > 0).then(|| NodeExpectation {
             count,
             bus_ids: Vec::new(),
             minors: Vec::new(),
@@ -230,7 +230,11 @@ pub fn from_slurm_conf(text: &str, host: &str, file: &str) -> Option<Expected> {
 
 /// The expectation from Slurm's files (gres.conf first), each read bounded; None when neither
 /// exists or names this host's GPUs.
-pub fn from_slurm_files(gres_conf: &Path, slurm_conf: &Path, host: &str) -> Option<Expected> {
+pub fn from_slurm_files(
+    gres_conf: &Path,
+    slurm_conf: &Path,
+    host: &str,
+) -> Option<NodeExpectation> {
     let read = |p: &Path| small(p, CONF_MAX).ok();
     read(gres_conf)
         .and_then(|t| from_gres_conf(&t, host, &gres_conf.display().to_string()))
@@ -245,7 +249,7 @@ pub fn from_slurm_files(gres_conf: &Path, slurm_conf: &Path, host: &str) -> Opti
 /// The inventory: what was expected, what the driver lists, and what is missing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Inventory {
-    pub expected: Option<Expected>,
+    pub expected: Option<NodeExpectation>,
     pub listed: Vec<DriverGpu>,
     pub findings: Vec<Finding>,
 }
@@ -253,12 +257,12 @@ pub struct Inventory {
 /// Compares the expectation with the driver's list. `allocation`: the device minors a job was
 /// given (under srun), which replace the node's expectation.
 pub fn check(
-    expected: Option<Expected>,
+    expected: Option<NodeExpectation>,
     listed: Vec<DriverGpu>,
     allocation: Option<&[u32]>,
 ) -> Inventory {
     let expected = match allocation {
-        Some(minors) => Some(Expected {
+        Some(minors) => Some(NodeExpectation {
             count: minors.len() as u32,
             bus_ids: Vec::new(),
             minors: minors.to_vec(),
@@ -359,7 +363,7 @@ mod tests {
             bus_ids: all.iter().map(|s| s.to_string()).collect(),
         };
         let inv = check(
-            Some(Expected::from_config(&e)),
+            Some(NodeExpectation::from_config(&e)),
             driver_gpus(&data("node-7of8")).unwrap(),
             None,
         );
@@ -378,7 +382,7 @@ mod tests {
         assert_eq!((f.measured, f.limit), (Some(7.0), Some(8.0)));
         // The full node passes.
         let inv = check(
-            Some(Expected::from_config(&e)),
+            Some(NodeExpectation::from_config(&e)),
             driver_gpus(&data("node-8")).unwrap(),
             None,
         );
@@ -433,7 +437,7 @@ mod tests {
     #[test]
     fn under_srun_gpus_the_job_did_not_ask_for_are_not_missing() {
         let listed = driver_gpus(&data("node-7of8")).unwrap();
-        let node = Expected {
+        let node = NodeExpectation {
             count: 8,
             bus_ids: vec![],
             minors: (0..8).collect(),

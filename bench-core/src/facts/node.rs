@@ -13,7 +13,7 @@
 //! sees the GPUs its binding gives it (`--gpus-per-task`), which may be fewer than the step's.
 
 use super::gpu_health::HealthFacts;
-use super::inventory::{self, DriverGpu, Expected};
+use super::inventory::{self, DriverGpu, NodeExpectation};
 use super::net::NetFacts;
 use super::Finding;
 use crate::config::expected_gpus::{self, ExpectedGpus};
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NodeFacts {
     /// What this node (or this job) should have, when known.
-    pub expected: Option<Expected>,
+    pub expected: Option<NodeExpectation>,
     /// The GPUs the driver lists (`/proc/driver/nvidia/gpus`).
     pub driver_gpus: Vec<DriverGpu>,
     /// Why the driver's list could not be read (then it is not compared).
@@ -113,12 +113,12 @@ fn slurm_files(src: &Sources) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// The node's expectation without a job: the admin's config, else Slurm's files.
-pub fn node_expectation(src: &Sources) -> Option<Expected> {
+pub fn node_expectation(src: &Sources) -> Option<NodeExpectation> {
     let partition = (src.env)("SLURM_JOB_PARTITION");
     if let Some(e) =
         expected_gpus::select_expected(src.expected_gpus, partition.as_deref(), &src.host)
     {
-        return Some(Expected::from_config(e));
+        return Some(NodeExpectation::from_config(e));
     }
     let (gres, conf) = slurm_files(src)?;
     inventory::from_slurm_files(&gres, &conf, &src.host)
@@ -138,7 +138,7 @@ pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
     };
     // An allocation with minors is compared minor by minor; one with only a count is a count.
     let expected = match &alloc {
-        Some(a) if a.minors.is_empty() => Some(Expected {
+        Some(a) if a.minors.is_empty() => Some(NodeExpectation {
             count: a.count,
             bus_ids: Vec::new(),
             minors: Vec::new(),

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 
 /// The outcome: lines to print, and whether the node is not ready.
 #[derive(Debug, PartialEq)]
-pub struct Ready {
+pub struct NodeReady {
     pub lines: Vec<String>,
     pub not_ready: bool,
 }
 
 /// `nccl_lib`: `NCCL_CHECK_NCCL_LIB`, else the config's, else the library path (as a check loads it).
-pub fn check(root: &Path, nccl_lib: Option<&Path>) -> Ready {
+pub fn check(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
     let gpus = inventory::driver_gpus(root).unwrap_or_default();
     let lib = nccl_lib.map(Path::to_path_buf);
     let shown = lib
@@ -23,7 +23,7 @@ pub fn check(root: &Path, nccl_lib: Option<&Path>) -> Ready {
             p.display().to_string()
         });
     if gpus.is_empty() {
-        return Ready {
+        return NodeReady {
             lines: vec![format!(
                 "# no GPU listed by the driver on this node: NCCL ({shown}) not loaded; \
                  a check here ends in ERROR (no GPU), never FAIL. Run this on a GPU node too"
@@ -49,7 +49,7 @@ pub fn check(root: &Path, nccl_lib: Option<&Path>) -> Ready {
             true
         }
     };
-    Ready { lines, not_ready }
+    NodeReady { lines, not_ready }
 }
 
 /// The library a check would load: the environment's, else the config's.

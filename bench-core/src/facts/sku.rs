@@ -15,9 +15,9 @@
 //! driver README's "Supported NVIDIA GPU Products" appendix, e.g.
 //! https://download.nvidia.com/XFree86/Linux-x86_64/580.95.05/README/supportedchips.html).
 
-mod table;
+mod known_gpus;
 
-pub use table::SKUS;
+pub use known_gpus::SKUS;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -5,7 +5,7 @@
 //! the allocation (e.g. `min_nodes = 2`) is what lets a healthy one pass without localization.
 
 use crate::config::worker::Threshold;
-use crate::judge::thresholds::{floor, is_pair, with_min, Gpu};
+use crate::judge::thresholds::{floor, is_pair, with_min, GpuKey};
 
 /// What the floors of one check depend on.
 #[derive(Debug, Clone, Copy)]
@@ -13,7 +13,7 @@ pub struct Floors<'a> {
     /// The config's threshold rules (admin's first, then the built-in ones).
     pub rules: &'a [Threshold],
     /// The GPU model and interconnect the rules are looked up by (this process's first GPU).
-    pub gpu: Gpu<'a>,
+    pub gpu: GpuKey<'a>,
     /// Nodes of the check.
     pub nodes: u32,
     /// GPUs of the whole check.
@@ -116,7 +116,7 @@ pub(crate) mod tests {
     fn floors(rules: &[Threshold]) -> Floors<'_> {
         Floors {
             rules,
-            gpu: Gpu::by_name("NVIDIA H200"),
+            gpu: GpuKey::by_name("NVIDIA H200"),
             nodes: 1,
             gpus: 4,
             min_busbw: None,
@@ -135,7 +135,7 @@ pub(crate) mod tests {
         assert_eq!(f.floor("sendrecv", 2, 1 << 28), Some(255.0));
         assert_eq!(f.floor("all_gather", 4, 1 << 28), None);
         let other = Floors {
-            gpu: Gpu::by_name("NVIDIA A100-SXM4-80GB"),
+            gpu: GpuKey::by_name("NVIDIA A100-SXM4-80GB"),
             ..f
         };
         assert_eq!(other.floor("all_reduce", 4, 1 << 28), None);
@@ -200,7 +200,7 @@ pub(crate) mod tests {
 mod localization_tests {
     use super::Floors;
     use crate::config::worker::WorkerConfig;
-    use crate::judge::thresholds::Gpu;
+    use crate::judge::thresholds::GpuKey;
     use crate::localize::sim::{self, Fabric, Fault};
     use crate::localize::{Code, LocalizeConfig, LocalizePlan, LocalizeVerdict, Localizer};
     use std::path::Path;
@@ -223,9 +223,9 @@ mod localization_tests {
     fn localizer_config(c: &WorkerConfig, nodes: u32, gpus: u32) -> LocalizeConfig {
         let floors = Floors {
             rules: &c.thresholds,
-            gpu: Gpu {
+            gpu: GpuKey {
                 interconnect: crate::facts::interconnect::Class::Nvswitch,
-                ..Gpu::by_name(H100)
+                ..GpuKey::by_name(H100)
             },
             nodes,
             gpus: nodes * gpus,
@@ -285,9 +285,9 @@ mod localization_tests {
         let c = config(Some(RANGE_RULE));
         let one = Floors {
             rules: &c.thresholds,
-            gpu: Gpu {
+            gpu: GpuKey {
                 interconnect: crate::facts::interconnect::Class::Nvswitch,
-                ..Gpu::by_name(H100)
+                ..GpuKey::by_name(H100)
             },
             nodes: 1,
             gpus: 8,

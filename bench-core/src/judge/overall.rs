@@ -7,7 +7,7 @@
 
 use crate::config::worker::Threshold;
 use crate::facts::num;
-use crate::facts::transport::{Expectation, TransportSummary};
+use crate::facts::transport::{TransportExpectation, TransportSummary};
 use crate::judge::evidence;
 use crate::judge::floors::Floors;
 use crate::meet::topology::Topology;
@@ -25,7 +25,7 @@ pub struct Judging<'a> {
     /// `--min-busbw`.
     pub min_busbw: Option<f64>,
     /// What the paths must use.
-    pub expect: &'a Expectation,
+    pub expect: &'a TransportExpectation,
 }
 
 /// Whether CUDA can map device `b`'s memory from device `a` (`cuda::can_access_peer`).
@@ -49,8 +49,8 @@ pub fn identity(report: &Report) -> crate::facts::sku::Identity {
 }
 
 /// The model and interconnect the floors of this run are looked up by.
-pub fn gpu(report: &Report) -> crate::judge::thresholds::Gpu<'_> {
-    crate::judge::thresholds::Gpu {
+pub fn gpu(report: &Report) -> crate::judge::thresholds::GpuKey<'_> {
+    crate::judge::thresholds::GpuKey {
         name: gpu_name(report),
         sku: identity(report).sku(),
         interconnect: report
@@ -302,7 +302,7 @@ pub fn probe_line(report: &Report) -> String {
 pub fn transport_reasons(
     report: &Report,
     topology: &Topology,
-    expect: &Expectation,
+    expect: &TransportExpectation,
     log: &TransportSummary,
     can_access_peer: PeerAccess,
 ) -> Vec<Reason> {
@@ -415,9 +415,9 @@ mod tests {
 
     fn run(report: &mut Report, min_busbw: Option<f64>, log: Option<&str>, p2p: bool) -> ExitCode {
         let rules = rules();
-        let expect = Expectation {
+        let expect = TransportExpectation {
             intra_node_p2p: true,
-            ..Expectation::default()
+            ..TransportExpectation::default()
         };
         let judging = Judging {
             thresholds: &rules,
@@ -494,7 +494,7 @@ mod tests {
         let mut r = report(vec![row("all_reduce", 338.0)], 100.0);
         r.pairs[5].busbw = 90.0;
         let no_pair_rule = vec![rule("all_reduce", 4, 1, 290.0)];
-        let expect = Expectation::default();
+        let expect = TransportExpectation::default();
         let judging = Judging {
             thresholds: &no_pair_rule,
             outlier_fraction: 0.85,

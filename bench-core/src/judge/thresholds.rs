@@ -26,7 +26,7 @@ use crate::facts::sku::Sku;
 /// What the rules are looked up by: the GPU model (driver name and, when known, its SKU) and
 /// the interconnect of the node's GPUs (`Class::Unknown` where it could not be read).
 #[derive(Debug, Clone, Copy)]
-pub struct Gpu<'a> {
+pub struct GpuKey<'a> {
     pub name: &'a str,
     pub sku: Option<&'static Sku>,
     pub interconnect: Class,
@@ -41,8 +41,8 @@ pub struct GpuModel {
 }
 
 impl GpuModel {
-    pub fn gpu(&self) -> Gpu<'_> {
-        Gpu {
+    pub fn gpu(&self) -> GpuKey<'_> {
+        GpuKey {
             name: &self.name,
             sku: self.sku,
             interconnect: self.interconnect,
@@ -50,12 +50,12 @@ impl GpuModel {
     }
 }
 
-impl<'a> Gpu<'a> {
+impl<'a> GpuKey<'a> {
     /// A GPU known only by its name (tests, the simulation): its SKU by the whole name, and
     /// the interconnect its form factor implies.
-    pub fn by_name(name: &'a str) -> Gpu<'a> {
+    pub fn by_name(name: &'a str) -> GpuKey<'a> {
         let sku = crate::facts::sku::by_name(name);
-        Gpu {
+        GpuKey {
             name,
             sku,
             interconnect: sku.map_or(Class::Unknown, |s| Class::of_form(s.form)),
@@ -75,7 +75,7 @@ impl<'a> Gpu<'a> {
 /// What a measurement is, for the lookup.
 #[derive(Debug, Clone, Copy)]
 pub struct Key<'a> {
-    pub gpu: &'a Gpu<'a>,
+    pub gpu: &'a GpuKey<'a>,
     pub gpus: u32,
     pub nodes: u32,
     pub collective: &'a str,
@@ -134,7 +134,7 @@ pub fn is_pair(collective: &str, gpus: u32) -> bool {
 /// lies inside one node whatever the check spans, so it is looked up as one node.
 pub fn floor<'r>(
     rules: &'r [Threshold],
-    gpu: &Gpu,
+    gpu: &GpuKey,
     nodes: u32,
     collective: &str,
     gpus: u32,
@@ -164,7 +164,7 @@ pub fn with_min(rule: Option<f64>, min_busbw: Option<f64>) -> Option<f64> {
 /// joined.
 pub fn explain(
     rules: &[Threshold],
-    gpu: &Gpu,
+    gpu: &GpuKey,
     identity: &str,
     interconnect: &str,
     gpus: u32,
@@ -177,7 +177,7 @@ pub fn explain(
     let mut any = false;
     for t in rules {
         // Rules for this model: its SKU or name; the interconnect is said, not hidden.
-        let model_only = Gpu {
+        let model_only = GpuKey {
             interconnect: t.interconnect.unwrap_or(gpu.interconnect),
             ..*gpu
         };
@@ -200,7 +200,7 @@ pub fn explain(
 }
 
 /// One line (and its source) of `explain`.
-fn explain_rule(t: &Threshold, gpu: &Gpu, gpus: u32, nodes: u32) -> String {
+fn explain_rule(t: &Threshold, gpu: &GpuKey, gpus: u32, nodes: u32) -> String {
     let size = size_range(t);
     // The pair-matrix rule applies to every pair whatever the node's GPU count, and a pair is
     // looked up as one node whatever the check spans (`floor`).
@@ -253,11 +253,11 @@ mod tests {
     use std::path::Path;
 
     /// A GPU of this whole name on an NVSwitch fabric (where the built-in rules were measured).
-    fn gpu(name: &str) -> &'static Gpu<'static> {
+    fn gpu(name: &str) -> &'static GpuKey<'static> {
         let name: &'static str = Box::leak(name.to_string().into_boxed_str());
-        Box::leak(Box::new(Gpu {
+        Box::leak(Box::new(GpuKey {
             interconnect: Class::Nvswitch,
-            ..Gpu::by_name(name)
+            ..GpuKey::by_name(name)
         }))
     }
 

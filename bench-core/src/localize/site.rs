@@ -7,7 +7,7 @@
 use crate::config::worker::{Step, WorkerConfig};
 use crate::facts::interconnect::Class;
 use crate::judge::floors::Floors;
-use crate::judge::thresholds::Gpu;
+use crate::judge::thresholds::GpuKey;
 use serde::Serialize;
 
 /// One collective size that runs over every rank of the allocation before the pairs.
@@ -114,8 +114,8 @@ impl Workload {
             ));
         };
         let gpu = match gpu_model {
-            Some(name) => Gpu::by_name(name),
-            None => Gpu {
+            Some(name) => GpuKey::by_name(name),
+            None => GpuKey {
                 name: "",
                 sku: None,
                 interconnect: Class::Unknown,

@@ -219,16 +219,16 @@ impl Gpu {
         op: u32,
         seed: u32,
         nranks: u32,
-        expected: crate::measure::collectives::Expected,
+        expected: crate::measure::collectives::ExpectedData,
     ) -> Result<(), DriverError> {
-        use crate::measure::collectives::Expected;
+        use crate::measure::collectives::ExpectedData;
         let (mode, chunk, src, base) = match expected {
-            Expected::Reduction { index_base } => (0u32, 0u64, 0u32, index_base),
-            Expected::CopyFrom {
+            ExpectedData::Reduction { index_base } => (0u32, 0u64, 0u32, index_base),
+            ExpectedData::CopyFrom {
                 src_rank,
                 index_base,
             } => (1, 0, src_rank, index_base),
-            Expected::Chunks { chunk, index_base } => (1, chunk, 0, index_base),
+            ExpectedData::Chunks { chunk, index_base } => (1, chunk, 0, index_base),
         };
         // SAFETY: counter is an 8-byte device allocation of this context.
         unsafe {

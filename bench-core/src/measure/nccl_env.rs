@@ -3,7 +3,7 @@
 //! captured to a private file so the transports can be judged afterwards.
 
 use crate::config::network::NetworkProfile;
-use crate::facts::transport::{Expectation, TransportSummary};
+use crate::facts::transport::{TransportExpectation, TransportSummary};
 use crate::report::json::TransportInfo;
 use crate::settings::options::Options;
 use std::path::{Path, PathBuf};
@@ -23,8 +23,8 @@ pub fn hostname() -> String {
 }
 
 /// What the paths must use: the profile's expectations and the options'.
-pub fn path_expectation(opts: &Options, profile: Option<&NetworkProfile>) -> Expectation {
-    Expectation::new(profile, opts.expect_collnet, opts.expect_nvls)
+pub fn path_expectation(opts: &Options, profile: Option<&NetworkProfile>) -> TransportExpectation {
+    TransportExpectation::new(profile, opts.expect_collnet, opts.expect_nvls)
 }
 
 /// The site's network profile for this job (partition from Slurm, this host), its environment

@@ -7,7 +7,7 @@ use std::fmt;
 
 /// What the site expects of the paths (from the worker's options and network profile).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Expectation {
+pub struct TransportExpectation {
     /// GPUs of one node talk over NVLink: every intra-node path must be P2P.
     pub intra_node_p2p: bool,
     /// Paths between nodes must use this network (profile `expect_net`).
@@ -18,11 +18,15 @@ pub struct Expectation {
     pub nvls: bool,
 }
 
-impl Expectation {
+impl TransportExpectation {
     /// From the site's network profile and the worker's `--expect-collnet`/`--expect-nvls`.
     /// Without a profile saying otherwise, GPUs of one node are expected to use NVLink P2P.
-    pub fn new(profile: Option<&NetworkProfile>, collnet: bool, nvls: bool) -> Expectation {
-        Expectation {
+    pub fn new(
+        profile: Option<&NetworkProfile>,
+        collnet: bool,
+        nvls: bool,
+    ) -> TransportExpectation {
+        TransportExpectation {
             intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
             inter_node_net: profile.and_then(|p| p.net_expect()),
             collnet: collnet || profile.is_some_and(|p| p.expect_collnet),
@@ -66,14 +70,14 @@ impl fmt::Display for NetExpect {
 
 /// One fallback: becomes a FAIL reason with code `transport_fallback`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
+pub struct TransportFinding {
     /// The path at fault (`GPU0->GPU1`), or the communicator (`CollNet`, `NVLS`).
     pub subject: String,
     /// `GPU0->GPU1 used SHM, NVLink P2P expected`.
     pub message: String,
 }
 
-impl Finding {
+impl TransportFinding {
     pub fn to_reason(&self) -> Reason {
         let mut r = Reason::plain(ReasonCode::TransportFallback, self.message.clone());
         r.subject = Some(self.subject.clone());
@@ -88,8 +92,8 @@ impl Finding {
 pub fn check(
     summary: &TransportSummary,
     same_node: &dyn Fn(u32, u32) -> bool,
-    expect: &Expectation,
-) -> Vec<Finding> {
+    expect: &TransportExpectation,
+) -> Vec<TransportFinding> {
     let mut out = Vec::new();
     for (&(from, to), pair) in &summary.pairs {
         let path = summary.path_name(from, to);
@@ -102,7 +106,7 @@ pub fn check(
                 .map(|t| t.to_string())
                 .collect();
             if !bad.is_empty() {
-                out.push(Finding {
+                out.push(TransportFinding {
                     subject: path.clone(),
                     message: format!("{path} used {}, NVLink P2P expected", bad.join(" and ")),
                 });
@@ -117,7 +121,7 @@ pub fn check(
                     .map(|t| t.to_string())
                     .collect();
                 if !bad.is_empty() {
-                    out.push(Finding {
+                    out.push(TransportFinding {
                         subject: path.clone(),
                         message: format!("{path} used {}, {want} expected", bad.join(" and ")),
                     });
@@ -130,7 +134,7 @@ pub fn check(
             Some(w) => format!(" (NCCL: {w})"),
             None => String::new(),
         };
-        out.push(Finding {
+        out.push(TransportFinding {
             subject: String::from("CollNet"),
             message: format!(
                 "CollNet (SHARP) did not carry the collectives, CollNet expected{why}"
@@ -142,7 +146,7 @@ pub fn check(
             Some(false) => " (NCCL: NVLS multicast support is not available)",
             _ => "",
         };
-        out.push(Finding {
+        out.push(TransportFinding {
             subject: String::from("NVLS"),
             message: format!("NVLS did not carry the collectives, NVLS expected{why}"),
         });
@@ -170,10 +174,10 @@ mod tests {
 
     #[test]
     fn the_expectation_comes_from_the_profile_and_the_options() {
-        let none = Expectation::new(None, false, true);
+        let none = TransportExpectation::new(None, false, true);
         assert_eq!(
             none,
-            Expectation {
+            TransportExpectation {
                 intra_node_p2p: true,
                 inter_node_net: None,
                 collnet: false,
@@ -181,11 +185,13 @@ mod tests {
             }
         );
         let p = profile(Some(false), true);
-        let e = Expectation::new(Some(&p), false, false);
+        let e = TransportExpectation::new(Some(&p), false, false);
         assert_eq!(
             (e.intra_node_p2p, e.inter_node_net, e.collnet, e.nvls),
             (false, Some(NetExpect::Ib), true, false)
         );
-        assert!(Expectation::new(Some(&profile(None, false)), false, false).intra_node_p2p);
+        assert!(
+            TransportExpectation::new(Some(&profile(None, false)), false, false).intra_node_p2p
+        );
     }
 }

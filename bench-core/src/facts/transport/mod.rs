@@ -30,7 +30,7 @@
 mod expect;
 mod log;
 
-pub use expect::{check, Expectation, Finding, NetExpect};
+pub use expect::{check, NetExpect, TransportExpectation, TransportFinding};
 pub use log::{parse_channel_line, parse_log};
 
 use crate::report::{Culprit, Name};
@@ -399,7 +399,7 @@ mod tests {
         assert!(s.has_connections());
         assert_eq!(s.pairs.len(), 2);
         assert_eq!(s.pairs[&(0, 1)].transports.len(), 1);
-        let expect = Expectation {
+        let expect = TransportExpectation {
             intra_node_p2p: true,
             ..Default::default()
         };
@@ -415,7 +415,7 @@ mod tests {
             "Channel 00 : 1[1] -> 0[0] via SHM/direct/direct",
         ]);
         let s = parse_log(&text);
-        let expect = Expectation {
+        let expect = TransportExpectation {
             intra_node_p2p: true,
             ..Default::default()
         };
@@ -426,7 +426,7 @@ mod tests {
         assert_eq!(r.code, ReasonCode::TransportFallback);
         assert_eq!(r.subject.as_deref(), Some("GPU0->GPU1"));
         // Without the NVLink expectation SHM is just reported.
-        assert!(check(&s, &|_, _| true, &Expectation::default()).is_empty());
+        assert!(check(&s, &|_, _| true, &TransportExpectation::default()).is_empty());
     }
 
     #[test]
@@ -438,7 +438,7 @@ mod tests {
         let f = check(
             &parse_log(&text),
             &|_, _| true,
-            &Expectation {
+            &TransportExpectation {
                 intra_node_p2p: true,
                 ..Default::default()
             },
@@ -458,7 +458,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
         assert_eq!(s.rank_hosts.get(&0).map(String::as_str), Some("node01"));
         assert_eq!(s.rank_hosts.get(&1).map(String::as_str), Some("node02"));
         assert_eq!(s.same_host(0, 1), Some(false));
-        let expect = Expectation {
+        let expect = TransportExpectation {
             intra_node_p2p: true,
             inter_node_net: Some(NetExpect::Ib),
             ..Default::default()
@@ -478,7 +478,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
                 .any(|f| f.message == "node01 GPU1->GPU0 used SHM, NVLink P2P expected"),
             "{f:?}"
         );
-        let plugin = Expectation {
+        let plugin = TransportExpectation {
             inter_node_net: Some(NetExpect::Plugin("libfabric".into())),
             ..Default::default()
         };
@@ -488,7 +488,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
     #[test]
     fn the_efa_plugin_is_accepted_by_part_of_its_name() {
         let text = log(&["Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA"]);
-        let expect = Expectation {
+        let expect = TransportExpectation {
             inter_node_net: Some(NetExpect::Plugin("Libfabric".into())),
             ..Default::default()
         };
@@ -502,7 +502,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
             "rank 0 Connected CollNet",
         ]));
         assert!(used.collnet_connected && used.collnet_used());
-        let expect = Expectation {
+        let expect = TransportExpectation {
             collnet: true,
             ..Default::default()
         };
@@ -563,7 +563,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
         let f = check(
             &s,
             &|_, _| true,
-            &Expectation {
+            &TransportExpectation {
                 nvls: true,
                 ..Default::default()
             },
@@ -604,7 +604,7 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
         assert!(check(
             &s,
             &|_, _| true,
-            &Expectation {
+            &TransportExpectation {
                 intra_node_p2p: true,
                 ..Default::default()
             }
@@ -623,7 +623,7 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
         let f = check(
             &s,
             &|_, _| true,
-            &Expectation {
+            &TransportExpectation {
                 intra_node_p2p: true,
                 ..Default::default()
             },
@@ -640,8 +640,8 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
         parse_log(&text)
     }
 
-    fn nvlink() -> Expectation {
-        Expectation {
+    fn nvlink() -> TransportExpectation {
+        TransportExpectation {
             intra_node_p2p: true,
             ..Default::default()
         }

@@ -3,7 +3,7 @@ use crate::facts::gpu_health::{GpuHealth, NvLinks};
 use crate::facts::local_probe::LocalProbe;
 use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
-use crate::facts::transport::Expectation;
+use crate::facts::transport::TransportExpectation;
 use crate::judge::floors::tests::rule;
 use crate::judge::overall::{judge, Judging};
 use crate::meet::rendezvous::Member;
@@ -107,7 +107,7 @@ fn run(r: &mut Report) -> ExitCode {
         rule("all_reduce", 4, 1, 290.0),
         rule("sendrecv", 2, 1, 255.0),
     ];
-    let expect = Expectation::default();
+    let expect = TransportExpectation::default();
     let judging = Judging {
         thresholds: &rules,
         outlier_fraction: 0.85,

@@ -128,10 +128,10 @@ fn extension_is_safe(coll: &str, at: u64, lo: u64, hi: u64) -> bool {
 }
 
 /// A GPU of this whole name on an NVSwitch fabric.
-fn nvswitch(name: &'static str) -> super::Gpu<'static> {
-    super::Gpu {
+fn nvswitch(name: &'static str) -> super::GpuKey<'static> {
+    super::GpuKey {
         interconnect: crate::facts::interconnect::Class::Nvswitch,
-        ..super::Gpu::by_name(name)
+        ..super::GpuKey::by_name(name)
     }
 }
 

@@ -1,6 +1,6 @@
 //! `all_gather`: see nccl-tests `src/all_gather.cu`.
 
-use super::{Collective, Counts, Expected};
+use super::{Collective, Counts, ExpectedData};
 
 pub struct AllGather;
 
@@ -24,8 +24,8 @@ impl Collective for AllGather {
     fn bus_factor(&self, nranks: u64) -> f64 {
         (nranks - 1) as f64 / nranks as f64
     }
-    fn expected(&self, _rank: u32, _nranks: u32, _root: u32, c: &Counts) -> Expected {
-        Expected::Chunks {
+    fn expected(&self, _rank: u32, _nranks: u32, _root: u32, c: &Counts) -> ExpectedData {
+        ExpectedData::Chunks {
             chunk: c.send,
             index_base: 0,
         }

@@ -1,6 +1,6 @@
 //! `all_reduce`: see nccl-tests `src/all_reduce.cu`.
 
-use super::{Collective, Counts, Expected};
+use super::{Collective, Counts, ExpectedData};
 
 pub struct AllReduce;
 
@@ -20,8 +20,8 @@ impl Collective for AllReduce {
     fn uses_op(&self) -> bool {
         true
     }
-    fn expected(&self, _rank: u32, _nranks: u32, _root: u32, _c: &Counts) -> Expected {
-        Expected::Reduction { index_base: 0 }
+    fn expected(&self, _rank: u32, _nranks: u32, _root: u32, _c: &Counts) -> ExpectedData {
+        ExpectedData::Reduction { index_base: 0 }
     }
     #[cfg(feature = "gpu")]
     fn issue(

@@ -1,6 +1,6 @@
 //! `alltoall`: see nccl-tests `src/alltoall.cu`.
 
-use super::{Collective, Counts, Expected};
+use super::{Collective, Counts, ExpectedData};
 
 pub struct AlltoAll;
 
@@ -27,9 +27,9 @@ impl Collective for AlltoAll {
     fn checks_in_place(&self) -> bool {
         false
     }
-    fn expected(&self, rank: u32, _nranks: u32, _root: u32, c: &Counts) -> Expected {
+    fn expected(&self, rank: u32, _nranks: u32, _root: u32, c: &Counts) -> ExpectedData {
         // chunk j of my output is chunk `rank` of rank j's input
-        Expected::Chunks {
+        ExpectedData::Chunks {
             chunk: c.param,
             index_base: rank as u64 * c.param,
         }

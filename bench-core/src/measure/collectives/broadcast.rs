@@ -1,6 +1,6 @@
 //! `broadcast`: see nccl-tests `src/broadcast.cu`.
 
-use super::{Collective, Counts, Expected};
+use super::{Collective, Counts, ExpectedData};
 
 pub struct Broadcast;
 
@@ -20,8 +20,8 @@ impl Collective for Broadcast {
     fn uses_root(&self) -> bool {
         true
     }
-    fn expected(&self, _rank: u32, _nranks: u32, root: u32, _c: &Counts) -> Expected {
-        Expected::CopyFrom {
+    fn expected(&self, _rank: u32, _nranks: u32, root: u32, _c: &Counts) -> ExpectedData {
+        ExpectedData::CopyFrom {
             src_rank: root,
             index_base: 0,
         }

@@ -54,7 +54,7 @@ impl Counts {
 
 /// What the output of one rank must hold, element by element (see kernels/check.cu).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expected {
+pub enum ExpectedData {
     /// `out[i] = op over all ranks r of input(r, index_base + i)`.
     Reduction { index_base: u64 },
     /// `out[i] = input(src_rank, index_base + i)`.
@@ -93,7 +93,7 @@ pub trait Collective: Sync {
         true
     }
     /// The expected output of `rank` for counts `c`.
-    fn expected(&self, rank: u32, nranks: u32, root: u32, c: &Counts) -> Expected;
+    fn expected(&self, rank: u32, nranks: u32, root: u32, c: &Counts) -> ExpectedData;
     /// Issues the operation on one communicator (the caller groups and waits).
     #[cfg(feature = "gpu")]
     fn issue(
@@ -210,7 +210,7 @@ mod tests {
         let c = AllGather.counts(64, 4, 4);
         assert_eq!(
             AllGather.expected(2, 4, 0, &c),
-            Expected::Chunks {
+            ExpectedData::Chunks {
                 chunk: 16,
                 index_base: 0
             }
@@ -218,12 +218,12 @@ mod tests {
         let c = ReduceScatter.counts(64, 4, 4);
         assert_eq!(
             ReduceScatter.expected(2, 4, 0, &c),
-            Expected::Reduction { index_base: 32 }
+            ExpectedData::Reduction { index_base: 32 }
         );
         let c = AlltoAll.counts(64, 4, 4);
         assert_eq!(
             AlltoAll.expected(3, 4, 0, &c),
-            Expected::Chunks {
+            ExpectedData::Chunks {
                 chunk: 16,
                 index_base: 48
             }
@@ -231,14 +231,14 @@ mod tests {
         let c = SendRecv.counts(64, 4, 4);
         assert_eq!(
             SendRecv.expected(0, 4, 0, &c),
-            Expected::CopyFrom {
+            ExpectedData::CopyFrom {
                 src_rank: 3,
                 index_base: 0
             }
         );
         assert_eq!(
             Broadcast.expected(1, 4, 2, &c),
-            Expected::CopyFrom {
+            ExpectedData::CopyFrom {
                 src_rank: 2,
                 index_base: 0
             }

@@ -1,6 +1,6 @@
 //! `reduce_scatter`: see nccl-tests `src/reduce_scatter.cu`.
 
-use super::{Collective, Counts, Expected};
+use super::{Collective, Counts, ExpectedData};
 
 pub struct ReduceScatter;
 
@@ -27,8 +27,8 @@ impl Collective for ReduceScatter {
     fn uses_op(&self) -> bool {
         true
     }
-    fn expected(&self, rank: u32, _nranks: u32, _root: u32, c: &Counts) -> Expected {
-        Expected::Reduction {
+    fn expected(&self, rank: u32, _nranks: u32, _root: u32, c: &Counts) -> ExpectedData {
+        ExpectedData::Reduction {
             index_base: rank as u64 * c.recv,
         }
     }

@@ -1,6 +1,6 @@
 //! `sendrecv`: see nccl-tests `src/sendrecv.cu`.
 
-use super::{Collective, Counts, Expected};
+use super::{Collective, Counts, ExpectedData};
 
 pub struct SendRecv;
 
@@ -20,8 +20,8 @@ impl Collective for SendRecv {
     fn checks_in_place(&self) -> bool {
         false
     }
-    fn expected(&self, rank: u32, nranks: u32, _root: u32, _c: &Counts) -> Expected {
-        Expected::CopyFrom {
+    fn expected(&self, rank: u32, nranks: u32, _root: u32, _c: &Counts) -> ExpectedData {
+        ExpectedData::CopyFrom {
             src_rank: (rank + nranks - 1) % nranks,
             index_base: 0,
         }

@@ -394,7 +394,7 @@ mod tests {
         let rules = [crate::judge::floors::tests::rule("sendrecv", 2, 1, 255.0)];
         let floors = crate::judge::floors::Floors {
             rules: &rules,
-            gpu: crate::judge::thresholds::Gpu::by_name("NVIDIA H200"),
+            gpu: crate::judge::thresholds::GpuKey::by_name("NVIDIA H200"),
             nodes: 2,
             gpus: 2,
             min_busbw: None,

@@ -8,16 +8,16 @@
 //! `probe` measures the GPU's local copy bandwidth, `gpu_time` times a retest by the GPU's clock.
 
 mod comms;
-mod error;
 mod gpu_time;
 mod localized;
 pub mod off_cpu;
 mod pair_matrix;
 pub mod probe;
+mod run_error;
 pub mod shared;
 mod timed;
 
-pub use error::RunError;
+pub use run_error::RunError;
 
 use crate::judge::floors::Floors;
 use crate::measure::cuda::{Gpu, GpuInfo};
