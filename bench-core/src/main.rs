@@ -87,7 +87,7 @@ fn check_config(file: Option<&std::path::Path>) -> ! {
     let path = file
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("NCCL_CHECK_CONFIG").map(Into::into));
-    let checked = bench_core::config::check::run(path.as_deref(), std::path::Path::new("/"));
+    let checked = bench_core::config::check::check_file(path.as_deref(), std::path::Path::new("/"));
     for l in &checked.lines {
         println!("{l}");
     }

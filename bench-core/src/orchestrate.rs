@@ -206,7 +206,7 @@ fn explain(
         }
         (Some((model, count)), ..) => {
             // Offline: the SKU by its whole name, the interconnect its form factor implies.
-            let interconnect = match crate::facts::sku::by_name(model) {
+            let interconnect = match crate::facts::sku::sku_named(model) {
                 Some(s) => Interconnect::assumed(s.form, s.nvlink.map_or(0, |l| l.links), *count),
                 None => Interconnect::unknown(
                     "the name is no whole name of the SKU table, so its form factor is unknown",

@@ -15,7 +15,7 @@ pub struct Checked {
 }
 
 /// Checks the config at `path` (else the default path) and this node (`root`: `/`).
-pub fn run(path: Option<&Path>, root: &Path) -> Checked {
+pub fn check_file(path: Option<&Path>, root: &Path) -> Checked {
     let cfg = match WorkerConfig::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -27,7 +27,7 @@ pub fn run(path: Option<&Path>, root: &Path) -> Checked {
     };
     let mut lines = effective(&cfg);
     // Whether this node can run a check: GPUs listed, NCCL loadable (none: cannot tell).
-    let ready = crate::facts::node_ready::check(
+    let ready = crate::facts::node_ready::probe_node(
         root,
         crate::facts::node_ready::nccl_lib(cfg.nccl_lib.clone()).as_deref(),
     );
@@ -172,7 +172,7 @@ mod tests {
         let d = nccl_check_contract::test_support::scratch_dir("worker-check-config");
         let f = d.join("w.toml");
         std::fs::write(&f, "[outliers]\nfracton = 0.9\n").expect("write");
-        let c = run(Some(&f), &d);
+        let c = check_file(Some(&f), &d);
         assert_eq!(c.code, 2);
         assert_eq!(c.lines.len(), 1);
         assert!(
@@ -186,7 +186,7 @@ mod tests {
         let d = nccl_check_contract::test_support::scratch_dir("worker-check-config-ok");
         let f = d.join("w.toml");
         std::fs::write(&f, "[outliers]\nfraction = 0.8\n").expect("write");
-        let c = run(Some(&f), &d);
+        let c = check_file(Some(&f), &d);
         let g = f.display();
         assert!(c.lines[0].starts_with(&format!("# {g}: valid")), "{c:?}");
         assert!(

@@ -92,7 +92,7 @@ pub fn validate_expected(
                     .into(),
             );
         }
-        if let Err((field, msg)) = super::selector::check(&e.partitions, &e.nodes) {
+        if let Err((field, msg)) = super::selector::check_lists(&e.partitions, &e.nodes) {
             return bad(&field, msg);
         }
         if !e.bus_ids.is_empty() && e.bus_ids.len() != e.count as usize {

@@ -162,7 +162,7 @@ fn check_name<'a>(
 
 /// `partitions` and `nodes`, as every selecting entry checks them ([`super::selector`]).
 fn check_selectors(p: &NetworkProfile) -> Result<(), Bad> {
-    super::selector::check(&p.partitions, &p.nodes)
+    super::selector::check_lists(&p.partitions, &p.nodes)
 }
 
 /// `env`: only the fabric's own variables, none nccl-check sets itself, one-line values.

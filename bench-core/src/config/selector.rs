@@ -23,7 +23,7 @@ pub fn matches(
 
 /// `partitions` are single names and `nodes` readable hostlist expressions; Err names the
 /// field (`partitions[1]`, `nodes[0]`) and what is wrong.
-pub fn check(partitions: &[String], nodes: &[String]) -> Result<(), (String, String)> {
+pub fn check_lists(partitions: &[String], nodes: &[String]) -> Result<(), (String, String)> {
     for (j, part) in partitions.iter().enumerate() {
         if part.is_empty() || part.contains([',', ' ', '\t']) {
             return Err((
@@ -56,10 +56,10 @@ mod tests {
         assert!(!matches(&v(&["gpu"]), &[], None, "n3"));
         assert!(!matches(&[], &v(&["n[1-4]"]), Some("gpu"), "n5"));
         assert_eq!(
-            check(&v(&["gpu", "a,b"]), &[]).unwrap_err().0,
+            check_lists(&v(&["gpu", "a,b"]), &[]).unwrap_err().0,
             "partitions[1]"
         );
-        assert_eq!(check(&[], &v(&["n[1-"])).unwrap_err().0, "nodes[0]");
-        assert!(check(&v(&["gpu"]), &v(&["n[1-4]", "x*"])).is_ok());
+        assert_eq!(check_lists(&[], &v(&["n[1-"])).unwrap_err().0, "nodes[0]");
+        assert!(check_lists(&v(&["gpu"]), &v(&["n[1-4]", "x*"])).is_ok());
     }
 }

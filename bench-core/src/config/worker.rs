@@ -296,7 +296,7 @@ fn threshold(
 ) -> Result<Threshold, ConfigError> {
     let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
     let field = |k: &str| format!("thresholds[{i}].{k}");
-    let collective = collectives::by_name(&t.collective)
+    let collective = collectives::collective_named(&t.collective)
         .map_err(|e| bad(field("collective"), e))?
         .name();
     if !(t.min_busbw.is_finite() && t.min_busbw >= 0.0) {
@@ -452,7 +452,7 @@ fn plan_step(
             iters,
         },
         (false, Some(c)) => {
-            let collective = collectives::by_name(c).map_err(|e| bad(f("collective"), e))?;
+            let collective = collectives::collective_named(c).map_err(|e| bad(f("collective"), e))?;
             let (lo, hi) = step_range(bytes, min, max)
                 .map_err(|(k, m)| bad(plan_field(format!("steps[{i}]{k}")), m))?;
             Step::Collective {

@@ -256,7 +256,7 @@ pub struct Inventory {
 
 /// Compares the expectation with the driver's list. `allocation`: the device minors a job was
 /// given (under srun), which replace the node's expectation.
-pub fn check(
+pub fn compare_with_expected(
     expected: Option<NodeExpectation>,
     listed: Vec<DriverGpu>,
     allocation: Option<&[u32]>,
@@ -362,7 +362,7 @@ mod tests {
             count: 8,
             bus_ids: all.iter().map(|s| s.to_string()).collect(),
         };
-        let inv = check(
+        let inv = compare_with_expected(
             Some(NodeExpectation::from_config(&e)),
             driver_gpus(&data("node-7of8")).unwrap(),
             None,
@@ -381,7 +381,7 @@ mod tests {
         );
         assert_eq!((f.measured, f.limit), (Some(7.0), Some(8.0)));
         // The full node passes.
-        let inv = check(
+        let inv = compare_with_expected(
             Some(NodeExpectation::from_config(&e)),
             driver_gpus(&data("node-8")).unwrap(),
             None,
@@ -394,7 +394,7 @@ mod tests {
         let text = std::fs::read_to_string(data("gres.conf")).unwrap();
         let e = from_gres_conf(&text, "gpu007", "gres.conf").unwrap();
         assert_eq!((e.count, e.minors.len()), (8, 8));
-        let inv = check(Some(e), driver_gpus(&data("node-7of8")).unwrap(), None);
+        let inv = compare_with_expected(Some(e), driver_gpus(&data("node-7of8")).unwrap(), None);
         assert!(
             inv.findings[0]
                 .message
@@ -444,16 +444,16 @@ mod tests {
             source: "gres.conf".into(),
         };
         // The job has GPUs 0-3: all present, though the node misses /dev/nvidia5.
-        let inv = check(Some(node.clone()), listed.clone(), Some(&[0, 1, 2, 3]));
+        let inv = compare_with_expected(Some(node.clone()), listed.clone(), Some(&[0, 1, 2, 3]));
         assert!(inv.findings.is_empty(), "{:?}", inv.findings);
         // The job was given GPU 5, which the driver no longer lists.
-        let inv = check(Some(node), listed.clone(), Some(&[4, 5]));
+        let inv = compare_with_expected(Some(node), listed.clone(), Some(&[4, 5]));
         assert_eq!(inv.findings.len(), 1);
         assert!(inv.findings[0]
             .message
             .starts_with("expected 2 GPUs, driver lists 1: /dev/nvidia5 absent"));
         // No expectation at all: the driver's list is reported, nothing is missing.
-        let inv = check(None, listed, None);
+        let inv = compare_with_expected(None, listed, None);
         assert!(inv.findings.is_empty() && inv.listed.len() == 7);
     }
 

@@ -236,7 +236,7 @@ fn read_iface(root: &Path, iface: &str) -> Result<Port, String> {
 }
 
 /// Reads the facts of `nics` under `root` (`/` on a node) and judges them.
-pub fn read(root: &Path, nics: &[NicRef], policy: &NetPolicy) -> NetFacts {
+pub fn read_nics(root: &Path, nics: &[NicRef], policy: &NetPolicy) -> NetFacts {
     let mut ports = Vec::new();
     let mut unreadable = Vec::new();
     for nic in nics {
@@ -390,7 +390,7 @@ mod tests {
     #[test]
     fn healthy_ib_hdr_and_ndr_have_no_findings_and_an_expectation() {
         let p = NetPolicy::default();
-        let f = read(&tree("ib-hdr"), &all_rdma_ports(&tree("ib-hdr")), &p);
+        let f = read_nics(&tree("ib-hdr"), &all_rdma_ports(&tree("ib-hdr")), &p);
         assert_eq!(f.ports.len(), 4);
         assert!(f.findings.is_empty(), "{:?}", f.findings);
         assert!(f
@@ -399,7 +399,7 @@ mod tests {
             .all(|p| p.kind == Kind::InfiniBand && p.width == Some(4)));
         // 4 x 200 Gb/s = 100 GB/s of line rate, x 0.75.
         assert_eq!(f.expected_pair_gbs, Some(75.0));
-        let f = read(&tree("ib-ndr"), &nics(&["mlx5_0:1", "mlx5_3:1"]), &p);
+        let f = read_nics(&tree("ib-ndr"), &nics(&["mlx5_0:1", "mlx5_3:1"]), &p);
         assert!(f.findings.is_empty(), "{:?}", f.findings);
         assert_eq!(f.expected_pair_gbs, Some(75.0)); // 2 x 400 Gb/s
     }
@@ -407,7 +407,7 @@ mod tests {
     #[test]
     fn a_port_down_and_degraded_rates_are_named() {
         let nics = all_rdma_ports(&tree("ib-ndr-faulty"));
-        let f = read(&tree("ib-ndr-faulty"), &nics, &NetPolicy::default());
+        let f = read_nics(&tree("ib-ndr-faulty"), &nics, &NetPolicy::default());
         assert_eq!(
             codes(&f),
             vec![
@@ -436,7 +436,7 @@ mod tests {
             expect_rate_gbps: Some(400.0),
             ..NetPolicy::default()
         };
-        let f = read(&tree("ib-hdr"), &nics(&["mlx5_0:1", "mlx5_1:1"]), &p);
+        let f = read_nics(&tree("ib-hdr"), &nics(&["mlx5_0:1", "mlx5_1:1"]), &p);
         assert_eq!(
             codes(&f),
             vec![
@@ -450,14 +450,14 @@ mod tests {
     #[test]
     fn roce_and_efa_like_ports_are_rdma_without_the_width_rule() {
         let p = NetPolicy::default();
-        let f = read(&tree("roce"), &nics(&["mlx5_0:1", "mlx5_1:1"]), &p);
+        let f = read_nics(&tree("roce"), &nics(&["mlx5_0:1", "mlx5_1:1"]), &p);
         assert!(f.findings.is_empty(), "{:?}", f.findings);
         assert!(f
             .ports
             .iter()
             .all(|p| p.kind == Kind::Roce && p.width.is_none()));
         assert_eq!(f.expected_pair_gbs, Some(2.0 * 100.0 / 8.0 * 0.75));
-        let f = read(&tree("efa"), &all_rdma_ports(&tree("efa")), &p);
+        let f = read_nics(&tree("efa"), &all_rdma_ports(&tree("efa")), &p);
         assert_eq!(f.ports.len(), 4);
         assert!(f.ports.iter().all(|p| p.kind == Kind::OtherRdma));
         assert_eq!(f.expected_pair_gbs, Some(4.0 * 100.0 / 8.0 * 0.75));
@@ -466,7 +466,7 @@ mod tests {
     #[test]
     fn tcp_only_expects_nothing_but_still_names_a_down_or_slow_interface() {
         let p = NetPolicy::default();
-        let f = read(&tree("tcp"), &nics(&["eth0"]), &p);
+        let f = read_nics(&tree("tcp"), &nics(&["eth0"]), &p);
         assert!(f.findings.is_empty());
         assert_eq!(f.expected_pair_gbs, None);
         assert!(
@@ -475,14 +475,14 @@ mod tests {
             f.note
         );
         assert_eq!(f.ports[0].rate_gbps, Some(10.0));
-        let f = read(&tree("tcp"), &nics(&["eth0", "eth1", "eth2"]), &p);
+        let f = read_nics(&tree("tcp"), &nics(&["eth0", "eth1", "eth2"]), &p);
         assert_eq!(
             codes(&f),
             vec![("net_port_down", "eth1"), ("net_rate_degraded", "eth2")]
         );
         assert_eq!(f.expected_pair_gbs, None);
         // The loopback (NCCL_SOCKET_IFNAME=lo) reports no carrier state: `unknown` is up.
-        let f = read(&tree("tcp"), &nics(&["lo"]), &p);
+        let f = read_nics(&tree("tcp"), &nics(&["lo"]), &p);
         assert!(f.findings.is_empty() && f.ports[0].up, "{:?}", f.findings);
         // The GPU machine without IB: no RDMA device at all.
         assert!(all_rdma_ports(&tree("tcp")).is_empty());
@@ -490,7 +490,7 @@ mod tests {
 
     #[test]
     fn a_nic_sysfs_does_not_know_is_unreadable_not_a_fault() {
-        let f = read(
+        let f = read_nics(
             &tree("ib-hdr"),
             &nics(&["mlx5_9:1", "nope0"]),
             &NetPolicy::default(),

@@ -150,7 +150,7 @@ pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
     let minors = minors.filter(|m| !m.is_empty());
     let (expected, driver_gpus, mut findings) = match listed {
         Some(listed) => {
-            let mut inv = inventory::check(expected, listed, minors);
+            let mut inv = inventory::compare_with_expected(expected, listed, minors);
             if let (Some(a), Some(e)) = (&alloc, inv.expected.as_mut()) {
                 e.source = a.source.clone();
             }
@@ -241,7 +241,7 @@ impl NodeFacts {
             self.net_note = "NCCL's log names no NIC".into();
             return;
         }
-        let mut net = super::net::read(root, &nics, policy);
+        let mut net = super::net::read_nics(root, &nics, policy);
         if nodes <= 1 {
             self.net_note = format!(
                 "one node: the NICs carried no traffic; reported, not judged ({} finding(s) ignored)",

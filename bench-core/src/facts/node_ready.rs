@@ -14,7 +14,7 @@ pub struct NodeReady {
 }
 
 /// `nccl_lib`: `NCCL_CHECK_NCCL_LIB`, else the config's, else the library path (as a check loads it).
-pub fn check(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
+pub fn probe_node(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
     let gpus = inventory::driver_gpus(root).unwrap_or_default();
     let lib = nccl_lib.map(Path::to_path_buf);
     let shown = lib
@@ -66,7 +66,7 @@ mod tests {
 
     #[test]
     fn a_node_without_gpus_cannot_tell_and_is_not_failed() {
-        let r = check(
+        let r = probe_node(
             Path::new("/nonexistent-root"),
             Some(Path::new("/nonexistent/libnccl.so.2")),
         );
@@ -78,7 +78,7 @@ mod tests {
     fn a_gpu_node_whose_nccl_does_not_load_is_not_ready() {
         let root = crate::test_support::scratch_dir("node-ready");
         std::fs::create_dir_all(root.join("proc/driver/nvidia/gpus/0000:19:00.0")).expect("mkdir");
-        let r = check(&root, Some(Path::new("/nonexistent/libnccl.so.2")));
+        let r = probe_node(&root, Some(Path::new("/nonexistent/libnccl.so.2")));
         assert!(r.not_ready, "{r:?}");
         assert!(
             r.lines[1].starts_with("NOT READY NCCL (/nonexistent/libnccl.so.2): "),

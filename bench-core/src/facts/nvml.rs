@@ -27,7 +27,7 @@ pub fn read_within(deadline: Duration) -> HealthFacts {
         .name("nvml-facts".into())
         .spawn(move || {
             // The receiver may be gone after the deadline: nothing to do then.
-            let _ = tx.send(read());
+            let _ = tx.send(read_health());
         });
     if let Err(e) = spawned {
         return HealthFacts::unavailable(format!("cannot start a thread: {e}"));
@@ -41,7 +41,7 @@ pub fn read_within(deadline: Duration) -> HealthFacts {
 }
 
 /// The facts, read on the calling thread (may block as long as NVML does).
-pub fn read() -> HealthFacts {
+pub fn read_health() -> HealthFacts {
     let nvml = match Nvml::init() {
         Ok(n) => n,
         Err(e) => return HealthFacts::unavailable(e),

@@ -109,7 +109,7 @@ impl Identity {
                     device_id: Some(id),
                 },
             },
-            None => match by_name(name) {
+            None => match sku_named(name) {
                 Some(sku) => Identity::Known {
                     sku,
                     by: IdentifiedBy::Name,
@@ -167,7 +167,7 @@ pub fn by_device_id(id: u16) -> Option<&'static Sku> {
 }
 
 /// The SKU whose driver name is exactly `name` (case and surrounding blanks ignored).
-pub fn by_name(name: &str) -> Option<&'static Sku> {
+pub fn sku_named(name: &str) -> Option<&'static Sku> {
     let n = name.trim();
     SKUS.iter()
         .find(|s| s.names.iter().any(|m| m.eq_ignore_ascii_case(n)))

@@ -245,7 +245,7 @@ mod localization_tests {
         for &f in faults {
             fabric.inject(f);
         }
-        sim::run(Localizer::new(64, 8, cfg.clone()).unwrap(), &mut fabric).unwrap()
+        sim::simulate(Localizer::new(64, 8, cfg.clone()).unwrap(), &mut fabric).unwrap()
     }
 
     #[test]

@@ -324,7 +324,7 @@ pub fn transport_reasons(
     // Judged as intra-node only where P2P is possible; other same-node paths are left alone.
     let same_node =
         |a: u32, b: u32| topology.same_node(a as usize, b as usize) && p2p_possible(a, b);
-    crate::facts::transport::check(log, &same_node, expect)
+    crate::facts::transport::check_transports(log, &same_node, expect)
         .iter()
         .map(|f| f.to_reason())
         .collect()

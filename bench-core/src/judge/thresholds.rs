@@ -54,7 +54,7 @@ impl<'a> GpuKey<'a> {
     /// A GPU known only by its name (tests, the simulation): its SKU by the whole name, and
     /// the interconnect its form factor implies.
     pub fn by_name(name: &'a str) -> GpuKey<'a> {
-        let sku = crate::facts::sku::by_name(name);
+        let sku = crate::facts::sku::sku_named(name);
         GpuKey {
             name,
             sku,
@@ -115,7 +115,7 @@ pub fn size_range(t: &Threshold) -> String {
 }
 
 /// The rule for `key`, if any.
-pub fn lookup<'a>(rules: &'a [Threshold], key: &Key) -> Option<&'a Threshold> {
+pub fn rule_for<'a>(rules: &'a [Threshold], key: &Key) -> Option<&'a Threshold> {
     let mut best: Option<&Threshold> = None;
     for t in rules.iter().filter(|t| applies(t, key)) {
         if best.is_none_or(|b| specificity(t) > specificity(b)) {
@@ -147,7 +147,7 @@ pub fn floor<'r>(
         collective,
         bytes,
     };
-    lookup(rules, &key)
+    rule_for(rules, &key)
 }
 
 /// A rule's floor raised by `--min-busbw`, when both apply.
@@ -304,16 +304,16 @@ mod tests {
     fn a_node_range_rule_covers_every_allocation_size_but_one_node() {
         let c = admin(FROM_2);
         for (nodes, gpus) in [(2, 16), (64, 512), (4096, 32768), (3, 12)] {
-            let t = lookup(&c.thresholds, &all_reduce_on(nodes, gpus));
+            let t = rule_for(&c.thresholds, &all_reduce_on(nodes, gpus));
             assert_eq!(t.map(|t| t.min_busbw), Some(300.0), "{nodes} nodes");
         }
         // One node keeps the built-in 8x H100 rule; a GPU count without one has no floor.
-        let t = lookup(&c.thresholds, &all_reduce_on(1, 8)).unwrap();
+        let t = rule_for(&c.thresholds, &all_reduce_on(1, 8)).unwrap();
         assert_eq!((t.min_busbw, t.admin), (400.0, false));
-        assert!(lookup(&c.thresholds, &all_reduce_on(1, 3)).is_none());
+        assert!(rule_for(&c.thresholds, &all_reduce_on(1, 3)).is_none());
         let upto = admin(&FROM_2.replace("min_nodes = 2", "min_nodes = 2\nmax_nodes = 64"));
-        assert!(lookup(&upto.thresholds, &all_reduce_on(64, 512)).is_some());
-        assert!(lookup(&upto.thresholds, &all_reduce_on(65, 520)).is_none());
+        assert!(rule_for(&upto.thresholds, &all_reduce_on(64, 512)).is_some());
+        assert!(rule_for(&upto.thresholds, &all_reduce_on(65, 520)).is_none());
     }
 
     #[test]
@@ -322,7 +322,8 @@ mod tests {
         // Either order: the exact rule wins at 64 nodes, the range everywhere else.
         for text in [format!("{FROM_2}{exact}"), format!("{exact}{FROM_2}")] {
             let c = admin(&text);
-            let at = |n: u32| lookup(&c.thresholds, &all_reduce_on(n, n * 8)).map(|t| t.min_busbw);
+            let at =
+                |n: u32| rule_for(&c.thresholds, &all_reduce_on(n, n * 8)).map(|t| t.min_busbw);
             assert_eq!(
                 (at(64), at(32), at(128)),
                 (Some(350.0), Some(300.0), Some(300.0))
@@ -331,17 +332,17 @@ mod tests {
         // The exact count wins even over a range that bounds the message size.
         let sized = FROM_2.replace("min_nodes = 2", "min_nodes = 2\nmin_bytes = \"256M\"");
         let c = admin(&format!("{sized}{exact}"));
-        let t = lookup(&c.thresholds, &all_reduce_on(64, 512)).unwrap();
+        let t = rule_for(&c.thresholds, &all_reduce_on(64, 512)).unwrap();
         assert_eq!(t.min_busbw, 350.0);
         // A range with both ends beats an open one.
         let closed = FROM_2.replace("min_nodes = 2", "min_nodes = 2\nmax_nodes = 64");
         let c = admin(&format!("{FROM_2}{}", closed.replace("300.0", "320.0")));
-        let at = |n: u32| lookup(&c.thresholds, &all_reduce_on(n, n * 8)).map(|t| t.min_busbw);
+        let at = |n: u32| rule_for(&c.thresholds, &all_reduce_on(n, n * 8)).map(|t| t.min_busbw);
         assert_eq!((at(64), at(65)), (Some(320.0), Some(300.0)));
         // Equal specificity: the first in order wins, and the admin's rules come before every
         // built-in one.
         let c = admin(&format!("{FROM_2}{}", FROM_2.replace("300.0", "310.0")));
-        let t = lookup(&c.thresholds, &all_reduce_on(8, 64)).unwrap();
+        let t = rule_for(&c.thresholds, &all_reduce_on(8, 64)).unwrap();
         assert_eq!((t.min_busbw, t.admin), (300.0, true));
         let admins = c.thresholds.iter().take_while(|t| t.admin).count();
         assert_eq!(admins, 2);
@@ -478,7 +479,7 @@ mod tests {
     #[test]
     fn the_most_specific_rule_wins_and_admin_rules_win_ties() {
         let c = WorkerConfig::from_texts(None).unwrap();
-        let t = lookup(
+        let t = rule_for(
             &c.thresholds,
             &key("NVIDIA H200", 4, "all_reduce", 256 << 20),
         )
@@ -491,9 +492,9 @@ mod tests {
              [[thresholds]]\ngpu = \"h200\"\ngpus = 2\ncollective = \"sendrecv\"\nmin_bytes = \"1G\"\nmin_busbw = 300.0\n",
         )))
         .unwrap();
-        let t = lookup(&c.thresholds, &key("NVIDIA H200", 2, "sendrecv", 1 << 30)).unwrap();
+        let t = rule_for(&c.thresholds, &key("NVIDIA H200", 2, "sendrecv", 1 << 30)).unwrap();
         assert_eq!(t.min_busbw, 300.0);
-        let t = lookup(&c.thresholds, &key("NVIDIA H200", 2, "sendrecv", 64 << 20)).unwrap();
+        let t = rule_for(&c.thresholds, &key("NVIDIA H200", 2, "sendrecv", 64 << 20)).unwrap();
         assert_eq!(t.min_busbw, 100.0);
         // An admin rule of the same specificity replaces the default.
         let c = WorkerConfig::from_texts(Some((
@@ -501,7 +502,7 @@ mod tests {
             "[[thresholds]]\ngpu = \"h200\"\ngpus = 4\ncollective = \"all_reduce\"\nbytes = \"256M\"\nmin_busbw = 330.0\n",
         )))
         .unwrap();
-        let t = lookup(
+        let t = rule_for(
             &c.thresholds,
             &key("NVIDIA H200", 4, "all_reduce", 256 << 20),
         )
@@ -512,8 +513,8 @@ mod tests {
     #[test]
     fn no_rule_for_an_unknown_model_count_or_node_count() {
         let c = WorkerConfig::from_texts(None).unwrap();
-        assert!(lookup(&c.thresholds, &key("Tesla T4", 4, "all_reduce", 256 << 20)).is_none());
-        assert!(lookup(
+        assert!(rule_for(&c.thresholds, &key("Tesla T4", 4, "all_reduce", 256 << 20)).is_none());
+        assert!(rule_for(
             &c.thresholds,
             &key("NVIDIA H200", 3, "all_reduce", 256 << 20)
         )
@@ -521,7 +522,7 @@ mod tests {
         let mut k = key("NVIDIA H200", 4, "all_reduce", 256 << 20);
         k.nodes = 2;
         assert!(
-            lookup(&c.thresholds, &k).is_none(),
+            rule_for(&c.thresholds, &k).is_none(),
             "multi-node runs need rules that say so"
         );
     }

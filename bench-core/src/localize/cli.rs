@@ -42,7 +42,7 @@ pub struct ExplainArgs {
 
 /// The text `--explain-plan` prints (exit 0), or its usage error (exit 2). `env` is the worker's
 /// environment (`NCCL_CHECK_CONFIG`).
-pub fn run(args: &ExplainArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+pub fn answer(args: &ExplainArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     let (nodes, gpus) = match (&args.nodes, &args.gpus_per_node) {
         (Some(n), Some(g)) => (count("--nodes", n)?, count("--gpus-per-node", g)?),
         _ => return Err("--explain-plan needs --nodes N and --gpus-per-node G".into()),
@@ -70,7 +70,7 @@ mod tests {
     use crate::settings::options::{parse, ParseExit};
 
     /// What the worker's command line does with `args`: the printed text, or the usage error.
-    fn run(args: &[&str]) -> Result<String, String> {
+    fn explain(args: &[&str]) -> Result<String, String> {
         let v = std::iter::once("nccl-check").chain(args.iter().copied());
         match parse(v, &|_| None) {
             Err(ParseExit::Info(text)) => Ok(text),
@@ -81,13 +81,13 @@ mod tests {
 
     #[test]
     fn only_explain_plan_is_explained() {
-        assert!(run(&["--json", "r.json"]).is_err_and(|e| e.starts_with("a check")));
-        assert!(run(&["--plan", "quick"]).is_err_and(|e| e.starts_with("a check")));
+        assert!(explain(&["--json", "r.json"]).is_err_and(|e| e.starts_with("a check")));
+        assert!(explain(&["--plan", "quick"]).is_err_and(|e| e.starts_with("a check")));
     }
 
     #[test]
     fn json_is_one_object_with_rounds_and_modeled_seconds() {
-        let text = run(&[
+        let text = explain(&[
             "--explain-plan",
             "--nodes",
             "1024",
@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn bad_input_is_a_usage_error() {
-        let usage = |args: &[&str]| match run(args) {
+        let usage = |args: &[&str]| match explain(args) {
             Err(e) => e,
             other => panic!("{args:?}: {other:?}"),
         };
@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn help_teaches_the_mode() {
-        let h = run(&["--explain-plan", "--help"]).expect("help");
+        let h = explain(&["--explain-plan", "--help"]).expect("help");
         assert!(
             h.contains("--gpus-per-node <G>") && h.contains("Examples:"),
             "{h}"

@@ -175,7 +175,7 @@ impl Fabric {
 }
 
 /// Drive `localizer` to its verdict with `fabric` measuring every round: the runner's loop.
-pub fn run(
+pub fn simulate(
     mut localizer: Localizer,
     fabric: &mut Fabric,
 ) -> Result<LocalizeVerdict, LocalizeError> {

@@ -29,7 +29,7 @@ pub fn start_nvml() -> Pending {
         .name("nvml-facts".into())
         .spawn(move || {
             // The receiver may be gone once the check is over: nothing to do then.
-            let _ = tx.send(crate::facts::nvml::read());
+            let _ = tx.send(crate::facts::nvml::read_health());
         });
     Pending {
         rx: spawned.is_ok().then_some(rx),

@@ -118,7 +118,7 @@ impl Args {
             None => validate(self.0, env)
                 .map(|o| Command::Check(Box::new(o)))
                 .map_err(ParseExit::Usage),
-            Some(Mode::ExplainPlan(args)) => crate::localize::cli::run(args, env)
+            Some(Mode::ExplainPlan(args)) => crate::localize::cli::answer(args, env)
                 .map(Command::Explained)
                 .map_err(ParseExit::Usage),
             Some(Mode::CheckConfig { .. }) => Err(ParseExit::Usage(
@@ -177,7 +177,7 @@ fn validate(raw: RawArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Option
     let gpus::GpuSelection {
         devices: gpus,
         model: gpu_model,
-    } = gpus::parse(
+    } = gpus::parse_gpu_list(
         raw.gpus.as_deref(),
         raw.gpu_model.as_deref(),
         raw.explain_thresholds,

@@ -229,12 +229,12 @@ fn every_listed_sku_resolves_from_its_whole_name_when_no_id_is_read() {
         assert!(id.to_string().contains("driver name"), "{id}");
         // Case and blanks around it do not matter; a part of it is not a name.
         assert_eq!(
-            by_name(&format!("  {}  ", name.to_ascii_lowercase())).map(|s| s.key),
+            sku_named(&format!("  {}  ", name.to_ascii_lowercase())).map(|s| s.key),
             Some(key)
         );
     }
     for part in ["H100", "NVIDIA H100", "A100", "H200 N", "GB20", "B200 NVL"] {
-        assert_eq!(by_name(part), None, "'{part}' must not name a SKU");
+        assert_eq!(sku_named(part), None, "'{part}' must not name a SKU");
     }
 }
 

@@ -89,7 +89,7 @@ impl TransportFinding {
 /// on one node (the caller knows: from Slurm or the rendezvous; [`TransportSummary::same_host`]
 /// is a fallback). Paths NCCL never connected are not judged (a ring connects neighbours only).
 /// An empty summary gives no findings: check [`TransportSummary::has_connections`] first.
-pub fn check(
+pub fn check_transports(
     summary: &TransportSummary,
     same_node: &dyn Fn(u32, u32) -> bool,
     expect: &TransportExpectation,

@@ -30,7 +30,7 @@
 mod expect;
 mod log;
 
-pub use expect::{check, NetExpect, TransportExpectation, TransportFinding};
+pub use expect::{check_transports, NetExpect, TransportExpectation, TransportFinding};
 pub use log::{parse_channel_line, parse_log};
 
 use crate::report::{Culprit, Name};
@@ -403,7 +403,7 @@ mod tests {
             intra_node_p2p: true,
             ..Default::default()
         };
-        assert!(check(&s, &|_, _| true, &expect).is_empty());
+        assert!(check_transports(&s, &|_, _| true, &expect).is_empty());
         assert_eq!(s.paths()[0].transports, vec!["p2p"]);
         assert_eq!(s.paths()[0].path, "GPU0->GPU1");
     }
@@ -419,14 +419,14 @@ mod tests {
             intra_node_p2p: true,
             ..Default::default()
         };
-        let f = check(&s, &|_, _| true, &expect);
+        let f = check_transports(&s, &|_, _| true, &expect);
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].message, "GPU0->GPU1 used SHM, NVLink P2P expected");
         let r = f[0].to_reason();
         assert_eq!(r.code, ReasonCode::TransportFallback);
         assert_eq!(r.subject.as_deref(), Some("GPU0->GPU1"));
         // Without the NVLink expectation SHM is just reported.
-        assert!(check(&s, &|_, _| true, &TransportExpectation::default()).is_empty());
+        assert!(check_transports(&s, &|_, _| true, &TransportExpectation::default()).is_empty());
     }
 
     #[test]
@@ -435,7 +435,7 @@ mod tests {
             "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
             "Channel 01 : 0[0] -> 1[1] via SHM/direct/direct",
         ]);
-        let f = check(
+        let f = check_transports(
             &parse_log(&text),
             &|_, _| true,
             &TransportExpectation {
@@ -463,7 +463,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
             inter_node_net: Some(NetExpect::Ib),
             ..Default::default()
         };
-        let f = check(&s, &|a, b| a == b, &expect);
+        let f = check_transports(&s, &|a, b| a == b, &expect);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(
             f[0].message,
@@ -472,7 +472,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
         let mixed = parse_log(&format!(
             "{text}node01:100:101 [1] NCCL INFO Channel 00 : 2[1] -> 0[0] via SHM/direct/direct\n"
         ));
-        let f = check(&mixed, &|a, b| a != 1 && b != 1, &expect);
+        let f = check_transports(&mixed, &|a, b| a != 1 && b != 1, &expect);
         assert!(
             f.iter()
                 .any(|f| f.message == "node01 GPU1->GPU0 used SHM, NVLink P2P expected"),
@@ -482,7 +482,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
             inter_node_net: Some(NetExpect::Plugin("libfabric".into())),
             ..Default::default()
         };
-        assert_eq!(check(&s, &|a, b| a == b, &plugin).len(), 2);
+        assert_eq!(check_transports(&s, &|a, b| a == b, &plugin).len(), 2);
     }
 
     #[test]
@@ -492,7 +492,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
             inter_node_net: Some(NetExpect::Plugin("Libfabric".into())),
             ..Default::default()
         };
-        assert!(check(&parse_log(&text), &|_, _| false, &expect).is_empty());
+        assert!(check_transports(&parse_log(&text), &|_, _| false, &expect).is_empty());
     }
 
     #[test]
@@ -506,11 +506,11 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
             collnet: true,
             ..Default::default()
         };
-        assert!(check(&used, &|_, _| true, &expect).is_empty());
+        assert!(check_transports(&used, &|_, _| true, &expect).is_empty());
 
         let text = "node01:1:2 [0] NCCL WARN Cannot initialize CollNet, using point-to-point network instead\n";
         let gave_up = parse_log(text);
-        let f = check(&gave_up, &|_, _| true, &expect);
+        let f = check_transports(&gave_up, &|_, _| true, &expect);
         assert_eq!(f.len(), 1);
         assert!(
             f[0].message.starts_with("CollNet (SHARP) did not carry"),
@@ -560,7 +560,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
         ]));
         assert_eq!(s.nvls_available, Some(false));
         assert_eq!(s.nvls_channels, Some(0));
-        let f = check(
+        let f = check_transports(
             &s,
             &|_, _| true,
             &TransportExpectation {
@@ -601,7 +601,7 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
     fn no_debug_output_means_no_connections_not_a_pass() {
         let s = parse_log("# nccl-tests output only\n");
         assert!(!s.has_connections());
-        assert!(check(
+        assert!(check_transports(
             &s,
             &|_, _| true,
             &TransportExpectation {
@@ -620,7 +620,7 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
             "Channel 01/1 : 0[0] -> 3[3] via SHM/direct/direct",
         ]));
         assert_eq!(s.pairs.len(), 3);
-        let f = check(
+        let f = check_transports(
             &s,
             &|_, _| true,
             &TransportExpectation {
@@ -668,7 +668,7 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
                 p.transports
             );
         }
-        assert!(check(&s, &|_, _| true, &nvlink()).is_empty());
+        assert!(check_transports(&s, &|_, _| true, &nvlink()).is_empty());
         assert_eq!(s.network.as_deref(), Some("Socket"));
         assert!(s.graph_intra_types.contains("NVL"));
         assert_eq!(s.nvls_channels, Some(0), "recorded with NCCL_NVLS_ENABLE=0");
@@ -692,7 +692,7 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
             .pairs
             .values()
             .all(|p| p.transports.iter().eq([&Transport::Shm])));
-        let f = check(&s, &|_, _| true, &nvlink());
+        let f = check_transports(&s, &|_, _| true, &nvlink());
         assert_eq!(f.len(), s.pairs.len());
         assert!(f
             .iter()
@@ -709,7 +709,7 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
             .pairs
             .values()
             .all(|p| p.transports.iter().eq([&Transport::NetSocket])));
-        let f = check(&s, &|_, _| true, &nvlink());
+        let f = check_transports(&s, &|_, _| true, &nvlink());
         assert!(!f.is_empty());
         assert!(f
             .iter()
@@ -747,9 +747,9 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
         assert!(s.pairs.keys().any(|&(a, b)| !same_node(a, b)));
         let mut expect = nvlink();
         expect.inter_node_net = Some(NetExpect::Socket);
-        assert!(check(&s, &same_node, &expect).is_empty());
+        assert!(check_transports(&s, &same_node, &expect).is_empty());
         expect.inter_node_net = Some(NetExpect::Ib);
-        let f = check(&s, &same_node, &expect);
+        let f = check_transports(&s, &same_node, &expect);
         assert!(!f.is_empty());
         assert!(
             f.iter()

@@ -131,7 +131,7 @@ fn quiet(nodes: usize, gpus: usize, fault: Option<Fault>) -> Fabric {
 }
 
 /// The distributed path finds exactly what the localizer finds when it sees every result itself
-/// (`sim::run`, the simulation table's path), on the same noiseless fabric.
+/// (`sim::simulate`, the simulation table's path), on the same noiseless fabric.
 #[test]
 fn the_conducted_localization_finds_what_the_localizer_finds_alone() {
     let faults = [
@@ -156,7 +156,7 @@ fn the_conducted_localization_finds_what_the_localizer_finds_alone() {
         let fabric = quiet(n, g, fault);
         let alone = {
             let l = Localizer::new(n, g, config(&fabric)).unwrap();
-            sim::run(l, &mut fabric.clone()).unwrap()
+            sim::simulate(l, &mut fabric.clone()).unwrap()
         };
         let (layout, _) = layout(n, g);
         let want = reasons::reasons(&alone, &layout.names);

@@ -12,7 +12,7 @@
 //! is not the localizer's to find: the rendezvous and the control plane name it (an ERROR), and
 //! the replay's answer for those rows is that node by construction.
 
-use super::{run, Fabric, Fault};
+use super::{simulate, Fabric, Fault};
 use crate::localize::{LocalizeConfig, LocalizeVerdict, Localizer};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -236,7 +236,7 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
         });
     }
     let verdict: LocalizeVerdict = match Localizer::new(row.nodes, 1, LocalizeConfig::default())
-        .and_then(|l| run(l, &mut fabric))
+        .and_then(|l| simulate(l, &mut fabric))
     {
         Ok(v) => v,
         Err(e) => {

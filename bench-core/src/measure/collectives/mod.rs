@@ -119,7 +119,7 @@ pub static COLLECTIVES: [&dyn Collective; 6] = [
 ];
 
 /// Finds a collective by name; accepts nccl-tests' binary names and no-underscore spellings.
-pub fn by_name(name: &str) -> Result<&'static dyn Collective, String> {
+pub fn collective_named(name: &str) -> Result<&'static dyn Collective, String> {
     let n = name.trim().to_ascii_lowercase();
     let n = n
         .strip_suffix("_perf")
@@ -145,7 +145,7 @@ pub fn parse_list(text: &str) -> Result<Vec<&'static dyn Collective>, String> {
         if part.trim().eq_ignore_ascii_case("all") {
             out.extend(COLLECTIVES.iter().copied());
         } else {
-            out.push(by_name(part)?);
+            out.push(collective_named(part)?);
         }
     }
     if out.is_empty() {
@@ -248,11 +248,11 @@ mod tests {
 
     #[test]
     fn names_are_found_in_several_spellings() {
-        assert_eq!(by_name("all_reduce").unwrap().name(), "all_reduce");
-        assert_eq!(by_name("allreduce").unwrap().name(), "all_reduce");
-        assert_eq!(by_name("all_gather_perf").unwrap().name(), "all_gather");
-        assert_eq!(by_name("AlltoAll").unwrap().name(), "alltoall");
-        let e = by_name("all_reduse").unwrap_err();
+        assert_eq!(collective_named("all_reduce").unwrap().name(), "all_reduce");
+        assert_eq!(collective_named("allreduce").unwrap().name(), "all_reduce");
+        assert_eq!(collective_named("all_gather_perf").unwrap().name(), "all_gather");
+        assert_eq!(collective_named("AlltoAll").unwrap().name(), "alltoall");
+        let e = collective_named("all_reduse").unwrap_err();
         assert!(e.contains("unknown collective 'all_reduse'"), "{e}");
         assert_eq!(parse_list("all").unwrap().len(), 6);
         assert_eq!(parse_list("sendrecv,all_reduce").unwrap().len(), 2);

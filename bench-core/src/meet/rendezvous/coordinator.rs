@@ -68,7 +68,7 @@ fn bind_address(host: &str, deadline: Instant) -> Result<IpAddr, String> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(ip);
     }
-    let ips: Vec<IpAddr> = super::member::lookup(host, 0, deadline)
+    let ips: Vec<IpAddr> = super::member::resolve_host(host, 0, deadline)
         .map_err(|e| format!("the rendezvous host: {e}"))?
         .into_iter()
         .map(|a| a.ip())

@@ -47,7 +47,11 @@ const HELD_RETRY: Duration = Duration::from_millis(300);
 
 /// The addresses of `host`, looked up on a helper thread so that a slow resolver (a name that
 /// does not resolve can take 10 s per try) never holds this process past `deadline`.
-pub(super) fn lookup(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, String> {
+pub(super) fn resolve_host(
+    host: &str,
+    port: u16,
+    deadline: Instant,
+) -> Result<Vec<SocketAddr>, String> {
     let left = deadline
         .checked_duration_since(Instant::now())
         .ok_or("deadline passed")?;
@@ -70,7 +74,7 @@ pub(super) fn lookup(host: &str, port: u16, deadline: Instant) -> Result<Vec<Soc
 }
 
 fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, String> {
-    let all = lookup(host, port, deadline)?;
+    let all = resolve_host(host, port, deadline)?;
     all.iter()
         .find(|a| a.is_ipv4())
         .or(all.first())

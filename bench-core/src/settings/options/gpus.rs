@@ -13,7 +13,7 @@ pub struct GpuSelection {
 }
 
 /// Validates `--gpus` (and `--gpu-model`, which needs `--explain-thresholds`).
-pub fn parse(
+pub fn parse_gpu_list(
     gpus: Option<&str>,
     model: Option<&str>,
     explain: bool,
@@ -73,14 +73,17 @@ mod tests {
     #[test]
     fn gpus_is_a_device_list_or_with_a_model_a_count() {
         assert_eq!(
-            parse(Some("0,1"), None, false).unwrap().devices,
+            parse_gpu_list(Some("0,1"), None, false).unwrap().devices,
             Some(vec![0, 1])
         );
-        assert_eq!(parse(None, None, true).unwrap(), GpuSelection::default());
-        let m = parse(Some("2"), Some("H200"), true).unwrap();
+        assert_eq!(
+            parse_gpu_list(None, None, true).unwrap(),
+            GpuSelection::default()
+        );
+        let m = parse_gpu_list(Some("2"), Some("H200"), true).unwrap();
         assert_eq!((m.devices, m.model), (None, Some(("H200".into(), 2))));
         assert_eq!(
-            parse(None, Some("H100"), true).unwrap().model,
+            parse_gpu_list(None, Some("H100"), true).unwrap().model,
             Some(("H100".into(), 8))
         );
         for (gpus, model, explain, err) in [
@@ -91,7 +94,7 @@ mod tests {
             (Some("0"), Some("H200"), true, "is the GPU count"),
             (None, Some(" "), true, "needs a GPU model name"),
         ] {
-            let e = parse(gpus, model, explain).unwrap_err();
+            let e = parse_gpu_list(gpus, model, explain).unwrap_err();
             assert!(e.contains(err), "{e}");
         }
     }
