@@ -114,7 +114,7 @@ pub fn run(
             return Err(e);
         }
     };
-    wait_for_gpus(handles, &team, opts.rank, report)?;
+    wait_for_gpus(handles, &team, opts, report)?;
     gather_facts::attach_nvml(report, &nvml);
     Ok(Ran::Measured)
 }
@@ -124,7 +124,7 @@ pub fn run(
 fn wait_for_gpus(
     handles: Vec<JoinHandle<GpuOutcome>>,
     team: &crate::meet::team::Team,
-    rank: u32,
+    opts: &Options,
     report: &mut Report,
 ) -> Result<(), RunError> {
     // Whether this process could run while it measured (a starved worker starves NCCL's
@@ -138,13 +138,13 @@ fn wait_for_gpus(
         Err(()) => Ok(()),
     };
     if let (Some(seen), Some(facts)) = (off_cpu.and_then(|w| w.stop()), report.facts.as_mut()) {
-        facts.set_off_cpu(&node_name(&report.host), seen);
+        facts.set_off_cpu(&node_name(opts, &report.host), seen);
     }
     // A process that stopped answering (found by the plane's watch) is why the others' NCCL
     // calls stalled or failed: its name is the reason, ahead of theirs.
     if let Some(lost) = team.lost() {
         return Err(RunError::from_team(
-            rank,
+            opts.rank,
             crate::meet::team::TeamError::Plane(lost),
         ));
     }
@@ -294,15 +294,10 @@ fn read_gpus(
     (name, id, interconnect)
 }
 
-/// The node identity: NCCL_HOSTID when set (NCCL treats such processes as separate nodes, and
-/// so does the verdict), else Slurm's node name (what an admin drains, what the coordinator
-/// holds against the step's node list; with MULTIPLE_SLURMD every slurmd has the same host
-/// name), else the host name.
-fn node_name(host: &str) -> String {
-    ["NCCL_HOSTID", "SLURMD_NODENAME"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|h| !h.is_empty()))
-        .unwrap_or_else(|| host.to_string())
+/// The node identity (`Options::node_name`, else the host name): what the coordinator holds
+/// against the step's node list and what a verdict names.
+fn node_name(opts: &Options, host: &str) -> String {
+    opts.node_name.clone().unwrap_or_else(|| host.to_string())
 }
 
 /// The rendezvous, then each GPU thread gets its rank and the check's topology.
@@ -318,7 +313,7 @@ fn meet(
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
-        host: node_name(&report.host),
+        host: node_name(opts, &report.host),
         pid: std::process::id(),
         ngpus: devices.len() as u32,
         first_rank: 0,

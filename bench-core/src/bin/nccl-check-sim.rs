@@ -53,9 +53,9 @@ fn main() {
     let started = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let host = ["NCCL_HOSTID", "SLURMD_NODENAME"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|h| !h.is_empty()))
+    let host = opts
+        .node_name
+        .clone()
         .unwrap_or_else(bench_core::measure::nccl_env::hostname);
     let mut report = Report::new(host.clone(), started);
     report.process_rank = opts.rank;

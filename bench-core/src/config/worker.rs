@@ -452,7 +452,8 @@ fn plan_step(
             iters,
         },
         (false, Some(c)) => {
-            let collective = collectives::collective_named(c).map_err(|e| bad(f("collective"), e))?;
+            let collective =
+                collectives::collective_named(c).map_err(|e| bad(f("collective"), e))?;
             let (lo, hi) = step_range(bytes, min, max)
                 .map_err(|(k, m)| bad(plan_field(format!("steps[{i}]{k}")), m))?;
             Step::Collective {

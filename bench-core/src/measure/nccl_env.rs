@@ -30,10 +30,9 @@ pub fn path_expectation(opts: &Options, profile: Option<&NetworkProfile>) -> Tra
 /// The site's network profile for this job (partition from Slurm, this host), its environment
 /// set before NCCL loads: the check runs with exactly the settings the site's jobs use.
 pub fn apply_network_profile(opts: &'static Options) -> Option<&'static NetworkProfile> {
-    let partition = std::env::var("SLURM_JOB_PARTITION").ok();
     let p = crate::config::network::select_profile(
         &opts.config.network,
-        partition.as_deref(),
+        opts.partition.as_deref(),
         &hostname(),
     )?;
     for (k, v) in p.env_pairs() {

@@ -22,6 +22,15 @@ use raw::{Mode, RawArgs};
 /// Validated options.
 #[derive(Debug)]
 pub struct Options {
+    /// The node this process checks, as the environment names it: NCCL_HOSTID when set (NCCL
+    /// treats such processes as separate nodes, and so does the verdict), else Slurm's node name
+    /// (what an admin drains; with MULTIPLE_SLURMD every slurmd has the same host name); None:
+    /// the host name.
+    pub node_name: Option<String>,
+    /// The Slurm partition of the job (`SLURM_JOB_PARTITION`): the network profile's selector.
+    pub partition: Option<String>,
+    /// `NCCL_CHECK_COMM_MODE` (how the node's GPU-pair communicators are made; for tests).
+    pub comm_mode: Option<String>,
     /// The steps to run: the plan's, or one per command-line collective.
     pub steps: Vec<Step>,
     pub plan: String,
@@ -196,6 +205,11 @@ fn validate(raw: RawArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Option
     });
     let nccl_lib = nccl_lib.or_else(|| config.nccl_lib.clone()); // the site's, last
     Ok(Options {
+        node_name: ["NCCL_HOSTID", "SLURMD_NODENAME"]
+            .iter()
+            .find_map(|k| env(k).filter(|h| !h.is_empty())),
+        partition: env("SLURM_JOB_PARTITION"),
+        comm_mode: env("NCCL_CHECK_COMM_MODE"),
         steps,
         plan: raw.plan,
         config,

@@ -250,7 +250,10 @@ mod tests {
     fn names_are_found_in_several_spellings() {
         assert_eq!(collective_named("all_reduce").unwrap().name(), "all_reduce");
         assert_eq!(collective_named("allreduce").unwrap().name(), "all_reduce");
-        assert_eq!(collective_named("all_gather_perf").unwrap().name(), "all_gather");
+        assert_eq!(
+            collective_named("all_gather_perf").unwrap().name(),
+            "all_gather"
+        );
         assert_eq!(collective_named("AlltoAll").unwrap().name(), "alltoall");
         let e = collective_named("all_reduse").unwrap_err();
         assert!(e.contains("unknown collective 'all_reduse'"), "{e}");

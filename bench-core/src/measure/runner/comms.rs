@@ -42,7 +42,7 @@ pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, 
     let (dev, rank, nranks) = (thread.device, start.rank, start.nranks);
     let init_err =
         |e: NcclError| RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"));
-    let mode = CommMode::parse(std::env::var("NCCL_CHECK_COMM_MODE").ok().as_deref());
+    let mode = CommMode::parse(thread.opts.comm_mode.as_deref());
     let nccl = thread.nccl;
     // With several nodes, GPU pairs are measured on a communicator of their own node: in a
     // multi-node communicator NCCL sizes point-to-point channels for the network, and an
