@@ -65,6 +65,11 @@ impl Measurer<'_> {
         };
         let mut summary = self.conduct_rounds(bytes, loops, start, out, &setup)?;
         let starved = self.starved_nodes(start, &setup.layout.names)?;
+        // The check's last NCCL operation: a rank whose all_reduce is done may still owe its ring
+        // neighbours data in flight, and a process that left now would cut it (seen on one H100,
+        // visit 15: fab07 exited and fab06, fab08 ended in ERROR "Connection closed by remote
+        // peer"). The control plane's barrier lets nobody leave before every rank has its sums.
+        self.team.barrier().map_err(|e| self.team_err(e))?;
         super::off_cpu::blame_starved(&mut summary.reasons, &starved);
         if start.printer {
             print_localized(&rows, bytes, loops, &summary);
