@@ -478,6 +478,13 @@ run_row() { # row run fault expect culprit rounds
   python3 -c "import sys; sys.exit(not ($secs <= $budget))" || { ok=fail why+="verdict after $secs s > $budget s; "; }
   python3 -c "import sys; sys.exit(not ($all_secs <= $budget + 11))" || { ok=fail why+="last worker ended after $all_secs s; "; }
   [ -z "$hung" ] || { ok=fail why+="killed by timeout (hung): $hung; "; }
+  # A PASS or FAIL row: every worker that ran ends with its verdict's code (0 or 1), none in ERROR
+  # (visit 15: two neighbours of a node that exited right after the last all_reduce ended in 7).
+  if [ "$expect" != ERROR ]; then
+    local odd
+    odd=$(printf '%s\n' "${rcs[@]}" | grep -vE '=(0|1|-)$' | tr '\n' ' ')
+    [ -z "$odd" ] || { ok=fail why+="workers not ending 0/1: $odd; "; }
+  fi
   [ $ok = pass ] || fails=$((fails + 1))
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$NODES" "$run" "$fault" "$expect $culprit" \
     "$verdict" "$names" "$rounds" "$secs" "$ok${why:+ ($why)}" >>"$SUMMARY"
