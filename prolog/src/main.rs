@@ -170,6 +170,7 @@ fn run(cli: Cli) -> i32 {
 fn fault_report(cfg: &GateConfig, node: &str) -> i32 {
     let settings = faults::Settings {
         root: cfg.fault_root.clone(),
+        gpu_info_dir: cfg.gpu_info_dir.clone(),
         aer: cfg.aer_limits,
         ib: cfg.ib_limits,
     };

@@ -80,6 +80,23 @@ pub fn devices(root: &Path) -> (Vec<Device>, Vec<String>) {
     (out, problems)
 }
 
+/// Every PCI function under `root` with NVIDIA's vendor id (GPUs, NVSwitches, their functions),
+/// and whether the device list could be read at all.
+pub fn nvidia_functions(root: &Path) -> (Vec<String>, bool) {
+    let Ok(entries) = std::fs::read_dir(root.join("sys/bus/pci/devices")) else {
+        return (Vec::new(), false);
+    };
+    let out = entries
+        .flatten()
+        .take(MAX_PCI)
+        .filter(|e| {
+            read::small(&e.path().join("vendor")).is_ok_and(|v| v.trim() == "0x10de")
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    (out, true)
+}
+
 /// The `TOTAL_ERR_*` line of one AER file.
 pub fn total(text: &str) -> Option<u64> {
     text.lines().find_map(|l| {

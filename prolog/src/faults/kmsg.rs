@@ -23,20 +23,40 @@ const MAX_LINE: usize = 16 * 1024;
 /// Most matching records kept from one read (the first ones decide; the rest are counted).
 pub const MAX_RECORDS: usize = 256;
 
-/// One log record whose text matched.
+/// One log record that was kept.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     pub seq: u64,
+    /// The syslog facility of the record's prefix: 0 only for the kernel's own records (a write
+    /// to `/dev/kmsg` from user space gets `LOG_USER` when its `<N>` prefix says facility 0 or
+    /// nothing; `devkmsg_write` in `kernel/printk/printk.c`).
+    pub facility: u32,
     pub text: String,
 }
+
+/// What [`scan`] does with one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// Evidence: kept (at most [`MAX_RECORDS`]).
+    Keep,
+    /// Looks like evidence but is not: counted in [`Scan::ignored`].
+    Ignore,
+    /// Nothing to do with what is looked for.
+    Skip,
+}
+
+/// The kernel's own facility (`LOG_KERN`).
+pub const KERNEL: u32 = 0;
 
 /// What one read found.
 #[derive(Debug, Default)]
 pub struct Scan {
-    /// Records after the position whose text contains the needle (at most [`MAX_RECORDS`]).
+    /// Records after the position that `pick` kept (at most [`MAX_RECORDS`]).
     pub records: Vec<Record>,
-    /// Matching records beyond [`MAX_RECORDS`].
+    /// Kept records beyond [`MAX_RECORDS`].
     pub dropped: usize,
+    /// Records after the position that `pick` said look like evidence but are not.
+    pub ignored: usize,
     /// The last sequence number read (the next position), when any record was read.
     pub last_seq: Option<u64>,
     pub bytes: u64,
@@ -48,22 +68,26 @@ pub struct Scan {
     pub bad_lines: u64,
 }
 
-/// `prio,seq,usec,flags[,..];text` → (seq, text); continuation lines (" KEY=value") → None.
-pub fn parse_line(line: &[u8]) -> Option<(u64, &[u8])> {
+/// `prio,seq,usec,flags[,..];text` → (facility, seq, text), the facility being `prio >> 3`;
+/// continuation lines (" KEY=value") → None.
+pub fn parse_line(line: &[u8]) -> Option<(u32, u64, &[u8])> {
     let semi = line.iter().position(|&b| b == b';')?;
     let header = std::str::from_utf8(&line[..semi]).ok()?;
     let mut fields = header.split(',');
-    fields.next()?.parse::<u32>().ok()?;
+    let prio = fields.next()?.parse::<u32>().ok()?;
     let seq = fields.next()?.parse::<u64>().ok()?;
-    Some((seq, &line[semi + 1..]))
+    Some((prio >> 3, seq, &line[semi + 1..]))
 }
 
-/// Reads `path` from its start, keeping records with sequence number above `after` whose text
-/// contains one of `needles`; stops at the end, at `max_bytes` or at `deadline`.
+/// How a record is judged before it is kept: by its facility and its text.
+pub type Picker<'a> = &'a dyn Fn(u32, &str) -> Pick;
+
+/// Reads `path` from its start, keeping records with sequence number above `after` that `pick`
+/// keeps; stops at the end, at `max_bytes` or at `deadline`.
 pub fn scan(
     path: &Path,
     after: Option<u64>,
-    needles: &[&str],
+    pick: Picker,
     max_bytes: u64,
     deadline: Duration,
 ) -> std::io::Result<Scan> {
@@ -88,7 +112,7 @@ pub fn scan(
             Ok(n) => {
                 out.bytes += n as u64;
                 pending.extend_from_slice(&buf[..n]);
-                take_lines(&mut pending, after, needles, &mut out);
+                take_lines(&mut pending, after, pick, &mut out);
                 if pending.len() > MAX_LINE {
                     out.bad_lines += 1;
                     pending.clear();
@@ -103,12 +127,12 @@ pub fn scan(
     // A regular file's last line may lack its newline.
     if out.cut_short.is_none() && !pending.is_empty() {
         pending.push(b'\n');
-        take_lines(&mut pending, after, needles, &mut out);
+        take_lines(&mut pending, after, pick, &mut out);
     }
     Ok(out)
 }
 
-fn take_lines(pending: &mut Vec<u8>, after: Option<u64>, needles: &[&str], out: &mut Scan) {
+fn take_lines(pending: &mut Vec<u8>, after: Option<u64>, pick: Picker, out: &mut Scan) {
     let mut used = 0;
     while let Some(nl) = pending[used..].iter().position(|&b| b == b'\n') {
         let line = &pending[used..used + nl];
@@ -116,7 +140,7 @@ fn take_lines(pending: &mut Vec<u8>, after: Option<u64>, needles: &[&str], out: 
         if line.first() == Some(&b' ') || line.is_empty() {
             continue; // a record's dictionary (" SUBSYSTEM=pci"), not a record
         }
-        let Some((seq, text)) = parse_line(line) else {
+        let Some((facility, seq, text)) = parse_line(line) else {
             out.bad_lines += 1;
             continue;
         };
@@ -125,15 +149,15 @@ fn take_lines(pending: &mut Vec<u8>, after: Option<u64>, needles: &[&str], out: 
             continue;
         }
         let text = String::from_utf8_lossy(text);
-        if needles.iter().any(|n| text.contains(n)) {
-            if out.records.len() < MAX_RECORDS {
-                out.records.push(Record {
-                    seq,
-                    text: text.into_owned(),
-                });
-            } else {
-                out.dropped += 1;
-            }
+        match pick(facility, &text) {
+            Pick::Keep if out.records.len() < MAX_RECORDS => out.records.push(Record {
+                seq,
+                facility,
+                text: text.into_owned(),
+            }),
+            Pick::Keep => out.dropped += 1,
+            Pick::Ignore => out.ignored += 1,
+            Pick::Skip => {}
         }
     }
     pending.drain(..used);
@@ -147,6 +171,15 @@ mod tests {
 4,101,6000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n\
 4,102,7000,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 04\n";
 
+    /// Every record that mentions an Xid, whoever wrote it.
+    fn xid(_: u32, text: &str) -> Pick {
+        if text.contains("Xid") {
+            Pick::Keep
+        } else {
+            Pick::Skip
+        }
+    }
+
     fn scratch(name: &str, text: &[u8]) -> std::path::PathBuf {
         let d = nccl_check_contract::test_support::scratch_dir(name);
         std::fs::write(d.join("kmsg"), text).expect("write");
@@ -159,7 +192,7 @@ mod tests {
         let s = scan(
             &d.join("kmsg"),
             None,
-            &["Xid"],
+            &xid,
             MAX_BYTES,
             Duration::from_secs(1),
         )
@@ -169,7 +202,7 @@ mod tests {
         let s = scan(
             &d.join("kmsg"),
             Some(101),
-            &["Xid"],
+            &xid,
             MAX_BYTES,
             Duration::from_secs(1),
         )
@@ -189,7 +222,7 @@ mod tests {
         let s = scan(
             &d.join("kmsg"),
             None,
-            &["Xid"],
+            &xid,
             MAX_BYTES,
             Duration::from_secs(1),
         )
@@ -209,10 +242,10 @@ mod tests {
             .and_then(|f| f.set_len(1 << 30))
             .expect("sparse file");
         let t = Instant::now();
-        let s = scan(&p, None, &["Xid"], MAX_BYTES, Duration::from_secs(5)).expect("read");
+        let s = scan(&p, None, &xid, MAX_BYTES, Duration::from_secs(5)).expect("read");
         assert_eq!((s.bytes, s.cut_short), (MAX_BYTES, Some("size")));
         assert!(t.elapsed() < Duration::from_secs(5));
-        let s = scan(&p, None, &["Xid"], u64::MAX, Duration::from_millis(20)).expect("read");
+        let s = scan(&p, None, &xid, u64::MAX, Duration::from_millis(20)).expect("read");
         assert_eq!(s.cut_short, Some("time"));
         std::fs::remove_dir_all(&d).ok();
     }
@@ -222,7 +255,7 @@ mod tests {
         let d = nccl_check_contract::test_support::scratch_dir("kmsg-fifo");
         let p = d.join("kmsg");
         super::super::read::tests::make_fifo(&p);
-        let s = scan(&p, None, &["Xid"], MAX_BYTES, Duration::from_secs(1)).expect("read");
+        let s = scan(&p, None, &xid, MAX_BYTES, Duration::from_secs(1)).expect("read");
         assert_eq!(s.bytes, 0);
         std::fs::remove_dir_all(&d).ok();
     }
@@ -234,7 +267,7 @@ mod tests {
         if let Ok(s) = scan(
             Path::new("/dev/kmsg"),
             None,
-            &["Xid"],
+            &xid,
             MAX_BYTES,
             Duration::from_secs(2),
         ) {

@@ -15,7 +15,7 @@ pub mod xid;
 
 use limits::{AerLimits, IbLimits};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -35,6 +35,9 @@ const MAX_FINDINGS: usize = 64;
 pub struct Settings {
     /// `/` in production; a fixture tree in tests (`dev/kmsg`, `proc/...`, `sys/...` under it).
     pub root: PathBuf,
+    /// The driver's GPU list (`/proc/driver/nvidia/gpus`, config `gpu_info_dir`): with the PCI
+    /// functions of NVIDIA's vendor id under `root`, the devices an Xid or SXid may name.
+    pub gpu_info_dir: PathBuf,
     pub aer: AerLimits,
     pub ib: IbLimits,
 }
@@ -281,20 +284,60 @@ fn scan_kmsg(
         ms: 0.0,
         note: problem,
     };
-    match kmsg::scan(&path, after, &["Xid (PCI:"], kmsg::MAX_BYTES, KMSG_TIME) {
+    match kmsg::scan(&path, after, &pick_driver_record, kmsg::MAX_BYTES, KMSG_TIME) {
         Ok(scan) => {
             src.readable = true;
             src.items = scan.records.len();
             now.kmsg_seq = scan.last_seq.or(after);
-            if let Some(note) = kmsg_notes(&scan) {
-                src.note = Some(note);
+            let devices = nvidia_devices(s);
+            let not_ours = judge_xids(&scan.records, scan.dropped, devices.as_ref(), out);
+            let mut notes: Vec<String> = kmsg_notes(&scan).into_iter().collect();
+            if scan.ignored > 0 {
+                notes.push(format!(
+                    "{} records mention an Xid but are not the NVIDIA driver's own kernel records (a process, file or user message): ignored",
+                    scan.ignored
+                ));
             }
-            judge_xids(&scan.records, scan.dropped, out);
+            if not_ours > 0 {
+                notes.push(format!(
+                    "{not_ours} Xid/SXid records name a PCI address that is not one of this node's GPUs or NVSwitches: ignored"
+                ));
+            }
+            if !notes.is_empty() {
+                src.note = Some(notes.join("; "));
+            }
         }
         Err(e) => src.note = Some(format!("{e}")),
     }
     src.ms = ms(t);
     src
+}
+
+/// Evidence is the NVIDIA driver's own record: written by the kernel (facility 0, which no write
+/// to `/dev/kmsg` from user space gets, root's included) and in the driver's whole format from
+/// the message's start. A record that only mentions `Xid (PCI:` is counted and ignored.
+fn pick_driver_record(facility: u32, text: &str) -> kmsg::Pick {
+    if facility == kmsg::KERNEL && xid::parse(text).is_some() {
+        kmsg::Pick::Keep
+    } else if text.contains("Xid (PCI:") {
+        kmsg::Pick::Ignore
+    } else {
+        kmsg::Pick::Skip
+    }
+}
+
+/// This node's NVIDIA devices as `dddd:bb:dd`: the driver's GPU list and every PCI function with
+/// NVIDIA's vendor id (GPUs and NVSwitches). None when neither could be read: then no Xid can be
+/// tied to this node.
+fn nvidia_devices(s: &Settings) -> Option<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    let listed = std::fs::read_dir(&s.gpu_info_dir).is_ok();
+    for g in crate::gpus::read(&s.gpu_info_dir) {
+        out.extend(xid::pci_device(&g.bus));
+    }
+    let (pci, readable) = aer::nvidia_functions(&s.root);
+    out.extend(pci.iter().filter_map(|a| xid::pci_device(a)));
+    (listed || readable).then_some(out)
 }
 
 /// What a scan of the kernel log left out, in words (none: it read everything).
@@ -419,13 +462,27 @@ fn keep(state_dir: &Path, now: &Memory, before_bytes: &[u8], out: &mut Summary) 
     }
 }
 
-fn judge_xids(records: &[kmsg::Record], dropped: usize, out: &mut Summary) {
-    // The same code on the same device, repeated, is one finding with a count.
+/// The driver's records judged, those of one device and code as one finding with a count;
+/// returns how many named a device that is not this node's (ignored). With `devices` unknown,
+/// nothing drains: each event is a WARN that says why it was not judged.
+fn judge_xids(
+    records: &[kmsg::Record],
+    dropped: usize,
+    devices: Option<&BTreeSet<String>>,
+    out: &mut Summary,
+) -> usize {
     let mut seen: Vec<(xid::Event, usize)> = Vec::new();
+    let mut not_ours = 0;
     for r in records {
-        let Some(e) = xid::parse(&r.text) else {
+        let Some(e) = xid::parse(&r.text).filter(|_| r.facility == kmsg::KERNEL) else {
             continue;
         };
+        if let Some(d) = devices {
+            if !xid::pci_device(&e.pci).is_some_and(|p| d.contains(&p)) {
+                not_ours += 1;
+                continue;
+            }
+        }
         match seen
             .iter_mut()
             .find(|(s, _)| s.kind == e.kind && s.code == e.code && s.pci == e.pci)
@@ -437,7 +494,13 @@ fn judge_xids(records: &[kmsg::Record], dropped: usize, out: &mut Summary) {
     // FAILs first: they decide the drain reason.
     seen.sort_by_key(|(e, _)| xid::assess(e).0 != Class::Fail);
     for (e, n) in seen {
-        let (class, needs, meaning) = xid::assess(&e);
+        let (mut class, needs, mut meaning) = xid::assess(&e);
+        if devices.is_none() {
+            class = Class::Warn;
+            meaning.push_str(
+                " (not judged: this node's GPU list could not be read, so the address cannot be tied to it)",
+            );
+        }
         let (source, kind) = match e.kind {
             xid::Kind::Xid => ("xid", "Xid"),
             xid::Kind::SXid => ("sxid", "SXid"),
@@ -456,6 +519,7 @@ fn judge_xids(records: &[kmsg::Record], dropped: usize, out: &mut Summary) {
         });
     }
     out.more += dropped;
+    not_ours
 }
 
 fn judge_aer(
@@ -555,6 +619,7 @@ mod tests {
         std::fs::create_dir_all(d.join("state")).expect("mkdir");
         let s = Settings {
             root: d.join("root"),
+            gpu_info_dir: d.join("gpus"),
             aer: AerLimits::default(),
             ib: IbLimits::default(),
         };
@@ -568,6 +633,14 @@ mod tests {
             .open(s.root.join("dev/kmsg"))
             .expect("open");
         writeln!(f, "{line}").expect("write");
+    }
+
+    /// A PCI function of NVIDIA's (an NVSwitch's class) in the tree's sysfs.
+    fn nvidia(s: &Settings, addr: &str) {
+        let dir = s.root.join("sys/bus/pci/devices").join(addr);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("vendor"), "0x10de\n").expect("write");
+        std::fs::write(dir.join("class"), "0x068000\n").expect("write");
     }
 
     fn set(s: &Settings, rel: &str, text: &str) {
@@ -701,6 +774,9 @@ mod tests {
             ("reset.kmsg", 0, 2, 1),
         ] {
             let (d, s) = tree("roce", "canned");
+            for a in ["19", "1a", "1b", "1c", "86", "c6"] {
+                nvidia(&s, &format!("0000:{a}:00.0"));
+            }
             std::fs::copy(format!("{FIXTURES}/kmsg/{file}"), s.root.join("dev/kmsg"))
                 .expect("copy");
             let sum = check(&s, &d.join("state"), true);

@@ -309,37 +309,57 @@ fn needs_from_line(e: &Event, needs: Needs) -> Needs {
     }
 }
 
-/// `...Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.` and
-/// `nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...`.
+/// The NVIDIA driver's own record, whole, from the start of the message:
+/// `NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.` and
+/// `nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...`. Anything else is None:
+/// text that merely contains `Xid (PCI:` is how a process name (at most 15 bytes, first in a
+/// segfault, trap or stack-depth line), a file name or a user's message reaches the kernel log.
+/// Who wrote the record (the kernel) and whose device it names are the caller's to check.
 pub fn parse(line: &str) -> Option<Event> {
-    let (kind, at) = match line.find("SXid (PCI:") {
-        Some(i) => (Kind::SXid, i + "SXid (PCI:".len()),
-        None => (Kind::Xid, line.find("Xid (PCI:")? + "Xid (PCI:".len()),
+    let (kind, rest) = match line.strip_prefix("NVRM: Xid (PCI:") {
+        Some(rest) => (Kind::Xid, rest),
+        None => {
+            let r = line.strip_prefix("nvidia-nvswitch")?;
+            let n = r.bytes().take_while(u8::is_ascii_digit).count();
+            if !(1..=4).contains(&n) {
+                return None;
+            }
+            (Kind::SXid, r[n..].strip_prefix(": SXid (PCI:")?)
+        }
     };
-    let rest = &line[at..];
-    let close = rest.find(')')?;
-    let pci = &rest[..close];
-    let ok_pci = !pci.is_empty()
-        && pci.len() <= 16
-        && pci
-            .chars()
-            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
-    if !ok_pci {
+    let (pci, after) = rest.split_once("): ")?;
+    let pci = pci_address(pci)?;
+    let n = after.bytes().take_while(u8::is_ascii_digit).count();
+    if !(1..=6).contains(&n) {
         return None;
     }
-    let after = rest[close + 1..].strip_prefix(':')?.trim_start();
-    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
-    let code = digits.parse().ok()?;
-    let text = after[digits.len()..]
-        .trim_start_matches([',', ' '])
-        .trim()
-        .to_string();
+    let code = after[..n].parse().ok()?;
+    let text = after[n..].strip_prefix(',')?.trim().to_string();
     Some(Event {
         kind,
         code,
-        pci: pci.to_string(),
+        pci,
         text,
     })
+}
+
+/// A PCI address as the driver prints it, `DDDD:BB:DD` or `DDDD:BB:DD.F` (hex), lower case;
+/// None for anything else.
+pub fn pci_address(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_hexdigit);
+    let shape = match b.len() {
+        10 => true,
+        12 => b[10] == b'.' && (b'0'..=b'7').contains(&b[11]),
+        _ => false,
+    };
+    (shape && hex(0..4) && b[4] == b':' && hex(5..7) && b[7] == b':' && hex(8..10))
+        .then(|| s.to_ascii_lowercase())
+}
+
+/// The device part of an address (`dddd:bb:dd`, no function): how an Xid line names a GPU.
+pub fn pci_device(addr: &str) -> Option<String> {
+    pci_address(addr).map(|a| a[..10].to_string())
 }
 
 /// The class, what the hardware needs, and the meaning in a few words.
@@ -579,6 +599,20 @@ mod tests {
             "NVRM: Xid (PCI:rm -rf /): 79",
             "NVRM: Xid (PCI:\u{fffd}): 79",
             "NVRM: loading NVIDIA UNIX x86_64 Kernel Module",
+            // A process named `NVRM: Xid (PCI:` (15 bytes) first in a segfault line.
+            "NVRM: Xid (PCI:[4242]: segfault at 0 ip 0000000000401000 sp 00007ffd error 6",
+            "NVRM: Xid (PCI: (4242) used greatest stack depth: 11200 bytes left",
+            // Not at the start: a process or file name inside the kernel's own line.
+            "Xid (PCI:0):79[1234]: segfault at 0 ip 0000000000401000 sp 00007ffd error 6",
+            "Out of memory: Killed process 123 (Xid (PCI:0000:18:00): 79, x)",
+            " NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.",
+            "xNVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.",
+            "NVRM: Xid (PCI:0000:18:00): 79 GPU has fallen off the bus.",
+            "NVRM: Xid (PCI:0000:18:00.9): 79, x",
+            "NVRM: Xid (PCI:0:18:00): 79, x",
+            "nvidia-nvswitch: SXid (PCI:0000:05:00.0): 20034, Fatal, x",
+            "nvidia-nvswitchX: SXid (PCI:0000:05:00.0): 20034, Fatal, x",
+            "user: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, x",
         ] {
             assert_eq!(parse(l), None, "{l}");
         }

@@ -22,6 +22,7 @@ impl Gate<'_> {
         }
         let settings = faults::Settings {
             root: self.cfg.fault_root.clone(),
+            gpu_info_dir: self.cfg.gpu_info_dir.clone(),
             aer: self.cfg.aer_limits,
             ib: self.cfg.ib_limits,
         };
