@@ -177,6 +177,45 @@ fn a_hardware_fault_drains_without_the_worker_and_names_its_source_and_address()
     assert_eq!(s.worker_runs(), 2);
 }
 
+/// Every way a user's process name, file name or message reaches the kernel log
+/// (`kmsg/forged.kmsg`, as the kernel writes each), appended one at a time, read by the prolog and
+/// by the epilog: never a drain, the worker runs; the driver's own record then drains.
+#[test]
+fn kernel_records_a_user_can_cause_drain_neither_in_the_prolog_nor_in_the_epilog() {
+    let s = Site::new("forged", "hdr");
+    // Every prolog measures, so each writes its fault pass to gate.json.
+    let conf = s.dir.join("prolog.toml");
+    let text = std::fs::read_to_string(&conf).expect("read");
+    std::fs::write(&conf, format!("{text}cache_seconds = 0\n")).expect("write");
+    let forged = std::fs::read_to_string(format!("{FIXTURES}/kmsg/forged.kmsg")).expect("read");
+    let mut job = 100;
+    for line in forged.lines() {
+        s.log(line);
+        for context in ["prolog_slurmd", "epilog_slurmd"] {
+            job += 1;
+            let o = s.run(&job.to_string(), context);
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{context} {line}: {e}");
+            assert!(!e.contains("FAIL"), "{context} {line}: {e}");
+            let calls = s.read("calls");
+            assert!(!calls.contains("reason="), "{context} drained on {line}: {calls}");
+            if context == "prolog_slurmd" {
+                // The prolog read the new record and said what it ignored.
+                let note = s.gate()["faults"]["sources"][0]["note"].to_string();
+                assert!(note.contains(": ignored"), "{line}: {note}");
+            }
+        }
+    }
+    s.log("4,90,9000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.");
+    let o = s.run("200", "epilog_slurmd");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        s.read("calls").contains("reason=nccl-check:Xid 79|"),
+        "{}",
+        s.read("calls")
+    );
+}
+
 #[test]
 fn the_epilog_drains_on_fail_exits_zero_and_its_pass_makes_the_next_prolog_cached() {
     let s = Site::new("epilog", "roce");

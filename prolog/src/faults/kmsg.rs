@@ -214,6 +214,18 @@ mod tests {
     }
 
     #[test]
+    fn the_facility_is_the_prefix_over_eight_so_user_writes_are_told_from_the_kernel() {
+        // `echo '<4>x' > /dev/kmsg` (root) is read back as 12 (LOG_USER, level 4).
+        for (line, facility) in [
+            (&b"4,1,0,-;NVRM: x"[..], KERNEL),
+            (b"12,2,0,-;NVRM: x", 1),
+            (b"30,3,0,-,caller=T12;x", 3),
+        ] {
+            assert_eq!(parse_line(line).map(|p| p.0), Some(facility));
+        }
+    }
+
+    #[test]
     fn binary_garbage_is_skipped_and_counted_never_a_panic() {
         let mut g: Vec<u8> = (0..=255u8).cycle().take(200_000).collect();
         g.extend_from_slice(LOG.as_bytes());

@@ -797,6 +797,68 @@ mod tests {
         }
     }
 
+    /// Each way a process name, a file name or a user's message reaches the kernel log, as the
+    /// kernel writes it (`kmsg/forged.kmsg`: segfault, trap, OOM killer, hung task, stack depth,
+    /// audit, a pr_cont fragment, `/dev/kmsg` writes by a user and by root daemons, the driver's
+    /// format on an address that is not this node's): none is a finding, each is counted as
+    /// ignored; the driver's own record on this node's GPU still FAILs.
+    #[test]
+    fn records_a_user_can_cause_are_never_evidence_and_the_driver_s_own_still_is() {
+        let (d, s) = tree("hdr", "forged");
+        let st = d.join("state");
+        check(&s, &st, true);
+        let forged = std::fs::read_to_string(format!("{FIXTURES}/kmsg/forged.kmsg")).expect("read");
+        for line in forged.lines() {
+            append_kmsg(&s, line);
+            let sum = check(&s, &st, true);
+            assert!(sum.findings.is_empty(), "{line}: {:?}", sum.findings);
+            let note = sum.sources[0].note.clone().unwrap_or_default();
+            assert!(note.contains(": ignored"), "{line}: {note}");
+        }
+        append_kmsg(
+            &s,
+            "4,90,9000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.",
+        );
+        append_kmsg(
+            &s,
+            "4,91,9000001,-;nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 47 LTSSM Fault Up",
+        );
+        assert_eq!(
+            fails(&check(&s, &st, true)),
+            [
+                "Xid 79 GPU has fallen off the bus on 0000:18:00",
+                "SXid 20034 fatal NVSwitch error on 0000:05:00.0"
+            ]
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn an_xid_on_a_node_whose_devices_cannot_be_read_is_said_and_never_drains() {
+        let (d, s) = tree("hdr", "unknown");
+        std::fs::remove_dir_all(s.root.join("sys")).expect("rm sys");
+        append_kmsg(
+            &s,
+            "4,90,9000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.",
+        );
+        let sum = check(&s, &d.join("state"), false);
+        assert!(!sum.failed(), "{:?}", sum.findings);
+        assert!(
+            sum.line().contains("WARN Xid 79 GPU has fallen off the bus (not judged: this node's GPU list could not be read"),
+            "{}",
+            sum.line()
+        );
+        // The driver's GPU list alone ties the address to this node.
+        std::fs::create_dir_all(d.join("gpus/0000:18:00.0")).expect("mkdir");
+        std::fs::write(
+            d.join("gpus/0000:18:00.0/information"),
+            "Model: X\nBus Location: 0000:18:00.0\n",
+        )
+        .expect("write");
+        assert!(check(&s, &d.join("state"), false).failed());
+        std::fs::remove_dir_all(&d).ok();
+    }
+
     #[test]
     fn aer_and_port_counters_fail_on_growth_over_the_limits_naming_device_and_port() {
         let (d, s) = tree("ndr", "counters");
