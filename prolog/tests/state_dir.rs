@@ -67,12 +67,14 @@ fn setup(d: &Path) -> PathBuf {
         format!(
             "worker = \"{}\"\nworker_config = \"{}\"\ngpus = \"all\"\nstate_dir = \"{}/state/%n\"\n\
              gpu_info_dir = \"{}\"\nscontrol = \"{}\"\nbudget_seconds = 20\ncache_seconds = 0\n\
-             [env]\nNCCL_CHECK_FAKE = \"fail\"\nNCCL_CHECK_FAKE_MARKER = \"{}\"\n",
+             fault_root = \"{}\"\n[env]\nNCCL_CHECK_FAKE = \"fail\"\nNCCL_CHECK_FAKE_MARKER = \"{}\"\n",
             repo.join("tests/prolog/fake-worker").display(),
             d.join("absent.toml").display(),
             d.display(),
             d.join("gpus").display(),
             scontrol.display(),
+            // An empty tree: this host's own kernel log cannot change the result.
+            d.join("no-faults").display(),
             d.join("marker").display()
         ),
     )
