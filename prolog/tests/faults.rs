@@ -26,7 +26,7 @@ impl Site {
     fn new(name: &str, tree: &str) -> Site {
         let dir = nccl_check_contract::test_support::scratch_dir(&format!("gate-faults-{name}"));
         let ok = Command::new("cp")
-            .arg("-a")
+            .arg("-R") // owned by whoever runs the test, as sysfs is by root
             .arg(format!("{FIXTURES}/{tree}"))
             .arg(dir.join("root"))
             .status()
@@ -198,7 +198,10 @@ fn kernel_records_a_user_can_cause_drain_neither_in_the_prolog_nor_in_the_epilog
             assert_eq!(o.status.code(), Some(0), "{context} {line}: {e}");
             assert!(!e.contains("FAIL"), "{context} {line}: {e}");
             let calls = s.read("calls");
-            assert!(!calls.contains("reason="), "{context} drained on {line}: {calls}");
+            assert!(
+                !calls.contains("reason="),
+                "{context} drained on {line}: {calls}"
+            );
             if context == "prolog_slurmd" {
                 // The prolog read the new record and said what it ignored.
                 let note = s.gate()["faults"]["sources"][0]["note"].to_string();

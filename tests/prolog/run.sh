@@ -466,7 +466,7 @@ t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache() {
 }
 
 t_a_kernel_xid_drains_before_the_worker_runs() {
-    cp -a "$REPO/prolog/tests/data/faults/hdr/." "$T/faults/"
+    cp -R "$REPO/prolog/tests/data/faults/hdr/." "$T/faults/"  # owned by root, as sysfs is
     echo '3,4,9000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.' >> "$T/faults/dev/kmsg"
     local j; j=$(submit -w n1) || { fail "sbatch failed"; return; }
     timeout 30 bash -c "until scontrol show node -o n1 | grep -q 'State=[A-Z+]*DRAIN'; do sleep 0.3; done"
@@ -502,7 +502,7 @@ xid_crash_then_a_job() { # PYTHON: the crash, the kernel's line, then a job on n
     j1=$(timeout 20 sbatch --parsable -N1 -w n1 -o "$T/work/job-%j.out" "$T/work/crash.sh") || { fail "sbatch crash"; return; }
     wait_done "$j1" 60
     pid=$(sed -n 's/^crashed pid=\([0-9]*\) rc=139$/\1/p' "$T/work/job-$j1.out")
-    [ -n "$pid" ] || { fail "job $j1 did not segfault: $(cat "$T/work/job-$j1.out")"; return; }
+    [ -n "$pid" ] || { fail "job $j1 did not segfault: $(cat "$T/work/job-$j1.out") (n1: $(reason_of n1))"; return; }
     timeout 10 bash -c "until dmesg | grep -qF 'Xid (PCI:0):79[$pid]: segfault at'; do sleep 0.3; done" \
         || { fail "the kernel wrote no segfault line for pid $pid: $(dmesg | tail -3)"; return; }
     j2=$(submit -w n1) && wait_done "$j2" 60

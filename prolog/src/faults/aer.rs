@@ -89,9 +89,7 @@ pub fn nvidia_functions(root: &Path) -> (Vec<String>, bool) {
     let out = entries
         .flatten()
         .take(MAX_PCI)
-        .filter(|e| {
-            read::small(&e.path().join("vendor")).is_ok_and(|v| v.trim() == "0x10de")
-        })
+        .filter(|e| read::small(&e.path().join("vendor")).is_ok_and(|v| v.trim() == "0x10de"))
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     (out, true)

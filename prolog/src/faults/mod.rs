@@ -284,7 +284,13 @@ fn scan_kmsg(
         ms: 0.0,
         note: problem,
     };
-    match kmsg::scan(&path, after, &pick_driver_record, kmsg::MAX_BYTES, KMSG_TIME) {
+    match kmsg::scan(
+        &path,
+        after,
+        &pick_driver_record,
+        kmsg::MAX_BYTES,
+        KMSG_TIME,
+    ) {
         Ok(scan) => {
             src.readable = true;
             src.items = scan.records.len();
@@ -609,7 +615,7 @@ mod tests {
     fn tree(name: &str, test: &str) -> (PathBuf, Settings) {
         let d = nccl_check_contract::test_support::scratch_dir(&format!("faults-{test}-{name}"));
         let ok = std::process::Command::new("cp")
-            .arg("-a")
+            .arg("-R") // owned by whoever runs the test, as sysfs is by root
             .arg(format!("{FIXTURES}/{name}"))
             .arg(d.join("root"))
             .status()
@@ -900,6 +906,48 @@ mod tests {
         set(&s, &format!("{port}/counters/symbol_error"), "150\n");
         set(&s, &format!("{port}/counters/link_error_recovery"), "0\n");
         assert!(check(&s, &st, true).findings.is_empty(), "150 - 101");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// sysfs counters are root's and read-only; a counter file another user can write (a tree
+    /// where sysfs should be, a bind mount) is not evidence: the source is said unreadable.
+    #[test]
+    fn counters_another_user_could_write_never_fail() {
+        use std::os::unix::fs::PermissionsExt;
+        let (d, s) = tree("ndr", "writable");
+        let st = d.join("state");
+        assert!(!check(&s, &st, true).failed());
+        let gpu = "sys/bus/pci/devices/0000:18:00.0/aer_dev_fatal";
+        let fatal = std::fs::read_to_string(s.root.join(gpu)).expect("read");
+        set(
+            &s,
+            gpu,
+            &fatal.replace("TOTAL_ERR_FATAL 0", "TOTAL_ERR_FATAL 5"),
+        );
+        let port = "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error";
+        set(&s, port, "5000\n");
+        for f in [gpu, port] {
+            std::fs::set_permissions(s.root.join(f), std::fs::Permissions::from_mode(0o666))
+                .expect("chmod");
+        }
+        let sum = check(&s, &st, false);
+        assert!(!sum.failed(), "{:?}", sum.findings);
+        for (i, name) in [(1, "aer"), (2, "ib")] {
+            let src = &sum.sources[i];
+            assert!(!src.readable, "{name}: {src:?}");
+            assert!(
+                src.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("not evidence")),
+                "{name}: {src:?}"
+            );
+        }
+        // The same growth in files only root can write: a FAIL.
+        for f in [gpu, port] {
+            std::fs::set_permissions(s.root.join(f), std::fs::Permissions::from_mode(0o444))
+                .expect("chmod");
+        }
+        assert_eq!(fails(&check(&s, &st, false)).len(), 2);
         std::fs::remove_dir_all(&d).ok();
     }
 

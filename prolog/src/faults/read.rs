@@ -1,6 +1,8 @@
 //! Bounded reads of the kernel's small files (sysfs counters, the boot id) that never block:
 //! opened `O_NONBLOCK` (a FIFO planted where a counter should be cannot hang the prolog),
-//! regular files only, at most [`MAX_SMALL`] bytes.
+//! regular files only, at most [`MAX_SMALL`] bytes, and only files no other user can write
+//! (owned by root or by this process, not group- or world-writable: sysfs and procfs files are
+//! root's, mode 0444 or 0644), so a counter is the kernel's or the device's word, never a user's.
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -27,11 +29,29 @@ pub fn small(path: &Path) -> Result<String, String> {
     if !md.is_file() {
         return Err(format!("{}: not a regular file", path.display()));
     }
+    writable_by_others(&md).map_err(|why| format!("{}: {why}: not evidence", path.display()))?;
     let mut buf = Vec::new();
     f.take(MAX_SMALL)
         .read_to_end(&mut buf)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Err when a user other than root and this process could have written the file.
+fn writable_by_others(md: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if md.uid() != 0 && md.uid() != me {
+        return Err(format!("owned by uid {}", md.uid()));
+    }
+    if md.mode() & 0o022 != 0 {
+        return Err(format!(
+            "writable by group or others (mode {:o})",
+            md.mode() & 0o777
+        ));
+    }
+    Ok(())
 }
 
 /// The first whitespace-separated word of a small file, e.g. a counter's value.
@@ -70,6 +90,24 @@ pub(crate) mod tests {
         assert!(number(&d.join("bin")).unwrap_err().contains("not a number"));
         std::fs::write(d.join("n"), "42\n").expect("write");
         assert_eq!(number(&d.join("n")), Ok(42));
+        // A counter another user could have written is no evidence.
+        use std::os::unix::fs::PermissionsExt;
+        for mode in [0o666, 0o664, 0o646] {
+            std::fs::set_permissions(d.join("n"), std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+            let e = number(&d.join("n")).unwrap_err();
+            assert!(e.contains("writable by group or others"), "{mode:o}: {e}");
+        }
+        std::fs::set_permissions(d.join("n"), std::fs::Permissions::from_mode(0o444))
+            .expect("chmod");
+        assert_eq!(number(&d.join("n")), Ok(42));
+        if unsafe { libc::geteuid() } == 0 {
+            // Root can give the file away: a user's file is no evidence.
+            std::os::unix::fs::chown(d.join("n"), Some(65534), None).expect("chown");
+            assert!(number(&d.join("n"))
+                .unwrap_err()
+                .contains("owned by uid 65534"));
+        }
         std::fs::remove_dir_all(&d).ok();
     }
 }
