@@ -483,35 +483,38 @@ assert g["faults"]["total_ms"] < 50, g["faults"]' "$T/state/n1/gate.json" || fai
 # Issue 34: a CPU-only job runs a program named `Xid (PCI:0):79` (its process name: the name of
 # the link it is started through) that segfaults; the kernel writes `Xid (PCI:0):79[PID]: segfault
 # at ...` to this machine's real /dev/kmsg (with show_unhandled_signals on: turned on for the
-# test, restored after). The next job's prolog reads that real log (fault_root = "/") and must
-# neither drain nor skip the job; gate.json says the record was ignored.
+# test, restored after). That job's epilog and the next job's prolog read the real log
+# (fault_root = "/"): neither drains, the next job runs, gate.json says the record was ignored.
 t_a_crashing_program_named_like_an_xid_drains_nothing() {
-    local trace=/proc/sys/debug/exception-trace was py
+    local trace=/proc/sys/debug/exception-trace was
     was=$(cat "$trace" 2>/dev/null) || { fail "cannot read $trace"; return; }
     [ "$was" = 1 ] || echo 1 > "$trace" || { fail "cannot turn on $trace"; return; }
     xid_crash_then_a_job "$(python3 -c 'import sys; print(sys.executable)')"
     [ "$was" = 1 ] || echo "$was" > "$trace" || fail "could not restore $trace to $was"
 }
 
-xid_crash_then_a_job() { # PYTHON: the crash, the kernel's line, then a job on n1
+xid_crash_then_a_job() { # PYTHON: the crash and its epilog, the kernel's line, then a job on n1
     local crash="$T/work/Xid (PCI:0):79" j1 j2 pid
     conf 'fault_root = "/"' 'cache_seconds = 0'
+    touch "$T/epilog-on"
     ln -sfn "$1" "$crash" || { fail "ln $1"; return; }
     printf '#!/bin/bash\n"%s" -c "import ctypes; ctypes.string_at(0)" &\npid=$!\nwait $pid\necho "crashed pid=$pid rc=$?"\n' \
         "$crash" > "$T/work/crash.sh"
     j1=$(timeout 20 sbatch --parsable -N1 -w n1 -o "$T/work/job-%j.out" "$T/work/crash.sh") || { fail "sbatch crash"; return; }
-    wait_done "$j1" 60
+    wait_done "$j1" 60   # its epilog has ended
     pid=$(sed -n 's/^crashed pid=\([0-9]*\) rc=139$/\1/p' "$T/work/job-$j1.out")
     [ -n "$pid" ] || { fail "job $j1 did not segfault: $(cat "$T/work/job-$j1.out") (n1: $(reason_of n1))"; return; }
     timeout 10 bash -c "until dmesg | grep -qF 'Xid (PCI:0):79[$pid]: segfault at'; do sleep 0.3; done" \
         || { fail "the kernel wrote no segfault line for pid $pid: $(dmesg | tail -3)"; return; }
+    drained n1 && fail "job $j1's epilog drained n1 for a user's crashing program: $(reason_of n1)"
+    python3 -c 'import json,sys; g=json.load(open(sys.argv[1])); k=g["faults"]["sources"][0]
+assert g["context"]=="epilog", g["context"]
+assert k["name"]=="kmsg" and k["path"]=="/dev/kmsg" and k["readable"], k
+assert "not the NVIDIA driver" in (k.get("note") or ""), k
+assert not g["faults"]["findings"], g["faults"]' "$T/state/n1/gate.json" || fail "epilog gate.json faults: $(cat "$T/state/n1/gate.json")"
     j2=$(submit -w n1) && wait_done "$j2" 60
     [ "$(ran_on "$j2")" = n1 ] || fail "job $j2 did not run on n1: $(reason_of n1)"
     drained n1 && fail "a user's crashing program drained n1: $(reason_of n1)"
-    python3 -c 'import json,sys; g=json.load(open(sys.argv[1])); k=g["faults"]["sources"][0]
-assert k["name"]=="kmsg" and k["path"]=="/dev/kmsg" and k["readable"], k
-assert "not the NVIDIA driver" in (k.get("note") or ""), k
-assert not g["faults"]["findings"], g["faults"]' "$T/state/n1/gate.json" || fail "gate.json faults: $(cat "$T/state/n1/gate.json")"
     rm -f "$crash"
 }
 
@@ -533,7 +536,7 @@ run_test "--check-config: budget vs PrologEpilogTimeout, gpus = job without gres
 run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
 run_test "Epilog= (SLURM_SCRIPT_CONTEXT=epilog_slurmd): a PASS is the next prolog's cache; a FAIL drains after the job, which completes" t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache
 run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid and PCI address" t_a_kernel_xid_drains_before_the_worker_runs
-run_test "a CPU job's program named like an Xid segfaults (real kernel log): the next job's prolog drains nothing" t_a_crashing_program_named_like_an_xid_drains_nothing
+run_test "a CPU job's program named like an Xid segfaults (real kernel log): its epilog and the next job's prolog drain nothing" t_a_crashing_program_named_like_an_xid_drains_nothing
 
 # --- a shared node: the cluster again, now with 4 gres GPUs on each node ----------------------
 # The GPUs are plain files (slurmd only stats them: the same on 22.05, 24.11 and 26.05); the

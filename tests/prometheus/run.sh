@@ -43,7 +43,7 @@ trap cleanup EXIT
 chmod 755 "$T"
 mkdir -p "$T/state" "$T/textfile" "$T/gpus/0000:18:00.0"
 # The fault pass reads the HDR fixture tree: its kernel log has an application Xid 13 (a WARN).
-cp -a "$REPO/prolog/tests/data/faults/hdr" "$T/faults"
+cp -R "$REPO/prolog/tests/data/faults/hdr" "$T/faults"  # owned by root, as sysfs is
 printf 'Model: X\nGPU UUID: GPU-prom-0\nBus Location: 0000:18:00.0\n' > "$T/gpus/0000:18:00.0/information"
 printf '#!/bin/sh\n[ "$1" = show ] && echo "NodeName=n1 State=IDLE"\nexit 0\n' > "$T/scontrol"
 cat > "$T/worker" <<'W'

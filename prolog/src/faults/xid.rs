@@ -343,23 +343,30 @@ pub fn parse(line: &str) -> Option<Event> {
     })
 }
 
-/// A PCI address as the driver prints it, `DDDD:BB:DD` or `DDDD:BB:DD.F` (hex), lower case;
-/// None for anything else.
+/// A PCI address as the driver prints it, `DDDD:BB:DD` or `DDDD:BB:DD.F` (hex; a domain of 4 to
+/// 8 digits, as VMD domains have 5), lower case; None for anything else.
 pub fn pci_address(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let hex = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_hexdigit);
-    let shape = match b.len() {
-        10 => true,
-        12 => b[10] == b'.' && (b'0'..=b'7').contains(&b[11]),
-        _ => false,
+    let hex = |p: &str, n: std::ops::RangeInclusive<usize>| {
+        n.contains(&p.len()) && p.bytes().all(|b| b.is_ascii_hexdigit())
     };
-    (shape && hex(0..4) && b[4] == b':' && hex(5..7) && b[7] == b':' && hex(8..10))
-        .then(|| s.to_ascii_lowercase())
+    let mut parts = s.split(':');
+    let (domain, bus, dev) = (parts.next()?, parts.next()?, parts.next()?);
+    let (dev, func) = match dev.split_once('.') {
+        Some((d, f)) => (d, Some(f)),
+        None => (dev, None),
+    };
+    let ok = parts.next().is_none()
+        && hex(domain, 4..=8)
+        && hex(bus, 2..=2)
+        && hex(dev, 2..=2)
+        && func.is_none_or(|f| f.len() == 1 && (b'0'..=b'7').contains(&f.as_bytes()[0]));
+    ok.then(|| s.to_ascii_lowercase())
 }
 
 /// The device part of an address (`dddd:bb:dd`, no function): how an Xid line names a GPU.
 pub fn pci_device(addr: &str) -> Option<String> {
-    pci_address(addr).map(|a| a[..10].to_string())
+    let a = pci_address(addr)?;
+    Some(a.split('.').next().unwrap_or(&a).to_string())
 }
 
 /// The class, what the hardware needs, and the meaning in a few words.
@@ -588,6 +595,22 @@ mod tests {
             judged("nvidia-nvswitch0: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 36 egress non-posted PRIV error (First)"),
             (Class::Warn, Needs::Nothing)
         );
+    }
+
+    #[test]
+    fn pci_addresses_as_the_driver_prints_them() {
+        for (a, dev) in [
+            ("0000:3b:00", Some("0000:3b:00")),
+            ("0000:3B:00.1", Some("0000:3b:00")),
+            ("10000:01:00.0", Some("10000:01:00")),
+            ("0:3b:00", None),
+            ("0000:3b:00.8", None),
+            ("0000:3b:00:00", None),
+            ("0000:3b", None),
+            ("0000:3b:0g", None),
+        ] {
+            assert_eq!(pci_device(a).as_deref(), dev, "{a}");
+        }
     }
 
     #[test]
