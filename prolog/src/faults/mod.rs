@@ -840,6 +840,30 @@ mod tests {
     }
 
     #[test]
+    fn a_flood_of_forged_records_cannot_push_the_driver_s_own_out_of_the_read() {
+        let (d, s) = tree("hdr", "flood");
+        let st = d.join("state");
+        check(&s, &st, true);
+        let mut log = String::new();
+        for seq in 10..(10 + 4 * kmsg::MAX_RECORDS) {
+            log.push_str(&format!(
+                "6,{seq},1,-;Xid (PCI:0):79[{seq}]: segfault at 0 ip 0 sp 0 error 6\n"
+            ));
+        }
+        log.push_str(
+            "4,5000,2,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.",
+        );
+        append_kmsg(&s, &log);
+        let sum = check(&s, &st, true);
+        assert_eq!(
+            fails(&sum),
+            ["Xid 79 GPU has fallen off the bus on 0000:18:00"]
+        );
+        assert_eq!(sum.more, 0);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
     fn an_xid_on_a_node_whose_devices_cannot_be_read_is_said_and_never_drains() {
         let (d, s) = tree("hdr", "unknown");
         std::fs::remove_dir_all(s.root.join("sys")).expect("rm sys");
