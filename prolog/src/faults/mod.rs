@@ -297,7 +297,9 @@ fn scan_kmsg(
             now.kmsg_seq = scan.last_seq.or(after);
             let devices = nvidia_devices(s);
             let not_ours = judge_xids(&scan.records, scan.dropped, devices.as_ref(), out);
-            let mut notes: Vec<String> = kmsg_notes(&scan).into_iter().collect();
+            // A problem with faults.json first, then what the read left out or ignored.
+            let mut notes: Vec<String> = src.note.take().into_iter().collect();
+            notes.extend(kmsg_notes(&scan));
             if scan.ignored > 0 {
                 notes.push(format!(
                     "{} records mention an Xid but are not the NVIDIA driver's own kernel records (a process, file or user message): ignored",
