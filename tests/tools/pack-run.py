@@ -5,6 +5,7 @@
     python3 tests/tools/pack-run.py --check [ROOT...] # fail where a run folder holds > 10 files
                                                       # or has no README.md (CI: tests/run.sh)
     python3 tests/tools/pack-run.py --selftest        # the check and the packing on a temp tree
+    python3 tests/tools/pack-run.py --resummarize DIR # summary.md again from a packed folder
 
 A run folder keeps README.md (how it ran), a summary table (summary.md, .csv or .tsv; written
 here from the raw files where none exists) and every other file packed into raw.tar.xz beside
@@ -132,6 +133,39 @@ def control_plane_rows(d, files):
     return rows
 
 
+SIZES = {"32M": 33554432, "256M": 268435456, "1G": 1073741824, "8G": 8589934592}
+
+
+def nccl_tests_rows(d, files):
+    """Out-of-place busbw of nccl-tests tables (nccl-tests' own or nccl-check's copy of its format)
+    at a few sizes, one row a file and collective; emulated nodes' fabNN logs are left out."""
+    rows = []
+    for rel in files:
+        if not rel.endswith((".txt", ".log")) or re.match(r"fab\d+\.", os.path.basename(rel)):
+            continue
+        try:
+            with open(os.path.join(d, rel), errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        coll, busbw, avg = None, {}, {}
+        for line in lines:
+            m = re.search(r"Collective test starting: (\w+?)(_perf)?$", line.strip())
+            if m:
+                coll = m.group(1)
+                continue
+            m = re.match(r"# Avg bus bandwidth\s*:\s*([\d.]+)", line)
+            if m and coll:
+                avg[coll] = m.group(1)
+                continue
+            t = line.split()
+            if coll and len(t) >= 12 and t[0].isdigit() and int(t[0]) in SIZES.values():
+                busbw.setdefault(coll, {})[int(t[0])] = t[7]
+        for c in busbw:
+            rows.append([rel, c] + [busbw[c].get(v, "-") for v in SIZES.values()] + [avg.get(c, "-")])
+    return rows
+
+
 def last_line(path):
     try:
         with open(path, errors="replace") as f:
@@ -141,8 +175,10 @@ def last_line(path):
     return short(lines[-1], 100) if lines else "(empty)"
 
 
-def write_summary(d, raw, packed):
+def write_summary(d, raw, packed, src=None):
+    """summary.md in d from the raw files, read from src (d unless they sit unpacked elsewhere)."""
     name = os.path.basename(os.path.normpath(d))
+    d, out_dir = (src or d), d
     where = "now in `raw.tar.xz` (`tar -xJf raw.tar.xz` restores them here)" if packed else "beside it"
     out = [f"# {name}: summary\n\n",
            f"Written by `tests/tools/pack-run.py` from the raw files, {where}. "
@@ -154,6 +190,10 @@ def write_summary(d, raw, packed):
     if rows:
         out.append("## Worker reports (one row a report; of an emulated multi-node run only fab01.json, the coordinator's)\n\n")
         out.append(md_table(["report", "verdict", "exit", "ranks", "avg busbw GB/s", "summary"], rows) + "\n")
+    rows = nccl_tests_rows(d, raw)
+    if rows:
+        out.append("## nccl-tests tables (out-of-place busbw, GB/s)\n\n")
+        out.append(md_table(["file", "collective"] + list(SIZES) + ["avg"], rows) + "\n")
     rows = control_plane_rows(d, raw)
     if rows:
         out.append("## Control-plane runs\n\n")
@@ -170,8 +210,24 @@ def write_summary(d, raw, packed):
     if dirs:
         out.append("## Raw folders in the archive\n\n")
         out.append(md_table(["folder", "files"], [[k + "/", len(v)] for k, v in sorted(dirs.items())]))
-    with open(os.path.join(d, "summary.md"), "w") as f:
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
         f.write("".join(out))
+
+
+def resummarize(d):
+    """Write summary.md again from a packed folder's raw.tar.xz and the files kept beside it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = []
+        if os.path.isfile(os.path.join(d, "raw.tar.xz")):
+            with tarfile.open(os.path.join(d, "raw.tar.xz")) as tar:
+                tar.extractall(tmp, filter="data")
+                raw = sorted(m.name for m in tar.getmembers() if m.isfile())
+        kept = [f for f in files_under(d) if f not in KEEP_NAMES]
+        for f in kept:
+            os.makedirs(os.path.dirname(os.path.join(tmp, f)), exist_ok=True)
+            with open(os.path.join(d, f), "rb") as a, open(os.path.join(tmp, f), "wb") as b:
+                b.write(a.read())
+        write_summary(d, sorted(raw + kept), packed=bool(raw), src=tmp)
 
 
 def pack(root, d, cited):
@@ -251,6 +307,10 @@ def main(argv):
     root = repo_root()
     if argv[:1] == ["--selftest"]:
         return selftest(root)
+    if argv[:1] == ["--resummarize"]:
+        for d in argv[1:]:
+            resummarize(d)
+        return 0
     if argv[:1] == ["--check"]:
         return check(root, argv[1:] or [os.path.join(root, r) for r in RESULTS_ROOTS])
     if not argv:
