@@ -37,7 +37,7 @@ def repo_root():
 
 def cited_paths(root):
     """Every path under a results root that a tracked file outside the results roots names."""
-    pattern = r"(bench-core/benchmarks/results/|tests/gpu/results/fabric/|" + re.escape(INSTALLED) + r")[A-Za-z0-9_./-]+"
+    pattern = r"(bench-core/benchmarks/results/|tests/gpu/results/fabric/|" + INSTALLED + r")[A-Za-z0-9_./-]+"
     excludes = [":!" + r.rstrip("/") for r in RESULTS_ROOTS]
     out = subprocess.run(
         ["git", "grep", "-ohE", pattern, "--", "."] + excludes,
