@@ -44,6 +44,10 @@ step "one name per thing: no new public item named like another (issue 27)"
 python3 tests/tools/duplicate-names.py --selftest
 python3 tests/tools/duplicate-names.py --allow tests/tools/duplicate-names.allow
 
+step "committed results stay lean: each run folder a README, a summary and raw.tar.xz (<= 10 files)"
+python3 tests/tools/pack-run.py --selftest
+python3 tests/tools/pack-run.py --check
+
 step "unit and integration tests"
 cargo test --workspace
 

@@ -386,6 +386,24 @@ fn committed_summaries() -> Vec<PathBuf> {
     out
 }
 
+/// The coordinator's log of one row's run: beside the summary (a fresh fabric.sh run) or in the
+/// raw.tar.xz that a committed run's raw files are packed into (tests/tools/pack-run.py).
+fn coordinator_log(dir: &Path, run: &str) -> Option<String> {
+    let loose = dir.join(run).join("fab01.log");
+    if let Ok(text) = std::fs::read_to_string(&loose) {
+        return Some(text);
+    }
+    let out = std::process::Command::new("tar")
+        .arg("-xJOf")
+        .arg(dir.join("raw.tar.xz"))
+        .arg(format!("{run}/fab01.log"))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Why a real row and the simulation differ, in words a reader can act on.
 fn why(real: &RealRow, row: &Row, sim: &SimAnswer) -> String {
     let named: BTreeSet<String> = if real.culprits == "-" {
@@ -398,13 +416,9 @@ fn why(real: &RealRow, row: &Row, sim: &SimAnswer) -> String {
     let coordinator = real
         .file
         .parent()
-        .map(|d| {
-            d.join(format!("n{}-{}-{}", real.nodes, real.name, real.run))
-                .join("fab01.log")
-        })
-        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|d| coordinator_log(d, &format!("n{}-{}-{}", real.nodes, real.name, real.run)))
         .and_then(|t| t.lines().last().map(str::to_string))
-        .unwrap_or_else(|| "(no raw log beside the summary)".into());
+        .unwrap_or_else(|| "(no raw log beside the summary or in its raw.tar.xz)".into());
     let cause = match (real.verdict.as_str(), sim.verdict.as_str()) {
         ("PASS", "FAIL") => format!(
             "the real check found no node or path below 0.85x of its peers: the shaping ({}) \
@@ -485,12 +499,12 @@ fn compare(real_rows: &[RealRow], table: &[Row]) -> Vec<String> {
 fn committed_gpu_results_name_the_culprits_the_simulation_names() {
     let table = the_table();
     let summaries = committed_summaries();
-    if summaries.is_empty() {
-        eprintln!(
-            "no committed GPU results under tests/gpu/results/fabric/*/summary.tsv: nothing to compare yet"
-        );
-        return;
-    }
+    // The real runs are committed: a tree without their tables lost them (packed into an
+    // archive, say), which must not pass as "nothing to compare".
+    assert!(
+        !summaries.is_empty(),
+        "no committed GPU results under tests/gpu/results/fabric/*/summary.tsv"
+    );
     let mut wrong = Vec::new();
     let mut compared = 0;
     for path in &summaries {
@@ -594,4 +608,21 @@ fn table_errors_name_the_file_line_and_field() {
         assert!(e.contains(want), "{text:?}: {e}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The committed runs' raw logs are packed into raw.tar.xz beside each summary: the reason a row
+/// disagrees still quotes the coordinator's last line from there.
+#[test]
+fn a_committed_rows_coordinator_log_is_read_from_its_archive() {
+    let dir = repo().join("tests/gpu/results/fabric/n8");
+    assert!(
+        !dir.join("n8-healthy-1").exists(),
+        "the raw run folders are packed"
+    );
+    let log = coordinator_log(&dir, "n8-healthy-1").expect("n8-healthy-1/fab01.log in raw.tar.xz");
+    assert!(
+        log.lines().any(|l| l.starts_with("nccl-check: PASS")),
+        "the coordinator's log ends in its verdict: {log:.300}"
+    );
+    assert!(coordinator_log(&dir, "n8-no-such-row-1").is_none());
 }
