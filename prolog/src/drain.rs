@@ -19,6 +19,10 @@ pub const MARKER: &str = "drained";
 pub const RECENT: f64 = 60.0;
 /// Most of scontrol's stdout kept (one `show node -o` line) and of its stderr (the error).
 const SCONTROL_OUTPUT_BYTES: usize = 64 << 10;
+/// Most of a JSON answer kept (`squeue --json`: every job of the cluster on 22.05, which
+/// ignores the filters with `--json`, about 8 KB a job). A longer answer is cut, so it does not
+/// parse: then Slurm could not say.
+pub const JSON_OUTPUT_BYTES: usize = 32 << 20;
 
 /// This node's state as slurmctld sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,13 +113,20 @@ pub struct Slurm {
 impl Slurm {
     /// One scontrol call.
     fn call(&self, args: &[&str]) -> Result<String, String> {
-        self.run(&self.scontrol, args)
+        self.run(&self.scontrol, args, SCONTROL_OUTPUT_BYTES)
     }
 
     /// `squeue`, from the directory of `scontrol` (Slurm's client commands are installed
     /// together; a second config key would only be a second path to keep root's).
     pub fn squeue(&self, args: &[&str]) -> Result<String, String> {
-        self.run(&self.scontrol.with_file_name("squeue"), args)
+        self.run(&self.scontrol.with_file_name("squeue"), args, SCONTROL_OUTPUT_BYTES)
+    }
+
+    /// `squeue --json ARGS`: Slurm's structured answer, up to [`JSON_OUTPUT_BYTES`].
+    pub fn squeue_json(&self, args: &[&str]) -> Result<String, String> {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        self.run(&self.scontrol.with_file_name("squeue"), &a, JSON_OUTPUT_BYTES)
     }
 
     /// `scontrol ARGS` read-only (`show ...`), for the other modules that ask Slurm.
@@ -126,7 +137,7 @@ impl Slurm {
 
     /// One Slurm client call, supervised: at the timeout its whole process group is killed, and
     /// nothing it leaves behind (holding its output open or not) is waited for or kept.
-    fn run(&self, program: &Path, args: &[&str]) -> Result<String, String> {
+    fn run(&self, program: &Path, args: &[&str], max_bytes: usize) -> Result<String, String> {
         let what = format!("{} {}", program.display(), args.join(" "));
         let left = self.deadline.remaining();
         if left.is_zero() {
@@ -137,9 +148,7 @@ impl Slurm {
         if let Some(c) = &self.slurm_conf {
             spec = spec.env("SLURM_CONF", c);
         }
-        spec.stdout = Output::Tail {
-            max_bytes: SCONTROL_OUTPUT_BYTES,
-        };
+        spec.stdout = Output::Tail { max_bytes };
         spec.stderr = Output::Tail {
             max_bytes: SCONTROL_OUTPUT_BYTES,
         };
