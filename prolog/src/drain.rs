@@ -38,11 +38,23 @@ impl NodeState {
         self.state.split('+').any(|s| s.starts_with("DRAIN"))
     }
 
-    /// Jobs run on it (a recheck of every GPU would disturb them and could FAIL because of them).
+    /// Jobs run on it, end on it or are about to start there (a recheck of every GPU would
+    /// disturb them and could FAIL because of them).
     pub fn busy(&self) -> bool {
-        self.state
-            .split('+')
-            .any(|s| s.starts_with("ALLOC") || s.starts_with("MIX") || s.starts_with("COMPLETING"))
+        self.state.split('+').any(|s| {
+            ["ALLOC", "MIX", "COMPLETING", "PLANNED"]
+                .iter()
+                .any(|b| s.starts_with(b))
+        })
+    }
+
+    /// Slurm says no job is on it: IDLE or DOWN (`IDLE*`, `IDLE+DRAIN`, `DOWN+DRAIN`, ...) and
+    /// not [`busy`](Self::busy). Any other state (empty, `FUTURE`, `UNKNOWN`, a name this code
+    /// does not know) does not say so.
+    pub fn free_of_jobs(&self) -> bool {
+        let base = self.state.split('+').next().unwrap_or("");
+        let base = base.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+        matches!(base, "IDLE" | "DOWN") && !self.busy()
     }
 
     pub fn ours(&self) -> bool {
@@ -116,17 +128,17 @@ impl Slurm {
         self.run(&self.scontrol, args, SCONTROL_OUTPUT_BYTES)
     }
 
-    /// `squeue`, from the directory of `scontrol` (Slurm's client commands are installed
-    /// together; a second config key would only be a second path to keep root's).
-    pub fn squeue(&self, args: &[&str]) -> Result<String, String> {
-        self.run(&self.scontrol.with_file_name("squeue"), args, SCONTROL_OUTPUT_BYTES)
-    }
-
-    /// `squeue --json ARGS`: Slurm's structured answer, up to [`JSON_OUTPUT_BYTES`].
+    /// `squeue --json ARGS`: Slurm's structured answer, up to [`JSON_OUTPUT_BYTES`]. squeue is
+    /// run from the directory of `scontrol` (Slurm's client commands are installed together; a
+    /// second config key would only be a second path to keep root's).
     pub fn squeue_json(&self, args: &[&str]) -> Result<String, String> {
         let mut a = vec!["--json"];
         a.extend_from_slice(args);
-        self.run(&self.scontrol.with_file_name("squeue"), &a, JSON_OUTPUT_BYTES)
+        self.run(
+            &self.scontrol.with_file_name("squeue"),
+            &a,
+            JSON_OUTPUT_BYTES,
+        )
     }
 
     /// `scontrol ARGS` read-only (`show ...`), for the other modules that ask Slurm.
@@ -276,6 +288,34 @@ fn write_marker(state_dir: &Path, now: f64, reason: &str) {
 mod tests {
     use super::*;
     use std::time::Duration;
+    #[test]
+    fn only_idle_or_down_without_jobs_is_free_of_jobs() {
+        let st = |s: &str| NodeState {
+            state: s.into(),
+            reason: String::new(),
+        };
+        for free in [
+            "IDLE",
+            "IDLE*",
+            "IDLE+DRAIN",
+            "DOWN+DRAIN",
+            "DOWN*+NOT_RESPONDING",
+        ] {
+            assert!(st(free).free_of_jobs() && !st(free).busy(), "{free}");
+        }
+        for busy in [
+            "ALLOCATED",
+            "MIXED+DRAIN",
+            "IDLE+COMPLETING",
+            "IDLE+PLANNED",
+        ] {
+            assert!(st(busy).busy() && !st(busy).free_of_jobs(), "{busy}");
+        }
+        for unknown in ["", "FUTURE", "UNKNOWN", "idle", "IDLEX", "+IDLE"] {
+            assert!(!st(unknown).free_of_jobs(), "{unknown:?}");
+        }
+    }
+
     #[test]
     fn show_node_gives_state_and_reason_without_the_user_stamp() {
         let line = "NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State=IDLE+DRAIN ThreadsPerCore=1 \

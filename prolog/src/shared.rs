@@ -451,7 +451,9 @@ mod tests {
     }
 
     fn held(list: &[(&str, &[usize])]) -> Vec<(String, Vec<usize>)> {
-        list.iter().map(|(j, i)| (j.to_string(), i.to_vec())).collect()
+        list.iter()
+            .map(|(j, i)| (j.to_string(), i.to_vec()))
+            .collect()
     }
 
     #[test]
@@ -536,14 +538,32 @@ mod tests {
     fn json_jobs_of_every_shape_are_read_and_what_does_not_add_up_is_an_error() {
         // 24.11's shape: the nodes' order from job_resources, a state list.
         let r = r#"{"nodes":{"allocation":[{"index":0,"name":"n2"},{"index":1,"name":"n1"}]}}"#;
-        let j = one_job(7, r#"["RUNNING"]"#, "n[1-2]", &["gpu:h100:2(IDX:1-2)", "gpu(IDX:0)"], r);
+        let j = one_job(
+            7,
+            r#"["RUNNING"]"#,
+            "n[1-2]",
+            &["gpu:h100:2(IDX:1-2)", "gpu(IDX:0)"],
+            r,
+        );
         assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("7", &[0])])));
         assert_eq!(jobs_of(&j, "n2"), Ok(held(&[("7", &[1, 2])])));
         // 22.05's shape, and the host list when job_resources is missing.
         let r = r#"{"allocated_nodes":[{"nodename":"n1"},{"nodename":"n2"}]}"#;
-        let j = one_job(8, r#""RUNNING""#, "n[1-2]", &["gpu:1(IDX:3)", "gpu:1(IDX:0)"], r);
+        let j = one_job(
+            8,
+            r#""RUNNING""#,
+            "n[1-2]",
+            &["gpu:1(IDX:3)", "gpu:1(IDX:0)"],
+            r,
+        );
         assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("8", &[3])])));
-        let j = one_job(8, r#""RUNNING""#, "n[1-2]", &["gpu:1(IDX:3)", "gpu:1(IDX:0)"], "null");
+        let j = one_job(
+            8,
+            r#""RUNNING""#,
+            "n[1-2]",
+            &["gpu:1(IDX:3)", "gpu:1(IDX:0)"],
+            "null",
+        );
         assert_eq!(jobs_of(&j, "n2"), Ok(held(&[("8", &[0])])));
         // A job without GPUs holds the node; a pending or ended one holds nothing; a completing
         // one still holds its GPUs.
@@ -553,18 +573,28 @@ mod tests {
         assert_eq!(jobs_of(&j, "n1"), Ok(vec![]));
         let j = one_job(9, r#"["COMPLETED"]"#, "n1", &["gpu:1(IDX:2)"], "null");
         assert_eq!(jobs_of(&j, "n1"), Ok(vec![]));
-        let j = one_job(9, r#"["COMPLETED","COMPLETING"]"#, "n1", &["gpu:1(IDX:2)"], "null");
+        let j = one_job(
+            9,
+            r#"["COMPLETED","COMPLETING"]"#,
+            "n1",
+            &["gpu:1(IDX:2)"],
+            "null",
+        );
         assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("9", &[2])])));
         // What cannot be placed: fewer entries than nodes, GPUs without indices, bad indices,
         // an answer cut short or not Slurm's at all.
         let j = one_job(9, r#""RUNNING""#, "n[1-2]", &["gpu:1(IDX:3)"], "null");
-        assert!(jobs_of(&j, "n1").unwrap_err().contains("1 gres_detail entries for 2 nodes"));
+        assert!(jobs_of(&j, "n1")
+            .unwrap_err()
+            .contains("1 gres_detail entries for 2 nodes"));
         let j = one_job(9, r#""RUNNING""#, "n1", &["gpu:2"], "null");
         assert!(jobs_of(&j, "n1").unwrap_err().contains("without indices"));
         let j = one_job(9, r#""RUNNING""#, "n1", &["gpu:1(IDX:99999)"], "null");
         assert!(jobs_of(&j, "n1").is_err());
         let full = capture("22.05", "squeue.json");
-        assert!(jobs_of(&full[..full.len() / 2], "n1").unwrap_err().contains("not Slurm's JSON"));
+        assert!(jobs_of(&full[..full.len() / 2], "n1")
+            .unwrap_err()
+            .contains("not Slurm's JSON"));
         assert!(jobs_of(&full[full.len() / 2..], "n1").is_err());
         assert!(jobs_of("squeue: error: Invalid node name", "n1").is_err());
         assert!(jobs_of(r#"{"jobs":[{"job_id":"1; reboot"}]}"#, "n1").is_err());
@@ -660,7 +690,8 @@ mod tests {
         let sc = format!(
             "#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'show node -d -o' ] && exec cat {d}/node.txt\nexit 1\n"
         );
-        let sq = format!("#!/bin/sh\n[ \"$1 $2\" = '--json -w' ] && exec cat {d}/squeue.out\nexit 1\n");
+        let sq =
+            format!("#!/bin/sh\n[ \"$1 $2\" = '--json -w' ] && exec cat {d}/squeue.out\nexit 1\n");
         for (f, text) in [("scontrol", sc), ("squeue", sq)] {
             let p = dir.join(f);
             std::fs::write(&p, text).expect("write");

@@ -426,3 +426,85 @@ printf '{"schema_version":1,"verdict":"PASS","summary":"ok"}' > "$json""#,
         "{g}"
     );
 }
+
+/// Issue 34: `--recheck` measures every GPU, so it never runs where jobs may run: Slurm's
+/// answer failing, hanging (bounded: a quarter of the budget), malformed, or saying the node is
+/// allocated, mixed or planned ends the run with no verdict, said, and the worker never starts.
+#[test]
+fn the_recheck_never_measures_a_node_whose_state_is_unknown_or_busy() {
+    let s = Site::new("recheck-unknown");
+    let ran = s.dir.join("worker-ran");
+    s.worker(&format!(
+        r#"touch {}
+while [ $# -gt 0 ]; do [ "$1" = --json ] && json=$2; shift; done
+printf '{{"schema_version":1,"verdict":"FAIL","summary":"slow"}}' > "$json"; exit 1"#,
+        ran.display()
+    ));
+    let recheck = |show: &str| {
+        write_exec(
+            &s.dir.join("scontrol"),
+            &format!(
+                "#!/bin/sh\nif [ \"$1\" = show ]; then {show}; fi\necho \"$*\" >> {}/calls\n",
+                s.dir.display()
+            ),
+        );
+        let t = Instant::now();
+        let o = Command::new(BIN)
+            .env_clear()
+            .args(["--recheck", "--node", "n1", "--config"])
+            .arg(s.dir.join("prolog.toml"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs");
+        (o, t.elapsed())
+    };
+    let cases = [
+        (
+            "echo 'slurm_load_node error: Unable to contact slurm controller' >&2; exit 1",
+            2,
+            "cannot read the node's state",
+        ),
+        ("exec sleep 100", 2, "no answer within"),
+        ("echo 'garbage'; exit 0", 2, "cannot read the node's state"),
+        (
+            "echo 'NodeName=n1 State='; exit 0",
+            2,
+            "does not say the node is free of jobs",
+        ),
+        (
+            "echo 'NodeName=n1 State=FUTURE'; exit 0",
+            2,
+            "does not say the node is free of jobs",
+        ),
+        (
+            "echo 'NodeName=n1 State=ALLOCATED'; exit 0",
+            0,
+            "skipped, jobs run on the node",
+        ),
+        (
+            "echo 'NodeName=n1 State=MIXED+DRAIN'; exit 0",
+            0,
+            "skipped, jobs run on the node",
+        ),
+        (
+            "echo 'NodeName=n1 State=IDLE+PLANNED'; exit 0",
+            0,
+            "skipped, jobs run on the node",
+        ),
+    ];
+    for (show, code, said) in cases {
+        let (o, took) = recheck(show);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{show}: {e}");
+        assert!(e.contains(said), "{show}: {e}");
+        assert!(!e.contains("checking anyway"), "{show}: {e}");
+        assert!(!ran.exists(), "{show}: the worker ran: {e}");
+        assert!(took < Duration::from_secs(5), "{show}: took {took:?}");
+        let calls = std::fs::read_to_string(s.dir.join("calls")).unwrap_or_default();
+        assert!(!calls.contains("update"), "{show}: {calls}");
+    }
+    // The control: an idle node is measured (and its FAIL drains).
+    let (o, _) = recheck("echo 'NodeName=n1 State=IDLE'; exit 0");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(ran.exists());
+}
