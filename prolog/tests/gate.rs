@@ -508,3 +508,70 @@ printf '{{"schema_version":1,"verdict":"FAIL","summary":"slow"}}' > "$json"; exi
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(ran.exists());
 }
+
+/// Issue 34: under `gpus = "all"`, a slow result on GPUs whose owner Slurm cannot say (the
+/// question fails, or its answer is not Slurm's JSON) may be another job's load: NOT JUDGED,
+/// never drained, the job runs. The control: Slurm says no other job is here, and it drains.
+#[test]
+fn a_fail_on_gpus_whose_owner_slurm_cannot_say_is_not_judged_and_never_drains() {
+    let s = Site::new("unjudged");
+    s.config("budget_seconds = 10\ngpus = \"all\"\ncache_seconds = 0");
+    s.worker(
+        r#"while [ $# -gt 0 ]; do [ "$1" = --json ] && json=$2; shift; done
+printf '{"schema_version":1,"verdict":"FAIL","summary":"all_reduce slow"}' > "$json"; exit 1"#,
+    );
+    let d = s.dir.display().to_string();
+    let slurm = |gres_show: &str, squeue: &str| {
+        write_exec(
+            &s.dir.join("scontrol"),
+            &format!(
+                "#!/bin/sh\ncase \"$*\" in\n'show node -d -o n1') {gres_show};;\n\
+                 show*) echo 'NodeName=n1 State=MIXED';;\n*) echo \"$*\" >> {d}/calls;;\nesac\n"
+            ),
+        );
+        write_exec(&s.dir.join("squeue"), &format!("#!/bin/sh\n{squeue}\n"));
+        let _ = std::fs::remove_file(s.dir.join("calls"));
+        let _ = std::fs::remove_dir_all(s.dir.join("state"));
+    };
+    let node = "echo 'NodeName=n1 Gres=gpu:4 GresUsed=gpu:1 State=MIXED'";
+    let ours = r#"echo '{"jobs":[{"job_id":5,"job_state":"RUNNING","nodes":"n1","gres_detail":["gpu:1(IDX:0)"]}]}'"#;
+    let cases = [
+        (
+            "echo 'slurm_load_node error: timeout' >&2; exit 1",
+            ours,
+            "Slurm could not say",
+        ),
+        (
+            node,
+            "echo 'squeue: error: Invalid --json'; exit 1",
+            "Slurm could not say",
+        ),
+        (node, "echo '{\"jobs\":[{\"job_id\":5,'", "not Slurm's JSON"),
+        (
+            node,
+            r#"echo '{"jobs":[{"job_id":5,"job_state":"RUNNING","nodes":"n1","gres_detail":["gpu:1(IDX:0)"]},{"job_id":6,"job_state":"RUNNING","nodes":"n1","gres_detail":["gpu:1(IDX:1)"]}]}'"#,
+            "counts 1 GPUs in use",
+        ),
+    ];
+    for (show, squeue, said) in cases {
+        slurm(show, squeue);
+        let o = s.run("5", "");
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{show} / {squeue}: {e}");
+        assert!(
+            e.contains("NOT JUDGED job 5 on n1") && e.contains(said),
+            "{squeue}: {e}"
+        );
+        assert!(e.contains("not drained, the job runs"), "{e}");
+        assert!(
+            !s.calls().contains("update"),
+            "{squeue}: drained: {}",
+            s.calls()
+        );
+    }
+    // The control: Slurm says the node's one GPU in use is this job's: the FAIL drains.
+    slurm(node, ours);
+    let o = s.run("5", "");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(s.calls().contains("state=drain"), "{}", s.calls());
+}
