@@ -445,8 +445,8 @@ mod tests {
 
     const MAJORS: [&str; 3] = ["22.05", "24.11", "26.05"];
 
-    /// Jobs of `squeue --json` as 22.05 writes them (captured; the other majors: not yet).
-    const JSON_MAJORS: [&str; 1] = ["22.05"];
+    /// Jobs of `squeue --json` as each major writes them (captured; 26.05: not yet).
+    const JSON_MAJORS: [&str; 2] = ["22.05", "24.11"];
 
     fn jobs_of(text: &str, node: &str) -> Result<Vec<(String, Vec<usize>)>, String> {
         parse_jobs_json(text, node).map(|m| {
@@ -520,7 +520,7 @@ mod tests {
 
     #[test]
     fn hostile_job_names_workdirs_and_comments_do_not_change_whose_gpus_are_whose() {
-        for d in ["22.05", "22.05-untyped"] {
+        for d in ["22.05", "22.05-untyped", "24.11", "24.11-untyped"] {
             let j = capture(d, "squeue.json");
             let bad = hostile(&j);
             assert_ne!(bad, j);
