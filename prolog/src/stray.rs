@@ -130,7 +130,7 @@ pub fn other_jobs_load(
         Err(e) => format!("and Slurm could not say which jobs run here ({e})"),
     };
     Some(format!(
-        "{} {said}: another job's load is not this node's fault, so this run is not judged",
+        "{} {said}: another job's load is not this node's fault",
         load.join("; ")
     ))
 }

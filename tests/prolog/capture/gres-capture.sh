@@ -42,7 +42,8 @@ scontrol show node -d -o n1 > "$OUTDIR/node-two-jobs.txt"
 scontrol show job -d -o "$a" > "$OUTDIR/job-a.txt"
 scontrol show job -d -o "$b" > "$OUTDIR/job-b.txt"
 squeue -h -w n1 -o '%A %T' > "$OUTDIR/squeue.txt"
-# Slurm's structured answers (shared.rs reads these; the text above is what it read before).
+# Slurm's structured answers (shared.rs reads squeue.json; the text above is what it read before).
+# 22.05's scontrol has no --json: those files then hold its error, which is the finding.
 scontrol show node -d --json n1 > "$OUTDIR/node-two-jobs.json" 2>&1
 scontrol show job -d --json "$a" > "$OUTDIR/job-a.json" 2>&1
 scontrol show job -d --json "$b" > "$OUTDIR/job-b.json" 2>&1
