@@ -445,8 +445,8 @@ mod tests {
 
     const MAJORS: [&str; 3] = ["22.05", "24.11", "26.05"];
 
-    /// Jobs of `squeue --json` as each major writes them (captured; 26.05: not yet).
-    const JSON_MAJORS: [&str; 2] = ["22.05", "24.11"];
+    /// Jobs of `squeue --json` as each major writes them (captured).
+    const JSON_MAJORS: [&str; 3] = MAJORS;
 
     fn jobs_of(text: &str, node: &str) -> Result<Vec<(String, Vec<usize>)>, String> {
         parse_jobs_json(text, node).map(|m| {
@@ -520,7 +520,11 @@ mod tests {
 
     #[test]
     fn hostile_job_names_workdirs_and_comments_do_not_change_whose_gpus_are_whose() {
-        for d in ["22.05", "22.05-untyped", "24.11", "24.11-untyped"] {
+        for d in MAJORS
+            .iter()
+            .flat_map(|m| [m.to_string(), format!("{m}-untyped")])
+        {
+            let d = d.as_str();
             let j = capture(d, "squeue.json");
             let bad = hostile(&j);
             assert_ne!(bad, j);
