@@ -445,9 +445,6 @@ mod tests {
 
     const MAJORS: [&str; 3] = ["22.05", "24.11", "26.05"];
 
-    /// Jobs of `squeue --json` as each major writes them (captured).
-    const JSON_MAJORS: [&str; 3] = MAJORS;
-
     fn jobs_of(text: &str, node: &str) -> Result<Vec<(String, Vec<usize>)>, String> {
         parse_jobs_json(text, node).map(|m| {
             m.into_iter()
@@ -474,7 +471,7 @@ mod tests {
             assert_eq!((busy.total, busy.used), (4, 3), "{m}");
             assert_eq!(busy.used_idx, Some([0, 2, 3].into()), "{m}");
         }
-        for m in JSON_MAJORS {
+        for m in MAJORS {
             let j = capture(m, "squeue.json");
             assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("1", &[0]), ("2", &[2, 3])])));
             assert_eq!(jobs_of(&j, "n2"), Ok(vec![]));
@@ -488,7 +485,7 @@ mod tests {
             let busy = parse_node(&capture(&d, "node-two-jobs.txt")).expect(m);
             assert_eq!((busy.total, busy.used, busy.used_idx), (4, 3, None), "{m}");
         }
-        for m in JSON_MAJORS {
+        for m in MAJORS {
             let j = capture(&format!("{m}-untyped"), "squeue.json");
             assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("1", &[0]), ("2", &[1, 2])])));
         }
