@@ -39,6 +39,9 @@ pub enum Found {
     NothingToCheck,
     /// The config could not be used; nothing was run.
     BrokenConfig,
+    /// The check could not be judged: a recheck whose node's state Slurm does not give (jobs
+    /// may run there), or a slow result on GPUs that other jobs may be loading. Never a drain.
+    Unjudged,
 }
 
 /// The policy part of the config that decisions depend on.
@@ -81,6 +84,9 @@ pub fn decide(mode: Mode, found: Found, policy: Policy, all_gpus: bool) -> Actio
         // A broken config never drains and never stops a job: the admin's mistake must not take
         // nodes out of service.
         Found::BrokenConfig => nothing(if mode == Mode::Recheck { 2 } else { 0 }),
+        // Not the node's fault as far as anyone knows: the job runs, nothing is drained or
+        // cached; a recheck (asked for a verdict) says it has none.
+        Found::Unjudged => nothing(if mode == Mode::Recheck { 2 } else { 0 }),
         Found::NothingToCheck | Found::CachedPass => nothing(0),
         Found::Measured(Verdict::Pass) => Actions {
             drain: false,
@@ -191,6 +197,21 @@ mod tests {
         }
         let a = decide(Mode::Recheck, Found::BrokenConfig, DEFAULT, true);
         assert_eq!((a.exit_code, a.drain), (2, false));
+    }
+
+    #[test]
+    fn what_could_not_be_judged_never_drains_and_a_recheck_says_it_has_no_verdict() {
+        for mode in [Mode::Prolog, Mode::Epilog, Mode::Recheck] {
+            for policy in [DEFAULT, RESUME] {
+                let a = decide(mode, Found::Unjudged, policy, true);
+                let code = if mode == Mode::Recheck { 2 } else { 0 };
+                assert_eq!(
+                    (a.exit_code, a.drain, a.resume_own_drain, a.cache),
+                    (code, false, false, CacheAction::Keep),
+                    "{mode:?}"
+                );
+            }
+        }
     }
 
     #[test]

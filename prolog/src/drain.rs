@@ -19,6 +19,10 @@ pub const MARKER: &str = "drained";
 pub const RECENT: f64 = 60.0;
 /// Most of scontrol's stdout kept (one `show node -o` line) and of its stderr (the error).
 const SCONTROL_OUTPUT_BYTES: usize = 64 << 10;
+/// Most of a JSON answer kept (`squeue --json`: every job of the cluster on 22.05, which
+/// ignores the filters with `--json`, about 8 KB a job). A longer answer is cut, so it does not
+/// parse: then Slurm could not say.
+pub const JSON_OUTPUT_BYTES: usize = 32 << 20;
 
 /// This node's state as slurmctld sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,11 +38,23 @@ impl NodeState {
         self.state.split('+').any(|s| s.starts_with("DRAIN"))
     }
 
-    /// Jobs run on it (a recheck of every GPU would disturb them and could FAIL because of them).
+    /// Jobs run on it, end on it or are about to start there (a recheck of every GPU would
+    /// disturb them and could FAIL because of them).
     pub fn busy(&self) -> bool {
-        self.state
-            .split('+')
-            .any(|s| s.starts_with("ALLOC") || s.starts_with("MIX") || s.starts_with("COMPLETING"))
+        self.state.split('+').any(|s| {
+            ["ALLOC", "MIX", "COMPLETING", "PLANNED"]
+                .iter()
+                .any(|b| s.starts_with(b))
+        })
+    }
+
+    /// Slurm says no job is on it: IDLE or DOWN (`IDLE*`, `IDLE+DRAIN`, `DOWN+DRAIN`, ...) and
+    /// not [`busy`](Self::busy). Any other state (empty, `FUTURE`, `UNKNOWN`, a name this code
+    /// does not know) does not say so.
+    pub fn free_of_jobs(&self) -> bool {
+        let base = self.state.split('+').next().unwrap_or("");
+        let base = base.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+        matches!(base, "IDLE" | "DOWN") && !self.busy()
     }
 
     pub fn ours(&self) -> bool {
@@ -109,13 +125,20 @@ pub struct Slurm {
 impl Slurm {
     /// One scontrol call.
     fn call(&self, args: &[&str]) -> Result<String, String> {
-        self.run(&self.scontrol, args)
+        self.run(&self.scontrol, args, SCONTROL_OUTPUT_BYTES)
     }
 
-    /// `squeue`, from the directory of `scontrol` (Slurm's client commands are installed
-    /// together; a second config key would only be a second path to keep root's).
-    pub fn squeue(&self, args: &[&str]) -> Result<String, String> {
-        self.run(&self.scontrol.with_file_name("squeue"), args)
+    /// `squeue --json ARGS`: Slurm's structured answer, up to [`JSON_OUTPUT_BYTES`]. squeue is
+    /// run from the directory of `scontrol` (Slurm's client commands are installed together; a
+    /// second config key would only be a second path to keep root's).
+    pub fn squeue_json(&self, args: &[&str]) -> Result<String, String> {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        self.run(
+            &self.scontrol.with_file_name("squeue"),
+            &a,
+            JSON_OUTPUT_BYTES,
+        )
     }
 
     /// `scontrol ARGS` read-only (`show ...`), for the other modules that ask Slurm.
@@ -126,7 +149,7 @@ impl Slurm {
 
     /// One Slurm client call, supervised: at the timeout its whole process group is killed, and
     /// nothing it leaves behind (holding its output open or not) is waited for or kept.
-    fn run(&self, program: &Path, args: &[&str]) -> Result<String, String> {
+    fn run(&self, program: &Path, args: &[&str], max_bytes: usize) -> Result<String, String> {
         let what = format!("{} {}", program.display(), args.join(" "));
         let left = self.deadline.remaining();
         if left.is_zero() {
@@ -137,9 +160,7 @@ impl Slurm {
         if let Some(c) = &self.slurm_conf {
             spec = spec.env("SLURM_CONF", c);
         }
-        spec.stdout = Output::Tail {
-            max_bytes: SCONTROL_OUTPUT_BYTES,
-        };
+        spec.stdout = Output::Tail { max_bytes };
         spec.stderr = Output::Tail {
             max_bytes: SCONTROL_OUTPUT_BYTES,
         };
@@ -267,6 +288,34 @@ fn write_marker(state_dir: &Path, now: f64, reason: &str) {
 mod tests {
     use super::*;
     use std::time::Duration;
+    #[test]
+    fn only_idle_or_down_without_jobs_is_free_of_jobs() {
+        let st = |s: &str| NodeState {
+            state: s.into(),
+            reason: String::new(),
+        };
+        for free in [
+            "IDLE",
+            "IDLE*",
+            "IDLE+DRAIN",
+            "DOWN+DRAIN",
+            "DOWN*+NOT_RESPONDING",
+        ] {
+            assert!(st(free).free_of_jobs() && !st(free).busy(), "{free}");
+        }
+        for busy in [
+            "ALLOCATED",
+            "MIXED+DRAIN",
+            "IDLE+COMPLETING",
+            "IDLE+PLANNED",
+        ] {
+            assert!(st(busy).busy() && !st(busy).free_of_jobs(), "{busy}");
+        }
+        for unknown in ["", "FUTURE", "UNKNOWN", "idle", "IDLEX", "+IDLE"] {
+            assert!(!st(unknown).free_of_jobs(), "{unknown:?}");
+        }
+    }
+
     #[test]
     fn show_node_gives_state_and_reason_without_the_user_stamp() {
         let line = "NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 State=IDLE+DRAIN ThreadsPerCore=1 \

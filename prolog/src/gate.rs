@@ -151,32 +151,54 @@ impl<'a> Gate<'a> {
         Ok((places, state_dir))
     }
 
-    /// A recheck takes every GPU: never while jobs run on the node. A quarter of the budget at
-    /// most for the question. `Some`: the run's exit code (skipped).
+    /// A recheck takes every GPU: never where jobs run or may run. Only a node that Slurm says
+    /// is free of jobs (IDLE or DOWN) is measured; a busy node is skipped, and a node whose state
+    /// Slurm does not give (the call fails, runs out of its time, or answers something else) is
+    /// not checked either, without a verdict. A quarter of the budget at most for the question.
+    /// `Some`: the run's exit code.
     fn recheck_on_busy_node(&mut self, places: &Places, slurm: &drain::Slurm) -> Option<i32> {
         let ask = Deadline::after(self.deadline.remaining() / 4);
-        match (drain::Slurm {
+        let shown = (drain::Slurm {
             deadline: ask,
             ..slurm.clone()
         })
-        .show()
-        {
+        .show();
+        let node = &self.facts.node;
+        let (found, msg) = match shown {
             Ok(n) if n.busy() => {
                 self.write_node_state(places, &n);
                 let msg = format!(
-                    "recheck on {}: skipped, jobs run on the node (State={})",
-                    self.facts.node, n.state
+                    "recheck on {node}: skipped, jobs run on the node (State={})",
+                    n.state
                 );
-                self.log.info(&msg);
-                let a = decide::decide(self.mode, Found::NothingToCheck, self.policy(), false);
-                return Some(self.finish(a, &msg));
+                (Found::NothingToCheck, msg)
             }
-            Ok(n) => self.write_node_state(places, &n),
-            Err(e) => self.log.warn(&format!(
-                "recheck: cannot read the node's state ({e}); checking anyway"
-            )),
+            Ok(n) if n.free_of_jobs() => {
+                self.write_node_state(places, &n);
+                return None;
+            }
+            Ok(n) => (
+                Found::Unjudged,
+                format!(
+                    "recheck on {node}: not checked, no verdict: Slurm's state State={:?} does \
+                     not say the node is free of jobs",
+                    n.state
+                ),
+            ),
+            Err(e) => (
+                Found::Unjudged,
+                format!(
+                    "recheck on {node}: not checked, no verdict: cannot read the node's state \
+                     ({e}), so jobs may run on it"
+                ),
+            ),
+        };
+        match found {
+            Found::NothingToCheck => self.log.info(&msg),
+            _ => self.log.error(&msg),
         }
-        None
+        let a = decide::decide(self.mode, found, self.policy(), false);
+        Some(self.finish(a, &msg))
     }
 
     /// The selection without the GPUs Slurm gave other jobs ([`shared`]), asked within a

@@ -2,13 +2,17 @@
 //! node's GPUs Slurm has allocated to other jobs, so that the run measures only the rest and
 //! holds a stray process against the node only on a GPU that is this job's or no job's.
 //!
-//! Asked of Slurm with bounded client calls (each within the budget, output capped):
-//! `scontrol show node -d -o NODE` (how many GPUs the node has and uses: `Gres=`, `GresUsed=`),
-//! `squeue -h -w NODE -o %A` (the jobs on it) and `scontrol show job -d -o JOB` for each (its
-//! per-node `GRES=gpu:1(IDX:1)`). Untyped gres shows no indices in the node's `GresUsed=gpu:3`
-//! (seen on 22.05, 24.11 and 26.05), so the jobs' lines are the source of the indices and the
-//! node's count checks them: a job line may carry text its owner chose (a job name, a path), so
-//! indices that do not add up to what slurmctld counts are not trusted.
+//! Asked of Slurm with two bounded client calls (each within the budget, output capped):
+//! `scontrol show node -d -o NODE` (how many GPUs the node has and uses: `Gres=`, `GresUsed=`,
+//! fields only the admin and slurmctld write) and `squeue --json -w NODE` (the jobs, with each
+//! job's per-node `gres_detail` such as `gpu:1(IDX:1)`, written by Slurm). Never a job's text
+//! line: there the job's name, working directory and comment, which its owner chooses (and
+//! changes at run time with `scontrol update`), share the line with the GRES fields. Untyped
+//! gres shows no indices in the node's `GresUsed=gpu:3` (seen on 22.05, 24.11 and 26.05), so the
+//! jobs are the source of the indices and the node's count checks them: indices that do not add
+//! up to what slurmctld counts (a job that started between the questions) are not trusted. Where
+//! Slurm cannot say (no JSON, an answer cut short or malformed, counts that differ), nothing is
+//! skipped and a GPU's load is never held against the node (`gate/measurement.rs`).
 //!
 //! Slurm's gres index is taken as the GPU's index in PCI bus order, the mapping `gpus = "job"`
 //! uses for `CUDA_VISIBLE_DEVICES` ([`crate::gpus`]); where it cannot hold (Slurm counts another
@@ -18,8 +22,6 @@ use crate::drain::Slurm;
 use nccl_check_contract::hostlist::Hostlist;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// More jobs than this on one node: not asked one by one (the budget would not cover it).
-pub const MAX_JOBS: usize = 64;
 /// A gres index above this is not a GPU index (guards the set arithmetic against garbage).
 const MAX_INDEX: usize = 1023;
 
@@ -182,45 +184,156 @@ pub fn parse_node(line: &str) -> Result<NodeGres, String> {
     Ok(g)
 }
 
-/// The GPU indices `node` holds for the job of one `scontrol show job -d -o JOB` line: the
-/// `GRES=` (`GRES_IDX=` before 21.08) after each `Nodes=` that names `node`.
-pub fn parse_job(line: &str, node: &str) -> Result<BTreeSet<usize>, String> {
-    let mut here = false;
-    let mut out = BTreeSet::new();
-    for t in line.split_whitespace() {
-        if let Some(list) = t.strip_prefix("Nodes=") {
-            here = Hostlist::parse(list).is_ok_and(|h| h.contains(node));
-        } else if let Some(g) = t
-            .strip_prefix("GRES=")
-            .or_else(|| t.strip_prefix("GRES_IDX="))
-        {
-            if here {
-                for it in items(g) {
-                    if let Some(GpuItem { idx: Some(idx), .. }) = gpu_item(it)? {
-                        out.extend(idx);
-                    }
+/// One job of `squeue --json`: only what Slurm writes itself. The job's name, working
+/// directory, comment and every other text its owner chose are separate fields, never read.
+#[derive(serde::Deserialize)]
+struct JsonJob {
+    job_id: u64,
+    /// `"RUNNING"` (22.05) or `["RUNNING"]` (23.02 and later).
+    #[serde(default)]
+    job_state: serde_json::Value,
+    /// The job's nodes as a host list (`n[1-2]`).
+    #[serde(default)]
+    nodes: Option<String>,
+    /// One entry per node of the job, in the order of `job_resources`: `gpu:a100:2(IDX:2-3)`.
+    #[serde(default)]
+    gres_detail: Vec<String>,
+    #[serde(default)]
+    job_resources: serde_json::Value,
+}
+
+#[derive(serde::Deserialize)]
+struct JsonJobs {
+    jobs: Vec<JsonJob>,
+}
+
+/// A job's states that hold no resources (not started, or ended and not completing).
+const NOT_HOLDING: [&str; 12] = [
+    "PENDING",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+    "REVOKED",
+    "SPECIAL_EXIT",
+];
+
+impl JsonJob {
+    fn states(&self) -> Vec<&str> {
+        match &self.job_state {
+            serde_json::Value::String(s) => vec![s.as_str()],
+            serde_json::Value::Array(a) => a.iter().filter_map(|v| v.as_str()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the job holds its nodes now (running, suspended, completing, ...).
+    fn holds(&self) -> bool {
+        let st = self.states();
+        st.contains(&"COMPLETING") || !st.iter().any(|s| NOT_HOLDING.contains(s))
+    }
+
+    /// The job's nodes in the order of its `gres_detail`: `job_resources`' own list
+    /// (`allocated_nodes[].nodename` on 22.05, `nodes.allocation[].name` later), else its
+    /// host list.
+    fn node_order(&self) -> Result<Vec<String>, String> {
+        let r = &self.job_resources;
+        let listed = r
+            .get("allocated_nodes")
+            .and_then(|a| a.as_array())
+            .map(|a| ("nodename", a))
+            .or_else(|| {
+                r.pointer("/nodes/allocation")
+                    .and_then(|a| a.as_array())
+                    .map(|a| ("name", a))
+            });
+        if let Some((key, list)) = listed {
+            return list
+                .iter()
+                .map(|n| {
+                    n.get(key)
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string)
+                        .ok_or_else(|| format!("job {}: a node without {key}", self.job_id))
+                })
+                .collect();
+        }
+        match self.nodes.as_deref().filter(|n| !n.is_empty()) {
+            Some(n) => Hostlist::parse(n)
+                .map(|h| h.iter().collect())
+                .map_err(|e| format!("job {}: nodes {n:?}: {e}", self.job_id)),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The GPU indices the job holds on `node`; `None` when it holds nothing there.
+    fn gpus_on(&self, node: &str) -> Result<Option<BTreeSet<usize>>, String> {
+        if !self.holds() {
+            return Ok(None);
+        }
+        let order = self.node_order()?;
+        let Some(k) = order.iter().position(|n| n == node) else {
+            return Ok(None);
+        };
+        let mut out = BTreeSet::new();
+        if self.gres_detail.is_empty() {
+            return Ok(Some(out));
+        }
+        // One entry per node, or which entry is this node's is not known.
+        if self.gres_detail.len() != order.len() {
+            return Err(format!(
+                "job {}: {} gres_detail entries for {} nodes",
+                self.job_id,
+                self.gres_detail.len(),
+                order.len()
+            ));
+        }
+        for it in items(&self.gres_detail[k]) {
+            match gpu_item(it)? {
+                Some(GpuItem { idx: Some(idx), .. }) => out.extend(idx),
+                Some(GpuItem { count, idx: None }) if count > 0 => {
+                    return Err(format!("job {}: GPUs without indices", self.job_id))
                 }
+                _ => {}
             }
+        }
+        Ok(Some(out))
+    }
+}
+
+/// The jobs that hold `node` now, each with its GPU indices there (empty: none), from
+/// `squeue --json`. Every field read is one Slurm writes; an answer that is not Slurm's JSON,
+/// or a job whose GPUs cannot be placed, is an error (then whose a GPU is is not known).
+pub fn parse_jobs_json(
+    text: &str,
+    node: &str,
+) -> Result<BTreeMap<String, BTreeSet<usize>>, String> {
+    let jobs: JsonJobs =
+        serde_json::from_str(text).map_err(|e| format!("squeue --json: not Slurm's JSON: {e}"))?;
+    let mut out: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+    for j in &jobs.jobs {
+        if let Some(idx) = j.gpus_on(node).map_err(|e| format!("squeue --json: {e}"))? {
+            out.entry(j.job_id.to_string()).or_default().extend(idx);
         }
     }
     Ok(out)
 }
 
-/// `squeue -h -o %A`: one job id per line, digits only.
-pub fn parse_squeue(out: &str) -> Result<Vec<String>, String> {
-    let mut ids = Vec::new();
-    for l in out.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if !l.bytes().all(|b| b.is_ascii_digit()) || l.len() > 20 {
-            return Err(format!("squeue: {:?} is not a job id", l.escape_debug()));
-        }
-        if !ids.iter().any(|i| i == l) {
-            ids.push(l.to_string());
-        }
-    }
-    Ok(ids)
+/// The jobs that hold `slurm.node` now (`squeue --json`), whatever their GPUs.
+pub fn running_jobs(slurm: &Slurm) -> Result<BTreeSet<String>, String> {
+    let text = slurm.squeue_json(&["-w", &slurm.node])?;
+    parse_jobs_json(&text, &slurm.node).map(|m| m.into_keys().collect())
 }
 
-/// Asks Slurm which GPUs of `slurm.node` the jobs on it hold; `job` is this run's job.
+/// Asks Slurm which GPUs of `slurm.node` the jobs on it hold; `job` is this run's job. Two
+/// bounded questions: the node's line (its gres counts: fields only the admin and slurmctld
+/// write) and `squeue --json` (the jobs: Slurm's structured answer, never a line that mixes in
+/// text a job's owner chose).
 pub fn ask(slurm: &Slurm, job: Option<&str>) -> Result<Allocation, String> {
     let node_out = slurm.scontrol_show(&["show", "node", "-d", "-o", &slurm.node])?;
     let line = node_out.lines().next().unwrap_or("");
@@ -230,34 +343,14 @@ pub fn ask(slurm: &Slurm, job: Option<&str>) -> Result<Allocation, String> {
         node,
         ..Allocation::default()
     };
-    let ids = parse_squeue(&slurm.squeue(&["-h", "-w", &slurm.node, "-o", "%A"])?)?;
-    a.other_jobs = ids
-        .iter()
-        .filter(|i| Some(i.as_str()) != job)
-        .cloned()
-        .collect();
-    if a.node.used == 0 {
-        return Ok(a);
-    }
-    if ids.len() > MAX_JOBS {
-        return Err(format!(
-            "{} jobs on {} (more than {MAX_JOBS} are not asked one by one)",
-            ids.len(),
-            slurm.node
-        ));
-    }
-    for id in ids {
-        let out = match slurm.scontrol_show(&["show", "job", "-d", "-o", &id]) {
-            Ok(o) => o,
-            // It ended between the two questions: its GPUs are free now.
-            Err(e) if e.contains("Invalid job id") => continue,
-            Err(e) => return Err(e),
-        };
-        let idx = parse_job(out.lines().next().unwrap_or(""), &slurm.node)
-            .map_err(|e| format!("scontrol show job -d {id}: {e}"))?;
+    let jobs = parse_jobs_json(&slurm.squeue_json(&["-w", &slurm.node])?, &slurm.node)?;
+    for (id, idx) in jobs {
         if Some(id.as_str()) == job {
             a.ours = idx;
-        } else if !idx.is_empty() {
+            continue;
+        }
+        a.other_jobs.push(id.clone());
+        if !idx.is_empty() {
             a.others.insert(id, idx);
         }
     }
@@ -352,6 +445,20 @@ mod tests {
 
     const MAJORS: [&str; 3] = ["22.05", "24.11", "26.05"];
 
+    fn jobs_of(text: &str, node: &str) -> Result<Vec<(String, Vec<usize>)>, String> {
+        parse_jobs_json(text, node).map(|m| {
+            m.into_iter()
+                .map(|(j, i)| (j, i.into_iter().collect()))
+                .collect()
+        })
+    }
+
+    fn held(list: &[(&str, &[usize])]) -> Vec<(String, Vec<usize>)> {
+        list.iter()
+            .map(|(j, i)| (j.to_string(), i.to_vec()))
+            .collect()
+    }
+
     #[test]
     fn typed_gres_of_every_major_gives_counts_and_indices() {
         for m in MAJORS {
@@ -363,16 +470,11 @@ mod tests {
             let busy = parse_node(&capture(m, "node-two-jobs.txt")).expect(m);
             assert_eq!((busy.total, busy.used), (4, 3), "{m}");
             assert_eq!(busy.used_idx, Some([0, 2, 3].into()), "{m}");
-            assert_eq!(parse_job(&capture(m, "job-a.txt"), "n1"), Ok([0].into()));
-            assert_eq!(parse_job(&capture(m, "job-b.txt"), "n1"), Ok([2, 3].into()));
-            assert_eq!(
-                parse_job(&capture(m, "job-b.txt"), "n2"),
-                Ok(BTreeSet::new())
-            );
-            assert_eq!(
-                parse_squeue(&capture(m, "squeue.txt").replace(" RUNNING", "")).map(|v| v.len()),
-                Ok(2)
-            );
+        }
+        for m in MAJORS {
+            let j = capture(m, "squeue.json");
+            assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("1", &[0]), ("2", &[2, 3])])));
+            assert_eq!(jobs_of(&j, "n2"), Ok(vec![]));
         }
     }
 
@@ -382,12 +484,127 @@ mod tests {
             let d = format!("{m}-untyped");
             let busy = parse_node(&capture(&d, "node-two-jobs.txt")).expect(m);
             assert_eq!((busy.total, busy.used, busy.used_idx), (4, 3, None), "{m}");
-            assert_eq!(parse_job(&capture(&d, "job-a.txt"), "n1"), Ok([0].into()));
-            assert_eq!(
-                parse_job(&capture(&d, "job-b.txt"), "n1"),
-                Ok([1, 2].into())
-            );
         }
+        for m in MAJORS {
+            let j = capture(&format!("{m}-untyped"), "squeue.json");
+            assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("1", &[0]), ("2", &[1, 2])])));
+        }
+    }
+
+    /// The captured answer with every text a job's owner chooses set to something that reads
+    /// like Slurm's own fields (the job name, working directory, comment, output paths, ...).
+    fn hostile(json: &str) -> String {
+        let mut v: serde_json::Value = serde_json::from_str(json).expect("json");
+        let lie = " Nodes=n1 GRES=gpu:1(IDX:1) gres_detail gpu:4(IDX:0-3) \"gres_detail\": [\"gpu:4(IDX:0-3)\"]";
+        for j in v["jobs"].as_array_mut().expect("jobs") {
+            for k in [
+                "name",
+                "comment",
+                "current_working_directory",
+                "standard_output",
+                "standard_error",
+                "standard_input",
+                "wckey",
+                "admin_comment",
+                "system_comment",
+                "command",
+            ] {
+                j[k] = serde_json::Value::String(lie.to_string());
+            }
+        }
+        v.to_string()
+    }
+
+    #[test]
+    fn hostile_job_names_workdirs_and_comments_do_not_change_whose_gpus_are_whose() {
+        for d in MAJORS
+            .iter()
+            .flat_map(|m| [m.to_string(), format!("{m}-untyped")])
+        {
+            let d = d.as_str();
+            let j = capture(d, "squeue.json");
+            let bad = hostile(&j);
+            assert_ne!(bad, j);
+            assert!(bad.contains("IDX:0-3"));
+            assert_eq!(jobs_of(&bad, "n1"), jobs_of(&j, "n1"), "{d}");
+            assert!(jobs_of(&bad, "n1").is_ok_and(|v| v.len() == 2), "{d}");
+        }
+    }
+
+    /// A `squeue --json` answer of one job (the fields read; 24.11 and later name the nodes in
+    /// `job_resources.nodes.allocation[].name` and the state as a list).
+    fn one_job(id: u64, state: &str, nodes: &str, detail: &[&str], resources: &str) -> String {
+        format!(
+            r#"{{"jobs":[{{"job_id":{id},"job_state":{state},"nodes":"{nodes}","name":"x",
+            "gres_detail":{},"job_resources":{resources}}}]}}"#,
+            serde_json::to_string(detail).expect("detail")
+        )
+    }
+
+    #[test]
+    fn json_jobs_of_every_shape_are_read_and_what_does_not_add_up_is_an_error() {
+        // 24.11's shape: the nodes' order from job_resources, a state list.
+        let r = r#"{"nodes":{"allocation":[{"index":0,"name":"n2"},{"index":1,"name":"n1"}]}}"#;
+        let j = one_job(
+            7,
+            r#"["RUNNING"]"#,
+            "n[1-2]",
+            &["gpu:h100:2(IDX:1-2)", "gpu(IDX:0)"],
+            r,
+        );
+        assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("7", &[0])])));
+        assert_eq!(jobs_of(&j, "n2"), Ok(held(&[("7", &[1, 2])])));
+        // 22.05's shape, and the host list when job_resources is missing.
+        let r = r#"{"allocated_nodes":[{"nodename":"n1"},{"nodename":"n2"}]}"#;
+        let j = one_job(
+            8,
+            r#""RUNNING""#,
+            "n[1-2]",
+            &["gpu:1(IDX:3)", "gpu:1(IDX:0)"],
+            r,
+        );
+        assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("8", &[3])])));
+        let j = one_job(
+            8,
+            r#""RUNNING""#,
+            "n[1-2]",
+            &["gpu:1(IDX:3)", "gpu:1(IDX:0)"],
+            "null",
+        );
+        assert_eq!(jobs_of(&j, "n2"), Ok(held(&[("8", &[0])])));
+        // A job without GPUs holds the node; a pending or ended one holds nothing; a completing
+        // one still holds its GPUs.
+        let j = one_job(9, r#""RUNNING""#, "n1", &[], "null");
+        assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("9", &[])])));
+        let j = one_job(9, r#""PENDING""#, "", &[], "null");
+        assert_eq!(jobs_of(&j, "n1"), Ok(vec![]));
+        let j = one_job(9, r#"["COMPLETED"]"#, "n1", &["gpu:1(IDX:2)"], "null");
+        assert_eq!(jobs_of(&j, "n1"), Ok(vec![]));
+        let j = one_job(
+            9,
+            r#"["COMPLETED","COMPLETING"]"#,
+            "n1",
+            &["gpu:1(IDX:2)"],
+            "null",
+        );
+        assert_eq!(jobs_of(&j, "n1"), Ok(held(&[("9", &[2])])));
+        // What cannot be placed: fewer entries than nodes, GPUs without indices, bad indices,
+        // an answer cut short or not Slurm's at all.
+        let j = one_job(9, r#""RUNNING""#, "n[1-2]", &["gpu:1(IDX:3)"], "null");
+        assert!(jobs_of(&j, "n1")
+            .unwrap_err()
+            .contains("1 gres_detail entries for 2 nodes"));
+        let j = one_job(9, r#""RUNNING""#, "n1", &["gpu:2"], "null");
+        assert!(jobs_of(&j, "n1").unwrap_err().contains("without indices"));
+        let j = one_job(9, r#""RUNNING""#, "n1", &["gpu:1(IDX:99999)"], "null");
+        assert!(jobs_of(&j, "n1").is_err());
+        let full = capture("22.05", "squeue.json");
+        assert!(jobs_of(&full[..full.len() / 2], "n1")
+            .unwrap_err()
+            .contains("not Slurm's JSON"));
+        assert!(jobs_of(&full[full.len() / 2..], "n1").is_err());
+        assert!(jobs_of("squeue: error: Invalid node name", "n1").is_err());
+        assert!(jobs_of(r#"{"jobs":[{"job_id":"1; reboot"}]}"#, "n1").is_err());
     }
 
     #[test]
@@ -403,15 +620,6 @@ mod tests {
         assert!(n("gpu:4", "gpu:1(IDX:x)").is_err());
         assert!(n("gpu:4", "gpu:1(IDX:3-1)").is_err());
         assert!(n("gpu:4", "gpu:1(IDX:99999)").is_err());
-        // Slurm before 21.08 wrote GRES_IDX=gpu(IDX:0); a job on two nodes has one Nodes= each.
-        let j = "JobId=7 NodeList=n[1-2] Nodes=n1 CPU_IDs=0 Mem=0 GRES_IDX=gpu(IDX:0) \
-                 Nodes=n2 CPU_IDs=0-1 Mem=0 GRES=gpu:h100:2(IDX:1-2) MinCPUsNode=1";
-        assert_eq!(parse_job(j, "n1"), Ok([0].into()));
-        assert_eq!(parse_job(j, "n2"), Ok([1, 2].into()));
-        let both = "JobId=8 Nodes=n[1-2] CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:3)";
-        assert_eq!(parse_job(both, "n2"), Ok([3].into()));
-        assert!(parse_squeue("12\n13\n").is_ok());
-        assert!(parse_squeue("12_1\n").is_err());
     }
 
     fn alloc(total: u64, used: u64, ours: &[usize], others: &[(&str, &[usize])]) -> Allocation {
@@ -477,21 +685,20 @@ mod tests {
         assert!(p.strays_judged.unwrap_err().contains("no answer"));
     }
     /// A directory with a fake `scontrol` and `squeue` that print canned answers.
-    fn fake_slurm(name: &str, node: &str, squeue: &str, jobs: &[(&str, &str)]) -> Slurm {
+    fn fake_slurm(name: &str, node: &str, squeue: &str) -> Slurm {
         use std::os::unix::fs::PermissionsExt;
         let dir =
             std::env::temp_dir().join(format!("nccl-check-shared-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("mkdir");
-        let mut sc = format!(
-            "#!/bin/sh\nif [ \"$2\" = node ]; then cat <<'EOF'\n{node}\nEOF\nexit 0; fi\ncase \"$5\" in\n"
+        std::fs::write(dir.join("node.txt"), node).expect("write");
+        std::fs::write(dir.join("squeue.out"), squeue).expect("write");
+        let d = dir.display();
+        // Only the structured question is answered: a text question gets an error.
+        let sc = format!(
+            "#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'show node -d -o' ] && exec cat {d}/node.txt\nexit 1\n"
         );
-        for (id, line) in jobs {
-            sc.push_str(&format!("{id}) cat <<'EOF'\n{line}\nEOF\n;;\n"));
-        }
-        sc.push_str(
-            "*) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1;;\nesac\n",
-        );
-        let sq = format!("#!/bin/sh\ncat <<'EOF'\n{squeue}\nEOF\n");
+        let sq =
+            format!("#!/bin/sh\n[ \"$1 $2\" = '--json -w' ] && exec cat {d}/squeue.out\nexit 1\n");
         for (f, text) in [("scontrol", sc), ("squeue", sq)] {
             let p = dir.join(f);
             std::fs::write(&p, text).expect("write");
@@ -506,32 +713,28 @@ mod tests {
     }
 
     #[test]
-    fn slurm_is_asked_for_the_node_its_jobs_and_each_job_and_an_ended_job_is_no_holder() {
+    fn slurm_is_asked_for_the_node_and_its_jobs_as_json_and_a_hostile_job_changes_nothing() {
         let d = "22.05-untyped";
         let node = capture(d, "node-two-jobs.txt");
-        let (a, b) = (capture(d, "job-a.txt"), capture(d, "job-b.txt"));
-        // Job 1 is ours, job 2 another's, job 3 ended between the questions.
-        let slurm = fake_slurm(
-            "ask",
-            node.trim(),
-            "1\n2\n3",
-            &[("1", a.trim()), ("2", b.trim())],
-        );
-        let got = ask(&slurm, Some("1")).expect("asked");
-        assert_eq!(got.ours, [0].into());
-        assert_eq!(got.others, [("2".to_string(), [1, 2].into())].into());
-        assert_eq!(got.other_jobs, ["2", "3"]);
-        let p = plan(Ok(got), 4);
-        assert_eq!(p.said(), "skipped GPU1, GPU2: allocated to job 2");
-        assert_eq!(p.strays_judged, Ok(()));
-        // A job id that is not one, and too many jobs, are not asked further.
-        let bad = fake_slurm("bad", node.trim(), "1\n$(reboot)", &[]);
-        assert!(ask(&bad, Some("1")).unwrap_err().contains("not a job id"));
-        let many: Vec<String> = (1..=MAX_JOBS + 1).map(|i| i.to_string()).collect();
-        let lots = fake_slurm("lots", node.trim(), &many.join("\n"), &[]);
-        assert!(ask(&lots, Some("1")).unwrap_err().contains("jobs on n1"));
-        for s in [slurm, bad, lots] {
-            std::fs::remove_dir_all(s.scontrol.parent().expect("dir")).ok();
+        let json = capture(d, "squeue.json");
+        // Job 1 is ours, job 2 another's; the same with every text of the jobs hostile.
+        for (name, answer) in [("ask", json.clone()), ("hostile", hostile(&json))] {
+            let slurm = fake_slurm(name, node.trim(), &answer);
+            let got = ask(&slurm, Some("1")).expect("asked");
+            assert_eq!(got.ours, [0].into());
+            assert_eq!(got.others, [("2".to_string(), [1, 2].into())].into());
+            assert_eq!(got.other_jobs, ["2"]);
+            let p = plan(Ok(got), 4);
+            assert_eq!(p.said(), "skipped GPU1, GPU2: allocated to job 2", "{name}");
+            assert_eq!(p.strays_judged, Ok(()));
+            std::fs::remove_dir_all(slurm.scontrol.parent().expect("dir")).ok();
         }
+        // An answer that is not JSON: not known, nothing skipped, no stray judged.
+        let bad = fake_slurm("bad", node.trim(), "1\n2\n");
+        let asked = ask(&bad, Some("1"));
+        assert!(asked.as_ref().unwrap_err().contains("not Slurm's JSON"));
+        let p = plan(asked, 4);
+        assert!(p.skip.is_empty() && p.strays_judged.is_err());
+        std::fs::remove_dir_all(bad.scontrol.parent().expect("dir")).ok();
     }
 }

@@ -9,6 +9,7 @@
 
 use nccl_check_contract::report::process::GpuProcess;
 use nccl_check_contract::report::Report;
+use std::collections::BTreeSet;
 use std::path::Path;
 
 /// What a stray process does to the verdict.
@@ -57,6 +58,81 @@ pub fn is_our_worker(pid: u32, worker: &Path) -> bool {
         (Ok(exe), Ok(w)) => exe == w,
         _ => false,
     }
+}
+
+/// The Slurm job whose cgroup holds a process, from its `/proc/PID/cgroup`: the first `job_N`
+/// component of a path (v2 `0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0`, v1
+/// `4:memory:/slurm/uid_1000/job_42/step_batch`). The first one: below its step a job's owner
+/// may create cgroups of any name, but only slurmstepd puts a process under `job_N`.
+pub fn job_in_cgroup(text: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .find_map(|path| {
+            path.split('/')
+                .find_map(|c| c.strip_prefix("job_"))
+                .filter(|n| !n.is_empty() && n.len() <= 20 && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(str::to_string)
+}
+
+/// [`job_in_cgroup`] of a running process (None when it has ended or is in no job).
+pub fn job_of_pid(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    job_in_cgroup(&text)
+}
+
+/// A process on a checked GPU that runs in another Slurm job's cgroup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtherJobs {
+    pub gpu: String,
+    pub process: GpuProcess,
+    pub job: String,
+}
+
+/// The strays that run in a job other than `ours` (`job_of`: [`job_of_pid`] but in tests).
+pub fn in_other_jobs(
+    strays: &[Stray],
+    ours: Option<&str>,
+    job_of: &dyn Fn(u32) -> Option<String>,
+) -> Vec<OtherJobs> {
+    strays
+        .iter()
+        .flat_map(|s| s.processes.iter().map(move |p| (s, p)))
+        .filter_map(|(s, p)| {
+            let job = job_of(p.pid).filter(|j| Some(j.as_str()) != ours)?;
+            Some(OtherJobs {
+                gpu: s.gpu.clone(),
+                process: p.clone(),
+                job,
+            })
+        })
+        .collect()
+}
+
+/// Why the run cannot be judged when another running job loads a checked GPU: its processes,
+/// of jobs Slurm says hold this node (`running`; where Slurm cannot say, every such job counts:
+/// judged less, never more). None when no such process is of a running job (then a process
+/// left in an ended job's cgroup is a stray like any other).
+pub fn other_jobs_load(
+    found: &[OtherJobs],
+    running: &Result<BTreeSet<String>, String>,
+) -> Option<String> {
+    let load: Vec<String> = found
+        .iter()
+        .filter(|o| running.as_ref().map_or(true, |r| r.contains(&o.job)))
+        .map(|o| format!("{} has a process of job {} ({})", o.gpu, o.job, o.process))
+        .collect();
+    if load.is_empty() {
+        return None;
+    }
+    let said = match running {
+        Ok(_) => "which Slurm says runs on this node".to_string(),
+        Err(e) => format!("and Slurm could not say which jobs run here ({e})"),
+    };
+    Some(format!(
+        "{} {said}: another job's load is not this node's fault",
+        load.join("; ")
+    ))
 }
 
 /// The drain reason: `nccl-check:GPU0 busy|GPU0: busy: 1 other process (pid 4242, user bob,
@@ -119,6 +195,65 @@ mod tests {
             ..Report::default()
         };
         assert!(find(&clean, &|_| false).is_empty());
+    }
+
+    #[test]
+    fn the_job_of_a_process_is_its_first_job_cgroup_that_slurm_made() {
+        let v2 = "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n";
+        assert_eq!(job_in_cgroup(v2), Some("42".into()));
+        let v1 = "9:pids:/\n4:memory:/slurm/uid_1000/job_7/step_batch\n0::/\n";
+        assert_eq!(job_in_cgroup(v1), Some("7".into()));
+        // The owner's own cgroups below the step never name another job.
+        let nested = "0::/system.slice/slurmstepd.scope/job_42/step_0/user/job_99/x\n";
+        assert_eq!(job_in_cgroup(nested), Some("42".into()));
+        for none in [
+            "0::/user.slice/session-3.scope\n",
+            "0::/job_/x\n",
+            "0::/job_4a/x\n",
+            "",
+        ] {
+            assert_eq!(job_in_cgroup(none), None, "{none:?}");
+        }
+    }
+
+    #[test]
+    fn another_running_jobs_process_makes_the_run_unjudged_and_an_ended_jobs_does_not() {
+        let report = Report {
+            gpus: vec![gpu(0, &[4242]), gpu(1, &[5151]), gpu(2, &[6161])],
+            ..Report::default()
+        };
+        let strays = find(&report, &|_| false);
+        // 4242 in job 12 (running), 5151 in job 9 (ours), 6161 in no job.
+        let job_of = |pid: u32| match pid {
+            4242 => Some("12".to_string()),
+            5151 => Some("9".to_string()),
+            _ => None,
+        };
+        let found = in_other_jobs(&strays, Some("9"), &job_of);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].gpu.as_str(), found[0].job.as_str()),
+            ("GPU0", "12")
+        );
+        let why = other_jobs_load(&found, &Ok(["12".to_string()].into())).expect("unjudged");
+        assert!(
+            why.starts_with(
+                "GPU0 has a process of job 12 (pid 4242, user bob, 8.0 GiB) which Slurm says runs"
+            ),
+            "{why}"
+        );
+        // Job 12 ended (its process lingers in its cgroup): a stray like any other.
+        assert_eq!(
+            other_jobs_load(&found, &Ok(["13".to_string()].into())),
+            None
+        );
+        // Slurm cannot say: judged less.
+        let why = other_jobs_load(&found, &Err("squeue: timed out".into())).expect("unjudged");
+        assert!(
+            why.contains("could not say which jobs run here (squeue: timed out)"),
+            "{why}"
+        );
+        assert_eq!(other_jobs_load(&[], &Err("x".into())), None);
     }
 
     #[test]

@@ -86,6 +86,27 @@ impl Line<'_> {
         )
     }
 
+    /// A FAIL that is not held against the node: `why` says whose load it may be.
+    pub fn unjudged(&self, run: &Run, report: Option<&Report>, why: &str) -> String {
+        let found = report
+            .map(|r| r.summary.trim())
+            .filter(|s| !s.is_empty())
+            .map(|s| format!(" ({s})"))
+            .unwrap_or_default();
+        format!(
+            "NOT JUDGED {} on {}: {} in {:.2} s: measured FAIL{found}, but {why}; not drained{}",
+            self.whom,
+            self.node,
+            self.label,
+            run.elapsed.as_secs_f64(),
+            if self.mode == Mode::Recheck {
+                ", no verdict"
+            } else {
+                ", the job runs"
+            }
+        )
+    }
+
     pub fn error(&self, run: &Run, report: Option<&Report>) -> String {
         let detail = run
             .problem

@@ -426,3 +426,152 @@ printf '{"schema_version":1,"verdict":"PASS","summary":"ok"}' > "$json""#,
         "{g}"
     );
 }
+
+/// Issue 34: `--recheck` measures every GPU, so it never runs where jobs may run: Slurm's
+/// answer failing, hanging (bounded: a quarter of the budget), malformed, or saying the node is
+/// allocated, mixed or planned ends the run with no verdict, said, and the worker never starts.
+#[test]
+fn the_recheck_never_measures_a_node_whose_state_is_unknown_or_busy() {
+    let s = Site::new("recheck-unknown");
+    let ran = s.dir.join("worker-ran");
+    s.worker(&format!(
+        r#"touch {}
+while [ $# -gt 0 ]; do [ "$1" = --json ] && json=$2; shift; done
+printf '{{"schema_version":1,"verdict":"FAIL","summary":"slow"}}' > "$json"; exit 1"#,
+        ran.display()
+    ));
+    let recheck = |show: &str| {
+        write_exec(
+            &s.dir.join("scontrol"),
+            &format!(
+                "#!/bin/sh\nif [ \"$1\" = show ]; then {show}; fi\necho \"$*\" >> {}/calls\n",
+                s.dir.display()
+            ),
+        );
+        let t = Instant::now();
+        let o = Command::new(BIN)
+            .env_clear()
+            .args(["--recheck", "--node", "n1", "--config"])
+            .arg(s.dir.join("prolog.toml"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs");
+        (o, t.elapsed())
+    };
+    let cases = [
+        (
+            "echo 'slurm_load_node error: Unable to contact slurm controller' >&2; exit 1",
+            2,
+            "cannot read the node's state",
+        ),
+        ("exec sleep 100", 2, "no answer within"),
+        ("echo 'garbage'; exit 0", 2, "cannot read the node's state"),
+        (
+            "echo 'NodeName=n1 State='; exit 0",
+            2,
+            "does not say the node is free of jobs",
+        ),
+        (
+            "echo 'NodeName=n1 State=FUTURE'; exit 0",
+            2,
+            "does not say the node is free of jobs",
+        ),
+        (
+            "echo 'NodeName=n1 State=ALLOCATED'; exit 0",
+            0,
+            "skipped, jobs run on the node",
+        ),
+        (
+            "echo 'NodeName=n1 State=MIXED+DRAIN'; exit 0",
+            0,
+            "skipped, jobs run on the node",
+        ),
+        (
+            "echo 'NodeName=n1 State=IDLE+PLANNED'; exit 0",
+            0,
+            "skipped, jobs run on the node",
+        ),
+    ];
+    for (show, code, said) in cases {
+        let (o, took) = recheck(show);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{show}: {e}");
+        assert!(e.contains(said), "{show}: {e}");
+        assert!(!e.contains("checking anyway"), "{show}: {e}");
+        assert!(!ran.exists(), "{show}: the worker ran: {e}");
+        assert!(took < Duration::from_secs(5), "{show}: took {took:?}");
+        let calls = std::fs::read_to_string(s.dir.join("calls")).unwrap_or_default();
+        assert!(!calls.contains("update"), "{show}: {calls}");
+    }
+    // The control: an idle node is measured (and its FAIL drains).
+    let (o, _) = recheck("echo 'NodeName=n1 State=IDLE'; exit 0");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(ran.exists());
+}
+
+/// Issue 34: under `gpus = "all"`, a slow result on GPUs whose owner Slurm cannot say (the
+/// question fails, or its answer is not Slurm's JSON) may be another job's load: NOT JUDGED,
+/// never drained, the job runs. The control: Slurm says no other job is here, and it drains.
+#[test]
+fn a_fail_on_gpus_whose_owner_slurm_cannot_say_is_not_judged_and_never_drains() {
+    let s = Site::new("unjudged");
+    s.config("budget_seconds = 10\ngpus = \"all\"\ncache_seconds = 0");
+    s.worker(
+        r#"while [ $# -gt 0 ]; do [ "$1" = --json ] && json=$2; shift; done
+printf '{"schema_version":1,"verdict":"FAIL","summary":"all_reduce slow"}' > "$json"; exit 1"#,
+    );
+    let d = s.dir.display().to_string();
+    let slurm = |gres_show: &str, squeue: &str| {
+        write_exec(
+            &s.dir.join("scontrol"),
+            &format!(
+                "#!/bin/sh\ncase \"$*\" in\n'show node -d -o n1') {gres_show};;\n\
+                 show*) echo 'NodeName=n1 State=MIXED';;\n*) echo \"$*\" >> {d}/calls;;\nesac\n"
+            ),
+        );
+        write_exec(&s.dir.join("squeue"), &format!("#!/bin/sh\n{squeue}\n"));
+        let _ = std::fs::remove_file(s.dir.join("calls"));
+        let _ = std::fs::remove_dir_all(s.dir.join("state"));
+    };
+    let node = "echo 'NodeName=n1 Gres=gpu:4 GresUsed=gpu:1 State=MIXED'";
+    let ours = r#"echo '{"jobs":[{"job_id":5,"job_state":"RUNNING","nodes":"n1","gres_detail":["gpu:1(IDX:0)"]}]}'"#;
+    let cases = [
+        (
+            "echo 'slurm_load_node error: timeout' >&2; exit 1",
+            ours,
+            "Slurm could not say",
+        ),
+        (
+            node,
+            "echo 'squeue: error: Invalid --json'; exit 1",
+            "Slurm could not say",
+        ),
+        (node, "echo '{\"jobs\":[{\"job_id\":5,'", "not Slurm's JSON"),
+        (
+            node,
+            r#"echo '{"jobs":[{"job_id":5,"job_state":"RUNNING","nodes":"n1","gres_detail":["gpu:1(IDX:0)"]},{"job_id":6,"job_state":"RUNNING","nodes":"n1","gres_detail":["gpu:1(IDX:1)"]}]}'"#,
+            "counts 1 GPUs in use",
+        ),
+    ];
+    for (show, squeue, said) in cases {
+        slurm(show, squeue);
+        let o = s.run("5", "");
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{show} / {squeue}: {e}");
+        assert!(
+            e.contains("NOT JUDGED job 5 on n1") && e.contains(said),
+            "{squeue}: {e}"
+        );
+        assert!(e.contains("not drained, the job runs"), "{e}");
+        assert!(
+            !s.calls().contains("update"),
+            "{squeue}: drained: {}",
+            s.calls()
+        );
+    }
+    // The control: Slurm says the node's one GPU in use is this job's: the FAIL drains.
+    slurm(node, ours);
+    let o = s.run("5", "");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(s.calls().contains("state=drain"), "{}", s.calls());
+}

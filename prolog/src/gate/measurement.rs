@@ -9,7 +9,7 @@ use crate::drain::{self, DrainOutcome};
 use crate::job_env::Selection;
 use crate::status::{GateState, Status};
 use crate::words::{self, Line};
-use crate::{cache, metrics, reason, report, state, stray, worker};
+use crate::{cache, metrics, reason, report, shared, state, stray, worker};
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
 use std::path::Path;
@@ -32,6 +32,9 @@ struct Judged<'r> {
     verdict: Verdict,
     stray_warning: Option<String>,
     drain_reason: Option<String>,
+    /// Why a FAIL could not be held against the node (GPUs other jobs may load): then nothing
+    /// is drained and the line says `NOT JUDGED`.
+    unjudged: Option<String>,
     actions: Actions,
 }
 
@@ -51,14 +54,17 @@ impl Gate<'_> {
             req.args().display()
         ));
         let run = worker::run(&req);
-        let j = self.judge(&run, &sel);
+        let j = self.judge(&run, &sel, k.slurm);
         let cacheable = self.cacheable(&sel, j.report);
         let line = self.line(k.whom, &sel.label, &j.actions);
         if self.dry_run {
-            let msg = match j.verdict {
-                Verdict::Pass => line.pass(&run, j.report),
-                Verdict::Fail => line.fail(&run, j.drain_reason.as_deref().unwrap_or(""), None),
-                Verdict::Error => line.error(&run, j.report),
+            let msg = match (j.verdict, &j.unjudged) {
+                (_, Some(why)) => line.unjudged(&run, j.report, why),
+                (Verdict::Pass, _) => line.pass(&run, j.report),
+                (Verdict::Fail, _) => {
+                    line.fail(&run, j.drain_reason.as_deref().unwrap_or(""), None)
+                }
+                (Verdict::Error, _) => line.error(&run, j.report),
             };
             self.log.info(&msg);
             words::print_plan(&self.facts.node, &j.actions, j.drain_reason.as_deref());
@@ -79,9 +85,10 @@ impl Gate<'_> {
             _ => None,
         };
         let msg = said(&line, &j, drain_said.as_deref());
-        match j.verdict {
-            Verdict::Pass => self.log.info(&msg),
-            Verdict::Fail | Verdict::Error => self.log.error(&msg),
+        match (j.verdict, &j.unjudged) {
+            (Verdict::Pass, None) => self.log.info(&msg),
+            (_, Some(_)) => self.log.warn(&msg),
+            (Verdict::Fail | Verdict::Error, None) => self.log.error(&msg),
         }
         if j.actions.resume_own_drain {
             self.resume(&slurm, k.state_dir, k.start);
@@ -142,11 +149,22 @@ impl Gate<'_> {
     }
 
     /// The verdict after strays, the drain reason of a FAIL and what the mode does about it.
-    fn judge<'r>(&mut self, run: &'r worker::Run, sel: &Selection) -> Judged<'r> {
+    /// A FAIL is held against the node only where every checked GPU is known to be this job's
+    /// or no job's and no other running job's process is on one: else it is not judged.
+    fn judge<'r>(
+        &mut self,
+        run: &'r worker::Run,
+        sel: &Selection,
+        slurm: &drain::Slurm,
+    ) -> Judged<'r> {
         let report = run.report.as_ref().ok();
         let job = self.facts.job_label(self.mode);
+        let mut judged = sel.strays_judged.clone();
+        if let Some(why) = report.and_then(|r| self.other_jobs_load(r, slurm)) {
+            judged = Err(why);
+        }
         let (verdict, stray_reason, stray_warning) =
-            self.strays(run.verdict, report, &sel.strays_judged, job.as_deref());
+            self.strays(run.verdict, report, &judged, job.as_deref());
         if let Some(p) = run
             .problem
             .as_deref()
@@ -154,8 +172,16 @@ impl Gate<'_> {
         {
             self.log.error(p);
         }
-        let actions = decide::decide(self.mode, Found::Measured(verdict), self.policy(), sel.all);
-        let drain_reason = (verdict == Verdict::Fail)
+        let unjudged = match (verdict, &judged) {
+            (Verdict::Fail, Err(why)) => Some(why.clone()),
+            _ => None,
+        };
+        let found = match unjudged {
+            Some(_) => Found::Unjudged,
+            None => Found::Measured(verdict),
+        };
+        let actions = decide::decide(self.mode, found, self.policy(), sel.all);
+        let drain_reason = (verdict == Verdict::Fail && unjudged.is_none())
             .then(|| stray_reason.unwrap_or_else(|| reason::drain_reason(report, job.as_deref())));
         Judged {
             run,
@@ -163,8 +189,25 @@ impl Gate<'_> {
             verdict,
             stray_warning,
             drain_reason,
+            unjudged,
             actions,
         }
+    }
+
+    /// Why the run cannot be judged when a process of another running job is on a checked GPU
+    /// ([`stray::other_jobs_load`]); Slurm is asked which jobs run here only when there is one.
+    fn other_jobs_load(&mut self, report: &Report, slurm: &drain::Slurm) -> Option<String> {
+        let worker = self.cfg.worker.clone();
+        let strays = stray::find(report, &|pid| stray::is_our_worker(pid, &worker));
+        let found = stray::in_other_jobs(&strays, self.facts.job.as_deref(), &stray::job_of_pid);
+        if found.is_empty() {
+            return None;
+        }
+        let ask = drain::Slurm {
+            deadline: Deadline::after(self.deadline.with_grace().remaining() / 4),
+            ..slurm.clone()
+        };
+        stray::other_jobs_load(&found, &shared::running_jobs(&ask))
     }
 
     /// The identities a pass may be cached under: only a pass of exactly the GPUs we meant (a
@@ -221,10 +264,12 @@ impl Gate<'_> {
         drain: Option<String>,
         dir: &state::RunDir,
     ) {
-        let gate = match j.verdict {
-            Verdict::Pass => GateState::Pass,
-            Verdict::Fail => GateState::Fail,
-            Verdict::Error => GateState::Error,
+        let gate = match (j.verdict, &j.unjudged) {
+            // Measured but not judged: no verdict of the node's to publish.
+            (_, Some(_)) => GateState::Skipped,
+            (Verdict::Pass, None) => GateState::Pass,
+            (Verdict::Fail, None) => GateState::Fail,
+            (Verdict::Error, None) => GateState::Error,
         };
         let st = Status {
             state: gate,
@@ -242,7 +287,7 @@ impl Gate<'_> {
         let margins = j.report.map(report::margins).unwrap_or_default();
         let sample = metrics::Sample {
             gate,
-            verdict: Some(j.verdict),
+            verdict: j.unjudged.is_none().then_some(j.verdict),
             exit_code: j.run.exit_code,
             avg_busbw: j.report.map(|r| &r.avg_busbw).unwrap_or(&empty),
             margins: &margins,
@@ -309,6 +354,9 @@ impl Gate<'_> {
 
 /// The run's line: the verdict, with the stray warning of a pass or the drain of a FAIL.
 fn said(line: &Line, j: &Judged, drain_said: Option<&str>) -> String {
+    if let Some(why) = &j.unjudged {
+        return line.unjudged(j.run, j.report, why);
+    }
     match j.verdict {
         Verdict::Pass => match &j.stray_warning {
             Some(w) => format!("{}; WARNING {w}", line.pass(j.run, j.report)),

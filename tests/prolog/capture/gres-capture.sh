@@ -6,6 +6,7 @@
 #   bash tests/prolog/capture/gres-capture.sh OUT                 # 22.05, the host's Slurm
 #   REPO=$PWD; . tests/lib/roots.sh; roots_run "$(roots_ensure trixie)" [UNTYPED=1] -- \
 #       bash "$PWD/tests/prolog/capture/gres-capture.sh" "$PWD/target/cap"   # 24.11 (sid: 26.05)
+# The .json files are the same questions with --json (Slurm's structured output).
 # Typed GPUs of two types by default (gpu:h100:2,gpu:a100:2: several gres lists); UNTYPED=1:
 # gpu:4. Root; run it under /work/slurm-suite.lock like the suites (fixed port 17917).
 set -uo pipefail
@@ -41,6 +42,12 @@ scontrol show node -d -o n1 > "$OUTDIR/node-two-jobs.txt"
 scontrol show job -d -o "$a" > "$OUTDIR/job-a.txt"
 scontrol show job -d -o "$b" > "$OUTDIR/job-b.txt"
 squeue -h -w n1 -o '%A %T' > "$OUTDIR/squeue.txt"
+# Slurm's structured answers (shared.rs reads squeue.json; the text above is what it read before).
+# 22.05's scontrol has no --json: those files then hold its error, which is the finding.
+scontrol show node -d --json n1 > "$OUTDIR/node-two-jobs.json" 2>&1
+scontrol show job -d --json "$a" > "$OUTDIR/job-a.json" 2>&1
+scontrol show job -d --json "$b" > "$OUTDIR/job-b.json" 2>&1
+squeue --json -w n1 > "$OUTDIR/squeue.json" 2>&1
 scontrol --version > "$OUTDIR/version.txt"
 scancel "$a" "$b"
 ls -la "$OUTDIR"
