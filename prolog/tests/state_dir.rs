@@ -57,9 +57,14 @@ fn setup(d: &Path) -> PathBuf {
     nccl_check_contract::test_support::write_executable(
         &scontrol,
         &format!(
-            "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$1\" in show) echo 'NodeName=n1 State=IDLE Reason=(null)' ;; esac\nexit 0\n",
+            "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$*\" in 'show node -d -o n1') echo 'NodeName=n1 Gres=gpu:4 GresUsed=gpu:4(IDX:0-3) State=ALLOCATED' ;; show*) echo 'NodeName=n1 State=IDLE Reason=(null)' ;; esac\nexit 0\n",
             calls.display()
         ),
+    );
+    // Slurm says whose the GPUs are (`shared`): all four this job's, so a FAIL is judged.
+    nccl_check_contract::test_support::write_executable(
+        &d.join("squeue"),
+        "#!/bin/sh\necho '{\"jobs\":[{\"job_id\":424242,\"job_state\":\"RUNNING\",\"nodes\":\"n1\",\"gres_detail\":[\"gpu:4(IDX:0-3)\"]}]}'\n",
     );
     let conf = d.join("prolog.toml");
     std::fs::write(
