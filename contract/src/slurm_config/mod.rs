@@ -138,7 +138,8 @@ impl Settings {
                     };
                     if let Some(why) = not_runnable(&f) {
                         out.push(format!(
-                            "{shown} ({at}): {why}{}; slurmd fails every job's {} on it and drains                              the node ('Prolog error')",
+                            "{shown} ({at}): {why}{}; slurmd fails every job's {} on it and drains \
+             the node ('Prolog error')",
                             hint(e, program),
                             kind.to_lowercase()
                         ));
@@ -147,7 +148,8 @@ impl Settings {
                     for call in called_programs(&f) {
                         if let Some(why) = not_runnable(&crate::read::under(root, &call)) {
                             out.push(format!(
-                                "{shown} ({at}) calls {call}: {why}{}; every job's {} fails and                                  slurmd drains the node ('Prolog error')",
+                                "{shown} ({at}) calls {call}: {why}{}; every job's {} fails and \
+             slurmd drains the node ('Prolog error')",
                                 hint(&call, program),
                                 kind.to_lowercase()
                             ));
@@ -329,11 +331,15 @@ pub fn in_use(
                 .and_then(|c| c.get("ClusterName").map(|(v, _)| v));
             let breaks = match cluster {
                 Some(_) => String::new(),
-                None => " It has no ClusterName, so scontrol, srun and sinfo on this node fail                           ('ClusterName needs to be specified')."
+                None => " It has no ClusterName, so scontrol, srun and sinfo on this node fail \
+             ('ClusterName needs to be specified')."
                     .to_string(),
             };
             notes.push(format!(
-                "{} shadows the configless cache {}: slurmd uses the cache (its controller's                  slurm.conf), while scontrol, srun and sinfo on this node read the local file.{breaks}                  Put Slurm settings in the controller's slurm.conf (or an Include there) and                  remove {}; read here: the cache",
+                "{} shadows the configless cache {}: slurmd uses the cache (its controller's \
+             slurm.conf), while scontrol, srun and sinfo on this node read the local file.{breaks} \
+             Put Slurm settings in the controller's slurm.conf (or an Include there) and \
+             remove {}; read here: the cache",
                 local.display(),
                 cache.display(),
                 local.display()
