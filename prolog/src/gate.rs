@@ -36,6 +36,9 @@ pub struct Gate<'a> {
     pub log: &'a mut Log,
     /// The whole run ends by then: `budget_seconds` from the start plus a moment for the drain.
     pub deadline: Deadline,
+    /// Why `cfg.budget_seconds` is below the file's: Slurm's PrologEpilogTimeout
+    /// ([`crate::budget::effective`]); added to a timeout's ERROR.
+    pub budget_cut: Option<String>,
     /// The hardware fault pass of this run (set by the run; `gate.json` shows it).
     pub faults: Option<faults::Summary>,
 }

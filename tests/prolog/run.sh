@@ -525,7 +525,7 @@ t_a_budget_above_prolog_epilog_timeout_ends_as_the_gate_s_error() {
     local said; said=$(tail -n +"$((logged + 1))" "$CL/log/slurmd-n1.log" | grep -i 'prolog hung\|prolog error\|prolog failed')
     [ -z "$said" ] || fail "slurmd failed the prolog: $said"
     grep -q '"state": "error"' "$T/state/n1/gate.json" \
-        && grep -q "ERROR job $j on n1: .*budget of 8 s" "$T/state/n1/gate.json" \
+        && grep -q "ERROR job $j on n1: .*budget of 8 s.*(budget_seconds = 40 cut to 8 s by PrologEpilogTimeout = 15 ($CL/timeout.conf:1)" "$T/state/n1/gate.json" \
         || fail "gate.json: $(cat "$T/state/n1/gate.json" 2>&1)"
     [ $((SECONDS - t0)) -le 60 ] || fail "took $((SECONDS - t0)) s"
     slurm_conf_restore
