@@ -653,6 +653,33 @@ exec /usr/sbin/nccl-check-prolg --epilog \"$@\"\n",
         std::fs::remove_dir_all(&d).ok();
     }
 
+    /// slurmd sets SLURM_CONF for its prologs to the file it uses: that file wins, cache or not.
+    #[test]
+    fn slurm_conf_names_the_file_in_use_and_a_wrapper_s_comment_is_no_call() {
+        let d = scratch_dir("slurm-config-in-use");
+        let cache = d.join("var/spool/slurmd/conf-cache");
+        std::fs::create_dir_all(&cache).expect("mkdir");
+        std::fs::create_dir_all(d.join("etc/slurm")).expect("mkdir");
+        std::fs::write(cache.join("slurm.conf"), "PrologEpilogTimeout=15\n").expect("w");
+        std::fs::write(
+            d.join("etc/slurm/slurm.conf"),
+            "ClusterName=c\nPrologEpilogTimeout=65534\n",
+        )
+        .expect("w");
+        let (t, _) = prolog_epilog_timeout_now(&d, Some("/etc/slurm/slurm.conf")).expect("read");
+        assert_eq!(t, None, "65534 is unset: no limit");
+        let (t, _) = prolog_epilog_timeout_now(&d, None).expect("read");
+        assert_eq!(t, Some(15), "without SLURM_CONF the cache is in use");
+        let w = d.join("wrap.sh");
+        std::fs::write(
+            &w,
+            "#!/bin/sh\n# was /usr/sbin/nccl-check-old\nexec /usr/sbin/nccl-check-prolog --epilog\n",
+        )
+        .expect("w");
+        assert_eq!(called_programs(&w), ["/usr/sbin/nccl-check-prolog"]);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
     #[test]
     fn a_missing_scontrol_is_an_error_message() {
         let e = scontrol_show_config(
