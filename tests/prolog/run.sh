@@ -300,7 +300,8 @@ t_check_config_prints_every_key_and_its_source() {
     [ "$RC" = 2 ] && grep -q "^NOT READY worker /nonexistent/nccl-check" "$OUT" || fail "missing worker: rc $RC, $(cat "$OUT")"
 }
 
-# The issue's findings 2-4: what makes the gate a drain or a no-op is NOT READY (exit 2).
+# The issue's findings 2-4: what makes the gate a no-op is NOT READY (exit 2); a budget above
+# PrologEpilogTimeout is said as the gate cuts it (issue 39 finding 1).
 t_check_config_checks_the_budget_gres_and_the_worker_config() {
     # Above PrologEpilogTimeout: the gate cuts it (said, with what to set); none left is NOT READY.
     conf 'budget_seconds = 70'
@@ -560,7 +561,7 @@ run_test "gpus = job passes the job's GPUs; a job without GPUs is not checked" t
 run_test "a stray process on the job's GPU drains the node busy; stray_processes = warn only logs it" t_a_stray_process_on_the_jobs_gpu_drains_busy
 run_test "a prolog that checks nothing writes gate.json skipped, the metric and a syslog line, for this job" t_a_prolog_that_checks_nothing_says_skipped_every_time
 run_test "--check-config prints every key and its source; an appended line is a prolog key; exit 2 when invalid or not ready" t_check_config_prints_every_key_and_its_source
-run_test "--check-config: budget vs PrologEpilogTimeout, gpus = job without gres/gpu, the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
+run_test "--check-config: a budget above PrologEpilogTimeout is cut as the gate cuts it; gpus = job without gres/gpu and the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
 run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
 run_test "Epilog= (SLURM_SCRIPT_CONTEXT=epilog_slurmd): a PASS is the next prolog's cache; a FAIL drains after the job, which completes" t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache
 run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid and PCI address" t_a_kernel_xid_drains_before_the_worker_runs
