@@ -4,16 +4,14 @@
 //! the worker config the prolog passes on (valid file, NCCL loadable where the node has GPUs).
 //! Each finding is a problem (the gate would be a no-op or a drain: exit 2) or a note.
 
-use crate::budget::GRACE;
+use crate::budget::{self, GRACE, MARGIN};
 use crate::config::{GateConfig, GpuPolicy};
+use crate::slurm_uses::INSTALLED;
 use nccl_check_contract::slurm_config::{Settings, Sources};
 use nccl_check_contract::supervise::{self, Ending, Output, Spec};
 use std::path::Path;
 use std::time::Duration;
 
-/// Time kept free below PrologEpilogTimeout beyond the budget and the drain's grace: slurmd's
-/// own start of the prolog, a loaded node.
-pub const MARGIN: Duration = Duration::from_secs(5);
 /// How long the controller and the worker's check are waited for.
 const WAIT: Duration = Duration::from_secs(15);
 
@@ -24,44 +22,76 @@ pub struct Findings {
     pub notes: Vec<String>,
 }
 
-/// Slurm's side, from the settings there are (None: none could be read, `why`).
-pub fn slurm(c: &GateConfig, s: Option<&Settings>, why: &str, file: &Path) -> Findings {
+/// Slurm's side as `--check-config` sees it.
+pub struct SlurmView<'a> {
+    /// The settings there are (the controller's, else the file in use); None: none, `why`.
+    pub settings: Option<&'a Settings>,
+    pub why: &'a str,
+    /// `PrologEpilogTimeout` as the gate reads it at run time
+    /// ([`nccl_check_contract::slurm_config::prolog_epilog_timeout_now`]).
+    pub now: Result<(Option<u64>, String), String>,
+    /// `/` except in tests: where the Prolog=/Epilog= entries are looked up.
+    pub root: &'a Path,
+}
+
+/// Slurm's side: the budget each run of the gate gets (the gate's own rule), the entries slurmd
+/// runs (missing or not executable: a problem), the epilog gate, GresTypes.
+pub fn slurm(c: &GateConfig, v: &SlurmView, file: &Path) -> Findings {
     let mut f = Findings::default();
-    let Some(s) = s else {
+    let Some(s) = v.settings else {
         f.notes.push(format!(
-            "Slurm's configuration could not be read ({why}): PrologEpilogTimeout and GresTypes not checked"
+            "Slurm's configuration could not be read ({}): PrologEpilogTimeout, GresTypes and the \
+             Prolog= entries not checked",
+            v.why
         ));
         return f;
     };
-    let needed = Duration::from_secs(c.budget_seconds) + GRACE + MARGIN;
-    match s.prolog_epilog_timeout {
-        Some(t) if needed > Duration::from_secs(t) => {
-            let most = Duration::from_secs(t)
-                .saturating_sub(GRACE + MARGIN)
-                .as_secs();
-            f.problems.push(format!(
-                "budget_seconds = {} is not below PrologEpilogTimeout = {t} ({}) with {:.1} s to spare \
-                 (a drain's {:.1} s and a {} s margin): slurmd would kill a slow check at {t} s and drain \
-                 the node with 'Prolog error'; set budget_seconds <= {most} in {} or raise PrologEpilogTimeout",
-                c.budget_seconds,
-                s.source,
-                (GRACE + MARGIN).as_secs_f64(),
-                GRACE.as_secs_f64(),
-                MARGIN.as_secs(),
-                file.display()
+    // The gate's own reading, so what is said here is what the next run does.
+    let (timeout, source) = match &v.now {
+        Ok((t, at)) => (*t, at.clone()),
+        Err(_) => (s.prolog_epilog_timeout, s.source.clone()),
+    };
+    if let (Ok((t, at)), Some(live)) = (&v.now, s.prolog_epilog_timeout) {
+        if *t != Some(live) && s.source == "scontrol show config" {
+            f.notes.push(format!(
+                "the controller says PrologEpilogTimeout = {live}, this node's slurm.conf ({at}) \
+             {}: slurmd and the gate go by the file until the next 'scontrol reconfigure'",
+                t.map_or("sets none".to_string(), |t| format!("= {t}"))
             ));
         }
-        Some(t) => f.notes.push(format!(
-            "PrologEpilogTimeout = {t} ({}): the budget ({} s + {:.1} s) fits",
-            s.source,
+    }
+    let b = budget::effective(c.budget_seconds, timeout, &source);
+    let runs_at = gate_entries(s, v.root);
+    match (&b.cut, timeout) {
+        (Some(why), _) if b.seconds == 0 => {
+            f.problems.push(format!(
+            "{why}: no time is left for a check, so every job's check ends in ERROR at once (not \
+             drained); raise PrologEpilogTimeout above {} s or remove the gate",
+            (Duration::from_secs(c.budget_seconds) + GRACE + MARGIN).as_secs_f64().ceil()
+        ))
+        }
+        (Some(why), _) => f.notes.push(format!(
+            "{why}. Each run of the gate ({runs_at}) gets {} s: a slower check ends in the gate's \
+             ERROR (not drained). Set budget_seconds <= {} in {} or raise PrologEpilogTimeout to \
+             have the budget as written",
+            b.seconds,
+            b.seconds,
+            file.display()
+        )),
+        (None, Some(t)) => f.notes.push(format!(
+            "PrologEpilogTimeout = {t} ({source}): each run of the gate ({runs_at}) gets its \
+             budget_seconds = {} s (+ {:.1} s for a drain)",
             c.budget_seconds,
             GRACE.as_secs_f64()
         )),
-        None => f.notes.push(format!(
-            "PrologEpilogTimeout is unset ({}): slurmd waits for the prolog without limit",
-            s.source
+        (None, None) => f.notes.push(format!(
+            "PrologEpilogTimeout is unset ({source}): slurmd waits for the prolog without limit; \
+             each run of the gate ({runs_at}) gets budget_seconds = {} s",
+            c.budget_seconds
         )),
     }
+    f.problems
+        .extend(s.entry_problems(Path::new(INSTALLED), v.root));
     if c.gpus == GpuPolicy::Job && !s.has_gres_gpu() {
         f.problems.push(format!(
             "gpus = \"job\" but Slurm has no GresTypes=gpu ({}): no job is given GPUs, so every prolog \
@@ -73,25 +103,42 @@ pub fn slurm(c: &GateConfig, s: Option<&Settings>, why: &str, file: &Path) -> Fi
     }
     if !s.prolog_flags.is_empty() || !s.prologs.is_empty() {
         f.notes.push(format!(
-            "Prolog = {}, PrologFlags = {} ({})",
-            if s.prologs.is_empty() {
-                "(none)".to_string()
-            } else {
-                s.prologs.join(",")
-            },
-            if s.prolog_flags.is_empty() {
-                "(none)".to_string()
-            } else {
-                s.prolog_flags.join(",")
-            },
+            "Prolog = {}, Epilog = {}, PrologFlags = {} ({})",
+            listed(&s.prologs),
+            listed(&s.epilogs),
+            listed(&s.prolog_flags),
             s.source
         ));
     }
     f
 }
 
-/// Slurm's settings for this node: the controller's, else the slurm.conf in use.
-pub fn read_slurm(c: &GateConfig, slurm_conf: Option<&str>) -> (Option<Settings>, String) {
+/// `a,b`, or `(none)`.
+fn listed(v: &[String]) -> String {
+    if v.is_empty() {
+        "(none)".into()
+    } else {
+        v.join(",")
+    }
+}
+
+/// Which entries run the gate: `Prolog=X` (the prolog gate) and `Epilog=Y` (the epilog gate,
+/// timed by slurmd on its own against the same PrologEpilogTimeout), or that none does.
+fn gate_entries(s: &Settings, root: &Path) -> String {
+    let e = s.entries_running(Path::new(INSTALLED), root);
+    if e.is_empty() {
+        format!("no Prolog= or Epilog= runs {INSTALLED} yet")
+    } else {
+        e.join(", ")
+    }
+}
+
+/// Slurm's settings for this node: the controller's, else the slurm.conf in use; why there are
+/// none; and what the files' layout means (a local slurm.conf shadowing a configless cache).
+pub fn read_slurm(
+    c: &GateConfig,
+    slurm_conf: Option<&str>,
+) -> (Option<Settings>, String, Vec<String>) {
     let sc = c.scontrol.is_file().then_some(c.scontrol.as_path());
     let s = Sources::read(Path::new("/"), slurm_conf, sc, WAIT);
     let why = s.live_error.clone().unwrap_or_else(|| "no scontrol".into());
@@ -99,7 +146,7 @@ pub fn read_slurm(c: &GateConfig, slurm_conf: Option<&str>) -> (Option<Settings>
         Some(e) => format!("{why}; {e}"),
         None => format!("{why}; no slurm.conf found"),
     };
-    (s.effective().cloned(), why)
+    (s.effective().cloned(), why, s.notes.clone())
 }
 
 /// The worker's `--check-config` on the config the prolog passes on, run as the prolog runs the
@@ -218,33 +265,54 @@ mod tests {
         }
     }
 
+    fn view<'a>(s: Option<&'a Settings>, why: &'a str) -> SlurmView<'a> {
+        SlurmView {
+            settings: s,
+            why,
+            now: Err("no file".into()),
+            root: Path::new("/nonexistent-root"),
+        }
+    }
+
+    /// Issue 39 finding 1: a budget above PrologEpilogTimeout is what the gate does with it (cut
+    /// by the same rule), not an ERROR prediction the gate does not keep; only a timeout that
+    /// leaves no time at all is a problem.
     #[test]
-    fn a_budget_at_or_above_prolog_epilog_timeout_is_a_problem() {
+    fn a_budget_above_prolog_epilog_timeout_is_said_as_the_gate_cuts_it() {
         let file = Path::new("/etc/nccl-check/prolog.toml");
         let c = GateConfig {
             budget_seconds: 40,
             gpus: GpuPolicy::All,
             ..GateConfig::default()
         };
-        let f = slurm(&c, Some(&settings(Some(15), &[])), "", file);
-        assert_eq!(f.problems.len(), 1, "{f:?}");
-        assert!(f.problems[0].contains("PrologEpilogTimeout = 15"), "{f:?}");
-        assert!(f.problems[0].contains("budget_seconds <= 8"), "{f:?}");
-        // Within the margin: 30 + 1.5 + 5 > 36.
-        let c = GateConfig {
-            budget_seconds: 30,
-            ..c
-        };
-        assert_eq!(
-            slurm(&c, Some(&settings(Some(36), &[])), "", file)
-                .problems
-                .len(),
-            1
+        let s15 = settings(Some(15), &[]);
+        let f = slurm(&c, &view(Some(&s15), ""), file);
+        assert!(f.problems.is_empty(), "{f:?}");
+        let cut = budget::effective(40, Some(15), "scontrol show config");
+        assert!(
+            f.notes[0].starts_with(cut.cut.as_deref().expect("cut"))
+                && f.notes[0].contains("gets 8 s")
+                && f.notes[0].contains("budget_seconds <= 8"),
+            "{f:?}"
         );
-        assert!(slurm(&c, Some(&settings(Some(37), &[])), "", file)
-            .problems
-            .is_empty());
-        assert!(slurm(&c, Some(&settings(None, &[])), "", file)
+        // The gate's own run-time reading wins over the controller's, and the difference is said.
+        let v = SlurmView {
+            now: Ok((Some(60), "/run/slurm/conf/slurm.conf:4".into())),
+            ..view(Some(&s15), "")
+        };
+        let f = slurm(&c, &v, file);
+        assert!(
+            f.notes[0].contains("controller says PrologEpilogTimeout = 15")
+                && f.notes[1]
+                    .starts_with("PrologEpilogTimeout = 60 (/run/slurm/conf/slurm.conf:4)"),
+            "{f:?}"
+        );
+        let s5 = settings(Some(5), &[]);
+        let f = slurm(&c, &view(Some(&s5), ""), file);
+        assert_eq!(f.problems.len(), 1, "{f:?}");
+        assert!(f.problems[0].contains("no time is left"), "{f:?}");
+        let s_unset = settings(None, &[]);
+        assert!(slurm(&c, &view(Some(&s_unset), ""), file)
             .problems
             .is_empty());
     }
@@ -254,17 +322,57 @@ mod tests {
         let file = Path::new("/etc/nccl-check/prolog.toml");
         let c = GateConfig::default();
         assert_eq!(c.gpus, GpuPolicy::Job);
-        let f = slurm(&c, Some(&settings(Some(120), &[])), "", file);
+        let s = settings(Some(120), &[]);
+        let f = slurm(&c, &view(Some(&s), ""), file);
         assert_eq!(f.problems.len(), 1, "{f:?}");
         assert!(f.problems[0].contains("gpus = \"all\""), "{f:?}");
-        assert!(slurm(&c, Some(&settings(Some(120), &["gpu"])), "", file)
-            .problems
-            .is_empty());
-        let f = slurm(&c, None, "no controller", file);
+        let s = settings(Some(120), &["gpu"]);
+        assert!(slurm(&c, &view(Some(&s), ""), file).problems.is_empty());
+        let f = slurm(&c, &view(None, "no controller"), file);
         assert!(
             f.problems.is_empty() && f.notes[0].contains("no controller"),
             "{f:?}"
         );
+    }
+
+    /// Issue 39 findings 2 and 7: a Prolog= typo is NOT READY; the epilog gate is named with the
+    /// budget it gets.
+    #[test]
+    fn a_missing_prolog_entry_is_a_problem_and_the_epilog_gate_is_shown() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = nccl_check_contract::test_support::scratch_dir("chain-entries");
+        std::fs::create_dir_all(d.join("usr/sbin")).expect("mkdir");
+        let prog = d.join("usr/sbin/nccl-check-prolog");
+        std::fs::write(&prog, "bin").expect("w");
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let file = Path::new("/etc/nccl-check/prolog.toml");
+        let c = GateConfig {
+            gpus: GpuPolicy::All,
+            ..GateConfig::default()
+        };
+        let s = Settings {
+            prologs: vec!["/usr/sbin/nccl-check-prolg".into()],
+            epilogs: vec![INSTALLED.into()],
+            ..settings(Some(120), &[])
+        };
+        let v = SlurmView {
+            root: &d,
+            ..view(Some(&s), "")
+        };
+        let f = slurm(&c, &v, file);
+        assert_eq!(f.problems.len(), 1, "{f:?}");
+        assert!(
+            f.problems[0].starts_with(
+                "Prolog=/usr/sbin/nccl-check-prolg (scontrol show config): no such file"
+            ),
+            "{f:?}"
+        );
+        assert!(
+            f.notes[0]
+                .contains("(Epilog=/usr/sbin/nccl-check-prolog) gets its budget_seconds = 30 s"),
+            "{f:?}"
+        );
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]

@@ -168,8 +168,18 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
     for l in &worker_lines {
         println!("{l}");
     }
-    let (settings, why) = crate::chain::read_slurm(&cfg, slurm_conf);
-    let sl = crate::chain::slurm(&cfg, settings.as_ref(), &why, path);
+    let (settings, why, layout) = crate::chain::read_slurm(&cfg, slurm_conf);
+    let view = crate::chain::SlurmView {
+        settings: settings.as_ref(),
+        why: &why,
+        now: nccl_check_contract::slurm_config::prolog_epilog_timeout_now(
+            Path::new("/"),
+            slurm_conf,
+        ),
+        root: Path::new("/"),
+    };
+    let mut sl = crate::chain::slurm(&cfg, &view, path);
+    sl.notes.splice(0..0, layout);
     let (plugin_lines, pl) =
         crate::chain::plugin_line(&crate::chain::plugstack_program(), slurm_conf);
     for l in &plugin_lines {

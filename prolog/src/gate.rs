@@ -36,6 +36,9 @@ pub struct Gate<'a> {
     pub log: &'a mut Log,
     /// The whole run ends by then: `budget_seconds` from the start plus a moment for the drain.
     pub deadline: Deadline,
+    /// Why `cfg.budget_seconds` is below the file's: Slurm's PrologEpilogTimeout
+    /// ([`crate::budget::effective`]); added to a timeout's ERROR.
+    pub budget_cut: Option<String>,
     /// The hardware fault pass of this run (set by the run; `gate.json` shows it).
     pub faults: Option<faults::Summary>,
 }
@@ -91,8 +94,14 @@ impl<'a> Gate<'a> {
             Ok(None) => return self.nothing_to_check(&places, &whom, None),
             Err(e) => return self.error_without_run(&places, &e, &whom),
         };
+        // The budget says how long a check may take, not what it checks: a pass under a budget
+        // cut by PrologEpilogTimeout (prolog, epilog) is the same pass as a recheck's.
+        let checked = GateConfig {
+            budget_seconds: 0,
+            ..self.cfg.clone()
+        };
         let fingerprint = cache::fingerprint(
-            &format!("{:?}", self.cfg),
+            &format!("{checked:?}"),
             &[&self.cfg.worker, &self.cfg.worker_config],
         );
         let keys = measurement::RunKeys {

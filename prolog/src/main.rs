@@ -153,6 +153,11 @@ fn run(cli: Cli) -> i32 {
         return fault_report(&cfg, &facts.node);
     }
     let mut log = Log::open(&cfg.syslog_facility, &cfg.syslog_socket, cli.dry_run);
+    let (cfg, budget_cut) = if mode == Mode::Recheck {
+        (cfg, None)
+    } else {
+        within_slurm_timeout(cfg, &facts, &mut log)
+    };
     gate::Gate {
         cfg: &cfg,
         facts: &facts,
@@ -160,10 +165,46 @@ fn run(cli: Cli) -> i32 {
         dry_run: cli.dry_run,
         log: &mut log,
         faults: None,
+        budget_cut,
         // Everything, the drain included, within the budget and a moment (budget::GRACE).
         deadline: budget::Deadline::after(Duration::from_secs(cfg.budget_seconds) + budget::GRACE),
     }
     .run()
+}
+
+/// The config with `budget_seconds` cut below the `PrologEpilogTimeout` slurmd on this node has
+/// now ([`budget::effective`]; read from its slurm.conf at every run, so a timeout lowered on a
+/// configless controller holds from the next reconfigure on). Unreadable: the budget as written.
+fn within_slurm_timeout(
+    cfg: GateConfig,
+    facts: &Facts,
+    log: &mut Log,
+) -> (GateConfig, Option<String>) {
+    let read = nccl_check_contract::slurm_config::prolog_epilog_timeout_now(
+        Path::new("/"),
+        facts.slurm_conf.as_deref(),
+    );
+    let (timeout, source) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            log.info(&format!(
+                "PrologEpilogTimeout unknown ({e}): budget_seconds = {} as written",
+                cfg.budget_seconds
+            ));
+            return (cfg, None);
+        }
+    };
+    let b = budget::effective(cfg.budget_seconds, timeout, &source);
+    if let Some(why) = &b.cut {
+        log.warn(&format!("{}: {why}", facts.node));
+    }
+    (
+        GateConfig {
+            budget_seconds: b.seconds,
+            ..cfg
+        },
+        b.cut,
+    )
 }
 
 /// `--faults`: one read-only fault pass, printed.

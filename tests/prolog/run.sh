@@ -300,20 +300,22 @@ t_check_config_prints_every_key_and_its_source() {
     [ "$RC" = 2 ] && grep -q "^NOT READY worker /nonexistent/nccl-check" "$OUT" || fail "missing worker: rc $RC, $(cat "$OUT")"
 }
 
-# The issue's findings 2-4: what makes the gate a drain or a no-op is NOT READY (exit 2).
+# The issue's findings 2-4: what makes the gate a no-op is NOT READY (exit 2); a budget above
+# PrologEpilogTimeout is said as the gate cuts it (issue 39 finding 1).
 t_check_config_checks_the_budget_gres_and_the_worker_config() {
+    # Above PrologEpilogTimeout: the gate cuts it (said, with what to set); none left is NOT READY.
     conf 'budget_seconds = 70'
     prolog_direct --check-config
-    [ "$RC" = 2 ] && grep -q '^NOT READY budget_seconds = 70 is not below PrologEpilogTimeout = 60 (scontrol show config)' "$OUT" \
+    [ "$RC" = 0 ] && grep -q "^# budget_seconds = 70 cut to 53 s by PrologEpilogTimeout = 60 ($CL/slurm.conf:[0-9]*)" "$OUT" \
         || fail "budget above PrologEpilogTimeout: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
-    grep -q 'set budget_seconds <= 53 ' "$OUT" || fail "no actionable budget: $(grep NOT "$OUT")"
+    grep -q 'Set budget_seconds <= 53 ' "$OUT" || fail "no actionable budget: $(grep cut "$OUT")"
     conf 'gpus = "job"'
     prolog_direct --check-config
     [ "$RC" = 2 ] && grep -q '^NOT READY gpus = "job" but Slurm has no GresTypes=gpu' "$OUT" \
         || fail "gpus = job without gres/gpu: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
     conf
     prolog_direct --check-config
-    [ "$RC" = 0 ] && grep -q '^# PrologEpilogTimeout = 60 (scontrol show config): the budget' "$OUT" \
+    [ "$RC" = 0 ] && grep -q "^# PrologEpilogTimeout = 60 ($CL/slurm.conf:[0-9]*): each run of the gate" "$OUT" \
         || fail "the suite's config: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
     grep -q '^worker: # fake worker' "$OUT" || fail "the worker's --check-config was not asked: $(cat "$OUT")"
     # The real worker on a worker config with a typo (nccl-check.toml: fracton).
@@ -536,6 +538,71 @@ assert not g["faults"]["findings"], g["faults"]' "$T/state/n1/gate.json" || fail
     rm -f "$crash"
 }
 
+# slurm_conf_edit SED_EXPR: the cluster's slurm.conf edited (saved first to slurm.conf.saved)
+# and announced with scontrol reconfigure; slurm_conf_restore undoes it. Both wait (bounded) until
+# the controller shows PrologEpilogTimeout = $1 of slurm_conf_wait.
+slurm_conf_edit() {
+    [ -e "$CL/slurm.conf.saved" ] || cp "$CL/slurm.conf" "$CL/slurm.conf.saved"
+    sed -i "$1" "$CL/slurm.conf"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+}
+slurm_conf_wait() { # TIMEOUT: until scontrol shows it
+    timeout 30 bash -c "until scontrol show config 2>/dev/null | grep -Eq '^PrologEpilogTimeout *= $1( |\$)'; do sleep 0.5; done" \
+        || fail "PrologEpilogTimeout is not $1 after reconfigure: $(scontrol show config 2>&1 | grep -i PrologEpilog)"
+}
+slurm_conf_restore() {
+    [ -e "$CL/slurm.conf.saved" ] || return 0
+    mv "$CL/slurm.conf.saved" "$CL/slurm.conf"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure (restore) failed"
+    slurm_conf_wait 60
+    timeout 30 bash -c 'until [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -ge 2 ]; do sleep 0.3; done' \
+        || say "nodes not idle after the restore: $(sinfo -N 2>&1 | tr '\n' ' ')"
+}
+
+# Issue 39 finding 1: budget_seconds above the PrologEpilogTimeout slurmd has now (lowered after
+# the cluster started, in an Include'd file, announced by reconfigure): the gate cuts its own
+# budget below it, so a hung check ends as the gate's ERROR in gate.json and the job runs; slurmd
+# never kills the prolog ('Prolog hung') nor drains the node ('Prolog error').
+t_a_budget_above_prolog_epilog_timeout_ends_as_the_gate_s_error() {
+    echo "PrologEpilogTimeout=15" > "$CL/timeout.conf"
+    slurm_conf_edit "s|^PrologEpilogTimeout=60\$|Include $CL/timeout.conf|"
+    grep -q "^Include $CL/timeout.conf" "$CL/slurm.conf" || fail "no PrologEpilogTimeout=60 line in slurm.conf to move"
+    slurm_conf_wait 15
+    conf "budget_seconds = 40"
+    # What --check-config says is what the run does: the same cut, not NOT READY.
+    prolog_direct --check-config
+    [ "$RC" = 0 ] && grep -q "^# budget_seconds = 40 cut to 8 s by PrologEpilogTimeout = 15 ($CL/timeout.conf:1)" "$OUT" \
+        || fail "--check-config: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    mode n1 hang
+    local logged; logged=$(wc -l < "$CL/log/slurmd-n1.log")
+    local j t0=$SECONDS; j=$(submit -w n1) || { fail "sbatch failed"; slurm_conf_restore; return; }
+    wait_done "$j" 90
+    [ "$(ran_on "$j")" = n1 ] || fail "job $j did not run on n1: '$(ran_on "$j")', $(scontrol show job "$j" 2>&1 | grep -o 'JobState=[A-Z]* Reason=[^ ]*')"
+    drained n1 && fail "n1 drained: '$(reason_of n1)'"
+    local said; said=$(tail -n +"$((logged + 1))" "$CL/log/slurmd-n1.log" | grep -i 'prolog hung\|prolog error\|prolog failed')
+    [ -z "$said" ] || fail "slurmd failed the prolog: $said"
+    grep -q '"state": "error"' "$T/state/n1/gate.json" \
+        && grep -q "ERROR job $j on n1: .*budget of 8 s.*(budget_seconds = 40 cut to 8 s by PrologEpilogTimeout = 15 ($CL/timeout.conf:1)" "$T/state/n1/gate.json" \
+        || fail "gate.json: $(cat "$T/state/n1/gate.json" 2>&1)"
+    [ $((SECONDS - t0)) -le 60 ] || fail "took $((SECONDS - t0)) s"
+    slurm_conf_restore
+}
+
+# Issue 39 finding 2: a Prolog= with a one-letter typo, live on the controller, is NOT READY with
+# the path it should have; no job runs while it stands.
+t_check_config_names_a_prolog_entry_slurm_cannot_run() {
+    slurm_conf_edit "s|^Prolog=.*|Prolog=$T/bin/nccl-check-prolg|"
+    slurm_conf_wait 60
+    prolog_direct --check-config
+    slurm_conf_restore
+    [ "$RC" = 2 ] && grep -q "^NOT READY Prolog=$T/bin/nccl-check-prolg (scontrol show config): no such file (did you mean /usr/sbin/nccl-check-prolog?)" "$OUT" \
+        || fail "a Prolog= typo: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    # The epilog gate is shown with the budget it gets (the suite's Epilog= wrapper runs it).
+    prolog_direct --check-config
+    [ "$RC" = 0 ] && grep -q "^# PrologEpilogTimeout = 60 ($CL/slurm.conf:[0-9]*): each run of the gate (Prolog=$T/bin/prolog.sh, Epilog=$T/bin/epilog.sh) gets its budget_seconds = 10 s" "$OUT" \
+        || fail "the epilog gate: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+}
+
 run_test "FAIL drains the node with an nccl-check: reason; the batch job is requeued and runs on n2" t_fail_drains_and_requeues
 run_test "the worker gets only PATH and the config's [env], and the contract's arguments" t_worker_gets_only_path_and_the_config_env
 run_test "ERROR drains nothing and the job runs" t_error_drains_nothing_and_the_job_runs
@@ -550,11 +617,13 @@ run_test "gpus = job passes the job's GPUs; a job without GPUs is not checked" t
 run_test "a stray process on the job's GPU drains the node busy; stray_processes = warn only logs it" t_a_stray_process_on_the_jobs_gpu_drains_busy
 run_test "a prolog that checks nothing writes gate.json skipped, the metric and a syslog line, for this job" t_a_prolog_that_checks_nothing_says_skipped_every_time
 run_test "--check-config prints every key and its source; an appended line is a prolog key; exit 2 when invalid or not ready" t_check_config_prints_every_key_and_its_source
-run_test "--check-config: budget vs PrologEpilogTimeout, gpus = job without gres/gpu, the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
+run_test "--check-config: a budget above PrologEpilogTimeout is cut as the gate cuts it; gpus = job without gres/gpu and the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
 run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
 run_test "Epilog= (SLURM_SCRIPT_CONTEXT=epilog_slurmd): a PASS is the next prolog's cache; a FAIL drains after the job, which completes" t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache
 run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid and PCI address" t_a_kernel_xid_drains_before_the_worker_runs
 run_test "a CPU job's program named like an Xid segfaults (real kernel log): its epilog and the next job's prolog drain nothing" t_a_crashing_program_named_like_an_xid_drains_nothing
+run_test "budget_seconds above PrologEpilogTimeout (Include'd, lowered live): a hung check ends as the gate's ERROR, slurmd drains nothing" t_a_budget_above_prolog_epilog_timeout_ends_as_the_gate_s_error
+run_test "--check-config: a Prolog= typo on the controller is NOT READY; the epilog gate is shown" t_check_config_names_a_prolog_entry_slurm_cannot_run
 
 # --- a shared node: the cluster again, now with 4 gres GPUs on each node ----------------------
 # The GPUs are plain files (slurmd only stats them: the same on 22.05, 24.11 and 26.05); the
@@ -680,7 +749,7 @@ if [ -z "$FILTER" ] || [[ "a shared node" == *"$FILTER"* ]]; then
 fi
 
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 21 ]; then
-    say "only $STARTED of 21 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 23 ]; then
+    say "only $STARTED of 23 tests ran"; exit 1
 fi
 exit 0

@@ -22,6 +22,23 @@ pub fn probe_node(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
         .map_or("libnccl.so.2 on the library path".to_string(), |p| {
             p.display().to_string()
         });
+    // A named library that is not there fails every check on every node; this needs no GPU
+    // to tell (a file check only: nothing is loaded on a node without GPUs).
+    if let Some(l) = lib.as_ref().filter(|l| !l.is_file()) {
+        let why = if l.exists() {
+            "not a file"
+        } else {
+            "no such file"
+        };
+        return NodeReady {
+            lines: vec![format!(
+                "NOT READY NCCL ({}): {why}; every check would end in ERROR. Set nccl_lib = \
+                 \"/path/libnccl.so.2\" in /etc/nccl-check/nccl-check.toml to the library's path",
+                l.display()
+            )],
+            not_ready: true,
+        };
+    }
     if gpus.is_empty() {
         return NodeReady {
             lines: vec![format!(
@@ -66,22 +83,39 @@ mod tests {
 
     #[test]
     fn a_node_without_gpus_cannot_tell_and_is_not_failed() {
-        let r = probe_node(
-            Path::new("/nonexistent-root"),
-            Some(Path::new("/nonexistent/libnccl.so.2")),
-        );
+        let r = probe_node(Path::new("/nonexistent-root"), None);
         assert!(!r.not_ready, "{r:?}");
         assert!(r.lines[0].contains("no GPU listed by the driver"), "{r:?}");
+    }
+
+    /// Issue 39 finding 7: `nccl_lib = "/nope/libnccl.so.2"` is named as missing on a node
+    /// without GPUs too.
+    #[test]
+    fn a_named_library_that_is_not_there_is_not_ready_without_gpus() {
+        let r = probe_node(
+            Path::new("/nonexistent-root"),
+            Some(Path::new("/nope/libnccl.so.2")),
+        );
+        assert!(r.not_ready, "{r:?}");
+        assert!(
+            r.lines[0].starts_with("NOT READY NCCL (/nope/libnccl.so.2): no such file"),
+            "{r:?}"
+        );
+        let r = probe_node(Path::new("/nonexistent-root"), Some(Path::new("/")));
+        assert!(r.not_ready && r.lines[0].contains("not a file"), "{r:?}");
     }
 
     #[test]
     fn a_gpu_node_whose_nccl_does_not_load_is_not_ready() {
         let root = crate::test_support::scratch_dir("node-ready");
         std::fs::create_dir_all(root.join("proc/driver/nvidia/gpus/0000:19:00.0")).expect("mkdir");
-        let r = probe_node(&root, Some(Path::new("/nonexistent/libnccl.so.2")));
+        // A file that is there but no library: only loading it tells.
+        let lib = root.join("libnccl.so.2");
+        std::fs::write(&lib, "not an ELF").expect("write");
+        let r = probe_node(&root, Some(&lib));
         assert!(r.not_ready, "{r:?}");
         assert!(
-            r.lines[1].starts_with("NOT READY NCCL (/nonexistent/libnccl.so.2): "),
+            r.lines[1].starts_with(&format!("NOT READY NCCL ({}): ", lib.display())),
             "{r:?}"
         );
         std::fs::remove_dir_all(&root).ok();

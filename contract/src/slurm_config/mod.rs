@@ -113,6 +113,113 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// What slurmd would fail on when it runs each Prolog=/Epilog= entry as it will (wildcards
+    /// expanded, links followed, a wrapper script's calls of nccl-check programs): a file that is
+    /// missing or not executable fails every job's prolog and slurmd drains the node with
+    /// 'Prolog error'. `program` names what the entries should reach (for a typo's hint); `root`
+    /// is `/` except in tests. One line per problem, naming the entry and its source.
+    pub fn entry_problems(&self, program: &Path, root: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for (kind, list) in [("Prolog", &self.prologs), ("Epilog", &self.epilogs)] {
+            for e in list {
+                let at = self
+                    .origin
+                    .iter()
+                    .find(|(k, _)| k == kind)
+                    .map_or(self.source.as_str(), |(_, o)| o.as_str());
+                let under = crate::read::under(root, e);
+                let globbed = e.contains(['*', '?', '[']);
+                for f in files::expand(&under) {
+                    let shown = if globbed {
+                        format!("{kind}={e} ({})", shown_path(root, &f))
+                    } else {
+                        format!("{kind}={e}")
+                    };
+                    if let Some(why) = not_runnable(&f) {
+                        out.push(format!(
+                            "{shown} ({at}): {why}{}; slurmd fails every job's {} on it and drains \
+             the node ('Prolog error')",
+                            hint(e, program),
+                            kind.to_lowercase()
+                        ));
+                        continue;
+                    }
+                    for call in called_programs(&f) {
+                        if let Some(why) = not_runnable(&crate::read::under(root, &call)) {
+                            out.push(format!(
+                                "{shown} ({at}) calls {call}: {why}{}; every job's {} fails and \
+             slurmd drains the node ('Prolog error')",
+                                hint(&call, program),
+                                kind.to_lowercase()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `f` as the node names it (without the test root).
+fn shown_path(root: &Path, f: &Path) -> String {
+    let rel = f.strip_prefix(root).unwrap_or(f);
+    format!("/{}", rel.display()).replace("//", "/")
+}
+
+/// Why slurmd could not run `f`; None when it is an executable file (links followed).
+fn not_runnable(f: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(f) {
+        Err(_) if std::fs::symlink_metadata(f).is_ok() => Some("a link to nothing".into()),
+        Err(_) => Some("no such file".into()),
+        Ok(m) if !m.is_file() => Some("not a file".into()),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Some("not executable".into()),
+        Ok(_) => None,
+    }
+}
+
+/// A hint when the missing name looks like the program's with a typo.
+fn hint(entry: &str, program: &Path) -> String {
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    let base = Path::new(entry)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    match (name, base) {
+        (Some(n), Some(b)) if b != n && b.starts_with("nccl-check") => {
+            format!(" (did you mean {}?)", program.display())
+        }
+        _ => String::new(),
+    }
+}
+
+/// The absolute paths of nccl-check programs a small script calls (a site's wrapper:
+/// `exec /usr/sbin/nccl-check-prolog "$@"`); none for a binary or a large file.
+fn called_programs(f: &Path) -> Vec<String> {
+    let Ok(text) = crate::read::small(f, SCRIPT_MAX) else {
+        return Vec::new();
+    };
+    if !text.starts_with("#!") {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines().skip(1) {
+        let code = line.split('#').next().unwrap_or("");
+        for w in code.split(|c: char| c.is_whitespace() || "\"';|&()`".contains(c)) {
+            let named = Path::new(w)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("nccl-check"));
+            if w.starts_with('/') && named && !out.iter().any(|o| o == w) {
+                out.push(w.to_string());
+            }
+        }
+    }
+    out
+}
+
 /// Largest script looked into for a call of the program (a wrapper script is small).
 const SCRIPT_MAX: u64 = 256 * 1024;
 
@@ -186,8 +293,82 @@ pub struct Sources {
     pub files: Vec<Settings>,
     /// Files that could not be read, with why.
     pub file_errors: Vec<String>,
-    /// The slurm.conf in use on this node (the first candidate), with its includes.
+    /// The slurm.conf in use on this node ([`in_use`]), with its includes.
     pub conf: Option<ConfText>,
+    /// What the admin should know about the files: a local slurm.conf that shadows a
+    /// configless cache or breaks scontrol.
+    pub notes: Vec<String>,
+}
+
+/// Which of `candidates` ([`files::candidates`]) slurmd uses, and notes on the others.
+/// `$SLURM_CONF` (slurmd sets it for its prologs) wins; else a configless cache wins over a local
+/// `/etc/slurm/slurm.conf`: a node with a cache runs a configless slurmd, and a local file beside
+/// it only shadows the cache for scontrol, srun and sinfo on this node (README steps that add
+/// lines to a local file are the usual cause). Else the first candidate.
+pub fn in_use(
+    root: &Path,
+    slurm_conf: Option<&str>,
+    candidates: &[PathBuf],
+) -> (Option<PathBuf>, Vec<String>) {
+    let mut notes = Vec::new();
+    if let Some(c) = slurm_conf.map(|c| crate::read::under(root, c)) {
+        if candidates.contains(&c) {
+            return (Some(c), notes);
+        }
+    }
+    let local = crate::read::under(root, "/etc/slurm/slurm.conf");
+    let cache = candidates
+        .iter()
+        .find(|p| {
+            let s = p.display().to_string();
+            s.contains("/conf-cache/") || p.starts_with(crate::read::under(root, "/run/slurm/conf"))
+        })
+        .cloned();
+    match cache {
+        Some(cache) if candidates.contains(&local) => {
+            let cluster = files::read(&local)
+                .ok()
+                .and_then(|c| c.get("ClusterName").map(|(v, _)| v));
+            let breaks = match cluster {
+                Some(_) => String::new(),
+                None => " It has no ClusterName, so scontrol, srun and sinfo on this node fail \
+             ('ClusterName needs to be specified')."
+                    .to_string(),
+            };
+            notes.push(format!(
+                "{} shadows the configless cache {}: slurmd uses the cache (its controller's \
+             slurm.conf), while scontrol, srun and sinfo on this node read the local file.{breaks} \
+             Put Slurm settings in the controller's slurm.conf (or an Include there) and \
+             remove {}; read here: the cache",
+                local.display(),
+                cache.display(),
+                local.display()
+            ));
+            (Some(cache), notes)
+        }
+        _ => (candidates.first().cloned(), notes),
+    }
+}
+
+/// `PrologEpilogTimeout` as slurmd on this node has it now, read from the slurm.conf it uses
+/// (with its includes; a configless node's cache, which slurmd rewrites at each reconfigure) with
+/// no call to the controller: the prolog asks it at every run. `Ok((None, _))`: unset (no
+/// limit); the string says where it came from. Err: no slurm.conf could be read.
+pub fn prolog_epilog_timeout_now(
+    root: &Path,
+    slurm_conf: Option<&str>,
+) -> Result<(Option<u64>, String), String> {
+    let all = files::candidates(root, slurm_conf, &[]);
+    let (path, _) = in_use(root, slurm_conf, &all);
+    let path = path.ok_or_else(|| "no slurm.conf found on this node".to_string())?;
+    let conf = files::read(&path).map_err(|e| e.to_string())?;
+    Ok(match conf.get("PrologEpilogTimeout") {
+        Some((v, l)) => (
+            timeout_value(&v),
+            format!("{}:{}", l.file.display(), l.line),
+        ),
+        None => (None, conf.main.display().to_string()),
+    })
 }
 
 impl Sources {
@@ -211,8 +392,15 @@ impl Sources {
             .and_then(|l| l.slurmd_spool_dir.clone())
             .into_iter()
             .collect();
-        for path in files::candidates(root, slurm_conf, &spool) {
-            match files::read(&path) {
+        let all = files::candidates(root, slurm_conf, &spool);
+        let (in_use, notes) = in_use(root, slurm_conf, &all);
+        s.notes = notes;
+        // The file in use first, so `effective` and `conf` are that file's.
+        let ordered = in_use
+            .iter()
+            .chain(all.iter().filter(|p| Some(*p) != in_use.as_ref()));
+        for path in ordered {
+            match files::read(path) {
                 Ok(c) => {
                     s.files.push(Settings::from_file(&c));
                     if s.conf.is_none() {
@@ -344,6 +532,151 @@ mod tests {
         let e = s.effective().expect("settings");
         assert!(e.has_gres_gpu() && e.has_prolog_flag("Alloc"));
         assert_eq!(s.conf_dir(), Some(cache));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Issue 39 finding 2: a Prolog= with a one-letter typo, a glob whose link points nowhere, a
+    /// non-executable epilog and a wrapper that calls a missing program are each named.
+    #[test]
+    fn entries_slurm_cannot_run_are_named_with_a_hint() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = scratch_dir("slurm-config-entries");
+        std::fs::create_dir_all(d.join("usr/sbin")).expect("mkdir");
+        std::fs::create_dir_all(d.join("etc/slurm/prolog.d")).expect("mkdir");
+        let prog = d.join("usr/sbin/nccl-check-prolog");
+        std::fs::write(&prog, "bin").expect("w");
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let program = Path::new("/usr/sbin/nccl-check-prolog");
+        let ok = Settings {
+            prologs: vec!["/usr/sbin/nccl-check-prolog".into()],
+            ..Settings::default()
+        };
+        assert!(ok.entry_problems(program, &d).is_empty());
+        let typo = Settings {
+            source: "scontrol show config".into(),
+            prologs: vec!["/usr/sbin/nccl-check-prolg".into()],
+            ..Settings::default()
+        };
+        let p = typo.entry_problems(program, &d);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("Prolog=/usr/sbin/nccl-check-prolg (scontrol show config): no such file (did you mean /usr/sbin/nccl-check-prolog?)"),
+            "{p:?}"
+        );
+        std::os::unix::fs::symlink(
+            "/usr/sbin/nccl-check-prolog-gone",
+            d.join("etc/slurm/prolog.d/50-gate"),
+        )
+        .expect("symlink");
+        std::fs::write(
+            d.join("etc/epilog.sh"),
+            "#!/bin/sh
+",
+        )
+        .expect("w");
+        std::fs::write(
+            d.join("etc/slurm/prolog.d/60-wrap.sh"),
+            "#!/bin/sh
+exec /usr/sbin/nccl-check-prolg --epilog \"$@\"\n",
+        )
+        .expect("w");
+        std::fs::set_permissions(
+            d.join("etc/slurm/prolog.d/60-wrap.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+        let s = Settings {
+            prologs: vec!["/etc/slurm/prolog.d/*".into()],
+            epilogs: vec!["/etc/epilog.sh".into()],
+            ..Settings::default()
+        };
+        let p = s.entry_problems(program, &d);
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(
+            p[0].contains("Prolog=/etc/slurm/prolog.d/* (/etc/slurm/prolog.d/50-gate)")
+                && p[0].contains("a link to nothing"),
+            "{p:?}"
+        );
+        assert!(
+            p[1].contains("calls /usr/sbin/nccl-check-prolg: no such file (did you mean"),
+            "{p:?}"
+        );
+        assert!(
+            p[2].starts_with("Epilog=/etc/epilog.sh") && p[2].contains("not executable"),
+            "{p:?}"
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Issue 39 finding 4: README's three lines in a local /etc/slurm/slurm.conf on a configless
+    /// node are not read as the config in use; the cache is, and the local file is named.
+    #[test]
+    fn a_local_slurm_conf_beside_a_configless_cache_is_named_and_the_cache_read() {
+        let d = scratch_dir("slurm-config-shadow");
+        let cache = d.join("run/slurm/conf");
+        std::fs::create_dir_all(&cache).expect("mkdir");
+        std::fs::create_dir_all(d.join("etc/slurm")).expect("mkdir");
+        std::fs::write(
+            cache.join("slurm.conf"),
+            "ClusterName=c\nGresTypes=gpu\nPrologEpilogTimeout=15\n",
+        )
+        .expect("w");
+        std::fs::write(
+            d.join("etc/slurm/slurm.conf"),
+            "Prolog=/usr/sbin/nccl-check-prolog\nPrologFlags=Alloc\nPrologEpilogTimeout=120\n",
+        )
+        .expect("w");
+        let s = Sources::read(&d, None, None, Duration::from_secs(1));
+        assert_eq!(
+            s.conf.as_ref().map(|c| c.main.clone()),
+            Some(cache.join("slurm.conf"))
+        );
+        assert!(s.effective().is_some_and(Settings::has_gres_gpu), "{s:?}");
+        assert_eq!(s.notes.len(), 1, "{s:?}");
+        assert!(
+            s.notes[0].contains("etc/slurm/slurm.conf shadows the configless cache")
+                && s.notes[0].contains("no ClusterName"),
+            "{s:?}"
+        );
+        // The run-time read takes the same file.
+        let (t, at) = prolog_epilog_timeout_now(&d, None).expect("read");
+        assert_eq!(t, Some(15));
+        assert!(at.ends_with("run/slurm/conf/slurm.conf:3"), "{at}");
+        // Without a cache the local file is the one in use, and nothing is said.
+        std::fs::remove_dir_all(&cache).expect("rm");
+        let s = Sources::read(&d, None, None, Duration::from_secs(1));
+        assert!(s.notes.is_empty(), "{s:?}");
+        assert_eq!(
+            prolog_epilog_timeout_now(&d, None).expect("read").0,
+            Some(120)
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// slurmd sets SLURM_CONF for its prologs to the file it uses: that file wins, cache or not.
+    #[test]
+    fn slurm_conf_names_the_file_in_use_and_a_wrapper_s_comment_is_no_call() {
+        let d = scratch_dir("slurm-config-in-use");
+        let cache = d.join("var/spool/slurmd/conf-cache");
+        std::fs::create_dir_all(&cache).expect("mkdir");
+        std::fs::create_dir_all(d.join("etc/slurm")).expect("mkdir");
+        std::fs::write(cache.join("slurm.conf"), "PrologEpilogTimeout=15\n").expect("w");
+        std::fs::write(
+            d.join("etc/slurm/slurm.conf"),
+            "ClusterName=c\nPrologEpilogTimeout=65534\n",
+        )
+        .expect("w");
+        let (t, _) = prolog_epilog_timeout_now(&d, Some("/etc/slurm/slurm.conf")).expect("read");
+        assert_eq!(t, None, "65534 is unset: no limit");
+        let (t, _) = prolog_epilog_timeout_now(&d, None).expect("read");
+        assert_eq!(t, Some(15), "without SLURM_CONF the cache is in use");
+        let w = d.join("wrap.sh");
+        std::fs::write(
+            &w,
+            "#!/bin/sh\n# was /usr/sbin/nccl-check-old\nexec /usr/sbin/nccl-check-prolog --epilog\n",
+        )
+        .expect("w");
+        assert_eq!(called_programs(&w), ["/usr/sbin/nccl-check-prolog"]);
         std::fs::remove_dir_all(&d).ok();
     }
 

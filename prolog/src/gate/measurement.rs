@@ -53,7 +53,13 @@ impl Gate<'_> {
             req.worker.display(),
             req.args().display()
         ));
-        let run = worker::run(&req);
+        let mut run = worker::run(&req);
+        // A budget cut by PrologEpilogTimeout says so where the timeout's ERROR is read.
+        if let (Some(p), Some(cut)) = (run.problem.as_mut(), self.budget_cut.as_deref()) {
+            if p.starts_with("no verdict within the budget") {
+                p.push_str(&format!(" ({cut})"));
+            }
+        }
         let j = self.judge(&run, &sel, k.slurm);
         let cacheable = self.cacheable(&sel, j.report);
         let line = self.line(k.whom, &sel.label, &j.actions);
