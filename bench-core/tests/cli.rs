@@ -497,7 +497,13 @@ fn explain_plan_at_its_maximum_runs_under_a_512_mib_address_space_limit() {
     use std::os::unix::process::CommandExt;
     const LIMIT: libc::rlim_t = 512 << 20;
     for json in [false, true] {
-        let mut args = vec!["--explain-plan", "--nodes", "65536", "--gpus-per-node", "64"];
+        let mut args = vec![
+            "--explain-plan",
+            "--nodes",
+            "65536",
+            "--gpus-per-node",
+            "64",
+        ];
         if json {
             args.push("--json");
         }
@@ -518,7 +524,12 @@ fn explain_plan_at_its_maximum_runs_under_a_512_mib_address_space_limit() {
         }
         let out = cmd.output().expect("nccl-check runs");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {:?} {err}", out.status);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         if json {
             let v: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
