@@ -383,15 +383,20 @@ pub fn connect(setup: &Setup, me: Member) -> Result<Joined, String> {
     }
     let mut a = find(setup, &me)?;
     let where_ = format!("rendezvous at {}:{}", setup.host, a.port);
-    let welcome: Welcome = a
-        .session
-        .recv(wire::MAX_HANDSHAKE_FRAME, setup.deadline)
-        .map_err(|e| match e {
-            WireError::Closed => format!(
-                "{where_}: the coordinator closed the connection before everyone had joined: it exited, was killed, or gave up (its own output says why)"
-            ),
-            other => format!("{where_}: waiting for the other processes: {other}"),
-        })?;
+    let welcome: Welcome = match a.session.recv(wire::MAX_HANDSHAKE_FRAME, setup.deadline) {
+        Ok(w) => w,
+        Err(WireError::Closed) => return Err(format!(
+            "{where_}: the coordinator closed the connection before everyone had joined: it exited, was killed, or gave up (its own output says why)"
+        )),
+        Err(e @ (WireError::Forged | WireError::Replayed)) => {
+            // The other direction may still pass: the coordinator then names the tampering
+            // too, instead of finding this process gone.
+            let why = format!("the welcome it received: {e}");
+            ControlPlane::leaf(a.session).abort(&why, setup.deadline);
+            return Err(format!("{where_}: {why}"));
+        }
+        Err(e) => return Err(format!("{where_}: waiting for the other processes: {e}")),
+    };
     let (unique_id, members) = messages::check_welcome(&welcome, setup.world, &me)
         .map_err(|e| format!("{where_}: welcome refused: {e}"))?;
     Ok(Joined {
