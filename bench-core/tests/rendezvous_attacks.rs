@@ -367,7 +367,7 @@ fn under_munge_a_credential_a_stranger_collects_is_useless_to_another_uid() {
     let mut at_coordinator = TcpStream::connect(("127.0.0.1", p2)).expect("test setup");
     let local = at_coordinator.local_addr().expect("test setup").to_string();
     let opening = serde_json::json!({
-        "protocol": "nccl-check-rendezvous/4", "nonce": "cd".repeat(32),
+        "protocol": bench_core::meet::rendezvous::auth::PROTOCOL, "nonce": "cd".repeat(32),
         "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{p2}")
     });
     at_coordinator
@@ -479,7 +479,7 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
                     let _ = s.write_all(&frame(&hello));
                 } else {
                     let opening = serde_json::json!({
-                        "protocol": "nccl-check-rendezvous/4", "nonce": format!("{:064x}", i + 1),
+                        "protocol": bench_core::meet::rendezvous::auth::PROTOCOL, "nonce": format!("{:064x}", i + 1),
                         "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{port}")
                     });
                     let _ = s.write_all(&frame(&opening));

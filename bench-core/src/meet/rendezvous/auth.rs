@@ -24,10 +24,11 @@ use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
 
 /// Protocol name, the first part of every proof's context.
-/// Version 4: the welcome lists the processes by columns (`messages::Welcome`); 3 brought
+/// Version 5: the coordinator tells a member it is accepted (`messages::Accepted`), so a member
+/// dropped before that tries again. 4: the welcome lists the processes by columns (`messages::Welcome`); 3 brought
 /// sessions (sealed frames after the handshake); 2 had proofs per message only. Two versions
 /// refuse each other, and say which version the other speaks.
-pub const PROTOCOL: &str = "nccl-check-rendezvous/4";
+pub const PROTOCOL: &str = "nccl-check-rendezvous/5";
 
 /// The bytes a proof covers: protocol, purpose, step label, the other side's nonce, the message.
 pub fn context(purpose: &str, label: &str, nonce: &str, body: &[u8]) -> Vec<u8> {
@@ -184,6 +185,9 @@ const MAX_MUNGE_OUTPUT: usize = 64 * 1024;
 /// before its deadline is refused (a real member retries).
 pub const MUNGE_AT_ONCE: usize = 4;
 
+/// How a refusal for want of a free slot begins.
+pub const MUNGE_BUSY: &str = "MUNGE is busy";
+
 /// Slots for [`MUNGE_AT_ONCE`] programs at a time.
 static MUNGE_SLOTS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
 static MUNGE_FREED: std::sync::Condvar = std::sync::Condvar::new();
@@ -197,7 +201,7 @@ impl MungeSlot {
         while *busy >= MUNGE_AT_ONCE {
             let Some(left) = until.checked_duration_since(Instant::now()) else {
                 return Err(format!(
-                    "MUNGE is busy: {MUNGE_AT_ONCE} credentials are being made or checked already (a flood of connections?)"
+                    "{MUNGE_BUSY}: {MUNGE_AT_ONCE} credentials are being made or checked already (a flood of connections?)"
                 ));
             };
             busy = MUNGE_FREED

@@ -21,8 +21,75 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Handshakes served at once; connections beyond this are closed at once (a real member retries).
 pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 
-/// Refused connections logged one by one; the rest are counted in one line.
+/// Refused connections of one kind logged one by one; the rest of that kind are counted, so a
+/// stranger retrying every 50 ms neither floods the job's log nor hides a later relay.
 const MAX_REFUSALS_LOGGED: usize = 3;
+
+/// What a refused connection was, as far as the coordinator can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Refusal {
+    /// It arrived from another address than it left: a process relays connections.
+    Relay,
+    /// Its proof is not this step's: another user's or another step's process.
+    WrongProof,
+    /// Its credential was used before (MUNGE's replay cache): a recording played again.
+    Replay,
+    /// Another protocol version: a worker of another nccl-check version.
+    OtherVersion,
+    /// No credential work was free for it in time (a flood of connections?).
+    Busy,
+    /// It did not complete the handshake: silent, closed early, or not the protocol.
+    Incomplete,
+}
+
+impl Refusal {
+    fn plural(self) -> &'static str {
+        match self {
+            Refusal::Relay => "relayed connection(s)",
+            Refusal::WrongProof => "connection(s) with a wrong proof",
+            Refusal::Replay => "connection(s) with a replayed credential",
+            Refusal::OtherVersion => "connection(s) of another version",
+            Refusal::Busy => "connection(s) refused while busy",
+            Refusal::Incomplete => "connection(s) that did not complete the handshake",
+        }
+    }
+}
+
+/// The coordinator's log of refused connections, rate-limited by kind.
+#[derive(Default)]
+pub struct Refusals {
+    counts: std::collections::BTreeMap<Refusal, usize>,
+}
+
+impl Refusals {
+    /// Counts one refusal; the line to print while its kind is under the limit.
+    pub fn note(&mut self, kind: Refusal, why: &str) -> Option<String> {
+        let n = self.counts.entry(kind).or_insert(0);
+        *n += 1;
+        (*n <= MAX_REFUSALS_LOGGED).then(|| {
+            format!(
+                "nccl-check: rendezvous: refused a connection: {}",
+                crate::text::escape_control(why)
+            )
+        })
+    }
+
+    /// The refusals not printed, by kind, in one line; `None` when every one was.
+    pub fn unlogged(&self) -> Option<String> {
+        let parts: Vec<String> = self
+            .counts
+            .iter()
+            .filter(|(_, &n)| n > MAX_REFUSALS_LOGGED)
+            .map(|(k, n)| format!("{} {}", n - MAX_REFUSALS_LOGGED, k.plural()))
+            .collect();
+        (!parts.is_empty()).then(|| {
+            format!(
+                "nccl-check: rendezvous: also refused, not logged one by one: {}",
+                parts.join(", ")
+            )
+        })
+    }
+}
 
 /// One member that passed its handshake.
 pub(super) struct Arrival {
@@ -97,40 +164,44 @@ fn readable(listener: &TcpListener, wait: Duration) -> bool {
     unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
 }
 
-/// One member's handshake, on its own thread.
+/// One member's handshake, on its own thread; a refusal says what the connection was.
 pub(super) fn handshake(
     mut stream: TcpStream,
     world: u32,
     label: &str,
     auth: &dyn Authenticator,
     deadline: Instant,
-) -> Result<Arrival, String> {
+) -> Result<Arrival, (Refusal, String)> {
     let deadline = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let from = stream.peer_addr().map_err(|e| e.to_string())?;
+    let local = |e: String| (Refusal::Incomplete, e);
+    stream
+        .set_nonblocking(false)
+        .map_err(|e| local(e.to_string()))?;
+    stream.set_nodelay(true).map_err(|e| local(e.to_string()))?;
+    let from = stream.peer_addr().map_err(|e| local(e.to_string()))?;
     let seen_from = addr_text(from);
-    let seen_to = addr_text(stream.local_addr().map_err(|e| e.to_string())?);
-    let who = |e: String| format!("from {from}: {e}");
-    let keys = KeyPair::new()?;
+    let seen_to = addr_text(stream.local_addr().map_err(|e| local(e.to_string()))?);
+    let kind = |k: Refusal| move |e: String| (k, format!("from {from}: {e}"));
+    let who = kind(Refusal::Incomplete);
+    let wire_err = |e: wire::WireError| who(e.to_string());
+    let keys = KeyPair::new().map_err(local)?;
     let greeting = Greeting {
         protocol: auth::PROTOCOL.into(),
         label: label.into(),
-        nonce: auth::nonce()?,
+        nonce: auth::nonce().map_err(local)?,
         key: keys.public_hex(),
     };
-    wire::send(&mut stream, &greeting, deadline).map_err(|e| who(e.to_string()))?;
-    let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, deadline)
-        .map_err(|e| who(e.to_string()))?;
-    let version: Version = wire::decode(&first).map_err(|e| who(e.to_string()))?;
+    wire::send(&mut stream, &greeting, deadline).map_err(wire_err)?;
+    let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(wire_err)?;
+    let version: Version = wire::decode(&first).map_err(wire_err)?;
     if version.protocol != auth::PROTOCOL {
-        return Err(who(format!(
+        return Err(kind(Refusal::OtherVersion)(format!(
             "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
             crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
             auth::PROTOCOL
         )));
     }
-    let opening: Opening = wire::decode(&first).map_err(|e| who(e.to_string()))?;
+    let opening: Opening = wire::decode(&first).map_err(wire_err)?;
     messages::check_nonce(&opening.nonce).map_err(who)?;
     let their_key = session::check_key(&opening.key).map_err(who)?;
     messages::check_addr(&opening.from).map_err(who)?;
@@ -150,27 +221,37 @@ pub(super) fn handshake(
         to: seen_to.clone(),
         proof: auth
             .prove(&auth::context("coordinator", label, &t_hex, b""), deadline)
-            .map_err(who)?,
+            .map_err(kind(Refusal::Busy))?,
     };
-    wire::send(&mut stream, &proof, deadline).map_err(|e| who(e.to_string()))?;
+    wire::send(&mut stream, &proof, deadline).map_err(wire_err)?;
     if opening.from != seen_from || opening.to != seen_to {
         // The member will see it too and look elsewhere; this side just names it.
-        return Err(format!(
-            "a connection relayed by another process: it left {} for {}, and arrived from {seen_from} at {seen_to}",
-            opening.from, opening.to
+        return Err((
+            Refusal::Relay,
+            format!(
+                "a connection relayed by another process: it left {} for {}, and arrived from {seen_from} at {seen_to}",
+                crate::text::escape_control(&opening.from),
+                crate::text::escape_control(&opening.to)
+            ),
         ));
     }
     let hello: Hello =
-        wire::recv(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(|e| who(e.to_string()))?;
+        wire::recv(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(wire_err)?;
     messages::check_proof(&hello.proof).map_err(who)?;
     messages::check_hello(&hello.body, world).map_err(who)?;
-    let body = serde_json::to_vec(&hello.body).map_err(|e| e.to_string())?;
+    let body = serde_json::to_vec(&hello.body).map_err(|e| local(e.to_string()))?;
     auth.verify(
         &auth::context("member", label, &t_hex, &body),
         &hello.proof,
         deadline,
     )
-    .map_err(|e| who(format!("process rank {}: {e}", hello.body.member.proc_rank)))?;
+    .map_err(|e| {
+        let k = refusal_of_verify(&e);
+        kind(k)(format!(
+            "claiming process rank {}: {e}",
+            hello.body.member.proc_rank
+        ))
+    })?;
     let keys = Keys::derive(
         &keys,
         &their_key,
@@ -179,10 +260,26 @@ pub(super) fn handshake(
         Role::Coordinator,
     )
     .map_err(who)?;
+    let mut session = Session::new(stream, keys);
+    // Sealed: the member knows from it that it is in, and that a close before it was a drop.
+    session
+        .send(&messages::Accepted { accepted: true }, deadline)
+        .map_err(wire_err)?;
     Ok(Arrival {
         member: hello.body.member,
-        session: Session::new(stream, keys),
+        session,
     })
+}
+
+/// The kind of a proof that did not verify, from the authenticator's words.
+fn refusal_of_verify(why: &str) -> Refusal {
+    if why.contains("Replayed credential") {
+        Refusal::Replay
+    } else if why.contains(auth::MUNGE_BUSY) {
+        Refusal::Busy
+    } else {
+        Refusal::WrongProof
+    }
 }
 
 /// Serves the rendezvous until every other process has joined, or the deadline.
@@ -201,12 +298,12 @@ pub fn serve(
     let world = setup.world;
     let mut slots: Vec<Option<Arrival>> = (0..world).map(|_| None).collect();
     let mut missing = world - 1;
-    let (tx, rx) = mpsc::channel::<(u64, Result<Arrival, String>)>();
+    let (tx, rx) = mpsc::channel::<(u64, Result<Arrival, (Refusal, String)>)>();
     // Handshakes under way, by id: a second handle to each socket, so that the ones still
     // running when everyone is in can be cut off at once instead of holding up the welcome.
     let mut pending: std::collections::HashMap<u64, TcpStream> = Default::default();
     let mut next_id = 0u64;
-    let mut refused = 0usize;
+    let mut refused = Refusals::default();
     std::thread::scope(|scope| -> Result<(), String> {
         let result = (|| {
             while missing > 0 {
@@ -225,14 +322,9 @@ pub fn serve(
                                 missing -= 1;
                             }
                         }
-                        Err(why) => {
-                            refused += 1;
-                            // A stranger retrying every 50 ms must not flood the job's log.
-                            if refused <= MAX_REFUSALS_LOGGED {
-                                eprintln!(
-                                    "nccl-check: rendezvous: refused a connection: {}",
-                                    crate::text::escape_control(&why)
-                                );
+                        Err((kind, why)) => {
+                            if let Some(line) = refused.note(kind, &why) {
+                                eprintln!("{line}");
                             }
                         }
                     }
@@ -281,11 +373,8 @@ pub fn serve(
             }
             Ok(())
         })();
-        if refused > MAX_REFUSALS_LOGGED {
-            eprintln!(
-                "nccl-check: rendezvous: refused {} more connection(s)",
-                refused - MAX_REFUSALS_LOGGED
-            );
+        if let Some(line) = refused.unlogged() {
+            eprintln!("{line}");
         }
         // Whoever is still in a handshake is not needed (or it is too late): cut them off so the
         // scope's threads end now.
@@ -338,4 +427,62 @@ fn welcome(
         members,
         plane: ControlPlane::root(&me, plane),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 34: after three refusals of any kind only a count was logged, so an early stranger
+    /// hid a later relay; now each kind has its own three lines.
+    #[test]
+    fn refusals_are_rate_limited_by_kind_not_by_count() {
+        let mut r = Refusals::default();
+        let logged = (0..100)
+            .filter(|i| {
+                r.note(Refusal::Incomplete, &format!("stranger {i}"))
+                    .is_some()
+            })
+            .count();
+        assert_eq!(logged, MAX_REFUSALS_LOGGED);
+        let relay = r.note(Refusal::Relay, "a connection relayed by another process");
+        assert!(relay.is_some_and(|l| l.contains("relayed by another process")));
+        let proof = r.note(
+            Refusal::WrongProof,
+            "from 10.0.0.9:4000: proof does not match",
+        );
+        assert!(proof.is_some());
+        let replay = r.note(Refusal::Replay, "unmunge: Replayed credential");
+        assert!(replay.is_some_and(|l| l.contains("Replayed credential")));
+        assert_eq!(
+            r.unlogged().as_deref(),
+            Some("nccl-check: rendezvous: also refused, not logged one by one: 97 connection(s) that did not complete the handshake")
+        );
+        for _ in 0..5 {
+            let _ = r.note(Refusal::Relay, "again");
+        }
+        let u = r.unlogged().unwrap_or_default();
+        assert!(
+            u.ends_with(
+                ": 3 relayed connection(s), 97 connection(s) that did not complete the handshake"
+            ),
+            "{u}"
+        );
+    }
+
+    #[test]
+    fn a_proof_that_does_not_verify_is_classified_by_its_reason() {
+        assert_eq!(
+            refusal_of_verify("unmunge: Replayed credential"),
+            Refusal::Replay
+        );
+        assert_eq!(
+            refusal_of_verify(&format!("{}: 4 credentials", auth::MUNGE_BUSY)),
+            Refusal::Busy
+        );
+        assert_eq!(
+            refusal_of_verify("proof does not match this step's secret"),
+            Refusal::WrongProof
+        );
+    }
 }

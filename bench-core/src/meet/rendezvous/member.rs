@@ -36,6 +36,10 @@ enum Miss {
     /// Something holds the port and is not this step's coordinator: it answered and could not
     /// prove itself, relays the connection, or said nothing for a whole handshake's time.
     Held(String),
+    /// The coordinator proved itself and then closed the connection before accepting this
+    /// process (busy with a flood of connections, or it refused this proof): said once, and
+    /// tried again.
+    Dropped(String),
 }
 
 /// Retries before a held port counts as held for good (see [`connect`]).
@@ -122,12 +126,33 @@ fn attempt(
             "the coordinator was found on another port".into(),
         ));
     }
-    let r = attempt_on(setup, me, &mut stream);
+    let r = attempt_on(setup, me, &mut stream).and_then(|keys| {
+        let mut session = Session::new(stream, keys);
+        accepted(setup, &mut session)?;
+        Ok(session)
+    });
     let _ = track(None);
-    r.map(|keys| Admitted {
-        session: Session::new(stream, keys),
-        port,
-    })
+    r.map(|session| Admitted { session, port })
+}
+
+/// Waits for the coordinator's word that this process is in (it may first wait for a free
+/// MUNGE slot for as long as a handshake may take).
+fn accepted(setup: &Setup, session: &mut Session) -> Result<(), Miss> {
+    let deadline = setup
+        .deadline
+        .min(Instant::now() + HANDSHAKE_TIMEOUT + Duration::from_secs(1));
+    match session.recv::<messages::Accepted>(wire::MAX_HELLO_FRAME, deadline) {
+        Ok(a) if a.accepted => Ok(()),
+        Ok(_) => Err(Miss::Held("the coordinator did not accept this process".into())),
+        Err(WireError::Closed | WireError::Io(_)) => Err(Miss::Dropped(
+            "the coordinator closed the connection before accepting this process (busy with other connections, or it refused this process's proof: its own output says which)".into(),
+        )),
+        Err(WireError::Deadline) => Err(Miss::Dropped(
+            "the coordinator did not accept this process in time (busy with other connections?)"
+                .into(),
+        )),
+        Err(e) => Err(Miss::Held(format!("after the handshake: {e}"))),
+    }
 }
 
 /// The coordinator's first message, if it is this step's coordinator's greeting: the same
@@ -281,7 +306,7 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
                     };
                     let pause = match &report {
                         Report::Found(_) => None,
-                        Report::Missed(_, Miss::Open(_)) => Some(RETRY),
+                        Report::Missed(_, Miss::Open(_) | Miss::Dropped(_)) => Some(RETRY),
                         // Every try at a relay costs the coordinator a handshake: slower.
                         Report::Missed(_, Miss::Held(_)) => Some(HELD_RETRY),
                     };
@@ -321,6 +346,7 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
     let mut held: HashMap<u16, u32> = HashMap::new();
     let mut latest: HashMap<u16, String> = HashMap::new();
     let mut named = std::collections::HashSet::new();
+    let mut dropped = std::collections::HashSet::new();
     loop {
         let left = setup.deadline.saturating_duration_since(Instant::now());
         let report = match rx.recv_timeout(left) {
@@ -345,6 +371,17 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
         match &miss {
             Miss::Open(why) => {
                 held.insert(port, 0);
+                latest.insert(port, why.clone());
+            }
+            Miss::Dropped(why) => {
+                held.insert(port, 0);
+                if dropped.insert(port) {
+                    eprintln!(
+                        "nccl-check: rendezvous: port {port} on {}: {}; trying again",
+                        setup.host,
+                        crate::text::escape_control(why)
+                    );
+                }
                 latest.insert(port, why.clone());
             }
             Miss::Held(why) => {

@@ -432,7 +432,9 @@ mod tests {
     }
 
     fn coordinator_handshake_for_test(stream: TcpStream, s: &Setup) -> Result<(), String> {
-        coordinator::handshake(stream, s.world, &s.label, s.auth, s.deadline).map(|_| ())
+        coordinator::handshake(stream, s.world, &s.label, s.auth, s.deadline)
+            .map(|_| ())
+            .map_err(|(_, e)| e)
     }
 
     #[test]
