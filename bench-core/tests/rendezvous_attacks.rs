@@ -526,3 +526,78 @@ fn under_munge_a_replayed_credential_is_refused_with_its_reason() {
         .expect_err("garbage is refused");
     assert!(e.len() > "unmunge: ".len() + 20, "a reason is given: {e}");
 }
+
+/// A stranger's connection that makes the coordinator run `munge` for its proof and `unmunge`
+/// for a fake credential: an opening, then a hello with a fake credential.
+fn fake_member(port: u16, i: usize) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return;
+    };
+    let local = s.local_addr().expect("test setup").to_string();
+    let opening = serde_json::json!({
+        "protocol": bench_core::meet::rendezvous::auth::PROTOCOL, "nonce": format!("{:064x}", i + 1),
+        "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{port}")
+    });
+    let _ = s.write_all(&frame(&opening));
+    let _ = drain(&mut s, 100);
+    let hello = serde_json::json!({
+        "body": { "world": 2, "member": member(1) },
+        "proof": format!("MUNGE:AwQFAAD{}", "x".repeat(100))
+    });
+    let _ = s.write_all(&frame(&hello));
+    let _ = drain(&mut s, 200);
+}
+
+/// Issue 34: 256 threads of another user opening handshakes without pause kept MUNGE's slots
+/// busy, and the real member ended in ERROR ("the coordinator ... gave up") in 3 of 4 checks.
+/// Another user's connections on this node are now refused before any MUNGE work, and a
+/// dropped member says so and tries again: it joins, twice in a row.
+#[test]
+fn under_munge_256_threads_of_another_user_do_not_stop_the_real_member() {
+    // SAFETY: geteuid cannot fail.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test plays another user (uid 4242) from its threads, which needs root (CI runs as root)"
+    );
+    let m = munged_or_skip!("flood256");
+    let auth = m.auth();
+    for round in 0..2 {
+        let port = free_ports(1)[0];
+        let c = coordinator(auth.clone(), vec![port], 40);
+        std::thread::sleep(Duration::from_millis(200));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let strangers: Vec<_> = (0..256)
+            .map(|t| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    // This thread only (the raw system call, not libc's process-wide setresuid)
+                    // becomes uid 4242: its sockets are another user's.
+                    // SAFETY: a system call with plain integer arguments.
+                    let r = unsafe { libc::syscall(libc::SYS_setresuid, 4242, 4242, 4242) };
+                    assert_eq!(r, 0, "setresuid");
+                    let mut i = t * 1_000_000;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        fake_member(port, i);
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1000));
+        let start = Instant::now();
+        let joined = member_joins_and_sums(auth.as_ref(), vec![port], 30);
+        let took = start.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for s in strangers {
+            s.join().expect("thread");
+        }
+        let (id, sum) = joined.unwrap_or_else(|e| panic!("round {round}: {e} (after {took:?})"));
+        assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
+        assert!(
+            took < Duration::from_secs(25),
+            "round {round}: joined after {took:?}"
+        );
+        c.join().expect("thread").expect("the coordinator");
+    }
+}

@@ -40,6 +40,8 @@ pub enum Refusal {
     Busy,
     /// It did not complete the handshake: silent, closed early, or not the protocol.
     Incomplete,
+    /// It came from another user's process on this node (refused before any credential work).
+    OtherUser,
 }
 
 impl Refusal {
@@ -51,6 +53,7 @@ impl Refusal {
             Refusal::OtherVersion => "connection(s) of another version",
             Refusal::Busy => "connection(s) refused while busy",
             Refusal::Incomplete => "connection(s) that did not complete the handshake",
+            Refusal::OtherUser => "connection(s) from another user's process on this node",
         }
     }
 }
@@ -182,6 +185,15 @@ pub(super) fn handshake(
     let seen_from = addr_text(from);
     let seen_to = addr_text(stream.local_addr().map_err(|e| local(e.to_string()))?);
     let kind = |k: Refusal| move |e: String| (k, format!("from {from}: {e}"));
+    // The one cheap proof there is: a process on this node shows its uid to the kernel. Checked
+    // before any credential work, so that another user cannot use up the MUNGE slots.
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if let Some(uid) = super::peer_uid::local_peer_uid(&stream).filter(|&u| u != me) {
+        return Err(kind(Refusal::OtherUser)(format!(
+            "a process of uid {uid} on this node (this check runs as uid {me})"
+        )));
+    }
     let who = kind(Refusal::Incomplete);
     let wire_err = |e: wire::WireError| who(e.to_string());
     let keys = KeyPair::new().map_err(local)?;

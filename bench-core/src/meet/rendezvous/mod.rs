@@ -9,6 +9,8 @@
 //! - [`wire`]: length-prefixed frames with size caps and one deadline per message;
 //! - [`messages`]: the handshake's messages and the validation of every field;
 //! - [`coordinator`] and [`member`]: the two sides of the handshake;
+//! - [`peer_uid`]: whose process a connection from this node is (another user's is refused before
+//!   any credential work);
 //! - [`absent`]: the coordinator's word on the processes that never came (nodes, then ranks);
 //! - [`plane`]: sums and barriers afterwards.
 //!
@@ -20,6 +22,7 @@ pub mod auth;
 pub mod coordinator;
 pub mod member;
 pub mod messages;
+pub mod peer_uid;
 pub mod plane;
 pub mod session;
 pub mod wire;
