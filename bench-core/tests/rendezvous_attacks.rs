@@ -601,3 +601,57 @@ fn under_munge_256_threads_of_another_user_do_not_stop_the_real_member() {
         c.join().expect("thread").expect("the coordinator");
     }
 }
+
+/// Issue 34: a thousand idle connections (opened, never a byte) delayed the real member's join
+/// by 1.4 s (35 ms without them): each took a handshake thread and slot for 3 s. They now wait
+/// for their first bytes without either, and the member joins in tens of milliseconds.
+#[test]
+fn a_thousand_idle_connections_delay_the_join_by_milliseconds() {
+    // The test's own sockets and the coordinator's: over the common soft limit of 1,024.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a live rlimit.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max.min(8192);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    assert!(
+        lim.rlim_cur >= 4096,
+        "needs 4,096 open files: {}",
+        lim.rlim_cur
+    );
+    let auth: Arc<dyn Authenticator> = Arc::new(secret());
+    // Without strangers, then with them: the second join may take little longer.
+    let mut took = Vec::new();
+    for idle_count in [0, 1000] {
+        let port = free_ports(1)[0];
+        let c = coordinator(auth.clone(), vec![port], 30);
+        std::thread::sleep(Duration::from_millis(300));
+        // In batches the coordinator takes in as they come (a burst past the listen queue
+        // would wait in the kernel for a SYN-ACK retransmit instead).
+        let mut idle: Vec<TcpStream> = Vec::new();
+        for _ in 0..idle_count / 50 {
+            idle.extend(
+                (0..50).map(|_| TcpStream::connect(("127.0.0.1", port)).expect("test setup")),
+            );
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let start = Instant::now();
+        let (id, _) = member_joins_and_sums(auth.as_ref(), vec![port], 30).expect("joins");
+        took.push(start.elapsed());
+        eprintln!("{idle_count} idle: joined in {:?}", start.elapsed());
+        assert_eq!(id, ID);
+        c.join().expect("thread").expect("the coordinator");
+        drop(idle);
+    }
+    assert!(
+        took[1] < took[0] + Duration::from_millis(300),
+        "the join took {:?} with 1,000 idle connections, {:?} without",
+        took[1],
+        took[0]
+    );
+}

@@ -5,13 +5,13 @@
 
 use super::absent;
 use super::auth::{self, Authenticator};
+use super::door::{self, Door};
 use super::messages::{self, Greeting, Hello, Opening, Proof, Version, Welcome};
 use super::plane::ControlPlane;
 use super::session::{self, KeyPair, Keys, Role, Session};
 use super::wire;
 use super::{Joined, Member, Setup};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -155,18 +155,6 @@ fn bind_address(host: &str, deadline: Instant) -> Result<IpAddr, String> {
     Ok(ip)
 }
 
-/// Waits up to `wait` for the listener to have a connection.
-fn readable(listener: &TcpListener, wait: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = wait.as_millis().min(1000) as libc::c_int;
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
-}
-
 /// One member's handshake, on its own thread; a refusal says what the connection was.
 pub(super) fn handshake(
     mut stream: TcpStream,
@@ -302,11 +290,17 @@ pub fn serve(
 ) -> Result<Joined, String> {
     // One socket per member, plus each handshake's second handle: over the common soft limit
     // of 1,024 open files at 1,024 processes (measured: "Too many open files" on accept).
-    super::plane::ensure_open_files(setup.world as u64 + MAX_PARALLEL_HANDSHAKES as u64 + 64)?;
+    // Room for the door's idle connections too where the hard limit allows; without it the
+    // door closes its oldest when accept runs out of descriptors.
+    let needed = setup.world as u64 + MAX_PARALLEL_HANDSHAKES as u64 + 64;
+    if super::plane::ensure_open_files(needed + door::MAX_WAITING as u64).is_err() {
+        super::plane::ensure_open_files(needed)?;
+    }
     let (listener, port) = bind(setup)?;
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("rendezvous: {e}"))?;
+    let mut door = Door::new(listener, HANDSHAKE_TIMEOUT, door::MAX_WAITING);
     let world = setup.world;
     let mut slots: Vec<Option<Arrival>> = (0..world).map(|_| None).collect();
     let mut missing = world - 1;
@@ -361,26 +355,40 @@ pub fn serve(
                         absent::describe(expected, &joined, &absent, world)
                     ));
                 };
-                if !readable(&listener, left.min(Duration::from_millis(20))) {
-                    continue;
-                }
-                match listener.accept() {
-                    Ok((stream, _)) if pending.len() < MAX_PARALLEL_HANDSHAKES => {
-                        let Ok(handle) = stream.try_clone() else {
-                            continue;
-                        };
-                        let id = next_id;
-                        next_id += 1;
-                        pending.insert(id, handle);
-                        let tx = tx.clone();
-                        let (label, auth, deadline) = (&setup.label, setup.auth, setup.deadline);
-                        scope.spawn(move || {
-                            let _ = tx.send((id, handshake(stream, world, label, auth, deadline)));
-                        });
+                let pass = door
+                    .pass(left.min(Duration::from_millis(20)))
+                    .map_err(|e| format!("rendezvous: accept on port {port}: {e}"))?;
+                for _ in 0..pass.silent {
+                    let why = format!(
+                        "a connection that said nothing for {} s (or was pushed out by newer ones)",
+                        HANDSHAKE_TIMEOUT.as_secs()
+                    );
+                    if let Some(line) = refused.note(Refusal::Incomplete, &why) {
+                        eprintln!("{line}");
                     }
-                    Ok(_) => {} // over the limit: closed; a real member retries
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(format!("rendezvous: accept on port {port}: {e}")),
+                }
+                for stream in pass.ready {
+                    if pending.len() >= MAX_PARALLEL_HANDSHAKES {
+                        // Closed: a real member says so and retries.
+                        let why = format!(
+                            "{MAX_PARALLEL_HANDSHAKES} handshakes under way already (a flood of connections?)"
+                        );
+                        if let Some(line) = refused.note(Refusal::Busy, &why) {
+                            eprintln!("{line}");
+                        }
+                        continue;
+                    }
+                    let Ok(handle) = stream.try_clone() else {
+                        continue;
+                    };
+                    let id = next_id;
+                    next_id += 1;
+                    pending.insert(id, handle);
+                    let tx = tx.clone();
+                    let (label, auth, deadline) = (&setup.label, setup.auth, setup.deadline);
+                    scope.spawn(move || {
+                        let _ = tx.send((id, handshake(stream, world, label, auth, deadline)));
+                    });
                 }
             }
             Ok(())

@@ -8,7 +8,8 @@
 //! - [`session`]: each connection's own keys, and every frame after the handshake sealed;
 //! - [`wire`]: length-prefixed frames with size caps and one deadline per message;
 //! - [`messages`]: the handshake's messages and the validation of every field;
-//! - [`coordinator`] and [`member`]: the two sides of the handshake;
+//! - [`coordinator`] and [`member`]: the two sides of the handshake; [`door`]: where the
+//!   coordinator's connections wait, without a thread, until they speak;
 //! - [`peer_uid`]: whose process a connection from this node is (another user's is refused before
 //!   any credential work);
 //! - [`absent`]: the coordinator's word on the processes that never came (nodes, then ranks);
@@ -20,6 +21,7 @@
 pub mod absent;
 pub mod auth;
 pub mod coordinator;
+pub mod door;
 pub mod member;
 pub mod messages;
 pub mod peer_uid;
