@@ -155,6 +155,47 @@ fn bind_address(host: &str, deadline: Instant) -> Result<IpAddr, String> {
     Ok(ip)
 }
 
+/// This side's key pair, its greeting, the member's opening and its public key.
+type Opened = (KeyPair, Greeting, Opening, [u8; 32]);
+
+/// The first two messages: this side's greeting, and the member's opening checked (its
+/// protocol version, nonce, key and addresses). Returns this side's key pair, both messages and
+/// the member's public key.
+fn openings(
+    stream: &mut TcpStream,
+    label: &str,
+    deadline: Instant,
+) -> Result<Opened, (Refusal, String)> {
+    let bad = |e: String| (Refusal::Incomplete, e);
+    let wire_err = |e: wire::WireError| bad(e.to_string());
+    let keys = KeyPair::new().map_err(bad)?;
+    let greeting = Greeting {
+        protocol: auth::PROTOCOL.into(),
+        label: label.into(),
+        nonce: auth::nonce().map_err(bad)?,
+        key: keys.public_hex(),
+    };
+    wire::send(stream, &greeting, deadline).map_err(wire_err)?;
+    let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(wire_err)?;
+    let version: Version = wire::decode(&first).map_err(wire_err)?;
+    if version.protocol != auth::PROTOCOL {
+        return Err((
+            Refusal::OtherVersion,
+            format!(
+                "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
+                crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+                auth::PROTOCOL
+            ),
+        ));
+    }
+    let opening: Opening = wire::decode(&first).map_err(wire_err)?;
+    messages::check_nonce(&opening.nonce).map_err(bad)?;
+    let their_key = session::check_key(&opening.key).map_err(bad)?;
+    messages::check_addr(&opening.from).map_err(bad)?;
+    messages::check_addr(&opening.to).map_err(bad)?;
+    Ok((keys, greeting, opening, their_key))
+}
+
 /// One member's handshake, on its own thread; a refusal says what the connection was.
 pub(super) fn handshake(
     mut stream: TcpStream,
@@ -184,28 +225,8 @@ pub(super) fn handshake(
     }
     let who = kind(Refusal::Incomplete);
     let wire_err = |e: wire::WireError| who(e.to_string());
-    let keys = KeyPair::new().map_err(local)?;
-    let greeting = Greeting {
-        protocol: auth::PROTOCOL.into(),
-        label: label.into(),
-        nonce: auth::nonce().map_err(local)?,
-        key: keys.public_hex(),
-    };
-    wire::send(&mut stream, &greeting, deadline).map_err(wire_err)?;
-    let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(wire_err)?;
-    let version: Version = wire::decode(&first).map_err(wire_err)?;
-    if version.protocol != auth::PROTOCOL {
-        return Err(kind(Refusal::OtherVersion)(format!(
-            "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
-            crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
-            auth::PROTOCOL
-        )));
-    }
-    let opening: Opening = wire::decode(&first).map_err(wire_err)?;
-    messages::check_nonce(&opening.nonce).map_err(who)?;
-    let their_key = session::check_key(&opening.key).map_err(who)?;
-    messages::check_addr(&opening.from).map_err(who)?;
-    messages::check_addr(&opening.to).map_err(who)?;
+    let (keys, greeting, opening, their_key) =
+        openings(&mut stream, label, deadline).map_err(|(k, e)| kind(k)(e))?;
     let transcript = session::transcript(&[
         label,
         &greeting.nonce,
