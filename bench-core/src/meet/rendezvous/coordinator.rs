@@ -511,6 +511,55 @@ mod tests {
         );
     }
 
+    /// Issue 34: a tampered welcome was "changed on the way (a process relaying the
+    /// connection?)" at the member, which then left without a word, and the coordinator blamed
+    /// its own network. The member now names tampering and tells the coordinator.
+    #[test]
+    fn a_tampered_welcome_is_named_tampering_and_the_coordinator_is_told() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let secret = || auth::SharedSecret::new("test-secret-0123456789", "test").unwrap();
+        let member = std::thread::spawn(move || {
+            let a = secret();
+            let s = Setup {
+                host: "127.0.0.1".into(),
+                ports: vec![port],
+                label: "slurm-7.0".into(),
+                world: 2,
+                coordinator: false,
+                auth: &a,
+                deadline,
+                expected: None,
+            };
+            let me = Member {
+                proc_rank: 1,
+                host: "h1".into(),
+                pid: 1,
+                ngpus: 1,
+                first_rank: 0,
+            };
+            super::super::join(&s, me, || Err("not the coordinator".into())).err()
+        });
+        let (stream, _) = l.accept().unwrap();
+        let a = secret();
+        let mut arrival = handshake(stream, 2, "slurm-7.0", &a, deadline)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        // In place of the welcome, a sealed frame that does not open: what a process on the
+        // path that changes bytes delivers.
+        let mut raw = arrival.session.stream().try_clone().unwrap();
+        raw.write_all(&40u32.to_be_bytes()).unwrap();
+        raw.write_all(&[7u8; 40]).unwrap();
+        let e = member.join().unwrap().unwrap_or_default();
+        assert!(e.contains("the welcome it received: a message failed its integrity check: it was tampered with on the way"), "{e}");
+        assert!(!e.contains("lost its network"), "{e}");
+        let told: serde_json::Value = arrival.session.recv(4096, deadline).unwrap();
+        let abort = told["abort"].as_str().unwrap_or_default();
+        assert!(abort.contains("tampered with on the way"), "{told}");
+    }
+
     #[test]
     fn a_proof_that_does_not_verify_is_classified_by_its_reason() {
         assert_eq!(
