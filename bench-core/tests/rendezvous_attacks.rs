@@ -655,3 +655,51 @@ fn a_thousand_idle_connections_delay_the_join_by_milliseconds() {
         took[0]
     );
 }
+
+/// A TCP socket bound to 127.0.0.1:`port` that never listens (what std cannot make).
+fn bound_only(port: u16) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) and bind(2) with a zeroed sockaddr_in filled in; the descriptor is
+    // owned by the returned value.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket");
+        let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_port = port.to_be();
+        sa.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let r = libc::bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0, "bind {port}: {}", std::io::Error::last_os_error());
+        fd
+    }
+}
+
+/// Issue 34: a user who binds every candidate port without listening made the coordinator fail
+/// at once while its members waited for the whole --timeout. A member on the coordinator's node
+/// now sees that the ports are bound by something that does not listen, and ends in seconds.
+#[test]
+fn ports_bound_without_listening_end_the_member_in_seconds() {
+    let ports = free_ports(8);
+    let held: Vec<_> = ports.iter().map(|&p| bound_only(p)).collect();
+    let auth: Arc<dyn Authenticator> = Arc::new(secret());
+    let c = coordinator(auth.clone(), ports.clone(), 30);
+    let start = Instant::now();
+    let e = member_joins_and_sums(auth.as_ref(), ports.clone(), 30).expect_err("must fail");
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(5), "gave up after {took:?}: {e}");
+    assert!(
+        e.contains("every candidate port") && e.contains("does not listen"),
+        "{e}"
+    );
+    let ce = c
+        .join()
+        .expect("thread")
+        .expect_err("the coordinator cannot listen");
+    assert!(ce.contains("cannot listen"), "{ce}");
+    drop(held);
+}

@@ -4,7 +4,8 @@
 //! the sealed welcome.
 //!
 //! A port held by something else (a squatter, a relay, another step's or version's coordinator,
-//! a listener that never speaks) is named once and left to its thread while the others go on;
+//! a listener that never speaks, or, seen from the coordinator's own node, a socket bound there
+//! that does not listen) is named once and left to its thread while the others go on;
 //! when every candidate has been held by such a process twice in a row, the coordinator cannot
 //! be on any of them and the member ends at once, not at the deadline.
 
@@ -120,7 +121,16 @@ fn attempt(
         .ok_or_else(|| Miss::Open("deadline passed".into()))?;
     let addr = resolve(&setup.host, port, setup.deadline).map_err(Miss::Open)?;
     let mut stream = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
-        .map_err(|e| Miss::Open(e.to_string()))?;
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::ConnectionRefused && bound_without_listener(addr) {
+                Miss::Held(
+                    "bound by another process that does not listen on it (so the coordinator cannot listen there)"
+                        .into(),
+                )
+            } else {
+                Miss::Open(e.to_string())
+            }
+        })?;
     if !track(Some(&stream)) {
         return Err(Miss::Open(
             "the coordinator was found on another port".into(),
@@ -153,6 +163,68 @@ fn accepted(setup: &Setup, session: &mut Session) -> Result<(), Miss> {
         )),
         Err(e) => Err(Miss::Held(format!("after the handshake: {e}"))),
     }
+}
+
+/// Whether `addr`, which refused a connection, is bound by a socket that does not listen: tried
+/// as the coordinator binds (SO_REUSEADDR, the same address), so it fails exactly where the
+/// coordinator could not listen. Answers only on the coordinator's own node (elsewhere the
+/// address is not this machine's, and a refused connection may be a coordinator not started
+/// yet); the probe socket never listens and is closed at once, so it never keeps the
+/// coordinator from binding (two SO_REUSEADDR sockets that do not listen may share a port).
+fn bound_without_listener(addr: SocketAddr) -> bool {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned below.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: a valid descriptor and a live c_int of the size given.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    // SAFETY: bind(2) with a sockaddr built for the family, and its size.
+    let r = unsafe {
+        match addr {
+            SocketAddr::V4(a) => {
+                let mut sa: libc::sockaddr_in = std::mem::zeroed();
+                sa.sin_family = libc::AF_INET as libc::sa_family_t;
+                sa.sin_port = a.port().to_be();
+                sa.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
+                libc::bind(
+                    fd.as_raw_fd(),
+                    &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            }
+            SocketAddr::V6(a) => {
+                let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+                sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sa.sin6_port = a.port().to_be();
+                sa.sin6_addr.s6_addr = a.ip().octets();
+                sa.sin6_scope_id = a.scope_id();
+                libc::bind(
+                    fd.as_raw_fd(),
+                    &sa as *const libc::sockaddr_in6 as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                )
+            }
+        }
+    };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EADDRINUSE)
 }
 
 /// The coordinator's first message, if it is this step's coordinator's greeting: the same
