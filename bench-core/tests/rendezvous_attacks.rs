@@ -533,6 +533,12 @@ fn fake_member(port: u16, i: usize) {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return;
     };
+    fake_handshake(s.try_clone().expect("test setup"), port, i);
+    let _ = s.flush();
+}
+
+/// A fake member's handshake on `s`.
+fn fake_handshake(mut s: TcpStream, port: u16, i: usize) {
     let local = s.local_addr().expect("test setup").to_string();
     let opening = serde_json::json!({
         "protocol": bench_core::meet::rendezvous::auth::PROTOCOL, "nonce": format!("{:064x}", i + 1),
@@ -702,4 +708,69 @@ fn ports_bound_without_listening_end_the_member_in_seconds() {
         .expect_err("the coordinator cannot listen");
     assert!(ce.contains("cannot listen"), "{ce}");
     drop(held);
+}
+
+/// A connection to 127.0.0.1:`port` from 127.0.0.2, as from another node.
+fn connect_from_elsewhere(port: u16) -> Option<TcpStream> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: socket(2), bind(2) and connect(2) with zeroed sockaddr_in filled in; the descriptor
+    // is owned by the returned stream.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let s = TcpStream::from_raw_fd(fd);
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 2]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let p = &sa as *const libc::sockaddr_in as *const libc::sockaddr;
+        if libc::bind(s.as_raw_fd(), p, len) != 0 {
+            return None;
+        }
+        sa.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        sa.sin_port = port.to_be();
+        let p = &sa as *const libc::sockaddr_in as *const libc::sockaddr;
+        (libc::connect(s.as_raw_fd(), p, len) == 0).then_some(s)
+    }
+}
+
+/// Issue 34, a stranger the coordinator cannot know before MUNGE says so (another node): 256
+/// threads opening handshakes from one address share the MUNGE slots with the real member, who
+/// is dropped at times, says so, tries again and joins.
+#[test]
+fn under_munge_256_threads_from_another_address_do_not_stop_the_real_member() {
+    let m = munged_or_skip!("flood256far");
+    let auth = m.auth();
+    let port = free_ports(1)[0];
+    let c = coordinator(auth.clone(), vec![port], 60);
+    std::thread::sleep(Duration::from_millis(200));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let strangers: Vec<_> = (0..256)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut i = t * 1_000_000;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(s) = connect_from_elsewhere(port) {
+                        fake_handshake(s, port, i);
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    let start = Instant::now();
+    let joined = member_joins_and_sums(auth.as_ref(), vec![port], 45);
+    let took = start.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in strangers {
+        s.join().expect("thread");
+    }
+    let (id, sum) = joined.unwrap_or_else(|e| panic!("{e} (after {took:?})"));
+    eprintln!("joined after {took:?}");
+    assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
+    c.join().expect("thread").expect("the coordinator");
 }

@@ -188,8 +188,20 @@ pub const MUNGE_AT_ONCE: usize = 4;
 /// How a refusal for want of a free slot begins.
 pub const MUNGE_BUSY: &str = "MUNGE is busy";
 
-/// Slots for [`MUNGE_AT_ONCE`] programs at a time.
-static MUNGE_SLOTS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+/// The slots for [`MUNGE_AT_ONCE`] programs at a time, given in the order asked for, so that a
+/// real member's credential waits behind the requests already queued, never behind every
+/// request that comes after it.
+struct MungeQueue {
+    busy: usize,
+    next: u64,
+    waiting: std::collections::VecDeque<u64>,
+}
+
+static MUNGE_SLOTS: std::sync::Mutex<MungeQueue> = std::sync::Mutex::new(MungeQueue {
+    busy: 0,
+    next: 0,
+    waiting: std::collections::VecDeque::new(),
+});
 static MUNGE_FREED: std::sync::Condvar = std::sync::Condvar::new();
 
 /// One of the slots, given back when dropped.
@@ -197,28 +209,39 @@ struct MungeSlot;
 
 impl MungeSlot {
     fn take(until: Instant) -> Result<MungeSlot, String> {
-        let mut busy = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-        while *busy >= MUNGE_AT_ONCE {
+        let mut q = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        let ticket = q.next;
+        q.next += 1;
+        q.waiting.push_back(ticket);
+        while q.busy >= MUNGE_AT_ONCE || q.waiting.front() != Some(&ticket) {
             let Some(left) = until.checked_duration_since(Instant::now()) else {
+                q.waiting.retain(|&t| t != ticket);
+                drop(q);
+                MUNGE_FREED.notify_all();
                 return Err(format!(
                     "{MUNGE_BUSY}: {MUNGE_AT_ONCE} credentials are being made or checked already (a flood of connections?)"
                 ));
             };
-            busy = MUNGE_FREED
-                .wait_timeout(busy, left)
+            q = MUNGE_FREED
+                .wait_timeout(q, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        *busy += 1;
+        q.waiting.pop_front();
+        q.busy += 1;
+        drop(q);
+        // The next in line may take a slot that is still free.
+        MUNGE_FREED.notify_all();
         Ok(MungeSlot)
     }
 }
 
 impl Drop for MungeSlot {
     fn drop(&mut self) {
-        let mut busy = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-        *busy = busy.saturating_sub(1);
-        MUNGE_FREED.notify_one();
+        let mut q = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        q.busy = q.busy.saturating_sub(1);
+        drop(q);
+        MUNGE_FREED.notify_all();
     }
 }
 

@@ -21,6 +21,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Handshakes served at once; connections beyond this are closed at once (a real member retries).
 pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 
+/// Handshakes at once from one address: a node's processes fit (a node runs one per GPU), a
+/// stranger's flood from its node leaves the rest of the handshakes, and of the MUNGE slots'
+/// queue, to the other nodes.
+pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 32;
+
 /// Refused connections of one kind logged one by one; the rest of that kind are counted, so a
 /// stranger retrying every 50 ms neither floods the job's log nor hides a later relay.
 const MAX_REFUSALS_LOGGED: usize = 3;
@@ -328,14 +333,24 @@ pub fn serve(
     let (tx, rx) = mpsc::channel::<(u64, Result<Arrival, (Refusal, String)>)>();
     // Handshakes under way, by id: a second handle to each socket, so that the ones still
     // running when everyone is in can be cut off at once instead of holding up the welcome.
-    let mut pending: std::collections::HashMap<u64, TcpStream> = Default::default();
+    let mut pending: std::collections::HashMap<u64, (TcpStream, IpAddr)> = Default::default();
+    // Handshakes under way per address: one address (a stranger's node) cannot take them all.
+    let mut per_address: std::collections::HashMap<IpAddr, usize> = Default::default();
     let mut next_id = 0u64;
     let mut refused = Refusals::default();
     std::thread::scope(|scope| -> Result<(), String> {
         let result = (|| {
             while missing > 0 {
                 while let Ok((id, result)) = rx.try_recv() {
-                    pending.remove(&id);
+                    // The address as taken at the door: a closed socket no longer has one.
+                    if let Some((_, ip)) = pending.remove(&id) {
+                        if let Some(n) = per_address.get_mut(&ip) {
+                            *n -= 1;
+                            if *n == 0 {
+                                per_address.remove(&ip);
+                            }
+                        }
+                    }
                     match result {
                         Ok(a) => {
                             let r = a.member.proc_rank as usize;
@@ -399,12 +414,26 @@ pub fn serve(
                         }
                         continue;
                     }
+                    let Some(ip) = stream.peer_addr().ok().map(|a| a.ip().to_canonical()) else {
+                        continue;
+                    };
+                    let here = per_address.entry(ip).or_insert(0);
+                    if *here >= MAX_HANDSHAKES_PER_ADDRESS {
+                        let why = format!(
+                            "from {ip}: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from that address under way already (a flood of connections?)"
+                        );
+                        if let Some(line) = refused.note(Refusal::Busy, &why) {
+                            eprintln!("{line}");
+                        }
+                        continue;
+                    }
                     let Ok(handle) = stream.try_clone() else {
                         continue;
                     };
+                    *here += 1;
                     let id = next_id;
                     next_id += 1;
-                    pending.insert(id, handle);
+                    pending.insert(id, (handle, ip));
                     let tx = tx.clone();
                     let (label, auth, deadline) = (&setup.label, setup.auth, setup.deadline);
                     scope.spawn(move || {
@@ -419,7 +448,7 @@ pub fn serve(
         }
         // Whoever is still in a handshake is not needed (or it is too late): cut them off so the
         // scope's threads end now.
-        for (_, s) in pending.drain() {
+        for (_, (s, _)) in pending.drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         result
