@@ -109,6 +109,11 @@ pub trait Authenticator: Send + Sync {
     /// Key material every process of the step holds and nobody else does, mixed into each
     /// connection's keys; empty where there is none (MUNGE: the proofs cover the key exchange).
     fn psk(&self) -> &[u8];
+    /// Whether making or checking a proof runs a program (MUNGE), so that a stranger's openings
+    /// must be rationed per address; HMAC costs microseconds.
+    fn proofs_run_programs(&self) -> bool {
+        false
+    }
 }
 
 /// HMAC-SHA256 with a shared secret.
@@ -354,6 +359,10 @@ pub fn parse_unmunge(out: &str) -> Result<(String, u32, String), String> {
 }
 
 impl Authenticator for Munge {
+    fn proofs_run_programs(&self) -> bool {
+        true
+    }
+
     fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, String> {
         let uid = self.uid.to_string();
         let cred = self.run(

@@ -21,9 +21,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Handshakes served at once; connections beyond this are closed at once (a real member retries).
 pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 
-/// Handshakes at once from one address: a node's processes fit (a node runs one per GPU), a
-/// stranger's flood from its node leaves the rest of the handshakes, and of the MUNGE slots'
-/// queue, to the other nodes.
+/// Handshakes at once from one address where proofs run programs (MUNGE): a node's processes
+/// fit (a node runs one per GPU), a stranger's flood from its node leaves the rest of the
+/// handshakes, and of the MUNGE slots' queue, to the other nodes. Not applied to HMAC proofs,
+/// which cost nothing to check (and where one host may run a thousand processes in a test).
 pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 32;
 
 /// Refused connections of one kind logged one by one; the rest of that kind are counted, so a
@@ -418,7 +419,7 @@ pub fn serve(
                         continue;
                     };
                     let here = per_address.entry(ip).or_insert(0);
-                    if *here >= MAX_HANDSHAKES_PER_ADDRESS {
+                    if *here >= MAX_HANDSHAKES_PER_ADDRESS && setup.auth.proofs_run_programs() {
                         let why = format!(
                             "from {ip}: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from that address under way already (a flood of connections?)"
                         );
