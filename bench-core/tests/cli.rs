@@ -488,3 +488,55 @@ fn a_rank_or_secret_that_is_not_utf8_is_a_usage_error_not_rank_0_or_munge() {
         );
     }
 }
+
+/// Issue 34: `--explain-plan` at its stated maximum (65,536 nodes of 8 GPUs) built the whole
+/// pair matrix of the nodes (2 billion pairs, 24 GB) to count its rounds and was killed by the
+/// kernel. Under an address-space limit of 512 MiB it answers, both as text and as JSON.
+#[test]
+fn explain_plan_at_its_maximum_runs_under_a_512_mib_address_space_limit() {
+    use std::os::unix::process::CommandExt;
+    const LIMIT: libc::rlim_t = 512 << 20;
+    for json in [false, true] {
+        let mut args = vec![
+            "--explain-plan",
+            "--nodes",
+            "65536",
+            "--gpus-per-node",
+            "64",
+        ];
+        if json {
+            args.push("--json");
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nccl-check"));
+        cmd.args(&args).env_remove("NCCL_CHECK_CONFIG");
+        // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit {
+                    rlim_cur: LIMIT,
+                    rlim_max: LIMIT,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().expect("nccl-check runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        if json {
+            let v: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
+            assert_eq!(v["nodes"].as_u64(), Some(65536), "{text}");
+            assert_eq!(v["full_matrix_rounds"].as_u64(), Some(65535), "{text}");
+        } else {
+            assert!(text.contains("Plan for 65536 nodes x 64 GPUs"), "{text}");
+        }
+    }
+}

@@ -367,7 +367,7 @@ fn under_munge_a_credential_a_stranger_collects_is_useless_to_another_uid() {
     let mut at_coordinator = TcpStream::connect(("127.0.0.1", p2)).expect("test setup");
     let local = at_coordinator.local_addr().expect("test setup").to_string();
     let opening = serde_json::json!({
-        "protocol": "nccl-check-rendezvous/4", "nonce": "cd".repeat(32),
+        "protocol": bench_core::meet::rendezvous::auth::PROTOCOL, "nonce": "cd".repeat(32),
         "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{p2}")
     });
     at_coordinator
@@ -479,7 +479,7 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
                     let _ = s.write_all(&frame(&hello));
                 } else {
                     let opening = serde_json::json!({
-                        "protocol": "nccl-check-rendezvous/4", "nonce": format!("{:064x}", i + 1),
+                        "protocol": bench_core::meet::rendezvous::auth::PROTOCOL, "nonce": format!("{:064x}", i + 1),
                         "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{port}")
                     });
                     let _ = s.write_all(&frame(&opening));
@@ -525,4 +525,252 @@ fn under_munge_a_replayed_credential_is_refused_with_its_reason() {
         .verify(b"another context", "MUNGE:garbage:", soon)
         .expect_err("garbage is refused");
     assert!(e.len() > "unmunge: ".len() + 20, "a reason is given: {e}");
+}
+
+/// A stranger's connection that makes the coordinator run `munge` for its proof and `unmunge`
+/// for a fake credential: an opening, then a hello with a fake credential.
+fn fake_member(port: u16, i: usize) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return;
+    };
+    fake_handshake(s.try_clone().expect("test setup"), port, i);
+    let _ = s.flush();
+}
+
+/// A fake member's handshake on `s`.
+fn fake_handshake(mut s: TcpStream, port: u16, i: usize) {
+    let local = s.local_addr().expect("test setup").to_string();
+    let opening = serde_json::json!({
+        "protocol": bench_core::meet::rendezvous::auth::PROTOCOL, "nonce": format!("{:064x}", i + 1),
+        "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{port}")
+    });
+    let _ = s.write_all(&frame(&opening));
+    let _ = drain(&mut s, 100);
+    let hello = serde_json::json!({
+        "body": { "world": 2, "member": member(1) },
+        "proof": format!("MUNGE:AwQFAAD{}", "x".repeat(100))
+    });
+    let _ = s.write_all(&frame(&hello));
+    let _ = drain(&mut s, 200);
+}
+
+/// Issue 34: 256 threads of another user opening handshakes without pause kept MUNGE's slots
+/// busy, and the real member ended in ERROR ("the coordinator ... gave up") in 3 of 4 checks.
+/// Another user's connections on this node are now refused before any MUNGE work, and a
+/// dropped member says so and tries again: it joins, twice in a row.
+#[test]
+fn under_munge_256_threads_of_another_user_do_not_stop_the_real_member() {
+    // SAFETY: geteuid cannot fail.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test plays another user (uid 4242) from its threads, which needs root (CI runs as root)"
+    );
+    let m = munged_or_skip!("flood256");
+    let auth = m.auth();
+    for round in 0..2 {
+        let port = free_ports(1)[0];
+        let c = coordinator(auth.clone(), vec![port], 40);
+        std::thread::sleep(Duration::from_millis(200));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let strangers: Vec<_> = (0..256)
+            .map(|t| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    // This thread only (the raw system call, not libc's process-wide setresuid)
+                    // becomes uid 4242: its sockets are another user's.
+                    // SAFETY: a system call with plain integer arguments.
+                    let r = unsafe { libc::syscall(libc::SYS_setresuid, 4242, 4242, 4242) };
+                    assert_eq!(r, 0, "setresuid");
+                    let mut i = t * 1_000_000;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        fake_member(port, i);
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1000));
+        let start = Instant::now();
+        let joined = member_joins_and_sums(auth.as_ref(), vec![port], 30);
+        let took = start.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for s in strangers {
+            s.join().expect("thread");
+        }
+        let (id, sum) = joined.unwrap_or_else(|e| panic!("round {round}: {e} (after {took:?})"));
+        assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
+        assert!(
+            took < Duration::from_secs(25),
+            "round {round}: joined after {took:?}"
+        );
+        c.join().expect("thread").expect("the coordinator");
+    }
+}
+
+/// Issue 34: a thousand idle connections (opened, never a byte) delayed the real member's join
+/// by 1.4 s (35 ms without them): each took a handshake thread and slot for 3 s. They now wait
+/// for their first bytes without either, and the member joins in tens of milliseconds.
+#[test]
+fn a_thousand_idle_connections_delay_the_join_by_milliseconds() {
+    // The test's own sockets and the coordinator's: over the common soft limit of 1,024.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a live rlimit.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max.min(8192);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    assert!(
+        lim.rlim_cur >= 4096,
+        "needs 4,096 open files: {}",
+        lim.rlim_cur
+    );
+    let auth: Arc<dyn Authenticator> = Arc::new(secret());
+    // Without strangers, then with them: the second join may take little longer.
+    let mut took = Vec::new();
+    for idle_count in [0, 1000] {
+        let port = free_ports(1)[0];
+        let c = coordinator(auth.clone(), vec![port], 30);
+        std::thread::sleep(Duration::from_millis(300));
+        // In batches the coordinator takes in as they come (a burst past the listen queue
+        // would wait in the kernel for a SYN-ACK retransmit instead).
+        let mut idle: Vec<TcpStream> = Vec::new();
+        for _ in 0..idle_count / 50 {
+            idle.extend(
+                (0..50).map(|_| TcpStream::connect(("127.0.0.1", port)).expect("test setup")),
+            );
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let start = Instant::now();
+        let (id, _) = member_joins_and_sums(auth.as_ref(), vec![port], 30).expect("joins");
+        took.push(start.elapsed());
+        eprintln!("{idle_count} idle: joined in {:?}", start.elapsed());
+        assert_eq!(id, ID);
+        c.join().expect("thread").expect("the coordinator");
+        drop(idle);
+    }
+    assert!(
+        took[1] < took[0] + Duration::from_millis(300),
+        "the join took {:?} with 1,000 idle connections, {:?} without",
+        took[1],
+        took[0]
+    );
+}
+
+/// A TCP socket bound to 127.0.0.1:`port` that never listens (what std cannot make).
+fn bound_only(port: u16) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) and bind(2) with a zeroed sockaddr_in filled in; the descriptor is
+    // owned by the returned value.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket");
+        let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_port = port.to_be();
+        sa.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let r = libc::bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0, "bind {port}: {}", std::io::Error::last_os_error());
+        fd
+    }
+}
+
+/// Issue 34: a user who binds every candidate port without listening made the coordinator fail
+/// at once while its members waited for the whole --timeout. A member on the coordinator's node
+/// now sees that the ports are bound by something that does not listen, and ends in seconds.
+#[test]
+fn ports_bound_without_listening_end_the_member_in_seconds() {
+    let ports = free_ports(8);
+    let held: Vec<_> = ports.iter().map(|&p| bound_only(p)).collect();
+    let auth: Arc<dyn Authenticator> = Arc::new(secret());
+    let c = coordinator(auth.clone(), ports.clone(), 30);
+    let start = Instant::now();
+    let e = member_joins_and_sums(auth.as_ref(), ports.clone(), 30).expect_err("must fail");
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(5), "gave up after {took:?}: {e}");
+    assert!(
+        e.contains("every candidate port") && e.contains("does not listen"),
+        "{e}"
+    );
+    let ce = c
+        .join()
+        .expect("thread")
+        .expect_err("the coordinator cannot listen");
+    assert!(ce.contains("cannot listen"), "{ce}");
+    drop(held);
+}
+
+/// A connection to 127.0.0.1:`port` from 127.0.0.2, as from another node.
+fn connect_from_elsewhere(port: u16) -> Option<TcpStream> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: socket(2), bind(2) and connect(2) with zeroed sockaddr_in filled in; the descriptor
+    // is owned by the returned stream.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let s = TcpStream::from_raw_fd(fd);
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 2]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let p = &sa as *const libc::sockaddr_in as *const libc::sockaddr;
+        if libc::bind(s.as_raw_fd(), p, len) != 0 {
+            return None;
+        }
+        sa.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        sa.sin_port = port.to_be();
+        let p = &sa as *const libc::sockaddr_in as *const libc::sockaddr;
+        (libc::connect(s.as_raw_fd(), p, len) == 0).then_some(s)
+    }
+}
+
+/// Issue 34, a stranger the coordinator cannot know before MUNGE says so (another node): 256
+/// threads opening handshakes from one address share the MUNGE slots with the real member, who
+/// is dropped at times, says so, tries again and joins.
+#[test]
+fn under_munge_256_threads_from_another_address_do_not_stop_the_real_member() {
+    let m = munged_or_skip!("flood256far");
+    let auth = m.auth();
+    let port = free_ports(1)[0];
+    let c = coordinator(auth.clone(), vec![port], 60);
+    std::thread::sleep(Duration::from_millis(200));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let strangers: Vec<_> = (0..256)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut i = t * 1_000_000;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(s) = connect_from_elsewhere(port) {
+                        fake_handshake(s, port, i);
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    let start = Instant::now();
+    let joined = member_joins_and_sums(auth.as_ref(), vec![port], 45);
+    let took = start.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in strangers {
+        s.join().expect("thread");
+    }
+    let (id, sum) = joined.unwrap_or_else(|e| panic!("{e} (after {took:?})"));
+    eprintln!("joined after {took:?}");
+    assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
+    c.join().expect("thread").expect("the coordinator");
 }

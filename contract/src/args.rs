@@ -77,14 +77,40 @@ pub struct PlanNameError {
     pub name: String,
 }
 
+impl PlanNameError {
+    /// What a plan name must be, for messages that already show the name.
+    pub fn syntax() -> String {
+        format!(
+            "a plan name is 1 to {MAX_PLAN_NAME} characters of a-z, 0-9, _ and -, starting with a \
+             letter or digit"
+        )
+    }
+}
+
 impl fmt::Display for PlanNameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invalid plan name '{}': 1 to {MAX_PLAN_NAME} characters of a-z, 0-9, _ and -, \
-             starting with a letter or digit",
-            self.name.escape_debug()
+            "invalid plan name '{}': {}",
+            crate::args::echo(&self.name),
+            PlanNameError::syntax()
         )
+    }
+}
+
+/// Most characters of a caller's value that a message repeats.
+pub const ECHO_CHARS: usize = 200;
+
+/// A caller's value as a message repeats it: control characters escaped, at most
+/// [`ECHO_CHARS`] characters, then `... (N bytes)` where it was longer (a 100 KB option value
+/// must not make a 100 KB error line).
+pub fn echo(value: &str) -> String {
+    let head: String = value.chars().take(ECHO_CHARS).collect();
+    let shown = head.escape_debug().to_string();
+    if head.len() < value.len() {
+        format!("{shown}... ({} bytes)", value.len())
+    } else {
+        shown
     }
 }
 

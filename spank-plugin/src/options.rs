@@ -117,13 +117,14 @@ pub struct ModeError {
 
 impl fmt::Display for ModeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The value once, capped; the plan's error would repeat its name.
         write!(
             f,
             "invalid --{OPTION_NAME} value '{}': ",
-            self.value.escape_debug()
+            nccl_check_contract::args::echo(&self.value)
         )?;
         match &self.plan {
-            Some(e) => write!(f, "{e}"),
+            Some(_) => write!(f, "invalid plan name: {}", PlanNameError::syntax()),
             None => write!(
                 f,
                 "expected one of quick, full, sharp, warn, off, or plan=NAME for a plan of the \
@@ -420,6 +421,27 @@ mod tests {
             let err = Mode::parse(bad).expect_err(bad).to_string();
             assert!(err.starts_with("invalid --nccl-check value"), "{err}");
             assert!(err.contains("invalid plan name"), "{err}");
+        }
+    }
+
+    /// Issue 34: a 100 KB value was echoed whole, twice (once as the value, once as the plan
+    /// name): now once, capped, with its size.
+    #[test]
+    fn a_huge_value_is_echoed_once_and_capped() {
+        for value in [
+            format!("plan=x{}", "Y".repeat(100_000)),
+            format!("fastest{}", "z".repeat(100_000)),
+        ] {
+            let err = Raw::Value(value.clone())
+                .mode(&Mode::Quick)
+                .expect_err("invalid")
+                .to_string();
+            assert!(err.len() < 600, "{} bytes", err.len());
+            assert!(
+                err.contains(&format!("... ({} bytes)", value.len())),
+                "{err}"
+            );
+            assert_eq!(err.matches(&value[..7]).count(), 1, "{err}");
         }
     }
 

@@ -215,7 +215,7 @@ pub fn plan_model(
         }
         healthy += b.seconds + healthy_rounds as f64 * round_s;
         worst += b.seconds + worst_rounds as f64 * round_s;
-        full_matrix_seconds = crate::measure::pairs::rounds(n).len() as f64 * round_s;
+        full_matrix_seconds = crate::measure::pairs::round_count(n) as f64 * round_s;
         phases.push(b);
         phases.push(PhaseModel {
             name: "localization_worst_case",
@@ -246,7 +246,7 @@ pub fn plan_model(
         nccl_init_seconds: c("nccl_init_base_s") + (n * g) as f64 * c("nccl_init_per_rank_s"),
         nccl_init_is_estimate: true,
         phases,
-        full_matrix_rounds: crate::measure::pairs::rounds(n).len(),
+        full_matrix_rounds: crate::measure::pairs::round_count(n),
         full_matrix_seconds,
         constants: &CONSTANTS,
     })
@@ -256,7 +256,7 @@ pub fn plan_model(
 /// each round of pairs also meets the others (the barrier through the star, then the all_reduce
 /// that gives every process every pair's time), and the collective's sums pass the star.
 fn phase_a(n: usize, g: usize) -> PhaseModel {
-    let local_rounds = crate::measure::pairs::rounds(g).len();
+    let local_rounds = crate::measure::pairs::round_count(g);
     let a_control = if n >= 2 {
         let round = n as f64 * c("control_sum_per_process_s")
             + vector_allreduce_s(n * g, n * (g / 2).max(1));

@@ -10,7 +10,7 @@ pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
     // With an odd count, a phantom member `n` makes it even; whoever meets it rests.
     let m = n + n % 2;
     let mut ring: Vec<usize> = (1..m).collect();
-    let mut out = Vec::with_capacity(m - 1);
+    let mut out = Vec::with_capacity(round_count(n));
     for _ in 0..m - 1 {
         let mut round = Vec::with_capacity(m / 2);
         let mut pair = |a: usize, b: usize| {
@@ -29,6 +29,15 @@ pub fn rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
     out
 }
 
+/// How many rounds [`rounds`] makes for `n` members, without making them (at 65,536 members
+/// the rounds hold two billion pairs).
+pub fn round_count(n: usize) -> usize {
+    match n {
+        0 | 1 => 0,
+        n => n + n % 2 - 1,
+    }
+}
+
 /// This member's partner in `round`, if it has one.
 pub fn partner(round: &[(usize, usize)], me: usize) -> Option<usize> {
     round.iter().find_map(|&(a, b)| match me {
@@ -42,6 +51,13 @@ pub fn partner(round: &[(usize, usize)], me: usize) -> Option<usize> {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn round_count_is_the_number_of_rounds_made() {
+        for n in 0..=67 {
+            assert_eq!(round_count(n), rounds(n).len(), "n={n}");
+        }
+    }
 
     #[test]
     fn every_pair_exactly_once_and_no_member_twice_in_a_round() {

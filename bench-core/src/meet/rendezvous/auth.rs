@@ -24,10 +24,11 @@ use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
 
 /// Protocol name, the first part of every proof's context.
-/// Version 4: the welcome lists the processes by columns (`messages::Welcome`); 3 brought
+/// Version 5: the coordinator tells a member it is accepted (`messages::Accepted`), so a member
+/// dropped before that tries again. 4: the welcome lists the processes by columns (`messages::Welcome`); 3 brought
 /// sessions (sealed frames after the handshake); 2 had proofs per message only. Two versions
 /// refuse each other, and say which version the other speaks.
-pub const PROTOCOL: &str = "nccl-check-rendezvous/4";
+pub const PROTOCOL: &str = "nccl-check-rendezvous/5";
 
 /// The bytes a proof covers: protocol, purpose, step label, the other side's nonce, the message.
 pub fn context(purpose: &str, label: &str, nonce: &str, body: &[u8]) -> Vec<u8> {
@@ -108,6 +109,11 @@ pub trait Authenticator: Send + Sync {
     /// Key material every process of the step holds and nobody else does, mixed into each
     /// connection's keys; empty where there is none (MUNGE: the proofs cover the key exchange).
     fn psk(&self) -> &[u8];
+    /// Whether making or checking a proof runs a program (MUNGE), so that a stranger's openings
+    /// must be rationed per address; HMAC costs microseconds.
+    fn proofs_run_programs(&self) -> bool {
+        false
+    }
 }
 
 /// HMAC-SHA256 with a shared secret.
@@ -184,8 +190,23 @@ const MAX_MUNGE_OUTPUT: usize = 64 * 1024;
 /// before its deadline is refused (a real member retries).
 pub const MUNGE_AT_ONCE: usize = 4;
 
-/// Slots for [`MUNGE_AT_ONCE`] programs at a time.
-static MUNGE_SLOTS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+/// How a refusal for want of a free slot begins.
+pub const MUNGE_BUSY: &str = "MUNGE is busy";
+
+/// The slots for [`MUNGE_AT_ONCE`] programs at a time, given in the order asked for, so that a
+/// real member's credential waits behind the requests already queued, never behind every
+/// request that comes after it.
+struct MungeQueue {
+    busy: usize,
+    next: u64,
+    waiting: std::collections::VecDeque<u64>,
+}
+
+static MUNGE_SLOTS: std::sync::Mutex<MungeQueue> = std::sync::Mutex::new(MungeQueue {
+    busy: 0,
+    next: 0,
+    waiting: std::collections::VecDeque::new(),
+});
 static MUNGE_FREED: std::sync::Condvar = std::sync::Condvar::new();
 
 /// One of the slots, given back when dropped.
@@ -193,28 +214,39 @@ struct MungeSlot;
 
 impl MungeSlot {
     fn take(until: Instant) -> Result<MungeSlot, String> {
-        let mut busy = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-        while *busy >= MUNGE_AT_ONCE {
+        let mut q = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        let ticket = q.next;
+        q.next += 1;
+        q.waiting.push_back(ticket);
+        while q.busy >= MUNGE_AT_ONCE || q.waiting.front() != Some(&ticket) {
             let Some(left) = until.checked_duration_since(Instant::now()) else {
+                q.waiting.retain(|&t| t != ticket);
+                drop(q);
+                MUNGE_FREED.notify_all();
                 return Err(format!(
-                    "MUNGE is busy: {MUNGE_AT_ONCE} credentials are being made or checked already (a flood of connections?)"
+                    "{MUNGE_BUSY}: {MUNGE_AT_ONCE} credentials are being made or checked already (a flood of connections?)"
                 ));
             };
-            busy = MUNGE_FREED
-                .wait_timeout(busy, left)
+            q = MUNGE_FREED
+                .wait_timeout(q, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        *busy += 1;
+        q.waiting.pop_front();
+        q.busy += 1;
+        drop(q);
+        // The next in line may take a slot that is still free.
+        MUNGE_FREED.notify_all();
         Ok(MungeSlot)
     }
 }
 
 impl Drop for MungeSlot {
     fn drop(&mut self) {
-        let mut busy = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-        *busy = busy.saturating_sub(1);
-        MUNGE_FREED.notify_one();
+        let mut q = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        q.busy = q.busy.saturating_sub(1);
+        drop(q);
+        MUNGE_FREED.notify_all();
     }
 }
 
@@ -327,6 +359,10 @@ pub fn parse_unmunge(out: &str) -> Result<(String, u32, String), String> {
 }
 
 impl Authenticator for Munge {
+    fn proofs_run_programs(&self) -> bool {
+        true
+    }
+
     fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, String> {
         let uid = self.uid.to_string();
         let cred = self.run(

@@ -5,13 +5,13 @@
 
 use super::absent;
 use super::auth::{self, Authenticator};
+use super::door::{self, Door};
 use super::messages::{self, Greeting, Hello, Opening, Proof, Version, Welcome};
 use super::plane::ControlPlane;
 use super::session::{self, KeyPair, Keys, Role, Session};
 use super::wire;
 use super::{Joined, Member, Setup};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -21,8 +21,84 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Handshakes served at once; connections beyond this are closed at once (a real member retries).
 pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 
-/// Refused connections logged one by one; the rest are counted in one line.
+/// Handshakes at once from one address where proofs run programs (MUNGE): a node's processes
+/// fit (a node runs one per GPU), a stranger's flood from its node leaves the rest of the
+/// handshakes, and of the MUNGE slots' queue, to the other nodes. Not applied to HMAC proofs,
+/// which cost nothing to check (and where one host may run a thousand processes in a test).
+pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 32;
+
+/// Refused connections of one kind logged one by one; the rest of that kind are counted, so a
+/// stranger retrying every 50 ms neither floods the job's log nor hides a later relay.
 const MAX_REFUSALS_LOGGED: usize = 3;
+
+/// What a refused connection was, as far as the coordinator can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Refusal {
+    /// It arrived from another address than it left: a process relays connections.
+    Relay,
+    /// Its proof is not this step's: another user's or another step's process.
+    WrongProof,
+    /// Its credential was used before (MUNGE's replay cache): a recording played again.
+    Replay,
+    /// Another protocol version: a worker of another nccl-check version.
+    OtherVersion,
+    /// No credential work was free for it in time (a flood of connections?).
+    Busy,
+    /// It did not complete the handshake: silent, closed early, or not the protocol.
+    Incomplete,
+    /// It came from another user's process on this node (refused before any credential work).
+    OtherUser,
+}
+
+impl Refusal {
+    fn plural(self) -> &'static str {
+        match self {
+            Refusal::Relay => "relayed connection(s)",
+            Refusal::WrongProof => "connection(s) with a wrong proof",
+            Refusal::Replay => "connection(s) with a replayed credential",
+            Refusal::OtherVersion => "connection(s) of another version",
+            Refusal::Busy => "connection(s) refused while busy",
+            Refusal::Incomplete => "connection(s) that did not complete the handshake",
+            Refusal::OtherUser => "connection(s) from another user's process on this node",
+        }
+    }
+}
+
+/// The coordinator's log of refused connections, rate-limited by kind.
+#[derive(Default)]
+pub struct Refusals {
+    counts: std::collections::BTreeMap<Refusal, usize>,
+}
+
+impl Refusals {
+    /// Counts one refusal; the line to print while its kind is under the limit.
+    pub fn note(&mut self, kind: Refusal, why: &str) -> Option<String> {
+        let n = self.counts.entry(kind).or_insert(0);
+        *n += 1;
+        (*n <= MAX_REFUSALS_LOGGED).then(|| {
+            format!(
+                "nccl-check: rendezvous: refused a connection: {}",
+                crate::text::escape_control(why)
+            )
+        })
+    }
+
+    /// The refusals not printed, by kind, in one line; `None` when every one was.
+    pub fn unlogged(&self) -> Option<String> {
+        let parts: Vec<String> = self
+            .counts
+            .iter()
+            .filter(|(_, &n)| n > MAX_REFUSALS_LOGGED)
+            .map(|(k, n)| format!("{} {}", n - MAX_REFUSALS_LOGGED, k.plural()))
+            .collect();
+        (!parts.is_empty()).then(|| {
+            format!(
+                "nccl-check: rendezvous: also refused, not logged one by one: {}",
+                parts.join(", ")
+            )
+        })
+    }
+}
 
 /// One member that passed its handshake.
 pub(super) struct Arrival {
@@ -85,56 +161,78 @@ fn bind_address(host: &str, deadline: Instant) -> Result<IpAddr, String> {
     Ok(ip)
 }
 
-/// Waits up to `wait` for the listener to have a connection.
-fn readable(listener: &TcpListener, wait: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
+/// This side's key pair, its greeting, the member's opening and its public key.
+type Opened = (KeyPair, Greeting, Opening, [u8; 32]);
+
+/// The first two messages: this side's greeting, and the member's opening checked (its
+/// protocol version, nonce, key and addresses). Returns this side's key pair, both messages and
+/// the member's public key.
+fn openings(
+    stream: &mut TcpStream,
+    label: &str,
+    deadline: Instant,
+) -> Result<Opened, (Refusal, String)> {
+    let bad = |e: String| (Refusal::Incomplete, e);
+    let wire_err = |e: wire::WireError| bad(e.to_string());
+    let keys = KeyPair::new().map_err(bad)?;
+    let greeting = Greeting {
+        protocol: auth::PROTOCOL.into(),
+        label: label.into(),
+        nonce: auth::nonce().map_err(bad)?,
+        key: keys.public_hex(),
     };
-    let ms = wait.as_millis().min(1000) as libc::c_int;
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+    wire::send(stream, &greeting, deadline).map_err(wire_err)?;
+    let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(wire_err)?;
+    let version: Version = wire::decode(&first).map_err(wire_err)?;
+    if version.protocol != auth::PROTOCOL {
+        return Err((
+            Refusal::OtherVersion,
+            format!(
+                "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
+                crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+                auth::PROTOCOL
+            ),
+        ));
+    }
+    let opening: Opening = wire::decode(&first).map_err(wire_err)?;
+    messages::check_nonce(&opening.nonce).map_err(bad)?;
+    let their_key = session::check_key(&opening.key).map_err(bad)?;
+    messages::check_addr(&opening.from).map_err(bad)?;
+    messages::check_addr(&opening.to).map_err(bad)?;
+    Ok((keys, greeting, opening, their_key))
 }
 
-/// One member's handshake, on its own thread.
+/// One member's handshake, on its own thread; a refusal says what the connection was.
 pub(super) fn handshake(
     mut stream: TcpStream,
     world: u32,
     label: &str,
     auth: &dyn Authenticator,
     deadline: Instant,
-) -> Result<Arrival, String> {
+) -> Result<Arrival, (Refusal, String)> {
     let deadline = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let from = stream.peer_addr().map_err(|e| e.to_string())?;
+    let local = |e: String| (Refusal::Incomplete, e);
+    stream
+        .set_nonblocking(false)
+        .map_err(|e| local(e.to_string()))?;
+    stream.set_nodelay(true).map_err(|e| local(e.to_string()))?;
+    let from = stream.peer_addr().map_err(|e| local(e.to_string()))?;
     let seen_from = addr_text(from);
-    let seen_to = addr_text(stream.local_addr().map_err(|e| e.to_string())?);
-    let who = |e: String| format!("from {from}: {e}");
-    let keys = KeyPair::new()?;
-    let greeting = Greeting {
-        protocol: auth::PROTOCOL.into(),
-        label: label.into(),
-        nonce: auth::nonce()?,
-        key: keys.public_hex(),
-    };
-    wire::send(&mut stream, &greeting, deadline).map_err(|e| who(e.to_string()))?;
-    let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, deadline)
-        .map_err(|e| who(e.to_string()))?;
-    let version: Version = wire::decode(&first).map_err(|e| who(e.to_string()))?;
-    if version.protocol != auth::PROTOCOL {
-        return Err(who(format!(
-            "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
-            crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
-            auth::PROTOCOL
+    let seen_to = addr_text(stream.local_addr().map_err(|e| local(e.to_string()))?);
+    let kind = |k: Refusal| move |e: String| (k, format!("from {from}: {e}"));
+    // The one cheap proof there is: a process on this node shows its uid to the kernel. Checked
+    // before any credential work, so that another user cannot use up the MUNGE slots.
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if let Some(uid) = super::peer_uid::local_peer_uid(&stream).filter(|&u| u != me) {
+        return Err(kind(Refusal::OtherUser)(format!(
+            "a process of uid {uid} on this node (this check runs as uid {me})"
         )));
     }
-    let opening: Opening = wire::decode(&first).map_err(|e| who(e.to_string()))?;
-    messages::check_nonce(&opening.nonce).map_err(who)?;
-    let their_key = session::check_key(&opening.key).map_err(who)?;
-    messages::check_addr(&opening.from).map_err(who)?;
-    messages::check_addr(&opening.to).map_err(who)?;
+    let who = kind(Refusal::Incomplete);
+    let wire_err = |e: wire::WireError| who(e.to_string());
+    let (keys, greeting, opening, their_key) =
+        openings(&mut stream, label, deadline).map_err(|(k, e)| kind(k)(e))?;
     let transcript = session::transcript(&[
         label,
         &greeting.nonce,
@@ -150,27 +248,37 @@ pub(super) fn handshake(
         to: seen_to.clone(),
         proof: auth
             .prove(&auth::context("coordinator", label, &t_hex, b""), deadline)
-            .map_err(who)?,
+            .map_err(kind(Refusal::Busy))?,
     };
-    wire::send(&mut stream, &proof, deadline).map_err(|e| who(e.to_string()))?;
+    wire::send(&mut stream, &proof, deadline).map_err(wire_err)?;
     if opening.from != seen_from || opening.to != seen_to {
         // The member will see it too and look elsewhere; this side just names it.
-        return Err(format!(
-            "a connection relayed by another process: it left {} for {}, and arrived from {seen_from} at {seen_to}",
-            opening.from, opening.to
+        return Err((
+            Refusal::Relay,
+            format!(
+                "a connection relayed by another process: it left {} for {}, and arrived from {seen_from} at {seen_to}",
+                crate::text::escape_control(&opening.from),
+                crate::text::escape_control(&opening.to)
+            ),
         ));
     }
     let hello: Hello =
-        wire::recv(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(|e| who(e.to_string()))?;
+        wire::recv(&mut stream, wire::MAX_HELLO_FRAME, deadline).map_err(wire_err)?;
     messages::check_proof(&hello.proof).map_err(who)?;
     messages::check_hello(&hello.body, world).map_err(who)?;
-    let body = serde_json::to_vec(&hello.body).map_err(|e| e.to_string())?;
+    let body = serde_json::to_vec(&hello.body).map_err(|e| local(e.to_string()))?;
     auth.verify(
         &auth::context("member", label, &t_hex, &body),
         &hello.proof,
         deadline,
     )
-    .map_err(|e| who(format!("process rank {}: {e}", hello.body.member.proc_rank)))?;
+    .map_err(|e| {
+        let k = refusal_of_verify(&e);
+        kind(k)(format!(
+            "claiming process rank {}: {e}",
+            hello.body.member.proc_rank
+        ))
+    })?;
     let keys = Keys::derive(
         &keys,
         &their_key,
@@ -179,10 +287,26 @@ pub(super) fn handshake(
         Role::Coordinator,
     )
     .map_err(who)?;
+    let mut session = Session::new(stream, keys);
+    // Sealed: the member knows from it that it is in, and that a close before it was a drop.
+    session
+        .send(&messages::Accepted { accepted: true }, deadline)
+        .map_err(wire_err)?;
     Ok(Arrival {
         member: hello.body.member,
-        session: Session::new(stream, keys),
+        session,
     })
+}
+
+/// The kind of a proof that did not verify, from the authenticator's words.
+fn refusal_of_verify(why: &str) -> Refusal {
+    if why.contains("Replayed credential") {
+        Refusal::Replay
+    } else if why.contains(auth::MUNGE_BUSY) {
+        Refusal::Busy
+    } else {
+        Refusal::WrongProof
+    }
 }
 
 /// Serves the rendezvous until every other process has joined, or the deadline.
@@ -193,25 +317,41 @@ pub fn serve(
 ) -> Result<Joined, String> {
     // One socket per member, plus each handshake's second handle: over the common soft limit
     // of 1,024 open files at 1,024 processes (measured: "Too many open files" on accept).
-    super::plane::ensure_open_files(setup.world as u64 + MAX_PARALLEL_HANDSHAKES as u64 + 64)?;
+    // Room for the door's idle connections too where the hard limit allows; without it the
+    // door closes its oldest when accept runs out of descriptors.
+    let needed = setup.world as u64 + MAX_PARALLEL_HANDSHAKES as u64 + 64;
+    if super::plane::ensure_open_files(needed + door::MAX_WAITING as u64).is_err() {
+        super::plane::ensure_open_files(needed)?;
+    }
     let (listener, port) = bind(setup)?;
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("rendezvous: {e}"))?;
+    let mut door = Door::new(listener, HANDSHAKE_TIMEOUT, door::MAX_WAITING);
     let world = setup.world;
     let mut slots: Vec<Option<Arrival>> = (0..world).map(|_| None).collect();
     let mut missing = world - 1;
-    let (tx, rx) = mpsc::channel::<(u64, Result<Arrival, String>)>();
+    let (tx, rx) = mpsc::channel::<(u64, Result<Arrival, (Refusal, String)>)>();
     // Handshakes under way, by id: a second handle to each socket, so that the ones still
     // running when everyone is in can be cut off at once instead of holding up the welcome.
-    let mut pending: std::collections::HashMap<u64, TcpStream> = Default::default();
+    let mut pending: std::collections::HashMap<u64, (TcpStream, IpAddr)> = Default::default();
+    // Handshakes under way per address: one address (a stranger's node) cannot take them all.
+    let mut per_address: std::collections::HashMap<IpAddr, usize> = Default::default();
     let mut next_id = 0u64;
-    let mut refused = 0usize;
+    let mut refused = Refusals::default();
     std::thread::scope(|scope| -> Result<(), String> {
         let result = (|| {
             while missing > 0 {
                 while let Ok((id, result)) = rx.try_recv() {
-                    pending.remove(&id);
+                    // The address as taken at the door: a closed socket no longer has one.
+                    if let Some((_, ip)) = pending.remove(&id) {
+                        if let Some(n) = per_address.get_mut(&ip) {
+                            *n -= 1;
+                            if *n == 0 {
+                                per_address.remove(&ip);
+                            }
+                        }
+                    }
                     match result {
                         Ok(a) => {
                             let r = a.member.proc_rank as usize;
@@ -225,14 +365,9 @@ pub fn serve(
                                 missing -= 1;
                             }
                         }
-                        Err(why) => {
-                            refused += 1;
-                            // A stranger retrying every 50 ms must not flood the job's log.
-                            if refused <= MAX_REFUSALS_LOGGED {
-                                eprintln!(
-                                    "nccl-check: rendezvous: refused a connection: {}",
-                                    crate::text::escape_control(&why)
-                                );
+                        Err((kind, why)) => {
+                            if let Some(line) = refused.note(kind, &why) {
+                                eprintln!("{line}");
                             }
                         }
                     }
@@ -257,39 +392,64 @@ pub fn serve(
                         absent::describe(expected, &joined, &absent, world)
                     ));
                 };
-                if !readable(&listener, left.min(Duration::from_millis(20))) {
-                    continue;
-                }
-                match listener.accept() {
-                    Ok((stream, _)) if pending.len() < MAX_PARALLEL_HANDSHAKES => {
-                        let Ok(handle) = stream.try_clone() else {
-                            continue;
-                        };
-                        let id = next_id;
-                        next_id += 1;
-                        pending.insert(id, handle);
-                        let tx = tx.clone();
-                        let (label, auth, deadline) = (&setup.label, setup.auth, setup.deadline);
-                        scope.spawn(move || {
-                            let _ = tx.send((id, handshake(stream, world, label, auth, deadline)));
-                        });
+                let pass = door
+                    .pass(left.min(Duration::from_millis(20)))
+                    .map_err(|e| format!("rendezvous: accept on port {port}: {e}"))?;
+                for _ in 0..pass.silent {
+                    let why = format!(
+                        "a connection that said nothing for {} s (or was pushed out by newer ones)",
+                        HANDSHAKE_TIMEOUT.as_secs()
+                    );
+                    if let Some(line) = refused.note(Refusal::Incomplete, &why) {
+                        eprintln!("{line}");
                     }
-                    Ok(_) => {} // over the limit: closed; a real member retries
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(format!("rendezvous: accept on port {port}: {e}")),
+                }
+                for stream in pass.ready {
+                    if pending.len() >= MAX_PARALLEL_HANDSHAKES {
+                        // Closed: a real member says so and retries.
+                        let why = format!(
+                            "{MAX_PARALLEL_HANDSHAKES} handshakes under way already (a flood of connections?)"
+                        );
+                        if let Some(line) = refused.note(Refusal::Busy, &why) {
+                            eprintln!("{line}");
+                        }
+                        continue;
+                    }
+                    let Some(ip) = stream.peer_addr().ok().map(|a| a.ip().to_canonical()) else {
+                        continue;
+                    };
+                    let here = per_address.entry(ip).or_insert(0);
+                    if *here >= MAX_HANDSHAKES_PER_ADDRESS && setup.auth.proofs_run_programs() {
+                        let why = format!(
+                            "from {ip}: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from that address under way already (a flood of connections?)"
+                        );
+                        if let Some(line) = refused.note(Refusal::Busy, &why) {
+                            eprintln!("{line}");
+                        }
+                        continue;
+                    }
+                    let Ok(handle) = stream.try_clone() else {
+                        continue;
+                    };
+                    *here += 1;
+                    let id = next_id;
+                    next_id += 1;
+                    pending.insert(id, (handle, ip));
+                    let tx = tx.clone();
+                    let (label, auth, deadline) = (&setup.label, setup.auth, setup.deadline);
+                    scope.spawn(move || {
+                        let _ = tx.send((id, handshake(stream, world, label, auth, deadline)));
+                    });
                 }
             }
             Ok(())
         })();
-        if refused > MAX_REFUSALS_LOGGED {
-            eprintln!(
-                "nccl-check: rendezvous: refused {} more connection(s)",
-                refused - MAX_REFUSALS_LOGGED
-            );
+        if let Some(line) = refused.unlogged() {
+            eprintln!("{line}");
         }
         // Whoever is still in a handshake is not needed (or it is too late): cut them off so the
         // scope's threads end now.
-        for (_, s) in pending.drain() {
+        for (_, (s, _)) in pending.drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         result
@@ -338,4 +498,111 @@ fn welcome(
         members,
         plane: ControlPlane::root(&me, plane),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 34: after three refusals of any kind only a count was logged, so an early stranger
+    /// hid a later relay; now each kind has its own three lines.
+    #[test]
+    fn refusals_are_rate_limited_by_kind_not_by_count() {
+        let mut r = Refusals::default();
+        let logged = (0..100)
+            .filter(|i| {
+                r.note(Refusal::Incomplete, &format!("stranger {i}"))
+                    .is_some()
+            })
+            .count();
+        assert_eq!(logged, MAX_REFUSALS_LOGGED);
+        let relay = r.note(Refusal::Relay, "a connection relayed by another process");
+        assert!(relay.is_some_and(|l| l.contains("relayed by another process")));
+        let proof = r.note(
+            Refusal::WrongProof,
+            "from 10.0.0.9:4000: proof does not match",
+        );
+        assert!(proof.is_some());
+        let replay = r.note(Refusal::Replay, "unmunge: Replayed credential");
+        assert!(replay.is_some_and(|l| l.contains("Replayed credential")));
+        assert_eq!(
+            r.unlogged().as_deref(),
+            Some("nccl-check: rendezvous: also refused, not logged one by one: 97 connection(s) that did not complete the handshake")
+        );
+        for _ in 0..5 {
+            let _ = r.note(Refusal::Relay, "again");
+        }
+        let u = r.unlogged().unwrap_or_default();
+        assert!(
+            u.ends_with(
+                ": 3 relayed connection(s), 97 connection(s) that did not complete the handshake"
+            ),
+            "{u}"
+        );
+    }
+
+    /// Issue 34: a tampered welcome was "changed on the way (a process relaying the
+    /// connection?)" at the member, which then left without a word, and the coordinator blamed
+    /// its own network. The member now names tampering and tells the coordinator.
+    #[test]
+    fn a_tampered_welcome_is_named_tampering_and_the_coordinator_is_told() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let secret = || auth::SharedSecret::new("test-secret-0123456789", "test").unwrap();
+        let member = std::thread::spawn(move || {
+            let a = secret();
+            let s = Setup {
+                host: "127.0.0.1".into(),
+                ports: vec![port],
+                label: "slurm-7.0".into(),
+                world: 2,
+                coordinator: false,
+                auth: &a,
+                deadline,
+                expected: None,
+            };
+            let me = Member {
+                proc_rank: 1,
+                host: "h1".into(),
+                pid: 1,
+                ngpus: 1,
+                first_rank: 0,
+            };
+            super::super::join(&s, me, || Err("not the coordinator".into())).err()
+        });
+        let (stream, _) = l.accept().unwrap();
+        let a = secret();
+        let mut arrival = handshake(stream, 2, "slurm-7.0", &a, deadline)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        // In place of the welcome, a sealed frame that does not open: what a process on the
+        // path that changes bytes delivers.
+        let mut raw = arrival.session.stream().try_clone().unwrap();
+        raw.write_all(&40u32.to_be_bytes()).unwrap();
+        raw.write_all(&[7u8; 40]).unwrap();
+        let e = member.join().unwrap().unwrap_or_default();
+        assert!(e.contains("the welcome it received: a message failed its integrity check: it was tampered with on the way"), "{e}");
+        assert!(!e.contains("lost its network"), "{e}");
+        let told: serde_json::Value = arrival.session.recv(4096, deadline).unwrap();
+        let abort = told["abort"].as_str().unwrap_or_default();
+        assert!(abort.contains("tampered with on the way"), "{told}");
+    }
+
+    #[test]
+    fn a_proof_that_does_not_verify_is_classified_by_its_reason() {
+        assert_eq!(
+            refusal_of_verify("unmunge: Replayed credential"),
+            Refusal::Replay
+        );
+        assert_eq!(
+            refusal_of_verify(&format!("{}: 4 credentials", auth::MUNGE_BUSY)),
+            Refusal::Busy
+        );
+        assert_eq!(
+            refusal_of_verify("proof does not match this step's secret"),
+            Refusal::WrongProof
+        );
+    }
 }

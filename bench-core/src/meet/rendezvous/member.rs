@@ -4,7 +4,8 @@
 //! the sealed welcome.
 //!
 //! A port held by something else (a squatter, a relay, another step's or version's coordinator,
-//! a listener that never speaks) is named once and left to its thread while the others go on;
+//! a listener that never speaks, or, seen from the coordinator's own node, a socket bound there
+//! that does not listen) is named once and left to its thread while the others go on;
 //! when every candidate has been held by such a process twice in a row, the coordinator cannot
 //! be on any of them and the member ends at once, not at the deadline.
 
@@ -36,6 +37,10 @@ enum Miss {
     /// Something holds the port and is not this step's coordinator: it answered and could not
     /// prove itself, relays the connection, or said nothing for a whole handshake's time.
     Held(String),
+    /// The coordinator proved itself and then closed the connection before accepting this
+    /// process (busy with a flood of connections, or it refused this proof): said once, and
+    /// tried again.
+    Dropped(String),
 }
 
 /// Retries before a held port counts as held for good (see [`connect`]).
@@ -116,18 +121,110 @@ fn attempt(
         .ok_or_else(|| Miss::Open("deadline passed".into()))?;
     let addr = resolve(&setup.host, port, setup.deadline).map_err(Miss::Open)?;
     let mut stream = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
-        .map_err(|e| Miss::Open(e.to_string()))?;
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::ConnectionRefused && bound_without_listener(addr) {
+                Miss::Held(
+                    "bound by another process that does not listen on it (so the coordinator cannot listen there)"
+                        .into(),
+                )
+            } else {
+                Miss::Open(e.to_string())
+            }
+        })?;
     if !track(Some(&stream)) {
         return Err(Miss::Open(
             "the coordinator was found on another port".into(),
         ));
     }
-    let r = attempt_on(setup, me, &mut stream);
+    let r = attempt_on(setup, me, &mut stream).and_then(|keys| {
+        let mut session = Session::new(stream, keys);
+        accepted(setup, &mut session)?;
+        Ok(session)
+    });
     let _ = track(None);
-    r.map(|keys| Admitted {
-        session: Session::new(stream, keys),
-        port,
-    })
+    r.map(|session| Admitted { session, port })
+}
+
+/// Waits for the coordinator's word that this process is in (it may first wait for a free
+/// MUNGE slot for as long as a handshake may take).
+fn accepted(setup: &Setup, session: &mut Session) -> Result<(), Miss> {
+    let deadline = setup
+        .deadline
+        .min(Instant::now() + HANDSHAKE_TIMEOUT + Duration::from_secs(1));
+    match session.recv::<messages::Accepted>(wire::MAX_HELLO_FRAME, deadline) {
+        Ok(a) if a.accepted => Ok(()),
+        Ok(_) => Err(Miss::Held("the coordinator did not accept this process".into())),
+        Err(WireError::Closed | WireError::Io(_)) => Err(Miss::Dropped(
+            "the coordinator closed the connection before accepting this process (busy with other connections, or it refused this process's proof: its own output says which)".into(),
+        )),
+        Err(WireError::Deadline) => Err(Miss::Dropped(
+            "the coordinator did not accept this process in time (busy with other connections?)"
+                .into(),
+        )),
+        Err(e) => Err(Miss::Held(format!("after the handshake: {e}"))),
+    }
+}
+
+/// Whether `addr`, which refused a connection, is bound by a socket that does not listen: tried
+/// as the coordinator binds (SO_REUSEADDR, the same address), so it fails exactly where the
+/// coordinator could not listen. Answers only on the coordinator's own node (elsewhere the
+/// address is not this machine's, and a refused connection may be a coordinator not started
+/// yet); the probe socket never listens and is closed at once, so it never keeps the
+/// coordinator from binding (two SO_REUSEADDR sockets that do not listen may share a port).
+fn bound_without_listener(addr: SocketAddr) -> bool {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned below.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: a valid descriptor and a live c_int of the size given.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    // SAFETY: bind(2) with a sockaddr built for the family, and its size.
+    let r = unsafe {
+        match addr {
+            SocketAddr::V4(a) => {
+                let mut sa: libc::sockaddr_in = std::mem::zeroed();
+                sa.sin_family = libc::AF_INET as libc::sa_family_t;
+                sa.sin_port = a.port().to_be();
+                sa.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
+                libc::bind(
+                    fd.as_raw_fd(),
+                    &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            }
+            SocketAddr::V6(a) => {
+                let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+                sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sa.sin6_port = a.port().to_be();
+                sa.sin6_addr.s6_addr = a.ip().octets();
+                sa.sin6_scope_id = a.scope_id();
+                libc::bind(
+                    fd.as_raw_fd(),
+                    &sa as *const libc::sockaddr_in6 as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                )
+            }
+        }
+    };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EADDRINUSE)
 }
 
 /// The coordinator's first message, if it is this step's coordinator's greeting: the same
@@ -281,7 +378,7 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
                     };
                     let pause = match &report {
                         Report::Found(_) => None,
-                        Report::Missed(_, Miss::Open(_)) => Some(RETRY),
+                        Report::Missed(_, Miss::Open(_) | Miss::Dropped(_)) => Some(RETRY),
                         // Every try at a relay costs the coordinator a handshake: slower.
                         Report::Missed(_, Miss::Held(_)) => Some(HELD_RETRY),
                     };
@@ -321,6 +418,7 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
     let mut held: HashMap<u16, u32> = HashMap::new();
     let mut latest: HashMap<u16, String> = HashMap::new();
     let mut named = std::collections::HashSet::new();
+    let mut dropped = std::collections::HashSet::new();
     loop {
         let left = setup.deadline.saturating_duration_since(Instant::now());
         let report = match rx.recv_timeout(left) {
@@ -345,6 +443,17 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
         match &miss {
             Miss::Open(why) => {
                 held.insert(port, 0);
+                latest.insert(port, why.clone());
+            }
+            Miss::Dropped(why) => {
+                held.insert(port, 0);
+                if dropped.insert(port) {
+                    eprintln!(
+                        "nccl-check: rendezvous: port {port} on {}: {}; trying again",
+                        setup.host,
+                        crate::text::escape_control(why)
+                    );
+                }
                 latest.insert(port, why.clone());
             }
             Miss::Held(why) => {
@@ -383,15 +492,20 @@ pub fn connect(setup: &Setup, me: Member) -> Result<Joined, String> {
     }
     let mut a = find(setup, &me)?;
     let where_ = format!("rendezvous at {}:{}", setup.host, a.port);
-    let welcome: Welcome = a
-        .session
-        .recv(wire::MAX_HANDSHAKE_FRAME, setup.deadline)
-        .map_err(|e| match e {
-            WireError::Closed => format!(
-                "{where_}: the coordinator closed the connection before everyone had joined: it exited, was killed, or gave up (its own output says why)"
-            ),
-            other => format!("{where_}: waiting for the other processes: {other}"),
-        })?;
+    let welcome: Welcome = match a.session.recv(wire::MAX_HANDSHAKE_FRAME, setup.deadline) {
+        Ok(w) => w,
+        Err(WireError::Closed) => return Err(format!(
+            "{where_}: the coordinator closed the connection before everyone had joined: it exited, was killed, or gave up (its own output says why)"
+        )),
+        Err(e @ (WireError::Forged | WireError::Replayed)) => {
+            // The other direction may still pass: the coordinator then names the tampering
+            // too, instead of finding this process gone.
+            let why = format!("the welcome it received: {e}");
+            ControlPlane::leaf(a.session).abort(&why, setup.deadline);
+            return Err(format!("{where_}: {why}"));
+        }
+        Err(e) => return Err(format!("{where_}: waiting for the other processes: {e}")),
+    };
     let (unique_id, members) = messages::check_welcome(&welcome, setup.world, &me)
         .map_err(|e| format!("{where_}: welcome refused: {e}"))?;
     Ok(Joined {

@@ -81,6 +81,14 @@ pub struct Hello {
     pub proof: String,
 }
 
+/// Coordinator -> member, sealed, once the member's proof is verified: it is in. A connection
+/// that closes before this was dropped (a busy coordinator, or a refused proof) and the member
+/// tries again; after it, a close means the coordinator gave up.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Accepted {
+    pub accepted: bool,
+}
+
 /// The coordinator's welcome, sealed: the id and every process, by columns. Every member gets
 /// the whole list (N welcomes of N processes: the join's bytes grow as N^2), so each process
 /// costs a few small numbers here (its host's index, its GPU count, its pid, ~20 bytes in JSON)

@@ -8,7 +8,10 @@
 //! - [`session`]: each connection's own keys, and every frame after the handshake sealed;
 //! - [`wire`]: length-prefixed frames with size caps and one deadline per message;
 //! - [`messages`]: the handshake's messages and the validation of every field;
-//! - [`coordinator`] and [`member`]: the two sides of the handshake;
+//! - [`coordinator`] and [`member`]: the two sides of the handshake; [`door`]: where the
+//!   coordinator's connections wait, without a thread, until they speak;
+//! - [`peer_uid`]: whose process a connection from this node is (another user's is refused before
+//!   any credential work);
 //! - [`absent`]: the coordinator's word on the processes that never came (nodes, then ranks);
 //! - [`plane`]: sums and barriers afterwards.
 //!
@@ -18,8 +21,10 @@
 pub mod absent;
 pub mod auth;
 pub mod coordinator;
+pub mod door;
 pub mod member;
 pub mod messages;
+pub mod peer_uid;
 pub mod plane;
 pub mod session;
 pub mod wire;
@@ -432,7 +437,9 @@ mod tests {
     }
 
     fn coordinator_handshake_for_test(stream: TcpStream, s: &Setup) -> Result<(), String> {
-        coordinator::handshake(stream, s.world, &s.label, s.auth, s.deadline).map(|_| ())
+        coordinator::handshake(stream, s.world, &s.label, s.auth, s.deadline)
+            .map(|_| ())
+            .map_err(|(_, e)| e)
     }
 
     #[test]

@@ -138,7 +138,12 @@ pub struct Session {
     received: u64,
     /// Who is at the other end, for messages ("the coordinator (n1:29617)").
     peer: String,
+    /// Digests of the last frames opened, so that one sent again is named a replay.
+    recent: std::collections::VecDeque<[u8; 32]>,
 }
+
+/// Frames remembered for [`WireError::Replayed`].
+const RECENT_FRAMES: usize = 16;
 
 impl Session {
     pub fn new(stream: TcpStream, keys: Keys) -> Session {
@@ -148,6 +153,7 @@ impl Session {
             sent: 0,
             received: 0,
             peer: "the other process".into(),
+            recent: Default::default(),
         }
     }
 
@@ -198,7 +204,8 @@ impl Session {
     }
 
     /// Receives, opens and parses one message of at most `max` bytes of plaintext. A frame that
-    /// does not open (changed, dropped, replayed or reordered on the way) is [`WireError::Forged`].
+    /// does not open (changed, dropped or reordered on the way) is [`WireError::Forged`]; one that
+    /// opened before and comes again, [`WireError::Replayed`].
     pub fn recv<T: DeserializeOwned>(
         &mut self,
         max: usize,
@@ -216,7 +223,18 @@ impl Session {
                     aad: &(sealed.len() as u32).to_be_bytes(),
                 },
             )
-            .map_err(|_| WireError::Forged)?;
+            .map_err(|_| {
+                // A frame that opened before fails now only because its number has passed.
+                if self.recent.contains(&Sha256::digest(&sealed).into()) {
+                    WireError::Replayed
+                } else {
+                    WireError::Forged
+                }
+            })?;
+        if self.recent.len() == RECENT_FRAMES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(Sha256::digest(&sealed).into());
         self.received = n.checked_add(1).ok_or(WireError::Closed)?;
         wire::decode(&body)
     }
@@ -291,7 +309,7 @@ pub(crate) mod tests {
 
     /// What a relay in the middle could do to the bytes: every change is refused.
     #[test]
-    fn a_changed_replayed_or_dropped_frame_is_refused_as_forged() {
+    fn a_changed_or_dropped_frame_is_refused_as_forged_and_a_replay_as_replayed() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         for attack in ["flip", "replay", "drop"] {
@@ -333,7 +351,11 @@ pub(crate) mod tests {
                 _ => send(&mut out, &frames[1]),
             }
             let r: Result<Vec<f64>, _> = receiver.recv(100, soon());
-            assert_eq!(r.unwrap_err(), WireError::Forged, "{attack}");
+            let want = match attack {
+                "replay" => WireError::Replayed,
+                _ => WireError::Forged,
+            };
+            assert_eq!(r.unwrap_err(), want, "{attack}");
         }
     }
 }

@@ -28,8 +28,10 @@ pub enum WireError {
     TooLarge { len: usize, max: usize },
     /// Not JSON of the expected shape.
     Malformed(String),
-    /// A sealed frame that does not open: changed, replayed, reordered or dropped on the way.
+    /// A sealed frame that does not open: changed, reordered or dropped on the way.
     Forged,
+    /// A sealed frame that arrived before, sent again.
+    Replayed,
     /// Any other socket error.
     Io(String),
 }
@@ -44,7 +46,12 @@ impl std::fmt::Display for WireError {
             ),
             WireError::Forged => write!(
                 f,
-                "a message failed its integrity check: it was changed on the way (a process relaying the connection?)"
+                "a message failed its integrity check: it was tampered with on the way by a process \
+                 relaying the connection (not a network fault: TCP delivers bytes as sent or not at all)"
+            ),
+            WireError::Replayed => write!(
+                f,
+                "a message that had already arrived came again: a replay by a process relaying the connection"
             ),
             WireError::TooLarge { len, max } => {
                 write!(f, "message of {len} bytes is over the limit of {max}")

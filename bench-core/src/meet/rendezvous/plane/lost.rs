@@ -62,7 +62,10 @@ pub fn at_coordinator(me: &Member, lost: &[(&Member, &Gone)], peers: usize) -> S
             Gone::Broken(_) => None,
         })
         .fold(0.0, f64::max);
-    if peers >= 2 && lost.len() == peers {
+    // Only silence points at this node: a connection that broke with an error (closed, or a
+    // frame tampered with on the way) says what happened at the other end or between.
+    let all_silent = lost.iter().all(|(_, g)| matches!(g, Gone::Silent(_)));
+    if peers >= 2 && lost.len() == peers && all_silent {
         return format!(
             "none of the other {peers} processes answered the control plane (for {quiet:.1} s or more): \
              this node ({}) lost its network (its link is down?) or this process was stopped",
@@ -167,6 +170,22 @@ mod tests {
             "{s}"
         );
         assert!(s.len() < 400, "{} bytes", s.len());
+    }
+
+    /// Issue 34: tampered frames on every connection made the coordinator blame its own
+    /// network; they are named as tampering, and whoever closed as gone.
+    #[test]
+    fn tampered_or_closed_connections_are_not_this_nodes_network() {
+        let me = m(0, "fab01");
+        let (a, b) = (m(1, "fab02"), m(2, "fab03"));
+        let forged = Gone::Broken(WireError::Forged);
+        let s = at_coordinator(&me, &[(&a, &QUIET), (&b, &forged)], 2);
+        assert!(!s.contains("lost its network"), "{s}");
+        assert!(s.contains("node fab03 (process rank 2) went away: a message failed its integrity check: it was tampered with"), "{s}");
+        assert!(
+            s.contains("node fab02 (process rank 1) stopped answering"),
+            "{s}"
+        );
     }
 
     #[test]
