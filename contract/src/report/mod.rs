@@ -4,6 +4,7 @@
 //! worker's types. Unknown fields are ignored and missing ones take their defaults, so the two
 //! stay compatible as the worker adds fields (bench-core tests that its report reads back here).
 
+pub mod cause;
 pub mod culprit;
 pub mod process;
 pub mod read;
