@@ -5,7 +5,7 @@
 //! typed, and no caller guesses it from a sentence. Only `hardware` and `missing` say "replace
 //! or repair a part"; `busy` says "end a process" and is never a fault of the GPU.
 
-use super::reason::ReasonCode;
+use super::reason::{Reason, ReasonCode};
 use serde::{Deserialize, Serialize};
 
 /// What kind of thing is at fault.
@@ -81,10 +81,79 @@ pub fn cause_class(code: ReasonCode) -> CauseClass {
     }
 }
 
+/// Whether the code is a speed reading (a bandwidth, a probe, the localizer's slow node, pair
+/// or rail): what a busy node slows as well as a broken part, unlike a fact that holds
+/// whatever the load (a link down, wrong data, an ECC error, a missing GPU).
+pub fn is_speed_reading(code: ReasonCode) -> bool {
+    code.is_bandwidth()
+        || matches!(
+            code,
+            ReasonCode::NodeSlow
+                | ReasonCode::NodePairSlow
+                | ReasonCode::RailSlow
+                | ReasonCode::SuspectsUnresolved
+        )
+}
+
+/// The reason that says what a FAIL's cause is, of those the report gives: a missing part
+/// first, then a hardware fault that holds whatever the load, then a busy node (it explains
+/// the slow readings beside it), then any other; None without reasons.
+pub fn deciding(reasons: &[Reason]) -> Option<&Reason> {
+    let first = |want: &dyn Fn(&Reason) -> bool| reasons.iter().find(|r| want(r));
+    first(&|r| r.cause() == CauseClass::Missing)
+        .or_else(|| first(&|r| r.cause() == CauseClass::Hardware && !is_speed_reading(r.code)))
+        .or_else(|| first(&|r| r.cause() == CauseClass::Busy))
+        .or_else(|| reasons.first())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use strum::IntoEnumIterator;
+
+    fn r(code: ReasonCode) -> Reason {
+        Reason::plain(code, code.as_str())
+    }
+
+    /// A busy GPU or host explains the slow readings beside it; a link down, wrong data or a
+    /// missing GPU is a fault whatever else the node was doing.
+    #[test]
+    fn a_busy_node_explains_slow_readings_but_not_a_fault_that_holds_under_any_load() {
+        use ReasonCode as C;
+        let case = |codes: &[ReasonCode]| {
+            let rs: Vec<Reason> = codes.iter().map(|c| r(*c)).collect();
+            deciding(&rs).map(|x| (x.code, x.cause()))
+        };
+        assert_eq!(case(&[]), None);
+        assert_eq!(
+            case(&[C::LinkOutlier, C::GpuBusy]),
+            Some((C::GpuBusy, CauseClass::Busy))
+        );
+        assert_eq!(
+            case(&[C::NodeSlow, C::WorkerStarved]),
+            Some((C::WorkerStarved, CauseClass::Busy))
+        );
+        assert_eq!(
+            case(&[C::GpuBusy, C::NvlinkDown]),
+            Some((C::NvlinkDown, CauseClass::Hardware))
+        );
+        assert_eq!(
+            case(&[C::WorkerStarved, C::WrongData]),
+            Some((C::WrongData, CauseClass::Hardware))
+        );
+        assert_eq!(
+            case(&[C::NvlinkDown, C::GpuMissing]),
+            Some((C::GpuMissing, CauseClass::Missing))
+        );
+        assert_eq!(
+            case(&[C::BusbwBelowThreshold, C::LinkOutlier]),
+            Some((C::BusbwBelowThreshold, CauseClass::Hardware))
+        );
+        assert_eq!(
+            case(&[C::Unknown]),
+            Some((C::Unknown, CauseClass::Setup))
+        );
+    }
 
     /// The table, pinned as the prolog's README prints it: every code and its class.
     #[test]

@@ -88,6 +88,12 @@ impl Report {
         out
     }
 
+    /// The reason that says what this report's FAIL is caused by
+    /// ([`cause::deciding`]); None without reasons.
+    pub fn deciding_reason(&self) -> Option<&Reason> {
+        cause::deciding(&self.reasons)
+    }
+
     /// The UUIDs of the GPUs the worker measured, sorted, when every GPU entry has one.
     pub fn uuids(&self) -> Option<Vec<String>> {
         let mut u: Vec<String> = self
