@@ -94,7 +94,8 @@ pub struct GateConfig {
     /// Read the node's hardware faults (Xid/SXid, PCIe AER, IB/RoCE port counters) before the
     /// bandwidth check; a fault over its limit FAILs (drains) without running the worker.
     pub fault_checks: bool,
-    /// Where `dev/kmsg`, `proc/` and `sys/` are: `/`, or a fixture tree in tests.
+    /// Where `dev/kmsg`, `proc/` (also the busy-CPU scan's) and `sys/` are: `/`, or a fixture
+    /// tree in tests.
     pub fault_root: PathBuf,
     /// The most each AER counter of a GPU or NIC may grow between checks.
     pub aer_limits: AerLimits,

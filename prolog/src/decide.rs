@@ -325,6 +325,45 @@ mod tests {
         );
     }
 
+    /// prolog/README.md's "Which causes drain" says what `decide` does, row by row.
+    #[test]
+    fn the_readmes_table_of_causes_is_what_decide_does() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("## Which causes drain")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("the README has the section");
+        let mut rows = 0;
+        for line in section.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            let class = match cells[0].split('`').nth(1) {
+                Some("hardware") => CauseClass::Hardware,
+                Some("missing") => CauseClass::Missing,
+                Some("busy") => CauseClass::Busy,
+                Some("setup") => CauseClass::Setup,
+                other => panic!("unknown cause {other:?} in {line}"),
+            };
+            let whose: &[Whose] = match cells[1] {
+                "any" => &[Whose::NoJob, Whose::OtherJob, Whose::Unknown],
+                "no job's" => &[Whose::NoJob],
+                "another running job's" => &[Whose::OtherJob],
+                w if w.starts_with("not known") => &[Whose::Unknown],
+                w => panic!("unknown whose {w:?} in {line}"),
+            };
+            for (cell, stray) in [(cells[2], StrayPolicy::Fail), (cells[3], StrayPolicy::Warn)] {
+                let policy = Policy { stray, ..DEFAULT };
+                for w in whose {
+                    let f = found(Verdict::Fail, Some(class), *w);
+                    let drain = decide(Mode::Prolog, f, policy, true).drain;
+                    assert_eq!(drain, cell == "drains", "{line}: {w:?}, {stray:?}");
+                }
+            }
+            rows += 1;
+        }
+        assert_eq!(rows, 6, "every class and whose has its row");
+    }
+
     #[test]
     fn recheck_exit_codes_follow_the_verdict() {
         let code = |v| decide(Mode::Recheck, Found::Measured(v), DEFAULT, true).exit_code;
