@@ -127,6 +127,11 @@ pub fn judge(
             can_access_peer,
         ));
     }
+    // Other processes on the GPUs: the cause of the slow results on them (first), else a
+    // warning that a job will meet them.
+    let (busy, foreign) = crate::judge::foreign::foreign_processes(report, &reasons);
+    reasons.splice(0..0, busy);
+    let warnings: Vec<Reason> = foreign.into_iter().chain(warnings).collect();
     let code = if reasons.is_empty() {
         ExitCode::Pass
     } else {
