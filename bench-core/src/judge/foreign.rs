@@ -29,12 +29,27 @@ fn slows(r: &Reason, k: u32, host: &str) -> bool {
     }
 }
 
+/// This process's node as the check names it (the member that holds its first GPU's rank:
+/// `NCCL_HOSTID` or Slurm's node name, what the localizer's reasons name), else the host name.
+pub fn own_node(report: &Report) -> String {
+    let first = report.gpus.iter().map(|g| g.rank).min();
+    first
+        .and_then(|r| {
+            report
+                .processes
+                .iter()
+                .find(|m| m.first_rank <= r && r < m.first_rank + m.ngpus)
+        })
+        .map_or_else(|| report.host.clone(), |m| m.host.clone())
+}
+
 /// The reasons (`gpu_busy`, to lead the FAIL's reasons) and warnings (`foreign_process`) for
 /// the other processes on this process's GPUs, given the FAIL reasons judged so far.
 pub fn foreign_processes(report: &Report, reasons: &[Reason]) -> (Vec<Reason>, Vec<Reason>) {
     let mut gpus: Vec<_> = report.gpus.iter().collect();
     gpus.sort_by_key(|g| g.rank);
     let (mut busy, mut idle) = (Vec::new(), Vec::new());
+    let node = own_node(report);
     for (k, g) in gpus.iter().enumerate() {
         let others: &[GpuProcess] = g.health.as_ref().map_or(&[], |h| h.processes.as_slice());
         if others.is_empty() {
@@ -49,12 +64,7 @@ pub fn foreign_processes(report: &Report, reasons: &[Reason]) -> (Vec<Reason>, V
         if already {
             continue;
         }
-        let host = if g.host.is_empty() {
-            report.host.as_str()
-        } else {
-            g.host.as_str()
-        };
-        if reasons.iter().any(|r| slows(r, k as u32, host)) {
+        if reasons.iter().any(|r| slows(r, k as u32, &node)) {
             busy.push(Reason {
                 code: ReasonCode::GpuBusy,
                 message: format!(
@@ -203,6 +213,47 @@ mod tests {
             nccl_check_contract::report::cause::deciding(&clean.reasons)
                 .map(|d| d.cause().as_str()),
             Some("hardware")
+        );
+    }
+
+    /// The issue-33 case on emulated nodes: node e2 (`NCCL_HOSTID`, on host "gpu-host"), its
+    /// GPU held by another process, the localizer blaming e2's network: e2's own verdict names
+    /// its GPU busy and not its NICs.
+    #[test]
+    fn on_a_busy_node_its_gpu_busy_replaces_the_localizers_network_reading() {
+        let mut r = report(Some(4242), 300.0);
+        r.host = "gpu-host".into();
+        r.processes[0].host = "e2".into();
+        let slow = Reason {
+            code: ReasonCode::NodeSlow,
+            message: "e2: every node pair it is in is slow on all 1 NICs, with cleared partners"
+                .into(),
+            subject: Some("e2".into()),
+            measured: None,
+            limit: None,
+        };
+        let summary = serde_json::json!({
+            "plan": "adaptive", "nodes": 4, "rails": 1, "rounds": 4, "localization_rounds": 2,
+            "allocation_busbw": null, "allocation_floor": null, "pair_groups": 4,
+            "reasons": [slow],
+        });
+        r.localization = Some(serde_json::from_value(summary).expect("a summary"));
+        assert_eq!(run(&mut r), ExitCode::Fail);
+        let got: Vec<(ReasonCode, Option<&str>)> = r
+            .reasons
+            .iter()
+            .map(|x| (x.code, x.subject.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [(ReasonCode::GpuBusy, Some("GPU1"))],
+            "{:?}",
+            r.reasons
+        );
+        assert!(
+            r.summary.contains("busy: 1 other process (pid 4242"),
+            "{}",
+            r.summary
         );
     }
 

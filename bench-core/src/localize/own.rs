@@ -163,6 +163,21 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[(String, Vec<Reason>)]
     *reasons = out;
 }
 
+/// In a process's own verdict: when the node `host` has its own finding among `reasons` (a
+/// GPU busy, a starved worker, a missing GPU, a busy host: class busy or missing), the
+/// localizer's network readings of `host` (and of the pairs it is in) give way to it.
+pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str) {
+    use nccl_check_contract::report::cause::CauseClass;
+    let own = reasons.iter().any(|r| {
+        network_nodes(r).is_empty()
+            && matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
+            && r.code != ReasonCode::HostInterference
+    });
+    if own {
+        reasons.retain(|r| !network_nodes(r).iter().any(|n| n == host));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +286,34 @@ mod tests {
                 (ReasonCode::HostBusy, Some("e1")),
                 (ReasonCode::NodePairSlow, Some("e2<->e3")),
             ]
+        );
+    }
+
+    /// The busy node's own verdict names its GPU busy, not its network.
+    #[test]
+    fn a_process_with_its_own_finding_drops_the_network_reading_of_its_node() {
+        let busy = Reason {
+            subject: Some("GPU0".into()),
+            ..Reason::plain(ReasonCode::GpuBusy, "GPU0: busy: 1 other process (pid 9)")
+        };
+        let mut reasons = vec![
+            network(ReasonCode::NodeSlow, "e2"),
+            busy.clone(),
+            network(ReasonCode::NodePairSlow, "e3<->e4"),
+            network(ReasonCode::NodePairSlow, "e1<->e2"),
+        ];
+        own_node_wins(&mut reasons, "e2");
+        let subjects: Vec<&str> = reasons
+            .iter()
+            .filter_map(|r| r.subject.as_deref())
+            .collect();
+        assert_eq!(subjects, ["GPU0", "e3<->e4"]);
+        let mut without = vec![network(ReasonCode::NodeSlow, "e2")];
+        own_node_wins(&mut without, "e2");
+        assert_eq!(
+            without.len(),
+            1,
+            "no own finding: the network reading stays"
         );
     }
 
