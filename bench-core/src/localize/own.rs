@@ -9,7 +9,7 @@
 //! summed at the coordinator, `Team::gather`): [`WIDTH`] slots per node, filled by one rank of
 //! that node only (its first), so the sum is that rank's values. Typed and compact: the code is
 //! the slot, the values are the GPU, the pid, the memory, the share; a sentence is built again
-//! at the coordinator ([`decode`]), never carried.
+//! at the coordinator ([`decode_findings`]), never carried.
 
 use crate::report::json::{Reason, ReasonCode};
 use crate::report::Culprit;
@@ -33,7 +33,7 @@ pub enum OwnFinding {
 
 /// The gather entries of node `node` (its index among the check's nodes) for its findings; at
 /// most one of each kind (the first).
-pub fn encode(node: usize, findings: &[OwnFinding]) -> Vec<(u64, f64)> {
+pub fn encode_findings(node: usize, findings: &[OwnFinding]) -> Vec<(u64, f64)> {
     let at = |slot: usize| (node * WIDTH + slot) as u64;
     let mut out: Vec<(u64, f64)> = Vec::new();
     let mut put = |slot: usize, v: f64| {
@@ -58,7 +58,7 @@ pub fn encode(node: usize, findings: &[OwnFinding]) -> Vec<(u64, f64)> {
 
 /// The findings of every node from the summed vector (`names[i]` is node i); nodes without
 /// any are left out. A value that is not a finite, positive number is no finding.
-pub fn decode(names: &[String], sums: &[f64]) -> Vec<(String, Vec<Reason>)> {
+pub fn decode_findings(names: &[String], sums: &[f64]) -> Vec<(String, Vec<Reason>)> {
     let mut out = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let v = |slot: usize| {
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn a_busy_gpu_on_one_node_is_that_nodes_cause_not_its_network() {
         let n = names(4);
-        let e2 = encode(
+        let e2 = encode_findings(
             1,
             &[OwnFinding::GpuBusy {
                 gpu: 0,
@@ -216,8 +216,11 @@ mod tests {
                 gib: 8.5,
             }],
         );
-        let sums = summed(4 * WIDTH, &[e2, encode(0, &[]), encode(2, &[])]);
-        let own = decode(&n, &sums);
+        let sums = summed(
+            4 * WIDTH,
+            &[e2, encode_findings(0, &[]), encode_findings(2, &[])],
+        );
+        let own = decode_findings(&n, &sums);
         assert_eq!(own.len(), 1);
         assert_eq!(own[0].0, "e2");
         for reading in [
@@ -248,7 +251,7 @@ mod tests {
     #[test]
     fn every_kind_travels_and_a_node_named_twice_is_named_once() {
         let n = names(3);
-        let e1 = encode(
+        let e1 = encode_findings(
             0,
             &[
                 OwnFinding::Starved { share: 0.6 },
@@ -258,7 +261,7 @@ mod tests {
             ],
         );
         assert_eq!(e1.len(), 3, "one of each kind");
-        let own = decode(&n, &summed(3 * WIDTH, &[e1]));
+        let own = decode_findings(&n, &summed(3 * WIDTH, &[e1]));
         let codes: Vec<ReasonCode> = own[0].1.iter().map(|r| r.code).collect();
         assert_eq!(
             codes,
@@ -322,7 +325,7 @@ mod tests {
         let mut sums = vec![0.0; WIDTH];
         sums[3] = f64::NAN;
         sums[5] = -1.0;
-        assert!(decode(&names(1), &sums).is_empty());
-        assert!(decode(&names(2), &[]).is_empty());
+        assert!(decode_findings(&names(1), &sums).is_empty());
+        assert!(decode_findings(&names(2), &[]).is_empty());
     }
 }

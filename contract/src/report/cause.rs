@@ -149,10 +149,7 @@ mod tests {
             case(&[C::BusbwBelowThreshold, C::LinkOutlier]),
             Some((C::BusbwBelowThreshold, CauseClass::Hardware))
         );
-        assert_eq!(
-            case(&[C::Unknown]),
-            Some((C::Unknown, CauseClass::Setup))
-        );
+        assert_eq!(case(&[C::Unknown]), Some((C::Unknown, CauseClass::Setup)));
     }
 
     /// The table, pinned as the prolog's README prints it: every code and its class.

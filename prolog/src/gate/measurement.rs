@@ -161,7 +161,7 @@ impl Gate<'_> {
         let root = nccl_check_contract::read::under(&self.cfg.fault_root, "/proc");
         let worker = self.cfg.worker.clone();
         let me = std::process::id();
-        let scan = cpu_busy::scan(&root, cpu_busy::WINDOW, &|pid| {
+        let scan = cpu_busy::watch_cpus(&root, cpu_busy::WINDOW, &|pid| {
             pid == me || stray::is_our_worker(pid, &worker)
         });
         if !scan.busy.is_empty() {

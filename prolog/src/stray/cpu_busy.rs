@@ -92,7 +92,7 @@ impl CpuScan {
 
 /// Watches the processes under `proc_root` for `window`; `ours(pid)` leaves the prolog's own
 /// processes out. A procfs that cannot be read gives an empty scan (nothing is blamed).
-pub fn scan(proc_root: &Path, window: Duration, ours: &dyn Fn(u32) -> bool) -> CpuScan {
+pub fn watch_cpus(proc_root: &Path, window: Duration, ours: &dyn Fn(u32) -> bool) -> CpuScan {
     let before = read_ticks(proc_root);
     std::thread::sleep(window);
     let after = read_ticks(proc_root);
@@ -395,7 +395,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_procfs_blames_nothing() {
-        let scan = scan(Path::new("/nonexistent/proc"), Duration::ZERO, &|_| false);
+        let scan = watch_cpus(Path::new("/nonexistent/proc"), Duration::ZERO, &|_| false);
         assert_eq!(scan, CpuScan::default());
     }
 }
