@@ -101,8 +101,9 @@ pub struct GateConfig {
     pub aer_limits: AerLimits,
     /// The most each IB/RoCE port error counter may grow between checks.
     pub ib_limits: IbLimits,
-    /// Another process on a GPU being checked: `fail` (default: the node is not clean, drain
-    /// with a `busy` reason) or `warn` (logged; the measurement decides).
+    /// Another process on a GPU being checked, or CPUs busy with processes of no job: `fail`
+    /// (default: the node is not clean, drain with a `busy` reason) or `warn` (logged; the
+    /// measurement decides, and a FAIL it blames on a busy node does not drain).
     pub stray_processes: crate::stray::Policy,
 }
 
