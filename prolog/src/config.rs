@@ -94,14 +94,16 @@ pub struct GateConfig {
     /// Read the node's hardware faults (Xid/SXid, PCIe AER, IB/RoCE port counters) before the
     /// bandwidth check; a fault over its limit FAILs (drains) without running the worker.
     pub fault_checks: bool,
-    /// Where `dev/kmsg`, `proc/` and `sys/` are: `/`, or a fixture tree in tests.
+    /// Where `dev/kmsg`, `proc/` (also the busy-CPU scan's) and `sys/` are: `/`, or a fixture
+    /// tree in tests.
     pub fault_root: PathBuf,
     /// The most each AER counter of a GPU or NIC may grow between checks.
     pub aer_limits: AerLimits,
     /// The most each IB/RoCE port error counter may grow between checks.
     pub ib_limits: IbLimits,
-    /// Another process on a GPU being checked: `fail` (default: the node is not clean, drain
-    /// with a `busy` reason) or `warn` (logged; the measurement decides).
+    /// Another process on a GPU being checked, or CPUs busy with processes of no job: `fail`
+    /// (default: the node is not clean, drain with a `busy` reason) or `warn` (logged; the
+    /// measurement decides, and a FAIL it blames on a busy node does not drain).
     pub stray_processes: crate::stray::Policy,
 }
 

@@ -2,6 +2,8 @@
 //! cache, resume). Pure; every row is a unit test below and a line in prolog/README.md.
 
 use crate::config::{OnError, OnFail};
+use crate::stray::Policy as StrayPolicy;
+use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::verdict::Verdict;
 
 /// How the binary was started.
@@ -28,11 +30,27 @@ impl Mode {
     }
 }
 
+/// Whose processes keep a busy node busy, as far as the prolog could tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whose {
+    /// Processes of no Slurm job (a leftover, a stray daemon): the node is not clean.
+    NoJob,
+    /// Another running job's: the node is shared, not dirty.
+    OtherJob,
+    /// Not known (Slurm could not say whose a GPU is; no busy process seen).
+    Unknown,
+}
+
 /// What happened before any action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Found {
-    /// The worker ran and gave this verdict (from its exit status; see `worker`).
+    /// The worker ran and gave this verdict (from its exit status; see `worker`); a FAIL here
+    /// is a fault of the node's hardware or a missing part ([`found`] sorts the others out).
     Measured(Verdict),
+    /// A FAIL whose cause is a busy node (another process on a GPU, busy CPUs): never the
+    /// hardware's fault, so it drains only for processes of no job under
+    /// `stray_processes = "fail"`.
+    Busy(Whose),
     /// The same GPUs passed within the cache window: nothing was run.
     CachedPass,
     /// Nothing to check (a job without GPUs under `gpus = "job"`; a recheck of a node running jobs).
@@ -44,12 +62,25 @@ pub enum Found {
     Unjudged,
 }
 
+/// What the worker's verdict found, read with its report's class of cause (the contract's
+/// `deciding` reason): a FAIL of a busy node is [`Found::Busy`], one of the check's setup (a
+/// code this prolog does not know) is judged as an ERROR, never drained.
+pub fn found(verdict: Verdict, cause: Option<CauseClass>, whose: Whose) -> Found {
+    match (verdict, cause) {
+        (Verdict::Fail, Some(CauseClass::Busy)) => Found::Busy(whose),
+        (Verdict::Fail, Some(CauseClass::Setup)) => Found::Measured(Verdict::Error),
+        (v, _) => Found::Measured(v),
+    }
+}
+
 /// The policy part of the config that decisions depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     pub on_fail: OnFail,
     pub on_error: OnError,
     pub auto_resume: bool,
+    /// `stray_processes`: whether a node busy with processes of no job FAILs and drains.
+    pub stray: StrayPolicy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +125,13 @@ pub fn decide(mode: Mode, found: Found, policy: Policy, all_gpus: bool) -> Actio
             cache: CacheAction::StorePass,
             exit_code: 0,
         },
+        // Busy with processes of no job, and the admin wants such a node cleaned: as a FAIL.
+        Found::Busy(Whose::NoJob) if policy.stray == StrayPolicy::Fail => {
+            decide(mode, Found::Measured(Verdict::Fail), policy, all_gpus)
+        }
+        // Busy otherwise: the hardware was not judged. Nothing drains, the pass is not
+        // recorded, the job runs; a recheck says it could not judge (2), so nothing resumes.
+        Found::Busy(_) => nothing(if mode == Mode::Recheck { 2 } else { 0 }),
         Found::Measured(Verdict::Fail) => Actions {
             drain: true,
             resume_own_drain: false,
@@ -123,6 +161,7 @@ mod tests {
         on_fail: OnFail::Requeue,
         on_error: OnError::Run,
         auto_resume: false,
+        stray: StrayPolicy::Fail,
     };
     const RESUME: Policy = Policy {
         auto_resume: true,
@@ -250,6 +289,100 @@ mod tests {
             false,
         );
         assert_eq!((a.exit_code, a.drain), (0, false));
+    }
+
+    /// The README's table "which causes drain": only a hardware fault or a missing part
+    /// drains whatever runs on the node; a busy node drains only for processes of no job
+    /// under `stray_processes = "fail"`; another job's busy CPUs or GPUs never drain.
+    #[test]
+    fn only_faults_drain_and_a_busy_node_only_for_strays_under_stray_processes_fail() {
+        let warn = Policy {
+            stray: StrayPolicy::Warn,
+            ..DEFAULT
+        };
+        let drains = |class: CauseClass, whose: Whose, policy: Policy| {
+            let f = found(Verdict::Fail, Some(class), whose);
+            decide(Mode::Prolog, f, policy, true).drain
+        };
+        for whose in [Whose::NoJob, Whose::OtherJob, Whose::Unknown] {
+            for policy in [DEFAULT, warn] {
+                assert!(drains(CauseClass::Hardware, whose, policy));
+                assert!(drains(CauseClass::Missing, whose, policy));
+                assert!(!drains(CauseClass::Setup, whose, policy));
+                let stray = whose == Whose::NoJob && policy.stray == StrayPolicy::Fail;
+                assert_eq!(drains(CauseClass::Busy, whose, policy), stray, "{whose:?}");
+            }
+        }
+        // A busy node not drained: the job runs, nothing is cached, a recheck did not judge.
+        let a = prolog(Found::Busy(Whose::OtherJob), DEFAULT);
+        assert_eq!(
+            a,
+            Actions {
+                drain: false,
+                resume_own_drain: false,
+                cache: CacheAction::Keep,
+                exit_code: 0
+            }
+        );
+        let a = decide(Mode::Recheck, Found::Busy(Whose::NoJob), warn, true);
+        assert_eq!(
+            (a.exit_code, a.drain, a.resume_own_drain),
+            (2, false, false)
+        );
+        // A stray under "fail" is a FAIL: drained, cache cleared, the job requeued.
+        let a = prolog(Found::Busy(Whose::NoJob), DEFAULT);
+        assert_eq!(
+            (a.exit_code, a.drain, a.cache),
+            (1, true, CacheAction::Clear)
+        );
+        // A PASS and an ERROR are what they were, whatever the class.
+        assert_eq!(
+            found(Verdict::Pass, Some(CauseClass::Busy), Whose::NoJob),
+            Found::Measured(Verdict::Pass)
+        );
+        assert_eq!(
+            found(Verdict::Fail, None, Whose::Unknown),
+            Found::Measured(Verdict::Fail)
+        );
+    }
+
+    /// prolog/README.md's "Which causes drain" says what `decide` does, row by row.
+    #[test]
+    fn the_readmes_table_of_causes_is_what_decide_does() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("## Which causes drain")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("the README has the section");
+        let mut rows = 0;
+        for line in section.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            let class = match cells[0].split('`').nth(1) {
+                Some("hardware") => CauseClass::Hardware,
+                Some("missing") => CauseClass::Missing,
+                Some("busy") => CauseClass::Busy,
+                Some("setup") => CauseClass::Setup,
+                other => panic!("unknown cause {other:?} in {line}"),
+            };
+            let whose: &[Whose] = match cells[1] {
+                "any" => &[Whose::NoJob, Whose::OtherJob, Whose::Unknown],
+                "no job's" => &[Whose::NoJob],
+                "another running job's" => &[Whose::OtherJob],
+                w if w.starts_with("not known") => &[Whose::Unknown],
+                w => panic!("unknown whose {w:?} in {line}"),
+            };
+            for (cell, stray) in [(cells[2], StrayPolicy::Fail), (cells[3], StrayPolicy::Warn)] {
+                let policy = Policy { stray, ..DEFAULT };
+                for w in whose {
+                    let f = found(Verdict::Fail, Some(class), *w);
+                    let drain = decide(Mode::Prolog, f, policy, true).drain;
+                    assert_eq!(drain, cell == "drains", "{line}: {w:?}, {stray:?}");
+                }
+            }
+            rows += 1;
+        }
+        assert_eq!(rows, 6, "every class and whose has its row");
     }
 
     #[test]

@@ -297,6 +297,7 @@ impl From<&GateConfig> for Policy {
             on_fail: c.on_fail,
             on_error: c.on_error,
             auto_resume: c.auto_resume,
+            stray: c.stray_processes,
         }
     }
 }

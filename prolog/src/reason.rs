@@ -8,12 +8,19 @@
 
 use crate::drain::PREFIX;
 use crate::report::Report;
+use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::reason::ReasonCode;
 
 /// Longest sentence after the `|` (the whole reason stays one line of about 200 characters).
 const MAX_SENTENCE: usize = 160;
-/// What is wrong, in one word.
+/// What is wrong, in one word: by the reason's class of cause first (`busy`, `missing`), then
+/// for hardware by its code.
 fn problem(code: ReasonCode) -> &'static str {
+    match code.cause_class() {
+        CauseClass::Busy => return "busy",
+        CauseClass::Missing => return "missing",
+        CauseClass::Hardware | CauseClass::Setup => {}
+    }
     match code {
         ReasonCode::BusbwBelowThreshold
         | ReasonCode::GpuOutlier
@@ -35,10 +42,12 @@ fn one_line(s: &str) -> String {
         .join(" ")
 }
 
-/// The reason for a FAIL of `job` (`None` for a recheck) whose report is `report`.
+/// The reason for a FAIL of `job` (`None` for a recheck) whose report is `report`: told by the
+/// reason that says the FAIL's cause (the contract's `deciding`: a busy GPU or host before
+/// the slow readings it explains).
 pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
     let (head, sentence) = match report {
-        Some(r) => match r.reasons.first() {
+        Some(r) => match r.deciding_reason() {
             Some(first) => {
                 let mut s = first.message.clone();
                 if s.trim().is_empty() {
@@ -139,6 +148,31 @@ mod tests {
             let s = drain_reason(Some(&fail(vec![busbw(Some(subject))])), None);
             assert!(s.starts_with(head), "{subject}: {s}");
         }
+    }
+
+    /// A busy GPU explains the slow pair beside it: the reason names the GPU busy, not the
+    /// link slow; a missing GPU says missing.
+    #[test]
+    fn the_cause_leads_the_reason_a_busy_gpu_before_the_slow_link_it_explains() {
+        let busy = Reason {
+            code: ReasonCode::GpuBusy,
+            message: "GPU1: busy: 1 other process (pid 4242, user bob, 8.0 GiB); \
+                      device-local copy 400 GB/s < 1000 GB/s"
+                .into(),
+            subject: Some("GPU1".into()),
+            measured: None,
+            limit: None,
+        };
+        let r = fail(vec![busbw(Some("GPU0<->GPU1")), busy]);
+        let s = drain_reason(Some(&r), Some("3"));
+        assert!(
+            s.starts_with("nccl-check:GPU1 busy|GPU1: busy: 1 other process (pid 4242"),
+            "{s}"
+        );
+        assert!(s.ends_with("(+1 more) (job 3)"), "{s}");
+        let missing = Reason::plain(ReasonCode::GpuMissing, "3 GPUs < 4 expected");
+        let s = drain_reason(Some(&fail(vec![missing])), None);
+        assert_eq!(s, "nccl-check:GPUs missing|3 GPUs < 4 expected");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! `stray_processes = "fail"` (default) makes such a run a FAIL with a drain reason that says
 //! `busy`; `"warn"` logs it and leaves the verdict to the measurement.
 
+pub mod cpu_busy;
+
 use nccl_check_contract::report::process::GpuProcess;
 use nccl_check_contract::report::Report;
 use std::collections::BTreeSet;

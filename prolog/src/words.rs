@@ -107,6 +107,25 @@ impl Line<'_> {
         )
     }
 
+    /// A FAIL whose cause is a busy node that is not drained (another job's processes, a
+    /// stray under `stray_processes = "warn"`, or whose not known): the hardware was not
+    /// judged, and the job runs.
+    pub fn busy(&self, run: &Run, reason: &str, why: &str) -> String {
+        format!(
+            "FAIL {} on {}: {} in {:.2} s: {reason}; not drained: the node is busy, not broken \
+             ({why}){}",
+            self.whom,
+            self.node,
+            self.label,
+            run.elapsed.as_secs_f64(),
+            if self.mode == Mode::Prolog {
+                ", the job runs"
+            } else {
+                ""
+            }
+        )
+    }
+
     pub fn error(&self, run: &Run, report: Option<&Report>) -> String {
         let detail = run
             .problem

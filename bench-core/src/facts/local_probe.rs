@@ -91,6 +91,16 @@ impl Probed<'_> {
     fn busy(&self) -> String {
         super::busy_prefix(&self.subject, self.others)
     }
+
+    /// A slow probe on a GPU other processes hold is their load (`gpu_busy`, class busy),
+    /// not a slow GPU (`local_probe_slow`).
+    fn code(&self) -> ReasonCode {
+        if self.others.is_empty() {
+            ReasonCode::LocalProbeSlow
+        } else {
+            ReasonCode::GpuBusy
+        }
+    }
 }
 
 /// The findings of the probes of this process's GPUs: below the model's floor, or below
@@ -103,7 +113,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
             if rate < min {
                 out.push(
                     Finding::new(
-                        ReasonCode::LocalProbeSlow,
+                        p.code(),
                         &p.subject,
                         format!(
                             "{}device-local copy {} GB/s < {} GB/s ({how})",
@@ -130,7 +140,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
         if rate < fraction * median {
             out.push(
                 Finding::new(
-                    ReasonCode::LocalProbeSlow,
+                    p.code(),
                     &p.subject,
                     format!(
                         "{}device-local copy {} GB/s < {fraction} x {} GB/s, the median of its {} \
@@ -244,6 +254,15 @@ mod tests {
             f[0].message
         );
         assert_eq!(f[0].limit, Some(1440.0));
+        assert_eq!(
+            f[0].code,
+            ReasonCode::GpuBusy,
+            "the other process is the cause"
+        );
+        assert_eq!(
+            slow_probes(&probed("NVIDIA H200", &one), 0.85)[0].code,
+            ReasonCode::LocalProbeSlow
+        );
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //!
 //! Each module reads one source under a configurable root (so tests use fixture trees) and
 //! returns plain data plus `Finding`s; none of them decides a verdict. A finding has a stable
-//! `code` the report turns into its reason; every finding here is a hardware fault, i.e. a
-//! FAIL that may drain the node, and a source that cannot be read is never one (it is reported
-//! as unavailable).
+//! `code` the report turns into its reason; every finding here is a FAIL, of the class its code
+//! says (`contract::report::cause`: a hardware fault or a missing GPU drains the node; a slow
+//! probe on a GPU another process holds is `gpu_busy`, class busy), and a source that cannot be
+//! read is never one (it is reported as unavailable).
 //! - `inventory`: GPUs the driver lists vs the GPUs the node should have (`gpu_missing`).
 //! - `net`: the NICs NCCL used, their state and link rate from sysfs (`net_port_down`,
 //!   `net_rate_degraded`), and the node-pair bandwidth to expect of them.

@@ -7,5 +7,6 @@
 pub mod analysis;
 pub mod evidence;
 pub mod floors;
+pub mod foreign;
 pub mod overall;
 pub mod thresholds;

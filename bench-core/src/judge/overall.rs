@@ -127,6 +127,13 @@ pub fn judge(
             can_access_peer,
         ));
     }
+    // Other processes on the GPUs: the cause of the slow results on them (first), else a
+    // warning that a job will meet them.
+    let (busy, foreign) = crate::judge::foreign::foreign_processes(report, &reasons);
+    reasons.splice(0..0, busy);
+    // This node's own finding is its cause, not the localizer's reading of its network.
+    crate::localize::own::own_node_wins(&mut reasons, &crate::judge::foreign::own_node(report));
+    let warnings: Vec<Reason> = foreign.into_iter().chain(warnings).collect();
     let code = if reasons.is_empty() {
         ExitCode::Pass
     } else {

@@ -62,6 +62,7 @@ pub(crate) mod assess;
 pub mod cli;
 pub mod conduct;
 pub mod layout;
+pub mod own;
 pub mod plan;
 pub mod reasons;
 mod schedule;

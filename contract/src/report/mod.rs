@@ -4,6 +4,7 @@
 //! worker's types. Unknown fields are ignored and missing ones take their defaults, so the two
 //! stay compatible as the worker adds fields (bench-core tests that its report reads back here).
 
+pub mod cause;
 pub mod culprit;
 pub mod process;
 pub mod read;
@@ -85,6 +86,12 @@ impl Report {
             }
         }
         out
+    }
+
+    /// The reason that says what this report's FAIL is caused by
+    /// ([`cause::deciding`]); None without reasons.
+    pub fn deciding_reason(&self) -> Option<&Reason> {
+        cause::deciding(&self.reasons)
     }
 
     /// The UUIDs of the GPUs the worker measured, sorted, when every GPU entry has one.

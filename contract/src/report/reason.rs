@@ -4,8 +4,10 @@ use serde::{Deserialize, Serialize};
 
 /// The stable reason codes (consumers such as the prolog and the SPANK plugin match on them).
 /// FAIL: `wrong_data` .. `transport_fallback`, the localizer's `node_slow` .. `suspects_unresolved`, and the node facts `gpu_missing` ..
-/// `worker_starved` (a part named by what the node itself says, `facts`); ERROR: `nccl_library`
-/// .. `runtime`; WARN (never FAIL, never drains): `host_interference`.
+/// `gpu_busy` (a part named by what the node itself says, `facts`); ERROR: `nccl_library`
+/// .. `runtime`; WARN (never FAIL, never drains): `host_interference`, `foreign_process`,
+/// `host_busy`. What class of cause each names (hardware, busy, missing, setup):
+/// [`super::cause::cause_class`].
 #[derive(
     Debug,
     Clone,
@@ -60,8 +62,17 @@ pub enum ReasonCode {
     /// The check's worker could not run for half of its measuring (a CPU-starved or stopped
     /// process: NCCL's network proxy stops with it).
     WorkerStarved,
+    /// A GPU slow while another process holds it (named with pid, user and memory): the
+    /// node is busy, not broken.
+    GpuBusy,
     /// Slow by the host's clock, fast by the GPU's: the host delayed the loop (WARN only).
     HostInterference,
+    /// Another process holds a checked GPU but the GPU measured fine (an idle leftover that a
+    /// job will still meet, e.g. by running out of memory): WARN only.
+    ForeignProcess,
+    /// The host's CPUs were busy with processes outside the check (WARN only; named with
+    /// their pids).
+    HostBusy,
     NoGpu,
     Rendezvous,
     Timeout,
@@ -76,6 +87,11 @@ impl ReasonCode {
     /// holds the two to each other for every variant).
     pub fn as_str(self) -> &'static str {
         self.into()
+    }
+
+    /// What class of cause the code names (the one table: [`super::cause::cause_class`]).
+    pub fn cause_class(self) -> super::cause::CauseClass {
+        super::cause::cause_class(self)
     }
 
     /// Whether a node fact produces this code (bench-core's `facts::Finding` carries it typed).
@@ -97,8 +113,9 @@ impl ReasonCode {
     }
 }
 
-/// The codes node facts produce (each a hardware fault: FAIL).
-pub const FACT_CODES: [ReasonCode; 10] = [
+/// The codes node facts produce (each a FAIL; all but `worker_starved` and `gpu_busy` of class
+/// hardware or missing).
+pub const FACT_CODES: [ReasonCode; 11] = [
     ReasonCode::GpuMissing,
     ReasonCode::NvlinkDown,
     ReasonCode::PcieDegraded,
@@ -109,6 +126,7 @@ pub const FACT_CODES: [ReasonCode; 10] = [
     ReasonCode::NetRateDegraded,
     ReasonCode::LocalProbeSlow,
     ReasonCode::WorkerStarved,
+    ReasonCode::GpuBusy,
 ];
 
 impl std::fmt::Display for ReasonCode {
@@ -117,8 +135,10 @@ impl std::fmt::Display for ReasonCode {
     }
 }
 
-/// A reason behind a verdict.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A reason behind a verdict. Written with its class of cause (`"cause": "busy"`, from the
+/// code by [`super::cause::cause_class`]) beside the code, for readers that do not know the
+/// codes; read back, the class comes from the code again ([`Reason::cause`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Reason {
     pub code: ReasonCode,
     pub message: String,
@@ -132,7 +152,38 @@ pub struct Reason {
     pub limit: Option<f64>,
 }
 
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let present = [
+            self.subject.is_some(),
+            self.measured.is_some(),
+            self.limit.is_some(),
+        ];
+        let n = 3 + present.iter().filter(|p| **p).count();
+        let mut st = s.serialize_struct("Reason", n)?;
+        st.serialize_field("code", &self.code)?;
+        st.serialize_field("cause", &self.cause())?;
+        st.serialize_field("message", &self.message)?;
+        if let Some(subject) = &self.subject {
+            st.serialize_field("subject", subject)?;
+        }
+        if let Some(m) = self.measured {
+            st.serialize_field("measured", &m)?;
+        }
+        if let Some(l) = self.limit {
+            st.serialize_field("limit", &l)?;
+        }
+        st.end()
+    }
+}
+
 impl Reason {
+    /// Which class of cause the reason names: hardware, busy, missing or setup.
+    pub fn cause(&self) -> super::cause::CauseClass {
+        self.code.cause_class()
+    }
+
     /// What the reason blames, typed (from `subject`); None when it names nothing.
     pub fn culprit(&self) -> Option<super::culprit::Culprit> {
         self.subject
@@ -217,7 +268,8 @@ mod tests {
                 "node_pair_outlier,transport_fallback,node_slow,node_pair_slow,rail_slow,",
                 "suspects_unresolved,nccl_library,gpu_missing,nvlink_down,pcie_degraded,",
                 "ecc_uncorrectable,row_remap_pending,hw_slowdown,net_port_down,",
-                "net_rate_degraded,local_probe_slow,worker_starved,host_interference,no_gpu,",
+                "net_rate_degraded,local_probe_slow,worker_starved,gpu_busy,host_interference,",
+                "foreign_process,host_busy,no_gpu,",
                 "rendezvous,",
                 "timeout,runtime,unknown"
             )
@@ -230,7 +282,7 @@ mod tests {
         assert_eq!(
             spelled.join(","),
             "gpu_missing,nvlink_down,pcie_degraded,ecc_uncorrectable,row_remap_pending,\
-             hw_slowdown,net_port_down,net_rate_degraded,local_probe_slow,worker_starved"
+             hw_slowdown,net_port_down,net_rate_degraded,local_probe_slow,worker_starved,gpu_busy"
         );
         for c in FACT_CODES {
             assert!(c.is_fact());
@@ -264,11 +316,18 @@ mod tests {
         };
         let text = serde_json::to_string(&r).expect("serializes");
         assert!(
-            text.starts_with(r#"{"code":"link_outlier","message""#),
+            text.starts_with(r#"{"code":"link_outlier","cause":"hardware","message""#),
             "{text}"
         );
         assert_eq!(serde_json::from_str::<Reason>(&text).expect("parses"), r);
         let plain = serde_json::to_string(&Reason::plain(ReasonCode::Timeout, "t")).expect("ok");
-        assert_eq!(plain, r#"{"code":"timeout","message":"t"}"#);
+        assert_eq!(plain, r#"{"code":"timeout","cause":"setup","message":"t"}"#);
+        let busy = Reason::plain(ReasonCode::GpuBusy, "GPU0: busy");
+        let text = serde_json::to_string(&busy).expect("ok");
+        assert_eq!(
+            text,
+            r#"{"code":"gpu_busy","cause":"busy","message":"GPU0: busy"}"#
+        );
+        assert_eq!(serde_json::from_str::<Reason>(&text).expect("parses"), busy);
     }
 }

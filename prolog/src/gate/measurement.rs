@@ -4,12 +4,14 @@
 
 use super::{now_unix, Gate, Places};
 use crate::budget::Deadline;
-use crate::decide::{self, Actions, CacheAction, Found, Mode};
+use crate::decide::{self, Actions, CacheAction, Mode, Whose};
 use crate::drain::{self, DrainOutcome};
 use crate::job_env::Selection;
 use crate::status::{GateState, Status};
+use crate::stray::cpu_busy::{self, CpuScan};
 use crate::words::{self, Line};
 use crate::{cache, metrics, reason, report, shared, state, stray, worker};
+use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
 use std::path::Path;
@@ -32,10 +34,20 @@ struct Judged<'r> {
     verdict: Verdict,
     stray_warning: Option<String>,
     drain_reason: Option<String>,
+    /// A FAIL of a busy node that is not drained: why not.
+    busy_kept: Option<&'static str>,
     /// Why a FAIL could not be held against the node (GPUs other jobs may load): then nothing
     /// is drained and the line says `NOT JUDGED`.
     unjudged: Option<String>,
     actions: Actions,
+}
+
+/// The strays found on the node: GPU processes (`stray`) and busy CPUs (`stray::cpu_busy`).
+struct Strays {
+    verdict: Verdict,
+    drain_reason: Option<String>,
+    warning: Option<String>,
+    whose: Whose,
 }
 
 impl Gate<'_> {
@@ -53,6 +65,8 @@ impl Gate<'_> {
             req.worker.display(),
             req.args().display()
         ));
+        // Before the worker, whose own load would hide a stray's.
+        let cpu = self.cpu_scan();
         let mut run = worker::run(&req);
         // A budget cut by PrologEpilogTimeout says so where the timeout's ERROR is read.
         if let (Some(p), Some(cut)) = (run.problem.as_mut(), self.budget_cut.as_deref()) {
@@ -60,17 +74,14 @@ impl Gate<'_> {
                 p.push_str(&format!(" ({cut})"));
             }
         }
-        let j = self.judge(&run, &sel, k.slurm);
+        let j = self.judge(&run, &sel, k.slurm, &cpu);
         let cacheable = self.cacheable(&sel, j.report);
         let line = self.line(k.whom, &sel.label, &j.actions);
         if self.dry_run {
-            let msg = match (j.verdict, &j.unjudged) {
-                (_, Some(why)) => line.unjudged(&run, j.report, why),
-                (Verdict::Pass, _) => line.pass(&run, j.report),
-                (Verdict::Fail, _) => {
-                    line.fail(&run, j.drain_reason.as_deref().unwrap_or(""), None)
-                }
-                (Verdict::Error, _) => line.error(&run, j.report),
+            let msg = match j.verdict {
+                Verdict::Pass => line.pass(&run, j.report),
+                Verdict::Fail => said(&line, &j, None),
+                Verdict::Error => line.error(&run, j.report),
             };
             self.log.info(&msg);
             words::print_plan(&self.facts.node, &j.actions, j.drain_reason.as_deref());
@@ -154,14 +165,37 @@ impl Gate<'_> {
         }
     }
 
-    /// The verdict after strays, the drain reason of a FAIL and what the mode does about it.
-    /// A FAIL is held against the node only where every checked GPU is known to be this job's
-    /// or no job's and no other running job's process is on one: else it is not judged.
+    /// The processes keeping the node's CPUs busy (`fault_root`'s `proc/`), the prolog's own
+    /// and its earlier workers left out.
+    fn cpu_scan(&mut self) -> CpuScan {
+        let root = nccl_check_contract::read::under(&self.cfg.fault_root, "/proc");
+        let worker = self.cfg.worker.clone();
+        let me = std::process::id();
+        let scan = cpu_busy::watch_cpus(&root, cpu_busy::WINDOW, &|pid| {
+            pid == me || stray::is_our_worker(pid, &worker)
+        });
+        if !scan.busy.is_empty() {
+            let all: Vec<String> = scan.busy.iter().take(8).map(|p| p.to_string()).collect();
+            self.log.info(&format!(
+                "{}: busy CPUs before the check ({} CPUs): {}",
+                self.facts.node,
+                scan.cpus,
+                all.join("; ")
+            ));
+        }
+        scan
+    }
+
+    /// The verdict after strays, the drain reason of a FAIL and what the mode does about it:
+    /// the report's class of cause (the contract's `deciding` reason) read typed by `decide`.
+    /// A hardware FAIL is held against the node only where every checked GPU is known to be this
+    /// job's or no job's and no other running job's process is on one: else it is not judged.
     fn judge<'r>(
         &mut self,
         run: &'r worker::Run,
         sel: &Selection,
         slurm: &drain::Slurm,
+        cpu: &CpuScan,
     ) -> Judged<'r> {
         let report = run.report.as_ref().ok();
         let job = self.facts.job_label(self.mode);
@@ -169,8 +203,7 @@ impl Gate<'_> {
         if let Some(why) = report.and_then(|r| self.other_jobs_load(r, slurm)) {
             judged = Err(why);
         }
-        let (verdict, stray_reason, stray_warning) =
-            self.strays(run.verdict, report, &judged, job.as_deref());
+        let st = self.strays(run.verdict, report, &judged, job.as_deref(), cpu);
         if let Some(p) = run
             .problem
             .as_deref()
@@ -178,23 +211,40 @@ impl Gate<'_> {
         {
             self.log.error(p);
         }
-        let unjudged = match (verdict, &judged) {
-            (Verdict::Fail, Err(why)) => Some(why.clone()),
+        let cause = match &st.drain_reason {
+            Some(_) => Some(CauseClass::Busy),
+            None => report.and_then(Report::deciding_reason).map(|r| r.cause()),
+        };
+        // A busy node is judged by whose the processes are (`decide::found`); a hardware FAIL
+        // on GPUs other jobs may load is not judged at all.
+        let unjudged = match (st.verdict, &judged, cause) {
+            (Verdict::Fail, Err(why), None | Some(CauseClass::Hardware)) => Some(why.clone()),
             _ => None,
         };
         let found = match unjudged {
-            Some(_) => Found::Unjudged,
-            None => Found::Measured(verdict),
+            Some(_) => decide::Found::Unjudged,
+            None => decide::found(st.verdict, cause, st.whose),
         };
         let actions = decide::decide(self.mode, found, self.policy(), sel.all);
-        let drain_reason = (verdict == Verdict::Fail && unjudged.is_none())
-            .then(|| stray_reason.unwrap_or_else(|| reason::drain_reason(report, job.as_deref())));
+        let drain_reason = (st.verdict == Verdict::Fail && unjudged.is_none()).then(|| {
+            st.drain_reason
+                .unwrap_or_else(|| reason::drain_reason(report, job.as_deref()))
+        });
+        let busy_kept = match found {
+            decide::Found::Busy(w) if !actions.drain => Some(match w {
+                Whose::OtherJob => "another job's processes",
+                Whose::Unknown => "whose processes is not known",
+                Whose::NoJob => "stray_processes = \"warn\"",
+            }),
+            _ => None,
+        };
         Judged {
             run,
             report,
-            verdict,
-            stray_warning,
+            verdict: st.verdict,
+            stray_warning: st.warning,
             drain_reason,
+            busy_kept,
             unjudged,
             actions,
         }
@@ -303,33 +353,51 @@ impl Gate<'_> {
         self.publish(places, &st, &sample);
     }
 
-    /// Other processes on the checked GPUs (`stray`): logged always; with `stray_processes =
-    /// "fail"` a PASS becomes a FAIL and the drain reason says `busy`. Only where every checked
-    /// GPU is this job's or no job's (`judged`): the job's GPUs (`gpus = "job"`), a recheck
-    /// (which runs only on a node without jobs), or `gpus = "all"` with the GPUs Slurm gave
-    /// other jobs left out ([`crate::shared`]). Where Slurm could not say, a GPU may be another
-    /// job's, whose processes are not strays: warned, never drained.
+    /// Other processes on the checked GPUs (`stray`) and busy CPUs of no job
+    /// (`stray::cpu_busy`): logged always; with `stray_processes = "fail"` a PASS becomes a
+    /// FAIL and the drain reason says `busy`. GPU strays only where every checked GPU is this
+    /// job's or no job's (`judged`): the job's GPUs (`gpus = "job"`), a recheck (which runs
+    /// only on a node without jobs), or `gpus = "all"` with the GPUs Slurm gave other jobs left
+    /// out ([`crate::shared`]). Where Slurm could not say, a GPU may be another job's, whose
+    /// processes are not strays: warned, never drained. Busy CPUs of a running job (its cgroup
+    /// says) are never strays. `whose` is what `decide` reads for a FAIL of a busy node.
     fn strays(
         &mut self,
         verdict: Verdict,
         report: Option<&Report>,
         judged: &Result<(), String>,
         job: Option<&str>,
-    ) -> (Verdict, Option<String>, Option<String>) {
-        let Some(report) = report else {
-            return (verdict, None, None);
-        };
+        cpu: &CpuScan,
+    ) -> Strays {
         let worker = self.cfg.worker.clone();
-        let strays = stray::find(report, &|pid| stray::is_our_worker(pid, &worker));
-        if strays.is_empty() {
-            return (verdict, None, None);
-        }
-        let reason = stray::drain_reason(&strays, job);
-        let fail = judged.is_ok() && self.cfg.stray_processes == stray::Policy::Fail;
+        let gpu = report
+            .map(|r| stray::find(r, &|pid| stray::is_our_worker(pid, &worker)))
+            .unwrap_or_default();
+        let cpu_strays = cpu.strays();
+        let whose = match (gpu.is_empty(), judged) {
+            (false, Ok(())) => Whose::NoJob,
+            (false, Err(_)) => Whose::Unknown,
+            _ if !cpu_strays.is_empty() => Whose::NoJob,
+            _ if !cpu.of_jobs().is_empty() => Whose::OtherJob,
+            _ => Whose::Unknown,
+        };
+        let (reason, can_fail) = if !gpu.is_empty() {
+            (stray::drain_reason(&gpu, job), judged.is_ok())
+        } else if !cpu_strays.is_empty() {
+            (cpu_busy::drain_reason(&cpu_strays, job), true)
+        } else {
+            return Strays {
+                verdict,
+                drain_reason: None,
+                warning: None,
+                whose,
+            };
+        };
+        let fail = can_fail && self.cfg.stray_processes == stray::Policy::Fail;
         let why = match judged {
             _ if fail => String::new(),
-            Err(e) => format!(" (warned only: {e})"),
-            Ok(()) => " (warned only: stray_processes = \"warn\")".to_string(),
+            Err(e) if !gpu.is_empty() => format!(" (warned only: {e})"),
+            _ => " (warned only: stray_processes = \"warn\")".to_string(),
         };
         let warning = format!(
             "{}{why}",
@@ -337,8 +405,18 @@ impl Gate<'_> {
         );
         self.log.warn(&format!("{}: {warning}", self.facts.node));
         match (fail, verdict) {
-            (true, Verdict::Pass | Verdict::Fail) => (Verdict::Fail, Some(reason), None),
-            _ => (verdict, None, Some(warning)),
+            (true, Verdict::Pass | Verdict::Fail) => Strays {
+                verdict: Verdict::Fail,
+                drain_reason: Some(reason),
+                warning: None,
+                whose,
+            },
+            _ => Strays {
+                verdict,
+                drain_reason: None,
+                warning: Some(warning),
+                whose,
+            },
         }
     }
 
@@ -368,7 +446,10 @@ fn said(line: &Line, j: &Judged, drain_said: Option<&str>) -> String {
             Some(w) => format!("{}; WARNING {w}", line.pass(j.run, j.report)),
             None => line.pass(j.run, j.report),
         },
-        Verdict::Fail => line.fail(j.run, j.drain_reason.as_deref().unwrap_or(""), drain_said),
+        Verdict::Fail => match j.busy_kept {
+            Some(why) => line.busy(j.run, j.drain_reason.as_deref().unwrap_or(""), why),
+            None => line.fail(j.run, j.drain_reason.as_deref().unwrap_or(""), drain_said),
+        },
         Verdict::Error => line.error(j.run, j.report),
     }
 }
