@@ -165,7 +165,7 @@ t_portable_rpm_needs_glibc_2_17_and_its_plugin_works() {
     run_cmd srun -N2 --nccl-check hostname
     expect_rc0
     expect_err "nccl-check: PASS (quick, 2 ranks)"
-    NCCL_CHECK_FAKE=fail run_cmd srun -N2 --nccl-check hostname
+    NCCL_CHECK_FAKE=fail run_cmd srun -N2 -w n1,n2 --nccl-check hostname
     expect_rc_nonzero
     expect_err "nccl-check: FAIL on n1 (rank 0 of 2)"
     rm -f "$CONTROL"
@@ -314,7 +314,7 @@ t_enabling_as_the_readme_says_adds_the_option() {
 t_real_worker_reports_error_without_gpu() {
     idle || true
     local before; before=$(wc -l < "$(ls -1 "$CL"/log/slurmd-n1.log)")
-    run_cmd runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" srun -N2 --nccl-check hostname
+    run_cmd runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" srun -N2 -w n1,n2 --nccl-check hostname
     expect_rc_nonzero
     expect_err "nccl-check: ERROR on n1 (rank 0 of 2)"
     expect_err "nccl-check: ERROR on n2 (rank 1 of 2)"
