@@ -418,12 +418,19 @@ t_salloc_option_reaches_srun() {
 # The issue's finding 9: --nccl-check=help was refused as an invalid mode.
 t_help_value_lists_the_modes_and_runs_nothing() {
     local before; before=$(job_count)
-    run_cmd srun -N1 --nccl-check=help true
-    expect_rc_nonzero
-    expect_err "nccl-check: --nccl-check[=MODE][,verbose]: "
-    expect_err "nccl-check: modes: quick, full, warn, off"
-    expect_err "nccl-check: nothing was run (this was --nccl-check=help)"
-    ! grep -q 'invalid --nccl-check value' "$ERR" || fail "help was refused as invalid: $(cat "$ERR")"
+    # Issue 39: it arrived as `srun: error:` lines with rc 1; a question answered is a success.
+    local cmd
+    for cmd in "srun -N1 --nccl-check=help true" "sbatch -N1 --nccl-check=help --wrap true" \
+               "salloc -N1 --nccl-check=help true"; do
+        # shellcheck disable=SC2086 # the words of $cmd are the command and its options
+        run_cmd $cmd
+        expect_rc0
+        grep -qF -- "nccl-check: --nccl-check[=MODE][,verbose]: " "$OUT" || fail "$cmd: no help on stdout: $(cat "$OUT" "$ERR")"
+        grep -qF -- "nccl-check: modes: quick, full, warn, off" "$OUT" || fail "$cmd: no modes on stdout: $(cat "$OUT")"
+        grep -qF -- "nccl-check: nothing was run (this was --nccl-check=help)" "$OUT" || fail "$cmd: $(cat "$OUT")"
+        ! grep -q 'error' "$ERR" || fail "$cmd: help said as an error: $(cat "$ERR")"
+        ! grep -q 'invalid --nccl-check value' "$ERR" || fail "help was refused as invalid: $(cat "$ERR")"
+    done
     [ "$(job_count)" = "$before" ] || fail "--nccl-check=help submitted a job"
 }
 
