@@ -303,6 +303,36 @@ done
 EOF
 }
 
+# DEB prerm on remove: the Prometheus textfiles the prolog writes (metrics_file as prolog.toml
+# names it, "%n" any node), noted in the state directory for postrm purge, which runs after dpkg
+# has deleted prolog.toml. Left behind, node_exporter would export a removed tool's last state.
+note_textfiles_script() {
+    cat <<'EOF'
+m=$(sed -n -E 's/^[[:space:]]*metrics_file[[:space:]]*=[[:space:]]*"([^"]*)".*/\1/p' /etc/nccl-check/prolog.toml 2>/dev/null | tail -1)
+if [ -n "$m" ] && [ -d /var/lib/nccl-check ]; then
+    printf '%s\n' "$m" > /var/lib/nccl-check/textfiles.purge
+fi
+EOF
+}
+
+# DEB postrm purge: removes the textfiles noted above, metrics_file and the -faults/-node files
+# beside it, each only when it is a plain file the prolog wrote (its first HELP names nccl_check_).
+purge_textfiles_script() {
+    cat <<'EOF'
+if [ -f /var/lib/nccl-check/textfiles.purge ]; then
+    while IFS= read -r m; do
+        case "$m" in /*.prom) ;; *) continue ;; esac
+        stem=${m%.prom}
+        for f in $(printf '%s\n' "$m" "$stem-faults.prom" "$stem-node.prom" | sed 's/%n/*/g'); do
+            if [ -f "$f" ] && [ ! -L "$f" ] && head -1 "$f" | grep -q '^# HELP nccl_check_'; then
+                rm -f "$f" && echo "nccl-check: removed the Prometheus textfile $f"
+            fi
+        done
+    done < /var/lib/nccl-check/textfiles.purge
+fi
+EOF
+}
+
 # The script that refuses to remove the prolog while Slurm still runs it (DEB prerm remove,
 # RPM %preun on erase): slurmd would fail every job's prolog and DRAIN the node (observed on
 # 22.05 and 24.11). The prolog itself reads Slurm's configuration as this node uses it
@@ -438,6 +468,7 @@ EOF
           refuse_script | sed 's/^/    /'; printf 'fi\n'; }
       printf 'if [ "$1" = remove ]; then\n'
       disable_script "$so_re" | sed 's/^/    /'
+      [ -n "$HAVE_PROLOG" ] && note_textfiles_script | sed 's/^/    /'
       printf 'fi\nexit 0\n'; } > "$root/DEBIAN/prerm"
     cat > "$root/DEBIAN/postrm" <<EOF
 #!/bin/sh
@@ -447,6 +478,7 @@ if [ "\$1" = purge ]; then
     # major's nccl-check package (which replaced this one) owns the directory now.
     others=\$(dpkg-query -S /var/lib/nccl-check 2>/dev/null | sed 's/: .*//' | tr ', ' '\\n\\n' | grep -vxF -e '' -e '$NAME' || true)
     if [ -z "\$others" ]; then
+$(purge_textfiles_script | sed 's/^/        /')
         rm -rf /var/lib/nccl-check
     fi
     rmdir /etc/nccl-check 2>/dev/null || true

@@ -342,6 +342,13 @@ t_prolog_gate_runs_the_installed_worker() {
     # gpus = "all": check every GPU even without gres/gpu (here: none, so the worker says ERROR).
     # Appended, as configuration management does (the shipped file ends with no [table]).
     echo 'gpus = "all"' >> /etc/nccl-check/prolog.toml
+    # Issue 39: the documented metrics_file in the real prometheus-node-exporter package's
+    # directory (Debian: /var/lib/prometheus is prometheus:prometheus, node-exporter/ root's)
+    # was refused, and every job then ran unchecked.
+    [ "$(stat -c %U /var/lib/prometheus 2>&1)" = prometheus ] && [ "$(stat -c %U /var/lib/prometheus/node-exporter 2>&1)" = root ] \
+        || { fail "prometheus-node-exporter is not installed as the package does it (tests/setup-deps.sh): $(stat -c '%U:%G %a %n' /var/lib/prometheus /var/lib/prometheus/node-exporter 2>&1)"; return 1; }
+    echo 'metrics_file = "/var/lib/prometheus/node-exporter/nccl_check.prom"' >> /etc/nccl-check/prolog.toml
+    rm -f /var/lib/prometheus/node-exporter/nccl_check*.prom
     run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'gpus = "all"    # /etc/nccl-check/prolog.toml:'
     rm -rf /var/lib/nccl-check/runs
     plain_srun_works
@@ -349,6 +356,10 @@ t_prolog_gate_runs_the_installed_worker() {
     [ -f "$r" ] || { fail "the prolog wrote no /var/lib/nccl-check/runs/job-*/report.json"; return 1; }
     grep -q '"verdict": *"ERROR"' "$r" || fail "report is not ERROR: $(head -c 300 "$r")"
     grep -q '"state": "error"' /var/lib/nccl-check/gate.json || fail "gate.json: $(cat /var/lib/nccl-check/gate.json)"
+    grep -q '"metrics_error"' /var/lib/nccl-check/gate.json && fail "the documented metrics_file was refused: $(cat /var/lib/nccl-check/gate.json)"
+    grep -qx 'nccl_check_gate_state{state="error"} 1' /var/lib/prometheus/node-exporter/nccl_check.prom \
+        || fail "no metrics in the package's textfile directory: $(ls -l /var/lib/prometheus/node-exporter/ 2>&1)"
+    expect_file /var/lib/prometheus/node-exporter/nccl_check-faults.prom
     [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "an ERROR drained a node: $(sinfo -N -o '%N %T %E')"
 }
 
@@ -510,6 +521,11 @@ t_purge_removes_everything() {
     dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" 2>/dev/null | grep -q '^[ri]' && fail "still known to dpkg as installed/config-files"
     for p in /etc/nccl-check "$SNIPPET" /var/lib/nccl-check "$SO" /usr/libexec/nccl-check /usr/share/nccl-check \
              "/usr/share/doc/$PKG"; do expect_no_file "$p"; done
+    # Issue 39: node_exporter kept exporting the removed tool's last state.
+    for p in /var/lib/prometheus/node-exporter/nccl_check.prom /var/lib/prometheus/node-exporter/nccl_check-faults.prom; do
+        expect_no_file "$p"
+    done
+    expect_file /var/lib/prometheus/node-exporter   # the exporter's directory stays
     expect_file /etc/slurm/plugstack.conf.d        # Slurm's directory stays
     plain_srun_works
 }
