@@ -139,6 +139,28 @@ fn help_breaks_no_line_mid_sentence() {
     }
 }
 
+/// Issue 39: `--explain-thresholds --gpu-model M` printed the expected GPUs of the node it ran on
+/// (its hostname, its gres.conf) beside the asked-for model's thresholds.
+#[test]
+fn explain_thresholds_for_a_model_says_nothing_of_this_node() {
+    let (rc, out, err) = nccl_check(&["--explain-thresholds", "--gpu-model", "H200", "--gpus", "8"]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("8 x H200"), "{out}");
+    assert!(!out.contains("Node facts"), "{out}");
+    assert!(!out.contains("expected GPUs on"), "{out}");
+    let host = nix_hostname();
+    assert!(
+        host.is_empty() || !out.contains(&format!(" {host}")),
+        "names this host {host}: {out}"
+    );
+}
+
+fn nix_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
 #[test]
 fn help_teaches_and_lists_exit_codes() {
     let (rc, out, _) = nccl_check(&["--help"]);
