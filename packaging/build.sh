@@ -353,25 +353,32 @@ if [ ! -x /usr/sbin/nccl-check-prolog ] || { [ "$rc" != 0 ] && [ "$rc" != 1 ]; }
     for c in "${SLURM_CONF:-}" /etc/slurm/slurm.conf /run/slurm/conf/slurm.conf /var/spool/slurmd/conf-cache/slurm.conf; do
         [ -n "$c" ] && [ -f "$c" ] || continue
         for f in "$c" "$(dirname "$c")"/*.conf; do
-            if grep -Eqs '^[[:space:]]*(Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog' "$f"; then
+            if grep -Eqs '^[[:space:]]*((Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog|HealthCheckProgram[[:space:]]*=.*nccl-check-recheck)' "$f"; then
                 where="$where
 $f"
             fi
         done
     done
     if command -v scontrol >/dev/null 2>&1; then
-        if timeout 10 scontrol show config 2>/dev/null | grep -Eq '^(Prolog|Epilog)(\[[0-9]+\])? +=.*nccl-check-prolog'; then
+        if timeout 10 scontrol show config 2>/dev/null | grep -Eq '^((Prolog|Epilog)(\[[0-9]+\])? +=.*nccl-check-prolog|HealthCheckProgram +=.*nccl-check-recheck)'; then
             where="$where
 scontrol show config"
         fi
     fi
 fi
 if [ -n "$where" ] && [ "${NCCL_CHECK_FORCE_REMOVE:-}" != 1 ]; then
-    echo "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:" >&2
+    echo "nccl-check: REFUSED: Slurm still runs nccl-check:" >&2
     echo "$where" | sed '/^$/d; s/^/nccl-check:   /' >&2
-    echo "nccl-check: Removing it now would make slurmd fail every job's prolog and DRAIN this node." >&2
-    echo "nccl-check: Remove that Prolog= entry (on a configless node: on the controller), run" >&2
-    echo "nccl-check: 'scontrol reconfigure', then remove the package (or set NCCL_CHECK_FORCE_REMOVE=1)." >&2
+    # Only what the lines above name: an Epilog= alone is no prolog; a health check drains nothing.
+    kinds=$(echo "$where" | grep -Eo '(Prolog|Epilog)=' | sort -u | tr -d '=' | tr 'A-Z' 'a-z' | paste -sd/ - || true)
+    if [ -n "$kinds" ]; then
+        echo "nccl-check: Removing it now would make slurmd fail every job's $kinds and DRAIN this node." >&2
+    fi
+    if echo "$where" | grep -q 'HealthCheckProgram='; then
+        echo "nccl-check: Without nccl-check-recheck slurmd's health check fails every HealthCheckInterval (status:127)." >&2
+    fi
+    echo "nccl-check: Do what each line says (in the files listed; on a configless node: the controller's)," >&2
+    echo "nccl-check: run 'scontrol reconfigure', then remove the package (or set NCCL_CHECK_FORCE_REMOVE=1)." >&2
     exit 1
 fi
 EOF
