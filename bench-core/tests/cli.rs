@@ -135,7 +135,11 @@ fn help_breaks_no_line_mid_sentence() {
         .collect();
     assert!(entry.len() > 2, "{out}");
     for l in &entry[..entry.len() - 1] {
-        assert!(l.len() >= 80, "--rendezvous broken mid-sentence: {l:?}\n{}", entry.join("\n"));
+        assert!(
+            l.len() >= 80,
+            "--rendezvous broken mid-sentence: {l:?}\n{}",
+            entry.join("\n")
+        );
     }
 }
 
@@ -143,7 +147,8 @@ fn help_breaks_no_line_mid_sentence() {
 /// (its hostname, its gres.conf) beside the asked-for model's thresholds.
 #[test]
 fn explain_thresholds_for_a_model_says_nothing_of_this_node() {
-    let (rc, out, err) = nccl_check(&["--explain-thresholds", "--gpu-model", "H200", "--gpus", "8"]);
+    let (rc, out, err) =
+        nccl_check(&["--explain-thresholds", "--gpu-model", "H200", "--gpus", "8"]);
     assert_eq!(rc, 0, "{err}");
     assert!(out.contains("8 x H200"), "{out}");
     assert!(!out.contains("Node facts"), "{out}");

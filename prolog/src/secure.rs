@@ -162,17 +162,21 @@ pub fn open_textfile_dir(dir: &Path) -> Result<TextfileDir, Unsafe> {
             return Err(unsafe_dir(dir, "`..` or `.` in the path; refused"));
         };
         here.push(name);
-        fd = openat_dir(&fd, name, open_flags | libc::O_NOFOLLOW | libc::O_RDONLY).map_err(
-            |e| match e.raw_os_error() {
-                Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
-                    unsafe_dir(&here, "not a directory (a symlink?); refused")
+        fd =
+            openat_dir(&fd, name, open_flags | libc::O_NOFOLLOW | libc::O_RDONLY).map_err(|e| {
+                match e.raw_os_error() {
+                    Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+                        unsafe_dir(&here, "not a directory (a symlink?); refused")
+                    }
+                    _ => unsafe_dir(&here, e.to_string()),
                 }
-                _ => unsafe_dir(&here, e.to_string()),
-            },
-        )?;
-        let m = std::fs::File::from(fd.try_clone().map_err(|e| unsafe_dir(&here, e.to_string()))?)
-            .metadata()
-            .map_err(|e| unsafe_dir(&here, e.to_string()))?;
+            })?;
+        let m = std::fs::File::from(
+            fd.try_clone()
+                .map_err(|e| unsafe_dir(&here, e.to_string()))?,
+        )
+        .metadata()
+        .map_err(|e| unsafe_dir(&here, e.to_string()))?;
         if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
             return Err(unsafe_dir(
                 &here,

@@ -285,7 +285,10 @@ fn the_debian_node_exporter_layout_gets_the_metrics() {
     assert_eq!(o.status.code(), Some(0), "{e}");
     assert!(!e.contains("metrics_file"), "{e}");
     let text = std::fs::read_to_string(textfile.join("nccl_check.prom")).expect("metrics written");
-    assert!(text.contains("nccl_check_gate_state{state=\"pass\"} 1"), "{text}");
+    assert!(
+        text.contains("nccl_check_gate_state{state=\"pass\"} 1"),
+        "{text}"
+    );
     let gate = std::fs::read_to_string(s.dir.join("state/gate.json")).expect("gate.json");
     assert!(!gate.contains("metrics_error"), "{gate}");
 }
@@ -312,8 +315,14 @@ fn a_refused_metrics_file_never_turns_the_check_off() {
     assert!(gate.contains("\"metrics_error\""), "{gate}");
     assert!(gate.contains("owned by uid 65534"), "{gate}");
     let fallback = std::fs::read_to_string(s.dir.join("state/nccl_check.prom")).expect("fallback");
-    assert!(fallback.contains("nccl_check_metrics_file_error 1"), "{fallback}");
-    assert!(fallback.contains("nccl_check_gate_state{state=\"pass\"} 1"), "{fallback}");
+    assert!(
+        fallback.contains("nccl_check_metrics_file_error 1"),
+        "{fallback}"
+    );
+    assert!(
+        fallback.contains("nccl_check_gate_state{state=\"pass\"} 1"),
+        "{fallback}"
+    );
     assert!(!textfile.join("nccl_check.prom").exists());
 }
 

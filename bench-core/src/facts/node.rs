@@ -493,7 +493,11 @@ mod tests {
         let cache = root.join("var/spool/slurmd/conf-cache");
         std::fs::create_dir_all(&cache).expect("mkdir");
         std::fs::write(cache.join("slurm.conf"), "ClusterName=c\nGresTypes=gpu\n").expect("w");
-        std::fs::write(cache.join("gres.conf"), "NodeName=gpu001 Name=gpu Count=4\n").expect("w");
+        std::fs::write(
+            cache.join("gres.conf"),
+            "NodeName=gpu001 Name=gpu Count=4\n",
+        )
+        .expect("w");
         let env = env_of(&[]);
         let none = Vec::new();
         let src = Sources {

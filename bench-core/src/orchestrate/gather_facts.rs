@@ -119,9 +119,8 @@ pub fn explain_node(opts: &Options, device_id: Option<u16>, gpu_name: &str, host
     };
     if let Some((model, count)) = &opts.gpu_model {
         // The asked-for model only: this node's files and GPUs are no part of the answer.
-        let mut out = format!(
-            "Facts of {count} x {model} (--gpu-model: nothing of this node is read):\n"
-        );
+        let mut out =
+            format!("Facts of {count} x {model} (--gpu-model: nothing of this node is read):\n");
         out += &model_facts(opts, device_id, gpu_name);
         return out;
     }

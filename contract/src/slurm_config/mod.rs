@@ -172,9 +172,11 @@ fn what_to_remove(entry: &str, program: &Path, root: &Path) -> String {
         );
     }
     match kind {
-        "HealthCheckProgram" => " -> remove the HealthCheckProgram= line (and HealthCheckInterval=, \
+        "HealthCheckProgram" => {
+            " -> remove the HealthCheckProgram= line (and HealthCheckInterval=, \
                                  HealthCheckNodeState= if only it used them)"
-            .to_string(),
+                .to_string()
+        }
         _ => format!(" -> remove that {kind}= line (or this entry of its list)"),
     }
 }

@@ -7,8 +7,8 @@ use crate::drain;
 use crate::metrics;
 use crate::status::{self, GateState, Status};
 use crate::words;
-use std::path::Path;
 use nccl_check_contract::verdict::Verdict;
+use std::path::Path;
 
 impl Gate<'_> {
     /// `gate.json` and the metrics file, where their directories passed the checks.
