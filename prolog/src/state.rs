@@ -181,7 +181,7 @@ mod tests {
         let second = Lock::acquire(&dir, Deadline::after(Duration::from_millis(50)));
         assert!(second.is_err(), "a second holder must wait");
         assert!(
-            t.elapsed() < Duration::from_millis(500),
+            t.elapsed() < Duration::from_secs(5),
             "{:?}",
             t.elapsed()
         );
