@@ -303,6 +303,36 @@ done
 EOF
 }
 
+# DEB prerm on remove: the Prometheus textfiles the prolog writes (metrics_file as prolog.toml
+# names it, "%n" any node), noted in the state directory for postrm purge, which runs after dpkg
+# has deleted prolog.toml. Left behind, node_exporter would export a removed tool's last state.
+note_textfiles_script() {
+    cat <<'EOF'
+m=$(sed -n -E 's/^[[:space:]]*metrics_file[[:space:]]*=[[:space:]]*"([^"]*)".*/\1/p' /etc/nccl-check/prolog.toml 2>/dev/null | tail -1)
+if [ -n "$m" ] && [ -d /var/lib/nccl-check ]; then
+    printf '%s\n' "$m" > /var/lib/nccl-check/textfiles.purge
+fi
+EOF
+}
+
+# DEB postrm purge: removes the textfiles noted above, metrics_file and the -faults/-node files
+# beside it, each only when it is a plain file the prolog wrote (its first HELP names nccl_check_).
+purge_textfiles_script() {
+    cat <<'EOF'
+if [ -f /var/lib/nccl-check/textfiles.purge ]; then
+    while IFS= read -r m; do
+        case "$m" in /*.prom) ;; *) continue ;; esac
+        stem=${m%.prom}
+        for f in $(printf '%s\n' "$m" "$stem-faults.prom" "$stem-node.prom" | sed 's/%n/*/g'); do
+            if [ -f "$f" ] && [ ! -L "$f" ] && head -1 "$f" | grep -q '^# HELP nccl_check_'; then
+                rm -f "$f" && echo "nccl-check: removed the Prometheus textfile $f"
+            fi
+        done
+    done < /var/lib/nccl-check/textfiles.purge
+fi
+EOF
+}
+
 # The script that refuses to remove the prolog while Slurm still runs it (DEB prerm remove,
 # RPM %preun on erase): slurmd would fail every job's prolog and DRAIN the node (observed on
 # 22.05 and 24.11). The prolog itself reads Slurm's configuration as this node uses it
@@ -323,25 +353,32 @@ if [ ! -x /usr/sbin/nccl-check-prolog ] || { [ "$rc" != 0 ] && [ "$rc" != 1 ]; }
     for c in "${SLURM_CONF:-}" /etc/slurm/slurm.conf /run/slurm/conf/slurm.conf /var/spool/slurmd/conf-cache/slurm.conf; do
         [ -n "$c" ] && [ -f "$c" ] || continue
         for f in "$c" "$(dirname "$c")"/*.conf; do
-            if grep -Eqs '^[[:space:]]*(Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog' "$f"; then
+            if grep -Eqs '^[[:space:]]*((Prolog|Epilog)[[:space:]]*=.*nccl-check-prolog|HealthCheckProgram[[:space:]]*=.*nccl-check-recheck)' "$f"; then
                 where="$where
 $f"
             fi
         done
     done
     if command -v scontrol >/dev/null 2>&1; then
-        if timeout 10 scontrol show config 2>/dev/null | grep -Eq '^(Prolog|Epilog)(\[[0-9]+\])? +=.*nccl-check-prolog'; then
+        if timeout 10 scontrol show config 2>/dev/null | grep -Eq '^((Prolog|Epilog)(\[[0-9]+\])? +=.*nccl-check-prolog|HealthCheckProgram +=.*nccl-check-recheck)'; then
             where="$where
 scontrol show config"
         fi
     fi
 fi
 if [ -n "$where" ] && [ "${NCCL_CHECK_FORCE_REMOVE:-}" != 1 ]; then
-    echo "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:" >&2
+    echo "nccl-check: REFUSED: Slurm still runs nccl-check:" >&2
     echo "$where" | sed '/^$/d; s/^/nccl-check:   /' >&2
-    echo "nccl-check: Removing it now would make slurmd fail every job's prolog and DRAIN this node." >&2
-    echo "nccl-check: Remove that Prolog= entry (on a configless node: on the controller), run" >&2
-    echo "nccl-check: 'scontrol reconfigure', then remove the package (or set NCCL_CHECK_FORCE_REMOVE=1)." >&2
+    # Only what the lines above name: an Epilog= alone is no prolog; a health check drains nothing.
+    kinds=$(echo "$where" | grep -Eo '(Prolog|Epilog)=' | sort -u | tr -d '=' | tr 'A-Z' 'a-z' | paste -sd/ - || true)
+    if [ -n "$kinds" ]; then
+        echo "nccl-check: Removing it now would make slurmd fail every job's $kinds and DRAIN this node." >&2
+    fi
+    if echo "$where" | grep -q 'HealthCheckProgram='; then
+        echo "nccl-check: Without nccl-check-recheck slurmd's health check fails every HealthCheckInterval (status:127)." >&2
+    fi
+    echo "nccl-check: Do what each line says (in the files listed; on a configless node: the controller's)," >&2
+    echo "nccl-check: run 'scontrol reconfigure', then remove the package (or set NCCL_CHECK_FORCE_REMOVE=1)." >&2
     exit 1
 fi
 EOF
@@ -438,6 +475,7 @@ EOF
           refuse_script | sed 's/^/    /'; printf 'fi\n'; }
       printf 'if [ "$1" = remove ]; then\n'
       disable_script "$so_re" | sed 's/^/    /'
+      [ -n "$HAVE_PROLOG" ] && note_textfiles_script | sed 's/^/    /'
       printf 'fi\nexit 0\n'; } > "$root/DEBIAN/prerm"
     cat > "$root/DEBIAN/postrm" <<EOF
 #!/bin/sh
@@ -447,6 +485,7 @@ if [ "\$1" = purge ]; then
     # major's nccl-check package (which replaced this one) owns the directory now.
     others=\$(dpkg-query -S /var/lib/nccl-check 2>/dev/null | sed 's/: .*//' | tr ', ' '\\n\\n' | grep -vxF -e '' -e '$NAME' || true)
     if [ -z "\$others" ]; then
+$(purge_textfiles_script | sed 's/^/        /')
         rm -rf /var/lib/nccl-check
     fi
     rmdir /etc/nccl-check 2>/dev/null || true

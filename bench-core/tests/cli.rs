@@ -100,6 +100,72 @@ fn no_gpu_is_error_4_and_the_report_says_error() {
     assert_eq!(report["reasons"][0]["code"], "no_gpu");
 }
 
+/// Issue 39: `--help` broke `--rendezvous` and the Examples mid-sentence (hard line breaks in the
+/// doc comment, example lines longer than clap's width re-wrapped at column 0).
+#[test]
+fn help_breaks_no_line_mid_sentence() {
+    let (rc, out, _) = nccl_check(&["--help"]);
+    assert_eq!(rc, 0);
+    for l in out.lines() {
+        assert!(l.chars().count() <= 100, "longer than clap's width: {l:?}");
+    }
+    let examples = out.split("Examples:").nth(1).expect("Examples");
+    let (examples, codes) = examples.split_once("Exit codes:").expect("Exit codes");
+    let description_column = " ".repeat(46);
+    for l in examples.lines().filter(|l| !l.trim().is_empty()) {
+        let example = l.starts_with("  nccl-check") || l.starts_with("  srun ");
+        let continued = l.starts_with(&description_column);
+        assert!(
+            example || continued || l.starts_with("Output:"),
+            "an Examples line broken mid-sentence: {l:?}\n{examples}"
+        );
+    }
+    for l in codes.lines().filter(|l| !l.trim().is_empty()) {
+        let row = l.len() > 4 && l.as_bytes()[2].is_ascii_digit();
+        assert!(
+            row || l.starts_with(&" ".repeat(11)),
+            "an exit code's meaning broken: {l:?}\n{codes}"
+        );
+    }
+    // The --rendezvous entry is one paragraph filled to the width: only its last line is short.
+    let entry: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("--rendezvous"))
+        .take_while(|l| !l.trim_start().starts_with("--port-range"))
+        .collect();
+    assert!(entry.len() > 2, "{out}");
+    for l in &entry[..entry.len() - 1] {
+        assert!(
+            l.len() >= 80,
+            "--rendezvous broken mid-sentence: {l:?}\n{}",
+            entry.join("\n")
+        );
+    }
+}
+
+/// Issue 39: `--explain-thresholds --gpu-model M` printed the expected GPUs of the node it ran on
+/// (its hostname, its gres.conf) beside the asked-for model's thresholds.
+#[test]
+fn explain_thresholds_for_a_model_says_nothing_of_this_node() {
+    let (rc, out, err) =
+        nccl_check(&["--explain-thresholds", "--gpu-model", "H200", "--gpus", "8"]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("8 x H200"), "{out}");
+    assert!(!out.contains("Node facts"), "{out}");
+    assert!(!out.contains("expected GPUs on"), "{out}");
+    let host = nix_hostname();
+    assert!(
+        host.is_empty() || !out.contains(&format!(" {host}")),
+        "names this host {host}: {out}"
+    );
+}
+
+fn nix_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
 #[test]
 fn help_teaches_and_lists_exit_codes() {
     let (rc, out, _) = nccl_check(&["--help"]);

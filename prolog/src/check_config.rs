@@ -119,7 +119,7 @@ pub fn problems(c: &GateConfig, node: &str) -> Vec<String> {
     }
     match c.metrics_file_for(node) {
         Ok(Some(m)) => {
-            if let Err(e) = secure::check_dir(m.parent().unwrap_or(Path::new("/"))) {
+            if let Err(e) = secure::open_textfile_dir(m.parent().unwrap_or(Path::new("/"))) {
                 p.push(format!("metrics_file {e}"));
             }
         }

@@ -418,7 +418,7 @@ mod tests {
         let t = std::time::Instant::now();
         let e = s.show().expect_err("hung");
         assert!(e.contains("no answer within the 0.4 s left"), "{e}");
-        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         nccl_check_contract::test_support::assert_process_gone(
             &d.join("child"),
             Duration::from_millis(100),
@@ -426,7 +426,7 @@ mod tests {
         s.deadline = Deadline::after(Duration::from_secs(10));
         let t = std::time::Instant::now();
         assert!(s.update(&["state=resume"]).is_ok());
-        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
         nccl_check_contract::test_support::assert_process_gone(
             &d.join("child"),
             Duration::from_millis(100),

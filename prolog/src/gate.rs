@@ -47,7 +47,28 @@ pub struct Gate<'a> {
 #[derive(Default)]
 struct Places {
     state_dir: Option<PathBuf>,
+    /// `metrics_file`, reached through its open directory ([`secure::TextfileDir::file`]).
     metrics: Option<PathBuf>,
+    /// Holds that directory open while the run writes into it.
+    metrics_dir: Option<secure::TextfileDir>,
+    /// Why `metrics_file` cannot be written: an error of the monitoring, never of the gate. The
+    /// run goes on; its metrics go to [`crate::metrics::FALLBACK`] in the state directory, with
+    /// `nccl_check_metrics_file_error 1`, and `gate.json` says why.
+    metrics_error: Option<String>,
+}
+
+impl Places {
+    /// `metrics_file` as configured, for messages (not the path the writes go through).
+    fn metrics_shown(&self) -> String {
+        match (&self.metrics_dir, &self.metrics) {
+            (Some(d), Some(m)) => d
+                .shown
+                .join(m.file_name().unwrap_or_default())
+                .display()
+                .to_string(),
+            _ => String::new(),
+        }
+    }
 }
 
 impl<'a> Gate<'a> {
@@ -145,19 +166,38 @@ impl<'a> Gate<'a> {
             return Err(self.error_without_run(&places, &p, whom));
         }
         places.state_dir = Some(state_dir.clone());
-        let metrics = match self.cfg.metrics_file_for(&self.facts.node) {
-            Ok(m) => m,
-            Err(e) => return Err(self.error_without_run(&places, &e, whom)),
-        };
-        if let Some(m) = metrics {
-            let dir = m.parent().unwrap_or(Path::new("/"));
-            if let Err(e) = secure::check_dir(dir) {
-                let p = format!("metrics_file {e}");
-                return Err(self.error_without_run(&places, &p, whom));
-            }
-            places.metrics = Some(m);
-        }
+        self.metrics_place(&mut places, &state_dir);
         Ok((places, state_dir))
+    }
+
+    /// `metrics_file`'s directory, opened; a refusal is logged and kept for `gate.json` and the
+    /// fallback file, and the check runs all the same (monitoring never turns the gate off).
+    fn metrics_place(&mut self, places: &mut Places, state_dir: &Path) {
+        let m = match self.cfg.metrics_file_for(&self.facts.node) {
+            Ok(Some(m)) => m,
+            Ok(None) => return,
+            Err(e) => return self.metrics_refused(places, state_dir, e),
+        };
+        let (Some(dir), Some(name)) = (m.parent(), m.file_name()) else {
+            let e = format!("metrics_file {}: not a file path", m.display());
+            return self.metrics_refused(places, state_dir, e);
+        };
+        match secure::open_textfile_dir(dir) {
+            Ok(d) => {
+                places.metrics = Some(d.file(name));
+                places.metrics_dir = Some(d);
+            }
+            Err(e) => self.metrics_refused(places, state_dir, format!("metrics_file {e}")),
+        }
+    }
+
+    fn metrics_refused(&mut self, places: &mut Places, state_dir: &Path, why: String) {
+        let why = format!(
+            "{why}; the check runs, its metrics go to {} (nccl_check_metrics_file_error 1)",
+            state_dir.join(crate::metrics::FALLBACK).display()
+        );
+        self.log.warn(&why);
+        places.metrics_error = Some(why);
     }
 
     /// A recheck takes every GPU: never where jobs run or may run. Only a node that Slurm says

@@ -265,15 +265,17 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
                 run_dir: None,
                 context: mode.as_str(),
                 faults: None,
+                metrics_error: None,
             };
             let _ = status::write(&state_dir, &st);
         }
         if !metrics_file.is_empty() {
             let m = PathBuf::from(metrics_file.replace("%n", &facts.node));
-            if secure::check_dir(m.parent().unwrap_or(Path::new("/"))).is_ok() {
+            let dir = secure::open_textfile_dir(m.parent().unwrap_or(Path::new("/")));
+            if let (Ok(dir), Some(name)) = (dir, m.file_name()) {
                 let empty = Default::default();
                 let _ = metrics::write(
-                    &m,
+                    &dir.file(name),
                     &metrics::Sample {
                         gate: GateState::Disabled,
                         verdict: None,

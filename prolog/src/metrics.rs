@@ -101,6 +101,32 @@ pub fn write(path: &Path, s: &Sample) -> std::io::Result<()> {
     crate::state::write_atomic(path, render(s).as_bytes(), 0o644)
 }
 
+/// The fallback file's name in the state directory: where a run's metrics go when
+/// `metrics_file` cannot be written (the check runs all the same).
+pub const FALLBACK: &str = "nccl_check.prom";
+
+/// [`render`] plus `nccl_check_metrics_file_error 1` and why (in the HELP line: a label would
+/// make a new series per message).
+pub fn render_fallback(s: &Sample, why: &str) -> String {
+    let mut t = render(s);
+    let why: String = why
+        .chars()
+        .map(|c| if c.is_control() || c == '\\' { ' ' } else { c })
+        .collect();
+    let _ = writeln!(
+        t,
+        "# HELP nccl_check_metrics_file_error 1: metrics_file could not be written, these \
+         metrics are the fallback in the state directory. Last reason: {why}"
+    );
+    let _ = writeln!(t, "# TYPE nccl_check_metrics_file_error gauge");
+    let _ = writeln!(t, "nccl_check_metrics_file_error 1");
+    t
+}
+
+pub fn write_fallback(path: &Path, s: &Sample, why: &str) -> std::io::Result<()> {
+    crate::state::write_atomic(path, render_fallback(s, why).as_bytes(), 0o644)
+}
+
 /// `x.prom` → `x-node.prom`: the node's Slurm state as the last recheck read it, in its own file
 /// beside the gate's (a recheck of a busy node measures nothing and must not touch the gate's).
 pub fn node_path(metrics_file: &Path) -> PathBuf {

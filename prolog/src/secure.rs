@@ -112,6 +112,117 @@ pub fn check_dir(dir: &Path) -> Result<(), Unsafe> {
     Ok(())
 }
 
+/// A textfile collector's directory, open: the writes go through the descriptor
+/// ([`TextfileDir::file`]), so nothing renamed in the path after the checks can move them.
+#[derive(Debug)]
+pub struct TextfileDir {
+    fd: std::os::fd::OwnedFd,
+    /// The directory as configured, for messages.
+    pub shown: PathBuf,
+}
+
+impl TextfileDir {
+    /// `name` in the open directory, as a path that resolves through the descriptor
+    /// (`/proc/self/fd/N/name`), never through the configured path again.
+    pub fn file(&self, name: &std::ffi::OsStr) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).join(name)
+    }
+}
+
+/// The directory of `metrics_file`. Node exporter packages put the textfile directory under one
+/// owned by their service user (Debian and Ubuntu: `/var/lib/prometheus`, prometheus:prometheus;
+/// the directory itself root:root 0755), which [`check_dir`] refuses as an ancestor. Here the part
+/// of the path that passes [`check_dir`] is opened as usual, and each directory below it is
+/// opened with `O_NOFOLLOW` from its parent's descriptor: it may belong to another user, but must
+/// be a real directory not writable by group or others (unless sticky), and the last one must be
+/// owned by root (the prolog's uid) and not writable by group or others. A user who owns an
+/// ancestor can rename what is in it, but can bring in no root-owned directory of elsewhere, nor
+/// have a symlink followed: the write lands in that directory or nowhere.
+pub fn open_textfile_dir(dir: &Path) -> Result<TextfileDir, Unsafe> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !dir.is_absolute() {
+        return Err(unsafe_dir(dir, "not an absolute path"));
+    }
+    let trusted = dir
+        .ancestors()
+        .find(|a| check_dir(a).is_ok())
+        .ok_or_else(|| unsafe_dir(Path::new("/"), "no trusted directory above it"))?;
+    let open_flags = libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let mut fd: std::os::fd::OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(open_flags)
+        .open(trusted)
+        .map_err(|e| unsafe_dir(trusted, e.to_string()))?
+        .into();
+    let rest = dir.strip_prefix(trusted).unwrap_or(Path::new(""));
+    let mut here = trusted.to_path_buf();
+    for c in rest.components() {
+        let std::path::Component::Normal(name) = c else {
+            return Err(unsafe_dir(dir, "`..` or `.` in the path; refused"));
+        };
+        here.push(name);
+        fd =
+            openat_dir(&fd, name, open_flags | libc::O_NOFOLLOW | libc::O_RDONLY).map_err(|e| {
+                match e.raw_os_error() {
+                    Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+                        unsafe_dir(&here, "not a directory (a symlink?); refused")
+                    }
+                    _ => unsafe_dir(&here, e.to_string()),
+                }
+            })?;
+        let m = std::fs::File::from(
+            fd.try_clone()
+                .map_err(|e| unsafe_dir(&here, e.to_string()))?,
+        )
+        .metadata()
+        .map_err(|e| unsafe_dir(&here, e.to_string()))?;
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return Err(unsafe_dir(
+                &here,
+                format!(
+                    "mode {:04o} is writable by group or others; refused",
+                    m.mode() & 0o7777
+                ),
+            ));
+        }
+        if here == dir && (m.uid() != owner() || m.mode() & 0o022 != 0) {
+            return Err(unsafe_dir(
+                &here,
+                format!(
+                    "owned by uid {} mode {:04o}: the textfile directory must be owned by {} \
+                     (root) and not writable by group or others; refused",
+                    m.uid(),
+                    m.mode() & 0o7777,
+                    owner()
+                ),
+            ));
+        }
+    }
+    Ok(TextfileDir {
+        fd,
+        shown: dir.to_path_buf(),
+    })
+}
+
+/// `openat(2)` of `name` below the open directory `dir`.
+fn openat_dir(
+    dir: &std::os::fd::OwnedFd,
+    name: &std::ffi::OsStr,
+    flags: i32,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: `dir` is an open descriptor and `c` a NUL-terminated string, both alive for the call.
+    let raw = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}
+
 /// Writes `bytes` to `path`: a new file with a random name in the same directory (created with
 /// `O_EXCL`, so never through a planted name or link), its mode set on the open descriptor, then
 /// renamed over `path` (which replaces a symlink there, never its target). Readers see the old
@@ -176,7 +287,7 @@ mod tests {
     #[test]
     fn a_directory_owned_by_another_uid_or_below_one_is_refused() {
         if !root() {
-            return; // chown needs root; the suites run as root
+            panic!("needs root (chown): the prolog's tests run as root");
         }
         let d = scratch_dir("secure-uid");
         let s = d.join("metrics");
@@ -231,6 +342,46 @@ mod tests {
         let m = std::fs::symlink_metadata(&dest).expect("stat");
         assert!(m.is_file() && m.mode() & 0o777 == 0o644, "{m:?}");
         assert_eq!(std::fs::read(&dest).expect("read"), b"metrics\n");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_textfile_dir_below_a_service_users_directory_is_opened_and_written() {
+        if !root() {
+            panic!("needs root (chown): the prolog's tests run as root");
+        }
+        let d = scratch_dir("secure-textfile");
+        let prom = d.join("prometheus");
+        let tf = prom.join("node-exporter");
+        std::fs::create_dir_all(&tf).expect("mkdir");
+        chown(&prom, 65534);
+        assert!(check_dir(&tf).is_err(), "the strict rule refuses it");
+        let open = open_textfile_dir(&tf).expect("the Debian layout is accepted");
+        write_atomic(&open.file("x.prom".as_ref()), b"m 1\n", 0o644).expect("write");
+        assert_eq!(std::fs::read(tf.join("x.prom")).expect("read"), b"m 1\n");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn a_textfile_dir_reached_through_a_service_users_symlink_is_refused() {
+        if !root() {
+            panic!("needs root (chown): the prolog's tests run as root");
+        }
+        let d = scratch_dir("secure-textfile-link");
+        let prom = d.join("prometheus");
+        std::fs::create_dir_all(&prom).expect("mkdir");
+        let elsewhere = d.join("etc-like");
+        std::fs::create_dir_all(&elsewhere).expect("mkdir");
+        chown(&prom, 65534);
+        symlink(&elsewhere, prom.join("node-exporter")).expect("plant");
+        let e = open_textfile_dir(&prom.join("node-exporter")).unwrap_err();
+        assert!(e.why.contains("symlink"), "{e}");
+        // The service user's own directory as the textfile directory: refused too.
+        let own = prom.join("own");
+        std::fs::create_dir(&own).expect("mkdir");
+        chown(&own, 65534);
+        let e = open_textfile_dir(&own).unwrap_err();
+        assert!(e.why.contains("owned by uid 65534"), "{e}");
         std::fs::remove_dir_all(&d).ok();
     }
 }

@@ -69,11 +69,54 @@ mod tests {
         let (found, notes) = places(&d, None, None);
         assert_eq!(found.len(), 1, "{found:?} {notes:?}");
         assert!(
-            found[0].ends_with("run/slurm/conf/gate.conf:2: Prolog=/usr/sbin/nccl-check-prolog"),
+            found[0].ends_with(
+                "run/slurm/conf/gate.conf:2: Prolog=/usr/sbin/nccl-check-prolog -> remove that \
+                 Prolog= line (or this entry of its list)"
+            ),
             "{found:?}"
         );
         std::fs::write(cache.join("gate.conf"), "Prolog=/etc/slurm/other\n").expect("w");
         assert!(places(&d, None, None).0.is_empty());
         std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Issue 39: the refusal named the site's glob ("Remove that Prolog= entry"), and knew
+    /// neither an Epilog= alone by its name nor HealthCheckProgram=nccl-check-recheck.
+    #[test]
+    fn a_glob_epilog_names_its_link_and_the_health_check_is_found() {
+        let d = nccl_check_contract::test_support::scratch_dir("slurm-uses-glob");
+        let conf = d.join("etc/slurm");
+        std::fs::create_dir_all(conf.join("epilog.d")).expect("mkdir");
+        std::fs::create_dir_all(d.join("usr/sbin")).expect("mkdir");
+        std::fs::write(d.join("usr/sbin/nccl-check-prolog"), "bin").expect("w");
+        std::fs::write(conf.join("epilog.d/10-site"), "#!/bin/sh\ntrue\n").expect("w");
+        std::os::unix::fs::symlink(INSTALLED, conf.join("epilog.d/50-gate")).expect("ln");
+        std::fs::write(
+            conf.join("slurm.conf"),
+            "ClusterName=c\nEpilog=/etc/slurm/epilog.d/*\n\
+             HealthCheckProgram=/usr/sbin/nccl-check-recheck\n",
+        )
+        .expect("w");
+        let (found, notes) = places(&d, None, None);
+        std::fs::remove_dir_all(&d).ok();
+        assert_eq!(found.len(), 2, "{found:?} {notes:?}");
+        assert!(
+            found[0].ends_with(
+                "etc/slurm/slurm.conf:2: Epilog=/etc/slurm/epilog.d/* -> through \
+                 /etc/slurm/epilog.d/50-gate: remove that file, keep the Epilog= line (it runs \
+                 the site's others)"
+            ),
+            "{found:?}"
+        );
+        assert!(!found[0].contains("10-site"), "{found:?}");
+        assert!(
+            found[1].ends_with(
+                "etc/slurm/slurm.conf:3: HealthCheckProgram=/usr/sbin/nccl-check-recheck -> \
+                 remove the HealthCheckProgram= line (and HealthCheckInterval=, \
+                 HealthCheckNodeState= if only it used them)"
+            ),
+            "{found:?}"
+        );
+        assert!(found.iter().all(|f| !f.contains("Prolog")), "{found:?}");
     }
 }

@@ -180,11 +180,7 @@ mod tests {
         let t = std::time::Instant::now();
         let second = Lock::acquire(&dir, Deadline::after(Duration::from_millis(50)));
         assert!(second.is_err(), "a second holder must wait");
-        assert!(
-            t.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            t.elapsed()
-        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         drop(held);
         // Seconds, not 50 ms: another test thread's fork holds a copy of the descriptor until its
         // exec, a moment that can stretch on a loaded machine.

@@ -63,6 +63,10 @@ pub struct Status {
     /// The hardware fault pass: each source, readable or not, its cost, and what it found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<crate::faults::Summary>,
+    /// Why `metrics_file` could not be written (the check ran; its metrics went to the
+    /// fallback file in the state directory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_error: Option<String>,
 }
 
 pub fn write(state_dir: &Path, s: &Status) -> std::io::Result<()> {
@@ -91,6 +95,7 @@ mod tests {
             run_dir: None,
             context: "prolog",
             faults: None,
+            metrics_error: None,
         };
         write(&d, &s).expect("write");
         let bytes = std::fs::read(d.join(FILE)).expect("read");

@@ -136,7 +136,7 @@ impl Line<'_> {
                     .filter(|s| !s.is_empty())
             })
             .or_else(|| (!run.output_tail.is_empty()).then(|| run.output_tail.clone()));
-        let what = match detail {
+        let what = match detail.map(|d| for_the_admin(&d)) {
             Some(d) if d != run.ended => format!("{}: {d}", run.ended),
             _ => run.ended.clone(),
         };
@@ -158,6 +158,18 @@ impl Line<'_> {
             job_fate(self.mode, self.exit_code, false)
         )
     }
+}
+
+/// The prolog's hint where the worker's own one names its command line (`--nccl-lib`), which
+/// nobody passes to the root prolog: the admin sets the worker's environment in prolog.toml.
+pub const ADMIN_NCCL_LIB_HINT: &str = "give its path in /etc/nccl-check/prolog.toml: \
+     env = { NCCL_CHECK_NCCL_LIB = \"/path/to/libnccl.so.2\" }";
+
+fn for_the_admin(detail: &str) -> String {
+    detail.replace(
+        nccl_check_contract::exit::NCCL_LIB_HINT,
+        ADMIN_NCCL_LIB_HINT,
+    )
 }
 
 /// The dry run's plan, on stdout.
@@ -252,5 +264,23 @@ mod tests {
         );
         assert!(!s.contains("drained n1"), "{s}");
         assert!(l.fail(&r, "x", None).contains("would drain (dry run)"));
+    }
+
+    /// Issue 39: the prolog's hint said `give its path with --nccl-lib`, a worker option no
+    /// admin can pass to the prolog.
+    #[test]
+    fn the_missing_nccl_hint_names_the_config_key_not_a_worker_option() {
+        let r = Run {
+            problem: None,
+            output_tail: format!(
+                "ERROR: NCCL library not found (tried libnccl.so.2: nope); {}",
+                nccl_check_contract::exit::NCCL_LIB_HINT
+            ),
+            ..run("the worker exited 3", None)
+        };
+        let s = line(Mode::Prolog, 0).error(&r, None);
+        assert!(!s.contains("--nccl-lib"), "{s}");
+        assert!(s.contains("NCCL library not found"), "{s}");
+        assert!(s.contains(ADMIN_NCCL_LIB_HINT), "{s}");
     }
 }

@@ -308,7 +308,7 @@ mod tests {
         let w = script(&dir, "sleep 1000 & echo $! > \"$OUT\"; sleep 1000");
         let t = Instant::now();
         let run = run(&request(&dir, w, 300));
-        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         assert_eq!(run.verdict, Verdict::Error);
         assert!(
             run.problem.as_deref().unwrap_or("").contains("budget"),

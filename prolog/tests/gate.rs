@@ -60,14 +60,19 @@ impl Site {
     }
 
     fn config(&self, extra: &str) {
+        self.config_with_metrics(&self.dir.join("metrics/n.prom"), extra);
+    }
+
+    fn config_with_metrics(&self, metrics: &Path, extra: &str) {
         let d = self.dir.display();
+        let m = metrics.display();
         std::fs::write(
             self.dir.join("prolog.toml"),
             format!(
                 "worker = \"{d}/worker\"\nworker_config = \"{d}/none.toml\"\n\
                  state_dir = \"{d}/state\"\ngpu_info_dir = \"{d}/gpus\"\n\
                  scontrol = \"{d}/scontrol\"\nsyslog_facility = \"none\"\n\
-                 metrics_file = \"{d}/metrics/n.prom\"\n\
+                 metrics_file = \"{m}\"\n\
                  fault_root = \"{d}/no-faults\"\n{extra}\n\
                  env = {{ OUT = \"{d}/out\" }}\n"
             ),
@@ -244,9 +249,12 @@ fn planted_symlinks_in_a_metrics_dir_another_uid_can_write_change_nothing() {
     std::os::unix::fs::symlink(&target, m.join("n.prom")).expect("plant");
     let o = s.run("6", "0,1");
     let e = stderr(&o);
+    assert!(e.contains("PASS"), "{e}");
+    // Refused by name (in gate.json: stderr's one line is the verdict), the check made anyway.
+    let gate = std::fs::read_to_string(s.dir.join("state/gate.json")).expect("gate.json");
     assert!(
-        e.contains(&format!("metrics_file {}: owned by uid 65534", m.display())),
-        "{e}"
+        gate.contains(&format!("metrics_file {}: owned by uid 65534", m.display())),
+        "{gate}"
     );
     assert_eq!(
         std::fs::read_to_string(&target).expect("read"),
@@ -254,6 +262,68 @@ fn planted_symlinks_in_a_metrics_dir_another_uid_can_write_change_nothing() {
     );
     let meta = std::fs::metadata(&target).expect("stat");
     assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, 0));
+}
+
+const PASS_WORKER: &str = "echo ran >> \"$OUT\"\n\
+    while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
+    echo '{\"schema_version\":1,\"verdict\":\"PASS\",\"summary\":\"ok\"}' > \"$j\"";
+
+/// Issue 39: Debian's node exporter package makes /var/lib/prometheus prometheus:prometheus and
+/// its textfile directory node-exporter/ root:root 0755; the prolog refused the documented path
+/// because of the parent and every job ran unchecked. The layout as the package installs it.
+#[test]
+fn the_debian_node_exporter_layout_gets_the_metrics() {
+    let s = Site::new("debian-textfile");
+    s.worker(PASS_WORKER);
+    let prom = s.dir.join("prometheus");
+    let textfile = prom.join("node-exporter");
+    std::fs::create_dir_all(&textfile).expect("mkdir");
+    std::os::unix::fs::chown(&prom, Some(65534), Some(65534)).expect("chown (root)");
+    s.config_with_metrics(&textfile.join("nccl_check.prom"), "budget_seconds = 10");
+    let o = s.run("7", "0,1");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(!e.contains("metrics_file"), "{e}");
+    let text = std::fs::read_to_string(textfile.join("nccl_check.prom")).expect("metrics written");
+    assert!(
+        text.contains("nccl_check_gate_state{state=\"pass\"} 1"),
+        "{text}"
+    );
+    let gate = std::fs::read_to_string(s.dir.join("state/gate.json")).expect("gate.json");
+    assert!(!gate.contains("metrics_error"), "{gate}");
+}
+
+/// Issue 39: a metrics_file the prolog refuses (here a textfile directory owned by the service
+/// user) turned the gate off: `ERROR ... refused; not checked, not drained` on every job. The
+/// check runs; the refusal is the metrics' error, in the log, gate.json and the fallback file.
+#[test]
+fn a_refused_metrics_file_never_turns_the_check_off() {
+    let s = Site::new("metrics-refused");
+    s.worker(PASS_WORKER);
+    let textfile = s.dir.join("prometheus/node-exporter");
+    std::fs::create_dir_all(&textfile).expect("mkdir");
+    std::os::unix::fs::chown(&textfile, Some(65534), Some(65534)).expect("chown (root)");
+    s.config_with_metrics(&textfile.join("nccl_check.prom"), "budget_seconds = 10");
+    let o = s.run("8", "0,1");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(s.dir.join("out").exists(), "the worker did not run: {e}");
+    assert!(e.contains("PASS"), "{e}");
+    assert!(!e.contains("ERROR"), "{e}");
+    let gate = std::fs::read_to_string(s.dir.join("state/gate.json")).expect("gate.json");
+    assert!(gate.contains("\"state\": \"pass\""), "{gate}");
+    assert!(gate.contains("\"metrics_error\""), "{gate}");
+    assert!(gate.contains("owned by uid 65534"), "{gate}");
+    let fallback = std::fs::read_to_string(s.dir.join("state/nccl_check.prom")).expect("fallback");
+    assert!(
+        fallback.contains("nccl_check_metrics_file_error 1"),
+        "{fallback}"
+    );
+    assert!(
+        fallback.contains("nccl_check_gate_state{state=\"pass\"} 1"),
+        "{fallback}"
+    );
+    assert!(!textfile.join("nccl_check.prom").exists());
 }
 
 /// Issue 15: the prolog outlasted budget_seconds by ~50 s (10 s per scontrol call, lock waits)
@@ -359,7 +429,7 @@ fn the_workers_whole_group_dies_with_a_killed_prolog() {
                 break;
             }
             assert!(
-                t.elapsed() < Duration::from_secs(3),
+                t.elapsed() < Duration::from_secs(10),
                 "pid {pid} survived: {stat}"
             );
             std::thread::sleep(Duration::from_millis(20));

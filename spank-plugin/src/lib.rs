@@ -175,6 +175,7 @@ fn hook(which: Hook, raw: spank_sys::spank_t, ac: c_int, av: *const *const c_cha
             slurm_spank::spank_log(LogLevel::Info, &format!("nccl-check: {msg}"));
             -1
         }
+        Ok(Err(Error::Help(text))) => answer_help(&text),
         Ok(Err(e)) => {
             slurm_spank::spank_log(LogLevel::Error, &e.to_string());
             -1
@@ -187,6 +188,22 @@ fn hook(which: Hook, raw: spank_sys::spank_t, ac: c_int, av: *const *const c_cha
             -1
         }
     }
+}
+
+/// `--nccl-check=help` in srun, sbatch or salloc (init_post_opt: before any allocation, job or
+/// step). SPANK has no "stop, successfully" answer: -1 would make srun print it as `error:` lines
+/// and exit 1. So the text goes to stdout as any `--help` does, and the command ends with 0 here,
+/// where nothing has been created yet that an exit would leave behind.
+fn answer_help(text: &str) -> c_int {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let written = writeln!(out, "nccl-check: {text}").and_then(|()| out.flush());
+    if written.is_err() {
+        // stdout is closed: say it the only other way left, and stop as before.
+        slurm_spank::spank_log(LogLevel::Info, &format!("nccl-check: {text}"));
+        return -1;
+    }
+    std::process::exit(0)
 }
 
 macro_rules! export_hook {

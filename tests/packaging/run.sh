@@ -165,7 +165,7 @@ t_portable_rpm_needs_glibc_2_17_and_its_plugin_works() {
     run_cmd srun -N2 --nccl-check hostname
     expect_rc0
     expect_err "nccl-check: PASS (quick, 2 ranks)"
-    NCCL_CHECK_FAKE=fail run_cmd srun -N2 --nccl-check hostname
+    NCCL_CHECK_FAKE=fail run_cmd srun -N2 -w n1,n2 --nccl-check hostname
     expect_rc_nonzero
     expect_err "nccl-check: FAIL on n1 (rank 0 of 2)"
     rm -f "$CONTROL"
@@ -318,7 +318,7 @@ t_enabling_as_the_readme_says_adds_the_option() {
 t_real_worker_reports_error_without_gpu() {
     idle || true
     local before; before=$(wc -l < "$(ls -1 "$CL"/log/slurmd-n1.log)")
-    run_cmd runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" srun -N2 --nccl-check hostname
+    run_cmd runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" srun -N2 -w n1,n2 --nccl-check hostname
     expect_rc_nonzero
     expect_err "nccl-check: ERROR on n1 (rank 0 of 2)"
     expect_err "nccl-check: ERROR on n2 (rank 1 of 2)"
@@ -346,6 +346,13 @@ t_prolog_gate_runs_the_installed_worker() {
     # gpus = "all": check every GPU even without gres/gpu (here: none, so the worker says ERROR).
     # Appended, as configuration management does (the shipped file ends with no [table]).
     echo 'gpus = "all"' >> /etc/nccl-check/prolog.toml
+    # Issue 39: the documented metrics_file in the real prometheus-node-exporter package's
+    # directory (Debian: /var/lib/prometheus is prometheus:prometheus, node-exporter/ root's)
+    # was refused, and every job then ran unchecked.
+    [ "$(stat -c %U /var/lib/prometheus 2>&1)" = prometheus ] && [ "$(stat -c %U /var/lib/prometheus/node-exporter 2>&1)" = root ] \
+        || { fail "prometheus-node-exporter is not installed as the package does it (tests/setup-deps.sh): $(stat -c '%U:%G %a %n' /var/lib/prometheus /var/lib/prometheus/node-exporter 2>&1)"; return 1; }
+    echo 'metrics_file = "/var/lib/prometheus/node-exporter/nccl_check.prom"' >> /etc/nccl-check/prolog.toml
+    rm -f /var/lib/prometheus/node-exporter/nccl_check*.prom
     run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'gpus = "all"    # /etc/nccl-check/prolog.toml:'
     rm -rf /var/lib/nccl-check/runs
     plain_srun_works
@@ -353,6 +360,10 @@ t_prolog_gate_runs_the_installed_worker() {
     [ -f "$r" ] || { fail "the prolog wrote no /var/lib/nccl-check/runs/job-*/report.json"; return 1; }
     grep -q '"verdict": *"ERROR"' "$r" || fail "report is not ERROR: $(head -c 300 "$r")"
     grep -q '"state": "error"' /var/lib/nccl-check/gate.json || fail "gate.json: $(cat /var/lib/nccl-check/gate.json)"
+    grep -q '"metrics_error"' /var/lib/nccl-check/gate.json && fail "the documented metrics_file was refused: $(cat /var/lib/nccl-check/gate.json)"
+    grep -qx 'nccl_check_gate_state{state="error"} 1' /var/lib/prometheus/node-exporter/nccl_check.prom \
+        || fail "no metrics in the package's textfile directory: $(ls -l /var/lib/prometheus/node-exporter/ 2>&1)"
+    expect_file /var/lib/prometheus/node-exporter/nccl_check-faults.prom
     [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "an ERROR drained a node: $(sinfo -N -o '%N %T %E')"
 }
 
@@ -416,7 +427,7 @@ t_remove_disables_the_plugin_and_srun_keeps_working() {
     # make slurmd drain the node at its next job, so the package refuses (and never edits it).
     run_cmd "${APT[@]}" remove -y -q "$PKG"
     expect_rc_nonzero
-    expect_apt_says "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:"
+    expect_apt_says "nccl-check: REFUSED: Slurm still runs nccl-check:"
     expect_apt_says "$SLURM_CONF:"
     expect_apt_says "scontrol show config: Prolog=/usr/sbin/nccl-check-prolog"
     dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^ii' || fail "not installed after the refusal: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
@@ -462,12 +473,41 @@ t_reinstall_after_remove_keeps_it_disabled() {
 # file and line, and no node drains.
 refused_and_nothing_drained() { # WHERE-LINE...
     expect_rc_nonzero
-    expect_apt_says "nccl-check: REFUSED: Slurm still runs nccl-check-prolog:"
+    expect_apt_says "nccl-check: REFUSED: Slurm still runs nccl-check:"
     local w; for w in "$@"; do expect_apt_says "$w"; done
     dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^ii' || fail "removed anyway: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
     expect_file /usr/sbin/nccl-check-prolog
     plain_srun_works
     [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "a node drained: $(sinfo -N -o '%N %T %E')"
+}
+
+# Issue 39: on a glob layout the refusal said "Remove that Prolog= entry", the site's own
+# Prolog=/etc/slurm/prolog.d/*; with only Epilog= left it still spoke of the prolog; it ignored
+# HealthCheckProgram=nccl-check-recheck (after removal: status:127 every interval). No job runs
+# here: the refusal is the point (the Epilog would run the gate at every job's end).
+t_glob_epilog_and_health_check_removal_names_what_reaches_it() {
+    local d=$CL/epilog.d saved=$WORK/slurm.conf.glob
+    rm -rf "$d"; mkdir -p "$d"
+    printf '#!/bin/sh\nexit 0\n' > "$d/10-site"; chmod 0755 "$d/10-site"
+    ln -s /usr/sbin/nccl-check-prolog "$d/50-nccl-check"
+    cp "$SLURM_CONF" "$saved"
+    sed -i -E '/^(Prolog|Epilog|HealthCheck[A-Za-z]*)=/d' "$SLURM_CONF"
+    printf 'Epilog=%s/*\nHealthCheckProgram=/usr/sbin/nccl-check-recheck\n' "$d" >> "$SLURM_CONF"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    run_cmd "${APT[@]}" remove -y -q "$PKG"
+    expect_rc_nonzero
+    expect_apt_says "nccl-check: REFUSED: Slurm still runs nccl-check:"
+    expect_apt_says "Epilog=$d/* -> through $d/50-nccl-check: remove that file, keep the Epilog= line"
+    expect_apt_says "HealthCheckProgram=/usr/sbin/nccl-check-recheck -> remove the HealthCheckProgram= line"
+    expect_apt_says "would make slurmd fail every job's epilog and DRAIN this node"
+    expect_apt_says "slurmd's health check fails every HealthCheckInterval (status:127)"
+    ! grep -q "job's prolog\|Prolog= entry\|Prolog=.*-> remove" "$OUT" "$ERR" || fail "the refusal speaks of a prolog: $(grep nccl-check "$OUT" "$ERR")"
+    dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" | grep -q '^ii' || fail "removed anyway: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
+    expect_file "$d/10-site"
+    cp "$saved" "$SLURM_CONF"
+    rm -rf "$d"
+    timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
+    plain_srun_works
 }
 
 t_include_remove_is_refused_when_an_included_file_runs_the_prolog() {
@@ -514,6 +554,11 @@ t_purge_removes_everything() {
     dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" 2>/dev/null | grep -q '^[ri]' && fail "still known to dpkg as installed/config-files"
     for p in /etc/nccl-check "$SNIPPET" /var/lib/nccl-check "$SO" /usr/libexec/nccl-check /usr/share/nccl-check \
              "/usr/share/doc/$PKG"; do expect_no_file "$p"; done
+    # Issue 39: node_exporter kept exporting the removed tool's last state.
+    for p in /var/lib/prometheus/node-exporter/nccl_check.prom /var/lib/prometheus/node-exporter/nccl_check-faults.prom; do
+        expect_no_file "$p"
+    done
+    expect_file /var/lib/prometheus/node-exporter   # the exporter's directory stays
     expect_file /etc/slurm/plugstack.conf.d        # Slurm's directory stays
     plain_srun_works
 }
@@ -642,6 +687,7 @@ if [ "$TEST_FAILED" = 0 ]; then
     run_test "remove is refused while Prolog= runs the prolog (no drain); then disables the plugin line; srun keeps working" t_remove_disables_the_plugin_and_srun_keeps_working
     run_test "reinstall after remove keeps the plugin disabled" t_reinstall_after_remove_keeps_it_disabled
     run_test "include: remove is refused while an Include'd file runs the prolog; nothing drains" t_include_remove_is_refused_when_an_included_file_runs_the_prolog
+    run_test "glob Epilog= and HealthCheckProgram=: the refusal names the link and the health check, not the site's glob or a prolog" t_glob_epilog_and_health_check_removal_names_what_reaches_it
     run_test "configless: remove is refused from /run/slurm/conf, with and without the controller; nothing drains" t_configless_remove_is_refused_from_the_conf_cache_with_or_without_the_controller
     run_test "purge removes config, state and every file" t_purge_removes_everything
     run_test "another Slurm major's package replaces this one; purging the old keeps the new" t_another_majors_package_replaces_this_one

@@ -131,7 +131,7 @@ t_help_lists_option() {
 
 t_pass_runs_worker_on_both_nodes() {
     local before; before=$(markers)
-    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check hostname
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 -w n1,n2 --nccl-check hostname
     expect_rc0
     [ "$(grep -c . "$OUT")" = 2 ] || fail "expected 2 hostname lines: $(cat "$OUT")"
     expect_err "nccl-check: PASS (quick, 2 ranks)"
@@ -204,7 +204,7 @@ t_site_nccl_lib_unless_the_user_names_one() {
 t_verbose_table_and_kept_reports() {
     local dir=$CL/work/reports.$$
     mkdir -p "$dir"
-    NCCL_CHECK_REPORT_DIR=$dir NCCL_CHECK_FAKE=fail NCCL_CHECK_FAKE_FAIL_RANK=1 run_cmd srun -N2 --nccl-check=warn,verbose true
+    NCCL_CHECK_REPORT_DIR=$dir NCCL_CHECK_FAKE=fail NCCL_CHECK_FAKE_FAIL_RANK=1 run_cmd srun -N2 -w n1,n2 --nccl-check=warn,verbose true
     expect_rc0
     local job; job=$(last_job)
     expect_err "nccl-check: node"
@@ -214,10 +214,10 @@ t_verbose_table_and_kept_reports() {
         || fail "reports not kept: $(ls "$dir")"
     grep -q '"verdict":"FAIL"' "$dir/nccl-check-$job.0-n2-rank1.json" || fail "the kept report is not rank 1's"
     # Without verbose there is no table; the site default turns it on.
-    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 -w n1,n2 --nccl-check true
     grep -q '^nccl-check: node' "$ERR" && fail "a table without verbose"
     conf "worker=$CL/lib/nccl-check-fake timeout=$TIMEOUT_S verbose=1 report_dir=$dir"
-    NCCL_CHECK_FAKE=pass run_cmd srun -N2 --nccl-check true
+    NCCL_CHECK_FAKE=pass run_cmd srun -N2 -w n1,n2 --nccl-check true
     expect_rc0
     expect_err "nccl-check: node"
     [ -f "$dir/nccl-check-$(last_job).0-n2-rank1.json" ] || fail "report_dir= did not keep the reports"
@@ -267,7 +267,7 @@ t_sbatch_checks_the_allocation_before_the_script() {
     # One node FAILs while the other's worker still runs: srun kills that one (batch.rs
     # PEERS_GRACE_S) and its exit is then 137, not 1. Still a FAIL naming n1 (a CI run saw ERROR
     # here, and with --kill-on-bad-exit the worker's FAIL line was lost in half the runs).
-    run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
+    run_cmd sbatch -N2 -w n1,n2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
         --export=ALL,NCCL_CHECK_FAKE=fail,NCCL_CHECK_FAKE_FAIL_RANK=0,NCCL_CHECK_FAKE_OTHERS=hang --wrap 'echo script-started'
     expect_rc_nonzero
     job=$(grep -o '[0-9]*$' "$OUT" | tail -1)
@@ -292,7 +292,7 @@ t_full_mode_and_default_mode() {
 }
 
 t_fail_fails_step_with_message() {
-    NCCL_CHECK_FAKE=fail NCCL_CHECK_FAKE_FAIL_RANK=1 run_cmd srun -N2 --nccl-check hostname
+    NCCL_CHECK_FAKE=fail NCCL_CHECK_FAKE_FAIL_RANK=1 run_cmd srun -N2 -w n1,n2 --nccl-check hostname
     expect_rc_nonzero
     expect_err "nccl-check: FAIL on n2 (rank 1 of 2): all_reduce 256 MiB busbw 12.3 < 300.0 GB/s (4% of the floor); responsible: n2 GPU"
     grep -q "FAIL on n1" "$ERR" && fail "rank 0 passed but was reported as FAIL"
@@ -418,12 +418,19 @@ t_salloc_option_reaches_srun() {
 # The issue's finding 9: --nccl-check=help was refused as an invalid mode.
 t_help_value_lists_the_modes_and_runs_nothing() {
     local before; before=$(job_count)
-    run_cmd srun -N1 --nccl-check=help true
-    expect_rc_nonzero
-    expect_err "nccl-check: --nccl-check[=MODE][,verbose]: "
-    expect_err "nccl-check: modes: quick, full, warn, off"
-    expect_err "nccl-check: nothing was run (this was --nccl-check=help)"
-    ! grep -q 'invalid --nccl-check value' "$ERR" || fail "help was refused as invalid: $(cat "$ERR")"
+    # Issue 39: it arrived as `srun: error:` lines with rc 1; a question answered is a success.
+    local cmd
+    for cmd in "srun -N1 --nccl-check=help true" "sbatch -N1 --nccl-check=help --wrap true" \
+               "salloc -N1 --nccl-check=help true"; do
+        # shellcheck disable=SC2086 # the words of $cmd are the command and its options
+        run_cmd $cmd
+        expect_rc0
+        grep -qF -- "nccl-check: --nccl-check[=MODE][,verbose]: " "$OUT" || fail "$cmd: no help on stdout: $(cat "$OUT" "$ERR")"
+        grep -qF -- "nccl-check: modes: quick, full, warn, off" "$OUT" || fail "$cmd: no modes on stdout: $(cat "$OUT")"
+        grep -qF -- "nccl-check: nothing was run (this was --nccl-check=help)" "$OUT" || fail "$cmd: $(cat "$OUT")"
+        ! grep -q 'error' "$ERR" || fail "$cmd: help said as an error: $(cat "$ERR")"
+        ! grep -q 'invalid --nccl-check value' "$ERR" || fail "help was refused as invalid: $(cat "$ERR")"
+    done
     [ "$(job_count)" = "$before" ] || fail "--nccl-check=help submitted a job"
 }
 
@@ -581,21 +588,21 @@ t_plugstack_check_names_a_typo_where_slurm_reads_it() {
 # copied live, then the plugin's), three times with ,verbose (the table row too), and the row
 # cut the sentence after 160 characters. Now: once, whole, in the row when there is a table.
 t_a_failing_check_says_it_once_and_whole() {
-    NCCL_CHECK_FAKE=error run_cmd srun -N1 --nccl-check true
+    NCCL_CHECK_FAKE=error run_cmd srun -N1 -w n1 --nccl-check true
     expect_rc_nonzero
     [ "$(grep -c 'rendezvous: no peer' "$ERR")" = 1 ] || fail "the ERROR is not shown exactly once: $(grep nccl-check "$ERR")"
     expect_err "nccl-check: ERROR on n1 (rank 0 of 1): rendezvous: no peer"
-    NCCL_CHECK_FAKE=error run_cmd srun -N1 --nccl-check=quick,verbose true
+    NCCL_CHECK_FAKE=error run_cmd srun -N1 -w n1 --nccl-check=quick,verbose true
     expect_rc_nonzero
     [ "$(grep -c 'rendezvous: no peer' "$ERR")" = 1 ] || fail "with verbose the ERROR is not shown exactly once: $(grep nccl-check "$ERR")"
     grep -Eq '^nccl-check: n1 +0/1 ERROR .*rendezvous: no peer' "$ERR" || fail "no ERROR row: $(grep nccl-check "$ERR")"
-    NCCL_CHECK_FAKE=pass run_cmd srun -N1 --nccl-check true
+    NCCL_CHECK_FAKE=pass run_cmd srun -N1 -w n1 --nccl-check true
     expect_rc0
     [ "$(grep -c 'nccl-check: PASS' "$ERR")" = 1 ] || fail "the PASS is not shown exactly once: $(grep nccl-check "$ERR")"
     # The real worker's long sentence (its tries) in the row, not cut mid-word.
     [ -x "$CL/lib/nccl-check" ] || { fail "real worker $REAL_WORKER was not built"; return; }
     conf "worker=$CL/lib/nccl-check timeout=30"
-    NCCL_CHECK_NCCL_LIB=/nonexistent/user-dir/libnccl.so.2 run_cmd srun -N1 --nccl-check=quick,verbose true
+    NCCL_CHECK_NCCL_LIB=/nonexistent/user-dir/libnccl.so.2 run_cmd srun -N1 -w n1 --nccl-check=quick,verbose true
     expect_rc_nonzero
     [ "$(grep -c 'NCCL library not found' "$ERR")" = 1 ] || fail "the real worker's ERROR is not shown exactly once: $(grep nccl-check "$ERR")"
     grep -Eq '^nccl-check: n1 +0/1 ERROR .*/nonexistent/user-dir/libnccl.so.2: .*No such file or directory\).*\[worker exit 3\]' "$ERR" \
@@ -624,7 +631,7 @@ t_the_nccl_hint_names_what_a_srun_user_can_set() {
 # nccl-check: FAIL ..."), repeated the worker's line and showed srun's own "task 0: Exited with
 # exit code 1" unexplained. Now one line says it.
 t_the_batch_log_says_the_failure_once() {
-    run_cmd sbatch -N2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
+    run_cmd sbatch -N2 -w n1,n2 --nccl-check --wait -o "$CL/work/batch-%j.out" \
         --export=ALL,NCCL_CHECK_FAKE=fail,NCCL_CHECK_FAKE_FAIL_RANK=1 --wrap 'echo script-started'
     expect_rc_nonzero
     local job log; job=$(grep -o '[0-9]*$' "$OUT" | tail -1); log=$CL/work/batch-$job.out

@@ -483,4 +483,36 @@ mod tests {
         assert_eq!(bus_id("garbage"), None);
         assert_eq!(bus_id(""), None);
     }
+
+    /// Issue 39: the README said gres.conf is looked for only under $SLURM_CONF's directory or
+    /// /etc/slurm; the code takes it beside the slurm.conf in use, a configless node's cache
+    /// included (what the README now says).
+    #[test]
+    fn a_configless_nodes_cached_gres_conf_gives_the_expectation() {
+        let root = crate::test_support::scratch_dir("configless-gres");
+        let cache = root.join("var/spool/slurmd/conf-cache");
+        std::fs::create_dir_all(&cache).expect("mkdir");
+        std::fs::write(cache.join("slurm.conf"), "ClusterName=c\nGresTypes=gpu\n").expect("w");
+        std::fs::write(
+            cache.join("gres.conf"),
+            "NodeName=gpu001 Name=gpu Count=4\n",
+        )
+        .expect("w");
+        let env = env_of(&[]);
+        let none = Vec::new();
+        let src = Sources {
+            root: root.clone(),
+            host: "gpu001".into(),
+            expected_gpus: &none,
+            env: &env,
+        };
+        let e = node_expectation(&src).expect("an expectation from the cache");
+        std::fs::remove_dir_all(&root).ok();
+        assert_eq!(e.count, 4);
+        assert!(
+            e.source.contains("var/spool/slurmd/conf-cache/gres.conf"),
+            "{}",
+            e.source
+        );
+    }
 }

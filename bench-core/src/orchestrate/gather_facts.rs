@@ -117,6 +117,13 @@ pub fn explain_node(opts: &Options, device_id: Option<u16>, gpu_name: &str, host
         expected_gpus: &opts.config.expected_gpus,
         env: &env,
     };
+    if let Some((model, count)) = &opts.gpu_model {
+        // The asked-for model only: this node's files and GPUs are no part of the answer.
+        let mut out =
+            format!("Facts of {count} x {model} (--gpu-model: nothing of this node is read):\n");
+        out += &model_facts(opts, device_id, gpu_name);
+        return out;
+    }
     let mut out = String::from("Node facts:\n");
     out += &match node::node_expectation(&src) {
         Some(e) => format!(
@@ -136,6 +143,13 @@ pub fn explain_node(opts: &Options, device_id: Option<u16>, gpu_name: &str, host
             src.host
         ),
     };
+    out += &model_facts(opts, device_id, gpu_name);
+    out
+}
+
+/// What the GPU model implies, whichever node asks: NVLinks per GPU and the local probe's floor.
+fn model_facts(opts: &Options, device_id: Option<u16>, gpu_name: &str) -> String {
+    let mut out = String::new();
     out += &match gpu_health::expected_nvlinks(device_id, gpu_name) {
         Some((n, why)) => format!("  NVLinks per GPU: {n} active (source: {why})\n"),
         None => format!(

@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let t = std::time::Instant::now();
         assert_eq!(err(&fifo, 1 << 20), ReportError::NotAFile(fifo.clone()));
-        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
         let gone = d.join("none.json");
         assert_eq!(err(&gone, 1), ReportError::Missing(gone.clone()));
         std::fs::remove_dir_all(&d).ok();

@@ -29,6 +29,8 @@ pub struct Settings {
     pub prolog_flags: Vec<String>,
     pub gres_types: Vec<String>,
     pub slurmd_spool_dir: Option<String>,
+    /// `HealthCheckProgram` (one program; the package ships `nccl-check-recheck` for it).
+    pub health_check_program: Option<String>,
     /// Where each setting came from, for messages (`Prolog: /etc/slurm/conf.d/x.conf:3`).
     pub origin: Vec<(String, String)>,
 }
@@ -48,6 +50,10 @@ impl Settings {
             prolog_flags: c.list("PrologFlags"),
             gres_types: c.list("GresTypes"),
             slurmd_spool_dir: c.get("SlurmdSpoolDir").map(str::to_string),
+            health_check_program: c
+                .get("HealthCheckProgram")
+                .filter(|v| v.starts_with('/'))
+                .map(str::to_string),
             origin: Vec::new(),
         }
     }
@@ -64,6 +70,13 @@ impl Settings {
         };
         let prologs = list("Prolog");
         let epilogs = list("Epilog");
+        let health_check_program = c.get("HealthCheckProgram").map(|(v, l)| {
+            origin.push((
+                "HealthCheckProgram".to_string(),
+                format!("{}:{}", l.file.display(), l.line),
+            ));
+            v
+        });
         let prolog_flags = c
             .get("PrologFlags")
             .map(|(v, _)| show::split_list(&v))
@@ -81,6 +94,7 @@ impl Settings {
                 .map(|(v, _)| show::split_list(&v))
                 .unwrap_or_default(),
             slurmd_spool_dir: c.get("SlurmdSpoolDir").map(|(v, _)| v),
+            health_check_program,
             origin,
         }
     }
@@ -110,6 +124,12 @@ impl Settings {
             }
         }
         out
+    }
+
+    /// `HealthCheckProgram=` when it runs `program` (the same tests as [`Self::entries_running`]).
+    pub fn health_check_running(&self, program: &Path, root: &Path) -> Option<String> {
+        let h = self.health_check_program.as_deref()?;
+        runs(h, program, root).then(|| format!("HealthCheckProgram={h}"))
     }
 }
 
@@ -222,6 +242,51 @@ fn called_programs(f: &Path) -> Vec<String> {
 
 /// Largest script looked into for a call of the program (a wrapper script is small).
 const SCRIPT_MAX: u64 = 256 * 1024;
+
+/// The files of a wildcard or directory entry (`Prolog=/etc/slurm/prolog.d/*`) that run
+/// `program`: a link to it or a script calling it, as paths on the node (without `root`). Empty
+/// for an entry that names the program or one file: then the entry itself is what runs it.
+pub fn reaching(entry: &str, program: &Path, root: &Path) -> Vec<PathBuf> {
+    if !entry.contains(['*', '?', '[']) {
+        return Vec::new();
+    }
+    let under = |p: &str| crate::read::under(root, p);
+    files::expand(&under(entry))
+        .into_iter()
+        .map(|f| {
+            let rel = f.strip_prefix(root).map(Path::to_path_buf).unwrap_or(f);
+            Path::new("/").join(rel)
+        })
+        .filter(|f| runs(&f.display().to_string(), program, root))
+        .collect()
+}
+
+/// The package's health check program, installed beside the prolog.
+fn recheck_beside(prolog: &Path) -> PathBuf {
+    prolog.with_file_name("nccl-check-recheck")
+}
+
+/// What the admin removes for an entry `Kind=value` that runs `program`: the link or file that
+/// reaches it from a wildcard entry (the entry itself also runs the site's own), else the line.
+fn what_to_remove(entry: &str, program: &Path, root: &Path) -> String {
+    let (kind, value) = entry.split_once('=').unwrap_or((entry, ""));
+    let through = reaching(value, program, root);
+    if !through.is_empty() {
+        let files: Vec<String> = through.iter().map(|p| p.display().to_string()).collect();
+        return format!(
+            " -> through {}: remove that file, keep the {kind}= line (it runs the site's others)",
+            files.join(", ")
+        );
+    }
+    match kind {
+        "HealthCheckProgram" => {
+            " -> remove the HealthCheckProgram= line (and HealthCheckInterval=, \
+                                 HealthCheckNodeState= if only it used them)"
+                .to_string()
+        }
+        _ => format!(" -> remove that {kind}= line (or this entry of its list)"),
+    }
+}
 
 /// Whether the Prolog entry `entry` runs `program`.
 fn runs(entry: &str, program: &Path, root: &Path) -> bool {
@@ -422,14 +487,15 @@ impl Sources {
     pub fn running(&self, program: &Path, root: &Path) -> Vec<String> {
         let mut out = Vec::new();
         for s in self.live.iter().chain(&self.files) {
-            for e in s.entries_running(program, root) {
+            let health = s.health_check_running(&recheck_beside(program), root);
+            for e in s.entries_running(program, root).into_iter().chain(health) {
                 let at = s
                     .origin
                     .iter()
                     .find(|(k, _)| e.starts_with(k.as_str()))
                     .map(|(_, o)| o.clone())
                     .unwrap_or_else(|| s.source.clone());
-                out.push(format!("{at}: {e}"));
+                out.push(format!("{at}: {e}{}", what_to_remove(&e, program, root)));
             }
         }
         out
@@ -495,6 +561,14 @@ mod tests {
             s.entries_running(prog, &d),
             ["Prolog=/etc/slurm/prolog.d/*"]
         );
+        // Issue 39: the refusal must name the link, never ask to remove the site's glob.
+        assert_eq!(
+            reaching("/etc/slurm/prolog.d/*", prog, &d),
+            [PathBuf::from("/etc/slurm/prolog.d/50-gate")]
+        );
+        assert!(reaching("/usr/sbin/nccl-check-prolog", prog, &d).is_empty());
+        std::fs::write(d.join("etc/slurm/prolog.d/10-site.sh"), "#!/bin/sh\ntrue\n").expect("w");
+        assert_eq!(reaching("/etc/slurm/prolog.d/*", prog, &d).len(), 1);
         std::fs::remove_file(d.join("etc/slurm/prolog.d/50-gate")).expect("rm");
         std::fs::write(
             d.join("etc/slurm/prolog.d/50-gate.sh"),

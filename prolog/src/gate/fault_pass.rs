@@ -37,8 +37,9 @@ impl Gate<'_> {
         }
         if let (Some(m), false) = (&places.metrics, self.dry_run) {
             if let Err(e) = faults::metrics::write(m, &f, now_unix()) {
+                let shown = places.metrics_shown();
                 self.log
-                    .warn(&format!("metrics_file (faults) {}: {e}", m.display()));
+                    .warn(&format!("metrics_file (faults) {shown}: {e}"));
             }
         }
         let failed = f.failed();
@@ -103,6 +104,7 @@ impl Gate<'_> {
             run_dir: None,
             context: self.mode.as_str(),
             faults: None,
+            metrics_error: None,
         };
         let empty = Default::default();
         let sample = metrics::Sample {

@@ -338,6 +338,7 @@ impl Gate<'_> {
             run_dir: Some(dir.path.clone()),
             context: self.mode.as_str(),
             faults: None,
+            metrics_error: None,
         };
         let empty = Default::default();
         let margins = j.report.map(report::margins).unwrap_or_default();

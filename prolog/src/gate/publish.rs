@@ -8,6 +8,7 @@ use crate::metrics;
 use crate::status::{self, GateState, Status};
 use crate::words;
 use nccl_check_contract::verdict::Verdict;
+use std::path::Path;
 
 impl Gate<'_> {
     /// `gate.json` and the metrics file, where their directories passed the checks.
@@ -15,6 +16,7 @@ impl Gate<'_> {
         if let Some(d) = &places.state_dir {
             let st = Status {
                 faults: self.faults.clone(),
+                metrics_error: places.metrics_error.clone(),
                 ..st.clone()
             };
             if let Err(e) = status::write(d, &st) {
@@ -24,7 +26,14 @@ impl Gate<'_> {
         }
         if let Some(p) = &places.metrics {
             if let Err(e) = metrics::write(p, sample) {
-                self.log.warn(&format!("metrics_file {}: {e}", p.display()));
+                let shown = places.metrics_shown();
+                self.log.warn(&format!("metrics_file {shown}: {e}"));
+            }
+        }
+        if let (Some(why), Some(d)) = (&places.metrics_error, &places.state_dir) {
+            let p = d.join(metrics::FALLBACK);
+            if let Err(e) = metrics::write_fallback(&p, sample, why) {
+                self.log.warn(&format!("{}: {e}", p.display()));
             }
         }
     }
@@ -48,7 +57,8 @@ impl Gate<'_> {
             drain: None,
             run_dir: None,
             context: self.mode.as_str(),
-            faults: None, // publish() fills in this run's faults
+            faults: None, // publish() fills in this run's faults and metrics_error
+            metrics_error: None,
         };
         let empty = Default::default();
         let sample = metrics::Sample {
@@ -118,7 +128,7 @@ impl Gate<'_> {
             if let Err(e) = metrics::write_node(m, n.busy(), &n.state, now_unix()) {
                 self.log.warn(&format!(
                     "metrics_file (node state) {}: {e}",
-                    metrics::node_path(m).display()
+                    metrics::node_path(Path::new(&places.metrics_shown())).display()
                 ));
             }
         }

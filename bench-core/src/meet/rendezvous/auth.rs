@@ -500,7 +500,7 @@ mod tests {
         let e = m
             .prove(b"ctx", Instant::now() + Duration::from_millis(300))
             .expect_err("no answer");
-        assert!(started.elapsed() < Duration::from_secs(3), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{e}");
         assert_eq!(
             e,
             format!("{} did not answer in time", d.join("munge").display())

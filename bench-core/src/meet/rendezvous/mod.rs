@@ -244,7 +244,7 @@ mod tests {
         assert!(e.contains("process rank(s) 2 of 3 never joined"), "{e}");
         let e1 = t1.join().unwrap().err().unwrap_or_default();
         assert!(e1.contains("rendezvous at 127.0.0.1"), "{e1}");
-        assert!(start.elapsed() < Duration::from_millis(1500));
+        assert!(start.elapsed() < Duration::from_secs(3));
     }
 
     /// The coordinator's error at its deadline when only `joiners` (and itself, rank 0 on `h0`)
@@ -270,7 +270,7 @@ mod tests {
             );
         }
         assert!(
-            start.elapsed() < Duration::from_millis(1500),
+            start.elapsed() < Duration::from_secs(3),
             "{:?}",
             start.elapsed()
         );
@@ -347,7 +347,7 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(e.contains("the coordinator never answered"), "{e}");
-        assert!(start.elapsed() < Duration::from_millis(1200));
+        assert!(start.elapsed() < Duration::from_secs(3));
     }
 
     /// Plays rank 1 with the wrong secret, as another user's process would.
@@ -483,7 +483,7 @@ mod tests {
             .unwrap();
         assert_eq!(n, 2);
         assert!(
-            joined_at.elapsed() < Duration::from_secs(1),
+            joined_at.elapsed() < Duration::from_secs(3),
             "the real member waited {:?}",
             joined_at.elapsed()
         );

@@ -625,7 +625,7 @@ pub(crate) mod tests {
             e,
             PlaneError::Deadline("process rank 1 (h1): no answer before the deadline".into())
         );
-        assert!(start.elapsed() < Duration::from_millis(1300));
+        assert!(start.elapsed() < Duration::from_secs(3));
         drop(leaves);
     }
 

@@ -197,7 +197,7 @@ mod tests {
                 max: 4096
             }
         );
-        assert!(t.elapsed() < Duration::from_secs(1));
+        assert!(t.elapsed() < Duration::from_secs(4));
     }
 
     #[test]
@@ -218,7 +218,7 @@ mod tests {
         let took = t.elapsed();
         assert_eq!(r.unwrap_err(), WireError::Deadline);
         assert!(took >= Duration::from_millis(550), "{took:?}");
-        assert!(took < Duration::from_millis(1000), "{took:?}");
+        assert!(took < Duration::from_millis(2500), "{took:?}");
         drop(b);
         writer.join().unwrap();
     }

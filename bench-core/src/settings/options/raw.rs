@@ -6,19 +6,28 @@ use crate::verdict::ExitCode;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+/// The width clap wraps help to when it cannot ask the terminal; every line of the text below
+/// fits in it, so clap never breaks one mid-sentence (a test renders it).
+const HELP_WIDTH: usize = 100;
+
 const AFTER_HELP: &str = "\
 Examples:
   nccl-check                                  quick plan: all_reduce 256M + every GPU pair (~2.5 s)
-  nccl-check --explain-thresholds             which thresholds apply to these GPUs, and their sources
-  nccl-check --explain-thresholds --gpu-model H200 --gpus 8   the same for a model, without a GPU
+  nccl-check --explain-thresholds             which thresholds apply to these GPUs, and why
+  nccl-check --explain-thresholds --gpu-model H200 --gpus 8
+                                              the same for a model, without a GPU
   nccl-check --explain-plan --nodes 1024 --gpus-per-node 8 [--config F] [--gpu-model M] [--json]
-                                              rounds, modeled time, the rule that ends a healthy check (no GPU)
-  nccl-check --check-config [FILE]            validate the config, print what it sets and where (exit 0/2)
+                                              rounds, modeled time, the rule that ends a healthy
+                                              check (no GPU)
+  nccl-check --check-config [FILE]            validate the config, print what it sets and where
+                                              (exit 0/2)
   nccl-check --plan full --plot r.svg         six collectives 32M..1G + pairs; busbw drawn vs size
-  nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests sweep)
+  nccl-check all -b 32M -e 8G                 all six collectives, 32 MiB to 8 GiB (nccl-tests'
+                                              sweep)
   nccl-check sendrecv,alltoall --json r.json  two collectives, JSON report
   srun -N2 --ntasks-per-node=1 nccl-check     one process per node, ranks and rendezvous from Slurm
-  nccl-check --rank 1 --world 2 --rendezvous node01:29500   without Slurm (run rank 0 on node01)
+  nccl-check --rank 1 --world 2 --rendezvous node01:29500
+                                              without Slurm (run rank 0 on node01)
 
 Output: nccl-tests' table on stdout (same columns), progress and the verdict line on stderr.
 
@@ -105,11 +114,11 @@ pub(super) struct RawArgs {
     #[arg(long)]
     pub world: Option<String>,
     /// HOST:PORT where rank 0 listens for the others [default: $NCCL_CHECK_RENDEZVOUS; under
-    /// Slurm the first task of the step's first node coordinates, on a port in 29501-29999 from the job and step ids]
-    /// Peers prove they belong to the check with $NCCL_CHECK_SECRET (the srun plugin sets one
-    /// per step; outside Slurm: export NCCL_CHECK_SECRET=$(openssl rand -hex 32) for every
-    /// process), else under Slurm with MUNGE credentials of your own uid.
-    #[arg(long, verbatim_doc_comment)]
+    /// Slurm the first task of the step's first node coordinates, on a port in 29501-29999 from
+    /// the job and step ids]. Peers prove they belong to the check with $NCCL_CHECK_SECRET (the
+    /// srun plugin sets one per step; outside Slurm: export NCCL_CHECK_SECRET=$(openssl rand -hex
+    /// 32) for every process), else under Slurm with MUNGE credentials of your own uid.
+    #[arg(long)]
     pub rendezvous: Option<String>,
     /// Under Slurm: derive the rendezvous ports from this range, LO-HI [default: 29501-29999]
     #[arg(long = "port-range")]
@@ -155,7 +164,26 @@ pub(super) struct RawArgs {
 }
 
 fn after_help() -> String {
-    format!("{AFTER_HELP}{}", ExitCode::help_table())
+    // The contract's table, its long meanings wrapped under their own column.
+    let mut table = String::new();
+    for line in ExitCode::help_table().lines() {
+        let indent = " ".repeat(line.find(|c: char| c.is_ascii_lowercase()).unwrap_or(0));
+        let lead = line.len() - line.trim_start().len();
+        let mut row = line[..lead].to_string();
+        for word in line[lead..].split(' ') {
+            if row.len() > indent.len() && row.len() + 1 + word.len() > HELP_WIDTH {
+                table.push_str(row.trim_end());
+                table.push('\n');
+                row = indent.clone();
+            } else if row.len() > lead {
+                row.push(' ');
+            }
+            row.push_str(word);
+        }
+        table.push_str(row.trim_end());
+        table.push('\n');
+    }
+    format!("{AFTER_HELP}{table}")
 }
 
 /// The modes that are not a check: each needs no GPU and loads no NCCL.
