@@ -52,6 +52,7 @@ mod tests {
             bytes: 1 << 20,
             time_us: 12.345,
             busbw: 301.234,
+            gpu_busbw: None,
             first_busbw: None,
         };
         let one = pair_table(std::slice::from_ref(&row), 1 << 20, 20, false);

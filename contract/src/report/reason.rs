@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 /// The stable reason codes (consumers such as the prolog and the SPANK plugin match on them).
 /// FAIL: `wrong_data` .. `transport_fallback`, the localizer's `node_slow` .. `suspects_unresolved`, and the node facts `gpu_missing` ..
 /// `worker_starved` (a part named by what the node itself says, `facts`); ERROR: `nccl_library`
-/// .. `runtime`; WARN (never FAIL, never drains): `host_interference`.
+/// .. `runtime`; WARN (never FAIL, never drains): `host_interference`; `host_busy` (WARN, or the
+/// FAIL that names a busy host instead of the parts it slowed: never a hardware fault).
 #[derive(
     Debug,
     Clone,
@@ -62,6 +63,10 @@ pub enum ReasonCode {
     WorkerStarved,
     /// Slow by the host's clock, fast by the GPU's: the host delayed the loop (WARN only).
     HostInterference,
+    /// The host's CPUs were busy with other processes while the check measured (the top
+    /// consumers named). A FAIL in place of the bandwidth reasons when the GPUs' clock was slow
+    /// too (the host, not a GPU, link or NIC, is the cause), a WARN otherwise; never hardware.
+    HostBusy,
     NoGpu,
     Rendezvous,
     Timeout,
@@ -217,7 +222,7 @@ mod tests {
                 "node_pair_outlier,transport_fallback,node_slow,node_pair_slow,rail_slow,",
                 "suspects_unresolved,nccl_library,gpu_missing,nvlink_down,pcie_degraded,",
                 "ecc_uncorrectable,row_remap_pending,hw_slowdown,net_port_down,",
-                "net_rate_degraded,local_probe_slow,worker_starved,host_interference,no_gpu,",
+                "net_rate_degraded,local_probe_slow,worker_starved,host_interference,host_busy,no_gpu,",
                 "rendezvous,",
                 "timeout,runtime,unknown"
             )
