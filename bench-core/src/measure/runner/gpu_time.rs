@@ -55,7 +55,7 @@ impl GpuTimer {
     }
 
     /// Each recorded operation's GPU seconds, in order.
-    fn durations(&self) -> Result<Vec<f64>, DriverError> {
+    pub fn durations(&self) -> Result<Vec<f64>, DriverError> {
         self.before
             .iter()
             .zip(&self.after)
@@ -64,10 +64,18 @@ impl GpuTimer {
             .collect()
     }
 
-    /// After the stream completed: seconds per operation of a point-to-point loop, by the GPU's
-    /// clock, leaving out the first operation ([`settled_mean`]).
-    pub fn settled_seconds_per_op(&self) -> Result<f64, DriverError> {
-        Ok(settled_mean(&self.durations()?))
+}
+
+/// Per operation, the faster of a pair's two ends (`a`, `b`: each end's per-operation GPU
+/// seconds): an end whose host launched operation k late left its partner waiting inside k, so
+/// the partner's k holds that wait and its own does not. Where one end timed nothing, the other.
+pub fn faster_end(a: &[f64], b: &[f64]) -> Vec<f64> {
+    let timed = |v: &[f64]| !v.is_empty() && v.iter().any(|&x| x > 0.0);
+    match (timed(a), timed(b)) {
+        (true, true) => a.iter().zip(b).map(|(x, y)| x.min(*y)).collect(),
+        (true, false) => a.to_vec(),
+        (false, true) => b.to_vec(),
+        (false, false) => Vec::new(),
     }
 }
 
@@ -93,7 +101,22 @@ pub fn settled_mean(per_op: &[f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::settled_mean;
+    use super::{faster_end, settled_mean};
+
+    #[test]
+    fn each_operation_takes_the_end_that_did_not_wait_for_its_partner() {
+        // Operation 1: a's host was late (b waited 5 ms); operation 2: b's host was late.
+        let a = [0.010, 0.001, 0.006, 0.001];
+        let b = [0.001, 0.006, 0.001, 0.001];
+        let each = faster_end(&a, &b);
+        assert_eq!(each, vec![0.001, 0.001, 0.001, 0.001]);
+        assert_eq!(settled_mean(&each), 0.001);
+        // The end means alone would both read slow.
+        assert!(settled_mean(&a) > 0.002 && settled_mean(&b) > 0.002);
+        // An end that timed nothing: the other's operations.
+        assert_eq!(faster_end(&a, &[0.0; 4]), a.to_vec());
+        assert_eq!(faster_end(&[], &[]), Vec::<f64>::new());
+    }
 
     #[test]
     fn the_first_operation_of_an_exchange_holds_the_partners_lateness_and_is_left_out() {

@@ -8,6 +8,7 @@
 //! all_reduce (sum, f64) on the check's communicator gives every rank the same vector, and each
 //! GPU thread's own copy of the localizer decides its next place (`conduct::decide_here`). The
 //! control plane keeps the beats, the aborts and the naming of a process that stops answering.
+use super::gpu_time::settled_mean;
 use super::pair_matrix::{busbw, gpu_rounds, gpu_row, RoundTimes};
 use super::timed::Measurer;
 use super::{GpuOutcome, RunError, Start};
@@ -185,9 +186,11 @@ impl Measurer<'_> {
         let mut rows = Vec::new();
         for round in &gpu_rounds(t) {
             let partner = crate::measure::pairs::partner(round, me);
-            let (secs, gpu_secs) = self.timed_exchange(partner, bytes, loops, true, start, out)?;
-            // Three slots per pair: the host's time by its first rank (as before), then each
-            // end's GPU time (a pair's GPU number is its faster end's: `RoundTimes::pair`).
+            let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, true, start, out)?;
+            let gpu_secs = settled_mean(&gpu_ops);
+            // Three slots per pair (one sum for thousands of nodes stays small): the host's time
+            // by its first rank, then each end's GPU time per operation, the first left out;
+            // the pair's GPU number is its faster end's (`RoundTimes::pair`).
             let n = round.len();
             let mut led: Vec<(u64, f64)> = Vec::new();
             for (i, &(a, b)) in round.iter().enumerate() {
@@ -201,9 +204,10 @@ impl Measurer<'_> {
             let vector = slots(3 * n, &led).map_err(RunError::Runtime)?;
             let sums = self.sum_over_ranks(&vector, "phase A's pair times (all_reduce)")?;
             for (i, &pair) in round.iter().enumerate() {
+                // Each end as one settled operation (a leading zero stands for the first).
                 let times = RoundTimes {
                     host: vec![sums[i], sums[i]],
-                    gpu: vec![sums[n + i], sums[2 * n + i]],
+                    gpu: vec![vec![0.0, sums[n + i]], vec![0.0, sums[2 * n + i]]],
                 };
                 rows.push(gpu_row(t, pair, times.pair(0, 1), bytes));
             }
@@ -282,8 +286,8 @@ impl Measurer<'_> {
                 &format!("localization round {index} ({ph:?}): {groups} node-rail pairs"),
             );
             let partner = places.first().map(|p| p.peer as usize);
-            let (secs, gpu_secs) =
-                self.timed_exchange(partner, bytes, loops, false, start, out)?;
+            let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, false, start, out)?;
+            let gpu_secs = settled_mean(&gpu_ops);
             // What the path delivered by the faster of the two clocks: the host's can only be
             // slowed by the host (a late launch, a descheduled thread), the GPU's only by
             // waiting inside the first operation, which `settled_mean` leaves out. A busy host

@@ -2,7 +2,7 @@
 //! then node pairs (GPU i of one node with GPU i of the other, all GPUs at once). The schedule
 //! and the rows are pure functions of the topology and the measured times.
 
-use super::gpu_time::GpuTimer;
+use super::gpu_time::{faster_end, settled_mean, GpuTimer};
 use super::timed::Measurer;
 use super::{ms, GpuOutcome, RunError, Start};
 use crate::measure::nccl::Comm;
@@ -76,26 +76,24 @@ pub(super) fn busbw(bytes: f64, secs: f64) -> f64 {
     }
 }
 
-/// Each rank's seconds per operation in one round, by both clocks (0 for ranks without a
+/// Each rank's seconds in one round, by both clocks (0 and nothing for ranks without a
 /// partner).
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct RoundTimes {
-    /// By the host's clock around the whole loop, as nccl-tests times it.
+    /// Per operation by the host's clock around the whole loop, as nccl-tests times it.
     pub host: Vec<f64>,
-    /// By the GPU's clock, per operation after the first (`gpu_time::settled_mean`).
-    pub gpu: Vec<f64>,
+    /// Each operation's seconds by the GPU's clock (`gpu_time`).
+    pub gpu: Vec<Vec<f64>>,
 }
 
 impl RoundTimes {
-    /// A pair's seconds per operation: the slower end by the host's clock; by the GPUs' the
-    /// faster end, whose GPU waited least for its partner's host (`fastest_gpu_time` takes the
-    /// same view of a collective). None when the GPUs timed nothing.
+    /// A pair's seconds per operation: the slower end by the host's clock; by the GPUs' each
+    /// operation at its faster end (`gpu_time::faster_end`), the first left out
+    /// (`gpu_time::settled_mean`). None when the GPUs timed nothing.
     pub fn pair(&self, a: usize, b: usize) -> (f64, Option<f64>) {
         let host = self.host[a].max(self.host[b]);
-        let gpu = [self.gpu[a], self.gpu[b]]
-            .into_iter()
-            .filter(|&g| g > 0.0)
-            .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.min(g))));
+        let ops = faster_end(&self.gpu[a], &self.gpu[b]);
+        let gpu = Some(settled_mean(&ops)).filter(|&g| g > 0.0);
         (host, gpu)
     }
 }
@@ -280,19 +278,37 @@ impl Measurer<'_> {
     ) -> Result<RoundTimes, RunError> {
         let me = self.rank as usize;
         let n = self.nranks as usize;
+        let iters = loops.1 as usize;
         let partner = crate::measure::pairs::partner(round, me);
-        let (secs, gpu_secs) = self.timed_exchange(partner, count, loops, in_node, start, out)?;
-        let mut mine = vec![0.0; 2 * n];
+        let (secs, gpu_ops) = self.timed_exchange(partner, count, loops, in_node, start, out)?;
+        // One vector for the control plane's sum: every rank's host time, then every rank's
+        // operations by its GPU's clock (each rank fills its own slots).
+        let mut mine = vec![0.0; n + n * iters];
         mine[me] = secs;
-        mine[n + me] = gpu_secs;
-        let mut sums = self.team.sum(&mine).map_err(|e| self.team_err(e))?;
-        let gpu = sums.split_off(n.min(sums.len()));
-        Ok(RoundTimes { host: sums, gpu })
+        for (k, d) in gpu_ops.iter().take(iters).enumerate() {
+            mine[n + me * iters + k] = *d;
+        }
+        let sums = self.team.sum(&mine).map_err(|e| self.team_err(e))?;
+        if sums.len() != mine.len() {
+            return Err(RunError::Runtime(format!(
+                "the pair round's times: {} values summed, {} sent",
+                sums.len(),
+                mine.len()
+            )));
+        }
+        let gpu = (0..n)
+            .map(|r| sums[n + r * iters..n + (r + 1) * iters].to_vec())
+            .collect();
+        Ok(RoundTimes {
+            host: sums[..n].to_vec(),
+            gpu,
+        })
     }
 
     /// This rank's part of a round: `count` bytes each way with `partner` (none: it waits),
     /// after a warm-up and a barrier; seconds per operation by the host's clock around the
-    /// loop and by the GPU's (`gpu_time::settled_mean`), both 0 without a partner.
+    /// loop, and each operation's seconds by the GPU's (`gpu_time`); 0 and none without a
+    /// partner.
     pub(super) fn timed_exchange(
         &self,
         partner: Option<usize>,
@@ -301,7 +317,7 @@ impl Measurer<'_> {
         in_node: bool,
         start: &Start,
         out: &mut GpuOutcome,
-    ) -> Result<(f64, f64), RunError> {
+    ) -> Result<(f64, Vec<f64>), RunError> {
         // Inside a node, on the node's own communicator when there is one: peers by local index.
         let (comm, peer_of): (&Comm, Box<dyn Fn(usize) -> u32>) = match (in_node, self.node_comm) {
             (true, Some(c)) => (
@@ -360,10 +376,10 @@ impl Measurer<'_> {
         let elapsed = t.elapsed();
         out.phases.timed_loop_ms += ms(elapsed);
         let Some(timer) = timer else {
-            return Ok((0.0, 0.0));
+            return Ok((0.0, Vec::new()));
         };
-        let gpu_secs = timer.settled_seconds_per_op().map_err(timing)?;
-        Ok((elapsed.as_secs_f64() / iters as f64, gpu_secs))
+        let gpu_ops = timer.durations().map_err(timing)?;
+        Ok((elapsed.as_secs_f64() / iters as f64, gpu_ops))
     }
 }
 
@@ -419,9 +435,10 @@ mod tests {
     #[test]
     fn rows_take_the_slower_endpoint_and_node_pairs_sum_their_gpus() {
         let t = topology(&[("a", 2), ("b", 2)]);
+        let ops = |v: f64| vec![v, v];
         let times = RoundTimes {
             host: vec![0.001, 0.002, 0.001, 0.0],
-            gpu: vec![0.0005, 0.001, 0.0, 0.0],
+            gpu: vec![ops(0.0005), ops(0.001), ops(0.0), ops(0.0)],
         };
         let gpu = gpu_rows(&t, &[(0, 1), (2, 3)], &times, 1_000_000);
         assert_eq!(
@@ -447,7 +464,7 @@ mod tests {
         // Nothing timed: no bandwidth rather than infinity.
         let none = RoundTimes {
             host: vec![0.0; 4],
-            gpu: vec![0.0; 4],
+            gpu: vec![Vec::new(); 4],
         };
         assert_eq!(gpu_rows(&t, &[(0, 1)], &none, 1)[0].busbw, 0.0);
         assert_eq!(gpu_rows(&t, &[(0, 1)], &none, 1)[0].gpu_busbw, None);
