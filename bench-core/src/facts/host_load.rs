@@ -81,7 +81,10 @@ pub fn sample(proc_root: &Path, own: u32) -> Option<Sample> {
     let mut procs = HashMap::new();
     if let Ok(dir) = std::fs::read_dir(proc_root) {
         for entry in dir.flatten().take(MAX_PIDS * 2) {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
             else {
                 continue;
             };
@@ -266,7 +269,10 @@ impl HostLoad {
                 .top
                 .iter()
                 .map(|c| {
-                    let job = c.job.as_ref().map_or(String::new(), |j| format!(", job {j}"));
+                    let job = c
+                        .job
+                        .as_ref()
+                        .map_or(String::new(), |j| format!(", job {j}"));
                     format!(
                         "pid {} ({}, {}{job}) {:.1} CPU",
                         c.pid, c.user, c.command, c.cpus

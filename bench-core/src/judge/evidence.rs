@@ -18,9 +18,9 @@
 //! node itself reports (a missing GPU, a dead NVLink by NVML, wrong data) still FAIL.
 
 use crate::facts::gpu_health::{self, HealthFacts};
+use crate::facts::host_load::HostLoad;
 use crate::facts::local_probe::{self, Probed};
 use crate::facts::Finding;
-use crate::facts::host_load::HostLoad;
 use crate::judge::analysis::{slow_pairs, Floor};
 use crate::report::json::{GpuEntry, GpuSide, Reason, ReasonCode, Report};
 use crate::report::{PairKind, PairRow, Row};
@@ -284,7 +284,9 @@ pub fn host_cause(
     if caused.is_empty() {
         let warning = Reason {
             code: ReasonCode::HostBusy,
-            message: format!("{node}: {describe} (the check's numbers were not slowed below their floors)"),
+            message: format!(
+                "{node}: {describe} (the check's numbers were not slowed below their floors)"
+            ),
             subject: Some(node.to_string()),
             measured: Some(load.others_share),
             limit: Some(crate::facts::host_load::BUSY_SHARE),

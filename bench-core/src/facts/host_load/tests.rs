@@ -54,7 +54,12 @@ fn every_cpu_busy_with_others_is_busy_and_names_the_consumers_largest_first() {
         "busy",
         "cpu  0 0 0 0 0 0 0 0",
         &[
-            (7, "loop", 0, "0::/system.slice/slurmstepd.scope/job_4242/step_0\n"),
+            (
+                7,
+                "loop",
+                0,
+                "0::/system.slice/slurmstepd.scope/job_4242/step_0\n",
+            ),
             (8, "loop", 0, "0::/user.slice\n"),
             (9, "nccl-check", 0, ""),
         ],
@@ -70,14 +75,21 @@ fn every_cpu_busy_with_others_is_busy_and_names_the_consumers_largest_first() {
     let load = between(&a, &b, 9, 100.0, &d);
     assert!((load.others_share - 0.85).abs() < 1e-9, "{load:?}");
     assert!(load.busy());
-    assert_eq!(load.top.len(), 2, "the check itself is never a consumer: {load:?}");
+    assert_eq!(
+        load.top.len(),
+        2,
+        "the check itself is never a consumer: {load:?}"
+    );
     assert_eq!((load.top[0].pid, load.top[0].cpus), (7, 2.0));
     assert_eq!(load.top[0].job.as_deref(), Some("4242"));
     assert_eq!((load.top[1].pid, load.top[1].job.as_deref()), (8, None));
     assert_eq!(load.top[0].user, "root");
     let text = load.describe();
     assert!(text.starts_with("host busy: 85% of 4 CPUs"), "{text}");
-    assert!(text.contains("pid 7 (root, loop, job 4242) 2.0 CPU"), "{text}");
+    assert!(
+        text.contains("pid 7 (root, loop, job 4242) 2.0 CPU"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
 use super::*;
 use crate::facts::gpu_health::{GpuHealth, NvLinks};
+use crate::facts::host_load::HostLoad;
 use crate::facts::local_probe::LocalProbe;
 use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
@@ -10,7 +11,6 @@ use crate::meet::rendezvous::Member;
 use crate::report::gpu::GpuInfo;
 use crate::report::{PairRow, Placement};
 use crate::verdict::{ExitCode, Verdict};
-use crate::facts::host_load::HostLoad;
 
 const MIB256: u64 = 256 << 20;
 
@@ -407,12 +407,53 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
     //   -> (exit, the first reason's code, the warnings' codes)
     use ReasonCode::*;
     let (slow, fast) = (168.0, 290.0);
-    let table: [(f64, f64, bool, bool, ExitCode, Option<ReasonCode>, Vec<ReasonCode>); 16] = [
+    type Case = (
+        f64,
+        f64,
+        bool,
+        bool,
+        ExitCode,
+        Option<ReasonCode>,
+        Vec<ReasonCode>,
+    );
+    let table: [Case; 16] = [
         (fast, fast, false, false, ExitCode::Pass, None, vec![]),
-        (fast, fast, false, true, ExitCode::Pass, None, vec![HostBusy]),
-        (fast, fast, true, false, ExitCode::Fail, Some(WorkerStarved), vec![]),
-        (fast, fast, true, true, ExitCode::Fail, Some(HostBusy), vec![]),
-        (slow, fast, false, false, ExitCode::Pass, None, vec![HostInterference]),
+        (
+            fast,
+            fast,
+            false,
+            true,
+            ExitCode::Pass,
+            None,
+            vec![HostBusy],
+        ),
+        (
+            fast,
+            fast,
+            true,
+            false,
+            ExitCode::Fail,
+            Some(WorkerStarved),
+            vec![],
+        ),
+        (
+            fast,
+            fast,
+            true,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![],
+        ),
+        (
+            slow,
+            fast,
+            false,
+            false,
+            ExitCode::Pass,
+            None,
+            vec![HostInterference],
+        ),
         (
             slow,
             fast,
@@ -422,16 +463,88 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
             None,
             vec![HostInterference, HostBusy],
         ),
-        (slow, fast, true, false, ExitCode::Fail, Some(WorkerStarved), vec![HostInterference]),
-        (slow, fast, true, true, ExitCode::Fail, Some(HostBusy), vec![HostInterference]),
+        (
+            slow,
+            fast,
+            true,
+            false,
+            ExitCode::Fail,
+            Some(WorkerStarved),
+            vec![HostInterference],
+        ),
+        (
+            slow,
+            fast,
+            true,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![HostInterference],
+        ),
         (fast, slow, false, false, ExitCode::Pass, None, vec![]),
-        (fast, slow, false, true, ExitCode::Pass, None, vec![HostBusy]),
-        (fast, slow, true, false, ExitCode::Fail, Some(WorkerStarved), vec![]),
-        (fast, slow, true, true, ExitCode::Fail, Some(HostBusy), vec![]),
-        (slow, slow, false, false, ExitCode::Fail, Some(BusbwBelowThreshold), vec![]),
-        (slow, slow, false, true, ExitCode::Fail, Some(HostBusy), vec![]),
-        (slow, slow, true, false, ExitCode::Fail, Some(WorkerStarved), vec![]),
-        (slow, slow, true, true, ExitCode::Fail, Some(HostBusy), vec![]),
+        (
+            fast,
+            slow,
+            false,
+            true,
+            ExitCode::Pass,
+            None,
+            vec![HostBusy],
+        ),
+        (
+            fast,
+            slow,
+            true,
+            false,
+            ExitCode::Fail,
+            Some(WorkerStarved),
+            vec![],
+        ),
+        (
+            fast,
+            slow,
+            true,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![],
+        ),
+        (
+            slow,
+            slow,
+            false,
+            false,
+            ExitCode::Fail,
+            Some(BusbwBelowThreshold),
+            vec![],
+        ),
+        (
+            slow,
+            slow,
+            false,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![],
+        ),
+        (
+            slow,
+            slow,
+            true,
+            false,
+            ExitCode::Fail,
+            Some(WorkerStarved),
+            vec![],
+        ),
+        (
+            slow,
+            slow,
+            true,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![],
+        ),
     ];
     for (host_clock, gpu_clock, starved, busy, exit, first, warned) in table {
         let mut r = report(4, host_clock);
@@ -441,7 +554,12 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
         r.facts = Some(facts_with(busy.then(|| load(0.97)), starved));
         let case = format!("host {host_clock} gpu {gpu_clock} starved {starved} busy {busy}");
         assert_eq!(run(&mut r), exit, "{case}: {:?}", r.reasons);
-        assert_eq!(r.reasons.first().map(|x| x.code), first, "{case}: {:?}", r.reasons);
+        assert_eq!(
+            r.reasons.first().map(|x| x.code),
+            first,
+            "{case}: {:?}",
+            r.reasons
+        );
         let got: Vec<ReasonCode> = r.warnings.iter().map(|w| w.code).collect();
         assert_eq!(got, warned, "{case}: {:?}", r.warnings);
         // A busy host is never blamed on a GPU, link, NIC or path.
@@ -454,7 +572,10 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
         }
         if first == Some(HostBusy) {
             let m = &r.reasons[0].message;
-            assert!(m.contains("pid 4242 (alice, stress) 63.0 CPU"), "{case}: {m}");
+            assert!(
+                m.contains("pid 4242 (alice, stress) 63.0 CPU"),
+                "{case}: {m}"
+            );
             assert_eq!(r.reasons[0].subject.as_deref(), Some("n1"));
         }
     }

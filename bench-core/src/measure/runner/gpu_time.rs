@@ -63,7 +63,6 @@ impl GpuTimer {
             .map(|(b, a)| Ok(f64::from(b.elapsed_ms(a)?) / 1e3))
             .collect()
     }
-
 }
 
 /// Per operation, the faster of a pair's two ends (`a`, `b`: each end's per-operation GPU
