@@ -131,7 +131,7 @@ fn wait_for_gpus(
     // proxy threads: `runner::off_cpu`).
     let off_cpu = crate::measure::runner::off_cpu::Watch::start();
     // How busy the host's CPUs were meanwhile, and with whom (`facts::host_load`).
-    let host = crate::facts::host_load::Watch::start();
+    let host = crate::facts::host_load::LoadWatch::start();
     let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
         Ok(handles) => gather(handles, report),
         // A GPU thread still inside NCCL after the watch named a lost process: the thread may

@@ -32,7 +32,7 @@ const MIN_NAMED: f64 = 0.05;
 
 /// One look at the host.
 #[derive(Debug, Clone)]
-pub struct Sample {
+pub struct HostSample {
     at: Instant,
     /// All CPUs' busy and total clock ticks since boot (`/proc/stat`'s `cpu` line).
     busy_ticks: u64,
@@ -75,7 +75,7 @@ pub struct HostLoad {
 /// Reads one sample under `proc_root` (`/proc` on a node, a fixture tree in tests); `own` is
 /// this process's pid (its CPU time is the check's, not another's). None when `/proc/stat`
 /// cannot be read.
-pub fn sample(proc_root: &Path, own: u32) -> Option<Sample> {
+pub fn sample(proc_root: &Path, own: u32) -> Option<HostSample> {
     let stat = std::fs::read_to_string(proc_root.join("stat")).ok()?;
     let (busy_ticks, total_ticks, cpus) = cpu_ticks(&stat)?;
     let mut procs = HashMap::new();
@@ -99,7 +99,7 @@ pub fn sample(proc_root: &Path, own: u32) -> Option<Sample> {
             }
         }
     }
-    Some(Sample {
+    Some(HostSample {
         at: Instant::now(),
         busy_ticks,
         total_ticks,
@@ -160,7 +160,13 @@ fn own_wait(task: &Path) -> Option<u64> {
 
 /// What happened between `a` and `b`: `own` is this process's pid, `ticks_per_s` the kernel's
 /// clock tick (`sysconf(_SC_CLK_TCK)`, 100 on Linux), `proc_root` where to name the consumers.
-pub fn between(a: &Sample, b: &Sample, own: u32, ticks_per_s: f64, proc_root: &Path) -> HostLoad {
+pub fn between(
+    a: &HostSample,
+    b: &HostSample,
+    own: u32,
+    ticks_per_s: f64,
+    proc_root: &Path,
+) -> HostLoad {
     let window_s = b.at.duration_since(a.at).as_secs_f64();
     let total = b.total_ticks.saturating_sub(a.total_ticks) as f64;
     let busy = b.busy_ticks.saturating_sub(a.busy_ticks) as f64;
@@ -286,19 +292,19 @@ impl HostLoad {
 }
 
 /// A sample at the start of a measurement, and the load at its end.
-pub struct Watch {
-    start: Option<Sample>,
+pub struct LoadWatch {
+    start: Option<HostSample>,
 }
 
-impl Watch {
+impl LoadWatch {
     /// Samples `/proc` now.
-    pub fn start() -> Watch {
-        Watch {
+    pub fn start() -> LoadWatch {
+        LoadWatch {
             start: sample(Path::new("/proc"), std::process::id()),
         }
     }
 
-    /// The load since [`Watch::start`]; None when `/proc` could not be read.
+    /// The load since [`LoadWatch::start`]; None when `/proc` could not be read.
     pub fn stop(self) -> Option<HostLoad> {
         let proc_root = Path::new("/proc");
         let own = std::process::id();

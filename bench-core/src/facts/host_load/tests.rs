@@ -26,8 +26,8 @@ fn fixture(name: &str, cpu: &str, procs: &[(u32, &str, u64, &str)]) -> std::path
     d
 }
 
-fn shifted(s: &Sample, secs: f64) -> Sample {
-    Sample {
+fn shifted(s: &HostSample, secs: f64) -> HostSample {
+    HostSample {
         at: s.at + Duration::from_secs_f64(secs),
         ..s.clone()
     }
