@@ -130,6 +130,8 @@ fn wait_for_gpus(
     // Whether this process could run while it measured (a starved worker starves NCCL's
     // proxy threads: `runner::off_cpu`).
     let off_cpu = crate::measure::runner::off_cpu::Watch::start();
+    // How busy the host's CPUs were meanwhile, and with whom (`facts::host_load`).
+    let host = crate::facts::host_load::LoadWatch::start();
     let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
         Ok(handles) => gather(handles, report),
         // A GPU thread still inside NCCL after the watch named a lost process: the thread may
@@ -139,6 +141,9 @@ fn wait_for_gpus(
     };
     if let (Some(seen), Some(facts)) = (off_cpu.and_then(|w| w.stop()), report.facts.as_mut()) {
         facts.set_off_cpu(&node_name(opts, &report.host), seen);
+    }
+    if let Some(facts) = report.facts.as_mut() {
+        facts.host = host.stop();
     }
     // A process that stopped answering (found by the plane's watch) is why the others' NCCL
     // calls stalled or failed: its name is the reason, ahead of theirs.

@@ -25,6 +25,7 @@
 //!   Slurm's files; CUDA's count; NVML's state; the NICs NCCL used), for the report and `judge`.
 
 pub mod gpu_health;
+pub mod host_load;
 pub mod interconnect;
 pub mod inventory;
 pub mod local_probe;

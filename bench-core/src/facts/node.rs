@@ -47,6 +47,10 @@ pub struct NodeFacts {
     /// How long this process could not run while it measured (`runner::off_cpu`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub off_cpu: Option<crate::measure::runner::off_cpu::OffCpu>,
+    /// How busy the host's CPUs were while this process measured, and with whom
+    /// (`host_load`); None where `/proc` could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<super::host_load::HostLoad>,
 }
 
 /// Where the facts are read from (`/` and the real environment on a node; fixtures in tests).
@@ -189,6 +193,7 @@ pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
         net_note: "not read yet".to_string(),
         findings,
         off_cpu: None,
+        host: None,
     }
 }
 

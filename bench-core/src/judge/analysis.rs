@@ -487,6 +487,7 @@ mod tests {
             bytes: 256 << 20,
             time_us: 0.0,
             busbw,
+            gpu_busbw: None,
             first_busbw: None,
         }
     }
@@ -637,6 +638,7 @@ mod tests {
             bytes: 256 << 20,
             time_us: 0.0,
             busbw,
+            gpu_busbw: None,
             first_busbw: None,
         };
         // Measured on 4 emulated 1-GPU nodes over sockets with n3's GPU busy (2026-11-21).

@@ -3,17 +3,27 @@
 //! its reason, the node-pair bandwidth held against the NICs' rate, and host interference told
 //! apart from a slow GPU or link. Pure: a function of the report, like `judge`, which calls it.
 //!
-//! Host interference policy: a retested row that is below its floor by the host's clock (the
-//! number reported, as nccl-tests reports it) but at or above it by the GPU's clock (`GpuSide`)
-//! was slowed by its host (CPU load, a descheduled launching thread, a late peer), not by its
-//! GPUs or links. It is a WARN (`host_interference` in `warnings`): never FAIL, never drains,
-//! and the verdict stays what the rest of the check says.
+//! Host interference policy: a retested row, or a pair of the pair matrix, that is below its
+//! floor by the host's clock (the number reported, as nccl-tests reports it) but at or above it
+//! by the GPU's clock (`GpuSide`, `PairRow::gpu_busbw`) was slowed by its host (CPU load, a
+//! descheduled launching thread, a late peer), not by its GPUs or links. It is a WARN
+//! (`host_interference` in `warnings`): never FAIL, never drains, and the verdict stays what the
+//! rest of the check says.
+//!
+//! Busy host policy ([`host_cause`]): when the host's CPUs were busy with other processes
+//! (`facts::host_load`) and bandwidths are slow by the GPUs' clock too, the host is the cause
+//! the verdict names (`host_busy`, with the consumers), not the GPUs, links, NICs or paths it
+//! slowed: a busy host slows NCCL's proxy threads and every launch, and no measurement taken
+//! through it can tell a slow part from a starved one. Judged less, never more: the facts the
+//! node itself reports (a missing GPU, a dead NVLink by NVML, wrong data) still FAIL.
 
 use crate::facts::gpu_health::{self, HealthFacts};
+use crate::facts::host_load::HostLoad;
 use crate::facts::local_probe::{self, Probed};
 use crate::facts::Finding;
+use crate::judge::analysis::{slow_pairs, Floor};
 use crate::report::json::{GpuEntry, GpuSide, Reason, ReasonCode, Report};
-use crate::report::{PairKind, Row};
+use crate::report::{PairKind, PairRow, Row};
 
 /// What a fact is about, for citing it in a bandwidth reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,6 +193,123 @@ pub fn host_interference(
     (warnings, spared)
 }
 
+/// The pairs as the verdict judges them, each at what its path delivered by the faster clock
+/// (`PairRow::delivered_busbw`), and a warning for the pairs slow only by the host's clock
+/// (`multi`: the check spans several nodes, so GPU pairs carry their node's name).
+pub fn pair_host_interference(
+    pairs: &[PairRow],
+    fraction: f64,
+    floor: Floor,
+    multi: bool,
+) -> (Vec<PairRow>, Vec<Reason>) {
+    let judged: Vec<PairRow> = pairs
+        .iter()
+        .map(|p| PairRow {
+            busbw: p.delivered_busbw(),
+            ..p.clone()
+        })
+        .collect();
+    let still: Vec<usize> = slow_pairs(&judged, fraction, floor)
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
+    let spared: Vec<&PairRow> = slow_pairs(pairs, fraction, floor)
+        .into_iter()
+        .filter(|(i, _)| !still.contains(i))
+        .map(|(i, _)| &pairs[i])
+        .collect();
+    let Some(worst) = spared.iter().min_by(|a, b| a.busbw.total_cmp(&b.busbw)) else {
+        return (judged, Vec::new());
+    };
+    let names: Vec<String> = spared.iter().take(4).map(|p| p.subject(multi)).collect();
+    let more = spared.len().saturating_sub(names.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    let warning = Reason {
+        code: ReasonCode::HostInterference,
+        message: format!(
+            "{} pair(s) slow by the host's clock only ({}{more}): {} sendrecv busbw {:.1} GB/s \
+             by the host's clock, {:.1} by the GPUs': the host delayed the loop (CPU load or a \
+             late process), not the GPUs or links",
+            spared.len(),
+            names.join(", "),
+            worst.subject(multi),
+            worst.busbw,
+            worst.delivered_busbw()
+        ),
+        subject: None,
+        measured: Some(worst.busbw),
+        limit: None,
+    };
+    (judged, vec![warning])
+}
+
+/// Whether a reason is a measurement a busy host can produce (a bandwidth, the localizer's
+/// placement of one), as opposed to what the node reports itself or wrong data.
+/// A starved worker (`worker_starved`) on a busy host is the same cause seen from inside.
+fn host_can_cause(code: ReasonCode) -> bool {
+    matches!(
+        code,
+        ReasonCode::BusbwBelowThreshold
+            | ReasonCode::GpuOutlier
+            | ReasonCode::LinkOutlier
+            | ReasonCode::NodeOutlier
+            | ReasonCode::NodePairOutlier
+            | ReasonCode::NodeSlow
+            | ReasonCode::NodePairSlow
+            | ReasonCode::RailSlow
+            | ReasonCode::SuspectsUnresolved
+            | ReasonCode::WorkerStarved
+    )
+}
+
+/// The busy host policy (module comment): with a busy `host`, the measured reasons it can cause
+/// give way to one `host_busy` FAIL naming the host and its consumers (the rest stay); with a
+/// busy host and nothing slow, a `host_busy` warning. Returns the reasons and the warnings to
+/// add. `node` names the host.
+pub fn host_cause(
+    reasons: Vec<Reason>,
+    host: Option<&HostLoad>,
+    node: &str,
+) -> (Vec<Reason>, Vec<Reason>) {
+    let Some(load) = host.filter(|h| h.busy()) else {
+        return (reasons, Vec::new());
+    };
+    let (caused, kept): (Vec<Reason>, Vec<Reason>) =
+        reasons.into_iter().partition(|r| host_can_cause(r.code));
+    let describe = load.describe();
+    if caused.is_empty() {
+        let warning = Reason {
+            code: ReasonCode::HostBusy,
+            message: format!(
+                "{node}: {describe} (the check's numbers were not slowed below their floors)"
+            ),
+            subject: Some(node.to_string()),
+            measured: Some(load.others_share),
+            limit: Some(crate::facts::host_load::BUSY_SHARE),
+        };
+        return (kept, vec![warning]);
+    }
+    let first = &caused[0];
+    let mut out = vec![Reason {
+        code: ReasonCode::HostBusy,
+        message: format!(
+            "{node}: {describe}; {} slow result(s) not held against the hardware, measured \
+             through a busy host (first: {})",
+            caused.len(),
+            first.message
+        ),
+        subject: Some(node.to_string()),
+        measured: Some(load.others_share),
+        limit: Some(crate::facts::host_load::BUSY_SHARE),
+    }];
+    out.extend(kept);
+    (out, Vec::new())
+}
+
 /// Node pairs below the share of the NICs' line rate NCCL's RDMA ports can carry
 /// (`facts::net`); nothing over sockets or on one node.
 pub fn node_pair_floor(report: &Report) -> Vec<Reason> {
@@ -195,7 +322,7 @@ pub fn node_pair_floor(report: &Report) -> Vec<Reason> {
     report
         .pairs
         .iter()
-        .filter(|p| p.kind == PairKind::Node && p.busbw < min)
+        .filter(|p| p.kind == PairKind::Node && p.delivered_busbw() < min)
         .map(|p| {
             let subject = p.subject(true);
             Reason {

@@ -147,6 +147,7 @@ mod tests {
             bytes: MIB256,
             time_us: 1.0,
             busbw: pair,
+            gpu_busbw: None,
             first_busbw: None,
         });
         r

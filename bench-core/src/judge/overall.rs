@@ -96,12 +96,21 @@ pub fn judge(
         });
     let spared =
         |c: &str, n: u32, b: u64| n == all && spared.iter().any(|(sc, sb)| sc == c && *sb == b);
+    // Pairs slowed by their host only are warned about; the rest judged at what they delivered.
+    let (pairs, pair_warnings) = evidence::pair_host_interference(
+        &report.pairs,
+        judging.outlier_fraction,
+        &|c, n, b| floors.floor(c, n, b),
+        topology.node_count() > 1,
+    );
+    let mut warnings = warnings;
+    warnings.extend(pair_warnings);
     // The node's own facts first: they name the part.
     let facts = evidence::node_findings(report, judging.outlier_fraction);
     let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
     let mut measured = crate::judge::analysis::fail_reasons(
         &report.results,
-        &report.pairs,
+        &pairs,
         report.nranks,
         topology.node_count(),
         judging.outlier_fraction,
@@ -118,6 +127,10 @@ pub fn judge(
     reasons.extend(measured);
     // The node-level localizer (multi-node checks) judged its own rounds; its reasons join.
     reasons.extend(report.localization.iter().flat_map(|l| l.reasons.clone()));
+    // A busy host is the cause of what it slowed (`evidence::host_cause`).
+    let host = report.facts.as_ref().and_then(|f| f.host.as_ref());
+    let (mut reasons, host_warnings) = evidence::host_cause(reasons, host, &report.host);
+    warnings.extend(host_warnings);
     if let Some(log) = log {
         reasons.extend(transport_reasons(
             report,
@@ -414,6 +427,7 @@ mod tests {
                 bytes: MIB256,
                 time_us: 1.0,
                 busbw: pair_busbw,
+                gpu_busbw: None,
                 first_busbw: None,
             });
         }

@@ -18,15 +18,18 @@ pub(crate) fn phase(start: &Start, what: &str) {
     }
 }
 
-/// The pair matrix as a table under the collectives' tables.
+/// The pair matrix as a table under the collectives' tables: busbw by the host's clock (as
+/// nccl-tests reports it) and by the GPUs' (`gpu_busbw`: what the verdict holds a pair the host
+/// slowed to).
 pub(crate) fn pair_table(rows: &[PairRow], bytes: u64, iters: u32, multi_node: bool) -> String {
     let mut out = format!(
-        "#\n# Pair matrix: sendrecv {bytes} bytes, {iters} iterations, rounds of disjoint pairs\n#  {:>24}  {:>10}  {:>8}\n",
-        "pair", "time(us)", "busbw"
+        "#\n# Pair matrix: sendrecv {bytes} bytes, {iters} iterations, rounds of disjoint pairs\n#  {:>24}  {:>10}  {:>8}  {:>9}\n",
+        "pair", "time(us)", "busbw", "gpu_busbw"
     );
     for r in rows {
+        let gpu = r.gpu_busbw.map_or("-".to_string(), |g| format!("{g:.2}"));
         out += &format!(
-            "   {:>24}  {:>10.1}  {:>8.2}\n",
+            "   {:>24}  {:>10.1}  {:>8.2}  {gpu:>9}\n",
             r.subject(multi_node),
             r.time_us,
             r.busbw
@@ -52,18 +55,23 @@ mod tests {
             bytes: 1 << 20,
             time_us: 12.345,
             busbw: 301.234,
+            gpu_busbw: None,
             first_busbw: None,
         };
         let one = pair_table(std::slice::from_ref(&row), 1 << 20, 20, false);
         assert_eq!(
             one,
             "#\n# Pair matrix: sendrecv 1048576 bytes, 20 iterations, rounds of disjoint pairs\n\
-             #                      pair    time(us)     busbw\n\
-             \x20               GPU0<->GPU1        12.3    301.23\n"
+             #                      pair    time(us)     busbw  gpu_busbw\n\
+             \x20               GPU0<->GPU1        12.3    301.23          -\n"
         );
-        let multi = pair_table(&[row], 1 << 20, 20, true);
+        let timed = PairRow {
+            gpu_busbw: Some(310.5),
+            ..row
+        };
+        let multi = pair_table(&[timed], 1 << 20, 20, true);
         assert!(
-            multi.ends_with("          n1 GPU0<->GPU1        12.3    301.23\n"),
+            multi.ends_with("          n1 GPU0<->GPU1        12.3    301.23     310.50\n"),
             "{multi}"
         );
     }

@@ -87,11 +87,24 @@ pub struct PairRow {
     /// Slower of the two endpoints, per operation.
     pub time_us: f64,
     pub busbw: f64,
+    /// The same by the GPUs' clock (`runner::gpu_time`): a pair slow by the host's clock and
+    /// not by this one was slowed by its host, not its link (`judge::evidence`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_busbw: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_busbw: Option<f64>,
     /// What this pair was held against (filled by the verdict).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<Expected>,
+}
+
+impl PairRow {
+    /// What the pair's path delivered at least: the faster of the host's and the GPUs' clock.
+    /// The host's number can only be slowed by the host and the GPUs' only by a partner's late
+    /// host in the first operation (left out), so neither ever reads faster than the link.
+    pub fn delivered_busbw(&self) -> f64 {
+        self.gpu_busbw.map_or(self.busbw, |g| g.max(self.busbw))
+    }
 }
 
 /// What a result was held against, beside it in the report and the table: the floor, the

@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 /// The stable reason codes (consumers such as the prolog and the SPANK plugin match on them).
 /// FAIL: `wrong_data` .. `transport_fallback`, the localizer's `node_slow` .. `suspects_unresolved`, and the node facts `gpu_missing` ..
 /// `gpu_busy` (a part named by what the node itself says, `facts`); ERROR: `nccl_library`
-/// .. `runtime`; WARN (never FAIL, never drains): `host_interference`, `foreign_process`,
-/// `host_busy`. What class of cause each names (hardware, busy, missing, setup):
+/// .. `runtime`; WARN (never FAIL, never drains): `host_interference`, `foreign_process`; and
+/// `host_busy` (WARN, or the FAIL that names a busy host instead of the parts it slowed: never a
+/// hardware fault). What class of cause each names (hardware, busy, missing, setup):
 /// [`super::cause::cause_class`].
 #[derive(
     Debug,
@@ -70,8 +71,9 @@ pub enum ReasonCode {
     /// Another process holds a checked GPU but the GPU measured fine (an idle leftover that a
     /// job will still meet, e.g. by running out of memory): WARN only.
     ForeignProcess,
-    /// The host's CPUs were busy with processes outside the check (WARN only; named with
-    /// their pids).
+    /// The host's CPUs were busy with other processes while the check measured (the top
+    /// consumers named). A FAIL in place of the bandwidth reasons when the GPUs' clock was slow
+    /// too (the host, not a GPU, link or NIC, is the cause), a WARN otherwise; never hardware.
     HostBusy,
     NoGpu,
     Rendezvous,

@@ -1,5 +1,6 @@
 use super::*;
 use crate::facts::gpu_health::{GpuHealth, NvLinks};
+use crate::facts::host_load::HostLoad;
 use crate::facts::local_probe::LocalProbe;
 use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
@@ -95,6 +96,7 @@ fn report(n: u32, pair: f64) -> Report {
                 bytes: MIB256,
                 time_us: 1.0,
                 busbw: pair,
+                gpu_busbw: None,
                 first_busbw: None,
             });
         }
@@ -222,6 +224,7 @@ fn a_missing_gpu_from_the_inventory_is_the_first_reason() {
         net: None,
         net_note: String::new(),
         off_cpu: None,
+        host: None,
         findings: vec![Finding::new(
             ReasonCode::GpuMissing,
             "GPUs",
@@ -292,6 +295,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
         bytes: MIB256,
         time_us: 1.0,
         busbw: 20.0,
+        gpu_busbw: None,
         first_busbw: None,
     }];
     let mut facts = NodeFacts {
@@ -305,6 +309,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
         net_note: String::new(),
         findings: vec![],
         off_cpu: None,
+        host: None,
     };
     r.facts = Some(facts.clone());
     let slow = node_pair_floor(&r);
@@ -351,4 +356,269 @@ fn subjects_name_their_gpus() {
     assert_eq!(scopes_of(Some("GPU3")), Some(vec![Scope::Gpu(3)]));
     assert_eq!(scopes_of(Some("node1<->node2")), Some(vec![Scope::Net]));
     assert_eq!(scopes_of(None), None);
+}
+
+/// The facts of one node with the host's load and the off-CPU finding as given.
+fn facts_with(host: Option<HostLoad>, starved: bool) -> NodeFacts {
+    NodeFacts {
+        expected: None,
+        driver_gpus: vec![],
+        driver_error: None,
+        cuda_visible: None,
+        nvml: String::new(),
+        nvml_ms: 0.0,
+        net: None,
+        net_note: String::new(),
+        findings: if starved {
+            vec![Finding::new(
+                ReasonCode::WorkerStarved,
+                "n1",
+                "n1: the check's worker could not run for 60% of 3.0 s",
+            )]
+        } else {
+            vec![]
+        },
+        off_cpu: None,
+        host,
+    }
+}
+
+fn load(others: f64) -> HostLoad {
+    HostLoad {
+        window_s: 3.0,
+        cpus: 64,
+        others_share: others,
+        own_wait_share: Some(0.0),
+        top: vec![crate::facts::host_load::Consumer {
+            pid: 4242,
+            user: "alice".into(),
+            command: "stress".into(),
+            job: None,
+            cpus: 63.0,
+        }],
+    }
+}
+
+/// Host clock, GPU clock, a starved worker and the host's load in every combination: the
+/// documented verdict and cause (module comment of `evidence`).
+#[test]
+fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
+    // (pairs by the host's clock, by the GPUs' clock, worker starved, host busy)
+    //   -> (exit, the first reason's code, the warnings' codes)
+    use ReasonCode::*;
+    let (slow, fast) = (168.0, 290.0);
+    type Case = (
+        f64,
+        f64,
+        bool,
+        bool,
+        ExitCode,
+        Option<ReasonCode>,
+        Vec<ReasonCode>,
+    );
+    let table: [Case; 16] = [
+        (fast, fast, false, false, ExitCode::Pass, None, vec![]),
+        (
+            fast,
+            fast,
+            false,
+            true,
+            ExitCode::Pass,
+            None,
+            vec![HostBusy],
+        ),
+        (
+            fast,
+            fast,
+            true,
+            false,
+            ExitCode::Fail,
+            Some(WorkerStarved),
+            vec![],
+        ),
+        (
+            fast,
+            fast,
+            true,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![],
+        ),
+        (
+            slow,
+            fast,
+            false,
+            false,
+            ExitCode::Pass,
+            None,
+            vec![HostInterference],
+        ),
+        (
+            slow,
+            fast,
+            false,
+            true,
+            ExitCode::Pass,
+            None,
+            vec![HostInterference, HostBusy],
+        ),
+        (
+            slow,
+            fast,
+            true,
+            false,
+            ExitCode::Fail,
+            Some(WorkerStarved),
+            vec![HostInterference],
+        ),
+        (
+            slow,
+            fast,
+            true,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![HostInterference],
+        ),
+        (fast, slow, false, false, ExitCode::Pass, None, vec![]),
+        (
+            fast,
+            slow,
+            false,
+            true,
+            ExitCode::Pass,
+            None,
+            vec![HostBusy],
+        ),
+        (
+            fast,
+            slow,
+            true,
+            false,
+            ExitCode::Fail,
+            Some(WorkerStarved),
+            vec![],
+        ),
+        (
+            fast,
+            slow,
+            true,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![],
+        ),
+        (
+            slow,
+            slow,
+            false,
+            false,
+            ExitCode::Fail,
+            Some(BusbwBelowThreshold),
+            vec![],
+        ),
+        (
+            slow,
+            slow,
+            false,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![],
+        ),
+        (
+            slow,
+            slow,
+            true,
+            false,
+            ExitCode::Fail,
+            Some(WorkerStarved),
+            vec![],
+        ),
+        (
+            slow,
+            slow,
+            true,
+            true,
+            ExitCode::Fail,
+            Some(HostBusy),
+            vec![],
+        ),
+    ];
+    for (host_clock, gpu_clock, starved, busy, exit, first, warned) in table {
+        let mut r = report(4, host_clock);
+        for p in &mut r.pairs {
+            p.gpu_busbw = Some(gpu_clock);
+        }
+        r.facts = Some(facts_with(busy.then(|| load(0.97)), starved));
+        let case = format!("host {host_clock} gpu {gpu_clock} starved {starved} busy {busy}");
+        assert_eq!(run(&mut r), exit, "{case}: {:?}", r.reasons);
+        assert_eq!(
+            r.reasons.first().map(|x| x.code),
+            first,
+            "{case}: {:?}",
+            r.reasons
+        );
+        let got: Vec<ReasonCode> = r.warnings.iter().map(|w| w.code).collect();
+        assert_eq!(got, warned, "{case}: {:?}", r.warnings);
+        // A busy host is never blamed on a GPU, link, NIC or path.
+        if busy {
+            assert!(
+                r.reasons.iter().all(|x| x.code == HostBusy),
+                "{case}: {:?}",
+                r.reasons
+            );
+        }
+        if first == Some(HostBusy) {
+            let m = &r.reasons[0].message;
+            assert!(
+                m.contains("pid 4242 (alice, stress) 63.0 CPU"),
+                "{case}: {m}"
+            );
+            assert_eq!(r.reasons[0].subject.as_deref(), Some("n1"));
+        }
+    }
+}
+
+#[test]
+fn a_busy_host_never_hides_what_the_node_reports_itself_or_wrong_data() {
+    let mut r = report(4, 168.0);
+    for p in &mut r.pairs {
+        p.gpu_busbw = Some(168.0);
+    }
+    r.gpus[2].health = Some(health(2, 12));
+    r.facts = Some(facts_with(Some(load(0.97)), false));
+    assert_eq!(run(&mut r), ExitCode::Fail);
+    let codes: Vec<ReasonCode> = r.reasons.iter().map(|x| x.code).collect();
+    assert_eq!(
+        codes,
+        vec![ReasonCode::HostBusy, ReasonCode::NvlinkDown],
+        "{:?}",
+        r.reasons
+    );
+    // A host below the busy share is not the cause: the slow pairs stand.
+    r.gpus[2].health = Some(health(2, 18));
+    r.facts = Some(facts_with(Some(load(0.5)), false));
+    assert_eq!(run(&mut r), ExitCode::Fail);
+    assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
+    assert!(r.warnings.is_empty());
+}
+
+#[test]
+fn the_pair_warning_names_the_pairs_the_host_slowed_and_both_numbers() {
+    let mut r = report(4, 290.0);
+    r.pairs[1].busbw = 171.1;
+    r.pairs[1].gpu_busbw = Some(287.8);
+    assert_eq!(run(&mut r), ExitCode::Pass, "{:?}", r.reasons);
+    assert_eq!(r.warnings.len(), 1);
+    let m = &r.warnings[0].message;
+    assert!(
+        m.contains("1 pair(s) slow by the host's clock only (GPU0<->GPU2)")
+            && m.contains("171.1 GB/s by the host's clock, 287.8 by the GPUs'"),
+        "{m}"
+    );
+    // Without a GPU number the host's is all there is: FAIL as before.
+    r.pairs[1].gpu_busbw = None;
+    assert_eq!(run(&mut r), ExitCode::Fail);
 }

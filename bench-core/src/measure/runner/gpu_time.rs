@@ -1,9 +1,11 @@
-//! GPU time of a timed loop beside the host's (issue 18 item 6): two CUDA events around each
-//! operation, as `loop_probe` records them for debugging, summed. The retest uses it to tell a
-//! slow GPU or link (slow on the GPU's clock too) from a slow host (CPU load, a descheduled
-//! launching thread: the GPU waited between operations, which the sum leaves out). Host time
-//! stays the reported number, as in nccl-tests; the events cost about a microsecond per
-//! operation, and are recorded only in the retest of a result that was already slow.
+//! GPU time of a timed loop beside the host's: two CUDA events around each operation, as
+//! `loop_probe` records them for debugging. It tells a slow GPU or link (slow on the GPU's clock
+//! too) from a slow host (CPU load, a descheduled launching thread: the GPU waited between
+//! operations, which the per-operation sum leaves out). Host time stays the reported number, as
+//! in nccl-tests; the events cost about a microsecond per operation. The collectives' rows record
+//! them only in the retest of a result that was already slow; every pair round records them
+//! (`pair_matrix`), since a pair's two ends are launched by two threads that a busy host
+//! deschedules independently.
 
 use crate::measure::cuda::Gpu;
 use cudarc::driver::sys::CUevent_flags;
@@ -49,10 +51,80 @@ impl GpuTimer {
 
     /// After the stream completed: the operations' summed GPU time in seconds.
     pub fn seconds(&self) -> Result<f64, DriverError> {
-        let mut ms = 0.0f64;
-        for (b, a) in self.before.iter().zip(&self.after).take(self.recorded) {
-            ms += f64::from(b.elapsed_ms(a)?);
-        }
-        Ok(ms / 1e3)
+        Ok(self.durations()?.iter().sum())
+    }
+
+    /// Each recorded operation's GPU seconds, in order.
+    pub fn durations(&self) -> Result<Vec<f64>, DriverError> {
+        self.before
+            .iter()
+            .zip(&self.after)
+            .take(self.recorded)
+            .map(|(b, a)| Ok(f64::from(b.elapsed_ms(a)?) / 1e3))
+            .collect()
+    }
+}
+
+/// Per operation, the faster of a pair's two ends (`a`, `b`: each end's per-operation GPU
+/// seconds): an end whose host launched operation k late left its partner waiting inside k, so
+/// the partner's k holds that wait and its own does not. Where one end timed nothing, the other.
+pub fn faster_end(a: &[f64], b: &[f64]) -> Vec<f64> {
+    let timed = |v: &[f64]| !v.is_empty() && v.iter().any(|&x| x > 0.0);
+    match (timed(a), timed(b)) {
+        (true, true) => a.iter().zip(b).map(|(x, y)| x.min(*y)).collect(),
+        (true, false) => a.to_vec(),
+        (false, true) => b.to_vec(),
+        (false, false) => Vec::new(),
+    }
+}
+
+/// The mean of per-operation GPU times of a send/receive loop without its first operation. Both
+/// ends of an exchange must be inside the operation for data to move, so the end whose thread
+/// launched first waits inside operation 0 until its partner arrives: that wait is the host's
+/// (a descheduled launching thread), not the link's. Operation 0 ends on both GPUs at the same
+/// moment, so from operation 1 on both streams run in step and each operation's GPU time is the
+/// transfer's (as long as the hosts enqueued ahead, which a loop of asynchronous launches does).
+/// With one operation there is nothing to leave out.
+pub fn settled_mean(per_op: &[f64]) -> f64 {
+    let settled = if per_op.len() > 1 {
+        &per_op[1..]
+    } else {
+        per_op
+    };
+    if settled.is_empty() {
+        0.0
+    } else {
+        settled.iter().sum::<f64>() / settled.len() as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{faster_end, settled_mean};
+
+    #[test]
+    fn each_operation_takes_the_end_that_did_not_wait_for_its_partner() {
+        // Operation 1: a's host was late (b waited 5 ms); operation 2: b's host was late.
+        let a = [0.010, 0.001, 0.006, 0.001];
+        let b = [0.001, 0.006, 0.001, 0.001];
+        let each = faster_end(&a, &b);
+        assert_eq!(each, vec![0.001, 0.001, 0.001, 0.001]);
+        assert_eq!(settled_mean(&each), 0.001);
+        // The end means alone would both read slow.
+        assert!(settled_mean(&a) > 0.002 && settled_mean(&b) > 0.002);
+        // An end that timed nothing: the other's operations.
+        assert_eq!(faster_end(&a, &[0.0; 4]), a.to_vec());
+        assert_eq!(faster_end(&[], &[]), Vec::<f64>::new());
+    }
+
+    #[test]
+    fn the_first_operation_of_an_exchange_holds_the_partners_lateness_and_is_left_out() {
+        // The early end waited 9 ms for its partner inside operation 0; the link needs 1 ms.
+        assert_eq!(settled_mean(&[0.010, 0.001, 0.001, 0.001]), 0.001);
+        // One operation: all there is.
+        assert_eq!(settled_mean(&[0.002]), 0.002);
+        assert_eq!(settled_mean(&[]), 0.0);
+        // A slow link is slow in every operation, the first one left out or not.
+        assert_eq!(settled_mean(&[0.004, 0.004, 0.004]), 0.004);
     }
 }

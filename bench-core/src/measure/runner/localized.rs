@@ -8,7 +8,8 @@
 //! all_reduce (sum, f64) on the check's communicator gives every rank the same vector, and each
 //! GPU thread's own copy of the localizer decides its next place (`conduct::decide_here`). The
 //! control plane keeps the beats, the aborts and the naming of a process that stops answering.
-use super::pair_matrix::{busbw, gpu_rounds, gpu_row};
+use super::gpu_time::settled_mean;
+use super::pair_matrix::{busbw, gpu_rounds, gpu_row, RoundTimes};
 use super::timed::Measurer;
 use super::{GpuOutcome, RunError, Start};
 use crate::localize::conduct::{
@@ -30,7 +31,7 @@ pub(super) fn local_values(nodes: &[String], rows: &[PairRow]) -> Vec<f64> {
         .map(|n| {
             rows.iter()
                 .filter(|r| &r.node == n)
-                .map(|r| r.busbw)
+                .map(PairRow::delivered_busbw)
                 .reduce(f64::min)
         })
         .collect();
@@ -185,17 +186,30 @@ impl Measurer<'_> {
         let mut rows = Vec::new();
         for round in &gpu_rounds(t) {
             let partner = crate::measure::pairs::partner(round, me);
-            let secs = self.timed_exchange(partner, bytes, loops, true, start, out)?;
-            let led: Vec<(u64, f64)> = round
-                .iter()
-                .position(|&(a, _)| a == me)
-                .map(|i| (i as u64, secs))
-                .into_iter()
-                .collect();
-            let vector = slots(round.len(), &led).map_err(RunError::Runtime)?;
+            let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, true, start, out)?;
+            let gpu_secs = settled_mean(&gpu_ops);
+            // Three slots per pair (one sum for thousands of nodes stays small): the host's time
+            // by its first rank, then each end's GPU time per operation, the first left out;
+            // the pair's GPU number is its faster end's (`RoundTimes::pair`).
+            let n = round.len();
+            let mut led: Vec<(u64, f64)> = Vec::new();
+            for (i, &(a, b)) in round.iter().enumerate() {
+                if a == me {
+                    led.push((i as u64, secs));
+                    led.push(((n + i) as u64, gpu_secs));
+                } else if b == me {
+                    led.push(((2 * n + i) as u64, gpu_secs));
+                }
+            }
+            let vector = slots(3 * n, &led).map_err(RunError::Runtime)?;
             let sums = self.sum_over_ranks(&vector, "phase A's pair times (all_reduce)")?;
-            for (&pair, secs) in round.iter().zip(sums) {
-                rows.push(gpu_row(t, pair, secs, bytes));
+            for (i, &pair) in round.iter().enumerate() {
+                // Each end as one settled operation (a leading zero stands for the first).
+                let times = RoundTimes {
+                    host: vec![sums[i], sums[i]],
+                    gpu: vec![vec![0.0, sums[n + i]], vec![0.0, sums[2 * n + i]]],
+                };
+                rows.push(gpu_row(t, pair, times.pair(0, 1), bytes));
             }
         }
         Ok(rows)
@@ -272,8 +286,15 @@ impl Measurer<'_> {
                 &format!("localization round {index} ({ph:?}): {groups} node-rail pairs"),
             );
             let partner = places.first().map(|p| p.peer as usize);
-            let secs = self.timed_exchange(partner, bytes, loops, false, start, out)?;
-            Ok(vec![busbw(bytes as f64, secs); places.len()])
+            let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, false, start, out)?;
+            let gpu_secs = settled_mean(&gpu_ops);
+            // What the path delivered by the faster of the two clocks: the host's can only be
+            // slowed by the host (a late launch, a descheduled thread), the GPU's only by
+            // waiting inside the first operation, which `settled_mean` leaves out. A busy host
+            // that also slows the GPUs' clock (NCCL's proxy threads feed the network) is named
+            // by the host's own fact (`facts::host_load`), not by these rounds.
+            let delivered = busbw(bytes as f64, secs).max(busbw(bytes as f64, gpu_secs));
+            Ok(vec![delivered; places.len()])
         };
         follow(&[me], self.nranks as usize, gather, measure).map_err(|e| match e {
             FollowError::Caller(e) => e,
@@ -355,6 +376,7 @@ mod tests {
             bytes: 1,
             time_us: 1.0,
             busbw,
+            gpu_busbw: None,
             first_busbw: None,
         }
     }

@@ -2,6 +2,7 @@
 //! then node pairs (GPU i of one node with GPU i of the other, all GPUs at once). The schedule
 //! and the rows are pure functions of the topology and the measured times.
 
+use super::gpu_time::{faster_end, settled_mean, GpuTimer};
 use super::timed::Measurer;
 use super::{ms, GpuOutcome, RunError, Start};
 use crate::measure::nccl::Comm;
@@ -75,21 +76,49 @@ pub(super) fn busbw(bytes: f64, secs: f64) -> f64 {
     }
 }
 
-/// The rows of one round of GPU pairs; `times[r]`: rank r's seconds per operation.
+/// Each rank's seconds in one round, by both clocks (0 and nothing for ranks without a
+/// partner).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct RoundTimes {
+    /// Per operation by the host's clock around the whole loop, as nccl-tests times it.
+    pub host: Vec<f64>,
+    /// Each operation's seconds by the GPU's clock (`gpu_time`).
+    pub gpu: Vec<Vec<f64>>,
+}
+
+impl RoundTimes {
+    /// A pair's seconds per operation: the slower end by the host's clock; by the GPUs' each
+    /// operation at its faster end (`gpu_time::faster_end`), the first left out
+    /// (`gpu_time::settled_mean`). None when the GPUs timed nothing.
+    pub fn pair(&self, a: usize, b: usize) -> (f64, Option<f64>) {
+        let host = self.host[a].max(self.host[b]);
+        let ops = faster_end(&self.gpu[a], &self.gpu[b]);
+        let gpu = Some(settled_mean(&ops)).filter(|&g| g > 0.0);
+        (host, gpu)
+    }
+}
+
+/// The rows of one round of GPU pairs.
 pub(super) fn gpu_rows(
     t: &Topology,
     round: &[(usize, usize)],
-    times: &[f64],
+    times: &RoundTimes,
     bytes: u64,
 ) -> Vec<PairRow> {
     round
         .iter()
-        .map(|&(a, b)| gpu_row(t, (a, b), times[a].max(times[b]), bytes))
+        .map(|&(a, b)| gpu_row(t, (a, b), times.pair(a, b), bytes))
         .collect()
 }
 
-/// The row of one GPU pair that took `secs` per operation.
-pub(super) fn gpu_row(t: &Topology, (a, b): (usize, usize), secs: f64, bytes: u64) -> PairRow {
+/// The row of one GPU pair that took `secs` per operation by the host's clock (and `gpu_secs`
+/// by the GPUs').
+pub(super) fn gpu_row(
+    t: &Topology,
+    (a, b): (usize, usize),
+    (secs, gpu_secs): (f64, Option<f64>),
+    bytes: u64,
+) -> PairRow {
     let local = |r| t.local_index(r).unwrap_or(0);
     PairRow {
         expected: None,
@@ -101,16 +130,17 @@ pub(super) fn gpu_row(t: &Topology, (a, b): (usize, usize), secs: f64, bytes: u6
         bytes,
         time_us: secs * 1e6,
         busbw: busbw(bytes as f64, secs),
+        gpu_busbw: gpu_secs.map(|g| busbw(bytes as f64, g)),
         first_busbw: None,
     }
 }
 
 /// The rows of one round of node pairs: a node pair's time is its slowest GPU's, its bandwidth
-/// the sum over its GPUs (all at once).
+/// the sum over its GPUs (all at once); the same by the GPUs' clock.
 pub(super) fn node_rows(
     t: &Topology,
     round: &NodeRound,
-    times: &[f64],
+    times: &RoundTimes,
     bytes: u64,
 ) -> Vec<PairRow> {
     let names = t.node_names();
@@ -124,10 +154,13 @@ pub(super) fn node_rows(
                 .copied()
                 .filter(|&(a, b)| t.node_index(a) == Some(na) && t.node_index(b) == Some(nb))
                 .collect();
-            let secs = members
+            let each: Vec<(f64, Option<f64>)> =
+                members.iter().map(|&(a, b)| times.pair(a, b)).collect();
+            let secs = each.iter().map(|e| e.0).fold(0.0, f64::max);
+            let gpu_secs = each
                 .iter()
-                .map(|&(a, b)| times[a].max(times[b]))
-                .fold(0.0, f64::max);
+                .map(|e| e.1)
+                .try_fold(0.0, |m: f64, g| g.map(|g| m.max(g)));
             PairRow {
                 expected: None,
                 kind: PairKind::Node,
@@ -140,6 +173,9 @@ pub(super) fn node_rows(
                 bytes,
                 time_us: secs * 1e6,
                 busbw: busbw(bytes as f64 * members.len() as f64, secs),
+                gpu_busbw: gpu_secs
+                    .filter(|_| !members.is_empty())
+                    .map(|g| busbw(bytes as f64 * members.len() as f64, g)),
                 first_busbw: None,
             }
         })
@@ -170,8 +206,17 @@ impl Measurer<'_> {
         let mut rows = self.pair_matrix(bytes, (warmup, iters), start, out)?;
         let floors = start.floors();
         let floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
-        let slow = !crate::judge::analysis::slow_pairs(&rows, o.config.outliers.fraction, &floor)
-            .is_empty();
+        // Held as the verdict holds them: at what each path delivered by the faster clock.
+        let delivered: Vec<PairRow> = rows
+            .iter()
+            .map(|r| PairRow {
+                busbw: r.delivered_busbw(),
+                ..r.clone()
+            })
+            .collect();
+        let slow =
+            !crate::judge::analysis::slow_pairs(&delivered, o.config.outliers.fraction, &floor)
+                .is_empty();
         if o.config.outliers.retest && self.agree_slow(slow)? {
             phase(start, "slow pairs: measuring the pair matrix once more");
             let again = self.pair_matrix(bytes, (warmup, iters), start, out)?;
@@ -220,7 +265,8 @@ impl Measurer<'_> {
 
     /// One round: every rank in a pair exchanges `count` bytes with its partner (send and
     /// receive at once, as nccl-tests sendrecv with 2 GPUs), the others wait. Returns each
-    /// rank's seconds per operation (0 for ranks without a partner), the same on every rank.
+    /// rank's seconds per operation by both clocks (0 for ranks without a partner), the same on
+    /// every rank (one sum over the control plane).
     fn pair_round(
         &self,
         round: &[(usize, usize)],
@@ -229,17 +275,40 @@ impl Measurer<'_> {
         in_node: bool,
         start: &Start,
         out: &mut GpuOutcome,
-    ) -> Result<Vec<f64>, RunError> {
+    ) -> Result<RoundTimes, RunError> {
         let me = self.rank as usize;
+        let n = self.nranks as usize;
+        let iters = loops.1 as usize;
         let partner = crate::measure::pairs::partner(round, me);
-        let secs = self.timed_exchange(partner, count, loops, in_node, start, out)?;
-        let mut mine = vec![0.0; self.nranks as usize];
+        let (secs, gpu_ops) = self.timed_exchange(partner, count, loops, in_node, start, out)?;
+        // One vector for the control plane's sum: every rank's host time, then every rank's
+        // operations by its GPU's clock (each rank fills its own slots).
+        let mut mine = vec![0.0; n + n * iters];
         mine[me] = secs;
-        self.team.sum(&mine).map_err(|e| self.team_err(e))
+        for (k, d) in gpu_ops.iter().take(iters).enumerate() {
+            mine[n + me * iters + k] = *d;
+        }
+        let sums = self.team.sum(&mine).map_err(|e| self.team_err(e))?;
+        if sums.len() != mine.len() {
+            return Err(RunError::Runtime(format!(
+                "the pair round's times: {} values summed, {} sent",
+                sums.len(),
+                mine.len()
+            )));
+        }
+        let gpu = (0..n)
+            .map(|r| sums[n + r * iters..n + (r + 1) * iters].to_vec())
+            .collect();
+        Ok(RoundTimes {
+            host: sums[..n].to_vec(),
+            gpu,
+        })
     }
 
     /// This rank's part of a round: `count` bytes each way with `partner` (none: it waits),
-    /// after a warm-up and a barrier; seconds per operation (0 without a partner).
+    /// after a warm-up and a barrier; seconds per operation by the host's clock around the
+    /// loop, and each operation's seconds by the GPU's (`gpu_time`); 0 and none without a
+    /// partner.
     pub(super) fn timed_exchange(
         &self,
         partner: Option<usize>,
@@ -248,7 +317,7 @@ impl Measurer<'_> {
         in_node: bool,
         start: &Start,
         out: &mut GpuOutcome,
-    ) -> Result<f64, RunError> {
+    ) -> Result<(f64, Vec<f64>), RunError> {
         // Inside a node, on the node's own communicator when there is one: peers by local index.
         let (comm, peer_of): (&Comm, Box<dyn Fn(usize) -> u32>) = match (in_node, self.node_comm) {
             (true, Some(c)) => (
@@ -286,19 +355,31 @@ impl Measurer<'_> {
         }
         self.wait(&what)?;
         out.phases.warmup_ms += ms(t.elapsed());
+        let timing = |e| self.err_runtime("timing the exchange on the GPU", e);
+        // Created before the barrier, so making events is not timed.
+        let mut timer = match partner {
+            Some(_) => Some(GpuTimer::new(self.gpu, iters).map_err(timing)?),
+            None => None,
+        };
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let t = Instant::now();
         for iter in 0..iters as u64 {
+            if let Some(g) = &timer {
+                g.before(self.gpu).map_err(timing)?;
+            }
             exchange(iter)?;
+            if let Some(g) = timer.as_mut() {
+                g.after(self.gpu).map_err(timing)?;
+            }
         }
         self.wait(&what)?;
-        let secs = if partner.is_some() {
-            t.elapsed().as_secs_f64() / iters as f64
-        } else {
-            0.0
+        let elapsed = t.elapsed();
+        out.phases.timed_loop_ms += ms(elapsed);
+        let Some(timer) = timer else {
+            return Ok((0.0, Vec::new()));
         };
-        out.phases.timed_loop_ms += ms(t.elapsed());
-        Ok(secs)
+        let gpu_ops = timer.durations().map_err(timing)?;
+        Ok((elapsed.as_secs_f64() / iters as f64, gpu_ops))
     }
 }
 
@@ -354,13 +435,21 @@ mod tests {
     #[test]
     fn rows_take_the_slower_endpoint_and_node_pairs_sum_their_gpus() {
         let t = topology(&[("a", 2), ("b", 2)]);
-        let times = [0.001, 0.002, 0.001, 0.0];
+        let ops = |v: f64| vec![v, v];
+        let times = RoundTimes {
+            host: vec![0.001, 0.002, 0.001, 0.0],
+            gpu: vec![ops(0.0005), ops(0.001), ops(0.0), ops(0.0)],
+        };
         let gpu = gpu_rows(&t, &[(0, 1), (2, 3)], &times, 1_000_000);
         assert_eq!(
             (gpu[0].node.as_str(), gpu[0].a.as_str(), gpu[0].b.as_str()),
             ("a", "GPU0", "GPU1")
         );
         assert_eq!((gpu[0].time_us, gpu[0].busbw), (2000.0, 0.5));
+        // By the GPUs' clock the faster end: 0.5 ms, 2 GB/s; a pair whose GPUs timed nothing
+        // has no GPU number.
+        assert_eq!(gpu[0].gpu_busbw, Some(2.0));
+        assert_eq!(gpu[1].gpu_busbw, None);
         assert_eq!((gpu[1].node.as_str(), gpu[1].a.as_str()), ("b", "GPU0"));
         assert_eq!(gpu[1].ranks, (2, 3));
         let round = &schedule(&t).node_rounds[0];
@@ -370,7 +459,14 @@ mod tests {
         assert_eq!(node[0].kind, PairKind::Node);
         // Two GPU pairs of 1 MB each, the slower in 2 ms: 1 GB/s.
         assert_eq!((node[0].time_us, node[0].busbw), (2000.0, 1.0));
+        // GPU 0<->2 timed 0.5 ms (rank 2's GPU nothing), 1<->3 1 ms: the slower, 2 MB in 1 ms.
+        assert_eq!(node[0].gpu_busbw, Some(2.0));
         // Nothing timed: no bandwidth rather than infinity.
-        assert_eq!(gpu_rows(&t, &[(0, 1)], &[0.0; 4], 1)[0].busbw, 0.0);
+        let none = RoundTimes {
+            host: vec![0.0; 4],
+            gpu: vec![Vec::new(); 4],
+        };
+        assert_eq!(gpu_rows(&t, &[(0, 1)], &none, 1)[0].busbw, 0.0);
+        assert_eq!(gpu_rows(&t, &[(0, 1)], &none, 1)[0].gpu_busbw, None);
     }
 }

@@ -1,0 +1,320 @@
+//! Whether the host's CPUs were busy while the check measured, and with whom: two samples of
+//! `/proc` (at the start and the end of the measurement) give the share of every CPU that went to
+//! processes other than this check, how long this check's own threads waited for a CPU
+//! (`/proc/self/task/*/schedstat`: time runnable but not running), and the top consumers
+//! outside the check (pid, user, command, the Slurm job its cgroup names, CPU share).
+//!
+//! Why: a host with every core busy delays the threads that launch the GPUs' work, and the pair
+//! matrix then reads like a dead NVLink by the host's clock (seen on 4x H200 with one busy loop
+//! per core: 84-168 GB/s where the GPUs deliver 270+). The GPUs' clock tells the two apart
+//! (`runner::gpu_time`); this fact names the cause where the GPUs' clock is slow too (NCCL's
+//! proxy threads, which move network data, are host threads).
+//!
+//! The rule ([`HostLoad::busy`]) is coarse on purpose: others used at least [`BUSY_SHARE`] of
+//! every CPU, or this check's threads waited for a CPU at least [`WAIT_SHARE`] of the window
+//! (summed over its threads). An unreadable `/proc` is unknown, never busy.
+
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// Others' share of all CPUs at and above which the host is busy.
+pub const BUSY_SHARE: f64 = 0.75;
+/// This check's threads' summed wait for a CPU, as a share of the window, at and above which
+/// the host is busy (half a thread's time: an idle host leaves it near 0).
+pub const WAIT_SHARE: f64 = 0.5;
+/// Processes read per sample at most (a host with more is read in part: the rest is not named).
+const MAX_PIDS: usize = 16_384;
+/// Consumers named at most, and the least share of one CPU worth naming.
+const TOP: usize = 5;
+const MIN_NAMED: f64 = 0.05;
+
+/// One look at the host.
+#[derive(Debug, Clone)]
+pub struct HostSample {
+    at: Instant,
+    /// All CPUs' busy and total clock ticks since boot (`/proc/stat`'s `cpu` line).
+    busy_ticks: u64,
+    total_ticks: u64,
+    cpus: u32,
+    /// Every process's user + system ticks (`/proc/PID/stat`).
+    procs: HashMap<u32, u64>,
+    /// This process's threads' nanoseconds runnable but not running.
+    own_wait_ns: Option<u64>,
+}
+
+/// A process that used CPU time while the check measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Consumer {
+    pub pid: u32,
+    pub user: String,
+    pub command: String,
+    /// The Slurm job whose cgroup holds it, when its cgroup says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// CPUs it used on average (1.0: one whole CPU).
+    pub cpus: f64,
+}
+
+/// What the two samples show.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostLoad {
+    pub window_s: f64,
+    pub cpus: u32,
+    /// Share of all CPUs busy with anything but this check.
+    pub others_share: f64,
+    /// This check's threads' summed wait for a CPU, as a share of the window (None where the
+    /// kernel keeps no schedstat).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_wait_share: Option<f64>,
+    /// The largest consumers outside the check, largest first.
+    pub top: Vec<Consumer>,
+}
+
+/// Reads one sample under `proc_root` (`/proc` on a node, a fixture tree in tests); `own` is
+/// this process's pid (its CPU time is the check's, not another's). None when `/proc/stat`
+/// cannot be read.
+pub fn sample(proc_root: &Path, own: u32) -> Option<HostSample> {
+    let stat = std::fs::read_to_string(proc_root.join("stat")).ok()?;
+    let (busy_ticks, total_ticks, cpus) = cpu_ticks(&stat)?;
+    let mut procs = HashMap::new();
+    if let Ok(dir) = std::fs::read_dir(proc_root) {
+        for entry in dir.flatten().take(MAX_PIDS * 2) {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if procs.len() >= MAX_PIDS {
+                break;
+            }
+            if let Some(t) = std::fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|s| process_ticks(&s))
+            {
+                procs.insert(pid, t);
+            }
+        }
+    }
+    Some(HostSample {
+        at: Instant::now(),
+        busy_ticks,
+        total_ticks,
+        cpus,
+        procs,
+        own_wait_ns: own_wait(&proc_root.join(own.to_string()).join("task")),
+    })
+}
+
+/// `cpu  user nice system idle iowait irq softirq steal ...`: (busy, total) ticks and the
+/// number of `cpuN` lines.
+fn cpu_ticks(stat: &str) -> Option<(u64, u64, u32)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    if v.len() < 4 {
+        return None;
+    }
+    let total: u64 = v.iter().sum();
+    let idle = v[3] + v.get(4).copied().unwrap_or(0);
+    let cpus = stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count() as u32;
+    Some((total.saturating_sub(idle), total, cpus.max(1)))
+}
+
+/// `/proc/PID/stat`: utime + stime (fields 14 and 15), after the command's closing parenthesis
+/// (a command may hold spaces and parentheses of its own).
+fn process_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): utime is field 14, stime 15.
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The summed run-queue wait of every thread under `task` (`schedstat`'s second field).
+fn own_wait(task: &Path) -> Option<u64> {
+    let mut sum = 0u64;
+    let mut any = false;
+    for entry in std::fs::read_dir(task).ok()?.flatten().take(4096) {
+        if let Some(w) = std::fs::read_to_string(entry.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        {
+            sum += w;
+            any = true;
+        }
+    }
+    any.then_some(sum)
+}
+
+/// What happened between `a` and `b`: `own` is this process's pid, `ticks_per_s` the kernel's
+/// clock tick (`sysconf(_SC_CLK_TCK)`, 100 on Linux), `proc_root` where to name the consumers.
+pub fn between(
+    a: &HostSample,
+    b: &HostSample,
+    own: u32,
+    ticks_per_s: f64,
+    proc_root: &Path,
+) -> HostLoad {
+    let window_s = b.at.duration_since(a.at).as_secs_f64();
+    let total = b.total_ticks.saturating_sub(a.total_ticks) as f64;
+    let busy = b.busy_ticks.saturating_sub(a.busy_ticks) as f64;
+    let delta = |pid: &u32, t: &u64| t.saturating_sub(a.procs.get(pid).copied().unwrap_or(*t));
+    let own_ticks = b.procs.get(&own).map_or(0, |t| delta(&own, t)) as f64;
+    let others_share = if total > 0.0 {
+        ((busy - own_ticks) / total).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let own_wait_share = match (a.own_wait_ns, b.own_wait_ns) {
+        (Some(x), Some(y)) if window_s > 0.0 => Some(y.saturating_sub(x) as f64 / 1e9 / window_s),
+        _ => None,
+    };
+    let mut used: Vec<(u32, f64)> = b
+        .procs
+        .iter()
+        .filter(|(pid, _)| **pid != own && a.procs.contains_key(pid))
+        .map(|(pid, t)| {
+            let cpus = if window_s > 0.0 {
+                delta(pid, t) as f64 / ticks_per_s / window_s
+            } else {
+                0.0
+            };
+            (*pid, cpus)
+        })
+        .filter(|&(_, c)| c >= MIN_NAMED)
+        .collect();
+    used.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+    let top = used
+        .into_iter()
+        .take(TOP)
+        .map(|(pid, cpus)| consumer(proc_root, pid, cpus))
+        .collect();
+    HostLoad {
+        window_s,
+        cpus: b.cpus,
+        others_share,
+        own_wait_share,
+        top,
+    }
+}
+
+/// A consumer's user, command and Slurm job, read now (a process that is gone keeps its pid).
+fn consumer(proc_root: &Path, pid: u32, cpus: f64) -> Consumer {
+    let dir = proc_root.join(pid.to_string());
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    let uid = read("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next()?.parse::<u32>().ok());
+    Consumer {
+        pid,
+        user: uid.map_or_else(|| "?".into(), user_name),
+        command: read("comm").trim().chars().take(64).collect(),
+        job: slurm_job(&read("cgroup")),
+        cpus,
+    }
+}
+
+/// The user's name, else the uid as a number.
+fn user_name(uid: u32) -> String {
+    // SAFETY: getpwuid_r with our own buffer; the result is read only when it says it filled it.
+    let mut buf = vec![0 as libc::c_char; 4096];
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut out) };
+    if rc == 0 && !out.is_null() && !pwd.pw_name.is_null() {
+        // SAFETY: pw_name points into `buf`, NUL-terminated by getpwuid_r.
+        let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+        return name.to_string_lossy().into_owned();
+    }
+    uid.to_string()
+}
+
+/// `0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0` → `4242` (cgroup v2 and v1
+/// both name the job `job_N`).
+pub fn slurm_job(cgroup: &str) -> Option<String> {
+    cgroup.lines().find_map(|l| {
+        l.split('/').find_map(|part| {
+            let n = part.strip_prefix("job_")?;
+            (!n.is_empty() && n.bytes().all(|c| c.is_ascii_digit())).then(|| n.to_string())
+        })
+    })
+}
+
+impl HostLoad {
+    /// Whether the host was busy enough to slow the check (see the module comment).
+    pub fn busy(&self) -> bool {
+        self.others_share >= BUSY_SHARE || self.own_wait_share.is_some_and(|w| w >= WAIT_SHARE)
+    }
+
+    /// `host busy: 97% of 64 CPUs used by other processes, the check's threads waited 1.8x
+    /// their time for a CPU; top: pid 4242 (alice, python, job 17) 1.0 CPU, ...`
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "host busy: {:.0}% of {} CPUs used by other processes",
+            self.others_share * 100.0,
+            self.cpus
+        );
+        if let Some(w) = self.own_wait_share {
+            s += &format!(", the check's threads waited {w:.2}x the window for a CPU");
+        }
+        if !self.top.is_empty() {
+            let top: Vec<String> = self
+                .top
+                .iter()
+                .map(|c| {
+                    let job = c
+                        .job
+                        .as_ref()
+                        .map_or(String::new(), |j| format!(", job {j}"));
+                    format!(
+                        "pid {} ({}, {}{job}) {:.1} CPU",
+                        c.pid, c.user, c.command, c.cpus
+                    )
+                })
+                .collect();
+            s += &format!("; top: {}", top.join(", "));
+        }
+        s
+    }
+}
+
+/// A sample at the start of a measurement, and the load at its end.
+pub struct LoadWatch {
+    start: Option<HostSample>,
+}
+
+impl LoadWatch {
+    /// Samples `/proc` now.
+    pub fn start() -> LoadWatch {
+        LoadWatch {
+            start: sample(Path::new("/proc"), std::process::id()),
+        }
+    }
+
+    /// The load since [`LoadWatch::start`]; None when `/proc` could not be read.
+    pub fn stop(self) -> Option<HostLoad> {
+        let proc_root = Path::new("/proc");
+        let own = std::process::id();
+        let end = sample(proc_root, own)?;
+        // SAFETY: sysconf has no preconditions.
+        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let tick = if tick > 0 { tick as f64 } else { 100.0 };
+        Some(between(&self.start?, &end, own, tick, proc_root))
+    }
+}
+
+#[cfg(test)]
+mod tests;

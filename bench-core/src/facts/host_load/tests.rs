@@ -1,0 +1,147 @@
+use super::*;
+use std::time::Duration;
+
+/// A `/proc` tree with a 4-CPU `stat` and the given processes (pid, comm, ticks, cgroup).
+fn fixture(name: &str, cpu: &str, procs: &[(u32, &str, u64, &str)]) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("host-load-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("mkdir");
+    let stat = format!("{cpu}\ncpu0 1 0 1 1\ncpu1 1 0 1 1\ncpu2 1 0 1 1\ncpu3 1 0 1 1\nintr 5\n");
+    std::fs::write(d.join("stat"), stat).expect("stat");
+    for &(pid, comm, ticks, cgroup) in procs {
+        let p = d.join(pid.to_string());
+        std::fs::create_dir_all(p.join("task/1")).expect("mkdir");
+        // A command with a space and a parenthesis: fields are counted after the last ')'.
+        let stat = format!(
+            "{pid} ({comm}) R 1 1 1 0 -1 4194304 100 0 0 0 {} {} 0 0 20 0 1 0 5 0 0",
+            ticks / 2,
+            ticks - ticks / 2
+        );
+        std::fs::write(p.join("stat"), stat).expect("stat");
+        std::fs::write(p.join("comm"), format!("{comm}\n")).expect("comm");
+        std::fs::write(p.join("status"), "Name:\tx\nUid:\t0\t0\t0\t0\n").expect("status");
+        std::fs::write(p.join("cgroup"), cgroup).expect("cgroup");
+        std::fs::write(p.join("task/1/schedstat"), "100 2000000000 5\n").expect("schedstat");
+    }
+    d
+}
+
+fn shifted(s: &HostSample, secs: f64) -> HostSample {
+    HostSample {
+        at: s.at + Duration::from_secs_f64(secs),
+        ..s.clone()
+    }
+}
+
+#[test]
+fn a_sample_reads_the_cpus_every_process_and_this_ones_wait() {
+    let d = fixture(
+        "read",
+        "cpu  100 0 50 800 50 0 0 0 0 0",
+        &[(7, "busy (loop)", 40, ""), (9, "nccl-check", 10, "")],
+    );
+    let s = sample(&d, 9).expect("a sample");
+    assert_eq!((s.busy_ticks, s.total_ticks, s.cpus), (150, 1000, 4));
+    assert_eq!(s.procs.get(&7), Some(&40));
+    assert_eq!(s.own_wait_ns, Some(2_000_000_000));
+    // No /proc/stat: unknown, not idle.
+    assert!(sample(&d.join("nowhere"), 9).is_none());
+}
+
+#[test]
+fn every_cpu_busy_with_others_is_busy_and_names_the_consumers_largest_first() {
+    let d = fixture(
+        "busy",
+        "cpu  0 0 0 0 0 0 0 0",
+        &[
+            (
+                7,
+                "loop",
+                0,
+                "0::/system.slice/slurmstepd.scope/job_4242/step_0\n",
+            ),
+            (8, "loop", 0, "0::/user.slice\n"),
+            (9, "nccl-check", 0, ""),
+        ],
+    );
+    let a = sample(&d, 9).expect("a");
+    let mut b = shifted(&a, 1.0);
+    // In 1 s at 100 ticks/s on 4 CPUs (400 ticks): 380 busy, 40 of them the check's own.
+    b.busy_ticks = 380;
+    b.total_ticks = 400;
+    b.procs.insert(7, 200);
+    b.procs.insert(8, 140);
+    b.procs.insert(9, 40);
+    let load = between(&a, &b, 9, 100.0, &d);
+    assert!((load.others_share - 0.85).abs() < 1e-9, "{load:?}");
+    assert!(load.busy());
+    assert_eq!(
+        load.top.len(),
+        2,
+        "the check itself is never a consumer: {load:?}"
+    );
+    assert_eq!((load.top[0].pid, load.top[0].cpus), (7, 2.0));
+    assert_eq!(load.top[0].job.as_deref(), Some("4242"));
+    assert_eq!((load.top[1].pid, load.top[1].job.as_deref()), (8, None));
+    assert_eq!(load.top[0].user, "root");
+    let text = load.describe();
+    assert!(text.starts_with("host busy: 85% of 4 CPUs"), "{text}");
+    assert!(
+        text.contains("pid 7 (root, loop, job 4242) 2.0 CPU"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_decision_table_of_the_host_rule() {
+    let load = |others: f64, wait: Option<f64>| HostLoad {
+        window_s: 2.0,
+        cpus: 8,
+        others_share: others,
+        own_wait_share: wait,
+        top: Vec::new(),
+    };
+    // (others' share, own wait share) -> busy
+    let table = [
+        (0.0, None, false),
+        (0.5, Some(0.1), false),
+        (0.74, Some(0.49), false),
+        (0.75, None, true),
+        (1.0, Some(0.0), true),
+        (0.2, Some(0.5), true),
+        (0.0, Some(2.0), true),
+    ];
+    for (others, wait, busy) in table {
+        assert_eq!(load(others, wait).busy(), busy, "{others} {wait:?}");
+    }
+}
+
+#[test]
+fn a_check_alone_on_the_host_is_not_busy_whatever_it_uses_itself() {
+    let d = fixture("alone", "cpu  0 0 0 0 0 0 0 0", &[(9, "nccl-check", 0, "")]);
+    let a = sample(&d, 9).expect("a");
+    let mut b = shifted(&a, 2.0);
+    // The check's own threads spin on 3 of 4 CPUs.
+    b.busy_ticks = 600;
+    b.total_ticks = 800;
+    b.procs.insert(9, 600);
+    b.own_wait_ns = a.own_wait_ns;
+    let load = between(&a, &b, 9, 100.0, &d);
+    assert_eq!(load.others_share, 0.0);
+    assert_eq!(load.own_wait_share, Some(0.0));
+    assert!(!load.busy() && load.top.is_empty(), "{load:?}");
+}
+
+#[test]
+fn slurm_jobs_are_read_from_v1_and_v2_cgroup_paths_only_as_numbers() {
+    assert_eq!(
+        slurm_job("0::/system.slice/slurmstepd.scope/job_17/step_batch/user/task_0\n"),
+        Some("17".into())
+    );
+    assert_eq!(
+        slurm_job("4:cpuset:/slurm/uid_1000/job_9/step_0\n"),
+        Some("9".into())
+    );
+    assert_eq!(slurm_job("0::/user.slice/user-1000.slice/job_x\n"), None);
+    assert_eq!(slurm_job(""), None);
+}

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The causes on a GPU machine (not run in CI: no GPU there): the verdict names the cause, and a
+# busy host, a busy GPU or an idle stray is never named as broken hardware.
+#
+#   tests/gpu/cause.sh NCCL_CHECK LIBNCCL OUTDIR [--repeat N] [--prolog PROLOG] [--python PY]
+#
+# Rows (each N quick checks, --json per run):
+#   healthy       nothing else on the node: PASS
+#   cpu1, cpu2    one / two busy loops per core: never a FAIL naming a GPU, link, NIC or path;
+#                 a FAIL or warning names the host as busy with the consumers' pids
+#   p2p-off       NCCL_P2P_DISABLE=1: FAIL naming the links (GPU pairs), as before
+#   gpu-hog       (--python) a process saturating GPU 1's memory bandwidth: FAIL naming GPU1 busy
+#   idle-stray    (--python) an idle process holding 20 GiB on the last GPU: PASS with a warning
+#                 naming it (pid)
+# With --prolog (root): the prolog gate with gpus = "all" under each CPU load, N runs, no cache,
+# a recording scontrol: no run drains naming hardware (busy CPUs of no job may drain as `busy`,
+# by the `stray_processes` policy; the busy loops here belong to no job).
+# Prints one line per run and `cause: N failed`; exits non-zero when any expectation failed.
+set -u
+bin=$1 lib=$2 out=$3; shift 3
+repeat=5 prolog= py=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --repeat) repeat=$2; shift 2 ;;
+    --prolog) prolog=$2; shift 2 ;;
+    --python) py=$2; shift 2 ;;
+    *) echo "cause.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+ngpus=$(nvidia-smi -L | grep -c ^GPU)
+cores=$(nproc)
+fails=0
+hogs=()
+stop_hogs() { for p in "${hogs[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; hogs=(); }
+trap stop_hogs EXIT
+
+# One line per report: verdict, the reasons' code@subject, the warnings' codes, pair busbw range
+# by both clocks, the host load. Then the row's expectation, by python, on the same JSON.
+summarize() { # row json rc
+  python3 - "$@" <<'EOF'
+import json, sys
+row, path, rc = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    r = json.load(open(path))
+except Exception as e:
+    print(f"{row} rc={rc} no report ({e})"); sys.exit(1)
+reasons = [f"{x['code']}@{x.get('subject') or '-'}" for x in r.get("reasons", [])]
+warns = [x["code"] for x in r.get("warnings", [])]
+pairs = r.get("pairs", [])
+host = [p["busbw"] for p in pairs]
+gpu = [p["gpu_busbw"] for p in pairs if p.get("gpu_busbw") is not None]
+rng = lambda v: f"{min(v):.0f}-{max(v):.0f}" if v else "-"
+load = (r.get("facts") or {}).get("host") or {}
+top = ",".join(str(c["pid"]) for c in load.get("top", []))
+print(f"{row} rc={rc} {r.get('verdict')} reasons={reasons or '-'} warnings={warns or '-'} "
+      f"pairs host={rng(host)} gpu={rng(gpu)} others={load.get('others_share', -1):.2f} "
+      f"wait={load.get('own_wait_share') or 0:.2f} top={top or '-'}")
+hardware = {"busbw_below_threshold", "gpu_outlier", "link_outlier", "node_outlier",
+            "node_pair_outlier", "node_slow", "node_pair_slow", "rail_slow", "nvlink_down",
+            "net_port_down", "net_rate_degraded", "worker_starved"}
+codes = [x["code"] for x in r.get("reasons", [])]
+ok = True
+if row == "healthy":
+    ok = r.get("verdict") == "PASS"
+elif row.startswith("cpu"):
+    ok = not (set(codes) & hardware) and r.get("verdict") in ("PASS", "FAIL")
+    if r.get("verdict") == "FAIL":
+        ok = ok and codes[:1] == ["host_busy"]
+elif row == "p2p-off":
+    ok = r.get("verdict") == "FAIL" and any("<->" in (x.get("subject") or "") or "GPU" in (x.get("subject") or "") for x in r.get("reasons", []))
+elif row == "gpu-hog":
+    ok = r.get("verdict") == "FAIL" and any("GPU1" in (x.get("subject") or "") or "busy" in x["message"] for x in r.get("reasons", []))
+elif row == "idle-stray":
+    ok = r.get("verdict") == "PASS" and any("pid" in w["message"] for w in r.get("warnings", []))
+print(f"  expect {row}: {'ok' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+EOF
+}
+
+quick() { # row [env...]
+  local row=$1; shift
+  for i in $(seq "$repeat"); do
+    local j=$out/$row-$i.json
+    env "$@" timeout -k 2 120 "$bin" --nccl-lib "$lib" --json "$j" >"$out/$row-$i.txt" 2>&1
+    summarize "$row" "$j" $? || fails=$((fails + 1))
+  done
+}
+
+busy_loops() { # per-core
+  for _ in $(seq $(( cores * $1 ))); do
+    timeout 900 sh -c 'while :; do :; done' &
+    hogs+=($!)
+  done
+  sleep 1
+}
+
+gate_runs() { # row
+  [ -n "$prolog" ] && [ "$(id -u)" = 0 ] || return 0
+  local pd=$out/prolog-$1; mkdir -p "$pd/state"
+  printf '#!/bin/sh\necho "$*" >> %s/scontrol.log\ncase "$1" in show) echo "NodeName=gpu01 State=IDLE Reason=(null)";; esac\n' "$pd" >"$pd/scontrol"
+  chmod +x "$pd/scontrol"
+  printf 'worker = "%s"\nworker_config = "/nonexistent.toml"\ngpus = "all"\ncache_seconds = 0\nstate_dir = "%s/state"\nscontrol = "%s/scontrol"\n[env]\nNCCL_CHECK_NCCL_LIB = "%s"\nNCCL_NVLS_ENABLE = "0"\n' \
+    "$(readlink -f "$bin")" "$pd" "$pd" "$lib" >"$pd/gate.toml"
+  for i in $(seq "$repeat"); do
+    env -i SLURMD_NODENAME=gpu01 SLURM_JOB_ID=$((100 + i)) SLURM_SCRIPT_CONTEXT=prolog_slurmd \
+      timeout -k 2 120 "$prolog" --config "$pd/gate.toml" >"$pd/run-$i.txt" 2>&1
+    local rc=$? drained=no
+    grep -q 'state=drain' "$pd/scontrol.log" 2>/dev/null && drained=yes
+    grep -q 'state=drain reason=nccl-check:[^ ]*busy' "$pd/scontrol.log" 2>/dev/null && drained=busy
+    echo "prolog-$1 run $i rc=$rc drained=$drained: $(tail -1 "$pd/run-$i.txt" | cut -c1-220)"
+    [ "$drained" != yes ] || fails=$((fails + 1))
+    rm -f "$pd/scontrol.log"
+  done
+}
+
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,pci.device_id --format=csv,noheader; echo "cores $cores"; } >"$out/device.txt" 2>&1
+quick healthy
+busy_loops 1; quick cpu1; gate_runs cpu1; stop_hogs
+busy_loops 2; quick cpu2; gate_runs cpu2; stop_hogs
+if [ "$ngpus" -ge 2 ]; then
+  repeat=2 quick p2p-off NCCL_P2P_DISABLE=1
+fi
+if [ -n "$py" ] && [ "$ngpus" -ge 2 ]; then
+  # A busy GPU: memory traffic on GPU 1 for the whole row.
+  CUDA_VISIBLE_DEVICES=1 timeout 300 "$py" -c '
+import torch, time
+a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
+t = time.time()
+while time.time() - t < 280: b.copy_(a)
+' & hogs+=($!)
+  sleep 8
+  repeat=2 quick gpu-hog
+  stop_hogs
+  # An idle stray: 20 GiB held on the last GPU, nothing running.
+  CUDA_VISIBLE_DEVICES=$((ngpus - 1)) timeout 300 "$py" -c '
+import torch, time
+a = torch.empty(20 << 30, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize(); time.sleep(280)
+' & hogs+=($!)
+  sleep 8
+  repeat=2 quick idle-stray
+  stop_hogs
+fi
+echo "cause: $fails failed"
+exit $((fails > 0))
