@@ -2,7 +2,8 @@
 # The causes on a GPU machine (not run in CI: no GPU there): the verdict names the cause, and a
 # busy host, a busy GPU or an idle stray is never named as broken hardware.
 #
-#   tests/gpu/cause.sh NCCL_CHECK LIBNCCL OUTDIR [--repeat N] [--prolog PROLOG] [--python PY]
+#   tests/gpu/cause.sh NCCL_CHECK LIBNCCL OUTDIR [--repeat N] [--prolog-repeat M] [--prolog PROLOG]
+#                      [--python PY] [--rows healthy,cpu1,cpu2,p2p-off,gpu-hog,idle-stray,emulated-busy]
 #
 # Rows (each N quick checks, --json per run):
 #   healthy       nothing else on the node: PASS
@@ -12,21 +13,28 @@
 #   gpu-hog       (--python) a process saturating GPU 1's memory bandwidth: FAIL naming GPU1 busy
 #   idle-stray    (--python) an idle process holding 20 GiB on the last GPU: PASS with a warning
 #                 naming it (pid)
+#   emulated-busy (--python, 4 GPUs) 4 emulated nodes e1..e4 (NCCL_HOSTID, one GPU each, the
+#                 adaptive plan), GPU 1 (e2's) saturated: every process's verdict names e2's GPU
+#                 busy, none e2's network
 # With --prolog (root): the prolog gate with gpus = "all" under each CPU load, N runs, no cache,
 # a recording scontrol: no run drains naming hardware (busy CPUs of no job may drain as `busy`,
 # by the `stray_processes` policy; the busy loops here belong to no job).
 # Prints one line per run and `cause: N failed`; exits non-zero when any expectation failed.
 set -u
 bin=$1 lib=$2 out=$3; shift 3
-repeat=5 prolog= py=
+repeat=5 prepeat= prolog= py= rows=healthy,cpu1,cpu2,p2p-off,gpu-hog,idle-stray,emulated-busy
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeat) repeat=$2; shift 2 ;;
+    --prolog-repeat) prepeat=$2; shift 2 ;;
+    --rows) rows=$2; shift 2 ;;
     --prolog) prolog=$2; shift 2 ;;
     --python) py=$2; shift 2 ;;
     *) echo "cause.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+prepeat=${prepeat:-$repeat}
+want() { case ",$rows," in *",$1,"*) return 0 ;; esac; return 1; }
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ngpus=$(nvidia-smi -L | grep -c ^GPU)
@@ -72,6 +80,8 @@ elif row == "p2p-off":
     ok = r.get("verdict") == "FAIL" and any("<->" in (x.get("subject") or "") or "GPU" in (x.get("subject") or "") for x in r.get("reasons", []))
 elif row == "gpu-hog":
     ok = r.get("verdict") == "FAIL" and any("GPU1" in (x.get("subject") or "") or "busy" in x["message"] for x in r.get("reasons", []))
+elif row == "emulated-busy":
+    ok = r.get("verdict") == "FAIL" and codes[:1] == ["gpu_busy"] and not (set(codes) & {"node_slow", "node_pair_slow", "rail_slow"})
 elif row == "idle-stray":
     ok = r.get("verdict") == "PASS" and any("pid" in w["message"] for w in r.get("warnings", []))
 print(f"  expect {row}: {'ok' if ok else 'WRONG'}")
@@ -103,7 +113,7 @@ gate_runs() { # row
   chmod +x "$pd/scontrol"
   printf 'worker = "%s"\nworker_config = "/nonexistent.toml"\ngpus = "all"\ncache_seconds = 0\nstate_dir = "%s/state"\nscontrol = "%s/scontrol"\n[env]\nNCCL_CHECK_NCCL_LIB = "%s"\nNCCL_NVLS_ENABLE = "0"\n' \
     "$(readlink -f "$bin")" "$pd" "$pd" "$lib" >"$pd/gate.toml"
-  for i in $(seq "$repeat"); do
+  for i in $(seq "$prepeat"); do
     env -i SLURMD_NODENAME=gpu01 SLURM_JOB_ID=$((100 + i)) SLURM_SCRIPT_CONTEXT=prolog_slurmd \
       timeout -k 2 120 "$prolog" --config "$pd/gate.toml" >"$pd/run-$i.txt" 2>&1
     local rc=$? drained=no
@@ -116,31 +126,50 @@ gate_runs() { # row
 }
 
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,pci.device_id --format=csv,noheader; echo "cores $cores"; } >"$out/device.txt" 2>&1
-quick healthy
-busy_loops 1; quick cpu1; gate_runs cpu1; stop_hogs
-busy_loops 2; quick cpu2; gate_runs cpu2; stop_hogs
-if [ "$ngpus" -ge 2 ]; then
-  repeat=2 quick p2p-off NCCL_P2P_DISABLE=1
-fi
-if [ -n "$py" ] && [ "$ngpus" -ge 2 ]; then
-  # A busy GPU: memory traffic on GPU 1 for the whole row.
-  CUDA_VISIBLE_DEVICES=1 timeout 300 "$py" -c '
+hog_gpu() { # GPU: memory traffic on it until stop_hogs
+  CUDA_VISIBLE_DEVICES=$1 timeout 300 "$py" -c '
 import torch, time
 a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
 t = time.time()
 while time.time() - t < 280: b.copy_(a)
 ' & hogs+=($!)
   sleep 8
-  repeat=2 quick gpu-hog
-  stop_hogs
-  # An idle stray: 20 GiB held on the last GPU, nothing running.
-  CUDA_VISIBLE_DEVICES=$((ngpus - 1)) timeout 300 "$py" -c '
+}
+
+emulated_busy() { # 4 emulated nodes, e2's GPU busy; every process's report judged
+  local port=29631 pids=() i
+  NCCL_CHECK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n'); export NCCL_CHECK_SECRET
+  for i in 0 1 2 3; do
+    env NCCL_HOSTID=e$((i + 1)) SLURMD_NODENAME=e$((i + 1)) timeout -k 2 120 "$bin" --nccl-lib "$lib" \
+      --pair-matrix adaptive --gpus $i --rank $i --world 4 --rendezvous 127.0.0.1:$port --timeout 90 \
+      --json "$out/emulated-busy-e$((i + 1)).json" >"$out/emulated-busy-e$((i + 1)).txt" 2>&1 &
+    pids+=($!)
+  done
+  for i in 0 1 2 3; do
+    wait "${pids[$i]}"; summarize emulated-busy "$out/emulated-busy-e$((i + 1)).json" $? || fails=$((fails + 1))
+  done
+}
+
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,pci.device_id --format=csv,noheader; echo "cores $cores"; } >"$out/device.txt" 2>&1
+! want healthy || quick healthy
+! want cpu1 || { busy_loops 1; quick cpu1; gate_runs cpu1; stop_hogs; }
+! want cpu2 || { busy_loops 2; quick cpu2; gate_runs cpu2; stop_hogs; }
+if [ "$ngpus" -ge 2 ] && want p2p-off; then
+  repeat=2 quick p2p-off NCCL_P2P_DISABLE=1
+fi
+if [ -n "$py" ] && [ "$ngpus" -ge 2 ]; then
+  if want gpu-hog; then hog_gpu 1; repeat=2 quick gpu-hog; stop_hogs; fi
+  if want idle-stray; then
+    # An idle stray: 20 GiB held on the last GPU, nothing running.
+    CUDA_VISIBLE_DEVICES=$((ngpus - 1)) timeout 300 "$py" -c '
 import torch, time
 a = torch.empty(20 << 30, dtype=torch.uint8, device="cuda"); torch.cuda.synchronize(); time.sleep(280)
 ' & hogs+=($!)
-  sleep 8
-  repeat=2 quick idle-stray
-  stop_hogs
+    sleep 8
+    repeat=2 quick idle-stray
+    stop_hogs
+  fi
+  if [ "$ngpus" -ge 4 ] && want emulated-busy; then hog_gpu 1; emulated_busy; stop_hogs; fi
 fi
 echo "cause: $fails failed"
 exit $((fails > 0))
