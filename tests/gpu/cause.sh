@@ -118,7 +118,7 @@ gate_runs() { # row
       timeout -k 2 120 "$prolog" --config "$pd/gate.toml" >"$pd/run-$i.txt" 2>&1
     local rc=$? drained=no
     grep -q 'state=drain' "$pd/scontrol.log" 2>/dev/null && drained=yes
-    grep -q 'state=drain reason=nccl-check:[^ ]*busy' "$pd/scontrol.log" 2>/dev/null && drained=busy
+    grep -q 'state=drain reason=nccl-check:[^|]*busy' "$pd/scontrol.log" 2>/dev/null && drained=busy
     echo "prolog-$1 run $i rc=$rc drained=$drained: $(tail -1 "$pd/run-$i.txt" | cut -c1-220)"
     [ "$drained" != yes ] || fails=$((fails + 1))
     rm -f "$pd/scontrol.log"

@@ -3,7 +3,8 @@
 //! too) from a slow host (CPU load, a descheduled launching thread: the GPU waited between
 //! operations, which the per-operation sum leaves out). Host time stays the reported number, as
 //! in nccl-tests; the events cost about a microsecond per operation. The collectives' rows record
-//! them only in the retest of a result that was already slow; every pair round records them
+//! them only in the retest of a result that was already slow (each operation at the rank that
+//! waited least inside it, the first left out); every pair round records them
 //! (`pair_matrix`), since a pair's two ends are launched by two threads that a busy host
 //! deschedules independently.
 
@@ -47,11 +48,6 @@ impl GpuTimer {
             self.recorded += 1;
         }
         Ok(())
-    }
-
-    /// After the stream completed: the operations' summed GPU time in seconds.
-    pub fn seconds(&self) -> Result<f64, DriverError> {
-        Ok(self.durations()?.iter().sum())
     }
 
     /// Each recorded operation's GPU seconds, in order.

@@ -23,6 +23,10 @@ pub(super) struct Buffer {
     pub ptr: u64,
 }
 
+/// One placement's seconds per operation by the host's clock, its wrong-element count (when
+/// checked) and each operation's GPU seconds (when timed on the GPU).
+type Measured = (f64, Option<u64>, Option<Vec<f64>>);
+
 impl Buffer {
     /// ncclMemAlloc as nccl-tests uses from NCCL 2.19 (cuMem memory, registrable), else cuMemAlloc.
     pub fn new(nccl: &Nccl, bytes: u64) -> Result<Buffer, String> {
@@ -398,7 +402,7 @@ impl Measurer<'_> {
             };
             let busbw = algbw * coll.bus_factor(self.nranks as u64);
             if let Some(g) = gpu_secs {
-                let fastest = self.fastest_gpu_time(g)?;
+                let fastest = self.fastest_gpu_time(&g)?;
                 if fastest > 0.0 {
                     gpu_busbw[pi] = busbw * time / fastest;
                 }
@@ -435,16 +439,21 @@ impl Measurer<'_> {
         Ok((row, gpu))
     }
 
-    /// The smallest per-operation GPU time over all ranks (one value each way per process). A
-    /// rank whose host launched late waited least on the GPU, so the smallest is the time the
-    /// GPUs and links needed.
-    fn fastest_gpu_time(&self, mine: f64) -> Result<f64, RunError> {
-        let all = self.team.min(&[mine]).map_err(|e| self.team_err(e))?;
-        Ok(all.first().copied().unwrap_or(mine))
+    /// The GPUs' seconds per operation: each operation at the rank that waited least inside
+    /// it (the one whose host launched it last: every rank finishes an operation together), the
+    /// first operation left out (`gpu_time::settled_mean`). `mine`: this rank's per-operation
+    /// GPU seconds; the same length on every rank (the loop's iterations).
+    fn fastest_gpu_time(&self, mine: &[f64]) -> Result<f64, RunError> {
+        let all = self.team.min(mine).map_err(|e| self.team_err(e))?;
+        Ok(super::gpu_time::settled_mean(if all.len() == mine.len() {
+            &all
+        } else {
+            mine
+        }))
     }
 
     /// One placement of one size: returns seconds per operation, the wrong-element count, and
-    /// with `gpu_timed` the operation's GPU seconds (`gpu_time`).
+    /// with `gpu_timed` each operation's GPU seconds (`gpu_time`).
     fn measure(
         &self,
         coll: &dyn Collective,
@@ -452,7 +461,7 @@ impl Measurer<'_> {
         (in_place, seed, iters, gpu_timed): (bool, u32, u32, bool),
         what: &str,
         out: &mut GpuOutcome,
-    ) -> Result<(f64, Option<u64>, Option<f64>), RunError> {
+    ) -> Result<Measured, RunError> {
         let o = self.opts();
         let elt = o.datatype.size();
         let (dt, op) = (o.datatype.code(), o.op.code());
@@ -504,9 +513,8 @@ impl Measurer<'_> {
         let secs = elapsed.as_secs_f64() / iters as f64;
         let gpu_secs = match &timer {
             Some(t) => Some(
-                t.seconds()
-                    .map_err(|e| self.err_runtime("reading timing events", e))?
-                    / iters as f64,
+                t.durations()
+                    .map_err(|e| self.err_runtime("reading timing events", e))?,
             ),
             None => None,
         };
