@@ -109,8 +109,10 @@ busy_loops() { # per-core
 gate_runs() { # row
   [ -n "$prolog" ] && [ "$(id -u)" = 0 ] || return 0
   local pd=$out/prolog-$1; mkdir -p "$pd/state"
-  printf '#!/bin/sh\necho "$*" >> %s/scontrol.log\ncase "$1" in show) echo "NodeName=gpu01 State=IDLE Reason=(null)";; esac\n' "$pd" >"$pd/scontrol"
+  printf '#!/bin/sh\necho "$*" >> %s/scontrol.log\ncase "$*" in "show node -d -o gpu01") echo "NodeName=gpu01 Gres=gpu:'"$ngpus"' GresUsed=gpu:0 State=IDLE";; show*) echo "NodeName=gpu01 State=IDLE Reason=(null)";; esac\n' "$pd" >"$pd/scontrol"
   chmod +x "$pd/scontrol"
+  # Slurm's JSON beside it (the prolog reads whose a GPU is from squeue --json): no job holds one.
+  printf '#!/bin/sh\necho %s\n' "'{\"jobs\":[]}'" >"$pd/squeue"; chmod +x "$pd/squeue"
   printf 'worker = "%s"\nworker_config = "/nonexistent.toml"\ngpus = "all"\ncache_seconds = 0\nstate_dir = "%s/state"\nscontrol = "%s/scontrol"\n[env]\nNCCL_CHECK_NCCL_LIB = "%s"\nNCCL_NVLS_ENABLE = "0"\n' \
     "$(readlink -f "$bin")" "$pd" "$pd" "$lib" >"$pd/gate.toml"
   for i in $(seq "$prepeat"); do

@@ -177,7 +177,9 @@ if [ -n "${NCCL_CHECK_PROLOG:-}" ] && [ "$(id -u)" = 0 ]; then
   # The prolog gate (issue 5) as slurmd runs it: root, no PATH, Slurm's variables and a hostile
   # LD_LIBRARY_PATH it must drop. No Slurm here: scontrol is a recording stub.
   pd=$out/prolog; rm -rf "$pd"; mkdir -p "$pd/state"
-  printf '#!/bin/sh\necho "$*" >> %s/scontrol.log\ncase "$1" in show) echo "NodeName=gpu01 State=IDLE Reason=(null)";; esac\n' "$pd" > "$pd/scontrol"; chmod +x "$pd/scontrol"
+  printf '#!/bin/sh\necho "$*" >> %s/scontrol.log\ncase "$*" in "show node -d -o gpu01") echo "NodeName=gpu01 Gres=gpu:'"$ngpus"' GresUsed=gpu:0 State=IDLE";; show*) echo "NodeName=gpu01 State=IDLE Reason=(null)";; esac\n' "$pd" > "$pd/scontrol"; chmod +x "$pd/scontrol"
+  # Slurm's JSON beside it (the prolog reads whose a GPU is from squeue --json): no job holds one.
+  printf '#!/bin/sh\necho %s\n' "'{\"jobs\":[]}'" >"$pd/squeue"; chmod +x "$pd/squeue"
   conf() { printf 'worker = "%s"\nworker_config = "/nonexistent.toml"\ngpus = "all"\ncache_seconds = %s\nstate_dir = "%s/state"\nscontrol = "%s/scontrol"\n[env]\nNCCL_CHECK_NCCL_LIB = "%s"\nNCCL_NVLS_ENABLE = "0"\n%s\n' "$(readlink -f "$bin")" "$2" "$pd" "$pd" "$lib" "$3" > "$pd/$1.toml"; }
   conf pass 600 ""; conf fail 0 'NCCL_P2P_DISABLE = "1"'
   gate() { env -i SLURMD_NODENAME=gpu01 SLURM_JOB_ID=$1 SLURM_SCRIPT_CONTEXT=prolog_slurmd LD_LIBRARY_PATH=/evil timeout -k 2 60 "$NCCL_CHECK_PROLOG" --config "$pd/$2.toml"; }
