@@ -117,16 +117,27 @@ pub fn problems(c: &GateConfig, node: &str) -> Vec<String> {
         Ok(_) => {}
         Err(e) => p.push(e),
     }
-    match c.metrics_file_for(node) {
-        Ok(Some(m)) => {
-            if let Err(e) = secure::open_textfile_dir(m.parent().unwrap_or(Path::new("/"))) {
-                p.push(format!("metrics_file {e}"));
-            }
-        }
-        Ok(None) => {}
-        Err(e) => p.push(e),
-    }
     p
+}
+
+/// A `metrics_file` the gate will refuse: the check still runs (monitoring never turns the
+/// gate off) and its metrics go to the state dir's fallback file, so this is said, not NOT READY.
+pub fn metrics_note(c: &GateConfig, node: &str) -> Option<String> {
+    let why = match c.metrics_file_for(node) {
+        Ok(Some(m)) => secure::open_textfile_dir(m.parent().unwrap_or(Path::new("/")))
+            .err()
+            .map(|e| format!("metrics_file {e}"))?,
+        Ok(None) => return None,
+        Err(e) => e,
+    };
+    let fallback = c
+        .state_dir_for(node)
+        .map(|d| d.join(crate::metrics::FALLBACK).display().to_string())
+        .unwrap_or_else(|_| "the state dir".into());
+    Some(format!(
+        "WARNING {why}: the gate runs all the same; its metrics go to {fallback} \
+         (nccl_check_metrics_file_error 1) until this is fixed"
+    ))
 }
 
 /// The command: prints the report, returns the exit code.
@@ -186,6 +197,9 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
         println!("{l}");
     }
     for n in w.notes.iter().chain(&sl.notes).chain(&pl.notes) {
+        println!("# {n}");
+    }
+    if let Some(n) = metrics_note(&cfg, node) {
         println!("# {n}");
     }
     problems.extend(w.problems);
@@ -266,11 +280,17 @@ mod tests {
         std::fs::set_permissions(d.join("m"), std::fs::Permissions::from_mode(0o777))
             .expect("chmod");
         let p = problems(&c, "n1");
-        assert_eq!(p.len(), 2, "{p:?}");
+        assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].contains("not an executable"), "{p:?}");
+        // A refused metrics path is said, never NOT READY: the gate runs all the same.
+        let n = metrics_note(&c, "n1").expect("a note");
         assert!(
-            p[1].starts_with("metrics_file ") && p[1].contains("0777"),
-            "{p:?}"
+            n.starts_with("WARNING metrics_file ") && n.contains("0777"),
+            "{n}"
+        );
+        assert!(
+            n.contains("nccl_check.prom") && n.contains("the gate runs"),
+            "{n}"
         );
         std::fs::remove_dir_all(&d).ok();
     }
