@@ -380,6 +380,9 @@ t_recheck_wrapper_as_health_check_resumes_our_drain() {
     # not where a node's is (/etc/slurm): scontrol through a wrapper that names it.
     printf '#!/bin/sh\nexec env SLURM_CONF=%s /usr/bin/scontrol "$@"\n' "$SLURM_CONF" > "$fx/scontrol"
     chmod 0755 "$fx/scontrol"
+    # squeue is taken from scontrol's directory (whose GPUs are whose, for gpus = "all").
+    printf '#!/bin/sh\nexec env SLURM_CONF=%s /usr/bin/squeue "$@"\n' "$SLURM_CONF" > "$fx/squeue"
+    chmod 0755 "$fx/squeue"
     cp /etc/nccl-check/prolog.toml "$saved"
     cp "$SLURM_CONF" "$conf_saved"
     printf '# TEST FIXTURE\nworker = "%s"\nscontrol = "%s"\nauto_resume = true\nenv = { NCCL_CHECK_FAKE = "fail", NCCL_CHECK_FAKE_MARKER = "%s" }\n' \
@@ -491,7 +494,8 @@ t_glob_epilog_and_health_check_removal_names_what_reaches_it() {
     printf '#!/bin/sh\nexit 0\n' > "$d/10-site"; chmod 0755 "$d/10-site"
     ln -s /usr/sbin/nccl-check-prolog "$d/50-nccl-check"
     cp "$SLURM_CONF" "$saved"
-    sed -i -E '/^(Prolog|Epilog|HealthCheck[A-Za-z]*)=/d' "$SLURM_CONF"
+    # The include test's Include (a Prolog= of its own) goes too; $saved brings it back.
+    sed -i -E '/^(Prolog|Epilog|HealthCheck[A-Za-z]*)=/d; /^Include /d' "$SLURM_CONF"
     printf 'Epilog=%s/*\nHealthCheckProgram=/usr/sbin/nccl-check-recheck\n' "$d" >> "$SLURM_CONF"
     timeout 30 scontrol reconfigure || fail "scontrol reconfigure failed"
     run_cmd "${APT[@]}" remove -y -q "$PKG"
