@@ -349,6 +349,14 @@ t_prolog_gate_runs_the_installed_worker() {
     # Issue 39: the documented metrics_file in the real prometheus-node-exporter package's
     # directory (Debian: /var/lib/prometheus is prometheus:prometheus, node-exporter/ root's)
     # was refused, and every job then ran unchecked.
+    # Where the exporter is not installed (the debootstrapped roots of 24.11 and 26.05): its
+    # package's layout made here, as its postinst makes it (the host's is the real package's).
+    if [ ! -e /var/lib/prometheus ] && ! dpkg-query -W prometheus-node-exporter >/dev/null 2>&1; then
+        id prometheus >/dev/null 2>&1 || useradd --system --no-create-home --home-dir /var/lib/prometheus prometheus \
+            || { fail "cannot add the prometheus user"; return 1; }
+        install -d -o prometheus -g prometheus -m 0755 /var/lib/prometheus
+        install -d -o root -g root -m 0755 /var/lib/prometheus/node-exporter
+    fi
     [ "$(stat -c %U /var/lib/prometheus 2>&1)" = prometheus ] && [ "$(stat -c %U /var/lib/prometheus/node-exporter 2>&1)" = root ] \
         || { fail "prometheus-node-exporter is not installed as the package does it (tests/setup-deps.sh): $(stat -c '%U:%G %a %n' /var/lib/prometheus /var/lib/prometheus/node-exporter 2>&1)"; return 1; }
     echo 'metrics_file = "/var/lib/prometheus/node-exporter/nccl_check.prom"' >> /etc/nccl-check/prolog.toml
