@@ -229,17 +229,10 @@ fn consumer(proc_root: &Path, pid: u32, cpus: f64) -> Consumer {
 
 /// The user's name, else the uid as a number.
 fn user_name(uid: u32) -> String {
-    // SAFETY: getpwuid_r with our own buffer; the result is read only when it says it filled it.
-    let mut buf = vec![0 as libc::c_char; 4096];
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut out) };
-    if rc == 0 && !out.is_null() && !pwd.pw_name.is_null() {
-        // SAFETY: pw_name points into `buf`, NUL-terminated by getpwuid_r.
-        let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
-        return name.to_string_lossy().into_owned();
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(u)) => u.name,
+        _ => uid.to_string(),
     }
-    uid.to_string()
 }
 
 /// `0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0` → `4242` (cgroup v2 and v1
