@@ -160,7 +160,8 @@ pub fn run(spec: Spec) -> Result<Finished, SpawnError> {
 
 /// [`run`], and the child's whole group dies with the caller too, however the caller dies
 /// (SIGKILL included): `PR_SET_PDEATHSIG` reaches only the child, not what it started, so a
-/// small watcher process joins the child's group and kills it when our end of a socket closes.
+/// small watcher process leads the group the child joins and kills it when our end of a socket
+/// closes.
 /// For the root prolog, which slurmd may kill at `PrologEpilogTimeout`. Not for the SPANK plugin
 /// (it forks one more process).
 pub fn run_guarded(spec: Spec) -> Result<Finished, SpawnError> {
@@ -179,7 +180,11 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
             ),
         });
     }
-    let mut cmd = command(&spec);
+    // The watcher exists before the child: a caller killed right after the spawn still takes
+    // the child's whole group with it (armed after the spawn, a kill in between left the
+    // child's children running).
+    let guard = if guarded { Guard::arm() } else { None };
+    let mut cmd = command(&spec, guard.as_ref().map_or(0, |g| g.pid));
     let mut tries = 0;
     let mut child = loop {
         match cmd.spawn() {
@@ -193,10 +198,13 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(error) => {
+                if let Some(g) = guard {
+                    g.dismiss();
+                }
                 return Err(SpawnError {
                     program: spec.program,
                     error,
-                })
+                });
             }
         }
     };
@@ -215,7 +223,8 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
         pipes.push(Pipe::new(Box::new(s), Stream::Stderr, max, copy, log));
     }
     let pid = child.id() as libc::pid_t;
-    let guard = guarded.then(|| Guard::arm(pid)).flatten();
+    // The group the child leads, or the watcher's that it joined.
+    let group = guard.as_ref().map_or(pid, |g| g.pid);
     let timed_out = loop {
         if exited_unreaped(pid) {
             break false;
@@ -226,14 +235,15 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
         }
         pump(&mut pipes, (deadline - now).min(MAX_NAP));
     };
-    if let Some(g) = guard {
-        g.disarm();
-    }
     // The whole group, in both cases: at the deadline to end the child, after an exit to end what
-    // it left behind. The leader is not reaped yet, so its pid (the group id) cannot be reused.
+    // it left behind. The leader (the child, or the watcher) is not reaped yet, so its pid (the
+    // group id) cannot be reused.
     // SAFETY: plain syscall; ESRCH (the group is empty already) is fine.
     unsafe {
-        libc::killpg(pid, libc::SIGKILL);
+        libc::killpg(group, libc::SIGKILL);
+    }
+    if let Some(g) = guard {
+        g.dismiss();
     }
     pump(&mut pipes, Duration::ZERO);
     let status = reap(&mut child, Instant::now() + REAP_GRACE);
@@ -266,17 +276,18 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
     })
 }
 
-/// The watcher of [`run_guarded`]: a forked process in the child's group, blocked reading its end
-/// of a socket pair whose other end only we hold. Our death closes it: the watcher then kills the
-/// group (the child is not reaped yet, so the group id is still the child's). At a normal end we
-/// send one byte first and it leaves without killing.
+/// The watcher of [`run_guarded`]: a forked process that leads a new process group, blocked
+/// reading its end of a socket pair whose other end only we hold. The child is then started in
+/// that group, so the watcher knows the group before the child exists. Our death closes the
+/// socket: the watcher then kills the group, itself and the child's descendants included. At a
+/// normal end we kill the group ourselves and reap the watcher ([`Guard::dismiss`]).
 struct Guard {
     pid: libc::pid_t,
     fd: libc::c_int,
 }
 
 impl Guard {
-    fn arm(pgid: libc::pid_t) -> Option<Guard> {
+    fn arm() -> Option<Guard> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: socketpair fills two descriptors; CLOEXEC keeps them from later children.
         let rc = unsafe {
@@ -298,8 +309,9 @@ impl Guard {
                 // its file's flock and its pipe's write end alive for as long as the child runs
                 // (another thread's lock seemed held; another child's output never ended).
                 close_all_but(fds[0]);
-                // In the child's group: a kill of our group (slurmd's) does not reach it.
-                libc::setpgid(0, pgid);
+                // A group of its own (the parent sets it too, whichever runs first): a kill of
+                // our group (slurmd's) does not reach it, and the child joins it.
+                libc::setpgid(0, 0);
                 let mut b = 0u8;
                 let n = loop {
                     let n = libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
@@ -309,7 +321,7 @@ impl Guard {
                     break n;
                 };
                 if n <= 0 {
-                    libc::kill(-pgid, libc::SIGKILL);
+                    libc::kill(0, libc::SIGKILL);
                 }
                 libc::_exit(0)
             },
@@ -322,15 +334,20 @@ impl Guard {
                 None
             }
             pid => {
-                // SAFETY: closing the watcher's end in our process.
-                unsafe { libc::close(fds[0]) };
+                // SAFETY: the watcher's own group before the child is told to join it (EACCES
+                // cannot happen: the watcher has not exec'd); closing its end in our process.
+                unsafe {
+                    libc::setpgid(pid, pid);
+                    libc::close(fds[0]);
+                }
                 Some(Guard { pid, fd: fds[1] })
             }
         }
     }
 
-    /// The normal end: tells the watcher to leave, then reaps it (bounded).
-    fn disarm(self) {
+    /// The end, normal or not: the group has been killed (or the child never started); tells
+    /// the watcher to leave, if it is still there, and reaps it (bounded).
+    fn dismiss(self) {
         // SAFETY: send on our socket (MSG_NOSIGNAL: a watcher already gone is no SIGPIPE), then
         // close it and reap the watcher without blocking past REAP_GRACE.
         unsafe {
@@ -365,7 +382,8 @@ unsafe fn close_all_but(keep: libc::c_int) {
     }
 }
 
-fn command(spec: &Spec) -> Command {
+/// The child's command; `group` 0 gives it a process group of its own, else it joins `group`.
+fn command(spec: &Spec, group: libc::pid_t) -> Command {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args).stdin(match spec.stdin {
         Some(_) => Stdio::piped(),
@@ -380,7 +398,7 @@ fn command(spec: &Spec) -> Command {
     cmd.stdout(stdio(&spec.stdout)).stderr(stdio(&spec.stderr));
     // Own process group: the kill reaches everything the child started, and a signal to the
     // caller's group (Ctrl-C, slurmd's kill of the prolog) is not what ends it.
-    cmd.process_group(0);
+    cmd.process_group(group);
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
     unsafe {
@@ -622,6 +640,27 @@ mod tests {
         let e = run(s).expect_err("refused");
         assert_eq!(e.error.kind(), std::io::ErrorKind::InvalidInput);
         assert!(!d.join("ran").exists());
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// The watcher is there before the child runs its first line: a caller killed at any moment
+    /// after the spawn takes the child's children with it. (Armed after the spawn, a prolog
+    /// killed in between left the worker's children running: seen once in CI under load.)
+    #[test]
+    fn a_guarded_child_starts_in_a_group_its_watcher_already_leads() {
+        let d = scratch_dir("sup-guard-first");
+        let spec = sh(
+            &d,
+            "g=$(cut -d' ' -f5 /proc/$$/stat); l=$(cut -d' ' -f3 /proc/$g/stat 2>/dev/null); \
+             echo \"$$ $g $l\"",
+            5000,
+        );
+        let f = run_guarded(spec).expect("runs");
+        let out = String::from_utf8_lossy(&f.stdout).to_string();
+        let w: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(w.len(), 3, "{out}");
+        assert_ne!(w[0], w[1], "the child leads its own group: {out}");
+        assert_eq!(w[2], "S", "the group's leader is not a live watcher: {out}");
         std::fs::remove_dir_all(&d).ok();
     }
 
