@@ -185,27 +185,16 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
     // child's children running).
     let guard = if guarded { Guard::arm() } else { None };
     let mut cmd = command(&spec, guard.as_ref().map_or(0, |g| g.pid));
-    let mut tries = 0;
-    let mut child = loop {
-        match cmd.spawn() {
-            Ok(c) => break c,
-            Err(e)
-                if e.raw_os_error() == Some(libc::ETXTBSY)
-                    && tries < ETXTBSY_TRIES
-                    && Instant::now() < deadline =>
-            {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
+    let mut child = match spawn(&mut cmd, deadline) {
+        Ok(c) => c,
+        Err(error) => {
+            if let Some(g) = guard {
+                g.dismiss();
             }
-            Err(error) => {
-                if let Some(g) = guard {
-                    g.dismiss();
-                }
-                return Err(SpawnError {
-                    program: spec.program,
-                    error,
-                });
-            }
+            return Err(SpawnError {
+                program: spec.program,
+                error,
+            });
         }
     };
     if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), spec.stdin.as_deref()) {
@@ -274,6 +263,25 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
         elapsed: start.elapsed(),
         unreaped: status.is_none(),
     })
+}
+
+/// Starts `cmd`, again while the program is being written by someone else (ETXTBSY: a copy
+/// just made, its writer's descriptor not yet closed everywhere), until `deadline`.
+fn spawn(cmd: &mut Command, deadline: Instant) -> std::io::Result<Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETXTBSY)
+                    && tries < ETXTBSY_TRIES
+                    && Instant::now() < deadline =>
+            {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The watcher of [`run_guarded`]: a forked process that leads a new process group, blocked
