@@ -66,11 +66,17 @@ run_test() { # name function
         || say "nodes not idle before $1"
     harness_run "$1" "$2"
 }
-expect_err() { grep -qE -- "$1" "$ERR" || fail "stderr lacks /$1/; stderr: $(tail -8 "$ERR")"; }
+# What the ranks said, one line per distinct verdict (rank and node numbers folded), and srun's
+# own lines: enough to tell a FAIL from an ERROR and a slow node from a lost rendezvous.
+verdicts() {
+    { grep -E 'nccl-check: (PASS|FAIL|ERROR)' "$ERR" | sed -E 's/\(rank [0-9]+ of/(rank R of/; s/^.*nccl-check:/nccl-check:/' \
+        | sort | uniq -c | sort -rn | head -6; grep -vE 'nccl-check: (PASS|FAIL|ERROR)' "$ERR" | tail -4; } | cut -c1-400
+}
+expect_err() { grep -qE -- "$1" "$ERR" || fail "stderr lacks /$1/; stderr: $(verdicts)"; }
 
 t_healthy_passes_without_localization_rounds() {
     run_srun NCCL_CHECK_SIM_GPUS=8
-    [ "$RC" = 0 ] || fail "expected PASS (rc 0), got $RC: $(tail -8 "$ERR")"
+    [ "$RC" = 0 ] || fail "expected PASS (rc 0), got $RC: $(verdicts)"
     expect_err "nccl-check: PASS \([a-z]+, $NODES ranks\): $((NODES * 8)) x simulated GPU on $NODES node\(s\), 2 rounds \(0 localization\)"
     [ "$ELAPSED" -le "$BUDGET_S" ] || fail "took $ELAPSED s (budget $BUDGET_S s)"
     say "healthy -N$NODES: $ELAPSED s"
