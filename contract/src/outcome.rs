@@ -18,7 +18,36 @@ use crate::verdict::Verdict;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Judged {
     pub verdict: Verdict,
-    pub problem: Option<String>,
+    pub problem: Option<Problem>,
+}
+
+/// Why a worker's run is an ERROR though the worker did not say so. A caller tells the kinds
+/// apart by the variant (a contradiction is logged as an error of the worker itself), never by
+/// the words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// The exit code and the report's verdict disagree.
+    Contradiction(String),
+    /// The report is larger than a reader takes.
+    ReportTooLarge(String),
+    /// No report where one was due, or one that does not parse.
+    ReportUnusable(String),
+}
+
+impl Problem {
+    pub fn is_contradiction(&self) -> bool {
+        matches!(self, Problem::Contradiction(_))
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Contradiction(m) | Problem::ReportTooLarge(m) | Problem::ReportUnusable(m) => {
+                f.write_str(m)
+            }
+        }
+    }
 }
 
 impl Judged {
@@ -29,7 +58,7 @@ impl Judged {
         }
     }
 
-    fn error(problem: String) -> Judged {
+    fn error(problem: Problem) -> Judged {
         Judged {
             verdict: Verdict::Error,
             problem: Some(problem),
@@ -50,15 +79,17 @@ pub fn of_run(ending: Ending, report: Option<&Result<Report, ReportError>>) -> J
     match (by_exit, report) {
         (Verdict::Error, _) => Judged::plain(Verdict::Error),
         (v, Ok(r)) if r.verdict == v => Judged::plain(v),
-        (v, Ok(r)) => Judged::error(format!(
+        (v, Ok(r)) => Judged::error(Problem::Contradiction(format!(
             "contradiction: the worker exited {code} ({v}) but its report says {}",
             r.verdict
-        )),
+        ))),
         (Verdict::Fail, Err(ReportError::Missing(_))) => Judged::plain(Verdict::Fail),
-        (_, Err(e @ ReportError::TooLarge(..))) => Judged::error(format!("report too large: {e}")),
-        (v, Err(e)) => Judged::error(format!(
+        (_, Err(e @ ReportError::TooLarge(..))) => {
+            Judged::error(Problem::ReportTooLarge(format!("report too large: {e}")))
+        }
+        (v, Err(e)) => Judged::error(Problem::ReportUnusable(format!(
             "the worker exited {code} ({v}) but its report is unusable: {e}"
-        )),
+        ))),
     }
 }
 
@@ -94,22 +125,31 @@ mod tests {
         for (code, says) in [(1, Verdict::Pass), (0, Verdict::Fail), (0, Verdict::Error)] {
             let j = of_run(Ending::Exited(code), Some(&report(says)));
             assert_eq!(j.verdict, Verdict::Error, "exit {code} with {says}");
-            assert!(j.problem.unwrap_or_default().starts_with("contradiction"));
+            assert!(
+                matches!(j.problem, Some(Problem::Contradiction(_))),
+                "{j:?}"
+            );
         }
         let j = of_run(Ending::Exited(0), Some(&missing()));
         assert_eq!(j.verdict, Verdict::Error);
-        assert!(j.problem.unwrap_or_default().contains("no report"));
+        assert!(
+            matches!(&j.problem, Some(p @ Problem::ReportUnusable(_)) if p.to_string().contains("no report")),
+            "{j:?}"
+        );
         let big = Err(ReportError::TooLarge(PathBuf::from("/r"), 8));
         let j = of_run(Ending::Exited(0), Some(&big));
         assert_eq!(j.verdict, Verdict::Error);
-        assert!(j
-            .problem
-            .unwrap_or_default()
-            .starts_with("report too large"));
+        assert!(
+            matches!(&j.problem, Some(p @ Problem::ReportTooLarge(_)) if p.to_string().starts_with("report too large")),
+            "{j:?}"
+        );
         let garbage = Err(ReportError::NotAReport("not JSON".into()));
         let j = of_run(Ending::Exited(1), Some(&garbage));
         assert_eq!(j.verdict, Verdict::Error);
-        assert!(j.problem.unwrap_or_default().contains("unusable"));
+        assert!(
+            matches!(&j.problem, Some(p @ Problem::ReportUnusable(_)) if p.to_string().contains("unusable")),
+            "{j:?}"
+        );
         assert_eq!(
             verdict(Ending::Exited(5), &report(Verdict::Pass)),
             Verdict::Error

@@ -215,6 +215,7 @@ mod tests {
             exit_code: None,
             ended: ended.into(),
             problem: problem.map(str::to_string),
+            contradicted: false,
             report: Err(ReportError::Missing("/r".into())),
             elapsed: Duration::from_millis(1500),
             output_tail: String::new(),
@@ -272,6 +273,7 @@ mod tests {
     fn the_missing_nccl_hint_names_the_config_key_not_a_worker_option() {
         let r = Run {
             problem: None,
+            contradicted: false,
             output_tail: format!(
                 "ERROR: NCCL library not found (tried libnccl.so.2: nope); {}",
                 nccl_check_contract::exit::NCCL_LIB_HINT

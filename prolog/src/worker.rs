@@ -6,6 +6,7 @@
 //! says otherwise is an ERROR "contradiction", never a drain).
 
 use crate::report::{self, Report, ReportError};
+use nccl_check_contract::outcome::Problem;
 use nccl_check_contract::supervise::{self, Ending, Output, Spec};
 use nccl_check_contract::verdict::Verdict;
 use nccl_check_contract::{PlanName, WorkerArgs};
@@ -54,6 +55,8 @@ pub struct Run {
     /// Why the verdict is ERROR besides the worker's own word: not started, killed, timed out,
     /// an unusable report, or a report that contradicts the exit code.
     pub problem: Option<String>,
+    /// The exit code and the report disagree: the worker itself is at fault (logged as such).
+    pub contradicted: bool,
     pub report: Result<Report, ReportError>,
     pub elapsed: Duration,
     /// The last lines the worker printed.
@@ -117,7 +120,7 @@ pub fn describe(ending: Ending, budget: Duration) -> String {
 pub fn verdict_of_run(
     ending: Ending,
     report: &Result<Report, ReportError>,
-) -> (Verdict, Option<String>) {
+) -> (Verdict, Option<Problem>) {
     let j = nccl_check_contract::outcome::of_run(ending, Some(report));
     (j.verdict, j.problem)
 }
@@ -130,6 +133,7 @@ pub fn run(req: &Request) -> Run {
         exit_code: None,
         ended: "the worker did not start".into(),
         problem: Some(problem),
+        contradicted: false,
         report: Err(ReportError::Missing(req.json())),
         elapsed: start.elapsed(),
         output_tail: String::new(),
@@ -169,8 +173,9 @@ pub fn run(req: &Request) -> Run {
     };
     let report = report::read(&req.json());
     let (verdict, judged) = verdict_of_run(done.ending, &report);
+    let contradicted = judged.as_ref().is_some_and(Problem::is_contradiction);
     let problem = match done.ending {
-        Ending::Exited(_) => judged,
+        Ending::Exited(_) => judged.map(|p| p.to_string()),
         other => Some(describe(other, req.budget)),
     };
     Run {
@@ -178,6 +183,7 @@ pub fn run(req: &Request) -> Run {
         exit_code: done.exit_code(),
         ended: describe(done.ending, req.budget),
         problem,
+        contradicted,
         report,
         elapsed: start.elapsed(),
         // The worker's last words are on its standard error; worker.log may end with the kept
@@ -266,7 +272,7 @@ mod tests {
         );
         let (v, why) = verdict_of_run(Ending::Exited(0), &report(Verdict::Fail));
         assert_eq!(v, Verdict::Error);
-        assert!(why.unwrap_or_default().starts_with("contradiction"));
+        assert!(why.is_some_and(|p| p.is_contradiction()));
     }
 
     #[test]

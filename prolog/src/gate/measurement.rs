@@ -204,11 +204,7 @@ impl Gate<'_> {
             judged = Err(why);
         }
         let st = self.strays(run.verdict, report, &judged, job.as_deref(), cpu);
-        if let Some(p) = run
-            .problem
-            .as_deref()
-            .filter(|p| p.starts_with("contradiction"))
-        {
+        if let Some(p) = run.problem.as_deref().filter(|_| run.contradicted) {
             self.log.error(p);
         }
         let cause = match &st.drain_reason {
