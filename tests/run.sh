@@ -44,6 +44,10 @@ step "one name per thing: no new public item named like another (issue 27)"
 python3 tests/tools/duplicate-names.py --selftest
 python3 tests/tools/duplicate-names.py --allow tests/tools/duplicate-names.allow
 
+step "bench-core's stages: no import that runs backwards beyond the shrinking allow list"
+python3 tests/tools/stage-imports.py --selftest
+python3 tests/tools/stage-imports.py --allow tests/tools/stage-imports.allow
+
 step "committed results stay lean: each run folder a README, a summary and raw.tar.xz (<= 10 files)"
 python3 tests/tools/pack-run.py --selftest
 python3 tests/tools/pack-run.py --check
