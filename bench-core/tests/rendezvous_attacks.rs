@@ -772,3 +772,64 @@ fn under_munge_256_threads_from_another_address_do_not_stop_the_real_member() {
     assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
     c.join().expect("thread").expect("the coordinator");
 }
+
+/// A stranger's opening that then says nothing more: held open until the coordinator closes it.
+fn stalling_opening(port: u16, i: usize) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return;
+    };
+    let local = s.local_addr().expect("test setup").to_string();
+    let opening = serde_json::json!({
+        "protocol": bench_core::meet::rendezvous::auth::PROTOCOL, "nonce": format!("{:064x}", i + 1),
+        "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{port}")
+    });
+    let _ = s.write_all(&frame(&opening));
+    let _ = drain(&mut s, 3500);
+}
+
+/// Issue 34, a stranger on a member's node (not the coordinator's, where the kernel names its
+/// uid): the coordinator sees its connections come from the member's own address and cannot
+/// tell whose they are before MUNGE says so. 256 threads from the member's address (127.0.0.1,
+/// as root like the coordinator, so that the kernel's uid cannot refuse them either), half
+/// holding their handshake open after the opening, half sending fake credentials, took that
+/// address's 32 handshakes and the MUNGE queue: the real member was refused until its deadline.
+/// Openings now prove the job's ticket, which only the job's user can open, before any MUNGE
+/// work or handshake slot: the member joins in seconds.
+#[test]
+fn under_munge_a_flood_from_the_members_own_address_does_not_starve_it() {
+    let m = munged_or_skip!("floodnear");
+    let auth = m.auth();
+    let port = free_ports(1)[0];
+    let c = coordinator(auth.clone(), vec![port], 60);
+    std::thread::sleep(Duration::from_millis(200));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let strangers: Vec<_> = (0..256)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut i = t * 1_000_000;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if t % 2 == 0 {
+                        stalling_opening(port, i);
+                    } else {
+                        fake_member(port, i);
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let start = Instant::now();
+    let joined = member_joins_and_sums(auth.as_ref(), vec![port], 40);
+    let took = start.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in strangers {
+        s.join().expect("thread");
+    }
+    let (id, sum) = joined.unwrap_or_else(|e| panic!("{e} (after {took:?})"));
+    eprintln!("joined after {took:?}");
+    assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
+    assert!(took < Duration::from_secs(15), "joined after {took:?}");
+    c.join().expect("thread").expect("the coordinator");
+}

@@ -11,7 +11,9 @@
 
 use super::auth;
 use super::coordinator::{addr_text, HANDSHAKE_TIMEOUT};
-use super::messages::{self, Greeting, Hello, HelloBody, Opening, Proof, Version, Welcome};
+use super::messages::{
+    self, Greeting, Hello, HelloBody, Opening, Proof, TicketOffer, Version, Welcome,
+};
 use super::plane::ControlPlane;
 use super::session::{self, KeyPair, Keys, Role, Session};
 use super::wire::{self, WireError};
@@ -114,6 +116,7 @@ fn attempt(
     me: &Member,
     port: u16,
     track: &dyn Fn(Option<&TcpStream>) -> bool,
+    known: &TicketKey,
 ) -> Result<Admitted, Miss> {
     let left = setup
         .deadline
@@ -136,7 +139,7 @@ fn attempt(
             "the coordinator was found on another port".into(),
         ));
     }
-    let r = attempt_on(setup, me, &mut stream).and_then(|keys| {
+    let r = attempt_on(setup, me, &mut stream, known).and_then(|keys| {
         let mut session = Session::new(stream, keys);
         accepted(setup, &mut session)?;
         Ok(session)
@@ -251,22 +254,73 @@ fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
     Ok(greeting)
 }
 
-fn attempt_on(setup: &Setup, me: &Member, stream: &mut TcpStream) -> Result<Keys, Miss> {
+/// The key of the job's ticket, once a coordinator's offer was opened (MUNGE).
+type TicketKey = Mutex<Option<Vec<u8>>>;
+
+/// A coordinator's [`TicketOffer`] in `first`, if that is what it is: the key inside is kept
+/// for the next try (the connection is closed after an offer). Another step's label, a ticket
+/// that does not open as this job's user's, or one that changes nothing is a held port.
+fn take_offer(setup: &Setup, first: &[u8], known: &TicketKey, deadline: Instant) -> Option<Miss> {
+    let offer: TicketOffer = wire::decode(first).ok()?;
+    if offer.label != setup.label {
+        return Some(Miss::Held(format!(
+            "the coordinator of another job step ('{}')",
+            crate::text::escape_control(&offer.label.chars().take(60).collect::<String>())
+        )));
+    }
+    let key = match setup.auth.open_ticket(&offer.ticket, deadline) {
+        Ok(k) => k,
+        Err(e) => {
+            return Some(Miss::Held(format!(
+                "not this step's coordinator: {}: a squatter",
+                crate::text::escape_control(&e)
+            )))
+        }
+    };
+    let mut k = known.lock().unwrap_or_else(|p| p.into_inner());
+    if k.as_ref() == Some(&key) {
+        return Some(Miss::Held(
+            "the coordinator refused this process's proof of its own ticket".into(),
+        ));
+    }
+    *k = Some(key);
+    Some(Miss::Open(
+        "the coordinator answered with the job's ticket; trying again with it".into(),
+    ))
+}
+
+fn attempt_on(
+    setup: &Setup,
+    me: &Member,
+    stream: &mut TcpStream,
+    known: &TicketKey,
+) -> Result<Keys, Miss> {
     let open = |e: String| Miss::Open(e);
     stream.set_nodelay(true).map_err(|e| open(e.to_string()))?;
     let deadline = setup.deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
     let (local, peer) = ends(stream).map_err(open)?;
     let keys = KeyPair::new().map_err(open)?;
-    // Sent at once, beside the coordinator's greeting: no round trip of its own.
-    let opening = Opening {
+    // Sent at once: the coordinator answers it with its greeting.
+    let mut opening = Opening {
         protocol: auth::PROTOCOL.into(),
         nonce: auth::nonce().map_err(open)?,
         key: keys.public_hex(),
         from: local.clone(),
         to: peer.clone(),
+        ticket: None,
     };
+    if let Some(k) = known.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        opening.ticket = Some(auth::ticket_proof(
+            k,
+            &setup.label,
+            &opening.ticket_fields(),
+        ));
+    }
     wire::send(stream, &opening, deadline).map_err(silence)?;
     let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(silence)?;
+    if let Some(miss) = take_offer(setup, &first, known, deadline) {
+        return Err(miss);
+    }
     let greeting = greeting_of(setup, &first)?;
     let held = |e: String| Miss::Held(format!("not this step's coordinator: {e}"));
     messages::check_nonce(&greeting.nonce).map_err(held)?;
@@ -348,11 +402,12 @@ enum Report {
 fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
     let done = AtomicBool::new(false);
     let in_flight: Mutex<HashMap<u16, TcpStream>> = Mutex::new(HashMap::new());
+    let known: TicketKey = Mutex::new(None);
     let (tx, rx) = mpsc::channel::<Report>();
     std::thread::scope(|scope| {
         for &port in &setup.ports {
             let tx = tx.clone();
-            let (done, in_flight) = (&done, &in_flight);
+            let (done, in_flight, known) = (&done, &in_flight, &known);
             scope.spawn(move || {
                 let track = |s: Option<&TcpStream>| {
                     let mut f = in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -372,7 +427,7 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
                     true
                 };
                 while !done.load(Ordering::Relaxed) && Instant::now() < setup.deadline {
-                    let report = match attempt(setup, me, port, &track) {
+                    let report = match attempt(setup, me, port, &track, known) {
                         Ok(a) => Report::Found(a),
                         Err(m) => Report::Missed(port, m),
                     };
