@@ -183,6 +183,14 @@ fn bind(setup: &Setup) -> Result<(TcpListener, u16, Vec<u16>), String> {
             Err(e) => last = format!("port {port}: {e}"),
         }
     }
+    if held.len() == setup.ports.len() {
+        let ports: Vec<String> = held.iter().map(u16::to_string).collect();
+        return Err(format!(
+            "cannot listen on {}: every candidate port ({}) is held by another process (bound, listening or not: a squatter, or other jobs')",
+            setup.host,
+            ports.join(", ")
+        ));
+    }
     Err(format!(
         "cannot listen on {} at any of ports {:?}: {last}",
         setup.host, setup.ports
@@ -445,7 +453,20 @@ pub fn serve(
     if super::plane::ensure_open_files(needed + door::MAX_WAITING as u64).is_err() {
         super::plane::ensure_open_files(needed)?;
     }
-    let (listener, port, held) = bind(setup)?;
+    // Made once (one munge run under MUNGE), shown to every opening that cannot prove it yet.
+    let ticket = setup
+        .auth
+        .ticket(setup.deadline)
+        .map_err(|e| format!("rendezvous: cannot make the job's ticket: {e}"))?;
+    let (listener, port, held) = bind(setup).inspect_err(|e| {
+        // Members on other nodes cannot tell this from a coordinator not started yet: tell
+        // them (beacon), for a while, before giving up.
+        if let Ok(ip) = bind_address(&setup.host, setup.deadline) {
+            let until = setup.deadline.min(Instant::now() + super::beacon::LINGER);
+            let a = setup.auth;
+            super::beacon::answer(ip, &setup.ports, &setup.label, a, ticket.as_ref(), e, until);
+        }
+    })?;
     let mut refused = Refusals::default();
     for p in held {
         let why = format!(
@@ -465,11 +486,6 @@ pub fn serve(
         door::MAX_WAITING,
         wire::MAX_HELLO_FRAME,
     );
-    // Made once (one munge run under MUNGE), shown to every opening that cannot prove it yet.
-    let ticket = setup
-        .auth
-        .ticket(setup.deadline)
-        .map_err(|e| format!("rendezvous: cannot make the job's ticket: {e}"))?;
     let answer = door_answer(&setup.label, ticket.as_ref());
     let world = setup.world;
     let mut slots: Vec<Option<Arrival>> = (0..world).map(|_| None).collect();

@@ -7,7 +7,10 @@
 //! a listener that never speaks, or, seen from the coordinator's own node, a socket bound there
 //! that does not listen) is named once and left to its thread while the others go on;
 //! when every candidate has been held by such a process twice in a row, the coordinator cannot
-//! be on any of them and the member ends at once, not at the deadline.
+//! be on any of them and the member ends at once, not at the deadline. On another node, where a
+//! port bound without listening refuses connections just as one nobody holds yet, the member
+//! ends at once only on the coordinator's own proven word that it cannot listen
+//! ([`super::beacon`]), never on silence: a coordinator that starts late is waited for.
 
 use super::auth;
 use super::coordinator::{addr_text, HANDSHAKE_TIMEOUT};
@@ -43,7 +46,15 @@ enum Miss {
     /// process (busy with a flood of connections, or it refused this proof): said once, and
     /// tried again.
     Dropped(String),
+    /// The coordinator said, proven over UDP ([`super::beacon`]), that it can listen on no
+    /// candidate port: the member ends at once.
+    Failed(String),
 }
+
+/// Least time between two asks at one port's UDP twin while its connections are refused.
+const ASK_EVERY: Duration = Duration::from_millis(500);
+/// Longest wait for an answer to one ask.
+const ASK_WAIT: Duration = Duration::from_millis(100);
 
 /// Retries before a held port counts as held for good (see [`connect`]).
 const HELD_TRIES: u32 = 2;
@@ -111,12 +122,42 @@ fn silence(e: WireError) -> Miss {
 /// One try at one port: connect, read the greeting, check the coordinator's proof, and only then
 /// send this process's own. `track` keeps a handle on the socket so that another thread can cut
 /// the try short once the coordinator is found elsewhere (false: it was found already).
+/// What a refused connection to `addr` means: on the coordinator's node, whether the port is
+/// bound by a process that does not listen; elsewhere, whether the coordinator says (proven,
+/// over UDP, asked at most every [`ASK_EVERY`]) that it can listen on no candidate. Otherwise
+/// nothing listens there yet, which is no reason to give up.
+fn refused(
+    setup: &Setup,
+    addr: SocketAddr,
+    e: std::io::Error,
+    asked: &mut Option<Instant>,
+) -> Miss {
+    if e.kind() != std::io::ErrorKind::ConnectionRefused {
+        return Miss::Open(e.to_string());
+    }
+    if bound_without_listener(addr) {
+        return Miss::Held(
+            "bound by another process that does not listen on it (so the coordinator cannot listen there)"
+                .into(),
+        );
+    }
+    if asked.is_none_or(|t| t.elapsed() >= ASK_EVERY) {
+        *asked = Some(Instant::now());
+        let wait = ASK_WAIT.min(setup.deadline.saturating_duration_since(Instant::now()));
+        if let Some(why) = super::beacon::ask(addr, &setup.label, setup.auth, wait) {
+            return Miss::Failed(why);
+        }
+    }
+    Miss::Open(e.to_string())
+}
+
 fn attempt(
     setup: &Setup,
     me: &Member,
     port: u16,
     track: &dyn Fn(Option<&TcpStream>) -> bool,
     known: &TicketKey,
+    asked: &mut Option<Instant>,
 ) -> Result<Admitted, Miss> {
     let left = setup
         .deadline
@@ -124,16 +165,7 @@ fn attempt(
         .ok_or_else(|| Miss::Open("deadline passed".into()))?;
     let addr = resolve(&setup.host, port, setup.deadline).map_err(Miss::Open)?;
     let mut stream = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::ConnectionRefused && bound_without_listener(addr) {
-                Miss::Held(
-                    "bound by another process that does not listen on it (so the coordinator cannot listen there)"
-                        .into(),
-                )
-            } else {
-                Miss::Open(e.to_string())
-            }
-        })?;
+        .map_err(|e| refused(setup, addr, e, asked))?;
     if !track(Some(&stream)) {
         return Err(Miss::Open(
             "the coordinator was found on another port".into(),
@@ -426,13 +458,14 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
                     }
                     true
                 };
+                let mut asked = None;
                 while !done.load(Ordering::Relaxed) && Instant::now() < setup.deadline {
-                    let report = match attempt(setup, me, port, &track, known) {
+                    let report = match attempt(setup, me, port, &track, known, &mut asked) {
                         Ok(a) => Report::Found(a),
                         Err(m) => Report::Missed(port, m),
                     };
                     let pause = match &report {
-                        Report::Found(_) => None,
+                        Report::Found(_) | Report::Missed(_, Miss::Failed(_)) => None,
                         Report::Missed(_, Miss::Open(_) | Miss::Dropped(_)) => Some(RETRY),
                         // Every try at a relay costs the coordinator a handshake: slower.
                         Report::Missed(_, Miss::Held(_)) => Some(HELD_RETRY),
@@ -496,6 +529,12 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
             Report::Missed(port, miss) => (port, miss),
         };
         match &miss {
+            Miss::Failed(why) => {
+                return Err(format!(
+                    "rendezvous at {}: the coordinator started and cannot listen on any candidate port, as it said (over UDP, on port {port}): {why}",
+                    setup.host
+                ))
+            }
             Miss::Open(why) => {
                 held.insert(port, 0);
                 latest.insert(port, why.clone());
