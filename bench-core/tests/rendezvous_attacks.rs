@@ -973,6 +973,7 @@ fn bound_ports_seen_from_another_node(
         join(&s, member(0), || Ok(ID)).err().unwrap_or_default()
     });
     let (e, took) = joiner.join().expect("thread");
+    assert!(took < Duration::from_secs(20), "gave up after {took:?}: {e}");
     let ce = coordinator.join().expect("thread");
     assert!(
         ce.contains("every candidate port") && ce.contains("held by another process"),
