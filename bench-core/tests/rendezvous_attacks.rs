@@ -973,7 +973,10 @@ fn bound_ports_seen_from_another_node(
         join(&s, member(0), || Ok(ID)).err().unwrap_or_default()
     });
     let (e, took) = joiner.join().expect("thread");
-    assert!(took < Duration::from_secs(20), "gave up after {took:?}: {e}");
+    assert!(
+        took < Duration::from_secs(20),
+        "gave up after {took:?}: {e}"
+    );
     let ce = coordinator.join().expect("thread");
     assert!(
         ce.contains("every candidate port") && ce.contains("held by another process"),
@@ -1027,7 +1030,7 @@ fn a_coordinator_that_starts_late_on_another_node_is_waited_for() {
         let wrong = SharedSecret::new("not-the-steps-secret-0123", "liar").expect("test setup");
         let until = Instant::now() + Duration::from_secs(5);
         let ip = [10, 231, 7, 1].into();
-        bench_core::meet::rendezvous::beacon::answer(ip, &p, LABEL, &wrong, None, "lies", until);
+        bench_core::meet::rendezvous::beacon::announce(ip, &p, LABEL, &wrong, None, "lies", until);
     });
     let p = ports.clone();
     let joiner = TwoNodes::run(&nodes.b, move || {

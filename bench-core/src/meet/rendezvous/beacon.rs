@@ -7,7 +7,7 @@
 //! its prolog, its container image), so a member never gives up on silence alone. Instead the
 //! coordinator, when it can listen on no candidate, stays up to [`LINGER`] answering on the UDP
 //! ports of the same numbers; a member whose connection is refused asks there now and then
-//! ([`ask`]), and an answer proven with the step's key (the shared secret; under MUNGE the job's
+//! ([`inquire`]), and an answer proven with the step's key (the shared secret; under MUNGE the job's
 //! ticket key, with the ticket itself in the answer, which only the job's user can open) ends it
 //! at once, naming what the coordinator found. No answer, or one that does not prove itself,
 //! changes nothing: the member waits on as before. A process that holds the UDP ports too, or a
@@ -62,7 +62,7 @@ fn fields<'a>(nonce: &'a str, why: &'a str) -> [&'a str; 3] {
 /// The coordinator's side: answers asks on the candidate ports' UDP twins at `ip` until `until`
 /// (a port whose UDP twin is held too is skipped), proving each answer with the ticket's key, or
 /// the shared secret where there is no ticket. Returns at once where it has no key or no port.
-pub fn answer(
+pub fn announce(
     ip: IpAddr,
     ports: &[u16],
     label: &str,
@@ -127,7 +127,7 @@ fn reply_to(
 
 /// A member's side: asks at `addr` whether this step's coordinator is there and cannot listen;
 /// its reason when an answer proves itself within `wait`, else `None`.
-pub fn ask(
+pub fn inquire(
     addr: SocketAddr,
     label: &str,
     auth: &dyn Authenticator,
@@ -219,16 +219,16 @@ mod tests {
             let coordinator = std::thread::spawn(move || {
                 let a = SharedSecret::new(secret, "test").unwrap();
                 let until = Instant::now() + Duration::from_millis(1500);
-                answer(ip, &[port], "slurm-1.0", &a, None, "every port held", until);
+                announce(ip, &[port], "slurm-1.0", &a, None, "every port held", until);
             });
             std::thread::sleep(Duration::from_millis(100));
             let a = SharedSecret::new("the-steps-secret-0123456789", "test").unwrap();
-            let got = ask(addr, "slurm-1.0", &a, Duration::from_millis(800));
+            let got = inquire(addr, "slurm-1.0", &a, Duration::from_millis(800));
             assert_eq!(got.is_some(), want, "{secret}: {got:?}");
             if want {
                 assert_eq!(got.as_deref(), Some("every port held"));
                 // Another step's member gets no answer.
-                assert!(ask(addr, "slurm-1.1", &a, Duration::from_millis(300)).is_none());
+                assert!(inquire(addr, "slurm-1.1", &a, Duration::from_millis(300)).is_none());
                 let small = UdpSocket::bind("127.0.0.1:0").unwrap();
                 let short = Ask {
                     protocol: auth::PROTOCOL.into(),

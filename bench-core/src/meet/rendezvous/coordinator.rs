@@ -464,7 +464,7 @@ pub fn serve(
         if let Ok(ip) = bind_address(&setup.host, setup.deadline) {
             let until = setup.deadline.min(Instant::now() + super::beacon::LINGER);
             let a = setup.auth;
-            super::beacon::answer(ip, &setup.ports, &setup.label, a, ticket.as_ref(), e, until);
+            super::beacon::announce(ip, &setup.ports, &setup.label, a, ticket.as_ref(), e, until);
         }
     })?;
     let mut refused = Refusals::default();

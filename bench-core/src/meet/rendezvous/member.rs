@@ -144,7 +144,7 @@ fn refused(
     if asked.is_none_or(|t| t.elapsed() >= ASK_EVERY) {
         *asked = Some(Instant::now());
         let wait = ASK_WAIT.min(setup.deadline.saturating_duration_since(Instant::now()));
-        if let Some(why) = super::beacon::ask(addr, &setup.label, setup.auth, wait) {
+        if let Some(why) = super::beacon::inquire(addr, &setup.label, setup.auth, wait) {
             return Miss::Failed(why);
         }
     }
@@ -321,6 +321,28 @@ fn take_offer(setup: &Setup, first: &[u8], known: &TicketKey, deadline: Instant)
     ))
 }
 
+/// This process's opening, with its proof of the job's ticket once it knows the key.
+fn opening_of(
+    label: &str,
+    keys: &KeyPair,
+    local: &str,
+    peer: &str,
+    known: &TicketKey,
+) -> Result<Opening, String> {
+    let mut opening = Opening {
+        protocol: auth::PROTOCOL.into(),
+        nonce: auth::nonce()?,
+        key: keys.public_hex(),
+        from: local.into(),
+        to: peer.into(),
+        ticket: None,
+    };
+    if let Some(k) = known.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        opening.ticket = Some(auth::ticket_proof(k, label, &opening.ticket_fields()));
+    }
+    Ok(opening)
+}
+
 fn attempt_on(
     setup: &Setup,
     me: &Member,
@@ -333,21 +355,7 @@ fn attempt_on(
     let (local, peer) = ends(stream).map_err(open)?;
     let keys = KeyPair::new().map_err(open)?;
     // Sent at once: the coordinator answers it with its greeting.
-    let mut opening = Opening {
-        protocol: auth::PROTOCOL.into(),
-        nonce: auth::nonce().map_err(open)?,
-        key: keys.public_hex(),
-        from: local.clone(),
-        to: peer.clone(),
-        ticket: None,
-    };
-    if let Some(k) = known.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-        opening.ticket = Some(auth::ticket_proof(
-            k,
-            &setup.label,
-            &opening.ticket_fields(),
-        ));
-    }
+    let opening = opening_of(&setup.label, &keys, &local, &peer, known).map_err(open)?;
     wire::send(stream, &opening, deadline).map_err(silence)?;
     let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(silence)?;
     if let Some(miss) = take_offer(setup, &first, known, deadline) {
