@@ -772,3 +772,300 @@ fn under_munge_256_threads_from_another_address_do_not_stop_the_real_member() {
     assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
     c.join().expect("thread").expect("the coordinator");
 }
+
+/// A stranger's opening that then says nothing more: held open until the coordinator closes it.
+fn stalling_opening(port: u16, i: usize) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return;
+    };
+    let local = s.local_addr().expect("test setup").to_string();
+    let opening = serde_json::json!({
+        "protocol": bench_core::meet::rendezvous::auth::PROTOCOL, "nonce": format!("{:064x}", i + 1),
+        "key": "09".repeat(32), "from": local, "to": format!("127.0.0.1:{port}")
+    });
+    let _ = s.write_all(&frame(&opening));
+    let _ = drain(&mut s, 3500);
+}
+
+/// Issue 34, a stranger on a member's node (not the coordinator's, where the kernel names its
+/// uid): the coordinator sees its connections come from the member's own address and cannot
+/// tell whose they are before MUNGE says so. 256 threads from the member's address (127.0.0.1,
+/// as root like the coordinator, so that the kernel's uid cannot refuse them either), half
+/// holding their handshake open after the opening, half sending fake credentials, took that
+/// address's 32 handshakes and the MUNGE queue: the real member was refused until its deadline.
+/// Openings now prove the job's ticket, which only the job's user can open, before any MUNGE
+/// work or handshake slot: the member joins in seconds.
+#[test]
+fn under_munge_a_flood_from_the_members_own_address_does_not_starve_it() {
+    let m = munged_or_skip!("floodnear");
+    let auth = m.auth();
+    let port = free_ports(1)[0];
+    let c = coordinator(auth.clone(), vec![port], 60);
+    std::thread::sleep(Duration::from_millis(200));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let strangers: Vec<_> = (0..256)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut i = t * 1_000_000;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if t % 2 == 0 {
+                        stalling_opening(port, i);
+                    } else {
+                        fake_member(port, i);
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let start = Instant::now();
+    let joined = member_joins_and_sums(auth.as_ref(), vec![port], 40);
+    let took = start.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in strangers {
+        s.join().expect("thread");
+    }
+    let (id, sum) = joined.unwrap_or_else(|e| panic!("{e} (after {took:?})"));
+    eprintln!("joined after {took:?}");
+    assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
+    assert!(took < Duration::from_secs(15), "joined after {took:?}");
+    c.join().expect("thread").expect("the coordinator");
+}
+
+// ---- Another node: two network namespaces joined by a veth pair ------------------------------
+
+/// Two network namespaces, `a` (the coordinator's node, 10.231.7.1) and `b` (a member's node,
+/// 10.231.7.2), joined by a veth pair; removed when dropped. Needs root (CI runs as root).
+struct TwoNodes {
+    a: String,
+    b: String,
+}
+
+impl TwoNodes {
+    fn new(tag: &str) -> TwoNodes {
+        // SAFETY: geteuid cannot fail.
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "making network namespaces needs root (CI runs the tests as root)"
+        );
+        let id = std::process::id() % 100_000;
+        let (a, b) = (format!("ncf{tag}a{id}"), format!("ncf{tag}b{id}"));
+        let n = TwoNodes { a, b };
+        let (va, vb) = (format!("v{tag}a{id}"), format!("v{tag}b{id}"));
+        let steps: Vec<Vec<&str>> = vec![
+            vec!["netns", "add", &n.a],
+            vec!["netns", "add", &n.b],
+            vec!["link", "add", &va, "type", "veth", "peer", "name", &vb],
+            vec!["link", "set", &va, "netns", &n.a],
+            vec!["link", "set", &vb, "netns", &n.b],
+            vec!["-n", &n.a, "addr", "add", "10.231.7.1/24", "dev", &va],
+            vec!["-n", &n.b, "addr", "add", "10.231.7.2/24", "dev", &vb],
+            vec!["-n", &n.a, "link", "set", &va, "up"],
+            vec!["-n", &n.b, "link", "set", &vb, "up"],
+            vec!["-n", &n.a, "link", "set", "lo", "up"],
+            vec!["-n", &n.b, "link", "set", "lo", "up"],
+        ];
+        for s in steps {
+            let out = Command::new("ip").args(&s).output().expect("ip(8)");
+            assert!(
+                out.status.success(),
+                "ip {}: {}",
+                s.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        n
+    }
+
+    /// Runs `f` on a thread of its own inside namespace `ns` (sockets it and its threads make
+    /// are that namespace's).
+    fn run<T: Send + 'static>(
+        ns: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = format!("/run/netns/{ns}");
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).expect("the namespace");
+            // SAFETY: setns(2) on a namespace descriptor, for this thread only.
+            let r =
+                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+}
+
+impl Drop for TwoNodes {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+/// A TCP socket bound to `ip`:`port` that never listens.
+fn bound_only_at(ip: [u8; 4], port: u16) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: as in bound_only.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket");
+        let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_port = port.to_be();
+        sa.sin_addr.s_addr = u32::from_ne_bytes(ip);
+        let r = libc::bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(r, 0, "bind {port}: {}", std::io::Error::last_os_error());
+        fd
+    }
+}
+
+/// The rendezvous at 10.231.7.1 (node a) with --timeout 120's deadline.
+fn far_setup(auth: &dyn Authenticator, ports: Vec<u16>, coordinator: bool) -> Setup<'_> {
+    Setup {
+        host: "10.231.7.1".into(),
+        ports,
+        label: LABEL.into(),
+        world: 2,
+        coordinator,
+        auth,
+        deadline: Instant::now() + Duration::from_secs(120),
+        expected: None,
+    }
+}
+
+/// Every candidate port of the coordinator's node bound by a process that does not listen; the
+/// coordinator (node a) and a member on node b. The member's error and how long it took.
+fn bound_ports_seen_from_another_node(
+    auth: Arc<dyn Authenticator>,
+    tag: &str,
+) -> (String, Duration) {
+    let nodes = TwoNodes::new(tag);
+    let ports: Vec<u16> = (29601..29609).collect();
+    let p = ports.clone();
+    let squat = TwoNodes::run(&nodes.a, move || {
+        p.iter()
+            .map(|&port| bound_only_at([10, 231, 7, 1], port))
+            .collect::<Vec<_>>()
+    })
+    .join()
+    .expect("thread");
+    let (p, a) = (ports.clone(), auth.clone());
+    let joiner = TwoNodes::run(&nodes.b, move || {
+        let start = Instant::now();
+        let s = far_setup(a.as_ref(), p, false);
+        let e = join(&s, member(1), || Err("not the coordinator".into()))
+            .err()
+            .unwrap_or_default();
+        (e, start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let coordinator = TwoNodes::run(&nodes.a, move || {
+        let s = far_setup(auth.as_ref(), ports, true);
+        join(&s, member(0), || Ok(ID)).err().unwrap_or_default()
+    });
+    let (e, took) = joiner.join().expect("thread");
+    assert!(
+        took < Duration::from_secs(20),
+        "gave up after {took:?}: {e}"
+    );
+    let ce = coordinator.join().expect("thread");
+    assert!(
+        ce.contains("every candidate port") && ce.contains("held by another process"),
+        "{ce}"
+    );
+    drop(squat);
+    (e, took)
+}
+
+/// Issue 34: a user who binds every candidate port without listening made the coordinator fail
+/// at once, while a member on another node, whose connections are refused just as before a
+/// coordinator starts, waited for the whole --timeout (about 2 minutes under the plugin's
+/// default). The coordinator now says so over UDP, proven with the step's key, and the member
+/// ends in ERROR within seconds, naming it.
+#[test]
+fn ports_bound_without_listening_end_a_member_on_another_node_in_seconds() {
+    let (e, took) = bound_ports_seen_from_another_node(Arc::new(secret()), "h");
+    assert!(
+        took < Duration::from_secs(20),
+        "gave up after {took:?}: {e}"
+    );
+    assert!(
+        e.contains("cannot listen on any candidate port") && e.contains("held by another process"),
+        "{e}"
+    );
+}
+
+/// The same under MUNGE, where the answer is proven with the job's ticket.
+#[test]
+fn under_munge_ports_bound_without_listening_end_a_member_on_another_node_in_seconds() {
+    let m = munged_or_skip!("farbound");
+    let (e, took) = bound_ports_seen_from_another_node(m.auth(), "m");
+    assert!(
+        took < Duration::from_secs(20),
+        "gave up after {took:?}: {e}"
+    );
+    assert!(e.contains("cannot listen on any candidate port"), "{e}");
+}
+
+/// What tells a squatter from a slow start on another node: only the coordinator's own word.
+/// A coordinator that starts 6 s after the member (a slow prolog or container on its node),
+/// whose connections are refused all that while, is waited for and joined; and an answer that
+/// does not prove itself (another step's secret) is no reason to end.
+#[test]
+fn a_coordinator_that_starts_late_on_another_node_is_waited_for() {
+    let nodes = TwoNodes::new("s");
+    let ports: Vec<u16> = (29601..29609).collect();
+    // A stranger on node a that answers on every UDP twin with another secret's proof.
+    let p = ports.clone();
+    let liar = TwoNodes::run(&nodes.a, move || {
+        let wrong = SharedSecret::new("not-the-steps-secret-0123", "liar").expect("test setup");
+        let until = Instant::now() + Duration::from_secs(5);
+        let ip = [10, 231, 7, 1].into();
+        bench_core::meet::rendezvous::beacon::announce(ip, &p, LABEL, &wrong, None, "lies", until);
+    });
+    let p = ports.clone();
+    let joiner = TwoNodes::run(&nodes.b, move || {
+        let start = Instant::now();
+        let r = member_far(p);
+        (r, start.elapsed())
+    });
+    std::thread::sleep(Duration::from_secs(6));
+    liar.join().expect("thread");
+    let coordinator = TwoNodes::run(&nodes.a, move || {
+        let a = secret();
+        let s = far_setup(&a, ports, true);
+        let mut j = join(&s, member(0), || Ok(ID))?;
+        j.plane
+            .sum(1, &[1.0, 2.0], s.deadline)
+            .map_err(|e| e.to_string())
+    });
+    let (r, took) = joiner.join().expect("thread");
+    let (id, sum) = r.unwrap_or_else(|e| panic!("the member gave up after {took:?}: {e}"));
+    assert_eq!((id, sum), (ID, vec![3.0, 3.0]));
+    assert!(took >= Duration::from_secs(6), "{took:?}");
+    assert_eq!(
+        coordinator.join().expect("thread").expect("coordinator"),
+        vec![3.0, 3.0]
+    );
+}
+
+/// A member at 10.231.7.1 that joins and sums [2, 1].
+fn member_far(ports: Vec<u16>) -> Result<([u8; 128], Vec<f64>), String> {
+    let a = secret();
+    let s = far_setup(&a, ports, false);
+    let mut j = join(&s, member(1), || Err("not the coordinator".into()))?;
+    let sum = j
+        .plane
+        .sum(1, &[2.0, 1.0], s.deadline)
+        .map_err(|e| e.to_string())?;
+    Ok((j.unique_id, sum))
+}

@@ -24,11 +24,12 @@ use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
 
 /// Protocol name, the first part of every proof's context.
-/// Version 5: the coordinator tells a member it is accepted (`messages::Accepted`), so a member
+/// Version 6: under MUNGE, an opening proves the job's ticket before any MUNGE work
+/// ([`Ticket`], `messages::TicketOffer`). 5: the coordinator tells a member it is accepted (`messages::Accepted`), so a member
 /// dropped before that tries again. 4: the welcome lists the processes by columns (`messages::Welcome`); 3 brought
 /// sessions (sealed frames after the handshake); 2 had proofs per message only. Two versions
 /// refuse each other, and say which version the other speaks.
-pub const PROTOCOL: &str = "nccl-check-rendezvous/5";
+pub const PROTOCOL: &str = "nccl-check-rendezvous/6";
 
 /// The bytes a proof covers: protocol, purpose, step label, the other side's nonce, the message.
 pub fn context(purpose: &str, label: &str, nonce: &str, body: &[u8]) -> Vec<u8> {
@@ -98,8 +99,55 @@ impl Credential {
     }
 }
 
+/// The job's ticket (MUNGE): a credential that only processes of the job's user (and root) can
+/// open, and the key inside it. The coordinator makes one when it starts and hands the
+/// credential to every opening that does not prove the key yet; a member opens it on its own
+/// node (`unmunge`, its own cost) and proves the key over each later opening, so the
+/// coordinator refuses another user's openings, from any node, at the cost of an HMAC, before
+/// any MUNGE work and outside the handshake slots (issue 34: a stranger on a member's node
+/// shared that node's ration of MUNGE handshakes and starved the member).
+#[derive(Clone)]
+pub struct Ticket {
+    /// The credential, as it goes on the wire.
+    pub credential: String,
+    /// The key inside it (32 random bytes).
+    pub key: Vec<u8>,
+}
+
+/// An opening's proof of the ticket's key: HMAC-SHA256 over the opening's own fields, hex.
+pub fn ticket_proof(key: &[u8], label: &str, opening: &[&str]) -> String {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts any key length");
+    m.update(&context("ticket", label, &opening.join("\n"), b""));
+    hex::encode(m.finalize().into_bytes())
+}
+
+/// Whether `proof` is [`ticket_proof`] of the same key and fields (constant-time).
+pub fn check_ticket_proof(
+    key: &[u8],
+    label: &str,
+    opening: &[&str],
+    proof: &str,
+) -> Result<(), String> {
+    let tag = hex::decode(proof).map_err(|_| "ticket proof is not hex".to_string())?;
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts any key length");
+    m.update(&context("ticket", label, &opening.join("\n"), b""));
+    m.verify_slice(&tag).map_err(|_| {
+        "its proof of the job's ticket does not match (not a process of this job's user)"
+            .to_string()
+    })
+}
+
 /// Makes and checks proofs.
 pub trait Authenticator: Send + Sync {
+    /// The job's ticket, made once by the coordinator where proofs run programs; `None` where
+    /// proofs are cheap to check (HMAC).
+    fn ticket(&self, _deadline: Instant) -> Result<Option<Ticket>, String> {
+        Ok(None)
+    }
+    /// The key inside a coordinator's ticket credential, if it is one of this job's user.
+    fn open_ticket(&self, _credential: &str, _deadline: Instant) -> Result<Vec<u8>, String> {
+        Err("a ticket where this step's proofs need none".into())
+    }
     /// A proof that this process, holding the step's credential, made `context`.
     fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, String>;
     /// Ok if `proof` was made for `context` by a holder of the step's credential.
@@ -178,6 +226,8 @@ pub struct Munge {
     unmunge: std::path::PathBuf,
     socket: Option<std::path::PathBuf>,
     uid: u32,
+    /// The last ticket opened and its key: every try at the same coordinator shows the same.
+    opened: std::sync::Mutex<Option<(String, Vec<u8>)>>,
 }
 
 /// Where the MUNGE programs are looked for: root-owned system directories only, never `$PATH`.
@@ -266,6 +316,7 @@ impl Munge {
             socket,
             // SAFETY: geteuid cannot fail.
             uid: unsafe { libc::geteuid() },
+            opened: Default::default(),
         })
     }
 
@@ -278,6 +329,19 @@ impl Munge {
         input: &[u8],
         deadline: Instant,
     ) -> Result<String, String> {
+        self.run_output(program, args, input, deadline)?
+            .map_err(|(_, why)| why)
+    }
+
+    /// As [`Munge::run`], but a program that ran and exited non-zero gives `Ok(Err((its
+    /// stdout, why)))`, so that unmunge's output for a replayed credential can still be read.
+    fn run_output(
+        &self,
+        program: &std::path::Path,
+        args: &[&str],
+        input: &[u8],
+        deadline: Instant,
+    ) -> Result<Result<String, (String, String)>, String> {
         use nccl_check_contract::supervise::{self, Ending, Output, Spec};
         let until = deadline.min(Instant::now() + MUNGE_TIMEOUT);
         let _slot = MungeSlot::take(until)?;
@@ -302,7 +366,7 @@ impl Munge {
             .map_err(|e| format!("cannot run {}: {}", program.display(), e.error))?;
         let out = String::from_utf8_lossy(&done.stdout).into_owned();
         let status = match done.ending {
-            Ending::Exited(0) => return Ok(out),
+            Ending::Exited(0) => return Ok(Ok(out)),
             Ending::KilledAtDeadline => {
                 return Err(format!("{} did not answer in time", program.display()))
             }
@@ -321,11 +385,12 @@ impl Munge {
             ("", None) => format!("exited with {status} and said nothing"),
             (e, _) => e.to_string(),
         };
-        Err(format!(
+        let why = format!(
             "{}: {}",
             program.display(),
             crate::text::escape_control(&why)
-        ))
+        );
+        Ok(Err((out, why)))
     }
 }
 
@@ -361,6 +426,71 @@ pub fn parse_unmunge(out: &str) -> Result<(String, u32, String), String> {
 impl Authenticator for Munge {
     fn proofs_run_programs(&self) -> bool {
         true
+    }
+
+    fn ticket(&self, deadline: Instant) -> Result<Option<Ticket>, String> {
+        let mut key = vec![0u8; 32];
+        getrandom::getrandom(&mut key)
+            .map_err(|e| format!("no random numbers from the kernel: {e}"))?;
+        // The key on munge's stdin, never on its command line (which every user can read).
+        let uid = self.uid.to_string();
+        let cred = self.run(
+            &self.munge,
+            &["--restrict-uid", &uid],
+            hex::encode(&key).as_bytes(),
+            deadline,
+        )?;
+        Ok(Some(Ticket {
+            credential: cred.trim().to_string(),
+            key,
+        }))
+    }
+
+    fn open_ticket(&self, credential: &str, deadline: Instant) -> Result<Vec<u8>, String> {
+        if credential.len() > 8192 || !credential.starts_with("MUNGE:") {
+            return Err("its ticket is not a MUNGE credential".into());
+        }
+        let mut known = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, key)) = known.as_ref().filter(|(c, _)| c == credential) {
+            return Ok(key.clone());
+        }
+        let out = self
+            .run_output(
+                &self.unmunge,
+                &["-k", "STATUS", "-k", "UID"],
+                credential.as_bytes(),
+                deadline,
+            )?
+            .or_else(|(out, why)| {
+                if out.contains("\n\n") {
+                    Ok(out)
+                } else {
+                    Err(why)
+                }
+            })?;
+        let (status, uid, payload) = parse_unmunge(&out)?;
+        // Every process of the job opens the same ticket: a replay (a second process on this
+        // node) or an expired one still shows whose it is and what it holds; the key's
+        // freshness is the coordinator's, which checks it against its own.
+        let usable = ["Success", "Replayed credential", "Expired credential"];
+        if !usable.iter().any(|u| status.starts_with(u)) {
+            return Err(format!(
+                "its ticket does not open: {}",
+                crate::text::escape_control(&status)
+            ));
+        }
+        if uid != self.uid {
+            return Err(format!(
+                "its ticket is a credential of uid {uid}, not this job's uid {}",
+                self.uid
+            ));
+        }
+        let key = hex::decode(&payload)
+            .ok()
+            .filter(|k| k.len() == 32)
+            .ok_or("its ticket holds no key")?;
+        *known = Some((credential.to_string(), key.clone()));
+        Ok(key)
     }
 
     fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, String> {
@@ -482,6 +612,7 @@ mod tests {
             unmunge: u,
             socket: Some(dir.join("socket")),
             uid: 1000,
+            opened: Default::default(),
         }
     }
 

@@ -11,6 +11,7 @@ use super::plane::ControlPlane;
 use super::session::{self, KeyPair, Keys, Role, Session};
 use super::wire;
 use super::{Joined, Member, Setup};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -27,13 +28,20 @@ pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 /// which cost nothing to check (and where one host may run a thousand processes in a test).
 pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 32;
 
-/// Refused connections of one kind logged one by one; the rest of that kind are counted, so a
-/// stranger retrying every 50 ms neither floods the job's log nor hides a later relay.
-const MAX_REFUSALS_LOGGED: usize = 3;
+/// Refused connections of one kind logged at once, one line each; after them, that kind gets one
+/// line per [`REFUSAL_INTERVAL`], which counts the ones not logged since. Rate-limited by kind
+/// and by time, never by a total: a stranger retrying every 50 ms neither floods the job's log
+/// nor hides a later squatter, relay or wrong proof, however many refusals came before.
+const REFUSALS_AT_ONCE: usize = 3;
+/// Least time between two lines of one kind once [`REFUSALS_AT_ONCE`] are logged.
+pub const REFUSAL_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What a refused connection was, as far as the coordinator can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Refusal {
+    /// Another process holds a candidate port (bound, listening or not): the coordinator
+    /// listens on the next one, and members find it there.
+    Squatter,
     /// It arrived from another address than it left: a process relays connections.
     Relay,
     /// Its proof is not this step's: another user's or another step's process.
@@ -48,11 +56,15 @@ pub enum Refusal {
     Incomplete,
     /// It came from another user's process on this node (refused before any credential work).
     OtherUser,
+    /// Under MUNGE, an opening without a proof of the job's ticket: a member's first contact
+    /// (it gets the ticket and comes again) or another user's process, which cannot open it.
+    NoTicket,
 }
 
 impl Refusal {
     fn plural(self) -> &'static str {
         match self {
+            Refusal::Squatter => "candidate port(s) held by another process",
             Refusal::Relay => "relayed connection(s)",
             Refusal::WrongProof => "connection(s) with a wrong proof",
             Refusal::Replay => "connection(s) with a replayed credential",
@@ -60,36 +72,74 @@ impl Refusal {
             Refusal::Busy => "connection(s) refused while busy",
             Refusal::Incomplete => "connection(s) that did not complete the handshake",
             Refusal::OtherUser => "connection(s) from another user's process on this node",
+            Refusal::NoTicket => {
+                "opening(s) without the job's ticket (answered with the ticket only)"
+            }
         }
     }
 }
 
-/// The coordinator's log of refused connections, rate-limited by kind.
-#[derive(Default)]
+/// One kind's log: lines so far, when the last went out, and refusals since it.
+#[derive(Default, Clone, Copy)]
+struct KindLog {
+    lines: usize,
+    last: Option<Instant>,
+    since: usize,
+}
+
+/// The coordinator's log of refused connections, rate-limited by kind and time.
 pub struct Refusals {
-    counts: std::collections::BTreeMap<Refusal, usize>,
+    kinds: std::collections::BTreeMap<Refusal, KindLog>,
+    interval: Duration,
+}
+
+impl Default for Refusals {
+    fn default() -> Refusals {
+        Refusals::every(REFUSAL_INTERVAL)
+    }
 }
 
 impl Refusals {
-    /// Counts one refusal; the line to print while its kind is under the limit.
-    pub fn note(&mut self, kind: Refusal, why: &str) -> Option<String> {
-        let n = self.counts.entry(kind).or_insert(0);
-        *n += 1;
-        (*n <= MAX_REFUSALS_LOGGED).then(|| {
-            format!(
-                "nccl-check: rendezvous: refused a connection: {}",
-                crate::text::escape_control(why)
-            )
-        })
+    /// A log that gives each kind a line per `interval` after its first [`REFUSALS_AT_ONCE`].
+    pub fn every(interval: Duration) -> Refusals {
+        Refusals {
+            kinds: Default::default(),
+            interval,
+        }
     }
 
-    /// The refusals not printed, by kind, in one line; `None` when every one was.
+    /// Counts one refusal; the line to print when its kind may print one now.
+    pub fn note(&mut self, kind: Refusal, why: &str) -> Option<String> {
+        let now = Instant::now();
+        let k = self.kinds.entry(kind).or_default();
+        let due = k.lines < REFUSALS_AT_ONCE
+            || k.last
+                .is_none_or(|t| now.duration_since(t) >= self.interval);
+        if !due {
+            k.since += 1;
+            return None;
+        }
+        let more = match k.since {
+            0 => String::new(),
+            n => format!(" ({n} more of this kind not logged since the last)"),
+        };
+        k.lines += 1;
+        k.last = Some(now);
+        k.since = 0;
+        Some(format!(
+            "nccl-check: rendezvous: refused a connection: {}{more}",
+            crate::text::escape_control(why)
+        ))
+    }
+
+    /// The refusals not printed since their kind's last line, by kind, in one line; `None`
+    /// when every one was.
     pub fn unlogged(&self) -> Option<String> {
         let parts: Vec<String> = self
-            .counts
+            .kinds
             .iter()
-            .filter(|(_, &n)| n > MAX_REFUSALS_LOGGED)
-            .map(|(k, n)| format!("{} {}", n - MAX_REFUSALS_LOGGED, k.plural()))
+            .filter(|(_, k)| k.since > 0)
+            .map(|(kind, k)| format!("{} {}", k.since, kind.plural()))
             .collect();
         (!parts.is_empty()).then(|| {
             format!(
@@ -111,14 +161,17 @@ pub(super) fn addr_text(a: SocketAddr) -> String {
     SocketAddr::new(a.ip().to_canonical(), a.port()).to_string()
 }
 
-/// Binds the first free candidate port on the rendezvous host's address.
-fn bind(setup: &Setup) -> Result<(TcpListener, u16), String> {
+/// Binds the first free candidate port on the rendezvous host's address; also the candidates
+/// before it that another process holds.
+fn bind(setup: &Setup) -> Result<(TcpListener, u16, Vec<u16>), String> {
     let ip = bind_address(&setup.host, setup.deadline)?;
     let mut last = String::new();
+    let mut held = Vec::new();
     for &port in &setup.ports {
         match TcpListener::bind(SocketAddr::new(ip, port)) {
-            Ok(l) => return Ok((l, port)),
+            Ok(l) => return Ok((l, port, held)),
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                held.push(port);
                 last = format!("port {port} is in use");
             }
             Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
@@ -129,6 +182,14 @@ fn bind(setup: &Setup) -> Result<(TcpListener, u16), String> {
             }
             Err(e) => last = format!("port {port}: {e}"),
         }
+    }
+    if held.len() == setup.ports.len() {
+        let ports: Vec<String> = held.iter().map(u16::to_string).collect();
+        return Err(format!(
+            "cannot listen on {}: every candidate port ({}) is held by another process (bound, listening or not: a squatter, or other jobs')",
+            setup.host,
+            ports.join(", ")
+        ));
     }
     Err(format!(
         "cannot listen on {} at any of ports {:?}: {last}",
@@ -164,26 +225,40 @@ fn bind_address(host: &str, deadline: Instant) -> Result<IpAddr, String> {
 /// This side's key pair, its greeting, the member's opening and its public key.
 type Opened = (KeyPair, Greeting, Opening, [u8; 32]);
 
-/// The first two messages: this side's greeting, and the member's opening checked (its
-/// protocol version, nonce, key and addresses). Returns this side's key pair, both messages and
-/// the member's public key.
-fn openings(
-    stream: &mut TcpStream,
+/// Why an opening is refused at the door: the kind, the words, and the frame to answer with
+/// before closing (the job's ticket; or this side's version, so that a worker of another
+/// version names it).
+type DoorRefusal = (Refusal, String, Option<Vec<u8>>);
+
+/// What the coordinator answers at the door: the job's ticket under MUNGE, else its version.
+fn door_answer(label: &str, ticket: Option<&auth::Ticket>) -> Vec<u8> {
+    let body = match ticket {
+        Some(t) => serde_json::to_vec(&messages::TicketOffer {
+            protocol: auth::PROTOCOL.into(),
+            label: label.into(),
+            ticket: t.credential.clone(),
+        }),
+        None => serde_json::to_vec(&Version {
+            protocol: auth::PROTOCOL.into(),
+        }),
+    }
+    .unwrap_or_default();
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// The member's first frame, checked before the connection gets a thread (no credential work,
+/// microseconds): its protocol version, its fields, and under MUNGE its proof of the job's
+/// ticket. `answer` is [`door_answer`].
+fn admit(
+    first: &[u8],
     label: &str,
-    deadline: Instant,
-) -> Result<Opened, (Refusal, String)> {
-    let bad = |e: String| (Refusal::Incomplete, e);
-    let wire_err = |e: wire::WireError| bad(e.to_string());
-    let keys = KeyPair::new().map_err(bad)?;
-    let greeting = Greeting {
-        protocol: auth::PROTOCOL.into(),
-        label: label.into(),
-        nonce: auth::nonce().map_err(bad)?,
-        key: keys.public_hex(),
-    };
-    wire::send(stream, &greeting, deadline).map_err(wire_err)?;
-    let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(wire_err)?;
-    let version: Version = wire::decode(&first).map_err(wire_err)?;
+    ticket: Option<&auth::Ticket>,
+    answer: &[u8],
+) -> Result<Opening, DoorRefusal> {
+    let bad = |e: String| (Refusal::Incomplete, e, None);
+    let version: Version = wire::decode(first).map_err(|e| bad(e.to_string()))?;
     if version.protocol != auth::PROTOCOL {
         return Err((
             Refusal::OtherVersion,
@@ -192,19 +267,74 @@ fn openings(
                 crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
                 auth::PROTOCOL
             ),
+            Some(answer.to_vec()),
         ));
     }
-    let opening: Opening = wire::decode(&first).map_err(wire_err)?;
+    let opening: Opening = wire::decode(first).map_err(|e| bad(e.to_string()))?;
     messages::check_nonce(&opening.nonce).map_err(bad)?;
-    let their_key = session::check_key(&opening.key).map_err(bad)?;
+    session::check_key(&opening.key).map_err(bad)?;
     messages::check_addr(&opening.from).map_err(bad)?;
     messages::check_addr(&opening.to).map_err(bad)?;
+    let Some(t) = ticket else {
+        return Ok(opening);
+    };
+    let offer = || Some(answer.to_vec());
+    match opening.ticket.as_deref() {
+        None => Err((
+            Refusal::NoTicket,
+            "an opening without a proof of the job's ticket: answered with the ticket".into(),
+            offer(),
+        )),
+        Some(p) => match auth::check_ticket_proof(&t.key, label, &opening.ticket_fields(), p) {
+            Ok(()) => Ok(opening),
+            Err(e) => Err((Refusal::WrongProof, e, offer())),
+        },
+    }
+}
+
+/// This side's greeting, sent, with its key pair, and the member's public key.
+fn greet(
+    stream: &mut TcpStream,
+    label: &str,
+    opening: Opening,
+    deadline: Instant,
+) -> Result<Opened, (Refusal, String)> {
+    let bad = |e: String| (Refusal::Incomplete, e);
+    let keys = KeyPair::new().map_err(bad)?;
+    let greeting = Greeting {
+        protocol: auth::PROTOCOL.into(),
+        label: label.into(),
+        nonce: auth::nonce().map_err(bad)?,
+        key: keys.public_hex(),
+    };
+    let their_key = session::check_key(&opening.key).map_err(bad)?;
+    wire::send(stream, &greeting, deadline).map_err(|e| bad(e.to_string()))?;
     Ok((keys, greeting, opening, their_key))
 }
 
-/// One member's handshake, on its own thread; a refusal says what the connection was.
+/// One member's handshake on a connection as accepted (its opening not read yet), with no
+/// ticket: the tests' squatters and coordinators of one connection.
+#[cfg(test)]
 pub(super) fn handshake(
     mut stream: TcpStream,
+    world: u32,
+    label: &str,
+    auth: &dyn Authenticator,
+    deadline: Instant,
+) -> Result<Arrival, (Refusal, String)> {
+    let until = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+    let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, until)
+        .map_err(|e| (Refusal::Incomplete, e.to_string()))?;
+    let answer = door_answer(label, None);
+    let opening = admit(&first, label, None, &answer).map_err(|(k, e, _)| (k, e))?;
+    handshake_opened(stream, opening, world, label, auth, deadline)
+}
+
+/// One member's handshake after its opening was admitted, on its own thread; a refusal says
+/// what the connection was.
+fn handshake_opened(
+    mut stream: TcpStream,
+    opening: Opening,
     world: u32,
     label: &str,
     auth: &dyn Authenticator,
@@ -232,7 +362,7 @@ pub(super) fn handshake(
     let who = kind(Refusal::Incomplete);
     let wire_err = |e: wire::WireError| who(e.to_string());
     let (keys, greeting, opening, their_key) =
-        openings(&mut stream, label, deadline).map_err(|(k, e)| kind(k)(e))?;
+        greet(&mut stream, label, opening, deadline).map_err(|(k, e)| kind(k)(e))?;
     let transcript = session::transcript(&[
         label,
         &greeting.nonce,
@@ -323,11 +453,40 @@ pub fn serve(
     if super::plane::ensure_open_files(needed + door::MAX_WAITING as u64).is_err() {
         super::plane::ensure_open_files(needed)?;
     }
-    let (listener, port) = bind(setup)?;
+    // Made once (one munge run under MUNGE), shown to every opening that cannot prove it yet.
+    let ticket = setup
+        .auth
+        .ticket(setup.deadline)
+        .map_err(|e| format!("rendezvous: cannot make the job's ticket: {e}"))?;
+    let (listener, port, held) = bind(setup).inspect_err(|e| {
+        // Members on other nodes cannot tell this from a coordinator not started yet: tell
+        // them (beacon), for a while, before giving up.
+        if let Ok(ip) = bind_address(&setup.host, setup.deadline) {
+            let until = setup.deadline.min(Instant::now() + super::beacon::LINGER);
+            let a = setup.auth;
+            super::beacon::announce(ip, &setup.ports, &setup.label, a, ticket.as_ref(), e, until);
+        }
+    })?;
+    let mut refused = Refusals::default();
+    for p in held {
+        let why = format!(
+            "candidate port {p} on {} is held by another process (bound, listening or not): a squatter, or another job's; listening on port {port} instead",
+            setup.host
+        );
+        if let Some(line) = refused.note(Refusal::Squatter, &why) {
+            eprintln!("{line}");
+        }
+    }
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("rendezvous: {e}"))?;
-    let mut door = Door::new(listener, HANDSHAKE_TIMEOUT, door::MAX_WAITING);
+    let mut door = Door::new(
+        listener,
+        HANDSHAKE_TIMEOUT,
+        door::MAX_WAITING,
+        wire::MAX_HELLO_FRAME,
+    );
+    let answer = door_answer(&setup.label, ticket.as_ref());
     let world = setup.world;
     let mut slots: Vec<Option<Arrival>> = (0..world).map(|_| None).collect();
     let mut missing = world - 1;
@@ -338,7 +497,6 @@ pub fn serve(
     // Handshakes under way per address: one address (a stranger's node) cannot take them all.
     let mut per_address: std::collections::HashMap<IpAddr, usize> = Default::default();
     let mut next_id = 0u64;
-    let mut refused = Refusals::default();
     std::thread::scope(|scope| -> Result<(), String> {
         let result = (|| {
             while missing > 0 {
@@ -395,16 +553,37 @@ pub fn serve(
                 let pass = door
                     .pass(left.min(Duration::from_millis(20)))
                     .map_err(|e| format!("rendezvous: accept on port {port}: {e}"))?;
-                for _ in 0..pass.silent {
-                    let why = format!(
-                        "a connection that said nothing for {} s (or was pushed out by newer ones)",
-                        HANDSHAKE_TIMEOUT.as_secs()
-                    );
-                    if let Some(line) = refused.note(Refusal::Incomplete, &why) {
+                let silent = format!(
+                    "a connection that did not send its opening within {} s (or was pushed out by newer ones)",
+                    HANDSHAKE_TIMEOUT.as_secs()
+                );
+                let broken = "a connection that closed before its opening was whole, or announced one over the size limit";
+                for why in std::iter::repeat_n(silent.as_str(), pass.silent)
+                    .chain(std::iter::repeat_n(broken, pass.broken))
+                {
+                    if let Some(line) = refused.note(Refusal::Incomplete, why) {
                         eprintln!("{line}");
                     }
                 }
-                for stream in pass.ready {
+                for (stream, first) in pass.ready {
+                    let opening = match admit(&first, &setup.label, ticket.as_ref(), &answer) {
+                        Ok(o) => o,
+                        Err((kind, why, reply)) => {
+                            let from = stream
+                                .peer_addr()
+                                .map(|a| a.to_string())
+                                .unwrap_or_default();
+                            if let Some(line) = refused.note(kind, &format!("from {from}: {why}")) {
+                                eprintln!("{line}");
+                            }
+                            // A few hundred bytes to a fresh socket: never blocks. Then closed.
+                            if let Some(r) = reply {
+                                let _ = (&stream).write_all(&r);
+                                let _ = stream.shutdown(std::net::Shutdown::Write);
+                            }
+                            continue;
+                        }
+                    };
                     if pending.len() >= MAX_PARALLEL_HANDSHAKES {
                         // Closed: a real member says so and retries.
                         let why = format!(
@@ -438,7 +617,8 @@ pub fn serve(
                     let tx = tx.clone();
                     let (label, auth, deadline) = (&setup.label, setup.auth, setup.deadline);
                     scope.spawn(move || {
-                        let _ = tx.send((id, handshake(stream, world, label, auth, deadline)));
+                        let r = handshake_opened(stream, opening, world, label, auth, deadline);
+                        let _ = tx.send((id, r));
                     });
                 }
             }
@@ -505,38 +685,48 @@ mod tests {
     use super::*;
 
     /// Issue 34: after three refusals of any kind only a count was logged, so an early stranger
-    /// hid a later relay; now each kind has its own three lines.
+    /// hid a later relay; then each kind had three lines and a count for good, so a hundred
+    /// strangers' wrong proofs hid a later one. Now each kind has three lines at once, then a
+    /// line per interval that counts the ones not logged; a held candidate port is a kind.
     #[test]
-    fn refusals_are_rate_limited_by_kind_not_by_count() {
-        let mut r = Refusals::default();
+    fn refusals_are_rate_limited_by_kind_and_time_not_by_count() {
+        let interval = Duration::from_millis(500);
+        let mut r = Refusals::every(interval);
         let logged = (0..100)
             .filter(|i| {
-                r.note(Refusal::Incomplete, &format!("stranger {i}"))
+                r.note(Refusal::WrongProof, &format!("stranger {i}"))
                     .is_some()
             })
             .count();
-        assert_eq!(logged, MAX_REFUSALS_LOGGED);
+        assert_eq!(logged, REFUSALS_AT_ONCE);
         let relay = r.note(Refusal::Relay, "a connection relayed by another process");
         assert!(relay.is_some_and(|l| l.contains("relayed by another process")));
-        let proof = r.note(
-            Refusal::WrongProof,
-            "from 10.0.0.9:4000: proof does not match",
-        );
-        assert!(proof.is_some());
+        let squat = r.note(Refusal::Squatter, "candidate port 29501 is held");
+        assert!(squat.is_some_and(|l| l.ends_with("candidate port 29501 is held")));
         let replay = r.note(Refusal::Replay, "unmunge: Replayed credential");
         assert!(replay.is_some_and(|l| l.contains("Replayed credential")));
         assert_eq!(
             r.unlogged().as_deref(),
-            Some("nccl-check: rendezvous: also refused, not logged one by one: 97 connection(s) that did not complete the handshake")
+            Some("nccl-check: rendezvous: also refused, not logged one by one: 97 connection(s) with a wrong proof")
         );
+        // After the interval, the next wrong proof is logged, with the count since the last line.
+        std::thread::sleep(interval + Duration::from_millis(100));
+        let later = r.note(
+            Refusal::WrongProof,
+            "from 10.0.0.9:4000: the squatter's proof",
+        );
+        assert_eq!(
+            later.as_deref(),
+            Some("nccl-check: rendezvous: refused a connection: from 10.0.0.9:4000: the squatter's proof (97 more of this kind not logged since the last)")
+        );
+        assert_eq!(r.unlogged(), None);
+        assert!(r.note(Refusal::WrongProof, "at once again").is_none());
         for _ in 0..5 {
             let _ = r.note(Refusal::Relay, "again");
         }
         let u = r.unlogged().unwrap_or_default();
         assert!(
-            u.ends_with(
-                ": 3 relayed connection(s), 97 connection(s) that did not complete the handshake"
-            ),
+            u.ends_with(": 3 relayed connection(s), 1 connection(s) with a wrong proof"),
             "{u}"
         );
     }

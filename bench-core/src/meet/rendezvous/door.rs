@@ -1,14 +1,17 @@
 //! The coordinator's door: connections wait here, without a thread or a handshake slot, until
-//! their first bytes arrive (a member sends its opening as soon as it connects), so idle
-//! connections, however many, cost the real members nothing but a descriptor each; one that
-//! says nothing for a handshake's time is closed.
+//! their first frame (a member's opening, sent as soon as it connects) is in whole, so idle or
+//! dripping connections, however many, cost the real members nothing but a descriptor each;
+//! one that has not sent it within a handshake's time is closed. The coordinator then checks
+//! the opening (its version, under MUNGE its proof of the job's ticket) before it gives the
+//! connection a thread.
 
 use std::collections::VecDeque;
+use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-/// Most connections waiting for their first bytes; past it the oldest is closed.
+/// Most connections waiting for their first frame; past it the oldest is closed.
 pub const MAX_WAITING: usize = 4096;
 /// Most connections taken from the listener's queue in one pass.
 const ACCEPTS_PER_PASS: usize = 512;
@@ -16,27 +19,80 @@ const ACCEPTS_PER_PASS: usize = 512;
 /// What one pass through the door gives.
 #[derive(Default)]
 pub struct Pass {
-    /// Connections whose first bytes arrived (or that closed: the handshake says so).
-    pub ready: Vec<TcpStream>,
-    /// Connections closed for saying nothing within the wait, or pushed out by newer ones.
+    /// Connections whose first frame is in, with its body (the stream is non-blocking).
+    pub ready: Vec<(TcpStream, Vec<u8>)>,
+    /// Connections closed for not sending it within the wait, or pushed out by newer ones.
     pub silent: usize,
+    /// Connections that closed before it was whole, or announced one over the size limit.
+    pub broken: usize,
+}
+
+/// A connection at the door and what it sent so far.
+struct Waiting {
+    stream: TcpStream,
+    since: Instant,
+    buf: Vec<u8>,
+}
+
+/// Where a waiting connection's first frame stands after a read.
+enum Frame {
+    Partial,
+    Whole(Vec<u8>),
+    Broken,
+}
+
+impl Waiting {
+    /// Reads what has arrived, never past the first frame.
+    fn read(&mut self, max_frame: usize) -> Frame {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let want = if self.buf.len() < 4 {
+                4 - self.buf.len()
+            } else {
+                let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])
+                    as usize;
+                if len > max_frame {
+                    return Frame::Broken;
+                }
+                4 + len - self.buf.len()
+            };
+            if want == 0 {
+                return Frame::Whole(self.buf.split_off(4));
+            }
+            match self.stream.read(&mut chunk[..want.min(4096)]) {
+                Ok(0) => return Frame::Broken,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Frame::Partial,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Frame::Broken,
+            }
+        }
+    }
 }
 
 pub struct Door {
     listener: TcpListener,
-    waiting: VecDeque<(TcpStream, Instant)>,
+    waiting: VecDeque<Waiting>,
     silence: Duration,
     max_waiting: usize,
+    max_frame: usize,
 }
 
 impl Door {
-    /// `listener` must be non-blocking; a connection that says nothing for `silence` is closed.
-    pub fn new(listener: TcpListener, silence: Duration, max_waiting: usize) -> Door {
+    /// `listener` must be non-blocking; a connection that has not sent its first frame (of at
+    /// most `max_frame` bytes) within `silence` is closed.
+    pub fn new(
+        listener: TcpListener,
+        silence: Duration,
+        max_waiting: usize,
+        max_frame: usize,
+    ) -> Door {
         Door {
             listener,
             waiting: VecDeque::new(),
             silence,
             max_waiting: max_waiting.max(1),
+            max_frame,
         }
     }
 
@@ -45,11 +101,11 @@ impl Door {
         self.waiting.len()
     }
 
-    /// Waits up to `wait` (at most 1 s) for new connections or first bytes, then takes what
-    /// came; an error only from the listener itself.
+    /// Waits up to `wait` (at most 1 s) for new connections or bytes, then takes what came; an
+    /// error only from the listener itself.
     pub fn pass(&mut self, wait: Duration) -> Result<Pass, std::io::Error> {
         let mut fds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
-            .chain(self.waiting.iter().map(|(s, _)| s.as_raw_fd()))
+            .chain(self.waiting.iter().map(|w| w.stream.as_raw_fd()))
             .map(|fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
@@ -61,13 +117,18 @@ impl Door {
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         let mut pass = Pass::default();
         if n > 0 {
-            // Ready ones leave the queue (indices shift by one for the listener's entry).
+            // Readable ones read (indices shift by one for the listener's entry); whole or
+            // broken ones leave the queue.
             let mut kept = VecDeque::with_capacity(self.waiting.len());
-            for (i, w) in self.waiting.drain(..).enumerate() {
-                if fds[i + 1].revents != 0 {
-                    pass.ready.push(w.0);
-                } else {
+            for (i, mut w) in self.waiting.drain(..).enumerate() {
+                if fds[i + 1].revents == 0 {
                     kept.push_back(w);
+                    continue;
+                }
+                match w.read(self.max_frame) {
+                    Frame::Partial => kept.push_back(w),
+                    Frame::Whole(body) => pass.ready.push((w.stream, body)),
+                    Frame::Broken => pass.broken += 1,
                 }
             }
             self.waiting = kept;
@@ -76,7 +137,7 @@ impl Door {
         while self
             .waiting
             .front()
-            .is_some_and(|(_, at)| now.duration_since(*at) >= self.silence)
+            .is_some_and(|w| now.duration_since(w.since) >= self.silence)
         {
             self.waiting.pop_front();
             pass.silent += 1;
@@ -92,11 +153,20 @@ impl Door {
         for _ in 0..ACCEPTS_PER_PASS {
             match self.listener.accept() {
                 Ok((s, _)) => {
+                    // Accepted sockets do not inherit the listener's O_NONBLOCK.
+                    if s.set_nonblocking(true).is_err() {
+                        pass.broken += 1;
+                        continue;
+                    }
                     if self.waiting.len() >= self.max_waiting {
                         self.waiting.pop_front();
                         pass.silent += 1;
                     }
-                    self.waiting.push_back((s, now));
+                    self.waiting.push_back(Waiting {
+                        stream: s,
+                        since: now,
+                        buf: Vec::new(),
+                    });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -122,7 +192,13 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.set_nonblocking(true).unwrap();
         let a = l.local_addr().unwrap();
-        (Door::new(l, Duration::from_millis(silence_ms), max), a)
+        (Door::new(l, Duration::from_millis(silence_ms), max, 100), a)
+    }
+
+    fn frame(body: &[u8]) -> Vec<u8> {
+        let mut f = (body.len() as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
     }
 
     /// Passes until `until`, gathering what they give.
@@ -133,6 +209,7 @@ mod tests {
             let p = d.pass(Duration::from_millis(10)).unwrap();
             all.ready.extend(p.ready);
             all.silent += p.silent;
+            all.broken += p.broken;
         }
         all
     }
@@ -142,19 +219,45 @@ mod tests {
         let (mut d, a) = door(400, 100);
         let idle: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(a).unwrap()).collect();
         let mut talker = TcpStream::connect(a).unwrap();
-        talker.write_all(b"hello").unwrap();
+        talker.write_all(&frame(b"hello")).unwrap();
         let p = passes(&mut d, 150);
         assert_eq!(p.ready.len(), 1, "only the one that spoke");
         assert_eq!(
-            p.ready[0].peer_addr().unwrap(),
+            p.ready[0].0.peer_addr().unwrap(),
             talker.local_addr().unwrap()
         );
+        assert_eq!(p.ready[0].1, b"hello");
         assert_eq!(d.waiting(), 50);
         let p = passes(&mut d, 500);
         assert!(p.ready.is_empty());
         assert_eq!(p.silent, 50, "closed after the silence");
         assert_eq!(d.waiting(), 0);
         drop(idle);
+    }
+
+    /// A frame that comes a byte at a time waits at the door (no thread) until whole; one that
+    /// announces more than the limit, or closes half-way, is broken.
+    #[test]
+    fn a_first_frame_is_taken_whole_and_oversized_or_cut_ones_are_broken() {
+        let (mut d, a) = door(2000, 100);
+        let mut drip = TcpStream::connect(a).unwrap();
+        let mut big = TcpStream::connect(a).unwrap();
+        big.write_all(&1000u32.to_be_bytes()).unwrap();
+        let mut cut = TcpStream::connect(a).unwrap();
+        cut.write_all(&frame(b"0123456789")[..8]).unwrap();
+        drop(cut);
+        let f = frame(b"opening");
+        for b in &f[..f.len() - 1] {
+            drip.write_all(&[*b]).unwrap();
+            let p = passes(&mut d, 20);
+            assert!(p.ready.is_empty(), "passed before its last byte");
+        }
+        drip.write_all(&f[f.len() - 1..]).unwrap();
+        let p = passes(&mut d, 100);
+        assert_eq!(p.ready.len(), 1);
+        assert_eq!(p.ready[0].1, b"opening");
+        assert_eq!(d.waiting(), 0, "the oversized and the cut one are gone");
+        drop(big);
     }
 
     #[test]

@@ -7,11 +7,16 @@
 //! a listener that never speaks, or, seen from the coordinator's own node, a socket bound there
 //! that does not listen) is named once and left to its thread while the others go on;
 //! when every candidate has been held by such a process twice in a row, the coordinator cannot
-//! be on any of them and the member ends at once, not at the deadline.
+//! be on any of them and the member ends at once, not at the deadline. On another node, where a
+//! port bound without listening refuses connections just as one nobody holds yet, the member
+//! ends at once only on the coordinator's own proven word that it cannot listen
+//! ([`super::beacon`]), never on silence: a coordinator that starts late is waited for.
 
 use super::auth;
 use super::coordinator::{addr_text, HANDSHAKE_TIMEOUT};
-use super::messages::{self, Greeting, Hello, HelloBody, Opening, Proof, Version, Welcome};
+use super::messages::{
+    self, Greeting, Hello, HelloBody, Opening, Proof, TicketOffer, Version, Welcome,
+};
 use super::plane::ControlPlane;
 use super::session::{self, KeyPair, Keys, Role, Session};
 use super::wire::{self, WireError};
@@ -41,7 +46,15 @@ enum Miss {
     /// process (busy with a flood of connections, or it refused this proof): said once, and
     /// tried again.
     Dropped(String),
+    /// The coordinator said, proven over UDP ([`super::beacon`]), that it can listen on no
+    /// candidate port: the member ends at once.
+    Failed(String),
 }
+
+/// Least time between two asks at one port's UDP twin while its connections are refused.
+const ASK_EVERY: Duration = Duration::from_millis(500);
+/// Longest wait for an answer to one ask.
+const ASK_WAIT: Duration = Duration::from_millis(100);
 
 /// Retries before a held port counts as held for good (see [`connect`]).
 const HELD_TRIES: u32 = 2;
@@ -109,11 +122,42 @@ fn silence(e: WireError) -> Miss {
 /// One try at one port: connect, read the greeting, check the coordinator's proof, and only then
 /// send this process's own. `track` keeps a handle on the socket so that another thread can cut
 /// the try short once the coordinator is found elsewhere (false: it was found already).
+/// What a refused connection to `addr` means: on the coordinator's node, whether the port is
+/// bound by a process that does not listen; elsewhere, whether the coordinator says (proven,
+/// over UDP, asked at most every [`ASK_EVERY`]) that it can listen on no candidate. Otherwise
+/// nothing listens there yet, which is no reason to give up.
+fn refused(
+    setup: &Setup,
+    addr: SocketAddr,
+    e: std::io::Error,
+    asked: &mut Option<Instant>,
+) -> Miss {
+    if e.kind() != std::io::ErrorKind::ConnectionRefused {
+        return Miss::Open(e.to_string());
+    }
+    if bound_without_listener(addr) {
+        return Miss::Held(
+            "bound by another process that does not listen on it (so the coordinator cannot listen there)"
+                .into(),
+        );
+    }
+    if asked.is_none_or(|t| t.elapsed() >= ASK_EVERY) {
+        *asked = Some(Instant::now());
+        let wait = ASK_WAIT.min(setup.deadline.saturating_duration_since(Instant::now()));
+        if let Some(why) = super::beacon::inquire(addr, &setup.label, setup.auth, wait) {
+            return Miss::Failed(why);
+        }
+    }
+    Miss::Open(e.to_string())
+}
+
 fn attempt(
     setup: &Setup,
     me: &Member,
     port: u16,
     track: &dyn Fn(Option<&TcpStream>) -> bool,
+    known: &TicketKey,
+    asked: &mut Option<Instant>,
 ) -> Result<Admitted, Miss> {
     let left = setup
         .deadline
@@ -121,22 +165,13 @@ fn attempt(
         .ok_or_else(|| Miss::Open("deadline passed".into()))?;
     let addr = resolve(&setup.host, port, setup.deadline).map_err(Miss::Open)?;
     let mut stream = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::ConnectionRefused && bound_without_listener(addr) {
-                Miss::Held(
-                    "bound by another process that does not listen on it (so the coordinator cannot listen there)"
-                        .into(),
-                )
-            } else {
-                Miss::Open(e.to_string())
-            }
-        })?;
+        .map_err(|e| refused(setup, addr, e, asked))?;
     if !track(Some(&stream)) {
         return Err(Miss::Open(
             "the coordinator was found on another port".into(),
         ));
     }
-    let r = attempt_on(setup, me, &mut stream).and_then(|keys| {
+    let r = attempt_on(setup, me, &mut stream, known).and_then(|keys| {
         let mut session = Session::new(stream, keys);
         accepted(setup, &mut session)?;
         Ok(session)
@@ -251,22 +286,81 @@ fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
     Ok(greeting)
 }
 
-fn attempt_on(setup: &Setup, me: &Member, stream: &mut TcpStream) -> Result<Keys, Miss> {
+/// The key of the job's ticket, once a coordinator's offer was opened (MUNGE).
+type TicketKey = Mutex<Option<Vec<u8>>>;
+
+/// A coordinator's [`TicketOffer`] in `first`, if that is what it is: the key inside is kept
+/// for the next try (the connection is closed after an offer). Another step's label, a ticket
+/// that does not open as this job's user's, or one that changes nothing is a held port.
+fn take_offer(setup: &Setup, first: &[u8], known: &TicketKey, deadline: Instant) -> Option<Miss> {
+    let offer: TicketOffer = wire::decode(first).ok()?;
+    if offer.label != setup.label {
+        return Some(Miss::Held(format!(
+            "the coordinator of another job step ('{}')",
+            crate::text::escape_control(&offer.label.chars().take(60).collect::<String>())
+        )));
+    }
+    let key = match setup.auth.open_ticket(&offer.ticket, deadline) {
+        Ok(k) => k,
+        Err(e) => {
+            return Some(Miss::Held(format!(
+                "not this step's coordinator: {}: a squatter",
+                crate::text::escape_control(&e)
+            )))
+        }
+    };
+    let mut k = known.lock().unwrap_or_else(|p| p.into_inner());
+    if k.as_ref() == Some(&key) {
+        return Some(Miss::Held(
+            "the coordinator refused this process's proof of its own ticket".into(),
+        ));
+    }
+    *k = Some(key);
+    Some(Miss::Open(
+        "the coordinator answered with the job's ticket; trying again with it".into(),
+    ))
+}
+
+/// This process's opening, with its proof of the job's ticket once it knows the key.
+fn opening_of(
+    label: &str,
+    keys: &KeyPair,
+    local: &str,
+    peer: &str,
+    known: &TicketKey,
+) -> Result<Opening, String> {
+    let mut opening = Opening {
+        protocol: auth::PROTOCOL.into(),
+        nonce: auth::nonce()?,
+        key: keys.public_hex(),
+        from: local.into(),
+        to: peer.into(),
+        ticket: None,
+    };
+    if let Some(k) = known.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        opening.ticket = Some(auth::ticket_proof(k, label, &opening.ticket_fields()));
+    }
+    Ok(opening)
+}
+
+fn attempt_on(
+    setup: &Setup,
+    me: &Member,
+    stream: &mut TcpStream,
+    known: &TicketKey,
+) -> Result<Keys, Miss> {
     let open = |e: String| Miss::Open(e);
     stream.set_nodelay(true).map_err(|e| open(e.to_string()))?;
     let deadline = setup.deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
     let (local, peer) = ends(stream).map_err(open)?;
     let keys = KeyPair::new().map_err(open)?;
-    // Sent at once, beside the coordinator's greeting: no round trip of its own.
-    let opening = Opening {
-        protocol: auth::PROTOCOL.into(),
-        nonce: auth::nonce().map_err(open)?,
-        key: keys.public_hex(),
-        from: local.clone(),
-        to: peer.clone(),
-    };
+    // Sent at once: the coordinator answers it with its greeting.
+    let opening = opening_of(&setup.label, &keys, &local, &peer, known).map_err(open)?;
     wire::send(stream, &opening, deadline).map_err(silence)?;
     let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(silence)?;
+    if let Some(miss) = take_offer(setup, &first, known, deadline) {
+        return Err(miss);
+    }
     let greeting = greeting_of(setup, &first)?;
     let held = |e: String| Miss::Held(format!("not this step's coordinator: {e}"));
     messages::check_nonce(&greeting.nonce).map_err(held)?;
@@ -348,11 +442,12 @@ enum Report {
 fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
     let done = AtomicBool::new(false);
     let in_flight: Mutex<HashMap<u16, TcpStream>> = Mutex::new(HashMap::new());
+    let known: TicketKey = Mutex::new(None);
     let (tx, rx) = mpsc::channel::<Report>();
     std::thread::scope(|scope| {
         for &port in &setup.ports {
             let tx = tx.clone();
-            let (done, in_flight) = (&done, &in_flight);
+            let (done, in_flight, known) = (&done, &in_flight, &known);
             scope.spawn(move || {
                 let track = |s: Option<&TcpStream>| {
                     let mut f = in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -371,13 +466,14 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
                     }
                     true
                 };
+                let mut asked = None;
                 while !done.load(Ordering::Relaxed) && Instant::now() < setup.deadline {
-                    let report = match attempt(setup, me, port, &track) {
+                    let report = match attempt(setup, me, port, &track, known, &mut asked) {
                         Ok(a) => Report::Found(a),
                         Err(m) => Report::Missed(port, m),
                     };
                     let pause = match &report {
-                        Report::Found(_) => None,
+                        Report::Found(_) | Report::Missed(_, Miss::Failed(_)) => None,
                         Report::Missed(_, Miss::Open(_) | Miss::Dropped(_)) => Some(RETRY),
                         // Every try at a relay costs the coordinator a handshake: slower.
                         Report::Missed(_, Miss::Held(_)) => Some(HELD_RETRY),
@@ -441,6 +537,12 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
             Report::Missed(port, miss) => (port, miss),
         };
         match &miss {
+            Miss::Failed(why) => {
+                return Err(format!(
+                    "rendezvous at {}: the coordinator started and cannot listen on any candidate port, as it said (over UDP, on port {port}): {why}",
+                    setup.host
+                ))
+            }
             Miss::Open(why) => {
                 held.insert(port, 0);
                 latest.insert(port, why.clone());

@@ -1,9 +1,11 @@
 //! The rendezvous messages and the checks every field passes before it is used.
 //!
 //! The handshake, per connection (protocol [`super::auth::PROTOCOL`]):
-//! 1. both sides speak at once: coordinator -> member [`Greeting`] (protocol, step label, nonce,
-//!    a fresh X25519 public key); member -> coordinator [`Opening`] (protocol, its own nonce and
-//!    public key, the connection's two addresses as it sees them);
+//! 1. member -> coordinator [`Opening`] (protocol, its own nonce and public key, the
+//!    connection's two addresses as it sees them; under MUNGE its proof of the job's ticket,
+//!    else the coordinator answers a [`TicketOffer`] and closes: the member opens the ticket and
+//!    connects again); coordinator -> member [`Greeting`] (protocol, step label, nonce, a fresh
+//!    X25519 public key);
 //! 2. coordinator -> member: [`Proof`] (the addresses as the coordinator sees them, and its proof
 //!    over the transcript of 1 and 2): the member now knows it talks to its own step's
 //!    coordinator, directly, before it shows a credential of its own;
@@ -38,7 +40,7 @@ pub struct Version {
     pub protocol: String,
 }
 
-/// Coordinator -> member, on accept.
+/// Coordinator -> member, once its opening is in.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Greeting {
     pub protocol: String,
@@ -58,6 +60,28 @@ pub struct Opening {
     /// The connection as the member sees it: its own address, and the address it connected to.
     pub from: String,
     pub to: String,
+    /// Under MUNGE, its proof of the job's ticket over the fields above
+    /// ([`super::auth::ticket_proof`]); absent on a member's first contact, which is answered
+    /// with a [`TicketOffer`] only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
+}
+
+impl Opening {
+    /// The fields a ticket proof covers, in order.
+    pub fn ticket_fields(&self) -> [&str; 5] {
+        [&self.protocol, &self.nonce, &self.key, &self.from, &self.to]
+    }
+}
+
+/// Coordinator -> member, under MUNGE, to an opening without a valid proof of the job's ticket,
+/// then the connection is closed: the job's ticket credential, which only the job's user can
+/// open ([`super::auth::Ticket`]). Costs the coordinator no MUNGE work and no handshake slot.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TicketOffer {
+    pub protocol: String,
+    pub label: String,
+    pub ticket: String,
 }
 
 /// Coordinator -> member: the connection as the coordinator sees it, and its proof.

@@ -12,6 +12,8 @@
 //!   coordinator's connections wait, without a thread, until they speak;
 //! - [`peer_uid`]: whose process a connection from this node is (another user's is refused before
 //!   any credential work);
+//! - [`beacon`]: a coordinator that can listen on no candidate port says so to the members on
+//!   other nodes (over UDP, proven), so they end at once instead of at the deadline;
 //! - [`absent`]: the coordinator's word on the processes that never came (nodes, then ranks);
 //! - [`plane`]: sums and barriers afterwards.
 //!
@@ -20,6 +22,7 @@
 
 pub mod absent;
 pub mod auth;
+pub mod beacon;
 pub mod coordinator;
 pub mod door;
 pub mod member;
