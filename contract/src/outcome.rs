@@ -18,14 +18,14 @@ use crate::verdict::Verdict;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Judged {
     pub verdict: Verdict,
-    pub problem: Option<Problem>,
+    pub problem: Option<RunProblem>,
 }
 
 /// Why a worker's run is an ERROR though the worker did not say so. A caller tells the kinds
 /// apart by the variant (a contradiction is logged as an error of the worker itself), never by
 /// the words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Problem {
+pub enum RunProblem {
     /// The exit code and the report's verdict disagree.
     Contradiction(String),
     /// The report is larger than a reader takes.
@@ -34,18 +34,18 @@ pub enum Problem {
     ReportUnusable(String),
 }
 
-impl Problem {
+impl RunProblem {
     pub fn is_contradiction(&self) -> bool {
-        matches!(self, Problem::Contradiction(_))
+        matches!(self, RunProblem::Contradiction(_))
     }
 }
 
-impl std::fmt::Display for Problem {
+impl std::fmt::Display for RunProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Problem::Contradiction(m) | Problem::ReportTooLarge(m) | Problem::ReportUnusable(m) => {
-                f.write_str(m)
-            }
+            RunProblem::Contradiction(m)
+            | RunProblem::ReportTooLarge(m)
+            | RunProblem::ReportUnusable(m) => f.write_str(m),
         }
     }
 }
@@ -58,7 +58,7 @@ impl Judged {
         }
     }
 
-    fn error(problem: Problem) -> Judged {
+    fn error(problem: RunProblem) -> Judged {
         Judged {
             verdict: Verdict::Error,
             problem: Some(problem),
@@ -79,15 +79,15 @@ pub fn of_run(ending: Ending, report: Option<&Result<Report, ReportError>>) -> J
     match (by_exit, report) {
         (Verdict::Error, _) => Judged::plain(Verdict::Error),
         (v, Ok(r)) if r.verdict == v => Judged::plain(v),
-        (v, Ok(r)) => Judged::error(Problem::Contradiction(format!(
+        (v, Ok(r)) => Judged::error(RunProblem::Contradiction(format!(
             "contradiction: the worker exited {code} ({v}) but its report says {}",
             r.verdict
         ))),
         (Verdict::Fail, Err(ReportError::Missing(_))) => Judged::plain(Verdict::Fail),
         (_, Err(e @ ReportError::TooLarge(..))) => {
-            Judged::error(Problem::ReportTooLarge(format!("report too large: {e}")))
+            Judged::error(RunProblem::ReportTooLarge(format!("report too large: {e}")))
         }
-        (v, Err(e)) => Judged::error(Problem::ReportUnusable(format!(
+        (v, Err(e)) => Judged::error(RunProblem::ReportUnusable(format!(
             "the worker exited {code} ({v}) but its report is unusable: {e}"
         ))),
     }
@@ -126,28 +126,28 @@ mod tests {
             let j = of_run(Ending::Exited(code), Some(&report(says)));
             assert_eq!(j.verdict, Verdict::Error, "exit {code} with {says}");
             assert!(
-                matches!(j.problem, Some(Problem::Contradiction(_))),
+                matches!(j.problem, Some(RunProblem::Contradiction(_))),
                 "{j:?}"
             );
         }
         let j = of_run(Ending::Exited(0), Some(&missing()));
         assert_eq!(j.verdict, Verdict::Error);
         assert!(
-            matches!(&j.problem, Some(p @ Problem::ReportUnusable(_)) if p.to_string().contains("no report")),
+            matches!(&j.problem, Some(p @ RunProblem::ReportUnusable(_)) if p.to_string().contains("no report")),
             "{j:?}"
         );
         let big = Err(ReportError::TooLarge(PathBuf::from("/r"), 8));
         let j = of_run(Ending::Exited(0), Some(&big));
         assert_eq!(j.verdict, Verdict::Error);
         assert!(
-            matches!(&j.problem, Some(p @ Problem::ReportTooLarge(_)) if p.to_string().starts_with("report too large")),
+            matches!(&j.problem, Some(p @ RunProblem::ReportTooLarge(_)) if p.to_string().starts_with("report too large")),
             "{j:?}"
         );
         let garbage = Err(ReportError::NotAReport("not JSON".into()));
         let j = of_run(Ending::Exited(1), Some(&garbage));
         assert_eq!(j.verdict, Verdict::Error);
         assert!(
-            matches!(&j.problem, Some(p @ Problem::ReportUnusable(_)) if p.to_string().contains("unusable")),
+            matches!(&j.problem, Some(p @ RunProblem::ReportUnusable(_)) if p.to_string().contains("unusable")),
             "{j:?}"
         );
         assert_eq!(

@@ -6,7 +6,7 @@
 //! says otherwise is an ERROR "contradiction", never a drain).
 
 use crate::report::{self, Report, ReportError};
-use nccl_check_contract::outcome::Problem;
+use nccl_check_contract::outcome::RunProblem;
 use nccl_check_contract::supervise::{self, Ending, Output, Spec};
 use nccl_check_contract::verdict::Verdict;
 use nccl_check_contract::{PlanName, WorkerArgs};
@@ -120,7 +120,7 @@ pub fn describe(ending: Ending, budget: Duration) -> String {
 pub fn verdict_of_run(
     ending: Ending,
     report: &Result<Report, ReportError>,
-) -> (Verdict, Option<Problem>) {
+) -> (Verdict, Option<RunProblem>) {
     let j = nccl_check_contract::outcome::of_run(ending, Some(report));
     (j.verdict, j.problem)
 }
@@ -173,7 +173,7 @@ pub fn run(req: &Request) -> Run {
     };
     let report = report::read(&req.json());
     let (verdict, judged) = verdict_of_run(done.ending, &report);
-    let contradicted = judged.as_ref().is_some_and(Problem::is_contradiction);
+    let contradicted = judged.as_ref().is_some_and(RunProblem::is_contradiction);
     let problem = match done.ending {
         Ending::Exited(_) => judged.map(|p| p.to_string()),
         other => Some(describe(other, req.budget)),
