@@ -20,6 +20,11 @@
 //! - **Screening** (B slow): the edges of the ring B's collective runs over (node i with node i+1)
 //!   in two rounds of disjoint node pairs (even edges, odd edges; three when N is odd), each node
 //!   pair measured rail-wise: GPU r of one node with GPU r of the other, through both GPUs' NICs.
+//! - **Paths** (4..=16 nodes, after screening): every node pair screening did not meet, as the
+//!   remaining rounds of a round-robin tournament whose first two rounds are the ring's edges
+//!   (N-3 rounds for an even N), each pair rail-wise with a smaller message (`path_round`) and
+//!   judged against the other `Paths` pairs: a slow path between nodes that are not ring
+//!   neighbours is found as a slow ring edge is.
 //! - **Retest** (only if needed): a slow node pair whose two ends are both cleared by another
 //!   pair is measured once more (disjoint pairs, usually one round); the second reading replaces
 //!   the first, as for every other retested result.
@@ -54,8 +59,12 @@
 //!   with GPU r+1 of node 1), which needs G >= 2.
 //! - N = 3 with two bad nodes, and generally half the ring slow: no healthy reference is left;
 //!   the finding is `allocation_slow` (or `suspects_unresolved` when a pair floor is set).
-//! - A slow node pair that B's ring does not use (not neighbours in node order) does not slow B and
-//!   is not looked for; `LocalizePlan::FullMatrix` finds it.
+//! - A slow node pair that B's ring does not use (not neighbours in node order) does not slow B;
+//!   from 4 to `MAX_PATH_NODES` (16) nodes the `Paths` rounds find it whenever screening runs (B
+//!   slow or without a floor, as in the built-in configuration), and name it `node_pair_slow`.
+//!   Beyond 16 nodes, or when B passes its floor, it is not looked for (an alltoall over every
+//!   rank would not show it either: each of its N-1 flows gets 1/(N-1) of a NIC, so a path at
+//!   0.3x slows it only below 4 nodes); `LocalizePlan::FullMatrix` finds it.
 //! - A suspect whose confirmation partner happens to share a second, independent link fault.
 
 pub(crate) mod assess;
@@ -127,6 +136,25 @@ pub enum Phase {
     Matrix,
     /// Node pairs that read slow once, with both ends fast elsewhere, measured again.
     Retest,
+    /// The node pairs screening does not meet (not neighbours in B's ring), as rounds of a
+    /// round-robin tournament, with a smaller message (`path_round`): every path once.
+    Paths,
+    /// Slow `Paths` pairs with both ends fast elsewhere, measured again at the `Paths` size.
+    PathRetest,
+}
+
+/// Most nodes whose every path is measured in the adaptive plan: `Paths` costs N-3 rounds (N-1
+/// for an odd N), each a connection to a new peer and a small exchange (`path_round`), about
+/// 0.1 s on sockets between emulated nodes and 0.05 s on InfiniBand: within 10% of a healthy
+/// check at 16 nodes, not beyond (64 nodes would add about 3 s).
+pub const MAX_PATH_NODES: usize = 16;
+
+/// The message size and the (warm-up, timed) loops of a `Paths` or `PathRetest` round, from the
+/// plan's pair size: an eighth of it, at least 1 MiB (never more than the plan's own), and one
+/// warm-up (the new peer's connection) then two timed exchanges. These rounds are judged only
+/// against each other (their own reference), so a smaller message than screening's is fair.
+pub fn path_round(bytes: u64) -> (u64, (u32, u32)) {
+    ((bytes / 8).max(1 << 20).min(bytes), (1, 2))
 }
 
 impl Phase {
