@@ -42,8 +42,9 @@ pub struct Localizer {
     local_bad: Vec<bool>,
     allocation: Option<(f64, bool)>,
     node_rounds: Vec<Vec<(usize, usize)>>,
-    /// The `Paths` rounds, set when screening starts (empty outside 4..=`MAX_PATH_NODES`).
-    path_rounds: Vec<Vec<(usize, usize)>>,
+    /// The `Paths` rounds' groups, set when screening starts (empty outside
+    /// 4..=`MAX_PATH_NODES`): `path_rounds` spread over the rails (`spread_over_rails`).
+    path_rounds: Vec<Vec<Group>>,
     pairs: Vec<Measured>,
     /// Node pairs measured so far (smaller index first): a confirmation needs a new partner.
     met: HashSet<(usize, usize)>,
@@ -129,7 +130,7 @@ impl Localizer {
                     continue;
                 }
                 Stage::Paths { next } if next < self.path_rounds.len() => {
-                    (Phase::Paths, self.rail_wise(&self.path_rounds[next]))
+                    (Phase::Paths, self.path_rounds[next].clone())
                 }
                 Stage::Paths { .. } => {
                     self.stage = if self.cfg.retest {
@@ -214,7 +215,7 @@ impl Localizer {
                     (LocalizePlan::Adaptive, true) => {
                         self.node_rounds = ring_rounds(self.n);
                         if self.n <= MAX_PATH_NODES {
-                            self.path_rounds = path_rounds(self.n);
+                            self.path_rounds = spread_over_rails(&path_rounds(self.n), self.g);
                         }
                         Stage::NodeRounds { next: 0 }
                     }
@@ -232,7 +233,10 @@ impl Localizer {
             }
             _ => {
                 for (&group, &busbw) in round.groups.iter().zip(results) {
-                    if let Group::Pair { a, b, .. } = group {
+                    // A paths pair is met on one rail only: a confirmation may still pair the
+                    // two nodes on the rails it needs.
+                    if let (Group::Pair { a, b, .. }, false) = (group, round.phase == Phase::Paths)
+                    {
                         self.met.insert((a.min(b), a.max(b)));
                     }
                     let path = round.phase == Phase::Paths;
@@ -299,7 +303,8 @@ impl Localizer {
     }
 
     /// The round cap: `2*floor(log2 N)+4` beyond the `Paths` rounds (which every allocation of
-    /// 4..=16 nodes that screens spends, so they leave retests and confirmations their share).
+    /// 4..=`MAX_PATH_NODES` nodes that screens spends, so they leave retests and confirmations
+    /// their share).
     fn cap(&self) -> usize {
         round_cap(self.n) + self.path_rounds.len()
     }
@@ -463,6 +468,31 @@ pub(crate) fn path_rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
         .collect()
 }
 
+/// The paths' matchings as rounds of groups: `g` matchings at once, matching i of a round on rail
+/// i, so each GPU (and its NIC) is in one pair per round as in screening, and a node of G GPUs
+/// meets G new partners a round: ceil((N-3)/G) rounds instead of N-3. Each node pair is met on one
+/// rail (a path between the nodes, not every rail's: a slow path of one rail only is found
+/// by the full matrix).
+pub(crate) fn spread_over_rails(matchings: &[Vec<(usize, usize)>], g: usize) -> Vec<Vec<Group>> {
+    matchings
+        .chunks(g.max(1))
+        .map(|chunk| {
+            chunk
+                .iter()
+                .enumerate()
+                .flat_map(|(rail, m)| {
+                    m.iter().map(move |&(a, b)| Group::Pair {
+                        a,
+                        rail_a: rail,
+                        b,
+                        rail_b: rail,
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Labels for the circle method's m nodes: walking the cycle of its first two rounds from node
 /// m-1 gives the ring's order, so those rounds become the ring's edges; for an odd `n` the walk
 /// starts after node m-1, which becomes the bye (label `n`). The tests check the cycle for every
@@ -507,7 +537,10 @@ mod tests {
                 let mut seen = BTreeSet::new();
                 for &(a, b) in round {
                     assert!(a < b && b < n, "n={n}: ({a},{b})");
-                    assert!(seen.insert(a) && seen.insert(b), "n={n}: node twice in {round:?}");
+                    assert!(
+                        seen.insert(a) && seen.insert(b),
+                        "n={n}: node twice in {round:?}"
+                    );
                     assert!(met.insert((a, b)), "n={n}: ({a},{b}) twice");
                 }
             }
@@ -623,7 +656,7 @@ mod tests {
             l.record(&v).unwrap();
         }
         // Then the paths rounds: every other node pair, all fast.
-        for _ in 0..path_rounds(8).len() {
+        for _ in 0..spread_over_rails(&path_rounds(8), 1).len() {
             let r = l.next_round().unwrap();
             assert_eq!(r.phase, Phase::Paths);
             l.record(&vec![5.0; r.groups.len()]).unwrap();
@@ -652,7 +685,11 @@ mod tests {
         assert!(l.next_round().is_none());
         let v = l.finish();
         assert!(v.pass(), "{:?}", v.findings);
-        assert_eq!(v.localization_rounds, 2 + 5 + 1, "screening, paths, the retest");
+        assert_eq!(
+            v.localization_rounds,
+            2 + 5 + 1,
+            "screening, paths, the retest"
+        );
         // Slow again: the path is named, and it is not measured a third time.
         let (mut l, retest) = screened(7.0);
         assert!(retest.is_some());

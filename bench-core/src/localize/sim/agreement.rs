@@ -594,7 +594,11 @@ fn the_comparison_fails_loudly_and_says_why() {
     std::fs::write(&p, far("FAIL fab02,fab07")).expect("write");
     let wrong = compare(&read_results(&p).expect("parses"), &table);
     assert_eq!(wrong.len(), 1, "{wrong:#?}");
-    assert!(wrong[0].contains("found no node or path below 0.85x"), "{}", wrong[0]);
+    assert!(
+        wrong[0].contains("found no node or path below 0.85x"),
+        "{}",
+        wrong[0]
+    );
 
     let p = dir.join("nonccl.tsv");
     std::fs::write(

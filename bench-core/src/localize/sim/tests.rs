@@ -205,7 +205,7 @@ fn one_fault_takes_at_most_three_rounds_whatever_n() {
             let v = check(n, config(), &mut fabric);
             // Beyond the paths rounds, which 4..=16 nodes spend whenever they screen.
             let paths = if n <= MAX_PATH_NODES {
-                schedule::path_rounds(n).len()
+                schedule::spread_over_rails(&schedule::path_rounds(n), G).len()
             } else {
                 0
             };
@@ -397,7 +397,8 @@ fn the_simulation_is_deterministic() {
 fn a_slow_path_between_nodes_the_ring_does_not_join_is_named_up_to_sixteen_nodes() {
     let no_floor = LocalizeConfig::default();
     for n in [4, 5, 8, 11, 16, 17, 32] {
-        let ring: BTreeSet<(usize, usize)> = schedule::ring_rounds(n).into_iter().flatten().collect();
+        let ring: BTreeSet<(usize, usize)> =
+            schedule::ring_rounds(n).into_iter().flatten().collect();
         for a in 0..n {
             for b in a + 1..n {
                 if ring.contains(&(a, b)) {
@@ -407,19 +408,22 @@ fn a_slow_path_between_nodes_the_ring_does_not_join_is_named_up_to_sixteen_nodes
                 fabric.inject(Fault::Link { a, b, factor: 0.3 });
                 let mut l = Localizer::new(n, 2, no_floor.clone()).unwrap();
                 while let Some(round) = l.next_round() {
+                    assert_disjoint_g(&round, 2);
                     let r = fabric.measure(&round);
                     l.record(&r).unwrap();
                 }
                 let v = l.finish();
-                let want = if n <= MAX_PATH_NODES {
+                let want = if n <= 16 {
                     BTreeSet::from([(Code::NodePairSlow, vec![a, b], None)])
                 } else {
                     BTreeSet::new()
                 };
                 assert_eq!(named(&v), want, "N={n} path {a}-{b}: {:#?}", v.findings);
-                if n <= MAX_PATH_NODES {
+                if n <= 16 {
                     assert!(
-                        v.findings[0].message.contains("a path B's ring does not use"),
+                        v.findings[0]
+                            .message
+                            .contains("a path B's ring does not use"),
                         "{}",
                         v.findings[0].message
                     );
@@ -431,23 +435,29 @@ fn a_slow_path_between_nodes_the_ring_does_not_join_is_named_up_to_sixteen_nodes
         let mut fabric = Fabric::healthy(n, 2, 5);
         fabric.inject(Fault::Link { a, b, factor: 0.3 });
         let v = check_g(n, 2, config(), &mut fabric);
-        assert!(v.pass() && v.localization_rounds == 0, "N={n}: {:#?}", v.findings);
+        assert!(
+            v.pass() && v.localization_rounds == 0,
+            "N={n}: {:#?}",
+            v.findings
+        );
     }
 }
 
 /// A healthy allocation of 4..=16 nodes without a floor for B: screening and the paths rounds,
-/// every node pair once, and PASS; the paths rounds cost N-3 rounds (N-2 for an odd N).
+/// every node pair at least once, and PASS; the paths rounds cost N-3 matchings (N-2 for an odd
+/// N), G of them a round (one a rail).
 #[test]
 fn a_healthy_allocation_meets_every_node_pair_once_and_passes() {
-    for n in 4..=MAX_PATH_NODES {
-        let mut fabric = Fabric::healthy(n, 2, 40 + n as u64);
-        let mut l = Localizer::new(n, 2, LocalizeConfig::default()).unwrap();
+    for (n, g) in (4..=MAX_PATH_NODES).flat_map(|n| [(n, 1), (n, 2), (n, 8)]) {
+        let mut fabric = Fabric::healthy(n, g, 40 + n as u64);
+        let mut l = Localizer::new(n, g, LocalizeConfig::default()).unwrap();
         let mut met = BTreeSet::new();
         let mut paths = 0;
         while let Some(round) = l.next_round() {
             paths += usize::from(round.phase == Phase::Paths);
             for g in &round.groups {
-                if let (Group::Pair { a, b, .. }, Phase::Screen | Phase::Paths) = (*g, round.phase) {
+                if let (Group::Pair { a, b, .. }, Phase::Screen | Phase::Paths) = (*g, round.phase)
+                {
                     met.insert((a.min(b), a.max(b)));
                 }
             }
@@ -455,9 +465,10 @@ fn a_healthy_allocation_meets_every_node_pair_once_and_passes() {
             l.record(&r).unwrap();
         }
         let v = l.finish();
-        assert!(v.pass(), "N={n}: {:#?}", v.findings);
-        assert_eq!(met.len(), n * (n - 1) / 2, "N={n}");
-        assert_eq!(paths, if n % 2 == 0 { n - 3 } else { n - 2 }, "N={n}");
+        assert!(v.pass(), "N={n} G={g}: {:#?}", v.findings);
+        assert_eq!(met.len(), n * (n - 1) / 2, "N={n} G={g}");
+        let matchings = if n % 2 == 0 { n - 3 } else { n - 2 };
+        assert_eq!(paths, matchings.div_ceil(g), "N={n} G={g}");
     }
 }
 
@@ -468,4 +479,24 @@ fn check_g(n: usize, g: usize, cfg: LocalizeConfig, fabric: &mut Fabric) -> Loca
         l.record(&results).unwrap();
     }
     l.finish()
+}
+
+/// No GPU of `g` per node in two pair groups of one round.
+fn assert_disjoint_g(round: &Round, g: usize) {
+    let mut gpus = HashSet::new();
+    for grp in &round.groups {
+        if let Group::Pair {
+            a,
+            rail_a,
+            b,
+            rail_b,
+        } = *grp
+        {
+            assert!(rail_a < g && rail_b < g && a != b, "{grp:?}");
+            assert!(
+                gpus.insert((a, rail_a)) && gpus.insert((b, rail_b)),
+                "{round:?}"
+            );
+        }
+    }
 }
