@@ -315,7 +315,9 @@ fn without_an_allocation_floor_screening_always_runs_and_still_passes_healthy() 
 
 #[test]
 fn a_link_off_the_ring_needs_the_full_matrix() {
-    // Nodes 1 and 5 are not neighbours in node order: B's ring never uses their path.
+    // Nodes 1 and 5 are not neighbours in node order: B's ring never uses their path, so B passes
+    // its floor and the adaptive plan ends there (without a floor its paths rounds name the
+    // pair: a_slow_path_between_nodes_the_ring_does_not_join_is_named_up_to_sixteen_nodes).
     let fault = Fault::Link {
         a: 1,
         b: 5,
