@@ -527,6 +527,55 @@ mod tests {
         }
     }
 
+    /// The paths rounds' smaller message reads lower than screening's: their pairs are judged
+    /// against each other, never against screening's reference (which would make every one slow).
+    #[test]
+    fn paths_pairs_are_judged_against_their_own_reference() {
+        let path = |a, b, busbw| Measured {
+            path: true,
+            ..pair(a, b, 0, busbw)
+        };
+        // Ring of 6 at 48 GB/s; every other pair at 20 (a sixteenth of the size), (1,4) at 8.
+        let mut pairs: Vec<Measured> = (0..6).map(|i| pair(i, (i + 1) % 6, 0, 48.0)).collect();
+        for (a, b) in [
+            (0, 2),
+            (0, 3),
+            (0, 4),
+            (1, 3),
+            (1, 5),
+            (2, 4),
+            (2, 5),
+            (3, 5),
+        ] {
+            pairs.push(path(a, b, 20.0));
+        }
+        let cfg = LocalizeConfig::default();
+        let inputs = |pairs: &[Measured]| {
+            findings(&Inputs {
+                n: 6,
+                g: 1,
+                cfg: &cfg,
+                local: &[300.0; 6],
+                pairs,
+                allocation: None,
+            })
+        };
+        assert!(inputs(&pairs).is_empty(), "{:?}", inputs(&pairs));
+        pairs.push(path(1, 4, 8.0));
+        let f = inputs(&pairs);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(
+            (f[0].code, f[0].nodes.clone()),
+            (Code::NodePairSlow, vec![1, 4])
+        );
+        assert_eq!(f[0].limit, Some(17.0), "0.85 x the paths' reference 20");
+        assert!(
+            f[0].message.contains("a path B's ring does not use"),
+            "{}",
+            f[0].message
+        );
+    }
+
     #[test]
     fn one_slow_pair_with_cleared_ends_is_a_link_not_a_node() {
         // Ring of 4, one rail: edge (1,2) slow.
