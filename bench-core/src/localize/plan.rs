@@ -247,7 +247,7 @@ pub fn plan_model(
                 rounds: paths,
                 seconds: paths_s,
                 what: format!(
-                    "whenever screening runs: every node pair the ring does not join, {paths} rounds of a round-robin tournament ({g} matchings a round, one a rail), sendrecv {} x {} ({:.2} s each)",
+                    "whenever screening runs: every node pair the ring does not join, {paths} rounds of a round-robin tournament ({g} node matching(s) a round, one a rail), sendrecv {} x {} ({:.2} s each)",
                     crate::measure::size::human(path_round(w.pair_bytes).0),
                     path_round(w.pair_bytes).1 .0 + path_round(w.pair_bytes).1 .1,
                     paths_round_s(n, g, w)
@@ -434,13 +434,24 @@ pub fn explain_plan(
     } else if m.healthy_rounds == 0 {
         "ends after B, at or above its floor".to_string()
     } else {
-        format!(
-            "B has no floor, so {} screening rounds run",
-            m.healthy_rounds
-        )
+        let paths = m
+            .phases
+            .iter()
+            .find(|p| p.name == "paths")
+            .map_or(0, |p| p.rounds);
+        match paths {
+            0 => format!(
+                "B has no floor, so {} screening rounds run",
+                m.healthy_rounds
+            ),
+            p => format!(
+                "B has no floor, so {} screening and {p} paths rounds run",
+                m.healthy_rounds - p
+            ),
+        }
     };
     s += &format!(
-        "\nConfig: {}, plan '{}'{}.\nAfter NCCL init: {:.2} s healthy ({healthy_path}), {:.2} s worst case ({} localization rounds; bound 2*log2(N)+4 = {:.1}; one fault: {} rounds).\n",
+        "\nConfig: {}, plan '{}'{}.\nAfter NCCL init: {:.2} s healthy ({healthy_path}), {:.2} s worst case ({} localization rounds; bound 2*log2(N)+4 = {:.1}, beyond the paths rounds; one fault: {} rounds).\n",
         m.workload.config,
         m.workload.plan,
         m.workload
