@@ -64,9 +64,10 @@
 //! - A slow node pair that B's ring does not use (not neighbours in node order) does not slow B;
 //!   from 4 to `MAX_PATH_NODES` (16) nodes the `Paths` rounds find it whenever screening runs (B
 //!   slow or without a floor, as in the built-in configuration), and name it `node_pair_slow`.
-//!   Beyond 16 nodes, or when B passes its floor, it is not looked for (an alltoall over every
-//!   rank would not show it either: each of its N-1 flows gets 1/(N-1) of a NIC, so a path at
-//!   0.3x slows it only below 4 nodes); `LocalizePlan::FullMatrix` finds it.
+//!   Beyond 16 nodes, or when B passes its floor, it is not looked for; `LocalizePlan::FullMatrix`
+//!   finds it. (An alltoall over every rank, the cheaper probe, would hardly show it: sharing a
+//!   NIC fairly, each of a rank's N-1 flows gets 1/(N-1) of it, so a path at 0.3x holds the
+//!   alltoall back only up to 4 nodes. Reasoned, not measured; hence rounds of isolated pairs.)
 //! - A suspect whose confirmation partner happens to share a second, independent link fault.
 
 pub(crate) mod assess;
