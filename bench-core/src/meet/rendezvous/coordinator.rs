@@ -58,6 +58,7 @@ pub enum Refusal {
     OtherUser,
     /// Under MUNGE, an opening without a proof of the job's ticket: a member's first contact
     /// (it gets the ticket and comes again) or another user's process, which cannot open it.
+    /// Answered with the ticket and not logged (every member's first contact is one).
     NoTicket,
 }
 
@@ -573,7 +574,11 @@ pub fn serve(
                                 .peer_addr()
                                 .map(|a| a.to_string())
                                 .unwrap_or_default();
-                            if let Some(line) = refused.note(kind, &format!("from {from}: {why}")) {
+                            // A ticketless opening is every member's first contact: not logged.
+                            let line = (kind != Refusal::NoTicket)
+                                .then(|| refused.note(kind, &format!("from {from}: {why}")))
+                                .flatten();
+                            if let Some(line) = line {
                                 eprintln!("{line}");
                             }
                             // A few hundred bytes to a fresh socket: never blocks. Then closed.

@@ -302,6 +302,10 @@ fn take_offer(setup: &Setup, first: &[u8], known: &TicketKey, deadline: Instant)
     }
     let key = match setup.auth.open_ticket(&offer.ticket, deadline) {
         Ok(k) => k,
+        // This node's MUNGE busy or slow: nothing said about the port's holder yet.
+        Err(e) if e.starts_with(auth::MUNGE_BUSY) || e.ends_with("did not answer in time") => {
+            return Some(Miss::Open(format!("opening the coordinator's ticket: {e}")))
+        }
         Err(e) => {
             return Some(Miss::Held(format!(
                 "not this step's coordinator: {}: a squatter",
