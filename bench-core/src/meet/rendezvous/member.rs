@@ -144,7 +144,8 @@ fn refused(
     if asked.is_none_or(|t| t.elapsed() >= ASK_EVERY) {
         *asked = Some(Instant::now());
         let wait = ASK_WAIT.min(setup.deadline.saturating_duration_since(Instant::now()));
-        if let Some(why) = super::beacon::inquire(addr, &setup.label, setup.auth, wait) {
+        let until = setup.deadline.min(Instant::now() + Duration::from_secs(2));
+        if let Some(why) = super::beacon::inquire(addr, &setup.label, setup.auth, wait, until) {
             return Miss::Failed(why);
         }
     }
