@@ -51,8 +51,10 @@ enum Miss {
     Failed(String),
 }
 
-/// Least time between two asks at one port's UDP twin while its connections are refused.
-const ASK_EVERY: Duration = Duration::from_millis(500);
+/// Least time between two asks at one port's UDP twin while its connections are refused: a
+/// datagram of 1 KiB a second per candidate port and member while the coordinator is not up
+/// (about what its refused TCP tries send), and an ERROR a second after the coordinator fails.
+const ASK_EVERY: Duration = Duration::from_secs(1);
 /// Longest wait for an answer to one ask.
 const ASK_WAIT: Duration = Duration::from_millis(100);
 
