@@ -295,7 +295,13 @@ type TicketKey = Mutex<Option<Vec<u8>>>;
 /// A coordinator's [`TicketOffer`] in `first`, if that is what it is: the key inside is kept
 /// for the next try (the connection is closed after an offer). Another step's label, a ticket
 /// that does not open as this job's user's, or one that changes nothing is a held port.
-fn take_offer(setup: &Setup, first: &[u8], known: &TicketKey, deadline: Instant) -> Option<Miss> {
+fn take_offer(
+    setup: &Setup,
+    first: &[u8],
+    known: &TicketKey,
+    deadline: Instant,
+    proved: bool,
+) -> Option<Miss> {
     let offer: TicketOffer = wire::decode(first).ok()?;
     if offer.label != setup.label {
         return Some(Miss::Held(format!(
@@ -317,7 +323,9 @@ fn take_offer(setup: &Setup, first: &[u8], known: &TicketKey, deadline: Instant)
         }
     };
     let mut k = known.lock().unwrap_or_else(|p| p.into_inner());
-    if k.as_ref() == Some(&key) {
+    // The same key again, after an opening that proved it: refused for another reason. (An
+    // opening sent before another port's thread learnt the key proved nothing.)
+    if proved && k.as_ref() == Some(&key) {
         return Some(Miss::Held(
             "the coordinator refused this process's proof of its own ticket".into(),
         ));
@@ -365,7 +373,7 @@ fn attempt_on(
     let opening = opening_of(&setup.label, &keys, &local, &peer, known).map_err(open)?;
     wire::send(stream, &opening, deadline).map_err(silence)?;
     let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(silence)?;
-    if let Some(miss) = take_offer(setup, &first, known, deadline) {
+    if let Some(miss) = take_offer(setup, &first, known, deadline, opening.ticket.is_some()) {
         return Err(miss);
     }
     let greeting = greeting_of(setup, &first)?;
