@@ -1069,3 +1069,31 @@ fn member_far(ports: Vec<u16>) -> Result<([u8; 128], Vec<f64>), String> {
         .map_err(|e| e.to_string())?;
     Ok((j.unique_id, sum))
 }
+
+/// Under MUNGE every member opens the same ticket: on one node (one munged) the second opening
+/// is a replay in MUNGE's cache, which still shows whose it is and what it holds. Three
+/// processes on one node join and sum.
+#[test]
+fn under_munge_members_on_one_node_all_open_the_same_ticket() {
+    let m = munged_or_skip!("ticket3");
+    let port = free_ports(1)[0];
+    let run = |rank: u32, a: Arc<dyn Authenticator>| {
+        std::thread::spawn(move || {
+            let mut s = setup(a.as_ref(), vec![port], rank == 0, 30);
+            s.world = 3;
+            let mut j = join(&s, member(rank), || Ok(ID))?;
+            j.plane
+                .sum(1, &[1.0], s.deadline)
+                .map_err(|e| e.to_string())
+        })
+    };
+    // An authenticator each, as separate processes have (no shared cache of opened tickets).
+    let procs: Vec<_> = (0..3).map(|r| run(r, m.auth())).collect();
+    for (r, p) in procs.into_iter().enumerate() {
+        let sum = p
+            .join()
+            .expect("thread")
+            .unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        assert_eq!(sum, vec![3.0], "rank {r}");
+    }
+}

@@ -14,7 +14,9 @@
 //!   can decode it), covers the connection's transcript (both nonces, both session keys, both
 //!   addresses), and a member sends one only after the coordinator has proved itself. Encoding
 //!   and decoding run a program each, at most [`MUNGE_AT_ONCE`] at a time in this process, so a
-//!   stranger's flood of connections cannot make it start processes without bound.
+//!   stranger's flood of connections cannot make it start processes without bound; and before
+//!   any of that, an opening proves the job's [`Ticket`] (a key only the job's user can take out
+//!   of a credential), so another user's openings, from any node, cost an HMAC and no slot.
 //!
 //! The proofs authenticate the handshake; the connection's keys ([`super::session`]) protect
 //! everything after it.

@@ -126,12 +126,14 @@ fn reply_to(
 }
 
 /// A member's side: asks at `addr` whether this step's coordinator is there and cannot listen;
-/// its reason when an answer proves itself within `wait`, else `None`.
+/// its reason when an answer proves itself within `wait`, else `None`. Opening a ticket in an
+/// answer (unmunge) may take until `deadline`.
 pub fn inquire(
     addr: SocketAddr,
     label: &str,
     auth: &dyn Authenticator,
     wait: Duration,
+    deadline: Instant,
 ) -> Option<String> {
     let any: SocketAddr = match addr {
         SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
@@ -159,7 +161,7 @@ pub fn inquire(
         if from.ip().to_canonical() != addr.ip().to_canonical() {
             continue;
         }
-        if let Some(why) = proven(&buf[..n], label, &nonce, auth, until) {
+        if let Some(why) = proven(&buf[..n], label, &nonce, auth, deadline) {
             return Some(why);
         }
     }
@@ -179,10 +181,7 @@ fn proven(
         return None;
     }
     let key = match &told.ticket {
-        // Opening a ticket runs unmunge: give it a moment more than the wait.
-        Some(c) => auth
-            .open_ticket(c, deadline.max(Instant::now() + Duration::from_secs(2)))
-            .ok()?,
+        Some(c) => auth.open_ticket(c, deadline).ok()?,
         None => auth.psk().to_vec(),
     };
     if key.is_empty() {
@@ -223,12 +222,13 @@ mod tests {
             });
             std::thread::sleep(Duration::from_millis(100));
             let a = SharedSecret::new("the-steps-secret-0123456789", "test").unwrap();
-            let got = inquire(addr, "slurm-1.0", &a, Duration::from_millis(800));
+            let soon = Instant::now() + Duration::from_secs(2);
+            let got = inquire(addr, "slurm-1.0", &a, Duration::from_millis(800), soon);
             assert_eq!(got.is_some(), want, "{secret}: {got:?}");
             if want {
                 assert_eq!(got.as_deref(), Some("every port held"));
                 // Another step's member gets no answer.
-                assert!(inquire(addr, "slurm-1.1", &a, Duration::from_millis(300)).is_none());
+                assert!(inquire(addr, "slurm-1.1", &a, Duration::from_millis(300), soon).is_none());
                 let small = UdpSocket::bind("127.0.0.1:0").unwrap();
                 let short = Ask {
                     protocol: auth::PROTOCOL.into(),

@@ -23,9 +23,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 
 /// Handshakes at once from one address where proofs run programs (MUNGE): a node's processes
-/// fit (a node runs one per GPU), a stranger's flood from its node leaves the rest of the
-/// handshakes, and of the MUNGE slots' queue, to the other nodes. Not applied to HMAC proofs,
-/// which cost nothing to check (and where one host may run a thousand processes in a test).
+/// fit (a node runs one per GPU). Only openings that proved the job's ticket reach a handshake,
+/// so another user's flood never counts here (it is refused at the door); this bounds what the
+/// job's own user's processes of one node can take from the others'. Not applied to HMAC
+/// proofs, which cost nothing to check (and where one host may run a thousand processes in a
+/// test).
 pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 32;
 
 /// Refused connections of one kind logged at once, one line each; after them, that kind gets one
@@ -58,6 +60,7 @@ pub enum Refusal {
     OtherUser,
     /// Under MUNGE, an opening without a proof of the job's ticket: a member's first contact
     /// (it gets the ticket and comes again) or another user's process, which cannot open it.
+    /// Answered with the ticket and not logged (every member's first contact is one).
     NoTicket,
 }
 
@@ -573,7 +576,11 @@ pub fn serve(
                                 .peer_addr()
                                 .map(|a| a.to_string())
                                 .unwrap_or_default();
-                            if let Some(line) = refused.note(kind, &format!("from {from}: {why}")) {
+                            // A ticketless opening is every member's first contact: not logged.
+                            let line = (kind != Refusal::NoTicket)
+                                .then(|| refused.note(kind, &format!("from {from}: {why}")))
+                                .flatten();
+                            if let Some(line) = line {
                                 eprintln!("{line}");
                             }
                             // A few hundred bytes to a fresh socket: never blocks. Then closed.
@@ -778,6 +785,40 @@ mod tests {
         let told: serde_json::Value = arrival.session.recv(4096, deadline).unwrap();
         let abort = told["abort"].as_str().unwrap_or_default();
         assert!(abort.contains("tampered with on the way"), "{told}");
+    }
+
+    /// A held candidate port is passed over and reported (logged as a squatter); when every
+    /// one is held the error says so.
+    #[test]
+    fn held_candidate_ports_are_reported_and_all_held_is_named() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p1 = held.local_addr().unwrap().port();
+        let p2 = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let a = auth::SharedSecret::new("test-secret-0123456789", "test").unwrap();
+        let mut s = Setup {
+            host: "127.0.0.1".into(),
+            ports: vec![p1, p2],
+            label: "slurm-7.0".into(),
+            world: 2,
+            coordinator: true,
+            auth: &a,
+            deadline: Instant::now() + Duration::from_secs(5),
+            expected: None,
+        };
+        let (_l, port, squatted) = bind(&s).unwrap();
+        assert_eq!((port, squatted), (p2, vec![p1]));
+        s.ports = vec![p1];
+        let e = bind(&s).err().unwrap_or_default();
+        assert!(
+            e.contains(&format!(
+                "every candidate port ({p1}) is held by another process"
+            )),
+            "{e}"
+        );
     }
 
     #[test]

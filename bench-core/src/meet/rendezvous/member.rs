@@ -51,8 +51,10 @@ enum Miss {
     Failed(String),
 }
 
-/// Least time between two asks at one port's UDP twin while its connections are refused.
-const ASK_EVERY: Duration = Duration::from_millis(500);
+/// Least time between two asks at one port's UDP twin while its connections are refused: a
+/// datagram of 1 KiB a second per candidate port and member while the coordinator is not up
+/// (about what its refused TCP tries send), and an ERROR a second after the coordinator fails.
+const ASK_EVERY: Duration = Duration::from_secs(1);
 /// Longest wait for an answer to one ask.
 const ASK_WAIT: Duration = Duration::from_millis(100);
 
@@ -144,7 +146,8 @@ fn refused(
     if asked.is_none_or(|t| t.elapsed() >= ASK_EVERY) {
         *asked = Some(Instant::now());
         let wait = ASK_WAIT.min(setup.deadline.saturating_duration_since(Instant::now()));
-        if let Some(why) = super::beacon::inquire(addr, &setup.label, setup.auth, wait) {
+        let until = setup.deadline.min(Instant::now() + Duration::from_secs(2));
+        if let Some(why) = super::beacon::inquire(addr, &setup.label, setup.auth, wait, until) {
             return Miss::Failed(why);
         }
     }
@@ -292,7 +295,13 @@ type TicketKey = Mutex<Option<Vec<u8>>>;
 /// A coordinator's [`TicketOffer`] in `first`, if that is what it is: the key inside is kept
 /// for the next try (the connection is closed after an offer). Another step's label, a ticket
 /// that does not open as this job's user's, or one that changes nothing is a held port.
-fn take_offer(setup: &Setup, first: &[u8], known: &TicketKey, deadline: Instant) -> Option<Miss> {
+fn take_offer(
+    setup: &Setup,
+    first: &[u8],
+    known: &TicketKey,
+    deadline: Instant,
+    proved: bool,
+) -> Option<Miss> {
     let offer: TicketOffer = wire::decode(first).ok()?;
     if offer.label != setup.label {
         return Some(Miss::Held(format!(
@@ -302,6 +311,10 @@ fn take_offer(setup: &Setup, first: &[u8], known: &TicketKey, deadline: Instant)
     }
     let key = match setup.auth.open_ticket(&offer.ticket, deadline) {
         Ok(k) => k,
+        // This node's MUNGE busy or slow: nothing said about the port's holder yet.
+        Err(e) if e.starts_with(auth::MUNGE_BUSY) || e.ends_with("did not answer in time") => {
+            return Some(Miss::Open(format!("opening the coordinator's ticket: {e}")))
+        }
         Err(e) => {
             return Some(Miss::Held(format!(
                 "not this step's coordinator: {}: a squatter",
@@ -310,7 +323,9 @@ fn take_offer(setup: &Setup, first: &[u8], known: &TicketKey, deadline: Instant)
         }
     };
     let mut k = known.lock().unwrap_or_else(|p| p.into_inner());
-    if k.as_ref() == Some(&key) {
+    // The same key again, after an opening that proved it: refused for another reason. (An
+    // opening sent before another port's thread learnt the key proved nothing.)
+    if proved && k.as_ref() == Some(&key) {
         return Some(Miss::Held(
             "the coordinator refused this process's proof of its own ticket".into(),
         ));
@@ -358,7 +373,7 @@ fn attempt_on(
     let opening = opening_of(&setup.label, &keys, &local, &peer, known).map_err(open)?;
     wire::send(stream, &opening, deadline).map_err(silence)?;
     let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, deadline).map_err(silence)?;
-    if let Some(miss) = take_offer(setup, &first, known, deadline) {
+    if let Some(miss) = take_offer(setup, &first, known, deadline, opening.ticket.is_some()) {
         return Err(miss);
     }
     let greeting = greeting_of(setup, &first)?;

@@ -13,8 +13,10 @@
 //! 4. both derive the connection's keys ([`super::session`]); everything after this is sealed,
 //!    first, once everyone is in, coordinator -> member: [`Welcome`] (NCCL unique id, every member).
 //!
-//! One round trip and a half, as before sessions: the member's first message goes out with the
-//! coordinator's, not after it.
+//! One round trip and a half: the member speaks first, as soon as it connects (the coordinator's
+//! door holds a connection, without a thread, until that opening is in whole). Under MUNGE a
+//! member's first contact costs one more connection: the coordinator answers a ticketless
+//! opening with the [`TicketOffer`] and closes, before any MUNGE work.
 //!
 //! Counts, ranks, sizes and names from a peer are validated with checked arithmetic; a value
 //! that would make this process allocate or index beyond the limits below is refused by name.
