@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The project's test command (README "Run the tests"; .ci/run calls exactly this). Needs root on a
+# The project's test command (README "Build and test"; .ci/run calls exactly this). Needs root on a
 # Debian 12 machine: it installs what is missing, then runs lint, unit and integration tests, the
 # PTX freshness check, and the real-Slurm suites (munged, slurmctld and 2 slurmd on this machine)
 # on every Slurm major of the matrix: 22.05 (the host's), 24.11 and 26.05 (debootstrapped Debian
 # trixie and sid roots, cached under target/slurm-roots; tests/matrix/run.sh), each followed by the
-# README's admin path on a fresh Debian root of that major (tests/admin-path/run.sh --slurm MM),
+# admin path of docs/admin.md on a fresh Debian root of that major (tests/admin-path/run.sh --slurm MM),
 # then the container suites: the worker in an older root, and real pyxis + enroot containers
 # (tests/pyxis/run.sh).
 # GPU tests are separate: tests/gpu/run.sh and tests/gpu/fabric.sh on a GPU machine (fabric.sh's
@@ -74,7 +74,7 @@ for r in "${RELEASES[@]}"; do
     step "Slurm $r: SPANK plugin, prolog and packaging suites against real Slurm $r daemons"
     bash tests/matrix/run.sh --slurm "$r"
     # Right after the matrix: its build of this major's packages is still warm in target/slurm-matrix.
-    step "admin path on Slurm $r: the README's ten-minute admin path on a fresh Debian root with Slurm $r from apt"
+    step "admin path on Slurm $r: the ten-minute admin path (docs/admin.md) on a fresh Debian root with Slurm $r from apt"
     bash tests/admin-path/run.sh --slurm "$r"
 done
 

@@ -9,7 +9,7 @@ set -u
 bin=$1 lib=$2 out=${3:-/tmp/nccl-check-gpu-tests}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# Multi-process checks outside Slurm prove membership with a shared secret (README "Security").
+# Multi-process checks outside Slurm prove membership with a shared secret (docs/security.md).
 NCCL_CHECK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n'); export NCCL_CHECK_SECRET
 ngpus=$(nvidia-smi -L | grep -c ^GPU)
 fails=0

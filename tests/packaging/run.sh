@@ -29,7 +29,7 @@ export NCCL_CHECK_CLUSTER_DIR=${NCCL_CHECK_PKG_CLUSTER_DIR:-/var/tmp/nccl-check-
 export NCCL_CHECK_CLUSTER_PORT=${NCCL_CHECK_PKG_CLUSTER_PORT:-19817}
 CL=$NCCL_CHECK_CLUSTER_DIR
 SNIPPET=/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
-# The prolog's alert rules, their promtool tests and the Grafana dashboard (README, "Monitoring").
+# The prolog's alert rules, their promtool tests and the Grafana dashboard (docs/admin.md, "Monitoring").
 MONITORING=(/usr/share/nccl-check/monitoring/nccl-check.rules.yml /usr/share/nccl-check/monitoring/nccl-check.rules.test.yml
             /usr/share/nccl-check/monitoring/nccl-check.dashboard.json)
 CONTROL=/etc/slurm/plugstack.conf.d/zz-nccl-check-pkgtest-control.conf
@@ -216,7 +216,7 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml \
              /etc/nccl-check/prolog.toml "$SNIPPET" /var/lib/nccl-check; do expect_file "$p"; done
     [ "$(readlink -f /usr/bin/nccl-check)" = /usr/libexec/nccl-check/nccl-check ] || fail "/usr/bin/nccl-check is not the libexec worker"
-    # The monitoring files as installed: the README's promtool command works on them where
+    # The monitoring files as installed: docs/admin.md's promtool command works on them where
     # promtool is (the host; the Debian roots have none).
     for p in "${MONITORING[@]}"; do expect_file "$p"; done
     if command -v promtool >/dev/null; then

@@ -368,7 +368,7 @@ pub struct Sources {
 /// Which of `candidates` ([`files::candidates`]) slurmd uses, and notes on the others.
 /// `$SLURM_CONF` (slurmd sets it for its prologs) wins; else a configless cache wins over a local
 /// `/etc/slurm/slurm.conf`: a node with a cache runs a configless slurmd, and a local file beside
-/// it only shadows the cache for scontrol, srun and sinfo on this node (README steps that add
+/// it only shadows the cache for scontrol, srun and sinfo on this node (admin steps that add
 /// lines to a local file are the usual cause). Else the first candidate.
 pub fn in_use(
     root: &Path,
