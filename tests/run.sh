@@ -37,10 +37,10 @@ export NCCL_CHECK_TEST_NCCL_LIB
 step "format and lint"
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
-# Issue 27: no non-test function over 100 lines (the list names any that is).
+# No non-test function over 100 lines (the list names any that is).
 python3 tests/tools/longest-fns.py --max 100
 
-step "one name per thing: no new public item named like another (issue 27)"
+step "one name per thing: no new public item named like another"
 python3 tests/tools/duplicate-names.py --selftest
 python3 tests/tools/duplicate-names.py --allow tests/tools/duplicate-names.allow
 
