@@ -52,6 +52,10 @@ step "committed results stay lean: each run folder a README, a summary and raw.t
 python3 tests/tools/pack-run.py --selftest
 python3 tests/tools/pack-run.py --check
 
+step "the README stays a front page: under 200 lines (detail goes to docs/)"
+readme_lines=$(wc -l < README.md)
+[ "$readme_lines" -lt 200 ] || { echo "tests/run.sh: README.md has $readme_lines lines; move detail to docs/" >&2; exit 1; }
+
 step "unit and integration tests"
 cargo test --workspace
 
