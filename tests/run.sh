@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The project's test command (README "Run the tests"; .ci/run calls exactly this). Needs root on a
+# The project's test command (README "Build and test"; .ci/run calls exactly this). Needs root on a
 # Debian 12 machine: it installs what is missing, then runs lint, unit and integration tests, the
 # PTX freshness check, and the real-Slurm suites (munged, slurmctld and 2 slurmd on this machine)
 # on every Slurm major of the matrix: 22.05 (the host's), 24.11 and 26.05 (debootstrapped Debian
 # trixie and sid roots, cached under target/slurm-roots; tests/matrix/run.sh), each followed by the
-# README's admin path on a fresh Debian root of that major (tests/admin-path/run.sh --slurm MM),
+# admin path of docs/admin.md on a fresh Debian root of that major (tests/admin-path/run.sh --slurm MM),
 # then the container suites: the worker in an older root, and real pyxis + enroot containers
 # (tests/pyxis/run.sh).
 # GPU tests are separate: tests/gpu/run.sh and tests/gpu/fabric.sh on a GPU machine (fabric.sh's
@@ -37,10 +37,10 @@ export NCCL_CHECK_TEST_NCCL_LIB
 step "format and lint"
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
-# Issue 27: no non-test function over 100 lines (the list names any that is).
+# No non-test function over 100 lines (the list names any that is).
 python3 tests/tools/longest-fns.py --max 100
 
-step "one name per thing: no new public item named like another (issue 27)"
+step "one name per thing: no new public item named like another"
 python3 tests/tools/duplicate-names.py --selftest
 python3 tests/tools/duplicate-names.py --allow tests/tools/duplicate-names.allow
 
@@ -51,6 +51,10 @@ python3 tests/tools/stage-imports.py --allow tests/tools/stage-imports.allow
 step "committed results stay lean: each run folder a README, a summary and raw.tar.xz (<= 10 files)"
 python3 tests/tools/pack-run.py --selftest
 python3 tests/tools/pack-run.py --check
+
+step "the README stays a front page: under 200 lines (detail goes to docs/)"
+readme_lines=$(wc -l < README.md)
+[ "$readme_lines" -lt 200 ] || { echo "tests/run.sh: README.md has $readme_lines lines; move detail to docs/" >&2; exit 1; }
 
 step "unit and integration tests"
 cargo test --workspace
@@ -74,7 +78,7 @@ for r in "${RELEASES[@]}"; do
     step "Slurm $r: SPANK plugin, prolog and packaging suites against real Slurm $r daemons"
     bash tests/matrix/run.sh --slurm "$r"
     # Right after the matrix: its build of this major's packages is still warm in target/slurm-matrix.
-    step "admin path on Slurm $r: the README's ten-minute admin path on a fresh Debian root with Slurm $r from apt"
+    step "admin path on Slurm $r: the ten-minute admin path (docs/admin.md) on a fresh Debian root with Slurm $r from apt"
     bash tests/admin-path/run.sh --slurm "$r"
 done
 

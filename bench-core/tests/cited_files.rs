@@ -1,4 +1,4 @@
-//! Issue 25: no output cites a file that is not installed. `--explain-thresholds`,
+//! No output cites a file that is not installed. `--explain-thresholds`,
 //! `--explain-plan` and the rules' `source` strings cited `shared/notes/...` and
 //! `bench-core/benchmarks/results/...`, paths of the source tree that an admin with the package
 //! does not have. Every text the worker prints for people is scanned here for a path relative to

@@ -100,7 +100,7 @@ fn no_gpu_is_error_4_and_the_report_says_error() {
     assert_eq!(report["reasons"][0]["code"], "no_gpu");
 }
 
-/// Issue 39: `--help` broke `--rendezvous` and the Examples mid-sentence (hard line breaks in the
+/// Regression: `--help` broke `--rendezvous` and the Examples mid-sentence (hard line breaks in the
 /// doc comment, example lines longer than clap's width re-wrapped at column 0).
 #[test]
 fn help_breaks_no_line_mid_sentence() {
@@ -143,7 +143,7 @@ fn help_breaks_no_line_mid_sentence() {
     }
 }
 
-/// Issue 39: `--explain-thresholds --gpu-model M` printed the expected GPUs of the node it ran on
+/// Regression: `--explain-thresholds --gpu-model M` printed the expected GPUs of the node it ran on
 /// (its hostname, its gres.conf) beside the asked-for model's thresholds.
 #[test]
 fn explain_thresholds_for_a_model_says_nothing_of_this_node() {
@@ -213,7 +213,7 @@ fn a_broken_config_is_error_2_naming_file_line_and_field() {
     let _ = std::fs::remove_file(&path);
 }
 
-/// Issue 20 item 7: `--json -` wrote a file named `-`.
+/// Regression: `--json -` wrote a file named `-`.
 #[test]
 fn json_dash_writes_the_report_to_stdout_and_nothing_else() {
     let dir = std::env::temp_dir().join(format!("nccl-check-json-dash-{}", std::process::id()));
@@ -271,7 +271,7 @@ fn explain_plan_needs_no_gpu_and_prints_one_json_object() {
     );
 }
 
-/// Issue 25: `--explain-plan` refused `--config` and quoted a healthy time (B at its floor) that
+/// Regression: `--explain-plan` refused `--config` and quoted a healthy time (B at its floor) that
 /// the site's config did not give: without a multi-node rule a healthy allocation screens.
 #[test]
 fn explain_plan_reads_the_site_config_and_names_the_rule_that_ends_a_healthy_check() {
@@ -382,7 +382,7 @@ fn explain_plan_reads_the_site_config_and_names_the_rule_that_ends_a_healthy_che
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 20: no way to validate the worker's config before deploying it.
+/// Regression: no way to validate the worker's config before deploying it.
 #[test]
 fn check_config_validates_and_says_where_each_setting_comes_from() {
     let dir = std::env::temp_dir().join(format!("nccl-check-cli-cc-{}", std::process::id()));
@@ -419,7 +419,7 @@ fn check_config_validates_and_says_where_each_setting_comes_from() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// Issue 25 finding 9: the printout left out `nccl_lib`, `[[network]]` and `[[expected_gpus]]`;
+/// Regression: the printout left out `nccl_lib`, `[[network]]` and `[[expected_gpus]]`;
 /// every effective key is shown.
 #[test]
 fn check_config_shows_nccl_lib_network_and_expected_gpus() {
@@ -466,7 +466,7 @@ fn applied(model: &str) -> Vec<String> {
 
 #[test]
 fn an_8x_h100_pcie_node_gets_no_nvlink_floor_and_the_sxm_parts_keep_theirs() {
-    // Issue 24: "H100" was a part of "NVIDIA H100 PCIe", so the PCIe server got the SXM floor.
+    // "H100" was a part of "NVIDIA H100 PCIe", so the PCIe server got the SXM floor.
     for pcie in [
         "NVIDIA H100 PCIe",
         "NVIDIA H100 NVL",
@@ -555,7 +555,7 @@ fn a_rank_or_secret_that_is_not_utf8_is_a_usage_error_not_rank_0_or_munge() {
     }
 }
 
-/// Issue 34: `--explain-plan` at its stated maximum (65,536 nodes of 8 GPUs) built the whole
+/// Regression: `--explain-plan` at its stated maximum (65,536 nodes of 8 GPUs) built the whole
 /// pair matrix of the nodes (2 billion pairs, 24 GB) to count its rounds and was killed by the
 /// kernel. Under an address-space limit of 512 MiB it answers, both as text and as JSON.
 #[test]

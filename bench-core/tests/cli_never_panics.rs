@@ -1,4 +1,4 @@
-//! Issue 15: the worker never panics, hangs or aborts on any argument, environment value or
+//! The worker never panics, hangs or aborts on any argument, environment value or
 //! config file: a table of hostile inputs, then generated command lines from a token pool.
 //! Each run must end by itself within [`LIMIT`] with an exit code of the contract (never 101, the
 //! panic exit, never a signal). CI runs it on the release binary:

@@ -1,7 +1,7 @@
 //! Another user on the coordinator's node against the rendezvous, on loopback, through the public
 //! `join` only: a relay on a candidate port that forwards (and one that rewrites) what passes,
 //! squatters on every candidate, listeners that never speak, and under MUNGE a collector of
-//! credentials and a flood of fake ones. Each was a finding of the audit in issue 26.
+//! credentials and a flood of fake ones. Each was a finding of a security audit of the rendezvous.
 
 use bench_core::meet::rendezvous::auth::{Authenticator, Munge, SharedSecret};
 use bench_core::meet::rendezvous::{join, Joined, Member, Setup};
@@ -552,7 +552,7 @@ fn fake_handshake(mut s: TcpStream, port: u16, i: usize) {
     let _ = drain(&mut s, 200);
 }
 
-/// Issue 34: 256 threads of another user opening handshakes without pause kept MUNGE's slots
+/// Regression: 256 threads of another user opening handshakes without pause kept MUNGE's slots
 /// busy, and the real member ended in ERROR ("the coordinator ... gave up") in 3 of 4 checks.
 /// Another user's connections on this node are now refused before any MUNGE work, and a
 /// dropped member says so and tries again: it joins, twice in a row.
@@ -606,7 +606,7 @@ fn under_munge_256_threads_of_another_user_do_not_stop_the_real_member() {
     }
 }
 
-/// Issue 34: a thousand idle connections (opened, never a byte) delayed the real member's join
+/// Regression: a thousand idle connections (opened, never a byte) delayed the real member's join
 /// by 1.4 s (35 ms without them): each took a handshake thread and slot for 3 s. They now wait
 /// for their first bytes without either, and the member joins in tens of milliseconds.
 #[test]
@@ -683,7 +683,7 @@ fn bound_only(port: u16) -> std::os::fd::OwnedFd {
     }
 }
 
-/// Issue 34: a user who binds every candidate port without listening made the coordinator fail
+/// Regression: a user who binds every candidate port without listening made the coordinator fail
 /// at once while its members waited for the whole --timeout. A member on the coordinator's node
 /// now sees that the ports are bound by something that does not listen, and ends in seconds.
 #[test]
@@ -734,7 +734,7 @@ fn connect_from_elsewhere(port: u16) -> Option<TcpStream> {
     }
 }
 
-/// Issue 34, a stranger the coordinator cannot know before MUNGE says so (another node): 256
+/// A stranger the coordinator cannot know before MUNGE says so (another node): 256
 /// threads opening handshakes from one address share the MUNGE slots with the real member, who
 /// is dropped at times, says so, tries again and joins.
 #[test]

@@ -278,7 +278,7 @@ mod tests {
     }
 }
 
-/// Issue 15: `--config /dev/zero` grew without bound and `--config FIFO` blocked in open(2),
+/// Regression: `--config /dev/zero` grew without bound and `--config FIFO` blocked in open(2),
 /// both before the watchdog starts.
 #[cfg(test)]
 mod bounded {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prolog's cached path: wall time of `nccl-check-prolog` when the same GPUs passed within the
 # cache window, started as slurmd starts it (empty environment but the Slurm variables, no PATH,
-# root). Issue 5 asks for <= 50 ms. Needs no Slurm and no GPU: a fake
+# root). The goal is <= 50 ms. Needs no Slurm and no GPU: a fake
 # /proc/driver/nvidia/gpus built from tests/prolog/data/real-quick-pass.json, and the suite's fake worker for
 # the one measuring run that fills the cache.
 #

@@ -274,7 +274,7 @@ mod tests {
         }
     }
 
-    /// Issue 39 finding 1: a budget above PrologEpilogTimeout is what the gate does with it (cut
+    /// A budget above PrologEpilogTimeout is what the gate does with it (cut
     /// by the same rule), not an ERROR prediction the gate does not keep; only a timeout that
     /// leaves no time at all is a problem.
     #[test]
@@ -335,7 +335,7 @@ mod tests {
         );
     }
 
-    /// Issue 39 findings 2 and 7: a Prolog= typo is NOT READY; the epilog gate is named with the
+    /// A Prolog= typo is NOT READY; the epilog gate is named with the
     /// budget it gets.
     #[test]
     fn a_missing_prolog_entry_is_a_problem_and_the_epilog_gate_is_shown() {
@@ -412,7 +412,7 @@ mod tests {
         std::fs::remove_dir_all(&d).ok();
     }
 
-    /// Issue 25 finding 8: --check-config runs the plugin line's check and takes its INVALID
+    /// --check-config runs the plugin line's check and takes its INVALID
     /// lines as problems; without the program it says so and goes on.
     #[test]
     fn the_plugin_lines_problems_are_the_gates_problems() {

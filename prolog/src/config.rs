@@ -355,7 +355,7 @@ mod tests {
         );
     }
 
-    /// Issue 20: `printf 'on_fail = "drain"\n' >> prolog.toml` became a worker environment
+    /// Regression: `printf 'on_fail = "drain"\n' >> prolog.toml` became a worker environment
     /// variable, and `budget_seconds = 2` an "invalid type" inside env.
     #[test]
     fn a_line_appended_to_the_shipped_file_is_a_prolog_setting() {

@@ -80,7 +80,7 @@ mod tests {
         std::fs::remove_dir_all(&d).ok();
     }
 
-    /// Issue 39: the refusal named the site's glob ("Remove that Prolog= entry"), and knew
+    /// Regression: the refusal named the site's glob ("Remove that Prolog= entry"), and knew
     /// neither an Epilog= alone by its name nor HealthCheckProgram=nccl-check-recheck.
     #[test]
     fn a_glob_epilog_names_its_link_and_the_health_check_is_found() {

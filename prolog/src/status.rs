@@ -71,7 +71,7 @@ pub struct Status {
 
 pub fn write(state_dir: &Path, s: &Status) -> std::io::Result<()> {
     let mut text = serde_json::to_vec_pretty(s).map_err(std::io::Error::other)?;
-    // A text file ends with a newline: `cat gate.json` (the README's step) must not glue the
+    // A text file ends with a newline: `cat gate.json` (an admin step, docs/admin.md) must not glue the
     // admin's next prompt or `sinfo -R`'s header to the closing brace.
     text.push(b'\n');
     crate::state::write_atomic(&state_dir.join(FILE), &text, 0o644)

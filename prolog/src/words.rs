@@ -267,7 +267,7 @@ mod tests {
         assert!(l.fail(&r, "x", None).contains("would drain (dry run)"));
     }
 
-    /// Issue 39: the prolog's hint said `give its path with --nccl-lib`, a worker option no
+    /// Regression: the prolog's hint said `give its path with --nccl-lib`, a worker option no
     /// admin can pass to the prolog.
     #[test]
     fn the_missing_nccl_hint_names_the_config_key_not_a_worker_option() {

@@ -1,4 +1,4 @@
-//! The release-shaped binary against the issue's reproductions (issue 15, prolog part), with a
+//! The release-shaped binary against reproductions of the bugs it had, with a
 //! fake worker and a fake scontrol in a scratch directory: concurrent jobs never cross, forged or
 //! planted files are refused, the budget holds whatever hangs, the worker's group dies with the
 //! prolog, and a huge report costs little. Loopback only, bounded, root (as the prolog runs).
@@ -125,7 +125,7 @@ printf '{"schema_version":1,"verdict":"FAIL","summary":"fail","reasons":[{"code"
 exit 1
 "#;
 
-/// Issue 15: 30 pairs of concurrent prologs on one node (PASS on GPUs 0,1, FAIL on 2,3) gave 4
+/// Regression: 30 pairs of concurrent prologs on one node (PASS on GPUs 0,1, FAIL on 2,3) gave 4
 /// drains with the other job's report and 3 lost or crossed cache entries.
 #[test]
 fn a_hundred_concurrent_pass_and_fail_pairs_never_cross() {
@@ -202,7 +202,7 @@ fn a_hundred_concurrent_pass_and_fail_pairs_never_cross() {
     assert!(t.elapsed() < Duration::from_secs(240), "{:?}", t.elapsed());
 }
 
-/// Issue 15: a state dir pre-created 0777 by another user with a forged last-pass.json gave a
+/// Regression: a state dir pre-created 0777 by another user with a forged last-pass.json gave a
 /// failing node "PASS (cached)" without running the worker.
 #[test]
 fn a_forged_cache_in_a_world_writable_state_dir_is_refused() {
@@ -228,7 +228,7 @@ fn a_forged_cache_in_a_world_writable_state_dir_is_refused() {
     assert!(!s.dir.join("out").exists(), "the worker ran");
 }
 
-/// Issue 15: with a metrics directory writable by a service account, 600 planted symlinks made
+/// Regression: with a metrics directory writable by a service account, 600 planted symlinks made
 /// root overwrite a root-owned 0600 file and chmod it 0644.
 #[test]
 fn planted_symlinks_in_a_metrics_dir_another_uid_can_write_change_nothing() {
@@ -268,7 +268,7 @@ const PASS_WORKER: &str = "echo ran >> \"$OUT\"\n\
     while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
     echo '{\"schema_version\":1,\"verdict\":\"PASS\",\"summary\":\"ok\"}' > \"$j\"";
 
-/// Issue 39: Debian's node exporter package makes /var/lib/prometheus prometheus:prometheus and
+/// Debian's node exporter package makes /var/lib/prometheus prometheus:prometheus and
 /// its textfile directory node-exporter/ root:root 0755; the prolog refused the documented path
 /// because of the parent and every job ran unchecked. The layout as the package installs it.
 #[test]
@@ -293,7 +293,7 @@ fn the_debian_node_exporter_layout_gets_the_metrics() {
     assert!(!gate.contains("metrics_error"), "{gate}");
 }
 
-/// Issue 39: a metrics_file the prolog refuses (here a textfile directory owned by the service
+/// A metrics_file the prolog refuses (here a textfile directory owned by the service
 /// user) turned the gate off: `ERROR ... refused; not checked, not drained` on every job. The
 /// check runs; the refusal is the metrics' error, in the log, gate.json and the fallback file.
 #[test]
@@ -326,7 +326,7 @@ fn a_refused_metrics_file_never_turns_the_check_off() {
     assert!(!textfile.join("nccl_check.prom").exists());
 }
 
-/// Issue 15: the prolog outlasted budget_seconds by ~50 s (10 s per scontrol call, lock waits)
+/// Regression: the prolog outlasted budget_seconds by ~50 s (10 s per scontrol call, lock waits)
 /// and said "draining" before knowing the drain failed.
 #[test]
 fn a_hung_scontrol_costs_at_most_the_budget_and_the_message_says_the_drain_failed() {
@@ -375,7 +375,7 @@ fn a_report_contradicting_the_exit_code_is_an_error_and_never_drains() {
     );
 }
 
-/// Issue 15: a 400 MB report cost 2 GB of RSS.
+/// Regression: a 400 MB report cost 2 GB of RSS.
 #[test]
 fn a_huge_report_is_an_error_that_costs_little_memory() {
     let s = Site::new("huge");
@@ -398,7 +398,7 @@ fn a_huge_report_is_an_error_that_costs_little_memory() {
     assert!(rss_kib < 100 * 1024, "largest child RSS {rss_kib} KiB");
 }
 
-/// Issue 15: a SIGKILLed prolog left the worker's children orphaned.
+/// Regression: a SIGKILLed prolog left the worker's children orphaned.
 #[test]
 fn the_workers_whole_group_dies_with_a_killed_prolog() {
     let s = Site::new("pdeath");
@@ -437,7 +437,7 @@ fn the_workers_whole_group_dies_with_a_killed_prolog() {
     }
 }
 
-/// Issue 29: `--recheck` (the HealthCheckProgram) writes Slurm's node state beside the gate's
+/// `--recheck` (the HealthCheckProgram) writes Slurm's node state beside the gate's
 /// metrics, whether jobs run there or not: the fact the "no gate run in a day on an allocated
 /// node" alert needs. A busy node's recheck measures nothing and leaves the gate's file alone.
 #[test]
@@ -497,7 +497,7 @@ printf '{"schema_version":1,"verdict":"PASS","summary":"ok"}' > "$json""#,
     );
 }
 
-/// Issue 34: `--recheck` measures every GPU, so it never runs where jobs may run: Slurm's
+/// `--recheck` measures every GPU, so it never runs where jobs may run: Slurm's
 /// answer failing, hanging (bounded: a quarter of the budget), malformed, or saying the node is
 /// allocated, mixed or planned ends the run with no verdict, said, and the worker never starts.
 #[test]
@@ -579,7 +579,7 @@ printf '{{"schema_version":1,"verdict":"FAIL","summary":"slow"}}' > "$json"; exi
     assert!(ran.exists());
 }
 
-/// Issue 34: under `gpus = "all"`, a slow result on GPUs whose owner Slurm cannot say (the
+/// Under `gpus = "all"`, a slow result on GPUs whose owner Slurm cannot say (the
 /// question fails, or its answer is not Slurm's JSON) may be another job's load: NOT JUDGED,
 /// never drained, the job runs. The control: Slurm says no other job is here, and it drains.
 #[test]

@@ -215,7 +215,7 @@ fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Ver
     }
 }
 
-/// Lines of the check's srun that the one verdict line after it says (issue 25: the batch log
+/// Lines of the check's srun that the one verdict line after it says (the batch log
 /// showed the worker's FAIL, srun's `task 1: Exited with exit code 1` and then the plugin's line):
 /// each worker's verdict line and srun's line about how a task of the check ended.
 fn in_the_verdict(line: &[u8]) -> bool {
@@ -266,7 +266,7 @@ mod tests {
         );
     }
 
-    /// Issue 25: the batch log showed the worker's line and srun's task exit besides ours.
+    /// Regression: the batch log showed the worker's line and srun's task exit besides ours.
     #[test]
     fn the_batch_log_leaves_out_what_the_verdict_line_says() {
         for said in [

@@ -305,7 +305,7 @@ mod tests {
         );
     }
 
-    /// Issue 25: a typo is named with what it most likely meant.
+    /// A typo is named with what it most likely meant.
     #[test]
     fn a_typo_is_named_with_the_argument_it_meant() {
         let err = PluginConfig::parse(&["timout=120"]).expect_err("typo");

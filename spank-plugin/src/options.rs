@@ -424,7 +424,7 @@ mod tests {
         }
     }
 
-    /// Issue 34: a 100 KB value was echoed whole, twice (once as the value, once as the plan
+    /// Regression: a 100 KB value was echoed whole, twice (once as the value, once as the plan
     /// name): now once, capped, with its size.
     #[test]
     fn a_huge_value_is_echoed_once_and_capped() {
@@ -475,7 +475,7 @@ mod tests {
         }
     }
 
-    /// Issue 20: `--nccl-check=FULL` was refused.
+    /// Regression: `--nccl-check=FULL` was refused.
     #[test]
     fn mode_names_are_case_insensitive_plan_names_are_not() {
         assert_eq!(Mode::parse("FULL"), Ok(Mode::Full));
@@ -497,7 +497,7 @@ mod tests {
         assert!(!v("full").verbose() && !Raw::Bare.verbose());
     }
 
-    /// Issue 20: `srun --nccl-check quick true` ran the check and then tried to exec `quick`.
+    /// Regression: `srun --nccl-check quick true` ran the check and then tried to exec `quick`.
     #[test]
     fn a_mode_given_as_the_next_word_is_caught() {
         let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();

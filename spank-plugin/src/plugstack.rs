@@ -391,7 +391,7 @@ mod tests {
         d.join("etc/slurm/plugstack.conf")
     }
 
-    /// Issue 25 finding 8: a typo showed only when a user ran --nccl-check.
+    /// Regression: a typo showed only when a user ran --nccl-check.
     #[test]
     fn a_typo_on_the_included_line_is_named_with_file_and_line() {
         let d = scratch_dir("plugstack-typo");

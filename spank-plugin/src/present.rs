@@ -113,7 +113,7 @@ mod tests {
         assert_eq!(h.find("verdict"), r.find("FAIL"));
     }
 
-    /// Issue 25: the row cut the worker's sentence after 160 characters, mid-word.
+    /// Regression: the row cut the worker's sentence after 160 characters, mid-word.
     #[test]
     fn a_row_holds_the_whole_detail() {
         let long = format!(
@@ -146,7 +146,7 @@ mod tests {
         }
     }
 
-    /// Issue 25: an srun user was told to use --nccl-lib, which srun cannot pass on.
+    /// Regression: an srun user was told to use --nccl-lib, which srun cannot pass on.
     #[test]
     fn the_nccl_hint_names_what_was_tried_and_never_the_workers_flag() {
         let d = format!(

@@ -366,8 +366,8 @@ mod tests {
             .and_then(|(_, v)| v.to_str())
     }
 
-    /// Issue 15: srun's per-step secret reaches the worker under the worker's name, and only
-    /// there; issue 20 item 4: the site's NCCL library unless the user names one.
+    /// srun's per-step secret reaches the worker under the worker's name, and only there; so
+    /// does the site's NCCL library, unless the user names one.
     #[test]
     fn the_worker_gets_the_steps_secret_and_the_sites_library_unless_the_user_names_one() {
         let mut config = PluginConfig {

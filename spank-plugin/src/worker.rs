@@ -323,7 +323,7 @@ mod tests {
     }
 
     /// The contract's one rule, as the prolog applies it: an exit status that the report
-    /// contradicts is an ERROR that says so (issue 27; the plugin used to take the exit alone).
+    /// contradicts is an ERROR that says so (the plugin used to take the exit alone).
     #[test]
     fn an_exit_status_the_report_contradicts_is_an_error_that_says_so() {
         let (inv, _d) = inv(&format!("{}; exit 1", write_report("PASS", 0, "ok")), 5000);
@@ -408,7 +408,7 @@ mod tests {
         );
     }
 
-    /// Issue 20 item 7: the per-node reports were always deleted.
+    /// Regression: the per-node reports were always deleted.
     #[test]
     fn a_kept_report_is_a_new_file_and_never_follows_a_link() {
         let (mut inv, d) = inv(&format!("{}; exit 0", write_report("PASS", 0, "ok")), 5000);

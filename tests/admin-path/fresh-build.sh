@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The README's admin step 1 (the build) on a fresh Debian 12 build machine: not in tests/run.sh
+# The admin page's step 1 (the build, docs/admin.md) on a fresh Debian 12 build machine: not in tests/run.sh
 # (about 10 minutes on 2 cores); run by hand after changing build.sh's prerequisites.
 #
 # The machine is an overlay of the cached "bookworm-fresh" root (tests/lib/roots.sh: minbase plus
-# Slurm and munge from apt) with what README step 1 asks for and nothing else: libslurm-dev from
+# Slurm and munge from apt) with what admin step 1 asks for and nothing else: libslurm-dev from
 # apt, and cargo (this machine's rustup stable toolchain, bound read-only at /opt/rust, with an
-# empty CARGO_HOME). The repository is copied in without target/ and dist/, and README block 1.1
+# empty CARGO_HOME). The repository is copied in without target/ and dist/, and block 1.1
 # runs there as root, exactly as shown. Passes when dist/ then holds the .deb and the .rpm.
 # Where this machine reaches the registries through a TLS proxy, its CA bundle ($SSL_CERT_FILE,
-# else /etc/ssl/certs/ca-certificates.crt) is handed to cargo and pip: network, not README.
+# else /etc/ssl/certs/ca-certificates.crt) is handed to cargo and pip: network, not the page.
 #
 # Usage: bash tests/admin-path/fresh-build.sh   (root; network to deb.debian.org, crates.io, PyPI)
 set -uo pipefail
@@ -27,9 +27,9 @@ ROOT=$(roots_ensure bookworm-fresh) || exit 1
 
 W=$(mktemp -d /var/tmp/nccl-check-fresh-build.XXXXXX) || exit 2
 trap 'rm -rf --one-file-system "$W"' EXIT
-readme_blocks "$REPO/README.md" "$W/blocks" >"$W/blocks.txt"
+readme_blocks "$REPO/$ADMIN_DOC" "$W/blocks" >"$W/blocks.txt"
 grep -q '^PROBLEM' "$W/blocks.txt" && { cat "$W/blocks.txt" >&2; exit 1; }
-[ -s "$W/blocks/1.1.sh" ] || { say "no README block 1.1"; exit 1; }
+[ -s "$W/blocks/1.1.sh" ] || { say "no block 1.1 in $ADMIN_DOC"; exit 1; }
 cp -L "${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}" "$W/ca.crt"
 mkdir -p "$W/src" && tar -C "$REPO" --exclude=./target --exclude=./dist --exclude=./.git -cf - . | tar -C "$W/src" -xf -
 cat > "$W/inner.sh" <<'EOF'
@@ -37,10 +37,10 @@ set -u
 export PATH=/opt/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 export CARGO_HOME=/root/.cargo DEBIAN_FRONTEND=noninteractive
 export SSL_CERT_FILE=/w/ca.crt CARGO_HTTP_CAINFO=/w/ca.crt PIP_CERT=/w/ca.crt
-echo "fresh-build: apt-get install libslurm-dev (README step 1's prerequisite)" >&2
+echo "fresh-build: apt-get install libslurm-dev (admin step 1's prerequisite)" >&2
 { apt-get -q update && apt-get install -y -q --no-install-recommends libslurm-dev; } >/w/apt.log 2>&1 || exit 1
 cd /w/src || exit 1
-echo "fresh-build: README block 1.1:" >&2; sed 's/^/    | /' /w/blocks/1.1.sh >&2
+echo "fresh-build: admin block 1.1:" >&2; sed 's/^/    | /' /w/blocks/1.1.sh >&2
 s=$SECONDS
 bash /w/blocks/1.1.sh >/w/build.log 2>&1; rc=$?
 echo "fresh-build: block 1.1 exited $rc after $((SECONDS - s)) s" >&2
@@ -62,6 +62,6 @@ timeout 3600 unshare --mount --propagation private -- /bin/bash -c '
     cp /etc/hosts "$m/etc/hosts"; cp -L /etc/resolv.conf "$m/etc/resolv.conf"
     chroot "$m" /usr/bin/env -i /bin/bash /w/inner.sh' fresh-build "$ROOT" "$W" "$TC_DIR"
 rc=$?
-say "$([ "$rc" = 0 ] && echo PASS || echo "FAIL (rc $rc)"): README step 1 on a fresh Debian 12 in $((SECONDS - s)) s"
+say "$([ "$rc" = 0 ] && echo PASS || echo "FAIL (rc $rc)"): admin step 1 on a fresh Debian 12 in $((SECONDS - s)) s"
 [ "$rc" = 0 ] || tail -20 "$W/build.log" "$W/apt.log" 2>/dev/null >&2
 exit "$rc"

@@ -1,14 +1,16 @@
 # shellcheck shell=bash
-# Sourced by tests/admin-path/{run,site}.sh: the commands of the README's section "For the admin
-# with ten minutes", as the admin sees them. Every command there is in a fenced `sh` block inside
+# Sourced by tests/admin-path/{run,fresh-build}.sh: the commands of the admin page's section "For the
+# admin with ten minutes" (docs/admin.md), as the admin sees them. Every command there is in a fenced `sh` block inside
 # a numbered step; block B of step S is written, without its list indentation, to DIR/S.B.sh.
 # Anything else that looks like a command the admin is to run (an indented code block, a fence of
 # another language, a block outside a step) is reported, so that no command can be shown in the
 # section without the suite running it.
 
+# The page, relative to the repository; site.sh reads the same section of it.
+ADMIN_DOC=docs/admin.md
 ADMIN_SECTION='## For the admin with ten minutes'
 
-# readme_blocks README DIR: writes DIR/S.B.sh; prints "BLOCK S.B" per block in order and
+# readme_blocks PAGE DIR: writes DIR/S.B.sh; prints "BLOCK S.B" per block in order and
 # "PROBLEM <text>" per thing the suite could not run as shown.
 readme_blocks() {
     local readme=$1 dir=$2

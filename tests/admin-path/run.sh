@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The README's ten-minute admin path ("For the admin with ten minutes"), followed as written, from
+# The ten-minute admin path (docs/admin.md, "For the admin with ten minutes"), followed as written, from
 # a fresh Debian machine to a working gate, for one Slurm major of the matrix. Every command of
 # that section is a ```sh block (tests/admin-path/readme.sh extracts them; a command shown any
 # other way fails the first test), and this suite runs exactly those blocks, in order, and nothing
-# the README does not say:
+# the page does not say:
 #   step 1 (build) on this machine, in the repository: packaging/build.sh into dist/ (a dist/
 #     that was there is put aside and restored). For 22.05 the host's own headers (Debian 12's
 #     libslurm-dev); for 24.11 and 26.05 the step's documented way for another major than the
@@ -15,10 +15,10 @@
 #     roots_fresh_suite: bookworm-fresh, trixie-fresh, sid-fresh: debootstrap minbase, then
 #     Slurm and munge with apt-get; cached under $NCCL_CHECK_SLURM_ROOTS), with the built dist/
 #     copied there, after the site's own one-node Slurm was configured and started
-#     (tests/admin-path/site.sh: the "before" state, not a README step). After each block, site.sh
-#     checks what the README says it does on a node without GPU or NCCL; then, as a labelled test
+#     (tests/admin-path/site.sh: the "before" state, not a step of the page). After each block, site.sh
+#     checks what the page says it does on a node without GPU or NCCL; then, as a labelled test
 #     fixture, the prolog runs the prolog suite's fake worker and a FAIL must drain the node with
-#     the reason the README shows.
+#     the reason the page shows.
 #
 # Needs root on Debian 12 (tests/setup-deps.sh, debootstrap, network to deb.debian.org for the
 # first roots). Real-Slurm suite: fixed ports (20817, 20818; NCCL_CHECK_ADMIN_PORT), so run it
@@ -88,20 +88,20 @@ t_extractor_sees_every_command() {
     [ "$(grep -c '^BLOCK' <<<"$got")" = 2 ] || fail "a block outside the section was taken: $got"
 }
 
-t_readme_section_is_blocks_this_suite_runs() {
+t_admin_section_is_blocks_this_suite_runs() {
     local got
-    got=$(readme_blocks README.md "$WORK/blocks") || { fail "extraction failed"; return 1; }
+    got=$(readme_blocks "$ADMIN_DOC" "$WORK/blocks") || { fail "extraction failed"; return 1; }
     BLOCKS=$(sed -n 's/^BLOCK //p' <<<"$got" | tr '\n' ' ')
-    ! grep '^PROBLEM' <<<"$got" >&2 || fail "the README shows commands this suite cannot run as shown (above)"
+    ! grep '^PROBLEM' <<<"$got" >&2 || fail "$ADMIN_DOC shows commands this suite cannot run as shown (above)"
     [ "$(sed -n 's/^BLOCK \(1\.[0-9]*\)$/\1/p' <<<"$got" | tr '\n' ' ')" = "1.1 " ] \
         || fail "step 1 (the build, on this machine) must be exactly one block: $BLOCKS"
-    say "README blocks: $BLOCKS"
+    say "$ADMIN_DOC blocks: $BLOCKS"
 }
 
 BUILD_S=
 # The build machine's environment for block 1.1: none for the host's own major; for another,
 # SLURM_INCLUDE_DIR as step 1 says, and the matrix's cargo target dir (where that major's plugin
-# is built already; not a README matter: only where cargo keeps its files).
+# is built already; not the page's matter: only where cargo keeps its files).
 BUILD_ENV=()
 t_step_1_builds_the_packages() {
     [ -s "$WORK/blocks/1.1.sh" ] || { fail "no block 1.1"; return 1; }
@@ -112,7 +112,7 @@ t_step_1_builds_the_packages() {
     fi
     [ -e dist ] && { mv dist "$WORK/dist.saved" || { fail "cannot put dist/ aside"; return 1; }; }
     touch "$WORK/dist.made"
-    say "README block 1.1 (on this machine, in $REPO${BUILD_ENV[0]:+, with ${BUILD_ENV[0]}}):"
+    say "$ADMIN_DOC block 1.1 (on this machine, in $REPO${BUILD_ENV[0]:+, with ${BUILD_ENV[0]}}):"
     sed 's/^/    | /' "$WORK/blocks/1.1.sh" >&2
     local t0=$SECONDS
     env "${BUILD_ENV[@]}" timeout 3600 bash "$WORK/blocks/1.1.sh" >"$OUT" 2>&1
@@ -138,7 +138,7 @@ t_a_fresh_debian_with_slurm_from_apt() {
 }
 
 NODE_S=
-t_readme_steps_on_the_node() {
+t_admin_steps_on_the_node() {
     local t0=$SECONDS
     NCCL_CHECK_ROOT_TIMEOUT=1200 roots_run "$ROOT" ADMIN_WORK="$WORK" ADMIN_BLOCKS="$BLOCKS" ADMIN_CTLD_PORT="$PORT" ADMIN_MM="$MM" \
         -- /bin/bash -c 'mkdir -p /root && cp -r "$ADMIN_WORK/dist" /root/dist && exec bash "$0"' \
@@ -151,15 +151,15 @@ t_readme_steps_on_the_node() {
 }
 
 harness_run 'the extractor finds every ```sh block of the section and flags commands shown otherwise' t_extractor_sees_every_command
-harness_run "every command of the README's admin section is a block this suite runs" t_readme_section_is_blocks_this_suite_runs
+harness_run "every command of the admin page's ten-minute section is a block this suite runs" t_admin_section_is_blocks_this_suite_runs
 if [ "$TEST_FAILED" = 0 ]; then
-    harness_run "README step 1 on this machine: packaging/build.sh puts one .deb and one .rpm for Slurm $MM into dist/" t_step_1_builds_the_packages
+    harness_run "admin step 1 on this machine: packaging/build.sh puts one .deb and one .rpm for Slurm $MM into dist/" t_step_1_builds_the_packages
 fi
 if [ "$TEST_FAILED" = 0 ]; then
     harness_run "a fresh $FRESH root filesystem, Slurm $MM and munge installed with apt-get" t_a_fresh_debian_with_slurm_from_apt
 fi
 if [ "$TEST_FAILED" = 0 ]; then
-    harness_run "README steps 2-5 as root on that node, each block checked (the lines above)" t_readme_steps_on_the_node
+    harness_run "admin steps 2-5 as root on that node, each block checked (the lines above)" t_admin_steps_on_the_node
 fi
 say "times: build ${BUILD_S:-?} s, root ${ROOT_S:-?} s, node ${NODE_S:-?} s, suite $((SECONDS - T_START)) s"
 harness_tally "admin-path $MM"

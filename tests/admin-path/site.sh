@@ -3,14 +3,14 @@
 # one Slurm major (tests/lib/roots.sh roots_fresh_suite: bookworm-fresh 22.05, trixie-fresh 24.11,
 # sid-fresh 26.05: minbase + slurmd, slurmctld, slurm-client, munge from apt).
 #
-# First the site as any site has it before nccl-check (not part of the README): /etc/slurm/
+# First the site as any site has it before nccl-check (not part of the admin page): /etc/slurm/
 # slurm.conf for this one node (its NodeName line from `slurmd -C`), munged, slurmctld and slurmd
-# started by hand as their init scripts would. Then the README's blocks 2.1 .. 5.3 exactly as
+# started by hand as their init scripts would. Then the admin page's blocks 2.1 .. 5.3 exactly as
 # shown, each pasted into a root shell in /root (where the built dist/ was copied), each followed
-# by the checks of what the README says it does here (no GPU, no NCCL). Then one test fixture,
+# by the checks of what the admin page says it does here (no GPU, no NCCL). Then one test fixture,
 # labelled as such: the prolog pointed at the prolog suite's fake worker (the documented
 # `worker =` and `env =` keys of prolog.toml) to prove that a FAIL drains the node with the reason
-# the README shows.
+# the admin page shows.
 #
 # Env (from run.sh): ADMIN_WORK (the host's work dir, under the repository, so visible here) with
 #   blocks/S.B.sh and dist/*.deb; ADMIN_BLOCKS (the block ids in order); ADMIN_CTLD_PORT;
@@ -49,9 +49,9 @@ trap stop_daemons EXIT
 trap 'exit 130' INT TERM
 
 OUT=$LOGS/out RC=0
-# paste S.B: the README's block, as an admin pastes it into a root shell in /root.
+# paste S.B: the admin page's block, as an admin pastes it into a root shell in /root.
 paste_block() {
-    say "README block $1:"; sed 's/^/    | /' "$W/blocks/$1.sh" >&2
+    say "admin page block $1:"; sed 's/^/    | /' "$W/blocks/$1.sh" >&2
     (cd /root && timeout 300 bash "$W/blocks/$1.sh") >"$OUT" 2>&1
     RC=$?
     cp "$OUT" "$LOGS/block-$1.log"
@@ -99,12 +99,12 @@ CONF
     [ "$(timeout 20 srun hostname 2>&1)" = "$NODE" ] || fail "srun hostname does not work before nccl-check"
 }
 
-# --- what each README block must do here (no GPU, no NCCL) ----------------------------------
+# --- what each block of the admin page must do here (no GPU, no NCCL) ------------------------
 check_2.1() {
     [ "$RC" = 0 ] || fail "apt-get install failed (rc $RC): $(tail -8 "$OUT")"
     says "The SPANK plugin is disabled until you uncomment"
     # This site has no gres/gpu: the default gpus = "job" would check nothing, and the install
-    # says so (README step 2; step 5 sets gpus = "all"). Nothing else is not ready.
+    # says so (admin step 2; step 5 sets gpus = "all"). Nothing else is not ready.
     says 'NOT READY gpus = "job" but Slurm has no GresTypes=gpu'
     [ "$(grep -c 'NOT READY' "$OUT")" = 1 ] || fail "more than the gres warning: $(grep 'NOT READY' "$OUT")"
     dpkg-query -W -f='${Status}\n' "$PKG" | grep -qx 'install ok installed' || fail "$PKG is not installed"
@@ -117,14 +117,14 @@ check_3.1() {
     says "Thresholds for 8 x 'NVIDIA H100 80GB HBM3' on 1 node(s)"
     says "APPLIES  all_reduce"
     says "NVLinks per GPU: 18 active"
-    # nccl-check without NCCL: the README's ERROR, exit 3.
+    # nccl-check without NCCL: the admin page's ERROR, exit 3.
     says "nccl-check: ERROR NCCL library not found"
-    [ "$RC" = 3 ] || fail "nccl-check exited $RC, the README says 3 (no NCCL) or 4 (no GPU)"
+    [ "$RC" = 3 ] || fail "nccl-check exited $RC, the admin page says 3 (no NCCL) or 4 (no GPU)"
 }
 
 check_4.1() {
     grep -q '^required /usr/lib/x86_64-linux-gnu/slurm-wlm/nccl_check.so ' /etc/slurm/plugstack.conf.d/zz-nccl-check.conf \
-        || fail "the README's sed did not enable the plugin line"
+        || fail "the admin page's sed did not enable the plugin line"
     says "--nccl-check=mode"
     says "nccl-check: ERROR on $NODENAME (rank 0 of 1): NCCL library not found"
     says "[worker exit 3]"
@@ -148,7 +148,7 @@ check_5.2() {
     says "NCCL library not found"              # the recheck ran the worker on this node
     says_not "INVALID"
     says_not "NOT READY"
-    timeout 20 nccl-check-prolog --check-config >/dev/null 2>&1 || fail "--check-config exits $? on the README's config"
+    timeout 20 nccl-check-prolog --check-config >/dev/null 2>&1 || fail "--check-config exits $? on the admin page's config"
     [ "$RC" = 0 ] || fail "--dry-run exited $RC"
     [ -z "$(drained_nodes)" ] || fail "the dry run drained: $(sinfo -R)"
 }
@@ -164,13 +164,16 @@ check_5.3() {
 
 # --- the fixture: a FAIL --------------------------------------------------------------------
 FIXTURE=/usr/local/lib/nccl-check-test-fixture
-t_fail_drains_with_the_readme_reason() {
-    # TEST FIXTURE, not a README step: the prolog runs the prolog suite's fake worker, which
+t_fail_drains_with_the_shown_reason() {
+    # TEST FIXTURE, not a step of the admin page: the prolog runs the prolog suite's fake worker, which
     # hands it a FAIL report recorded on 4x H200 with NVLink P2P off (tests/prolog/data).
     mkdir -p "$FIXTURE"
     install -m 0755 "$REPO/tests/prolog/fake-worker" "$FIXTURE/fake-worker"
     cp -r "$REPO/tests/prolog/data" "$FIXTURE/data"
-    printf '# TEST FIXTURE (tests/admin-path/site.sh)\nworker = "%s"\nenv = { NCCL_CHECK_FAKE = "fail" }\n' \
+    # stray_processes = "warn": this node shares the host's process table, so the host's own
+    # load (other builds on the CI machine: processes of no job) would otherwise drain it as
+    # "CPUs busy" before the fake worker's FAIL is read, and the reason below would be that one.
+    printf '# TEST FIXTURE (tests/admin-path/site.sh)\nworker = "%s"\nenv = { NCCL_CHECK_FAKE = "fail" }\nstray_processes = "warn"\n' \
         "$FIXTURE/fake-worker" >> /etc/nccl-check/prolog.toml
     timeout 20 nccl-check-prolog --check-config >"$OUT" 2>&1 || { fail "--check-config with the fixture: $(cat "$OUT")"; return 1; }
     idle || true
@@ -181,13 +184,13 @@ t_fail_drains_with_the_readme_reason() {
     reason=$(sinfo -h -R -o '%E' 2>/dev/null)
     [[ "$reason" == nccl-check:* ]] || { fail "sinfo -R: '$reason' (expected a nccl-check: drain)"; return 1; }
     grep -q '"state": "fail"' /var/lib/nccl-check/gate.json || fail "gate.json: $(cat /var/lib/nccl-check/gate.json)"
-    # The README shows this very reason (its job number aside).
+    # The admin page shows this very reason (its job number aside).
     job=$(sed -n 's/.*(job \([0-9]*\))$/\1/p' <<<"$reason")
-    shown=$(sed -n '/^## For the admin with ten minutes/,/^## /p' "$REPO/README.md" | tr '\n' ' ' | tr -s ' ' \
+    shown=$(sed -n '/^## For the admin with ten minutes/,/^## /p' "$REPO/docs/admin.md" | tr '\n' ' ' | tr -s ' ' \
         | grep -o '`nccl-check:[^` ][^`]*(job [0-9]*)`' | head -1 | tr -d '`')
-    [ -n "$shown" ] || { fail "the README's admin section shows no nccl-check: drain reason"; return 1; }
+    [ -n "$shown" ] || { fail "the admin page's ten-minute section shows no nccl-check: drain reason"; return 1; }
     [ "${reason% (job *)}" = "${shown% (job *)}" ] \
-        || fail "sinfo -R says '$reason'; the README shows '$shown'"
+        || fail "sinfo -R says '$reason'; the admin page shows '$shown'"
     say "drain reason of job $job: $reason"
     scontrol update nodename="$(sinfo -h -N -o %N | head -1)" state=resume >/dev/null 2>&1
 }
@@ -199,13 +202,13 @@ if [ "$TEST_FAILED" = 0 ]; then
     for b in $BLOCKS; do
         [ "$b" = 1.1 ] && continue                     # built on the host
         if ! declare -F "check_$b" >/dev/null; then
-            eval "t_block_$b() { fail 'this suite does not know what README block $b is to do: add check_$b'; }"
-            run_test "README block $b" "t_block_$b"
+            eval "t_block_$b() { fail 'this suite does not know what admin page block $b is to do: add check_$b'; }"
+            run_test "admin page block $b" "t_block_$b"
             continue
         fi
         eval "t_block_$b() { paste_block $b; check_$b; }"
-        run_test "README step ${b%.*}, block $b: $(grep -v '^ *#' "$W/blocks/$b.sh" | head -1 | cut -c1-70)" "t_block_$b"
+        run_test "admin step ${b%.*}, block $b: $(grep -v '^ *#' "$W/blocks/$b.sh" | head -1 | cut -c1-70)" "t_block_$b"
     done
-    run_test "[fixture] a FAIL drains the node with the reason the README shows; the job does not run" t_fail_drains_with_the_readme_reason
+    run_test "[fixture] a FAIL drains the node with the reason the admin page shows; the job does not run" t_fail_drains_with_the_shown_reason
 fi
 harness_tally "admin-path $MM (node)"

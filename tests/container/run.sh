@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Container suite (issue 6): the nccl-check worker in an older distribution's root filesystem,
+# Container suite: the nccl-check worker in an older distribution's root filesystem,
 # and the enroot files (enroot/) against a real root filesystem, without enroot and without a GPU.
 #
 #   1. Builds the worker for glibc 2.17 (packaging/build-portable.sh: cargo-zigbuild, objdump proof).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The multi-node check on real NCCL with real link faults (issue 28): N emulated nodes (8, 16) in
+# The multi-node check on real NCCL with real link faults: N emulated nodes (8, 16) in
 # network namespaces on one GPU host, one Linux bridge, a veth per node, addresses of 10.250.7.0/24
 # only inside the namespaces this script creates. Each node runs a real `nccl-check` worker on GPU
 # 0 over NCCL's socket transport (its own NCCL_HOSTID and NCCL_SOCKET_IFNAME), started as the
@@ -480,7 +480,7 @@ run_row() { # row run fault expect culprit rounds
   python3 -c "import sys; sys.exit(not ($all_secs <= $budget + 11))" || { ok=fail why+="last worker ended after $all_secs s; "; }
   [ -z "$hung" ] || { ok=fail why+="killed by timeout (hung): $hung; "; }
   # A PASS or FAIL row: every worker that ran ends with its verdict's code (0 or 1), none in ERROR
-  # (visit 15: two neighbours of a node that exited right after the last all_reduce ended in 7).
+  # (two neighbours of a node that exited right after the last all_reduce ended in 7).
   if [ "$expect" != ERROR ]; then
     local odd
     odd=$(printf '%s\n' "${rcs[@]}" | grep -vE '=(0|1|-)$' | tr '\n' ' ')

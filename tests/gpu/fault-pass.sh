@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prolog's hardware fault pass on a real GPU node (issue 29): which sources were readable
+# The prolog's hardware fault pass on a real GPU node: which sources were readable
 # (kernel log /dev/kmsg, PCIe AER of the GPUs and RDMA NICs, IB/RoCE port counters), what each
 # found and what the pass cost, against the 50 ms target. Read-only: `--faults` keeps no position
 # and drains nothing; the state dir is a scratch one. Run as root (the kernel log needs it):

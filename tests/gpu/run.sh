@@ -9,7 +9,7 @@ set -u
 bin=$1 lib=$2 out=${3:-/tmp/nccl-check-gpu-tests}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# Multi-process checks outside Slurm prove membership with a shared secret (README "Security").
+# Multi-process checks outside Slurm prove membership with a shared secret (docs/security.md).
 NCCL_CHECK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n'); export NCCL_CHECK_SECRET
 ngpus=$(nvidia-smi -L | grep -c ^GPU)
 fails=0
@@ -36,7 +36,7 @@ if [ "$ngpus" -ge 2 ]; then
     "$(grep -c '^nccl-check: running' "$out/progress.txt") lines"
 fi
 
-# Node facts (issue 18): NVML per GPU in the report, the inventory, the 1-GPU check, the sweep.
+# Node facts: NVML per GPU in the report, the inventory, the 1-GPU check, the sweep.
 json_get() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$@"; }
 check "every GPU has NVML facts in the report (gpus[].health)" "True" \
   "$(json_get "$out/quick.json" 'all(g.get("health") for g in r["gpus"])')" "$(json_get "$out/quick.json" 'r["facts"]["nvml"]')"
@@ -78,7 +78,7 @@ if [ "$ngpus" -ge 2 ]; then
   wait $p0; r0=$?
   check "2 emulated nodes (NCCL_HOSTID) all collectives, data correct" "0 0" "$r0 $r1" "$(grep -m1 -o 'NET/Socket[^ ]*' "$out/host1.txt") busbw $(busbw "$out/host0.json")"
 
-  # Issue 16: the conducted localization on real NCCL (--pair-matrix adaptive): the coordinator
+  # The conducted localization on real NCCL (--pair-matrix adaptive): the coordinator
   # runs the localizer, the other process follows by gathers of its own results only. Healthy: PASS
   # with the localization in both reports; with TORCH_PYTHON, the second node's GPU memory saturated
   # by a copy loop: FAIL on that process naming its GPU.
@@ -133,7 +133,7 @@ torch.cuda.synchronize()" & hog=$!
   check "peer SIGKILLed mid-loop: survivor ERROR" 1 $(( r0 >= 5 && r0 <= 7 )) "rc $r0 after ${ms} ms: $(tail -1 "$out/b0.txt")"
 fi
 
-# Verdicts (issue 3, 6): the NVLink path gone is FAIL, by bandwidth and by transport.
+# Verdicts: the NVLink path gone is FAIL, by bandwidth and by transport.
 reasons() { python3 -c 'import json,sys; print(" ".join(sorted(set(x["code"] for x in json.load(open(sys.argv[1]))["reasons"]))))' "$1"; }
 summary() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["summary"])' "$1"; }
 transports() { python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["transports"]; print(" ".join(sorted(set(x for p in t["paths"] for x in p["transports"]))))' "$1"; }
@@ -160,7 +160,7 @@ torch.cuda.synchronize()" & hog=$!
 fi
 
 if [ "$ngpus" -ge 4 ]; then
-  # Two simulated nodes launched as the SPANK plugin launches the worker (issue 4): one per node,
+  # Two simulated nodes launched as the SPANK plugin launches the worker: one per node,
   # Slurm's variables, the node's GPUs; then n2 degraded: the summary names n2.
   launch() { # name node rank devices port [env...]
     local name=$1 node=$2 rank=$3 dev=$4 port=$5; shift 5
@@ -174,7 +174,7 @@ if [ "$ngpus" -ge 4 ]; then
 fi
 
 if [ -n "${NCCL_CHECK_PROLOG:-}" ] && [ "$(id -u)" = 0 ]; then
-  # The prolog gate (issue 5) as slurmd runs it: root, no PATH, Slurm's variables and a hostile
+  # The prolog gate as slurmd runs it: root, no PATH, Slurm's variables and a hostile
   # LD_LIBRARY_PATH it must drop. No Slurm here: scontrol is a recording stub.
   pd=$out/prolog; rm -rf "$pd"; mkdir -p "$pd/state"
   printf '#!/bin/sh\necho "$*" >> %s/scontrol.log\ncase "$*" in "show node -d -o gpu01") echo "NodeName=gpu01 Gres=gpu:'"$ngpus"' GresUsed=gpu:0 State=IDLE";; show*) echo "NodeName=gpu01 State=IDLE Reason=(null)";; esac\n' "$pd" > "$pd/scontrol"; chmod +x "$pd/scontrol"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24 on a GPU machine (one GPU is enough; not run in CI): the report names the GPU's SKU by
+# SKUs and causes on a GPU machine (one GPU is enough; not run in CI): the report names the GPU's SKU by
 # its PCI device ID and the interconnect read from NVML; another process saturating GPU0's memory
 # gives FAIL naming that process ("busy"); N healthy checks all PASS. Every step bounded by timeout.
 #   tests/gpu/sku.sh NCCL_CHECK LIBNCCL OUTDIR [TORCH_PYTHON] [HEALTHY_RUNS]

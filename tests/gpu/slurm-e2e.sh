@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End to end on GPUs through real Slurm (issue 19 item 4): Debian 12's Slurm 22.05 unpacked on the
+# End to end on GPUs through real Slurm: Debian 12's Slurm 22.05 unpacked on the
 # GPU machine (Ubuntu 24.04, cgroup v2 without systemd), two slurmd "nodes" n1 and n2 with one GPU
 # each, the real plugin and the real worker, then the prolog gate as slurmd runs it.
 #   tests/gpu/slurm-e2e.sh RELEASE_DIR LIBNCCL DEBS_DIR [OUTDIR]

@@ -9,7 +9,7 @@
 # Fresh roots, one per major, are no part of the matrix: "bookworm-fresh", "trixie-fresh" and
 # "sid-fresh", a fresh Debian 12 / 13 / sid (minbase) on which slurmd, slurmctld, slurm-client and
 # munge are then installed with apt-get, as a site's node gets them and nothing else
-# (tests/admin-path/run.sh follows the README's admin path there; roots_fresh_suite MAJOR names it).
+# (tests/admin-path/run.sh follows the admin path of docs/admin.md there; roots_fresh_suite MAJOR names it).
 #
 # Roots are cached under $NCCL_CHECK_SLURM_ROOTS (default <repo>/target/slurm-roots; never in
 # git). A root is complete only with its marker file, so an interrupted debootstrap is redone.

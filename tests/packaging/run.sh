@@ -29,7 +29,7 @@ export NCCL_CHECK_CLUSTER_DIR=${NCCL_CHECK_PKG_CLUSTER_DIR:-/var/tmp/nccl-check-
 export NCCL_CHECK_CLUSTER_PORT=${NCCL_CHECK_PKG_CLUSTER_PORT:-19817}
 CL=$NCCL_CHECK_CLUSTER_DIR
 SNIPPET=/etc/slurm/plugstack.conf.d/zz-nccl-check.conf
-# The prolog's alert rules, their promtool tests and the Grafana dashboard (README, "Monitoring").
+# The prolog's alert rules, their promtool tests and the Grafana dashboard (docs/admin.md, "Monitoring").
 MONITORING=(/usr/share/nccl-check/monitoring/nccl-check.rules.yml /usr/share/nccl-check/monitoring/nccl-check.rules.test.yml
             /usr/share/nccl-check/monitoring/nccl-check.dashboard.json)
 CONTROL=/etc/slurm/plugstack.conf.d/zz-nccl-check-pkgtest-control.conf
@@ -216,7 +216,7 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml \
              /etc/nccl-check/prolog.toml "$SNIPPET" /var/lib/nccl-check; do expect_file "$p"; done
     [ "$(readlink -f /usr/bin/nccl-check)" = /usr/libexec/nccl-check/nccl-check ] || fail "/usr/bin/nccl-check is not the libexec worker"
-    # The monitoring files as installed: the README's promtool command works on them where
+    # The monitoring files as installed: docs/admin.md's promtool command works on them where
     # promtool is (the host; the Debian roots have none).
     for p in "${MONITORING[@]}"; do expect_file "$p"; done
     if command -v promtool >/dev/null; then
@@ -249,13 +249,13 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     [ "$n" -ge 3 ] || fail "expected the plan's and the rules' cited results and the prolog's docs, found: $cited"
     # The README's validation step on the shipped config: valid, every key at its default.
     run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'budget_seconds = 30    # default'
-    # The shipped (commented-out) plugin line's arguments pass the plugin's own parser (issue 25).
+    # The shipped (commented-out) plugin line's arguments pass the plugin's own parser.
     run_cmd /usr/sbin/nccl-check-plugstack --check "$SNIPPET"; expect_rc0
     expect_out "commented out; its arguments are valid"
     run_cmd man -w nccl-check-plugstack; expect_rc0
 }
 
-# Issue 25 finding 8: a typo on the plugin line showed only when a user ran --nccl-check. The
+# Regression: a typo on the plugin line showed only when a user ran --nccl-check. The
 # installed nccl-check-plugstack finds it where Slurm reads it (slurm.conf's PlugStackConfig, its
 # include), with file and line, and nccl-check-prolog --check-config runs the same check.
 t_plugstack_check_names_a_typo_on_the_installed_line() {
@@ -346,7 +346,7 @@ t_prolog_gate_runs_the_installed_worker() {
     # gpus = "all": check every GPU even without gres/gpu (here: none, so the worker says ERROR).
     # Appended, as configuration management does (the shipped file ends with no [table]).
     echo 'gpus = "all"' >> /etc/nccl-check/prolog.toml
-    # Issue 39: the documented metrics_file in the real prometheus-node-exporter package's
+    # The documented metrics_file in the real prometheus-node-exporter package's
     # directory (Debian: /var/lib/prometheus is prometheus:prometheus, node-exporter/ root's)
     # was refused, and every job then ran unchecked.
     # Where the exporter is not installed (the debootstrapped roots of 24.11 and 26.05): its
@@ -492,7 +492,7 @@ refused_and_nothing_drained() { # WHERE-LINE...
     [ -z "$(sinfo -h -N -t drain,drained,draining -o %N)" ] || fail "a node drained: $(sinfo -N -o '%N %T %E')"
 }
 
-# Issue 39: on a glob layout the refusal said "Remove that Prolog= entry", the site's own
+# Regression: on a glob layout the refusal said "Remove that Prolog= entry", the site's own
 # Prolog=/etc/slurm/prolog.d/*; with only Epilog= left it still spoke of the prolog; it ignored
 # HealthCheckProgram=nccl-check-recheck (after removal: status:127 every interval). No job runs
 # here: the refusal is the point (the Epilog would run the gate at every job's end).
@@ -566,7 +566,7 @@ t_purge_removes_everything() {
     dpkg-query -W -f='${db:Status-Abbrev}\n' "$PKG" 2>/dev/null | grep -q '^[ri]' && fail "still known to dpkg as installed/config-files"
     for p in /etc/nccl-check "$SNIPPET" /var/lib/nccl-check "$SO" /usr/libexec/nccl-check /usr/share/nccl-check \
              "/usr/share/doc/$PKG"; do expect_no_file "$p"; done
-    # Issue 39: node_exporter kept exporting the removed tool's last state.
+    # Regression: node_exporter kept exporting the removed tool's last state.
     for p in /var/lib/prometheus/node-exporter/nccl_check.prom /var/lib/prometheus/node-exporter/nccl_check-faults.prom; do
         expect_no_file "$p"
     done

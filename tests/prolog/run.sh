@@ -301,7 +301,7 @@ t_check_config_prints_every_key_and_its_source() {
 }
 
 # The issue's findings 2-4: what makes the gate a no-op is NOT READY (exit 2); a budget above
-# PrologEpilogTimeout is said as the gate cuts it (issue 39 finding 1).
+# PrologEpilogTimeout is said as the gate cuts it.
 t_check_config_checks_the_budget_gres_and_the_worker_config() {
     # Above PrologEpilogTimeout: the gate cuts it (said, with what to set); none left is NOT READY.
     conf 'budget_seconds = 70'
@@ -374,7 +374,7 @@ t_job_gpus_are_passed_to_the_worker() {
     [ "$(runs_of n1)" = 0 ] || fail "the worker ran for a job without GPUs"
 }
 
-# Issue 24: another process on a GPU given to the job (a leftover of the previous job) drains the
+# Another process on a GPU given to the job (a leftover of the previous job) drains the
 # node with a reason that says busy, though the bandwidth passed; "warn" only logs it.
 t_a_stray_process_on_the_jobs_gpu_drains_busy() {
     conf 'gpus = "job"'
@@ -441,7 +441,7 @@ t_recheck_leaves_a_busy_node_alone() {
     [ "$(runs_of n1)" = 0 ] || fail "the worker ran on a busy node"
     drained n1 && fail "n1 drained"
     scancel "$j"; wait_done "$j" 30
-    # Issue 34 item 4: where Slurm's answer fails, hangs or is not a node line, the (now idle)
+    # Where Slurm's answer fails, hangs or is not a node line, the (now idle)
     # node is not measured either: no verdict (exit 2), said why, within a quarter of the budget.
     local case
     for case in "echo 'slurm_load_node error: Unable to contact slurm controller' >&2; exit 1" \
@@ -500,7 +500,7 @@ assert g["faults"]["total_ms"] < 50, g["faults"]' "$T/state/n1/gate.json" || fai
     scancel "$j" 2>/dev/null; wait_done "$j" 60
 }
 
-# Issue 34: a CPU-only job runs a program named `Xid (PCI:0):79` (its process name: the name of
+# A CPU-only job runs a program named `Xid (PCI:0):79` (its process name: the name of
 # the link it is started through) that segfaults; the kernel writes `Xid (PCI:0):79[PID]: segfault
 # at ...` to this machine's real /dev/kmsg (with show_unhandled_signals on: turned on for the
 # test, restored after). That job's epilog and the next job's prolog read the real log
@@ -559,7 +559,7 @@ slurm_conf_restore() {
         || say "nodes not idle after the restore: $(sinfo -N 2>&1 | tr '\n' ' ')"
 }
 
-# Issue 39 finding 1: budget_seconds above the PrologEpilogTimeout slurmd has now (lowered after
+# budget_seconds above the PrologEpilogTimeout slurmd has now (lowered after
 # the cluster started, in an Include'd file, announced by reconfigure): the gate cuts its own
 # budget below it, so a hung check ends as the gate's ERROR in gate.json and the job runs; slurmd
 # never kills the prolog ('Prolog hung') nor drains the node ('Prolog error').
@@ -588,7 +588,7 @@ t_a_budget_above_prolog_epilog_timeout_ends_as_the_gate_s_error() {
     slurm_conf_restore
 }
 
-# Issue 39 finding 2: a Prolog= with a one-letter typo, live on the controller, is NOT READY with
+# A Prolog= with a one-letter typo, live on the controller, is NOT READY with
 # the path it should have; no job runs while it stands.
 t_check_config_names_a_prolog_entry_slurm_cannot_run() {
     slurm_conf_edit "s|^Prolog=.*|Prolog=$T/bin/nccl-check-prolg|"
@@ -628,7 +628,7 @@ run_test "--check-config: a Prolog= typo on the controller is NOT READY; the epi
 # --- a shared node: the cluster again, now with 4 gres GPUs on each node ----------------------
 # The GPUs are plain files (slurmd only stats them: the same on 22.05, 24.11 and 26.05); the
 # driver directory of make_gpus lists 4 GPUs too, so Slurm's index i is the driver's GPU i.
-# Issue 26 item 6: under gpus = "all", GPUs that Slurm gave other jobs are skipped and said so,
+# Under gpus = "all", GPUs that Slurm gave other jobs are skipped and said so,
 # and a stray process on a GPU that is this job's or no job's still counts against the node.
 shared_cluster_up() {
     bash "$REPO/slurm/test-cluster/down.sh" >/dev/null 2>&1
@@ -696,7 +696,7 @@ for j in json.load(sys.stdin)["jobs"]:
     if str(j["job_id"]) == sys.argv[1]: print(",".join(j.get("gres_detail") or []))' "$1"
 }
 
-# Issue 34 item 2: another user's job whose name, working directory and comment (set at run time
+# Another user's job whose name, working directory and comment (set at run time
 # with scontrol update) read like Slurm's GRES fields chooses nothing: the starting job's GPUs
 # are still measured, the other job's GPU is still the one skipped, nothing drains.
 t_a_hostile_job_name_workdir_and_comment_choose_nothing_on_a_shared_node() {

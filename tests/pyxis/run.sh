@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-container suite (issue 19 item 3): `srun --container-image=IMAGE.sqsh --nccl-check` through
+# Real-container suite: `srun --container-image=IMAGE.sqsh --nccl-check` through
 # the REAL pyxis 0.24.0 and enroot 4.1.2 (built here from ../shared/vendor), beside the nccl-check
 # plugin, on the host's Slurm 22.05 test cluster (slurm/test-cluster/up.sh). No GPU, no registry.
 #
@@ -287,7 +287,7 @@ t_help_lists_both_plugins() {
     grep -q -- '--container-image=' <<<"$help" || fail "srun --help lacks --container-image"
     grep -q -- '\[pyxis\]' <<<"$help" || fail "srun --help lacks [pyxis]"
     grep -q -- '--nccl-check=mode' <<<"$help" || fail "srun --help lacks --nccl-check"
-    # nccl-check's usage text is a sentence, not a tag (issue 20).
+    # nccl-check's usage text is a sentence, not a tag.
     grep -q -- 'Before the tasks start, check the NCCL bandwidth' <<<"$help" || fail "srun --help lacks nccl-check's usage text"
 }
 

@@ -123,7 +123,7 @@ t_help_lists_option() {
         # cmd dies of SIGPIPE (seen with 24.11's longer sbatch --help).
         help=$(timeout 20 "$cmd" --help 2>&1)
         grep -q -- '--nccl-check=mode' <<<"$help" || fail "$cmd --help lacks --nccl-check"
-        # The usage text reads as a sentence, not a "[nccl-check]" tag (issue 20).
+        # The usage text reads as a sentence, not a "[nccl-check]" tag.
         grep -q -- '\[nccl-check\]' <<<"$help" && fail "$cmd --help still shows [nccl-check]"
         grep -q -- 'Before the tasks start, check the NCCL bandwidth' <<<"$help" || fail "$cmd --help lacks the usage text"
     done
@@ -418,7 +418,7 @@ t_salloc_option_reaches_srun() {
 # The issue's finding 9: --nccl-check=help was refused as an invalid mode.
 t_help_value_lists_the_modes_and_runs_nothing() {
     local before; before=$(job_count)
-    # Issue 39: it arrived as `srun: error:` lines with rc 1; a question answered is a success.
+    # It once arrived as `srun: error:` lines with rc 1; a question answered is a success.
     local cmd
     for cmd in "srun -N1 --nccl-check=help true" "sbatch -N1 --nccl-check=help --wrap true" \
                "salloc -N1 --nccl-check=help true"; do
@@ -560,7 +560,7 @@ t_init_failure_drains_no_node_on_25_05_and_later() {
     fi
 }
 
-# Issue 25 finding 8: a typo on the plugin line showed only when a user ran --nccl-check. The
+# Regression: a typo on the plugin line showed only when a user ran --nccl-check. The
 # admin's check reads the plugstack Slurm reads (SLURM_CONF's PlugStackConfig and its include)
 # and names it with the plugin's own parser; a valid line gives its effective arguments.
 t_plugstack_check_names_a_typo_where_slurm_reads_it() {
@@ -584,7 +584,7 @@ t_plugstack_check_names_a_typo_where_slurm_reads_it() {
     expect_out "Exit codes: 0 valid"
 }
 
-# Issue 25 finding 9: a failing check printed its ERROR twice (the worker's own verdict line,
+# Regression: a failing check printed its ERROR twice (the worker's own verdict line,
 # copied live, then the plugin's), three times with ,verbose (the table row too), and the row
 # cut the sentence after 160 characters. Now: once, whole, in the row when there is a table.
 t_a_failing_check_says_it_once_and_whole() {
@@ -609,7 +609,7 @@ t_a_failing_check_says_it_once_and_whole() {
         || fail "the row does not hold the whole sentence: $(grep nccl-check "$ERR")"
 }
 
-# Issue 25 finding 9: the hint named --nccl-lib, which a user cannot pass through srun. It names
+# Regression: the hint named --nccl-lib, which a user cannot pass through srun. It names
 # what is true: the user's NCCL_CHECK_NCCL_LIB when that is what failed, else that variable and
 # the plugin line's nccl_lib= (the admin's), saying which one was tried.
 t_the_nccl_hint_names_what_a_srun_user_can_set() {
@@ -627,7 +627,7 @@ t_the_nccl_hint_names_what_a_srun_user_can_set() {
     expect_err "NCCL_CHECK_NCCL_LIB"
 }
 
-# Issue 25 finding 9: the batch log doubled the prefix ("FAIL in the allocation check:
+# Regression: the batch log doubled the prefix ("FAIL in the allocation check:
 # nccl-check: FAIL ..."), repeated the worker's line and showed srun's own "task 0: Exited with
 # exit code 1" unexplained. Now one line says it.
 t_the_batch_log_says_the_failure_once() {
@@ -676,10 +676,10 @@ run_test "with allow_sharp=1, --nccl-check=sharp passes --expect-collnet to ever
 run_test "without the option the worker never runs" t_no_option_never_runs_worker
 run_test "jobs of a non-root user work and check as that user" t_non_root_user_jobs_work
 run_test "the required plugin with a bad config does not break plain jobs" t_required_plugin_with_bad_config_keeps_plain_jobs_working
-run_test "nccl-check-plugstack --check names a plugin-line typo where Slurm reads it (issue 25)" t_plugstack_check_names_a_typo_where_slurm_reads_it
-run_test "a failing check says its ERROR once, whole, also with ,verbose (issue 25)" t_a_failing_check_says_it_once_and_whole
-run_test "the missing-NCCL hint names what an srun user can set, never --nccl-lib (issue 25)" t_the_nccl_hint_names_what_a_srun_user_can_set
-run_test "the batch log says the allocation check's failure once, without srun's task exit line (issue 25)" t_the_batch_log_says_the_failure_once
+run_test "nccl-check-plugstack --check names a plugin-line typo where Slurm reads it" t_plugstack_check_names_a_typo_where_slurm_reads_it
+run_test "a failing check says its ERROR once, whole, also with ,verbose" t_a_failing_check_says_it_once_and_whole
+run_test "the missing-NCCL hint names what an srun user can set, never --nccl-lib" t_the_nccl_hint_names_what_a_srun_user_can_set
+run_test "the batch log says the allocation check's failure once, without srun's task exit line" t_the_batch_log_says_the_failure_once
 run_test "slurm_spank_init failing in slurmstepd drains no node on 25.05+ (drains before: the control)" t_init_failure_drains_no_node_on_25_05_and_later
 
 if ! harness_tally run.sh; then

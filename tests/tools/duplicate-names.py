@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""List the workspace's public items defined more than once under one name (issue 27: one name per
+"""List the workspace's public items defined more than once under one name (one name per
 thing; a reader who greps `judge` or `Config` should find one thing).
 
 Usage: tests/tools/duplicate-names.py [--allow FILE] [ROOT]  |  --selftest
   exit 1 when it prints a collision not listed in FILE (lines `fn|mod|type NAME`: the ones
-  issue 27 has not renamed yet), or a line of FILE that no longer collides (so the list shrinks)
+  not renamed yet), or a line of FILE that no longer collides (so the list shrinks)
 
 Counted: module-level `pub` (any `pub(...)` too) fn, struct, enum, type, trait and mod items of
 every crate's src/ (a `mod` counts whatever its visibility: a file is a place a reader looks for).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print the longest non-test Rust functions of the workspace (issue 27: none over 100 lines).
+"""Print the longest non-test Rust functions of the workspace (none over 100 lines).
 
 Usage: tests/tools/longest-fns.py [--top N] [--max LINES] [ROOT]
   --max LINES  exit 1 when a non-test function is longer (the list then shows only those)

@@ -630,7 +630,7 @@ mod tests {
         assert!(c.plans.contains_key("full"));
     }
 
-    /// Issue 20 item 4: the site says where NCCL is, once, for every user.
+    /// The site says where NCCL is, once, for every user.
     #[test]
     fn the_site_names_its_nccl_library_with_an_absolute_path() {
         assert_eq!(WorkerConfig::from_texts(None).unwrap().nccl_lib, None);
@@ -690,7 +690,7 @@ mod tests {
         let c = admin(&examples).unwrap();
         assert_eq!(c.network.len(), 1);
         assert!(c.thresholds[0].admin && c.thresholds[0].min_busbw == 420.0);
-        // The multi-node example: one rule for every allocation size (issue 16).
+        // The multi-node example: one rule for every allocation size.
         let multi = &c.thresholds[1];
         assert!(multi.admin, "{multi:?}");
         assert_eq!(multi.nodes, NodeCount::Range { min: 2, max: None });

@@ -379,7 +379,7 @@ mod tests {
             .count()
     }
 
-    /// Issue 20 item 11: on 2 x H200 with NVLink P2P off the plot showed one point on an axis
+    /// Regression: on 2 x H200 with NVLink P2P off the plot showed one point on an axis
     /// to 30 GB/s, no floor, no reference, no pair matrix.
     #[test]
     fn a_failure_shows_at_a_glance_floor_reference_note_and_the_culprit_pair() {

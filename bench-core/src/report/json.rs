@@ -247,7 +247,7 @@ mod nccl_env_tests {
     use super::*;
     use std::os::unix::ffi::OsStringExt;
 
-    /// Issue 15: a non-UTF-8 variable panicked the worker; the secret must never reach a report.
+    /// Regression: a non-UTF-8 variable panicked the worker; the secret must never reach a report.
     #[test]
     fn the_report_keeps_nccl_variables_but_not_the_secret_or_non_utf8_ones() {
         let vars = vec![

@@ -103,7 +103,7 @@ mod tests {
     }
 
     /// The worker's report, written, reads as the contract's plain report that the plugin and
-    /// the prolog use: every field they act on arrives (issue 27: two types, one schema).
+    /// the prolog use: every field they act on arrives (two types, one schema).
     #[test]
     fn a_written_report_reads_as_the_contracts_plain_report() {
         use crate::facts::gpu_health::{GpuHealth, GpuProcess};

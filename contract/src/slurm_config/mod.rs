@@ -368,7 +368,7 @@ pub struct Sources {
 /// Which of `candidates` ([`files::candidates`]) slurmd uses, and notes on the others.
 /// `$SLURM_CONF` (slurmd sets it for its prologs) wins; else a configless cache wins over a local
 /// `/etc/slurm/slurm.conf`: a node with a cache runs a configless slurmd, and a local file beside
-/// it only shadows the cache for scontrol, srun and sinfo on this node (README steps that add
+/// it only shadows the cache for scontrol, srun and sinfo on this node (admin steps that add
 /// lines to a local file are the usual cause). Else the first candidate.
 pub fn in_use(
     root: &Path,
@@ -561,7 +561,7 @@ mod tests {
             s.entries_running(prog, &d),
             ["Prolog=/etc/slurm/prolog.d/*"]
         );
-        // Issue 39: the refusal must name the link, never ask to remove the site's glob.
+        // The refusal must name the link, never ask to remove the site's glob.
         assert_eq!(
             reaching("/etc/slurm/prolog.d/*", prog, &d),
             [PathBuf::from("/etc/slurm/prolog.d/50-gate")]
@@ -609,7 +609,7 @@ mod tests {
         std::fs::remove_dir_all(&d).ok();
     }
 
-    /// Issue 39 finding 2: a Prolog= with a one-letter typo, a glob whose link points nowhere, a
+    /// A Prolog= with a one-letter typo, a glob whose link points nowhere, a
     /// non-executable epilog and a wrapper that calls a missing program are each named.
     #[test]
     fn entries_slurm_cannot_run_are_named_with_a_hint() {
@@ -682,7 +682,7 @@ exec /usr/sbin/nccl-check-prolg --epilog \"$@\"\n",
         std::fs::remove_dir_all(&d).ok();
     }
 
-    /// Issue 39 finding 4: README's three lines in a local /etc/slurm/slurm.conf on a configless
+    /// The admin page's three lines in a local /etc/slurm/slurm.conf on a configless
     /// node are not read as the config in use; the cache is, and the local file is named.
     #[test]
     fn a_local_slurm_conf_beside_a_configless_cache_is_named_and_the_cache_read() {

@@ -1,6 +1,6 @@
 //! Processes keeping the node's CPUs busy, and whose they are: a node whose CPUs a leftover
 //! process of no job keeps busy is not clean, like a GPU another process holds (a check under
-//! such load reads NVLink and the network as slow; issue 33). Read from procfs over a short
+//! such load reads NVLink and the network as slow). Read from procfs over a short
 //! window: each process's CPU time (`/proc/PID/stat` utime + stime) at the start and the end,
 //! and its cgroup (`/proc/PID/cgroup`) to tell a Slurm job's process (a `job_NNN` component,
 //! cgroup v1 or v2) from one of no job. Busy CPUs of a running job are never a stray: the node
