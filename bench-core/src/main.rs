@@ -6,7 +6,8 @@ use bench_core::measure::nccl_env;
 use bench_core::measure::runner::Status;
 use bench_core::orchestrate::{self, Ran};
 use bench_core::render::progress;
-use bench_core::report::json::{Reason, ReasonCode, Report};
+use bench_core::report::json::{nccl_env_of, Reason, ReasonCode, Report};
+use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, Command, Options, ParseExit};
 use bench_core::verdict::{ExitCode, Verdict};
 use nccl_check_contract::line;
@@ -19,17 +20,18 @@ fn main() {
     let started_unix = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
+    let mut env = Environment::of_process();
     let args = options::Args::parse(std::env::args_os());
     if let Some(file) = args.as_ref().ok().and_then(options::Args::check_config) {
-        check_config(file);
+        check_config(file, &env);
     }
     // args_os: a non-UTF-8 argument (a user's TMPDIR in a --json path) is a usage error, not a
     // panic; so is a non-UTF-8 value of a variable the options read.
-    if let Some(msg) = options::env::non_utf8_env(&|k| std::env::var_os(k)) {
+    if let Some(msg) = options::env::non_utf8_env(&|k| env.get_os(k).map(Into::into)) {
         eprintln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
         exit(ExitCode::Usage.code());
     }
-    let opts = match args.and_then(|a| a.resolve(&|k| std::env::var(k).ok())) {
+    let opts = match args.and_then(|a| a.resolve(&env)) {
         Ok(Command::Check(o)) => o,
         Ok(Command::Explained(text)) | Err(ParseExit::Info(text)) => {
             print!("{text}");
@@ -39,11 +41,12 @@ fn main() {
     };
     // A site's NCCL_COMM_BLOCKING=1 would silently turn the bounded non-blocking init into a
     // blocking one that can hang forever (NCCL init.cc envConfigOverride).
-    std::env::remove_var("NCCL_COMM_BLOCKING");
+    env.remove_for_nccl("NCCL_COMM_BLOCKING");
     let opts: &'static Options = Box::leak(opts);
-    let profile = nccl_env::apply_network_profile(opts);
-    let nccl_log = nccl_env::capture_nccl_log(opts, profile);
+    let profile = nccl_env::apply_network_profile(opts, &mut env);
+    let nccl_log = nccl_env::capture_nccl_log(opts, profile, &mut env);
     let mut report = Report::new(nccl_env::hostname(), started_unix);
+    report.nccl_env = nccl_env_of(env.vars());
     report.network_profile = profile
         .map(|p| serde_json::json!({ "name": p.name, "env": p.env, "expect_net": p.expect_net }));
     report.process_rank = opts.rank;
@@ -83,11 +86,12 @@ fn main() {
 
 /// `--check-config [FILE]`: FILE, else $NCCL_CHECK_CONFIG, else the default path
 /// (`config::check` says what is printed).
-fn check_config(file: Option<&std::path::Path>) -> ! {
+fn check_config(file: Option<&std::path::Path>, env: &Environment) -> ! {
     let path = file
         .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("NCCL_CHECK_CONFIG").map(Into::into));
-    let checked = bench_core::config::check::check_file(path.as_deref(), std::path::Path::new("/"));
+        .or_else(|| env.get_os("NCCL_CHECK_CONFIG").map(Into::into));
+    let root = std::path::Path::new("/");
+    let checked = bench_core::config::check::check_file(path.as_deref(), root, env);
     for l in &checked.lines {
         println!("{l}");
     }

@@ -140,7 +140,7 @@ fn wait_for_gpus(
         Err(()) => Ok(()),
     };
     if let (Some(seen), Some(facts)) = (off_cpu.and_then(|w| w.stop()), report.facts.as_mut()) {
-        facts.set_off_cpu(&node_name(opts, &report.host), seen);
+        facts.set_off_cpu(&opts.node_or_host(&report.host), seen);
     }
     if let Some(facts) = report.facts.as_mut() {
         facts.host = host.stop();
@@ -165,7 +165,7 @@ fn load(opts: &Options, report: &mut Report) -> Result<(&'static Nccl, usize), R
         (Nccl::load(lib_path.as_deref()), t.elapsed())
     });
     let t = Instant::now();
-    let driver = cuda::init_driver();
+    let driver = cuda::init_driver(opts.cuda_visible_devices.as_deref());
     report.phases.cuda_init_ms = ms(t.elapsed());
     let (nccl, load_time) = loader
         .join()
@@ -299,12 +299,6 @@ fn read_gpus(
     (name, id, interconnect)
 }
 
-/// The node identity (`Options::node_name`, else the host name): what the coordinator holds
-/// against the step's node list and what a verdict names.
-fn node_name(opts: &Options, host: &str) -> String {
-    opts.node_name.clone().unwrap_or_else(|| host.to_string())
-}
-
 /// The rendezvous, then each GPU thread gets its rank and the check's topology.
 fn meet(
     opts: &'static Options,
@@ -318,7 +312,7 @@ fn meet(
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
-        host: node_name(opts, &report.host),
+        host: opts.node_or_host(&report.host),
         pid: std::process::id(),
         ngpus: devices.len() as u32,
         first_rank: 0,
@@ -384,7 +378,7 @@ pub fn rendezvous_setup<'a>(
         coordinator: opts.coordinator,
         auth,
         deadline: rendezvous_deadline(deadline, opts.timeout),
-        expected: crate::meet::slurm_layout::expected(&|k| std::env::var(k).ok(), opts.world),
+        expected: crate::meet::slurm_layout::expected(&|k| opts.env.get(k), opts.world),
     }
 }
 

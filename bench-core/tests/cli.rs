@@ -100,6 +100,44 @@ fn no_gpu_is_error_4_and_the_report_says_error() {
     assert_eq!(report["reasons"][0]["code"], "no_gpu");
 }
 
+/// The report's `nccl_env` is what NCCL sees: the caller's NCCL variables and those the worker
+/// sets before NCCL loads (its INFO log), never `NCCL_COMM_BLOCKING` (removed: it would make
+/// the bounded init a blocking one) nor the rendezvous secret.
+#[test]
+fn the_report_records_the_nccl_variables_nccl_sees() {
+    let lib = std::env::var("NCCL_CHECK_TEST_NCCL_LIB").expect(
+        "set NCCL_CHECK_TEST_NCCL_LIB to a real libnccl.so.2 (tests/setup-deps.sh fetches one)",
+    );
+    let json = std::env::temp_dir().join(format!("nccl-check-env-{}.json", std::process::id()));
+    let json_s = json.to_string_lossy().into_owned();
+    let (rc, _, err) = nccl_check_with(
+        &["--nccl-lib", &lib, "--json", &json_s],
+        &[
+            ("CUDA_VISIBLE_DEVICES", ""),
+            ("NCCL_IB_HCA", "mlx5_0"),
+            ("NCCL_COMM_BLOCKING", "1"),
+            ("NCCL_CHECK_SECRET", "0123456789abcdef0123"),
+        ],
+    );
+    assert_eq!(rc, 4, "{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("report written"))
+            .expect("valid JSON");
+    let _ = std::fs::remove_file(&json);
+    let env = &report["nccl_env"];
+    assert_eq!(env["NCCL_IB_HCA"], "mlx5_0", "{env}");
+    assert_eq!(env["NCCL_DEBUG"], "INFO", "{env}");
+    assert!(
+        env["NCCL_DEBUG_FILE"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("/nccl.log")),
+        "{env}"
+    );
+    assert!(env.get("NCCL_DEBUG_SUBSYS").is_some(), "{env}");
+    assert!(env.get("NCCL_COMM_BLOCKING").is_none(), "{env}");
+    assert!(env.get("NCCL_CHECK_SECRET").is_none(), "{env}");
+}
+
 /// Regression: `--help` broke `--rendezvous` and the Examples mid-sentence (hard line breaks in the
 /// doc comment, example lines longer than clap's width re-wrapped at column 0).
 #[test]

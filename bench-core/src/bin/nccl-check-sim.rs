@@ -30,7 +30,8 @@ use bench_core::meet::rendezvous::plane::Liveness;
 use bench_core::meet::rendezvous::{self, Member};
 use bench_core::meet::team::Team;
 use bench_core::meet::topology::Topology;
-use bench_core::report::json::Report;
+use bench_core::report::json::{nccl_env_of, Report};
+use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, ParseExit};
 use bench_core::verdict::{ExitCode, Verdict};
 use nccl_check_contract::line;
@@ -39,7 +40,8 @@ use std::time::{Instant, SystemTime};
 
 fn main() {
     let t0 = Instant::now();
-    let opts = match options::parse(std::env::args(), &|k| std::env::var(k).ok()) {
+    // The one read of the environment; the options carry it (`Options::env`).
+    let opts = match options::parse(std::env::args(), &Environment::of_process()) {
         Ok(o) => o,
         Err(ParseExit::Info(text)) => {
             print!("{text}");
@@ -58,6 +60,7 @@ fn main() {
         .clone()
         .unwrap_or_else(bench_core::measure::nccl_env::hostname);
     let mut report = Report::new(host.clone(), started);
+    report.nccl_env = nccl_env_of(opts.env.vars());
     report.process_rank = opts.rank;
     report.world = opts.world;
     report.rendezvous = opts.rendezvous.clone();
@@ -104,12 +107,12 @@ fn main() {
     std::process::exit(code.code());
 }
 
-fn env_usize(key: &str, default: usize) -> Result<usize, RunError> {
-    match std::env::var(key) {
-        Ok(v) => v
+fn env_usize(env: &Environment, key: &str, default: usize) -> Result<usize, RunError> {
+    match env.get(key) {
+        Some(v) => v
             .parse()
             .map_err(|_| RunError::Runtime(format!("{key}={v}: not a number"))),
-        Err(_) => Ok(default),
+        None => Ok(default),
     }
 }
 
@@ -119,13 +122,17 @@ fn run(
     deadline: Instant,
     report: &mut Report,
 ) -> Result<(), RunError> {
-    let gpus = env_usize("NCCL_CHECK_SIM_GPUS", 8)?;
+    let gpus = env_usize(&opts.env, "NCCL_CHECK_SIM_GPUS", 8)?;
     if !(1..=64).contains(&gpus) {
         return Err(RunError::Runtime(
             "NCCL_CHECK_SIM_GPUS must be 1..=64".into(),
         ));
     }
-    if std::env::var("NCCL_CHECK_SIM_ABSENT").is_ok_and(|a| a == host) {
+    if opts
+        .env
+        .get("NCCL_CHECK_SIM_ABSENT")
+        .is_some_and(|a| a == host)
+    {
         // A task that dies before its rendezvous (OOM killer, node failure): no report, no word
         // to the others; they must find out by themselves.
         // SAFETY: raise(3) with a valid signal number.
@@ -141,7 +148,12 @@ fn run(
         Some(l) => RunError::from_team(opts.rank, bench_core::meet::team::TeamError::Plane(l)),
         None => e,
     };
-    hold(env_usize("NCCL_CHECK_SIM_HOLD_MS", 0)?, &team, deadline).map_err(lost)?;
+    hold(
+        env_usize(&opts.env, "NCCL_CHECK_SIM_HOLD_MS", 0)?,
+        &team,
+        deadline,
+    )
+    .map_err(lost)?;
     let first = joined.members[opts.rank as usize].first_rank as usize;
     let mine: Vec<usize> = (first..first + gpus).collect();
     let process_of = topology.processes_by_rank();
@@ -233,8 +245,9 @@ fn join(
     // not resolve; NCCL_CHECK_SIM_RENDEZVOUS_HOST stands in for the name service there. The port
     // stays the one the plugin chose.
     let mut setup = bench_core::orchestrate::rendezvous_setup(opts, auth.as_ref(), deadline);
-    if let Some(h) = std::env::var("NCCL_CHECK_SIM_RENDEZVOUS_HOST")
-        .ok()
+    if let Some(h) = opts
+        .env
+        .get("NCCL_CHECK_SIM_RENDEZVOUS_HOST")
         .filter(|h| !h.is_empty())
     {
         setup.host = h;
@@ -257,13 +270,13 @@ fn fabric_and_config(
     g: usize,
 ) -> Result<(Fabric, LocalizeConfig), RunError> {
     let mut fabric = Fabric::healthy(names.len(), g, 1);
-    for fault in faults(names)? {
+    for fault in faults(&opts.env, names)? {
         fabric.inject(fault);
     }
     let cfg = LocalizeConfig {
         fraction: opts.config.outliers.fraction,
         floors: PairFloors {
-            allocation: allocation_floor(&fabric)?,
+            allocation: allocation_floor(&opts.env, &fabric)?,
             ..PairFloors::default()
         },
         ..LocalizeConfig::default()
@@ -274,15 +287,15 @@ fn fabric_and_config(
 /// As a site's multi-node all_reduce rule would: 0.85 x the healthy fabric's value; none with
 /// NCCL_CHECK_SIM_FLOOR=none, as where no rule covers the fabric (tests/gpu/fabric.sh's sockets
 /// between emulated nodes): every check then localizes.
-fn allocation_floor(fabric: &Fabric) -> Result<Option<f64>, RunError> {
-    Ok(match std::env::var("NCCL_CHECK_SIM_FLOOR").as_deref() {
-        Ok("none") => None,
-        Ok(other) => {
+fn allocation_floor(env: &Environment, fabric: &Fabric) -> Result<Option<f64>, RunError> {
+    Ok(match env.get("NCCL_CHECK_SIM_FLOOR").as_deref() {
+        Some("none") => None,
+        Some(other) => {
             return Err(RunError::Runtime(format!(
                 "NCCL_CHECK_SIM_FLOOR={other}: only 'none' is known"
             )))
         }
-        Err(_) => Some(0.85 * fabric.allocation_nominal),
+        None => Some(0.85 * fabric.allocation_nominal),
     })
 }
 
@@ -316,8 +329,8 @@ fn hold(ms: usize, team: &Team, deadline: Instant) -> Result<(), RunError> {
 }
 
 /// NCCL_CHECK_SIM_FAULTS, with node names resolved to the localizer's indices.
-fn faults(names: &[String]) -> Result<Vec<Fault>, RunError> {
-    let spec = std::env::var("NCCL_CHECK_SIM_FAULTS").unwrap_or_default();
+fn faults(env: &Environment, names: &[String]) -> Result<Vec<Fault>, RunError> {
+    let spec = env.get("NCCL_CHECK_SIM_FAULTS").unwrap_or_default();
     let bad = |what: &str| RunError::Runtime(format!("NCCL_CHECK_SIM_FAULTS: {what}"));
     let node = |s: &str| {
         names

@@ -5,6 +5,7 @@
 
 use super::file::find_key_line;
 use super::worker::WorkerConfig;
+use crate::settings::environment::Environment;
 use std::path::Path;
 
 /// What `--check-config` prints (stdout) and its exit code.
@@ -14,8 +15,9 @@ pub struct Checked {
     pub code: i32,
 }
 
-/// Checks the config at `path` (else the default path) and this node (`root`: `/`).
-pub fn check_file(path: Option<&Path>, root: &Path) -> Checked {
+/// Checks the config at `path` (else the default path) and this node (`root`: `/`; `env`: the
+/// environment a check would start with, for `NCCL_CHECK_NCCL_LIB`).
+pub fn check_file(path: Option<&Path>, root: &Path, env: &Environment) -> Checked {
     let cfg = match WorkerConfig::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -29,7 +31,7 @@ pub fn check_file(path: Option<&Path>, root: &Path) -> Checked {
     // Whether this node can run a check: GPUs listed, NCCL loadable (none: cannot tell).
     let ready = crate::facts::node_ready::probe_node(
         root,
-        crate::facts::node_ready::nccl_lib(cfg.nccl_lib.clone()).as_deref(),
+        crate::facts::node_ready::nccl_lib(env, cfg.nccl_lib.clone()).as_deref(),
     );
     lines.extend(ready.lines);
     Checked {
@@ -172,7 +174,7 @@ mod tests {
         let d = nccl_check_contract::test_support::scratch_dir("worker-check-config");
         let f = d.join("w.toml");
         std::fs::write(&f, "[outliers]\nfracton = 0.9\n").expect("write");
-        let c = check_file(Some(&f), &d);
+        let c = check_file(Some(&f), &d, &Environment::default());
         assert_eq!(c.code, 2);
         assert_eq!(c.lines.len(), 1);
         assert!(
@@ -186,7 +188,7 @@ mod tests {
         let d = nccl_check_contract::test_support::scratch_dir("worker-check-config-ok");
         let f = d.join("w.toml");
         std::fs::write(&f, "[outliers]\nfraction = 0.8\n").expect("write");
-        let c = check_file(Some(&f), &d);
+        let c = check_file(Some(&f), &d, &Environment::default());
         let g = f.display();
         assert!(c.lines[0].starts_with(&format!("# {g}: valid")), "{c:?}");
         assert!(

@@ -14,7 +14,10 @@ fn parse_args(args: &WorkerArgs) -> Options {
     );
     // No environment but the shared secret a multi-process check needs outside Slurm:
     // everything else must come from the command line.
-    let env = |k: &str| (k == "NCCL_CHECK_SECRET").then(|| "0123456789abcdef0123".to_string());
+    let env = crate::settings::environment::Environment::of_pairs([(
+        "NCCL_CHECK_SECRET",
+        "0123456789abcdef0123",
+    )]);
     match parse(argv, &env) {
         Ok(o) => o,
         Err(ParseExit::Usage(e) | ParseExit::Info(e)) => panic!("{args:?}: {e}"),

@@ -4,6 +4,7 @@
 
 use crate::facts::inventory;
 use crate::measure::nccl::Nccl;
+use crate::settings::environment::Environment;
 use std::path::{Path, PathBuf};
 
 /// The outcome: lines to print, and whether the node is not ready.
@@ -70,8 +71,8 @@ pub fn probe_node(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
 }
 
 /// The library a check would load: the environment's, else the config's.
-pub fn nccl_lib(config: Option<PathBuf>) -> Option<PathBuf> {
-    std::env::var_os("NCCL_CHECK_NCCL_LIB")
+pub fn nccl_lib(env: &Environment, config: Option<PathBuf>) -> Option<PathBuf> {
+    env.get_os("NCCL_CHECK_NCCL_LIB")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or(config)

@@ -72,7 +72,7 @@ mod tests {
     /// What the worker's command line does with `args`: the printed text, or the usage error.
     fn explain(args: &[&str]) -> Result<String, String> {
         let v = std::iter::once("nccl-check").chain(args.iter().copied());
-        match parse(v, &|_| None) {
+        match parse(v, &crate::settings::environment::Environment::default()) {
             Err(ParseExit::Info(text)) => Ok(text),
             Err(ParseExit::Usage(e)) => Err(e),
             Ok(o) => Err(format!("a check, not --explain-plan: {o:?}")),

@@ -16,7 +16,8 @@ const CHECK_PTX: &str = include_str!("../../kernels/check.ptx");
 pub enum NoGpu {
     DriverMissing,
     Init(DriverError),
-    NoDevice,
+    /// None seen; `CUDA_VISIBLE_DEVICES` as the worker was started with it.
+    NoDevice(Option<String>),
 }
 
 impl std::fmt::Display for NoGpu {
@@ -29,32 +30,31 @@ impl std::fmt::Display for NoGpu {
                 )
             }
             NoGpu::Init(e) => write!(f, "no usable GPU: cuInit failed: {e}"),
-            NoGpu::NoDevice => {
-                let cvd = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-                match cvd {
-                    Some(v) => write!(
-                        f,
-                        "no usable GPU: no CUDA device visible (CUDA_VISIBLE_DEVICES='{v}')"
-                    ),
-                    None => write!(f, "no usable GPU: the driver reports no CUDA device"),
-                }
-            }
+            NoGpu::NoDevice(cvd) => match cvd {
+                Some(v) => write!(
+                    f,
+                    "no usable GPU: no CUDA device visible (CUDA_VISIBLE_DEVICES='{v}')"
+                ),
+                None => write!(f, "no usable GPU: the driver reports no CUDA device"),
+            },
         }
     }
 }
 
-/// Initialises the driver and returns the number of visible devices.
-pub fn init_driver() -> Result<usize, NoGpu> {
+/// Initialises the driver and returns the number of visible devices (`cuda_visible_devices`:
+/// what CUDA was shown, for the error when it shows none).
+pub fn init_driver(cuda_visible_devices: Option<&str>) -> Result<usize, NoGpu> {
+    let no_device = || NoGpu::NoDevice(cuda_visible_devices.map(str::to_string));
     // SAFETY: only probes whether libcuda can be opened (cudarc would panic later otherwise).
     if !unsafe { sys::is_culib_present() } {
         return Err(NoGpu::DriverMissing);
     }
     cudarc::driver::result::init().map_err(|e| match e.0 {
-        sys::CUresult::CUDA_ERROR_NO_DEVICE => NoGpu::NoDevice,
+        sys::CUresult::CUDA_ERROR_NO_DEVICE => no_device(),
         _ => NoGpu::Init(e),
     })?;
     match cudarc::driver::result::device::get_count() {
-        Ok(0) | Err(_) => Err(NoGpu::NoDevice),
+        Ok(0) | Err(_) => Err(no_device()),
         Ok(n) => Ok(n as usize),
     }
 }

@@ -10,11 +10,6 @@ use cudarc::driver::{CudaEvent, DriverError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("NCCL_CHECK_DEBUG_TIMING").is_some())
-}
-
 /// The instant all threads' times are given from.
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -30,9 +25,9 @@ pub struct LoopProbe {
 }
 
 impl LoopProbe {
-    /// `None` unless enabled. Creates the events before the loop so that creating them is not timed.
-    pub fn new(gpu: &Gpu, ops: u32) -> Result<Option<LoopProbe>, DriverError> {
-        if !enabled() {
+    /// `None` unless `enabled` (`Options::debug_timing`). Creates the events before the loop so that creating them is not timed.
+    pub fn new(gpu: &Gpu, ops: u32, enabled: bool) -> Result<Option<LoopProbe>, DriverError> {
+        if !enabled {
             return Ok(None);
         }
         epoch();

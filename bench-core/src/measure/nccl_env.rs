@@ -1,10 +1,12 @@
 //! NCCL's environment for one check, set before NCCL is loaded (it reads these once, at its
 //! first call): the site's network profile, CollNet/NVLS when expected, and NCCL's INFO log
-//! captured to a private file so the transports can be judged afterwards.
+//! captured to a private file so the transports can be judged afterwards. Every variable is set
+//! through the worker's [`Environment`] snapshot, so the report records what NCCL sees.
 
 use crate::config::network::NetworkProfile;
 use crate::facts::transport::{TransportExpectation, TransportSummary};
 use crate::report::json::TransportInfo;
+use crate::settings::environment::Environment;
 use crate::settings::options::Options;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -29,36 +31,43 @@ pub fn path_expectation(opts: &Options, profile: Option<&NetworkProfile>) -> Tra
 
 /// The site's network profile for this job (partition from Slurm, this host), its environment
 /// set before NCCL loads: the check runs with exactly the settings the site's jobs use.
-pub fn apply_network_profile(opts: &'static Options) -> Option<&'static NetworkProfile> {
+pub fn apply_network_profile(
+    opts: &'static Options,
+    env: &mut Environment,
+) -> Option<&'static NetworkProfile> {
     let p = crate::config::network::select_profile(
         &opts.config.network,
         opts.partition.as_deref(),
         &hostname(),
     )?;
     for (k, v) in p.env_pairs() {
-        std::env::set_var(k, v);
+        env.set_for_nccl(k, v);
     }
     Some(p)
 }
 
 /// Where NCCL's INFO log of this process goes: a private temporary file, unless the user set
 /// `NCCL_DEBUG` (then their settings stand and transports are not recorded).
-pub fn capture_nccl_log(opts: &Options, profile: Option<&NetworkProfile>) -> LogPlace {
+pub fn capture_nccl_log(
+    opts: &Options,
+    profile: Option<&NetworkProfile>,
+    env: &mut Environment,
+) -> LogPlace {
     let expect = path_expectation(opts, profile);
-    if expect.collnet && std::env::var_os("NCCL_COLLNET_ENABLE").is_none() {
-        std::env::set_var("NCCL_COLLNET_ENABLE", "1");
+    if expect.collnet && env.get_os("NCCL_COLLNET_ENABLE").is_none() {
+        env.set_for_nccl("NCCL_COLLNET_ENABLE", "1");
     }
     if expect.nvls {
-        std::env::set_var("NCCL_NVLS_ENABLE", "1");
+        env.set_for_nccl("NCCL_NVLS_ENABLE", "1");
     }
-    if let Ok(level) = std::env::var("NCCL_DEBUG") {
+    if let Some(level) = env.get("NCCL_DEBUG") {
         return Err(format!(
             "not recorded: NCCL_DEBUG={level} was set by the caller"
         ));
     }
     // A fresh private directory (0700; creation fails if the name exists, so no planted
     // symlink can redirect NCCL's fopen when the prolog runs this as root).
-    let dir = std::env::temp_dir().join(format!(
+    let dir = env.temp_dir().join(format!(
         "nccl-check-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
@@ -74,10 +83,10 @@ pub fn capture_nccl_log(opts: &Options, profile: Option<&NetworkProfile>) -> Log
     }
     let _ = NCCL_LOG_DIR.set(dir.clone());
     let path = dir.join("nccl.log");
-    std::env::set_var("NCCL_DEBUG", "INFO");
-    std::env::set_var("NCCL_DEBUG_FILE", &path);
-    if std::env::var_os("NCCL_DEBUG_SUBSYS").is_none() {
-        std::env::set_var("NCCL_DEBUG_SUBSYS", "INIT,P2P,SHM,NET,COLL,GRAPH,TUNING");
+    env.set_for_nccl("NCCL_DEBUG", "INFO");
+    env.set_for_nccl("NCCL_DEBUG_FILE", &path);
+    if env.get_os("NCCL_DEBUG_SUBSYS").is_none() {
+        env.set_for_nccl("NCCL_DEBUG_SUBSYS", "INIT,P2P,SHM,NET,COLL,GRAPH,TUNING");
     }
     Ok(path)
 }

@@ -41,24 +41,25 @@ pub fn start_nvml() -> Pending {
     }
 }
 
-/// Slurm's name for this node, else the host name.
-fn node_name(host: &str) -> String {
-    std::env::var("SLURMD_NODENAME")
-        .ok()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| host.to_string())
+/// Where this node's facts are read: `/`, the environment the worker started with, and the
+/// node's name by the options' one rule (`Options::node_or_host`).
+fn sources<'a>(
+    opts: &'a Options,
+    host: &str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+) -> Sources<'a> {
+    Sources {
+        root: "/".into(),
+        host: opts.node_or_host(host),
+        expected_gpus: &opts.config.expected_gpus,
+        env,
+    }
 }
 
 /// The inventory once CUDA counted `visible` GPUs.
 pub fn gather_inventory(opts: &Options, host: &str, visible: usize) -> NodeFacts {
-    let env = |k: &str| std::env::var(k).ok();
-    let src = Sources {
-        root: "/".into(),
-        host: node_name(host),
-        expected_gpus: &opts.config.expected_gpus,
-        env: &env,
-    };
-    node::inventory(&src, Some(visible as u32))
+    let env = |k: &str| opts.env.get(k);
+    node::inventory(&sources(opts, host, &env), Some(visible as u32))
 }
 
 /// NVML's facts once they came (or why not), and how long the check waited for them.
@@ -110,13 +111,8 @@ pub fn attach_nvml(report: &mut Report, nvml: &Resolved) {
 
 /// What `--explain-thresholds` says about the node's facts for `gpu_name`.
 pub fn explain_node(opts: &Options, device_id: Option<u16>, gpu_name: &str, host: &str) -> String {
-    let env = |k: &str| std::env::var(k).ok();
-    let src = Sources {
-        root: "/".into(),
-        host: node_name(host),
-        expected_gpus: &opts.config.expected_gpus,
-        env: &env,
-    };
+    let env = |k: &str| opts.env.get(k);
+    let src = sources(opts, host, &env);
     if let Some((model, count)) = &opts.gpu_model {
         // The asked-for model only: this node's files and GPUs are no part of the answer.
         let mut out =
@@ -168,4 +164,26 @@ fn model_facts(opts: &Options, device_id: Option<u16>, gpu_name: &str) -> String
         ),
     };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::environment::Environment;
+
+    /// Emulated nodes (NCCL_HOSTID) are separate nodes for the facts as for the verdict: the
+    /// facts were looked up under Slurm's node name while the rendezvous used NCCL_HOSTID.
+    #[test]
+    fn the_facts_name_the_node_as_the_options_do() {
+        let env = Environment::of_pairs([("NCCL_HOSTID", "emu3"), ("SLURMD_NODENAME", "gpu07")]);
+        let opts = crate::settings::options::parse(["nccl-check"], &env).expect("options");
+        let lookup = |k: &str| opts.env.get(k);
+        assert_eq!(sources(&opts, "host1", &lookup).host, "emu3");
+        let env = Environment::of_pairs([("SLURMD_NODENAME", "gpu07")]);
+        let opts = crate::settings::options::parse(["nccl-check"], &env).expect("options");
+        assert_eq!(sources(&opts, "host1", &lookup).host, "gpu07");
+        let opts = crate::settings::options::parse(["nccl-check"], &Environment::default())
+            .expect("options");
+        assert_eq!(sources(&opts, "host1", &lookup).host, "host1");
+    }
 }

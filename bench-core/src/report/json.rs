@@ -204,7 +204,8 @@ impl Report {
             nranks: 0,
             rendezvous: None,
             nccl: None,
-            nccl_env: nccl_env_of(std::env::vars_os()),
+            // Filled by the worker from its environment (`nccl_env_of`).
+            nccl_env: BTreeMap::new(),
             settings: None,
             gpus: Vec::new(),
             processes: Vec::new(),
@@ -232,12 +233,12 @@ impl Report {
     }
 }
 /// The `NCCL_*` variables for the report: never the rendezvous secret (reports are kept and
-/// shared), and never a panic on a non-UTF-8 variable (`std::env::vars` panics; those are left
-/// out).
-pub fn nccl_env_of(
-    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+/// shared), and never a panic on a non-UTF-8 variable (the standard library's `vars` panics;
+/// those are left out).
+pub fn nccl_env_of<'a>(
+    vars: impl Iterator<Item = (&'a std::ffi::OsStr, &'a std::ffi::OsStr)>,
 ) -> BTreeMap<String, String> {
-    vars.filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+    vars.filter_map(|(k, v)| Some((k.to_str()?.to_string(), v.to_str()?.to_string())))
         .filter(|(k, _)| k.starts_with("NCCL_") && !k.contains("SECRET"))
         .collect()
 }
@@ -250,7 +251,7 @@ mod nccl_env_tests {
     /// Regression: a non-UTF-8 variable panicked the worker; the secret must never reach a report.
     #[test]
     fn the_report_keeps_nccl_variables_but_not_the_secret_or_non_utf8_ones() {
-        let vars = vec![
+        let vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = vec![
             ("NCCL_DEBUG".into(), "INFO".into()),
             ("NCCL_CHECK_SECRET".into(), "0123456789abcdef".into()),
             (
@@ -260,7 +261,7 @@ mod nccl_env_tests {
             ("TMPDIR".into(), std::ffi::OsString::from_vec(vec![0xfe])),
             ("PATH".into(), "/bin".into()),
         ];
-        let env = nccl_env_of(vars.into_iter());
+        let env = nccl_env_of(vars.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
         assert_eq!(
             env.into_iter().collect::<Vec<_>>(),
             vec![("NCCL_DEBUG".to_string(), "INFO".to_string())]

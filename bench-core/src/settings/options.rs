@@ -7,6 +7,7 @@ use crate::config::worker::{Step, WorkerConfig};
 use crate::measure::collectives::Collective;
 use crate::measure::datatype::{DataType, RedOp};
 pub use crate::meet::rendezvous::auth::Credential;
+use crate::settings::environment::Environment;
 use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,6 +32,13 @@ pub struct Options {
     pub partition: Option<String>,
     /// `NCCL_CHECK_COMM_MODE` (how the node's GPU-pair communicators are made; for tests).
     pub comm_mode: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES`, to say why no GPU is visible.
+    pub cuda_visible_devices: Option<String>,
+    /// `NCCL_CHECK_DEBUG_TIMING` is set: each timed loop records what it did (`loop_probe`).
+    pub debug_timing: bool,
+    /// The environment the worker started with, for the stages that read Slurm's and CUDA's
+    /// variables (the node's facts, the step's layout).
+    pub env: Environment,
     /// The steps to run: the plan's, or one per command-line collective.
     pub steps: Vec<Step>,
     pub plan: String,
@@ -80,6 +88,15 @@ pub struct Options {
     pub pair_matrix: crate::localize::PairMatrix,
 }
 
+impl Options {
+    /// The node this process checks: [`Options::node_name`], else `host` (the host name). The
+    /// one rule for the name the coordinator holds against the step's node list, a verdict
+    /// names and the node's facts are looked up by.
+    pub fn node_or_host(&self, host: &str) -> String {
+        self.node_name.clone().unwrap_or_else(|| host.to_string())
+    }
+}
+
 /// The command line as typed (clap has parsed it; no environment is read yet).
 #[derive(Debug)]
 pub struct Args(RawArgs);
@@ -122,12 +139,12 @@ impl Args {
     }
 
     /// Validates the command line against the config and the environment.
-    pub fn resolve(self, env: &dyn Fn(&str) -> Option<String>) -> Result<Command, ParseExit> {
+    pub fn resolve(self, env: &Environment) -> Result<Command, ParseExit> {
         match &self.0.mode {
             None => validate(self.0, env)
                 .map(|o| Command::Check(Box::new(o)))
                 .map_err(ParseExit::Usage),
-            Some(Mode::ExplainPlan(args)) => crate::localize::cli::answer(args, env)
+            Some(Mode::ExplainPlan(args)) => crate::localize::cli::answer(args, &|k| env.get(k))
                 .map(Command::Explained)
                 .map_err(ParseExit::Usage),
             Some(Mode::CheckConfig { .. }) => Err(ParseExit::Usage(
@@ -139,7 +156,7 @@ impl Args {
 
 /// Parses the command line into the options of a check; `Err` carries clap's own exit (help,
 /// version), `--explain-plan`'s text (as `Info`) or a usage error line.
-pub fn parse<I, T>(args: I, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, ParseExit>
+pub fn parse<I, T>(args: I, env: &Environment) -> Result<Options, ParseExit>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -169,7 +186,8 @@ fn first_line(s: &str) -> String {
 }
 
 /// The high layer: every check in the order a user meets its error, then the options.
-fn validate(raw: RawArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Options, String> {
+fn validate(raw: RawArgs, environment: &Environment) -> Result<Options, String> {
+    let env = &|k: &str| environment.get(k);
     let config = load_config(&raw, env)?;
     let plan = config.plans.get(&raw.plan).ok_or_else(|| {
         format!(
@@ -210,6 +228,9 @@ fn validate(raw: RawArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Option
             .find_map(|k| env(k).filter(|h| !h.is_empty())),
         partition: env("SLURM_JOB_PARTITION"),
         comm_mode: env("NCCL_CHECK_COMM_MODE"),
+        cuda_visible_devices: env("CUDA_VISIBLE_DEVICES"),
+        debug_timing: environment.get_os("NCCL_CHECK_DEBUG_TIMING").is_some(),
+        env: environment.clone(),
         steps,
         plan: raw.plan,
         config,
@@ -278,11 +299,7 @@ mod tests {
     use super::*;
 
     fn parse_with(args: &[&str], vars: &[(&str, &str)]) -> Result<Options, String> {
-        let vars: Vec<(String, String)> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let env = move |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let env = Environment::of_pairs(vars.iter().copied());
         let mut a = vec!["nccl-check".to_string()];
         a.extend(args.iter().map(|s| s.to_string()));
         parse(a, &env).map_err(|e| match e {
@@ -458,7 +475,10 @@ mod tests {
         }
         // The mode is never a check: resolving it without running it is a usage error.
         let a = Args::parse(["nccl-check", "--check-config"]).expect("parsed");
-        assert!(matches!(a.resolve(&|_| None), Err(ParseExit::Usage(_))));
+        assert!(matches!(
+            a.resolve(&Environment::default()),
+            Err(ParseExit::Usage(_))
+        ));
     }
 
     #[test]

@@ -474,7 +474,7 @@ impl Measurer<'_> {
         self.wait(what)?;
         out.phases.warmup_ms += ms(t.elapsed());
 
-        let mut probe = LoopProbe::new(self.gpu, iters)
+        let mut probe = LoopProbe::new(self.gpu, iters, self.opts().debug_timing)
             .map_err(|e| self.err_runtime("creating debug events", e))?;
         let mut timer = if gpu_timed {
             Some(
