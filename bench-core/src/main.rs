@@ -73,10 +73,10 @@ fn main() {
             print!("{text}");
             exit(0);
         }
-        Ok(Ran::Measured) => {
+        Ok(Ran::Measured(built)) => {
             let (info, log) = nccl_env::read_transports(&nccl_log);
             report.transports = Some(info);
-            orchestrate::verdict(opts, &mut report, profile, log.as_ref())
+            orchestrate::verdict(opts, &mut report, &built, profile, log.as_ref())
         }
         Err(e) => e.record(&mut report),
     };

@@ -6,7 +6,8 @@
 
 use crate::config::network::NetworkProfile;
 use crate::facts::transport::TransportSummary;
-use crate::judge::overall::{self, Judging};
+use crate::judge::overall::{self, Basis, Judging};
+use crate::judge::thresholds::GpuModel;
 use crate::measure::cuda;
 use crate::measure::nccl::{Nccl, UniqueId};
 use crate::measure::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
@@ -25,10 +26,18 @@ mod gather_facts;
 
 /// How a run ended without error.
 pub enum Ran {
-    /// Measured: the report holds the results, ready to be judged.
-    Measured,
+    /// Measured: the report holds the results, ready to be judged on what they were measured on.
+    Measured(Built),
     /// `--explain-thresholds`: the text to print; nothing was measured.
     Explained(String),
+}
+
+/// What a check built once, before it measured, and hands forward: which node each rank is on
+/// (from the rendezvous's members) and the GPU model the floors are looked up by (its SKU and
+/// interconnect). The GPU threads, the judge and the plot use these same values.
+pub struct Built {
+    pub topology: Arc<Topology>,
+    pub gpu: Arc<GpuModel>,
 }
 
 /// Loads, starts the GPU threads, meets the other processes and gathers the outcomes into
@@ -93,7 +102,7 @@ pub fn run(
     // the verdict hold results to the same floors: wait for them (bounded, `NVML_BUDGET` from
     // the start; NVML usually answered while CUDA started).
     let nvml = health.resolve(deadline);
-    let model = model(&devices, &nvml.facts, report);
+    let gpu = model(&devices, &nvml.facts, report);
     if !opts.quiet && opts.rank == 0 {
         println!(
             "# GPU: {}; interconnect: {}",
@@ -104,8 +113,8 @@ pub fn run(
                 .map_or(String::new(), |i| i.to_string())
         );
     }
-    let team = match meet(opts, nccl, &devices, deadline, &senders, report, model) {
-        Ok(team) => team,
+    let (team, topology) = match meet(opts, nccl, &devices, deadline, &senders, report, &gpu) {
+        Ok(met) => met,
         Err(e) => {
             drop(senders);
             for h in handles {
@@ -116,7 +125,7 @@ pub fn run(
     };
     wait_for_gpus(handles, &team, opts, report)?;
     gather_facts::attach_nvml(report, &nvml);
-    Ok(Ran::Measured)
+    Ok(Ran::Measured(Built { topology, gpu }))
 }
 
 /// Waits for the GPU threads (bounded once a process is lost) and collects their outcomes into
@@ -221,16 +230,11 @@ fn explain(
         }
         _ => (String::new(), 0, None, Interconnect::unknown("no GPU")),
     };
-    let identity = crate::facts::sku::Identity::resolve(device_id, &name);
-    let gpu = crate::judge::thresholds::GpuKey {
-        name: &name,
-        sku: identity.sku(),
-        interconnect: interconnect.class,
-    };
+    let (model, identity) = identify(name, device_id, &interconnect);
     let rules = crate::judge::thresholds::explain(
         &opts.config.thresholds,
-        &gpu,
-        &identity.to_string(),
+        &model.gpu(),
+        &identity,
         &interconnect.to_string(),
         count,
         1,
@@ -238,7 +242,7 @@ fn explain(
     let node = gather_facts::explain_node(
         opts,
         device_id,
-        &name,
+        &model.name,
         &crate::measure::nccl_env::hostname(),
     );
     format!(
@@ -258,17 +262,28 @@ fn model(
     devices: &[usize],
     nvml: &crate::facts::gpu_health::HealthFacts,
     report: &mut Report,
-) -> Arc<crate::judge::thresholds::GpuModel> {
+) -> Arc<GpuModel> {
     let (name, id, interconnect) = read_gpus(devices, nvml);
-    let identity = crate::facts::sku::Identity::resolve(id, &name);
-    let model = crate::judge::thresholds::GpuModel {
+    let (model, identity) = identify(name, id, &interconnect);
+    report.sku = Some(identity);
+    report.interconnect = Some(interconnect);
+    Arc::new(model)
+}
+
+/// The GPU model of a first GPU's driver name and PCI device ID and of the GPUs' interconnect
+/// (its SKU by device ID, else by the whole name), and its identity as the report shows it.
+fn identify(
+    name: String,
+    device_id: Option<u16>,
+    interconnect: &crate::facts::interconnect::Interconnect,
+) -> (GpuModel, String) {
+    let identity = crate::facts::sku::Identity::resolve(device_id, &name);
+    let model = GpuModel {
         name,
         sku: identity.sku(),
         interconnect: interconnect.class,
     };
-    report.sku = Some(identity.to_string());
-    report.interconnect = Some(interconnect);
-    Arc::new(model)
+    (model, identity.to_string())
 }
 
 /// This process's GPUs as the node reports them: the first one's driver name and PCI device ID
@@ -299,7 +314,8 @@ fn read_gpus(
     (name, id, interconnect)
 }
 
-/// The rendezvous, then each GPU thread gets its rank and the check's topology.
+/// The rendezvous, then each GPU thread gets its rank and the check's topology (built here,
+/// once, from the members; returned for the verdict).
 fn meet(
     opts: &'static Options,
     nccl: &'static Nccl,
@@ -307,8 +323,8 @@ fn meet(
     deadline: Instant,
     senders: &[Sender<Start>],
     report: &mut Report,
-    gpu: Arc<crate::judge::thresholds::GpuModel>,
-) -> Result<Arc<Team>, RunError> {
+    gpu: &Arc<GpuModel>,
+) -> Result<(Arc<Team>, Arc<Topology>), RunError> {
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
@@ -355,7 +371,7 @@ fn meet(
             opts,
         });
     }
-    Ok(team)
+    Ok((team, topology))
 }
 
 /// How this process meets the others, from its options and the Slurm step's layout (the nodes
@@ -465,11 +481,12 @@ fn gather(handles: Vec<JoinHandle<GpuOutcome>>, report: &mut Report) -> Result<(
 pub fn verdict(
     opts: &Options,
     report: &mut Report,
+    built: &Built,
     profile: Option<&NetworkProfile>,
     log: Option<&TransportSummary>,
 ) -> ExitCode {
     let expect = crate::measure::nccl_env::path_expectation(opts, profile);
-    let nodes = Topology::new(&report.processes).node_count();
+    let nodes = built.topology.node_count();
     if let Some(f) = report.facts.as_mut() {
         let lines = log.map(|l| l.net_using.as_slice());
         f.set_net(std::path::Path::new("/"), lines, nodes, &Default::default());
@@ -480,16 +497,20 @@ pub fn verdict(
         min_busbw: opts.min_busbw,
         expect: &expect,
     };
-    let code = overall::judge(report, &judging, log, &cuda::can_access_peer);
+    let basis = Basis {
+        topology: &built.topology,
+        gpu: &built.gpu,
+    };
+    let code = overall::judge(report, &judging, &basis, log, &cuda::can_access_peer);
     if let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) {
-        let floors = overall::floors(report, &judging);
+        let floors = overall::floors(report, &judging, &basis);
         let plot_floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
         let headline = format!("{}: {}", report.verdict, report.summary);
         let input = crate::render::plot::PlotInput {
             rows: &report.results,
             pairs: &report.pairs,
-            gpu_name: overall::gpu_name(report),
-            sku: overall::identity(report).sku().map(|s| s.key),
+            gpu_name: &built.gpu.name,
+            sku: built.gpu.sku.map(|s| s.key),
             gpus: report.nranks,
             headline: &headline,
             floor: &plot_floor,

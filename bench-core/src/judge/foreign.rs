@@ -94,7 +94,7 @@ mod tests {
     use super::*;
     use crate::facts::gpu_health::GpuHealth;
     use crate::judge::floors::tests::rule;
-    use crate::judge::overall::{judge, Judging};
+    use crate::judge::overall::{judge_alone, Judging};
     use crate::meet::rendezvous::Member;
     use crate::report::gpu::GpuInfo;
     use crate::report::json::GpuEntry;
@@ -162,7 +162,7 @@ mod tests {
             min_busbw: None,
             expect: &expect,
         };
-        judge(r, &judging, None, &|_, _| true)
+        judge_alone(r, &judging, None, &|_, _| true)
     }
 
     /// The issue-33 case: an idle process holding 20 GiB of a GPU, everything fast: PASS, and

@@ -10,6 +10,7 @@ use crate::facts::num;
 use crate::facts::transport::{TransportExpectation, TransportSummary};
 use crate::judge::evidence;
 use crate::judge::floors::Floors;
+use crate::judge::thresholds::GpuModel;
 use crate::meet::topology::Topology;
 use crate::report::json::{Reason, Report};
 use crate::report::{Expected, PairKind, Row};
@@ -36,37 +37,22 @@ pub fn gpu_name(report: &Report) -> &str {
     report.gpus.first().map_or("", |g| g.info.name.as_str())
 }
 
-/// What this process's first GPU is: its SKU by PCI device ID (sysfs, else NVML's), else by
-/// its whole driver name.
-pub fn identity(report: &Report) -> crate::facts::sku::Identity {
-    let first = report.gpus.first();
-    let id = first.and_then(|g| {
-        g.info
-            .pci_device_id
-            .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id))
-    });
-    crate::facts::sku::Identity::resolve(id, gpu_name(report))
-}
-
-/// The model and interconnect the floors of this run are looked up by.
-pub fn gpu(report: &Report) -> crate::judge::thresholds::GpuKey<'_> {
-    crate::judge::thresholds::GpuKey {
-        name: gpu_name(report),
-        sku: identity(report).sku(),
-        interconnect: report
-            .interconnect
-            .as_ref()
-            .map_or(crate::facts::interconnect::Class::Unknown, |i| i.class),
-    }
+/// What a run was measured on, built once before it measured (`orchestrate`) and handed to the
+/// GPU threads, the judge and the plot alike: which node each rank is on, and the GPU model
+/// and interconnect the floors are looked up by.
+#[derive(Debug, Clone, Copy)]
+pub struct Basis<'a> {
+    pub topology: &'a Topology,
+    pub gpu: &'a GpuModel,
 }
 
 /// The floors of this run (the same the runner's retest used, now knowing whether CollNet or
 /// NVLS carried the collectives).
-pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>) -> Floors<'a> {
+pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>, basis: &Basis<'a>) -> Floors<'a> {
     Floors {
         rules: judging.thresholds,
-        gpu: gpu(report),
-        nodes: Topology::new(&report.processes).node_count(),
+        gpu: basis.gpu.gpu(),
+        nodes: basis.topology.node_count(),
         gpus: report.nranks,
         min_busbw: judging.min_busbw,
         in_network_algorithms: report
@@ -82,12 +68,13 @@ pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>) -> Floors<'a> {
 pub fn judge(
     report: &mut Report,
     judging: &Judging,
+    basis: &Basis,
     log: Option<&TransportSummary>,
     can_access_peer: PeerAccess,
 ) -> ExitCode {
     report.avg_busbw = avg_busbw(&report.results);
-    let topology = Topology::new(&report.processes);
-    let floors = floors(report, judging);
+    let topology = basis.topology;
+    let floors = floors(report, judging, basis);
     let all = report.nranks;
     // Rows the host slowed (fast by the GPUs' clock) are warned about, not held to their floor.
     let (warnings, spared) =
@@ -134,7 +121,7 @@ pub fn judge(
     if let Some(log) = log {
         reasons.extend(transport_reasons(
             report,
-            &topology,
+            topology,
             judging.expect,
             log,
             can_access_peer,
@@ -350,6 +337,37 @@ pub fn transport_reasons(
         .collect()
 }
 
+/// [`judge`] with the basis the worker would have built for a report made by hand: the
+/// topology of its processes, the model of its first GPU (tests).
+#[cfg(test)]
+pub(crate) fn judge_alone(
+    report: &mut Report,
+    judging: &Judging,
+    log: Option<&TransportSummary>,
+    can_access_peer: PeerAccess,
+) -> ExitCode {
+    let topology = Topology::new(&report.processes);
+    let id = report.gpus.first().and_then(|g| {
+        g.info
+            .pci_device_id
+            .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id))
+    });
+    let name = gpu_name(report).to_string();
+    let gpu = GpuModel {
+        sku: crate::facts::sku::Identity::resolve(id, &name).sku(),
+        name,
+        interconnect: report
+            .interconnect
+            .as_ref()
+            .map_or(crate::facts::interconnect::Class::Unknown, |i| i.class),
+    };
+    let basis = Basis {
+        topology: &topology,
+        gpu: &gpu,
+    };
+    judge(report, judging, &basis, log, can_access_peer)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,7 +465,7 @@ mod tests {
             expect: &expect,
         };
         let log = log.map(crate::facts::transport::parse_log);
-        judge(report, &judging, log.as_ref(), &|_, _| p2p)
+        judge_alone(report, &judging, log.as_ref(), &|_, _| p2p)
     }
 
     #[test]
@@ -522,7 +540,7 @@ mod tests {
             min_busbw: None,
             expect: &expect,
         };
-        judge(&mut r, &judging, None, &|_, _| true);
+        judge_alone(&mut r, &judging, None, &|_, _| true);
         let e = r.pairs[5].expected.as_ref().expect("held against peers");
         assert!((e.floor_gbs - 85.0).abs() < 1e-9, "{e:?}");
         assert!(

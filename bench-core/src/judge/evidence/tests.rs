@@ -6,7 +6,7 @@ use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
 use crate::facts::transport::TransportExpectation;
 use crate::judge::floors::tests::rule;
-use crate::judge::overall::{judge, Judging};
+use crate::judge::overall::{judge_alone, Judging};
 use crate::meet::rendezvous::Member;
 use crate::report::gpu::GpuInfo;
 use crate::report::{PairRow, Placement};
@@ -116,7 +116,7 @@ fn run(r: &mut Report) -> ExitCode {
         min_busbw: None,
         expect: &expect,
     };
-    judge(r, &judging, None, &|_, _| true)
+    judge_alone(r, &judging, None, &|_, _| true)
 }
 
 fn codes(r: &Report) -> Vec<(String, Option<String>)> {
