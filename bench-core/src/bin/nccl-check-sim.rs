@@ -122,17 +122,14 @@ fn run(
     deadline: Instant,
     report: &mut Report,
 ) -> Result<(), RunError> {
-    let gpus = env_usize(&opts.env, "NCCL_CHECK_SIM_GPUS", 8)?;
+    let env = &opts.env;
+    let gpus = env_usize(env, "NCCL_CHECK_SIM_GPUS", 8)?;
     if !(1..=64).contains(&gpus) {
         return Err(RunError::Runtime(
             "NCCL_CHECK_SIM_GPUS must be 1..=64".into(),
         ));
     }
-    if opts
-        .env
-        .get("NCCL_CHECK_SIM_ABSENT")
-        .is_some_and(|a| a == host)
-    {
+    if env.get("NCCL_CHECK_SIM_ABSENT").is_some_and(|a| a == host) {
         // A task that dies before its rendezvous (OOM killer, node failure): no report, no word
         // to the others; they must find out by themselves.
         // SAFETY: raise(3) with a valid signal number.
@@ -149,7 +146,7 @@ fn run(
         None => e,
     };
     hold(
-        env_usize(&opts.env, "NCCL_CHECK_SIM_HOLD_MS", 0)?,
+        env_usize(env, "NCCL_CHECK_SIM_HOLD_MS", 0)?,
         &team,
         deadline,
     )
