@@ -6,7 +6,7 @@ use bench_core::measure::nccl_env;
 use bench_core::measure::runner::Status;
 use bench_core::orchestrate::{self, Ran};
 use bench_core::render::progress;
-use bench_core::report::json::{nccl_env_of, Reason, ReasonCode, Report};
+use bench_core::report::json::{nccl_env_of, ReasonCode, Report};
 use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, Command, Options, ParseExit};
 use bench_core::verdict::{ExitCode, Verdict};
@@ -78,7 +78,7 @@ fn main() {
             report.transports = Some(info);
             orchestrate::verdict(opts, &mut report, &built, profile, log.as_ref())
         }
-        Err(e) => e.record(&mut report),
+        Err(e) => report.set_error(e.exit_code(), e.reason_code(), e.message()),
     };
     report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
     finish(opts, &report, code);
@@ -129,10 +129,8 @@ fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut
             "no progress within --timeout {:.0}s; waiting for: {waiting}",
             opts.timeout.as_secs_f64()
         );
-        report.set_outcome(ExitCode::Timeout, msg.clone());
-        report.error = Some(msg.clone());
-        report.reasons.push(Reason::plain(ReasonCode::Timeout, msg));
-        finish(opts, &report, ExitCode::Timeout);
+        let code = report.set_error(ExitCode::Timeout, ReasonCode::Timeout, &msg);
+        finish(opts, &report, code);
     });
 }
 

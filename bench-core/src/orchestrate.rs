@@ -124,7 +124,7 @@ pub fn run(
         }
     };
     wait_for_gpus(handles, &team, opts, report)?;
-    gather_facts::attach_nvml(report, &nvml);
+    report.attach_nvml(&nvml.facts, nvml.waited_ms);
     Ok(Ran::Measured(Built { topology, gpu }))
 }
 

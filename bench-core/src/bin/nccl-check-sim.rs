@@ -89,7 +89,7 @@ fn main() {
             report.set_outcome(code, summary);
             code
         }
-        Err(e) => e.record(&mut report),
+        Err(e) => report.set_error(e.exit_code(), e.reason_code(), e.message()),
     };
     report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
     if let Some(path) = &opts.json {

@@ -7,7 +7,6 @@
 use crate::facts::gpu_health::{self, HealthFacts};
 use crate::facts::local_probe;
 use crate::facts::node::{self, NodeFacts, Sources};
-use crate::report::json::Report;
 use crate::settings::options::Options;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -88,24 +87,6 @@ impl Pending {
             facts,
             waited_ms: t.elapsed().as_secs_f64() * 1e3,
         }
-    }
-}
-
-/// Puts each GPU's NVML facts beside it in the report, matched by PCI bus id; the report's
-/// facts say whether NVML answered.
-pub fn attach_nvml(report: &mut Report, nvml: &Resolved) {
-    let facts = &nvml.facts;
-    if let HealthFacts::Available { gpus, .. } = facts {
-        for g in &mut report.gpus {
-            let mine = node::bus_id(&g.info.pci_bus_id);
-            g.health = gpus
-                .iter()
-                .find(|h| mine.is_some() && node::bus_id(&h.bus_id) == mine)
-                .cloned();
-        }
-    }
-    if let Some(f) = report.facts.as_mut() {
-        f.set_nvml(facts, nvml.waited_ms);
     }
 }
 

@@ -231,6 +231,34 @@ impl Report {
         self.verdict = code.verdict();
         self.summary = summary;
     }
+
+    /// Puts each GPU's NVML facts beside it, matched by PCI bus id; the node's facts say
+    /// whether NVML answered (and how long the check waited: `waited_ms`).
+    pub fn attach_nvml(&mut self, nvml: &crate::facts::gpu_health::HealthFacts, waited_ms: f64) {
+        use crate::facts::node::bus_id;
+        if let crate::facts::gpu_health::HealthFacts::Available { gpus, .. } = nvml {
+            for g in &mut self.gpus {
+                let mine = bus_id(&g.info.pci_bus_id);
+                g.health = gpus
+                    .iter()
+                    .find(|h| mine.is_some() && bus_id(&h.bus_id) == mine)
+                    .cloned();
+            }
+        }
+        if let Some(f) = self.facts.as_mut() {
+            f.set_nvml(nvml, waited_ms);
+        }
+    }
+
+    /// An ERROR ending (`code`, a reason `reason`, `message` as the error and the summary):
+    /// the one place the worker, its watchdog and the simulated worker record one.
+    pub fn set_error(&mut self, code: ExitCode, reason: ReasonCode, message: &str) -> ExitCode {
+        self.error = Some(message.to_string());
+        self.reasons
+            .push(Reason::plain(reason, message.to_string()));
+        self.set_outcome(code, message.to_string());
+        code
+    }
 }
 /// The `NCCL_*` variables for the report: never the rendezvous secret (reports are kept and
 /// shared), and never a panic on a non-UTF-8 variable (the standard library's `vars` panics;

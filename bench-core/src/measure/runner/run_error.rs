@@ -54,18 +54,6 @@ impl RunError {
         }
     }
 
-    /// Writes this error into the report as its outcome (error, reason, verdict, summary) and
-    /// returns the exit code: the one place the worker and the simulated worker do this.
-    pub fn record(&self, report: &mut crate::report::json::Report) -> ExitCode {
-        report.error = Some(self.message().to_string());
-        report.reasons.push(crate::report::json::Reason::plain(
-            self.reason_code(),
-            self.message().to_string(),
-        ));
-        report.set_outcome(self.exit_code(), self.message().to_string());
-        self.exit_code()
-    }
-
     pub fn message(&self) -> &str {
         match self {
             RunError::Library(m)
