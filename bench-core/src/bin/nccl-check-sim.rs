@@ -253,9 +253,6 @@ fn join(
     report.phases.rendezvous_ms = t.elapsed().as_secs_f64() * 1e3;
     report.nranks = joined.nranks();
     report.processes = joined.members.clone();
-    report.phases.rendezvous_ms = t.elapsed().as_secs_f64() * 1e3;
-    report.nranks = joined.nranks();
-    report.processes = joined.members.clone();
     Ok(joined)
 }
 

@@ -23,7 +23,8 @@ impl Environment {
         }
     }
 
-    /// An environment of exactly these variables (tests, the simulation).
+    /// An environment of exactly these variables.
+    #[cfg(test)]
     pub fn of_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Environment {
         Environment {
             vars: pairs
