@@ -50,10 +50,16 @@ pub fn keep_remote_value(remote: bool, already_set: bool) -> bool {
 /// slurmd an admin started, has `NCCL_CHECK_FAULT_REMOTE_INIT=1`. Jobs cannot set it. This is
 /// how the suite proves that an init failure drains no node on 25.05+.
 pub fn injected_init_failure(remote: bool) -> Result<(), String> {
-    if cfg!(feature = "fault-injection")
-        && remote
-        && std::env::var_os("NCCL_CHECK_FAULT_REMOTE_INIT").is_some_and(|v| v == "1")
-    {
+    init_fault(
+        remote,
+        std::env::var_os("NCCL_CHECK_FAULT_REMOTE_INIT").as_deref(),
+    )
+}
+
+/// [`injected_init_failure`]'s rule, given the variable's value (tests pass it: setting a
+/// process variable races the other tests of the binary).
+fn init_fault(remote: bool, var: Option<&std::ffi::OsStr>) -> Result<(), String> {
+    if cfg!(feature = "fault-injection") && remote && var.is_some_and(|v| v == "1") {
         return Err("slurm_spank_init failed on purpose (fault-injection build)".into());
     }
     Ok(())
@@ -117,14 +123,13 @@ mod tests {
 
     #[test]
     fn a_fault_needs_the_feature_the_variable_and_slurmstepd() {
-        // Only this test touches the variable.
-        std::env::set_var("NCCL_CHECK_FAULT_REMOTE_INIT", "1");
-        assert_eq!(injected_init_failure(false), Ok(()));
+        let one = Some(std::ffi::OsStr::new("1"));
+        assert_eq!(init_fault(false, one), Ok(()));
         assert_eq!(
-            injected_init_failure(true).is_err(),
+            init_fault(true, one).is_err(),
             cfg!(feature = "fault-injection")
         );
-        std::env::remove_var("NCCL_CHECK_FAULT_REMOTE_INIT");
-        assert_eq!(injected_init_failure(true), Ok(()));
+        assert_eq!(init_fault(true, None), Ok(()));
+        assert_eq!(init_fault(true, Some(std::ffi::OsStr::new("0"))), Ok(()));
     }
 }
