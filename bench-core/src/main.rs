@@ -73,10 +73,10 @@ fn main() {
             print!("{text}");
             exit(0);
         }
-        Ok(Ran::Measured(built)) => {
+        Ok(Ran::Measured(basis)) => {
             let (info, log) = nccl_env::read_transports(&nccl_log);
             report.transports = Some(info);
-            orchestrate::verdict(opts, &mut report, &built, profile, log.as_ref())
+            orchestrate::verdict(opts, &mut report, &basis, profile, log.as_ref())
         }
         Err(e) => report.set_error(e.exit_code(), e.reason_code(), e.message()),
     };

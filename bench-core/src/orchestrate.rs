@@ -27,17 +27,9 @@ mod gather_facts;
 /// How a run ended without error.
 pub enum Ran {
     /// Measured: the report holds the results, ready to be judged on what they were measured on.
-    Measured(Built),
+    Measured(Basis),
     /// `--explain-thresholds`: the text to print; nothing was measured.
     Explained(String),
-}
-
-/// What a check built once, before it measured, and hands forward: which node each rank is on
-/// (from the rendezvous's members) and the GPU model the floors are looked up by (its SKU and
-/// interconnect). The GPU threads, the judge and the plot use these same values.
-pub struct Built {
-    pub topology: Arc<Topology>,
-    pub gpu: Arc<GpuModel>,
 }
 
 /// Loads, starts the GPU threads, meets the other processes and gathers the outcomes into
@@ -125,7 +117,7 @@ pub fn run(
     };
     wait_for_gpus(handles, &team, opts, report)?;
     report.attach_nvml(&nvml.facts, nvml.waited_ms);
-    Ok(Ran::Measured(Built { topology, gpu }))
+    Ok(Ran::Measured(Basis { topology, gpu }))
 }
 
 /// Waits for the GPU threads (bounded once a process is lost) and collects their outcomes into
@@ -481,12 +473,12 @@ fn gather(handles: Vec<JoinHandle<GpuOutcome>>, report: &mut Report) -> Result<(
 pub fn verdict(
     opts: &Options,
     report: &mut Report,
-    built: &Built,
+    basis: &Basis,
     profile: Option<&NetworkProfile>,
     log: Option<&TransportSummary>,
 ) -> ExitCode {
     let expect = crate::measure::nccl_env::path_expectation(opts, profile);
-    let nodes = built.topology.node_count();
+    let nodes = basis.topology.node_count();
     if let Some(f) = report.facts.as_mut() {
         let lines = log.map(|l| l.net_using.as_slice());
         f.set_net(std::path::Path::new("/"), lines, nodes, &Default::default());
@@ -497,20 +489,16 @@ pub fn verdict(
         min_busbw: opts.min_busbw,
         expect: &expect,
     };
-    let basis = Basis {
-        topology: &built.topology,
-        gpu: &built.gpu,
-    };
-    let code = overall::judge(report, &judging, &basis, log, &cuda::can_access_peer);
+    let code = overall::judge(report, &judging, basis, log, &cuda::can_access_peer);
     if let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) {
-        let floors = overall::floors(report, &judging, &basis);
+        let floors = overall::floors(report, &judging, basis);
         let plot_floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
         let headline = format!("{}: {}", report.verdict, report.summary);
         let input = crate::render::plot::PlotInput {
             rows: &report.results,
             pairs: &report.pairs,
-            gpu_name: &built.gpu.name,
-            sku: built.gpu.sku.map(|s| s.key),
+            gpu_name: &basis.gpu.name,
+            sku: basis.gpu.sku.map(|s| s.key),
             gpus: report.nranks,
             headline: &headline,
             floor: &plot_floor,

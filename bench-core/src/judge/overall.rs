@@ -16,6 +16,7 @@ use crate::report::json::{Reason, Report};
 use crate::report::{Expected, PairKind, Row};
 use crate::verdict::ExitCode;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What the configuration says about judging.
 #[derive(Debug, Clone, Copy)]
@@ -40,15 +41,15 @@ pub fn gpu_name(report: &Report) -> &str {
 /// What a run was measured on, built once before it measured (`orchestrate`) and handed to the
 /// GPU threads, the judge and the plot alike: which node each rank is on, and the GPU model
 /// and interconnect the floors are looked up by.
-#[derive(Debug, Clone, Copy)]
-pub struct Basis<'a> {
-    pub topology: &'a Topology,
-    pub gpu: &'a GpuModel,
+#[derive(Debug, Clone)]
+pub struct Basis {
+    pub topology: Arc<Topology>,
+    pub gpu: Arc<GpuModel>,
 }
 
 /// The floors of this run (the same the runner's retest used, now knowing whether CollNet or
 /// NVLS carried the collectives).
-pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>, basis: &Basis<'a>) -> Floors<'a> {
+pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>, basis: &'a Basis) -> Floors<'a> {
     Floors {
         rules: judging.thresholds,
         gpu: basis.gpu.gpu(),
@@ -73,7 +74,7 @@ pub fn judge(
     can_access_peer: PeerAccess,
 ) -> ExitCode {
     report.avg_busbw = avg_busbw(&report.results);
-    let topology = basis.topology;
+    let topology = &basis.topology;
     let floors = floors(report, judging, basis);
     let all = report.nranks;
     // Rows the host slowed (fast by the GPUs' clock) are warned about, not held to their floor.
@@ -346,25 +347,22 @@ pub(crate) fn judge_alone(
     log: Option<&TransportSummary>,
     can_access_peer: PeerAccess,
 ) -> ExitCode {
-    let topology = Topology::new(&report.processes);
+    let topology = Arc::new(Topology::new(&report.processes));
     let id = report.gpus.first().and_then(|g| {
         g.info
             .pci_device_id
             .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id))
     });
     let name = gpu_name(report).to_string();
-    let gpu = GpuModel {
+    let gpu = Arc::new(GpuModel {
         sku: crate::facts::sku::Identity::resolve(id, &name).sku(),
         name,
         interconnect: report
             .interconnect
             .as_ref()
             .map_or(crate::facts::interconnect::Class::Unknown, |i| i.class),
-    };
-    let basis = Basis {
-        topology: &topology,
-        gpu: &gpu,
-    };
+    });
+    let basis = Basis { topology, gpu };
     judge(report, judging, &basis, log, can_access_peer)
 }
 
