@@ -101,7 +101,7 @@ fn no_gpu_is_error_4_and_the_report_says_error() {
 }
 
 /// The report's `nccl_env` is what NCCL sees: the caller's NCCL variables and those the worker
-/// sets before NCCL loads (its INFO log), never `NCCL_COMM_BLOCKING` (removed: it would make
+/// sets before NCCL loads (the site's network profile, its INFO log), never `NCCL_COMM_BLOCKING` (removed: it would make
 /// the bounded init a blocking one) nor the rendezvous secret.
 #[test]
 fn the_report_records_the_nccl_variables_nccl_sees() {
@@ -110,8 +110,12 @@ fn the_report_records_the_nccl_variables_nccl_sees() {
     );
     let json = std::env::temp_dir().join(format!("nccl-check-env-{}.json", std::process::id()));
     let json_s = json.to_string_lossy().into_owned();
+    let config = json.with_extension("toml");
+    let profile = "[[network]]\nname = \"lo\"\nenv = { NCCL_SOCKET_IFNAME = \"lo\" }\n";
+    std::fs::write(&config, profile).expect("config written");
+    let config_s = config.to_string_lossy().into_owned();
     let (rc, _, err) = nccl_check_with(
-        &["--nccl-lib", &lib, "--json", &json_s],
+        &["--nccl-lib", &lib, "--json", &json_s, "--config", &config_s],
         &[
             ("CUDA_VISIBLE_DEVICES", ""),
             ("NCCL_IB_HCA", "mlx5_0"),
@@ -124,8 +128,10 @@ fn the_report_records_the_nccl_variables_nccl_sees() {
         serde_json::from_str(&std::fs::read_to_string(&json).expect("report written"))
             .expect("valid JSON");
     let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_file(&config);
     let env = &report["nccl_env"];
     assert_eq!(env["NCCL_IB_HCA"], "mlx5_0", "{env}");
+    assert_eq!(env["NCCL_SOCKET_IFNAME"], "lo", "{env}");
     assert_eq!(env["NCCL_DEBUG"], "INFO", "{env}");
     assert!(
         env["NCCL_DEBUG_FILE"]
