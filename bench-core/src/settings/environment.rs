@@ -10,9 +10,16 @@ use std::path::PathBuf;
 /// A snapshot of the environment; values as the OS gave them (a value that is not UTF-8 reads
 /// as unset through [`Environment::get`]; `options::env::non_utf8_env` refuses it where that
 /// would change what a check does).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Environment {
     vars: BTreeMap<OsString, OsString>,
+}
+
+/// The variables' names only: a value may be the rendezvous secret (as `Credential`'s).
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.vars.keys()).finish()
+    }
 }
 
 impl Environment {
@@ -86,6 +93,15 @@ mod tests {
         assert_eq!(env.get("B"), None);
         assert!(env.get_os("B").is_some());
         assert_eq!(env.get("C"), None);
+    }
+
+    /// The options keep the snapshot and print with `{:?}`: never the rendezvous secret.
+    #[test]
+    fn debug_output_names_the_variables_but_shows_no_value() {
+        let env = Environment::of_pairs([("NCCL_CHECK_SECRET", "f00df00d"), ("A", "1")]);
+        let shown = format!("{env:?}");
+        assert!(!shown.contains("f00df00d"), "{shown}");
+        assert!(shown.contains("NCCL_CHECK_SECRET"), "{shown}");
     }
 
     #[test]
