@@ -1,7 +1,7 @@
 //! Stage 5, facts: the node in (the driver's GPUs, NVML, PCI device IDs, sysfs NICs, NCCL's own
 //! INFO log), typed facts out ([`node::NodeFacts`], [`sku::Sku`], [`transport::TransportSummary`]).
 //! Readers: they classify what they read into stable codes and leave the verdict to `judge`
-//! (`local_probe` still judges the probe against its floor: issue 27).
+//! (except `local_probe`, which still judges the probe against its floor).
 //!
 //! Facts: what the node itself says about its hardware, read in milliseconds before or beside
 //! the bandwidth measurement, so a verdict can name the part (a GPU the driver no longer lists,

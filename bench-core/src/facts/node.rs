@@ -489,7 +489,7 @@ mod tests {
         assert_eq!(bus_id(""), None);
     }
 
-    /// Issue 39: the README said gres.conf is looked for only under $SLURM_CONF's directory or
+    /// Regression: the README said gres.conf is looked for only under $SLURM_CONF's directory or
     /// /etc/slurm; the code takes it beside the slurm.conf in use, a configless node's cache
     /// included (what the README now says).
     #[test]

@@ -89,7 +89,7 @@ mod tests {
         assert!(r.lines[0].contains("no GPU listed by the driver"), "{r:?}");
     }
 
-    /// Issue 39 finding 7: `nccl_lib = "/nope/libnccl.so.2"` is named as missing on a node
+    /// Regression: `nccl_lib = "/nope/libnccl.so.2"` is named as missing on a node
     /// without GPUs too.
     #[test]
     fn a_named_library_that_is_not_there_is_not_ready_without_gpus() {

@@ -1,4 +1,4 @@
-//! The node's facts in the verdict (issue 18): their faults as FAIL reasons (`gpu_missing`,
+//! The node's facts in the verdict: their faults as FAIL reasons (`gpu_missing`,
 //! NVML's codes, NIC state, the local probe), the fact that explains a slow bandwidth cited in
 //! its reason, the node-pair bandwidth held against the NICs' rate, and host interference told
 //! apart from a slow GPU or link. Pure: a function of the report, like `judge`, which calls it.

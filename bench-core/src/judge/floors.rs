@@ -194,7 +194,7 @@ pub(crate) mod tests {
     }
 }
 
-/// Issue 16 end to end without a GPU: the floor a `min_nodes = 2` rule gives an all_reduce over
+/// End to end without a GPU: the floor a `min_nodes = 2` rule gives an all_reduce over
 /// 64 nodes x 8 GPUs, fed to the localizer as the runner feeds it, against the fabric simulation.
 #[cfg(test)]
 mod localization_tests {

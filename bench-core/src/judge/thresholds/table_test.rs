@@ -1,4 +1,4 @@
-//! The table test of issue 18: every built-in rule against every size 8 B..8 GiB and the
+//! The table test: every built-in rule against every size 8 B..8 GiB and the
 //! committed healthy sweeps (`bench-core/tests/data/sweeps/`, provenance in its README). A rule
 //! either has a committed sweep of its own GPU model, GPU count and collective, and then every
 //! measurement inside its range lies at or above its floor, or its source measured one size

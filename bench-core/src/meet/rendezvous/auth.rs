@@ -106,8 +106,8 @@ impl Credential {
 /// credential to every opening that does not prove the key yet; a member opens it on its own
 /// node (`unmunge`, its own cost) and proves the key over each later opening, so the
 /// coordinator refuses another user's openings, from any node, at the cost of an HMAC, before
-/// any MUNGE work and outside the handshake slots (issue 34: a stranger on a member's node
-/// shared that node's ration of MUNGE handshakes and starved the member).
+/// any MUNGE work and outside the handshake slots (a ration per address was not enough: a
+/// stranger on a member's node shared that node's ration and starved the member).
 #[derive(Clone)]
 pub struct Ticket {
     /// The credential, as it goes on the wire.

@@ -691,7 +691,7 @@ fn welcome(
 mod tests {
     use super::*;
 
-    /// Issue 34: after three refusals of any kind only a count was logged, so an early stranger
+    /// Regression: after three refusals of any kind only a count was logged, so an early stranger
     /// hid a later relay; then each kind had three lines and a count for good, so a hundred
     /// strangers' wrong proofs hid a later one. Now each kind has three lines at once, then a
     /// line per interval that counts the ones not logged; a held candidate port is a kind.
@@ -738,7 +738,7 @@ mod tests {
         );
     }
 
-    /// Issue 34: a tampered welcome was "changed on the way (a process relaying the
+    /// Regression: a tampered welcome was "changed on the way (a process relaying the
     /// connection?)" at the member, which then left without a word, and the coordinator blamed
     /// its own network. The member now names tampering and tells the coordinator.
     #[test]

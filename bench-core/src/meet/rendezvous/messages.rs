@@ -384,7 +384,7 @@ mod tests {
         assert_eq!(e, "process rank 1 drives 0 GPUs");
     }
 
-    /// Issue 28 (design part 3): a welcome costs each process a few small numbers, and each
+    /// A welcome costs each process a few small numbers, and each
     /// node's name once; the member list comes back whole, first ranks included.
     #[test]
     fn a_welcome_sends_each_host_once_and_a_few_bytes_a_process() {

@@ -3,8 +3,8 @@
 //! before the operation that wants it.
 //!
 //! Why beats: a node whose link goes down mid-check closes nothing (no FIN, no RST), so NCCL
-//! and the plane's reads would only end at the check's deadline, naming no one (visit 4 of issue
-//! 28: every rank ended ERROR, none named the node whose veth was down). Every process sends a
+//! and the plane's reads would only end at the check's deadline, naming no one (measured on
+//! emulated nodes: every rank ended ERROR, none named the node whose veth was down). Every process sends a
 //! beat on each of its connections every [`Liveness::every`] (the watch thread while no
 //! operation runs, the operation itself while it waits), so a connection that carries nothing
 //! for [`Liveness::silence`] is a process that stopped answering. Beats are sealed frames of the

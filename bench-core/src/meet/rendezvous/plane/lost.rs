@@ -172,7 +172,7 @@ mod tests {
         assert!(s.len() < 400, "{} bytes", s.len());
     }
 
-    /// Issue 34: tampered frames on every connection made the coordinator blame its own
+    /// Regression: tampered frames on every connection made the coordinator blame its own
     /// network; they are named as tampering, and whoever closed as gone.
     #[test]
     fn tampered_or_closed_connections_are_not_this_nodes_network() {
