@@ -434,6 +434,9 @@ fn gather(handles: Vec<JoinHandle<GpuOutcome>>, report: &mut Report) -> Result<(
         p.contexts_ms = p.contexts_ms.max(out.phases.contexts_ms);
         p.nccl_init_ms = p.nccl_init_ms.max(out.phases.nccl_init_ms);
         p.allocation_ms = p.allocation_ms.max(out.phases.allocation_ms);
+        p.probe_ms = p.probe_ms.max(out.phases.probe_ms);
+        p.comms_ready_at_ms = p.comms_ready_at_ms.max(out.phases.comms_ready_at_ms);
+        p.pairs_ms = p.pairs_ms.max(out.phases.pairs_ms);
         if !out.rows.is_empty() {
             p.warmup_ms = out.phases.warmup_ms;
             p.timed_loop_ms = out.phases.timed_loop_ms;

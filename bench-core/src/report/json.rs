@@ -33,6 +33,14 @@ pub struct Phases {
     pub timed_loop_ms: f64,
     /// Filling, running and comparing the checked operation.
     pub verification_ms: f64,
+    /// The local probe (device-local copies), the slowest GPU.
+    pub probe_ms: f64,
+    /// The whole pair step (connections, warm-ups, barriers, timed rounds, sums), included in
+    /// `warmup_ms` and `timed_loop_ms` for its parts.
+    pub pairs_ms: f64,
+    /// Process start to the moment the last of this process's communicators was ready: the
+    /// setup a check pays before its first collective, for time-to-verdict comparisons.
+    pub comms_ready_at_ms: f64,
     /// Process start to the moment the report was written.
     pub total_ms: f64,
 }

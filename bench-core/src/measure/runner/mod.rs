@@ -98,6 +98,20 @@ pub struct GpuThread {
 }
 
 impl GpuThread {
+    /// The local probe of this GPU into `out`, its time in the phases.
+    fn probe(&self, gpu: &Gpu, out: &mut GpuOutcome) {
+        let t = Instant::now();
+        out.probe = Some(probe::measure(gpu, self.device, self.deadline));
+        out.phases.probe_ms = ms(t.elapsed());
+    }
+
+    /// Time since the process started (its deadline less `--timeout`).
+    fn since_start(&self) -> std::time::Duration {
+        self.deadline
+            .checked_sub(self.opts.timeout)
+            .map_or(std::time::Duration::ZERO, |t0| t0.elapsed())
+    }
+
     fn set_status(&self, what: String) {
         if let Ok(mut s) = self.status.lock() {
             s[self.slot] = what;
@@ -147,7 +161,7 @@ impl GpuThread {
         // Processes that may share this GPU probe it in turns once they have met (`shared`).
         if !self.opts.shared_gpus {
             self.set_status(format!("GPU {dev}: local probe"));
-            out.probe = Some(probe::measure(&gpu, dev, self.deadline));
+            self.probe(&gpu, &mut out);
         }
 
         self.set_status(format!(
@@ -181,7 +195,7 @@ impl GpuThread {
         if nranks > 1 {
             self.check_sharing(gpu, start, out)?;
         } else if self.opts.shared_gpus {
-            out.probe = Some(probe::measure(gpu, self.device, self.deadline));
+            self.probe(gpu, out);
         }
         if nranks == 1 {
             // No collective with one rank (its busbw is 0 by definition): the probe is the check.
@@ -198,6 +212,7 @@ impl GpuThread {
         ));
         let comms = comms::open(self, start)?;
         out.phases.nccl_init_ms = ms(t.elapsed());
+        out.phases.comms_ready_at_ms = ms(self.since_start());
         let m = Measurer {
             thread: self,
             gpu,
@@ -297,7 +312,7 @@ impl GpuThread {
                     .map_err(|e| RunError::from_team(start.rank, e))?;
                 if turn == my_turn {
                     self.set_status(format!("GPU {dev}: local probe (turn {})", turn + 1));
-                    out.probe = Some(probe::measure(gpu, dev, self.deadline));
+                    self.probe(gpu, out);
                 }
             }
             start

@@ -183,8 +183,8 @@ pub(super) fn node_rows(
 }
 
 impl Measurer<'_> {
-    /// Measures the matrix; slow pairs, by the floors and outlier rule the verdict uses, make
-    /// the whole matrix run once more.
+    /// The pair step: the full matrix, or the localizer's rounds on many nodes; its wall time
+    /// goes to the phases' `pairs_ms`.
     pub(super) fn run_pairs(
         &self,
         bytes: u64,
@@ -193,9 +193,26 @@ impl Measurer<'_> {
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let o = self.opts();
-        if !o.pair_matrix.full_for(start.topology.node_count()) {
-            return self.run_localized(bytes, (warmup, iters), start, out);
-        }
+        let began = Instant::now();
+        let ran = if o.pair_matrix.full_for(start.topology.node_count()) {
+            self.run_matrix(bytes, (warmup, iters), start, out)
+        } else {
+            self.run_localized(bytes, (warmup, iters), start, out)
+        };
+        out.phases.pairs_ms += ms(began.elapsed());
+        ran
+    }
+
+    /// Measures the matrix; slow pairs, by the floors and outlier rule the verdict uses, make
+    /// the whole matrix run once more.
+    fn run_matrix(
+        &self,
+        bytes: u64,
+        (warmup, iters): (u32, u32),
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
+        let o = self.opts();
         phase(
             start,
             &format!(
