@@ -35,10 +35,26 @@ pub(super) struct Comms<'a> {
     pub ready: Result<(), WaitError>,
 }
 
-/// Creates the communicators of `start.rank`. An error of the init calls themselves comes back
-/// at once; one that NCCL reports while connecting comes back in `ready`, so the caller can
-/// still abort the communicator.
-pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, RunError> {
+/// A communicator whose init has started: non-blocking, it connects on NCCL's own thread while
+/// this one does other work (buffers, the local probe); `blocking` mode: already ready.
+pub(super) struct CommsStarted<'a> {
+    parent: Comm<'a>,
+    mode: CommMode,
+    /// (color, key) of this rank's node communicator, on multi-node checks.
+    node_split: Option<(i32, i32)>,
+}
+
+impl CommsStarted<'_> {
+    /// Gives the communicator up (bounded): this thread failed before it was ready.
+    pub(super) fn abort(self) {
+        self.parent
+            .abort_within(std::time::Duration::from_millis(500));
+    }
+}
+
+/// Starts the init of `start.rank`'s communicator. An error of the init call itself comes back
+/// at once.
+pub(super) fn begin(thread: &GpuThread, start: &Start) -> Result<CommsStarted<'static>, RunError> {
     let (dev, rank, nranks) = (thread.device, start.rank, start.nranks);
     let init_err =
         |e: NcclError| RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"));
@@ -55,12 +71,12 @@ pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, 
         (color as i32, topology.local_index(r).unwrap_or(0) as i32)
     });
     if mode == CommMode::Blocking {
-        let comm =
+        let parent =
             Comm::init_blocking(nccl, nranks, start.id, rank, thread.deadline).map_err(init_err)?;
-        return Ok(Comms {
-            comm,
-            node_comm: None,
-            ready: Ok(()),
+        return Ok(CommsStarted {
+            parent,
+            mode,
+            node_split: None,
         });
     }
     // A node-local child must not share: shared children get the parent's few
@@ -69,6 +85,36 @@ pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, 
     let share = node_split.is_none();
     let parent =
         Comm::start_init(nccl, nranks, start.id, rank, thread.deadline, share).map_err(init_err)?;
+    Ok(CommsStarted {
+        parent,
+        mode,
+        node_split,
+    })
+}
+
+/// Waits (bounded) until the communicator [`begin`] started is ready, then splits the
+/// measuring communicators from it. An error that NCCL reports while connecting comes back in
+/// `ready`, so the caller can still abort the communicator.
+pub(super) fn finish(
+    thread: &GpuThread,
+    start: &Start,
+    opening: CommsStarted<'static>,
+) -> Result<Comms<'static>, RunError> {
+    let (dev, rank) = (thread.device, start.rank);
+    let init_err =
+        |e: NcclError| RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"));
+    let CommsStarted {
+        parent,
+        mode,
+        node_split,
+    } = opening;
+    if mode == CommMode::Blocking {
+        return Ok(Comms {
+            comm: parent,
+            node_comm: None,
+            ready: Ok(()),
+        });
+    }
     // A process gone mid-init (the team's watch fails the team) ends the wait at once.
     let ready = parent.wait_ready_unless(&|| start.team.is_failed());
     if mode != CommMode::Split || ready.is_err() {

@@ -145,15 +145,42 @@ impl GpuThread {
         out.info = crate::measure::cuda::gpu_info(dev).ok();
         out.phases.contexts_ms = ms(began.elapsed());
 
+        // One process has met itself by now (the rendezvous ends while the contexts start):
+        // then NCCL's init starts at once, as the floor program starts it right after the
+        // context, and connects on NCCL's own thread while this one allocates the buffers and
+        // probes the GPU. Processes that may share a GPU keep the order below (they probe in
+        // turns once they have met).
+        let (early, held) = match start.try_recv().ok() {
+            Some(s) if !self.opts.shared_gpus => (Some(s), None),
+            // The start is sent once: one taken here is held for the order below.
+            other => (None, other),
+        };
+        let opening = match &early {
+            Some(s) => match self.begin_early(&gpu, s, &mut out) {
+                Ok(o) => o,
+                Err(e) => {
+                    s.team.fail(e.message());
+                    out.error = Some(e);
+                    return out;
+                }
+            },
+            None => None,
+        };
+
         let t = Instant::now();
         self.set_status(format!("GPU {dev}: allocating buffers"));
         let bytes = self.opts.max_bytes.max(16);
         let buffers = match (Buffer::new(self.nccl, bytes), Buffer::new(self.nccl, bytes)) {
             (Ok(s), Ok(r)) => (s, r),
             (Err(e), _) | (_, Err(e)) => {
-                out.error = Some(RunError::Runtime(format!(
-                    "GPU {dev}: allocating 2 x {bytes} bytes: {e}"
-                )));
+                let e = RunError::Runtime(format!("GPU {dev}: allocating 2 x {bytes} bytes: {e}"));
+                if let Some(s) = early.as_ref().or(held.as_ref()) {
+                    s.team.fail(e.message());
+                }
+                if let Some((o, _)) = opening {
+                    o.abort();
+                }
+                out.error = Some(e);
                 return out;
             }
         };
@@ -164,17 +191,23 @@ impl GpuThread {
             self.probe(&gpu, &mut out);
         }
 
-        self.set_status(format!(
-            "GPU {dev}: waiting for the other processes (rendezvous)"
-        ));
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        let Ok(start) = start.recv_timeout(left) else {
-            // The main thread reports why (rendezvous failed or timed out).
-            out.error = Some(RunError::Stopped(format!("GPU {dev}: no start")));
-            return out;
+        let start = match early.or(held) {
+            Some(s) => s,
+            None => {
+                self.set_status(format!(
+                    "GPU {dev}: waiting for the other processes (rendezvous)"
+                ));
+                let left = self.deadline.saturating_duration_since(Instant::now());
+                let Ok(s) = start.recv_timeout(left) else {
+                    // The main thread reports why (rendezvous failed or timed out).
+                    out.error = Some(RunError::Stopped(format!("GPU {dev}: no start")));
+                    return out;
+                };
+                s
+            }
         };
         out.rank = Some(start.rank);
-        let result = self.measure_all(&gpu, &buffers, &start, &mut out);
+        let result = self.measure_all(&gpu, &buffers, &start, opening, &mut out);
         if let Err(e) = result {
             start.team.fail(e.message());
             out.error = Some(e);
@@ -182,35 +215,71 @@ impl GpuThread {
         out
     }
 
-    /// The communicators, then the plan; on failure the others are told and the communicator
-    /// is aborted (bounded).
+    /// With the start already here: the sharing check, then NCCL's init started (none with one
+    /// rank), with the instant it started.
+    fn begin_early(
+        &self,
+        gpu: &Gpu,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<Option<(comms::CommsStarted<'static>, Instant)>, RunError> {
+        out.rank = Some(start.rank);
+        if start.nranks < 2 {
+            return Ok(None);
+        }
+        self.check_sharing(gpu, start, out)?;
+        self.begin_comms(start).map(Some)
+    }
+
+    /// Starts NCCL's init of this rank's communicator.
+    fn begin_comms(
+        &self,
+        start: &Start,
+    ) -> Result<(comms::CommsStarted<'static>, Instant), RunError> {
+        self.set_status(format!(
+            "GPU {}: NCCL init (rank {} of {})",
+            self.device, start.rank, start.nranks
+        ));
+        let t = Instant::now();
+        comms::begin(self, start).map(|o| (o, t))
+    }
+
+    /// The communicators (their init already started by `opening`, else started here), then
+    /// the plan; on failure the others are told and the communicator is aborted (bounded).
     fn measure_all(
         &self,
         gpu: &Gpu,
         buffers: &(Buffer, Buffer),
         start: &Start,
+        opening: Option<(comms::CommsStarted<'static>, Instant)>,
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let (rank, nranks) = (start.rank, start.nranks);
-        if nranks > 1 {
-            self.check_sharing(gpu, start, out)?;
-        } else if self.opts.shared_gpus {
-            self.probe(gpu, out);
-        }
-        if nranks == 1 {
-            // No collective with one rank (its busbw is 0 by definition): the probe is the check.
-            crate::render::output::phase(
-                start,
-                "1 GPU: no collective; the local probe is the check",
-            );
-            return Ok(());
-        }
-        let t = Instant::now();
+        let (opening, t) = match opening {
+            Some(o) => o,
+            None => {
+                if nranks > 1 {
+                    self.check_sharing(gpu, start, out)?;
+                } else if self.opts.shared_gpus {
+                    self.probe(gpu, out);
+                }
+                if nranks == 1 {
+                    // No collective with one rank (its busbw is 0 by definition): the probe
+                    // is the check.
+                    crate::render::output::phase(
+                        start,
+                        "1 GPU: no collective; the local probe is the check",
+                    );
+                    return Ok(());
+                }
+                self.begin_comms(start)?
+            }
+        };
         self.set_status(format!(
             "GPU {}: NCCL init (rank {rank} of {nranks})",
             self.device
         ));
-        let comms = comms::open(self, start)?;
+        let comms = comms::finish(self, start, opening)?;
         out.phases.nccl_init_ms = ms(t.elapsed());
         out.phases.comms_ready_at_ms = ms(self.since_start());
         let m = Measurer {
