@@ -31,6 +31,10 @@ pub struct Options {
     pub partition: Option<String>,
     /// `NCCL_CHECK_COMM_MODE` (how the node's GPU-pair communicators are made; for tests).
     pub comm_mode: Option<String>,
+    /// `NCCL_CHECK_SETUP` (for time-to-verdict comparisons on one binary): setup steps run as
+    /// before issue 35, comma-separated: `probe-first` (the buffers and the local probe before
+    /// NCCL's init starts), `pairs-by-round` (each round's warm-up connects its GPU pairs).
+    pub setup: Option<String>,
     /// The steps to run: the plan's, or one per command-line collective.
     pub steps: Vec<Step>,
     pub plan: String,
@@ -210,6 +214,7 @@ fn validate(raw: RawArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Option
             .find_map(|k| env(k).filter(|h| !h.is_empty())),
         partition: env("SLURM_JOB_PARTITION"),
         comm_mode: env("NCCL_CHECK_COMM_MODE"),
+        setup: env("NCCL_CHECK_SETUP"),
         steps,
         plan: raw.plan,
         config,

@@ -105,6 +105,11 @@ impl GpuThread {
         out.phases.probe_ms = ms(t.elapsed());
     }
 
+    /// Whether `NCCL_CHECK_SETUP` asks for this setup step as it ran before issue 35.
+    fn old_setup(&self, step: &str) -> bool {
+        setup_asks(self.opts.setup.as_deref(), step)
+    }
+
     /// Time since the process started (its deadline less `--timeout`).
     fn since_start(&self) -> std::time::Duration {
         self.deadline
@@ -151,7 +156,7 @@ impl GpuThread {
         // probes the GPU. Processes that may share a GPU keep the order below (they probe in
         // turns once they have met).
         let (early, held) = match start.try_recv().ok() {
-            Some(s) if !self.opts.shared_gpus => (Some(s), None),
+            Some(s) if !self.opts.shared_gpus && !self.old_setup("probe-first") => (Some(s), None),
             // The start is sent once: one taken here is held for the order below.
             other => (None, other),
         };
@@ -394,6 +399,28 @@ impl GpuThread {
     }
 }
 
+/// Whether the `NCCL_CHECK_SETUP` value (comma-separated steps) names `step`.
+fn setup_asks(value: Option<&str>, step: &str) -> bool {
+    value.is_some_and(|v| v.split(',').any(|s| s.trim() == step))
+}
+
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::setup_asks;
+
+    #[test]
+    fn the_old_setup_steps_are_named_one_by_one() {
+        assert!(setup_asks(Some("probe-first"), "probe-first"));
+        assert!(setup_asks(
+            Some("pairs-by-round, probe-first"),
+            "probe-first"
+        ));
+        assert!(!setup_asks(Some("probe-first"), "pairs-by-round"));
+        assert!(!setup_asks(Some("probe-firstx"), "probe-first"));
+        assert!(!setup_asks(None, "probe-first"));
+    }
 }

@@ -307,7 +307,7 @@ impl Measurer<'_> {
     ) -> Result<(), RunError> {
         let me = self.rank as usize;
         let partners = connect_first(rounds, me, self.opts().max_bytes.max(16));
-        if partners.is_empty() {
+        if partners.is_empty() || self.thread.old_setup("pairs-by-round") {
             return Ok(());
         }
         let (comm, peer_of) = self.pair_comm(true, start);
