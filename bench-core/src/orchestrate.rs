@@ -58,7 +58,6 @@ pub fn run(
             Some(&nvml.facts),
         )));
     }
-    report.facts = Some(gather_facts::gather_inventory(opts, &report.host, visible));
     if !opts.quiet && opts.rank == 0 {
         println!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
@@ -89,6 +88,8 @@ pub fn run(
             .map_err(|e| RunError::Runtime(format!("cannot start a thread: {e}")))?;
         handles.push(h);
     }
+    // The inventory (sysfs and Slurm's config files) while the contexts start, not before.
+    report.facts = Some(gather_facts::gather_inventory(opts, &report.host, visible));
     // NVML's facts decide which floors apply (the interconnect), so the measuring threads and
     // the verdict hold results to the same floors: wait for them (bounded, `NVML_BUDGET` from
     // the start; NVML usually answered while CUDA started).
