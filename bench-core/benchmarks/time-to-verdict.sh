@@ -14,12 +14,16 @@
 #
 #   time-to-verdict.sh --lib LIBNCCL --ours NAME=BIN [--ours NAME=BIN ...] [--with NAME=VAR=VALUE ...]
 #       [--nccl-tests DIR | --nccl-tests-src DIR] [--floor-src floor_par.cu] [--rounds 6] [--out DIR]
+#       [--budget SECONDS]
+# --budget: no round starts that would end past SECONDS from the script's start (by the last
+# round's length); the summary is written from the rounds done.
 # --with adds an environment variable to one --ours build's runs (e.g. --ours blocking=BIN
 # --with blocking=NCCL_CHECK_COMM_MODE=blocking). --nccl-tests-src builds all_reduce_perf only
 # (sm_90 and up: H100/H200/B200) against LIBNCCL's headers. nvcc: PATH, else /usr/local/cuda.
 # NVLS and multicast stay off (NCCL_NVLS_ENABLE=0 ...), as on every GPU run of this project.
 set -u
-lib='' floor_src=$(dirname "$0")/floor_par.cu nt='' nt_src='' rounds=6 out=${OUT:-/tmp/time-to-verdict}
+began=$(date +%s)
+lib='' floor_src=$(dirname "$0")/floor_par.cu nt='' nt_src='' rounds=6 budget=0 out=${OUT:-/tmp/time-to-verdict}
 names=()
 declare -A bin=() envs=()
 while [ $# -gt 0 ]; do
@@ -29,6 +33,7 @@ while [ $# -gt 0 ]; do
     --nccl-tests) nt=$2; shift 2 ;;
     --nccl-tests-src) nt_src=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --ours) names+=("${2%%=*}"); bin[${2%%=*}]=${2#*=}; shift 2 ;;
     --with) envs[${2%%=*}]+="${2#*=} "; shift 2 ;;
@@ -56,7 +61,7 @@ fi
 floor=
 if [ -n "$floor_src" ]; then
   floor=$out/build/floor_par
-  if ! timeout 300 "$nvcc" -O2 -std=c++17 -o "$floor" "$floor_src" -I"$home/include" -L"$home/lib" -lnccl \
+  if ! timeout 120 "$nvcc" -O2 -std=c++17 -o "$floor" "$floor_src" -I"$home/include" -L"$home/lib" -lnccl \
       -lpthread -Xlinker -rpath -Xlinker "$libdir" >"$out/build/floor.log" 2>&1; then
     echo "time-to-verdict.sh: floor_par did not build:"; tail -5 "$out/build/floor.log"; floor=
   fi
@@ -64,7 +69,7 @@ fi
 if [ -n "$nt_src" ]; then
   cp -r "$nt_src" "$out/build/nccl-tests-src"
   nt=$out/build/nccl-tests
-  if ! timeout 400 make -C "$out/build/nccl-tests-src/src" -j"$(nproc)" MPI=0 NCCL_HOME="$home" \
+  if ! timeout 240 make -C "$out/build/nccl-tests-src/src" -j"$(nproc)" MPI=0 NCCL_HOME="$home" \
       CUDA_HOME="$cuda_home" BUILDDIR="$nt" NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" \
       "$nt/all_reduce_perf" >"$out/build/nccl-tests.log" 2>&1; then
     echo "time-to-verdict.sh: all_reduce_perf did not build:"; tail -5 "$out/build/nccl-tests.log"; nt=
@@ -92,7 +97,13 @@ run() { # tool round outfile cmd...
   printf 'round %s %-24s %6s ms rc=%s\n' "$round" "$tool" "$(( (t1 - t0) / 1000000 ))" "$rc"
 }
 : >"$out/walls.tsv"
+last=0
 for round in $(seq 0 "$rounds"); do
+  t_round=$(date +%s)
+  if [ "$budget" -gt 0 ] && [ $(( t_round - began + last )) -gt "$budget" ]; then
+    echo "budget: round $round would end past ${budget} s; stopping after $((round - 1)) timed rounds"
+    break
+  fi
   r=$out/raw/r$round
   [ -n "$floor" ] && run floor_par "$round" "$r-floor.txt" env LD_LIBRARY_PATH="$libdir" "$floor" 256 10 1
   for n in "${names[@]}"; do
@@ -105,6 +116,7 @@ for round in $(seq 0 "$rounds"); do
   done
   [ -n "$nt" ] && run nccl-tests:all_reduce "$round" "$r-nccl-tests.txt" env LD_LIBRARY_PATH="$libdir" \
     "$nt/all_reduce_perf" -b 256M -e 256M -g "$ngpus" -w 2 -n 5
+  last=$(( $(date +%s) - t_round ))
 done
 
 python3 - "$out" <<'EOF'
