@@ -155,11 +155,8 @@ impl GpuThread {
         // context, and connects on NCCL's own thread while this one allocates the buffers and
         // probes the GPU. Processes that may share a GPU keep the order below (they probe in
         // turns once they have met).
-        let (early, held) = match start.try_recv().ok() {
-            Some(s) if !self.opts.shared_gpus && !self.old_setup("probe-first") => (Some(s), None),
-            // The start is sent once: one taken here is held for the order below.
-            other => (None, other),
-        };
+        let early_ok = !self.opts.shared_gpus && !self.old_setup("probe-first");
+        let (early, held) = early_or_held(start.try_recv().ok(), early_ok);
         let opening = match &early {
             Some(s) => match self.begin_early(&gpu, s, &mut out) {
                 Ok(o) => o,
@@ -399,6 +396,16 @@ impl GpuThread {
     }
 }
 
+/// A start already received goes to the early path when it may (`early_ok`), else it is held
+/// for the order after the probe: the main thread sends it once, so one taken from the channel
+/// must never be dropped (the thread would then wait for it until the deadline).
+fn early_or_held<T>(got: Option<T>, early_ok: bool) -> (Option<T>, Option<T>) {
+    match got {
+        Some(s) if early_ok => (Some(s), None),
+        other => (None, other),
+    }
+}
+
 /// Whether the `NCCL_CHECK_SETUP` value (comma-separated steps) names `step`.
 fn setup_asks(value: Option<&str>, step: &str) -> bool {
     value.is_some_and(|v| v.split(',').any(|s| s.trim() == step))
@@ -410,7 +417,16 @@ fn ms(d: std::time::Duration) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::setup_asks;
+    use super::{early_or_held, setup_asks};
+
+    #[test]
+    fn a_start_taken_early_is_never_dropped() {
+        assert_eq!(early_or_held(Some(7), true), (Some(7), None));
+        // --shared-gpus or probe-first: the same start, held for after the probe.
+        assert_eq!(early_or_held(Some(7), false), (None, Some(7)));
+        assert_eq!(early_or_held(None::<u8>, true), (None, None));
+        assert_eq!(early_or_held(None::<u8>, false), (None, None));
+    }
 
     #[test]
     fn the_old_setup_steps_are_named_one_by_one() {
