@@ -296,8 +296,10 @@ impl Measurer<'_> {
     }
 
     /// Connects this rank with every GPU it meets in `rounds`, all at once, before the rounds:
-    /// otherwise each round's warm-up connects its pairs in turn (the connections are set up
-    /// at the first operation with a peer), one round after the other. Every rank of a node
+    /// otherwise each round's warm-up connects its pairs in turn, one round after the other.
+    /// NCCL connects every point-to-point channel of a peer at the first operation with it,
+    /// whatever its size (NCCL 2.28.9 `src/enqueue.cc`, "Mark channels that need
+    /// pre-connect"), and all the peers of one group in one setup. Every rank of a node
     /// has the same partners' count, so all of a node's ranks take part or none.
     fn connect_gpu_pairs(
         &self,
