@@ -19,7 +19,8 @@ pub struct Phases {
     pub cuda_init_ms: f64,
     /// dlopen of libnccl, overlapped with cuda_init.
     pub nccl_load_ms: f64,
-    /// Primary context, stream and kernel load per GPU, in parallel.
+    /// Primary context and stream per GPU, in parallel (the check kernels load after it, beside
+    /// NCCL's init when the processes have met by then).
     pub contexts_ms: f64,
     /// Meeting the other processes (0 for one process), overlapped with contexts.
     pub rendezvous_ms: f64,

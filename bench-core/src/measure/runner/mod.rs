@@ -169,6 +169,13 @@ impl GpuThread {
             None => None,
         };
 
+        // The check kernels' PTX is compiled by the driver (or taken from its cache) while NCCL
+        // connects, on the early path.
+        self.set_status(format!("GPU {dev}: loading the check kernels"));
+        if let Err(e) = gpu.load_kernels() {
+            let e = RunError::Runtime(format!("GPU {dev}: loading the check kernels: {e}"));
+            return self.give_up(e, early.as_ref().or(held.as_ref()), opening, out);
+        }
         let t = Instant::now();
         self.set_status(format!("GPU {dev}: allocating buffers"));
         let bytes = self.opts.max_bytes.max(16);
@@ -176,14 +183,7 @@ impl GpuThread {
             (Ok(s), Ok(r)) => (s, r),
             (Err(e), _) | (_, Err(e)) => {
                 let e = RunError::Runtime(format!("GPU {dev}: allocating 2 x {bytes} bytes: {e}"));
-                if let Some(s) = early.as_ref().or(held.as_ref()) {
-                    s.team.fail(e.message());
-                }
-                if let Some((o, _)) = opening {
-                    o.abort();
-                }
-                out.error = Some(e);
-                return out;
+                return self.give_up(e, early.as_ref().or(held.as_ref()), opening, out);
             }
         };
         out.phases.allocation_ms = ms(t.elapsed());
@@ -214,6 +214,25 @@ impl GpuThread {
             start.team.fail(e.message());
             out.error = Some(e);
         }
+        out
+    }
+
+    /// Ends the thread with `e` before measuring: the others are told (when the processes have
+    /// met) and a communicator already started is aborted (bounded).
+    fn give_up(
+        &self,
+        e: RunError,
+        start: Option<&Start>,
+        opening: Option<(comms::CommsStarted<'static>, Instant)>,
+        mut out: GpuOutcome,
+    ) -> GpuOutcome {
+        if let Some(s) = start {
+            s.team.fail(e.message());
+        }
+        if let Some((o, _)) = opening {
+            o.abort();
+        }
+        out.error = Some(e);
         out
     }
 
