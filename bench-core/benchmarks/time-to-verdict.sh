@@ -21,6 +21,13 @@
 # --with blocking=NCCL_CHECK_COMM_MODE=blocking). --nccl-tests-src builds all_reduce_perf only
 # (sm_90 and up: H100/H200/B200) against LIBNCCL's headers. nvcc: PATH, else /usr/local/cuda.
 # NVLS and multicast stay off (NCCL_NVLS_ENABLE=0 ...), as on every GPU run of this project.
+# One binary, each setup change against the order before issue 35 (NCCL_CHECK_SETUP, diagnosis),
+# and the split communicator against a blocking init (NCCL_CHECK_COMM_MODE), ~4 min on 4 GPUs:
+#   B=target/gpu-carry/nccl-check; time-to-verdict.sh --lib LIBNCCL --out $OUT/ttv --budget 520 \
+#     --nccl-tests-src NCCL_TESTS_2.19.6_SRC --ours speed=$B \
+#     --ours old=$B --with old=NCCL_CHECK_SETUP=probe-first,pairs-by-round \
+#     --ours probe-first=$B --with probe-first=NCCL_CHECK_SETUP=probe-first \
+#     --ours blocking=$B --with blocking=NCCL_CHECK_COMM_MODE=blocking
 set -u
 began=$(date +%s)
 lib='' floor_src=$(dirname "$0")/floor_par.cu nt='' nt_src='' rounds=6 budget=0 out=${OUT:-/tmp/time-to-verdict}
