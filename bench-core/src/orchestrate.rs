@@ -59,7 +59,6 @@ pub fn run(
             Some(&nvml.facts),
         )));
     }
-    report.facts = Some(gather_facts::gather_inventory(opts, &report.host, visible));
     if !opts.quiet && opts.rank == 0 {
         println!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
@@ -90,6 +89,8 @@ pub fn run(
             .map_err(|e| RunError::Runtime(format!("cannot start a thread: {e}")))?;
         handles.push(h);
     }
+    // The inventory (sysfs and Slurm's config files) while the contexts start, not before.
+    report.facts = Some(gather_facts::gather_inventory(opts, &report.host, visible));
     // NVML's facts decide which floors apply (the interconnect), so the measuring threads and
     // the verdict hold results to the same floors: wait for them (bounded, `NVML_BUDGET` from
     // the start; NVML usually answered while CUDA started).
@@ -436,6 +437,9 @@ fn gather(handles: Vec<JoinHandle<GpuOutcome>>, report: &mut Report) -> Result<(
         p.contexts_ms = p.contexts_ms.max(out.phases.contexts_ms);
         p.nccl_init_ms = p.nccl_init_ms.max(out.phases.nccl_init_ms);
         p.allocation_ms = p.allocation_ms.max(out.phases.allocation_ms);
+        p.probe_ms = p.probe_ms.max(out.phases.probe_ms);
+        p.comms_ready_at_ms = p.comms_ready_at_ms.max(out.phases.comms_ready_at_ms);
+        p.pairs_ms = p.pairs_ms.max(out.phases.pairs_ms);
         if !out.rows.is_empty() {
             p.warmup_ms = out.phases.warmup_ms;
             p.timed_loop_ms = out.phases.timed_loop_ms;

@@ -34,6 +34,9 @@ if [ "$ngpus" -ge 2 ]; then
   check "--progress: 'running N s of 60 s budget: ...' lines while a 10 s check runs" "0 yes" \
     "$r $(grep -q '^nccl-check: running [0-9]* s of 60 s budget: ' "$out/progress.txt" && echo yes)" \
     "$(grep -c '^nccl-check: running' "$out/progress.txt") lines"
+  check "--progress: one 'phase at T s: ...' line as NCCL init and the timed loop begin" "yes yes" \
+    "$(grep -q '^nccl-check: phase at [0-9.]* s: NCCL init' "$out/progress.txt" && echo yes) $(grep -q '^nccl-check: phase at [0-9.]* s: all_reduce 1 GiB out-of-place' "$out/progress.txt" && echo yes)" \
+    "$(grep -c '^nccl-check: phase at' "$out/progress.txt") phase lines"
 fi
 
 # Node facts: NVML per GPU in the report, the inventory, the 1-GPU check, the sweep.

@@ -27,7 +27,7 @@ pub struct Constant {
     pub source: &'static str,
 }
 
-pub const CONSTANTS: [Constant; 12] = [
+pub const CONSTANTS: [Constant; 15] = [
     Constant {
         name: "local_collective_s",
         value: 0.087,
@@ -41,6 +41,27 @@ pub const CONSTANTS: [Constant; 12] = [
         unit: "s",
         estimate: false,
         source: "quick plan 2268 ms - all_reduce alone 2101 ms = 167 ms for the 3 rounds of the 4-GPU pair matrix (medians in /usr/share/nccl-check/results/2026-11-21-h200x4-session4/time-to-verdict.txt)",
+    },
+    Constant {
+        name: "start_up_s",
+        value: 0.96,
+        unit: "s",
+        estimate: false,
+        source: "before NCCL init: the CUDA driver's start (cuda_init, median 526 ms) and every GPU's context at once (contexts, median 434 ms), 4x H200, the report's phases: /usr/share/nccl-check/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
+    },
+    Constant {
+        name: "exit_s",
+        value: 0.40,
+        unit: "s",
+        estimate: false,
+        source: "process start to exit less the report's total_ms (loading the program, writing the report, the driver releasing the GPUs at exit): median 397 ms over 5 all_reduce checks, 4x H200: /usr/share/nccl-check/results/2026-11-21-h200x4-session4/time-to-verdict.txt",
+    },
+    Constant {
+        name: "cached_s",
+        value: 0.004,
+        unit: "s",
+        estimate: false,
+        source: "the prolog when the same GPUs passed within cache_seconds (no worker runs): 4 ms on a 4x H200 node: /usr/share/nccl-check/results/2026-11-21-h200x4-session4/README.md",
     },
     Constant {
         name: "nccl_init_base_s",
@@ -151,6 +172,16 @@ pub struct PlanModel {
     pub workload: Workload,
     pub nccl_init_seconds: f64,
     pub nccl_init_is_estimate: bool,
+    /// Process start to NCCL init: the driver's start and the GPUs' contexts.
+    pub start_up_seconds: f64,
+    /// The report written to the process gone (the driver releasing the GPUs).
+    pub exit_seconds: f64,
+    /// What a job waits for the verdict, process start to exit: start-up + NCCL init + the
+    /// check after NCCL init + exit; healthy, and worst case.
+    pub total_wait_seconds_healthy: f64,
+    pub total_wait_seconds: f64,
+    /// What a job waits when the prolog's cache answers (no worker runs).
+    pub cached_wait_seconds: f64,
     pub phases: Vec<PhaseModel>,
     pub full_matrix_rounds: usize,
     pub full_matrix_seconds: f64,
@@ -265,6 +296,8 @@ pub fn plan_model(
             ),
         });
     }
+    let nccl_init_seconds = c("nccl_init_base_s") + (n * g) as f64 * c("nccl_init_per_rank_s");
+    let around = c("start_up_s") + nccl_init_seconds + c("exit_s");
     Ok(PlanModel {
         nodes: n,
         gpus_per_node: g,
@@ -280,8 +313,13 @@ pub fn plan_model(
         modeled_seconds_healthy: healthy,
         healthy_rounds,
         workload: w.clone(),
-        nccl_init_seconds: c("nccl_init_base_s") + (n * g) as f64 * c("nccl_init_per_rank_s"),
+        nccl_init_seconds,
         nccl_init_is_estimate: true,
+        start_up_seconds: c("start_up_s"),
+        exit_seconds: c("exit_s"),
+        total_wait_seconds_healthy: around + healthy,
+        total_wait_seconds: around + worst,
+        cached_wait_seconds: c("cached_s"),
         phases,
         full_matrix_rounds: crate::measure::pairs::round_count(n),
         full_matrix_seconds,
@@ -399,6 +437,24 @@ fn judged(w: &Workload, last: &super::site::AllocationRun) -> String {
     )
 }
 
+/// The lines that open `--explain-plan`: the wait a job sees, process start to verdict, and with
+/// the prolog's cache.
+fn total_wait(m: &PlanModel) -> String {
+    format!(
+        "A job waits {:.2} s for the verdict when healthy ({:.2} s worst case): start-up {:.2} s + \
+         NCCL init {:.2} s + the check {:.2} s ({:.2} s worst) + exit {:.2} s.\n\
+         With the prolog's cache (the same GPUs passed within cache_seconds): {:.3} s.\n\n",
+        m.total_wait_seconds_healthy,
+        m.total_wait_seconds,
+        m.start_up_seconds,
+        m.nccl_init_seconds,
+        m.modeled_seconds_healthy,
+        m.modeled_seconds,
+        m.exit_seconds,
+        m.cached_wait_seconds
+    )
+}
+
 /// The plan for `nodes` x `gpus_per_node` under `w`, as text or as one JSON object.
 pub fn explain_plan(
     nodes: usize,
@@ -418,6 +474,11 @@ pub fn explain_plan(
         m.gpus_per_node,
         m.nodes * m.gpus_per_node
     );
+    s += &total_wait(&m);
+    s += &format!(
+        "  start-up                 {:>7.2} s  (the CUDA driver and every GPU's context)\n",
+        m.start_up_seconds
+    );
     s += &format!(
         "  NCCL init                {:>7.2} s  (estimate: {} ranks)\n",
         m.nccl_init_seconds,
@@ -429,6 +490,10 @@ pub fn explain_plan(
             p.name, p.seconds, p.rounds, p.what
         );
     }
+    s += &format!(
+        "  exit                     {:>7.2} s  (the report written, the GPUs released)\n",
+        m.exit_seconds
+    );
     let healthy_path = if m.nodes < 2 {
         "one node: phase A is the whole check".to_string()
     } else if m.healthy_rounds == 0 {
@@ -537,6 +602,59 @@ mod tests {
         let decide = 4096.0 * 2e-6;
         let want = data + barrier + 0.04 + decide + records;
         assert!((round - want).abs() < 1e-9, "{round} vs {want}");
+    }
+
+    /// Issue 35: the wait a job sees is said, and it is the model's parts added up.
+    #[test]
+    fn the_total_wait_is_start_up_nccl_init_the_check_and_exit() {
+        for (n, g) in [(1, 4), (2, 8), (512, 8), (4096, 8)] {
+            let m = plan_model(n, g, &defaults(n)).unwrap();
+            let around = m.start_up_seconds + m.nccl_init_seconds + m.exit_seconds;
+            assert!(
+                (m.total_wait_seconds_healthy - around - m.modeled_seconds_healthy).abs() < 1e-9
+            );
+            assert!((m.total_wait_seconds - around - m.modeled_seconds).abs() < 1e-9);
+            assert!(
+                m.total_wait_seconds >= m.total_wait_seconds_healthy,
+                "{n}x{g}"
+            );
+            assert!(
+                m.cached_wait_seconds < 0.05,
+                "the cache answers in milliseconds"
+            );
+        }
+        let m = plan_model(512, 8, &defaults(512)).unwrap();
+        let text = explain_plan(512, 8, false, &defaults(512)).expect("explained");
+        let want = format!(
+            "A job waits {:.2} s for the verdict when healthy ({:.2} s worst case): start-up 0.96 s + NCCL init {:.2} s",
+            m.total_wait_seconds_healthy, m.total_wait_seconds, m.nccl_init_seconds
+        );
+        assert!(text.contains(&want), "{text}");
+        assert!(
+            text.contains(
+                "With the prolog's cache (the same GPUs passed within cache_seconds): 0.004 s."
+            ),
+            "{text}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&explain_plan(512, 8, true, &defaults(512)).unwrap()).unwrap();
+        let json_total = v["total_wait_seconds_healthy"]
+            .as_f64()
+            .expect("in the JSON");
+        assert!((json_total - m.total_wait_seconds_healthy).abs() < 1e-9);
+    }
+
+    /// The model of one node of 4 GPUs against the measured quick plan it was built from:
+    /// process start to exit, median 2268 ms on 4x H200 (session 4's time-to-verdict.txt).
+    #[test]
+    fn one_node_of_four_models_the_measured_quick_plan_within_five_percent() {
+        let m = plan_model(1, 4, &defaults(1)).unwrap();
+        let ratio = m.total_wait_seconds_healthy / 2.268;
+        assert!(
+            (0.95..=1.05).contains(&ratio),
+            "{} s modeled",
+            m.total_wait_seconds_healthy
+        );
     }
 
     #[test]

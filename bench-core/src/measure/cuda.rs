@@ -111,10 +111,17 @@ pub fn gpu_info(ordinal: usize) -> Result<GpuInfo, DriverError> {
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
-    fill: CudaFunction,
-    verify: CudaFunction,
+    /// Loaded by [`Gpu::load_kernels`] (the driver compiles their PTX: that can overlap NCCL's
+    /// init), else at their first use.
+    kernels: std::cell::OnceCell<Kernels>,
     counter: u64,
     blocks: u32,
+}
+
+/// The fill and verify kernels of one context.
+struct Kernels {
+    fill: CudaFunction,
+    verify: CudaFunction,
 }
 
 /// A stream wait that ended without completion.
@@ -125,28 +132,44 @@ pub enum StreamWait {
 }
 
 impl Gpu {
-    /// Retains the primary context (the one NCCL uses), makes a non-blocking stream and loads
-    /// the kernels.
+    /// Retains the primary context (the one NCCL uses) and makes a non-blocking stream; the
+    /// kernels come with [`Gpu::load_kernels`].
     pub fn open(ordinal: usize) -> Result<Gpu, DriverError> {
         let ctx = CudaContext::new(ordinal)?;
         // Raw device pointers are used throughout; cudarc's per-access event tracking would only
         // add API calls to the timed loop.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
-        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_src(CHECK_PTX))?;
-        let fill = module.load_function("nccl_check_fill")?;
-        let verify = module.load_function("nccl_check_verify")?;
         let counter = unsafe { cudarc::driver::result::malloc_sync(8) }?;
         let sms =
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         Ok(Gpu {
             ctx,
             stream,
-            fill,
-            verify,
+            kernels: std::cell::OnceCell::new(),
             counter,
             blocks: (sms.max(1) as u32) * 4,
         })
+    }
+
+    /// Loads the check kernels (the driver compiles their PTX for this GPU, or takes them from
+    /// its cache); once.
+    pub fn load_kernels(&self) -> Result<(), DriverError> {
+        self.kernels().map(|_| ())
+    }
+
+    fn kernels(&self) -> Result<&Kernels, DriverError> {
+        if let Some(k) = self.kernels.get() {
+            return Ok(k);
+        }
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(CHECK_PTX))?;
+        let loaded = Kernels {
+            fill: module.load_function("nccl_check_fill")?,
+            verify: module.load_function("nccl_check_verify")?,
+        };
+        Ok(self.kernels.get_or_init(|| loaded))
     }
 
     pub fn raw_stream(&self) -> *mut std::ffi::c_void {
@@ -179,7 +202,7 @@ impl Gpu {
         if count == 0 {
             return Ok(());
         }
-        let mut b = self.stream.launch_builder(&self.fill);
+        let mut b = self.stream.launch_builder(&self.kernels()?.fill);
         b.arg(&buf)
             .arg(&count)
             .arg(&dtype)
@@ -238,7 +261,7 @@ impl Gpu {
             return Ok(());
         }
         let counter = self.counter;
-        let mut b = self.stream.launch_builder(&self.verify);
+        let mut b = self.stream.launch_builder(&self.kernels()?.verify);
         b.arg(&buf)
             .arg(&count)
             .arg(&dtype)

@@ -1,7 +1,9 @@
-//! `--progress`: while a check runs, rank 0 writes one line every few seconds to stderr saying what
-//! the check waits for (the GPU threads' status), how long it has run and its budget, so a user
-//! never stares at a silent terminal. The interval and the writer are parameters, so the ticker
-//! is tested as it runs in the worker.
+//! `--progress`: while a check runs, rank 0 writes to stderr one line as each phase begins (what
+//! the first GPU's thread, or the process before the threads, does now, and since when), and one
+//! line every few seconds saying what the check waits for (the GPU threads' status), how long it
+//! has run and its budget, so a user never stares at a silent terminal and a slow check says
+//! which phase it is slow in. The interval and the writer are parameters, so the ticker is tested
+//! as it runs in the worker.
 
 use std::io::Write;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -41,14 +43,33 @@ pub fn line(elapsed: Duration, budget: Duration, status: &[String]) -> String {
     )
 }
 
+/// How often the ticker looks for a new phase.
+const LOOK: Duration = Duration::from_millis(20);
+
+/// The phase a status entry names, without its GPU: `GPU 0 (rank 0): sendrecv with rank 1` is
+/// `sendrecv with rank 1`; an entry of the process itself is whole.
+pub fn phase_of(entry: &str) -> &str {
+    match entry.split_once(": ") {
+        Some((who, what)) if who.starts_with("GPU ") => what,
+        _ => entry,
+    }
+}
+
+/// The line that says a phase began `at` after the process started.
+pub fn phase_line(at: Duration, phase: &str) -> String {
+    let phase: String = phase.chars().take(MAX_CHARS).collect();
+    format!("nccl-check: phase at {:.1} s: {phase}", at.as_secs_f64())
+}
+
 /// The running ticker; dropping it stops the thread at its next tick (the worker never drops it:
 /// the process ends with `_exit`).
 pub struct Ticker {
     _stop: Sender<()>,
 }
 
-/// Starts the ticker thread: every `every`, [`line`] for the time since `t0`, written to `out`
-/// in one write (a line never interleaves with the verdict line printed by another thread).
+/// Starts the ticker thread: a [`phase_line`] whenever the first busy status entry names another
+/// phase, and every `every` a [`line`], for the time since `t0`, each written to `out` in one
+/// write (a line never interleaves with the verdict line printed by another thread).
 /// `None` when the thread cannot be started (the check runs without progress lines).
 pub fn start<W: Write + Send + 'static>(
     t0: Instant,
@@ -63,16 +84,33 @@ pub fn start<W: Write + Send + 'static>(
         // runs, so it never waits on the loader's lock during a stuck dlopen (running_thread.rs).
         let _ = stopped.recv_timeout(Duration::from_millis(1));
         ready.running();
+        let mut shown = String::new();
+        let mut next_tick = Instant::now() + every;
         loop {
-            match stopped.recv_timeout(every) {
+            let wait = next_tick
+                .saturating_duration_since(Instant::now())
+                .min(LOOK);
+            match stopped.recv_timeout(wait) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
             }
-            let text = {
+            let (phase, tick) = {
                 let s = status.lock().unwrap_or_else(|p| p.into_inner());
-                line(t0.elapsed(), budget, &s)
+                let first = s.iter().find(|e| !e.is_empty()).map(|e| phase_of(e));
+                let phase = first
+                    .filter(|p| *p != shown)
+                    .map(|p| (p.to_string(), phase_line(t0.elapsed(), p)));
+                let tick = (Instant::now() >= next_tick).then(|| line(t0.elapsed(), budget, &s));
+                (phase, tick)
             };
-            let _ = out.write_all(format!("{text}\n").as_bytes());
+            if let Some((p, text)) = phase {
+                shown = p;
+                let _ = out.write_all(format!("{text}\n").as_bytes());
+            }
+            if let Some(text) = tick {
+                next_tick = Instant::now() + every;
+                let _ = out.write_all(format!("{text}\n").as_bytes());
+            }
             let _ = out.flush();
         }
     })
@@ -170,7 +208,13 @@ mod tests {
             out.clone(),
         )
         .expect("thread");
-        let first = out.wait_for(|l| l.len() >= 2);
+        let ticks = |l: &[String]| -> Vec<String> {
+            l.iter()
+                .filter(|x| x.starts_with("nccl-check: running "))
+                .cloned()
+                .collect()
+        };
+        let first = ticks(&out.wait_for(|l| ticks(l).len() >= 2));
         assert!(first.len() >= 2, "{first:?}");
         assert_eq!(
             first[0],
@@ -192,7 +236,7 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_written_before_the_first_interval() {
+    fn before_the_first_interval_only_the_phase_is_written() {
         let out = Shared::default();
         let st = Arc::new(Mutex::new(status(&["x"])));
         let _t = start(
@@ -203,7 +247,94 @@ mod tests {
             out.clone(),
         )
         .expect("thread");
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(out.lines().is_empty(), "{:?}", out.lines());
+        let lines = out.wait_for(|l| !l.is_empty());
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(out.lines(), lines);
+        assert_eq!(lines, ["nccl-check: phase at 0.0 s: x"]);
+    }
+
+    #[test]
+    fn a_phase_is_the_status_without_its_gpu() {
+        assert_eq!(
+            phase_of("GPU 3 (rank 7): sendrecv with rank 6"),
+            "sendrecv with rank 6"
+        );
+        assert_eq!(
+            phase_of("GPU 0: NCCL init (rank 0 of 4)"),
+            "NCCL init (rank 0 of 4)"
+        );
+        assert_eq!(
+            phase_of("loading NCCL and the CUDA driver"),
+            "loading NCCL and the CUDA driver"
+        );
+        assert_eq!(
+            phase_of("rendezvous: 3 of 4 joined"),
+            "rendezvous: 3 of 4 joined"
+        );
+        assert_eq!(
+            phase_line(Duration::from_millis(1_234), "local probe"),
+            "nccl-check: phase at 1.2 s: local probe"
+        );
+    }
+
+    /// Issue 35: a slow check says which phase it is in, one line as each phase begins (the
+    /// first busy GPU's), never the same phase twice in a row, whatever the other GPUs do.
+    #[test]
+    fn each_phase_of_the_first_gpu_is_one_line_as_it_begins() {
+        let out = Shared::default();
+        let st = Arc::new(Mutex::new(status(&["loading NCCL and the CUDA driver"])));
+        let _t = start(
+            Instant::now(),
+            st.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(3600),
+            out.clone(),
+        )
+        .expect("thread");
+        let set = |v: &[&str], want: usize| {
+            *st.lock().expect("lock") = status(v);
+            out.wait_for(|l| l.len() >= want);
+            std::thread::sleep(Duration::from_millis(60));
+        };
+        out.wait_for(|l| !l.is_empty());
+        set(&["", ""], 1);
+        set(
+            &[
+                "GPU 0: creating its CUDA context",
+                "GPU 1: creating its CUDA context",
+            ],
+            2,
+        );
+        set(
+            &["GPU 0: creating its CUDA context", "GPU 1: local probe"],
+            2,
+        );
+        set(&["GPU 0: NCCL init (rank 0 of 2)", "GPU 1: local probe"], 3);
+        set(
+            &[
+                "GPU 0 (rank 0): all_reduce warm-up",
+                "GPU 1 (rank 1): all_reduce warm-up",
+            ],
+            4,
+        );
+        let phases: Vec<String> = out
+            .lines()
+            .iter()
+            .map(|l| {
+                l.split_once(" s: ")
+                    .map_or(l.clone(), |(_, p)| p.to_string())
+            })
+            .collect();
+        assert_eq!(
+            phases,
+            [
+                "loading NCCL and the CUDA driver",
+                "creating its CUDA context",
+                "NCCL init (rank 0 of 2)",
+                "all_reduce warm-up"
+            ],
+            "{:?}",
+            out.lines()
+        );
     }
 }

@@ -19,7 +19,8 @@ pub struct Phases {
     pub cuda_init_ms: f64,
     /// dlopen of libnccl, overlapped with cuda_init.
     pub nccl_load_ms: f64,
-    /// Primary context, stream and kernel load per GPU, in parallel.
+    /// Primary context and stream per GPU, in parallel (the check kernels load after it, beside
+    /// NCCL's init when the processes have met by then).
     pub contexts_ms: f64,
     /// Meeting the other processes (0 for one process), overlapped with contexts.
     pub rendezvous_ms: f64,
@@ -33,6 +34,14 @@ pub struct Phases {
     pub timed_loop_ms: f64,
     /// Filling, running and comparing the checked operation.
     pub verification_ms: f64,
+    /// The local probe (device-local copies), the slowest GPU.
+    pub probe_ms: f64,
+    /// The whole pair step (connections, warm-ups, barriers, timed rounds, sums), included in
+    /// `warmup_ms` and `timed_loop_ms` for its parts.
+    pub pairs_ms: f64,
+    /// Process start to the moment the last of this process's communicators was ready: the
+    /// setup a check pays before its first collective, for time-to-verdict comparisons.
+    pub comms_ready_at_ms: f64,
     /// Process start to the moment the report was written.
     pub total_ms: f64,
 }

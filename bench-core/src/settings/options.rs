@@ -39,6 +39,10 @@ pub struct Options {
     /// The environment the worker started with, for the stages that read Slurm's and CUDA's
     /// variables (the node's facts, the step's layout).
     pub env: Environment,
+    /// `NCCL_CHECK_SETUP` (for time-to-verdict comparisons on one binary): setup steps run in
+    /// the older order, comma-separated: `probe-first` (the buffers and the local probe before
+    /// NCCL's init starts), `pairs-by-round` (each round's warm-up connects its GPU pairs).
+    pub setup: Option<String>,
     /// The steps to run: the plan's, or one per command-line collective.
     pub steps: Vec<Step>,
     pub plan: String,
@@ -231,6 +235,7 @@ fn validate(raw: RawArgs, environment: &Environment) -> Result<Options, String> 
         cuda_visible_devices: env("CUDA_VISIBLE_DEVICES"),
         debug_timing: environment.get_os("NCCL_CHECK_DEBUG_TIMING").is_some(),
         env: environment.clone(),
+        setup: env("NCCL_CHECK_SETUP"),
         steps,
         plan: raw.plan,
         config,

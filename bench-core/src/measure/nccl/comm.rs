@@ -374,6 +374,27 @@ impl<'a> Comm<'a> {
         sent.and(received).and(ended)
     }
 
+    /// One byte each way with every peer of `peers` at once, in one group (the k-th peer's
+    /// byte at offset k of `send` and `recv`): NCCL connects a peer's point-to-point channels
+    /// at the first operation with it, so this connects every peer in one step.
+    pub fn connect_peers(
+        &self,
+        peers: &[u32],
+        send: u64,
+        recv: u64,
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
+        self.group_start()?;
+        let mut result = Ok(());
+        for (k, &peer) in peers.iter().enumerate() {
+            let off = k as u64;
+            result = result
+                .and(self.send(send + off, peer, 1, 0, stream))
+                .and(self.recv(recv + off, peer, 1, 0, stream));
+        }
+        result.and(self.group_end())
+    }
+
     fn send(
         &self,
         buf: u64,

@@ -35,10 +35,26 @@ pub(super) struct Comms<'a> {
     pub ready: Result<(), WaitError>,
 }
 
-/// Creates the communicators of `start.rank`. An error of the init calls themselves comes back
-/// at once; one that NCCL reports while connecting comes back in `ready`, so the caller can
-/// still abort the communicator.
-pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, RunError> {
+/// A communicator whose init has started: non-blocking, it connects on NCCL's own thread while
+/// this one does other work (buffers, the local probe); `blocking` mode: already ready.
+pub(super) struct CommsStarted<'a> {
+    parent: Comm<'a>,
+    mode: CommMode,
+    /// (color, key) of this rank's node communicator, on multi-node checks.
+    node_split: Option<(i32, i32)>,
+}
+
+impl CommsStarted<'_> {
+    /// Gives the communicator up (bounded): this thread failed before it was ready.
+    pub(super) fn abort(self) {
+        self.parent
+            .abort_within(std::time::Duration::from_millis(500));
+    }
+}
+
+/// Starts the init of `start.rank`'s communicator. An error of the init call itself comes back
+/// at once.
+pub(super) fn begin(thread: &GpuThread, start: &Start) -> Result<CommsStarted<'static>, RunError> {
     let (dev, rank, nranks) = (thread.device, start.rank, start.nranks);
     let init_err =
         |e: NcclError| RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"));
@@ -47,20 +63,21 @@ pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, 
     // With several nodes, GPU pairs are measured on a communicator of their own node: in a
     // multi-node communicator NCCL sizes point-to-point channels for the network, and an
     // NVLink pair measured there shows the network's share (34 GB/s instead of ~300 GB/s
-    // on H200 with sockets between the nodes, 2026-11-21).
+    // on H200 with sockets between the nodes, 2026-11-21). A plan without GPU pairs needs no
+    // such communicator (its split is a whole NCCL init of the node's ranks).
     let topology = &start.topology;
-    let node_split = (topology.node_count() > 1).then(|| {
+    let node_split = node_comm_wanted(topology.node_count(), &thread.opts.steps).then(|| {
         let r = rank as usize;
         let color = topology.node_index(r).unwrap_or(0);
         (color as i32, topology.local_index(r).unwrap_or(0) as i32)
     });
     if mode == CommMode::Blocking {
-        let comm =
+        let parent =
             Comm::init_blocking(nccl, nranks, start.id, rank, thread.deadline).map_err(init_err)?;
-        return Ok(Comms {
-            comm,
-            node_comm: None,
-            ready: Ok(()),
+        return Ok(CommsStarted {
+            parent,
+            mode,
+            node_split: None,
         });
     }
     // A node-local child must not share: shared children get the parent's few
@@ -69,6 +86,36 @@ pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, 
     let share = node_split.is_none();
     let parent =
         Comm::start_init(nccl, nranks, start.id, rank, thread.deadline, share).map_err(init_err)?;
+    Ok(CommsStarted {
+        parent,
+        mode,
+        node_split,
+    })
+}
+
+/// Waits (bounded) until the communicator [`begin`] started is ready, then splits the
+/// measuring communicators from it. An error that NCCL reports while connecting comes back in
+/// `ready`, so the caller can still abort the communicator.
+pub(super) fn finish(
+    thread: &GpuThread,
+    start: &Start,
+    opening: CommsStarted<'static>,
+) -> Result<Comms<'static>, RunError> {
+    let (dev, rank) = (thread.device, start.rank);
+    let init_err =
+        |e: NcclError| RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"));
+    let CommsStarted {
+        parent,
+        mode,
+        node_split,
+    } = opening;
+    if mode == CommMode::Blocking {
+        return Ok(Comms {
+            comm: parent,
+            node_comm: None,
+            ready: Ok(()),
+        });
+    }
     // A process gone mid-init (the team's watch fails the team) ends the wait at once.
     let ready = parent.wait_ready_unless(&|| start.team.is_failed());
     if mode != CommMode::Split || ready.is_err() {
@@ -96,6 +143,15 @@ pub(super) fn open(thread: &GpuThread, start: &Start) -> Result<Comms<'static>, 
     })
 }
 
+/// Whether a check of `nodes` nodes running `steps` needs a communicator of each node: only for
+/// the GPU pairs of a multi-node check.
+fn node_comm_wanted(nodes: u32, steps: &[crate::config::worker::Step]) -> bool {
+    nodes > 1
+        && steps
+            .iter()
+            .any(|s| matches!(s, crate::config::worker::Step::Pairs { .. }))
+}
+
 /// The error of a non-blocking init that did not become ready.
 pub(super) fn init_error(dev: usize, rank: u32, nranks: u32, e: WaitError) -> RunError {
     match e {
@@ -112,6 +168,25 @@ pub(super) fn init_error(dev: usize, rank: u32, nranks: u32, e: WaitError) -> Ru
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_multi_node_plan_with_gpu_pairs_splits_a_communicator_per_node() {
+        use crate::config::worker::Step;
+        let pairs = Step::Pairs {
+            bytes: 1 << 20,
+            warmup: 1,
+            iters: 1,
+        };
+        let all_reduce = Step::Collective {
+            collective: crate::measure::collectives::collective_named("all_reduce").expect("known"),
+            sizes: vec![1 << 20],
+            warmup: 1,
+            iters: 1,
+        };
+        assert!(node_comm_wanted(2, &[all_reduce.clone(), pairs.clone()]));
+        assert!(!node_comm_wanted(2, std::slice::from_ref(&all_reduce)));
+        assert!(!node_comm_wanted(1, &[all_reduce, pairs]));
+    }
 
     #[test]
     fn the_comm_mode_defaults_to_split() {

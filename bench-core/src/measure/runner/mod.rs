@@ -98,6 +98,25 @@ pub struct GpuThread {
 }
 
 impl GpuThread {
+    /// The local probe of this GPU into `out`, its time in the phases.
+    fn probe(&self, gpu: &Gpu, out: &mut GpuOutcome) {
+        let t = Instant::now();
+        out.probe = Some(probe::measure(gpu, self.device, self.deadline));
+        out.phases.probe_ms = ms(t.elapsed());
+    }
+
+    /// Whether `NCCL_CHECK_SETUP` asks for this setup step in its older order.
+    fn old_setup(&self, step: &str) -> bool {
+        setup_asks(self.opts.setup.as_deref(), step)
+    }
+
+    /// Time since the process started (its deadline less `--timeout`).
+    fn since_start(&self) -> std::time::Duration {
+        self.deadline
+            .checked_sub(self.opts.timeout)
+            .map_or(std::time::Duration::ZERO, |t0| t0.elapsed())
+    }
+
     fn set_status(&self, what: String) {
         if let Ok(mut s) = self.status.lock() {
             s[self.slot] = what;
@@ -131,36 +150,66 @@ impl GpuThread {
         out.info = crate::measure::cuda::gpu_info(dev).ok();
         out.phases.contexts_ms = ms(began.elapsed());
 
+        // One process has met itself by now (the rendezvous ends while the contexts start):
+        // then NCCL's init starts at once, as the floor program starts it right after the
+        // context, and connects on NCCL's own thread while this one allocates the buffers and
+        // probes the GPU. Processes that may share a GPU keep the order below (they probe in
+        // turns once they have met).
+        let early_ok = !self.opts.shared_gpus && !self.old_setup("probe-first");
+        let (early, held) = early_or_held(start.try_recv().ok(), early_ok);
+        let opening = match &early {
+            Some(s) => match self.begin_early(&gpu, s, &mut out) {
+                Ok(o) => o,
+                Err(e) => {
+                    s.team.fail(e.message());
+                    out.error = Some(e);
+                    return out;
+                }
+            },
+            None => None,
+        };
+
+        // The check kernels' PTX is compiled by the driver (or taken from its cache) while NCCL
+        // connects, on the early path.
+        self.set_status(format!("GPU {dev}: loading the check kernels"));
+        if let Err(e) = gpu.load_kernels() {
+            let e = RunError::Runtime(format!("GPU {dev}: loading the check kernels: {e}"));
+            return self.give_up(e, early.as_ref().or(held.as_ref()), opening, out);
+        }
         let t = Instant::now();
         self.set_status(format!("GPU {dev}: allocating buffers"));
         let bytes = self.opts.max_bytes.max(16);
         let buffers = match (Buffer::new(self.nccl, bytes), Buffer::new(self.nccl, bytes)) {
             (Ok(s), Ok(r)) => (s, r),
             (Err(e), _) | (_, Err(e)) => {
-                out.error = Some(RunError::Runtime(format!(
-                    "GPU {dev}: allocating 2 x {bytes} bytes: {e}"
-                )));
-                return out;
+                let e = RunError::Runtime(format!("GPU {dev}: allocating 2 x {bytes} bytes: {e}"));
+                return self.give_up(e, early.as_ref().or(held.as_ref()), opening, out);
             }
         };
         out.phases.allocation_ms = ms(t.elapsed());
         // Processes that may share this GPU probe it in turns once they have met (`shared`).
         if !self.opts.shared_gpus {
             self.set_status(format!("GPU {dev}: local probe"));
-            out.probe = Some(probe::measure(&gpu, dev, self.deadline));
+            self.probe(&gpu, &mut out);
         }
 
-        self.set_status(format!(
-            "GPU {dev}: waiting for the other processes (rendezvous)"
-        ));
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        let Ok(start) = start.recv_timeout(left) else {
-            // The main thread reports why (rendezvous failed or timed out).
-            out.error = Some(RunError::Stopped(format!("GPU {dev}: no start")));
-            return out;
+        let start = match early.or(held) {
+            Some(s) => s,
+            None => {
+                self.set_status(format!(
+                    "GPU {dev}: waiting for the other processes (rendezvous)"
+                ));
+                let left = self.deadline.saturating_duration_since(Instant::now());
+                let Ok(s) = start.recv_timeout(left) else {
+                    // The main thread reports why (rendezvous failed or timed out).
+                    out.error = Some(RunError::Stopped(format!("GPU {dev}: no start")));
+                    return out;
+                };
+                s
+            }
         };
         out.rank = Some(start.rank);
-        let result = self.measure_all(&gpu, &buffers, &start, &mut out);
+        let result = self.measure_all(&gpu, &buffers, &start, opening, &mut out);
         if let Err(e) = result {
             start.team.fail(e.message());
             out.error = Some(e);
@@ -168,36 +217,92 @@ impl GpuThread {
         out
     }
 
-    /// The communicators, then the plan; on failure the others are told and the communicator
-    /// is aborted (bounded).
+    /// Ends the thread with `e` before measuring: the others are told (when the processes have
+    /// met) and a communicator already started is aborted (bounded).
+    fn give_up(
+        &self,
+        e: RunError,
+        start: Option<&Start>,
+        opening: Option<(comms::CommsStarted<'static>, Instant)>,
+        mut out: GpuOutcome,
+    ) -> GpuOutcome {
+        if let Some(s) = start {
+            s.team.fail(e.message());
+        }
+        if let Some((o, _)) = opening {
+            o.abort();
+        }
+        out.error = Some(e);
+        out
+    }
+
+    /// With the start already here: the sharing check, then NCCL's init started (none with one
+    /// rank), with the instant it started.
+    fn begin_early(
+        &self,
+        gpu: &Gpu,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<Option<(comms::CommsStarted<'static>, Instant)>, RunError> {
+        out.rank = Some(start.rank);
+        if start.nranks < 2 {
+            return Ok(None);
+        }
+        self.check_sharing(gpu, start, out)?;
+        self.begin_comms(start).map(Some)
+    }
+
+    /// Starts NCCL's init of this rank's communicator.
+    fn begin_comms(
+        &self,
+        start: &Start,
+    ) -> Result<(comms::CommsStarted<'static>, Instant), RunError> {
+        self.set_status(format!(
+            "GPU {}: NCCL init (rank {} of {})",
+            self.device, start.rank, start.nranks
+        ));
+        let t = Instant::now();
+        comms::begin(self, start).map(|o| (o, t))
+    }
+
+    /// The communicators (their init already started by `opening`, else started here), then
+    /// the plan; on failure the others are told and the communicator is aborted (bounded).
     fn measure_all(
         &self,
         gpu: &Gpu,
         buffers: &(Buffer, Buffer),
         start: &Start,
+        opening: Option<(comms::CommsStarted<'static>, Instant)>,
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let (rank, nranks) = (start.rank, start.nranks);
-        if nranks > 1 {
-            self.check_sharing(gpu, start, out)?;
-        } else if self.opts.shared_gpus {
-            out.probe = Some(probe::measure(gpu, self.device, self.deadline));
-        }
-        if nranks == 1 {
-            // No collective with one rank (its busbw is 0 by definition): the probe is the check.
-            crate::render::output::phase(
-                start,
-                "1 GPU: no collective; the local probe is the check",
-            );
-            return Ok(());
-        }
-        let t = Instant::now();
+        let (opening, t) = match opening {
+            Some(o) => o,
+            None => {
+                if nranks > 1 {
+                    self.check_sharing(gpu, start, out)?;
+                } else if self.opts.shared_gpus {
+                    self.probe(gpu, out);
+                }
+                if nranks == 1 {
+                    // No collective with one rank (its busbw is 0 by definition): the probe
+                    // is the check.
+                    crate::render::output::phase(
+                        start,
+                        "1 GPU: no collective; the local probe is the check",
+                    );
+                    return Ok(());
+                }
+                self.begin_comms(start)?
+            }
+        };
         self.set_status(format!(
             "GPU {}: NCCL init (rank {rank} of {nranks})",
             self.device
         ));
-        let comms = comms::open(self, start)?;
+        let comms = comms::finish(self, start, opening)?;
         out.phases.nccl_init_ms = ms(t.elapsed());
+        out.phases.comms_ready_at_ms = ms(self.since_start());
         let m = Measurer {
             thread: self,
             gpu,
@@ -297,7 +402,7 @@ impl GpuThread {
                     .map_err(|e| RunError::from_team(start.rank, e))?;
                 if turn == my_turn {
                     self.set_status(format!("GPU {dev}: local probe (turn {})", turn + 1));
-                    out.probe = Some(probe::measure(gpu, dev, self.deadline));
+                    self.probe(gpu, out);
                 }
             }
             start
@@ -310,6 +415,47 @@ impl GpuThread {
     }
 }
 
+/// A start already received goes to the early path when it may (`early_ok`), else it is held
+/// for the order after the probe: the main thread sends it once, so one taken from the channel
+/// must never be dropped (the thread would then wait for it until the deadline).
+fn early_or_held<T>(got: Option<T>, early_ok: bool) -> (Option<T>, Option<T>) {
+    match got {
+        Some(s) if early_ok => (Some(s), None),
+        other => (None, other),
+    }
+}
+
+/// Whether the `NCCL_CHECK_SETUP` value (comma-separated steps) names `step`.
+fn setup_asks(value: Option<&str>, step: &str) -> bool {
+    value.is_some_and(|v| v.split(',').any(|s| s.trim() == step))
+}
+
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{early_or_held, setup_asks};
+
+    #[test]
+    fn a_start_taken_early_is_never_dropped() {
+        assert_eq!(early_or_held(Some(7), true), (Some(7), None));
+        // --shared-gpus or probe-first: the same start, held for after the probe.
+        assert_eq!(early_or_held(Some(7), false), (None, Some(7)));
+        assert_eq!(early_or_held(None::<u8>, true), (None, None));
+        assert_eq!(early_or_held(None::<u8>, false), (None, None));
+    }
+
+    #[test]
+    fn the_old_setup_steps_are_named_one_by_one() {
+        assert!(setup_asks(Some("probe-first"), "probe-first"));
+        assert!(setup_asks(
+            Some("pairs-by-round, probe-first"),
+            "probe-first"
+        ));
+        assert!(!setup_asks(Some("probe-first"), "pairs-by-round"));
+        assert!(!setup_asks(Some("probe-firstx"), "probe-first"));
+        assert!(!setup_asks(None, "probe-first"));
+    }
 }

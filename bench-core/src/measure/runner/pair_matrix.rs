@@ -67,6 +67,20 @@ pub(super) fn schedule(t: &Topology) -> Schedule {
     }
 }
 
+/// The partners `me` meets in `rounds`, to connect at once before the rounds: none with fewer
+/// than two (its one round's warm-up connects it as early) or more than a buffer of `buffer`
+/// bytes has bytes (one byte per partner).
+pub(super) fn connect_first(rounds: &[Vec<(usize, usize)>], me: usize, buffer: u64) -> Vec<usize> {
+    let partners: Vec<usize> = rounds
+        .iter()
+        .filter_map(|r| crate::measure::pairs::partner(r, me))
+        .collect();
+    if partners.len() < 2 || partners.len() as u64 > buffer {
+        return Vec::new();
+    }
+    partners
+}
+
 /// GB/s of `bytes` moved in `secs` (0 when nothing was timed).
 pub(super) fn busbw(bytes: f64, secs: f64) -> f64 {
     if secs > 0.0 {
@@ -183,8 +197,8 @@ pub(super) fn node_rows(
 }
 
 impl Measurer<'_> {
-    /// Measures the matrix; slow pairs, by the floors and outlier rule the verdict uses, make
-    /// the whole matrix run once more.
+    /// The pair step: the full matrix, or the localizer's rounds on many nodes; its wall time
+    /// goes to the phases' `pairs_ms`.
     pub(super) fn run_pairs(
         &self,
         bytes: u64,
@@ -193,9 +207,26 @@ impl Measurer<'_> {
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let o = self.opts();
-        if !o.pair_matrix.full_for(start.topology.node_count()) {
-            return self.run_localized(bytes, (warmup, iters), start, out);
-        }
+        let began = Instant::now();
+        let ran = if o.pair_matrix.full_for(start.topology.node_count()) {
+            self.run_matrix(bytes, (warmup, iters), start, out)
+        } else {
+            self.run_localized(bytes, (warmup, iters), start, out)
+        };
+        out.phases.pairs_ms += ms(began.elapsed());
+        ran
+    }
+
+    /// Measures the matrix; slow pairs, by the floors and outlier rule the verdict uses, make
+    /// the whole matrix run once more.
+    fn run_matrix(
+        &self,
+        bytes: u64,
+        (warmup, iters): (u32, u32),
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
+        let o = self.opts();
         phase(
             start,
             &format!(
@@ -252,6 +283,7 @@ impl Measurer<'_> {
         let mut rows = Vec::new();
         // bytes as int8, like nccl-tests sendrecv -d int8 would count them
         let count = bytes;
+        self.connect_gpu_pairs(&plan.gpu_rounds, start, out)?;
         for round in &plan.gpu_rounds {
             let times = self.pair_round(round, count, loops, true, start, out)?;
             rows.extend(gpu_rows(t, round, &times, bytes));
@@ -261,6 +293,54 @@ impl Measurer<'_> {
             rows.extend(node_rows(t, round, &times, bytes));
         }
         Ok(rows)
+    }
+
+    /// Connects this rank with every GPU it meets in `rounds`, all at once, before the rounds:
+    /// otherwise each round's warm-up connects its pairs in turn, one round after the other.
+    /// NCCL connects every point-to-point channel of a peer at the first operation with it,
+    /// whatever its size (NCCL 2.28.9 `src/enqueue.cc`, "Mark channels that need
+    /// pre-connect"), and all the peers of one group in one setup. Every rank of a node
+    /// has the same partners' count, so all of a node's ranks take part or none.
+    fn connect_gpu_pairs(
+        &self,
+        rounds: &[Vec<(usize, usize)>],
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
+        let me = self.rank as usize;
+        let partners = connect_first(rounds, me, self.opts().max_bytes.max(16));
+        if partners.is_empty() || self.thread.old_setup("pairs-by-round") {
+            return Ok(());
+        }
+        let (comm, peer_of) = self.pair_comm(true, start);
+        let peers: Vec<u32> = partners.into_iter().map(peer_of).collect();
+        self.thread.set_status(format!(
+            "GPU {} (rank {}): connecting its GPU pairs",
+            self.thread.device, self.rank
+        ));
+        let t = Instant::now();
+        comm.connect_peers(&peers, self.send, self.recv, self.gpu.raw_stream())
+            .map_err(|e| self.err_runtime("connecting the GPU pairs", e))?;
+        self.wait("connecting the GPU pairs")?;
+        out.phases.warmup_ms += ms(t.elapsed());
+        Ok(())
+    }
+
+    /// The communicator a pair exchange runs on and how a partner's global rank is named
+    /// there: inside a node, the node's own communicator when there is one (peers by local
+    /// index); else the check's.
+    fn pair_comm<'s>(
+        &'s self,
+        in_node: bool,
+        start: &'s Start,
+    ) -> (&'s Comm<'s>, Box<dyn Fn(usize) -> u32 + 's>) {
+        match (in_node, self.node_comm) {
+            (true, Some(c)) => (
+                c,
+                Box::new(move |p: usize| start.topology.local_index(p).unwrap_or(0) as u32),
+            ),
+            _ => (self.comm, Box::new(|p: usize| p as u32)),
+        }
     }
 
     /// One round: every rank in a pair exchanges `count` bytes with its partner (send and
@@ -318,14 +398,7 @@ impl Measurer<'_> {
         start: &Start,
         out: &mut GpuOutcome,
     ) -> Result<(f64, Vec<f64>), RunError> {
-        // Inside a node, on the node's own communicator when there is one: peers by local index.
-        let (comm, peer_of): (&Comm, Box<dyn Fn(usize) -> u32>) = match (in_node, self.node_comm) {
-            (true, Some(c)) => (
-                c,
-                Box::new(|p: usize| start.topology.local_index(p).unwrap_or(0) as u32),
-            ),
-            _ => (self.comm, Box::new(|p: usize| p as u32)),
-        };
+        let (comm, peer_of) = self.pair_comm(in_node, start);
         let what = match partner {
             Some(p) => format!("sendrecv with rank {p}"),
             None => "pair round (idle)".into(),
@@ -430,6 +503,23 @@ mod tests {
         assert_eq!(s.node_rounds[0].ranks, vec![(0, 3)]);
         // One node: no node pairs at all.
         assert!(schedule(&topology(&[("a", 4)])).node_rounds.is_empty());
+    }
+
+    #[test]
+    fn every_gpu_of_a_node_connects_its_partners_at_once_or_none_does() {
+        let t = topology(&[("a", 4), ("b", 4)]);
+        let rounds = gpu_rounds(&t);
+        // Each of 4 GPUs meets its 3 node-mates, never a GPU of the other node.
+        for me in 0..8 {
+            let mut p = connect_first(&rounds, me, 1 << 20);
+            p.sort();
+            let mates: Vec<usize> = (me / 4 * 4..me / 4 * 4 + 4).filter(|&r| r != me).collect();
+            assert_eq!(p, mates, "rank {me}");
+        }
+        // Two GPUs: one round, nothing to gain; a buffer smaller than the partners: none.
+        assert!(connect_first(&gpu_rounds(&topology(&[("a", 2)])), 0, 1 << 20).is_empty());
+        assert!(connect_first(&rounds, 0, 2).is_empty());
+        assert_eq!(connect_first(&rounds, 0, 3).len(), 3);
     }
 
     #[test]

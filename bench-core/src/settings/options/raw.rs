@@ -123,7 +123,8 @@ pub(super) struct RawArgs {
     /// Under Slurm: derive the rendezvous ports from this range, LO-HI [default: 29501-29999]
     #[arg(long = "port-range")]
     pub port_range: Option<String>,
-    /// A line on stderr every few seconds while the check runs: phase, elapsed, budget
+    /// Lines on stderr while the check runs: one as each phase begins, and one every few
+    /// seconds (phase, elapsed, budget)
     #[arg(long)]
     pub progress: bool,
     /// Tests and labs only: processes of this check may share a GPU (emulated nodes with
