@@ -17,6 +17,7 @@
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// Others' share of all CPUs at and above which the host is busy.
@@ -289,24 +290,40 @@ pub struct LoadWatch {
     start: Option<HostSample>,
 }
 
+/// The first watch's start sample, for [`load_so_far`].
+static FIRST: OnceLock<HostSample> = OnceLock::new();
+
 impl LoadWatch {
-    /// Samples `/proc` now.
+    /// Samples `/proc` now (the process's first watch is also the one [`load_so_far`] reads).
     pub fn start() -> LoadWatch {
-        LoadWatch {
-            start: sample(Path::new("/proc"), std::process::id()),
+        let start = sample(Path::new("/proc"), std::process::id());
+        if let Some(s) = &start {
+            let _ = FIRST.set(s.clone());
         }
+        LoadWatch { start }
     }
 
     /// The load since [`LoadWatch::start`]; None when `/proc` could not be read.
     pub fn stop(self) -> Option<HostLoad> {
-        let proc_root = Path::new("/proc");
-        let own = std::process::id();
-        let end = sample(proc_root, own)?;
-        // SAFETY: sysconf has no preconditions.
-        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        let tick = if tick > 0 { tick as f64 } else { 100.0 };
-        Some(between(&self.start?, &end, own, tick, proc_root))
+        load_since(&self.start?)
     }
+}
+
+/// The load since the process's first [`LoadWatch`] started, while the check still measures
+/// (the localizer's last sum shares it with the other nodes: `localize::own`); None before a
+/// watch started or when `/proc` could not be read.
+pub fn load_so_far() -> Option<HostLoad> {
+    load_since(FIRST.get()?)
+}
+
+fn load_since(start: &HostSample) -> Option<HostLoad> {
+    let proc_root = Path::new("/proc");
+    let own = std::process::id();
+    let end = sample(proc_root, own)?;
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let tick = if tick > 0 { tick as f64 } else { 100.0 };
+    Some(between(start, &end, own, tick, proc_root))
 }
 
 #[cfg(test)]

@@ -14,6 +14,11 @@ use nccl_check_contract::report::process::{busy_prefix, GpuProcess};
 /// Whether `r` is a slow reading about GPU `k` of this process on `host`, its node, or the
 /// whole check (no subject).
 fn slows(r: &Reason, k: u32, host: &str) -> bool {
+    if r.code == ReasonCode::GpuBusy {
+        // The localizer's reading of this node gave way to its own finding, shared with every
+        // process (`localize::own`): GPU k of this node busy, which this process names itself.
+        return matches!(r.culprit(), Some(Culprit::Gpu { node: Some(n), gpu }) if gpu == k && n == host);
+    }
     if !is_speed_reading(r.code) {
         return false;
     }

@@ -1,22 +1,26 @@
 //! One cause across processes: a node's own finding (a GPU another process holds, a starved
-//! worker, a missing GPU, a busy host) is the cause the coordinator reports for that node; the
+//! worker, a missing GPU, a busy host) is the cause every process reports for that node; the
 //! network reading (`node_slow` "every node pair it is in is slow on all N NICs",
 //! `node_pair_slow`, `rail_slow`) is only for nodes with none. Seen on 4 emulated nodes: e2's own
 //! report said `GPU0: busy: 1 other process (pid ...)`, the coordinator's verdict said `e2: every
 //! node pair it is in is slow on all 1 NICs`: right node, wrong cause.
 //!
-//! The findings travel as numbers, so they fit the control plane's bounded gather (a vector
-//! summed at the coordinator, `Team::gather`): [`WIDTH`] slots per node, filled by one rank of
-//! that node only (its first), so the sum is that rank's values. Typed and compact: the code is
-//! the slot, the values are the GPU, the pid, the memory, the share; a sentence is built again
-//! at the coordinator ([`decode_findings`]), never carried.
+//! The findings travel as numbers in one sum over every rank ([`exchange`]: NCCL's all_reduce
+//! on the GPUs, the control plane's sum in the simulation), after the localizer's last round and
+//! only when it named something: [`WIDTH`] slots per *process*, filled by that process alone (one
+//! of its ranks), so each slot's sum is one value plus zeros, exact. Per process, not per node:
+//! a node of several processes (one per GPU) has each process's GPUs known to that process only.
+//! Typed and compact: the code is the slot, the values are the GPU, the pid, the memory, the
+//! share; a sentence is built again on every rank ([`decode_findings`]), never carried.
 
+use crate::meet::topology::Topology;
 use crate::report::json::{Reason, ReasonCode};
 use crate::report::Culprit;
 
-/// Slots per node: GPU held (index + 1), its first other pid, its GiB held, the share of the
-/// check its worker could not run, GPUs missing, host load (busy CPUs of others).
-pub const WIDTH: usize = 6;
+/// Slots per process: GPU held (its index on the node + 1), its first other pid, its GiB held,
+/// the share of the check its worker could not run, GPUs missing, host load (CPUs busy with
+/// others' processes), the largest such consumer's pid and its CPUs.
+pub const WIDTH: usize = 8;
 
 /// A node's own finding, as it travels.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -27,14 +31,15 @@ pub enum OwnFinding {
     Starved { share: f64 },
     /// `missing` GPUs fewer than the node should have.
     GpuMissing { missing: u32 },
-    /// Its CPUs were busy with `cpus` CPUs' worth of others' processes.
-    HostBusy { cpus: f64 },
+    /// Its CPUs were busy with `cpus` CPUs' worth of others' processes; `top`: the largest
+    /// consumer (pid, CPUs).
+    HostBusy { cpus: f64, top: Option<(u32, f64)> },
 }
 
-/// The gather entries of node `node` (its index among the check's nodes) for its findings; at
-/// most one of each kind (the first).
-pub fn encode_findings(node: usize, findings: &[OwnFinding]) -> Vec<(u64, f64)> {
-    let at = |slot: usize| (node * WIDTH + slot) as u64;
+/// The sum entries of process `process` (its index among the check's processes) for its
+/// findings; at most one of each kind (the first).
+pub fn encode_findings(process: usize, findings: &[OwnFinding]) -> Vec<(u64, f64)> {
+    let at = |slot: usize| (process * WIDTH + slot) as u64;
     let mut out: Vec<(u64, f64)> = Vec::new();
     let mut put = |slot: usize, v: f64| {
         if !out.iter().any(|(i, _)| *i == at(slot)) {
@@ -50,79 +55,133 @@ pub fn encode_findings(node: usize, findings: &[OwnFinding]) -> Vec<(u64, f64)> 
             }
             OwnFinding::Starved { share } => put(3, share),
             OwnFinding::GpuMissing { missing } => put(4, f64::from(missing)),
-            OwnFinding::HostBusy { cpus } => put(5, cpus),
+            OwnFinding::HostBusy { cpus, top } => {
+                put(5, cpus);
+                if let Some((pid, used)) = top {
+                    put(6, f64::from(pid));
+                    put(7, used);
+                }
+            }
         }
     }
     out
 }
 
-/// The findings of every node from the summed vector (`names[i]` is node i); nodes without
-/// any are left out. A value that is not a finite, positive number is no finding.
+/// The node of every process of the check, by process rank (`names[p]` for [`decode_findings`]).
+pub fn process_nodes(t: &Topology) -> Vec<String> {
+    let by_rank = t.processes_by_rank();
+    let n = by_rank.iter().map(|&p| p as usize + 1).max().unwrap_or(0);
+    let mut names = vec![String::new(); n];
+    for (rank, &p) in by_rank.iter().enumerate().rev() {
+        names[p as usize] = t.node_of(rank).unwrap_or_default().to_string();
+    }
+    names
+}
+
+/// One sum over every rank of this process's findings (`mine`: empty on all but one rank of each
+/// process), then every node's findings decoded (see [`decode_findings`]). `sum` is the
+/// caller's sum over every rank; every rank of the check must call this, or none.
+pub fn exchange<E>(
+    process: usize,
+    node_of_process: &[String],
+    mine: &[OwnFinding],
+    sum: impl FnOnce(&[f64]) -> Result<Vec<f64>, E>,
+) -> Result<Vec<(String, Vec<Reason>)>, E> {
+    let mut vector = vec![0.0; node_of_process.len() * WIDTH];
+    if process < node_of_process.len() {
+        for (i, v) in encode_findings(process, mine) {
+            vector[i as usize] = v;
+        }
+    }
+    let sums = sum(&vector)?;
+    Ok(decode_findings(node_of_process, &sums))
+}
+
+/// The findings of every node from the summed vector (`names[p]` is process p's node; a node of
+/// several processes gets all of theirs); nodes without any are left out. A value that is not a
+/// finite, positive number is no finding.
 pub fn decode_findings(names: &[String], sums: &[f64]) -> Vec<(String, Vec<Reason>)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(String, Vec<Reason>)> = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let v = |slot: usize| {
             sums.get(i * WIDTH + slot)
                 .copied()
                 .filter(|x| x.is_finite() && *x > 0.0)
         };
-        let mut reasons = Vec::new();
-        if let Some(g) = v(0) {
-            let gpu = (g.round() as u32).saturating_sub(1);
-            let pid = v(1).map_or(String::new(), |p| format!("pid {}", p.round() as u64));
-            let gib = v(2).map_or(String::new(), |g| format!(", {g:.1} GiB"));
-            reasons.push(Reason {
-                code: ReasonCode::GpuBusy,
-                message: format!(
-                    "{name} GPU{gpu}: busy: another process ({pid}{gib}): the node pairs it \
-                     was in were slow by that process's load, not its hardware's"
-                ),
-                subject: Some(format!("{name} GPU{gpu}")),
-                measured: None,
-                limit: None,
-            });
+        let reasons = process_reasons(name, &v);
+        if reasons.is_empty() {
+            continue;
         }
-        if let Some(share) = v(3) {
-            reasons.push(Reason {
-                code: ReasonCode::WorkerStarved,
-                message: format!(
-                    "node {name}: its worker could not run for {:.0}% of the check \
-                     (worker_starved): a starved node, not a path",
-                    100.0 * share
-                ),
-                subject: Some(name.clone()),
-                measured: Some(share),
-                limit: None,
-            });
-        }
-        if let Some(n) = v(4) {
-            reasons.push(Reason {
-                code: ReasonCode::GpuMissing,
-                message: format!(
-                    "node {name}: {} GPU(s) fewer than it should have",
-                    n.round()
-                ),
-                subject: Some(name.clone()),
-                measured: None,
-                limit: None,
-            });
-        }
-        if let Some(cpus) = v(5) {
-            reasons.push(Reason {
-                code: ReasonCode::HostBusy,
-                message: format!(
-                    "node {name}: its CPUs were busy with {cpus:.1} CPUs of other processes"
-                ),
-                subject: Some(name.clone()),
-                measured: Some(cpus),
-                limit: None,
-            });
-        }
-        if !reasons.is_empty() {
-            out.push((name.clone(), reasons));
+        match out.iter_mut().find(|(n, _)| n == name) {
+            Some((_, known)) => known.extend(reasons),
+            None => out.push((name.clone(), reasons)),
         }
     }
     out
+}
+
+/// The reasons of one process's slots (`v(slot)`: the slot's value when it is a finding).
+fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> {
+    let mut reasons = Vec::new();
+    if let Some(g) = v(0) {
+        let gpu = (g.round() as u32).saturating_sub(1);
+        let pid = v(1).map_or(String::new(), |p| format!("pid {}", p.round() as u64));
+        let gib = v(2).map_or(String::new(), |g| format!(", {g:.1} GiB"));
+        reasons.push(Reason {
+            code: ReasonCode::GpuBusy,
+            message: format!(
+                "{name} GPU{gpu}: busy: another process ({pid}{gib}): the node pairs it \
+                 was in were slow by that process's load, not its hardware's"
+            ),
+            subject: Some(format!("{name} GPU{gpu}")),
+            measured: None,
+            limit: None,
+        });
+    }
+    if let Some(share) = v(3) {
+        reasons.push(Reason {
+            code: ReasonCode::WorkerStarved,
+            message: format!(
+                "node {name}: its worker could not run for {:.0}% of the check \
+                 (worker_starved): a starved node, not a path",
+                100.0 * share
+            ),
+            subject: Some(name.to_string()),
+            measured: Some(share),
+            limit: None,
+        });
+    }
+    if let Some(n) = v(4) {
+        reasons.push(Reason {
+            code: ReasonCode::GpuMissing,
+            message: format!(
+                "node {name}: {} GPU(s) fewer than it should have",
+                n.round()
+            ),
+            subject: Some(name.to_string()),
+            measured: None,
+            limit: None,
+        });
+    }
+    if let Some(cpus) = v(5) {
+        let top = match (v(6), v(7)) {
+            (Some(pid), Some(used)) => {
+                format!(" (the largest: pid {}, {used:.1} CPU)", pid.round() as u64)
+            }
+            _ => String::new(),
+        };
+        reasons.push(Reason {
+            code: ReasonCode::HostBusy,
+            message: format!(
+                "node {name}: host busy: its CPUs were busy with {cpus:.1} CPUs of other \
+                 processes{top}: the node pairs it was in were slow by its host, not its network"
+            ),
+            subject: Some(name.to_string()),
+            measured: Some(cpus),
+            limit: None,
+        });
+    }
+    reasons
 }
 
 /// The nodes a network reading of the localizer names; empty for any other reason.
@@ -135,6 +194,16 @@ fn network_nodes(r: &Reason) -> Vec<String> {
         Some(Culprit::Node(n)) | Some(Culprit::Rail { node: n, .. }) => vec![n],
         Some(Culprit::NodePair(a, b)) => vec![a, b],
         _ => Vec::new(),
+    }
+}
+
+/// The node a reason is about, when it names one (a GPU, a GPU pair or a rail of a named node,
+/// or a node).
+fn node_named(r: &Reason) -> Option<String> {
+    match r.culprit()? {
+        Culprit::Gpu { node, .. } | Culprit::GpuPair { node, .. } => node,
+        Culprit::Node(n) | Culprit::Rail { node: n, .. } => Some(n),
+        _ => None,
     }
 }
 
@@ -164,168 +233,38 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[(String, Vec<Reason>)]
 }
 
 /// In a process's own verdict: when the node `host` has its own finding among `reasons` (a
-/// GPU busy, a starved worker, a missing GPU, a busy host: class busy or missing), the
-/// localizer's network readings of `host` (and of the pairs it is in) give way to it.
-pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str) {
+/// GPU busy, a starved worker, a missing GPU, a busy host: class busy or missing, about this
+/// node or no node), the localizer's network readings of `host` (and of the pairs it is in)
+/// give way to it. A finding of this node that came through the sum ([`exchange`], subject
+/// `host GPUk` or `host`) and that this process also judged itself (subject `GPUk`, with the
+/// pid, user and memory) is named once, in the richer local words. Another node's finding
+/// (`e2 GPU0` in e1's verdict; `nodes`: the check's nodes) is no finding of `host`.
+pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     use nccl_check_contract::report::cause::CauseClass;
+    let elsewhere =
+        |r: &Reason| node_named(r).is_some_and(|n| n != host && nodes.iter().any(|x| *x == n));
     let own = reasons.iter().any(|r| {
         network_nodes(r).is_empty()
             && matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
             && r.code != ReasonCode::HostInterference
+            && !elsewhere(r)
     });
     if own {
         reasons.retain(|r| !network_nodes(r).iter().any(|n| n == host));
     }
+    let local: Vec<(ReasonCode, String)> = reasons
+        .iter()
+        .filter(|r| node_named(r).is_none())
+        .filter_map(|r| Some((r.code, r.subject.clone()?)))
+        .collect();
+    reasons.retain(|r| {
+        let Some(Culprit::Gpu { node: Some(n), gpu }) = r.culprit() else {
+            return true;
+        };
+        let label = crate::report::gpu_label(gpu);
+        !(n == host && local.iter().any(|(c, s)| *c == r.code && *s == label))
+    });
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn names(n: usize) -> Vec<String> {
-        (1..=n).map(|i| format!("e{i}")).collect()
-    }
-
-    /// Sums the entries as the control plane does, over the ranks that put them.
-    fn summed(len: usize, parts: &[Vec<(u64, f64)>]) -> Vec<f64> {
-        let mut v = vec![0.0; len];
-        for (i, x) in parts.iter().flatten() {
-            v[*i as usize] += x;
-        }
-        v
-    }
-
-    fn network(code: ReasonCode, subject: &str) -> Reason {
-        Reason {
-            subject: Some(subject.into()),
-            ..Reason::plain(code, format!("{subject}: every node pair it is in is slow"))
-        }
-    }
-
-    /// The issue-33 case: 4 nodes, e2's GPU held by another process; the localizer blamed e2
-    /// (and, on another run, the pair e2<->e3): the coordinator's reason is e2's GPU busy, with
-    /// its pid, whatever the network reading.
-    #[test]
-    fn a_busy_gpu_on_one_node_is_that_nodes_cause_not_its_network() {
-        let n = names(4);
-        let e2 = encode_findings(
-            1,
-            &[OwnFinding::GpuBusy {
-                gpu: 0,
-                pid: 31337,
-                gib: 8.5,
-            }],
-        );
-        let sums = summed(
-            4 * WIDTH,
-            &[e2, encode_findings(0, &[]), encode_findings(2, &[])],
-        );
-        let own = decode_findings(&n, &sums);
-        assert_eq!(own.len(), 1);
-        assert_eq!(own[0].0, "e2");
-        for reading in [
-            network(ReasonCode::NodeSlow, "e2"),
-            network(ReasonCode::NodePairSlow, "e2<->e3"),
-            network(ReasonCode::RailSlow, "e2 GPU0 NIC"),
-        ] {
-            let mut reasons = vec![reading];
-            own_findings_win(&mut reasons, &own);
-            assert_eq!(reasons.len(), 1, "{reasons:?}");
-            let r = &reasons[0];
-            assert_eq!(r.code, ReasonCode::GpuBusy);
-            assert_eq!(r.subject.as_deref(), Some("e2 GPU0"));
-            assert_eq!(r.cause().as_str(), "busy");
-            assert!(
-                r.message
-                    .starts_with("e2 GPU0: busy: another process (pid 31337, 8.5 GiB)"),
-                "{}",
-                r.message
-            );
-        }
-        // A node with no own finding keeps its network reading.
-        let mut reasons = vec![network(ReasonCode::NodeSlow, "e4")];
-        own_findings_win(&mut reasons, &own);
-        assert_eq!(reasons[0].code, ReasonCode::NodeSlow);
-    }
-
-    #[test]
-    fn every_kind_travels_and_a_node_named_twice_is_named_once() {
-        let n = names(3);
-        let e1 = encode_findings(
-            0,
-            &[
-                OwnFinding::Starved { share: 0.6 },
-                OwnFinding::GpuMissing { missing: 1 },
-                OwnFinding::HostBusy { cpus: 12.0 },
-                OwnFinding::Starved { share: 0.9 },
-            ],
-        );
-        assert_eq!(e1.len(), 3, "one of each kind");
-        let own = decode_findings(&n, &summed(3 * WIDTH, &[e1]));
-        let codes: Vec<ReasonCode> = own[0].1.iter().map(|r| r.code).collect();
-        assert_eq!(
-            codes,
-            [
-                ReasonCode::WorkerStarved,
-                ReasonCode::GpuMissing,
-                ReasonCode::HostBusy
-            ]
-        );
-        let mut reasons = vec![
-            network(ReasonCode::NodePairSlow, "e1<->e2"),
-            network(ReasonCode::NodePairSlow, "e1<->e3"),
-            network(ReasonCode::NodePairSlow, "e2<->e3"),
-        ];
-        own_findings_win(&mut reasons, &own);
-        let got: Vec<(ReasonCode, Option<&str>)> = reasons
-            .iter()
-            .map(|r| (r.code, r.subject.as_deref()))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                (ReasonCode::WorkerStarved, Some("e1")),
-                (ReasonCode::GpuMissing, Some("e1")),
-                (ReasonCode::HostBusy, Some("e1")),
-                (ReasonCode::NodePairSlow, Some("e2<->e3")),
-            ]
-        );
-    }
-
-    /// The busy node's own verdict names its GPU busy, not its network.
-    #[test]
-    fn a_process_with_its_own_finding_drops_the_network_reading_of_its_node() {
-        let busy = Reason {
-            subject: Some("GPU0".into()),
-            ..Reason::plain(ReasonCode::GpuBusy, "GPU0: busy: 1 other process (pid 9)")
-        };
-        let mut reasons = vec![
-            network(ReasonCode::NodeSlow, "e2"),
-            busy.clone(),
-            network(ReasonCode::NodePairSlow, "e3<->e4"),
-            network(ReasonCode::NodePairSlow, "e1<->e2"),
-        ];
-        own_node_wins(&mut reasons, "e2");
-        let subjects: Vec<&str> = reasons
-            .iter()
-            .filter_map(|r| r.subject.as_deref())
-            .collect();
-        assert_eq!(subjects, ["GPU0", "e3<->e4"]);
-        let mut without = vec![network(ReasonCode::NodeSlow, "e2")];
-        own_node_wins(&mut without, "e2");
-        assert_eq!(
-            without.len(),
-            1,
-            "no own finding: the network reading stays"
-        );
-    }
-
-    #[test]
-    fn values_that_are_not_positive_finite_numbers_are_no_finding() {
-        let mut sums = vec![0.0; WIDTH];
-        sums[3] = f64::NAN;
-        sums[5] = -1.0;
-        assert!(decode_findings(&names(1), &sums).is_empty());
-        assert!(decode_findings(&names(2), &[]).is_empty());
-    }
-}
+mod tests;

@@ -24,6 +24,8 @@ pub struct Topology {
     places: Vec<Place>,
     /// Node names in order of their first rank.
     nodes: Vec<String>,
+    /// Every member's pid: this check's own processes, never another process on a GPU.
+    pids: Vec<u32>,
 }
 
 impl Topology {
@@ -34,6 +36,7 @@ impl Topology {
         let mut t = Topology::default();
         let mut on_node: Vec<usize> = Vec::new();
         for m in members {
+            t.pids.push(m.pid);
             let node = match t.nodes.iter().position(|n| *n == m.host) {
                 Some(i) => i,
                 None => {
@@ -99,6 +102,11 @@ impl Topology {
         (0..self.places.len())
             .filter(|&r| self.places[r].node == node)
             .collect()
+    }
+
+    /// The pids of the check's processes (on emulated nodes, several share one host and GPU).
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
     }
 
     /// Whether ranks `a` and `b` are on one node (false for an unknown rank).

@@ -21,6 +21,7 @@ use crate::localize::{
 };
 use crate::measure::datatype::{DataType, RedOp};
 use crate::render::output::{pair_table, phase, print};
+use crate::report::json::Reason;
 use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
@@ -65,13 +66,19 @@ impl Measurer<'_> {
             allocation_busbw,
         };
         let mut summary = self.conduct_rounds(bytes, loops, start, out, &setup)?;
-        let starved = self.starved_nodes(start, &setup.layout.names)?;
+        // Every process has the same verdict (its reasons are empty in all or in none), so all
+        // agree whether these sums run: a healthy check runs none.
+        if !summary.reasons.is_empty() {
+            let starved = self.starved_nodes(start, &setup.layout.names)?;
+            super::off_cpu::blame_starved(&mut summary.reasons, &starved);
+            let own = self.own_findings(start)?;
+            crate::localize::own::own_findings_win(&mut summary.reasons, &own);
+        }
         // The check's last NCCL operation: a rank whose all_reduce is done may still owe its ring
         // neighbours data in flight, and a process that left now would cut it (seen on one H100,
         // visit 15: fab07 exited and fab06, fab08 ended in ERROR "Connection closed by remote
         // peer"). The control plane's barrier lets nobody leave before every rank has its sums.
         self.team.barrier().map_err(|e| self.team_err(e))?;
-        super::off_cpu::blame_starved(&mut summary.reasons, &starved);
         if start.printer {
             print_localized(&rows, bytes, loops, &summary);
         }
@@ -151,6 +158,23 @@ impl Measurer<'_> {
                     .then(|| (names[k].clone(), mean))
             })
             .collect())
+    }
+
+    /// Every node's own findings (a GPU another process holds, a starved worker, a missing GPU,
+    /// a busy host), in every process: one sum over every rank of one block of slots per
+    /// process, filled by that process's recorder thread (`localize::own::exchange`).
+    fn own_findings(&self, start: &Start) -> Result<Vec<(String, Vec<Reason>)>, RunError> {
+        let t = &start.topology;
+        let me = self.rank as usize;
+        let process = t.process_of(me).unwrap_or(0) as usize;
+        let mine = match start.recorder {
+            true => super::own_facts::findings(t, me),
+            false => Vec::new(),
+        };
+        let names = crate::localize::own::process_nodes(t);
+        crate::localize::own::exchange(process, &names, &mine, |v| {
+            self.sum_over_ranks(v, "the nodes' own findings (all_reduce)")
+        })
     }
 
     /// The coordinator's localization settings, the same bits in every process: each process

@@ -1,0 +1,366 @@
+use super::*;
+
+fn names(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("e{i}")).collect()
+}
+
+/// Sums the entries as the control plane does, over the ranks that put them.
+fn summed(len: usize, parts: &[Vec<(u64, f64)>]) -> Vec<f64> {
+    let mut v = vec![0.0; len];
+    for (i, x) in parts.iter().flatten() {
+        v[*i as usize] += x;
+    }
+    v
+}
+
+fn network(code: ReasonCode, subject: &str) -> Reason {
+    Reason {
+        subject: Some(subject.into()),
+        ..Reason::plain(code, format!("{subject}: every node pair it is in is slow"))
+    }
+}
+
+/// The issue-33 case: 4 nodes, e2's GPU held by another process; the localizer blamed e2
+/// (and, on another run, the pair e2<->e3): the coordinator's reason is e2's GPU busy, with
+/// its pid, whatever the network reading.
+#[test]
+fn a_busy_gpu_on_one_node_is_that_nodes_cause_not_its_network() {
+    let n = names(4);
+    let e2 = encode_findings(
+        1,
+        &[OwnFinding::GpuBusy {
+            gpu: 0,
+            pid: 31337,
+            gib: 8.5,
+        }],
+    );
+    let sums = summed(
+        4 * WIDTH,
+        &[e2, encode_findings(0, &[]), encode_findings(2, &[])],
+    );
+    let own = decode_findings(&n, &sums);
+    assert_eq!(own.len(), 1);
+    assert_eq!(own[0].0, "e2");
+    for reading in [
+        network(ReasonCode::NodeSlow, "e2"),
+        network(ReasonCode::NodePairSlow, "e2<->e3"),
+        network(ReasonCode::RailSlow, "e2 GPU0 NIC"),
+    ] {
+        let mut reasons = vec![reading];
+        own_findings_win(&mut reasons, &own);
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        let r = &reasons[0];
+        assert_eq!(r.code, ReasonCode::GpuBusy);
+        assert_eq!(r.subject.as_deref(), Some("e2 GPU0"));
+        assert_eq!(r.cause().as_str(), "busy");
+        assert!(
+            r.message
+                .starts_with("e2 GPU0: busy: another process (pid 31337, 8.5 GiB)"),
+            "{}",
+            r.message
+        );
+    }
+    // A node with no own finding keeps its network reading.
+    let mut reasons = vec![network(ReasonCode::NodeSlow, "e4")];
+    own_findings_win(&mut reasons, &own);
+    assert_eq!(reasons[0].code, ReasonCode::NodeSlow);
+}
+
+#[test]
+fn every_kind_travels_and_a_node_named_twice_is_named_once() {
+    let n = names(3);
+    let e1 = encode_findings(
+        0,
+        &[
+            OwnFinding::Starved { share: 0.6 },
+            OwnFinding::GpuMissing { missing: 1 },
+            OwnFinding::HostBusy {
+                cpus: 12.0,
+                top: Some((777, 3.0)),
+            },
+            OwnFinding::Starved { share: 0.9 },
+        ],
+    );
+    // One of each kind: 1 + 1 + 3 (the host's CPUs, its largest consumer's pid and CPUs).
+    assert_eq!(e1.len(), 5, "one of each kind");
+    let own = decode_findings(&n, &summed(3 * WIDTH, &[e1]));
+    let codes: Vec<ReasonCode> = own[0].1.iter().map(|r| r.code).collect();
+    assert_eq!(
+        codes,
+        [
+            ReasonCode::WorkerStarved,
+            ReasonCode::GpuMissing,
+            ReasonCode::HostBusy
+        ]
+    );
+    let mut reasons = vec![
+        network(ReasonCode::NodePairSlow, "e1<->e2"),
+        network(ReasonCode::NodePairSlow, "e1<->e3"),
+        network(ReasonCode::NodePairSlow, "e2<->e3"),
+    ];
+    own_findings_win(&mut reasons, &own);
+    let got: Vec<(ReasonCode, Option<&str>)> = reasons
+        .iter()
+        .map(|r| (r.code, r.subject.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ReasonCode::WorkerStarved, Some("e1")),
+            (ReasonCode::GpuMissing, Some("e1")),
+            (ReasonCode::HostBusy, Some("e1")),
+            (ReasonCode::NodePairSlow, Some("e2<->e3")),
+        ]
+    );
+}
+
+/// The busy node's own verdict names its GPU busy, not its network.
+#[test]
+fn a_process_with_its_own_finding_drops_the_network_reading_of_its_node() {
+    let busy = Reason {
+        subject: Some("GPU0".into()),
+        ..Reason::plain(ReasonCode::GpuBusy, "GPU0: busy: 1 other process (pid 9)")
+    };
+    let mut reasons = vec![
+        network(ReasonCode::NodeSlow, "e2"),
+        busy.clone(),
+        network(ReasonCode::NodePairSlow, "e3<->e4"),
+        network(ReasonCode::NodePairSlow, "e1<->e2"),
+    ];
+    own_node_wins(&mut reasons, "e2", &names(4));
+    let subjects: Vec<&str> = reasons
+        .iter()
+        .filter_map(|r| r.subject.as_deref())
+        .collect();
+    assert_eq!(subjects, ["GPU0", "e3<->e4"]);
+    let mut without = vec![network(ReasonCode::NodeSlow, "e2")];
+    own_node_wins(&mut without, "e2", &names(4));
+    assert_eq!(
+        without.len(),
+        1,
+        "no own finding: the network reading stays"
+    );
+}
+
+#[test]
+fn values_that_are_not_positive_finite_numbers_are_no_finding() {
+    let mut sums = vec![0.0; WIDTH];
+    sums[3] = f64::NAN;
+    sums[5] = -1.0;
+    assert!(decode_findings(&names(1), &sums).is_empty());
+    assert!(decode_findings(&names(2), &[]).is_empty());
+}
+
+/// The host's finding carries its largest consumer; a node of two processes gets both
+/// processes' findings, each in its own block of slots.
+#[test]
+fn a_node_of_two_processes_gets_the_findings_of_both() {
+    let names: Vec<String> = ["e1", "e2", "e2"].map(String::from).to_vec();
+    let p1 = encode_findings(
+        1,
+        &[OwnFinding::HostBusy {
+            cpus: 30.5,
+            top: Some((4242, 1.0)),
+        }],
+    );
+    let p2 = encode_findings(
+        2,
+        &[OwnFinding::GpuBusy {
+            gpu: 1,
+            pid: 99,
+            gib: 2.0,
+        }],
+    );
+    let own = decode_findings(&names, &summed(3 * WIDTH, &[p1, p2]));
+    assert_eq!(own.len(), 1, "{own:?}");
+    assert_eq!(own[0].0, "e2");
+    let got: Vec<(ReasonCode, Option<&str>)> = own[0]
+        .1
+        .iter()
+        .map(|r| (r.code, r.subject.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ReasonCode::HostBusy, Some("e2")),
+            (ReasonCode::GpuBusy, Some("e2 GPU1")),
+        ]
+    );
+    assert!(
+        own[0].1[0].message.contains("30.5 CPUs") && own[0].1[0].message.contains("pid 4242"),
+        "{}",
+        own[0].1[0].message
+    );
+}
+
+/// In e4's verdict, e2's GPU busy (shared by the sum) is e2's finding, not e4's: e4's own
+/// network reading stays. And in e2's verdict, the finding it judged itself (`GPU0`, with user
+/// and memory) is named once.
+#[test]
+fn another_nodes_finding_does_not_clear_this_nodes_reading_and_its_own_is_named_once() {
+    let shared = Reason {
+        subject: Some("e2 GPU0".into()),
+        ..Reason::plain(
+            ReasonCode::GpuBusy,
+            "e2 GPU0: busy: another process (pid 9)",
+        )
+    };
+    let mut e4 = vec![shared.clone(), network(ReasonCode::NodeSlow, "e4")];
+    own_node_wins(&mut e4, "e4", &names(4));
+    assert_eq!(e4.len(), 2, "{e4:?}");
+    assert_eq!(e4[1].code, ReasonCode::NodeSlow);
+    let local = Reason {
+        subject: Some("GPU0".into()),
+        ..Reason::plain(
+            ReasonCode::GpuBusy,
+            "GPU0: busy: 1 other process (pid 9, user bob)",
+        )
+    };
+    let mut e2 = vec![local.clone(), shared, network(ReasonCode::NodeSlow, "e4")];
+    own_node_wins(&mut e2, "e2", &names(4));
+    assert_eq!(e2, vec![local, network(ReasonCode::NodeSlow, "e4")]);
+}
+
+/// Each of 4 processes runs `exchange` with its own findings; the sum is the sum of the vectors
+/// all of them put in, as NCCL's all_reduce gives it to each.
+fn exchanged(mine: &[Vec<OwnFinding>]) -> Vec<Vec<(String, Vec<Reason>)>> {
+    let names = names(mine.len());
+    let mut total = vec![0.0; names.len() * WIDTH];
+    for (p, m) in mine.iter().enumerate() {
+        exchange(p, &names, m, |v| -> Result<Vec<f64>, ()> {
+            for (t, x) in total.iter_mut().zip(v) {
+                *t += x;
+            }
+            Ok(v.to_vec())
+        })
+        .expect("sum");
+    }
+    (0..mine.len())
+        .map(|p| exchange(p, &names, &mine[p], |_| Ok::<_, ()>(total.clone())).expect("sum"))
+        .collect()
+}
+
+mod every_process {
+    use super::*;
+    use crate::facts::gpu_health::GpuHealth;
+    use crate::judge::overall::{judge, Judging};
+    use crate::localize::LocalizeSummary;
+    use crate::meet::rendezvous::Member;
+    use crate::report::gpu::GpuInfo;
+    use crate::report::json::{GpuEntry, Report};
+    use crate::verdict::ExitCode;
+
+    /// Process `p` of 4 emulated nodes e1..e4 (one GPU each); e2's GPU held by pid 31337.
+    fn report(p: u32) -> Report {
+        let host = format!("e{}", p + 1);
+        let mut r = Report::new(host.clone(), 0.0);
+        r.nranks = 4;
+        r.processes = (0..4)
+            .map(|q| Member {
+                proc_rank: q,
+                host: format!("e{}", q + 1),
+                pid: 100 + q,
+                ngpus: 1,
+                first_rank: q,
+            })
+            .collect();
+        let held = match p {
+            1 => serde_json::json!([{"pid": 31337, "user": "root", "used_bytes": 17u64 << 29}]),
+            _ => serde_json::json!([]),
+        };
+        let health: GpuHealth = serde_json::from_value(serde_json::json!({
+            "index": 0, "bus_id": "", "name": "NVIDIA H100 80GB HBM3", "processes": held
+        }))
+        .expect("health");
+        let mut g = GpuEntry::new(
+            p,
+            host,
+            GpuInfo {
+                name: "NVIDIA H100 80GB HBM3".into(),
+                ..GpuInfo::default()
+            },
+        );
+        g.health = Some(health);
+        r.gpus = vec![g];
+        r
+    }
+
+    /// What the localizer found, the same in every process: e2 and e4 slow on their NICs.
+    fn localized(reasons: Vec<Reason>) -> LocalizeSummary {
+        LocalizeSummary {
+            plan: "adaptive".into(),
+            nodes: 4,
+            rails: 1,
+            rounds: 5,
+            localization_rounds: 3,
+            allocation_busbw: None,
+            allocation_floor: None,
+            pair_groups: 8,
+            reasons,
+            reasons_omitted: 0,
+            round_times: Vec::new(),
+        }
+    }
+
+    fn slow(node: &str) -> Reason {
+        Reason {
+            subject: Some(node.into()),
+            ..Reason::plain(
+                ReasonCode::NodeSlow,
+                format!(
+                    "{node}: every node pair it is in is slow on all 1 NICs, with cleared partners"
+                ),
+            )
+        }
+    }
+
+    /// The issue-33 case end to end: every process's verdict (the reasons, the JSON's cause,
+    /// the verdict line srun prints) names e2's GPU busy first, none e2's network; e4, slow with
+    /// no finding of its own, keeps its network reading in every verdict.
+    #[test]
+    fn a_busy_gpu_on_one_node_is_that_nodes_cause_in_every_processs_verdict() {
+        let busy = OwnFinding::GpuBusy {
+            gpu: 0,
+            pid: 31337,
+            gib: 8.5,
+        };
+        let own = exchanged(&[vec![], vec![busy], vec![], vec![]]);
+        let rules = vec![crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)];
+        let expect = crate::facts::transport::TransportExpectation::default();
+        let judging = Judging {
+            thresholds: &rules,
+            outlier_fraction: 0.85,
+            min_busbw: None,
+            expect: &expect,
+        };
+        for p in 0..4u32 {
+            let mut summary = localized(vec![slow("e2"), slow("e4")]);
+            own_findings_win(&mut summary.reasons, &own[p as usize]);
+            let mut r = report(p);
+            r.localization = Some(summary);
+            assert_eq!(judge(&mut r, &judging, None, &|_, _| true), ExitCode::Fail);
+            let subjects: Vec<(ReasonCode, &str)> = r
+                .reasons
+                .iter()
+                .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
+                .collect();
+            let e2 = if p == 1 { "GPU0" } else { "e2 GPU0" };
+            assert_eq!(
+                subjects,
+                [(ReasonCode::GpuBusy, e2), (ReasonCode::NodeSlow, "e4")],
+                "process {p}"
+            );
+            assert!(r.warnings.is_empty(), "process {p}: {:?}", r.warnings);
+            let json = serde_json::to_value(&r).expect("json");
+            assert_eq!(json["reasons"][0]["cause"], "busy", "process {p}");
+            assert_eq!(json["reasons"][1]["cause"], "hardware", "process {p}");
+            let line = nccl_check_contract::line::write(r.verdict, &r.summary);
+            let said = format!("{e2}: busy: ");
+            assert!(
+                line.starts_with("nccl-check: FAIL") && line.contains(&said),
+                "process {p}: {line}"
+            );
+            assert!(line.contains("pid 31337"), "process {p}: {line}");
+        }
+    }
+}

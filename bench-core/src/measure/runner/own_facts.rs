@@ -1,0 +1,170 @@
+//! What this process knows of its own node when the localizer has named nodes, for the sum that
+//! tells every process each node's own finding (`localize::own::exchange`): the other processes
+//! NVML listed on this process's GPUs and the GPUs the inventory misses (both known before the
+//! processes meet, [`record`]), and, read at the sum, the share of the check this process could
+//! not run (`off_cpu::share_so_far`) and the host's load so far (`facts::host_load::load_so_far`).
+//! Kept once per process, as the off-CPU watch is: each GPU thread reads it at the sum; the
+//! worker runs one check per process.
+
+use crate::facts::gpu_health::HealthFacts;
+use crate::facts::node::{self, NodeFacts};
+use crate::localize::own::OwnFinding;
+use crate::meet::topology::Topology;
+use crate::report::reason::ReasonCode;
+use nccl_check_contract::report::process::GpuProcess;
+use std::sync::OnceLock;
+
+/// This process's node as known before the processes meet.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KnownBefore {
+    /// Per GPU of this process, in its thread order: the other processes NVML listed on it.
+    pub held: Vec<Vec<GpuProcess>>,
+    /// GPUs the node should have and does not (the inventory's `gpu_missing`).
+    pub missing: u32,
+}
+
+static KNOWN: OnceLock<KnownBefore> = OnceLock::new();
+
+/// Keeps what NVML (`nvml`) and the inventory (`facts`) said of this process's GPUs (CUDA
+/// ordinals `devices`, in thread order), for [`findings`]. Only the first call counts.
+pub fn record(devices: &[usize], nvml: &HealthFacts, facts: Option<&NodeFacts>) {
+    let buses: Vec<String> = devices
+        .iter()
+        .map(|&d| {
+            crate::measure::cuda::gpu_info(d).map_or_else(|_| String::new(), |i| i.pci_bus_id)
+        })
+        .collect();
+    let _ = KNOWN.set(known_before(&buses, nvml, facts));
+}
+
+/// See [`record`]; `buses`: the GPUs' PCI bus ids.
+pub fn known_before(
+    buses: &[String],
+    nvml: &HealthFacts,
+    facts: Option<&NodeFacts>,
+) -> KnownBefore {
+    let held = buses
+        .iter()
+        .map(|bus| match nvml {
+            HealthFacts::Available { gpus, .. } => {
+                let mine = node::bus_id(bus);
+                gpus.iter()
+                    .find(|h| mine.is_some() && node::bus_id(&h.bus_id) == mine)
+                    .map(|h| h.processes.clone())
+                    .unwrap_or_default()
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    let missing = facts.map_or(0, |f| {
+        f.findings
+            .iter()
+            .filter(|x| x.code == ReasonCode::GpuMissing)
+            .map(|x| match (x.measured, x.limit) {
+                (Some(have), Some(want)) if want > have => (want - have).round() as u32,
+                _ => 1,
+            })
+            .sum()
+    });
+    KnownBefore { held, missing }
+}
+
+/// This process's findings now (`first_rank`: its first GPU's rank), for the sum.
+pub fn findings(t: &Topology, first_rank: usize) -> Vec<OwnFinding> {
+    let known = KNOWN.get().cloned().unwrap_or_default();
+    let host = crate::facts::host_load::load_so_far();
+    let starved = super::off_cpu::share_so_far();
+    findings_of(&known, t, first_rank, starved, host.as_ref())
+}
+
+/// [`findings`] from what it reads: the facts known before, the share this process could not
+/// run so far and the host's load so far. A GPU held only by the check's own processes (emulated
+/// nodes sharing one GPU) is not busy.
+pub fn findings_of(
+    known: &KnownBefore,
+    t: &Topology,
+    first_rank: usize,
+    starved: Option<f64>,
+    host: Option<&crate::facts::host_load::HostLoad>,
+) -> Vec<OwnFinding> {
+    let mut out = Vec::new();
+    for (slot, held) in known.held.iter().enumerate() {
+        let Some(other) = held.iter().find(|p| !t.pids().contains(&p.pid)) else {
+            continue;
+        };
+        let gpu = t.local_index(first_rank + slot).unwrap_or(slot) as u32;
+        out.push(OwnFinding::GpuBusy {
+            gpu,
+            pid: other.pid,
+            gib: other
+                .used_bytes
+                .map_or(0.0, |b| b as f64 / (1u64 << 30) as f64),
+        });
+    }
+    if known.missing > 0 {
+        out.push(OwnFinding::GpuMissing {
+            missing: known.missing,
+        });
+    }
+    if let Some(share) = starved.filter(|s| *s >= super::off_cpu::STARVED_SHARE) {
+        out.push(OwnFinding::Starved { share });
+    }
+    if let Some(load) = host.filter(|h| h.busy()) {
+        out.push(OwnFinding::HostBusy {
+            cpus: load.others_share * f64::from(load.cpus),
+            top: load.top.first().map(|c| (c.pid, c.cpus)),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meet::rendezvous::Member;
+
+    fn topology() -> Topology {
+        let m = |p: u32, host: &str, pid: u32| Member {
+            proc_rank: p,
+            host: host.into(),
+            pid,
+            ngpus: 1,
+            first_rank: p,
+        };
+        Topology::new(&[m(0, "e1", 100), m(1, "e2", 101), m(2, "e2", 102)])
+    }
+
+    fn held(pid: u32) -> GpuProcess {
+        GpuProcess {
+            pid,
+            user: "root".into(),
+            used_bytes: Some(17 << 29),
+        }
+    }
+
+    /// Process 2 drives e2's second GPU: its finding names GPU1 of e2 and the foreign pid; the
+    /// check's own workers on the GPU (emulated nodes sharing it) are no finding.
+    #[test]
+    fn a_gpu_another_process_holds_is_named_by_its_index_on_the_node_and_the_checks_own_are_not() {
+        let t = topology();
+        let known = KnownBefore {
+            held: vec![vec![held(101), held(4242)]],
+            missing: 0,
+        };
+        assert_eq!(
+            findings_of(&known, &t, 2, None, None),
+            [OwnFinding::GpuBusy {
+                gpu: 1,
+                pid: 4242,
+                gib: 8.5
+            }]
+        );
+        let ours = KnownBefore {
+            held: vec![vec![held(100), held(102)]],
+            missing: 0,
+        };
+        assert!(findings_of(&ours, &t, 2, Some(0.1), None).is_empty());
+        let starved = findings_of(&KnownBefore::default(), &t, 0, Some(0.7), None);
+        assert_eq!(starved, [OwnFinding::Starved { share: 0.7 }]);
+    }
+}
