@@ -87,6 +87,9 @@ bash tests/scale/run.sh
 
 step "emulated fabric plumbing: namespaces, tc shaping, the simulated worker (no GPU; tests/gpu/fabric.sh)"
 cargo build -p bench-core --features sim --bin nccl-check-sim
+# One cause across processes on real processes (loopback): a node's own finding names it in
+# every process's verdict (bench-core/tests/sim_own_cause.rs; only a sim build has the worker).
+cargo test -p bench-core --features sim --test sim_own_cause
 fabric_out=$(mktemp -d /tmp/nccl-check-fabric.XXXXXX)
 bash tests/gpu/fabric.sh --selftest --out "$fabric_out/selftest"
 bash tests/gpu/fabric.sh --nodes 8 --rows healthy,slow-node,slow-path,far-path,missing --repeat 1 \

@@ -17,12 +17,15 @@
 //! NCCL_CHECK_SIM_FLOOR=none (no multi-node floor: phase B unjudged, screening always runs),
 //! NCCL_CHECK_SIM_HOLD_MS (every process "measures" this long after the rendezvous, as a long
 //! collective would, watching its team as the GPU worker's wait does: a link set down meanwhile
-//! is found by the plane's watch, tests/gpu/fabric.sh's link-down row without a GPU).
+//! is found by the plane's watch, tests/gpu/fabric.sh's link-down row without a GPU),
+//! NCCL_CHECK_SIM_BUSY (`NODE:PID`: that node's process finds its GPU0 held by another process,
+//! the own finding every process's verdict then names for that node, `localize::own`).
 
 use bench_core::localize::conduct::{
     decide_here, follow, group_of, keeper, slots, Conductor, ConductorStep, FollowError, Place,
 };
 use bench_core::localize::layout::Layout;
+use bench_core::localize::own::OwnFinding;
 use bench_core::localize::sim::{Fabric, Fault};
 use bench_core::localize::{LocalizeConfig, Localizer, PairFloors, Phase};
 use bench_core::measure::runner::RunError;
@@ -207,6 +210,19 @@ fn run(
             }
         })
         .map_err(lost)?;
+    let mut summary = summary;
+    // As the GPU runner does after the localizer's last round (`runner::localized`): when it
+    // named something, every node's own findings summed over every process; a node's own
+    // finding is its cause in every process's verdict, the network reading only for the rest.
+    if !summary.reasons.is_empty() {
+        let names = bench_core::localize::own::process_nodes(&topology);
+        let mine = sim_findings(host)?;
+        let own = bench_core::localize::own::exchange(opts.rank as usize, &names, &mine, |v| {
+            team.sum(v).map_err(|e| RunError::from_team(opts.rank, e))
+        })
+        .map_err(lost)?;
+        bench_core::localize::own::own_findings_win(&mut summary.reasons, &own);
+    }
     report.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
     report.reasons = summary.reasons.clone();
     let (rounds, localization_rounds) = (summary.rounds, summary.localization_rounds);
@@ -320,6 +336,25 @@ fn hold(ms: usize, team: &Team, deadline: Instant) -> Result<(), RunError> {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     Ok(())
+}
+
+/// This process's own findings (NCCL_CHECK_SIM_BUSY=NODE:PID: NODE's GPU0 held by another
+/// process PID, 8 GiB, as NVML would list it), for the sum after the localizer's rounds.
+fn sim_findings(host: &str) -> Result<Vec<OwnFinding>, RunError> {
+    let Ok(spec) = std::env::var("NCCL_CHECK_SIM_BUSY") else {
+        return Ok(Vec::new());
+    };
+    let bad = || RunError::Runtime(format!("NCCL_CHECK_SIM_BUSY={spec}: not NODE:PID"));
+    let (node, pid) = spec.split_once(':').ok_or_else(bad)?;
+    let pid: u32 = pid.parse().map_err(|_| bad())?;
+    Ok(match node == host {
+        true => vec![OwnFinding::GpuBusy {
+            gpu: 0,
+            pid,
+            gib: 8.0,
+        }],
+        false => Vec::new(),
+    })
 }
 
 /// NCCL_CHECK_SIM_FAULTS, with node names resolved to the localizer's indices.
