@@ -452,6 +452,7 @@ fn gather(handles: Vec<JoinHandle<GpuOutcome>>, report: &mut Report) -> Result<(
         if out.localization.is_some() {
             report.localization = out.localization;
         }
+        report.node_findings.extend(out.node_findings);
         if let Some(group) = out.shared.filter(|g| !report.shared_gpus.contains(g)) {
             report.shared_gpus.push(group);
         }

@@ -217,10 +217,12 @@ fn run(
     if !summary.reasons.is_empty() {
         let names = bench_core::localize::own::process_nodes(&topology);
         let mine = sim_findings(host)?;
-        let own = bench_core::localize::own::exchange(opts.rank as usize, &names, &mine, |v| {
-            team.sum(v).map_err(|e| RunError::from_team(opts.rank, e))
-        })
-        .map_err(lost)?;
+        // No judge here names the node's own finding: every process's is decoded, its own too.
+        let own =
+            bench_core::localize::own::exchange(opts.rank as usize, &names, &mine, true, |v| {
+                team.sum(v).map_err(|e| RunError::from_team(opts.rank, e))
+            })
+            .map_err(lost)?;
         bench_core::localize::own::own_findings_win(&mut summary.reasons, &own);
     }
     report.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;

@@ -16,11 +16,20 @@
 use crate::meet::topology::Topology;
 use crate::report::json::{Reason, ReasonCode};
 use crate::report::Culprit;
+use serde::{Deserialize, Serialize};
 
 /// Slots per process: GPU held (its index on the node + 1), its first other pid, its GiB held,
 /// the share of the check its worker could not run, GPUs missing, host load (CPUs busy with
 /// others' processes), the largest such consumer's pid and its CPUs.
 pub const WIDTH: usize = 8;
+
+/// One node's own findings as every process decodes them from the sum, as reasons (the report's
+/// `node_findings`: what that node's network reading gives way to).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeFindings {
+    pub node: String,
+    pub reasons: Vec<Reason>,
+}
 
 /// A node's own finding, as it travels.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,29 +88,39 @@ pub fn process_nodes(t: &Topology) -> Vec<String> {
 }
 
 /// One sum over every rank of this process's findings (`mine`: empty on all but one rank of each
-/// process), then every node's findings decoded (see [`decode_findings`]). `sum` is the
-/// caller's sum over every rank; every rank of the check must call this, or none.
+/// process), then every node's findings decoded (see [`decode_findings`]); this process's own
+/// left out unless `include_own` (the worker judges its own node itself, with the pid's user
+/// and the whole check's window: `judge::foreign`, `judge::evidence`). `sum` is the caller's
+/// sum over every rank; every rank of the check must call this, or none.
 pub fn exchange<E>(
     process: usize,
     node_of_process: &[String],
     mine: &[OwnFinding],
+    include_own: bool,
     sum: impl FnOnce(&[f64]) -> Result<Vec<f64>, E>,
-) -> Result<Vec<(String, Vec<Reason>)>, E> {
+) -> Result<Vec<NodeFindings>, E> {
     let mut vector = vec![0.0; node_of_process.len() * WIDTH];
     if process < node_of_process.len() {
         for (i, v) in encode_findings(process, mine) {
             vector[i as usize] = v;
         }
     }
-    let sums = sum(&vector)?;
+    let mut sums = sum(&vector)?;
+    if !include_own {
+        let own = process * WIDTH..(process + 1) * WIDTH;
+        sums.iter_mut()
+            .enumerate()
+            .filter(|(i, _)| own.contains(i))
+            .for_each(|(_, x)| *x = 0.0);
+    }
     Ok(decode_findings(node_of_process, &sums))
 }
 
 /// The findings of every node from the summed vector (`names[p]` is process p's node; a node of
 /// several processes gets all of theirs); nodes without any are left out. A value that is not a
 /// finite, positive number is no finding.
-pub fn decode_findings(names: &[String], sums: &[f64]) -> Vec<(String, Vec<Reason>)> {
-    let mut out: Vec<(String, Vec<Reason>)> = Vec::new();
+pub fn decode_findings(names: &[String], sums: &[f64]) -> Vec<NodeFindings> {
+    let mut out: Vec<NodeFindings> = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let v = |slot: usize| {
             sums.get(i * WIDTH + slot)
@@ -112,9 +131,12 @@ pub fn decode_findings(names: &[String], sums: &[f64]) -> Vec<(String, Vec<Reaso
         if reasons.is_empty() {
             continue;
         }
-        match out.iter_mut().find(|(n, _)| n == name) {
-            Some((_, known)) => known.extend(reasons),
-            None => out.push((name.clone(), reasons)),
+        match out.iter_mut().find(|f| f.node == *name) {
+            Some(known) => known.reasons.extend(reasons),
+            None => out.push(NodeFindings {
+                node: name.clone(),
+                reasons,
+            }),
         }
     }
     out
@@ -184,12 +206,21 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
     reasons
 }
 
-/// The nodes a network reading of the localizer names; empty for any other reason.
+/// The nodes a network reading names: the localizer's (`node_slow`, `node_pair_slow`,
+/// `rail_slow`) and the full pair matrix's (`node_outlier`, `node_pair_outlier`, a node pair
+/// below its floor); empty for any other reason.
 fn network_nodes(r: &Reason) -> Vec<String> {
-    let network = matches!(
-        r.code,
-        ReasonCode::NodeSlow | ReasonCode::NodePairSlow | ReasonCode::RailSlow
-    );
+    let network = match r.code {
+        ReasonCode::NodeSlow
+        | ReasonCode::NodePairSlow
+        | ReasonCode::RailSlow
+        | ReasonCode::NodeOutlier
+        | ReasonCode::NodePairOutlier => true,
+        ReasonCode::BusbwBelowThreshold => {
+            matches!(r.culprit(), Some(Culprit::NodePair(..)))
+        }
+        _ => false,
+    };
     match r.culprit().filter(|_| network) {
         Some(Culprit::Node(n)) | Some(Culprit::Rail { node: n, .. }) => vec![n],
         Some(Culprit::NodePair(a, b)) => vec![a, b],
@@ -210,8 +241,8 @@ fn node_named(r: &Reason) -> Option<String> {
 /// Each network reading that names a node with its own findings becomes those findings (a
 /// node pair with one such end becomes that end's; the partner is not named again); readings
 /// of nodes with none stay. Each finding is named once.
-pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[(String, Vec<Reason>)]) {
-    let of = |n: &str| own.iter().find(|(name, _)| name == n).map(|(_, r)| r);
+pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
+    let of = |n: &str| own.iter().find(|f| f.node == n).map(|f| &f.reasons);
     let mut out: Vec<Reason> = Vec::new();
     for r in reasons.drain(..) {
         let nodes = network_nodes(&r);
@@ -263,6 +294,20 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
         };
         let label = crate::report::gpu_label(gpu);
         !(n == host && local.iter().any(|(c, s)| *c == r.code && *s == label))
+    });
+    // A node-wide finding (starved, missing GPUs, busy host) this process judged and another
+    // process of its node shared: the first, this process's own (its facts lead the reasons).
+    let mut seen: Vec<ReasonCode> = Vec::new();
+    reasons.retain(|r| {
+        let node_wide = matches!(
+            r.code,
+            ReasonCode::WorkerStarved | ReasonCode::GpuMissing | ReasonCode::HostBusy
+        ) && r.subject.as_deref() == Some(host);
+        let first = !(node_wide && seen.contains(&r.code));
+        if node_wide {
+            seen.push(r.code);
+        }
+        first
     });
 }
 

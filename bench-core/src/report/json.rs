@@ -175,6 +175,11 @@ pub struct Report {
     /// The node-level localization of a multi-node check (`localize`), when it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub localization: Option<crate::localize::LocalizeSummary>,
+    /// The other processes' own findings of their nodes (a GPU another process holds, a starved
+    /// worker, a missing GPU, a busy host), shared when a multi-node check found a node or node
+    /// pair slow (`localize::own`): the cause the network reading of that node gives way to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_findings: Vec<crate::localize::own::NodeFindings>,
     /// The site network profile applied (name and the environment it set), if any.
     pub network_profile: Option<serde_json::Value>,
     /// Which transport each path used, from NCCL's own log (see `transport`).
@@ -224,6 +229,7 @@ impl Report {
             shared_gpus: Vec::new(),
             sku: None,
             localization: None,
+            node_findings: Vec::new(),
             transports: None,
             network_profile: None,
             avg_busbw: BTreeMap::new(),

@@ -48,6 +48,7 @@ impl Default for Report {
             transports: None,
             avg_busbw: BTreeMap::new(),
             localization: None,
+            node_findings: Vec::new(),
             facts: None,
             warnings: Vec::new(),
             gpu_side: Vec::new(),

@@ -40,7 +40,7 @@ fn a_busy_gpu_on_one_node_is_that_nodes_cause_not_its_network() {
     );
     let own = decode_findings(&n, &sums);
     assert_eq!(own.len(), 1);
-    assert_eq!(own[0].0, "e2");
+    assert_eq!(own[0].node, "e2");
     for reading in [
         network(ReasonCode::NodeSlow, "e2"),
         network(ReasonCode::NodePairSlow, "e2<->e3"),
@@ -84,7 +84,7 @@ fn every_kind_travels_and_a_node_named_twice_is_named_once() {
     // One of each kind: 1 + 1 + 3 (the host's CPUs, its largest consumer's pid and CPUs).
     assert_eq!(e1.len(), 5, "one of each kind");
     let own = decode_findings(&n, &summed(3 * WIDTH, &[e1]));
-    let codes: Vec<ReasonCode> = own[0].1.iter().map(|r| r.code).collect();
+    let codes: Vec<ReasonCode> = own[0].reasons.iter().map(|r| r.code).collect();
     assert_eq!(
         codes,
         [
@@ -173,9 +173,9 @@ fn a_node_of_two_processes_gets_the_findings_of_both() {
     );
     let own = decode_findings(&names, &summed(3 * WIDTH, &[p1, p2]));
     assert_eq!(own.len(), 1, "{own:?}");
-    assert_eq!(own[0].0, "e2");
+    assert_eq!(own[0].node, "e2");
     let got: Vec<(ReasonCode, Option<&str>)> = own[0]
-        .1
+        .reasons
         .iter()
         .map(|r| (r.code, r.subject.as_deref()))
         .collect();
@@ -187,9 +187,10 @@ fn a_node_of_two_processes_gets_the_findings_of_both() {
         ]
     );
     assert!(
-        own[0].1[0].message.contains("30.5 CPUs") && own[0].1[0].message.contains("pid 4242"),
+        own[0].reasons[0].message.contains("30.5 CPUs")
+            && own[0].reasons[0].message.contains("pid 4242"),
         "{}",
-        own[0].1[0].message
+        own[0].reasons[0].message
     );
 }
 
@@ -223,11 +224,12 @@ fn another_nodes_finding_does_not_clear_this_nodes_reading_and_its_own_is_named_
 
 /// Each of 4 processes runs `exchange` with its own findings; the sum is the sum of the vectors
 /// all of them put in, as NCCL's all_reduce gives it to each.
-fn exchanged(mine: &[Vec<OwnFinding>]) -> Vec<Vec<(String, Vec<Reason>)>> {
+/// `include_own`: as `exchange` is called (the GPU worker leaves its own out).
+fn exchanged(mine: &[Vec<OwnFinding>], include_own: bool) -> Vec<Vec<NodeFindings>> {
     let names = names(mine.len());
     let mut total = vec![0.0; names.len() * WIDTH];
     for (p, m) in mine.iter().enumerate() {
-        exchange(p, &names, m, |v| -> Result<Vec<f64>, ()> {
+        exchange(p, &names, m, true, |v| -> Result<Vec<f64>, ()> {
             for (t, x) in total.iter_mut().zip(v) {
                 *t += x;
             }
@@ -236,7 +238,12 @@ fn exchanged(mine: &[Vec<OwnFinding>]) -> Vec<Vec<(String, Vec<Reason>)>> {
         .expect("sum");
     }
     (0..mine.len())
-        .map(|p| exchange(p, &names, &mine[p], |_| Ok::<_, ()>(total.clone())).expect("sum"))
+        .map(|p| {
+            exchange(p, &names, &mine[p], include_own, |_| {
+                Ok::<_, ()>(total.clone())
+            })
+            .expect("sum")
+        })
         .collect()
 }
 
@@ -250,8 +257,9 @@ mod every_process {
     use crate::report::json::{GpuEntry, Report};
     use crate::verdict::ExitCode;
 
-    /// Process `p` of 4 emulated nodes e1..e4 (one GPU each); e2's GPU held by pid 31337.
-    fn report(p: u32) -> Report {
+    /// Process `p` of 4 emulated nodes e1..e4 (one GPU each); process `busy`'s GPU held by pid
+    /// 31337.
+    fn report(p: u32, busy: u32) -> Report {
         let host = format!("e{}", p + 1);
         let mut r = Report::new(host.clone(), 0.0);
         r.nranks = 4;
@@ -264,9 +272,9 @@ mod every_process {
                 first_rank: q,
             })
             .collect();
-        let held = match p {
-            1 => serde_json::json!([{"pid": 31337, "user": "root", "used_bytes": 17u64 << 29}]),
-            _ => serde_json::json!([]),
+        let held = match p == busy {
+            true => serde_json::json!([{"pid": 31337, "user": "root", "used_bytes": 17u64 << 29}]),
+            false => serde_json::json!([]),
         };
         let health: GpuHealth = serde_json::from_value(serde_json::json!({
             "index": 0, "bus_id": "", "name": "NVIDIA H100 80GB HBM3", "processes": held
@@ -283,6 +291,18 @@ mod every_process {
         g.health = Some(health);
         r.gpus = vec![g];
         r
+    }
+
+    fn judged(r: &mut Report) -> ExitCode {
+        let rules = vec![crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)];
+        let expect = crate::facts::transport::TransportExpectation::default();
+        let judging = Judging {
+            thresholds: &rules,
+            outlier_fraction: 0.85,
+            min_busbw: None,
+            expect: &expect,
+        };
+        judge(r, &judging, None, &|_, _| true)
     }
 
     /// What the localizer found, the same in every process: e2 and e4 slow on their NICs.
@@ -324,21 +344,15 @@ mod every_process {
             pid: 31337,
             gib: 8.5,
         };
-        let own = exchanged(&[vec![], vec![busy], vec![], vec![]]);
-        let rules = vec![crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)];
-        let expect = crate::facts::transport::TransportExpectation::default();
-        let judging = Judging {
-            thresholds: &rules,
-            outlier_fraction: 0.85,
-            min_busbw: None,
-            expect: &expect,
-        };
+        let own = exchanged(&[vec![], vec![busy], vec![], vec![]], false);
+        // The busy node's own process judges its GPU itself (NVML's list in its report).
+        assert!(own[1].is_empty(), "{:?}", own[1]);
         for p in 0..4u32 {
             let mut summary = localized(vec![slow("e2"), slow("e4")]);
             own_findings_win(&mut summary.reasons, &own[p as usize]);
-            let mut r = report(p);
+            let mut r = report(p, 1);
             r.localization = Some(summary);
-            assert_eq!(judge(&mut r, &judging, None, &|_, _| true), ExitCode::Fail);
+            assert_eq!(judged(&mut r), ExitCode::Fail);
             let subjects: Vec<(ReasonCode, &str)> = r
                 .reasons
                 .iter()
@@ -361,6 +375,54 @@ mod every_process {
                 "process {p}: {line}"
             );
             assert!(line.contains("pid 31337"), "process {p}: {line}");
+        }
+    }
+
+    /// Without the localizer (the full pair matrix, as `--pair-matrix auto` runs up to 3 nodes,
+    /// or `full`): the node pairs measured on 4 emulated nodes over sockets with one node's GPU
+    /// busy (judge/analysis.rs, 2026-11-21) blame that node (`node_outlier`); with its finding
+    /// shared, every process names its GPU busy instead.
+    #[test]
+    fn without_the_localizer_the_node_outlier_gives_way_to_the_nodes_own_finding() {
+        let busy = OwnFinding::GpuBusy {
+            gpu: 0,
+            pid: 31337,
+            gib: 8.5,
+        };
+        let own = exchanged(&[vec![], vec![], vec![busy], vec![]], false);
+        let pair = |a: &str, b: &str, busbw: f64| crate::report::PairRow {
+            expected: None,
+            kind: crate::report::PairKind::Node,
+            node: String::new(),
+            a: a.into(),
+            b: b.into(),
+            ranks: (0, 1),
+            bytes: 256 << 20,
+            time_us: 0.0,
+            busbw,
+            gpu_busbw: None,
+            first_busbw: None,
+        };
+        for p in 0..4u32 {
+            let mut r = report(p, 2);
+            r.pairs = vec![
+                pair("e1", "e2", 2.15),
+                pair("e3", "e4", 1.34),
+                pair("e1", "e4", 2.40),
+                pair("e2", "e3", 1.47),
+                pair("e1", "e3", 1.43),
+                pair("e2", "e4", 2.15),
+            ];
+            r.node_findings = own[p as usize].clone();
+            assert_eq!(judged(&mut r), ExitCode::Fail);
+            let subjects: Vec<(ReasonCode, &str)> = r
+                .reasons
+                .iter()
+                .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
+                .collect();
+            let e3 = if p == 2 { "GPU0" } else { "e3 GPU0" };
+            assert_eq!(subjects, [(ReasonCode::GpuBusy, e3)], "process {p}");
+            assert!(r.summary.contains("pid 31337"), "{}", r.summary);
         }
     }
 }

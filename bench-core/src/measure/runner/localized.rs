@@ -16,12 +16,12 @@ use crate::localize::conduct::{
     decide_here, follow, keeper, slots, Conductor, ConductorStep, FollowError, Place,
 };
 use crate::localize::layout::Layout;
+use crate::localize::own::NodeFindings;
 use crate::localize::{
     LocalizeConfig, LocalizePlan, LocalizeSummary, Localizer, PairFloors, Phase,
 };
 use crate::measure::datatype::{DataType, RedOp};
 use crate::render::output::{pair_table, phase, print};
-use crate::report::json::Reason;
 use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
@@ -73,6 +73,9 @@ impl Measurer<'_> {
             super::off_cpu::blame_starved(&mut summary.reasons, &starved);
             let own = self.own_findings(start)?;
             crate::localize::own::own_findings_win(&mut summary.reasons, &own);
+            if start.recorder {
+                out.node_findings = own;
+            }
         }
         // The check's last NCCL operation: a rank whose all_reduce is done may still owe its ring
         // neighbours data in flight, and a process that left now would cut it (seen on one H100,
@@ -104,7 +107,7 @@ impl Measurer<'_> {
     /// check's communicator, waited as every measurement is (NCCL's async error, the team
     /// failing, the deadline). One rank per GPU thread, each on its own communicator, as every
     /// collective of the check is issued.
-    fn sum_over_ranks(&self, vector: &[f64], what: &str) -> Result<Vec<f64>, RunError> {
+    pub(super) fn sum_over_ranks(&self, vector: &[f64], what: &str) -> Result<Vec<f64>, RunError> {
         if vector.is_empty() {
             return Ok(Vec::new());
         }
@@ -162,8 +165,9 @@ impl Measurer<'_> {
 
     /// Every node's own findings (a GPU another process holds, a starved worker, a missing GPU,
     /// a busy host), in every process: one sum over every rank of one block of slots per
-    /// process, filled by that process's recorder thread (`localize::own::exchange`).
-    fn own_findings(&self, start: &Start) -> Result<Vec<(String, Vec<Reason>)>, RunError> {
+    /// process, filled by that process's recorder thread (`localize::own::exchange`); this
+    /// process's own node is judged by its own verdict (`judge::foreign`, `judge::evidence`).
+    pub(super) fn own_findings(&self, start: &Start) -> Result<Vec<NodeFindings>, RunError> {
         let t = &start.topology;
         let me = self.rank as usize;
         let process = t.process_of(me).unwrap_or(0) as usize;
@@ -172,7 +176,7 @@ impl Measurer<'_> {
             false => Vec::new(),
         };
         let names = crate::localize::own::process_nodes(t);
-        crate::localize::own::exchange(process, &names, &mine, |v| {
+        crate::localize::own::exchange(process, &names, &mine, false, |v| {
             self.sum_over_ranks(v, "the nodes' own findings (all_reduce)")
         })
     }

@@ -83,6 +83,9 @@ pub struct GpuOutcome {
     pub gpu_side: Vec<crate::report::json::GpuSide>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
     pub localization: Option<crate::localize::LocalizeSummary>,
+    /// The other processes' own findings of their nodes (recorder thread, multi-node checks
+    /// that found something slow: `localize::own`).
+    pub node_findings: Vec<crate::localize::own::NodeFindings>,
     /// The last collective measured (name, bytes, busbw of the slower placement), the same on
     /// every rank: phase B of the localizer when the plan's collective ran over all ranks.
     pub last_collective: Option<(&'static str, u64, f64)>,
@@ -135,6 +138,7 @@ impl GpuThread {
             shared: None,
             gpu_side: Vec::new(),
             localization: None,
+            node_findings: Vec::new(),
             last_collective: None,
             error: None,
         };

@@ -248,7 +248,18 @@ impl Measurer<'_> {
         let slow =
             !crate::judge::analysis::slow_pairs(&delivered, o.config.outliers.fraction, &floor)
                 .is_empty();
-        if o.config.outliers.retest && self.agree_slow(slow)? {
+        // Across nodes, a slow node pair's node may have its own finding: every node's is
+        // shared then (`localize::own`), so each process's verdict names that cause, not the
+        // path. Every process agrees whether (the team's sum), so all or none join the sum.
+        let multi = start.topology.node_count() > 1;
+        let agreed = (o.config.outliers.retest || multi) && self.agree_slow(slow)?;
+        if multi && agreed {
+            let own = self.own_findings(start)?;
+            if start.recorder {
+                out.node_findings = own;
+            }
+        }
+        if o.config.outliers.retest && agreed {
             phase(start, "slow pairs: measuring the pair matrix once more");
             let again = self.pair_matrix(bytes, (warmup, iters), start, out)?;
             for (r, a) in rows.iter_mut().zip(again) {
