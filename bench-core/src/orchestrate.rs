@@ -96,8 +96,8 @@ pub fn run(
     // the start; NVML usually answered while CUDA started).
     let nvml = health.resolve(deadline);
     let gpu = model(&devices, &nvml.facts, report);
-    // What the localizer's last sum tells the other nodes of this one (`runner::own_facts`).
-    crate::measure::runner::own_facts::record(&devices, &nvml.facts, report.facts.as_ref());
+    // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
+    crate::localize::own::known::record(&devices, &nvml.facts, report.facts.as_ref());
     if !opts.quiet && opts.rank == 0 {
         println!(
             "# GPU: {}; interconnect: {}",

@@ -211,20 +211,7 @@ fn run(
         })
         .map_err(lost)?;
     let mut summary = summary;
-    // As the GPU runner does after the localizer's last round (`runner::localized`): when it
-    // named something, every node's own findings summed over every process; a node's own
-    // finding is its cause in every process's verdict, the network reading only for the rest.
-    if !summary.reasons.is_empty() {
-        let names = bench_core::localize::own::process_nodes(&topology);
-        let mine = sim_findings(host)?;
-        // No judge here names the node's own finding: every process's is decoded, its own too.
-        let own =
-            bench_core::localize::own::exchange(opts.rank as usize, &names, &mine, true, |v| {
-                team.sum(v).map_err(|e| RunError::from_team(opts.rank, e))
-            })
-            .map_err(lost)?;
-        bench_core::localize::own::own_findings_win(&mut summary.reasons, &own);
-    }
+    share_findings(opts, host, &topology, &team, &mut summary.reasons).map_err(lost)?;
     report.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
     report.reasons = summary.reasons.clone();
     let (rounds, localization_rounds) = (summary.rounds, summary.localization_rounds);
@@ -337,6 +324,29 @@ fn hold(ms: usize, team: &Team, deadline: Instant) -> Result<(), RunError> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    Ok(())
+}
+
+/// As the GPU runner does after the localizer's last round (`runner::localized`): when it named
+/// something, every node's own findings summed over every process; a node's own finding is its
+/// cause in every process's verdict, the network reading only for the rest.
+fn share_findings(
+    opts: &options::Options,
+    host: &str,
+    topology: &Topology,
+    team: &Team,
+    reasons: &mut Vec<bench_core::report::json::Reason>,
+) -> Result<(), RunError> {
+    if reasons.is_empty() {
+        return Ok(());
+    }
+    let names = bench_core::localize::own::process_nodes(topology);
+    let mine = sim_findings(host)?;
+    // No judge here names the node's own finding: every process's is decoded, its own too.
+    let own = bench_core::localize::own::exchange(opts.rank as usize, &names, &mine, true, |v| {
+        team.sum(v).map_err(|e| RunError::from_team(opts.rank, e))
+    })?;
+    bench_core::localize::own::own_findings_win(reasons, &own);
     Ok(())
 }
 

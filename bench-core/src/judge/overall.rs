@@ -135,11 +135,8 @@ pub fn judge(
     let (busy, foreign) = crate::judge::foreign::foreign_processes(report, &reasons);
     reasons.splice(0..0, busy);
     // This node's own finding is its cause, not the localizer's reading of its network.
-    crate::localize::own::own_node_wins(
-        &mut reasons,
-        &crate::judge::foreign::own_node(report),
-        topology.node_names(),
-    );
+    let node = crate::judge::foreign::own_node(report);
+    crate::localize::own::own_node_wins(&mut reasons, &node, topology.node_names());
     let warnings: Vec<Reason> = foreign.into_iter().chain(warnings).collect();
     let code = if reasons.is_empty() {
         ExitCode::Pass

@@ -272,8 +272,7 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
 /// (`e2 GPU0` in e1's verdict; `nodes`: the check's nodes) is no finding of `host`.
 pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     use nccl_check_contract::report::cause::CauseClass;
-    let elsewhere =
-        |r: &Reason| node_named(r).is_some_and(|n| n != host && nodes.iter().any(|x| *x == n));
+    let elsewhere = |r: &Reason| node_named(r).is_some_and(|n| n != host && nodes.contains(&n));
     let own = reasons.iter().any(|r| {
         network_nodes(r).is_empty()
             && matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
@@ -311,5 +310,7 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     });
 }
 
+#[cfg(feature = "gpu")]
+pub mod known;
 #[cfg(test)]
 mod tests;

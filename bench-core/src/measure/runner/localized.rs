@@ -172,7 +172,7 @@ impl Measurer<'_> {
         let me = self.rank as usize;
         let process = t.process_of(me).unwrap_or(0) as usize;
         let mine = match start.recorder {
-            true => super::own_facts::findings(t, me),
+            true => crate::localize::own::known::findings_now(t, me),
             false => Vec::new(),
         };
         let names = crate::localize::own::process_nodes(t);

@@ -11,7 +11,6 @@ mod comms;
 mod gpu_time;
 mod localized;
 pub mod off_cpu;
-pub mod own_facts;
 mod pair_matrix;
 pub mod probe;
 mod run_error;

@@ -1,10 +1,10 @@
-//! What this process knows of its own node when the localizer has named nodes, for the sum that
-//! tells every process each node's own finding (`localize::own::exchange`): the other processes
-//! NVML listed on this process's GPUs and the GPUs the inventory misses (both known before the
-//! processes meet, [`record`]), and, read at the sum, the share of the check this process could
-//! not run (`off_cpu::share_so_far`) and the host's load so far (`facts::host_load::load_so_far`).
-//! Kept once per process, as the off-CPU watch is: each GPU thread reads it at the sum; the
-//! worker runs one check per process.
+//! What this process knows of its own node when the check found a node or node pair slow, for
+//! the sum that tells every process each node's own finding ([`super::exchange`]): the other
+//! processes NVML listed on this process's GPUs and the GPUs the inventory misses (both known
+//! before the processes meet, [`record`]), and, read at the sum, the share of the check this
+//! process could not run (`measure::runner::off_cpu::share_so_far`) and the host's load so far
+//! (`facts::host_load::load_so_far`). Kept once per process, as the off-CPU watch is: each GPU
+//! thread reads it at the sum; the worker runs one check per process.
 
 use crate::facts::gpu_health::HealthFacts;
 use crate::facts::node::{self, NodeFacts};
@@ -26,7 +26,7 @@ pub struct KnownBefore {
 static KNOWN: OnceLock<KnownBefore> = OnceLock::new();
 
 /// Keeps what NVML (`nvml`) and the inventory (`facts`) said of this process's GPUs (CUDA
-/// ordinals `devices`, in thread order), for [`findings`]. Only the first call counts.
+/// ordinals `devices`, in thread order), for [`findings_now`]. Only the first call counts.
 pub fn record(devices: &[usize], nvml: &HealthFacts, facts: Option<&NodeFacts>) {
     let buses: Vec<String> = devices
         .iter()
@@ -70,14 +70,14 @@ pub fn known_before(
 }
 
 /// This process's findings now (`first_rank`: its first GPU's rank), for the sum.
-pub fn findings(t: &Topology, first_rank: usize) -> Vec<OwnFinding> {
+pub fn findings_now(t: &Topology, first_rank: usize) -> Vec<OwnFinding> {
     let known = KNOWN.get().cloned().unwrap_or_default();
     let host = crate::facts::host_load::load_so_far();
-    let starved = super::off_cpu::share_so_far();
+    let starved = crate::measure::runner::off_cpu::share_so_far();
     findings_of(&known, t, first_rank, starved, host.as_ref())
 }
 
-/// [`findings`] from what it reads: the facts known before, the share this process could not
+/// [`findings_now`] from what it reads: the facts known before, the share this process could not
 /// run so far and the host's load so far. A GPU held only by the check's own processes (emulated
 /// nodes sharing one GPU) is not busy.
 pub fn findings_of(
@@ -106,7 +106,7 @@ pub fn findings_of(
             missing: known.missing,
         });
     }
-    if let Some(share) = starved.filter(|s| *s >= super::off_cpu::STARVED_SHARE) {
+    if let Some(share) = starved.filter(|s| *s >= crate::measure::runner::off_cpu::STARVED_SHARE) {
         out.push(OwnFinding::Starved { share });
     }
     if let Some(load) = host.filter(|h| h.busy()) {
