@@ -14,8 +14,9 @@
 #   idle-stray    (--python) an idle process holding 20 GiB on the last GPU: PASS with a warning
 #                 naming it (pid)
 #   emulated-busy (--python, 4 GPUs) 4 emulated nodes e1..e4 (NCCL_HOSTID, one GPU each, the
-#                 adaptive plan), GPU 1 (e2's) saturated: every process's verdict names e2's GPU
-#                 busy, none e2's network
+#                 adaptive plan), GPU 1 (e2's) saturated: every process names e2's GPU busy
+#                 (report and verdict line: e2's own says GPU0, the others e2 GPU0), first and
+#                 with the pid; none names any node's network
 # With --prolog (root): the prolog gate with gpus = "all" under each CPU load, N runs, no cache,
 # a recording scontrol: no run drains naming hardware (busy CPUs of no job may drain as `busy`,
 # by the `stray_processes` policy; the busy loops here belong to no job).
@@ -81,7 +82,25 @@ elif row == "p2p-off":
 elif row == "gpu-hog":
     ok = r.get("verdict") == "FAIL" and any("GPU1" in (x.get("subject") or "") or "busy" in x["message"] for x in r.get("reasons", []))
 elif row == "emulated-busy":
-    ok = r.get("verdict") == "FAIL" and codes[:1] == ["gpu_busy"] and not (set(codes) & {"node_slow", "node_pair_slow", "rail_slow"})
+    # Every process (e2's own and the others') names e2's GPU busy, with the pid, in its report
+    # and in the verdict line srun prints: e2 says "GPU0" (its own node), the others "e2 GPU0";
+    # no process names any node's network (bench-core/src/localize/own.rs).
+    import os, re
+    node = re.sub(r"^emulated-busy-|\.json$", "", os.path.basename(path))
+    gpu = "GPU0" if node == "e2" else "e2 GPU0"
+    first = (r.get("reasons") or [{}])[0]
+    network = {"node_slow", "node_pair_slow", "rail_slow", "node_outlier", "node_pair_outlier"}
+    try:
+        text = open(path[:-len(".json")] + ".txt", errors="replace").read().splitlines()
+    except OSError:
+        text = []
+    line = next((l for l in reversed(text) if l.startswith("nccl-check: ")), "")
+    ok = (r.get("verdict") == "FAIL" and first.get("code") == "gpu_busy"
+          and first.get("subject") == gpu and first.get("cause") == "busy"
+          and "pid" in first.get("message", "") and not (set(codes) & network)
+          and line.startswith("nccl-check: FAIL " + gpu + ": busy: "))
+    if not ok:
+        print(f"  {node}: want {gpu} busy first; verdict line: {line[:200] or '-'}")
 elif row == "idle-stray":
     ok = r.get("verdict") == "PASS" and any("pid" in w["message"] for w in r.get("warnings", []))
 print(f"  expect {row}: {'ok' if ok else 'WRONG'}")
