@@ -56,12 +56,18 @@ pub fn foreign_processes(report: &Report, reasons: &[Reason]) -> (Vec<Reason>, V
     let (mut busy, mut idle) = (Vec::new(), Vec::new());
     let node = own_node(report);
     for (k, g) in gpus.iter().enumerate() {
-        let others: &[GpuProcess] = g.health.as_ref().map_or(&[], |h| h.processes.as_slice());
+        let listed: &[GpuProcess] = g.health.as_ref().map_or(&[], |h| h.processes.as_slice());
+        // The check's own processes are no other process (emulated nodes share one GPU).
+        let others: Vec<GpuProcess> = listed
+            .iter()
+            .filter(|p| !report.processes.iter().any(|m| m.pid == p.pid))
+            .cloned()
+            .collect();
         if others.is_empty() {
             continue;
         }
         let subject = crate::report::gpu_label(k as u32);
-        let named = busy_prefix(&subject, others);
+        let named = busy_prefix(&subject, &others);
         let named = named.trim_end().trim_end_matches(';');
         let already = reasons
             .iter()
@@ -194,6 +200,16 @@ mod tests {
         let mut clean = report(None, 300.0);
         assert_eq!(run(&mut clean), ExitCode::Pass);
         assert!(clean.warnings.is_empty());
+        // Another process of this check on the GPU (emulated nodes sharing one) is none.
+        let mut ours = report(Some(4242), 100.0);
+        ours.processes[0].pid = 4242;
+        assert_eq!(run(&mut ours), ExitCode::Fail);
+        assert!(ours.warnings.is_empty(), "{:?}", ours.warnings);
+        assert!(
+            ours.reasons.iter().all(|r| r.code != ReasonCode::GpuBusy),
+            "{:?}",
+            ours.reasons
+        );
     }
 
     /// A slow pair on a GPU another process holds: FAIL, and the cause that leads is that
