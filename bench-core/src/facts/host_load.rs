@@ -168,11 +168,27 @@ pub fn between(
     ticks_per_s: f64,
     proc_root: &Path,
 ) -> HostLoad {
+    between_for(a, b, &[own], ticks_per_s, proc_root)
+}
+
+/// [`between`] with every process of `check` counted as the check's own, not another's: the
+/// processes of one check on one host (emulated nodes; one process per GPU) load its CPUs
+/// themselves.
+pub fn between_for(
+    a: &HostSample,
+    b: &HostSample,
+    check: &[u32],
+    ticks_per_s: f64,
+    proc_root: &Path,
+) -> HostLoad {
     let window_s = b.at.duration_since(a.at).as_secs_f64();
     let total = b.total_ticks.saturating_sub(a.total_ticks) as f64;
     let busy = b.busy_ticks.saturating_sub(a.busy_ticks) as f64;
     let delta = |pid: &u32, t: &u64| t.saturating_sub(a.procs.get(pid).copied().unwrap_or(*t));
-    let own_ticks = b.procs.get(&own).map_or(0, |t| delta(&own, t)) as f64;
+    let own_ticks: f64 = check
+        .iter()
+        .filter_map(|p| b.procs.get(p).map(|t| delta(p, t) as f64))
+        .sum();
     let others_share = if total > 0.0 {
         ((busy - own_ticks) / total).clamp(0.0, 1.0)
     } else {
@@ -185,7 +201,7 @@ pub fn between(
     let mut used: Vec<(u32, f64)> = b
         .procs
         .iter()
-        .filter(|(pid, _)| **pid != own && a.procs.contains_key(pid))
+        .filter(|(pid, _)| !check.contains(pid) && a.procs.contains_key(pid))
         .map(|(pid, t)| {
             let cpus = if window_s > 0.0 {
                 delta(pid, t) as f64 / ticks_per_s / window_s
@@ -305,25 +321,28 @@ impl LoadWatch {
 
     /// The load since [`LoadWatch::start`]; None when `/proc` could not be read.
     pub fn stop(self) -> Option<HostLoad> {
-        load_since(&self.start?)
+        load_since(&self.start?, &[])
     }
 }
 
 /// The load since the process's first [`LoadWatch`] started, while the check still measures
-/// (the localizer's last sum shares it with the other nodes: `localize::own`); None before a
-/// watch started or when `/proc` could not be read.
-pub fn load_so_far() -> Option<HostLoad> {
-    load_since(FIRST.get()?)
+/// (shared with the other nodes when the check found a node slow: `localize::own`), the check's
+/// processes `check` not counted as others; None before a watch started or when `/proc` could
+/// not be read.
+pub fn load_so_far(check: &[u32]) -> Option<HostLoad> {
+    load_since(FIRST.get()?, check)
 }
 
-fn load_since(start: &HostSample) -> Option<HostLoad> {
+fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     let proc_root = Path::new("/proc");
     let own = std::process::id();
     let end = sample(proc_root, own)?;
     // SAFETY: sysconf has no preconditions.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let tick = if tick > 0 { tick as f64 } else { 100.0 };
-    Some(between(start, &end, own, tick, proc_root))
+    let mut pids = vec![own];
+    pids.extend(check.iter().filter(|&&p| p != own));
+    Some(between_for(start, &end, &pids, tick, proc_root))
 }
 
 #[cfg(test)]

@@ -84,6 +84,11 @@ fn every_cpu_busy_with_others_is_busy_and_names_the_consumers_largest_first() {
     assert_eq!(load.top[0].job.as_deref(), Some("4242"));
     assert_eq!((load.top[1].pid, load.top[1].job.as_deref()), (8, None));
     assert_eq!(load.top[0].user, "root");
+    // Pid 8 another process of the same check (emulated nodes on one host): not another's.
+    let shared = between_for(&a, &b, &[9, 8], 100.0, &d);
+    assert!((shared.others_share - 0.5).abs() < 1e-9, "{shared:?}");
+    assert!(!shared.busy());
+    assert_eq!(shared.top.iter().map(|c| c.pid).collect::<Vec<_>>(), [7]);
     let text = load.describe();
     assert!(text.starts_with("host busy: 85% of 4 CPUs"), "{text}");
     assert!(

@@ -3,7 +3,8 @@
 //! processes NVML listed on this process's GPUs and the GPUs the inventory misses (both known
 //! before the processes meet, [`record`]), and, read at the sum, the share of the check this
 //! process could not run (`measure::runner::off_cpu::share_so_far`) and the host's load so far
-//! (`facts::host_load::load_so_far`). Kept once per process, as the off-CPU watch is: each GPU
+//! (`facts::host_load::load_so_far`; the check's own processes, several on one host with
+//! emulated nodes, are not others). Kept once per process, as the off-CPU watch is: each GPU
 //! thread reads it at the sum; the worker runs one check per process.
 
 use crate::facts::gpu_health::HealthFacts;
@@ -72,7 +73,7 @@ pub fn known_before(
 /// This process's findings now (`first_rank`: its first GPU's rank), for the sum.
 pub fn findings_now(t: &Topology, first_rank: usize) -> Vec<OwnFinding> {
     let known = KNOWN.get().cloned().unwrap_or_default();
-    let host = crate::facts::host_load::load_so_far();
+    let host = crate::facts::host_load::load_so_far(t.pids());
     let starved = crate::measure::runner::off_cpu::share_so_far();
     findings_of(&known, t, first_rank, starved, host.as_ref())
 }
