@@ -269,9 +269,10 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
 /// give way to it. A finding of this node that came through the sum ([`exchange`], subject
 /// `host GPUk` or `host`) and that this process also judged itself (subject `GPUk`, with the
 /// pid, user and memory) is named once, in the richer local words. Another node's finding
-/// (`e2 GPU0` in e1's verdict; `nodes`: the check's nodes) is no finding of `host`.
+/// (`e2 GPU0` in e1's verdict; `nodes`: the check's nodes) is no finding of `host`; it leads
+/// the speed readings it explains (a collective over every rank), so the verdict line names it.
 pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
-    use nccl_check_contract::report::cause::CauseClass;
+    use nccl_check_contract::report::cause::{is_speed_reading, CauseClass};
     let elsewhere = |r: &Reason| node_named(r).is_some_and(|n| n != host && nodes.contains(&n));
     let own = reasons.iter().any(|r| {
         network_nodes(r).is_empty()
@@ -294,6 +295,19 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
         let label = crate::report::gpu_label(gpu);
         !(n == host && local.iter().any(|(c, s)| *c == r.code && *s == label))
     });
+    // Another node's own finding explains the slow readings beside it (a collective over every
+    // rank slowed by that node's busy GPU): it leads them, as this node's own findings do
+    // (`judge::foreign`), so the verdict line names it.
+    let shared = |r: &Reason| {
+        matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
+            && r.code != ReasonCode::HostInterference
+            && elsewhere(r)
+    };
+    if let Some(at) = reasons.iter().position(|r| is_speed_reading(r.code)) {
+        let (lead, rest): (Vec<Reason>, Vec<Reason>) = reasons.drain(at..).partition(|r| shared(r));
+        reasons.extend(lead);
+        reasons.extend(rest);
+    }
     // A node-wide finding (starved, missing GPUs, busy host) this process judged and another
     // process of its node shared: the first, this process's own (its facts lead the reasons).
     let mut seen: Vec<ReasonCode> = Vec::new();

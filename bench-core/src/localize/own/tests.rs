@@ -425,4 +425,49 @@ mod every_process {
             assert!(r.summary.contains("pid 31337"), "{}", r.summary);
         }
     }
+
+    /// A collective over every rank below its floor, slowed by e2's busy GPU: in e1's verdict
+    /// (the coordinator's, the line srun prints) e2's GPU busy leads the slow collective.
+    #[test]
+    fn another_nodes_busy_gpu_leads_the_slow_collective_it_explains() {
+        let busy = OwnFinding::GpuBusy {
+            gpu: 0,
+            pid: 31337,
+            gib: 8.5,
+        };
+        let own = exchanged(&[vec![], vec![busy], vec![], vec![]], false);
+        let mut r = report(0, 1);
+        r.gpus[0].info.name = "NVIDIA H200".into();
+        let p = crate::report::Placement {
+            time_us: 1.0,
+            algbw: 0.3,
+            busbw: 0.5,
+            wrong: Some(0),
+            first_busbw: None,
+        };
+        r.results = vec![crate::report::Row {
+            expected: None,
+            collective: "all_reduce".into(),
+            size: 256 << 20,
+            count: 64 << 20,
+            dtype: "float".into(),
+            redop: "sum".into(),
+            root: -1,
+            out_of_place: p,
+            in_place: p,
+        }];
+        let mut summary = localized(vec![slow("e2")]);
+        own_findings_win(&mut summary.reasons, &own[0]);
+        r.localization = Some(summary);
+        r.node_findings = own[0].clone();
+        assert_eq!(judged(&mut r), ExitCode::Fail);
+        let codes: Vec<ReasonCode> = r.reasons.iter().map(|x| x.code).collect();
+        assert_eq!(
+            codes,
+            [ReasonCode::GpuBusy, ReasonCode::BusbwBelowThreshold],
+            "{:?}",
+            r.reasons
+        );
+        assert!(r.summary.starts_with("e2 GPU0: busy: "), "{}", r.summary);
+    }
 }
