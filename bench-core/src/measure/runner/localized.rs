@@ -73,6 +73,7 @@ impl Measurer<'_> {
             super::off_cpu::blame_starved(&mut summary.reasons, &starved);
             let own = self.own_findings(start)?;
             crate::localize::own::own_findings_win(&mut summary.reasons, &own);
+            out.findings_shared = true;
             if start.recorder {
                 out.node_findings = own;
             }

@@ -85,6 +85,10 @@ pub struct GpuOutcome {
     /// The other processes' own findings of their nodes (recorder thread, multi-node checks
     /// that found something slow: `localize::own`).
     pub node_findings: Vec<crate::localize::own::NodeFindings>,
+    /// Whether a collective over every rank was agreed below its floor, and whether the nodes'
+    /// own findings were shared since (the same on every rank: `Measurer::share_if_slow`).
+    pub collective_slow: bool,
+    pub findings_shared: bool,
     /// The last collective measured (name, bytes, busbw of the slower placement), the same on
     /// every rank: phase B of the localizer when the plan's collective ran over all ranks.
     pub last_collective: Option<(&'static str, u64, f64)>,
@@ -138,6 +142,8 @@ impl GpuThread {
             gpu_side: Vec::new(),
             localization: None,
             node_findings: Vec::new(),
+            collective_slow: false,
+            findings_shared: false,
             last_collective: None,
             error: None,
         };

@@ -255,6 +255,7 @@ impl Measurer<'_> {
         let agreed = (o.config.outliers.retest || multi) && self.agree_slow(slow)?;
         if multi && agreed {
             let own = self.own_findings(start)?;
+            out.findings_shared = true;
             if start.recorder {
                 out.node_findings = own;
             }

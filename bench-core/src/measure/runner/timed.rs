@@ -182,7 +182,24 @@ impl Measurer<'_> {
                 } => self.run_pairs(*bytes, (*warmup, *iters), start, out)?,
             }
         }
-        Ok(())
+        self.share_if_slow(start, out)
+    }
+
+    /// A collective over every rank of a multi-node check below its floor, and no node pair or
+    /// localization round shared the nodes' own findings since: they are shared now, so every
+    /// process's verdict names a node's own finding beside the slow collective it explains
+    /// (`localize::own`). Every rank agreed on both (the team's sum; the same rounds), so all
+    /// or none join the sum; the barrier after it lets nobody leave with data owed.
+    fn share_if_slow(&self, start: &Start, out: &mut GpuOutcome) -> Result<(), RunError> {
+        if start.topology.node_count() < 2 || !out.collective_slow || out.findings_shared {
+            return Ok(());
+        }
+        let own = self.own_findings(start)?;
+        out.findings_shared = true;
+        if start.recorder {
+            out.node_findings = own;
+        }
+        self.team.barrier().map_err(|e| self.team_err(e))
     }
 
     /// Is this busbw below the threshold for (collective, GPUs, bytes)? Every rank asks the team,
@@ -319,6 +336,7 @@ impl Measurer<'_> {
         let floor = start.floors().floor(coll.name(), self.nranks, row.size);
         let slow = floor.is_some_and(|f| row.out_of_place.busbw.min(row.in_place.busbw) < f);
         if self.opts().config.outliers.retest && self.agree_slow(slow)? {
+            out.collective_slow = true;
             phase(
                 start,
                 &format!(
