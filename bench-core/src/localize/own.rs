@@ -1,17 +1,23 @@
 //! One cause across processes: a node's own finding (a GPU another process holds, a starved
 //! worker, a missing GPU, a busy host) is the cause every process reports for that node; the
-//! network reading (`node_slow` "every node pair it is in is slow on all N NICs",
-//! `node_pair_slow`, `rail_slow`) is only for nodes with none. Seen on 4 emulated nodes: e2's own
-//! report said `GPU0: busy: 1 other process (pid ...)`, the coordinator's verdict said `e2: every
-//! node pair it is in is slow on all 1 NICs`: right node, wrong cause.
+//! network reading (the localizer's `node_slow` "every node pair it is in is slow on all N
+//! NICs", `node_pair_slow`, `rail_slow`; the full pair matrix's `node_outlier`,
+//! `node_pair_outlier`) is only for nodes with none. Seen on 4 emulated nodes: e2's own report
+//! said `GPU0: busy: 1 other process (pid ...)`, the coordinator's verdict said `e2: every node
+//! pair it is in is slow on all 1 NICs`: right node, wrong cause.
 //!
 //! The findings travel as numbers in one sum over every rank ([`exchange`]: NCCL's all_reduce
-//! on the GPUs, the control plane's sum in the simulation), after the localizer's last round and
-//! only when it named something: [`WIDTH`] slots per *process*, filled by that process alone (one
-//! of its ranks), so each slot's sum is one value plus zeros, exact. Per process, not per node:
-//! a node of several processes (one per GPU) has each process's GPUs known to that process only.
-//! Typed and compact: the code is the slot, the values are the GPU, the pid, the memory, the
-//! share; a sentence is built again on every rank ([`decode_findings`]), never carried.
+//! on the GPUs, the control plane's sum in the simulation), only when the check found something
+//! slow across nodes (the localizer named something, a node pair of the full matrix was slow, a
+//! collective over every rank was below its floor): a healthy check runs no such sum. [`WIDTH`]
+//! slots per *process*, filled by that process alone (one of its ranks), so each slot's sum is
+//! one value plus zeros, exact. Per process, not per node: a node of several processes (one per
+//! GPU) has each process's GPUs known to that process only. Typed and compact: the code is the
+//! slot, the values are the GPU, the pid, the memory, the share; a sentence is built again on
+//! every rank ([`decode_findings`]), never carried. What a process knows of its node by then:
+//! [`known`]; where the sums run: `measure::runner` (`localized.rs`, `pair_matrix.rs`,
+//! `timed.rs`); where the findings win: [`own_findings_win`] (every node's readings) and
+//! [`own_node_wins`] (a process's own node), called by `judge::overall`.
 
 use crate::meet::topology::Topology;
 use crate::report::json::{Reason, ReasonCode};
