@@ -148,12 +148,8 @@ fn run(
         Some(l) => RunError::from_team(opts.rank, bench_core::meet::team::TeamError::Plane(l)),
         None => e,
     };
-    hold(
-        env_usize(env, "NCCL_CHECK_SIM_HOLD_MS", 0)?,
-        &team,
-        deadline,
-    )
-    .map_err(lost)?;
+    let hold_ms = env_usize(env, "NCCL_CHECK_SIM_HOLD_MS", 0)?;
+    hold(hold_ms, &team, deadline).map_err(lost)?;
     let first = joined.members[opts.rank as usize].first_rank as usize;
     let mine: Vec<usize> = (first..first + gpus).collect();
     let process_of = topology.processes_by_rank();
@@ -202,7 +198,7 @@ fn run(
             .map(|p| group_of(&layout, p).map_or(0.0, |g| fabric.measure_group(&g)))
             .collect())
     };
-    let summary = follow(&mine, topology.nranks() as usize, gather, measure)
+    let mut summary = follow(&mine, topology.nranks() as usize, gather, measure)
         .map_err(|e| match e {
             FollowError::Caller(e) => e,
             FollowError::BadStep(why) => {
@@ -210,7 +206,6 @@ fn run(
             }
         })
         .map_err(lost)?;
-    let mut summary = summary;
     share_findings(opts, host, &topology, &team, &mut summary.reasons).map_err(lost)?;
     report.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
     report.reasons = summary.reasons.clone();
@@ -341,7 +336,7 @@ fn share_findings(
         return Ok(());
     }
     let names = bench_core::localize::own::process_nodes(topology);
-    let mine = sim_findings(host)?;
+    let mine = sim_findings(&opts.env, host)?;
     // No judge here names the node's own finding: every process's is decoded, its own too.
     let own = bench_core::localize::own::exchange(opts.rank as usize, &names, &mine, true, |v| {
         team.sum(v).map_err(|e| RunError::from_team(opts.rank, e))
@@ -352,8 +347,8 @@ fn share_findings(
 
 /// This process's own findings (NCCL_CHECK_SIM_BUSY=NODE:PID: NODE's GPU0 held by another
 /// process PID, 8 GiB, as NVML would list it), for the sum after the localizer's rounds.
-fn sim_findings(host: &str) -> Result<Vec<OwnFinding>, RunError> {
-    let Ok(spec) = std::env::var("NCCL_CHECK_SIM_BUSY") else {
+fn sim_findings(env: &Environment, host: &str) -> Result<Vec<OwnFinding>, RunError> {
+    let Some(spec) = env.get("NCCL_CHECK_SIM_BUSY") else {
         return Ok(Vec::new());
     };
     let bad = || RunError::Runtime(format!("NCCL_CHECK_SIM_BUSY={spec}: not NODE:PID"));

@@ -250,7 +250,7 @@ fn exchanged(mine: &[Vec<OwnFinding>], include_own: bool) -> Vec<Vec<NodeFinding
 mod every_process {
     use super::*;
     use crate::facts::gpu_health::GpuHealth;
-    use crate::judge::overall::{judge, Judging};
+    use crate::judge::overall::{judge_alone, Judging};
     use crate::localize::LocalizeSummary;
     use crate::meet::rendezvous::Member;
     use crate::report::gpu::GpuInfo;
@@ -302,7 +302,7 @@ mod every_process {
             min_busbw: None,
             expect: &expect,
         };
-        judge(r, &judging, None, &|_, _| true)
+        judge_alone(r, &judging, None, &|_, _| true)
     }
 
     /// What the localizer found, the same in every process: e2 and e4 slow on their NICs.
