@@ -58,9 +58,8 @@ done
 say() { echo "fabric.sh: $*" >&2; }
 [ "$(id -u)" = 0 ] || { say "must run as root (namespaces, tc)"; exit 2; }
 case $NODES in [2-9]|[1-5][0-9]|6[0-4]) ;; *) say "--nodes must be 2..64"; exit 2 ;; esac
-# The worker's budget: NCCL init over sockets of N processes on one GPU, the quick plan at 32 MiB,
-# the paths rounds (N-3 at 2 MiB: ~0.1-0.2 s each) and up to 2*log2(N)+4 localization rounds
-# more; ERROR rows end by it.
+# The worker's budget: NCCL init over sockets of N processes on one GPU, the quick plan at 32 MiB
+# and up to 2*log2(N)+4 localization rounds; ERROR rows end by it.
 # 16 nodes: a healthy check takes ~24 s, one at 500 Mbit/s ~2x that (60 s ran out at 250mbit).
 [ -n "$TIMEOUT_S" ] || TIMEOUT_S=$((NODES <= 8 ? 40 : 100))
 

@@ -12,8 +12,6 @@ use std::collections::BTreeMap;
 pub(crate) struct Measured {
     pub group: Group,
     pub busbw: f64,
-    /// Measured in a `Paths` round (its smaller message): judged against the other such pairs.
-    pub path: bool,
 }
 
 /// Nearest-rank quantile `q` of `values`; `None` for none.
@@ -70,9 +68,6 @@ pub(crate) struct Assessment {
     pub g: usize,
     pub slow: Vec<bool>,
     pub rail_limit: Limit,
-    /// The limit of the `Paths` rounds' pairs (their own reference; no floor: the floor is for
-    /// the plan's pair size).
-    pub path_limit: Limit,
     /// Some pair of this node on this rail is fast.
     pub cleared: Vec<bool>,
     /// Some pair of this node on this rail is slow.
@@ -82,19 +77,17 @@ pub(crate) struct Assessment {
 
 impl Assessment {
     pub fn new(n: usize, g: usize, pairs: &[Measured], cfg: &LocalizeConfig) -> Assessment {
-        let of_kind = |k: GroupKind, path: bool| {
+        let of_kind = |k: GroupKind| {
             pairs
                 .iter()
-                .filter(move |m| m.group.kind() == k && m.path == path)
+                .filter(move |m| m.group.kind() == k)
                 .map(|m| m.busbw)
         };
-        let rail_limit = Limit::new(of_kind(GroupKind::RailPair, false), cfg.floors.pair, cfg);
-        let cross_limit = Limit::new(of_kind(GroupKind::CrossRail, false), cfg.floors.pair, cfg);
-        let path_limit = Limit::new(of_kind(GroupKind::RailPair, true), None, cfg);
+        let rail_limit = Limit::new(of_kind(GroupKind::RailPair), cfg.floors.pair, cfg);
+        let cross_limit = Limit::new(of_kind(GroupKind::CrossRail), cfg.floors.pair, cfg);
         let slow: Vec<bool> = pairs
             .iter()
             .map(|m| match m.group.kind() {
-                _ if m.path => path_limit.slow(m.busbw),
                 GroupKind::CrossRail => cross_limit.slow(m.busbw),
                 _ => rail_limit.slow(m.busbw),
             })
@@ -163,7 +156,6 @@ impl Assessment {
             g,
             slow,
             rail_limit,
-            path_limit,
             cleared,
             touched_slow,
             bad,
@@ -266,9 +258,7 @@ fn best_slow_busbw(inp: &Inputs, a: &Assessment) -> Vec<f64> {
     let g = inp.g;
     // The best result of a node-rail's slow pairs: even that is below the limit.
     let mut best = vec![0.0f64; inp.n * g];
-    // Screening's pairs only: the `Paths` rounds' smaller message reads lower and is judged
-    // against its own limit.
-    for (m, &s) in inp.pairs.iter().zip(&a.slow).filter(|(m, _)| !m.path) {
+    for (m, &s) in inp.pairs.iter().zip(&a.slow) {
         if let (Some((x, y, r)), true) = (same_rail(m), s) {
             for z in [x, y] {
                 best[z * g + r] = best[z * g + r].max(m.busbw);
@@ -328,24 +318,15 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<L
     out
 }
 
-/// A slow node pair between cleared ends: its slow rails, its worst busbw, the limit it was held
-/// to, and whether a `Paths` round measured it (a pair the ring does not use).
-struct SlowLink {
-    rails: Vec<usize>,
-    worst: f64,
-    limit: f64,
-    path: bool,
-}
-
-/// Slow node pairs between cleared ends, keyed by (node, node).
-type SlowLinks = BTreeMap<(usize, usize), SlowLink>;
+/// Slow node pairs between cleared ends, keyed by (node, node): their rails and worst busbw.
+type SlowLinks = BTreeMap<(usize, usize), (Vec<usize>, f64)>;
 
 /// Slow pairs no bad node-rail explains: one finding per slow link, then one for the nodes left
 /// unresolved.
 fn pair_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<LocalizeFinding> {
     let limit = a.rail_limit.value();
     let (links, unresolved) = unexplained_pairs(inp, a, local_bad);
-    let mut out = link_findings(inp, links);
+    let mut out = link_findings(inp, links, limit);
     out.extend(unresolved_finding(&unresolved, limit));
     out
 }
@@ -370,15 +351,11 @@ fn unexplained_pairs(
             continue;
         }
         if n == 2 || (a.cleared[x * g + r] && a.cleared[y * g + r]) {
-            let limit = if m.path { &a.path_limit } else { &a.rail_limit };
-            let e = links.entry((x.min(y), x.max(y))).or_insert(SlowLink {
-                rails: Vec::new(),
-                worst: f64::INFINITY,
-                limit: limit.value(),
-                path: m.path,
-            });
-            e.rails.push(r);
-            e.worst = e.worst.min(m.busbw);
+            let e = links
+                .entry((x.min(y), x.max(y)))
+                .or_insert((Vec::new(), f64::INFINITY));
+            e.0.push(r);
+            e.1 = e.1.min(m.busbw);
         } else {
             for z in [x, y].into_iter().filter(|&z| !a.cleared[z * g + r]) {
                 unresolved.entry(z).or_default().push(r);
@@ -389,22 +366,14 @@ fn unexplained_pairs(
 }
 
 /// One finding per slow link, saying why the link (and not a node) is blamed.
-fn link_findings(inp: &Inputs, links: SlowLinks) -> Vec<LocalizeFinding> {
+fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<LocalizeFinding> {
     let (n, g) = (inp.n, inp.g);
     let mut out = Vec::new();
-    for ((x, y), link) in links {
-        let SlowLink {
-            mut rails,
-            worst,
-            limit,
-            path,
-        } = link;
+    for ((x, y), (mut rails, worst)) in links {
         rails.sort_unstable();
         rails.dedup();
         let why = if n == 2 {
             "; with two nodes a slow NIC on either node and a slow path between them look the same"
-        } else if path {
-            ", both nodes fast with their other partners (a path B's ring does not use, met in the paths rounds)"
         } else {
             ", both nodes fast with their other partners"
         };
@@ -523,57 +492,7 @@ mod tests {
                 rail_b: r,
             },
             busbw,
-            path: false,
         }
-    }
-
-    /// The paths rounds' smaller message reads lower than screening's: their pairs are judged
-    /// against each other, never against screening's reference (which would make every one slow).
-    #[test]
-    fn paths_pairs_are_judged_against_their_own_reference() {
-        let path = |a, b, busbw| Measured {
-            path: true,
-            ..pair(a, b, 0, busbw)
-        };
-        // Ring of 6 at 48 GB/s; every other pair at 20 (a sixteenth of the size), (1,4) at 8.
-        let mut pairs: Vec<Measured> = (0..6).map(|i| pair(i, (i + 1) % 6, 0, 48.0)).collect();
-        for (a, b) in [
-            (0, 2),
-            (0, 3),
-            (0, 4),
-            (1, 3),
-            (1, 5),
-            (2, 4),
-            (2, 5),
-            (3, 5),
-        ] {
-            pairs.push(path(a, b, 20.0));
-        }
-        let cfg = LocalizeConfig::default();
-        let inputs = |pairs: &[Measured]| {
-            findings(&Inputs {
-                n: 6,
-                g: 1,
-                cfg: &cfg,
-                local: &[300.0; 6],
-                pairs,
-                allocation: None,
-            })
-        };
-        assert!(inputs(&pairs).is_empty(), "{:?}", inputs(&pairs));
-        pairs.push(path(1, 4, 8.0));
-        let f = inputs(&pairs);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(
-            (f[0].code, f[0].nodes.clone()),
-            (Code::NodePairSlow, vec![1, 4])
-        );
-        assert_eq!(f[0].limit, Some(17.0), "0.85 x the paths' reference 20");
-        assert!(
-            f[0].message.contains("a path B's ring does not use"),
-            "{}",
-            f[0].message
-        );
     }
 
     #[test]

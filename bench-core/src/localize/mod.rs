@@ -20,12 +20,6 @@
 //! - **Screening** (B slow): the edges of the ring B's collective runs over (node i with node i+1)
 //!   in two rounds of disjoint node pairs (even edges, odd edges; three when N is odd), each node
 //!   pair measured rail-wise: GPU r of one node with GPU r of the other, through both GPUs' NICs.
-//! - **Paths** (4..=16 nodes, after screening): every node pair screening did not meet, as the
-//!   rest of a round-robin tournament whose first two rounds are the ring's edges (N-3 node
-//!   matchings for an even N, N-2 for an odd one), G matchings a round, matching i on rail i, each
-//!   node pair met on one rail with a smaller message (`path_round`) and judged against the other
-//!   `Paths` pairs: a slow path between nodes that are not ring neighbours is named as a slow
-//!   ring edge is (`node_pair_slow`, retested first). The round cap counts beyond these rounds.
 //! - **Retest** (only if needed): a slow node pair whose two ends are both cleared by another
 //!   pair is measured once more (disjoint pairs, usually one round); the second reading replaces
 //!   the first, as for every other retested result.
@@ -40,8 +34,7 @@
 //! Each round measures up to N/2 node pairs in parallel, so screening costs 2-3 rounds whatever N
 //! is, and one confirmation round decides up to as many suspects as there are cleared nodes. One
 //! or two faults take 2-3 rounds at N = 4096 as at N = 8; the cap (O(log N)) only bounds the
-//! pathological case of more suspects than cleared nodes. The paths rounds do grow with N
-//! (ceil((N-3)/G)), which is why they stop at `MAX_PATH_NODES`.
+//! pathological case of more suspects than cleared nodes.
 //!
 //! # The rule, and what each fault looks like
 //! A result is slow when it is below `fraction` x the reference of its kind (an upper quantile of
@@ -61,13 +54,8 @@
 //!   with GPU r+1 of node 1), which needs G >= 2.
 //! - N = 3 with two bad nodes, and generally half the ring slow: no healthy reference is left;
 //!   the finding is `allocation_slow` (or `suspects_unresolved` when a pair floor is set).
-//! - A slow node pair that B's ring does not use (not neighbours in node order) does not slow B;
-//!   from 4 to `MAX_PATH_NODES` (16) nodes the `Paths` rounds find it whenever screening runs (B
-//!   slow or without a floor, as in the built-in configuration), and name it `node_pair_slow`.
-//!   Beyond 16 nodes, or when B passes its floor, it is not looked for; `LocalizePlan::FullMatrix`
-//!   finds it. (An alltoall over every rank, the cheaper probe, would hardly show it: sharing a
-//!   NIC fairly, each of a rank's N-1 flows gets 1/(N-1) of it, so a path at 0.3x holds the
-//!   alltoall back only up to 4 nodes. Reasoned, not measured; hence rounds of isolated pairs.)
+//! - A slow node pair that B's ring does not use (not neighbours in node order) does not slow B and
+//!   is not looked for; `LocalizePlan::FullMatrix` finds it.
 //! - A suspect whose confirmation partner happens to share a second, independent link fault.
 
 pub(crate) mod assess;
@@ -139,27 +127,6 @@ pub enum Phase {
     Matrix,
     /// Node pairs that read slow once, with both ends fast elsewhere, measured again.
     Retest,
-    /// The node pairs screening does not meet (not neighbours in B's ring), as rounds of a
-    /// round-robin tournament, with a smaller message (`path_round`): every path once.
-    Paths,
-    /// Slow `Paths` pairs with both ends fast elsewhere, measured again at the `Paths` size.
-    PathRetest,
-}
-
-/// Most nodes whose every path is measured in the adaptive plan: `Paths` costs N-3 node
-/// matchings (N-2 for an odd N), G of them a round (one a rail), each round a connection to a new
-/// peer and a small exchange (`path_round`). Modeled on InfiniBand with 8 GPUs a node: +2-4% of a
-/// healthy check at 4-16 nodes (`plan.rs`); between emulated 1-GPU nodes on sockets about 0.1-0.2 s a
-/// round (5 rounds at 8 nodes, 13 at 16: the bound of the emulated fabric's table).
-pub const MAX_PATH_NODES: usize = 16;
-
-/// The message size and the (warm-up, timed) loops of a `Paths` or `PathRetest` round, from the
-/// plan's pair size: a sixteenth of it, at least 1 MiB (never more than the plan's own), one
-/// warm-up (the new peer's connection) then two timed exchanges. These rounds are judged only
-/// against each other (their own reference, no floor), so a smaller message than screening's is
-/// fair; a slow reading is measured once more (`PathRetest`) before a path is named.
-pub fn path_round(bytes: u64) -> (u64, (u32, u32)) {
-    ((bytes / 16).max(1 << 20).min(bytes), (1, 2))
 }
 
 impl Phase {

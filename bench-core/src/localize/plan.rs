@@ -12,9 +12,9 @@
 //! process runs the localizer's decision itself; only the barrier before each timed loop still
 //! passes through the control plane's star.
 
-use super::schedule::{path_rounds, ring_rounds, spread_over_rails};
+use super::schedule::ring_rounds;
 use super::site::Workload;
-use super::{path_round, round_cap, LocalizeError, MAX_GPUS, MAX_NODES, MAX_PATH_NODES};
+use super::{round_cap, LocalizeError, MAX_GPUS, MAX_NODES};
 use serde::Serialize;
 
 /// One constant of the cost model and where it comes from.
@@ -211,23 +211,6 @@ fn pair_round_s(nodes: usize, g: usize, w: &Workload) -> f64 {
     c("connect_new_peer_s") + data + control_round_s(nodes, g)
 }
 
-/// Seconds for one `Paths` round: a new peer's connection, the smaller message's loops
-/// (`path_round`), the same control as a screening round.
-fn paths_round_s(nodes: usize, g: usize, w: &Workload) -> f64 {
-    let (bytes, (warmup, iters)) = path_round(w.pair_bytes);
-    let data = f64::from(warmup + iters) * bytes as f64 / (c("nic_busbw_gbs") * 1e9);
-    c("connect_new_peer_s") + data + control_round_s(nodes, g)
-}
-
-/// The `Paths` rounds an allocation spends whenever it screens (0 outside 4..=MAX_PATH_NODES).
-fn paths_rounds(n: usize, g: usize) -> usize {
-    if n <= MAX_PATH_NODES {
-        spread_over_rails(&path_rounds(n), g).len()
-    } else {
-        0
-    }
-}
-
 /// Sums per measured collective size: the barrier before the timed loop, the times and
 /// wrong-element counts, the vote on the floor.
 const SUMS_PER_COLLECTIVE: f64 = 3.0;
@@ -245,50 +228,30 @@ pub fn plan_model(
     let (mut healthy, mut worst) = (a.seconds, a.seconds);
     let mut phases = vec![a];
     let screen = ring_rounds(n).len();
-    let paths = paths_rounds(n, g);
     // Two nodes: screening and the cross-rail round. Three: every pair is met in screening, so no
-    // confirmation partner is left. From four on the cap binds, beyond the paths rounds.
+    // confirmation partner is left. From four on the cap binds.
     let (worst_rounds, one_fault) = match n {
         0 | 1 => (0, 0),
         2 => (2, 2),
         3 => (3, 3),
-        _ => (round_cap(n) + paths, screen + paths + 1),
+        _ => (round_cap(n), screen + 1),
     };
     let mut full_matrix_seconds = 0.0;
     let mut healthy_rounds = 0;
     if n >= 2 {
         let b = phase_b(n, g, w);
         let round_s = pair_round_s(n, g, w);
-        let paths_s = paths as f64 * paths_round_s(n, g, w);
-        let screens = w.floor.is_none() || w.allocation.is_empty();
-        if screens {
-            healthy_rounds = (screen + paths).min(worst_rounds);
+        if w.floor.is_none() || w.allocation.is_empty() {
+            healthy_rounds = screen.min(worst_rounds);
         }
-        // The paths rounds are cheaper than the others: counted at their own cost.
-        let healthy_paths_s = if screens { paths_s } else { 0.0 };
-        healthy += b.seconds
-            + (healthy_rounds - if screens { paths } else { 0 }) as f64 * round_s
-            + healthy_paths_s;
-        worst += b.seconds + (worst_rounds - paths) as f64 * round_s + paths_s;
+        healthy += b.seconds + healthy_rounds as f64 * round_s;
+        worst += b.seconds + worst_rounds as f64 * round_s;
         full_matrix_seconds = crate::measure::pairs::round_count(n) as f64 * round_s;
         phases.push(b);
-        if paths > 0 {
-            phases.push(PhaseModel {
-                name: "paths",
-                rounds: paths,
-                seconds: paths_s,
-                what: format!(
-                    "whenever screening runs: every node pair the ring does not join, {paths} rounds of a round-robin tournament ({g} node matching(s) a round, one a rail), sendrecv {} x {} ({:.2} s each)",
-                    crate::measure::size::human(path_round(w.pair_bytes).0),
-                    path_round(w.pair_bytes).1 .0 + path_round(w.pair_bytes).1 .1,
-                    paths_round_s(n, g, w)
-                ),
-            });
-        }
         phases.push(PhaseModel {
             name: "localization_worst_case",
             rounds: worst_rounds,
-            seconds: (worst_rounds - paths) as f64 * round_s + paths_s,
+            seconds: worst_rounds as f64 * round_s,
             what: format!(
                 "only when B is slow or has no floor: {screen} screening rounds of the ring's {} node pairs x {g} rails ({} groups at most per round), then rounds pairing suspects with cleared nodes, at most {worst_rounds} rounds ({round_s:.2} s each)",
                 if n == 2 { 1 } else { n },
@@ -499,24 +462,13 @@ pub fn explain_plan(
     } else if m.healthy_rounds == 0 {
         "ends after B, at or above its floor".to_string()
     } else {
-        let paths = m
-            .phases
-            .iter()
-            .find(|p| p.name == "paths")
-            .map_or(0, |p| p.rounds);
-        match paths {
-            0 => format!(
-                "B has no floor, so {} screening rounds run",
-                m.healthy_rounds
-            ),
-            p => format!(
-                "B has no floor, so {} screening and {p} paths rounds run",
-                m.healthy_rounds - p
-            ),
-        }
+        format!(
+            "B has no floor, so {} screening rounds run",
+            m.healthy_rounds
+        )
     };
     s += &format!(
-        "\nConfig: {}, plan '{}'{}.\nAfter NCCL init: {:.2} s healthy ({healthy_path}), {:.2} s worst case ({} localization rounds; bound 2*log2(N)+4 = {:.1}, beyond the paths rounds; one fault: {} rounds).\n",
+        "\nConfig: {}, plan '{}'{}.\nAfter NCCL init: {:.2} s healthy ({healthy_path}), {:.2} s worst case ({} localization rounds; bound 2*log2(N)+4 = {:.1}; one fault: {} rounds).\n",
         m.workload.config,
         m.workload.plan,
         m.workload
@@ -679,10 +631,9 @@ mod tests {
             .iter()
             .map(|&n| plan_model(n, 8, &w()).unwrap().rounds)
             .collect();
-        // 8 nodes: the cap 10 and one paths round (5 matchings over 8 rails).
-        assert_eq!(r, [2, 3, 11, 16, 28]);
+        assert_eq!(r, [2, 3, 10, 16, 28]);
         assert_eq!(plan_model(3, 8, &w()).unwrap().rounds_one_fault, 3);
-        assert_eq!(plan_model(8, 8, &w()).unwrap().rounds_one_fault, 4);
+        assert_eq!(plan_model(8, 8, &w()).unwrap().rounds_one_fault, 3);
         assert!(plan_model(0, 8, &w()).is_err());
         assert!(explain_plan(0, 8, true, &w()).is_err());
         let text = explain_plan(64, 8, false, &w()).expect("explained");
@@ -698,33 +649,6 @@ mod tests {
             b.contains("`min_nodes = 2`") && b.contains("64 nodes"),
             "{b}"
         );
-    }
-
-    /// Issue 33: the paths rounds (every node pair the ring does not join) on a healthy
-    /// allocation of the built-in config, which screens: what they add to the modeled check.
-    #[test]
-    fn the_paths_rounds_add_at_most_a_tenth_to_a_healthy_check_of_eight_gpu_nodes() {
-        for n in [4, 8, 16] {
-            let m = plan_model(n, 8, &defaults(n)).unwrap();
-            let paths = m
-                .phases
-                .iter()
-                .find(|p| p.name == "paths")
-                .expect("a paths phase");
-            let total = m.nccl_init_seconds + m.modeled_seconds_healthy;
-            let share = paths.seconds / (total - paths.seconds);
-            eprintln!(
-                "{n} x 8: paths {} round(s) {:.3} s of {total:.3} s healthy (+{:.1}%)",
-                paths.rounds,
-                paths.seconds,
-                100.0 * share
-            );
-            assert!(share <= 0.10, "{n} x 8: +{:.1}%", 100.0 * share);
-            assert_eq!(m.healthy_rounds, 2 + paths.rounds, "{n} x 8");
-        }
-        // Beyond 16 nodes none (a slow path off the ring is not looked for there).
-        let m = plan_model(17, 8, &defaults(17)).unwrap();
-        assert!(m.phases.iter().all(|p| p.name != "paths"));
     }
 
     #[test]

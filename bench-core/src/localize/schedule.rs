@@ -5,7 +5,7 @@
 use super::assess::{self, Assessment, Inputs, Measured};
 use super::{
     round_cap, Group, LocalizeConfig, LocalizeError, LocalizePlan, LocalizeVerdict, Phase, Round,
-    MAX_GPUS, MAX_NODES, MAX_PATH_NODES,
+    MAX_GPUS, MAX_NODES,
 };
 use std::collections::HashSet;
 
@@ -15,10 +15,6 @@ enum Stage {
     Allocation,
     /// Screening (adaptive) or the full matrix: the node-pair rounds in `node_rounds`.
     NodeRounds {
-        next: usize,
-    },
-    /// The tournament's rounds screening leaves out (`path_rounds`), after screening.
-    Paths {
         next: usize,
     },
     /// Isolated slow node pairs measured again (`Phase::Retest`), then what follows the node
@@ -42,9 +38,6 @@ pub struct Localizer {
     local_bad: Vec<bool>,
     allocation: Option<(f64, bool)>,
     node_rounds: Vec<Vec<(usize, usize)>>,
-    /// The `Paths` rounds' groups, set when screening starts (empty outside
-    /// 4..=`MAX_PATH_NODES`): `path_rounds` spread over the rails (`spread_over_rails`).
-    path_rounds: Vec<Vec<Group>>,
     pairs: Vec<Measured>,
     /// Node pairs measured so far (smaller index first): a confirmation needs a new partner.
     met: HashSet<(usize, usize)>,
@@ -96,7 +89,6 @@ impl Localizer {
             local_bad: vec![false; nodes],
             allocation: None,
             node_rounds: Vec::new(),
-            path_rounds: Vec::new(),
             pairs: Vec::new(),
             met: HashSet::new(),
             cursor: 0,
@@ -126,13 +118,6 @@ impl Localizer {
                     (phase, self.rail_wise(&self.node_rounds[next]))
                 }
                 Stage::NodeRounds { .. } => {
-                    self.stage = Stage::Paths { next: 0 };
-                    continue;
-                }
-                Stage::Paths { next } if next < self.path_rounds.len() => {
-                    (Phase::Paths, self.path_rounds[next].clone())
-                }
-                Stage::Paths { .. } => {
                     self.stage = if self.cfg.retest {
                         Stage::Retest
                     } else {
@@ -140,11 +125,9 @@ impl Localizer {
                     };
                     continue;
                 }
-                // Screening's retests first, then the paths' (each at its own message size).
-                Stage::Retest => match (self.retests(false), self.retests(true)) {
-                    (Some(groups), _) => (Phase::Retest, groups),
-                    (None, Some(groups)) => (Phase::PathRetest, groups),
-                    (None, None) => {
+                Stage::Retest => match self.retests() {
+                    Some(groups) => (Phase::Retest, groups),
+                    None => {
                         self.stage = self.after_node_rounds();
                         continue;
                     }
@@ -214,15 +197,12 @@ impl Localizer {
                     }
                     (LocalizePlan::Adaptive, true) => {
                         self.node_rounds = ring_rounds(self.n);
-                        if self.n <= MAX_PATH_NODES {
-                            self.path_rounds = spread_over_rails(&path_rounds(self.n), self.g);
-                        }
                         Stage::NodeRounds { next: 0 }
                     }
                     (LocalizePlan::Adaptive, false) => Stage::Done,
                 };
             }
-            Phase::Retest | Phase::PathRetest => {
+            Phase::Retest => {
                 // The second reading replaces the first (the verdict uses the retest's value).
                 for (&group, &busbw) in round.groups.iter().zip(results) {
                     if let Some(m) = self.pairs.iter_mut().rev().find(|m| m.group == group) {
@@ -233,19 +213,13 @@ impl Localizer {
             }
             _ => {
                 for (&group, &busbw) in round.groups.iter().zip(results) {
-                    // A paths pair is met on one rail only: a confirmation may still pair the
-                    // two nodes on the rails it needs.
-                    if let (Group::Pair { a, b, .. }, false) = (group, round.phase == Phase::Paths)
-                    {
+                    if let Group::Pair { a, b, .. } = group {
                         self.met.insert((a.min(b), a.max(b)));
                     }
-                    let path = round.phase == Phase::Paths;
-                    self.pairs.push(Measured { group, busbw, path });
+                    self.pairs.push(Measured { group, busbw });
                 }
                 if let Stage::NodeRounds { next } = self.stage {
                     self.stage = Stage::NodeRounds { next: next + 1 };
-                } else if let Stage::Paths { next } = self.stage {
-                    self.stage = Stage::Paths { next: next + 1 };
                 } else if round.phase == Phase::CrossRail {
                     self.stage = Stage::Done;
                 }
@@ -302,28 +276,17 @@ impl Localizer {
         }
     }
 
-    /// The round cap: `2*floor(log2 N)+4` beyond the `Paths` rounds (which every allocation of
-    /// 4..=`MAX_PATH_NODES` nodes that screens spends, so they leave retests and confirmations
-    /// their share).
-    fn cap(&self) -> usize {
-        round_cap(self.n) + self.path_rounds.len()
-    }
-
     /// The slow same-rail pairs whose two ends are cleared on that rail by another pair, not
     /// yet retested, packed so that no node is in two groups of the round; `None`: none left
-    /// (or the round cap is reached). `path`: the `Paths` rounds' pairs (measured again at their
-    /// size), else the others.
-    fn retests(&self, path: bool) -> Option<Vec<Group>> {
-        if self.localization_rounds >= self.cap() {
+    /// (or the round cap is reached).
+    fn retests(&self) -> Option<Vec<Group>> {
+        if self.localization_rounds >= round_cap(self.n) {
             return None;
         }
         let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
         let mut busy = HashSet::new();
         let mut groups = Vec::new();
         for (m, &slow) in self.pairs.iter().zip(&a.slow) {
-            if m.path != path {
-                continue;
-            }
             let Group::Pair {
                 a: x,
                 rail_a,
@@ -366,7 +329,7 @@ impl Localizer {
     /// Each undecided node with a cleared node it has not met, all at once; `None` when nothing
     /// is undecided, no pairing is possible, or the round cap is reached.
     fn confirmations(&mut self) -> Option<Vec<Group>> {
-        if self.localization_rounds >= self.cap() {
+        if self.localization_rounds >= round_cap(self.n) {
             return None;
         }
         let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
@@ -432,128 +395,10 @@ pub(crate) fn ring_rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
     }
 }
 
-/// The rounds of disjoint node pairs that, after `ring_rounds(n)`, meet every other node pair
-/// once: a round-robin tournament (the circle method, a bye for an odd n) whose nodes are
-/// relabelled so that its first two rounds are the ring's edges (their union is a Hamiltonian
-/// cycle), less the ring's edges. N-3 rounds for an even N, N-2 for an odd one; none below 4
-/// nodes, where the ring is every pair.
-pub(crate) fn path_rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
-    if n < 4 {
-        return Vec::new();
-    }
-    // m nodes, m even: node m-1 fixed, the others on a circle of m-1 places.
-    let m = n + n % 2;
-    let k = m - 1;
-    let factors: Vec<Vec<(usize, usize)>> = (0..k)
-        .map(|r| {
-            let mut f = vec![(m - 1, r)];
-            f.extend((1..m / 2).map(|i| ((r + i) % k, (r + k - i) % k)));
-            f
-        })
-        .collect();
-    let label = relabel(m, &factors[0], &factors[1], n);
-    let ring: HashSet<(usize, usize)> = ring_rounds(n).into_iter().flatten().collect();
-    factors
-        .iter()
-        .map(|f| {
-            let mut round: Vec<(usize, usize)> = f
-                .iter()
-                .map(|&(x, y)| (label[x].min(label[y]), label[x].max(label[y])))
-                .filter(|&(x, y)| y < n && !ring.contains(&(x, y)))
-                .collect();
-            round.sort_unstable();
-            round
-        })
-        .filter(|r| !r.is_empty())
-        .collect()
-}
-
-/// The paths' matchings as rounds of groups: `g` matchings at once, matching i of a round on rail
-/// i, so each GPU (and its NIC) is in one pair per round as in screening, and a node of G GPUs
-/// meets G new partners a round: ceil((N-3)/G) rounds instead of N-3. Each node pair is met on one
-/// rail (a path between the nodes, not every rail's: a slow path of one rail only is found
-/// by the full matrix).
-pub(crate) fn spread_over_rails(matchings: &[Vec<(usize, usize)>], g: usize) -> Vec<Vec<Group>> {
-    matchings
-        .chunks(g.max(1))
-        .map(|chunk| {
-            chunk
-                .iter()
-                .enumerate()
-                .flat_map(|(rail, m)| {
-                    m.iter().map(move |&(a, b)| Group::Pair {
-                        a,
-                        rail_a: rail,
-                        b,
-                        rail_b: rail,
-                    })
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// Labels for the circle method's m nodes: walking the cycle of its first two rounds from node
-/// m-1 gives the ring's order, so those rounds become the ring's edges; for an odd `n` the walk
-/// starts after node m-1, which becomes the bye (label `n`). The tests check the cycle for every
-/// size the localizer accepts paths for.
-fn relabel(m: usize, f0: &[(usize, usize)], f1: &[(usize, usize)], n: usize) -> Vec<usize> {
-    let partner = |f: &[(usize, usize)], x: usize| {
-        f.iter()
-            .find_map(|&(a, b)| (a == x).then_some(b).or((b == x).then_some(a)))
-    };
-    let mut order = vec![m - 1];
-    let mut at = m - 1;
-    for step in 1..m {
-        let f = if step % 2 == 1 { f0 } else { f1 };
-        match partner(f, at) {
-            Some(next) if !order.contains(&next) => {
-                order.push(next);
-                at = next;
-            }
-            // Not a Hamiltonian cycle: keep the circle method's own labels (still every pair
-            // once, node m-1 the bye for an odd n, just without the two rounds saved).
-            _ => return (0..m).collect(),
-        }
-    }
-    let mut label = vec![0; m];
-    for (i, &x) in order.iter().enumerate() {
-        label[x] = if n % 2 == 0 { i } else { (i + m - 1) % m };
-    }
-    label
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-
-    #[test]
-    fn the_ring_and_the_paths_meet_every_node_pair_once_in_disjoint_rounds() {
-        for n in 2..=MAX_PATH_NODES + 8 {
-            let (ring, paths) = (ring_rounds(n), path_rounds(n));
-            let mut met = BTreeSet::new();
-            for round in ring.iter().chain(&paths) {
-                let mut seen = BTreeSet::new();
-                for &(a, b) in round {
-                    assert!(a < b && b < n, "n={n}: ({a},{b})");
-                    assert!(
-                        seen.insert(a) && seen.insert(b),
-                        "n={n}: node twice in {round:?}"
-                    );
-                    assert!(met.insert((a, b)), "n={n}: ({a},{b}) twice");
-                }
-            }
-            assert_eq!(met.len(), n * (n - 1) / 2, "n={n}: a pair never met");
-            // The tournament's first two rounds are the ring: N-3 more rounds (N-2 when odd).
-            let want = match n {
-                0..=3 => 0,
-                n if n % 2 == 0 => n - 3,
-                n => n - 2,
-            };
-            assert_eq!(paths.len(), want, "n={n}");
-        }
-    }
 
     #[test]
     fn ring_rounds_cover_every_edge_once_with_disjoint_pairs() {
@@ -655,12 +500,6 @@ mod tests {
             }
             l.record(&v).unwrap();
         }
-        // Then the paths rounds: every other node pair, all fast.
-        for _ in 0..spread_over_rails(&path_rounds(8), 1).len() {
-            let r = l.next_round().unwrap();
-            assert_eq!(r.phase, Phase::Paths);
-            l.record(&vec![5.0; r.groups.len()]).unwrap();
-        }
         let next = l.next_round();
         (l, next)
     }
@@ -685,11 +524,7 @@ mod tests {
         assert!(l.next_round().is_none());
         let v = l.finish();
         assert!(v.pass(), "{:?}", v.findings);
-        assert_eq!(
-            v.localization_rounds,
-            2 + 5 + 1,
-            "screening, paths, the retest"
-        );
+        assert_eq!(v.localization_rounds, 3);
         // Slow again: the path is named, and it is not measured a third time.
         let (mut l, retest) = screened(7.0);
         assert!(retest.is_some());

@@ -313,8 +313,6 @@ struct RealRow {
     nodes: usize,
     run: String,
     fault: String,
-    /// What the table expected when the row ran (`FAIL fab05`, `PASS -`).
-    expected: String,
     verdict: String,
     culprits: String,
     rounds: String,
@@ -349,7 +347,7 @@ fn read_results(path: &Path) -> Result<Vec<RealRow>, String> {
             return Err(at(format!("data before the column line '{COLUMNS}'")));
         }
         let f: Vec<&str> = line.split('\t').collect();
-        let [name, n, run, fault, expected, got, culprit, rounds, _secs, result] = f.as_slice()
+        let [name, n, run, fault, _expected, got, culprit, rounds, _secs, result] = f.as_slice()
         else {
             return Err(at(format!("{} tab-separated fields, expected 10", f.len())));
         };
@@ -362,7 +360,6 @@ fn read_results(path: &Path) -> Result<Vec<RealRow>, String> {
                 .map_err(|_| at(format!("field n: '{n}' is not a number")))?,
             run: run.to_string(),
             fault: fault.to_string(),
-            expected: expected.to_string(),
             verdict: got.to_string(),
             culprits: culprit.to_string(),
             rounds: rounds.to_string(),
@@ -490,17 +487,6 @@ fn compare(real_rows: &[RealRow], table: &[Row]) -> Vec<String> {
             ));
             continue;
         }
-        // A row run when the table expected something else measured the worker of that time
-        // (issue 33: far-path was PASS, a blind spot, until the paths rounds): it says nothing of
-        // today's, and a new run of that row replaces it. Any other row is still compared.
-        if real.expected != format!("{} {}", row.expect, list(&row.culprits)) {
-            eprintln!(
-                "{}:{}: row '{}' n={} ran when the table expected '{}' (now '{} {}'): superseded, not compared",
-                real.file.display(), real.line, real.name, real.nodes, real.expected, row.expect,
-                list(&row.culprits)
-            );
-            continue;
-        }
         let sim = replay(row, SEEDS[0]);
         if real.verdict != sim.verdict || real.culprits != list(&sim.culprits) {
             wrong.push(why(real, row, &sim));
@@ -580,25 +566,6 @@ fn the_comparison_fails_loudly_and_says_why() {
         wrong[1]
     );
     assert!(wrong[2].contains("did not say which node"), "{}", wrong[2]);
-
-    // A far-path run from before the paths rounds (the table expected PASS then) is superseded;
-    // one run against today's expectation that still PASSes is a disagreement.
-    let far = |expected: &str| {
-        format!(
-            "{header}{COLUMNS}\nfar-path\t8\t1\tpath:fab02:fab07:1gbit\t{expected}\tPASS\t-\t2\t9.5\tpass\n"
-        )
-    };
-    let p = dir.join("far.tsv");
-    std::fs::write(&p, far("PASS -")).expect("write");
-    assert!(compare(&read_results(&p).expect("parses"), &table).is_empty());
-    std::fs::write(&p, far("FAIL fab02,fab07")).expect("write");
-    let wrong = compare(&read_results(&p).expect("parses"), &table);
-    assert_eq!(wrong.len(), 1, "{wrong:#?}");
-    assert!(
-        wrong[0].contains("found no node or path below 0.85x"),
-        "{}",
-        wrong[0]
-    );
 
     let p = dir.join("nonccl.tsv");
     std::fs::write(

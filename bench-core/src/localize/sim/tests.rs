@@ -2,9 +2,7 @@
 //! against the simulated fabric.
 
 use super::*;
-use crate::localize::{
-    schedule, Code, Group, LocalizeConfig, LocalizePlan, PairFloors, Phase, Round, MAX_PATH_NODES,
-};
+use crate::localize::{Code, Group, LocalizeConfig, LocalizePlan, PairFloors, Phase, Round};
 use std::collections::{BTreeSet, HashSet};
 
 const NS: [usize; 6] = [2, 3, 8, 64, 1024, 4096];
@@ -203,14 +201,8 @@ fn one_fault_takes_at_most_three_rounds_whatever_n() {
             let mut fabric = Fabric::healthy(n, G, 7);
             faults(case, n).into_iter().for_each(|f| fabric.inject(f));
             let v = check(n, config(), &mut fabric);
-            // Beyond the paths rounds, which 4..=16 nodes spend whenever they screen.
-            let paths = if n <= MAX_PATH_NODES {
-                schedule::spread_over_rails(&schedule::path_rounds(n), G).len()
-            } else {
-                0
-            };
             assert!(
-                v.localization_rounds <= 3 + paths,
+                v.localization_rounds <= 3,
                 "N={n} {case:?}: {}",
                 v.localization_rounds
             );
@@ -220,12 +212,11 @@ fn one_fault_takes_at_most_three_rounds_whatever_n() {
 
 #[test]
 fn adjacent_bad_nodes_need_a_confirmation_round_and_get_one() {
-    // 32 nodes: beyond the paths rounds (at 8 they meet every pair and decide both nodes).
-    let mut fabric = Fabric::healthy(32, G, 3);
-    faults(Case::TwoAdjacent, 32)
+    let mut fabric = Fabric::healthy(8, G, 3);
+    faults(Case::TwoAdjacent, 8)
         .into_iter()
         .for_each(|f| fabric.inject(f));
-    let mut l = Localizer::new(32, G, config()).unwrap();
+    let mut l = Localizer::new(8, G, config()).unwrap();
     let mut phases = Vec::new();
     while let Some(round) = l.next_round() {
         phases.push(round.phase);
@@ -242,7 +233,7 @@ fn adjacent_bad_nodes_need_a_confirmation_round_and_get_one() {
             Phase::Confirm
         ]
     );
-    assert_eq!(named(&l.finish()), expected(Case::TwoAdjacent, 32));
+    assert_eq!(named(&l.finish()), expected(Case::TwoAdjacent, 8));
 }
 
 #[test]
@@ -315,9 +306,7 @@ fn without_an_allocation_floor_screening_always_runs_and_still_passes_healthy() 
 
 #[test]
 fn a_link_off_the_ring_needs_the_full_matrix() {
-    // Nodes 1 and 5 are not neighbours in node order: B's ring never uses their path, so B passes
-    // its floor and the adaptive plan ends there (without a floor its paths rounds name the
-    // pair: a_slow_path_between_nodes_the_ring_does_not_join_is_named_up_to_sixteen_nodes).
+    // Nodes 1 and 5 are not neighbours in node order: B's ring never uses their path.
     let fault = Fault::Link {
         a: 1,
         b: 5,
@@ -389,116 +378,4 @@ fn the_simulation_is_deterministic() {
         check(64, config(), &mut fabric)
     };
     assert_eq!(go(), go());
-}
-
-/// Issue 33: a slow path between two nodes that are not neighbours in B's ring. Without a floor
-/// for B (the built-in configuration) the check screens, and from 4 to 16 nodes the paths rounds
-/// meet every node pair: the path is named, whichever pair it is. Beyond 16 nodes, and whenever B
-/// passes its floor, it is not looked for (the documented limit): PASS.
-#[test]
-fn a_slow_path_between_nodes_the_ring_does_not_join_is_named_up_to_sixteen_nodes() {
-    let no_floor = LocalizeConfig::default();
-    for n in [4, 5, 8, 11, 16, 17, 32] {
-        let ring: BTreeSet<(usize, usize)> =
-            schedule::ring_rounds(n).into_iter().flatten().collect();
-        for a in 0..n {
-            for b in a + 1..n {
-                if ring.contains(&(a, b)) {
-                    continue;
-                }
-                let mut fabric = Fabric::healthy(n, 2, (n * 1000 + a * 31 + b) as u64);
-                fabric.inject(Fault::Link { a, b, factor: 0.3 });
-                let mut l = Localizer::new(n, 2, no_floor.clone()).unwrap();
-                while let Some(round) = l.next_round() {
-                    assert_disjoint_g(&round, 2);
-                    let r = fabric.measure(&round);
-                    l.record(&r).unwrap();
-                }
-                let v = l.finish();
-                let want = if n <= 16 {
-                    BTreeSet::from([(Code::NodePairSlow, vec![a, b], None)])
-                } else {
-                    BTreeSet::new()
-                };
-                assert_eq!(named(&v), want, "N={n} path {a}-{b}: {:#?}", v.findings);
-                if n <= 16 {
-                    assert!(
-                        v.findings[0]
-                            .message
-                            .contains("a path B's ring does not use"),
-                        "{}",
-                        v.findings[0].message
-                    );
-                }
-            }
-        }
-        // The same path with a floor B passes: B ends the check, nothing is looked for.
-        let (a, b) = (0, n / 2);
-        let mut fabric = Fabric::healthy(n, 2, 5);
-        fabric.inject(Fault::Link { a, b, factor: 0.3 });
-        let v = check_g(n, 2, config(), &mut fabric);
-        assert!(
-            v.pass() && v.localization_rounds == 0,
-            "N={n}: {:#?}",
-            v.findings
-        );
-    }
-}
-
-/// A healthy allocation of 4..=16 nodes without a floor for B: screening and the paths rounds,
-/// every node pair at least once, and PASS; the paths rounds cost N-3 matchings (N-2 for an odd
-/// N), G of them a round (one a rail).
-#[test]
-fn a_healthy_allocation_meets_every_node_pair_once_and_passes() {
-    for (n, g) in (4..=MAX_PATH_NODES).flat_map(|n| [(n, 1), (n, 2), (n, 8)]) {
-        let mut fabric = Fabric::healthy(n, g, 40 + n as u64);
-        let mut l = Localizer::new(n, g, LocalizeConfig::default()).unwrap();
-        let mut met = BTreeSet::new();
-        let mut paths = 0;
-        while let Some(round) = l.next_round() {
-            paths += usize::from(round.phase == Phase::Paths);
-            for g in &round.groups {
-                if let (Group::Pair { a, b, .. }, Phase::Screen | Phase::Paths) = (*g, round.phase)
-                {
-                    met.insert((a.min(b), a.max(b)));
-                }
-            }
-            let r = fabric.measure(&round);
-            l.record(&r).unwrap();
-        }
-        let v = l.finish();
-        assert!(v.pass(), "N={n} G={g}: {:#?}", v.findings);
-        assert_eq!(met.len(), n * (n - 1) / 2, "N={n} G={g}");
-        let matchings = if n % 2 == 0 { n - 3 } else { n - 2 };
-        assert_eq!(paths, matchings.div_ceil(g), "N={n} G={g}");
-    }
-}
-
-fn check_g(n: usize, g: usize, cfg: LocalizeConfig, fabric: &mut Fabric) -> LocalizeVerdict {
-    let mut l = Localizer::new(n, g, cfg).unwrap();
-    while let Some(round) = l.next_round() {
-        let results = fabric.measure(&round);
-        l.record(&results).unwrap();
-    }
-    l.finish()
-}
-
-/// No GPU of `g` per node in two pair groups of one round.
-fn assert_disjoint_g(round: &Round, g: usize) {
-    let mut gpus = HashSet::new();
-    for grp in &round.groups {
-        if let Group::Pair {
-            a,
-            rail_a,
-            b,
-            rail_b,
-        } = *grp
-        {
-            assert!(rail_a < g && rail_b < g && a != b, "{grp:?}");
-            assert!(
-                gpus.insert((a, rail_a)) && gpus.insert((b, rail_b)),
-                "{round:?}"
-            );
-        }
-    }
 }

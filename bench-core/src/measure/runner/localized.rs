@@ -315,12 +315,6 @@ impl Measurer<'_> {
                 &format!("localization round {index} ({ph:?}): {groups} node-rail pairs"),
             );
             let partner = places.first().map(|p| p.peer as usize);
-            // The paths rounds (every node pair the ring does not meet) use their smaller
-            // message and fewer loops; they are judged only against each other.
-            let (bytes, loops) = match ph {
-                Phase::Paths | Phase::PathRetest => crate::localize::path_round(bytes),
-                _ => (bytes, loops),
-            };
             let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, false, start, out)?;
             let gpu_secs = settled_mean(&gpu_ops);
             // What the path delivered by the faster of the two clocks: the host's can only be
