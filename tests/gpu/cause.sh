@@ -13,7 +13,8 @@
 #   gpu-hog       (--python) a process saturating GPU 1's memory bandwidth: FAIL naming GPU1 busy
 #   idle-stray    (--python) an idle process holding 20 GiB on the last GPU: PASS with a warning
 #                 naming it (pid)
-#   emulated-busy (--python, 4 GPUs) 4 emulated nodes e1..e4 (NCCL_HOSTID, one GPU each, the
+#   emulated-busy (--python, 2+ GPUs) 4 emulated nodes e1..e4 (NCCL_HOSTID, one GPU each, or
+#                 with fewer than 4 GPUs e2 alone on GPU 1 and the others sharing GPU 0; the
 #                 adaptive plan), GPU 1 (e2's) saturated: every process names e2's GPU busy
 #                 (report and verdict line: e2's own says GPU0, the others e2 GPU0), first and
 #                 with the pid; none names any node's network
@@ -160,9 +161,13 @@ while time.time() - t < 280: b.copy_(a)
 emulated_busy() { # 4 emulated nodes, e2's GPU busy; every process's report judged
   local port=29631 pids=() i
   NCCL_CHECK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n'); export NCCL_CHECK_SECRET
+  # With 2 or 3 GPUs, e2 alone on GPU 1 (the hogged one) and e1, e3, e4 sharing GPU 0.
+  local gpu shared=
+  [ "$ngpus" -ge 4 ] || shared=NCCL_CHECK_SHARED_GPUS=1
   for i in 0 1 2 3; do
-    env NCCL_HOSTID=e$((i + 1)) SLURMD_NODENAME=e$((i + 1)) timeout -k 2 120 "$bin" --nccl-lib "$lib" \
-      --pair-matrix adaptive --gpus $i --rank $i --world 4 --rendezvous 127.0.0.1:$port --timeout 90 \
+    gpu=$i; [ "$ngpus" -ge 4 ] || { [ $i = 1 ] && gpu=1 || gpu=0; }
+    env $shared NCCL_HOSTID=e$((i + 1)) SLURMD_NODENAME=e$((i + 1)) timeout -k 2 120 "$bin" --nccl-lib "$lib" \
+      --pair-matrix adaptive --gpus $gpu --rank $i --world 4 --rendezvous 127.0.0.1:$port --timeout 90 \
       --json "$out/emulated-busy-e$((i + 1)).json" >"$out/emulated-busy-e$((i + 1)).txt" 2>&1 &
     pids+=($!)
   done
@@ -190,7 +195,7 @@ a = torch.empty(20 << 30, dtype=torch.uint8, device="cuda"); torch.cuda.synchron
     repeat=2 quick idle-stray
     stop_hogs
   fi
-  if [ "$ngpus" -ge 4 ] && want emulated-busy; then hog_gpu 1; emulated_busy; stop_hogs; fi
+  if want emulated-busy; then hog_gpu 1; emulated_busy; stop_hogs; fi
 fi
 echo "cause: $fails failed"
 exit $((fails > 0))
