@@ -530,7 +530,7 @@ mod tests {
         assert_eq!(v["full_matrix_rounds"].as_u64(), Some(1023));
     }
 
-    /// Issue 28: 4,096 x 8 within 10 s after NCCL init once a round's records travel by NCCL's
+    /// 4,096 x 8 within 10 s after NCCL init once a round's records travel by NCCL's
     /// all_reduce (15.0 s when every round's gather passed through the coordinator's star).
     #[test]
     fn four_thousand_nodes_of_eight_model_under_ten_seconds_with_the_rounds_off_the_star() {
@@ -556,7 +556,7 @@ mod tests {
         assert!((round - want).abs() < 1e-9, "{round} vs {want}");
     }
 
-    /// Issue 35: the wait a job sees is said, and it is the model's parts added up.
+    /// The wait a job sees is said, and it is the model's parts added up.
     #[test]
     fn the_total_wait_is_start_up_nccl_init_the_check_and_exit() {
         for (n, g) in [(1, 4), (2, 8), (512, 8), (4096, 8)] {
@@ -641,7 +641,7 @@ mod tests {
             text.contains("b_allocation") && text.contains("(estimate)"),
             "{text}"
         );
-        // Issue 16: a healthy allocation ends after B only with a floor; say which key gives one.
+        // A healthy allocation ends after B only with a floor; say which key gives one.
         let b = plan_model(64, 8, &defaults(64)).unwrap().phases[1]
             .what
             .clone();

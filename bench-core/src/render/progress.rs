@@ -277,7 +277,7 @@ mod tests {
         );
     }
 
-    /// Issue 35: a slow check says which phase it is in, one line as each phase begins (the
+    /// A slow check says which phase it is in, one line as each phase begins (the
     /// first busy GPU's), never the same phase twice in a row, whatever the other GPUs do.
     #[test]
     fn each_phase_of_the_first_gpu_is_one_line_as_it_begins() {

@@ -502,7 +502,7 @@ fn replicated(
     }
 }
 
-/// Issue 28: the rounds' records carried by an all_reduce, every process deciding for itself.
+/// The rounds' records carried by an all_reduce, every process deciding for itself.
 /// Each rank's own conductor, fed the same summed vectors, takes the step a lone coordinator
 /// would have sent it and ends with the same summary as the coordinator's path: the full list
 /// at the coordinator, the shared one elsewhere.

@@ -1,4 +1,4 @@
-//! Issue 28: the fabric simulation replays the emulated fabric's fault table
+//! The fabric simulation replays the emulated fabric's fault table
 //! (tests/gpu/fabric-faults.txt: same N, same fault) and must name the table's culprits; where
 //! results of the real run are committed (tests/gpu/results/fabric/*/summary.tsv, written by
 //! tests/gpu/fabric.sh on the GPU machine), the culprits the real check named are compared with
@@ -429,7 +429,7 @@ fn why(real: &RealRow, row: &Row, sim: &SimAnswer) -> String {
         ("FAIL", "PASS") => format!(
             "the real check named {extra} where the simulation's fabric is healthy: noise of the \
              socket fabric or an artefact of the one-GPU emulation (overlapping local probes: \
-             local_probe_slow, issue 24)"
+             local_probe_slow)"
         ),
         ("FAIL", "FAIL") => format!(
             "both FAIL but the real check named {extra} more and {missed} fewer: the real \

@@ -178,7 +178,7 @@ impl<'a> Comm<'a> {
     ///
     /// On a non-blocking communicator every enqueue returns `ncclInProgress` and NCCL finishes
     /// the launch on a thread of its own (group.cc), typically within tens of microseconds. The
-    /// first millisecond is a busy poll: measured on 4x H200 (2026-11-21, visit 3), yielding and
+    /// first millisecond is a busy poll: measured on 4x H200 (2026-11-21), yielding and
     /// then sleeping 200 us here made each enqueue cost 60-170 us, longer than a 32 MiB
     /// all_gather itself, so the timed loop measured our launch rate instead of the GPUs.
     pub fn wait_ready(&self) -> Result<(), WaitError> {

@@ -79,8 +79,8 @@ impl Measurer<'_> {
             }
         }
         // The check's last NCCL operation: a rank whose all_reduce is done may still owe its ring
-        // neighbours data in flight, and a process that left now would cut it (seen on one H100,
-        // visit 15: fab07 exited and fab06, fab08 ended in ERROR "Connection closed by remote
+        // neighbours data in flight, and a process that left now would cut it (seen on one H100 with
+        // emulated nodes: fab07 exited and fab06, fab08 ended in ERROR "Connection closed by remote
         // peer"). The control plane's barrier lets nobody leave before every rank has its sums.
         self.team.barrier().map_err(|e| self.team_err(e))?;
         if start.printer {

@@ -162,8 +162,8 @@ pub fn finding(node: &str, seen: &OffCpu) -> Option<Finding> {
 /// The localizer's `node_pair_slow` reasons with exactly one starved end (`starved`: node name
 /// and off-CPU share, every node whose workers lost at least [`STARVED_SHARE`]) become that
 /// node's: a worker that cannot run slows every pair it is in, and with its stops coming and
-/// going the localizer's retest may clear it with one partner and not another (seen on one H100,
-/// visit 12: a stopped fab03 made "fab02<->fab03" the culprit, which would drain fab02 too).
+/// going the localizer's retest may clear it with one partner and not another (seen on one H100 with
+/// emulated nodes: a stopped fab03 made "fab02<->fab03" the culprit, which would drain fab02 too).
 /// The partner is not named again (its other pairs were cleared).
 pub fn blame_starved(reasons: &mut Vec<Reason>, starved: &[(String, f64)]) {
     let share = |n: &str| starved.iter().find(|(s, _)| s == n).map(|(_, x)| *x);

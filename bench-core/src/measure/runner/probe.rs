@@ -1,4 +1,4 @@
-//! The per-GPU local probe (issue 18 item 3): device-local copy bandwidth, measured by each GPU
+//! The per-GPU local probe: device-local copy bandwidth, measured by each GPU
 //! thread right after its buffers, so every GPU of the process probes at once and beside the
 //! rendezvous. Thin on purpose: copies and two timing events; `facts::local_probe` judges.
 //!
