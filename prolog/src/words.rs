@@ -216,6 +216,7 @@ mod tests {
             ended: ended.into(),
             problem: problem.map(str::to_string),
             contradicted: false,
+            out_of_budget: false,
             report: Err(ReportError::Missing("/r".into())),
             elapsed: Duration::from_millis(1500),
             output_tail: String::new(),
@@ -274,6 +275,7 @@ mod tests {
         let r = Run {
             problem: None,
             contradicted: false,
+            out_of_budget: false,
             output_tail: format!(
                 "ERROR: NCCL library not found (tried libnccl.so.2: nope); {}",
                 nccl_check_contract::exit::NCCL_LIB_HINT

@@ -57,6 +57,8 @@ pub struct Run {
     pub problem: Option<String>,
     /// The exit code and the report disagree: the worker itself is at fault (logged as such).
     pub contradicted: bool,
+    /// Killed at the end of its budget, without a verdict.
+    pub out_of_budget: bool,
     pub report: Result<Report, ReportError>,
     pub elapsed: Duration,
     /// The last lines the worker printed.
@@ -134,6 +136,7 @@ pub fn run(req: &Request) -> Run {
         ended: "the worker did not start".into(),
         problem: Some(problem),
         contradicted: false,
+        out_of_budget: false,
         report: Err(ReportError::Missing(req.json())),
         elapsed: start.elapsed(),
         output_tail: String::new(),
@@ -184,6 +187,7 @@ pub fn run(req: &Request) -> Run {
         ended: describe(done.ending, req.budget),
         problem,
         contradicted,
+        out_of_budget: matches!(done.ending, Ending::KilledAtDeadline),
         report,
         elapsed: start.elapsed(),
         // The worker's last words are on its standard error; worker.log may end with the kept
@@ -316,6 +320,10 @@ mod tests {
         let run = run(&request(&dir, w, 300));
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         assert_eq!(run.verdict, Verdict::Error);
+        assert!(
+            run.out_of_budget,
+            "the gate names a budget cut by this flag"
+        );
         assert!(
             run.problem.as_deref().unwrap_or("").contains("budget"),
             "{:?}",

@@ -69,10 +69,12 @@ impl Gate<'_> {
         let cpu = self.cpu_scan();
         let mut run = worker::run(&req);
         // A budget cut by PrologEpilogTimeout says so where the timeout's ERROR is read.
-        if let (Some(p), Some(cut)) = (run.problem.as_mut(), self.budget_cut.as_deref()) {
-            if p.starts_with("no verdict within the budget") {
-                p.push_str(&format!(" ({cut})"));
-            }
+        if let (Some(p), Some(cut), true) = (
+            run.problem.as_mut(),
+            self.budget_cut.as_deref(),
+            run.out_of_budget,
+        ) {
+            p.push_str(&format!(" ({cut})"));
         }
         let j = self.judge(&run, &sel, k.slurm, &cpu);
         let cacheable = self.cacheable(&sel, j.report);
