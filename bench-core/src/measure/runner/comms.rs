@@ -63,10 +63,9 @@ pub(super) fn begin(thread: &GpuThread, start: &Start) -> Result<CommsStarted<'s
     // With several nodes, GPU pairs are measured on a communicator of their own node: in a
     // multi-node communicator NCCL sizes point-to-point channels for the network, and an
     // NVLink pair measured there shows the network's share (34 GB/s instead of ~300 GB/s
-    // on H200 with sockets between the nodes, 2026-11-21). A plan without GPU pairs needs no
-    // such communicator (its split is a whole NCCL init of the node's ranks).
+    // on H200 with sockets between the nodes, 2026-11-21).
     let topology = &start.topology;
-    let node_split = node_comm_wanted(topology.node_count(), &thread.opts.steps).then(|| {
+    let node_split = (topology.node_count() > 1).then(|| {
         let r = rank as usize;
         let color = topology.node_index(r).unwrap_or(0);
         (color as i32, topology.local_index(r).unwrap_or(0) as i32)
@@ -143,15 +142,6 @@ pub(super) fn finish(
     })
 }
 
-/// Whether a check of `nodes` nodes running `steps` needs a communicator of each node: only for
-/// the GPU pairs of a multi-node check.
-fn node_comm_wanted(nodes: u32, steps: &[crate::config::worker::Step]) -> bool {
-    nodes > 1
-        && steps
-            .iter()
-            .any(|s| matches!(s, crate::config::worker::Step::Pairs { .. }))
-}
-
 /// The error of a non-blocking init that did not become ready.
 pub(super) fn init_error(dev: usize, rank: u32, nranks: u32, e: WaitError) -> RunError {
     match e {
@@ -168,25 +158,6 @@ pub(super) fn init_error(dev: usize, rank: u32, nranks: u32, e: WaitError) -> Ru
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_a_multi_node_plan_with_gpu_pairs_splits_a_communicator_per_node() {
-        use crate::config::worker::Step;
-        let pairs = Step::Pairs {
-            bytes: 1 << 20,
-            warmup: 1,
-            iters: 1,
-        };
-        let all_reduce = Step::Collective {
-            collective: crate::measure::collectives::collective_named("all_reduce").expect("known"),
-            sizes: vec![1 << 20],
-            warmup: 1,
-            iters: 1,
-        };
-        assert!(node_comm_wanted(2, &[all_reduce.clone(), pairs.clone()]));
-        assert!(!node_comm_wanted(2, std::slice::from_ref(&all_reduce)));
-        assert!(!node_comm_wanted(1, &[all_reduce, pairs]));
-    }
 
     #[test]
     fn the_comm_mode_defaults_to_split() {
