@@ -352,6 +352,8 @@ fn meet(
     let id = UniqueId {
         internal: joined.unique_id,
     };
+    let show: Arc<dyn crate::measure::runner::sink::Show> =
+        Arc::new(crate::render::output::Console);
     for (slot, tx) in senders.iter().enumerate() {
         let rank = first_rank + slot as u32;
         let _ = tx.send(Start {
@@ -364,6 +366,7 @@ fn meet(
             topology: topology.clone(),
             gpu: gpu.clone(),
             opts,
+            show: show.clone(),
         });
     }
     Ok((team, topology))

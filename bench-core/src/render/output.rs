@@ -1,27 +1,60 @@
 //! What rank 0 prints while measuring: progress lines on stderr, the tables on stdout.
 
-use crate::measure::runner::Start;
-use crate::report::PairRow;
+use crate::measure::runner::sink::{Show, TableHead};
+use crate::render::table;
+use crate::report::{PairRow, Row};
 use std::io::Write;
 
 /// Writes `text` to stdout at once (the table is read live, line by line).
-pub(crate) fn print(text: &str) {
+fn print(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
 }
 
-/// A progress line on stderr, from the printing rank only.
-pub(crate) fn phase(start: &Start, what: &str) {
-    if start.printer {
+/// The terminal: progress lines on stderr, nccl-tests' tables on stdout.
+pub struct Console;
+
+impl Show for Console {
+    fn phase(&self, what: &str) {
         eprintln!("nccl-check: {what}");
+    }
+
+    fn collective(&self, h: &TableHead) {
+        print(&table::header(
+            h.binary,
+            h.nthreads,
+            h.min_bytes,
+            h.max_bytes,
+            h.step_factor,
+            h.warmup,
+            h.iters,
+            h.check,
+        ));
+        print(&table::column_header());
+    }
+
+    fn row(&self, row: &Row, held_against: &str) {
+        print(&format!("{}\n{held_against}\n", table::row(row)));
+    }
+
+    fn footer(&self, binary: &str, wrong_ranks: u64, avg_busbw: f64) {
+        print(&table::footer(binary, wrong_ranks, avg_busbw));
+    }
+
+    fn pairs(&self, rows: &[PairRow], bytes: u64, iters: u32, multi_node: bool) {
+        print(&pair_table(rows, bytes, iters, multi_node));
+    }
+
+    fn line(&self, text: &str) {
+        print(text);
     }
 }
 
 /// The pair matrix as a table under the collectives' tables: busbw by the host's clock (as
 /// nccl-tests reports it) and by the GPUs' (`gpu_busbw`: what the verdict holds a pair the host
 /// slowed to).
-pub(crate) fn pair_table(rows: &[PairRow], bytes: u64, iters: u32, multi_node: bool) -> String {
+fn pair_table(rows: &[PairRow], bytes: u64, iters: u32, multi_node: bool) -> String {
     let mut out = format!(
         "#\n# Pair matrix: sendrecv {bytes} bytes, {iters} iterations, rounds of disjoint pairs\n#  {:>24}  {:>10}  {:>8}  {:>9}\n",
         "pair", "time(us)", "busbw", "gpu_busbw"

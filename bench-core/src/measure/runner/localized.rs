@@ -10,6 +10,7 @@
 //! control plane keeps the beats, the aborts and the naming of a process that stops answering.
 use super::gpu_time::settled_mean;
 use super::pair_matrix::{busbw, gpu_rounds, gpu_row, RoundTimes};
+use super::sink::Show;
 use super::timed::Measurer;
 use super::{GpuOutcome, RunError, Start};
 use crate::localize::conduct::{
@@ -21,7 +22,6 @@ use crate::localize::{
     LocalizeConfig, LocalizePlan, LocalizeSummary, Localizer, PairFloors, Phase,
 };
 use crate::measure::datatype::{DataType, RedOp};
-use crate::render::output::{pair_table, phase, print};
 use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
@@ -84,7 +84,7 @@ impl Measurer<'_> {
         // peer"). The control plane's barrier lets nobody leave before every rank has its sums.
         self.team.barrier().map_err(|e| self.team_err(e))?;
         if start.printer {
-            print_localized(&rows, bytes, loops, &summary);
+            print_localized(start.show.as_ref(), &rows, bytes, loops, &summary);
         }
         if start.recorder {
             // As before the rounds left the star: the coordinator's report keeps every node's
@@ -205,13 +205,10 @@ impl Measurer<'_> {
     ) -> Result<Vec<PairRow>, RunError> {
         let t = &start.topology;
         let me = self.rank as usize;
-        phase(
-            start,
-            &format!(
-                "phase A: every node's GPU pairs at once, sendrecv {}",
-                crate::measure::size::human(bytes)
-            ),
-        );
+        start.phase(&format!(
+            "phase A: every node's GPU pairs at once, sendrecv {}",
+            crate::measure::size::human(bytes)
+        ));
         let mut rows = Vec::new();
         for round in &gpu_rounds(t) {
             let partner = crate::measure::pairs::partner(round, me);
@@ -310,10 +307,9 @@ impl Measurer<'_> {
                 .map_err(RunError::Runtime)
         };
         let measure = |index: u32, ph: Phase, groups: u32, places: &[Place]| {
-            phase(
-                start,
-                &format!("localization round {index} ({ph:?}): {groups} node-rail pairs"),
-            );
+            start.phase(&format!(
+                "localization round {index} ({ph:?}): {groups} node-rail pairs"
+            ));
             let partner = places.first().map(|p| p.peer as usize);
             let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, false, start, out)?;
             let gpu_secs = settled_mean(&gpu_ops);
@@ -344,8 +340,14 @@ struct Setup {
 }
 
 /// The printer's part: phase A's pair table and one line with what the localizer found.
-fn print_localized(rows: &[PairRow], bytes: u64, loops: (u32, u32), summary: &LocalizeSummary) {
-    print(&pair_table(rows, bytes, loops.1, false));
+fn print_localized(
+    show: &dyn Show,
+    rows: &[PairRow],
+    bytes: u64,
+    loops: (u32, u32),
+    summary: &LocalizeSummary,
+) {
+    show.pairs(rows, bytes, loops.1, false);
     let found = if summary.reasons.is_empty() {
         "no slow node, rail or node pair".to_string()
     } else {
@@ -356,7 +358,7 @@ fn print_localized(rows: &[PairRow], bytes: u64, loops: (u32, u32), summary: &Lo
             .collect::<Vec<_>>()
             .join("; ")
     };
-    print(&format!(
+    show.line(&format!(
         "# localization: {} nodes x {} rails, {} rounds ({} after the allocation-wide collective), {found}\n",
         summary.nodes, summary.rails, summary.rounds, summary.localization_rounds,
     ));

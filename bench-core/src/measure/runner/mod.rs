@@ -4,7 +4,8 @@
 //!
 //! This module owns the thread's life (what it waits for, what it hands back); `comms` sets up
 //! and aborts the communicators, `timed` runs the collectives' timed loops, `pair_matrix` the
-//! GPU and node pairs, `render::output` prints the tables, `error` says why a run ended in ERROR,
+//! GPU and node pairs, `sink` is what they print through (`render::output` draws it), `error`
+//! says why a run ended in ERROR,
 //! `probe` measures the GPU's local copy bandwidth, `gpu_time` times a retest by the GPU's clock.
 
 mod comms;
@@ -15,6 +16,7 @@ mod pair_matrix;
 pub mod probe;
 mod run_error;
 pub mod shared;
+pub mod sink;
 mod timed;
 
 pub use run_error::RunError;
@@ -50,9 +52,18 @@ pub struct Start {
     /// The GPU model and interconnect thresholds are looked up by (this process's first GPU).
     pub gpu: Arc<crate::judge::thresholds::GpuModel>,
     pub opts: &'static Options,
+    /// Where the printing rank's lines and tables go.
+    pub show: Arc<dyn sink::Show>,
 }
 
 impl Start {
+    /// A progress line, from the printing rank only.
+    pub(crate) fn phase(&self, what: &str) {
+        if self.printer {
+            self.show.phase(what);
+        }
+    }
+
     /// The floors the retest holds measurements against: the verdict's (`floors`), before
     /// anyone knows whether CollNet or NVLS carried the collectives.
     pub fn floors(&self) -> Floors<'_> {
@@ -297,10 +308,7 @@ impl GpuThread {
                 if nranks == 1 {
                     // No collective with one rank (its busbw is 0 by definition): the probe
                     // is the check.
-                    crate::render::output::phase(
-                        start,
-                        "1 GPU: no collective; the local probe is the check",
-                    );
+                    start.phase("1 GPU: no collective; the local probe is the check");
                     return Ok(());
                 }
                 self.begin_comms(start)?

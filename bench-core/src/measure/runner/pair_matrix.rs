@@ -7,7 +7,6 @@ use super::timed::Measurer;
 use super::{ms, GpuOutcome, RunError, Start};
 use crate::measure::nccl::Comm;
 use crate::meet::topology::Topology;
-use crate::render::output::{pair_table, phase, print};
 use crate::report::{PairKind, PairRow};
 use std::time::Instant;
 
@@ -227,13 +226,10 @@ impl Measurer<'_> {
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let o = self.opts();
-        phase(
-            start,
-            &format!(
-                "pair matrix, sendrecv {}",
-                crate::measure::size::human(bytes)
-            ),
-        );
+        start.phase(&format!(
+            "pair matrix, sendrecv {}",
+            crate::measure::size::human(bytes)
+        ));
         let mut rows = self.pair_matrix(bytes, (warmup, iters), start, out)?;
         let floors = start.floors();
         let floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
@@ -261,7 +257,7 @@ impl Measurer<'_> {
             }
         }
         if o.config.outliers.retest && agreed {
-            phase(start, "slow pairs: measuring the pair matrix once more");
+            start.phase("slow pairs: measuring the pair matrix once more");
             let again = self.pair_matrix(bytes, (warmup, iters), start, out)?;
             for (r, a) in rows.iter_mut().zip(again) {
                 let first = r.busbw;
@@ -270,12 +266,9 @@ impl Measurer<'_> {
             }
         }
         if start.printer {
-            print(&pair_table(
-                &rows,
-                bytes,
-                iters,
-                start.topology.node_count() > 1,
-            ));
+            start
+                .show
+                .pairs(&rows, bytes, iters, start.topology.node_count() > 1);
         }
         if start.recorder {
             out.pairs.extend(rows);

@@ -4,6 +4,7 @@
 //! a slow GPU or link from a slow host.
 
 use super::gpu_time::GpuTimer;
+use super::sink::TableHead;
 use super::{ms, GpuOutcome, GpuThread, RunError, Start};
 use crate::config::worker::Step;
 use crate::measure::collectives::{Collective, Counts};
@@ -11,8 +12,6 @@ use crate::measure::cuda::{Gpu, StreamWait};
 use crate::measure::loop_probe::LoopProbe;
 use crate::measure::nccl::{Comm, Issue, Nccl};
 use crate::meet::team::{Team, TeamError};
-use crate::render::output::{phase, print};
-use crate::render::table;
 use crate::report::json::GpuSide;
 use crate::report::{Placement, Row};
 use crate::settings::options::Options;
@@ -233,11 +232,7 @@ impl Measurer<'_> {
             let row = self.measure_size(at, coll, start, out, &mut wrong_ranks)?;
             busbw_sum += row.out_of_place.busbw + row.in_place.busbw;
             if start.printer {
-                print(&format!(
-                    "{}\n{}\n",
-                    table::row(&row),
-                    self.held_against(coll, &row, start)
-                ));
+                start.show.row(&row, &self.held_against(coll, &row, start));
             }
             if start.recorder {
                 out.rows.push(row);
@@ -245,11 +240,11 @@ impl Measurer<'_> {
         }
         if start.printer {
             let rows = (sizes.len() * 2) as f64;
-            print(&table::footer(
+            start.show.footer(
                 coll.nccl_tests_binary(),
                 wrong_ranks as u64,
                 busbw_sum / rows,
-            ));
+            );
         }
         Ok(())
     }
@@ -264,27 +259,23 @@ impl Measurer<'_> {
         start: &Start,
     ) {
         let o = self.opts();
-        phase(
-            start,
-            &format!(
-                "{} {}..{}",
-                coll.name(),
-                crate::measure::size::human(min_bytes),
-                crate::measure::size::human(max_bytes)
-            ),
-        );
+        start.phase(&format!(
+            "{} {}..{}",
+            coll.name(),
+            crate::measure::size::human(min_bytes),
+            crate::measure::size::human(max_bytes)
+        ));
         if start.printer {
-            print(&table::header(
-                coll.nccl_tests_binary(),
-                self.nranks as usize,
+            start.show.collective(&TableHead {
+                binary: coll.nccl_tests_binary(),
+                nthreads: self.nranks as usize,
                 min_bytes,
                 max_bytes,
-                o.step_factor,
+                step_factor: o.step_factor,
                 warmup,
                 iters,
-                o.check,
-            ));
-            print(&table::column_header());
+                check: o.check,
+            });
         }
     }
 
@@ -337,14 +328,11 @@ impl Measurer<'_> {
         let slow = floor.is_some_and(|f| row.out_of_place.busbw.min(row.in_place.busbw) < f);
         if self.opts().config.outliers.retest && self.agree_slow(slow)? {
             out.collective_slow = true;
-            phase(
-                start,
-                &format!(
-                    "{} {}: below threshold, measuring once more",
-                    coll.name(),
-                    crate::measure::size::human(row.size)
-                ),
-            );
+            start.phase(&format!(
+                "{} {}: below threshold, measuring once more",
+                coll.name(),
+                crate::measure::size::human(row.size)
+            ));
             let (again, gpu) = self.measure_row(at, coll, true, out, wrong_ranks)?;
             if start.recorder {
                 out.gpu_side.extend(gpu);
