@@ -301,7 +301,7 @@ fn read_gpus(
     let id = first.and_then(|i| i.pci_device_id).or_else(|| match nvml {
         crate::facts::gpu_health::HealthFacts::Available { gpus, .. } => gpus
             .iter()
-            .find(|g| crate::facts::node::bus_id(&g.bus_id) == buses.first().cloned())
+            .find(|g| crate::config::expected_gpus::bus_id(&g.bus_id) == buses.first().cloned())
             .and_then(|g| g.pci_device_id),
         _ => None,
     });

@@ -48,6 +48,16 @@ pub fn select_expected<'a>(
     list.iter().find(|e| e.matches(partition, host))
 }
 
+/// A PCI bus id in the driver's form (`0000:9b:00.0`), from NVML's (`00000000:9B:00.0`) or
+/// CUDA's; None when it is not one.
+pub fn bus_id(text: &str) -> Option<String> {
+    let t = text.trim().to_ascii_lowercase();
+    let (domain, rest) = t.split_once(':')?;
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    let id = format!("{domain:04x}:{rest}");
+    is_bus_id(&id).then_some(id)
+}
+
 /// Whether `text` is a PCI address `dddd:bb:dd.f` (hex digits).
 pub fn is_bus_id(text: &str) -> bool {
     let b = text.as_bytes();

@@ -172,7 +172,8 @@ pub fn of_node(facts: &HealthFacts, mine: &[String]) -> Interconnect {
         HealthFacts::Available { gpus, .. } => gpus,
         HealthFacts::Unavailable { why } => return Interconnect::unknown(why.clone()),
     };
-    let norm = |b: &str| super::node::bus_id(b).unwrap_or_else(|| b.to_ascii_lowercase());
+    let norm =
+        |b: &str| crate::config::expected_gpus::bus_id(b).unwrap_or_else(|| b.to_ascii_lowercase());
     let mine: BTreeSet<String> = mine.iter().map(|b| norm(b)).collect();
     let selected: Vec<&GpuHealth> = gpus
         .iter()

@@ -261,16 +261,6 @@ impl NodeFacts {
     }
 }
 
-/// A PCI bus id in the driver's form (`0000:9b:00.0`), from NVML's (`00000000:9B:00.0`) or
-/// CUDA's; None when it is not one.
-pub fn bus_id(text: &str) -> Option<String> {
-    let t = text.trim().to_ascii_lowercase();
-    let (domain, rest) = t.split_once(':')?;
-    let domain = u32::from_str_radix(domain, 16).ok()?;
-    let id = format!("{domain:04x}:{rest}");
-    expected_gpus::is_bus_id(&id).then_some(id)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,6 +473,7 @@ mod tests {
 
     #[test]
     fn bus_ids_are_normalized_to_the_drivers_form() {
+        use crate::config::expected_gpus::bus_id;
         assert_eq!(bus_id("00000000:9B:00.0").as_deref(), Some("0000:9b:00.0"));
         assert_eq!(bus_id("0000:18:00.0").as_deref(), Some("0000:18:00.0"));
         assert_eq!(bus_id("garbage"), None);

@@ -247,7 +247,7 @@ pub fn list() -> String {
 /// the device ID when the vendor is NVIDIA, None when it cannot be read. `bus_id` in any of
 /// the forms CUDA or NVML write (`0000:18:00.0`, `00000000:18:00.0`, upper or lower case).
 pub fn device_id_from_sysfs(root: &std::path::Path, bus_id: &str) -> Option<u16> {
-    let bus = crate::facts::node::bus_id(bus_id)?;
+    let bus = crate::config::expected_gpus::bus_id(bus_id)?;
     let dir = root.join("sys/bus/pci/devices").join(&bus);
     let read = |f: &str| -> Option<u16> {
         let text = crate::facts::read::attr(&dir.join(f)).ok()?;

@@ -1,7 +1,7 @@
 //! From measurements to reasons: thresholds, the outlier rule, and localization (which GPU, link
 //! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
 
-use crate::report::json::{Reason, ReasonCode};
+use crate::report::reason::{Reason, ReasonCode};
 use crate::report::{Culprit, PairKind, PairRow, Row};
 use std::collections::BTreeMap;
 

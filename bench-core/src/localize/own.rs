@@ -20,7 +20,7 @@
 //! [`own_node_wins`] (a process's own node), called by `judge::overall`.
 
 use crate::meet::topology::Topology;
-use crate::report::json::{Reason, ReasonCode};
+use crate::report::reason::{Reason, ReasonCode};
 use crate::report::Culprit;
 use serde::{Deserialize, Serialize};
 

@@ -46,22 +46,8 @@ pub struct Phases {
     pub total_ms: f64,
 }
 
-/// What NCCL's log says about the paths of this process's ranks.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct TransportInfo {
-    /// Where the log came from, or why there is none (`NCCL_DEBUG` set by the user).
-    pub source: String,
-    pub paths: Vec<crate::facts::transport::PathReport>,
-    /// `Using network ...`
-    pub network: Option<String>,
-    pub collnet_used: bool,
-    pub nvls_used: bool,
-    /// Set when CollNet or NVLS carried collectives: busbw is then not the ring-equivalent
-    /// figure (it can exceed the link speed), and only thresholds for that algorithm apply.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub busbw_note: Option<String>,
-}
+/// What NCCL's log says about the paths of this process's ranks (a fact: `facts::transport`).
+pub use crate::facts::transport::TransportInfo;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -250,7 +236,7 @@ impl Report {
     /// Puts each GPU's NVML facts beside it, matched by PCI bus id; the node's facts say
     /// whether NVML answered (and how long the check waited: `waited_ms`).
     pub fn attach_nvml(&mut self, nvml: &crate::facts::gpu_health::HealthFacts, waited_ms: f64) {
-        use crate::facts::node::bus_id;
+        use crate::config::expected_gpus::bus_id;
         if let crate::facts::gpu_health::HealthFacts::Available { gpus, .. } = nvml {
             for g in &mut self.gpus {
                 let mine = bus_id(&g.info.pci_bus_id);

@@ -34,7 +34,7 @@ pub use expect::{check_transports, NetExpect, TransportExpectation, TransportFin
 pub use log::{parse_channel_line, parse_log};
 
 use crate::report::{Culprit, Name};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -183,7 +183,7 @@ pub struct TransportSummary {
 }
 
 /// One path of the report: who talked to whom, over what.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PathReport {
     pub from_rank: u32,
     pub to_rank: u32,
@@ -275,7 +275,24 @@ impl TransportSummary {
     }
 }
 
-impl crate::report::json::TransportInfo {
+/// What NCCL's log says about the paths of this process's ranks.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TransportInfo {
+    /// Where the log came from, or why there is none (`NCCL_DEBUG` set by the user).
+    pub source: String,
+    pub paths: Vec<PathReport>,
+    /// `Using network ...`
+    pub network: Option<String>,
+    pub collnet_used: bool,
+    pub nvls_used: bool,
+    /// Set when CollNet or NVLS carried collectives: busbw is then not the ring-equivalent
+    /// figure (it can exceed the link speed), and only thresholds for that algorithm apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busbw_note: Option<String>,
+}
+
+impl TransportInfo {
     /// The report's entry when there is no log to read (`why`: NCCL_DEBUG set by the caller).
     pub fn not_recorded(why: String) -> Self {
         Self {
@@ -321,7 +338,7 @@ fn dedup(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::json::ReasonCode;
+    use crate::report::reason::ReasonCode;
 
     const P: &str = "node01:12345:12399 [0] NCCL INFO ";
 

@@ -7,8 +7,9 @@
 //! emulated nodes, are not others). Kept once per process, as the off-CPU watch is: each GPU
 //! thread reads it at the sum; the worker runs one check per process.
 
+use crate::config::expected_gpus::bus_id;
 use crate::facts::gpu_health::HealthFacts;
-use crate::facts::node::{self, NodeFacts};
+use crate::facts::node::NodeFacts;
 use crate::localize::own::OwnFinding;
 use crate::meet::topology::Topology;
 use crate::report::reason::ReasonCode;
@@ -48,9 +49,9 @@ pub fn known_before(
         .iter()
         .map(|bus| match nvml {
             HealthFacts::Available { gpus, .. } => {
-                let mine = node::bus_id(bus);
+                let mine = bus_id(bus);
                 gpus.iter()
-                    .find(|h| mine.is_some() && node::bus_id(&h.bus_id) == mine)
+                    .find(|h| mine.is_some() && bus_id(&h.bus_id) == mine)
                     .map(|h| h.processes.clone())
                     .unwrap_or_default()
             }
