@@ -12,6 +12,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// One test of this file at a time: its floods (hundreds of threads) would otherwise starve
+/// another test's coordinator past its 3 s handshake on a 2-core runner, and that test would
+/// measure the machine, not the code (a relay test failed so, once in ten loaded runs).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 const LABEL: &str = "slurm-4242.0";
 const ID: [u8; 128] = [0xab; 128];
 
@@ -154,11 +162,13 @@ fn relay_cannot_read_or_change(auth: Arc<dyn Authenticator>, rewrite: bool) {
 
 #[test]
 fn a_relay_that_forwards_reads_nothing_of_the_unique_id() {
+    let _one = one_at_a_time();
     relay_cannot_read_or_change(Arc::new(secret()), false);
 }
 
 #[test]
 fn a_relay_that_rewrites_changes_no_sum() {
+    let _one = one_at_a_time();
     relay_cannot_read_or_change(Arc::new(secret()), true);
 }
 
@@ -176,6 +186,7 @@ fn squatter(port: u16, secs: u64) -> std::thread::JoinHandle<()> {
 
 #[test]
 fn a_squatter_on_every_candidate_makes_the_member_give_up_in_seconds() {
+    let _one = one_at_a_time();
     let ports = free_ports(8);
     let squatters: Vec<_> = ports.iter().map(|&p| squatter(p, 5)).collect();
     std::thread::sleep(Duration::from_millis(300));
@@ -194,6 +205,7 @@ fn a_squatter_on_every_candidate_makes_the_member_give_up_in_seconds() {
 
 #[test]
 fn silent_listeners_on_seven_of_eight_candidates_do_not_delay_the_join() {
+    let _one = one_at_a_time();
     let silent: Vec<TcpListener> = (0..7)
         .map(|_| TcpListener::bind("127.0.0.1:0").expect("test setup"))
         .collect();
@@ -294,6 +306,7 @@ macro_rules! munged_or_skip {
 
 #[test]
 fn under_munge_a_relay_that_rewrites_reads_and_changes_nothing() {
+    let _one = one_at_a_time();
     let m = munged_or_skip!("relay");
     relay_cannot_read_or_change(m.auth(), true);
 }
@@ -336,6 +349,7 @@ fn frame(v: &serde_json::Value) -> Vec<u8> {
 
 #[test]
 fn under_munge_a_credential_a_stranger_collects_is_useless_to_another_uid() {
+    let _one = one_at_a_time();
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         panic!("needs root: decoding as another uid switches to it (CI runs the tests as root)");
@@ -432,6 +446,7 @@ fn munge_children() -> usize {
 
 #[test]
 fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() {
+    let _one = one_at_a_time();
     let m = munged_or_skip!("flood");
     let auth = m.auth();
     let port = free_ports(1)[0];
@@ -510,6 +525,7 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
 
 #[test]
 fn under_munge_a_replayed_credential_is_refused_with_its_reason() {
+    let _one = one_at_a_time();
     let m = munged_or_skip!("replay");
     let auth = m.auth();
     let soon = Instant::now() + Duration::from_secs(5);
@@ -558,6 +574,7 @@ fn fake_handshake(mut s: TcpStream, port: u16, i: usize) {
 /// dropped member says so and tries again: it joins, twice in a row.
 #[test]
 fn under_munge_256_threads_of_another_user_do_not_stop_the_real_member() {
+    let _one = one_at_a_time();
     // SAFETY: geteuid cannot fail.
     assert_eq!(
         unsafe { libc::geteuid() },
@@ -611,6 +628,7 @@ fn under_munge_256_threads_of_another_user_do_not_stop_the_real_member() {
 /// for their first bytes without either, and the member joins in tens of milliseconds.
 #[test]
 fn a_thousand_idle_connections_delay_the_join_by_milliseconds() {
+    let _one = one_at_a_time();
     // The test's own sockets and the coordinator's: over the common soft limit of 1,024.
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -688,6 +706,7 @@ fn bound_only(port: u16) -> std::os::fd::OwnedFd {
 /// now sees that the ports are bound by something that does not listen, and ends in seconds.
 #[test]
 fn ports_bound_without_listening_end_the_member_in_seconds() {
+    let _one = one_at_a_time();
     let ports = free_ports(8);
     let held: Vec<_> = ports.iter().map(|&p| bound_only(p)).collect();
     let auth: Arc<dyn Authenticator> = Arc::new(secret());
@@ -739,6 +758,7 @@ fn connect_from_elsewhere(port: u16) -> Option<TcpStream> {
 /// is dropped at times, says so, tries again and joins.
 #[test]
 fn under_munge_256_threads_from_another_address_do_not_stop_the_real_member() {
+    let _one = one_at_a_time();
     let m = munged_or_skip!("flood256far");
     let auth = m.auth();
     let port = free_ports(1)[0];
@@ -797,6 +817,7 @@ fn stalling_opening(port: u16, i: usize) {
 /// work or handshake slot: the member joins in seconds.
 #[test]
 fn under_munge_a_flood_from_the_members_own_address_does_not_starve_it() {
+    let _one = one_at_a_time();
     let m = munged_or_skip!("floodnear");
     let auth = m.auth();
     let port = free_ports(1)[0];
@@ -993,6 +1014,7 @@ fn bound_ports_seen_from_another_node(
 /// ends in ERROR within seconds, naming it.
 #[test]
 fn ports_bound_without_listening_end_a_member_on_another_node_in_seconds() {
+    let _one = one_at_a_time();
     let (e, took) = bound_ports_seen_from_another_node(Arc::new(secret()), "h");
     assert!(
         took < Duration::from_secs(20),
@@ -1007,6 +1029,7 @@ fn ports_bound_without_listening_end_a_member_on_another_node_in_seconds() {
 /// The same under MUNGE, where the answer is proven with the job's ticket.
 #[test]
 fn under_munge_ports_bound_without_listening_end_a_member_on_another_node_in_seconds() {
+    let _one = one_at_a_time();
     let m = munged_or_skip!("farbound");
     let (e, took) = bound_ports_seen_from_another_node(m.auth(), "m");
     assert!(
@@ -1022,6 +1045,7 @@ fn under_munge_ports_bound_without_listening_end_a_member_on_another_node_in_sec
 /// does not prove itself (another step's secret) is no reason to end.
 #[test]
 fn a_coordinator_that_starts_late_on_another_node_is_waited_for() {
+    let _one = one_at_a_time();
     let nodes = TwoNodes::new("s");
     let ports: Vec<u16> = (29601..29609).collect();
     // A stranger on node a that answers on every UDP twin with another secret's proof.
@@ -1075,6 +1099,7 @@ fn member_far(ports: Vec<u16>) -> Result<([u8; 128], Vec<f64>), String> {
 /// processes on one node join and sum.
 #[test]
 fn under_munge_members_on_one_node_all_open_the_same_ticket() {
+    let _one = one_at_a_time();
     let m = munged_or_skip!("ticket3");
     let port = free_ports(1)[0];
     let run = |rank: u32, a: Arc<dyn Authenticator>| {
