@@ -668,7 +668,11 @@ mod tests {
         let w: Vec<&str> = out.split_whitespace().collect();
         assert_eq!(w.len(), 3, "{out}");
         assert_ne!(w[0], w[1], "the child leads its own group: {out}");
-        assert_eq!(w[2], "S", "the group's leader is not a live watcher: {out}");
+        // Alive (sleeping in its read, or still starting on a loaded machine), not a zombie.
+        assert!(
+            !matches!(w[2], "Z" | "X"),
+            "the group's leader is not a live watcher: {out}"
+        );
         std::fs::remove_dir_all(&d).ok();
     }
 

@@ -85,7 +85,12 @@ pub fn announce(
     while Instant::now() < until {
         let mut any = false;
         for s in &sockets {
-            while let Ok((n, from)) = s.recv_from(&mut buf) {
+            // The time is checked per datagram too: a stranger's unbroken stream of them must
+            // not keep this loop (and the coordinator's exit) past `until`.
+            while Instant::now() < until {
+                let Ok((n, from)) = s.recv_from(&mut buf) else {
+                    break;
+                };
                 any = true;
                 if let Some(reply) = reply_to(&buf[..n], label, &key, ticket, &why) {
                     let _ = s.send_to(&reply, from);
