@@ -275,6 +275,9 @@ fn fabric_and_config(
         },
         ..LocalizeConfig::default()
     };
+    // The alltoall beside the all_reduce, as the worker measures it (every process builds
+    // the same fabric from the same seed, so all agree).
+    let cfg = bench_core::localize::sim::with_alltoall(cfg, &mut fabric);
     Ok((fabric, cfg))
 }
 

@@ -63,6 +63,7 @@ pub mod cli;
 pub mod conduct;
 pub mod layout;
 pub mod own;
+pub mod paths;
 pub mod plan;
 pub mod reasons;
 mod schedule;
@@ -127,6 +128,10 @@ pub enum Phase {
     Matrix,
     /// Node pairs that read slow once, with both ends fast elsewhere, measured again.
     Retest,
+    /// Every node pair once (a round-robin tournament, `paths`), after a slow alltoall.
+    Paths,
+    /// Slow `Paths` pairs with both ends fast elsewhere, measured again at their size.
+    PathRetest,
 }
 
 impl Phase {
@@ -206,6 +211,9 @@ pub struct LocalizeConfig {
     /// path is as often noise as a bad link (8 emulated nodes on one H100: 4 of 10 healthy
     /// checks FAILed on a single slow pair before this, tests/gpu/results/fabric).
     pub retest: bool,
+    /// The alltoall measured beside the all_reduce was slow (`paths::alltoall_slow`): after
+    /// rounds that name nothing, every node pair is measured (`paths`).
+    pub paths: bool,
 }
 
 impl Default for LocalizeConfig {
@@ -216,6 +224,7 @@ impl Default for LocalizeConfig {
             floors: PairFloors::default(),
             plan: LocalizePlan::Adaptive,
             retest: true,
+            paths: false,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `while let Some(round) = l.next_round() { l.record(&measure(&round))? } let v = l.finish();`
 
 use super::assess::{self, Assessment, Inputs, Measured};
+use super::paths::{checks_paths, Paths};
 use super::{
     round_cap, Group, LocalizeConfig, LocalizeError, LocalizePlan, LocalizeVerdict, Phase, Round,
     MAX_GPUS, MAX_NODES,
@@ -45,6 +46,9 @@ pub struct Localizer {
     cursor: usize,
     /// Groups already measured a second time (never a third).
     retested: Vec<Group>,
+    /// Every node pair once, after the rounds above named nothing, when the alltoall beside
+    /// the all_reduce was slow (`LocalizeConfig::paths`); `None` until decided.
+    paths: Option<Option<Paths>>,
 }
 
 impl Localizer {
@@ -93,6 +97,7 @@ impl Localizer {
             met: HashSet::new(),
             cursor: 0,
             retested: Vec::new(),
+            paths: None,
         })
     }
 
@@ -104,7 +109,10 @@ impl Localizer {
         }
         loop {
             let (phase, groups) = match self.stage {
-                Stage::Done => return None,
+                Stage::Done => match self.paths_round() {
+                    Some(round) => round,
+                    None => return None,
+                },
                 Stage::Local => (
                     Phase::Local,
                     (0..self.n).map(|node| Group::Local { node }).collect(),
@@ -202,6 +210,11 @@ impl Localizer {
                     (LocalizePlan::Adaptive, false) => Stage::Done,
                 };
             }
+            Phase::Paths | Phase::PathRetest => {
+                if let Some(Some(p)) = self.paths.as_mut() {
+                    p.record(round.phase, &round.groups, results);
+                }
+            }
             Phase::Retest => {
                 // The second reading replaces the first (the verdict uses the retest's value).
                 for (&group, &busbw) in round.groups.iter().zip(results) {
@@ -230,20 +243,43 @@ impl Localizer {
 
     /// Judge everything measured so far.
     pub fn finish(self) -> LocalizeVerdict {
-        let findings = assess::findings(&Inputs {
-            n: self.n,
-            g: self.g,
-            cfg: &self.cfg,
-            local: &self.local,
-            pairs: &self.pairs,
-            allocation: self.allocation,
-        });
+        let mut findings = assess::findings(&self.inputs());
+        if let Some(Some(p)) = &self.paths {
+            findings.extend(p.findings());
+        }
         LocalizeVerdict {
             findings,
             rounds: self.rounds,
             localization_rounds: self.localization_rounds,
             allocation_busbw: self.allocation.map(|a| a.0),
         }
+    }
+
+    fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            n: self.n,
+            g: self.g,
+            cfg: &self.cfg,
+            local: &self.local,
+            pairs: &self.pairs,
+            allocation: self.allocation,
+        }
+    }
+
+    /// The tournament's next round (`localize::paths`): decided once, when the other rounds are
+    /// done, and only when the alltoall was slow and they named nothing (a slow node or ring
+    /// edge slows the alltoall too, and is already named).
+    fn paths_round(&mut self) -> Option<(Phase, Vec<Group>)> {
+        if self.paths.is_none() {
+            let wanted = self.cfg.paths
+                && self.cfg.plan == LocalizePlan::Adaptive
+                && checks_paths(self.n)
+                && assess::findings(&self.inputs()).is_empty();
+            self.paths = Some(
+                wanted.then(|| Paths::new(self.n, self.g, self.cfg.fraction, self.cfg.retest)),
+            );
+        }
+        self.paths.as_ref()?.as_ref()?.next_round()
     }
 
     fn rail_wise(&self, node_pairs: &[(usize, usize)]) -> Vec<Group> {

@@ -125,6 +125,24 @@ impl Fabric {
         exact * (1.0 + self.noise * (2.0 * self.uniform() - 1.0))
     }
 
+    /// What the alltoall beside the all_reduce measures (`localize::paths`), with noise: the
+    /// allocation-wide busbw x the alltoall's expected share of it, slowed by the slowest NIC or
+    /// GPU, or by a path below a flow's share of a node's NICs (1/(N-1)): a path at factor f
+    /// carries one flow of every operation, so the alltoall runs at f x (N-1) of healthy. Like
+    /// every reading here it does not depend on the message size or on when each process
+    /// reaches the collective: the first paths rounds' slow readings on real NCCL (small,
+    /// cold exchanges) could not show here, and neither could a real alltoall's own spread.
+    pub fn alltoall(&mut self) -> f64 {
+        let n = self.nodes;
+        let nic = self.nic.iter().copied().fold(1.0, f64::min);
+        let gpu = self.gpu.iter().copied().fold(1.0, f64::min);
+        let flows = n.saturating_sub(1).max(1) as f64;
+        let path = self.link.values().map(|&f| f * flows).fold(1.0, f64::min);
+        let share = super::paths::expected_alltoall_ratio(n, self.gpus);
+        let exact = self.allocation_nominal * share * nic.min(gpu).min(path);
+        exact * (1.0 + self.noise * (2.0 * self.uniform() - 1.0))
+    }
+
     fn local(&self, x: usize) -> f64 {
         let g = self.gpus;
         let gpu = self.gpu[x * g..(x + 1) * g]
@@ -172,6 +190,15 @@ impl Fabric {
         z ^= z >> 31;
         (z >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// `cfg` with `paths` set as the runner sets it: the fabric's alltoall against its
+/// allocation-wide collective (`paths::alltoall_slow`).
+pub fn with_alltoall(mut cfg: super::LocalizeConfig, fabric: &mut Fabric) -> super::LocalizeConfig {
+    let all_reduce = fabric.measure_group(&Group::Allocation);
+    let alltoall = fabric.alltoall();
+    cfg.paths = super::paths::alltoall_slow(alltoall, all_reduce, fabric.nodes, fabric.gpus);
+    cfg
 }
 
 /// Drive `localizer` to its verdict with `fabric` measuring every round: the runner's loop.

@@ -53,6 +53,13 @@ impl Measurer<'_> {
         let allocation = out.last_collective;
         let cfg = self.localization_config(bytes, start, &rows, allocation);
         let cfg = self.agreed(cfg, start)?;
+        // Every node pair at once: when the alltoall is slow, the localizer measures each
+        // (`localize::paths`).
+        let shape = (layout.names.len(), layout.rails.max(1));
+        let cfg = LocalizeConfig {
+            paths: self.alltoall_beside(bytes, shape, start, out)?,
+            ..cfg
+        };
         // Every process has every node's rows (phase A's all_reduce), so every copy of the
         // localizer starts from the same numbers.
         let locals = local_values(&layout.names, &rows);
@@ -311,6 +318,12 @@ impl Measurer<'_> {
                 "localization round {index} ({ph:?}): {groups} node-rail pairs"
             ));
             let partner = places.first().map(|p| p.peer as usize);
+            // The tournament after a slow alltoall: at the alltoall's size, judged only
+            // against its own pairs.
+            let (bytes, loops) = match ph {
+                Phase::Paths | Phase::PathRetest => crate::localize::paths::path_round(bytes),
+                _ => (bytes, loops),
+            };
             let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, false, start, out)?;
             let gpu_secs = settled_mean(&gpu_ops);
             // What the path delivered by the faster of the two clocks: the host's can only be

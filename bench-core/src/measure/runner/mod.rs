@@ -8,6 +8,7 @@
 //! says why a run ended in ERROR,
 //! `probe` measures the GPU's local copy bandwidth, `gpu_time` times a retest by the GPU's clock.
 
+mod all_paths;
 mod comms;
 mod gpu_time;
 mod localized;

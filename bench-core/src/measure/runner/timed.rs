@@ -368,7 +368,7 @@ impl Measurer<'_> {
 
     /// Both placements of one size (`at`: collective and size index, bytes, iterations),
     /// combined over all ranks; with `gpu_timed`, also their busbw by the GPU's clock.
-    fn measure_row(
+    pub(super) fn measure_row(
         &self,
         (ci, si, size, iters): (usize, usize, u64, u32),
         coll: &'static dyn Collective,

@@ -1,0 +1,414 @@
+//! Every path between nodes: an alltoall beside the all_reduce decides whether every node pair
+//! is measured, and the pairs it then measures are judged against each other.
+//!
+//! The all_reduce's ring uses only the node pairs that are neighbours in node order, and
+//! screening measures only those, so a slow path between two other nodes slowed nothing the
+//! check measured; an alltoall job (expert parallelism) on that allocation runs at that path's
+//! speed. So a multi-node check of `MIN_PATH_NODES..=MAX_PATH_NODES` nodes (below 4 the ring
+//! is every node pair) also runs one alltoall over every rank (`alltoall_size`, bit-exact
+//! like every collective) and compares its busbw with the all_reduce's of the same run:
+//!
+//! - Both are bounded by each node's NICs. Per node the all_reduce's busbw is about the NICs'
+//!   rate; an alltoall sends (N-1)/N of each rank's data, G ranks a node, over the node's NICs,
+//!   so its busbw is about the NICs' rate x `N/(G (N-1)) x (NG-1)/(NG)`
+//!   ([`expected_alltoall_ratio`]: 1.0 for 1-GPU nodes, 0.16 for 4 nodes of 8 GPUs).
+//! - A path between two nodes shaped to R carries one flow of the alltoall, S/N bytes of each
+//!   operation of S: the alltoall then reads about (N-1) x R busbw, whatever the healthy rate.
+//!   It slows the alltoall only when R is below a flow's share of a node's NICs (about
+//!   1/(N-1) of them): a path faster than that is no fault for an alltoall job either.
+//! - The alltoall is slow when it is below `ALLTOALL_TRIGGER` of that expectation, by both
+//!   clocks (the host's and the GPUs'). Only then are the node pairs measured ([`Paths`]): a
+//!   round-robin tournament, every node pair once, G node matchings a round (one a rail), at
+//!   the alltoall's size.
+//!
+//! What sank the first version of these rounds (the paths rounds at a sixteenth of the pair
+//! size on every multi-node check, judged against limits that did not come from the paths
+//! themselves: on real NCCL between emulated nodes the coordinating node's pairs read 0.5x the
+//! others and every healthy fabric FAILed,
+//! bench-core/benchmarks/results/2026-11-27-h200x2-cross-paths): here the pairs are measured
+//! only after a slow alltoall (a healthy check measures none), a quarter of the plan's pair size
+//! with three timed exchanges (more than NCCL's buffers hold, so the settled exchanges are
+//! bounded by the path, not by a buffer), and judged only against each other: slow is below
+//! `fraction` x the median of every pair of the tournament; a slow pair is measured once more;
+//! and a path is named only when both its nodes are fast with most of their other partners. A
+//! node slow with most of its partners (the coordinating node whose exchanges start late, or a
+//! slow NIC) is never named a path, and the tournament names no node: the all_reduce and
+//! screening judge nodes.
+//!
+//! Cost of a healthy check: one alltoall (two untimed and six timed operations at a quarter of
+//! the pair size), no pair round. The fabric simulation (`sim`) models the alltoall from the
+//! same per-pair rates as its pairs, with no dependence on message size or timing: it shows the
+//! decisions, not that real readings behave.
+
+use super::assess::quantile;
+use super::{node_name, Code, Group, LocalizeFinding, Phase};
+use crate::facts::num_vs;
+use crate::report::Culprit;
+
+/// Fewest nodes the alltoall runs for: with 2 or 3 nodes the all_reduce's ring uses every node
+/// pair.
+pub const MIN_PATH_NODES: usize = 4;
+/// Most nodes: the tournament costs ceil((N-1)/G) rounds when the alltoall is slow, and the
+/// alltoall connects every rank with every other (NCCL connects peers on first use).
+pub const MAX_PATH_NODES: usize = 32;
+/// The alltoall is slow below this fraction of what the all_reduce of the same run predicts
+/// ([`expected_alltoall_ratio`]): a path at half a flow's share slows an alltoall job 2x.
+pub const ALLTOALL_TRIGGER: f64 = 0.5;
+/// Retest rounds of the tournament's slow pairs at most (disjoint pairs each).
+const MAX_RETEST_ROUNDS: usize = 2;
+
+/// Whether a check of `nodes` nodes runs the alltoall (and, when it is slow, the tournament).
+pub fn checks_paths(nodes: usize) -> bool {
+    (MIN_PATH_NODES..=MAX_PATH_NODES).contains(&nodes)
+}
+
+/// The alltoall's message size and the tournament's, from the plan's pair size: a quarter of
+/// it, at least 1 MiB (never more than the plan's own).
+pub fn alltoall_size(bytes: u64) -> u64 {
+    (bytes / 4).max(1 << 20).min(bytes)
+}
+
+/// The tournament's rounds: the message size and the (warm-up, timed) exchanges.
+pub fn path_round(bytes: u64) -> (u64, (u32, u32)) {
+    (alltoall_size(bytes), (1, 3))
+}
+
+/// The alltoall's busbw per unit of the all_reduce's on a fabric bounded by each node's NICs
+/// (`nodes` nodes of `gpus` GPUs; see the module's doc).
+pub fn expected_alltoall_ratio(nodes: usize, gpus: usize) -> f64 {
+    let (n, g) = (nodes.max(2) as f64, gpus.max(1) as f64);
+    n / (g * (n - 1.0)) * (n * g - 1.0) / (n * g)
+}
+
+/// Whether the alltoall (its busbw by the faster of the two clocks) is slow against the
+/// all_reduce of the same run. `false` where it cannot be judged (a node count outside
+/// `checks_paths`, no all_reduce).
+pub fn alltoall_slow(alltoall: f64, all_reduce: f64, nodes: usize, gpus: usize) -> bool {
+    checks_paths(nodes)
+        && all_reduce > 0.0
+        && alltoall.is_finite()
+        && alltoall < ALLTOALL_TRIGGER * expected_alltoall_ratio(nodes, gpus) * all_reduce
+}
+
+/// The tournament: `rounds` node matchings (`measure::pairs::rounds`) `g` at once, matching i
+/// of a round on rail i, so each GPU (and its NIC) is in one pair a round.
+pub(crate) fn tournament(n: usize, g: usize) -> Vec<Vec<Group>> {
+    crate::measure::pairs::rounds(n)
+        .chunks(g.max(1))
+        .map(|chunk| {
+            chunk
+                .iter()
+                .enumerate()
+                .flat_map(|(rail, m)| {
+                    m.iter().map(move |&(a, b)| Group::Pair {
+                        a,
+                        rail_a: rail,
+                        b,
+                        rail_b: rail,
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The tournament's state: its rounds, what they read, the retests.
+#[derive(Debug, Clone)]
+pub(crate) struct Paths {
+    n: usize,
+    fraction: f64,
+    retest: bool,
+    rounds: Vec<Vec<Group>>,
+    next: usize,
+    readings: Vec<(Group, f64)>,
+    retested: Vec<Group>,
+    retest_rounds: usize,
+}
+
+/// What the readings say: the limit, and per reading whether it is slow and whether both its
+/// nodes are fast with most of their other partners.
+struct Judged {
+    limit: f64,
+    slow: Vec<bool>,
+    ends_fast: Vec<bool>,
+}
+
+impl Paths {
+    pub fn new(n: usize, g: usize, fraction: f64, retest: bool) -> Paths {
+        Paths {
+            n,
+            fraction,
+            retest,
+            rounds: tournament(n, g),
+            next: 0,
+            readings: Vec::new(),
+            retested: Vec::new(),
+            retest_rounds: 0,
+        }
+    }
+
+    /// The next round: the tournament's, then the retests of its isolated slow pairs.
+    pub fn next_round(&self) -> Option<(Phase, Vec<Group>)> {
+        if let Some(groups) = self.rounds.get(self.next) {
+            return Some((Phase::Paths, groups.clone()));
+        }
+        if !self.retest || self.retest_rounds >= MAX_RETEST_ROUNDS {
+            return None;
+        }
+        let j = self.judge();
+        let mut busy = vec![false; self.n];
+        let mut groups = Vec::new();
+        for (i, &(group, _)) in self.readings.iter().enumerate() {
+            let Group::Pair { a, b, .. } = group else {
+                continue;
+            };
+            if !(j.slow[i] && j.ends_fast[i])
+                || self.retested.contains(&group)
+                || busy[a]
+                || busy[b]
+            {
+                continue;
+            }
+            busy[a] = true;
+            busy[b] = true;
+            groups.push(group);
+        }
+        (!groups.is_empty()).then_some((Phase::PathRetest, groups))
+    }
+
+    /// The readings of the round `next_round` gave (`phase`, `groups`), in its order; a retest's
+    /// reading replaces the first.
+    pub fn record(&mut self, phase: Phase, groups: &[Group], results: &[f64]) {
+        match phase {
+            Phase::PathRetest => {
+                self.retest_rounds += 1;
+                for (&group, &busbw) in groups.iter().zip(results) {
+                    if let Some(r) = self.readings.iter_mut().find(|r| r.0 == group) {
+                        r.1 = busbw;
+                    }
+                    self.retested.push(group);
+                }
+            }
+            _ => {
+                self.next += 1;
+                self.readings
+                    .extend(groups.iter().copied().zip(results.iter().copied()));
+            }
+        }
+    }
+
+    fn judge(&self) -> Judged {
+        let reference = quantile(self.readings.iter().map(|r| r.1), 0.5).unwrap_or(0.0);
+        let limit = self.fraction * reference;
+        let slow: Vec<bool> = self.readings.iter().map(|r| r.1 < limit).collect();
+        // Per node: its pairs' count and how many are fast.
+        let mut pairs = vec![0u32; self.n];
+        let mut fast = vec![0u32; self.n];
+        for (&(group, _), &s) in self.readings.iter().zip(&slow) {
+            if let Group::Pair { a, b, .. } = group {
+                for x in [a, b].into_iter().filter(|&x| x < self.n) {
+                    pairs[x] += 1;
+                    fast[x] += u32::from(!s);
+                }
+            }
+        }
+        // Fast with most of its other partners: this pair left out of the node's count.
+        let fast_elsewhere = |x: usize, this_slow: bool| {
+            let others = pairs[x].saturating_sub(1);
+            let fast_others = fast[x] - u32::from(!this_slow);
+            others >= 2 && 2 * fast_others > others
+        };
+        let ends_fast = self
+            .readings
+            .iter()
+            .zip(&slow)
+            .map(|(&(group, _), &s)| match group {
+                Group::Pair { a, b, .. } if a < self.n && b < self.n => {
+                    fast_elsewhere(a, s) && fast_elsewhere(b, s)
+                }
+                _ => false,
+            })
+            .collect();
+        Judged {
+            limit,
+            slow,
+            ends_fast,
+        }
+    }
+
+    /// A slow path for every pair slow (again, when retests are on) whose two nodes are fast
+    /// with most of their other partners.
+    pub fn findings(&self) -> Vec<LocalizeFinding> {
+        let j = self.judge();
+        let mut out = Vec::new();
+        for (i, &(group, busbw)) in self.readings.iter().enumerate() {
+            let Group::Pair { a, b, rail_a, .. } = group else {
+                continue;
+            };
+            let confirmed = !self.retest || self.retested.contains(&group);
+            if !(j.slow[i] && j.ends_fast[i] && confirmed) {
+                continue;
+            }
+            let (x, y) = (a.min(b), a.max(b));
+            let (value, limit) = num_vs(busbw, j.limit);
+            out.push(LocalizeFinding {
+                code: Code::NodePairSlow,
+                nodes: vec![x, y],
+                rail: None,
+                subject: Culprit::NodePair(node_name(x), node_name(y)).to_string(),
+                message: format!(
+                    "{}<->{}: sendrecv busbw {value} GB/s < {limit} GB/s ({} x the median of every \
+                     node pair, measured after a slow alltoall; rail {rail_a}), both nodes fast with \
+                     most of their other partners (a path the all_reduce's ring does not use)",
+                    node_name(x),
+                    node_name(y),
+                    self.fraction,
+                ),
+                measured: Some(busbw),
+                limit: Some(j.limit),
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Drives a tournament of `n` 1-GPU nodes where `reading(a, b)` is what pair (a, b) reads.
+    fn run(n: usize, g: usize, reading: impl Fn(usize, usize) -> f64) -> (Paths, usize) {
+        let mut p = Paths::new(n, g, 0.7, true);
+        let mut rounds = 0;
+        while let Some((phase, groups)) = p.next_round() {
+            let results: Vec<f64> = groups
+                .iter()
+                .map(|g| match *g {
+                    Group::Pair { a, b, .. } => reading(a, b),
+                    _ => unreachable!(),
+                })
+                .collect();
+            p.record(phase, &groups, &results);
+            rounds += 1;
+            assert!(rounds < 100, "the tournament does not end");
+        }
+        (p, rounds)
+    }
+
+    fn named(p: &Paths) -> BTreeSet<Vec<usize>> {
+        p.findings().into_iter().map(|f| f.nodes).collect()
+    }
+
+    #[test]
+    fn the_tournament_meets_every_node_pair_once_g_matchings_a_round() {
+        for (n, g) in [(4, 1), (8, 1), (16, 1), (9, 1), (4, 8), (16, 8), (32, 4)] {
+            let rounds = tournament(n, g);
+            let mut met = BTreeSet::new();
+            for round in &rounds {
+                let mut gpus = BTreeSet::new();
+                for group in round {
+                    let Group::Pair {
+                        a,
+                        rail_a,
+                        b,
+                        rail_b,
+                    } = *group
+                    else {
+                        panic!("not a pair")
+                    };
+                    assert_eq!(rail_a, rail_b);
+                    assert!(rail_a < g);
+                    assert!(gpus.insert((a, rail_a)) && gpus.insert((b, rail_b)));
+                    assert!(met.insert((a.min(b), a.max(b))), "n={n}: ({a},{b}) twice");
+                }
+            }
+            assert_eq!(met.len(), n * (n - 1) / 2, "n={n} g={g}");
+            let matchings = crate::measure::pairs::round_count(n);
+            assert_eq!(rounds.len(), matchings.div_ceil(g), "n={n} g={g}");
+        }
+    }
+
+    #[test]
+    fn a_slow_path_between_non_neighbours_is_named_after_its_retest() {
+        // fab02<->fab07 of the fabric table: not neighbours in node order.
+        let (p, rounds) = run(8, 1, |a, b| if (a, b) == (1, 6) { 0.03 } else { 0.25 });
+        assert_eq!(named(&p), BTreeSet::from([vec![1, 6]]));
+        assert_eq!(rounds, 7 + 1, "7 tournament rounds and one retest");
+        let f = &p.findings()[0];
+        assert_eq!(f.code, Code::NodePairSlow);
+        assert!(f.message.starts_with("node1<->node6: sendrecv busbw 0.03"));
+    }
+
+    #[test]
+    fn a_slow_reading_that_is_fast_on_its_retest_is_not_named() {
+        let first = std::cell::Cell::new(true);
+        let (p, _) = run(8, 1, |a, b| {
+            if (a, b) == (1, 6) && first.replace(false) {
+                0.03
+            } else {
+                0.25
+            }
+        });
+        assert!(named(&p).is_empty());
+    }
+
+    #[test]
+    fn a_node_slow_with_most_partners_is_never_named_a_path() {
+        // The coordinating node's exchanges all read 0.5x (seen on real NCCL between emulated
+        // nodes at a small message): no path named, and the tournament names no node either.
+        let (p, rounds) = run(8, 1, |a, _| if a == 0 { 0.12 } else { 0.25 });
+        assert!(named(&p).is_empty(), "{:?}", p.findings());
+        assert_eq!(
+            rounds, 7,
+            "no retest: no slow pair has two ends fast elsewhere"
+        );
+        // Half of node 0's pairs slow, one of them a real slow path: still not named.
+        let (p, _) = run(8, 1, |a, b| if a == 0 && b <= 4 { 0.12 } else { 0.25 });
+        assert!(named(&p).is_empty(), "{:?}", p.findings());
+    }
+
+    #[test]
+    fn spread_of_healthy_readings_names_nothing() {
+        // Healthy pairs between 0.8x and 1.2x of each other (deterministic spread).
+        let (p, rounds) = run(16, 1, |a, b| {
+            0.1 * (0.8 + 0.4 * ((a * 7 + b * 3) % 11) as f64 / 10.0)
+        });
+        assert!(named(&p).is_empty(), "{:?}", p.findings());
+        assert_eq!(rounds, 15);
+    }
+
+    #[test]
+    fn two_slow_paths_are_both_named() {
+        let slow = |a: usize, b: usize| (a, b) == (2, 11) || (a, b) == (0, 9);
+        let (p, _) = run(16, 1, |a, b| if slow(a, b) { 0.01 } else { 0.1 });
+        assert_eq!(named(&p), BTreeSet::from([vec![0, 9], vec![2, 11]]));
+    }
+
+    #[test]
+    fn the_alltoall_is_judged_against_the_all_reduce_it_ran_beside() {
+        // 1-GPU nodes: the healthy alltoall reads about the all_reduce's busbw.
+        assert!((expected_alltoall_ratio(8, 1) - 1.0).abs() < 1e-9);
+        // 4 nodes of 8 GPUs: 4/(8*3) * 31/32.
+        assert!((expected_alltoall_ratio(4, 8) - 4.0 / 24.0 * 31.0 / 32.0).abs() < 1e-9);
+        // 8 emulated nodes, all_reduce 0.44 GB/s: one path at 100 Mbit/s (12.5 MB/s) carries one
+        // flow, the alltoall reads ~7 x 12.5 MB/s.
+        assert!(alltoall_slow(7.0 * 0.0125, 0.44, 8, 1));
+        assert!(!alltoall_slow(0.35, 0.44, 8, 1));
+        // 16 nodes, all_reduce 0.148 GB/s: a path at 30 Mbit/s.
+        assert!(alltoall_slow(15.0 * 0.00375, 0.148, 16, 1));
+        // Not judged: 3 nodes (the ring is every pair), 33 nodes, no all_reduce.
+        assert!(!alltoall_slow(0.0, 0.44, 3, 1));
+        assert!(!alltoall_slow(0.0, 0.44, 33, 1));
+        assert!(!alltoall_slow(0.0, 0.0, 8, 1));
+    }
+
+    #[test]
+    fn the_alltoall_and_the_tournament_use_a_quarter_of_the_pair_size() {
+        assert_eq!(alltoall_size(32 << 20), 8 << 20);
+        assert_eq!(alltoall_size(256 << 20), 64 << 20);
+        assert_eq!(alltoall_size(2 << 20), 1 << 20);
+        assert_eq!(alltoall_size(1 << 19), 1 << 19);
+        assert_eq!(path_round(32 << 20), (8 << 20, (1, 3)));
+    }
+}
