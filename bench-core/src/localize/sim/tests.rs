@@ -341,6 +341,105 @@ fn a_link_off_the_ring_needs_the_full_matrix() {
     assert!(check(8, full, &mut Fabric::healthy(8, G, 9)).pass());
 }
 
+/// The adaptive plan with the alltoall beside the all_reduce, as the runner runs it.
+fn check_with_alltoall(n: usize, fabric: &mut Fabric) -> LocalizeVerdict {
+    let cfg = with_alltoall(config(), fabric);
+    check(n, cfg, fabric)
+}
+
+#[test]
+fn a_link_off_the_ring_that_slows_an_alltoall_is_named_by_every_pair_once() {
+    // Nodes 1 and 6 (not neighbours) at a quarter of a flow's share of a NIC (1/(N-1)): the
+    // alltoall reads a quarter of healthy; every node pair once (N-1 matchings, 8 rails: 1-4
+    // rounds), the slow pair once more.
+    for n in [8, 16, 32] {
+        let mut fabric = Fabric::healthy(n, G, 11);
+        fabric.inject(Fault::Link {
+            a: 1,
+            b: 6,
+            factor: 0.25 / (n - 1) as f64,
+        });
+        let v = check_with_alltoall(n, &mut fabric);
+        assert_eq!(
+            named(&v),
+            BTreeSet::from([(Code::NodePairSlow, vec![1, 6], None)]),
+            "n={n}: {:#?}",
+            v.findings
+        );
+        let tournament = crate::measure::pairs::round_count(n).div_ceil(G);
+        assert_eq!(v.localization_rounds, tournament + 1, "n={n}");
+    }
+    // 1-GPU nodes (the emulated fabric): N-1 rounds and the retest.
+    let mut fabric = Fabric::healthy(8, 1, 11);
+    fabric.inject(Fault::Link {
+        a: 1,
+        b: 6,
+        factor: 0.05,
+    });
+    let cfg = with_alltoall(config(), &mut fabric);
+    let mut l = Localizer::new(8, 1, cfg).unwrap();
+    let mut phases = Vec::new();
+    while let Some(round) = l.next_round() {
+        phases.push(round.phase);
+        let results = fabric.measure(&round);
+        l.record(&results).unwrap();
+    }
+    let v = l.finish();
+    assert_eq!(v.findings.len(), 1, "{:#?}", v.findings);
+    assert_eq!(v.findings[0].nodes, vec![1, 6]);
+    let mut want = vec![Phase::Local, Phase::Allocation];
+    want.extend([Phase::Paths; 7]);
+    want.push(Phase::PathRetest);
+    assert_eq!(phases, want);
+}
+
+#[test]
+fn a_healthy_allocation_runs_no_pair_round_and_a_path_above_a_flows_share_is_no_fault() {
+    for n in [4, 8, 16, 32] {
+        let v = check_with_alltoall(n, &mut Fabric::healthy(n, G, 12));
+        assert!(v.pass(), "n={n}: {:#?}", v.findings);
+        assert_eq!(v.localization_rounds, 0, "n={n}");
+    }
+    // Half speed between nodes 1 and 5 of 8: each flow of an alltoall needs 1/7 of the NIC, so
+    // the alltoall is not slowed and the check measures nothing more.
+    let mut fabric = Fabric::healthy(8, G, 13);
+    fabric.inject(Fault::Link {
+        a: 1,
+        b: 5,
+        factor: 0.5,
+    });
+    let v = check_with_alltoall(8, &mut fabric);
+    assert!(v.pass() && v.localization_rounds == 0, "{v:#?}");
+}
+
+#[test]
+fn a_slow_node_is_named_by_the_rounds_before_and_the_tournament_never_runs() {
+    let mut fabric = Fabric::healthy(8, G, 14);
+    fabric.inject(Fault::NodeNet {
+        node: 3,
+        factor: 0.3,
+    });
+    // The all_reduce is as slow as the alltoall here (their ratio is healthy); were the
+    // alltoall slow, the node the rounds before named still stops the tournament.
+    let cfg = with_alltoall(config(), &mut fabric);
+    assert!(
+        !cfg.paths,
+        "a slow node slows the all_reduce as much as the alltoall"
+    );
+    let cfg = LocalizeConfig { paths: true, ..cfg };
+    let mut l = Localizer::new(8, G, cfg).unwrap();
+    while let Some(round) = l.next_round() {
+        assert!(
+            !matches!(round.phase, Phase::Paths | Phase::PathRetest),
+            "round {round:?}"
+        );
+        let results = fabric.measure(&round);
+        l.record(&results).unwrap();
+    }
+    let v = l.finish();
+    assert_eq!(named(&v), BTreeSet::from([(Code::NodeSlow, vec![3], None)]));
+}
+
 #[test]
 fn too_many_suspects_end_unresolved_within_the_cap() {
     // Every third node bad on every NIC and a pair floor: many suspects, few cleared partners.
