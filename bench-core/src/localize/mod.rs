@@ -27,8 +27,13 @@
 //!   has fewer than two slow pairs with cleared partners, is paired with a cleared node it has not
 //!   met yet; disjoint pairs, all suspects at once, until every suspect is decided or the round cap
 //!   `2*floor(log2 N)+4` is reached (the rest is reported as unresolved, never guessed).
+//! - **Paths** (4..=32 nodes, only after an alltoall beside B read slow against B, and only when
+//!   the rounds above named nothing): every node pair once, a round-robin tournament with G node
+//!   matchings a round (one a rail), judged only against its own pairs' median; a slow pair is
+//!   measured once more (`PathRetest`) and named when both its nodes are fast with most of their
+//!   other partners (`paths`). A healthy check runs the alltoall and no pair round.
 //! - The full pair matrix (`LocalizePlan::FullMatrix`, `pairs::rounds`) stays available on request: N-1
-//!   rounds, judged by the same rule, and the only plan that tests node pairs B's ring never uses.
+//!   rounds at the pair size, whatever B and the alltoall say, judged by the same rule as screening.
 //!
 //! # Why it does not grow with N
 //! Each round measures up to N/2 node pairs in parallel, so screening costs 2-3 rounds whatever N
@@ -54,8 +59,13 @@
 //!   with GPU r+1 of node 1), which needs G >= 2.
 //! - N = 3 with two bad nodes, and generally half the ring slow: no healthy reference is left;
 //!   the finding is `allocation_slow` (or `suspects_unresolved` when a pair floor is set).
-//! - A slow node pair that B's ring does not use (not neighbours in node order) does not slow B and
-//!   is not looked for; `LocalizePlan::FullMatrix` finds it.
+//! - A slow node pair that B's ring does not use (not neighbours in node order) does not slow B:
+//!   it is found only through the alltoall beside B (4..=32 nodes), so only when it slows an
+//!   alltoall, i.e. when it carries less than about 1/(N-1) of a node's NIC rate (a flow's share);
+//!   a path slower than its ring neighbours but above that share slows no alltoall job and is not
+//!   named (`LocalizePlan::FullMatrix` still compares every pair at the pair size). Above 32 nodes
+//!   no alltoall runs. Among the tournament's pairs, a node slow with most of its partners is not
+//!   told apart from a slow path of its: none of its pairs is named (screening and B judge nodes).
 //! - A suspect whose confirmation partner happens to share a second, independent link fault.
 
 pub(crate) mod assess;
