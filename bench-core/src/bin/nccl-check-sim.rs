@@ -277,7 +277,8 @@ fn fabric_and_config(
     };
     // The alltoall beside the all_reduce, as the worker measures it (every process builds
     // the same fabric from the same seed, so all agree).
-    let cfg = bench_core::localize::sim::with_alltoall(cfg, &mut fabric);
+    let fraction = opts.config.outliers.alltoall_fraction;
+    let cfg = bench_core::localize::sim::with_alltoall(cfg, &mut fabric, fraction);
     Ok((fabric, cfg))
 }
 

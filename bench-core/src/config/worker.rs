@@ -40,6 +40,7 @@ struct RawFile {
 struct RawOutliers {
     fraction: Option<f64>,
     retest: Option<bool>,
+    alltoall_fraction: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +86,9 @@ struct RawStep {
 pub struct Outliers {
     pub fraction: f64,
     pub retest: bool,
+    /// The alltoall beside a multi-node all_reduce is slow below this fraction of what the
+    /// all_reduce predicts (`localize::paths`).
+    pub alltoall_fraction: f64,
 }
 
 /// One threshold rule, validated.
@@ -187,6 +191,7 @@ impl WorkerConfig {
             outliers: Outliers {
                 fraction: 0.85,
                 retest: true,
+                alltoall_fraction: crate::localize::paths::ALLTOALL_TRIGGER,
             },
             thresholds: Vec::new(),
             plans: BTreeMap::new(),
@@ -214,6 +219,9 @@ impl WorkerConfig {
         if let Some(r) = v.retest {
             self.outliers.retest = r;
         }
+        if let Some(f) = v.alltoall_fraction {
+            self.outliers.alltoall_fraction = f;
+        }
         // The admin's rules go first: lookup prefers them on a tie.
         let mut t = v.thresholds;
         t.append(&mut self.thresholds);
@@ -234,6 +242,7 @@ impl WorkerConfig {
 struct Validated {
     fraction: Option<f64>,
     retest: Option<bool>,
+    alltoall_fraction: Option<f64>,
     thresholds: Vec<Threshold>,
     plans: BTreeMap<String, Plan>,
     network: Vec<super::network::NetworkProfile>,
@@ -250,11 +259,15 @@ fn validate(
 ) -> Result<Validated, ConfigError> {
     let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
     let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
-    if let Some(f) = fraction {
-        if !(f > 0.0 && f < 1.0) {
+    let alltoall_fraction = raw.outliers.as_ref().and_then(|o| o.alltoall_fraction);
+    for (key, value, e_g) in [
+        ("outliers.fraction", fraction, "0.85"),
+        ("outliers.alltoall_fraction", alltoall_fraction, "0.5"),
+    ] {
+        if let Some(f) = value.filter(|f| !(*f > 0.0 && *f < 1.0)) {
             return Err(bad(
-                "outliers.fraction".into(),
-                format!("{f} is not a fraction: expected a number between 0 and 1, e.g. 0.85"),
+                key.into(),
+                format!("{f} is not a fraction: expected a number between 0 and 1, e.g. {e_g}"),
             ));
         }
     }
@@ -278,6 +291,7 @@ fn validate(
     Ok(Validated {
         fraction,
         retest: raw.outliers.and_then(|o| o.retest),
+        alltoall_fraction,
         thresholds,
         plans,
         network: raw.network,
@@ -653,6 +667,14 @@ mod tests {
         assert_eq!(e.field, "thresholds[0].collective");
         assert!(e.to_string().starts_with("/etc/nccl-check/nccl-check.toml:3: thresholds[0].collective: unknown collective 'allredux'"), "{e}");
 
+        let e = admin("[outliers]\nalltoall_fraction = 1.5\n").unwrap_err();
+        assert!(e.to_string().contains("outliers.alltoall_fraction"), "{e}");
+        let c = admin("[outliers]\nalltoall_fraction = 0.3\n").unwrap();
+        assert_eq!(c.outliers.alltoall_fraction, 0.3);
+        assert_eq!(
+            c.outliers.fraction, 0.85,
+            "the other keys keep their defaults"
+        );
         let e = admin("[outliers]\nfraction = 85\n").unwrap_err();
         assert_eq!(
             (e.line, e.field.as_str()),

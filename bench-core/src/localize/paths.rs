@@ -81,13 +81,19 @@ pub fn expected_alltoall_ratio(nodes: usize, gpus: usize) -> f64 {
 }
 
 /// Whether the alltoall (its busbw by the faster of the two clocks) is slow against the
-/// all_reduce of the same run. `false` where it cannot be judged (a node count outside
-/// `checks_paths`, no all_reduce).
-pub fn alltoall_slow(alltoall: f64, all_reduce: f64, nodes: usize, gpus: usize) -> bool {
+/// all_reduce of the same run: below `fraction` (`[outliers] alltoall_fraction`, by default
+/// `ALLTOALL_TRIGGER`) of what the all_reduce predicts. `false` where it cannot be judged (a
+/// node count outside `checks_paths`, no all_reduce).
+pub fn alltoall_slow(
+    alltoall: f64,
+    all_reduce: f64,
+    (nodes, gpus): (usize, usize),
+    fraction: f64,
+) -> bool {
     checks_paths(nodes)
         && all_reduce > 0.0
         && alltoall.is_finite()
-        && alltoall < ALLTOALL_TRIGGER * expected_alltoall_ratio(nodes, gpus) * all_reduce
+        && alltoall < fraction * expected_alltoall_ratio(nodes, gpus) * all_reduce
 }
 
 /// The tournament: `rounds` node matchings (`measure::pairs::rounds`) `g` at once, matching i
@@ -393,14 +399,19 @@ mod tests {
         assert!((expected_alltoall_ratio(4, 8) - 4.0 / 24.0 * 31.0 / 32.0).abs() < 1e-9);
         // 8 emulated nodes, all_reduce 0.44 GB/s: one path at 100 Mbit/s (12.5 MB/s) carries one
         // flow, the alltoall reads ~7 x 12.5 MB/s.
-        assert!(alltoall_slow(7.0 * 0.0125, 0.44, 8, 1));
-        assert!(!alltoall_slow(0.35, 0.44, 8, 1));
-        // 16 nodes, all_reduce 0.148 GB/s: a path at 30 Mbit/s.
-        assert!(alltoall_slow(15.0 * 0.00375, 0.148, 16, 1));
+        let t = ALLTOALL_TRIGGER;
+        assert!(alltoall_slow(7.0 * 0.0125, 0.44, (8, 1), t));
+        assert!(!alltoall_slow(0.35, 0.44, (8, 1), t));
+        // 16 nodes, all_reduce 0.148 GB/s: a path at 15 Mbit/s, below the emulated fabric's 0.3.
+        assert!(alltoall_slow(15.0 * 0.001875, 0.148, (16, 1), 0.3));
+        assert!(!alltoall_slow(0.06, 0.148, (16, 1), 0.3));
+        // 4 nodes of 8 GPUs, all_reduce 370 GB/s: healthy alltoall ~60 GB/s, slow below ~30.
+        assert!(!alltoall_slow(40.0, 370.0, (4, 8), t));
+        assert!(alltoall_slow(25.0, 370.0, (4, 8), t));
         // Not judged: 3 nodes (the ring is every pair), 33 nodes, no all_reduce.
-        assert!(!alltoall_slow(0.0, 0.44, 3, 1));
-        assert!(!alltoall_slow(0.0, 0.44, 33, 1));
-        assert!(!alltoall_slow(0.0, 0.0, 8, 1));
+        assert!(!alltoall_slow(0.0, 0.44, (3, 1), t));
+        assert!(!alltoall_slow(0.0, 0.44, (33, 1), t));
+        assert!(!alltoall_slow(0.0, 0.0, (8, 1), t));
     }
 
     #[test]

@@ -193,11 +193,16 @@ impl Fabric {
 }
 
 /// `cfg` with `paths` set as the runner sets it: the fabric's alltoall against its
-/// allocation-wide collective (`paths::alltoall_slow`).
-pub fn with_alltoall(mut cfg: super::LocalizeConfig, fabric: &mut Fabric) -> super::LocalizeConfig {
+/// allocation-wide collective (`paths::alltoall_slow` below `fraction`).
+pub fn with_alltoall(
+    mut cfg: super::LocalizeConfig,
+    fabric: &mut Fabric,
+    fraction: f64,
+) -> super::LocalizeConfig {
     let all_reduce = fabric.measure_group(&Group::Allocation);
     let alltoall = fabric.alltoall();
-    cfg.paths = super::paths::alltoall_slow(alltoall, all_reduce, fabric.nodes, fabric.gpus);
+    let shape = (fabric.nodes, fabric.gpus);
+    cfg.paths = super::paths::alltoall_slow(alltoall, all_reduce, shape, fraction);
     cfg
 }
 

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 /// The emulated bridge's healthy rate per node, Gbit/s (0.4 GB/s busbw, see the module's doc).
 const HEALTHY_GBIT: f64 = 3.2;
+/// tests/gpu/fabric.sh's `[outliers] alltoall_fraction` for the emulated fabric.
+const FABRIC_ALLTOALL: f64 = 0.3;
 /// Seeds of the simulation's noise: each must give the same culprits.
 const SEEDS: [u64; 5] = [1, 2, 3, 4, 5];
 
@@ -235,7 +237,7 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
             TableFault::Down { .. } | TableFault::Absent { .. } => continue,
         });
     }
-    let cfg = super::with_alltoall(LocalizeConfig::default(), &mut fabric);
+    let cfg = super::with_alltoall(LocalizeConfig::default(), &mut fabric, FABRIC_ALLTOALL);
     let verdict: LocalizeVerdict =
         match Localizer::new(row.nodes, 1, cfg).and_then(|l| simulate(l, &mut fabric)) {
             Ok(v) => v,

@@ -3,7 +3,6 @@
 //! every node pair after its other rounds.
 use super::timed::Measurer;
 use super::{GpuOutcome, RunError, Start};
-use crate::localize::paths::ALLTOALL_TRIGGER;
 use crate::localize::paths::{alltoall_size, alltoall_slow, checks_paths, expected_alltoall_ratio};
 use crate::measure::collectives::AlltoAll;
 
@@ -11,8 +10,8 @@ use crate::measure::collectives::AlltoAll;
 const ITERS: u32 = 3;
 
 impl Measurer<'_> {
-    /// Whether the alltoall was slow, the same in every process (every number it depends on is
-    /// the team's: the alltoall's sums, the all_reduce's row). `false` without measuring when
+    /// Whether the alltoall was slow, the same in every process (the alltoall's and the
+    /// all_reduce's busbw are the team's sums; the decision is agreed by one more). `false` without measuring when
     /// the check's node count is outside `paths::checks_paths` or its last collective was not
     /// an all_reduce over every rank. Its data is checked bit-exact: wrong elements put its row
     /// in the report, where they FAIL as any collective's do.
@@ -43,9 +42,17 @@ impl Measurer<'_> {
         let by_gpu = gpu.map_or(0.0, |g| g.out_of_place_busbw.min(g.in_place_busbw));
         // Slow by both clocks: a late launch slows only the host's.
         let delivered = host.max(by_gpu);
-        let slow = alltoall_slow(delivered, all_reduce, nodes, gpus);
+        let fraction = self.opts().config.outliers.alltoall_fraction;
+        // Every process reads its own config: any that finds it slow makes it slow for all, so
+        // every copy of the localizer runs the same rounds.
+        let slow = self.agree_slow(alltoall_slow(
+            delivered,
+            all_reduce,
+            (nodes, gpus),
+            fraction,
+        ))?;
         if start.printer {
-            let expected = ALLTOALL_TRIGGER * expected_alltoall_ratio(nodes, gpus) * all_reduce;
+            let expected = fraction * expected_alltoall_ratio(nodes, gpus) * all_reduce;
             start.show.line(&format!(
                 "# alltoall {}: busbw {:.4} GB/s (host clock {:.4}, GPU clock {:.4}), {:.2} x the \
                  all_reduce's {:.4}; slow below {:.4}: {}\n",
