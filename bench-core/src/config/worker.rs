@@ -191,7 +191,7 @@ impl WorkerConfig {
             outliers: Outliers {
                 fraction: 0.85,
                 retest: true,
-                alltoall_fraction: crate::localize::paths::ALLTOALL_TRIGGER,
+                alltoall_fraction: 0.5,
             },
             thresholds: Vec::new(),
             plans: BTreeMap::new(),

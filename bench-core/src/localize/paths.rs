@@ -16,7 +16,8 @@
 //!   operation of S: the alltoall then reads about (N-1) x R busbw, whatever the healthy rate.
 //!   It slows the alltoall only when R is below a flow's share of a node's NICs (about
 //!   1/(N-1) of them): a path faster than that is no fault for an alltoall job either.
-//! - The alltoall is slow when it is below `ALLTOALL_TRIGGER` of that expectation, by both
+//! - The alltoall is slow when it is below `[outliers] alltoall_fraction` (0.5 built in) of that
+//!   expectation, by both
 //!   clocks (the host's and the GPUs'). Only then are the node pairs measured ([`Paths`]): a
 //!   round-robin tournament, every node pair once, G node matchings a round (one a rail), at
 //!   the alltoall's size.
@@ -51,9 +52,6 @@ pub const MIN_PATH_NODES: usize = 4;
 /// Most nodes: the tournament costs ceil((N-1)/G) rounds when the alltoall is slow, and the
 /// alltoall connects every rank with every other (NCCL connects peers on first use).
 pub const MAX_PATH_NODES: usize = 32;
-/// The alltoall is slow below this fraction of what the all_reduce of the same run predicts
-/// ([`expected_alltoall_ratio`]): a path at half a flow's share slows an alltoall job 2x.
-pub const ALLTOALL_TRIGGER: f64 = 0.5;
 /// Retest rounds of the tournament's slow pairs at most (disjoint pairs each).
 const MAX_RETEST_ROUNDS: usize = 2;
 
@@ -81,8 +79,8 @@ pub fn expected_alltoall_ratio(nodes: usize, gpus: usize) -> f64 {
 }
 
 /// Whether the alltoall (its busbw by the faster of the two clocks) is slow against the
-/// all_reduce of the same run: below `fraction` (`[outliers] alltoall_fraction`, by default
-/// `ALLTOALL_TRIGGER`) of what the all_reduce predicts. `false` where it cannot be judged (a
+/// all_reduce of the same run: below `fraction` (`[outliers] alltoall_fraction`, 0.5 built in: a
+/// path at half a flow's share slows an alltoall job 2x) of what the all_reduce predicts. `false` where it cannot be judged (a
 /// node count outside `checks_paths`, no all_reduce).
 pub fn alltoall_slow(
     alltoall: f64,
@@ -279,7 +277,7 @@ impl Paths {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
@@ -300,6 +298,12 @@ mod tests {
             assert!(rounds < 100, "the tournament does not end");
         }
         (p, rounds)
+    }
+
+    /// `[outliers] alltoall_fraction` of the built-in configuration.
+    pub(crate) fn built_in_fraction() -> f64 {
+        let c = crate::config::worker::WorkerConfig::from_texts(None).expect("built-in config");
+        c.outliers.alltoall_fraction
     }
 
     fn named(p: &Paths) -> BTreeSet<Vec<usize>> {
@@ -393,13 +397,14 @@ mod tests {
 
     #[test]
     fn the_alltoall_is_judged_against_the_all_reduce_it_ran_beside() {
+        assert_eq!(built_in_fraction(), 0.5);
         // 1-GPU nodes: the healthy alltoall reads about the all_reduce's busbw.
         assert!((expected_alltoall_ratio(8, 1) - 1.0).abs() < 1e-9);
         // 4 nodes of 8 GPUs: 4/(8*3) * 31/32.
         assert!((expected_alltoall_ratio(4, 8) - 4.0 / 24.0 * 31.0 / 32.0).abs() < 1e-9);
         // 8 emulated nodes, all_reduce 0.44 GB/s: one path at 100 Mbit/s (12.5 MB/s) carries one
         // flow, the alltoall reads ~7 x 12.5 MB/s.
-        let t = ALLTOALL_TRIGGER;
+        let t = built_in_fraction();
         assert!(alltoall_slow(7.0 * 0.0125, 0.44, (8, 1), t));
         assert!(!alltoall_slow(0.35, 0.44, (8, 1), t));
         // 16 nodes, all_reduce 0.148 GB/s: a path at 15 Mbit/s, below the emulated fabric's 0.3.

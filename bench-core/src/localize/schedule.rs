@@ -109,10 +109,7 @@ impl Localizer {
         }
         loop {
             let (phase, groups) = match self.stage {
-                Stage::Done => match self.paths_round() {
-                    Some(round) => round,
-                    None => return None,
-                },
+                Stage::Done => self.paths_round()?,
                 Stage::Local => (
                     Phase::Local,
                     (0..self.n).map(|node| Group::Local { node }).collect(),

@@ -2,7 +2,7 @@
 //! against the simulated fabric.
 
 use super::*;
-use crate::localize::paths::ALLTOALL_TRIGGER;
+use crate::localize::paths::tests::built_in_fraction;
 use crate::localize::{Code, Group, LocalizeConfig, LocalizePlan, PairFloors, Phase, Round};
 use std::collections::{BTreeSet, HashSet};
 
@@ -344,7 +344,7 @@ fn a_link_off_the_ring_needs_the_full_matrix() {
 
 /// The adaptive plan with the alltoall beside the all_reduce, as the runner runs it.
 fn check_with_alltoall(n: usize, fabric: &mut Fabric) -> LocalizeVerdict {
-    let cfg = with_alltoall(config(), fabric, ALLTOALL_TRIGGER);
+    let cfg = with_alltoall(config(), fabric, built_in_fraction());
     check(n, cfg, fabric)
 }
 
@@ -377,7 +377,7 @@ fn a_link_off_the_ring_that_slows_an_alltoall_is_named_by_every_pair_once() {
         b: 6,
         factor: 0.05,
     });
-    let cfg = with_alltoall(config(), &mut fabric, ALLTOALL_TRIGGER);
+    let cfg = with_alltoall(config(), &mut fabric, built_in_fraction());
     let mut l = Localizer::new(8, 1, cfg).unwrap();
     let mut phases = Vec::new();
     while let Some(round) = l.next_round() {
@@ -422,7 +422,7 @@ fn a_slow_node_is_named_by_the_rounds_before_and_the_tournament_never_runs() {
     });
     // The all_reduce is as slow as the alltoall here (their ratio is healthy); were the
     // alltoall slow, the node the rounds before named still stops the tournament.
-    let cfg = with_alltoall(config(), &mut fabric, ALLTOALL_TRIGGER);
+    let cfg = with_alltoall(config(), &mut fabric, built_in_fraction());
     assert!(
         !cfg.paths,
         "a slow node slows the all_reduce as much as the alltoall"

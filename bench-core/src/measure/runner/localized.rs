@@ -57,7 +57,7 @@ impl Measurer<'_> {
         // (`localize::paths`).
         let shape = (layout.names.len(), layout.rails.max(1));
         let cfg = LocalizeConfig {
-            paths: self.alltoall_beside(bytes, shape, start, out)?,
+            paths: self.paths_wanted(bytes, shape, start, out)?,
             ..cfg
         };
         // Every process has every node's rows (phase A's all_reduce), so every copy of the
@@ -108,6 +108,50 @@ impl Measurer<'_> {
             out.localization = Some(summary);
         }
         Ok(())
+    }
+
+    /// Whether every node pair is measured after the localizer's other rounds: the alltoall
+    /// beside the all_reduce (`all_paths`) slow against it (`localize::paths`), the same in
+    /// every process (both readings are the team's sums; the decision is agreed by one more, as
+    /// each process reads its own `alltoall_fraction`). `false` without measuring when the
+    /// check's node count is outside `paths::checks_paths` or its last collective was not an
+    /// all_reduce over every rank.
+    fn paths_wanted(
+        &self,
+        bytes: u64,
+        (nodes, gpus): (usize, usize),
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<bool, RunError> {
+        use crate::localize::paths::{alltoall_size, alltoall_slow, checks_paths};
+        let all_reduce = match out.last_collective {
+            Some(("all_reduce", _, busbw)) if checks_paths(nodes) => busbw,
+            _ => return Ok(false),
+        };
+        let a2a = self.alltoall_reading(alltoall_size(bytes), start, out)?;
+        let fraction = self.opts().config.outliers.alltoall_fraction;
+        let slow = alltoall_slow(a2a.delivered, all_reduce, (nodes, gpus), fraction);
+        let slow = self.agree_slow(slow)?;
+        if start.printer {
+            let ratio = crate::localize::paths::expected_alltoall_ratio(nodes, gpus);
+            start.show.line(&format!(
+                "# alltoall {}: busbw {:.4} GB/s (host clock {:.4}, GPU clock {:.4}), {:.2} x the \
+                 all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {}\n",
+                crate::measure::size::human(a2a.size),
+                a2a.delivered,
+                a2a.host,
+                a2a.gpu,
+                a2a.delivered / all_reduce,
+                all_reduce,
+                fraction * ratio * all_reduce,
+                if slow {
+                    "every node pair measured"
+                } else {
+                    "not slow"
+                }
+            ));
+        }
+        Ok(slow)
     }
 
     /// The sum over every rank of this rank's round vector (see `conduct::slots`): one NCCL
