@@ -248,6 +248,11 @@ pub fn plan_model(
         worst += b.seconds + worst_rounds as f64 * round_s;
         full_matrix_seconds = crate::measure::pairs::round_count(n) as f64 * round_s;
         phases.push(b);
+        if let Some(a2a) = alltoall_phase(n, g, w) {
+            healthy += a2a.seconds;
+            worst += a2a.seconds;
+            phases.push(a2a);
+        }
         phases.push(PhaseModel {
             name: "localization_worst_case",
             rounds: worst_rounds,
@@ -339,6 +344,39 @@ fn phase_b(n: usize, g: usize, w: &Workload) -> PhaseModel {
         seconds,
         what: b_what(n, g, w),
     }
+}
+
+/// The alltoall beside B's all_reduce (`paths`, 4..=32 nodes): both placements of one untimed
+/// and three timed operations and the check, at a quarter of the pair size, each GPU's
+/// off-node share at NIC speed, its sums through the star; NCCL connects every rank with every
+/// other on first use, charged as the allocation-wide collective's connections (an estimate:
+/// not measured for an alltoall). Its tournament (only after a slow alltoall) is not in the
+/// healthy time.
+fn alltoall_phase(n: usize, g: usize, w: &Workload) -> Option<PhaseModel> {
+    let beside = w
+        .allocation
+        .last()
+        .is_some_and(|r| r.collective == "all_reduce");
+    if !(beside && super::paths::checks_paths(n)) {
+        return None;
+    }
+    let size = super::paths::alltoall_size(w.pair_bytes) as f64;
+    let off_node = (n - 1) as f64 / n as f64;
+    let data_s = 9.0 * size * off_node / (c("nic_busbw_gbs") * 1e9);
+    let control = (2.0 * SUMS_PER_COLLECTIVE + 1.0) * n as f64 * c("control_sum_per_process_s");
+    let tournament = crate::measure::pairs::round_count(n).div_ceil(g);
+    Some(PhaseModel {
+        name: "alltoall",
+        rounds: 0,
+        seconds: c("connect_all_s") + data_s + control,
+        what: format!(
+            "alltoall {} over all {} GPUs beside the all_reduce: only when it reads below \
+             [outliers] alltoall_fraction of what the all_reduce predicts, every node pair once \
+             ({tournament} round(s), one node pair a GPU) at its size",
+            crate::measure::size::human(size as u64),
+            n * g
+        ),
+    })
 }
 
 /// What phase B runs and whether it can end a healthy check.
