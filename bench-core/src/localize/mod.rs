@@ -39,7 +39,10 @@
 //! Each round measures up to N/2 node pairs in parallel, so screening costs 2-3 rounds whatever N
 //! is, and one confirmation round decides up to as many suspects as there are cleared nodes. One
 //! or two faults take 2-3 rounds at N = 4096 as at N = 8; the cap (O(log N)) only bounds the
-//! pathological case of more suspects than cleared nodes.
+//! pathological case of more suspects than cleared nodes. The `Paths` tournament is the
+//! exception, and bounded by its node range: ceil((N-1)/G) rounds and at most two retest rounds,
+//! beyond the cap, only after a slow alltoall of 4..=32 nodes (1 round at 8 GPUs a node up to 9
+//! nodes, 4 at 32; 31 between 32 emulated 1-GPU nodes).
 //!
 //! # The rule, and what each fault looks like
 //! A result is slow when it is below `fraction` x the reference of its kind (an upper quantile of
