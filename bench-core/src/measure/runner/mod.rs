@@ -273,20 +273,21 @@ impl GpuThread {
             return Ok(None);
         }
         self.check_sharing(gpu, start, out)?;
-        self.begin_comms(start).map(Some)
+        self.begin_comms(start, gpu).map(Some)
     }
 
     /// Starts NCCL's init of this rank's communicator.
     fn begin_comms(
         &self,
         start: &Start,
+        gpu: &Gpu,
     ) -> Result<(comms::CommsStarted<'static>, Instant), RunError> {
         self.set_status(format!(
             "GPU {}: NCCL init (rank {} of {})",
             self.device, start.rank, start.nranks
         ));
         let t = Instant::now();
-        comms::begin(self, start).map(|o| (o, t))
+        comms::begin(self, start, gpu).map(|o| (o, t))
     }
 
     /// The communicators (their init already started by `opening`, else started here), then
@@ -314,7 +315,7 @@ impl GpuThread {
                     start.phase("1 GPU: no collective; the local probe is the check");
                     return Ok(());
                 }
-                self.begin_comms(start)?
+                self.begin_comms(start, gpu)?
             }
         };
         self.set_status(format!(
