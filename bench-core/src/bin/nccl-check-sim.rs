@@ -363,6 +363,7 @@ fn sim_findings(env: &Environment, host: &str) -> Result<Vec<OwnFinding>, RunErr
             gpu: 0,
             pid,
             gib: 8.0,
+            probe: None,
         }],
         false => Vec::new(),
     })

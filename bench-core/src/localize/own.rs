@@ -7,17 +7,20 @@
 //! pair it is in is slow on all 1 NICs`: right node, wrong cause.
 //!
 //! The findings travel as numbers in one sum over every rank ([`exchange`]: NCCL's all_reduce
-//! on the GPUs, the control plane's sum in the simulation), only when the check found something
-//! slow across nodes (the localizer named something, a node pair of the full matrix was slow, a
-//! collective over every rank was below its floor): a healthy check runs no such sum. [`WIDTH`]
+//! on the GPUs, the control plane's sum in the simulation): after the localizer's rounds or a
+//! slow node pair of the full matrix, else once at the end of every multi-node check (one small
+//! all_reduce), because a node's busy or missing GPU fails that node whether or not the
+//! collectives over the network felt it, and every process must say so ([`standalone_findings`]),
+//! not only the node's own. [`WIDTH`]
 //! slots per *process*, filled by that process alone (one of its ranks), so each slot's sum is
 //! one value plus zeros, exact. Per process, not per node: a node of several processes (one per
 //! GPU) has each process's GPUs known to that process only. Typed and compact: the code is the
 //! slot, the values are the GPU, the pid, the memory, the share; a sentence is built again on
 //! every rank ([`decode_findings`]), never carried. What a process knows of its node by then:
 //! [`known`]; where the sums run: `measure::runner` (`localized.rs`, `pair_matrix.rs`,
-//! `timed.rs`); where the findings win: [`own_findings_win`] (every node's readings) and
-//! [`own_node_wins`] (a process's own node), called by `judge::overall`.
+//! `timed.rs`); where the findings win: [`own_findings_win`] (every node's readings),
+//! [`standalone_findings`] (findings that fail their node alone) and [`own_node_wins`] (a
+//! process's own node), called by `judge::overall`.
 
 use crate::meet::topology::Topology;
 use crate::report::reason::{Reason, ReasonCode};
@@ -26,8 +29,9 @@ use serde::{Deserialize, Serialize};
 
 /// Slots per process: GPU held (its index on the node + 1), its first other pid, its GiB held,
 /// the share of the check its worker could not run, GPUs missing, host load (CPUs busy with
-/// others' processes), the largest such consumer's pid and its CPUs.
-pub const WIDTH: usize = 8;
+/// others' processes), the largest such consumer's pid and its CPUs, the held GPU's local probe
+/// (copy GB/s) and that probe's floor.
+pub const WIDTH: usize = 10;
 
 /// One node's own findings as every process decodes them from the sum, as reasons (the report's
 /// `node_findings`: what that node's network reading gives way to).
@@ -40,8 +44,14 @@ pub struct NodeFindings {
 /// A node's own finding, as it travels.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum OwnFinding {
-    /// GPU `gpu` of the node (its index among the node's checked GPUs) held by `pid`.
-    GpuBusy { gpu: u32, pid: u32, gib: f64 },
+    /// GPU `gpu` of the node (its index among the node's checked GPUs) held by `pid`;
+    /// `probe`: its local probe (copy GB/s) and the probe's floor, when both are known.
+    GpuBusy {
+        gpu: u32,
+        pid: u32,
+        gib: f64,
+        probe: Option<(f64, f64)>,
+    },
     /// The node's worker could not run for `share` of the check.
     Starved { share: f64 },
     /// `missing` GPUs fewer than the node should have.
@@ -63,10 +73,19 @@ pub fn encode_findings(process: usize, findings: &[OwnFinding]) -> Vec<(u64, f64
     };
     for f in findings {
         match *f {
-            OwnFinding::GpuBusy { gpu, pid, gib } => {
+            OwnFinding::GpuBusy {
+                gpu,
+                pid,
+                gib,
+                probe,
+            } => {
                 put(0, f64::from(gpu) + 1.0);
                 put(1, f64::from(pid));
                 put(2, gib);
+                if let Some((rate, floor)) = probe {
+                    put(8, rate);
+                    put(9, floor);
+                }
             }
             OwnFinding::Starved { share } => put(3, share),
             OwnFinding::GpuMissing { missing } => put(4, f64::from(missing)),
@@ -155,15 +174,29 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
         let gpu = (g.round() as u32).saturating_sub(1);
         let pid = v(1).map_or(String::new(), |p| format!("pid {}", p.round() as u64));
         let gib = v(2).map_or(String::new(), |g| format!(", {g:.1} GiB"));
-        reasons.push(Reason {
-            code: ReasonCode::GpuBusy,
-            message: format!(
+        // Below its floor with the process on it: the node's own verdict fails it as busy
+        // (`judge::foreign`), and so does every other process's (`standalone_findings`).
+        let slowed = match (v(8), v(9)) {
+            (Some(rate), Some(floor)) if rate < floor => Some((rate, floor)),
+            _ => None,
+        };
+        let message = match slowed {
+            Some((rate, floor)) => format!(
+                "{name} GPU{gpu}: busy: another process ({pid}{gib}): device-local copy \
+                 {rate:.0} GB/s < {floor:.0} GB/s with it on the GPU: that process's load, not \
+                 the GPU's hardware"
+            ),
+            None => format!(
                 "{name} GPU{gpu}: busy: another process ({pid}{gib}): the node pairs it \
                  was in were slow by that process's load, not its hardware's"
             ),
+        };
+        reasons.push(Reason {
+            code: ReasonCode::GpuBusy,
+            message,
             subject: Some(format!("{name} GPU{gpu}")),
-            measured: None,
-            limit: None,
+            measured: slowed.map(|(rate, _)| rate),
+            limit: slowed.map(|(_, floor)| floor),
         });
     }
     if let Some(share) = v(3) {
@@ -242,6 +275,31 @@ fn node_named(r: &Reason) -> Option<String> {
         Culprit::Node(n) | Culprit::Rail { node: n, .. } => Some(n),
         _ => None,
     }
+}
+
+/// Another node's own findings that fail that node by themselves, in every process's verdict
+/// (first, each once): a GPU another process holds whose local probe fell below its floor, and
+/// GPUs missing. The node's own verdict fails on them (`judge::foreign`, the inventory), so the
+/// check's other processes say the same, not PASS. Starved workers and busy hosts only explain
+/// readings ([`own_findings_win`]); an idle holder is the node's own warning.
+pub fn standalone_findings(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
+    let fails = |r: &Reason| match r.code {
+        ReasonCode::GpuBusy => matches!((r.measured, r.limit), (Some(m), Some(l)) if m < l),
+        ReasonCode::GpuMissing => true,
+        _ => false,
+    };
+    let new: Vec<Reason> = own
+        .iter()
+        .flat_map(|f| f.reasons.iter())
+        .filter(|r| fails(r))
+        .filter(|r| {
+            !reasons
+                .iter()
+                .any(|have| have.code == r.code && have.subject == r.subject)
+        })
+        .cloned()
+        .collect();
+    reasons.splice(0..0, new);
 }
 
 /// Each network reading that names a node with its own findings becomes those findings (a

@@ -14,7 +14,7 @@ use crate::localize::own::OwnFinding;
 use crate::meet::topology::Topology;
 use crate::report::reason::ReasonCode;
 use nccl_check_contract::report::process::GpuProcess;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// This process's node as known before the processes meet.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -23,20 +23,50 @@ pub struct KnownBefore {
     pub held: Vec<Vec<GpuProcess>>,
     /// GPUs the node should have and does not (the inventory's `gpu_missing`).
     pub missing: u32,
+    /// Per GPU of this process, in its thread order: its CUDA ordinal and its local probe's
+    /// floor (`facts::local_probe::copy_floor`), when the model is known.
+    pub probe_floor: Vec<(usize, Option<f64>)>,
 }
 
 static KNOWN: OnceLock<KnownBefore> = OnceLock::new();
 
+/// Each GPU's local probe (CUDA ordinal, copy GB/s), kept by its thread as it measures.
+static PROBED: Mutex<Vec<(usize, f64)>> = Mutex::new(Vec::new());
+
+/// Keeps GPU `device`'s local probe for [`findings_now`] (its GPU thread, once it measured).
+pub fn record_probe(device: usize, copy_gbs: f64) {
+    if let Ok(mut p) = PROBED.lock() {
+        p.retain(|(d, _)| *d != device);
+        p.push((device, copy_gbs));
+    }
+}
+
 /// Keeps what NVML (`nvml`) and the inventory (`facts`) said of this process's GPUs (CUDA
 /// ordinals `devices`, in thread order), for [`findings_now`]. Only the first call counts.
 pub fn record(devices: &[usize], nvml: &HealthFacts, facts: Option<&NodeFacts>) {
-    let buses: Vec<String> = devices
+    let infos: Vec<_> = devices
         .iter()
-        .map(|&d| {
-            crate::measure::cuda::gpu_info(d).map_or_else(|_| String::new(), |i| i.pci_bus_id)
+        .map(|&d| crate::measure::cuda::gpu_info(d).ok())
+        .collect();
+    let buses: Vec<String> = infos
+        .iter()
+        .map(|i| {
+            i.as_ref()
+                .map_or_else(String::new, |i| i.pci_bus_id.clone())
         })
         .collect();
-    let _ = KNOWN.set(known_before(&buses, nvml, facts));
+    let mut known = known_before(&buses, nvml, facts);
+    known.probe_floor = devices
+        .iter()
+        .zip(&infos)
+        .map(|(&d, i)| {
+            let floor = i.as_ref().and_then(|i| {
+                crate::facts::local_probe::copy_floor(i.pci_device_id, &i.name).map(|(f, _)| f)
+            });
+            (d, floor)
+        })
+        .collect();
+    let _ = KNOWN.set(known);
 }
 
 /// See [`record`]; `buses`: the GPUs' PCI bus ids.
@@ -68,7 +98,11 @@ pub fn known_before(
             })
             .sum()
     });
-    KnownBefore { held, missing }
+    KnownBefore {
+        held,
+        missing,
+        probe_floor: Vec::new(),
+    }
 }
 
 /// This process's findings now (`first_rank`: its first GPU's rank), for the sum.
@@ -76,14 +110,16 @@ pub fn findings_now(t: &Topology, first_rank: usize) -> Vec<OwnFinding> {
     let known = KNOWN.get().cloned().unwrap_or_default();
     let host = crate::facts::host_load::load_so_far(t.pids());
     let starved = crate::measure::runner::off_cpu::share_so_far();
-    findings_of(&known, t, first_rank, starved, host.as_ref())
+    let probed = PROBED.lock().map(|p| p.clone()).unwrap_or_default();
+    findings_of(&known, &probed, t, first_rank, starved, host.as_ref())
 }
 
-/// [`findings_now`] from what it reads: the facts known before, the share this process could not
-/// run so far and the host's load so far. A GPU held only by the check's own processes (emulated
-/// nodes sharing one GPU) is not busy.
+/// [`findings_now`] from what it reads: the facts known before, the local probes so far (CUDA
+/// ordinal, copy GB/s), the share this process could not run so far and the host's load so far.
+/// A GPU held only by the check's own processes (emulated nodes sharing one GPU) is not busy.
 pub fn findings_of(
     known: &KnownBefore,
+    probed: &[(usize, f64)],
     t: &Topology,
     first_rank: usize,
     starved: Option<f64>,
@@ -95,12 +131,17 @@ pub fn findings_of(
             continue;
         };
         let gpu = t.local_index(first_rank + slot).unwrap_or(slot) as u32;
+        let probe = known.probe_floor.get(slot).and_then(|&(device, floor)| {
+            let rate = probed.iter().find(|(d, _)| *d == device)?.1;
+            Some((rate, floor?))
+        });
         out.push(OwnFinding::GpuBusy {
             gpu,
             pid: other.pid,
             gib: other
                 .used_bytes
                 .map_or(0.0, |b| b as f64 / (1u64 << 30) as f64),
+            probe,
         });
     }
     if known.missing > 0 {
@@ -152,21 +193,51 @@ mod tests {
         let known = KnownBefore {
             held: vec![vec![held(101), held(4242)]],
             missing: 0,
+            probe_floor: Vec::new(),
         };
         assert_eq!(
-            findings_of(&known, &t, 2, None, None),
+            findings_of(&known, &[], &t, 2, None, None),
             [OwnFinding::GpuBusy {
                 gpu: 1,
                 pid: 4242,
-                gib: 8.5
+                gib: 8.5,
+                probe: None,
             }]
         );
         let ours = KnownBefore {
             held: vec![vec![held(100), held(102)]],
             missing: 0,
+            probe_floor: Vec::new(),
         };
-        assert!(findings_of(&ours, &t, 2, Some(0.1), None).is_empty());
-        let starved = findings_of(&KnownBefore::default(), &t, 0, Some(0.7), None);
+        assert!(findings_of(&ours, &[], &t, 2, Some(0.1), None).is_empty());
+        let starved = findings_of(&KnownBefore::default(), &[], &t, 0, Some(0.7), None);
         assert_eq!(starved, [OwnFinding::Starved { share: 0.7 }]);
+    }
+
+    /// The held GPU's local probe and its floor travel with the finding (CUDA ordinal 3 is this
+    /// process's only GPU); a GPU not probed yet, or of no known model, carries none.
+    #[test]
+    fn a_held_gpus_probe_and_floor_travel_with_its_finding() {
+        let t = topology();
+        let known = KnownBefore {
+            held: vec![vec![held(4242)]],
+            missing: 0,
+            probe_floor: vec![(3, Some(1440.0))],
+        };
+        let probe = |probed: &[(usize, f64)]| match findings_of(&known, probed, &t, 2, None, None)[..]
+        {
+            [OwnFinding::GpuBusy { probe, .. }] => probe,
+            ref other => panic!("not one GPU busy: {other:?}"),
+        };
+        assert_eq!(probe(&[(3, 600.0)]), Some((600.0, 1440.0)));
+        assert_eq!(probe(&[(0, 600.0)]), None);
+        let unknown_model = KnownBefore {
+            probe_floor: vec![(3, None)],
+            ..known.clone()
+        };
+        assert!(matches!(
+            findings_of(&unknown_model, &[(3, 600.0)], &t, 2, None, None)[..],
+            [OwnFinding::GpuBusy { probe: None, .. }]
+        ));
     }
 }

@@ -32,6 +32,7 @@ fn a_busy_gpu_on_one_node_is_that_nodes_cause_not_its_network() {
             gpu: 0,
             pid: 31337,
             gib: 8.5,
+            probe: None,
         }],
     );
     let sums = summed(
@@ -169,6 +170,7 @@ fn a_node_of_two_processes_gets_the_findings_of_both() {
             gpu: 1,
             pid: 99,
             gib: 2.0,
+            probe: None,
         }],
     );
     let own = decode_findings(&names, &summed(3 * WIDTH, &[p1, p2]));
@@ -343,6 +345,7 @@ mod every_process {
             gpu: 0,
             pid: 31337,
             gib: 8.5,
+            probe: None,
         };
         let own = exchanged(&[vec![], vec![busy], vec![], vec![]], false);
         // The busy node's own process judges its GPU itself (NVML's list in its report).
@@ -388,6 +391,7 @@ mod every_process {
             gpu: 0,
             pid: 31337,
             gib: 8.5,
+            probe: None,
         };
         let own = exchanged(&[vec![], vec![], vec![busy], vec![]], false);
         let pair = |a: &str, b: &str, busbw: f64| crate::report::PairRow {
@@ -434,6 +438,7 @@ mod every_process {
             gpu: 0,
             pid: 31337,
             gib: 8.5,
+            probe: None,
         };
         let own = exchanged(&[vec![], vec![busy], vec![], vec![]], false);
         let mut r = report(0, 1);
@@ -469,5 +474,63 @@ mod every_process {
             r.reasons
         );
         assert!(r.summary.starts_with("e2 GPU0: busy: "), "{}", r.summary);
+    }
+
+    /// Emulated nodes over sockets never feel one node's busy GPU in their collectives (2x
+    /// H200, 4 emulated nodes, e2's GPU saturated by a copy loop: e2 FAILed `gpu_busy` by its
+    /// local probe, e1, e3 and e4 PASSed). With the findings shared at the end of every
+    /// multi-node check, the others name e2's GPU busy too, with its pid; a holder whose GPU
+    /// probed fine, or that was not probed, fails no other process.
+    #[test]
+    fn a_gpu_slow_by_its_holder_fails_every_process_not_only_its_own() {
+        let busy = |probe| OwnFinding::GpuBusy {
+            gpu: 0,
+            pid: 31337,
+            gib: 8.5,
+            probe,
+        };
+        let slowed = exchanged(
+            &[vec![], vec![busy(Some((610.0, 1440.0)))], vec![], vec![]],
+            false,
+        );
+        for p in [0u32, 2, 3] {
+            let mut r = report(p, 1);
+            r.node_findings = slowed[p as usize].clone();
+            assert_eq!(judged(&mut r), ExitCode::Fail, "process {p}");
+            let subjects: Vec<(ReasonCode, &str)> = r
+                .reasons
+                .iter()
+                .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
+                .collect();
+            assert_eq!(subjects, [(ReasonCode::GpuBusy, "e2 GPU0")], "process {p}");
+            assert_eq!(r.reasons[0].cause().as_str(), "busy");
+            assert!(r.summary.contains("pid 31337"), "{}", r.summary);
+            assert!(r.summary.contains("610 GB/s < 1440 GB/s"), "{}", r.summary);
+        }
+        for probe in [Some((2900.0, 1440.0)), None] {
+            let idle = exchanged(&[vec![], vec![busy(probe)], vec![], vec![]], false);
+            let mut r = report(0, 1);
+            r.node_findings = idle[0].clone();
+            assert_eq!(judged(&mut r), ExitCode::Pass, "{probe:?}: {:?}", r.reasons);
+        }
+    }
+
+    /// A node short of GPUs fails every process's verdict, not only its own (its inventory).
+    #[test]
+    fn a_node_short_of_gpus_fails_every_process() {
+        let own = exchanged(
+            &[
+                vec![],
+                vec![],
+                vec![OwnFinding::GpuMissing { missing: 2 }],
+                vec![],
+            ],
+            false,
+        );
+        let mut r = report(0, 9);
+        r.node_findings = own[0].clone();
+        assert_eq!(judged(&mut r), ExitCode::Fail);
+        assert_eq!(r.reasons[0].code, ReasonCode::GpuMissing);
+        assert_eq!(r.reasons[0].subject.as_deref(), Some("e3"));
     }
 }

@@ -76,6 +76,15 @@ impl<'a> Comm<'a> {
         })
     }
 
+    /// A communicator whose blocking init returned on another thread (`pending`).
+    pub(super) fn from_ready(nccl: &'a Nccl, raw: RawComm, deadline: Instant) -> Comm<'a> {
+        Comm {
+            nccl,
+            raw,
+            deadline,
+        }
+    }
+
     /// Starts `ncclCommInitRankConfig` blocking (the `blocking` comm mode): the call returns
     /// when the communicator is ready; only the watchdog bounds it.
     pub fn init_blocking(

@@ -9,7 +9,9 @@
 mod comm;
 mod error;
 mod library;
+mod pending;
 
 pub use comm::{Comm, Issue, WaitError};
 pub use error::{NcclError, IN_PROGRESS};
 pub use library::{LoadError, Nccl, UniqueId};
+pub use pending::PendingComm;

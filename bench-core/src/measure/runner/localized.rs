@@ -74,7 +74,8 @@ impl Measurer<'_> {
         };
         let mut summary = self.conduct_rounds(bytes, loops, start, out, &setup)?;
         // Every process has the same verdict (its reasons are empty in all or in none), so all
-        // agree whether these sums run: a healthy check runs none.
+        // agree whether these sums run; otherwise the findings are shared once at the end of
+        // the plan (`Measurer::share_findings`).
         if !summary.reasons.is_empty() {
             let starved = self.starved_nodes(start, &setup.layout.names)?;
             super::off_cpu::blame_starved(&mut summary.reasons, &starved);

@@ -94,12 +94,11 @@ pub struct GpuOutcome {
     pub gpu_side: Vec<crate::report::json::GpuSide>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
     pub localization: Option<crate::localize::LocalizeSummary>,
-    /// The other processes' own findings of their nodes (recorder thread, multi-node checks
-    /// that found something slow: `localize::own`).
+    /// The other processes' own findings of their nodes (recorder thread, multi-node checks:
+    /// `localize::own`).
     pub node_findings: Vec<crate::localize::own::NodeFindings>,
-    /// Whether a collective over every rank was agreed below its floor, and whether the nodes'
-    /// own findings were shared since (the same on every rank: `Measurer::share_if_slow`).
-    pub collective_slow: bool,
+    /// Whether the nodes' own findings were shared already (the same on every rank:
+    /// `Measurer::share_findings`).
     pub findings_shared: bool,
     /// The last collective measured (name, bytes, busbw of the slower placement), the same on
     /// every rank: phase B of the localizer when the plan's collective ran over all ranks.
@@ -120,7 +119,12 @@ impl GpuThread {
     /// The local probe of this GPU into `out`, its time in the phases.
     fn probe(&self, gpu: &Gpu, out: &mut GpuOutcome) {
         let t = Instant::now();
-        out.probe = Some(probe::measure(gpu, self.device, self.deadline));
+        let probe = probe::measure(gpu, self.device, self.deadline);
+        if let Ok(p) = &probe {
+            // What the sum of own findings tells the other nodes of a GPU another process holds.
+            crate::localize::own::known::record_probe(self.device, p.copy_gbs);
+        }
+        out.probe = Some(probe);
         out.phases.probe_ms = ms(t.elapsed());
     }
 
@@ -154,7 +158,6 @@ impl GpuThread {
             gpu_side: Vec::new(),
             localization: None,
             node_findings: Vec::new(),
-            collective_slow: false,
             findings_shared: false,
             last_collective: None,
             error: None,
@@ -271,20 +274,21 @@ impl GpuThread {
             return Ok(None);
         }
         self.check_sharing(gpu, start, out)?;
-        self.begin_comms(start).map(Some)
+        self.begin_comms(start, gpu).map(Some)
     }
 
     /// Starts NCCL's init of this rank's communicator.
     fn begin_comms(
         &self,
         start: &Start,
+        gpu: &Gpu,
     ) -> Result<(comms::CommsStarted<'static>, Instant), RunError> {
         self.set_status(format!(
             "GPU {}: NCCL init (rank {} of {})",
             self.device, start.rank, start.nranks
         ));
         let t = Instant::now();
-        comms::begin(self, start).map(|o| (o, t))
+        comms::begin(self, start, gpu).map(|o| (o, t))
     }
 
     /// The communicators (their init already started by `opening`, else started here), then
@@ -312,7 +316,7 @@ impl GpuThread {
                     start.phase("1 GPU: no collective; the local probe is the check");
                     return Ok(());
                 }
-                self.begin_comms(start)?
+                self.begin_comms(start, gpu)?
             }
         };
         self.set_status(format!(

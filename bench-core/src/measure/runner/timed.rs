@@ -181,16 +181,19 @@ impl Measurer<'_> {
                 } => self.run_pairs(*bytes, (*warmup, *iters), start, out)?,
             }
         }
-        self.share_if_slow(start, out)
+        self.share_findings(start, out)
     }
 
-    /// A collective over every rank of a multi-node check below its floor, and no node pair or
-    /// localization round shared the nodes' own findings since: they are shared now, so every
-    /// process's verdict names a node's own finding beside the slow collective it explains
-    /// (`localize::own`). Every rank agreed on both (the team's sum; the same rounds), so all
-    /// or none join the sum; the barrier after it lets nobody leave with data owed.
-    fn share_if_slow(&self, start: &Start, out: &mut GpuOutcome) -> Result<(), RunError> {
-        if start.topology.node_count() < 2 || !out.collective_slow || out.findings_shared {
+    /// Every multi-node check ends with the nodes' own findings shared (unless a node pair or a
+    /// localization round shared them already), so every process's verdict names a node's own
+    /// finding: beside a slow collective it explains, and on its own where it fails that node
+    /// (a GPU held and slow by its local probe, a GPU missing: `localize::own`), where the
+    /// collectives over sockets or a fast fabric never felt it. One all_reduce of
+    /// `localize::own::WIDTH` numbers a process: far below a millisecond next to the check.
+    /// Every rank takes the same branch (the node count and `findings_shared` are agreed), so
+    /// all or none join the sum; the barrier after it lets nobody leave with data owed.
+    fn share_findings(&self, start: &Start, out: &mut GpuOutcome) -> Result<(), RunError> {
+        if start.topology.node_count() < 2 || out.findings_shared {
             return Ok(());
         }
         let own = self.own_findings(start)?;
@@ -327,7 +330,6 @@ impl Measurer<'_> {
         let floor = start.floors().floor(coll.name(), self.nranks, row.size);
         let slow = floor.is_some_and(|f| row.out_of_place.busbw.min(row.in_place.busbw) < f);
         if self.opts().config.outliers.retest && self.agree_slow(slow)? {
-            out.collective_slow = true;
             start.phase(&format!(
                 "{} {}: below threshold, measuring once more",
                 coll.name(),
