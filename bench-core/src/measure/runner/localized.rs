@@ -129,15 +129,19 @@ impl Measurer<'_> {
             Some(("all_reduce", _, busbw)) if checks_paths(nodes) => busbw,
             _ => return Ok(false),
         };
+        let began = std::time::Instant::now();
         let a2a = self.alltoall_reading(alltoall_size(bytes), start, out)?;
         let fraction = self.opts().config.outliers.alltoall_fraction;
         let slow = alltoall_slow(a2a.delivered, all_reduce, (nodes, gpus), fraction);
         let slow = self.agree_slow(slow)?;
+        // What the step costs a healthy check (no pair round follows it there).
+        let ms = began.elapsed().as_secs_f64() * 1e3;
         if start.printer {
             let ratio = crate::localize::paths::expected_alltoall_ratio(nodes, gpus);
             start.show.line(&format!(
                 "# alltoall {}: busbw {:.4} GB/s (host clock {:.4}, GPU clock {:.4}), {:.2} x the \
-                 all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {}\n",
+                 all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {}; \
+                 {ms:.0} ms\n",
                 crate::measure::size::human(a2a.size),
                 a2a.delivered,
                 a2a.host,
