@@ -30,7 +30,8 @@
 //! only after a slow alltoall (a healthy check measures none), a quarter of the plan's pair size
 //! with three timed exchanges (more than NCCL's buffers hold, so the settled exchanges are
 //! bounded by the path, not by a buffer), and judged only against each other: slow is below
-//! `fraction` x the median of every pair of the tournament; a slow pair is measured once more;
+//! `fraction` x the median of every pair of the tournament; a slow pair is measured once more,
+//! on the next rail (a path is slow on every rail, a slow NIC on its own);
 //! and a path is named only when both its nodes are fast with most of their other partners. A
 //! node slow with most of its partners (the coordinating node whose exchanges start late, or a
 //! slow NIC) is never named a path, and the tournament names no node: the all_reduce and
@@ -120,12 +121,14 @@ pub(crate) fn tournament(n: usize, g: usize) -> Vec<Vec<Group>> {
 #[derive(Debug, Clone)]
 pub(crate) struct Paths {
     n: usize,
+    g: usize,
     fraction: f64,
     retest: bool,
     rounds: Vec<Vec<Group>>,
     next: usize,
     readings: Vec<(Group, f64)>,
-    retested: Vec<Group>,
+    /// Node pairs measured again, each with the rail of its retest.
+    retested: Vec<((usize, usize), usize)>,
     retest_rounds: usize,
 }
 
@@ -141,6 +144,7 @@ impl Paths {
     pub fn new(n: usize, g: usize, fraction: f64, retest: bool) -> Paths {
         Paths {
             n,
+            g: g.max(1),
             fraction,
             retest,
             rounds: tournament(n, g),
@@ -151,7 +155,15 @@ impl Paths {
         }
     }
 
-    /// The next round: the tournament's, then the retests of its isolated slow pairs.
+    /// Whether node pair `(a, b)` was measured again, and on which rail.
+    fn retest_of(&self, a: usize, b: usize) -> Option<usize> {
+        let key = (a.min(b), a.max(b));
+        self.retested.iter().find(|r| r.0 == key).map(|r| r.1)
+    }
+
+    /// The next round: the tournament's, then the retests of its isolated slow pairs, each on
+    /// the next rail (GPU r+1 of both nodes): a path is slow on every rail, a slow NIC on its
+    /// own (with one GPU a node, the same rail again).
     pub fn next_round(&self) -> Option<(Phase, Vec<Group>)> {
         if let Some(groups) = self.rounds.get(self.next) {
             return Some((Phase::Paths, groups.clone()));
@@ -163,11 +175,11 @@ impl Paths {
         let mut busy = vec![false; self.n];
         let mut groups = Vec::new();
         for (i, &(group, _)) in self.readings.iter().enumerate() {
-            let Group::Pair { a, b, .. } = group else {
+            let Group::Pair { a, b, rail_a, .. } = group else {
                 continue;
             };
             if !(j.slow[i] && j.ends_fast[i])
-                || self.retested.contains(&group)
+                || self.retest_of(a, b).is_some()
                 || busy[a]
                 || busy[b]
             {
@@ -175,22 +187,32 @@ impl Paths {
             }
             busy[a] = true;
             busy[b] = true;
-            groups.push(group);
+            let rail = (rail_a + 1) % self.g;
+            groups.push(Group::Pair {
+                a,
+                rail_a: rail,
+                b,
+                rail_b: rail,
+            });
         }
         (!groups.is_empty()).then_some((Phase::PathRetest, groups))
     }
 
     /// The readings of the round `next_round` gave (`phase`, `groups`), in its order; a retest's
-    /// reading replaces the first.
+    /// reading replaces the node pair's first.
     pub fn record(&mut self, phase: Phase, groups: &[Group], results: &[f64]) {
         match phase {
             Phase::PathRetest => {
                 self.retest_rounds += 1;
                 for (&group, &busbw) in groups.iter().zip(results) {
-                    if let Some(r) = self.readings.iter_mut().find(|r| r.0 == group) {
+                    let Group::Pair { a, b, rail_a, .. } = group else {
+                        continue;
+                    };
+                    let same = |r: &&mut (Group, f64)| matches!(r.0, Group::Pair { a: x, b: y, .. } if (x, y) == (a, b));
+                    if let Some(r) = self.readings.iter_mut().find(same) {
                         r.1 = busbw;
                     }
-                    self.retested.push(group);
+                    self.retested.push(((a.min(b), a.max(b)), rail_a));
                 }
             }
             _ => {
@@ -249,10 +271,14 @@ impl Paths {
             let Group::Pair { a, b, rail_a, .. } = group else {
                 continue;
             };
-            let confirmed = !self.retest || self.retested.contains(&group);
-            if !(j.slow[i] && j.ends_fast[i] && confirmed) {
+            let again = self.retest_of(a, b);
+            if !(j.slow[i] && j.ends_fast[i] && (again.is_some() || !self.retest)) {
                 continue;
             }
+            let rails = match again.filter(|&r| r != rail_a) {
+                Some(r) => format!("GPU rails {rail_a} and {r}"),
+                None => format!("GPU rail {rail_a}"),
+            };
             let (x, y) = (a.min(b), a.max(b));
             let (value, limit) = num_vs(busbw, j.limit);
             out.push(LocalizeFinding {
@@ -262,7 +288,7 @@ impl Paths {
                 subject: Culprit::NodePair(node_name(x), node_name(y)).to_string(),
                 message: format!(
                     "{}<->{}: sendrecv busbw {value} GB/s < {limit} GB/s ({} x the median of every \
-                     node pair, measured after a slow alltoall; rail {rail_a}), both nodes fast with \
+                     node pair, measured after a slow alltoall; {rails}), both nodes fast with \
                      most of their other partners (a path the all_reduce's ring does not use)",
                     node_name(x),
                     node_name(y),
@@ -386,6 +412,50 @@ pub(crate) mod tests {
         });
         assert!(named(&p).is_empty(), "{:?}", p.findings());
         assert_eq!(rounds, 15);
+    }
+
+    #[test]
+    fn with_several_gpus_a_slow_pair_is_retested_on_the_next_rail() {
+        // 6 nodes of 8 GPUs: the tournament's 5 matchings in one round, node pair (1, 4) on
+        // some rail r; its retest on rail r+1.
+        let drive = |slow: &dyn Fn(usize, usize, usize) -> bool| {
+            let mut p = Paths::new(6, 8, 0.7, true);
+            let mut phases = Vec::new();
+            while let Some((phase, groups)) = p.next_round() {
+                let results: Vec<f64> = groups
+                    .iter()
+                    .map(|g| match *g {
+                        Group::Pair { a, b, rail_a, .. } if slow(a, b, rail_a) => 5.0,
+                        _ => 45.0,
+                    })
+                    .collect();
+                p.record(phase, &groups, &results);
+                phases.push(phase);
+            }
+            (p, phases)
+        };
+        // The path between nodes 1 and 4, slow on every rail: named, on both rails.
+        let (p, phases) = drive(&|a, b, _| (a, b) == (1, 4));
+        assert_eq!(phases, vec![Phase::Paths, Phase::PathRetest]);
+        assert_eq!(named(&p), BTreeSet::from([vec![1, 4]]));
+        assert!(
+            p.findings()[0].message.contains("GPU rails"),
+            "{:?}",
+            p.findings()
+        );
+        // Node 4's NIC of the rail the pair met on (fast on the next rail): not a path.
+        let rail_met = tournament(6, 8)[0]
+            .iter()
+            .find_map(|g| match *g {
+                Group::Pair {
+                    a: 1, b: 4, rail_a, ..
+                } => Some(rail_a),
+                _ => None,
+            })
+            .expect("the pair is met");
+        let (p, phases) = drive(&|a, b, r| (a == 4 || b == 4) && r == rail_met);
+        assert_eq!(phases, vec![Phase::Paths, Phase::PathRetest]);
+        assert!(named(&p).is_empty(), "{:?}", p.findings());
     }
 
     #[test]
