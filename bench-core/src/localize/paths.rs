@@ -17,8 +17,7 @@
 //!   It slows the alltoall only when R is below a flow's share of a node's NICs (about
 //!   1/(N-1) of them): a path faster than that is no fault for an alltoall job either.
 //! - The alltoall is slow when it is below `[outliers] alltoall_fraction` (0.5 built in) of that
-//!   expectation, by both
-//!   clocks (the host's and the GPUs'). Only then are the node pairs measured ([`Paths`]): a
+//!   expectation, by both clocks (the host's and the GPUs'). Only then are the node pairs measured ([`Paths`]): a
 //!   round-robin tournament, every node pair once, G node matchings a round (one a rail), at
 //!   the alltoall's size.
 //!
@@ -28,8 +27,8 @@
 //! others and every healthy fabric FAILed,
 //! bench-core/benchmarks/results/2026-11-27-h200x2-cross-paths): here the pairs are measured
 //! only after a slow alltoall (a healthy check measures none), a quarter of the plan's pair size
-//! with three timed exchanges (more than NCCL's buffers hold, so the settled exchanges are
-//! bounded by the path, not by a buffer), and judged only against each other: slow is below
+//! with three timed exchanges back to back (each after the first waits for the one before to
+//! drain, so the settled ones are bounded by the path, not by NCCL's buffers), and judged only against each other: slow is below
 //! `fraction` x the median of every pair of the tournament; a slow pair is measured once more,
 //! on the next rail (a path is slow on every rail, a slow NIC on its own);
 //! and a path is named only when both its nodes are fast with most of their other partners. A
