@@ -502,8 +502,10 @@ run_row() { # row run fault expect culprit rounds
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$NODES" "$run" "$fault" "$expect $culprit" \
     "$verdict" "$names" "$rounds" "$secs" "$ok${why:+ ($why)}" >>"$SUMMARY"
   echo "$ok n=$NODES $row#$run: expected $expect $culprit, got $verdict $names, rounds $rounds, verdict after $secs s (all ended after $all_secs s)${why:+ ($why)}; exits: ${rcs[*]}"
-  # The coordinator's one-line verdict, for the console.
+  # The coordinator's one-line verdict, for the console, and what its alltoall beside the
+  # all_reduce read (bench-core/src/localize/paths.rs: slow or not, against what, in how long).
   tail -1 "$dir/$(name 1).log" | sed 's/^/    /'
+  grep -a -m1 '^# alltoall' "$dir/$(name 1).log" | sed 's/^/    /'
 }
 
 while read -r row n repeat fault expect culprit maxr; do
