@@ -505,7 +505,7 @@ run_row() { # row run fault expect culprit rounds
   # The coordinator's one-line verdict, for the console, and what its alltoall beside the
   # all_reduce read (bench-core/src/localize/paths.rs: slow or not, against what, in how long).
   tail -1 "$dir/$(name 1).log" | sed 's/^/    /'
-  grep -a -m1 '^# alltoall' "$dir/$(name 1).log" | sed 's/^/    /'
+  grep -a -m1 '^# alltoall' "$dir/$(name 1).log" | sed 's/^/    /' || true
 }
 
 while read -r row n repeat fault expect culprit maxr; do
