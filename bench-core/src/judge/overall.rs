@@ -115,9 +115,8 @@ pub fn judge(
     reasons.extend(measured);
     // The node-level localizer (multi-node checks) judged its own rounds; its reasons join.
     reasons.extend(report.localization.iter().flat_map(|l| l.reasons.clone()));
-    // Another node's own finding is its cause, not the network reading of it (`localize::own`).
-    crate::localize::own::own_findings_win(&mut reasons, &report.node_findings);
-    crate::localize::own::standalone_findings(&mut reasons, &report.node_findings);
+    // Other nodes' own findings: their causes, and failing every process (`localize::own`).
+    crate::localize::own::other_nodes_findings(&mut reasons, &report.node_findings);
     // A busy host is the cause of what it slowed (`evidence::host_cause`).
     let host = report.facts.as_ref().and_then(|f| f.host.as_ref());
     let (mut reasons, host_warnings) = evidence::host_cause(reasons, host, &report.host);

@@ -277,6 +277,13 @@ fn node_named(r: &Reason) -> Option<String> {
     }
 }
 
+/// The other nodes' own findings in a process's verdict: [`own_findings_win`] over the network
+/// readings, then [`standalone_findings`].
+pub fn other_nodes_findings(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
+    own_findings_win(reasons, own);
+    standalone_findings(reasons, own);
+}
+
 /// Another node's own findings that fail that node by themselves, in every process's verdict
 /// (first, each once): a GPU another process holds whose local probe fell below its floor, and
 /// GPUs missing. The node's own verdict fails on them (`judge::foreign`, the inventory), so the
