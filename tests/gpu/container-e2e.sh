@@ -153,7 +153,8 @@ if [ "$REHEARSAL" = 1 ]; then
     echo "$CL/driver/stand-in.so.1 $IMAGE_LIBDIR/nccl-check-e2e-stand-in.so.1 none x-create=file,bind,ro,nosuid,nodev,private" >>"$driver_fstab"
 else
     for so in "${DRIVER_LIBS[@]}"; do
-        src=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ { print $NF; exit }')
+        # The driver's own copy, not a CUDA forward-compatibility one (.../compat/).
+        src=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ && $NF !~ /\/compat\// { print $NF; exit }')
         [ -n "$src" ] || die "the host has no $so in ldconfig -p"
         echo "$(readlink -f "$src") $IMAGE_LIBDIR/$so none x-create=file,bind,ro,nosuid,nodev,private" >>"$driver_fstab"
     done
