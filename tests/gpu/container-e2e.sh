@@ -83,6 +83,8 @@ mkdir -p /etc/munge /var/lib/munge /var/log/munge
 chown munge:munge /etc/munge /etc/munge/munge.key /var/lib/munge /var/log/munge
 chmod 0400 /etc/munge/munge.key
 getent hosts "$(hostname)" >/dev/null || echo "127.0.0.1 $(hostname)" >>/etc/hosts
+# The worker resolves the step's first node by name (enroot binds the host's /etc/hosts in).
+[ "$REHEARSAL" = 1 ] || getent hosts n1 >/dev/null || echo "127.0.0.1 n1" >>/etc/hosts
 CREATED_USER=
 if ! id "$CI_USER" >/dev/null 2>&1; then
     useradd -m -s /bin/bash "$CI_USER" && CREATED_USER=1
@@ -242,8 +244,13 @@ image_nccl() {
     local lib ver
     lib=$(report '.nccl.library // empty') ver=$(report '.nccl.version // empty')
     echo "    report: nccl.library=$lib nccl.version=$ver (host: $HOST_NCCL_VERSION at $HOST_NCCL)"
-    [ "$lib" = "$IMAGE_LIBDIR/libnccl.so.2" ] || [ "$lib" = "${IMAGE_LIBDIR#/usr}/libnccl.so.2" ] \
-        || fail "the worker loaded '$lib', not the image's $IMAGE_LIBDIR/libnccl.so.2"
+    # The soname link or the file it names (libnccl.so.2 -> libnccl.so.2.27.7, as in NGC images);
+    # /lib is /usr/lib in a merged-/usr root.
+    case "$lib" in
+        "$IMAGE_LIBDIR/libnccl.so.2" | "$IMAGE_LIBDIR/libnccl.so.$IMAGE_NCCL_VERSION") ;;
+        "${IMAGE_LIBDIR#/usr}/libnccl.so.2" | "${IMAGE_LIBDIR#/usr}/libnccl.so.$IMAGE_NCCL_VERSION") ;;
+        *) fail "the worker loaded '$lib', not the image's $IMAGE_LIBDIR/libnccl.so.2" ;;
+    esac
     [ "$ver" = "$IMAGE_NCCL_VERSION" ] || fail "NCCL version '$ver', expected the image's $IMAGE_NCCL_VERSION"
 }
 # GPU: the verdict; rehearsal: the documented no-GPU ERROR (exit 4) in place of any verdict.

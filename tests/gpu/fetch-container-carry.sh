@@ -2,14 +2,14 @@
 # Builds everything tests/gpu/container-e2e.sh needs on the GPU machine (which has no network and no
 # Slurm, pyxis, enroot or squashfs-tools) into target/gpu-carry/container/ (ignored by git), then
 # prints that folder. Run here (Debian 12, root, apt, PyPI). Every step is bounded; the NCCL build
-# is cached under target/container-carry-build/ (30-60 min the first time on 2 busy cores).
+# is cached under target/container-carry-build/ (20 min the first time on 2 shared cores).
 #
 #   bash tests/gpu/fetch-container-carry.sh [NCCL_SRC]
 #
 # NCCL_SRC: a git checkout of NVIDIA/nccl (any state: the tag below is checked out into a private
 # worktree; default $NCCL_CHECK_NCCL_SRC). Needed only when the NCCL build is not cached.
 #
-# What it puts there (about 25 MB):
+# What it puts there (22 MB):
 #   debs/               Debian 12 packages the GPU machine lacks: Slurm 22.05 + MUNGE (as
 #                       slurm-e2e.sh), squashfs-tools (enroot create runs unsquashfs) with liblzo2,
 #                       jq, libbsd0/libmd0 (enroot's helpers link libbsd). Unpacked there with
@@ -80,7 +80,7 @@ if [ ! -f "$nccl_lib" ]; then
     rm -rf "$build/nccl-$NCCL_TAG"
     git clone -q "$src" "$build/nccl-$NCCL_TAG" || die "cannot clone $src"
     git -C "$build/nccl-$NCCL_TAG" checkout -q "$NCCL_TAG" || die "no tag $NCCL_TAG in $src"
-    say "building NCCL $NCCL_TAG for sm_90 (log $build/nccl-build.log; 30-60 min on 2 cores)"
+    say "building NCCL $NCCL_TAG for sm_90 (log $build/nccl-build.log; about 20 min on 2 cores)"
     (cd "$build/nccl-$NCCL_TAG" && timeout 7200 nice -n 19 make -j2 src.build CUDA_HOME="$cuda" \
         NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" ONLY_FUNCS="$NCCL_ONLY_FUNCS") \
         >"$build/nccl-build.log" 2>&1 || { tail -20 "$build/nccl-build.log" >&2; die "NCCL build failed"; }
@@ -145,6 +145,10 @@ done
 # The loader's configuration as Debian has it (libc6 ships ld.so.conf.d/x86_64-linux-gnu.conf).
 echo 'include /etc/ld.so.conf.d/*.conf' >"$root/etc/ld.so.conf"
 grep -qx /usr/lib/x86_64-linux-gnu "$root/etc/ld.so.conf.d/x86_64-linux-gnu.conf" || die "libc6 has no multiarch ld.so.conf.d file"
+# Names from files first (the rendezvous resolves the node name through the host's /etc/hosts,
+# which enroot binds in; without this file glibc would ask DNS first, and no DNS answers there).
+printf 'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n' \
+    >"$root/etc/nsswitch.conf"
 printf 'root:x:0:0:root:/root:/bin/sh\n' >"$root/etc/passwd"
 printf 'root:x:0:\n' >"$root/etc/group"
 printf 'PRETTY_NAME="nccl-check test image (Debian 12 libraries)"\nID=nccl-check-image\nVERSION_ID=%s\n' \
