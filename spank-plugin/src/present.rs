@@ -74,6 +74,44 @@ pub fn nccl_lib_hint(detail: &str, user_lib: Option<&str>, site_lib: Option<&Pat
              or ask your admin to set nccl_lib= on the plugin line"
             .to_string(),
     };
+    with_hint(detail, &hint)
+}
+
+/// [`nccl_lib_hint`] for a task that a plugin before this one (pyxis) moved into the job's
+/// container: the loader that found no NCCL is the image's, so the message says so and points at
+/// the image (pyxis shows other plugins no image path, so the container is named, not the file).
+pub fn nccl_lib_hint_in_container(
+    detail: &str,
+    user_lib: Option<&str>,
+    site_lib: Option<&Path>,
+) -> String {
+    let hint = match (user_lib, site_lib) {
+        (Some(u), _) => format!(
+            "NCCL_CHECK_NCCL_LIB={u} (your environment) is what was tried inside the container: \
+             correct it to a path in the image, or unset it"
+        ),
+        (None, Some(s)) => format!(
+            "nccl_lib={} on the plugin line (the site's) is what was tried inside the container: \
+             set NCCL_CHECK_NCCL_LIB=/path/in/the/image/libnccl.so.2 in your job's environment",
+            s.display()
+        ),
+        (None, None) => "the image has no libnccl.so.2 that its loader can load (ld.so.cache, \
+             LD_LIBRARY_PATH): use an image with NCCL, or set \
+             NCCL_CHECK_NCCL_LIB=/path/in/the/image/libnccl.so.2 in your job's environment"
+            .to_string(),
+    };
+    with_hint(detail, &hint).replacen(
+        NOT_FOUND,
+        "NCCL library not found in the job's container image (srun --container-image)",
+        1,
+    )
+}
+
+/// The worker's words for a missing NCCL (`ExitCode::NcclLibrary`'s detail starts with them).
+const NOT_FOUND: &str = "NCCL library not found";
+
+/// `detail` with the worker's `--nccl-lib` hint replaced by `hint`, before any ` [worker exit N]`.
+fn with_hint(detail: &str, hint: &str) -> String {
     let without = detail.replace(&format!("; {NCCL_LIB_HINT}"), "");
     match without.rfind(" [worker exit ") {
         Some(i) => format!("{}; {hint}{}", &without[..i], &without[i..]),
@@ -174,6 +212,39 @@ mod tests {
             "{none}"
         );
         for s in [user, site, none] {
+            assert!(!s.contains("--nccl-lib"), "{s}");
+            assert!(s.ends_with(" [worker exit 3]"), "{s}");
+        }
+    }
+
+    /// Regression: in a pyxis container with an image lacking NCCL the user was told to ask the
+    /// admin for nccl_lib= (a host path), and nothing said the image was what lacked NCCL.
+    #[test]
+    fn in_a_container_the_nccl_hint_names_the_image() {
+        let d = format!(
+            "NCCL library not found (tried libnccl.so.2: nope); {NCCL_LIB_HINT} [worker exit 3]"
+        );
+        let none = nccl_lib_hint_in_container(&d, None, None);
+        assert!(
+            none.starts_with(
+                "NCCL library not found in the job's container image (srun --container-image) \
+                 (tried libnccl.so.2: nope); the image has no libnccl.so.2"
+            ),
+            "{none}"
+        );
+        assert!(!none.contains("ask your admin"), "{none}");
+        let user = nccl_lib_hint_in_container(&d, Some("/opt/x/libnccl.so.2"), None);
+        assert!(
+            user.contains("NCCL_CHECK_NCCL_LIB=/opt/x/libnccl.so.2 (your environment) is what was tried inside the container"),
+            "{user}"
+        );
+        let site = nccl_lib_hint_in_container(&d, None, Some(Path::new("/usr/lib/l.so")));
+        assert!(
+            site.contains("nccl_lib=/usr/lib/l.so on the plugin line (the site's) is what was tried inside the container"),
+            "{site}"
+        );
+        for s in [none, user, site] {
+            assert!(s.contains("container image"), "{s}");
             assert!(!s.contains("--nccl-lib"), "{s}");
             assert!(s.ends_with(" [worker exit 3]"), "{s}");
         }

@@ -37,7 +37,8 @@ const BATCH_STEP: u32 = 0xffff_fffb;
 #[derive(Debug, Default)]
 pub struct TaskState {
     /// Inode of the mount namespace before any plugin's task_init (i.e. before pyxis moved the
-    /// task into a container); only recorded when `allow_container=0` needs it.
+    /// task into a container); recorded when a check is requested: `allow_container=0` skips
+    /// container steps by it, and a missing NCCL is then the image's to fix.
     host_mnt_ns: Option<u64>,
 }
 
@@ -71,10 +72,8 @@ pub fn task_init_privileged(
     config: &Result<PluginConfig, crate::config::ConfigError>,
     state: &mut TaskState,
 ) -> Result<(), Error> {
-    if let Ok(Some((_, config))) = requested(config, &options::raw()) {
-        if !config.allow_container {
-            state.host_mnt_ns = mount_ns();
-        }
+    if let Ok(Some(_)) = requested(config, &options::raw()) {
+        state.host_mnt_ns = mount_ns();
     }
     Ok(())
 }
@@ -113,7 +112,8 @@ pub fn task_init(
     let rank = spank
         .task_global_id()
         .map_err(spank_err("S_TASK_GLOBAL_ID"))?;
-    if moved_into_a_container(state) {
+    let in_container = moved_into_a_container(state);
+    if in_container && !config.allow_container {
         if rank == 0 {
             say(
                 "nccl-check: skipped: this step runs in a container and the site does not \
@@ -130,7 +130,12 @@ pub fn task_init(
     }
     let mut outcome = worker::run(&inv);
     if outcome.ending == Ok(Ending::Exited(ExitCode::NcclLibrary.code())) {
-        outcome.detail = present::nccl_lib_hint(
+        let hint = if in_container {
+            present::nccl_lib_hint_in_container
+        } else {
+            present::nccl_lib_hint
+        };
+        outcome.detail = hint(
             &outcome.detail,
             user_lib.as_deref(),
             config.nccl_lib.as_deref(),
@@ -142,8 +147,8 @@ pub fn task_init(
     tell(&task, &mode, verbose, &outcome)
 }
 
-/// With `allow_container=0`: whether a plugin before this one (pyxis) moved the task into
-/// another mount namespace since `task_init_privileged`.
+/// Whether a plugin before this one (pyxis) moved the task into another mount namespace since
+/// `task_init_privileged`.
 fn moved_into_a_container(state: &TaskState) -> bool {
     matches!((state.host_mnt_ns, mount_ns()), (Some(host), Some(now)) if host != now)
 }

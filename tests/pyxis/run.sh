@@ -339,6 +339,23 @@ t_reversed_order_checks_the_host() {
     no_drain
 }
 
+t_image_without_nccl_is_named() {
+    # The image's NCCL hidden (an empty file bound over it): the loader in the container finds
+    # none, and the plugin, seeing the task moved into a container, names the image as what lacks
+    # NCCL instead of the host's nccl_lib= (regression: it told the user to ask the admin).
+    as_user srun -N1 -n1 "--container-image=$IMAGE" "--container-mounts=$RES:$RES,/dev/null:$IMAGE_NCCL" \
+        --nccl-check hostname
+    [ "$RC" != 0 ] || fail "srun succeeded without NCCL"
+    [ "$(where worker_rc)" = 3 ] || fail "worker exit $(where worker_rc), expected 3 (NCCL not found)"
+    [ "$(where marker)" = "$TOKEN" ] || fail "the check did not run in the image: marker $(where marker)"
+    expect_err "nccl-check: ERROR on n1 (rank 0 of 1): NCCL library not found in the job's container image (srun --container-image)"
+    expect_err "the image has no libnccl.so.2 that its loader can load"
+    grep -qF "ask your admin" "$ERR" && fail "the hint sends the user to the admin: $(grep -m1 'nccl-check: ERROR' "$ERR")"
+    echo "    stderr: $(grep -m1 'nccl-check: ERROR' "$ERR")"
+    [ -s "$OUT" ] && fail "the task ran: $(cat "$OUT")"
+    no_drain
+}
+
 t_missing_image_is_an_error_not_a_drain() {
     as_user srun -N1 -n1 "--container-image=$CL/work/no-such-image.sqsh" --nccl-check hostname
     [ "$RC" != 0 ] || fail "srun succeeded with a missing image"
@@ -369,6 +386,7 @@ run_test "srun --help lists --container-image [pyxis] and --nccl-check" t_help_l
 run_test "control: pyxis + enroot start the $SUITE image, the worker is mounted in by mounts.d" t_container_starts_without_the_check
 run_test "--container-image --nccl-check: the worker runs in the image with the image's NCCL; ERROR no GPU" t_check_runs_in_the_container_with_its_nccl
 run_test "plugstack order reversed (nccl-check.conf before pyxis.conf): the check runs on the host" t_reversed_order_checks_the_host
+run_test "an image whose NCCL the loader cannot load: ERROR naming the container image" t_image_without_nccl_is_named
 run_test "a missing .sqsh: ERROR for the job, no node drained" t_missing_image_is_an_error_not_a_drain
 run_test "a corrupt .sqsh: ERROR for the job, no node drained" t_corrupt_image_is_an_error_not_a_drain
 
