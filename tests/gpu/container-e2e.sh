@@ -134,6 +134,11 @@ ENROOT_DATA_PATH    $CL/enroot-state/data-\$(id -u)
 ENROOT_TEMP_PATH    $CL/enroot-state/tmp
 ENROOT_MAX_PROCESSORS 2
 CONF
+# No libnvidia-container here: enroot's own 98-nvidia.sh would run for any job whose environment
+# has NVIDIA_VISIBLE_DEVICES (the GPU machine's does) and fail on the missing nvidia-container-cli,
+# so the container never starts. The test-only driver mount below stands in for it.
+rm -f "$ENR/etc/enroot/hooks.d/98-nvidia.sh"
+unset NVIDIA_VISIBLE_DEVICES NVIDIA_DRIVER_CAPABILITIES
 # The project's enroot files as a site installs them; the fstab's host paths moved under $SITE
 # (source = target and every option unchanged), as tests/pyxis/run.sh does.
 install -m 0755 "$REPO/enroot/hooks.d/90-nccl-check.sh" "$ENR/etc/enroot/hooks.d/"
@@ -143,8 +148,12 @@ sed -e "s#/usr/libexec/nccl-check#$SITE/libexec/nccl-check#g" -e "s#/etc/nccl-ch
 grep -q "^$SITE/libexec/nccl-check  *$SITE/libexec/nccl-check " "$ENR/etc/enroot/mounts.d/90-nccl-check.fstab" \
     || die "the fstab rewrite missed the worker line"
 
-# The host driver's libraries for the container (test-only stand-in for libnvidia-container).
-DRIVER_LIBS=(libcuda.so.1 libnvidia-ml.so.1)
+# The host driver's libraries for the container (test-only stand-in for libnvidia-container,
+# whose "compute" and "utility" capabilities mount these): libcuda, NVML, and the PTX JIT
+# compiler the driver loads for the check kernels' PTX (without it: CUDA_ERROR_JIT_COMPILER_NOT_FOUND,
+# seen on 2x H200); libnvidia-nvvm where the driver ships it.
+DRIVER_LIBS=(libcuda.so.1 libnvidia-ml.so.1 libnvidia-ptxjitcompiler.so.1)
+ldconfig -p | grep -q 'libnvidia-nvvm.so.4 ' && DRIVER_LIBS+=(libnvidia-nvvm.so.4)
 driver_fstab=$ENR/etc/enroot/mounts.d/95-nccl-check-e2e-driver.fstab
 : >"$driver_fstab"
 if [ "$REHEARSAL" = 1 ]; then

@@ -20,7 +20,7 @@
 # --worker CMD runs CMD (split on blanks) instead of `NCCL_CHECK --nccl-lib LIB` with the same
 # arguments and environment, plus FABRIC_FAULT (the row's fault); fabric-sim-worker.sh is the
 # GPU-less stand-in (nccl-check-sim: the real rendezvous and localizer across the namespaces).
-# --alltoall-fraction F: the workers' [outliers] alltoall_fraction (0.25, see the plan's config
+# --alltoall-fraction F: the workers' [outliers] alltoall_fraction (default the built-in 0.5, see the plan's config
 # below), for a run that calibrates it.
 # --budget S: no row starts after S seconds (the rest are listed NOT RUN), so a run fits a
 # device call's limit. The worker defaults to target/gpu-carry/nccl-check, else
@@ -40,7 +40,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIN=$REPO/target/gpu-carry/nccl-check
 [ -x "$BIN" ] || BIN=$REPO/target/release/nccl-check
 NODES=8 OUTDIR=/tmp/nccl-check-fabric ROWS= REPEAT= LIB= BUDGET=
-TABLE=$REPO/tests/gpu/fabric-faults.txt WORKER= TIMEOUT_S= STAGGER=0.6 SELFTEST=0 A2A_FRACTION=0.25
+TABLE=$REPO/tests/gpu/fabric-faults.txt WORKER= TIMEOUT_S= STAGGER=0.6 SELFTEST=0 A2A_FRACTION=0.5
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) NODES=$2; shift 2 ;;
@@ -286,12 +286,10 @@ CFG=$OUTDIR/fabric-plan.toml
 # pairs read 0.75x the others in their screening round and again in their retest
 # (bench-core/benchmarks/results/2026-11-24-h100x1-fabric-visit3). The faults of the table are at
 # 0.3-0.4x, far below either.
-# alltoall_fraction: 0.25 (--alltoall-fraction), not the built-in 0.5: the alltoall beside the
-# all_reduce is made of sendrecv exchanges, which between emulated nodes read ~0.6x the
-# all_reduce's busbw even when healthy (0.26 against 0.44 GB/s at 8 nodes:
-# bench-core/benchmarks/results/2026-11-27-h200x2-cross-paths), and a healthy alltoall between
-# them is not measured yet (its line in fab01.log says what it read); the far-path rows' alltoall
-# reads ~0.12-0.15x (fabric-faults.txt).
+# alltoall_fraction: the built-in 0.5 unless --alltoall-fraction. Measured on 2x H200 (all nodes
+# on GPU 0, 2026-11-27, bench-core/benchmarks/results/2026-11-27-h200x2-all-paths): healthy, the
+# alltoall read 0.93-1.03x the all_reduce's busbw at 8 nodes and 0.80x at 16; the far-path rows
+# 0.14x and 0.18x.
 case $A2A_FRACTION in 0.[0-9]*) ;; *) say "--alltoall-fraction must be 0.x"; exit 2 ;; esac
 cat >"$CFG" <<EOF
 # tests/gpu/fabric.sh: the quick plan at 32 MiB (sockets between emulated nodes)

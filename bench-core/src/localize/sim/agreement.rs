@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 
 /// The emulated bridge's healthy rate per node, Gbit/s (0.4 GB/s busbw, see the module's doc).
 const HEALTHY_GBIT: f64 = 3.2;
-/// tests/gpu/fabric.sh's `[outliers] alltoall_fraction` for the emulated fabric.
-const FABRIC_ALLTOALL: f64 = 0.25;
+/// tests/gpu/fabric.sh's `[outliers] alltoall_fraction` for the emulated fabric (the built-in 0.5).
+const FABRIC_ALLTOALL: f64 = 0.5;
 /// Seeds of the simulation's noise: each must give the same culprits.
 const SEEDS: [u64; 5] = [1, 2, 3, 4, 5];
 
