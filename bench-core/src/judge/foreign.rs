@@ -164,7 +164,7 @@ mod tests {
         r
     }
 
-    fn run(r: &mut Report) -> ExitCode {
+    fn run(r: Report) -> (Report, ExitCode) {
         let rules = vec![rule("sendrecv", 2, 1, 255.0)];
         let expect = crate::facts::transport::TransportExpectation::default();
         let judging = Judging {
@@ -180,8 +180,9 @@ mod tests {
     /// the report and the verdict line name it as a warning.
     #[test]
     fn an_idle_foreign_process_is_a_warning_naming_it_and_the_check_passes() {
-        let mut r = report(Some(4242), 300.0);
-        assert_eq!(run(&mut r), ExitCode::Pass);
+        let r = report(Some(4242), 300.0);
+        let (r, code) = run(r);
+        assert_eq!(code, ExitCode::Pass);
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
         let w = &r.warnings[0];
         assert_eq!(w.code, ReasonCode::ForeignProcess);
@@ -197,13 +198,15 @@ mod tests {
             "{}",
             r.summary
         );
-        let mut clean = report(None, 300.0);
-        assert_eq!(run(&mut clean), ExitCode::Pass);
+        let clean = report(None, 300.0);
+        let (clean, code) = run(clean);
+        assert_eq!(code, ExitCode::Pass);
         assert!(clean.warnings.is_empty());
         // Another process of this check on the GPU (emulated nodes sharing one) is none.
         let mut ours = report(Some(4242), 100.0);
         ours.processes[0].pid = 4242;
-        assert_eq!(run(&mut ours), ExitCode::Fail);
+        let (ours, code) = run(ours);
+        assert_eq!(code, ExitCode::Fail);
         assert!(ours.warnings.is_empty(), "{:?}", ours.warnings);
         assert!(
             ours.reasons.iter().all(|r| r.code != ReasonCode::GpuBusy),
@@ -216,8 +219,9 @@ mod tests {
     /// GPU busy (class busy), before the slow link it explains.
     #[test]
     fn a_slow_gpu_another_process_holds_fails_as_busy_not_as_a_slow_link() {
-        let mut r = report(Some(4242), 100.0);
-        assert_eq!(run(&mut r), ExitCode::Fail);
+        let r = report(Some(4242), 100.0);
+        let (r, code) = run(r);
+        assert_eq!(code, ExitCode::Fail);
         let first = &r.reasons[0];
         assert_eq!(
             (first.code, first.subject.as_deref()),
@@ -229,8 +233,9 @@ mod tests {
         let deciding = nccl_check_contract::report::cause::deciding(&r.reasons).expect("one");
         assert_eq!(deciding.cause().as_str(), "busy");
         assert!(r.warnings.is_empty());
-        let mut clean = report(None, 100.0);
-        assert_eq!(run(&mut clean), ExitCode::Fail);
+        let clean = report(None, 100.0);
+        let (clean, code) = run(clean);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(
             nccl_check_contract::report::cause::deciding(&clean.reasons)
                 .map(|d| d.cause().as_str()),
@@ -260,7 +265,8 @@ mod tests {
             "reasons": [slow],
         });
         r.localization = Some(serde_json::from_value(summary).expect("a summary"));
-        assert_eq!(run(&mut r), ExitCode::Fail);
+        let (r, code) = run(r);
+        assert_eq!(code, ExitCode::Fail);
         let got: Vec<(ReasonCode, Option<&str>)> = r
             .reasons
             .iter()

@@ -12,6 +12,7 @@ use crate::judge::evidence;
 use crate::judge::floors::Floors;
 use crate::judge::thresholds::GpuModel;
 use crate::meet::topology::Topology;
+use crate::report::assemble::Judgement;
 use crate::report::json::{Reason, Report};
 use crate::report::{Expected, PairKind, Row};
 use crate::verdict::ExitCode;
@@ -63,17 +64,16 @@ pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>, basis: &'a Basis) -
     }
 }
 
-/// Judges a finished run: fills `avg_busbw`, `reasons`, the verdict and the summary of
-/// `report`, and returns the exit code (PASS or FAIL). `log` is NCCL's parsed log, when it was
-/// recorded.
+/// Judges a finished run from its report: PASS or FAIL, the reasons and warnings, the summary,
+/// `avg_busbw` and what each result was held against (`Report::record_verdict` puts them in).
+/// `log` is NCCL's parsed log, when it was recorded.
 pub fn judge(
-    report: &mut Report,
+    report: &Report,
     judging: &Judging,
     basis: &Basis,
     log: Option<&TransportSummary>,
     can_access_peer: PeerAccess,
-) -> ExitCode {
-    report.avg_busbw = avg_busbw(&report.results);
+) -> Judgement {
     let topology = &basis.topology;
     let floors = floors(report, judging, basis);
     let all = report.nranks;
@@ -144,13 +144,7 @@ pub fn judge(
         ExitCode::Fail
     };
     let (rows, pairs) = expectations(report, &floors, judging.outlier_fraction);
-    for (r, e) in report.results.iter_mut().zip(rows) {
-        r.expected = e;
-    }
-    for (p, e) in report.pairs.iter_mut().zip(pairs) {
-        p.expected = e;
-    }
-    let mut summary = summary(report, topology.node_count(), &reasons);
+    let mut summary = summary(report, &rows, topology.node_count(), &reasons);
     for g in &report.shared_gpus {
         let ranks: Vec<String> = g.iter().map(u32::to_string).collect();
         summary += &format!(
@@ -161,10 +155,15 @@ pub fn judge(
     if let Some(w) = warnings.first() {
         summary = format!("{summary}; WARNING {}: {}", w.code, w.message);
     }
-    report.reasons = reasons;
-    report.warnings = warnings;
-    report.set_outcome(code, summary);
-    code
+    Judgement {
+        code,
+        summary,
+        reasons,
+        warnings,
+        avg_busbw: avg_busbw(&report.results),
+        rows,
+        pairs,
+    }
 }
 
 /// What each result and each pair was held against (`Row::expected`, `PairRow::expected`):
@@ -230,9 +229,15 @@ pub fn avg_busbw(rows: &[Row]) -> BTreeMap<String, f64> {
     by_coll.into_iter().map(|(k, (s, n))| (k, s / n)).collect()
 }
 
-/// One line for a terminal or a drain reason: what was measured when all is well, else the
-/// first reason and how many more there are.
-pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
+/// One line for a terminal or a drain reason: what was measured when all is well (the best row
+/// with what it was held against, `expected` in the rows' order), else the first reason and
+/// how many more there are.
+pub fn summary(
+    report: &Report,
+    expected: &[Option<Expected>],
+    nodes: u32,
+    reasons: &[Reason],
+) -> String {
     match reasons {
         [] => {}
         [only] => return only.message.clone(),
@@ -249,10 +254,10 @@ pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
     let best = report
         .results
         .iter()
-        .max_by(|a, b| a.out_of_place.busbw.total_cmp(&b.out_of_place.busbw))
-        .map(|r| {
-            let held = r
-                .expected
+        .zip(expected.iter().chain(std::iter::repeat(&None)))
+        .max_by(|(a, _), (b, _)| a.out_of_place.busbw.total_cmp(&b.out_of_place.busbw))
+        .map(|(r, expected)| {
+            let held = expected
                 .as_ref()
                 .map_or(" (no floor: held against peers)".to_string(), |e| {
                     format!(" (floor {} GB/s, {:.2}x)", num(e.floor_gbs), e.margin)
@@ -332,7 +337,7 @@ pub fn transport_reasons(
         (Some(da), Some(db)) => can_access_peer(da, db),
         _ => false,
     };
-    // Judged as intra-node only where P2P is possible; other same-node paths are left alone.
+    // Judgement as intra-node only where P2P is possible; other same-node paths are left alone.
     let same_node =
         |a: u32, b: u32| topology.same_node(a as usize, b as usize) && p2p_possible(a, b);
     crate::facts::transport::check_transports(log, &same_node, expect)
@@ -345,18 +350,18 @@ pub fn transport_reasons(
 /// topology of its processes, the model of its first GPU (tests).
 #[cfg(test)]
 pub(crate) fn judge_alone(
-    report: &mut Report,
+    mut report: Report,
     judging: &Judging,
     log: Option<&TransportSummary>,
     can_access_peer: PeerAccess,
-) -> ExitCode {
+) -> (Report, ExitCode) {
     let topology = Arc::new(Topology::new(&report.processes));
     let id = report.gpus.first().and_then(|g| {
         g.info
             .pci_device_id
             .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id))
     });
-    let name = gpu_name(report).to_string();
+    let name = gpu_name(&report).to_string();
     let gpu = Arc::new(GpuModel {
         sku: crate::facts::sku::Identity::resolve(id, &name).sku(),
         name,
@@ -366,7 +371,8 @@ pub(crate) fn judge_alone(
             .map_or(crate::facts::interconnect::Class::Unknown, |i| i.class),
     });
     let basis = Basis { topology, gpu };
-    judge(report, judging, &basis, log, can_access_peer)
+    let code = report.record_verdict(judge(&report, judging, &basis, log, can_access_peer));
+    (report, code)
 }
 
 #[cfg(test)]
@@ -453,7 +459,12 @@ mod tests {
         r
     }
 
-    fn run(report: &mut Report, min_busbw: Option<f64>, log: Option<&str>, p2p: bool) -> ExitCode {
+    fn run(
+        report: Report,
+        min_busbw: Option<f64>,
+        log: Option<&str>,
+        p2p: bool,
+    ) -> (Report, ExitCode) {
         let rules = rules();
         let expect = TransportExpectation {
             intra_node_p2p: true,
@@ -492,17 +503,19 @@ mod tests {
             round_times: Vec::new(),
             reasons: vec![reason.clone()],
         });
-        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        let (r, code) = run(r, None, None, true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.reasons, vec![reason]);
     }
 
     #[test]
     fn a_healthy_node_passes_with_what_was_measured_in_the_summary() {
-        let mut r = report(
+        let r = report(
             vec![row("all_reduce", 338.0), row("all_gather", 250.0)],
             300.0,
         );
-        assert_eq!(run(&mut r, None, None, true), ExitCode::Pass);
+        let (r, code) = run(r, None, None, true);
+        assert_eq!(code, ExitCode::Pass);
         assert_eq!(r.verdict, Verdict::Pass);
         assert!(r.reasons.is_empty(), "{:?}", r.reasons);
         assert_eq!(
@@ -541,7 +554,7 @@ mod tests {
             min_busbw: None,
             expect: &expect,
         };
-        judge_alone(&mut r, &judging, None, &|_, _| true);
+        let (r, _) = judge_alone(r, &judging, None, &|_, _| true);
         let e = r.pairs[5].expected.as_ref().expect("held against peers");
         assert!((e.floor_gbs - 85.0).abs() < 1e-9, "{e:?}");
         assert!(
@@ -553,8 +566,9 @@ mod tests {
 
     #[test]
     fn a_slow_collective_fails_and_is_named_in_the_summary() {
-        let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
-        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        let r = report(vec![row("all_reduce", 120.0)], 300.0);
+        let (r, code) = run(r, None, None, true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!((r.verdict, r.exit_code), (Verdict::Fail, 1));
         assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
         assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
@@ -568,7 +582,8 @@ mod tests {
     fn several_reasons_show_the_first_and_how_many_more() {
         let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
         r.pairs[5].busbw = 40.0; // GPU2<->GPU3: below its floor and its peers
-        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        let (r, code) = run(r, None, None, true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.reasons.len(), 2, "{:?}", r.reasons);
         assert_eq!(
             r.summary,
@@ -585,29 +600,23 @@ mod tests {
                 nvls_used: nvls,
                 ..TransportInfo::not_recorded(String::new())
             });
-            assert_eq!(
-                run(&mut r, Some(500.0), None, true),
-                ExitCode::Pass,
-                "{:?}",
-                r.reasons
-            );
+            let (mut r, code) = run(r, Some(500.0), None, true);
+            assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
             // The GPU pairs keep their floor.
             r.pairs.iter_mut().for_each(|p| p.busbw = 100.0);
-            assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+            let (_, code) = run(r, None, None, true);
+            assert_eq!(code, ExitCode::Fail);
         }
     }
 
     #[test]
     fn min_busbw_applies_to_collectives_but_not_to_gpu_pairs() {
-        let mut r = report(vec![row("all_reduce", 450.0)], 300.0);
-        assert_eq!(
-            run(&mut r, Some(400.0), None, true),
-            ExitCode::Pass,
-            "{:?}",
-            r.reasons
-        );
-        let mut r = report(vec![row("all_reduce", 350.0)], 300.0);
-        assert_eq!(run(&mut r, Some(400.0), None, true), ExitCode::Fail);
+        let r = report(vec![row("all_reduce", 450.0)], 300.0);
+        let (r, code) = run(r, Some(400.0), None, true);
+        assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
+        let r = report(vec![row("all_reduce", 350.0)], 300.0);
+        let (r, code) = run(r, Some(400.0), None, true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.reasons[0].limit, Some(400.0));
     }
 
@@ -617,14 +626,16 @@ mod tests {
 
     #[test]
     fn shm_between_gpus_that_can_reach_each_other_is_a_transport_fallback() {
-        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
-        assert_eq!(run(&mut r, None, Some(SHM_LOG), true), ExitCode::Fail);
+        let r = report(vec![row("all_reduce", 338.0)], 300.0);
+        let (r, code) = run(r, None, Some(SHM_LOG), true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
         assert_eq!(r.reasons[0].code, ReasonCode::TransportFallback);
         assert_eq!(r.reasons[0].subject.as_deref(), Some("GPU0->GPU1"));
         // Without peer access CUDA expects no P2P there: SHM is what it should be.
-        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
-        assert_eq!(run(&mut r, None, Some(SHM_LOG), false), ExitCode::Pass);
+        let r = report(vec![row("all_reduce", 338.0)], 300.0);
+        let (_, code) = run(r, None, Some(SHM_LOG), false);
+        assert_eq!(code, ExitCode::Pass);
     }
 
     #[test]
@@ -640,11 +651,7 @@ mod tests {
             first_rank: 1,
         });
         r.gpus.truncate(1);
-        assert_eq!(
-            run(&mut r, None, Some(SHM_LOG), true),
-            ExitCode::Pass,
-            "{:?}",
-            r.reasons
-        );
+        let (r, code) = run(r, None, Some(SHM_LOG), true);
+        assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
     }
 }

@@ -293,7 +293,7 @@ mod every_process {
         r
     }
 
-    fn judged(r: &mut Report) -> ExitCode {
+    fn judged(r: Report) -> (Report, ExitCode) {
         let rules = vec![crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)];
         let expect = crate::facts::transport::TransportExpectation::default();
         let judging = Judging {
@@ -352,7 +352,8 @@ mod every_process {
             own_findings_win(&mut summary.reasons, &own[p as usize]);
             let mut r = report(p, 1);
             r.localization = Some(summary);
-            assert_eq!(judged(&mut r), ExitCode::Fail);
+            let (r, code) = judged(r);
+            assert_eq!(code, ExitCode::Fail);
             let subjects: Vec<(ReasonCode, &str)> = r
                 .reasons
                 .iter()
@@ -414,7 +415,8 @@ mod every_process {
                 pair("e2", "e4", 2.15),
             ];
             r.node_findings = own[p as usize].clone();
-            assert_eq!(judged(&mut r), ExitCode::Fail);
+            let (r, code) = judged(r);
+            assert_eq!(code, ExitCode::Fail);
             let subjects: Vec<(ReasonCode, &str)> = r
                 .reasons
                 .iter()
@@ -460,7 +462,8 @@ mod every_process {
         own_findings_win(&mut summary.reasons, &own[0]);
         r.localization = Some(summary);
         r.node_findings = own[0].clone();
-        assert_eq!(judged(&mut r), ExitCode::Fail);
+        let (r, code) = judged(r);
+        assert_eq!(code, ExitCode::Fail);
         let codes: Vec<ReasonCode> = r.reasons.iter().map(|x| x.code).collect();
         assert_eq!(
             codes,
