@@ -1,14 +1,14 @@
 //! The verdict of a finished run, as plain functions of its report and the configuration:
 //! average busbw per collective, the reasons for FAIL (thresholds and outliers from
-//! `analysis`, transport fallbacks from `transport`, the node's facts and host interference from
-//! `evidence`), PASS or FAIL, and the summary line.
+//! `analysis`; the node's facts, host interference, a busy host, other processes on the GPUs and
+//! transport fallbacks from `evidence`), PASS or FAIL, and the summary line.
 //! CUDA's answer to "can these two GPUs reach each other directly" comes in as a function, so
 //! all of it runs without a GPU.
 
 use crate::config::worker::Threshold;
 use crate::facts::num;
 use crate::facts::transport::{TransportExpectation, TransportSummary};
-use crate::judge::evidence;
+use crate::judge::evidence::{self, PeerAccess};
 use crate::judge::floors::Floors;
 use crate::judge::thresholds::GpuModel;
 use crate::meet::topology::Topology;
@@ -30,9 +30,6 @@ pub struct Judging<'a> {
     /// What the paths must use.
     pub expect: &'a TransportExpectation,
 }
-
-/// Whether CUDA can map device `b`'s memory from device `a` (`cuda::can_access_peer`).
-pub type PeerAccess<'a> = &'a dyn Fn(usize, usize) -> bool;
 
 /// The GPU model thresholds are looked up by: this process's first GPU.
 pub fn gpu_name(report: &Report) -> &str {
@@ -66,7 +63,8 @@ pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>, basis: &'a Basis) -
 
 /// Judges a finished run from its report: PASS or FAIL, the reasons and warnings, the summary,
 /// `avg_busbw` and what each result was held against (`Report::record_verdict` puts them in).
-/// `log` is NCCL's parsed log, when it was recorded.
+/// `log` is NCCL's parsed log, when it was recorded. One pass, each family of reasons in turn,
+/// then which cause wins where two name one part.
 pub fn judge(
     report: &Report,
     judging: &Judging,
@@ -76,41 +74,11 @@ pub fn judge(
 ) -> Judgement {
     let topology = &basis.topology;
     let floors = floors(report, judging, basis);
-    let all = report.nranks;
-    // Rows the host slowed (fast by the GPUs' clock) are warned about, not held to their floor.
-    let (warnings, spared) =
-        evidence::host_interference(&report.results, &report.gpu_side, &|c, b| {
-            floors.floor(c, all, b)
-        });
-    let spared =
-        |c: &str, n: u32, b: u64| n == all && spared.iter().any(|(sc, sb)| sc == c && *sb == b);
-    // Pairs slowed by their host only are warned about; the rest judged at what they delivered.
-    let (pairs, pair_warnings) = evidence::pair_host_interference(
-        &report.pairs,
-        judging.outlier_fraction,
-        &|c, n, b| floors.floor(c, n, b),
-        topology.node_count() > 1,
-    );
-    let mut warnings = warnings;
-    warnings.extend(pair_warnings);
-    // The node's own facts first: they name the part.
-    let facts = evidence::node_findings(report, judging.outlier_fraction);
+    let fraction = judging.outlier_fraction;
+    // The node's own facts first: they name the part, and are cited in what they explain.
+    let facts = evidence::node_findings(&report.gpus, report.facts.as_ref(), fraction);
     let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
-    let mut measured = crate::judge::analysis::fail_reasons(
-        &report.results,
-        &pairs,
-        report.nranks,
-        topology.node_count(),
-        judging.outlier_fraction,
-        &|c, n, b| {
-            if spared(c, n, b) {
-                None
-            } else {
-                floors.floor(c, n, b)
-            }
-        },
-    );
-    measured.extend(evidence::node_pair_floor(report));
+    let (mut measured, mut warnings) = measured(report, &floors, fraction, topology.node_count());
     evidence::cite(&mut measured, &facts);
     reasons.extend(measured);
     // The node-level localizer (multi-node checks) judged its own rounds; its reasons join.
@@ -122,20 +90,17 @@ pub fn judge(
     let (mut reasons, host_warnings) = evidence::host_cause(reasons, host, &report.host);
     warnings.extend(host_warnings);
     if let Some(log) = log {
-        reasons.extend(transport_reasons(
-            report,
-            topology,
-            judging.expect,
-            log,
-            can_access_peer,
-        ));
+        let (gpus, expect) = (&report.gpus, judging.expect);
+        let fallbacks = evidence::transport_reasons(gpus, topology, expect, log, can_access_peer);
+        reasons.extend(fallbacks);
     }
     // Other processes on the GPUs: the cause of the slow results on them (first), else a
     // warning that a job will meet them.
-    let (busy, foreign) = crate::judge::foreign::foreign_processes(report, &reasons);
+    let node = evidence::own_node(&report.gpus, &report.processes, &report.host);
+    let (busy, foreign) =
+        evidence::foreign_processes(&report.gpus, &report.processes, &node, &reasons);
     reasons.splice(0..0, busy);
     // This node's own finding is its cause, not the localizer's reading of its network.
-    let node = crate::judge::foreign::own_node(report);
     crate::localize::own::own_node_wins(&mut reasons, &node, topology.node_names());
     let warnings: Vec<Reason> = foreign.into_iter().chain(warnings).collect();
     let code = if reasons.is_empty() {
@@ -164,6 +129,41 @@ pub fn judge(
         rows,
         pairs,
     }
+}
+
+/// The measurements' reasons (rows below their floor or their peers, slow pairs and their
+/// culprits, node pairs below their NICs' rate) and the warnings for what only the host slowed
+/// (fast by the GPUs' clock: warned about, not held to a floor; pairs judged at what they
+/// delivered).
+fn measured(
+    report: &Report,
+    floors: &Floors,
+    fraction: f64,
+    nodes: u32,
+) -> (Vec<Reason>, Vec<Reason>) {
+    let all = report.nranks;
+    let (mut warnings, spared) =
+        evidence::host_interference(&report.results, &report.gpu_side, &|c, b| {
+            floors.floor(c, all, b)
+        });
+    let (pairs, pair_warnings) = evidence::pair_host_interference(
+        &report.pairs,
+        fraction,
+        &|c, n, b| floors.floor(c, n, b),
+        nodes > 1,
+    );
+    warnings.extend(pair_warnings);
+    let floor = |c: &str, n: u32, b: u64| {
+        let host_slowed = n == all && spared.iter().any(|(sc, sb)| sc == c && *sb == b);
+        floors.floor(c, n, b).filter(|_| !host_slowed)
+    };
+    let mut reasons =
+        crate::judge::analysis::fail_reasons(&report.results, &pairs, all, nodes, fraction, &floor);
+    reasons.extend(evidence::node_pair_floor(
+        &report.pairs,
+        report.facts.as_ref(),
+    ));
+    (reasons, warnings)
 }
 
 /// What each result and each pair was held against (`Row::expected`, `PairRow::expected`):
@@ -310,40 +310,6 @@ pub fn probe_line(report: &Report) -> String {
         Some(why) if probed.is_empty() => format!("local probe: not measured ({why})"),
         _ => crate::facts::local_probe::results_line(&probed),
     }
-}
-
-/// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each
-/// other directly, another network than the profile's between nodes, no CollNet/NVLS when they
-/// were asked for.
-pub fn transport_reasons(
-    report: &Report,
-    topology: &Topology,
-    expect: &TransportExpectation,
-    log: &TransportSummary,
-    can_access_peer: PeerAccess,
-) -> Vec<Reason> {
-    if !log.has_connections() {
-        return Vec::new();
-    }
-    // Only this process's GPUs can be asked to CUDA: the report lists their ranks and devices.
-    let device_of = |rank: u32| {
-        report
-            .gpus
-            .iter()
-            .find(|g| g.rank == rank)
-            .map(|g| g.info.device)
-    };
-    let p2p_possible = |a: u32, b: u32| match (device_of(a), device_of(b)) {
-        (Some(da), Some(db)) => can_access_peer(da, db),
-        _ => false,
-    };
-    // Judgement as intra-node only where P2P is possible; other same-node paths are left alone.
-    let same_node =
-        |a: u32, b: u32| topology.same_node(a as usize, b as usize) && p2p_possible(a, b);
-    crate::facts::transport::check_transports(log, &same_node, expect)
-        .iter()
-        .map(|f| f.to_reason())
-        .collect()
 }
 
 /// [`judge`] with the basis the worker would have built for a report made by hand: the

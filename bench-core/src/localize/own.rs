@@ -96,7 +96,7 @@ pub fn process_nodes(t: &Topology) -> Vec<String> {
 /// One sum over every rank of this process's findings (`mine`: empty on all but one rank of each
 /// process), then every node's findings decoded (see [`decode_findings`]); this process's own
 /// left out unless `include_own` (the worker judges its own node itself, with the pid's user
-/// and the whole check's window: `judge::foreign`, `judge::evidence`). `sum` is the caller's
+/// and the whole check's window: `judge::evidence`). `sum` is the caller's
 /// sum over every rank; every rank of the check must call this, or none.
 pub fn exchange<E>(
     process: usize,
@@ -303,7 +303,7 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     });
     // Another node's own finding explains the slow readings beside it (a collective over every
     // rank slowed by that node's busy GPU): it leads them, as this node's own findings do
-    // (`judge::foreign`), so the verdict line names it.
+    // (`judge::evidence::foreign_processes`), so the verdict line names it.
     let shared = |r: &Reason| {
         matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
             && r.code != ReasonCode::HostInterference

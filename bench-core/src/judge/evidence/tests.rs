@@ -9,6 +9,7 @@ use crate::judge::floors::tests::rule;
 use crate::judge::overall::{judge_alone, Judging};
 use crate::meet::rendezvous::Member;
 use crate::report::gpu::GpuInfo;
+use crate::report::json::Report;
 use crate::report::{PairRow, Placement};
 use crate::verdict::{ExitCode, Verdict};
 
@@ -321,7 +322,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
         host: None,
     };
     r.facts = Some(facts.clone());
-    let slow = node_pair_floor(&r);
+    let slow = node_pair_floor(&r.pairs, r.facts.as_ref());
     assert_eq!(slow.len(), 1);
     assert_eq!(slow[0].subject.as_deref(), Some("n1<->n2"));
     assert!(
@@ -330,7 +331,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
         slow[0].message
     );
     r.pairs[0].busbw = 40.0;
-    assert!(node_pair_floor(&r).is_empty());
+    assert!(node_pair_floor(&r.pairs, r.facts.as_ref()).is_empty());
     // A port down: FAIL naming it, cited by the node pair's slow reason.
     let down = Finding::new(
         ReasonCode::NetPortDown,
@@ -339,7 +340,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
     );
     facts.net = Some(net(Some(37.5), vec![down]));
     r.facts = Some(facts);
-    let f = node_findings(&r, 0.85);
+    let f = node_findings(&r.gpus, r.facts.as_ref(), 0.85);
     assert_eq!(f.len(), 1);
     assert_eq!(reason(f[0].0, &f[0].1).code, ReasonCode::NetPortDown);
     let mut rs = vec![Reason {

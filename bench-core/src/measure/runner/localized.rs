@@ -167,7 +167,7 @@ impl Measurer<'_> {
     /// Every node's own findings (a GPU another process holds, a starved worker, a missing GPU,
     /// a busy host), in every process: one sum over every rank of one block of slots per
     /// process, filled by that process's recorder thread (`localize::own::exchange`); this
-    /// process's own node is judged by its own verdict (`judge::foreign`, `judge::evidence`).
+    /// process's own node is judged by its own verdict (`judge::evidence`).
     pub(super) fn own_findings(&self, start: &Start) -> Result<Vec<NodeFindings>, RunError> {
         let t = &start.topology;
         let me = self.rank as usize;
