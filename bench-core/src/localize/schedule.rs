@@ -30,6 +30,8 @@ pub struct Localizer {
     n: usize,
     g: usize,
     cfg: LocalizeConfig,
+    /// What the findings call each node: `node<K>` until [`Localizer::named`].
+    names: Vec<String>,
     stage: Stage,
     pending: Option<Round>,
     rounds: usize,
@@ -81,6 +83,7 @@ impl Localizer {
             n: nodes,
             g: gpus_per_node,
             cfg,
+            names: (0..nodes).map(super::node_name).collect(),
             stage: Stage::Local,
             pending: None,
             rounds: 0,
@@ -94,6 +97,15 @@ impl Localizer {
             cursor: 0,
             retested: Vec::new(),
         })
+    }
+
+    /// The localizer whose findings name the nodes `names` (the topology's, by index), as the
+    /// report does; a list of another length leaves the `node<K>` names.
+    pub fn named(mut self, names: &[String]) -> Localizer {
+        if names.len() == self.n {
+            self.names = names.to_vec();
+        }
+        self
     }
 
     /// The round to measure next; the same round again until its results are recorded. `None`:
@@ -237,6 +249,7 @@ impl Localizer {
             local: &self.local,
             pairs: &self.pairs,
             allocation: self.allocation,
+            names: &self.names,
         });
         LocalizeVerdict {
             findings,

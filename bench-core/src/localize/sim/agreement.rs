@@ -236,7 +236,7 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
         });
     }
     let verdict: LocalizeVerdict = match Localizer::new(row.nodes, 1, LocalizeConfig::default())
-        .and_then(|l| simulate(l, &mut fabric))
+        .and_then(|l| simulate(l.named(&names(row.nodes)), &mut fabric))
     {
         Ok(v) => v,
         Err(e) => {
@@ -259,7 +259,7 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
         detail: verdict
             .findings
             .iter()
-            .map(|f| crate::localize::reasons::rename(&f.message, &names(row.nodes)))
+            .map(|f| f.message.as_str())
             .collect::<Vec<_>>()
             .join("; "),
     }
