@@ -67,11 +67,7 @@ fn measure(
     // What the progress line and the watchdog name while the libraries load.
     *status.lock().unwrap_or_else(|p| p.into_inner()) =
         vec!["loading NCCL and the CUDA driver".to_string()];
-    let loaded = load(opts);
-    record.phases.cuda_init_ms = loaded.cuda_init_ms;
-    record.phases.nccl_load_ms = loaded.nccl_load_ms;
-    record.nccl = loaded.info;
-    let (nccl, visible) = loaded.ready?;
+    let (nccl, visible) = load(opts, record)?;
     let devices = devices(opts, visible)?;
     if opts.explain_thresholds {
         let nvml = health.resolve(deadline);
@@ -107,13 +103,15 @@ fn measure(
     }
     record.sku = Some(identity);
     record.interconnect = Some(interconnect);
-    let (rendezvous_ms, joined) = meet(opts, nccl, host, &devices, deadline);
-    record.phases.rendezvous_ms = rendezvous_ms;
-    let met = joined.and_then(|joined| {
-        record.nranks = joined.nranks();
-        record.processes = joined.members.clone();
-        start(opts, joined, &devices, deadline, &senders, &gpu)
-    });
+    let met = meet(
+        opts,
+        nccl,
+        (host, &devices),
+        deadline,
+        &senders,
+        record,
+        &gpu,
+    );
     let (team, topology) = match met {
         Ok(met) => met,
         Err(e) => {
@@ -206,17 +204,9 @@ fn wait_for_gpus(
     gathered
 }
 
-/// NCCL and the CUDA driver, loaded (or why not), and how long each took.
-struct Loaded {
-    cuda_init_ms: f64,
-    nccl_load_ms: f64,
-    info: Option<NcclInfo>,
-    /// NCCL and the number of visible GPUs.
-    ready: Result<(&'static Nccl, usize), RunError>,
-}
-
-/// dlopen NCCL while the driver starts (both take a while, neither needs the other).
-fn load(opts: &Options) -> Loaded {
+/// dlopen NCCL while the driver starts (both take a while, neither needs the other); returns
+/// NCCL and the number of visible GPUs.
+fn load(opts: &Options, record: &mut Measured) -> Result<(&'static Nccl, usize), RunError> {
     let lib_path = opts.nccl_lib.clone();
     let loader = std::thread::spawn(move || {
         let t = Instant::now();
@@ -224,32 +214,21 @@ fn load(opts: &Options) -> Loaded {
     });
     let t = Instant::now();
     let driver = cuda::init_driver(opts.cuda_visible_devices.as_deref());
-    let mut loaded = Loaded {
-        cuda_init_ms: ms(t.elapsed()),
-        nccl_load_ms: 0.0,
-        info: None,
-        ready: Err(RunError::Runtime("NCCL loader thread panicked".into())),
-    };
-    let Ok((nccl, load_time)) = loader.join() else {
-        return loaded;
-    };
-    loaded.nccl_load_ms = ms(load_time);
-    let nccl: &'static Nccl = match nccl {
-        Ok(n) => Box::leak(Box::new(n)),
-        Err(e) => {
-            loaded.ready = Err(RunError::Library(e.to_string()));
-            return loaded;
-        }
-    };
-    loaded.info = Some(NcclInfo {
+    record.phases.cuda_init_ms = ms(t.elapsed());
+    let (nccl, load_time) = loader
+        .join()
+        .map_err(|_| RunError::Runtime("NCCL loader thread panicked".into()))?;
+    record.phases.nccl_load_ms = ms(load_time);
+    let nccl: &'static Nccl = Box::leak(Box::new(
+        nccl.map_err(|e| RunError::Library(e.to_string()))?,
+    ));
+    record.nccl = Some(NcclInfo {
         version: nccl.version_string(),
         version_code: nccl.version,
         library: nccl.path.display().to_string(),
     });
-    loaded.ready = driver
-        .map(|visible| (nccl, visible))
-        .map_err(|e| RunError::NoGpu(e.to_string()));
-    loaded
+    let visible = driver.map_err(|e| RunError::NoGpu(e.to_string()))?;
+    Ok((nccl, visible))
 }
 
 /// The devices this process drives: `--gpus`, else every visible one.
@@ -376,14 +355,17 @@ fn read_gpus(
     (name, id, interconnect)
 }
 
-/// The rendezvous, and how long it took.
+/// The rendezvous, then each GPU thread gets its rank and the check's topology (built here,
+/// once, from the members; returned for the verdict).
 fn meet(
     opts: &'static Options,
     nccl: &'static Nccl,
-    host: &str,
-    devices: &[usize],
+    (host, devices): (&str, &[usize]),
     deadline: Instant,
-) -> (f64, Result<rendezvous::Joined, RunError>) {
+    senders: &[Sender<Start>],
+    record: &mut Measured,
+    gpu: &Arc<GpuModel>,
+) -> Result<(Arc<Team>, Arc<Topology>), RunError> {
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
@@ -403,21 +385,12 @@ fn meet(
                     .map_err(|e| e.to_string())
             })
         });
-    (ms(t.elapsed()), joined.map_err(RunError::Rendezvous))
-}
-
-/// Hands each GPU thread its rank, the team and the check's topology (built here, once, from
-/// the members; returned for the verdict).
-fn start(
-    opts: &'static Options,
-    joined: rendezvous::Joined,
-    devices: &[usize],
-    deadline: Instant,
-    senders: &[Sender<Start>],
-    gpu: &Arc<GpuModel>,
-) -> Result<(Arc<Team>, Arc<Topology>), RunError> {
+    record.phases.rendezvous_ms = ms(t.elapsed());
+    let joined = joined.map_err(RunError::Rendezvous)?;
     let nranks = joined.nranks();
     let first_rank = joined.members[opts.rank as usize].first_rank;
+    record.nranks = nranks;
+    record.processes = joined.members.clone();
     let topology = Arc::new(Topology::new(&joined.members));
     let team = Arc::new(Team::new(devices.len(), joined.plane, deadline));
     team.watch(rendezvous::plane::Liveness::for_budget(opts.timeout))
