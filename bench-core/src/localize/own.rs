@@ -16,8 +16,9 @@
 //! slot, the values are the GPU, the pid, the memory, the share; a sentence is built again on
 //! every rank ([`decode_findings`]), never carried. What a process knows of its node by then:
 //! [`known`]; where the sums run: `measure::runner` (`localized.rs`, `pair_matrix.rs`,
-//! `timed.rs`); where the findings win: [`own_findings_win`] (every node's readings) and
-//! [`own_node_wins`] (a process's own node), called by `judge::overall`.
+//! `timed.rs`); where the findings win: [`own_findings_win`] (every node's readings),
+//! [`own_node_wins`] (a process's own node), called by `judge::overall`, and
+//! [`blame_starved`] (a starved worker's node over the node pairs it slowed).
 
 use crate::meet::topology::Topology;
 use crate::report::reason::{Reason, ReasonCode};
@@ -332,5 +333,43 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
 
 #[cfg(feature = "gpu")]
 pub mod known;
+/// The localizer's `node_pair_slow` reasons with exactly one starved end (`starved`: node name
+/// and off-CPU share, every node whose workers lost at least
+/// `measure::runner::off_cpu::STARVED_SHARE`) become that
+/// node's: a worker that cannot run slows every pair it is in, and with its stops coming and
+/// going the localizer's retest may clear it with one partner and not another (seen on one H100 with
+/// emulated nodes: a stopped fab03 made "fab02<->fab03" the culprit, which would drain fab02 too).
+/// The partner is not named again (its other pairs were cleared).
+pub fn blame_starved(reasons: &mut Vec<Reason>, starved: &[(String, f64)]) {
+    let share = |n: &str| starved.iter().find(|(s, _)| s == n).map(|(_, x)| *x);
+    for r in reasons
+        .iter_mut()
+        .filter(|r| r.code == ReasonCode::NodePairSlow)
+    {
+        let Some(Culprit::NodePair(a, b)) = r.culprit() else {
+            continue;
+        };
+        let (node, lost) = match (share(&a), share(&b)) {
+            (Some(x), None) => (a, x),
+            (None, Some(x)) => (b, x),
+            _ => continue,
+        };
+        r.code = ReasonCode::NodeSlow;
+        r.message = format!(
+            "node {node}: the node pairs it was in were slow, and its worker could not run for \
+             {:.0}% of the check (worker_starved): a starved node, not a path",
+            100.0 * lost
+        );
+        r.subject = Some(node);
+    }
+    let mut seen = Vec::new();
+    reasons.retain(|r| {
+        let key = (r.code, r.subject.clone());
+        let first = !seen.contains(&key);
+        seen.push(key);
+        first
+    });
+}
+
 #[cfg(test)]
 mod tests;

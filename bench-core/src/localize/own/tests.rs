@@ -474,3 +474,33 @@ mod every_process {
         assert!(r.summary.starts_with("e2 GPU0: busy: "), "{}", r.summary);
     }
 }
+
+fn starved_pair(a: &str, b: &str) -> Reason {
+    Reason {
+        code: ReasonCode::NodePairSlow,
+        message: format!("node pair {a}<->{b}: slow"),
+        subject: Some(format!("{a}<->{b}")),
+        measured: Some(0.1),
+        limit: Some(0.2),
+    }
+}
+
+#[test]
+fn a_slow_pair_with_one_starved_end_is_that_node_and_other_pairs_stay() {
+    let mut reasons = vec![
+        starved_pair("fab02", "fab03"),
+        starved_pair("fab03", "fab04"),
+        starved_pair("fab05", "fab06"),
+    ];
+    blame_starved(&mut reasons, &[("fab03".to_string(), 0.58)]);
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons[0].code, ReasonCode::NodeSlow);
+    assert_eq!(reasons[0].subject.as_deref(), Some("fab03"));
+    assert!(reasons[0].message.contains("58%") && !reasons[0].message.contains("fab02"));
+    assert_eq!(reasons[1], starved_pair("fab05", "fab06"));
+    // Both ends starved, or neither: the localizer's pair stands.
+    let mut both = vec![starved_pair("fab02", "fab03")];
+    let starved = [("fab02".to_string(), 0.6), ("fab03".to_string(), 0.7)];
+    blame_starved(&mut both, &starved);
+    assert_eq!(both, vec![starved_pair("fab02", "fab03")]);
+}

@@ -70,7 +70,7 @@ impl Measurer<'_> {
         // agree whether these sums run: a healthy check runs none.
         if !summary.reasons.is_empty() {
             let starved = self.starved_nodes(start, &setup.layout.names)?;
-            super::off_cpu::blame_starved(&mut summary.reasons, &starved);
+            crate::localize::own::blame_starved(&mut summary.reasons, &starved);
             let own = self.own_findings(start)?;
             crate::localize::own::own_findings_win(&mut summary.reasons, &own);
             out.findings_shared = true;
