@@ -341,6 +341,20 @@ pub(crate) fn judge_alone(
     (report, code)
 }
 
+/// [`judge_alone`] under `rules`, the default outlier fraction (0.85), no `--min-busbw`, no
+/// path expectation, no NCCL log and every GPU able to reach every other (tests).
+#[cfg(test)]
+pub(crate) fn judge_by(rules: &[Threshold], report: Report) -> (Report, ExitCode) {
+    let expect = TransportExpectation::default();
+    let judging = Judging {
+        thresholds: rules,
+        outlier_fraction: 0.85,
+        min_busbw: None,
+        expect: &expect,
+    };
+    judge_alone(report, &judging, None, &|_, _| true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 use super::*;
 use crate::facts::gpu_health::GpuHealth;
 use crate::judge::floors::tests::rule;
-use crate::judge::overall::{judge_alone, Judging};
+use crate::judge::overall::judge_by;
 use crate::meet::rendezvous::Member;
 use crate::report::gpu::GpuInfo;
 use crate::report::json::GpuEntry;
@@ -64,15 +64,7 @@ fn report(holder: Option<u32>, pair: f64) -> Report {
 }
 
 fn run(r: Report) -> (Report, ExitCode) {
-    let rules = vec![rule("sendrecv", 2, 1, 255.0)];
-    let expect = crate::facts::transport::TransportExpectation::default();
-    let judging = Judging {
-        thresholds: &rules,
-        outlier_fraction: 0.85,
-        min_busbw: None,
-        expect: &expect,
-    };
-    judge_alone(r, &judging, None, &|_, _| true)
+    judge_by(&[rule("sendrecv", 2, 1, 255.0)], r)
 }
 
 /// The issue-33 case: an idle process holding 20 GiB of a GPU, everything fast: PASS, and

@@ -4,9 +4,8 @@ use crate::facts::host_load::HostLoad;
 use crate::facts::local_probe::LocalProbe;
 use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
-use crate::facts::transport::TransportExpectation;
 use crate::judge::floors::tests::rule;
-use crate::judge::overall::{judge_alone, Judging};
+use crate::judge::overall::judge_by;
 use crate::meet::rendezvous::Member;
 use crate::report::gpu::GpuInfo;
 use crate::report::json::Report;
@@ -106,18 +105,13 @@ fn report(n: u32, pair: f64) -> Report {
 }
 
 fn run(r: Report) -> (Report, ExitCode) {
-    let rules = vec![
-        rule("all_reduce", 4, 1, 290.0),
-        rule("sendrecv", 2, 1, 255.0),
-    ];
-    let expect = TransportExpectation::default();
-    let judging = Judging {
-        thresholds: &rules,
-        outlier_fraction: 0.85,
-        min_busbw: None,
-        expect: &expect,
-    };
-    judge_alone(r, &judging, None, &|_, _| true)
+    judge_by(
+        &[
+            rule("all_reduce", 4, 1, 290.0),
+            rule("sendrecv", 2, 1, 255.0),
+        ],
+        r,
+    )
 }
 
 fn codes(r: &Report) -> Vec<(String, Option<String>)> {

@@ -250,7 +250,7 @@ fn exchanged(mine: &[Vec<OwnFinding>], include_own: bool) -> Vec<Vec<NodeFinding
 mod every_process {
     use super::*;
     use crate::facts::gpu_health::GpuHealth;
-    use crate::judge::overall::{judge_alone, Judging};
+    use crate::judge::overall::judge_by;
     use crate::localize::LocalizeSummary;
     use crate::meet::rendezvous::Member;
     use crate::report::gpu::GpuInfo;
@@ -294,15 +294,10 @@ mod every_process {
     }
 
     fn judged(r: Report) -> (Report, ExitCode) {
-        let rules = vec![crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)];
-        let expect = crate::facts::transport::TransportExpectation::default();
-        let judging = Judging {
-            thresholds: &rules,
-            outlier_fraction: 0.85,
-            min_busbw: None,
-            expect: &expect,
-        };
-        judge_alone(r, &judging, None, &|_, _| true)
+        judge_by(
+            &[crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)],
+            r,
+        )
     }
 
     /// What the localizer found, the same in every process: e2 and e4 slow on their NICs.
