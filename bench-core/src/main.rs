@@ -68,15 +68,18 @@ fn main() {
         None
     };
 
-    let code = match orchestrate::run(opts, t0, &status, &mut report) {
+    let (measured, ran) = orchestrate::run(opts, t0, &status, &report.host, &nccl_log);
+    report.record_run(measured);
+    let code = match ran {
         Ok(Ran::Explained(text)) => {
             print!("{text}");
             exit(0);
         }
-        Ok(Ran::Measured(basis)) => {
-            let (info, log) = nccl_env::read_transports(&nccl_log);
-            report.transports = Some(info);
-            orchestrate::verdict(opts, &mut report, &basis, profile, log.as_ref())
+        Ok(Ran::Measured(basis, log)) => {
+            let judged = orchestrate::verdict(opts, &report, &basis, profile, log.as_ref());
+            let code = report.record_verdict(judged);
+            orchestrate::plot(opts, &report, &basis);
+            code
         }
         Err(e) => report.set_error(e.exit_code(), e.reason_code(), e.message()),
     };

@@ -5,18 +5,19 @@
 //! Errors come back as [`RunError`]; printing and the exit code are the binary's.
 
 use crate::config::network::NetworkProfile;
-use crate::facts::transport::TransportSummary;
+use crate::facts::transport::{TransportExpectation, TransportSummary};
 use crate::judge::overall::{self, Basis, Judging};
 use crate::judge::thresholds::GpuModel;
 use crate::measure::cuda;
 use crate::measure::nccl::{Nccl, UniqueId};
+use crate::measure::nccl_env::LogPlace;
 use crate::measure::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
 use crate::meet::rendezvous::{self, Member};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
+use crate::report::assemble::{Judgement, Measured};
 use crate::report::json::{GpuEntry, NcclInfo, Report, Settings};
 use crate::settings::options::Options;
-use crate::verdict::ExitCode;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,19 +27,36 @@ mod gather_facts;
 
 /// How a run ended without error.
 pub enum Ran {
-    /// Measured: the report holds the results, ready to be judged on what they were measured on.
-    Measured(Basis),
+    /// Measured: judged on what it was measured on, with NCCL's log of the paths when it was
+    /// recorded.
+    Measured(Basis, Option<TransportSummary>),
     /// `--explain-thresholds`: the text to print; nothing was measured.
     Explained(String),
 }
 
-/// Loads, starts the GPU threads, meets the other processes and gathers the outcomes into
-/// `report`. Every wait is bounded by `t0 + --timeout`.
+/// Loads, starts the GPU threads, meets the other processes and gathers the outcomes; returns
+/// what was measured and read (as far as it got, on an error too) for the report. Every wait is
+/// bounded by `t0 + --timeout`. `host` is this machine's name, `nccl_log` where NCCL logs.
 pub fn run(
     opts: &'static Options,
     t0: Instant,
     status: &Status,
-    report: &mut Report,
+    host: &str,
+    nccl_log: &LogPlace,
+) -> (Measured, Result<Ran, RunError>) {
+    let mut record = Measured::default();
+    let ran = measure(opts, t0, status, host, nccl_log, &mut record);
+    (record, ran)
+}
+
+/// [`run`], filling `record` as each step hands back its values.
+fn measure(
+    opts: &'static Options,
+    t0: Instant,
+    status: &Status,
+    host: &str,
+    nccl_log: &LogPlace,
+    record: &mut Measured,
 ) -> Result<Ran, RunError> {
     let deadline = t0 + opts.timeout;
     if opts.explain_thresholds && opts.gpu_model.is_some() {
@@ -49,7 +67,7 @@ pub fn run(
     // What the progress line and the watchdog name while the libraries load.
     *status.lock().unwrap_or_else(|p| p.into_inner()) =
         vec!["loading NCCL and the CUDA driver".to_string()];
-    let (nccl, visible) = load(opts, report)?;
+    let (nccl, visible) = load(opts, record)?;
     let devices = devices(opts, visible)?;
     if opts.explain_thresholds {
         let nvml = health.resolve(deadline);
@@ -70,6 +88,62 @@ pub fn run(
 
     // One thread per GPU starts its context now; the rendezvous runs meanwhile.
     *status.lock().unwrap_or_else(|p| p.into_inner()) = vec![String::new(); devices.len()];
+    let (senders, handles) = spawn_gpu_threads(opts, nccl, &devices, deadline, status)?;
+    // The inventory (sysfs and Slurm's config files) while the contexts start, not before.
+    record.facts = Some(gather_facts::gather_inventory(opts, host, visible));
+    // NVML's facts decide which floors apply (the interconnect), so the measuring threads and
+    // the verdict hold results to the same floors: wait for them (bounded, `NVML_BUDGET` from
+    // the start; NVML usually answered while CUDA started).
+    let nvml = health.resolve(deadline);
+    let (gpu, identity, interconnect) = model(&devices, &nvml.facts);
+    // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
+    crate::localize::own::known::record(&devices, &nvml.facts, record.facts.as_ref());
+    if !opts.quiet && opts.rank == 0 {
+        println!("# GPU: {identity}; interconnect: {interconnect}");
+    }
+    record.sku = Some(identity);
+    record.interconnect = Some(interconnect);
+    let met = meet(
+        opts,
+        nccl,
+        (host, &devices),
+        deadline,
+        &senders,
+        record,
+        &gpu,
+    );
+    let (team, topology) = match met {
+        Ok(met) => met,
+        Err(e) => {
+            drop(senders);
+            for h in handles {
+                let _ = h.join();
+            }
+            return Err(e);
+        }
+    };
+    wait_for_gpus(handles, &team, opts, host, record)?;
+    record.nvml = Some((nvml.facts, nvml.waited_ms));
+    let (transports, log) = crate::measure::nccl_env::read_transports(nccl_log);
+    if let Some(f) = record.facts.as_mut() {
+        let lines = log.as_ref().map(|l| l.net_using.as_slice());
+        let nodes = topology.node_count();
+        f.set_net(std::path::Path::new("/"), lines, nodes, &Default::default());
+    }
+    record.transports = Some(transports);
+    Ok(Ran::Measured(Basis { topology, gpu }, log))
+}
+
+/// One thread per GPU, each starting its context and waiting for its [`Start`].
+type GpuThreads = (Vec<Sender<Start>>, Vec<JoinHandle<GpuOutcome>>);
+
+fn spawn_gpu_threads(
+    opts: &'static Options,
+    nccl: &'static Nccl,
+    devices: &[usize],
+    deadline: Instant,
+    status: &Status,
+) -> Result<GpuThreads, RunError> {
     let mut senders = Vec::new();
     let mut handles = Vec::new();
     for (slot, &device) in devices.iter().enumerate() {
@@ -89,65 +163,35 @@ pub fn run(
             .map_err(|e| RunError::Runtime(format!("cannot start a thread: {e}")))?;
         handles.push(h);
     }
-    // The inventory (sysfs and Slurm's config files) while the contexts start, not before.
-    report.facts = Some(gather_facts::gather_inventory(opts, &report.host, visible));
-    // NVML's facts decide which floors apply (the interconnect), so the measuring threads and
-    // the verdict hold results to the same floors: wait for them (bounded, `NVML_BUDGET` from
-    // the start; NVML usually answered while CUDA started).
-    let nvml = health.resolve(deadline);
-    let gpu = model(&devices, &nvml.facts, report);
-    // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
-    crate::localize::own::known::record(&devices, &nvml.facts, report.facts.as_ref());
-    if !opts.quiet && opts.rank == 0 {
-        println!(
-            "# GPU: {}; interconnect: {}",
-            report.sku.as_deref().unwrap_or("?"),
-            report
-                .interconnect
-                .as_ref()
-                .map_or(String::new(), |i| i.to_string())
-        );
-    }
-    let (team, topology) = match meet(opts, nccl, &devices, deadline, &senders, report, &gpu) {
-        Ok(met) => met,
-        Err(e) => {
-            drop(senders);
-            for h in handles {
-                let _ = h.join();
-            }
-            return Err(e);
-        }
-    };
-    wait_for_gpus(handles, &team, opts, report)?;
-    report.attach_nvml(&nvml.facts, nvml.waited_ms);
-    Ok(Ran::Measured(Basis { topology, gpu }))
+    Ok((senders, handles))
 }
 
 /// Waits for the GPU threads (bounded once a process is lost) and collects their outcomes into
-/// the report, with what the off-CPU watch saw meanwhile.
+/// the record, with what the off-CPU watch and the host's load saw meanwhile.
 fn wait_for_gpus(
     handles: Vec<JoinHandle<GpuOutcome>>,
     team: &crate::meet::team::Team,
     opts: &Options,
-    report: &mut Report,
+    host: &str,
+    record: &mut Measured,
 ) -> Result<(), RunError> {
     // Whether this process could run while it measured (a starved worker starves NCCL's
     // proxy threads: `runner::off_cpu`).
     let off_cpu = crate::measure::runner::off_cpu::Watch::start();
     // How busy the host's CPUs were meanwhile, and with whom (`facts::host_load`).
-    let host = crate::facts::host_load::LoadWatch::start();
+    let load = crate::facts::host_load::LoadWatch::start();
     let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
-        Ok(handles) => gather(handles, report),
+        Ok(handles) => gather(handles, host, record),
         // A GPU thread still inside NCCL after the watch named a lost process: the thread may
         // never come back (seen on one H100 with 16 emulated nodes: a link down during NCCL
         // init held `ncclCommInitRankConfig` until --timeout), and the verdict is known.
         Err(()) => Ok(()),
     };
-    if let (Some(seen), Some(facts)) = (off_cpu.and_then(|w| w.stop()), report.facts.as_mut()) {
-        facts.set_off_cpu(&opts.node_or_host(&report.host), seen);
+    if let (Some(seen), Some(facts)) = (off_cpu.and_then(|w| w.stop()), record.facts.as_mut()) {
+        facts.set_off_cpu(&opts.node_or_host(host), seen);
     }
-    if let Some(facts) = report.facts.as_mut() {
-        facts.host = host.stop();
+    if let Some(facts) = record.facts.as_mut() {
+        facts.host = load.stop();
     }
     // A process that stopped answering (found by the plane's watch) is why the others' NCCL
     // calls stalled or failed: its name is the reason, ahead of theirs.
@@ -162,7 +206,7 @@ fn wait_for_gpus(
 
 /// dlopen NCCL while the driver starts (both take a while, neither needs the other); returns
 /// NCCL and the number of visible GPUs.
-fn load(opts: &Options, report: &mut Report) -> Result<(&'static Nccl, usize), RunError> {
+fn load(opts: &Options, record: &mut Measured) -> Result<(&'static Nccl, usize), RunError> {
     let lib_path = opts.nccl_lib.clone();
     let loader = std::thread::spawn(move || {
         let t = Instant::now();
@@ -170,15 +214,15 @@ fn load(opts: &Options, report: &mut Report) -> Result<(&'static Nccl, usize), R
     });
     let t = Instant::now();
     let driver = cuda::init_driver(opts.cuda_visible_devices.as_deref());
-    report.phases.cuda_init_ms = ms(t.elapsed());
+    record.phases.cuda_init_ms = ms(t.elapsed());
     let (nccl, load_time) = loader
         .join()
         .map_err(|_| RunError::Runtime("NCCL loader thread panicked".into()))?;
-    report.phases.nccl_load_ms = ms(load_time);
+    record.phases.nccl_load_ms = ms(load_time);
     let nccl: &'static Nccl = Box::leak(Box::new(
         nccl.map_err(|e| RunError::Library(e.to_string()))?,
     ));
-    report.nccl = Some(NcclInfo {
+    record.nccl = Some(NcclInfo {
         version: nccl.version_string(),
         version_code: nccl.version,
         library: nccl.path.display().to_string(),
@@ -252,17 +296,19 @@ fn explain(
 }
 
 /// What the floors are looked up by: the first GPU's model (its SKU by PCI device ID) and how
-/// this process's GPUs reach each other (read from NVML), which the report records.
+/// this process's GPUs reach each other (read from NVML), with the identity and interconnect
+/// the report records.
 fn model(
     devices: &[usize],
     nvml: &crate::facts::gpu_health::HealthFacts,
-    report: &mut Report,
-) -> Arc<GpuModel> {
+) -> (
+    Arc<GpuModel>,
+    String,
+    crate::facts::interconnect::Interconnect,
+) {
     let (name, id, interconnect) = read_gpus(devices, nvml);
     let (model, identity) = identify(name, id, &interconnect);
-    report.sku = Some(identity);
-    report.interconnect = Some(interconnect);
-    Arc::new(model)
+    (Arc::new(model), identity, interconnect)
 }
 
 /// The GPU model of a first GPU's driver name and PCI device ID and of the GPUs' interconnect
@@ -314,16 +360,16 @@ fn read_gpus(
 fn meet(
     opts: &'static Options,
     nccl: &'static Nccl,
-    devices: &[usize],
+    (host, devices): (&str, &[usize]),
     deadline: Instant,
     senders: &[Sender<Start>],
-    report: &mut Report,
+    record: &mut Measured,
     gpu: &Arc<GpuModel>,
 ) -> Result<(Arc<Team>, Arc<Topology>), RunError> {
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
-        host: opts.node_or_host(&report.host),
+        host: opts.node_or_host(host),
         pid: std::process::id(),
         ngpus: devices.len() as u32,
         first_rank: 0,
@@ -339,12 +385,12 @@ fn meet(
                     .map_err(|e| e.to_string())
             })
         });
-    report.phases.rendezvous_ms = ms(t.elapsed());
+    record.phases.rendezvous_ms = ms(t.elapsed());
     let joined = joined.map_err(RunError::Rendezvous)?;
     let nranks = joined.nranks();
     let first_rank = joined.members[opts.rank as usize].first_rank;
-    report.nranks = nranks;
-    report.processes = joined.members.clone();
+    record.nranks = nranks;
+    record.processes = joined.members.clone();
     let topology = Arc::new(Topology::new(&joined.members));
     let team = Arc::new(Team::new(devices.len(), joined.plane, deadline));
     team.watch(rendezvous::plane::Liveness::for_budget(opts.timeout))
@@ -405,8 +451,6 @@ pub fn rendezvous_deadline(deadline: Instant, timeout: Duration) -> Instant {
     deadline.checked_sub(margin).unwrap_or(deadline)
 }
 
-/// Waits for every GPU thread (each bounded by the deadline) and puts their outcomes in the
-/// report; the first real error, not the threads that stopped because of it.
 /// How long the GPU threads get to come back once the watch has named a lost process.
 const LOST_GRACE: Duration = Duration::from_secs(2);
 
@@ -432,13 +476,19 @@ fn join_unless<T>(
     Ok(handles)
 }
 
-fn gather(handles: Vec<JoinHandle<GpuOutcome>>, report: &mut Report) -> Result<(), RunError> {
+/// Joins the GPU threads and puts their outcomes in the record; the first real error, not the
+/// threads that stopped because of it.
+fn gather(
+    handles: Vec<JoinHandle<GpuOutcome>>,
+    host: &str,
+    record: &mut Measured,
+) -> Result<(), RunError> {
     let mut errors = Vec::new();
     for h in handles {
         let out = h
             .join()
             .map_err(|_| RunError::Runtime("a GPU thread panicked".into()))?;
-        let p = &mut report.phases;
+        let p = &mut record.phases;
         p.contexts_ms = p.contexts_ms.max(out.phases.contexts_ms);
         p.nccl_init_ms = p.nccl_init_ms.max(out.phases.nccl_init_ms);
         p.allocation_ms = p.allocation_ms.max(out.phases.allocation_ms);
@@ -449,26 +499,26 @@ fn gather(handles: Vec<JoinHandle<GpuOutcome>>, report: &mut Report) -> Result<(
             p.warmup_ms = out.phases.warmup_ms;
             p.timed_loop_ms = out.phases.timed_loop_ms;
             p.verification_ms = out.phases.verification_ms;
-            report.results = out.rows;
-            report.pairs = out.pairs;
+            record.results = out.rows;
+            record.pairs = out.pairs;
         }
         if out.localization.is_some() {
-            report.localization = out.localization;
+            record.localization = out.localization;
         }
-        report.node_findings.extend(out.node_findings);
-        if let Some(group) = out.shared.filter(|g| !report.shared_gpus.contains(g)) {
-            report.shared_gpus.push(group);
+        record.node_findings.extend(out.node_findings);
+        if let Some(group) = out.shared.filter(|g| !record.shared_gpus.contains(g)) {
+            record.shared_gpus.push(group);
         }
         if let Some(info) = out.info {
-            let mut gpu = GpuEntry::new(out.rank.unwrap_or(u32::MAX), report.host.clone(), info);
+            let mut gpu = GpuEntry::new(out.rank.unwrap_or(u32::MAX), host.to_string(), info);
             match out.probe {
                 Some(Ok(p)) => gpu.local_probe = Some(p),
                 Some(Err(e)) => gpu.local_probe_error = Some(e),
                 None => {}
             }
-            report.gpus.push(gpu);
+            record.gpus.push(gpu);
         }
-        report.gpu_side.extend(out.gpu_side);
+        record.gpu_side.extend(out.gpu_side);
         errors.extend(out.error);
     }
     errors.sort_by_key(|e| matches!(e, RunError::Stopped(_)));
@@ -479,47 +529,58 @@ fn gather(handles: Vec<JoinHandle<GpuOutcome>>, report: &mut Report) -> Result<(
 }
 
 /// PASS or FAIL of a measured run (see `judge`), with CUDA's peer access for the transport
-/// rule; draws `--plot` on rank 0.
+/// rule.
 pub fn verdict(
     opts: &Options,
-    report: &mut Report,
+    report: &Report,
     basis: &Basis,
     profile: Option<&NetworkProfile>,
     log: Option<&TransportSummary>,
-) -> ExitCode {
+) -> Judgement {
     let expect = crate::measure::nccl_env::path_expectation(opts, profile);
-    let nodes = basis.topology.node_count();
-    if let Some(f) = report.facts.as_mut() {
-        let lines = log.map(|l| l.net_using.as_slice());
-        f.set_net(std::path::Path::new("/"), lines, nodes, &Default::default());
-    }
-    let judging = Judging {
+    overall::judge(
+        report,
+        &judging(opts, &expect),
+        basis,
+        log,
+        &cuda::can_access_peer,
+    )
+}
+
+/// What the configuration and the options say about judging.
+fn judging<'a>(opts: &'a Options, expect: &'a TransportExpectation) -> Judging<'a> {
+    Judging {
         thresholds: &opts.config.thresholds,
         outlier_fraction: opts.config.outliers.fraction,
         min_busbw: opts.min_busbw,
-        expect: &expect,
-    };
-    let code = overall::judge(report, &judging, basis, log, &cuda::can_access_peer);
-    if let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) {
-        let floors = overall::floors(report, &judging, basis);
-        let plot_floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
-        let headline = format!("{}: {}", report.verdict, report.summary);
-        let input = crate::render::plot::PlotInput {
-            rows: &report.results,
-            pairs: &report.pairs,
-            gpu_name: &basis.gpu.name,
-            sku: basis.gpu.sku.map(|s| s.key),
-            gpus: report.nranks,
-            headline: &headline,
-            floor: &plot_floor,
-            outlier_fraction: opts.config.outliers.fraction,
-        };
-        match crate::render::plot::draw(path, &input) {
-            Ok(()) => eprintln!("nccl-check: plot written to {}", path.display()),
-            Err(e) => eprintln!("nccl-check: WARNING no plot: {e}"),
-        }
+        expect,
     }
-    code
+}
+
+/// `--plot` on rank 0: the judged report's results against their floors.
+pub fn plot(opts: &Options, report: &Report, basis: &Basis) {
+    let Some(path) = opts.plot.as_ref().filter(|_| opts.rank == 0) else {
+        return;
+    };
+    let expect = TransportExpectation::default();
+    let judging = judging(opts, &expect);
+    let floors = overall::floors(report, &judging, basis);
+    let plot_floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
+    let headline = format!("{}: {}", report.verdict, report.summary);
+    let input = crate::render::plot::PlotInput {
+        rows: &report.results,
+        pairs: &report.pairs,
+        gpu_name: &basis.gpu.name,
+        sku: basis.gpu.sku.map(|s| s.key),
+        gpus: report.nranks,
+        headline: &headline,
+        floor: &plot_floor,
+        outlier_fraction: opts.config.outliers.fraction,
+    };
+    match crate::render::plot::draw(path, &input) {
+        Ok(()) => eprintln!("nccl-check: plot written to {}", path.display()),
+        Err(e) => eprintln!("nccl-check: WARNING no plot: {e}"),
+    }
 }
 
 /// The settings a run measured with, for the report.

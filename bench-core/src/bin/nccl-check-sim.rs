@@ -33,7 +33,8 @@ use bench_core::meet::rendezvous::plane::Liveness;
 use bench_core::meet::rendezvous::{self, Member};
 use bench_core::meet::team::Team;
 use bench_core::meet::topology::Topology;
-use bench_core::report::json::{nccl_env_of, Report};
+use bench_core::report::assemble::{Judgement, Measured};
+use bench_core::report::json::{nccl_env_of, Phases, Report};
 use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, ParseExit};
 use bench_core::verdict::{ExitCode, Verdict};
@@ -68,30 +69,11 @@ fn main() {
     report.world = opts.world;
     report.rendezvous = opts.rendezvous.clone();
     let deadline = t0 + opts.timeout;
-    let code = match run(&opts, &host, deadline, &mut report) {
-        Ok(()) => {
-            let code = if report.reasons.is_empty() {
-                ExitCode::Pass
-            } else {
-                ExitCode::Fail
-            };
-            let summary = match report.reasons.as_slice() {
-                [only] => only.message.clone(),
-                [first, rest @ ..] => format!("{} (and {} more)", first.message, rest.len()),
-                [] => {
-                    let l = report.localization.as_ref();
-                    format!(
-                        "{} x simulated GPU on {} node(s), {} rounds ({} localization), no slow node, rail or node pair",
-                        report.nranks,
-                        l.map_or(0, |l| l.nodes),
-                        l.map_or(0, |l| l.rounds),
-                        l.map_or(0, |l| l.localization_rounds),
-                    )
-                }
-            };
-            report.set_outcome(code, summary);
-            code
-        }
+    let mut measured = Measured::default();
+    let ran = run(&opts, &host, deadline, &mut measured);
+    report.record_run(measured);
+    let code = match ran {
+        Ok(()) => report.record_verdict(verdict(&report)),
         Err(e) => report.set_error(e.exit_code(), e.reason_code(), e.message()),
     };
     report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -110,6 +92,35 @@ fn main() {
     std::process::exit(code.code());
 }
 
+/// The localizer's reasons are the verdict: FAIL on any, else PASS with what was simulated.
+fn verdict(report: &Report) -> Judgement {
+    let l = report.localization.as_ref();
+    let reasons = l.map(|l| l.reasons.clone()).unwrap_or_default();
+    let summary = match reasons.as_slice() {
+        [only] => only.message.clone(),
+        [first, rest @ ..] => format!("{} (and {} more)", first.message, rest.len()),
+        [] => format!(
+            "{} x simulated GPU on {} node(s), {} rounds ({} localization), no slow node, rail or node pair",
+            report.nranks,
+            l.map_or(0, |l| l.nodes),
+            l.map_or(0, |l| l.rounds),
+            l.map_or(0, |l| l.localization_rounds),
+        ),
+    };
+    Judgement {
+        code: match reasons.is_empty() {
+            true => ExitCode::Pass,
+            false => ExitCode::Fail,
+        },
+        summary,
+        reasons,
+        warnings: Vec::new(),
+        avg_busbw: Default::default(),
+        rows: Vec::new(),
+        pairs: Vec::new(),
+    }
+}
+
 fn env_usize(env: &Environment, key: &str, default: usize) -> Result<usize, RunError> {
     match env.get(key) {
         Some(v) => v
@@ -119,11 +130,12 @@ fn env_usize(env: &Environment, key: &str, default: usize) -> Result<usize, RunE
     }
 }
 
+/// Joins, follows the localizer and records what it found in `record` (as far as it got).
 fn run(
     opts: &options::Options,
     host: &str,
     deadline: Instant,
-    report: &mut Report,
+    record: &mut Measured,
 ) -> Result<(), RunError> {
     let env = &opts.env;
     let gpus = env_usize(env, "NCCL_CHECK_SIM_GPUS", 8)?;
@@ -138,7 +150,10 @@ fn run(
         // SAFETY: raise(3) with a valid signal number.
         unsafe { libc::raise(libc::SIGKILL) };
     }
-    let joined = join(opts, host, gpus, deadline, report)?;
+    let (joined, rendezvous_ms) = join(opts, host, gpus, deadline)?;
+    record.phases.rendezvous_ms = rendezvous_ms;
+    record.nranks = joined.nranks();
+    record.processes = joined.members.clone();
     let topology = Topology::new(&joined.members);
     let layout = Layout::new(&topology);
     let team = std::sync::Arc::new(Team::new(1, joined.plane, deadline));
@@ -207,25 +222,23 @@ fn run(
         })
         .map_err(lost)?;
     share_findings(opts, host, &topology, &team, &mut summary.reasons).map_err(lost)?;
-    report.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
-    report.reasons = summary.reasons.clone();
+    record.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
     let (rounds, localization_rounds) = (summary.rounds, summary.localization_rounds);
-    report.localization = Some(summary);
+    record.localization = Some(summary);
     if opts.rank == 0 && !opts.quiet {
-        say(n, g, rounds, localization_rounds, report);
+        say(n, g, rounds, localization_rounds, &record.phases);
     }
     Ok(())
 }
 
-/// Joins the check's processes (the real rendezvous, with `gpus` simulated GPUs each) and
-/// records the team in the report.
+/// Joins the check's processes (the real rendezvous, with `gpus` simulated GPUs each); with
+/// how long it took, in milliseconds.
 fn join(
     opts: &options::Options,
     host: &str,
     gpus: usize,
     deadline: Instant,
-    report: &mut Report,
-) -> Result<rendezvous::Joined, RunError> {
+) -> Result<(rendezvous::Joined, f64), RunError> {
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
@@ -250,10 +263,7 @@ fn join(
         setup.host = h;
     }
     let joined = rendezvous::join(&setup, me, || Ok([0u8; 128])).map_err(RunError::Rendezvous)?;
-    report.phases.rendezvous_ms = t.elapsed().as_secs_f64() * 1e3;
-    report.nranks = joined.nranks();
-    report.processes = joined.members.clone();
-    Ok(joined)
+    Ok((joined, t.elapsed().as_secs_f64() * 1e3))
 }
 
 /// The simulated fabric of `names` x `g` GPUs with the faults asked for, and the localizer's
@@ -298,13 +308,13 @@ fn allocation_floor(env: &Environment, fabric: &Fabric) -> Result<Option<f64>, R
 }
 
 /// Rank 0's one line of what was simulated.
-fn say(n: usize, g: usize, rounds: usize, localization_rounds: usize, report: &Report) {
+fn say(n: usize, g: usize, rounds: usize, localization_rounds: usize, phases: &Phases) {
     println!(
         "# nccl-check-sim: {n} nodes x {g} simulated GPUs, {} rounds ({} localization), rendezvous {:.0} ms, rounds {:.0} ms",
         rounds,
         localization_rounds,
-        report.phases.rendezvous_ms,
-        report.phases.timed_loop_ms
+        phases.rendezvous_ms,
+        phases.timed_loop_ms
     );
 }
 

@@ -10,6 +10,14 @@
 //! (`host_interference` in `warnings`): never FAIL, never drains, and the verdict stays what the
 //! rest of the check says.
 //!
+//! Foreign processes policy ([`foreign_processes`]): other processes on the GPUs this process
+//! measured (NVML's list, `gpus[].health.processes`, the worker's own pid left out), in every
+//! mode: a job on such a GPU will meet them, so they are always named (pid, user, memory). Where
+//! slow results on the GPU (or the whole check) made the verdict FAIL, the process is their
+//! cause (`gpu_busy`, class busy: end it, do not replace the GPU); where the GPU measured fine,
+//! the process was idle and is a warning (`foreign_process`), never a FAIL. Whether a busy node
+//! drains is the prolog's rule (`stray_processes`), not the worker's.
+//!
 //! Busy host policy ([`host_cause`]): when the host's CPUs were busy with other processes
 //! (`facts::host_load`) and bandwidths are slow by the GPUs' clock too, the host is the cause
 //! the verdict names (`host_busy`, with the consumers), not the GPUs, links, NICs or paths it
@@ -20,10 +28,17 @@
 use crate::facts::gpu_health::{self, HealthFacts};
 use crate::facts::host_load::HostLoad;
 use crate::facts::local_probe::{self, Probed};
+use crate::facts::node::NodeFacts;
 use crate::facts::Finding;
 use crate::judge::analysis::{slow_pairs, Floor};
-use crate::report::json::{GpuEntry, GpuSide, Reason, ReasonCode, Report};
-use crate::report::{PairKind, PairRow, Row};
+use crate::meet::rendezvous::Member;
+use crate::report::json::{GpuEntry, GpuSide, Reason, ReasonCode};
+use crate::report::{Culprit, PairKind, PairRow, Row};
+use nccl_check_contract::report::cause::is_speed_reading;
+use nccl_check_contract::report::process::{busy_prefix, GpuProcess};
+
+/// Whether CUDA can map device `b`'s memory from device `a` (`cuda::can_access_peer`).
+pub type PeerAccess<'a> = &'a dyn Fn(usize, usize) -> bool;
 
 /// What a fact is about, for citing it in a bandwidth reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,17 +52,21 @@ pub enum Scope {
 }
 
 /// The process's GPUs in rank order (their position is the `GPUk` of the pair matrix).
-fn in_rank_order(report: &Report) -> Vec<&GpuEntry> {
-    let mut g: Vec<&GpuEntry> = report.gpus.iter().collect();
+fn in_rank_order(gpus: &[GpuEntry]) -> Vec<&GpuEntry> {
+    let mut g: Vec<&GpuEntry> = gpus.iter().collect();
     g.sort_by_key(|e| e.rank);
     g
 }
 
-/// Every fault the facts show, with what it is about.
-pub fn node_findings(report: &Report, fraction: f64) -> Vec<(Scope, Finding)> {
+/// Every fault the facts show (the node's, `facts`; each GPU's, `gpus`), with what it is about.
+pub fn node_findings(
+    gpus: &[GpuEntry],
+    facts: Option<&NodeFacts>,
+    fraction: f64,
+) -> Vec<(Scope, Finding)> {
     let mut out = Vec::new();
-    let gpus = in_rank_order(report);
-    if let Some(f) = &report.facts {
+    let gpus = in_rank_order(gpus);
+    if let Some(f) = facts {
         out.extend(f.findings.iter().cloned().map(|x| (Scope::Node, x)));
     }
     let health: Vec<_> = gpus.iter().filter_map(|g| g.health.clone()).collect();
@@ -94,7 +113,7 @@ pub fn node_findings(report: &Report, fraction: f64) -> Vec<(Scope, Finding)> {
             .map(|(k, _)| *k);
         out.push((slot.map_or(Scope::Node, Scope::Gpu), f));
     }
-    if let Some(net) = report.facts.as_ref().and_then(|f| f.net.as_ref()) {
+    if let Some(net) = facts.and_then(|f| f.net.as_ref()) {
         out.extend(net.findings.iter().cloned().map(|x| (Scope::Net, x)));
     }
     out
@@ -312,15 +331,14 @@ pub fn host_cause(
 
 /// Node pairs below the share of the NICs' line rate NCCL's RDMA ports can carry
 /// (`facts::net`); nothing over sockets or on one node.
-pub fn node_pair_floor(report: &Report) -> Vec<Reason> {
-    let Some(net) = report.facts.as_ref().and_then(|f| f.net.as_ref()) else {
+pub fn node_pair_floor(pairs: &[PairRow], facts: Option<&NodeFacts>) -> Vec<Reason> {
+    let Some(net) = facts.and_then(|f| f.net.as_ref()) else {
         return Vec::new();
     };
     let Some(min) = net.expected_pair_gbs else {
         return Vec::new();
     };
-    report
-        .pairs
+    pairs
         .iter()
         .filter(|p| p.kind == PairKind::Node && p.delivered_busbw() < min)
         .map(|p| {
@@ -336,6 +354,130 @@ pub fn node_pair_floor(report: &Report) -> Vec<Reason> {
                 measured: Some(p.busbw),
                 limit: Some(min),
             }
+        })
+        .collect()
+}
+
+/// Whether `r` is a slow reading about GPU `k` of this process on `host`, its node, or the
+/// whole check (no subject).
+fn slows(r: &Reason, k: u32, host: &str) -> bool {
+    if r.code == ReasonCode::GpuBusy {
+        // The localizer's reading of this node gave way to its own finding, shared with every
+        // process (`localize::own`): GPU k of this node busy, which this process names itself.
+        return matches!(r.culprit(), Some(Culprit::Gpu { node: Some(n), gpu }) if gpu == k && n == host);
+    }
+    if !is_speed_reading(r.code) {
+        return false;
+    }
+    let here = |n: &Option<String>| n.as_deref().is_none_or(|n| n == host);
+    match r.culprit() {
+        None => true,
+        Some(Culprit::Gpu { node, gpu }) => gpu == k && here(&node),
+        Some(Culprit::GpuPair { node, a, b, .. }) => (a == k || b == k) && here(&node),
+        Some(Culprit::Node(n)) => n == host,
+        Some(Culprit::NodePair(a, b)) => a == host || b == host,
+        Some(Culprit::Rail { node, gpu }) => node == host && gpu == k,
+        Some(Culprit::Process(_) | Culprit::Other(_)) => false,
+    }
+}
+
+/// This process's node as the check names it (the member that holds its first GPU's rank:
+/// `NCCL_HOSTID` or Slurm's node name, what the localizer's reasons name), else `host`.
+pub fn own_node(gpus: &[GpuEntry], processes: &[Member], host: &str) -> String {
+    let first = gpus.iter().map(|g| g.rank).min();
+    first
+        .and_then(|r| {
+            processes
+                .iter()
+                .find(|m| m.first_rank <= r && r < m.first_rank + m.ngpus)
+        })
+        .map_or_else(|| host.to_string(), |m| m.host.clone())
+}
+
+/// The reasons (`gpu_busy`, to lead the FAIL's reasons) and warnings (`foreign_process`) for
+/// the other processes on this process's GPUs (`gpus`, on `node`; `processes` are the check's
+/// own), given the FAIL reasons judged so far.
+pub fn foreign_processes(
+    gpus: &[GpuEntry],
+    processes: &[Member],
+    node: &str,
+    reasons: &[Reason],
+) -> (Vec<Reason>, Vec<Reason>) {
+    let (mut busy, mut idle) = (Vec::new(), Vec::new());
+    for (k, g) in in_rank_order(gpus).iter().enumerate() {
+        let listed: &[GpuProcess] = g.health.as_ref().map_or(&[], |h| h.processes.as_slice());
+        // The check's own processes are no other process (emulated nodes share one GPU).
+        let others: Vec<GpuProcess> = listed
+            .iter()
+            .filter(|p| !processes.iter().any(|m| m.pid == p.pid))
+            .cloned()
+            .collect();
+        if others.is_empty() {
+            continue;
+        }
+        let subject = crate::report::gpu_label(k as u32);
+        let named = busy_prefix(&subject, &others);
+        let named = named.trim_end().trim_end_matches(';');
+        let already = reasons
+            .iter()
+            .any(|r| r.code == ReasonCode::GpuBusy && r.subject.as_deref() == Some(&subject));
+        if already {
+            continue;
+        }
+        if reasons.iter().any(|r| slows(r, k as u32, node)) {
+            busy.push(Reason {
+                code: ReasonCode::GpuBusy,
+                message: format!(
+                    "{named}: the slow results on it are that process's load, not its \
+                     hardware's"
+                ),
+                subject: Some(subject),
+                measured: None,
+                limit: None,
+            });
+        } else {
+            let held = named.replacen(": busy: ", ": ", 1);
+            idle.push(Reason {
+                code: ReasonCode::ForeignProcess,
+                message: format!("{held} on it, idle while measured: a job on it shares it"),
+                subject: Some(subject),
+                measured: None,
+                limit: None,
+            });
+        }
+    }
+    (busy, idle)
+}
+
+#[cfg(test)]
+mod foreign_tests;
+/// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each
+/// other directly, another network than the profile's between nodes, no CollNet/NVLS when they
+/// were asked for.
+pub fn transport_reasons(
+    gpus: &[GpuEntry],
+    topology: &crate::meet::topology::Topology,
+    expect: &crate::facts::transport::TransportExpectation,
+    log: &crate::facts::transport::TransportSummary,
+    can_access_peer: PeerAccess,
+) -> Vec<Reason> {
+    if !log.has_connections() {
+        return Vec::new();
+    }
+    // Only this process's GPUs can be asked to CUDA: the report lists their ranks and devices.
+    let device_of = |rank: u32| gpus.iter().find(|g| g.rank == rank).map(|g| g.info.device);
+    let p2p_possible = |a: u32, b: u32| match (device_of(a), device_of(b)) {
+        (Some(da), Some(db)) => can_access_peer(da, db),
+        _ => false,
+    };
+    // Judgement as intra-node only where P2P is possible; other same-node paths are left alone.
+    let same_node =
+        |a: u32, b: u32| topology.same_node(a as usize, b as usize) && p2p_possible(a, b);
+    crate::facts::transport::check_transports(log, &same_node, expect)
+        .into_iter()
+        .map(|f| Reason {
+            subject: Some(f.subject),
+            ..Reason::plain(ReasonCode::TransportFallback, f.message)
         })
         .collect()
 }

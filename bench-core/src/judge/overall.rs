@@ -1,17 +1,18 @@
 //! The verdict of a finished run, as plain functions of its report and the configuration:
 //! average busbw per collective, the reasons for FAIL (thresholds and outliers from
-//! `analysis`, transport fallbacks from `transport`, the node's facts and host interference from
-//! `evidence`), PASS or FAIL, and the summary line.
+//! `analysis`; the node's facts, host interference, a busy host, other processes on the GPUs and
+//! transport fallbacks from `evidence`), PASS or FAIL, and the summary line.
 //! CUDA's answer to "can these two GPUs reach each other directly" comes in as a function, so
 //! all of it runs without a GPU.
 
 use crate::config::worker::Threshold;
 use crate::facts::num;
 use crate::facts::transport::{TransportExpectation, TransportSummary};
-use crate::judge::evidence;
+use crate::judge::evidence::{self, PeerAccess};
 use crate::judge::floors::Floors;
 use crate::judge::thresholds::GpuModel;
 use crate::meet::topology::Topology;
+use crate::report::assemble::Judgement;
 use crate::report::json::{Reason, Report};
 use crate::report::{Expected, PairKind, Row};
 use crate::verdict::ExitCode;
@@ -29,9 +30,6 @@ pub struct Judging<'a> {
     /// What the paths must use.
     pub expect: &'a TransportExpectation,
 }
-
-/// Whether CUDA can map device `b`'s memory from device `a` (`cuda::can_access_peer`).
-pub type PeerAccess<'a> = &'a dyn Fn(usize, usize) -> bool;
 
 /// The GPU model thresholds are looked up by: this process's first GPU.
 pub fn gpu_name(report: &Report) -> &str {
@@ -63,54 +61,24 @@ pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>, basis: &'a Basis) -
     }
 }
 
-/// Judges a finished run: fills `avg_busbw`, `reasons`, the verdict and the summary of
-/// `report`, and returns the exit code (PASS or FAIL). `log` is NCCL's parsed log, when it was
-/// recorded.
+/// Judges a finished run from its report: PASS or FAIL, the reasons and warnings, the summary,
+/// `avg_busbw` and what each result was held against (`Report::record_verdict` puts them in).
+/// `log` is NCCL's parsed log, when it was recorded. One pass, each family of reasons in turn,
+/// then which cause wins where two name one part.
 pub fn judge(
-    report: &mut Report,
+    report: &Report,
     judging: &Judging,
     basis: &Basis,
     log: Option<&TransportSummary>,
     can_access_peer: PeerAccess,
-) -> ExitCode {
-    report.avg_busbw = avg_busbw(&report.results);
+) -> Judgement {
     let topology = &basis.topology;
     let floors = floors(report, judging, basis);
-    let all = report.nranks;
-    // Rows the host slowed (fast by the GPUs' clock) are warned about, not held to their floor.
-    let (warnings, spared) =
-        evidence::host_interference(&report.results, &report.gpu_side, &|c, b| {
-            floors.floor(c, all, b)
-        });
-    let spared =
-        |c: &str, n: u32, b: u64| n == all && spared.iter().any(|(sc, sb)| sc == c && *sb == b);
-    // Pairs slowed by their host only are warned about; the rest judged at what they delivered.
-    let (pairs, pair_warnings) = evidence::pair_host_interference(
-        &report.pairs,
-        judging.outlier_fraction,
-        &|c, n, b| floors.floor(c, n, b),
-        topology.node_count() > 1,
-    );
-    let mut warnings = warnings;
-    warnings.extend(pair_warnings);
-    // The node's own facts first: they name the part.
-    let facts = evidence::node_findings(report, judging.outlier_fraction);
+    let fraction = judging.outlier_fraction;
+    // The node's own facts first: they name the part, and are cited in what they explain.
+    let facts = evidence::node_findings(&report.gpus, report.facts.as_ref(), fraction);
     let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
-    let mut measured = crate::judge::analysis::fail_reasons(
-        &report.results,
-        &pairs,
-        report.nranks,
-        topology.node_count(),
-        judging.outlier_fraction,
-        &|c, n, b| {
-            if spared(c, n, b) {
-                None
-            } else {
-                floors.floor(c, n, b)
-            }
-        },
-    );
-    measured.extend(evidence::node_pair_floor(report));
+    let (mut measured, mut warnings) = measured(report, &floors, fraction, topology.node_count());
     evidence::cite(&mut measured, &facts);
     reasons.extend(measured);
     // The node-level localizer (multi-node checks) judged its own rounds; its reasons join.
@@ -122,20 +90,17 @@ pub fn judge(
     let (mut reasons, host_warnings) = evidence::host_cause(reasons, host, &report.host);
     warnings.extend(host_warnings);
     if let Some(log) = log {
-        reasons.extend(transport_reasons(
-            report,
-            topology,
-            judging.expect,
-            log,
-            can_access_peer,
-        ));
+        let (gpus, expect) = (&report.gpus, judging.expect);
+        let fallbacks = evidence::transport_reasons(gpus, topology, expect, log, can_access_peer);
+        reasons.extend(fallbacks);
     }
     // Other processes on the GPUs: the cause of the slow results on them (first), else a
     // warning that a job will meet them.
-    let (busy, foreign) = crate::judge::foreign::foreign_processes(report, &reasons);
+    let node = evidence::own_node(&report.gpus, &report.processes, &report.host);
+    let (busy, foreign) =
+        evidence::foreign_processes(&report.gpus, &report.processes, &node, &reasons);
     reasons.splice(0..0, busy);
     // This node's own finding is its cause, not the localizer's reading of its network.
-    let node = crate::judge::foreign::own_node(report);
     crate::localize::own::own_node_wins(&mut reasons, &node, topology.node_names());
     let warnings: Vec<Reason> = foreign.into_iter().chain(warnings).collect();
     let code = if reasons.is_empty() {
@@ -144,13 +109,7 @@ pub fn judge(
         ExitCode::Fail
     };
     let (rows, pairs) = expectations(report, &floors, judging.outlier_fraction);
-    for (r, e) in report.results.iter_mut().zip(rows) {
-        r.expected = e;
-    }
-    for (p, e) in report.pairs.iter_mut().zip(pairs) {
-        p.expected = e;
-    }
-    let mut summary = summary(report, topology.node_count(), &reasons);
+    let mut summary = summary(report, &rows, topology.node_count(), &reasons);
     for g in &report.shared_gpus {
         let ranks: Vec<String> = g.iter().map(u32::to_string).collect();
         summary += &format!(
@@ -161,10 +120,50 @@ pub fn judge(
     if let Some(w) = warnings.first() {
         summary = format!("{summary}; WARNING {}: {}", w.code, w.message);
     }
-    report.reasons = reasons;
-    report.warnings = warnings;
-    report.set_outcome(code, summary);
-    code
+    Judgement {
+        code,
+        summary,
+        reasons,
+        warnings,
+        avg_busbw: avg_busbw(&report.results),
+        rows,
+        pairs,
+    }
+}
+
+/// The measurements' reasons (rows below their floor or their peers, slow pairs and their
+/// culprits, node pairs below their NICs' rate) and the warnings for what only the host slowed
+/// (fast by the GPUs' clock: warned about, not held to a floor; pairs judged at what they
+/// delivered).
+fn measured(
+    report: &Report,
+    floors: &Floors,
+    fraction: f64,
+    nodes: u32,
+) -> (Vec<Reason>, Vec<Reason>) {
+    let all = report.nranks;
+    let (mut warnings, spared) =
+        evidence::host_interference(&report.results, &report.gpu_side, &|c, b| {
+            floors.floor(c, all, b)
+        });
+    let (pairs, pair_warnings) = evidence::pair_host_interference(
+        &report.pairs,
+        fraction,
+        &|c, n, b| floors.floor(c, n, b),
+        nodes > 1,
+    );
+    warnings.extend(pair_warnings);
+    let floor = |c: &str, n: u32, b: u64| {
+        let host_slowed = n == all && spared.iter().any(|(sc, sb)| sc == c && *sb == b);
+        floors.floor(c, n, b).filter(|_| !host_slowed)
+    };
+    let mut reasons =
+        crate::judge::analysis::fail_reasons(&report.results, &pairs, all, nodes, fraction, &floor);
+    reasons.extend(evidence::node_pair_floor(
+        &report.pairs,
+        report.facts.as_ref(),
+    ));
+    (reasons, warnings)
 }
 
 /// What each result and each pair was held against (`Row::expected`, `PairRow::expected`):
@@ -230,9 +229,15 @@ pub fn avg_busbw(rows: &[Row]) -> BTreeMap<String, f64> {
     by_coll.into_iter().map(|(k, (s, n))| (k, s / n)).collect()
 }
 
-/// One line for a terminal or a drain reason: what was measured when all is well, else the
-/// first reason and how many more there are.
-pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
+/// One line for a terminal or a drain reason: what was measured when all is well (the best row
+/// with what it was held against, `expected` in the rows' order), else the first reason and
+/// how many more there are.
+pub fn summary(
+    report: &Report,
+    expected: &[Option<Expected>],
+    nodes: u32,
+    reasons: &[Reason],
+) -> String {
     match reasons {
         [] => {}
         [only] => return only.message.clone(),
@@ -249,10 +254,10 @@ pub fn summary(report: &Report, nodes: u32, reasons: &[Reason]) -> String {
     let best = report
         .results
         .iter()
-        .max_by(|a, b| a.out_of_place.busbw.total_cmp(&b.out_of_place.busbw))
-        .map(|r| {
-            let held = r
-                .expected
+        .zip(expected.iter().chain(std::iter::repeat(&None)))
+        .max_by(|(a, _), (b, _)| a.out_of_place.busbw.total_cmp(&b.out_of_place.busbw))
+        .map(|(r, expected)| {
+            let held = expected
                 .as_ref()
                 .map_or(" (no floor: held against peers)".to_string(), |e| {
                     format!(" (floor {} GB/s, {:.2}x)", num(e.floor_gbs), e.margin)
@@ -307,56 +312,22 @@ pub fn probe_line(report: &Report) -> String {
     }
 }
 
-/// FAIL reasons for silent fallbacks: SHM or sockets between GPUs that CUDA says can reach each
-/// other directly, another network than the profile's between nodes, no CollNet/NVLS when they
-/// were asked for.
-pub fn transport_reasons(
-    report: &Report,
-    topology: &Topology,
-    expect: &TransportExpectation,
-    log: &TransportSummary,
-    can_access_peer: PeerAccess,
-) -> Vec<Reason> {
-    if !log.has_connections() {
-        return Vec::new();
-    }
-    // Only this process's GPUs can be asked to CUDA: the report lists their ranks and devices.
-    let device_of = |rank: u32| {
-        report
-            .gpus
-            .iter()
-            .find(|g| g.rank == rank)
-            .map(|g| g.info.device)
-    };
-    let p2p_possible = |a: u32, b: u32| match (device_of(a), device_of(b)) {
-        (Some(da), Some(db)) => can_access_peer(da, db),
-        _ => false,
-    };
-    // Judged as intra-node only where P2P is possible; other same-node paths are left alone.
-    let same_node =
-        |a: u32, b: u32| topology.same_node(a as usize, b as usize) && p2p_possible(a, b);
-    crate::facts::transport::check_transports(log, &same_node, expect)
-        .iter()
-        .map(|f| f.to_reason())
-        .collect()
-}
-
 /// [`judge`] with the basis the worker would have built for a report made by hand: the
 /// topology of its processes, the model of its first GPU (tests).
 #[cfg(test)]
 pub(crate) fn judge_alone(
-    report: &mut Report,
+    mut report: Report,
     judging: &Judging,
     log: Option<&TransportSummary>,
     can_access_peer: PeerAccess,
-) -> ExitCode {
+) -> (Report, ExitCode) {
     let topology = Arc::new(Topology::new(&report.processes));
     let id = report.gpus.first().and_then(|g| {
         g.info
             .pci_device_id
             .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id))
     });
-    let name = gpu_name(report).to_string();
+    let name = gpu_name(&report).to_string();
     let gpu = Arc::new(GpuModel {
         sku: crate::facts::sku::Identity::resolve(id, &name).sku(),
         name,
@@ -366,7 +337,22 @@ pub(crate) fn judge_alone(
             .map_or(crate::facts::interconnect::Class::Unknown, |i| i.class),
     });
     let basis = Basis { topology, gpu };
-    judge(report, judging, &basis, log, can_access_peer)
+    let code = report.record_verdict(judge(&report, judging, &basis, log, can_access_peer));
+    (report, code)
+}
+
+/// [`judge_alone`] under `rules`, the default outlier fraction (0.85), no `--min-busbw`, no
+/// path expectation, no NCCL log and every GPU able to reach every other (tests).
+#[cfg(test)]
+pub(crate) fn judge_by(rules: &[Threshold], report: Report) -> (Report, ExitCode) {
+    let expect = TransportExpectation::default();
+    let judging = Judging {
+        thresholds: rules,
+        outlier_fraction: 0.85,
+        min_busbw: None,
+        expect: &expect,
+    };
+    judge_alone(report, &judging, None, &|_, _| true)
 }
 
 #[cfg(test)]
@@ -453,7 +439,12 @@ mod tests {
         r
     }
 
-    fn run(report: &mut Report, min_busbw: Option<f64>, log: Option<&str>, p2p: bool) -> ExitCode {
+    fn run(
+        report: Report,
+        min_busbw: Option<f64>,
+        log: Option<&str>,
+        p2p: bool,
+    ) -> (Report, ExitCode) {
         let rules = rules();
         let expect = TransportExpectation {
             intra_node_p2p: true,
@@ -492,17 +483,19 @@ mod tests {
             round_times: Vec::new(),
             reasons: vec![reason.clone()],
         });
-        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        let (r, code) = run(r, None, None, true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.reasons, vec![reason]);
     }
 
     #[test]
     fn a_healthy_node_passes_with_what_was_measured_in_the_summary() {
-        let mut r = report(
+        let r = report(
             vec![row("all_reduce", 338.0), row("all_gather", 250.0)],
             300.0,
         );
-        assert_eq!(run(&mut r, None, None, true), ExitCode::Pass);
+        let (r, code) = run(r, None, None, true);
+        assert_eq!(code, ExitCode::Pass);
         assert_eq!(r.verdict, Verdict::Pass);
         assert!(r.reasons.is_empty(), "{:?}", r.reasons);
         assert_eq!(
@@ -541,7 +534,7 @@ mod tests {
             min_busbw: None,
             expect: &expect,
         };
-        judge_alone(&mut r, &judging, None, &|_, _| true);
+        let (r, _) = judge_alone(r, &judging, None, &|_, _| true);
         let e = r.pairs[5].expected.as_ref().expect("held against peers");
         assert!((e.floor_gbs - 85.0).abs() < 1e-9, "{e:?}");
         assert!(
@@ -553,8 +546,9 @@ mod tests {
 
     #[test]
     fn a_slow_collective_fails_and_is_named_in_the_summary() {
-        let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
-        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        let r = report(vec![row("all_reduce", 120.0)], 300.0);
+        let (r, code) = run(r, None, None, true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!((r.verdict, r.exit_code), (Verdict::Fail, 1));
         assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
         assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
@@ -568,7 +562,8 @@ mod tests {
     fn several_reasons_show_the_first_and_how_many_more() {
         let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
         r.pairs[5].busbw = 40.0; // GPU2<->GPU3: below its floor and its peers
-        assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+        let (r, code) = run(r, None, None, true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.reasons.len(), 2, "{:?}", r.reasons);
         assert_eq!(
             r.summary,
@@ -585,29 +580,23 @@ mod tests {
                 nvls_used: nvls,
                 ..TransportInfo::not_recorded(String::new())
             });
-            assert_eq!(
-                run(&mut r, Some(500.0), None, true),
-                ExitCode::Pass,
-                "{:?}",
-                r.reasons
-            );
+            let (mut r, code) = run(r, Some(500.0), None, true);
+            assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
             // The GPU pairs keep their floor.
             r.pairs.iter_mut().for_each(|p| p.busbw = 100.0);
-            assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
+            let (_, code) = run(r, None, None, true);
+            assert_eq!(code, ExitCode::Fail);
         }
     }
 
     #[test]
     fn min_busbw_applies_to_collectives_but_not_to_gpu_pairs() {
-        let mut r = report(vec![row("all_reduce", 450.0)], 300.0);
-        assert_eq!(
-            run(&mut r, Some(400.0), None, true),
-            ExitCode::Pass,
-            "{:?}",
-            r.reasons
-        );
-        let mut r = report(vec![row("all_reduce", 350.0)], 300.0);
-        assert_eq!(run(&mut r, Some(400.0), None, true), ExitCode::Fail);
+        let r = report(vec![row("all_reduce", 450.0)], 300.0);
+        let (r, code) = run(r, Some(400.0), None, true);
+        assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
+        let r = report(vec![row("all_reduce", 350.0)], 300.0);
+        let (r, code) = run(r, Some(400.0), None, true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.reasons[0].limit, Some(400.0));
     }
 
@@ -617,14 +606,16 @@ mod tests {
 
     #[test]
     fn shm_between_gpus_that_can_reach_each_other_is_a_transport_fallback() {
-        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
-        assert_eq!(run(&mut r, None, Some(SHM_LOG), true), ExitCode::Fail);
+        let r = report(vec![row("all_reduce", 338.0)], 300.0);
+        let (r, code) = run(r, None, Some(SHM_LOG), true);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
         assert_eq!(r.reasons[0].code, ReasonCode::TransportFallback);
         assert_eq!(r.reasons[0].subject.as_deref(), Some("GPU0->GPU1"));
         // Without peer access CUDA expects no P2P there: SHM is what it should be.
-        let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
-        assert_eq!(run(&mut r, None, Some(SHM_LOG), false), ExitCode::Pass);
+        let r = report(vec![row("all_reduce", 338.0)], 300.0);
+        let (_, code) = run(r, None, Some(SHM_LOG), false);
+        assert_eq!(code, ExitCode::Pass);
     }
 
     #[test]
@@ -640,11 +631,7 @@ mod tests {
             first_rank: 1,
         });
         r.gpus.truncate(1);
-        assert_eq!(
-            run(&mut r, None, Some(SHM_LOG), true),
-            ExitCode::Pass,
-            "{:?}",
-            r.reasons
-        );
+        let (r, code) = run(r, None, Some(SHM_LOG), true);
+        assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
     }
 }

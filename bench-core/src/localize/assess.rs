@@ -2,7 +2,7 @@
 //! node-rails are cleared or bad, and the findings that explain every slow result. Pure and
 //! deterministic: the same results give the same findings on every rank.
 
-use super::{node_name, Code, Group, GroupKind, LocalizeConfig, LocalizeFinding};
+use super::{Code, Group, GroupKind, LocalizeConfig, LocalizeFinding};
 use crate::facts::num_vs;
 use crate::report::Culprit;
 use std::collections::BTreeMap;
@@ -205,6 +205,15 @@ pub(crate) struct Inputs<'a> {
     pub pairs: &'a [Measured],
     /// Phase B's busbw and whether it was below its floor.
     pub allocation: Option<(f64, bool)>,
+    /// Each node's name, by index: what the findings call it (the topology's names).
+    pub names: &'a [String],
+}
+
+impl Inputs<'_> {
+    /// Node `x`'s name.
+    fn name(&self, x: usize) -> String {
+        self.names[x].clone()
+    }
 }
 
 /// The findings that explain every slow result: nodes and rails first, then node pairs, then
@@ -238,10 +247,10 @@ fn local_findings(inp: &Inputs, local_bad: &[bool], local_limit: &Limit) -> Vec<
             code: Code::NodeSlow,
             nodes: vec![x],
             rail: None,
-            subject: Culprit::Node(node_name(x)).to_string(),
+            subject: Culprit::Node(inp.name(x)),
             message: format!(
                 "{}: its own GPUs: local busbw {} GB/s < {} GB/s (phase A, every node at once)",
-                node_name(x),
+                inp.name(x),
                 num_vs(inp.local[x], local_limit.value()).0,
                 num_vs(inp.local[x], local_limit.value()).1
             ),
@@ -282,10 +291,10 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<L
                 code: Code::NodeSlow,
                 nodes: vec![x],
                 rail: None,
-                subject: Culprit::Node(node_name(x)).to_string(),
+                subject: Culprit::Node(inp.name(x)),
                 message: format!(
                     "{}: every node pair it is in is slow on all {g} NICs, with cleared partners: busbw <= {} GB/s < {} GB/s",
-                    node_name(x),
+                    inp.name(x),
                     num_vs(top, limit).0,
                     num_vs(top, limit).1
                 ),
@@ -300,13 +309,12 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<L
                 nodes: vec![x],
                 rail: Some(r),
                 subject: Culprit::Rail {
-                    node: node_name(x),
+                    node: inp.name(x),
                     gpu: r as u32,
-                }
-                .to_string(),
+                },
                 message: format!(
                     "{} rail {r} (GPU{r}'s NIC): every pair through it is slow, busbw <= {} GB/s < {} GB/s; its other rails are fine",
-                    node_name(x),
+                    inp.name(x),
                     num_vs(best[x * g + r], limit).0,
                     num_vs(best[x * g + r], limit).1
                 ),
@@ -327,7 +335,7 @@ fn pair_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<Locali
     let limit = a.rail_limit.value();
     let (links, unresolved) = unexplained_pairs(inp, a, local_bad);
     let mut out = link_findings(inp, links, limit);
-    out.extend(unresolved_finding(&unresolved, limit));
+    out.extend(unresolved_finding(inp, &unresolved, limit));
     out
 }
 
@@ -381,11 +389,11 @@ fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<LocalizeFind
             code: Code::NodePairSlow,
             nodes: vec![x, y],
             rail: None,
-            subject: Culprit::NodePair(node_name(x), node_name(y)).to_string(),
+            subject: Culprit::NodePair(inp.name(x), inp.name(y)),
             message: format!(
                 "{}<->{}: sendrecv busbw {} GB/s < {} GB/s on {} of {g} rails{why}",
-                node_name(x),
-                node_name(y),
+                inp.name(x),
+                inp.name(y),
                 num_vs(worst, limit).0,
                 num_vs(worst, limit).1,
                 rails.len()
@@ -399,19 +407,20 @@ fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<LocalizeFind
 
 /// One finding naming (the first 16 of) the nodes with slow pairs that could not be placed.
 fn unresolved_finding(
+    inp: &Inputs,
     unresolved: &BTreeMap<usize, Vec<usize>>,
     limit: f64,
 ) -> Option<LocalizeFinding> {
     if unresolved.is_empty() {
         return None;
     }
-    let names: Vec<String> = unresolved.keys().take(16).map(|&z| node_name(z)).collect();
+    let names: Vec<String> = unresolved.keys().take(16).map(|&z| inp.name(z)).collect();
     let more = unresolved.len().saturating_sub(16);
     Some(LocalizeFinding {
         code: Code::SuspectsUnresolved,
         nodes: unresolved.keys().copied().collect(),
         rail: None,
-        subject: names.join(","),
+        subject: Culprit::Other(names.join(",")),
         message: format!(
             "slow pairs not placed on a node, rail or link (no cleared partner left, or the round cap reached): {}{}",
             names.join(", "),
@@ -434,14 +443,14 @@ fn allocation_finding(inp: &Inputs) -> Option<LocalizeFinding> {
         (
             Code::NodePairSlow,
             vec![0, 1],
-            format!("{}<->{}", node_name(0), node_name(1)),
+            Culprit::NodePair(inp.name(0), inp.name(1)),
             "no rail stands out: with two nodes a slow node's NICs, both nodes, or the path between them look the same",
         )
     } else {
         (
             Code::AllocationSlow,
             (0..n).collect(),
-            "allocation".to_string(),
+            Culprit::Other("allocation".into()),
             "no node, rail or ring link stands out: uniformly slow, or at least half of the ring slow (no healthy reference)",
         )
     };
@@ -515,11 +524,14 @@ mod tests {
             local: &[300.0; 4],
             pairs: &pairs,
             allocation: Some((20.0, true)),
+            names: &["a", "b", "c", "d"].map(String::from),
         });
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(
             (f[0].code, f[0].nodes.clone()),
             (Code::NodePairSlow, vec![1, 2])
         );
+        assert_eq!(f[0].subject, Culprit::NodePair("b".into(), "c".into()));
+        assert!(f[0].message.starts_with("b<->c: "), "{}", f[0].message);
     }
 }

@@ -123,7 +123,7 @@ impl Conductor {
             node_of_process[p as usize] = layout.node_of_rank(rank);
         }
         Conductor {
-            localizer: Some(localizer),
+            localizer: Some(localizer.named(&layout.names)),
             layout,
             process_of,
             processes,
@@ -168,7 +168,7 @@ impl Conductor {
             allocation_busbw: verdict.allocation_busbw,
             allocation_floor: self.allocation_floor,
             pair_groups: self.pair_groups,
-            reasons: reasons::reasons(&verdict, &self.layout.names),
+            reasons: reasons::reasons(&verdict),
             reasons_omitted: 0,
             round_times: Vec::new(),
         };

@@ -19,8 +19,9 @@
 //! every rank ([`decode_findings`]), never carried. What a process knows of its node by then:
 //! [`known`]; where the sums run: `measure::runner` (`localized.rs`, `pair_matrix.rs`,
 //! `timed.rs`); where the findings win: [`own_findings_win`] (every node's readings),
-//! [`standalone_findings`] (findings that fail their node alone) and [`own_node_wins`] (a
-//! process's own node), called by `judge::overall`.
+//! [`standalone_findings`] (findings that fail their node alone), [`own_node_wins`] (a process's
+//! own node), called by `judge::overall`, and [`blame_starved`] (a starved worker's node over the
+//! node pairs it slowed).
 
 use crate::meet::topology::Topology;
 use crate::report::reason::{Reason, ReasonCode};
@@ -115,7 +116,7 @@ pub fn process_nodes(t: &Topology) -> Vec<String> {
 /// One sum over every rank of this process's findings (`mine`: empty on all but one rank of each
 /// process), then every node's findings decoded (see [`decode_findings`]); this process's own
 /// left out unless `include_own` (the worker judges its own node itself, with the pid's user
-/// and the whole check's window: `judge::foreign`, `judge::evidence`). `sum` is the caller's
+/// and the whole check's window: `judge::evidence`). `sum` is the caller's
 /// sum over every rank; every rank of the check must call this, or none.
 pub fn exchange<E>(
     process: usize,
@@ -368,7 +369,7 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     });
     // Another node's own finding explains the slow readings beside it (a collective over every
     // rank slowed by that node's busy GPU): it leads them, as this node's own findings do
-    // (`judge::foreign`), so the verdict line names it.
+    // (`judge::evidence::foreign_processes`), so the verdict line names it.
     let shared = |r: &Reason| {
         matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
             && r.code != ReasonCode::HostInterference
@@ -397,5 +398,43 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
 
 #[cfg(feature = "gpu")]
 pub mod known;
+/// The localizer's `node_pair_slow` reasons with exactly one starved end (`starved`: node name
+/// and off-CPU share, every node whose workers lost at least
+/// `measure::runner::off_cpu::STARVED_SHARE`) become that
+/// node's: a worker that cannot run slows every pair it is in, and with its stops coming and
+/// going the localizer's retest may clear it with one partner and not another (seen on one H100 with
+/// emulated nodes: a stopped fab03 made "fab02<->fab03" the culprit, which would drain fab02 too).
+/// The partner is not named again (its other pairs were cleared).
+pub fn blame_starved(reasons: &mut Vec<Reason>, starved: &[(String, f64)]) {
+    let share = |n: &str| starved.iter().find(|(s, _)| s == n).map(|(_, x)| *x);
+    for r in reasons
+        .iter_mut()
+        .filter(|r| r.code == ReasonCode::NodePairSlow)
+    {
+        let Some(Culprit::NodePair(a, b)) = r.culprit() else {
+            continue;
+        };
+        let (node, lost) = match (share(&a), share(&b)) {
+            (Some(x), None) => (a, x),
+            (None, Some(x)) => (b, x),
+            _ => continue,
+        };
+        r.code = ReasonCode::NodeSlow;
+        r.message = format!(
+            "node {node}: the node pairs it was in were slow, and its worker could not run for \
+             {:.0}% of the check (worker_starved): a starved node, not a path",
+            100.0 * lost
+        );
+        r.subject = Some(node);
+    }
+    let mut seen = Vec::new();
+    reasons.retain(|r| {
+        let key = (r.code, r.subject.clone());
+        let first = !seen.contains(&key);
+        seen.push(key);
+        first
+    });
+}
+
 #[cfg(test)]
 mod tests;

@@ -42,7 +42,7 @@
 //! decisions, not that real readings behave.
 
 use super::assess::quantile;
-use super::{node_name, Code, Group, LocalizeFinding, Phase};
+use super::{Code, Group, LocalizeFinding, Phase};
 use crate::facts::num_vs;
 use crate::report::Culprit;
 
@@ -263,8 +263,9 @@ impl Paths {
 
     /// A slow path for every pair slow (again, when retests are on) whose two nodes are fast
     /// with most of their other partners.
-    pub fn findings(&self) -> Vec<LocalizeFinding> {
+    pub fn findings(&self, names: &[String]) -> Vec<LocalizeFinding> {
         let j = self.judge();
+        let name = |k: usize| names.get(k).cloned().unwrap_or_else(|| format!("node{k}"));
         let mut out = Vec::new();
         for (i, &(group, busbw)) in self.readings.iter().enumerate() {
             let Group::Pair { a, b, rail_a, .. } = group else {
@@ -284,13 +285,13 @@ impl Paths {
                 code: Code::NodePairSlow,
                 nodes: vec![x, y],
                 rail: None,
-                subject: Culprit::NodePair(node_name(x), node_name(y)).to_string(),
+                subject: Culprit::NodePair(name(x), name(y)),
                 message: format!(
                     "{}<->{}: sendrecv busbw {value} GB/s < {limit} GB/s ({} x the median of every \
                      node pair, measured after a slow alltoall; {rails}), both nodes fast with \
                      most of their other partners (a path the all_reduce's ring does not use)",
-                    node_name(x),
-                    node_name(y),
+                    name(x),
+                    name(y),
                     self.fraction,
                 ),
                 measured: Some(busbw),
@@ -332,7 +333,7 @@ pub(crate) mod tests {
     }
 
     fn named(p: &Paths) -> BTreeSet<Vec<usize>> {
-        p.findings().into_iter().map(|f| f.nodes).collect()
+        p.findings(&[]).into_iter().map(|f| f.nodes).collect()
     }
 
     #[test]
@@ -370,7 +371,7 @@ pub(crate) mod tests {
         let (p, rounds) = run(8, 1, |a, b| if (a, b) == (1, 6) { 0.03 } else { 0.25 });
         assert_eq!(named(&p), BTreeSet::from([vec![1, 6]]));
         assert_eq!(rounds, 7 + 1, "7 tournament rounds and one retest");
-        let f = &p.findings()[0];
+        let f = &p.findings(&[])[0];
         assert_eq!(f.code, Code::NodePairSlow);
         assert!(f.message.starts_with("node1<->node6: sendrecv busbw 0.03"));
     }
@@ -393,14 +394,14 @@ pub(crate) mod tests {
         // The coordinating node's exchanges all read 0.5x (seen on real NCCL between emulated
         // nodes at a small message): no path named, and the tournament names no node either.
         let (p, rounds) = run(8, 1, |a, _| if a == 0 { 0.12 } else { 0.25 });
-        assert!(named(&p).is_empty(), "{:?}", p.findings());
+        assert!(named(&p).is_empty(), "{:?}", p.findings(&[]));
         assert_eq!(
             rounds, 7,
             "no retest: no slow pair has two ends fast elsewhere"
         );
         // Half of node 0's pairs slow, one of them a real slow path: still not named.
         let (p, _) = run(8, 1, |a, b| if a == 0 && b <= 4 { 0.12 } else { 0.25 });
-        assert!(named(&p).is_empty(), "{:?}", p.findings());
+        assert!(named(&p).is_empty(), "{:?}", p.findings(&[]));
     }
 
     #[test]
@@ -409,7 +410,7 @@ pub(crate) mod tests {
         let (p, rounds) = run(16, 1, |a, b| {
             0.1 * (0.8 + 0.4 * ((a * 7 + b * 3) % 11) as f64 / 10.0)
         });
-        assert!(named(&p).is_empty(), "{:?}", p.findings());
+        assert!(named(&p).is_empty(), "{:?}", p.findings(&[]));
         assert_eq!(rounds, 15);
     }
 
@@ -438,9 +439,9 @@ pub(crate) mod tests {
         assert_eq!(phases, vec![Phase::Paths, Phase::PathRetest]);
         assert_eq!(named(&p), BTreeSet::from([vec![1, 4]]));
         assert!(
-            p.findings()[0].message.contains("GPU rails"),
+            p.findings(&[])[0].message.contains("GPU rails"),
             "{:?}",
-            p.findings()
+            p.findings(&[])
         );
         // Node 4's NIC of the rail the pair met on (fast on the next rail): not a path.
         let rail_met = tournament(6, 8)[0]
@@ -454,7 +455,7 @@ pub(crate) mod tests {
             .expect("the pair is met");
         let (p, phases) = drive(&|a, b, r| (a == 4 || b == 4) && r == rail_met);
         assert_eq!(phases, vec![Phase::Paths, Phase::PathRetest]);
-        assert!(named(&p).is_empty(), "{:?}", p.findings());
+        assert!(named(&p).is_empty(), "{:?}", p.findings(&[]));
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! The localizer's verdict in the report: its findings as reasons with host names (the
-//! localizer numbers nodes; the report names them), and a summary of the rounds it ran.
+//! The localizer's verdict in the report: its findings as reasons, and a summary of the rounds
+//! it ran.
 
-use super::{Code, LocalizeFinding, LocalizeVerdict};
+use super::{Code, LocalizeVerdict};
 use crate::report::reason::{Reason, ReasonCode};
 use serde::{Deserialize, Serialize};
 
@@ -57,65 +57,27 @@ pub fn reason_code(code: Code) -> Option<ReasonCode> {
     }
 }
 
-/// The verdict's findings as reasons, `nodeK` replaced by `names[K]`.
-pub fn reasons(v: &LocalizeVerdict, names: &[String]) -> Vec<Reason> {
-    v.findings.iter().filter_map(|f| reason(f, names)).collect()
-}
-
-fn reason(f: &LocalizeFinding, names: &[String]) -> Option<Reason> {
-    Some(Reason {
-        code: reason_code(f.code)?,
-        message: rename(&f.message, names),
-        subject: Some(rename(&f.subject, names)),
-        measured: f.measured,
-        limit: f.limit,
-    })
-}
-
-/// Replaces every `node<digits>` that starts a word by that node's name (unknown indices stay).
-pub fn rename(text: &str, names: &[String]) -> String {
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let word_start = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
-        if word_start && text[i..].starts_with("node") {
-            let digits = text[i + 4..].bytes().take_while(u8::is_ascii_digit).count();
-            let end = i + 4 + digits;
-            let at_word_end = end == bytes.len() || !bytes[end].is_ascii_alphanumeric();
-            if digits > 0 && at_word_end {
-                if let Some(name) = text[i + 4..end]
-                    .parse::<usize>()
-                    .ok()
-                    .and_then(|k| names.get(k))
-                {
-                    out.push_str(name);
-                    i = end;
-                    continue;
-                }
-            }
-        }
-        let ch = text[i..].chars().next().unwrap_or(' ');
-        out.push(ch);
-        i += ch.len_utf8().max(1);
-    }
-    out
+/// The verdict's findings as reasons (named as the localizer names the nodes: the topology's
+/// names, `Localizer::named`).
+pub fn reasons(v: &LocalizeVerdict) -> Vec<Reason> {
+    v.findings
+        .iter()
+        .filter_map(|f| {
+            Some(Reason {
+                code: reason_code(f.code)?,
+                message: f.message.clone(),
+                subject: Some(f.subject.to_string()),
+                measured: f.measured,
+                limit: f.limit,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn node_indices_become_host_names_and_nothing_else_changes() {
-        let names: Vec<String> = ["gpu-a", "gpu-b", "gpu-c"].map(String::from).to_vec();
-        assert_eq!(
-            rename("node2<->node0: slow; nodes node7 node1x", &names),
-            "gpu-c<->gpu-a: slow; nodes node7 node1x"
-        );
-        assert_eq!(rename("node1 GPU3 NIC", &names), "gpu-b GPU3 NIC");
-        assert_eq!(rename("ünïcode node1", &names), "ünïcode gpu-b");
-    }
+    use crate::localize::LocalizeFinding;
 
     #[test]
     fn findings_become_reasons_except_allocation_slow() {
@@ -123,8 +85,8 @@ mod tests {
             code,
             nodes: vec![1],
             rail: None,
-            subject: "node1".into(),
-            message: "node1: slow".into(),
+            subject: crate::report::Culprit::Node("b".into()),
+            message: "b: slow".into(),
             measured: Some(1.0),
             limit: Some(2.0),
         };
@@ -134,7 +96,7 @@ mod tests {
             localization_rounds: 2,
             allocation_busbw: Some(3.0),
         };
-        let r = reasons(&v, &["a".into(), "b".into()]);
+        let r = reasons(&v);
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].code, ReasonCode::RailSlow);
         assert_eq!(r[0].subject.as_deref(), Some("b"));

@@ -31,6 +31,8 @@ pub struct Localizer {
     n: usize,
     g: usize,
     cfg: LocalizeConfig,
+    /// What the findings call each node: `node<K>` until [`Localizer::named`].
+    names: Vec<String>,
     stage: Stage,
     pending: Option<Round>,
     rounds: usize,
@@ -85,6 +87,7 @@ impl Localizer {
             n: nodes,
             g: gpus_per_node,
             cfg,
+            names: (0..nodes).map(super::node_name).collect(),
             stage: Stage::Local,
             pending: None,
             rounds: 0,
@@ -99,6 +102,15 @@ impl Localizer {
             retested: Vec::new(),
             paths: None,
         })
+    }
+
+    /// The localizer whose findings name the nodes `names` (the topology's, by index), as the
+    /// report does; a list of another length leaves the `node<K>` names.
+    pub fn named(mut self, names: &[String]) -> Localizer {
+        if names.len() == self.n {
+            self.names = names.to_vec();
+        }
+        self
     }
 
     /// The round to measure next; the same round again until its results are recorded. `None`:
@@ -242,7 +254,7 @@ impl Localizer {
     pub fn finish(self) -> LocalizeVerdict {
         let mut findings = assess::findings(&self.inputs());
         if let Some(Some(p)) = &self.paths {
-            findings.extend(p.findings());
+            findings.extend(p.findings(&self.names));
         }
         LocalizeVerdict {
             findings,
@@ -260,6 +272,7 @@ impl Localizer {
             local: &self.local,
             pairs: &self.pairs,
             allocation: self.allocation,
+            names: &self.names,
         }
     }
 

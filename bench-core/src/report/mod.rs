@@ -1,5 +1,6 @@
 //! What a run reports: the nccl-tests-compatible table (`table`) and the JSON report (`json`).
 
+pub mod assemble;
 pub mod gpu;
 pub mod json;
 pub mod read;

@@ -2,7 +2,6 @@
 
 use super::{Transport, TransportSummary};
 use crate::config::network::NetworkProfile;
-use crate::report::json::{Reason, ReasonCode};
 use std::fmt;
 
 /// What the site expects of the paths (from the worker's options and network profile).
@@ -75,14 +74,6 @@ pub struct TransportFinding {
     pub subject: String,
     /// `GPU0->GPU1 used SHM, NVLink P2P expected`.
     pub message: String,
-}
-
-impl TransportFinding {
-    pub fn to_reason(&self) -> Reason {
-        let mut r = Reason::plain(ReasonCode::TransportFallback, self.message.clone());
-        r.subject = Some(self.subject.clone());
-        r
-    }
 }
 
 /// Holds the summary against the expectation. `same_node(a, b)` says whether ranks a and b run

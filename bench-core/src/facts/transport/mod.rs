@@ -338,7 +338,6 @@ fn dedup(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::reason::ReasonCode;
 
     const P: &str = "node01:12345:12399 [0] NCCL INFO ";
 
@@ -439,9 +438,7 @@ mod tests {
         let f = check_transports(&s, &|_, _| true, &expect);
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].message, "GPU0->GPU1 used SHM, NVLink P2P expected");
-        let r = f[0].to_reason();
-        assert_eq!(r.code, ReasonCode::TransportFallback);
-        assert_eq!(r.subject.as_deref(), Some("GPU0->GPU1"));
+        assert_eq!(f[0].subject, "GPU0->GPU1");
         // Without the NVLink expectation SHM is just reported.
         assert!(check_transports(&s, &|_, _| true, &TransportExpectation::default()).is_empty());
     }
@@ -714,9 +711,6 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
         assert!(f
             .iter()
             .any(|f| f.message == "GPU0->GPU1 used SHM, NVLink P2P expected"));
-        assert!(f
-            .iter()
-            .all(|f| f.to_reason().code == ReasonCode::TransportFallback));
     }
 
     #[test]

@@ -4,11 +4,11 @@ use crate::facts::host_load::HostLoad;
 use crate::facts::local_probe::LocalProbe;
 use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
-use crate::facts::transport::TransportExpectation;
 use crate::judge::floors::tests::rule;
-use crate::judge::overall::{judge_alone, Judging};
+use crate::judge::overall::judge_by;
 use crate::meet::rendezvous::Member;
 use crate::report::gpu::GpuInfo;
+use crate::report::json::Report;
 use crate::report::{PairRow, Placement};
 use crate::verdict::{ExitCode, Verdict};
 
@@ -104,19 +104,14 @@ fn report(n: u32, pair: f64) -> Report {
     r
 }
 
-fn run(r: &mut Report) -> ExitCode {
-    let rules = vec![
-        rule("all_reduce", 4, 1, 290.0),
-        rule("sendrecv", 2, 1, 255.0),
-    ];
-    let expect = TransportExpectation::default();
-    let judging = Judging {
-        thresholds: &rules,
-        outlier_fraction: 0.85,
-        min_busbw: None,
-        expect: &expect,
-    };
-    judge_alone(r, &judging, None, &|_, _| true)
+fn run(r: Report) -> (Report, ExitCode) {
+    judge_by(
+        &[
+            rule("all_reduce", 4, 1, 290.0),
+            rule("sendrecv", 2, 1, 255.0),
+        ],
+        r,
+    )
 }
 
 fn codes(r: &Report) -> Vec<(String, Option<String>)> {
@@ -130,7 +125,8 @@ fn codes(r: &Report) -> Vec<(String, Option<String>)> {
 fn a_healthy_node_with_facts_passes() {
     let mut r = report(4, 300.0);
     r.results = vec![row("all_reduce", 300.0)];
-    assert_eq!(run(&mut r), ExitCode::Pass, "{:?}", r.reasons);
+    let (r, code) = run(r);
+    assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
     assert!(r.warnings.is_empty());
 }
 
@@ -147,7 +143,8 @@ fn a_dead_nvlink_fails_first_and_explains_the_slow_link() {
         p.busbw = 150.0;
     }
     r.results = vec![row("all_reduce", 300.0)];
-    assert_eq!(run(&mut r), ExitCode::Fail);
+    let (r, code) = run(r);
+    assert_eq!(code, ExitCode::Fail);
     let c = codes(&r);
     assert_eq!(c[0], ("nvlink_down".into(), Some("GPU1".into())), "{c:?}");
     assert!(
@@ -174,7 +171,8 @@ fn a_gpu_with_shared_memory_is_named_by_its_probe_on_two_gpus() {
     // GPU1's copy rate halved (another process streams through its memory).
     r.gpus[1].local_probe = Some(LocalProbe::new(1, 1 << 28, 100, 25.0));
     r.results = vec![row("sendrecv", 300.0)];
-    assert_eq!(run(&mut r), ExitCode::Fail);
+    let (r, code) = run(r);
+    assert_eq!(code, ExitCode::Fail);
     assert_eq!(
         codes(&r),
         vec![("local_probe_slow".into(), Some("GPU1".into()))]
@@ -189,20 +187,23 @@ fn a_gpu_with_shared_memory_is_named_by_its_probe_on_two_gpus() {
 
 #[test]
 fn one_gpu_is_a_probe_not_a_collective_and_never_busbw_zero() {
-    let mut r = report(1, 0.0);
-    assert_eq!(run(&mut r), ExitCode::Pass);
+    let r = report(1, 0.0);
+    let (mut r, code) = run(r);
+    assert_eq!(code, ExitCode::Pass);
     assert_eq!(
         r.summary,
         "1 x NVIDIA H200 on 1 node(s): 1 GPU: no collective; local probe device copy GPU0 2147 GB/s (floor 1440)"
     );
     assert!(!r.summary.contains("busbw"));
     r.gpus[0].local_probe = Some(LocalProbe::new(0, 1 << 28, 100, 40.0));
-    assert_eq!(run(&mut r), ExitCode::Fail);
+    let (mut r, code) = run(r);
+    assert_eq!(code, ExitCode::Fail);
     assert_eq!(codes(&r)[0].0, "local_probe_slow");
     // A probe that could not run says why (no fault: nothing was measured).
     r.gpus[0].local_probe = None;
     r.gpus[0].local_probe_error = Some("allocating 2 x 268435456 bytes: out of memory".into());
-    assert_eq!(run(&mut r), ExitCode::Pass);
+    let (r, code) = run(r);
+    assert_eq!(code, ExitCode::Pass);
     assert!(
         r.summary
             .ends_with("local probe: not measured (allocating 2 x 268435456 bytes: out of memory)"),
@@ -232,7 +233,8 @@ fn a_missing_gpu_from_the_inventory_is_the_first_reason() {
         )
         .with_values(1.0, 2.0)],
     });
-    assert_eq!(run(&mut r), ExitCode::Fail);
+    let (r, code) = run(r);
+    assert_eq!(code, ExitCode::Fail);
     assert_eq!(r.verdict, Verdict::Fail);
     assert_eq!(codes(&r), vec![("gpu_missing".into(), Some("GPUs".into()))]);
     assert!(r.summary.starts_with("expected 2 GPUs, CUDA opens 1"));
@@ -248,7 +250,8 @@ fn slow_by_the_host_but_fast_by_the_gpus_is_a_warning_not_fail() {
         out_of_place_busbw: 320.0,
         in_place_busbw: 318.0,
     }];
-    assert_eq!(run(&mut r), ExitCode::Pass, "{:?}", r.reasons);
+    let (mut r, code) = run(r);
+    assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
     assert_eq!(r.warnings.len(), 1);
     assert_eq!(r.warnings[0].code, ReasonCode::HostInterference);
     assert!(
@@ -258,7 +261,8 @@ fn slow_by_the_host_but_fast_by_the_gpus_is_a_warning_not_fail() {
     );
     // Slow by the GPUs' clock too: the hardware is slow, FAIL stands.
     r.gpu_side[0].in_place_busbw = 210.0;
-    assert_eq!(run(&mut r), ExitCode::Fail);
+    let (r, code) = run(r);
+    assert_eq!(code, ExitCode::Fail);
     assert!(r.warnings.is_empty());
     assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
 }
@@ -312,7 +316,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
         host: None,
     };
     r.facts = Some(facts.clone());
-    let slow = node_pair_floor(&r);
+    let slow = node_pair_floor(&r.pairs, r.facts.as_ref());
     assert_eq!(slow.len(), 1);
     assert_eq!(slow[0].subject.as_deref(), Some("n1<->n2"));
     assert!(
@@ -321,7 +325,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
         slow[0].message
     );
     r.pairs[0].busbw = 40.0;
-    assert!(node_pair_floor(&r).is_empty());
+    assert!(node_pair_floor(&r.pairs, r.facts.as_ref()).is_empty());
     // A port down: FAIL naming it, cited by the node pair's slow reason.
     let down = Finding::new(
         ReasonCode::NetPortDown,
@@ -330,7 +334,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
     );
     facts.net = Some(net(Some(37.5), vec![down]));
     r.facts = Some(facts);
-    let f = node_findings(&r, 0.85);
+    let f = node_findings(&r.gpus, r.facts.as_ref(), 0.85);
     assert_eq!(f.len(), 1);
     assert_eq!(reason(f[0].0, &f[0].1).code, ReasonCode::NetPortDown);
     let mut rs = vec![Reason {
@@ -553,7 +557,8 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
         }
         r.facts = Some(facts_with(busy.then(|| load(0.97)), starved));
         let case = format!("host {host_clock} gpu {gpu_clock} starved {starved} busy {busy}");
-        assert_eq!(run(&mut r), exit, "{case}: {:?}", r.reasons);
+        let (r, code) = run(r);
+        assert_eq!(code, exit, "{case}: {:?}", r.reasons);
         assert_eq!(
             r.reasons.first().map(|x| x.code),
             first,
@@ -589,7 +594,8 @@ fn a_busy_host_never_hides_what_the_node_reports_itself_or_wrong_data() {
     }
     r.gpus[2].health = Some(health(2, 12));
     r.facts = Some(facts_with(Some(load(0.97)), false));
-    assert_eq!(run(&mut r), ExitCode::Fail);
+    let (mut r, code) = run(r);
+    assert_eq!(code, ExitCode::Fail);
     let codes: Vec<ReasonCode> = r.reasons.iter().map(|x| x.code).collect();
     assert_eq!(
         codes,
@@ -600,7 +606,8 @@ fn a_busy_host_never_hides_what_the_node_reports_itself_or_wrong_data() {
     // A host below the busy share is not the cause: the slow pairs stand.
     r.gpus[2].health = Some(health(2, 18));
     r.facts = Some(facts_with(Some(load(0.5)), false));
-    assert_eq!(run(&mut r), ExitCode::Fail);
+    let (r, code) = run(r);
+    assert_eq!(code, ExitCode::Fail);
     assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
     assert!(r.warnings.is_empty());
 }
@@ -610,7 +617,8 @@ fn the_pair_warning_names_the_pairs_the_host_slowed_and_both_numbers() {
     let mut r = report(4, 290.0);
     r.pairs[1].busbw = 171.1;
     r.pairs[1].gpu_busbw = Some(287.8);
-    assert_eq!(run(&mut r), ExitCode::Pass, "{:?}", r.reasons);
+    let (mut r, code) = run(r);
+    assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
     assert_eq!(r.warnings.len(), 1);
     let m = &r.warnings[0].message;
     assert!(
@@ -620,5 +628,6 @@ fn the_pair_warning_names_the_pairs_the_host_slowed_and_both_numbers() {
     );
     // Without a GPU number the host's is all there is: FAIL as before.
     r.pairs[1].gpu_busbw = None;
-    assert_eq!(run(&mut r), ExitCode::Fail);
+    let (_, code) = run(r);
+    assert_eq!(code, ExitCode::Fail);
 }

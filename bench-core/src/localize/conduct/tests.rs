@@ -154,12 +154,12 @@ fn the_conducted_localization_finds_what_the_localizer_finds_alone() {
     for fault in faults {
         let (n, g) = (16, 4);
         let fabric = quiet(n, g, fault);
+        let (layout, _) = layout(n, g);
         let alone = {
             let l = Localizer::new(n, g, config(&fabric)).unwrap();
-            sim::simulate(l, &mut fabric.clone()).unwrap()
+            sim::simulate(l.named(&layout.names), &mut fabric.clone()).unwrap()
         };
-        let (layout, _) = layout(n, g);
-        let want = reasons::reasons(&alone, &layout.names);
+        let want = reasons::reasons(&alone);
         let run = distributed(&fabric, n, g, 0);
         for s in &run.summaries {
             assert_eq!(s.reasons, want, "{fault:?}");

@@ -252,7 +252,7 @@ fn exchanged(mine: &[Vec<OwnFinding>], include_own: bool) -> Vec<Vec<NodeFinding
 mod every_process {
     use super::*;
     use crate::facts::gpu_health::GpuHealth;
-    use crate::judge::overall::{judge_alone, Judging};
+    use crate::judge::overall::judge_by;
     use crate::localize::LocalizeSummary;
     use crate::meet::rendezvous::Member;
     use crate::report::gpu::GpuInfo;
@@ -295,16 +295,11 @@ mod every_process {
         r
     }
 
-    fn judged(r: &mut Report) -> ExitCode {
-        let rules = vec![crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)];
-        let expect = crate::facts::transport::TransportExpectation::default();
-        let judging = Judging {
-            thresholds: &rules,
-            outlier_fraction: 0.85,
-            min_busbw: None,
-            expect: &expect,
-        };
-        judge_alone(r, &judging, None, &|_, _| true)
+    fn judged(r: Report) -> (Report, ExitCode) {
+        judge_by(
+            &[crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)],
+            r,
+        )
     }
 
     /// What the localizer found, the same in every process: e2 and e4 slow on their NICs.
@@ -355,7 +350,8 @@ mod every_process {
             own_findings_win(&mut summary.reasons, &own[p as usize]);
             let mut r = report(p, 1);
             r.localization = Some(summary);
-            assert_eq!(judged(&mut r), ExitCode::Fail);
+            let (r, code) = judged(r);
+            assert_eq!(code, ExitCode::Fail);
             let subjects: Vec<(ReasonCode, &str)> = r
                 .reasons
                 .iter()
@@ -418,7 +414,8 @@ mod every_process {
                 pair("e2", "e4", 2.15),
             ];
             r.node_findings = own[p as usize].clone();
-            assert_eq!(judged(&mut r), ExitCode::Fail);
+            let (r, code) = judged(r);
+            assert_eq!(code, ExitCode::Fail);
             let subjects: Vec<(ReasonCode, &str)> = r
                 .reasons
                 .iter()
@@ -465,7 +462,8 @@ mod every_process {
         own_findings_win(&mut summary.reasons, &own[0]);
         r.localization = Some(summary);
         r.node_findings = own[0].clone();
-        assert_eq!(judged(&mut r), ExitCode::Fail);
+        let (r, code) = judged(r);
+        assert_eq!(code, ExitCode::Fail);
         let codes: Vec<ReasonCode> = r.reasons.iter().map(|x| x.code).collect();
         assert_eq!(
             codes,
@@ -496,7 +494,8 @@ mod every_process {
         for p in [0u32, 2, 3] {
             let mut r = report(p, 1);
             r.node_findings = slowed[p as usize].clone();
-            assert_eq!(judged(&mut r), ExitCode::Fail, "process {p}");
+            let (r, code) = judged(r);
+            assert_eq!(code, ExitCode::Fail, "process {p}");
             let subjects: Vec<(ReasonCode, &str)> = r
                 .reasons
                 .iter()
@@ -511,7 +510,8 @@ mod every_process {
             let idle = exchanged(&[vec![], vec![busy(probe)], vec![], vec![]], false);
             let mut r = report(0, 1);
             r.node_findings = idle[0].clone();
-            assert_eq!(judged(&mut r), ExitCode::Pass, "{probe:?}: {:?}", r.reasons);
+            let (r, code) = judged(r);
+            assert_eq!(code, ExitCode::Pass, "{probe:?}: {:?}", r.reasons);
         }
     }
 
@@ -529,8 +529,39 @@ mod every_process {
         );
         let mut r = report(0, 9);
         r.node_findings = own[0].clone();
-        assert_eq!(judged(&mut r), ExitCode::Fail);
+        let (r, code) = judged(r);
+        assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.reasons[0].code, ReasonCode::GpuMissing);
         assert_eq!(r.reasons[0].subject.as_deref(), Some("e3"));
     }
+}
+
+fn starved_pair(a: &str, b: &str) -> Reason {
+    Reason {
+        code: ReasonCode::NodePairSlow,
+        message: format!("node pair {a}<->{b}: slow"),
+        subject: Some(format!("{a}<->{b}")),
+        measured: Some(0.1),
+        limit: Some(0.2),
+    }
+}
+
+#[test]
+fn a_slow_pair_with_one_starved_end_is_that_node_and_other_pairs_stay() {
+    let mut reasons = vec![
+        starved_pair("fab02", "fab03"),
+        starved_pair("fab03", "fab04"),
+        starved_pair("fab05", "fab06"),
+    ];
+    blame_starved(&mut reasons, &[("fab03".to_string(), 0.58)]);
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons[0].code, ReasonCode::NodeSlow);
+    assert_eq!(reasons[0].subject.as_deref(), Some("fab03"));
+    assert!(reasons[0].message.contains("58%") && !reasons[0].message.contains("fab02"));
+    assert_eq!(reasons[1], starved_pair("fab05", "fab06"));
+    // Both ends starved, or neither: the localizer's pair stands.
+    let mut both = vec![starved_pair("fab02", "fab03")];
+    let starved = [("fab02".to_string(), 0.6), ("fab03".to_string(), 0.7)];
+    blame_starved(&mut both, &starved);
+    assert_eq!(both, vec![starved_pair("fab02", "fab03")]);
 }

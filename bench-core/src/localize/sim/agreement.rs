@@ -238,18 +238,19 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
         });
     }
     let cfg = super::with_alltoall(LocalizeConfig::default(), &mut fabric, FABRIC_ALLTOALL);
-    let verdict: LocalizeVerdict =
-        match Localizer::new(row.nodes, 1, cfg).and_then(|l| simulate(l, &mut fabric)) {
-            Ok(v) => v,
-            Err(e) => {
-                return SimAnswer {
-                    verdict: "ERROR".into(),
-                    culprits: BTreeSet::new(),
-                    localization_rounds: None,
-                    detail: format!("the simulation failed: {e}"),
-                }
+    let verdict: LocalizeVerdict = match Localizer::new(row.nodes, 1, cfg)
+        .and_then(|l| simulate(l.named(&names(row.nodes)), &mut fabric))
+    {
+        Ok(v) => v,
+        Err(e) => {
+            return SimAnswer {
+                verdict: "ERROR".into(),
+                culprits: BTreeSet::new(),
+                localization_rounds: None,
+                detail: format!("the simulation failed: {e}"),
             }
-        };
+        }
+    };
     SimAnswer {
         verdict: if verdict.pass() { "PASS" } else { "FAIL" }.into(),
         culprits: verdict
@@ -261,7 +262,7 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
         detail: verdict
             .findings
             .iter()
-            .map(|f| crate::localize::reasons::rename(&f.message, &names(row.nodes)))
+            .map(|f| f.message.as_str())
             .collect::<Vec<_>>()
             .join("; "),
     }

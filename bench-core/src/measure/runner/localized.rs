@@ -78,7 +78,7 @@ impl Measurer<'_> {
         // the plan (`Measurer::share_findings`).
         if !summary.reasons.is_empty() {
             let starved = self.starved_nodes(start, &setup.layout.names)?;
-            super::off_cpu::blame_starved(&mut summary.reasons, &starved);
+            crate::localize::own::blame_starved(&mut summary.reasons, &starved);
             let own = self.own_findings(start)?;
             crate::localize::own::own_findings_win(&mut summary.reasons, &own);
             out.findings_shared = true;
@@ -223,7 +223,7 @@ impl Measurer<'_> {
     /// Every node's own findings (a GPU another process holds, a starved worker, a missing GPU,
     /// a busy host), in every process: one sum over every rank of one block of slots per
     /// process, filled by that process's recorder thread (`localize::own::exchange`); this
-    /// process's own node is judged by its own verdict (`judge::foreign`, `judge::evidence`).
+    /// process's own node is judged by its own verdict (`judge::evidence`).
     pub(super) fn own_findings(&self, start: &Start) -> Result<Vec<NodeFindings>, RunError> {
         let t = &start.topology;
         let me = self.rank as usize;

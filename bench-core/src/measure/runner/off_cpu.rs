@@ -12,7 +12,7 @@
 //! reported (the report's `facts.off_cpu`), never judged.
 
 use crate::facts::Finding;
-use crate::report::reason::{Reason, ReasonCode};
+use crate::report::reason::ReasonCode;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -159,43 +159,6 @@ pub fn finding(node: &str, seen: &OffCpu) -> Option<Finding> {
     )
 }
 
-/// The localizer's `node_pair_slow` reasons with exactly one starved end (`starved`: node name
-/// and off-CPU share, every node whose workers lost at least [`STARVED_SHARE`]) become that
-/// node's: a worker that cannot run slows every pair it is in, and with its stops coming and
-/// going the localizer's retest may clear it with one partner and not another (seen on one H100 with
-/// emulated nodes: a stopped fab03 made "fab02<->fab03" the culprit, which would drain fab02 too).
-/// The partner is not named again (its other pairs were cleared).
-pub fn blame_starved(reasons: &mut Vec<Reason>, starved: &[(String, f64)]) {
-    let share = |n: &str| starved.iter().find(|(s, _)| s == n).map(|(_, x)| *x);
-    for r in reasons
-        .iter_mut()
-        .filter(|r| r.code == ReasonCode::NodePairSlow)
-    {
-        let Some((a, b)) = r.subject.as_deref().and_then(|s| s.split_once("<->")) else {
-            continue;
-        };
-        let (node, lost) = match (share(a), share(b)) {
-            (Some(x), None) => (a.to_string(), x),
-            (None, Some(x)) => (b.to_string(), x),
-            _ => continue,
-        };
-        r.code = ReasonCode::NodeSlow;
-        r.message = format!(
-            "node {node}: the node pairs it was in were slow, and its worker could not run for \
-             {:.0}% of the check (worker_starved): a starved node, not a path",
-            100.0 * lost
-        );
-        r.subject = Some(node);
-    }
-    let mut seen = Vec::new();
-    reasons.retain(|r| {
-        let key = (r.code, r.subject.clone());
-        let first = !seen.contains(&key);
-        seen.push(key);
-        first
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,36 +212,6 @@ mod tests {
         assert!((0.3..0.6).contains(&seen.off_s), "{seen:?}");
         assert_eq!(seen.off_s, seen.longest_gap_s);
         assert!(seen.window_s >= 0.32, "{seen:?}");
-    }
-
-    fn pair(a: &str, b: &str) -> Reason {
-        Reason {
-            code: ReasonCode::NodePairSlow,
-            message: format!("node pair {a}<->{b}: slow"),
-            subject: Some(format!("{a}<->{b}")),
-            measured: Some(0.1),
-            limit: Some(0.2),
-        }
-    }
-
-    #[test]
-    fn a_slow_pair_with_one_starved_end_is_that_node_and_other_pairs_stay() {
-        let mut reasons = vec![
-            pair("fab02", "fab03"),
-            pair("fab03", "fab04"),
-            pair("fab05", "fab06"),
-        ];
-        blame_starved(&mut reasons, &[("fab03".to_string(), 0.58)]);
-        assert_eq!(reasons.len(), 2, "{reasons:?}");
-        assert_eq!(reasons[0].code, ReasonCode::NodeSlow);
-        assert_eq!(reasons[0].subject.as_deref(), Some("fab03"));
-        assert!(reasons[0].message.contains("58%") && !reasons[0].message.contains("fab02"));
-        assert_eq!(reasons[1], pair("fab05", "fab06"));
-        // Both ends starved, or neither: the localizer's pair stands.
-        let mut both = vec![pair("fab02", "fab03")];
-        let starved = [("fab02".to_string(), 0.6), ("fab03".to_string(), 0.7)];
-        blame_starved(&mut both, &starved);
-        assert_eq!(both, vec![pair("fab02", "fab03")]);
     }
 
     #[test]
