@@ -16,7 +16,7 @@ use crate::meet::team::Team;
 use crate::meet::topology::Topology;
 use crate::report::json::{GpuEntry, NcclInfo, Report, Settings};
 use crate::settings::options::Options;
-use crate::verdict::ExitCode;
+use nccl_check_contract::exit::ExitCode;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread::JoinHandle;

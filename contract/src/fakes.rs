@@ -5,9 +5,9 @@
 use crate::args::{PlanName, WorkerArgs};
 use crate::report::read::{read_report, ReportError};
 use crate::report::Report;
-use crate::supervise::{self, Ending, Finished, Output, Spec};
-use crate::test_support::scratch_dir;
 use crate::verdict::Verdict;
+use nccl_check_host::supervise::{self, Ending, Finished, Output, Spec};
+use nccl_check_host::test_support::scratch_dir;
 use std::path::Path;
 use std::time::Duration;
 

@@ -10,8 +10,8 @@
 use crate::exit::ExitCode;
 use crate::report::read::ReportError;
 use crate::report::Report;
-use crate::supervise::Ending;
 use crate::verdict::Verdict;
+use nccl_check_host::supervise::Ending;
 
 /// The verdict, and why it is an ERROR beside the worker's own word (a contradiction, an
 /// unusable report), when it is one for that reason.

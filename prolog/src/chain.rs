@@ -7,8 +7,12 @@
 use crate::budget::{self, GRACE, MARGIN};
 use crate::config::{GateConfig, GpuPolicy};
 use crate::slurm_uses::INSTALLED;
-use nccl_check_contract::slurm_config::{Settings, Sources};
-use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_host::slurm_config::Settings;
+use nccl_check_host::slurm_config::Sources;
+use nccl_check_host::supervise;
+use nccl_check_host::supervise::Ending;
+use nccl_check_host::supervise::Output;
+use nccl_check_host::supervise::Spec;
 use std::path::Path;
 use std::time::Duration;
 
@@ -28,7 +32,7 @@ pub struct SlurmView<'a> {
     pub settings: Option<&'a Settings>,
     pub why: &'a str,
     /// `PrologEpilogTimeout` as the gate reads it at run time
-    /// ([`nccl_check_contract::slurm_config::prolog_epilog_timeout_now`]).
+    /// ([`nccl_check_host::slurm_config::prolog_epilog_timeout_now`]).
     pub now: Result<(Option<u64>, String), String>,
     /// `/` except in tests: where the Prolog=/Epilog= entries are looked up.
     pub root: &'a Path,
@@ -340,7 +344,7 @@ mod tests {
     #[test]
     fn a_missing_prolog_entry_is_a_problem_and_the_epilog_gate_is_shown() {
         use std::os::unix::fs::PermissionsExt;
-        let d = nccl_check_contract::test_support::scratch_dir("chain-entries");
+        let d = nccl_check_host::test_support::scratch_dir("chain-entries");
         std::fs::create_dir_all(d.join("usr/sbin")).expect("mkdir");
         let prog = d.join("usr/sbin/nccl-check-prolog");
         std::fs::write(&prog, "bin").expect("w");
@@ -377,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_worker_that_rejects_its_config_is_a_problem() {
-        let d = nccl_check_contract::test_support::scratch_dir("chain-worker");
+        let d = nccl_check_host::test_support::scratch_dir("chain-worker");
         let w = d.join("worker");
         let ok = d.join("worker-ok");
         std::fs::write(
@@ -417,7 +421,7 @@ mod tests {
     #[test]
     fn the_plugin_lines_problems_are_the_gates_problems() {
         use std::os::unix::fs::PermissionsExt;
-        let d = nccl_check_contract::test_support::scratch_dir("chain-plugstack");
+        let d = nccl_check_host::test_support::scratch_dir("chain-plugstack");
         let p = d.join("nccl-check-plugstack");
         std::fs::write(
             &p,

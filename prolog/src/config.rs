@@ -8,8 +8,9 @@
 //! field, never a worker environment variable.
 
 use crate::faults::limits::{AerLimits, IbLimits};
-use nccl_check_contract::config_file::{self as file, ConfigError};
-use nccl_check_contract::PlanName;
+use nccl_check_contract::args::PlanName;
+use nccl_check_host::config_file as file;
+use nccl_check_host::config_file::ConfigError;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

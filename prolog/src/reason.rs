@@ -7,9 +7,9 @@
 //! `nccl-check:GPUs slow|all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 7)`
 
 use crate::drain::PREFIX;
-use crate::report::Report;
 use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_contract::report::Report;
 
 /// Longest sentence after the `|` (the whole reason stays one line of about 200 characters).
 const MAX_SENTENCE: usize = 160;

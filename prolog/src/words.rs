@@ -3,8 +3,8 @@
 
 use crate::decide::{Actions, CacheAction, Mode};
 use crate::drain::{self, DrainOutcome};
-use crate::report::Report;
 use crate::worker::Run;
+use nccl_check_contract::report::Report;
 
 /// What came of a drain request, for the verdict line.
 pub fn drain_outcome(o: &DrainOutcome, node: &str) -> String {

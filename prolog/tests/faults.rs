@@ -24,7 +24,7 @@ struct Site {
 
 impl Site {
     fn new(name: &str, tree: &str) -> Site {
-        let dir = nccl_check_contract::test_support::scratch_dir(&format!("gate-faults-{name}"));
+        let dir = nccl_check_host::test_support::scratch_dir(&format!("gate-faults-{name}"));
         let ok = Command::new("cp")
             .arg("-R") // owned by whoever runs the test, as sysfs is by root
             .arg(format!("{FIXTURES}/{tree}"))
@@ -45,7 +45,7 @@ impl Site {
             )
             .expect("write");
         }
-        nccl_check_contract::test_support::write_executable(
+        nccl_check_host::test_support::write_executable(
             &dir.join("scontrol"),
             &format!(
                 "#!/bin/sh\nif [ \"$1\" = show ]; then echo 'NodeName=n1 State=IDLE'; \
@@ -71,7 +71,7 @@ impl Site {
     }
 
     fn worker(&self, body: &str) {
-        nccl_check_contract::test_support::write_executable(
+        nccl_check_host::test_support::write_executable(
             &self.dir.join("worker"),
             &format!("#!/bin/bash\n{body}\n"),
         );

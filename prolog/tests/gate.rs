@@ -14,12 +14,12 @@ struct Site {
 }
 
 fn write_exec(p: &Path, body: &str) {
-    nccl_check_contract::test_support::write_executable(p, body);
+    nccl_check_host::test_support::write_executable(p, body);
 }
 
 impl Site {
     fn new(name: &str) -> Site {
-        let dir = nccl_check_contract::test_support::scratch_dir(&format!("gate-{name}"));
+        let dir = nccl_check_host::test_support::scratch_dir(&format!("gate-{name}"));
         std::fs::create_dir_all(dir.join("gpus")).expect("mkdir");
         std::fs::create_dir_all(dir.join("metrics")).expect("mkdir");
         let s = Site { dir };

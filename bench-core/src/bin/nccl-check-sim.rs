@@ -36,8 +36,9 @@ use bench_core::meet::topology::Topology;
 use bench_core::report::json::{nccl_env_of, Report};
 use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, ParseExit};
-use bench_core::verdict::{ExitCode, Verdict};
+use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::line;
+use nccl_check_contract::verdict::Verdict;
 use std::io::Write;
 use std::time::{Instant, SystemTime};
 
@@ -330,7 +331,7 @@ fn share_findings(
     host: &str,
     topology: &Topology,
     team: &Team,
-    reasons: &mut Vec<bench_core::report::json::Reason>,
+    reasons: &mut Vec<nccl_check_contract::report::reason::Reason>,
 ) -> Result<(), RunError> {
     if reasons.is_empty() {
         return Ok(());

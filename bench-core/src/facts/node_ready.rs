@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn a_gpu_node_whose_nccl_does_not_load_is_not_ready() {
-        let root = crate::test_support::scratch_dir("node-ready");
+        let root = nccl_check_host::test_support::scratch_dir("node-ready");
         std::fs::create_dir_all(root.join("proc/driver/nvidia/gpus/0000:19:00.0")).expect("mkdir");
         // A file that is there but no library: only loading it tells.
         let lib = root.join("libnccl.so.2");

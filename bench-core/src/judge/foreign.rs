@@ -6,10 +6,12 @@
 //! (`foreign_process`), never a FAIL. Whether a busy node drains is the prolog's rule
 //! (`stray_processes`), not the worker's.
 
-use crate::report::json::{Reason, ReasonCode, Report};
-use crate::report::Culprit;
+use crate::report::json::Report;
 use nccl_check_contract::report::cause::is_speed_reading;
+use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::process::{busy_prefix, GpuProcess};
+use nccl_check_contract::report::reason::Reason;
+use nccl_check_contract::report::reason::ReasonCode;
 
 /// Whether `r` is a slow reading about GPU `k` of this process on `host`, its node, or the
 /// whole check (no subject).
@@ -110,7 +112,7 @@ mod tests {
     use crate::report::gpu::GpuInfo;
     use crate::report::json::GpuEntry;
     use crate::report::{PairKind, PairRow};
-    use crate::verdict::ExitCode;
+    use nccl_check_contract::exit::ExitCode;
 
     const MIB256: u64 = 256 << 20;
 

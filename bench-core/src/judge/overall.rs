@@ -12,9 +12,10 @@ use crate::judge::evidence;
 use crate::judge::floors::Floors;
 use crate::judge::thresholds::GpuModel;
 use crate::meet::topology::Topology;
-use crate::report::json::{Reason, Report};
+use crate::report::json::Report;
 use crate::report::{Expected, PairKind, Row};
-use crate::verdict::ExitCode;
+use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::report::reason::Reason;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -376,9 +377,10 @@ mod tests {
     use crate::judge::floors::tests::rule;
     use crate::meet::rendezvous::Member;
     use crate::report::gpu::GpuInfo;
-    use crate::report::json::{GpuEntry, ReasonCode, TransportInfo};
+    use crate::report::json::{GpuEntry, TransportInfo};
     use crate::report::{PairRow, Placement};
-    use crate::verdict::Verdict;
+    use nccl_check_contract::report::reason::ReasonCode;
+    use nccl_check_contract::verdict::Verdict;
 
     const MIB256: u64 = 256 << 20;
 
@@ -472,8 +474,8 @@ mod tests {
     #[test]
     fn the_localizers_reasons_make_the_verdict_fail() {
         let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
-        let reason = crate::report::json::Reason {
-            code: crate::report::json::ReasonCode::RailSlow,
+        let reason = nccl_check_contract::report::reason::Reason {
+            code: nccl_check_contract::report::reason::ReasonCode::RailSlow,
             message: "n7 rail 3 (GPU3's NIC): every pair through it is slow".into(),
             subject: Some("n7 GPU3 NIC".into()),
             measured: Some(20.0),

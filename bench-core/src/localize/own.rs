@@ -20,8 +20,9 @@
 //! [`own_node_wins`] (a process's own node), called by `judge::overall`.
 
 use crate::meet::topology::Topology;
-use crate::report::reason::{Reason, ReasonCode};
-use crate::report::Culprit;
+use nccl_check_contract::report::culprit::Culprit;
+use nccl_check_contract::report::reason::Reason;
+use nccl_check_contract::report::reason::ReasonCode;
 use serde::{Deserialize, Serialize};
 
 /// Slots per process: GPU held (its index on the node + 1), its first other pid, its GiB held,

@@ -2,7 +2,8 @@
 //! localizer numbers nodes; the report names them), and a summary of the rounds it ran.
 
 use super::{Code, LocalizeFinding, LocalizeVerdict};
-use crate::report::reason::{Reason, ReasonCode};
+use nccl_check_contract::report::reason::Reason;
+use nccl_check_contract::report::reason::ReasonCode;
 use serde::{Deserialize, Serialize};
 
 /// What the node-level localization of a multi-node check did, for the report.

@@ -2,14 +2,13 @@
 //! `SCHEMA_VERSION` on any incompatible change; adding fields is compatible.
 
 use super::gpu::GpuInfo;
-pub use super::reason::{Reason, ReasonCode};
 use super::{Name, Row};
-use crate::verdict::{ExitCode, Verdict};
+use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
+use nccl_check_contract::report::SCHEMA_VERSION;
+use nccl_check_contract::verdict::Verdict;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// One schema version for the writer and the readers: the contract's.
-pub use nccl_check_contract::report::SCHEMA_VERSION;
 
 /// Wall-clock milliseconds of each phase of this process (parallel phases: the slowest GPU).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -3,9 +3,11 @@
 //! ([`nccl_check_contract::report::read`]), which the plugin and the prolog use with the plain
 //! report.
 
-use super::json::{Report, SCHEMA_VERSION};
-use crate::verdict::{ExitCode, Verdict};
-pub use nccl_check_contract::report::read::{read_bounded, report_value, ReportError};
+use super::json::Report;
+use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::report::read::{report_value, ReportError};
+use nccl_check_contract::report::SCHEMA_VERSION;
+use nccl_check_contract::verdict::Verdict;
 
 use std::collections::BTreeMap;
 
@@ -61,7 +63,7 @@ impl Default for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::json::Reason;
+    use nccl_check_contract::report::reason::Reason;
 
     #[test]
     fn a_written_report_reads_back_field_for_field() {
@@ -72,7 +74,7 @@ mod tests {
             measured: Some(12.3),
             limit: Some(300.0),
             ..Reason::plain(
-                crate::report::json::ReasonCode::BusbwBelowThreshold,
+                nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold,
                 "busbw 12.3 < 300.0 GB/s",
             )
         });
@@ -87,7 +89,7 @@ mod tests {
         assert_eq!(back.verdict, Verdict::Fail);
         assert_eq!(
             back.reasons[0].code,
-            crate::report::json::ReasonCode::BusbwBelowThreshold
+            nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold
         );
     }
 
@@ -99,7 +101,10 @@ mod tests {
         )
         .expect("parses");
         assert_eq!((r.verdict, r.summary.as_str()), (Verdict::Pass, "s"));
-        assert_eq!(r.reasons[0].code, crate::report::json::ReasonCode::Unknown);
+        assert_eq!(
+            r.reasons[0].code,
+            nccl_check_contract::report::reason::ReasonCode::Unknown
+        );
         assert!(r.results.is_empty() && r.host.is_empty());
     }
 
@@ -107,10 +112,11 @@ mod tests {
     /// the prolog use: every field they act on arrives (two types, one schema).
     #[test]
     fn a_written_report_reads_as_the_contracts_plain_report() {
-        use crate::facts::gpu_health::{GpuHealth, GpuProcess};
+        use crate::facts::gpu_health::GpuHealth;
         use crate::report::gpu::GpuInfo;
         use crate::report::json::GpuEntry;
         use crate::report::{Expected, Row};
+        use nccl_check_contract::report::process::GpuProcess;
         let mut r = Report::new("node017".into(), 12.5);
         r.set_outcome(ExitCode::Fail, "busbw 12.3 < 300.0 GB/s".into());
         r.reasons.push(Reason {
@@ -118,12 +124,12 @@ mod tests {
             measured: Some(12.3),
             limit: Some(300.0),
             ..Reason::plain(
-                crate::report::json::ReasonCode::BusbwBelowThreshold,
+                nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold,
                 "busbw 12.3 < 300.0 GB/s",
             )
         });
         r.warnings.push(Reason::plain(
-            crate::report::json::ReasonCode::HostInterference,
+            nccl_check_contract::report::reason::ReasonCode::HostInterference,
             "w",
         ));
         let mut gpu = GpuEntry::new(

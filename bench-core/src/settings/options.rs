@@ -71,7 +71,7 @@ pub struct Options {
     /// Candidate ports of the rendezvous, in order (one when given explicitly).
     pub ports: Vec<u16>,
     /// The range the Slurm candidates come from (`--port-range`).
-    pub port_range: crate::slurm_rendezvous::PortRange,
+    pub port_range: nccl_check_contract::slurm_rendezvous::PortRange,
     pub progress: bool,
     /// Processes of this check may share a GPU (`--shared-gpus`, NCCL_CHECK_SHARED_GPUS=1).
     pub shared_gpus: bool,
@@ -378,7 +378,7 @@ mod tests {
         ];
         let o = parse_with(&[], &env).unwrap();
         assert_eq!((o.rank, o.world), (3, 4));
-        // The plugin's address for the same step (bench_core::slurm_rendezvous pins the port).
+        // The plugin's address for the same step (nccl_check_contract::slurm_rendezvous pins the port).
         assert_eq!(o.rendezvous.as_deref(), Some("gpu07:29748"));
         assert_eq!(o.label, "slurm-1234.0");
         assert_eq!(o.credential, Credential::Munge);
@@ -399,10 +399,10 @@ mod tests {
             ("NCCL_CHECK_SECRET", secret.as_str()),
         ];
         let o = parse_with(&[], &env).unwrap();
-        let want = crate::slurm_rendezvous::secret_candidates(
+        let want = nccl_check_contract::slurm_rendezvous::secret_candidates(
             secret.as_bytes(),
             "slurm-1234.0",
-            crate::slurm_rendezvous::PortRange::DEFAULT,
+            nccl_check_contract::slurm_rendezvous::PortRange::DEFAULT,
         );
         assert_eq!(o.ports, want);
         assert_ne!(o.ports[0], 29748, "the port anyone computes from the ids");

@@ -108,8 +108,8 @@ pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
 mod tests {
     use super::*;
     use crate::report::reason::ReasonCode;
-    use crate::test_support::scratch_dir;
     use crate::verdict::Verdict;
+    use nccl_check_host::test_support::scratch_dir;
 
     #[test]
     fn the_recorded_reports_of_a_real_worker_parse() {

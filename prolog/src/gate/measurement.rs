@@ -10,7 +10,7 @@ use crate::job_env::Selection;
 use crate::status::{GateState, Status};
 use crate::stray::cpu_busy::{self, CpuScan};
 use crate::words::{self, Line};
-use crate::{cache, metrics, reason, report, shared, state, stray, worker};
+use crate::{cache, metrics, reason, shared, state, stray, worker};
 use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
@@ -170,7 +170,7 @@ impl Gate<'_> {
     /// The processes keeping the node's CPUs busy (`fault_root`'s `proc/`), the prolog's own
     /// and its earlier workers left out.
     fn cpu_scan(&mut self) -> CpuScan {
-        let root = nccl_check_contract::read::under(&self.cfg.fault_root, "/proc");
+        let root = nccl_check_host::read::under(&self.cfg.fault_root, "/proc");
         let worker = self.cfg.worker.clone();
         let me = std::process::id();
         let scan = cpu_busy::watch_cpus(&root, cpu_busy::WINDOW, &|pid| {
@@ -267,7 +267,7 @@ impl Gate<'_> {
     /// The identities a pass may be cached under: only a pass of exactly the GPUs we meant (a
     /// different set would mean Slurm's and CUDA's GPU order disagree on this node).
     fn cacheable(&mut self, sel: &Selection, report: Option<&Report>) -> Option<Vec<String>> {
-        if let (Some(ids), Some(measured)) = (&sel.identities, report.and_then(report::uuids)) {
+        if let (Some(ids), Some(measured)) = (&sel.identities, report.and_then(Report::uuids)) {
             let mut ids = ids.clone();
             ids.sort();
             if ids.iter().all(|i| i.starts_with("GPU-")) && ids != measured {
@@ -339,7 +339,7 @@ impl Gate<'_> {
             metrics_error: None,
         };
         let empty = Default::default();
-        let margins = j.report.map(report::margins).unwrap_or_default();
+        let margins = j.report.map(Report::margins).unwrap_or_default();
         let sample = metrics::Sample {
             gate,
             verdict: j.unjudged.is_none().then_some(j.verdict),

@@ -2,7 +2,8 @@
 
 use super::{Transport, TransportSummary};
 use crate::config::network::NetworkProfile;
-use crate::report::json::{Reason, ReasonCode};
+use nccl_check_contract::report::reason::Reason;
+use nccl_check_contract::report::reason::ReasonCode;
 use std::fmt;
 
 /// What the site expects of the paths (from the worker's options and network profile).

@@ -33,7 +33,8 @@ mod log;
 pub use expect::{check_transports, NetExpect, TransportExpectation, TransportFinding};
 pub use log::{parse_channel_line, parse_log};
 
-use crate::report::{Culprit, Name};
+use crate::report::Name;
+use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -338,7 +339,7 @@ fn dedup(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::reason::ReasonCode;
+    use nccl_check_contract::report::reason::ReasonCode;
 
     const P: &str = "node01:12345:12399 [0] NCCL INFO ";
 

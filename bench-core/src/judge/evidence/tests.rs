@@ -10,7 +10,8 @@ use crate::judge::overall::{judge_alone, Judging};
 use crate::meet::rendezvous::Member;
 use crate::report::gpu::GpuInfo;
 use crate::report::{PairRow, Placement};
-use crate::verdict::{ExitCode, Verdict};
+use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::verdict::Verdict;
 
 const MIB256: u64 = 256 << 20;
 

@@ -255,7 +255,7 @@ mod every_process {
     use crate::meet::rendezvous::Member;
     use crate::report::gpu::GpuInfo;
     use crate::report::json::{GpuEntry, Report};
-    use crate::verdict::ExitCode;
+    use nccl_check_contract::exit::ExitCode;
 
     /// Process `p` of 4 emulated nodes e1..e4 (one GPU each); process `busy`'s GPU held by pid
     /// 31337.

@@ -4,7 +4,8 @@
 
 use super::raw::RawArgs;
 use crate::meet::rendezvous::auth::Credential;
-use crate::slurm_rendezvous::{self, PortRange};
+use nccl_check_contract::slurm_rendezvous;
+use nccl_check_contract::slurm_rendezvous::PortRange;
 
 /// The validated answer to "who, where, proven how".
 pub(super) struct Peers {
