@@ -63,7 +63,7 @@ impl Default for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_check_contract::report::reason::Reason;
+    use nccl_check_contract::report::reason::{Reason, ReasonCode};
 
     #[test]
     fn a_written_report_reads_back_field_for_field() {
@@ -91,6 +91,33 @@ mod tests {
             back.reasons[0].code,
             nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold
         );
+    }
+
+    /// The report's bytes, key by key in their order, for a report of every top-level field: the
+    /// head the contract defines comes first, as it always did (readers may rely on the order a
+    /// person sees; a change here is a change of the report's shape).
+    #[test]
+    fn the_report_keeps_its_keys_and_their_order() {
+        let mut r = Report::new("node017".into(), 12.5);
+        r.tool_version = "0.0.0".into();
+        r.pid = 7;
+        r.set_error(ExitCode::Runtime, ReasonCode::NcclLibrary, "no NCCL");
+        r.warnings.push(Reason::plain(ReasonCode::HostInterference, "busy"));
+        let text = serde_json::to_string(&r).expect("serialize");
+        let want = concat!(
+            r#"{"schema_version":1,"tool":"nccl-check","tool_version":"0.0.0","verdict":"ERROR","#,
+            r#""exit_code":7,"summary":"no NCCL","reasons":[{"code":"nccl_library","cause":"setup","#,
+            r#""message":"no NCCL"}],"started_unix":12.5,"host":"node017","pid":7,"#,
+            r#""process_rank":0,"world":1,"nranks":0,"rendezvous":null,"nccl":null,"nccl_env":{},"#,
+            r#""settings":null,"gpus":[],"processes":[],"results":[],"pairs":[],"#,
+            r#""network_profile":null,"transports":null,"avg_busbw":{},"facts":null,"#,
+            r#""warnings":[{"code":"host_interference","cause":"busy","message":"busy"}],"#,
+            r#""phases":{"cuda_init_ms":0.0,"nccl_load_ms":0.0,"contexts_ms":0.0,"#,
+            r#""rendezvous_ms":0.0,"nccl_init_ms":0.0,"allocation_ms":0.0,"warmup_ms":0.0,"#,
+            r#""timed_loop_ms":0.0,"verification_ms":0.0,"probe_ms":0.0,"pairs_ms":0.0,"#,
+            r#""comms_ready_at_ms":0.0,"total_ms":0.0},"error":"no NCCL"}"#
+        );
+        assert_eq!(text, want);
     }
 
     #[test]
