@@ -7,7 +7,8 @@
 //!
 //! - the worker's command line ([`args`]), its exit codes ([`exit`]) and the three verdicts
 //!   ([`verdict`]);
-//! - the verdict line on stderr, written and read in one place ([`line`]);
+//! - the verdict line on stderr, written and read in one place ([`line`]), and the problem lines
+//!   of the admin checks (`--check-config`, `nccl-check-plugstack --check`: [`check_line`]);
 //! - where a step's ranks meet, computed alike by the worker and the plugin
 //!   ([`slurm_rendezvous`]);
 //! - the one rule from (how the worker ended, its report) to the verdict ([`outcome`]);
@@ -15,6 +16,7 @@
 //!   its reasons ([`report::reason`]).
 
 pub mod args;
+pub mod check_line;
 pub mod exit;
 pub mod line;
 pub mod outcome;

@@ -7,12 +7,9 @@
 use crate::budget::{self, GRACE, MARGIN};
 use crate::config::{GateConfig, GpuPolicy};
 use crate::slurm_uses::INSTALLED;
-use nccl_check_host::slurm_config::Settings;
-use nccl_check_host::slurm_config::Sources;
-use nccl_check_host::supervise;
-use nccl_check_host::supervise::Ending;
-use nccl_check_host::supervise::Output;
-use nccl_check_host::supervise::Spec;
+use nccl_check_contract::check_line::{CheckProblem, CheckProblemKind};
+use nccl_check_host::slurm_config::{Settings, Sources};
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use std::path::Path;
 use std::time::Duration;
 
@@ -182,10 +179,7 @@ pub fn worker(c: &GateConfig) -> (Vec<String>, Findings) {
     let text =
         String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
     let lines: Vec<String> = text.lines().map(|l| format!("worker: {l}")).collect();
-    let bad: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("INVALID") || l.starts_with("NOT READY"))
-        .collect();
+    let bad: Vec<CheckProblem> = text.lines().filter_map(CheckProblem::read_line).collect();
     match done.ending {
         Ending::Exited(0) if bad.is_empty() => {}
         Ending::KilledAtDeadline => f
@@ -193,7 +187,8 @@ pub fn worker(c: &GateConfig) -> (Vec<String>, Findings) {
             .push(format!("{what}: no answer in {} s", WAIT.as_secs())),
         _ => f.problems.push(format!(
             "{what}: {} (every job's check would end in ERROR: the gate is off)",
-            bad.first().copied().unwrap_or("failed")
+            bad.first()
+                .map_or("failed".to_string(), CheckProblem::to_string)
         )),
     }
     (lines, f)
@@ -233,8 +228,10 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
     let text =
         String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
     let lines = text.lines().map(|l| format!("plugin line: {l}")).collect();
-    for bad in text.lines().filter_map(|l| l.strip_prefix("INVALID ")) {
-        f.problems.push(format!("plugin line: {bad}"));
+    for bad in text.lines().filter_map(CheckProblem::read_line) {
+        if bad.kind == CheckProblemKind::Invalid {
+            f.problems.push(format!("plugin line: {}", bad.text));
+        }
     }
     match done.ending {
         Ending::Exited(0) => {}

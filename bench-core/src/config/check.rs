@@ -5,6 +5,7 @@
 
 use super::worker::WorkerConfig;
 use crate::settings::environment::Environment;
+use nccl_check_contract::check_line::CheckProblem;
 use nccl_check_host::config_file::find_key_line;
 use std::path::Path;
 
@@ -22,7 +23,7 @@ pub fn check_file(path: Option<&Path>, root: &Path, env: &Environment) -> Checke
         Ok(c) => c,
         Err(e) => {
             return Checked {
-                lines: vec![format!("INVALID {e}")],
+                lines: vec![CheckProblem::invalid(e.to_string()).to_string()],
                 code: 2,
             }
         }
