@@ -156,7 +156,7 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
         let _ = std::io::stdout().flush();
         // The contract's verdict line (one line, others' text escaped), which callers that
         // have no report file (the plugin's batch check, through srun) read back.
-        eprintln!("{}", line::write(report.verdict, &report.summary));
+        eprintln!("{}", line::write(report.head.verdict, &report.head.summary));
         let _ = std::io::stderr().flush();
     }
     exit(code.code())

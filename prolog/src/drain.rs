@@ -8,10 +8,7 @@
 
 use crate::budget::Deadline;
 use crate::state::{self, Lock};
-use nccl_check_host::supervise;
-use nccl_check_host::supervise::Ending;
-use nccl_check_host::supervise::Output;
-use nccl_check_host::supervise::Spec;
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use std::path::{Path, PathBuf};
 
 /// Every drain reason nccl-check sets starts with this; nothing else is ever resumed.

@@ -50,9 +50,9 @@ mod tests {
             "/../tests/prolog/data/real-quick-fail-p2p-disabled.json"
         )))
         .expect("reads");
-        assert_eq!(r.verdict, Verdict::Fail);
+        assert_eq!(r.head.verdict, Verdict::Fail);
         assert_eq!(
-            r.reasons[0].code,
+            r.head.reasons[0].code,
             nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold
         );
         let ids = r.uuids().expect("every GPU has a UUID");
@@ -66,7 +66,7 @@ mod tests {
         let p = d.join("r.json");
         std::fs::write(
             &p,
-            r#"{"schema_version":1,"verdict":"PASS","gpus":[{"uuid":"GPU-a"},{"name":"x"}]}"#,
+            r#"{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":0,"summary":"ok","reasons":[],"host":"n1","results":[],"avg_busbw":{},"verdict":"PASS","gpus":[{"uuid":"GPU-a"},{"name":"x"}]}"#,
         )
         .expect("write");
         assert_eq!(read(&p).expect("reads").uuids(), None);

@@ -68,7 +68,7 @@ impl Line<'_> {
                 format!(", busbw {}", bw.join(", "))
             },
             report
-                .map(|r| format!(" ({})", r.summary.trim()))
+                .map(|r| format!(" ({})", r.head.summary.trim()))
                 .unwrap_or_default()
         )
     }
@@ -89,7 +89,7 @@ impl Line<'_> {
     /// A FAIL that is not held against the node: `why` says whose load it may be.
     pub fn unjudged(&self, run: &Run, report: Option<&Report>, why: &str) -> String {
         let found = report
-            .map(|r| r.summary.trim())
+            .map(|r| r.head.summary.trim())
             .filter(|s| !s.is_empty())
             .map(|s| format!(" ({s})"))
             .unwrap_or_default();
@@ -132,7 +132,7 @@ impl Line<'_> {
             .clone()
             .or_else(|| {
                 report
-                    .map(|r| r.summary.trim().to_string())
+                    .map(|r| r.head.summary.trim().to_string())
                     .filter(|s| !s.is_empty())
             })
             .or_else(|| (!run.output_tail.is_empty()).then(|| run.output_tail.clone()));

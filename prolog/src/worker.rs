@@ -6,16 +6,12 @@
 //! says otherwise is an ERROR "contradiction", never a drain).
 
 use crate::report;
-use nccl_check_contract::args::PlanName;
-use nccl_check_contract::args::WorkerArgs;
+use nccl_check_contract::args::{PlanName, WorkerArgs};
 use nccl_check_contract::outcome::RunProblem;
 use nccl_check_contract::report::read::ReportError;
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_host::supervise;
-use nccl_check_host::supervise::Ending;
-use nccl_check_host::supervise::Output;
-use nccl_check_host::supervise::Spec;
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -230,6 +226,7 @@ fn tail(path: &Path, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nccl_check_contract::report::Head;
     use nccl_check_host::test_support::scratch_dir;
 
     fn script(dir: &Path, body: &str) -> PathBuf {
@@ -255,7 +252,10 @@ mod tests {
 
     fn report(v: Verdict) -> Result<Report, ReportError> {
         Ok(Report {
-            verdict: v,
+            head: Head {
+                verdict: v,
+                ..Head::default()
+            },
             ..Report::default()
         })
     }
@@ -299,7 +299,7 @@ mod tests {
     #[test]
     fn the_environment_is_scrubbed_to_path_tmpdir_and_the_admin_table() {
         let dir = scratch_dir("worker-env");
-        let w = script(&dir, "env > \"$OUT\"; cp /dev/null \"$TMPDIR/x\"; echo '{\"schema_version\":1,\"verdict\":\"PASS\"}' > \"$(dirname \"$TMPDIR/x\")/report.json\"; exit 0");
+        let w = script(&dir, "env > \"$OUT\"; cp /dev/null \"$TMPDIR/x\"; echo '{\"schema_version\":1,\"tool\":\"fake\",\"tool_version\":\"0\",\"exit_code\":0,\"summary\":\"ok\",\"reasons\":[],\"host\":\"n1\",\"gpus\":[],\"results\":[],\"avg_busbw\":{},\"verdict\":\"PASS\"}' > \"$(dirname \"$TMPDIR/x\")/report.json\"; exit 0");
         // The test process itself has HOME, CARGO_* and more: none may reach the worker.
         let req = request(&dir, w, 5000);
         let run = run(&req);

@@ -13,10 +13,10 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/faults")
 
 const PASS: &str = r#"while [ $# -gt 0 ]; do case $1 in --json) json=$2; shift;; esac; shift; done
 echo run >> "$OUT"
-printf '{"schema_version":1,"verdict":"PASS","summary":"fine"}' > "$json"; exit 0"#;
+printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":0,"reasons":[],"host":"n1","gpus":[],"results":[],"avg_busbw":{},"verdict":"PASS","summary":"fine"}' > "$json"; exit 0"#;
 const FAIL: &str = r#"while [ $# -gt 0 ]; do case $1 in --json) json=$2; shift;; esac; shift; done
 echo run >> "$OUT"
-printf '{"schema_version":1,"verdict":"FAIL","summary":"slow","reasons":[{"code":"busbw_below_threshold","message":"all_reduce busbw 1.0 < 300.0 GB/s","subject":"GPU0<->GPU1"}]}' > "$json"; exit 1"#;
+printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":1,"host":"n1","gpus":[],"results":[],"avg_busbw":{},"verdict":"FAIL","summary":"slow","reasons":[{"code":"busbw_below_threshold","message":"all_reduce busbw 1.0 < 300.0 GB/s","subject":"GPU0<->GPU1"}]}' > "$json"; exit 1"#;
 
 struct Site {
     dir: PathBuf,

@@ -15,16 +15,11 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use nccl_check_contract::args::PlanName;
-use nccl_check_contract::args::WorkerArgs;
-use nccl_check_contract::exit::ExitCode;
-use nccl_check_contract::exit::NCCL_LIB_HINT;
+use nccl_check_contract::args::{PlanName, WorkerArgs};
+use nccl_check_contract::exit::{ExitCode, NCCL_LIB_HINT};
 use nccl_check_contract::outcome;
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_host::supervise;
-use nccl_check_host::supervise::Ending;
-use nccl_check_host::supervise::Output;
-use nccl_check_host::supervise::Spec;
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use slurm_spank::SpankHandle;
 
 use crate::config::PluginConfig;

@@ -13,8 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nccl_check_host::slurm_config::files;
-use nccl_check_host::slurm_config::Sources;
+use nccl_check_host::slurm_config::{files, Sources};
 
 use crate::config::{ConfigError, PluginConfig};
 

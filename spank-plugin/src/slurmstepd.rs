@@ -14,8 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use nccl_check_contract::args::PlanName;
-use nccl_check_contract::args::WorkerArgs;
+use nccl_check_contract::args::{PlanName, WorkerArgs};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::verdict::Verdict;
 use nccl_check_host::supervise::Ending;

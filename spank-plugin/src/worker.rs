@@ -16,10 +16,7 @@ use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::report::read::{read_report, ReportError};
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_host::supervise;
-use nccl_check_host::supervise::Ending;
-use nccl_check_host::supervise::Output;
-use nccl_check_host::supervise::Spec;
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 
 /// Bytes of the worker's stderr kept for the message when there is no report.
 const STDERR_TAIL_BYTES: usize = 16 << 10;
@@ -147,7 +144,7 @@ pub fn outcome(
     let report_problem = judged.problem;
     let summary = report
         .as_ref()
-        .map(|r| one_line(&r.summary))
+        .map(|r| one_line(&r.head.summary))
         .filter(|s| !s.is_empty());
     // Without a report, the worker's last words are all there is.
     let tail = String::from_utf8_lossy(stderr_tail);
@@ -250,7 +247,7 @@ mod tests {
         (inv, dir)
     }
 
-    const REPORT: &str = r#"{"schema_version":1,"verdict":"VERDICT","exit_code":CODE,"summary":"SUMMARY","host":"n2"}"#;
+    const REPORT: &str = r#"{"schema_version":1,"tool":"fake","tool_version":"0","reasons":[],"gpus":[],"results":[],"avg_busbw":{},"verdict":"VERDICT","exit_code":CODE,"summary":"SUMMARY","host":"n2"}"#;
 
     fn write_report(verdict: &str, code: i32, summary: &str) -> String {
         let r = REPORT

@@ -71,12 +71,12 @@ fn main() {
     let deadline = t0 + opts.timeout;
     let code = match run(&opts, &host, deadline, &mut report) {
         Ok(()) => {
-            let code = if report.reasons.is_empty() {
+            let code = if report.head.reasons.is_empty() {
                 ExitCode::Pass
             } else {
                 ExitCode::Fail
             };
-            let summary = match report.reasons.as_slice() {
+            let summary = match report.head.reasons.as_slice() {
                 [only] => only.message.clone(),
                 [first, rest @ ..] => format!("{} (and {} more)", first.message, rest.len()),
                 [] => {
@@ -107,7 +107,7 @@ fn main() {
         }
     }
     let _ = std::io::stdout().flush();
-    eprintln!("{}", line::write(report.verdict, &report.summary));
+    eprintln!("{}", line::write(report.head.verdict, &report.head.summary));
     std::process::exit(code.code());
 }
 
@@ -209,7 +209,7 @@ fn run(
         .map_err(lost)?;
     share_findings(opts, host, &topology, &team, &mut summary.reasons).map_err(lost)?;
     report.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
-    report.reasons = summary.reasons.clone();
+    report.head.reasons = summary.reasons.clone();
     let (rounds, localization_rounds) = (summary.rounds, summary.localization_rounds);
     report.localization = Some(summary);
     if opts.rank == 0 && !opts.quiet {

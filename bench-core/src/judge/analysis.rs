@@ -3,8 +3,7 @@
 
 use crate::report::{PairKind, PairRow, Row};
 use nccl_check_contract::report::culprit::Culprit;
-use nccl_check_contract::report::reason::Reason;
-use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use std::collections::BTreeMap;
 
 /// The threshold that applies to (collective, GPUs in the measurement, bytes), if any.

@@ -24,8 +24,7 @@ use crate::facts::Finding;
 use crate::judge::analysis::{slow_pairs, Floor};
 use crate::report::json::{GpuEntry, GpuSide, Report};
 use crate::report::{PairKind, PairRow, Row};
-use nccl_check_contract::report::reason::Reason;
-use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 
 /// What a fact is about, for citing it in a bandwidth reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,8 +10,7 @@ use crate::report::json::Report;
 use nccl_check_contract::report::cause::is_speed_reading;
 use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::process::{busy_prefix, GpuProcess};
-use nccl_check_contract::report::reason::Reason;
-use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 
 /// Whether `r` is a slow reading about GPU `k` of this process on `host`, its node, or the
 /// whole check (no subject).
@@ -194,10 +193,11 @@ mod tests {
              a job on it shares it"
         );
         assert!(
-            r.summary
+            r.head
+                .summary
                 .contains("WARNING foreign_process: GPU1: 1 other process (pid 4242"),
             "{}",
-            r.summary
+            r.head.summary
         );
         let mut clean = report(None, 300.0);
         assert_eq!(run(&mut clean), ExitCode::Pass);
@@ -208,9 +208,12 @@ mod tests {
         assert_eq!(run(&mut ours), ExitCode::Fail);
         assert!(ours.warnings.is_empty(), "{:?}", ours.warnings);
         assert!(
-            ours.reasons.iter().all(|r| r.code != ReasonCode::GpuBusy),
+            ours.head
+                .reasons
+                .iter()
+                .all(|r| r.code != ReasonCode::GpuBusy),
             "{:?}",
-            ours.reasons
+            ours.head.reasons
         );
     }
 
@@ -220,7 +223,7 @@ mod tests {
     fn a_slow_gpu_another_process_holds_fails_as_busy_not_as_a_slow_link() {
         let mut r = report(Some(4242), 100.0);
         assert_eq!(run(&mut r), ExitCode::Fail);
-        let first = &r.reasons[0];
+        let first = &r.head.reasons[0];
         assert_eq!(
             (first.code, first.subject.as_deref()),
             (ReasonCode::GpuBusy, Some("GPU1"))
@@ -228,13 +231,13 @@ mod tests {
         assert!(first
             .message
             .starts_with("GPU1: busy: 1 other process (pid 4242"));
-        let deciding = nccl_check_contract::report::cause::deciding(&r.reasons).expect("one");
+        let deciding = nccl_check_contract::report::cause::deciding(&r.head.reasons).expect("one");
         assert_eq!(deciding.cause().as_str(), "busy");
         assert!(r.warnings.is_empty());
         let mut clean = report(None, 100.0);
         assert_eq!(run(&mut clean), ExitCode::Fail);
         assert_eq!(
-            nccl_check_contract::report::cause::deciding(&clean.reasons)
+            nccl_check_contract::report::cause::deciding(&clean.head.reasons)
                 .map(|d| d.cause().as_str()),
             Some("hardware")
         );
@@ -264,6 +267,7 @@ mod tests {
         r.localization = Some(serde_json::from_value(summary).expect("a summary"));
         assert_eq!(run(&mut r), ExitCode::Fail);
         let got: Vec<(ReasonCode, Option<&str>)> = r
+            .head
             .reasons
             .iter()
             .map(|x| (x.code, x.subject.as_deref()))
@@ -272,12 +276,12 @@ mod tests {
             got,
             [(ReasonCode::GpuBusy, Some("GPU1"))],
             "{:?}",
-            r.reasons
+            r.head.reasons
         );
         assert!(
-            r.summary.contains("busy: 1 other process (pid 4242"),
+            r.head.summary.contains("busy: 1 other process (pid 4242"),
             "{}",
-            r.summary
+            r.head.summary
         );
     }
 

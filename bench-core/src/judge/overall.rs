@@ -162,7 +162,7 @@ pub fn judge(
     if let Some(w) = warnings.first() {
         summary = format!("{summary}; WARNING {}: {}", w.code, w.message);
     }
-    report.reasons = reasons;
+    report.head.reasons = reasons;
     report.warnings = warnings;
     report.set_outcome(code, summary);
     code
@@ -495,7 +495,7 @@ mod tests {
             reasons: vec![reason.clone()],
         });
         assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
-        assert_eq!(r.reasons, vec![reason]);
+        assert_eq!(r.head.reasons, vec![reason]);
     }
 
     #[test]
@@ -505,10 +505,10 @@ mod tests {
             300.0,
         );
         assert_eq!(run(&mut r, None, None, true), ExitCode::Pass);
-        assert_eq!(r.verdict, Verdict::Pass);
-        assert!(r.reasons.is_empty(), "{:?}", r.reasons);
+        assert_eq!(r.head.verdict, Verdict::Pass);
+        assert!(r.head.reasons.is_empty(), "{:?}", r.head.reasons);
         assert_eq!(
-            r.summary,
+            r.head.summary,
             "4 x NVIDIA H200 on 1 node(s), all_reduce 256 MiB busbw 338.0 GB/s (floor 290 GB/s, 1.17x), 6 GPU pairs >= 300.0 GB/s"
         );
         // Every result carries what held it: the all_reduce its rule, all_gather none (no rule
@@ -557,11 +557,11 @@ mod tests {
     fn a_slow_collective_fails_and_is_named_in_the_summary() {
         let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
         assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
-        assert_eq!((r.verdict, r.exit_code), (Verdict::Fail, 1));
-        assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
-        assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
+        assert_eq!((r.head.verdict, r.head.exit_code), (Verdict::Fail, 1));
+        assert_eq!(r.head.reasons.len(), 1, "{:?}", r.head.reasons);
+        assert_eq!(r.head.reasons[0].code, ReasonCode::BusbwBelowThreshold);
         assert_eq!(
-            r.summary,
+            r.head.summary,
             "all_reduce 256 MiB busbw 120.0 < 290.0 GB/s (41% of the floor)"
         );
     }
@@ -571,9 +571,9 @@ mod tests {
         let mut r = report(vec![row("all_reduce", 120.0)], 300.0);
         r.pairs[5].busbw = 40.0; // GPU2<->GPU3: below its floor and its peers
         assert_eq!(run(&mut r, None, None, true), ExitCode::Fail);
-        assert_eq!(r.reasons.len(), 2, "{:?}", r.reasons);
+        assert_eq!(r.head.reasons.len(), 2, "{:?}", r.head.reasons);
         assert_eq!(
-            r.summary,
+            r.head.summary,
             "all_reduce 256 MiB busbw 120.0 < 290.0 GB/s (41% of the floor); responsible: GPU2<->GPU3 (and 1 more)"
         );
     }
@@ -591,7 +591,7 @@ mod tests {
                 run(&mut r, Some(500.0), None, true),
                 ExitCode::Pass,
                 "{:?}",
-                r.reasons
+                r.head.reasons
             );
             // The GPU pairs keep their floor.
             r.pairs.iter_mut().for_each(|p| p.busbw = 100.0);
@@ -606,11 +606,11 @@ mod tests {
             run(&mut r, Some(400.0), None, true),
             ExitCode::Pass,
             "{:?}",
-            r.reasons
+            r.head.reasons
         );
         let mut r = report(vec![row("all_reduce", 350.0)], 300.0);
         assert_eq!(run(&mut r, Some(400.0), None, true), ExitCode::Fail);
-        assert_eq!(r.reasons[0].limit, Some(400.0));
+        assert_eq!(r.head.reasons[0].limit, Some(400.0));
     }
 
     const SHM_LOG: &str =
@@ -621,9 +621,9 @@ mod tests {
     fn shm_between_gpus_that_can_reach_each_other_is_a_transport_fallback() {
         let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
         assert_eq!(run(&mut r, None, Some(SHM_LOG), true), ExitCode::Fail);
-        assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
-        assert_eq!(r.reasons[0].code, ReasonCode::TransportFallback);
-        assert_eq!(r.reasons[0].subject.as_deref(), Some("GPU0->GPU1"));
+        assert_eq!(r.head.reasons.len(), 1, "{:?}", r.head.reasons);
+        assert_eq!(r.head.reasons[0].code, ReasonCode::TransportFallback);
+        assert_eq!(r.head.reasons[0].subject.as_deref(), Some("GPU0->GPU1"));
         // Without peer access CUDA expects no P2P there: SHM is what it should be.
         let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
         assert_eq!(run(&mut r, None, Some(SHM_LOG), false), ExitCode::Pass);
@@ -646,7 +646,7 @@ mod tests {
             run(&mut r, None, Some(SHM_LOG), true),
             ExitCode::Pass,
             "{:?}",
-            r.reasons
+            r.head.reasons
         );
     }
 }

@@ -21,8 +21,7 @@
 
 use crate::meet::topology::Topology;
 use nccl_check_contract::report::culprit::Culprit;
-use nccl_check_contract::report::reason::Reason;
-use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use serde::{Deserialize, Serialize};
 
 /// Slots per process: GPU held (its index on the node + 1), its first other pid, its GiB held,

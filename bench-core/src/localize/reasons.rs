@@ -2,8 +2,7 @@
 //! localizer numbers nodes; the report names them), and a summary of the rounds it ran.
 
 use super::{Code, LocalizeFinding, LocalizeVerdict};
-use nccl_check_contract::report::reason::Reason;
-use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use serde::{Deserialize, Serialize};
 
 /// What the node-level localization of a multi-node check did, for the report.

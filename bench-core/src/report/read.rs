@@ -4,31 +4,22 @@
 //! report.
 
 use super::json::Report;
-use nccl_check_contract::exit::ExitCode;
-use nccl_check_contract::report::read::{report_value, ReportError};
-use nccl_check_contract::report::SCHEMA_VERSION;
-use nccl_check_contract::verdict::Verdict;
+use nccl_check_contract::report::read::{not_a_report, report_value, ReportError};
+use nccl_check_contract::report::Head;
 
 use std::collections::BTreeMap;
 
 /// Parses the worker's own report type from its bytes, through the contract's checks of the
 /// head ([`report_value`]). Every name is read into an owned copy ([`super::Name`]).
 pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
-    serde_path_to_error::deserialize(report_value(bytes)?)
-        .map_err(|e| ReportError::NotAReport(format!("{}: {}", e.path(), e.inner())))
+    serde_path_to_error::deserialize(report_value(bytes)?).map_err(not_a_report)
 }
 
 /// What a field missing from a report reads as.
 impl Default for Report {
     fn default() -> Report {
         Report {
-            schema_version: SCHEMA_VERSION,
-            tool: "".into(),
-            tool_version: "".into(),
-            verdict: Verdict::Error,
-            exit_code: ExitCode::Runtime.code(),
-            summary: String::new(),
-            reasons: Vec::new(),
+            head: Head::default(),
             started_unix: 0.0,
             host: String::new(),
             pid: 0,
@@ -63,13 +54,15 @@ impl Default for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nccl_check_contract::exit::ExitCode;
     use nccl_check_contract::report::reason::{Reason, ReasonCode};
+    use nccl_check_contract::verdict::Verdict;
 
     #[test]
     fn a_written_report_reads_back_field_for_field() {
         let mut r = Report::new("node017".into(), 12.5);
         r.set_outcome(ExitCode::Fail, "busbw 12.3 < 300.0 GB/s".into());
-        r.reasons.push(Reason {
+        r.head.reasons.push(Reason {
             subject: Some("GPU2<->GPU3".into()),
             measured: Some(12.3),
             limit: Some(300.0),
@@ -86,9 +79,9 @@ mod tests {
             serde_json::to_string_pretty(&back).expect("serialize"),
             text
         );
-        assert_eq!(back.verdict, Verdict::Fail);
+        assert_eq!(back.head.verdict, Verdict::Fail);
         assert_eq!(
-            back.reasons[0].code,
+            back.head.reasons[0].code,
             nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold
         );
     }
@@ -99,10 +92,11 @@ mod tests {
     #[test]
     fn the_report_keeps_its_keys_and_their_order() {
         let mut r = Report::new("node017".into(), 12.5);
-        r.tool_version = "0.0.0".into();
+        r.head.tool_version = "0.0.0".into();
         r.pid = 7;
         r.set_error(ExitCode::Runtime, ReasonCode::NcclLibrary, "no NCCL");
-        r.warnings.push(Reason::plain(ReasonCode::HostInterference, "busy"));
+        r.warnings
+            .push(Reason::plain(ReasonCode::HostInterference, "busy"));
         let text = serde_json::to_string(&r).expect("serialize");
         let want = concat!(
             r#"{"schema_version":1,"tool":"nccl-check","tool_version":"0.0.0","verdict":"ERROR","#,
@@ -123,13 +117,17 @@ mod tests {
     #[test]
     fn unknown_fields_are_ignored_and_missing_ones_default() {
         let r = parse_report(
-            br#"{"schema_version":1,"verdict":"PASS","summary":"s","new_field":{"x":[1]},
+            br#"{"schema_version":1,"tool":"t","tool_version":"0","verdict":"PASS","exit_code":0,
+                 "summary":"s","new_field":{"x":[1]},
                  "reasons":[{"code":"a_new_code","message":"m","new":1}]}"#,
         )
         .expect("parses");
-        assert_eq!((r.verdict, r.summary.as_str()), (Verdict::Pass, "s"));
         assert_eq!(
-            r.reasons[0].code,
+            (r.head.verdict, r.head.summary.as_str()),
+            (Verdict::Pass, "s")
+        );
+        assert_eq!(
+            r.head.reasons[0].code,
             nccl_check_contract::report::reason::ReasonCode::Unknown
         );
         assert!(r.results.is_empty() && r.host.is_empty());
@@ -146,7 +144,7 @@ mod tests {
         use nccl_check_contract::report::process::GpuProcess;
         let mut r = Report::new("node017".into(), 12.5);
         r.set_outcome(ExitCode::Fail, "busbw 12.3 < 300.0 GB/s".into());
-        r.reasons.push(Reason {
+        r.head.reasons.push(Reason {
             subject: Some("GPU2<->GPU3".into()),
             measured: Some(12.3),
             limit: Some(300.0),
@@ -202,11 +200,7 @@ mod tests {
         let plain = nccl_check_contract::report::read::parse_report(text.as_bytes())
             .expect("the contract reads it");
         let want = nccl_check_contract::report::Report {
-            schema_version: SCHEMA_VERSION,
-            verdict: Verdict::Fail,
-            exit_code: 1,
-            summary: r.summary.clone(),
-            reasons: r.reasons.clone(),
+            head: r.head.clone(),
             warnings: r.warnings.clone(),
             host: "node017".into(),
             gpus: vec![nccl_check_contract::report::Gpu {
@@ -241,11 +235,12 @@ mod tests {
         for i in 0..4 {
             let name = format!("{i}{}", "x".repeat(10 << 10));
             let text = format!(
-                r#"{{"schema_version":1,"verdict":"PASS","tool":"{name}",
+                r#"{{"schema_version":1,"verdict":"PASS","tool":"{name}","tool_version":"0",
+                    "exit_code":0,"summary":"s","reasons":[],
                     "results":[{{"collective":"{name}","type":"{name}","redop":"sum"}}]}}"#
             );
             let r = parse_report(text.as_bytes()).expect("parses");
-            assert_eq!(r.tool, name);
+            assert_eq!(r.head.tool, name);
             assert_eq!(r.results[0].collective, name);
             assert_eq!(r.results[0].dtype, name);
         }

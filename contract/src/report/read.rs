@@ -4,7 +4,7 @@
 //! `max_bytes` are read. Tolerant of a newer worker of the same schema: unknown fields are
 //! ignored and missing ones default; a newer `schema_version` is an error that says so.
 
-use super::{Report, SCHEMA_VERSION};
+use super::{Head, Report, SCHEMA_VERSION};
 use std::fmt;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -79,8 +79,9 @@ pub fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>, ReportError>
 }
 
 /// The report's bytes as a JSON value whose head is a report's: an object with a
-/// `schema_version` this reader knows and a `verdict`. Checked before the rest, so that a newer
-/// schema is named as such, not as a type error somewhere inside.
+/// `schema_version` this reader knows, a `verdict` and the rest of the [`Head`]. Checked before
+/// the rest, so that a newer schema is named as such, not as a type error somewhere inside, and a
+/// bad head field by its name (inside a flattened struct serde names none).
 pub fn report_value(bytes: &[u8]) -> Result<serde_json::Value, ReportError> {
     let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| ReportError::NotAReport(format!("not JSON: {e}")))?;
@@ -96,7 +97,13 @@ pub fn report_value(bytes: &[u8]) -> Result<serde_json::Value, ReportError> {
     if !head.contains_key("verdict") {
         return Err(ReportError::NotAReport("no verdict".into()));
     }
+    serde_path_to_error::deserialize::<_, Head>(&value).map_err(not_a_report)?;
     Ok(value)
+}
+
+/// A deserializing error as the report's: the path of the field, then what is wrong with it.
+pub fn not_a_report(e: serde_path_to_error::Error<serde_json::Error>) -> ReportError {
+    ReportError::NotAReport(format!("{}: {}", e.path(), e.inner()))
 }
 
 /// Parses a report from its bytes into the plain [`Report`].
@@ -126,32 +133,77 @@ mod tests {
             ),
         ] {
             let r = parse_report(text.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(r.verdict, verdict, "{name}");
+            assert_eq!(r.head.verdict, verdict, "{name}");
             assert!(!r.results.is_empty() && !r.gpus.is_empty(), "{name}");
             assert!(r.gpus.iter().all(|g| g.uuid.starts_with("GPU-")), "{name}");
         }
     }
 
+    /// The fields every worker wrote, and nothing else: what the suites' fake workers write.
+    const LEAST: &str = r#"{"schema_version":1,"tool":"t","tool_version":"0","verdict":"PASS",
+        "exit_code":0,"summary":"s","reasons":[],"host":"n1","gpus":[],"results":[],
+        "avg_busbw":{}}"#;
+
     #[test]
-    fn unknown_fields_are_ignored_and_missing_ones_default() {
+    fn unknown_fields_are_ignored_and_fields_older_workers_lacked_default() {
         let r = parse_report(
-            br#"{"schema_version":1,"verdict":"PASS","summary":"s","new_field":{"x":[1]},
-                 "reasons":[{"code":"a_new_code","message":"m","new":1}]}"#,
+            LEAST
+                .replace(
+                    r#""reasons":[]"#,
+                    r#""new_field":{"x":[1]},
+                       "reasons":[{"code":"a_new_code","message":"m","new":1}]"#,
+                )
+                .as_bytes(),
         )
         .expect("parses");
-        assert_eq!((r.verdict, r.summary.as_str()), (Verdict::Pass, "s"));
-        assert_eq!(r.reasons[0].code, ReasonCode::Unknown);
-        assert!(r.results.is_empty() && r.host.is_empty());
+        assert_eq!(
+            (r.head.verdict, r.head.summary.as_str()),
+            (Verdict::Pass, "s")
+        );
+        assert_eq!(r.head.reasons[0].code, ReasonCode::Unknown);
+        assert!(r.results.is_empty() && r.warnings.is_empty() && r.error.is_none());
+        assert_eq!(r.host, "n1");
+    }
+
+    /// A field every worker wrote is required: a report without it is no report (an ERROR for
+    /// the caller, never a verdict read from defaults), named by the field.
+    #[test]
+    fn a_report_without_a_field_every_worker_wrote_names_it() {
+        for field in [
+            "tool",
+            "tool_version",
+            "exit_code",
+            "summary",
+            "reasons",
+            "host",
+            "gpus",
+            "results",
+            "avg_busbw",
+        ] {
+            let v: serde_json::Value = serde_json::from_str(LEAST).expect("json");
+            let mut m = v.as_object().expect("object").clone();
+            assert!(m.remove(field).is_some(), "{field}");
+            let text = serde_json::to_vec(&m).expect("json");
+            let e = parse_report(&text).expect_err(field).to_string();
+            assert!(
+                e.contains(&format!("missing field `{field}`")),
+                "{field}: {e}"
+            );
+        }
     }
 
     #[test]
     fn what_is_not_a_report_says_why() {
-        let cases: [(&[u8], &str); 6] = [
+        let cases: [(&[u8], &str); 7] = [
             (b"{\"verdict\":", "not JSON"),
             (b"[1,2]", "not a JSON object"),
             (br#"{"verdict":"PASS"}"#, "no schema_version"),
             (br#"{"schema_version":1,"summary":"x"}"#, "no verdict"),
             (br#"{"schema_version":1,"verdict":"MAYBE"}"#, "verdict"),
+            (
+                br#"{"schema_version":1,"verdict":"PASS"}"#,
+                "missing field `tool`",
+            ),
             (
                 br#"{"schema_version":"1","verdict":"PASS"}"#,
                 "invalid schema_version",
@@ -175,7 +227,7 @@ mod tests {
     fn symlinks_fifos_and_large_files_are_refused_without_waiting() {
         let d = scratch_dir("read-unsafe");
         let real = d.join("real.json");
-        std::fs::write(&real, br#"{"schema_version":1,"verdict":"PASS"}"#).expect("write");
+        std::fs::write(&real, LEAST).expect("write");
         assert!(read_report(&real, 1 << 20).is_ok());
         let err = |p: &Path, max| read_report(p, max).expect_err("refused");
         assert_eq!(err(&real, 10), ReportError::TooLarge(real.clone(), 10));

@@ -211,7 +211,9 @@ impl Gate<'_> {
         }
         let cause = match &st.drain_reason {
             Some(_) => Some(CauseClass::Busy),
-            None => report.and_then(Report::deciding_reason).map(|r| r.cause()),
+            None => report
+                .and_then(|r| r.head.deciding_reason())
+                .map(|r| r.cause()),
         };
         // A busy node is judged by whose the processes are (`decide::found`); a hardware FAIL
         // on GPUs other jobs may load is not judged at all.

@@ -2,8 +2,7 @@
 
 use super::{Transport, TransportSummary};
 use crate::config::network::NetworkProfile;
-use nccl_check_contract::report::reason::Reason;
-use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use std::fmt;
 
 /// What the site expects of the paths (from the worker's options and network profile).

@@ -354,6 +354,7 @@ mod every_process {
             r.localization = Some(summary);
             assert_eq!(judged(&mut r), ExitCode::Fail);
             let subjects: Vec<(ReasonCode, &str)> = r
+                .head
                 .reasons
                 .iter()
                 .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
@@ -368,7 +369,7 @@ mod every_process {
             let json = serde_json::to_value(&r).expect("json");
             assert_eq!(json["reasons"][0]["cause"], "busy", "process {p}");
             assert_eq!(json["reasons"][1]["cause"], "hardware", "process {p}");
-            let line = nccl_check_contract::line::write(r.verdict, &r.summary);
+            let line = nccl_check_contract::line::write(r.head.verdict, &r.head.summary);
             let said = format!("{e2}: busy: ");
             assert!(
                 line.starts_with("nccl-check: FAIL") && line.contains(&said),
@@ -416,13 +417,14 @@ mod every_process {
             r.node_findings = own[p as usize].clone();
             assert_eq!(judged(&mut r), ExitCode::Fail);
             let subjects: Vec<(ReasonCode, &str)> = r
+                .head
                 .reasons
                 .iter()
                 .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
                 .collect();
             let e3 = if p == 2 { "GPU0" } else { "e3 GPU0" };
             assert_eq!(subjects, [(ReasonCode::GpuBusy, e3)], "process {p}");
-            assert!(r.summary.contains("pid 31337"), "{}", r.summary);
+            assert!(r.head.summary.contains("pid 31337"), "{}", r.head.summary);
         }
     }
 
@@ -461,13 +463,17 @@ mod every_process {
         r.localization = Some(summary);
         r.node_findings = own[0].clone();
         assert_eq!(judged(&mut r), ExitCode::Fail);
-        let codes: Vec<ReasonCode> = r.reasons.iter().map(|x| x.code).collect();
+        let codes: Vec<ReasonCode> = r.head.reasons.iter().map(|x| x.code).collect();
         assert_eq!(
             codes,
             [ReasonCode::GpuBusy, ReasonCode::BusbwBelowThreshold],
             "{:?}",
-            r.reasons
+            r.head.reasons
         );
-        assert!(r.summary.starts_with("e2 GPU0: busy: "), "{}", r.summary);
+        assert!(
+            r.head.summary.starts_with("e2 GPU0: busy: "),
+            "{}",
+            r.head.summary
+        );
     }
 }

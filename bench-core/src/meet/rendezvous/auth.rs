@@ -344,10 +344,7 @@ impl Munge {
         input: &[u8],
         deadline: Instant,
     ) -> Result<Result<String, (String, String)>, String> {
-        use nccl_check_host::supervise;
-        use nccl_check_host::supervise::Ending;
-        use nccl_check_host::supervise::Output;
-        use nccl_check_host::supervise::Spec;
+        use nccl_check_host::supervise::{self, Ending, Output, Spec};
         let until = deadline.min(Instant::now() + MUNGE_TIMEOUT);
         let _slot = MungeSlot::take(until)?;
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
@@ -624,8 +621,7 @@ mod tests {
     /// A munge that hangs is killed at the handshake's deadline with all it started, and named.
     #[test]
     fn a_munge_program_past_the_deadline_is_killed_with_its_children_and_named() {
-        use nccl_check_host::test_support::assert_process_gone;
-        use nccl_check_host::test_support::scratch_dir;
+        use nccl_check_host::test_support::{assert_process_gone, scratch_dir};
         let d = scratch_dir("munge-hang");
         let pid = d.join("child.pid");
         let m = fake_munge(
