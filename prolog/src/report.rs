@@ -19,7 +19,7 @@ mod tests {
 
     #[test]
     fn margins_are_the_smallest_per_collective_and_only_where_a_floor_judged() {
-        use nccl_check_contract::report::{Expected, Measured};
+        use nccl_check_contract::report::{Body, Expected, Measured};
         let row = |c: &str, m: Option<f64>| Measured {
             collective: c.into(),
             expected: m.map(|m| Expected {
@@ -30,12 +30,15 @@ mod tests {
             ..Measured::default()
         };
         let r = Report {
-            results: vec![
-                row("all_reduce", Some(1.3)),
-                row("all_reduce", Some(1.07)),
-                row("all_gather", None),
-                row("sendrecv", Some(f64::INFINITY)),
-            ],
+            body: Body {
+                results: vec![
+                    row("all_reduce", Some(1.3)),
+                    row("all_reduce", Some(1.07)),
+                    row("all_gather", None),
+                    row("sendrecv", Some(f64::INFINITY)),
+                ],
+                ..Body::default()
+            },
             ..Report::default()
         };
         let m = r.margins();

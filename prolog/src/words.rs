@@ -50,7 +50,8 @@ impl Line<'_> {
     pub fn pass(&self, run: &Run, report: Option<&Report>) -> String {
         let bw: Vec<String> = report
             .map(|r| {
-                r.avg_busbw
+                r.body
+                    .avg_busbw
                     .iter()
                     .map(|(c, b)| format!("{c} {b:.1} GB/s"))
                     .collect()

@@ -180,7 +180,7 @@ pub fn outcome(
         verdict,
         ending,
         detail: one_line(&detail),
-        host: report.map(|r| r.host).filter(|h| !h.is_empty()),
+        host: report.map(|r| r.body.host).filter(|h| !h.is_empty()),
         elapsed: Duration::ZERO,
         keep_problem: None,
     }

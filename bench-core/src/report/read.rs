@@ -12,7 +12,11 @@ use std::collections::BTreeMap;
 /// Parses the worker's own report type from its bytes, through the contract's checks of the
 /// head ([`report_value`]). Every name is read into an owned copy ([`super::Name`]).
 pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
-    serde_path_to_error::deserialize(report_value(bytes)?).map_err(not_a_report)
+    let value = report_value(bytes)?;
+    // The head first, so that a bad head field is named by its path (inside the flattened head
+    // serde names none).
+    serde_path_to_error::deserialize::<_, Head>(&value).map_err(not_a_report)?;
+    serde_path_to_error::deserialize(value).map_err(not_a_report)
 }
 
 /// What a field missing from a report reads as.
@@ -201,29 +205,31 @@ mod tests {
             .expect("the contract reads it");
         let want = nccl_check_contract::report::Report {
             head: r.head.clone(),
-            warnings: r.warnings.clone(),
-            host: "node017".into(),
-            gpus: vec![nccl_check_contract::report::Gpu {
-                rank: 3,
+            body: nccl_check_contract::report::Body {
+                warnings: r.warnings.clone(),
                 host: "node017".into(),
-                uuid: "GPU-abc".into(),
-                pci_bus_id: "0000:18:00.0".into(),
-                name: "H100".into(),
-                health: Some(nccl_check_contract::report::Health {
-                    processes: vec![process],
-                }),
-            }],
-            results: vec![nccl_check_contract::report::Measured {
-                collective: "all_reduce".into(),
-                size: 1 << 20,
-                expected: Some(nccl_check_contract::report::Expected {
-                    floor_gbs: 300.0,
-                    margin: 12.3 / 300.0,
-                    source: "built-in".into(),
-                }),
-            }],
-            avg_busbw: r.avg_busbw.clone(),
-            error: Some("e".into()),
+                gpus: vec![nccl_check_contract::report::Gpu {
+                    rank: 3,
+                    host: "node017".into(),
+                    uuid: "GPU-abc".into(),
+                    pci_bus_id: "0000:18:00.0".into(),
+                    name: "H100".into(),
+                    health: Some(nccl_check_contract::report::Health {
+                        processes: vec![process],
+                    }),
+                }],
+                results: vec![nccl_check_contract::report::Measured {
+                    collective: "all_reduce".into(),
+                    size: 1 << 20,
+                    expected: Some(nccl_check_contract::report::Expected {
+                        floor_gbs: 300.0,
+                        margin: 12.3 / 300.0,
+                        source: "built-in".into(),
+                    }),
+                }],
+                avg_busbw: r.avg_busbw.clone(),
+                error: Some("e".into()),
+            },
         };
         assert_eq!(plain, want);
     }

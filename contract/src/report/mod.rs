@@ -80,11 +80,19 @@ impl Head {
     }
 }
 
-/// A worker's report as the callers read it: the head and the body fields they act on.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// A worker's report as the callers read it: the head and the body fields they act on, each
+/// read from the report on its own ([`Report::deserialize_value`]; serde's `flatten` would add
+/// some 70 KB of buffering code to the plugin).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
-    #[serde(flatten)]
     pub head: Head,
+    pub body: Body,
+}
+
+/// The fields of a report's body the callers act on (the worker's own types of them are
+/// bench-core's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Body {
     /// Noted, never FAIL (`host_interference`). Written since 2026-11-23: an older worker's
     /// report has none.
     #[serde(default)]
@@ -100,17 +108,22 @@ pub struct Report {
 }
 
 impl Report {
-    /// The report from a JSON value whose head [`read::report_value`] checked; a field of the
-    /// wrong type is named by its path.
+    /// The report from a JSON value whose head [`read::report_value`] checked; a field missing
+    /// or of the wrong type is named by its path, the head's first. (The head is read from a
+    /// copy: the owned value's deserializer, the one the body takes, is the only one the plugin
+    /// carries.)
     pub fn deserialize_value(value: serde_json::Value) -> Result<Report, read::ReportError> {
-        serde_path_to_error::deserialize(value).map_err(read::not_a_report)
+        Ok(Report {
+            head: serde_path_to_error::deserialize(value.clone()).map_err(read::not_a_report)?,
+            body: serde_path_to_error::deserialize(value).map_err(read::not_a_report)?,
+        })
     }
 
     /// Per collective, the smallest margin of its results over the floor that judged them
     /// (busbw / floor; 1.0 is at the floor). Collectives no floor judged are absent.
     pub fn margins(&self) -> BTreeMap<String, f64> {
         let mut out = BTreeMap::new();
-        for r in &self.results {
+        for r in &self.body.results {
             if let Some(e) = r.expected.as_ref().filter(|e| e.margin.is_finite()) {
                 let m = out.entry(r.collective.clone()).or_insert(e.margin);
                 *m = f64::min(*m, e.margin);
@@ -122,6 +135,7 @@ impl Report {
     /// The UUIDs of the GPUs the worker measured, sorted, when every GPU entry has one.
     pub fn uuids(&self) -> Option<Vec<String>> {
         let mut u: Vec<String> = self
+            .body
             .gpus
             .iter()
             .map(|g| Some(g.uuid.clone()).filter(|u| !u.is_empty()))

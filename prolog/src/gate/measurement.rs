@@ -346,7 +346,7 @@ impl Gate<'_> {
             gate,
             verdict: j.unjudged.is_none().then_some(j.verdict),
             exit_code: j.run.exit_code,
-            avg_busbw: j.report.map(|r| &r.avg_busbw).unwrap_or(&empty),
+            avg_busbw: j.report.map(|r| &r.body.avg_busbw).unwrap_or(&empty),
             margins: &margins,
             finished_unix: now_unix(),
             duration_s: j.run.elapsed.as_secs_f64(),
