@@ -39,7 +39,8 @@ fn main() {
             print!("{text}");
             exit(0);
         }
-        Err(ParseExit::Usage(msg)) => usage_error(&msg),
+        Err(ParseExit::Usage(msg)) => usage_error(&msg, "see nccl-check --help"),
+        Err(ParseExit::Config(msg)) => usage_error(&msg, CONFIG_KEYS),
     };
     // A site's NCCL_COMM_BLOCKING=1 would silently turn the bounded non-blocking init into a
     // blocking one that can hang forever (NCCL init.cc envConfigOverride).
@@ -100,15 +101,12 @@ fn check_config(file: Option<&std::path::Path>, env: &Environment) -> ! {
     exit(checked.code)
 }
 
-/// A usage error: one verdict line on stderr, exit 2.
-fn usage_error(msg: &str) -> ! {
-    // --help lists flags, not the config file's keys: point at where those are written.
-    let see = if msg.starts_with("config:") {
-        "the keys are documented in /etc/nccl-check/nccl-check.toml and \
-         /usr/share/doc/nccl-check*/defaults.toml"
-    } else {
-        "see nccl-check --help"
-    };
+/// Where a config error points: --help lists flags, not the config file's keys.
+const CONFIG_KEYS: &str = "the keys are documented in /etc/nccl-check/nccl-check.toml and \
+                           /usr/share/doc/nccl-check*/defaults.toml";
+
+/// A usage error: one verdict line on stderr, saying where to look (`see`), exit 2.
+fn usage_error(msg: &str, see: &str) -> ! {
     eprintln!(
         "{}",
         line::write(Verdict::Error, &format!("usage: {msg} ({see})"))

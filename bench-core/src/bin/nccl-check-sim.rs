@@ -51,7 +51,7 @@ fn main() {
             print!("{text}");
             std::process::exit(0);
         }
-        Err(ParseExit::Usage(msg)) => {
+        Err(ParseExit::Usage(msg) | ParseExit::Config(msg)) => {
             eprintln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
             std::process::exit(ExitCode::Usage.code());
         }

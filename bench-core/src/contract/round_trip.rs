@@ -20,7 +20,9 @@ fn parse_args(args: &WorkerArgs) -> Options {
     )]);
     match parse(argv, &env) {
         Ok(o) => o,
-        Err(ParseExit::Usage(e) | ParseExit::Info(e)) => panic!("{args:?}: {e}"),
+        Err(ParseExit::Usage(e) | ParseExit::Config(e) | ParseExit::Info(e)) => {
+            panic!("{args:?}: {e}")
+        }
     }
 }
 
