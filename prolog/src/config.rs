@@ -9,8 +9,7 @@
 
 use crate::faults::limits::{AerLimits, IbLimits};
 use nccl_check_contract::args::PlanName;
-use nccl_check_host::config_file as file;
-use nccl_check_host::config_file::ConfigError;
+use nccl_check_host::config_file::{self, ConfigError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -230,13 +229,13 @@ pub fn load(path: &Path, explicit: bool) -> Result<GateConfig, ConfigError> {
     if !explicit && !path.exists() {
         return Ok(GateConfig::default());
     }
-    parse(path, &file::read(path)?)
+    parse(path, &config_file::read(path)?)
 }
 
 /// Parses and validates the text of `path`.
 pub fn parse(path: &Path, text: &str) -> Result<GateConfig, ConfigError> {
-    let c: GateConfig = file::parse(path, text)?;
-    let bad = |field: &str, msg: String| Err(file::invalid(path, text, field, msg));
+    let c: GateConfig = config_file::parse(path, text)?;
+    let bad = |field: &str, msg: String| Err(config_file::invalid(path, text, field, msg));
     for (field, p) in [
         ("worker", &c.worker),
         ("worker_config", &c.worker_config),
