@@ -28,12 +28,5 @@ pub mod render;
 pub mod contract;
 pub mod report;
 
-// Moved to the contract crate (the plugin and the prolog use them without bench-core); the
-// old paths stay so bench-core's modules are unchanged.
-pub use nccl_check_contract::{hostlist, slurm_config, slurm_rendezvous, supervise, text, verdict};
-
-#[cfg(any(test, feature = "test-support"))]
-pub use nccl_check_contract::test_support;
-
 #[cfg(feature = "gpu")]
 pub mod orchestrate;

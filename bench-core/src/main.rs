@@ -6,11 +6,13 @@ use bench_core::measure::nccl_env;
 use bench_core::measure::runner::Status;
 use bench_core::orchestrate::{self, Ran};
 use bench_core::render::progress;
-use bench_core::report::json::{nccl_env_of, ReasonCode, Report};
+use bench_core::report::json::{nccl_env_of, Report};
 use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, Command, Options, ParseExit};
-use bench_core::verdict::{ExitCode, Verdict};
+use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::line;
+use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_contract::verdict::Verdict;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -37,7 +39,8 @@ fn main() {
             print!("{text}");
             exit(0);
         }
-        Err(ParseExit::Usage(msg)) => usage_error(&msg),
+        Err(ParseExit::Usage(msg)) => usage_error(&msg, "see nccl-check --help"),
+        Err(ParseExit::Config(msg)) => usage_error(&msg, CONFIG_KEYS),
     };
     // A site's NCCL_COMM_BLOCKING=1 would silently turn the bounded non-blocking init into a
     // blocking one that can hang forever (NCCL init.cc envConfigOverride).
@@ -101,15 +104,12 @@ fn check_config(file: Option<&std::path::Path>, env: &Environment) -> ! {
     exit(checked.code)
 }
 
-/// A usage error: one verdict line on stderr, exit 2.
-fn usage_error(msg: &str) -> ! {
-    // --help lists flags, not the config file's keys: point at where those are written.
-    let see = if msg.starts_with("config:") {
-        "the keys are documented in /etc/nccl-check/nccl-check.toml and \
-         /usr/share/doc/nccl-check*/defaults.toml"
-    } else {
-        "see nccl-check --help"
-    };
+/// Where a config error points: --help lists flags, not the config file's keys.
+const CONFIG_KEYS: &str = "the keys are documented in /etc/nccl-check/nccl-check.toml and \
+                           /usr/share/doc/nccl-check*/defaults.toml";
+
+/// A usage error: one verdict line on stderr, saying where to look (`see`), exit 2.
+fn usage_error(msg: &str, see: &str) -> ! {
     eprintln!(
         "{}",
         line::write(Verdict::Error, &format!("usage: {msg} ({see})"))
@@ -157,7 +157,7 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
         let _ = std::io::stdout().flush();
         // The contract's verdict line (one line, others' text escaped), which callers that
         // have no report file (the plugin's batch check, through srun) read back.
-        eprintln!("{}", line::write(report.verdict, &report.summary));
+        eprintln!("{}", line::write(report.head.verdict, &report.head.summary));
         let _ = std::io::stderr().flush();
     }
     exit(code.code())

@@ -566,7 +566,7 @@ pub fn plot(opts: &Options, report: &Report, basis: &Basis) {
     let judging = judging(opts, &expect);
     let floors = overall::floors(report, &judging, basis);
     let plot_floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
-    let headline = format!("{}: {}", report.verdict, report.summary);
+    let headline = format!("{}: {}", report.head.verdict, report.head.summary);
     let input = crate::render::plot::PlotInput {
         rows: &report.results,
         pairs: &report.pairs,

@@ -247,13 +247,31 @@ fn a_broken_config_is_error_2_naming_file_line_and_field() {
         2,
         &format!("config: {p}:7: thresholds[0].min_busbw: "),
     );
-    // --help lists no config keys: the error points at the documented file instead.
-    let (_, _, err) = nccl_check(&["--config", &p]);
-    assert!(!err.contains("--help"), "{err}");
-    assert!(
-        err.contains("documented in /etc/nccl-check/nccl-check.toml"),
-        "{err}"
-    );
+    // --help lists no config keys: the error points at the documented file instead, for a
+    // check and for --explain-plan alike; any other usage error points at --help.
+    let explain = [
+        "--explain-plan",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--config",
+        &p,
+    ];
+    for args in [&["--config", p.as_str()][..], &explain[..]] {
+        let (rc, _, err) = nccl_check(args);
+        assert_eq!(rc, 2, "{args:?}: {err}");
+        assert!(!err.contains("--help"), "{args:?}: {err}");
+        assert!(
+            err.contains("config: ")
+                && err.contains("documented in /etc/nccl-check/nccl-check.toml"),
+            "{args:?}: {err}"
+        );
+    }
+    std::fs::write(&path, "").expect("test setup");
+    let (_, _, err) = nccl_check(&["--plan", "nope", "--config", &p]);
+    assert!(err.contains("unknown plan 'nope'"), "{err}");
+    assert!(err.contains("(see nccl-check --help)"), "{err}");
     let _ = std::fs::remove_file(&path);
 }
 

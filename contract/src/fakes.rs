@@ -5,9 +5,9 @@
 use crate::args::{PlanName, WorkerArgs};
 use crate::report::read::{read_report, ReportError};
 use crate::report::Report;
-use crate::supervise::{self, Ending, Finished, Output, Spec};
-use crate::test_support::scratch_dir;
 use crate::verdict::Verdict;
+use nccl_check_host::supervise::{self, Ending, Finished, Output, Spec};
+use nccl_check_host::test_support::scratch_dir;
 use std::path::Path;
 use std::time::Duration;
 
@@ -96,7 +96,7 @@ fn both_fakes_accept_every_command_line_of_the_contract() {
                 "{fake} {}: {stderr}",
                 a.display()
             );
-            assert_eq!(report.expect("a report").verdict, Verdict::Pass);
+            assert_eq!(report.expect("a report").head.verdict, Verdict::Pass);
         }
     }
     std::fs::remove_dir_all(&d).ok();
@@ -129,28 +129,28 @@ fn the_spank_fakes_reports_have_the_real_summary_shapes() {
     let (done, pass) = run(SPANK_FAKE, &a, &d, "pass");
     assert_eq!(done.ending, Ending::Exited(0));
     let pass = pass.expect("a report");
-    assert!(is_pass_summary(&pass.summary), "{}", pass.summary);
-    assert!(pass.reasons.is_empty());
+    assert!(is_pass_summary(&pass.head.summary), "{}", pass.head.summary);
+    assert!(pass.head.reasons.is_empty());
     let (done, fail) = run(SPANK_FAKE, &a, &d, "fail");
     assert_eq!(done.ending, Ending::Exited(1));
     let fail = fail.expect("a report");
-    assert_eq!((fail.verdict, fail.exit_code), (Verdict::Fail, 1));
-    assert_eq!(fail.summary, fail.reasons[0].message);
+    assert_eq!((fail.head.verdict, fail.head.exit_code), (Verdict::Fail, 1));
+    assert_eq!(fail.head.summary, fail.head.reasons[0].message);
     assert_eq!(
-        fail.reasons[0].code,
+        fail.head.reasons[0].code,
         crate::report::reason::ReasonCode::BusbwBelowThreshold
     );
     assert!(
-        fail.summary.contains("responsible: n7 GPU"),
+        fail.head.summary.contains("responsible: n7 GPU"),
         "{}",
-        fail.summary
+        fail.head.summary
     );
     let (done, error) = run(SPANK_FAKE, &a, &d, "error");
     assert_eq!(done.ending, Ending::Exited(5));
     let error = error.expect("a report");
     assert_eq!(
-        (error.verdict, error.summary.as_str()),
-        (Verdict::Error, error.reasons[0].message.as_str())
+        (error.head.verdict, error.head.summary.as_str()),
+        (Verdict::Error, error.head.reasons[0].message.as_str())
     );
     assert!(!is_pass_summary(
         "4 GPUs on 1 host(s), all_reduce 256 MiB busbw 329.2 GB/s"

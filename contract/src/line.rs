@@ -2,8 +2,8 @@
 //! [`write`] (the worker) and read by [`parse`] (the plugin's batch check reads it from srun's
 //! output, where a worker's report file is out of reach). One format, one place.
 
-use crate::text::escape_control;
 use crate::verdict::Verdict;
+use nccl_check_host::text::escape_control;
 
 /// What every verdict line starts with.
 pub const PREFIX: &str = "nccl-check: ";

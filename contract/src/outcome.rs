@@ -10,8 +10,8 @@
 use crate::exit::ExitCode;
 use crate::report::read::ReportError;
 use crate::report::Report;
-use crate::supervise::Ending;
 use crate::verdict::Verdict;
+use nccl_check_host::supervise::Ending;
 
 /// The verdict, and why it is an ERROR beside the worker's own word (a contradiction, an
 /// unusable report), when it is one for that reason.
@@ -78,10 +78,10 @@ pub fn of_run(ending: Ending, report: Option<&Result<Report, ReportError>>) -> J
     };
     match (by_exit, report) {
         (Verdict::Error, _) => Judged::plain(Verdict::Error),
-        (v, Ok(r)) if r.verdict == v => Judged::plain(v),
+        (v, Ok(r)) if r.head.verdict == v => Judged::plain(v),
         (v, Ok(r)) => Judged::error(RunProblem::Contradiction(format!(
             "contradiction: the worker exited {code} ({v}) but its report says {}",
-            r.verdict
+            r.head.verdict
         ))),
         (Verdict::Fail, Err(ReportError::Missing(_))) => Judged::plain(Verdict::Fail),
         (_, Err(e @ ReportError::TooLarge(..))) => {
@@ -100,7 +100,10 @@ mod tests {
 
     fn report(v: Verdict) -> Result<Report, ReportError> {
         Ok(Report {
-            verdict: v,
+            head: crate::report::Head {
+                verdict: v,
+                ..Default::default()
+            },
             ..Report::default()
         })
     }

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::hostlist::{self, HostlistError};
+use nccl_check_host::hostlist::{self, HostlistError};
 
 /// PyTorch's default `MASTER_PORT` (torch.distributed, torchrun, DeepSpeed): never chosen.
 pub const PYTORCH_MASTER_PORT: u16 = 29500;
@@ -204,7 +204,7 @@ pub fn of_step(
             .map_err(|_| format!("invalid {name} '{}': expected a number", v.escape_debug()))
     };
     let (job, step) = (id("SLURM_JOB_ID", job)?, id("SLURM_STEP_ID", step)?);
-    let host = crate::hostlist::first(nodes).map_err(|e| e.to_string())?;
+    let host = nccl_check_host::hostlist::first(nodes).map_err(|e| e.to_string())?;
     let ports = match secret {
         // The step's label as the rendezvous writes it (options.rs).
         Some(s) => secret_candidates(s.as_bytes(), &format!("slurm-{job}.{step}"), range),

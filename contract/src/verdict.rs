@@ -1,5 +1,4 @@
-//! The three verdicts. The exit codes that carry them are part of the worker's contract
-//! ([`crate::exit`]) and re-exported here.
+//! The three verdicts. The exit codes that carry them are [`crate::exit`]'s.
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +26,3 @@ impl std::fmt::Display for Verdict {
         f.pad(self.as_str())
     }
 }
-
-/// The exit codes live with the rest of the worker's contract.
-pub use crate::exit::ExitCode;

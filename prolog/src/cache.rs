@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn updated_under_the_lock_then_read_back() {
-        let dir = nccl_check_contract::test_support::scratch_dir("cache-rw");
+        let dir = nccl_check_host::test_support::scratch_dir("cache-rw");
         let far = || Deadline::after(std::time::Duration::from_secs(5));
         update(&dir, far(), |c| c.record(&ids(&["GPU-a"]), "f", 5.0)).expect("write");
         update(&dir, far(), |c| c.record(&ids(&["GPU-b"]), "f", 6.0)).expect("write");
@@ -241,7 +241,7 @@ mod tests {
     #[test]
     fn a_group_writable_or_linked_cache_file_counts_as_empty() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = nccl_check_contract::test_support::scratch_dir("cache-forged");
+        let dir = nccl_check_host::test_support::scratch_dir("cache-forged");
         let mut c = Cache::default();
         c.record(&ids(&["GPU-a"]), "f", 5.0);
         write(&dir, &c).expect("write");

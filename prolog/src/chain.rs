@@ -7,8 +7,9 @@
 use crate::budget::{self, GRACE, MARGIN};
 use crate::config::{GateConfig, GpuPolicy};
 use crate::slurm_uses::INSTALLED;
-use nccl_check_contract::slurm_config::{Settings, Sources};
-use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_contract::check_line::{CheckProblem, CheckProblemKind};
+use nccl_check_host::slurm_config::{Settings, Sources};
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use std::path::Path;
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ pub struct SlurmView<'a> {
     pub settings: Option<&'a Settings>,
     pub why: &'a str,
     /// `PrologEpilogTimeout` as the gate reads it at run time
-    /// ([`nccl_check_contract::slurm_config::prolog_epilog_timeout_now`]).
+    /// ([`nccl_check_host::slurm_config::prolog_epilog_timeout_now`]).
     pub now: Result<(Option<u64>, String), String>,
     /// `/` except in tests: where the Prolog=/Epilog= entries are looked up.
     pub root: &'a Path,
@@ -178,10 +179,7 @@ pub fn worker(c: &GateConfig) -> (Vec<String>, Findings) {
     let text =
         String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
     let lines: Vec<String> = text.lines().map(|l| format!("worker: {l}")).collect();
-    let bad: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("INVALID") || l.starts_with("NOT READY"))
-        .collect();
+    let bad: Vec<CheckProblem> = text.lines().filter_map(CheckProblem::read_line).collect();
     match done.ending {
         Ending::Exited(0) if bad.is_empty() => {}
         Ending::KilledAtDeadline => f
@@ -189,7 +187,8 @@ pub fn worker(c: &GateConfig) -> (Vec<String>, Findings) {
             .push(format!("{what}: no answer in {} s", WAIT.as_secs())),
         _ => f.problems.push(format!(
             "{what}: {} (every job's check would end in ERROR: the gate is off)",
-            bad.first().copied().unwrap_or("failed")
+            bad.first()
+                .map_or("failed".to_string(), CheckProblem::to_string)
         )),
     }
     (lines, f)
@@ -229,8 +228,10 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
     let text =
         String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
     let lines = text.lines().map(|l| format!("plugin line: {l}")).collect();
-    for bad in text.lines().filter_map(|l| l.strip_prefix("INVALID ")) {
-        f.problems.push(format!("plugin line: {bad}"));
+    for bad in text.lines().filter_map(CheckProblem::read_line) {
+        if bad.kind == CheckProblemKind::Invalid {
+            f.problems.push(format!("plugin line: {}", bad.text));
+        }
     }
     match done.ending {
         Ending::Exited(0) => {}
@@ -340,7 +341,7 @@ mod tests {
     #[test]
     fn a_missing_prolog_entry_is_a_problem_and_the_epilog_gate_is_shown() {
         use std::os::unix::fs::PermissionsExt;
-        let d = nccl_check_contract::test_support::scratch_dir("chain-entries");
+        let d = nccl_check_host::test_support::scratch_dir("chain-entries");
         std::fs::create_dir_all(d.join("usr/sbin")).expect("mkdir");
         let prog = d.join("usr/sbin/nccl-check-prolog");
         std::fs::write(&prog, "bin").expect("w");
@@ -377,7 +378,7 @@ mod tests {
 
     #[test]
     fn a_worker_that_rejects_its_config_is_a_problem() {
-        let d = nccl_check_contract::test_support::scratch_dir("chain-worker");
+        let d = nccl_check_host::test_support::scratch_dir("chain-worker");
         let w = d.join("worker");
         let ok = d.join("worker-ok");
         std::fs::write(
@@ -417,7 +418,7 @@ mod tests {
     #[test]
     fn the_plugin_lines_problems_are_the_gates_problems() {
         use std::os::unix::fs::PermissionsExt;
-        let d = nccl_check_contract::test_support::scratch_dir("chain-plugstack");
+        let d = nccl_check_host::test_support::scratch_dir("chain-plugstack");
         let p = d.join("nccl-check-plugstack");
         std::fs::write(
             &p,

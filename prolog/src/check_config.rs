@@ -8,7 +8,7 @@
 
 use crate::config::{self, GateConfig, KEYS};
 use crate::secure;
-use nccl_check_contract::config_file::find_key_line;
+use nccl_check_host::config_file::find_key_line;
 use std::fmt::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -144,7 +144,7 @@ pub fn metrics_note(c: &GateConfig, node: &str) -> Option<String> {
 pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) -> i32 {
     let exists = explicit || path.exists();
     let text = if exists {
-        match nccl_check_contract::config_file::read(path) {
+        match nccl_check_host::config_file::read(path) {
             Ok(t) => Some(t),
             Err(e) => {
                 println!("INVALID {e}");
@@ -183,10 +183,7 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
     let view = crate::chain::SlurmView {
         settings: settings.as_ref(),
         why: &why,
-        now: nccl_check_contract::slurm_config::prolog_epilog_timeout_now(
-            Path::new("/"),
-            slurm_conf,
-        ),
+        now: nccl_check_host::slurm_config::prolog_epilog_timeout_now(Path::new("/"), slurm_conf),
         root: Path::new("/"),
     };
     let mut sl = crate::chain::slurm(&cfg, &view, path);
@@ -268,7 +265,7 @@ mod tests {
 
     #[test]
     fn a_missing_worker_or_an_unsafe_directory_is_a_problem() {
-        let d = nccl_check_contract::test_support::scratch_dir("check-config");
+        let d = nccl_check_host::test_support::scratch_dir("check-config");
         let c = GateConfig {
             worker: d.join("nccl-check"),
             scontrol: "/bin/sh".into(),
@@ -297,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_broken_file_still_gives_its_state_dir_and_metrics_file() {
-        let d = nccl_check_contract::test_support::scratch_dir("salvage");
+        let d = nccl_check_host::test_support::scratch_dir("salvage");
         let f = d.join("p.toml");
         std::fs::write(
             &f,

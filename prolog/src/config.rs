@@ -8,8 +8,8 @@
 //! field, never a worker environment variable.
 
 use crate::faults::limits::{AerLimits, IbLimits};
-use nccl_check_contract::config_file::{self as file, ConfigError};
-use nccl_check_contract::PlanName;
+use nccl_check_contract::args::PlanName;
+use nccl_check_host::config_file::{self, ConfigError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -229,13 +229,13 @@ pub fn load(path: &Path, explicit: bool) -> Result<GateConfig, ConfigError> {
     if !explicit && !path.exists() {
         return Ok(GateConfig::default());
     }
-    parse(path, &file::read(path)?)
+    parse(path, &config_file::read(path)?)
 }
 
 /// Parses and validates the text of `path`.
 pub fn parse(path: &Path, text: &str) -> Result<GateConfig, ConfigError> {
-    let c: GateConfig = file::parse(path, text)?;
-    let bad = |field: &str, msg: String| Err(file::invalid(path, text, field, msg));
+    let c: GateConfig = config_file::parse(path, text)?;
+    let bad = |field: &str, msg: String| Err(config_file::invalid(path, text, field, msg));
     for (field, p) in [
         ("worker", &c.worker),
         ("worker_config", &c.worker_config),

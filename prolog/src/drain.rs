@@ -8,7 +8,7 @@
 
 use crate::budget::Deadline;
 use crate::state::{self, Lock};
-use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use std::path::{Path, PathBuf};
 
 /// Every drain reason nccl-check sets starts with this; nothing else is ever resumed.
@@ -354,7 +354,7 @@ mod tests {
             "#!/bin/sh\nif [ \"$1\" = show ]; then cat {d}/show; else echo \"$*\" >> {d}/calls; fi\n",
             d = dir.display()
         );
-        nccl_check_contract::test_support::write_executable(&p, &body);
+        nccl_check_host::test_support::write_executable(&p, &body);
         Slurm {
             scontrol: p,
             node: "n1".into(),
@@ -413,13 +413,13 @@ mod tests {
              echo 'NodeName=n1 State=IDLE'\n",
             d = d.display()
         );
-        nccl_check_contract::test_support::write_executable(&s.scontrol, &body);
+        nccl_check_host::test_support::write_executable(&s.scontrol, &body);
         s.deadline = Deadline::after(Duration::from_millis(400));
         let t = std::time::Instant::now();
         let e = s.show().expect_err("hung");
         assert!(e.contains("no answer within the 0.4 s left"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
-        nccl_check_contract::test_support::assert_process_gone(
+        nccl_check_host::test_support::assert_process_gone(
             &d.join("child"),
             Duration::from_millis(100),
         );
@@ -427,7 +427,7 @@ mod tests {
         let t = std::time::Instant::now();
         assert!(s.update(&["state=resume"]).is_ok());
         assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
-        nccl_check_contract::test_support::assert_process_gone(
+        nccl_check_host::test_support::assert_process_gone(
             &d.join("child"),
             Duration::from_millis(100),
         );

@@ -180,7 +180,7 @@ fn within_slurm_timeout(
     facts: &Facts,
     log: &mut Log,
 ) -> (GateConfig, Option<String>) {
-    let read = nccl_check_contract::slurm_config::prolog_epilog_timeout_now(
+    let read = nccl_check_host::slurm_config::prolog_epilog_timeout_now(
         Path::new("/"),
         facts.slurm_conf.as_deref(),
     );

@@ -16,7 +16,7 @@ pub struct Sample<'a> {
     pub verdict: Option<Verdict>,
     pub exit_code: Option<i32>,
     pub avg_busbw: &'a BTreeMap<String, f64>,
-    /// Per collective, the smallest busbw / floor of the last measurement (`report::margins`).
+    /// Per collective, the smallest busbw / floor of the last measurement (`Report::margins`).
     pub margins: &'a BTreeMap<String, f64>,
     pub finished_unix: f64,
     pub duration_s: f64,

@@ -7,9 +7,9 @@
 //! `nccl-check:GPUs slow|all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 7)`
 
 use crate::drain::PREFIX;
-use crate::report::Report;
 use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_contract::report::Report;
 
 /// Longest sentence after the `|` (the whole reason stays one line of about 200 characters).
 const MAX_SENTENCE: usize = 160;
@@ -47,7 +47,7 @@ fn one_line(s: &str) -> String {
 /// the slow readings it explains).
 pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
     let (head, sentence) = match report {
-        Some(r) => match r.deciding_reason() {
+        Some(r) => match r.head.deciding_reason() {
             Some(first) => {
                 let mut s = first.message.clone();
                 if s.trim().is_empty() {
@@ -60,15 +60,17 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
                 if let Some(subj) = subject.filter(|s| !first.message.contains(*s)) {
                     s = format!("{subj}: {s}");
                 }
-                if r.reasons.len() > 1 {
-                    s.push_str(&format!(" (+{} more)", r.reasons.len() - 1));
+                if r.head.reasons.len() > 1 {
+                    s.push_str(&format!(" (+{} more)", r.head.reasons.len() - 1));
                 }
                 let culprit = first
                     .culprit()
                     .map_or_else(|| "GPUs".to_string(), |c| c.short());
                 (format!("{culprit} {}", problem(first.code)), s)
             }
-            None if !r.summary.trim().is_empty() => ("FAIL".to_string(), r.summary.clone()),
+            None if !r.head.summary.trim().is_empty() => {
+                ("FAIL".to_string(), r.head.summary.clone())
+            }
             None => ("FAIL".to_string(), "the report gives no reason".to_string()),
         },
         None => (
@@ -93,6 +95,7 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
 mod tests {
     use super::*;
     use nccl_check_contract::report::reason::Reason;
+    use nccl_check_contract::report::Head;
 
     /// What `sinfo -R` shows of a reason by default.
     fn sinfo_view(reason: &str) -> String {
@@ -101,8 +104,11 @@ mod tests {
 
     fn fail(reasons: Vec<Reason>) -> Report {
         Report {
-            summary: "all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s".into(),
-            reasons,
+            head: Head {
+                summary: "all_reduce 256 MiB out-of-place: busbw 12.3 < 300.0 GB/s".into(),
+                reasons,
+                ..Head::default()
+            },
             ..Report::default()
         }
     }
@@ -198,7 +204,7 @@ mod tests {
     #[test]
     fn the_reason_is_one_short_line_with_one_prefix_and_one_bar() {
         let mut r = fail(vec![]);
-        r.summary = format!("nccl-check: line one\nline\ttwo | {}", "x".repeat(400));
+        r.head.summary = format!("nccl-check: line one\nline\ttwo | {}", "x".repeat(400));
         let s = drain_reason(Some(&r), Some("1"));
         assert!(s.starts_with("nccl-check:FAIL|line one line two x"), "{s}");
         assert_eq!(s.matches(PREFIX).count(), 1);

@@ -1,39 +1,25 @@
 //! The worker's report as the prolog reads it: the contract's plain report
-//! ([`nccl_check_contract::report::Report`]) through its bounded reader, plus what the prolog asks
-//! of it.
+//! ([`nccl_check_contract::report::Report`]) through its bounded reader, at the contract's
+//! bound.
 
-use nccl_check_contract::report::read::read_report;
-pub use nccl_check_contract::report::read::ReportError;
-pub use nccl_check_contract::report::Report;
+use nccl_check_contract::report::read::{read_report, ReportError};
+use nccl_check_contract::report::{Report, MAX_REPORT_BYTES};
 use std::path::Path;
-
-/// The largest report read (the contract's bound, the same for every caller).
-pub use nccl_check_contract::report::MAX_REPORT_BYTES;
 
 /// Reads the report; `Err` says why it is unusable (missing, not a report, a newer schema).
 pub fn read(path: &Path) -> Result<Report, ReportError> {
     read_report(path, MAX_REPORT_BYTES)
 }
 
-/// Per collective, the smallest margin of its results over the floor that judged them.
-pub fn margins(report: &Report) -> std::collections::BTreeMap<String, f64> {
-    report.margins()
-}
-
-/// The UUIDs of the GPUs the worker measured, sorted, when every GPU entry has one.
-pub fn uuids(report: &Report) -> Option<Vec<String>> {
-    report.uuids()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_check_contract::test_support::scratch_dir;
     use nccl_check_contract::verdict::Verdict;
+    use nccl_check_host::test_support::scratch_dir;
 
     #[test]
     fn margins_are_the_smallest_per_collective_and_only_where_a_floor_judged() {
-        use nccl_check_contract::report::{Expected, Measured};
+        use nccl_check_contract::report::{Body, Expected, Measured};
         let row = |c: &str, m: Option<f64>| Measured {
             collective: c.into(),
             expected: m.map(|m| Expected {
@@ -44,15 +30,18 @@ mod tests {
             ..Measured::default()
         };
         let r = Report {
-            results: vec![
-                row("all_reduce", Some(1.3)),
-                row("all_reduce", Some(1.07)),
-                row("all_gather", None),
-                row("sendrecv", Some(f64::INFINITY)),
-            ],
+            body: Body {
+                results: vec![
+                    row("all_reduce", Some(1.3)),
+                    row("all_reduce", Some(1.07)),
+                    row("all_gather", None),
+                    row("sendrecv", Some(f64::INFINITY)),
+                ],
+                ..Body::default()
+            },
             ..Report::default()
         };
-        let m = margins(&r);
+        let m = r.margins();
         assert_eq!(m.len(), 1, "{m:?}");
         assert_eq!(m.get("all_reduce"), Some(&1.07));
     }
@@ -64,12 +53,12 @@ mod tests {
             "/../tests/prolog/data/real-quick-fail-p2p-disabled.json"
         )))
         .expect("reads");
-        assert_eq!(r.verdict, Verdict::Fail);
+        assert_eq!(r.head.verdict, Verdict::Fail);
         assert_eq!(
-            r.reasons[0].code,
+            r.head.reasons[0].code,
             nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold
         );
-        let ids = uuids(&r).expect("every GPU has a UUID");
+        let ids = r.uuids().expect("every GPU has a UUID");
         assert_eq!(ids.len(), 4);
         assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
     }
@@ -80,10 +69,10 @@ mod tests {
         let p = d.join("r.json");
         std::fs::write(
             &p,
-            r#"{"schema_version":1,"verdict":"PASS","gpus":[{"uuid":"GPU-a"},{"name":"x"}]}"#,
+            r#"{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":0,"summary":"ok","reasons":[],"host":"n1","results":[],"avg_busbw":{},"verdict":"PASS","gpus":[{"uuid":"GPU-a"},{"name":"x"}]}"#,
         )
         .expect("write");
-        assert_eq!(uuids(&read(&p).expect("reads")), None);
+        assert_eq!(read(&p).expect("reads").uuids(), None);
         std::fs::write(&p, r#"{"summary":"x"}"#).expect("write");
         assert!(read(&p).unwrap_err().to_string().contains("not a report"));
         std::fs::remove_dir_all(&d).ok();

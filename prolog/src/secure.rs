@@ -250,7 +250,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_check_contract::test_support::scratch_dir;
+    use nccl_check_host::test_support::scratch_dir;
     use std::os::unix::fs::symlink;
 
     fn chown(p: &Path, uid: u32) {

@@ -19,7 +19,7 @@
 //! number of GPUs than the driver lists) nothing is skipped and strays are only warned.
 
 use crate::drain::Slurm;
-use nccl_check_contract::hostlist::Hostlist;
+use nccl_check_host::hostlist::Hostlist;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A gres index above this is not a GPU index (guards the set arithmetic against garbage).

@@ -4,7 +4,7 @@
 //! before removing the binary: a removed prolog that Slurm still runs fails every job's prolog and
 //! drains the node.
 
-use nccl_check_contract::slurm_config::Sources;
+use nccl_check_host::slurm_config::Sources;
 use std::path::Path;
 use std::time::Duration;
 
@@ -53,7 +53,7 @@ mod tests {
 
     #[test]
     fn an_included_prolog_on_a_configless_node_is_found_and_named_with_its_line() {
-        let d = nccl_check_contract::test_support::scratch_dir("slurm-uses");
+        let d = nccl_check_host::test_support::scratch_dir("slurm-uses");
         let cache = d.join("run/slurm/conf");
         std::fs::create_dir_all(&cache).expect("mkdir");
         std::fs::write(
@@ -84,7 +84,7 @@ mod tests {
     /// neither an Epilog= alone by its name nor HealthCheckProgram=nccl-check-recheck.
     #[test]
     fn a_glob_epilog_names_its_link_and_the_health_check_is_found() {
-        let d = nccl_check_contract::test_support::scratch_dir("slurm-uses-glob");
+        let d = nccl_check_host::test_support::scratch_dir("slurm-uses-glob");
         let conf = d.join("etc/slurm");
         std::fs::create_dir_all(conf.join("epilog.d")).expect("mkdir");
         std::fs::create_dir_all(d.join("usr/sbin")).expect("mkdir");

@@ -158,7 +158,7 @@ impl Lock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_check_contract::test_support::scratch_dir;
+    use nccl_check_host::test_support::scratch_dir;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

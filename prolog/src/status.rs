@@ -83,7 +83,7 @@ mod tests {
 
     #[test]
     fn the_state_file_names_the_state_and_the_reason() {
-        let d = nccl_check_contract::test_support::scratch_dir("status");
+        let d = nccl_check_host::test_support::scratch_dir("status");
         let s = Status {
             state: GateState::Disabled,
             message: "ERROR config: x".into(),

@@ -32,7 +32,7 @@ pub struct Stray {
 
 /// The checked GPUs that other processes hold; `ours(pid)` says a pid is the prolog's own.
 pub fn find(report: &Report, ours: &dyn Fn(u32) -> bool) -> Vec<Stray> {
-    let mut gpus: Vec<_> = report.gpus.iter().collect();
+    let mut gpus: Vec<_> = report.body.gpus.iter().collect();
     gpus.sort_by_key(|g| g.rank);
     gpus.iter()
         .enumerate()
@@ -157,7 +157,7 @@ pub fn drain_reason(strays: &[Stray], job: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_check_contract::report::{Gpu, Health};
+    use nccl_check_contract::report::{Body, Gpu, Health};
 
     fn gpu(rank: u32, pids: &[u32]) -> Gpu {
         let health: Health = serde_json::from_value(serde_json::json!({
@@ -178,7 +178,10 @@ mod tests {
     #[test]
     fn another_process_on_a_checked_gpu_is_named_busy_and_ours_never_count() {
         let report = Report {
-            gpus: vec![gpu(1, &[4242]), gpu(0, &[]), gpu(2, &[77])],
+            body: Body {
+                gpus: vec![gpu(1, &[4242]), gpu(0, &[]), gpu(2, &[77])],
+                ..Body::default()
+            },
             ..Report::default()
         };
         let strays = find(&report, &|pid| pid == 77);
@@ -193,7 +196,10 @@ mod tests {
         assert!(r.chars().take(20).collect::<String>().ends_with("busy"));
         assert!(find(&report, &|_| true).is_empty());
         let clean = Report {
-            gpus: vec![gpu(0, &[])],
+            body: Body {
+                gpus: vec![gpu(0, &[])],
+                ..Body::default()
+            },
             ..Report::default()
         };
         assert!(find(&clean, &|_| false).is_empty());
@@ -221,7 +227,10 @@ mod tests {
     #[test]
     fn another_running_jobs_process_makes_the_run_unjudged_and_an_ended_jobs_does_not() {
         let report = Report {
-            gpus: vec![gpu(0, &[4242]), gpu(1, &[5151]), gpu(2, &[6161])],
+            body: Body {
+                gpus: vec![gpu(0, &[4242]), gpu(1, &[5151]), gpu(2, &[6161])],
+                ..Body::default()
+            },
             ..Report::default()
         };
         let strays = find(&report, &|_| false);

@@ -3,8 +3,8 @@
 
 use crate::decide::{Actions, CacheAction, Mode};
 use crate::drain::{self, DrainOutcome};
-use crate::report::Report;
 use crate::worker::Run;
+use nccl_check_contract::report::Report;
 
 /// What came of a drain request, for the verdict line.
 pub fn drain_outcome(o: &DrainOutcome, node: &str) -> String {
@@ -50,7 +50,8 @@ impl Line<'_> {
     pub fn pass(&self, run: &Run, report: Option<&Report>) -> String {
         let bw: Vec<String> = report
             .map(|r| {
-                r.avg_busbw
+                r.body
+                    .avg_busbw
                     .iter()
                     .map(|(c, b)| format!("{c} {b:.1} GB/s"))
                     .collect()
@@ -68,7 +69,7 @@ impl Line<'_> {
                 format!(", busbw {}", bw.join(", "))
             },
             report
-                .map(|r| format!(" ({})", r.summary.trim()))
+                .map(|r| format!(" ({})", r.head.summary.trim()))
                 .unwrap_or_default()
         )
     }
@@ -89,7 +90,7 @@ impl Line<'_> {
     /// A FAIL that is not held against the node: `why` says whose load it may be.
     pub fn unjudged(&self, run: &Run, report: Option<&Report>, why: &str) -> String {
         let found = report
-            .map(|r| r.summary.trim())
+            .map(|r| r.head.summary.trim())
             .filter(|s| !s.is_empty())
             .map(|s| format!(" ({s})"))
             .unwrap_or_default();
@@ -132,7 +133,7 @@ impl Line<'_> {
             .clone()
             .or_else(|| {
                 report
-                    .map(|r| r.summary.trim().to_string())
+                    .map(|r| r.head.summary.trim().to_string())
                     .filter(|s| !s.is_empty())
             })
             .or_else(|| (!run.output_tail.is_empty()).then(|| run.output_tail.clone()));

@@ -1,15 +1,17 @@
 //! Running the `nccl-check` worker as root, safely: a clean environment (a fixed PATH plus only
 //! what the admin's config lists), the contract's command line ([`WorkerArgs`]), supervised by
-//! [`nccl_check_contract::supervise`] (own process group killed with SIGKILL at the budget, output to the
+//! [`nccl_check_host::supervise`] (own process group killed with SIGKILL at the budget, output to the
 //! log file in the run's private directory), and the verdict from its exit status and its JSON
 //! report together (the contract: 0 PASS, 1 FAIL, anything else or a signal ERROR; a report that
 //! says otherwise is an ERROR "contradiction", never a drain).
 
-use crate::report::{self, Report, ReportError};
+use crate::report;
+use nccl_check_contract::args::{PlanName, WorkerArgs};
 use nccl_check_contract::outcome::RunProblem;
-use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+use nccl_check_contract::report::read::ReportError;
+use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_contract::{PlanName, WorkerArgs};
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -224,11 +226,12 @@ fn tail(path: &Path, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_check_contract::test_support::scratch_dir;
+    use nccl_check_contract::report::Head;
+    use nccl_check_host::test_support::scratch_dir;
 
     fn script(dir: &Path, body: &str) -> PathBuf {
         let p = dir.join("worker.sh");
-        nccl_check_contract::test_support::write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
+        nccl_check_host::test_support::write_executable(&p, &format!("#!/bin/sh\n{body}\n"));
         p
     }
 
@@ -249,7 +252,10 @@ mod tests {
 
     fn report(v: Verdict) -> Result<Report, ReportError> {
         Ok(Report {
-            verdict: v,
+            head: Head {
+                verdict: v,
+                ..Head::default()
+            },
             ..Report::default()
         })
     }
@@ -293,7 +299,7 @@ mod tests {
     #[test]
     fn the_environment_is_scrubbed_to_path_tmpdir_and_the_admin_table() {
         let dir = scratch_dir("worker-env");
-        let w = script(&dir, "env > \"$OUT\"; cp /dev/null \"$TMPDIR/x\"; echo '{\"schema_version\":1,\"verdict\":\"PASS\"}' > \"$(dirname \"$TMPDIR/x\")/report.json\"; exit 0");
+        let w = script(&dir, "env > \"$OUT\"; cp /dev/null \"$TMPDIR/x\"; echo '{\"schema_version\":1,\"tool\":\"fake\",\"tool_version\":\"0\",\"exit_code\":0,\"summary\":\"ok\",\"reasons\":[],\"host\":\"n1\",\"gpus\":[],\"results\":[],\"avg_busbw\":{},\"verdict\":\"PASS\"}' > \"$(dirname \"$TMPDIR/x\")/report.json\"; exit 0");
         // The test process itself has HOME, CARGO_* and more: none may reach the worker.
         let req = request(&dir, w, 5000);
         let run = run(&req);
@@ -330,7 +336,7 @@ mod tests {
             run.problem
         );
         // The grandchild is gone (or a zombie of init's about to be reaped).
-        nccl_check_contract::test_support::assert_process_gone(
+        nccl_check_host::test_support::assert_process_gone(
             &dir.join("env"),
             Duration::from_millis(100),
         );

@@ -13,10 +13,10 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/faults")
 
 const PASS: &str = r#"while [ $# -gt 0 ]; do case $1 in --json) json=$2; shift;; esac; shift; done
 echo run >> "$OUT"
-printf '{"schema_version":1,"verdict":"PASS","summary":"fine"}' > "$json"; exit 0"#;
+printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":0,"reasons":[],"host":"n1","gpus":[],"results":[],"avg_busbw":{},"verdict":"PASS","summary":"fine"}' > "$json"; exit 0"#;
 const FAIL: &str = r#"while [ $# -gt 0 ]; do case $1 in --json) json=$2; shift;; esac; shift; done
 echo run >> "$OUT"
-printf '{"schema_version":1,"verdict":"FAIL","summary":"slow","reasons":[{"code":"busbw_below_threshold","message":"all_reduce busbw 1.0 < 300.0 GB/s","subject":"GPU0<->GPU1"}]}' > "$json"; exit 1"#;
+printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":1,"host":"n1","gpus":[],"results":[],"avg_busbw":{},"verdict":"FAIL","summary":"slow","reasons":[{"code":"busbw_below_threshold","message":"all_reduce busbw 1.0 < 300.0 GB/s","subject":"GPU0<->GPU1"}]}' > "$json"; exit 1"#;
 
 struct Site {
     dir: PathBuf,
@@ -24,7 +24,7 @@ struct Site {
 
 impl Site {
     fn new(name: &str, tree: &str) -> Site {
-        let dir = nccl_check_contract::test_support::scratch_dir(&format!("gate-faults-{name}"));
+        let dir = nccl_check_host::test_support::scratch_dir(&format!("gate-faults-{name}"));
         let ok = Command::new("cp")
             .arg("-R") // owned by whoever runs the test, as sysfs is by root
             .arg(format!("{FIXTURES}/{tree}"))
@@ -45,7 +45,7 @@ impl Site {
             )
             .expect("write");
         }
-        nccl_check_contract::test_support::write_executable(
+        nccl_check_host::test_support::write_executable(
             &dir.join("scontrol"),
             &format!(
                 "#!/bin/sh\nif [ \"$1\" = show ]; then echo 'NodeName=n1 State=IDLE'; \
@@ -71,7 +71,7 @@ impl Site {
     }
 
     fn worker(&self, body: &str) {
-        nccl_check_contract::test_support::write_executable(
+        nccl_check_host::test_support::write_executable(
             &self.dir.join("worker"),
             &format!("#!/bin/bash\n{body}\n"),
         );

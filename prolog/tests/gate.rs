@@ -14,12 +14,12 @@ struct Site {
 }
 
 fn write_exec(p: &Path, body: &str) {
-    nccl_check_contract::test_support::write_executable(p, body);
+    nccl_check_host::test_support::write_executable(p, body);
 }
 
 impl Site {
     fn new(name: &str) -> Site {
-        let dir = nccl_check_contract::test_support::scratch_dir(&format!("gate-{name}"));
+        let dir = nccl_check_host::test_support::scratch_dir(&format!("gate-{name}"));
         std::fs::create_dir_all(dir.join("gpus")).expect("mkdir");
         std::fs::create_dir_all(dir.join("metrics")).expect("mkdir");
         let s = Site { dir };
@@ -119,9 +119,9 @@ tok=$(cat /proc/sys/kernel/random/uuid)
 echo "$(basename "$(dirname "$json")") $gpus $tok" >> "$OUT"
 sleep 0.0$((RANDOM % 5))
 if [ "$gpus" = 0,1 ]; then
-  printf '{"schema_version":1,"verdict":"PASS","summary":"pass %s"}' "$tok" > "$json"; exit 0
+  printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":0,"reasons":[],"host":"n1","gpus":[],"results":[],"avg_busbw":{},"verdict":"PASS","summary":"pass %s"}' "$tok" > "$json"; exit 0
 fi
-printf '{"schema_version":1,"verdict":"FAIL","summary":"fail","reasons":[{"code":"busbw_below_threshold","message":"sendrecv busbw 1.0 < 300.0 GB/s %s","subject":"GPU2<->GPU3"}]}' "$tok" > "$json"
+printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":1,"host":"n1","gpus":[],"results":[],"avg_busbw":{},"verdict":"FAIL","summary":"fail","reasons":[{"code":"busbw_below_threshold","message":"sendrecv busbw 1.0 < 300.0 GB/s %s","subject":"GPU2<->GPU3"}]}' "$tok" > "$json"
 exit 1
 "#;
 
@@ -236,7 +236,7 @@ fn planted_symlinks_in_a_metrics_dir_another_uid_can_write_change_nothing() {
     let s = Site::new("metrics");
     s.worker(
         "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
-         echo '{\"schema_version\":1,\"verdict\":\"PASS\",\"summary\":\"ok\"}' > \"$j\"",
+         echo '{\"schema_version\":1,\"tool\":\"fake\",\"tool_version\":\"0\",\"exit_code\":0,\"reasons\":[],\"host\":\"n1\",\"gpus\":[],\"results\":[],\"avg_busbw\":{},\"verdict\":\"PASS\",\"summary\":\"ok\"}' > \"$j\"",
     );
     let m = s.dir.join("metrics");
     let target = s.dir.join("secret");
@@ -266,7 +266,7 @@ fn planted_symlinks_in_a_metrics_dir_another_uid_can_write_change_nothing() {
 
 const PASS_WORKER: &str = "echo ran >> \"$OUT\"\n\
     while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
-    echo '{\"schema_version\":1,\"verdict\":\"PASS\",\"summary\":\"ok\"}' > \"$j\"";
+    echo '{\"schema_version\":1,\"tool\":\"fake\",\"tool_version\":\"0\",\"exit_code\":0,\"reasons\":[],\"host\":\"n1\",\"gpus\":[],\"results\":[],\"avg_busbw\":{},\"verdict\":\"PASS\",\"summary\":\"ok\"}' > \"$j\"";
 
 /// Debian's node exporter package makes /var/lib/prometheus prometheus:prometheus and
 /// its textfile directory node-exporter/ root:root 0755; the prolog refused the documented path
@@ -334,7 +334,7 @@ fn a_hung_scontrol_costs_at_most_the_budget_and_the_message_says_the_drain_faile
     s.config("budget_seconds = 5");
     s.worker(
         "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
-         echo '{\"schema_version\":1,\"verdict\":\"FAIL\",\"summary\":\"slow\"}' > \"$j\"; exit 1",
+         echo '{\"schema_version\":1,\"tool\":\"fake\",\"tool_version\":\"0\",\"exit_code\":1,\"reasons\":[],\"host\":\"n1\",\"gpus\":[],\"results\":[],\"avg_busbw\":{},\"verdict\":\"FAIL\",\"summary\":\"slow\"}' > \"$j\"; exit 1",
     );
     std::fs::write(s.dir.join("hang"), "").expect("write");
     let t = Instant::now();
@@ -356,7 +356,7 @@ fn a_report_contradicting_the_exit_code_is_an_error_and_never_drains() {
     let s = Site::new("contradiction");
     s.worker(
         "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
-         echo '{\"schema_version\":1,\"verdict\":\"PASS\",\"summary\":\"all good\"}' > \"$j\"; exit 1",
+         echo '{\"schema_version\":1,\"tool\":\"fake\",\"tool_version\":\"0\",\"exit_code\":0,\"reasons\":[],\"host\":\"n1\",\"gpus\":[],\"results\":[],\"avg_busbw\":{},\"verdict\":\"PASS\",\"summary\":\"all good\"}' > \"$j\"; exit 1",
     );
     let o = s.run("8", "0,1");
     let e = stderr(&o);
@@ -445,7 +445,7 @@ fn the_recheck_writes_whether_slurm_runs_jobs_on_the_node() {
     let s = Site::new("node-state");
     s.worker(
         r#"while [ $# -gt 0 ]; do [ "$1" = --json ] && json=$2; shift; done
-printf '{"schema_version":1,"verdict":"PASS","summary":"ok"}' > "$json""#,
+printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":0,"reasons":[],"host":"n1","gpus":[],"results":[],"avg_busbw":{},"verdict":"PASS","summary":"ok"}' > "$json""#,
     );
     let scontrol = |state: &str| {
         write_exec(
@@ -507,7 +507,7 @@ fn the_recheck_never_measures_a_node_whose_state_is_unknown_or_busy() {
     s.worker(&format!(
         r#"touch {}
 while [ $# -gt 0 ]; do [ "$1" = --json ] && json=$2; shift; done
-printf '{{"schema_version":1,"verdict":"FAIL","summary":"slow"}}' > "$json"; exit 1"#,
+printf '{{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":1,"reasons":[],"host":"n1","gpus":[],"results":[],"avg_busbw":{{}},"verdict":"FAIL","summary":"slow"}}' > "$json"; exit 1"#,
         ran.display()
     ));
     let recheck = |show: &str| {
@@ -588,7 +588,7 @@ fn a_fail_on_gpus_whose_owner_slurm_cannot_say_is_not_judged_and_never_drains() 
     s.config("budget_seconds = 10\ngpus = \"all\"\ncache_seconds = 0");
     s.worker(
         r#"while [ $# -gt 0 ]; do [ "$1" = --json ] && json=$2; shift; done
-printf '{"schema_version":1,"verdict":"FAIL","summary":"all_reduce slow"}' > "$json"; exit 1"#,
+printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":1,"reasons":[],"host":"n1","gpus":[],"results":[],"avg_busbw":{},"verdict":"FAIL","summary":"all_reduce slow"}' > "$json"; exit 1"#,
     );
     let d = s.dir.display().to_string();
     let slurm = |gres_show: &str, squeue: &str| {

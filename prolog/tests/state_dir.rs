@@ -54,7 +54,7 @@ fn setup(d: &Path) -> PathBuf {
     }
     let scontrol = d.join("scontrol");
     let calls = d.join("scontrol.calls");
-    nccl_check_contract::test_support::write_executable(
+    nccl_check_host::test_support::write_executable(
         &scontrol,
         &format!(
             "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$*\" in 'show node -d -o n1') echo 'NodeName=n1 Gres=gpu:4 GresUsed=gpu:4(IDX:0-3) State=ALLOCATED' ;; show*) echo 'NodeName=n1 State=IDLE Reason=(null)' ;; esac\nexit 0\n",
@@ -62,7 +62,7 @@ fn setup(d: &Path) -> PathBuf {
         ),
     );
     // Slurm says whose the GPUs are (`shared`): all four this job's, so a FAIL is judged.
-    nccl_check_contract::test_support::write_executable(
+    nccl_check_host::test_support::write_executable(
         &d.join("squeue"),
         "#!/bin/sh\necho '{\"jobs\":[{\"job_id\":424242,\"job_state\":\"RUNNING\",\"nodes\":\"n1\",\"gres_detail\":[\"gpu:4(IDX:0-3)\"]}]}'\n",
     );

@@ -5,7 +5,7 @@
 //! How: in the batch script's task (task_init, as the user, before exec), run
 //! `srun --nccl-check=off --nodes=N --ntasks=N --ntasks-per-node=1 WORKER ARGS`: one worker per
 //! node of the job, ranks, world and rendezvous from that step's Slurm environment, a fresh
-//! secret for it, all under [`nccl_check_contract::supervise`] with a deadline of the worker's timeout +
+//! secret for it, all under [`nccl_check_host::supervise`] with a deadline of the worker's timeout +
 //! grace + [`STEP_SETUP`] for srun to create the step. `--nccl-check=off` keeps that srun's own
 //! tasks from checking again. FAIL or ERROR fails the batch task (the script never starts) in
 //! the enforcing modes; `warn` reports and runs the script. Steps the script starts with srun
@@ -15,11 +15,11 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use nccl_check_contract::exit::NCCL_LIB_HINT;
+use nccl_check_contract::args::{PlanName, WorkerArgs};
+use nccl_check_contract::exit::{ExitCode, NCCL_LIB_HINT};
 use nccl_check_contract::outcome;
-use nccl_check_contract::supervise::{self, Ending, Output, Spec};
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_contract::{ExitCode, PlanName, WorkerArgs};
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use slurm_spank::SpankHandle;
 
 use crate::config::PluginConfig;

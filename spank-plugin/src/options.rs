@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int, CStr};
 use std::fmt;
 use std::sync::Mutex;
 
-use nccl_check_contract::{PlanName, PlanNameError};
+use nccl_check_contract::args::{PlanName, PlanNameError};
 use slurm_spank::spank_sys;
 
 /// Name of the option as users type it (`--nccl-check`).

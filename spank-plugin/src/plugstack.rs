@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nccl_check_contract::slurm_config::{files, Sources};
+use nccl_check_host::slurm_config::{files, Sources};
 
 use crate::config::{ConfigError, PluginConfig};
 
@@ -210,7 +210,7 @@ pub fn locate(root: &Path, slurm_conf: Option<&str>) -> Located {
     let s = Sources::read(root, slurm_conf, None, Duration::from_secs(1));
     let Some(conf) = s.conf else {
         return Located {
-            plugstack: nccl_check_contract::read::under(root, "/etc/slurm/plugstack.conf"),
+            plugstack: nccl_check_host::read::under(root, "/etc/slurm/plugstack.conf"),
             plugin_dir: None,
             source: "no slurm.conf found: Slurm's default place".into(),
         };
@@ -220,7 +220,7 @@ pub fn locate(root: &Path, slurm_conf: Option<&str>) -> Located {
     match conf.get("PlugStackConfig") {
         Some((v, l)) => Located {
             plugstack: if v.starts_with('/') {
-                nccl_check_contract::read::under(root, &v)
+                nccl_check_host::read::under(root, &v)
             } else {
                 dir.join(v)
             },
@@ -255,7 +255,7 @@ fn located(at: &str, e: &ConfigError) -> String {
 
 /// Where `plugin` is: as given when absolute, else the first `PluginDir` entry that has it.
 fn resolve(plugin: &str, plugin_dir: Option<&str>, root: &Path) -> Option<Option<PathBuf>> {
-    let under = |p: &str| nccl_check_contract::read::under(root, p);
+    let under = |p: &str| nccl_check_host::read::under(root, p);
     if plugin.starts_with('/') {
         let p = under(plugin);
         return Some(p.is_file().then_some(p));
@@ -305,7 +305,7 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
                 located(&at, &err)
             )),
             Ok(c) => {
-                if !is_executable(&nccl_check_contract::read::under(
+                if !is_executable(&nccl_check_host::read::under(
                     root,
                     &c.worker.display().to_string(),
                 )) {
@@ -359,7 +359,7 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_check_contract::test_support::scratch_dir;
+    use nccl_check_host::test_support::scratch_dir;
     use std::os::unix::fs::PermissionsExt;
 
     fn exe(p: &Path) {

@@ -127,7 +127,7 @@ mod tests {
     fn outcome(verdict: Verdict, detail: &str) -> TaskOutcome {
         TaskOutcome {
             verdict,
-            ending: Ok(nccl_check_contract::supervise::Ending::Exited(1)),
+            ending: Ok(nccl_check_host::supervise::Ending::Exited(1)),
             detail: detail.into(),
             host: None,
             elapsed: Duration::from_millis(3140),

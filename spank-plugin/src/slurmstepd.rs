@@ -14,9 +14,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use nccl_check_contract::supervise::Ending;
+use nccl_check_contract::args::{PlanName, WorkerArgs};
+use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_contract::{ExitCode, PlanName, WorkerArgs};
+use nccl_check_host::supervise::Ending;
 use slurm_spank::SpankHandle;
 
 use crate::config::PluginConfig;

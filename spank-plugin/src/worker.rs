@@ -1,7 +1,7 @@
 //! Runs the `nccl-check` worker as a child of the task and turns its end into the plugin's
 //! verdict and one line for the user. The command line is the contract's
-//! ([`nccl_check_contract::WorkerArgs`]), the supervision (own process group, deadline, group
-//! kill, stderr tail, no threads) is [`nccl_check_contract::supervise`], and the details come
+//! ([`nccl_check_contract::args::WorkerArgs`]), the supervision (own process group, deadline, group
+//! kill, stderr tail, no threads) is [`nccl_check_host::supervise`], and the details come
 //! from the worker's JSON report ([`nccl_check_contract::report::read`]); the verdict is the contract's
 //! one rule over both ([`nccl_check_contract::outcome`]: 0 PASS and 1 FAIL when the report
 //! agrees, anything else, a signal or a contradiction ERROR).
@@ -11,11 +11,12 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nccl_check_contract::args::WorkerArgs;
+use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::report::read::{read_report, ReportError};
 use nccl_check_contract::report::Report;
-use nccl_check_contract::supervise::{self, Ending, Output, Spec};
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_contract::{ExitCode, WorkerArgs};
+use nccl_check_host::supervise::{self, Ending, Output, Spec};
 
 /// Bytes of the worker's stderr kept for the message when there is no report.
 const STDERR_TAIL_BYTES: usize = 16 << 10;
@@ -143,7 +144,7 @@ pub fn outcome(
     let report_problem = judged.problem;
     let summary = report
         .as_ref()
-        .map(|r| one_line(&r.summary))
+        .map(|r| one_line(&r.head.summary))
         .filter(|s| !s.is_empty());
     // Without a report, the worker's last words are all there is.
     let tail = String::from_utf8_lossy(stderr_tail);
@@ -179,7 +180,7 @@ pub fn outcome(
         verdict,
         ending,
         detail: one_line(&detail),
-        host: report.map(|r| r.host).filter(|h| !h.is_empty()),
+        host: report.map(|r| r.body.host).filter(|h| !h.is_empty()),
         elapsed: Duration::ZERO,
         keep_problem: None,
     }
@@ -220,7 +221,7 @@ fn private_dir(parent: &Path) -> Option<tempfile::TempDir> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_check_contract::PlanName;
+    use nccl_check_contract::args::PlanName;
 
     /// A worker script; `$json` is the value of its `--json` argument.
     fn inv(script: &str, deadline_ms: u64) -> (Invocation, tempfile::TempDir) {
@@ -229,7 +230,7 @@ mod tests {
         let body = format!(
             "#!/bin/sh\njson=; prev=; for a; do [ \"$prev\" = --json ] && json=$a; prev=$a; done\n{script}\n"
         );
-        nccl_check_contract::test_support::write_executable(&worker, &body);
+        nccl_check_host::test_support::write_executable(&worker, &body);
         let mut args = WorkerArgs::new(PlanName::quick(), 1);
         args.rank = Some(1);
         args.world = Some(2);
@@ -246,7 +247,7 @@ mod tests {
         (inv, dir)
     }
 
-    const REPORT: &str = r#"{"schema_version":1,"verdict":"VERDICT","exit_code":CODE,"summary":"SUMMARY","host":"n2"}"#;
+    const REPORT: &str = r#"{"schema_version":1,"tool":"fake","tool_version":"0","reasons":[],"gpus":[],"results":[],"avg_busbw":{},"verdict":"VERDICT","exit_code":CODE,"summary":"SUMMARY","host":"n2"}"#;
 
     fn write_report(verdict: &str, code: i32, summary: &str) -> String {
         let r = REPORT
@@ -402,7 +403,7 @@ mod tests {
             "{}",
             o.detail
         );
-        nccl_check_contract::test_support::assert_process_gone(
+        nccl_check_host::test_support::assert_process_gone(
             &d.path().join("child.pid"),
             Duration::from_millis(200),
         );

@@ -37,8 +37,9 @@ use bench_core::report::assemble::{Judgement, Measured};
 use bench_core::report::json::{nccl_env_of, Phases, Report};
 use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, ParseExit};
-use bench_core::verdict::{ExitCode, Verdict};
+use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::line;
+use nccl_check_contract::verdict::Verdict;
 use std::io::Write;
 use std::time::{Instant, SystemTime};
 
@@ -51,7 +52,7 @@ fn main() {
             print!("{text}");
             std::process::exit(0);
         }
-        Err(ParseExit::Usage(msg)) => {
+        Err(ParseExit::Usage(msg) | ParseExit::Config(msg)) => {
             eprintln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
             std::process::exit(ExitCode::Usage.code());
         }
@@ -88,7 +89,7 @@ fn main() {
         }
     }
     let _ = std::io::stdout().flush();
-    eprintln!("{}", line::write(report.verdict, &report.summary));
+    eprintln!("{}", line::write(report.head.verdict, &report.head.summary));
     std::process::exit(code.code());
 }
 
@@ -344,7 +345,7 @@ fn share_findings(
     host: &str,
     topology: &Topology,
     team: &Team,
-    reasons: &mut Vec<bench_core::report::json::Reason>,
+    reasons: &mut Vec<nccl_check_contract::report::reason::Reason>,
 ) -> Result<(), RunError> {
     if reasons.is_empty() {
         return Ok(());

@@ -3,9 +3,10 @@
 //! where, then whether this node can run a check. Exit 0 valid, 2 invalid or not ready. Needs no
 //! GPU and no NCCL.
 
-use super::file::find_key_line;
 use super::worker::WorkerConfig;
 use crate::settings::environment::Environment;
+use nccl_check_contract::check_line::CheckProblem;
+use nccl_check_host::config_file::find_key_line;
 use std::path::Path;
 
 /// What `--check-config` prints (stdout) and its exit code.
@@ -22,7 +23,7 @@ pub fn check_file(path: Option<&Path>, root: &Path, env: &Environment) -> Checke
         Ok(c) => c,
         Err(e) => {
             return Checked {
-                lines: vec![format!("INVALID {e}")],
+                lines: vec![CheckProblem::invalid(e.to_string()).to_string()],
                 code: 2,
             }
         }
@@ -171,7 +172,7 @@ mod tests {
 
     #[test]
     fn a_broken_file_is_one_invalid_line_and_exit_2() {
-        let d = nccl_check_contract::test_support::scratch_dir("worker-check-config");
+        let d = nccl_check_host::test_support::scratch_dir("worker-check-config");
         let f = d.join("w.toml");
         std::fs::write(&f, "[outliers]\nfracton = 0.9\n").expect("write");
         let c = check_file(Some(&f), &d, &Environment::default());
@@ -185,7 +186,7 @@ mod tests {
 
     #[test]
     fn every_key_says_where_it_comes_from() {
-        let d = nccl_check_contract::test_support::scratch_dir("worker-check-config-ok");
+        let d = nccl_check_host::test_support::scratch_dir("worker-check-config-ok");
         let f = d.join("w.toml");
         std::fs::write(&f, "[outliers]\nfraction = 0.8\n").expect("write");
         let c = check_file(Some(&f), &d, &Environment::default());

@@ -11,7 +11,7 @@
 //!            "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"]   # optional
 //! ```
 
-use super::file::{invalid, ConfigError};
+use nccl_check_host::config_file::{invalid, ConfigError};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -133,7 +133,7 @@ mod tests {
     use crate::config::worker::WorkerConfig;
     use std::path::Path;
 
-    fn admin(text: &str) -> Result<WorkerConfig, crate::config::ConfigError> {
+    fn admin(text: &str) -> Result<WorkerConfig, nccl_check_host::config_file::ConfigError> {
         WorkerConfig::from_texts(Some((Path::new("/etc/nccl-check/nccl-check.toml"), text)))
     }
 

@@ -3,17 +3,13 @@
 //! threshold rules, plans, profiles and GPU counts apply to this job (`selector`: by partition and
 //! node); every bad key is an error with file, line and key.
 //!
-//! Configuration files: the shared loader (`file`, the contract crate's), which jobs an entry
+//! Configuration files: the shared loader (`nccl_check_host::config_file`), which jobs an entry
 //! applies to (`selector`), the worker's own config (thresholds, outlier rule, plans), and
 //! `--check-config`'s report on it (`check`).
 
 pub mod check;
 pub mod expected_gpus;
-/// The one TOML reader of every config (the prolog's too): the contract crate's.
-pub use nccl_check_contract::config_file as file;
 pub mod network;
 pub mod node_count;
 pub mod selector;
 pub mod worker;
-
-pub use file::ConfigError;

@@ -22,9 +22,9 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::file::{invalid, ConfigError};
 use crate::facts::transport::NetExpect;
-use crate::hostlist::Pattern;
+use nccl_check_host::config_file::{invalid, ConfigError};
+use nccl_check_host::hostlist::Pattern;
 
 /// One `[[network]]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -237,7 +237,7 @@ fn check_expectations(p: &NetworkProfile) -> Result<(), Bad> {
 }
 
 /// Whether `host` matches a Slurm hostlist expression, `*` meaning any characters (see
-/// [`crate::hostlist::Pattern`]: commas only between entries). Err when it cannot be read.
+/// [`nccl_check_host::hostlist::Pattern`]: commas only between entries). Err when it cannot be read.
 pub fn hostlist_matches(pattern: &str, host: &str) -> Result<bool, String> {
     let pattern = Pattern::parse(pattern).map_err(|e| e.to_string())?;
     Ok(pattern.matches(host))
@@ -246,7 +246,7 @@ pub fn hostlist_matches(pattern: &str, host: &str) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::file::parse;
+    use nccl_check_host::config_file::parse;
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]

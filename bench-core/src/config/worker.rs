@@ -3,10 +3,10 @@
 //! Parsed low (serde structs mirroring the file) then validated high (sizes parsed, collectives
 //! resolved), with every error naming file, line and field.
 
-use super::file::{self, ConfigError};
 pub use super::node_count::NodeCount;
 use crate::measure::collectives::{self, Collective};
 use crate::measure::size::parse_size;
+use nccl_check_host::config_file::{self, ConfigError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -175,7 +175,7 @@ impl WorkerConfig {
         let admin = match admin {
             None => None,
             Some(p) => {
-                let text = file::read(&p)?;
+                let text = config_file::read(&p)?;
                 Some((p, text))
             }
         };
@@ -185,7 +185,7 @@ impl WorkerConfig {
     /// The defaults merged with an admin file's text (for tests and `load`).
     pub fn from_texts(admin: Option<(&Path, &str)>) -> Result<WorkerConfig, ConfigError> {
         let defaults_path = Path::new(DEFAULTS_NAME);
-        let raw_defaults: RawFile = file::parse(defaults_path, DEFAULTS)?;
+        let raw_defaults: RawFile = config_file::parse(defaults_path, DEFAULTS)?;
         let mut cfg = WorkerConfig {
             path: None,
             outliers: Outliers {
@@ -203,7 +203,7 @@ impl WorkerConfig {
         let defaults = validate(defaults_path, DEFAULTS, raw_defaults, false)?;
         cfg.apply(defaults);
         if let Some((path, text)) = admin {
-            let raw: RawFile = file::parse(path, text)?;
+            let raw: RawFile = config_file::parse(path, text)?;
             let mine = validate(path, text, raw, true)?;
             cfg.path = Some(path.to_path_buf());
             cfg.text = text.to_string();
@@ -257,7 +257,7 @@ fn validate(
     mut raw: RawFile,
     admin: bool,
 ) -> Result<Validated, ConfigError> {
-    let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
+    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
     let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
     let alltoall_fraction = raw.outliers.as_ref().and_then(|o| o.alltoall_fraction);
     for (key, value, e_g) in [
@@ -308,7 +308,7 @@ fn threshold(
     t: RawThreshold,
     admin: bool,
 ) -> Result<Threshold, ConfigError> {
-    let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
+    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
     let field = |k: &str| format!("thresholds[{i}].{k}");
     let collective = collectives::collective_named(&t.collective)
         .map_err(|e| bad(field("collective"), e))?
@@ -353,7 +353,7 @@ fn threshold(
         origin: format!(
             "{}:{}",
             path.display(),
-            file::find_key_line(text, &format!("thresholds[{i}]")).unwrap_or(0)
+            config_file::find_key_line(text, &format!("thresholds[{i}]")).unwrap_or(0)
         ),
         admin,
     })
@@ -366,7 +366,7 @@ fn threshold_bytes(
     i: usize,
     t: &RawThreshold,
 ) -> Result<(Option<u64>, Option<u64>), ConfigError> {
-    let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
+    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
     let field = |k: &str| format!("thresholds[{i}].{k}");
     let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
         v.as_deref()
@@ -400,7 +400,7 @@ fn threshold_bytes(
 /// One `[plans.<name>]` with its steps; errors name `plans.<name>.<key>`.
 fn plan(path: &Path, text: &str, name: String, p: RawPlan) -> Result<Plan, ConfigError> {
     if p.steps.is_empty() {
-        return Err(file::invalid(
+        return Err(config_file::invalid(
             path,
             text,
             &format!("plans.{name}.steps"),
@@ -426,7 +426,7 @@ fn plan_step(
     i: usize,
     s: RawStep,
 ) -> Result<Step, ConfigError> {
-    let bad = |field: String, msg: String| file::invalid(path, text, &field, msg);
+    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
     let plan_field = |k: String| format!("plans.{name}.{k}");
     let f = |k: &str| plan_field(format!("steps[{i}].{k}"));
     let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {

@@ -1,12 +1,6 @@
-//! The contract between the `nccl-check` worker and everything that runs it, defined in the
-//! `nccl-check-contract` crate (which the SPANK plugin and the prolog depend on instead of
-//! bench-core) and re-exported here: the command line callers build ([`args`]), and the exit
-//! codes with their meaning ([`exit`]). The report they read back is written as
-//! [`crate::report::json::Report`] and read as the contract's plain report.
+//! The worker's side of its contract with everything that runs it (`nccl-check-contract`: the
+//! command line, the exit codes, the report's head): the tests that the worker's parser takes
+//! every command line the callers build, and that its report reads back as the callers read it.
 
-pub use nccl_check_contract::{args, exit};
 #[cfg(all(test, feature = "gpu"))]
 mod round_trip;
-
-pub use args::{PlanName, PlanNameError, WorkerArgs};
-pub use exit::ExitCode;

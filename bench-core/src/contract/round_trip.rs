@@ -2,8 +2,8 @@
 //! field a caller sets comes back from `crate::settings::options::parse` (a test only; the contract crate
 //! cannot see the parser).
 
-use super::{PlanName, WorkerArgs};
 use crate::settings::options::{parse, Options, ParseExit};
+use nccl_check_contract::args::{PlanName, WorkerArgs};
 
 fn parse_args(args: &WorkerArgs) -> Options {
     let mut argv = vec!["nccl-check".to_string()];
@@ -20,7 +20,9 @@ fn parse_args(args: &WorkerArgs) -> Options {
     )]);
     match parse(argv, &env) {
         Ok(o) => o,
-        Err(ParseExit::Usage(e) | ParseExit::Info(e)) => panic!("{args:?}: {e}"),
+        Err(ParseExit::Usage(e) | ParseExit::Config(e) | ParseExit::Info(e)) => {
+            panic!("{args:?}: {e}")
+        }
     }
 }
 
@@ -63,8 +65,9 @@ fn every_field_survives_the_workers_parser() {
         a.expect_collnet = on(5);
         a.progress = on(2);
         if on(1) {
-            a.port_range =
-                Some(crate::slurm_rendezvous::PortRange::new(40000, 40100).expect("valid"));
+            a.port_range = Some(
+                nccl_check_contract::slurm_rendezvous::PortRange::new(40000, 40100).expect("valid"),
+            );
         }
         let o = parse_args(&a);
         assert_eq!(o.plan, a.plan.as_str(), "{bits}");

@@ -21,7 +21,7 @@
 //! Clocks are recorded for the report only: they follow the load.
 
 use super::Finding;
-use crate::facts::ReasonCode;
+use nccl_check_contract::report::reason::ReasonCode;
 use serde::{Deserialize, Serialize};
 
 /// The NVLink count a GPU should have active, and its source: from the SKU table, by the
@@ -61,8 +61,7 @@ pub struct LinkFact {
     pub remote: Remote,
 }
 
-/// Another process on a GPU: the contract's type (the prolog reads it from the report).
-pub use nccl_check_contract::report::process::GpuProcess;
+use nccl_check_contract::report::process::GpuProcess;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NvLinks {

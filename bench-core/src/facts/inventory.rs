@@ -14,11 +14,11 @@
 //! the node's expectation, so GPUs the job did not ask for are never "missing".
 //! `Include` lines and `AutoDetect=nvml` without `Count=` give no count (the next source is used).
 
-use super::read::{attr, entries, small, under};
 use super::Finding;
 use crate::config::expected_gpus::{is_bus_id, ExpectedGpus};
 use crate::config::network::hostlist_matches;
-use crate::facts::ReasonCode;
+use nccl_check_contract::report::reason::ReasonCode;
+use nccl_check_host::read::{attr, entries, small, under};
 use serde::Serialize;
 use std::path::Path;
 
@@ -240,7 +240,7 @@ pub fn from_slurm_files(
         .and_then(|t| from_gres_conf(&t, host, &gres_conf.display().to_string()))
         .or_else(|| {
             // NodeName= lines may live in an Include'd file.
-            crate::slurm_config::files::read(slurm_conf)
+            nccl_check_host::slurm_config::files::read(slurm_conf)
                 .ok()
                 .and_then(|c| from_slurm_conf(&c.text(), host, &slurm_conf.display().to_string()))
         })

@@ -17,7 +17,7 @@
 //! one is named, which a pair measurement cannot do.
 
 use super::Finding;
-use crate::facts::ReasonCode;
+use nccl_check_contract::report::reason::ReasonCode;
 use serde::{Deserialize, Serialize};
 
 /// Copy rate floor as a fraction of the datasheet memory bandwidth (see the module comment).
@@ -83,13 +83,13 @@ pub struct Probed<'a> {
     pub probe: &'a LocalProbe,
     /// Other processes on the GPU when it was measured: named first, they are what an admin
     /// must know (a leftover process of the previous job is the common cause).
-    pub others: &'a [super::gpu_health::GpuProcess],
+    pub others: &'a [nccl_check_contract::report::process::GpuProcess],
 }
 
 impl Probed<'_> {
     /// `GPU0: busy: 1 other process (pid 4242, user bob, 8.0 GiB); ` or nothing.
     fn busy(&self) -> String {
-        super::busy_prefix(&self.subject, self.others)
+        nccl_check_contract::report::process::busy_prefix(&self.subject, self.others)
     }
 
     /// A slow probe on a GPU other processes hold is their load (`gpu_busy`, class busy),
@@ -238,7 +238,7 @@ mod tests {
             .message
             .starts_with("GPU0: device-local copy 1100 GB/s < 1440 GB/s"));
         // Another process on it is named first.
-        let others = [super::super::gpu_health::GpuProcess {
+        let others = [nccl_check_contract::report::process::GpuProcess {
             pid: 4242,
             user: "bob".into(),
             used_bytes: Some(8 << 30),

@@ -37,10 +37,7 @@ pub mod node_ready;
 pub mod nvml;
 pub mod sku;
 pub mod transport;
-/// Bounded reads of small files, shared with the prolog (the contract crate).
-pub use nccl_check_contract::read;
-
-pub use crate::report::reason::ReasonCode;
+use nccl_check_contract::report::reason::ReasonCode;
 use serde::Serialize;
 
 /// A value as a message prints it beside the limit it is compared with: at least two
@@ -72,8 +69,6 @@ pub fn num_vs(value: f64, limit: f64) -> (String, String) {
     }
     (a, b)
 }
-
-pub use nccl_check_contract::report::process::busy_prefix;
 
 /// One fault found in the facts, in the shape the report's reason takes.
 #[derive(Debug, Clone, PartialEq, Serialize)]

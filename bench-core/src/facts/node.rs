@@ -17,7 +17,7 @@ use super::inventory::{self, DriverGpu, NodeExpectation};
 use super::net::NetFacts;
 use super::Finding;
 use crate::config::expected_gpus::{self, ExpectedGpus};
-use crate::facts::ReasonCode;
+use nccl_check_contract::report::reason::ReasonCode;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -106,12 +106,13 @@ pub fn allocation(env: &dyn Fn(&str) -> Option<String>) -> Option<Allocation> {
 }
 
 /// The slurm.conf in use on this node (`$SLURM_CONF`, /etc/slurm, a configless node's cache:
-/// [`crate::slurm_config::files::candidates`]) and the gres.conf beside it.
+/// [`nccl_check_host::slurm_config::files::candidates`]) and the gres.conf beside it.
 fn slurm_files(src: &Sources) -> Option<(PathBuf, PathBuf)> {
     let env_conf = (src.env)("SLURM_CONF").filter(|c| c.starts_with('/'));
-    let conf = crate::slurm_config::files::candidates(&src.root, env_conf.as_deref(), &[])
-        .into_iter()
-        .next()?;
+    let conf =
+        nccl_check_host::slurm_config::files::candidates(&src.root, env_conf.as_deref(), &[])
+            .into_iter()
+            .next()?;
     let gres = conf.parent()?.join("gres.conf");
     Some((gres, conf))
 }
@@ -404,7 +405,7 @@ mod tests {
     #[test]
     fn a_configless_node_s_gres_conf_in_run_slurm_conf_gives_the_count() {
         // slurmd --conf-server: no /etc/slurm, the controller's files under /run/slurm/conf.
-        let root = crate::test_support::scratch_dir("configless-gres");
+        let root = nccl_check_host::test_support::scratch_dir("configless-gres");
         let conf = root.join("run/slurm/conf");
         std::fs::create_dir_all(&conf).expect("mkdir");
         std::fs::copy(data("gres.conf"), conf.join("gres.conf")).expect("copy");
@@ -485,7 +486,7 @@ mod tests {
     /// included (what the README now says).
     #[test]
     fn a_configless_nodes_cached_gres_conf_gives_the_expectation() {
-        let root = crate::test_support::scratch_dir("configless-gres");
+        let root = nccl_check_host::test_support::scratch_dir("configless-gres");
         let cache = root.join("var/spool/slurmd/conf-cache");
         std::fs::create_dir_all(&cache).expect("mkdir");
         std::fs::write(cache.join("slurm.conf"), "ClusterName=c\nGresTypes=gpu\n").expect("w");

@@ -5,6 +5,7 @@
 use crate::facts::inventory;
 use crate::measure::nccl::Nccl;
 use crate::settings::environment::Environment;
+use nccl_check_contract::check_line::CheckProblem;
 use std::path::{Path, PathBuf};
 
 /// The outcome: lines to print, and whether the node is not ready.
@@ -32,11 +33,12 @@ pub fn probe_node(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
             "no such file"
         };
         return NodeReady {
-            lines: vec![format!(
-                "NOT READY NCCL ({}): {why}; every check would end in ERROR. Set nccl_lib = \
+            lines: vec![CheckProblem::not_ready(format!(
+                "NCCL ({}): {why}; every check would end in ERROR. Set nccl_lib = \
                  \"/path/libnccl.so.2\" in /etc/nccl-check/nccl-check.toml to the library's path",
                 l.display()
-            )],
+            ))
+            .to_string()],
             not_ready: true,
         };
     }
@@ -60,10 +62,13 @@ pub fn probe_node(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
             false
         }
         Err(e) => {
-            lines.push(format!(
-                "NOT READY NCCL ({shown}): {e}; every check on this node would end in ERROR. \
-                 Set nccl_lib = \"/path/libnccl.so.2\" in /etc/nccl-check/nccl-check.toml"
-            ));
+            lines.push(
+                CheckProblem::not_ready(format!(
+                    "NCCL ({shown}): {e}; every check on this node would end in ERROR. \
+                     Set nccl_lib = \"/path/libnccl.so.2\" in /etc/nccl-check/nccl-check.toml"
+                ))
+                .to_string(),
+            );
             true
         }
     };
@@ -108,7 +113,7 @@ mod tests {
 
     #[test]
     fn a_gpu_node_whose_nccl_does_not_load_is_not_ready() {
-        let root = crate::test_support::scratch_dir("node-ready");
+        let root = nccl_check_host::test_support::scratch_dir("node-ready");
         std::fs::create_dir_all(root.join("proc/driver/nvidia/gpus/0000:19:00.0")).expect("mkdir");
         // A file that is there but no library: only loading it tells.
         let lib = root.join("libnccl.so.2");

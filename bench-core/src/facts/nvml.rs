@@ -8,8 +8,9 @@
 //! process; the worker never runs inside a task process).
 
 use super::gpu_health::{
-    Clocks, GpuHealth, GpuProcess, HealthFacts, LinkFact, NvLinks, Pcie, Remote, RowRemap, Throttle,
+    Clocks, GpuHealth, HealthFacts, LinkFact, NvLinks, Pcie, Remote, RowRemap, Throttle,
 };
+use nccl_check_contract::report::process::GpuProcess;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError};
 use nvml_wrapper::error::NvmlError;
@@ -226,7 +227,7 @@ fn remote(nvml: &Nvml, d: &Device, link: u32, wrapper: &nvml_wrapper::NvLink) ->
 /// The user name of a process's owner (its real uid from /proc), the uid where the name is
 /// unknown, empty where /proc does not say (another PID namespace).
 fn owner(pid: u32) -> String {
-    let status = match super::read::small(
+    let status = match nccl_check_host::read::small(
         std::path::Path::new(&format!("/proc/{pid}/status")),
         64 * 1024,
     ) {

@@ -250,7 +250,7 @@ pub fn device_id_from_sysfs(root: &std::path::Path, bus_id: &str) -> Option<u16>
     let bus = crate::config::expected_gpus::bus_id(bus_id)?;
     let dir = root.join("sys/bus/pci/devices").join(&bus);
     let read = |f: &str| -> Option<u16> {
-        let text = crate::facts::read::attr(&dir.join(f)).ok()?;
+        let text = nccl_check_host::read::attr(&dir.join(f)).ok()?;
         u16::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok()
     };
     (read("vendor")? == NVIDIA_VENDOR).then_some(())?;

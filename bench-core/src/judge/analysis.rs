@@ -1,8 +1,9 @@
 //! From measurements to reasons: thresholds, the outlier rule, and localization (which GPU, link
 //! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
 
-use crate::report::reason::{Reason, ReasonCode};
-use crate::report::{Culprit, PairKind, PairRow, Row};
+use crate::report::{PairKind, PairRow, Row};
+use nccl_check_contract::report::culprit::Culprit;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use std::collections::BTreeMap;
 
 /// The threshold that applies to (collective, GPUs in the measurement, bytes), if any.

@@ -32,10 +32,12 @@ use crate::facts::node::NodeFacts;
 use crate::facts::Finding;
 use crate::judge::analysis::{slow_pairs, Floor};
 use crate::meet::rendezvous::Member;
-use crate::report::json::{GpuEntry, GpuSide, Reason, ReasonCode};
-use crate::report::{Culprit, PairKind, PairRow, Row};
+use crate::report::json::{GpuEntry, GpuSide};
+use crate::report::{PairKind, PairRow, Row};
 use nccl_check_contract::report::cause::is_speed_reading;
+use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::process::{busy_prefix, GpuProcess};
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 
 /// Whether CUDA can map device `b`'s memory from device `a` (`cuda::can_access_peer`).
 pub type PeerAccess<'a> = &'a dyn Fn(usize, usize) -> bool;

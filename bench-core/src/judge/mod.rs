@@ -1,5 +1,5 @@
 //! Stage 6, judge: the report (results and facts) and the config in, the verdict
-//! ([`crate::verdict::Verdict`], the contract's) and its reasons out. Decides the floor of every
+//! ([`nccl_check_contract::verdict::Verdict`], the contract's) and its reasons out. Decides the floor of every
 //! result ([`floors`] over [`thresholds`]); the verdict is one pass in [`overall`] over two
 //! families of reasons: what was measured ([`analysis`]: wrong data, floors, outliers, the
 //! culprit on one node) and what the node says ([`evidence`]: its facts, host interference, a

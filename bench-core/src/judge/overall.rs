@@ -13,9 +13,10 @@ use crate::judge::floors::Floors;
 use crate::judge::thresholds::GpuModel;
 use crate::meet::topology::Topology;
 use crate::report::assemble::Judgement;
-use crate::report::json::{Reason, Report};
+use crate::report::json::Report;
 use crate::report::{Expected, PairKind, Row};
-use crate::verdict::ExitCode;
+use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::report::reason::Reason;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -362,9 +363,10 @@ mod tests {
     use crate::judge::floors::tests::rule;
     use crate::meet::rendezvous::Member;
     use crate::report::gpu::GpuInfo;
-    use crate::report::json::{GpuEntry, ReasonCode, TransportInfo};
+    use crate::report::json::{GpuEntry, TransportInfo};
     use crate::report::{PairRow, Placement};
-    use crate::verdict::Verdict;
+    use nccl_check_contract::report::reason::ReasonCode;
+    use nccl_check_contract::verdict::Verdict;
 
     const MIB256: u64 = 256 << 20;
 
@@ -463,8 +465,8 @@ mod tests {
     #[test]
     fn the_localizers_reasons_make_the_verdict_fail() {
         let mut r = report(vec![row("all_reduce", 338.0)], 300.0);
-        let reason = crate::report::json::Reason {
-            code: crate::report::json::ReasonCode::RailSlow,
+        let reason = nccl_check_contract::report::reason::Reason {
+            code: nccl_check_contract::report::reason::ReasonCode::RailSlow,
             message: "n7 rail 3 (GPU3's NIC): every pair through it is slow".into(),
             subject: Some("n7 GPU3 NIC".into()),
             measured: Some(20.0),
@@ -485,7 +487,7 @@ mod tests {
         });
         let (r, code) = run(r, None, None, true);
         assert_eq!(code, ExitCode::Fail);
-        assert_eq!(r.reasons, vec![reason]);
+        assert_eq!(r.head.reasons, vec![reason]);
     }
 
     #[test]
@@ -496,10 +498,10 @@ mod tests {
         );
         let (r, code) = run(r, None, None, true);
         assert_eq!(code, ExitCode::Pass);
-        assert_eq!(r.verdict, Verdict::Pass);
-        assert!(r.reasons.is_empty(), "{:?}", r.reasons);
+        assert_eq!(r.head.verdict, Verdict::Pass);
+        assert!(r.head.reasons.is_empty(), "{:?}", r.head.reasons);
         assert_eq!(
-            r.summary,
+            r.head.summary,
             "4 x NVIDIA H200 on 1 node(s), all_reduce 256 MiB busbw 338.0 GB/s (floor 290 GB/s, 1.17x), 6 GPU pairs >= 300.0 GB/s"
         );
         // Every result carries what held it: the all_reduce its rule, all_gather none (no rule
@@ -549,11 +551,11 @@ mod tests {
         let r = report(vec![row("all_reduce", 120.0)], 300.0);
         let (r, code) = run(r, None, None, true);
         assert_eq!(code, ExitCode::Fail);
-        assert_eq!((r.verdict, r.exit_code), (Verdict::Fail, 1));
-        assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
-        assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
+        assert_eq!((r.head.verdict, r.head.exit_code), (Verdict::Fail, 1));
+        assert_eq!(r.head.reasons.len(), 1, "{:?}", r.head.reasons);
+        assert_eq!(r.head.reasons[0].code, ReasonCode::BusbwBelowThreshold);
         assert_eq!(
-            r.summary,
+            r.head.summary,
             "all_reduce 256 MiB busbw 120.0 < 290.0 GB/s (41% of the floor)"
         );
     }
@@ -564,9 +566,9 @@ mod tests {
         r.pairs[5].busbw = 40.0; // GPU2<->GPU3: below its floor and its peers
         let (r, code) = run(r, None, None, true);
         assert_eq!(code, ExitCode::Fail);
-        assert_eq!(r.reasons.len(), 2, "{:?}", r.reasons);
+        assert_eq!(r.head.reasons.len(), 2, "{:?}", r.head.reasons);
         assert_eq!(
-            r.summary,
+            r.head.summary,
             "all_reduce 256 MiB busbw 120.0 < 290.0 GB/s (41% of the floor); responsible: GPU2<->GPU3 (and 1 more)"
         );
     }
@@ -581,7 +583,7 @@ mod tests {
                 ..TransportInfo::not_recorded(String::new())
             });
             let (mut r, code) = run(r, Some(500.0), None, true);
-            assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
+            assert_eq!(code, ExitCode::Pass, "{:?}", r.head.reasons);
             // The GPU pairs keep their floor.
             r.pairs.iter_mut().for_each(|p| p.busbw = 100.0);
             let (_, code) = run(r, None, None, true);
@@ -593,11 +595,11 @@ mod tests {
     fn min_busbw_applies_to_collectives_but_not_to_gpu_pairs() {
         let r = report(vec![row("all_reduce", 450.0)], 300.0);
         let (r, code) = run(r, Some(400.0), None, true);
-        assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
+        assert_eq!(code, ExitCode::Pass, "{:?}", r.head.reasons);
         let r = report(vec![row("all_reduce", 350.0)], 300.0);
         let (r, code) = run(r, Some(400.0), None, true);
         assert_eq!(code, ExitCode::Fail);
-        assert_eq!(r.reasons[0].limit, Some(400.0));
+        assert_eq!(r.head.reasons[0].limit, Some(400.0));
     }
 
     const SHM_LOG: &str =
@@ -609,9 +611,9 @@ mod tests {
         let r = report(vec![row("all_reduce", 338.0)], 300.0);
         let (r, code) = run(r, None, Some(SHM_LOG), true);
         assert_eq!(code, ExitCode::Fail);
-        assert_eq!(r.reasons.len(), 1, "{:?}", r.reasons);
-        assert_eq!(r.reasons[0].code, ReasonCode::TransportFallback);
-        assert_eq!(r.reasons[0].subject.as_deref(), Some("GPU0->GPU1"));
+        assert_eq!(r.head.reasons.len(), 1, "{:?}", r.head.reasons);
+        assert_eq!(r.head.reasons[0].code, ReasonCode::TransportFallback);
+        assert_eq!(r.head.reasons[0].subject.as_deref(), Some("GPU0->GPU1"));
         // Without peer access CUDA expects no P2P there: SHM is what it should be.
         let r = report(vec![row("all_reduce", 338.0)], 300.0);
         let (_, code) = run(r, None, Some(SHM_LOG), false);
@@ -632,6 +634,6 @@ mod tests {
         });
         r.gpus.truncate(1);
         let (r, code) = run(r, None, Some(SHM_LOG), true);
-        assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
+        assert_eq!(code, ExitCode::Pass, "{:?}", r.head.reasons);
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{Code, Group, GroupKind, LocalizeConfig, LocalizeFinding};
 use crate::facts::num_vs;
-use crate::report::Culprit;
+use nccl_check_contract::report::culprit::Culprit;
 use std::collections::BTreeMap;
 
 /// One measured group.

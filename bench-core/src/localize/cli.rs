@@ -8,6 +8,7 @@
 use super::explain_plan;
 use super::site::Workload;
 use crate::config::worker::WorkerConfig;
+use crate::settings::options::ParseExit;
 use clap::builder::NonEmptyStringValueParser;
 use std::path::PathBuf;
 
@@ -40,29 +41,42 @@ pub struct ExplainArgs {
     json: bool,
 }
 
-/// The text `--explain-plan` prints (exit 0), or its usage error (exit 2). `env` is the worker's
-/// environment (`NCCL_CHECK_CONFIG`).
-pub fn answer(args: &ExplainArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+/// The text `--explain-plan` prints (exit 0), or its usage or config error (exit 2). `env` is
+/// the worker's environment (`NCCL_CHECK_CONFIG`).
+pub fn answer(
+    args: &ExplainArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ParseExit> {
     let (nodes, gpus) = match (&args.nodes, &args.gpus_per_node) {
         (Some(n), Some(g)) => (count("--nodes", n)?, count("--gpus-per-node", g)?),
-        _ => return Err("--explain-plan needs --nodes N and --gpus-per-node G".into()),
+        _ => {
+            return Err(ParseExit::Usage(
+                "--explain-plan needs --nodes N and --gpus-per-node G".into(),
+            ))
+        }
     };
     let path = args.config.as_ref().map(PathBuf::from).or_else(|| {
         env("NCCL_CHECK_CONFIG")
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)
     });
-    let config = WorkerConfig::load(path.as_deref()).map_err(|e| format!("config: {e}"))?;
+    let config = WorkerConfig::load(path.as_deref())
+        .map_err(|e| ParseExit::Config(format!("config: {e}")))?;
     let plan = args.plan.as_deref().unwrap_or("quick");
     // A shape the model refuses is said by the model (its error names the limits).
-    let workload = Workload::from_config(&config, plan, args.gpu_model.as_deref(), nodes, gpus)?;
-    let text = explain_plan(nodes, gpus, args.json, &workload).map_err(|e| e.to_string())?;
+    let workload = Workload::from_config(&config, plan, args.gpu_model.as_deref(), nodes, gpus)
+        .map_err(ParseExit::Usage)?;
+    let text = explain_plan(nodes, gpus, args.json, &workload)
+        .map_err(|e| ParseExit::Usage(e.to_string()))?;
     Ok(if args.json { text + "\n" } else { text })
 }
 
-fn count(what: &str, v: &str) -> Result<usize, String> {
-    v.parse::<usize>()
-        .map_err(|_| format!("--explain-plan: invalid {what} '{v}': expected a positive integer"))
+fn count(what: &str, v: &str) -> Result<usize, ParseExit> {
+    v.parse::<usize>().map_err(|_| {
+        ParseExit::Usage(format!(
+            "--explain-plan: invalid {what} '{v}': expected a positive integer"
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -74,7 +88,7 @@ mod tests {
         let v = std::iter::once("nccl-check").chain(args.iter().copied());
         match parse(v, &crate::settings::environment::Environment::default()) {
             Err(ParseExit::Info(text)) => Ok(text),
-            Err(ParseExit::Usage(e)) => Err(e),
+            Err(ParseExit::Usage(e) | ParseExit::Config(e)) => Err(e),
             Ok(o) => Err(format!("a check, not --explain-plan: {o:?}")),
         }
     }

@@ -218,7 +218,7 @@ impl Conductor {
             .copied()
             .flatten()
             .and_then(|n| self.layout.names.get(n));
-        let names_mine = |r: &&crate::report::reason::Reason| {
+        let names_mine = |r: &&nccl_check_contract::report::reason::Reason| {
             let words = |s: &str| {
                 s.split("<->")
                     .flat_map(str::split_whitespace)

@@ -273,7 +273,7 @@ pub struct LocalizeFinding {
     pub code: Code,
     pub nodes: Vec<usize>,
     pub rail: Option<usize>,
-    pub subject: crate::report::Culprit,
+    pub subject: nccl_check_contract::report::culprit::Culprit,
     pub message: String,
     pub measured: Option<f64>,
     pub limit: Option<f64>,

@@ -24,8 +24,8 @@
 //! node pairs it slowed).
 
 use crate::meet::topology::Topology;
-use crate::report::reason::{Reason, ReasonCode};
-use crate::report::Culprit;
+use nccl_check_contract::report::culprit::Culprit;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use serde::{Deserialize, Serialize};
 
 /// Slots per process: GPU held (its index on the node + 1), its first other pid, its GiB held,

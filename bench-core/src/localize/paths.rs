@@ -44,7 +44,7 @@
 use super::assess::quantile;
 use super::{Code, Group, LocalizeFinding, Phase};
 use crate::facts::num_vs;
-use crate::report::Culprit;
+use nccl_check_contract::report::culprit::Culprit;
 
 /// Fewest nodes the alltoall runs for: with 2 or 3 nodes the all_reduce's ring uses every node
 /// pair.

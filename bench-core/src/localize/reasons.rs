@@ -2,7 +2,7 @@
 //! it ran.
 
 use super::{Code, LocalizeVerdict};
-use crate::report::reason::{Reason, ReasonCode};
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use serde::{Deserialize, Serialize};
 
 /// What the node-level localization of a multi-node check did, for the report.
@@ -85,7 +85,7 @@ mod tests {
             code,
             nodes: vec![1],
             rail: None,
-            subject: crate::report::Culprit::Node("b".into()),
+            subject: nccl_check_contract::report::culprit::Culprit::Node("b".into()),
             message: "b: slow".into(),
             measured: Some(1.0),
             limit: Some(2.0),

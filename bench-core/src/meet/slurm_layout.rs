@@ -4,7 +4,7 @@
 //! never came. Read only from the environment; anything absent or inconsistent is `None`, never
 //! an error (the rendezvous then names ranks only).
 
-use crate::hostlist::{self, Hostlist};
+use nccl_check_host::hostlist::{self, Hostlist};
 use std::collections::HashSet;
 
 /// Longest tasks-per-node text read, in bytes (as long as the longest hostlist read).

@@ -3,9 +3,10 @@
 //! each put in once. With `Report::new` and `Report::set_error`, the only writers of a report,
 //! so no stage fills it behind another's back.
 
-use super::json::{GpuEntry, GpuSide, NcclInfo, Phases, Reason, Report, TransportInfo};
+use super::json::{GpuEntry, GpuSide, NcclInfo, Phases, Report, TransportInfo};
 use super::{Expected, PairRow, Row};
-use crate::verdict::ExitCode;
+use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::report::reason::Reason;
 use std::collections::BTreeMap;
 
 /// What one run of this process measured and read, as far as it got: on an error, what came
@@ -83,7 +84,7 @@ impl Report {
             p.expected = e;
         }
         self.avg_busbw = j.avg_busbw;
-        self.reasons = j.reasons;
+        self.head.reasons = j.reasons;
         self.warnings = j.warnings;
         self.set_outcome(j.code, j.summary);
         j.code

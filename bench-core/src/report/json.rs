@@ -2,14 +2,12 @@
 //! `SCHEMA_VERSION` on any incompatible change; adding fields is compatible.
 
 use super::gpu::GpuInfo;
-pub use super::reason::{Reason, ReasonCode};
 use super::{Name, Row};
-use crate::verdict::{ExitCode, Verdict};
+use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::report::reason::{Reason, ReasonCode};
+use nccl_check_contract::report::Head;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// One schema version for the writer and the readers: the contract's.
-pub use nccl_check_contract::report::SCHEMA_VERSION;
 
 /// Wall-clock milliseconds of each phase of this process (parallel phases: the slowest GPU).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -117,18 +115,14 @@ pub struct Settings {
 
 /// Read back by callers as the contract's plain report
 /// (`nccl_check_contract::report::read::read_report`); fields missing from a report take
-/// [`Default`]'s values.
+/// [`Default`]'s values, except the head's (the contract's, required).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Report {
-    pub schema_version: u32,
-    pub tool: Name,
-    pub tool_version: Name,
-    pub verdict: Verdict,
-    pub exit_code: i32,
-    /// One line for a terminal or a drain reason.
-    pub summary: String,
-    pub reasons: Vec<Reason>,
+    /// Schema, tool, verdict, exit code, summary, reasons: the contract's one definition,
+    /// flattened so the report begins with these keys.
+    #[serde(flatten)]
+    pub head: Head,
     /// Seconds since the Unix epoch when the process started.
     pub started_unix: f64,
     pub host: String,
@@ -189,13 +183,7 @@ pub struct Report {
 impl Report {
     pub fn new(host: String, started_unix: f64) -> Report {
         Report {
-            schema_version: SCHEMA_VERSION,
-            tool: "nccl-check".into(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
-            verdict: Verdict::Error,
-            exit_code: ExitCode::Runtime.code(),
-            summary: String::new(),
-            reasons: Vec::new(),
+            head: Head::new("nccl-check", env!("CARGO_PKG_VERSION")),
             started_unix,
             host,
             pid: std::process::id(),
@@ -228,9 +216,7 @@ impl Report {
     }
 
     pub fn set_outcome(&mut self, code: ExitCode, summary: String) {
-        self.exit_code = code.code();
-        self.verdict = code.verdict();
-        self.summary = summary;
+        self.head.set_outcome(code, summary);
     }
 
     /// Puts each GPU's NVML facts beside it, matched by PCI bus id; the node's facts say
@@ -255,7 +241,8 @@ impl Report {
     /// the one place the worker, its watchdog and the simulated worker record one.
     pub fn set_error(&mut self, code: ExitCode, reason: ReasonCode, message: &str) -> ExitCode {
         self.error = Some(message.to_string());
-        self.reasons
+        self.head
+            .reasons
             .push(Reason::plain(reason, message.to_string()));
         self.set_outcome(code, message.to_string());
         code

@@ -4,9 +4,7 @@ pub mod assemble;
 pub mod gpu;
 pub mod json;
 pub mod read;
-pub use nccl_check_contract::report::reason;
-
-pub use nccl_check_contract::report::culprit::Culprit;
+use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};
 
 /// A name the worker fills from its own tables (`all_reduce`, `float`, `p2p`) and a report read

@@ -3,30 +3,27 @@
 //! ([`nccl_check_contract::report::read`]), which the plugin and the prolog use with the plain
 //! report.
 
-use super::json::{Report, SCHEMA_VERSION};
-use crate::verdict::{ExitCode, Verdict};
-pub use nccl_check_contract::report::read::{read_bounded, report_value, ReportError};
+use super::json::Report;
+use nccl_check_contract::report::read::{not_a_report, report_value, ReportError};
+use nccl_check_contract::report::Head;
 
 use std::collections::BTreeMap;
 
 /// Parses the worker's own report type from its bytes, through the contract's checks of the
 /// head ([`report_value`]). Every name is read into an owned copy ([`super::Name`]).
 pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
-    serde_path_to_error::deserialize(report_value(bytes)?)
-        .map_err(|e| ReportError::NotAReport(format!("{}: {}", e.path(), e.inner())))
+    let value = report_value(bytes)?;
+    // The head first, so that a bad head field is named by its path (inside the flattened head
+    // serde names none).
+    serde_path_to_error::deserialize::<_, Head>(&value).map_err(not_a_report)?;
+    serde_path_to_error::deserialize(value).map_err(not_a_report)
 }
 
 /// What a field missing from a report reads as.
 impl Default for Report {
     fn default() -> Report {
         Report {
-            schema_version: SCHEMA_VERSION,
-            tool: "".into(),
-            tool_version: "".into(),
-            verdict: Verdict::Error,
-            exit_code: ExitCode::Runtime.code(),
-            summary: String::new(),
-            reasons: Vec::new(),
+            head: Head::default(),
             started_unix: 0.0,
             host: String::new(),
             pid: 0,
@@ -61,18 +58,20 @@ impl Default for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::json::Reason;
+    use nccl_check_contract::exit::ExitCode;
+    use nccl_check_contract::report::reason::{Reason, ReasonCode};
+    use nccl_check_contract::verdict::Verdict;
 
     #[test]
     fn a_written_report_reads_back_field_for_field() {
         let mut r = Report::new("node017".into(), 12.5);
         r.set_outcome(ExitCode::Fail, "busbw 12.3 < 300.0 GB/s".into());
-        r.reasons.push(Reason {
+        r.head.reasons.push(Reason {
             subject: Some("GPU2<->GPU3".into()),
             measured: Some(12.3),
             limit: Some(300.0),
             ..Reason::plain(
-                crate::report::json::ReasonCode::BusbwBelowThreshold,
+                nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold,
                 "busbw 12.3 < 300.0 GB/s",
             )
         });
@@ -84,22 +83,57 @@ mod tests {
             serde_json::to_string_pretty(&back).expect("serialize"),
             text
         );
-        assert_eq!(back.verdict, Verdict::Fail);
+        assert_eq!(back.head.verdict, Verdict::Fail);
         assert_eq!(
-            back.reasons[0].code,
-            crate::report::json::ReasonCode::BusbwBelowThreshold
+            back.head.reasons[0].code,
+            nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold
         );
+    }
+
+    /// The report's bytes, key by key in their order, for a report of every top-level field: the
+    /// head the contract defines comes first, as it always did (readers may rely on the order a
+    /// person sees; a change here is a change of the report's shape).
+    #[test]
+    fn the_report_keeps_its_keys_and_their_order() {
+        let mut r = Report::new("node017".into(), 12.5);
+        r.head.tool_version = "0.0.0".into();
+        r.pid = 7;
+        r.set_error(ExitCode::Runtime, ReasonCode::NcclLibrary, "no NCCL");
+        r.warnings
+            .push(Reason::plain(ReasonCode::HostInterference, "busy"));
+        let text = serde_json::to_string(&r).expect("serialize");
+        let want = concat!(
+            r#"{"schema_version":1,"tool":"nccl-check","tool_version":"0.0.0","verdict":"ERROR","#,
+            r#""exit_code":7,"summary":"no NCCL","reasons":[{"code":"nccl_library","cause":"setup","#,
+            r#""message":"no NCCL"}],"started_unix":12.5,"host":"node017","pid":7,"#,
+            r#""process_rank":0,"world":1,"nranks":0,"rendezvous":null,"nccl":null,"nccl_env":{},"#,
+            r#""settings":null,"gpus":[],"processes":[],"results":[],"pairs":[],"#,
+            r#""network_profile":null,"transports":null,"avg_busbw":{},"facts":null,"#,
+            r#""warnings":[{"code":"host_interference","cause":"busy","message":"busy"}],"#,
+            r#""phases":{"cuda_init_ms":0.0,"nccl_load_ms":0.0,"contexts_ms":0.0,"#,
+            r#""rendezvous_ms":0.0,"nccl_init_ms":0.0,"allocation_ms":0.0,"warmup_ms":0.0,"#,
+            r#""timed_loop_ms":0.0,"verification_ms":0.0,"probe_ms":0.0,"pairs_ms":0.0,"#,
+            r#""comms_ready_at_ms":0.0,"total_ms":0.0},"error":"no NCCL"}"#
+        );
+        assert_eq!(text, want);
     }
 
     #[test]
     fn unknown_fields_are_ignored_and_missing_ones_default() {
         let r = parse_report(
-            br#"{"schema_version":1,"verdict":"PASS","summary":"s","new_field":{"x":[1]},
+            br#"{"schema_version":1,"tool":"t","tool_version":"0","verdict":"PASS","exit_code":0,
+                 "summary":"s","new_field":{"x":[1]},
                  "reasons":[{"code":"a_new_code","message":"m","new":1}]}"#,
         )
         .expect("parses");
-        assert_eq!((r.verdict, r.summary.as_str()), (Verdict::Pass, "s"));
-        assert_eq!(r.reasons[0].code, crate::report::json::ReasonCode::Unknown);
+        assert_eq!(
+            (r.head.verdict, r.head.summary.as_str()),
+            (Verdict::Pass, "s")
+        );
+        assert_eq!(
+            r.head.reasons[0].code,
+            nccl_check_contract::report::reason::ReasonCode::Unknown
+        );
         assert!(r.results.is_empty() && r.host.is_empty());
     }
 
@@ -107,23 +141,24 @@ mod tests {
     /// the prolog use: every field they act on arrives (two types, one schema).
     #[test]
     fn a_written_report_reads_as_the_contracts_plain_report() {
-        use crate::facts::gpu_health::{GpuHealth, GpuProcess};
+        use crate::facts::gpu_health::GpuHealth;
         use crate::report::gpu::GpuInfo;
         use crate::report::json::GpuEntry;
         use crate::report::{Expected, Row};
+        use nccl_check_contract::report::process::GpuProcess;
         let mut r = Report::new("node017".into(), 12.5);
         r.set_outcome(ExitCode::Fail, "busbw 12.3 < 300.0 GB/s".into());
-        r.reasons.push(Reason {
+        r.head.reasons.push(Reason {
             subject: Some("GPU2<->GPU3".into()),
             measured: Some(12.3),
             limit: Some(300.0),
             ..Reason::plain(
-                crate::report::json::ReasonCode::BusbwBelowThreshold,
+                nccl_check_contract::report::reason::ReasonCode::BusbwBelowThreshold,
                 "busbw 12.3 < 300.0 GB/s",
             )
         });
         r.warnings.push(Reason::plain(
-            crate::report::json::ReasonCode::HostInterference,
+            nccl_check_contract::report::reason::ReasonCode::HostInterference,
             "w",
         ));
         let mut gpu = GpuEntry::new(
@@ -169,34 +204,32 @@ mod tests {
         let plain = nccl_check_contract::report::read::parse_report(text.as_bytes())
             .expect("the contract reads it");
         let want = nccl_check_contract::report::Report {
-            schema_version: SCHEMA_VERSION,
-            verdict: Verdict::Fail,
-            exit_code: 1,
-            summary: r.summary.clone(),
-            reasons: r.reasons.clone(),
-            warnings: r.warnings.clone(),
-            host: "node017".into(),
-            gpus: vec![nccl_check_contract::report::Gpu {
-                rank: 3,
+            head: r.head.clone(),
+            body: nccl_check_contract::report::Body {
+                warnings: r.warnings.clone(),
                 host: "node017".into(),
-                uuid: "GPU-abc".into(),
-                pci_bus_id: "0000:18:00.0".into(),
-                name: "H100".into(),
-                health: Some(nccl_check_contract::report::Health {
-                    processes: vec![process],
-                }),
-            }],
-            results: vec![nccl_check_contract::report::Measured {
-                collective: "all_reduce".into(),
-                size: 1 << 20,
-                expected: Some(nccl_check_contract::report::Expected {
-                    floor_gbs: 300.0,
-                    margin: 12.3 / 300.0,
-                    source: "built-in".into(),
-                }),
-            }],
-            avg_busbw: r.avg_busbw.clone(),
-            error: Some("e".into()),
+                gpus: vec![nccl_check_contract::report::Gpu {
+                    rank: 3,
+                    host: "node017".into(),
+                    uuid: "GPU-abc".into(),
+                    pci_bus_id: "0000:18:00.0".into(),
+                    name: "H100".into(),
+                    health: Some(nccl_check_contract::report::Health {
+                        processes: vec![process],
+                    }),
+                }],
+                results: vec![nccl_check_contract::report::Measured {
+                    collective: "all_reduce".into(),
+                    size: 1 << 20,
+                    expected: Some(nccl_check_contract::report::Expected {
+                        floor_gbs: 300.0,
+                        margin: 12.3 / 300.0,
+                        source: "built-in".into(),
+                    }),
+                }],
+                avg_busbw: r.avg_busbw.clone(),
+                error: Some("e".into()),
+            },
         };
         assert_eq!(plain, want);
     }
@@ -208,11 +241,12 @@ mod tests {
         for i in 0..4 {
             let name = format!("{i}{}", "x".repeat(10 << 10));
             let text = format!(
-                r#"{{"schema_version":1,"verdict":"PASS","tool":"{name}",
+                r#"{{"schema_version":1,"verdict":"PASS","tool":"{name}","tool_version":"0",
+                    "exit_code":0,"summary":"s","reasons":[],
                     "results":[{{"collective":"{name}","type":"{name}","redop":"sum"}}]}}"#
             );
             let r = parse_report(text.as_bytes()).expect("parses");
-            assert_eq!(r.tool, name);
+            assert_eq!(r.head.tool, name);
             assert_eq!(r.results[0].collective, name);
             assert_eq!(r.results[0].dtype, name);
         }

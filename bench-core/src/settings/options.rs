@@ -71,7 +71,7 @@ pub struct Options {
     /// Candidate ports of the rendezvous, in order (one when given explicitly).
     pub ports: Vec<u16>,
     /// The range the Slurm candidates come from (`--port-range`).
-    pub port_range: crate::slurm_rendezvous::PortRange,
+    pub port_range: nccl_check_contract::slurm_rendezvous::PortRange,
     pub progress: bool,
     /// Processes of this check may share a GPU (`--shared-gpus`, NCCL_CHECK_SHARED_GPUS=1).
     pub shared_gpus: bool,
@@ -145,12 +145,15 @@ impl Args {
     /// Validates the command line against the config and the environment.
     pub fn resolve(self, env: &Environment) -> Result<Command, ParseExit> {
         match &self.0.mode {
-            None => validate(self.0, env)
-                .map(|o| Command::Check(Box::new(o)))
-                .map_err(ParseExit::Usage),
-            Some(Mode::ExplainPlan(args)) => crate::localize::cli::answer(args, &|k| env.get(k))
-                .map(Command::Explained)
-                .map_err(ParseExit::Usage),
+            None => {
+                let config = load_config(&self.0, &|k| env.get(k)).map_err(ParseExit::Config)?;
+                validate(self.0, config, env)
+                    .map(|o| Command::Check(Box::new(o)))
+                    .map_err(ParseExit::Usage)
+            }
+            Some(Mode::ExplainPlan(args)) => {
+                crate::localize::cli::answer(args, &|k| env.get(k)).map(Command::Explained)
+            }
             Some(Mode::CheckConfig { .. }) => Err(ParseExit::Usage(
                 "--check-config is run by nccl-check itself, before its options".into(),
             )),
@@ -178,6 +181,9 @@ pub enum ParseExit {
     Info(String),
     /// A usage error: one line, exit 2.
     Usage(String),
+    /// The config file cannot be used (`config: FILE:LINE: ...`): one line, exit 2. Its keys
+    /// are documented in the config files, not in `--help`.
+    Config(String),
 }
 
 fn first_line(s: &str) -> String {
@@ -190,9 +196,12 @@ fn first_line(s: &str) -> String {
 }
 
 /// The high layer: every check in the order a user meets its error, then the options.
-fn validate(raw: RawArgs, environment: &Environment) -> Result<Options, String> {
+fn validate(
+    raw: RawArgs,
+    config: WorkerConfig,
+    environment: &Environment,
+) -> Result<Options, String> {
     let env = &|k: &str| environment.get(k);
-    let config = load_config(&raw, env)?;
     let plan = config.plans.get(&raw.plan).ok_or_else(|| {
         format!(
             "unknown plan '{}' (plans: {})",
@@ -308,7 +317,7 @@ mod tests {
         let mut a = vec!["nccl-check".to_string()];
         a.extend(args.iter().map(|s| s.to_string()));
         parse(a, &env).map_err(|e| match e {
-            ParseExit::Usage(u) => u,
+            ParseExit::Usage(u) | ParseExit::Config(u) => u,
             ParseExit::Info(i) => i,
         })
     }
@@ -378,7 +387,7 @@ mod tests {
         ];
         let o = parse_with(&[], &env).unwrap();
         assert_eq!((o.rank, o.world), (3, 4));
-        // The plugin's address for the same step (bench_core::slurm_rendezvous pins the port).
+        // The plugin's address for the same step (nccl_check_contract::slurm_rendezvous pins the port).
         assert_eq!(o.rendezvous.as_deref(), Some("gpu07:29748"));
         assert_eq!(o.label, "slurm-1234.0");
         assert_eq!(o.credential, Credential::Munge);
@@ -399,10 +408,10 @@ mod tests {
             ("NCCL_CHECK_SECRET", secret.as_str()),
         ];
         let o = parse_with(&[], &env).unwrap();
-        let want = crate::slurm_rendezvous::secret_candidates(
+        let want = nccl_check_contract::slurm_rendezvous::secret_candidates(
             secret.as_bytes(),
             "slurm-1234.0",
-            crate::slurm_rendezvous::PortRange::DEFAULT,
+            nccl_check_contract::slurm_rendezvous::PortRange::DEFAULT,
         );
         assert_eq!(o.ports, want);
         assert_ne!(o.ports[0], 29748, "the port anyone computes from the ids");

@@ -1,8 +1,11 @@
-//! The worker's JSON report as its callers read it: plain data, only the fields the plugin and
-//! the prolog act on. The worker writes the full report (`bench_core::report::json::Report`,
-//! the one definition of the schema); this is its reading side, so a caller needs none of the
-//! worker's types. Unknown fields are ignored and missing ones take their defaults, so the two
-//! stay compatible as the worker adds fields (bench-core tests that its report reads back here).
+//! The worker's JSON report as the contract defines it. Its head ([`Head`]: the schema, who wrote
+//! it, the verdict, the exit code, the summary, the reasons with their typed culprits) is defined
+//! once, here: the worker's full report (`bench_core::report::json::Report`) embeds it (flattened,
+//! so the JSON begins with these keys, as it always did), and the callers read it back as
+//! [`Report`]: the head and the few fields of the body the plugin and the prolog act on (the
+//! worker's own types of those stay the worker's; bench-core tests that its report reads back
+//! here). Unknown fields are ignored, so a newer worker of the same schema may add fields; a field
+//! is required unless an older worker's report may lack it (each default says since when).
 
 pub mod cause;
 pub mod culprit;
@@ -25,18 +28,74 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// 100 KiB.
 pub const MAX_REPORT_BYTES: u64 = 8 << 20;
 
-/// A worker's report as the callers read it.
+/// The head of every report: written first by the worker, read first by every caller. Every
+/// worker since the first wrote each of these fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Report {
+pub struct Head {
     pub schema_version: u32,
+    /// The program that wrote the report (`nccl-check`) and its version.
+    pub tool: String,
+    pub tool_version: String,
     pub verdict: Verdict,
+    /// The worker's exit code ([`ExitCode`]), which carries the verdict.
     pub exit_code: i32,
     /// One line for a terminal or a drain reason.
     pub summary: String,
     /// Why the verdict is what it is (FAIL and ERROR), first the one that matters most.
     pub reasons: Vec<Reason>,
-    /// Noted, never FAIL (`host_interference`).
+}
+
+/// An ERROR head of no tool: a start for a report built by hand (tests, fake workers).
+impl Default for Head {
+    fn default() -> Head {
+        Head::new("", "")
+    }
+}
+
+impl Head {
+    /// The head of a report `tool` `version` is starting: ERROR until an outcome is set.
+    pub fn new(tool: &str, version: &str) -> Head {
+        Head {
+            schema_version: SCHEMA_VERSION,
+            tool: tool.into(),
+            tool_version: version.into(),
+            verdict: Verdict::Error,
+            exit_code: ExitCode::Runtime.code(),
+            summary: String::new(),
+            reasons: Vec::new(),
+        }
+    }
+
+    /// The outcome: the exit code, the verdict it carries, the summary.
+    pub fn set_outcome(&mut self, code: ExitCode, summary: String) {
+        self.exit_code = code.code();
+        self.verdict = code.verdict();
+        self.summary = summary;
+    }
+
+    /// The reason that says what this report's FAIL is caused by
+    /// ([`cause::deciding`]); None without reasons.
+    pub fn deciding_reason(&self) -> Option<&Reason> {
+        cause::deciding(&self.reasons)
+    }
+}
+
+/// A worker's report as the callers read it: the head and the body fields they act on, each
+/// read from the report on its own ([`Report::deserialize_value`]; serde's `flatten` would add
+/// some 70 KB of buffering code to the plugin).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    pub head: Head,
+    pub body: Body,
+}
+
+/// The fields of a report's body the callers act on (the worker's own types of them are
+/// bench-core's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Body {
+    /// Noted, never FAIL (`host_interference`). Written since 2026-11-23: an older worker's
+    /// report has none.
+    #[serde(default)]
     pub warnings: Vec<Reason>,
     pub host: String,
     /// The measured GPUs of this process.
@@ -48,38 +107,23 @@ pub struct Report {
     pub error: Option<String>,
 }
 
-/// What a field missing from a report reads as.
-impl Default for Report {
-    fn default() -> Report {
-        Report {
-            schema_version: SCHEMA_VERSION,
-            verdict: Verdict::Error,
-            exit_code: ExitCode::Runtime.code(),
-            summary: String::new(),
-            reasons: Vec::new(),
-            warnings: Vec::new(),
-            host: String::new(),
-            gpus: Vec::new(),
-            results: Vec::new(),
-            avg_busbw: BTreeMap::new(),
-            error: None,
-        }
-    }
-}
-
 impl Report {
-    /// The report from a JSON value whose head [`read::report_value`] checked; a field of the
-    /// wrong type is named by its path.
+    /// The report from a JSON value whose head [`read::report_value`] checked; a field missing
+    /// or of the wrong type is named by its path, the head's first. (The head is read from a
+    /// copy: the owned value's deserializer, the one the body takes, is the only one the plugin
+    /// carries.)
     pub fn deserialize_value(value: serde_json::Value) -> Result<Report, read::ReportError> {
-        serde_path_to_error::deserialize(value)
-            .map_err(|e| read::ReportError::NotAReport(format!("{}: {}", e.path(), e.inner())))
+        Ok(Report {
+            head: serde_path_to_error::deserialize(value.clone()).map_err(read::not_a_report)?,
+            body: serde_path_to_error::deserialize(value).map_err(read::not_a_report)?,
+        })
     }
 
     /// Per collective, the smallest margin of its results over the floor that judged them
     /// (busbw / floor; 1.0 is at the floor). Collectives no floor judged are absent.
     pub fn margins(&self) -> BTreeMap<String, f64> {
         let mut out = BTreeMap::new();
-        for r in &self.results {
+        for r in &self.body.results {
             if let Some(e) = r.expected.as_ref().filter(|e| e.margin.is_finite()) {
                 let m = out.entry(r.collective.clone()).or_insert(e.margin);
                 *m = f64::min(*m, e.margin);
@@ -88,15 +132,10 @@ impl Report {
         out
     }
 
-    /// The reason that says what this report's FAIL is caused by
-    /// ([`cause::deciding`]); None without reasons.
-    pub fn deciding_reason(&self) -> Option<&Reason> {
-        cause::deciding(&self.reasons)
-    }
-
     /// The UUIDs of the GPUs the worker measured, sorted, when every GPU entry has one.
     pub fn uuids(&self) -> Option<Vec<String>> {
         let mut u: Vec<String> = self
+            .body
             .gpus
             .iter()
             .map(|g| Some(g.uuid.clone()).filter(|u| !u.is_empty()))
@@ -106,7 +145,8 @@ impl Report {
     }
 }
 
-/// One measured GPU (`gpus[]`).
+/// One measured GPU (`gpus[]`). Its facts came as a free map at first and grew since (the bus id
+/// and NVML's `health` with 2026-11-23/24): a field an older worker left out reads empty.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Gpu {
@@ -121,7 +161,8 @@ pub struct Gpu {
     pub health: Option<Health>,
 }
 
-/// The part of NVML's facts about a GPU that the callers act on.
+/// The part of NVML's facts about a GPU that the callers act on. `processes` is written since
+/// 2026-11-23: an older worker's health has none.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Health {
@@ -131,11 +172,12 @@ pub struct Health {
 
 /// One result row (`results[]`): what was measured and what it was held against.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
 pub struct Measured {
     pub collective: String,
     /// Bytes.
     pub size: u64,
+    /// Written only where a floor judged the row (since 2026-11-23).
+    #[serde(default)]
     pub expected: Option<Expected>,
 }
 

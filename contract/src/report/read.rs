@@ -99,6 +99,11 @@ pub fn report_value(bytes: &[u8]) -> Result<serde_json::Value, ReportError> {
     Ok(value)
 }
 
+/// A deserializing error as the report's: the path of the field, then what is wrong with it.
+pub fn not_a_report(e: serde_path_to_error::Error<serde_json::Error>) -> ReportError {
+    ReportError::NotAReport(format!("{}: {}", e.path(), e.inner()))
+}
+
 /// Parses a report from its bytes into the plain [`Report`].
 pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
     Report::deserialize_value(report_value(bytes)?)
@@ -108,8 +113,8 @@ pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
 mod tests {
     use super::*;
     use crate::report::reason::ReasonCode;
-    use crate::test_support::scratch_dir;
     use crate::verdict::Verdict;
+    use nccl_check_host::test_support::scratch_dir;
 
     #[test]
     fn the_recorded_reports_of_a_real_worker_parse() {
@@ -126,32 +131,83 @@ mod tests {
             ),
         ] {
             let r = parse_report(text.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(r.verdict, verdict, "{name}");
-            assert!(!r.results.is_empty() && !r.gpus.is_empty(), "{name}");
-            assert!(r.gpus.iter().all(|g| g.uuid.starts_with("GPU-")), "{name}");
+            assert_eq!(r.head.verdict, verdict, "{name}");
+            assert!(
+                !r.body.results.is_empty() && !r.body.gpus.is_empty(),
+                "{name}"
+            );
+            assert!(
+                r.body.gpus.iter().all(|g| g.uuid.starts_with("GPU-")),
+                "{name}"
+            );
+        }
+    }
+
+    /// The fields every worker wrote, and nothing else: what the suites' fake workers write.
+    const LEAST: &str = r#"{"schema_version":1,"tool":"t","tool_version":"0","verdict":"PASS",
+        "exit_code":0,"summary":"s","reasons":[],"host":"n1","gpus":[],"results":[],
+        "avg_busbw":{}}"#;
+
+    #[test]
+    fn unknown_fields_are_ignored_and_fields_older_workers_lacked_default() {
+        let r = parse_report(
+            LEAST
+                .replace(
+                    r#""reasons":[]"#,
+                    r#""new_field":{"x":[1]},
+                       "reasons":[{"code":"a_new_code","message":"m","new":1}]"#,
+                )
+                .as_bytes(),
+        )
+        .expect("parses");
+        assert_eq!(
+            (r.head.verdict, r.head.summary.as_str()),
+            (Verdict::Pass, "s")
+        );
+        assert_eq!(r.head.reasons[0].code, ReasonCode::Unknown);
+        assert!(r.body.results.is_empty() && r.body.warnings.is_empty() && r.body.error.is_none());
+        assert_eq!(r.body.host, "n1");
+    }
+
+    /// A field every worker wrote is required: a report without it is no report (an ERROR for
+    /// the caller, never a verdict read from defaults), named by the field.
+    #[test]
+    fn a_report_without_a_field_every_worker_wrote_names_it() {
+        for field in [
+            "tool",
+            "tool_version",
+            "exit_code",
+            "summary",
+            "reasons",
+            "host",
+            "gpus",
+            "results",
+            "avg_busbw",
+        ] {
+            let v: serde_json::Value = serde_json::from_str(LEAST).expect("json");
+            let mut m = v.as_object().expect("object").clone();
+            assert!(m.remove(field).is_some(), "{field}");
+            let text = serde_json::to_vec(&m).expect("json");
+            let e = parse_report(&text).expect_err(field).to_string();
+            assert!(
+                e.contains(&format!("missing field `{field}`")),
+                "{field}: {e}"
+            );
         }
     }
 
     #[test]
-    fn unknown_fields_are_ignored_and_missing_ones_default() {
-        let r = parse_report(
-            br#"{"schema_version":1,"verdict":"PASS","summary":"s","new_field":{"x":[1]},
-                 "reasons":[{"code":"a_new_code","message":"m","new":1}]}"#,
-        )
-        .expect("parses");
-        assert_eq!((r.verdict, r.summary.as_str()), (Verdict::Pass, "s"));
-        assert_eq!(r.reasons[0].code, ReasonCode::Unknown);
-        assert!(r.results.is_empty() && r.host.is_empty());
-    }
-
-    #[test]
     fn what_is_not_a_report_says_why() {
-        let cases: [(&[u8], &str); 6] = [
+        let cases: [(&[u8], &str); 7] = [
             (b"{\"verdict\":", "not JSON"),
             (b"[1,2]", "not a JSON object"),
             (br#"{"verdict":"PASS"}"#, "no schema_version"),
             (br#"{"schema_version":1,"summary":"x"}"#, "no verdict"),
             (br#"{"schema_version":1,"verdict":"MAYBE"}"#, "verdict"),
+            (
+                br#"{"schema_version":1,"verdict":"PASS"}"#,
+                "missing field `tool`",
+            ),
             (
                 br#"{"schema_version":"1","verdict":"PASS"}"#,
                 "invalid schema_version",
@@ -175,7 +231,7 @@ mod tests {
     fn symlinks_fifos_and_large_files_are_refused_without_waiting() {
         let d = scratch_dir("read-unsafe");
         let real = d.join("real.json");
-        std::fs::write(&real, br#"{"schema_version":1,"verdict":"PASS"}"#).expect("write");
+        std::fs::write(&real, LEAST).expect("write");
         assert!(read_report(&real, 1 << 20).is_ok());
         let err = |p: &Path, max| read_report(p, max).expect_err("refused");
         assert_eq!(err(&real, 10), ReportError::TooLarge(real.clone(), 10));

@@ -181,7 +181,7 @@ mod tests {
     }
 
     fn scratch(name: &str, text: &[u8]) -> std::path::PathBuf {
-        let d = nccl_check_contract::test_support::scratch_dir(name);
+        let d = nccl_check_host::test_support::scratch_dir(name);
         std::fs::write(d.join("kmsg"), text).expect("write");
         d
     }
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_one_gigabyte_log_is_read_only_up_to_the_bound() {
-        let d = nccl_check_contract::test_support::scratch_dir("kmsg-huge");
+        let d = nccl_check_host::test_support::scratch_dir("kmsg-huge");
         let p = d.join("kmsg");
         // Sparse: 1 GB of NUL bytes that costs no disk.
         std::fs::File::create(&p)
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_fifo_is_read_without_blocking() {
-        let d = nccl_check_contract::test_support::scratch_dir("kmsg-fifo");
+        let d = nccl_check_host::test_support::scratch_dir("kmsg-fifo");
         let p = d.join("kmsg");
         super::super::read::tests::make_fifo(&p);
         let s = scan(&p, None, &xid, MAX_BYTES, Duration::from_secs(1)).expect("read");

@@ -615,7 +615,7 @@ mod tests {
 
     /// A copy of fixture `name` (a tree with dev/, proc/, sys/) and a state directory.
     fn tree(name: &str, test: &str) -> (PathBuf, Settings) {
-        let d = nccl_check_contract::test_support::scratch_dir(&format!("faults-{test}-{name}"));
+        let d = nccl_check_host::test_support::scratch_dir(&format!("faults-{test}-{name}"));
         let ok = std::process::Command::new("cp")
             .arg("-R") // owned by whoever runs the test, as sysfs is by root
             .arg(format!("{FIXTURES}/{name}"))

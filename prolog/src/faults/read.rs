@@ -80,7 +80,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_fifo_a_directory_and_garbage_are_errors_not_hangs_or_panics() {
-        let d = nccl_check_contract::test_support::scratch_dir("faults-read");
+        let d = nccl_check_host::test_support::scratch_dir("faults-read");
         let fifo = d.join("fifo");
         make_fifo(&fifo);
         assert!(small(&fifo).unwrap_err().contains("not a regular file"));

@@ -10,7 +10,7 @@ use crate::job_env::Selection;
 use crate::status::{GateState, Status};
 use crate::stray::cpu_busy::{self, CpuScan};
 use crate::words::{self, Line};
-use crate::{cache, metrics, reason, report, shared, state, stray, worker};
+use crate::{cache, metrics, reason, shared, state, stray, worker};
 use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
@@ -170,7 +170,7 @@ impl Gate<'_> {
     /// The processes keeping the node's CPUs busy (`fault_root`'s `proc/`), the prolog's own
     /// and its earlier workers left out.
     fn cpu_scan(&mut self) -> CpuScan {
-        let root = nccl_check_contract::read::under(&self.cfg.fault_root, "/proc");
+        let root = nccl_check_host::read::under(&self.cfg.fault_root, "/proc");
         let worker = self.cfg.worker.clone();
         let me = std::process::id();
         let scan = cpu_busy::watch_cpus(&root, cpu_busy::WINDOW, &|pid| {
@@ -211,7 +211,9 @@ impl Gate<'_> {
         }
         let cause = match &st.drain_reason {
             Some(_) => Some(CauseClass::Busy),
-            None => report.and_then(Report::deciding_reason).map(|r| r.cause()),
+            None => report
+                .and_then(|r| r.head.deciding_reason())
+                .map(|r| r.cause()),
         };
         // A busy node is judged by whose the processes are (`decide::found`); a hardware FAIL
         // on GPUs other jobs may load is not judged at all.
@@ -267,7 +269,7 @@ impl Gate<'_> {
     /// The identities a pass may be cached under: only a pass of exactly the GPUs we meant (a
     /// different set would mean Slurm's and CUDA's GPU order disagree on this node).
     fn cacheable(&mut self, sel: &Selection, report: Option<&Report>) -> Option<Vec<String>> {
-        if let (Some(ids), Some(measured)) = (&sel.identities, report.and_then(report::uuids)) {
+        if let (Some(ids), Some(measured)) = (&sel.identities, report.and_then(Report::uuids)) {
             let mut ids = ids.clone();
             ids.sort();
             if ids.iter().all(|i| i.starts_with("GPU-")) && ids != measured {
@@ -339,12 +341,12 @@ impl Gate<'_> {
             metrics_error: None,
         };
         let empty = Default::default();
-        let margins = j.report.map(report::margins).unwrap_or_default();
+        let margins = j.report.map(Report::margins).unwrap_or_default();
         let sample = metrics::Sample {
             gate,
             verdict: j.unjudged.is_none().then_some(j.verdict),
             exit_code: j.run.exit_code,
-            avg_busbw: j.report.map(|r| &r.avg_busbw).unwrap_or(&empty),
+            avg_busbw: j.report.map(|r| &r.body.avg_busbw).unwrap_or(&empty),
             margins: &margins,
             finished_unix: now_unix(),
             duration_s: j.run.elapsed.as_secs_f64(),

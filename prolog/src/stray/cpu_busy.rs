@@ -6,7 +6,7 @@
 //! cgroup v1 or v2) from one of no job. Busy CPUs of a running job are never a stray: the node
 //! is shared, not dirty.
 
-use nccl_check_contract::read;
+use nccl_check_host::read;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nccl_check::plugstack;
+use nccl_check_contract::check_line::CheckProblem;
 
 const ABOUT: &str = "Check the nccl_check.so line(s) of Slurm's plugstack.conf with the \
 plugin's own parser, as srun, sbatch and salloc will read them";
@@ -64,7 +65,7 @@ fn main() -> ExitCode {
         println!("# {n}");
     }
     for p in &f.problems {
-        println!("INVALID {p}");
+        println!("{}", CheckProblem::invalid(p.as_str()));
     }
     if f.problems.is_empty() {
         ExitCode::SUCCESS

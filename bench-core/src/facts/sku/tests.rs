@@ -276,7 +276,7 @@ fn keys_ids_and_names_are_unique_in_the_table() {
 
 #[test]
 fn the_device_id_is_read_from_sysfs_for_nvidia_devices_only() {
-    let root = crate::test_support::scratch_dir("sku-sysfs");
+    let root = nccl_check_host::test_support::scratch_dir("sku-sysfs");
     let dev = |bus: &str, vendor: &str, device: &str| {
         let d = root.join("sys/bus/pci/devices").join(bus);
         std::fs::create_dir_all(&d).unwrap();

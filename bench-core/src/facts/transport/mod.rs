@@ -33,7 +33,8 @@ mod log;
 pub use expect::{check_transports, NetExpect, TransportExpectation, TransportFinding};
 pub use log::{parse_channel_line, parse_log};
 
-use crate::report::{Culprit, Name};
+use crate::report::Name;
+use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

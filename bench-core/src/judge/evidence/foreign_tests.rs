@@ -9,7 +9,7 @@ use crate::report::gpu::GpuInfo;
 use crate::report::json::GpuEntry;
 use crate::report::json::Report;
 use crate::report::{PairKind, PairRow};
-use crate::verdict::ExitCode;
+use nccl_check_contract::exit::ExitCode;
 
 const MIB256: u64 = 256 << 20;
 
@@ -84,10 +84,11 @@ fn an_idle_foreign_process_is_a_warning_naming_it_and_the_check_passes() {
          a job on it shares it"
     );
     assert!(
-        r.summary
+        r.head
+            .summary
             .contains("WARNING foreign_process: GPU1: 1 other process (pid 4242"),
         "{}",
-        r.summary
+        r.head.summary
     );
     let clean = report(None, 300.0);
     let (clean, code) = run(clean);
@@ -100,9 +101,12 @@ fn an_idle_foreign_process_is_a_warning_naming_it_and_the_check_passes() {
     assert_eq!(code, ExitCode::Fail);
     assert!(ours.warnings.is_empty(), "{:?}", ours.warnings);
     assert!(
-        ours.reasons.iter().all(|r| r.code != ReasonCode::GpuBusy),
+        ours.head
+            .reasons
+            .iter()
+            .all(|r| r.code != ReasonCode::GpuBusy),
         "{:?}",
-        ours.reasons
+        ours.head.reasons
     );
 }
 
@@ -113,7 +117,7 @@ fn a_slow_gpu_another_process_holds_fails_as_busy_not_as_a_slow_link() {
     let r = report(Some(4242), 100.0);
     let (r, code) = run(r);
     assert_eq!(code, ExitCode::Fail);
-    let first = &r.reasons[0];
+    let first = &r.head.reasons[0];
     assert_eq!(
         (first.code, first.subject.as_deref()),
         (ReasonCode::GpuBusy, Some("GPU1"))
@@ -121,14 +125,15 @@ fn a_slow_gpu_another_process_holds_fails_as_busy_not_as_a_slow_link() {
     assert!(first
         .message
         .starts_with("GPU1: busy: 1 other process (pid 4242"));
-    let deciding = nccl_check_contract::report::cause::deciding(&r.reasons).expect("one");
+    let deciding = nccl_check_contract::report::cause::deciding(&r.head.reasons).expect("one");
     assert_eq!(deciding.cause().as_str(), "busy");
     assert!(r.warnings.is_empty());
     let clean = report(None, 100.0);
     let (clean, code) = run(clean);
     assert_eq!(code, ExitCode::Fail);
     assert_eq!(
-        nccl_check_contract::report::cause::deciding(&clean.reasons).map(|d| d.cause().as_str()),
+        nccl_check_contract::report::cause::deciding(&clean.head.reasons)
+            .map(|d| d.cause().as_str()),
         Some("hardware")
     );
 }
@@ -157,6 +162,7 @@ fn on_a_busy_node_its_gpu_busy_replaces_the_localizers_network_reading() {
     let (r, code) = run(r);
     assert_eq!(code, ExitCode::Fail);
     let got: Vec<(ReasonCode, Option<&str>)> = r
+        .head
         .reasons
         .iter()
         .map(|x| (x.code, x.subject.as_deref()))
@@ -165,12 +171,12 @@ fn on_a_busy_node_its_gpu_busy_replaces_the_localizers_network_reading() {
         got,
         [(ReasonCode::GpuBusy, Some("GPU1"))],
         "{:?}",
-        r.reasons
+        r.head.reasons
     );
     assert!(
-        r.summary.contains("busy: 1 other process (pid 4242"),
+        r.head.summary.contains("busy: 1 other process (pid 4242"),
         "{}",
-        r.summary
+        r.head.summary
     );
 }
 

@@ -10,7 +10,8 @@ use crate::meet::rendezvous::Member;
 use crate::report::gpu::GpuInfo;
 use crate::report::json::Report;
 use crate::report::{PairRow, Placement};
-use crate::verdict::{ExitCode, Verdict};
+use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::verdict::Verdict;
 
 const MIB256: u64 = 256 << 20;
 
@@ -115,7 +116,8 @@ fn run(r: Report) -> (Report, ExitCode) {
 }
 
 fn codes(r: &Report) -> Vec<(String, Option<String>)> {
-    r.reasons
+    r.head
+        .reasons
         .iter()
         .map(|x| (x.code.to_string(), x.subject.clone()))
         .collect()
@@ -126,7 +128,7 @@ fn a_healthy_node_with_facts_passes() {
     let mut r = report(4, 300.0);
     r.results = vec![row("all_reduce", 300.0)];
     let (r, code) = run(r);
-    assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
+    assert_eq!(code, ExitCode::Pass, "{:?}", r.head.reasons);
     assert!(r.warnings.is_empty());
 }
 
@@ -148,13 +150,18 @@ fn a_dead_nvlink_fails_first_and_explains_the_slow_link() {
     let c = codes(&r);
     assert_eq!(c[0], ("nvlink_down".into(), Some("GPU1".into())), "{c:?}");
     assert!(
-        r.summary.contains("14 of 18 NVLinks active"),
+        r.head.summary.contains("14 of 18 NVLinks active"),
         "{}",
-        r.summary
+        r.head.summary
     );
     // The bandwidth reason about GPU1 cites the fact; none about other GPUs is cited.
-    let slow: Vec<&Reason> = r.reasons.iter().filter(|x| x.code.is_bandwidth()).collect();
-    assert!(!slow.is_empty(), "{:?}", r.reasons);
+    let slow: Vec<&Reason> = r
+        .head
+        .reasons
+        .iter()
+        .filter(|x| x.code.is_bandwidth())
+        .collect();
+    assert!(!slow.is_empty(), "{:?}", r.head.reasons);
     for s in slow {
         assert!(
             s.message
@@ -178,10 +185,11 @@ fn a_gpu_with_shared_memory_is_named_by_its_probe_on_two_gpus() {
         vec![("local_probe_slow".into(), Some("GPU1".into()))]
     );
     assert!(
-        r.summary
+        r.head
+            .summary
             .starts_with("GPU1: device-local copy 1074 GB/s < 1440 GB/s"),
         "{}",
-        r.summary
+        r.head.summary
     );
 }
 
@@ -191,10 +199,10 @@ fn one_gpu_is_a_probe_not_a_collective_and_never_busbw_zero() {
     let (mut r, code) = run(r);
     assert_eq!(code, ExitCode::Pass);
     assert_eq!(
-        r.summary,
+        r.head.summary,
         "1 x NVIDIA H200 on 1 node(s): 1 GPU: no collective; local probe device copy GPU0 2147 GB/s (floor 1440)"
     );
-    assert!(!r.summary.contains("busbw"));
+    assert!(!r.head.summary.contains("busbw"));
     r.gpus[0].local_probe = Some(LocalProbe::new(0, 1 << 28, 100, 40.0));
     let (mut r, code) = run(r);
     assert_eq!(code, ExitCode::Fail);
@@ -205,10 +213,11 @@ fn one_gpu_is_a_probe_not_a_collective_and_never_busbw_zero() {
     let (r, code) = run(r);
     assert_eq!(code, ExitCode::Pass);
     assert!(
-        r.summary
+        r.head
+            .summary
             .ends_with("local probe: not measured (allocating 2 x 268435456 bytes: out of memory)"),
         "{}",
-        r.summary
+        r.head.summary
     );
 }
 
@@ -235,9 +244,9 @@ fn a_missing_gpu_from_the_inventory_is_the_first_reason() {
     });
     let (r, code) = run(r);
     assert_eq!(code, ExitCode::Fail);
-    assert_eq!(r.verdict, Verdict::Fail);
+    assert_eq!(r.head.verdict, Verdict::Fail);
     assert_eq!(codes(&r), vec![("gpu_missing".into(), Some("GPUs".into()))]);
-    assert!(r.summary.starts_with("expected 2 GPUs, CUDA opens 1"));
+    assert!(r.head.summary.starts_with("expected 2 GPUs, CUDA opens 1"));
 }
 
 #[test]
@@ -251,20 +260,20 @@ fn slow_by_the_host_but_fast_by_the_gpus_is_a_warning_not_fail() {
         in_place_busbw: 318.0,
     }];
     let (mut r, code) = run(r);
-    assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
+    assert_eq!(code, ExitCode::Pass, "{:?}", r.head.reasons);
     assert_eq!(r.warnings.len(), 1);
     assert_eq!(r.warnings[0].code, ReasonCode::HostInterference);
     assert!(
-        r.summary.contains("WARNING host_interference"),
+        r.head.summary.contains("WARNING host_interference"),
         "{}",
-        r.summary
+        r.head.summary
     );
     // Slow by the GPUs' clock too: the hardware is slow, FAIL stands.
     r.gpu_side[0].in_place_busbw = 210.0;
     let (r, code) = run(r);
     assert_eq!(code, ExitCode::Fail);
     assert!(r.warnings.is_empty());
-    assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
+    assert_eq!(r.head.reasons[0].code, ReasonCode::BusbwBelowThreshold);
 }
 
 fn net(expected: Option<f64>, findings: Vec<Finding>) -> NetFacts {
@@ -558,30 +567,30 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
         r.facts = Some(facts_with(busy.then(|| load(0.97)), starved));
         let case = format!("host {host_clock} gpu {gpu_clock} starved {starved} busy {busy}");
         let (r, code) = run(r);
-        assert_eq!(code, exit, "{case}: {:?}", r.reasons);
+        assert_eq!(code, exit, "{case}: {:?}", r.head.reasons);
         assert_eq!(
-            r.reasons.first().map(|x| x.code),
+            r.head.reasons.first().map(|x| x.code),
             first,
             "{case}: {:?}",
-            r.reasons
+            r.head.reasons
         );
         let got: Vec<ReasonCode> = r.warnings.iter().map(|w| w.code).collect();
         assert_eq!(got, warned, "{case}: {:?}", r.warnings);
         // A busy host is never blamed on a GPU, link, NIC or path.
         if busy {
             assert!(
-                r.reasons.iter().all(|x| x.code == HostBusy),
+                r.head.reasons.iter().all(|x| x.code == HostBusy),
                 "{case}: {:?}",
-                r.reasons
+                r.head.reasons
             );
         }
         if first == Some(HostBusy) {
-            let m = &r.reasons[0].message;
+            let m = &r.head.reasons[0].message;
             assert!(
                 m.contains("pid 4242 (alice, stress) 63.0 CPU"),
                 "{case}: {m}"
             );
-            assert_eq!(r.reasons[0].subject.as_deref(), Some("n1"));
+            assert_eq!(r.head.reasons[0].subject.as_deref(), Some("n1"));
         }
     }
 }
@@ -596,19 +605,19 @@ fn a_busy_host_never_hides_what_the_node_reports_itself_or_wrong_data() {
     r.facts = Some(facts_with(Some(load(0.97)), false));
     let (mut r, code) = run(r);
     assert_eq!(code, ExitCode::Fail);
-    let codes: Vec<ReasonCode> = r.reasons.iter().map(|x| x.code).collect();
+    let codes: Vec<ReasonCode> = r.head.reasons.iter().map(|x| x.code).collect();
     assert_eq!(
         codes,
         vec![ReasonCode::HostBusy, ReasonCode::NvlinkDown],
         "{:?}",
-        r.reasons
+        r.head.reasons
     );
     // A host below the busy share is not the cause: the slow pairs stand.
     r.gpus[2].health = Some(health(2, 18));
     r.facts = Some(facts_with(Some(load(0.5)), false));
     let (r, code) = run(r);
     assert_eq!(code, ExitCode::Fail);
-    assert_eq!(r.reasons[0].code, ReasonCode::BusbwBelowThreshold);
+    assert_eq!(r.head.reasons[0].code, ReasonCode::BusbwBelowThreshold);
     assert!(r.warnings.is_empty());
 }
 
@@ -618,7 +627,7 @@ fn the_pair_warning_names_the_pairs_the_host_slowed_and_both_numbers() {
     r.pairs[1].busbw = 171.1;
     r.pairs[1].gpu_busbw = Some(287.8);
     let (mut r, code) = run(r);
-    assert_eq!(code, ExitCode::Pass, "{:?}", r.reasons);
+    assert_eq!(code, ExitCode::Pass, "{:?}", r.head.reasons);
     assert_eq!(r.warnings.len(), 1);
     let m = &r.warnings[0].message;
     assert!(

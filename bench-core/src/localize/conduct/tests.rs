@@ -227,7 +227,7 @@ fn many_findings_are_shared_own_node_first_and_the_coordinator_keeps_them_all() 
     assert!(all
         .reasons
         .iter()
-        .all(|r| r.code == crate::report::reason::ReasonCode::RailSlow));
+        .all(|r| r.code == nccl_check_contract::report::reason::ReasonCode::RailSlow));
     let own = &run.summaries[57]; // n57 is the 20th slow node: last in the list
     assert_eq!(own.reasons.len(), MAX_SHARED_REASONS);
     assert_eq!(own.reasons_omitted, 20 - MAX_SHARED_REASONS);

@@ -12,8 +12,8 @@ use crate::facts::gpu_health::HealthFacts;
 use crate::facts::node::NodeFacts;
 use crate::localize::own::OwnFinding;
 use crate::meet::topology::Topology;
-use crate::report::reason::ReasonCode;
 use nccl_check_contract::report::process::GpuProcess;
+use nccl_check_contract::report::reason::ReasonCode;
 use std::sync::{Mutex, OnceLock};
 
 /// This process's node as known before the processes meet.

@@ -257,7 +257,7 @@ mod every_process {
     use crate::meet::rendezvous::Member;
     use crate::report::gpu::GpuInfo;
     use crate::report::json::{GpuEntry, Report};
-    use crate::verdict::ExitCode;
+    use nccl_check_contract::exit::ExitCode;
 
     /// Process `p` of 4 emulated nodes e1..e4 (one GPU each); process `busy`'s GPU held by pid
     /// 31337.
@@ -353,6 +353,7 @@ mod every_process {
             let (r, code) = judged(r);
             assert_eq!(code, ExitCode::Fail);
             let subjects: Vec<(ReasonCode, &str)> = r
+                .head
                 .reasons
                 .iter()
                 .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
@@ -367,7 +368,7 @@ mod every_process {
             let json = serde_json::to_value(&r).expect("json");
             assert_eq!(json["reasons"][0]["cause"], "busy", "process {p}");
             assert_eq!(json["reasons"][1]["cause"], "hardware", "process {p}");
-            let line = nccl_check_contract::line::write(r.verdict, &r.summary);
+            let line = nccl_check_contract::line::write(r.head.verdict, &r.head.summary);
             let said = format!("{e2}: busy: ");
             assert!(
                 line.starts_with("nccl-check: FAIL") && line.contains(&said),
@@ -417,13 +418,14 @@ mod every_process {
             let (r, code) = judged(r);
             assert_eq!(code, ExitCode::Fail);
             let subjects: Vec<(ReasonCode, &str)> = r
+                .head
                 .reasons
                 .iter()
                 .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
                 .collect();
             let e3 = if p == 2 { "GPU0" } else { "e3 GPU0" };
             assert_eq!(subjects, [(ReasonCode::GpuBusy, e3)], "process {p}");
-            assert!(r.summary.contains("pid 31337"), "{}", r.summary);
+            assert!(r.head.summary.contains("pid 31337"), "{}", r.head.summary);
         }
     }
 
@@ -464,14 +466,18 @@ mod every_process {
         r.node_findings = own[0].clone();
         let (r, code) = judged(r);
         assert_eq!(code, ExitCode::Fail);
-        let codes: Vec<ReasonCode> = r.reasons.iter().map(|x| x.code).collect();
+        let codes: Vec<ReasonCode> = r.head.reasons.iter().map(|x| x.code).collect();
         assert_eq!(
             codes,
             [ReasonCode::GpuBusy, ReasonCode::BusbwBelowThreshold],
             "{:?}",
-            r.reasons
+            r.head.reasons
         );
-        assert!(r.summary.starts_with("e2 GPU0: busy: "), "{}", r.summary);
+        assert!(
+            r.head.summary.starts_with("e2 GPU0: busy: "),
+            "{}",
+            r.head.summary
+        );
     }
 
     /// Emulated nodes over sockets never feel one node's busy GPU in their collectives (2x
@@ -497,21 +503,26 @@ mod every_process {
             let (r, code) = judged(r);
             assert_eq!(code, ExitCode::Fail, "process {p}");
             let subjects: Vec<(ReasonCode, &str)> = r
+                .head
                 .reasons
                 .iter()
                 .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
                 .collect();
             assert_eq!(subjects, [(ReasonCode::GpuBusy, "e2 GPU0")], "process {p}");
-            assert_eq!(r.reasons[0].cause().as_str(), "busy");
-            assert!(r.summary.contains("pid 31337"), "{}", r.summary);
-            assert!(r.summary.contains("610 GB/s < 1440 GB/s"), "{}", r.summary);
+            assert_eq!(r.head.reasons[0].cause().as_str(), "busy");
+            assert!(r.head.summary.contains("pid 31337"), "{}", r.head.summary);
+            assert!(
+                r.head.summary.contains("610 GB/s < 1440 GB/s"),
+                "{}",
+                r.head.summary
+            );
         }
         for probe in [Some((2900.0, 1440.0)), None] {
             let idle = exchanged(&[vec![], vec![busy(probe)], vec![], vec![]], false);
             let mut r = report(0, 1);
             r.node_findings = idle[0].clone();
             let (r, code) = judged(r);
-            assert_eq!(code, ExitCode::Pass, "{probe:?}: {:?}", r.reasons);
+            assert_eq!(code, ExitCode::Pass, "{probe:?}: {:?}", r.head.reasons);
         }
     }
 
@@ -531,8 +542,8 @@ mod every_process {
         r.node_findings = own[0].clone();
         let (r, code) = judged(r);
         assert_eq!(code, ExitCode::Fail);
-        assert_eq!(r.reasons[0].code, ReasonCode::GpuMissing);
-        assert_eq!(r.reasons[0].subject.as_deref(), Some("e3"));
+        assert_eq!(r.head.reasons[0].code, ReasonCode::GpuMissing);
+        assert_eq!(r.head.reasons[0].subject.as_deref(), Some("e3"));
     }
 }
 

@@ -161,7 +161,7 @@ impl std::fmt::Display for LoadError {
                     let sep = if i == 0 { "" } else { "; " };
                     write!(f, "{sep}{name}: {why}")?;
                 }
-                write!(f, "); {}", crate::contract::exit::NCCL_LIB_HINT)
+                write!(f, "); {}", nccl_check_contract::exit::NCCL_LIB_HINT)
             }
             LoadError::NotNccl { path, symbol } => {
                 write!(f, "{path} is not an NCCL library (no symbol {symbol})")

@@ -12,7 +12,7 @@
 //! reported (the report's `facts.off_cpu`), never judged.
 
 use crate::facts::Finding;
-use crate::report::reason::ReasonCode;
+use nccl_check_contract::report::reason::ReasonCode;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

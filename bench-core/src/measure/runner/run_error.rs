@@ -3,8 +3,8 @@
 
 use crate::meet::rendezvous::PlaneError;
 use crate::meet::team::TeamError;
-use crate::report::json::ReasonCode;
-use crate::verdict::ExitCode;
+use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::report::reason::ReasonCode;
 
 /// Why a run ended in ERROR. The variant picks the exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -344,7 +344,7 @@ impl Munge {
         input: &[u8],
         deadline: Instant,
     ) -> Result<Result<String, (String, String)>, String> {
-        use nccl_check_contract::supervise::{self, Ending, Output, Spec};
+        use nccl_check_host::supervise::{self, Ending, Output, Spec};
         let until = deadline.min(Instant::now() + MUNGE_TIMEOUT);
         let _slot = MungeSlot::take(until)?;
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
@@ -390,7 +390,7 @@ impl Munge {
         let why = format!(
             "{}: {}",
             program.display(),
-            crate::text::escape_control(&why)
+            nccl_check_host::text::escape_control(&why)
         );
         Ok(Err((out, why)))
     }
@@ -478,7 +478,7 @@ impl Authenticator for Munge {
         if !usable.iter().any(|u| status.starts_with(u)) {
             return Err(format!(
                 "its ticket does not open: {}",
-                crate::text::escape_control(&status)
+                nccl_check_host::text::escape_control(&status)
             ));
         }
         if uid != self.uid {
@@ -525,7 +525,7 @@ impl Authenticator for Munge {
             };
             return Err(format!(
                 "MUNGE credential refused: {}",
-                crate::text::escape_control(status)
+                nccl_check_host::text::escape_control(status)
             ));
         }
         if uid != self.uid {
@@ -605,7 +605,7 @@ mod tests {
 
     /// A Munge whose programs are these two scripts.
     fn fake_munge(dir: &std::path::Path, munge: &str, unmunge: &str) -> Munge {
-        use nccl_check_contract::test_support::write_executable;
+        use nccl_check_host::test_support::write_executable;
         let (m, u) = (dir.join("munge"), dir.join("unmunge"));
         write_executable(&m, &format!("#!/bin/sh\n{munge}\n"));
         write_executable(&u, &format!("#!/bin/sh\n{unmunge}\n"));
@@ -621,7 +621,7 @@ mod tests {
     /// A munge that hangs is killed at the handshake's deadline with all it started, and named.
     #[test]
     fn a_munge_program_past_the_deadline_is_killed_with_its_children_and_named() {
-        use nccl_check_contract::test_support::{assert_process_gone, scratch_dir};
+        use nccl_check_host::test_support::{assert_process_gone, scratch_dir};
         let d = scratch_dir("munge-hang");
         let pid = d.join("child.pid");
         let m = fake_munge(
@@ -646,7 +646,7 @@ mod tests {
     /// from stderr or from its STATUS line.
     #[test]
     fn unmunge_reads_the_credential_on_stdin_and_a_refusal_says_why() {
-        use nccl_check_contract::test_support::scratch_dir;
+        use nccl_check_host::test_support::scratch_dir;
         let d = scratch_dir("munge-refuse");
         let m = fake_munge(
             &d,

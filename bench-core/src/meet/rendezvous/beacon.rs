@@ -193,7 +193,7 @@ fn proven(
         return None;
     }
     auth::check_ticket_proof(&key, label, &fields(nonce, &told.why), &told.proof).ok()?;
-    Some(crate::text::escape_control(&told.why))
+    Some(nccl_check_host::text::escape_control(&told.why))
 }
 
 #[cfg(test)]

@@ -131,7 +131,7 @@ impl Refusals {
         k.since = 0;
         Some(format!(
             "nccl-check: rendezvous: refused a connection: {}{more}",
-            crate::text::escape_control(why)
+            nccl_check_host::text::escape_control(why)
         ))
     }
 
@@ -267,7 +267,7 @@ fn admit(
             Refusal::OtherVersion,
             format!(
                 "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
-                crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+                nccl_check_host::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
                 auth::PROTOCOL
             ),
             Some(answer.to_vec()),
@@ -390,8 +390,8 @@ fn handshake_opened(
             Refusal::Relay,
             format!(
                 "a connection relayed by another process: it left {} for {}, and arrived from {seen_from} at {seen_to}",
-                crate::text::escape_control(&opening.from),
-                crate::text::escape_control(&opening.to)
+                nccl_check_host::text::escape_control(&opening.from),
+                nccl_check_host::text::escape_control(&opening.to)
             ),
         ));
     }
@@ -519,7 +519,7 @@ pub fn serve(
                             if r == me.proc_rank as usize || slots[r].is_some() {
                                 eprintln!(
                                 "nccl-check: rendezvous: process rank {r} joined twice; the second ({}) is ignored",
-                                crate::text::escape_control(&a.member.host)
+                                nccl_check_host::text::escape_control(&a.member.host)
                             );
                             } else {
                                 slots[r] = Some(a);

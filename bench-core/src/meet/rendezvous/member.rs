@@ -274,7 +274,7 @@ fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
     if version.protocol != auth::PROTOCOL {
         return Err(Miss::Held(format!(
             "a process speaking protocol '{}', not {} (a worker of another nccl-check version, or not nccl-check)",
-            crate::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+            nccl_check_host::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
             auth::PROTOCOL
         )));
     }
@@ -283,7 +283,9 @@ fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
     if greeting.label != setup.label {
         return Err(Miss::Held(format!(
             "the coordinator of another job step ('{}')",
-            crate::text::escape_control(&greeting.label.chars().take(60).collect::<String>())
+            nccl_check_host::text::escape_control(
+                &greeting.label.chars().take(60).collect::<String>()
+            )
         )));
     }
     Ok(greeting)
@@ -306,7 +308,9 @@ fn take_offer(
     if offer.label != setup.label {
         return Some(Miss::Held(format!(
             "the coordinator of another job step ('{}')",
-            crate::text::escape_control(&offer.label.chars().take(60).collect::<String>())
+            nccl_check_host::text::escape_control(
+                &offer.label.chars().take(60).collect::<String>()
+            )
         )));
     }
     let key = match setup.auth.open_ticket(&offer.ticket, deadline) {
@@ -318,7 +322,7 @@ fn take_offer(
         Err(e) => {
             return Some(Miss::Held(format!(
                 "not this step's coordinator: {}: a squatter",
-                crate::text::escape_control(&e)
+                nccl_check_host::text::escape_control(&e)
             )))
         }
     };
@@ -568,7 +572,7 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
                     eprintln!(
                         "nccl-check: rendezvous: port {port} on {}: {}; trying again",
                         setup.host,
-                        crate::text::escape_control(why)
+                        nccl_check_host::text::escape_control(why)
                     );
                 }
                 latest.insert(port, why.clone());
@@ -579,7 +583,7 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
                     eprintln!(
                         "nccl-check: rendezvous: port {port} on {}: {}; trying the other candidate ports",
                         setup.host,
-                        crate::text::escape_control(why)
+                        nccl_check_host::text::escape_control(why)
                     );
                 }
                 latest.insert(port, why.clone());
@@ -596,7 +600,7 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
                 "rendezvous at {}: every candidate port ({}) is held by a process that is not this step's coordinator, so the coordinator could listen on none of them (port {first}: {})",
                 setup.host,
                 ports.join(", "),
-                crate::text::escape_control(latest.get(&first).map_or("", String::as_str))
+                nccl_check_host::text::escape_control(latest.get(&first).map_or("", String::as_str))
             ));
         }
     }

@@ -143,7 +143,7 @@ fn who(m: &Member) -> String {
     format!(
         "process rank {} ({})",
         m.proc_rank,
-        crate::text::escape_control(&m.host)
+        nccl_check_host::text::escape_control(&m.host)
     )
 }
 
@@ -155,7 +155,7 @@ fn aborted(why: Option<String>) -> String {
         .chars()
         .take(MAX_ABORT_CHARS)
         .collect();
-    crate::text::escape_control(&why)
+    nccl_check_host::text::escape_control(&why)
 }
 
 /// Adds `entries` into `total`; an index out of range or a value that is not finite is the

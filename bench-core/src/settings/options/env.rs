@@ -27,7 +27,7 @@ pub fn non_utf8_env(get: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Option<
         v.to_str().is_none().then(|| {
             format!(
                 "invalid {k} '{}': not UTF-8 text",
-                crate::text::escape_control(&v.to_string_lossy())
+                nccl_check_host::text::escape_control(&v.to_string_lossy())
             )
         })
     })

@@ -4,7 +4,7 @@
 
 use super::raw::RawArgs;
 use crate::meet::rendezvous::auth::Credential;
-use crate::slurm_rendezvous::{self, PortRange};
+use nccl_check_contract::slurm_rendezvous::{self, PortRange};
 
 /// The validated answer to "who, where, proven how".
 pub(super) struct Peers {

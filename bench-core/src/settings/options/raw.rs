@@ -2,8 +2,8 @@
 //! layer; `options.rs` turns it into validated [`super::Options`]). Reads no environment.
 
 use crate::localize::cli::ExplainArgs;
-use crate::verdict::ExitCode;
 use clap::{Parser, Subcommand};
+use nccl_check_contract::exit::ExitCode;
 use std::path::PathBuf;
 
 /// The width clap wraps help to when it cannot ask the terminal; every line of the text below

@@ -9,7 +9,7 @@
 
 use super::link::Gone;
 use crate::meet::rendezvous::Member;
-use crate::text::escape_control;
+use nccl_check_host::text::escape_control;
 
 /// Most nodes named in one sentence; the rest are counted.
 const MAX_NAMED: usize = 8;
