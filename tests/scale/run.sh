@@ -59,6 +59,8 @@ run_srun() { # env assignments for the workers, then srun runs on every node, bo
     local t0=$SECONDS
     env NCCL_CHECK_SIM_RENDEZVOUS_HOST=127.0.0.1 "$@" timeout "$BUDGET_S" srun -N"$NODES" --ntasks-per-node=1 --nccl-check true >"$OUT" 2>"$ERR"
     RC=$? ELAPSED=$((SECONDS - t0))
+    # NCCL_CHECK_SCALE_KEEP=DIR keeps every run's stderr there (the cluster's folder is removed).
+    if [ -n "${NCCL_CHECK_SCALE_KEEP:-}" ]; then cp "$ERR" "$NCCL_CHECK_SCALE_KEEP/run-$(date +%s%N).err"; fi
 }
 run_test() { # name function
     [ -n "$FILTER" ] && [[ "$1" != *"$FILTER"* ]] && return 0
@@ -67,9 +69,12 @@ run_test() { # name function
     harness_run "$1" "$2"
 }
 # What the ranks said, one line per distinct verdict (rank and node numbers folded), and srun's
-# own lines: enough to tell a FAIL from an ERROR and a slow node from a lost rendezvous.
+# own lines, and the coordinator's (rank 0) and its rendezvous notes: enough to tell a FAIL from an
+# ERROR, a slow node from a lost rendezvous, and a busy coordinator from a squatter.
 verdicts() {
-    { grep -E 'nccl-check: (PASS|FAIL|ERROR)' "$ERR" | sed -E 's/\(rank [0-9]+ of/(rank R of/; s/^.*nccl-check:/nccl-check:/' \
+    { grep -E 'nccl-check: (PASS|FAIL|ERROR) .*\(rank 0 of' "$ERR" | head -1
+      grep -E 'nccl-check: rendezvous: ' "$ERR" | sed -E 's/[0-9]+ more/N more/' | sort | uniq -c | sort -rn | head -4
+      grep -E 'nccl-check: (PASS|FAIL|ERROR)' "$ERR" | sed -E 's/\(rank [0-9]+ of/(rank R of/; s/^.*nccl-check:/nccl-check:/' \
         | sort | uniq -c | sort -rn | head -6; grep -vE 'nccl-check: (PASS|FAIL|ERROR)' "$ERR" | tail -4; } | cut -c1-400
 }
 expect_err() { grep -qE -- "$1" "$ERR" || fail "stderr lacks /$1/; stderr: $(verdicts)"; }
