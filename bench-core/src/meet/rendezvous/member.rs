@@ -728,7 +728,9 @@ mod tests {
     fn retries_are_spread_around_their_pause() {
         let pause = Duration::from_millis(200);
         let all: Vec<Duration> = (0..200).map(|_| jittered(pause)).collect();
-        assert!(all.iter().all(|p| *p >= pause * 3 / 4 && *p <= pause * 5 / 4));
+        assert!(all
+            .iter()
+            .all(|p| *p >= pause * 3 / 4 && *p <= pause * 5 / 4));
         assert!(all.iter().any(|p| *p < pause) && all.iter().any(|p| *p > pause));
     }
 }
