@@ -807,7 +807,7 @@ fn stalling_opening(port: u16, i: usize) {
     let _ = drain(&mut s, 3500);
 }
 
-/// Issue 34, a stranger on a member's node (not the coordinator's, where the kernel names its
+/// A stranger on a member's node (not the coordinator's, where the kernel names its
 /// uid): the coordinator sees its connections come from the member's own address and cannot
 /// tell whose they are before MUNGE says so. 256 threads from the member's address (127.0.0.1,
 /// as root like the coordinator, so that the kernel's uid cannot refuse them either), half
@@ -1007,7 +1007,7 @@ fn bound_ports_seen_from_another_node(
     (e, took)
 }
 
-/// Issue 34: a user who binds every candidate port without listening made the coordinator fail
+/// Regression: a user who binds every candidate port without listening made the coordinator fail
 /// at once, while a member on another node, whose connections are refused just as before a
 /// coordinator starts, waited for the whole --timeout (about 2 minutes under the plugin's
 /// default). The coordinator now says so over UDP, proven with the step's key, and the member
