@@ -9,7 +9,7 @@
 #   raw/                 every run's output (nccl-check: --json report and table; floor: its line)
 #   walls.tsv            round, tool, wall ms, exit code
 #   summary.md           medians, ratios against floor_par, nccl-check's phases (medians), the
-#                        floor's own context and init times, the done-when of issue 35
+#                        floor's own context and init times, the targets (quick plan within 1.10x, all_reduce only within 1.03x)
 #   machine.txt          GPUs, driver, NCCL, date
 #
 #   time-to-verdict.sh --lib LIBNCCL --ours NAME=BIN [--ours NAME=BIN ...] [--with NAME=VAR=VALUE ...]
@@ -21,7 +21,7 @@
 # --with blocking=NCCL_CHECK_COMM_MODE=blocking). --nccl-tests-src builds all_reduce_perf only
 # (sm_90 and up: H100/H200/B200) against LIBNCCL's headers. nvcc: PATH, else /usr/local/cuda.
 # NVLS and multicast stay off (NCCL_NVLS_ENABLE=0 ...), as on every GPU run of this project.
-# One binary, each setup change against the order before issue 35 (NCCL_CHECK_SETUP, diagnosis),
+# One binary, each setup change against the serial order it replaced (NCCL_CHECK_SETUP, diagnosis),
 # and the split communicator against a blocking init (NCCL_CHECK_COMM_MODE), ~4 min on 4 GPUs:
 #   B=target/gpu-carry/nccl-check; time-to-verdict.sh --lib LIBNCCL --out $OUT/ttv --budget 520 \
 #     --nccl-tests-src NCCL_TESTS_2.19.6_SRC --ours speed=$B \

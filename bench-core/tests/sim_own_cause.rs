@@ -1,4 +1,4 @@
-//! One cause across processes (issue 33), on real processes: N `nccl-check-sim` workers (the
+//! One cause across processes, on real processes: N `nccl-check-sim` workers (the
 //! real options, rendezvous, control plane and localizer; the measurements from the fabric
 //! simulation) on loopback, one emulated node each. A node whose own finding is a GPU another
 //! process holds is named by that finding in every process's verdict line and report, never by

@@ -635,7 +635,7 @@ mod tests {
     }
 
     /// The model of one node of 4 GPUs against the measured quick plan it was built from:
-    /// process start to exit, median 2268 ms on 4x H200 (session 4's time-to-verdict.txt).
+    /// process start to exit, median 2268 ms on 4x H200 (an early time-to-verdict run of the quick plan).
     #[test]
     fn one_node_of_four_models_the_measured_quick_plan_within_five_percent() {
         let m = plan_model(1, 4, &defaults(1)).unwrap();

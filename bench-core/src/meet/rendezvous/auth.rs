@@ -139,21 +139,50 @@ pub fn check_ticket_proof(
     })
 }
 
+/// Why a credential could not be made or checked, by what it says about the other side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthError {
+    /// No MUNGE slot was free in time, or munge or unmunge did not answer in time: this node is
+    /// busy, which says nothing about the other side (a member tries again).
+    Busy(String),
+    /// MUNGE's replay cache knows the credential: a recording played again.
+    Replayed(String),
+    /// The proof or credential is not good (another key, another uid, another connection), or
+    /// none could be made.
+    Refused(String),
+}
+
+impl std::fmt::Display for AuthError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AuthError::Busy(s) | AuthError::Replayed(s) | AuthError::Refused(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<AuthError> for String {
+    fn from(e: AuthError) -> String {
+        e.to_string()
+    }
+}
+
 /// Makes and checks proofs.
 pub trait Authenticator: Send + Sync {
     /// The job's ticket, made once by the coordinator where proofs run programs; `None` where
     /// proofs are cheap to check (HMAC).
-    fn ticket(&self, _deadline: Instant) -> Result<Option<Ticket>, String> {
+    fn ticket(&self, _deadline: Instant) -> Result<Option<Ticket>, AuthError> {
         Ok(None)
     }
     /// The key inside a coordinator's ticket credential, if it is one of this job's user.
-    fn open_ticket(&self, _credential: &str, _deadline: Instant) -> Result<Vec<u8>, String> {
-        Err("a ticket where this step's proofs need none".into())
+    fn open_ticket(&self, _credential: &str, _deadline: Instant) -> Result<Vec<u8>, AuthError> {
+        Err(AuthError::Refused(
+            "a ticket where this step's proofs need none".into(),
+        ))
     }
     /// A proof that this process, holding the step's credential, made `context`.
-    fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, String>;
+    fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, AuthError>;
     /// Ok if `proof` was made for `context` by a holder of the step's credential.
-    fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), String>;
+    fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), AuthError>;
     /// How peers are authenticated, for messages and the report.
     fn describe(&self) -> String;
     /// Key material every process of the step holds and nobody else does, mixed into each
@@ -198,19 +227,20 @@ impl SharedSecret {
 }
 
 impl Authenticator for SharedSecret {
-    fn prove(&self, context: &[u8], _deadline: Instant) -> Result<String, String> {
+    fn prove(&self, context: &[u8], _deadline: Instant) -> Result<String, AuthError> {
         let mut m = self.mac();
         m.update(context);
         Ok(hex::encode(m.finalize().into_bytes()))
     }
 
-    fn verify(&self, context: &[u8], proof: &str, _deadline: Instant) -> Result<(), String> {
-        let tag = hex::decode(proof).map_err(|_| "proof is not hex".to_string())?;
+    fn verify(&self, context: &[u8], proof: &str, _deadline: Instant) -> Result<(), AuthError> {
+        let refused = |why: &str| AuthError::Refused(why.to_string());
+        let tag = hex::decode(proof).map_err(|_| refused("proof is not hex"))?;
         let mut m = self.mac();
         m.update(context);
         // Constant-time comparison.
         m.verify_slice(&tag)
-            .map_err(|_| "proof does not match this step's secret".to_string())
+            .map_err(|_| refused("proof does not match this step's secret"))
     }
 
     fn describe(&self) -> String {
@@ -265,7 +295,7 @@ static MUNGE_FREED: std::sync::Condvar = std::sync::Condvar::new();
 struct MungeSlot;
 
 impl MungeSlot {
-    fn take(until: Instant) -> Result<MungeSlot, String> {
+    fn take(until: Instant) -> Result<MungeSlot, AuthError> {
         let mut q = MUNGE_SLOTS.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = q.next;
         q.next += 1;
@@ -275,9 +305,9 @@ impl MungeSlot {
                 q.waiting.retain(|&t| t != ticket);
                 drop(q);
                 MUNGE_FREED.notify_all();
-                return Err(format!(
+                return Err(AuthError::Busy(format!(
                     "{MUNGE_BUSY}: {MUNGE_AT_ONCE} credentials are being made or checked already (a flood of connections?)"
-                ));
+                )));
             };
             q = MUNGE_FREED
                 .wait_timeout(q, left)
@@ -330,9 +360,9 @@ impl Munge {
         args: &[&str],
         input: &[u8],
         deadline: Instant,
-    ) -> Result<String, String> {
+    ) -> Result<String, AuthError> {
         self.run_output(program, args, input, deadline)?
-            .map_err(|(_, why)| why)
+            .map_err(|(_, why)| AuthError::Refused(why))
     }
 
     /// As [`Munge::run`], but a program that ran and exited non-zero gives `Ok(Err((its
@@ -343,7 +373,7 @@ impl Munge {
         args: &[&str],
         input: &[u8],
         deadline: Instant,
-    ) -> Result<Result<String, (String, String)>, String> {
+    ) -> Result<Result<String, (String, String)>, AuthError> {
         use nccl_check_host::supervise::{self, Ending, Output, Spec};
         let until = deadline.min(Instant::now() + MUNGE_TIMEOUT);
         let _slot = MungeSlot::take(until)?;
@@ -364,13 +394,17 @@ impl Munge {
             stderr: Output::Tail { max_bytes: 4096 },
             deadline: until.saturating_duration_since(Instant::now()),
         };
-        let done = supervise::run(spec)
-            .map_err(|e| format!("cannot run {}: {}", program.display(), e.error))?;
+        let done = supervise::run(spec).map_err(|e| {
+            AuthError::Refused(format!("cannot run {}: {}", program.display(), e.error))
+        })?;
         let out = String::from_utf8_lossy(&done.stdout).into_owned();
         let status = match done.ending {
             Ending::Exited(0) => return Ok(Ok(out)),
             Ending::KilledAtDeadline => {
-                return Err(format!("{} did not answer in time", program.display()))
+                return Err(AuthError::Busy(format!(
+                    "{} did not answer in time",
+                    program.display()
+                )))
             }
             Ending::Exited(code) => format!("exit status: {code}"),
             Ending::Signaled(sig) => format!("signal: {sig}"),
@@ -393,6 +427,20 @@ impl Munge {
             nccl_check_host::text::escape_control(&why)
         );
         Ok(Err((out, why)))
+    }
+}
+
+/// A credential unmunge would not take, by its STATUS (MUNGE's own words, `-k STATUS`) or,
+/// where it printed none, its error line: a replay, or refused for another reason.
+fn refusal(out: &str, why: String) -> AuthError {
+    let status = out
+        .lines()
+        .find_map(|l| l.strip_prefix("STATUS:"))
+        .unwrap_or(&why);
+    if status.contains("Replayed credential") {
+        AuthError::Replayed(why)
+    } else {
+        AuthError::Refused(why)
     }
 }
 
@@ -430,10 +478,10 @@ impl Authenticator for Munge {
         true
     }
 
-    fn ticket(&self, deadline: Instant) -> Result<Option<Ticket>, String> {
+    fn ticket(&self, deadline: Instant) -> Result<Option<Ticket>, AuthError> {
         let mut key = vec![0u8; 32];
         getrandom::getrandom(&mut key)
-            .map_err(|e| format!("no random numbers from the kernel: {e}"))?;
+            .map_err(|e| AuthError::Refused(format!("no random numbers from the kernel: {e}")))?;
         // The key on munge's stdin, never on its command line (which every user can read).
         let uid = self.uid.to_string();
         let cred = self.run(
@@ -448,9 +496,10 @@ impl Authenticator for Munge {
         }))
     }
 
-    fn open_ticket(&self, credential: &str, deadline: Instant) -> Result<Vec<u8>, String> {
+    fn open_ticket(&self, credential: &str, deadline: Instant) -> Result<Vec<u8>, AuthError> {
+        let refused = AuthError::Refused;
         if credential.len() > 8192 || !credential.starts_with("MUNGE:") {
-            return Err("its ticket is not a MUNGE credential".into());
+            return Err(refused("its ticket is not a MUNGE credential".into()));
         }
         let mut known = self.opened.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, key)) = known.as_ref().filter(|(c, _)| c == credential) {
@@ -467,35 +516,35 @@ impl Authenticator for Munge {
                 if out.contains("\n\n") {
                     Ok(out)
                 } else {
-                    Err(why)
+                    Err(refused(why))
                 }
             })?;
-        let (status, uid, payload) = parse_unmunge(&out)?;
+        let (status, uid, payload) = parse_unmunge(&out).map_err(refused)?;
         // Every process of the job opens the same ticket: a replay (a second process on this
         // node) or an expired one still shows whose it is and what it holds; the key's
         // freshness is the coordinator's, which checks it against its own.
         let usable = ["Success", "Replayed credential", "Expired credential"];
         if !usable.iter().any(|u| status.starts_with(u)) {
-            return Err(format!(
+            return Err(refused(format!(
                 "its ticket does not open: {}",
                 nccl_check_host::text::escape_control(&status)
-            ));
+            )));
         }
         if uid != self.uid {
-            return Err(format!(
+            return Err(refused(format!(
                 "its ticket is a credential of uid {uid}, not this job's uid {}",
                 self.uid
-            ));
+            )));
         }
         let key = hex::decode(&payload)
             .ok()
             .filter(|k| k.len() == 32)
-            .ok_or("its ticket holds no key")?;
+            .ok_or_else(|| refused("its ticket holds no key".into()))?;
         *known = Some((credential.to_string(), key.clone()));
         Ok(key)
     }
 
-    fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, String> {
+    fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, AuthError> {
         let uid = self.uid.to_string();
         let cred = self.run(
             &self.munge,
@@ -506,36 +555,42 @@ impl Authenticator for Munge {
         Ok(cred.trim().to_string())
     }
 
-    fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), String> {
+    fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), AuthError> {
+        let refused = AuthError::Refused;
         if proof.len() > 8192 || !proof.starts_with("MUNGE:") {
-            return Err("proof is not a MUNGE credential".into());
+            return Err(refused("proof is not a MUNGE credential".into()));
         }
-        let out = self.run(
-            &self.unmunge,
-            &["-k", "STATUS", "-k", "UID"],
-            proof.as_bytes(),
-            deadline,
-        )?;
-        let (status, uid, payload) = parse_unmunge(&out)?;
+        let out = self
+            .run_output(
+                &self.unmunge,
+                &["-k", "STATUS", "-k", "UID"],
+                proof.as_bytes(),
+                deadline,
+            )?
+            .map_err(|(out, why)| refusal(&out, why))?;
+        let (status, uid, payload) = parse_unmunge(&out).map_err(refused)?;
         if !status.starts_with("Success") {
             let status = if status.is_empty() {
                 "no reason given"
             } else {
                 &status
             };
-            return Err(format!(
+            let why = format!(
                 "MUNGE credential refused: {}",
                 nccl_check_host::text::escape_control(status)
-            ));
+            );
+            return Err(refusal(&out, why));
         }
         if uid != self.uid {
-            return Err(format!(
+            return Err(refused(format!(
                 "MUNGE credential of uid {uid}, not this job's uid {}",
                 self.uid
-            ));
+            )));
         }
         if payload != digest(context) {
-            return Err("MUNGE credential was made for another message or connection".into());
+            return Err(refused(
+                "MUNGE credential was made for another message or connection".into(),
+            ));
         }
         Ok(())
     }
@@ -636,7 +691,10 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(10), "{e}");
         assert_eq!(
             e,
-            format!("{} did not answer in time", d.join("munge").display())
+            AuthError::Busy(format!(
+                "{} did not answer in time",
+                d.join("munge").display()
+            ))
         );
         assert_process_gone(&pid, Duration::from_secs(2));
         std::fs::remove_dir_all(&d).ok();
@@ -657,7 +715,10 @@ mod tests {
         let e = m.verify(b"ctx", "MUNGE:abc", later()).expect_err("refused");
         assert_eq!(
             e,
-            format!("{}: refused: MUNGE:abc", d.join("unmunge").display())
+            AuthError::Refused(format!(
+                "{}: refused: MUNGE:abc",
+                d.join("unmunge").display()
+            ))
         );
         let cred = m.prove(b"ctx", later()).expect("munge answers");
         assert!(
@@ -673,12 +734,15 @@ mod tests {
             "echo 'STATUS: Replayed credential (15)'; exit 15",
         );
         let e = m.verify(b"ctx", "MUNGE:abc", later()).expect_err("refused");
-        assert!(e.ends_with(": Replayed credential (15)"), "{e}");
+        assert!(
+            matches!(&e, AuthError::Replayed(why) if why.ends_with(": Replayed credential (15)")),
+            "{e:?}"
+        );
         let m = fake_munge(&d, "exit 3", "exit 0");
         let e = m.prove(b"ctx", later()).expect_err("failed");
         assert!(
-            e.ends_with(": exited with exit status: 3 and said nothing"),
-            "{e}"
+            matches!(&e, AuthError::Refused(why) if why.ends_with(": exited with exit status: 3 and said nothing")),
+            "{e:?}"
         );
         std::fs::remove_dir_all(&d).ok();
     }

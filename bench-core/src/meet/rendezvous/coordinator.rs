@@ -381,7 +381,7 @@ fn handshake_opened(
         to: seen_to.clone(),
         proof: auth
             .prove(&auth::context("coordinator", label, &t_hex, b""), deadline)
-            .map_err(kind(Refusal::Busy))?,
+            .map_err(|e| kind(Refusal::Busy)(e.to_string()))?,
     };
     wire::send(&mut stream, &proof, deadline).map_err(wire_err)?;
     if opening.from != seen_from || opening.to != seen_to {
@@ -431,14 +431,12 @@ fn handshake_opened(
     })
 }
 
-/// The kind of a proof that did not verify, from the authenticator's words.
-fn refusal_of_verify(why: &str) -> Refusal {
-    if why.contains("Replayed credential") {
-        Refusal::Replay
-    } else if why.contains(auth::MUNGE_BUSY) {
-        Refusal::Busy
-    } else {
-        Refusal::WrongProof
+/// The kind of a proof that did not verify.
+fn refusal_of_verify(why: &auth::AuthError) -> Refusal {
+    match why {
+        auth::AuthError::Replayed(_) => Refusal::Replay,
+        auth::AuthError::Busy(_) => Refusal::Busy,
+        auth::AuthError::Refused(_) => Refusal::WrongProof,
     }
 }
 
@@ -823,16 +821,15 @@ mod tests {
 
     #[test]
     fn a_proof_that_does_not_verify_is_classified_by_its_reason() {
+        use auth::AuthError;
+        let why = || "unmunge: Replayed credential".to_string();
         assert_eq!(
-            refusal_of_verify("unmunge: Replayed credential"),
+            refusal_of_verify(&AuthError::Replayed(why())),
             Refusal::Replay
         );
+        assert_eq!(refusal_of_verify(&AuthError::Busy(why())), Refusal::Busy);
         assert_eq!(
-            refusal_of_verify(&format!("{}: 4 credentials", auth::MUNGE_BUSY)),
-            Refusal::Busy
-        );
-        assert_eq!(
-            refusal_of_verify("proof does not match this step's secret"),
+            refusal_of_verify(&AuthError::Refused(why())),
             Refusal::WrongProof
         );
     }

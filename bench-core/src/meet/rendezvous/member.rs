@@ -332,13 +332,13 @@ fn take_offer(
     let key = match setup.auth.open_ticket(&offer.ticket, deadline) {
         Ok(k) => k,
         // This node's MUNGE busy or slow: nothing said about the port's holder yet.
-        Err(e) if e.starts_with(auth::MUNGE_BUSY) || e.ends_with("did not answer in time") => {
+        Err(e @ auth::AuthError::Busy(_)) => {
             return Some(Miss::Open(format!("opening the coordinator's ticket: {e}")))
         }
         Err(e) => {
             return Some(Miss::Held(format!(
                 "not this step's coordinator: {}: a squatter",
-                nccl_check_host::text::escape_control(&e)
+                nccl_check_host::text::escape_control(&e.to_string())
             )))
         }
     };
@@ -450,7 +450,7 @@ fn attempt_on(
             &auth::context("member", &setup.label, &t_hex, &bytes),
             deadline,
         )
-        .map_err(open)?;
+        .map_err(|e| open(e.to_string()))?;
     wire::send(
         stream,
         &Hello {
