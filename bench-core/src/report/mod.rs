@@ -106,43 +106,24 @@ impl PairRow {
     }
 }
 
-/// What a result was held against, beside it in the report and the table: the floor, the
-/// margin (the result's busbw / the floor: 1.18 is 18% above it, 0.50 half of it) and where the
-/// floor comes from (a built-in rule and its source, the admin's rule file:line, `--min-busbw`,
-/// or the outlier rule's median of its peers).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Expected {
-    pub floor_gbs: f64,
-    pub margin: f64,
-    pub source: String,
-}
+/// What a result was held against, beside it in the report and the table (one definition,
+/// the contract's): the floor, the margin (the result's busbw / the floor: 1.18 is 18% above
+/// it, 0.50 half of it) and where the floor comes from (a built-in rule and its source, the
+/// admin's rule file:line, `--min-busbw`, or the outlier rule's median of its peers).
+pub use nccl_check_contract::report::Expected;
 
-impl Expected {
-    pub fn new(busbw: f64, floor_gbs: f64, source: String) -> Expected {
-        Expected {
-            floor_gbs,
-            margin: if floor_gbs > 0.0 {
-                busbw / floor_gbs
-            } else {
-                f64::INFINITY
-            },
-            source,
-        }
-    }
-
-    /// `>= 400 GB/s (1.18x; built-in [<built-in defaults.toml>:91])` for a table or a summary.
-    pub fn short(&self) -> String {
-        let margin = if self.margin.is_finite() {
-            format!("{:.2}x", self.margin)
-        } else {
-            "no floor".into()
-        };
-        let from = self.source.split(": ").next().unwrap_or(&self.source);
-        format!(
-            ">= {} GB/s ({margin}; {from})",
-            crate::facts::num(self.floor_gbs)
-        )
-    }
+/// `>= 400 GB/s (1.18x; built-in [<built-in defaults.toml>:91])` for a table or a summary.
+pub fn expected_short(e: &Expected) -> String {
+    let margin = if e.margin.is_finite() {
+        format!("{:.2}x", e.margin)
+    } else {
+        "no floor".into()
+    };
+    let from = e.source.split(": ").next().unwrap_or(&e.source);
+    format!(
+        ">= {} GB/s ({margin}; {from})",
+        crate::facts::num(e.floor_gbs)
+    )
 }
 
 impl PairRow {

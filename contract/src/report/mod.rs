@@ -188,3 +188,19 @@ pub struct Expected {
     pub margin: f64,
     pub source: String,
 }
+
+impl Expected {
+    /// A result of `busbw` held against `floor_gbs`: its margin is busbw / floor (infinite
+    /// where there is no floor).
+    pub fn new(busbw: f64, floor_gbs: f64, source: String) -> Expected {
+        Expected {
+            floor_gbs,
+            margin: if floor_gbs > 0.0 {
+                busbw / floor_gbs
+            } else {
+                f64::INFINITY
+            },
+            source,
+        }
+    }
+}

@@ -362,7 +362,9 @@ impl Measurer<'_> {
                 let busbw = row.out_of_place.busbw.min(row.in_place.busbw);
                 format!(
                     "#  ^ held against {}",
-                    crate::report::Expected::new(busbw, e.floor, e.source).short()
+                    crate::report::expected_short(&crate::report::Expected::new(
+                        busbw, e.floor, e.source
+                    ))
                 )
             })
             .unwrap_or_else(|| "#  ^ no floor at this size".to_string())
