@@ -56,15 +56,16 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
                         _ => first.code.to_string(),
                     };
                 }
-                let subject = first.subject.as_deref().filter(|s| !s.trim().is_empty());
-                if let Some(subj) = subject.filter(|s| !first.message.contains(*s)) {
+                let subject = first.subject_text().filter(|s| !s.trim().is_empty());
+                if let Some(subj) = subject.filter(|s| !first.message.contains(s.as_str())) {
                     s = format!("{subj}: {s}");
                 }
                 if r.head.reasons.len() > 1 {
                     s.push_str(&format!(" (+{} more)", r.head.reasons.len() - 1));
                 }
                 let culprit = first
-                    .culprit()
+                    .subject
+                    .as_ref()
                     .map_or_else(|| "GPUs".to_string(), |c| c.short());
                 (format!("{culprit} {}", problem(first.code)), s)
             }
@@ -94,6 +95,7 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nccl_check_contract::report::culprit::Culprit;
     use nccl_check_contract::report::reason::Reason;
     use nccl_check_contract::report::Head;
 
@@ -117,7 +119,7 @@ mod tests {
         Reason {
             code: ReasonCode::BusbwBelowThreshold,
             message: "sendrecv 256 MiB: busbw 12.3 < 300.0 GB/s".into(),
-            subject: subject.map(str::to_string),
+            subject: subject.map(Culprit::parse),
             measured: Some(12.3),
             limit: Some(300.0),
         }

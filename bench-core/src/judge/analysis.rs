@@ -155,7 +155,7 @@ impl Localized {
         self.whole_nodes
             .iter()
             .chain(&self.culprits)
-            .filter_map(|r| r.subject.clone())
+            .filter_map(Reason::subject_text)
     }
 }
 
@@ -265,7 +265,7 @@ fn whole_node_reasons(
                 "{}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)",
                 if multi { format!("node {node}: ") } else { String::new() }
             ),
-            subject: Some(subject.to_string()),
+            subject: Some(subject),
             measured: Some(hi),
             limit: Some(limit),
         });
@@ -329,8 +329,7 @@ fn gpu_reasons(
             },
             None if multi => Culprit::Other(format!("{node} {gpu}")),
             None => Culprit::Other(gpu.clone()),
-        }
-        .to_string();
+        };
         reasons.push(Reason {
             code: ReasonCode::GpuOutlier,
             message: format!(
@@ -397,7 +396,7 @@ fn node_pair_culprit_reasons(
                 "node {node}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({:.0}%)",
                 100.0 * mean / med.max(1e-9)
             ),
-            subject: Some(Culprit::Node(node.clone()).to_string()),
+            subject: Some(Culprit::Node(node.clone())),
             measured: Some(mean),
             limit: Some(fraction * med),
         });
@@ -435,7 +434,7 @@ fn link_reasons(
                 (PairKind::Node, _) => ReasonCode::NodePairOutlier,
             },
             message,
-            subject: Some(p.subject(multi)),
+            subject: Some(p.culprit(multi)),
             measured: Some(p.busbw),
             limit: Some(limit),
         });
@@ -463,7 +462,7 @@ fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
                 message: format!(
                     "node {node}: GPU-pair sendrecv busbw median {m:.1} GB/s < {fraction:.2} x {reference:.1} GB/s of the other nodes"
                 ),
-                subject: Some(Culprit::Node(node.to_string()).to_string()),
+                subject: Some(Culprit::Node(node.to_string())),
                 measured: Some(*m),
                 limit: Some(fraction * reference),
             });
@@ -550,7 +549,7 @@ mod tests {
         let r = fail_reasons(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(r[0].code, ReasonCode::LinkOutlier);
-        assert_eq!(r[0].subject.as_deref(), Some("GPU2<->GPU3"));
+        assert_eq!(r[0].subject_text().as_deref(), Some("GPU2<->GPU3"));
         assert!(
             r[0].message.starts_with(
                 "GPU2<->GPU3 sendrecv 256 MiB busbw 41.2 GB/s < 0.85 x node median 302.1 GB/s"
@@ -566,7 +565,7 @@ mod tests {
         let r = fail_reasons(&[], &pairs, 4, 1, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
-            (r[0].code, r[0].subject.as_deref()),
+            (r[0].code, r[0].subject_text().as_deref()),
             (ReasonCode::GpuOutlier, Some("GPU1"))
         );
     }
@@ -622,7 +621,7 @@ mod tests {
         let r = fail_reasons(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
-            (r[0].code, r[0].subject.as_deref()),
+            (r[0].code, r[0].subject_text().as_deref()),
             (ReasonCode::NodeOutlier, Some("nodeB"))
         );
     }
@@ -654,7 +653,7 @@ mod tests {
         let r = fail_reasons(&[], &pairs, 4, 4, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
-            (r[0].code, r[0].subject.as_deref()),
+            (r[0].code, r[0].subject_text().as_deref()),
             (ReasonCode::NodeOutlier, Some("n3"))
         );
     }
@@ -676,13 +675,13 @@ mod tests {
         pairs.extend(matrix("n3", |_, _| 20.0));
         let floor: Floor = &|c, g, _| (c == "sendrecv" && g == 2).then_some(255.0);
         let r = fail_reasons(&[], &pairs, 12, 3, 0.85, floor);
-        let codes: Vec<(ReasonCode, Option<&str>)> =
-            r.iter().map(|x| (x.code, x.subject.as_deref())).collect();
+        let codes: Vec<(ReasonCode, Option<String>)> =
+            r.iter().map(|x| (x.code, x.subject_text())).collect();
         assert_eq!(
             codes,
             [
-                (ReasonCode::NodeOutlier, Some("n3")),
-                (ReasonCode::BusbwBelowThreshold, Some("n3")),
+                (ReasonCode::NodeOutlier, Some("n3".into())),
+                (ReasonCode::BusbwBelowThreshold, Some("n3".into())),
             ]
         );
         assert!(
@@ -697,7 +696,7 @@ mod tests {
     /// when the check spans several.
     #[test]
     fn every_culprit_is_written_as_its_typed_kind() {
-        let culprit = |r: &Reason| r.culprit().expect("names something");
+        let culprit = |r: &Reason| r.subject.clone().expect("names something");
         let one = fail_reasons(
             &[],
             &matrix("n1", |a, b| if (a, b) == (2, 3) { 41.2 } else { 302.1 }),

@@ -126,27 +126,28 @@ pub fn reason(scope: Scope, f: &Finding) -> Reason {
     Reason {
         code: f.code,
         message: f.message.clone(),
+        // A fact names its subject in its own words (`GPU 3 (0000:9b:00.0)`, `eth1`): kept as
+        // written, except a GPU of this process, which is named as every reason names it.
         subject: Some(match scope {
-            Scope::Gpu(k) => crate::report::gpu_label(k as u32),
-            _ => f.subject.clone(),
+            Scope::Gpu(k) => Culprit::Gpu {
+                node: None,
+                gpu: k as u32,
+            },
+            _ => Culprit::Other(f.subject.clone()),
         }),
         measured: f.measured,
         limit: f.limit,
     }
 }
 
-/// The scopes a bandwidth reason's subject names: `GPU2<->GPU3`, `n1 GPU0<->GPU1`, `GPU1`,
-/// `node1<->node2`; none (the whole check) when it names nothing.
-fn scopes_of(subject: Option<&str>) -> Option<Vec<Scope>> {
-    let s = subject?;
-    let gpus: Vec<Scope> = s
-        .split(|c: char| c.is_whitespace() || c == '<' || c == '-' || c == '>')
-        .filter_map(|w| w.strip_prefix("GPU")?.parse().ok().map(Scope::Gpu))
-        .collect();
-    Some(if gpus.is_empty() {
-        vec![Scope::Net]
-    } else {
-        gpus
+/// The scopes a bandwidth reason's subject names: its GPUs (`GPU1`, `GPU2<->GPU3`, on any
+/// node), else the network (a node, a node pair, a NIC); none (the whole check) when it names
+/// nothing.
+fn scopes_of(subject: Option<&Culprit>) -> Option<Vec<Scope>> {
+    Some(match subject? {
+        Culprit::Gpu { gpu, .. } => vec![Scope::Gpu(*gpu as usize)],
+        Culprit::GpuPair { a, b, .. } => vec![Scope::Gpu(*a as usize), Scope::Gpu(*b as usize)],
+        _ => vec![Scope::Net],
     })
 }
 
@@ -157,7 +158,7 @@ pub fn cite(reasons: &mut [Reason], facts: &[(Scope, Finding)]) {
         .iter_mut()
         .filter(|r| r.code.is_bandwidth() && r.code != ReasonCode::LocalProbeSlow)
     {
-        let scopes = scopes_of(r.subject.as_deref());
+        let scopes = scopes_of(r.subject.as_ref());
         let why: Vec<&str> = facts
             .iter()
             .filter(|(s, f)| {
@@ -308,7 +309,7 @@ pub fn host_cause(
             message: format!(
                 "{node}: {describe} (the check's numbers were not slowed below their floors)"
             ),
-            subject: Some(node.to_string()),
+            subject: Some(Culprit::Node(node.to_string())),
             measured: Some(load.others_share),
             limit: Some(crate::facts::host_load::BUSY_SHARE),
         };
@@ -323,7 +324,7 @@ pub fn host_cause(
             caused.len(),
             first.message
         ),
-        subject: Some(node.to_string()),
+        subject: Some(Culprit::Node(node.to_string())),
         measured: Some(load.others_share),
         limit: Some(crate::facts::host_load::BUSY_SHARE),
     }];
@@ -344,7 +345,7 @@ pub fn node_pair_floor(pairs: &[PairRow], facts: Option<&NodeFacts>) -> Vec<Reas
         .iter()
         .filter(|p| p.kind == PairKind::Node && p.delivered_busbw() < min)
         .map(|p| {
-            let subject = p.subject(true);
+            let subject = p.culprit(true);
             Reason {
                 code: ReasonCode::BusbwBelowThreshold,
                 message: format!(
@@ -366,13 +367,13 @@ fn slows(r: &Reason, k: u32, host: &str) -> bool {
     if r.code == ReasonCode::GpuBusy {
         // The localizer's reading of this node gave way to its own finding, shared with every
         // process (`localize::own`): GPU k of this node busy, which this process names itself.
-        return matches!(r.culprit(), Some(Culprit::Gpu { node: Some(n), gpu }) if gpu == k && n == host);
+        return matches!(&r.subject, Some(Culprit::Gpu { node: Some(n), gpu }) if *gpu == k && n == host);
     }
     if !is_speed_reading(r.code) {
         return false;
     }
     let here = |n: &Option<String>| n.as_deref().is_none_or(|n| n == host);
-    match r.culprit() {
+    match r.subject.clone() {
         None => true,
         Some(Culprit::Gpu { node, gpu }) => gpu == k && here(&node),
         Some(Culprit::GpuPair { node, a, b, .. }) => (a == k || b == k) && here(&node),
@@ -417,12 +418,15 @@ pub fn foreign_processes(
         if others.is_empty() {
             continue;
         }
-        let subject = crate::report::gpu_label(k as u32);
-        let named = busy_prefix(&subject, &others);
+        let subject = Culprit::Gpu {
+            node: None,
+            gpu: k as u32,
+        };
+        let named = busy_prefix(&subject.to_string(), &others);
         let named = named.trim_end().trim_end_matches(';');
         let already = reasons
             .iter()
-            .any(|r| r.code == ReasonCode::GpuBusy && r.subject.as_deref() == Some(&subject));
+            .any(|r| r.code == ReasonCode::GpuBusy && r.subject.as_ref() == Some(&subject));
         if already {
             continue;
         }
@@ -433,7 +437,7 @@ pub fn foreign_processes(
                     "{named}: the slow results on it are that process's load, not its \
                      hardware's"
                 ),
-                subject: Some(subject),
+                subject: Some(subject.clone()),
                 measured: None,
                 limit: None,
             });

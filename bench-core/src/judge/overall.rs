@@ -616,7 +616,10 @@ mod tests {
         assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.head.reasons.len(), 1, "{:?}", r.head.reasons);
         assert_eq!(r.head.reasons[0].code, ReasonCode::TransportFallback);
-        assert_eq!(r.head.reasons[0].subject.as_deref(), Some("GPU0->GPU1"));
+        assert_eq!(
+            r.head.reasons[0].subject_text().as_deref(),
+            Some("GPU0->GPU1")
+        );
         // Without peer access CUDA expects no P2P there: SHM is what it should be.
         let r = report(vec![row("all_reduce", 338.0)], 300.0);
         let (_, code) = run(r, None, Some(SHM_LOG), false);

@@ -14,6 +14,7 @@
 use super::layout::Layout;
 use super::reasons::{self, LocalizeSummary};
 use super::{Group, LocalizeError, Localizer, Phase, Round};
+use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};
 
 /// Reasons a process is told at the end: its own node's first, then the others, up to this many
@@ -219,12 +220,9 @@ impl Conductor {
             .flatten()
             .and_then(|n| self.layout.names.get(n));
         let names_mine = |r: &&nccl_check_contract::report::reason::Reason| {
-            let words = |s: &str| {
-                s.split("<->")
-                    .flat_map(str::split_whitespace)
-                    .any(|w| node.is_some_and(|n| w == n))
-            };
-            r.subject.as_deref().is_some_and(words)
+            r.subject
+                .as_ref()
+                .is_some_and(|c| node.is_some_and(|n| c.names_node(n)))
         };
         let mut picked: Vec<_> = all.reasons.iter().filter(names_mine).collect();
         picked.extend(all.reasons.iter().filter(|r| !names_mine(r)));
@@ -235,7 +233,15 @@ impl Conductor {
             .map(|r| {
                 let mut r = r.clone();
                 r.message = cut(&r.message);
-                r.subject = r.subject.as_deref().map(cut);
+                // Bounded as the message is: a long name goes as its cut text.
+                r.subject = r.subject.map(|c| {
+                    let text = c.to_string();
+                    if text.chars().count() > MAX_REASON_CHARS {
+                        Culprit::Other(cut(&text))
+                    } else {
+                        c
+                    }
+                });
                 r
             })
             .collect();

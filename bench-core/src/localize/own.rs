@@ -195,7 +195,10 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
         reasons.push(Reason {
             code: ReasonCode::GpuBusy,
             message,
-            subject: Some(format!("{name} GPU{gpu}")),
+            subject: Some(Culprit::Gpu {
+                node: Some(name.to_string()),
+                gpu,
+            }),
             measured: slowed.map(|(rate, _)| rate),
             limit: slowed.map(|(_, floor)| floor),
         });
@@ -208,7 +211,7 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
                  (worker_starved): a starved node, not a path",
                 100.0 * share
             ),
-            subject: Some(name.to_string()),
+            subject: Some(Culprit::Node(name.to_string())),
             measured: Some(share),
             limit: None,
         });
@@ -220,7 +223,7 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
                 "node {name}: {} GPU(s) fewer than it should have",
                 n.round()
             ),
-            subject: Some(name.to_string()),
+            subject: Some(Culprit::Node(name.to_string())),
             measured: None,
             limit: None,
         });
@@ -238,7 +241,7 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
                 "node {name}: host busy: its CPUs were busy with {cpus:.1} CPUs of other \
                  processes{top}: the node pairs it was in were slow by its host, not its network"
             ),
-            subject: Some(name.to_string()),
+            subject: Some(Culprit::Node(name.to_string())),
             measured: Some(cpus),
             limit: None,
         });
@@ -257,11 +260,11 @@ fn network_nodes(r: &Reason) -> Vec<String> {
         | ReasonCode::NodeOutlier
         | ReasonCode::NodePairOutlier => true,
         ReasonCode::BusbwBelowThreshold => {
-            matches!(r.culprit(), Some(Culprit::NodePair(..)))
+            matches!(r.subject, Some(Culprit::NodePair(..)))
         }
         _ => false,
     };
-    match r.culprit().filter(|_| network) {
+    match r.subject.clone().filter(|_| network) {
         Some(Culprit::Node(n)) | Some(Culprit::Rail { node: n, .. }) => vec![n],
         Some(Culprit::NodePair(a, b)) => vec![a, b],
         _ => Vec::new(),
@@ -271,7 +274,7 @@ fn network_nodes(r: &Reason) -> Vec<String> {
 /// The node a reason is about, when it names one (a GPU, a GPU pair or a rail of a named node,
 /// or a node).
 fn node_named(r: &Reason) -> Option<String> {
-    match r.culprit()? {
+    match r.subject.clone()? {
         Culprit::Gpu { node, .. } | Culprit::GpuPair { node, .. } => node,
         Culprit::Node(n) | Culprit::Rail { node: n, .. } => Some(n),
         _ => None,
@@ -325,7 +328,7 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
             out.extend(found.into_iter().cloned());
         }
     }
-    let mut seen: Vec<(ReasonCode, Option<String>)> = Vec::new();
+    let mut seen: Vec<(ReasonCode, Option<Culprit>)> = Vec::new();
     out.retain(|r| {
         let key = (r.code, r.subject.clone());
         let first = !seen.contains(&key);
@@ -355,17 +358,20 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     if own {
         reasons.retain(|r| !network_nodes(r).iter().any(|n| n == host));
     }
-    let local: Vec<(ReasonCode, String)> = reasons
+    let local: Vec<(ReasonCode, Culprit)> = reasons
         .iter()
         .filter(|r| node_named(r).is_none())
         .filter_map(|r| Some((r.code, r.subject.clone()?)))
         .collect();
     reasons.retain(|r| {
-        let Some(Culprit::Gpu { node: Some(n), gpu }) = r.culprit() else {
+        let Some(Culprit::Gpu { node: Some(n), gpu }) = &r.subject else {
             return true;
         };
-        let label = crate::report::gpu_label(gpu);
-        !(n == host && local.iter().any(|(c, s)| *c == r.code && *s == label))
+        let mine = Culprit::Gpu {
+            node: None,
+            gpu: *gpu,
+        };
+        !(n == host && local.iter().any(|(c, s)| *c == r.code && *s == mine))
     });
     // Another node's own finding explains the slow readings beside it (a collective over every
     // rank slowed by that node's busy GPU): it leads them, as this node's own findings do
@@ -387,7 +393,7 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
         let node_wide = matches!(
             r.code,
             ReasonCode::WorkerStarved | ReasonCode::GpuMissing | ReasonCode::HostBusy
-        ) && r.subject.as_deref() == Some(host);
+        ) && matches!(&r.subject, Some(Culprit::Node(n)) if n == host);
         let first = !(node_wide && seen.contains(&r.code));
         if node_wide {
             seen.push(r.code);
@@ -411,7 +417,7 @@ pub fn blame_starved(reasons: &mut Vec<Reason>, starved: &[(String, f64)]) {
         .iter_mut()
         .filter(|r| r.code == ReasonCode::NodePairSlow)
     {
-        let Some(Culprit::NodePair(a, b)) = r.culprit() else {
+        let Some(Culprit::NodePair(a, b)) = r.subject.clone() else {
             continue;
         };
         let (node, lost) = match (share(&a), share(&b)) {
@@ -425,7 +431,7 @@ pub fn blame_starved(reasons: &mut Vec<Reason>, starved: &[(String, f64)]) {
              {:.0}% of the check (worker_starved): a starved node, not a path",
             100.0 * lost
         );
-        r.subject = Some(node);
+        r.subject = Some(Culprit::Node(node));
     }
     let mut seen = Vec::new();
     reasons.retain(|r| {

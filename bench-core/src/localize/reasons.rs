@@ -66,7 +66,7 @@ pub fn reasons(v: &LocalizeVerdict) -> Vec<Reason> {
             Some(Reason {
                 code: reason_code(f.code)?,
                 message: f.message.clone(),
-                subject: Some(f.subject.to_string()),
+                subject: Some(f.subject.clone()),
                 measured: f.measured,
                 limit: f.limit,
             })
@@ -99,7 +99,7 @@ mod tests {
         let r = reasons(&v);
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].code, ReasonCode::RailSlow);
-        assert_eq!(r[0].subject.as_deref(), Some("b"));
+        assert_eq!(r[0].subject_text().as_deref(), Some("b"));
         assert_eq!(r[0].message, "b: slow");
     }
 }

@@ -11,7 +11,7 @@ use std::fmt;
 pub const SHORT_MAX: usize = 24;
 
 /// What a reason blames.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Culprit {
     /// One GPU (`GPU2`), on a named node when the check spans several (`n7 GPU2`).
     Gpu { node: Option<String>, gpu: u32 },
@@ -110,6 +110,23 @@ impl Culprit {
         node_name(s).map(Culprit::Node)
     }
 
+    /// Whether it names `node`: the node, a pair it is in, a GPU or NIC on it; text as written
+    /// names it where one of its words is the name.
+    pub fn names_node(&self, node: &str) -> bool {
+        match self {
+            Culprit::Node(n) | Culprit::Rail { node: n, .. } => n == node,
+            Culprit::NodePair(a, b) => a == node || b == node,
+            Culprit::Gpu { node: n, .. } | Culprit::GpuPair { node: n, .. } => {
+                n.as_deref() == Some(node)
+            }
+            Culprit::Process(_) => false,
+            Culprit::Other(s) => s
+                .split("<->")
+                .flat_map(str::split_whitespace)
+                .any(|w| w == node),
+        }
+    }
+
     /// The compact form a drain reason starts with: `GPU2-3`, `n1-n2`, `n7_GPU3_NIC`; at most
     /// [`SHORT_MAX`] characters, no spaces. Node names stay whole, as Slurm knows them.
     pub fn short(&self) -> String {
@@ -132,6 +149,14 @@ impl Culprit {
                 .join("_"),
         };
         s.chars().take(SHORT_MAX).collect()
+    }
+}
+
+/// A subject as the report writes it, read as [`Culprit::parse`] reads it (for literals: a
+/// culprit built by the worker comes from its parts, never from text).
+impl From<&str> for Culprit {
+    fn from(subject: &str) -> Culprit {
+        Culprit::parse(subject)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Why a verdict is what it is: a stable reason code for machines and one sentence for people.
 
+use super::culprit::Culprit;
 use serde::{Deserialize, Serialize};
 
 /// The stable reason codes (consumers such as the prolog and the SPANK plugin match on them).
@@ -144,14 +145,23 @@ impl std::fmt::Display for ReasonCode {
 pub struct Reason {
     pub code: ReasonCode,
     pub message: String,
-    /// What is at fault, by name: `GPU2`, `GPU2<->GPU3`, `node017`, `node017<->node018`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subject: Option<String>,
+    /// What is at fault, typed; the report writes it by name (`GPU2`, `GPU2<->GPU3`,
+    /// `node017`, `node017<->node018`), and a report read back has it parsed once, here.
+    #[serde(default, deserialize_with = "read_subject")]
+    pub subject: Option<Culprit>,
     /// The measured value (GB/s for bandwidths) and the limit it was held against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<f64>,
+}
+
+/// A report's `subject` as read back: its text, parsed (an empty one names nothing).
+fn read_subject<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Culprit>, D::Error> {
+    let text: Option<String> = Option::deserialize(d)?;
+    Ok(text
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| Culprit::parse(&s)))
 }
 
 impl Serialize for Reason {
@@ -168,7 +178,7 @@ impl Serialize for Reason {
         st.serialize_field("cause", &self.cause())?;
         st.serialize_field("message", &self.message)?;
         if let Some(subject) = &self.subject {
-            st.serialize_field("subject", subject)?;
+            st.serialize_field("subject", &subject.to_string())?;
         }
         if let Some(m) = self.measured {
             st.serialize_field("measured", &m)?;
@@ -186,12 +196,9 @@ impl Reason {
         self.code.cause_class()
     }
 
-    /// What the reason blames, typed (from `subject`); None when it names nothing.
-    pub fn culprit(&self) -> Option<super::culprit::Culprit> {
-        self.subject
-            .as_deref()
-            .filter(|s| !s.trim().is_empty())
-            .map(super::culprit::Culprit::parse)
+    /// What the reason blames, as the report writes it; None when it names nothing.
+    pub fn subject_text(&self) -> Option<String> {
+        self.subject.as_ref().map(Culprit::to_string)
     }
 
     /// A reason with only a code and a sentence (errors).
@@ -331,5 +338,43 @@ mod tests {
             r#"{"code":"gpu_busy","cause":"busy","message":"GPU0: busy"}"#
         );
         assert_eq!(serde_json::from_str::<Reason>(&text).expect("parses"), busy);
+    }
+
+    /// The subject is typed in the worker and written as the text reports have always carried;
+    /// read back it is the same culprit, and an empty one names nothing.
+    #[test]
+    fn a_typed_subject_is_written_as_its_name_and_read_back_as_the_same_culprit() {
+        let cases = [
+            (Culprit::NodePair("n1".into(), "n2".into()), "n1<->n2"),
+            (
+                Culprit::Gpu {
+                    node: Some("e2".into()),
+                    gpu: 0,
+                },
+                "e2 GPU0",
+            ),
+            (
+                Culprit::Rail {
+                    node: "n7".into(),
+                    gpu: 3,
+                },
+                "n7 GPU3 NIC",
+            ),
+        ];
+        for (culprit, text) in cases {
+            let r = Reason {
+                subject: Some(culprit.clone()),
+                ..Reason::plain(ReasonCode::NodeSlow, "m")
+            };
+            let json = serde_json::to_value(&r).expect("serializes");
+            assert_eq!(json["subject"], text);
+            let back: Reason = serde_json::from_value(json).expect("parses");
+            assert_eq!(back.subject, Some(culprit));
+        }
+        let empty: Reason = serde_json::from_str(
+            r#"{"code":"node_slow","cause":"hardware","message":"m","subject":" "}"#,
+        )
+        .expect("parses");
+        assert_eq!(empty.subject, None);
     }
 }

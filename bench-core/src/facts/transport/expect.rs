@@ -2,6 +2,7 @@
 
 use super::{Transport, TransportSummary};
 use crate::config::network::NetworkProfile;
+use nccl_check_contract::report::culprit::Culprit;
 use std::fmt;
 
 /// What the site expects of the paths (from the worker's options and network profile).
@@ -71,7 +72,7 @@ impl fmt::Display for NetExpect {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportFinding {
     /// The path at fault (`GPU0->GPU1`), or the communicator (`CollNet`, `NVLS`).
-    pub subject: String,
+    pub subject: Culprit,
     /// `GPU0->GPU1 used SHM, NVLink P2P expected`.
     pub message: String,
 }
@@ -87,7 +88,7 @@ pub fn check_transports(
 ) -> Vec<TransportFinding> {
     let mut out = Vec::new();
     for (&(from, to), pair) in &summary.pairs {
-        let path = summary.path_name(from, to);
+        let path = summary.path(from, to);
         let intra = same_node(from, to);
         if intra && expect.intra_node_p2p {
             let bad: Vec<String> = pair
@@ -126,7 +127,7 @@ pub fn check_transports(
             None => String::new(),
         };
         out.push(TransportFinding {
-            subject: String::from("CollNet"),
+            subject: Culprit::Other("CollNet".into()),
             message: format!(
                 "CollNet (SHARP) did not carry the collectives, CollNet expected{why}"
             ),
@@ -138,7 +139,7 @@ pub fn check_transports(
             _ => "",
         };
         out.push(TransportFinding {
-            subject: String::from("NVLS"),
+            subject: Culprit::Other("NVLS".into()),
             message: format!("NVLS did not carry the collectives, NVLS expected{why}"),
         });
     }

@@ -238,6 +238,11 @@ impl TransportSummary {
     /// `GPU0->GPU1` in a one-host log, `node01 GPU0->GPU1` inside a node of a multi-host log,
     /// `node01 GPU0->node02 GPU0` across hosts.
     pub fn path_name(&self, from: u32, to: u32) -> String {
+        self.path(from, to).to_string()
+    }
+
+    /// The path from rank `from` to rank `to`, typed: two GPUs of one node, directed.
+    pub fn path(&self, from: u32, to: u32) -> Culprit {
         let (fd, td) = self
             .pairs
             .get(&(from, to))
@@ -252,9 +257,9 @@ impl TransportSummary {
         };
         match (self.rank_hosts.get(&from), self.rank_hosts.get(&to)) {
             // Across nodes: no culprit kind of its own (the localizer names node pairs).
-            (Some(a), Some(b)) if a != b => format!("{a} GPU{fd}->{b} GPU{td}"),
-            (Some(a), _) if several_hosts => directed(Some(a)).to_string(),
-            _ => directed(None).to_string(),
+            (Some(a), Some(b)) if a != b => Culprit::Other(format!("{a} GPU{fd}->{b} GPU{td}")),
+            (Some(a), _) if several_hosts => directed(Some(a)),
+            _ => directed(None),
         }
     }
 
@@ -439,7 +444,7 @@ mod tests {
         let f = check_transports(&s, &|_, _| true, &expect);
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].message, "GPU0->GPU1 used SHM, NVLink P2P expected");
-        assert_eq!(f[0].subject, "GPU0->GPU1");
+        assert_eq!(f[0].subject.to_string(), "GPU0->GPU1");
         // Without the NVLink expectation SHM is just reported.
         assert!(check_transports(&s, &|_, _| true, &TransportExpectation::default()).is_empty());
     }
@@ -533,7 +538,7 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
             f[0].message
         );
         assert!(f[0].message.contains("Cannot initialize CollNet"));
-        assert_eq!(f[0].subject, "CollNet");
+        assert_eq!(f[0].subject.to_string(), "CollNet");
 
         let threshold = parse_log(&log(&[
             "Communicator has 1 nodes which is less than CollNet node threshold 2, disabling CollNet",
@@ -644,7 +649,7 @@ gpu-b:20:21 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\r
             },
         );
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].subject, "GPU0->GPU3");
+        assert_eq!(f[0].subject.to_string(), "GPU0->GPU3");
     }
 
     // --- real logs: NCCL 2.28.9 on 4x H200 (bench-core/tests/data/nccl-logs/README.md) ---

@@ -77,7 +77,7 @@ fn an_idle_foreign_process_is_a_warning_naming_it_and_the_check_passes() {
     assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
     let w = &r.warnings[0];
     assert_eq!(w.code, ReasonCode::ForeignProcess);
-    assert_eq!(w.subject.as_deref(), Some("GPU1"));
+    assert_eq!(w.subject_text().as_deref(), Some("GPU1"));
     assert_eq!(
         w.message,
         "GPU1: 1 other process (pid 4242, user bob, 20.0 GiB) on it, idle while measured: \
@@ -119,7 +119,7 @@ fn a_slow_gpu_another_process_holds_fails_as_busy_not_as_a_slow_link() {
     assert_eq!(code, ExitCode::Fail);
     let first = &r.head.reasons[0];
     assert_eq!(
-        (first.code, first.subject.as_deref()),
+        (first.code, first.subject_text().as_deref()),
         (ReasonCode::GpuBusy, Some("GPU1"))
     );
     assert!(first
@@ -161,12 +161,14 @@ fn on_a_busy_node_its_gpu_busy_replaces_the_localizers_network_reading() {
     r.localization = Some(serde_json::from_value(summary).expect("a summary"));
     let (r, code) = run(r);
     assert_eq!(code, ExitCode::Fail);
-    let got: Vec<(ReasonCode, Option<&str>)> = r
+    let texts: Vec<(ReasonCode, Option<String>)> = r
         .head
         .reasons
         .iter()
-        .map(|x| (x.code, x.subject.as_deref()))
+        .map(|x| (x.code, x.subject_text()))
         .collect();
+    let got: Vec<(ReasonCode, Option<&str>)> =
+        texts.iter().map(|(c, s)| (*c, s.as_deref())).collect();
     assert_eq!(
         got,
         [(ReasonCode::GpuBusy, Some("GPU1"))],

@@ -119,7 +119,7 @@ fn codes(r: &Report) -> Vec<(String, Option<String>)> {
     r.head
         .reasons
         .iter()
-        .map(|x| (x.code.to_string(), x.subject.clone()))
+        .map(|x| (x.code.to_string(), x.subject_text()))
         .collect()
 }
 
@@ -327,7 +327,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
     r.facts = Some(facts.clone());
     let slow = node_pair_floor(&r.pairs, r.facts.as_ref());
     assert_eq!(slow.len(), 1);
-    assert_eq!(slow[0].subject.as_deref(), Some("n1<->n2"));
+    assert_eq!(slow[0].subject_text().as_deref(), Some("n1<->n2"));
     assert!(
         slow[0].message.contains("20.0 GB/s < 37.5 GB/s"),
         "{}",
@@ -363,11 +363,14 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
 #[test]
 fn subjects_name_their_gpus() {
     assert_eq!(
-        scopes_of(Some("n1 GPU0<->GPU12")),
+        scopes_of(Some(&"n1 GPU0<->GPU12".into())),
         Some(vec![Scope::Gpu(0), Scope::Gpu(12)])
     );
-    assert_eq!(scopes_of(Some("GPU3")), Some(vec![Scope::Gpu(3)]));
-    assert_eq!(scopes_of(Some("node1<->node2")), Some(vec![Scope::Net]));
+    assert_eq!(scopes_of(Some(&"GPU3".into())), Some(vec![Scope::Gpu(3)]));
+    assert_eq!(
+        scopes_of(Some(&"node1<->node2".into())),
+        Some(vec![Scope::Net])
+    );
     assert_eq!(scopes_of(None), None);
 }
 
@@ -590,7 +593,7 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
                 m.contains("pid 4242 (alice, stress) 63.0 CPU"),
                 "{case}: {m}"
             );
-            assert_eq!(r.head.reasons[0].subject.as_deref(), Some("n1"));
+            assert_eq!(r.head.reasons[0].subject_text().as_deref(), Some("n1"));
         }
     }
 }

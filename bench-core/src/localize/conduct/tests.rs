@@ -206,7 +206,7 @@ fn per_process_messages_stay_small_and_rounds_grow_linearly() {
     );
     for s in &large.summaries {
         assert_eq!(s.reasons.len(), 1, "{:?}", s.reasons);
-        assert_eq!(s.reasons[0].subject.as_deref(), Some("n341"));
+        assert_eq!(s.reasons[0].subject_text().as_deref(), Some("n341"));
     }
 }
 

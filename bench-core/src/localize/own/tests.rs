@@ -52,7 +52,7 @@ fn a_busy_gpu_on_one_node_is_that_nodes_cause_not_its_network() {
         assert_eq!(reasons.len(), 1, "{reasons:?}");
         let r = &reasons[0];
         assert_eq!(r.code, ReasonCode::GpuBusy);
-        assert_eq!(r.subject.as_deref(), Some("e2 GPU0"));
+        assert_eq!(r.subject_text().as_deref(), Some("e2 GPU0"));
         assert_eq!(r.cause().as_str(), "busy");
         assert!(
             r.message
@@ -100,10 +100,10 @@ fn every_kind_travels_and_a_node_named_twice_is_named_once() {
         network(ReasonCode::NodePairSlow, "e2<->e3"),
     ];
     own_findings_win(&mut reasons, &own);
-    let got: Vec<(ReasonCode, Option<&str>)> = reasons
-        .iter()
-        .map(|r| (r.code, r.subject.as_deref()))
-        .collect();
+    let texts: Vec<(ReasonCode, Option<String>)> =
+        reasons.iter().map(|r| (r.code, r.subject_text())).collect();
+    let got: Vec<(ReasonCode, Option<&str>)> =
+        texts.iter().map(|(c, s)| (*c, s.as_deref())).collect();
     assert_eq!(
         got,
         [
@@ -129,10 +129,7 @@ fn a_process_with_its_own_finding_drops_the_network_reading_of_its_node() {
         network(ReasonCode::NodePairSlow, "e1<->e2"),
     ];
     own_node_wins(&mut reasons, "e2", &names(4));
-    let subjects: Vec<&str> = reasons
-        .iter()
-        .filter_map(|r| r.subject.as_deref())
-        .collect();
+    let subjects: Vec<String> = reasons.iter().filter_map(|r| r.subject_text()).collect();
     assert_eq!(subjects, ["GPU0", "e3<->e4"]);
     let mut without = vec![network(ReasonCode::NodeSlow, "e2")];
     own_node_wins(&mut without, "e2", &names(4));
@@ -176,11 +173,13 @@ fn a_node_of_two_processes_gets_the_findings_of_both() {
     let own = decode_findings(&names, &summed(3 * WIDTH, &[p1, p2]));
     assert_eq!(own.len(), 1, "{own:?}");
     assert_eq!(own[0].node, "e2");
-    let got: Vec<(ReasonCode, Option<&str>)> = own[0]
+    let texts: Vec<(ReasonCode, Option<String>)> = own[0]
         .reasons
         .iter()
-        .map(|r| (r.code, r.subject.as_deref()))
+        .map(|r| (r.code, r.subject_text()))
         .collect();
+    let got: Vec<(ReasonCode, Option<&str>)> =
+        texts.iter().map(|(c, s)| (*c, s.as_deref())).collect();
     assert_eq!(
         got,
         [
@@ -352,12 +351,14 @@ mod every_process {
             r.localization = Some(summary);
             let (r, code) = judged(r);
             assert_eq!(code, ExitCode::Fail);
-            let subjects: Vec<(ReasonCode, &str)> = r
+            let texts: Vec<(ReasonCode, String)> = r
                 .head
                 .reasons
                 .iter()
-                .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
+                .map(|x| (x.code, x.subject_text().unwrap_or_else(|| "-".into())))
                 .collect();
+            let subjects: Vec<(ReasonCode, &str)> =
+                texts.iter().map(|(c, s)| (*c, s.as_str())).collect();
             let e2 = if p == 1 { "GPU0" } else { "e2 GPU0" };
             assert_eq!(
                 subjects,
@@ -417,12 +418,14 @@ mod every_process {
             r.node_findings = own[p as usize].clone();
             let (r, code) = judged(r);
             assert_eq!(code, ExitCode::Fail);
-            let subjects: Vec<(ReasonCode, &str)> = r
+            let texts: Vec<(ReasonCode, String)> = r
                 .head
                 .reasons
                 .iter()
-                .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
+                .map(|x| (x.code, x.subject_text().unwrap_or_else(|| "-".into())))
                 .collect();
+            let subjects: Vec<(ReasonCode, &str)> =
+                texts.iter().map(|(c, s)| (*c, s.as_str())).collect();
             let e3 = if p == 2 { "GPU0" } else { "e3 GPU0" };
             assert_eq!(subjects, [(ReasonCode::GpuBusy, e3)], "process {p}");
             assert!(r.head.summary.contains("pid 31337"), "{}", r.head.summary);
@@ -502,12 +505,14 @@ mod every_process {
             r.node_findings = slowed[p as usize].clone();
             let (r, code) = judged(r);
             assert_eq!(code, ExitCode::Fail, "process {p}");
-            let subjects: Vec<(ReasonCode, &str)> = r
+            let texts: Vec<(ReasonCode, String)> = r
                 .head
                 .reasons
                 .iter()
-                .map(|x| (x.code, x.subject.as_deref().unwrap_or("-")))
+                .map(|x| (x.code, x.subject_text().unwrap_or_else(|| "-".into())))
                 .collect();
+            let subjects: Vec<(ReasonCode, &str)> =
+                texts.iter().map(|(c, s)| (*c, s.as_str())).collect();
             assert_eq!(subjects, [(ReasonCode::GpuBusy, "e2 GPU0")], "process {p}");
             assert_eq!(r.head.reasons[0].cause().as_str(), "busy");
             assert!(r.head.summary.contains("pid 31337"), "{}", r.head.summary);
@@ -543,7 +548,7 @@ mod every_process {
         let (r, code) = judged(r);
         assert_eq!(code, ExitCode::Fail);
         assert_eq!(r.head.reasons[0].code, ReasonCode::GpuMissing);
-        assert_eq!(r.head.reasons[0].subject.as_deref(), Some("e3"));
+        assert_eq!(r.head.reasons[0].subject_text().as_deref(), Some("e3"));
     }
 }
 
@@ -551,7 +556,7 @@ fn starved_pair(a: &str, b: &str) -> Reason {
     Reason {
         code: ReasonCode::NodePairSlow,
         message: format!("node pair {a}<->{b}: slow"),
-        subject: Some(format!("{a}<->{b}")),
+        subject: Some(Culprit::NodePair(a.to_string(), b.to_string())),
         measured: Some(0.1),
         limit: Some(0.2),
     }
@@ -567,7 +572,7 @@ fn a_slow_pair_with_one_starved_end_is_that_node_and_other_pairs_stay() {
     blame_starved(&mut reasons, &[("fab03".to_string(), 0.58)]);
     assert_eq!(reasons.len(), 2, "{reasons:?}");
     assert_eq!(reasons[0].code, ReasonCode::NodeSlow);
-    assert_eq!(reasons[0].subject.as_deref(), Some("fab03"));
+    assert_eq!(reasons[0].subject_text().as_deref(), Some("fab03"));
     assert!(reasons[0].message.contains("58%") && !reasons[0].message.contains("fab02"));
     assert_eq!(reasons[1], starved_pair("fab05", "fab06"));
     // Both ends starved, or neither: the localizer's pair stands.
