@@ -2,6 +2,7 @@
 //! check (`orchestrate`), judge it, then print the verdict, write the report and exit with the
 //! verdict's code. The one place that turns errors into messages and exit codes.
 
+use bench_core::localize;
 use bench_core::measure::nccl_env;
 use bench_core::measure::runner::Status;
 use bench_core::orchestrate::{self, Ran};
@@ -35,12 +36,12 @@ fn main() {
     }
     let opts = match args.and_then(|a| a.resolve(&env)) {
         Ok(Command::Check(o)) => o,
-        Ok(Command::Explained(text)) | Err(ParseExit::Info(text)) => {
-            print!("{text}");
-            exit(0);
-        }
-        Err(ParseExit::Usage(msg)) => usage_error(&msg, "see nccl-check --help"),
-        Err(ParseExit::Config(msg)) => usage_error(&msg, CONFIG_KEYS),
+        // Answered from the config and the model alone: no GPU, no peer.
+        Ok(Command::Explain(a)) => match localize::cli::answer(&a, &|k| env.get(k)) {
+            Ok(text) => parse_exit(ParseExit::Info(text)),
+            Err(e) => parse_exit(e),
+        },
+        Err(e) => parse_exit(e),
     };
     // A site's NCCL_COMM_BLOCKING=1 would silently turn the bounded non-blocking init into a
     // blocking one that can hang forever (NCCL init.cc envConfigOverride).
@@ -109,6 +110,18 @@ const CONFIG_KEYS: &str = "the keys are documented in /etc/nccl-check/nccl-check
                            /usr/share/doc/nccl-check*/defaults.toml";
 
 /// A usage error: one verdict line on stderr, saying where to look (`see`), exit 2.
+/// How a command line that runs no check ends: its text and exit 0, or a usage line and exit 2.
+fn parse_exit(e: ParseExit) -> ! {
+    match e {
+        ParseExit::Info(text) => {
+            print!("{text}");
+            exit(0);
+        }
+        ParseExit::Usage(msg) => usage_error(&msg, "see nccl-check --help"),
+        ParseExit::Config(msg) => usage_error(&msg, CONFIG_KEYS),
+    }
+}
+
 fn usage_error(msg: &str, see: &str) -> ! {
     eprintln!(
         "{}",

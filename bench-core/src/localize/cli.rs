@@ -1,6 +1,6 @@
 //! `nccl-check --explain-plan --nodes N --gpus-per-node G [--config FILE] [--plan NAME]
-//! [--gpu-model NAME] [--json]`: a mode of the worker's command line (`options/raw.rs`), parsed by
-//! clap; no CUDA, no NCCL is loaded for it. Its `--json` is a flag, while the check's `--json`
+//! [--gpu-model NAME] [--json]`: a mode of the worker's command line (`settings/options/explain.rs`,
+//! parsed by clap), answered here for `main.rs`; no CUDA, no NCCL is loaded for it. Its `--json` is a flag, while the check's `--json`
 //! takes a path. The config is the worker's (`--config`, else `$NCCL_CHECK_CONFIG`, else
 //! /etc/nccl-check/nccl-check.toml when it exists, over the built-in defaults): the plan it
 //! explains and the rule that ends a healthy check after phase B are the ones a check would use.
@@ -8,38 +8,8 @@
 use super::explain_plan;
 use super::site::Workload;
 use crate::config::worker::WorkerConfig;
-use crate::settings::options::ParseExit;
-use clap::builder::NonEmptyStringValueParser;
+use crate::settings::options::{ExplainArgs, ParseExit};
 use std::path::PathBuf;
-
-/// What `--explain-plan` was asked, as typed. The counts stay text until [`run`] so that a bad
-/// one is named in this mode's own words.
-#[derive(clap::Args, Debug, Default)]
-#[command(after_help = "Examples:\n  \
-    nccl-check --explain-plan --nodes 1024 --gpus-per-node 8\n  \
-    nccl-check --explain-plan --nodes 64 --gpus-per-node 8 --config site.toml \
-    --gpu-model H100 --json")]
-pub struct ExplainArgs {
-    /// Nodes in the allocation to explain
-    #[arg(long, value_name = "N", value_parser = NonEmptyStringValueParser::new())]
-    nodes: Option<String>,
-    /// GPUs per node
-    #[arg(long = "gpus-per-node", value_name = "G", value_parser = NonEmptyStringValueParser::new())]
-    gpus_per_node: Option<String>,
-    /// The worker's config whose plan and thresholds apply [env: NCCL_CHECK_CONFIG; default:
-    /// /etc/nccl-check/nccl-check.toml when it exists, over the built-in defaults]
-    #[arg(long, value_name = "FILE", value_parser = NonEmptyStringValueParser::new())]
-    config: Option<String>,
-    /// The plan to explain, from the config's [plans] [default: quick]
-    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
-    plan: Option<String>,
-    /// The GPU model, so that threshold rules naming a GPU can apply (e.g. H100)
-    #[arg(long = "gpu-model", value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
-    gpu_model: Option<String>,
-    /// Print one JSON object instead of the table
-    #[arg(long)]
-    json: bool,
-}
 
 /// The text `--explain-plan` prints (exit 0), or its usage or config error (exit 2). `env` is
 /// the worker's environment (`NCCL_CHECK_CONFIG`).
@@ -81,15 +51,21 @@ fn count(what: &str, v: &str) -> Result<usize, ParseExit> {
 
 #[cfg(test)]
 mod tests {
-    use crate::settings::options::{parse, ParseExit};
+    use crate::settings::options::{Args, Command, ParseExit};
 
-    /// What the worker's command line does with `args`: the printed text, or the usage error.
+    /// What the worker's command line does with `args`, as `main.rs` runs it: the printed
+    /// text, or the usage error.
     fn explain(args: &[&str]) -> Result<String, String> {
         let v = std::iter::once("nccl-check").chain(args.iter().copied());
-        match parse(v, &crate::settings::environment::Environment::default()) {
-            Err(ParseExit::Info(text)) => Ok(text),
+        let env = crate::settings::environment::Environment::default();
+        let answered = match Args::parse(v).and_then(|a| a.resolve(&env)) {
+            Ok(Command::Explain(a)) => super::answer(&a, &|k| env.get(k)),
+            Ok(Command::Check(o)) => return Err(format!("a check, not --explain-plan: {o:?}")),
+            Err(e) => Err(e),
+        };
+        match answered {
+            Ok(text) | Err(ParseExit::Info(text)) => Ok(text),
             Err(ParseExit::Usage(e) | ParseExit::Config(e)) => Err(e),
-            Ok(o) => Err(format!("a check, not --explain-plan: {o:?}")),
         }
     }
 

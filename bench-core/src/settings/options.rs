@@ -13,11 +13,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub mod env;
+mod explain;
 mod gpus;
 mod peers;
 mod raw;
 mod steps;
 
+pub use explain::ExplainArgs;
 use raw::{Mode, RawArgs};
 
 /// Validated options.
@@ -110,8 +112,8 @@ pub struct Args(RawArgs);
 pub enum Command {
     /// Run a check with these options.
     Check(Box<Options>),
-    /// `--explain-plan`: print this text and exit 0.
-    Explained(String),
+    /// `--explain-plan`: answer it (`localize::cli::answer`) and exit 0.
+    Explain(ExplainArgs),
 }
 
 impl Args {
@@ -151,9 +153,7 @@ impl Args {
                     .map(|o| Command::Check(Box::new(o)))
                     .map_err(ParseExit::Usage)
             }
-            Some(Mode::ExplainPlan(args)) => {
-                crate::localize::cli::answer(args, &|k| env.get(k)).map(Command::Explained)
-            }
+            Some(Mode::ExplainPlan(args)) => Ok(Command::Explain(args.clone())),
             Some(Mode::CheckConfig { .. }) => Err(ParseExit::Usage(
                 "--check-config is run by nccl-check itself, before its options".into(),
             )),
@@ -162,7 +162,7 @@ impl Args {
 }
 
 /// Parses the command line into the options of a check; `Err` carries clap's own exit (help,
-/// version), `--explain-plan`'s text (as `Info`) or a usage error line.
+/// version) or a usage error line (`--explain-plan` is one: it runs no check).
 pub fn parse<I, T>(args: I, env: &Environment) -> Result<Options, ParseExit>
 where
     I: IntoIterator<Item = T>,
@@ -170,7 +170,9 @@ where
 {
     match Args::parse(args)?.resolve(env)? {
         Command::Check(o) => Ok(*o),
-        Command::Explained(text) => Err(ParseExit::Info(text)),
+        Command::Explain(_) => Err(ParseExit::Usage(
+            "--explain-plan runs no check: nccl-check answers it before any".into(),
+        )),
     }
 }
 

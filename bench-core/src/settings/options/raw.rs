@@ -1,7 +1,7 @@
 //! The command line as typed: clap's definition of every flag, mode and help text (the "low"
 //! layer; `options.rs` turns it into validated [`super::Options`]). Reads no environment.
 
-use crate::localize::cli::ExplainArgs;
+use super::explain::ExplainArgs;
 use clap::{Parser, Subcommand};
 use nccl_check_contract::exit::ExitCode;
 use std::path::PathBuf;
