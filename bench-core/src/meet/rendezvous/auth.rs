@@ -160,12 +160,6 @@ impl std::fmt::Display for AuthError {
     }
 }
 
-impl From<AuthError> for String {
-    fn from(e: AuthError) -> String {
-        e.to_string()
-    }
-}
-
 /// Makes and checks proofs.
 pub trait Authenticator: Send + Sync {
     /// The job's ticket, made once by the coordinator where proofs run programs; `None` where

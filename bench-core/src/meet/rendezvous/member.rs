@@ -84,6 +84,10 @@ pub(super) fn resolve_host(
     port: u16,
     deadline: Instant,
 ) -> Result<Vec<SocketAddr>, String> {
+    // An address as given needs no resolver, and no thread per try.
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
     let left = deadline
         .checked_duration_since(Instant::now())
         .ok_or("deadline passed")?;
@@ -106,10 +110,6 @@ pub(super) fn resolve_host(
 }
 
 fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, String> {
-    // An address as given needs no resolver, and no thread per try.
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        return Ok(SocketAddr::new(ip, port));
-    }
     let all = resolve_host(host, port, deadline)?;
     all.iter()
         .find(|a| a.is_ipv4())
@@ -396,7 +396,7 @@ fn attempt_on(
     let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, answer_by).map_err(quiet)?;
     // From its greeting on, the coordinator's handshake runs on its own clock.
     let deadline = setup.deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-    let silence = |e| silence(e, HANDSHAKE_TIMEOUT);
+    let late = |e| silence(e, HANDSHAKE_TIMEOUT);
     if let Some(miss) = take_offer(setup, &first, known, deadline, opening.ticket.is_some()) {
         return Err(miss);
     }
@@ -404,7 +404,7 @@ fn attempt_on(
     let held = |e: String| Miss::Held(format!("not this step's coordinator: {e}"));
     messages::check_nonce(&greeting.nonce).map_err(held)?;
     let their_key = session::check_key(&greeting.key).map_err(held)?;
-    let proof: Proof = wire::recv(stream, wire::MAX_HELLO_FRAME, deadline).map_err(silence)?;
+    let proof: Proof = wire::recv(stream, wire::MAX_HELLO_FRAME, deadline).map_err(late)?;
     messages::check_proof(&proof.proof).map_err(held)?;
     messages::check_addr(&proof.from).map_err(held)?;
     messages::check_addr(&proof.to).map_err(held)?;
@@ -459,7 +459,7 @@ fn attempt_on(
         },
         deadline,
     )
-    .map_err(silence)?;
+    .map_err(late)?;
     Keys::derive(
         &keys,
         &their_key,
