@@ -181,11 +181,11 @@ fn wait_for_gpus(
     // How busy the host's CPUs were meanwhile, and with whom (`facts::host_load`).
     let load = crate::facts::host_load::LoadWatch::start();
     let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
-        Ok(handles) => gather(handles, host, record),
+        Ok(handles) => Some(gather(handles, host, record)),
         // A GPU thread still inside NCCL after the watch named a lost process: the thread may
         // never come back (seen on one H100 with 16 emulated nodes: a link down during NCCL
         // init held `ncclCommInitRankConfig` until --timeout), and the verdict is known.
-        Err(()) => Ok(()),
+        Err(()) => None,
     };
     if let (Some(seen), Some(facts)) = (off_cpu.and_then(|w| w.stop()), record.facts.as_mut()) {
         facts.set_off_cpu(&opts.node_or_host(host), seen);
@@ -193,15 +193,28 @@ fn wait_for_gpus(
     if let Some(facts) = record.facts.as_mut() {
         facts.host = load.stop();
     }
-    // A process that stopped answering (found by the plane's watch) is why the others' NCCL
-    // calls stalled or failed: its name is the reason, ahead of theirs.
-    if let Some(lost) = team.lost() {
-        return Err(RunError::from_team(
-            opts.rank,
+    after_the_team(gathered, team.lost(), opts.rank)
+}
+
+/// The GPU threads' outcome (`None`: left behind, stuck) read beside what the plane's watch
+/// found. A process that stopped answering is why the others' NCCL calls stalled or failed: its
+/// name is the reason, ahead of theirs. But once every GPU thread ended without an error, every
+/// collective and every sum over the plane is in: a process that went away after them (the
+/// coordinator, done first, exits while a slower process still writes its results) changes
+/// nothing that was measured.
+fn after_the_team(
+    gathered: Option<Result<(), RunError>>,
+    lost: Option<crate::meet::rendezvous::plane::PlaneError>,
+    rank: u32,
+) -> Result<(), RunError> {
+    match (gathered, lost) {
+        (Some(Ok(())), _) => Ok(()),
+        (_, Some(lost)) => Err(RunError::from_team(
+            rank,
             crate::meet::team::TeamError::Plane(lost),
-        ));
+        )),
+        (gathered, None) => gathered.unwrap_or(Ok(())),
     }
-    gathered
 }
 
 /// dlopen NCCL while the driver starts (both take a while, neither needs the other); returns
@@ -609,6 +622,32 @@ fn ms(d: Duration) -> f64 {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A starved process (stopped 60% of the time) ended in ERROR naming the coordinator on
+    /// GPUs: the coordinator had finished and exited, and the slower process's watch saw its
+    /// connection close after every collective was in.
+    #[test]
+    fn a_process_that_leaves_after_every_gpu_thread_ended_well_changes_no_outcome() {
+        use crate::meet::rendezvous::plane::PlaneError;
+        let gone = || Some(PlaneError::Lost("the coordinator (h1:1): closed".into()));
+        assert!(after_the_team(Some(Ok(())), gone(), 2).is_ok());
+        // Before that, the lost process is the reason, ahead of the threads' own errors.
+        let stopped = Some(Err(RunError::Stopped("peer gone".into())));
+        let e = after_the_team(stopped, gone(), 2).unwrap_err();
+        assert!(
+            matches!(&e, RunError::Rendezvous(m) if m.contains("the coordinator (h1:1)")),
+            "{e:?}"
+        );
+        assert!(matches!(
+            after_the_team(None, gone(), 2),
+            Err(RunError::Rendezvous(_))
+        ));
+        let failed = Some(Err(RunError::Runtime("CUDA".into())));
+        assert!(matches!(
+            after_the_team(failed, None, 2),
+            Err(RunError::Runtime(_))
+        ));
+    }
 
     /// A GPU thread stuck in NCCL after the watch named a lost process does not hold the
     /// verdict until --timeout: the join gives up `grace` after `lost`, and not before.
