@@ -26,7 +26,7 @@
 
 use super::Finding;
 use nccl_check_contract::report::reason::ReasonCode;
-use nccl_check_host::read::{attr, entries, under};
+use nccl_check_host::read::{attr, under};
 use serde::Serialize;
 use std::path::Path;
 
@@ -255,20 +255,6 @@ pub fn read_nics(root: &Path, nics: &[NicRef], policy: &NetPolicy) -> NetFacts {
     assess_ports(ports, unreadable, policy)
 }
 
-/// Every RDMA port of the node (for a report when NCCL's log named none).
-pub fn all_rdma_ports(root: &Path) -> Vec<NicRef> {
-    let base = under(root, "/sys/class/infiniband");
-    let mut out = Vec::new();
-    for dev in entries(&base).unwrap_or_default() {
-        for port in entries(&base.join(&dev).join("ports")).unwrap_or_default() {
-            if let Ok(nic) = NicRef::parse(&format!("{dev}:{port}")) {
-                out.push(nic);
-            }
-        }
-    }
-    out
-}
-
 /// The findings and the node-pair expectation of already-read ports.
 pub fn assess_ports(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetPolicy) -> NetFacts {
     let mut findings = Vec::new();
@@ -368,6 +354,22 @@ pub fn assess_ports(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetP
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every RDMA port of the node (tests: the ports NCCL's log would name).
+    fn all_rdma_ports(root: &Path) -> Vec<NicRef> {
+        let base = nccl_check_host::read::under(root, "/sys/class/infiniband");
+        let mut out = Vec::new();
+        for dev in nccl_check_host::read::entries(&base).unwrap_or_default() {
+            for port in
+                nccl_check_host::read::entries(&base.join(&dev).join("ports")).unwrap_or_default()
+            {
+                if let Ok(nic) = NicRef::parse(&format!("{dev}:{port}")) {
+                    out.push(nic);
+                }
+            }
+        }
+        out
+    }
     use std::path::PathBuf;
 
     fn tree(name: &str) -> PathBuf {
