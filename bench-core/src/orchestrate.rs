@@ -259,7 +259,7 @@ fn explain(
         }
         (Some((model, count)), ..) => {
             // Offline: the SKU by its whole name, the interconnect its form factor implies.
-            let interconnect = match crate::facts::sku::sku_named(model) {
+            let interconnect = match crate::model::sku::sku_named(model) {
                 Some(s) => Interconnect::assumed(s.form, s.nvlink.map_or(0, |l| l.links), *count),
                 None => Interconnect::unknown(
                     "the name is no whole name of the SKU table, so its form factor is unknown",
@@ -318,7 +318,7 @@ fn identify(
     device_id: Option<u16>,
     interconnect: &crate::facts::interconnect::Interconnect,
 ) -> (GpuModel, String) {
-    let identity = crate::facts::sku::Identity::resolve(device_id, &name);
+    let identity = crate::model::sku::Identity::resolve(device_id, &name);
     let model = GpuModel {
         name,
         sku: identity.sku(),

@@ -3,9 +3,9 @@
 //! Parsed low (serde structs mirroring the file) then validated high (sizes parsed, collectives
 //! resolved), with every error naming file, line and field.
 
-pub use super::node_count::NodeCount;
 use crate::measure::collectives::{self, Collective};
-use crate::measure::size::parse_size;
+use crate::model::node_count::NodeCount;
+use crate::model::size::parse_size;
 use nccl_check_host::config_file::{self, ConfigError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -99,7 +99,7 @@ pub struct Threshold {
     /// A key of the SKU table (`sku::SKUS`): the part by its PCI device ID; None: any.
     pub sku: Option<&'static str>,
     /// The interconnect the floor was measured on (`facts::interconnect`); None: any.
-    pub interconnect: Option<crate::facts::interconnect::Class>,
+    pub interconnect: Option<crate::model::link_class::Class>,
     pub gpus: Option<u32>,
     /// `nodes = N` (absent: 1) or `min_nodes`/`max_nodes`.
     pub nodes: NodeCount,
@@ -325,7 +325,7 @@ fn threshold(
     }
     let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
         .map_err(|e| bad(field(e.key), e.message))?;
-    if interconnect == Some(crate::facts::interconnect::Class::Bridged)
+    if interconnect == Some(crate::model::link_class::Class::Bridged)
         && crate::judge::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
     {
         // The pair rule would hold every pair of a bridged node, and the pairs between
@@ -521,16 +521,16 @@ pub fn doubling(lo: u64, hi: u64) -> Vec<u64> {
 type Selectors = (
     Option<String>,
     Option<&'static str>,
-    Option<crate::facts::interconnect::Class>,
+    Option<crate::model::link_class::Class>,
 );
 
 fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
-    use crate::facts::interconnect::Class;
+    use crate::model::link_class::Class;
     let gpu = match t.gpu.as_deref().map(str::trim) {
         None => None,
         Some("") => return Err(("gpu", "empty GPU name".into())),
         Some(g) => {
-            if let Some(whole) = crate::facts::sku::partial_name(g) {
+            if let Some(whole) = crate::model::sku::partial_name(g) {
                 return Err((
                     "gpu",
                     format!(
@@ -547,13 +547,13 @@ fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
     let sku = match t.sku.as_deref() {
         None => None,
         Some(k) => Some(
-            crate::facts::sku::by_key(k)
+            crate::model::sku::by_key(k)
                 .ok_or_else(|| {
                     (
                         "sku",
                         format!(
                             "unknown SKU '{k}': one of {} (`nccl-check --list-skus`)",
-                            crate::facts::sku::SKUS
+                            crate::model::sku::SKUS
                                 .iter()
                                 .map(|s| format!("\"{}\"", s.key))
                                 .collect::<Vec<_>>()

@@ -26,7 +26,7 @@ pub const FLOOR_FRACTION: f64 = 0.30;
 /// The datasheet memory bandwidth of a GPU and its source, from the SKU table (by PCI device
 /// ID, else the whole driver name); None for a part the table does not know or gives no figure.
 pub fn hbm_gbs(device_id: Option<u16>, gpu_name: &str) -> Option<(f64, &'static str)> {
-    let sku = crate::facts::sku::Identity::resolve(device_id, gpu_name).sku()?;
+    let sku = crate::model::sku::Identity::resolve(device_id, gpu_name).sku()?;
     sku.memory_gbs.map(|gbs| (gbs, sku.source))
 }
 
@@ -118,8 +118,8 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
                         format!(
                             "{}device-local copy {} GB/s < {} GB/s ({how})",
                             p.busy(),
-                            super::num(rate),
-                            super::num(min)
+                            crate::model::stats::num(rate),
+                            crate::model::stats::num(min)
                         ),
                     )
                     .with_values(rate, min),
@@ -136,7 +136,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
         if others.is_empty() {
             continue;
         }
-        let median = crate::judge::analysis::median(&others);
+        let median = crate::model::stats::median(&others);
         if rate < fraction * median {
             out.push(
                 Finding::new(
@@ -146,8 +146,8 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
                         "{}device-local copy {} GB/s < {fraction} x {} GB/s, the median of its {} \
                          sibling(s)",
                         p.busy(),
-                        super::num(rate),
-                        super::num(median),
+                        crate::model::stats::num(rate),
+                        crate::model::stats::num(median),
                         others.len()
                     ),
                 )

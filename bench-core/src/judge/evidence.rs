@@ -203,7 +203,7 @@ pub fn host_interference(
                      the GPUs': the host delayed the loop (CPU load or a late process), not the \
                      GPUs or links",
                     r.collective,
-                    crate::measure::size::human(r.size)
+                    crate::model::size::human(r.size)
                 ),
                 subject: None,
                 measured: Some(host),

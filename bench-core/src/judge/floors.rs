@@ -102,7 +102,7 @@ pub(crate) mod tests {
             sku: Some("H200 SXM"),
             interconnect: None,
             gpus: Some(gpus),
-            nodes: crate::config::worker::NodeCount::Exact(nodes),
+            nodes: crate::model::node_count::NodeCount::Exact(nodes),
             collective,
             min_bytes: None,
             max_bytes: None,
@@ -224,7 +224,7 @@ mod localization_tests {
         let floors = Floors {
             rules: &c.thresholds,
             gpu: GpuKey {
-                interconnect: crate::facts::interconnect::Class::Nvswitch,
+                interconnect: crate::model::link_class::Class::Nvswitch,
                 ..GpuKey::by_name(H100)
             },
             nodes,
@@ -286,7 +286,7 @@ mod localization_tests {
         let one = Floors {
             rules: &c.thresholds,
             gpu: GpuKey {
-                interconnect: crate::facts::interconnect::Class::Nvswitch,
+                interconnect: crate::model::link_class::Class::Nvswitch,
                 ..GpuKey::by_name(H100)
             },
             nodes: 1,

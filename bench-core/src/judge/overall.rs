@@ -6,12 +6,12 @@
 //! all of it runs without a GPU.
 
 use crate::config::worker::Threshold;
-use crate::facts::num;
 use crate::facts::transport::{TransportExpectation, TransportSummary};
 use crate::judge::evidence::{self, PeerAccess};
 use crate::judge::floors::Floors;
 use crate::judge::thresholds::GpuModel;
 use crate::meet::topology::Topology;
+use crate::model::stats::num;
 use crate::report::assemble::Judgement;
 use crate::report::json::Report;
 use crate::report::{Expected, PairKind, Row};
@@ -203,13 +203,13 @@ fn expectations(
             if peers.is_empty() {
                 return None;
             }
-            let median = crate::judge::analysis::median(&peers);
+            let median = crate::model::stats::median(&peers);
             Some(Expected::new(
                 p.busbw,
                 fraction * median,
                 format!(
                     "outlier rule: {fraction} x {} GB/s, the median of its {} peer pair(s)",
-                    crate::facts::num(median),
+                    crate::model::stats::num(median),
                     peers.len()
                 ),
             ))
@@ -266,7 +266,7 @@ pub fn summary(
             format!(
                 ", {} {} busbw {:.1} GB/s{held}",
                 r.collective,
-                crate::measure::size::human(r.size),
+                crate::model::size::human(r.size),
                 r.out_of_place.busbw
             )
         })
@@ -330,12 +330,12 @@ pub(crate) fn judge_alone(
     });
     let name = gpu_name(&report).to_string();
     let gpu = Arc::new(GpuModel {
-        sku: crate::facts::sku::Identity::resolve(id, &name).sku(),
+        sku: crate::model::sku::Identity::resolve(id, &name).sku(),
         name,
         interconnect: report
             .interconnect
             .as_ref()
-            .map_or(crate::facts::interconnect::Class::Unknown, |i| i.class),
+            .map_or(crate::model::link_class::Class::Unknown, |i| i.class),
     });
     let basis = Basis { topology, gpu };
     let code = report.record_verdict(judge(&report, judging, &basis, log, can_access_peer));

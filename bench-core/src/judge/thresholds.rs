@@ -19,9 +19,10 @@
 //!
 //! On a tie the first in order wins, which puts the admin's rules before the built-in ones.
 
-use crate::config::worker::{NodeCount, Threshold};
-use crate::facts::interconnect::Class;
-use crate::facts::sku::Sku;
+use crate::config::worker::Threshold;
+use crate::model::link_class::Class;
+use crate::model::node_count::NodeCount;
+use crate::model::sku::Sku;
 
 /// What the rules are looked up by: the GPU model (driver name and, when known, its SKU) and
 /// the interconnect of the node's GPUs (`Class::Unknown` where it could not be read).
@@ -54,7 +55,7 @@ impl<'a> GpuKey<'a> {
     /// A GPU known only by its name (tests, the simulation): its SKU by the whole name, and
     /// the interconnect its form factor implies.
     pub fn by_name(name: &'a str) -> GpuKey<'a> {
-        let sku = crate::facts::sku::sku_named(name);
+        let sku = crate::model::sku::sku_named(name);
         GpuKey {
             name,
             sku,
@@ -66,7 +67,7 @@ impl<'a> GpuKey<'a> {
     pub fn is_named_by(&self, t: &Threshold) -> bool {
         t.gpu
             .as_deref()
-            .is_none_or(|g| crate::facts::sku::names_gpu(g, self.name))
+            .is_none_or(|g| crate::model::sku::names_gpu(g, self.name))
             && t.sku.is_none_or(|k| self.sku.is_some_and(|s| s.key == k))
             && t.interconnect.is_none_or(|c| c == self.interconnect)
     }
@@ -104,7 +105,7 @@ fn specificity(t: &Threshold) -> (u32, bool, bool) {
 /// The rule's size range as `--explain-thresholds` shows it: `256 MiB`, `256 MiB..16 GiB`,
 /// `>= 1 GiB`, `<= 1 GiB` or `any size`.
 pub fn size_range(t: &Threshold) -> String {
-    use crate::measure::size::human;
+    use crate::model::size::human;
     match (t.min_bytes, t.max_bytes) {
         (Some(lo), Some(hi)) if lo == hi => human(lo),
         (Some(lo), Some(hi)) => format!("{}..{}", human(lo), human(hi)),

@@ -209,7 +209,7 @@ impl Localizer {
                 self.allocation = Some((results[0], below));
                 self.stage = match (self.cfg.plan, screen) {
                     (LocalizePlan::FullMatrix, _) => {
-                        self.node_rounds = crate::measure::pairs::rounds(self.n);
+                        self.node_rounds = crate::model::pairs::rounds(self.n);
                         Stage::NodeRounds { next: 0 }
                     }
                     (LocalizePlan::Adaptive, true) => {

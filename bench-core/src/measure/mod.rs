@@ -7,15 +7,12 @@
 pub mod collectives;
 #[cfg(feature = "gpu")]
 pub mod cuda;
-pub mod datatype;
 #[cfg(feature = "gpu")]
 pub mod loop_probe;
 #[cfg(feature = "gpu")]
 pub mod nccl;
 #[cfg(feature = "gpu")]
 pub mod nccl_env;
-pub mod pairs;
 #[cfg(feature = "gpu")]
 pub mod runner;
 pub mod running_thread;
-pub mod size;

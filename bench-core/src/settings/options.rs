@@ -5,8 +5,8 @@
 
 use crate::config::worker::{Step, WorkerConfig};
 use crate::measure::collectives::Collective;
-use crate::measure::datatype::{DataType, RedOp};
 pub use crate::meet::rendezvous::auth::Credential;
+use crate::model::datatype::{DataType, RedOp};
 use crate::settings::environment::Environment;
 use clap::Parser;
 use std::path::{Path, PathBuf};
@@ -91,7 +91,7 @@ pub struct Options {
     pub json: Option<PathBuf>,
     pub quiet: bool,
     /// `--pair-matrix`: how node pairs are measured (`localize`).
-    pub pair_matrix: crate::localize::PairMatrix,
+    pub pair_matrix: crate::model::pairs::PairMatrix,
 }
 
 impl Options {
@@ -130,7 +130,7 @@ impl Args {
             _ => ParseExit::Usage(first_line(&e.to_string())),
         })?;
         if raw.list_skus {
-            return Err(ParseExit::Info(crate::facts::sku::list()));
+            return Err(ParseExit::Info(crate::model::sku::list()));
         }
         Ok(Args(raw))
     }
@@ -454,7 +454,7 @@ mod tests {
 
     #[test]
     fn pair_matrix_is_full_up_to_three_nodes_unless_told() {
-        use crate::localize::PairMatrix;
+        use crate::model::pairs::PairMatrix;
         let o = parse_with(&[], &[]).unwrap();
         assert_eq!(o.pair_matrix, PairMatrix::Auto);
         assert!(o.pair_matrix.full_for(3) && !o.pair_matrix.full_for(4));

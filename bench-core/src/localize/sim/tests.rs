@@ -367,7 +367,7 @@ fn a_link_off_the_ring_that_slows_an_alltoall_is_named_by_every_pair_once() {
             "n={n}: {:#?}",
             v.findings
         );
-        let tournament = crate::measure::pairs::round_count(n).div_ceil(G);
+        let tournament = crate::model::pairs::round_count(n).div_ceil(G);
         assert_eq!(v.localization_rounds, tournament + 1, "n={n}");
     }
     // 1-GPU nodes (the emulated fabric): N-1 rounds and the retest.

@@ -30,7 +30,7 @@ impl Measurer<'_> {
     ) -> Result<AlltoallReading, RunError> {
         start.phase(&format!(
             "alltoall {} over every rank (every node pair at once)",
-            crate::measure::size::human(size)
+            crate::model::size::human(size)
         ));
         // A step index past the plan's: its own fill seeds.
         let at = (self.opts().steps.len(), 0, size, ITERS);

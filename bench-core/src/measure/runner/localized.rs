@@ -21,7 +21,7 @@ use crate::localize::own::NodeFindings;
 use crate::localize::{
     LocalizeConfig, LocalizePlan, LocalizeSummary, Localizer, PairFloors, Phase,
 };
-use crate::measure::datatype::{DataType, RedOp};
+use crate::model::datatype::{DataType, RedOp};
 use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
@@ -142,7 +142,7 @@ impl Measurer<'_> {
                 "# alltoall {}: busbw {:.4} GB/s (host clock {:.4}, GPU clock {:.4}), {:.2} x the \
                  all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {}; \
                  {ms:.0} ms\n",
-                crate::measure::size::human(a2a.size),
+                crate::model::size::human(a2a.size),
                 a2a.delivered,
                 a2a.host,
                 a2a.gpu,
@@ -263,11 +263,11 @@ impl Measurer<'_> {
         let me = self.rank as usize;
         start.phase(&format!(
             "phase A: every node's GPU pairs at once, sendrecv {}",
-            crate::measure::size::human(bytes)
+            crate::model::size::human(bytes)
         ));
         let mut rows = Vec::new();
         for round in &gpu_rounds(t) {
-            let partner = crate::measure::pairs::partner(round, me);
+            let partner = crate::model::pairs::partner(round, me);
             let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, true, start, out)?;
             let gpu_secs = settled_mean(&gpu_ops);
             // Three slots per pair (one sum for thousands of nodes stays small): the host's time

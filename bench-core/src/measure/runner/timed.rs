@@ -265,8 +265,8 @@ impl Measurer<'_> {
         start.phase(&format!(
             "{} {}..{}",
             coll.name(),
-            crate::measure::size::human(min_bytes),
-            crate::measure::size::human(max_bytes)
+            crate::model::size::human(min_bytes),
+            crate::model::size::human(max_bytes)
         ));
         if start.printer {
             start.show.collective(&TableHead {
@@ -333,7 +333,7 @@ impl Measurer<'_> {
             start.phase(&format!(
                 "{} {}: below threshold, measuring once more",
                 coll.name(),
-                crate::measure::size::human(row.size)
+                crate::model::size::human(row.size)
             ));
             let (again, gpu) = self.measure_row(at, coll, true, out, wrong_ranks)?;
             if start.recorder {
@@ -390,7 +390,7 @@ impl Measurer<'_> {
             let what = format!(
                 "{} {} {}",
                 coll.name(),
-                crate::measure::size::human(c.bytes(elt)),
+                crate::model::size::human(c.bytes(elt)),
                 if in_place { "in-place" } else { "out-of-place" }
             );
             self.thread.set_status(format!(

@@ -5,7 +5,7 @@
 use super::raw::RawArgs;
 use crate::config::worker::Step;
 use crate::measure::collectives::{self, Collective};
-use crate::measure::size::parse_size;
+use crate::model::size::parse_size;
 
 /// `-f` and `-n` values no plan can run with.
 pub(super) fn check_counts(raw: &RawArgs) -> Result<(), String> {
