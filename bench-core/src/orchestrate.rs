@@ -7,7 +7,6 @@
 use crate::config::network::NetworkProfile;
 use crate::facts::transport::{TransportExpectation, TransportSummary};
 use crate::judge::overall::{self, Basis, Judging};
-use crate::judge::thresholds::GpuModel;
 use crate::measure::cuda;
 use crate::measure::nccl::{Nccl, UniqueId};
 use crate::measure::nccl_env::LogPlace;
@@ -15,6 +14,7 @@ use crate::measure::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
 use crate::meet::rendezvous::{self, Member};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
+use crate::model::thresholds::GpuModel;
 use crate::report::assemble::{Judgement, Measured};
 use crate::report::json::{GpuEntry, NcclInfo, Report, Settings};
 use crate::settings::options::Options;
@@ -270,7 +270,7 @@ fn explain(
         _ => (String::new(), 0, None, Interconnect::unknown("no GPU")),
     };
     let (model, identity) = identify(name, device_id, &interconnect);
-    let rules = crate::judge::thresholds::explain(
+    let rules = crate::model::thresholds::explain(
         &opts.config.thresholds,
         &model.gpu(),
         &identity,

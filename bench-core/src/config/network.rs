@@ -22,7 +22,6 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::facts::transport::NetExpect;
 use nccl_check_host::config_file::{invalid, ConfigError};
 use nccl_check_host::hostlist::Pattern;
 
@@ -241,6 +240,27 @@ fn check_expectations(p: &NetworkProfile) -> Result<(), Bad> {
 pub fn hostlist_matches(pattern: &str, host: &str) -> Result<bool, String> {
     let pattern = Pattern::parse(pattern).map_err(|e| e.to_string())?;
     Ok(pattern.matches(host))
+}
+
+/// The network expected between nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetExpect {
+    /// InfiniBand or RoCE (NCCL's IB transport or the rdma-sharp plugin).
+    Ib,
+    /// TCP sockets (a plain-Ethernet site).
+    Socket,
+    /// A plugin, by a case-insensitive part of its name (`Libfabric` for AWS EFA, `UCX`).
+    Plugin(String),
+}
+
+impl std::fmt::Display for NetExpect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NetExpect::Ib => f.write_str("NET/IB"),
+            NetExpect::Socket => f.write_str("NET/Socket"),
+            NetExpect::Plugin(p) => write!(f, "NET/{p}"),
+        }
+    }
 }
 
 #[cfg(test)]

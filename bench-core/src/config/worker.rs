@@ -6,6 +6,7 @@
 use crate::measure::collectives::{self, Collective};
 use crate::model::node_count::NodeCount;
 use crate::model::size::parse_size;
+use crate::model::thresholds::Threshold;
 use nccl_check_host::config_file::{self, ConfigError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -89,31 +90,6 @@ pub struct Outliers {
     /// The alltoall beside a multi-node all_reduce is slow below this fraction of what the
     /// all_reduce predicts (`localize::paths`).
     pub alltoall_fraction: f64,
-}
-
-/// One threshold rule, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Threshold {
-    /// The driver's whole GPU name (`NVIDIA H100 PCIe`, the `NVIDIA ` optional); None: any.
-    pub gpu: Option<String>,
-    /// A key of the SKU table (`sku::SKUS`): the part by its PCI device ID; None: any.
-    pub sku: Option<&'static str>,
-    /// The interconnect the floor was measured on (`facts::interconnect`); None: any.
-    pub interconnect: Option<crate::model::link_class::Class>,
-    pub gpus: Option<u32>,
-    /// `nodes = N` (absent: 1) or `min_nodes`/`max_nodes`.
-    pub nodes: NodeCount,
-    pub collective: &'static str,
-    /// Smallest message size the floor holds for (`bytes` sets both ends; absent: no bound).
-    pub min_bytes: Option<u64>,
-    /// Largest message size the floor holds for.
-    pub max_bytes: Option<u64>,
-    pub min_busbw: f64,
-    pub source: String,
-    /// File and line it came from, for `--explain-thresholds`.
-    pub origin: String,
-    /// True for the admin's rules (they win ties over the defaults).
-    pub admin: bool,
 }
 
 /// One step of a plan.
@@ -326,7 +302,7 @@ fn threshold(
     let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
         .map_err(|e| bad(field(e.key), e.message))?;
     if interconnect == Some(crate::model::link_class::Class::Bridged)
-        && crate::judge::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
+        && crate::model::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
     {
         // The pair rule would hold every pair of a bridged node, and the pairs between
         // bridge groups run over PCIe: a false FAIL for each of them.

@@ -134,7 +134,7 @@ pub fn file_minors(value: &str) -> Option<Vec<u32>> {
             for part in inner.split(',') {
                 let (lo, hi) = part.split_once('-').unwrap_or((part, part));
                 let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
-                if hi < lo || hi - lo >= crate::config::expected_gpus::MAX_GPUS {
+                if hi < lo || hi - lo >= crate::model::bounds::MAX_GPUS {
                     return None;
                 }
                 out.extend(lo..=hi);

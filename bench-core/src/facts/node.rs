@@ -77,7 +77,7 @@ fn index_list(text: &str) -> Option<Vec<u32>> {
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (lo, hi) = part.split_once('-').unwrap_or((part, part));
         let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
-        if hi < lo || out.len() as u32 + (hi - lo) >= expected_gpus::MAX_GPUS {
+        if hi < lo || out.len() as u32 + (hi - lo) >= crate::model::bounds::MAX_GPUS {
             return None;
         }
         out.extend(lo..=hi);

@@ -9,6 +9,4 @@
 
 pub mod analysis;
 pub mod evidence;
-pub mod floors;
 pub mod overall;
-pub mod thresholds;

@@ -5,13 +5,13 @@
 //! CUDA's answer to "can these two GPUs reach each other directly" comes in as a function, so
 //! all of it runs without a GPU.
 
-use crate::config::worker::Threshold;
 use crate::facts::transport::{TransportExpectation, TransportSummary};
 use crate::judge::evidence::{self, PeerAccess};
-use crate::judge::floors::Floors;
-use crate::judge::thresholds::GpuModel;
 use crate::meet::topology::Topology;
+use crate::model::floors::Floors;
 use crate::model::stats::num;
+use crate::model::thresholds::GpuModel;
+use crate::model::thresholds::Threshold;
 use crate::report::assemble::Judgement;
 use crate::report::json::Report;
 use crate::report::{Expected, PairKind, Row};
@@ -359,9 +359,9 @@ pub(crate) fn judge_by(rules: &[Threshold], report: Report) -> (Report, ExitCode
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::worker::Threshold;
-    use crate::judge::floors::tests::rule;
     use crate::meet::rendezvous::Member;
+    use crate::model::floors::tests::rule;
+    use crate::model::thresholds::Threshold;
     use crate::report::gpu::GpuInfo;
     use crate::report::json::{GpuEntry, TransportInfo};
     use crate::report::{PairRow, Placement};

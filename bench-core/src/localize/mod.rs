@@ -14,7 +14,7 @@
 //! - **Phase B** (N >= 2): one collective over the whole allocation. It is a single number, so only
 //!   an absolute floor can judge it; when it is at or above its floor the check ends: a healthy
 //!   allocation costs zero localization rounds. The floor is a threshold rule for the check's node
-//!   count (`min_nodes = 2` covers every allocation size: `crate::judge::floors::PairFloors::localization`).
+//!   count (`min_nodes = 2` covers every allocation size: `crate::model::floors::PairFloors::localization`).
 //!   Without a floor B cannot be judged and screening always runs (two rounds on a healthy
 //!   allocation).
 //! - **Screening** (B slow): the edges of the ring B's collective runs over (node i with node i+1)
@@ -87,6 +87,8 @@ pub mod site;
 pub use plan::explain_plan;
 pub use reasons::LocalizeSummary;
 pub use schedule::Localizer;
+
+use crate::model::floors::PairFloors;
 
 /// Largest allocation the localizer accepts (a bounded input: results arrive from the network).
 pub const MAX_NODES: usize = 65_536;
@@ -168,14 +170,6 @@ pub enum LocalizePlan {
     Adaptive,
     /// Every node pair, rail-wise (N-1 rounds; N when N is odd), whatever B says.
     FullMatrix,
-}
-
-/// Absolute floors in GB/s busbw, one per kind of group; `None`: relative rule only.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PairFloors {
-    pub local: Option<f64>,
-    pub allocation: Option<f64>,
-    pub pair: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

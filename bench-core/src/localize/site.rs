@@ -5,9 +5,9 @@
 //! the pairs), so the plan explained is the plan a check of that allocation runs.
 
 use crate::config::worker::{Step, WorkerConfig};
-use crate::judge::floors::Floors;
-use crate::judge::thresholds::GpuKey;
+use crate::model::floors::Floors;
 use crate::model::link_class::Class;
+use crate::model::thresholds::GpuKey;
 use serde::Serialize;
 
 /// One collective size that runs over every rank of the allocation before the pairs.

@@ -1,12 +1,18 @@
 //! The ground floor: the domain's plain types and pure lookups that more than one stage names
 //! (sizes, data types, the pair schedule, node counts, the SKU table, the interconnect class,
-//! small statistics), so a stage can share them without importing a later stage. Imports no
-//! stage: only std, external crates and other `model` modules.
+//! the threshold rules and the floor of a measurement, the rendezvous credential, small
+//! statistics), so a stage can share them without importing a later stage: the retest while
+//! measuring, the verdict and the localizer ask the same floor lookup here. Imports no stage:
+//! only std, external crates and other `model` modules.
 
+pub mod bounds;
+pub mod credential;
 pub mod datatype;
+pub mod floors;
 pub mod link_class;
 pub mod node_count;
 pub mod pairs;
 pub mod size;
 pub mod sku;
 pub mod stats;
+pub mod thresholds;

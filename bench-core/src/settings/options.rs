@@ -5,7 +5,7 @@
 
 use crate::config::worker::{Step, WorkerConfig};
 use crate::measure::collectives::Collective;
-pub use crate::meet::rendezvous::auth::Credential;
+use crate::model::credential::Credential;
 use crate::model::datatype::{DataType, RedOp};
 use crate::settings::environment::Environment;
 use clap::Parser;

@@ -1,9 +1,8 @@
 //! The site's expectation of the paths, and the findings that turn a silent fallback into FAIL.
 
 use super::{Transport, TransportSummary};
-use crate::config::network::NetworkProfile;
+use crate::config::network::{NetExpect, NetworkProfile};
 use nccl_check_contract::report::culprit::Culprit;
-use std::fmt;
 
 /// What the site expects of the paths (from the worker's options and network profile).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,17 +34,6 @@ impl TransportExpectation {
     }
 }
 
-/// The network expected between nodes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NetExpect {
-    /// InfiniBand or RoCE (NCCL's IB transport or the rdma-sharp plugin).
-    Ib,
-    /// TCP sockets (a plain-Ethernet site).
-    Socket,
-    /// A plugin, by a case-insensitive part of its name (`Libfabric` for AWS EFA, `UCX`).
-    Plugin(String),
-}
-
 impl NetExpect {
     fn accepts(&self, t: &Transport) -> bool {
         match (self, t) {
@@ -54,16 +42,6 @@ impl NetExpect {
                 .to_ascii_lowercase()
                 .contains(&want.to_ascii_lowercase()),
             _ => false,
-        }
-    }
-}
-
-impl fmt::Display for NetExpect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NetExpect::Ib => f.write_str("NET/IB"),
-            NetExpect::Socket => f.write_str("NET/Socket"),
-            NetExpect::Plugin(p) => write!(f, "NET/{p}"),
         }
     }
 }

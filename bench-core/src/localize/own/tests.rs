@@ -296,7 +296,7 @@ mod every_process {
 
     fn judged(r: Report) -> (Report, ExitCode) {
         judge_by(
-            &[crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)],
+            &[crate::model::floors::tests::rule("all_reduce", 4, 4, 1.0)],
             r,
         )
     }

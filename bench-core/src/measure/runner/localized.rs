@@ -18,10 +18,9 @@ use crate::localize::conduct::{
 };
 use crate::localize::layout::Layout;
 use crate::localize::own::NodeFindings;
-use crate::localize::{
-    LocalizeConfig, LocalizePlan, LocalizeSummary, Localizer, PairFloors, Phase,
-};
+use crate::localize::{LocalizeConfig, LocalizePlan, LocalizeSummary, Localizer, Phase};
 use crate::model::datatype::{DataType, RedOp};
+use crate::model::floors::PairFloors;
 use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
@@ -511,10 +510,10 @@ mod tests {
     #[test]
     fn one_gpu_nodes_have_no_phase_a_floor_and_are_not_slow() {
         let nodes: Vec<String> = ["nA", "nB"].map(String::from).to_vec();
-        let rules = [crate::judge::floors::tests::rule("sendrecv", 2, 1, 255.0)];
-        let floors = crate::judge::floors::Floors {
+        let rules = [crate::model::floors::tests::rule("sendrecv", 2, 1, 255.0)];
+        let floors = crate::model::floors::Floors {
             rules: &rules,
-            gpu: crate::judge::thresholds::GpuKey::by_name("NVIDIA H200"),
+            gpu: crate::model::thresholds::GpuKey::by_name("NVIDIA H200"),
             nodes: 2,
             gpus: 2,
             min_busbw: None,

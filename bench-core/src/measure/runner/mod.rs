@@ -22,11 +22,11 @@ mod timed;
 
 pub use run_error::RunError;
 
-use crate::judge::floors::Floors;
 use crate::measure::cuda::{Gpu, GpuInfo};
 use crate::measure::nccl::{Nccl, UniqueId};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
+use crate::model::floors::Floors;
 use crate::report::json::Phases;
 use crate::report::{PairRow, Row};
 use crate::settings::options::Options;
@@ -51,7 +51,7 @@ pub struct Start {
     /// Which node each global rank is on, and its index there.
     pub topology: Arc<Topology>,
     /// The GPU model and interconnect thresholds are looked up by (this process's first GPU).
-    pub gpu: Arc<crate::judge::thresholds::GpuModel>,
+    pub gpu: Arc<crate::model::thresholds::GpuModel>,
     pub opts: &'static Options,
     /// Where the printing rank's lines and tables go.
     pub show: Arc<dyn sink::Show>,

@@ -13,16 +13,40 @@
 //! Among the rules that apply the most specific wins, by these criteria in order:
 //! 1. the node count: an exact `nodes` beats a range with both ends, which beats a range open at
 //!    the top (`min_nodes` alone): a rule for exactly this allocation size says more than one for
-//!    every size (`config::node_count`);
+//!    every size (`node_count`);
 //! 2. a rule bounding the message size beats one that does not;
 //! 3. naming the GPU count beats not naming it (a node range takes no `gpus`).
 //!
 //! On a tie the first in order wins, which puts the admin's rules before the built-in ones.
 
-use crate::config::worker::Threshold;
 use crate::model::link_class::Class;
 use crate::model::node_count::NodeCount;
 use crate::model::sku::Sku;
+
+/// One threshold rule, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    /// The driver's whole GPU name (`NVIDIA H100 PCIe`, the `NVIDIA ` optional); None: any.
+    pub gpu: Option<String>,
+    /// A key of the SKU table (`sku::SKUS`): the part by its PCI device ID; None: any.
+    pub sku: Option<&'static str>,
+    /// The interconnect the floor was measured on (`facts::interconnect`); None: any.
+    pub interconnect: Option<Class>,
+    pub gpus: Option<u32>,
+    /// `nodes = N` (absent: 1) or `min_nodes`/`max_nodes`.
+    pub nodes: NodeCount,
+    pub collective: &'static str,
+    /// Smallest message size the floor holds for (`bytes` sets both ends; absent: no bound).
+    pub min_bytes: Option<u64>,
+    /// Largest message size the floor holds for.
+    pub max_bytes: Option<u64>,
+    pub min_busbw: f64,
+    pub source: String,
+    /// File and line it came from, for `--explain-thresholds`.
+    pub origin: String,
+    /// True for the admin's rules (they win ties over the defaults).
+    pub admin: bool,
+}
 
 /// What the rules are looked up by: the GPU model (driver name and, when known, its SKU) and
 /// the interconnect of the node's GPUs (`Class::Unknown` where it could not be read).
