@@ -413,6 +413,9 @@ fn meet(
             gpu: gpu.clone(),
             opts,
             show: show.clone(),
+            slow_pairs: |rows, fraction, floor| {
+                !crate::judge::analysis::slow_pairs(rows, fraction, floor).is_empty()
+            },
         });
     }
     Ok((team, topology))

@@ -3,7 +3,7 @@
 //! Parsed low (serde structs mirroring the file) then validated high (sizes parsed, collectives
 //! resolved), with every error naming file, line and field.
 
-use crate::measure::collectives::{self, Collective};
+use crate::model::collectives::{self, Collective};
 use crate::model::node_count::NodeCount;
 use crate::model::size::parse_size;
 use crate::model::thresholds::Threshold;

@@ -20,7 +20,7 @@
 //!
 //! Clocks are recorded for the report only: they follow the load.
 
-use super::Finding;
+use crate::model::finding::Finding;
 use nccl_check_contract::report::reason::ReasonCode;
 use serde::{Deserialize, Serialize};
 

@@ -9,7 +9,7 @@
 //! link, uncorrectable ECC errors or an active hardware slowdown) instead of only a slow number.
 //!
 //! Each module reads one source under a configurable root (so tests use fixture trees) and
-//! returns plain data plus `Finding`s; none of them decides a verdict. A finding has a stable
+//! returns plain data plus `Finding`s (`model::finding`); none of them decides a verdict. A finding has a stable
 //! `code` the report turns into its reason; every finding here is a FAIL, of the class its code
 //! says (`contract::report::cause`: a hardware fault or a missing GPU drains the node; a slow
 //! probe on a GPU another process holds is `gpu_busy`, class busy), and a source that cannot be
@@ -37,40 +37,3 @@ pub mod node_ready;
 pub mod nvml;
 
 pub mod transport;
-use nccl_check_contract::report::reason::ReasonCode;
-use serde::Serialize;
-
-/// One fault found in the facts, in the shape the report's reason takes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Finding {
-    /// Its reason code, one of the fact codes (`ReasonCode::FACT_CODES`-style: `GpuMissing`,
-    /// written `gpu_missing`): typed here, so no reader maps a string back.
-    pub code: ReasonCode,
-    /// The part: `GPU 0000:9b:00.0`, `mlx5_0:1`, `eth0`.
-    pub subject: String,
-    /// One line for an admin: what is wrong and how it was known.
-    pub message: String,
-    /// The measured value, when the fault is a number (GPUs listed, Gb/s, PCIe width).
-    pub measured: Option<f64>,
-    /// The value it was held against.
-    pub limit: Option<f64>,
-}
-
-impl Finding {
-    pub fn new(code: ReasonCode, subject: impl Into<String>, message: impl Into<String>) -> Self {
-        Finding {
-            code,
-            subject: subject.into(),
-            message: message.into(),
-            measured: None,
-            limit: None,
-        }
-    }
-
-    /// The same finding with its number and the limit it missed.
-    pub fn with_values(mut self, measured: f64, limit: f64) -> Self {
-        self.measured = Some(measured);
-        self.limit = Some(limit);
-        self
-    }
-}

@@ -15,8 +15,8 @@
 use super::gpu_health::HealthFacts;
 use super::inventory::{self, DriverGpu, NodeExpectation};
 use super::net::NetFacts;
-use super::Finding;
 use crate::config::expected_gpus::{self, ExpectedGpus};
+use crate::model::finding::Finding;
 use nccl_check_contract::report::reason::ReasonCode;
 use serde::Serialize;
 use std::path::{Path, PathBuf};

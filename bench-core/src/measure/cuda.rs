@@ -239,9 +239,9 @@ impl Gpu {
         op: u32,
         seed: u32,
         nranks: u32,
-        expected: crate::measure::collectives::ExpectedData,
+        expected: crate::model::collectives::ExpectedData,
     ) -> Result<(), DriverError> {
-        use crate::measure::collectives::ExpectedData;
+        use crate::model::collectives::ExpectedData;
         let (mode, chunk, src, base) = match expected {
             ExpectedData::Reduction { index_base } => (0u32, 0u64, 0u32, index_base),
             ExpectedData::CopyFrom {

@@ -4,7 +4,6 @@
 //! factors; `runner::timed`: the timed loops). Decides nothing about PASS or FAIL: it only retests
 //! a result below its floor once.
 
-pub mod collectives;
 #[cfg(feature = "gpu")]
 pub mod cuda;
 #[cfg(feature = "gpu")]

@@ -65,7 +65,7 @@ pub struct GpuEntry {
     /// What NVML said about this GPU (matched by PCI bus id); None without NVML.
     pub health: Option<crate::facts::gpu_health::GpuHealth>,
     /// Its device-local copy bandwidth (`facts::local_probe`).
-    pub local_probe: Option<crate::facts::local_probe::LocalProbe>,
+    pub local_probe: Option<crate::model::local_copy::LocalProbe>,
     /// Why the local probe could not measure, when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_probe_error: Option<String>,

@@ -4,7 +4,7 @@
 //! (`peers.rs`); the plan or the command line gives the steps (`steps.rs`).
 
 use crate::config::worker::{Step, WorkerConfig};
-use crate::measure::collectives::Collective;
+use crate::model::collectives::Collective;
 use crate::model::credential::Credential;
 use crate::model::datatype::{DataType, RedOp};
 use crate::settings::environment::Environment;
@@ -136,7 +136,7 @@ impl Args {
     }
 
     /// `--check-config [FILE]`: `Some(FILE)` (itself optional) when that mode was asked. It
-    /// runs before the environment is read (`config::check`).
+    /// runs before the environment is read (`facts::node_ready::check_file`).
     pub fn check_config(&self) -> Option<Option<&Path>> {
         match &self.0.mode {
             Some(Mode::CheckConfig { file }) => Some(file.as_deref()),

@@ -3,7 +3,7 @@
 //! after its other rounds (the decision: `localized.rs` over `localize::paths`).
 use super::timed::Measurer;
 use super::{GpuOutcome, RunError, Start};
-use crate::measure::collectives::AlltoAll;
+use crate::model::collectives::AlltoAll;
 
 /// Timed operations of the alltoall, each placement (one untimed operation before them).
 const ITERS: u32 = 3;

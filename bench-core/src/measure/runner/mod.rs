@@ -55,7 +55,14 @@ pub struct Start {
     pub opts: &'static Options,
     /// Where the printing rank's lines and tables go.
     pub show: Arc<dyn sink::Show>,
+    /// Whether a pair matrix has a slow pair, as the verdict judges it: the retest asks it.
+    pub slow_pairs: SlowPairs,
 }
+
+/// Whether any pair of `rows` is slow (the outlier fraction; the floor of (collective, GPUs,
+/// bytes)): the verdict's rule, handed in by the flow, so the retest and the verdict cannot
+/// disagree and the measuring loop names no judge.
+pub type SlowPairs = fn(&[PairRow], f64, &dyn Fn(&str, u32, u64) -> Option<f64>) -> bool;
 
 impl Start {
     /// A progress line, from the printing rank only.
@@ -87,7 +94,7 @@ pub struct GpuOutcome {
     pub rows: Vec<Row>,
     pub pairs: Vec<PairRow>,
     /// The local probe's result, or why it could not measure.
-    pub probe: Option<Result<crate::facts::local_probe::LocalProbe, String>>,
+    pub probe: Option<Result<crate::model::local_copy::LocalProbe, String>>,
     /// With `--shared-gpus`: the ranks (this one among them) that drove this GPU.
     pub shared: Option<Vec<u32>>,
     /// Retested rows by the GPU's clock (`gpu_time`).

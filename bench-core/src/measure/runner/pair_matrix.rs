@@ -241,9 +241,7 @@ impl Measurer<'_> {
                 ..r.clone()
             })
             .collect();
-        let slow =
-            !crate::judge::analysis::slow_pairs(&delivered, o.config.outliers.fraction, &floor)
-                .is_empty();
+        let slow = (start.slow_pairs)(&delivered, o.config.outliers.fraction, &floor);
         // Across nodes, a slow node pair's node may have its own finding: every node's is
         // shared then (`localize::own`), so each process's verdict names that cause, not the
         // path. Every process agrees whether (the team's sum), so all or none join the sum.

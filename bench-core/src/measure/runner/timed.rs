@@ -7,11 +7,11 @@ use super::gpu_time::GpuTimer;
 use super::sink::TableHead;
 use super::{ms, GpuOutcome, GpuThread, RunError, Start};
 use crate::config::worker::Step;
-use crate::measure::collectives::{Collective, Counts};
 use crate::measure::cuda::{Gpu, StreamWait};
 use crate::measure::loop_probe::LoopProbe;
 use crate::measure::nccl::{Comm, Issue, Nccl};
 use crate::meet::team::{Team, TeamError};
+use crate::model::collectives::{Collective, Counts};
 use crate::report::json::GpuSide;
 use crate::report::{Placement, Row};
 use crate::settings::options::Options;
@@ -118,7 +118,8 @@ impl Measurer<'_> {
             nranks: self.nranks,
             stream: self.gpu.raw_stream(),
         };
-        coll.issue(&issue)
+        issue
+            .collective(coll)
             .map_err(|e| self.err_runtime(coll.name(), e))
     }
 

@@ -4,7 +4,7 @@
 
 use super::raw::RawArgs;
 use crate::config::worker::Step;
-use crate::measure::collectives::{self, Collective};
+use crate::model::collectives::{self, Collective};
 use crate::model::size::parse_size;
 
 /// `-f` and `-n` values no plan can run with.
