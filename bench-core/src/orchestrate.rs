@@ -5,7 +5,8 @@
 //! Errors come back as [`RunError`]; printing and the exit code are the binary's.
 
 use crate::config::network::NetworkProfile;
-use crate::facts::transport::{TransportExpectation, TransportSummary};
+use crate::config::network::TransportExpectation;
+use crate::facts::transport::TransportSummary;
 use crate::judge::overall::{self, Basis, Judging};
 use crate::measure::cuda;
 use crate::measure::nccl::{Nccl, UniqueId};
@@ -124,7 +125,7 @@ fn measure(
     };
     wait_for_gpus(handles, &team, opts, host, record)?;
     record.nvml = Some((nvml.facts, nvml.waited_ms));
-    let (transports, log) = crate::measure::nccl_env::read_transports(nccl_log);
+    let (transports, log) = crate::facts::nccl_log::read_transports(nccl_log);
     if let Some(f) = record.facts.as_mut() {
         let lines = log.as_ref().map(|l| l.net_using.as_slice());
         let nodes = topology.node_count();

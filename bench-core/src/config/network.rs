@@ -242,6 +242,36 @@ pub fn hostlist_matches(pattern: &str, host: &str) -> Result<bool, String> {
     Ok(pattern.matches(host))
 }
 
+/// What the site expects of the paths (from the worker's options and network profile).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransportExpectation {
+    /// GPUs of one node talk over NVLink: every intra-node path must be P2P.
+    pub intra_node_p2p: bool,
+    /// Paths between nodes must use this network (profile `expect_net`).
+    pub inter_node_net: Option<NetExpect>,
+    /// CollNet (SHARP) must carry the collectives (`--expect-collnet`).
+    pub collnet: bool,
+    /// NVLS must carry the collectives.
+    pub nvls: bool,
+}
+
+impl TransportExpectation {
+    /// From the site's network profile and the worker's `--expect-collnet`/`--expect-nvls`.
+    /// Without a profile saying otherwise, GPUs of one node are expected to use NVLink P2P.
+    pub fn new(
+        profile: Option<&NetworkProfile>,
+        collnet: bool,
+        nvls: bool,
+    ) -> TransportExpectation {
+        TransportExpectation {
+            intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
+            inter_node_net: profile.and_then(|p| p.net_expect()),
+            collnet: collnet || profile.is_some_and(|p| p.expect_collnet),
+            nvls: nvls || profile.is_some_and(|p| p.expect_nvls),
+        }
+    }
+}
+
 /// The network expected between nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetExpect {

@@ -3,9 +3,10 @@
 //! Parsed low (serde structs mirroring the file) then validated high (sizes parsed, collectives
 //! resolved), with every error naming file, line and field.
 
-use crate::model::collectives::{self, Collective};
+use crate::model::collectives;
 use crate::model::node_count::NodeCount;
 use crate::model::size::parse_size;
+use crate::model::step::Step;
 use crate::model::thresholds::Threshold;
 use nccl_check_host::config_file::{self, ConfigError};
 use serde::Deserialize;
@@ -90,29 +91,6 @@ pub struct Outliers {
     /// The alltoall beside a multi-node all_reduce is slow below this fraction of what the
     /// all_reduce predicts (`localize::paths`).
     pub alltoall_fraction: f64,
-}
-
-/// One step of a plan.
-#[derive(Debug, Clone)]
-pub enum Step {
-    /// A collective measured as nccl-tests does, at each size.
-    Collective {
-        collective: &'static dyn Collective,
-        sizes: Vec<u64>,
-        warmup: u32,
-        iters: u32,
-    },
-    /// The GPU pair matrix (and across nodes, the node-pair matrix) with sendrecv.
-    Pairs { bytes: u64, warmup: u32, iters: u32 },
-}
-
-impl Step {
-    pub fn max_bytes(&self) -> u64 {
-        match self {
-            Step::Collective { sizes, .. } => sizes.iter().copied().max().unwrap_or(0),
-            Step::Pairs { bytes, .. } => *bytes,
-        }
-    }
 }
 
 #[derive(Debug, Clone)]

@@ -29,6 +29,8 @@ pub mod host_load;
 pub mod interconnect;
 pub mod inventory;
 pub mod local_probe;
+#[cfg(feature = "gpu")]
+pub mod nccl_log;
 pub mod net;
 pub mod node;
 #[cfg(feature = "gpu")]

@@ -463,7 +463,7 @@ mod foreign_tests;
 pub fn transport_reasons(
     gpus: &[GpuEntry],
     topology: &crate::meet::topology::Topology,
-    expect: &crate::facts::transport::TransportExpectation,
+    expect: &crate::config::network::TransportExpectation,
     log: &crate::facts::transport::TransportSummary,
     can_access_peer: PeerAccess,
 ) -> Vec<Reason> {

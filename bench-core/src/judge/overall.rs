@@ -5,7 +5,8 @@
 //! CUDA's answer to "can these two GPUs reach each other directly" comes in as a function, so
 //! all of it runs without a GPU.
 
-use crate::facts::transport::{TransportExpectation, TransportSummary};
+use crate::config::network::TransportExpectation;
+use crate::facts::transport::TransportSummary;
 use crate::judge::evidence::{self, PeerAccess};
 use crate::meet::topology::Topology;
 use crate::model::floors::Floors;

@@ -19,4 +19,5 @@ pub mod pairs;
 pub mod size;
 pub mod sku;
 pub mod stats;
+pub mod step;
 pub mod thresholds;

@@ -3,10 +3,11 @@
 //! Slurm's environment fills rank, world and the rendezvous address when flags do not
 //! (`peers.rs`); the plan or the command line gives the steps (`steps.rs`).
 
-use crate::config::worker::{Step, WorkerConfig};
+use crate::config::worker::WorkerConfig;
 use crate::model::collectives::Collective;
 use crate::model::credential::Credential;
 use crate::model::datatype::{DataType, RedOp};
+use crate::model::step::Step;
 use crate::settings::environment::Environment;
 use clap::Parser;
 use std::path::{Path, PathBuf};

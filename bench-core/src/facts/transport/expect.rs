@@ -1,38 +1,8 @@
 //! The site's expectation of the paths, and the findings that turn a silent fallback into FAIL.
 
 use super::{Transport, TransportSummary};
-use crate::config::network::{NetExpect, NetworkProfile};
+use crate::config::network::{NetExpect, TransportExpectation};
 use nccl_check_contract::report::culprit::Culprit;
-
-/// What the site expects of the paths (from the worker's options and network profile).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TransportExpectation {
-    /// GPUs of one node talk over NVLink: every intra-node path must be P2P.
-    pub intra_node_p2p: bool,
-    /// Paths between nodes must use this network (profile `expect_net`).
-    pub inter_node_net: Option<NetExpect>,
-    /// CollNet (SHARP) must carry the collectives (`--expect-collnet`).
-    pub collnet: bool,
-    /// NVLS must carry the collectives.
-    pub nvls: bool,
-}
-
-impl TransportExpectation {
-    /// From the site's network profile and the worker's `--expect-collnet`/`--expect-nvls`.
-    /// Without a profile saying otherwise, GPUs of one node are expected to use NVLink P2P.
-    pub fn new(
-        profile: Option<&NetworkProfile>,
-        collnet: bool,
-        nvls: bool,
-    ) -> TransportExpectation {
-        TransportExpectation {
-            intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
-            inter_node_net: profile.and_then(|p| p.net_expect()),
-            collnet: collnet || profile.is_some_and(|p| p.expect_collnet),
-            nvls: nvls || profile.is_some_and(|p| p.expect_nvls),
-        }
-    }
-}
 
 impl NetExpect {
     fn accepts(&self, t: &Transport) -> bool {
@@ -127,6 +97,7 @@ pub fn check_transports(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::network::NetworkProfile;
 
     fn profile(expect_nvlink: Option<bool>, expect_collnet: bool) -> NetworkProfile {
         NetworkProfile {

@@ -6,12 +6,12 @@
 use super::gpu_time::GpuTimer;
 use super::sink::TableHead;
 use super::{ms, GpuOutcome, GpuThread, RunError, Start};
-use crate::config::worker::Step;
 use crate::measure::cuda::{Gpu, StreamWait};
 use crate::measure::loop_probe::LoopProbe;
 use crate::measure::nccl::{Comm, Issue, Nccl};
 use crate::meet::team::{Team, TeamError};
 use crate::model::collectives::{Collective, Counts};
+use crate::model::step::Step;
 use crate::report::json::GpuSide;
 use crate::report::{Placement, Row};
 use crate::settings::options::Options;
