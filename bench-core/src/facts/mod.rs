@@ -1,5 +1,6 @@
 //! Stage 5, facts: the node in (the driver's GPUs, NVML, PCI device IDs, sysfs NICs, NCCL's own
-//! INFO log), typed facts out ([`node::NodeFacts`], [`sku::Sku`], [`transport::TransportSummary`]).
+//! INFO log), typed facts out ([`node::NodeFacts`], [`transport::TransportSummary`]; the SKU
+//! table they key on is `model::sku`).
 //! Readers: they classify what they read into stable codes and leave the verdict to `judge`
 //! (except `local_probe`, which still judges the probe against its floor).
 //!

@@ -94,7 +94,7 @@ pub fn alltoall_slow(
         && alltoall < fraction * expected_alltoall_ratio(nodes, gpus) * all_reduce
 }
 
-/// The tournament: `rounds` node matchings (`measure::pairs::rounds`) `g` at once, matching i
+/// The tournament: `rounds` node matchings (`model::pairs::rounds`) `g` at once, matching i
 /// of a round on rail i, so each GPU (and its NIC) is in one pair a round.
 pub(crate) fn tournament(n: usize, g: usize) -> Vec<Vec<Group>> {
     crate::model::pairs::rounds(n)

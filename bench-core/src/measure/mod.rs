@@ -1,7 +1,8 @@
 //! Stage 4, measure: the settings, the team and the floors in, the rows of results out (busbw per
 //! collective, size and placement; the GPU pair matrix; the local probe; the localizer's rounds),
-//! measured exactly as nccl-tests measures them (`collectives`: byte counts and bus-bandwidth
-//! factors; `runner::timed`: the timed loops). Decides nothing about PASS or FAIL: it only retests
+//! measured exactly as nccl-tests measures them (`model::collectives`: byte counts and
+//! bus-bandwidth factors; `nccl::Issue::collective`: the NCCL call of each; `runner::timed`: the
+//! timed loops). Decides nothing about PASS or FAIL: it only retests
 //! a result below its floor once.
 
 #[cfg(feature = "gpu")]
