@@ -157,6 +157,7 @@ fn spawn_gpu_threads(
             opts,
             deadline,
             status: status.clone(),
+            on_probe: crate::localize::own::known::record_probe,
         };
         let h = std::thread::Builder::new()
             .name(format!("gpu{device}"))

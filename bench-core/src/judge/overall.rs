@@ -473,7 +473,7 @@ mod tests {
             measured: Some(20.0),
             limit: Some(40.0),
         };
-        r.localization = Some(crate::localize::LocalizeSummary {
+        r.localization = Some(crate::model::localization::LocalizeSummary {
             plan: "adaptive".into(),
             nodes: 8,
             rails: 4,

@@ -85,10 +85,10 @@ pub mod sim;
 pub mod site;
 
 pub use plan::explain_plan;
-pub use reasons::LocalizeSummary;
 pub use schedule::Localizer;
 
 use crate::model::floors::PairFloors;
+use crate::model::localization::Phase;
 
 /// Largest allocation the localizer accepts (a bounded input: results arrive from the network).
 pub const MAX_NODES: usize = 65_536;
@@ -129,30 +129,6 @@ impl Group {
             Group::Pair { rail_a, rail_b, .. } if rail_a == rail_b => GroupKind::RailPair,
             Group::Pair { .. } => GroupKind::CrossRail,
         }
-    }
-}
-
-/// Why a round exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Phase {
-    Local,
-    Allocation,
-    Screen,
-    CrossRail,
-    Confirm,
-    Matrix,
-    /// Node pairs that read slow once, with both ends fast elsewhere, measured again.
-    Retest,
-    /// Every node pair once (a round-robin tournament, `paths`), after a slow alltoall.
-    Paths,
-    /// Slow `Paths` pairs with both ends fast elsewhere, measured again at their size.
-    PathRetest,
-}
-
-impl Phase {
-    /// Localization rounds are the ones the bound counts: everything after phase B.
-    pub fn is_localization(self) -> bool {
-        !matches!(self, Phase::Local | Phase::Allocation)
     }
 }
 

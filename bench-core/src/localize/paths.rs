@@ -42,7 +42,8 @@
 //! decisions, not that real readings behave.
 
 use super::assess::quantile;
-use super::{Code, Group, LocalizeFinding, Phase};
+use super::{Code, Group, LocalizeFinding};
+use crate::model::localization::Phase;
 use crate::model::stats::num_vs;
 use nccl_check_contract::report::culprit::Culprit;
 

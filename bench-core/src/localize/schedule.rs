@@ -5,9 +5,10 @@
 use super::assess::{self, Assessment, Inputs, Measured};
 use super::paths::{checks_paths, Paths};
 use super::{
-    round_cap, Group, LocalizeConfig, LocalizeError, LocalizePlan, LocalizeVerdict, Phase, Round,
+    round_cap, Group, LocalizeConfig, LocalizeError, LocalizePlan, LocalizeVerdict, Round,
     MAX_GPUS, MAX_NODES,
 };
+use crate::model::localization::Phase;
 use std::collections::HashSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

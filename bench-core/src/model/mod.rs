@@ -1,10 +1,10 @@
 //! The ground floor: the domain's plain types and pure lookups that more than one stage names
 //! (the collectives' table, sizes, data types, the pair schedule, node counts, the SKU table, the
 //! interconnect class, the threshold rules and the floor of a measurement, a fault found about a
-//! part, a GPU's local copy rate, the rendezvous credential, small statistics), so a stage can
-//! share them without importing a later stage: the retest while measuring, the verdict and the
-//! localizer ask the same floor lookup here. Imports no stage: only std, external crates, the
-//! contract and other `model` modules.
+//! part, a GPU's local copy rate, what the localizer leaves in the report, the rendezvous
+//! credential, small statistics), so a stage can share them without importing a later stage: the
+//! retest while measuring, the verdict and the localizer ask the same floor lookup here. Imports
+//! no stage: only std, external crates, the contract and other `model` modules.
 
 pub mod bounds;
 pub mod collectives;
@@ -14,6 +14,7 @@ pub mod finding;
 pub mod floors;
 pub mod link_class;
 pub mod local_copy;
+pub mod localization;
 pub mod node_count;
 pub mod pairs;
 pub mod size;

@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::localize::paths::tests::built_in_fraction;
-use crate::localize::{Code, Group, LocalizeConfig, LocalizePlan, Phase, Round};
+use crate::localize::{Code, Group, LocalizeConfig, LocalizePlan, Round};
 use crate::model::floors::PairFloors;
+use crate::model::localization::Phase;
 use std::collections::{BTreeSet, HashSet};
 
 const NS: [usize; 6] = [2, 3, 8, 64, 1024, 4096];

@@ -17,10 +17,11 @@ use crate::localize::conduct::{
     decide_here, follow, keeper, slots, Conductor, ConductorStep, FollowError, Place,
 };
 use crate::localize::layout::Layout;
-use crate::localize::own::NodeFindings;
-use crate::localize::{LocalizeConfig, LocalizePlan, LocalizeSummary, Localizer, Phase};
+use crate::localize::{LocalizeConfig, LocalizePlan, Localizer};
 use crate::model::datatype::{DataType, RedOp};
 use crate::model::floors::PairFloors;
+use crate::model::localization::NodeFindings;
+use crate::model::localization::{LocalizeSummary, Phase};
 use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot

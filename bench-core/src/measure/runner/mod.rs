@@ -100,10 +100,10 @@ pub struct GpuOutcome {
     /// Retested rows by the GPU's clock (`gpu_time`).
     pub gpu_side: Vec<crate::report::json::GpuSide>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
-    pub localization: Option<crate::localize::LocalizeSummary>,
+    pub localization: Option<crate::model::localization::LocalizeSummary>,
     /// The other processes' own findings of their nodes (recorder thread, multi-node checks:
     /// `localize::own`).
-    pub node_findings: Vec<crate::localize::own::NodeFindings>,
+    pub node_findings: Vec<crate::model::localization::NodeFindings>,
     /// Whether the nodes' own findings were shared already (the same on every rank:
     /// `Measurer::share_findings`).
     pub findings_shared: bool,
@@ -120,6 +120,9 @@ pub struct GpuThread {
     pub opts: &'static Options,
     pub deadline: Instant,
     pub status: Status,
+    /// Keeps this GPU's local probe (CUDA ordinal, copy GB/s) for what the node's own findings
+    /// will tell the other nodes (`localize::own::known::record_probe`, handed in by the flow).
+    pub on_probe: fn(usize, f64),
 }
 
 impl GpuThread {
@@ -129,7 +132,7 @@ impl GpuThread {
         let probe = probe::measure(gpu, self.device, self.deadline);
         if let Ok(p) = &probe {
             // What the sum of own findings tells the other nodes of a GPU another process holds.
-            crate::localize::own::known::record_probe(self.device, p.copy_gbs);
+            (self.on_probe)(self.device, p.copy_gbs);
         }
         out.probe = Some(probe);
         out.phases.probe_ms = ms(t.elapsed());
