@@ -22,6 +22,8 @@
 //!   `ecc_uncorrectable`, `row_remap_pending`, `hw_slowdown`); `nvml` reads them (feature `nvml`).
 //! - `local_probe`: each GPU's device-local copy bandwidth against its model and its siblings
 //!   (`local_probe_slow`); `runner::probe` measures it.
+//! - `nccl_log`: NCCL's INFO log the check captured, read once the run is over (`transport`
+//!   parses it).
 //! - `node`: the facts of one check gathered together (expectation from the job, the config or
 //!   Slurm's files; CUDA's count; NVML's state; the NICs NCCL used), for the report and `judge`.
 
