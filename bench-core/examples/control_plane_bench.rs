@@ -22,10 +22,11 @@
 use bench_core::localize::conduct::{decide_in, follow, group_of, Conductor, ConductorStep};
 use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
-use bench_core::localize::{LocalizeConfig, Localizer, PairFloors};
+use bench_core::localize::{LocalizeConfig, Localizer};
 use bench_core::meet::rendezvous::{self, auth::SharedSecret, Member};
 use bench_core::meet::team::Team;
 use bench_core::meet::topology::Topology;
+use bench_core::model::floors::PairFloors;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};

@@ -8,6 +8,8 @@
 // The stages of one check, in the order it runs them (ARCHITECTURE.md), each with its
 // one input and output; beside them the flow that calls them (`orchestrate`), the
 // record they fill (`report`) and the worker's side of the contract (`contract`).
+// 0. the ground floor: domain types and pure lookups every stage may name
+pub mod model;
 // 1. argv and environment -> Options
 pub mod settings;
 // 2. the TOML file over the built-in defaults -> WorkerConfig

@@ -92,13 +92,13 @@ fn main() {
 }
 
 /// `--check-config [FILE]`: FILE, else $NCCL_CHECK_CONFIG, else the default path
-/// (`config::check` says what is printed).
+/// (`facts::node_ready` says what is printed).
 fn check_config(file: Option<&std::path::Path>, env: &Environment) -> ! {
     let path = file
         .map(std::path::PathBuf::from)
         .or_else(|| env.get_os("NCCL_CHECK_CONFIG").map(Into::into));
     let root = std::path::Path::new("/");
-    let checked = bench_core::config::check::check_file(path.as_deref(), root, env);
+    let checked = bench_core::facts::node_ready::check_file(path.as_deref(), root, env);
     for l in &checked.lines {
         println!("{l}");
     }

@@ -5,9 +5,9 @@
 //! Errors come back as [`RunError`]; printing and the exit code are the binary's.
 
 use crate::config::network::NetworkProfile;
-use crate::facts::transport::{TransportExpectation, TransportSummary};
+use crate::config::network::TransportExpectation;
+use crate::facts::transport::TransportSummary;
 use crate::judge::overall::{self, Basis, Judging};
-use crate::judge::thresholds::GpuModel;
 use crate::measure::cuda;
 use crate::measure::nccl::{Nccl, UniqueId};
 use crate::measure::nccl_env::LogPlace;
@@ -15,6 +15,7 @@ use crate::measure::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
 use crate::meet::rendezvous::{self, Member};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
+use crate::model::thresholds::GpuModel;
 use crate::report::assemble::{Judgement, Measured};
 use crate::report::json::{GpuEntry, NcclInfo, Report, Settings};
 use crate::settings::options::Options;
@@ -124,7 +125,7 @@ fn measure(
     };
     wait_for_gpus(handles, &team, opts, host, record)?;
     record.nvml = Some((nvml.facts, nvml.waited_ms));
-    let (transports, log) = crate::measure::nccl_env::read_transports(nccl_log);
+    let (transports, log) = crate::facts::nccl_log::read_transports(nccl_log);
     if let Some(f) = record.facts.as_mut() {
         let lines = log.as_ref().map(|l| l.net_using.as_slice());
         let nodes = topology.node_count();
@@ -156,6 +157,7 @@ fn spawn_gpu_threads(
             opts,
             deadline,
             status: status.clone(),
+            on_probe: crate::localize::own::known::record_probe,
         };
         let h = std::thread::Builder::new()
             .name(format!("gpu{device}"))
@@ -272,7 +274,7 @@ fn explain(
         }
         (Some((model, count)), ..) => {
             // Offline: the SKU by its whole name, the interconnect its form factor implies.
-            let interconnect = match crate::facts::sku::sku_named(model) {
+            let interconnect = match crate::model::sku::sku_named(model) {
                 Some(s) => Interconnect::assumed(s.form, s.nvlink.map_or(0, |l| l.links), *count),
                 None => Interconnect::unknown(
                     "the name is no whole name of the SKU table, so its form factor is unknown",
@@ -283,7 +285,7 @@ fn explain(
         _ => (String::new(), 0, None, Interconnect::unknown("no GPU")),
     };
     let (model, identity) = identify(name, device_id, &interconnect);
-    let rules = crate::judge::thresholds::explain(
+    let rules = crate::model::thresholds::explain(
         &opts.config.thresholds,
         &model.gpu(),
         &identity,
@@ -331,7 +333,7 @@ fn identify(
     device_id: Option<u16>,
     interconnect: &crate::facts::interconnect::Interconnect,
 ) -> (GpuModel, String) {
-    let identity = crate::facts::sku::Identity::resolve(device_id, &name);
+    let identity = crate::model::sku::Identity::resolve(device_id, &name);
     let model = GpuModel {
         name,
         sku: identity.sku(),
@@ -426,6 +428,9 @@ fn meet(
             gpu: gpu.clone(),
             opts,
             show: show.clone(),
+            slow_pairs: |rows, fraction, floor| {
+                !crate::judge::analysis::slow_pairs(rows, fraction, floor).is_empty()
+            },
         });
     }
     Ok((team, topology))

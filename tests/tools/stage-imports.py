@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """List bench-core's imports that run backwards through its stages: a file of an earlier stage
-that names a later stage (ARCHITECTURE.md "bench-core by stage": settings, config, meet, measure,
-facts, judge, localize, render, in that order; a stage may use itself and the stages before it).
+that names a later stage (ARCHITECTURE.md "bench-core by stage": model, settings, config, meet, measure,
+facts, judge, localize, render, in that order; a stage may use itself and the stages before it;
+`model` is the ground floor of domain types that names no stage).
 
 Usage: tests/tools/stage-imports.py [--allow FILE] [SRC]  |  --selftest
   SRC defaults to bench-core/src. Exit 1 when it prints a backward edge not listed in FILE (lines
@@ -11,7 +12,7 @@ Usage: tests/tools/stage-imports.py [--allow FILE] [SRC]  |  --selftest
 Read: `crate::STAGE` and `super::...` paths anywhere in a file (use lines, grouped
 `crate::{a::x, b::y}`, paths in expressions), resolved from the file's own module path. Not read:
 test modules (from `#[cfg(test)] mod NAME {` to the end of the file, where this workspace keeps
-them), comments and strings (longest-fns.py's lexer blanks them). Files outside the stages
+them, and test files named `tests.rs` or `*_test.rs`, as duplicate-names.py counts them), comments and strings (longest-fns.py's lexer blanks them). Files outside the stages
 (`orchestrate*`, `report/`, `contract/`, `main.rs`, `lib.rs`, `bin/`) are not judged: they are
 the flow and the record that every stage may fill.
 """
@@ -26,7 +27,7 @@ _spec = importlib.util.spec_from_file_location('longest_fns', os.path.join(HERE,
 longest_fns = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(longest_fns)
 
-STAGES = ['settings', 'config', 'meet', 'measure', 'facts', 'judge', 'localize', 'render']
+STAGES = ['model', 'settings', 'config', 'meet', 'measure', 'facts', 'judge', 'localize', 'render']
 ORDER = {s: i for i, s in enumerate(STAGES)}
 TEST_MOD = re.compile(r'#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{')
 PATH = re.compile(r'\b(crate|super|self)((?:\s*::\s*(?:super|self))*)\s*::\s*(\{|[A-Za-z_]\w*)')
@@ -93,7 +94,7 @@ def backward_edges(src):
     for d, dirs, files in os.walk(src):
         dirs[:] = sorted(dirs)
         for f in sorted(files):
-            if not f.endswith('.rs'):
+            if not f.endswith('.rs') or f == 'tests.rs' or f.endswith('_test.rs'):
                 continue
             rel = os.path.relpath(os.path.join(d, f), src)
             stage = rel.split('/')[0]
@@ -140,9 +141,13 @@ def selftest():
         put('judge/mod.rs', 'use super::measure::Row;\nuse self::inner::x;\n'
             '#[cfg(test)]\nmod tests { use crate::render::x; }\n')
         put('report/json.rs', 'use crate::localize::Summary;\n')
+        put('model/size.rs', 'use crate::settings::Options;\nuse super::sku::Sku;\n')
+        put('model/size/table_test.rs', 'use crate::config::WorkerConfig;\n')
+        put('model/tests.rs', 'use crate::render::x;\n')
         got = backward_edges(t)
         want = {'settings/mod.rs -> measure', 'measure/mod.rs -> judge',
-                'measure/runner/timed.rs -> render', 'measure/runner/timed.rs -> facts'}
+                'measure/runner/timed.rs -> render', 'measure/runner/timed.rs -> facts',
+                'model/size.rs -> settings'}
         if got != want:
             print(f'selftest: found {sorted(got)}, want {sorted(want)}')
             return 1

@@ -27,12 +27,14 @@ use bench_core::localize::conduct::{
 use bench_core::localize::layout::Layout;
 use bench_core::localize::own::OwnFinding;
 use bench_core::localize::sim::{Fabric, Fault};
-use bench_core::localize::{LocalizeConfig, Localizer, PairFloors, Phase};
+use bench_core::localize::{LocalizeConfig, Localizer};
 use bench_core::measure::runner::RunError;
 use bench_core::meet::rendezvous::plane::Liveness;
 use bench_core::meet::rendezvous::{self, Member};
 use bench_core::meet::team::Team;
 use bench_core::meet::topology::Topology;
+use bench_core::model::floors::PairFloors;
+use bench_core::model::localization::Phase;
 use bench_core::report::assemble::{Judgement, Measured};
 use bench_core::report::json::{nccl_env_of, Phases, Report};
 use bench_core::settings::environment::Environment;

@@ -1,45 +1,9 @@
-//! `nccl-check --check-config [FILE]` (FILE: else $NCCL_CHECK_CONFIG, else the default path when
-//! it exists): validates the worker's config over the built-in defaults and says what it sets and
-//! where, then whether this node can run a check. Exit 0 valid, 2 invalid or not ready. Needs no
-//! GPU and no NCCL.
+//! What `nccl-check --check-config [FILE]` prints of the config: every key of the worker's config
+//! over the built-in defaults, with where it is set. `facts::node_ready::check_file` loads the
+//! file, prints these lines and then whether this node can run a check.
 
 use super::worker::WorkerConfig;
-use crate::settings::environment::Environment;
-use nccl_check_contract::check_line::CheckProblem;
 use nccl_check_host::config_file::find_key_line;
-use std::path::Path;
-
-/// What `--check-config` prints (stdout) and its exit code.
-#[derive(Debug)]
-pub struct Checked {
-    pub lines: Vec<String>,
-    pub code: i32,
-}
-
-/// Checks the config at `path` (else the default path) and this node (`root`: `/`; `env`: the
-/// environment a check would start with, for `NCCL_CHECK_NCCL_LIB`).
-pub fn check_file(path: Option<&Path>, root: &Path, env: &Environment) -> Checked {
-    let cfg = match WorkerConfig::load(path) {
-        Ok(c) => c,
-        Err(e) => {
-            return Checked {
-                lines: vec![CheckProblem::invalid(e.to_string()).to_string()],
-                code: 2,
-            }
-        }
-    };
-    let mut lines = effective(&cfg);
-    // Whether this node can run a check: GPUs listed, NCCL loadable (none: cannot tell).
-    let ready = crate::facts::node_ready::probe_node(
-        root,
-        crate::facts::node_ready::nccl_lib(env, cfg.nccl_lib.clone()).as_deref(),
-    );
-    lines.extend(ready.lines);
-    Checked {
-        lines,
-        code: if ready.not_ready { 2 } else { 0 },
-    }
-}
 
 /// Where a key of the file is set, for the comment after each value.
 struct Source<'a> {
@@ -57,7 +21,7 @@ impl Source<'_> {
 }
 
 /// The effective configuration, one key a line with where it comes from.
-fn effective(cfg: &WorkerConfig) -> Vec<String> {
+pub fn effective_lines(cfg: &WorkerConfig) -> Vec<String> {
     let from = Source {
         file: cfg.path.as_ref().map(|p| p.display().to_string()),
         cfg,
@@ -164,41 +128,4 @@ fn expected_gpus(cfg: &WorkerConfig, from: &Source) -> Vec<String> {
             )
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_broken_file_is_one_invalid_line_and_exit_2() {
-        let d = nccl_check_host::test_support::scratch_dir("worker-check-config");
-        let f = d.join("w.toml");
-        std::fs::write(&f, "[outliers]\nfracton = 0.9\n").expect("write");
-        let c = check_file(Some(&f), &d, &Environment::default());
-        assert_eq!(c.code, 2);
-        assert_eq!(c.lines.len(), 1);
-        assert!(
-            c.lines[0].starts_with(&format!("INVALID {}:2", f.display())),
-            "{c:?}"
-        );
-    }
-
-    #[test]
-    fn every_key_says_where_it_comes_from() {
-        let d = nccl_check_host::test_support::scratch_dir("worker-check-config-ok");
-        let f = d.join("w.toml");
-        std::fs::write(&f, "[outliers]\nfraction = 0.8\n").expect("write");
-        let c = check_file(Some(&f), &d, &Environment::default());
-        let g = f.display();
-        assert!(c.lines[0].starts_with(&format!("# {g}: valid")), "{c:?}");
-        assert!(
-            c.lines
-                .contains(&format!("outliers.fraction = 0.8    # {g}:2")),
-            "{c:?}"
-        );
-        assert!(c
-            .lines
-            .contains(&"outliers.retest = true    # built-in defaults".to_string()));
-    }
 }

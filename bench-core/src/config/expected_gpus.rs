@@ -11,12 +11,10 @@
 //!            "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"]   # optional
 //! ```
 
+use crate::model::bounds::MAX_GPUS;
 use nccl_check_host::config_file::{invalid, ConfigError};
 use serde::Deserialize;
 use std::path::Path;
-
-/// The most GPUs one node may be configured to have.
-pub const MAX_GPUS: u32 = 64;
 
 /// One `[[expected_gpus]]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -10,6 +10,5 @@
 pub mod check;
 pub mod expected_gpus;
 pub mod network;
-pub mod node_count;
 pub mod selector;
 pub mod worker;

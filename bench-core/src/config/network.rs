@@ -22,7 +22,6 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::facts::transport::NetExpect;
 use nccl_check_host::config_file::{invalid, ConfigError};
 use nccl_check_host::hostlist::Pattern;
 
@@ -241,6 +240,57 @@ fn check_expectations(p: &NetworkProfile) -> Result<(), Bad> {
 pub fn hostlist_matches(pattern: &str, host: &str) -> Result<bool, String> {
     let pattern = Pattern::parse(pattern).map_err(|e| e.to_string())?;
     Ok(pattern.matches(host))
+}
+
+/// What the site expects of the paths (from the worker's options and network profile).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransportExpectation {
+    /// GPUs of one node talk over NVLink: every intra-node path must be P2P.
+    pub intra_node_p2p: bool,
+    /// Paths between nodes must use this network (profile `expect_net`).
+    pub inter_node_net: Option<NetExpect>,
+    /// CollNet (SHARP) must carry the collectives (`--expect-collnet`).
+    pub collnet: bool,
+    /// NVLS must carry the collectives.
+    pub nvls: bool,
+}
+
+impl TransportExpectation {
+    /// From the site's network profile and the worker's `--expect-collnet`/`--expect-nvls`.
+    /// Without a profile saying otherwise, GPUs of one node are expected to use NVLink P2P.
+    pub fn new(
+        profile: Option<&NetworkProfile>,
+        collnet: bool,
+        nvls: bool,
+    ) -> TransportExpectation {
+        TransportExpectation {
+            intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
+            inter_node_net: profile.and_then(|p| p.net_expect()),
+            collnet: collnet || profile.is_some_and(|p| p.expect_collnet),
+            nvls: nvls || profile.is_some_and(|p| p.expect_nvls),
+        }
+    }
+}
+
+/// The network expected between nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetExpect {
+    /// InfiniBand or RoCE (NCCL's IB transport or the rdma-sharp plugin).
+    Ib,
+    /// TCP sockets (a plain-Ethernet site).
+    Socket,
+    /// A plugin, by a case-insensitive part of its name (`Libfabric` for AWS EFA, `UCX`).
+    Plugin(String),
+}
+
+impl std::fmt::Display for NetExpect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NetExpect::Ib => f.write_str("NET/IB"),
+            NetExpect::Socket => f.write_str("NET/Socket"),
+            NetExpect::Plugin(p) => write!(f, "NET/{p}"),
+        }
+    }
 }
 
 #[cfg(test)]

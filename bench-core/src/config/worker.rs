@@ -3,9 +3,11 @@
 //! Parsed low (serde structs mirroring the file) then validated high (sizes parsed, collectives
 //! resolved), with every error naming file, line and field.
 
-pub use super::node_count::NodeCount;
-use crate::measure::collectives::{self, Collective};
-use crate::measure::size::parse_size;
+use crate::model::collectives;
+use crate::model::node_count::NodeCount;
+use crate::model::size::parse_size;
+use crate::model::step::Step;
+use crate::model::thresholds::Threshold;
 use nccl_check_host::config_file::{self, ConfigError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -89,54 +91,6 @@ pub struct Outliers {
     /// The alltoall beside a multi-node all_reduce is slow below this fraction of what the
     /// all_reduce predicts (`localize::paths`).
     pub alltoall_fraction: f64,
-}
-
-/// One threshold rule, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Threshold {
-    /// The driver's whole GPU name (`NVIDIA H100 PCIe`, the `NVIDIA ` optional); None: any.
-    pub gpu: Option<String>,
-    /// A key of the SKU table (`sku::SKUS`): the part by its PCI device ID; None: any.
-    pub sku: Option<&'static str>,
-    /// The interconnect the floor was measured on (`facts::interconnect`); None: any.
-    pub interconnect: Option<crate::facts::interconnect::Class>,
-    pub gpus: Option<u32>,
-    /// `nodes = N` (absent: 1) or `min_nodes`/`max_nodes`.
-    pub nodes: NodeCount,
-    pub collective: &'static str,
-    /// Smallest message size the floor holds for (`bytes` sets both ends; absent: no bound).
-    pub min_bytes: Option<u64>,
-    /// Largest message size the floor holds for.
-    pub max_bytes: Option<u64>,
-    pub min_busbw: f64,
-    pub source: String,
-    /// File and line it came from, for `--explain-thresholds`.
-    pub origin: String,
-    /// True for the admin's rules (they win ties over the defaults).
-    pub admin: bool,
-}
-
-/// One step of a plan.
-#[derive(Debug, Clone)]
-pub enum Step {
-    /// A collective measured as nccl-tests does, at each size.
-    Collective {
-        collective: &'static dyn Collective,
-        sizes: Vec<u64>,
-        warmup: u32,
-        iters: u32,
-    },
-    /// The GPU pair matrix (and across nodes, the node-pair matrix) with sendrecv.
-    Pairs { bytes: u64, warmup: u32, iters: u32 },
-}
-
-impl Step {
-    pub fn max_bytes(&self) -> u64 {
-        match self {
-            Step::Collective { sizes, .. } => sizes.iter().copied().max().unwrap_or(0),
-            Step::Pairs { bytes, .. } => *bytes,
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -325,8 +279,8 @@ fn threshold(
     }
     let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
         .map_err(|e| bad(field(e.key), e.message))?;
-    if interconnect == Some(crate::facts::interconnect::Class::Bridged)
-        && crate::judge::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
+    if interconnect == Some(crate::model::link_class::Class::Bridged)
+        && crate::model::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
     {
         // The pair rule would hold every pair of a bridged node, and the pairs between
         // bridge groups run over PCIe: a false FAIL for each of them.
@@ -521,16 +475,16 @@ pub fn doubling(lo: u64, hi: u64) -> Vec<u64> {
 type Selectors = (
     Option<String>,
     Option<&'static str>,
-    Option<crate::facts::interconnect::Class>,
+    Option<crate::model::link_class::Class>,
 );
 
 fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
-    use crate::facts::interconnect::Class;
+    use crate::model::link_class::Class;
     let gpu = match t.gpu.as_deref().map(str::trim) {
         None => None,
         Some("") => return Err(("gpu", "empty GPU name".into())),
         Some(g) => {
-            if let Some(whole) = crate::facts::sku::partial_name(g) {
+            if let Some(whole) = crate::model::sku::partial_name(g) {
                 return Err((
                     "gpu",
                     format!(
@@ -547,13 +501,13 @@ fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
     let sku = match t.sku.as_deref() {
         None => None,
         Some(k) => Some(
-            crate::facts::sku::by_key(k)
+            crate::model::sku::by_key(k)
                 .ok_or_else(|| {
                     (
                         "sku",
                         format!(
                             "unknown SKU '{k}': one of {} (`nccl-check --list-skus`)",
-                            crate::facts::sku::SKUS
+                            crate::model::sku::SKUS
                                 .iter()
                                 .map(|s| format!("\"{}\"", s.key))
                                 .collect::<Vec<_>>()

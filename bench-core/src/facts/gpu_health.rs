@@ -20,7 +20,7 @@
 //!
 //! Clocks are recorded for the report only: they follow the load.
 
-use super::Finding;
+use crate::model::finding::Finding;
 use nccl_check_contract::report::reason::ReasonCode;
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 /// card's bridges are optional (Azure NCv5 H100 PCIe has 12 of 18 active, azurehpc-health-checks
 /// #162), so its count is never assumed.
 pub fn expected_nvlinks(device_id: Option<u16>, gpu_name: &str) -> Option<(u32, &'static str)> {
-    use crate::facts::sku::{FormFactor, Identity};
+    use crate::model::sku::{FormFactor, Identity};
     let sku = Identity::resolve(device_id, gpu_name).sku()?;
     match sku.form {
         FormFactor::Sxm | FormFactor::Superchip => sku.nvlink.map(|l| (l.links, sku.source)),

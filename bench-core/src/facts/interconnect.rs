@@ -10,69 +10,10 @@
 //! link count (`gpu_health`), not a reason to judge the node as a PCIe one.
 
 use super::gpu_health::{GpuHealth, HealthFacts, LinkFact, Remote};
+use crate::model::link_class::Class;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
-
-/// The class a `[[thresholds]]` rule names with `interconnect = "..."`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Class {
-    /// Every GPU has NVLinks into one NVSwitch fabric (HGX, NVL72).
-    Nvswitch,
-    /// Every GPU of the node linked directly to every other (no switch).
-    NvlinkMesh,
-    /// NVLink bridges join GPUs in groups (usually pairs); PCIe between groups.
-    Bridged,
-    /// No NVLink between the GPUs.
-    Pcie,
-    /// NVML could not say.
-    Unknown,
-}
-
-impl Class {
-    /// The class a form factor implies when the node cannot be read (offline explanations).
-    pub fn of_form(form: crate::facts::sku::FormFactor) -> Class {
-        use crate::facts::sku::FormFactor;
-        match form {
-            FormFactor::Sxm | FormFactor::Superchip => Class::Nvswitch,
-            FormFactor::PcieBridged => Class::Bridged,
-            FormFactor::Pcie => Class::Pcie,
-        }
-    }
-
-    pub const ALL: [Class; 5] = [
-        Class::Nvswitch,
-        Class::NvlinkMesh,
-        Class::Bridged,
-        Class::Pcie,
-        Class::Unknown,
-    ];
-
-    /// The name rules use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Class::Nvswitch => "nvswitch",
-            Class::NvlinkMesh => "nvlink_mesh",
-            Class::Bridged => "bridged",
-            Class::Pcie => "pcie",
-            Class::Unknown => "unknown",
-        }
-    }
-
-    /// A rule's value: one of the names above, except `unknown` (no rule is written for it).
-    pub fn parse(text: &str) -> Option<Class> {
-        Class::ALL
-            .into_iter()
-            .find(|c| *c != Class::Unknown && c.name() == text)
-    }
-}
-
-impl fmt::Display for Class {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// The interconnect of this process's GPUs, as read, with what the report says about it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,7 +46,7 @@ impl Interconnect {
     }
 
     /// What `--explain-thresholds --gpu-model` assumes of `gpus` GPUs of a known form factor.
-    pub fn assumed(form: crate::facts::sku::FormFactor, links: u32, gpus: u32) -> Interconnect {
+    pub fn assumed(form: crate::model::sku::FormFactor, links: u32, gpus: u32) -> Interconnect {
         let class = Class::of_form(form);
         Interconnect {
             class,

@@ -14,9 +14,9 @@
 //! the node's expectation, so GPUs the job did not ask for are never "missing".
 //! `Include` lines and `AutoDetect=nvml` without `Count=` give no count (the next source is used).
 
-use super::Finding;
 use crate::config::expected_gpus::{is_bus_id, ExpectedGpus};
 use crate::config::network::hostlist_matches;
+use crate::model::finding::Finding;
 use nccl_check_contract::report::reason::ReasonCode;
 use nccl_check_host::read::{attr, entries, small, under};
 use serde::Serialize;
@@ -134,7 +134,7 @@ pub fn file_minors(value: &str) -> Option<Vec<u32>> {
             for part in inner.split(',') {
                 let (lo, hi) = part.split_once('-').unwrap_or((part, part));
                 let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
-                if hi < lo || hi - lo >= crate::config::expected_gpus::MAX_GPUS {
+                if hi < lo || hi - lo >= crate::model::bounds::MAX_GPUS {
                     return None;
                 }
                 out.extend(lo..=hi);

@@ -16,9 +16,9 @@
 //! other GPUs of this process is slow too; on a 2-GPU node that is the other GPU, so the slower
 //! one is named, which a pair measurement cannot do.
 
-use super::Finding;
+use crate::model::finding::Finding;
+use crate::model::local_copy::LocalProbe;
 use nccl_check_contract::report::reason::ReasonCode;
-use serde::{Deserialize, Serialize};
 
 /// Copy rate floor as a fraction of the datasheet memory bandwidth (see the module comment).
 pub const FLOOR_FRACTION: f64 = 0.30;
@@ -26,7 +26,7 @@ pub const FLOOR_FRACTION: f64 = 0.30;
 /// The datasheet memory bandwidth of a GPU and its source, from the SKU table (by PCI device
 /// ID, else the whole driver name); None for a part the table does not know or gives no figure.
 pub fn hbm_gbs(device_id: Option<u16>, gpu_name: &str) -> Option<(f64, &'static str)> {
-    let sku = crate::facts::sku::Identity::resolve(device_id, gpu_name).sku()?;
+    let sku = crate::model::sku::Identity::resolve(device_id, gpu_name).sku()?;
     sku.memory_gbs.map(|gbs| (gbs, sku.source))
 }
 
@@ -38,39 +38,6 @@ pub fn copy_floor(device_id: Option<u16>, gpu_name: &str) -> Option<(f64, String
             format!("{FLOOR_FRACTION} x {gbs:.0} GB/s ({src}); a copy reads and writes each byte"),
         )
     })
-}
-
-/// What one GPU's probe measured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LocalProbe {
-    /// CUDA device index in this process.
-    pub device: usize,
-    /// Bytes per copy.
-    pub bytes: u64,
-    /// Timed copies.
-    pub iters: u32,
-    /// GPU time of the timed copies (CUDA events), milliseconds.
-    pub gpu_ms: f64,
-    /// Copy rate: bytes x iters / time, GB/s (1e9 bytes).
-    pub copy_gbs: f64,
-}
-
-impl LocalProbe {
-    /// The rate of `iters` copies of `bytes` that took `gpu_ms` on the GPU.
-    pub fn new(device: usize, bytes: u64, iters: u32, gpu_ms: f64) -> LocalProbe {
-        let copy_gbs = if gpu_ms > 0.0 {
-            bytes as f64 * f64::from(iters) / (gpu_ms / 1e3) / 1e9
-        } else {
-            0.0
-        };
-        LocalProbe {
-            device,
-            bytes,
-            iters,
-            gpu_ms,
-            copy_gbs,
-        }
-    }
 }
 
 /// One GPU's probe as the verdict sees it: the subject (`GPU0`), its model and its result.
@@ -118,8 +85,8 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
                         format!(
                             "{}device-local copy {} GB/s < {} GB/s ({how})",
                             p.busy(),
-                            super::num(rate),
-                            super::num(min)
+                            crate::model::stats::num(rate),
+                            crate::model::stats::num(min)
                         ),
                     )
                     .with_values(rate, min),
@@ -136,7 +103,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
         if others.is_empty() {
             continue;
         }
-        let median = crate::judge::analysis::median(&others);
+        let median = crate::model::stats::median(&others);
         if rate < fraction * median {
             out.push(
                 Finding::new(
@@ -146,8 +113,8 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
                         "{}device-local copy {} GB/s < {fraction} x {} GB/s, the median of its {} \
                          sibling(s)",
                         p.busy(),
-                        super::num(rate),
-                        super::num(median),
+                        crate::model::stats::num(rate),
+                        crate::model::stats::num(median),
                         others.len()
                     ),
                 )

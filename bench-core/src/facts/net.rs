@@ -24,7 +24,7 @@
 //! settings. Over sockets nothing is expected: NCCL's socket transport delivers a small and
 //! setting-dependent fraction of line rate (2.3-5 GB/s measured between emulated nodes).
 
-use super::Finding;
+use crate::model::finding::Finding;
 use nccl_check_contract::report::reason::ReasonCode;
 use nccl_check_host::read::{attr, under};
 use serde::Serialize;

@@ -15,8 +15,8 @@
 use super::gpu_health::HealthFacts;
 use super::inventory::{self, DriverGpu, NodeExpectation};
 use super::net::NetFacts;
-use super::Finding;
 use crate::config::expected_gpus::{self, ExpectedGpus};
+use crate::model::finding::Finding;
 use nccl_check_contract::report::reason::ReasonCode;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -77,7 +77,7 @@ fn index_list(text: &str) -> Option<Vec<u32>> {
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (lo, hi) = part.split_once('-').unwrap_or((part, part));
         let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
-        if hi < lo || out.len() as u32 + (hi - lo) >= expected_gpus::MAX_GPUS {
+        if hi < lo || out.len() as u32 + (hi - lo) >= crate::model::bounds::MAX_GPUS {
             return None;
         }
         out.extend(lo..=hi);

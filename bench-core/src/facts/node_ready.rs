@@ -1,7 +1,11 @@
-//! Whether this node can run a check at all, for `--check-config`: the GPUs its driver lists and,
-//! where there are some, whether NCCL loads from where the worker would load it. A node without a
-//! GPU (a login node, the controller) cannot tell: that is a note, never a failure.
+//! `nccl-check --check-config [FILE]` (FILE: else $NCCL_CHECK_CONFIG, else the default path when
+//! it exists): validates the worker's config over the built-in defaults and says what it sets and
+//! where (`config::check`), then whether this node can run a check at all: the GPUs its driver
+//! lists and, where there are some, whether NCCL loads from where the worker would load it. A node
+//! without a GPU (a login node, the controller) cannot tell: that is a note, never a failure.
+//! Exit 0 valid, 2 invalid or not ready. Needs no GPU and no NCCL.
 
+use crate::config::worker::WorkerConfig;
 use crate::facts::inventory;
 use crate::measure::nccl::Nccl;
 use crate::settings::environment::Environment;
@@ -83,6 +87,35 @@ pub fn nccl_lib(env: &Environment, config: Option<PathBuf>) -> Option<PathBuf> {
         .or(config)
 }
 
+/// What `--check-config` prints (stdout) and its exit code.
+#[derive(Debug)]
+pub struct Checked {
+    pub lines: Vec<String>,
+    pub code: i32,
+}
+
+/// Checks the config at `path` (else the default path) and this node (`root`: `/`; `env`: the
+/// environment a check would start with, for `NCCL_CHECK_NCCL_LIB`).
+pub fn check_file(path: Option<&Path>, root: &Path, env: &Environment) -> Checked {
+    let cfg = match WorkerConfig::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            return Checked {
+                lines: vec![CheckProblem::invalid(e.to_string()).to_string()],
+                code: 2,
+            }
+        }
+    };
+    let mut lines = crate::config::check::effective_lines(&cfg);
+    // Whether this node can run a check: GPUs listed, NCCL loadable (none: cannot tell).
+    let ready = probe_node(root, nccl_lib(env, cfg.nccl_lib.clone()).as_deref());
+    lines.extend(ready.lines);
+    Checked {
+        lines,
+        code: if ready.not_ready { 2 } else { 0 },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +158,37 @@ mod tests {
             "{r:?}"
         );
         std::fs::remove_dir_all(&root).ok();
+    }
+
+    #[test]
+    fn a_broken_file_is_one_invalid_line_and_exit_2() {
+        let d = nccl_check_host::test_support::scratch_dir("worker-check-config");
+        let f = d.join("w.toml");
+        std::fs::write(&f, "[outliers]\nfracton = 0.9\n").expect("write");
+        let c = check_file(Some(&f), &d, &Environment::default());
+        assert_eq!(c.code, 2);
+        assert_eq!(c.lines.len(), 1);
+        assert!(
+            c.lines[0].starts_with(&format!("INVALID {}:2", f.display())),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn every_key_says_where_it_comes_from() {
+        let d = nccl_check_host::test_support::scratch_dir("worker-check-config-ok");
+        let f = d.join("w.toml");
+        std::fs::write(&f, "[outliers]\nfraction = 0.8\n").expect("write");
+        let c = check_file(Some(&f), &d, &Environment::default());
+        let g = f.display();
+        assert!(c.lines[0].starts_with(&format!("# {g}: valid")), "{c:?}");
+        assert!(
+            c.lines
+                .contains(&format!("outliers.fraction = 0.8    # {g}:2")),
+            "{c:?}"
+        );
+        assert!(c
+            .lines
+            .contains(&"outliers.retest = true    # built-in defaults".to_string()));
     }
 }

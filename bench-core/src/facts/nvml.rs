@@ -85,7 +85,7 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> GpuHealth {
     let bus_id = pci.as_ref().map(|p| p.bus_id.clone()).unwrap_or_default();
     // NVML packs the IDs as device << 16 | vendor.
     let pci_device_id = pci
-        .filter(|p| p.pci_device_id & 0xffff == u32::from(crate::facts::sku::NVIDIA_VENDOR))
+        .filter(|p| p.pci_device_id & 0xffff == u32::from(crate::model::sku::NVIDIA_VENDOR))
         .map(|p| (p.pci_device_id >> 16) as u16);
     let processes = match d.running_compute_processes() {
         Ok(list) => list

@@ -1,6 +1,7 @@
 //! From measurements to reasons: thresholds, the outlier rule, and localization (which GPU, link
 //! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
 
+use crate::model::stats::median;
 use crate::report::{PairKind, PairRow, Row};
 use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
@@ -8,21 +9,6 @@ use std::collections::BTreeMap;
 
 /// The threshold that applies to (collective, GPUs in the measurement, bytes), if any.
 pub type Floor<'a> = &'a dyn Fn(&str, u32, u64) -> Option<f64>;
-
-/// Median of `v` (mean of the middle two for an even count); 0 for none.
-pub fn median(v: &[f64]) -> f64 {
-    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if s.is_empty() {
-        return 0.0;
-    }
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
 
 /// Which pairs are slow: below their threshold, or below `fraction` x the median of their peers
 /// (GPU pairs: the other pairs of the same node; node pairs: all node pairs). Used both to decide
@@ -82,7 +68,7 @@ pub fn fail_reasons(
                     message: format!(
                         "{} {} {name}: {w} wrong elements (data corrupted in transfer)",
                         r.collective,
-                        crate::measure::size::human(r.size)
+                        crate::model::size::human(r.size)
                     ),
                     subject: None,
                     measured: Some(w as f64),
@@ -116,7 +102,7 @@ pub fn fail_reasons(
                 message: format!(
                     "{} {} busbw {worst:.1}{retest} < {min:.1} GB/s ({:.0}% of the floor){blame}",
                     r.collective,
-                    crate::measure::size::human(r.size),
+                    crate::model::size::human(r.size),
                     100.0 * worst / min
                 ),
                 // The culprits are named in the sentence; the subject of a collective is the
@@ -196,7 +182,7 @@ fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> 
             format!(
                 "{} sendrecv {} busbw {:.1}{first} < {min:.1} GB/s",
                 p.subject(multi),
-                crate::measure::size::human(p.bytes),
+                crate::model::size::human(p.bytes),
                 p.busbw
             ),
             min,
@@ -206,7 +192,7 @@ fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> 
                 format!(
                 "{} sendrecv {} busbw {:.1}{first} GB/s < {fraction:.2} x {} median {med:.1} GB/s",
                 p.subject(multi),
-                crate::measure::size::human(p.bytes),
+                crate::model::size::human(p.bytes),
                 p.busbw,
                 if p.kind == PairKind::Gpu { "node" } else { "node-pair" }
             ),
@@ -524,13 +510,6 @@ mod tests {
     }
 
     const NO_FLOOR: Floor = &|_, _, _| None;
-
-    #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(median(&[]), 0.0);
-    }
 
     #[test]
     fn a_healthy_node_has_no_reasons() {

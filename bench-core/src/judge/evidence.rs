@@ -29,9 +29,9 @@ use crate::facts::gpu_health::{self, HealthFacts};
 use crate::facts::host_load::HostLoad;
 use crate::facts::local_probe::{self, Probed};
 use crate::facts::node::NodeFacts;
-use crate::facts::Finding;
 use crate::judge::analysis::{slow_pairs, Floor};
 use crate::meet::rendezvous::Member;
+use crate::model::finding::Finding;
 use crate::report::json::{GpuEntry, GpuSide};
 use crate::report::{PairKind, PairRow, Row};
 use nccl_check_contract::report::cause::is_speed_reading;
@@ -203,7 +203,7 @@ pub fn host_interference(
                      the GPUs': the host delayed the loop (CPU load or a late process), not the \
                      GPUs or links",
                     r.collective,
-                    crate::measure::size::human(r.size)
+                    crate::model::size::human(r.size)
                 ),
                 subject: None,
                 measured: Some(host),
@@ -463,7 +463,7 @@ mod foreign_tests;
 pub fn transport_reasons(
     gpus: &[GpuEntry],
     topology: &crate::meet::topology::Topology,
-    expect: &crate::facts::transport::TransportExpectation,
+    expect: &crate::config::network::TransportExpectation,
     log: &crate::facts::transport::TransportSummary,
     can_access_peer: PeerAccess,
 ) -> Vec<Reason> {

@@ -1,6 +1,7 @@
 //! Stage 6, judge: the report (results and facts) and the config in, the verdict
 //! ([`nccl_check_contract::verdict::Verdict`], the contract's) and its reasons out. Decides the
-//! floor of every result ([`floors`] over [`thresholds`]); the verdict is one pass in [`overall`]
+//! floor of every result (`model::floors` over `model::thresholds`, the lookup the retest
+//! shares); the verdict is one pass in [`overall`]
 //! over two families of reasons: what was measured ([`analysis`]: wrong data, floors, outliers,
 //! the culprit on one node) and what the node says ([`evidence`]: its facts, host interference, a
 //! busy host, other processes on its GPUs, transport fallbacks); the localizer's reasons come in
@@ -9,6 +10,4 @@
 
 pub mod analysis;
 pub mod evidence;
-pub mod floors;
 pub mod overall;
-pub mod thresholds;

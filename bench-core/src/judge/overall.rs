@@ -5,13 +5,14 @@
 //! CUDA's answer to "can these two GPUs reach each other directly" comes in as a function, so
 //! all of it runs without a GPU.
 
-use crate::config::worker::Threshold;
-use crate::facts::num;
-use crate::facts::transport::{TransportExpectation, TransportSummary};
+use crate::config::network::TransportExpectation;
+use crate::facts::transport::TransportSummary;
 use crate::judge::evidence::{self, PeerAccess};
-use crate::judge::floors::Floors;
-use crate::judge::thresholds::GpuModel;
 use crate::meet::topology::Topology;
+use crate::model::floors::Floors;
+use crate::model::stats::num;
+use crate::model::thresholds::GpuModel;
+use crate::model::thresholds::Threshold;
 use crate::report::assemble::Judgement;
 use crate::report::json::Report;
 use crate::report::{Expected, PairKind, Row};
@@ -203,13 +204,13 @@ fn expectations(
             if peers.is_empty() {
                 return None;
             }
-            let median = crate::judge::analysis::median(&peers);
+            let median = crate::model::stats::median(&peers);
             Some(Expected::new(
                 p.busbw,
                 fraction * median,
                 format!(
                     "outlier rule: {fraction} x {} GB/s, the median of its {} peer pair(s)",
-                    crate::facts::num(median),
+                    crate::model::stats::num(median),
                     peers.len()
                 ),
             ))
@@ -266,7 +267,7 @@ pub fn summary(
             format!(
                 ", {} {} busbw {:.1} GB/s{held}",
                 r.collective,
-                crate::measure::size::human(r.size),
+                crate::model::size::human(r.size),
                 r.out_of_place.busbw
             )
         })
@@ -330,12 +331,12 @@ pub(crate) fn judge_alone(
     });
     let name = gpu_name(&report).to_string();
     let gpu = Arc::new(GpuModel {
-        sku: crate::facts::sku::Identity::resolve(id, &name).sku(),
+        sku: crate::model::sku::Identity::resolve(id, &name).sku(),
         name,
         interconnect: report
             .interconnect
             .as_ref()
-            .map_or(crate::facts::interconnect::Class::Unknown, |i| i.class),
+            .map_or(crate::model::link_class::Class::Unknown, |i| i.class),
     });
     let basis = Basis { topology, gpu };
     let code = report.record_verdict(judge(&report, judging, &basis, log, can_access_peer));
@@ -359,9 +360,9 @@ pub(crate) fn judge_by(rules: &[Threshold], report: Report) -> (Report, ExitCode
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::worker::Threshold;
-    use crate::judge::floors::tests::rule;
     use crate::meet::rendezvous::Member;
+    use crate::model::floors::tests::rule;
+    use crate::model::thresholds::Threshold;
     use crate::report::gpu::GpuInfo;
     use crate::report::json::{GpuEntry, TransportInfo};
     use crate::report::{PairRow, Placement};
@@ -472,7 +473,7 @@ mod tests {
             measured: Some(20.0),
             limit: Some(40.0),
         };
-        r.localization = Some(crate::localize::LocalizeSummary {
+        r.localization = Some(crate::model::localization::LocalizeSummary {
             plan: "adaptive".into(),
             nodes: 8,
             rails: 4,

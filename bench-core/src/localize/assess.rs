@@ -3,7 +3,7 @@
 //! deterministic: the same results give the same findings on every rank.
 
 use super::{Code, Group, GroupKind, LocalizeConfig, LocalizeFinding};
-use crate::facts::num_vs;
+use crate::model::stats::num_vs;
 use nccl_check_contract::report::culprit::Culprit;
 use std::collections::BTreeMap;
 

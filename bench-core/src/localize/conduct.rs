@@ -12,8 +12,9 @@
 //! summed vectors alone.
 
 use super::layout::Layout;
-use super::reasons::{self, LocalizeSummary};
-use super::{Group, LocalizeError, Localizer, Phase, Round};
+use super::reasons;
+use super::{Group, LocalizeError, Localizer, Round};
+use crate::model::localization::{LocalizeSummary, Phase};
 use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};
 
@@ -383,7 +384,7 @@ pub fn follow<E>(
             .map(|(p, v)| (p.group as u64, v))
             .collect();
         step = gather(groups as usize, &entries).map_err(FollowError::Caller)?;
-        times.push(super::reasons::RoundTime {
+        times.push(crate::model::localization::RoundTime {
             round: index,
             phase,
             measure_ms: measured.as_secs_f64() * 1e3,

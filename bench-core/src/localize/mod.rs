@@ -14,7 +14,7 @@
 //! - **Phase B** (N >= 2): one collective over the whole allocation. It is a single number, so only
 //!   an absolute floor can judge it; when it is at or above its floor the check ends: a healthy
 //!   allocation costs zero localization rounds. The floor is a threshold rule for the check's node
-//!   count (`min_nodes = 2` covers every allocation size: `crate::judge::floors::PairFloors::localization`).
+//!   count (`min_nodes = 2` covers every allocation size: `crate::model::floors::PairFloors::localization`).
 //!   Without a floor B cannot be judged and screening always runs (two rounds on a healthy
 //!   allocation).
 //! - **Screening** (B slow): the edges of the ring B's collective runs over (node i with node i+1)
@@ -85,8 +85,10 @@ pub mod sim;
 pub mod site;
 
 pub use plan::explain_plan;
-pub use reasons::LocalizeSummary;
 pub use schedule::Localizer;
+
+use crate::model::floors::PairFloors;
+use crate::model::localization::Phase;
 
 /// Largest allocation the localizer accepts (a bounded input: results arrive from the network).
 pub const MAX_NODES: usize = 65_536;
@@ -130,30 +132,6 @@ impl Group {
     }
 }
 
-/// Why a round exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Phase {
-    Local,
-    Allocation,
-    Screen,
-    CrossRail,
-    Confirm,
-    Matrix,
-    /// Node pairs that read slow once, with both ends fast elsewhere, measured again.
-    Retest,
-    /// Every node pair once (a round-robin tournament, `paths`), after a slow alltoall.
-    Paths,
-    /// Slow `Paths` pairs with both ends fast elsewhere, measured again at their size.
-    PathRetest,
-}
-
-impl Phase {
-    /// Localization rounds are the ones the bound counts: everything after phase B.
-    pub fn is_localization(self) -> bool {
-        !matches!(self, Phase::Local | Phase::Allocation)
-    }
-}
-
 /// Groups measured at the same time; no GPU is in two groups of one round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Round {
@@ -168,45 +146,6 @@ pub enum LocalizePlan {
     Adaptive,
     /// Every node pair, rail-wise (N-1 rounds; N when N is odd), whatever B says.
     FullMatrix,
-}
-
-/// `--pair-matrix`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PairMatrix {
-    Auto,
-    Adaptive,
-    Full,
-}
-
-impl PairMatrix {
-    pub fn parse(v: &str) -> Result<PairMatrix, String> {
-        match v {
-            "auto" => Ok(PairMatrix::Auto),
-            "adaptive" => Ok(PairMatrix::Adaptive),
-            "full" => Ok(PairMatrix::Full),
-            _ => Err(format!(
-                "invalid pair-matrix '{v}': expected auto, adaptive or full"
-            )),
-        }
-    }
-
-    /// Whether `nodes` nodes measure every node pair: up to 3 nodes the full matrix measures the
-    /// ring's pairs in as many rounds (1 and 3) and keeps the node-pair table.
-    pub fn full_for(self, nodes: u32) -> bool {
-        match self {
-            PairMatrix::Full => true,
-            PairMatrix::Adaptive => false,
-            PairMatrix::Auto => nodes <= 3,
-        }
-    }
-}
-
-/// Absolute floors in GB/s busbw, one per kind of group; `None`: relative rule only.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PairFloors {
-    pub local: Option<f64>,
-    pub allocation: Option<f64>,
-    pub pair: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

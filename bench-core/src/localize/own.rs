@@ -24,23 +24,15 @@
 //! node pairs it slowed).
 
 use crate::meet::topology::Topology;
+use crate::model::localization::NodeFindings;
 use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
-use serde::{Deserialize, Serialize};
 
 /// Slots per process: GPU held (its index on the node + 1), its first other pid, its GiB held,
 /// the share of the check its worker could not run, GPUs missing, host load (CPUs busy with
 /// others' processes), the largest such consumer's pid and its CPUs, the held GPU's local probe
 /// (copy GB/s) and that probe's floor.
 pub const WIDTH: usize = 10;
-
-/// One node's own findings as every process decodes them from the sum, as reasons (the report's
-/// `node_findings`: what that node's network reading gives way to).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodeFindings {
-    pub node: String,
-    pub reasons: Vec<Reason>,
-}
 
 /// A node's own finding, as it travels.
 #[derive(Debug, Clone, Copy, PartialEq)]

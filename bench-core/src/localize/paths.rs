@@ -42,8 +42,9 @@
 //! decisions, not that real readings behave.
 
 use super::assess::quantile;
-use super::{Code, Group, LocalizeFinding, Phase};
-use crate::facts::num_vs;
+use super::{Code, Group, LocalizeFinding};
+use crate::model::localization::Phase;
+use crate::model::stats::num_vs;
 use nccl_check_contract::report::culprit::Culprit;
 
 /// Fewest nodes the alltoall runs for: with 2 or 3 nodes the all_reduce's ring uses every node
@@ -94,10 +95,10 @@ pub fn alltoall_slow(
         && alltoall < fraction * expected_alltoall_ratio(nodes, gpus) * all_reduce
 }
 
-/// The tournament: `rounds` node matchings (`measure::pairs::rounds`) `g` at once, matching i
+/// The tournament: `rounds` node matchings (`model::pairs::rounds`) `g` at once, matching i
 /// of a round on rail i, so each GPU (and its NIC) is in one pair a round.
 pub(crate) fn tournament(n: usize, g: usize) -> Vec<Vec<Group>> {
-    crate::measure::pairs::rounds(n)
+    crate::model::pairs::rounds(n)
         .chunks(g.max(1))
         .map(|chunk| {
             chunk
@@ -360,7 +361,7 @@ pub(crate) mod tests {
                 }
             }
             assert_eq!(met.len(), n * (n - 1) / 2, "n={n} g={g}");
-            let matchings = crate::measure::pairs::round_count(n);
+            let matchings = crate::model::pairs::round_count(n);
             assert_eq!(rounds.len(), matchings.div_ceil(g), "n={n} g={g}");
         }
     }

@@ -246,7 +246,7 @@ pub fn plan_model(
         }
         healthy += b.seconds + healthy_rounds as f64 * round_s;
         worst += b.seconds + worst_rounds as f64 * round_s;
-        full_matrix_seconds = crate::measure::pairs::round_count(n) as f64 * round_s;
+        full_matrix_seconds = crate::model::pairs::round_count(n) as f64 * round_s;
         phases.push(b);
         if let Some(a2a) = alltoall_phase(n, g, w) {
             healthy += a2a.seconds;
@@ -289,7 +289,7 @@ pub fn plan_model(
         total_wait_seconds: around + worst,
         cached_wait_seconds: c("cached_s"),
         phases,
-        full_matrix_rounds: crate::measure::pairs::round_count(n),
+        full_matrix_rounds: crate::model::pairs::round_count(n),
         full_matrix_seconds,
         constants: &CONSTANTS,
     })
@@ -299,7 +299,7 @@ pub fn plan_model(
 /// each round of pairs also meets the others (the barrier through the star, then the all_reduce
 /// that gives every process every pair's time), and the collective's sums pass the star.
 fn phase_a(n: usize, g: usize) -> PhaseModel {
-    let local_rounds = crate::measure::pairs::round_count(g);
+    let local_rounds = crate::model::pairs::round_count(g);
     let a_control = if n >= 2 {
         let round = n as f64 * c("control_sum_per_process_s")
             + vector_allreduce_s(n * g, n * (g / 2).max(1));
@@ -364,7 +364,7 @@ fn alltoall_phase(n: usize, g: usize, w: &Workload) -> Option<PhaseModel> {
     let off_node = (n - 1) as f64 / n as f64;
     let data_s = 9.0 * size * off_node / (c("nic_busbw_gbs") * 1e9);
     let control = (2.0 * SUMS_PER_COLLECTIVE + 1.0) * n as f64 * c("control_sum_per_process_s");
-    let tournament = crate::measure::pairs::round_count(n).div_ceil(g);
+    let tournament = crate::model::pairs::round_count(n).div_ceil(g);
     Some(PhaseModel {
         name: "alltoall",
         rounds: 0,
@@ -373,7 +373,7 @@ fn alltoall_phase(n: usize, g: usize, w: &Workload) -> Option<PhaseModel> {
             "alltoall {} over all {} GPUs beside the all_reduce: only when it reads below \
              [outliers] alltoall_fraction of what the all_reduce predicts, every node pair once \
              ({tournament} round(s), one node pair a GPU) at its size",
-            crate::measure::size::human(size as u64),
+            crate::model::size::human(size as u64),
             n * g
         ),
     })
@@ -413,7 +413,7 @@ fn runs(w: &Workload) -> String {
         [one] => format!(
             "{} {}",
             one.collective,
-            crate::measure::size::human(one.bytes)
+            crate::model::size::human(one.bytes)
         ),
         many => format!(
             "{} collective sizes ({} .. {} {})",
@@ -421,7 +421,7 @@ fn runs(w: &Workload) -> String {
             many.first().map_or("", |r| r.collective),
             many.last().map_or("", |r| r.collective),
             many.last()
-                .map_or(String::new(), |r| crate::measure::size::human(r.bytes))
+                .map_or(String::new(), |r| crate::model::size::human(r.bytes))
         ),
     }
 }
@@ -434,7 +434,7 @@ fn judged(w: &Workload, last: &super::site::AllocationRun) -> String {
     format!(
         "; the last, {} {}, is judged",
         last.collective,
-        crate::measure::size::human(last.bytes)
+        crate::model::size::human(last.bytes)
     )
 }
 

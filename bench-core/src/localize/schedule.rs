@@ -5,9 +5,10 @@
 use super::assess::{self, Assessment, Inputs, Measured};
 use super::paths::{checks_paths, Paths};
 use super::{
-    round_cap, Group, LocalizeConfig, LocalizeError, LocalizePlan, LocalizeVerdict, Phase, Round,
+    round_cap, Group, LocalizeConfig, LocalizeError, LocalizePlan, LocalizeVerdict, Round,
     MAX_GPUS, MAX_NODES,
 };
+use crate::model::localization::Phase;
 use std::collections::HashSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,7 +210,7 @@ impl Localizer {
                 self.allocation = Some((results[0], below));
                 self.stage = match (self.cfg.plan, screen) {
                     (LocalizePlan::FullMatrix, _) => {
-                        self.node_rounds = crate::measure::pairs::rounds(self.n);
+                        self.node_rounds = crate::model::pairs::rounds(self.n);
                         Stage::NodeRounds { next: 0 }
                     }
                     (LocalizePlan::Adaptive, true) => {

@@ -4,10 +4,11 @@
 //! rules (`runner::localized`: `Floors::localization` with the last collective measured before
 //! the pairs), so the plan explained is the plan a check of that allocation runs.
 
-use crate::config::worker::{Step, WorkerConfig};
-use crate::facts::interconnect::Class;
-use crate::judge::floors::Floors;
-use crate::judge::thresholds::GpuKey;
+use crate::config::worker::WorkerConfig;
+use crate::model::floors::Floors;
+use crate::model::link_class::Class;
+use crate::model::step::Step;
+use crate::model::thresholds::GpuKey;
 use serde::Serialize;
 
 /// One collective size that runs over every rank of the allocation before the pairs.

@@ -88,10 +88,7 @@ pub fn gpu_info(ordinal: usize) -> Result<GpuInfo, DriverError> {
         |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
     let pci_bus_id = format!("{domain:04x}:{bus:02x}:{slot:02x}.0");
     Ok(GpuInfo {
-        pci_device_id: crate::facts::sku::device_id_from_sysfs(
-            std::path::Path::new("/"),
-            &pci_bus_id,
-        ),
+        pci_device_id: device_id_from_sysfs(std::path::Path::new("/"), &pci_bus_id),
         device: ordinal,
         name: device::get_name(dev)?,
         pci_bus_id,
@@ -242,9 +239,9 @@ impl Gpu {
         op: u32,
         seed: u32,
         nranks: u32,
-        expected: crate::measure::collectives::ExpectedData,
+        expected: crate::model::collectives::ExpectedData,
     ) -> Result<(), DriverError> {
-        use crate::measure::collectives::ExpectedData;
+        use crate::model::collectives::ExpectedData;
         let (mode, chunk, src, base) = match expected {
             ExpectedData::Reduction { index_base } => (0u32, 0u64, 0u32, index_base),
             ExpectedData::CopyFrom {
@@ -323,5 +320,45 @@ impl Gpu {
                 std::thread::yield_now();
             }
         }
+    }
+}
+
+/// Reads a PCI device's vendor:device from sysfs (`<root>/sys/bus/pci/devices/<bus id>/`):
+/// the device ID when the vendor is NVIDIA, None when it cannot be read. `bus_id` in any of
+/// the forms CUDA or NVML write (`0000:18:00.0`, `00000000:18:00.0`, upper or lower case).
+pub fn device_id_from_sysfs(root: &std::path::Path, bus_id: &str) -> Option<u16> {
+    let bus = crate::config::expected_gpus::bus_id(bus_id)?;
+    let dir = root.join("sys/bus/pci/devices").join(&bus);
+    let read = |f: &str| -> Option<u16> {
+        let text = nccl_check_host::read::attr(&dir.join(f)).ok()?;
+        u16::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok()
+    };
+    (read("vendor")? == crate::model::sku::NVIDIA_VENDOR).then_some(())?;
+    read("device")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_device_id_is_read_from_sysfs_for_nvidia_devices_only() {
+        let root = nccl_check_host::test_support::scratch_dir("sku-sysfs");
+        let dev = |bus: &str, vendor: &str, device: &str| {
+            let d = root.join("sys/bus/pci/devices").join(bus);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("vendor"), format!("{vendor}\n")).unwrap();
+            std::fs::write(d.join("device"), format!("{device}\n")).unwrap();
+        };
+        dev("0000:18:00.0", "0x10de", "0x2331");
+        dev("0000:19:00.0", "0x8086", "0x1234");
+        assert_eq!(
+            device_id_from_sysfs(&root, "00000000:18:00.0"),
+            Some(0x2331)
+        );
+        assert_eq!(device_id_from_sysfs(&root, "0000:18:00.0"), Some(0x2331));
+        assert_eq!(device_id_from_sysfs(&root, "0000:19:00.0"), None);
+        assert_eq!(device_id_from_sysfs(&root, "0000:1a:00.0"), None);
+        assert_eq!(device_id_from_sysfs(&root, "../../etc"), None);
     }
 }

@@ -1,21 +1,18 @@
 //! Stage 4, measure: the settings, the team and the floors in, the rows of results out (busbw per
 //! collective, size and placement; the GPU pair matrix; the local probe; the localizer's rounds),
-//! measured exactly as nccl-tests measures them (`collectives`: byte counts and bus-bandwidth
-//! factors; `runner::timed`: the timed loops). Decides nothing about PASS or FAIL: it only retests
+//! measured exactly as nccl-tests measures them (`model::collectives`: byte counts and
+//! bus-bandwidth factors; `nccl::Issue::collective`: the NCCL call of each; `runner::timed`: the
+//! timed loops). Decides nothing about PASS or FAIL: it only retests
 //! a result below its floor once.
 
-pub mod collectives;
 #[cfg(feature = "gpu")]
 pub mod cuda;
-pub mod datatype;
 #[cfg(feature = "gpu")]
 pub mod loop_probe;
 #[cfg(feature = "gpu")]
 pub mod nccl;
 #[cfg(feature = "gpu")]
 pub mod nccl_env;
-pub mod pairs;
 #[cfg(feature = "gpu")]
 pub mod runner;
 pub mod running_thread;
-pub mod size;

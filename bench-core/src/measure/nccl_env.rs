@@ -3,12 +3,10 @@
 //! captured to a private file so the transports can be judged afterwards. Every variable is set
 //! through the worker's [`Environment`] snapshot, so the report records what NCCL sees.
 
-use crate::config::network::NetworkProfile;
-use crate::facts::transport::{TransportExpectation, TransportSummary};
-use crate::report::json::TransportInfo;
+use crate::config::network::{NetworkProfile, TransportExpectation};
 use crate::settings::environment::Environment;
 use crate::settings::options::Options;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// The private directory of NCCL's log, removed however the process ends.
@@ -95,26 +93,6 @@ pub fn capture_nccl_log(
 pub fn remove_log_dir() {
     if let Some(dir) = NCCL_LOG_DIR.get() {
         let _ = std::fs::remove_dir_all(dir);
-    }
-}
-
-/// What NCCL's log says, for the report, and the parsed log for the transport rule (none when
-/// the log was not recorded). The log is removed once read.
-pub fn read_transports(log: &LogPlace) -> (TransportInfo, Option<TransportSummary>) {
-    let path = match log {
-        Ok(p) => p,
-        Err(why) => return (TransportInfo::not_recorded(why.clone()), None),
-    };
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    remove(path);
-    let s = crate::facts::transport::parse_log(&text);
-    (TransportInfo::from_log(&s), Some(s))
-}
-
-fn remove(path: &Path) {
-    let _ = std::fs::remove_file(path);
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::remove_dir(dir);
     }
 }
 

@@ -181,7 +181,7 @@ fn collective_panel<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc("message size (bytes)")
         .y_desc("busbw (GB/s)")
-        .x_label_formatter(&|b| crate::measure::size::human(*b))
+        .x_label_formatter(&|b| crate::model::size::human(*b))
         .draw()?;
     draw_reference(&mut chart, &d, input)?;
     draw_floors(&mut chart, &d)?;

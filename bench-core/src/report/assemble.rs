@@ -28,8 +28,8 @@ pub struct Measured {
     pub gpus: Vec<GpuEntry>,
     pub results: Vec<Row>,
     pub pairs: Vec<PairRow>,
-    pub localization: Option<crate::localize::LocalizeSummary>,
-    pub node_findings: Vec<crate::localize::own::NodeFindings>,
+    pub localization: Option<crate::model::localization::LocalizeSummary>,
+    pub node_findings: Vec<crate::model::localization::NodeFindings>,
     pub shared_gpus: Vec<Vec<u32>>,
     pub gpu_side: Vec<GpuSide>,
     /// NVML's facts and how long the check waited for them (a finished run only).

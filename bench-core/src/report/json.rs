@@ -65,7 +65,7 @@ pub struct GpuEntry {
     /// What NVML said about this GPU (matched by PCI bus id); None without NVML.
     pub health: Option<crate::facts::gpu_health::GpuHealth>,
     /// Its device-local copy bandwidth (`facts::local_probe`).
-    pub local_probe: Option<crate::facts::local_probe::LocalProbe>,
+    pub local_probe: Option<crate::model::local_copy::LocalProbe>,
     /// Why the local probe could not measure, when it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_probe_error: Option<String>,
@@ -154,12 +154,12 @@ pub struct Report {
     pub interconnect: Option<crate::facts::interconnect::Interconnect>,
     /// The node-level localization of a multi-node check (`localize`), when it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub localization: Option<crate::localize::LocalizeSummary>,
+    pub localization: Option<crate::model::localization::LocalizeSummary>,
     /// The other processes' own findings of their nodes (a GPU another process holds, a starved
     /// worker, a missing GPU, a busy host), shared when a multi-node check found a node or node
     /// pair slow (`localize::own`): the cause the network reading of that node gives way to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub node_findings: Vec<crate::localize::own::NodeFindings>,
+    pub node_findings: Vec<crate::model::localization::NodeFindings>,
     /// The site network profile applied (name and the environment it set), if any.
     pub network_profile: Option<serde_json::Value>,
     /// Which transport each path used, from NCCL's own log (see `transport`).

@@ -122,7 +122,7 @@ pub fn expected_short(e: &Expected) -> String {
     let from = e.source.split(": ").next().unwrap_or(&e.source);
     format!(
         ">= {} GB/s ({margin}; {from})",
-        crate::facts::num(e.floor_gbs)
+        crate::model::stats::num(e.floor_gbs)
     )
 }
 

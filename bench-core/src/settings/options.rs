@@ -3,10 +3,11 @@
 //! Slurm's environment fills rank, world and the rendezvous address when flags do not
 //! (`peers.rs`); the plan or the command line gives the steps (`steps.rs`).
 
-use crate::config::worker::{Step, WorkerConfig};
-use crate::measure::collectives::Collective;
-use crate::measure::datatype::{DataType, RedOp};
-pub use crate::meet::rendezvous::auth::Credential;
+use crate::config::worker::WorkerConfig;
+use crate::model::collectives::Collective;
+use crate::model::credential::Credential;
+use crate::model::datatype::{DataType, RedOp};
+use crate::model::step::Step;
 use crate::settings::environment::Environment;
 use clap::Parser;
 use std::path::{Path, PathBuf};
@@ -91,7 +92,7 @@ pub struct Options {
     pub json: Option<PathBuf>,
     pub quiet: bool,
     /// `--pair-matrix`: how node pairs are measured (`localize`).
-    pub pair_matrix: crate::localize::PairMatrix,
+    pub pair_matrix: crate::model::pairs::PairMatrix,
 }
 
 impl Options {
@@ -130,13 +131,13 @@ impl Args {
             _ => ParseExit::Usage(first_line(&e.to_string())),
         })?;
         if raw.list_skus {
-            return Err(ParseExit::Info(crate::facts::sku::list()));
+            return Err(ParseExit::Info(crate::model::sku::list()));
         }
         Ok(Args(raw))
     }
 
     /// `--check-config [FILE]`: `Some(FILE)` (itself optional) when that mode was asked. It
-    /// runs before the environment is read (`config::check`).
+    /// runs before the environment is read (`facts::node_ready::check_file`).
     pub fn check_config(&self) -> Option<Option<&Path>> {
         match &self.0.mode {
             Some(Mode::CheckConfig { file }) => Some(file.as_deref()),
@@ -454,7 +455,7 @@ mod tests {
 
     #[test]
     fn pair_matrix_is_full_up_to_three_nodes_unless_told() {
-        use crate::localize::PairMatrix;
+        use crate::model::pairs::PairMatrix;
         let o = parse_with(&[], &[]).unwrap();
         assert_eq!(o.pair_matrix, PairMatrix::Auto);
         assert!(o.pair_matrix.full_for(3) && !o.pair_matrix.full_for(4));

@@ -97,7 +97,7 @@ impl ReasonCode {
         super::cause::cause_class(self)
     }
 
-    /// Whether a node fact produces this code (bench-core's `facts::Finding` carries it typed).
+    /// Whether a node fact produces this code (bench-core's `model::finding::Finding` carries it typed).
     pub fn is_fact(self) -> bool {
         FACT_CODES.contains(&self)
     }

@@ -1,50 +1,8 @@
 //! The site's expectation of the paths, and the findings that turn a silent fallback into FAIL.
 
 use super::{Transport, TransportSummary};
-use crate::config::network::NetworkProfile;
+use crate::config::network::{NetExpect, TransportExpectation};
 use nccl_check_contract::report::culprit::Culprit;
-use std::fmt;
-
-/// What the site expects of the paths (from the worker's options and network profile).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TransportExpectation {
-    /// GPUs of one node talk over NVLink: every intra-node path must be P2P.
-    pub intra_node_p2p: bool,
-    /// Paths between nodes must use this network (profile `expect_net`).
-    pub inter_node_net: Option<NetExpect>,
-    /// CollNet (SHARP) must carry the collectives (`--expect-collnet`).
-    pub collnet: bool,
-    /// NVLS must carry the collectives.
-    pub nvls: bool,
-}
-
-impl TransportExpectation {
-    /// From the site's network profile and the worker's `--expect-collnet`/`--expect-nvls`.
-    /// Without a profile saying otherwise, GPUs of one node are expected to use NVLink P2P.
-    pub fn new(
-        profile: Option<&NetworkProfile>,
-        collnet: bool,
-        nvls: bool,
-    ) -> TransportExpectation {
-        TransportExpectation {
-            intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
-            inter_node_net: profile.and_then(|p| p.net_expect()),
-            collnet: collnet || profile.is_some_and(|p| p.expect_collnet),
-            nvls: nvls || profile.is_some_and(|p| p.expect_nvls),
-        }
-    }
-}
-
-/// The network expected between nodes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NetExpect {
-    /// InfiniBand or RoCE (NCCL's IB transport or the rdma-sharp plugin).
-    Ib,
-    /// TCP sockets (a plain-Ethernet site).
-    Socket,
-    /// A plugin, by a case-insensitive part of its name (`Libfabric` for AWS EFA, `UCX`).
-    Plugin(String),
-}
 
 impl NetExpect {
     fn accepts(&self, t: &Transport) -> bool {
@@ -54,16 +12,6 @@ impl NetExpect {
                 .to_ascii_lowercase()
                 .contains(&want.to_ascii_lowercase()),
             _ => false,
-        }
-    }
-}
-
-impl fmt::Display for NetExpect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NetExpect::Ib => f.write_str("NET/IB"),
-            NetExpect::Socket => f.write_str("NET/Socket"),
-            NetExpect::Plugin(p) => write!(f, "NET/{p}"),
         }
     }
 }
@@ -149,6 +97,7 @@ pub fn check_transports(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::network::NetworkProfile;
 
     fn profile(expect_nvlink: Option<bool>, expect_collnet: bool) -> NetworkProfile {
         NetworkProfile {

@@ -30,7 +30,7 @@
 mod expect;
 mod log;
 
-pub use expect::{check_transports, NetExpect, TransportExpectation, TransportFinding};
+pub use expect::{check_transports, TransportFinding};
 pub use log::{parse_channel_line, parse_log};
 
 use crate::report::Name;
@@ -344,6 +344,7 @@ fn dedup(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::network::{NetExpect, TransportExpectation};
 
     const P: &str = "node01:12345:12399 [0] NCCL INFO ";
 

@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::facts::gpu_health::GpuHealth;
-use crate::judge::floors::tests::rule;
 use crate::judge::overall::judge_by;
 use crate::meet::rendezvous::Member;
+use crate::model::floors::tests::rule;
 use crate::report::gpu::GpuInfo;
 use crate::report::json::GpuEntry;
 use crate::report::json::Report;

@@ -1,12 +1,12 @@
 use super::*;
 use crate::facts::gpu_health::{GpuHealth, NvLinks};
 use crate::facts::host_load::HostLoad;
-use crate::facts::local_probe::LocalProbe;
 use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
-use crate::judge::floors::tests::rule;
 use crate::judge::overall::judge_by;
 use crate::meet::rendezvous::Member;
+use crate::model::floors::tests::rule;
+use crate::model::local_copy::LocalProbe;
 use crate::report::gpu::GpuInfo;
 use crate::report::json::Report;
 use crate::report::{PairRow, Placement};

@@ -1,8 +1,9 @@
 use super::*;
 use crate::localize::sim::{self, Fabric, Fault};
-use crate::localize::{Code, LocalizeConfig, PairFloors};
+use crate::localize::{Code, LocalizeConfig};
 use crate::meet::rendezvous::Member;
 use crate::meet::topology::Topology;
+use crate::model::floors::PairFloors;
 
 /// `nodes` processes of `gpus` GPUs each (one process per node, as under `srun --nccl-check`).
 fn layout(nodes: usize, gpus: usize) -> (Layout, Vec<u32>) {

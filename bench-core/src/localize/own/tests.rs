@@ -252,8 +252,8 @@ mod every_process {
     use super::*;
     use crate::facts::gpu_health::GpuHealth;
     use crate::judge::overall::judge_by;
-    use crate::localize::LocalizeSummary;
     use crate::meet::rendezvous::Member;
+    use crate::model::localization::LocalizeSummary;
     use crate::report::gpu::GpuInfo;
     use crate::report::json::{GpuEntry, Report};
     use nccl_check_contract::exit::ExitCode;
@@ -296,7 +296,7 @@ mod every_process {
 
     fn judged(r: Report) -> (Report, ExitCode) {
         judge_by(
-            &[crate::judge::floors::tests::rule("all_reduce", 4, 4, 1.0)],
+            &[crate::model::floors::tests::rule("all_reduce", 4, 4, 1.0)],
             r,
         )
     }

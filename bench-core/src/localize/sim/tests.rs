@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::localize::paths::tests::built_in_fraction;
-use crate::localize::{Code, Group, LocalizeConfig, LocalizePlan, PairFloors, Phase, Round};
+use crate::localize::{Code, Group, LocalizeConfig, LocalizePlan, Round};
+use crate::model::floors::PairFloors;
+use crate::model::localization::Phase;
 use std::collections::{BTreeSet, HashSet};
 
 const NS: [usize; 6] = [2, 3, 8, 64, 1024, 4096];
@@ -367,7 +369,7 @@ fn a_link_off_the_ring_that_slows_an_alltoall_is_named_by_every_pair_once() {
             "n={n}: {:#?}",
             v.findings
         );
-        let tournament = crate::measure::pairs::round_count(n).div_ceil(G);
+        let tournament = crate::model::pairs::round_count(n).div_ceil(G);
         assert_eq!(v.localization_rounds, tournament + 1, "n={n}");
     }
     // 1-GPU nodes (the emulated fabric): N-1 rounds and the retest.

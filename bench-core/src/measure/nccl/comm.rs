@@ -30,7 +30,7 @@ pub enum WaitError {
     Stopped,
 }
 
-/// The arguments of one collective on one rank, shared by every [`crate::measure::collectives::Collective`].
+/// The arguments of one collective on one rank, shared by every [`crate::model::collectives::Collective`].
 pub struct Issue<'a> {
     pub comm: &'a Comm<'a>,
     pub send: u64,
@@ -43,6 +43,71 @@ pub struct Issue<'a> {
     pub rank: u32,
     pub nranks: u32,
     pub stream: RawStream,
+}
+
+impl Issue<'_> {
+    /// Issues collective `c` on this communicator (the caller groups and waits): the NCCL call
+    /// each collective of [`crate::model::collectives::COLLECTIVES`] makes, by its name.
+    pub fn collective(
+        &self,
+        c: &dyn crate::model::collectives::Collective,
+    ) -> Result<(), NcclError> {
+        match c.name() {
+            "all_reduce" => self.comm.all_reduce(
+                self.send,
+                self.recv,
+                self.count,
+                self.dtype,
+                self.op,
+                self.stream,
+            ),
+            "all_gather" => {
+                self.comm
+                    .all_gather(self.send, self.recv, self.count, self.dtype, self.stream)
+            }
+            "reduce_scatter" => self.comm.reduce_scatter(
+                self.send,
+                self.recv,
+                self.count,
+                self.dtype,
+                self.op,
+                self.stream,
+            ),
+            "broadcast" => self.comm.broadcast(
+                self.send,
+                self.recv,
+                self.count,
+                self.dtype,
+                self.root,
+                self.stream,
+            ),
+            // `ncclAlltoAll` where the library has it (2.28+), else one send and one receive per
+            // peer in a group, exactly as nccl-tests 2.19.6 chooses.
+            "alltoall" => self.comm.alltoall(
+                self.send,
+                self.recv,
+                self.count,
+                self.dtype,
+                self.elt,
+                self.nranks,
+                self.stream,
+            ),
+            "sendrecv" => {
+                // Each rank sends to rank+1 and receives from rank-1 in one group (a ring of pairs).
+                let n = self.nranks;
+                self.comm.send_recv(
+                    self.send,
+                    (self.rank + 1) % n,
+                    self.recv,
+                    (self.rank + n - 1) % n,
+                    self.count,
+                    self.dtype,
+                    self.stream,
+                )
+            }
+            other => unreachable!("no NCCL call for collective '{other}'"),
+        }
+    }
 }
 
 impl<'a> Comm<'a> {

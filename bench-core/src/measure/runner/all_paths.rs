@@ -3,7 +3,7 @@
 //! after its other rounds (the decision: `localized.rs` over `localize::paths`).
 use super::timed::Measurer;
 use super::{GpuOutcome, RunError, Start};
-use crate::measure::collectives::AlltoAll;
+use crate::model::collectives::AlltoAll;
 
 /// Timed operations of the alltoall, each placement (one untimed operation before them).
 const ITERS: u32 = 3;
@@ -30,7 +30,7 @@ impl Measurer<'_> {
     ) -> Result<AlltoallReading, RunError> {
         start.phase(&format!(
             "alltoall {} over every rank (every node pair at once)",
-            crate::measure::size::human(size)
+            crate::model::size::human(size)
         ));
         // A step index past the plan's: its own fill seeds.
         let at = (self.opts().steps.len(), 0, size, ITERS);

@@ -17,11 +17,11 @@ use crate::localize::conduct::{
     decide_here, follow, keeper, slots, Conductor, ConductorStep, FollowError, Place,
 };
 use crate::localize::layout::Layout;
-use crate::localize::own::NodeFindings;
-use crate::localize::{
-    LocalizeConfig, LocalizePlan, LocalizeSummary, Localizer, PairFloors, Phase,
-};
-use crate::measure::datatype::{DataType, RedOp};
+use crate::localize::{LocalizeConfig, LocalizePlan, Localizer};
+use crate::model::datatype::{DataType, RedOp};
+use crate::model::floors::PairFloors;
+use crate::model::localization::NodeFindings;
+use crate::model::localization::{LocalizeSummary, Phase};
 use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
@@ -142,7 +142,7 @@ impl Measurer<'_> {
                 "# alltoall {}: busbw {:.4} GB/s (host clock {:.4}, GPU clock {:.4}), {:.2} x the \
                  all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {}; \
                  {ms:.0} ms\n",
-                crate::measure::size::human(a2a.size),
+                crate::model::size::human(a2a.size),
                 a2a.delivered,
                 a2a.host,
                 a2a.gpu,
@@ -263,11 +263,11 @@ impl Measurer<'_> {
         let me = self.rank as usize;
         start.phase(&format!(
             "phase A: every node's GPU pairs at once, sendrecv {}",
-            crate::measure::size::human(bytes)
+            crate::model::size::human(bytes)
         ));
         let mut rows = Vec::new();
         for round in &gpu_rounds(t) {
-            let partner = crate::measure::pairs::partner(round, me);
+            let partner = crate::model::pairs::partner(round, me);
             let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, true, start, out)?;
             let gpu_secs = settled_mean(&gpu_ops);
             // Three slots per pair (one sum for thousands of nodes stays small): the host's time
@@ -511,10 +511,10 @@ mod tests {
     #[test]
     fn one_gpu_nodes_have_no_phase_a_floor_and_are_not_slow() {
         let nodes: Vec<String> = ["nA", "nB"].map(String::from).to_vec();
-        let rules = [crate::judge::floors::tests::rule("sendrecv", 2, 1, 255.0)];
-        let floors = crate::judge::floors::Floors {
+        let rules = [crate::model::floors::tests::rule("sendrecv", 2, 1, 255.0)];
+        let floors = crate::model::floors::Floors {
             rules: &rules,
-            gpu: crate::judge::thresholds::GpuKey::by_name("NVIDIA H200"),
+            gpu: crate::model::thresholds::GpuKey::by_name("NVIDIA H200"),
             nodes: 2,
             gpus: 2,
             min_busbw: None,

@@ -22,11 +22,11 @@ mod timed;
 
 pub use run_error::RunError;
 
-use crate::judge::floors::Floors;
 use crate::measure::cuda::{Gpu, GpuInfo};
 use crate::measure::nccl::{Nccl, UniqueId};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
+use crate::model::floors::Floors;
 use crate::report::json::Phases;
 use crate::report::{PairRow, Row};
 use crate::settings::options::Options;
@@ -51,11 +51,18 @@ pub struct Start {
     /// Which node each global rank is on, and its index there.
     pub topology: Arc<Topology>,
     /// The GPU model and interconnect thresholds are looked up by (this process's first GPU).
-    pub gpu: Arc<crate::judge::thresholds::GpuModel>,
+    pub gpu: Arc<crate::model::thresholds::GpuModel>,
     pub opts: &'static Options,
     /// Where the printing rank's lines and tables go.
     pub show: Arc<dyn sink::Show>,
+    /// Whether a pair matrix has a slow pair, as the verdict judges it: the retest asks it.
+    pub slow_pairs: SlowPairs,
 }
+
+/// Whether any pair of `rows` is slow (the outlier fraction; the floor of (collective, GPUs,
+/// bytes)): the verdict's rule, handed in by the flow, so the retest and the verdict cannot
+/// disagree and the measuring loop names no judge.
+pub type SlowPairs = fn(&[PairRow], f64, &dyn Fn(&str, u32, u64) -> Option<f64>) -> bool;
 
 impl Start {
     /// A progress line, from the printing rank only.
@@ -87,16 +94,16 @@ pub struct GpuOutcome {
     pub rows: Vec<Row>,
     pub pairs: Vec<PairRow>,
     /// The local probe's result, or why it could not measure.
-    pub probe: Option<Result<crate::facts::local_probe::LocalProbe, String>>,
+    pub probe: Option<Result<crate::model::local_copy::LocalProbe, String>>,
     /// With `--shared-gpus`: the ranks (this one among them) that drove this GPU.
     pub shared: Option<Vec<u32>>,
     /// Retested rows by the GPU's clock (`gpu_time`).
     pub gpu_side: Vec<crate::report::json::GpuSide>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
-    pub localization: Option<crate::localize::LocalizeSummary>,
+    pub localization: Option<crate::model::localization::LocalizeSummary>,
     /// The other processes' own findings of their nodes (recorder thread, multi-node checks:
     /// `localize::own`).
-    pub node_findings: Vec<crate::localize::own::NodeFindings>,
+    pub node_findings: Vec<crate::model::localization::NodeFindings>,
     /// Whether the nodes' own findings were shared already (the same on every rank:
     /// `Measurer::share_findings`).
     pub findings_shared: bool,
@@ -113,6 +120,9 @@ pub struct GpuThread {
     pub opts: &'static Options,
     pub deadline: Instant,
     pub status: Status,
+    /// Keeps this GPU's local probe (CUDA ordinal, copy GB/s) for what the node's own findings
+    /// will tell the other nodes (`localize::own::known::record_probe`, handed in by the flow).
+    pub on_probe: fn(usize, f64),
 }
 
 impl GpuThread {
@@ -122,7 +132,7 @@ impl GpuThread {
         let probe = probe::measure(gpu, self.device, self.deadline);
         if let Ok(p) = &probe {
             // What the sum of own findings tells the other nodes of a GPU another process holds.
-            crate::localize::own::known::record_probe(self.device, p.copy_gbs);
+            (self.on_probe)(self.device, p.copy_gbs);
         }
         out.probe = Some(probe);
         out.phases.probe_ms = ms(t.elapsed());

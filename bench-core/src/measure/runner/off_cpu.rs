@@ -11,7 +11,7 @@
 //! a process that lost at least half of a window of at least 2 s is named. Less than that is
 //! reported (the report's `facts.off_cpu`), never judged.
 
-use crate::facts::Finding;
+use crate::model::finding::Finding;
 use nccl_check_contract::report::reason::ReasonCode;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -31,7 +31,7 @@ pub(super) fn gpu_rounds(t: &Topology) -> Vec<Vec<(usize, usize)>> {
     let mut gpu_rounds: Vec<Vec<(usize, usize)>> = Vec::new();
     for node in 0..t.node_names().len() {
         let locals = t.ranks_of(node);
-        for (k, round) in crate::measure::pairs::rounds(locals.len())
+        for (k, round) in crate::model::pairs::rounds(locals.len())
             .into_iter()
             .enumerate()
         {
@@ -46,7 +46,7 @@ pub(super) fn gpu_rounds(t: &Topology) -> Vec<Vec<(usize, usize)>> {
 
 pub(super) fn schedule(t: &Topology) -> Schedule {
     let gpu_rounds = gpu_rounds(t);
-    let node_rounds = crate::measure::pairs::rounds(t.node_names().len())
+    let node_rounds = crate::model::pairs::rounds(t.node_names().len())
         .into_iter()
         .map(|round| {
             let mut ranks = Vec::new();
@@ -72,7 +72,7 @@ pub(super) fn schedule(t: &Topology) -> Schedule {
 pub(super) fn connect_first(rounds: &[Vec<(usize, usize)>], me: usize, buffer: u64) -> Vec<usize> {
     let partners: Vec<usize> = rounds
         .iter()
-        .filter_map(|r| crate::measure::pairs::partner(r, me))
+        .filter_map(|r| crate::model::pairs::partner(r, me))
         .collect();
     if partners.len() < 2 || partners.len() as u64 > buffer {
         return Vec::new();
@@ -228,7 +228,7 @@ impl Measurer<'_> {
         let o = self.opts();
         start.phase(&format!(
             "pair matrix, sendrecv {}",
-            crate::measure::size::human(bytes)
+            crate::model::size::human(bytes)
         ));
         let mut rows = self.pair_matrix(bytes, (warmup, iters), start, out)?;
         let floors = start.floors();
@@ -241,9 +241,7 @@ impl Measurer<'_> {
                 ..r.clone()
             })
             .collect();
-        let slow =
-            !crate::judge::analysis::slow_pairs(&delivered, o.config.outliers.fraction, &floor)
-                .is_empty();
+        let slow = (start.slow_pairs)(&delivered, o.config.outliers.fraction, &floor);
         // Across nodes, a slow node pair's node may have its own finding: every node's is
         // shared then (`localize::own`), so each process's verdict names that cause, not the
         // path. Every process agrees whether (the team's sum), so all or none join the sum.
@@ -364,7 +362,7 @@ impl Measurer<'_> {
         let me = self.rank as usize;
         let n = self.nranks as usize;
         let iters = loops.1 as usize;
-        let partner = crate::measure::pairs::partner(round, me);
+        let partner = crate::model::pairs::partner(round, me);
         let (secs, gpu_ops) = self.timed_exchange(partner, count, loops, in_node, start, out)?;
         // One vector for the control plane's sum: every rank's host time, then every rank's
         // operations by its GPU's clock (each rank fills its own slots).

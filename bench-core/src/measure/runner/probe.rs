@@ -6,8 +6,8 @@
 //! then as many copies as fill `TARGET_MS` (at least `MIN_ITERS`, at most `MAX_ITERS`) are timed
 //! between two CUDA events. Every wait polls against the check's deadline.
 
-use crate::facts::local_probe::LocalProbe;
 use crate::measure::cuda::{Gpu, StreamWait};
+use crate::model::local_copy::LocalProbe;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::CUevent_flags;
 use std::time::Instant;

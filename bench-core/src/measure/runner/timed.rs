@@ -6,12 +6,12 @@
 use super::gpu_time::GpuTimer;
 use super::sink::TableHead;
 use super::{ms, GpuOutcome, GpuThread, RunError, Start};
-use crate::config::worker::Step;
-use crate::measure::collectives::{Collective, Counts};
 use crate::measure::cuda::{Gpu, StreamWait};
 use crate::measure::loop_probe::LoopProbe;
 use crate::measure::nccl::{Comm, Issue, Nccl};
 use crate::meet::team::{Team, TeamError};
+use crate::model::collectives::{Collective, Counts};
+use crate::model::step::Step;
 use crate::report::json::GpuSide;
 use crate::report::{Placement, Row};
 use crate::settings::options::Options;
@@ -118,7 +118,8 @@ impl Measurer<'_> {
             nranks: self.nranks,
             stream: self.gpu.raw_stream(),
         };
-        coll.issue(&issue)
+        issue
+            .collective(coll)
             .map_err(|e| self.err_runtime(coll.name(), e))
     }
 
@@ -265,8 +266,8 @@ impl Measurer<'_> {
         start.phase(&format!(
             "{} {}..{}",
             coll.name(),
-            crate::measure::size::human(min_bytes),
-            crate::measure::size::human(max_bytes)
+            crate::model::size::human(min_bytes),
+            crate::model::size::human(max_bytes)
         ));
         if start.printer {
             start.show.collective(&TableHead {
@@ -333,7 +334,7 @@ impl Measurer<'_> {
             start.phase(&format!(
                 "{} {}: below threshold, measuring once more",
                 coll.name(),
-                crate::measure::size::human(row.size)
+                crate::model::size::human(row.size)
             ));
             let (again, gpu) = self.measure_row(at, coll, true, out, wrong_ranks)?;
             if start.recorder {
@@ -390,7 +391,7 @@ impl Measurer<'_> {
             let what = format!(
                 "{} {} {}",
                 coll.name(),
-                crate::measure::size::human(c.bytes(elt)),
+                crate::model::size::human(c.bytes(elt)),
                 if in_place { "in-place" } else { "out-of-place" }
             );
             self.thread.set_status(format!(

@@ -21,6 +21,7 @@
 //! The proofs authenticate the handshake; the connection's keys ([`super::session`]) protect
 //! everything after it.
 
+use crate::model::credential::Credential;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
@@ -54,28 +55,6 @@ pub fn nonce() -> Result<String, String> {
     let mut b = [0u8; 32];
     getrandom::getrandom(&mut b).map_err(|e| format!("no random numbers from the kernel: {e}"))?;
     Ok(hex::encode(b))
-}
-
-/// How the processes of one check prove to each other that they belong to it.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Credential {
-    /// `NCCL_CHECK_SECRET` (set per step by the srun plugin, or by the user).
-    Secret(String),
-    /// MUNGE credentials of this uid (under Slurm, when no secret is given).
-    Munge,
-    /// One process: nobody to prove anything to.
-    None,
-}
-
-impl std::fmt::Debug for Credential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print the secret.
-        match self {
-            Credential::Secret(_) => write!(f, "Secret(..)"),
-            Credential::Munge => write!(f, "Munge"),
-            Credential::None => write!(f, "None"),
-        }
-    }
 }
 
 impl Credential {

@@ -1,7 +1,7 @@
 //! `--gpus`: the device indices this process drives, or, with `--explain-thresholds
 //! --gpu-model NAME`, the GPU count to explain for (no GPU is asked then).
 
-use crate::config::expected_gpus::MAX_GPUS;
+use crate::model::bounds::MAX_GPUS;
 
 /// What `--gpus` and `--gpu-model` say.
 #[derive(Debug, Clone, PartialEq, Default)]

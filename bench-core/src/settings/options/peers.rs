@@ -3,7 +3,7 @@
 //! flags else Slurm's environment.
 
 use super::raw::RawArgs;
-use crate::meet::rendezvous::auth::Credential;
+use crate::model::credential::Credential;
 use nccl_check_contract::slurm_rendezvous::{self, PortRange};
 
 /// The validated answer to "who, where, proven how".

@@ -160,8 +160,8 @@ pub(super) struct RawArgs {
     pub quiet: bool,
     /// Node pairs: adaptive (localization rounds only when the allocation-wide collective is
     /// slow), full (every node pair, N-1 rounds), auto (full up to 3 nodes, else adaptive)
-    #[arg(long = "pair-matrix", default_value = "auto", value_parser = crate::localize::PairMatrix::parse)]
-    pub pair_matrix: crate::localize::PairMatrix,
+    #[arg(long = "pair-matrix", default_value = "auto", value_parser = crate::model::pairs::PairMatrix::parse)]
+    pub pair_matrix: crate::model::pairs::PairMatrix,
 }
 
 fn after_help() -> String {

@@ -3,9 +3,9 @@
 //! steps the rest of the options carry.
 
 use super::raw::RawArgs;
-use crate::config::worker::Step;
-use crate::measure::collectives::{self, Collective};
-use crate::measure::size::parse_size;
+use crate::model::collectives::{self, Collective};
+use crate::model::size::parse_size;
+use crate::model::step::Step;
 
 /// `-f` and `-n` values no plan can run with.
 pub(super) fn check_counts(raw: &RawArgs) -> Result<(), String> {

@@ -273,24 +273,3 @@ fn keys_ids_and_names_are_unique_in_the_table() {
         );
     }
 }
-
-#[test]
-fn the_device_id_is_read_from_sysfs_for_nvidia_devices_only() {
-    let root = nccl_check_host::test_support::scratch_dir("sku-sysfs");
-    let dev = |bus: &str, vendor: &str, device: &str| {
-        let d = root.join("sys/bus/pci/devices").join(bus);
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("vendor"), format!("{vendor}\n")).unwrap();
-        std::fs::write(d.join("device"), format!("{device}\n")).unwrap();
-    };
-    dev("0000:18:00.0", "0x10de", "0x2331");
-    dev("0000:19:00.0", "0x8086", "0x1234");
-    assert_eq!(
-        device_id_from_sysfs(&root, "00000000:18:00.0"),
-        Some(0x2331)
-    );
-    assert_eq!(device_id_from_sysfs(&root, "0000:18:00.0"), Some(0x2331));
-    assert_eq!(device_id_from_sysfs(&root, "0000:19:00.0"), None);
-    assert_eq!(device_id_from_sysfs(&root, "0000:1a:00.0"), None);
-    assert_eq!(device_id_from_sysfs(&root, "../../etc"), None);
-}

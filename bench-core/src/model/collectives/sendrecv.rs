@@ -26,21 +26,4 @@ impl Collective for SendRecv {
             index_base: 0,
         }
     }
-    /// Each rank sends to rank+1 and receives from rank-1 in one group (a ring of pairs).
-    #[cfg(feature = "gpu")]
-    fn issue(
-        &self,
-        op: &crate::measure::nccl::Issue<'_>,
-    ) -> Result<(), crate::measure::nccl::NcclError> {
-        let n = op.nranks;
-        op.comm.send_recv(
-            op.send,
-            (op.rank + 1) % n,
-            op.recv,
-            (op.rank + n - 1) % n,
-            op.count,
-            op.dtype,
-            op.stream,
-        )
-    }
 }

@@ -243,19 +243,5 @@ pub fn list() -> String {
     out
 }
 
-/// Reads a PCI device's vendor:device from sysfs (`<root>/sys/bus/pci/devices/<bus id>/`):
-/// the device ID when the vendor is NVIDIA, None when it cannot be read. `bus_id` in any of
-/// the forms CUDA or NVML write (`0000:18:00.0`, `00000000:18:00.0`, upper or lower case).
-pub fn device_id_from_sysfs(root: &std::path::Path, bus_id: &str) -> Option<u16> {
-    let bus = crate::config::expected_gpus::bus_id(bus_id)?;
-    let dir = root.join("sys/bus/pci/devices").join(&bus);
-    let read = |f: &str| -> Option<u16> {
-        let text = nccl_check_host::read::attr(&dir.join(f)).ok()?;
-        u16::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok()
-    };
-    (read("vendor")? == NVIDIA_VENDOR).then_some(())?;
-    read("device")
-}
-
 #[cfg(test)]
 mod tests;

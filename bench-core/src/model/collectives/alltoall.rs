@@ -34,15 +34,4 @@ impl Collective for AlltoAll {
             index_base: rank as u64 * c.param,
         }
     }
-    /// `ncclAlltoAll` where the library has it (2.28+), else one send and one receive per peer in a
-    /// group, exactly as nccl-tests 2.19.6 chooses.
-    #[cfg(feature = "gpu")]
-    fn issue(
-        &self,
-        op: &crate::measure::nccl::Issue<'_>,
-    ) -> Result<(), crate::measure::nccl::NcclError> {
-        op.comm.alltoall(
-            op.send, op.recv, op.count, op.dtype, op.elt, op.nranks, op.stream,
-        )
-    }
 }

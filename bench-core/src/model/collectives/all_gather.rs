@@ -30,12 +30,4 @@ impl Collective for AllGather {
             index_base: 0,
         }
     }
-    #[cfg(feature = "gpu")]
-    fn issue(
-        &self,
-        op: &crate::measure::nccl::Issue<'_>,
-    ) -> Result<(), crate::measure::nccl::NcclError> {
-        op.comm
-            .all_gather(op.send, op.recv, op.count, op.dtype, op.stream)
-    }
 }

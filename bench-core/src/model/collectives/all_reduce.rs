@@ -23,12 +23,4 @@ impl Collective for AllReduce {
     fn expected(&self, _rank: u32, _nranks: u32, _root: u32, _c: &Counts) -> ExpectedData {
         ExpectedData::Reduction { index_base: 0 }
     }
-    #[cfg(feature = "gpu")]
-    fn issue(
-        &self,
-        op: &crate::measure::nccl::Issue<'_>,
-    ) -> Result<(), crate::measure::nccl::NcclError> {
-        op.comm
-            .all_reduce(op.send, op.recv, op.count, op.dtype, op.op, op.stream)
-    }
 }

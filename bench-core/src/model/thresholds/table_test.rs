@@ -130,7 +130,7 @@ fn extension_is_safe(coll: &str, at: u64, lo: u64, hi: u64) -> bool {
 /// A GPU of this whole name on an NVSwitch fabric.
 fn nvswitch(name: &'static str) -> super::GpuKey<'static> {
     super::GpuKey {
-        interconnect: crate::facts::interconnect::Class::Nvswitch,
+        interconnect: crate::model::link_class::Class::Nvswitch,
         ..super::GpuKey::by_name(name)
     }
 }
@@ -148,7 +148,7 @@ fn every_default_rule_is_bounded_and_below_every_healthy_measurement_in_its_rang
         let sku = t.sku.unwrap_or_else(|| panic!("{} has no sku", t.origin));
         assert_eq!(
             t.interconnect,
-            Some(crate::facts::interconnect::Class::Nvswitch),
+            Some(crate::model::link_class::Class::Nvswitch),
             "{}",
             t.origin
         );

@@ -26,12 +26,4 @@ impl Collective for Broadcast {
             index_base: 0,
         }
     }
-    #[cfg(feature = "gpu")]
-    fn issue(
-        &self,
-        op: &crate::measure::nccl::Issue<'_>,
-    ) -> Result<(), crate::measure::nccl::NcclError> {
-        op.comm
-            .broadcast(op.send, op.recv, op.count, op.dtype, op.root, op.stream)
-    }
 }

@@ -32,12 +32,4 @@ impl Collective for ReduceScatter {
             index_base: rank as u64 * c.recv,
         }
     }
-    #[cfg(feature = "gpu")]
-    fn issue(
-        &self,
-        op: &crate::measure::nccl::Issue<'_>,
-    ) -> Result<(), crate::measure::nccl::NcclError> {
-        op.comm
-            .reduce_scatter(op.send, op.recv, op.count, op.dtype, op.op, op.stream)
-    }
 }

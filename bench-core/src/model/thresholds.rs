@@ -13,15 +13,40 @@
 //! Among the rules that apply the most specific wins, by these criteria in order:
 //! 1. the node count: an exact `nodes` beats a range with both ends, which beats a range open at
 //!    the top (`min_nodes` alone): a rule for exactly this allocation size says more than one for
-//!    every size (`config::node_count`);
+//!    every size (`node_count`);
 //! 2. a rule bounding the message size beats one that does not;
 //! 3. naming the GPU count beats not naming it (a node range takes no `gpus`).
 //!
 //! On a tie the first in order wins, which puts the admin's rules before the built-in ones.
 
-use crate::config::worker::{NodeCount, Threshold};
-use crate::facts::interconnect::Class;
-use crate::facts::sku::Sku;
+use crate::model::link_class::Class;
+use crate::model::node_count::NodeCount;
+use crate::model::sku::Sku;
+
+/// One threshold rule, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    /// The driver's whole GPU name (`NVIDIA H100 PCIe`, the `NVIDIA ` optional); None: any.
+    pub gpu: Option<String>,
+    /// A key of the SKU table (`sku::SKUS`): the part by its PCI device ID; None: any.
+    pub sku: Option<&'static str>,
+    /// The interconnect the floor was measured on (`facts::interconnect`); None: any.
+    pub interconnect: Option<Class>,
+    pub gpus: Option<u32>,
+    /// `nodes = N` (absent: 1) or `min_nodes`/`max_nodes`.
+    pub nodes: NodeCount,
+    pub collective: &'static str,
+    /// Smallest message size the floor holds for (`bytes` sets both ends; absent: no bound).
+    pub min_bytes: Option<u64>,
+    /// Largest message size the floor holds for.
+    pub max_bytes: Option<u64>,
+    pub min_busbw: f64,
+    pub source: String,
+    /// File and line it came from, for `--explain-thresholds`.
+    pub origin: String,
+    /// True for the admin's rules (they win ties over the defaults).
+    pub admin: bool,
+}
 
 /// What the rules are looked up by: the GPU model (driver name and, when known, its SKU) and
 /// the interconnect of the node's GPUs (`Class::Unknown` where it could not be read).
@@ -54,7 +79,7 @@ impl<'a> GpuKey<'a> {
     /// A GPU known only by its name (tests, the simulation): its SKU by the whole name, and
     /// the interconnect its form factor implies.
     pub fn by_name(name: &'a str) -> GpuKey<'a> {
-        let sku = crate::facts::sku::sku_named(name);
+        let sku = crate::model::sku::sku_named(name);
         GpuKey {
             name,
             sku,
@@ -66,7 +91,7 @@ impl<'a> GpuKey<'a> {
     pub fn is_named_by(&self, t: &Threshold) -> bool {
         t.gpu
             .as_deref()
-            .is_none_or(|g| crate::facts::sku::names_gpu(g, self.name))
+            .is_none_or(|g| crate::model::sku::names_gpu(g, self.name))
             && t.sku.is_none_or(|k| self.sku.is_some_and(|s| s.key == k))
             && t.interconnect.is_none_or(|c| c == self.interconnect)
     }
@@ -104,7 +129,7 @@ fn specificity(t: &Threshold) -> (u32, bool, bool) {
 /// The rule's size range as `--explain-thresholds` shows it: `256 MiB`, `256 MiB..16 GiB`,
 /// `>= 1 GiB`, `<= 1 GiB` or `any size`.
 pub fn size_range(t: &Threshold) -> String {
-    use crate::measure::size::human;
+    use crate::model::size::human;
     match (t.min_bytes, t.max_bytes) {
         (Some(lo), Some(hi)) if lo == hi => human(lo),
         (Some(lo), Some(hi)) => format!("{}..{}", human(lo), human(hi)),

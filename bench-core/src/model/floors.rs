@@ -4,8 +4,8 @@
 //! multi-node check gets its floors here too (`localization`), so a threshold rule that covers
 //! the allocation (e.g. `min_nodes = 2`) is what lets a healthy one pass without localization.
 
-use crate::config::worker::Threshold;
-use crate::judge::thresholds::{floor, is_pair, with_min, GpuKey};
+use crate::model::thresholds::Threshold;
+use crate::model::thresholds::{floor, is_pair, with_min, GpuKey};
 
 /// What the floors of one check depend on.
 #[derive(Debug, Clone, Copy)]
@@ -68,8 +68,8 @@ impl Floors<'_> {
         pair_bytes: u64,
         gpu_pairs_measured: bool,
         allocation: Option<(&str, u64)>,
-    ) -> crate::localize::PairFloors {
-        crate::localize::PairFloors {
+    ) -> PairFloors {
+        PairFloors {
             local: self
                 .floor("sendrecv", 2, pair_bytes)
                 .filter(|_| gpu_pairs_measured),
@@ -84,6 +84,14 @@ impl Floors<'_> {
 pub struct Expectation {
     pub floor: f64,
     pub source: String,
+}
+
+/// Absolute floors in GB/s busbw, one per kind of group; `None`: relative rule only.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PairFloors {
+    pub local: Option<f64>,
+    pub allocation: Option<f64>,
+    pub pair: Option<f64>,
 }
 
 #[cfg(test)]
@@ -102,7 +110,7 @@ pub(crate) mod tests {
             sku: Some("H200 SXM"),
             interconnect: None,
             gpus: Some(gpus),
-            nodes: crate::config::worker::NodeCount::Exact(nodes),
+            nodes: crate::model::node_count::NodeCount::Exact(nodes),
             collective,
             min_bytes: None,
             max_bytes: None,
@@ -200,9 +208,9 @@ pub(crate) mod tests {
 mod localization_tests {
     use super::Floors;
     use crate::config::worker::WorkerConfig;
-    use crate::judge::thresholds::GpuKey;
     use crate::localize::sim::{self, Fabric, Fault};
     use crate::localize::{Code, LocalizeConfig, LocalizePlan, LocalizeVerdict, Localizer};
+    use crate::model::thresholds::GpuKey;
     use std::path::Path;
 
     const MIB_256: u64 = 256 << 20;
@@ -224,7 +232,7 @@ mod localization_tests {
         let floors = Floors {
             rules: &c.thresholds,
             gpu: GpuKey {
-                interconnect: crate::facts::interconnect::Class::Nvswitch,
+                interconnect: crate::model::link_class::Class::Nvswitch,
                 ..GpuKey::by_name(H100)
             },
             nodes,
@@ -286,7 +294,7 @@ mod localization_tests {
         let one = Floors {
             rules: &c.thresholds,
             gpu: GpuKey {
-                interconnect: crate::facts::interconnect::Class::Nvswitch,
+                interconnect: crate::model::link_class::Class::Nvswitch,
                 ..GpuKey::by_name(H100)
             },
             nodes: 1,

@@ -1,6 +1,7 @@
-//! The six collectives, each a small table entry: byte counts, bus-bandwidth factor, the expected
-//! output for verification, and (with the `gpu` feature) how to issue it. The measuring loop never
-//! names a specific collective.
+//! The six collectives, each a small table entry: byte counts, bus-bandwidth factor and the
+//! expected output for verification; settings and config parse their names, measure issues them
+//! (`measure::nccl::Issue::collective`, the one place that names each NCCL call) and never names
+//! a specific one elsewhere.
 //!
 //! Every number here follows NVIDIA nccl-tests 2.19.6 (`src/<collective>.cu`:
 //! `*GetCollByteCount`, `*GetBw`), so rows and bandwidths compare one to one.
@@ -94,12 +95,6 @@ pub trait Collective: Sync {
     }
     /// The expected output of `rank` for counts `c`.
     fn expected(&self, rank: u32, nranks: u32, root: u32, c: &Counts) -> ExpectedData;
-    /// Issues the operation on one communicator (the caller groups and waits).
-    #[cfg(feature = "gpu")]
-    fn issue(
-        &self,
-        op: &crate::measure::nccl::Issue<'_>,
-    ) -> Result<(), crate::measure::nccl::NcclError>;
 }
 
 impl std::fmt::Debug for dyn Collective {

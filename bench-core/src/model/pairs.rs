@@ -47,6 +47,37 @@ pub fn partner(round: &[(usize, usize)], me: usize) -> Option<usize> {
     })
 }
 
+/// `--pair-matrix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairMatrix {
+    Auto,
+    Adaptive,
+    Full,
+}
+
+impl PairMatrix {
+    pub fn parse(v: &str) -> Result<PairMatrix, String> {
+        match v {
+            "auto" => Ok(PairMatrix::Auto),
+            "adaptive" => Ok(PairMatrix::Adaptive),
+            "full" => Ok(PairMatrix::Full),
+            _ => Err(format!(
+                "invalid pair-matrix '{v}': expected auto, adaptive or full"
+            )),
+        }
+    }
+
+    /// Whether `nodes` nodes measure every node pair: up to 3 nodes the full matrix measures the
+    /// ring's pairs in as many rounds (1 and 3) and keeps the node-pair table.
+    pub fn full_for(self, nodes: u32) -> bool {
+        match self {
+            PairMatrix::Full => true,
+            PairMatrix::Adaptive => false,
+            PairMatrix::Auto => nodes <= 3,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,79 @@
+//! What the node-level localization of a multi-node check leaves behind, in the shapes the
+//! measuring loop carries and the report keeps: why each round ran (`Phase`), the summary of the
+//! rounds, and each node's own findings as every process decoded them. The localizer (`localize`)
+//! fills them; the measuring loop only hands them on.
+
+use nccl_check_contract::report::reason::Reason;
+use serde::{Deserialize, Serialize};
+
+/// Why a round exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Phase {
+    Local,
+    Allocation,
+    Screen,
+    CrossRail,
+    Confirm,
+    Matrix,
+    /// Node pairs that read slow once, with both ends fast elsewhere, measured again.
+    Retest,
+    /// Every node pair once (a round-robin tournament, `paths`), after a slow alltoall.
+    Paths,
+    /// Slow `Paths` pairs with both ends fast elsewhere, measured again at their size.
+    PathRetest,
+}
+
+impl Phase {
+    /// Localization rounds are the ones the bound counts: everything after phase B.
+    pub fn is_localization(self) -> bool {
+        !matches!(self, Phase::Local | Phase::Allocation)
+    }
+}
+
+/// What the node-level localization of a multi-node check did, for the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalizeSummary {
+    /// `adaptive` (screening + confirmation) or `full` (every node pair).
+    pub plan: String,
+    pub nodes: usize,
+    pub rails: usize,
+    /// Every round, phases A and B included.
+    pub rounds: usize,
+    /// Rounds after phase B (bounded by `2*log2(N)+4`).
+    pub localization_rounds: usize,
+    /// Phase B's busbw (GB/s) and the floor it was held against, if one applies.
+    pub allocation_busbw: Option<f64>,
+    pub allocation_floor: Option<f64>,
+    /// Node-rail pair groups measured over all rounds.
+    pub pair_groups: usize,
+    pub reasons: Vec<Reason>,
+    /// Reasons left out of this process's report (the coordinator's report has them all).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasons_omitted: usize,
+    /// This process's time per round, in order: its measurement, then the gather that follows
+    /// (which includes waiting for the slowest process). What `--explain-plan`'s per-round
+    /// constants are calibrated from (tests/gpu/fabric.sh's committed reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub round_times: Vec<RoundTime>,
+}
+
+/// One round's time in one process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundTime {
+    pub round: u32,
+    pub phase: Phase,
+    pub measure_ms: f64,
+    pub gather_ms: f64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// One node's own findings as every process decodes them from the sum, as reasons (the report's
+/// `node_findings`: what that node's network reading gives way to).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeFindings {
+    pub node: String,
+    pub reasons: Vec<Reason>,
+}

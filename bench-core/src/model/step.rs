@@ -1,0 +1,28 @@
+//! One step of a measuring plan: a collective over its sizes, or the pair matrix. The command
+//! line (`--collective`, `--pairs`) and the config's `[plans]` both build steps; the measuring
+//! loop runs them.
+
+use crate::model::collectives::Collective;
+
+/// One step of a plan.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A collective measured as nccl-tests does, at each size.
+    Collective {
+        collective: &'static dyn Collective,
+        sizes: Vec<u64>,
+        warmup: u32,
+        iters: u32,
+    },
+    /// The GPU pair matrix (and across nodes, the node-pair matrix) with sendrecv.
+    Pairs { bytes: u64, warmup: u32, iters: u32 },
+}
+
+impl Step {
+    pub fn max_bytes(&self) -> u64 {
+        match self {
+            Step::Collective { sizes, .. } => sizes.iter().copied().max().unwrap_or(0),
+            Step::Pairs { bytes, .. } => *bytes,
+        }
+    }
+}
