@@ -133,11 +133,9 @@ pub fn exchange<E>(
     }
     let mut sums = sum(&vector)?;
     if !include_own {
-        let own = process * WIDTH..(process + 1) * WIDTH;
-        sums.iter_mut()
-            .enumerate()
-            .filter(|(i, _)| own.contains(i))
-            .for_each(|(_, x)| *x = 0.0);
+        for x in sums.iter_mut().skip(process * WIDTH).take(WIDTH) {
+            *x = 0.0;
+        }
     }
     Ok(decode_findings(node_of_process, &sums))
 }
@@ -328,14 +326,19 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
             out.extend(found.into_iter().cloned());
         }
     }
+    first_of_each(&mut out);
+    *reasons = out;
+}
+
+/// Keeps the first reason of each code and subject.
+fn first_of_each(reasons: &mut Vec<Reason>) {
     let mut seen: Vec<(ReasonCode, Option<Culprit>)> = Vec::new();
-    out.retain(|r| {
+    reasons.retain(|r| {
         let key = (r.code, r.subject.clone());
         let first = !seen.contains(&key);
         seen.push(key);
         first
     });
-    *reasons = out;
 }
 
 /// In a process's own verdict: when the node `host` has its own finding among `reasons` (a
@@ -349,12 +352,13 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
 pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     use nccl_check_contract::report::cause::{is_speed_reading, CauseClass};
     let elsewhere = |r: &Reason| node_named(r).is_some_and(|n| n != host && nodes.contains(&n));
-    let own = reasons.iter().any(|r| {
-        network_nodes(r).is_empty()
-            && matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
+    let busy_or_missing = |r: &Reason| {
+        matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
             && r.code != ReasonCode::HostInterference
-            && !elsewhere(r)
-    });
+    };
+    let own = reasons
+        .iter()
+        .any(|r| network_nodes(r).is_empty() && busy_or_missing(r) && !elsewhere(r));
     if own {
         reasons.retain(|r| !network_nodes(r).iter().any(|n| n == host));
     }
@@ -376,11 +380,7 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     // Another node's own finding explains the slow readings beside it (a collective over every
     // rank slowed by that node's busy GPU): it leads them, as this node's own findings do
     // (`judge::evidence::foreign_processes`), so the verdict line names it.
-    let shared = |r: &Reason| {
-        matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
-            && r.code != ReasonCode::HostInterference
-            && elsewhere(r)
-    };
+    let shared = |r: &Reason| busy_or_missing(r) && elsewhere(r);
     if let Some(at) = reasons.iter().position(|r| is_speed_reading(r.code)) {
         let (lead, rest): (Vec<Reason>, Vec<Reason>) = reasons.drain(at..).partition(|r| shared(r));
         reasons.extend(lead);
@@ -433,13 +433,7 @@ pub fn blame_starved(reasons: &mut Vec<Reason>, starved: &[(String, f64)]) {
         );
         r.subject = Some(Culprit::Node(node));
     }
-    let mut seen = Vec::new();
-    reasons.retain(|r| {
-        let key = (r.code, r.subject.clone());
-        let first = !seen.contains(&key);
-        seen.push(key);
-        first
-    });
+    first_of_each(reasons);
 }
 
 #[cfg(test)]

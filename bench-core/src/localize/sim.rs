@@ -9,7 +9,9 @@
 //! node order over every rail, so it runs at its slowest node or ring edge. Every result carries
 //! a deterministic noise of +-`noise` from a seeded PRNG, so the relative rule meets spread.
 
-use super::{Group, LocalizeError, LocalizeVerdict, Localizer, Round};
+use super::{Group, Round};
+#[cfg(test)]
+use super::{LocalizeError, LocalizeVerdict, Localizer};
 use std::collections::HashMap;
 
 /// One fault; factors multiply nominal bandwidth (0.5: half as fast).
@@ -207,6 +209,7 @@ pub fn with_alltoall(
 }
 
 /// Drive `localizer` to its verdict with `fabric` measuring every round: the runner's loop.
+#[cfg(test)]
 pub fn simulate(
     mut localizer: Localizer,
     fabric: &mut Fabric,

@@ -5,7 +5,6 @@
 //! the pairs), so the plan explained is the plan a check of that allocation runs.
 
 use crate::config::worker::{Step, WorkerConfig};
-use crate::facts::interconnect::Class;
 use crate::judge::floors::Floors;
 use crate::judge::thresholds::GpuKey;
 use serde::Serialize;
@@ -113,14 +112,8 @@ impl Workload {
                 "--explain-plan: plan '{plan}' has no pair step (`pairs = true`): no pair matrix and no localization to explain"
             ));
         };
-        let gpu = match gpu_model {
-            Some(name) => GpuKey::by_name(name),
-            None => GpuKey {
-                name: "",
-                sku: None,
-                interconnect: Class::Unknown,
-            },
-        };
+        // No model: the empty name, which no SKU has (no sku, `Class::Unknown`).
+        let gpu = GpuKey::by_name(gpu_model.unwrap_or(""));
         let floors = Floors {
             rules: &config.thresholds,
             gpu,
