@@ -189,10 +189,7 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<LocalizeFinding> {
     let (local_bad, local_limit) = if inp.local.len() == n {
         local_bad(inp.local, inp.cfg)
     } else {
-        (
-            vec![false; n],
-            Limit::new(std::iter::empty(), None, inp.cfg),
-        )
+        (vec![false; n], Limit(0.0))
     };
     out.extend(local_findings(inp, &local_bad, &local_limit));
     let a = Assessment::new(n, inp.g, inp.pairs, inp.cfg);

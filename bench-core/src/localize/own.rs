@@ -175,10 +175,7 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
         let gib = v(2).map_or(String::new(), |g| format!(", {g:.1} GiB"));
         // Below its floor with the process on it: the node's own verdict fails it as busy
         // (`judge::foreign`), and so does every other process's (`standalone_findings`).
-        let slowed = match (v(8), v(9)) {
-            (Some(rate), Some(floor)) if rate < floor => Some((rate, floor)),
-            _ => None,
-        };
+        let slowed = v(8).zip(v(9)).filter(|(rate, floor)| rate < floor);
         let message = match slowed {
             Some((rate, floor)) => format!(
                 "{name} GPU{gpu}: busy: another process ({pid}{gib}): device-local copy \
@@ -227,12 +224,9 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
         });
     }
     if let Some(cpus) = v(5) {
-        let top = match (v(6), v(7)) {
-            (Some(pid), Some(used)) => {
-                format!(" (the largest: pid {}, {used:.1} CPU)", pid.round() as u64)
-            }
-            _ => String::new(),
-        };
+        let top = v(6).zip(v(7)).map_or(String::new(), |(pid, used)| {
+            format!(" (the largest: pid {}, {used:.1} CPU)", pid.round() as u64)
+        });
         reasons.push(Reason {
             code: ReasonCode::HostBusy,
             message: format!(

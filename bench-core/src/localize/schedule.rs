@@ -74,11 +74,8 @@ impl Localizer {
             ));
         }
         let floors = [cfg.floors.local, cfg.floors.allocation, cfg.floors.pair];
-        if floors
-            .iter()
-            .flatten()
-            .any(|f| !(f.is_finite() && *f >= 0.0))
-        {
+        let bad_floor = |f: &f64| !(f.is_finite() && *f >= 0.0);
+        if floors.iter().flatten().any(bad_floor) {
             return Err(LocalizeError::LocalizeConfig(
                 "floors must be finite and >= 0",
             ));
@@ -177,11 +174,8 @@ impl Localizer {
                 got: results.len(),
             });
         }
-        if let Some((index, &value)) = results
-            .iter()
-            .enumerate()
-            .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
-        {
+        if let Some(index) = results.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+            let value = results[index];
             return Err(LocalizeError::BadValue { index, value });
         }
         let round = self.pending.take().ok_or(LocalizeError::NoRoundPending)?;
