@@ -125,12 +125,10 @@ fn verdict(report: &Report) -> Judgement {
 }
 
 fn env_usize(env: &Environment, key: &str, default: usize) -> Result<usize, RunError> {
-    match env.get(key) {
-        Some(v) => v
-            .parse()
-            .map_err(|_| RunError::Runtime(format!("{key}={v}: not a number"))),
-        None => Ok(default),
-    }
+    env.get(key).map_or(Ok(default), |v| {
+        v.parse()
+            .map_err(|_| RunError::Runtime(format!("{key}={v}: not a number")))
+    })
 }
 
 /// Joins, follows the localizer and records what it found in `record` (as far as it got).
@@ -299,15 +297,13 @@ fn fabric_and_config(
 /// NCCL_CHECK_SIM_FLOOR=none, as where no rule covers the fabric (tests/gpu/fabric.sh's sockets
 /// between emulated nodes): every check then localizes.
 fn allocation_floor(env: &Environment, fabric: &Fabric) -> Result<Option<f64>, RunError> {
-    Ok(match env.get("NCCL_CHECK_SIM_FLOOR").as_deref() {
-        Some("none") => None,
-        Some(other) => {
-            return Err(RunError::Runtime(format!(
-                "NCCL_CHECK_SIM_FLOOR={other}: only 'none' is known"
-            )))
-        }
-        None => Some(0.85 * fabric.allocation_nominal),
-    })
+    match env.get("NCCL_CHECK_SIM_FLOOR").as_deref() {
+        Some("none") => Ok(None),
+        Some(other) => Err(RunError::Runtime(format!(
+            "NCCL_CHECK_SIM_FLOOR={other}: only 'none' is known"
+        ))),
+        None => Ok(Some(0.85 * fabric.allocation_nominal)),
+    }
 }
 
 /// Rank 0's one line of what was simulated.
@@ -371,15 +367,13 @@ fn sim_findings(env: &Environment, host: &str) -> Result<Vec<OwnFinding>, RunErr
     let bad = || RunError::Runtime(format!("NCCL_CHECK_SIM_BUSY={spec}: not NODE:PID"));
     let (node, pid) = spec.split_once(':').ok_or_else(bad)?;
     let pid: u32 = pid.parse().map_err(|_| bad())?;
-    Ok(match node == host {
-        true => vec![OwnFinding::GpuBusy {
-            gpu: 0,
-            pid,
-            gib: 8.0,
-            probe: None,
-        }],
-        false => Vec::new(),
-    })
+    let busy = OwnFinding::GpuBusy {
+        gpu: 0,
+        pid,
+        gib: 8.0,
+        probe: None,
+    };
+    Ok(if node == host { vec![busy] } else { Vec::new() })
 }
 
 /// NCCL_CHECK_SIM_FAULTS, with node names resolved to the localizer's indices.

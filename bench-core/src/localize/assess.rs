@@ -25,13 +25,10 @@ pub(crate) fn quantile(values: impl Iterator<Item = f64>, q: f64) -> Option<f64>
     Some(v[rank.clamp(1, v.len()) - 1])
 }
 
-/// The limit below which a result of one kind is slow.
+/// The busbw below which a result of one kind is slow: the stricter of `fraction` x the
+/// reference (the `reference_quantile` of the kind's results) and the kind's floor.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Limit {
-    pub reference: Option<f64>,
-    pub fraction: f64,
-    pub floor: Option<f64>,
-}
+pub(crate) struct Limit(f64);
 
 impl Limit {
     pub fn new(
@@ -39,21 +36,17 @@ impl Limit {
         floor: Option<f64>,
         cfg: &LocalizeConfig,
     ) -> Limit {
-        Limit {
-            reference: quantile(values, cfg.reference_quantile),
-            fraction: cfg.fraction,
-            floor,
-        }
+        let rel = quantile(values, cfg.reference_quantile).map_or(0.0, |r| cfg.fraction * r);
+        Limit(rel.max(floor.unwrap_or(0.0)))
     }
 
     /// The busbw a result must reach.
     pub fn value(&self) -> f64 {
-        let rel = self.reference.map_or(0.0, |r| self.fraction * r);
-        rel.max(self.floor.unwrap_or(0.0))
+        self.0
     }
 
     pub fn slow(&self, busbw: f64) -> bool {
-        busbw < self.value()
+        busbw < self.0
     }
 }
 
@@ -94,29 +87,17 @@ impl Assessment {
             .collect();
         let mut cleared = vec![false; n * g];
         let mut touched_slow = vec![false; n * g];
-        for (m, &s) in pairs.iter().zip(&slow) {
-            if let Some((a, b, r)) = same_rail(m) {
-                for x in [a, b] {
-                    if s {
-                        touched_slow[x * g + r] = true;
-                    } else {
-                        cleared[x * g + r] = true;
-                    }
-                }
-            }
+        for (a, b, r, _, s) in rail_pairs(pairs, &slow) {
+            let seen = if s { &mut touched_slow } else { &mut cleared };
+            seen[a * g + r] = true;
+            seen[b * g + r] = true;
         }
         // Bad: no fast pair on the rail, and slow with at least two cleared partners (one slow
         // pair with a cleared partner may be the link between them).
         let mut cleared_slow_partners = vec![0u32; n * g];
-        for (m, &s) in pairs.iter().zip(&slow) {
-            if let (Some((a, b, r)), true) = (same_rail(m), s) {
-                if cleared[b * g + r] {
-                    cleared_slow_partners[a * g + r] += 1;
-                }
-                if cleared[a * g + r] {
-                    cleared_slow_partners[b * g + r] += 1;
-                }
-            }
+        for (a, b, r, _, _) in rail_pairs(pairs, &slow).filter(|p| p.4) {
+            cleared_slow_partners[a * g + r] += u32::from(cleared[b * g + r]);
+            cleared_slow_partners[b * g + r] += u32::from(cleared[a * g + r]);
         }
         let mut bad: Vec<bool> = (0..n * g)
             .map(|i| !cleared[i] && cleared_slow_partners[i] >= 2)
@@ -127,13 +108,8 @@ impl Assessment {
             let cross: BTreeMap<(usize, usize), bool> = pairs
                 .iter()
                 .zip(&slow)
-                .filter_map(|(m, &s)| match m.group {
-                    Group::Pair {
-                        a: 0,
-                        rail_a,
-                        b: 1,
-                        rail_b,
-                    } if rail_a != rail_b => Some(((rail_a, rail_b), s)),
+                .filter_map(|(m, &s)| match m.group.ends()? {
+                    ((0, rail_a), (1, rail_b)) if rail_a != rail_b => Some(((rail_a, rail_b), s)),
                     _ => None,
                 })
                 .collect();
@@ -162,38 +138,27 @@ impl Assessment {
         }
     }
 
-    pub fn fully_cleared(&self, x: usize) -> bool {
-        (0..self.g).all(|r| self.cleared[x * self.g + r])
-    }
-
     /// Node-rails that are slow, not cleared and not yet decided: each node with its rails.
     pub fn undecided(&self, local_bad: &[bool]) -> Vec<(usize, Vec<usize>)> {
-        let mut out = Vec::new();
-        for (x, &lb) in local_bad.iter().enumerate() {
-            let rails: Vec<usize> = (0..self.g)
-                .filter(|&r| {
-                    let i = x * self.g + r;
-                    self.touched_slow[i] && !self.cleared[i] && !self.bad[i]
-                })
-                .collect();
-            if !rails.is_empty() && !lb {
-                out.push((x, rails));
-            }
-        }
-        out
+        let g = self.g;
+        let open = |i: usize| self.touched_slow[i] && !self.cleared[i] && !self.bad[i];
+        (0..local_bad.len())
+            .filter(|&x| !local_bad[x])
+            .map(|x| (x, (0..g).filter(|&r| open(x * g + r)).collect::<Vec<_>>()))
+            .filter(|(_, rails)| !rails.is_empty())
+            .collect()
     }
 }
 
-fn same_rail(m: &Measured) -> Option<(usize, usize, usize)> {
-    match m.group {
-        Group::Pair {
-            a,
-            rail_a,
-            b,
-            rail_b,
-        } if rail_a == rail_b => Some((a, b, rail_a)),
-        _ => None,
-    }
+/// Each same-rail pair: its nodes, rail and busbw, and whether it is slow.
+fn rail_pairs<'a>(
+    pairs: &'a [Measured],
+    slow: &'a [bool],
+) -> impl Iterator<Item = (usize, usize, usize, f64, bool)> + 'a {
+    pairs.iter().zip(slow).filter_map(|(m, &s)| {
+        let ((a, rail_a), (b, rail_b)) = m.group.ends()?;
+        (rail_a == rail_b).then_some((a, b, rail_a, m.busbw, s))
+    })
 }
 
 /// Everything `finish` needs besides the pairs.
@@ -224,15 +189,16 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<LocalizeFinding> {
     let (local_bad, local_limit) = if inp.local.len() == n {
         local_bad(inp.local, inp.cfg)
     } else {
-        (
-            vec![false; n],
-            Limit::new(std::iter::empty(), None, inp.cfg),
-        )
+        (vec![false; n], Limit(0.0))
     };
     out.extend(local_findings(inp, &local_bad, &local_limit));
     let a = Assessment::new(n, inp.g, inp.pairs, inp.cfg);
     out.extend(node_rail_findings(inp, &a, &local_bad));
-    out.extend(pair_findings(inp, &a, &local_bad));
+    // Slow pairs no bad node-rail explains: one finding per slow link, then one for the nodes
+    // left unresolved.
+    let (links, unresolved) = unexplained_pairs(inp, &a, &local_bad);
+    out.extend(link_findings(inp, links, a.rail_limit.value()));
+    out.extend(unresolved_finding(inp, &unresolved, a.rail_limit.value()));
     if out.is_empty() {
         out.extend(allocation_finding(inp));
     }
@@ -243,16 +209,15 @@ pub(crate) fn findings(inp: &Inputs) -> Vec<LocalizeFinding> {
 fn local_findings(inp: &Inputs, local_bad: &[bool], local_limit: &Limit) -> Vec<LocalizeFinding> {
     let mut out = Vec::new();
     for (x, _) in local_bad.iter().enumerate().filter(|(_, &b)| b) {
+        let (value, limit) = num_vs(inp.local[x], local_limit.value());
         out.push(LocalizeFinding {
             code: Code::NodeSlow,
             nodes: vec![x],
             rail: None,
             subject: Culprit::Node(inp.name(x)),
             message: format!(
-                "{}: its own GPUs: local busbw {} GB/s < {} GB/s (phase A, every node at once)",
+                "{}: its own GPUs: local busbw {value} GB/s < {limit} GB/s (phase A, every node at once)",
                 inp.name(x),
-                num_vs(inp.local[x], local_limit.value()).0,
-                num_vs(inp.local[x], local_limit.value()).1
             ),
             measured: Some(inp.local[x]),
             limit: Some(local_limit.value()),
@@ -261,42 +226,32 @@ fn local_findings(inp: &Inputs, local_bad: &[bool], local_limit: &Limit) -> Vec<
     out
 }
 
-/// For each node-rail, the best busbw among its slow same-rail pairs: the number a finding
-/// quotes, since even that is below the limit.
-fn best_slow_busbw(inp: &Inputs, a: &Assessment) -> Vec<f64> {
-    let g = inp.g;
-    // The best result of a node-rail's slow pairs: even that is below the limit.
-    let mut best = vec![0.0f64; inp.n * g];
-    for (m, &s) in inp.pairs.iter().zip(&a.slow) {
-        if let (Some((x, y, r)), true) = (same_rail(m), s) {
-            for z in [x, y] {
-                best[z * g + r] = best[z * g + r].max(m.busbw);
-            }
-        }
-    }
-    best
-}
-
 /// Bad node-rails: one finding for a node bad on every rail, else one per bad rail.
 fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<LocalizeFinding> {
     let (n, g) = (inp.n, inp.g);
     let limit = a.rail_limit.value();
-    let best = best_slow_busbw(inp, a);
+    // For each node-rail, the best busbw among its slow same-rail pairs: the number a finding
+    // quotes, since even that is below the limit.
+    let mut best = vec![0.0f64; n * g];
+    for (x, y, r, busbw, _) in rail_pairs(inp.pairs, &a.slow).filter(|p| p.4) {
+        for z in [x, y] {
+            best[z * g + r] = best[z * g + r].max(busbw);
+        }
+    }
     let mut out = Vec::new();
     for x in (0..n).filter(|&x| !local_bad[x]) {
         let rails: Vec<usize> = (0..g).filter(|&r| a.bad[x * g + r]).collect();
         let top = rails.iter().map(|&r| best[x * g + r]).fold(0.0, f64::max);
         if !rails.is_empty() && rails.len() == g {
+            let (v, l) = num_vs(top, limit);
             out.push(LocalizeFinding {
                 code: Code::NodeSlow,
                 nodes: vec![x],
                 rail: None,
                 subject: Culprit::Node(inp.name(x)),
                 message: format!(
-                    "{}: every node pair it is in is slow on all {g} NICs, with cleared partners: busbw <= {} GB/s < {} GB/s",
+                    "{}: every node pair it is in is slow on all {g} NICs, with cleared partners: busbw <= {v} GB/s < {l} GB/s",
                     inp.name(x),
-                    num_vs(top, limit).0,
-                    num_vs(top, limit).1
                 ),
                 measured: Some(top),
                 limit: Some(limit),
@@ -304,6 +259,7 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<L
             continue;
         }
         for r in rails {
+            let (v, l) = num_vs(best[x * g + r], limit);
             out.push(LocalizeFinding {
                 code: Code::RailSlow,
                 nodes: vec![x],
@@ -313,10 +269,8 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<L
                     gpu: r as u32,
                 },
                 message: format!(
-                    "{} rail {r} (GPU{r}'s NIC): every pair through it is slow, busbw <= {} GB/s < {} GB/s; its other rails are fine",
+                    "{} rail {r} (GPU{r}'s NIC): every pair through it is slow, busbw <= {v} GB/s < {l} GB/s; its other rails are fine",
                     inp.name(x),
-                    num_vs(best[x * g + r], limit).0,
-                    num_vs(best[x * g + r], limit).1
                 ),
                 measured: Some(best[x * g + r]),
                 limit: Some(limit),
@@ -328,16 +282,6 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<L
 
 /// Slow node pairs between cleared ends, keyed by (node, node): their rails and worst busbw.
 type SlowLinks = BTreeMap<(usize, usize), (Vec<usize>, f64)>;
-
-/// Slow pairs no bad node-rail explains: one finding per slow link, then one for the nodes left
-/// unresolved.
-fn pair_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<LocalizeFinding> {
-    let limit = a.rail_limit.value();
-    let (links, unresolved) = unexplained_pairs(inp, a, local_bad);
-    let mut out = link_findings(inp, links, limit);
-    out.extend(unresolved_finding(inp, &unresolved, limit));
-    out
-}
 
 /// Sorts the unexplained slow pairs into links (both ends cleared, or only two nodes) and the
 /// node-rails still unresolved.
@@ -351,10 +295,7 @@ fn unexplained_pairs(
     let explained = |x: usize, r: usize| a.bad[x * g + r] || local_bad[x];
     let mut links: SlowLinks = BTreeMap::new();
     let mut unresolved: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for (m, &s) in inp.pairs.iter().zip(&a.slow) {
-        let Some((x, y, r)) = same_rail(m).filter(|_| s) else {
-            continue;
-        };
+    for (x, y, r, busbw, _) in rail_pairs(inp.pairs, &a.slow).filter(|p| p.4) {
         if explained(x, r) || explained(y, r) {
             continue;
         }
@@ -363,7 +304,7 @@ fn unexplained_pairs(
                 .entry((x.min(y), x.max(y)))
                 .or_insert((Vec::new(), f64::INFINITY));
             e.0.push(r);
-            e.1 = e.1.min(m.busbw);
+            e.1 = e.1.min(busbw);
         } else {
             for z in [x, y].into_iter().filter(|&z| !a.cleared[z * g + r]) {
                 unresolved.entry(z).or_default().push(r);
@@ -385,17 +326,16 @@ fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<LocalizeFind
         } else {
             ", both nodes fast with their other partners"
         };
+        let (v, l) = num_vs(worst, limit);
         out.push(LocalizeFinding {
             code: Code::NodePairSlow,
             nodes: vec![x, y],
             rail: None,
             subject: Culprit::NodePair(inp.name(x), inp.name(y)),
             message: format!(
-                "{}<->{}: sendrecv busbw {} GB/s < {} GB/s on {} of {g} rails{why}",
+                "{}<->{}: sendrecv busbw {v} GB/s < {l} GB/s on {} of {g} rails{why}",
                 inp.name(x),
                 inp.name(y),
-                num_vs(worst, limit).0,
-                num_vs(worst, limit).1,
                 rails.len()
             ),
             measured: Some(worst),
@@ -439,6 +379,7 @@ fn allocation_finding(inp: &Inputs) -> Option<LocalizeFinding> {
         return None;
     };
     let floor = inp.cfg.floors.allocation.unwrap_or(0.0);
+    let (v, l) = num_vs(busbw, floor);
     let (code, nodes, subject, why) = if n == 2 {
         (
             Code::NodePairSlow,
@@ -459,11 +400,7 @@ fn allocation_finding(inp: &Inputs) -> Option<LocalizeFinding> {
         nodes,
         rail: None,
         subject,
-        message: format!(
-            "allocation-wide collective busbw {} GB/s < floor {} GB/s; {why}",
-            num_vs(busbw, floor).0,
-            num_vs(busbw, floor).1
-        ),
+        message: format!("allocation-wide collective busbw {v} GB/s < floor {l} GB/s; {why}"),
         measured: Some(busbw),
         limit: Some(floor),
     })

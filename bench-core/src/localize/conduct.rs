@@ -92,8 +92,7 @@ pub struct Conductor {
     layout: Layout,
     /// The process of every rank.
     process_of: Vec<u32>,
-    processes: usize,
-    /// Every process's node.
+    /// Every process's node (one entry a process).
     node_of_process: Vec<Option<usize>>,
     /// The coordinator's process: its report keeps every reason.
     coordinator: u32,
@@ -128,7 +127,6 @@ impl Conductor {
             localizer: Some(localizer.named(&layout.names)),
             layout,
             process_of,
-            processes,
             node_of_process,
             coordinator,
             known,
@@ -174,7 +172,7 @@ impl Conductor {
             reasons_omitted: 0,
             round_times: Vec::new(),
         };
-        Ok((0..self.processes)
+        Ok((0..self.node_of_process.len())
             .map(|p| match p == self.coordinator as usize {
                 true => ConductorStep::Done(summary.clone()),
                 false => ConductorStep::Done(self.shared(&summary, p)),
@@ -184,7 +182,7 @@ impl Conductor {
 
     /// Every process's places in `round`: both ends of every pair, the first end leading.
     fn places(&self, round: &Round) -> Vec<ConductorStep> {
-        let mut steps: Vec<Vec<Place>> = vec![Vec::new(); self.processes];
+        let mut steps: Vec<Vec<Place>> = vec![Vec::new(); self.node_of_process.len()];
         for (i, g) in round.groups.iter().enumerate() {
             let Some((a, b)) = self.layout.pair_ranks(g) else {
                 continue;
@@ -304,27 +302,14 @@ pub fn decide_here(
     process: u32,
     mine: &[usize],
 ) -> Result<ConductorStep, String> {
-    let step = decide_in(slot, make, sums)?
+    let mut step = decide_in(slot, make, sums)?
         .into_iter()
         .nth(process as usize)
         .ok_or_else(|| format!("localization: no step for process rank {process}"))?;
-    Ok(match step {
-        ConductorStep::Round {
-            index,
-            phase,
-            groups,
-            mine: places,
-        } => ConductorStep::Round {
-            index,
-            phase,
-            groups,
-            mine: places
-                .into_iter()
-                .filter(|p| mine.contains(&(p.rank as usize)))
-                .collect(),
-        },
-        done => done,
-    })
+    if let ConductorStep::Round { mine: places, .. } = &mut step {
+        places.retain(|p| mine.contains(&(p.rank as usize)));
+    }
+    Ok(step)
 }
 
 /// The `coordinator` a process's own [`Conductor`] is made with: the process whose report

@@ -21,19 +21,15 @@ pub struct Layout {
 impl Layout {
     pub fn new(t: &Topology) -> Layout {
         let names = t.node_names().to_vec();
-        let mut ranks = vec![Vec::new(); names.len()];
-        for r in 0..t.nranks() as usize {
+        let mut ranks: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
+        let mut by_rank = vec![None; t.nranks() as usize];
+        for (r, at) in by_rank.iter_mut().enumerate() {
             if let Some(n) = t.node_index(r) {
+                *at = Some((n, ranks[n].len()));
                 ranks[n].push(r);
             }
         }
         let rails = ranks.iter().map(Vec::len).min().unwrap_or(0);
-        let mut by_rank = vec![None; t.nranks() as usize];
-        for (node, list) in ranks.iter().enumerate() {
-            for (i, &r) in list.iter().enumerate() {
-                by_rank[r] = Some((node, i));
-            }
-        }
         Layout {
             names,
             ranks,
@@ -45,36 +41,23 @@ impl Layout {
     /// Rank `rank`'s node and rail, if the localizer measures it (a rail below `rails`).
     pub fn locate(&self, rank: usize) -> Option<(usize, usize)> {
         self.by_rank
-            .get(rank)
-            .copied()
-            .flatten()
+            .get(rank)?
             .filter(|&(_, rail)| rail < self.rails)
     }
 
     /// Rank `rank`'s node.
     pub fn node_of_rank(&self, rank: usize) -> Option<usize> {
-        self.by_rank
-            .get(rank)
-            .copied()
-            .flatten()
-            .map(|(node, _)| node)
+        self.by_rank.get(rank)?.map(|(node, _)| node)
     }
 
     /// The global ranks of a pair group's two ends; `None` for other groups or out-of-range
     /// indices (a schedule bug, never a panic).
     pub fn pair_ranks(&self, group: &Group) -> Option<(usize, usize)> {
-        match *group {
-            Group::Pair {
-                a,
-                rail_a,
-                b,
-                rail_b,
-            } => Some((
-                *self.ranks.get(a)?.get(rail_a)?,
-                *self.ranks.get(b)?.get(rail_b)?,
-            )),
-            _ => None,
-        }
+        let ((a, rail_a), (b, rail_b)) = group.ends()?;
+        Some((
+            *self.ranks.get(a)?.get(rail_a)?,
+            *self.ranks.get(b)?.get(rail_b)?,
+        ))
     }
 }
 

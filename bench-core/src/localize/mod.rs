@@ -130,6 +130,29 @@ impl Group {
             Group::Pair { .. } => GroupKind::CrossRail,
         }
     }
+
+    /// GPU `rail` of node `a` with GPU `rail` of node `b`.
+    pub fn rail_pair(a: usize, b: usize, rail: usize) -> Group {
+        Group::Pair {
+            a,
+            rail_a: rail,
+            b,
+            rail_b: rail,
+        }
+    }
+
+    /// A pair's two ends, (node, rail) each; `None` for other groups.
+    pub fn ends(&self) -> Option<((usize, usize), (usize, usize))> {
+        match *self {
+            Group::Pair {
+                a,
+                rail_a,
+                b,
+                rail_b,
+            } => Some(((a, rail_a), (b, rail_b))),
+            _ => None,
+        }
+    }
 }
 
 /// Groups measured at the same time; no GPU is in two groups of one round.
@@ -193,18 +216,6 @@ pub enum Code {
     SuspectsUnresolved,
 }
 
-impl Code {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::NodeSlow => "node_slow",
-            Code::NodePairSlow => "node_pair_slow",
-            Code::RailSlow => "rail_slow",
-            Code::AllocationSlow => "allocation_slow",
-            Code::SuspectsUnresolved => "suspects_unresolved",
-        }
-    }
-}
-
 /// One culprit. `nodes` are indices into the allocation's node list (the runner owns the names);
 /// `rail` is the GPU index whose NIC is meant.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,6 +240,7 @@ pub struct LocalizeVerdict {
 }
 
 impl LocalizeVerdict {
+    #[cfg(test)]
     pub fn pass(&self) -> bool {
         self.findings.is_empty()
     }

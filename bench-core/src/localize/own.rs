@@ -125,11 +125,9 @@ pub fn exchange<E>(
     }
     let mut sums = sum(&vector)?;
     if !include_own {
-        let own = process * WIDTH..(process + 1) * WIDTH;
-        sums.iter_mut()
-            .enumerate()
-            .filter(|(i, _)| own.contains(i))
-            .for_each(|(_, x)| *x = 0.0);
+        for x in sums.iter_mut().skip(process * WIDTH).take(WIDTH) {
+            *x = 0.0;
+        }
     }
     Ok(decode_findings(node_of_process, &sums))
 }
@@ -169,10 +167,7 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
         let gib = v(2).map_or(String::new(), |g| format!(", {g:.1} GiB"));
         // Below its floor with the process on it: the node's own verdict fails it as busy
         // (`judge::foreign`), and so does every other process's (`standalone_findings`).
-        let slowed = match (v(8), v(9)) {
-            (Some(rate), Some(floor)) if rate < floor => Some((rate, floor)),
-            _ => None,
-        };
+        let slowed = v(8).zip(v(9)).filter(|(rate, floor)| rate < floor);
         let message = match slowed {
             Some((rate, floor)) => format!(
                 "{name} GPU{gpu}: busy: another process ({pid}{gib}): device-local copy \
@@ -221,12 +216,9 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
         });
     }
     if let Some(cpus) = v(5) {
-        let top = match (v(6), v(7)) {
-            (Some(pid), Some(used)) => {
-                format!(" (the largest: pid {}, {used:.1} CPU)", pid.round() as u64)
-            }
-            _ => String::new(),
-        };
+        let top = v(6).zip(v(7)).map_or(String::new(), |(pid, used)| {
+            format!(" (the largest: pid {}, {used:.1} CPU)", pid.round() as u64)
+        });
         reasons.push(Reason {
             code: ReasonCode::HostBusy,
             message: format!(
@@ -320,14 +312,19 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
             out.extend(found.into_iter().cloned());
         }
     }
+    first_of_each(&mut out);
+    *reasons = out;
+}
+
+/// Keeps the first reason of each code and subject.
+fn first_of_each(reasons: &mut Vec<Reason>) {
     let mut seen: Vec<(ReasonCode, Option<Culprit>)> = Vec::new();
-    out.retain(|r| {
+    reasons.retain(|r| {
         let key = (r.code, r.subject.clone());
         let first = !seen.contains(&key);
         seen.push(key);
         first
     });
-    *reasons = out;
 }
 
 /// In a process's own verdict: when the node `host` has its own finding among `reasons` (a
@@ -341,12 +338,13 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
 pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     use nccl_check_contract::report::cause::{is_speed_reading, CauseClass};
     let elsewhere = |r: &Reason| node_named(r).is_some_and(|n| n != host && nodes.contains(&n));
-    let own = reasons.iter().any(|r| {
-        network_nodes(r).is_empty()
-            && matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
+    let busy_or_missing = |r: &Reason| {
+        matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
             && r.code != ReasonCode::HostInterference
-            && !elsewhere(r)
-    });
+    };
+    let own = reasons
+        .iter()
+        .any(|r| network_nodes(r).is_empty() && busy_or_missing(r) && !elsewhere(r));
     if own {
         reasons.retain(|r| !network_nodes(r).iter().any(|n| n == host));
     }
@@ -368,11 +366,7 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     // Another node's own finding explains the slow readings beside it (a collective over every
     // rank slowed by that node's busy GPU): it leads them, as this node's own findings do
     // (`judge::evidence::foreign_processes`), so the verdict line names it.
-    let shared = |r: &Reason| {
-        matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
-            && r.code != ReasonCode::HostInterference
-            && elsewhere(r)
-    };
+    let shared = |r: &Reason| busy_or_missing(r) && elsewhere(r);
     if let Some(at) = reasons.iter().position(|r| is_speed_reading(r.code)) {
         let (lead, rest): (Vec<Reason>, Vec<Reason>) = reasons.drain(at..).partition(|r| shared(r));
         reasons.extend(lead);
@@ -425,13 +419,7 @@ pub fn blame_starved(reasons: &mut Vec<Reason>, starved: &[(String, f64)]) {
         );
         r.subject = Some(Culprit::Node(node));
     }
-    let mut seen = Vec::new();
-    reasons.retain(|r| {
-        let key = (r.code, r.subject.clone());
-        let first = !seen.contains(&key);
-        seen.push(key);
-        first
-    });
+    first_of_each(reasons);
 }
 
 #[cfg(test)]

@@ -104,14 +104,7 @@ pub(crate) fn tournament(n: usize, g: usize) -> Vec<Vec<Group>> {
             chunk
                 .iter()
                 .enumerate()
-                .flat_map(|(rail, m)| {
-                    m.iter().map(move |&(a, b)| Group::Pair {
-                        a,
-                        rail_a: rail,
-                        b,
-                        rail_b: rail,
-                    })
-                })
+                .flat_map(|(rail, m)| m.iter().map(move |&(a, b)| Group::rail_pair(a, b, rail)))
                 .collect()
         })
         .collect()
@@ -130,14 +123,6 @@ pub(crate) struct Paths {
     /// Node pairs measured again, each with the rail of its retest.
     retested: Vec<((usize, usize), usize)>,
     retest_rounds: usize,
-}
-
-/// What the readings say: the limit, and per reading whether it is slow and whether both its
-/// nodes are fast with most of their other partners.
-struct Judged {
-    limit: f64,
-    slow: Vec<bool>,
-    ends_fast: Vec<bool>,
 }
 
 impl Paths {
@@ -171,29 +156,19 @@ impl Paths {
         if !self.retest || self.retest_rounds >= MAX_RETEST_ROUNDS {
             return None;
         }
-        let j = self.judge();
+        let (_, isolated) = self.judge();
         let mut busy = vec![false; self.n];
         let mut groups = Vec::new();
         for (i, &(group, _)) in self.readings.iter().enumerate() {
             let Group::Pair { a, b, rail_a, .. } = group else {
                 continue;
             };
-            if !(j.slow[i] && j.ends_fast[i])
-                || self.retest_of(a, b).is_some()
-                || busy[a]
-                || busy[b]
-            {
+            if !isolated[i] || self.retest_of(a, b).is_some() || busy[a] || busy[b] {
                 continue;
             }
             busy[a] = true;
             busy[b] = true;
-            let rail = (rail_a + 1) % self.g;
-            groups.push(Group::Pair {
-                a,
-                rail_a: rail,
-                b,
-                rail_b: rail,
-            });
+            groups.push(Group::rail_pair(a, b, (rail_a + 1) % self.g));
         }
         (!groups.is_empty()).then_some((Phase::PathRetest, groups))
     }
@@ -223,7 +198,9 @@ impl Paths {
         }
     }
 
-    fn judge(&self) -> Judged {
+    /// What the readings say: the limit, and per reading whether it is slow with both its nodes
+    /// fast with most of their other partners.
+    fn judge(&self) -> (f64, Vec<bool>) {
         let reference = quantile(self.readings.iter().map(|r| r.1), 0.5).unwrap_or(0.0);
         let limit = self.fraction * reference;
         let slow: Vec<bool> = self.readings.iter().map(|r| r.1 < limit).collect();
@@ -244,28 +221,24 @@ impl Paths {
             let fast_others = fast[x] - u32::from(!this_slow);
             others >= 2 && 2 * fast_others > others
         };
-        let ends_fast = self
+        let isolated = self
             .readings
             .iter()
             .zip(&slow)
             .map(|(&(group, _), &s)| match group {
-                Group::Pair { a, b, .. } if a < self.n && b < self.n => {
+                Group::Pair { a, b, .. } if s && a < self.n && b < self.n => {
                     fast_elsewhere(a, s) && fast_elsewhere(b, s)
                 }
                 _ => false,
             })
             .collect();
-        Judged {
-            limit,
-            slow,
-            ends_fast,
-        }
+        (limit, isolated)
     }
 
     /// A slow path for every pair slow (again, when retests are on) whose two nodes are fast
     /// with most of their other partners.
     pub fn findings(&self, names: &[String]) -> Vec<LocalizeFinding> {
-        let j = self.judge();
+        let (limit_gbs, isolated) = self.judge();
         let name = |k: usize| names.get(k).cloned().unwrap_or_else(|| format!("node{k}"));
         let mut out = Vec::new();
         for (i, &(group, busbw)) in self.readings.iter().enumerate() {
@@ -273,7 +246,7 @@ impl Paths {
                 continue;
             };
             let again = self.retest_of(a, b);
-            if !(j.slow[i] && j.ends_fast[i] && (again.is_some() || !self.retest)) {
+            if !(isolated[i] && (again.is_some() || !self.retest)) {
                 continue;
             }
             let rails = match again.filter(|&r| r != rail_a) {
@@ -281,7 +254,7 @@ impl Paths {
                 None => format!("GPU rail {rail_a}"),
             };
             let (x, y) = (a.min(b), a.max(b));
-            let (value, limit) = num_vs(busbw, j.limit);
+            let (value, limit) = num_vs(busbw, limit_gbs);
             out.push(LocalizeFinding {
                 code: Code::NodePairSlow,
                 nodes: vec![x, y],
@@ -296,7 +269,7 @@ impl Paths {
                     self.fraction,
                 ),
                 measured: Some(busbw),
-                limit: Some(j.limit),
+                limit: Some(limit_gbs),
             });
         }
         out

@@ -438,24 +438,6 @@ fn judged(w: &Workload, last: &super::site::AllocationRun) -> String {
     )
 }
 
-/// The lines that open `--explain-plan`: the wait a job sees, process start to verdict, and with
-/// the prolog's cache.
-fn total_wait(m: &PlanModel) -> String {
-    format!(
-        "A job waits {:.2} s for the verdict when healthy ({:.2} s worst case): start-up {:.2} s + \
-         NCCL init {:.2} s + the check {:.2} s ({:.2} s worst) + exit {:.2} s.\n\
-         With the prolog's cache (the same GPUs passed within cache_seconds): {:.3} s.\n\n",
-        m.total_wait_seconds_healthy,
-        m.total_wait_seconds,
-        m.start_up_seconds,
-        m.nccl_init_seconds,
-        m.modeled_seconds_healthy,
-        m.modeled_seconds,
-        m.exit_seconds,
-        m.cached_wait_seconds
-    )
-}
-
 /// The plan for `nodes` x `gpus_per_node` under `w`, as text or as one JSON object.
 pub fn explain_plan(
     nodes: usize,
@@ -475,7 +457,21 @@ pub fn explain_plan(
         m.gpus_per_node,
         m.nodes * m.gpus_per_node
     );
-    s += &total_wait(&m);
+    // The lines that open it: the wait a job sees, process start to verdict, and with the
+    // prolog's cache.
+    s += &format!(
+        "A job waits {:.2} s for the verdict when healthy ({:.2} s worst case): start-up {:.2} s + \
+         NCCL init {:.2} s + the check {:.2} s ({:.2} s worst) + exit {:.2} s.\n\
+         With the prolog's cache (the same GPUs passed within cache_seconds): {:.3} s.\n\n",
+        m.total_wait_seconds_healthy,
+        m.total_wait_seconds,
+        m.start_up_seconds,
+        m.nccl_init_seconds,
+        m.modeled_seconds_healthy,
+        m.modeled_seconds,
+        m.exit_seconds,
+        m.cached_wait_seconds
+    );
     s += &format!(
         "  start-up                 {:>7.2} s  (the CUDA driver and every GPU's context)\n",
         m.start_up_seconds

@@ -4,26 +4,22 @@
 use super::{Code, LocalizeVerdict};
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
 
-/// The report's code for a finding; `None` for `allocation_slow`, which the allocation-wide
-/// collective's own row already reports (`busbw_below_threshold`, the same floor).
-pub fn reason_code(code: Code) -> Option<ReasonCode> {
-    match code {
-        Code::NodeSlow => Some(ReasonCode::NodeSlow),
-        Code::NodePairSlow => Some(ReasonCode::NodePairSlow),
-        Code::RailSlow => Some(ReasonCode::RailSlow),
-        Code::SuspectsUnresolved => Some(ReasonCode::SuspectsUnresolved),
-        Code::AllocationSlow => None,
-    }
-}
-
 /// The verdict's findings as reasons (named as the localizer names the nodes: the topology's
-/// names, `Localizer::named`).
+/// names, `Localizer::named`); none for `allocation_slow`, which the allocation-wide
+/// collective's own row already reports (`busbw_below_threshold`, the same floor).
 pub fn reasons(v: &LocalizeVerdict) -> Vec<Reason> {
     v.findings
         .iter()
         .filter_map(|f| {
+            let code = match f.code {
+                Code::NodeSlow => ReasonCode::NodeSlow,
+                Code::NodePairSlow => ReasonCode::NodePairSlow,
+                Code::RailSlow => ReasonCode::RailSlow,
+                Code::SuspectsUnresolved => ReasonCode::SuspectsUnresolved,
+                Code::AllocationSlow => return None,
+            };
             Some(Reason {
-                code: reason_code(f.code)?,
+                code,
                 message: f.message.clone(),
                 subject: Some(f.subject.clone()),
                 measured: f.measured,

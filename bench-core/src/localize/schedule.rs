@@ -75,11 +75,8 @@ impl Localizer {
             ));
         }
         let floors = [cfg.floors.local, cfg.floors.allocation, cfg.floors.pair];
-        if floors
-            .iter()
-            .flatten()
-            .any(|f| !(f.is_finite() && *f >= 0.0))
-        {
+        let bad_floor = |f: &f64| !(f.is_finite() && *f >= 0.0);
+        if floors.iter().flatten().any(bad_floor) {
             return Err(LocalizeError::LocalizeConfig(
                 "floors must be finite and >= 0",
             ));
@@ -178,16 +175,11 @@ impl Localizer {
                 got: results.len(),
             });
         }
-        if let Some((index, &value)) = results
-            .iter()
-            .enumerate()
-            .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
-        {
+        if let Some(index) = results.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+            let value = results[index];
             return Err(LocalizeError::BadValue { index, value });
         }
-        let Some(round) = self.pending.take() else {
-            return Err(LocalizeError::NoRoundPending);
-        };
+        let round = self.pending.take().ok_or(LocalizeError::NoRoundPending)?;
         self.rounds += 1;
         if round.phase.is_localization() {
             self.localization_rounds += 1;
@@ -294,18 +286,10 @@ impl Localizer {
     }
 
     fn rail_wise(&self, node_pairs: &[(usize, usize)]) -> Vec<Group> {
-        let mut out = Vec::with_capacity(node_pairs.len() * self.g);
-        for &(a, b) in node_pairs {
-            for r in 0..self.g {
-                out.push(Group::Pair {
-                    a,
-                    rail_a: r,
-                    b,
-                    rail_b: r,
-                });
-            }
-        }
-        out
+        node_pairs
+            .iter()
+            .flat_map(|&(a, b)| (0..self.g).map(move |r| Group::rail_pair(a, b, r)))
+            .collect()
     }
 
     fn after_node_rounds(&self) -> Stage {
@@ -333,29 +317,18 @@ impl Localizer {
         let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
         let mut busy = HashSet::new();
         let mut groups = Vec::new();
+        let cleared = |(node, rail): (usize, usize)| a.cleared[node * self.g + rail];
         for (m, &slow) in self.pairs.iter().zip(&a.slow) {
-            let Group::Pair {
-                a: x,
-                rail_a,
-                b: y,
-                rail_b,
-            } = m.group
-            else {
+            let Some((x, y)) = m.group.ends() else {
                 continue;
             };
-            let isolated = slow
-                && rail_a == rail_b
-                && a.cleared[x * self.g + rail_a]
-                && a.cleared[y * self.g + rail_b];
-            if !isolated || self.retested.contains(&m.group) || groups.contains(&m.group) {
-                continue;
+            // A group already in the round has both its ends busy.
+            let isolated = slow && x.1 == y.1 && cleared(x) && cleared(y);
+            let free = !busy.contains(&x) && !busy.contains(&y);
+            if isolated && free && !self.retested.contains(&m.group) {
+                busy.extend([x, y]);
+                groups.push(m.group);
             }
-            if busy.contains(&(x, rail_a)) || busy.contains(&(y, rail_b)) {
-                continue;
-            }
-            busy.insert((x, rail_a));
-            busy.insert((y, rail_b));
-            groups.push(m.group);
         }
         (!groups.is_empty()).then_some(groups)
     }
@@ -386,7 +359,8 @@ impl Localizer {
         }
         let is_suspect: HashSet<usize> = suspects.iter().map(|s| s.0).collect();
         let partners: Vec<usize> = (0..self.n)
-            .filter(|&x| !self.local_bad[x] && !is_suspect.contains(&x) && a.fully_cleared(x))
+            .filter(|&x| !self.local_bad[x] && !is_suspect.contains(&x))
+            .filter(|&x| (0..self.g).all(|r| a.cleared[x * self.g + r]))
             .collect();
         if partners.is_empty() {
             return None;
@@ -404,15 +378,8 @@ impl Localizer {
             let Some(i) = found else { continue };
             used[i] = true;
             self.cursor = (i + 1) % partners.len();
-            let p = partners[i];
-            for r in rails {
-                groups.push(Group::Pair {
-                    a: x.min(p),
-                    rail_a: r,
-                    b: x.max(p),
-                    rail_b: r,
-                });
-            }
+            let (a, b) = (x.min(partners[i]), x.max(partners[i]));
+            groups.extend(rails.into_iter().map(|r| Group::rail_pair(a, b, r)));
         }
         (!groups.is_empty()).then_some(groups)
     }

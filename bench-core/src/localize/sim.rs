@@ -9,7 +9,9 @@
 //! node order over every rail, so it runs at its slowest node or ring edge. Every result carries
 //! a deterministic noise of +-`noise` from a seeded PRNG, so the relative rule meets spread.
 
-use super::{Group, LocalizeError, LocalizeVerdict, Localizer, Round};
+use super::{Group, Round};
+#[cfg(test)]
+use super::{LocalizeError, LocalizeVerdict, Localizer};
 use std::collections::HashMap;
 
 /// One fault; factors multiply nominal bandwidth (0.5: half as fast).
@@ -83,22 +85,16 @@ impl Fabric {
 
     pub fn inject(&mut self, fault: Fault) {
         let g = self.gpus;
+        let scale =
+            |factors: &mut [f64], factor: f64| factors.iter_mut().for_each(|f| *f *= factor);
         match fault {
             Fault::Gpu { node, gpu, factor } => self.gpu[node * g + gpu] *= factor,
-            Fault::NodeLocal { node, factor } => {
-                self.gpu[node * g..(node + 1) * g]
-                    .iter_mut()
-                    .for_each(|f| *f *= factor);
-            }
+            Fault::NodeLocal { node, factor } => scale(&mut self.gpu[node * g..][..g], factor),
             Fault::NvLink { node, a, b, factor } => {
                 *self.nvlink.entry((node, a.min(b), a.max(b))).or_insert(1.0) *= factor;
             }
             Fault::Nic { node, rail, factor } => self.nic[node * g + rail] *= factor,
-            Fault::NodeNet { node, factor } => {
-                self.nic[node * g..(node + 1) * g]
-                    .iter_mut()
-                    .for_each(|f| *f *= factor);
-            }
+            Fault::NodeNet { node, factor } => scale(&mut self.nic[node * g..][..g], factor),
             Fault::Link { a, b, factor } => {
                 *self.link.entry((a.min(b), a.max(b))).or_insert(1.0) *= factor;
             }
@@ -168,15 +164,10 @@ impl Fabric {
 
     fn allocation(&self) -> f64 {
         let n = self.nodes;
-        let mut worst = 1.0f64;
-        if n >= 2 {
-            for x in 0..n {
-                let y = (x + 1) % n;
-                for r in 0..self.gpus {
-                    worst = worst.min(self.pair(x, r, y, r) / self.nic_nominal);
-                }
-            }
-        }
+        let ring = (0..n).filter(|_| n >= 2);
+        let edges = ring.flat_map(|x| (0..self.gpus).map(move |r| (x, r)));
+        let edge = |(x, r)| self.pair(x, r, (x + 1) % n, r) / self.nic_nominal;
+        let worst = edges.map(edge).fold(1.0f64, f64::min);
         let local = (0..n).map(|x| self.local(x)).fold(f64::INFINITY, f64::min);
         (self.allocation_nominal * worst).min(local)
     }
@@ -207,6 +198,7 @@ pub fn with_alltoall(
 }
 
 /// Drive `localizer` to its verdict with `fabric` measuring every round: the runner's loop.
+#[cfg(test)]
 pub fn simulate(
     mut localizer: Localizer,
     fabric: &mut Fabric,

@@ -6,7 +6,6 @@
 
 use crate::config::worker::WorkerConfig;
 use crate::model::floors::Floors;
-use crate::model::link_class::Class;
 use crate::model::step::Step;
 use crate::model::thresholds::GpuKey;
 use serde::Serialize;
@@ -114,14 +113,8 @@ impl Workload {
                 "--explain-plan: plan '{plan}' has no pair step (`pairs = true`): no pair matrix and no localization to explain"
             ));
         };
-        let gpu = match gpu_model {
-            Some(name) => GpuKey::by_name(name),
-            None => GpuKey {
-                name: "",
-                sku: None,
-                interconnect: Class::Unknown,
-            },
-        };
+        // No model: the empty name, which no SKU has (no sku, `Class::Unknown`).
+        let gpu = GpuKey::by_name(gpu_model.unwrap_or(""));
         let floors = Floors {
             rules: &config.thresholds,
             gpu,

@@ -50,10 +50,7 @@ pub fn record(devices: &[usize], nvml: &HealthFacts, facts: Option<&NodeFacts>) 
         .collect();
     let buses: Vec<String> = infos
         .iter()
-        .map(|i| {
-            i.as_ref()
-                .map_or_else(String::new, |i| i.pci_bus_id.clone())
-        })
+        .map(|i| i.as_ref().map_or(String::new(), |i| i.pci_bus_id.clone()))
         .collect();
     let mut known = known_before(&buses, nvml, facts);
     known.probe_floor = devices
