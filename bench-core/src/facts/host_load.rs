@@ -161,6 +161,7 @@ fn own_wait(task: &Path) -> Option<u64> {
 
 /// What happened between `a` and `b`: `own` is this process's pid, `ticks_per_s` the kernel's
 /// clock tick (`sysconf(_SC_CLK_TCK)`, 100 on Linux), `proc_root` where to name the consumers.
+#[cfg(test)]
 pub fn between(
     a: &HostSample,
     b: &HostSample,
