@@ -86,34 +86,27 @@ pub fn node_findings(
             out.push((slot.map_or(Scope::Node, Scope::Gpu), f));
         }
     }
-    let probed: Vec<(usize, Probed)> = gpus
+    // The probed GPUs, and the position among `gpus` of each.
+    let (slots, probed): (Vec<usize>, Vec<Probed>) = gpus
         .iter()
         .enumerate()
         .filter_map(|(k, g)| {
-            g.local_probe.as_ref().map(|p| {
-                (
-                    k,
-                    Probed {
-                        subject: format!("GPU{k}"),
-                        gpu_name: &g.info.name,
-                        device_id: g
-                            .info
-                            .pci_device_id
-                            .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id)),
-                        probe: p,
-                        others: g.health.as_ref().map_or(&[], |h| h.processes.as_slice()),
-                    },
-                )
-            })
+            let probed = Probed {
+                subject: format!("GPU{k}"),
+                gpu_name: &g.info.name,
+                device_id: g
+                    .info
+                    .pci_device_id
+                    .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id)),
+                probe: g.local_probe.as_ref()?,
+                others: g.health.as_ref().map_or(&[], |h| h.processes.as_slice()),
+            };
+            Some((k, probed))
         })
-        .collect();
-    let only: Vec<Probed> = probed.iter().map(|(_, p)| p.clone()).collect();
-    for f in local_probe::slow_probes(&only, fraction) {
-        let slot = probed
-            .iter()
-            .find(|(_, p)| p.subject == f.subject)
-            .map(|(k, _)| *k);
-        out.push((slot.map_or(Scope::Node, Scope::Gpu), f));
+        .unzip();
+    for f in local_probe::slow_probes(&probed, fraction) {
+        let slot = probed.iter().position(|p| p.subject == f.subject);
+        out.push((slot.map_or(Scope::Node, |i| Scope::Gpu(slots[i])), f));
     }
     if let Some(net) = facts.and_then(|f| f.net.as_ref()) {
         out.extend(net.findings.iter().cloned().map(|x| (Scope::Net, x)));

@@ -257,15 +257,17 @@ impl TransportSummary {
     pub fn paths(&self) -> Vec<PathReport> {
         self.pairs
             .iter()
-            .map(|(&(from, to), p)| PathReport {
-                from_rank: from,
-                to_rank: to,
-                path: self.path(from, to).to_string(),
-                transports: dedup(p.transports.iter().map(Transport::name))
-                    .into_iter()
-                    .map(Name::from)
-                    .collect(),
-                detail: p.transports.iter().map(|t| t.to_string()).collect(),
+            .map(|(&(from, to), p)| {
+                // The set is ordered by kind first: each name is one run, `dedup` leaves one.
+                let mut names: Vec<&str> = p.transports.iter().map(Transport::name).collect();
+                names.dedup();
+                PathReport {
+                    from_rank: from,
+                    to_rank: to,
+                    path: self.path(from, to).to_string(),
+                    transports: names.into_iter().map(Name::from).collect(),
+                    detail: p.transports.iter().map(|t| t.to_string()).collect(),
+                }
             })
             .collect()
     }
@@ -315,16 +317,6 @@ impl TransportInfo {
             ))
         }
     }
-}
-
-fn dedup(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = Vec::new();
-    for n in names {
-        if !v.contains(&n) {
-            v.push(n);
-        }
-    }
-    v
 }
 
 #[cfg(test)]
