@@ -106,7 +106,7 @@ pub struct Clocks {
 }
 
 /// What NVML said about one GPU; a fact it could not give is None with the reason in `errors`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuHealth {
     pub index: u32,
     /// `0000:9B:00.0` as NVML gives it.
@@ -214,30 +214,18 @@ fn nvlink_down(g: &GpuHealth, gpus: &[GpuHealth], subject: &str) -> Option<Findi
 /// `pcie_degraded`: a narrower link than the maximum, or (only under load) a lower generation.
 fn pcie_degraded(g: &GpuHealth, ctx: Context, subject: &str) -> Option<Finding> {
     let p = g.pcie.as_ref()?;
-    if p.width < p.max_width {
-        Some(
-            Finding::new(
-                ReasonCode::PcieDegraded,
-                subject,
-                format!("{subject}: PCIe link x{} of x{}", p.width, p.max_width),
-            )
-            .with_values(f64::from(p.width), f64::from(p.max_width)),
-        )
+    let (what, have, max) = if p.width < p.max_width {
+        let what = format!("PCIe link x{} of x{}", p.width, p.max_width);
+        (what, p.width, p.max_width)
     } else if ctx.under_load && p.gen < p.max_gen {
-        Some(
-            Finding::new(
-                ReasonCode::PcieDegraded,
-                subject,
-                format!(
-                    "{subject}: PCIe Gen{} of Gen{} while busy",
-                    p.gen, p.max_gen
-                ),
-            )
-            .with_values(f64::from(p.gen), f64::from(p.max_gen)),
-        )
+        let what = format!("PCIe Gen{} of Gen{} while busy", p.gen, p.max_gen);
+        (what, p.gen, p.max_gen)
     } else {
-        None
-    }
+        return None;
+    };
+    let message = format!("{subject}: {what}");
+    let finding = Finding::new(ReasonCode::PcieDegraded, subject, message);
+    Some(finding.with_values(f64::from(have), f64::from(max)))
 }
 
 /// `ecc_uncorrectable`: any uncorrectable ECC error since the driver loaded.

@@ -145,22 +145,18 @@ fn process_ticks(stat: &str) -> Option<u64> {
 
 /// The summed run-queue wait of every thread under `task` (`schedstat`'s second field).
 fn own_wait(task: &Path) -> Option<u64> {
-    let mut sum = 0u64;
-    let mut any = false;
-    for entry in std::fs::read_dir(task).ok()?.flatten().take(4096) {
-        if let Some(w) = std::fs::read_to_string(entry.path().join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        {
-            sum += w;
-            any = true;
-        }
-    }
-    any.then_some(sum)
+    let waits: Vec<u64> = (std::fs::read_dir(task).ok()?.flatten().take(4096))
+        .filter_map(|entry| {
+            let stat = std::fs::read_to_string(entry.path().join("schedstat")).ok()?;
+            stat.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .collect();
+    (!waits.is_empty()).then(|| waits.iter().sum())
 }
 
 /// What happened between `a` and `b`: `own` is this process's pid, `ticks_per_s` the kernel's
 /// clock tick (`sysconf(_SC_CLK_TCK)`, 100 on Linux), `proc_root` where to name the consumers.
+#[cfg(test)]
 pub fn between(
     a: &HostSample,
     b: &HostSample,

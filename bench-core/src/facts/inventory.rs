@@ -173,11 +173,9 @@ pub fn from_gres_conf(text: &str, host: &str, file: &str) -> Option<NodeExpectat
         count = count.saturating_add(n);
         minors.extend(from_file.unwrap_or_default());
     }
-    let minors = if minors.len() == count as usize {
-        minors
-    } else {
-        Vec::new()
-    };
+    if minors.len() != count as usize {
+        minors.clear();
+    }
     any.then(|| NodeExpectation {
         count,
         bus_ids: Vec::new(),
@@ -293,19 +291,16 @@ pub fn compare_with_expected(
             listed.len()
         } as u32;
         if listed_n < e.count || !absent.is_empty() {
-            let named = if absent.is_empty() {
-                String::new()
+            let absent = absent.join(", ");
+            let (subject, named) = if absent.is_empty() {
+                ("GPUs".to_string(), String::new())
             } else {
-                format!(": {} absent", absent.join(", "))
+                (format!("GPU {absent}"), format!(": {absent} absent"))
             };
             findings.push(
                 Finding::new(
                     ReasonCode::GpuMissing,
-                    if absent.is_empty() {
-                        "GPUs".to_string()
-                    } else {
-                        format!("GPU {}", absent.join(", "))
-                    },
+                    subject,
                     format!(
                         "expected {} GPUs, driver lists {listed_n}{named} (expected from {})",
                         e.count, e.source

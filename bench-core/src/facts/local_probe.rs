@@ -73,56 +73,41 @@ impl Probed<'_> {
 /// The findings of the probes of this process's GPUs: below the model's floor, or below
 /// `fraction` x the median of the other GPUs.
 pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
-    let mut out = Vec::new();
-    for (i, p) in probed.iter().enumerate() {
+    let slow = |(i, p): (usize, &Probed)| {
         let rate = p.probe.copy_gbs;
-        if let Some((min, how)) = copy_floor(p.device_id, p.gpu_name) {
-            if rate < min {
-                out.push(
-                    Finding::new(
-                        p.code(),
-                        &p.subject,
-                        format!(
-                            "{}device-local copy {} GB/s < {} GB/s ({how})",
-                            p.busy(),
-                            crate::model::stats::num(rate),
-                            crate::model::stats::num(min)
-                        ),
-                    )
-                    .with_values(rate, min),
-                );
-                continue;
+        let floor = copy_floor(p.device_id, p.gpu_name).filter(|(min, _)| rate < *min);
+        let (limit, against) = match floor {
+            Some((min, how)) => (
+                min,
+                format!("{} GB/s ({how})", crate::model::stats::num(min)),
+            ),
+            None => {
+                let others: Vec<f64> = probed
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, o)| {
+                        *j != i && o.gpu_name == p.gpu_name && o.device_id == p.device_id
+                    })
+                    .map(|(_, o)| o.probe.copy_gbs)
+                    .collect();
+                if others.is_empty() {
+                    return None;
+                }
+                let median = crate::model::stats::median(&others);
+                let (median_text, n) = (crate::model::stats::num(median), others.len());
+                let against =
+                    format!("{fraction} x {median_text} GB/s, the median of its {n} sibling(s)");
+                (fraction * median, against)
             }
-        }
-        let others: Vec<f64> = probed
-            .iter()
-            .enumerate()
-            .filter(|(j, o)| *j != i && o.gpu_name == p.gpu_name && o.device_id == p.device_id)
-            .map(|(_, o)| o.probe.copy_gbs)
-            .collect();
-        if others.is_empty() {
-            continue;
-        }
-        let median = crate::model::stats::median(&others);
-        if rate < fraction * median {
-            out.push(
-                Finding::new(
-                    p.code(),
-                    &p.subject,
-                    format!(
-                        "{}device-local copy {} GB/s < {fraction} x {} GB/s, the median of its {} \
-                         sibling(s)",
-                        p.busy(),
-                        crate::model::stats::num(rate),
-                        crate::model::stats::num(median),
-                        others.len()
-                    ),
-                )
-                .with_values(rate, fraction * median),
-            );
-        }
-    }
-    out
+        };
+        let message = format!(
+            "{}device-local copy {} GB/s < {against}",
+            p.busy(),
+            crate::model::stats::num(rate)
+        );
+        (rate < limit).then(|| Finding::new(p.code(), &p.subject, message).with_values(rate, limit))
+    };
+    probed.iter().enumerate().filter_map(slow).collect()
 }
 
 /// One line for the terminal and the summary: `local probe GPU0 1520, GPU1 1518 GB/s (floor 1440)`.

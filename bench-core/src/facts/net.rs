@@ -190,10 +190,8 @@ fn read_rdma(root: &Path, device: &str, port: u32) -> Result<Port, String> {
     let state = get("state")?;
     let phys_state = get("phys_state").ok();
     let rate_text = get("rate").ok();
-    let (rate_gbps, width) = match rate_text.as_deref().and_then(parse_ib_rate) {
-        Some((r, w)) => (Some(r), w),
-        None => (None, None),
-    };
+    let rate = rate_text.as_deref().and_then(parse_ib_rate);
+    let (rate_gbps, width) = rate.map_or((None, None), |(r, w)| (Some(r), w));
     let kind = match get("link_layer").ok().as_deref() {
         Some("InfiniBand") => Kind::InfiniBand,
         Some("Ethernet") => Kind::Roce,

@@ -217,9 +217,7 @@ impl NodeFacts {
         };
         self.nvml_ms = ms;
     }
-}
 
-impl NodeFacts {
     /// The NICs NCCL's log says it used (`lines`: its `NET/... : Using [0]...` lines; None when
     /// the log was not recorded), read from sysfs under `root`. On one node they carried no
     /// traffic: reported, not judged (a check of one node is no test of its network).

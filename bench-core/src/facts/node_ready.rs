@@ -56,26 +56,23 @@ pub fn probe_node(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
         };
     }
     let mut lines = vec![format!("# {} GPUs listed by the driver", gpus.len())];
-    let not_ready = match Nccl::load(lib.as_deref()) {
+    let (line, not_ready) = match Nccl::load(lib.as_deref()) {
         Ok(n) => {
-            lines.push(format!(
-                "# NCCL {} loads from {}",
-                n.version_string(),
-                n.path.display()
-            ));
-            false
+            let path = n.path.display();
+            (
+                format!("# NCCL {} loads from {path}", n.version_string()),
+                false,
+            )
         }
         Err(e) => {
-            lines.push(
-                CheckProblem::not_ready(format!(
-                    "NCCL ({shown}): {e}; every check on this node would end in ERROR. \
-                     Set nccl_lib = \"/path/libnccl.so.2\" in /etc/nccl-check/nccl-check.toml"
-                ))
-                .to_string(),
-            );
-            true
+            let problem = CheckProblem::not_ready(format!(
+                "NCCL ({shown}): {e}; every check on this node would end in ERROR. \
+                 Set nccl_lib = \"/path/libnccl.so.2\" in /etc/nccl-check/nccl-check.toml"
+            ));
+            (problem.to_string(), true)
         }
     };
+    lines.push(line);
     NodeReady { lines, not_ready }
 }
 

@@ -57,18 +57,8 @@ pub fn read_health() -> HealthFacts {
             Ok(d) => gpu(&nvml, i, &d),
             Err(e) => GpuHealth {
                 index: i,
-                bus_id: String::new(),
-                name: String::new(),
-                pci_device_id: None,
-                links: vec![],
-                processes: vec![],
-                nvlink: None,
-                pcie: None,
-                ecc_uncorrected_volatile: None,
-                row_remap: None,
-                throttle: None,
-                clocks: None,
                 errors: vec![format!("device: {e}")],
+                ..GpuHealth::default()
             },
         })
         .collect();
@@ -87,24 +77,18 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> GpuHealth {
     let pci_device_id = pci
         .filter(|p| p.pci_device_id & 0xffff == u32::from(crate::model::sku::NVIDIA_VENDOR))
         .map(|p| (p.pci_device_id >> 16) as u16);
-    let processes = match d.running_compute_processes() {
-        Ok(list) => list
-            .into_iter()
-            .filter(|p| p.pid != std::process::id())
-            .map(|p| GpuProcess {
-                pid: p.pid,
-                user: owner(p.pid),
-                used_bytes: match p.used_gpu_memory {
-                    nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
-                    nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
-                },
-            })
-            .collect(),
-        Err(e) => {
-            errors.push(format!("processes: {e}"));
-            vec![]
-        }
-    };
+    let processes = keep(&mut errors, "processes", d.running_compute_processes());
+    let processes = (processes.unwrap_or_default().into_iter())
+        .filter(|p| p.pid != std::process::id())
+        .map(|p| GpuProcess {
+            pid: p.pid,
+            user: owner(p.pid),
+            used_bytes: match p.used_gpu_memory {
+                nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+            },
+        })
+        .collect();
     let pcie = (|| {
         Ok(Pcie {
             gen: d.current_pcie_link_gen()?,
@@ -136,13 +120,10 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> GpuHealth {
         })
     })();
     let clocks = keep(&mut errors, "clocks", clocks);
-    let row_remap = match remapped_rows(nvml, d) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            errors.push(format!("row remapping: {e}"));
-            None
-        }
-    };
+    let row_remap = remapped_rows(nvml, d);
+    let row_remap = row_remap
+        .map_err(|e| errors.push(format!("row remapping: {e}")))
+        .ok();
     let (nvlink, links) = nvlinks(nvml, d);
     GpuHealth {
         index,
@@ -227,13 +208,10 @@ fn remote(nvml: &Nvml, d: &Device, link: u32, wrapper: &nvml_wrapper::NvLink) ->
 /// The user name of a process's owner (its real uid from /proc), the uid where the name is
 /// unknown, empty where /proc does not say (another PID namespace).
 fn owner(pid: u32) -> String {
-    let status = match nccl_check_host::read::small(
-        std::path::Path::new(&format!("/proc/{pid}/status")),
-        64 * 1024,
-    ) {
-        Ok(s) => s,
-        Err(_) => return String::new(),
-    };
+    let path = format!("/proc/{pid}/status");
+    // Unreadable: no Uid line, no owner.
+    let status = nccl_check_host::read::small(std::path::Path::new(&path), 64 * 1024);
+    let status = status.unwrap_or_default();
     let Some(uid) = status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))

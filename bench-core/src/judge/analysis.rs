@@ -177,29 +177,25 @@ fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> 
         .first_busbw
         .map(|f| format!(" (first try {f:.1})"))
         .unwrap_or_default();
-    match why {
-        SlowWhy::Threshold(min) => (
-            format!(
-                "{} sendrecv {} busbw {:.1}{first} < {min:.1} GB/s",
-                p.subject(multi),
-                crate::model::size::human(p.bytes),
-                p.busbw
-            ),
-            min,
-        ),
+    let (rule, limit) = match why {
+        SlowWhy::Threshold(min) => (format!(" < {min:.1} GB/s"), min),
         SlowWhy::Outlier(med) => {
-            (
-                format!(
-                "{} sendrecv {} busbw {:.1}{first} GB/s < {fraction:.2} x {} median {med:.1} GB/s",
-                p.subject(multi),
-                crate::model::size::human(p.bytes),
-                p.busbw,
-                if p.kind == PairKind::Gpu { "node" } else { "node-pair" }
-            ),
-                fraction * med,
-            )
+            let peers = if p.kind == PairKind::Gpu {
+                "node"
+            } else {
+                "node-pair"
+            };
+            let rule = format!(" GB/s < {fraction:.2} x {peers} median {med:.1} GB/s");
+            (rule, fraction * med)
         }
-    }
+    };
+    let size = crate::model::size::human(p.bytes);
+    let sentence = format!(
+        "{} sendrecv {size} busbw {:.1}{first}{rule}",
+        p.subject(multi),
+        p.busbw
+    );
+    (sentence, limit)
 }
 
 /// Nodes whose every GPU pair is slow, with one reason each, so such a node is not reported
@@ -211,79 +207,77 @@ fn whole_node_reasons(
 ) -> (Vec<Reason>, Vec<String>) {
     // Every GPU pair of a node slow (NVLink down or unused, e.g. NCCL_P2P_DISABLE): one reason
     // for the node, not one per GPU.
-    let mut whole = Vec::new();
-    let mut whole_nodes: Vec<String> = Vec::new();
-    let mut count: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
-        count.entry(p.node.as_str()).or_default().0 += 1;
-    }
-    for &(i, _) in slow {
-        if pairs[i].kind == PairKind::Gpu {
-            count.entry(pairs[i].node.as_str()).or_default().1 += 1;
-        }
-    }
-    for (node, &(total, n_slow)) in &count {
-        if total < 3 || n_slow < total {
-            continue;
-        }
+    let whole_nodes = all_slow(pairs, slow, 3, |p| match p.kind {
+        PairKind::Gpu => vec![p.node.clone()],
+        PairKind::Node => vec![],
+    });
+    let whole = whole_nodes.iter().map(|node| {
         let bws: Vec<f64> = pairs
             .iter()
-            .filter(|p| p.kind == PairKind::Gpu && p.node == *node)
+            .filter(|p| p.kind == PairKind::Gpu && &p.node == node)
             .map(|p| p.busbw)
             .collect();
+        let total = bws.len();
         let lo = bws.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = bws.iter().copied().fold(0.0, f64::max);
         let limit = slow
             .iter()
             .find_map(|&(i, w)| match w {
-                SlowWhy::Threshold(m) if pairs[i].node == *node => Some(m),
+                SlowWhy::Threshold(m) if &pairs[i].node == node => Some(m),
                 _ => None,
             })
             .unwrap_or(0.0);
-        let subject = if multi {
-            Culprit::Node(node.to_string())
+        let (subject, at) = if multi {
+            (Culprit::Node(node.to_string()), format!("node {node}: "))
         } else {
-            Culprit::Other("all GPU pairs".into())
+            (Culprit::Other("all GPU pairs".into()), String::new())
         };
-        whole.push(Reason {
+        Reason {
             code: ReasonCode::BusbwBelowThreshold,
             message: format!(
-                "{}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)",
-                if multi { format!("node {node}: ") } else { String::new() }
+                "{at}all {total} GPU pairs slow: sendrecv busbw {lo:.1}-{hi:.1} GB/s < {limit:.1} GB/s (NVLink down or not used)"
             ),
             subject: Some(subject),
             measured: Some(hi),
             limit: Some(limit),
-        });
-        whole_nodes.push(node.to_string());
+        }
+    });
+    (whole.collect(), whole_nodes)
+}
+
+/// What `part` names (a node, a GPU, in its order) that at least `least` pairs involve and every
+/// one of them is slow.
+fn all_slow<K: Ord>(
+    pairs: &[PairRow],
+    slow: &[(usize, SlowWhy)],
+    least: usize,
+    part: impl Fn(&PairRow) -> Vec<K>,
+) -> Vec<K> {
+    let mut count: BTreeMap<K, (usize, usize)> = BTreeMap::new();
+    for p in pairs {
+        part(p)
+            .into_iter()
+            .for_each(|k| count.entry(k).or_default().0 += 1);
     }
-    (whole, whole_nodes)
+    for &(i, _) in slow {
+        part(&pairs[i])
+            .into_iter()
+            .for_each(|k| count.entry(k).or_default().1 += 1);
+    }
+    count
+        .into_iter()
+        .filter(|(_, (total, slow))| *total >= least && slow == total)
+        .map(|(k, _)| k)
+        .collect()
 }
 
 /// (node, GPU) whose every GPU link is slow: the GPU is to blame rather than each of its links.
 fn bad_gpus(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<(String, String)> {
     // A GPU whose every link is slow (and that has at least two) is the culprit, not its links.
-    let mut per_gpu: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
-    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
-        for g in [&p.a, &p.b] {
-            per_gpu.entry((p.node.clone(), g.clone())).or_default().0 += 1;
-        }
-    }
-    for &(i, _) in slow {
-        let p = &pairs[i];
-        if p.kind == PairKind::Gpu {
-            for g in [&p.a, &p.b] {
-                if let Some(e) = per_gpu.get_mut(&(p.node.clone(), g.clone())) {
-                    e.1 += 1;
-                }
-            }
-        }
-    }
-    per_gpu
-        .iter()
-        .filter(|(_, &(total, slow))| total >= 2 && slow == total)
-        .map(|(k, _)| k.clone())
-        .collect()
+    all_slow(pairs, slow, 2, |p| match p.kind {
+        PairKind::Gpu => vec![(p.node.clone(), p.a.clone()), (p.node.clone(), p.b.clone())],
+        PairKind::Node => vec![],
+    })
 }
 
 /// One reason per blamed GPU, comparing its links with the other GPU pairs of its node.
@@ -293,9 +287,8 @@ fn gpu_reasons(
     fraction: f64,
     multi: bool,
 ) -> Vec<Reason> {
-    let mut reasons = Vec::new();
     // With 3+ GPUs two bad GPUs share a link; a GPU is named only if some of its peers are fine.
-    for (node, gpu) in bad_gpus {
+    bad_gpus.iter().map(|(node, gpu)| {
         let links: Vec<&PairRow> = pairs
             .iter()
             .filter(|p| p.kind == PairKind::Gpu && &p.node == node && (&p.a == gpu || &p.b == gpu))
@@ -316,7 +309,7 @@ fn gpu_reasons(
             None if multi => Culprit::Other(format!("{node} {gpu}")),
             None => Culprit::Other(gpu.clone()),
         };
-        reasons.push(Reason {
+        Reason {
             code: ReasonCode::GpuOutlier,
             message: format!(
                 "{subject}: every link slow, mean sendrecv busbw {mean:.1} GB/s vs node median {node_med:.1} GB/s ({:.0}%)",
@@ -325,34 +318,17 @@ fn gpu_reasons(
             subject: Some(subject),
             measured: Some(mean),
             limit: Some(fraction * node_med),
-        });
-    }
-    reasons
+        }
+    }).collect()
 }
 
 /// Nodes whose every node pair is slow: the node is to blame rather than each of its pairs.
 fn bad_nodes(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<String> {
     // A node whose every node pair is slow (and that has at least two) is the culprit.
-    let mut per_node_pair: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for p in pairs.iter().filter(|p| p.kind == PairKind::Node) {
-        for n in [&p.a, &p.b] {
-            per_node_pair.entry(n.as_str()).or_default().0 += 1;
-        }
-    }
-    for &(i, _) in slow {
-        if pairs[i].kind == PairKind::Node {
-            for n in [&pairs[i].a, &pairs[i].b] {
-                if let Some(e) = per_node_pair.get_mut(n.as_str()) {
-                    e.1 += 1;
-                }
-            }
-        }
-    }
-    per_node_pair
-        .iter()
-        .filter(|(_, &(total, slow))| total >= 2 && slow == total)
-        .map(|(n, _)| n.to_string())
-        .collect()
+    all_slow(pairs, slow, 2, |p| match p.kind {
+        PairKind::Node => vec![p.a.clone(), p.b.clone()],
+        PairKind::Gpu => vec![],
+    })
 }
 
 /// One reason per blamed node, comparing its node pairs with the median of all node pairs.
@@ -361,8 +337,7 @@ fn node_pair_culprit_reasons(
     bad_nodes: &[String],
     fraction: f64,
 ) -> Vec<Reason> {
-    let mut reasons = Vec::new();
-    for node in bad_nodes {
+    bad_nodes.iter().map(|node| {
         let bws: Vec<f64> = pairs
             .iter()
             .filter(|p| p.kind == PairKind::Node && (&p.a == node || &p.b == node))
@@ -376,7 +351,7 @@ fn node_pair_culprit_reasons(
                 .map(|p| p.busbw)
                 .collect::<Vec<_>>(),
         );
-        reasons.push(Reason {
+        Reason {
             code: ReasonCode::NodeOutlier,
             message: format!(
                 "node {node}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({:.0}%)",
@@ -385,9 +360,8 @@ fn node_pair_culprit_reasons(
             subject: Some(Culprit::Node(node.clone())),
             measured: Some(mean),
             limit: Some(fraction * med),
-        });
-    }
-    reasons
+        }
+    }).collect()
 }
 
 /// One reason per slow link that no blamed GPU or node already explains.
@@ -399,39 +373,33 @@ fn link_reasons(
     fraction: f64,
     multi: bool,
 ) -> Vec<Reason> {
-    let mut reasons = Vec::new();
-    for &(i, why) in slow {
-        let p = &pairs[i];
-        if p.kind == PairKind::Node && bad_nodes.iter().any(|n| n == &p.a || n == &p.b) {
-            continue;
-        }
-        let blamed_gpu = p.kind == PairKind::Gpu
-            && bad_gpus
-                .iter()
-                .any(|(n, g)| n == &p.node && (g == &p.a || g == &p.b));
-        if blamed_gpu {
-            continue;
-        }
-        let (message, limit) = slow_pair_sentence(p, why, fraction, multi);
-        reasons.push(Reason {
-            code: match (p.kind, why) {
-                (PairKind::Gpu, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
-                (PairKind::Gpu, SlowWhy::Outlier(_)) => ReasonCode::LinkOutlier,
-                (PairKind::Node, _) => ReasonCode::NodePairOutlier,
-            },
-            message,
-            subject: Some(p.culprit(multi)),
-            measured: Some(p.busbw),
-            limit: Some(limit),
-        });
-    }
-    reasons
+    let blamed = |p: &PairRow| match p.kind {
+        PairKind::Node => bad_nodes.iter().any(|n| n == &p.a || n == &p.b),
+        PairKind::Gpu => (bad_gpus.iter()).any(|(n, g)| n == &p.node && (g == &p.a || g == &p.b)),
+    };
+    let unexplained = slow.iter().map(|&(i, why)| (&pairs[i], why));
+    unexplained
+        .filter(|(p, _)| !blamed(p))
+        .map(|(p, why)| {
+            let (message, limit) = slow_pair_sentence(p, why, fraction, multi);
+            Reason {
+                code: match (p.kind, why) {
+                    (PairKind::Gpu, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
+                    (PairKind::Gpu, SlowWhy::Outlier(_)) => ReasonCode::LinkOutlier,
+                    (PairKind::Node, _) => ReasonCode::NodePairOutlier,
+                },
+                message,
+                subject: Some(p.culprit(multi)),
+                measured: Some(p.busbw),
+                limit: Some(limit),
+            }
+        })
+        .collect()
 }
 
 /// Nodes whose median GPU-pair busbw is below `fraction` x that of the other nodes: a node slow
 /// as a whole, even where no single pair stands out within it.
 fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
-    let mut reasons = Vec::new();
     let mut per_node: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
         per_node.entry(p.node.as_str()).or_default().push(p.busbw);
@@ -441,9 +409,11 @@ fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
     let all = median(&meds.iter().map(|m| m.1).collect::<Vec<_>>());
     // With two nodes the median is their mean: compare with the better one instead.
     let reference = if meds.len() == 2 { best } else { all };
-    for (node, m) in &meds {
-        if meds.len() >= 2 && *m < fraction * reference {
-            reasons.push(Reason {
+    let slow = meds
+        .iter()
+        .filter(|(_, m)| meds.len() >= 2 && *m < fraction * reference);
+    slow.map(|(node, m)| {
+            Reason {
                 code: ReasonCode::NodeOutlier,
                 message: format!(
                     "node {node}: GPU-pair sendrecv busbw median {m:.1} GB/s < {fraction:.2} x {reference:.1} GB/s of the other nodes"
@@ -451,10 +421,8 @@ fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
                 subject: Some(Culprit::Node(node.to_string())),
                 measured: Some(*m),
                 limit: Some(fraction * reference),
-            });
-        }
-    }
-    reasons
+            }
+    }).collect()
 }
 
 #[cfg(test)]

@@ -86,34 +86,27 @@ pub fn node_findings(
             out.push((slot.map_or(Scope::Node, Scope::Gpu), f));
         }
     }
-    let probed: Vec<(usize, Probed)> = gpus
+    // The probed GPUs, and the position among `gpus` of each.
+    let (slots, probed): (Vec<usize>, Vec<Probed>) = gpus
         .iter()
         .enumerate()
         .filter_map(|(k, g)| {
-            g.local_probe.as_ref().map(|p| {
-                (
-                    k,
-                    Probed {
-                        subject: format!("GPU{k}"),
-                        gpu_name: &g.info.name,
-                        device_id: g
-                            .info
-                            .pci_device_id
-                            .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id)),
-                        probe: p,
-                        others: g.health.as_ref().map_or(&[], |h| h.processes.as_slice()),
-                    },
-                )
-            })
+            let probed = Probed {
+                subject: format!("GPU{k}"),
+                gpu_name: &g.info.name,
+                device_id: g
+                    .info
+                    .pci_device_id
+                    .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id)),
+                probe: g.local_probe.as_ref()?,
+                others: g.health.as_ref().map_or(&[], |h| h.processes.as_slice()),
+            };
+            Some((k, probed))
         })
-        .collect();
-    let only: Vec<Probed> = probed.iter().map(|(_, p)| p.clone()).collect();
-    for f in local_probe::slow_probes(&only, fraction) {
-        let slot = probed
-            .iter()
-            .find(|(_, p)| p.subject == f.subject)
-            .map(|(k, _)| *k);
-        out.push((slot.map_or(Scope::Node, Scope::Gpu), f));
+        .unzip();
+    for f in local_probe::slow_probes(&probed, fraction) {
+        let slot = probed.iter().position(|p| p.subject == f.subject);
+        out.push((slot.map_or(Scope::Node, |i| Scope::Gpu(slots[i])), f));
     }
     if let Some(net) = facts.and_then(|f| f.net.as_ref()) {
         out.extend(net.findings.iter().cloned().map(|x| (Scope::Net, x)));
@@ -181,22 +174,13 @@ pub fn host_interference(
     gpu_side: &[GpuSide],
     floor: &dyn Fn(&str, u64) -> Option<f64>,
 ) -> (Vec<Reason>, Vec<(crate::report::Name, u64)>) {
-    let mut warnings = Vec::new();
-    let mut spared = Vec::new();
-    for r in rows {
-        let Some(min) = floor(&r.collective, r.size) else {
-            continue;
-        };
-        let Some(g) = gpu_side
-            .iter()
-            .find(|g| g.collective == r.collective && g.size == r.size)
-        else {
-            continue;
-        };
+    let slowed = rows.iter().filter_map(|r| {
+        let min = floor(&r.collective, r.size)?;
+        let side = (gpu_side.iter()).find(|g| g.collective == r.collective && g.size == r.size)?;
         let host = r.out_of_place.busbw.min(r.in_place.busbw);
-        let gpu = g.out_of_place_busbw.min(g.in_place_busbw);
-        if host < min && gpu >= min {
-            warnings.push(Reason {
+        let gpu = side.out_of_place_busbw.min(side.in_place_busbw);
+        (host < min && gpu >= min).then(|| {
+            let warning = Reason {
                 code: ReasonCode::HostInterference,
                 message: format!(
                     "{} {} busbw {host:.1} < {min:.1} GB/s by the host's clock but {gpu:.1} by \
@@ -208,11 +192,11 @@ pub fn host_interference(
                 subject: None,
                 measured: Some(host),
                 limit: Some(min),
-            });
-            spared.push((r.collective.clone(), r.size));
-        }
-    }
-    (warnings, spared)
+            };
+            (warning, (r.collective.clone(), r.size))
+        })
+    });
+    slowed.unzip()
 }
 
 /// The pairs as the verdict judges them, each at what its path delivered by the faster clock
@@ -303,33 +287,28 @@ pub fn host_cause(
     let (caused, kept): (Vec<Reason>, Vec<Reason>) =
         reasons.into_iter().partition(|r| host_can_cause(r.code));
     let describe = load.describe();
-    if caused.is_empty() {
-        let warning = Reason {
-            code: ReasonCode::HostBusy,
-            message: format!(
-                "{node}: {describe} (the check's numbers were not slowed below their floors)"
-            ),
-            subject: Some(Culprit::Node(node.to_string())),
-            measured: Some(load.others_share),
-            limit: Some(crate::facts::host_load::BUSY_SHARE),
-        };
-        return (kept, vec![warning]);
-    }
-    let first = &caused[0];
-    let mut out = vec![Reason {
-        code: ReasonCode::HostBusy,
-        message: format!(
+    let message = match caused.first() {
+        None => {
+            format!("{node}: {describe} (the check's numbers were not slowed below their floors)")
+        }
+        Some(first) => format!(
             "{node}: {describe}; {} slow result(s) not held against the hardware, measured \
              through a busy host (first: {})",
             caused.len(),
             first.message
         ),
+    };
+    let busy = Reason {
+        code: ReasonCode::HostBusy,
+        message,
         subject: Some(Culprit::Node(node.to_string())),
         measured: Some(load.others_share),
         limit: Some(crate::facts::host_load::BUSY_SHARE),
-    }];
-    out.extend(kept);
-    (out, Vec::new())
+    };
+    if caused.is_empty() {
+        return (kept, vec![busy]);
+    }
+    (std::iter::once(busy).chain(kept).collect(), Vec::new())
 }
 
 /// Node pairs below the share of the NICs' line rate NCCL's RDMA ports can carry
@@ -431,24 +410,19 @@ pub fn foreign_processes(
             continue;
         }
         if reasons.iter().any(|r| slows(r, k as u32, node)) {
+            let message = format!(
+                "{named}: the slow results on it are that process's load, not its hardware's"
+            );
             busy.push(Reason {
-                code: ReasonCode::GpuBusy,
-                message: format!(
-                    "{named}: the slow results on it are that process's load, not its \
-                     hardware's"
-                ),
-                subject: Some(subject.clone()),
-                measured: None,
-                limit: None,
+                subject: Some(subject),
+                ..Reason::plain(ReasonCode::GpuBusy, message)
             });
         } else {
             let held = named.replacen(": busy: ", ": ", 1);
+            let message = format!("{held} on it, idle while measured: a job on it shares it");
             idle.push(Reason {
-                code: ReasonCode::ForeignProcess,
-                message: format!("{held} on it, idle while measured: a job on it shares it"),
                 subject: Some(subject),
-                measured: None,
-                limit: None,
+                ..Reason::plain(ReasonCode::ForeignProcess, message)
             });
         }
     }

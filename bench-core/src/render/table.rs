@@ -61,14 +61,12 @@ pub fn header(
     iters: u32,
     check: bool,
 ) -> String {
-    let mut s = String::new();
-    s += &format!("# Collective test starting: {binary}\n");
-    s += &format!(
-        "# nThread {nthreads} nGpus 1 minBytes {min_bytes} maxBytes {max_bytes} step: {step_factor}(factor) \
+    format!(
+        "# Collective test starting: {binary}\n\
+         # nThread {nthreads} nGpus 1 minBytes {min_bytes} maxBytes {max_bytes} step: {step_factor}(factor) \
          warmup iters: {warmup} iters: {iters} agg iters: 1 validation: {} graph: 0 unalign: 0\n",
         check as u8
-    );
-    s
+    )
 }
 
 pub fn column_header() -> String {

@@ -36,44 +36,32 @@ pub fn check_transports(
 ) -> Vec<TransportFinding> {
     let mut out = Vec::new();
     for (&(from, to), pair) in &summary.pairs {
-        let path = summary.path(from, to);
         let intra = same_node(from, to);
-        if intra && expect.intra_node_p2p {
-            let bad: Vec<String> = pair
-                .transports
-                .iter()
-                .filter(|t| !matches!(t, Transport::P2p { .. }))
-                .map(|t| t.to_string())
-                .collect();
-            if !bad.is_empty() {
-                out.push(TransportFinding {
-                    subject: path.clone(),
-                    message: format!("{path} used {}, NVLink P2P expected", bad.join(" and ")),
-                });
-            }
+        // Between nodes: the profile's network, if it names one; within a node: NVLink P2P.
+        let inter = expect.inter_node_net.as_ref().filter(|_| !intra);
+        let wrong = |t: &&Transport| match inter {
+            Some(want) => t.is_net() && !want.accepts(t),
+            None => intra && expect.intra_node_p2p && !matches!(t, Transport::P2p { .. }),
+        };
+        let bad: Vec<String> = pair
+            .transports
+            .iter()
+            .filter(wrong)
+            .map(|t| t.to_string())
+            .collect();
+        if bad.is_empty() {
+            continue;
         }
-        if !intra {
-            if let Some(want) = &expect.inter_node_net {
-                let bad: Vec<String> = pair
-                    .transports
-                    .iter()
-                    .filter(|t| t.is_net() && !want.accepts(t))
-                    .map(|t| t.to_string())
-                    .collect();
-                if !bad.is_empty() {
-                    out.push(TransportFinding {
-                        subject: path.clone(),
-                        message: format!("{path} used {}, {want} expected", bad.join(" and ")),
-                    });
-                }
-            }
-        }
+        let want = inter.map_or("NVLink P2P".to_string(), |w| w.to_string());
+        let path = summary.path(from, to);
+        out.push(TransportFinding {
+            subject: path.clone(),
+            message: format!("{path} used {}, {want} expected", bad.join(" and ")),
+        });
     }
     if expect.collnet && !summary.collnet_used() {
-        let why = match &summary.collnet_disabled {
-            Some(w) => format!(" (NCCL: {w})"),
-            None => String::new(),
-        };
+        let why = (summary.collnet_disabled.as_ref()).map(|w| format!(" (NCCL: {w})"));
+        let why = why.unwrap_or_default();
         out.push(TransportFinding {
             subject: Culprit::Other("CollNet".into()),
             message: format!(

@@ -218,30 +218,20 @@ impl TransportSummary {
     }
 
     fn carried(&self, pred: impl Fn(&str) -> bool) -> Option<bool> {
-        if self.algorithms.is_empty() {
-            return None;
-        }
-        Some(
-            self.algorithms
-                .values()
-                .flat_map(|s| s.iter())
-                .any(|a| pred(a)),
-        )
+        let mut algorithms = self.algorithms.values().flatten();
+        (!self.algorithms.is_empty()).then(|| algorithms.any(|a| pred(a)))
     }
 
     /// Whether two ranks printed their lines from the same host name. Note that the caller
     /// knows better: `NCCL_HOSTID` makes one host look like several nodes to NCCL.
+    #[cfg(test)]
     pub fn same_host(&self, a: u32, b: u32) -> Option<bool> {
         Some(self.rank_hosts.get(&a)? == self.rank_hosts.get(&b)?)
     }
 
+    /// The path from rank `from` to rank `to`, typed: two GPUs of one node, directed. Written:
     /// `GPU0->GPU1` in a one-host log, `node01 GPU0->GPU1` inside a node of a multi-host log,
     /// `node01 GPU0->node02 GPU0` across hosts.
-    pub fn path_name(&self, from: u32, to: u32) -> String {
-        self.path(from, to).to_string()
-    }
-
-    /// The path from rank `from` to rank `to`, typed: two GPUs of one node, directed.
     pub fn path(&self, from: u32, to: u32) -> Culprit {
         let (fd, td) = self
             .pairs
@@ -267,15 +257,17 @@ impl TransportSummary {
     pub fn paths(&self) -> Vec<PathReport> {
         self.pairs
             .iter()
-            .map(|(&(from, to), p)| PathReport {
-                from_rank: from,
-                to_rank: to,
-                path: self.path_name(from, to),
-                transports: dedup(p.transports.iter().map(Transport::name))
-                    .into_iter()
-                    .map(Name::from)
-                    .collect(),
-                detail: p.transports.iter().map(|t| t.to_string()).collect(),
+            .map(|(&(from, to), p)| {
+                // The set is ordered by kind first: each name is one run, `dedup` leaves one.
+                let mut names: Vec<&str> = p.transports.iter().map(Transport::name).collect();
+                names.dedup();
+                PathReport {
+                    from_rank: from,
+                    to_rank: to,
+                    path: self.path(from, to).to_string(),
+                    transports: names.into_iter().map(Name::from).collect(),
+                    detail: p.transports.iter().map(|t| t.to_string()).collect(),
+                }
             })
             .collect()
     }
@@ -303,11 +295,7 @@ impl TransportInfo {
     pub fn not_recorded(why: String) -> Self {
         Self {
             source: why,
-            paths: Vec::new(),
-            network: None,
-            collnet_used: false,
-            nvls_used: false,
-            busbw_note: None,
+            ..Self::default()
         }
     }
 
@@ -329,16 +317,6 @@ impl TransportInfo {
             ))
         }
     }
-}
-
-fn dedup(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = Vec::new();
-    for n in names {
-        if !v.contains(&n) {
-            v.push(n);
-        }
-    }
-    v
 }
 
 #[cfg(test)]

@@ -166,17 +166,13 @@ pub fn draw_matrix<DB: DrawingBackend>(
         ("sans-serif", 12).into_font().color(&BLACK.mix(0.7)),
     ))?;
     for (k, label) in m.labels.iter().enumerate() {
+        let (size, color, text) = if culprit == Some(k) {
+            (14, &RED, format!("{label} !"))
+        } else {
+            (12, &BLACK, label.clone())
+        };
+        let style = ("sans-serif", size).into_font().color(color);
         let k = k as i32;
-        let style = if culprit == Some(k as usize) {
-            ("sans-serif", 14).into_font().color(&RED)
-        } else {
-            ("sans-serif", 12).into_font().color(&BLACK)
-        };
-        let text = if culprit == Some(k as usize) {
-            format!("{label} !")
-        } else {
-            label.clone()
-        };
         area.draw(&Text::new(
             text.clone(),
             (4, top + k * side + side / 2 - 6),

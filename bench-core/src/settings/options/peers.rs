@@ -31,10 +31,10 @@ impl Peers {
             job: env("SLURM_JOB_ID"),
             step: env("SLURM_STEP_ID").unwrap_or_else(|| "0".into()),
         };
-        let port_range = match &raw.port_range {
-            Some(r) => PortRange::parse(r).map_err(|e| e.to_string())?,
-            None => PortRange::DEFAULT,
-        };
+        let port_range = raw.port_range.as_deref().map(PortRange::parse);
+        let port_range = port_range
+            .unwrap_or(Ok(PortRange::DEFAULT))
+            .map_err(|e| e.to_string())?;
         let explicit = raw
             .rendezvous
             .clone()
@@ -73,14 +73,10 @@ fn rank_and_world(
     raw: &RawArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(u32, u32), String> {
-    let world = match raw.world.clone().or_else(|| env("SLURM_NTASKS")) {
-        Some(w) => parse_u32("world", &w)?,
-        None => 1,
-    };
-    let rank = match raw.rank.clone().or_else(|| env("SLURM_PROCID")) {
-        Some(r) => parse_u32("rank", &r)?,
-        None => 0,
-    };
+    let world = raw.world.clone().or_else(|| env("SLURM_NTASKS"));
+    let world = world.map_or(Ok(1), |w| parse_u32("world", &w))?;
+    let rank = raw.rank.clone().or_else(|| env("SLURM_PROCID"));
+    let rank = rank.map_or(Ok(0), |r| parse_u32("rank", &r))?;
     if world == 0 {
         return Err("invalid world 0: at least one process is needed".into());
     }

@@ -60,42 +60,21 @@ fn sweep(raw: &RawArgs) -> Result<Vec<u64>, String> {
             "minbytes {min_bytes} is larger than maxbytes {max_bytes}"
         ));
     }
-    let mut sizes = vec![];
-    let mut s = min_bytes;
-    while s <= max_bytes {
-        sizes.push(s);
-        if s == 0 {
-            break;
-        }
-        s = s.saturating_mul(raw.step_factor);
-    }
-    Ok(sizes)
+    let next = |&s: &u64| (s != 0).then(|| s.saturating_mul(raw.step_factor));
+    let sizes = std::iter::successors(Some(min_bytes), next);
+    Ok(sizes.take_while(|&s| s <= max_bytes).collect())
 }
 
 /// The plan's steps, with `-w` and `-n` replacing its counts where given.
 fn plan_steps(raw: &RawArgs, plan: &[Step]) -> Vec<Step> {
     plan.iter()
-        .map(|s| match s.clone() {
-            Step::Collective {
-                collective,
-                sizes,
-                warmup,
-                iters,
-            } => Step::Collective {
-                collective,
-                sizes,
-                warmup: raw.warmup_iters.unwrap_or(warmup),
-                iters: raw.iters.unwrap_or(iters),
-            },
-            Step::Pairs {
-                bytes,
-                warmup,
-                iters,
-            } => Step::Pairs {
-                bytes,
-                warmup: raw.warmup_iters.unwrap_or(warmup),
-                iters: raw.iters.unwrap_or(iters),
-            },
+        .cloned()
+        .map(|mut s| {
+            let (Step::Collective { warmup, iters, .. } | Step::Pairs { warmup, iters, .. }) =
+                &mut s;
+            *warmup = raw.warmup_iters.unwrap_or(*warmup);
+            *iters = raw.iters.unwrap_or(*iters);
+            s
         })
         .collect()
 }
