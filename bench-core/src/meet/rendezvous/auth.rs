@@ -346,21 +346,32 @@ impl Munge {
         })
     }
 
-    /// Runs `program` under the contract's supervision (own process group, killed with all it
-    /// started at the deadline, reaped), `input` on its stdin; its stdout, or why it failed.
-    fn run(
-        &self,
-        program: &std::path::Path,
-        args: &[&str],
-        input: &[u8],
-        deadline: Instant,
-    ) -> Result<String, AuthError> {
-        self.run_output(program, args, input, deadline)?
-            .map_err(|(_, why)| AuthError::Refused(why))
+    /// Runs munge with `args` after `--restrict-uid` (the job's uid), `input` on its stdin; the
+    /// credential, or why it failed.
+    fn munge(&self, args: &[&str], input: &[u8], deadline: Instant) -> Result<String, AuthError> {
+        let uid = self.uid.to_string();
+        let argv = [&["--restrict-uid", uid.as_str()][..], args].concat();
+        let out = self.run_output(&self.munge, &argv, input, deadline)?;
+        Ok(out
+            .map_err(|(_, why)| AuthError::Refused(why))?
+            .trim()
+            .to_string())
     }
 
-    /// As [`Munge::run`], but a program that ran and exited non-zero gives `Ok(Err((its
-    /// stdout, why)))`, so that unmunge's output for a replayed credential can still be read.
+    /// Runs unmunge on `credential` (`-k STATUS -k UID`), as [`Munge::run_output`] does.
+    fn unmunge(
+        &self,
+        credential: &str,
+        deadline: Instant,
+    ) -> Result<Result<String, (String, String)>, AuthError> {
+        let args = ["-k", "STATUS", "-k", "UID"];
+        self.run_output(&self.unmunge, &args, credential.as_bytes(), deadline)
+    }
+
+    /// Runs `program` under the contract's supervision (own process group, killed with all it
+    /// started at the deadline, reaped), `input` on its stdin: its stdout; a program that ran
+    /// and exited non-zero gives `Ok(Err((its stdout, why)))`, so that unmunge's output for a
+    /// replayed credential can still be read.
     fn run_output(
         &self,
         program: &std::path::Path,
@@ -477,17 +488,8 @@ impl Authenticator for Munge {
         getrandom::getrandom(&mut key)
             .map_err(|e| AuthError::Refused(format!("no random numbers from the kernel: {e}")))?;
         // The key on munge's stdin, never on its command line (which every user can read).
-        let uid = self.uid.to_string();
-        let cred = self.run(
-            &self.munge,
-            &["--restrict-uid", &uid],
-            hex::encode(&key).as_bytes(),
-            deadline,
-        )?;
-        Ok(Some(Ticket {
-            credential: cred.trim().to_string(),
-            key,
-        }))
+        let credential = self.munge(&[], hex::encode(&key).as_bytes(), deadline)?;
+        Ok(Some(Ticket { credential, key }))
     }
 
     fn open_ticket(&self, credential: &str, deadline: Instant) -> Result<Vec<u8>, AuthError> {
@@ -499,20 +501,13 @@ impl Authenticator for Munge {
         if let Some((_, key)) = known.as_ref().filter(|(c, _)| c == credential) {
             return Ok(key.clone());
         }
-        let out = self
-            .run_output(
-                &self.unmunge,
-                &["-k", "STATUS", "-k", "UID"],
-                credential.as_bytes(),
-                deadline,
-            )?
-            .or_else(|(out, why)| {
-                if out.contains("\n\n") {
-                    Ok(out)
-                } else {
-                    Err(refused(why))
-                }
-            })?;
+        let out = self.unmunge(credential, deadline)?.or_else(|(out, why)| {
+            if out.contains("\n\n") {
+                Ok(out)
+            } else {
+                Err(refused(why))
+            }
+        })?;
         let (status, uid, payload) = parse_unmunge(&out).map_err(refused)?;
         // Every process of the job opens the same ticket: a replay (a second process on this
         // node) or an expired one still shows whose it is and what it holds; the key's
@@ -539,14 +534,7 @@ impl Authenticator for Munge {
     }
 
     fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, AuthError> {
-        let uid = self.uid.to_string();
-        let cred = self.run(
-            &self.munge,
-            &["--restrict-uid", &uid, "--string", &digest(context)],
-            b"",
-            deadline,
-        )?;
-        Ok(cred.trim().to_string())
+        self.munge(&["--string", &digest(context)], b"", deadline)
     }
 
     fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), AuthError> {
@@ -555,12 +543,7 @@ impl Authenticator for Munge {
             return Err(refused("proof is not a MUNGE credential".into()));
         }
         let out = self
-            .run_output(
-                &self.unmunge,
-                &["-k", "STATUS", "-k", "UID"],
-                proof.as_bytes(),
-                deadline,
-            )?
+            .unmunge(proof, deadline)?
             .map_err(|(out, why)| refusal(&out, why))?;
         let (status, uid, payload) = parse_unmunge(&out).map_err(refused)?;
         if !status.starts_with("Success") {

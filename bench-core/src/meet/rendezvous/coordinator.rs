@@ -135,6 +135,13 @@ impl Refusals {
         ))
     }
 
+    /// Counts one refusal and prints its line when its kind may print one now.
+    fn log(&mut self, kind: Refusal, why: &str) {
+        if let Some(line) = self.note(kind, why) {
+            eprintln!("{line}");
+        }
+    }
+
     /// The refusals not printed since their kind's last line, by kind, in one line; `None`
     /// when every one was.
     pub fn unlogged(&self) -> Option<String> {
@@ -246,9 +253,7 @@ fn door_answer(label: &str, ticket: Option<&auth::Ticket>) -> Vec<u8> {
         }),
     }
     .unwrap_or_default();
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    frame
+    [&(body.len() as u32).to_be_bytes()[..], &body].concat()
 }
 
 /// The member's first frame, checked before the connection gets a thread (no credential work,
@@ -267,7 +272,7 @@ fn admit(
             Refusal::OtherVersion,
             format!(
                 "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
-                nccl_check_host::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+                super::member::clipped(&version.protocol, 40),
                 auth::PROTOCOL
             ),
             Some(answer.to_vec()),
@@ -474,9 +479,7 @@ pub fn serve(
             "candidate port {p} on {} is held by another process (bound, listening or not): a squatter, or another job's; listening on port {port} instead",
             setup.host
         );
-        if let Some(line) = refused.note(Refusal::Squatter, &why) {
-            eprintln!("{line}");
-        }
+        refused.log(Refusal::Squatter, &why);
     }
     listener
         .set_nonblocking(true)
@@ -524,11 +527,7 @@ pub fn serve(
                                 missing -= 1;
                             }
                         }
-                        Err((kind, why)) => {
-                            if let Some(line) = refused.note(kind, &why) {
-                                eprintln!("{line}");
-                            }
-                        }
+                        Err((kind, why)) => refused.log(kind, &why),
                     }
                 }
                 if missing == 0 {
@@ -562,9 +561,7 @@ pub fn serve(
                 for why in std::iter::repeat_n(silent.as_str(), pass.silent)
                     .chain(std::iter::repeat_n(broken, pass.broken))
                 {
-                    if let Some(line) = refused.note(Refusal::Incomplete, why) {
-                        eprintln!("{line}");
-                    }
+                    refused.log(Refusal::Incomplete, why);
                 }
                 for (stream, first) in pass.ready {
                     let opening = match admit(&first, &setup.label, ticket.as_ref(), &answer) {
@@ -575,11 +572,8 @@ pub fn serve(
                                 .map(|a| a.to_string())
                                 .unwrap_or_default();
                             // A ticketless opening is every member's first contact: not logged.
-                            let line = (kind != Refusal::NoTicket)
-                                .then(|| refused.note(kind, &format!("from {from}: {why}")))
-                                .flatten();
-                            if let Some(line) = line {
-                                eprintln!("{line}");
+                            if kind != Refusal::NoTicket {
+                                refused.log(kind, &format!("from {from}: {why}"));
                             }
                             // A few hundred bytes to a fresh socket: never blocks. Then closed.
                             if let Some(r) = reply {
@@ -594,9 +588,7 @@ pub fn serve(
                         let why = format!(
                             "{MAX_PARALLEL_HANDSHAKES} handshakes under way already (a flood of connections?)"
                         );
-                        if let Some(line) = refused.note(Refusal::Busy, &why) {
-                            eprintln!("{line}");
-                        }
+                        refused.log(Refusal::Busy, &why);
                         continue;
                     }
                     let Some(ip) = stream.peer_addr().ok().map(|a| a.ip().to_canonical()) else {
@@ -607,9 +599,7 @@ pub fn serve(
                         let why = format!(
                             "from {ip}: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from that address under way already (a flood of connections?)"
                         );
-                        if let Some(line) = refused.note(Refusal::Busy, &why) {
-                            eprintln!("{line}");
-                        }
+                        refused.log(Refusal::Busy, &why);
                         continue;
                     }
                     let Ok(handle) = stream.try_clone() else {

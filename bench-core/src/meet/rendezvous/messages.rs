@@ -24,8 +24,6 @@
 use super::Member;
 use serde::{Deserialize, Serialize};
 
-/// Most processes in one check.
-pub const MAX_WORLD: u32 = 65_536;
 /// Most GPUs one process drives.
 pub const MAX_GPUS_PER_PROCESS: u32 = 64;
 /// Longest host name (Linux HOST_NAME_MAX is 64; DNS names reach 253).

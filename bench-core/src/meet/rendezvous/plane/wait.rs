@@ -19,14 +19,6 @@ impl ControlPlane {
         }
     }
 
-    /// The plane's liveness settings (the default for one process alone).
-    pub fn liveness(&self) -> Liveness {
-        match self {
-            ControlPlane::Alone => Liveness::default(),
-            ControlPlane::Root { live, .. } | ControlPlane::Leaf { live, .. } => *live,
-        }
-    }
-
     /// A member's half of an operation: send, then wait for the coordinator's answer, beating
     /// while it waits (the coordinator may be waiting for a slower process).
     pub(super) fn round_trip(
