@@ -78,9 +78,7 @@ impl GpuEntry {
             rank,
             host,
             info,
-            health: None,
-            local_probe: None,
-            local_probe_error: None,
+            ..GpuEntry::default()
         }
     }
 }
