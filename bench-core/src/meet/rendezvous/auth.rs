@@ -116,10 +116,16 @@ pub struct Ticket {
     pub key: Vec<u8>,
 }
 
+/// HMAC-SHA256 of `msg` under `key` (HMAC takes keys of any length), to finish or to verify.
+fn hmac(key: &[u8], msg: &[u8]) -> Hmac<Sha256> {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts any key length");
+    m.update(msg);
+    m
+}
+
 /// An opening's proof of the ticket's key: HMAC-SHA256 over the opening's own fields, hex.
 pub fn ticket_proof(key: &[u8], label: &str, opening: &[&str]) -> String {
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts any key length");
-    m.update(&context("ticket", label, &opening.join("\n"), b""));
+    let m = hmac(key, &context("ticket", label, &opening.join("\n"), b""));
     hex::encode(m.finalize().into_bytes())
 }
 
@@ -131,8 +137,7 @@ pub fn check_ticket_proof(
     proof: &str,
 ) -> Result<(), String> {
     let tag = hex::decode(proof).map_err(|_| "ticket proof is not hex".to_string())?;
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts any key length");
-    m.update(&context("ticket", label, &opening.join("\n"), b""));
+    let m = hmac(key, &context("ticket", label, &opening.join("\n"), b""));
     m.verify_slice(&tag).map_err(|_| {
         "its proof of the job's ticket does not match (not a process of this job's user)"
             .to_string()
@@ -213,27 +218,21 @@ impl SharedSecret {
             source: source.to_string(),
         })
     }
-
-    fn mac(&self) -> Hmac<Sha256> {
-        // HMAC takes keys of any length.
-        <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC accepts any key length")
-    }
 }
 
 impl Authenticator for SharedSecret {
     fn prove(&self, context: &[u8], _deadline: Instant) -> Result<String, AuthError> {
-        let mut m = self.mac();
-        m.update(context);
-        Ok(hex::encode(m.finalize().into_bytes()))
+        Ok(hex::encode(
+            hmac(&self.key, context).finalize().into_bytes(),
+        ))
     }
 
     fn verify(&self, context: &[u8], proof: &str, _deadline: Instant) -> Result<(), AuthError> {
         let refused = |why: &str| AuthError::Refused(why.to_string());
         let tag = hex::decode(proof).map_err(|_| refused("proof is not hex"))?;
-        let mut m = self.mac();
-        m.update(context);
         // Constant-time comparison.
-        m.verify_slice(&tag)
+        hmac(&self.key, context)
+            .verify_slice(&tag)
             .map_err(|_| refused("proof does not match this step's secret"))
     }
 

@@ -171,6 +171,19 @@ pub(super) fn addr_text(a: SocketAddr) -> String {
     SocketAddr::new(a.ip().to_canonical(), a.port()).to_string()
 }
 
+/// The handshake's transcript, as both sides hash it: the step's label, the nonces and keys of
+/// the greeting `g` and the opening `o`, and the connection's two ends as the coordinator saw
+/// them (`from`, `to`).
+pub(super) fn transcript_of(
+    label: &str,
+    g: &Greeting,
+    o: &Opening,
+    from: &str,
+    to: &str,
+) -> [u8; 32] {
+    session::transcript(&[label, &g.nonce, &g.key, &o.nonce, &o.key, from, to])
+}
+
 /// Binds the first free candidate port on the rendezvous host's address; also the candidates
 /// before it that another process holds.
 fn bind(setup: &Setup) -> Result<(TcpListener, u16, Vec<u16>), String> {
@@ -371,15 +384,7 @@ fn handshake_opened(
     let wire_err = |e: wire::WireError| who(e.to_string());
     let (keys, greeting, opening, their_key) =
         greet(&mut stream, label, opening, deadline).map_err(|(k, e)| kind(k)(e))?;
-    let transcript = session::transcript(&[
-        label,
-        &greeting.nonce,
-        &greeting.key,
-        &opening.nonce,
-        &opening.key,
-        &seen_from,
-        &seen_to,
-    ]);
+    let transcript = transcript_of(label, &greeting, &opening, &seen_from, &seen_to);
     let t_hex = hex::encode(transcript);
     let proof = Proof {
         from: seen_from.clone(),

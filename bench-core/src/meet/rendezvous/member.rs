@@ -13,7 +13,7 @@
 //! ([`super::beacon`]), never on silence: a coordinator that starts late is waited for.
 
 use super::auth;
-use super::coordinator::{addr_text, HANDSHAKE_TIMEOUT};
+use super::coordinator::{addr_text, transcript_of, HANDSHAKE_TIMEOUT};
 use super::messages::{
     self, Greeting, Hello, HelloBody, Opening, Proof, TicketOffer, Version, Welcome,
 };
@@ -409,15 +409,7 @@ fn attempt_on(
     // The transcript as the coordinator saw the connection: its proof says whether that is
     // really the coordinator; then whether it saw the same connection says whether anything
     // sits between the two.
-    let transcript = session::transcript(&[
-        &setup.label,
-        &greeting.nonce,
-        &greeting.key,
-        &opening.nonce,
-        &opening.key,
-        &proof.from,
-        &proof.to,
-    ]);
+    let transcript = transcript_of(&setup.label, &greeting, &opening, &proof.from, &proof.to);
     let t_hex = hex::encode(transcript);
     setup
         .auth
