@@ -96,12 +96,6 @@ pub struct Refusals {
     interval: Duration,
 }
 
-impl Default for Refusals {
-    fn default() -> Refusals {
-        Refusals::every(REFUSAL_INTERVAL)
-    }
-}
-
 impl Refusals {
     /// A log that gives each kind a line per `interval` after its first [`REFUSALS_AT_ONCE`].
     pub fn every(interval: Duration) -> Refusals {
@@ -478,7 +472,7 @@ pub fn serve(
             super::beacon::announce(ip, &setup.ports, &setup.label, a, ticket.as_ref(), e, until);
         }
     })?;
-    let mut refused = Refusals::default();
+    let mut refused = Refusals::every(REFUSAL_INTERVAL);
     for p in held {
         let why = format!(
             "candidate port {p} on {} is held by another process (bound, listening or not): a squatter, or another job's; listening on port {port} instead",

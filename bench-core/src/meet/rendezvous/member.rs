@@ -559,8 +559,9 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
     let mut dropped = std::collections::HashSet::new();
     loop {
         let left = setup.deadline.saturating_duration_since(Instant::now());
-        let report = match rx.recv_timeout(left) {
-            Ok(r) => r,
+        let (port, miss) = match rx.recv_timeout(left) {
+            Ok(Report::Found(a)) => return Ok(a),
+            Ok(Report::Missed(port, miss)) => (port, miss),
             Err(_) => {
                 let last = setup
                     .ports
@@ -573,10 +574,6 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
                     setup.host
                 ));
             }
-        };
-        let (port, miss) = match report {
-            Report::Found(a) => return Ok(a),
-            Report::Missed(port, miss) => (port, miss),
         };
         // Said once per port and kind: what the member does next.
         let (why, first, next) = match miss {
