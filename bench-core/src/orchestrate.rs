@@ -96,7 +96,12 @@ fn measure(
     // the verdict hold results to the same floors: wait for them (bounded, `NVML_BUDGET` from
     // the start; NVML usually answered while CUDA started).
     let nvml = health.resolve(deadline);
-    let (gpu, identity, interconnect) = model(&devices, &nvml.facts);
+    // What the floors are looked up by: the first GPU's model (its SKU by PCI device ID) and
+    // how this process's GPUs reach each other (read from NVML), with the identity and
+    // interconnect the report records.
+    let (name, id, interconnect) = read_gpus(&devices, &nvml.facts);
+    let (gpu, identity) = identify(name, id, &interconnect);
+    let gpu = Arc::new(gpu);
     // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
     crate::localize::own::known::record(&devices, &nvml.facts, record.facts.as_ref());
     if !opts.quiet && opts.rank == 0 {
@@ -308,22 +313,6 @@ fn explain(
             p.display()
         ))
     )
-}
-
-/// What the floors are looked up by: the first GPU's model (its SKU by PCI device ID) and how
-/// this process's GPUs reach each other (read from NVML), with the identity and interconnect
-/// the report records.
-fn model(
-    devices: &[usize],
-    nvml: &crate::facts::gpu_health::HealthFacts,
-) -> (
-    Arc<GpuModel>,
-    String,
-    crate::facts::interconnect::Interconnect,
-) {
-    let (name, id, interconnect) = read_gpus(devices, nvml);
-    let (model, identity) = identify(name, id, &interconnect);
-    (Arc::new(model), identity, interconnect)
 }
 
 /// The GPU model of a first GPU's driver name and PCI device ID and of the GPUs' interconnect
@@ -540,10 +529,7 @@ fn gather(
         errors.extend(out.error);
     }
     errors.sort_by_key(|e| matches!(e, RunError::Stopped(_)));
-    match errors.into_iter().next() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    errors.into_iter().next().map_or(Ok(()), Err)
 }
 
 /// PASS or FAIL of a measured run (see `judge`), with CUDA's peer access for the transport

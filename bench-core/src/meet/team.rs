@@ -164,10 +164,9 @@ impl Team {
         if self.told.load(Ordering::Relaxed) {
             return;
         }
-        let why = {
-            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.failed.clone().unwrap_or_default()
-        };
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let why = st.failed.clone().unwrap_or_default();
+        drop(st);
         if let Ok(mut plane) = self.plane.try_lock() {
             plane.abort(&why, self.deadline);
             self.told.store(true, Ordering::Relaxed);
@@ -176,12 +175,11 @@ impl Team {
 
     /// Fails the team with what the watch found, unless it had failed already.
     fn lose(&self, e: PlaneError) {
-        {
-            let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            if st.failed.is_some() {
-                return;
-            }
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.failed.is_some() {
+            return;
         }
+        drop(st);
         if let Ok(mut lost) = self.lost.lock() {
             lost.get_or_insert(e.clone());
         }

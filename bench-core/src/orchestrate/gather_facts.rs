@@ -96,13 +96,11 @@ pub fn explain_node(opts: &Options, device_id: Option<u16>, gpu_name: &str, host
     let src = sources(opts, host, &env);
     if let Some((model, count)) = &opts.gpu_model {
         // The asked-for model only: this node's files and GPUs are no part of the answer.
-        let mut out =
+        let head =
             format!("Facts of {count} x {model} (--gpu-model: nothing of this node is read):\n");
-        out += &model_facts(opts, device_id, gpu_name);
-        return out;
+        return head + &model_facts(opts, device_id, gpu_name);
     }
-    let mut out = String::from("Node facts:\n");
-    out += &match node::node_expectation(&src) {
+    let expected = match node::node_expectation(&src) {
         Some(e) => format!(
             "  expected GPUs on {}: {}{} (source: {})\n",
             src.host,
@@ -120,21 +118,19 @@ pub fn explain_node(opts: &Options, device_id: Option<u16>, gpu_name: &str, host
             src.host
         ),
     };
-    out += &model_facts(opts, device_id, gpu_name);
-    out
+    format!("Node facts:\n{expected}") + &model_facts(opts, device_id, gpu_name)
 }
 
 /// What the GPU model implies, whichever node asks: NVLinks per GPU and the local probe's floor.
 fn model_facts(opts: &Options, device_id: Option<u16>, gpu_name: &str) -> String {
-    let mut out = String::new();
-    out += &match gpu_health::expected_nvlinks(device_id, gpu_name) {
+    let nvlinks = match gpu_health::expected_nvlinks(device_id, gpu_name) {
         Some((n, why)) => format!("  NVLinks per GPU: {n} active (source: {why})\n"),
         None => format!(
             "  NVLinks per GPU: '{gpu_name}' is no SXM or superchip part of the SKU table: each GPU \
              is held against its siblings of the same model\n"
         ),
     };
-    out += &match local_probe::copy_floor(device_id, gpu_name) {
+    let probe = match local_probe::copy_floor(device_id, gpu_name) {
         Some((f, how)) => format!(
             "  local probe (device-local copy, every GPU at once): >= {f:.0} GB/s = {how}; and >= {:.2} x its siblings' median\n",
             opts.config.outliers.fraction
@@ -144,7 +140,7 @@ fn model_facts(opts: &Options, device_id: Option<u16>, gpu_name: &str) -> String
             opts.config.outliers.fraction
         ),
     };
-    out
+    nvlinks + &probe
 }
 
 #[cfg(test)]

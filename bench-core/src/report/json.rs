@@ -78,9 +78,7 @@ impl GpuEntry {
             rank,
             host,
             info,
-            health: None,
-            local_probe: None,
-            local_probe_error: None,
+            ..GpuEntry::default()
         }
     }
 }
@@ -187,31 +185,9 @@ impl Report {
             started_unix,
             host,
             pid: std::process::id(),
-            process_rank: 0,
-            world: 1,
-            nranks: 0,
-            rendezvous: None,
-            nccl: None,
-            // Filled by the worker from its environment (`nccl_env_of`).
-            nccl_env: BTreeMap::new(),
-            settings: None,
-            gpus: Vec::new(),
-            processes: Vec::new(),
-            results: Vec::new(),
-            pairs: Vec::new(),
-            interconnect: None,
-            shared_gpus: Vec::new(),
-            sku: None,
-            localization: None,
-            node_findings: Vec::new(),
-            transports: None,
-            network_profile: None,
-            avg_busbw: BTreeMap::new(),
-            facts: None,
-            warnings: Vec::new(),
-            gpu_side: Vec::new(),
-            phases: Phases::default(),
-            error: None,
+            // The rest empty; `nccl_env` is filled by the worker from its environment
+            // (`nccl_env_of`).
+            ..Report::default()
         }
     }
 

@@ -89,7 +89,8 @@ fn ranks(absent: &[u32], world: u32) -> String {
     )
 }
 
-fn more(all: usize, named: usize) -> String {
+/// " and K more" where `all` is over the `named` ones shown (also the control plane's).
+pub(super) fn more(all: usize, named: usize) -> String {
     match all.saturating_sub(named) {
         0 => String::new(),
         k => format!(" and {k} more"),

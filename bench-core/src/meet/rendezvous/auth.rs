@@ -95,10 +95,16 @@ pub struct Ticket {
     pub key: Vec<u8>,
 }
 
+/// HMAC-SHA256 of `msg` under `key` (HMAC takes keys of any length), to finish or to verify.
+fn hmac(key: &[u8], msg: &[u8]) -> Hmac<Sha256> {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts any key length");
+    m.update(msg);
+    m
+}
+
 /// An opening's proof of the ticket's key: HMAC-SHA256 over the opening's own fields, hex.
 pub fn ticket_proof(key: &[u8], label: &str, opening: &[&str]) -> String {
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts any key length");
-    m.update(&context("ticket", label, &opening.join("\n"), b""));
+    let m = hmac(key, &context("ticket", label, &opening.join("\n"), b""));
     hex::encode(m.finalize().into_bytes())
 }
 
@@ -110,8 +116,7 @@ pub fn check_ticket_proof(
     proof: &str,
 ) -> Result<(), String> {
     let tag = hex::decode(proof).map_err(|_| "ticket proof is not hex".to_string())?;
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts any key length");
-    m.update(&context("ticket", label, &opening.join("\n"), b""));
+    let m = hmac(key, &context("ticket", label, &opening.join("\n"), b""));
     m.verify_slice(&tag).map_err(|_| {
         "its proof of the job's ticket does not match (not a process of this job's user)"
             .to_string()
@@ -192,27 +197,21 @@ impl SharedSecret {
             source: source.to_string(),
         })
     }
-
-    fn mac(&self) -> Hmac<Sha256> {
-        // HMAC takes keys of any length.
-        <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC accepts any key length")
-    }
 }
 
 impl Authenticator for SharedSecret {
     fn prove(&self, context: &[u8], _deadline: Instant) -> Result<String, AuthError> {
-        let mut m = self.mac();
-        m.update(context);
-        Ok(hex::encode(m.finalize().into_bytes()))
+        Ok(hex::encode(
+            hmac(&self.key, context).finalize().into_bytes(),
+        ))
     }
 
     fn verify(&self, context: &[u8], proof: &str, _deadline: Instant) -> Result<(), AuthError> {
         let refused = |why: &str| AuthError::Refused(why.to_string());
         let tag = hex::decode(proof).map_err(|_| refused("proof is not hex"))?;
-        let mut m = self.mac();
-        m.update(context);
         // Constant-time comparison.
-        m.verify_slice(&tag)
+        hmac(&self.key, context)
+            .verify_slice(&tag)
             .map_err(|_| refused("proof does not match this step's secret"))
     }
 
@@ -325,21 +324,32 @@ impl Munge {
         })
     }
 
-    /// Runs `program` under the contract's supervision (own process group, killed with all it
-    /// started at the deadline, reaped), `input` on its stdin; its stdout, or why it failed.
-    fn run(
-        &self,
-        program: &std::path::Path,
-        args: &[&str],
-        input: &[u8],
-        deadline: Instant,
-    ) -> Result<String, AuthError> {
-        self.run_output(program, args, input, deadline)?
-            .map_err(|(_, why)| AuthError::Refused(why))
+    /// Runs munge with `args` after `--restrict-uid` (the job's uid), `input` on its stdin; the
+    /// credential, or why it failed.
+    fn munge(&self, args: &[&str], input: &[u8], deadline: Instant) -> Result<String, AuthError> {
+        let uid = self.uid.to_string();
+        let argv = [&["--restrict-uid", uid.as_str()][..], args].concat();
+        let out = self.run_output(&self.munge, &argv, input, deadline)?;
+        Ok(out
+            .map_err(|(_, why)| AuthError::Refused(why))?
+            .trim()
+            .to_string())
     }
 
-    /// As [`Munge::run`], but a program that ran and exited non-zero gives `Ok(Err((its
-    /// stdout, why)))`, so that unmunge's output for a replayed credential can still be read.
+    /// Runs unmunge on `credential` (`-k STATUS -k UID`), as [`Munge::run_output`] does.
+    fn unmunge(
+        &self,
+        credential: &str,
+        deadline: Instant,
+    ) -> Result<Result<String, (String, String)>, AuthError> {
+        let args = ["-k", "STATUS", "-k", "UID"];
+        self.run_output(&self.unmunge, &args, credential.as_bytes(), deadline)
+    }
+
+    /// Runs `program` under the contract's supervision (own process group, killed with all it
+    /// started at the deadline, reaped), `input` on its stdin: its stdout; a program that ran
+    /// and exited non-zero gives `Ok(Err((its stdout, why)))`, so that unmunge's output for a
+    /// replayed credential can still be read.
     fn run_output(
         &self,
         program: &std::path::Path,
@@ -456,17 +466,8 @@ impl Authenticator for Munge {
         getrandom::getrandom(&mut key)
             .map_err(|e| AuthError::Refused(format!("no random numbers from the kernel: {e}")))?;
         // The key on munge's stdin, never on its command line (which every user can read).
-        let uid = self.uid.to_string();
-        let cred = self.run(
-            &self.munge,
-            &["--restrict-uid", &uid],
-            hex::encode(&key).as_bytes(),
-            deadline,
-        )?;
-        Ok(Some(Ticket {
-            credential: cred.trim().to_string(),
-            key,
-        }))
+        let credential = self.munge(&[], hex::encode(&key).as_bytes(), deadline)?;
+        Ok(Some(Ticket { credential, key }))
     }
 
     fn open_ticket(&self, credential: &str, deadline: Instant) -> Result<Vec<u8>, AuthError> {
@@ -478,20 +479,13 @@ impl Authenticator for Munge {
         if let Some((_, key)) = known.as_ref().filter(|(c, _)| c == credential) {
             return Ok(key.clone());
         }
-        let out = self
-            .run_output(
-                &self.unmunge,
-                &["-k", "STATUS", "-k", "UID"],
-                credential.as_bytes(),
-                deadline,
-            )?
-            .or_else(|(out, why)| {
-                if out.contains("\n\n") {
-                    Ok(out)
-                } else {
-                    Err(refused(why))
-                }
-            })?;
+        let out = self.unmunge(credential, deadline)?.or_else(|(out, why)| {
+            if out.contains("\n\n") {
+                Ok(out)
+            } else {
+                Err(refused(why))
+            }
+        })?;
         let (status, uid, payload) = parse_unmunge(&out).map_err(refused)?;
         // Every process of the job opens the same ticket: a replay (a second process on this
         // node) or an expired one still shows whose it is and what it holds; the key's
@@ -518,14 +512,7 @@ impl Authenticator for Munge {
     }
 
     fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, AuthError> {
-        let uid = self.uid.to_string();
-        let cred = self.run(
-            &self.munge,
-            &["--restrict-uid", &uid, "--string", &digest(context)],
-            b"",
-            deadline,
-        )?;
-        Ok(cred.trim().to_string())
+        self.munge(&["--string", &digest(context)], b"", deadline)
     }
 
     fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), AuthError> {
@@ -534,12 +521,7 @@ impl Authenticator for Munge {
             return Err(refused("proof is not a MUNGE credential".into()));
         }
         let out = self
-            .run_output(
-                &self.unmunge,
-                &["-k", "STATUS", "-k", "UID"],
-                proof.as_bytes(),
-                deadline,
-            )?
+            .unmunge(proof, deadline)?
             .map_err(|(out, why)| refusal(&out, why))?;
         let (status, uid, payload) = parse_unmunge(&out).map_err(refused)?;
         if !status.starts_with("Success") {

@@ -96,12 +96,6 @@ pub struct Refusals {
     interval: Duration,
 }
 
-impl Default for Refusals {
-    fn default() -> Refusals {
-        Refusals::every(REFUSAL_INTERVAL)
-    }
-}
-
 impl Refusals {
     /// A log that gives each kind a line per `interval` after its first [`REFUSALS_AT_ONCE`].
     pub fn every(interval: Duration) -> Refusals {
@@ -135,6 +129,13 @@ impl Refusals {
         ))
     }
 
+    /// Counts one refusal and prints its line when its kind may print one now.
+    fn log(&mut self, kind: Refusal, why: &str) {
+        if let Some(line) = self.note(kind, why) {
+            eprintln!("{line}");
+        }
+    }
+
     /// The refusals not printed since their kind's last line, by kind, in one line; `None`
     /// when every one was.
     pub fn unlogged(&self) -> Option<String> {
@@ -162,6 +163,19 @@ pub(super) struct Arrival {
 /// A socket address as both sides write it into the transcript (IPv4-mapped IPv6 as IPv4).
 pub(super) fn addr_text(a: SocketAddr) -> String {
     SocketAddr::new(a.ip().to_canonical(), a.port()).to_string()
+}
+
+/// The handshake's transcript, as both sides hash it: the step's label, the nonces and keys of
+/// the greeting `g` and the opening `o`, and the connection's two ends as the coordinator saw
+/// them (`from`, `to`).
+pub(super) fn transcript_of(
+    label: &str,
+    g: &Greeting,
+    o: &Opening,
+    from: &str,
+    to: &str,
+) -> [u8; 32] {
+    session::transcript(&[label, &g.nonce, &g.key, &o.nonce, &o.key, from, to])
 }
 
 /// Binds the first free candidate port on the rendezvous host's address; also the candidates
@@ -246,9 +260,7 @@ fn door_answer(label: &str, ticket: Option<&auth::Ticket>) -> Vec<u8> {
         }),
     }
     .unwrap_or_default();
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    frame
+    [&(body.len() as u32).to_be_bytes()[..], &body].concat()
 }
 
 /// The member's first frame, checked before the connection gets a thread (no credential work,
@@ -267,7 +279,7 @@ fn admit(
             Refusal::OtherVersion,
             format!(
                 "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
-                nccl_check_host::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+                super::member::clipped(&version.protocol, 40),
                 auth::PROTOCOL
             ),
             Some(answer.to_vec()),
@@ -366,15 +378,7 @@ fn handshake_opened(
     let wire_err = |e: wire::WireError| who(e.to_string());
     let (keys, greeting, opening, their_key) =
         greet(&mut stream, label, opening, deadline).map_err(|(k, e)| kind(k)(e))?;
-    let transcript = session::transcript(&[
-        label,
-        &greeting.nonce,
-        &greeting.key,
-        &opening.nonce,
-        &opening.key,
-        &seen_from,
-        &seen_to,
-    ]);
+    let transcript = transcript_of(label, &greeting, &opening, &seen_from, &seen_to);
     let t_hex = hex::encode(transcript);
     let proof = Proof {
         from: seen_from.clone(),
@@ -468,15 +472,13 @@ pub fn serve(
             super::beacon::announce(ip, &setup.ports, &setup.label, a, ticket.as_ref(), e, until);
         }
     })?;
-    let mut refused = Refusals::default();
+    let mut refused = Refusals::every(REFUSAL_INTERVAL);
     for p in held {
         let why = format!(
             "candidate port {p} on {} is held by another process (bound, listening or not): a squatter, or another job's; listening on port {port} instead",
             setup.host
         );
-        if let Some(line) = refused.note(Refusal::Squatter, &why) {
-            eprintln!("{line}");
-        }
+        refused.log(Refusal::Squatter, &why);
     }
     listener
         .set_nonblocking(true)
@@ -524,11 +526,7 @@ pub fn serve(
                                 missing -= 1;
                             }
                         }
-                        Err((kind, why)) => {
-                            if let Some(line) = refused.note(kind, &why) {
-                                eprintln!("{line}");
-                            }
-                        }
+                        Err((kind, why)) => refused.log(kind, &why),
                     }
                 }
                 if missing == 0 {
@@ -562,9 +560,7 @@ pub fn serve(
                 for why in std::iter::repeat_n(silent.as_str(), pass.silent)
                     .chain(std::iter::repeat_n(broken, pass.broken))
                 {
-                    if let Some(line) = refused.note(Refusal::Incomplete, why) {
-                        eprintln!("{line}");
-                    }
+                    refused.log(Refusal::Incomplete, why);
                 }
                 for (stream, first) in pass.ready {
                     let opening = match admit(&first, &setup.label, ticket.as_ref(), &answer) {
@@ -575,11 +571,8 @@ pub fn serve(
                                 .map(|a| a.to_string())
                                 .unwrap_or_default();
                             // A ticketless opening is every member's first contact: not logged.
-                            let line = (kind != Refusal::NoTicket)
-                                .then(|| refused.note(kind, &format!("from {from}: {why}")))
-                                .flatten();
-                            if let Some(line) = line {
-                                eprintln!("{line}");
+                            if kind != Refusal::NoTicket {
+                                refused.log(kind, &format!("from {from}: {why}"));
                             }
                             // A few hundred bytes to a fresh socket: never blocks. Then closed.
                             if let Some(r) = reply {
@@ -594,9 +587,7 @@ pub fn serve(
                         let why = format!(
                             "{MAX_PARALLEL_HANDSHAKES} handshakes under way already (a flood of connections?)"
                         );
-                        if let Some(line) = refused.note(Refusal::Busy, &why) {
-                            eprintln!("{line}");
-                        }
+                        refused.log(Refusal::Busy, &why);
                         continue;
                     }
                     let Some(ip) = stream.peer_addr().ok().map(|a| a.ip().to_canonical()) else {
@@ -607,9 +598,7 @@ pub fn serve(
                         let why = format!(
                             "from {ip}: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from that address under way already (a flood of connections?)"
                         );
-                        if let Some(line) = refused.note(Refusal::Busy, &why) {
-                            eprintln!("{line}");
-                        }
+                        refused.log(Refusal::Busy, &why);
                         continue;
                     }
                     let Ok(handle) = stream.try_clone() else {

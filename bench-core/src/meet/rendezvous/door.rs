@@ -96,11 +96,6 @@ impl Door {
         }
     }
 
-    /// Connections waiting now.
-    pub fn waiting(&self) -> usize {
-        self.waiting.len()
-    }
-
     /// Waits up to `wait` (at most 1 s) for new connections or bytes, then takes what came; an
     /// error only from the listener itself.
     pub fn pass(&mut self, wait: Duration) -> Result<Pass, std::io::Error> {
@@ -187,6 +182,13 @@ impl Door {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    impl Door {
+        /// Connections waiting now.
+        fn waiting(&self) -> usize {
+            self.waiting.len()
+        }
+    }
 
     fn door(silence_ms: u64, max: usize) -> (Door, std::net::SocketAddr) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -13,7 +13,7 @@
 //! ([`super::beacon`]), never on silence: a coordinator that starts late is waited for.
 
 use super::auth;
-use super::coordinator::{addr_text, HANDSHAKE_TIMEOUT};
+use super::coordinator::{addr_text, transcript_of, HANDSHAKE_TIMEOUT};
 use super::messages::{
     self, Greeting, Hello, HelloBody, Opening, Proof, TicketOffer, Version, Welcome,
 };
@@ -116,13 +116,6 @@ fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, Strin
         .or(all.first())
         .copied()
         .ok_or_else(|| format!("{host} resolves to no address"))
-}
-
-/// The connection's two ends, as the transcript writes them.
-fn ends(stream: &TcpStream) -> Result<(String, String), String> {
-    let local = stream.local_addr().map_err(|e| e.to_string())?;
-    let peer = stream.peer_addr().map_err(|e| e.to_string())?;
-    Ok((addr_text(local), addr_text(peer)))
 }
 
 /// A wire error while the port's holder is expected to speak, after waiting `waited`.
@@ -281,6 +274,19 @@ fn bound_without_listener(addr: SocketAddr) -> bool {
     r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EADDRINUSE)
 }
 
+/// The first `n` characters of a peer's `text`, control characters escaped, for a message.
+pub(super) fn clipped(text: &str, n: usize) -> String {
+    nccl_check_host::text::escape_control(&text.chars().take(n).collect::<String>())
+}
+
+/// A port held by the coordinator of the step labelled `label`.
+fn other_step(label: &str) -> Miss {
+    Miss::Held(format!(
+        "the coordinator of another job step ('{}')",
+        clipped(label, 60)
+    ))
+}
+
 /// The coordinator's first message, if it is this step's coordinator's greeting: the same
 /// protocol version (else named: another nccl-check version, or not nccl-check) and this step's
 /// label (else the coordinator of another step holds the port).
@@ -290,19 +296,14 @@ fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
     if version.protocol != auth::PROTOCOL {
         return Err(Miss::Held(format!(
             "a process speaking protocol '{}', not {} (a worker of another nccl-check version, or not nccl-check)",
-            nccl_check_host::text::escape_control(&version.protocol.chars().take(40).collect::<String>()),
+            clipped(&version.protocol, 40),
             auth::PROTOCOL
         )));
     }
     let greeting: Greeting = wire::decode(first)
         .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
     if greeting.label != setup.label {
-        return Err(Miss::Held(format!(
-            "the coordinator of another job step ('{}')",
-            nccl_check_host::text::escape_control(
-                &greeting.label.chars().take(60).collect::<String>()
-            )
-        )));
+        return Err(other_step(&greeting.label));
     }
     Ok(greeting)
 }
@@ -322,12 +323,7 @@ fn take_offer(
 ) -> Option<Miss> {
     let offer: TicketOffer = wire::decode(first).ok()?;
     if offer.label != setup.label {
-        return Some(Miss::Held(format!(
-            "the coordinator of another job step ('{}')",
-            nccl_check_host::text::escape_control(
-                &offer.label.chars().take(60).collect::<String>()
-            )
-        )));
+        return Some(other_step(&offer.label));
     }
     let key = match setup.auth.open_ticket(&offer.ticket, deadline) {
         Ok(k) => k,
@@ -387,7 +383,9 @@ fn attempt_on(
     let open = |e: String| Miss::Open(e);
     stream.set_nodelay(true).map_err(|e| open(e.to_string()))?;
     let answer_by = setup.deadline.min(Instant::now() + ANSWER_WAIT);
-    let (local, peer) = ends(stream).map_err(open)?;
+    // The connection's two ends, as the transcript writes them.
+    let local = addr_text(stream.local_addr().map_err(|e| open(e.to_string()))?);
+    let peer = addr_text(stream.peer_addr().map_err(|e| open(e.to_string()))?);
     let keys = KeyPair::new().map_err(open)?;
     // Sent at once: the coordinator answers it with its greeting.
     let opening = opening_of(&setup.label, &keys, &local, &peer, known).map_err(open)?;
@@ -411,15 +409,7 @@ fn attempt_on(
     // The transcript as the coordinator saw the connection: its proof says whether that is
     // really the coordinator; then whether it saw the same connection says whether anything
     // sits between the two.
-    let transcript = session::transcript(&[
-        &setup.label,
-        &greeting.nonce,
-        &greeting.key,
-        &opening.nonce,
-        &opening.key,
-        &proof.from,
-        &proof.to,
-    ]);
+    let transcript = transcript_of(&setup.label, &greeting, &opening, &proof.from, &proof.to);
     let t_hex = hex::encode(transcript);
     setup
         .auth
@@ -569,8 +559,9 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
     let mut dropped = std::collections::HashSet::new();
     loop {
         let left = setup.deadline.saturating_duration_since(Instant::now());
-        let report = match rx.recv_timeout(left) {
-            Ok(r) => r,
+        let (port, miss) = match rx.recv_timeout(left) {
+            Ok(Report::Found(a)) => return Ok(a),
+            Ok(Report::Missed(port, miss)) => (port, miss),
             Err(_) => {
                 let last = setup
                     .ports
@@ -584,11 +575,8 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
                 ));
             }
         };
-        let (port, miss) = match report {
-            Report::Found(a) => return Ok(a),
-            Report::Missed(port, miss) => (port, miss),
-        };
-        match &miss {
+        // Said once per port and kind: what the member does next.
+        let (why, first, next) = match miss {
             Miss::Failed(why) => {
                 return Err(format!(
                     "rendezvous at {}: the coordinator started and cannot listen on any candidate port, as it said (over UDP, on port {port}): {why}",
@@ -597,31 +585,25 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
             }
             Miss::Open(why) => {
                 held.insert(port, 0);
-                latest.insert(port, why.clone());
+                (why, false, "")
             }
             Miss::Dropped(why) => {
                 held.insert(port, 0);
-                if dropped.insert(port) {
-                    eprintln!(
-                        "nccl-check: rendezvous: port {port} on {}: {}; trying again",
-                        setup.host,
-                        nccl_check_host::text::escape_control(why)
-                    );
-                }
-                latest.insert(port, why.clone());
+                (why, dropped.insert(port), "trying again")
             }
             Miss::Held(why) => {
                 *held.entry(port).or_insert(0) += 1;
-                if named.insert(port) {
-                    eprintln!(
-                        "nccl-check: rendezvous: port {port} on {}: {}; trying the other candidate ports",
-                        setup.host,
-                        nccl_check_host::text::escape_control(why)
-                    );
-                }
-                latest.insert(port, why.clone());
+                (why, named.insert(port), "trying the other candidate ports")
             }
+        };
+        if first {
+            let why = nccl_check_host::text::escape_control(&why);
+            eprintln!(
+                "nccl-check: rendezvous: port {port} on {}: {why}; {next}",
+                setup.host
+            );
         }
+        latest.insert(port, why);
         let all_held = setup
             .ports
             .iter()

@@ -24,8 +24,6 @@
 use super::Member;
 use serde::{Deserialize, Serialize};
 
-/// Most processes in one check.
-pub const MAX_WORLD: u32 = 65_536;
 /// Most GPUs one process drives.
 pub const MAX_GPUS_PER_PROCESS: u32 = 64;
 /// Longest host name (Linux HOST_NAME_MAX is 64; DNS names reach 253).
@@ -208,10 +206,15 @@ pub const MAX_ADDR_LEN: usize = 64;
 
 /// A socket address as a peer wrote it: short printable ASCII.
 pub fn check_addr(a: &str) -> Result<(), String> {
-    if a.is_empty() || a.len() > MAX_ADDR_LEN || !a.bytes().all(|b| b.is_ascii_graphic()) {
+    printable("address", a, MAX_ADDR_LEN)
+}
+
+/// `text` is 1..=`max` bytes of printable ASCII without spaces; else named as `what`.
+fn printable(what: &str, text: &str, max: usize) -> Result<(), String> {
+    let n = text.len();
+    if n == 0 || n > max || !text.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(format!(
-            "address of {} bytes is not 1..{MAX_ADDR_LEN} printable characters",
-            a.len()
+            "{what} of {n} bytes is not 1..{max} printable characters"
         ));
     }
     Ok(())
@@ -238,13 +241,7 @@ pub fn check_proof(p: &str) -> Result<(), String> {
 
 /// A host name: printable ASCII without spaces, 1..=255 bytes.
 pub fn check_host(h: &str) -> Result<(), String> {
-    if h.is_empty() || h.len() > MAX_HOST_LEN || !h.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!(
-            "host name of {} bytes is not 1..{MAX_HOST_LEN} printable characters",
-            h.len()
-        ));
-    }
-    Ok(())
+    printable("host name", h, MAX_HOST_LEN)
 }
 
 /// Checks what a member says about itself against this step's world size.

@@ -91,11 +91,12 @@ pub fn join(
     make_id: impl FnOnce() -> Result<[u8; 128], String>,
 ) -> Result<Joined, String> {
     if setup.world == 1 {
-        let mut me = me;
-        me.first_rank = 0;
         return Ok(Joined {
             unique_id: make_id()?,
-            members: vec![me],
+            members: vec![Member {
+                first_rank: 0,
+                ..me
+            }],
             plane: ControlPlane::Alone,
         });
     }

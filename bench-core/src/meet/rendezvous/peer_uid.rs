@@ -13,23 +13,12 @@ const OVERFLOW_UID: u32 = 65534;
 /// An address as `/proc/net/tcp{,6}` prints it: each 32-bit word of the address in host order,
 /// then the port, in upper-case hex.
 fn proc_form(a: SocketAddr, v6: bool) -> Option<String> {
-    let words: Vec<[u8; 4]> = match (a.ip(), v6) {
-        (IpAddr::V4(ip), false) => vec![ip.octets()],
-        (IpAddr::V4(ip), true) => chunks(&ip.to_ipv6_mapped().octets()),
-        (IpAddr::V6(ip), true) => chunks(&ip.octets()),
-        (IpAddr::V6(ip), false) => vec![ip.to_ipv4_mapped()?.octets()],
-    };
-    let hex: String = words
-        .iter()
-        .map(|w| format!("{:08X}", u32::from_ne_bytes(*w)))
+    let b = id_bytes(a.ip(), v6)?;
+    let hex: String = b[..if v6 { 16 } else { 4 }]
+        .chunks_exact(4)
+        .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
         .collect();
     Some(format!("{hex}:{:04X}", a.port()))
-}
-
-fn chunks(b: &[u8; 16]) -> Vec<[u8; 4]> {
-    b.chunks_exact(4)
-        .map(|c| [c[0], c[1], c[2], c[3]])
-        .collect()
 }
 
 /// The owner's uid of the socket at `local` connected to `remote`, from a table's text.

@@ -147,15 +147,11 @@ fn who(m: &Member) -> String {
     )
 }
 
-/// Another process's reason for giving up, as it may be printed: bounded, control characters
+/// `who` gave up, for the reason it sent, as that may be printed: bounded, control characters
 /// escaped.
-fn aborted(why: Option<String>) -> String {
-    let why: String = why
-        .unwrap_or_default()
-        .chars()
-        .take(MAX_ABORT_CHARS)
-        .collect();
-    nccl_check_host::text::escape_control(&why)
+fn gave_up(who: &str, why: Option<String>) -> PlaneError {
+    let why = super::member::clipped(&why.unwrap_or_default(), MAX_ABORT_CHARS);
+    PlaneError::Aborted(format!("{who} gave up: {why}"))
 }
 
 /// Adds `entries` into `total`; an index out of range or a value that is not finite is the

@@ -109,14 +109,17 @@ impl Link {
         (quiet > live.silence).then_some(quiet)
     }
 
-    /// Whether data (or the end of the connection) is there to read within `wait`.
+    /// Whether data (or the end of the connection) is there to read within `wait` (poll(2);
+    /// false on error: the read that follows says what is wrong).
     fn readable(&self, wait: Duration) -> bool {
-        let mut fds = [libc::pollfd {
+        let mut fd = libc::pollfd {
             fd: self.session.stream().as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        }];
-        poll(&mut fds, wait) > 0
+        };
+        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `fd` is a live, exclusively borrowed pollfd, and the length given is 1.
+        unsafe { libc::poll(&mut fd, 1, ms) > 0 }
     }
 
     /// Reads one frame that has started to arrive: its rest must come within the silence.
@@ -194,15 +197,6 @@ impl Link {
         }
         Ok(None)
     }
-}
-
-/// poll(2) on `fds` for at most `wait`; the number of ready descriptors (0 on error: the read
-/// that follows says what is wrong).
-fn poll(fds: &mut [libc::pollfd], wait: Duration) -> i32 {
-    let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: `fds` is a live, exclusively borrowed array of pollfd of the given length.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    n.max(0)
 }
 
 #[cfg(test)]

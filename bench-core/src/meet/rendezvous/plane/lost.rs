@@ -24,13 +24,7 @@ fn nodes(members: &[&Member]) -> String {
             hosts.push(h);
         }
     }
-    let more = |n: usize| {
-        if n > MAX_NAMED {
-            format!(" and {} more", n - MAX_NAMED)
-        } else {
-            String::new()
-        }
-    };
+    let more = |n: usize| crate::meet::rendezvous::absent::more(n, MAX_NAMED);
     let ranks: Vec<String> = members
         .iter()
         .take(MAX_NAMED)
@@ -39,12 +33,7 @@ fn nodes(members: &[&Member]) -> String {
     format!(
         "{} {}{} (process rank{} {}{})",
         if hosts.len() == 1 { "node" } else { "nodes" },
-        hosts
-            .iter()
-            .take(MAX_NAMED)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", "),
+        hosts[..hosts.len().min(MAX_NAMED)].join(", "),
         more(hosts.len()),
         if members.len() == 1 { "" } else { "s" },
         ranks.join(", "),

@@ -4,7 +4,7 @@
 
 use super::link::{Gone, Link, Liveness, Waited};
 use super::MAX_GATHER_FRAME;
-use super::{aborted, lost, out_of_step, peer_error, who, ControlPlane, Frame, Op, PlaneError};
+use super::{gave_up, lost, out_of_step, peer_error, who, ControlPlane, Frame, Op, PlaneError};
 use crate::meet::rendezvous::wire::WireError;
 use crate::meet::rendezvous::Member;
 use std::time::Instant;
@@ -16,14 +16,6 @@ impl ControlPlane {
         match self {
             ControlPlane::Alone => {}
             ControlPlane::Root { live, .. } | ControlPlane::Leaf { live, .. } => *live = to,
-        }
-    }
-
-    /// The plane's liveness settings (the default for one process alone).
-    pub fn liveness(&self) -> Liveness {
-        match self {
-            ControlPlane::Alone => Liveness::default(),
-            ControlPlane::Root { live, .. } | ControlPlane::Leaf { live, .. } => *live,
         }
     }
 
@@ -49,10 +41,7 @@ impl ControlPlane {
                 Waited::Gone(g) => PlaneError::Lost(lost::at_member(link.peer(), &g)),
             })?;
         if reply.abort.is_some() {
-            return Err(PlaneError::Aborted(format!(
-                "another process gave up: {}",
-                aborted(reply.abort)
-            )));
+            return Err(gave_up("another process", reply.abort));
         }
         if reply.seq != up.seq || reply.op != up.op {
             return Err(out_of_step(reply.seq, up.seq));
@@ -96,11 +85,7 @@ impl ControlPlane {
             };
             let m = &peers[k].0;
             if msg.abort.is_some() {
-                return Err(PlaneError::Aborted(format!(
-                    "{} gave up: {}",
-                    who(m),
-                    aborted(msg.abort)
-                )));
+                return Err(gave_up(&who(m), msg.abort));
             }
             if msg.seq != seq || msg.op != op {
                 return Err(PlaneError::Peer(format!("{} is out of step", who(m))));
@@ -162,10 +147,7 @@ impl ControlPlane {
                     }
                 });
                 return match got {
-                    Ok(Some(abort)) => Err(PlaneError::Aborted(format!(
-                        "another process gave up: {}",
-                        aborted(abort.abort)
-                    ))),
+                    Ok(Some(abort)) => Err(gave_up("another process", abort.abort)),
                     Ok(None) => Ok(()),
                     Err(g) => Err(PlaneError::Lost(lost::at_member(link.peer(), &g))),
                 };
@@ -194,13 +176,7 @@ impl ControlPlane {
         }
         for (i, (m, link)) in peers.iter_mut().enumerate() {
             match link.drain(MAX_GATHER_FRAME, live) {
-                Ok(Some(abort)) => {
-                    return Err(PlaneError::Aborted(format!(
-                        "{} gave up: {}",
-                        who(m),
-                        aborted(abort.abort)
-                    )))
-                }
+                Ok(Some(abort)) => return Err(gave_up(&who(m), abort.abort)),
                 Ok(None) => {}
                 Err(g) => {
                     broken.get_or_insert((i, g));
@@ -210,16 +186,10 @@ impl ControlPlane {
         let now = Instant::now();
         let silent = peers
             .iter()
-            .position(|(_, l)| l.silent(now, live).is_some())
-            .map(|i| {
-                (
-                    i,
-                    Gone::Silent(peers[i].1.silent(now, live).unwrap_or_default()),
-                )
-            });
-        match broken.or(silent) {
-            Some((i, g)) => Err(Self::survey(peers, live, host, i, g)),
-            None => Ok(()),
-        }
+            .enumerate()
+            .find_map(|(i, (_, l))| Some((i, Gone::Silent(l.silent(now, live)?))));
+        broken
+            .or(silent)
+            .map_or(Ok(()), |(i, g)| Err(Self::survey(peers, live, host, i, g)))
     }
 }
