@@ -10,10 +10,10 @@
 // record they fill (`report`) and the worker's side of the contract (`contract`).
 // 0. the ground floor: domain types and pure lookups every stage may name
 pub mod model;
-// 1. argv and environment -> Options
-pub mod settings;
-// 2. the TOML file over the built-in defaults -> WorkerConfig
+// 1. the TOML file over the built-in defaults -> WorkerConfig
 pub mod config;
+// 2. argv, environment and the WorkerConfig that --config names -> Options
+pub mod settings;
 // 3. Options -> Team (rendezvous, control plane, Topology)
 pub mod meet;
 // 4. Options, Team, floors -> rows of results

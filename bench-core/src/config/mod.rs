@@ -1,4 +1,4 @@
-//! Stage 2, config: the worker's TOML file over the built-in defaults in, one
+//! Stage 1, config: the worker's TOML file over the built-in defaults in, one
 //! [`worker::WorkerConfig`] out (with the site's network profiles and expected GPUs). Decides which
 //! threshold rules, plans, profiles and GPU counts apply to this job (`selector`: by partition and
 //! node); every bad key is an error with file, line and key.

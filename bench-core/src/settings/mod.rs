@@ -1,4 +1,4 @@
-//! Stage 1, settings: the command line and the environment (Slurm's variables, `NCCL_CHECK_*`) in,
+//! Stage 2, settings: the command line and the environment (Slurm's variables, `NCCL_CHECK_*`) in,
 //! one validated [`options::Options`] out. Decides what this process is asked to do (its rank,
 //! world, GPUs, sizes, rendezvous and credential) and refuses what cannot be run as a usage error
 //! (exit 2) before anything is loaded, and names the node (`Options::node_name`), the partition

@@ -105,7 +105,13 @@ impl Issue<'_> {
                     self.stream,
                 )
             }
-            other => unreachable!("no NCCL call for collective '{other}'"),
+            // Every name of the table has its call above; a new one without a call is an error
+            // of the run, never a panic mid-check.
+            other => Err(NcclError {
+                code: 4, // ncclInvalidArgument
+                call: "nccl-check",
+                detail: format!("no NCCL call for collective '{other}'"),
+            }),
         }
     }
 }
