@@ -41,6 +41,22 @@ fi
 
 # Node facts: NVML per GPU in the report, the inventory, the 1-GPU check, the sweep.
 json_get() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$@"; }
+# GPU1's memory saturated by another process's copy loop, 20 s from its first copy (bounded by
+# timeout 40). Returns once the loop runs: the pid file is written after the buffers are on the GPU
+# and one copy finished (a cold torch import took over 6 s once, and the check then measured an idle
+# GPU); 30 s at most.
+start_hog() {
+  rm -f "$out/hog.pid"
+  timeout 40 "$TORCH_PYTHON" -c "
+import os,torch,time
+a=torch.empty(2<<30,dtype=torch.uint8,device='cuda:1');b=torch.empty_like(a);b.copy_(a);torch.cuda.synchronize()
+open('$out/hog.pid','w').write(str(os.getpid()));t=time.time()
+while time.time()-t<20: b.copy_(a)
+torch.cuda.synchronize()" & hog=$!
+  local i
+  for i in $(seq 1 300); do [ -s "$out/hog.pid" ] && break; sleep 0.1; done
+  sleep 1   # the loop's first copies in flight
+}
 check "every GPU has NVML facts in the report (gpus[].health)" "True" \
   "$(json_get "$out/quick.json" 'all(g.get("health") for g in r["gpus"])')" "$(json_get "$out/quick.json" 'r["facts"]["nvml"]')"
 check "every GPU has a local probe" "True" "$(json_get "$out/quick.json" 'all(g.get("local_probe") for g in r["gpus"])')" \
@@ -102,13 +118,7 @@ if [ "$ngpus" -ge 2 ]; then
     "$r0 $r1 $(json_get "$out/flo1.json" 'r["localization"]["localization_rounds"]') $(json_get "$out/flo0.json" 'r["localization"]["allocation_floor"]')" \
     "$(json_get "$out/flo0.json" 'r["localization"]')"
   if [ -n "${TORCH_PYTHON:-}" ]; then
-    timeout 30 "$TORCH_PYTHON" -c "
-import os,torch,time
-open('$out/hog.pid','w').write(str(os.getpid()))
-a=torch.empty(2<<30,dtype=torch.uint8,device='cuda:1');b=torch.empty_like(a);t=time.time()
-while time.time()-t<20: b.copy_(a)
-torch.cuda.synchronize()" & hog=$!
-    sleep 6
+    start_hog
     loc deg0 nA 0 29615 & p0=$!; loc deg1 nB 1 29615; r1=$?; wait $p0; r0=$?
     wait $hog; hog=$(cat "$out/hog.pid" 2>/dev/null || echo 0)
     # Where NVML lists the copy loop on the GPU (H200 here), the cause is that process
@@ -161,13 +171,7 @@ if [ -n "${TORCH_PYTHON:-}" ] && [ "$ngpus" -ge 2 ]; then
   # On 2 GPUs no third GPU tells the two apart: the local probe names the busy one. GPU1's memory
   # saturated by another process's copy loop (20 s, bounded); a matmul loop would not do: it leaves
   # the memory bandwidth to the probe (2055 vs 2089 GB/s measured on H200).
-  timeout 30 "$TORCH_PYTHON" -c "
-import os,torch,time
-open('$out/hog.pid','w').write(str(os.getpid()))
-a=torch.empty(2<<30,dtype=torch.uint8,device='cuda:1');b=torch.empty_like(a);t=time.time()
-while time.time()-t<20: b.copy_(a)
-torch.cuda.synchronize()" & hog=$!
-  sleep 6
+  start_hog
   nc --json "$out/busy.json" >"$out/busy.txt" 2>&1; r=$?
   wait $hog; hog=$(cat "$out/hog.pid" 2>/dev/null || echo 0)
   first=$(python3 -c 'import json,sys; x=json.load(open(sys.argv[1]))["reasons"][0]; print(x["code"], x.get("subject",""))' "$out/busy.json" 2>/dev/null)
