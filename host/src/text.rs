@@ -14,6 +14,12 @@ pub fn escape_control(s: &str) -> String {
     out
 }
 
+/// The first `n` characters of a peer's `text`, control characters escaped: a bounded piece of
+/// what a peer sent, for a message.
+pub fn escape_clipped(text: &str, n: usize) -> String {
+    escape_control(&text.chars().take(n).collect::<String>())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -27,5 +33,11 @@ mod tests {
             "x\\u{a}FAIL y\\u{d}\\u{9b}"
         );
         assert_eq!(escape_control("Grüße"), "Grüße");
+    }
+
+    #[test]
+    fn a_clipped_piece_counts_characters_and_escapes_what_is_left() {
+        assert_eq!(escape_clipped("Grüße\nmehr", 6), "Grüße\\u{a}");
+        assert_eq!(escape_clipped("ab", 40), "ab");
     }
 }

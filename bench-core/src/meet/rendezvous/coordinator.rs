@@ -279,7 +279,7 @@ fn admit(
             Refusal::OtherVersion,
             format!(
                 "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
-                super::member::clipped(&version.protocol, 40),
+                nccl_check_host::text::escape_clipped(&version.protocol, 40),
                 auth::PROTOCOL
             ),
             Some(answer.to_vec()),

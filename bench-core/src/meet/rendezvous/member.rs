@@ -274,16 +274,11 @@ fn bound_without_listener(addr: SocketAddr) -> bool {
     r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EADDRINUSE)
 }
 
-/// The first `n` characters of a peer's `text`, control characters escaped, for a message.
-pub(super) fn clipped(text: &str, n: usize) -> String {
-    nccl_check_host::text::escape_control(&text.chars().take(n).collect::<String>())
-}
-
 /// A port held by the coordinator of the step labelled `label`.
 fn other_step(label: &str) -> Miss {
     Miss::Held(format!(
         "the coordinator of another job step ('{}')",
-        clipped(label, 60)
+        nccl_check_host::text::escape_clipped(label, 60)
     ))
 }
 
@@ -296,7 +291,7 @@ fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
     if version.protocol != auth::PROTOCOL {
         return Err(Miss::Held(format!(
             "a process speaking protocol '{}', not {} (a worker of another nccl-check version, or not nccl-check)",
-            clipped(&version.protocol, 40),
+            nccl_check_host::text::escape_clipped(&version.protocol, 40),
             auth::PROTOCOL
         )));
     }

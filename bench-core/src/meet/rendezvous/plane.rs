@@ -150,7 +150,7 @@ fn who(m: &Member) -> String {
 /// `who` gave up, for the reason it sent, as that may be printed: bounded, control characters
 /// escaped.
 fn gave_up(who: &str, why: Option<String>) -> PlaneError {
-    let why = super::member::clipped(&why.unwrap_or_default(), MAX_ABORT_CHARS);
+    let why = nccl_check_host::text::escape_clipped(&why.unwrap_or_default(), MAX_ABORT_CHARS);
     PlaneError::Aborted(format!("{who} gave up: {why}"))
 }
 
