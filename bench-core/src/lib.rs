@@ -20,10 +20,10 @@ pub mod meet;
 pub mod measure;
 // 5. the node -> NodeFacts, Sku, TransportSummary
 pub mod facts;
-// 6. report and config -> Verdict and reasons
-pub mod judge;
-// 7. node-level rounds -> findings (whom to blame)
+// 6. node-level rounds -> findings (whom to blame)
 pub mod localize;
+// 7. report (the localizer's findings in it) and config -> Verdict and reasons
+pub mod judge;
 // 8. report -> table, progress line, plot
 pub mod render;
 

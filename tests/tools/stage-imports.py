@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """List bench-core's imports that run backwards through its stages: a file of an earlier stage
 that names a later stage (ARCHITECTURE.md "bench-core by stage": model, config, settings, meet, measure,
-facts, judge, localize, render, in that order; a stage may use itself and the stages before it;
+facts, localize, judge, render, in that order; a stage may use itself and the stages before it;
 `model` is the ground floor of domain types that names no stage).
 
 Usage: tests/tools/stage-imports.py [--allow FILE] [SRC]  |  --selftest
@@ -27,7 +27,7 @@ _spec = importlib.util.spec_from_file_location('longest_fns', os.path.join(HERE,
 longest_fns = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(longest_fns)
 
-STAGES = ['model', 'config', 'settings', 'meet', 'measure', 'facts', 'judge', 'localize', 'render']
+STAGES = ['model', 'config', 'settings', 'meet', 'measure', 'facts', 'localize', 'judge', 'render']
 ORDER = {s: i for i, s in enumerate(STAGES)}
 TEST_MOD = re.compile(r'#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{')
 PATH = re.compile(r'\b(crate|super|self)((?:\s*::\s*(?:super|self))*)\s*::\s*(\{|[A-Za-z_]\w*)')
