@@ -1,12 +1,15 @@
 //! `all_gather`: see nccl-tests `src/all_gather.cu`.
 
-use super::{Collective, Counts, ExpectedData};
+use super::{Call, Collective, Counts, ExpectedData};
 
 pub struct AllGather;
 
 impl Collective for AllGather {
     fn name(&self) -> &'static str {
         "all_gather"
+    }
+    fn call(&self) -> Call {
+        Call::AllGather
     }
     fn nccl_tests_binary(&self) -> &'static str {
         "all_gather_perf"

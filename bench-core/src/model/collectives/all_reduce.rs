@@ -1,12 +1,15 @@
 //! `all_reduce`: see nccl-tests `src/all_reduce.cu`.
 
-use super::{Collective, Counts, ExpectedData};
+use super::{Call, Collective, Counts, ExpectedData};
 
 pub struct AllReduce;
 
 impl Collective for AllReduce {
     fn name(&self) -> &'static str {
         "all_reduce"
+    }
+    fn call(&self) -> Call {
+        Call::AllReduce
     }
     fn nccl_tests_binary(&self) -> &'static str {
         "all_reduce_perf"

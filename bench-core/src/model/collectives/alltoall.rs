@@ -1,12 +1,15 @@
 //! `alltoall`: see nccl-tests `src/alltoall.cu`.
 
-use super::{Collective, Counts, ExpectedData};
+use super::{Call, Collective, Counts, ExpectedData};
 
 pub struct AlltoAll;
 
 impl Collective for AlltoAll {
     fn name(&self) -> &'static str {
         "alltoall"
+    }
+    fn call(&self) -> Call {
+        Call::AlltoAll
     }
     fn nccl_tests_binary(&self) -> &'static str {
         "alltoall_perf"

@@ -1,12 +1,15 @@
 //! `broadcast`: see nccl-tests `src/broadcast.cu`.
 
-use super::{Collective, Counts, ExpectedData};
+use super::{Call, Collective, Counts, ExpectedData};
 
 pub struct Broadcast;
 
 impl Collective for Broadcast {
     fn name(&self) -> &'static str {
         "broadcast"
+    }
+    fn call(&self) -> Call {
+        Call::Broadcast
     }
     fn nccl_tests_binary(&self) -> &'static str {
         "broadcast_perf"

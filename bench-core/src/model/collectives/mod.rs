@@ -71,10 +71,24 @@ pub fn chunk_count(count: u64, elt: u64, nranks: u64) -> u64 {
     (count / nranks) & !(align - 1)
 }
 
+/// The NCCL call a collective makes (`measure::nccl::Issue::collective` matches on it, so a
+/// collective without a call does not compile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    Broadcast,
+    AlltoAll,
+    SendRecv,
+}
+
 /// One collective. Implementations are unit structs listed in [`COLLECTIVES`].
 pub trait Collective: Sync {
     /// Our name, as given to `--collective` (`all_reduce`).
     fn name(&self) -> &'static str;
+    /// The NCCL call that issues it.
+    fn call(&self) -> Call;
     /// The nccl-tests binary that measures the same thing (`all_reduce_perf`).
     fn nccl_tests_binary(&self) -> &'static str;
     /// Element counts for a requested size of `count` elements of `elt` bytes over `nranks`.
@@ -239,6 +253,24 @@ mod tests {
             }
         );
         assert!(!AlltoAll.checks_in_place() && !SendRecv.checks_in_place());
+    }
+
+    /// The GPU thread issues the NCCL call a collective names: a collective wired to another's
+    /// call would be measured under the wrong name.
+    #[test]
+    fn each_collective_issues_the_nccl_call_of_its_name() {
+        let calls: Vec<_> = COLLECTIVES.iter().map(|c| (c.name(), c.call())).collect();
+        assert_eq!(
+            calls,
+            [
+                ("all_reduce", Call::AllReduce),
+                ("all_gather", Call::AllGather),
+                ("reduce_scatter", Call::ReduceScatter),
+                ("broadcast", Call::Broadcast),
+                ("alltoall", Call::AlltoAll),
+                ("sendrecv", Call::SendRecv),
+            ]
+        );
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! `reduce_scatter`: see nccl-tests `src/reduce_scatter.cu`.
 
-use super::{Collective, Counts, ExpectedData};
+use super::{Call, Collective, Counts, ExpectedData};
 
 pub struct ReduceScatter;
 
 impl Collective for ReduceScatter {
     fn name(&self) -> &'static str {
         "reduce_scatter"
+    }
+    fn call(&self) -> Call {
+        Call::ReduceScatter
     }
     fn nccl_tests_binary(&self) -> &'static str {
         "reduce_scatter_perf"

@@ -1,12 +1,15 @@
 //! `sendrecv`: see nccl-tests `src/sendrecv.cu`.
 
-use super::{Collective, Counts, ExpectedData};
+use super::{Call, Collective, Counts, ExpectedData};
 
 pub struct SendRecv;
 
 impl Collective for SendRecv {
     fn name(&self) -> &'static str {
         "sendrecv"
+    }
+    fn call(&self) -> Call {
+        Call::SendRecv
     }
     fn nccl_tests_binary(&self) -> &'static str {
         "sendrecv_perf"
