@@ -128,7 +128,7 @@ fn measure(
             return Err(e);
         }
     };
-    wait_for_gpus(handles, &team, opts, host, record)?;
+    wait_for_gpus(handles, &team, topology.pids(), opts, host, record)?;
     record.nvml = Some((nvml.facts, nvml.waited_ms));
     let (transports, log) = crate::facts::nccl_log::read_transports(nccl_log);
     if let Some(f) = record.facts.as_mut() {
@@ -178,6 +178,7 @@ fn spawn_gpu_threads(
 fn wait_for_gpus(
     handles: Vec<JoinHandle<GpuOutcome>>,
     team: &crate::meet::team::Team,
+    check_pids: &[u32],
     opts: &Options,
     host: &str,
     record: &mut Measured,
@@ -198,7 +199,9 @@ fn wait_for_gpus(
         facts.set_off_cpu(&opts.node_or_host(host), seen);
     }
     if let Some(facts) = record.facts.as_mut() {
-        facts.host = load.stop();
+        // Every process of the check is its own load, not another's (emulated nodes share a
+        // host; seen at 16: the check's workers named as the top consumers of a busy host).
+        facts.host = load.stop(check_pids);
     }
     after_the_team(gathered, team.lost(), opts.rank)
 }

@@ -87,9 +87,16 @@ pub fn judge(
     reasons.extend(report.localization.iter().flat_map(|l| l.reasons.clone()));
     // Other nodes' own findings: their causes, and failing every process (`localize::own`).
     crate::localize::own::other_nodes_findings(&mut reasons, &report.node_findings);
-    // A busy host is the cause of what it slowed (`evidence::host_cause`).
-    let host = report.facts.as_ref().and_then(|f| f.host.as_ref());
-    let (mut reasons, host_warnings) = evidence::host_cause(reasons, host, &report.host);
+    // A busy host explains what it slowed, never an outlier among equally loaded peers
+    // (`judge::load`, the decision table).
+    let node = evidence::own_node(&report.gpus, &report.processes, &report.host);
+    let conditions = crate::judge::load::Conditions {
+        nodes: topology.node_names(),
+        here: &node,
+        load: report.facts.as_ref().and_then(|f| f.host.as_ref()),
+        others: &report.node_findings,
+    };
+    let (mut reasons, host_warnings) = crate::judge::load::weigh(reasons, &conditions);
     warnings.extend(host_warnings);
     if let Some(log) = log {
         let (gpus, expect) = (&report.gpus, judging.expect);
@@ -98,18 +105,13 @@ pub fn judge(
     }
     // Other processes on the GPUs: the cause of the slow results on them (first), else a
     // warning that a job will meet them.
-    let node = evidence::own_node(&report.gpus, &report.processes, &report.host);
     let (busy, foreign) =
         evidence::foreign_processes(&report.gpus, &report.processes, &node, &reasons);
     reasons.splice(0..0, busy);
     // This node's own finding is its cause, not the localizer's reading of its network.
     crate::localize::own::own_node_wins(&mut reasons, &node, topology.node_names());
     let warnings: Vec<Reason> = foreign.into_iter().chain(warnings).collect();
-    let code = if reasons.is_empty() {
-        ExitCode::Pass
-    } else {
-        ExitCode::Fail
-    };
+    let code = exit_code(&reasons);
     let (rows, pairs) = expectations(report, &floors, judging.outlier_fraction);
     let mut summary = summary(report, &rows, topology.node_count(), &reasons);
     for g in &report.shared_gpus {
@@ -118,6 +120,9 @@ pub fn judge(
             "; ranks {} shared one GPU (--shared-gpus: emulated nodes, probes in turns)",
             ranks.join(",")
         );
+    }
+    if code == ExitCode::Busy {
+        summary = format!("node busy, the hardware was not judged: {summary}");
     }
     if let Some(w) = warnings.first() {
         summary = format!("{summary}; WARNING {}: {}", w.code, w.message);
@@ -130,6 +135,20 @@ pub fn judge(
         avg_busbw: avg_busbw(&report.results),
         rows,
         pairs,
+    }
+}
+
+/// PASS without reasons; a check whose every reason is a busy node (another process on a GPU,
+/// a starved worker, a busy host) ends busy, an ERROR, never a FAIL: the hardware was not
+/// judged, and only a FAIL says it failed; any other reason is a FAIL.
+fn exit_code(reasons: &[Reason]) -> ExitCode {
+    use nccl_check_contract::report::cause::CauseClass;
+    if reasons.is_empty() {
+        ExitCode::Pass
+    } else if reasons.iter().all(|r| r.cause() == CauseClass::Busy) {
+        ExitCode::Busy
+    } else {
+        ExitCode::Fail
     }
 }
 

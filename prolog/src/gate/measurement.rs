@@ -205,7 +205,12 @@ impl Gate<'_> {
         if let Some(why) = report.and_then(|r| self.other_jobs_load(r, slurm)) {
             judged = Err(why);
         }
-        let st = self.strays(run.verdict, report, &judged, job.as_deref(), cpu);
+        // A worker that found the node only busy ends busy (exit 8, an ERROR: the hardware was
+        // not judged); the gate weighs it as the busy FAIL it was before: by whose the
+        // processes are (`decide::found`), never as the hardware's.
+        let busy = run.exit_code == Some(nccl_check_contract::exit::ExitCode::Busy.code());
+        let verdict = if busy { Verdict::Fail } else { run.verdict };
+        let st = self.strays(verdict, report, &judged, job.as_deref(), cpu);
         if let Some(p) = run.problem.as_deref().filter(|_| run.contradicted) {
             self.log.error(p);
         }

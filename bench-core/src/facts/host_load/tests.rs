@@ -103,6 +103,7 @@ fn the_decision_table_of_the_host_rule() {
         window_s: 2.0,
         cpus: 8,
         others_share: others,
+        check_share: 0.0,
         own_wait_share: wait,
         top: Vec::new(),
     };
