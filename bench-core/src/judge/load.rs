@@ -127,7 +127,10 @@ pub fn weigh(reasons: Vec<Reason>, c: &Conditions) -> (Vec<Reason>, Vec<Reason>)
         .filter(|r| kind(r.code).is_some() && r.subject.is_some())
         .flat_map(|r| c.path(r))
         .collect();
-    let calm_peers = busy.iter().filter(|n| !slow.iter().any(|s| s == *n)).count();
+    let calm_peers = busy
+        .iter()
+        .filter(|n| !slow.iter().any(|s| s == *n))
+        .count();
     let (mut explained, mut kept) = (Vec::new(), Vec::new());
     for mut r in reasons {
         let Some(k) = kind(r.code) else {

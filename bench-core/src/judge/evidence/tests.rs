@@ -585,7 +585,9 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
         // Busy alone is an ERROR that says so, never a FAIL of the hardware.
         assert_eq!(r.head.verdict, exit.verdict(), "{case}");
         assert_eq!(
-            r.head.summary.starts_with("node busy, the hardware was not judged"),
+            r.head
+                .summary
+                .starts_with("node busy, the hardware was not judged"),
             exit == ExitCode::Busy,
             "{case}: {}",
             r.head.summary

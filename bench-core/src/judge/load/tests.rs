@@ -94,38 +94,126 @@ fn the_decision_table_of_load_and_outliers() {
     });
     let hw = |c: ReasonCode, s: &str| (c, s.to_string());
     let busy = |s: &str| (HostBusy, s.to_string());
-    type Row = (Load, Vec<Reason>, Vec<(ReasonCode, String)>, Vec<ReasonCode>);
+    type Row = (
+        Load,
+        Vec<Reason>,
+        Vec<(ReasonCode, String)>,
+        Vec<ReasonCode>,
+    );
     let rows: Vec<Row> = vec![
         // No load: every reading stands.
-        (Load::None, vec![reading(NodeSlow, node("e2"))], vec![hw(NodeSlow, "e2")], vec![]),
-        (Load::None, vec![reading(NodePairSlow, pair.clone())], vec![hw(NodePairSlow, "e1<->e2")], vec![]),
-        (Load::None, vec![reading(LinkOutlier, link.clone())], vec![hw(LinkOutlier, "GPU0<->GPU1")], vec![]),
-        (Load::None, vec![reading(BusbwBelowThreshold, None)], vec![hw(BusbwBelowThreshold, "")], vec![]),
+        (
+            Load::None,
+            vec![reading(NodeSlow, node("e2"))],
+            vec![hw(NodeSlow, "e2")],
+            vec![],
+        ),
+        (
+            Load::None,
+            vec![reading(NodePairSlow, pair.clone())],
+            vec![hw(NodePairSlow, "e1<->e2")],
+            vec![],
+        ),
+        (
+            Load::None,
+            vec![reading(LinkOutlier, link.clone())],
+            vec![hw(LinkOutlier, "GPU0<->GPU1")],
+            vec![],
+        ),
+        (
+            Load::None,
+            vec![reading(BusbwBelowThreshold, None)],
+            vec![hw(BusbwBelowThreshold, "")],
+            vec![],
+        ),
         (Load::None, vec![], vec![], vec![]),
         // Every node loaded alike: outliers stand (the peers measured fine under the same
         // load); a floor the whole check broke is the load's.
-        (Load::All, vec![reading(NodeSlow, node("e2"))], vec![hw(NodeSlow, "e2")], vec![HostBusy]),
-        (Load::All, vec![reading(NodePairSlow, pair.clone())], vec![hw(NodePairSlow, "e1<->e2")], vec![HostBusy]),
-        (Load::All, vec![reading(LinkOutlier, link.clone())], vec![hw(LinkOutlier, "GPU0<->GPU1")], vec![HostBusy]),
-        (Load::All, vec![reading(BusbwBelowThreshold, None)], vec![busy("e0")], vec![]),
+        (
+            Load::All,
+            vec![reading(NodeSlow, node("e2"))],
+            vec![hw(NodeSlow, "e2")],
+            vec![HostBusy],
+        ),
+        (
+            Load::All,
+            vec![reading(NodePairSlow, pair.clone())],
+            vec![hw(NodePairSlow, "e1<->e2")],
+            vec![HostBusy],
+        ),
+        (
+            Load::All,
+            vec![reading(LinkOutlier, link.clone())],
+            vec![hw(LinkOutlier, "GPU0<->GPU1")],
+            vec![HostBusy],
+        ),
+        (
+            Load::All,
+            vec![reading(BusbwBelowThreshold, None)],
+            vec![busy("e0")],
+            vec![],
+        ),
         (Load::All, vec![], vec![], vec![HostBusy]),
         // Load on e2 alone: e2's readings are its host's, never its NIC; this node's links are
         // not on e2's path.
-        (Load::There, vec![reading(NodeSlow, node("e2"))], vec![busy("e2")], vec![]),
-        (Load::There, vec![reading(NodePairSlow, pair.clone())], vec![busy("e2")], vec![]),
-        (Load::There, vec![reading(LinkOutlier, link.clone())], vec![hw(LinkOutlier, "GPU0<->GPU1")], vec![]),
-        (Load::There, vec![reading(BusbwBelowThreshold, None)], vec![busy("e2")], vec![]),
+        (
+            Load::There,
+            vec![reading(NodeSlow, node("e2"))],
+            vec![busy("e2")],
+            vec![],
+        ),
+        (
+            Load::There,
+            vec![reading(NodePairSlow, pair.clone())],
+            vec![busy("e2")],
+            vec![],
+        ),
+        (
+            Load::There,
+            vec![reading(LinkOutlier, link.clone())],
+            vec![hw(LinkOutlier, "GPU0<->GPU1")],
+            vec![],
+        ),
+        (
+            Load::There,
+            vec![reading(BusbwBelowThreshold, None)],
+            vec![busy("e2")],
+            vec![],
+        ),
         (Load::There, vec![], vec![], vec![]),
         // Load on this node alone: a slow e2 is e2's; an outlier among this node's own links
         // stands (its other links had the same load); the whole check's floor is this host's.
-        (Load::Here, vec![reading(NodeSlow, node("e2"))], vec![hw(NodeSlow, "e2")], vec![HostBusy]),
-        (Load::Here, vec![reading(NodeSlow, node("e0"))], vec![busy("e0")], vec![]),
-        (Load::Here, vec![reading(LinkOutlier, link.clone())], vec![hw(LinkOutlier, "GPU0<->GPU1")], vec![HostBusy]),
-        (Load::Here, vec![reading(BusbwBelowThreshold, None)], vec![busy("e0")], vec![]),
+        (
+            Load::Here,
+            vec![reading(NodeSlow, node("e2"))],
+            vec![hw(NodeSlow, "e2")],
+            vec![HostBusy],
+        ),
+        (
+            Load::Here,
+            vec![reading(NodeSlow, node("e0"))],
+            vec![busy("e0")],
+            vec![],
+        ),
+        (
+            Load::Here,
+            vec![reading(LinkOutlier, link.clone())],
+            vec![hw(LinkOutlier, "GPU0<->GPU1")],
+            vec![HostBusy],
+        ),
+        (
+            Load::Here,
+            vec![reading(BusbwBelowThreshold, None)],
+            vec![busy("e0")],
+            vec![],
+        ),
         (Load::Here, vec![], vec![], vec![HostBusy]),
     ];
     for (load, readings, want, warned) in rows {
-        let case = format!("{load:?} {:?}", readings.iter().map(|r| r.code).collect::<Vec<_>>());
+        let case = format!(
+            "{load:?} {:?}",
+            readings.iter().map(|r| r.code).collect::<Vec<_>>()
+        );
         let (got, got_warned) = weighed(load, readings);
         assert_eq!(got, want, "{case}");
         assert_eq!(got_warned, warned, "{case}");
@@ -149,13 +237,17 @@ fn an_outlier_under_the_same_load_as_its_peers_names_the_load_and_stays_hardware
     assert_eq!(reasons.len(), 1);
     assert_eq!(reasons[0].cause(), CauseClass::Hardware);
     assert!(
-        reasons[0].message.contains("3 busy peer node(s) that were not slow")
+        reasons[0]
+            .message
+            .contains("3 busy peer node(s) that were not slow")
             && reasons[0].message.contains("busy hosts on 4 of 4 node(s)"),
         "{}",
         reasons[0].message
     );
     assert!(
-        warnings[0].message.contains("pid 4242 (alice, burn) 15.5 CPU"),
+        warnings[0]
+            .message
+            .contains("pid 4242 (alice, burn) 15.5 CPU"),
         "{}",
         warnings[0].message
     );

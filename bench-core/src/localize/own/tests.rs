@@ -504,7 +504,11 @@ mod every_process {
             let mut r = report(p, 1);
             r.node_findings = slowed[p as usize].clone();
             let (r, code) = judged(r);
-            assert_eq!(code, ExitCode::Busy, "process {p}: busy alone is no hardware FAIL");
+            assert_eq!(
+                code,
+                ExitCode::Busy,
+                "process {p}: busy alone is no hardware FAIL"
+            );
             let texts: Vec<(ReasonCode, String)> = r
                 .head
                 .reasons
