@@ -141,7 +141,7 @@ pub fn judge(
 /// PASS without reasons; a check whose every reason is a busy node (another process on a GPU,
 /// a starved worker, a busy host) ends busy, an ERROR, never a FAIL: the hardware was not
 /// judged, and only a FAIL says it failed; any other reason is a FAIL.
-fn exit_code(reasons: &[Reason]) -> ExitCode {
+pub fn exit_code(reasons: &[Reason]) -> ExitCode {
     use nccl_check_contract::report::cause::CauseClass;
     if reasons.is_empty() {
         ExitCode::Pass
