@@ -98,6 +98,11 @@ bash tests/gpu/fabric.sh --nodes 8 --rows healthy,slow-node,slow-path,far-path,m
 # can name the node (5 s of silence at this budget; ~12 s).
 bash tests/gpu/fabric.sh --nodes 8 --rows link-down --repeat 1 --timeout 20 --stagger 0.1 \
     --worker "$PWD/tests/gpu/fabric-sim-worker.sh" --out "$fabric_out/standin-down"
+# The init-race loop (tests/gpu/init-race.sh): its counter on made-up folders, then 2 healthy
+# runs through fabric.sh with the stand-in, which must end with no ERROR 7 (~12 s).
+bash tests/gpu/init-race.sh --selftest
+bash tests/gpu/init-race.sh --nodes 8 --runs 2 --timeout 5 --stagger 0.1 \
+    --worker "$PWD/tests/gpu/fabric-sim-worker.sh" --out "$fabric_out/init-race"
 rm -rf "$fabric_out"
 
 step "container suite (older-glibc root filesystem, enroot files)"

@@ -333,9 +333,10 @@ impl GpuThread {
             "GPU {}: NCCL init (rank {rank} of {nranks})",
             self.device
         ));
-        let comms = comms::finish(self, start, opening)?;
+        let comms = comms::finish(self, start, opening);
         out.phases.nccl_init_ms = ms(t.elapsed());
         out.phases.comms_ready_at_ms = ms(self.since_start());
+        let comms = comms?;
         let m = Measurer {
             thread: self,
             gpu,
@@ -347,11 +348,7 @@ impl GpuThread {
             rank,
             nranks,
         };
-        let result = comms
-            .ready
-            .map_err(|e| comms::init_error(self.device, rank, nranks, e))
-            .and_then(|()| m.run_plan(start, out));
-        match result {
+        match m.run_plan(start, out) {
             Ok(()) => {
                 // Fast exit: the process ends right after the report; destroying communicators
                 // would only add NCCL's teardown (~0.4 s) to the time to verdict.
