@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The NCCL init race at scale (issue 44 item 5): K healthy checks of N emulated nodes on one GPU
-# (tests/gpu/fabric.sh's namespaces, bridge and launch, one table row `healthy N K none PASS`),
+# (tests/gpu/fabric.sh's namespaces, bridge and launch, one table row `healthy N K none none PASS`),
 # then the count of what the race looked like: workers that ended in ERROR 7 (Runtime) and
 # workers whose log or report names the split refused by NCCL ("ncclCommSplit returned ..." or
 # "Attempt to use communicator before the previous operation returned ncclSuccess").
@@ -90,7 +90,7 @@ mkdir -p "$OUTDIR" || exit 2
 table=$OUTDIR/init-race-table.txt
 # fabric-faults.txt's columns (row nodes repeat fault expect culprit rounds); rounds `-`: the
 # race is judged here, not the localizer.
-printf '# tests/gpu/init-race.sh: healthy runs only\nhealthy %s %s none PASS - -\n' "$NODES" "$RUNS" >"$table"
+printf '# tests/gpu/init-race.sh: healthy runs only\nhealthy %s %s none none PASS - -\n' "$NODES" "$RUNS" >"$table"
 bash "$here/fabric.sh" --nodes "$NODES" --table "$table" --timeout "$TIMEOUT_S" --out "$OUTDIR" "${PASS[@]}"
 fabric=$?
 count "$OUTDIR"
