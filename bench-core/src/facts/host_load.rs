@@ -352,6 +352,14 @@ pub fn load_so_far(check: &[u32]) -> Option<HostLoad> {
     load_since(FIRST.get()?, check)
 }
 
+/// Whether `pid` here runs this same program. A pid of the check may be a process of another
+/// node, and the same number an unrelated process here: only one that runs this program is
+/// the check's own.
+fn runs_this_program(proc_root: &Path, pid: u32) -> bool {
+    let exe = |p: &str| std::fs::read_link(proc_root.join(p).join("exe")).ok();
+    exe("self").is_some_and(|mine| exe(&pid.to_string()) == Some(mine))
+}
+
 fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     let proc_root = Path::new("/proc");
     let own = std::process::id();
@@ -360,7 +368,11 @@ fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let tick = if tick > 0 { tick as f64 } else { 100.0 };
     let mut pids = vec![own];
-    pids.extend(check.iter().filter(|&&p| p != own));
+    pids.extend(
+        check
+            .iter()
+            .filter(|&&p| p != own && runs_this_program(proc_root, p)),
+    );
     Some(between_for(start, &end, &pids, tick, proc_root))
 }
 
