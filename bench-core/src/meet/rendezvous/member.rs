@@ -40,7 +40,8 @@ enum Miss {
     /// busy with others; worth trying again.
     Open(String),
     /// Something holds the port and is not this step's coordinator: it answered and could not
-    /// prove itself, relays the connection, or said nothing for a whole handshake's time.
+    /// prove itself, relays the connection, or said nothing for [`ANSWER_WAIT`] (or, after
+    /// its greeting, for a handshake's time).
     Held(String),
     /// The coordinator proved itself and then closed the connection before accepting this
     /// process (busy with a flood of connections, or it refused this proof): said once, and
