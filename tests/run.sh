@@ -38,6 +38,7 @@ step "format and lint"
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 # No non-test function over 100 lines (the list names any that is).
+python3 tests/tools/longest-fns.py --selftest
 python3 tests/tools/longest-fns.py --max 100
 
 step "one name per thing: no new public item named like another"
