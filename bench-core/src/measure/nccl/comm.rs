@@ -233,17 +233,16 @@ impl<'a> Comm<'a> {
         // state afterwards (groupLaunch): a next split in between is refused with
         // ncclInvalidArgument ("Attempt to use communicator before the previous operation
         // returned ncclSuccess", ncclCommEnsureReady), as 1 in 2 32-node checks on one H200 were.
-        if let Err(e) = self.settle(rc, "ncclCommSplit") {
+        // Seen on one H200 (NCCL 2.28.9, 8 emulated nodes): the parent leaves ncclInProgress
+        // before the handle is written as well, so the split is done only when both hold: the
+        // handle is there and the parent is no longer in progress.
+        if let Err(e) = self.nccl.check(rc, "ncclCommSplit", self.raw) {
             return Some(Err(e));
         }
-        let raw = out.load(std::sync::atomic::Ordering::Acquire) as RawComm;
-        if raw.is_null() {
-            return Some(Err(NcclError {
-                code: 3,
-                call: "ncclCommSplit",
-                detail: "NCCL completed the split without a communicator".into(),
-            }));
-        }
+        let raw = match self.split_done(&out) {
+            Ok(raw) => raw,
+            Err(e) => return Some(Err(e)),
+        };
         let child = Comm {
             nccl: self.nccl,
             raw,
@@ -257,6 +256,35 @@ impl<'a> Comm<'a> {
                 detail: "the child was not ready at the deadline".into(),
             },
         }))
+    }
+
+    /// Polls until a split of this communicator wrote its child's handle into `out` and this
+    /// communicator left ncclInProgress (in whichever order NCCL's thread does the two), or it
+    /// failed, or the deadline passed.
+    fn split_done(&self, out: &std::sync::atomic::AtomicPtr<c_void>) -> Result<RawComm, NcclError> {
+        let began = Instant::now();
+        loop {
+            let raw = out.load(std::sync::atomic::Ordering::Acquire) as RawComm;
+            if self.poll()? && !raw.is_null() {
+                return Ok(raw);
+            }
+            if Instant::now() >= self.deadline {
+                return Err(NcclError {
+                    code: IN_PROGRESS,
+                    call: "ncclCommSplit",
+                    detail: if raw.is_null() {
+                        "no communicator at the deadline".into()
+                    } else {
+                        "the parent still in progress at the deadline".into()
+                    },
+                });
+            }
+            if began.elapsed() < Duration::from_millis(2) {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
     }
 
     /// `Ok(true)` when ready, `Ok(false)` while in progress, the error otherwise.

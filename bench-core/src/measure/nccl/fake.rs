@@ -37,6 +37,10 @@ pub struct Script {
     /// Polls of the parent for which it still reads `ncclInProgress` after a split wrote the
     /// child's handle; `None`: the split never completes.
     pub split_lag: Option<u32>,
+    /// Polls of the parent for which it already reads `ncclSuccess` while the child's handle
+    /// is not written yet: the other order, seen on one H200 (NCCL 2.28.9, 8 emulated nodes:
+    /// every check that trusted the parent's state alone found no communicator).
+    pub handle_lag: u32,
 }
 
 /// The script and the log of the calls of one test's communicators.
@@ -93,6 +97,7 @@ enum Job {
         child: usize,
         written: bool,
         lag: Option<u32>,
+        hold: u32,
     },
 }
 
@@ -155,7 +160,12 @@ impl FakeComm {
                 child,
                 written,
                 lag,
+                hold,
             }) => {
+                if !*written && *hold > 0 {
+                    *hold -= 1;
+                    return SUCCESS;
+                }
                 if !*written {
                     // SAFETY: `out` is the caller's newcomm, which outlives the split.
                     let out = unsafe { &*(*out as *const AtomicPtr<c_void>) };
@@ -300,6 +310,7 @@ extern "C" fn split(
         child: child as usize,
         written: false,
         lag: parent.world.script.split_lag,
+        hold: parent.world.script.handle_lag,
     });
     IN_PROGRESS
 }

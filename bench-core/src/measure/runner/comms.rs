@@ -247,6 +247,7 @@ mod tests {
         let world = World::new(Script {
             busy_polls: 3,
             split_lag: Some(5),
+            handle_lag: 0,
         });
         let deadline = Instant::now() + Duration::from_secs(20);
         let parent = ready_parent(world, deadline);
@@ -266,11 +267,29 @@ mod tests {
         );
     }
 
+    /// The other order: the parent reads success before the child's handle is written (what
+    /// NCCL 2.28.9 did on one H200 in every 8-node check): the split waits for the handle too.
+    #[test]
+    fn a_split_waits_for_the_childs_handle_when_the_parent_is_done_first() {
+        let world = World::new(Script {
+            busy_polls: 2,
+            split_lag: Some(0),
+            handle_lag: 6,
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let parent = ready_parent(world, deadline);
+        let made = split_off(parent, Some((1, 0)), true);
+        assert_eq!(world.misuses(), Vec::<String>::new(), "{:#?}", world.log());
+        let (comm, node_comm) = made.unwrap_or_else(|e| panic!("{e}: {:#?}", world.log()));
+        assert!(comm.poll().expect("polls") && node_comm.is_some());
+    }
+
     #[test]
     fn a_split_that_never_completes_ends_at_the_deadline() {
         let world = World::new(Script {
             busy_polls: 0,
             split_lag: None,
+            handle_lag: 0,
         });
         let began = Instant::now();
         let parent = ready_parent(world, began + Duration::from_millis(300));
@@ -293,6 +312,7 @@ mod tests {
         let world = World::new(Script {
             busy_polls: u32::MAX,
             split_lag: Some(0),
+            handle_lag: 0,
         });
         let began = Instant::now();
         let connecting = Comm::start_init(
@@ -331,6 +351,7 @@ mod tests {
         let world = World::new(Script {
             busy_polls: 4,
             split_lag: Some(2),
+            handle_lag: 0,
         });
         let parent = ready_parent(world, Instant::now() + Duration::from_secs(20));
         let null = std::ptr::null_mut();
@@ -347,6 +368,7 @@ mod tests {
         let world = World::new(Script {
             busy_polls: 0,
             split_lag: Some(3),
+            handle_lag: 0,
         });
         let deadline = Instant::now() + Duration::from_secs(20);
         let parent = Comm::init_blocking(fake::nccl(), 2, world.id(), 0, deadline)
