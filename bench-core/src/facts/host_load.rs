@@ -355,9 +355,19 @@ pub fn load_so_far(check: &[u32]) -> Option<HostLoad> {
 /// Whether `pid` here runs this same program. A pid of the check may be a process of another
 /// node, and the same number an unrelated process here: only one that runs this program is
 /// the check's own.
+/// A process that has ended but is not reaped yet (a worker done before this one, its
+/// `timeout` parent not yet woken) has no `exe` to read, only its `comm` and its ticks: then
+/// its command decides (seen on one H200: a finished worker of another emulated node named as
+/// this node's load).
 fn runs_this_program(proc_root: &Path, pid: u32) -> bool {
     let exe = |p: &str| std::fs::read_link(proc_root.join(p).join("exe")).ok();
-    exe("self").is_some_and(|mine| exe(&pid.to_string()) == Some(mine))
+    let comm = |p: &str| std::fs::read_to_string(proc_root.join(p).join("comm")).ok();
+    let pid = pid.to_string();
+    match (exe("self"), exe(&pid)) {
+        (Some(mine), Some(theirs)) => mine == theirs,
+        (Some(_), None) => comm("self").is_some_and(|c| comm(&pid) == Some(c)),
+        (None, _) => false,
+    }
 }
 
 fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {

@@ -209,6 +209,24 @@ fn spins_when_asked() {
             assert!(runs_this_program(proc_root, std::process::id()));
             assert!(!runs_this_program(proc_root, sh.id()));
             assert!(!runs_this_program(proc_root, u32::MAX));
+            // Ended, not reaped: no exe, its command decides.
+            let mut done = std::process::Command::new(std::env::current_exe().expect("exe"))
+                .arg("--list")
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("a short child");
+            let zombie = done.id();
+            let until = Instant::now() + Duration::from_secs(10);
+            while std::fs::read_link(proc_root.join(zombie.to_string()).join("exe")).is_ok()
+                && Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(
+                runs_this_program(proc_root, zombie),
+                "an unreaped worker is ours"
+            );
+            let _ = done.wait();
             let _ = sh.kill();
             let _ = sh.wait();
         }
