@@ -248,6 +248,24 @@ mod tests {
     }
 
     #[test]
+    fn an_epipe_counts_the_records_the_jump_after_it_skipped() {
+        // After EPIPE the kernel moves the reader to its oldest record: 101..149 were lost.
+        let mut out = Scan {
+            last_seq: Some(100),
+            resync: true,
+            ..Scan::default()
+        };
+        let mut pending = b"4,150,1,-;x\n4,151,1,-;y\n".to_vec();
+        take_lines(&mut pending, Some(100), &xid, &mut out);
+        assert_eq!((out.lost, out.last_seq), (49, Some(151)));
+        // An EPIPE right before the next record (nothing skipped) still counts one.
+        out.resync = true;
+        let mut pending = b"4,152,1,-;z\n".to_vec();
+        take_lines(&mut pending, Some(100), &xid, &mut out);
+        assert_eq!(out.lost, 50);
+    }
+
+    #[test]
     fn the_facility_is_the_prefix_over_eight_so_user_writes_are_told_from_the_kernel() {
         // `echo '<4>x' > /dev/kmsg` (root) is read back as 12 (LOG_USER, level 4).
         for (line, facility) in [
