@@ -431,10 +431,18 @@ fn lost_findings(
                     });
                 }
             }
-            format!(
-                "the driver's state of {gpus} GPUs read instead: {} with a problem",
-                fails.len()
-            )
+            if gpus == 0 {
+                format!(
+                    "NVML answers for none of this node's {} NVIDIA devices: nothing says the \
+                     GPUs are healthy; check nvidia-smi -q",
+                    answers.len()
+                )
+            } else {
+                format!(
+                    "the driver's state of {gpus} GPUs read instead: {} with a problem",
+                    fails.len()
+                )
+            }
         }
     };
     out.add(Finding {
@@ -1081,6 +1089,14 @@ mod tests {
         assert_eq!(json["kmsg_lost"]["records"], 1000);
         // Nothing lost since: nothing said.
         assert_eq!(check(&s, &st, true).kmsg_lost, None);
+        // NVML knows none of the devices: that is not "healthy".
+        let (unknown, _) = asking(&s, Fake::every(Answer::Unknown("Not found".into())));
+        set(&s, "dev/kmsg", "6,1500,1,-;x\n");
+        let line = check(&unknown, &st, false).line();
+        assert!(
+            line.contains("NVML answers for none of this node's 2 NVIDIA devices"),
+            "{line}"
+        );
         // Lost again, and the driver says a GPU needs a reset: a FAIL that drains.
         let (s, _) = asking(&s, Fake::with("0000:18:00", reset_asked()));
         set(&s, "dev/kmsg", "6,2000,1,-;overlay: x\n");
