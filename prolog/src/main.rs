@@ -214,6 +214,7 @@ fn fault_report(cfg: &GateConfig, node: &str) -> i32 {
         gpu_info_dir: cfg.gpu_info_dir.clone(),
         aer: cfg.aer_limits,
         ib: cfg.ib_limits,
+        driver: std::sync::Arc::new(faults::nvml_driver::Nvml),
     };
     let state_dir = match cfg.state_dir_for(node) {
         Ok(d) => d,

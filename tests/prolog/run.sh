@@ -83,8 +83,13 @@ conf() {
         echo "env = { NCCL_CHECK_FAKE_MODE_DIR = \"$T/mode\", NCCL_CHECK_FAKE_MARKER = \"$MARKER\" }"
     } > "$CONF"
 }
-# slurmd runs Prolog= without arguments: a two-line wrapper names the suite's config.
-printf '#!/bin/sh\nexec %s --config %s\n' "$T/bin/nccl-check-prolog" "$CONF" > "$T/bin/prolog.sh"
+# slurmd runs Prolog= without arguments: a wrapper names the suite's config. No GPU here: a test
+# that creates $T/nvml-on gives the prolog the fake NVML (prolog/tests/data/fake-nvml.c: every GPU
+# lost), which it asks before a kernel record drains.
+mkdir -p "$T/nvml"
+cc -shared -fPIC -o "$T/nvml/libnvidia-ml.so.1" "$REPO/prolog/tests/data/fake-nvml.c" || { say "cc fake-nvml.c failed"; exit 1; }
+printf '#!/bin/sh\n[ -e %s ] && export LD_LIBRARY_PATH=%s\nexec %s --config %s\n' \
+    "$T/nvml-on" "$T/nvml" "$T/bin/nccl-check-prolog" "$CONF" > "$T/bin/prolog.sh"
 chmod 755 "$T/bin/prolog.sh"
 # Epilog=: the same binary, told apart by SLURM_SCRIPT_CONTEXT=epilog_slurmd (which slurmd sets;
 # the wrapper records it). Off unless a test creates $T/epilog-on, so the other tests' worker
@@ -129,8 +134,10 @@ wait_done() { # JOB SECONDS: until the job left the queue
 ran_on() { cat "$T/work/job-$1.out" 2>/dev/null | sed -n 's/^ran on //p'; }
 reset() { # every node resumed and idle, no state, every node passes
     scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1
-    rm -rf "$T/state" "$T/mode"/* "$T/metrics"/* "$T/bin/data" "$T/faults" "$T/epilog-on" && : > "$MARKER"
-    mkdir -p "$T/faults"  # fault_root: an empty tree (no kernel log, no PCI devices) unless a test fills it
+    rm -rf "$T/state" "$T/mode"/* "$T/metrics"/* "$T/bin/data" "$T/faults" "$T/epilog-on" "$T/nvml-on" && : > "$MARKER"
+    # fault_root: a kernel log without records and no PCI devices, unless a test fills it (no
+    # kernel log at all is said as unreadable on every run: prolog/tests/faults.rs tests that).
+    mkdir -p "$T/faults/dev" && : > "$T/faults/dev/kmsg"
     cp -r "$REPO/tests/prolog/data" "$T/bin/data"
     make_gpus
     conf
@@ -487,13 +494,25 @@ t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache() {
 
 t_a_kernel_xid_drains_before_the_worker_runs() {
     cp -R "$REPO/prolog/tests/data/faults/hdr/." "$T/faults/"  # owned by root, as sysfs is
+    # Without NVML (none on this machine) nothing confirms the record: a WARN, the worker measures.
     echo '3,4,9000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.' >> "$T/faults/dev/kmsg"
     local j; j=$(submit -w n1) || { fail "sbatch failed"; return; }
+    wait_done "$j" 60
+    [ "$(ran_on "$j")" = n1 ] && ! drained n1 || fail "an unconfirmed Xid drained n1 or the job did not run: $(reason_of n1)"
+    python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["faults"]["findings"]
+x=[x for x in f if x["what"]=="Xid 79 GPU has fallen off the bus"][0]
+assert x["class"]=="warn" and x["evidence"].startswith("not confirmed by the driver"), f' "$T/state/n1/gate.json" \
+        || fail "unconfirmed Xid in gate.json: $(cat "$T/state/n1/gate.json")"
+    # The driver says the GPU is lost (the fake NVML): the driver's record drains, naming both.
+    touch "$T/nvml-on"
+    echo '3,5,9000001,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.' >> "$T/faults/dev/kmsg"
+    local before; before=$(runs_of n1)
+    j=$(submit -w n1) || { fail "sbatch failed"; return; }
     timeout 30 bash -c "until scontrol show node -o n1 | grep -q 'State=[A-Z+]*DRAIN'; do sleep 0.3; done"
     local r; r=$(reason_of n1)
-    [[ "$r" == "nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00: reboot needed (job $j)" ]] \
+    [[ "$r" == "nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00 (NVML: the GPU is lost (it does not answer)): reboot needed (job $j)" ]] \
         || fail "sinfo -R reason of n1: '$r'"
-    [ "$(runs_of n1)" = 0 ] || fail "the worker ran on a node with a hardware fault"
+    [ "$(runs_of n1)" = "$before" ] || fail "the worker ran on a node with a hardware fault"
     python3 -c 'import json,sys; g=json.load(open(sys.argv[1])); s=g["faults"]["sources"]
 assert [x["name"] for x in s]==["kmsg","aer","ib"] and all(x["readable"] for x in s), s
 assert g["faults"]["total_ms"] < 50, g["faults"]' "$T/state/n1/gate.json" || fail "gate.json faults: $(cat "$T/state/n1/gate.json")"
@@ -622,7 +641,7 @@ run_test "--check-config prints every key and its source; an appended line is a 
 run_test "--check-config: a budget above PrologEpilogTimeout is cut as the gate cuts it; gpus = job without gres/gpu and the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
 run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
 run_test "Epilog= (SLURM_SCRIPT_CONTEXT=epilog_slurmd): a PASS is the next prolog's cache; a FAIL drains after the job, which completes" t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache
-run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid and PCI address" t_a_kernel_xid_drains_before_the_worker_runs
+run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid, PCI address and the driver's state that confirms it (unconfirmed: no drain)" t_a_kernel_xid_drains_before_the_worker_runs
 run_test "a CPU job's program named like an Xid segfaults (real kernel log): its epilog and the next job's prolog drain nothing" t_a_crashing_program_named_like_an_xid_drains_nothing
 run_test "budget_seconds above PrologEpilogTimeout (Include'd, lowered live): a hung check ends as the gate's ERROR, slurmd drains nothing" t_a_budget_above_prolog_epilog_timeout_ends_as_the_gate_s_error
 run_test "--check-config: a Prolog= typo on the controller is NOT READY; the epilog gate is shown" t_check_config_names_a_prolog_entry_slurm_cannot_run
