@@ -93,6 +93,7 @@ impl Workload {
                     sizes,
                     warmup,
                     iters,
+                    ..
                 } => allocation.extend(sizes.iter().map(|&bytes| AllocationRun {
                     collective: collective.name(),
                     bytes,
@@ -102,6 +103,7 @@ impl Workload {
                     bytes,
                     warmup,
                     iters,
+                    ..
                 } => {
                     pairs = Some((*bytes, warmup.saturating_add(iters.saturating_mul(2))));
                     break;
