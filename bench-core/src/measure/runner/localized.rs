@@ -77,6 +77,7 @@ impl Measurer<'_> {
             cfg,
             locals,
             allocation_busbw,
+            retest_more: budget.is_some(),
         };
         let (mut summary, noise) = self.conduct_rounds(bytes, loops, start, out, &setup)?;
         // The run's own noise: the widest spread any rank's retest read (every rank joins).
@@ -367,8 +368,8 @@ impl Measurer<'_> {
 
     /// The localizer's rounds: after each, the round's results summed over every rank, from
     /// which this thread's own conductor (made at the first step) decides where its rank
-    /// stands next; every process decides the same, so the pairs meet. A retest round takes
-    /// twice the exchanges, and returns beside the summary the widest spread (`time_budget::spread`)
+    /// stands next; every process decides the same, so the pairs meet. A retest round of a
+    /// budgeted plan takes twice the exchanges; returns beside the summary the widest spread (`time_budget::spread`)
     /// of this rank's retest exchanges by the GPU's clock (0 without one).
     fn conduct_rounds(
         &self,
@@ -422,7 +423,7 @@ impl Measurer<'_> {
                 _ => (bytes, loops),
             };
             let retest = matches!(ph, Phase::Retest | Phase::PathRetest);
-            let loops = if retest {
+            let loops = if retest && setup.retest_more {
                 (loops.0, 2 * loops.1)
             } else {
                 loops
@@ -458,6 +459,9 @@ struct Setup {
     cfg: LocalizeConfig,
     locals: Vec<f64>,
     allocation_busbw: f64,
+    /// Whether a retest round takes twice the exchanges (a budgeted plan: its counts are its
+    /// own; a counted plan's retests keep the plan's count).
+    retest_more: bool,
 }
 
 /// The printer's part: phase A's pair table and one line with what the localizer found.
