@@ -9,7 +9,7 @@
 //! GPU thread's own copy of the localizer decides its next place (`conduct::decide_here`). The
 //! control plane keeps the beats, the aborts and the naming of a process that stops answering.
 use super::gpu_time::settled_mean;
-use super::pair_matrix::{busbw, gpu_rounds, gpu_row, sized_by_rate, RoundTimes, Sized};
+use super::pair_matrix::{busbw, gpu_rounds, gpu_row, sized_by_rate, RoundSize, RoundTimes};
 use super::sink::Show;
 use super::timed::Measurer;
 use super::{GpuOutcome, RunError, Start};
@@ -43,7 +43,7 @@ pub(super) fn local_values(nodes: &[String], rows: &[PairRow]) -> Vec<f64> {
 impl Measurer<'_> {
     pub(super) fn run_localized(
         &self,
-        plan: Sized,
+        plan: RoundSize,
         budget: Option<f64>,
         start: &Start,
         out: &mut GpuOutcome,
@@ -127,11 +127,11 @@ impl Measurer<'_> {
     /// (or with no collective before), the plan's.
     fn round_size(
         &self,
-        plan: Sized,
+        plan: RoundSize,
         budget: Option<f64>,
         start: &Start,
         out: &mut GpuOutcome,
-    ) -> Sized {
+    ) -> RoundSize {
         let (Some(seconds), Some((name, size, busbw))) = (budget, out.last_collective) else {
             return plan;
         };
@@ -468,7 +468,7 @@ struct Setup {
 fn print_localized(
     show: &dyn Show,
     rows: &[PairRow],
-    (bytes, loops): Sized,
+    (bytes, loops): RoundSize,
     summary: &LocalizeSummary,
 ) {
     show.pairs(rows, bytes, loops.1, false);

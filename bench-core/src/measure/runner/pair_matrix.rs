@@ -197,7 +197,7 @@ pub(super) fn node_rows(
 }
 
 /// A round's message size and (warm-up, timed) exchanges.
-pub(super) type Sized = (u64, (u32, u32));
+pub(super) type RoundSize = (u64, (u32, u32));
 
 /// The size and exchanges of a budgeted round (`seconds` each) of a step that may measure up
 /// to `plan`, on a path that moved `rate` bytes a second (`from` says what read it), and the
@@ -205,10 +205,10 @@ pub(super) type Sized = (u64, (u32, u32));
 pub(super) fn sized_by_rate(
     step: &str,
     (rate, from): (f64, String),
-    plan: Sized,
+    plan: RoundSize,
     seconds: f64,
     floor_held: &dyn Fn(u64) -> bool,
-) -> (Sized, Sizing) {
+) -> (RoundSize, Sizing) {
     let b = StepBudget {
         seconds,
         max_bytes: plan.0,
@@ -265,11 +265,11 @@ impl Measurer<'_> {
     pub(super) fn budgeted_round(
         &self,
         (step, round, in_node): (&str, &[(usize, usize)], bool),
-        plan: Sized,
+        plan: RoundSize,
         budget: Option<f64>,
         start: &Start,
         out: &mut GpuOutcome,
-    ) -> Result<Sized, RunError> {
+    ) -> Result<RoundSize, RunError> {
         let Some(seconds) = budget.filter(|_| !round.is_empty()) else {
             return Ok(plan);
         };
@@ -298,7 +298,7 @@ impl Measurer<'_> {
     /// the whole matrix run once more.
     fn run_matrix(
         &self,
-        plan: Sized,
+        plan: RoundSize,
         budget: Option<f64>,
         start: &Start,
         out: &mut GpuOutcome,
@@ -349,7 +349,7 @@ impl Measurer<'_> {
         if o.config.outliers.retest && agreed {
             start.phase("slow pairs: measuring the pair matrix once more");
             // Budgeted, twice the exchanges: enough to tell the path's noise from a fault.
-            let more = |(b, (w, n)): Sized| (b, (w, if budget.is_some() { 2 * n } else { n }));
+            let more = |(b, (w, n)): RoundSize| (b, (w, if budget.is_some() { 2 * n } else { n }));
             let again = self.pair_matrix(sizes.map(more), start, out)?;
             for (r, a) in rows.iter_mut().zip(again) {
                 let first = r.busbw;
@@ -371,7 +371,7 @@ impl Measurer<'_> {
     /// Every round of the matrix: GPU pairs at `sizes[0]`, node pairs at `sizes[1]`.
     fn pair_matrix(
         &self,
-        [(gpu_bytes, gpu_loops), (node_bytes, node_loops)]: [Sized; 2],
+        [(gpu_bytes, gpu_loops), (node_bytes, node_loops)]: [RoundSize; 2],
         start: &Start,
         out: &mut GpuOutcome,
     ) -> Result<Vec<PairRow>, RunError> {

@@ -811,6 +811,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_budgeted_row_says_what_it_measured_and_who_judged_it() {
+        let mut s = Sizing {
+            step: "all_reduce".into(),
+            budget_s: 0.5,
+            rate_gbs: 0.25,
+            rate_from: "probe: all_reduce 4 MiB, the slowest rank's time".into(),
+            bytes: 4 << 20,
+            why: time_budget::SizeWhy::Budget,
+            samples: 3,
+            spread: 0.012,
+            stopped: Some(StopWhy::Stable),
+            floor_held: false,
+        };
+        assert_eq!(
+            sizing_line(&s),
+            "#  ^ budget 0.50 s: probe: all_reduce 4 MiB, the slowest rank's time read 0.250 GB/s; \
+             measured 4 MiB (budget), 3 samples, spread 1.2%, stopped: stable; no floor at this \
+             size: judged by its peers\n"
+        );
+        s.floor_held = true;
+        assert!(!sizing_line(&s).contains("peers"));
+    }
+
+    #[test]
     fn pointers_rotate_by_whole_operations_and_in_place_uses_the_rank_offsets() {
         // 4-byte elements, 256 elements per rank in, 1024 out (all_gather over 4 ranks).
         let c = Counts {
