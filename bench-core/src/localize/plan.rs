@@ -209,8 +209,13 @@ fn control_round_s(nodes: usize, g: usize) -> f64 {
 /// plan's size, or with a time budget at most the budget (a slower network measures a smaller
 /// size in about the budget: `model::time_budget`).
 fn pair_round_s(nodes: usize, g: usize, w: &Workload) -> f64 {
-    let data = f64::from(w.pair_iterations) * w.pair_bytes as f64 / (c("nic_busbw_gbs") * 1e9);
+    let data = f64::from(w.pair_iterations) * w.pair_bytes as f64 / (nic_gbs(w) * 1e9);
     c("connect_new_peer_s") + budgeted(data, w.pair_budget_s) + control_round_s(nodes, g)
+}
+
+/// A node pair's rate: `--network-gbs` where given, else the model's NIC.
+fn nic_gbs(w: &Workload) -> f64 {
+    w.network_gbs.unwrap_or(c("nic_busbw_gbs"))
 }
 
 /// A step's data time `data_s` under its time budget, if any: at most the budget (on a
@@ -337,7 +342,8 @@ fn phase_b(n: usize, g: usize, w: &Workload) -> PhaseModel {
         .iter()
         .map(|r| {
             let data = f64::from(r.iterations)
-                * (2.0 * r.bytes as f64 / (c("allocation_busbw_gbs") * 1e9)
+                * (2.0 * r.bytes as f64
+                    / (w.network_gbs.unwrap_or(c("allocation_busbw_gbs")) * 1e9)
                     + 2.0 * n as f64 * c("hop_latency_s"));
             budgeted(data, r.budget_s)
         })
@@ -374,7 +380,7 @@ fn alltoall_phase(n: usize, g: usize, w: &Workload) -> Option<PhaseModel> {
     }
     let size = super::paths::alltoall_size(w.pair_bytes) as f64;
     let off_node = (n - 1) as f64 / n as f64;
-    let data_s = 9.0 * size * off_node / (c("nic_busbw_gbs") * 1e9);
+    let data_s = budgeted(9.0 * size * off_node / (nic_gbs(w) * 1e9), w.pair_budget_s);
     let control = (2.0 * SUMS_PER_COLLECTIVE + 1.0) * n as f64 * c("control_sum_per_process_s");
     let tournament = crate::model::pairs::round_count(n).div_ceil(g);
     Some(PhaseModel {
@@ -677,6 +683,20 @@ mod tests {
             ..Workload::assumed_floor()
         };
         assert_eq!(pair_round_s(n, g, &wide), pair_round_s(n, g, &counted));
+    }
+
+    #[test]
+    fn on_a_slow_network_a_budgeted_plan_still_takes_about_its_budgets() {
+        // 8 emulated nodes over 1 GB/s sockets: the counted plan's rounds take seconds each, the
+        // budgeted ones their budget.
+        let slow = |budget: Option<f64>| Workload {
+            network_gbs: Some(1.0),
+            pair_budget_s: budget,
+            ..Workload::assumed_floor()
+        };
+        let control = c("connect_new_peer_s") + control_round_s(8, 1);
+        assert!(pair_round_s(8, 1, &slow(None)) - control > 3.0);
+        assert!((pair_round_s(8, 1, &slow(Some(0.15))) - control - 0.15).abs() < 1e-9);
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub struct Workload {
     /// Each round of pairs' time budget (the localizer's rounds too), if the plan gives one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pair_budget_s: Option<f64>,
+    /// `--network-gbs`: the busbw between nodes to model (a 10 GbE or socket fabric) in place of
+    /// the model's NIC and allocation-wide constants.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_gbs: Option<f64>,
     /// The floor of B's last measurement (the one the localizer judges), if a rule gives one.
     pub floor: Option<HealthyFloor>,
 }
@@ -70,6 +74,7 @@ impl Workload {
             pair_bytes: MIB_256,
             pair_iterations: 12,
             pair_budget_s: None,
+            network_gbs: None,
             floor: Some(HealthyFloor {
                 min_busbw_gbs: 0.0,
                 rule: "assumed".into(),
@@ -154,6 +159,7 @@ impl Workload {
             pair_bytes,
             pair_iterations,
             pair_budget_s,
+            network_gbs: None,
             floor,
         })
     }
