@@ -191,7 +191,9 @@ pub struct Sizing {
     pub bytes: u64,
     pub why: SizeWhy,
     pub samples: u32,
-    /// `spread` of the samples (0 where they were not taken one by one).
+    /// `spread` of the samples: a collective's agreed samples; a pair step's operations by the
+    /// GPUs' clock, its widest pair; 0 for the localizer's rounds (their retests' spread is the
+    /// report's `localization_noise`).
     #[serde(default)]
     pub spread: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]

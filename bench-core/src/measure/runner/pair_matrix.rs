@@ -110,6 +110,21 @@ impl RoundTimes {
         let gpu = Some(settled_mean(&ops)).filter(|&g| g > 0.0);
         (host, gpu)
     }
+
+    /// The spread (`time_budget::spread`) of a pair's operations by the GPUs' clock, each at
+    /// its faster end, the first left out (as `pair` takes them).
+    pub fn spread(&self, a: usize, b: usize) -> f64 {
+        let ops = faster_end(&self.gpu[a], &self.gpu[b]);
+        time_budget::spread(ops.get(1..).unwrap_or_default())
+    }
+
+    /// The widest spread of `round`'s pairs.
+    pub fn widest(&self, round: &[(usize, usize)]) -> f64 {
+        round
+            .iter()
+            .map(|&(a, b)| self.spread(a, b))
+            .fold(0.0, f64::max)
+    }
 }
 
 /// The rows of one round of GPU pairs.
@@ -322,7 +337,7 @@ impl Measurer<'_> {
             self.budgeted_round(("node_pairs", &node_round, false), plan, budget, start, out)?,
         ];
         let (bytes, iters) = (sizes[0].0, sizes[0].1 .1);
-        let mut rows = self.pair_matrix(sizes, start, out)?;
+        let (mut rows, mut spread) = self.pair_matrix(sizes, start, out)?;
         let floors = start.floors();
         let floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
         // Held as the verdict holds them: at what each path delivered by the faster clock.
@@ -350,7 +365,8 @@ impl Measurer<'_> {
             start.phase("slow pairs: measuring the pair matrix once more");
             // Budgeted, twice the exchanges: enough to tell the path's noise from a fault.
             let more = |(b, (w, n)): RoundSize| (b, (w, if budget.is_some() { 2 * n } else { n }));
-            let again = self.pair_matrix(sizes.map(more), start, out)?;
+            let again;
+            (again, spread) = self.pair_matrix(sizes.map(more), start, out)?;
             for (r, a) in rows.iter_mut().zip(again) {
                 let first = r.busbw;
                 *r = a;
@@ -364,31 +380,47 @@ impl Measurer<'_> {
         }
         if start.recorder {
             out.pairs.extend(rows);
+            // The budgeted steps' records get the spread their last measurement read.
+            let last = [(sizes[0], "gpu_pairs"), (sizes[1], "node_pairs")];
+            for (((_, (_, n)), step), spread) in last.into_iter().zip(spread) {
+                for s in out.sizing.iter_mut().filter(|s| s.step == step) {
+                    s.spread = spread;
+                    s.samples = if agreed && o.config.outliers.retest {
+                        2 * n
+                    } else {
+                        n
+                    };
+                }
+            }
         }
         Ok(())
     }
 
-    /// Every round of the matrix: GPU pairs at `sizes[0]`, node pairs at `sizes[1]`.
+    /// Every round of the matrix: GPU pairs at `sizes[0]`, node pairs at `sizes[1]`; the rows,
+    /// and the widest spread of the GPU pairs' and of the node pairs' operations.
     fn pair_matrix(
         &self,
         [(gpu_bytes, gpu_loops), (node_bytes, node_loops)]: [RoundSize; 2],
         start: &Start,
         out: &mut GpuOutcome,
-    ) -> Result<Vec<PairRow>, RunError> {
+    ) -> Result<(Vec<PairRow>, [f64; 2]), RunError> {
         let t = &start.topology;
         let plan = schedule(t);
         let mut rows = Vec::new();
+        let mut spread = [0.0f64; 2];
         // bytes as int8, like nccl-tests sendrecv -d int8 would count them
         self.connect_gpu_pairs(&plan.gpu_rounds, start, out)?;
         for round in &plan.gpu_rounds {
             let times = self.pair_round(round, gpu_bytes, gpu_loops, true, start, out)?;
+            spread[0] = spread[0].max(times.widest(round));
             rows.extend(gpu_rows(t, round, &times, gpu_bytes));
         }
         for round in &plan.node_rounds {
             let times = self.pair_round(&round.ranks, node_bytes, node_loops, false, start, out)?;
+            spread[1] = spread[1].max(times.widest(&round.ranks));
             rows.extend(node_rows(t, round, &times, node_bytes));
         }
-        Ok(rows)
+        Ok((rows, spread))
     }
 
     /// Connects this rank with every GPU it meets in `rounds`, all at once, before the rounds:
@@ -664,6 +696,14 @@ mod tests {
         assert_eq!((node[0].time_us, node[0].busbw), (2000.0, 1.0));
         // GPU 0<->2 timed 0.5 ms (rank 2's GPU nothing), 1<->3 1 ms: the slower, 2 MB in 1 ms.
         assert_eq!(node[0].gpu_busbw, Some(2.0));
+        // Spread by the faster ends, the first operation left out: 0.5 ms twice (0), while
+        // 1<->3 read 1 ms and rank 3 nothing: also steady.
+        assert_eq!(times.spread(0, 1), 0.0);
+        let jitter = RoundTimes {
+            host: vec![0.0; 4],
+            gpu: vec![vec![9.0, 0.9, 1.1], vec![9.0, 0.9, 1.1], vec![], vec![]],
+        };
+        assert!((jitter.widest(&[(0, 1), (2, 3)]) - 0.1).abs() < 1e-12);
         // Nothing timed: no bandwidth rather than infinity.
         let none = RoundTimes {
             host: vec![0.0; 4],
