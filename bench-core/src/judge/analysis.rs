@@ -430,8 +430,8 @@ fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
 /// network), so noise softens only a marginal reading.
 pub const MAX_NOISE: f64 = 0.15;
 
-/// The localizer's reasons split by the run's own `noise` (`Report::localization_noise`, the
-/// spread of its retests' samples): one whose measured value is within `noise` (at most
+/// Bandwidth reasons split by the run's own `noise` (the spread of its budgeted steps' samples
+/// and of the localizer's retests: `overall::run_noise`): one whose measured value is within `noise` (at most
 /// `MAX_NOISE`) of its limit cannot be told from the limit by these samples, so it becomes a
 /// warning saying so, never a FAIL; the rest stay reasons. Returns (reasons, warnings).
 pub fn within_noise(reasons: Vec<Reason>, noise: Option<f64>) -> (Vec<Reason>, Vec<Reason>) {
@@ -444,7 +444,7 @@ pub fn within_noise(reasons: Vec<Reason>, noise: Option<f64>) -> (Vec<Reason>, V
         match (r.measured, r.limit) {
             (Some(m), Some(l)) if m < l && m >= l * (1.0 - noise) => {
                 r.message = format!(
-                    "{} (within the run's own noise, +-{:.1}% by its retests' samples: not held against the hardware)",
+                    "{} (within the run's own noise, +-{:.1}% by its samples: not held against the hardware)",
                     r.message,
                     noise * 100.0
                 );
