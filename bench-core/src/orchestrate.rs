@@ -529,6 +529,8 @@ fn gather(
             record.gpus.push(gpu);
         }
         record.gpu_side.extend(out.gpu_side);
+        record.sizing.extend(out.sizing);
+        record.localization_noise = record.localization_noise.or(out.localization_noise);
         errors.extend(out.error);
     }
     errors.sort_by_key(|e| matches!(e, RunError::Stopped(_)));

@@ -399,6 +399,35 @@ mod tests {
     }
 
     #[test]
+    fn counts_given_on_the_command_line_end_the_time_budgets() {
+        let budget = |s: &Step| match s {
+            Step::Collective { budget, .. } | Step::Pairs { budget, .. } => *budget,
+        };
+        let quick = parse_with(&[], &[]).unwrap();
+        assert_eq!(budget(&quick.steps[0]), Some(0.5));
+        assert_eq!(budget(&quick.steps[1]), Some(0.15));
+        // nccl-tests' numbers at a given count stay reproducible: -n, -w, -b and --plan full.
+        for args in [
+            &["-n", "20"][..],
+            &["-w", "1"],
+            &["-b", "256M"],
+            &["--plan", "full"],
+        ] {
+            let o = parse_with(args, &[]).unwrap();
+            assert!(o.steps.iter().all(|s| budget(s).is_none()), "{args:?}");
+        }
+        let counted = parse_with(&["-n", "20"], &[]).unwrap();
+        assert!(matches!(
+            counted.steps[0],
+            Step::Collective {
+                iters: 20,
+                warmup: 2,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn sweeps_double_like_nccl_tests() {
         let o = parse_with(&["all", "-b", "32M", "-e", "8G"], &[]).unwrap();
         assert_eq!(o.collectives.len(), 6);

@@ -99,8 +99,12 @@ pub struct GpuOutcome {
     pub shared: Option<Vec<u32>>,
     /// Retested rows by the GPU's clock (`gpu_time`).
     pub gpu_side: Vec<crate::report::json::GpuSide>,
+    /// What each budgeted step sized itself to (`model::time_budget`), recorder thread.
+    pub sizing: Vec<crate::model::time_budget::Sizing>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
     pub localization: Option<crate::model::localization::LocalizeSummary>,
+    /// The localizer's retests' noise, the same on every rank (`Report::localization_noise`).
+    pub localization_noise: Option<f64>,
     /// The other processes' own findings of their nodes (recorder thread, multi-node checks:
     /// `localize::own`).
     pub node_findings: Vec<crate::model::localization::NodeFindings>,
@@ -166,7 +170,9 @@ impl GpuThread {
             probe: None,
             shared: None,
             gpu_side: Vec::new(),
+            sizing: Vec::new(),
             localization: None,
+            localization_noise: None,
             node_findings: Vec::new(),
             findings_shared: false,
             last_collective: None,
