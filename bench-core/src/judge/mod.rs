@@ -11,5 +11,8 @@
 
 pub mod analysis;
 pub mod evidence;
+/// The fault table of the emulated fabric replayed on the simulation and judged by this stage.
+#[cfg(test)]
+mod fabric_table;
 pub mod load;
 pub mod overall;

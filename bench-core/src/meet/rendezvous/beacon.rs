@@ -16,7 +16,7 @@
 //! The ports of the same numbers alone are easy to hold too (a stranger who binds the 8 TCP
 //! ports binds the 8 UDP ones beside them: then a member on another node waited for the whole
 //! `--timeout`). So the coordinator also answers on [`SPREAD`] more UDP ports drawn from the
-//! step's secret over 10000-65535 ([`spread`]), which the first candidate's thread asks too:
+//! step's secret over 10000-65535 ([`beacon_ports`]), which the first candidate's thread asks too:
 //! with a secret, a stranger must hold every UDP port of the node to silence it. Under MUNGE
 //! (no secret before the handshake) those ports follow from the public step label, and a
 //! stranger who holds them as well brings back the wait until the deadline.
@@ -68,7 +68,7 @@ pub const SPREAD: usize = 2;
 /// The [`SPREAD`] ports of the step `label`: drawn from the step's secret (`auth.psk()`; the
 /// label alone under MUNGE) over 10000-65535, the candidate range 29500-29999 left out (its
 /// ports are the twins').
-pub fn spread(label: &str, auth: &dyn Authenticator) -> Vec<u16> {
+pub fn beacon_ports(label: &str, auth: &dyn Authenticator) -> Vec<u16> {
     (0..SPREAD)
         .map(|k| {
             let h = auth::ticket_proof(auth.psk(), label, &["beacon-spread", &k.to_string()]);
@@ -86,7 +86,7 @@ fn fields<'a>(nonce: &'a str, why: &'a str) -> [&'a str; 3] {
 }
 
 /// The coordinator's side: answers asks on the candidate ports' UDP twins and the step's
-/// [`spread`] ports at `ip` until `until` (a port held too is skipped), proving each answer with
+/// [`beacon_ports`] at `ip` until `until` (a port held too is skipped), proving each answer with
 /// the ticket's key, or the shared secret where there is no ticket. Returns at once where it
 /// has no key or no port.
 pub fn announce(
@@ -100,7 +100,7 @@ pub fn announce(
 ) {
     let key = ticket.map_or_else(|| auth.psk().to_vec(), |t| t.key.clone());
     let sockets: Vec<UdpSocket> = (ports.iter().copied())
-        .chain(spread(label, auth))
+        .chain(beacon_ports(label, auth))
         .filter_map(|p| UdpSocket::bind(SocketAddr::new(ip, p)).ok())
         .filter(|s| s.set_nonblocking(true).is_ok())
         .collect();

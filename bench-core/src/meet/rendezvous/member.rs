@@ -167,7 +167,7 @@ fn refused(
         // hold the twins as well).
         let mut at = vec![addr];
         if setup.ports.first() == Some(&addr.port()) {
-            let spread = super::beacon::spread(&setup.label, setup.auth);
+            let spread = super::beacon::beacon_ports(&setup.label, setup.auth);
             at.extend(spread.into_iter().map(|p| SocketAddr::new(addr.ip(), p)));
         }
         if let Some(why) = super::beacon::inquire(&at, &setup.label, setup.auth, wait, until) {

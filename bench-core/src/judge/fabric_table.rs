@@ -12,7 +12,7 @@
 //! is not the localizer's to find: the rendezvous and the control plane name it (an ERROR), and
 //! the replay's answer for those rows is that node by construction.
 
-use super::{simulate, Fabric, Fault};
+use crate::localize::sim::{simulate, with_alltoall, Fabric, Fault};
 use crate::localize::{LocalizeConfig, LocalizeVerdict, Localizer};
 use crate::model::localization::NodeFindings;
 use nccl_check_contract::report::reason::ReasonCode;
@@ -279,7 +279,7 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
             factor: CONFINED_FACTOR,
         });
     }
-    let cfg = super::with_alltoall(LocalizeConfig::default(), &mut fabric, FABRIC_ALLTOALL);
+    let cfg = with_alltoall(LocalizeConfig::default(), &mut fabric, FABRIC_ALLTOALL);
     let verdict: LocalizeVerdict = match Localizer::new(row.nodes, 1, cfg)
         .and_then(|l| simulate(l.named(&names(row.nodes)), &mut fabric))
     {
