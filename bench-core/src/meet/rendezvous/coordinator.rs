@@ -132,7 +132,7 @@ impl Refusals {
     /// Counts one refusal and prints its line when its kind may print one now.
     fn log(&mut self, kind: Refusal, why: &str) {
         if let Some(line) = self.note(kind, why) {
-            eprintln!("{line}");
+            nccl_check_host::errln!("{line}");
         }
     }
 
@@ -517,7 +517,7 @@ pub fn serve(
                         Ok(a) => {
                             let r = a.member.proc_rank as usize;
                             if r == me.proc_rank as usize || slots[r].is_some() {
-                                eprintln!(
+                                nccl_check_host::errln!(
                                 "nccl-check: rendezvous: process rank {r} joined twice; the second ({}) is ignored",
                                 nccl_check_host::text::escape_control(&a.member.host)
                             );
@@ -619,7 +619,7 @@ pub fn serve(
             Ok(())
         })();
         if let Some(line) = refused.unlogged() {
-            eprintln!("{line}");
+            nccl_check_host::errln!("{line}");
         }
         // Whoever is still in a handshake is not needed (or it is too late): cut them off so the
         // scope's threads end now.
