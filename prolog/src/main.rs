@@ -64,7 +64,8 @@ Examples:
 Exit codes (prolog): 0 = let the job start (PASS, cached PASS, ERROR, broken config),
   1 = FAIL (node drained; Slurm requeues the job), 2 = invalid command line.
 Exit codes (--recheck): 0 PASS, 1 FAIL, 2 ERROR or broken config.
-Exit codes (--check-config): 0 valid and ready, 2 invalid or not ready.
+Exit codes (--check-config): 0 valid and ready, 2 invalid or not ready (Slurm's configuration
+  unreadable included), 3 valid but not enabled (no Prolog=/Epilog=/HealthCheckProgram= runs it).
 
 Files: /etc/nccl-check/prolog.toml (config; absent = defaults); in <state_dir>: gate.json (the
 last run: state, verdict line, drain reason), runs/job-<id>.<random>/ (report.json, worker.log),
@@ -78,7 +79,7 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Validate the config, print every key with its value and source, and what would keep the
-    /// gate from working here; exit 0 valid, 2 invalid. Runs nothing
+    /// gate from working here; exit 0 ready, 2 invalid or not ready, 3 not enabled. Runs nothing
     #[arg(long, conflicts_with_all = ["dry_run", "recheck"])]
     check_config: bool,
     /// Print every Prolog=/Epilog= of this node's Slurm that runs this prolog (the controller's
