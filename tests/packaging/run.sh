@@ -212,7 +212,7 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     # postinst ran nccl-check-prolog --check-config on the shipped prolog.toml: valid, and here
     # (no slurm.conf yet: the test cluster comes up later) NOT READY for that alone, said so.
     ! grep -q '^nccl-check:   INVALID' "$OUT" "$ERR" || fail "postinst found the shipped config invalid: $(cat "$ERR")"
-    grep -q "^nccl-check:   NOT READY Slurm's configuration could not be read" "$ERR" \
+    grep -q "^nccl-check:   NOT READY Slurm's configuration could not be read" "$OUT" "$ERR" \
         || fail "postinst did not say that Slurm's configuration could not be read: $(cat "$OUT" "$ERR")"
     dpkg-query -W -f='${Status} ${Version}\n' "$PKG" | grep -qx "install ok installed $VERSION-1" \
         || fail "dpkg says: $(dpkg-query -W -f='${Status} ${Version}' "$PKG")"
