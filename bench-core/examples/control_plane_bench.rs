@@ -19,6 +19,9 @@
 //! cargo build --release -p bench-core --features sim --example control_plane_bench
 //! NCCL_CHECK_SECRET=$(openssl rand -hex 32) target/release/examples/control_plane_bench --procs 1024
 
+// A benchmark for people: its JSON lines go to stdout.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use bench_core::localize::conduct::{decide_in, follow, group_of, Conductor, ConductorStep};
 use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};

@@ -79,7 +79,7 @@ fn measure(
         )));
     }
     if !opts.quiet && opts.rank == 0 {
-        println!(
+        nccl_check_host::outln!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
             env!("CARGO_PKG_VERSION"),
             nccl.version,
@@ -105,7 +105,7 @@ fn measure(
     // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
     crate::localize::own::known::record(&devices, &nvml.facts, record.facts.as_ref());
     if !opts.quiet && opts.rank == 0 {
-        println!("# GPU: {identity}; interconnect: {interconnect}");
+        nccl_check_host::outln!("# GPU: {identity}; interconnect: {interconnect}");
     }
     record.sku = Some(identity);
     record.interconnect = Some(interconnect);
@@ -587,8 +587,8 @@ pub fn plot(opts: &Options, report: &Report, basis: &Basis) {
         outlier_fraction: opts.config.outliers.fraction,
     };
     match crate::render::plot::draw(path, &input) {
-        Ok(()) => eprintln!("nccl-check: plot written to {}", path.display()),
-        Err(e) => eprintln!("nccl-check: WARNING no plot: {e}"),
+        Ok(()) => nccl_check_host::errln!("nccl-check: plot written to {}", path.display()),
+        Err(e) => nccl_check_host::errln!("nccl-check: WARNING no plot: {e}"),
     }
 }
 

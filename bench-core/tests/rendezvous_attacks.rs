@@ -268,7 +268,7 @@ impl Munged {
         let until = Instant::now() + Duration::from_secs(30);
         while !sock.exists() {
             if Instant::now() > until {
-                eprintln!("munged did not start: {}", m.dir.display());
+                nccl_check_host::errln!("munged did not start: {}", m.dir.display());
                 return None;
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -7,6 +7,7 @@
 //!   ([`supervise`]);
 //! - Slurm host lists ([`hostlist`]);
 //! - bounded reads of small files ([`read`]) and text from others made safe to print ([`text`]);
+//! - stdout and stderr lines that never panic when the reader has gone ([`stdio`]);
 //! - with feature `slurm-config`, Slurm's own configuration as the node uses it
 //!   (`slurm_config`), and with feature `toml`, the one reader of TOML config files, whose
 //!   errors name file, line and field (`config_file`).
@@ -17,6 +18,7 @@ pub mod hostlist;
 pub mod read;
 #[cfg(feature = "slurm-config")]
 pub mod slurm_config;
+pub mod stdio;
 pub mod supervise;
 pub mod text;
 

@@ -132,7 +132,7 @@ impl Refusals {
     /// Counts one refusal and prints its line when its kind may print one now.
     fn log(&mut self, kind: Refusal, why: &str) {
         if let Some(line) = self.note(kind, why) {
-            eprintln!("{line}");
+            nccl_check_host::errln!("{line}");
         }
     }
 
@@ -529,7 +529,7 @@ impl<'a> Admission<'a> {
                 Ok(a) => {
                     let r = a.member.proc_rank as usize;
                     if r == self.me.proc_rank as usize || self.slots[r].is_some() {
-                        eprintln!(
+                        nccl_check_host::errln!(
                             "nccl-check: rendezvous: process rank {r} joined twice; the second ({}) is ignored",
                             nccl_check_host::text::escape_control(&a.member.host)
                         );
@@ -676,7 +676,7 @@ impl<'a> Admission<'a> {
     /// scope's threads end now; the refusals not logged yet, counted.
     fn close(&mut self) {
         if let Some(line) = self.refused.unlogged() {
-            eprintln!("{line}");
+            nccl_check_host::errln!("{line}");
         }
         for (_, (s, _)) in self.pending.drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);

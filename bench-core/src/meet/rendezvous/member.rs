@@ -607,7 +607,7 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
         };
         if first {
             let why = nccl_check_host::text::escape_control(&why);
-            eprintln!(
+            nccl_check_host::errln!(
                 "nccl-check: rendezvous: port {port} on {}: {why}; {next}",
                 setup.host
             );
