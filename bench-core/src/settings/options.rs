@@ -405,7 +405,7 @@ mod tests {
         };
         let quick = parse_with(&[], &[]).unwrap();
         assert_eq!(budget(&quick.steps[0]), Some(0.5));
-        assert_eq!(budget(&quick.steps[1]), Some(0.15));
+        assert_eq!(budget(&quick.steps[1]), Some(0.3));
         // nccl-tests' numbers at a given count stay reproducible: -n, -w, -b and --plan full.
         for args in [
             &["-n", "20"][..],
