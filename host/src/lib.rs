@@ -5,7 +5,7 @@
 //!
 //! - a child run with deadlines: its own process group, bounded output, always reaped
 //!   ([`supervise`]);
-//! - Slurm host lists ([`hostlist`]);
+//! - Slurm host lists ([`hostlist`]) and the job a process's cgroup names ([`slurm_job`]);
 //! - bounded reads of small files ([`read`]) and text from others made safe to print ([`text`]);
 //! - with feature `slurm-config`, Slurm's own configuration as the node uses it
 //!   (`slurm_config`), and with feature `toml`, the one reader of TOML config files, whose
@@ -17,6 +17,7 @@ pub mod hostlist;
 pub mod read;
 #[cfg(feature = "slurm-config")]
 pub mod slurm_config;
+pub mod slurm_job;
 pub mod supervise;
 pub mod text;
 

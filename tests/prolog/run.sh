@@ -37,7 +37,18 @@ export NCCL_CHECK_CLUSTER_DIR NCCL_CHECK_CLUSTER_PORT=${NCCL_CHECK_CLUSTER_PORT:
 NCCL_CHECK_CLUSTER_DIR=$(mktemp -d /var/tmp/nccl-check-prolog-ci.XXXXXX)
 CL=$NCCL_CHECK_CLUSTER_DIR
 chmod 755 "$CL"
-cleanup() { bash "$REPO/slurm/test-cluster/down.sh" --purge; true; }
+# A second, unprivileged user (created for the suite when missing, removed after): another
+# user's processes and jobs beside the starting job.
+EVIL=${NCCL_CHECK_EVIL_USER:-ncclevil}
+CREATED_EVIL=
+if ! id "$EVIL" >/dev/null 2>&1; then
+    useradd -M -s /bin/bash "$EVIL" && CREATED_EVIL=1
+fi
+cleanup() {
+    bash "$REPO/slurm/test-cluster/down.sh" --purge
+    [ -n "$CREATED_EVIL" ] && userdel "$EVIL" 2>/dev/null
+    true
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -540,6 +551,56 @@ assert not g["faults"]["findings"], g["faults"]' "$T/state/n1/gate.json" || fail
     rm -f "$crash"
 }
 
+# Another user's load never drains (issue 45 finding 3, issue 46's linuxproc finding): a second,
+# unprivileged user runs a CPU-only job on n1 whose task is a busy loop, and two busy loops of no
+# job (as with ssh without pam_slurm_adopt), every loop's comm `x<ESC>[2J|y` (bash started
+# through a link of that name). The prolog of a starting job reads the real process table
+# (fault_root = "/") under the default stray_processes = "fail": PASS, nothing drained; the loops
+# are named with their user and whose they are, as Slurm says (`scontrol listpids`: this cluster
+# runs proctrack/linuxproc, so no cgroup says it), the comm escaped; no scontrol argument carries
+# the ESC. A real job started on n1 beside them runs there. The old code drained n1
+# `nccl-check:CPUs busy|... 2 processes of no job (pid ... (x<ESC>[2J|y) ...` (the job's loop was
+# "of no job" too).
+t_another_users_busy_cpus_never_drain() {
+    local esc link j b i real
+    esc=$(printf 'x\033[2J|y')
+    mkdir -p "$T/evil" && chmod 1777 "$T/evil"
+    link="$T/evil/$esc"
+    ln -sfn /bin/bash "$link"
+    real=$(command -v scontrol)
+    printf '#!/bin/sh\nprintf "%%s\\n" "$*" >> %s\nexec %s "$@"\n' "$T/scontrol-args" "$real" > "$T/bin/scontrol-rec"
+    chmod 755 "$T/bin/scontrol-rec" && ln -sfn "$(command -v squeue)" "$T/bin/squeue" && : > "$T/scontrol-args"
+    conf 'fault_root = "/"' 'cache_seconds = 0' "scontrol = \"$T/bin/scontrol-rec\""
+    j=$(cd /tmp && timeout 20 runuser -u "$EVIL" -- env SLURM_CONF="$SLURM_CONF" sbatch --parsable -w n1 -n1 \
+        -o /dev/null --wrap "exec \"$link\" -c 'echo \$\$ > $T/evil/job-loop; while :; do :; done'") \
+        || { fail "sbatch as $EVIL failed"; return; }
+    timeout 30 bash -c "until [ -s $T/evil/job-loop ]; do sleep 0.3; done" \
+        || { fail "job $j's loop did not start: $(squeue -h -j "$j" -o '%T %R' 2>&1)"; scancel "$j"; return; }
+    for i in 1 2; do
+        timeout -k 1 120 runuser -u "$EVIL" -- "$link" -c "echo \$\$ > $T/evil/loop$i; while :; do :; done" &
+    done
+    timeout 10 bash -c "until [ -s $T/evil/loop1 ] && [ -s $T/evil/loop2 ]; do sleep 0.2; done" || fail "the loops of no job did not start"
+    sleep 1
+    EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=9001" prolog_direct
+    [ "$RC" = 0 ] && grep -q "PASS job 9001 on n1" "$ERR" || fail "beside another user's busy CPUs: rc $RC, $(cat -v "$ERR")"
+    drained n1 && fail "another user's busy CPUs drained n1: $(reason_of n1 | cat -v)"
+    grep -q "; WARNING CPUs: busy: [0-9]* processes not this job's (.*user $EVIL, no job, .*(warned only: busy CPUs never drain)" "$ERR" \
+        || fail "the loops of no job are not named in the verdict line: $(cat -v "$ERR")"
+    grep -q "pid $(cat "$T/evil/job-loop") (x\\\\u{1b}\[2J\\\\u{7c}y), user $EVIL, job $j, " "$ERR" \
+        || fail "job $j's loop is not named as its job's, escaped: $(cat -v "$ERR")"
+    grep -q $'\033' "$ERR" && fail "a raw ESC reached the log: $(cat -v "$ERR")"
+    grep -q "^listpids \* n1$" "$T/scontrol-args" || fail "scontrol listpids was not asked: $(cat "$T/scontrol-args")"
+    # A real job starting beside them (n1's other core): its prolog passes, it runs on n1.
+    b=$(submit -w n1) && wait_done "$b" 60
+    [ "$(ran_on "$b")" = n1 ] || fail "job $b did not run on n1: $(reason_of n1 | cat -v)"
+    drained n1 && fail "job $b's prolog drained n1: $(reason_of n1 | cat -v)"
+    grep -q $'\033' "$T/scontrol-args" && fail "an ESC reached scontrol's argument: $(cat -v "$T/scontrol-args")"
+    for i in 1 2; do kill "$(cat "$T/evil/loop$i")" 2>/dev/null; done
+    scancel "$j"; wait_done "$j" 30
+    wait
+    rm -f "$T/bin/squeue" "$T/bin/scontrol-rec"
+}
+
 # slurm_conf_edit SED_EXPR: the cluster's slurm.conf edited (saved first to slurm.conf.saved)
 # and announced with scontrol reconfigure; slurm_conf_restore undoes it. Both wait (bounded) until
 # the controller shows PrologEpilogTimeout = $1 of slurm_conf_wait.
@@ -626,6 +687,7 @@ run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid and
 run_test "a CPU job's program named like an Xid segfaults (real kernel log): its epilog and the next job's prolog drain nothing" t_a_crashing_program_named_like_an_xid_drains_nothing
 run_test "budget_seconds above PrologEpilogTimeout (Include'd, lowered live): a hung check ends as the gate's ERROR, slurmd drains nothing" t_a_budget_above_prolog_epilog_timeout_ends_as_the_gate_s_error
 run_test "--check-config: a Prolog= typo on the controller is NOT READY; the epilog gate is shown" t_check_config_names_a_prolog_entry_slurm_cannot_run
+run_test "another user's busy loops of no job and another job's busy task beside a starting job never drain; named by listpids, the comm escaped" t_another_users_busy_cpus_never_drain
 
 # --- a shared node: the cluster again, now with 4 gres GPUs on each node ----------------------
 # The GPUs are plain files (slurmd only stats them: the same on 22.05, 24.11 and 26.05); the
@@ -751,7 +813,7 @@ if [ -z "$FILTER" ] || [[ "a shared node" == *"$FILTER"* ]]; then
 fi
 
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 23 ]; then
-    say "only $STARTED of 23 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 24 ]; then
+    say "only $STARTED of 24 tests ran"; exit 1
 fi
 exit 0
