@@ -25,7 +25,7 @@ const SCONTROL_OUTPUT_BYTES: usize = 64 << 10;
 /// parse: then Slurm could not say.
 pub const JSON_OUTPUT_BYTES: usize = 32 << 20;
 /// What `scontrol listpids` says on a node where no job step runs (src/scontrol/info_job.c,
-/// 22.05 to 26.05), with exit status 1.
+/// 22.05 to 26.05), with exit status 1 (22.05 after printing the table's header).
 pub const NO_STEPS: &str = "No job steps exist on this node.";
 
 /// This node's state as slurmctld sees it.
@@ -193,8 +193,11 @@ impl Slurm {
         let left = self.deadline.remaining();
         let args = ["listpids", "*", self.node.as_str()];
         let (what, done) = self.spawn(&self.scontrol, &args, SCONTROL_OUTPUT_BYTES)?;
-        let none =
-            done.stdout.is_empty() && String::from_utf8_lossy(&done.stderr).trim() == NO_STEPS;
+        // 22.05 prints the table's header first, later versions nothing.
+        let rows = String::from_utf8_lossy(&done.stdout)
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("PID "));
+        let none = !rows && String::from_utf8_lossy(&done.stderr).trim() == NO_STEPS;
         match done.ending {
             Ending::Exited(1) if none => Ok(String::new()),
             _ => answer(&what, left, &done),
@@ -492,6 +495,16 @@ mod tests {
         );
         script(&format!("echo '{NO_STEPS}' >&2; exit 1"));
         assert_eq!(s.scontrol_listpids().as_deref(), Ok(""));
+        // 22.05: the header on stdout before the sentence.
+        script(&format!(
+            "echo 'PID      JOBID    STEPID   LOCALID GLOBALID'; echo '{NO_STEPS}' >&2; exit 1"
+        ));
+        assert_eq!(s.scontrol_listpids().as_deref(), Ok(""));
+        script(&format!("echo '42 7 0 0 0'; echo '{NO_STEPS}' >&2; exit 1"));
+        assert!(
+            s.scontrol_listpids().is_err(),
+            "rows and a failure: not whole"
+        );
         script("echo 'Unable to connect to slurmstepd: Permission denied' >&2; exit 1");
         let e = s.scontrol_listpids().expect_err("a step did not answer");
         assert!(e.contains("exit status 1: Unable to connect"), "{e}");

@@ -222,8 +222,12 @@ impl Gate<'_> {
             .map(|r| stray::find(r, &|pid| stray::is_our_worker(pid, &worker)))
             .unwrap_or_default();
         let owners = (!gpu.is_empty() || !cpu.busy.is_empty()).then(|| self.owners(slurm));
+        // Slurm's word on the GPUs first (which other jobs hold them), then on the processes.
         let mut judged = sel.strays_judged.clone();
-        if let Some(why) = owners.as_ref().and_then(|o| stray::not_judged(&gpu, o)) {
+        if let (Ok(()), Some(why)) = (
+            &judged,
+            owners.as_ref().and_then(|o| stray::not_judged(&gpu, o)),
+        ) {
             judged = Err(why);
         }
         let cpu_said = owners.as_ref().and_then(|o| self.cpu_said(cpu, o));
