@@ -591,7 +591,7 @@ t_another_users_busy_cpus_never_drain() {
         -o /dev/null --wrap "exec \"$link\" -c 'echo \$\$ > $T/evil/job-loop; while :; do :; done'") \
         || { fail "sbatch as $EVIL failed"; return; }
     timeout 30 bash -c "until [ -s $T/evil/job-loop ]; do sleep 0.3; done" \
-        || { fail "job $j's loop did not start: $(squeue -h -j "$j" -o '%T %R' 2>&1)"; scancel "$j"; return; }
+        || { fail "job $j's loop did not start: $(squeue -h -j "$j" -o '%T %R' 2>&1), n1: $(reason_of n1 | cat -v)"; scancel "$j"; return; }
     for i in 1 2; do
         # setsid and setpriv exec (runuser would wait as a parent, and stop itself when its
         # child is stopped below); a session of its own, as a login's loop would have.
