@@ -127,7 +127,8 @@ pub fn decide(mode: Mode, found: Found, policy: Policy, all_gpus: bool) -> Actio
             cache: CacheAction::StorePass,
             exit_code: 0,
         },
-        // Busy with processes of no job, and the admin wants such a node cleaned: as a FAIL.
+        // GPUs held by processes Slurm says are of no job, and the admin wants such a node
+        // cleaned: as a FAIL.
         Found::Busy(Whose::NoJob) if policy.stray == StrayPolicy::Fail => {
             decide(mode, Found::Measured(Verdict::Fail), policy, all_gpus)
         }
