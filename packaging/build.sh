@@ -384,6 +384,38 @@ fi
 EOF
 }
 
+# The install-time check (DEB postinst configure, RPM %post): the state directory, the gate's
+# config validated where slurmd will read it (never failing the install), and whether the plugin
+# line is enabled. SO_RE: the plugin path (dots escaped); FIRST: a shell test true on a first
+# install (DEB: no previous version in $2; RPM: $1 = 1).
+install_check_script() { # SO_RE FIRST
+    local so_re=$1 first=$2
+    cat <<EOF
+install -d -m 0755 /var/lib/nccl-check
+# Exit 3: valid, but no Prolog=/Epilog=/HealthCheckProgram= runs the gate yet (a fresh install).
+rc=0
+if [ -x /usr/sbin/nccl-check-prolog ]; then
+    out=\$(timeout 40 /usr/sbin/nccl-check-prolog --check-config 2>&1) || rc=\$?
+fi
+if [ "\$rc" = 3 ]; then
+    echo "nccl-check: the prolog gate is installed, not enabled: no Prolog= of this node's Slurm runs /usr/sbin/nccl-check-prolog (see /usr/share/doc/$NAME/prolog.md)"
+elif [ "\$rc" != 0 ]; then
+    echo "nccl-check: WARNING: nccl-check-prolog --check-config finds the prolog gate not ready:" >&2
+    printf '%s\\n' "\$out" | grep -E '^(INVALID|NOT READY|Until this is fixed)' | sed 's/^/nccl-check:   /' >&2 || true
+fi
+if ! grep -Eq '^[[:space:]]*(required|optional)[[:space:]]+$so_re' /etc/slurm/plugstack.conf.d/zz-nccl-check.conf 2>/dev/null; then
+    if $first; then
+        echo "nccl-check: installed. The SPANK plugin is disabled until you uncomment its line in"
+    else
+        # A reinstall after a removal (which commented the line out) or an upgrade of a
+        # disabled plugin: --nccl-check stays off until the admin says otherwise.
+        echo "nccl-check: the SPANK plugin is still disabled (its line is commented out, as a removal leaves it); uncomment it in"
+    fi
+    echo "nccl-check: /etc/slurm/plugstack.conf.d/zz-nccl-check.conf; see /usr/share/doc/$NAME/README.md"
+fi
+EOF
+}
+
 CHANGELOG_DATE=$(date -u -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")
 PACKAGER=${NCCL_CHECK_PACKAGER:-nccl-check packagers <nccl-check@localhost>}
 SUMMARY="NCCL bandwidth check for Slurm jobs (srun --nccl-check, prolog) for Slurm $SLURM_MM"
@@ -446,29 +478,9 @@ Description: $SUMMARY
 $(sed 's/^/ /' <<<"$DESCRIPTION")
 EOF
     (cd "$root" && find etc -type f | sed 's#^#/#' | sort) > "$root/DEBIAN/conffiles"
-    cat > "$root/DEBIAN/postinst" <<EOF
-#!/bin/sh
-set -e
-if [ "\$1" = configure ]; then
-    install -d -m 0755 /var/lib/nccl-check
-    # The gate's config, validated where slurmd will read it (the prolog never fails the install).
-    if [ -x /usr/sbin/nccl-check-prolog ] && ! out=\$(timeout 40 /usr/sbin/nccl-check-prolog --check-config 2>&1); then
-        echo "nccl-check: WARNING: nccl-check-prolog --check-config finds the prolog gate not ready:" >&2
-        printf '%s\\n' "\$out" | grep -E '^(INVALID|NOT READY)' | sed 's/^/nccl-check:   /' >&2 || true
-    fi
-    if ! grep -Eq '^[[:space:]]*(required|optional)[[:space:]]+$so_re' /etc/slurm/plugstack.conf.d/zz-nccl-check.conf 2>/dev/null; then
-        if [ -z "\$2" ]; then
-            echo "nccl-check: installed. The SPANK plugin is disabled until you uncomment its line in"
-        else
-            # A reinstall after a removal (which commented the line out) or an upgrade of a
-            # disabled plugin: --nccl-check stays off until the admin says otherwise.
-            echo "nccl-check: the SPANK plugin is still disabled (its line is commented out, as a removal leaves it); uncomment it in"
-        fi
-        echo "nccl-check: /etc/slurm/plugstack.conf.d/zz-nccl-check.conf; see /usr/share/doc/$NAME/README.md"
-    fi
-fi
-exit 0
-EOF
+    { printf '#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n'
+      install_check_script "$so_re" '[ -z "$2" ]' | sed 's/^/    /'
+      printf 'fi\nexit 0\n'; } > "$root/DEBIAN/postinst"
     { printf '#!/bin/sh\nset -e\n'
       # "remove in-favour PKG": another Slurm major's package takes over the same prolog path.
       [ -n "$HAVE_PROLOG" ] && { printf 'if [ "$1" = remove ] && [ "$2" != in-favour ]; then\n'
@@ -539,13 +551,36 @@ $DESCRIPTION
 mkdir -p %{buildroot}
 cp -a $root/. %{buildroot}/
 
+%post
+EOF
+    # (%% in a scriptlet: rpmbuild expands % macros)
+    install_check_script "$so_re" '[ "$1" = 1 ]' | sed 's/%/%%/g'
+    cat <<EOF
+exit 0
+
 %preun
 # \$1 = 0: erase (not upgrade). Disable the plugin before its file goes, so srun keeps working.
 if [ "\$1" = 0 ]; then
 EOF
     [ -n "$HAVE_PROLOG" ] && refuse_script | sed 's/^/    /'
     disable_script "$so_re" | sed 's/^/    /'
+    [ -n "$HAVE_PROLOG" ] && note_textfiles_script | sed 's/^/    /'
     cat <<EOF
+fi
+exit 0
+
+%postun
+# \$1 = 0: erase. RPM has no purge: the prolog's Prometheus textfiles (node_exporter would
+# export a removed tool's last state) and its state go now, unless another Slurm major's
+# nccl-check package owns /var/lib/nccl-check.
+if [ "\$1" = 0 ]; then
+    others=\$(timeout 10 rpm -qf --qf '%%{NAME}\\n' /var/lib/nccl-check 2>/dev/null | grep -vxF -e '$NAME' | grep -v ' ' || true)
+    if [ -z "\$others" ]; then
+EOF
+    purge_textfiles_script | sed 's/%/%%/g; s/^/        /'
+    cat <<EOF
+        rm -rf /var/lib/nccl-check
+    fi
 fi
 exit 0
 

@@ -7,6 +7,9 @@
 //! Search order: `$SLURM_INCLUDE_DIR`, every `-I` in `$BINDGEN_EXTRA_CLANG_ARGS`, `/usr/include`,
 //! `/usr/local/include`. Each of them must contain `slurm/slurm_version.h`.
 
+// Cargo reads its directives from a build script's stdout.
+#![allow(clippy::print_stdout)]
+
 use std::path::{Path, PathBuf};
 
 fn candidates() -> Vec<PathBuf> {

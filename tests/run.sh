@@ -38,6 +38,7 @@ step "format and lint"
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 # No non-test function over 100 lines (the list names any that is).
+python3 tests/tools/longest-fns.py --selftest
 python3 tests/tools/longest-fns.py --max 100
 
 step "one name per thing: no new public item named like another"
@@ -98,6 +99,11 @@ bash tests/gpu/fabric.sh --nodes 8 --rows healthy,slow-node,slow-path,far-path,m
 # can name the node (5 s of silence at this budget; ~12 s).
 bash tests/gpu/fabric.sh --nodes 8 --rows link-down --repeat 1 --timeout 20 --stagger 0.1 \
     --worker "$PWD/tests/gpu/fabric-sim-worker.sh" --out "$fabric_out/standin-down"
+# The init-race loop (tests/gpu/init-race.sh): its counter on made-up folders, then 2 healthy
+# runs through fabric.sh with the stand-in, which must end with no ERROR 7 (~12 s).
+bash tests/gpu/init-race.sh --selftest
+bash tests/gpu/init-race.sh --nodes 8 --runs 2 --timeout 5 --stagger 0.1 \
+    --worker "$PWD/tests/gpu/fabric-sim-worker.sh" --out "$fabric_out/init-race"
 rm -rf "$fabric_out"
 
 step "container suite (older-glibc root filesystem, enroot files)"

@@ -19,6 +19,9 @@
 //! cargo build --release -p bench-core --features sim --example control_plane_bench
 //! NCCL_CHECK_SECRET=$(openssl rand -hex 32) target/release/examples/control_plane_bench --procs 1024
 
+// A benchmark for people: its JSON lines go to stdout.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use bench_core::localize::conduct::{decide_in, follow, group_of, Conductor, ConductorStep};
 use bench_core::localize::layout::Layout;
 use bench_core::localize::sim::{Fabric, Fault};
@@ -115,7 +118,9 @@ fn quantiles(mut v: Vec<f64>) -> serde_json::Value {
     serde_json::json!({ "n": v.len(), "median_ms": q(0.5), "p90_ms": q(0.9), "max_ms": q(1.0) })
 }
 
-fn child(a: &Args, rank: u32) {
+/// Joins as the worker does, with the plane's liveness set from the budget; a join that fails
+/// is written down (ranks 0 and 1) and ends the process.
+fn join(a: &Args, rank: u32) -> rendezvous::Joined {
     let secret = std::env::var("NCCL_CHECK_SECRET").expect("NCCL_CHECK_SECRET");
     let auth = SharedSecret::new(&secret, "NCCL_CHECK_SECRET").expect("secret");
     let deadline = Instant::now() + Duration::from_secs_f64(a.timeout_s);
@@ -138,7 +143,7 @@ fn child(a: &Args, rank: u32) {
     };
     let joined = rendezvous::join(&setup, me, || Ok([1u8; 128]));
     let join_s = unix_now() - a.t0;
-    let mut joined = match joined {
+    match joined {
         Ok(mut j) => {
             // As the worker sets it (orchestrate::meet): beats, and the silence that names a
             // process, from the budget.
@@ -163,14 +168,17 @@ fn child(a: &Args, rank: u32) {
             }
             std::process::exit(1);
         }
-    };
-    if a.dead == Some(rank) {
-        match a.dead_mode.as_str() {
-            "hang" => std::thread::sleep(Duration::from_secs_f64(a.timeout_s + 5.0)),
-            _ => std::process::exit(0),
-        }
-        std::process::exit(0);
     }
+}
+
+/// A failed sum: why, and after how many seconds.
+type Failure = (String, f64);
+
+/// `a.rounds` timed sums at each length: their quantiles by length, or the first failure.
+fn timed_sums(
+    a: &Args,
+    joined: &mut rendezvous::Joined,
+) -> (Vec<serde_json::Value>, Option<Failure>) {
     // Lengths: one number (a barrier or a flag), a confirmation round's groups, one per process
     // (a screening round at one GPU per node), one per rank (the old per-round vector at 8 GPUs).
     let nranks = joined.nranks() as usize;
@@ -180,8 +188,7 @@ fn child(a: &Args, rank: u32) {
         .collect();
     let mut seq = 0u64;
     let mut by_len = Vec::new();
-    let mut failure = None;
-    'outer: for &len in &lengths {
+    for &len in &lengths {
         let mut times = Vec::new();
         for _ in 0..a.rounds {
             seq += 1;
@@ -190,25 +197,33 @@ fn child(a: &Args, rank: u32) {
             let sum_deadline = Instant::now() + Duration::from_secs_f64(a.timeout_s);
             match joined.plane.sum(seq, &v, sum_deadline) {
                 Ok(s) => {
-                    let expect = if a.dead.is_some() {
-                        -1.0
-                    } else {
-                        a.procs as f64
-                    };
+                    let expect = a.procs as f64;
                     if a.dead.is_none() && s[0] != expect {
-                        failure = Some((format!("wrong sum {} != {expect}", s[0]), 0.0));
-                        break 'outer;
+                        return (
+                            by_len,
+                            Some((format!("wrong sum {} != {expect}", s[0]), 0.0)),
+                        );
                     }
                     times.push(t.elapsed().as_secs_f64() * 1e3);
                 }
-                Err(e) => {
-                    failure = Some((e.to_string(), t.elapsed().as_secs_f64()));
-                    break 'outer;
-                }
+                Err(e) => return (by_len, Some((e.to_string(), t.elapsed().as_secs_f64()))),
             }
         }
         by_len.push(serde_json::json!({ "len": len, "sum": quantiles(times) }));
     }
+    (by_len, None)
+}
+
+fn child(a: &Args, rank: u32) {
+    let mut joined = join(a, rank);
+    let join_s = unix_now() - a.t0;
+    if a.dead == Some(rank) {
+        if a.dead_mode == "hang" {
+            std::thread::sleep(Duration::from_secs_f64(a.timeout_s + 5.0));
+        }
+        std::process::exit(0);
+    }
+    let (by_len, failure) = timed_sums(a, &mut joined);
     let localization = if failure.is_none() {
         localize(joined, rank, a.timeout_s)
     } else {

@@ -31,7 +31,7 @@ fn main() {
     // args_os: a non-UTF-8 argument (a user's TMPDIR in a --json path) is a usage error, not a
     // panic; so is a non-UTF-8 value of a variable the options read.
     if let Some(msg) = options::env::non_utf8_env(&|k| env.get_os(k).map(Into::into)) {
-        eprintln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
+        nccl_check_host::errln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
         exit(ExitCode::Usage.code());
     }
     let opts = match args.and_then(|a| a.resolve(&env)) {
@@ -76,7 +76,7 @@ fn main() {
     report.record_run(measured);
     let code = match ran {
         Ok(Ran::Explained(text)) => {
-            print!("{text}");
+            nccl_check_host::out!("{text}");
             exit(0);
         }
         Ok(Ran::Measured(basis, log)) => {
@@ -100,7 +100,7 @@ fn check_config(file: Option<&std::path::Path>, env: &Environment) -> ! {
     let root = std::path::Path::new("/");
     let checked = bench_core::facts::node_ready::check_file(path.as_deref(), root, env);
     for l in &checked.lines {
-        println!("{l}");
+        nccl_check_host::outln!("{l}");
     }
     exit(checked.code)
 }
@@ -114,7 +114,7 @@ const CONFIG_KEYS: &str = "the keys are documented in /etc/nccl-check/nccl-check
 fn parse_exit(e: ParseExit) -> ! {
     match e {
         ParseExit::Info(text) => {
-            print!("{text}");
+            nccl_check_host::out!("{text}");
             exit(0);
         }
         ParseExit::Usage(msg) => usage_error(&msg, "see nccl-check --help"),
@@ -123,7 +123,7 @@ fn parse_exit(e: ParseExit) -> ! {
 }
 
 fn usage_error(msg: &str, see: &str) -> ! {
-    eprintln!(
+    nccl_check_host::errln!(
         "{}",
         line::write(Verdict::Error, &format!("usage: {msg} ({see})"))
     );
@@ -161,7 +161,7 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
         nccl_env::remove_log_dir();
         if let Some(path) = &opts.json {
             if let Err(e) = write_json(path, report) {
-                eprintln!(
+                nccl_check_host::errln!(
                     "nccl-check: cannot write the report to {}: {e}",
                     path.display()
                 );
@@ -170,7 +170,7 @@ fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
         let _ = std::io::stdout().flush();
         // The contract's verdict line (one line, others' text escaped), which callers that
         // have no report file (the plugin's batch check, through srun) read back.
-        eprintln!("{}", line::write(report.head.verdict, &report.head.summary));
+        nccl_check_host::errln!("{}", line::write(report.head.verdict, &report.head.summary));
         let _ = std::io::stderr().flush();
     }
     exit(code.code())

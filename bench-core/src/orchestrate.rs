@@ -79,7 +79,7 @@ fn measure(
         )));
     }
     if !opts.quiet && opts.rank == 0 {
-        println!(
+        nccl_check_host::outln!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
             env!("CARGO_PKG_VERSION"),
             nccl.version,
@@ -105,7 +105,7 @@ fn measure(
     // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
     crate::localize::own::known::record(&devices, &nvml.facts, record.facts.as_ref());
     if !opts.quiet && opts.rank == 0 {
-        println!("# GPU: {identity}; interconnect: {interconnect}");
+        nccl_check_host::outln!("# GPU: {identity}; interconnect: {interconnect}");
     }
     record.sku = Some(identity);
     record.interconnect = Some(interconnect);
@@ -128,7 +128,7 @@ fn measure(
             return Err(e);
         }
     };
-    wait_for_gpus(handles, &team, opts, host, record)?;
+    wait_for_gpus(handles, &team, topology.pids(), opts, host, record)?;
     record.nvml = Some((nvml.facts, nvml.waited_ms));
     let (transports, log) = crate::facts::nccl_log::read_transports(nccl_log);
     if let Some(f) = record.facts.as_mut() {
@@ -178,6 +178,7 @@ fn spawn_gpu_threads(
 fn wait_for_gpus(
     handles: Vec<JoinHandle<GpuOutcome>>,
     team: &crate::meet::team::Team,
+    check_pids: &[u32],
     opts: &Options,
     host: &str,
     record: &mut Measured,
@@ -198,7 +199,9 @@ fn wait_for_gpus(
         facts.set_off_cpu(&opts.node_or_host(host), seen);
     }
     if let Some(facts) = record.facts.as_mut() {
-        facts.host = load.stop();
+        // Every process of the check is its own load, not another's (emulated nodes share a
+        // host; seen at 16: the check's workers named as the top consumers of a busy host).
+        facts.host = load.stop(check_pids);
     }
     after_the_team(gathered, team.lost(), opts.rank)
 }
@@ -526,6 +529,8 @@ fn gather(
             record.gpus.push(gpu);
         }
         record.gpu_side.extend(out.gpu_side);
+        record.sizing.extend(out.sizing);
+        record.localization_noise = record.localization_noise.or(out.localization_noise);
         errors.extend(out.error);
     }
     errors.sort_by_key(|e| matches!(e, RunError::Stopped(_)));
@@ -582,8 +587,8 @@ pub fn plot(opts: &Options, report: &Report, basis: &Basis) {
         outlier_fraction: opts.config.outliers.fraction,
     };
     match crate::render::plot::draw(path, &input) {
-        Ok(()) => eprintln!("nccl-check: plot written to {}", path.display()),
-        Err(e) => eprintln!("nccl-check: WARNING no plot: {e}"),
+        Ok(()) => nccl_check_host::errln!("nccl-check: plot written to {}", path.display()),
+        Err(e) => nccl_check_host::errln!("nccl-check: WARNING no plot: {e}"),
     }
 }
 

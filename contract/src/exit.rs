@@ -25,10 +25,13 @@ pub enum ExitCode {
     Rendezvous = 5,
     Timeout = 6,
     Runtime = 7,
+    /// The node was busy (another process on a GPU, a starved worker, CPUs others kept busy)
+    /// and nothing else was found: the hardware was not judged, so this is no FAIL.
+    Busy = 8,
 }
 
 impl ExitCode {
-    pub const ALL: [ExitCode; 8] = [
+    pub const ALL: [ExitCode; 9] = [
         ExitCode::Pass,
         ExitCode::Fail,
         ExitCode::Usage,
@@ -37,6 +40,7 @@ impl ExitCode {
         ExitCode::Rendezvous,
         ExitCode::Timeout,
         ExitCode::Runtime,
+        ExitCode::Busy,
     ];
 
     pub fn code(self) -> i32 {
@@ -70,6 +74,10 @@ impl ExitCode {
             ExitCode::Rendezvous => "rendezvous: a peer never came, refused, or went away",
             ExitCode::Timeout => "timeout: --timeout passed; the report says what was awaited",
             ExitCode::Runtime => "CUDA/NCCL run-time failure",
+            ExitCode::Busy => {
+                "busy: other processes kept a GPU or the CPUs busy and nothing else was found; \
+                 the hardware was not judged (the report names the processes)"
+            }
         }
     }
 
@@ -108,12 +116,13 @@ mod tests {
         assert_eq!(fails, [1]);
         assert_eq!(ExitCode::verdict_of_status(Some(0)), Verdict::Pass);
         assert_eq!(ExitCode::verdict_of_status(Some(8)), Verdict::Error);
+        assert_eq!(ExitCode::verdict_of_status(Some(9)), Verdict::Error);
         assert_eq!(ExitCode::verdict_of_status(None), Verdict::Error);
         for (i, c) in ExitCode::ALL.iter().enumerate() {
             assert_eq!(c.code(), i as i32);
             assert_eq!(ExitCode::from_code(i as i32), Some(*c));
         }
-        assert_eq!(ExitCode::from_code(8), None);
+        assert_eq!(ExitCode::from_code(9), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!   ([`supervise`]);
 //! - Slurm host lists ([`hostlist`]) and the job a process's cgroup names ([`slurm_job`]);
 //! - bounded reads of small files ([`read`]) and text from others made safe to print ([`text`]);
+//! - stdout and stderr lines that never panic when the reader has gone ([`stdio`]);
 //! - with feature `slurm-config`, Slurm's own configuration as the node uses it
 //!   (`slurm_config`), and with feature `toml`, the one reader of TOML config files, whose
 //!   errors name file, line and field (`config_file`).
@@ -18,6 +19,7 @@ pub mod read;
 #[cfg(feature = "slurm-config")]
 pub mod slurm_config;
 pub mod slurm_job;
+pub mod stdio;
 pub mod supervise;
 pub mod text;
 

@@ -2,7 +2,8 @@
 //! `scontrol` call and every lock wait, so slurmd sees the prolog end within `budget_seconds`
 //! plus a moment (the test: + 2 s), whatever hangs. Each step gets what is left, never a fixed
 //! allowance of its own. `budget_seconds` itself is cut below Slurm's `PrologEpilogTimeout`
-//! ([`effective`]), read at every run from the slurm.conf slurmd uses.
+//! ([`effective`]), read at every run from the slurm.conf slurmd uses and from the controller,
+//! the stricter of the two ([`stricter`]).
 
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,74 @@ pub fn effective(budget_seconds: u64, timeout: Option<u64>, source: &str) -> Bud
     }
 }
 
+/// Slurm's `PrologEpilogTimeout` as the gate goes by it ([`stricter`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlurmTimeout {
+    /// Seconds; None = no limit.
+    pub seconds: Option<u64>,
+    /// Where it was read: `file:line`, or `scontrol show config`.
+    pub source: String,
+    /// Set when the controller and the file disagree: what that means, for the admin.
+    pub differs: Option<String>,
+}
+
+/// The timeout slurmd kills the prolog at, as well as this node can tell: the stricter of the
+/// slurm.conf it reads (`file`: value and `file:line`; a configless node's cache) and the
+/// controller's (`live`, `scontrol show config`). They differ when the file was edited and
+/// `scontrol reconfigure` has not run yet (slurmd still has the old value, as the controller
+/// does), or when this node's file is not the controller's; either way the smaller one is the
+/// one that may kill the gate. None: neither could be read.
+pub fn stricter(
+    file: &Result<(Option<u64>, String), String>,
+    live: &Result<Option<u64>, String>,
+) -> Option<SlurmTimeout> {
+    let shown = |t: Option<u64>| t.map_or("unset (no limit)".to_string(), |t| format!("{t}"));
+    let live_source = "scontrol show config".to_string();
+    match (file, live) {
+        (Ok((f, at)), Ok(l)) if f == l => Some(SlurmTimeout {
+            seconds: *f,
+            source: at.clone(),
+            differs: None,
+        }),
+        (Ok((f, at)), Ok(l)) => {
+            let live_wins = match (f, l) {
+                (Some(f), Some(l)) => l < f,
+                (None, Some(_)) => true,
+                _ => false,
+            };
+            let (seconds, source) = if live_wins {
+                (*l, live_source)
+            } else {
+                (*f, at.clone())
+            };
+            Some(SlurmTimeout {
+                seconds,
+                differs: Some(format!(
+                    "PrologEpilogTimeout differs: the controller has {} (scontrol show config), \
+                     this node's slurm.conf {} ({at}): a 'scontrol reconfigure' is pending (or \
+                     this node's file is not the controller's); slurmd kills the prolog at the \
+                     value it loaded, so the gate goes by the stricter, {}",
+                    shown(*l),
+                    shown(*f),
+                    shown(seconds)
+                )),
+                source,
+            })
+        }
+        (Ok((f, at)), Err(_)) => Some(SlurmTimeout {
+            seconds: *f,
+            source: at.clone(),
+            differs: None,
+        }),
+        (Err(_), Ok(l)) => Some(SlurmTimeout {
+            seconds: *l,
+            source: live_source,
+            differs: None,
+        }),
+        (Err(_), Err(_)) => None,
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
     at: Instant,
@@ -59,9 +128,12 @@ pub struct Deadline {
 
 impl Deadline {
     pub fn after(d: Duration) -> Deadline {
-        Deadline {
-            at: Instant::now() + d,
-        }
+        Deadline::since(Instant::now(), d)
+    }
+
+    /// `d` after `start` (the prolog's start: what it spent reading Slurm's timeout counts).
+    pub fn since(start: Instant, d: Duration) -> Deadline {
+        Deadline { at: start + d }
     }
 
     pub fn remaining(&self) -> Duration {
@@ -112,6 +184,55 @@ mod tests {
         );
         // A timeout too short for any check leaves nothing: the run ends in ERROR at once.
         assert_eq!(effective(30, Some(5), "x").seconds, 0);
+    }
+
+    /// The file raised before a reconfigure: slurmd still has the controller's value, the
+    /// stricter one, and the difference is said.
+    #[test]
+    fn the_stricter_of_the_file_and_the_controller_is_the_timeout() {
+        let file = |t: Option<u64>| Ok((t, "/etc/slurm/slurm.conf:3".to_string()));
+        let t = stricter(&file(Some(60)), &Ok(Some(15))).expect("known");
+        assert_eq!(
+            (t.seconds, t.source.as_str()),
+            (Some(15), "scontrol show config")
+        );
+        let why = t.differs.expect("differs");
+        assert!(
+            why.contains("controller has 15")
+                && why.contains("slurm.conf 60")
+                && why.contains("reconfigure' is pending")
+                && why.ends_with("stricter, 15"),
+            "{why}"
+        );
+        // Lowered in the file (a node whose file is not the controller's): the file's wins.
+        let t = stricter(&file(Some(15)), &Ok(Some(60))).expect("known");
+        assert_eq!(t.seconds, Some(15));
+        assert_eq!(t.source, "/etc/slurm/slurm.conf:3");
+        // Unset is no limit: any value is stricter.
+        assert_eq!(
+            stricter(&file(None), &Ok(Some(60))).map(|t| t.seconds),
+            Some(Some(60))
+        );
+        assert_eq!(
+            stricter(&file(Some(20)), &Ok(None)).map(|t| t.seconds),
+            Some(Some(20))
+        );
+        let same = stricter(&file(Some(60)), &Ok(Some(60))).expect("known");
+        assert!(
+            same.differs.is_none() && same.source.ends_with(":3"),
+            "{same:?}"
+        );
+        // One source alone decides; none is unknown.
+        let t = stricter(&Err("no file".into()), &Ok(Some(30))).expect("live");
+        assert_eq!(
+            (t.seconds, t.source.as_str()),
+            (Some(30), "scontrol show config")
+        );
+        assert_eq!(
+            stricter(&file(Some(9)), &Err("down".into())).map(|t| t.seconds),
+            Some(Some(9))
+        );
+        assert_eq!(stricter(&Err("a".into()), &Err("b".into())), None);
     }
 
     #[test]

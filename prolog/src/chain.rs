@@ -4,7 +4,7 @@
 //! the worker config the prolog passes on (valid file, NCCL loadable where the node has GPUs).
 //! Each finding is a problem (the gate would be a no-op or a drain: exit 2) or a note.
 
-use crate::budget::{self, GRACE, MARGIN};
+use crate::budget::{self, SlurmTimeout, GRACE, MARGIN};
 use crate::config::{GateConfig, GpuPolicy};
 use crate::slurm_uses::INSTALLED;
 use nccl_check_contract::check_line::{CheckProblem, CheckProblemKind};
@@ -16,10 +16,63 @@ use std::time::Duration;
 /// How long the controller and the worker's check are waited for.
 const WAIT: Duration = Duration::from_secs(15);
 
+/// What a NOT READY line does to the next job on the node: the summary says each, so it never
+/// contradicts a line above it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Effect {
+    /// slurmd fails the job's prolog or epilog and drains the node ('Prolog error').
+    Drains,
+    /// The gate runs but checks nothing or ends in ERROR: the job runs unchecked, no drain.
+    Unchecked,
+    /// Every `srun --nccl-check` step fails (the SPANK plugin's line).
+    PluginFails,
+    /// Slurm's configuration as slurmd has it cannot be told from here.
+    Unknown,
+}
+
+impl Effect {
+    /// The summary's words for it.
+    pub fn says(self) -> &'static str {
+        match self {
+            Effect::Drains => {
+                "slurmd drains the node at the next job (a Prolog= or Epilog= entry it cannot run)"
+            }
+            Effect::Unchecked => {
+                "every job runs unchecked (its check ends in ERROR or checks nothing; not drained)"
+            }
+            Effect::PluginFails => "every srun --nccl-check step fails",
+            Effect::Unknown => "what slurmd does with the next job cannot be told from this node",
+        }
+    }
+}
+
+/// One NOT READY line and what it does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotReady {
+    pub effect: Effect,
+    pub text: String,
+}
+
+impl NotReady {
+    pub fn new(effect: Effect, text: impl Into<String>) -> NotReady {
+        NotReady {
+            effect,
+            text: text.into(),
+        }
+    }
+}
+
+impl std::ops::Deref for NotReady {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
 /// Problems and notes, in the order they are printed.
 #[derive(Debug, Default, PartialEq)]
 pub struct Findings {
-    pub problems: Vec<String>,
+    pub problems: Vec<NotReady>,
     pub notes: Vec<String>,
 }
 
@@ -28,49 +81,53 @@ pub struct SlurmView<'a> {
     /// The settings there are (the controller's, else the file in use); None: none, `why`.
     pub settings: Option<&'a Settings>,
     pub why: &'a str,
-    /// `PrologEpilogTimeout` as the gate reads it at run time
-    /// ([`nccl_check_host::slurm_config::prolog_epilog_timeout_now`]).
-    pub now: Result<(Option<u64>, String), String>,
+    /// `PrologEpilogTimeout` as the gate goes by it at run time ([`budget::stricter`] of the
+    /// file and the controller); None: neither could be read.
+    pub timeout: Option<SlurmTimeout>,
+    /// The slurm.conf in use when `settings` are the controller's: its entries are what the
+    /// next reconfigure gives slurmd.
+    pub file: Option<&'a Settings>,
     /// `/` except in tests: where the Prolog=/Epilog= entries are looked up.
     pub root: &'a Path,
 }
 
 /// Slurm's side: the budget each run of the gate gets (the gate's own rule), the entries slurmd
-/// runs (missing or not executable: a problem), the epilog gate, GresTypes.
+/// runs (missing or not executable, a pattern matching nothing: a problem), the epilog gate,
+/// GresTypes. Slurm's configuration unreadable is a problem: nothing here could be checked.
 pub fn slurm(c: &GateConfig, v: &SlurmView, file: &Path) -> Findings {
     let mut f = Findings::default();
     let Some(s) = v.settings else {
-        f.notes.push(format!(
-            "Slurm's configuration could not be read ({}): PrologEpilogTimeout, GresTypes and the \
-             Prolog= entries not checked",
-            v.why
+        f.problems.push(NotReady::new(
+            Effect::Unknown,
+            format!(
+                "Slurm's configuration could not be read ({}): PrologEpilogTimeout, GresTypes and \
+                 the Prolog= entries not checked",
+                v.why
+            ),
         ));
         return f;
     };
     // The gate's own reading, so what is said here is what the next run does.
-    let (timeout, source) = match &v.now {
-        Ok((t, at)) => (*t, at.clone()),
-        Err(_) => (s.prolog_epilog_timeout, s.source.clone()),
+    let (timeout, source) = match &v.timeout {
+        Some(t) => (t.seconds, t.source.clone()),
+        None => (s.prolog_epilog_timeout, s.source.clone()),
     };
-    if let (Ok((t, at)), Some(live)) = (&v.now, s.prolog_epilog_timeout) {
-        if *t != Some(live) && s.source == "scontrol show config" {
-            f.notes.push(format!(
-                "the controller says PrologEpilogTimeout = {live}, this node's slurm.conf ({at}) \
-             {}: slurmd and the gate go by the file until the next 'scontrol reconfigure'",
-                t.map_or("sets none".to_string(), |t| format!("= {t}"))
-            ));
-        }
+    if let Some(d) = v.timeout.as_ref().and_then(|t| t.differs.as_ref()) {
+        f.notes.push(d.clone());
     }
     let b = budget::effective(c.budget_seconds, timeout, &source);
     let runs_at = gate_entries(s, v.root);
     match (&b.cut, timeout) {
-        (Some(why), _) if b.seconds == 0 => {
-            f.problems.push(format!(
-            "{why}: no time is left for a check, so every job's check ends in ERROR at once (not \
-             drained); raise PrologEpilogTimeout above {} s or remove the gate",
-            (Duration::from_secs(c.budget_seconds) + GRACE + MARGIN).as_secs_f64().ceil()
-        ))
-        }
+        (Some(why), _) if b.seconds == 0 => f.problems.push(NotReady::new(
+            Effect::Unchecked,
+            format!(
+                "{why}: no time is left for a check, so every job's check ends in ERROR at once \
+                 (not drained); raise PrologEpilogTimeout above {} s or remove the gate",
+                (Duration::from_secs(c.budget_seconds) + GRACE + MARGIN)
+                    .as_secs_f64()
+                    .ceil()
+            ),
+        )),
         (Some(why), _) => f.notes.push(format!(
             "{why}. Each run of the gate ({runs_at}) gets {} s: a slower check ends in the gate's \
              ERROR (not drained). Set budget_seconds <= {} in {} or raise PrologEpilogTimeout to \
@@ -91,15 +148,24 @@ pub fn slurm(c: &GateConfig, v: &SlurmView, file: &Path) -> Findings {
             c.budget_seconds
         )),
     }
-    f.problems
-        .extend(s.entry_problems(Path::new(INSTALLED), v.root));
+    f.problems.extend(
+        s.entry_problems(Path::new(INSTALLED), v.root)
+            .into_iter()
+            .map(|p| NotReady::new(Effect::Drains, p)),
+    );
+    if let Some(p) = v.file {
+        pending_entries(s, p, v.root, &mut f);
+    }
     if c.gpus == GpuPolicy::Job && !s.has_gres_gpu() {
-        f.problems.push(format!(
-            "gpus = \"job\" but Slurm has no GresTypes=gpu ({}): no job is given GPUs, so every prolog \
-             checks nothing and the gate is off; set gpus = \"all\" in {} (check every GPU of the node) \
-             or configure gres/gpu",
-            s.source,
-            file.display()
+        f.problems.push(NotReady::new(
+            Effect::Unchecked,
+            format!(
+                "gpus = \"job\" but Slurm has no GresTypes=gpu ({}): no job is given GPUs, so every \
+                 prolog checks nothing and the gate is off; set gpus = \"all\" in {} (check every \
+                 GPU of the node) or configure gres/gpu",
+                s.source,
+                file.display()
+            ),
         ));
     }
     if !s.prolog_flags.is_empty() || !s.prologs.is_empty() {
@@ -112,6 +178,29 @@ pub fn slurm(c: &GateConfig, v: &SlurmView, file: &Path) -> Findings {
         ));
     }
     f
+}
+
+/// The file's Prolog=/Epilog= when they are not the controller's: what the next reconfigure
+/// gives slurmd, said and checked too.
+fn pending_entries(live: &Settings, file: &Settings, root: &Path, f: &mut Findings) {
+    if file.prologs == live.prologs && file.epilogs == live.epilogs {
+        return;
+    }
+    f.notes.push(format!(
+        "Prolog/Epilog differ: the controller has Prolog = {}, Epilog = {}; this node's {} has \
+         Prolog = {}, Epilog = {}: a 'scontrol reconfigure' is pending (or this node's file is not \
+         the controller's)",
+        listed(&live.prologs),
+        listed(&live.epilogs),
+        file.source,
+        listed(&file.prologs),
+        listed(&file.epilogs)
+    ));
+    f.problems.extend(
+        file.entry_problems(Path::new(INSTALLED), root)
+            .into_iter()
+            .map(|e| NotReady::new(Effect::Drains, format!("after a reconfigure: {e}"))),
+    );
 }
 
 /// `a,b`, or `(none)`.
@@ -134,20 +223,52 @@ fn gate_entries(s: &Settings, root: &Path) -> String {
     }
 }
 
-/// Slurm's settings for this node: the controller's, else the slurm.conf in use; why there are
-/// none; and what the files' layout means (a local slurm.conf shadowing a configless cache).
-pub fn read_slurm(
-    c: &GateConfig,
-    slurm_conf: Option<&str>,
-) -> (Option<Settings>, String, Vec<String>) {
+/// Slurm's configuration for this node, as `--check-config` reads it.
+pub struct SlurmRead {
+    /// The controller's settings, else the slurm.conf in use.
+    pub settings: Option<Settings>,
+    /// The slurm.conf in use, when the controller answered too (for what a reconfigure brings).
+    pub file: Option<Settings>,
+    /// Why there are no settings.
+    pub why: String,
+    /// `PrologEpilogTimeout` as the controller has it, or why it is not known.
+    pub live_timeout: Result<Option<u64>, String>,
+    /// The layout's problems: a local slurm.conf shadowing a configless cache.
+    pub problems: Vec<NotReady>,
+    pub notes: Vec<String>,
+}
+
+/// Reads this node's Slurm configuration from every source ([`Sources::read`]).
+pub fn read_slurm(c: &GateConfig, slurm_conf: Option<&str>) -> SlurmRead {
     let sc = c.scontrol.is_file().then_some(c.scontrol.as_path());
     let s = Sources::read(Path::new("/"), slurm_conf, sc, WAIT);
-    let why = s.live_error.clone().unwrap_or_else(|| "no scontrol".into());
+    let live_error = s.live_error.clone().unwrap_or_else(|| "no scontrol".into());
     let why = match s.file_errors.first() {
-        Some(e) => format!("{why}; {e}"),
-        None => format!("{why}; no slurm.conf found"),
+        Some(e) => format!("{live_error}; {e}"),
+        None => format!("{live_error}; no slurm.conf found"),
     };
-    (s.effective().cloned(), why, s.notes.clone())
+    let mut notes = Vec::new();
+    if s.live.is_none() && !s.files.is_empty() {
+        notes.push(format!(
+            "the controller did not answer ({live_error}): the file's settings are checked, not \
+             the ones slurmd has since the last reconfigure"
+        ));
+    }
+    SlurmRead {
+        settings: s.effective().cloned(),
+        file: s.live.as_ref().and(s.files.first().cloned()),
+        why,
+        live_timeout: match &s.live {
+            Some(l) => Ok(l.prolog_epilog_timeout),
+            None => Err(live_error),
+        },
+        problems: s
+            .notes
+            .iter()
+            .map(|n| NotReady::new(Effect::Unknown, n.clone()))
+            .collect(),
+        notes,
+    }
 }
 
 /// The worker's `--check-config` on the config the prolog passes on, run as the prolog runs the
@@ -172,7 +293,10 @@ pub fn worker(c: &GateConfig) -> (Vec<String>, Findings) {
     let done = match supervise::run(spec) {
         Ok(d) => d,
         Err(e) => {
-            f.problems.push(format!("{what}: {}", e.error));
+            f.problems.push(NotReady::new(
+                Effect::Unchecked,
+                format!("{what}: {}", e.error),
+            ));
             return (Vec::new(), f);
         }
     };
@@ -182,13 +306,17 @@ pub fn worker(c: &GateConfig) -> (Vec<String>, Findings) {
     let bad: Vec<CheckProblem> = text.lines().filter_map(CheckProblem::read_line).collect();
     match done.ending {
         Ending::Exited(0) if bad.is_empty() => {}
-        Ending::KilledAtDeadline => f
-            .problems
-            .push(format!("{what}: no answer in {} s", WAIT.as_secs())),
-        _ => f.problems.push(format!(
-            "{what}: {} (every job's check would end in ERROR: the gate is off)",
-            bad.first()
-                .map_or("failed".to_string(), CheckProblem::to_string)
+        Ending::KilledAtDeadline => f.problems.push(NotReady::new(
+            Effect::Unchecked,
+            format!("{what}: no answer in {} s", WAIT.as_secs()),
+        )),
+        _ => f.problems.push(NotReady::new(
+            Effect::Unchecked,
+            format!(
+                "{what}: {} (every job's check would end in ERROR: the gate is off)",
+                bad.first()
+                    .map_or("failed".to_string(), CheckProblem::to_string)
+            ),
         )),
     }
     (lines, f)
@@ -221,7 +349,10 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
     let done = match supervise::run(spec) {
         Ok(d) => d,
         Err(e) => {
-            f.problems.push(format!("{what}: {}", e.error));
+            f.problems.push(NotReady::new(
+                Effect::PluginFails,
+                format!("{what}: {}", e.error),
+            ));
             return (Vec::new(), f);
         }
     };
@@ -230,16 +361,23 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
     let lines = text.lines().map(|l| format!("plugin line: {l}")).collect();
     for bad in text.lines().filter_map(CheckProblem::read_line) {
         if bad.kind == CheckProblemKind::Invalid {
-            f.problems.push(format!("plugin line: {}", bad.text));
+            f.problems.push(NotReady::new(
+                Effect::PluginFails,
+                format!("plugin line: {}", bad.text),
+            ));
         }
     }
     match done.ending {
         Ending::Exited(0) => {}
         Ending::Exited(_) if !f.problems.is_empty() => {}
-        Ending::KilledAtDeadline => f
-            .problems
-            .push(format!("{what}: no answer in {} s", WAIT.as_secs())),
-        other => f.problems.push(format!("{what}: {other:?}")),
+        Ending::KilledAtDeadline => f.problems.push(NotReady::new(
+            Effect::PluginFails,
+            format!("{what}: no answer in {} s", WAIT.as_secs()),
+        )),
+        other => f.problems.push(NotReady::new(
+            Effect::PluginFails,
+            format!("{what}: {other:?}"),
+        )),
     }
     (lines, f)
 }
@@ -270,7 +408,8 @@ mod tests {
         SlurmView {
             settings: s,
             why,
-            now: Err("no file".into()),
+            timeout: None,
+            file: None,
             root: Path::new("/nonexistent-root"),
         }
     }
@@ -296,18 +435,25 @@ mod tests {
                 && f.notes[0].contains("budget_seconds <= 8"),
             "{f:?}"
         );
-        // The gate's own run-time reading wins over the controller's, and the difference is said.
+        // The file raised to 60 before a reconfigure: the controller's 15 is what slurmd
+        // has, the stricter; the cut is the same and the pending reconfigure is said.
         let v = SlurmView {
-            now: Ok((Some(60), "/run/slurm/conf/slurm.conf:4".into())),
+            timeout: budget::stricter(
+                &Ok((Some(60), "/run/slurm/conf/slurm.conf:4".into())),
+                &Ok(Some(15)),
+            ),
             ..view(Some(&s15), "")
         };
         let f = slurm(&c, &v, file);
         assert!(
-            f.notes[0].contains("controller says PrologEpilogTimeout = 15")
-                && f.notes[1]
-                    .starts_with("PrologEpilogTimeout = 60 (/run/slurm/conf/slurm.conf:4)"),
+            f.notes[0].contains("the controller has 15")
+                && f.notes[0].contains("reconfigure' is pending")
+                && f.notes[1].starts_with(
+                    "budget_seconds = 40 cut to 8 s by PrologEpilogTimeout = 15 (scontrol show config)"
+                ),
             "{f:?}"
         );
+        assert!(f.problems.is_empty(), "{f:?}");
         let s5 = settings(Some(5), &[]);
         let f = slurm(&c, &view(Some(&s5), ""), file);
         assert_eq!(f.problems.len(), 1, "{f:?}");
@@ -319,7 +465,7 @@ mod tests {
     }
 
     #[test]
-    fn gpus_job_without_gres_gpu_is_a_problem_and_unknown_slurm_a_note() {
+    fn gpus_job_without_gres_gpu_and_unreadable_slurm_are_problems() {
         let file = Path::new("/etc/nccl-check/prolog.toml");
         let c = GateConfig::default();
         assert_eq!(c.gpus, GpuPolicy::Job);
@@ -329,9 +475,11 @@ mod tests {
         assert!(f.problems[0].contains("gpus = \"all\""), "{f:?}");
         let s = settings(Some(120), &["gpu"]);
         assert!(slurm(&c, &view(Some(&s), ""), file).problems.is_empty());
+        // Nothing readable is NOT READY: nothing could be checked.
         let f = slurm(&c, &view(None, "no controller"), file);
+        assert_eq!(f.problems.len(), 1, "{f:?}");
         assert!(
-            f.problems.is_empty() && f.notes[0].contains("no controller"),
+            f.problems[0].effect == Effect::Unknown && f.problems[0].contains("no controller"),
             "{f:?}"
         );
     }
@@ -374,6 +522,37 @@ mod tests {
             "{f:?}"
         );
         std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// The file's Prolog= edited before a reconfigure: what slurmd gets next is checked and
+    /// the pending reconfigure said; the same entries say nothing.
+    #[test]
+    fn a_prolog_edited_in_the_file_before_a_reconfigure_is_checked_too() {
+        let live = Settings {
+            prologs: vec![INSTALLED.into()],
+            ..settings(Some(120), &[])
+        };
+        let file = Settings {
+            source: "/etc/slurm/slurm.conf".into(),
+            prologs: vec!["/usr/sbin/nccl-check-prolg".into()],
+            ..Settings::default()
+        };
+        let mut f = Findings::default();
+        pending_entries(&live, &file, Path::new("/nonexistent-root"), &mut f);
+        assert!(
+            f.notes[0].contains("reconfigure' is pending")
+                && f.notes[0].contains("Prolog = /usr/sbin/nccl-check-prolg"),
+            "{f:?}"
+        );
+        assert_eq!(f.problems.len(), 1, "{f:?}");
+        assert!(
+            f.problems[0].starts_with("after a reconfigure: Prolog=/usr/sbin/nccl-check-prolg")
+                && f.problems[0].effect == Effect::Drains,
+            "{f:?}"
+        );
+        let mut same = Findings::default();
+        pending_entries(&live, &live, Path::new("/"), &mut same);
+        assert_eq!(same, Findings::default());
     }
 
     #[test]
@@ -431,10 +610,11 @@ mod tests {
         assert_eq!(lines[0], "plugin line: # plugstack: /x/slurm.conf");
         assert_eq!(
             f.problems,
-            [
+            [NotReady::new(
+                Effect::PluginFails,
                 "plugin line: /etc/slurm/plugstack.conf.d/zz-nccl-check.conf:1: unknown argument \
               'timout' (did you mean 'timeout'?)"
-            ]
+            )]
         );
         let (lines, f) = plugin_line(&d.join("absent"), None);
         assert!(lines.is_empty() && f.problems.is_empty(), "{f:?}");

@@ -2,13 +2,17 @@
 //! it, prints every key with its effective value and where that came from (the default, or
 //! `file:line`), then what would keep the gate from working on this node (worker not executable,
 //! a directory the prolog refuses to write, and through `chain` the worker's config and NCCL and
-//! Slurm's PrologEpilogTimeout and GresTypes). Exit 0: valid and ready; 2: invalid or not ready.
+//! Slurm's PrologEpilogTimeout and GresTypes). Exit 0: valid and ready; 2: invalid or not ready
+//! (or Slurm's configuration unreadable); 3: valid, but nothing in Slurm runs the gate.
 //! Also salvages `state_dir` and `metrics_file` from a broken file, so a disabled gate can still
 //! say so where the admin looks.
 
+use crate::chain::{Effect, NotReady};
 use crate::config::{self, GateConfig, KEYS};
 use crate::secure;
+use crate::slurm_uses::INSTALLED;
 use nccl_check_host::config_file::find_key_line;
+use nccl_check_host::slurm_config::Settings;
 use std::fmt::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -90,19 +94,20 @@ pub fn render(c: &GateConfig, file: Option<(&Path, &str)>) -> String {
 }
 
 /// What would make every run of the gate on `node` an ERROR.
-pub fn problems(c: &GateConfig, node: &str) -> Vec<String> {
+pub fn problems(c: &GateConfig, node: &str) -> Vec<NotReady> {
     let mut p = Vec::new();
     let exec = |path: &Path| {
         std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
+    let mut add = |text: String| p.push(NotReady::new(Effect::Unchecked, text));
     if !exec(&c.worker) {
-        p.push(format!(
+        add(format!(
             "worker {}: not an executable file",
             c.worker.display()
         ));
     }
     if !exec(&c.scontrol) {
-        p.push(format!(
+        add(format!(
             "scontrol {}: not an executable file",
             c.scontrol.display()
         ));
@@ -111,11 +116,11 @@ pub fn problems(c: &GateConfig, node: &str) -> Vec<String> {
     match c.state_dir_for(node) {
         Ok(state) if state.exists() => {
             if let Err(e) = secure::check_dir(&state) {
-                p.push(format!("state_dir {e}"));
+                add(format!("state_dir {e}"));
             }
         }
         Ok(_) => {}
-        Err(e) => p.push(e),
+        Err(e) => add(e),
     }
     p
 }
@@ -147,8 +152,8 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
         match nccl_check_host::config_file::read(path) {
             Ok(t) => Some(t),
             Err(e) => {
-                println!("INVALID {e}");
-                return 2;
+                nccl_check_host::outln!("INVALID {e}");
+                return NOT_READY;
             }
         }
     } else {
@@ -158,62 +163,124 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
         Some(t) => match config::parse(path, t) {
             Ok(c) => c,
             Err(e) => {
-                println!("INVALID {e}");
-                println!("The gate is off while this stands: every job runs unchecked.");
-                return 2;
+                nccl_check_host::outln!("INVALID {e}");
+                nccl_check_host::outln!(
+                    "The gate is off while this stands: every job runs unchecked."
+                );
+                return NOT_READY;
             }
         },
         None => GateConfig::default(),
     };
     match &text {
-        Some(_) => println!("# {}: valid; the effective configuration:", path.display()),
-        None => println!(
+        Some(_) => {
+            nccl_check_host::outln!("# {}: valid; the effective configuration:", path.display())
+        }
+        None => nccl_check_host::outln!(
             "# {} is absent: the defaults apply; the effective configuration:",
             path.display()
         ),
     }
-    print!("{}", render(&cfg, text.as_deref().map(|t| (path, t))));
+    nccl_check_host::out!("{}", render(&cfg, text.as_deref().map(|t| (path, t))));
     let mut problems = problems(&cfg, node);
     // The chain beyond this file: the worker's config and NCCL, then Slurm's settings.
     let (worker_lines, w) = crate::chain::worker(&cfg);
     for l in &worker_lines {
-        println!("{l}");
+        nccl_check_host::outln!("{l}");
     }
-    let (settings, why, layout) = crate::chain::read_slurm(&cfg, slurm_conf);
+    let read = crate::chain::read_slurm(&cfg, slurm_conf);
+    let root = Path::new("/");
+    let file_timeout = nccl_check_host::slurm_config::prolog_epilog_timeout_now(root, slurm_conf);
     let view = crate::chain::SlurmView {
-        settings: settings.as_ref(),
-        why: &why,
-        now: nccl_check_host::slurm_config::prolog_epilog_timeout_now(Path::new("/"), slurm_conf),
-        root: Path::new("/"),
+        settings: read.settings.as_ref(),
+        why: &read.why,
+        timeout: crate::budget::stricter(&file_timeout, &read.live_timeout),
+        file: read.file.as_ref(),
+        root,
     };
-    let mut sl = crate::chain::slurm(&cfg, &view, path);
-    sl.notes.splice(0..0, layout);
+    let sl = crate::chain::slurm(&cfg, &view, path);
     let (plugin_lines, pl) =
         crate::chain::plugin_line(&crate::chain::plugstack_program(), slurm_conf);
     for l in &plugin_lines {
-        println!("{l}");
+        nccl_check_host::outln!("{l}");
     }
-    for n in w.notes.iter().chain(&sl.notes).chain(&pl.notes) {
-        println!("# {n}");
+    for n in read
+        .notes
+        .iter()
+        .chain(&w.notes)
+        .chain(&sl.notes)
+        .chain(&pl.notes)
+    {
+        nccl_check_host::outln!("# {n}");
     }
     if let Some(n) = metrics_note(&cfg, node) {
-        println!("# {n}");
+        nccl_check_host::outln!("# {n}");
     }
+    problems.extend(read.problems);
     problems.extend(w.problems);
     problems.extend(sl.problems);
     problems.extend(pl.problems);
-    if problems.is_empty() {
-        println!(
+    let (code, last) = verdict(node, &problems, view.settings, root);
+    for l in &last {
+        nccl_check_host::outln!("{l}");
+    }
+    code
+}
+
+/// `--check-config`'s exit codes (documented in `--help` and prolog/README.md).
+pub const READY: i32 = 0;
+pub const NOT_READY: i32 = 2;
+/// Valid and nothing wrong, but no Prolog=, Epilog= or HealthCheckProgram= runs the gate: the
+/// state right after the package's install, before the admin enables it.
+pub const NOT_ENABLED: i32 = 3;
+
+/// The last lines and the exit code: every NOT READY line, then a summary made of what each of
+/// them does (so it never contradicts one); else ready or installed-not-enabled.
+fn verdict(
+    node: &str,
+    problems: &[NotReady],
+    s: Option<&Settings>,
+    root: &Path,
+) -> (i32, Vec<String>) {
+    if !problems.is_empty() {
+        let mut lines: Vec<String> = problems
+            .iter()
+            .map(|p| format!("NOT READY {}", p.text))
+            .collect();
+        let mut effects: Vec<Effect> = problems.iter().map(|p| p.effect).collect();
+        effects.sort();
+        effects.dedup();
+        let said: Vec<&str> = effects.iter().map(|e| e.says()).collect();
+        lines.push(format!(
+            "Until this is fixed on {node}: {}.",
+            said.join("; ")
+        ));
+        return (NOT_READY, lines);
+    }
+    let program = Path::new(INSTALLED);
+    let runs = s.is_some_and(|s| {
+        !s.entries_running(program, root).is_empty()
+            || s.health_check_running(&program.with_file_name("nccl-check-recheck"), root)
+                .is_some()
+    });
+    if !runs {
+        return (
+            NOT_ENABLED,
+            vec![format!(
+                "# installed, not enabled on {node}: the config is valid, but no Prolog=, Epilog= \
+                 or HealthCheckProgram= of this node's Slurm runs {INSTALLED}, so no job is \
+                 checked; set Prolog={INSTALLED} (and PrologFlags=Alloc) on the controller, run \
+                 'scontrol reconfigure' (exit {NOT_ENABLED})"
+            )],
+        );
+    }
+    (
+        READY,
+        vec![format!(
             "# ready on {node}: the worker and scontrol are executable, the directories safe, \
              the worker's config valid, Slurm's settings fit"
-        );
-        return 0;
-    }
-    for p in &problems {
-        println!("NOT READY {p}");
-    }
-    println!("Every job on {node} would end in ERROR (not drained) until this is fixed.");
-    2
+        )],
+    )
 }
 
 /// `state_dir` and `metrics_file` read from a config that does not validate, when those keys
@@ -290,6 +357,48 @@ mod tests {
             "{n}"
         );
         std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Regression (issue 46): a NOT READY saying the node drains was followed by "Every job
+    /// would end in ERROR (not drained)"; and "ready" was said with nothing running the gate.
+    #[test]
+    fn the_summary_says_what_each_problem_does_and_not_enabled_has_its_own_code() {
+        let root = Path::new("/nonexistent-root");
+        let p = [
+            NotReady::new(Effect::Drains, "Prolog=/x (f:1): no such file"),
+            NotReady::new(Effect::Unchecked, "worker /w: not an executable file"),
+        ];
+        let (code, lines) = verdict("n1", &p, None, root);
+        assert_eq!(code, NOT_READY);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        let last = &lines[2];
+        assert!(
+            last.contains("slurmd drains the node") && last.contains("runs unchecked"),
+            "{last}"
+        );
+        assert!(
+            !last.contains("every job would end in ERROR (not drained)"),
+            "{last}"
+        );
+        let only_drain = verdict("n1", &p[..1], None, root).1;
+        assert!(!only_drain[1].contains("not drained"), "{only_drain:?}");
+        let none = Settings::default();
+        let (code, lines) = verdict("n1", &[], Some(&none), root);
+        assert_eq!(code, NOT_ENABLED);
+        assert!(
+            lines[0].starts_with("# installed, not enabled on n1"),
+            "{lines:?}"
+        );
+        let on = Settings {
+            prologs: vec![INSTALLED.into()],
+            ..Settings::default()
+        };
+        assert_eq!(verdict("n1", &[], Some(&on), root).0, READY);
+        let health = Settings {
+            health_check_program: Some("/usr/sbin/nccl-check-recheck".into()),
+            ..Settings::default()
+        };
+        assert_eq!(verdict("n1", &[], Some(&health), root).0, READY);
     }
 
     #[test]

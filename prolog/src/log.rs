@@ -46,7 +46,7 @@ impl Log {
 
     pub fn log(&mut self, level: Level, msg: &str) {
         if self.echo {
-            println!("{PROCESS}: {msg}");
+            nccl_check_host::outln!("{PROCESS}: {msg}");
         }
         if let Some(s) = self.syslog.as_mut() {
             let _ = match level {
@@ -73,7 +73,7 @@ impl Log {
 /// The verdict line on stderr (one line: slurmd keeps the first).
 pub fn stderr_line(msg: &str) {
     let one: String = msg.replace(['\n', '\r'], " ");
-    eprintln!("{PROCESS}: {one}");
+    nccl_check_host::errln!("{PROCESS}: {one}");
 }
 
 #[cfg(test)]

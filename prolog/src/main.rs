@@ -64,7 +64,8 @@ Examples:
 Exit codes (prolog): 0 = let the job start (PASS, cached PASS, ERROR, broken config),
   1 = FAIL (node drained; Slurm requeues the job), 2 = invalid command line.
 Exit codes (--recheck): 0 PASS, 1 FAIL, 2 ERROR or broken config.
-Exit codes (--check-config): 0 valid and ready, 2 invalid or not ready.
+Exit codes (--check-config): 0 valid and ready, 2 invalid or not ready (Slurm's configuration
+  unreadable included), 3 valid but not enabled (no Prolog=/Epilog=/HealthCheckProgram= runs it).
 
 Files: /etc/nccl-check/prolog.toml (config; absent = defaults); in <state_dir>: gate.json (the
 last run: state, verdict line, drain reason), runs/job-<id>.<random>/ (report.json, worker.log),
@@ -78,7 +79,7 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Validate the config, print every key with its value and source, and what would keep the
-    /// gate from working here; exit 0 valid, 2 invalid. Runs nothing
+    /// gate from working here; exit 0 ready, 2 invalid or not ready, 3 not enabled. Runs nothing
     #[arg(long, conflicts_with_all = ["dry_run", "recheck"])]
     check_config: bool,
     /// Print every Prolog=/Epilog= of this node's Slurm that runs this prolog (the controller's
@@ -153,6 +154,8 @@ fn run(cli: Cli) -> i32 {
         return fault_report(&cfg, &facts.node);
     }
     let mut log = Log::open(&cfg.syslog_facility, &cfg.syslog_socket, cli.dry_run);
+    // The budget counts from here: asking the controller for its timeout is part of the run.
+    let start = std::time::Instant::now();
     let (cfg, budget_cut) = if mode == Mode::Recheck {
         (cfg, None)
     } else {
@@ -167,34 +170,48 @@ fn run(cli: Cli) -> i32 {
         faults: None,
         budget_cut,
         // Everything, the drain included, within the budget and a moment (budget::GRACE).
-        deadline: budget::Deadline::after(Duration::from_secs(cfg.budget_seconds) + budget::GRACE),
+        deadline: budget::Deadline::since(
+            start,
+            Duration::from_secs(cfg.budget_seconds) + budget::GRACE,
+        ),
     }
     .run()
 }
 
+/// How long the controller is asked for its PrologEpilogTimeout at each run: within the time
+/// [`budget::MARGIN`] keeps free below the timeout, and counted in the budget.
+const LIVE_TIMEOUT_WAIT: Duration = Duration::from_secs(2);
+
 /// The config with `budget_seconds` cut below the `PrologEpilogTimeout` slurmd on this node has
-/// now ([`budget::effective`]; read from its slurm.conf at every run, so a timeout lowered on a
-/// configless controller holds from the next reconfigure on). Unreadable: the budget as written.
+/// now ([`budget::effective`]): the stricter of its slurm.conf (a configless node's cache, which
+/// a reconfigure rewrites) and the controller's ([`budget::stricter`]), so a timeout raised in the
+/// file before `scontrol reconfigure` does not give the gate time slurmd will not. Neither
+/// readable: the budget as written.
 fn within_slurm_timeout(
     cfg: GateConfig,
     facts: &Facts,
     log: &mut Log,
 ) -> (GateConfig, Option<String>) {
-    let read = nccl_check_host::slurm_config::prolog_epilog_timeout_now(
-        Path::new("/"),
-        facts.slurm_conf.as_deref(),
+    let conf = facts.slurm_conf.as_deref();
+    let file = nccl_check_host::slurm_config::prolog_epilog_timeout_now(Path::new("/"), conf);
+    let live = nccl_check_host::slurm_config::prolog_epilog_timeout_live(
+        &cfg.scontrol,
+        conf,
+        LIVE_TIMEOUT_WAIT,
     );
-    let (timeout, source) = match read {
-        Ok(r) => r,
-        Err(e) => {
-            log.info(&format!(
-                "PrologEpilogTimeout unknown ({e}): budget_seconds = {} as written",
-                cfg.budget_seconds
-            ));
-            return (cfg, None);
-        }
+    let Some(t) = budget::stricter(&file, &live) else {
+        log.info(&format!(
+            "PrologEpilogTimeout unknown ({}; {}): budget_seconds = {} as written",
+            file.err().unwrap_or_default(),
+            live.err().unwrap_or_default(),
+            cfg.budget_seconds
+        ));
+        return (cfg, None);
     };
-    let b = budget::effective(cfg.budget_seconds, timeout, &source);
+    if let Some(why) = &t.differs {
+        log.warn(&format!("{}: {why}", facts.node));
+    }
+    let b = budget::effective(cfg.budget_seconds, t.seconds, &t.source);
     if let Some(why) = &b.cut {
         log.warn(&format!("{}: {why}", facts.node));
     }
@@ -214,6 +231,7 @@ fn fault_report(cfg: &GateConfig, node: &str) -> i32 {
         gpu_info_dir: cfg.gpu_info_dir.clone(),
         aer: cfg.aer_limits,
         ib: cfg.ib_limits,
+        driver: std::sync::Arc::new(faults::nvml_driver::Nvml),
     };
     let state_dir = match cfg.state_dir_for(node) {
         Ok(d) => d,
@@ -224,10 +242,10 @@ fn fault_report(cfg: &GateConfig, node: &str) -> i32 {
     };
     let sum = faults::check(&settings, &state_dir, false);
     match serde_json::to_string_pretty(&sum) {
-        Ok(text) => println!("{text}"),
+        Ok(text) => nccl_check_host::outln!("{text}"),
         Err(e) => log::stderr_line(&format!("ERROR internal: {e}")),
     }
-    eprintln!("{}", sum.line());
+    nccl_check_host::errln!("{}", sum.line());
     i32::from(sum.failed())
 }
 

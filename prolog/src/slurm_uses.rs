@@ -35,14 +35,14 @@ pub fn run(scontrol: &Path, slurm_conf: Option<&str>) -> i32 {
     let sc = scontrol.is_file().then_some(scontrol);
     let (found, notes) = places(Path::new("/"), slurm_conf, sc);
     for n in &notes {
-        println!("# {n}");
+        nccl_check_host::outln!("# {n}");
     }
     if found.is_empty() {
-        println!("# no Prolog= or Epilog= of this node's Slurm runs {INSTALLED}");
+        nccl_check_host::outln!("# no Prolog= or Epilog= of this node's Slurm runs {INSTALLED}");
         return 0;
     }
     for f in &found {
-        println!("{f}");
+        nccl_check_host::outln!("{f}");
     }
     1
 }
@@ -78,6 +78,50 @@ mod tests {
         std::fs::write(cache.join("gate.conf"), "Prolog=/etc/slurm/other\n").expect("w");
         assert!(places(&d, None, None).0.is_empty());
         std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Regression (issue 46, S1): with the gate's link the glob's only file, the refusal said
+    /// "remove that file, keep the Prolog= line (it runs the site's others)": there were none,
+    /// the glob then matched nothing and slurmd drained the node at the next job.
+    #[test]
+    fn the_glob_s_only_file_asks_to_remove_the_line_too_and_an_empty_glob_is_named() {
+        let d = nccl_check_host::test_support::scratch_dir("slurm-uses-only");
+        let conf = d.join("etc/slurm");
+        std::fs::create_dir_all(conf.join("prolog.d")).expect("mkdir");
+        std::fs::create_dir_all(d.join("usr/sbin")).expect("mkdir");
+        std::fs::write(d.join("usr/sbin/nccl-check-prolog"), "bin").expect("w");
+        std::os::unix::fs::symlink(INSTALLED, conf.join("prolog.d/50-gate")).expect("ln");
+        std::fs::write(
+            conf.join("slurm.conf"),
+            "ClusterName=c\nProlog=/etc/slurm/prolog.d/*\n",
+        )
+        .expect("w");
+        let (found, notes) = places(&d, None, None);
+        assert_eq!(found.len(), 1, "{found:?} {notes:?}");
+        assert!(
+            found[0].ends_with(
+                "etc/slurm/slurm.conf:2: Prolog=/etc/slurm/prolog.d/* -> through \
+                 /etc/slurm/prolog.d/50-gate, the only file it matches: remove that file and the \
+                 Prolog= line (or this entry of its list); a Prolog= pattern left matching \
+                 nothing: slurmd fails every job's prolog on a pattern that matches nothing and \
+                 drains the node ('Prolog error')"
+            ),
+            "{found:?}"
+        );
+        // Done as the old advice said: the empty glob is what --check-config names.
+        std::fs::remove_file(conf.join("prolog.d/50-gate")).expect("rm");
+        let s = nccl_check_host::slurm_config::Sources::read(&d, None, None, SCONTROL_WAIT);
+        let p = s
+            .effective()
+            .expect("settings")
+            .entry_problems(Path::new(INSTALLED), &d);
+        std::fs::remove_dir_all(&d).ok();
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("Prolog=/etc/slurm/prolog.d/* (")
+                && p[0].contains("matches no file: slurmd fails every job's prolog"),
+            "{p:?}"
+        );
     }
 
     /// Regression: the refusal named the site's glob ("Remove that Prolog= entry"), and knew

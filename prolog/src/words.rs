@@ -175,8 +175,8 @@ fn for_the_admin(detail: &str) -> String {
 
 /// The dry run's plan, on stdout.
 pub fn print_plan(node: &str, a: &Actions, reason: Option<&str>) {
-    println!("dry run: nothing below was done");
-    println!(
+    nccl_check_host::outln!("dry run: nothing below was done");
+    nccl_check_host::outln!(
         "  cache:  {}",
         match a.cache {
             CacheAction::StorePass => "record this pass",
@@ -185,14 +185,14 @@ pub fn print_plan(node: &str, a: &Actions, reason: Option<&str>) {
         }
     );
     if a.drain {
-        println!(
+        nccl_check_host::outln!(
             "  drain:  {node} reason=\"{}\" (unless already drained)",
             reason.unwrap_or("")
         );
     } else {
-        println!("  drain:  no");
+        nccl_check_host::outln!("  drain:  no");
     }
-    println!(
+    nccl_check_host::outln!(
         "  resume: {}",
         if a.resume_own_drain {
             "yes, if nccl-check drained this node"
@@ -200,7 +200,7 @@ pub fn print_plan(node: &str, a: &Actions, reason: Option<&str>) {
             "no"
         }
     );
-    println!("  exit:   {} (a dry run exits 0)", a.exit_code);
+    nccl_check_host::outln!("  exit:   {} (a dry run exits 0)", a.exit_code);
 }
 
 #[cfg(test)]

@@ -20,6 +20,25 @@ printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":1,"host
 
 struct Site {
     dir: PathBuf,
+    /// What the fake NVML answers (`NCCL_CHECK_FAKE_NVML`: "lost", "answers"), or "none": no
+    /// NVML library at all.
+    nvml: std::cell::Cell<&'static str>,
+}
+
+/// The fake libnvidia-ml.so.1 (`tests/data/fake-nvml.c`) built into `dir`.
+fn fake_nvml(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let ok = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(dir.join("libnvidia-ml.so.1"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/fake-nvml.c"
+        ))
+        .status()
+        .expect("cc")
+        .success();
+    assert!(ok, "cc fake-nvml.c");
 }
 
 impl Site {
@@ -65,7 +84,11 @@ impl Site {
             ),
         )
         .expect("write");
-        let s = Site { dir };
+        fake_nvml(&dir.join("nvml"));
+        let s = Site {
+            dir,
+            nvml: std::cell::Cell::new("lost"),
+        };
         s.worker(PASS);
         s
     }
@@ -77,9 +100,20 @@ impl Site {
         );
     }
 
+    /// The binary, with the fake NVML unless `nvml` is "none".
+    fn bin(&self) -> Command {
+        let mut c = Command::new(BIN);
+        c.env_clear();
+        if self.nvml.get() != "none" {
+            c.env("LD_LIBRARY_PATH", self.dir.join("nvml"))
+                .env("NCCL_CHECK_FAKE_NVML", self.nvml.get())
+                .env("NCCL_CHECK_FAKE_NVML_GPUS", "0000:18:00.0 0000:19:00.0");
+        }
+        c
+    }
+
     fn run(&self, job: &str, context: &str) -> Output {
-        Command::new(BIN)
-            .env_clear()
+        self.bin()
             .env("SLURMD_NODENAME", "n1")
             .env("SLURM_JOB_ID", job)
             .env("CUDA_VISIBLE_DEVICES", "0,1")
@@ -160,7 +194,7 @@ fn a_hardware_fault_drains_without_the_worker_and_names_its_source_and_address()
     );
     let calls = s.read("calls");
     assert!(
-        calls.contains("reason=nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00: reboot needed (job 8)"),
+        calls.contains("reason=nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00 (NVML: the GPU is lost (it does not answer)): reboot needed (job 8)"),
         "{calls}"
     );
     assert!(e.contains("FAIL job 8 on n1: hardware fault:"), "{e}");
@@ -249,8 +283,8 @@ fn the_epilog_drains_on_fail_exits_zero_and_its_pass_makes_the_next_prolog_cache
     );
     // --epilog says the same where the environment does not.
     s.worker(FAIL);
-    let o = Command::new(BIN)
-        .env_clear()
+    let o = s
+        .bin()
         .env("SLURMD_NODENAME", "n1")
         .env("SLURM_JOB_ID", "10")
         .env("CUDA_VISIBLE_DEVICES", "0,1")
@@ -267,8 +301,8 @@ fn faults_prints_the_pass_as_json_keeps_no_position_and_exits_one_on_a_fail() {
     let s = Site::new("cli", "ndr");
     s.log("3,9,9000000,-;NVRM: Xid (PCI:0000:18:00): 95, pid=1, Uncontained: FBHUB");
     for _ in 0..2 {
-        let o = Command::new(BIN)
-            .env_clear()
+        let o = s
+            .bin()
             .args(["--faults", "--node", "n1", "--config"])
             .arg(s.dir.join("prolog.toml"))
             .output()
@@ -284,4 +318,121 @@ fn faults_prints_the_pass_as_json_keeps_no_position_and_exits_one_on_a_fail() {
     }
     assert!(!s.dir.join("state/faults.json").exists());
     assert_eq!(s.worker_runs(), 0);
+}
+
+/// The kernel writes facility-0 records that start with text a user chose, in the driver's
+/// format: the OOM killer's summary split by another CPU's printk (the cpuset cgroup's name
+/// starts a record) and an nftables `log prefix` (`nf_log_all_netns = 1`). Without the driver's
+/// state to confirm them (NVML missing, or the GPU answers), neither drains: a WARN names the
+/// record and what to check, and the worker measures. The driver saying the GPU is lost drains.
+#[test]
+fn a_record_in_the_driver_s_format_drains_only_when_the_driver_s_state_confirms_it() {
+    let s = Site::new("confirm", "hdr");
+    let conf = s.dir.join("prolog.toml");
+    let text = std::fs::read_to_string(&conf).expect("read");
+    std::fs::write(&conf, format!("{text}cache_seconds = 0\n")).expect("write");
+    let records = [
+        "4,SEQ,9000000,c;NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus,mems_allowed=0,global_oom,task_memcg=/user.slice/a5evil,task=x,pid=4242,uid=1001",
+        "4,SEQ,9000001,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus. IN= OUT=lo SRC=127.0.0.1 DST=127.0.0.1 LEN=84 TOS=0x00 PREC=0x00 TTL=64 ID=1 DF PROTO=ICMP TYPE=8 CODE=0 ID=7 SEQ=1",
+    ];
+    let mut job = 300;
+    for (nvml, check) in [
+        ("none", "NVML not available"),
+        ("answers", "the GPU answers"),
+    ] {
+        s.nvml.set(nvml);
+        for r in records {
+            job += 1;
+            let r = r.replace("SEQ", &format!("{}", 113_000 + job));
+            s.log(&r);
+            let o = s.run(&job.to_string(), "prolog_slurmd");
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{nvml} {r}: {e}");
+            assert!(
+                !s.read("calls").contains("reason="),
+                "{nvml}: drained on {r}"
+            );
+            // gate.json (and syslog's faults line) name the record and what to check.
+            let f = &s.gate()["faults"]["findings"][0];
+            let evidence = f["evidence"].as_str().unwrap_or_default();
+            assert!(
+                f["class"] == "warn"
+                    && f["what"] == "Xid 79 GPU has fallen off the bus"
+                    && f["subject"] == "0000:18:00"
+                    && evidence.starts_with("not confirmed by the driver's state")
+                    && evidence.contains(check)
+                    && evidence.contains("check nvidia-smi (does the GPU answer?)"),
+                "{nvml} {r}: {f}"
+            );
+        }
+    }
+    assert_eq!(s.worker_runs(), 4, "the measurement decided each time");
+    s.nvml.set("lost");
+    s.log(&records[1].replace("SEQ", "114000"));
+    let o = s.run("400", "prolog_slurmd");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        s.read("calls")
+            .contains("reason=nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00 (NVML: the GPU is lost"),
+        "{}",
+        s.read("calls")
+    );
+}
+
+/// Records lost since the last check (a first record past the kept position: the ring turned
+/// over, e.g. flooded by a user) and a kernel log that cannot be read are said in the log line,
+/// gate.json and the metrics, and that run reads the driver's state of every GPU instead.
+#[test]
+fn lost_and_unreadable_kernel_records_are_said_and_every_gpu_s_driver_state_decides() {
+    let s = Site::new("lost", "hdr");
+    s.nvml.set("answers");
+    let conf = s.dir.join("prolog.toml");
+    let text = std::fs::read_to_string(&conf).expect("read");
+    let d = s.dir.display();
+    std::fs::write(
+        &conf,
+        format!("{text}cache_seconds = 0\nmetrics_file = \"{d}/metrics/n1.prom\"\n"),
+    )
+    .expect("write");
+    std::fs::create_dir_all(s.dir.join("metrics")).expect("mkdir");
+    assert_eq!(s.run("1", "prolog_slurmd").status.code(), Some(0));
+    // The ring turned over: the records after the kept position are gone.
+    std::fs::write(
+        s.dir.join("root/dev/kmsg"),
+        "6,5000,1,-;overlay: failed to resolve 'x': -2\n6,5001,2,-;overlay: failed to resolve 'x': -2\n",
+    )
+    .expect("write");
+    let o = s.run("2", "prolog_slurmd");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    let g = s.gate();
+    let f = &g["faults"]["findings"][0];
+    assert!(
+        f["class"] == "warn"
+            && f["source"] == "kmsg"
+            && f["what"]
+                .as_str()
+                .is_some_and(|w| w.contains("kernel log records lost since the last check"))
+            && f["evidence"] == "the driver's state of 2 GPUs read instead: 0 with a problem",
+        "{g}"
+    );
+    let lost = g["faults"]["kmsg_lost"]["records"].as_u64();
+    assert!(lost.is_some_and(|n| n > 4000), "{g}");
+    let m = s.read("metrics/n1-faults.prom");
+    assert!(m.contains("nccl_check_fault_kmsg_lost_records "), "{m}");
+    assert!(!m.contains("nccl_check_fault_kmsg_lost_records 0\n"), "{m}");
+    // Unreadable: said, and with the driver saying a GPU is lost, a FAIL that drains.
+    std::fs::remove_file(s.dir.join("root/dev/kmsg")).expect("rm");
+    s.nvml.set("lost");
+    let o = s.run("3", "prolog_slurmd");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    let f = s.gate()["faults"]["findings"].to_string();
+    assert!(f.contains("kernel log unreadable"), "{f}");
+    assert!(
+        s.read("calls").contains("reason=nccl-check:GPU state|GPU state after lost kernel records: NVML: the GPU is lost"),
+        "{}",
+        s.read("calls")
+    );
+    assert!(s.gate()["faults"]["kmsg_lost"]["unreadable"].is_string());
 }

@@ -15,7 +15,7 @@ use crate::{options, Error};
 pub fn init_post_opt(config: &Result<PluginConfig, ConfigError>) -> Result<(), Error> {
     options::validate(config)?;
     if let Some(line) = salloc_note(&options::own_argv(), config) {
-        eprintln!("{line}");
+        nccl_check_host::errln!("{line}");
     }
     Ok(())
 }

@@ -129,6 +129,7 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
     };
     stack.files.push(path.to_path_buf());
     let dir = path.parent().unwrap_or(Path::new("/"));
+    let mut ignored = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let w = words(line);
         match w.first().copied() {
@@ -183,14 +184,37 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
                     i + 1
                 )),
             },
-            Some(other) => stack.notes.push(format!(
-                "{}:{}: '{}' is not required, optional or include: Slurm ignores this line",
-                path.display(),
-                i + 1,
-                other.escape_debug()
-            )),
+            Some(other) => ignored.push((i + 1, other)),
         }
     }
+    if let Some(note) = ignored_note(path, &ignored) {
+        stack.notes.push(note);
+    }
+}
+
+/// The note on a file's lines that are not `required`, `optional` or `include` (`(line, first
+/// word)`), one per file. The word is quoted only where it reads like a misspelt keyword: this
+/// runs as root (`--check-config`), and an `include` may point at any file (`/etc/shadow`),
+/// whose lines must never be printed.
+fn ignored_note(path: &Path, ignored: &[(usize, &str)]) -> Option<String> {
+    let (first, word) = ignored.first()?;
+    let keyword_like = word.len() <= 24
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-');
+    let what = if keyword_like {
+        format!("'{word}'")
+    } else {
+        "its first word (not shown: it does not read like a keyword, and this may not be a plugstack file)".into()
+    };
+    let more = match ignored.len() {
+        1 => String::new(),
+        n => format!(" (and {} more line(s) like it)", n - 1),
+    };
+    Some(format!(
+        "{}:{first}: {what} is not required, optional or include: Slurm ignores this line{more}",
+        path.display()
+    ))
 }
 
 /// Where Slurm on this node looks: its plugstack.conf and its PluginDir.
@@ -474,6 +498,48 @@ mod tests {
         assert!(
             f.problems[2].contains(":3: a second nccl_check.so line"),
             "{f:?}"
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Regression: `--check-config` (root) quoted the first word of every line Slurm ignores,
+    /// so an `include /etc/shadow` printed its password hashes. A line that is not plugstack
+    /// syntax is now named by number only, once per file; a misspelt keyword is still quoted.
+    #[test]
+    fn an_included_shadow_file_is_never_quoted() {
+        let d = scratch_dir("plugstack-shadow");
+        let hash = "$6$Zp1sa1t$k3VqXhUnH4sh3dPa55w0rd";
+        std::fs::write(
+            d.join("shadow"),
+            format!("root:{hash}:19700:0:99999:7:::\nalice:$y$j9T$s4lt$other:19701::::::\n"),
+        )
+        .expect("write");
+        std::fs::write(
+            d.join("p.conf"),
+            format!(
+                "include {}\nrequird /x/nccl_check.so\n",
+                d.join("shadow").display()
+            ),
+        )
+        .expect("write");
+        let s = read(&d.join("p.conf"));
+        let all = format!("{:?}", check(&s, None, &d));
+        assert!(
+            !all.contains("Zp1sa1t") && !all.contains("root:") && !all.contains("alice"),
+            "{all}"
+        );
+        let shadow = format!("{}:1:", d.join("shadow").display());
+        assert!(
+            s.notes
+                .iter()
+                .any(|n| n.starts_with(&shadow) && n.contains("1 more line")),
+            "{s:?}"
+        );
+        assert!(
+            s.notes
+                .iter()
+                .any(|n| n.contains(":2: 'requird' is not required")),
+            "{s:?}"
         );
         std::fs::remove_dir_all(&d).ok();
     }

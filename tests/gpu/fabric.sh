@@ -9,7 +9,9 @@
 # that namespace only). Faults come from a table (fabric-faults.txt: slow node, slow path, link
 # down mid-check, node absent, CPU-starved worker); each row is judged on the verdict, the
 # culprits and the localization rounds of the coordinator's report (with any other node's own
-# FAIL), and ERROR rows on the time.
+# FAIL), and ERROR rows on the time. The table's load column runs busy loops beside the row
+# (every core, or confined with taskset to one node's CPUs), started before the first worker
+# and stopped after the last.
 # Everything is removed on exit (trap); every wait is bounded by `timeout`. Needs root.
 #
 #   bash tests/gpu/fabric.sh --nodes 8 [--out DIR] [--rows a,b] [--repeat K] [--bin NCCL_CHECK]
@@ -343,8 +345,42 @@ fails=0 total=0
 # match: the node's veth), and sockets only (NCCL_IB_DISABLE, NCCL_NET): an RDMA device is not
 # confined to a network namespace and would bypass the emulated fabric. NCCL_DEBUG=WARN puts
 # NCCL's own warnings (a socket that broke, a timeout) in the node's log.
+# The load of a row (fabric-faults.txt's load column): all:K starts K busy loops per core;
+# only:NODE confines that node's worker and 6 busy loops to the host's last 2 CPUs, every other
+# worker to the rest (PIN[k], the taskset prefix of node k's launch). LOAD_PIDS: what to stop.
+LOAD_PIDS=() PIN=()
+start_load() { # load
+  local cpus i spec=$1 last
+  cpus=$(nproc)
+  LOAD_PIDS=() PIN=()
+  case $spec in
+    none) ;;
+    all:*)
+      for i in $(seq 1 $((${spec#all:} * cpus))); do
+        sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+        LOAD_PIDS+=($!)
+      done ;;
+    only:*)
+      [ "$cpus" -ge 4 ] || { say "load $spec needs 4 CPUs or more"; return 1; }
+      last="$((cpus - 2)),$((cpus - 1))"
+      for i in $(seq 1 6); do
+        taskset -c "$last" sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+        LOAD_PIDS+=($!)
+      done
+      for k in $(seq 1 "$NODES"); do PIN[$k]="taskset -c 0-$((cpus - 3))"; done
+      PIN[$(index_of "${spec#only:}")]="taskset -c $last" ;;
+    *) say "unknown load '$spec'"; return 1 ;;
+  esac
+}
+stop_load() {
+  local p
+  for p in "${LOAD_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  LOAD_PIDS=() PIN=()
+}
+
 launch() { # k rowdir fault
-  local k=$1 dir=$2 rank=$(($1 - 1)) extra=()
+  local k=$1 dir=$2 rank=$(($1 - 1)) extra=() pin=()
+  [ -n "${PIN[$1]:-}" ] && read -r -a pin <<<"${PIN[$1]}"
   [ "$rank" = 0 ] && extra=(--progress)
   local ldlp=(-u LD_LIBRARY_PATH)
   [ -n "$ORIG_LDLP" ] && ldlp=("LD_LIBRARY_PATH=$ORIG_LDLP")
@@ -358,7 +394,7 @@ launch() { # k rowdir fault
     SLURM_NNODES="$NODES" SLURM_STEP_NUM_NODES="$NODES" SLURM_NTASKS="$NODES" SLURM_STEP_NUM_TASKS="$NODES" \
     SLURM_TASKS_PER_NODE="1(x$NODES)" SLURM_STEP_TASKS_PER_NODE="1(x$NODES)" SLURM_JOB_GPUS=0 SLURM_STEP_GPUS=0 \
     SLURMD_NODENAME="$(name "$k")" SLURM_PROCID=$rank SLURM_LOCALID=0 SLURM_NODEID=$rank \
-    timeout -k 2 $((TIMEOUT_S + 10)) "${WORKER_CMD[@]}" --plan quick --json "$dir/$(name "$k").json" \
+    "${pin[@]}" timeout -k 2 $((TIMEOUT_S + 10)) "${WORKER_CMD[@]}" --plan quick --json "$dir/$(name "$k").json" \
     --timeout "$TIMEOUT_S" --rank "$rank" --world "$NODES" --port-range 29501-29999 "${extra[@]}" \
     >"$dir/$(name "$k").log" 2>&1 </dev/null &
   PIDS[$k]=$!
@@ -380,6 +416,8 @@ def load(path):
         return None
 def named(r):
     text = []
+    if r.get("verdict") == "PASS":
+        return set()  # a PASS blames nobody (a host_busy warning names a host, not a culprit)
     if r.get("verdict") == "FAIL":
         for x in r.get("reasons", []):
             text += [x.get("subject") or "", x.get("message") or ""]
@@ -387,25 +425,35 @@ def named(r):
         text = [r.get("summary") or ""] + [x.get("message") or "" for x in r.get("reasons", [])]
     # A node named as HOST:PORT is the rendezvous address (the coordinator's node), not a culprit.
     return set(re.findall(r"\bfab\d\d\b(?!:\d)", " ".join(text)))
+def word(r):
+    # exit 8: only a busy node found (an ERROR that names it; the hardware was not judged).
+    return "BUSY" if r.get("exit_code") == 8 else r.get("verdict")
+def own_named(r):
+    # The check's own workers named as a host's load (a consumer "pid N (user, nccl-check...)").
+    text = " ".join(x.get("message") or "" for x in r.get("reasons", []) + r.get("warnings", []))
+    return re.search(r"pid \d+ \([^,()]*, nccl-check", text) is not None
 r = load(sys.argv[1])
 if r is None:
-    print("NOREPORT|-|-||0"); sys.exit(0)
-verdict, names = r.get("verdict"), named(r)
-if verdict in ("PASS", "FAIL"):
-    for other in filter(None, map(load, sys.argv[2:])):
-        if other.get("verdict") == "FAIL":
-            verdict = "FAIL"
+    print("NOREPORT|-|-||0|0"); sys.exit(0)
+verdict, names = word(r), named(r)
+reports = [r] + list(filter(None, map(load, sys.argv[2:])))
+if verdict in ("PASS", "FAIL", "BUSY"):
+    for other in reports[1:]:
+        w = word(other)
+        if w == "FAIL" or (w == "BUSY" and verdict != "FAIL"):
+            verdict = "FAIL" if "FAIL" in (w, verdict) else w
             names |= named(other)
 loc = r.get("localization") or {}
 rounds = loc.get("localization_rounds", "-")
 nccl = (r.get("nccl") or {}).get("version", "")
 end = r.get("started_unix", 0) + (r.get("phases") or {}).get("total_ms", 0) / 1e3
-print("%s|%s|%s|%s|%.3f" % (verdict, ",".join(sorted(names)) or "-", rounds, nccl, end))
+own = sum(own_named(x) for x in reports)
+print("%s|%s|%s|%s|%.3f|%d" % (verdict, ",".join(sorted(names)) or "-", rounds, nccl, end, own))
 PY
 }
 
-run_row() { # row run fault expect culprit rounds
-  local row=$1 run=$2 fault=$3 expect=$4 culprit=$5 maxr=$6
+run_row() { # row run fault load expect culprit rounds
+  local row=$1 run=$2 fault=$3 load=$4 expect=$5 culprit=$6 maxr=$7
   local dir; dir=$OUTDIR/n$NODES-$row-$run
   rm -rf "$dir"; mkdir -p "$dir"
   SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
@@ -425,6 +473,8 @@ run_row() { # row run fault expect culprit rounds
     esac
   done
   fabric_state >"$dir/fabric-before.txt" 2>&1
+  start_load "$load" || { stop_load; return 1; }
+  [ "$load" = none ] || { sleep 1; echo "$(date -u +%T.%N) load $load: ${#LOAD_PIDS[@]} busy loops" >>"$dir/faults.log"; }
   local t0 k
   t0=$(date +%s%N)
   PIDS=()
@@ -462,14 +512,15 @@ run_row() { # row run fault expect culprit rounds
   local all_secs
   all_secs=$(python3 -c "print('%.1f' % (($(date +%s%N) - $t0) / 1e9))")
   for h in "${helpers[@]}"; do kill "$h" 2>/dev/null; wait "$h" 2>/dev/null; done
+  stop_load
   [ -n "$starve" ] && [ -n "${PIDS[$starve]:-}" ] && kill -CONT -- "-${PIDS[$starve]}" 2>/dev/null
   fabric_state >"$dir/fabric-after.txt" 2>&1
   echo "${rcs[*]}" >"$dir/exit-codes.txt"
-  local got verdict names rounds nccl end secs
+  local got verdict names rounds nccl end secs own
   local others=()
   for k in $(seq 2 "$NODES"); do others+=("$dir/$(name "$k").json"); done
   got=$(judge_report "$dir/$(name 1).json" "${others[@]}")
-  IFS='|' read -r verdict names rounds nccl end <<<"$got"
+  IFS='|' read -r verdict names rounds nccl end own <<<"$got"
   # seconds: from the first start to the coordinator's verdict (its report's own clock).
   secs=$(python3 -c "e=$end; print('%.1f' % (e - $t0 / 1e9) if e > 0 else '$all_secs')")
   if [ "$NCCL_LINE_DONE" = 0 ] && [ -n "$nccl" ]; then
@@ -489,15 +540,19 @@ run_row() { # row run fault expect culprit rounds
   python3 -c "import sys; sys.exit(not ($secs <= $budget))" || { ok=fail why+="verdict after $secs s > $budget s; "; }
   python3 -c "import sys; sys.exit(not ($all_secs <= $budget + 11))" || { ok=fail why+="last worker ended after $all_secs s; "; }
   [ -z "$hung" ] || { ok=fail why+="killed by timeout (hung): $hung; "; }
-  # A PASS or FAIL row: every worker that ran ends with its verdict's code (0 or 1), none in ERROR
-  # (two neighbours of a node that exited right after the last all_reduce ended in 7).
+  [ "${own:-0}" = 0 ] || { ok=fail why+="the check's own workers named as load in $own report(s); "; }
+  # A PASS, FAIL or BUSY row: every worker that ran ends with a verdict's code (0, 1 or busy's
+  # 8), none in another ERROR (two neighbours of a node that exited right after the last
+  # all_reduce ended in 7).
   if [ "$expect" != ERROR ]; then
     local odd
-    odd=$(printf '%s\n' "${rcs[@]}" | grep -vE '=(0|1|-)$' | tr '\n' ' ')
-    [ -z "$odd" ] || { ok=fail why+="workers not ending 0/1: $odd; "; }
+    odd=$(printf '%s\n' "${rcs[@]}" | grep -vE '=(0|1|8|-)$' | tr '\n' ' ')
+    [ -z "$odd" ] || { ok=fail why+="workers not ending 0/1/8: $odd; "; }
   fi
   [ $ok = pass ] || fails=$((fails + 1))
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$NODES" "$run" "$fault" "$expect $culprit" \
+  local ran=$fault
+  [ "$load" = none ] || ran="$fault+load:$load"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$NODES" "$run" "$ran" "$expect $culprit" \
     "$verdict" "$names" "$rounds" "$secs" "$ok${why:+ ($why)}" >>"$SUMMARY"
   echo "$ok n=$NODES $row#$run: expected $expect $culprit, got $verdict $names, rounds $rounds, verdict after $secs s (all ended after $all_secs s)${why:+ ($why)}; exits: ${rcs[*]}"
   # The coordinator's one-line verdict, for the console, and what its alltoall beside the
@@ -506,7 +561,7 @@ run_row() { # row run fault expect culprit rounds
   grep -a -m1 '^# alltoall' "$dir/$(name 1).log" | sed 's/^/    /' || true
 }
 
-while read -r row n repeat fault expect culprit maxr; do
+while read -r row n repeat fault load expect culprit maxr; do
   case $row in '#'* | '') continue ;; esac
   [ "$n" = "$NODES" ] || continue
   if [ -n "$ROWS" ] && [[ ",$ROWS," != *",$row,"* ]]; then continue; fi
@@ -519,7 +574,7 @@ while read -r row n repeat fault expect culprit maxr; do
       fails=$((fails + 1))
       continue
     fi
-    run_row "$row" "$run" "$fault" "$expect" "$culprit" "$maxr"
+    run_row "$row" "$run" "$fault" "$load" "$expect" "$culprit" "$maxr"
   done
 done <"$TABLE"
 echo "fabric n=$NODES: $fails of $total rows failed or not run ($SECONDS s); summary $SUMMARY"

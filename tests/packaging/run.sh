@@ -209,8 +209,11 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     apt_install "$DEB1"
     expect_rc0 || return 1
     expect_out "The SPANK plugin is disabled until you uncomment"
-    # postinst ran nccl-check-prolog --check-config on the shipped prolog.toml: valid and ready.
-    ! grep -q 'WARNING: nccl-check-prolog --check-config' "$OUT" "$ERR" || fail "postinst found the gate not ready: $(cat "$ERR")"
+    # postinst ran nccl-check-prolog --check-config on the shipped prolog.toml: valid, and here
+    # (no slurm.conf yet: the test cluster comes up later) NOT READY for that alone, said so.
+    ! grep -q '^nccl-check:   INVALID' "$OUT" "$ERR" || fail "postinst found the shipped config invalid: $(cat "$ERR")"
+    grep -q "^nccl-check:   NOT READY Slurm's configuration could not be read" "$OUT" "$ERR" \
+        || fail "postinst did not say that Slurm's configuration could not be read: $(cat "$OUT" "$ERR")"
     dpkg-query -W -f='${Status} ${Version}\n' "$PKG" | grep -qx "install ok installed $VERSION-1" \
         || fail "dpkg says: $(dpkg-query -W -f='${Status} ${Version}' "$PKG")"
     for p in "$SO" /usr/libexec/nccl-check/nccl-check /usr/sbin/nccl-check-prolog /etc/nccl-check/nccl-check.toml \
@@ -248,7 +251,11 @@ t_apt_installs_the_deb_with_the_plugin_disabled() {
     done
     [ "$n" -ge 3 ] || fail "expected the plan's and the rules' cited results and the prolog's docs, found: $cited"
     # The README's validation step on the shipped config: valid, every key at its default.
-    run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_rc0; expect_out 'budget_seconds = 30    # default'
+    # Exit 2 here only for the missing slurm.conf (issue 46: ready was said without one).
+    run_cmd /usr/sbin/nccl-check-prolog --check-config; expect_out 'budget_seconds = 30    # default'
+    [ "$RC" = 2 ] || fail "--check-config without any Slurm configuration: exit $RC, not 2"
+    expect_out "NOT READY Slurm's configuration could not be read"
+    [ "$(grep -c '^NOT READY' "$OUT")" = 1 ] || fail "more than the missing slurm.conf is NOT READY: $(grep '^NOT READY' "$OUT")"
     # The shipped (commented-out) plugin line's arguments pass the plugin's own parser.
     run_cmd /usr/sbin/nccl-check-plugstack --check "$SNIPPET"; expect_rc0
     expect_out "commented out; its arguments are valid"
@@ -642,6 +649,16 @@ t_rpm_files_scripts_and_dependencies() {
     grep -q '^preuninstall scriptlet' <<<"$scripts" || fail "no %preun"
     grep -q 'if \[ "\$1" = 0 \]' <<<"$scripts" || fail "%preun does not test for erase (\$1 = 0)"
     grep -qF '/usr/lib64/slurm/nccl_check\.so' <<<"$scripts" || fail "%preun does not name the RPM plugin path"
+    # Issue 46: the same install and remove checks as the DEB.
+    grep -q '^postinstall scriptlet' <<<"$scripts" && grep -q 'nccl-check-prolog --check-config' <<<"$scripts" \
+        || fail "no %post running --check-config"
+    grep -q '^postuninstall scriptlet' <<<"$scripts" && grep -q 'textfiles.purge' <<<"$scripts" \
+        || fail "no %postun removing the prolog's textfiles"
+}
+
+# The scriptlets run for real: rpm -i/-e into a root (tests/packaging/rpm-root.sh).
+t_rpm_scriptlets_check_refuse_and_clean_up_in_a_root() {
+    timeout 300 bash "$REPO/tests/packaging/rpm-root.sh" "$RPM1" >"$LOG" 2>&1 || fail "rpm-root.sh: $(cat "$LOG")"
 }
 
 t_rpm_preun_disables_the_plugin_line() {
@@ -709,6 +726,7 @@ fi
 if [ -z "$PREBUILT" ]; then
     run_test "rpm -qp: files, %config(noreplace), scripts, requires, provides, conflicts" t_rpm_files_scripts_and_dependencies
     run_test "the RPM's %preun disables only our plugin line and our enroot links, on erase only" t_rpm_preun_disables_the_plugin_line
+    run_test "the RPM installed into a root: %post checks the gate, %preun refuses while Prolog= runs it, %postun removes its textfile and state" t_rpm_scriptlets_check_refuse_and_clean_up_in_a_root
     run_test "the RPM's payload is the DEB's at RHEL paths" t_rpm_payload_matches_the_deb
     run_test "--binaries portable: an RPM for glibc 2.17 whose plugin loads and checks in Slurm" t_portable_rpm_needs_glibc_2_17_and_its_plugin_works
 else

@@ -45,6 +45,7 @@ if ! id "$EVIL" >/dev/null 2>&1; then
     useradd -M -s /bin/bash "$EVIL" && CREATED_EVIL=1
 fi
 cleanup() {
+    shadow_undo
     bash "$REPO/slurm/test-cluster/down.sh" --purge
     [ -n "$CREATED_EVIL" ] && userdel "$EVIL" 2>/dev/null
     true
@@ -94,8 +95,13 @@ conf() {
         echo "env = { NCCL_CHECK_FAKE_MODE_DIR = \"$T/mode\", NCCL_CHECK_FAKE_MARKER = \"$MARKER\" }"
     } > "$CONF"
 }
-# slurmd runs Prolog= without arguments: a two-line wrapper names the suite's config.
-printf '#!/bin/sh\nexec %s --config %s\n' "$T/bin/nccl-check-prolog" "$CONF" > "$T/bin/prolog.sh"
+# slurmd runs Prolog= without arguments: a wrapper names the suite's config. No GPU here: a test
+# that creates $T/nvml-on gives the prolog the fake NVML (prolog/tests/data/fake-nvml.c: every GPU
+# lost), which it asks before a kernel record drains.
+mkdir -p "$T/nvml"
+cc -shared -fPIC -o "$T/nvml/libnvidia-ml.so.1" "$REPO/prolog/tests/data/fake-nvml.c" || { say "cc fake-nvml.c failed"; exit 1; }
+printf '#!/bin/sh\n[ -e %s ] && export LD_LIBRARY_PATH=%s\nexec %s --config %s\n' \
+    "$T/nvml-on" "$T/nvml" "$T/bin/nccl-check-prolog" "$CONF" > "$T/bin/prolog.sh"
 chmod 755 "$T/bin/prolog.sh"
 # Epilog=: the same binary, told apart by SLURM_SCRIPT_CONTEXT=epilog_slurmd (which slurmd sets;
 # the wrapper records it). Off unless a test creates $T/epilog-on, so the other tests' worker
@@ -140,8 +146,10 @@ wait_done() { # JOB SECONDS: until the job left the queue
 ran_on() { cat "$T/work/job-$1.out" 2>/dev/null | sed -n 's/^ran on //p'; }
 reset() { # every node resumed and idle, no state, every node passes
     scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1
-    rm -rf "$T/state" "$T/mode"/* "$T/metrics"/* "$T/bin/data" "$T/faults" "$T/epilog-on" && : > "$MARKER"
-    mkdir -p "$T/faults"  # fault_root: an empty tree (no kernel log, no PCI devices) unless a test fills it
+    rm -rf "$T/state" "$T/mode"/* "$T/metrics"/* "$T/bin/data" "$T/faults" "$T/epilog-on" "$T/nvml-on" && : > "$MARKER"
+    # fault_root: a kernel log without records and no PCI devices, unless a test fills it (no
+    # kernel log at all is said as unreadable on every run: prolog/tests/faults.rs tests that).
+    mkdir -p "$T/faults/dev" && : > "$T/faults/dev/kmsg"
     cp -r "$REPO/tests/prolog/data" "$T/bin/data"
     make_gpus
     conf
@@ -498,13 +506,25 @@ t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache() {
 
 t_a_kernel_xid_drains_before_the_worker_runs() {
     cp -R "$REPO/prolog/tests/data/faults/hdr/." "$T/faults/"  # owned by root, as sysfs is
+    # Without NVML (none on this machine) nothing confirms the record: a WARN, the worker measures.
     echo '3,4,9000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.' >> "$T/faults/dev/kmsg"
     local j; j=$(submit -w n1) || { fail "sbatch failed"; return; }
+    wait_done "$j" 60
+    [ "$(ran_on "$j")" = n1 ] && ! drained n1 || fail "an unconfirmed Xid drained n1 or the job did not run: $(reason_of n1)"
+    python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["faults"]["findings"]
+x=[x for x in f if x["what"]=="Xid 79 GPU has fallen off the bus"][0]
+assert x["class"]=="warn" and x["evidence"].startswith("not confirmed by the driver"), f' "$T/state/n1/gate.json" \
+        || fail "unconfirmed Xid in gate.json: $(cat "$T/state/n1/gate.json")"
+    # The driver says the GPU is lost (the fake NVML): the driver's record drains, naming both.
+    touch "$T/nvml-on"
+    echo '3,5,9000001,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.' >> "$T/faults/dev/kmsg"
+    local before; before=$(runs_of n1)
+    j=$(submit -w n1) || { fail "sbatch failed"; return; }
     timeout 30 bash -c "until scontrol show node -o n1 | grep -q 'State=[A-Z+]*DRAIN'; do sleep 0.3; done"
     local r; r=$(reason_of n1)
-    [[ "$r" == "nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00: reboot needed (job $j)" ]] \
+    [[ "$r" == "nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00 (NVML: the GPU is lost (it does not answer)): reboot needed (job $j)" ]] \
         || fail "sinfo -R reason of n1: '$r'"
-    [ "$(runs_of n1)" = 0 ] || fail "the worker ran on a node with a hardware fault"
+    [ "$(runs_of n1)" = "$before" ] || fail "the worker ran on a node with a hardware fault"
     python3 -c 'import json,sys; g=json.load(open(sys.argv[1])); s=g["faults"]["sources"]
 assert [x["name"] for x in s]==["kmsg","aer","ib"] and all(x["readable"] for x in s), s
 assert g["faults"]["total_ms"] < 50, g["faults"]' "$T/state/n1/gate.json" || fail "gate.json faults: $(cat "$T/state/n1/gate.json")"
@@ -697,6 +717,140 @@ t_check_config_names_a_prolog_entry_slurm_cannot_run() {
         || fail "the epilog gate: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
 }
 
+# slurm_conf_shows REGEX: until scontrol show config has a line matching it (bounded).
+slurm_conf_shows() {
+    timeout 30 bash -c "until scontrol show config 2>/dev/null | grep -Eq '$1'; do sleep 0.5; done" \
+        || fail "scontrol show config has no '$1': $(scontrol show config 2>&1 | grep -E '^(Prolog|Epilog)')"
+}
+
+# Issue 46, S1: the gate's link is the only file of the site's Prolog= glob. The refusal said
+# "remove that file, keep the Prolog= line"; done so, the glob matches nothing and slurmd
+# drains the node at the next job while --check-config said ready.
+t_a_glob_whose_only_file_is_the_gate() {
+    local d=$T/prolog.d
+    rm -rf "$d"; mkdir -p "$d"
+    ln -s "$T/bin/prolog.sh" "$d/50-nccl-check"
+    slurm_conf_edit "s|^Prolog=.*|Prolog=$d/*|"
+    slurm_conf_shows "^Prolog(\[0\])? *= $d/\*"
+    prolog_direct --where-configured
+    [ "$RC" = 1 ] && grep -qF "Prolog=$d/* -> through $d/50-nccl-check, the only file it matches: remove that file and the Prolog= line" "$OUT" \
+        || fail "--where-configured: rc $RC, $(cat "$OUT")"
+    grep -q "keep the Prolog= line" "$OUT" && fail "the advice keeps a line that then matches nothing: $(cat "$OUT")"
+    prolog_direct --check-config
+    [ "$RC" = 0 ] || fail "--check-config with the gate in the glob: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    # The old advice followed: the pattern matches nothing.
+    rm -f "$d/50-nccl-check"
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -qF "NOT READY Prolog=$d/* (scontrol show config): matches no file: slurmd fails every job's prolog" "$OUT" \
+        && grep -q "^Until this is fixed on .*slurmd drains the node" "$OUT" \
+        || fail "an empty glob: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    grep -q "not drained" <(tail -1 "$OUT") && fail "the summary contradicts the drain: $(tail -1 "$OUT")"
+    # What that message says, as Slurm does it: the next job's prolog fails and n1 drains.
+    local j; j=$(submit -w n1) || { fail "sbatch failed"; slurm_conf_restore; return; }
+    timeout 60 bash -c "until scontrol show node -o n1 | grep -q 'State=[A-Z+]*DRAIN'; do sleep 0.5; done"
+    local r; r=$(reason_of n1)
+    [[ "$r" == *"Prolog error"* ]] || fail "n1 after a job with an empty Prolog= glob: '$r', $(scontrol show node -o n1 | grep -o 'State=[^ ]*')"
+    scancel "$j" 2>/dev/null
+    slurm_conf_restore
+    rm -rf "$d"
+}
+
+# Issue 46, S1: PrologEpilogTimeout raised in the file before 'scontrol reconfigure'. slurmd
+# still has the old 15 s, as the controller does; the gate went by the file's 60 s, slurmd killed
+# the hung check at 15 s and drained the node while --check-config said ready.
+t_a_timeout_raised_in_the_file_before_a_reconfigure() {
+    slurm_conf_edit "s|^PrologEpilogTimeout=60\$|PrologEpilogTimeout=15|"
+    slurm_conf_wait 15
+    sed -i "s|^PrologEpilogTimeout=15\$|PrologEpilogTimeout=60|" "$CL/slurm.conf"   # no reconfigure
+    grep -q '^PrologEpilogTimeout=60$' "$CL/slurm.conf" || fail "slurm.conf not edited"
+    conf "budget_seconds = 40"
+    prolog_direct --check-config
+    [ "$RC" = 0 ] && grep -q "^# PrologEpilogTimeout differs: the controller has 15 (scontrol show config), this node's slurm.conf 60 ($CL/slurm.conf:[0-9]*): a 'scontrol reconfigure' is pending" "$OUT" \
+        && grep -q "^# budget_seconds = 40 cut to 8 s by PrologEpilogTimeout = 15 (scontrol show config)" "$OUT" \
+        || fail "--check-config: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    mode n1 hang
+    local logged; logged=$(wc -l < "$CL/log/slurmd-n1.log")
+    local j t0=$SECONDS; j=$(submit -w n1) || { fail "sbatch failed"; slurm_conf_restore; return; }
+    wait_done "$j" 90
+    [ "$(ran_on "$j")" = n1 ] || fail "job $j did not run on n1: '$(ran_on "$j")', $(scontrol show job "$j" 2>&1 | grep -o 'JobState=[A-Z]* Reason=[^ ]*')"
+    drained n1 && fail "n1 drained: '$(reason_of n1)'"
+    local said; said=$(tail -n +"$((logged + 1))" "$CL/log/slurmd-n1.log" | grep -i 'prolog hung\|prolog error\|prolog failed')
+    [ -z "$said" ] || fail "slurmd failed the prolog: $said"
+    grep -q "ERROR job $j on n1: .*budget of 8 s.*(budget_seconds = 40 cut to 8 s by PrologEpilogTimeout = 15 (scontrol show config)" "$T/state/n1/gate.json" \
+        || fail "gate.json: $(cat "$T/state/n1/gate.json" 2>&1)"
+    [ $((SECONDS - t0)) -le 60 ] || fail "took $((SECONDS - t0)) s"
+    slurm_conf_restore
+}
+
+# Issue 46, S2: --check-config said ready when no Slurm configuration could be read at all, and
+# when a local /etc/slurm/slurm.conf (no ClusterName: scontrol, srun and sinfo fail on the node)
+# shadows a configless node's cache.
+SHADOW_MADE=
+shadow_undo() {
+    [ -n "$SHADOW_MADE" ] || return 0
+    rm -f /etc/slurm/slurm.conf /run/slurm/conf
+    rmdir /run/slurm 2>/dev/null
+    SHADOW_MADE=
+}
+t_no_slurm_config_or_a_shadowing_slurm_conf_is_not_ready() {
+    timeout 60 env -i SLURM_CONF=/nonexistent/slurm.conf SLURMD_NODENAME=n1 \
+        "$T/bin/nccl-check-prolog" --config "$CONF" --check-config >"$OUT" 2>"$ERR"; RC=$?
+    if [ -e /etc/slurm/slurm.conf ] || [ -e /run/slurm/conf ]; then
+        fail "/etc/slurm/slurm.conf or /run/slurm/conf exists on this machine; not touching them"; return 1
+    fi
+    [ "$RC" = 2 ] && grep -q "^NOT READY Slurm's configuration could not be read" "$OUT" \
+        || fail "no Slurm configuration: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    # A configless node: the controller's file in the cache, and the admin's three lines in a
+    # local /etc/slurm/slurm.conf.
+    mkdir -p "$CL/conf-cache" /run/slurm
+    cp "$CL/slurm.conf" "$CL/conf-cache/slurm.conf"
+    SHADOW_MADE=1
+    ln -s "$CL/conf-cache" /run/slurm/conf
+    printf 'Prolog=%s\nPrologFlags=Alloc\nPrologEpilogTimeout=120\n' "$T/bin/prolog.sh" > /etc/slurm/slurm.conf
+    timeout 60 env -i SLURMD_NODENAME=n1 "$T/bin/nccl-check-prolog" --config "$CONF" --check-config >"$OUT" 2>"$ERR"; RC=$?
+    shadow_undo
+    [ "$RC" = 2 ] && grep -q "^NOT READY /etc/slurm/slurm.conf shadows the configless cache /run/slurm/conf/slurm.conf" "$OUT" \
+        || fail "a shadowing slurm.conf: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    # The cache is the source named, not the local file's 120.
+    grep -q "PrologEpilogTimeout = 60 (/run/slurm/conf/slurm.conf:[0-9]*)" "$OUT" \
+        || fail "the cache is not the source: $(grep -i timeout "$OUT")"
+}
+
+# Issue 46, S3: a reader that goes away (| head -1) made every binary panic ('failed printing to
+# stdout: Broken pipe') and the prolog exit 0 even for NOT READY. `closed CMD...`: stdout a pipe
+# whose reader has already gone (every write EPIPE), stderr to $ERR, exit code in RC.
+closed() {
+    python3 -c 'import os, subprocess, sys
+r, w = os.pipe(); os.close(r)
+sys.exit(subprocess.run(sys.argv[1:], stdout=w, stderr=open(os.environ["ERR"], "w"), timeout=60).returncode)' "$@"
+    RC=$?
+}
+t_a_closed_pipe_keeps_the_exit_code_and_never_panics() {
+    local worker=$REPO/target/release/nccl-check plugstack=$REPO/target/release/nccl-check-plugstack
+    [ -x "$worker" ] && [ -x "$plugstack" ] || { fail "build the worker and nccl-check-plugstack first (cargo build --release -p bench-core -p spank-plugin)"; return 1; }
+    conf 'worker = "/nonexistent/nccl-check"'
+    timeout 60 env -i SLURM_CONF="$SLURM_CONF" "$T/bin/nccl-check-prolog" --config "$CONF" --check-config 2>"$ERR" | head -1 >"$OUT"
+    RC=${PIPESTATUS[0]}
+    [ "$RC" = 2 ] || fail "--check-config | head -1 on a NOT READY config: rc $RC"
+    ! grep -q panicked "$ERR" || fail "--check-config | head -1 panicked: $(cat "$ERR")"
+    ERR=$ERR closed env -i SLURM_CONF="$SLURM_CONF" "$T/bin/nccl-check-prolog" --config "$CONF" --check-config
+    [ "$RC" = 2 ] && ! grep -q panicked "$ERR" || fail "--check-config into a closed pipe: rc $RC, $(cat "$ERR")"
+    conf
+    timeout 60 env -i SLURM_CONF="$SLURM_CONF" SLURMD_NODENAME=n1 "$T/bin/nccl-check-prolog" --config "$CONF" --recheck --dry-run 2>"$ERR" | head -1 >"$OUT"
+    RC=${PIPESTATUS[0]}
+    [ "$RC" = 0 ] && ! grep -q panicked "$ERR" || fail "--recheck --dry-run | head -1: rc $RC, $(cat "$ERR")"
+    ERR=$ERR closed env -i SLURM_CONF="$SLURM_CONF" SLURMD_NODENAME=n1 "$T/bin/nccl-check-prolog" --config "$CONF" --recheck --dry-run
+    [ "$RC" = 0 ] && ! grep -q panicked "$ERR" || fail "--recheck --dry-run into a closed pipe: rc $RC, $(cat "$ERR")"
+    ERR=$ERR closed env -i "$worker" --check-config
+    [ "$RC" = 0 ] && ! grep -q panicked "$ERR" || fail "nccl-check --check-config into a closed pipe: rc $RC, $(cat "$ERR")"
+    "$worker" --check-config 2>&1 | head -1 >"$OUT"; RC=${PIPESTATUS[0]}
+    [ "$RC" = 0 ] || fail "nccl-check --check-config 2>&1 | head -1: rc $RC"
+    ERR=$ERR closed env -i SLURM_CONF="$SLURM_CONF" "$plugstack" --check
+    [ "$RC" = 0 ] && ! grep -q panicked "$ERR" || fail "nccl-check-plugstack --check into a closed pipe: rc $RC, $(cat "$ERR")"
+    env -i SLURM_CONF="$SLURM_CONF" "$plugstack" --check 2>&1 | head -1 >"$OUT"; RC=${PIPESTATUS[0]}
+    [ "$RC" = 0 ] || fail "nccl-check-plugstack --check 2>&1 | head -1: rc $RC"
+}
+
 run_test "FAIL drains the node with an nccl-check: reason; the batch job is requeued and runs on n2" t_fail_drains_and_requeues
 run_test "the worker gets only PATH and the config's [env], and the contract's arguments" t_worker_gets_only_path_and_the_config_env
 run_test "ERROR drains nothing and the job runs" t_error_drains_nothing_and_the_job_runs
@@ -714,10 +868,14 @@ run_test "--check-config prints every key and its source; an appended line is a 
 run_test "--check-config: a budget above PrologEpilogTimeout is cut as the gate cuts it; gpus = job without gres/gpu and the worker's config are NOT READY" t_check_config_checks_the_budget_gres_and_the_worker_config
 run_test "--dry-run with gpus = job and no job says so in one line" t_dry_run_without_a_job_says_so_once
 run_test "Epilog= (SLURM_SCRIPT_CONTEXT=epilog_slurmd): a PASS is the next prolog's cache; a FAIL drains after the job, which completes" t_the_epilog_drains_after_the_job_and_its_pass_is_the_next_prolog_s_cache
-run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid and PCI address" t_a_kernel_xid_drains_before_the_worker_runs
+run_test "a kernel Xid 79 drains the node before the worker runs, naming Xid, PCI address and the driver's state that confirms it (unconfirmed: no drain)" t_a_kernel_xid_drains_before_the_worker_runs
 run_test "a CPU job's program named like an Xid segfaults (real kernel log): its epilog and the next job's prolog drain nothing" t_a_crashing_program_named_like_an_xid_drains_nothing
 run_test "budget_seconds above PrologEpilogTimeout (Include'd, lowered live): a hung check ends as the gate's ERROR, slurmd drains nothing" t_a_budget_above_prolog_epilog_timeout_ends_as_the_gate_s_error
 run_test "--check-config: a Prolog= typo on the controller is NOT READY; the epilog gate is shown" t_check_config_names_a_prolog_entry_slurm_cannot_run
+run_test "a Prolog= glob whose only file is the gate: the refusal says to remove the line too; the glob left empty is NOT READY and drains the next job" t_a_glob_whose_only_file_is_the_gate
+run_test "PrologEpilogTimeout raised in the file before a reconfigure: the controller's stricter value cuts the budget, slurmd drains nothing" t_a_timeout_raised_in_the_file_before_a_reconfigure
+run_test "--check-config: no Slurm configuration at all, or a local slurm.conf shadowing the configless cache, is NOT READY" t_no_slurm_config_or_a_shadowing_slurm_conf_is_not_ready
+run_test "a closed pipe (| head -1): --check-config keeps exit 2, --recheck --dry-run, the worker and nccl-check-plugstack never panic" t_a_closed_pipe_keeps_the_exit_code_and_never_panics
 run_test "another user's busy loops of no job and another job's busy task beside a starting job never drain; named by listpids, the comm escaped" t_another_users_busy_cpus_never_drain
 
 # --- a shared node: the cluster again, now with 4 gres GPUs on each node ----------------------
@@ -844,7 +1002,7 @@ if [ -z "$FILTER" ] || [[ "a shared node" == *"$FILTER"* ]]; then
 fi
 
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 24 ]; then
-    say "only $STARTED of 24 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 28 ]; then
+    say "only $STARTED of 28 tests ran"; exit 1
 fi
 exit 0

@@ -51,11 +51,11 @@ fn main() {
     let opts = match options::parse(std::env::args(), &Environment::of_process()) {
         Ok(o) => o,
         Err(ParseExit::Info(text)) => {
-            print!("{text}");
+            nccl_check_host::out!("{text}");
             std::process::exit(0);
         }
         Err(ParseExit::Usage(msg) | ParseExit::Config(msg)) => {
-            eprintln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
+            nccl_check_host::errln!("{}", line::write(Verdict::Error, &format!("usage: {msg}")));
             std::process::exit(ExitCode::Usage.code());
         }
     };
@@ -87,11 +87,11 @@ fn main() {
             .and_then(|()| std::fs::rename(&tmp, path))
             .is_err()
         {
-            eprintln!("nccl-check: cannot write the report to {}", path.display());
+            nccl_check_host::errln!("nccl-check: cannot write the report to {}", path.display());
         }
     }
     let _ = std::io::stdout().flush();
-    eprintln!("{}", line::write(report.head.verdict, &report.head.summary));
+    nccl_check_host::errln!("{}", line::write(report.head.verdict, &report.head.summary));
     std::process::exit(code.code());
 }
 
@@ -308,7 +308,7 @@ fn allocation_floor(env: &Environment, fabric: &Fabric) -> Result<Option<f64>, R
 
 /// Rank 0's one line of what was simulated.
 fn say(n: usize, g: usize, rounds: usize, localization_rounds: usize, phases: &Phases) {
-    println!(
+    nccl_check_host::outln!(
         "# nccl-check-sim: {n} nodes x {g} simulated GPUs, {} rounds ({} localization), rendezvous {:.0} ms, rounds {:.0} ms",
         rounds,
         localization_rounds,

@@ -81,6 +81,8 @@ struct RawStep {
     max_bytes: Option<String>,
     warmup: Option<u32>,
     iters: Option<u32>,
+    /// Seconds the step should take (`model::time_budget`); absent: its sizes and counts as given.
+    budget_s: Option<f64>,
 }
 
 /// The outlier rule.
@@ -399,6 +401,21 @@ fn plan_step(
         ));
     }
     let warmup = s.warmup.unwrap_or(2);
+    let budget = match s.budget_s {
+        Some(b) if !(b.is_finite() && b > 0.0) => {
+            return Err(bad(
+                f("budget_s"),
+                format!("{b} is not a positive number of seconds"),
+            ))
+        }
+        b => b,
+    };
+    if budget.is_some() && s.bytes.is_none() {
+        return Err(bad(
+            f("budget_s"),
+            "a budgeted step measures one size: give `bytes` (the largest it may choose)".into(),
+        ));
+    }
     Ok(match (s.pairs, &s.collective) {
         (true, Some(_)) => {
             return Err(bad(
@@ -418,6 +435,7 @@ fn plan_step(
                 .ok_or_else(|| bad(f("bytes"), "a pair step needs `bytes`".into()))?,
             warmup,
             iters,
+            budget,
         },
         (false, Some(c)) => {
             let collective =
@@ -429,6 +447,7 @@ fn plan_step(
                 sizes: doubling(lo, hi),
                 warmup,
                 iters,
+                budget,
             }
         }
     })
@@ -686,5 +705,34 @@ mod tests {
             Step::Collective { sizes, .. } => assert_eq!(sizes, &vec![1 << 20, 2 << 20, 4 << 20]),
             s => panic!("{s:?}"),
         }
+    }
+
+    #[test]
+    fn a_budget_is_positive_seconds_on_a_one_size_step() {
+        let c = admin("[plans.x]\nsteps = [{ pairs = true, bytes = \"1M\", budget_s = 0.2 }]\n")
+            .unwrap();
+        assert!(matches!(c.plans["x"].steps[0], Step::Pairs { budget: Some(b), .. } if b == 0.2));
+        for bad in ["0.0", "-1.0", "nan"] {
+            let e = admin(&format!(
+                "[plans.x]\nsteps = [{{ collective = \"all_reduce\", bytes = \"1M\", budget_s = {bad} }}]\n"
+            ))
+            .unwrap_err();
+            assert_eq!(e.field, "plans.x.steps[0].budget_s", "{e}");
+        }
+        let e = admin("[plans.x]\nsteps = [{ collective = \"all_reduce\", min_bytes = \"1M\", max_bytes = \"4M\", budget_s = 1.0 }]\n").unwrap_err();
+        assert!(e.to_string().contains("one size"), "{e}");
+        // The built-in quick plan is budgeted, the full plan counts as nccl-tests does.
+        let d = admin("").unwrap();
+        let budgets = |p: &str| -> Vec<Option<f64>> {
+            d.plans[p]
+                .steps
+                .iter()
+                .map(|s| match s {
+                    Step::Collective { budget, .. } | Step::Pairs { budget, .. } => *budget,
+                })
+                .collect()
+        };
+        assert!(budgets("quick").iter().all(Option::is_some));
+        assert!(budgets("full").iter().all(Option::is_none));
     }
 }

@@ -30,6 +30,8 @@ const MAX_PIDS: usize = 16_384;
 /// Consumers named at most, and the least share of one CPU worth naming.
 const TOP: usize = 5;
 const MIN_NAMED: f64 = 0.05;
+/// Others' share of all CPUs below which a busy host is busy with the check alone.
+pub const MIN_OTHERS: f64 = 0.1;
 
 /// One look at the host.
 #[derive(Debug, Clone)]
@@ -65,6 +67,10 @@ pub struct HostLoad {
     pub cpus: u32,
     /// Share of all CPUs busy with anything but this check.
     pub others_share: f64,
+    /// Share of all CPUs this check's processes used (every process of the step on this host
+    /// and their threads): load too, but the check's own, never another's.
+    #[serde(default)]
+    pub check_share: f64,
     /// This check's threads' summed wait for a CPU, as a share of the window (None where the
     /// kernel keeps no schedstat).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -185,10 +191,13 @@ pub fn between_for(
         .iter()
         .filter_map(|p| b.procs.get(p).map(|t| delta(p, t) as f64))
         .sum();
-    let others_share = if total > 0.0 {
-        ((busy - own_ticks) / total).clamp(0.0, 1.0)
+    let (others_share, check_share) = if total > 0.0 {
+        (
+            ((busy - own_ticks) / total).clamp(0.0, 1.0),
+            (own_ticks / total).clamp(0.0, 1.0),
+        )
     } else {
-        0.0
+        (0.0, 0.0)
     };
     let own_wait_share = match (a.own_wait_ns, b.own_wait_ns) {
         (Some(x), Some(y)) if window_s > 0.0 => Some(y.saturating_sub(x) as f64 / 1e9 / window_s),
@@ -218,6 +227,7 @@ pub fn between_for(
         window_s,
         cpus: b.cpus,
         others_share,
+        check_share,
         own_wait_share,
         top,
     }
@@ -260,14 +270,25 @@ impl HostLoad {
         self.others_share >= BUSY_SHARE || self.own_wait_share.is_some_and(|w| w >= WAIT_SHARE)
     }
 
+    /// Whether what made the host busy is this check alone: its threads waited for a CPU
+    /// while others used less than [`MIN_OTHERS`] of them (emulated nodes, more ranks than
+    /// cores).
+    pub fn only_the_checks_own(&self) -> bool {
+        self.busy() && self.others_share < MIN_OTHERS
+    }
+
     /// `host busy: 97% of 64 CPUs used by other processes, the check's threads waited 1.8x
     /// their time for a CPU; top: pid 4242 (alice, python, job 17) 1.0 CPU, ...`
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "host busy: {:.0}% of {} CPUs used by other processes",
+            "host busy: {:.0}% of {} CPUs used by other processes, {:.0}% by this check's own",
             self.others_share * 100.0,
-            self.cpus
+            self.cpus,
+            self.check_share * 100.0
         );
+        if self.only_the_checks_own() {
+            s += " (the load is the check's own: more of its processes and threads than CPUs)";
+        }
         if let Some(w) = self.own_wait_share {
             s += &format!(", the check's threads waited {w:.2}x the window for a CPU");
         }
@@ -310,9 +331,11 @@ impl LoadWatch {
         LoadWatch { start }
     }
 
-    /// The load since [`LoadWatch::start`]; None when `/proc` could not be read.
-    pub fn stop(self) -> Option<HostLoad> {
-        load_since(&self.start?, &[])
+    /// The load since [`LoadWatch::start`], the check's processes `check` (every process of
+    /// the step, this one among them) not counted as others; None when `/proc` could not be
+    /// read.
+    pub fn stop(self, check: &[u32]) -> Option<HostLoad> {
+        load_since(&self.start?, check)
     }
 }
 
@@ -324,6 +347,24 @@ pub fn load_so_far(check: &[u32]) -> Option<HostLoad> {
     load_since(FIRST.get()?, check)
 }
 
+/// Whether `pid` here runs this same program. A pid of the check may be a process of another
+/// node, and the same number an unrelated process here: only one that runs this program is
+/// the check's own.
+/// A process that has ended but is not reaped yet (a worker done before this one, its
+/// `timeout` parent not yet woken) has no `exe` to read, only its `comm` and its ticks: then
+/// its command decides (seen on one H200: a finished worker of another emulated node named as
+/// this node's load).
+fn runs_this_program(proc_root: &Path, pid: u32) -> bool {
+    let exe = |p: &str| std::fs::read_link(proc_root.join(p).join("exe")).ok();
+    let comm = |p: &str| std::fs::read_to_string(proc_root.join(p).join("comm")).ok();
+    let pid = pid.to_string();
+    match (exe("self"), exe(&pid)) {
+        (Some(mine), Some(theirs)) => mine == theirs,
+        (Some(_), None) => comm("self").is_some_and(|c| comm(&pid) == Some(c)),
+        (None, _) => false,
+    }
+}
+
 fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     let proc_root = Path::new("/proc");
     let own = std::process::id();
@@ -332,7 +373,11 @@ fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let tick = if tick > 0 { tick as f64 } else { 100.0 };
     let mut pids = vec![own];
-    pids.extend(check.iter().filter(|&&p| p != own));
+    pids.extend(
+        check
+            .iter()
+            .filter(|&&p| p != own && runs_this_program(proc_root, p)),
+    );
     Some(between_for(start, &end, &pids, tick, proc_root))
 }
 

@@ -257,12 +257,12 @@ mod tests {
         // This machine has no NVIDIA driver; on a GPU machine NVML answers instead.
         let facts = read_within(Duration::from_secs(20));
         // Shown with --nocapture: the answers of a real GPU machine, to record as fixtures.
-        eprintln!(
+        nccl_check_host::errln!(
             "{}",
             serde_json::to_string_pretty(&facts).unwrap_or_default()
         );
         let findings = super::super::gpu_health::classify(&facts, Default::default());
-        eprintln!("findings: {findings:?}");
+        nccl_check_host::errln!("findings: {findings:?}");
         match facts {
             HealthFacts::Unavailable { why } => {
                 assert!(why.starts_with("NVML not available: "), "{why}")

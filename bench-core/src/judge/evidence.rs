@@ -18,15 +18,9 @@
 //! the process was idle and is a warning (`foreign_process`), never a FAIL. Whether a busy node
 //! drains is the prolog's rule (`stray_processes`), not the worker's.
 //!
-//! Busy host policy ([`host_cause`]): when the host's CPUs were busy with other processes
-//! (`facts::host_load`) and bandwidths are slow by the GPUs' clock too, the host is the cause
-//! the verdict names (`host_busy`, with the consumers), not the GPUs, links, NICs or paths it
-//! slowed: a busy host slows NCCL's proxy threads and every launch, and no measurement taken
-//! through it can tell a slow part from a starved one. Judged less, never more: the facts the
-//! node itself reports (a missing GPU, a dead NVLink by NVML, wrong data) still FAIL.
+//! Busy host policy: which slow readings a busy host explains is `judge::load`'s table.
 
 use crate::facts::gpu_health::{self, HealthFacts};
-use crate::facts::host_load::HostLoad;
 use crate::facts::local_probe::{self, Probed};
 use crate::facts::node::NodeFacts;
 use crate::judge::analysis::{slow_pairs, Floor};
@@ -251,64 +245,6 @@ pub fn pair_host_interference(
         limit: None,
     };
     (judged, vec![warning])
-}
-
-/// Whether a reason is a measurement a busy host can produce (a bandwidth, the localizer's
-/// placement of one), as opposed to what the node reports itself or wrong data.
-/// A starved worker (`worker_starved`) on a busy host is the same cause seen from inside.
-fn host_can_cause(code: ReasonCode) -> bool {
-    matches!(
-        code,
-        ReasonCode::BusbwBelowThreshold
-            | ReasonCode::GpuOutlier
-            | ReasonCode::LinkOutlier
-            | ReasonCode::NodeOutlier
-            | ReasonCode::NodePairOutlier
-            | ReasonCode::NodeSlow
-            | ReasonCode::NodePairSlow
-            | ReasonCode::RailSlow
-            | ReasonCode::SuspectsUnresolved
-            | ReasonCode::WorkerStarved
-    )
-}
-
-/// The busy host policy (module comment): with a busy `host`, the measured reasons it can cause
-/// give way to one `host_busy` FAIL naming the host and its consumers (the rest stay); with a
-/// busy host and nothing slow, a `host_busy` warning. Returns the reasons and the warnings to
-/// add. `node` names the host.
-pub fn host_cause(
-    reasons: Vec<Reason>,
-    host: Option<&HostLoad>,
-    node: &str,
-) -> (Vec<Reason>, Vec<Reason>) {
-    let Some(load) = host.filter(|h| h.busy()) else {
-        return (reasons, Vec::new());
-    };
-    let (caused, kept): (Vec<Reason>, Vec<Reason>) =
-        reasons.into_iter().partition(|r| host_can_cause(r.code));
-    let describe = load.describe();
-    let message = match caused.first() {
-        None => {
-            format!("{node}: {describe} (the check's numbers were not slowed below their floors)")
-        }
-        Some(first) => format!(
-            "{node}: {describe}; {} slow result(s) not held against the hardware, measured \
-             through a busy host (first: {})",
-            caused.len(),
-            first.message
-        ),
-    };
-    let busy = Reason {
-        code: ReasonCode::HostBusy,
-        message,
-        subject: Some(Culprit::Node(node.to_string())),
-        measured: Some(load.others_share),
-        limit: Some(crate::facts::host_load::BUSY_SHARE),
-    };
-    if caused.is_empty() {
-        return (kept, vec![busy]);
-    }
-    (std::iter::once(busy).chain(kept).collect(), Vec::new())
 }
 
 /// Node pairs below the share of the NICs' line rate NCCL's RDMA ports can carry

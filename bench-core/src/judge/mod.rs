@@ -5,9 +5,14 @@
 //! over two families of reasons: what was measured ([`analysis`]: wrong data, floors, outliers,
 //! the culprit on one node) and what the node says ([`evidence`]: its facts, host interference, a
 //! busy host, other processes on its GPUs, transport fallbacks); the localizer's reasons come in
-//! with the report, and `localize::own` says which node's own finding wins over them. Pure:
+//! with the report, and `localize::own` says which node's own finding wins over them; which
+//! slow readings a busy host explains is one decision table ([`load`]). Pure:
 //! every rule is a unit test without a GPU.
 
 pub mod analysis;
 pub mod evidence;
+/// The fault table of the emulated fabric replayed on the simulation and judged by this stage.
+#[cfg(test)]
+mod fabric_table;
+pub mod load;
 pub mod overall;

@@ -7,6 +7,7 @@
 
 use crate::config::network::TransportExpectation;
 use crate::facts::transport::TransportSummary;
+use crate::judge::analysis;
 use crate::judge::evidence::{self, PeerAccess};
 use crate::meet::topology::Topology;
 use crate::model::floors::Floors;
@@ -63,6 +64,17 @@ pub fn floors<'a>(report: &'a Report, judging: &Judging<'a>, basis: &'a Basis) -
     }
 }
 
+/// The run's own noise, the same in every process: the widest spread its budgeted steps' samples
+/// (`sizing`) and the localizer's retests (`localization_noise`) read; none where neither was
+/// sampled (a counted plan without localizer retests judges as before).
+fn run_noise(report: &Report) -> Option<f64> {
+    let sampled = report.sizing.iter().map(|s| s.spread);
+    sampled
+        .chain(report.localization_noise)
+        .filter(|n| n.is_finite() && *n > 0.0)
+        .reduce(f64::max)
+}
+
 /// Judges a finished run from its report: PASS or FAIL, the reasons and warnings, the summary,
 /// `avg_busbw` and what each result was held against (`Report::record_verdict` puts them in).
 /// `log` is NCCL's parsed log, when it was recorded. One pass, each family of reasons in turn,
@@ -82,14 +94,24 @@ pub fn judge(
     let mut reasons: Vec<Reason> = facts.iter().map(|(s, f)| evidence::reason(*s, f)).collect();
     let (mut measured, mut warnings) = measured(report, &floors, fraction, topology.node_count());
     evidence::cite(&mut measured, &facts);
-    reasons.extend(measured);
     // The node-level localizer (multi-node checks) judged its own rounds; its reasons join.
-    reasons.extend(report.localization.iter().flat_map(|l| l.reasons.clone()));
+    // A reading within the run's own noise of its limit only warns (`analysis::within_noise`).
+    measured.extend(report.localization.iter().flat_map(|l| l.reasons.clone()));
+    let (measured, marginal) = analysis::within_noise(measured, run_noise(report));
+    reasons.extend(measured);
+    warnings.extend(marginal);
     // Other nodes' own findings: their causes, and failing every process (`localize::own`).
     crate::localize::own::other_nodes_findings(&mut reasons, &report.node_findings);
-    // A busy host is the cause of what it slowed (`evidence::host_cause`).
-    let host = report.facts.as_ref().and_then(|f| f.host.as_ref());
-    let (mut reasons, host_warnings) = evidence::host_cause(reasons, host, &report.host);
+    // A busy host explains what it slowed, never an outlier among equally loaded peers
+    // (`judge::load`, the decision table).
+    let node = evidence::own_node(&report.gpus, &report.processes, &report.host);
+    let conditions = crate::judge::load::Conditions {
+        nodes: topology.node_names(),
+        here: &node,
+        load: report.facts.as_ref().and_then(|f| f.host.as_ref()),
+        others: &report.node_findings,
+    };
+    let (mut reasons, host_warnings) = crate::judge::load::weigh(reasons, &conditions);
     warnings.extend(host_warnings);
     if let Some(log) = log {
         let (gpus, expect) = (&report.gpus, judging.expect);
@@ -98,18 +120,13 @@ pub fn judge(
     }
     // Other processes on the GPUs: the cause of the slow results on them (first), else a
     // warning that a job will meet them.
-    let node = evidence::own_node(&report.gpus, &report.processes, &report.host);
     let (busy, foreign) =
         evidence::foreign_processes(&report.gpus, &report.processes, &node, &reasons);
     reasons.splice(0..0, busy);
     // This node's own finding is its cause, not the localizer's reading of its network.
     crate::localize::own::own_node_wins(&mut reasons, &node, topology.node_names());
     let warnings: Vec<Reason> = foreign.into_iter().chain(warnings).collect();
-    let code = if reasons.is_empty() {
-        ExitCode::Pass
-    } else {
-        ExitCode::Fail
-    };
+    let code = exit_code(&reasons);
     let (rows, pairs) = expectations(report, &floors, judging.outlier_fraction);
     let mut summary = summary(report, &rows, topology.node_count(), &reasons);
     for g in &report.shared_gpus {
@@ -118,6 +135,9 @@ pub fn judge(
             "; ranks {} shared one GPU (--shared-gpus: emulated nodes, probes in turns)",
             ranks.join(",")
         );
+    }
+    if code == ExitCode::Busy {
+        summary = format!("node busy, the hardware was not judged: {summary}");
     }
     if let Some(w) = warnings.first() {
         summary = format!("{summary}; WARNING {}: {}", w.code, w.message);
@@ -130,6 +150,20 @@ pub fn judge(
         avg_busbw: avg_busbw(&report.results),
         rows,
         pairs,
+    }
+}
+
+/// PASS without reasons; a check whose every reason is a busy node (another process on a GPU,
+/// a starved worker, a busy host) ends busy, an ERROR, never a FAIL: the hardware was not
+/// judged, and only a FAIL says it failed; any other reason is a FAIL.
+pub fn exit_code(reasons: &[Reason]) -> ExitCode {
+    use nccl_check_contract::report::cause::CauseClass;
+    if reasons.is_empty() {
+        ExitCode::Pass
+    } else if reasons.iter().all(|r| r.cause() == CauseClass::Busy) {
+        ExitCode::Busy
+    } else {
+        ExitCode::Fail
     }
 }
 
@@ -486,9 +520,22 @@ mod tests {
             round_times: Vec::new(),
             reasons: vec![reason.clone()],
         });
+        let marginal = r.clone();
         let (r, code) = run(r, None, None, true);
         assert_eq!(code, ExitCode::Fail);
-        assert_eq!(r.head.reasons, vec![reason]);
+        assert_eq!(r.head.reasons, vec![reason.clone()]);
+        // The same reading, its retests' samples spread +-60%: the localizer's 20 < 40 stays a
+        // FAIL (noise counts up to 15%), a 37 < 40 within 15% of its limit is a warning.
+        let mut noisy = marginal.clone();
+        noisy.localization_noise = Some(0.6);
+        let (n, code) = run(noisy.clone(), None, None, true);
+        assert_eq!((code, n.head.reasons.len()), (ExitCode::Fail, 1));
+        let loc = noisy.localization.as_mut().unwrap();
+        loc.reasons[0].measured = Some(37.0);
+        let (n, code) = run(noisy, None, None, true);
+        assert_eq!(code, ExitCode::Pass, "{:?}", n.head.reasons);
+        assert_eq!(n.warnings[0].code, reason.code);
+        assert!(n.head.summary.contains("own noise"), "{}", n.head.summary);
     }
 
     #[test]
@@ -562,6 +609,33 @@ mod tests {
             r.head.summary,
             "all_reduce 256 MiB busbw 120.0 < 290.0 GB/s (41% of the floor)"
         );
+    }
+
+    #[test]
+    fn a_row_just_below_its_floor_within_its_samples_spread_warns() {
+        // 282 < 290 (3% below) from samples spread +-5%: a warning; +-1%: a FAIL; and 120 < 290
+        // stays a FAIL at any spread.
+        let sized = |busbw: f64, spread: f64| {
+            let mut r = report(vec![row("all_reduce", busbw)], 300.0);
+            r.sizing = vec![crate::model::time_budget::Sizing {
+                step: "all_reduce".into(),
+                budget_s: 0.5,
+                rate_gbs: 100.0,
+                rate_from: "probe".into(),
+                bytes: MIB256,
+                why: crate::model::time_budget::SizeWhy::PlanSize,
+                samples: 10,
+                spread,
+                stopped: Some(crate::model::time_budget::StopWhy::MostSamples),
+                floor_held: true,
+            }];
+            run(r, None, None, true)
+        };
+        let (r, code) = sized(282.0, 0.05);
+        assert_eq!(code, ExitCode::Pass, "{:?}", r.head.reasons);
+        assert_eq!(r.warnings[0].code, ReasonCode::BusbwBelowThreshold);
+        assert_eq!(sized(282.0, 0.01).1, ExitCode::Fail);
+        assert_eq!(sized(120.0, 0.5).1, ExitCode::Fail);
     }
 
     #[test]

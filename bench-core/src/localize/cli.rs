@@ -1,5 +1,5 @@
 //! `nccl-check --explain-plan --nodes N --gpus-per-node G [--config FILE] [--plan NAME]
-//! [--gpu-model NAME] [--json]`: a mode of the worker's command line (`settings/options/explain.rs`,
+//! [--gpu-model NAME] [--network-gbs GBS] [--json]`: a mode of the worker's command line (`settings/options/explain.rs`,
 //! parsed by clap), answered here for `main.rs`; no CUDA, no NCCL is loaded for it. Its `--json` is a flag, while the check's `--json`
 //! takes a path. The config is the worker's (`--config`, else `$NCCL_CHECK_CONFIG`, else
 //! /etc/nccl-check/nccl-check.toml when it exists, over the built-in defaults): the plan it
@@ -34,11 +34,22 @@ pub fn answer(
         .map_err(|e| ParseExit::Config(format!("config: {e}")))?;
     let plan = args.plan.as_deref().unwrap_or("quick");
     // A shape the model refuses is said by the model (its error names the limits).
-    let workload = Workload::from_config(&config, plan, args.gpu_model.as_deref(), nodes, gpus)
+    let mut workload = Workload::from_config(&config, plan, args.gpu_model.as_deref(), nodes, gpus)
         .map_err(ParseExit::Usage)?;
+    workload.network_gbs = args.network_gbs.as_deref().map(rate).transpose()?;
     let text = explain_plan(nodes, gpus, args.json, &workload)
         .map_err(|e| ParseExit::Usage(e.to_string()))?;
     Ok(if args.json { text + "\n" } else { text })
+}
+
+/// `--network-gbs`: a positive, finite GB/s.
+fn rate(v: &str) -> Result<f64, ParseExit> {
+    match v.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(ParseExit::Usage(format!(
+            "--explain-plan: invalid --network-gbs '{v}': expected a positive number of GB/s"
+        ))),
+    }
 }
 
 fn count(what: &str, v: &str) -> Result<usize, ParseExit> {
@@ -91,6 +102,30 @@ mod tests {
     }
 
     #[test]
+    fn a_slower_network_costs_a_budgeted_quick_plan_little() {
+        let healthy = |gbs: &str| {
+            let text = explain(&[
+                "--explain-plan",
+                "--nodes",
+                "8",
+                "--gpus-per-node",
+                "1",
+                "--network-gbs",
+                gbs,
+                "--json",
+            ])
+            .expect("printed");
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["workload"]["network_gbs"].as_f64(), gbs.parse().ok());
+            v["modeled_seconds_healthy"].as_f64().unwrap()
+        };
+        // From 48 GB/s to 1 GB/s the budgets hold the check after NCCL init to a few seconds
+        // (counted, the quick plan's 256M would take tens).
+        let (fast, slow) = (healthy("48"), healthy("1"));
+        assert!(slow > fast && slow < 3.0, "{fast} {slow}");
+    }
+
+    #[test]
     fn bad_input_is_a_usage_error() {
         let usage = |args: &[&str]| match explain(args) {
             Err(e) => e,
@@ -115,6 +150,18 @@ mod tests {
         ])
         .contains("'--plot'"));
         assert!(usage(&["--explain-plan", "--nodes"]).contains("--nodes"));
+        for bad in ["0", "fast", "inf", "nan"] {
+            let args = [
+                "--explain-plan",
+                "--nodes",
+                "8",
+                "--gpus-per-node",
+                "1",
+                "--network-gbs",
+                bad,
+            ];
+            assert!(usage(&args).contains("invalid --network-gbs"), "{bad}");
+        }
         // A check's flag before the mode is refused, not silently dropped.
         let e = usage(&["--plan", "full", "--explain-plan", "--nodes", "2"]);
         assert!(e.contains("cannot be used with"), "{e}");

@@ -305,7 +305,11 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
     let mut out: Vec<Reason> = Vec::new();
     for r in reasons.drain(..) {
         let nodes = network_nodes(&r);
-        let found: Vec<&Reason> = nodes.iter().filter_map(|n| of(n)).flatten().collect();
+        // A busy host is weighed against the node's peers (`judge::load`), not a cause that
+        // wins by itself: an outlier among equally loaded nodes stays the node's.
+        let found: Vec<&Reason> = (nodes.iter().filter_map(|n| of(n)).flatten())
+            .filter(|f| f.code != ReasonCode::HostBusy)
+            .collect();
         if found.is_empty() {
             out.push(r);
         } else {
@@ -338,9 +342,11 @@ fn first_of_each(reasons: &mut Vec<Reason>) {
 pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     use nccl_check_contract::report::cause::{is_speed_reading, CauseClass};
     let elsewhere = |r: &Reason| node_named(r).is_some_and(|n| n != host && nodes.contains(&n));
+    // A busy host already had its say (`judge::load`: what it explains became its
+    // `host_busy`; an outlier among equally loaded peers stands beside it).
     let busy_or_missing = |r: &Reason| {
         matches!(r.cause(), CauseClass::Busy | CauseClass::Missing)
-            && r.code != ReasonCode::HostInterference
+            && !matches!(r.code, ReasonCode::HostInterference | ReasonCode::HostBusy)
     };
     let own = reasons
         .iter()

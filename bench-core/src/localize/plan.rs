@@ -205,10 +205,23 @@ fn control_round_s(nodes: usize, g: usize) -> f64 {
         + nodes as f64 * c("decide_per_node_s")
 }
 
-/// Seconds for one localization round of rail-wise pairs among `nodes` nodes.
+/// Seconds for one localization round of rail-wise pairs among `nodes` nodes: its data at the
+/// plan's size, or with a time budget at most the budget (a slower network measures a smaller
+/// size in about the budget: `model::time_budget`).
 fn pair_round_s(nodes: usize, g: usize, w: &Workload) -> f64 {
-    let data = f64::from(w.pair_iterations) * w.pair_bytes as f64 / (c("nic_busbw_gbs") * 1e9);
-    c("connect_new_peer_s") + data + control_round_s(nodes, g)
+    let data = f64::from(w.pair_iterations) * w.pair_bytes as f64 / (nic_gbs(w) * 1e9);
+    c("connect_new_peer_s") + budgeted(data, w.pair_budget_s) + control_round_s(nodes, g)
+}
+
+/// A node pair's rate: `--network-gbs` where given, else the model's NIC.
+fn nic_gbs(w: &Workload) -> f64 {
+    w.network_gbs.unwrap_or(c("nic_busbw_gbs"))
+}
+
+/// A step's data time `data_s` under its time budget, if any: at most the budget (on a
+/// network slower than the model's, the step's size shrinks to keep its time about the budget).
+fn budgeted(data_s: f64, budget_s: Option<f64>) -> f64 {
+    budget_s.map_or(data_s, |b| data_s.min(b))
 }
 
 /// Sums per measured collective size: the barrier before the timed loop, the times and
@@ -258,9 +271,12 @@ pub fn plan_model(
             rounds: worst_rounds,
             seconds: worst_rounds as f64 * round_s,
             what: format!(
-                "only when B is slow or has no floor: {screen} screening rounds of the ring's {} node pairs x {g} rails ({} groups at most per round), then rounds pairing suspects with cleared nodes, at most {worst_rounds} rounds ({round_s:.2} s each)",
+                "only when B is slow or has no floor: {screen} screening rounds of the ring's {} node pairs x {g} rails ({} groups at most per round), then rounds pairing suspects with cleared nodes, at most {worst_rounds} rounds ({round_s:.2} s each{})",
                 if n == 2 { 1 } else { n },
-                (n / 2) * g
+                (n / 2) * g,
+                w.pair_budget_s.map_or(String::new(), |b| format!(
+                    "; each round's data sized by a time budget of {b:.2} s from the all_reduce's busbw, so on a slower network a round still takes about this"
+                ))
             ),
         });
     }
@@ -325,9 +341,11 @@ fn phase_b(n: usize, g: usize, w: &Workload) -> PhaseModel {
         .allocation
         .iter()
         .map(|r| {
-            f64::from(r.iterations)
-                * (2.0 * r.bytes as f64 / (c("allocation_busbw_gbs") * 1e9)
-                    + 2.0 * n as f64 * c("hop_latency_s"))
+            let data = f64::from(r.iterations)
+                * (2.0 * r.bytes as f64
+                    / (w.network_gbs.unwrap_or(c("allocation_busbw_gbs")) * 1e9)
+                    + 2.0 * n as f64 * c("hop_latency_s"));
+            budgeted(data, r.budget_s)
         })
         .sum();
     let b_control = (SUMS_PER_COLLECTIVE * w.allocation.len() as f64 + 1.0)
@@ -362,7 +380,7 @@ fn alltoall_phase(n: usize, g: usize, w: &Workload) -> Option<PhaseModel> {
     }
     let size = super::paths::alltoall_size(w.pair_bytes) as f64;
     let off_node = (n - 1) as f64 / n as f64;
-    let data_s = 9.0 * size * off_node / (c("nic_busbw_gbs") * 1e9);
+    let data_s = budgeted(9.0 * size * off_node / (nic_gbs(w) * 1e9), w.pair_budget_s);
     let control = (2.0 * SUMS_PER_COLLECTIVE + 1.0) * n as f64 * c("control_sum_per_process_s");
     let tournament = crate::model::pairs::round_count(n).div_ceil(g);
     Some(PhaseModel {
@@ -411,9 +429,13 @@ fn b_what(n: usize, g: usize, w: &Workload) -> String {
 fn runs(w: &Workload) -> String {
     match w.allocation.as_slice() {
         [one] => format!(
-            "{} {}",
+            "{} {}{}",
             one.collective,
-            crate::model::size::human(one.bytes)
+            crate::model::size::human(one.bytes),
+            one.budget_s.map_or(String::new(), |b| format!(
+                " (at most: a time budget of {b:.2} s sizes it by a first 4M probe; a floor stated at {} holds only where that size is measured, else B's peers judge)",
+                crate::model::size::human(one.bytes)
+            ))
         ),
         many => format!(
             "{} collective sizes ({} .. {} {})",
@@ -641,6 +663,40 @@ mod tests {
             "{} s modeled",
             m.total_wait_seconds_healthy
         );
+    }
+
+    #[test]
+    fn a_budgeted_round_takes_at_most_its_budget_beyond_its_connection_and_control() {
+        let counted = Workload::assumed_floor();
+        let budgeted = Workload {
+            pair_budget_s: Some(0.01),
+            ..Workload::assumed_floor()
+        };
+        let (n, g) = (64, 8);
+        let control = c("connect_new_peer_s") + control_round_s(n, g);
+        // The plan's 12 exchanges of 256M at 48 GB/s take 67 ms; the budget says 10.
+        assert!((pair_round_s(n, g, &counted) - control - 12.0 * 268435456.0 / 48e9).abs() < 1e-9);
+        assert!((pair_round_s(n, g, &budgeted) - control - 0.01).abs() < 1e-9);
+        // A budget wider than the data changes nothing (a fast fabric keeps its plan).
+        let wide = Workload {
+            pair_budget_s: Some(10.0),
+            ..Workload::assumed_floor()
+        };
+        assert_eq!(pair_round_s(n, g, &wide), pair_round_s(n, g, &counted));
+    }
+
+    #[test]
+    fn on_a_slow_network_a_budgeted_plan_still_takes_about_its_budgets() {
+        // 8 emulated nodes over 1 GB/s sockets: the counted plan's rounds take seconds each, the
+        // budgeted ones their budget.
+        let slow = |budget: Option<f64>| Workload {
+            network_gbs: Some(1.0),
+            pair_budget_s: budget,
+            ..Workload::assumed_floor()
+        };
+        let control = c("connect_new_peer_s") + control_round_s(8, 1);
+        assert!(pair_round_s(8, 1, &slow(None)) - control > 3.0);
+        assert!((pair_round_s(8, 1, &slow(Some(0.15))) - control - 0.15).abs() < 1e-9);
     }
 
     #[test]

@@ -211,6 +211,4 @@ pub fn simulate(
 }
 
 #[cfg(test)]
-mod agreement;
-#[cfg(test)]
 mod tests;

@@ -17,6 +17,9 @@ pub struct AllocationRun {
     pub bytes: u64,
     /// Iterations timed and untimed: warm-up + timed x 2 placements (out-of-place, in-place).
     pub iterations: u32,
+    /// The step's time budget (`model::time_budget`): its time is at most about this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_s: Option<f64>,
 }
 
 /// The floor of B's last measurement and the rule it came from.
@@ -39,6 +42,13 @@ pub struct Workload {
     pub allocation: Vec<AllocationRun>,
     pub pair_bytes: u64,
     pub pair_iterations: u32,
+    /// Each round of pairs' time budget (the localizer's rounds too), if the plan gives one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pair_budget_s: Option<f64>,
+    /// `--network-gbs`: the busbw between nodes to model (a 10 GbE or socket fabric) in place of
+    /// the model's NIC and allocation-wide constants.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_gbs: Option<f64>,
     /// The floor of B's last measurement (the one the localizer judges), if a rule gives one.
     pub floor: Option<HealthyFloor>,
 }
@@ -59,9 +69,12 @@ impl Workload {
                 collective: "all_reduce",
                 bytes: MIB_256,
                 iterations: 12,
+                budget_s: None,
             }],
             pair_bytes: MIB_256,
             pair_iterations: 12,
+            pair_budget_s: None,
+            network_gbs: None,
             floor: Some(HealthyFloor {
                 min_busbw_gbs: 0.0,
                 rule: "assumed".into(),
@@ -93,22 +106,26 @@ impl Workload {
                     sizes,
                     warmup,
                     iters,
+                    budget,
                 } => allocation.extend(sizes.iter().map(|&bytes| AllocationRun {
                     collective: collective.name(),
                     bytes,
                     iterations: warmup.saturating_add(iters.saturating_mul(2)),
+                    budget_s: *budget,
                 })),
                 Step::Pairs {
                     bytes,
                     warmup,
                     iters,
+                    budget,
                 } => {
-                    pairs = Some((*bytes, warmup.saturating_add(iters.saturating_mul(2))));
+                    let iterations = warmup.saturating_add(iters.saturating_mul(2));
+                    pairs = Some((*bytes, iterations, *budget));
                     break;
                 }
             }
         }
-        let Some((pair_bytes, pair_iterations)) = pairs else {
+        let Some((pair_bytes, pair_iterations, pair_budget_s)) = pairs else {
             return Err(format!(
                 "--explain-plan: plan '{plan}' has no pair step (`pairs = true`): no pair matrix and no localization to explain"
             ));
@@ -141,6 +158,8 @@ impl Workload {
             allocation,
             pair_bytes,
             pair_iterations,
+            pair_budget_s,
+            network_gbs: None,
             floor,
         })
     }

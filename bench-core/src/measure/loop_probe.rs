@@ -67,7 +67,7 @@ impl LoopProbe {
             })
             .collect();
         let enqueued: Vec<i64> = self.enqueued.iter().map(|v| v.round() as i64).collect();
-        eprintln!(
+        nccl_check_host::errln!(
             "nccl-check: debug rank {rank} {what}: barrier left at {:.0} us, enqueued at {enqueued:?} us, \
              done at {:.0} us, GPU per op {gpu_us:?} us",
             self.start.duration_since(epoch()).as_secs_f64() * 1e6,

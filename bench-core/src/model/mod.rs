@@ -22,3 +22,4 @@ pub mod sku;
 pub mod stats;
 pub mod step;
 pub mod thresholds;
+pub mod time_budget;

@@ -13,9 +13,20 @@ pub enum Step {
         sizes: Vec<u64>,
         warmup: u32,
         iters: u32,
+        /// Seconds the step should take (`model::time_budget`): its one size (`sizes`' only
+        /// entry) is the largest it may choose and `iters` the most samples. None: the sizes
+        /// and counts as given (nccl-tests' numbers, `--plan full`, `-b/-e/-n/-w`).
+        budget: Option<f64>,
     },
     /// The GPU pair matrix (and across nodes, the node-pair matrix) with sendrecv.
-    Pairs { bytes: u64, warmup: u32, iters: u32 },
+    Pairs {
+        bytes: u64,
+        warmup: u32,
+        iters: u32,
+        /// Seconds each round of pairs should take (the localizer's rounds too), `bytes` the
+        /// largest size and `iters` the most exchanges.
+        budget: Option<f64>,
+    },
 }
 
 impl Step {

@@ -17,7 +17,7 @@ pub struct Console;
 
 impl Show for Console {
     fn phase(&self, what: &str) {
-        eprintln!("nccl-check: {what}");
+        nccl_check_host::errln!("nccl-check: {what}");
     }
 
     fn collective(&self, h: &TableHead) {

@@ -32,6 +32,8 @@ pub struct Measured {
     pub node_findings: Vec<crate::model::localization::NodeFindings>,
     pub shared_gpus: Vec<Vec<u32>>,
     pub gpu_side: Vec<GpuSide>,
+    pub sizing: Vec<crate::model::time_budget::Sizing>,
+    pub localization_noise: Option<f64>,
     /// NVML's facts and how long the check waited for them (a finished run only).
     pub nvml: Option<(crate::facts::gpu_health::HealthFacts, f64)>,
     /// What NCCL's log says of the paths (a finished run only).
@@ -69,6 +71,8 @@ impl Report {
         self.node_findings = m.node_findings;
         self.shared_gpus = m.shared_gpus;
         self.gpu_side = m.gpu_side;
+        self.sizing = m.sizing;
+        self.localization_noise = m.localization_noise;
         self.transports = m.transports;
         if let Some((nvml, waited_ms)) = m.nvml {
             self.attach_nvml(&nvml, waited_ms);

@@ -158,6 +158,16 @@ pub struct Report {
     /// pair slow (`localize::own`): the cause the network reading of that node gives way to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_findings: Vec<crate::model::localization::NodeFindings>,
+    /// What each step sized by a time budget measured (`model::time_budget`): the size it judged,
+    /// the rate it sized from, its samples, their spread, why, and whether a floor holds at
+    /// that size (else its peers judged it). Empty for counted steps (`--plan full`, `-n`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sizing: Vec<crate::model::time_budget::Sizing>,
+    /// The run's own noise: the widest spread (half-range over median) of the localizer's
+    /// retest exchanges over every rank. A localizer finding within it of its limit is a
+    /// warning, not a FAIL (`judge::analysis::within_noise`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub localization_noise: Option<f64>,
     /// The site network profile applied (name and the environment it set), if any.
     pub network_profile: Option<serde_json::Value>,
     /// Which transport each path used, from NCCL's own log (see `transport`).

@@ -46,6 +46,8 @@ impl Default for Report {
             avg_busbw: BTreeMap::new(),
             localization: None,
             node_findings: Vec::new(),
+            sizing: Vec::new(),
+            localization_noise: None,
             facts: None,
             warnings: Vec::new(),
             gpu_side: Vec::new(),

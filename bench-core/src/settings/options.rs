@@ -104,9 +104,40 @@ impl Options {
     }
 }
 
-/// The command line as typed (clap has parsed it; no environment is read yet).
+/// The command line as typed (clap has parsed it; no environment is read yet), and its
+/// arguments too long to quote whole in a usage error.
 #[derive(Debug)]
-pub struct Args(RawArgs);
+pub struct Args(RawArgs, Echo);
+
+/// Most characters of one argument a usage error quotes. Clap quotes a bad value twice (its
+/// own words and the parser's), `validate` once or twice: a 100 KB `--pair-matrix` value made
+/// 200 KB of stderr. Every usage line goes through [`Echo::bound`], so the bound holds for
+/// every option, present and future.
+const MAX_ECHO: usize = 64;
+
+/// The command line's arguments longer than [`MAX_ECHO`].
+#[derive(Debug, Default)]
+struct Echo(Vec<String>);
+
+impl Echo {
+    fn of(args: &[std::ffi::OsString]) -> Echo {
+        let long = args.iter().map(|a| a.to_string_lossy().into_owned());
+        Echo(long.filter(|a| a.chars().count() > MAX_ECHO).collect())
+    }
+
+    /// `msg` with each long argument (or its `--flag=` value) cut to its first [`MAX_ECHO`]
+    /// characters and its length: the line still names the option and what is wrong.
+    fn bound(&self, msg: String) -> String {
+        self.0.iter().fold(msg, |msg, arg| {
+            let value = match arg.split_once('=') {
+                Some((flag, v)) if flag.starts_with("--") && v.chars().count() > MAX_ECHO => v,
+                _ => arg.as_str(),
+            };
+            let cut: String = value.chars().take(MAX_ECHO).collect();
+            msg.replace(value, &format!("{cut}... ({} bytes)", value.len()))
+        })
+    }
+}
 
 /// What a validated command line asks.
 #[derive(Debug)]
@@ -124,16 +155,18 @@ impl Args {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let echo = Echo::of(&args);
         let raw = RawArgs::try_parse_from(args).map_err(|e| match e.kind() {
             clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
                 ParseExit::Info(e.to_string())
             }
-            _ => ParseExit::Usage(first_line(&e.to_string())),
+            _ => ParseExit::Usage(echo.bound(first_line(&e.to_string()))),
         })?;
         if raw.list_skus {
             return Err(ParseExit::Info(crate::model::sku::list()));
         }
-        Ok(Args(raw))
+        Ok(Args(raw, echo))
     }
 
     /// `--check-config [FILE]`: `Some(FILE)` (itself optional) when that mode was asked. It
@@ -149,10 +182,11 @@ impl Args {
     pub fn resolve(self, env: &Environment) -> Result<Command, ParseExit> {
         match &self.0.mode {
             None => {
-                let config = load_config(&self.0, &|k| env.get(k)).map_err(ParseExit::Config)?;
+                let config = load_config(&self.0, &|k| env.get(k))
+                    .map_err(|e| ParseExit::Config(self.1.bound(e)))?;
                 validate(self.0, config, env)
                     .map(|o| Command::Check(Box::new(o)))
-                    .map_err(ParseExit::Usage)
+                    .map_err(|e| ParseExit::Usage(self.1.bound(e)))
             }
             Some(Mode::ExplainPlan(args)) => Ok(Command::Explain(args.clone())),
             Some(Mode::CheckConfig { .. }) => Err(ParseExit::Usage(
@@ -325,6 +359,30 @@ mod tests {
         })
     }
 
+    /// Regression: `--pair-matrix <100 KB>` wrote 200 KB to stderr (clap quotes a bad value
+    /// twice). Every option's echo is bounded in one place, whoever (clap or `validate`)
+    /// quotes the value, and the line still names the option.
+    #[test]
+    fn a_huge_bad_value_is_quoted_in_a_bounded_line_for_every_option() {
+        let huge = "x".repeat(100_000);
+        let flag_eq = format!("--pair-matrix={huge}");
+        let unknown = format!("--{huge}");
+        let cases: [(&[&str], &str); 6] = [
+            (&["--pair-matrix", &huge], "--pair-matrix"),
+            (&[&flag_eq], "--pair-matrix"),
+            (&["--gpus", &huge], "--gpus"),
+            (&["--timeout", &huge], "timeout"),
+            (&["--minbytes", &huge], "malformed size"),
+            (&[&unknown], "unexpected argument"),
+        ];
+        for (args, names) in cases {
+            let e = parse_with(args, &[]).expect_err("a bad value");
+            assert!(e.len() < 600, "{names}: {} bytes: {}", e.len(), &e[..300]);
+            assert!(e.contains(names), "{e}");
+            assert!(e.contains(" bytes)"), "{e}");
+        }
+    }
+
     #[test]
     fn quick_defaults() {
         let o = parse_with(&[], &[]).unwrap();
@@ -338,6 +396,35 @@ mod tests {
             "{e}"
         );
         assert!(o.check && o.rendezvous.is_none());
+    }
+
+    #[test]
+    fn counts_given_on_the_command_line_end_the_time_budgets() {
+        let budget = |s: &Step| match s {
+            Step::Collective { budget, .. } | Step::Pairs { budget, .. } => *budget,
+        };
+        let quick = parse_with(&[], &[]).unwrap();
+        assert_eq!(budget(&quick.steps[0]), Some(0.5));
+        assert_eq!(budget(&quick.steps[1]), Some(0.15));
+        // nccl-tests' numbers at a given count stay reproducible: -n, -w, -b and --plan full.
+        for args in [
+            &["-n", "20"][..],
+            &["-w", "1"],
+            &["-b", "256M"],
+            &["--plan", "full"],
+        ] {
+            let o = parse_with(args, &[]).unwrap();
+            assert!(o.steps.iter().all(|s| budget(s).is_none()), "{args:?}");
+        }
+        let counted = parse_with(&["-n", "20"], &[]).unwrap();
+        assert!(matches!(
+            counted.steps[0],
+            Step::Collective {
+                iters: 20,
+                warmup: 2,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -150,7 +150,14 @@ impl Settings {
                     .map_or(self.source.as_str(), |(_, o)| o.as_str());
                 let under = crate::read::under(root, e);
                 let globbed = e.contains(['*', '?', '[']);
-                for f in files::expand(&under) {
+                let matched = files::expand(&under);
+                if globbed && matched.is_empty() {
+                    out.push(format!(
+                        "{kind}={e} ({at}): {EMPTY_GLOB} {}",
+                        empty_glob_does(kind)
+                    ));
+                }
+                for f in matched {
                     let shown = if globbed {
                         format!("{kind}={e} ({})", shown_path(root, &f))
                     } else {
@@ -180,6 +187,19 @@ impl Settings {
         }
         out
     }
+}
+
+/// Why a wildcard entry that matches no file is a problem (observed on 22.05: slurmd's
+/// `run_script` takes glob(3)'s GLOB_NOMATCH as 'Unable to run' and fails the script).
+const EMPTY_GLOB: &str = "matches no file:";
+
+/// What slurmd does with a `kind` (Prolog, Epilog) entry it cannot run.
+fn empty_glob_does(kind: &str) -> String {
+    format!(
+        "slurmd fails every job's {} on a pattern that matches nothing and drains the node \
+         ('{kind} error')",
+        kind.to_lowercase()
+    )
 }
 
 /// `f` as the node names it (without the test root).
@@ -273,6 +293,16 @@ fn what_to_remove(entry: &str, program: &Path, root: &Path) -> String {
     let through = reaching(value, program, root);
     if !through.is_empty() {
         let files: Vec<String> = through.iter().map(|p| p.display().to_string()).collect();
+        let all = files::expand(&crate::read::under(root, value)).len();
+        if all <= through.len() {
+            // Removing only the link would leave a pattern that matches nothing.
+            return format!(
+                " -> through {}, the only file it matches: remove that file and the {kind}= line \
+                 (or this entry of its list); a {kind}= pattern left matching nothing: {}",
+                files.join(", "),
+                empty_glob_does(kind)
+            );
+        }
         return format!(
             " -> through {}: remove that file, keep the {kind}= line (it runs the site's others)",
             files.join(", ")
@@ -434,6 +464,18 @@ pub fn prolog_epilog_timeout_now(
         ),
         None => (None, conf.main.display().to_string()),
     })
+}
+
+/// `PrologEpilogTimeout` as the controller has it (`scontrol show config`, bounded by
+/// `deadline`): what slurmd has too since the last `scontrol reconfigure`, whatever the files say
+/// now. `Ok(None)`: unset (no limit).
+pub fn prolog_epilog_timeout_live(
+    scontrol: &Path,
+    slurm_conf: Option<&str>,
+    deadline: Duration,
+) -> Result<Option<u64>, String> {
+    scontrol_show_config(scontrol, slurm_conf, deadline)
+        .map(|c| c.get("PrologEpilogTimeout").and_then(timeout_value))
 }
 
 impl Sources {

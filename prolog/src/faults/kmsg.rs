@@ -6,8 +6,10 @@
 //! (<https://www.kernel.org/doc/Documentation/ABI/testing/dev-kmsg>): the position kept between
 //! checks is (boot id, last sequence number), which no log rotation can invalidate, and a reboot
 //! is seen by the boot id changing. Reads are non-blocking (`EAGAIN` = the end), each `read`
-//! returns one record, `EPIPE` means records were overwritten before we read them (counted, and
-//! reading goes on). The ring buffer holds this boot only (`log_buf_len`, 128 KiB to a few MiB),
+//! returns one record, `EPIPE` means records were overwritten while we read (counted by the jump
+//! in sequence numbers, and reading goes on); a first record past the kept position + 1 means
+//! records were overwritten since the last check ([`Scan::first_seq`]: the caller says so, as
+//! a flood of records a user can cause can hide the driver's). The ring buffer holds this boot only (`log_buf_len`, 128 KiB to a few MiB),
 //! so a whole read costs milliseconds; the bounds below hold for anything else at that path
 //! (a fixture, a 1 GB file, binary garbage).
 
@@ -57,11 +59,17 @@ pub struct Scan {
     pub dropped: usize,
     /// Records after the position that `pick` said look like evidence but are not.
     pub ignored: usize,
+    /// The first record's sequence number: past the kept position + 1, the records between were
+    /// overwritten before this read (the ring buffer turned over, or a user flooded it).
+    pub first_seq: Option<u64>,
     /// The last sequence number read (the next position), when any record was read.
     pub last_seq: Option<u64>,
     pub bytes: u64,
-    /// Records the kernel overwrote before we could read them (`EPIPE`).
+    /// Records the kernel overwrote while this read went on (`EPIPE`): the jump in sequence
+    /// numbers after it, at least 1 each.
     pub lost: u64,
+    /// An `EPIPE` whose jump the next record will say.
+    resync: bool,
     /// Why the read stopped before the end: "size" or "time".
     pub cut_short: Option<&'static str>,
     /// Lines that are not kmsg records (garbage), skipped.
@@ -120,7 +128,12 @@ pub fn scan(
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => out.lost += 1,
+            // The reader's position was overwritten; the kernel moved it to the oldest record.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {
+                if std::mem::replace(&mut out.resync, true) {
+                    out.lost += 1;
+                }
+            }
             Err(e) => return Err(e),
         }
     }
@@ -129,6 +142,7 @@ pub fn scan(
         pending.push(b'\n');
         take_lines(&mut pending, after, pick, &mut out);
     }
+    out.lost += u64::from(out.resync);
     Ok(out)
 }
 
@@ -144,6 +158,11 @@ fn take_lines(pending: &mut Vec<u8>, after: Option<u64>, pick: Picker, out: &mut
             out.bad_lines += 1;
             continue;
         };
+        out.first_seq.get_or_insert(seq);
+        if std::mem::take(&mut out.resync) {
+            let prev = out.last_seq.unwrap_or(seq);
+            out.lost += seq.saturating_sub(prev.saturating_add(1)).max(1);
+        }
         out.last_seq = Some(out.last_seq.map_or(seq, |s| s.max(seq)));
         if after.is_some_and(|a| seq <= a) {
             continue;
@@ -211,6 +230,39 @@ mod tests {
         assert_eq!(s.records[0].seq, 102);
         assert_eq!(s.bad_lines, 0);
         std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn the_first_sequence_number_read_is_kept_so_a_turned_over_ring_shows() {
+        let d = scratch("kmsg-first", LOG.as_bytes());
+        let s = scan(
+            &d.join("kmsg"),
+            Some(40),
+            &xid,
+            MAX_BYTES,
+            Duration::from_secs(1),
+        )
+        .expect("read");
+        assert_eq!((s.first_seq, s.last_seq, s.lost), (Some(100), Some(102), 0));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn an_epipe_counts_the_records_the_jump_after_it_skipped() {
+        // After EPIPE the kernel moves the reader to its oldest record: 101..149 were lost.
+        let mut out = Scan {
+            last_seq: Some(100),
+            resync: true,
+            ..Scan::default()
+        };
+        let mut pending = b"4,150,1,-;x\n4,151,1,-;y\n".to_vec();
+        take_lines(&mut pending, Some(100), &xid, &mut out);
+        assert_eq!((out.lost, out.last_seq), (49, Some(151)));
+        // An EPIPE right before the next record (nothing skipped) still counts one.
+        out.resync = true;
+        let mut pending = b"4,152,1,-;z\n".to_vec();
+        take_lines(&mut pending, Some(100), &xid, &mut out);
+        assert_eq!(out.lost, 50);
     }
 
     #[test]

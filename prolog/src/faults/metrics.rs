@@ -7,7 +7,8 @@ use super::{Class, Summary};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-const SOURCES: [&str; 4] = ["xid", "sxid", "aer", "ib"];
+/// `kmsg`: lost or unreadable kernel records; `driver`: a GPU's driver state read after them.
+const SOURCES: [&str; 6] = ["xid", "sxid", "aer", "ib", "kmsg", "driver"];
 
 /// `x.prom` → `x-faults.prom`.
 pub fn path_beside(metrics_file: &Path) -> PathBuf {
@@ -52,6 +53,20 @@ pub fn render(s: &Summary, now_unix: f64) -> String {
             src.name,
             u8::from(src.readable)
         );
+    }
+    // Unreadable shows as nccl_check_fault_source_readable{source="kmsg"} 0 (no count then).
+    if !matches!(s.kmsg_lost, Some(super::Lost::Unreadable(_))) {
+        let lost = match s.kmsg_lost {
+            Some(super::Lost::Records(n)) => n,
+            _ => 0,
+        };
+        let _ = writeln!(
+            t,
+            "# HELP nccl_check_fault_kmsg_lost_records Kernel log records overwritten since the \
+             previous check before the last fault pass read them (a flood can hide an Xid)."
+        );
+        let _ = writeln!(t, "# TYPE nccl_check_fault_kmsg_lost_records gauge");
+        let _ = writeln!(t, "nccl_check_fault_kmsg_lost_records {lost}");
     }
     let _ = writeln!(
         t,
@@ -100,6 +115,7 @@ mod tests {
                 subject: "0000:18:00".into(),
                 what: "Xid 13".into(),
                 needs: Needs::Nothing,
+                evidence: None,
             }],
             sources: vec![Source {
                 name: "kmsg",
@@ -110,6 +126,7 @@ mod tests {
                 note: None,
             }],
             total_ms: 1.5,
+            kmsg_lost: Some(super::super::Lost::Records(1234)),
             ..Summary::default()
         };
         let t = render(&s, 7.0);
@@ -123,6 +140,10 @@ mod tests {
         );
         assert!(
             t.contains("nccl_check_fault_source_readable{source=\"kmsg\"} 0\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("nccl_check_fault_kmsg_lost_records 1234\n"),
             "{t}"
         );
         assert!(

@@ -3,13 +3,18 @@
 //! InfiniBand/RoCE port counters ([`ib`]), judged as deltas against what the last check saw
 //! (`<state_dir>/faults.json`, so each event and each error is judged once). One bounded pass of
 //! file reads, timed per source; the result goes into `gate.json` and, on a FAIL, the drain
-//! reason. Reads only: nothing here writes outside the state directory.
+//! reason. A kernel record drains only when the driver's state confirms it ([`driver`]), and
+//! kernel records lost since the last check (or a log that cannot be read) are said, and every
+//! GPU's driver state is read instead. Reads only: nothing here writes outside the state
+//! directory.
 
 pub mod aer;
+pub mod driver;
 pub mod ib;
 pub mod kmsg;
 pub mod limits;
 pub mod metrics;
+pub mod nvml_driver;
 pub mod read;
 pub mod xid;
 
@@ -18,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use xid::{Class, Needs};
 
@@ -25,6 +31,9 @@ pub use xid::{Class, Needs};
 pub const STATE_FILE: &str = "faults.json";
 /// The kernel log read's own time bound (the whole pass targets < 50 ms).
 const KMSG_TIME: Duration = Duration::from_millis(30);
+/// How long the driver (NVML) is waited for: asked only to confirm a record or after lost
+/// records, and a GPU in a bad state can make NVML block for seconds.
+const DRIVER_TIME: Duration = Duration::from_secs(5);
 /// The largest `faults.json` read back.
 const MAX_STATE: u64 = 4 * 1024 * 1024;
 /// Most findings kept (the first ones decide; the count of the rest is kept).
@@ -40,6 +49,8 @@ pub struct Settings {
     pub gpu_info_dir: PathBuf,
     pub aer: AerLimits,
     pub ib: IbLimits,
+    /// Asked what a kernel record implies before it drains ([`nvml_driver::Nvml`]; a fake in tests).
+    pub driver: Arc<dyn driver::Driver>,
 }
 
 /// One fault found.
@@ -53,6 +64,20 @@ pub struct Finding {
     /// What, with the numbers: `Xid 79 GPU has fallen off the bus`.
     pub what: String,
     pub needs: Needs,
+    /// For a kernel record: the driver's state that confirmed it, or why it is not confirmed
+    /// and what to check; for a state read after lost records: why it was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+}
+
+/// Kernel log records this pass could not judge (`gate.json` → `faults.kmsg_lost`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lost {
+    /// Overwritten since the last check, before this read got them (the ring turned over).
+    Records(u64),
+    /// The log could not be read at all.
+    Unreadable(String),
 }
 
 /// What one source cost and whether it could be read.
@@ -79,6 +104,10 @@ pub struct Summary {
     pub total_ms: f64,
     /// Of which keeping the position (`faults.json`, written only when it changed, with fsync).
     pub save_ms: f64,
+    /// Kernel records lost since the last check, or why the log could not be read; None when
+    /// every record since the last check was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kmsg_lost: Option<Lost>,
 }
 
 /// `faults.json`: what the last check saw.
@@ -118,6 +147,9 @@ impl Summary {
         let first = fails.first()?;
         let head = first.what.split(' ').take(2).collect::<Vec<_>>().join(" ");
         let mut sentence = format!("{} on {}", first.what, first.subject);
+        if let Some(e) = &first.evidence {
+            sentence.push_str(&format!(" ({e})"));
+        }
         if first.needs != Needs::Nothing {
             sentence.push_str(&format!(": {}", first.needs.words()));
         }
@@ -164,7 +196,12 @@ impl Summary {
                 } else {
                     "WARN"
                 };
-                format!("{class} {} on {}", f.what, f.subject)
+                let evidence = f
+                    .evidence
+                    .as_ref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default();
+                format!("{class} {} on {}{evidence}", f.what, f.subject)
             })
             .collect();
         format!(
@@ -250,7 +287,14 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
         ..Memory::default()
     };
     let after = if rebooted { None } else { before.kmsg_seq };
-    let src = scan_kmsg(s, after, problem, &mut now, &mut out);
+    // The first record this read should find: the one after the kept position, or a new
+    // boot's first (sequence number 0); on a first check, any.
+    let expect = if rebooted {
+        Some(0)
+    } else {
+        before.kmsg_seq.map(|k| k.saturating_add(1))
+    };
+    let src = scan_kmsg(s, (after, expect), problem, &mut now, &mut out);
     out.sources.push(src);
     let src = scan_aer(s, &before, rebooted, &mut now, &mut out);
     out.sources.push(src);
@@ -265,15 +309,17 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
     out
 }
 
-/// Xid and SXid: the kernel log's records after sequence number `after`.
+/// Xid and SXid: the kernel log's records after sequence number `after` (`pos`: `after`, and
+/// the first sequence number expected when no record was lost).
 fn scan_kmsg(
     s: &Settings,
-    after: Option<u64>,
+    pos: (Option<u64>, Option<u64>),
     problem: Option<String>,
     now: &mut Memory,
     out: &mut Summary,
 ) -> Source {
     let t = Instant::now();
+    let (after, expect) = pos;
     let path = s.root.join("dev/kmsg");
     now.kmsg_seq = after;
     let mut src = Source {
@@ -284,6 +330,7 @@ fn scan_kmsg(
         ms: 0.0,
         note: problem,
     };
+    let devices = nvidia_devices(s);
     match kmsg::scan(
         &path,
         after,
@@ -295,8 +342,24 @@ fn scan_kmsg(
             src.readable = true;
             src.items = scan.records.len();
             now.kmsg_seq = scan.last_seq.or(after);
-            let devices = nvidia_devices(s);
-            let not_ours = judge_xids(&scan.records, scan.dropped, devices.as_ref(), out);
+            let (events, not_ours) = driver_events(&scan.records, devices.as_ref());
+            // Lost before this read (the first record is past the expected one) or during it.
+            let lost = match (scan.first_seq, expect) {
+                (Some(first), Some(e)) => first.saturating_sub(e),
+                _ => 0,
+            } + scan.lost;
+            let to_confirm =
+                devices.is_some() && events.iter().any(|(e, _)| xid::assess(e).0 == Class::Fail);
+            let asked = (lost > 0 || to_confirm).then(|| ask_driver(s, devices.as_ref()));
+            if let Some(asked) = asked.as_ref().filter(|_| lost > 0) {
+                out.kmsg_lost = Some(Lost::Records(lost));
+                let what = format!(
+                    "{lost} kernel log records lost since the last check (overwritten before \
+                     they were read: the ring buffer turned over, or was flooded)"
+                );
+                lost_findings(what, &src.path, asked, out);
+            }
+            judge_xids(events, scan.dropped, devices.is_some(), asked.as_ref(), out);
             // A problem with faults.json first, then what the read left out or ignored.
             let mut notes: Vec<String> = src.note.take().into_iter().collect();
             notes.extend(kmsg_notes(&scan));
@@ -315,10 +378,84 @@ fn scan_kmsg(
                 src.note = Some(notes.join("; "));
             }
         }
-        Err(e) => src.note = Some(format!("{e}")),
+        Err(e) => {
+            // No record read is no health: the GPUs' own state is all there is to go on.
+            out.kmsg_lost = Some(Lost::Unreadable(e.to_string()));
+            let what = format!("kernel log unreadable ({e}): Xid/SXid records not judged");
+            lost_findings(what, &src.path, &ask_driver(s, devices.as_ref()), out);
+            src.note = Some(format!("{e}"));
+        }
     }
     src.ms = ms(t);
     src
+}
+
+/// What the driver says of every NVIDIA device of this node, or why it cannot be asked.
+fn ask_driver(
+    s: &Settings,
+    devices: Option<&BTreeSet<String>>,
+) -> Result<BTreeMap<String, driver::Answer>, String> {
+    let d = devices.ok_or("this node's GPU list could not be read")?;
+    s.driver
+        .ask(&d.iter().cloned().collect::<Vec<_>>(), DRIVER_TIME)
+}
+
+/// Records were lost or the log is unreadable (`what`): a WARN saying so, with what the driver's
+/// state of every GPU showed instead, and a FAIL for each problem that state has.
+fn lost_findings(
+    what: String,
+    path: &str,
+    asked: &Result<BTreeMap<String, driver::Answer>, String>,
+    out: &mut Summary,
+) {
+    let mut fails = Vec::new();
+    let said = match asked {
+        Err(why) => format!(
+            "the driver's state could not be read instead ({why}): nothing says the GPUs are \
+             healthy; check nvidia-smi -q"
+        ),
+        Ok(answers) => {
+            let gpus = answers
+                .values()
+                .filter(|a| !matches!(a, driver::Answer::Unknown(_)))
+                .count();
+            for (pci, a) in answers {
+                for (p, needs) in driver::persistent_problems(a) {
+                    fails.push(Finding {
+                        class: Class::Fail,
+                        source: "driver",
+                        subject: pci.clone(),
+                        what: format!("GPU state after lost kernel records: {p}"),
+                        needs,
+                        evidence: None,
+                    });
+                }
+            }
+            if gpus == 0 {
+                format!(
+                    "NVML answers for none of this node's {} NVIDIA devices: nothing says the \
+                     GPUs are healthy; check nvidia-smi -q",
+                    answers.len()
+                )
+            } else {
+                format!(
+                    "the driver's state of {gpus} GPUs read instead: {} with a problem",
+                    fails.len()
+                )
+            }
+        }
+    };
+    out.add(Finding {
+        class: Class::Warn,
+        source: "kmsg",
+        subject: path.to_string(),
+        what,
+        needs: Needs::Nothing,
+        evidence: Some(said),
+    });
+    for f in fails {
+        out.add(f);
+    }
 }
 
 /// Evidence is the NVIDIA driver's own record: written by the kernel (facility 0, which no write
@@ -470,15 +607,13 @@ fn keep(state_dir: &Path, now: &Memory, before_bytes: &[u8], out: &mut Summary) 
     }
 }
 
-/// The driver's records judged, those of one device and code as one finding with a count;
-/// returns how many named a device that is not this node's (ignored). With `devices` unknown,
-/// nothing drains: each event is a WARN that says why it was not judged.
-fn judge_xids(
+/// The driver's records of this node's devices, those of one device and code as one event
+/// with a count; and how many named a device that is not this node's (ignored). With
+/// `devices` unknown, every record is kept (and judged a WARN).
+fn driver_events(
     records: &[kmsg::Record],
-    dropped: usize,
     devices: Option<&BTreeSet<String>>,
-    out: &mut Summary,
-) -> usize {
+) -> (Vec<(xid::Event, usize)>, usize) {
     let mut seen: Vec<(xid::Event, usize)> = Vec::new();
     let mut not_ours = 0;
     for r in records {
@@ -501,13 +636,41 @@ fn judge_xids(
     }
     // FAILs first: they decide the drain reason.
     seen.sort_by_key(|(e, _)| xid::assess(e).0 != Class::Fail);
-    for (e, n) in seen {
-        let (mut class, needs, mut meaning) = xid::assess(&e);
-        if devices.is_none() {
+    (seen, not_ours)
+}
+
+/// Each event judged: a FAIL of the catalog's drains only when the driver's state (`asked`)
+/// confirms it, else it is a WARN naming what to check. With the devices unknown, nothing
+/// drains: each event is a WARN that says why it was not judged.
+fn judge_xids(
+    events: Vec<(xid::Event, usize)>,
+    dropped: usize,
+    devices_known: bool,
+    asked: Option<&Result<BTreeMap<String, driver::Answer>, String>>,
+    out: &mut Summary,
+) {
+    for (e, n) in events {
+        let (mut class, mut needs, mut meaning) = xid::assess(&e);
+        let mut evidence = None;
+        if !devices_known {
             class = Class::Warn;
             meaning.push_str(
                 " (not judged: this node's GPU list could not be read, so the address cannot be tied to it)",
             );
+        } else if class == Class::Fail {
+            let no_answer = Err("the driver was not asked".to_string());
+            match driver::confirm(&e, asked.unwrap_or(&no_answer)) {
+                driver::Confirmation::Confirmed(state, by_state) => {
+                    evidence = Some(state);
+                    if needs == Needs::Nothing {
+                        needs = by_state;
+                    }
+                }
+                driver::Confirmation::Unconfirmed(why) => {
+                    class = Class::Warn;
+                    evidence = Some(why);
+                }
+            }
         }
         let (source, kind) = match e.kind {
             xid::Kind::Xid => ("xid", "Xid"),
@@ -524,10 +687,10 @@ fn judge_xids(
             subject: e.pci.clone(),
             what: format!("{kind} {} {meaning}{times}", e.code),
             needs,
+            evidence,
         });
     }
     out.more += dropped;
-    not_ours
 }
 
 fn judge_aer(
@@ -570,6 +733,7 @@ fn judge_aer(
                     if with_types { types.as_str() } else { "" }
                 ),
                 needs: Needs::Nothing,
+                evidence: None,
             });
         }
     }
@@ -588,6 +752,7 @@ fn judge_port(now: &ib::Port, before: &ib::Port, l: &IbLimits, out: &mut Summary
             subject: now.name.clone(),
             what: format!("{kind} link down (ACTIVE at the last check)"),
             needs: Needs::Nothing,
+            evidence: None,
         });
     }
     for c in ib::COUNTERS {
@@ -602,6 +767,7 @@ fn judge_port(now: &ib::Port, before: &ib::Port, l: &IbLimits, out: &mut Summary
                 subject: now.name.clone(),
                 what: format!("{kind} {c} +{grew} > {limit}"),
                 needs: Needs::Nothing,
+                evidence: None,
             });
         }
     }
@@ -630,6 +796,7 @@ mod tests {
             gpu_info_dir: d.join("gpus"),
             aer: AerLimits::default(),
             ib: IbLimits::default(),
+            driver: Arc::new(driver::tests::Fake::none()),
         };
         (d, s)
     }
@@ -649,6 +816,39 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("mkdir");
         std::fs::write(dir.join("vendor"), "0x10de\n").expect("write");
         std::fs::write(dir.join("class"), "0x068000\n").expect("write");
+    }
+
+    use driver::tests::Fake;
+    use driver::{Answer, GpuState};
+
+    /// The settings with `fake` as the driver.
+    fn asking(s: &Settings, fake: Fake) -> (Settings, Arc<Fake>) {
+        let fake = Arc::new(fake);
+        let s = Settings {
+            driver: fake.clone(),
+            ..s.clone()
+        };
+        (s, fake)
+    }
+
+    /// A GPU that answers and whose driver asks for a reset.
+    fn reset_asked() -> Answer {
+        Answer::State(GpuState {
+            recovery_action: Some(1),
+            ..GpuState::default()
+        })
+    }
+
+    /// A GPU that answers and shows nothing wrong.
+    fn healthy() -> Answer {
+        Answer::State(GpuState {
+            recovery_action: Some(0),
+            dbe_volatile: Some(0),
+            remap_pending: Some(false),
+            remap_failed: Some(false),
+            links_inactive: Some(0),
+            ..GpuState::default()
+        })
     }
 
     fn set(s: &Settings, rel: &str, text: &str) {
@@ -707,6 +907,7 @@ mod tests {
     #[test]
     fn each_event_is_judged_once_across_restarts_and_again_after_a_reboot() {
         let (d, s) = tree("hdr", "once");
+        let (s, _) = asking(&s, Fake::every(Answer::Lost));
         let st = d.join("state");
         assert!(!check(&s, &st, true).failed());
         append_kmsg(
@@ -722,7 +923,8 @@ mod tests {
         let r = sum.drain_reason(Some("42")).expect("reason");
         assert!(
             r.starts_with(
-                "nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00: reboot needed"
+                "nccl-check:Xid 79|Xid 79 GPU has fallen off the bus on 0000:18:00 (NVML: the GPU \
+                 is lost (it does not answer)): reboot needed"
             ),
             "{r}"
         );
@@ -747,7 +949,7 @@ mod tests {
         set(
             &s,
             "dev/kmsg",
-            "3,1,10,-;NVRM: Xid (PCI:0000:18:00): 95, Uncontained: FBHUB\n",
+            "3,0,10,-;NVRM: Xid (PCI:0000:18:00): 95, Uncontained: FBHUB\n",
         );
         assert_eq!(fails(&check(&s, &st, true)).len(), 1);
         std::fs::remove_dir_all(&d).ok();
@@ -758,6 +960,11 @@ mod tests {
         // The ring buffer moved on (the kernel's "rotation"): older records are gone, the
         // sequence numbers go on.
         let (d, s) = tree("hdr", "wrap");
+        let inactive = GpuState {
+            links_inactive: Some(2),
+            ..GpuState::default()
+        };
+        let (s, _) = asking(&s, Fake::every(Answer::State(inactive)));
         let st = d.join("state");
         check(&s, &st, true);
         set(
@@ -782,6 +989,7 @@ mod tests {
             ("reset.kmsg", 0, 2, 1),
         ] {
             let (d, s) = tree("roce", "canned");
+            let (s, _) = asking(&s, Fake::every(reset_asked()));
             for a in ["19", "1a", "1b", "1c", "86", "c6"] {
                 nvidia(&s, &format!("0000:{a}:00.0"));
             }
@@ -813,6 +1021,9 @@ mod tests {
     #[test]
     fn records_a_user_can_cause_are_never_evidence_and_the_driver_s_own_still_is() {
         let (d, s) = tree("hdr", "forged");
+        // The driver's recovery action confirms both: the GPU's Xid and, for the NVSwitch,
+        // a GPU of the node that needs a reset.
+        let (s, _) = asking(&s, Fake::with("0000:18:00", reset_asked()));
         let st = d.join("state");
         check(&s, &st, true);
         let forged = std::fs::read_to_string(format!("{FIXTURES}/kmsg/forged.kmsg")).expect("read");
@@ -841,9 +1052,150 @@ mod tests {
         std::fs::remove_dir_all(&d).ok();
     }
 
+    /// The ring turned over between the driver's record and this check (a user flooded it with
+    /// records the kernel writes for them): the first readable record is past the kept
+    /// position. Said (how many), and every GPU is judged by its driver state instead.
+    #[test]
+    fn a_ring_turned_over_since_the_last_check_is_said_and_every_gpu_judged_by_its_driver() {
+        let (d, s) = tree("hdr", "turned");
+        let st = d.join("state");
+        let (s, fake) = asking(&s, Fake::every(healthy()));
+        assert!(!check(&s, &st, true).failed()); // the fixture's Xid 13, a WARN
+        assert!(
+            fake.asked().is_empty(),
+            "a quiet node does not ask the driver"
+        );
+        let kept = 3; // the fixture's last record
+        let flood: String = (kept + 1001..kept + 1004)
+            .map(|seq| format!("6,{seq},1,-;overlay: failed to resolve 'x': -2\n"))
+            .collect();
+        set(&s, "dev/kmsg", &flood);
+        let sum = check(&s, &st, true);
+        assert_eq!(sum.kmsg_lost, Some(Lost::Records(1000)), "{sum:?}");
+        assert!(!sum.failed(), "healthy GPUs: {:?}", sum.findings);
+        assert!(
+            sum.line().contains(
+                "WARN 1000 kernel log records lost since the last check (overwritten before they were read: the ring buffer turned over, or was flooded)"
+            ) && sum.line().contains("the driver's state of 2 GPUs read instead: 0 with a problem"),
+            "{}",
+            sum.line()
+        );
+        assert_eq!(
+            fake.asked(),
+            ["0000:05:00", "0000:18:00"],
+            "every NVIDIA device"
+        );
+        let json = serde_json::to_value(&sum).expect("json");
+        assert_eq!(json["kmsg_lost"]["records"], 1000);
+        // Nothing lost since: nothing said.
+        assert_eq!(check(&s, &st, true).kmsg_lost, None);
+        // NVML knows none of the devices: that is not "healthy".
+        let (unknown, _) = asking(&s, Fake::every(Answer::Unknown("Not found".into())));
+        set(&s, "dev/kmsg", "6,1500,1,-;x\n");
+        let line = check(&unknown, &st, false).line();
+        assert!(
+            line.contains("NVML answers for none of this node's 2 NVIDIA devices"),
+            "{line}"
+        );
+        // Lost again, and the driver says a GPU needs a reset: a FAIL that drains.
+        let (s, _) = asking(&s, Fake::with("0000:18:00", reset_asked()));
+        set(&s, "dev/kmsg", "6,2000,1,-;overlay: x\n");
+        let sum = check(&s, &st, true);
+        assert_eq!(sum.kmsg_lost, Some(Lost::Records(2000 - (kept + 1004))));
+        assert_eq!(
+            fails(&sum),
+            ["GPU state after lost kernel records: NVML recovery action: GPU reset on 0000:18:00"]
+        );
+        let r = sum.drain_reason(None).expect("reason");
+        assert!(r.starts_with("nccl-check:GPU state|"), "{r}");
+        // After a reboot the new boot's first record is 0: a later first record is a loss too.
+        set(&s, "proc/sys/kernel/random/boot_id", "another-boot\n");
+        set(&s, "dev/kmsg", "6,40,1,-;x\n");
+        assert_eq!(check(&s, &st, true).kmsg_lost, Some(Lost::Records(40)));
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// An unreadable kernel log is no PASS of the kernel log: said, and the driver's state of
+    /// every GPU decides.
+    #[test]
+    fn an_unreadable_kernel_log_is_said_and_the_driver_s_state_decides() {
+        let (d, s) = tree("hdr", "unreadable");
+        std::fs::remove_file(s.root.join("dev/kmsg")).expect("rm");
+        let (s, _) = asking(&s, Fake::none());
+        let sum = check(&s, &d.join("state"), false);
+        assert!(matches!(&sum.kmsg_lost, Some(Lost::Unreadable(e)) if e.contains("No such file")));
+        assert!(!sum.failed());
+        assert!(
+            sum.line().contains("WARN kernel log unreadable (")
+                && sum
+                    .line()
+                    .contains("the driver's state could not be read instead (NVML not available"),
+            "{}",
+            sum.line()
+        );
+        let (s, _) = asking(&s, Fake::with("0000:18:00", Answer::Lost));
+        assert_eq!(
+            fails(&check(&s, &d.join("state"), false)),
+            ["GPU state after lost kernel records: NVML: the GPU is lost (it does not answer) on 0000:18:00"]
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Facility-0 records the kernel writes with text a user chose at their start, in the
+    /// driver's format: the OOM killer's summary split by another CPU's printk (a cpuset cgroup
+    /// named so starts the record) and an nftables `log prefix` (`nf_log_all_netns = 1`). Not
+    /// confirmed by the driver (NVML missing, or the GPU answers and is healthy), neither drains;
+    /// the driver's record with a confirming state does.
+    #[test]
+    fn a_record_in_the_driver_s_format_drains_only_when_the_driver_s_state_confirms_it() {
+        let (d, s) = tree("hdr", "confirm");
+        let st = d.join("state");
+        check(&s, &st, true);
+        let records = [
+            "4,SEQ,9000000,c;NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus,mems_allowed=0,global_oom,task_memcg=/user.slice/a5evil,task=x,pid=4242,uid=1001",
+            "4,SEQ,9000001,-;NVRM: Xid (PCI:0000:18:00): 48, pid=1, An uncorrectable double bit error IN= OUT=lo SRC=127.0.0.1 DST=127.0.0.1 LEN=84 PROTO=ICMP",
+        ];
+        let mut seq = 100;
+        for (fake, why) in [
+            (Fake::none(), "NVML not available"),
+            (Fake::every(healthy()), "NVML: "),
+        ] {
+            let (s, _) = asking(&s, fake);
+            for r in records {
+                seq += 1;
+                append_kmsg(&s, &r.replace("SEQ", &seq.to_string()));
+                let sum = check(&s, &st, true);
+                assert!(!sum.failed(), "{r}: {:?}", sum.findings);
+                let f = &sum.findings[0];
+                let e = f.evidence.as_deref().unwrap_or_default();
+                assert!(
+                    f.class == Class::Warn
+                        && e.starts_with("not confirmed by the driver's state")
+                        && e.contains(why)
+                        && e.contains("; check nvidia-smi"),
+                    "{r}: {f:?}"
+                );
+            }
+        }
+        let dbe = Answer::State(GpuState {
+            dbe_volatile: Some(1),
+            ..GpuState::default()
+        });
+        let (s, _) = asking(&s, Fake::with("0000:18:00", dbe));
+        append_kmsg(&s, &records[1].replace("SEQ", "200"));
+        let sum = check(&s, &st, true);
+        assert_eq!(fails(&sum), ["Xid 48 double-bit ECC error on 0000:18:00"]);
+        assert_eq!(
+            sum.findings[0].evidence.as_deref(),
+            Some("NVML: 1 uncorrectable ECC errors since the driver loaded")
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
     #[test]
     fn a_flood_of_forged_records_cannot_push_the_driver_s_own_out_of_the_read() {
         let (d, s) = tree("hdr", "flood");
+        let (s, _) = asking(&s, Fake::every(Answer::Lost));
         let st = d.join("state");
         check(&s, &st, true);
         let mut log = String::new();
@@ -868,6 +1220,7 @@ mod tests {
     #[test]
     fn an_xid_on_a_node_whose_devices_cannot_be_read_is_said_and_never_drains() {
         let (d, s) = tree("hdr", "unknown");
+        let (s, _) = asking(&s, Fake::every(Answer::Lost));
         std::fs::remove_dir_all(s.root.join("sys")).expect("rm sys");
         append_kmsg(
             &s,
@@ -1016,7 +1369,11 @@ mod tests {
             ..s
         };
         let sum = check(&none, &st, false);
-        assert!(!sum.sources[0].readable && sum.findings.is_empty());
+        assert!(!sum.sources[0].readable && !sum.failed(), "{sum:?}");
+        assert!(
+            matches!(sum.kmsg_lost, Some(Lost::Unreadable(_))),
+            "{sum:?}"
+        );
         std::fs::remove_dir_all(&d).ok();
     }
 }

@@ -293,6 +293,13 @@ const XIDS: &[(u32, &str, Bucket, &str)] = &[
         RestartBm,
         "channel retirement event",
     ),
+    // The catalog's spreadsheet names no mnemonic for 162, only its bucket (RESET_GPU, FATAL).
+    (
+        162,
+        "",
+        ResetGpu,
+        "fatal error the catalog resolves with a GPU reset",
+    ),
 ];
 
 /// Xid 63's line says "reset gpu to activate": the remap waits for a reset (the catalog's bucket
@@ -527,6 +534,14 @@ mod tests {
             xid(160, "Channel retirement event"),
             (Class::Fail, Needs::Reboot)
         );
+    }
+
+    #[test]
+    fn xid_162_is_reset_gpu_in_the_catalog() {
+        let e = parse("NVRM: Xid (PCI:0000:18:00): 162, pid=1, x").expect("parse");
+        let (class, needs, meaning) = assess(&e);
+        assert_eq!((class, needs), (Class::Fail, Needs::GpuReset));
+        assert!(!meaning.contains("not in nccl-check's table"), "{meaning}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ impl Gate<'_> {
             gpu_info_dir: self.cfg.gpu_info_dir.clone(),
             aer: self.cfg.aer_limits,
             ib: self.cfg.ib_limits,
+            driver: std::sync::Arc::new(faults::nvml_driver::Nvml),
         };
         // A dry run reads but keeps no position: the next real run judges the same events.
         let f = faults::check(&settings, state_dir, !self.dry_run);

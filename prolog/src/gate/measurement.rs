@@ -231,7 +231,12 @@ impl Gate<'_> {
             judged = Err(why);
         }
         let cpu_said = owners.as_ref().and_then(|o| self.cpu_said(cpu, o));
-        let st = self.strays(run.verdict, &gpu, &judged, job.as_deref(), cpu_said);
+        // A worker that found the node only busy ends busy (exit 8, an ERROR: the hardware was
+        // not judged); the gate weighs it as the busy FAIL it was before: by whose the
+        // processes are (`decide::found`), never as the hardware's.
+        let busy = run.exit_code == Some(nccl_check_contract::exit::ExitCode::Busy.code());
+        let verdict = if busy { Verdict::Fail } else { run.verdict };
+        let st = self.strays(verdict, &gpu, &judged, job.as_deref(), cpu_said);
         if let Some(p) = run.problem.as_deref().filter(|_| run.contradicted) {
             self.log.error(p);
         }

@@ -49,23 +49,23 @@ fn main() -> ExitCode {
         None => (found.plugstack.clone(), found.source.clone()),
     };
     let stack = plugstack::read(&main);
-    println!("# plugstack: {} ({source})", main.display());
+    nccl_check_host::outln!("# plugstack: {} ({source})", main.display());
     if stack.files.len() > 1 {
         let rest: Vec<String> = stack.files[1..]
             .iter()
             .map(|p| p.display().to_string())
             .collect();
-        println!("# included: {}", rest.join(", "));
+        nccl_check_host::outln!("# included: {}", rest.join(", "));
     }
     let f = plugstack::check(&stack, found.plugin_dir.as_deref(), root);
     for e in &f.effective {
-        println!("# {e}");
+        nccl_check_host::outln!("# {e}");
     }
     for n in &f.notes {
-        println!("# {n}");
+        nccl_check_host::outln!("# {n}");
     }
     for p in &f.problems {
-        println!("{}", CheckProblem::invalid(p.as_str()));
+        nccl_check_host::outln!("{}", CheckProblem::invalid(p.as_str()));
     }
     if f.problems.is_empty() {
         ExitCode::SUCCESS

@@ -103,6 +103,7 @@ fn the_decision_table_of_the_host_rule() {
         window_s: 2.0,
         cpus: 8,
         others_share: others,
+        check_share: 0.0,
         own_wait_share: wait,
         top: Vec::new(),
     };
@@ -149,4 +150,110 @@ fn slurm_jobs_are_read_from_v1_and_v2_cgroup_paths_only_as_numbers() {
     );
     assert_eq!(slurm_job("0::/user.slice/user-1000.slice/job_x\n"), None);
     assert_eq!(slurm_job(""), None);
+}
+
+/// The check's other processes (another rank of the step on this host, an emulated node) are
+/// its own load, read live from /proc: never named as a consumer, counted in `check_share`.
+/// Seen at 16 emulated nodes: `top: pid (root, nccl-check)` on a host with no other load.
+#[test]
+fn the_checks_other_processes_are_its_own_load_not_anothers() {
+    // The check's other process: this same program (the test binary), spinning.
+    let spin = || {
+        std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([
+                "--exact",
+                "facts::host_load::tests::spins_when_asked",
+                "--nocapture",
+            ])
+            .env("NCCL_CHECK_TEST_SPIN_S", "3")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("a busy child")
+    };
+    let mut rank = spin();
+    let (ours, theirs) = (LoadWatch::start(), LoadWatch::start());
+    std::thread::sleep(Duration::from_millis(600));
+    let ours = ours.stop(&[rank.id()]).expect("/proc is readable");
+    let theirs = theirs.stop(&[]).expect("/proc is readable");
+    let _ = rank.kill();
+    let _ = rank.wait();
+    assert!(
+        !ours.top.iter().any(|c| c.pid == rank.id()),
+        "the check's own process named as load: {ours:?}"
+    );
+    assert!(ours.check_share > 0.0, "{ours:?}");
+    assert!(
+        theirs.top.iter().any(|c| c.pid == rank.id()),
+        "a process of no check must be named: {theirs:?}"
+    );
+}
+
+/// The spinning process of the test above (this test binary, run by it with
+/// NCCL_CHECK_TEST_SPIN_S); run by the harness without it, it checks that a process of another
+/// program is never taken for this one.
+#[test]
+fn spins_when_asked() {
+    match std::env::var("NCCL_CHECK_TEST_SPIN_S") {
+        Ok(s) => {
+            let until = Instant::now() + Duration::from_secs(s.parse().unwrap_or(3));
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+        Err(_) => {
+            let mut sh = std::process::Command::new("sleep")
+                .arg("5")
+                .spawn()
+                .expect("sleep");
+            let proc_root = Path::new("/proc");
+            assert!(runs_this_program(proc_root, std::process::id()));
+            assert!(!runs_this_program(proc_root, sh.id()));
+            assert!(!runs_this_program(proc_root, u32::MAX));
+            // Ended, not reaped: no exe, its command decides.
+            let mut done = std::process::Command::new(std::env::current_exe().expect("exe"))
+                .arg("--list")
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("a short child");
+            let zombie = done.id();
+            let until = Instant::now() + Duration::from_secs(10);
+            while std::fs::read_link(proc_root.join(zombie.to_string()).join("exe")).is_ok()
+                && Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(
+                runs_this_program(proc_root, zombie),
+                "an unreaped worker is ours"
+            );
+            let _ = done.wait();
+            let _ = sh.kill();
+            let _ = sh.wait();
+        }
+    }
+}
+
+/// Busy with its own processes alone (more of them than CPUs): said so, not as another's.
+#[test]
+fn a_host_busy_with_the_check_alone_says_so() {
+    let load = HostLoad {
+        window_s: 5.0,
+        cpus: 16,
+        others_share: 0.02,
+        check_share: 0.97,
+        own_wait_share: Some(1.4),
+        top: Vec::new(),
+    };
+    assert!(load.busy() && load.only_the_checks_own());
+    let text = load.describe();
+    assert!(
+        text.contains("2% of 16 CPUs used by other processes, 97% by this check's own")
+            && text.contains("the load is the check's own"),
+        "{text}"
+    );
+    let others = HostLoad {
+        others_share: 0.9,
+        ..load
+    };
+    assert!(!others.only_the_checks_own());
 }

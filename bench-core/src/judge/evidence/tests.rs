@@ -404,6 +404,7 @@ fn load(others: f64) -> HostLoad {
         window_s: 3.0,
         cpus: 64,
         others_share: others,
+        check_share: 0.0,
         own_wait_share: Some(0.0),
         top: vec![crate::facts::host_load::Consumer {
             pid: 4242,
@@ -448,7 +449,7 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
             fast,
             true,
             false,
-            ExitCode::Fail,
+            ExitCode::Busy,
             Some(WorkerStarved),
             vec![],
         ),
@@ -457,7 +458,7 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
             fast,
             true,
             true,
-            ExitCode::Fail,
+            ExitCode::Busy,
             Some(HostBusy),
             vec![],
         ),
@@ -484,7 +485,7 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
             fast,
             true,
             false,
-            ExitCode::Fail,
+            ExitCode::Busy,
             Some(WorkerStarved),
             vec![HostInterference],
         ),
@@ -493,7 +494,7 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
             fast,
             true,
             true,
-            ExitCode::Fail,
+            ExitCode::Busy,
             Some(HostBusy),
             vec![HostInterference],
         ),
@@ -512,7 +513,7 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
             slow,
             true,
             false,
-            ExitCode::Fail,
+            ExitCode::Busy,
             Some(WorkerStarved),
             vec![],
         ),
@@ -521,7 +522,7 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
             slow,
             true,
             true,
-            ExitCode::Fail,
+            ExitCode::Busy,
             Some(HostBusy),
             vec![],
         ),
@@ -539,10 +540,12 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
             slow,
             false,
             true,
-            ExitCode::Fail,
+            ExitCode::Busy,
             Some(HostBusy),
             vec![],
         ),
+        // A starved worker beside pairs slow by both clocks: the pairs are a reading of
+        // their own (FAIL), the starved worker leads as their likely cause.
         (
             slow,
             slow,
@@ -557,7 +560,7 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
             slow,
             true,
             true,
-            ExitCode::Fail,
+            ExitCode::Busy,
             Some(HostBusy),
             vec![],
         ),
@@ -579,6 +582,16 @@ fn the_cause_table_of_host_clock_gpu_clock_starved_worker_and_host_load() {
         );
         let got: Vec<ReasonCode> = r.warnings.iter().map(|w| w.code).collect();
         assert_eq!(got, warned, "{case}: {:?}", r.warnings);
+        // Busy alone is an ERROR that says so, never a FAIL of the hardware.
+        assert_eq!(r.head.verdict, exit.verdict(), "{case}");
+        assert_eq!(
+            r.head
+                .summary
+                .starts_with("node busy, the hardware was not judged"),
+            exit == ExitCode::Busy,
+            "{case}: {}",
+            r.head.summary
+        );
         // A busy host is never blamed on a GPU, link, NIC or path.
         if busy {
             assert!(

@@ -4,6 +4,12 @@
 //! `ncclInProgress`, and then `ncclCommGetAsyncError` must be polled (polling is what completes
 //! the pending work) until it reports success before the next NCCL call; on a deadline,
 //! `ncclCommAbort` unblocks NCCL's threads and sockets.
+//!
+//! Two types keep that rule: a [`Connecting`] (an init not yet confirmed) offers only the wait
+//! and the abort, and every call on a [`Comm`] returns through `Comm::settle`, which polls until
+//! the call's work is confirmed done, so no operation of a `Comm` is pending between two calls.
+//! A split counts as an operation of its parent: done when the parent says so, not when the
+//! child's handle appears (NCCL writes that first).
 
 // Stream handles are opaque CUDA handles passed through to NCCL, never dereferenced here.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
@@ -19,6 +25,30 @@ pub struct Comm<'a> {
     raw: RawComm,
     /// Every wait on this communicator ends by this instant.
     pub deadline: Instant,
+}
+
+/// A non-blocking communicator whose init may still be running ([`Comm::start_init`]). NCCL
+/// takes no other call on it before its init is confirmed complete, so this offers only the
+/// wait that confirms it, and the abort: a split or a collective on it does not compile.
+pub struct Connecting<'a>(Comm<'a>);
+
+impl<'a> Connecting<'a> {
+    /// The communicator once its init completed; the error and this one back (to abort) when
+    /// NCCL failed it, the deadline passed or `stop` said so (asked every 64 polls).
+    pub fn ready_unless(
+        self,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Comm<'a>, (WaitError, Connecting<'a>)> {
+        match self.0.wait_ready_unless(stop) {
+            Ok(()) => Ok(self.0),
+            Err(e) => Err((e, self)),
+        }
+    }
+
+    /// [`Comm::abort_within`].
+    pub fn abort_within(self, within: Duration) {
+        self.0.abort_within(within)
+    }
 }
 
 /// Why a wait ended without success.
@@ -111,7 +141,8 @@ impl Issue<'_> {
 }
 
 impl<'a> Comm<'a> {
-    /// Starts `ncclCommInitRankConfig` non-blocking; call [`Comm::wait_ready`] before use.
+    /// Starts `ncclCommInitRankConfig` non-blocking: usable once [`Connecting::ready_unless`]
+    /// confirmed it.
     pub fn start_init(
         nccl: &'a Nccl,
         nranks: u32,
@@ -119,7 +150,7 @@ impl<'a> Comm<'a> {
         rank: u32,
         deadline: Instant,
         share_with_children: bool,
-    ) -> Result<Comm<'a>, NcclError> {
+    ) -> Result<Connecting<'a>, NcclError> {
         // splitShare is read from the *parent* (init.cc ncclCommInitChildComm): with it, the
         // measuring child reuses the parent's resources (cheap, into_blocking), but every child
         // is also limited to the parent's channels; see split_blocking.
@@ -134,11 +165,11 @@ impl<'a> Comm<'a> {
         if rc != 0 && rc != IN_PROGRESS {
             return Err(nccl.error(rc, "ncclCommInitRankConfig", raw));
         }
-        Ok(Comm {
+        Ok(Connecting(Comm {
             nccl,
             raw,
             deadline,
-        })
+        }))
     }
 
     /// A communicator whose blocking init returned on another thread (`pending`).
@@ -172,7 +203,7 @@ impl<'a> Comm<'a> {
         })
     }
 
-    /// A blocking communicator over the same ranks, split from this ready non-blocking one.
+    /// A blocking communicator over the same ranks, split from this one.
     ///
     /// Why: on a non-blocking communicator NCCL finishes every launch on a thread it creates
     /// per `ncclGroupEnd` (group.cc), so each enqueue costs 50-170 us (measured on 4x H200,
@@ -190,42 +221,63 @@ impl<'a> Comm<'a> {
     pub fn split_blocking(&self, color: i32, key: i32) -> Option<Result<Comm<'a>, NcclError>> {
         let split = self.nccl.split?;
         let mut cfg = NcclConfig::blocking_shared();
-        // NCCL writes the child's handle from its own thread once the split completes
-        // (init.cc: "*newcomm should be NCCL_COMM_NULL until comm split fully complete"), so
-        // the out-parameter is an atomic that this thread polls.
+        // NCCL writes the child's handle from its own thread (init.cc: "*newcomm should be
+        // NCCL_COMM_NULL until comm split fully complete"), so the out-parameter is an atomic.
         let out = std::sync::atomic::AtomicPtr::<c_void>::new(std::ptr::null_mut());
-        // SAFETY: self.raw is a ready communicator; cfg and `out` outlive the call and the
-        // polling below, which returns only after NCCL wrote `out` or the split failed.
+        // SAFETY: self.raw is a ready communicator; cfg and `out` outlive the call and the wait
+        // below, which returns only once NCCL is done with the split (or at the deadline).
         let rc = unsafe { split(self.raw, color, key, out.as_ptr() as *mut RawComm, &mut cfg) };
-        let failed = |code, detail: String| NcclError {
-            code,
-            call: "ncclCommSplit",
-            detail,
-        };
-        if rc != 0 && rc != IN_PROGRESS {
-            return Some(Err(self.nccl.error(rc, "ncclCommSplit", self.raw)));
+        // The split is an operation of the parent: on a non-blocking parent it is done when
+        // the parent's state leaves ncclInProgress, not when the child's handle appears. NCCL's
+        // group thread writes the handle first (ncclCommInitRankFunc) and sets the parent's
+        // state afterwards (groupLaunch): a next split in between is refused with
+        // ncclInvalidArgument ("Attempt to use communicator before the previous operation
+        // returned ncclSuccess", ncclCommEnsureReady), as 1 in 2 32-node checks on one H200 were.
+        // Seen on one H200 (NCCL 2.28.9, 8 emulated nodes): the parent leaves ncclInProgress
+        // before the handle is written as well, so the split is done only when both hold: the
+        // handle is there and the parent is no longer in progress.
+        if let Err(e) = self.nccl.check(rc, "ncclCommSplit", self.raw) {
+            return Some(Err(e));
         }
+        let raw = match self.split_done(&out) {
+            Ok(raw) => raw,
+            Err(e) => return Some(Err(e)),
+        };
+        let child = Comm {
+            nccl: self.nccl,
+            raw,
+            deadline: self.deadline,
+        };
+        Some(child.wait_ready().map(|()| child).map_err(|e| match e {
+            WaitError::Nccl(e) => e,
+            WaitError::Deadline | WaitError::Stopped => NcclError {
+                code: IN_PROGRESS,
+                call: "ncclCommSplit",
+                detail: "the child was not ready at the deadline".into(),
+            },
+        }))
+    }
+
+    /// Polls until a split of this communicator wrote its child's handle into `out` and this
+    /// communicator left ncclInProgress (in whichever order NCCL's thread does the two), or it
+    /// failed, or the deadline passed.
+    fn split_done(&self, out: &std::sync::atomic::AtomicPtr<c_void>) -> Result<RawComm, NcclError> {
         let began = Instant::now();
         loop {
             let raw = out.load(std::sync::atomic::Ordering::Acquire) as RawComm;
-            if !raw.is_null() {
-                let child = Comm {
-                    nccl: self.nccl,
-                    raw,
-                    deadline: self.deadline,
-                };
-                return Some(child.wait_ready().map(|()| child).map_err(|e| match e {
-                    WaitError::Nccl(e) => e,
-                    WaitError::Deadline | WaitError::Stopped => {
-                        failed(IN_PROGRESS, "not ready at the deadline".into())
-                    }
-                }));
-            }
-            if let Err(e) = self.poll() {
-                return Some(Err(e));
+            if self.poll()? && !raw.is_null() {
+                return Ok(raw);
             }
             if Instant::now() >= self.deadline {
-                return Some(Err(failed(IN_PROGRESS, "not done at the deadline".into())));
+                return Err(NcclError {
+                    code: IN_PROGRESS,
+                    call: "ncclCommSplit",
+                    detail: if raw.is_null() {
+                        "no communicator at the deadline".into()
+                    } else {
+                        "the parent still in progress at the deadline".into()
+                    },
+                });
             }
             if began.elapsed() < Duration::from_millis(2) {
                 std::hint::spin_loop();
@@ -255,13 +307,13 @@ impl<'a> Comm<'a> {
     /// first millisecond is a busy poll: measured on 4x H200 (2026-11-21), yielding and
     /// then sleeping 200 us here made each enqueue cost 60-170 us, longer than a 32 MiB
     /// all_gather itself, so the timed loop measured our launch rate instead of the GPUs.
-    pub fn wait_ready(&self) -> Result<(), WaitError> {
+    fn wait_ready(&self) -> Result<(), WaitError> {
         self.wait_ready_unless(&|| false)
     }
 
     /// [`Comm::wait_ready`], ended early with [`WaitError::Stopped`] once `stop` says so
     /// (asked every 64 polls).
-    pub fn wait_ready_unless(&self, stop: &dyn Fn() -> bool) -> Result<(), WaitError> {
+    fn wait_ready_unless(&self, stop: &dyn Fn() -> bool) -> Result<(), WaitError> {
         let began = Instant::now();
         let mut polls = 0u32;
         loop {
@@ -304,8 +356,11 @@ impl<'a> Comm<'a> {
         }
     }
 
-    /// Handles the return code of an enqueue call: `InProgress` means poll until ready first.
-    fn enqueued(&self, rc: i32, call: &'static str) -> Result<(), NcclError> {
+    /// Handles the return code of every call on this communicator: `ncclInProgress` means the
+    /// call's work is not done yet, and NCCL refuses any other call on the communicator until
+    /// `ncclCommGetAsyncError` says so; this polls until then (bounded by the deadline), so no
+    /// method returns with an operation of this communicator still pending.
+    fn settle(&self, rc: i32, call: &'static str) -> Result<(), NcclError> {
         self.nccl.check(rc, call, self.raw)?;
         if rc == IN_PROGRESS {
             match self.wait_ready() {
@@ -326,13 +381,13 @@ impl<'a> Comm<'a> {
     pub fn group_start(&self) -> Result<(), NcclError> {
         // SAFETY: no arguments.
         let rc = unsafe { (self.nccl.group_start)() };
-        self.enqueued(rc, "ncclGroupStart")
+        self.settle(rc, "ncclGroupStart")
     }
 
     pub fn group_end(&self) -> Result<(), NcclError> {
         // SAFETY: no arguments.
         let rc = unsafe { (self.nccl.group_end)() };
-        self.enqueued(rc, "ncclGroupEnd")
+        self.settle(rc, "ncclGroupEnd")
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -357,7 +412,7 @@ impl<'a> Comm<'a> {
                 stream,
             )
         };
-        self.enqueued(rc, "ncclAllReduce")
+        self.settle(rc, "ncclAllReduce")
     }
 
     pub fn all_gather(
@@ -379,7 +434,7 @@ impl<'a> Comm<'a> {
                 stream,
             )
         };
-        self.enqueued(rc, "ncclAllGather")
+        self.settle(rc, "ncclAllGather")
     }
 
     pub fn reduce_scatter(
@@ -403,7 +458,7 @@ impl<'a> Comm<'a> {
                 stream,
             )
         };
-        self.enqueued(rc, "ncclReduceScatter")
+        self.settle(rc, "ncclReduceScatter")
     }
 
     pub fn broadcast(
@@ -427,7 +482,7 @@ impl<'a> Comm<'a> {
                 stream,
             )
         };
-        self.enqueued(rc, "ncclBroadcast")
+        self.settle(rc, "ncclBroadcast")
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -488,7 +543,7 @@ impl<'a> Comm<'a> {
                 stream,
             )
         };
-        self.enqueued(rc, "ncclSend")
+        self.settle(rc, "ncclSend")
     }
 
     fn recv(
@@ -510,7 +565,7 @@ impl<'a> Comm<'a> {
                 stream,
             )
         };
-        self.enqueued(rc, "ncclRecv")
+        self.settle(rc, "ncclRecv")
     }
 
     /// `ncclAlltoAll` when the library has it, else one send and one receive per peer, grouped.
@@ -537,7 +592,7 @@ impl<'a> Comm<'a> {
                     stream,
                 )
             };
-            return self.enqueued(rc, "ncclAlltoAll");
+            return self.settle(rc, "ncclAlltoAll");
         }
         let chunk = count * elt;
         self.group_start()?;

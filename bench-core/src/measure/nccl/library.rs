@@ -115,7 +115,7 @@ pub const MIN_VERSION: i32 = 21400;
 
 /// A loaded libnccl: where it came from, its version, and its functions.
 pub struct Nccl {
-    _lib: Library,
+    pub(super) _lib: Library,
     pub path: PathBuf,
     pub version: i32,
     pub(super) get_unique_id: FnUniqueId,

@@ -8,10 +8,12 @@
 
 mod comm;
 mod error;
+#[cfg(test)]
+pub mod fake;
 mod library;
 mod pending;
 
-pub use comm::{Comm, Issue, WaitError};
+pub use comm::{Comm, Connecting, Issue, WaitError};
 pub use error::{NcclError, IN_PROGRESS};
 pub use library::{LoadError, Nccl, UniqueId};
 pub use pending::PendingComm;

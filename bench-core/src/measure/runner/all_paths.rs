@@ -1,7 +1,7 @@
 //! The alltoall beside the all_reduce of a multi-node check: one alltoall over every rank,
 //! whose busbw against the all_reduce's decides whether the localizer measures every node pair
 //! after its other rounds (the decision: `localized.rs` over `localize::paths`).
-use super::timed::Measurer;
+use super::timed::{Measurer, Timing};
 use super::{GpuOutcome, RunError, Start};
 use crate::model::collectives::AlltoAll;
 
@@ -33,9 +33,9 @@ impl Measurer<'_> {
             crate::model::size::human(size)
         ));
         // A step index past the plan's: its own fill seeds.
-        let at = (self.opts().steps.len(), 0, size, ITERS);
+        let at = (self.opts().steps.len(), 0, size, Timing::Count(ITERS));
         let mut wrong = 0.0;
-        let (row, gpu) = self.measure_row(at, &AlltoAll, true, out, &mut wrong)?;
+        let (row, gpu, _) = self.measure_row(at, &AlltoAll, true, out, &mut wrong)?;
         let host = row.out_of_place.busbw.min(row.in_place.busbw);
         let gpu = gpu.map_or(0.0, |g| g.out_of_place_busbw.min(g.in_place_busbw));
         let reading = AlltoallReading {

@@ -2,7 +2,11 @@
 //! child for measuring) and, on multi-node checks, one of its node for the GPU pairs.
 
 use super::{GpuThread, RunError, Start};
-use crate::measure::nccl::{Comm, NcclError, PendingComm, WaitError};
+use crate::measure::nccl::{Comm, Connecting, NcclError, PendingComm, WaitError};
+use std::time::Duration;
+
+/// How long giving a communicator up may take (`ncclCommAbort` can block on NCCL's threads).
+const ABORT_WITHIN: Duration = Duration::from_millis(500);
 
 /// Which communicator measures and how its init is bounded. `threaded` (the default on one
 /// node): a blocking init on a thread of its own, waited for until the deadline or another
@@ -40,8 +44,6 @@ pub(super) struct Comms<'a> {
     pub comm: Comm<'a>,
     /// This node's GPUs only (multi-node checks), for the GPU pair matrix.
     pub node_comm: Option<Comm<'a>>,
-    /// Whether the non-blocking init finished (always Ok for the blocking modes).
-    pub ready: Result<(), WaitError>,
 }
 
 /// A communicator whose init has started: it connects on NCCL's own thread (non-blocking) or
@@ -54,10 +56,11 @@ pub(super) struct CommsStarted<'a> {
     node_split: Option<(i32, i32)>,
 }
 
-/// The communicator being made: its handle (non-blocking or already ready), or the thread
-/// that will hand it over.
+/// The communicator being made: ready (`blocking` mode), connecting on NCCL's own thread
+/// (non-blocking), or on a thread of its own that will hand it over (`threaded`).
 enum Opening<'a> {
-    Started(Comm<'a>),
+    Ready(Comm<'a>),
+    Connecting(Connecting<'a>),
     OnThread(PendingComm),
 }
 
@@ -65,8 +68,10 @@ impl CommsStarted<'_> {
     /// Gives the communicator up (bounded): this thread failed before it was ready. A
     /// threaded init aborts its communicator itself once it returns and finds nobody waiting.
     pub(super) fn abort(self) {
-        if let Opening::Started(parent) = self.parent {
-            parent.abort_within(std::time::Duration::from_millis(500));
+        match self.parent {
+            Opening::Ready(parent) => parent.abort_within(ABORT_WITHIN),
+            Opening::Connecting(parent) => parent.abort_within(ABORT_WITHIN),
+            Opening::OnThread(_) => {}
         }
     }
 }
@@ -97,7 +102,7 @@ pub(super) fn begin(
         let parent =
             Comm::init_blocking(nccl, nranks, start.id, rank, thread.deadline).map_err(init_err)?;
         return Ok(CommsStarted {
-            parent: Opening::Started(parent),
+            parent: Opening::Ready(parent),
             mode,
             node_split: None,
         });
@@ -120,15 +125,15 @@ pub(super) fn begin(
     let parent =
         Comm::start_init(nccl, nranks, start.id, rank, thread.deadline, share).map_err(init_err)?;
     Ok(CommsStarted {
-        parent: Opening::Started(parent),
+        parent: Opening::Connecting(parent),
         mode,
         node_split,
     })
 }
 
 /// Waits (bounded) until the communicator [`begin`] started is ready, then splits the
-/// measuring communicators from it. An error that NCCL reports while connecting comes back in
-/// `ready`, so the caller can still abort the communicator.
+/// measuring communicators from it. A non-blocking init that does not become ready is aborted
+/// here, after the other processes are told.
 pub(super) fn finish(
     thread: &GpuThread,
     start: &Start,
@@ -142,63 +147,71 @@ pub(super) fn finish(
         mode,
         node_split,
     } = opening;
+    // A process gone mid-init (the team's watch fails the team) ends the wait at once.
+    let stop = || start.team.is_failed();
     let parent = match parent {
-        Opening::Started(parent) => parent,
-        Opening::OnThread(pending) => {
-            // A process gone mid-init (the team's watch fails the team) ends the wait at once.
-            let comm = pending
-                .wait(&|| start.team.is_failed())
-                .map_err(|e| init_error(dev, rank, start.nranks, e))?;
-            let node_comm = match node_split {
-                Some((color, key)) => comm
-                    .split_blocking(color, key)
-                    .transpose()
-                    .map_err(init_err)?,
-                None => None,
-            };
+        Opening::Ready(comm) => {
             return Ok(Comms {
                 comm,
-                node_comm,
-                ready: Ok(()),
-            });
+                node_comm: None,
+            })
+        }
+        Opening::OnThread(pending) => {
+            let comm = pending
+                .wait(&stop)
+                .map_err(|e| init_error(dev, rank, start.nranks, e))?;
+            // Blocking already: it measures itself.
+            let (comm, node_comm) = split_off(comm, node_split, false).map_err(init_err)?;
+            return Ok(Comms { comm, node_comm });
+        }
+        Opening::Connecting(parent) => parent,
+    };
+    let parent = match parent.ready_unless(&stop) {
+        Ok(parent) => parent,
+        Err((e, parent)) => {
+            let e = init_error(dev, rank, start.nranks, e);
+            // The others first: the abort may take its whole bound.
+            start.team.fail(e.message());
+            parent.abort_within(ABORT_WITHIN);
+            return Err(e);
         }
     };
-    if mode == CommMode::Blocking {
+    if mode != CommMode::Split {
         return Ok(Comms {
             comm: parent,
             node_comm: None,
-            ready: Ok(()),
         });
     }
-    // A process gone mid-init (the team's watch fails the team) ends the wait at once.
-    let ready = parent.wait_ready_unless(&|| start.team.is_failed());
-    if mode != CommMode::Split || ready.is_err() {
-        return Ok(Comms {
-            comm: parent,
-            node_comm: None,
-            ready,
-        });
-    }
-    let node_comm = match node_split {
-        Some((color, key)) => parent
-            .split_blocking(color, key)
-            .transpose()
-            .map_err(init_err)?,
-        None => None,
-    };
-    let comm = match parent.into_blocking() {
-        Some(child) => child.map_err(init_err)?,
-        None => parent,
-    };
-    Ok(Comms {
-        comm,
-        node_comm,
-        ready: Ok(()),
-    })
+    let (comm, node_comm) = split_off(parent, node_split, true).map_err(init_err)?;
+    Ok(Comms { comm, node_comm })
 }
 
-/// The error of a non-blocking init that did not become ready.
-pub(super) fn init_error(dev: usize, rank: u32, nranks: u32, e: WaitError) -> RunError {
+/// The communicators split from a ready `parent`: this node's (`node_split`: color, key), then,
+/// with `to_blocking`, the blocking one over all ranks that measures (the parent itself without).
+/// Every rank makes the same splits in the same order (each is collective over the parent).
+fn split_off<'a>(
+    parent: Comm<'a>,
+    node_split: Option<(i32, i32)>,
+    to_blocking: bool,
+) -> Result<(Comm<'a>, Option<Comm<'a>>), NcclError> {
+    let node_comm = match node_split {
+        Some((color, key)) => parent.split_blocking(color, key).transpose()?,
+        None => None,
+    };
+    let child = if to_blocking {
+        parent.into_blocking()
+    } else {
+        None
+    };
+    let comm = match child {
+        Some(child) => child?,
+        None => parent,
+    };
+    Ok((comm, node_comm))
+}
+
+/// The error of an init that did not become ready.
+fn init_error(dev: usize, rank: u32, nranks: u32, e: WaitError) -> RunError {
     match e {
         WaitError::Nccl(e) => RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}")),
         WaitError::Deadline => RunError::Timeout(format!(
@@ -213,6 +226,162 @@ pub(super) fn init_error(dev: usize, rank: u32, nranks: u32, e: WaitError) -> Ru
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::nccl::fake::{self, Script, World};
+    use std::time::{Duration, Instant};
+
+    /// A non-blocking parent as `begin` starts it on a multi-node check, waited for as `finish`
+    /// waits for it.
+    fn ready_parent(world: &'static World, deadline: Instant) -> Comm<'static> {
+        let parent = Comm::start_init(fake::nccl(), 2, world.id(), 0, deadline, false)
+            .expect("the fake init starts");
+        match parent.ready_unless(&|| false) {
+            Ok(parent) => parent,
+            Err((e, _)) => panic!("the fake init completes: {e:?}"),
+        }
+    }
+
+    #[test]
+    fn the_second_split_waits_until_the_first_one_completed_on_the_parent() {
+        // NCCL writes the child's handle before it sets the parent's state back to success;
+        // here the parent still reads ncclInProgress for 5 polls after the handle appeared.
+        let world = World::new(Script {
+            busy_polls: 3,
+            split_lag: Some(5),
+            handle_lag: 0,
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let parent = ready_parent(world, deadline);
+        let made = split_off(parent, Some((1, 0)), true);
+        assert_eq!(world.misuses(), Vec::<String>::new(), "{:#?}", world.log());
+        let (comm, node_comm) = made.unwrap_or_else(|e| panic!("{e}: {:#?}", world.log()));
+        assert!(node_comm.is_some());
+        assert!(comm.poll().expect("polls") && node_comm.is_some_and(|c| c.poll().is_ok()));
+        let log = world.log();
+        let splits: Vec<usize> = (0..log.len())
+            .filter(|&i| log[i].starts_with("ncclCommSplit"))
+            .collect();
+        assert_eq!(splits.len(), 2, "{log:#?}");
+        assert!(
+            log[splits[0]..splits[1]].contains(&"comm 0/2: done".to_string()),
+            "the parent was confirmed done between the splits: {log:#?}"
+        );
+    }
+
+    /// The other order: the parent reads success before the child's handle is written (what
+    /// NCCL 2.28.9 did on one H200 in every 8-node check): the split waits for the handle too.
+    #[test]
+    fn a_split_waits_for_the_childs_handle_when_the_parent_is_done_first() {
+        let world = World::new(Script {
+            busy_polls: 2,
+            split_lag: Some(0),
+            handle_lag: 6,
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let parent = ready_parent(world, deadline);
+        let made = split_off(parent, Some((1, 0)), true);
+        assert_eq!(world.misuses(), Vec::<String>::new(), "{:#?}", world.log());
+        let (comm, node_comm) = made.unwrap_or_else(|e| panic!("{e}: {:#?}", world.log()));
+        assert!(comm.poll().expect("polls") && node_comm.is_some());
+    }
+
+    #[test]
+    fn a_split_that_never_completes_ends_at_the_deadline() {
+        let world = World::new(Script {
+            busy_polls: 0,
+            split_lag: None,
+            handle_lag: 0,
+        });
+        let began = Instant::now();
+        let parent = ready_parent(world, began + Duration::from_millis(300));
+        let made = split_off(parent, Some((0, 0)), true);
+        let e = made
+            .err()
+            .expect("a split still in progress at the deadline is an error");
+        assert_eq!((e.call, e.code), ("ncclCommSplit", 7), "{e}");
+        assert!(e.detail.contains("deadline"), "{e}");
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            began.elapsed()
+        );
+        assert_eq!(world.misuses(), Vec::<String>::new(), "{:#?}", world.log());
+    }
+
+    #[test]
+    fn an_init_that_never_completes_ends_at_the_deadline_and_can_be_aborted() {
+        let world = World::new(Script {
+            busy_polls: u32::MAX,
+            split_lag: Some(0),
+            handle_lag: 0,
+        });
+        let began = Instant::now();
+        let connecting = Comm::start_init(
+            fake::nccl(),
+            2,
+            world.id(),
+            1,
+            began + Duration::from_millis(200),
+            false,
+        )
+        .expect("the fake init starts");
+        let Err((e, connecting)) = connecting.ready_unless(&|| false) else {
+            panic!(
+                "an init in progress forever is not ready: {:#?}",
+                world.log()
+            );
+        };
+        assert!(matches!(e, WaitError::Deadline), "{e:?}");
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            began.elapsed()
+        );
+        connecting.abort_within(ABORT_WITHIN);
+        assert!(
+            world
+                .log()
+                .contains(&"ncclCommAbort on comm 1/2".to_string()),
+            "{:#?}",
+            world.log()
+        );
+    }
+
+    #[test]
+    fn a_collective_on_the_parent_is_confirmed_done_before_the_next_call() {
+        let world = World::new(Script {
+            busy_polls: 4,
+            split_lag: Some(2),
+            handle_lag: 0,
+        });
+        let parent = ready_parent(world, Instant::now() + Duration::from_secs(20));
+        let null = std::ptr::null_mut();
+        parent
+            .all_reduce(0, 0, 1, 7, 0, null)
+            .expect("the fake all_reduce completes");
+        let made = split_off(parent, None, true);
+        assert_eq!(world.misuses(), Vec::<String>::new(), "{:#?}", world.log());
+        assert!(made.is_ok(), "{:#?}", world.log());
+    }
+
+    #[test]
+    fn a_blocking_parent_keeps_measuring_and_gives_its_node_split() {
+        let world = World::new(Script {
+            busy_polls: 0,
+            split_lag: Some(3),
+            handle_lag: 0,
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let parent = Comm::init_blocking(fake::nccl(), 2, world.id(), 0, deadline)
+            .expect("the fake blocking init");
+        let (comm, node_comm) = split_off(parent, Some((0, 1)), false).expect("one split");
+        assert!(node_comm.is_some() && comm.poll().is_ok());
+        let splits = world
+            .log()
+            .iter()
+            .filter(|l| l.starts_with("ncclCommSplit"))
+            .count();
+        assert_eq!(splits, 1, "{:#?}", world.log());
+    }
 
     #[test]
     fn the_comm_mode_defaults_to_threaded_on_one_node_and_split_across_nodes() {

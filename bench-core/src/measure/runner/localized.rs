@@ -9,7 +9,7 @@
 //! GPU thread's own copy of the localizer decides its next place (`conduct::decide_here`). The
 //! control plane keeps the beats, the aborts and the naming of a process that stops answering.
 use super::gpu_time::settled_mean;
-use super::pair_matrix::{busbw, gpu_rounds, gpu_row, RoundTimes};
+use super::pair_matrix::{busbw, gpu_rounds, gpu_row, sized_by_rate, RoundSize, RoundTimes};
 use super::sink::Show;
 use super::timed::Measurer;
 use super::{GpuOutcome, RunError, Start};
@@ -43,15 +43,21 @@ pub(super) fn local_values(nodes: &[String], rows: &[PairRow]) -> Vec<f64> {
 impl Measurer<'_> {
     pub(super) fn run_localized(
         &self,
-        bytes: u64,
-        loops: (u32, u32),
+        plan: RoundSize,
+        budget: Option<f64>,
         start: &Start,
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let layout = Layout::new(&start.topology);
-        let rows = self.gpu_pairs_at_once(bytes, loops, start, out)?;
+        let first = gpu_rounds(&start.topology)
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        let local = self.budgeted_round(("gpu_pairs", &first, true), plan, budget, start, out)?;
+        let rows = self.gpu_pairs_at_once(local.0, local.1, start, out)?;
         let allocation = out.last_collective;
-        let cfg = self.localization_config(bytes, start, &rows, allocation);
+        let (bytes, loops) = self.round_size(plan, budget, start, out);
+        let cfg = self.localization_config(local.0, start, &rows, allocation);
         let cfg = self.agreed(cfg, start)?;
         // Every node pair at once: when the alltoall is slow, the localizer measures each
         // (`localize::paths`).
@@ -71,8 +77,12 @@ impl Measurer<'_> {
             cfg,
             locals,
             allocation_busbw,
+            retest_more: budget.is_some(),
         };
-        let mut summary = self.conduct_rounds(bytes, loops, start, out, &setup)?;
+        let (mut summary, noise) = self.conduct_rounds(bytes, loops, start, out, &setup)?;
+        // The run's own noise: the widest spread any rank's retest read (every rank joins).
+        let noise = self.slowest(noise)?;
+        out.localization_noise = (noise > 0.0).then_some(noise);
         // Every process has the same verdict (its reasons are empty in all or in none), so all
         // agree whether these sums run; otherwise the findings are shared once at the end of
         // the plan (`Measurer::share_findings`).
@@ -92,7 +102,7 @@ impl Measurer<'_> {
         // peer"). The control plane's barrier lets nobody leave before every rank has its sums.
         self.team.barrier().map_err(|e| self.team_err(e))?;
         if start.printer {
-            print_localized(start.show.as_ref(), &rows, bytes, loops, &summary);
+            print_localized(start.show.as_ref(), &rows, local, &summary);
         }
         if start.recorder {
             // As before the rounds left the star: the coordinator's report keeps every node's
@@ -109,6 +119,42 @@ impl Measurer<'_> {
             out.localization = Some(summary);
         }
         Ok(())
+    }
+
+    /// The localizer's rounds' size: with a budget, from the busbw of the collective over every
+    /// rank just measured (the team's sums: every rank has the same; a node pair's sendrecv
+    /// moves about what the all_reduce's slowest link does), recorded in the report; without one
+    /// (or with no collective before), the plan's.
+    fn round_size(
+        &self,
+        plan: RoundSize,
+        budget: Option<f64>,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> RoundSize {
+        let (Some(seconds), Some((name, size, busbw))) = (budget, out.last_collective) else {
+            return plan;
+        };
+        let from = format!(
+            "{name} {}'s busbw, every rank's sum",
+            crate::model::size::human(size)
+        );
+        // No rule covers one GPU pair across two nodes: node pairs are judged by their peers.
+        let held = |_: u64| false;
+        let (sized, sizing) = sized_by_rate(
+            "localization_rounds",
+            (busbw * 1e9, from),
+            plan,
+            seconds,
+            &held,
+        );
+        if start.printer {
+            start.show.line(&super::timed::sizing_line(&sizing));
+        }
+        if start.recorder {
+            out.sizing.push(sizing);
+        }
+        sized
     }
 
     /// Whether every node pair is measured after the localizer's other rounds: the alltoall
@@ -322,7 +368,9 @@ impl Measurer<'_> {
 
     /// The localizer's rounds: after each, the round's results summed over every rank, from
     /// which this thread's own conductor (made at the first step) decides where its rank
-    /// stands next; every process decides the same, so the pairs meet.
+    /// stands next; every process decides the same, so the pairs meet. A retest round of a
+    /// budgeted plan takes twice the exchanges; returns beside the summary the widest spread (`time_budget::spread`)
+    /// of this rank's retest exchanges by the GPU's clock (0 without one).
     fn conduct_rounds(
         &self,
         bytes: u64,
@@ -330,7 +378,8 @@ impl Measurer<'_> {
         start: &Start,
         out: &mut GpuOutcome,
         setup: &Setup,
-    ) -> Result<LocalizeSummary, RunError> {
+    ) -> Result<(LocalizeSummary, f64), RunError> {
+        let mut noise = 0.0f64;
         let t = &start.topology;
         let me = self.rank as usize;
         let process = t.process_of(me).unwrap_or(0);
@@ -373,8 +422,17 @@ impl Measurer<'_> {
                 Phase::Paths | Phase::PathRetest => crate::localize::paths::path_round(bytes),
                 _ => (bytes, loops),
             };
+            let retest = matches!(ph, Phase::Retest | Phase::PathRetest);
+            let loops = if retest && setup.retest_more {
+                (loops.0, 2 * loops.1)
+            } else {
+                loops
+            };
             let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, false, start, out)?;
             let gpu_secs = settled_mean(&gpu_ops);
+            if retest && gpu_ops.len() > 2 {
+                noise = noise.max(crate::model::time_budget::spread(&gpu_ops[1..]));
+            }
             // What the path delivered by the faster of the two clocks: the host's can only be
             // slowed by the host (a late launch, a descheduled thread), the GPU's only by
             // waiting inside the first operation, which `settled_mean` leaves out. A busy host
@@ -383,12 +441,14 @@ impl Measurer<'_> {
             let delivered = busbw(bytes as f64, secs).max(busbw(bytes as f64, gpu_secs));
             Ok(vec![delivered; places.len()])
         };
-        follow(&[me], self.nranks as usize, gather, measure).map_err(|e| match e {
-            FollowError::Caller(e) => e,
-            FollowError::BadStep(why) => {
-                RunError::Runtime(format!("localization: this rank's step: {why}"))
-            }
-        })
+        let summary =
+            follow(&[me], self.nranks as usize, gather, measure).map_err(|e| match e {
+                FollowError::Caller(e) => e,
+                FollowError::BadStep(why) => {
+                    RunError::Runtime(format!("localization: this rank's step: {why}"))
+                }
+            })?;
+        Ok((summary, noise))
     }
 }
 
@@ -399,14 +459,16 @@ struct Setup {
     cfg: LocalizeConfig,
     locals: Vec<f64>,
     allocation_busbw: f64,
+    /// Whether a retest round takes twice the exchanges (a budgeted plan: its counts are its
+    /// own; a counted plan's retests keep the plan's count).
+    retest_more: bool,
 }
 
 /// The printer's part: phase A's pair table and one line with what the localizer found.
 fn print_localized(
     show: &dyn Show,
     rows: &[PairRow],
-    bytes: u64,
-    loops: (u32, u32),
+    (bytes, loops): RoundSize,
     summary: &LocalizeSummary,
 ) {
     show.pairs(rows, bytes, loops.1, false);

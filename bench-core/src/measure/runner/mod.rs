@@ -99,8 +99,12 @@ pub struct GpuOutcome {
     pub shared: Option<Vec<u32>>,
     /// Retested rows by the GPU's clock (`gpu_time`).
     pub gpu_side: Vec<crate::report::json::GpuSide>,
+    /// What each budgeted step sized itself to (`model::time_budget`), recorder thread.
+    pub sizing: Vec<crate::model::time_budget::Sizing>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
     pub localization: Option<crate::model::localization::LocalizeSummary>,
+    /// The localizer's retests' noise, the same on every rank (`Report::localization_noise`).
+    pub localization_noise: Option<f64>,
     /// The other processes' own findings of their nodes (recorder thread, multi-node checks:
     /// `localize::own`).
     pub node_findings: Vec<crate::model::localization::NodeFindings>,
@@ -166,7 +170,9 @@ impl GpuThread {
             probe: None,
             shared: None,
             gpu_side: Vec::new(),
+            sizing: Vec::new(),
             localization: None,
+            localization_noise: None,
             node_findings: Vec::new(),
             findings_shared: false,
             last_collective: None,
@@ -333,9 +339,10 @@ impl GpuThread {
             "GPU {}: NCCL init (rank {rank} of {nranks})",
             self.device
         ));
-        let comms = comms::finish(self, start, opening)?;
+        let comms = comms::finish(self, start, opening);
         out.phases.nccl_init_ms = ms(t.elapsed());
         out.phases.comms_ready_at_ms = ms(self.since_start());
+        let comms = comms?;
         let m = Measurer {
             thread: self,
             gpu,
@@ -347,11 +354,7 @@ impl GpuThread {
             rank,
             nranks,
         };
-        let result = comms
-            .ready
-            .map_err(|e| comms::init_error(self.device, rank, nranks, e))
-            .and_then(|()| m.run_plan(start, out));
-        match result {
+        match m.run_plan(start, out) {
             Ok(()) => {
                 // Fast exit: the process ends right after the report; destroying communicators
                 // would only add NCCL's teardown (~0.4 s) to the time to verdict.

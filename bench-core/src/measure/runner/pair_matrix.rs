@@ -7,6 +7,7 @@ use super::timed::Measurer;
 use super::{ms, GpuOutcome, RunError, Start};
 use crate::measure::nccl::Comm;
 use crate::meet::topology::Topology;
+use crate::model::time_budget::{self, Sizing, StepBudget};
 use crate::report::{PairKind, PairRow};
 use std::time::Instant;
 
@@ -109,6 +110,21 @@ impl RoundTimes {
         let gpu = Some(settled_mean(&ops)).filter(|&g| g > 0.0);
         (host, gpu)
     }
+
+    /// The spread (`time_budget::spread`) of a pair's operations by the GPUs' clock, each at
+    /// its faster end, the first left out (as `pair` takes them).
+    pub fn spread(&self, a: usize, b: usize) -> f64 {
+        let ops = faster_end(&self.gpu[a], &self.gpu[b]);
+        time_budget::spread(ops.get(1..).unwrap_or_default())
+    }
+
+    /// The widest spread of `round`'s pairs.
+    pub fn widest(&self, round: &[(usize, usize)]) -> f64 {
+        round
+            .iter()
+            .map(|&(a, b)| self.spread(a, b))
+            .fold(0.0, f64::max)
+    }
 }
 
 /// The rows of one round of GPU pairs.
@@ -195,42 +211,133 @@ pub(super) fn node_rows(
         .collect()
 }
 
+/// A round's message size and (warm-up, timed) exchanges.
+pub(super) type RoundSize = (u64, (u32, u32));
+
+/// The size and exchanges of a budgeted round (`seconds` each) of a step that may measure up
+/// to `plan`, on a path that moved `rate` bytes a second (`from` says what read it), and the
+/// report's record of it. The probe connected the pairs: one warm-up exchange is left.
+pub(super) fn sized_by_rate(
+    step: &str,
+    (rate, from): (f64, String),
+    plan: RoundSize,
+    seconds: f64,
+    floor_held: &dyn Fn(u64) -> bool,
+) -> (RoundSize, Sizing) {
+    let b = StepBudget {
+        seconds,
+        max_bytes: plan.0,
+        max_samples: plan.1 .1,
+        extra_ops: 1,
+        placements: 1,
+    };
+    let choice = time_budget::choose(&b, rate);
+    let sized = match choice.why {
+        time_budget::SizeWhy::NoRate => plan,
+        _ => (choice.bytes, (1, choice.samples)),
+    };
+    let sizing = Sizing {
+        step: step.into(),
+        budget_s: seconds,
+        rate_gbs: rate / 1e9,
+        rate_from: from,
+        bytes: sized.0,
+        why: choice.why,
+        samples: sized.1 .1,
+        spread: 0.0,
+        stopped: None,
+        floor_held: floor_held(sized.0),
+    };
+    (sized, sizing)
+}
+
 impl Measurer<'_> {
     /// The pair step: the full matrix, or the localizer's rounds on many nodes; its wall time
-    /// goes to the phases' `pairs_ms`.
+    /// goes to the phases' `pairs_ms`. With a `budget`, each round is sized by it.
     pub(super) fn run_pairs(
         &self,
         bytes: u64,
         (warmup, iters): (u32, u32),
+        budget: Option<f64>,
         start: &Start,
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let o = self.opts();
         let began = Instant::now();
+        let plan = (bytes, (warmup, iters));
         let ran = if o.pair_matrix.full_for(start.topology.node_count()) {
-            self.run_matrix(bytes, (warmup, iters), start, out)
+            self.run_matrix(plan, budget, start, out)
         } else {
-            self.run_localized(bytes, (warmup, iters), start, out)
+            self.run_localized(plan, budget, start, out)
         };
         out.phases.pairs_ms += ms(began.elapsed());
         ran
+    }
+
+    /// The size of a budgeted step's rounds of pairs like `round` (every rank's same round): a
+    /// probe exchange of `time_budget::PROBE_BYTES` on it, its slowest pair's time (agreed), sized
+    /// by `sized_by_rate`; recorded in the report. Without a budget or pairs: `plan`.
+    pub(super) fn budgeted_round(
+        &self,
+        (step, round, in_node): (&str, &[(usize, usize)], bool),
+        plan: RoundSize,
+        budget: Option<f64>,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<RoundSize, RunError> {
+        let Some(seconds) = budget.filter(|_| !round.is_empty()) else {
+            return Ok(plan);
+        };
+        let partner = crate::model::pairs::partner(round, self.rank as usize);
+        let probe = time_budget::PROBE_BYTES.min(plan.0);
+        let (secs, _) = self.timed_exchange(partner, probe, (1, 1), in_node, start, out)?;
+        let slowest = self.slowest(secs)?;
+        let rate = probe as f64 / slowest;
+        let from = format!(
+            "probe: sendrecv {} on the first round, its slowest pair",
+            crate::model::size::human(probe)
+        );
+        let floors = start.floors();
+        let held = |b: u64| floors.floor("sendrecv", 2, b).is_some();
+        let (sized, sizing) = sized_by_rate(step, (rate, from), plan, seconds, &held);
+        if start.printer {
+            start.show.line(&super::timed::sizing_line(&sizing));
+        }
+        if start.recorder {
+            out.sizing.push(sizing);
+        }
+        Ok(sized)
     }
 
     /// Measures the matrix; slow pairs, by the floors and outlier rule the verdict uses, make
     /// the whole matrix run once more.
     fn run_matrix(
         &self,
-        bytes: u64,
-        (warmup, iters): (u32, u32),
+        plan: RoundSize,
+        budget: Option<f64>,
         start: &Start,
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let o = self.opts();
         start.phase(&format!(
             "pair matrix, sendrecv {}",
-            crate::model::size::human(bytes)
+            crate::model::size::human(plan.0)
         ));
-        let mut rows = self.pair_matrix(bytes, (warmup, iters), start, out)?;
+        let s = schedule(&start.topology);
+        let first = |r: &[Vec<(usize, usize)>]| r.first().cloned().unwrap_or_default();
+        let gpu_round = first(&s.gpu_rounds);
+        let node_round = first(
+            &s.node_rounds
+                .iter()
+                .map(|r| r.ranks.clone())
+                .collect::<Vec<_>>(),
+        );
+        let sizes = [
+            self.budgeted_round(("gpu_pairs", &gpu_round, true), plan, budget, start, out)?,
+            self.budgeted_round(("node_pairs", &node_round, false), plan, budget, start, out)?,
+        ];
+        let (bytes, iters) = (sizes[0].0, sizes[0].1 .1);
+        let (mut rows, mut spread) = self.pair_matrix(sizes, start, out)?;
         let floors = start.floors();
         let floor = |c: &str, g: u32, b: u64| floors.floor(c, g, b);
         // Held as the verdict holds them: at what each path delivered by the faster clock.
@@ -256,7 +363,10 @@ impl Measurer<'_> {
         }
         if o.config.outliers.retest && agreed {
             start.phase("slow pairs: measuring the pair matrix once more");
-            let again = self.pair_matrix(bytes, (warmup, iters), start, out)?;
+            // Budgeted, twice the exchanges: enough to tell the path's noise from a fault.
+            let more = |(b, (w, n)): RoundSize| (b, (w, if budget.is_some() { 2 * n } else { n }));
+            let again;
+            (again, spread) = self.pair_matrix(sizes.map(more), start, out)?;
             for (r, a) in rows.iter_mut().zip(again) {
                 let first = r.busbw;
                 *r = a;
@@ -270,32 +380,47 @@ impl Measurer<'_> {
         }
         if start.recorder {
             out.pairs.extend(rows);
+            // The budgeted steps' records get the spread their last measurement read.
+            let last = [(sizes[0], "gpu_pairs"), (sizes[1], "node_pairs")];
+            for (((_, (_, n)), step), spread) in last.into_iter().zip(spread) {
+                for s in out.sizing.iter_mut().filter(|s| s.step == step) {
+                    s.spread = spread;
+                    s.samples = if agreed && o.config.outliers.retest {
+                        2 * n
+                    } else {
+                        n
+                    };
+                }
+            }
         }
         Ok(())
     }
 
+    /// Every round of the matrix: GPU pairs at `sizes[0]`, node pairs at `sizes[1]`; the rows,
+    /// and the widest spread of the GPU pairs' and of the node pairs' operations.
     fn pair_matrix(
         &self,
-        bytes: u64,
-        loops: (u32, u32),
+        [(gpu_bytes, gpu_loops), (node_bytes, node_loops)]: [RoundSize; 2],
         start: &Start,
         out: &mut GpuOutcome,
-    ) -> Result<Vec<PairRow>, RunError> {
+    ) -> Result<(Vec<PairRow>, [f64; 2]), RunError> {
         let t = &start.topology;
         let plan = schedule(t);
         let mut rows = Vec::new();
+        let mut spread = [0.0f64; 2];
         // bytes as int8, like nccl-tests sendrecv -d int8 would count them
-        let count = bytes;
         self.connect_gpu_pairs(&plan.gpu_rounds, start, out)?;
         for round in &plan.gpu_rounds {
-            let times = self.pair_round(round, count, loops, true, start, out)?;
-            rows.extend(gpu_rows(t, round, &times, bytes));
+            let times = self.pair_round(round, gpu_bytes, gpu_loops, true, start, out)?;
+            spread[0] = spread[0].max(times.widest(round));
+            rows.extend(gpu_rows(t, round, &times, gpu_bytes));
         }
         for round in &plan.node_rounds {
-            let times = self.pair_round(&round.ranks, count, loops, false, start, out)?;
-            rows.extend(node_rows(t, round, &times, bytes));
+            let times = self.pair_round(&round.ranks, node_bytes, node_loops, false, start, out)?;
+            spread[1] = spread[1].max(times.widest(&round.ranks));
+            rows.extend(node_rows(t, round, &times, node_bytes));
         }
-        Ok(rows)
+        Ok((rows, spread))
     }
 
     /// Connects this rank with every GPU it meets in `rounds`, all at once, before the rounds:
@@ -485,6 +610,23 @@ mod tests {
     }
 
     #[test]
+    fn a_budgeted_round_fits_its_seconds_and_keeps_the_plan_without_a_rate() {
+        let plan = (256 << 20, (2, 5));
+        let held = |b: u64| b >= 256 << 20;
+        // 0.5 GB/s over sockets, 0.15 s a round of 1 warm-up + 5 exchanges: 12.5 MB: 8 MiB.
+        let (sized, s) = sized_by_rate("node_pairs", (0.5e9, "x".into()), plan, 0.15, &held);
+        assert_eq!(sized, (8 << 20, (1, 5)));
+        assert_eq!((s.bytes, s.samples, s.floor_held), (8 << 20, 5, false));
+        assert!(6.0 * (8 << 20) as f64 / 0.5e9 <= 0.15);
+        // NVLink: the plan's size (its floor holds), one warm-up fewer (the probe connected).
+        let (fast, s) = sized_by_rate("gpu_pairs", (200e9, "x".into()), plan, 0.15, &held);
+        assert_eq!((fast, s.floor_held), ((256 << 20, (1, 5)), true));
+        // No rate: the plan as written.
+        let (none, s) = sized_by_rate("node_pairs", (0.0, "x".into()), plan, 0.15, &held);
+        assert_eq!((none, s.why), (plan, time_budget::SizeWhy::NoRate));
+    }
+
+    #[test]
     fn two_nodes_of_two_gpus_measure_their_gpu_pairs_at_once_then_the_node_pair() {
         let s = schedule(&topology(&[("a", 2), ("b", 2)]));
         assert_eq!(s.gpu_rounds, vec![vec![(0, 1), (2, 3)]]);
@@ -554,6 +696,14 @@ mod tests {
         assert_eq!((node[0].time_us, node[0].busbw), (2000.0, 1.0));
         // GPU 0<->2 timed 0.5 ms (rank 2's GPU nothing), 1<->3 1 ms: the slower, 2 MB in 1 ms.
         assert_eq!(node[0].gpu_busbw, Some(2.0));
+        // Spread by the faster ends, the first operation left out: 0.5 ms twice (0), while
+        // 1<->3 read 1 ms and rank 3 nothing: also steady.
+        assert_eq!(times.spread(0, 1), 0.0);
+        let jitter = RoundTimes {
+            host: vec![0.0; 4],
+            gpu: vec![vec![9.0, 0.9, 1.1], vec![9.0, 0.9, 1.1], vec![], vec![]],
+        };
+        assert!((jitter.widest(&[(0, 1), (2, 3)]) - 0.1).abs() < 1e-12);
         // Nothing timed: no bandwidth rather than infinity.
         let none = RoundTimes {
             host: vec![0.0; 4],

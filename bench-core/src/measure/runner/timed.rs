@@ -12,6 +12,7 @@ use crate::measure::nccl::{Comm, Issue, Nccl};
 use crate::meet::team::{Team, TeamError};
 use crate::model::collectives::{Collective, Counts};
 use crate::model::step::Step;
+use crate::model::time_budget::{self, Sizing, StepBudget, StopWhy};
 use crate::report::json::GpuSide;
 use crate::report::{Placement, Row};
 use crate::settings::options::Options;
@@ -23,8 +24,44 @@ pub(super) struct Buffer {
 }
 
 /// One placement's seconds per operation by the host's clock, its wrong-element count (when
-/// checked) and each operation's GPU seconds (when timed on the GPU).
-type Measured = (f64, Option<u64>, Option<Vec<f64>>);
+/// checked), each operation's GPU seconds (when timed on the GPU) and, when sampled one
+/// operation at a time, the samples and why they stopped.
+type Measured = (f64, Option<u64>, Option<Vec<f64>>, Sampled);
+
+/// The agreed samples of a placement taken one by one (none for a batch) and why they stopped.
+pub(super) type Sampled = (Vec<f64>, Option<StopWhy>);
+
+/// How a placement's timed loop runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Timing {
+    /// `n` operations back to back, timed as one batch (nccl-tests' loop).
+    Count(u32),
+    /// One operation at a time, each timed and agreed (the ranks' mean, so every rank stops
+    /// together), until `time_budget::stop` with (`least`, `most`) samples and `allowance_s`.
+    Sampled {
+        least: u32,
+        most: u32,
+        allowance_s: f64,
+    },
+}
+
+impl Timing {
+    /// The most operations it times.
+    pub fn most(self) -> u32 {
+        match self {
+            Timing::Count(n) => n,
+            Timing::Sampled { most, .. } => most,
+        }
+    }
+}
+
+/// A row's samples over both placements: the more samples, the wider spread, the last stop.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct RowSamples {
+    pub samples: u32,
+    pub spread: f64,
+    pub stopped: Option<StopWhy>,
+}
 
 impl Buffer {
     /// ncclMemAlloc as nccl-tests uses from NCCL 2.19 (cuMem memory, registrable), else cuMemAlloc.
@@ -172,14 +209,23 @@ impl Measurer<'_> {
                 Step::Collective {
                     collective,
                     sizes,
+                    iters,
+                    budget: Some(b),
+                    ..
+                } => self.run_budgeted(ci, *collective, (sizes[0], *iters), *b, start, out)?,
+                Step::Collective {
+                    collective,
+                    sizes,
                     warmup,
                     iters,
+                    budget: None,
                 } => self.run_collective(ci, *collective, sizes, *warmup, *iters, start, out)?,
                 Step::Pairs {
                     bytes,
                     warmup,
                     iters,
-                } => self.run_pairs(*bytes, (*warmup, *iters), start, out)?,
+                    budget,
+                } => self.run_pairs(*bytes, (*warmup, *iters), *budget, start, out)?,
             }
         }
         self.share_findings(start, out)
@@ -232,8 +278,8 @@ impl Measurer<'_> {
         let mut busbw_sum = 0.0;
         let mut wrong_ranks = 0.0;
         for (si, &size) in sizes.iter().enumerate() {
-            let at = (ci, si, size, iters);
-            let row = self.measure_size(at, coll, start, out, &mut wrong_ranks)?;
+            let at = (ci, si, size, Timing::Count(iters));
+            let (row, _) = self.measure_size(at, at.3, coll, start, out, &mut wrong_ranks)?;
             busbw_sum += row.out_of_place.busbw + row.in_place.busbw;
             if start.printer {
                 start.show.row(&row, &self.held_against(coll, &row, start));
@@ -318,16 +364,18 @@ impl Measurer<'_> {
     }
 
     /// One size's row; when every rank agrees it is below its floor (and retests are on), the
-    /// row measured once more, by the GPU's clock too, keeping the first try's busbw.
+    /// row measured once more (timed by `retest`), by the GPU's clock too, keeping the first
+    /// try's busbw. Returns the row and the samples of its last measurement.
     fn measure_size(
         &self,
-        at: (usize, usize, u64, u32),
+        at: (usize, usize, u64, Timing),
+        retest: Timing,
         coll: &'static dyn Collective,
         start: &Start,
         out: &mut GpuOutcome,
         wrong_ranks: &mut f64,
-    ) -> Result<Row, RunError> {
-        let (mut row, _) = self.measure_row(at, coll, false, out, wrong_ranks)?;
+    ) -> Result<(Row, RowSamples), RunError> {
+        let (mut row, _, mut samples) = self.measure_row(at, coll, false, out, wrong_ranks)?;
         let floor = start.floors().floor(coll.name(), self.nranks, row.size);
         let slow = floor.is_some_and(|f| row.out_of_place.busbw.min(row.in_place.busbw) < f);
         if self.opts().config.outliers.retest && self.agree_slow(slow)? {
@@ -336,12 +384,14 @@ impl Measurer<'_> {
                 coll.name(),
                 crate::model::size::human(row.size)
             ));
-            let (again, gpu) = self.measure_row(at, coll, true, out, wrong_ranks)?;
+            let at = (at.0, at.1, at.2, retest);
+            let (again, gpu, more) = self.measure_row(at, coll, true, out, wrong_ranks)?;
             if start.recorder {
                 out.gpu_side.extend(gpu);
             }
             let first = (row.out_of_place.busbw, row.in_place.busbw);
             row = again;
+            samples = more;
             row.out_of_place.first_busbw = Some(first.0);
             row.in_place.first_busbw = Some(first.1);
         }
@@ -350,7 +400,110 @@ impl Measurer<'_> {
             row.size,
             row.out_of_place.busbw.min(row.in_place.busbw),
         ));
-        Ok(row)
+        Ok((row, samples))
+    }
+
+    /// A collective step sized by a time budget (`model::time_budget`): a probe at
+    /// `time_budget::PROBE_BYTES` (its slowest rank's time: every rank chooses the same), then the
+    /// size and samples that fit `seconds`, sampled one operation at a time until stable; a
+    /// retest takes twice the samples, all of them, so its spread tells noise from a fault.
+    fn run_budgeted(
+        &self,
+        ci: usize,
+        coll: &'static dyn Collective,
+        (max_bytes, most): (u64, u32),
+        seconds: f64,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<(), RunError> {
+        let (probe_bytes, probe_s) = self.probe_collective(coll, max_bytes, out)?;
+        let rate = probe_bytes as f64 / probe_s;
+        let b = StepBudget {
+            seconds,
+            max_bytes,
+            max_samples: most,
+            extra_ops: 1 + self.opts().check as u32,
+            placements: 2,
+        };
+        let choice = time_budget::choose(&b, rate);
+        self.announce_collective(coll, (choice.bytes, choice.bytes), 0, choice.samples, start);
+        let timing = Timing::Sampled {
+            least: time_budget::MIN_SAMPLES,
+            most: choice.samples,
+            allowance_s: seconds / 2.0,
+        };
+        let retest = (2 * choice.samples).max(2 * time_budget::MIN_SAMPLES);
+        let retest = Timing::Sampled {
+            least: retest,
+            most: retest,
+            allowance_s: f64::INFINITY,
+        };
+        let mut wrong = 0.0;
+        let at = (ci, 0, choice.bytes, timing);
+        let (row, samples) = self.measure_size(at, retest, coll, start, out, &mut wrong)?;
+        let floor_held = start
+            .floors()
+            .floor(coll.name(), self.nranks, row.size)
+            .is_some();
+        let sizing = Sizing {
+            step: coll.name().into(),
+            budget_s: seconds,
+            rate_gbs: rate / 1e9,
+            rate_from: format!(
+                "probe: {} {}, the slowest rank's time",
+                coll.name(),
+                crate::model::size::human(probe_bytes)
+            ),
+            bytes: row.size,
+            why: choice.why,
+            samples: samples.samples,
+            spread: samples.spread,
+            stopped: samples.stopped,
+            floor_held,
+        };
+        if start.printer {
+            start.show.row(&row, &self.held_against(coll, &row, start));
+            start.show.line(&sizing_line(&sizing));
+            let busbw = row.out_of_place.busbw + row.in_place.busbw;
+            start
+                .show
+                .footer(coll.nccl_tests_binary(), wrong as u64, busbw / 2.0);
+        }
+        if start.recorder {
+            out.rows.push(row);
+            out.sizing.push(sizing);
+        }
+        Ok(())
+    }
+
+    /// The probe of a budgeted collective: one operation to connect, then one timed, of
+    /// `time_budget::PROBE_BYTES` (at most the step's size); its bytes and the slowest rank's seconds.
+    fn probe_collective(
+        &self,
+        coll: &'static dyn Collective,
+        max_bytes: u64,
+        out: &mut GpuOutcome,
+    ) -> Result<(u64, f64), RunError> {
+        let elt = self.opts().datatype.size();
+        let size = time_budget::PROBE_BYTES.min(max_bytes);
+        let c = coll.counts(size / elt, elt, self.nranks as u64);
+        let what = format!("{} probe", coll.name());
+        let t = Instant::now();
+        self.issue(coll, &c, false, 0)?;
+        self.wait(&what)?;
+        self.team.barrier().map_err(|e| self.team_err(e))?;
+        let timed = Instant::now();
+        self.issue(coll, &c, false, 1)?;
+        self.wait(&what)?;
+        let secs = self.slowest(timed.elapsed().as_secs_f64())?;
+        out.phases.warmup_ms += ms(t.elapsed());
+        Ok((c.bytes(elt), secs))
+    }
+
+    /// The largest of every rank's `secs` (the team's min of their negatives).
+    pub(super) fn slowest(&self, secs: f64) -> Result<f64, RunError> {
+        let m = self.team.min(&[-secs]).map_err(|e| self.team_err(e))?;
+        Ok(-m.first().copied().unwrap_or(-secs))
     }
 
     /// The `#` line under a row saying what it is held against (or that no floor applies).
@@ -371,21 +524,22 @@ impl Measurer<'_> {
             .unwrap_or_else(|| "#  ^ no floor at this size".to_string())
     }
 
-    /// Both placements of one size (`at`: collective and size index, bytes, iterations),
+    /// Both placements of one size (`at`: collective and size index, bytes, timing),
     /// combined over all ranks; with `gpu_timed`, also their busbw by the GPU's clock.
     pub(super) fn measure_row(
         &self,
-        (ci, si, size, iters): (usize, usize, u64, u32),
+        (ci, si, size, iters): (usize, usize, u64, Timing),
         coll: &'static dyn Collective,
         gpu_timed: bool,
         out: &mut GpuOutcome,
         wrong_ranks: &mut f64,
-    ) -> Result<(Row, Option<GpuSide>), RunError> {
+    ) -> Result<(Row, Option<GpuSide>, RowSamples), RunError> {
         let o = self.opts();
         let elt = o.datatype.size();
         let c = coll.counts(size / elt, elt, self.nranks as u64);
         let mut placements = [None, None];
         let mut gpu_busbw = [0.0f64; 2];
+        let mut taken = RowSamples::default();
         for (pi, in_place) in [false, true].into_iter().enumerate() {
             let seed = (ci as u32) << 24 | (si as u32) << 8 | (pi as u32) << 1;
             let what = format!(
@@ -399,7 +553,11 @@ impl Measurer<'_> {
                 self.thread.device, self.rank
             ));
             let loop_ = (in_place, seed, iters, gpu_timed);
-            let (secs, wrong, gpu_secs) = self.measure(coll, &c, loop_, &what, out)?;
+            let (secs, wrong, gpu_secs, (samples, stopped)) =
+                self.measure(coll, &c, loop_, &what, out)?;
+            taken.samples = taken.samples.max(samples.len() as u32);
+            taken.spread = taken.spread.max(time_budget::spread(&samples));
+            taken.stopped = stopped.or(taken.stopped);
             let wrong_val = wrong.map_or(-1.0, |w| w as f64);
             let sums = self
                 .team
@@ -447,7 +605,7 @@ impl Measurer<'_> {
             out_of_place: oop,
             in_place: ip,
         };
-        Ok((row, gpu))
+        Ok((row, gpu, taken))
     }
 
     /// The GPUs' seconds per operation: each operation at the rank that waited least inside
@@ -469,7 +627,7 @@ impl Measurer<'_> {
         &self,
         coll: &dyn Collective,
         c: &Counts,
-        (in_place, seed, iters, gpu_timed): (bool, u32, u32, bool),
+        (in_place, seed, timing, gpu_timed): (bool, u32, Timing, bool),
         what: &str,
         out: &mut GpuOutcome,
     ) -> Result<Measured, RunError> {
@@ -485,43 +643,34 @@ impl Measurer<'_> {
         self.wait(what)?;
         out.phases.warmup_ms += ms(t.elapsed());
 
-        let mut probe = LoopProbe::new(self.gpu, iters, self.opts().debug_timing)
-            .map_err(|e| self.err_runtime("creating debug events", e))?;
         let mut timer = if gpu_timed {
             Some(
-                GpuTimer::new(self.gpu, iters)
+                GpuTimer::new(self.gpu, timing.most())
                     .map_err(|e| self.err_runtime("creating timing events", e))?,
             )
         } else {
             None
         };
-        let timing = |e| self.err_runtime("recording a timing event", e);
         self.team.barrier().map_err(|e| self.team_err(e))?;
-        let t = Instant::now();
-        if let Some(p) = probe.as_mut() {
-            p.start(self.gpu, t)
-                .map_err(|e| self.err_runtime("recording a debug event", e))?;
-        }
-        for iter in 0..iters as u64 {
-            if let Some(t) = &timer {
-                t.before(self.gpu).map_err(timing)?;
+        let (secs, sampled, elapsed) = match timing {
+            Timing::Count(iters) => {
+                let (secs, elapsed) =
+                    self.batch_loop(coll, c, (in_place, iters), &mut timer, what)?;
+                (secs, (Vec::new(), None), elapsed)
             }
-            self.issue(coll, c, in_place, iter)?;
-            if let Some(t) = timer.as_mut() {
-                t.after(self.gpu).map_err(timing)?;
+            Timing::Sampled {
+                least,
+                most,
+                allowance_s,
+            } => {
+                let t = Instant::now();
+                let bounds = (least, most, allowance_s);
+                let (secs, sampled) =
+                    self.sampled_loop(coll, c, in_place, bounds, &mut timer, what)?;
+                (secs, sampled, t.elapsed())
             }
-            if let Some(p) = probe.as_mut() {
-                p.enqueued(self.gpu)
-                    .map_err(|e| self.err_runtime("recording a debug event", e))?;
-            }
-        }
-        self.wait(what)?;
-        let elapsed = t.elapsed();
-        if let Some(p) = &probe {
-            p.report(self.rank, what, elapsed);
-        }
+        };
         out.phases.timed_loop_ms += ms(elapsed);
-        let secs = elapsed.as_secs_f64() / iters as f64;
         let gpu_secs = match &timer {
             Some(t) => Some(
                 t.durations()
@@ -531,7 +680,7 @@ impl Measurer<'_> {
         };
 
         if !o.check || (in_place && !coll.checks_in_place()) {
-            return Ok((secs, None, gpu_secs));
+            return Ok((secs, None, gpu_secs, sampled));
         }
         let t = Instant::now();
         let check_seed = seed | 1;
@@ -555,13 +704,135 @@ impl Measurer<'_> {
             .read_wrong()
             .map_err(|e| self.err_runtime("reading the check result", e))?;
         out.phases.verification_ms += ms(t.elapsed());
-        Ok((secs, Some(wrong), gpu_secs))
+        Ok((secs, Some(wrong), gpu_secs, sampled))
     }
+
+    /// nccl-tests' timed loop: `iters` operations back to back, one host clock around them all
+    /// (`--debug-timing` records each operation's events too). Seconds per operation and the
+    /// loop's time.
+    fn batch_loop(
+        &self,
+        coll: &dyn Collective,
+        c: &Counts,
+        (in_place, iters): (bool, u32),
+        timer: &mut Option<GpuTimer>,
+        what: &str,
+    ) -> Result<(f64, std::time::Duration), RunError> {
+        let mut probe = LoopProbe::new(self.gpu, iters, self.opts().debug_timing)
+            .map_err(|e| self.err_runtime("creating debug events", e))?;
+        let timing = |e| self.err_runtime("recording a timing event", e);
+        let t = Instant::now();
+        if let Some(p) = probe.as_mut() {
+            p.start(self.gpu, t)
+                .map_err(|e| self.err_runtime("recording a debug event", e))?;
+        }
+        for iter in 0..iters as u64 {
+            if let Some(t) = &timer {
+                t.before(self.gpu).map_err(timing)?;
+            }
+            self.issue(coll, c, in_place, iter)?;
+            if let Some(t) = timer.as_mut() {
+                t.after(self.gpu).map_err(timing)?;
+            }
+            if let Some(p) = probe.as_mut() {
+                p.enqueued(self.gpu)
+                    .map_err(|e| self.err_runtime("recording a debug event", e))?;
+            }
+        }
+        self.wait(what)?;
+        let elapsed = t.elapsed();
+        if let Some(p) = &probe {
+            p.report(self.rank, what, elapsed);
+        }
+        Ok((elapsed.as_secs_f64() / iters as f64, elapsed))
+    }
+
+    /// A budgeted placement: one operation at a time, each waited for and timed by the host's
+    /// clock, the ranks' mean of each (one sum: every rank holds the same samples, so every rank
+    /// stops after the same one, `time_budget::stop`). Seconds per operation (the samples' mean), and
+    /// the samples with why they stopped.
+    fn sampled_loop(
+        &self,
+        coll: &dyn Collective,
+        c: &Counts,
+        in_place: bool,
+        (least, most, allowance_s): (u32, u32, f64),
+        timer: &mut Option<GpuTimer>,
+        what: &str,
+    ) -> Result<(f64, Sampled), RunError> {
+        let timing = |e| self.err_runtime("recording a timing event", e);
+        let mut samples: Vec<f64> = Vec::new();
+        let mut spent = 0.0;
+        loop {
+            let t = Instant::now();
+            if let Some(g) = &timer {
+                g.before(self.gpu).map_err(timing)?;
+            }
+            self.issue(coll, c, in_place, samples.len() as u64)?;
+            if let Some(g) = timer.as_mut() {
+                g.after(self.gpu).map_err(timing)?;
+            }
+            self.wait(what)?;
+            let mine = t.elapsed().as_secs_f64();
+            let sum = self.team.sum(&[mine]).map_err(|e| self.team_err(e))?;
+            let sample = sum.first().copied().unwrap_or(mine) / self.nranks as f64;
+            spent += sample;
+            samples.push(sample);
+            if let Some(why) = time_budget::stop(&samples, (least, most), spent, allowance_s) {
+                let secs = samples.iter().sum::<f64>() / samples.len() as f64;
+                return Ok((secs, (samples, Some(why))));
+            }
+        }
+    }
+}
+
+/// The `#` line under a budgeted row: what it was sized from, what it measured, and why.
+pub(super) fn sizing_line(s: &Sizing) -> String {
+    format!(
+        "#  ^ budget {:.2} s: {} read {:.3} GB/s; measured {} ({}), {} samples, spread {:.1}%{}{}\n",
+        s.budget_s,
+        s.rate_from,
+        s.rate_gbs,
+        crate::model::size::human(s.bytes),
+        s.why.as_str(),
+        s.samples,
+        s.spread * 100.0,
+        s.stopped.map_or(String::new(), |w| format!(", stopped: {}", w.as_str())),
+        if s.floor_held {
+            ""
+        } else {
+            "; no floor at this size: judged by its peers"
+        }
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budgeted_row_says_what_it_measured_and_who_judged_it() {
+        let mut s = Sizing {
+            step: "all_reduce".into(),
+            budget_s: 0.5,
+            rate_gbs: 0.25,
+            rate_from: "probe: all_reduce 4 MiB, the slowest rank's time".into(),
+            bytes: 4 << 20,
+            why: time_budget::SizeWhy::Budget,
+            samples: 3,
+            spread: 0.012,
+            stopped: Some(StopWhy::Stable),
+            floor_held: false,
+        };
+        assert_eq!(
+            sizing_line(&s),
+            "#  ^ budget 0.50 s: probe: all_reduce 4 MiB, the slowest rank's time read 0.250 GB/s; \
+             measured 4 MiB (budget), 3 samples, spread 1.2%, stopped: stable; no floor at this \
+             size: judged by its peers\n"
+        );
+        s.floor_held = true;
+        assert!(!sizing_line(&s).contains("peers"));
+    }
 
     #[test]
     fn pointers_rotate_by_whole_operations_and_in_place_uses_the_rank_offsets() {

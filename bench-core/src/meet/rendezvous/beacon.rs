@@ -13,6 +13,14 @@
 //! changes nothing: the member waits on as before. A process that holds the UDP ports too, or a
 //! firewall that drops UDP, brings back the wait until the deadline, never a wrong verdict.
 //!
+//! The ports of the same numbers alone are easy to hold too (a stranger who binds the 8 TCP
+//! ports binds the 8 UDP ones beside them: then a member on another node waited for the whole
+//! `--timeout`). So the coordinator also answers on [`SPREAD`] more UDP ports drawn from the
+//! step's secret over 10000-65535 ([`beacon_ports`]), which the first candidate's thread asks too:
+//! with a secret, a stranger must hold every UDP port of the node to silence it. Under MUNGE
+//! (no secret before the handshake) those ports follow from the public step label, and a
+//! stranger who holds them as well brings back the wait until the deadline.
+//!
 //! An ask is padded to [`MIN_ASK`] bytes, more than any answer, so the coordinator never sends
 //! more to a forged source address than it received from it.
 
@@ -54,14 +62,33 @@ struct Told {
     proof: String,
 }
 
+/// UDP ports beyond the candidates' twins that a coordinator which cannot listen answers on.
+pub const SPREAD: usize = 2;
+
+/// The [`SPREAD`] ports of the step `label`: drawn from the step's secret (`auth.psk()`; the
+/// label alone under MUNGE) over 10000-65535, the candidate range 29500-29999 left out (its
+/// ports are the twins').
+pub fn beacon_ports(label: &str, auth: &dyn Authenticator) -> Vec<u16> {
+    (0..SPREAD)
+        .map(|k| {
+            let h = auth::ticket_proof(auth.psk(), label, &["beacon-spread", &k.to_string()]);
+            let n = u32::from_str_radix(&h[..8], 16).unwrap_or(0);
+            let p = 10_000 + n % (65_536 - 10_000 - 500);
+            // Past the candidate range: the 500 ports skipped are added back above it.
+            (if p >= 29_500 { p + 500 } else { p }) as u16
+        })
+        .collect()
+}
+
 /// What an answer's proof covers.
 fn fields<'a>(nonce: &'a str, why: &'a str) -> [&'a str; 3] {
     ["beacon", nonce, why]
 }
 
-/// The coordinator's side: answers asks on the candidate ports' UDP twins at `ip` until `until`
-/// (a port whose UDP twin is held too is skipped), proving each answer with the ticket's key, or
-/// the shared secret where there is no ticket. Returns at once where it has no key or no port.
+/// The coordinator's side: answers asks on the candidate ports' UDP twins and the step's
+/// [`beacon_ports`] at `ip` until `until` (a port held too is skipped), proving each answer with
+/// the ticket's key, or the shared secret where there is no ticket. Returns at once where it
+/// has no key or no port.
 pub fn announce(
     ip: IpAddr,
     ports: &[u16],
@@ -72,9 +99,9 @@ pub fn announce(
     until: Instant,
 ) {
     let key = ticket.map_or_else(|| auth.psk().to_vec(), |t| t.key.clone());
-    let sockets: Vec<UdpSocket> = ports
-        .iter()
-        .filter_map(|&p| UdpSocket::bind(SocketAddr::new(ip, p)).ok())
+    let sockets: Vec<UdpSocket> = (ports.iter().copied())
+        .chain(beacon_ports(label, auth))
+        .filter_map(|p| UdpSocket::bind(SocketAddr::new(ip, p)).ok())
         .filter(|s| s.set_nonblocking(true).is_ok())
         .collect();
     if key.is_empty() || sockets.is_empty() {
@@ -130,16 +157,17 @@ fn reply_to(
     serde_json::to_vec(&told).ok().filter(|r| r.len() < MIN_ASK)
 }
 
-/// A member's side: asks at `addr` whether this step's coordinator is there and cannot listen;
-/// its reason when an answer proves itself within `wait`, else `None`. Opening a ticket in an
-/// answer (unmunge) may take until `deadline`.
+/// A member's side: asks at each of `addrs` (one host's ports) whether this step's coordinator
+/// is there and cannot listen; its reason when an answer proves itself within `wait`, else
+/// `None`. Opening a ticket in an answer (unmunge) may take until `deadline`.
 pub fn inquire(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     label: &str,
     auth: &dyn Authenticator,
     wait: Duration,
     deadline: Instant,
 ) -> Option<String> {
+    let addr = *addrs.first()?;
     let any: SocketAddr = match addr {
         SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -154,7 +182,10 @@ pub fn inquire(
     };
     let len = serde_json::to_vec(&ask).ok()?.len();
     ask.pad = "-".repeat(MIN_ASK.saturating_sub(len));
-    s.send_to(&serde_json::to_vec(&ask).ok()?, addr).ok()?;
+    let datagram = serde_json::to_vec(&ask).ok()?;
+    for a in addrs {
+        let _ = s.send_to(&datagram, a);
+    }
     let until = Instant::now() + wait;
     let mut buf = vec![0u8; MAX_DATAGRAM];
     while let Some(left) = until.checked_duration_since(Instant::now()) {
@@ -228,12 +259,14 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100));
             let a = SharedSecret::new("the-steps-secret-0123456789", "test").unwrap();
             let soon = Instant::now() + Duration::from_secs(2);
-            let got = inquire(addr, "slurm-1.0", &a, Duration::from_millis(800), soon);
+            let got = inquire(&[addr], "slurm-1.0", &a, Duration::from_millis(800), soon);
             assert_eq!(got.is_some(), want, "{secret}: {got:?}");
             if want {
                 assert_eq!(got.as_deref(), Some("every port held"));
                 // Another step's member gets no answer.
-                assert!(inquire(addr, "slurm-1.1", &a, Duration::from_millis(300), soon).is_none());
+                assert!(
+                    inquire(&[addr], "slurm-1.1", &a, Duration::from_millis(300), soon).is_none()
+                );
                 let small = UdpSocket::bind("127.0.0.1:0").unwrap();
                 let short = Ask {
                     protocol: auth::PROTOCOL.into(),

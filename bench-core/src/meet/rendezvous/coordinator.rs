@@ -132,7 +132,7 @@ impl Refusals {
     /// Counts one refusal and prints its line when its kind may print one now.
     fn log(&mut self, kind: Refusal, why: &str) {
         if let Some(line) = self.note(kind, why) {
-            eprintln!("{line}");
+            nccl_check_host::errln!("{line}");
         }
     }
 
@@ -307,13 +307,12 @@ fn admit(
     }
 }
 
-/// This side's greeting, sent, with its key pair, and the member's public key.
-fn greet(
-    stream: &mut TcpStream,
-    label: &str,
-    opening: Opening,
-    deadline: Instant,
-) -> Result<Opened, (Refusal, String)> {
+/// This side's greeting, written at the door as soon as the opening is admitted (no thread,
+/// no credential work: a key pair and a nonce), with its key pair and the member's public key.
+/// At once, so that a member tells a silent listener on a candidate port from this coordinator
+/// in a second or two ([`super::member`]'s `ANSWER_WAIT`), however many handshakes are under
+/// way: the slow part (proofs, MUNGE) comes after, on the handshake's own thread and clock.
+fn greet(stream: &TcpStream, label: &str, opening: Opening) -> Result<Opened, (Refusal, String)> {
     let bad = |e: String| (Refusal::Incomplete, e);
     let keys = KeyPair::new().map_err(bad)?;
     let greeting = Greeting {
@@ -323,7 +322,11 @@ fn greet(
         key: keys.public_hex(),
     };
     let their_key = session::check_key(&opening.key).map_err(bad)?;
-    wire::send(stream, &greeting, deadline).map_err(|e| bad(e.to_string()))?;
+    let body = serde_json::to_vec(&greeting).map_err(|e| bad(e.to_string()))?;
+    // A few hundred bytes to a fresh socket: never blocks, even non-blocking.
+    let mut w = stream;
+    w.write_all(&[&(body.len() as u32).to_be_bytes()[..], &body].concat())
+        .map_err(|e| bad(e.to_string()))?;
     Ok((keys, greeting, opening, their_key))
 }
 
@@ -342,14 +345,36 @@ pub(super) fn handshake(
         .map_err(|e| (Refusal::Incomplete, e.to_string()))?;
     let answer = door_answer(label, None);
     let opening = admit(&first, label, None, &answer).map_err(|(k, e, _)| (k, e))?;
-    handshake_opened(stream, opening, world, label, auth, deadline)
+    let opened = greet(&stream, label, opening)?;
+    handshake_opened(stream, opened, world, label, auth, deadline)
 }
 
-/// One member's handshake after its opening was admitted, on its own thread; a refusal says
-/// what the connection was.
+/// [`handshake`] of a world of 2 that greets at once and runs `busy` before the rest (a
+/// coordinator slow to prove itself).
+#[cfg(test)]
+pub(super) fn handshake_late(
+    mut stream: TcpStream,
+    label: &str,
+    auth: &dyn Authenticator,
+    deadline: Instant,
+    busy: impl FnOnce(),
+) -> Result<(), String> {
+    let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, deadline)
+        .map_err(|e| e.to_string())?;
+    let answer = door_answer(label, None);
+    let opening = admit(&first, label, None, &answer).map_err(|(_, e, _)| e)?;
+    let opened = greet(&stream, label, opening).map_err(|(_, e)| e)?;
+    busy();
+    handshake_opened(stream, opened, 2, label, auth, deadline)
+        .map(|_| ())
+        .map_err(|(_, e)| e)
+}
+
+/// One member's handshake after its opening was admitted and greeted, on its own thread; a
+/// refusal says what the connection was.
 fn handshake_opened(
     mut stream: TcpStream,
-    opening: Opening,
+    opened: Opened,
     world: u32,
     label: &str,
     auth: &dyn Authenticator,
@@ -376,8 +401,7 @@ fn handshake_opened(
     }
     let who = kind(Refusal::Incomplete);
     let wire_err = |e: wire::WireError| who(e.to_string());
-    let (keys, greeting, opening, their_key) =
-        greet(&mut stream, label, opening, deadline).map_err(|(k, e)| kind(k)(e))?;
+    let (keys, greeting, opening, their_key) = opened;
     let transcript = transcript_of(label, &greeting, &opening, &seen_from, &seen_to);
     let t_hex = hex::encode(transcript);
     let proof = Proof {
@@ -444,6 +468,222 @@ fn refusal_of_verify(why: &auth::AuthError) -> Refusal {
     }
 }
 
+/// A handshake's result, by its id.
+type Done = (u64, Result<Arrival, (Refusal, String)>);
+
+/// The coordinator's side while members arrive: the slots of those in, the handshakes under
+/// way (by id, with a second handle to each socket, so that the ones still running when
+/// everyone is in can be cut off at once instead of holding up the welcome), how many come
+/// from each address (one address, a stranger's node, cannot take them all), and the log of
+/// refusals.
+struct Admission<'a> {
+    setup: &'a Setup<'a>,
+    me: &'a Member,
+    port: u16,
+    ticket: Option<auth::Ticket>,
+    /// What the door answers an opening it refuses ([`door_answer`]).
+    answer: Vec<u8>,
+    slots: Vec<Option<Arrival>>,
+    missing: u32,
+    refused: Refusals,
+    pending: std::collections::HashMap<u64, (TcpStream, IpAddr)>,
+    per_address: std::collections::HashMap<IpAddr, usize>,
+    next_id: u64,
+    tx: mpsc::Sender<Done>,
+    rx: mpsc::Receiver<Done>,
+}
+
+impl<'a> Admission<'a> {
+    fn new(setup: &'a Setup<'a>, me: &'a Member, port: u16, ticket: Option<auth::Ticket>) -> Self {
+        let (tx, rx) = mpsc::channel();
+        Admission {
+            setup,
+            me,
+            port,
+            answer: door_answer(&setup.label, ticket.as_ref()),
+            ticket,
+            slots: (0..setup.world).map(|_| None).collect(),
+            missing: setup.world - 1,
+            refused: Refusals::every(REFUSAL_INTERVAL),
+            pending: Default::default(),
+            per_address: Default::default(),
+            next_id: 0,
+            tx,
+            rx,
+        }
+    }
+
+    /// Takes every handshake that ended: a member in its slot, or a refusal logged.
+    fn take_done(&mut self) {
+        while let Ok((id, result)) = self.rx.try_recv() {
+            // The address as taken at the door: a closed socket no longer has one.
+            if let Some((_, ip)) = self.pending.remove(&id) {
+                if let Some(n) = self.per_address.get_mut(&ip) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.per_address.remove(&ip);
+                    }
+                }
+            }
+            match result {
+                Ok(a) => {
+                    let r = a.member.proc_rank as usize;
+                    if r == self.me.proc_rank as usize || self.slots[r].is_some() {
+                        nccl_check_host::errln!(
+                            "nccl-check: rendezvous: process rank {r} joined twice; the second ({}) is ignored",
+                            nccl_check_host::text::escape_control(&a.member.host)
+                        );
+                    } else {
+                        self.slots[r] = Some(a);
+                        self.missing -= 1;
+                    }
+                }
+                Err((kind, why)) => self.refused.log(kind, &why),
+            }
+        }
+    }
+
+    /// The error at the deadline: who never came (nodes, then ranks).
+    fn absent(&self) -> String {
+        let world = self.setup.world;
+        let absent: Vec<u32> = (0..world)
+            .filter(|&r| r != self.me.proc_rank && self.slots[r as usize].is_none())
+            .collect();
+        let joined: Vec<&str> = (self.slots.iter().flatten())
+            .map(|a| a.member.host.as_str())
+            .chain([self.me.host.as_str()])
+            .collect();
+        format!(
+            "rendezvous at {}:{}: {}",
+            self.setup.host,
+            self.port,
+            absent::describe(self.setup.expected.as_deref(), &joined, &absent, world)
+        )
+    }
+
+    /// Logs the connections the door closed in its last pass.
+    fn log_door(&mut self, pass: &door::Pass) {
+        let silent = format!(
+            "a connection that did not send its opening within {} s (or was pushed out by newer ones)",
+            HANDSHAKE_TIMEOUT.as_secs()
+        );
+        let broken = "a connection that closed before its opening was whole, or announced one over the size limit";
+        for why in std::iter::repeat_n(silent.as_str(), pass.silent)
+            .chain(std::iter::repeat_n(broken, pass.broken))
+        {
+            self.refused.log(Refusal::Incomplete, why);
+        }
+    }
+
+    /// One connection whose opening is in: refused at the door (answered with the ticket or
+    /// this side's version), closed when too many handshakes are under way (from anywhere, or
+    /// from its address where proofs run programs), or greeted and handed to a thread of its
+    /// own, which reports on `tx`.
+    fn enter<'scope>(
+        &mut self,
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        stream: TcpStream,
+        first: &[u8],
+    ) where
+        'a: 'scope,
+    {
+        let opening = match admit(first, &self.setup.label, self.ticket.as_ref(), &self.answer) {
+            Ok(o) => o,
+            Err((kind, why, reply)) => {
+                let from = stream
+                    .peer_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                // A ticketless opening is every member's first contact: not logged.
+                if kind != Refusal::NoTicket {
+                    self.refused.log(kind, &format!("from {from}: {why}"));
+                }
+                // A few hundred bytes to a fresh socket: never blocks. Then closed.
+                if let Some(r) = reply {
+                    let _ = (&stream).write_all(&r);
+                    let _ = stream.shutdown(std::net::Shutdown::Write);
+                }
+                return;
+            }
+        };
+        if self.pending.len() >= MAX_PARALLEL_HANDSHAKES {
+            // Closed: a real member says so and retries.
+            let why = format!(
+                "{MAX_PARALLEL_HANDSHAKES} handshakes under way already (a flood of connections?)"
+            );
+            self.refused.log(Refusal::Busy, &why);
+            return;
+        }
+        let Some(ip) = stream.peer_addr().ok().map(|a| a.ip().to_canonical()) else {
+            return;
+        };
+        let here = self.per_address.get(&ip).copied().unwrap_or(0);
+        if here >= MAX_HANDSHAKES_PER_ADDRESS && self.setup.auth.proofs_run_programs() {
+            let why = format!(
+                "from {ip}: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from that address under way already (a flood of connections?)"
+            );
+            self.refused.log(Refusal::Busy, &why);
+            return;
+        }
+        let opened = match greet(&stream, &self.setup.label, opening) {
+            Ok(o) => o,
+            Err((kind, why)) => return self.refused.log(kind, &format!("from {ip}: {why}")),
+        };
+        let Ok(handle) = stream.try_clone() else {
+            return;
+        };
+        self.per_address.insert(ip, here + 1);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.pending.insert(id, (handle, ip));
+        let tx = self.tx.clone();
+        let (world, label, auth) = (self.setup.world, &self.setup.label, self.setup.auth);
+        let deadline = self.setup.deadline;
+        scope.spawn(move || {
+            let r = handshake_opened(stream, opened, world, label, auth, deadline);
+            let _ = tx.send((id, r));
+        });
+    }
+
+    /// Passes through the door until every other process is in, or the deadline.
+    fn run<'scope>(
+        &mut self,
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        door: &mut Door,
+    ) -> Result<(), String>
+    where
+        'a: 'scope,
+    {
+        loop {
+            self.take_done();
+            if self.missing == 0 {
+                return Ok(());
+            }
+            let Some(left) = self.setup.deadline.checked_duration_since(Instant::now()) else {
+                return Err(self.absent());
+            };
+            let pass = door
+                .pass(left.min(Duration::from_millis(20)))
+                .map_err(|e| format!("rendezvous: accept on port {}: {e}", self.port))?;
+            self.log_door(&pass);
+            for (stream, first) in pass.ready {
+                self.enter(scope, stream, &first);
+            }
+        }
+    }
+
+    /// Whoever is still in a handshake is not needed (or it is too late): cut off, so that the
+    /// scope's threads end now; the refusals not logged yet, counted.
+    fn close(&mut self) {
+        if let Some(line) = self.refused.unlogged() {
+            nccl_check_host::errln!("{line}");
+        }
+        for (_, (s, _)) in self.pending.drain() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
 /// Serves the rendezvous until every other process has joined, or the deadline.
 pub fn serve(
     setup: &Setup,
@@ -472,14 +712,6 @@ pub fn serve(
             super::beacon::announce(ip, &setup.ports, &setup.label, a, ticket.as_ref(), e, until);
         }
     })?;
-    let mut refused = Refusals::every(REFUSAL_INTERVAL);
-    for p in held {
-        let why = format!(
-            "candidate port {p} on {} is held by another process (bound, listening or not): a squatter, or another job's; listening on port {port} instead",
-            setup.host
-        );
-        refused.log(Refusal::Squatter, &why);
-    }
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("rendezvous: {e}"))?;
@@ -489,145 +721,21 @@ pub fn serve(
         door::MAX_WAITING,
         wire::MAX_HELLO_FRAME,
     );
-    let answer = door_answer(&setup.label, ticket.as_ref());
-    let world = setup.world;
-    let mut slots: Vec<Option<Arrival>> = (0..world).map(|_| None).collect();
-    let mut missing = world - 1;
-    let (tx, rx) = mpsc::channel::<(u64, Result<Arrival, (Refusal, String)>)>();
-    // Handshakes under way, by id: a second handle to each socket, so that the ones still
-    // running when everyone is in can be cut off at once instead of holding up the welcome.
-    let mut pending: std::collections::HashMap<u64, (TcpStream, IpAddr)> = Default::default();
-    // Handshakes under way per address: one address (a stranger's node) cannot take them all.
-    let mut per_address: std::collections::HashMap<IpAddr, usize> = Default::default();
-    let mut next_id = 0u64;
-    std::thread::scope(|scope| -> Result<(), String> {
-        let result = (|| {
-            while missing > 0 {
-                while let Ok((id, result)) = rx.try_recv() {
-                    // The address as taken at the door: a closed socket no longer has one.
-                    if let Some((_, ip)) = pending.remove(&id) {
-                        if let Some(n) = per_address.get_mut(&ip) {
-                            *n -= 1;
-                            if *n == 0 {
-                                per_address.remove(&ip);
-                            }
-                        }
-                    }
-                    match result {
-                        Ok(a) => {
-                            let r = a.member.proc_rank as usize;
-                            if r == me.proc_rank as usize || slots[r].is_some() {
-                                eprintln!(
-                                "nccl-check: rendezvous: process rank {r} joined twice; the second ({}) is ignored",
-                                nccl_check_host::text::escape_control(&a.member.host)
-                            );
-                            } else {
-                                slots[r] = Some(a);
-                                missing -= 1;
-                            }
-                        }
-                        Err((kind, why)) => refused.log(kind, &why),
-                    }
-                }
-                if missing == 0 {
-                    break;
-                }
-                let Some(left) = setup.deadline.checked_duration_since(Instant::now()) else {
-                    let absent: Vec<u32> = (0..world)
-                        .filter(|&r| r != me.proc_rank && slots[r as usize].is_none())
-                        .collect();
-                    let joined: Vec<&str> = slots
-                        .iter()
-                        .flatten()
-                        .map(|a| a.member.host.as_str())
-                        .chain([me.host.as_str()])
-                        .collect();
-                    let expected = setup.expected.as_deref();
-                    return Err(format!(
-                        "rendezvous at {}:{port}: {}",
-                        setup.host,
-                        absent::describe(expected, &joined, &absent, world)
-                    ));
-                };
-                let pass = door
-                    .pass(left.min(Duration::from_millis(20)))
-                    .map_err(|e| format!("rendezvous: accept on port {port}: {e}"))?;
-                let silent = format!(
-                    "a connection that did not send its opening within {} s (or was pushed out by newer ones)",
-                    HANDSHAKE_TIMEOUT.as_secs()
-                );
-                let broken = "a connection that closed before its opening was whole, or announced one over the size limit";
-                for why in std::iter::repeat_n(silent.as_str(), pass.silent)
-                    .chain(std::iter::repeat_n(broken, pass.broken))
-                {
-                    refused.log(Refusal::Incomplete, why);
-                }
-                for (stream, first) in pass.ready {
-                    let opening = match admit(&first, &setup.label, ticket.as_ref(), &answer) {
-                        Ok(o) => o,
-                        Err((kind, why, reply)) => {
-                            let from = stream
-                                .peer_addr()
-                                .map(|a| a.to_string())
-                                .unwrap_or_default();
-                            // A ticketless opening is every member's first contact: not logged.
-                            if kind != Refusal::NoTicket {
-                                refused.log(kind, &format!("from {from}: {why}"));
-                            }
-                            // A few hundred bytes to a fresh socket: never blocks. Then closed.
-                            if let Some(r) = reply {
-                                let _ = (&stream).write_all(&r);
-                                let _ = stream.shutdown(std::net::Shutdown::Write);
-                            }
-                            continue;
-                        }
-                    };
-                    if pending.len() >= MAX_PARALLEL_HANDSHAKES {
-                        // Closed: a real member says so and retries.
-                        let why = format!(
-                            "{MAX_PARALLEL_HANDSHAKES} handshakes under way already (a flood of connections?)"
-                        );
-                        refused.log(Refusal::Busy, &why);
-                        continue;
-                    }
-                    let Some(ip) = stream.peer_addr().ok().map(|a| a.ip().to_canonical()) else {
-                        continue;
-                    };
-                    let here = per_address.entry(ip).or_insert(0);
-                    if *here >= MAX_HANDSHAKES_PER_ADDRESS && setup.auth.proofs_run_programs() {
-                        let why = format!(
-                            "from {ip}: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from that address under way already (a flood of connections?)"
-                        );
-                        refused.log(Refusal::Busy, &why);
-                        continue;
-                    }
-                    let Ok(handle) = stream.try_clone() else {
-                        continue;
-                    };
-                    *here += 1;
-                    let id = next_id;
-                    next_id += 1;
-                    pending.insert(id, (handle, ip));
-                    let tx = tx.clone();
-                    let (label, auth, deadline) = (&setup.label, setup.auth, setup.deadline);
-                    scope.spawn(move || {
-                        let r = handshake_opened(stream, opening, world, label, auth, deadline);
-                        let _ = tx.send((id, r));
-                    });
-                }
-            }
-            Ok(())
-        })();
-        if let Some(line) = refused.unlogged() {
-            eprintln!("{line}");
-        }
-        // Whoever is still in a handshake is not needed (or it is too late): cut them off so the
-        // scope's threads end now.
-        for (_, (s, _)) in pending.drain() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
+    let mut admission = Admission::new(setup, &me, port, ticket);
+    for p in held {
+        let why = format!(
+            "candidate port {p} on {} is held by another process (bound, listening or not): a squatter, or another job's; listening on port {port} instead",
+            setup.host
+        );
+        admission.refused.log(Refusal::Squatter, &why);
+    }
+    std::thread::scope(|scope| {
+        let result = admission.run(scope, &mut door);
+        admission.close();
         result
     })?;
+    let slots = std::mem::take(&mut admission.slots);
+    drop(admission);
     welcome(setup, me, slots, make_id)
 }
 

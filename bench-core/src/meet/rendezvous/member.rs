@@ -40,7 +40,8 @@ enum Miss {
     /// busy with others; worth trying again.
     Open(String),
     /// Something holds the port and is not this step's coordinator: it answered and could not
-    /// prove itself, relays the connection, or said nothing for a whole handshake's time.
+    /// prove itself, relays the connection, or said nothing for [`ANSWER_WAIT`] (or, after
+    /// its greeting, for a handshake's time).
     Held(String),
     /// The coordinator proved itself and then closed the connection before accepting this
     /// process (busy with a flood of connections, or it refused this proof): said once, and
@@ -67,13 +68,14 @@ const RETRY: Duration = Duration::from_millis(50);
 /// Longest pause between two tries at a port where nothing listens: what a coordinator that
 /// starts late costs at most.
 const MAX_RETRY: Duration = Duration::from_millis(250);
-/// Longest wait for the coordinator's first answer on a connection it accepted. Longer than a
-/// handshake: a coordinator answers its connections in the order they came, and a member that
-/// hangs up and calls again goes to the back of the line and leaves the coordinator a dead
-/// connection to read (measured: 128 members on a loaded host, cut at 3 s, made 282 dead
-/// handshakes for 38 joins in 20 s). A silent squatter only holds this port's thread; the
-/// other candidate ports are tried meanwhile.
-const ANSWER_WAIT: Duration = Duration::from_secs(10);
+/// Longest wait for the coordinator's first answer (its greeting) on a connection it accepted.
+/// The coordinator greets at its door, on the thread that accepts, as soon as the opening is in
+/// (a key pair and a nonce, no credential work), however many handshakes are under way; the
+/// slow part (proofs, MUNGE) comes after, within [`HANDSHAKE_TIMEOUT`]. So a port where nothing
+/// answers within this is held by a listener that is not this step's coordinator: a silent
+/// holder of every candidate ends the member in about twice this ([`HELD_TRIES`]), not 20 s as
+/// when the greeting waited for a handshake thread (and the member 10 s for it).
+const ANSWER_WAIT: Duration = Duration::from_millis(1500);
 /// Pause after a try found the port held.
 const HELD_RETRY: Duration = Duration::from_millis(300);
 
@@ -118,12 +120,17 @@ fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, Strin
         .ok_or_else(|| format!("{host} resolves to no address"))
 }
 
-/// A wire error while the port's holder is expected to speak, after waiting `waited`.
-fn silence(e: WireError, waited: Duration) -> Miss {
+/// A wire error while the port's holder is expected to speak, after waiting `waited`;
+/// `greeted`: it had sent a greeting.
+fn silence(e: WireError, waited: Duration, greeted: bool) -> Miss {
     match e {
+        WireError::Deadline if greeted => Miss::Held(format!(
+            "greeted, then said nothing for {:.1} s (not this step's coordinator, or one too busy to prove itself)",
+            waited.as_secs_f64()
+        )),
         WireError::Deadline => Miss::Held(format!(
-            "accepted the connection and said nothing for {} s (a silent listener, not this step's coordinator, or a coordinator too busy to answer)",
-            waited.as_secs()
+            "accepted the connection and said nothing for {:.1} s (a silent listener, not this step's coordinator)",
+            waited.as_secs_f64()
         )),
         WireError::Closed | WireError::Io(_) => Miss::Open(e.to_string()),
         other => Miss::Held(format!("not an nccl-check coordinator: {other}")),
@@ -156,7 +163,14 @@ fn refused(
         *asked = Some(Instant::now());
         let wait = ASK_WAIT.min(setup.deadline.saturating_duration_since(Instant::now()));
         let until = setup.deadline.min(Instant::now() + Duration::from_secs(2));
-        if let Some(why) = super::beacon::inquire(addr, &setup.label, setup.auth, wait, until) {
+        // The first candidate's thread asks at the step's spread ports too (a stranger may
+        // hold the twins as well).
+        let mut at = vec![addr];
+        if setup.ports.first() == Some(&addr.port()) {
+            let spread = super::beacon::beacon_ports(&setup.label, setup.auth);
+            at.extend(spread.into_iter().map(|p| SocketAddr::new(addr.ip(), p)));
+        }
+        if let Some(why) = super::beacon::inquire(&at, &setup.label, setup.auth, wait, until) {
             return Miss::Failed(why);
         }
     }
@@ -384,12 +398,12 @@ fn attempt_on(
     let keys = KeyPair::new().map_err(open)?;
     // Sent at once: the coordinator answers it with its greeting.
     let opening = opening_of(&setup.label, &keys, &local, &peer, known).map_err(open)?;
-    let quiet = |e| silence(e, ANSWER_WAIT);
+    let quiet = |e| silence(e, ANSWER_WAIT, false);
     wire::send(stream, &opening, answer_by).map_err(quiet)?;
     let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, answer_by).map_err(quiet)?;
     // From its greeting on, the coordinator's handshake runs on its own clock.
     let deadline = setup.deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-    let late = |e| silence(e, HANDSHAKE_TIMEOUT);
+    let late = |e| silence(e, HANDSHAKE_TIMEOUT, true);
     if let Some(miss) = take_offer(setup, &first, known, deadline, opening.ticket.is_some()) {
         return Err(miss);
     }
@@ -593,7 +607,7 @@ fn watch(setup: &Setup, rx: &mpsc::Receiver<Report>) -> Result<Admitted, String>
         };
         if first {
             let why = nccl_check_host::text::escape_control(&why);
-            eprintln!(
+            nccl_check_host::errln!(
                 "nccl-check: rendezvous: port {port} on {}: {why}; {next}",
                 setup.host
             );
@@ -658,20 +672,21 @@ mod tests {
     /// Regression: a member hung up when the coordinator had not answered 3 s after accepting,
     /// and called again. A coordinator behind on its connections (128 members on a loaded
     /// 2-core host) then read only dead ones: 38 of 128 joined in 20 s, and CI's 64-node run
-    /// ended in ERROR. A coordinator that answers 4 s late must get its member on the first
+    /// ended in ERROR. The coordinator now greets at its door at once; a coordinator whose
+    /// proof then comes 2.5 s late (busy with proofs) must get its member on the first
     /// connection.
     #[test]
-    fn a_coordinator_that_answers_late_is_joined_on_the_first_connection() {
+    fn a_coordinator_that_proves_itself_late_is_joined_on_the_first_connection() {
+        use super::super::coordinator;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let deadline = Instant::now() + Duration::from_secs(12);
         let coordinator = std::thread::spawn(move || {
             let (stream, _) = listener.accept().unwrap();
-            std::thread::sleep(Duration::from_secs(4));
             let a = SharedSecret::new("test-secret-0123456789", "test").unwrap();
-            let r = super::super::coordinator::handshake(stream, 2, "slurm-7.0", &a, deadline)
-                .map(|_| ())
-                .map_err(|(_, e)| e);
+            let r = coordinator::handshake_late(stream, "slurm-7.0", &a, deadline, || {
+                std::thread::sleep(Duration::from_millis(2500))
+            });
             // Any second connection is a member that gave up on the first.
             listener.set_nonblocking(true).unwrap();
             (r, listener.accept().is_ok())

@@ -26,6 +26,10 @@ pub struct ExplainArgs {
     /// The GPU model, so that threshold rules naming a GPU can apply (e.g. H100)
     #[arg(long = "gpu-model", value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
     pub gpu_model: Option<String>,
+    /// The busbw between nodes to model, GB/s (e.g. 1 for 10 GbE or sockets) [default: the
+    /// model's 400 Gb/s NIC]
+    #[arg(long = "network-gbs", value_name = "GBS", value_parser = NonEmptyStringValueParser::new())]
+    pub network_gbs: Option<String>,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,

@@ -42,6 +42,7 @@ fn adhoc_steps(raw: &RawArgs) -> Result<Vec<Step>, String> {
             sizes: sizes.clone(),
             warmup: raw.warmup_iters.unwrap_or(5),
             iters: raw.iters.unwrap_or(20),
+            budget: None,
         })
         .collect())
 }
@@ -65,15 +66,30 @@ fn sweep(raw: &RawArgs) -> Result<Vec<u64>, String> {
     Ok(sizes.take_while(|&s| s <= max_bytes).collect())
 }
 
-/// The plan's steps, with `-w` and `-n` replacing its counts where given.
+/// The plan's steps, with `-w` and `-n` replacing its counts where given: counts given on
+/// the command line are measured as given, so they end the steps' time budgets.
 fn plan_steps(raw: &RawArgs, plan: &[Step]) -> Vec<Step> {
+    let counted = raw.warmup_iters.is_some() || raw.iters.is_some();
     plan.iter()
         .cloned()
         .map(|mut s| {
-            let (Step::Collective { warmup, iters, .. } | Step::Pairs { warmup, iters, .. }) =
-                &mut s;
+            let (Step::Collective {
+                warmup,
+                iters,
+                budget,
+                ..
+            }
+            | Step::Pairs {
+                warmup,
+                iters,
+                budget,
+                ..
+            }) = &mut s;
             *warmup = raw.warmup_iters.unwrap_or(*warmup);
             *iters = raw.iters.unwrap_or(*iters);
+            if counted {
+                *budget = None;
+            }
             s
         })
         .collect()

@@ -12,8 +12,10 @@
 //! is not the localizer's to find: the rendezvous and the control plane name it (an ERROR), and
 //! the replay's answer for those rows is that node by construction.
 
-use super::{simulate, Fabric, Fault};
+use crate::localize::sim::{simulate, with_alltoall, Fabric, Fault};
 use crate::localize::{LocalizeConfig, LocalizeVerdict, Localizer};
+use crate::model::localization::NodeFindings;
+use nccl_check_contract::report::reason::ReasonCode;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -33,6 +35,23 @@ enum TableFault {
     Starve { node: usize, percent: f64 },
 }
 
+/// The table's `load` column: what else kept the host's CPUs busy while the row ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TableLoad {
+    None,
+    /// `all:K`: K busy loops per core on the host, so on every emulated node alike.
+    All,
+    /// `only:NODE`: the node's worker confined to 2 CPUs with 6 busy loops on them, the other
+    /// workers on the other CPUs: that node's host busy, its peers' not (modelled as the node
+    /// slowed to 0.4x, as its worker gets about a quarter of its CPUs, and busy).
+    Only {
+        node: usize,
+    },
+}
+
+/// How fast a node whose CPUs are confined with busy loops exchanges (`TableLoad::Only`).
+const CONFINED_FACTOR: f64 = 0.4;
+
 #[derive(Debug, Clone)]
 struct Row {
     line: usize,
@@ -40,6 +59,7 @@ struct Row {
     nodes: usize,
     fault_text: String,
     faults: Vec<TableFault>,
+    load: TableLoad,
     expect: String,
     culprits: BTreeSet<String>,
     max_rounds: Option<usize>,
@@ -117,6 +137,20 @@ fn parse_fault(text: &str, nodes: usize) -> Result<Vec<TableFault>, String> {
         .collect()
 }
 
+fn parse_load(text: &str, nodes: usize) -> Result<TableLoad, String> {
+    let f: Vec<&str> = text.split(':').collect();
+    match f.as_slice() {
+        ["none"] => Ok(TableLoad::None),
+        ["all", k] if k.parse::<u32>().is_ok_and(|k| (1..=8).contains(&k)) => Ok(TableLoad::All),
+        ["only", x] => Ok(TableLoad::Only {
+            node: node_index(x, nodes)?,
+        }),
+        _ => Err(format!(
+            "'{text}' is not none, all:K (1..8 loops per core) or only:NODE"
+        )),
+    }
+}
+
 fn parse_culprits(text: &str, nodes: usize) -> Result<BTreeSet<String>, String> {
     if text == "-" {
         return Ok(BTreeSet::new());
@@ -138,8 +172,8 @@ fn read_table(path: &Path) -> Result<Vec<Row>, String> {
         }
         let at = |field: &str, why: String| format!("{}:{line_no}: {field}: {why}", path.display());
         let f: Vec<&str> = line.split_whitespace().collect();
-        let [name, nodes, repeat, fault, expect, culprit, rounds] = f.as_slice() else {
-            return Err(at("line", format!("{} fields, expected 7", f.len())));
+        let [name, nodes, repeat, fault, load, expect, culprit, rounds] = f.as_slice() else {
+            return Err(at("line", format!("{} fields, expected 8", f.len())));
         };
         let nodes: usize = nodes
             .parse()
@@ -152,10 +186,11 @@ fn read_table(path: &Path) -> Result<Vec<Row>, String> {
             .filter(|&r| r >= 1)
             .ok_or_else(|| at("repeat", format!("'{repeat}' is not a count >= 1")))?;
         let faults = parse_fault(fault, nodes).map_err(|e| at("fault", e))?;
-        if !["PASS", "FAIL", "ERROR"].contains(expect) {
+        let load = parse_load(load, nodes).map_err(|e| at("load", e))?;
+        if !["PASS", "FAIL", "ERROR", "BUSY"].contains(expect) {
             return Err(at(
                 "expect",
-                format!("'{expect}' is not PASS, FAIL or ERROR"),
+                format!("'{expect}' is not PASS, FAIL, ERROR or BUSY"),
             ));
         }
         let culprits = parse_culprits(culprit, nodes).map_err(|e| at("culprit", e))?;
@@ -178,6 +213,7 @@ fn read_table(path: &Path) -> Result<Vec<Row>, String> {
             nodes,
             fault_text: fault.to_string(),
             faults,
+            load,
             expect: expect.to_string(),
             culprits,
             max_rounds,
@@ -237,7 +273,13 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
             TableFault::Down { .. } | TableFault::Absent { .. } => continue,
         });
     }
-    let cfg = super::with_alltoall(LocalizeConfig::default(), &mut fabric, FABRIC_ALLTOALL);
+    if let TableLoad::Only { node } = row.load {
+        fabric.inject(Fault::NodeNet {
+            node,
+            factor: CONFINED_FACTOR,
+        });
+    }
+    let cfg = with_alltoall(LocalizeConfig::default(), &mut fabric, FABRIC_ALLTOALL);
     let verdict: LocalizeVerdict = match Localizer::new(row.nodes, 1, cfg)
         .and_then(|l| simulate(l.named(&names(row.nodes)), &mut fabric))
     {
@@ -251,13 +293,10 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
             }
         }
     };
+    let (judged, culprits) = judged(row, &verdict);
     SimAnswer {
-        verdict: if verdict.pass() { "PASS" } else { "FAIL" }.into(),
-        culprits: verdict
-            .findings
-            .iter()
-            .flat_map(|f| f.nodes.iter().map(|&k| node_name(k)))
-            .collect(),
+        verdict: judged.into(),
+        culprits,
         localization_rounds: Some(verdict.localization_rounds),
         detail: verdict
             .findings
@@ -266,6 +305,87 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
             .collect::<Vec<_>>()
             .join("; "),
     }
+}
+
+/// The nodes' own findings as the real workers share them (`localize::own`, encoded and summed
+/// as over NCCL): a stopped worker is starved, a loaded node's host busy.
+fn own_findings(row: &Row) -> Vec<NodeFindings> {
+    use crate::localize::own::{decode_findings, encode_findings, OwnFinding, WIDTH};
+    let busy = OwnFinding::HostBusy {
+        cpus: 15.0,
+        top: None,
+    };
+    let mut sums = vec![0.0; row.nodes * WIDTH];
+    for k in 0..row.nodes {
+        let mut mine = Vec::new();
+        for f in &row.faults {
+            if let TableFault::Starve { node, percent } = *f {
+                if node == k {
+                    mine.push(OwnFinding::Starved {
+                        share: percent / 100.0,
+                    });
+                }
+            }
+        }
+        match row.load {
+            TableLoad::All => mine.push(busy),
+            TableLoad::Only { node } if node == k => mine.push(busy),
+            _ => {}
+        }
+        for (i, v) in encode_findings(k, &mine) {
+            sums[i as usize] += v;
+        }
+    }
+    decode_findings(&names(row.nodes), &sums)
+}
+
+/// The coordinator's (fab01's) verdict and culprits from the localizer's findings and the
+/// nodes' own findings, judged by the worker's own rules: a node's own finding over the network
+/// reading (`localize::own`), then the busy host weighed (`judge::load`), then the exit code
+/// (`judge::overall::exit_code`).
+fn judged(row: &Row, verdict: &LocalizeVerdict) -> (&'static str, BTreeSet<String>) {
+    use crate::judge::load::{weigh, Conditions};
+    use nccl_check_contract::exit::ExitCode;
+    use nccl_check_contract::report::culprit::Culprit;
+    let nodes = names(row.nodes);
+    let here = node_name(0);
+    let mut reasons = crate::localize::reasons::reasons(verdict);
+    let own = own_findings(row);
+    crate::localize::own::own_findings_win(&mut reasons, &own);
+    let (mine, others): (Vec<NodeFindings>, Vec<NodeFindings>) =
+        own.into_iter().partition(|f| f.node == here);
+    let busy_here = mine
+        .iter()
+        .any(|f| f.reasons.iter().any(|r| r.code == ReasonCode::HostBusy));
+    let load = busy_here.then(|| crate::facts::host_load::HostLoad {
+        window_s: 10.0,
+        cpus: 16,
+        others_share: 0.95,
+        check_share: 0.05,
+        own_wait_share: None,
+        top: Vec::new(),
+    });
+    let conditions = Conditions {
+        nodes: &nodes,
+        here: &here,
+        load: load.as_ref(),
+        others: &others,
+    };
+    let (reasons, _) = weigh(reasons, &conditions);
+    let named = reasons
+        .iter()
+        .flat_map(|r| match r.subject.clone() {
+            Some(Culprit::Node(n) | Culprit::Rail { node: n, .. }) => vec![n],
+            Some(Culprit::NodePair(a, b)) => vec![a, b],
+            _ => Vec::new(),
+        })
+        .collect();
+    let word = match crate::judge::overall::exit_code(&reasons) {
+        ExitCode::Pass => "PASS",
+        ExitCode::Busy => "BUSY",
+        _ => "FAIL",
+    };
+    (word, named)
 }
 
 fn names(n: usize) -> Vec<String> {
@@ -320,6 +440,17 @@ struct RealRow {
     culprits: String,
     rounds: String,
     result: String,
+}
+
+impl RealRow {
+    /// Whether its summary's `# date:` is before the worker had a busy exit (8), 2026-12-02.
+    fn file_predates_busy(&self) -> bool {
+        std::fs::read_to_string(&self.file).is_ok_and(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("# date: "))
+                .is_some_and(|d| d.trim() < "2026-12-02")
+        })
+    }
 }
 
 const COLUMNS: &str = "row\tn\trun\tfault\texpected\tgot\tculprit\trounds\tseconds\tresult";
@@ -466,10 +597,19 @@ fn why(real: &RealRow, row: &Row, sim: &SimAnswer) -> String {
 /// The table's `row` with the fault `real` ran (the row itself when they are the same); an
 /// error when that fault cannot be read.
 fn ran_row(row: &Row, real: &RealRow) -> Result<Row, String> {
-    if row.fault_text == real.fault {
+    // fabric.sh writes a loaded row's fault as `FAULT+load:LOAD`.
+    let (fault, load) = match real.fault.split_once("+load:") {
+        Some((f, l)) => (
+            f,
+            parse_load(l, real.nodes)
+                .map_err(|e| format!("{}:{}: {e}", real.file.display(), real.line))?,
+        ),
+        None => (real.fault.as_str(), TableLoad::None),
+    };
+    if row.fault_text == fault && row.load == load {
         return Ok(row.clone());
     }
-    let faults = parse_fault(&real.fault, real.nodes).map_err(|e| {
+    let faults = parse_fault(fault, real.nodes).map_err(|e| {
         format!(
             "{}:{}: row '{}' n={} ran fault '{}' (the table now says '{}'): {e}",
             real.file.display(),
@@ -481,8 +621,9 @@ fn ran_row(row: &Row, real: &RealRow) -> Result<Row, String> {
         )
     })?;
     Ok(Row {
-        fault_text: real.fault.clone(),
+        fault_text: fault.to_string(),
         faults,
+        load,
         ..row.clone()
     })
 }
@@ -519,7 +660,11 @@ fn compare(real_rows: &[RealRow], table: &[Row]) -> Vec<String> {
             }
         };
         let sim = replay(&ran, SEEDS[0]);
-        if real.verdict != sim.verdict || real.culprits != list(&sim.culprits) {
+        // Before exit 8 (2026-12-02) a worker found only busy wrote FAIL: the same judgement
+        // of the same culprits, under the older word.
+        let same_word = real.verdict == sim.verdict
+            || (real.verdict == "FAIL" && sim.verdict == "BUSY" && real.file_predates_busy());
+        if !same_word || real.culprits != list(&sim.culprits) {
             wrong.push(why(real, &ran, &sim));
         }
     }
@@ -645,21 +790,22 @@ fn table_errors_name_the_file_line_and_field() {
     let p = dir.join("t.txt");
     for (text, want) in [
         (
-            "a 8 1 slow:fab09x:1gbit FAIL fab05 2\n",
+            "a 8 1 slow:fab09x:1gbit none FAIL fab05 2\n",
             ":1: fault: 'fab09x' is not a node",
         ),
-        ("# c\na 8 1 none MAYBE - 2\n", ":2: expect: 'MAYBE'"),
+        ("# c\na 8 1 none none MAYBE - 2\n", ":2: expect: 'MAYBE'"),
+        ("a 8 1 none most FAIL - 2\n", ":1: load: 'most' is not none"),
         (
-            "a 8 1 path:fab01:fab02:fast FAIL fab01,fab02 2\n",
+            "a 8 1 path:fab01:fab02:fast none FAIL fab01,fab02 2\n",
             ":1: fault: 'fast' is not a rate",
         ),
-        ("a 8 1 none PASS -\n", ":1: line: 6 fields"),
+        ("a 8 1 none none PASS -\n", ":1: line: 7 fields"),
         (
-            "a 8 1 none PASS - 2\na 8 1 none PASS - 2\n",
+            "a 8 1 none none PASS - 2\na 8 1 none none PASS - 2\n",
             ":2: row: 'a' twice",
         ),
         (
-            "a 8 1 none PASS fab10 2\n",
+            "a 8 1 none none PASS fab10 2\n",
             ":1: culprit: 'fab10' is not a node fab01..fab08",
         ),
     ] {
