@@ -5,7 +5,7 @@
 //!
 //! - a child run with deadlines: its own process group, bounded output, always reaped
 //!   ([`supervise`]);
-//! - Slurm host lists ([`hostlist`]);
+//! - Slurm host lists ([`hostlist`]) and the job a process's cgroup names ([`slurm_job`]);
 //! - bounded reads of small files ([`read`]) and text from others made safe to print ([`text`]);
 //! - stdout and stderr lines that never panic when the reader has gone ([`stdio`]);
 //! - with feature `slurm-config`, Slurm's own configuration as the node uses it
@@ -18,6 +18,7 @@ pub mod hostlist;
 pub mod read;
 #[cfg(feature = "slurm-config")]
 pub mod slurm_config;
+pub mod slurm_job;
 pub mod stdio;
 pub mod supervise;
 pub mod text;

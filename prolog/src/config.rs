@@ -101,9 +101,9 @@ pub struct GateConfig {
     pub aer_limits: AerLimits,
     /// The most each IB/RoCE port error counter may grow between checks.
     pub ib_limits: IbLimits,
-    /// Another process on a GPU being checked, or CPUs busy with processes of no job: `fail`
-    /// (default: the node is not clean, drain with a `busy` reason) or `warn` (logged; the
-    /// measurement decides, and a FAIL it blames on a busy node does not drain).
+    /// Another process on a GPU being checked that Slurm says is of no job: `fail` (default:
+    /// the node is not clean, drain with a `busy` reason) or `warn` (logged; the measurement
+    /// decides, and a FAIL it blames on a busy node does not drain). Busy CPUs never drain.
     pub stray_processes: crate::stray::Policy,
 }
 

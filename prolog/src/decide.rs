@@ -35,10 +35,12 @@ impl Mode {
 pub enum Whose {
     /// Processes of no Slurm job (a leftover, a stray daemon): the node is not clean.
     NoJob,
-    /// Another running job's: the node is shared, not dirty.
-    OtherJob,
-    /// Not known (Slurm could not say whose a GPU is; no busy process seen).
+    /// Another job's (the node is shared, not dirty), or not known (Slurm could not say whose
+    /// a GPU or its process is; no busy process seen).
     Unknown,
+    /// Busy CPUs of processes not this job's, whoever's they are: any user who can run a
+    /// process on the node can cause that, so it never drains.
+    CpuLoad,
 }
 
 /// What happened before any action.
@@ -48,7 +50,7 @@ pub enum Found {
     /// is a fault of the node's hardware or a missing part ([`found`] sorts the others out).
     Measured(Verdict),
     /// A FAIL whose cause is a busy node (another process on a GPU, busy CPUs): never the
-    /// hardware's fault, so it drains only for processes of no job under
+    /// hardware's fault, so it drains only for GPU processes Slurm says are of no job, under
     /// `stray_processes = "fail"`.
     Busy(Whose),
     /// The same GPUs passed within the cache window: nothing was run.
@@ -79,7 +81,7 @@ pub struct Policy {
     pub on_fail: OnFail,
     pub on_error: OnError,
     pub auto_resume: bool,
-    /// `stray_processes`: whether a node busy with processes of no job FAILs and drains.
+    /// `stray_processes`: whether a node whose GPUs processes of no job hold FAILs and drains.
     pub stray: StrayPolicy,
 }
 
@@ -125,7 +127,8 @@ pub fn decide(mode: Mode, found: Found, policy: Policy, all_gpus: bool) -> Actio
             cache: CacheAction::StorePass,
             exit_code: 0,
         },
-        // Busy with processes of no job, and the admin wants such a node cleaned: as a FAIL.
+        // GPUs held by processes Slurm says are of no job, and the admin wants such a node
+        // cleaned: as a FAIL.
         Found::Busy(Whose::NoJob) if policy.stray == StrayPolicy::Fail => {
             decide(mode, Found::Measured(Verdict::Fail), policy, all_gpus)
         }
@@ -292,8 +295,8 @@ mod tests {
     }
 
     /// The README's table "which causes drain": only a hardware fault or a missing part
-    /// drains whatever runs on the node; a busy node drains only for processes of no job
-    /// under `stray_processes = "fail"`; another job's busy CPUs or GPUs never drain.
+    /// drains whatever runs on the node; a busy node drains only for GPU processes of no job
+    /// under `stray_processes = "fail"`; another job's GPUs and anyone's busy CPUs never drain.
     #[test]
     fn only_faults_drain_and_a_busy_node_only_for_strays_under_stray_processes_fail() {
         let warn = Policy {
@@ -304,7 +307,7 @@ mod tests {
             let f = found(Verdict::Fail, Some(class), whose);
             decide(Mode::Prolog, f, policy, true).drain
         };
-        for whose in [Whose::NoJob, Whose::OtherJob, Whose::Unknown] {
+        for whose in [Whose::NoJob, Whose::Unknown, Whose::CpuLoad] {
             for policy in [DEFAULT, warn] {
                 assert!(drains(CauseClass::Hardware, whose, policy));
                 assert!(drains(CauseClass::Missing, whose, policy));
@@ -314,7 +317,7 @@ mod tests {
             }
         }
         // A busy node not drained: the job runs, nothing is cached, a recheck did not judge.
-        let a = prolog(Found::Busy(Whose::OtherJob), DEFAULT);
+        let a = prolog(Found::Busy(Whose::Unknown), DEFAULT);
         assert_eq!(
             a,
             Actions {
@@ -366,10 +369,10 @@ mod tests {
                 other => panic!("unknown cause {other:?} in {line}"),
             };
             let whose: &[Whose] = match cells[1] {
-                "any" => &[Whose::NoJob, Whose::OtherJob, Whose::Unknown],
+                "any" => &[Whose::NoJob, Whose::Unknown, Whose::CpuLoad],
                 "no job's" => &[Whose::NoJob],
-                "another running job's" => &[Whose::OtherJob],
-                w if w.starts_with("not known") => &[Whose::Unknown],
+                w if w.starts_with("another job's or not known") => &[Whose::Unknown],
+                w if w.starts_with("any user's busy CPUs") => &[Whose::CpuLoad],
                 w => panic!("unknown whose {w:?} in {line}"),
             };
             for (cell, stray) in [(cells[2], StrayPolicy::Fail), (cells[3], StrayPolicy::Warn)] {

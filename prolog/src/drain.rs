@@ -10,6 +10,7 @@ use crate::budget::Deadline;
 use crate::state::{self, Lock};
 use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Every drain reason nccl-check sets starts with this; nothing else is ever resumed.
 pub const PREFIX: &str = "nccl-check:";
@@ -23,6 +24,9 @@ const SCONTROL_OUTPUT_BYTES: usize = 64 << 10;
 /// ignores the filters with `--json`, about 8 KB a job). A longer answer is cut, so it does not
 /// parse: then Slurm could not say.
 pub const JSON_OUTPUT_BYTES: usize = 32 << 20;
+/// What `scontrol listpids` says on a node where no job step runs (src/scontrol/info_job.c,
+/// 22.05 to 26.05), with exit status 1 (22.05 after printing the table's header).
+pub const NO_STEPS: &str = "No job steps exist on this node.";
 
 /// This node's state as slurmctld sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,6 +154,19 @@ impl Slurm {
     /// One Slurm client call, supervised: at the timeout its whole process group is killed, and
     /// nothing it leaves behind (holding its output open or not) is waited for or kept.
     fn run(&self, program: &Path, args: &[&str], max_bytes: usize) -> Result<String, String> {
+        let left = self.deadline.remaining();
+        let (what, done) = self.spawn(program, args, max_bytes)?;
+        answer(&what, left, &done)
+    }
+
+    /// [`Slurm::run`]'s child, started with only `PATH` and `SLURM_CONF` (never the job's or
+    /// the user's environment) and ended by the deadline; its command line for messages.
+    fn spawn(
+        &self,
+        program: &Path,
+        args: &[&str],
+        max_bytes: usize,
+    ) -> Result<(String, supervise::Finished), String> {
         let what = format!("{} {}", program.display(), args.join(" "));
         let left = self.deadline.remaining();
         if left.is_zero() {
@@ -165,15 +182,25 @@ impl Slurm {
             max_bytes: SCONTROL_OUTPUT_BYTES,
         };
         let done = supervise::run(spec).map_err(|e| format!("{what}: {}", e.error))?;
-        let stderr = String::from_utf8_lossy(&done.stderr);
+        Ok((what, done))
+    }
+
+    /// `scontrol listpids '*' NODE`: every job step's processes on this node, as the
+    /// slurmstepds themselves track them (whatever the proctrack plugin). `Ok("")` when no step
+    /// runs here, which scontrol says with exit status 1 and [`NO_STEPS`]; any other failure
+    /// (a step that did not answer included) is an `Err`: the list is not known to be whole.
+    pub fn scontrol_listpids(&self) -> Result<String, String> {
+        let left = self.deadline.remaining();
+        let args = ["listpids", "*", self.node.as_str()];
+        let (what, done) = self.spawn(&self.scontrol, &args, SCONTROL_OUTPUT_BYTES)?;
+        // 22.05 prints the table's header first, later versions nothing.
+        let rows = String::from_utf8_lossy(&done.stdout)
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with("PID "));
+        let none = !rows && String::from_utf8_lossy(&done.stderr).trim() == NO_STEPS;
         match done.ending {
-            Ending::Exited(0) => Ok(String::from_utf8_lossy(&done.stdout).into_owned()),
-            Ending::KilledAtDeadline => Err(format!(
-                "{what}: no answer within the {:.1} s left of the budget; killed",
-                left.as_secs_f64()
-            )),
-            Ending::Exited(c) => Err(format!("{what}: exit status {c}: {}", stderr.trim())),
-            Ending::Signaled(s) => Err(format!("{what}: killed by signal {s}: {}", stderr.trim())),
+            Ending::Exited(1) if none => Ok(String::new()),
+            _ => answer(&what, left, &done),
         }
     }
 
@@ -199,6 +226,7 @@ impl Slurm {
     /// already or we asked less than RECENT seconds ago.
     pub fn drain(&self, state_dir: &Path, reason: &str, now: f64) -> DrainOutcome {
         debug_assert!(reason.starts_with(PREFIX));
+        let reason = &escaped(reason);
         let _lock = match Lock::acquire(state_dir, self.deadline) {
             Ok(l) => Some(l),
             // Held by another prolog to the end of the budget: that one asks.
@@ -267,6 +295,35 @@ impl Slurm {
         };
         let _ = std::fs::remove_file(state_dir.join(MARKER));
         out
+    }
+}
+
+/// `reason` as it may reach `scontrol update ... reason=`: each side of its first `|` through
+/// the one escaping function (`host::text`), so whatever text of a process's got into it can
+/// neither put a control character into `sinfo -R` nor add a field. Text escaped before stays
+/// as it was.
+pub fn escaped(reason: &str) -> String {
+    use nccl_check_host::text::escape_control;
+    match reason.split_once('|') {
+        Some((short, sentence)) => {
+            format!("{}|{}", escape_control(short), escape_control(sentence))
+        }
+        None => escape_control(reason),
+    }
+}
+
+/// A finished client call's stdout, or why it has none (`what`: its command line; `left`: the
+/// time it had).
+fn answer(what: &str, left: Duration, done: &supervise::Finished) -> Result<String, String> {
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    match done.ending {
+        Ending::Exited(0) => Ok(String::from_utf8_lossy(&done.stdout).into_owned()),
+        Ending::KilledAtDeadline => Err(format!(
+            "{what}: no answer within the {:.1} s left of the budget; killed",
+            left.as_secs_f64()
+        )),
+        Ending::Exited(c) => Err(format!("{what}: exit status {c}: {}", stderr.trim())),
+        Ending::Signaled(s) => Err(format!("{what}: killed by signal {s}: {}", stderr.trim())),
     }
 }
 
@@ -398,6 +455,59 @@ mod tests {
             DrainOutcome::AlreadyDrained("admin: psu".into())
         );
         assert_eq!(calls(&d).lines().count(), 1);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// A process's text with an escape sequence and a `|` in a drain reason reaches scontrol's
+    /// argument escaped, with the reason's one `|` kept.
+    #[test]
+    fn an_escape_in_a_reason_never_reaches_scontrol() {
+        let d = scratch("escape");
+        let s = fake(&d, "NodeName=n1 State=IDLE\n");
+        let r = "nccl-check:GPU0 busy|GPU0: busy: 1 other process (pid 7, user x\x1b[2J|y)";
+        assert_eq!(s.drain(&d, r, 1000.0), DrainOutcome::Drained);
+        let call = calls(&d);
+        assert!(!call.contains('\x1b'), "{call:?}");
+        assert_eq!(
+            call,
+            "update nodename=n1 state=drain reason=nccl-check:GPU0 busy|GPU0: busy: 1 other \
+             process (pid 7, user x\\u{1b}[2J\\u{7c}y)\n"
+        );
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// `scontrol listpids`: its table; no step on the node (exit 1 and Slurm's own sentence) is
+    /// an empty list; any other failure is not an answer.
+    #[test]
+    fn listpids_without_steps_is_an_empty_answer_and_a_failure_is_none() {
+        let d = scratch("listpids");
+        let s = fake(&d, "");
+        let script = |body: &str| {
+            nccl_check_host::test_support::write_executable(
+                &s.scontrol,
+                &format!("#!/bin/sh\n{body}\n"),
+            )
+        };
+        script("[ \"$*\" = 'listpids * n1' ] || exit 9\necho 'PID JOBID STEPID LOCALID GLOBALID'\necho '42 7 0 0 0'");
+        assert_eq!(
+            s.scontrol_listpids().as_deref(),
+            Ok("PID JOBID STEPID LOCALID GLOBALID\n42 7 0 0 0\n")
+        );
+        script(&format!("echo '{NO_STEPS}' >&2; exit 1"));
+        assert_eq!(s.scontrol_listpids().as_deref(), Ok(""));
+        // 22.05: the header on stdout before the sentence.
+        script(&format!(
+            "echo 'PID      JOBID    STEPID   LOCALID GLOBALID'; echo '{NO_STEPS}' >&2; exit 1"
+        ));
+        assert_eq!(s.scontrol_listpids().as_deref(), Ok(""));
+        script(&format!("echo '42 7 0 0 0'; echo '{NO_STEPS}' >&2; exit 1"));
+        assert!(
+            s.scontrol_listpids().is_err(),
+            "rows and a failure: not whole"
+        );
+        script("echo 'Unable to connect to slurmstepd: Permission denied' >&2; exit 1");
+        let e = s.scontrol_listpids().expect_err("a step did not answer");
+        assert!(e.contains("exit status 1: Unable to connect"), "{e}");
         std::fs::remove_dir_all(&d).ok();
     }
 

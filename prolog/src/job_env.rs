@@ -10,6 +10,9 @@ use crate::{gpus, shared};
 pub struct Facts {
     pub node: String,
     pub job: Option<String>,
+    /// The job's SLUID (`SLURM_JOB_SLUID`, Slurm 25.11 and later): how 26.05's cgroup/v2 paths
+    /// name it.
+    pub sluid: Option<String>,
     /// The job's GPUs (physical indices), with gres/gpu.
     pub cuda_visible_devices: Option<String>,
     /// slurmd's config, for scontrol.
@@ -35,6 +38,7 @@ impl Facts {
         Facts {
             node,
             job: var("SLURM_JOB_ID"),
+            sluid: var("SLURM_JOB_SLUID"),
             cuda_visible_devices: var("CUDA_VISIBLE_DEVICES"),
             slurm_conf: var("SLURM_CONF"),
             script_context: var("SLURM_SCRIPT_CONTEXT"),

@@ -33,13 +33,11 @@ fn problem(code: ReasonCode) -> &'static str {
     }
 }
 
+/// `s` on one line, its white space (newlines and tabs too) one space each; what is left of
+/// control characters, and `|`, escaped by the one function for text that is not ours (the
+/// report's sentences carry process names).
 fn one_line(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() || c == '|' { ' ' } else { c })
-        .collect::<String>()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
+    nccl_check_host::text::escape_control(&s.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 /// The reason for a FAIL of `job` (`None` for a recheck) whose report is `report`: told by the
@@ -208,7 +206,10 @@ mod tests {
         let mut r = fail(vec![]);
         r.head.summary = format!("nccl-check: line one\nline\ttwo | {}", "x".repeat(400));
         let s = drain_reason(Some(&r), Some("1"));
-        assert!(s.starts_with("nccl-check:FAIL|line one line two x"), "{s}");
+        assert!(
+            s.starts_with("nccl-check:FAIL|line one line two \\u{7c} x"),
+            "{s}"
+        );
         assert_eq!(s.matches(PREFIX).count(), 1);
         assert_eq!(s.matches('|').count(), 1);
         assert!(!s.contains('\n') && s.chars().count() <= 200, "{s}");

@@ -324,12 +324,6 @@ pub fn parse_jobs_json(
     Ok(out)
 }
 
-/// The jobs that hold `slurm.node` now (`squeue --json`), whatever their GPUs.
-pub fn running_jobs(slurm: &Slurm) -> Result<BTreeSet<String>, String> {
-    let text = slurm.squeue_json(&["-w", &slurm.node])?;
-    parse_jobs_json(&text, &slurm.node).map(|m| m.into_keys().collect())
-}
-
 /// Asks Slurm which GPUs of `slurm.node` the jobs on it hold; `job` is this run's job. Two
 /// bounded questions: the node's line (its gres counts: fields only the admin and slurmctld
 /// write) and `squeue --json` (the jobs: Slurm's structured answer, never a line that mixes in

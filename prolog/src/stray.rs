@@ -4,14 +4,18 @@
 //! from NVML before measuring (`gpus[].health.processes`, its own pid left out); the prolog's own
 //! earlier workers (the same binary as `worker`, run as root) never count.
 //!
-//! `stray_processes = "fail"` (default) makes such a run a FAIL with a drain reason that says
-//! `busy`; `"warn"` logs it and leaves the verdict to the measurement.
+//! Whose each process is comes from Slurm ([`owner`]). Only a process Slurm says is of no job
+//! (or this job's) is a stray: `stray_processes = "fail"` (default) makes such a run a FAIL with
+//! a drain reason that says `busy`; `"warn"` logs it and leaves the verdict to the measurement.
+//! Another job's process, or one whose owner is not known, never drains: the run is not judged
+//! where it would FAIL. Busy CPUs ([`cpu_busy`]) never drain at all.
 
 pub mod cpu_busy;
+pub mod owner;
 
 use nccl_check_contract::report::process::GpuProcess;
 use nccl_check_contract::report::Report;
-use std::collections::BTreeSet;
+use owner::{Owner, Owners};
 use std::path::Path;
 
 /// What a stray process does to the verdict.
@@ -62,78 +66,30 @@ pub fn is_our_worker(pid: u32, worker: &Path) -> bool {
     }
 }
 
-/// The Slurm job whose cgroup holds a process, from its `/proc/PID/cgroup`: the first `job_N`
-/// component of a path (v2 `0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0`, v1
-/// `4:memory:/slurm/uid_1000/job_42/step_batch`). The first one: below its step a job's owner
-/// may create cgroups of any name, but only slurmstepd puts a process under `job_N`.
-pub fn job_in_cgroup(text: &str) -> Option<String> {
-    text.lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2))
-        .find_map(|path| {
-            path.split('/')
-                .find_map(|c| c.strip_prefix("job_"))
-                .filter(|n| !n.is_empty() && n.len() <= 20 && n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .map(str::to_string)
-}
-
-/// [`job_in_cgroup`] of a running process (None when it has ended or is in no job).
-pub fn job_of_pid(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    job_in_cgroup(&text)
-}
-
-/// A process on a checked GPU that runs in another Slurm job's cgroup.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OtherJobs {
-    pub gpu: String,
-    pub process: GpuProcess,
-    pub job: String,
-}
-
-/// The strays that run in a job other than `ours` (`job_of`: [`job_of_pid`] but in tests).
-pub fn in_other_jobs(
-    strays: &[Stray],
-    ours: Option<&str>,
-    job_of: &dyn Fn(u32) -> Option<String>,
-) -> Vec<OtherJobs> {
-    strays
+/// Why the run cannot be judged when a checked GPU has a process that is neither this job's
+/// nor, as Slurm says, of no job: another job's (the node is shared, its load is not the
+/// node's fault) or one whose owner is not known (it may be another job's). None when every
+/// process is this job's or of no job: then they are strays.
+pub fn not_judged(strays: &[Stray], owners: &Owners) -> Option<String> {
+    let said: Vec<String> = strays
         .iter()
         .flat_map(|s| s.processes.iter().map(move |p| (s, p)))
-        .filter_map(|(s, p)| {
-            let job = job_of(p.pid).filter(|j| Some(j.as_str()) != ours)?;
-            Some(OtherJobs {
-                gpu: s.gpu.clone(),
-                process: p.clone(),
-                job,
-            })
+        .filter_map(|(s, p)| match owners.of(p.pid) {
+            Owner::ThisJob | Owner::NoJob => None,
+            o @ Owner::Job(_) => Some(format!("{} has a process of {o} ({p})", s.gpu)),
+            Owner::Unknown => Some(format!("{} has a process of a job not known ({p})", s.gpu)),
         })
-        .collect()
-}
-
-/// Why the run cannot be judged when another running job loads a checked GPU: its processes,
-/// of jobs Slurm says hold this node (`running`; where Slurm cannot say, every such job counts:
-/// judged less, never more). None when no such process is of a running job (then a process
-/// left in an ended job's cgroup is a stray like any other).
-pub fn other_jobs_load(
-    found: &[OtherJobs],
-    running: &Result<BTreeSet<String>, String>,
-) -> Option<String> {
-    let load: Vec<String> = found
-        .iter()
-        .filter(|o| running.as_ref().map_or(true, |r| r.contains(&o.job)))
-        .map(|o| format!("{} has a process of job {} ({})", o.gpu, o.job, o.process))
         .collect();
-    if load.is_empty() {
+    if said.is_empty() {
         return None;
     }
-    let said = match running {
-        Ok(_) => "which Slurm says runs on this node".to_string(),
-        Err(e) => format!("and Slurm could not say which jobs run here ({e})"),
+    let why = match owners.not_listed() {
+        None => "as Slurm says".to_string(),
+        Some(e) => format!("and Slurm could not list the jobs' processes ({e})"),
     };
     Some(format!(
-        "{} {said}: another job's load is not this node's fault",
-        load.join("; ")
+        "{} {why}: another job's load is not this node's fault",
+        said.join("; ")
     ))
 }
 
@@ -205,27 +161,10 @@ mod tests {
         assert!(find(&clean, &|_| false).is_empty());
     }
 
+    /// On GPU0 a process of running job 12, on GPU1 one of this job (9), on GPU2 one of no job
+    /// (Slurm's `listpids` lists every step's processes on the node and not it).
     #[test]
-    fn the_job_of_a_process_is_its_first_job_cgroup_that_slurm_made() {
-        let v2 = "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n";
-        assert_eq!(job_in_cgroup(v2), Some("42".into()));
-        let v1 = "9:pids:/\n4:memory:/slurm/uid_1000/job_7/step_batch\n0::/\n";
-        assert_eq!(job_in_cgroup(v1), Some("7".into()));
-        // The owner's own cgroups below the step never name another job.
-        let nested = "0::/system.slice/slurmstepd.scope/job_42/step_0/user/job_99/x\n";
-        assert_eq!(job_in_cgroup(nested), Some("42".into()));
-        for none in [
-            "0::/user.slice/session-3.scope\n",
-            "0::/job_/x\n",
-            "0::/job_4a/x\n",
-            "",
-        ] {
-            assert_eq!(job_in_cgroup(none), None, "{none:?}");
-        }
-    }
-
-    #[test]
-    fn another_running_jobs_process_makes_the_run_unjudged_and_an_ended_jobs_does_not() {
+    fn only_processes_slurm_says_are_of_no_job_or_this_job_are_strays() {
         let report = Report {
             body: Body {
                 gpus: vec![gpu(0, &[4242]), gpu(1, &[5151]), gpu(2, &[6161])],
@@ -234,37 +173,36 @@ mod tests {
             ..Report::default()
         };
         let strays = find(&report, &|_| false);
-        // 4242 in job 12 (running), 5151 in job 9 (ours), 6161 in no job.
-        let job_of = |pid: u32| match pid {
-            4242 => Some("12".to_string()),
-            5151 => Some("9".to_string()),
-            _ => None,
-        };
-        let found = in_other_jobs(&strays, Some("9"), &job_of);
-        assert_eq!(found.len(), 1);
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let table = "PID JOBID STEPID LOCALID GLOBALID\n4242 12 0 0 0\n5151 9 batch 0 0\n";
+        let owners = Owners::new(Ok(table.into()), tmp.path(), Some("9"), None);
+        let why = not_judged(&strays, &owners).expect("another job's process");
         assert_eq!(
-            (found[0].gpu.as_str(), found[0].job.as_str()),
-            ("GPU0", "12")
+            why,
+            "GPU0 has a process of job 12 (pid 4242, user bob, 8.0 GiB) as Slurm says: \
+             another job's load is not this node's fault"
         );
-        let why = other_jobs_load(&found, &Ok(["12".to_string()].into())).expect("unjudged");
+        assert_eq!(
+            not_judged(&strays[1..], &owners),
+            None,
+            "this job's and no job's"
+        );
+        // slurmd cannot answer and no cgroup names a job: not known, never a stray.
+        let unknown = Owners::new(
+            Err("scontrol: timed out".into()),
+            tmp.path(),
+            Some("9"),
+            None,
+        );
+        let why = not_judged(&strays[2..], &unknown).expect("not known");
         assert!(
             why.starts_with(
-                "GPU0 has a process of job 12 (pid 4242, user bob, 8.0 GiB) which Slurm says runs"
+                "GPU2 has a process of a job not known (pid 6161, user bob, 8.0 GiB) and Slurm \
+                 could not list the jobs' processes (scontrol: timed out)"
             ),
             "{why}"
         );
-        // Job 12 ended (its process lingers in its cgroup): a stray like any other.
-        assert_eq!(
-            other_jobs_load(&found, &Ok(["13".to_string()].into())),
-            None
-        );
-        // Slurm cannot say: judged less.
-        let why = other_jobs_load(&found, &Err("squeue: timed out".into())).expect("unjudged");
-        assert!(
-            why.contains("could not say which jobs run here (squeue: timed out)"),
-            "{why}"
-        );
-        assert_eq!(other_jobs_load(&[], &Err("x".into())), None);
+        assert_eq!(not_judged(&[], &unknown), None);
     }
 
     #[test]

@@ -19,8 +19,8 @@
 #                 (report and verdict line: e2's own says GPU0, the others e2 GPU0), first and
 #                 with the pid; none names any node's network
 # With --prolog (root): the prolog gate with gpus = "all" under each CPU load, N runs, no cache,
-# a recording scontrol: no run drains naming hardware (busy CPUs of no job may drain as `busy`,
-# by the `stray_processes` policy; the busy loops here belong to no job).
+# a recording scontrol: no run drains naming hardware (busy CPUs never drain: the loops here, of
+# no job, are named beside the verdict).
 # Prints one line per run and `cause: N failed`; exits non-zero when any expectation failed.
 set -u
 bin=$1 lib=$2 out=$3; shift 3

@@ -37,7 +37,19 @@ export NCCL_CHECK_CLUSTER_DIR NCCL_CHECK_CLUSTER_PORT=${NCCL_CHECK_CLUSTER_PORT:
 NCCL_CHECK_CLUSTER_DIR=$(mktemp -d /var/tmp/nccl-check-prolog-ci.XXXXXX)
 CL=$NCCL_CHECK_CLUSTER_DIR
 chmod 755 "$CL"
-cleanup() { shadow_undo; bash "$REPO/slurm/test-cluster/down.sh" --purge; true; }
+# A second, unprivileged user (created for the suite when missing, removed after): another
+# user's processes and jobs beside the starting job.
+EVIL=${NCCL_CHECK_EVIL_USER:-ncclevil}
+CREATED_EVIL=
+if ! id "$EVIL" >/dev/null 2>&1; then
+    useradd -M -s /bin/bash "$EVIL" && CREATED_EVIL=1
+fi
+cleanup() {
+    shadow_undo
+    bash "$REPO/slurm/test-cluster/down.sh" --purge
+    [ -n "$CREATED_EVIL" ] && userdel "$EVIL" 2>/dev/null
+    true
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -534,9 +546,9 @@ t_a_crashing_program_named_like_an_xid_drains_nothing() {
 
 xid_crash_then_a_job() { # PYTHON: the crash and its epilog, the kernel's line, then a job on n1
     local crash="$T/work/Xid (PCI:0):79" j1 j2 pid
-    # stray_processes = "warn": with fault_root = "/" the prolog also reads this machine's real
-    # process table, where a build beside the suite keeps CPUs busy; this test is about the log.
-    conf 'fault_root = "/"' 'cache_seconds = 0' 'stray_processes = "warn"'
+    # With fault_root = "/" the prolog also reads this machine's real process table, where a
+    # build beside the suite keeps CPUs busy: said beside the verdict, never a drain.
+    conf 'fault_root = "/"' 'cache_seconds = 0'
     touch "$T/epilog-on"
     ln -sfn "$1" "$crash" || { fail "ln $1"; return; }
     printf '#!/bin/bash\n"%s" -c "import ctypes; ctypes.string_at(0)" &\npid=$!\nwait $pid\necho "crashed pid=$pid rc=$?"\n' \
@@ -557,6 +569,87 @@ assert not g["faults"]["findings"], g["faults"]' "$T/state/n1/gate.json" || fail
     [ "$(ran_on "$j2")" = n1 ] || fail "job $j2 did not run on n1: $(reason_of n1)"
     drained n1 && fail "a user's crashing program drained n1: $(reason_of n1)"
     rm -f "$crash"
+}
+
+# Another user's load never drains (issue 45 finding 3, issue 46's linuxproc finding): a second,
+# unprivileged user runs a CPU-only job on n1 whose task is a busy loop, and two busy loops of no
+# job (as with ssh without pam_slurm_adopt), every loop's comm `x<ESC>[2J|y` (bash started
+# through a link of that name). The prolog of a starting job reads the real process table
+# (fault_root = "/") under the default stray_processes = "fail": PASS, nothing drained; the loops
+# are named with their user and whose they are, as Slurm says (`scontrol listpids`: this cluster
+# runs proctrack/linuxproc, so no cgroup says it), the comm escaped; no scontrol argument carries
+# the ESC. A real job started on n1 beside them runs there. The old code drained n1
+# `nccl-check:CPUs busy|... 2 processes of no job (pid ... (x<ESC>[2J|y) ...` (the job's loop was
+# "of no job" too).
+# starting_jobs_never_drain FIRST_JOB_ID PATTERN: up to 3 prologs of starting jobs on n1
+# (FIRST_JOB_ID, +1, +2) read the real process table; each passes, drains nothing and puts no
+# raw ESC in its verdict line; true once one's warning about busy CPUs matches PATTERN.
+starting_jobs_never_drain() {
+    local k id
+    for k in 0 1 2; do
+        id=$(($1 + k))
+        EXTRA_ENV="SLURMD_NODENAME=n1 SLURM_JOB_ID=$id" prolog_direct
+        [ "$RC" = 0 ] && grep -q "PASS job $id on n1" "$ERR" || fail "beside another user's busy CPUs: rc $RC, $(cat -v "$ERR")"
+        drained n1 && { fail "another user's busy CPUs drained n1: $(reason_of n1 | cat -v)"; return 0; }
+        grep -q $'\033' "$ERR" && fail "a raw ESC reached the verdict line: $(cat -v "$ERR")"
+        grep -q "; WARNING CPUs: busy: [0-9]* process.* not this job's (.*$2.*(warned only: busy CPUs never drain)" "$ERR" && return 0
+    done
+    return 1
+}
+
+t_another_users_busy_cpus_never_drain() {
+    local esc link j b i real
+    esc=$(printf 'x\033[2J|y')
+    mkdir -p "$T/evil" && chmod 1777 "$T/evil"
+    link="$T/evil/$esc"
+    ln -sfn /bin/bash "$link"
+    real=$(command -v scontrol)
+    printf '#!/bin/sh\nprintf "%%s\\n" "$*" >> %s\nexec %s "$@"\n' "$T/scontrol-args" "$real" > "$T/bin/scontrol-rec"
+    chmod 755 "$T/bin/scontrol-rec" && ln -sfn "$(command -v squeue)" "$T/bin/squeue" && : > "$T/scontrol-args"
+    conf 'fault_root = "/"' 'cache_seconds = 0' "scontrol = \"$T/bin/scontrol-rec\""
+    j=$(cd /tmp && timeout 20 runuser -u "$EVIL" -- env SLURM_CONF="$SLURM_CONF" sbatch --parsable -w n1 -n1 \
+        -o /dev/null --wrap "exec \"$link\" -c 'echo \$\$ > $T/evil/job-loop; while :; do :; done'") \
+        || { fail "sbatch as $EVIL failed"; return; }
+    timeout 30 bash -c "until [ -s $T/evil/job-loop ]; do sleep 0.3; done" \
+        || { fail "job $j's loop did not start: $(squeue -h -j "$j" -o '%T %R' 2>&1), n1: $(reason_of n1 | cat -v)"; scancel "$j"; return; }
+    for i in 1 2; do
+        # setsid and setpriv exec (runuser would wait as a parent, and stop itself when its
+        # child is stopped below); a session of its own, as a login's loop would have.
+        timeout -k 1 120 setsid setpriv --reuid="$EVIL" --regid="$EVIL" --init-groups -- "$link" \
+            -c "echo \$\$ > $T/evil/loop$i; while :; do :; done" &
+    done
+    timeout 10 bash -c "until [ -s $T/evil/loop1 ] && [ -s $T/evil/loop2 ]; do sleep 0.2; done" || fail "the loops of no job did not start"
+    # On a CI machine whose builds load every core the loops would get too little CPU to count
+    # as busy (half a CPU each): root raises their priority and their sessions' (the kernel's
+    # autogroups share the CPUs by session), so they keep the CPUs busy as on an idle node.
+    for i in "$T/evil/job-loop" "$T/evil/loop1" "$T/evil/loop2"; do
+        renice -n -10 -p "$(cat "$i")" >/dev/null || fail "renice $i"
+        [ -e "/proc/$(cat "$i")/autogroup" ] && echo -10 > "/proc/$(cat "$i")/autogroup"
+    done
+    sleep 1
+    # Whether a loop counts as busy (half a CPU over 300 ms) depends on what else this 2-core
+    # machine runs, so the job's loop and the loops of no job are judged in turn (the others
+    # stopped, SIGSTOP), each with up to 3 starting jobs, every one of which must pass without a
+    # drain and one of which must name them; then all three run beside a real job.
+    local jl l1 l2
+    jl=$(cat "$T/evil/job-loop") l1=$(cat "$T/evil/loop1") l2=$(cat "$T/evil/loop2")
+    kill -STOP "$l1" "$l2"
+    starting_jobs_never_drain 9001 "pid $jl (x\\\\u{1b}\[2J\\\\u{7c}y), user $EVIL, job $j, " \
+        || fail "job $j's loop was never named as its job's (listpids), escaped: $(cat -v "$ERR")"
+    kill -STOP "$jl"; kill -CONT "$l1" "$l2"
+    starting_jobs_never_drain 9011 "(x\\\\u{1b}\[2J\\\\u{7c}y), user $EVIL, no job, .*(x\\\\u{1b}\[2J\\\\u{7c}y), user $EVIL, no job, " \
+        || fail "the loops of no job were never named, escaped: $(cat -v "$ERR")"
+    kill -CONT "$jl"
+    grep -q "^listpids \* n1$" "$T/scontrol-args" || fail "scontrol listpids was not asked: $(cat "$T/scontrol-args")"
+    # A real job starting beside them (n1's other core): its prolog passes, it runs on n1.
+    b=$(submit -w n1) && wait_done "$b" 60
+    [ "$(ran_on "$b")" = n1 ] || fail "job $b did not run on n1: $(reason_of n1 | cat -v)"
+    drained n1 && fail "job $b's prolog drained n1: $(reason_of n1 | cat -v)"
+    grep -q $'\033' "$T/scontrol-args" && fail "an ESC reached scontrol's argument: $(cat -v "$T/scontrol-args")"
+    for i in 1 2; do kill "$(cat "$T/evil/loop$i")" 2>/dev/null; done
+    scancel "$j"; wait_done "$j" 30
+    wait
+    rm -f "$T/bin/squeue" "$T/bin/scontrol-rec"
 }
 
 # slurm_conf_edit SED_EXPR: the cluster's slurm.conf edited (saved first to slurm.conf.saved)
@@ -783,6 +876,7 @@ run_test "a Prolog= glob whose only file is the gate: the refusal says to remove
 run_test "PrologEpilogTimeout raised in the file before a reconfigure: the controller's stricter value cuts the budget, slurmd drains nothing" t_a_timeout_raised_in_the_file_before_a_reconfigure
 run_test "--check-config: no Slurm configuration at all, or a local slurm.conf shadowing the configless cache, is NOT READY" t_no_slurm_config_or_a_shadowing_slurm_conf_is_not_ready
 run_test "a closed pipe (| head -1): --check-config keeps exit 2, --recheck --dry-run, the worker and nccl-check-plugstack never panic" t_a_closed_pipe_keeps_the_exit_code_and_never_panics
+run_test "another user's busy loops of no job and another job's busy task beside a starting job never drain; named by listpids, the comm escaped" t_another_users_busy_cpus_never_drain
 
 # --- a shared node: the cluster again, now with 4 gres GPUs on each node ----------------------
 # The GPUs are plain files (slurmd only stats them: the same on 22.05, 24.11 and 26.05); the
@@ -908,7 +1002,7 @@ if [ -z "$FILTER" ] || [[ "a shared node" == *"$FILTER"* ]]; then
 fi
 
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 27 ]; then
-    say "only $STARTED of 27 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 28 ]; then
+    say "only $STARTED of 28 tests ran"; exit 1
 fi
 exit 0

@@ -258,15 +258,10 @@ fn user_name(uid: u32) -> String {
     }
 }
 
-/// `0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0` → `4242` (cgroup v2 and v1
-/// both name the job `job_N`).
+/// `0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0` → `4242`; 26.05's
+/// `.../slurmstepd.scope/s14DKSR4920005/...` → its SLUID (the host crate's one reading).
 pub fn slurm_job(cgroup: &str) -> Option<String> {
-    cgroup.lines().find_map(|l| {
-        l.split('/').find_map(|part| {
-            let n = part.strip_prefix("job_")?;
-            (!n.is_empty() && n.bytes().all(|c| c.is_ascii_digit())).then(|| n.to_string())
-        })
-    })
+    nccl_check_host::slurm_job::job_of_cgroup(cgroup).map(|j| j.to_string())
 }
 
 impl HostLoad {

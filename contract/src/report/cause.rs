@@ -34,7 +34,7 @@ impl CauseClass {
 
     /// Whether a FAIL of this class is the node's own fault whatever runs on it, and so
     /// drains: hardware and missing parts. A busy node drains only as the prolog's
-    /// `stray_processes` says, and only for processes of no job.
+    /// `stray_processes` says, and only for GPU processes Slurm says are of no job.
     pub fn is_fault(self) -> bool {
         matches!(self, CauseClass::Hardware | CauseClass::Missing)
     }

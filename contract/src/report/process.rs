@@ -18,7 +18,9 @@ impl std::fmt::Display for GpuProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "pid {}", self.pid)?;
         if !self.user.is_empty() {
-            write!(f, ", user {}", self.user)?;
+            // The user's name reaches drain reasons and log lines: shown, never obeyed.
+            let user = nccl_check_host::text::escape_control(&self.user);
+            write!(f, ", user {user}")?;
         }
         if let Some(b) = self.used_bytes {
             write!(f, ", {:.1} GiB", b as f64 / f64::from(1u32 << 30))?;
@@ -50,6 +52,16 @@ pub fn busy_prefix(subject: &str, others: &[GpuProcess]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_users_name_is_shown_escaped() {
+        let p = GpuProcess {
+            pid: 7,
+            user: "x\x1b[2J|y".into(),
+            used_bytes: None,
+        };
+        assert_eq!(p.to_string(), "pid 7, user x\\u{1b}[2J\\u{7c}y");
+    }
 
     #[test]
     fn busy_prefix_names_at_most_four_processes() {

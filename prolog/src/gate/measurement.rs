@@ -8,9 +8,10 @@ use crate::decide::{self, Actions, CacheAction, Mode, Whose};
 use crate::drain::{self, DrainOutcome};
 use crate::job_env::Selection;
 use crate::status::{GateState, Status};
-use crate::stray::cpu_busy::{self, CpuScan};
+use crate::stray::cpu_busy::{self, CpuScan, Named};
+use crate::stray::owner::Owners;
 use crate::words::{self, Line};
-use crate::{cache, metrics, reason, shared, state, stray, worker};
+use crate::{cache, metrics, reason, state, stray, worker};
 use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
@@ -42,7 +43,8 @@ struct Judged<'r> {
     actions: Actions,
 }
 
-/// The strays found on the node: GPU processes (`stray`) and busy CPUs (`stray::cpu_busy`).
+/// The strays found on the node (GPU processes of no job, `stray`) and the warning of busy
+/// CPUs not this job's (`stray::cpu_busy`, never a drain).
 struct Strays {
     verdict: Verdict,
     drain_reason: Option<String>,
@@ -168,24 +170,38 @@ impl Gate<'_> {
     }
 
     /// The processes keeping the node's CPUs busy (`fault_root`'s `proc/`), the prolog's own
-    /// and its earlier workers left out.
-    fn cpu_scan(&mut self) -> CpuScan {
+    /// and its earlier workers left out; named once Slurm has said whose they are.
+    fn cpu_scan(&self) -> CpuScan {
         let root = nccl_check_host::read::under(&self.cfg.fault_root, "/proc");
         let worker = self.cfg.worker.clone();
         let me = std::process::id();
-        let scan = cpu_busy::watch_cpus(&root, cpu_busy::WINDOW, &|pid| {
+        cpu_busy::watch_cpus(&root, cpu_busy::WINDOW, &|pid| {
             pid == me || stray::is_our_worker(pid, &worker)
-        });
-        if !scan.busy.is_empty() {
-            let all: Vec<String> = scan.busy.iter().take(8).map(|p| p.to_string()).collect();
-            self.log.info(&format!(
-                "{}: busy CPUs before the check ({} CPUs): {}",
-                self.facts.node,
-                scan.cpus,
-                all.join("; ")
+        })
+    }
+
+    /// Whose the processes are, as Slurm says now (`scontrol listpids`, after the worker read
+    /// the GPUs' processes, so a process seen there that Slurm does not list is of no job), with
+    /// a quarter of what is left of the budget. Asked only when there is a process to name.
+    fn owners(&mut self, slurm: &drain::Slurm) -> Owners {
+        let ask = drain::Slurm {
+            deadline: Deadline::after(self.deadline.with_grace().remaining() / 4),
+            ..slurm.clone()
+        };
+        let owners = Owners::new(
+            ask.scontrol_listpids(),
+            &nccl_check_host::read::under(&self.cfg.fault_root, "/proc"),
+            self.facts.job.as_deref(),
+            self.facts.sluid.as_deref(),
+        );
+        if let Some(e) = owners.not_listed() {
+            self.log.warn(&format!(
+                "{}: Slurm could not say whose the processes are ({e}); a process in no job's \
+                 cgroup is then of a job not known, which never drains",
+                self.facts.node
             ));
         }
-        scan
+        owners
     }
 
     /// The verdict after strays, the drain reason of a FAIL and what the mode does about it:
@@ -201,16 +217,26 @@ impl Gate<'_> {
     ) -> Judged<'r> {
         let report = run.report.as_ref().ok();
         let job = self.facts.job_label(self.mode);
+        let worker = self.cfg.worker.clone();
+        let gpu = report
+            .map(|r| stray::find(r, &|pid| stray::is_our_worker(pid, &worker)))
+            .unwrap_or_default();
+        let owners = (!gpu.is_empty() || !cpu.busy.is_empty()).then(|| self.owners(slurm));
+        // Slurm's word on the GPUs first (which other jobs hold them), then on the processes.
         let mut judged = sel.strays_judged.clone();
-        if let Some(why) = report.and_then(|r| self.other_jobs_load(r, slurm)) {
+        if let (Ok(()), Some(why)) = (
+            &judged,
+            owners.as_ref().and_then(|o| stray::not_judged(&gpu, o)),
+        ) {
             judged = Err(why);
         }
+        let cpu_said = owners.as_ref().and_then(|o| self.cpu_said(cpu, o));
         // A worker that found the node only busy ends busy (exit 8, an ERROR: the hardware was
         // not judged); the gate weighs it as the busy FAIL it was before: by whose the
         // processes are (`decide::found`), never as the hardware's.
         let busy = run.exit_code == Some(nccl_check_contract::exit::ExitCode::Busy.code());
         let verdict = if busy { Verdict::Fail } else { run.verdict };
-        let st = self.strays(verdict, report, &judged, job.as_deref(), cpu);
+        let st = self.strays(verdict, &gpu, &judged, job.as_deref(), cpu_said);
         if let Some(p) = run.problem.as_deref().filter(|_| run.contradicted) {
             self.log.error(p);
         }
@@ -237,9 +263,9 @@ impl Gate<'_> {
         });
         let busy_kept = match found {
             decide::Found::Busy(w) if !actions.drain => Some(match w {
-                Whose::OtherJob => "another job's processes",
-                Whose::Unknown => "whose processes is not known",
+                Whose::Unknown => "another job's processes, or whose is not known",
                 Whose::NoJob => "stray_processes = \"warn\"",
+                Whose::CpuLoad => "busy CPUs never drain: any user can load them",
             }),
             _ => None,
         };
@@ -255,20 +281,25 @@ impl Gate<'_> {
         }
     }
 
-    /// Why the run cannot be judged when a process of another running job is on a checked GPU
-    /// ([`stray::other_jobs_load`]); Slurm is asked which jobs run here only when there is one.
-    fn other_jobs_load(&mut self, report: &Report, slurm: &drain::Slurm) -> Option<String> {
-        let worker = self.cfg.worker.clone();
-        let strays = stray::find(report, &|pid| stray::is_our_worker(pid, &worker));
-        let found = stray::in_other_jobs(&strays, self.facts.job.as_deref(), &stray::job_of_pid);
-        if found.is_empty() {
-            return None;
+    /// Busy CPUs before the check, each named with whose it is (logged), and the sentence the
+    /// verdict carries when those not this job's use a quarter of the CPUs: never a drain.
+    fn cpu_said(&mut self, cpu: &CpuScan, owners: &Owners) -> Option<String> {
+        if !cpu.busy.is_empty() {
+            let all: Vec<String> = cpu
+                .busy
+                .iter()
+                .take(8)
+                .map(|p| Named(p, &owners.of(p.pid)).to_string())
+                .collect();
+            self.log.info(&format!(
+                "{}: busy CPUs before the check ({} CPUs): {}",
+                self.facts.node,
+                cpu.cpus,
+                all.join("; ")
+            ));
         }
-        let ask = drain::Slurm {
-            deadline: Deadline::after(self.deadline.with_grace().remaining() / 4),
-            ..slurm.clone()
-        };
-        stray::other_jobs_load(&found, &shared::running_jobs(&ask))
+        let others = cpu.others(owners);
+        (!others.is_empty()).then(|| cpu_busy::sentence(&others))
     }
 
     /// The identities a pass may be cached under: only a pass of exactly the GPUs we meant (a
@@ -359,57 +390,58 @@ impl Gate<'_> {
         self.publish(places, &st, &sample);
     }
 
-    /// Other processes on the checked GPUs (`stray`) and busy CPUs of no job
-    /// (`stray::cpu_busy`): logged always; with `stray_processes = "fail"` a PASS becomes a
-    /// FAIL and the drain reason says `busy`. GPU strays only where every checked GPU is this
-    /// job's or no job's (`judged`): the job's GPUs (`gpus = "job"`), a recheck (which runs
-    /// only on a node without jobs), or `gpus = "all"` with the GPUs Slurm gave other jobs left
-    /// out ([`crate::shared`]). Where Slurm could not say, a GPU may be another job's, whose
-    /// processes are not strays: warned, never drained. Busy CPUs of a running job (its cgroup
-    /// says) are never strays. `whose` is what `decide` reads for a FAIL of a busy node.
+    /// Other processes on the checked GPUs (`stray`) and busy CPUs not this job's
+    /// (`stray::cpu_busy`): logged always. GPU processes count only where every checked GPU is
+    /// this job's or no job's and Slurm says each process is this job's or of no job
+    /// (`judged`): `gpus = "job"`, a recheck (which runs only on a node without jobs), or
+    /// `gpus = "all"` with the GPUs Slurm gave other jobs left out ([`crate::shared`]); then
+    /// with `stray_processes = "fail"` a PASS becomes a FAIL and the drain reason says `busy`.
+    /// Otherwise they are warned, never drained. Busy CPUs (`cpu_said`) are only ever warned.
+    /// `whose` is what `decide` reads for a FAIL of a busy node.
     fn strays(
         &mut self,
         verdict: Verdict,
-        report: Option<&Report>,
+        gpu: &[stray::Stray],
         judged: &Result<(), String>,
         job: Option<&str>,
-        cpu: &CpuScan,
+        cpu_said: Option<String>,
     ) -> Strays {
-        let worker = self.cfg.worker.clone();
-        let gpu = report
-            .map(|r| stray::find(r, &|pid| stray::is_our_worker(pid, &worker)))
-            .unwrap_or_default();
-        let cpu_strays = cpu.strays();
         let whose = match (gpu.is_empty(), judged) {
             (false, Ok(())) => Whose::NoJob,
             (false, Err(_)) => Whose::Unknown,
-            _ if !cpu_strays.is_empty() => Whose::NoJob,
-            _ if !cpu.of_jobs().is_empty() => Whose::OtherJob,
+            _ if cpu_said.is_some() => Whose::CpuLoad,
             _ => Whose::Unknown,
         };
-        let (reason, can_fail) = if !gpu.is_empty() {
-            (stray::drain_reason(&gpu, job), judged.is_ok())
-        } else if !cpu_strays.is_empty() {
-            (cpu_busy::drain_reason(&cpu_strays, job), true)
-        } else {
-            return Strays {
-                verdict,
-                drain_reason: None,
-                warning: None,
-                whose,
-            };
+        let cpu_warning = cpu_said.map(|c| format!("{c} (warned only: busy CPUs never drain)"));
+        if let Some(w) = &cpu_warning {
+            self.log.warn(&format!("{}: {w}", self.facts.node));
+        }
+        let quiet = |warning| Strays {
+            verdict,
+            drain_reason: None,
+            warning,
+            whose,
         };
-        let fail = can_fail && self.cfg.stray_processes == stray::Policy::Fail;
+        if gpu.is_empty() {
+            return quiet(cpu_warning);
+        }
+        let reason = stray::drain_reason(gpu, job);
+        let fail = judged.is_ok() && self.cfg.stray_processes == stray::Policy::Fail;
         let why = match judged {
             _ if fail => String::new(),
-            Err(e) if !gpu.is_empty() => format!(" (warned only: {e})"),
-            _ => " (warned only: stray_processes = \"warn\")".to_string(),
+            Err(e) => format!(" (warned only: {e})"),
+            Ok(()) => " (warned only: stray_processes = \"warn\")".to_string(),
         };
-        let warning = format!(
+        let gpu_warning = format!(
             "{}{why}",
             reason.split_once('|').map_or(reason.as_str(), |(_, s)| s)
         );
-        self.log.warn(&format!("{}: {warning}", self.facts.node));
+        self.log
+            .warn(&format!("{}: {gpu_warning}", self.facts.node));
+        let warning = match cpu_warning {
+            Some(c) => format!("{gpu_warning}; {c}"),
+            None => gpu_warning,
+        };
         match (fail, verdict) {
             (true, Verdict::Pass | Verdict::Fail) => Strays {
                 verdict: Verdict::Fail,
@@ -417,12 +449,7 @@ impl Gate<'_> {
                 warning: None,
                 whose,
             },
-            _ => Strays {
-                verdict,
-                drain_reason: None,
-                warning: Some(warning),
-                whose,
-            },
+            _ => quiet(Some(warning)),
         }
     }
 

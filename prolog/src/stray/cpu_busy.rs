@@ -1,12 +1,13 @@
-//! Processes keeping the node's CPUs busy, and whose they are: a node whose CPUs a leftover
-//! process of no job keeps busy is not clean, like a GPU another process holds (a check under
-//! such load reads NVLink and the network as slow). Read from procfs over a short
-//! window: each process's CPU time (`/proc/PID/stat` utime + stime) at the start and the end,
-//! and its cgroup (`/proc/PID/cgroup`) to tell a Slurm job's process (a `job_NNN` component,
-//! cgroup v1 or v2) from one of no job. Busy CPUs of a running job are never a stray: the node
-//! is shared, not dirty.
+//! Processes keeping the node's CPUs busy, and whose they are. Read from procfs over a short
+//! window: each process's CPU time (`/proc/PID/stat` utime + stime) at the start and the end;
+//! whose each is comes from Slurm afterwards ([`super::owner`]). A check under such load reads
+//! NVLink and the network as slow, so the busy processes that are not this job's are named
+//! (pid, user, command, their job where Slurm says) beside the verdict; they never drain: any
+//! user who can run a process on the node (ssh without `pam_slurm_adopt`, cron, another job on a
+//! shared node) can keep its CPUs busy, and a node must not be taken out of service for that.
 
-use nccl_check_host::read;
+use super::owner::{Owner, Owners};
+use nccl_check_host::{read, text::escape_control};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -16,9 +17,9 @@ use std::time::Duration;
 pub const WINDOW: Duration = Duration::from_millis(300);
 /// A process that used at least this many CPUs over the window is busy.
 pub const BUSY_CPUS: f64 = 0.5;
-/// The busy processes of no job make the node not clean when together they use at least this
-/// share of its CPUs (and at least one CPU): a stray daemon's spike does not, a leftover
-/// training loader or a stuck job's threads on a quarter of the cores do.
+/// The busy processes not this job's are said beside the verdict when together they use at
+/// least this share of its CPUs (and at least one CPU): a stray daemon's spike is not, a
+/// leftover training loader or another job's threads on a quarter of the cores are.
 pub const NODE_SHARE: f64 = 0.25;
 /// At most this many processes are read (a node has far fewer; more is not a procfs).
 const MAX_PIDS: usize = 1 << 17;
@@ -34,7 +35,7 @@ pub struct Ticks {
     pub start: u64,
 }
 
-/// A busy process, named.
+/// A busy process, named (`user` and `command` escaped: text a process chose).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BusyProcess {
     pub pid: u32,
@@ -42,23 +43,21 @@ pub struct BusyProcess {
     pub user: String,
     /// `comm`, as the kernel names the process.
     pub command: String,
-    /// The Slurm job whose cgroup it is in; None: no job's.
-    pub job: Option<String>,
     /// CPUs it used over the window (1.0 = one core all the time).
     pub cpus: f64,
 }
 
-impl std::fmt::Display for BusyProcess {
-    /// `pid 4242 (burn), user bob, 1.0 CPU`.
+/// A busy process with whose it is: `pid 4242 (burn), user bob, job 17, 1.0 CPU`.
+pub struct Named<'a>(pub &'a BusyProcess, pub &'a Owner);
+
+impl std::fmt::Display for Named<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "pid {} ({})", self.pid, self.command)?;
-        if !self.user.is_empty() {
-            write!(f, ", user {}", self.user)?;
+        let Named(p, owner) = self;
+        write!(f, "pid {} ({})", p.pid, p.command)?;
+        if !p.user.is_empty() {
+            write!(f, ", user {}", p.user)?;
         }
-        if let Some(j) = &self.job {
-            write!(f, ", job {j}")?;
-        }
-        write!(f, ", {:.1} CPU", self.cpus)
+        write!(f, ", {owner}, {:.1} CPU", p.cpus)
     }
 }
 
@@ -72,21 +71,21 @@ pub struct CpuScan {
 }
 
 impl CpuScan {
-    /// The busy processes of no job, when together they make the node not clean.
-    pub fn strays(&self) -> Vec<&BusyProcess> {
-        let none: Vec<&BusyProcess> = self.busy.iter().filter(|p| p.job.is_none()).collect();
-        let used: f64 = none.iter().map(|p| p.cpus).sum();
-        let floor = (NODE_SHARE * self.cpus as f64).max(1.0);
-        if used >= floor {
-            none
+    /// The busy processes that are not this job's, with whose they are, when together they use
+    /// [`NODE_SHARE`] of the node's CPUs (at least one); else none.
+    pub fn others<'a>(&'a self, owners: &Owners) -> Vec<(&'a BusyProcess, Owner)> {
+        let others: Vec<(&BusyProcess, Owner)> = self
+            .busy
+            .iter()
+            .map(|p| (p, owners.of(p.pid)))
+            .filter(|(_, o)| *o != Owner::ThisJob)
+            .collect();
+        let used: f64 = others.iter().map(|(p, _)| p.cpus).sum();
+        if used >= (NODE_SHARE * self.cpus as f64).max(1.0) {
+            others
         } else {
             Vec::new()
         }
-    }
-
-    /// The busy processes of running jobs (never strays).
-    pub fn of_jobs(&self) -> Vec<&BusyProcess> {
-        self.busy.iter().filter(|p| p.job.is_some()).collect()
     }
 }
 
@@ -124,11 +123,8 @@ pub fn judge_window(
         let dir = proc_root.join(pid.to_string());
         busy.push(BusyProcess {
             pid,
-            user: user_of(&dir),
-            command: read::small(&dir.join("comm"), 256).unwrap_or_default(),
-            job: read::small(&dir.join("cgroup"), 64 << 10)
-                .ok()
-                .and_then(|c| job_of_cgroup(&c)),
+            user: escape_control(&user_of(&dir)),
+            command: escape_control(&read::small(&dir.join("comm"), 256).unwrap_or_default()),
             cpus,
         });
     }
@@ -173,20 +169,6 @@ pub fn parse_stat(line: &str) -> Option<Ticks> {
     })
 }
 
-/// The Slurm job of a process from its `/proc/PID/cgroup`: the number of a `job_NNN`
-/// component (`0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0`, cgroup v2;
-/// `4:cpuset:/slurm/uid_1000/job_42/step_batch`, v1).
-pub fn job_of_cgroup(cgroup: &str) -> Option<String> {
-    cgroup
-        .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2))
-        .flat_map(|path| path.split('/'))
-        .find_map(|c| {
-            let n = c.strip_prefix("job_")?;
-            (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.to_string())
-        })
-}
-
 /// The owner of a process (real uid from `status`), by name when it has one.
 fn user_of(dir: &Path) -> String {
     let status = read::small(&dir.join("status"), 64 << 10).unwrap_or_default();
@@ -220,29 +202,23 @@ fn count_cpus(proc_root: &Path) -> usize {
         .unwrap_or(0)
 }
 
-/// `CPUs: busy: 2 processes of no job (pid 4242 (burn), user bob, 1.0 CPU; ...)`.
-pub fn sentence(strays: &[&BusyProcess]) -> String {
-    let n = strays.len();
-    let list: Vec<String> = strays.iter().take(4).map(|p| p.to_string()).collect();
+/// `CPUs: busy: 2 processes not this job's (pid 4242 (burn), user bob, no job, 1.0 CPU; ...)`.
+pub fn sentence(others: &[(&BusyProcess, Owner)]) -> String {
+    let n = others.len();
+    let list: Vec<String> = others
+        .iter()
+        .take(4)
+        .map(|(p, o)| Named(p, o).to_string())
+        .collect();
     let more = if n > 4 {
         format!("; +{} more", n - 4)
     } else {
         String::new()
     };
     format!(
-        "CPUs: busy: {n} process{} of no job ({}{more})",
+        "CPUs: busy: {n} process{} not this job's ({}{more})",
         if n == 1 { "" } else { "es" },
         list.join("; ")
-    )
-}
-
-/// The drain reason: `nccl-check:CPUs busy|CPUs: busy: 1 process of no job (pid 4242 (burn),
-/// user bob, 1.0 CPU): the node is not clean (job 8)`.
-pub fn drain_reason(strays: &[&BusyProcess], job: Option<&str>) -> String {
-    let job = job.map(|j| format!(" (job {j})")).unwrap_or_default();
-    format!(
-        "nccl-check:CPUs busy|{}: not a job's, the node is not clean{job}",
-        sentence(strays)
     )
 }
 
@@ -302,81 +278,78 @@ mod tests {
         assert_eq!(parse_stat("12 (x) R 1 2"), None);
     }
 
-    #[test]
-    fn a_slurm_jobs_cgroup_names_its_job_in_v1_and_v2() {
-        let v2 = "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n";
-        assert_eq!(job_of_cgroup(v2).as_deref(), Some("42"));
-        let v1 = "12:memory:/slurm/uid_1000/job_7/step_batch\n4:cpuset:/slurm/uid_1000/job_7\n";
-        assert_eq!(job_of_cgroup(v1).as_deref(), Some("7"));
-        assert_eq!(
-            job_of_cgroup("0::/user.slice/user-1000.slice/session-3.scope"),
-            None
-        );
-        assert_eq!(job_of_cgroup("0::/system.slice/job_x/y"), None);
+    /// Slurm's `listpids` on this node: pid 102 is job 42's, pid 106 this job's (9).
+    fn owners(root: &Path) -> Owners {
+        let table = "PID JOBID STEPID LOCALID GLOBALID\n102 42 0 0 0\n106 9 batch 0 0\n";
+        Owners::new(Ok(table.into()), root, Some("9"), None)
     }
 
-    /// Two processes of no job busy on a 4-CPU node, one of job 42, an idle one, a kernel
-    /// thread and the prolog's own: the strays are the two of no job, busiest first.
+    /// Two processes of no job busy on a 4-CPU node, one of job 42, one of this job, an idle
+    /// one, a kernel thread and the prolog's own: the busy ones not this job's are named with
+    /// whose they are, busiest first; a comm with an escape sequence or a `|` is shown escaped.
     #[test]
-    fn busy_processes_of_no_job_are_strays_and_a_jobs_are_not() {
+    fn busy_processes_not_this_jobs_are_named_with_their_job_and_escaped() {
         let fx = Fixture::new(4);
         let none = "0::/user.slice/user-0.slice/session-1.scope\n";
-        let job = "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n";
         fx.process(100, "burn", none, 1000);
-        fx.process(101, "loader", none, 1000);
-        fx.process(102, "train", job, 1000);
+        fx.process(101, "x\x1b[2J|y", none, 1000);
+        fx.process(102, "train", none, 1000);
         fx.process(103, "idle", none, 1000);
         fx.process_with(104, "kworker", none, PF_KTHREAD, 1000);
         fx.process(105, "prolog", none, 1000);
+        fx.process(106, "mine", none, 1000);
         let before = read_ticks(fx.0.path());
-        assert_eq!(before.len(), 5, "the kernel thread is left out");
+        assert_eq!(before.len(), 6, "the kernel thread is left out");
         fx.process(100, "burn", none, 1030);
-        fx.process(101, "loader", none, 1018);
-        fx.process(102, "train", job, 1030);
+        fx.process(101, "x\x1b[2J|y", none, 1018);
+        fx.process(102, "train", none, 1030);
         fx.process(103, "idle", none, 1001);
         fx.process_with(104, "kworker", none, PF_KTHREAD, 1030);
         fx.process(105, "prolog", none, 1030);
+        fx.process(106, "mine", none, 1030);
         let after = read_ticks(fx.0.path());
         let scan = judge_window(fx.0.path(), &before, &after, 30.0, &|pid| pid == 105);
         assert_eq!(scan.cpus, 4);
         let pids: Vec<u32> = scan.busy.iter().map(|p| p.pid).collect();
-        assert_eq!(pids, [100, 102, 101]);
-        let strays = scan.strays();
-        assert_eq!(strays.iter().map(|p| p.pid).collect::<Vec<_>>(), [100, 101]);
-        assert_eq!(scan.of_jobs()[0].job.as_deref(), Some("42"));
+        assert_eq!(pids, [100, 102, 106, 101]);
+        let others = scan.others(&owners(fx.0.path()));
         assert_eq!(
-            drain_reason(&strays, Some("8")),
-            "nccl-check:CPUs busy|CPUs: busy: 2 processes of no job (pid 100 (burn), user \
-             4000000, 1.0 CPU; pid 101 (loader), user 4000000, 0.6 CPU): not a job's, the node \
-             is not clean (job 8)"
+            sentence(&others),
+            "CPUs: busy: 3 processes not this job's (pid 100 (burn), user 4000000, no job, 1.0 CPU; \
+             pid 102 (train), user 4000000, job 42, 1.0 CPU; pid 101 (x\\u{1b}[2J\\u{7c}y), user \
+             4000000, no job, 0.6 CPU)"
         );
-        assert!(drain_reason(&strays, None).starts_with("nccl-check:CPUs busy|"));
+        assert!(!sentence(&others).contains('\x1b'));
     }
 
     #[test]
-    fn a_node_is_not_clean_only_when_its_strays_use_a_quarter_of_its_cpus() {
-        let p = |pid, cpus, job: Option<&str>| BusyProcess {
+    fn others_are_said_only_when_they_use_a_quarter_of_the_cpus() {
+        let p = |pid, cpus| BusyProcess {
             pid,
             user: String::new(),
             command: "x".into(),
-            job: job.map(str::to_string),
             cpus,
         };
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let o = owners(tmp.path());
         let scan = CpuScan {
             cpus: 16,
-            busy: vec![p(1, 1.0, None), p(2, 1.0, None), p(3, 8.0, Some("5"))],
+            busy: vec![p(1, 1.0), p(2, 1.0), p(106, 8.0)],
         };
-        assert!(scan.strays().is_empty(), "2 of 16 CPUs, the rest a job's");
+        assert!(
+            scan.others(&o).is_empty(),
+            "2 of 16 CPUs, the rest this job's"
+        );
         let scan = CpuScan {
             cpus: 16,
-            busy: (1..=4).map(|i| p(i, 1.0, None)).collect(),
+            busy: (1..=4).map(|i| p(i, 1.0)).collect(),
         };
-        assert_eq!(scan.strays().len(), 4);
+        assert_eq!(scan.others(&o).len(), 4);
         let small = CpuScan {
             cpus: 2,
-            busy: vec![p(1, 0.6, None)],
+            busy: vec![p(1, 0.6)],
         };
-        assert!(small.strays().is_empty(), "at least one CPU");
+        assert!(small.others(&o).is_empty(), "at least one CPU");
     }
 
     /// A pid that ended and was reused within the window is not compared with its
