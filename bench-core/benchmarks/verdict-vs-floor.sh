@@ -15,13 +15,13 @@
 # then packs OUT (tests/tools/pack-run.py: README, summary, raw.tar.xz) when it lies in the repo.
 #
 #   verdict-vs-floor.sh --bin NCCL_CHECK --lib LIBNCCL [--nodes "4 8"] [--runs 5] [--out DIR]
-#       [--floor-src floor_mp.cu | --floor-bin BIN] [--stagger S] [--timeout S]
+#       [--floor-src floor_mp.cu | --floor-bin BIN] [--stagger S] [--timeout S] [--fraction F]
 # --floor-bin skips the nvcc build (tests/benchmarks/run.sh hands it a fake). nvcc: PATH, else
 # /usr/local/cuda. NVLS and multicast stay off in every process (NCCL_NVLS_ENABLE=0 ...).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 bin='' lib='' nodes_list='4 8' runs=5 out=${OUT:-/tmp/verdict-vs-floor} floor_src=$here/floor_mp.cu
-floor_bin='' stagger=0 timeout_s=60 args="$*"
+floor_bin='' stagger=0 timeout_s=60 fraction='' args="$*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin=$2; shift 2 ;;
@@ -33,6 +33,7 @@ while [ $# -gt 0 ]; do
     --floor-bin) floor_bin=$2; shift 2 ;;
     --stagger) stagger=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
+    --fraction) fraction=$2; shift 2 ;;
     *) echo "verdict-vs-floor.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -40,6 +41,15 @@ done
 [ -f "$lib" ] || { echo "verdict-vs-floor.sh: --lib LIBNCCL (a file) is required" >&2; exit 2; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$out/raw" "$out/build"
+# --fraction F: the outlier fraction of a site config (tests/gpu/fabric.sh runs emulated nodes
+# at 0.70: one GPU and one kernel's sockets make their pairs uneven, which no real fabric does);
+# without it the built-in 0.85.
+cfg_env=()
+if [ -n "$fraction" ]; then
+  case $fraction in 0.[0-9]*) ;; *) echo "verdict-vs-floor.sh: --fraction must be 0.x" >&2; exit 2 ;; esac
+  printf '[outliers]\nfraction = %s\n' "$fraction" >"$out/raw/site.toml"
+  cfg_env=("NCCL_CHECK_CONFIG=$out/raw/site.toml")
+fi
 lib=$(readlink -f "$lib"); libdir=$(dirname "$lib")
 
 if [ -z "$floor_bin" ]; then
@@ -82,7 +92,7 @@ run_check() { # nodes run
   t0=$(now_ms)
   for ((r = 0; r < n; r++)); do
     # shellcheck disable=SC2046
-    env $(node_env "$r") NCCL_CHECK_SECRET="$secret" NCCL_CHECK_SHARED_GPUS=1 timeout -k 2 $((timeout_s + 10)) "$bin" --nccl-lib "$lib" \
+    env $(node_env "$r") "${cfg_env[@]}" NCCL_CHECK_SECRET="$secret" NCCL_CHECK_SHARED_GPUS=1 timeout -k 2 $((timeout_s + 10)) "$bin" --nccl-lib "$lib" \
       --gpus 0 --rank "$r" --world "$n" --rendezvous "127.0.0.1:$port" --plan quick --timeout "$timeout_s" \
       --json "$dir/check.$r.json" >"$dir/check.$r.txt" 2>&1 &
     pids+=($!)
