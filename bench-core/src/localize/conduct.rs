@@ -362,18 +362,16 @@ pub fn follow<E>(
         let began = std::time::Instant::now();
         let values = measure(index, phase, groups, &places).map_err(FollowError::Caller)?;
         let measured = began.elapsed();
-        let entries: Vec<(u64, f64)> = places
-            .iter()
-            .zip(values)
-            .filter(|(p, _)| p.leads)
-            .map(|(p, v)| (p.group as u64, v))
-            .collect();
+        let led: Vec<(&Place, f64)> = places.iter().zip(values).filter(|(p, _)| p.leads).collect();
+        let entries: Vec<(u64, f64)> = led.iter().map(|(p, v)| (p.group as u64, *v)).collect();
+        let readings = led.iter().map(|(p, v)| (p.rank, p.peer, *v)).collect();
         step = gather(groups as usize, &entries).map_err(FollowError::Caller)?;
         times.push(crate::model::localization::RoundTime {
             round: index,
             phase,
             measure_ms: measured.as_secs_f64() * 1e3,
             gather_ms: (began.elapsed() - measured).as_secs_f64() * 1e3,
+            readings,
         });
     }
 }

@@ -57,13 +57,18 @@ pub struct LocalizeSummary {
     pub round_times: Vec<RoundTime>,
 }
 
-/// One round's time in one process.
+/// One round's time in one process, and what the pairs its ranks led read.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundTime {
     pub round: u32,
     pub phase: Phase,
     pub measure_ms: f64,
     pub gather_ms: f64,
+    /// Each pair this process's ranks led: (rank, peer, busbw GB/s). Why: a fault the rounds
+    /// did not find (one H200, 8 emulated nodes under one busy loop per core: a node at 1 Gbit/s
+    /// PASSed) can only be told from load evening the pairs by the readings themselves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readings: Vec<(u32, u32, f64)>,
 }
 
 fn is_zero(n: &usize) -> bool {

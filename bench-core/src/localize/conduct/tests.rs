@@ -357,6 +357,8 @@ fn a_follower_sends_only_the_groups_it_leads() {
     };
     assert_eq!((t.round, t.phase), (2, Phase::Screen));
     assert!(t.measure_ms >= 30.0 && t.gather_ms < 30.0, "{t:?}");
+    // What the pair it led read, for a run whose rounds found nothing to be read afterwards.
+    assert_eq!(t.readings, [(4, 0, 14.0)]);
 }
 
 /// The slot's conductor is made once, kept between rounds, and emptied at the verdict.
