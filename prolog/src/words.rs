@@ -113,7 +113,7 @@ impl Line<'_> {
     /// judged, and the job runs.
     pub fn busy(&self, run: &Run, reason: &str, why: &str) -> String {
         format!(
-            "FAIL {} on {}: {} in {:.2} s: {reason}; not drained: the node is busy, not broken \
+            "BUSY {} on {}: {} in {:.2} s: {reason}; not drained: the node is busy, not broken \
              ({why}){}",
             self.whom,
             self.node,

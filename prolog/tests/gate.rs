@@ -645,3 +645,21 @@ printf '{"schema_version":1,"tool":"fake","tool_version":"0","exit_code":1,"reas
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(s.calls().contains("state=drain"), "{}", s.calls());
 }
+
+/// A worker that found the node only busy ends busy (exit 8, an ERROR: the hardware was not
+/// judged). The gate never drains on it as hardware: the job runs, nothing is drained, no pass
+/// is cached; the verdict line names the busy host.
+#[test]
+fn a_busy_only_check_is_no_hardware_fail_and_never_drains() {
+    let s = Site::new("busy8");
+    s.worker(
+        "while [ $# -gt 0 ]; do [ \"$1\" = --json ] && j=$2; shift; done\n\
+         echo '{\"schema_version\":1,\"tool\":\"fake\",\"tool_version\":\"0\",\"exit_code\":8,\"host\":\"n1\",\"gpus\":[],\"results\":[],\"avg_busbw\":{},\"verdict\":\"ERROR\",\"summary\":\"node busy, the hardware was not judged: n1: host busy\",\"reasons\":[{\"code\":\"host_busy\",\"message\":\"n1: host busy: 97% of 64 CPUs used by other processes\",\"subject\":\"n1\"}]}' > \"$j\"; exit 8",
+    );
+    let o = s.run("8", "0,1");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "the job runs: {e}");
+    assert!(!s.calls().contains("update"), "drained: {}", s.calls());
+    assert!(e.contains("host busy"), "{e}");
+    assert!(!e.contains("FAIL job"), "told the hardware failed: {e}");
+}
