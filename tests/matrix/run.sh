@@ -89,6 +89,8 @@ if [ -n "$want" ]; then
     [ "$want" = 3012 ] || die "$INCLUDE/slurm/slurm_errno.h: ESPANK_JOB_FAILURE = $want, compat.rs says 3012"
 fi
 say "plugins for Slurm $MM built and checked in $((SECONDS - t0)) s: $OUT"
+# The prolog suite's fake NVML, built here: a root has no compiler (glibc 2.36 runs in trixie, sid).
+cc -shared -fPIC -o "$OUT/libnvidia-ml.so.1" "$REPO/prolog/tests/data/fake-nvml.c" || die "cc fake-nvml.c failed"
 
 # --- the suites -------------------------------------------------------------------------------
 # in_release VAR=VALUE... -- CMD...: on the host for 22.05, else inside the root.
@@ -103,7 +105,7 @@ in_release() {
     fi
 }
 COMMON=(NCCL_CHECK_SLURM_RELEASE="$MM" NCCL_CHECK_PLUGIN_SO="$OUT/libnccl_check.so"
-        NCCL_CHECK_FAULT_PLUGIN_SO="$OUT/libnccl_check-fault.so")
+        NCCL_CHECK_FAULT_PLUGIN_SO="$OUT/libnccl_check-fault.so" NCCL_CHECK_FAKE_NVML_SO="$OUT/libnvidia-ml.so.1")
 failed=()
 for s in "${SUITES[@]}"; do
     t0=$SECONDS
