@@ -12,7 +12,8 @@
 # root's Slurm, which refuses any other major.minor), and a second plugin with the test-only
 # fault-injection feature (slurm_spank_init fails in slurmstepd; tests/slurm/run.sh proves no
 # drain on 25.05+); the worker and the prolog as `cargo build --release` builds them (glibc 2.36
-# binaries run in trixie and sid); the packages with packaging/build.sh --slurm-version MAJOR.
+# binaries run in trixie and sid); the prolog suite's fake libnvidia-ml.so.1 (a root has no compiler);
+# the packages with packaging/build.sh --slurm-version MAJOR.
 #
 # Usage (root): bash tests/matrix/run.sh --slurm MAJOR.MINOR [slurm|prolog|packaging]...
 #   default suites: slurm prolog packaging. Exit status: non-zero when any suite failed.
