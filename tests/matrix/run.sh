@@ -12,7 +12,8 @@
 # root's Slurm, which refuses any other major.minor), and a second plugin with the test-only
 # fault-injection feature (slurm_spank_init fails in slurmstepd; tests/slurm/run.sh proves no
 # drain on 25.05+); the worker and the prolog as `cargo build --release` builds them (glibc 2.36
-# binaries run in trixie and sid); the packages with packaging/build.sh --slurm-version MAJOR.
+# binaries run in trixie and sid); the prolog suite's fake libnvidia-ml.so.1 (a root has no compiler);
+# the packages with packaging/build.sh --slurm-version MAJOR.
 #
 # Usage (root): bash tests/matrix/run.sh --slurm MAJOR.MINOR [slurm|prolog|packaging]...
 #   default suites: slurm prolog packaging. Exit status: non-zero when any suite failed.
@@ -89,6 +90,8 @@ if [ -n "$want" ]; then
     [ "$want" = 3012 ] || die "$INCLUDE/slurm/slurm_errno.h: ESPANK_JOB_FAILURE = $want, compat.rs says 3012"
 fi
 say "plugins for Slurm $MM built and checked in $((SECONDS - t0)) s: $OUT"
+# The prolog suite's fake NVML, built here: a root has no compiler (glibc 2.36 runs in trixie, sid).
+cc -shared -fPIC -o "$OUT/libnvidia-ml.so.1" "$REPO/prolog/tests/data/fake-nvml.c" || die "cc fake-nvml.c failed"
 
 # --- the suites -------------------------------------------------------------------------------
 # in_release VAR=VALUE... -- CMD...: on the host for 22.05, else inside the root.
@@ -103,7 +106,7 @@ in_release() {
     fi
 }
 COMMON=(NCCL_CHECK_SLURM_RELEASE="$MM" NCCL_CHECK_PLUGIN_SO="$OUT/libnccl_check.so"
-        NCCL_CHECK_FAULT_PLUGIN_SO="$OUT/libnccl_check-fault.so")
+        NCCL_CHECK_FAULT_PLUGIN_SO="$OUT/libnccl_check-fault.so" NCCL_CHECK_FAKE_NVML_SO="$OUT/libnvidia-ml.so.1")
 failed=()
 for s in "${SUITES[@]}"; do
     t0=$SECONDS

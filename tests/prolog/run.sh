@@ -45,7 +45,7 @@ if ! id "$EVIL" >/dev/null 2>&1; then
     useradd -M -s /bin/bash "$EVIL" && CREATED_EVIL=1
 fi
 cleanup() {
-    shadow_undo
+    declare -F shadow_undo >/dev/null && shadow_undo     # defined below: an early exit comes first
     bash "$REPO/slurm/test-cluster/down.sh" --purge
     [ -n "$CREATED_EVIL" ] && userdel "$EVIL" 2>/dev/null
     true
@@ -97,9 +97,14 @@ conf() {
 }
 # slurmd runs Prolog= without arguments: a wrapper names the suite's config. No GPU here: a test
 # that creates $T/nvml-on gives the prolog the fake NVML (prolog/tests/data/fake-nvml.c: every GPU
-# lost), which it asks before a kernel record drains.
+# lost), which it asks before a kernel record drains. In a matrix root (no compiler there) the
+# matrix built it on the host: NCCL_CHECK_FAKE_NVML_SO.
 mkdir -p "$T/nvml"
-cc -shared -fPIC -o "$T/nvml/libnvidia-ml.so.1" "$REPO/prolog/tests/data/fake-nvml.c" || { say "cc fake-nvml.c failed"; exit 1; }
+if [ -n "${NCCL_CHECK_FAKE_NVML_SO:-}" ]; then
+    install -m 0755 "$NCCL_CHECK_FAKE_NVML_SO" "$T/nvml/libnvidia-ml.so.1" || { say "no $NCCL_CHECK_FAKE_NVML_SO"; exit 1; }
+else
+    cc -shared -fPIC -o "$T/nvml/libnvidia-ml.so.1" "$REPO/prolog/tests/data/fake-nvml.c" || { say "cc fake-nvml.c failed"; exit 1; }
+fi
 printf '#!/bin/sh\n[ -e %s ] && export LD_LIBRARY_PATH=%s\nexec %s --config %s\n' \
     "$T/nvml-on" "$T/nvml" "$T/bin/nccl-check-prolog" "$CONF" > "$T/bin/prolog.sh"
 chmod 755 "$T/bin/prolog.sh"

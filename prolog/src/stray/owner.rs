@@ -193,6 +193,35 @@ mod tests {
         );
     }
 
+    /// `scontrol listpids '*' n1` as the real Slurm 24.11.5 and 26.05.5 print it (the same bytes,
+    /// captured in the matrix's trixie and sid roots, 2026-12-02, a batch job running `srun
+    /// sleep`): each cell padded, a space before every newline but the header's, and the
+    /// batch step's other processes (its srun and sleep) with `-` for the task ids.
+    const REAL_24_11_AND_26_05: &str = concat!(
+        "PID      JOBID    STEPID   LOCALID GLOBALID\n",
+        "24762    1        0        0       0        \n",
+        "24741    1        batch    0       0        \n",
+        "24748    1        batch    -       -        \n",
+        "24742    1        batch    -       -        \n",
+        "24743    1        batch    -       -        \n",
+    );
+
+    #[test]
+    fn the_real_24_11_and_26_05_table_names_every_process_of_the_job() {
+        let pids = parse_listpids(REAL_24_11_AND_26_05).expect("Slurm's own table");
+        assert_eq!(pids.len(), 5);
+        assert!(pids.values().all(|j| j == "1"), "{pids:?}");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let o = Owners::new(Ok(REAL_24_11_AND_26_05.into()), tmp.path(), Some("2"), None);
+        assert_eq!(
+            o.of(24748).to_string(),
+            "job 1",
+            "srun of job 1's batch step"
+        );
+        assert_eq!(o.of(24762), Owner::Job(SlurmJob::Id("1".into())));
+        assert_eq!(o.of(1), Owner::NoJob, "init is in no step");
+    }
+
     #[test]
     fn an_answer_that_does_not_read_as_slurms_table_is_not_trusted() {
         for bad in [
