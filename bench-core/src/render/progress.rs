@@ -250,7 +250,15 @@ mod tests {
         let lines = out.wait_for(|l| !l.is_empty());
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(out.lines(), lines);
-        assert_eq!(lines, ["nccl-check: phase at 0.0 s: x"]);
+        // The phase's time is the machine's (0.0 s idle; a loaded CI host once wrote 0.1 s):
+        // the line, one, is the phase.
+        let [line] = lines.as_slice() else {
+            panic!("not one line: {lines:?}")
+        };
+        assert!(
+            line.starts_with("nccl-check: phase at ") && line.ends_with(" s: x"),
+            "{line}"
+        );
     }
 
     #[test]
