@@ -16,7 +16,8 @@ pub enum GateState {
     Pass,
     /// They failed: the node was (or would be) drained.
     Fail,
-    /// The check could not be made (setup problem): nothing drained, `on_error` decided.
+    /// The check could not be made (setup problem), or found the node only busy and left it
+    /// in service: nothing drained, the hardware not judged.
     Error,
     /// The gate is off: the config cannot be used, nothing is checked.
     Disabled,

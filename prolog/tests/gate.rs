@@ -662,4 +662,6 @@ fn a_busy_only_check_is_no_hardware_fail_and_never_drains() {
     assert!(!s.calls().contains("update"), "drained: {}", s.calls());
     assert!(e.contains("host busy"), "{e}");
     assert!(!e.contains("FAIL job"), "told the hardware failed: {e}");
+    let gate = std::fs::read_to_string(s.dir.join("state/gate.json")).expect("gate.json");
+    assert!(gate.contains("\"state\": \"error\""), "{gate}");
 }

@@ -360,6 +360,9 @@ impl Gate<'_> {
             // Measured but not judged: no verdict of the node's to publish.
             (_, Some(_)) => GateState::Skipped,
             (Verdict::Pass, None) => GateState::Pass,
+            // A busy node left in service: the hardware was not judged, nothing drained, so
+            // not "fail" (which says the node was or would be drained).
+            (Verdict::Fail, None) if j.busy_kept.is_some() => GateState::Error,
             (Verdict::Fail, None) => GateState::Fail,
             (Verdict::Error, None) => GateState::Error,
         };
