@@ -48,6 +48,9 @@ fn main() {
     env.remove_for_nccl("NCCL_COMM_BLOCKING");
     let opts: &'static Options = Box::leak(opts);
     let profile = nccl_env::apply_network_profile(opts, &mut env);
+    if let Some((k, v)) = nccl_env::p2p_net_chunk(&env) {
+        env.set_for_nccl(k, v);
+    }
     let nccl_log = nccl_env::capture_nccl_log(opts, profile, &mut env);
     let mut report = Report::new(nccl_env::hostname(), started_unix);
     report.nccl_env = nccl_env_of(env.vars());

@@ -101,7 +101,7 @@ fn no_gpu_is_error_4_and_the_report_says_error() {
 }
 
 /// The report's `nccl_env` is what NCCL sees: the caller's NCCL variables and those the worker
-/// sets before NCCL loads (the site's network profile, its INFO log), never `NCCL_COMM_BLOCKING` (removed: it would make
+/// sets before NCCL loads (the site's network profile, its INFO log, the p2p chunk), never `NCCL_COMM_BLOCKING` (removed: it would make
 /// the bounded init a blocking one) nor the rendezvous secret.
 #[test]
 fn the_report_records_the_nccl_variables_nccl_sees() {
@@ -140,6 +140,8 @@ fn the_report_records_the_nccl_variables_nccl_sees() {
         "{env}"
     );
     assert!(env.get("NCCL_DEBUG_SUBSYS").is_some(), "{env}");
+    // The p2p chunk that reads links, not a busy host's pace (`nccl_env::P2P_NET_CHUNK`).
+    assert_eq!(env["NCCL_P2P_NET_CHUNKSIZE"], "524288", "{env}");
     assert!(env.get("NCCL_COMM_BLOCKING").is_none(), "{env}");
     assert!(env.get("NCCL_CHECK_SECRET").is_none(), "{env}");
 }

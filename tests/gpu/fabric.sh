@@ -16,7 +16,7 @@
 #
 #   bash tests/gpu/fabric.sh --nodes 8 [--out DIR] [--rows a,b] [--repeat K] [--bin NCCL_CHECK]
 #        [--nccl-lib LIB] [--table FILE] [--worker CMD] [--timeout S] [--stagger S] [--budget S]
-#        [--alltoall-fraction F]
+#        [--alltoall-fraction F] [--plan budgeted|counted]
 #   bash tests/gpu/fabric.sh --selftest [--out DIR]     the plumbing alone, no GPU (below)
 #
 # --worker CMD runs CMD (split on blanks) instead of `NCCL_CHECK --nccl-lib LIB` with the same
@@ -24,6 +24,8 @@
 # GPU-less stand-in (nccl-check-sim: the real rendezvous and localizer across the namespaces).
 # --alltoall-fraction F: the workers' [outliers] alltoall_fraction (default the built-in 0.5, see the plan's config
 # below), for a run that calibrates it.
+# --plan: budgeted (default) runs the built-in quick plan, each step sized by its time budget;
+# counted runs it at a fixed 32 MiB, 2 warm-up and 5 timed iterations (the earlier rows).
 # --budget S: no row starts after S seconds (the rest are listed NOT RUN), so a run fits a
 # device call's limit. The worker defaults to target/gpu-carry/nccl-check, else
 # target/release/nccl-check; NCCL to the one ldconfig, python's nvidia.nccl or a search finds.
@@ -42,7 +44,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIN=$REPO/target/gpu-carry/nccl-check
 [ -x "$BIN" ] || BIN=$REPO/target/release/nccl-check
 NODES=8 OUTDIR=/tmp/nccl-check-fabric ROWS= REPEAT= LIB= BUDGET=
-TABLE=$REPO/tests/gpu/fabric-faults.txt WORKER= TIMEOUT_S= STAGGER=0.6 SELFTEST=0 A2A_FRACTION=0.5
+TABLE=$REPO/tests/gpu/fabric-faults.txt PLAN=budgeted WORKER= TIMEOUT_S= STAGGER=0.6 SELFTEST=0 A2A_FRACTION=0.5
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) NODES=$2; shift 2 ;;
@@ -57,6 +59,7 @@ while [ $# -gt 0 ]; do
     --stagger) STAGGER=$2; shift 2 ;;
     --alltoall-fraction) A2A_FRACTION=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
+    --plan) PLAN=$2; shift 2 ;;
     --selftest) SELFTEST=1; NODES=4; shift ;;
     *) echo "fabric.sh: unknown argument '$1' (see the header)" >&2; exit 2 ;;
   esac
@@ -280,8 +283,9 @@ if [ -z "$WORKER" ]; then
 else
   read -r -a WORKER_CMD <<<"$WORKER"
 fi
-# The plan of these rows: the built-in quick plan at 32 MiB (256 MiB over sockets at 0.4 GB/s
-# would take minutes); passed as a site would, through the worker's config.
+# The plan of these rows (--plan): the built-in quick plan, its steps sized by their time budgets
+# (default), or that plan counted at 32 MiB (256 MiB over sockets at 0.4 GB/s would take
+# minutes); passed as a site would, through the worker's config.
 CFG=$OUTDIR/fabric-plan.toml
 # The outlier fraction: 0.70, not the built-in 0.85. Every emulated "node" shares one GPU and one
 # kernel's socket stack, which no real fabric does: in 1 of 10 healthy 8-node runs four disjoint
@@ -293,11 +297,13 @@ CFG=$OUTDIR/fabric-plan.toml
 # alltoall read 0.93-1.03x the all_reduce's busbw at 8 nodes and 0.80x at 16; the far-path rows
 # 0.14x and 0.18x.
 case $A2A_FRACTION in 0.[0-9]*) ;; *) say "--alltoall-fraction must be 0.x"; exit 2 ;; esac
-cat >"$CFG" <<EOF
-# tests/gpu/fabric.sh: the quick plan at 32 MiB (sockets between emulated nodes)
-[outliers]
-fraction = 0.70
-alltoall_fraction = $A2A_FRACTION
+case $PLAN in budgeted|counted) ;; *) say "--plan must be budgeted or counted"; exit 2 ;; esac
+{
+  echo "# tests/gpu/fabric.sh: the outlier fractions of emulated nodes; plan: $PLAN"
+  printf '[outliers]\nfraction = 0.70\nalltoall_fraction = %s\n' "$A2A_FRACTION"
+  # counted: the quick plan at a fixed 32 MiB (the rows' earlier runs); budgeted: the built-in
+  # quick plan, each step sized by its time budget (issue 47), as a site without a plan runs it.
+  [ "$PLAN" = counted ] && cat <<'EOF'
 [plans.quick]
 description = "fabric suite: all_reduce 32M, then the pair matrix at 32M"
 steps = [
@@ -305,6 +311,7 @@ steps = [
   { pairs = true, bytes = "32M", warmup = 2, iters = 5 },
 ]
 EOF
+} >"$CFG"
 
 if command -v nvidia-smi >/dev/null && [ -z "$WORKER" ]; then
   DEVICE=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
@@ -324,7 +331,7 @@ if [ ! -f "$SUMMARY" ]; then
     echo "# driver: $DRIVER"
     echo "# kernel: $(uname -r)"
     echo "# worker: ${WORKER:-$BIN} $( [ -z "$WORKER" ] && "$BIN" --version 2>/dev/null | head -1)"
-    echo "# start stagger: ${STAGGER} s; NCCL_CHECK_SHARED_GPUS=1 (one GPU: probes in turns)"
+    echo "# start stagger: ${STAGGER} s; NCCL_CHECK_SHARED_GPUS=1 (one GPU: probes in turns); plan: $PLAN"
     printf 'row\tn\trun\tfault\texpected\tgot\tculprit\trounds\tseconds\tresult\n'
   } >"$SUMMARY"
 fi

@@ -1,5 +1,5 @@
 //! NCCL's environment for one check, set before NCCL is loaded (it reads these once, at its
-//! first call): the site's network profile, CollNet/NVLS when expected, and NCCL's INFO log
+//! first call): the site's network profile, CollNet/NVLS when expected, a p2p chunk that reads links rather than a busy host's pace, and NCCL's INFO log
 //! captured to a private file so the transports can be judged afterwards. Every variable is set
 //! through the worker's [`Environment`] snapshot, so the report records what NCCL sees.
 
@@ -42,6 +42,25 @@ pub fn apply_network_profile(
         env.set_for_nccl(k, v);
     }
     Some(p)
+}
+
+/// NCCL's chunk for send/recv over the network, where neither the caller nor the site's profile
+/// set `NCCL_P2P_NET_CHUNKSIZE`: 512 KiB, 4x NCCL's 128 KiB default (its p2p buffer per peer and
+/// channel grows to 8 chunks, 4 MiB; the check's p2p steps meet a handful of peers, its alltoall
+/// at most 31). Why: with every core busy (a data loader, a co-tenant), a 128 KiB chunk is one
+/// wake-up of NCCL's proxy threads, and the pair rounds read the host scheduler's pace, not the
+/// link: one H200, 8 emulated nodes under one busy loop per core read every pair at 0.058-0.060
+/// GB/s, the node shaped to 1 Gbit/s included, and PASSed; with 512 KiB chunks the same runs read
+/// healthy pairs at 0.23 and the shaped node's at 0.11, and FAILed it (no load: 0.33 and 0.11;
+/// `bench-core/benchmarks/results/2026-12-02-h200x1-p2p-chunk`). Collectives other than
+/// send/recv (the all_reduce nccl-tests compares) do not use this chunk.
+pub const P2P_NET_CHUNK: (&str, &str) = ("NCCL_P2P_NET_CHUNKSIZE", "524288");
+
+/// The variable [`P2P_NET_CHUNK`] names and its value when `env` leaves it unset.
+pub fn p2p_net_chunk(env: &Environment) -> Option<(&'static str, &'static str)> {
+    env.get_os(P2P_NET_CHUNK.0)
+        .is_none()
+        .then_some(P2P_NET_CHUNK)
 }
 
 /// Where NCCL's INFO log of this process goes: a private temporary file, unless the user set
@@ -98,10 +117,24 @@ pub fn remove_log_dir() {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Unset: the check's chunk; set by the caller or a profile: theirs stands.
+    #[test]
+    fn the_p2p_chunk_is_set_only_where_nobody_set_one() {
+        let none = Environment::of_pairs([]);
+        assert_eq!(
+            p2p_net_chunk(&none),
+            Some(("NCCL_P2P_NET_CHUNKSIZE", "524288"))
+        );
+        let theirs = Environment::of_pairs([("NCCL_P2P_NET_CHUNKSIZE", "131072")]);
+        assert_eq!(p2p_net_chunk(&theirs), None);
+    }
+
     /// The name the kernel holds (uname's nodename), whole: not "unknown", not cut short.
     #[test]
     fn the_hostname_is_the_kernels() {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("procfs");
-        assert_eq!(super::hostname(), kernel.trim_end());
+        assert_eq!(hostname(), kernel.trim_end());
     }
 }
