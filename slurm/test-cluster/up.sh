@@ -107,6 +107,10 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 MailProg=/bin/true
 KillWait=5
+# sbatch --wait sleeps 2 s between polls, growing 4x (8, 32 s) only while the sleep is below
+# MinJobAge/2 (sbatch.c _job_wait): with 16 it polls at 2, 10, 18 s ..., so a batch test of an
+# 11 s job returns at 18 s, not 42 s (the slurm suite's batch tests wait on it). A finished job's record is kept at least 16 s.
+MinJobAge=16
 NodeName=n[1-$NODES] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$FIRST_NODE_PORT-$LAST_NODE_PORT] CPUs=2 RealMemory=1000 State=UNKNOWN ${NCCL_CHECK_CLUSTER_NODE_EXTRA:-}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
