@@ -141,13 +141,19 @@ impl Measurer<'_> {
         );
         // No rule covers one GPU pair across two nodes: node pairs are judged by their peers.
         let held = |_: u64| false;
-        let (sized, sizing) = sized_by_rate(
+        let (mut sized, mut sizing) = sized_by_rate(
             "localization_rounds",
             (busbw * 1e9, from),
             plan,
             seconds,
             &held,
         );
+        // Never below ROUND_MIN_BYTES: a round's pairs are judged against each other, and small
+        // exchanges on a busy host read its scheduler, not the link.
+        if sized.0 < ROUND_MIN_BYTES && plan.0 >= ROUND_MIN_BYTES {
+            sized.0 = ROUND_MIN_BYTES;
+            sizing.bytes = ROUND_MIN_BYTES;
+        }
         if start.printer {
             start.show.line(&super::timed::sizing_line(&sizing));
         }
@@ -451,6 +457,13 @@ impl Measurer<'_> {
         Ok((summary, noise))
     }
 }
+
+/// The smallest exchange of a budgeted localization round. Why: one H200, 8 emulated nodes,
+/// two busy loops per core: the all_reduce read 0.016 GB/s (its ring paced by the scheduler),
+/// so the rounds sized from it took 4 MiB x 3, and healthy pairs read 0.13-0.26 GB/s: 5 of 9
+/// healthy runs FAILed a node or pair; counted at 32 MiB the same pairs read within 3%
+/// (bench-core/benchmarks/results/2026-12-02-h200x1-fabric-budgeted). At 1 GB/s 16 MiB is 16 ms.
+const ROUND_MIN_BYTES: u64 = 16 << 20;
 
 /// What every thread's conductor is made from: the layout, the localizer's settings, phase
 /// A's number per node and the allocation-wide collective's busbw (0 when none was measured).
