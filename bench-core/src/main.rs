@@ -7,7 +7,7 @@ use bench_core::measure::nccl_env;
 use bench_core::measure::runner::Status;
 use bench_core::orchestrate::{self, Ran};
 use bench_core::render::progress;
-use bench_core::report::json::{nccl_env_of, Report};
+use bench_core::report::json::Report;
 use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, Command, Options, ParseExit};
 use nccl_check_contract::exit::ExitCode;
@@ -52,14 +52,7 @@ fn main() {
         env.set_for_nccl(k, v);
     }
     let nccl_log = nccl_env::capture_nccl_log(opts, profile, &mut env);
-    let mut report = Report::new(nccl_env::hostname(), started_unix);
-    report.nccl_env = nccl_env_of(env.vars());
-    report.network_profile = profile
-        .map(|p| serde_json::json!({ "name": p.name, "env": p.env, "expect_net": p.expect_net }));
-    report.process_rank = opts.rank;
-    report.world = opts.world;
-    report.rendezvous = opts.rendezvous.clone();
-    report.settings = Some(orchestrate::settings(opts));
+    let mut report = Report::for_run(opts, &env, profile, nccl_env::hostname(), started_unix);
     let status: Status = Arc::new(Mutex::new(vec!["starting".to_string()]));
     start_watchdog(t0 + opts.timeout, status.clone(), opts, report.clone());
     // Kept until the process ends (`finish` leaves with `_exit`).
@@ -90,7 +83,7 @@ fn main() {
         }
         Err(e) => report.set_error(e.exit_code(), e.reason_code(), e.message()),
     };
-    report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+    report.record_total(t0.elapsed());
     finish(opts, &report, code);
 }
 

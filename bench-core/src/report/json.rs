@@ -195,8 +195,7 @@ impl Report {
             started_unix,
             host,
             pid: std::process::id(),
-            // The rest empty; `nccl_env` is filled by the worker from its environment
-            // (`nccl_env_of`).
+            // The rest empty: a run's report is made by `Report::for_run` (`assemble.rs`).
             ..Report::default()
         }
     }
