@@ -77,27 +77,15 @@ fn measure(
         let text = explain(opts, Some(&loaded.devices), Some(&nvml));
         return Ok((Reached::default(), Ran::Explained(text)));
     }
-    print_head(opts, loaded.nccl);
     let so_far = |node: Option<&Node>, m| Reached::so_far(loaded.record.clone(), node, m);
     let threads =
         spawn_gpu_threads(opts, &loaded, deadline, status).map_err(|e| (so_far(None, None), e))?;
     let node = read_node(opts, host, &loaded, health, deadline);
     let met = meet(opts, &loaded, host, deadline, threads, &node.gpu)
         .map_err(|(m, e)| (so_far(Some(&node), Some(m)), e))?;
-    let outcomes = wait_for_gpus(
-        met.running,
-        &met.team,
-        &met.topology,
-        opts,
-        host,
-        node.record,
-    );
-    let basis = Basis {
-        topology: met.topology,
-        gpu: node.gpu,
-    };
+    let outcomes = wait_for_gpus(met.running, &met.team, &met.topology, opts, host, node);
     let so_far = Reached::so_far(loaded.record, None, Some(met.record));
-    read_paths(so_far, outcomes, nccl_log, basis, node.nvml)
+    read_paths(so_far, outcomes, nccl_log, met.topology)
 }
 
 /// What the stages handed back, as far as the run got (the defaults for a stage not reached):
@@ -105,12 +93,12 @@ fn measure(
 #[derive(Default)]
 struct Reached {
     loading: Loading,
-    node: Option<NodeRecord>,
+    node: Option<Node>,
     meeting: Meeting,
     /// The GPU threads' part of the record (their fields of [`Measured`]).
     gathered: Measured,
-    /// Once every GPU thread ended well.
-    ended: Option<Ended>,
+    /// Once every GPU thread ended well: NCCL's log of the paths (and NVML's facts recorded).
+    transports: Option<TransportInfo>,
 }
 
 impl Reached {
@@ -118,7 +106,7 @@ impl Reached {
     fn so_far(loading: Loading, node: Option<&Node>, meeting: Option<Meeting>) -> Reached {
         Reached {
             loading,
-            node: node.map(|n| n.record.clone()),
+            node: node.cloned(),
             meeting: meeting.unwrap_or_default(),
             ..Reached::default()
         }
@@ -127,11 +115,14 @@ impl Reached {
     /// The run's record.
     fn record(self) -> Measured {
         let (loading, meeting, gathered) = (self.loading, self.meeting, self.gathered);
-        let (nvml, transports) = self.ended.map_or((None, None), |e| {
-            (Some((e.nvml.facts, e.nvml.waited_ms)), Some(e.transports))
-        });
-        let (facts, sku, interconnect) = self.node.map_or((None, None, None), |n| {
-            (Some(n.facts), Some(n.sku), Some(n.interconnect))
+        let nvml = |n: gather_facts::Resolved| (n.facts, n.waited_ms);
+        let (facts, sku, interconnect, nvml) = self.node.map_or(Default::default(), |n| {
+            (
+                Some(n.facts),
+                Some(n.sku),
+                Some(n.interconnect),
+                Some(nvml(n.nvml)),
+            )
         });
         Measured {
             phases: Phases {
@@ -146,8 +137,8 @@ impl Reached {
             interconnect,
             nranks: meeting.nranks,
             processes: meeting.processes,
-            nvml,
-            transports,
+            nvml: nvml.filter(|_| self.transports.is_some()),
+            transports: self.transports,
             ..gathered
         }
     }
@@ -170,17 +161,13 @@ struct Loaded {
 }
 
 /// This process's GPUs as the floors and the verdict know them, read once while the contexts
-/// start: the GPU model (the floors' key), NVML's facts, and what the report shows of them.
+/// start: the GPU model (the floors' key), NVML's facts, and what the report shows: the node's
+/// facts (the inventory, then what the watches saw and the NICs NCCL used), the first GPU's
+/// identity, how the GPUs reach each other.
+#[derive(Debug, Clone)]
 struct Node {
     gpu: Arc<GpuModel>,
     nvml: gather_facts::Resolved,
-    record: NodeRecord,
-}
-
-/// What the report shows of the node: its facts (the inventory, then what the watches saw and
-/// the NICs NCCL used), the first GPU's identity, how the GPUs reach each other.
-#[derive(Debug, Clone)]
-struct NodeRecord {
     facts: NodeFacts,
     sku: String,
     interconnect: Interconnect,
@@ -203,30 +190,12 @@ struct Met {
     record: Meeting,
 }
 
-/// The GPU threads' outcomes as far as they came back, the node's record with what the
-/// off-CPU and host-load watches saw meanwhile, and how the threads ended.
+/// The GPU threads' outcomes as far as they came back, the node with what the off-CPU and
+/// host-load watches saw meanwhile, and how the threads ended.
 struct Outcomes {
     gathered: Measured,
-    record: NodeRecord,
+    node: Node,
     ended: Result<(), RunError>,
-}
-
-/// What a run whose GPU threads all ended well adds: NVML's facts, NCCL's log of the paths.
-struct Ended {
-    nvml: gather_facts::Resolved,
-    transports: TransportInfo,
-}
-
-/// The table's head line, once the library is known (rank 0).
-fn print_head(opts: &Options, nccl: &Nccl) {
-    if !opts.quiet && opts.rank == 0 {
-        nccl_check_host::outln!(
-            "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
-            env!("CARGO_PKG_VERSION"),
-            nccl.version,
-            nccl.path.display()
-        );
-    }
 }
 
 /// One thread per GPU, each starting its context and waiting for its [`Start`].
@@ -241,6 +210,14 @@ fn spawn_gpu_threads(
     deadline: Instant,
     status: &Status,
 ) -> Result<GpuThreads, RunError> {
+    if !opts.quiet && opts.rank == 0 {
+        nccl_check_host::outln!(
+            "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
+            env!("CARGO_PKG_VERSION"),
+            loaded.nccl.version,
+            loaded.nccl.path.display()
+        );
+    }
     // One thread per GPU starts its context now; the rendezvous runs meanwhile.
     *status.lock().unwrap_or_else(|p| p.into_inner()) = vec![String::new(); loaded.devices.len()];
     let mut threads = GpuThreads {
@@ -294,23 +271,21 @@ fn read_node(
     Node {
         gpu: Arc::new(gpu),
         nvml,
-        record: NodeRecord {
-            facts,
-            sku,
-            interconnect,
-        },
+        facts,
+        sku,
+        interconnect,
     }
 }
 
 /// Waits for the GPU threads (bounded once a process is lost) and collects their outcomes, with
-/// what the off-CPU watch and the host's load saw meanwhile put in the node's `record`.
+/// what the off-CPU watch and the host's load saw meanwhile put in the `node`'s facts.
 fn wait_for_gpus(
     running: Vec<JoinHandle<GpuOutcome>>,
     team: &Team,
     topology: &Topology,
     opts: &Options,
     host: &str,
-    mut record: NodeRecord,
+    mut node: Node,
 ) -> Outcomes {
     // Whether this process could run while it measured (a starved worker starves NCCL's
     // proxy threads: `runner::off_cpu`).
@@ -328,37 +303,36 @@ fn wait_for_gpus(
         Err(()) => (Measured::default(), None),
     };
     if let Some(seen) = off_cpu.and_then(|w| w.stop()) {
-        record.facts.set_off_cpu(&opts.node_or_host(host), seen);
+        node.facts.set_off_cpu(&opts.node_or_host(host), seen);
     }
     // Every process of the check is its own load, not another's (emulated nodes share a
     // host; seen at 16: the check's workers named as the top consumers of a busy host).
-    record.facts.host = load.stop(topology.pids());
+    node.facts.host = load.stop(topology.pids());
     Outcomes {
         gathered,
-        record,
+        node,
         ended: after_the_team(ended, team.lost(), opts.rank),
     }
 }
 
 /// The last stage, once every GPU thread ended well: what NCCL's log says of the paths and the
-/// NICs it used, beside NVML's facts; the run's record, and the run to judge on `basis`.
+/// NICs it used; the run's record, and the run to judge on the `topology` and the GPU model.
 #[allow(clippy::result_large_err)]
 fn read_paths(
     so_far: Reached,
     outcomes: Outcomes,
     nccl_log: &LogPlace,
-    basis: Basis,
-    nvml: gather_facts::Resolved,
+    topology: Arc<Topology>,
 ) -> Result<(Reached, Ran), (Reached, RunError)> {
     let Outcomes {
         gathered,
-        mut record,
+        mut node,
         ended,
     } = outcomes;
     if let Err(e) = ended {
         return Err((
             Reached {
-                node: Some(record),
+                node: Some(node),
                 gathered,
                 ..so_far
             },
@@ -367,17 +341,17 @@ fn read_paths(
     }
     let (transports, log) = crate::facts::nccl_log::read_transports(nccl_log);
     let lines = log.as_ref().map(|l| l.net_using.as_slice());
-    let nodes = basis.topology.node_count();
-    record
-        .facts
+    let nodes = topology.node_count();
+    node.facts
         .set_net(std::path::Path::new("/"), lines, nodes, &Default::default());
+    let gpu = node.gpu.clone();
     let reached = Reached {
-        node: Some(record),
+        node: Some(node),
         gathered,
-        ended: Some(Ended { nvml, transports }),
+        transports: Some(transports),
         ..so_far
     };
-    Ok((reached, Ran::Measured(basis, log)))
+    Ok((reached, Ran::Measured(Basis { topology, gpu }, log)))
 }
 
 /// The GPU threads' outcome (`None`: left behind, stuck) read beside what the plane's watch

@@ -131,33 +131,25 @@ fn run(opts: &options::Options, host: &str, deadline: Instant) -> (Measured, Res
         Ok(joined) => joined,
         Err(e) => return (Measured::default(), Err(e)),
     };
+    let (nranks, processes) = (joined.nranks(), joined.members.clone());
+    let (localized, ran) = match localize(opts, host, deadline, (joined, rendezvous_ms), gpus) {
+        Ok(localized) => (Some(localized), Ok(())),
+        Err(e) => (None, Err(e)),
+    };
+    let (localization, timed_loop_ms) = localized.map_or((None, 0.0), |(l, ms)| (Some(l), ms));
     let phases = Phases {
         rendezvous_ms,
+        timed_loop_ms,
         ..Phases::default()
     };
-    let (nranks, processes) = (joined.nranks(), joined.members.clone());
-    let met = Measured {
+    let record = Measured {
         phases,
         nranks,
         processes,
+        localization,
         ..Measured::default()
     };
-    match localize(opts, host, deadline, (joined, rendezvous_ms), gpus) {
-        Err(e) => (met, Err(e)),
-        Ok((summary, timed_loop_ms)) => {
-            let phases = Phases {
-                timed_loop_ms,
-                ..met.phases
-            };
-            let localization = Some(summary);
-            let record = Measured {
-                phases,
-                localization,
-                ..met
-            };
-            (record, Ok(()))
-        }
-    }
+    (record, ran)
 }
 
 /// Follows the localizer over the joined processes' control plane: its summary, and how long
