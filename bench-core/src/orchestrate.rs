@@ -89,7 +89,9 @@ fn measure(
 
     // One thread per GPU starts its context now; the rendezvous runs meanwhile.
     *status.lock().unwrap_or_else(|p| p.into_inner()) = vec![String::new(); devices.len()];
-    let (senders, handles) = spawn_gpu_threads(opts, nccl, &devices, deadline, status)?;
+    // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
+    let own = Arc::new(crate::facts::known::ThisNode::default());
+    let (senders, handles) = spawn_gpu_threads(opts, nccl, &devices, deadline, status, &own)?;
     // The inventory (sysfs and Slurm's config files) while the contexts start, not before.
     record.facts = Some(gather_facts::gather_inventory(opts, host, visible));
     // NVML's facts decide which floors apply (the interconnect), so the measuring threads and
@@ -102,8 +104,7 @@ fn measure(
     let (name, id, interconnect) = read_gpus(&devices, &nvml.facts);
     let (gpu, identity) = identify(name, id, &interconnect);
     let gpu = Arc::new(gpu);
-    // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
-    crate::localize::own::known::record(&devices, &nvml.facts, record.facts.as_ref());
+    own.record(&devices, &nvml.facts, record.facts.as_ref());
     if !opts.quiet && opts.rank == 0 {
         nccl_check_host::outln!("# GPU: {identity}; interconnect: {interconnect}");
     }
@@ -128,7 +129,7 @@ fn measure(
             return Err(e);
         }
     };
-    wait_for_gpus(handles, &team, topology.pids(), opts, host, record)?;
+    wait_for_gpus(handles, &team, &own, topology.pids(), opts, host, record)?;
     record.nvml = Some((nvml.facts, nvml.waited_ms));
     let (transports, log) = crate::facts::nccl_log::read_transports(nccl_log);
     if let Some(f) = record.facts.as_mut() {
@@ -149,6 +150,7 @@ fn spawn_gpu_threads(
     devices: &[usize],
     deadline: Instant,
     status: &Status,
+    own: &Arc<crate::facts::known::ThisNode>,
 ) -> Result<GpuThreads, RunError> {
     let mut senders = Vec::new();
     let mut handles = Vec::new();
@@ -162,7 +164,7 @@ fn spawn_gpu_threads(
             opts,
             deadline,
             status: status.clone(),
-            on_probe: crate::localize::own::known::record_probe,
+            own: own.clone(),
         };
         let h = std::thread::Builder::new()
             .name(format!("gpu{device}"))
@@ -178,16 +180,16 @@ fn spawn_gpu_threads(
 fn wait_for_gpus(
     handles: Vec<JoinHandle<GpuOutcome>>,
     team: &crate::meet::team::Team,
+    own: &crate::facts::known::ThisNode,
     check_pids: &[u32],
     opts: &Options,
     host: &str,
     record: &mut Measured,
 ) -> Result<(), RunError> {
     // Whether this process could run while it measured (a starved worker starves NCCL's
-    // proxy threads: `runner::off_cpu`).
-    let off_cpu = crate::measure::runner::off_cpu::Watch::start();
-    // How busy the host's CPUs were meanwhile, and with whom (`facts::host_load`).
-    let load = crate::facts::host_load::LoadWatch::start();
+    // proxy threads: `runner::off_cpu`), and how busy the host's CPUs were meanwhile, and with
+    // whom (`facts::host_load`).
+    let (off_cpu, load) = own.watch();
     let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
         Ok(handles) => Some(gather(handles, host, record)),
         // A GPU thread still inside NCCL after the watch named a lost process: the thread may

@@ -17,7 +17,6 @@
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::OnceLock;
 use std::time::Instant;
 
 /// Others' share of all CPUs at and above which the host is busy.
@@ -318,17 +317,18 @@ pub struct LoadWatch {
     start: Option<HostSample>,
 }
 
-/// The first watch's start sample, for [`load_so_far`].
-static FIRST: OnceLock<HostSample> = OnceLock::new();
-
 impl LoadWatch {
-    /// Samples `/proc` now (the process's first watch is also the one [`load_so_far`] reads).
+    /// Samples `/proc` now.
     pub fn start() -> LoadWatch {
-        let start = sample(Path::new("/proc"), std::process::id());
-        if let Some(s) = &start {
-            let _ = FIRST.set(s.clone());
+        LoadWatch {
+            start: sample(Path::new("/proc"), std::process::id()),
         }
-        LoadWatch { start }
+    }
+
+    /// The start sample, for [`load_since`] while the watch runs; None when `/proc` could not be
+    /// read.
+    pub fn started(&self) -> Option<&HostSample> {
+        self.start.as_ref()
     }
 
     /// The load since [`LoadWatch::start`], the check's processes `check` (every process of
@@ -337,14 +337,6 @@ impl LoadWatch {
     pub fn stop(self, check: &[u32]) -> Option<HostLoad> {
         load_since(&self.start?, check)
     }
-}
-
-/// The load since the process's first [`LoadWatch`] started, while the check still measures
-/// (shared with the other nodes when the check found a node slow: `localize::own`), the check's
-/// processes `check` not counted as others; None before a watch started or when `/proc` could
-/// not be read.
-pub fn load_so_far(check: &[u32]) -> Option<HostLoad> {
-    load_since(FIRST.get()?, check)
 }
 
 /// Whether `pid` here runs this same program. A pid of the check may be a process of another
@@ -365,7 +357,10 @@ fn runs_this_program(proc_root: &Path, pid: u32) -> bool {
     }
 }
 
-fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
+/// The load since `start` (a [`LoadWatch`]'s, while the check still measures: shared with the
+/// other nodes when the check found a node slow, `facts::known`), the check's processes `check`
+/// not counted as others; None when `/proc` could not be read.
+pub fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     let proc_root = Path::new("/proc");
     let own = std::process::id();
     let end = sample(proc_root, own)?;

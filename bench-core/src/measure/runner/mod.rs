@@ -59,6 +59,22 @@ pub struct Start {
     pub slow_pairs: SlowPairs,
 }
 
+/// What this process knows of its own node while it measures, for the sum that tells the other
+/// nodes (`localize::own`): handed in by the flow (`facts::known::ThisNode`), so the measuring
+/// loop reads no node facts itself.
+pub trait OwnNode: Send + Sync {
+    /// Keeps GPU `device`'s local probe (CUDA ordinal, copy GB/s).
+    fn probed(&self, device: usize, copy_gbs: f64);
+    /// The share of the check so far that this process could not run (`off_cpu`).
+    fn starved_share(&self) -> Option<f64>;
+    /// This process's findings now (`first_rank`: its first GPU's rank).
+    fn findings_now(
+        &self,
+        t: &Topology,
+        first_rank: usize,
+    ) -> Vec<crate::localize::own::OwnFinding>;
+}
+
 /// Whether any pair of `rows` is slow (the outlier fraction; the floor of (collective, GPUs,
 /// bytes)): the verdict's rule, handed in by the flow, so the retest and the verdict cannot
 /// disagree and the measuring loop names no judge.
@@ -124,9 +140,9 @@ pub struct GpuThread {
     pub opts: &'static Options,
     pub deadline: Instant,
     pub status: Status,
-    /// Keeps this GPU's local probe (CUDA ordinal, copy GB/s) for what the node's own findings
-    /// will tell the other nodes (`localize::own::known::record_probe`, handed in by the flow).
-    pub on_probe: fn(usize, f64),
+    /// What this process knows of its node: this GPU's local probe goes in, the node's own
+    /// findings come out at the sum.
+    pub own: Arc<dyn OwnNode>,
 }
 
 impl GpuThread {
@@ -136,7 +152,7 @@ impl GpuThread {
         let probe = probe::measure(gpu, self.device, self.deadline);
         if let Ok(p) = &probe {
             // What the sum of own findings tells the other nodes of a GPU another process holds.
-            (self.on_probe)(self.device, p.copy_gbs);
+            self.own.probed(self.device, p.copy_gbs);
         }
         out.probe = Some(probe);
         out.phases.probe_ms = ms(t.elapsed());
