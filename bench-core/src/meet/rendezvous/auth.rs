@@ -256,6 +256,8 @@ struct MungeQueue {
     waiting: std::collections::VecDeque<u64>,
 }
 
+/// Static because the limit is the process's: every handshake of the coordinator's door and of
+/// a member, on whatever thread, takes its slot from this one queue.
 static MUNGE_SLOTS: std::sync::Mutex<MungeQueue> = std::sync::Mutex::new(MungeQueue {
     busy: 0,
     next: 0,
