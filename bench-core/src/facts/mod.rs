@@ -1,4 +1,4 @@
-//! Stage 5, facts: the node in (the driver's GPUs, NVML, PCI device IDs, sysfs NICs, NCCL's own
+//! Stage 6, facts: the node in (the driver's GPUs, NVML, PCI device IDs, sysfs NICs, NCCL's own
 //! INFO log), typed facts out ([`node::NodeFacts`], [`transport::TransportSummary`]; the SKU
 //! table they key on is `model::sku`).
 //! Readers: they classify what they read into stable codes and leave the verdict to `judge`

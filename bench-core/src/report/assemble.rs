@@ -3,8 +3,8 @@
 //! each put in once. With `Report::new` and `Report::set_error`, the only writers of a report,
 //! so no stage fills it behind another's back.
 
-use super::json::{GpuEntry, GpuSide, NcclInfo, Phases, Report, TransportInfo};
-use super::{Expected, PairRow, Row};
+use super::json::{GpuEntry, NcclInfo, Report, TransportInfo};
+use crate::measure::rows::{Expected, GpuSide, PairRow, Phases, Row};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::report::reason::Reason;
 use std::collections::BTreeMap;

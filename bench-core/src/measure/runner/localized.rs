@@ -18,11 +18,11 @@ use crate::localize::conduct::{
 };
 use crate::localize::layout::Layout;
 use crate::localize::{LocalizeConfig, LocalizePlan, Localizer};
+use crate::measure::rows::PairRow;
 use crate::model::datatype::{DataType, RedOp};
 use crate::model::floors::PairFloors;
 use crate::model::localization::NodeFindings;
 use crate::model::localization::{LocalizeSummary, Phase};
-use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
 /// be slow on its own: it gets the best value, so it neither fails nor lowers the reference.
@@ -518,7 +518,7 @@ fn with_settings(cfg: LocalizeConfig, v: &[f64]) -> LocalizeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::PairKind;
+    use crate::measure::rows::PairKind;
 
     fn row(node: &str, busbw: f64) -> PairRow {
         PairRow {

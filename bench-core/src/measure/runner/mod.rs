@@ -24,11 +24,11 @@ pub use run_error::RunError;
 
 use crate::measure::cuda::{Gpu, GpuInfo};
 use crate::measure::nccl::{Nccl, UniqueId};
+use crate::measure::rows::Phases;
+use crate::measure::rows::{PairRow, Row};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
 use crate::model::floors::Floors;
-use crate::report::json::Phases;
-use crate::report::{PairRow, Row};
 use crate::settings::options::Options;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
@@ -114,7 +114,7 @@ pub struct GpuOutcome {
     /// With `--shared-gpus`: the ranks (this one among them) that drove this GPU.
     pub shared: Option<Vec<u32>>,
     /// Retested rows by the GPU's clock (`gpu_time`).
-    pub gpu_side: Vec<crate::report::json::GpuSide>,
+    pub gpu_side: Vec<crate::measure::rows::GpuSide>,
     /// What each budgeted step sized itself to (`model::time_budget`), recorder thread.
     pub sizing: Vec<crate::model::time_budget::Sizing>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
