@@ -189,7 +189,7 @@ fn wait_for_gpus(
     // Whether this process could run while it measured (a starved worker starves NCCL's
     // proxy threads: `runner::off_cpu`), and how busy the host's CPUs were meanwhile, and with
     // whom (`facts::host_load`).
-    let (off_cpu, load) = own.watch();
+    let off_cpu = own.watch();
     let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
         Ok(handles) => Some(gather(handles, host, record)),
         // A GPU thread still inside NCCL after the watch named a lost process: the thread may
@@ -203,7 +203,7 @@ fn wait_for_gpus(
     if let Some(facts) = record.facts.as_mut() {
         // Every process of the check is its own load, not another's (emulated nodes share a
         // host; seen at 16: the check's workers named as the top consumers of a busy host).
-        facts.host = load.stop(check_pids);
+        facts.host = own.load_so_far(check_pids);
     }
     after_the_team(gathered, team.lost(), opts.rank)
 }

@@ -312,33 +312,6 @@ impl HostLoad {
     }
 }
 
-/// A sample at the start of a measurement, and the load at its end.
-pub struct LoadWatch {
-    start: Option<HostSample>,
-}
-
-impl LoadWatch {
-    /// Samples `/proc` now.
-    pub fn start() -> LoadWatch {
-        LoadWatch {
-            start: sample(Path::new("/proc"), std::process::id()),
-        }
-    }
-
-    /// The start sample, for [`load_since`] while the watch runs; None when `/proc` could not be
-    /// read.
-    pub fn started(&self) -> Option<&HostSample> {
-        self.start.as_ref()
-    }
-
-    /// The load since [`LoadWatch::start`], the check's processes `check` (every process of
-    /// the step, this one among them) not counted as others; None when `/proc` could not be
-    /// read.
-    pub fn stop(self, check: &[u32]) -> Option<HostLoad> {
-        load_since(&self.start?, check)
-    }
-}
-
 /// Whether `pid` here runs this same program. A pid of the check may be a process of another
 /// node, and the same number an unrelated process here: only one that runs this program is
 /// the check's own.
@@ -357,9 +330,10 @@ fn runs_this_program(proc_root: &Path, pid: u32) -> bool {
     }
 }
 
-/// The load since `start` (a [`LoadWatch`]'s, while the check still measures: shared with the
-/// other nodes when the check found a node slow, `facts::known`), the check's processes `check`
-/// not counted as others; None when `/proc` could not be read.
+/// The load since `start` (a [`sample`] at the start of the measurement; read while the check
+/// still measures too, for the other nodes, `facts::known`), the check's processes `check` (every
+/// process of the step, this one among them) not counted as others; None when `/proc` could not
+/// be read.
 pub fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     let proc_root = Path::new("/proc");
     let own = std::process::id();

@@ -9,13 +9,16 @@
 
 use crate::config::expected_gpus::bus_id;
 use crate::facts::gpu_health::HealthFacts;
-use crate::facts::host_load::{HostLoad, HostSample, LoadWatch};
+use crate::facts::host_load::{self, HostLoad, HostSample};
+use crate::facts::local_probe::copy_floor;
 use crate::facts::node::NodeFacts;
 use crate::localize::own::OwnFinding;
+use crate::measure::gpu::GpuInfo;
 use crate::measure::runner::off_cpu::{self, SoFar};
 use crate::meet::topology::Topology;
 use nccl_check_contract::report::process::GpuProcess;
 use nccl_check_contract::report::reason::ReasonCode;
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// This process's node as known before the processes meet.
@@ -39,7 +42,7 @@ pub struct ThisNode {
     probed: Mutex<Vec<(usize, f64)>>,
     /// The off-CPU watch so far ([`ThisNode::watch`] starts it).
     off_cpu: Arc<SoFar>,
-    /// The host-load watch's start sample ([`ThisNode::watch`]).
+    /// The host's `/proc` at the start of the measurement ([`ThisNode::watch`]).
     load_start: OnceLock<HostSample>,
 }
 
@@ -47,37 +50,27 @@ impl ThisNode {
     /// Keeps what NVML (`nvml`) and the inventory (`facts`) said of this process's GPUs (CUDA
     /// ordinals `devices`, in thread order). Only the first call counts.
     pub fn record(&self, devices: &[usize], nvml: &HealthFacts, facts: Option<&NodeFacts>) {
-        let infos: Vec<_> = devices
-            .iter()
-            .map(|&d| crate::measure::cuda::gpu_info(d).ok())
+        let ours: Vec<_> = (devices.iter())
+            .map(|&d| (d, crate::measure::cuda::gpu_info(d).ok()))
             .collect();
-        let buses: Vec<String> = infos
-            .iter()
-            .map(|i| i.as_ref().map_or(String::new(), |i| i.pci_bus_id.clone()))
-            .collect();
-        let mut known = known_before(&buses, nvml, facts);
-        known.probe_floor = devices
-            .iter()
-            .zip(&infos)
-            .map(|(&d, i)| {
-                let floor = i.as_ref().and_then(|i| {
-                    crate::facts::local_probe::copy_floor(i.pci_device_id, &i.name).map(|(f, _)| f)
-                });
-                (d, floor)
-            })
-            .collect();
-        let _ = self.before.set(known);
+        let _ = self.before.set(known_before(&ours, nvml, facts));
     }
 
     /// Starts the watches of this process's CPU time (None when no thread can be started) and
-    /// of the host's load; what they see until they stop is what the findings read so far.
-    pub fn watch(&self) -> (Option<off_cpu::Watch>, LoadWatch) {
+    /// of the host's load; what they see is what the findings read so far.
+    pub fn watch(&self) -> Option<off_cpu::Watch> {
         let off_cpu = off_cpu::Watch::start(self.off_cpu.clone());
-        let load = LoadWatch::start();
-        if let Some(s) = load.started() {
-            let _ = self.load_start.set(s.clone());
+        if let Some(s) = host_load::sample(Path::new("/proc"), std::process::id()) {
+            let _ = self.load_start.set(s);
         }
-        (off_cpu, load)
+        off_cpu
+    }
+
+    /// How busy the host's CPUs were since [`ThisNode::watch`], and with whom, the check's
+    /// processes `check` (every process of the step, this one among them) not counted as others;
+    /// None before the watch or when `/proc` could not be read.
+    pub fn load_so_far(&self, check: &[u32]) -> Option<HostLoad> {
+        host_load::load_since(self.load_start.get()?, check)
     }
 }
 
@@ -96,25 +89,24 @@ impl crate::measure::runner::OwnNode for ThisNode {
     fn findings_now(&self, t: &Topology, first_rank: usize) -> Vec<OwnFinding> {
         let none = KnownBefore::default();
         let known = self.before.get().unwrap_or(&none);
-        let host =
-            (self.load_start.get()).and_then(|s| crate::facts::host_load::load_since(s, t.pids()));
+        let host = self.load_so_far(t.pids());
         let starved = self.off_cpu.share();
         let probed = self.probed.lock().map(|p| p.clone()).unwrap_or_default();
         findings_of(known, &probed, t, first_rank, starved, host.as_ref())
     }
 }
 
-/// See [`ThisNode::record`]; `buses`: the GPUs' PCI bus ids.
+/// See [`ThisNode::record`]; `ours`: this process's GPUs in thread order (CUDA ordinal, what
+/// CUDA says of it).
 pub fn known_before(
-    buses: &[String],
+    ours: &[(usize, Option<GpuInfo>)],
     nvml: &HealthFacts,
     facts: Option<&NodeFacts>,
 ) -> KnownBefore {
-    let held = buses
-        .iter()
-        .map(|bus| match nvml {
-            HealthFacts::Available { gpus, .. } => {
-                let mine = bus_id(bus);
+    let held = (ours.iter())
+        .map(|(_, info)| match (info, nvml) {
+            (Some(info), HealthFacts::Available { gpus, .. }) => {
+                let mine = bus_id(&info.pci_bus_id);
                 gpus.iter()
                     .find(|h| mine.is_some() && bus_id(&h.bus_id) == mine)
                     .map(|h| h.processes.clone())
@@ -133,10 +125,18 @@ pub fn known_before(
             })
             .sum()
     });
+    let probe_floor = (ours.iter())
+        .map(|(d, info)| {
+            let floor = info
+                .as_ref()
+                .and_then(|i| copy_floor(i.pci_device_id, &i.name));
+            (*d, floor.map(|(f, _)| f))
+        })
+        .collect();
     KnownBefore {
         held,
         missing,
-        probe_floor: Vec::new(),
+        probe_floor,
     }
 }
 

@@ -29,7 +29,7 @@ pub const STARVED_SHARE: f64 = 0.5;
 pub const MIN_WINDOW: Duration = Duration::from_secs(2);
 
 /// A watch's reading while it runs, for the localizer's rounds, which read it at their end:
-/// when the first watch handed it started and the nanoseconds it lost so far.
+/// when the watch started and the nanoseconds it lost so far.
 #[derive(Debug, Default)]
 pub struct SoFar {
     started: OnceLock<Instant>,
@@ -73,24 +73,15 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Starts the watch on its own thread, its reading so far kept in `so_far` (unless another
-    /// watch started there first); None when no thread can be started (then nothing is judged:
-    /// the check goes on without it).
+    /// Starts the watch on its own thread, its reading so far kept in `so_far` (one watch each);
+    /// None when no thread can be started (then nothing is judged: the check goes on without it).
     pub fn start(so_far: Arc<SoFar>) -> Option<Watch> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let fresh = so_far.started.set(Instant::now()).is_ok();
+        let _ = so_far.started.set(Instant::now());
         let handle = std::thread::Builder::new()
             .name("off-cpu".into())
-            .spawn(move || {
-                let lost = AtomicU64::new(0);
-                watch(
-                    &flag,
-                    TICK,
-                    std::thread::sleep,
-                    if fresh { &so_far.off_nanos } else { &lost },
-                )
-            })
+            .spawn(move || watch(&flag, TICK, std::thread::sleep, &so_far.off_nanos))
             .ok()?;
         Some(Watch {
             stop,
