@@ -263,6 +263,7 @@ static MUNGE_SLOTS: std::sync::Mutex<MungeQueue> = std::sync::Mutex::new(MungeQu
     next: 0,
     waiting: std::collections::VecDeque::new(),
 });
+/// Woken when a slot of [`MUNGE_SLOTS`] is given back (static with it).
 static MUNGE_FREED: std::sync::Condvar = std::sync::Condvar::new();
 
 /// One of the slots, given back when dropped.
