@@ -22,10 +22,10 @@ mod timed;
 
 pub use run_error::RunError;
 
+use crate::localize::own::OwnFinding;
 use crate::measure::cuda::{Gpu, GpuInfo};
 use crate::measure::nccl::{Nccl, UniqueId};
-use crate::measure::rows::Phases;
-use crate::measure::rows::{PairRow, Row};
+use crate::measure::rows::{PairRow, Phases, Row};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
 use crate::model::floors::Floors;
@@ -68,11 +68,7 @@ pub trait OwnNode: Send + Sync {
     /// The share of the check so far that this process could not run (`off_cpu`).
     fn starved_share(&self) -> Option<f64>;
     /// This process's findings now (`first_rank`: its first GPU's rank).
-    fn findings_now(
-        &self,
-        t: &Topology,
-        first_rank: usize,
-    ) -> Vec<crate::localize::own::OwnFinding>;
+    fn findings_now(&self, t: &Topology, first_rank: usize) -> Vec<OwnFinding>;
 }
 
 /// Whether any pair of `rows` is slow (the outlier fraction; the floor of (collective, GPUs,
