@@ -13,13 +13,14 @@ use crate::judge::overall::{self, Basis, Judging};
 use crate::measure::cuda;
 use crate::measure::nccl::{Nccl, UniqueId};
 use crate::measure::nccl_env::LogPlace;
+use crate::measure::rows::Phases;
 use crate::measure::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
 use crate::meet::rendezvous::{self, Member};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
 use crate::model::thresholds::GpuModel;
 use crate::report::assemble::{Judgement, Measured};
-use crate::report::json::{GpuEntry, NcclInfo, Phases, Report};
+use crate::report::json::{GpuEntry, NcclInfo, Report};
 use crate::settings::options::Options;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -78,12 +79,21 @@ fn measure(
         return Ok((Reached::default(), Ran::Explained(text)));
     }
     let so_far = |node: Option<&Node>, m| Reached::so_far(loaded.record.clone(), node, m);
-    let threads =
-        spawn_gpu_threads(opts, &loaded, deadline, status).map_err(|e| (so_far(None, None), e))?;
-    let node = read_node(opts, host, &loaded, health, deadline);
+    // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
+    let own = Arc::new(crate::facts::known::ThisNode::default());
+    let threads = spawn_gpu_threads(opts, &loaded, deadline, status, &own)
+        .map_err(|e| (so_far(None, None), e))?;
+    let node = read_node(opts, host, &loaded, health, deadline, &own);
     let met = meet(opts, &loaded, host, deadline, threads, &node.gpu)
         .map_err(|(m, e)| (so_far(Some(&node), Some(m)), e))?;
-    let outcomes = wait_for_gpus(met.running, &met.team, &met.topology, opts, host, node);
+    let outcomes = wait_for_gpus(
+        met.running,
+        (&met.team, &own),
+        &met.topology,
+        opts,
+        host,
+        node,
+    );
     let so_far = Reached::so_far(loaded.record, None, Some(met.record));
     read_paths(so_far, outcomes, nccl_log, met.topology)
 }
@@ -209,6 +219,7 @@ fn spawn_gpu_threads(
     loaded: &Loaded,
     deadline: Instant,
     status: &Status,
+    own: &Arc<crate::facts::known::ThisNode>,
 ) -> Result<GpuThreads, RunError> {
     if !opts.quiet && opts.rank == 0 {
         nccl_check_host::outln!(
@@ -234,7 +245,7 @@ fn spawn_gpu_threads(
             opts,
             deadline,
             status: status.clone(),
-            on_probe: crate::localize::own::known::record_probe,
+            own: own.clone(),
         };
         let h = std::thread::Builder::new()
             .name(format!("gpu{device}"))
@@ -255,6 +266,7 @@ fn read_node(
     loaded: &Loaded,
     health: gather_facts::Pending,
     deadline: Instant,
+    own: &crate::facts::known::ThisNode,
 ) -> Node {
     let facts = gather_facts::gather_inventory(opts, host, loaded.visible);
     let nvml = health.resolve(deadline);
@@ -263,8 +275,7 @@ fn read_node(
     // interconnect the report records.
     let (name, id, interconnect) = read_gpus(&loaded.devices, &nvml.facts);
     let (gpu, sku) = identify(name, id, &interconnect);
-    // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
-    crate::localize::own::known::record(&loaded.devices, &nvml.facts, Some(&facts));
+    own.record(&loaded.devices, &nvml.facts, Some(&facts));
     if !opts.quiet && opts.rank == 0 {
         nccl_check_host::outln!("# GPU: {sku}; interconnect: {interconnect}");
     }
@@ -281,17 +292,16 @@ fn read_node(
 /// what the off-CPU watch and the host's load saw meanwhile put in the `node`'s facts.
 fn wait_for_gpus(
     running: Vec<JoinHandle<GpuOutcome>>,
-    team: &Team,
+    (team, own): (&Team, &crate::facts::known::ThisNode),
     topology: &Topology,
     opts: &Options,
     host: &str,
     mut node: Node,
 ) -> Outcomes {
     // Whether this process could run while it measured (a starved worker starves NCCL's
-    // proxy threads: `runner::off_cpu`).
-    let off_cpu = crate::measure::runner::off_cpu::Watch::start();
-    // How busy the host's CPUs were meanwhile, and with whom (`facts::host_load`).
-    let load = crate::facts::host_load::LoadWatch::start();
+    // proxy threads: `runner::off_cpu`), and how busy the host's CPUs were meanwhile, and with
+    // whom (`facts::host_load`).
+    let off_cpu = own.watch();
     let (gathered, ended) = match join_unless(running, || team.lost().is_some(), LOST_GRACE) {
         Ok(handles) => {
             let (gathered, ended) = gather(handles, host);
@@ -307,7 +317,7 @@ fn wait_for_gpus(
     }
     // Every process of the check is its own load, not another's (emulated nodes share a
     // host; seen at 16: the check's workers named as the top consumers of a busy host).
-    node.facts.host = load.stop(topology.pids());
+    node.facts.host = own.load_so_far(topology.pids());
     Outcomes {
         gathered,
         node,

@@ -4,10 +4,9 @@
 //! the run's whole time, each put in once. With `Report::set_error`, the only writers of a
 //! report, so no stage fills it behind another's back.
 
-use super::json::TransportInfo;
-use super::json::{nccl_env_of, GpuEntry, GpuSide, NcclInfo, Phases, Report, Settings};
-use super::{Expected, PairRow, Row};
+use super::json::{nccl_env_of, GpuEntry, NcclInfo, Report, Settings, TransportInfo};
 use crate::config::network::NetworkProfile;
+use crate::measure::rows::{Expected, GpuSide, PairRow, Phases, Row};
 use crate::settings::environment::Environment;
 use crate::settings::options::Options;
 use nccl_check_contract::exit::ExitCode;
