@@ -7,7 +7,7 @@ use bench_core::measure::nccl_env;
 use bench_core::measure::runner::Status;
 use bench_core::orchestrate::{self, Ran};
 use bench_core::render::progress;
-use bench_core::report::json::{nccl_env_of, Report};
+use bench_core::report::json::Report;
 use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, Command, Options, ParseExit};
 use nccl_check_contract::exit::ExitCode;
@@ -52,16 +52,15 @@ fn main() {
         env.set_for_nccl(k, v);
     }
     let nccl_log = nccl_env::capture_nccl_log(opts, profile, &mut env);
-    let mut report = Report::new(nccl_env::hostname(), started_unix);
-    report.nccl_env = nccl_env_of(env.vars());
-    report.network_profile = profile
-        .map(|p| serde_json::json!({ "name": p.name, "env": p.env, "expect_net": p.expect_net }));
-    report.process_rank = opts.rank;
-    report.world = opts.world;
-    report.rendezvous = opts.rendezvous.clone();
-    report.settings = Some(orchestrate::settings(opts));
+    let mut report = Report::for_run(opts, &env, profile, nccl_env::hostname(), started_unix);
     let status: Status = Arc::new(Mutex::new(vec!["starting".to_string()]));
-    start_watchdog(t0 + opts.timeout, status.clone(), opts, report.clone());
+    start_watchdog(
+        t0 + opts.timeout,
+        status.clone(),
+        opts,
+        report.clone(),
+        nccl_log.clone(),
+    );
     // Kept until the process ends (`finish` leaves with `_exit`).
     let _ticker = if progress::wanted(opts.progress, opts.rank) {
         progress::start(
@@ -90,8 +89,8 @@ fn main() {
         }
         Err(e) => report.set_error(e.exit_code(), e.reason_code(), e.message()),
     };
-    report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
-    finish(opts, &report, code);
+    report.record_total(t0.elapsed());
+    finish(opts, &report, code, &nccl_log);
 }
 
 /// `--check-config [FILE]`: FILE, else $NCCL_CHECK_CONFIG, else the default path
@@ -135,7 +134,13 @@ fn usage_error(msg: &str, see: &str) -> ! {
 
 /// The last resort: whatever is stuck (a CUDA call without a deadline, an abort that blocks), the
 /// process reports ERROR and exits shortly after `--timeout`.
-fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut report: Report) {
+fn start_watchdog(
+    deadline: Instant,
+    status: Status,
+    opts: &'static Options,
+    mut report: Report,
+    nccl_log: nccl_env::LogPlace,
+) {
     // Running before NCCL's dlopen can take the loader's lock (running_thread.rs says why).
     let _ = bench_core::measure::running_thread::spawn("watchdog", move |ready| {
         ready.running();
@@ -149,19 +154,22 @@ fn start_watchdog(deadline: Instant, status: Status, opts: &'static Options, mut
             opts.timeout.as_secs_f64()
         );
         let code = report.set_error(ExitCode::Timeout, ReasonCode::Timeout, &msg);
-        finish(opts, &report, code);
+        finish(opts, &report, code, &nccl_log);
     });
 }
 
+/// Whether the process is ending: the watchdog's thread and the main thread may both reach
+/// [`finish`], and only the first writes the report and the verdict line. Static because the
+/// end is the process's, not any stage's: `_exit` follows.
 static FINISHED: Mutex<bool> = Mutex::new(false);
 
 /// Prints the verdict line, writes the report, and leaves at once: `_exit` skips NCCL's and
 /// CUDA's teardown (seconds, and a hang risk when a peer is gone); the driver frees everything.
-fn finish(opts: &Options, report: &Report, code: ExitCode) -> ! {
+fn finish(opts: &Options, report: &Report, code: ExitCode, nccl_log: &nccl_env::LogPlace) -> ! {
     let mut done = FINISHED.lock().unwrap_or_else(|p| p.into_inner());
     if !*done {
         *done = true;
-        nccl_env::remove_log_dir();
+        nccl_env::remove_log_dir(nccl_log);
         if let Some(path) = &opts.json {
             if let Err(e) = write_json(path, report) {
                 nccl_check_host::errln!(

@@ -6,18 +6,21 @@
 
 use crate::config::network::NetworkProfile;
 use crate::config::network::TransportExpectation;
-use crate::facts::transport::TransportSummary;
+use crate::facts::interconnect::Interconnect;
+use crate::facts::node::NodeFacts;
+use crate::facts::transport::{TransportInfo, TransportSummary};
 use crate::judge::overall::{self, Basis, Judging};
 use crate::measure::cuda;
 use crate::measure::nccl::{Nccl, UniqueId};
 use crate::measure::nccl_env::LogPlace;
+use crate::measure::rows::Phases;
 use crate::measure::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
 use crate::meet::rendezvous::{self, Member};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
 use crate::model::thresholds::GpuModel;
 use crate::report::assemble::{Judgement, Measured};
-use crate::report::json::{GpuEntry, NcclInfo, Report, Settings};
+use crate::report::json::{GpuEntry, NcclInfo, Report};
 use crate::settings::options::Options;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -45,165 +48,320 @@ pub fn run(
     host: &str,
     nccl_log: &LogPlace,
 ) -> (Measured, Result<Ran, RunError>) {
-    let mut record = Measured::default();
-    let ran = measure(opts, t0, status, host, nccl_log, &mut record);
-    (record, ran)
+    if opts.explain_thresholds && opts.gpu_model.is_some() {
+        // Another GPU model, or a login node: no GPU, no NCCL.
+        let text = explain(opts, None, None);
+        return (Measured::default(), Ok(Ran::Explained(text)));
+    }
+    let (reached, ran) = match measure(opts, t0, status, host, nccl_log) {
+        Ok((reached, ran)) => (reached, Ok(ran)),
+        Err((reached, e)) => (reached, Err(e)),
+    };
+    (reached.record(), ran)
 }
 
-/// [`run`], filling `record` as each step hands back its values.
+/// [`run`] on this node's GPUs, one stage a line, each handed what the earlier ones returned;
+/// on an error, what the stages before it returned (moved once, to the report: not boxed).
+#[allow(clippy::result_large_err)]
 fn measure(
     opts: &'static Options,
     t0: Instant,
     status: &Status,
     host: &str,
     nccl_log: &LogPlace,
-    record: &mut Measured,
-) -> Result<Ran, RunError> {
+) -> Result<(Reached, Ran), (Reached, RunError)> {
     let deadline = t0 + opts.timeout;
-    if opts.explain_thresholds && opts.gpu_model.is_some() {
-        // Another GPU model, or a login node: no GPU, no NCCL.
-        return Ok(Ran::Explained(explain(opts, None, None)));
-    }
     let health = gather_facts::start_nvml();
-    // What the progress line and the watchdog name while the libraries load.
-    *status.lock().unwrap_or_else(|p| p.into_inner()) =
-        vec!["loading NCCL and the CUDA driver".to_string()];
-    let (nccl, visible) = load(opts, record)?;
-    let devices = devices(opts, visible)?;
+    let loaded = load(opts, status).map_err(|(l, e)| (Reached::so_far(l, None, None), e))?;
     if opts.explain_thresholds {
-        let nvml = health.resolve(deadline);
-        return Ok(Ran::Explained(explain(
-            opts,
-            Some(&devices),
-            Some(&nvml.facts),
-        )));
+        let nvml = health.resolve(deadline).facts;
+        let text = explain(opts, Some(&loaded.devices), Some(&nvml));
+        return Ok((Reached::default(), Ran::Explained(text)));
     }
+    let so_far = |node: Option<&Node>, m| Reached::so_far(loaded.record.clone(), node, m);
+    // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
+    let own = Arc::new(crate::facts::known::ThisNode::default());
+    let threads = spawn_gpu_threads(opts, &loaded, deadline, status, &own)
+        .map_err(|e| (so_far(None, None), e))?;
+    let node = read_node(opts, host, &loaded, health, deadline, &own);
+    let met = meet(opts, &loaded, host, deadline, threads, &node.gpu)
+        .map_err(|(m, e)| (so_far(Some(&node), Some(m)), e))?;
+    let outcomes = wait_for_gpus(
+        met.running,
+        (&met.team, &own),
+        &met.topology,
+        opts,
+        host,
+        node,
+    );
+    let so_far = Reached::so_far(loaded.record, None, Some(met.record));
+    read_paths(so_far, outcomes, nccl_log, met.topology)
+}
+
+/// What the stages handed back, as far as the run got (the defaults for a stage not reached):
+/// the run's record, put together in one piece by [`Reached::record`].
+#[derive(Default)]
+struct Reached {
+    loading: Loading,
+    node: Option<Node>,
+    meeting: Meeting,
+    /// The GPU threads' part of the record (their fields of [`Measured`]).
+    gathered: Measured,
+    /// Once every GPU thread ended well: NCCL's log of the paths (and NVML's facts recorded).
+    transports: Option<TransportInfo>,
+}
+
+impl Reached {
+    /// The stages up to the meeting (`node`, `meeting`: where they were reached).
+    fn so_far(loading: Loading, node: Option<&Node>, meeting: Option<Meeting>) -> Reached {
+        Reached {
+            loading,
+            node: node.cloned(),
+            meeting: meeting.unwrap_or_default(),
+            ..Reached::default()
+        }
+    }
+
+    /// The run's record.
+    fn record(self) -> Measured {
+        let (loading, meeting, gathered) = (self.loading, self.meeting, self.gathered);
+        let nvml = |n: gather_facts::Resolved| (n.facts, n.waited_ms);
+        let (facts, sku, interconnect, nvml) = self.node.map_or(Default::default(), |n| {
+            (
+                Some(n.facts),
+                Some(n.sku),
+                Some(n.interconnect),
+                Some(nvml(n.nvml)),
+            )
+        });
+        Measured {
+            phases: Phases {
+                cuda_init_ms: loading.cuda_init_ms,
+                nccl_load_ms: loading.nccl_load_ms,
+                rendezvous_ms: meeting.rendezvous_ms,
+                ..gathered.phases
+            },
+            nccl: loading.nccl,
+            facts,
+            sku,
+            interconnect,
+            nranks: meeting.nranks,
+            processes: meeting.processes,
+            nvml: nvml.filter(|_| self.transports.is_some()),
+            transports: self.transports,
+            ..gathered
+        }
+    }
+}
+
+/// What the report records of loading CUDA and NCCL, as far as it got.
+#[derive(Debug, Clone, Default)]
+struct Loading {
+    cuda_init_ms: f64,
+    nccl_load_ms: f64,
+    nccl: Option<NcclInfo>,
+}
+
+/// CUDA and NCCL loaded: NCCL, how many GPUs are visible, which of them this process drives.
+struct Loaded {
+    nccl: &'static Nccl,
+    visible: usize,
+    devices: Vec<usize>,
+    record: Loading,
+}
+
+/// This process's GPUs as the floors and the verdict know them, read once while the contexts
+/// start: the GPU model (the floors' key), NVML's facts, and what the report shows: the node's
+/// facts (the inventory, then what the watches saw and the NICs NCCL used), the first GPU's
+/// identity, how the GPUs reach each other.
+#[derive(Debug, Clone)]
+struct Node {
+    gpu: Arc<GpuModel>,
+    nvml: gather_facts::Resolved,
+    facts: NodeFacts,
+    sku: String,
+    interconnect: Interconnect,
+}
+
+/// What the report records of the meeting: how long it took, then (once joined) every rank and
+/// which process holds which.
+#[derive(Debug, Default)]
+struct Meeting {
+    rendezvous_ms: f64,
+    nranks: u32,
+    processes: Vec<Member>,
+}
+
+/// The processes met: the team, the topology, the GPU threads running with their ranks.
+struct Met {
+    team: Arc<Team>,
+    topology: Arc<Topology>,
+    running: Vec<JoinHandle<GpuOutcome>>,
+    record: Meeting,
+}
+
+/// The GPU threads' outcomes as far as they came back, the node with what the off-CPU and
+/// host-load watches saw meanwhile, and how the threads ended.
+struct Outcomes {
+    gathered: Measured,
+    node: Node,
+    ended: Result<(), RunError>,
+}
+
+/// One thread per GPU, each starting its context and waiting for its [`Start`].
+struct GpuThreads {
+    senders: Vec<Sender<Start>>,
+    handles: Vec<JoinHandle<GpuOutcome>>,
+}
+
+fn spawn_gpu_threads(
+    opts: &'static Options,
+    loaded: &Loaded,
+    deadline: Instant,
+    status: &Status,
+    own: &Arc<crate::facts::known::ThisNode>,
+) -> Result<GpuThreads, RunError> {
     if !opts.quiet && opts.rank == 0 {
         nccl_check_host::outln!(
             "# nccl-check {} (nccl-tests 2.19.6 table format) nccl-library={} {}",
             env!("CARGO_PKG_VERSION"),
-            nccl.version,
-            nccl.path.display()
+            loaded.nccl.version,
+            loaded.nccl.path.display()
         );
     }
-
     // One thread per GPU starts its context now; the rendezvous runs meanwhile.
-    *status.lock().unwrap_or_else(|p| p.into_inner()) = vec![String::new(); devices.len()];
-    let (senders, handles) = spawn_gpu_threads(opts, nccl, &devices, deadline, status)?;
-    // The inventory (sysfs and Slurm's config files) while the contexts start, not before.
-    record.facts = Some(gather_facts::gather_inventory(opts, host, visible));
-    // NVML's facts decide which floors apply (the interconnect), so the measuring threads and
-    // the verdict hold results to the same floors: wait for them (bounded, `NVML_BUDGET` from
-    // the start; NVML usually answered while CUDA started).
-    let nvml = health.resolve(deadline);
-    // What the floors are looked up by: the first GPU's model (its SKU by PCI device ID) and
-    // how this process's GPUs reach each other (read from NVML), with the identity and
-    // interconnect the report records.
-    let (name, id, interconnect) = read_gpus(&devices, &nvml.facts);
-    let (gpu, identity) = identify(name, id, &interconnect);
-    let gpu = Arc::new(gpu);
-    // What the check's sum of own findings tells the other nodes of this one (`localize::own`).
-    crate::localize::own::known::record(&devices, &nvml.facts, record.facts.as_ref());
-    if !opts.quiet && opts.rank == 0 {
-        nccl_check_host::outln!("# GPU: {identity}; interconnect: {interconnect}");
-    }
-    record.sku = Some(identity);
-    record.interconnect = Some(interconnect);
-    let met = meet(
-        opts,
-        nccl,
-        (host, &devices),
-        deadline,
-        &senders,
-        record,
-        &gpu,
-    );
-    let (team, topology) = match met {
-        Ok(met) => met,
-        Err(e) => {
-            drop(senders);
-            for h in handles {
-                let _ = h.join();
-            }
-            return Err(e);
-        }
+    *status.lock().unwrap_or_else(|p| p.into_inner()) = vec![String::new(); loaded.devices.len()];
+    let mut threads = GpuThreads {
+        senders: Vec::new(),
+        handles: Vec::new(),
     };
-    wait_for_gpus(handles, &team, topology.pids(), opts, host, record)?;
-    record.nvml = Some((nvml.facts, nvml.waited_ms));
-    let (transports, log) = crate::facts::nccl_log::read_transports(nccl_log);
-    if let Some(f) = record.facts.as_mut() {
-        let lines = log.as_ref().map(|l| l.net_using.as_slice());
-        let nodes = topology.node_count();
-        f.set_net(std::path::Path::new("/"), lines, nodes, &Default::default());
-    }
-    record.transports = Some(transports);
-    Ok(Ran::Measured(Basis { topology, gpu }, log))
-}
-
-/// One thread per GPU, each starting its context and waiting for its [`Start`].
-type GpuThreads = (Vec<Sender<Start>>, Vec<JoinHandle<GpuOutcome>>);
-
-fn spawn_gpu_threads(
-    opts: &'static Options,
-    nccl: &'static Nccl,
-    devices: &[usize],
-    deadline: Instant,
-    status: &Status,
-) -> Result<GpuThreads, RunError> {
-    let mut senders = Vec::new();
-    let mut handles = Vec::new();
-    for (slot, &device) in devices.iter().enumerate() {
+    for (slot, &device) in loaded.devices.iter().enumerate() {
         let (tx, rx) = std::sync::mpsc::channel();
-        senders.push(tx);
+        threads.senders.push(tx);
         let thread = GpuThread {
             slot,
             device,
-            nccl,
+            nccl: loaded.nccl,
             opts,
             deadline,
             status: status.clone(),
-            on_probe: crate::localize::own::known::record_probe,
+            own: own.clone(),
         };
         let h = std::thread::Builder::new()
             .name(format!("gpu{device}"))
             .spawn(move || thread.run(rx))
             .map_err(|e| RunError::Runtime(format!("cannot start a thread: {e}")))?;
-        handles.push(h);
+        threads.handles.push(h);
     }
-    Ok((senders, handles))
+    Ok(threads)
 }
 
-/// Waits for the GPU threads (bounded once a process is lost) and collects their outcomes into
-/// the record, with what the off-CPU watch and the host's load saw meanwhile.
-fn wait_for_gpus(
-    handles: Vec<JoinHandle<GpuOutcome>>,
-    team: &crate::meet::team::Team,
-    check_pids: &[u32],
+/// The node's inventory (sysfs and Slurm's config files, read while the contexts start, not
+/// before), then NVML's facts, which decide which floors apply (the interconnect), so the
+/// measuring threads and the verdict hold results to the same floors: waited for (bounded,
+/// `NVML_BUDGET` from the start; NVML usually answered while CUDA started).
+fn read_node(
     opts: &Options,
     host: &str,
-    record: &mut Measured,
-) -> Result<(), RunError> {
+    loaded: &Loaded,
+    health: gather_facts::Pending,
+    deadline: Instant,
+    own: &crate::facts::known::ThisNode,
+) -> Node {
+    let facts = gather_facts::gather_inventory(opts, host, loaded.visible);
+    let nvml = health.resolve(deadline);
+    // What the floors are looked up by: the first GPU's model (its SKU by PCI device ID) and
+    // how this process's GPUs reach each other (read from NVML), with the identity and
+    // interconnect the report records.
+    let (name, id, interconnect) = read_gpus(&loaded.devices, &nvml.facts);
+    let (gpu, sku) = identify(name, id, &interconnect);
+    own.record(&loaded.devices, &nvml.facts, Some(&facts));
+    if !opts.quiet && opts.rank == 0 {
+        nccl_check_host::outln!("# GPU: {sku}; interconnect: {interconnect}");
+    }
+    Node {
+        gpu: Arc::new(gpu),
+        nvml,
+        facts,
+        sku,
+        interconnect,
+    }
+}
+
+/// Waits for the GPU threads (bounded once a process is lost) and collects their outcomes, with
+/// what the off-CPU watch and the host's load saw meanwhile put in the `node`'s facts.
+fn wait_for_gpus(
+    running: Vec<JoinHandle<GpuOutcome>>,
+    (team, own): (&Team, &crate::facts::known::ThisNode),
+    topology: &Topology,
+    opts: &Options,
+    host: &str,
+    mut node: Node,
+) -> Outcomes {
     // Whether this process could run while it measured (a starved worker starves NCCL's
-    // proxy threads: `runner::off_cpu`).
-    let off_cpu = crate::measure::runner::off_cpu::Watch::start();
-    // How busy the host's CPUs were meanwhile, and with whom (`facts::host_load`).
-    let load = crate::facts::host_load::LoadWatch::start();
-    let gathered = match join_unless(handles, || team.lost().is_some(), LOST_GRACE) {
-        Ok(handles) => Some(gather(handles, host, record)),
+    // proxy threads: `runner::off_cpu`), and how busy the host's CPUs were meanwhile, and with
+    // whom (`facts::host_load`).
+    let off_cpu = own.watch();
+    let (gathered, ended) = match join_unless(running, || team.lost().is_some(), LOST_GRACE) {
+        Ok(handles) => {
+            let (gathered, ended) = gather(handles, host);
+            (gathered, Some(ended))
+        }
         // A GPU thread still inside NCCL after the watch named a lost process: the thread may
         // never come back (seen on one H100 with 16 emulated nodes: a link down during NCCL
         // init held `ncclCommInitRankConfig` until --timeout), and the verdict is known.
-        Err(()) => None,
+        Err(()) => (Measured::default(), None),
     };
-    if let (Some(seen), Some(facts)) = (off_cpu.and_then(|w| w.stop()), record.facts.as_mut()) {
-        facts.set_off_cpu(&opts.node_or_host(host), seen);
+    if let Some(seen) = off_cpu.and_then(|w| w.stop()) {
+        node.facts.set_off_cpu(&opts.node_or_host(host), seen);
     }
-    if let Some(facts) = record.facts.as_mut() {
-        // Every process of the check is its own load, not another's (emulated nodes share a
-        // host; seen at 16: the check's workers named as the top consumers of a busy host).
-        facts.host = load.stop(check_pids);
+    // Every process of the check is its own load, not another's (emulated nodes share a
+    // host; seen at 16: the check's workers named as the top consumers of a busy host).
+    node.facts.host = own.load_so_far(topology.pids());
+    Outcomes {
+        gathered,
+        node,
+        ended: after_the_team(ended, team.lost(), opts.rank),
     }
-    after_the_team(gathered, team.lost(), opts.rank)
+}
+
+/// The last stage, once every GPU thread ended well: what NCCL's log says of the paths and the
+/// NICs it used; the run's record, and the run to judge on the `topology` and the GPU model.
+#[allow(clippy::result_large_err)]
+fn read_paths(
+    so_far: Reached,
+    outcomes: Outcomes,
+    nccl_log: &LogPlace,
+    topology: Arc<Topology>,
+) -> Result<(Reached, Ran), (Reached, RunError)> {
+    let Outcomes {
+        gathered,
+        mut node,
+        ended,
+    } = outcomes;
+    if let Err(e) = ended {
+        return Err((
+            Reached {
+                node: Some(node),
+                gathered,
+                ..so_far
+            },
+            e,
+        ));
+    }
+    let (transports, log) = crate::facts::nccl_log::read_transports(nccl_log);
+    let lines = log.as_ref().map(|l| l.net_using.as_slice());
+    let nodes = topology.node_count();
+    node.facts
+        .set_net(std::path::Path::new("/"), lines, nodes, &Default::default());
+    let gpu = node.gpu.clone();
+    let reached = Reached {
+        node: Some(node),
+        gathered,
+        transports: Some(transports),
+        ..so_far
+    };
+    Ok((reached, Ran::Measured(Basis { topology, gpu }, log)))
 }
 
 /// The GPU threads' outcome (`None`: left behind, stuck) read beside what the plane's watch
@@ -227,9 +385,12 @@ fn after_the_team(
     }
 }
 
-/// dlopen NCCL while the driver starts (both take a while, neither needs the other); returns
-/// NCCL and the number of visible GPUs.
-fn load(opts: &Options, record: &mut Measured) -> Result<(&'static Nccl, usize), RunError> {
+/// dlopen NCCL while the driver starts (both take a while, neither needs the other); NCCL, the
+/// visible GPUs and the devices this process drives, or how far it got and why not.
+fn load(opts: &Options, status: &Status) -> Result<Loaded, (Loading, RunError)> {
+    // What the progress line and the watchdog name while the libraries load.
+    *status.lock().unwrap_or_else(|p| p.into_inner()) =
+        vec!["loading NCCL and the CUDA driver".to_string()];
     let lib_path = opts.nccl_lib.clone();
     let loader = std::thread::spawn(move || {
         let t = Instant::now();
@@ -237,21 +398,34 @@ fn load(opts: &Options, record: &mut Measured) -> Result<(&'static Nccl, usize),
     });
     let t = Instant::now();
     let driver = cuda::init_driver(opts.cuda_visible_devices.as_deref());
-    record.phases.cuda_init_ms = ms(t.elapsed());
-    let (nccl, load_time) = loader
-        .join()
-        .map_err(|_| RunError::Runtime("NCCL loader thread panicked".into()))?;
-    record.phases.nccl_load_ms = ms(load_time);
-    let nccl: &'static Nccl = Box::leak(Box::new(
-        nccl.map_err(|e| RunError::Library(e.to_string()))?,
-    ));
+    let mut record = Loading {
+        cuda_init_ms: ms(t.elapsed()),
+        ..Loading::default()
+    };
+    let Ok((nccl, load_time)) = loader.join() else {
+        let e = RunError::Runtime("NCCL loader thread panicked".into());
+        return Err((record, e));
+    };
+    record.nccl_load_ms = ms(load_time);
+    let nccl: &'static Nccl = match nccl {
+        Ok(nccl) => Box::leak(Box::new(nccl)),
+        Err(e) => return Err((record, RunError::Library(e.to_string()))),
+    };
     record.nccl = Some(NcclInfo {
         version: nccl.version_string(),
         version_code: nccl.version,
         library: nccl.path.display().to_string(),
     });
-    let visible = driver.map_err(|e| RunError::NoGpu(e.to_string()))?;
-    Ok((nccl, visible))
+    let visible = driver.map_err(|e| RunError::NoGpu(e.to_string()));
+    match visible.and_then(|visible| Ok((visible, devices(opts, visible)?))) {
+        Ok((visible, devices)) => Ok(Loaded {
+            nccl,
+            visible,
+            devices,
+            record,
+        }),
+        Err(e) => Err((record, e)),
+    }
 }
 
 /// The devices this process drives: `--gpus`, else every visible one.
@@ -274,7 +448,6 @@ fn explain(
     devices: Option<&[usize]>,
     nvml: Option<&crate::facts::gpu_health::HealthFacts>,
 ) -> String {
-    use crate::facts::interconnect::Interconnect;
     let (name, count, device_id, interconnect) = match (&opts.gpu_model, devices, nvml) {
         (None, Some(devices), Some(nvml)) => {
             let (name, id, interconnect) = read_gpus(devices, nvml);
@@ -323,7 +496,7 @@ fn explain(
 fn identify(
     name: String,
     device_id: Option<u16>,
-    interconnect: &crate::facts::interconnect::Interconnect,
+    interconnect: &Interconnect,
 ) -> (GpuModel, String) {
     let identity = crate::model::sku::Identity::resolve(device_id, &name);
     let model = GpuModel {
@@ -339,11 +512,7 @@ fn identify(
 fn read_gpus(
     devices: &[usize],
     nvml: &crate::facts::gpu_health::HealthFacts,
-) -> (
-    String,
-    Option<u16>,
-    crate::facts::interconnect::Interconnect,
-) {
+) -> (String, Option<u16>, Interconnect) {
     let infos: Vec<_> = devices
         .iter()
         .filter_map(|&d| cuda::gpu_info(d).ok())
@@ -363,22 +532,22 @@ fn read_gpus(
 }
 
 /// The rendezvous, then each GPU thread gets its rank and the check's topology (built here,
-/// once, from the members; returned for the verdict).
+/// once, from the members; returned for the verdict). On an error the threads are told to stop
+/// and waited for; what the meeting got to is returned with the error.
 fn meet(
     opts: &'static Options,
-    nccl: &'static Nccl,
-    (host, devices): (&str, &[usize]),
+    loaded: &Loaded,
+    host: &str,
     deadline: Instant,
-    senders: &[Sender<Start>],
-    record: &mut Measured,
+    threads: GpuThreads,
     gpu: &Arc<GpuModel>,
-) -> Result<(Arc<Team>, Arc<Topology>), RunError> {
+) -> Result<Met, (Meeting, RunError)> {
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
         host: opts.node_or_host(host),
         pid: std::process::id(),
-        ngpus: devices.len() as u32,
+        ngpus: loaded.devices.len() as u32,
         first_rank: 0,
     };
     let joined = opts
@@ -387,19 +556,51 @@ fn meet(
         .and_then(|auth| {
             let setup = rendezvous_setup(opts, auth.as_ref(), deadline);
             rendezvous::join(&setup, me, || {
-                nccl.unique_id()
+                loaded
+                    .nccl
+                    .unique_id()
                     .map(|id| id.internal)
                     .map_err(|e| e.to_string())
             })
         });
-    record.phases.rendezvous_ms = ms(t.elapsed());
-    let joined = joined.map_err(RunError::Rendezvous)?;
+    let mut record = Meeting {
+        rendezvous_ms: ms(t.elapsed()),
+        ..Meeting::default()
+    };
+    let started = joined.map_err(RunError::Rendezvous).and_then(|joined| {
+        record.nranks = joined.nranks();
+        record.processes = joined.members.clone();
+        start_team(opts, joined, deadline, &threads.senders, gpu)
+    });
+    match started {
+        Ok((team, topology)) => Ok(Met {
+            team,
+            topology,
+            running: threads.handles,
+            record,
+        }),
+        Err(e) => {
+            drop(threads.senders);
+            for h in threads.handles {
+                let _ = h.join();
+            }
+            Err((record, e))
+        }
+    }
+}
+
+/// The team of the joined processes, watched; each GPU thread's [`Start`] sent.
+fn start_team(
+    opts: &'static Options,
+    joined: rendezvous::Joined,
+    deadline: Instant,
+    senders: &[Sender<Start>],
+    gpu: &Arc<GpuModel>,
+) -> Result<(Arc<Team>, Arc<Topology>), RunError> {
     let nranks = joined.nranks();
     let first_rank = joined.members[opts.rank as usize].first_rank;
-    record.nranks = nranks;
-    record.processes = joined.members.clone();
     let topology = Arc::new(Topology::new(&joined.members));
-    let team = Arc::new(Team::new(devices.len(), joined.plane, deadline));
+    let team = Arc::new(Team::new(senders.len(), joined.plane, deadline));
     team.watch(rendezvous::plane::Liveness::for_budget(opts.timeout))
         .map_err(|e| RunError::Runtime(format!("cannot start the control plane's watch: {e}")))?;
     let id = UniqueId {
@@ -486,18 +687,18 @@ fn join_unless<T>(
     Ok(handles)
 }
 
-/// Joins the GPU threads and puts their outcomes in the record; the first real error, not the
-/// threads that stopped because of it.
-fn gather(
-    handles: Vec<JoinHandle<GpuOutcome>>,
-    host: &str,
-    record: &mut Measured,
-) -> Result<(), RunError> {
+/// Joins the GPU threads: their part of the record, as far as they came back, and the first
+/// real error (not the threads that stopped because of it).
+fn gather(handles: Vec<JoinHandle<GpuOutcome>>, host: &str) -> (Measured, Result<(), RunError>) {
+    let mut record = Measured::default();
     let mut errors = Vec::new();
     for h in handles {
-        let out = h
-            .join()
-            .map_err(|_| RunError::Runtime("a GPU thread panicked".into()))?;
+        let Ok(out) = h.join() else {
+            return (
+                record,
+                Err(RunError::Runtime("a GPU thread panicked".into())),
+            );
+        };
         let p = &mut record.phases;
         p.contexts_ms = p.contexts_ms.max(out.phases.contexts_ms);
         p.nccl_init_ms = p.nccl_init_ms.max(out.phases.nccl_init_ms);
@@ -534,7 +735,7 @@ fn gather(
         errors.extend(out.error);
     }
     errors.sort_by_key(|e| matches!(e, RunError::Stopped(_)));
-    errors.into_iter().next().map_or(Ok(()), Err)
+    (record, errors.into_iter().next().map_or(Ok(()), Err))
 }
 
 /// PASS or FAIL of a measured run (see `judge`), with CUDA's peer access for the transport
@@ -589,24 +790,6 @@ pub fn plot(opts: &Options, report: &Report, basis: &Basis) {
     match crate::render::plot::draw(path, &input) {
         Ok(()) => nccl_check_host::errln!("nccl-check: plot written to {}", path.display()),
         Err(e) => nccl_check_host::errln!("nccl-check: WARNING no plot: {e}"),
-    }
-}
-
-/// The settings a run measured with, for the report.
-pub fn settings(o: &Options) -> Settings {
-    Settings {
-        collectives: o.collectives.iter().map(|c| c.name().into()).collect(),
-        min_bytes: o.min_bytes,
-        max_bytes: o.max_bytes,
-        step_factor: o.step_factor,
-        warmup_iters: o.warmup_iters,
-        iters: o.iters,
-        datatype: o.datatype.name().into(),
-        op: o.op.name().into(),
-        root: o.root,
-        check: o.check,
-        timeout_s: o.timeout.as_secs_f64(),
-        min_busbw: o.min_busbw,
     }
 }
 
@@ -694,6 +877,44 @@ mod tests {
             r3.store(true, Ordering::Relaxed);
         });
         assert!(join_unless(vec![h], || false, Duration::ZERO).is_ok());
+    }
+
+    /// Each stage's phases come from the stage that timed them; a stage not reached leaves its
+    /// part of the record empty.
+    #[test]
+    fn the_record_takes_each_stage_s_part_and_nothing_of_a_stage_not_reached() {
+        let loading = Loading {
+            cuda_init_ms: 1.0,
+            nccl_load_ms: 2.0,
+            nccl: None,
+        };
+        let meeting = Meeting {
+            rendezvous_ms: 3.0,
+            nranks: 8,
+            processes: Vec::new(),
+        };
+        let mut gathered = Measured::default();
+        gathered.phases.contexts_ms = 4.0;
+        gathered.phases.rendezvous_ms = 99.0;
+        gathered.localization_noise = Some(0.1);
+        let reached = Reached {
+            loading,
+            meeting,
+            gathered,
+            ..Reached::default()
+        };
+        let r = reached.record();
+        let p = &r.phases;
+        let times = (
+            p.cuda_init_ms,
+            p.nccl_load_ms,
+            p.rendezvous_ms,
+            p.contexts_ms,
+        );
+        assert_eq!(times, (1.0, 2.0, 3.0, 4.0));
+        assert_eq!((r.nranks, r.localization_noise), (8, Some(0.1)));
+        assert!(r.facts.is_none() && r.sku.is_none() && r.nvml.is_none());
+        assert!(r.transports.is_none());
     }
 
     #[test]

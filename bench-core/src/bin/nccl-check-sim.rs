@@ -28,15 +28,16 @@ use bench_core::localize::layout::Layout;
 use bench_core::localize::own::OwnFinding;
 use bench_core::localize::sim::{Fabric, Fault};
 use bench_core::localize::{LocalizeConfig, Localizer};
+use bench_core::measure::rows::Phases;
 use bench_core::measure::runner::RunError;
 use bench_core::meet::rendezvous::plane::Liveness;
 use bench_core::meet::rendezvous::{self, Member};
 use bench_core::meet::team::Team;
 use bench_core::meet::topology::Topology;
 use bench_core::model::floors::PairFloors;
-use bench_core::model::localization::Phase;
+use bench_core::model::localization::{LocalizeSummary, Phase};
 use bench_core::report::assemble::{Judgement, Measured};
-use bench_core::report::json::{nccl_env_of, Phases, Report};
+use bench_core::report::json::Report;
 use bench_core::settings::environment::Environment;
 use bench_core::settings::options::{self, ParseExit};
 use nccl_check_contract::exit::ExitCode;
@@ -66,20 +67,14 @@ fn main() {
         .node_name
         .clone()
         .unwrap_or_else(bench_core::measure::nccl_env::hostname);
-    let mut report = Report::new(host.clone(), started);
-    report.nccl_env = nccl_env_of(opts.env.vars());
-    report.process_rank = opts.rank;
-    report.world = opts.world;
-    report.rendezvous = opts.rendezvous.clone();
-    let deadline = t0 + opts.timeout;
-    let mut measured = Measured::default();
-    let ran = run(&opts, &host, deadline, &mut measured);
+    let mut report = Report::for_run(&opts, &opts.env, None, host.clone(), started);
+    let (measured, ran) = run(&opts, &host, t0 + opts.timeout);
     report.record_run(measured);
     let code = match ran {
         Ok(()) => report.record_verdict(verdict(&report)),
         Err(e) => report.set_error(e.exit_code(), e.reason_code(), e.message()),
     };
-    report.phases.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+    report.record_total(t0.elapsed());
     if let Some(path) = &opts.json {
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
         let tmp = path.with_extension("json.tmp");
@@ -131,30 +126,43 @@ fn env_usize(env: &Environment, key: &str, default: usize) -> Result<usize, RunE
     })
 }
 
-/// Joins, follows the localizer and records what it found in `record` (as far as it got).
-fn run(
+/// Joins, follows the localizer: what it found, as far as it got.
+fn run(opts: &options::Options, host: &str, deadline: Instant) -> (Measured, Result<(), RunError>) {
+    let (joined, rendezvous_ms, gpus) = match join(opts, host, deadline) {
+        Ok(joined) => joined,
+        Err(e) => return (Measured::default(), Err(e)),
+    };
+    let (nranks, processes) = (joined.nranks(), joined.members.clone());
+    let (localized, ran) = match localize(opts, host, deadline, (joined, rendezvous_ms), gpus) {
+        Ok(localized) => (Some(localized), Ok(())),
+        Err(e) => (None, Err(e)),
+    };
+    let (localization, timed_loop_ms) = localized.map_or((None, 0.0), |(l, ms)| (Some(l), ms));
+    let phases = Phases {
+        rendezvous_ms,
+        timed_loop_ms,
+        ..Phases::default()
+    };
+    let record = Measured {
+        phases,
+        nranks,
+        processes,
+        localization,
+        ..Measured::default()
+    };
+    (record, ran)
+}
+
+/// Follows the localizer over the joined processes' control plane: its summary, and how long
+/// its rounds took in milliseconds.
+fn localize(
     opts: &options::Options,
     host: &str,
     deadline: Instant,
-    record: &mut Measured,
-) -> Result<(), RunError> {
+    (joined, rendezvous_ms): (rendezvous::Joined, f64),
+    gpus: usize,
+) -> Result<(LocalizeSummary, f64), RunError> {
     let env = &opts.env;
-    let gpus = env_usize(env, "NCCL_CHECK_SIM_GPUS", 8)?;
-    if !(1..=64).contains(&gpus) {
-        return Err(RunError::Runtime(
-            "NCCL_CHECK_SIM_GPUS must be 1..=64".into(),
-        ));
-    }
-    if env.get("NCCL_CHECK_SIM_ABSENT").is_some_and(|a| a == host) {
-        // A task that dies before its rendezvous (OOM killer, node failure): no report, no word
-        // to the others; they must find out by themselves.
-        // SAFETY: raise(3) with a valid signal number.
-        unsafe { libc::raise(libc::SIGKILL) };
-    }
-    let (joined, rendezvous_ms) = join(opts, host, gpus, deadline)?;
-    record.phases.rendezvous_ms = rendezvous_ms;
-    record.nranks = joined.nranks();
-    record.processes = joined.members.clone();
     let topology = Topology::new(&joined.members);
     let layout = Layout::new(&topology);
     let team = std::sync::Arc::new(Team::new(1, joined.plane, deadline));
@@ -223,23 +231,36 @@ fn run(
         })
         .map_err(lost)?;
     share_findings(opts, host, &topology, &team, &mut summary.reasons).map_err(lost)?;
-    record.phases.timed_loop_ms = t.elapsed().as_secs_f64() * 1e3;
-    let (rounds, localization_rounds) = (summary.rounds, summary.localization_rounds);
-    record.localization = Some(summary);
+    let rounds_ms = t.elapsed().as_secs_f64() * 1e3;
     if opts.rank == 0 && !opts.quiet {
-        say(n, g, rounds, localization_rounds, &record.phases);
+        say((n, g), &summary, rendezvous_ms, rounds_ms);
     }
-    Ok(())
+    Ok((summary, rounds_ms))
 }
 
-/// Joins the check's processes (the real rendezvous, with `gpus` simulated GPUs each); with
-/// how long it took, in milliseconds.
+/// Joins the check's processes (the real rendezvous, with NCCL_CHECK_SIM_GPUS simulated GPUs
+/// each); with how long it took, in milliseconds, and the number of GPUs.
 fn join(
     opts: &options::Options,
     host: &str,
-    gpus: usize,
     deadline: Instant,
-) -> Result<(rendezvous::Joined, f64), RunError> {
+) -> Result<(rendezvous::Joined, f64, usize), RunError> {
+    let gpus = env_usize(&opts.env, "NCCL_CHECK_SIM_GPUS", 8)?;
+    if !(1..=64).contains(&gpus) {
+        return Err(RunError::Runtime(
+            "NCCL_CHECK_SIM_GPUS must be 1..=64".into(),
+        ));
+    }
+    if opts
+        .env
+        .get("NCCL_CHECK_SIM_ABSENT")
+        .is_some_and(|a| a == host)
+    {
+        // A task that dies before its rendezvous (OOM killer, node failure): no report, no word
+        // to the others; they must find out by themselves.
+        // SAFETY: raise(3) with a valid signal number.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
     let t = Instant::now();
     let me = Member {
         proc_rank: opts.rank,
@@ -264,7 +285,7 @@ fn join(
         setup.host = h;
     }
     let joined = rendezvous::join(&setup, me, || Ok([0u8; 128])).map_err(RunError::Rendezvous)?;
-    Ok((joined, t.elapsed().as_secs_f64() * 1e3))
+    Ok((joined, t.elapsed().as_secs_f64() * 1e3, gpus))
 }
 
 /// The simulated fabric of `names` x `g` GPUs with the faults asked for, and the localizer's
@@ -307,13 +328,11 @@ fn allocation_floor(env: &Environment, fabric: &Fabric) -> Result<Option<f64>, R
 }
 
 /// Rank 0's one line of what was simulated.
-fn say(n: usize, g: usize, rounds: usize, localization_rounds: usize, phases: &Phases) {
+fn say((n, g): (usize, usize), summary: &LocalizeSummary, rendezvous_ms: f64, rounds_ms: f64) {
     nccl_check_host::outln!(
-        "# nccl-check-sim: {n} nodes x {g} simulated GPUs, {} rounds ({} localization), rendezvous {:.0} ms, rounds {:.0} ms",
-        rounds,
-        localization_rounds,
-        phases.rendezvous_ms,
-        phases.timed_loop_ms
+        "# nccl-check-sim: {n} nodes x {g} simulated GPUs, {} rounds ({} localization), rendezvous {rendezvous_ms:.0} ms, rounds {rounds_ms:.0} ms",
+        summary.rounds,
+        summary.localization_rounds,
     );
 }
 

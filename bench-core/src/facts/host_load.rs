@@ -17,7 +17,6 @@
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::OnceLock;
 use std::time::Instant;
 
 /// Others' share of all CPUs at and above which the host is busy.
@@ -313,40 +312,6 @@ impl HostLoad {
     }
 }
 
-/// A sample at the start of a measurement, and the load at its end.
-pub struct LoadWatch {
-    start: Option<HostSample>,
-}
-
-/// The first watch's start sample, for [`load_so_far`].
-static FIRST: OnceLock<HostSample> = OnceLock::new();
-
-impl LoadWatch {
-    /// Samples `/proc` now (the process's first watch is also the one [`load_so_far`] reads).
-    pub fn start() -> LoadWatch {
-        let start = sample(Path::new("/proc"), std::process::id());
-        if let Some(s) = &start {
-            let _ = FIRST.set(s.clone());
-        }
-        LoadWatch { start }
-    }
-
-    /// The load since [`LoadWatch::start`], the check's processes `check` (every process of
-    /// the step, this one among them) not counted as others; None when `/proc` could not be
-    /// read.
-    pub fn stop(self, check: &[u32]) -> Option<HostLoad> {
-        load_since(&self.start?, check)
-    }
-}
-
-/// The load since the process's first [`LoadWatch`] started, while the check still measures
-/// (shared with the other nodes when the check found a node slow: `localize::own`), the check's
-/// processes `check` not counted as others; None before a watch started or when `/proc` could
-/// not be read.
-pub fn load_so_far(check: &[u32]) -> Option<HostLoad> {
-    load_since(FIRST.get()?, check)
-}
-
 /// Whether `pid` here runs this same program. A pid of the check may be a process of another
 /// node, and the same number an unrelated process here: only one that runs this program is
 /// the check's own.
@@ -365,7 +330,11 @@ fn runs_this_program(proc_root: &Path, pid: u32) -> bool {
     }
 }
 
-fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
+/// The load since `start` (a [`sample`] at the start of the measurement; read while the check
+/// still measures too, for the other nodes, `facts::known`), the check's processes `check` (every
+/// process of the step, this one among them) not counted as others; None when `/proc` could not
+/// be read.
+pub fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     let proc_root = Path::new("/proc");
     let own = std::process::id();
     let end = sample(proc_root, own)?;

@@ -1,4 +1,4 @@
-//! Stage 5, facts: the node in (the driver's GPUs, NVML, PCI device IDs, sysfs NICs, NCCL's own
+//! Stage 6, facts: the node in (the driver's GPUs, NVML, PCI device IDs, sysfs NICs, NCCL's own
 //! INFO log), typed facts out ([`node::NodeFacts`], [`transport::TransportSummary`]; the SKU
 //! table they key on is `model::sku`).
 //! Readers: they classify what they read into stable codes and leave the verdict to `judge`
@@ -24,6 +24,9 @@
 //!   (`local_probe_slow`); `runner::probe` measures it.
 //! - `nccl_log`: NCCL's INFO log the check captured, read once the run is over (`transport`
 //!   parses it).
+//! - `known`: what this process knows of its node while it measures (the facts above, its GPUs'
+//!   probes, its CPU time and the host's load so far), for the nodes' own findings
+//!   (`localize::own`).
 //! - `node`: the facts of one check gathered together (expectation from the job, the config or
 //!   Slurm's files; CUDA's count; NVML's state; the NICs NCCL used), for the report and `judge`.
 
@@ -31,6 +34,8 @@ pub mod gpu_health;
 pub mod host_load;
 pub mod interconnect;
 pub mod inventory;
+#[cfg(feature = "gpu")]
+pub mod known;
 pub mod local_probe;
 #[cfg(feature = "gpu")]
 pub mod nccl_log;

@@ -1,9 +1,9 @@
 //! NCCL's INFO log of this check, as `measure::nccl_env` captured it to a private file: read once
 //! the run is over, for the report and the transport rule (`transport`), and removed once read.
 
+use crate::facts::transport::TransportInfo;
 use crate::facts::transport::{parse_log, TransportSummary};
 use crate::measure::nccl_env::LogPlace;
-use crate::report::json::TransportInfo;
 use std::path::Path;
 
 /// What NCCL's log says, for the report, and the parsed log for the transport rule (none when

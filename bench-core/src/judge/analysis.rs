@@ -1,8 +1,8 @@
 //! From measurements to reasons: thresholds, the outlier rule, and localization (which GPU, link
 //! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
 
+use crate::measure::rows::{PairKind, PairRow, Row};
 use crate::model::stats::median;
-use crate::report::{PairKind, PairRow, Row};
 use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use std::collections::BTreeMap;
@@ -301,7 +301,7 @@ fn gpu_reasons(
                 .map(|p| p.busbw)
                 .collect::<Vec<_>>(),
         );
-        let subject = match crate::report::gpu_index(gpu) {
+        let subject = match crate::measure::rows::gpu_index(gpu) {
             Some(index) => Culprit::Gpu {
                 node: multi.then(|| node.clone()),
                 gpu: index,
@@ -459,7 +459,7 @@ pub fn within_noise(reasons: Vec<Reason>, noise: Option<f64>) -> (Vec<Reason>, V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Placement;
+    use crate::measure::rows::Placement;
 
     fn pair_slow(measured: f64, limit: f64) -> Reason {
         Reason {

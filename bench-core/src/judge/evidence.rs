@@ -24,10 +24,10 @@ use crate::facts::gpu_health::{self, HealthFacts};
 use crate::facts::local_probe::{self, Probed};
 use crate::facts::node::NodeFacts;
 use crate::judge::analysis::{slow_pairs, Floor};
+use crate::measure::rows::{GpuSide, PairKind, PairRow, Row};
 use crate::meet::rendezvous::Member;
 use crate::model::finding::Finding;
-use crate::report::json::{GpuEntry, GpuSide};
-use crate::report::{PairKind, PairRow, Row};
+use crate::report::json::GpuEntry;
 use nccl_check_contract::report::cause::is_speed_reading;
 use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::process::{busy_prefix, GpuProcess};
@@ -167,7 +167,7 @@ pub fn host_interference(
     rows: &[Row],
     gpu_side: &[GpuSide],
     floor: &dyn Fn(&str, u64) -> Option<f64>,
-) -> (Vec<Reason>, Vec<(crate::report::Name, u64)>) {
+) -> (Vec<Reason>, Vec<(crate::measure::rows::Name, u64)>) {
     let slowed = rows.iter().filter_map(|r| {
         let min = floor(&r.collective, r.size)?;
         let side = (gpu_side.iter()).find(|g| g.collective == r.collective && g.size == r.size)?;

@@ -1,4 +1,4 @@
-//! Stage 7, judge: the report (results and facts) and the config in, the verdict
+//! Stage 8, judge: the report (results and facts) and the config in, the verdict
 //! ([`nccl_check_contract::verdict::Verdict`], the contract's) and its reasons out. Decides the
 //! floor of every result (`model::floors` over `model::thresholds`, the lookup the retest
 //! shares); the verdict is one pass in [`overall`]

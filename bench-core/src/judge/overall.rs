@@ -9,6 +9,7 @@ use crate::config::network::TransportExpectation;
 use crate::facts::transport::TransportSummary;
 use crate::judge::analysis;
 use crate::judge::evidence::{self, PeerAccess};
+use crate::measure::rows::{Expected, PairKind, Row};
 use crate::meet::topology::Topology;
 use crate::model::floors::Floors;
 use crate::model::stats::num;
@@ -16,7 +17,6 @@ use crate::model::thresholds::GpuModel;
 use crate::model::thresholds::Threshold;
 use crate::report::assemble::Judgement;
 use crate::report::json::Report;
-use crate::report::{Expected, PairKind, Row};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::report::reason::Reason;
 use std::collections::BTreeMap;
@@ -334,7 +334,7 @@ pub fn probe_line(report: &Report) -> String {
         .enumerate()
         .filter_map(|(k, g)| {
             Some(crate::facts::local_probe::Probed {
-                subject: crate::report::gpu_label(k as u32),
+                subject: crate::measure::rows::gpu_label(k as u32),
                 gpu_name: &g.info.name,
                 device_id: g.info.pci_device_id,
                 probe: g.local_probe.as_ref()?,
@@ -394,12 +394,12 @@ pub(crate) fn judge_by(rules: &[Threshold], report: Report) -> (Report, ExitCode
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::gpu::GpuInfo;
+    use crate::measure::rows::{PairRow, Placement};
     use crate::meet::rendezvous::Member;
     use crate::model::floors::tests::rule;
     use crate::model::thresholds::Threshold;
-    use crate::report::gpu::GpuInfo;
     use crate::report::json::{GpuEntry, TransportInfo};
-    use crate::report::{PairRow, Placement};
     use nccl_check_contract::report::reason::ReasonCode;
     use nccl_check_contract::verdict::Verdict;
 
@@ -592,7 +592,7 @@ mod tests {
             "{e:?}"
         );
         assert_eq!(
-            crate::report::expected_short(e),
+            crate::measure::rows::expected_short(e),
             ">= 85.0 GB/s (1.06x; outlier rule)"
         );
     }

@@ -1,4 +1,4 @@
-//! Stage 6, localize: the measurements of node-level rounds in, findings out (the node, node pair
+//! Stage 4, localize: the measurements of node-level rounds in, findings out (the node, node pair
 //! or NIC rail to blame), in O(log N) rounds that every process decides alike from the same summed
 //! results (`conduct`). The `--explain-plan` model (`plan`, `site`, `cli`) stays beside the
 //! schedule it replays.

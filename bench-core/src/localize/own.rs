@@ -17,7 +17,7 @@
 //! GPU) has each process's GPUs known to that process only. Typed and compact: the code is the
 //! slot, the values are the GPU, the pid, the memory, the share; a sentence is built again on
 //! every rank ([`decode_findings`]), never carried. What a process knows of its node by then:
-//! [`known`]; where the sums run: `measure::runner` (`localized.rs`, `pair_matrix.rs`,
+//! `facts::known`; where the sums run: `measure::runner` (`localized.rs`, `pair_matrix.rs`,
 //! `timed.rs`); where the findings win: [`own_findings_win`] (every node's readings),
 //! [`standalone_findings`] (findings that fail their node alone), [`own_node_wins`] (a process's
 //! own node), called by `judge::overall`, and [`blame_starved`] (a starved worker's node over the
@@ -394,8 +394,6 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     });
 }
 
-#[cfg(feature = "gpu")]
-pub mod known;
 /// The localizer's `node_pair_slow` reasons with exactly one starved end (`starved`: node name
 /// and off-CPU share, every node whose workers lost at least
 /// `measure::runner::off_cpu::STARVED_SHARE`) become that

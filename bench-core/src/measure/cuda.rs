@@ -59,7 +59,7 @@ pub fn init_driver(cuda_visible_devices: Option<&str>) -> Result<usize, NoGpu> {
     }
 }
 
-pub use crate::report::gpu::GpuInfo;
+pub use crate::measure::gpu::GpuInfo;
 
 /// Whether CUDA can map `b`'s memory from `a` (NVLink or PCIe peer access). When it can, NCCL
 /// is expected to use its P2P transport between them; SHM or sockets there is a fallback.

@@ -10,7 +10,8 @@ use cudarc::driver::{CudaEvent, DriverError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The instant all threads' times are given from.
+/// The instant all threads' times are given from. Static because the clock is the process's:
+/// every GPU thread's loop is timed from the same instant, whichever thread asks first.
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)

@@ -7,12 +7,9 @@ use crate::config::network::{NetworkProfile, TransportExpectation};
 use crate::settings::environment::Environment;
 use crate::settings::options::Options;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
-/// The private directory of NCCL's log, removed however the process ends.
-static NCCL_LOG_DIR: OnceLock<PathBuf> = OnceLock::new();
-
-/// Where NCCL's log goes, or why it is not recorded.
+/// Where NCCL's log goes (a file in a private directory of its own, removed however the process
+/// ends: [`remove_log_dir`]), or why it is not recorded.
 pub type LogPlace = Result<PathBuf, String>;
 
 /// This host's name (`gethostname`), "unknown" if it cannot be read.
@@ -98,7 +95,6 @@ pub fn capture_nccl_log(
             .create(&dir)
             .map_err(|e| format!("not recorded: cannot create {}: {e}", dir.display()))?;
     }
-    let _ = NCCL_LOG_DIR.set(dir.clone());
     let path = dir.join("nccl.log");
     env.set_for_nccl("NCCL_DEBUG", "INFO");
     env.set_for_nccl("NCCL_DEBUG_FILE", &path);
@@ -108,9 +104,10 @@ pub fn capture_nccl_log(
     Ok(path)
 }
 
-/// Removes the log's private directory (at exit, whatever the verdict).
-pub fn remove_log_dir() {
-    if let Some(dir) = NCCL_LOG_DIR.get() {
+/// Removes the private directory of the log at `log` (at exit, whatever the verdict): the one
+/// [`capture_nccl_log`] made, the only maker of a place that is not an error.
+pub fn remove_log_dir(log: &LogPlace) {
+    if let Some(dir) = log.as_ref().ok().and_then(|path| path.parent()) {
         let _ = std::fs::remove_dir_all(dir);
     }
 }

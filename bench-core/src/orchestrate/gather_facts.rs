@@ -62,6 +62,7 @@ pub fn gather_inventory(opts: &Options, host: &str, visible: usize) -> NodeFacts
 }
 
 /// NVML's facts once they came (or why not), and how long the check waited for them.
+#[derive(Debug, Clone)]
 pub struct Resolved {
     pub facts: HealthFacts,
     pub waited_ms: f64,

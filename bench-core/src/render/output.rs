@@ -1,8 +1,8 @@
 //! What rank 0 prints while measuring: progress lines on stderr, the tables on stdout.
 
+use crate::measure::rows::{PairRow, Row};
 use crate::measure::runner::sink::{Show, TableHead};
 use crate::render::table;
-use crate::report::{PairRow, Row};
 use std::io::Write;
 
 /// Writes `text` to stdout at once (the table is read live, line by line).
@@ -74,7 +74,7 @@ fn pair_table(rows: &[PairRow], bytes: u64, iters: u32, multi_node: bool) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::PairKind;
+    use crate::measure::rows::PairKind;
 
     #[test]
     fn the_pair_table_names_each_pair_with_its_time_and_busbw() {

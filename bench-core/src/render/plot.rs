@@ -7,7 +7,7 @@
 
 mod heatmap;
 
-use crate::report::{PairRow, Row};
+use crate::measure::rows::{PairRow, Row};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Deserialize;
@@ -293,7 +293,7 @@ fn mark_shortfalls<DB: DrawingBackend, CT: CoordTranslate<From = (u64, f64)>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{PairKind, Placement};
+    use crate::measure::rows::{PairKind, Placement};
 
     #[test]
     fn the_shipped_anchors_parse_and_cover_h200x4() {

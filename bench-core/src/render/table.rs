@@ -1,7 +1,7 @@
 //! The stdout table, column for column as nccl-tests 2.19.6 prints it (`src/util.cu`), so parsers
 //! written for nccl-tests read nccl-check's output unchanged.
 
-use crate::report::{Placement, Row};
+use crate::measure::rows::{Placement, Row};
 
 /// nccl-tests' `getFloatStr`: two decimals if they fit the width, else fewer, else exponent.
 pub fn float_str(value: f64, width: usize) -> String {

@@ -1,10 +1,14 @@
-//! The report assembled from what the stages hand back: the run's record ([`Measured`], from
-//! `orchestrate::run`), then the judge's verdict ([`Judgement`], from `judge::overall::judge`),
-//! each put in once. With `Report::new` and `Report::set_error`, the only writers of a report,
-//! so no stage fills it behind another's back.
+//! The report assembled from what the stages hand back: made from the options and the
+//! environment ([`Report::for_run`]), then the run's record ([`Measured`], from
+//! `orchestrate::run`), the judge's verdict ([`Judgement`], from `judge::overall::judge`) and
+//! the run's whole time, each put in once. With `Report::set_error`, the only writers of a
+//! report, so no stage fills it behind another's back.
 
-use super::json::{GpuEntry, GpuSide, NcclInfo, Phases, Report, TransportInfo};
-use super::{Expected, PairRow, Row};
+use super::json::{nccl_env_of, GpuEntry, NcclInfo, Report, Settings, TransportInfo};
+use crate::config::network::NetworkProfile;
+use crate::measure::rows::{Expected, GpuSide, PairRow, Phases, Row};
+use crate::settings::environment::Environment;
+use crate::settings::options::Options;
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::report::reason::Reason;
 use std::collections::BTreeMap;
@@ -55,6 +59,31 @@ pub struct Judgement {
 }
 
 impl Report {
+    /// The report of a run before anything was measured: this process (`host`, started at
+    /// `started_unix`), what it was asked (`opts`: its rank, the rendezvous, the settings), the
+    /// `NCCL_*` variables of the environment NCCL runs with (`nccl_env`; never the secret) and
+    /// the site's network profile applied to it.
+    pub fn for_run(
+        opts: &Options,
+        nccl_env: &Environment,
+        profile: Option<&NetworkProfile>,
+        host: String,
+        started_unix: f64,
+    ) -> Report {
+        let profile = profile.map(
+            |p| serde_json::json!({ "name": p.name, "env": p.env, "expect_net": p.expect_net }),
+        );
+        Report {
+            nccl_env: nccl_env_of(nccl_env.vars()),
+            network_profile: profile,
+            process_rank: opts.rank,
+            world: opts.world,
+            rendezvous: opts.rendezvous.clone(),
+            settings: Some(Settings::of(opts)),
+            ..Report::new(host, started_unix)
+        }
+    }
+
     /// Puts a run's record in the report (once, before it is judged).
     pub fn record_run(&mut self, m: Measured) {
         self.phases = m.phases;
@@ -92,5 +121,52 @@ impl Report {
         self.warnings = j.warnings;
         self.set_outcome(j.code, j.summary);
         j.code
+    }
+
+    /// Puts the run's whole time in, from the process's start to the report's writing.
+    pub fn record_total(&mut self, total: std::time::Duration) {
+        self.phases.total_ms = total.as_secs_f64() * 1e3;
+    }
+}
+
+impl Settings {
+    /// The settings a run measures with (`opts`), for the report.
+    pub fn of(o: &Options) -> Settings {
+        Settings {
+            collectives: o.collectives.iter().map(|c| c.name().into()).collect(),
+            min_bytes: o.min_bytes,
+            max_bytes: o.max_bytes,
+            step_factor: o.step_factor,
+            warmup_iters: o.warmup_iters,
+            iters: o.iters,
+            datatype: o.datatype.name().into(),
+            op: o.op.name().into(),
+            root: o.root,
+            check: o.check,
+            timeout_s: o.timeout.as_secs_f64(),
+            min_busbw: o.min_busbw,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What main.rs and nccl-check-sim set by hand before, field by field.
+    #[test]
+    fn a_run_s_report_is_made_from_its_options_and_the_environment_nccl_sees() {
+        let env = Environment::default();
+        let opts = crate::settings::options::parse(["nccl-check", "--iters", "7"], &env);
+        let opts = opts.expect("options");
+        let nccl = Environment::of_pairs([("NCCL_DEBUG", "INFO"), ("NCCL_CHECK_SECRET", "s3")]);
+        let r = Report::for_run(&opts, &nccl, None, "n1".into(), 12.5);
+        assert_eq!((r.host.as_str(), r.started_unix), ("n1", 12.5));
+        assert_eq!((r.process_rank, r.world), (opts.rank, opts.world));
+        assert_eq!(r.rendezvous, opts.rendezvous);
+        assert_eq!(r.settings.map(|s| s.iters), Some(7));
+        let vars: Vec<_> = r.nccl_env.into_iter().collect();
+        assert_eq!(vars, vec![("NCCL_DEBUG".to_string(), "INFO".to_string())]);
+        assert!(r.network_profile.is_none());
     }
 }

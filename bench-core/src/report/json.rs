@@ -1,48 +1,13 @@
 //! The JSON report (`--json FILE`): everything needed to defend a verdict later. Bump
 //! `SCHEMA_VERSION` on any incompatible change; adding fields is compatible.
 
-use super::gpu::GpuInfo;
-use super::{Name, Row};
+use crate::measure::gpu::GpuInfo;
+use crate::measure::rows::{GpuSide, Name, PairRow, Phases, Row};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use nccl_check_contract::report::Head;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// Wall-clock milliseconds of each phase of this process (parallel phases: the slowest GPU).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Phases {
-    /// cuInit and device count (the driver's own start).
-    pub cuda_init_ms: f64,
-    /// dlopen of libnccl, overlapped with cuda_init.
-    pub nccl_load_ms: f64,
-    /// Primary context and stream per GPU, in parallel (the check kernels load after it, beside
-    /// NCCL's init when the processes have met by then).
-    pub contexts_ms: f64,
-    /// Meeting the other processes (0 for one process), overlapped with contexts.
-    pub rendezvous_ms: f64,
-    /// ncclCommInitRankConfig until the communicator is ready.
-    pub nccl_init_ms: f64,
-    /// Send and receive buffers (ncclMemAlloc).
-    pub allocation_ms: f64,
-    /// The global warm-up sweep and the untimed operation before each measurement.
-    pub warmup_ms: f64,
-    /// The timed loops (what the table's times are made of).
-    pub timed_loop_ms: f64,
-    /// Filling, running and comparing the checked operation.
-    pub verification_ms: f64,
-    /// The local probe (device-local copies), the slowest GPU.
-    pub probe_ms: f64,
-    /// The whole pair step (connections, warm-ups, barriers, timed rounds, sums), included in
-    /// `warmup_ms` and `timed_loop_ms` for its parts.
-    pub pairs_ms: f64,
-    /// Process start to the moment the last of this process's communicators was ready: the
-    /// setup a check pays before its first collective, for time-to-verdict comparisons.
-    pub comms_ready_at_ms: f64,
-    /// Process start to the moment the report was written.
-    pub total_ms: f64,
-}
 
 /// What NCCL's log says about the paths of this process's ranks (a fact: `facts::transport`).
 pub use crate::facts::transport::TransportInfo;
@@ -81,16 +46,6 @@ impl GpuEntry {
             ..GpuEntry::default()
         }
     }
-}
-
-/// A retested row's busbw by the GPU's clock: per rank the summed per-operation GPU time of the
-/// same timed loop, the smallest over ranks (a rank whose host was late waited least).
-#[derive(Debug, Clone, Serialize)]
-pub struct GpuSide {
-    pub collective: &'static str,
-    pub size: u64,
-    pub out_of_place_busbw: f64,
-    pub in_place_busbw: f64,
 }
 
 /// The settings a run measured with.
@@ -138,7 +93,7 @@ pub struct Report {
     pub processes: Vec<crate::meet::rendezvous::Member>,
     pub results: Vec<Row>,
     /// The pair matrix: GPU pairs of each node and node pairs (see `PairRow`).
-    pub pairs: Vec<super::PairRow>,
+    pub pairs: Vec<PairRow>,
     /// With `--shared-gpus`: groups of ranks that drove one physical GPU (emulated nodes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_gpus: Vec<Vec<u32>>,
@@ -195,8 +150,7 @@ impl Report {
             started_unix,
             host,
             pid: std::process::id(),
-            // The rest empty; `nccl_env` is filled by the worker from its environment
-            // (`nccl_env_of`).
+            // The rest empty: a run's report is made by `Report::for_run` (`assemble.rs`).
             ..Report::default()
         }
     }

@@ -10,7 +10,7 @@ use nccl_check_contract::report::Head;
 use std::collections::BTreeMap;
 
 /// Parses the worker's own report type from its bytes, through the contract's checks of the
-/// head ([`report_value`]). Every name is read into an owned copy ([`super::Name`]).
+/// head ([`report_value`]). Every name is read into an owned copy ([`crate::measure::rows::Name`]).
 pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
     let value = report_value(bytes)?;
     // The head first, so that a bad head field is named by its path (inside the flattened head
@@ -144,9 +144,9 @@ mod tests {
     #[test]
     fn a_written_report_reads_as_the_contracts_plain_report() {
         use crate::facts::gpu_health::GpuHealth;
-        use crate::report::gpu::GpuInfo;
+        use crate::measure::gpu::GpuInfo;
+        use crate::measure::rows::{Expected, Row};
         use crate::report::json::GpuEntry;
-        use crate::report::{Expected, Row};
         use nccl_check_contract::report::process::GpuProcess;
         let mut r = Report::new("node017".into(), 12.5);
         r.set_outcome(ExitCode::Fail, "busbw 12.3 < 300.0 GB/s".into());

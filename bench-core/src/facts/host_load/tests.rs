@@ -171,10 +171,10 @@ fn the_checks_other_processes_are_its_own_load_not_anothers() {
             .expect("a busy child")
     };
     let mut rank = spin();
-    let (ours, theirs) = (LoadWatch::start(), LoadWatch::start());
+    let start = sample(Path::new("/proc"), std::process::id()).expect("/proc is readable");
     std::thread::sleep(Duration::from_millis(600));
-    let ours = ours.stop(&[rank.id()]).expect("/proc is readable");
-    let theirs = theirs.stop(&[]).expect("/proc is readable");
+    let ours = load_since(&start, &[rank.id()]).expect("/proc is readable");
+    let theirs = load_since(&start, &[]).expect("/proc is readable");
     let _ = rank.kill();
     let _ = rank.wait();
     assert!(

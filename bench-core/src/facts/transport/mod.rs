@@ -33,7 +33,7 @@ mod log;
 pub use expect::{check_transports, TransportFinding};
 pub use log::{parse_channel_line, parse_log};
 
-use crate::report::Name;
+use crate::measure::rows::Name;
 use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

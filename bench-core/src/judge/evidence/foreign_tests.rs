@@ -3,12 +3,12 @@
 use super::*;
 use crate::facts::gpu_health::GpuHealth;
 use crate::judge::overall::judge_by;
+use crate::measure::gpu::GpuInfo;
+use crate::measure::rows::{PairKind, PairRow};
 use crate::meet::rendezvous::Member;
 use crate::model::floors::tests::rule;
-use crate::report::gpu::GpuInfo;
 use crate::report::json::GpuEntry;
 use crate::report::json::Report;
-use crate::report::{PairKind, PairRow};
 use nccl_check_contract::exit::ExitCode;
 
 const MIB256: u64 = 256 << 20;

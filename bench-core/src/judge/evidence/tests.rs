@@ -4,12 +4,12 @@ use crate::facts::host_load::HostLoad;
 use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
 use crate::judge::overall::judge_by;
+use crate::measure::gpu::GpuInfo;
+use crate::measure::rows::{PairRow, Placement};
 use crate::meet::rendezvous::Member;
 use crate::model::floors::tests::rule;
 use crate::model::local_copy::LocalProbe;
-use crate::report::gpu::GpuInfo;
 use crate::report::json::Report;
-use crate::report::{PairRow, Placement};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::verdict::Verdict;
 

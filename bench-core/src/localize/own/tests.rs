@@ -252,9 +252,9 @@ mod every_process {
     use super::*;
     use crate::facts::gpu_health::GpuHealth;
     use crate::judge::overall::judge_by;
+    use crate::measure::gpu::GpuInfo;
     use crate::meet::rendezvous::Member;
     use crate::model::localization::LocalizeSummary;
-    use crate::report::gpu::GpuInfo;
     use crate::report::json::{GpuEntry, Report};
     use nccl_check_contract::exit::ExitCode;
 
@@ -392,9 +392,9 @@ mod every_process {
             probe: None,
         };
         let own = exchanged(&[vec![], vec![], vec![busy], vec![]], false);
-        let pair = |a: &str, b: &str, busbw: f64| crate::report::PairRow {
+        let pair = |a: &str, b: &str, busbw: f64| crate::measure::rows::PairRow {
             expected: None,
-            kind: crate::report::PairKind::Node,
+            kind: crate::measure::rows::PairKind::Node,
             node: String::new(),
             a: a.into(),
             b: b.into(),
@@ -445,14 +445,14 @@ mod every_process {
         let own = exchanged(&[vec![], vec![busy], vec![], vec![]], false);
         let mut r = report(0, 1);
         r.gpus[0].info.name = "NVIDIA H200".into();
-        let p = crate::report::Placement {
+        let p = crate::measure::rows::Placement {
             time_us: 1.0,
             algbw: 0.3,
             busbw: 0.5,
             wrong: Some(0),
             first_busbw: None,
         };
-        r.results = vec![crate::report::Row {
+        r.results = vec![crate::measure::rows::Row {
             expected: None,
             collective: "all_reduce".into(),
             size: 256 << 20,

@@ -206,7 +206,8 @@ impl FakeComm {
     }
 }
 
-/// Whether any call was refused as a misuse (what `ncclGetLastError` then reports).
+/// Whether any call was refused as a misuse (what `ncclGetLastError` then reports). Static as
+/// the library's own last error is: process-wide (tests only).
 static MISUSED: AtomicBool = AtomicBool::new(false);
 
 /// The fake library: the same table for every test (the behaviour lives in each [`World`]).

@@ -18,11 +18,11 @@ use crate::localize::conduct::{
 };
 use crate::localize::layout::Layout;
 use crate::localize::{LocalizeConfig, LocalizePlan, Localizer};
+use crate::measure::rows::PairRow;
 use crate::model::datatype::{DataType, RedOp};
 use crate::model::floors::PairFloors;
 use crate::model::localization::NodeFindings;
 use crate::model::localization::{LocalizeSummary, Phase};
-use crate::report::PairRow;
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
 /// be slow on its own: it gets the best value, so it neither fails nor lowers the reference.
@@ -257,7 +257,7 @@ impl Measurer<'_> {
         let n = names.len();
         let mut mine = vec![0.0; 2 * n];
         let node = start.topology.node_index(self.rank as usize);
-        if let (Some(k), Some(share)) = (node.filter(|&k| k < n), super::off_cpu::share_so_far()) {
+        if let (Some(k), Some(share)) = (node.filter(|&k| k < n), self.thread.own.starved_share()) {
             mine[k] = share;
             mine[n + k] = 1.0;
         }
@@ -281,7 +281,7 @@ impl Measurer<'_> {
         let me = self.rank as usize;
         let process = t.process_of(me).unwrap_or(0) as usize;
         let mine = match start.recorder {
-            true => crate::localize::own::known::findings_now(t, me),
+            true => self.thread.own.findings_now(t, me),
             false => Vec::new(),
         };
         let names = crate::localize::own::process_nodes(t);
@@ -531,7 +531,7 @@ fn with_settings(cfg: LocalizeConfig, v: &[f64]) -> LocalizeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::PairKind;
+    use crate::measure::rows::PairKind;
 
     fn row(node: &str, busbw: f64) -> PairRow {
         PairRow {

@@ -22,13 +22,13 @@ mod timed;
 
 pub use run_error::RunError;
 
+use crate::localize::own::OwnFinding;
 use crate::measure::cuda::{Gpu, GpuInfo};
 use crate::measure::nccl::{Nccl, UniqueId};
+use crate::measure::rows::{PairRow, Phases, Row};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
 use crate::model::floors::Floors;
-use crate::report::json::Phases;
-use crate::report::{PairRow, Row};
 use crate::settings::options::Options;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
@@ -57,6 +57,18 @@ pub struct Start {
     pub show: Arc<dyn sink::Show>,
     /// Whether a pair matrix has a slow pair, as the verdict judges it: the retest asks it.
     pub slow_pairs: SlowPairs,
+}
+
+/// What this process knows of its own node while it measures, for the sum that tells the other
+/// nodes (`localize::own`): handed in by the flow (`facts::known::ThisNode`), so the measuring
+/// loop reads no node facts itself.
+pub trait OwnNode: Send + Sync {
+    /// Keeps GPU `device`'s local probe (CUDA ordinal, copy GB/s).
+    fn probed(&self, device: usize, copy_gbs: f64);
+    /// The share of the check so far that this process could not run (`off_cpu`).
+    fn starved_share(&self) -> Option<f64>;
+    /// This process's findings now (`first_rank`: its first GPU's rank).
+    fn findings_now(&self, t: &Topology, first_rank: usize) -> Vec<OwnFinding>;
 }
 
 /// Whether any pair of `rows` is slow (the outlier fraction; the floor of (collective, GPUs,
@@ -98,7 +110,7 @@ pub struct GpuOutcome {
     /// With `--shared-gpus`: the ranks (this one among them) that drove this GPU.
     pub shared: Option<Vec<u32>>,
     /// Retested rows by the GPU's clock (`gpu_time`).
-    pub gpu_side: Vec<crate::report::json::GpuSide>,
+    pub gpu_side: Vec<crate::measure::rows::GpuSide>,
     /// What each budgeted step sized itself to (`model::time_budget`), recorder thread.
     pub sizing: Vec<crate::model::time_budget::Sizing>,
     /// The node-level localization (recorder thread of a multi-node adaptive check).
@@ -124,9 +136,9 @@ pub struct GpuThread {
     pub opts: &'static Options,
     pub deadline: Instant,
     pub status: Status,
-    /// Keeps this GPU's local probe (CUDA ordinal, copy GB/s) for what the node's own findings
-    /// will tell the other nodes (`localize::own::known::record_probe`, handed in by the flow).
-    pub on_probe: fn(usize, f64),
+    /// What this process knows of its node: this GPU's local probe goes in, the node's own
+    /// findings come out at the sum.
+    pub own: Arc<dyn OwnNode>,
 }
 
 impl GpuThread {
@@ -136,7 +148,7 @@ impl GpuThread {
         let probe = probe::measure(gpu, self.device, self.deadline);
         if let Ok(p) = &probe {
             // What the sum of own findings tells the other nodes of a GPU another process holds.
-            (self.on_probe)(self.device, p.copy_gbs);
+            self.own.probed(self.device, p.copy_gbs);
         }
         out.probe = Some(probe);
         out.phases.probe_ms = ms(t.elapsed());

@@ -28,16 +28,22 @@ pub const STARVED_SHARE: f64 = 0.5;
 /// Windows shorter than this are not judged (too few ticks to tell a stop from noise).
 pub const MIN_WINDOW: Duration = Duration::from_secs(2);
 
-/// The process's watch so far, for [`share_so_far`]: when it started and the nanoseconds lost.
-static STARTED: OnceLock<Instant> = OnceLock::new();
-static OFF_NANOS: AtomicU64 = AtomicU64::new(0);
+/// A watch's reading while it runs, for the localizer's rounds, which read it at their end:
+/// when the watch started and the nanoseconds it lost so far.
+#[derive(Debug, Default)]
+pub struct SoFar {
+    started: OnceLock<Instant>,
+    off_nanos: AtomicU64,
+}
 
-/// The share of its time so far that this process could not run, while its watch runs; None
-/// before a watch started (one per process: the localizer's rounds read it at their end).
-pub fn share_so_far() -> Option<f64> {
-    let window = STARTED.get()?.elapsed().as_secs_f64();
-    let off = OFF_NANOS.load(Ordering::Relaxed) as f64 / 1e9;
-    (window >= MIN_WINDOW.as_secs_f64()).then(|| off / window)
+impl SoFar {
+    /// The share of its time so far that this process could not run; None before the watch
+    /// started or within [`MIN_WINDOW`] of its start.
+    pub fn share(&self) -> Option<f64> {
+        let window = self.started.get()?.elapsed().as_secs_f64();
+        let off = self.off_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        (window >= MIN_WINDOW.as_secs_f64()).then(|| off / window)
+    }
 }
 
 /// What the watch saw: the window it covered and the time lost in gaps over [`GAP`].
@@ -67,24 +73,15 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Starts the watch on its own thread; None when no thread can be started (then nothing is
-    /// judged: the check goes on without it).
-    pub fn start() -> Option<Watch> {
+    /// Starts the watch on its own thread, its reading so far kept in `so_far` (one watch each);
+    /// None when no thread can be started (then nothing is judged: the check goes on without it).
+    pub fn start(so_far: Arc<SoFar>) -> Option<Watch> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        // The first watch of the process is the one `share_so_far` reads.
-        let fresh = STARTED.set(Instant::now()).is_ok();
+        let _ = so_far.started.set(Instant::now());
         let handle = std::thread::Builder::new()
             .name("off-cpu".into())
-            .spawn(move || {
-                let lost = AtomicU64::new(0);
-                watch(
-                    &flag,
-                    TICK,
-                    std::thread::sleep,
-                    if fresh { &OFF_NANOS } else { &lost },
-                )
-            })
+            .spawn(move || watch(&flag, TICK, std::thread::sleep, &so_far.off_nanos))
             .ok()?;
         Some(Watch {
             stop,
@@ -216,7 +213,7 @@ mod tests {
 
     #[test]
     fn a_running_watch_in_an_idle_process_sees_no_stretch() {
-        let w = Watch::start().expect("thread");
+        let w = Watch::start(Arc::default()).expect("thread");
         std::thread::sleep(Duration::from_millis(300));
         let quiet = w.stop().expect("joined");
         assert_eq!(quiet.gaps, 0, "{quiet:?}");

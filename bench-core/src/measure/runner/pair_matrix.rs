@@ -6,9 +6,9 @@ use super::gpu_time::{faster_end, settled_mean, GpuTimer};
 use super::timed::Measurer;
 use super::{ms, GpuOutcome, RunError, Start};
 use crate::measure::nccl::Comm;
+use crate::measure::rows::{PairKind, PairRow};
 use crate::meet::topology::Topology;
 use crate::model::time_budget::{self, Sizing, StepBudget};
-use crate::report::{PairKind, PairRow};
 use std::time::Instant;
 
 /// One round of node pairs: the rank pairs measured at once, and the node pairs (indices into
@@ -153,8 +153,8 @@ pub(super) fn gpu_row(
         expected: None,
         kind: PairKind::Gpu,
         node: t.node_of(a).unwrap_or_default().to_string(),
-        a: crate::report::gpu_label(local(a) as u32),
-        b: crate::report::gpu_label(local(b) as u32),
+        a: crate::measure::rows::gpu_label(local(a) as u32),
+        b: crate::measure::rows::gpu_label(local(b) as u32),
         ranks: (a as u32, b as u32),
         bytes,
         time_us: secs * 1e6,

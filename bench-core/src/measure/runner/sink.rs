@@ -2,7 +2,7 @@
 //! the loop says what happened; `render/` (the sink's one implementation, `render::output::Console`)
 //! says how it looks. Only the printing rank calls it (`Start::printer`).
 
-use crate::report::{PairRow, Row};
+use crate::measure::rows::{PairRow, Row};
 
 /// nccl-tests' header fields for one collective's sizes.
 pub struct TableHead<'a> {

@@ -9,12 +9,11 @@ use super::{ms, GpuOutcome, GpuThread, RunError, Start};
 use crate::measure::cuda::{Gpu, StreamWait};
 use crate::measure::loop_probe::LoopProbe;
 use crate::measure::nccl::{Comm, Issue, Nccl};
+use crate::measure::rows::{GpuSide, Placement, Row};
 use crate::meet::team::{Team, TeamError};
 use crate::model::collectives::{Collective, Counts};
 use crate::model::step::Step;
 use crate::model::time_budget::{self, Sizing, StepBudget, StopWhy};
-use crate::report::json::GpuSide;
-use crate::report::{Placement, Row};
 use crate::settings::options::Options;
 use std::time::Instant;
 
@@ -516,7 +515,7 @@ impl Measurer<'_> {
                 let busbw = row.out_of_place.busbw.min(row.in_place.busbw);
                 format!(
                     "#  ^ held against {}",
-                    crate::report::expected_short(&crate::report::Expected::new(
+                    crate::measure::rows::expected_short(&crate::measure::rows::Expected::new(
                         busbw, e.floor, e.source
                     ))
                 )

@@ -256,11 +256,14 @@ struct MungeQueue {
     waiting: std::collections::VecDeque<u64>,
 }
 
+/// Static because the limit is the process's: every handshake of the coordinator's door and of
+/// a member, on whatever thread, takes its slot from this one queue.
 static MUNGE_SLOTS: std::sync::Mutex<MungeQueue> = std::sync::Mutex::new(MungeQueue {
     busy: 0,
     next: 0,
     waiting: std::collections::VecDeque::new(),
 });
+/// Woken when a slot of [`MUNGE_SLOTS`] is given back (static with it).
 static MUNGE_FREED: std::sync::Condvar = std::sync::Condvar::new();
 
 /// One of the slots, given back when dropped.

@@ -118,7 +118,7 @@ impl std::fmt::Debug for dyn Collective {
 }
 
 /// Every collective, in the order nccl-check runs them with `--collective all`.
-pub static COLLECTIVES: [&dyn Collective; 6] = [
+pub const COLLECTIVES: [&dyn Collective; 6] = [
     &AllReduce,
     &AllGather,
     &ReduceScatter,

@@ -4,7 +4,7 @@
 //! fraction of the median is a culprit: red, crossed, its value printed, and the GPU or node
 //! that is part of the most culprit cells gets a red label.
 
-use crate::report::{PairKind, PairRow};
+use crate::measure::rows::{PairKind, PairRow};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 

@@ -1,15 +1,58 @@
-//! What a run reports: the nccl-tests-compatible table (`table`) and the JSON report (`json`).
+//! What the measuring hands back, as the report records it: the nccl-tests-compatible rows, the
+//! pair matrix's rows, the retests by the GPU's clock and each phase's time (read by `report`,
+//! `judge` and `render`, which come after this stage).
 
-pub mod assemble;
-pub mod gpu;
-pub mod json;
-pub mod read;
 use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};
 
 /// A name the worker fills from its own tables (`all_reduce`, `float`, `p2p`) and a report read
 /// back holds as its own copy: borrowed when written, owned when read, never leaked.
 pub type Name = std::borrow::Cow<'static, str>;
+
+/// Wall-clock milliseconds of each phase of this process (parallel phases: the slowest GPU).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Phases {
+    /// cuInit and device count (the driver's own start).
+    pub cuda_init_ms: f64,
+    /// dlopen of libnccl, overlapped with cuda_init.
+    pub nccl_load_ms: f64,
+    /// Primary context and stream per GPU, in parallel (the check kernels load after it, beside
+    /// NCCL's init when the processes have met by then).
+    pub contexts_ms: f64,
+    /// Meeting the other processes (0 for one process), overlapped with contexts.
+    pub rendezvous_ms: f64,
+    /// ncclCommInitRankConfig until the communicator is ready.
+    pub nccl_init_ms: f64,
+    /// Send and receive buffers (ncclMemAlloc).
+    pub allocation_ms: f64,
+    /// The global warm-up sweep and the untimed operation before each measurement.
+    pub warmup_ms: f64,
+    /// The timed loops (what the table's times are made of).
+    pub timed_loop_ms: f64,
+    /// Filling, running and comparing the checked operation.
+    pub verification_ms: f64,
+    /// The local probe (device-local copies), the slowest GPU.
+    pub probe_ms: f64,
+    /// The whole pair step (connections, warm-ups, barriers, timed rounds, sums), included in
+    /// `warmup_ms` and `timed_loop_ms` for its parts.
+    pub pairs_ms: f64,
+    /// Process start to the moment the last of this process's communicators was ready: the
+    /// setup a check pays before its first collective, for time-to-verdict comparisons.
+    pub comms_ready_at_ms: f64,
+    /// Process start to the moment the report was written.
+    pub total_ms: f64,
+}
+
+/// A retested row's busbw by the GPU's clock: per rank the summed per-operation GPU time of the
+/// same timed loop, the smallest over ranks (a rank whose host was late waited least).
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuSide {
+    pub collective: &'static str,
+    pub size: u64,
+    pub out_of_place_busbw: f64,
+    pub in_place_busbw: f64,
+}
 
 /// One placement (out-of-place or in-place) of one row, combined over all ranks.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]

@@ -1,20 +1,25 @@
 //! What this process knows of its own node when the check found a node or node pair slow, for
-//! the sum that tells every process each node's own finding ([`super::exchange`]): the other
-//! processes NVML listed on this process's GPUs and the GPUs the inventory misses (both known
-//! before the processes meet, [`record`]), and, read at the sum, the share of the check this
-//! process could not run (`measure::runner::off_cpu::share_so_far`) and the host's load so far
-//! (`facts::host_load::load_so_far`; the check's own processes, several on one host with
-//! emulated nodes, are not others). Kept once per process, as the off-CPU watch is: each GPU
-//! thread reads it at the sum; the worker runs one check per process.
+//! the sum that tells every process each node's own finding (`localize::own::exchange`): the
+//! other processes NVML listed on this process's GPUs and the GPUs the inventory misses (both
+//! known before the processes meet, [`ThisNode::record`]), each GPU's local probe, and, read at
+//! the sum, the share of the check this process could not run (`measure::runner::off_cpu`) and
+//! the host's load so far (`host_load`; the check's own processes, several on one host with
+//! emulated nodes, are not others). One [`ThisNode`] per check, made by the flow and handed to
+//! its GPU threads (`measure::runner::OwnNode`): each reads it at the sum.
 
 use crate::config::expected_gpus::bus_id;
 use crate::facts::gpu_health::HealthFacts;
+use crate::facts::host_load::{self, HostLoad, HostSample};
+use crate::facts::local_probe::copy_floor;
 use crate::facts::node::NodeFacts;
 use crate::localize::own::OwnFinding;
+use crate::measure::gpu::GpuInfo;
+use crate::measure::runner::off_cpu::{self, SoFar};
 use crate::meet::topology::Topology;
 use nccl_check_contract::report::process::GpuProcess;
 use nccl_check_contract::report::reason::ReasonCode;
-use std::sync::{Mutex, OnceLock};
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// This process's node as known before the processes meet.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -28,55 +33,80 @@ pub struct KnownBefore {
     pub probe_floor: Vec<(usize, Option<f64>)>,
 }
 
-static KNOWN: OnceLock<KnownBefore> = OnceLock::new();
+/// What one check's process knows of its node as it runs; its GPU threads write their probes
+/// and read the findings through `measure::runner::OwnNode`.
+#[derive(Default)]
+pub struct ThisNode {
+    before: OnceLock<KnownBefore>,
+    /// Each GPU's local probe (CUDA ordinal, copy GB/s), kept by its thread as it measures.
+    probed: Mutex<Vec<(usize, f64)>>,
+    /// The off-CPU watch so far ([`ThisNode::watch`] starts it).
+    off_cpu: Arc<SoFar>,
+    /// The host's `/proc` at the start of the measurement ([`ThisNode::watch`]).
+    load_start: OnceLock<HostSample>,
+}
 
-/// Each GPU's local probe (CUDA ordinal, copy GB/s), kept by its thread as it measures.
-static PROBED: Mutex<Vec<(usize, f64)>> = Mutex::new(Vec::new());
+impl ThisNode {
+    /// Keeps what NVML (`nvml`) and the inventory (`facts`) said of this process's GPUs (CUDA
+    /// ordinals `devices`, in thread order). Only the first call counts.
+    pub fn record(&self, devices: &[usize], nvml: &HealthFacts, facts: Option<&NodeFacts>) {
+        let ours: Vec<_> = (devices.iter())
+            .map(|&d| (d, crate::measure::cuda::gpu_info(d).ok()))
+            .collect();
+        let _ = self.before.set(known_before(&ours, nvml, facts));
+    }
 
-/// Keeps GPU `device`'s local probe for [`findings_now`] (its GPU thread, once it measured).
-pub fn record_probe(device: usize, copy_gbs: f64) {
-    if let Ok(mut p) = PROBED.lock() {
-        p.retain(|(d, _)| *d != device);
-        p.push((device, copy_gbs));
+    /// Starts the watches of this process's CPU time (None when no thread can be started) and
+    /// of the host's load; what they see is what the findings read so far.
+    pub fn watch(&self) -> Option<off_cpu::Watch> {
+        let off_cpu = off_cpu::Watch::start(self.off_cpu.clone());
+        if let Some(s) = host_load::sample(Path::new("/proc"), std::process::id()) {
+            let _ = self.load_start.set(s);
+        }
+        off_cpu
+    }
+
+    /// How busy the host's CPUs were since [`ThisNode::watch`], and with whom, the check's
+    /// processes `check` (every process of the step, this one among them) not counted as others;
+    /// None before the watch or when `/proc` could not be read.
+    pub fn load_so_far(&self, check: &[u32]) -> Option<HostLoad> {
+        host_load::load_since(self.load_start.get()?, check)
     }
 }
 
-/// Keeps what NVML (`nvml`) and the inventory (`facts`) said of this process's GPUs (CUDA
-/// ordinals `devices`, in thread order), for [`findings_now`]. Only the first call counts.
-pub fn record(devices: &[usize], nvml: &HealthFacts, facts: Option<&NodeFacts>) {
-    let infos: Vec<_> = devices
-        .iter()
-        .map(|&d| crate::measure::cuda::gpu_info(d).ok())
-        .collect();
-    let buses: Vec<String> = infos
-        .iter()
-        .map(|i| i.as_ref().map_or(String::new(), |i| i.pci_bus_id.clone()))
-        .collect();
-    let mut known = known_before(&buses, nvml, facts);
-    known.probe_floor = devices
-        .iter()
-        .zip(&infos)
-        .map(|(&d, i)| {
-            let floor = i.as_ref().and_then(|i| {
-                crate::facts::local_probe::copy_floor(i.pci_device_id, &i.name).map(|(f, _)| f)
-            });
-            (d, floor)
-        })
-        .collect();
-    let _ = KNOWN.set(known);
+impl crate::measure::runner::OwnNode for ThisNode {
+    fn probed(&self, device: usize, copy_gbs: f64) {
+        if let Ok(mut p) = self.probed.lock() {
+            p.retain(|(d, _)| *d != device);
+            p.push((device, copy_gbs));
+        }
+    }
+
+    fn starved_share(&self) -> Option<f64> {
+        self.off_cpu.share()
+    }
+
+    fn findings_now(&self, t: &Topology, first_rank: usize) -> Vec<OwnFinding> {
+        let none = KnownBefore::default();
+        let known = self.before.get().unwrap_or(&none);
+        let host = self.load_so_far(t.pids());
+        let starved = self.off_cpu.share();
+        let probed = self.probed.lock().map(|p| p.clone()).unwrap_or_default();
+        findings_of(known, &probed, t, first_rank, starved, host.as_ref())
+    }
 }
 
-/// See [`record`]; `buses`: the GPUs' PCI bus ids.
+/// See [`ThisNode::record`]; `ours`: this process's GPUs in thread order (CUDA ordinal, what
+/// CUDA says of it).
 pub fn known_before(
-    buses: &[String],
+    ours: &[(usize, Option<GpuInfo>)],
     nvml: &HealthFacts,
     facts: Option<&NodeFacts>,
 ) -> KnownBefore {
-    let held = buses
-        .iter()
-        .map(|bus| match nvml {
-            HealthFacts::Available { gpus, .. } => {
-                let mine = bus_id(bus);
+    let held = (ours.iter())
+        .map(|(_, info)| match (info, nvml) {
+            (Some(info), HealthFacts::Available { gpus, .. }) => {
+                let mine = bus_id(&info.pci_bus_id);
                 gpus.iter()
                     .find(|h| mine.is_some() && bus_id(&h.bus_id) == mine)
                     .map(|h| h.processes.clone())
@@ -95,24 +125,24 @@ pub fn known_before(
             })
             .sum()
     });
+    let probe_floor = (ours.iter())
+        .map(|(d, info)| {
+            let floor = info
+                .as_ref()
+                .and_then(|i| copy_floor(i.pci_device_id, &i.name));
+            (*d, floor.map(|(f, _)| f))
+        })
+        .collect();
     KnownBefore {
         held,
         missing,
-        probe_floor: Vec::new(),
+        probe_floor,
     }
 }
 
-/// This process's findings now (`first_rank`: its first GPU's rank), for the sum.
-pub fn findings_now(t: &Topology, first_rank: usize) -> Vec<OwnFinding> {
-    let known = KNOWN.get().cloned().unwrap_or_default();
-    let host = crate::facts::host_load::load_so_far(t.pids());
-    let starved = crate::measure::runner::off_cpu::share_so_far();
-    let probed = PROBED.lock().map(|p| p.clone()).unwrap_or_default();
-    findings_of(&known, &probed, t, first_rank, starved, host.as_ref())
-}
-
-/// [`findings_now`] from what it reads: the facts known before, the local probes so far (CUDA
-/// ordinal, copy GB/s), the share this process could not run so far and the host's load so far.
+/// This process's findings now (`first_rank`: its first GPU's rank) from what they read: the
+/// facts known before, the local probes so far (CUDA ordinal, copy GB/s), the share this process
+/// could not run so far and the host's load so far.
 /// A GPU held only by the check's own processes (emulated nodes sharing one GPU) is not busy.
 pub fn findings_of(
     known: &KnownBefore,
@@ -120,7 +150,7 @@ pub fn findings_of(
     t: &Topology,
     first_rank: usize,
     starved: Option<f64>,
-    host: Option<&crate::facts::host_load::HostLoad>,
+    host: Option<&HostLoad>,
 ) -> Vec<OwnFinding> {
     let mut out = Vec::new();
     for (slot, held) in known.held.iter().enumerate() {
@@ -146,7 +176,7 @@ pub fn findings_of(
             missing: known.missing,
         });
     }
-    if let Some(share) = starved.filter(|s| *s >= crate::measure::runner::off_cpu::STARVED_SHARE) {
+    if let Some(share) = starved.filter(|s| *s >= off_cpu::STARVED_SHARE) {
         out.push(OwnFinding::Starved { share });
     }
     if let Some(load) = host.filter(|h| h.busy()) {
