@@ -267,4 +267,40 @@ mod tests {
             [OwnFinding::GpuBusy { probe: None, .. }]
         ));
     }
+
+    /// What a check knows of its node is a value of its own, handed to its GPU threads: another
+    /// check in the same process (the tests, the simulation) starts from nothing, where the
+    /// process-wide statics it replaced kept the first one's facts and probes.
+    #[test]
+    fn each_check_knows_only_what_was_handed_to_it() {
+        use crate::measure::runner::OwnNode;
+        let t = topology();
+        let first = ThisNode::default();
+        let _ = first.before.set(KnownBefore {
+            held: vec![vec![held(4242)]],
+            missing: 0,
+            probe_floor: vec![(3, Some(1440.0))],
+        });
+        let probe = |node: &ThisNode| match node.findings_now(&t, 2)[..] {
+            [OwnFinding::GpuBusy { probe, .. }] => probe,
+            ref other => panic!("not one GPU busy: {other:?}"),
+        };
+        first.probed(3, 600.0);
+        assert_eq!(probe(&first), Some((600.0, 1440.0)));
+        first.probed(3, 700.0);
+        assert_eq!(
+            probe(&first),
+            Some((700.0, 1440.0)),
+            "a new probe replaces the old"
+        );
+        let second = ThisNode::default();
+        second.probed(3, 100.0);
+        assert!(second.findings_now(&t, 2).is_empty());
+        assert_eq!(probe(&first), Some((700.0, 1440.0)));
+        // Neither watch started: no share of the check lost and no host load read yet.
+        assert_eq!(
+            (first.starved_share(), first.load_so_far(&[])),
+            (None, None)
+        );
+    }
 }
