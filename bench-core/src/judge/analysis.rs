@@ -1,8 +1,9 @@
 //! From measurements to reasons: thresholds, the outlier rule, and localization (which GPU, link
 //! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
 
+use crate::model::collectives::{Collective, SendRecv};
 use crate::model::stats::median;
-use crate::report::{PairKind, PairRow, Row};
+use crate::report::{Ends, PairKind, PairRow, Row};
 use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use std::collections::BTreeMap;
@@ -17,18 +18,15 @@ pub fn slow_pairs(pairs: &[PairRow], fraction: f64, floor: Floor) -> Vec<(usize,
     let mut out = Vec::new();
     let mut groups: BTreeMap<(PairKind, &str), Vec<usize>> = BTreeMap::new();
     for (i, p) in pairs.iter().enumerate() {
-        let node = if p.kind == PairKind::Gpu {
-            p.node.as_str()
-        } else {
-            ""
-        };
-        groups.entry((p.kind, node)).or_default().push(i);
+        let node = p.gpus().map_or("", |g| g.0);
+        groups.entry((p.kind(), node)).or_default().push(i);
     }
     for idx in groups.values() {
         let med = median(&idx.iter().map(|&i| pairs[i].busbw).collect::<Vec<_>>());
         for &i in idx {
             let p = &pairs[i];
-            if let Some(min) = floor("sendrecv", 2, p.bytes).filter(|_| p.kind == PairKind::Gpu) {
+            let gpus = p.kind() == PairKind::Gpu;
+            if let Some(min) = floor(SendRecv.name(), 2, p.bytes).filter(|_| gpus) {
                 if p.busbw < min {
                     out.push((i, SlowWhy::Threshold(min)));
                     continue;
@@ -151,7 +149,11 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
     let (whole, whole_nodes) = whole_node_reasons(pairs, &slow, multi);
     let slow: Vec<(usize, SlowWhy)> = slow
         .into_iter()
-        .filter(|&(i, _)| !(pairs[i].kind == PairKind::Gpu && whole_nodes.contains(&pairs[i].node)))
+        .filter(|&(i, _)| {
+            !pairs[i]
+                .gpus()
+                .is_some_and(|g| whole_nodes.iter().any(|n| n == g.0))
+        })
         .collect();
     let mut reasons = Vec::new();
     let bad_gpus = bad_gpus(pairs, &slow);
@@ -180,7 +182,7 @@ fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> 
     let (rule, limit) = match why {
         SlowWhy::Threshold(min) => (format!(" < {min:.1} GB/s"), min),
         SlowWhy::Outlier(med) => {
-            let peers = if p.kind == PairKind::Gpu {
+            let peers = if p.kind() == PairKind::Gpu {
                 "node"
             } else {
                 "node-pair"
@@ -207,14 +209,14 @@ fn whole_node_reasons(
 ) -> (Vec<Reason>, Vec<String>) {
     // Every GPU pair of a node slow (NVLink down or unused, e.g. NCCL_P2P_DISABLE): one reason
     // for the node, not one per GPU.
-    let whole_nodes = all_slow(pairs, slow, 3, |p| match p.kind {
-        PairKind::Gpu => vec![p.node.clone()],
-        PairKind::Node => vec![],
+    let on = |p: &PairRow, node: &str| p.gpus().is_some_and(|g| g.0 == node);
+    let whole_nodes = all_slow(pairs, slow, 3, |p| {
+        Vec::from_iter(p.gpus().map(|g| g.0.to_string()))
     });
     let whole = whole_nodes.iter().map(|node| {
         let bws: Vec<f64> = pairs
             .iter()
-            .filter(|p| p.kind == PairKind::Gpu && &p.node == node)
+            .filter(|p| on(p, node))
             .map(|p| p.busbw)
             .collect();
         let total = bws.len();
@@ -223,7 +225,7 @@ fn whole_node_reasons(
         let limit = slow
             .iter()
             .find_map(|&(i, w)| match w {
-                SlowWhy::Threshold(m) if &pairs[i].node == node => Some(m),
+                SlowWhy::Threshold(m) if on(&pairs[i], node) => Some(m),
                 _ => None,
             })
             .unwrap_or(0.0);
@@ -272,18 +274,18 @@ fn all_slow<K: Ord>(
 }
 
 /// (node, GPU) whose every GPU link is slow: the GPU is to blame rather than each of its links.
-fn bad_gpus(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<(String, String)> {
+fn bad_gpus(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<(String, u32)> {
     // A GPU whose every link is slow (and that has at least two) is the culprit, not its links.
-    all_slow(pairs, slow, 2, |p| match p.kind {
-        PairKind::Gpu => vec![(p.node.clone(), p.a.clone()), (p.node.clone(), p.b.clone())],
-        PairKind::Node => vec![],
+    all_slow(pairs, slow, 2, |p| match p.gpus() {
+        Some((node, a, b)) => vec![(node.to_string(), a), (node.to_string(), b)],
+        None => vec![],
     })
 }
 
 /// One reason per blamed GPU, comparing its links with the other GPU pairs of its node.
 fn gpu_reasons(
     pairs: &[PairRow],
-    bad_gpus: &[(String, String)],
+    bad_gpus: &[(String, u32)],
     fraction: f64,
     multi: bool,
 ) -> Vec<Reason> {
@@ -291,23 +293,19 @@ fn gpu_reasons(
     bad_gpus.iter().map(|(node, gpu)| {
         let links: Vec<&PairRow> = pairs
             .iter()
-            .filter(|p| p.kind == PairKind::Gpu && &p.node == node && (&p.a == gpu || &p.b == gpu))
+            .filter(|p| p.gpus().is_some_and(|(n, a, b)| n == node && (a == *gpu || b == *gpu)))
             .collect();
         let mean = links.iter().map(|p| p.busbw).sum::<f64>() / links.len() as f64;
         let node_med = median(
             &pairs
                 .iter()
-                .filter(|p| p.kind == PairKind::Gpu && &p.node == node)
+                .filter(|p| p.gpus().is_some_and(|g| g.0 == node))
                 .map(|p| p.busbw)
                 .collect::<Vec<_>>(),
         );
-        let subject = match crate::report::gpu_index(gpu) {
-            Some(index) => Culprit::Gpu {
-                node: multi.then(|| node.clone()),
-                gpu: index,
-            },
-            None if multi => Culprit::Other(format!("{node} {gpu}")),
-            None => Culprit::Other(gpu.clone()),
+        let subject = Culprit::Gpu {
+            node: multi.then(|| node.clone()),
+            gpu: *gpu,
         };
         Reason {
             code: ReasonCode::GpuOutlier,
@@ -325,9 +323,9 @@ fn gpu_reasons(
 /// Nodes whose every node pair is slow: the node is to blame rather than each of its pairs.
 fn bad_nodes(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<String> {
     // A node whose every node pair is slow (and that has at least two) is the culprit.
-    all_slow(pairs, slow, 2, |p| match p.kind {
-        PairKind::Node => vec![p.a.clone(), p.b.clone()],
-        PairKind::Gpu => vec![],
+    all_slow(pairs, slow, 2, |p| match p.nodes() {
+        Some((a, b)) => vec![a.to_string(), b.to_string()],
+        None => vec![],
     })
 }
 
@@ -340,14 +338,14 @@ fn node_pair_culprit_reasons(
     bad_nodes.iter().map(|node| {
         let bws: Vec<f64> = pairs
             .iter()
-            .filter(|p| p.kind == PairKind::Node && (&p.a == node || &p.b == node))
+            .filter(|p| p.nodes().is_some_and(|(a, b)| a == node || b == node))
             .map(|p| p.busbw)
             .collect();
         let mean = bws.iter().sum::<f64>() / bws.len() as f64;
         let med = median(
             &pairs
                 .iter()
-                .filter(|p| p.kind == PairKind::Node)
+                .filter(|p| p.kind() == PairKind::Node)
                 .map(|p| p.busbw)
                 .collect::<Vec<_>>(),
         );
@@ -368,14 +366,16 @@ fn node_pair_culprit_reasons(
 fn link_reasons(
     pairs: &[PairRow],
     slow: &[(usize, SlowWhy)],
-    bad_gpus: &[(String, String)],
+    bad_gpus: &[(String, u32)],
     bad_nodes: &[String],
     fraction: f64,
     multi: bool,
 ) -> Vec<Reason> {
-    let blamed = |p: &PairRow| match p.kind {
-        PairKind::Node => bad_nodes.iter().any(|n| n == &p.a || n == &p.b),
-        PairKind::Gpu => (bad_gpus.iter()).any(|(n, g)| n == &p.node && (g == &p.a || g == &p.b)),
+    let blamed = |p: &PairRow| match &p.ends {
+        Ends::Nodes(a, b) => bad_nodes.iter().any(|n| n == a || n == b),
+        Ends::Gpus { node, a, b } => {
+            (bad_gpus.iter()).any(|(n, g)| n == node && (g == a || g == b))
+        }
     };
     let unexplained = slow.iter().map(|&(i, why)| (&pairs[i], why));
     unexplained
@@ -383,7 +383,7 @@ fn link_reasons(
         .map(|(p, why)| {
             let (message, limit) = slow_pair_sentence(p, why, fraction, multi);
             Reason {
-                code: match (p.kind, why) {
+                code: match (p.kind(), why) {
                     (PairKind::Gpu, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
                     (PairKind::Gpu, SlowWhy::Outlier(_)) => ReasonCode::LinkOutlier,
                     (PairKind::Node, _) => ReasonCode::NodePairOutlier,
@@ -401,8 +401,10 @@ fn link_reasons(
 /// as a whole, even where no single pair stands out within it.
 fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
     let mut per_node: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
-        per_node.entry(p.node.as_str()).or_default().push(p.busbw);
+    for p in pairs {
+        if let Some((node, ..)) = p.gpus() {
+            per_node.entry(node).or_default().push(p.busbw);
+        }
     }
     let meds: Vec<(&str, f64)> = per_node.iter().map(|(n, v)| (*n, median(v))).collect();
     let best = meds.iter().map(|m| m.1).fold(0.0, f64::max);
@@ -500,10 +502,11 @@ mod tests {
     fn gpu_pair(node: &str, a: u32, b: u32, busbw: f64) -> PairRow {
         PairRow {
             expected: None,
-            kind: PairKind::Gpu,
-            node: node.into(),
-            a: format!("GPU{a}"),
-            b: format!("GPU{b}"),
+            ends: Ends::Gpus {
+                node: node.into(),
+                a: a,
+                b: b,
+            },
             ranks: (a, b),
             bytes: 256 << 20,
             time_us: 0.0,
@@ -628,10 +631,9 @@ mod tests {
     fn the_slow_node_of_two_is_named() {
         let mut pairs = vec![
             gpu_pair("nodeA", 0, 1, 301.0),
-            gpu_pair("nodeB", 2, 3, 24.0),
+            gpu_pair("nodeB", 0, 1, 24.0),
         ];
-        pairs[1].a = "GPU0".into();
-        pairs[1].b = "GPU1".into();
+        pairs[1].ranks = (2, 3);
         let r = fail_reasons(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
@@ -644,10 +646,7 @@ mod tests {
     fn the_node_in_every_slow_node_pair_is_named() {
         let node_pair = |a: &str, b: &str, busbw: f64| PairRow {
             expected: None,
-            kind: PairKind::Node,
-            node: String::new(),
-            a: a.into(),
-            b: b.into(),
+            ends: Ends::Nodes(a.into(), b.into()),
             ranks: (0, 1),
             bytes: 256 << 20,
             time_us: 0.0,

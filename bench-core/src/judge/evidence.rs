@@ -258,7 +258,7 @@ pub fn node_pair_floor(pairs: &[PairRow], facts: Option<&NodeFacts>) -> Vec<Reas
     };
     pairs
         .iter()
-        .filter(|p| p.kind == PairKind::Node && p.delivered_busbw() < min)
+        .filter(|p| p.kind() == PairKind::Node && p.delivered_busbw() < min)
         .map(|p| {
             let subject = p.culprit(true);
             Reason {

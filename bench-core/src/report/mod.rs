@@ -56,7 +56,7 @@ impl Row {
     }
 }
 
-/// What a pair of the pair matrix joins.
+/// What a pair of the pair matrix joins, as the report writes it (`kind`).
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
@@ -69,17 +69,66 @@ pub enum PairKind {
     Node,
 }
 
-/// One pair of the pair matrix: two GPUs of a node (`kind = "gpu"`) or two nodes
-/// (`kind = "node"`, GPU i of one with GPU i of the other, all at once), with sendrecv.
+/// What a pair of the pair matrix joins, typed: two GPUs of a node by their index on it, or
+/// two nodes. The report writes it as `kind`, `node`, `a` and `b` (`GPU2`, `GPU3` for GPUs, the
+/// node's name empty for node pairs: [`EndsWire`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "EndsWire", try_from = "EndsWire")]
+pub enum Ends {
+    Gpus {
+        node: String,
+        a: u32,
+        b: u32,
+    },
+    /// GPU i of one node with GPU i of the other, all at once.
+    Nodes(String, String),
+}
+
+impl Default for Ends {
+    fn default() -> Ends {
+        Ends::Gpus {
+            node: String::new(),
+            a: 0,
+            b: 0,
+        }
+    }
+}
+
+/// [`Ends`] as the report writes them (read back in `read.rs`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EndsWire {
+    pub kind: PairKind,
+    pub node: String,
+    pub a: String,
+    pub b: String,
+}
+
+impl From<Ends> for EndsWire {
+    fn from(ends: Ends) -> EndsWire {
+        match ends {
+            Ends::Gpus { node, a, b } => EndsWire {
+                kind: PairKind::Gpu,
+                node,
+                a: gpu_label(a),
+                b: gpu_label(b),
+            },
+            Ends::Nodes(a, b) => EndsWire {
+                kind: PairKind::Node,
+                node: String::new(),
+                a,
+                b,
+            },
+        }
+    }
+}
+
+/// One pair of the pair matrix (two GPUs of a node or two nodes, [`Ends`]), with sendrecv.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PairRow {
-    pub kind: PairKind,
-    /// The node of a GPU pair; empty for node pairs.
-    pub node: String,
-    /// `GPU2` / `GPU3` for GPU pairs; node names for node pairs.
-    pub a: String,
-    pub b: String,
+    #[serde(flatten)]
+    pub ends: Ends,
     /// Global NCCL ranks of the (first) two endpoints.
     pub ranks: (u32, u32),
     pub bytes: u64,
@@ -127,21 +176,40 @@ pub fn expected_short(e: &Expected) -> String {
 }
 
 impl PairRow {
+    pub fn kind(&self) -> PairKind {
+        match self.ends {
+            Ends::Gpus { .. } => PairKind::Gpu,
+            Ends::Nodes(..) => PairKind::Node,
+        }
+    }
+
+    /// A GPU pair's node and its two GPUs; `None` for a node pair.
+    pub fn gpus(&self) -> Option<(&str, u32, u32)> {
+        match &self.ends {
+            Ends::Gpus { node, a, b } => Some((node, *a, *b)),
+            Ends::Nodes(..) => None,
+        }
+    }
+
+    /// A node pair's two nodes; `None` for a GPU pair.
+    pub fn nodes(&self) -> Option<(&str, &str)> {
+        match &self.ends {
+            Ends::Nodes(a, b) => Some((a, b)),
+            Ends::Gpus { .. } => None,
+        }
+    }
+
     /// What a slow pair blames, typed: two GPUs of a node (the node named when the check spans
     /// several), or two nodes.
     pub fn culprit(&self, multi_node: bool) -> Culprit {
-        match self.kind {
-            PairKind::Gpu => match (gpu_index(&self.a), gpu_index(&self.b)) {
-                (Some(a), Some(b)) => Culprit::GpuPair {
-                    node: multi_node.then(|| self.node.clone()),
-                    a,
-                    b,
-                    directed: false,
-                },
-                // Not a name this worker gives its GPUs: kept as written, never guessed.
-                _ => Culprit::Other(format!("{}<->{}", self.a, self.b)),
+        match &self.ends {
+            Ends::Gpus { node, a, b } => Culprit::GpuPair {
+                node: multi_node.then(|| node.clone()),
+                a: *a,
+                b: *b,
+                directed: false,
             },
-            PairKind::Node => Culprit::NodePair(self.a.clone(), self.b.clone()),
+            Ends::Nodes(a, b) => Culprit::NodePair(a.clone(), b.clone()),
         }
     }
 
@@ -149,14 +217,6 @@ impl PairRow {
     /// `node1<->node2`.
     pub fn subject(&self, multi_node: bool) -> String {
         self.culprit(multi_node).to_string()
-    }
-}
-
-/// The worker's name of a GPU (`GPU2`, [`gpu_label`]) back to its index.
-pub fn gpu_index(name: &str) -> Option<u32> {
-    match Culprit::parse(name) {
-        Culprit::Gpu { node: None, gpu } => Some(gpu),
-        _ => None,
     }
 }
 
@@ -175,29 +235,23 @@ mod tests {
 
     #[test]
     fn a_pair_blames_its_two_gpus_or_its_two_nodes_as_written_before() {
-        let pair = |kind, node: &str, a: &str, b: &str| PairRow {
-            kind,
-            node: node.into(),
-            a: a.into(),
-            b: b.into(),
+        let pair = |ends| PairRow {
+            ends,
             ..PairRow::default()
         };
-        let gpus = pair(PairKind::Gpu, "n7", &gpu_label(2), &gpu_label(3));
+        let gpus = pair(Ends::Gpus {
+            node: "n7".into(),
+            a: 2,
+            b: 3,
+        });
         assert_eq!(gpus.subject(false), "GPU2<->GPU3");
         assert_eq!(gpus.subject(true), "n7 GPU2<->GPU3");
-        for multi in [false, true] {
-            assert_eq!(Culprit::parse(&gpus.subject(multi)), gpus.culprit(multi));
-        }
-        let nodes = pair(PairKind::Node, "", "n1", "n2");
+        let nodes = pair(Ends::Nodes("n1".into(), "n2".into()));
         assert_eq!(
             nodes.culprit(true),
             Culprit::NodePair("n1".into(), "n2".into())
         );
         assert_eq!(nodes.subject(true), "n1<->n2");
-        assert_eq!(
-            (gpu_index("GPU12"), gpu_index("n1"), gpu_index("GPU")),
-            (Some(12), None, None)
-        );
     }
 
     #[test]

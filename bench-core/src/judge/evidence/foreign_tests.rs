@@ -8,7 +8,7 @@ use crate::model::floors::tests::rule;
 use crate::report::gpu::GpuInfo;
 use crate::report::json::GpuEntry;
 use crate::report::json::Report;
-use crate::report::{PairKind, PairRow};
+use crate::report::{Ends, PairRow};
 use nccl_check_contract::exit::ExitCode;
 
 const MIB256: u64 = 256 << 20;
@@ -49,10 +49,11 @@ fn report(holder: Option<u32>, pair: f64) -> Report {
         .collect();
     r.pairs.push(PairRow {
         expected: None,
-        kind: PairKind::Gpu,
-        node: "n1".into(),
-        a: "GPU0".into(),
-        b: "GPU1".into(),
+        ends: Ends::Gpus {
+            node: "n1".into(),
+            a: 0,
+            b: 1,
+        },
         ranks: (0, 1),
         bytes: MIB256,
         time_us: 1.0,

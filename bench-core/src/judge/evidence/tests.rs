@@ -9,6 +9,7 @@ use crate::model::floors::tests::rule;
 use crate::model::local_copy::LocalProbe;
 use crate::report::gpu::GpuInfo;
 use crate::report::json::Report;
+use crate::report::Ends;
 use crate::report::{PairRow, Placement};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::verdict::Verdict;
@@ -89,10 +90,11 @@ fn report(n: u32, pair: f64) -> Report {
         for b in a + 1..n {
             r.pairs.push(PairRow {
                 expected: None,
-                kind: PairKind::Gpu,
-                node: "n1".into(),
-                a: format!("GPU{a}"),
-                b: format!("GPU{b}"),
+                ends: Ends::Gpus {
+                    node: "n1".into(),
+                    a: a,
+                    b: b,
+                },
                 ranks: (a, b),
                 bytes: MIB256,
                 time_us: 1.0,
@@ -140,7 +142,7 @@ fn a_dead_nvlink_fails_first_and_explains_the_slow_link() {
     for p in r
         .pairs
         .iter_mut()
-        .filter(|p| p.a == "GPU1" || p.b == "GPU1")
+        .filter(|p| p.gpus().is_some_and(|(_, a, b)| a == 1 || b == 1))
     {
         p.busbw = 150.0;
     }
@@ -300,10 +302,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
     let mut r = report(1, 0.0);
     r.pairs = vec![PairRow {
         expected: None,
-        kind: PairKind::Node,
-        node: String::new(),
-        a: "n1".into(),
-        b: "n2".into(),
+        ends: Ends::Nodes("n1".into(), "n2".into()),
         ranks: (0, 1),
         bytes: MIB256,
         time_us: 1.0,

@@ -31,7 +31,7 @@ pub(super) fn local_values(nodes: &[String], rows: &[PairRow]) -> Vec<f64> {
         .iter()
         .map(|n| {
             rows.iter()
-                .filter(|r| &r.node == n)
+                .filter(|r| r.gpus().is_some_and(|g| g.0 == n))
                 .map(PairRow::delivered_busbw)
                 .reduce(f64::min)
         })
@@ -113,8 +113,9 @@ impl Measurer<'_> {
                 .and_then(|n| setup.layout.names.get(n));
             let keeps_all = self.team.coordinates();
             out.pairs.extend(
-                rows.into_iter()
-                    .filter(|r| keeps_all || Some(&r.node) == node),
+                rows.into_iter().filter(|r| {
+                    keeps_all || r.gpus().is_some_and(|g| node.is_some_and(|n| n == g.0))
+                }),
             );
             out.localization = Some(summary);
         }
@@ -518,15 +519,16 @@ fn with_settings(cfg: LocalizeConfig, v: &[f64]) -> LocalizeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::PairKind;
+    use crate::report::Ends;
 
     fn row(node: &str, busbw: f64) -> PairRow {
         PairRow {
             expected: None,
-            kind: PairKind::Gpu,
-            node: node.into(),
-            a: "GPU0".into(),
-            b: "GPU1".into(),
+            ends: Ends::Gpus {
+                node: node.into(),
+                a: 0,
+                b: 1,
+            },
             ranks: (0, 1),
             bytes: 1,
             time_us: 1.0,
