@@ -232,7 +232,7 @@ fn whole_node_reasons(
         let (subject, at) = if multi {
             (Culprit::Node(node.to_string()), format!("node {node}: "))
         } else {
-            (Culprit::Other("all GPU pairs".into()), String::new())
+            (Culprit::AllGpuPairs, String::new())
         };
         Reason {
             code: ReasonCode::BusbwBelowThreshold,

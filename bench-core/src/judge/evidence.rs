@@ -295,7 +295,16 @@ fn slows(r: &Reason, k: u32, host: &str) -> bool {
         Some(Culprit::Node(n)) => n == host,
         Some(Culprit::NodePair(a, b)) => a == host || b == host,
         Some(Culprit::Rail { node, gpu }) => node == host && gpu == k,
-        Some(Culprit::Process(_) | Culprit::Other(_)) => false,
+        Some(
+            Culprit::Process(_)
+            | Culprit::Path { .. }
+            | Culprit::Nodes(_)
+            | Culprit::Allocation
+            | Culprit::AllGpuPairs
+            | Culprit::CollNet
+            | Culprit::Nvls
+            | Culprit::Other(_),
+        ) => false,
     }
 }
 
