@@ -504,8 +504,8 @@ mod tests {
             expected: None,
             ends: Ends::Gpus {
                 node: node.into(),
-                a: a,
-                b: b,
+                a,
+                b,
             },
             ranks: (a, b),
             bytes: 256 << 20,

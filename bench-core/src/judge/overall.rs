@@ -464,8 +464,8 @@ mod tests {
                 expected: None,
                 ends: Ends::Gpus {
                     node: "n1".into(),
-                    a: a,
-                    b: b,
+                    a,
+                    b,
                 },
                 ranks: (a, b),
                 bytes: MIB256,

@@ -92,8 +92,8 @@ fn report(n: u32, pair: f64) -> Report {
                 expected: None,
                 ends: Ends::Gpus {
                     node: "n1".into(),
-                    a: a,
-                    b: b,
+                    a,
+                    b,
                 },
                 ranks: (a, b),
                 bytes: MIB256,

@@ -172,8 +172,9 @@ impl Measurer<'_> {
         out: &mut GpuOutcome,
     ) -> Result<bool, RunError> {
         use crate::localize::paths::{alltoall_size, alltoall_slow, checks_paths};
+        use crate::model::collectives::{AllReduce, Collective};
         let all_reduce = match out.last_collective {
-            Some(("all_reduce", _, busbw)) if checks_paths(nodes) => busbw,
+            Some((c, _, busbw)) if c == AllReduce.name() && checks_paths(nodes) => busbw,
             _ => return Ok(false),
         };
         let began = std::time::Instant::now();

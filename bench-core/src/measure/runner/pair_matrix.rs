@@ -7,6 +7,7 @@ use super::timed::Measurer;
 use super::{ms, GpuOutcome, RunError, Start};
 use crate::measure::nccl::Comm;
 use crate::meet::topology::Topology;
+use crate::model::collectives::{Collective, SendRecv};
 use crate::model::time_budget::{self, Sizing, StepBudget};
 use crate::report::{Ends, PairRow};
 use std::time::Instant;
@@ -296,7 +297,7 @@ impl Measurer<'_> {
             crate::model::size::human(probe)
         );
         let floors = start.floors();
-        let held = |b: u64| floors.floor("sendrecv", 2, b).is_some();
+        let held = |b: u64| floors.floor(SendRecv.name(), 2, b).is_some();
         let (sized, sizing) = sized_by_rate(step, (rate, from), plan, seconds, &held);
         if start.printer {
             start.show.line(&super::timed::sizing_line(&sizing));
@@ -546,7 +547,7 @@ impl Measurer<'_> {
                 0,
                 self.gpu.raw_stream(),
             )
-            .map_err(|e| self.err_runtime("sendrecv", e))
+            .map_err(|e| self.err_runtime(SendRecv.name(), e))
         };
         let t = Instant::now();
         for iter in 0..warmup.max(1) as u64 {
