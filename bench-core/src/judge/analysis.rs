@@ -3,7 +3,7 @@
 
 use crate::model::collectives::{Collective, SendRecv};
 use crate::model::stats::median;
-use crate::report::{Ends, PairKind, PairRow, Row};
+use crate::report::{Ends, PairRow, Row};
 use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
 use std::collections::BTreeMap;
@@ -16,17 +16,20 @@ pub type Floor<'a> = &'a dyn Fn(&str, u32, u64) -> Option<f64>;
 /// a retest and to judge.
 pub fn slow_pairs(pairs: &[PairRow], fraction: f64, floor: Floor) -> Vec<(usize, SlowWhy)> {
     let mut out = Vec::new();
-    let mut groups: BTreeMap<(PairKind, &str), Vec<usize>> = BTreeMap::new();
+    // GPU pairs by node first, then the node pairs.
+    let mut groups: BTreeMap<(bool, &str), Vec<usize>> = BTreeMap::new();
     for (i, p) in pairs.iter().enumerate() {
         let node = p.gpus().map_or("", |g| g.0);
-        groups.entry((p.kind(), node)).or_default().push(i);
+        groups
+            .entry((p.nodes().is_some(), node))
+            .or_default()
+            .push(i);
     }
     for idx in groups.values() {
         let med = median(&idx.iter().map(|&i| pairs[i].busbw).collect::<Vec<_>>());
         for &i in idx {
             let p = &pairs[i];
-            let gpus = p.kind() == PairKind::Gpu;
-            if let Some(min) = floor(SendRecv.name(), 2, p.bytes).filter(|_| gpus) {
+            if let Some(min) = floor(SendRecv.name(), 2, p.bytes).filter(|_| p.gpus().is_some()) {
                 if p.busbw < min {
                     out.push((i, SlowWhy::Threshold(min)));
                     continue;
@@ -182,7 +185,7 @@ fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> 
     let (rule, limit) = match why {
         SlowWhy::Threshold(min) => (format!(" < {min:.1} GB/s"), min),
         SlowWhy::Outlier(med) => {
-            let peers = if p.kind() == PairKind::Gpu {
+            let peers = if p.gpus().is_some() {
                 "node"
             } else {
                 "node-pair"
@@ -194,7 +197,7 @@ fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> 
     let size = crate::model::size::human(p.bytes);
     let sentence = format!(
         "{} sendrecv {size} busbw {:.1}{first}{rule}",
-        p.subject(multi),
+        p.culprit(multi),
         p.busbw
     );
     (sentence, limit)
@@ -345,7 +348,7 @@ fn node_pair_culprit_reasons(
         let med = median(
             &pairs
                 .iter()
-                .filter(|p| p.kind() == PairKind::Node)
+                .filter(|p| p.nodes().is_some())
                 .map(|p| p.busbw)
                 .collect::<Vec<_>>(),
         );
@@ -383,10 +386,10 @@ fn link_reasons(
         .map(|(p, why)| {
             let (message, limit) = slow_pair_sentence(p, why, fraction, multi);
             Reason {
-                code: match (p.kind(), why) {
-                    (PairKind::Gpu, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
-                    (PairKind::Gpu, SlowWhy::Outlier(_)) => ReasonCode::LinkOutlier,
-                    (PairKind::Node, _) => ReasonCode::NodePairOutlier,
+                code: match (&p.ends, why) {
+                    (Ends::Gpus { .. }, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
+                    (Ends::Gpus { .. }, SlowWhy::Outlier(_)) => ReasonCode::LinkOutlier,
+                    (Ends::Nodes(..), _) => ReasonCode::NodePairOutlier,
                 },
                 message,
                 subject: Some(p.culprit(multi)),

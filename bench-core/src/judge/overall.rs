@@ -17,7 +17,7 @@ use crate::model::thresholds::GpuModel;
 use crate::model::thresholds::Threshold;
 use crate::report::assemble::Judgement;
 use crate::report::json::Report;
-use crate::report::{Expected, PairKind, Row};
+use crate::report::{Expected, Row};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::report::reason::Reason;
 use std::collections::BTreeMap;
@@ -224,7 +224,7 @@ fn expectations(
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            if p.kind() == PairKind::Gpu {
+            if p.gpus().is_some() {
                 if let Some(e) = floors.expectation(SendRecv.name(), 2, p.bytes) {
                     return Some(Expected::new(p.busbw, e.floor, e.source));
                 }
@@ -310,7 +310,7 @@ pub fn summary(
     let gpu_pairs: Vec<f64> = report
         .pairs
         .iter()
-        .filter(|p| p.kind() == PairKind::Gpu)
+        .filter(|p| p.gpus().is_some())
         .map(|p| p.busbw)
         .collect();
     let pair_min = gpu_pairs.iter().copied().fold(f64::INFINITY, f64::min);
@@ -335,7 +335,7 @@ pub fn probe_line(report: &Report) -> String {
         .enumerate()
         .filter_map(|(k, g)| {
             Some(crate::facts::local_probe::Probed {
-                subject: crate::report::gpu_label(k as u32),
+                subject: format!("GPU{k}"),
                 gpu_name: &g.info.name,
                 device_id: g.info.pci_device_id,
                 probe: g.local_probe.as_ref()?,

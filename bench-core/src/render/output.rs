@@ -63,7 +63,7 @@ fn pair_table(rows: &[PairRow], bytes: u64, iters: u32, multi_node: bool) -> Str
         let gpu = r.gpu_busbw.map_or("-".to_string(), |g| format!("{g:.2}"));
         out += &format!(
             "   {:>24}  {:>10.1}  {:>8.2}  {gpu:>9}\n",
-            r.subject(multi_node),
+            r.culprit(multi_node).to_string(),
             r.time_us,
             r.busbw
         );

@@ -57,9 +57,7 @@ impl Row {
 }
 
 /// What a pair of the pair matrix joins, as the report writes it (`kind`).
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PairKind {
     /// Two GPUs of one node.
@@ -106,20 +104,13 @@ pub struct EndsWire {
 
 impl From<Ends> for EndsWire {
     fn from(ends: Ends) -> EndsWire {
-        match ends {
-            Ends::Gpus { node, a, b } => EndsWire {
-                kind: PairKind::Gpu,
-                node,
-                a: gpu_label(a),
-                b: gpu_label(b),
-            },
-            Ends::Nodes(a, b) => EndsWire {
-                kind: PairKind::Node,
-                node: String::new(),
-                a,
-                b,
-            },
-        }
+        let (kind, node, a, b) = match ends {
+            Ends::Gpus { node, a, b } => {
+                (PairKind::Gpu, node, format!("GPU{a}"), format!("GPU{b}"))
+            }
+            Ends::Nodes(a, b) => (PairKind::Node, String::new(), a, b),
+        };
+        EndsWire { kind, node, a, b }
     }
 }
 
@@ -176,27 +167,20 @@ pub fn expected_short(e: &Expected) -> String {
 }
 
 impl PairRow {
-    pub fn kind(&self) -> PairKind {
-        match self.ends {
-            Ends::Gpus { .. } => PairKind::Gpu,
-            Ends::Nodes(..) => PairKind::Node,
-        }
-    }
-
     /// A GPU pair's node and its two GPUs; `None` for a node pair.
     pub fn gpus(&self) -> Option<(&str, u32, u32)> {
-        match &self.ends {
-            Ends::Gpus { node, a, b } => Some((node, *a, *b)),
-            Ends::Nodes(..) => None,
-        }
+        let Ends::Gpus { node, a, b } = &self.ends else {
+            return None;
+        };
+        Some((node, *a, *b))
     }
 
     /// A node pair's two nodes; `None` for a GPU pair.
     pub fn nodes(&self) -> Option<(&str, &str)> {
-        match &self.ends {
-            Ends::Nodes(a, b) => Some((a, b)),
-            Ends::Gpus { .. } => None,
-        }
+        let Ends::Nodes(a, b) = &self.ends else {
+            return None;
+        };
+        Some((a, b))
     }
 
     /// What a slow pair blames, typed: two GPUs of a node (the node named when the check spans
@@ -212,21 +196,6 @@ impl PairRow {
             Ends::Nodes(a, b) => Culprit::NodePair(a.clone(), b.clone()),
         }
     }
-
-    /// [`PairRow::culprit`] as the report writes it: `GPU2<->GPU3`, `n7 GPU2<->GPU3`,
-    /// `node1<->node2`.
-    pub fn subject(&self, multi_node: bool) -> String {
-        self.culprit(multi_node).to_string()
-    }
-}
-
-/// A GPU as the worker names it in pairs and reasons: `GPU2`.
-pub fn gpu_label(index: u32) -> String {
-    Culprit::Gpu {
-        node: None,
-        gpu: index,
-    }
-    .to_string()
 }
 
 #[cfg(test)]
@@ -244,14 +213,14 @@ mod tests {
             a: 2,
             b: 3,
         });
-        assert_eq!(gpus.subject(false), "GPU2<->GPU3");
-        assert_eq!(gpus.subject(true), "n7 GPU2<->GPU3");
+        assert_eq!(gpus.culprit(false).to_string(), "GPU2<->GPU3");
+        assert_eq!(gpus.culprit(true).to_string(), "n7 GPU2<->GPU3");
         let nodes = pair(Ends::Nodes("n1".into(), "n2".into()));
         assert_eq!(
             nodes.culprit(true),
             Culprit::NodePair("n1".into(), "n2".into())
         );
-        assert_eq!(nodes.subject(true), "n1<->n2");
+        assert_eq!(nodes.culprit(true).to_string(), "n1<->n2");
     }
 
     #[test]

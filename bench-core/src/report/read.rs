@@ -27,6 +27,9 @@ impl TryFrom<EndsWire> for Ends {
     type Error = String;
 
     fn try_from(w: EndsWire) -> Result<Ends, String> {
+        if w.kind == PairKind::Node {
+            return Ok(Ends::Nodes(w.a, w.b));
+        }
         let gpu = |name: &str| match Culprit::parse(name) {
             Culprit::Gpu { node: None, gpu } => Ok(gpu),
             _ => Err(format!(
@@ -34,14 +37,8 @@ impl TryFrom<EndsWire> for Ends {
                 w.node
             )),
         };
-        Ok(match w.kind {
-            PairKind::Gpu => Ends::Gpus {
-                a: gpu(&w.a)?,
-                b: gpu(&w.b)?,
-                node: w.node,
-            },
-            PairKind::Node => Ends::Nodes(w.a, w.b),
-        })
+        let (a, b) = (gpu(&w.a)?, gpu(&w.b)?);
+        Ok(Ends::Gpus { node: w.node, a, b })
     }
 }
 
@@ -275,7 +272,7 @@ mod tests {
         );
         let rows: Vec<crate::report::PairRow> = serde_json::from_str(text).expect("reads");
         assert_eq!(serde_json::to_string(&rows).expect("writes"), text);
-        let culprits: Vec<String> = rows.iter().map(|p| p.subject(true)).collect();
+        let culprits: Vec<String> = rows.iter().map(|p| p.culprit(true).to_string()).collect();
         assert_eq!(culprits, ["n7 GPU2<->GPU10", "n1<->n2"]);
     }
 

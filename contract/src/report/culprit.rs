@@ -167,39 +167,24 @@ impl Culprit {
                 n.as_deref() == Some(node)
             }
             Culprit::Nodes(names) => names.iter().any(|n| n == node),
-            Culprit::Process(_)
-            | Culprit::Allocation
-            | Culprit::AllGpuPairs
-            | Culprit::CollNet
-            | Culprit::Nvls => false,
             Culprit::Other(s) => s
                 .split("<->")
                 .flat_map(str::split_whitespace)
                 .any(|w| w == node),
+            _ => false,
         }
     }
 
     /// The compact form a drain reason starts with: `GPU2-3`, `n1-n2`, `n7_GPU3_NIC`; at most
-    /// [`SHORT_MAX`] characters, no spaces. Node names stay whole, as Slurm knows them.
+    /// [`SHORT_MAX`] characters, no spaces. Node names stay whole, as Slurm knows them. Each is
+    /// its written form with `_` for spaces and `-` for arrows, a GPU pair's second `GPU` left out.
     pub fn short(&self) -> String {
         let s = match self {
-            Culprit::Gpu { node: None, gpu } => format!("GPU{gpu}"),
-            Culprit::Gpu { node: Some(n), gpu } => format!("{n}_GPU{gpu}"),
             Culprit::GpuPair { node, a, b, .. } => match node {
                 None => format!("GPU{a}-{b}"),
                 Some(n) => format!("{n}_GPU{a}-{b}"),
             },
-            Culprit::Node(n) => n.clone(),
-            Culprit::NodePair(a, b) => format!("{a}-{b}"),
-            Culprit::Rail { node, gpu } => format!("{node}_GPU{gpu}_NIC"),
-            Culprit::Process(p) => format!("process_{p}"),
-            Culprit::Path { from, a, to, b } => format!("{from}_GPU{a}-{to}_GPU{b}"),
-            Culprit::Nodes(names) => names.join(","),
-            Culprit::AllGpuPairs => "all_GPU_pairs".into(),
-            Culprit::Allocation | Culprit::CollNet | Culprit::Nvls => self.to_string(),
-            Culprit::Other(s) => s
-                .replace("<->", "-")
-                .replace("->", "-")
+            _ => (self.to_string().replace("<->", "-").replace("->", "-"))
                 .split_whitespace()
                 .collect::<Vec<_>>()
                 .join("_"),

@@ -5,7 +5,7 @@
 //! that is part of the most culprit cells gets a red label.
 
 use crate::model::collectives::{Collective, SendRecv};
-use crate::report::{EndsWire, PairKind, PairRow};
+use crate::report::{EndsWire, PairRow};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -85,10 +85,7 @@ pub fn matrices(
             outlier_fraction,
         ));
     }
-    let node_pairs: Vec<&PairRow> = pairs
-        .iter()
-        .filter(|p| p.kind() == PairKind::Node)
-        .collect();
+    let node_pairs: Vec<&PairRow> = pairs.iter().filter(|p| p.nodes().is_some()).collect();
     if !node_pairs.is_empty() {
         out.push(matrix(
             "node pairs (sendrecv, all GPUs at once)".into(),
