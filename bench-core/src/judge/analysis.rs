@@ -159,13 +159,9 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
         })
         .collect();
     let mut reasons = Vec::new();
-    let bad_gpus = bad_gpus(pairs, &slow);
-    reasons.extend(gpu_reasons(pairs, &bad_gpus, fraction, multi));
-    let bad_nodes = bad_nodes(pairs, &slow);
-    reasons.extend(node_pair_culprit_reasons(pairs, &bad_nodes, fraction));
-    reasons.extend(link_reasons(
-        pairs, &slow, &bad_gpus, &bad_nodes, fraction, multi,
-    ));
+    let bad = bad_ends(pairs, &slow);
+    reasons.extend(end_reasons(pairs, &bad, fraction, multi));
+    reasons.extend(link_reasons(pairs, &slow, &bad, fraction, multi));
     // Nodes: each node's median GPU-pair busbw against the median over nodes.
     if multi {
         reasons.extend(node_median_reasons(pairs, fraction));
@@ -276,89 +272,46 @@ fn all_slow<K: Ord>(
         .collect()
 }
 
-/// (node, GPU) whose every GPU link is slow: the GPU is to blame rather than each of its links.
-fn bad_gpus(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<(String, u32)> {
-    // A GPU whose every link is slow (and that has at least two) is the culprit, not its links.
-    all_slow(pairs, slow, 2, |p| match p.gpus() {
-        Some((node, a, b)) => vec![(node.to_string(), a), (node.to_string(), b)],
-        None => vec![],
-    })
+/// A pair's two ends as a reason blames them: two GPUs (with their node), or two nodes.
+fn ends(p: &PairRow) -> [Culprit; 2] {
+    match &p.ends {
+        Ends::Gpus { node, a, b } => [*a, *b].map(|gpu| Culprit::Gpu {
+            node: Some(node.clone()),
+            gpu,
+        }),
+        Ends::Nodes(a, b) => [a, b].map(|n| Culprit::Node(n.clone())),
+    }
 }
 
-/// One reason per blamed GPU, comparing its links with the other GPU pairs of its node.
-fn gpu_reasons(
-    pairs: &[PairRow],
-    bad_gpus: &[(String, u32)],
-    fraction: f64,
-    multi: bool,
-) -> Vec<Reason> {
-    // With 3+ GPUs two bad GPUs share a link; a GPU is named only if some of its peers are fine.
-    bad_gpus.iter().map(|(node, gpu)| {
-        let links: Vec<&PairRow> = pairs
-            .iter()
-            .filter(|p| p.gpus().is_some_and(|(n, a, b)| n == node && (a == *gpu || b == *gpu)))
-            .collect();
-        let mean = links.iter().map(|p| p.busbw).sum::<f64>() / links.len() as f64;
-        let node_med = median(
-            &pairs
-                .iter()
-                .filter(|p| p.gpus().is_some_and(|g| g.0 == node))
-                .map(|p| p.busbw)
-                .collect::<Vec<_>>(),
-        );
-        let subject = Culprit::Gpu {
-            node: multi.then(|| node.clone()),
-            gpu: *gpu,
+/// The GPUs and nodes whose every pair is slow (and that have at least two): the end is to
+/// blame rather than each of its pairs. GPUs first, by node, then nodes.
+fn bad_ends(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<Culprit> {
+    all_slow(pairs, slow, 2, |p| ends(p).to_vec())
+}
+
+/// One reason per blamed GPU or node, the mean of its pairs against the median of its peers'
+/// (a GPU's: the GPU pairs of its node; a node's: every node pair). With 3+ GPUs two bad GPUs
+/// share a link; a GPU is named only if some of its peers are fine.
+fn end_reasons(pairs: &[PairRow], bad: &[Culprit], fraction: f64, multi: bool) -> Vec<Reason> {
+    bad.iter().map(|end| {
+        let mine: Vec<&PairRow> = pairs.iter().filter(|p| ends(p).contains(end)).collect();
+        let mean = mine.iter().map(|p| p.busbw).sum::<f64>() / mine.len() as f64;
+        let home = mine[0].gpus().map(|g| g.0);
+        let peers = pairs.iter().filter(|p| p.gpus().map(|g| g.0) == home);
+        let med = median(&peers.map(|p| p.busbw).collect::<Vec<_>>());
+        let pct = 100.0 * mean / med.max(1e-9);
+        let (code, subject, message) = match end {
+            Culprit::Gpu { node, gpu } => {
+                let subject = Culprit::Gpu { node: node.clone().filter(|_| multi), gpu: *gpu };
+                let message = format!("{subject}: every link slow, mean sendrecv busbw {mean:.1} GB/s vs node median {med:.1} GB/s ({pct:.0}%)");
+                (ReasonCode::GpuOutlier, subject, message)
+            }
+            _ => (ReasonCode::NodeOutlier, end.clone(), format!("node {end}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({pct:.0}%)")),
         };
         Reason {
-            code: ReasonCode::GpuOutlier,
-            message: format!(
-                "{subject}: every link slow, mean sendrecv busbw {mean:.1} GB/s vs node median {node_med:.1} GB/s ({:.0}%)",
-                100.0 * mean / node_med.max(1e-9)
-            ),
+            code,
+            message,
             subject: Some(subject),
-            measured: Some(mean),
-            limit: Some(fraction * node_med),
-        }
-    }).collect()
-}
-
-/// Nodes whose every node pair is slow: the node is to blame rather than each of its pairs.
-fn bad_nodes(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<String> {
-    // A node whose every node pair is slow (and that has at least two) is the culprit.
-    all_slow(pairs, slow, 2, |p| match p.nodes() {
-        Some((a, b)) => vec![a.to_string(), b.to_string()],
-        None => vec![],
-    })
-}
-
-/// One reason per blamed node, comparing its node pairs with the median of all node pairs.
-fn node_pair_culprit_reasons(
-    pairs: &[PairRow],
-    bad_nodes: &[String],
-    fraction: f64,
-) -> Vec<Reason> {
-    bad_nodes.iter().map(|node| {
-        let bws: Vec<f64> = pairs
-            .iter()
-            .filter(|p| p.nodes().is_some_and(|(a, b)| a == node || b == node))
-            .map(|p| p.busbw)
-            .collect();
-        let mean = bws.iter().sum::<f64>() / bws.len() as f64;
-        let med = median(
-            &pairs
-                .iter()
-                .filter(|p| p.nodes().is_some())
-                .map(|p| p.busbw)
-                .collect::<Vec<_>>(),
-        );
-        Reason {
-            code: ReasonCode::NodeOutlier,
-            message: format!(
-                "node {node}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({:.0}%)",
-                100.0 * mean / med.max(1e-9)
-            ),
-            subject: Some(Culprit::Node(node.clone())),
             measured: Some(mean),
             limit: Some(fraction * med),
         }
@@ -369,17 +322,11 @@ fn node_pair_culprit_reasons(
 fn link_reasons(
     pairs: &[PairRow],
     slow: &[(usize, SlowWhy)],
-    bad_gpus: &[(String, u32)],
-    bad_nodes: &[String],
+    bad: &[Culprit],
     fraction: f64,
     multi: bool,
 ) -> Vec<Reason> {
-    let blamed = |p: &PairRow| match &p.ends {
-        Ends::Nodes(a, b) => bad_nodes.iter().any(|n| n == a || n == b),
-        Ends::Gpus { node, a, b } => {
-            (bad_gpus.iter()).any(|(n, g)| n == node && (g == a || g == b))
-        }
-    };
+    let blamed = |p: &PairRow| ends(p).iter().any(|e| bad.contains(e));
     let unexplained = slow.iter().map(|&(i, why)| (&pairs[i], why));
     unexplained
         .filter(|(p, _)| !blamed(p))
@@ -643,6 +590,39 @@ mod tests {
             (r[0].code, r[0].subject_text().as_deref()),
             (ReasonCode::NodeOutlier, Some("nodeB"))
         );
+    }
+
+    /// What a blamed GPU and a blamed node say, word for word, with their measured value and
+    /// limit (the same sentences since they were two rules).
+    #[test]
+    fn a_blamed_gpu_and_a_blamed_node_say_their_mean_against_their_peers() {
+        let mut pairs = matrix("n1", |a, b| if a == 1 || b == 1 { 150.0 } else { 300.0 });
+        pairs.extend(matrix("n2", |_, _| 300.0));
+        for (a, b, busbw) in [
+            ("n1", "n2", 40.0),
+            ("n3", "n4", 20.0),
+            ("n1", "n4", 40.0),
+            ("n2", "n3", 20.0),
+            ("n1", "n3", 20.0),
+            ("n2", "n4", 40.0),
+        ] {
+            pairs.push(PairRow {
+                ends: Ends::Nodes(a.into(), b.into()),
+                busbw,
+                ..pairs[0].clone()
+            });
+        }
+        let said: Vec<_> = [1, 4]
+            .into_iter()
+            .flat_map(|nodes| fail_reasons(&[], &pairs, 8, nodes, 0.85, NO_FLOOR))
+            .map(|x| (x.code, x.subject_text(), x.message, x.measured, x.limit))
+            .collect();
+        let gpu1 = |s: &str| {
+            (ReasonCode::GpuOutlier, Some(s.to_string()), format!("{s}: every link slow, mean sendrecv busbw 150.0 GB/s vs node median 225.0 GB/s (67%)"), Some(150.0), Some(191.25))
+        };
+        let n3 = (ReasonCode::NodeOutlier, Some("n3".to_string()), "node n3: every node pair slow, mean sendrecv busbw 20.0 GB/s vs node-pair median 30.0 GB/s (67%)".to_string(), Some(20.0), Some(25.5));
+        let n1 = (ReasonCode::NodeOutlier, Some("n1".to_string()), "node n1: GPU-pair sendrecv busbw median 225.0 GB/s < 0.85 x 300.0 GB/s of the other nodes".to_string(), Some(225.0), Some(255.0));
+        assert_eq!(said, [n3.clone(), gpu1("GPU1"), n3, n1, gpu1("n1 GPU1")]);
     }
 
     #[test]

@@ -84,11 +84,7 @@ pub enum Ends {
 
 impl Default for Ends {
     fn default() -> Ends {
-        Ends::Gpus {
-            node: String::new(),
-            a: 0,
-            b: 0,
-        }
+        Ends::Nodes(String::new(), String::new())
     }
 }
 

@@ -155,8 +155,8 @@ impl Culprit {
         node_name(s).map(Culprit::Node)
     }
 
-    /// Whether it names `node`: the node, a pair it is in, a GPU or NIC on it; text as written
-    /// names it where one of its words is the name.
+    /// Whether it names `node`: the node, a pair or path it is in, a GPU or NIC on it, a list
+    /// it is in (text as written names no node).
     pub fn names_node(&self, node: &str) -> bool {
         match self {
             Culprit::Node(n) | Culprit::Rail { node: n, .. } => n == node,
@@ -167,10 +167,6 @@ impl Culprit {
                 n.as_deref() == Some(node)
             }
             Culprit::Nodes(names) => names.iter().any(|n| n == node),
-            Culprit::Other(s) => s
-                .split("<->")
-                .flat_map(str::split_whitespace)
-                .any(|w| w == node),
             _ => false,
         }
     }
