@@ -274,6 +274,14 @@ mod tests {
         assert_eq!(serde_json::to_string(&rows).expect("writes"), text);
         let culprits: Vec<String> = rows.iter().map(|p| p.culprit(true).to_string()).collect();
         assert_eq!(culprits, ["n7 GPU2<->GPU10", "n1<->n2"]);
+        // A GPU pair's end that is no GPU's name is no pair row, said with its node and name.
+        let bad = r#"{"kind":"gpu","node":"n7","a":"GPU 2","b":"GPU3"}"#;
+        let e = serde_json::from_str::<crate::report::PairRow>(bad).expect_err("no GPU name");
+        assert!(
+            e.to_string()
+                .contains("pair on 'n7': 'GPU 2' is not a GPU's name"),
+            "{e}"
+        );
     }
 
     /// Names read back are the report's own, whole, however many reports a process reads (a

@@ -130,11 +130,8 @@ impl Culprit {
             _ => {}
         }
         if s.contains(',') {
-            return s
-                .split(',')
-                .map(node_name)
-                .collect::<Option<_>>()
-                .map(Culprit::Nodes);
+            let names: Option<Vec<String>> = s.split(',').map(node_name).collect();
+            return names.map(Culprit::Nodes);
         }
         if let Some(gpu) = gpu_index(s) {
             return Some(Culprit::Gpu { node: None, gpu });
