@@ -1,7 +1,8 @@
 //! From measurements to reasons: thresholds, the outlier rule, and localization (which GPU, link
 //! or node is to blame). Pure: the same inputs always give the same reasons, on every rank.
 
-use crate::measure::rows::{PairKind, PairRow, Row};
+use crate::measure::rows::{Ends, PairRow, Row};
+use crate::model::collectives::{Collective, SendRecv};
 use crate::model::stats::median;
 use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
@@ -15,20 +16,20 @@ pub type Floor<'a> = &'a dyn Fn(&str, u32, u64) -> Option<f64>;
 /// a retest and to judge.
 pub fn slow_pairs(pairs: &[PairRow], fraction: f64, floor: Floor) -> Vec<(usize, SlowWhy)> {
     let mut out = Vec::new();
-    let mut groups: BTreeMap<(PairKind, &str), Vec<usize>> = BTreeMap::new();
+    // GPU pairs by node first, then the node pairs.
+    let mut groups: BTreeMap<(bool, &str), Vec<usize>> = BTreeMap::new();
     for (i, p) in pairs.iter().enumerate() {
-        let node = if p.kind == PairKind::Gpu {
-            p.node.as_str()
-        } else {
-            ""
-        };
-        groups.entry((p.kind, node)).or_default().push(i);
+        let node = p.gpus().map_or("", |g| g.0);
+        groups
+            .entry((p.nodes().is_some(), node))
+            .or_default()
+            .push(i);
     }
     for idx in groups.values() {
         let med = median(&idx.iter().map(|&i| pairs[i].busbw).collect::<Vec<_>>());
         for &i in idx {
             let p = &pairs[i];
-            if let Some(min) = floor("sendrecv", 2, p.bytes).filter(|_| p.kind == PairKind::Gpu) {
+            if let Some(min) = floor(SendRecv.name(), 2, p.bytes).filter(|_| p.gpus().is_some()) {
                 if p.busbw < min {
                     out.push((i, SlowWhy::Threshold(min)));
                     continue;
@@ -151,16 +152,16 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
     let (whole, whole_nodes) = whole_node_reasons(pairs, &slow, multi);
     let slow: Vec<(usize, SlowWhy)> = slow
         .into_iter()
-        .filter(|&(i, _)| !(pairs[i].kind == PairKind::Gpu && whole_nodes.contains(&pairs[i].node)))
+        .filter(|&(i, _)| {
+            !pairs[i]
+                .gpus()
+                .is_some_and(|g| whole_nodes.iter().any(|n| n == g.0))
+        })
         .collect();
     let mut reasons = Vec::new();
-    let bad_gpus = bad_gpus(pairs, &slow);
-    reasons.extend(gpu_reasons(pairs, &bad_gpus, fraction, multi));
-    let bad_nodes = bad_nodes(pairs, &slow);
-    reasons.extend(node_pair_culprit_reasons(pairs, &bad_nodes, fraction));
-    reasons.extend(link_reasons(
-        pairs, &slow, &bad_gpus, &bad_nodes, fraction, multi,
-    ));
+    let bad = bad_ends(pairs, &slow);
+    reasons.extend(end_reasons(pairs, &bad, fraction, multi));
+    reasons.extend(link_reasons(pairs, &slow, &bad, fraction, multi));
     // Nodes: each node's median GPU-pair busbw against the median over nodes.
     if multi {
         reasons.extend(node_median_reasons(pairs, fraction));
@@ -180,7 +181,7 @@ fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> 
     let (rule, limit) = match why {
         SlowWhy::Threshold(min) => (format!(" < {min:.1} GB/s"), min),
         SlowWhy::Outlier(med) => {
-            let peers = if p.kind == PairKind::Gpu {
+            let peers = if p.gpus().is_some() {
                 "node"
             } else {
                 "node-pair"
@@ -192,7 +193,7 @@ fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> 
     let size = crate::model::size::human(p.bytes);
     let sentence = format!(
         "{} sendrecv {size} busbw {:.1}{first}{rule}",
-        p.subject(multi),
+        p.culprit(multi),
         p.busbw
     );
     (sentence, limit)
@@ -207,14 +208,14 @@ fn whole_node_reasons(
 ) -> (Vec<Reason>, Vec<String>) {
     // Every GPU pair of a node slow (NVLink down or unused, e.g. NCCL_P2P_DISABLE): one reason
     // for the node, not one per GPU.
-    let whole_nodes = all_slow(pairs, slow, 3, |p| match p.kind {
-        PairKind::Gpu => vec![p.node.clone()],
-        PairKind::Node => vec![],
+    let on = |p: &PairRow, node: &str| p.gpus().is_some_and(|g| g.0 == node);
+    let whole_nodes = all_slow(pairs, slow, 3, |p| {
+        Vec::from_iter(p.gpus().map(|g| g.0.to_string()))
     });
     let whole = whole_nodes.iter().map(|node| {
         let bws: Vec<f64> = pairs
             .iter()
-            .filter(|p| p.kind == PairKind::Gpu && &p.node == node)
+            .filter(|p| on(p, node))
             .map(|p| p.busbw)
             .collect();
         let total = bws.len();
@@ -223,14 +224,14 @@ fn whole_node_reasons(
         let limit = slow
             .iter()
             .find_map(|&(i, w)| match w {
-                SlowWhy::Threshold(m) if &pairs[i].node == node => Some(m),
+                SlowWhy::Threshold(m) if on(&pairs[i], node) => Some(m),
                 _ => None,
             })
             .unwrap_or(0.0);
         let (subject, at) = if multi {
             (Culprit::Node(node.to_string()), format!("node {node}: "))
         } else {
-            (Culprit::Other("all GPU pairs".into()), String::new())
+            (Culprit::AllGpuPairs, String::new())
         };
         Reason {
             code: ReasonCode::BusbwBelowThreshold,
@@ -271,93 +272,46 @@ fn all_slow<K: Ord>(
         .collect()
 }
 
-/// (node, GPU) whose every GPU link is slow: the GPU is to blame rather than each of its links.
-fn bad_gpus(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<(String, String)> {
-    // A GPU whose every link is slow (and that has at least two) is the culprit, not its links.
-    all_slow(pairs, slow, 2, |p| match p.kind {
-        PairKind::Gpu => vec![(p.node.clone(), p.a.clone()), (p.node.clone(), p.b.clone())],
-        PairKind::Node => vec![],
-    })
+/// A pair's two ends as a reason blames them: two GPUs (with their node), or two nodes.
+fn ends(p: &PairRow) -> [Culprit; 2] {
+    match &p.ends {
+        Ends::Gpus { node, a, b } => [*a, *b].map(|gpu| Culprit::Gpu {
+            node: Some(node.clone()),
+            gpu,
+        }),
+        Ends::Nodes(a, b) => [a, b].map(|n| Culprit::Node(n.clone())),
+    }
 }
 
-/// One reason per blamed GPU, comparing its links with the other GPU pairs of its node.
-fn gpu_reasons(
-    pairs: &[PairRow],
-    bad_gpus: &[(String, String)],
-    fraction: f64,
-    multi: bool,
-) -> Vec<Reason> {
-    // With 3+ GPUs two bad GPUs share a link; a GPU is named only if some of its peers are fine.
-    bad_gpus.iter().map(|(node, gpu)| {
-        let links: Vec<&PairRow> = pairs
-            .iter()
-            .filter(|p| p.kind == PairKind::Gpu && &p.node == node && (&p.a == gpu || &p.b == gpu))
-            .collect();
-        let mean = links.iter().map(|p| p.busbw).sum::<f64>() / links.len() as f64;
-        let node_med = median(
-            &pairs
-                .iter()
-                .filter(|p| p.kind == PairKind::Gpu && &p.node == node)
-                .map(|p| p.busbw)
-                .collect::<Vec<_>>(),
-        );
-        let subject = match crate::measure::rows::gpu_index(gpu) {
-            Some(index) => Culprit::Gpu {
-                node: multi.then(|| node.clone()),
-                gpu: index,
-            },
-            None if multi => Culprit::Other(format!("{node} {gpu}")),
-            None => Culprit::Other(gpu.clone()),
+/// The GPUs and nodes whose every pair is slow (and that have at least two): the end is to
+/// blame rather than each of its pairs. GPUs first, by node, then nodes.
+fn bad_ends(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<Culprit> {
+    all_slow(pairs, slow, 2, |p| ends(p).to_vec())
+}
+
+/// One reason per blamed GPU or node, the mean of its pairs against the median of its peers'
+/// (a GPU's: the GPU pairs of its node; a node's: every node pair). With 3+ GPUs two bad GPUs
+/// share a link; a GPU is named only if some of its peers are fine.
+fn end_reasons(pairs: &[PairRow], bad: &[Culprit], fraction: f64, multi: bool) -> Vec<Reason> {
+    bad.iter().map(|end| {
+        let mine: Vec<&PairRow> = pairs.iter().filter(|p| ends(p).contains(end)).collect();
+        let mean = mine.iter().map(|p| p.busbw).sum::<f64>() / mine.len() as f64;
+        let home = mine[0].gpus().map(|g| g.0);
+        let peers = pairs.iter().filter(|p| p.gpus().map(|g| g.0) == home);
+        let med = median(&peers.map(|p| p.busbw).collect::<Vec<_>>());
+        let pct = 100.0 * mean / med.max(1e-9);
+        let (code, subject, message) = match end {
+            Culprit::Gpu { node, gpu } => {
+                let subject = Culprit::Gpu { node: node.clone().filter(|_| multi), gpu: *gpu };
+                let message = format!("{subject}: every link slow, mean sendrecv busbw {mean:.1} GB/s vs node median {med:.1} GB/s ({pct:.0}%)");
+                (ReasonCode::GpuOutlier, subject, message)
+            }
+            _ => (ReasonCode::NodeOutlier, end.clone(), format!("node {end}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({pct:.0}%)")),
         };
         Reason {
-            code: ReasonCode::GpuOutlier,
-            message: format!(
-                "{subject}: every link slow, mean sendrecv busbw {mean:.1} GB/s vs node median {node_med:.1} GB/s ({:.0}%)",
-                100.0 * mean / node_med.max(1e-9)
-            ),
+            code,
+            message,
             subject: Some(subject),
-            measured: Some(mean),
-            limit: Some(fraction * node_med),
-        }
-    }).collect()
-}
-
-/// Nodes whose every node pair is slow: the node is to blame rather than each of its pairs.
-fn bad_nodes(pairs: &[PairRow], slow: &[(usize, SlowWhy)]) -> Vec<String> {
-    // A node whose every node pair is slow (and that has at least two) is the culprit.
-    all_slow(pairs, slow, 2, |p| match p.kind {
-        PairKind::Node => vec![p.a.clone(), p.b.clone()],
-        PairKind::Gpu => vec![],
-    })
-}
-
-/// One reason per blamed node, comparing its node pairs with the median of all node pairs.
-fn node_pair_culprit_reasons(
-    pairs: &[PairRow],
-    bad_nodes: &[String],
-    fraction: f64,
-) -> Vec<Reason> {
-    bad_nodes.iter().map(|node| {
-        let bws: Vec<f64> = pairs
-            .iter()
-            .filter(|p| p.kind == PairKind::Node && (&p.a == node || &p.b == node))
-            .map(|p| p.busbw)
-            .collect();
-        let mean = bws.iter().sum::<f64>() / bws.len() as f64;
-        let med = median(
-            &pairs
-                .iter()
-                .filter(|p| p.kind == PairKind::Node)
-                .map(|p| p.busbw)
-                .collect::<Vec<_>>(),
-        );
-        Reason {
-            code: ReasonCode::NodeOutlier,
-            message: format!(
-                "node {node}: every node pair slow, mean sendrecv busbw {mean:.1} GB/s vs node-pair median {med:.1} GB/s ({:.0}%)",
-                100.0 * mean / med.max(1e-9)
-            ),
-            subject: Some(Culprit::Node(node.clone())),
             measured: Some(mean),
             limit: Some(fraction * med),
         }
@@ -368,25 +322,21 @@ fn node_pair_culprit_reasons(
 fn link_reasons(
     pairs: &[PairRow],
     slow: &[(usize, SlowWhy)],
-    bad_gpus: &[(String, String)],
-    bad_nodes: &[String],
+    bad: &[Culprit],
     fraction: f64,
     multi: bool,
 ) -> Vec<Reason> {
-    let blamed = |p: &PairRow| match p.kind {
-        PairKind::Node => bad_nodes.iter().any(|n| n == &p.a || n == &p.b),
-        PairKind::Gpu => (bad_gpus.iter()).any(|(n, g)| n == &p.node && (g == &p.a || g == &p.b)),
-    };
+    let blamed = |p: &PairRow| ends(p).iter().any(|e| bad.contains(e));
     let unexplained = slow.iter().map(|&(i, why)| (&pairs[i], why));
     unexplained
         .filter(|(p, _)| !blamed(p))
         .map(|(p, why)| {
             let (message, limit) = slow_pair_sentence(p, why, fraction, multi);
             Reason {
-                code: match (p.kind, why) {
-                    (PairKind::Gpu, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
-                    (PairKind::Gpu, SlowWhy::Outlier(_)) => ReasonCode::LinkOutlier,
-                    (PairKind::Node, _) => ReasonCode::NodePairOutlier,
+                code: match (&p.ends, why) {
+                    (Ends::Gpus { .. }, SlowWhy::Threshold(_)) => ReasonCode::BusbwBelowThreshold,
+                    (Ends::Gpus { .. }, SlowWhy::Outlier(_)) => ReasonCode::LinkOutlier,
+                    (Ends::Nodes(..), _) => ReasonCode::NodePairOutlier,
                 },
                 message,
                 subject: Some(p.culprit(multi)),
@@ -401,8 +351,10 @@ fn link_reasons(
 /// as a whole, even where no single pair stands out within it.
 fn node_median_reasons(pairs: &[PairRow], fraction: f64) -> Vec<Reason> {
     let mut per_node: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
-        per_node.entry(p.node.as_str()).or_default().push(p.busbw);
+    for p in pairs {
+        if let Some((node, ..)) = p.gpus() {
+            per_node.entry(node).or_default().push(p.busbw);
+        }
     }
     let meds: Vec<(&str, f64)> = per_node.iter().map(|(n, v)| (*n, median(v))).collect();
     let best = meds.iter().map(|m| m.1).fold(0.0, f64::max);
@@ -500,10 +452,11 @@ mod tests {
     fn gpu_pair(node: &str, a: u32, b: u32, busbw: f64) -> PairRow {
         PairRow {
             expected: None,
-            kind: PairKind::Gpu,
-            node: node.into(),
-            a: format!("GPU{a}"),
-            b: format!("GPU{b}"),
+            ends: Ends::Gpus {
+                node: node.into(),
+                a,
+                b,
+            },
             ranks: (a, b),
             bytes: 256 << 20,
             time_us: 0.0,
@@ -628,10 +581,9 @@ mod tests {
     fn the_slow_node_of_two_is_named() {
         let mut pairs = vec![
             gpu_pair("nodeA", 0, 1, 301.0),
-            gpu_pair("nodeB", 2, 3, 24.0),
+            gpu_pair("nodeB", 0, 1, 24.0),
         ];
-        pairs[1].a = "GPU0".into();
-        pairs[1].b = "GPU1".into();
+        pairs[1].ranks = (2, 3);
         let r = fail_reasons(&[], &pairs, 4, 2, 0.85, NO_FLOOR);
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(
@@ -640,14 +592,44 @@ mod tests {
         );
     }
 
+    /// What a blamed GPU and a blamed node say, word for word, with their measured value and
+    /// limit (the same sentences since they were two rules).
+    #[test]
+    fn a_blamed_gpu_and_a_blamed_node_say_their_mean_against_their_peers() {
+        let mut pairs = matrix("n1", |a, b| if a == 1 || b == 1 { 150.0 } else { 300.0 });
+        pairs.extend(matrix("n2", |_, _| 300.0));
+        for (a, b, busbw) in [
+            ("n1", "n2", 40.0),
+            ("n3", "n4", 20.0),
+            ("n1", "n4", 40.0),
+            ("n2", "n3", 20.0),
+            ("n1", "n3", 20.0),
+            ("n2", "n4", 40.0),
+        ] {
+            pairs.push(PairRow {
+                ends: Ends::Nodes(a.into(), b.into()),
+                busbw,
+                ..pairs[0].clone()
+            });
+        }
+        let said: Vec<_> = [1, 4]
+            .into_iter()
+            .flat_map(|nodes| fail_reasons(&[], &pairs, 8, nodes, 0.85, NO_FLOOR))
+            .map(|x| (x.code, x.subject_text(), x.message, x.measured, x.limit))
+            .collect();
+        let gpu1 = |s: &str| {
+            (ReasonCode::GpuOutlier, Some(s.to_string()), format!("{s}: every link slow, mean sendrecv busbw 150.0 GB/s vs node median 225.0 GB/s (67%)"), Some(150.0), Some(191.25))
+        };
+        let n3 = (ReasonCode::NodeOutlier, Some("n3".to_string()), "node n3: every node pair slow, mean sendrecv busbw 20.0 GB/s vs node-pair median 30.0 GB/s (67%)".to_string(), Some(20.0), Some(25.5));
+        let n1 = (ReasonCode::NodeOutlier, Some("n1".to_string()), "node n1: GPU-pair sendrecv busbw median 225.0 GB/s < 0.85 x 300.0 GB/s of the other nodes".to_string(), Some(225.0), Some(255.0));
+        assert_eq!(said, [n3.clone(), gpu1("GPU1"), n3, n1, gpu1("n1 GPU1")]);
+    }
+
     #[test]
     fn the_node_in_every_slow_node_pair_is_named() {
         let node_pair = |a: &str, b: &str, busbw: f64| PairRow {
             expected: None,
-            kind: PairKind::Node,
-            node: String::new(),
-            a: a.into(),
-            b: b.into(),
+            ends: Ends::Nodes(a.into(), b.into()),
             ranks: (0, 1),
             bytes: 256 << 20,
             time_us: 0.0,

@@ -24,7 +24,7 @@ use crate::facts::gpu_health::{self, HealthFacts};
 use crate::facts::local_probe::{self, Probed};
 use crate::facts::node::NodeFacts;
 use crate::judge::analysis::{slow_pairs, Floor};
-use crate::measure::rows::{GpuSide, PairKind, PairRow, Row};
+use crate::measure::rows::{GpuSide, PairRow, Row};
 use crate::meet::rendezvous::Member;
 use crate::model::finding::Finding;
 use crate::report::json::GpuEntry;
@@ -221,7 +221,11 @@ pub fn pair_host_interference(
     let Some(worst) = spared.iter().min_by(|a, b| a.busbw.total_cmp(&b.busbw)) else {
         return (judged, Vec::new());
     };
-    let names: Vec<String> = spared.iter().take(4).map(|p| p.subject(multi)).collect();
+    let names: Vec<String> = spared
+        .iter()
+        .take(4)
+        .map(|p| p.culprit(multi).to_string())
+        .collect();
     let more = spared.len().saturating_sub(names.len());
     let more = if more > 0 {
         format!(" and {more} more")
@@ -236,7 +240,7 @@ pub fn pair_host_interference(
              late process), not the GPUs or links",
             spared.len(),
             names.join(", "),
-            worst.subject(multi),
+            worst.culprit(multi),
             worst.busbw,
             worst.delivered_busbw()
         ),
@@ -258,7 +262,7 @@ pub fn node_pair_floor(pairs: &[PairRow], facts: Option<&NodeFacts>) -> Vec<Reas
     };
     pairs
         .iter()
-        .filter(|p| p.kind == PairKind::Node && p.delivered_busbw() < min)
+        .filter(|p| p.nodes().is_some() && p.delivered_busbw() < min)
         .map(|p| {
             let subject = p.culprit(true);
             Reason {
@@ -295,7 +299,8 @@ fn slows(r: &Reason, k: u32, host: &str) -> bool {
         Some(Culprit::Node(n)) => n == host,
         Some(Culprit::NodePair(a, b)) => a == host || b == host,
         Some(Culprit::Rail { node, gpu }) => node == host && gpu == k,
-        Some(Culprit::Process(_) | Culprit::Other(_)) => false,
+        // A process, a path across nodes, the allocation, an algorithm, a fact's own words.
+        Some(_) => false,
     }
 }
 

@@ -106,8 +106,9 @@ impl Conditions<'_> {
             Some(Culprit::Gpu { node, .. } | Culprit::GpuPair { node, .. }) => {
                 vec![node.unwrap_or_else(|| self.here.to_string())]
             }
-            // A reading of this process's own measurements (`all GPU pairs`).
-            Some(Culprit::Process(_) | Culprit::Other(_)) => vec![self.here.to_string()],
+            // A reading of this process's own measurements (`all GPU pairs`), and the rest as
+            // when they were text (unplaced suspects too: read here, not on their nodes).
+            Some(_) => vec![self.here.to_string()],
         }
     }
 }

@@ -9,8 +9,9 @@ use crate::config::network::TransportExpectation;
 use crate::facts::transport::TransportSummary;
 use crate::judge::analysis;
 use crate::judge::evidence::{self, PeerAccess};
-use crate::measure::rows::{Expected, PairKind, Row};
+use crate::measure::rows::{Expected, Row};
 use crate::meet::topology::Topology;
+use crate::model::collectives::{Collective, SendRecv};
 use crate::model::floors::Floors;
 use crate::model::stats::num;
 use crate::model::thresholds::GpuModel;
@@ -223,8 +224,8 @@ fn expectations(
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            if p.kind == PairKind::Gpu {
-                if let Some(e) = floors.expectation("sendrecv", 2, p.bytes) {
+            if p.gpus().is_some() {
+                if let Some(e) = floors.expectation(SendRecv.name(), 2, p.bytes) {
                     return Some(Expected::new(p.busbw, e.floor, e.source));
                 }
             }
@@ -232,7 +233,7 @@ fn expectations(
                 .pairs
                 .iter()
                 .enumerate()
-                .filter(|(j, o)| *j != i && o.kind == p.kind && o.node == p.node)
+                .filter(|(j, o)| *j != i && o.gpus().map(|g| g.0) == p.gpus().map(|g| g.0))
                 .map(|(_, o)| o.busbw)
                 .collect();
             if peers.is_empty() {
@@ -309,7 +310,7 @@ pub fn summary(
     let gpu_pairs: Vec<f64> = report
         .pairs
         .iter()
-        .filter(|p| p.kind == PairKind::Gpu)
+        .filter(|p| p.gpus().is_some())
         .map(|p| p.busbw)
         .collect();
     let pair_min = gpu_pairs.iter().copied().fold(f64::INFINITY, f64::min);
@@ -334,7 +335,7 @@ pub fn probe_line(report: &Report) -> String {
         .enumerate()
         .filter_map(|(k, g)| {
             Some(crate::facts::local_probe::Probed {
-                subject: crate::measure::rows::gpu_label(k as u32),
+                subject: format!("GPU{k}"),
                 gpu_name: &g.info.name,
                 device_id: g.info.pci_device_id,
                 probe: g.local_probe.as_ref()?,
@@ -395,7 +396,7 @@ pub(crate) fn judge_by(rules: &[Threshold], report: Report) -> (Report, ExitCode
 mod tests {
     use super::*;
     use crate::measure::gpu::GpuInfo;
-    use crate::measure::rows::{PairRow, Placement};
+    use crate::measure::rows::{Ends, PairRow, Placement};
     use crate::meet::rendezvous::Member;
     use crate::model::floors::tests::rule;
     use crate::model::thresholds::Threshold;
@@ -461,10 +462,11 @@ mod tests {
         for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
             r.pairs.push(PairRow {
                 expected: None,
-                kind: PairKind::Gpu,
-                node: "n1".into(),
-                a: format!("GPU{a}"),
-                b: format!("GPU{b}"),
+                ends: Ends::Gpus {
+                    node: "n1".into(),
+                    a,
+                    b,
+                },
                 ranks: (a, b),
                 bytes: MIB256,
                 time_us: 1.0,

@@ -356,11 +356,17 @@ fn unresolved_finding(
     }
     let names: Vec<String> = unresolved.keys().take(16).map(|&z| inp.name(z)).collect();
     let more = unresolved.len().saturating_sub(16);
+    // Whole names, as many as a shared reason's subject holds (`conduct::MAX_REASON_CHARS`).
+    let mut chars = 0;
+    let fit = names.iter().take_while(|n| {
+        chars += n.chars().count() + 1;
+        chars <= super::conduct::MAX_REASON_CHARS + 1
+    });
     Some(LocalizeFinding {
         code: Code::SuspectsUnresolved,
         nodes: unresolved.keys().copied().collect(),
         rail: None,
-        subject: Culprit::Other(names.join(",")),
+        subject: Culprit::Nodes(fit.cloned().collect()),
         message: format!(
             "slow pairs not placed on a node, rail or link (no cleared partner left, or the round cap reached): {}{}",
             names.join(", "),
@@ -391,7 +397,7 @@ fn allocation_finding(inp: &Inputs) -> Option<LocalizeFinding> {
         (
             Code::AllocationSlow,
             (0..n).collect(),
-            Culprit::Other("allocation".into()),
+            Culprit::Allocation,
             "no node, rail or ring link stands out: uniformly slow, or at least half of the ring slow (no healthy reference)",
         )
     };
@@ -427,6 +433,34 @@ mod tests {
         assert!(l.slow(89.0) && !l.slow(90.0));
         let l = Limit::new([100.0].into_iter(), Some(50.0), &cfg);
         assert_eq!(l.value(), 85.0);
+    }
+
+    /// The unplaced suspects are named as a list of whole names, as many as a shared reason
+    /// holds (20 names of 200 characters: the first 4).
+    #[test]
+    fn unplaced_suspects_are_a_list_of_whole_names_within_the_shared_bound() {
+        let cfg = LocalizeConfig::default();
+        let names: Vec<String> = (0..20).map(|i| format!("{i:0>200}")).collect();
+        let inp = Inputs {
+            n: 20,
+            g: 1,
+            cfg: &cfg,
+            local: &[],
+            pairs: &[],
+            allocation: None,
+            names: &names,
+        };
+        let unresolved: BTreeMap<usize, Vec<usize>> = (0..20).map(|z| (z, vec![])).collect();
+        let f = unresolved_finding(&inp, &unresolved, 1.0).expect("a finding");
+        assert_eq!(f.subject, Culprit::Nodes(names[..4].to_vec()));
+        let short = Inputs {
+            names: &["a", "b"].map(String::from),
+            n: 2,
+            ..inp
+        };
+        let two = BTreeMap::from([(0, vec![1]), (1, vec![0])]);
+        let f = unresolved_finding(&short, &two, 1.0).expect("a finding");
+        assert_eq!(f.subject.to_string(), "a,b");
     }
 
     fn pair(a: usize, b: usize, r: usize, busbw: f64) -> Measured {

@@ -15,14 +15,14 @@ use super::layout::Layout;
 use super::reasons;
 use super::{Group, LocalizeError, Localizer, Round};
 use crate::model::localization::{LocalizeSummary, Phase};
-use nccl_check_contract::report::culprit::Culprit;
 use serde::{Deserialize, Serialize};
 
 /// Reasons a process is told at the end: its own node's first, then the others, up to this many
 /// (the coordinator's report keeps them all).
 pub const MAX_SHARED_REASONS: usize = 16;
-/// Longest message or subject of a shared reason, in characters.
-const MAX_REASON_CHARS: usize = 1000;
+/// Longest message or subject of a shared reason, in characters (a subject is kept within it
+/// where it is built: `assess::unresolved_finding`).
+pub(super) const MAX_REASON_CHARS: usize = 1000;
 
 /// One rank's place in a round: the group it is in, the rank it exchanges with, and whether it
 /// reports the group's result (the first end of a pair does).
@@ -232,15 +232,6 @@ impl Conductor {
             .map(|r| {
                 let mut r = r.clone();
                 r.message = cut(&r.message);
-                // Bounded as the message is: a long name goes as its cut text.
-                r.subject = r.subject.map(|c| {
-                    let text = c.to_string();
-                    if text.chars().count() > MAX_REASON_CHARS {
-                        Culprit::Other(cut(&text))
-                    } else {
-                        c
-                    }
-                });
                 r
             })
             .collect();

@@ -371,10 +371,11 @@ fn phase_b(n: usize, g: usize, w: &Workload) -> PhaseModel {
 /// not measured for an alltoall). Its tournament (only after a slow alltoall) is not in the
 /// healthy time.
 fn alltoall_phase(n: usize, g: usize, w: &Workload) -> Option<PhaseModel> {
+    use crate::model::collectives::{AllReduce, AlltoAll, Collective};
     let beside = w
         .allocation
         .last()
-        .is_some_and(|r| r.collective == "all_reduce");
+        .is_some_and(|r| r.collective == AllReduce.name());
     if !(beside && super::paths::checks_paths(n)) {
         return None;
     }
@@ -384,7 +385,7 @@ fn alltoall_phase(n: usize, g: usize, w: &Workload) -> Option<PhaseModel> {
     let control = (2.0 * SUMS_PER_COLLECTIVE + 1.0) * n as f64 * c("control_sum_per_process_s");
     let tournament = crate::model::pairs::round_count(n).div_ceil(g);
     Some(PhaseModel {
-        name: "alltoall",
+        name: AlltoAll.name(),
         rounds: 0,
         seconds: c("connect_all_s") + data_s + control,
         what: format!(

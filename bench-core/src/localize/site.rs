@@ -61,12 +61,13 @@ impl Workload {
     /// before it read a config (unit tests of the model itself).
     #[cfg(test)]
     pub(crate) fn assumed_floor() -> Workload {
+        use crate::model::collectives::{AllReduce, Collective};
         Workload {
             config: "none (a floor for B assumed)".into(),
             plan: "quick".into(),
             gpu_model: None,
             allocation: vec![AllocationRun {
-                collective: "all_reduce",
+                collective: AllReduce.name(),
                 bytes: MIB_256,
                 iterations: 12,
                 budget_s: None,

@@ -99,10 +99,8 @@ impl Row {
     }
 }
 
-/// What a pair of the pair matrix joins.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+/// What a pair of the pair matrix joins, as the report writes it (`kind`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PairKind {
     /// Two GPUs of one node.
@@ -112,17 +110,55 @@ pub enum PairKind {
     Node,
 }
 
-/// One pair of the pair matrix: two GPUs of a node (`kind = "gpu"`) or two nodes
-/// (`kind = "node"`, GPU i of one with GPU i of the other, all at once), with sendrecv.
+/// What a pair of the pair matrix joins, typed: two GPUs of a node by their index on it, or
+/// two nodes. The report writes it as `kind`, `node`, `a` and `b` (`GPU2`, `GPU3` for GPUs, the
+/// node's name empty for node pairs: [`EndsWire`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "EndsWire", try_from = "EndsWire")]
+pub enum Ends {
+    Gpus {
+        node: String,
+        a: u32,
+        b: u32,
+    },
+    /// GPU i of one node with GPU i of the other, all at once.
+    Nodes(String, String),
+}
+
+impl Default for Ends {
+    fn default() -> Ends {
+        Ends::Nodes(String::new(), String::new())
+    }
+}
+
+/// [`Ends`] as the report writes them (read back in `read.rs`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EndsWire {
+    pub kind: PairKind,
+    pub node: String,
+    pub a: String,
+    pub b: String,
+}
+
+impl From<Ends> for EndsWire {
+    fn from(ends: Ends) -> EndsWire {
+        let (kind, node, a, b) = match ends {
+            Ends::Gpus { node, a, b } => {
+                (PairKind::Gpu, node, format!("GPU{a}"), format!("GPU{b}"))
+            }
+            Ends::Nodes(a, b) => (PairKind::Node, String::new(), a, b),
+        };
+        EndsWire { kind, node, a, b }
+    }
+}
+
+/// One pair of the pair matrix (two GPUs of a node or two nodes, [`Ends`]), with sendrecv.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PairRow {
-    pub kind: PairKind,
-    /// The node of a GPU pair; empty for node pairs.
-    pub node: String,
-    /// `GPU2` / `GPU3` for GPU pairs; node names for node pairs.
-    pub a: String,
-    pub b: String,
+    #[serde(flatten)]
+    pub ends: Ends,
     /// Global NCCL ranks of the (first) two endpoints.
     pub ranks: (u32, u32),
     pub bytes: u64,
@@ -170,46 +206,35 @@ pub fn expected_short(e: &Expected) -> String {
 }
 
 impl PairRow {
+    /// A GPU pair's node and its two GPUs; `None` for a node pair.
+    pub fn gpus(&self) -> Option<(&str, u32, u32)> {
+        let Ends::Gpus { node, a, b } = &self.ends else {
+            return None;
+        };
+        Some((node, *a, *b))
+    }
+
+    /// A node pair's two nodes; `None` for a GPU pair.
+    pub fn nodes(&self) -> Option<(&str, &str)> {
+        let Ends::Nodes(a, b) = &self.ends else {
+            return None;
+        };
+        Some((a, b))
+    }
+
     /// What a slow pair blames, typed: two GPUs of a node (the node named when the check spans
     /// several), or two nodes.
     pub fn culprit(&self, multi_node: bool) -> Culprit {
-        match self.kind {
-            PairKind::Gpu => match (gpu_index(&self.a), gpu_index(&self.b)) {
-                (Some(a), Some(b)) => Culprit::GpuPair {
-                    node: multi_node.then(|| self.node.clone()),
-                    a,
-                    b,
-                    directed: false,
-                },
-                // Not a name this worker gives its GPUs: kept as written, never guessed.
-                _ => Culprit::Other(format!("{}<->{}", self.a, self.b)),
+        match &self.ends {
+            Ends::Gpus { node, a, b } => Culprit::GpuPair {
+                node: multi_node.then(|| node.clone()),
+                a: *a,
+                b: *b,
+                directed: false,
             },
-            PairKind::Node => Culprit::NodePair(self.a.clone(), self.b.clone()),
+            Ends::Nodes(a, b) => Culprit::NodePair(a.clone(), b.clone()),
         }
     }
-
-    /// [`PairRow::culprit`] as the report writes it: `GPU2<->GPU3`, `n7 GPU2<->GPU3`,
-    /// `node1<->node2`.
-    pub fn subject(&self, multi_node: bool) -> String {
-        self.culprit(multi_node).to_string()
-    }
-}
-
-/// The worker's name of a GPU (`GPU2`, [`gpu_label`]) back to its index.
-pub fn gpu_index(name: &str) -> Option<u32> {
-    match Culprit::parse(name) {
-        Culprit::Gpu { node: None, gpu } => Some(gpu),
-        _ => None,
-    }
-}
-
-/// A GPU as the worker names it in pairs and reasons: `GPU2`.
-pub fn gpu_label(index: u32) -> String {
-    Culprit::Gpu {
-        node: None,
-        gpu: index,
-    }
-    .to_string()
 }
 
 #[cfg(test)]
@@ -218,29 +243,23 @@ mod tests {
 
     #[test]
     fn a_pair_blames_its_two_gpus_or_its_two_nodes_as_written_before() {
-        let pair = |kind, node: &str, a: &str, b: &str| PairRow {
-            kind,
-            node: node.into(),
-            a: a.into(),
-            b: b.into(),
+        let pair = |ends| PairRow {
+            ends,
             ..PairRow::default()
         };
-        let gpus = pair(PairKind::Gpu, "n7", &gpu_label(2), &gpu_label(3));
-        assert_eq!(gpus.subject(false), "GPU2<->GPU3");
-        assert_eq!(gpus.subject(true), "n7 GPU2<->GPU3");
-        for multi in [false, true] {
-            assert_eq!(Culprit::parse(&gpus.subject(multi)), gpus.culprit(multi));
-        }
-        let nodes = pair(PairKind::Node, "", "n1", "n2");
+        let gpus = pair(Ends::Gpus {
+            node: "n7".into(),
+            a: 2,
+            b: 3,
+        });
+        assert_eq!(gpus.culprit(false).to_string(), "GPU2<->GPU3");
+        assert_eq!(gpus.culprit(true).to_string(), "n7 GPU2<->GPU3");
+        let nodes = pair(Ends::Nodes("n1".into(), "n2".into()));
         assert_eq!(
             nodes.culprit(true),
             Culprit::NodePair("n1".into(), "n2".into())
         );
-        assert_eq!(nodes.subject(true), "n1<->n2");
-        assert_eq!(
-            (gpu_index("GPU12"), gpu_index("n1"), gpu_index("GPU")),
-            (Some(12), None, None)
-        );
+        assert_eq!(nodes.culprit(true).to_string(), "n1<->n2");
     }
 
     #[test]

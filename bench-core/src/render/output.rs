@@ -63,7 +63,7 @@ fn pair_table(rows: &[PairRow], bytes: u64, iters: u32, multi_node: bool) -> Str
         let gpu = r.gpu_busbw.map_or("-".to_string(), |g| format!("{g:.2}"));
         out += &format!(
             "   {:>24}  {:>10.1}  {:>8.2}  {gpu:>9}\n",
-            r.subject(multi_node),
+            r.culprit(multi_node).to_string(),
             r.time_us,
             r.busbw
         );
@@ -74,16 +74,17 @@ fn pair_table(rows: &[PairRow], bytes: u64, iters: u32, multi_node: bool) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::rows::PairKind;
+    use crate::measure::rows::Ends;
 
     #[test]
     fn the_pair_table_names_each_pair_with_its_time_and_busbw() {
         let row = PairRow {
             expected: None,
-            kind: PairKind::Gpu,
-            node: "n1".into(),
-            a: "GPU0".into(),
-            b: "GPU1".into(),
+            ends: Ends::Gpus {
+                node: "n1".into(),
+                a: 0,
+                b: 1,
+            },
             ranks: (0, 1),
             bytes: 1 << 20,
             time_us: 12.345,

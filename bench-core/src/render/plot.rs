@@ -293,7 +293,7 @@ fn mark_shortfalls<DB: DrawingBackend, CT: CoordTranslate<From = (u64, f64)>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::rows::{PairKind, Placement};
+    use crate::measure::rows::{Ends, Placement};
 
     #[test]
     fn the_shipped_anchors_parse_and_cover_h200x4() {
@@ -334,16 +334,18 @@ mod tests {
         }
     }
 
-    fn pair(kind: PairKind, node: &str, a: &str, b: &str, busbw: f64) -> PairRow {
+    fn pair(ends: Ends, busbw: f64) -> PairRow {
         PairRow {
-            kind,
-            node: node.into(),
-            a: a.into(),
-            b: b.into(),
+            ends,
             bytes: 256 << 20,
             busbw,
             ..PairRow::default()
         }
+    }
+
+    fn gpus(node: &str, a: u32, b: u32, busbw: f64) -> PairRow {
+        let node = node.into();
+        pair(Ends::Gpus { node, a, b }, busbw)
     }
 
     /// Renders the SVG to PNG (system fonts) under target/plot-test/, for a person to look at
@@ -384,7 +386,7 @@ mod tests {
     #[test]
     fn a_failure_shows_at_a_glance_floor_reference_note_and_the_culprit_pair() {
         let rows = vec![row("all_reduce", 256 << 20, 27.6)];
-        let pairs = vec![pair(PairKind::Gpu, "n1", "GPU0", "GPU1", 24.0)];
+        let pairs = vec![gpus("n1", 0, 1, 24.0)];
         let floor = |c: &str, g: u32, _b: u64| match (c, g) {
             ("all_reduce", 2) => Some(300.0),
             ("sendrecv", 2) => Some(150.0),
@@ -441,18 +443,12 @@ mod tests {
                 for j in i + 1..4 {
                     let slow = node == "n2" && (i == 3 || j == 3);
                     let b = if slow { 40.0 } else { 140.0 };
-                    pairs.push(pair(
-                        PairKind::Gpu,
-                        node,
-                        &format!("GPU{i}"),
-                        &format!("GPU{j}"),
-                        b,
-                    ));
+                    pairs.push(gpus(node, i, j, b));
                 }
             }
         }
         for (a, b, bw) in [("n1", "n2", 45.0), ("n1", "n3", 45.0), ("n2", "n3", 12.0)] {
-            pairs.push(pair(PairKind::Node, "", a, b, bw));
+            pairs.push(pair(Ends::Nodes(a.into(), b.into()), bw));
         }
         let floor =
             |c: &str, _g: u32, b: u64| (c == "all_reduce" && b >= 128 << 20).then_some(290.0);

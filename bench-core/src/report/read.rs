@@ -4,6 +4,8 @@
 //! report.
 
 use super::json::Report;
+use crate::measure::rows::{Ends, EndsWire, PairKind};
+use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::read::{not_a_report, report_value, ReportError};
 use nccl_check_contract::report::Head;
 
@@ -17,6 +19,27 @@ pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
     // serde names none).
     serde_path_to_error::deserialize::<_, Head>(&value).map_err(not_a_report)?;
     serde_path_to_error::deserialize(value).map_err(not_a_report)
+}
+
+/// A pair's ends as the report writes them, back to their kind: a GPU pair's `a` and `b` are
+/// the worker's names of its GPUs (`GPU2`), read as a reason's subject is.
+impl TryFrom<EndsWire> for Ends {
+    type Error = String;
+
+    fn try_from(w: EndsWire) -> Result<Ends, String> {
+        if w.kind == PairKind::Node {
+            return Ok(Ends::Nodes(w.a, w.b));
+        }
+        let gpu = |name: &str| match Culprit::parse(name) {
+            Culprit::Gpu { node: None, gpu } => Ok(gpu),
+            _ => Err(format!(
+                "pair on '{}': '{name}' is not a GPU's name (GPU<n>)",
+                w.node
+            )),
+        };
+        let (a, b) = (gpu(&w.a)?, gpu(&w.b)?);
+        Ok(Ends::Gpus { node: w.node, a, b })
+    }
 }
 
 /// What a field missing from a report reads as.
@@ -234,6 +257,32 @@ mod tests {
             },
         };
         assert_eq!(plain, want);
+    }
+
+    /// A pair row's bytes, key by key, for a GPU pair and a node pair (the GPUs written by
+    /// their worker's names, `GPU2`), and each read back as it was written.
+    #[test]
+    fn pair_rows_keep_their_keys_and_read_back_the_same() {
+        let text = concat!(
+            r#"[{"kind":"gpu","node":"n7","a":"GPU2","b":"GPU10","ranks":[2,10],"bytes":1048576,"#,
+            r#""time_us":12.5,"busbw":80.0,"gpu_busbw":90.0,"first_busbw":70.0,"#,
+            r#""expected":{"floor_gbs":100.0,"margin":0.8,"source":"built-in"}},"#,
+            r#"{"kind":"node","node":"","a":"n1","b":"n2","ranks":[0,8],"bytes":4096,"#,
+            r#""time_us":1.0,"busbw":2.0}]"#
+        );
+        let rows: Vec<crate::measure::rows::PairRow> = serde_json::from_str(text).expect("reads");
+        assert_eq!(serde_json::to_string(&rows).expect("writes"), text);
+        let culprits: Vec<String> = rows.iter().map(|p| p.culprit(true).to_string()).collect();
+        assert_eq!(culprits, ["n7 GPU2<->GPU10", "n1<->n2"]);
+        // A GPU pair's end that is no GPU's name is no pair row, said with its node and name.
+        let bad = r#"{"kind":"gpu","node":"n7","a":"GPU 2","b":"GPU3"}"#;
+        let e =
+            serde_json::from_str::<crate::measure::rows::PairRow>(bad).expect_err("no GPU name");
+        assert!(
+            e.to_string()
+                .contains("pair on 'n7': 'GPU 2' is not a GPU's name"),
+            "{e}"
+        );
     }
 
     /// Names read back are the report's own, whole, however many reports a process reads (a

@@ -1,6 +1,7 @@
-//! What a reason blames, typed: a GPU, a GPU pair, a node, a node pair, a NIC (rail) or a
-//! process. The report writes it as text in `reasons[].subject` (`GPU2<->GPU3`,
-//! `node017<->node018`, `n7 GPU3 NIC`); [`Culprit::parse`] is the one place that reads that text
+//! What a reason blames, typed: a GPU, a GPU pair, a node, a node pair, a NIC (rail), a process,
+//! a path across nodes, nodes left unplaced, the allocation, or an NCCL algorithm. The report
+//! writes it as text in `reasons[].subject` (`GPU2<->GPU3`, `node017<->node018`,
+//! `n7 GPU3 NIC`); [`Culprit::parse`] is the one place that reads that text
 //! back, and [`Culprit::short`] is the drain reason's compact form (`GPU2-3`), so no caller takes
 //! the string apart itself.
 
@@ -31,8 +32,26 @@ pub enum Culprit {
     Rail { node: String, gpu: u32 },
     /// One process of the check (`process 3`).
     Process(u32),
-    /// Anything else (`CollNet`, `NVLS`, a list of unresolved nodes, a path across nodes), as
-    /// written.
+    /// A path NCCL took from a GPU of one node to a GPU of another (`n1 GPU0->n2 GPU1`).
+    Path {
+        from: String,
+        a: u32,
+        to: String,
+        b: u32,
+    },
+    /// Nodes the localizer suspected and could not place (`n1,n2`; one name reads back as
+    /// [`Culprit::Node`]).
+    Nodes(Vec<String>),
+    /// The whole allocation (`allocation`).
+    Allocation,
+    /// Every GPU pair of the one node measured (`all GPU pairs`).
+    AllGpuPairs,
+    /// NCCL's CollNet (SHARP) algorithm (`CollNet`).
+    CollNet,
+    /// NCCL's NVLink SHARP algorithm (`NVLS`).
+    Nvls,
+    /// What a node's fact names in its own words (`eth1`, `GPU 3 (0000:9b:00.0)`), or a subject
+    /// this reader does not know, as written.
     Other(String),
 }
 
@@ -85,12 +104,35 @@ impl Culprit {
             [node, gpu, "NIC"] => node_name(node)
                 .zip(gpu_index(gpu))
                 .map(|(node, gpu)| Culprit::Rail { node, gpu }),
+            ["all", "GPU", "pairs"] => Some(Culprit::AllGpuPairs),
+            [from, middle, b] => Self::path(from, middle, b),
             _ => None,
         };
         parsed.unwrap_or_else(|| Culprit::Other(s.to_string()))
     }
 
+    /// `n1 GPU0->n2 GPU1`, as three words.
+    fn path(from: &str, middle: &str, b: &str) -> Option<Culprit> {
+        let (a, to) = middle.split_once("->")?;
+        Some(Culprit::Path {
+            from: node_name(from)?,
+            a: gpu_index(a)?,
+            to: node_name(to)?,
+            b: gpu_index(b)?,
+        })
+    }
+
     fn one_word(s: &str) -> Option<Culprit> {
+        match s {
+            "allocation" => return Some(Culprit::Allocation),
+            "CollNet" => return Some(Culprit::CollNet),
+            "NVLS" => return Some(Culprit::Nvls),
+            _ => {}
+        }
+        if s.contains(',') {
+            let names: Option<Vec<String>> = s.split(',').map(node_name).collect();
+            return names.map(Culprit::Nodes);
+        }
         if let Some(gpu) = gpu_index(s) {
             return Some(Culprit::Gpu { node: None, gpu });
         }
@@ -110,40 +152,32 @@ impl Culprit {
         node_name(s).map(Culprit::Node)
     }
 
-    /// Whether it names `node`: the node, a pair it is in, a GPU or NIC on it; text as written
-    /// names it where one of its words is the name.
+    /// Whether it names `node`: the node, a pair or path it is in, a GPU or NIC on it, a list
+    /// it is in (text as written names no node).
     pub fn names_node(&self, node: &str) -> bool {
         match self {
             Culprit::Node(n) | Culprit::Rail { node: n, .. } => n == node,
-            Culprit::NodePair(a, b) => a == node || b == node,
+            Culprit::NodePair(a, b) | Culprit::Path { from: a, to: b, .. } => {
+                a == node || b == node
+            }
             Culprit::Gpu { node: n, .. } | Culprit::GpuPair { node: n, .. } => {
                 n.as_deref() == Some(node)
             }
-            Culprit::Process(_) => false,
-            Culprit::Other(s) => s
-                .split("<->")
-                .flat_map(str::split_whitespace)
-                .any(|w| w == node),
+            Culprit::Nodes(names) => names.iter().any(|n| n == node),
+            _ => false,
         }
     }
 
     /// The compact form a drain reason starts with: `GPU2-3`, `n1-n2`, `n7_GPU3_NIC`; at most
-    /// [`SHORT_MAX`] characters, no spaces. Node names stay whole, as Slurm knows them.
+    /// [`SHORT_MAX`] characters, no spaces. Node names stay whole, as Slurm knows them. Each is
+    /// its written form with `_` for spaces and `-` for arrows, a GPU pair's second `GPU` left out.
     pub fn short(&self) -> String {
         let s = match self {
-            Culprit::Gpu { node: None, gpu } => format!("GPU{gpu}"),
-            Culprit::Gpu { node: Some(n), gpu } => format!("{n}_GPU{gpu}"),
             Culprit::GpuPair { node, a, b, .. } => match node {
                 None => format!("GPU{a}-{b}"),
                 Some(n) => format!("{n}_GPU{a}-{b}"),
             },
-            Culprit::Node(n) => n.clone(),
-            Culprit::NodePair(a, b) => format!("{a}-{b}"),
-            Culprit::Rail { node, gpu } => format!("{node}_GPU{gpu}_NIC"),
-            Culprit::Process(p) => format!("process_{p}"),
-            Culprit::Other(s) => s
-                .replace("<->", "-")
-                .replace("->", "-")
+            _ => (self.to_string().replace("<->", "-").replace("->", "-"))
                 .split_whitespace()
                 .collect::<Vec<_>>()
                 .join("_"),
@@ -179,6 +213,12 @@ impl fmt::Display for Culprit {
             Culprit::NodePair(a, b) => write!(f, "{a}<->{b}"),
             Culprit::Rail { node, gpu } => write!(f, "{node} GPU{gpu} NIC"),
             Culprit::Process(p) => write!(f, "process {p}"),
+            Culprit::Path { from, a, to, b } => write!(f, "{from} GPU{a}->{to} GPU{b}"),
+            Culprit::Nodes(names) => f.write_str(&names.join(",")),
+            Culprit::Allocation => f.write_str("allocation"),
+            Culprit::AllGpuPairs => f.write_str("all GPU pairs"),
+            Culprit::CollNet => f.write_str("CollNet"),
+            Culprit::Nvls => f.write_str("NVLS"),
             Culprit::Other(s) => f.write_str(s),
         }
     }
@@ -250,17 +290,26 @@ mod tests {
                 "n7_GPU3_NIC",
             ),
             ("process 3", Culprit::Process(3), "process_3"),
-            ("CollNet", Culprit::Node("CollNet".into()), "CollNet"),
+            ("CollNet", Culprit::CollNet, "CollNet"),
+            ("NVLS", Culprit::Nvls, "NVLS"),
+            ("allocation", Culprit::Allocation, "allocation"),
+            ("all GPU pairs", Culprit::AllGpuPairs, "all_GPU_pairs"),
             (
                 "node1,node2",
-                Culprit::Other("node1,node2".into()),
+                Culprit::Nodes(vec!["node1".into(), "node2".into()]),
                 "node1,node2",
             ),
             (
-                "node01 GPU0->node02 GPU0",
-                Culprit::Other("node01 GPU0->node02 GPU0".into()),
-                "node01_GPU0-node02_GPU0",
+                "node01 GPU0->node02 GPU1",
+                Culprit::Path {
+                    from: "node01".into(),
+                    a: 0,
+                    to: "node02".into(),
+                    b: 1,
+                },
+                "node01_GPU0-node02_GPU1",
             ),
+            ("n1,GPU2", Culprit::Other("n1,GPU2".into()), "n1,GPU2"),
             ("node 7", Culprit::Other("node 7".into()), "node_7"),
         ];
         for (text, want, short) in cases {

@@ -63,7 +63,7 @@ pub fn check_transports(
         let why = (summary.collnet_disabled.as_ref()).map(|w| format!(" (NCCL: {w})"));
         let why = why.unwrap_or_default();
         out.push(TransportFinding {
-            subject: Culprit::Other("CollNet".into()),
+            subject: Culprit::CollNet,
             message: format!(
                 "CollNet (SHARP) did not carry the collectives, CollNet expected{why}"
             ),
@@ -75,7 +75,7 @@ pub fn check_transports(
             _ => "",
         };
         out.push(TransportFinding {
-            subject: Culprit::Other("NVLS".into()),
+            subject: Culprit::Nvls,
             message: format!("NVLS did not carry the collectives, NVLS expected{why}"),
         });
     }

@@ -246,8 +246,12 @@ impl TransportSummary {
             directed: true,
         };
         match (self.rank_hosts.get(&from), self.rank_hosts.get(&to)) {
-            // Across nodes: no culprit kind of its own (the localizer names node pairs).
-            (Some(a), Some(b)) if a != b => Culprit::Other(format!("{a} GPU{fd}->{b} GPU{td}")),
+            (Some(a), Some(b)) if a != b => Culprit::Path {
+                from: a.clone(),
+                a: fd,
+                to: b.clone(),
+                b: td,
+            },
             (Some(a), _) if several_hosts => directed(Some(a)),
             _ => directed(None),
         }
@@ -468,6 +472,14 @@ node02:200:201 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/0/GDR
             f[0].message,
             "node01 GPU0->node02 GPU0 used NET/Socket, NET/IB expected"
         );
+        let (from, to) = ("node01".to_string(), "node02".to_string());
+        let path = Culprit::Path {
+            from,
+            a: 0,
+            to,
+            b: 0,
+        };
+        assert_eq!(f[0].subject, path);
         let mixed = parse_log(&format!(
             "{text}node01:100:101 [1] NCCL INFO Channel 00 : 2[1] -> 0[0] via SHM/direct/direct\n"
         ));

@@ -4,7 +4,7 @@ use super::*;
 use crate::facts::gpu_health::GpuHealth;
 use crate::judge::overall::judge_by;
 use crate::measure::gpu::GpuInfo;
-use crate::measure::rows::{PairKind, PairRow};
+use crate::measure::rows::{Ends, PairRow};
 use crate::meet::rendezvous::Member;
 use crate::model::floors::tests::rule;
 use crate::report::json::GpuEntry;
@@ -49,10 +49,11 @@ fn report(holder: Option<u32>, pair: f64) -> Report {
         .collect();
     r.pairs.push(PairRow {
         expected: None,
-        kind: PairKind::Gpu,
-        node: "n1".into(),
-        a: "GPU0".into(),
-        b: "GPU1".into(),
+        ends: Ends::Gpus {
+            node: "n1".into(),
+            a: 0,
+            b: 1,
+        },
         ranks: (0, 1),
         bytes: MIB256,
         time_us: 1.0,

@@ -5,7 +5,7 @@ use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
 use crate::judge::overall::judge_by;
 use crate::measure::gpu::GpuInfo;
-use crate::measure::rows::{PairRow, Placement};
+use crate::measure::rows::{Ends, PairRow, Placement};
 use crate::meet::rendezvous::Member;
 use crate::model::floors::tests::rule;
 use crate::model::local_copy::LocalProbe;
@@ -89,10 +89,11 @@ fn report(n: u32, pair: f64) -> Report {
         for b in a + 1..n {
             r.pairs.push(PairRow {
                 expected: None,
-                kind: PairKind::Gpu,
-                node: "n1".into(),
-                a: format!("GPU{a}"),
-                b: format!("GPU{b}"),
+                ends: Ends::Gpus {
+                    node: "n1".into(),
+                    a,
+                    b,
+                },
                 ranks: (a, b),
                 bytes: MIB256,
                 time_us: 1.0,
@@ -140,7 +141,7 @@ fn a_dead_nvlink_fails_first_and_explains_the_slow_link() {
     for p in r
         .pairs
         .iter_mut()
-        .filter(|p| p.a == "GPU1" || p.b == "GPU1")
+        .filter(|p| p.gpus().is_some_and(|(_, a, b)| a == 1 || b == 1))
     {
         p.busbw = 150.0;
     }
@@ -300,10 +301,7 @@ fn node_pairs_are_held_against_the_nics_and_a_down_port_is_named_and_cited() {
     let mut r = report(1, 0.0);
     r.pairs = vec![PairRow {
         expected: None,
-        kind: PairKind::Node,
-        node: String::new(),
-        a: "n1".into(),
-        b: "n2".into(),
+        ends: Ends::Nodes("n1".into(), "n2".into()),
         ranks: (0, 1),
         bytes: MIB256,
         time_us: 1.0,

@@ -394,10 +394,7 @@ mod every_process {
         let own = exchanged(&[vec![], vec![], vec![busy], vec![]], false);
         let pair = |a: &str, b: &str, busbw: f64| crate::measure::rows::PairRow {
             expected: None,
-            kind: crate::measure::rows::PairKind::Node,
-            node: String::new(),
-            a: a.into(),
-            b: b.into(),
+            ends: crate::measure::rows::Ends::Nodes(a.into(), b.into()),
             ranks: (0, 1),
             bytes: 256 << 20,
             time_us: 0.0,

@@ -31,7 +31,7 @@ pub(super) fn local_values(nodes: &[String], rows: &[PairRow]) -> Vec<f64> {
         .iter()
         .map(|n| {
             rows.iter()
-                .filter(|r| &r.node == n)
+                .filter(|r| r.gpus().is_some_and(|g| g.0 == n))
                 .map(PairRow::delivered_busbw)
                 .reduce(f64::min)
         })
@@ -113,8 +113,9 @@ impl Measurer<'_> {
                 .and_then(|n| setup.layout.names.get(n));
             let keeps_all = self.team.coordinates();
             out.pairs.extend(
-                rows.into_iter()
-                    .filter(|r| keeps_all || Some(&r.node) == node),
+                rows.into_iter().filter(|r| {
+                    keeps_all || r.gpus().is_some_and(|g| node.is_some_and(|n| n == g.0))
+                }),
             );
             out.localization = Some(summary);
         }
@@ -177,8 +178,9 @@ impl Measurer<'_> {
         out: &mut GpuOutcome,
     ) -> Result<bool, RunError> {
         use crate::localize::paths::{alltoall_size, alltoall_slow, checks_paths};
+        use crate::model::collectives::{AllReduce, Collective};
         let all_reduce = match out.last_collective {
-            Some(("all_reduce", _, busbw)) if checks_paths(nodes) => busbw,
+            Some((c, _, busbw)) if c == AllReduce.name() && checks_paths(nodes) => busbw,
             _ => return Ok(false),
         };
         let began = std::time::Instant::now();
@@ -531,15 +533,16 @@ fn with_settings(cfg: LocalizeConfig, v: &[f64]) -> LocalizeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::rows::PairKind;
+    use crate::measure::rows::Ends;
 
     fn row(node: &str, busbw: f64) -> PairRow {
         PairRow {
             expected: None,
-            kind: PairKind::Gpu,
-            node: node.into(),
-            a: "GPU0".into(),
-            b: "GPU1".into(),
+            ends: Ends::Gpus {
+                node: node.into(),
+                a: 0,
+                b: 1,
+            },
             ranks: (0, 1),
             bytes: 1,
             time_us: 1.0,

@@ -6,8 +6,9 @@ use super::gpu_time::{faster_end, settled_mean, GpuTimer};
 use super::timed::Measurer;
 use super::{ms, GpuOutcome, RunError, Start};
 use crate::measure::nccl::Comm;
-use crate::measure::rows::{PairKind, PairRow};
+use crate::measure::rows::{Ends, PairRow};
 use crate::meet::topology::Topology;
+use crate::model::collectives::{Collective, SendRecv};
 use crate::model::time_budget::{self, Sizing, StepBudget};
 use std::time::Instant;
 
@@ -151,10 +152,11 @@ pub(super) fn gpu_row(
     let local = |r| t.local_index(r).unwrap_or(0);
     PairRow {
         expected: None,
-        kind: PairKind::Gpu,
-        node: t.node_of(a).unwrap_or_default().to_string(),
-        a: crate::measure::rows::gpu_label(local(a) as u32),
-        b: crate::measure::rows::gpu_label(local(b) as u32),
+        ends: Ends::Gpus {
+            node: t.node_of(a).unwrap_or_default().to_string(),
+            a: local(a) as u32,
+            b: local(b) as u32,
+        },
         ranks: (a as u32, b as u32),
         bytes,
         time_us: secs * 1e6,
@@ -192,10 +194,7 @@ pub(super) fn node_rows(
                 .try_fold(0.0, |m: f64, g| g.map(|g| m.max(g)));
             PairRow {
                 expected: None,
-                kind: PairKind::Node,
-                node: String::new(),
-                a: names[na].clone(),
-                b: names[nb].clone(),
+                ends: Ends::Nodes(names[na].clone(), names[nb].clone()),
                 ranks: members
                     .first()
                     .map_or((0, 0), |&(a, b)| (a as u32, b as u32)),
@@ -298,7 +297,7 @@ impl Measurer<'_> {
             crate::model::size::human(probe)
         );
         let floors = start.floors();
-        let held = |b: u64| floors.floor("sendrecv", 2, b).is_some();
+        let held = |b: u64| floors.floor(SendRecv.name(), 2, b).is_some();
         let (sized, sizing) = sized_by_rate(step, (rate, from), plan, seconds, &held);
         if start.printer {
             start.show.line(&super::timed::sizing_line(&sizing));
@@ -548,7 +547,7 @@ impl Measurer<'_> {
                 0,
                 self.gpu.raw_stream(),
             )
-            .map_err(|e| self.err_runtime("sendrecv", e))
+            .map_err(|e| self.err_runtime(SendRecv.name(), e))
         };
         let t = Instant::now();
         for iter in 0..warmup.max(1) as u64 {
@@ -676,22 +675,18 @@ mod tests {
             gpu: vec![ops(0.0005), ops(0.001), ops(0.0), ops(0.0)],
         };
         let gpu = gpu_rows(&t, &[(0, 1), (2, 3)], &times, 1_000_000);
-        assert_eq!(
-            (gpu[0].node.as_str(), gpu[0].a.as_str(), gpu[0].b.as_str()),
-            ("a", "GPU0", "GPU1")
-        );
+        assert_eq!(gpu[0].gpus(), Some(("a", 0, 1)));
         assert_eq!((gpu[0].time_us, gpu[0].busbw), (2000.0, 0.5));
         // By the GPUs' clock the faster end: 0.5 ms, 2 GB/s; a pair whose GPUs timed nothing
         // has no GPU number.
         assert_eq!(gpu[0].gpu_busbw, Some(2.0));
         assert_eq!(gpu[1].gpu_busbw, None);
-        assert_eq!((gpu[1].node.as_str(), gpu[1].a.as_str()), ("b", "GPU0"));
+        assert_eq!(gpu[1].gpus(), Some(("b", 0, 1)));
         assert_eq!(gpu[1].ranks, (2, 3));
         let round = &schedule(&t).node_rounds[0];
         let node = node_rows(&t, round, &times, 1_000_000);
         assert_eq!(node.len(), 1);
-        assert_eq!((node[0].a.as_str(), node[0].b.as_str()), ("a", "b"));
-        assert_eq!(node[0].kind, PairKind::Node);
+        assert_eq!(node[0].nodes(), Some(("a", "b")));
         // Two GPU pairs of 1 MB each, the slower in 2 ms: 1 GB/s.
         assert_eq!((node[0].time_us, node[0].busbw), (2000.0, 1.0));
         // GPU 0<->2 timed 0.5 ms (rank 2's GPU nothing), 1<->3 1 ms: the slower, 2 MB in 1 ms.

@@ -4,7 +4,8 @@
 //! fraction of the median is a culprit: red, crossed, its value printed, and the GPU or node
 //! that is part of the most culprit cells gets a red label.
 
-use crate::measure::rows::{PairKind, PairRow};
+use crate::measure::rows::{EndsWire, PairRow};
+use crate::model::collectives::{Collective, SendRecv};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -61,15 +62,15 @@ pub fn matrices(
 ) -> Vec<Matrix> {
     let mut out = Vec::new();
     let mut nodes: Vec<&str> = Vec::new();
-    for p in pairs.iter().filter(|p| p.kind == PairKind::Gpu) {
-        if !nodes.contains(&p.node.as_str()) {
-            nodes.push(&p.node);
+    for (node, ..) in pairs.iter().filter_map(PairRow::gpus) {
+        if !nodes.contains(&node) {
+            nodes.push(node);
         }
     }
     for node in nodes {
         let mine: Vec<&PairRow> = pairs
             .iter()
-            .filter(|p| p.kind == PairKind::Gpu && p.node == node)
+            .filter(|p| p.gpus().is_some_and(|g| g.0 == node))
             .collect();
         let bytes = mine.first().map_or(0, |p| p.bytes);
         let title = if node.is_empty() {
@@ -80,11 +81,11 @@ pub fn matrices(
         out.push(matrix(
             title,
             &mine,
-            floor("sendrecv", 2, bytes),
+            floor(SendRecv.name(), 2, bytes),
             outlier_fraction,
         ));
     }
-    let node_pairs: Vec<&PairRow> = pairs.iter().filter(|p| p.kind == PairKind::Node).collect();
+    let node_pairs: Vec<&PairRow> = pairs.iter().filter(|p| p.nodes().is_some()).collect();
     if !node_pairs.is_empty() {
         out.push(matrix(
             "node pairs (sendrecv, all GPUs at once)".into(),
@@ -97,12 +98,12 @@ pub fn matrices(
 }
 
 fn matrix(title: String, pairs: &[&PairRow], floor: Option<f64>, fraction: f64) -> Matrix {
+    // Labelled as the report names the ends: `GPU2`, or the node.
+    let ends: Vec<EndsWire> = pairs.iter().map(|p| p.ends.clone().into()).collect();
     let mut labels: Vec<String> = Vec::new();
-    for p in pairs {
-        for l in [&p.a, &p.b] {
-            if !labels.contains(l) {
-                labels.push(l.clone());
-            }
+    for l in ends.iter().flat_map(|e| [&e.a, &e.b]) {
+        if !labels.contains(l) {
+            labels.push(l.clone());
         }
     }
     // GPU2 before GPU10: by the number in the label, then by name.
@@ -111,10 +112,9 @@ fn matrix(title: String, pairs: &[&PairRow], floor: Option<f64>, fraction: f64) 
         (digits.parse::<u64>().unwrap_or(u64::MAX), l.clone())
     });
     let at = |l: &String| labels.iter().position(|x| x == l).unwrap_or(0);
-    let cells: Vec<(usize, usize, f64)> = pairs
-        .iter()
-        .map(|p| {
-            let (i, j) = (at(&p.a), at(&p.b));
+    let cells: Vec<(usize, usize, f64)> = (pairs.iter().zip(&ends))
+        .map(|(p, e)| {
+            let (i, j) = (at(&e.a), at(&e.b));
             (i.min(j), i.max(j), p.busbw)
         })
         .collect();
@@ -229,12 +229,13 @@ fn colour(ratio: f64) -> RGBColor {
 mod tests {
     use super::*;
 
-    fn pair(node: &str, a: &str, b: &str, busbw: f64) -> PairRow {
+    fn pair(node: &str, a: u32, b: u32, busbw: f64) -> PairRow {
         PairRow {
-            kind: PairKind::Gpu,
-            node: node.into(),
-            a: a.into(),
-            b: b.into(),
+            ends: crate::measure::rows::Ends::Gpus {
+                node: node.into(),
+                a,
+                b,
+            },
             bytes: 256 << 20,
             busbw,
             ..PairRow::default()
@@ -247,12 +248,7 @@ mod tests {
         for i in 0..4 {
             for j in i + 1..4 {
                 let slow = i == 2 || j == 2;
-                pairs.push(pair(
-                    "n1",
-                    &format!("GPU{i}"),
-                    &format!("GPU{j}"),
-                    if slow { 20.0 } else { 140.0 },
-                ));
+                pairs.push(pair("n1", i, j, if slow { 20.0 } else { 140.0 }));
             }
         }
         let m = matrices(&pairs, &|_, _, _| None, 0.85);
@@ -260,9 +256,7 @@ mod tests {
         assert_eq!(m[0].labels, ["GPU0", "GPU1", "GPU2", "GPU3"]);
         assert_eq!(m[0].culprit(), Some(2));
         // With a floor, cells below it are culprits even when all are equally slow.
-        let even: Vec<PairRow> = (1..4)
-            .map(|j| pair("n1", "GPU0", &format!("GPU{j}"), 20.0))
-            .collect();
+        let even: Vec<PairRow> = (1..4).map(|j| pair("n1", 0, j, 20.0)).collect();
         let m = matrices(
             &even,
             &|c, g, _| (c == "sendrecv" && g == 2).then_some(100.0),
@@ -270,14 +264,12 @@ mod tests {
         );
         assert_eq!(m[0].level_name, "floor 100.0 GB/s");
         assert_eq!(m[0].culprit(), Some(0));
-        let one = vec![pair("n1", "GPU0", "GPU1", 20.0)];
+        let one = vec![pair("n1", 0, 1, 20.0)];
         assert_eq!(
             matrices(&one, &|_, _, _| Some(100.0), 0.85)[0].culprit(),
             None
         );
-        let healthy: Vec<PairRow> = (1..4)
-            .map(|j| pair("n1", "GPU0", &format!("GPU{j}"), 140.0))
-            .collect();
+        let healthy: Vec<PairRow> = (1..4).map(|j| pair("n1", 0, j, 140.0)).collect();
         assert_eq!(matrices(&healthy, &|_, _, _| None, 0.85)[0].culprit(), None);
     }
 }

@@ -3,7 +3,7 @@
 //! steps the rest of the options carry.
 
 use super::raw::RawArgs;
-use crate::model::collectives::{self, Collective};
+use crate::model::collectives::{self, AllReduce, Collective};
 use crate::model::size::parse_size;
 use crate::model::step::Step;
 
@@ -33,7 +33,8 @@ pub(super) fn of(raw: &RawArgs, plan: &[Step]) -> Result<Vec<Step>, String> {
 
 /// One step per command-line collective over the `-b`..`-e` sweep.
 fn adhoc_steps(raw: &RawArgs) -> Result<Vec<Step>, String> {
-    let collectives = collectives::parse_list(raw.collectives.as_deref().unwrap_or("all_reduce"))?;
+    let collectives =
+        collectives::parse_list(raw.collectives.as_deref().unwrap_or(AllReduce.name()))?;
     let sizes = sweep(raw)?;
     Ok(collectives
         .into_iter()
