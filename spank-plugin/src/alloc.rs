@@ -8,8 +8,9 @@
 //! starts no step on its nodes (its command runs here, on the login node), so nothing can check
 //! the allocation itself: salloc says so once, and what is checked instead (every srun inside).
 
+use crate::callback_error::Error;
 use crate::config::{ConfigError, PluginConfig};
-use crate::{options, Error};
+use crate::options;
 
 /// `slurm_spank_init_post_opt` in sbatch/salloc.
 pub fn init_post_opt(config: &Result<PluginConfig, ConfigError>) -> Result<(), Error> {

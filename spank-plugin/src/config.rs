@@ -33,7 +33,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::options::Mode;
+use crate::mode::Mode;
 use nccl_check_contract::slurm_rendezvous::PortRange;
 
 /// Seconds between the worker's own `--timeout` and the plugin's SIGKILL of its process group.

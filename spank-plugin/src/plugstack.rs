@@ -1,7 +1,7 @@
 //! The plugin's lines as Slurm reads them, for `nccl-check-plugstack --check` on any node (a
 //! login node too: no slurmd, no GPU) and `nccl-check-prolog --check-config`: plugstack.conf where
 //! this node's Slurm config puts it, every `include` followed as Slurm's spank.c does, and each
-//! `nccl_check.so` line's arguments checked by the plugin's own parser ([`Config::parse`]), so
+//! `nccl_check.so` line's arguments checked by the plugin's own parser ([`PluginConfig::parse`]), so
 //! an admin finds `timout=120` before a user's `--nccl-check` does.
 //!
 //! The file format (Slurm `src/common/spank.c`, `_plugin_stack_parse_line`,

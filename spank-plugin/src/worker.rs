@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use nccl_check_contract::args::WorkerArgs;
 use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::line;
 use nccl_check_contract::report::read::{read_report, ReportError};
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
@@ -75,7 +76,7 @@ pub fn run(inv: &Invocation) -> TaskOutcome {
         Some(copy) => Output::TeeLines {
             max_bytes: STDERR_TAIL_BYTES,
             copy,
-            skip: crate::present::is_verdict_line,
+            skip: is_verdict_line,
         },
         None => Output::Tail {
             max_bytes: STDERR_TAIL_BYTES,
@@ -105,6 +106,28 @@ pub fn run(inv: &Invocation) -> TaskOutcome {
     }
     drop(json_dir);
     outcome
+}
+
+/// The worker's own verdict line (`nccl-check: FAIL <summary>`, written by
+/// `nccl_check_contract::line`), also behind srun's `--label` (`1: `): its verdict and summary.
+/// Only at the start of the line (after a label), so a line that quotes one is not taken for it;
+/// the contract's parser reads it.
+pub fn verdict_line(line: &str) -> Option<(Verdict, &str)> {
+    let line = line.trim();
+    let unlabelled = line
+        .split_once(": ")
+        .filter(|(label, _)| !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(line, |(_, rest)| rest);
+    if !unlabelled.starts_with(line::PREFIX) {
+        return None;
+    }
+    line::parse(unlabelled).map(|f| (f.verdict, f.summary))
+}
+
+/// Left out of the live copy of the worker's stderr: its verdict line, which the plugin's own
+/// line (or table row) says with the node and rank.
+pub fn is_verdict_line(line: &[u8]) -> bool {
+    verdict_line(&String::from_utf8_lossy(line)).is_some()
 }
 
 /// Copies the report to `dst`: a new file (`O_EXCL`, never through a symlink), at most
@@ -478,5 +501,27 @@ mod tests {
             one_line(&"a".repeat(1000)).chars().count(),
             MAX_SUMMARY_CHARS + 1
         );
+    }
+
+    #[test]
+    fn the_workers_verdict_lines_are_known_with_or_without_a_label() {
+        assert_eq!(
+            verdict_line("nccl-check: FAIL busbw 12.3 < 300.0 GB/s"),
+            Some((Verdict::Fail, "busbw 12.3 < 300.0 GB/s"))
+        );
+        assert_eq!(
+            verdict_line("1: nccl-check: ERROR rendezvous: no peer\n"),
+            Some((Verdict::Error, "rendezvous: no peer"))
+        );
+        assert!(is_verdict_line(b"nccl-check: PASS 8 x H100 on 1 node(s)\n"));
+        for other in [
+            "nccl-check: running 3 s of 4 s budget: loading NCCL",
+            "nccl-check: PASSED",
+            "fake worker: all_reduce 256 MiB ok",
+            "x1: nccl-check: FAIL y",
+            "srun: error: n1: task 0: Exited with exit code 1",
+        ] {
+            assert!(!is_verdict_line(other.as_bytes()), "{other}");
+        }
     }
 }
