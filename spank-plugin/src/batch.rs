@@ -27,7 +27,7 @@ use crate::config::PluginConfig;
 use crate::mode::Mode;
 use crate::present::{nccl_lib_hint, say};
 use crate::secret::fresh_secret;
-use crate::worker::verdict_line;
+use crate::worker::{last_words, one_line, verdict_line};
 use crate::worker_env::{user_nccl_lib, worker_env};
 
 /// Time allowed for srun to create the check's step, on top of the worker's deadline.
@@ -165,18 +165,6 @@ fn tee_stderr() -> Output {
 /// detail is the deciding line, else srun's exit and its last line.
 fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Verdict, String) {
     let text = String::from_utf8_lossy(stderr);
-    let printable = |l: &str| -> String {
-        l.trim()
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(400)
-            .collect()
-    };
-    let last_line = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
     match ending {
         Ending::Exited(0) => (Verdict::Pass, String::new()),
         Ending::Exited(code) => {
@@ -188,7 +176,7 @@ fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Ver
                     Verdict::Fail,
                     format!(
                         "{} (the worker's FAIL; its message did not reach srun)",
-                        printable(task)
+                        one_line(task)
                     ),
                 );
             }
@@ -198,7 +186,7 @@ fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Ver
                 format!(
                     "srun exited with code {code} ({}); last output: {}",
                     ExitCode::meaning_of(code),
-                    printable(last_line)
+                    last_words(&text).unwrap_or_default()
                 )
             });
             (verdict, detail)
@@ -231,12 +219,12 @@ fn in_the_verdict(line: &[u8]) -> bool {
         })
 }
 
-/// The summary of the last worker verdict line with this verdict, printable.
+/// The summary of the last worker verdict line with this verdict, as one printable line.
 fn last_summary(text: &str, want: Verdict) -> Option<String> {
     text.lines().rev().find_map(|l| {
         verdict_line(l)
             .filter(|(v, _)| *v == want)
-            .map(|(_, s)| s.chars().filter(|c| !c.is_control()).take(400).collect())
+            .map(|(_, s)| one_line(s))
     })
 }
 

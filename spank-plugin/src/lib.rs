@@ -34,6 +34,7 @@ pub mod worker;
 pub mod worker_env;
 
 use callback_error::Error;
+use config::{ConfigError, LoadedConfig, PluginConfig};
 
 mod version {
     include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
@@ -57,7 +58,7 @@ pub static plugin_version: c_uint = SLURM_VERSION_NUMBER;
 /// copy; the task child inherits slurmstepd's through fork.
 #[derive(Debug, Default)]
 struct State {
-    config: Option<Result<config::PluginConfig, config::ConfigError>>,
+    config: Option<LoadedConfig>,
     task: slurmstepd::TaskState,
 }
 
@@ -92,42 +93,36 @@ fn dispatch(hook: Hook, raw: spank_sys::spank_t, spank: &mut SpankHandle) -> Res
             }
             Ok(())
         }
-        (Hook::InitPostOpt, Context::Local) => srun::init_post_opt(config_of(state)),
-        (Hook::InitPostOpt, Context::Allocator) => alloc::init_post_opt(config_of(state)),
+        (Hook::InitPostOpt, Context::Local) => srun::init_post_opt(config_ref(&state.config)),
+        (Hook::InitPostOpt, Context::Allocator) => alloc::init_post_opt(config_ref(&state.config)),
         (Hook::TaskInitPrivileged, Context::Remote) => {
             let State { config, task } = state;
             slurmstepd::task_init_privileged(config_ref(config), task)
         }
         (Hook::TaskInit, Context::Remote) => {
-            slurmstepd::task_init(spank, config_of(state), &state.task)
+            slurmstepd::task_init(spank, config_ref(&state.config), &state.task)
         }
         _ => Ok(()),
     }
 }
 
-fn load_config(spank: &SpankHandle) -> Result<config::PluginConfig, config::ConfigError> {
+fn load_config(spank: &SpankHandle) -> LoadedConfig {
     match spank.plugin_argv() {
-        Ok(args) => config::PluginConfig::parse(&args),
-        Err(e) => Err(config::ConfigError {
+        Ok(args) => PluginConfig::parse(&args),
+        Err(e) => Err(ConfigError {
             arg: String::from("<argv>"),
             reason: format!("unreadable plugstack.conf arguments: {e}"),
         }),
     }
 }
 
-static NOT_LOADED: Result<config::PluginConfig, config::ConfigError> = Err(config::ConfigError {
+static NOT_LOADED: LoadedConfig = Err(ConfigError {
     arg: String::new(),
     reason: String::new(),
 });
 
-fn config_ref(
-    config: &Option<Result<config::PluginConfig, config::ConfigError>>,
-) -> &Result<config::PluginConfig, config::ConfigError> {
+fn config_ref(config: &Option<LoadedConfig>) -> &LoadedConfig {
     config.as_ref().unwrap_or(&NOT_LOADED)
-}
-
-fn config_of(state: &State) -> &Result<config::PluginConfig, config::ConfigError> {
-    config_ref(&state.config)
 }
 
 fn hook(which: Hook, raw: spank_sys::spank_t, ac: c_int, av: *const *const c_char) -> c_int {

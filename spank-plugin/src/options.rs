@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use slurm_spank::spank_sys;
 
 use crate::callback_error::Error;
-use crate::config::{ConfigError, PluginConfig};
+use crate::config::{LoadedConfig, PluginConfig};
 use crate::mode::{Mode, ModeError, OPTION_NAME};
 
 const NAME_C: &CStr = c"nccl-check";
@@ -125,7 +125,7 @@ pub fn own_argv() -> Vec<String> {
 
 /// Checks the option given in this process (srun, sbatch, salloc) against the site config.
 /// Absent option: nothing is checked, so a broken config cannot break plain jobs.
-pub fn validate(config: &Result<PluginConfig, ConfigError>) -> Result<(), Error> {
+pub fn validate(config: &LoadedConfig) -> Result<(), Error> {
     let raw = raw();
     if raw == Raw::Absent {
         return Ok(());
@@ -152,7 +152,7 @@ pub fn validate(config: &Result<PluginConfig, ConfigError>) -> Result<(), Error>
 /// so srun, sbatch and salloc refuse before any allocation, and the step again in case the
 /// option came through the environment from elsewhere.
 pub fn requested<'a>(
-    config: &'a Result<PluginConfig, ConfigError>,
+    config: &'a LoadedConfig,
     raw: &Raw,
 ) -> Result<Option<(Mode, &'a PluginConfig)>, Error> {
     if *raw == Raw::Absent {

@@ -19,7 +19,7 @@ use nccl_check_host::supervise::Ending;
 use slurm_spank::SpankHandle;
 
 use crate::callback_error::{spank_err, Error};
-use crate::config::{ConfigError, PluginConfig};
+use crate::config::{LoadedConfig, PluginConfig};
 use crate::mode::Mode;
 use crate::options::{self, requested};
 use crate::present::{self, say};
@@ -48,10 +48,7 @@ fn mount_ns() -> Option<u64> {
 }
 
 /// `slurm_spank_task_init_privileged` (root, in the task process, before any task_init).
-pub fn task_init_privileged(
-    config: &Result<PluginConfig, ConfigError>,
-    state: &mut TaskState,
-) -> Result<(), Error> {
+pub fn task_init_privileged(config: &LoadedConfig, state: &mut TaskState) -> Result<(), Error> {
     if let Ok(Some(_)) = requested(config, &options::raw()) {
         state.host_mnt_ns = mount_ns();
     }
@@ -61,7 +58,7 @@ pub fn task_init_privileged(
 /// `slurm_spank_task_init` (the user, in the task process, just before exec).
 pub fn task_init(
     spank: &SpankHandle,
-    config: &Result<PluginConfig, ConfigError>,
+    config: &LoadedConfig,
     state: &TaskState,
 ) -> Result<(), Error> {
     let mut raw = options::raw();

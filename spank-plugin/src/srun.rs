@@ -4,12 +4,12 @@
 //! `spank_set_remote_options`).
 
 use crate::callback_error::Error;
-use crate::config::{ConfigError, PluginConfig};
+use crate::config::LoadedConfig;
 use crate::options;
 use crate::secret::{fresh_secret, SECRET_TRANSPORT};
 
 /// `slurm_spank_init_post_opt` in srun: options are parsed at this point.
-pub fn init_post_opt(config: &Result<PluginConfig, ConfigError>) -> Result<(), Error> {
+pub fn init_post_opt(config: &LoadedConfig) -> Result<(), Error> {
     options::validate(config)?;
     if options::requested(config, &options::raw())?.is_some() {
         // srun is single-threaded in init_post_opt; Slurm itself setenv()s here too

@@ -171,11 +171,7 @@ pub fn outcome(
         .filter(|s| !s.is_empty());
     // Without a report, the worker's last words are all there is.
     let tail = String::from_utf8_lossy(stderr_tail);
-    let last_output = tail
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .map(one_line)
+    let last_output = last_words(&tail)
         .map(|l| format!("; last output: {l}"))
         .unwrap_or_default();
     let mut detail = match (&ending, summary) {
@@ -209,8 +205,17 @@ pub fn outcome(
     }
 }
 
-/// First line, control characters removed, at most [`MAX_SUMMARY_CHARS`] characters.
-fn one_line(s: &str) -> String {
+/// The last line of `text` that is not blank, as [`one_line`]: what a process said last.
+pub fn last_words(text: &str) -> Option<String> {
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(one_line)
+}
+
+/// First line, control characters removed, at most [`MAX_SUMMARY_CHARS`] characters (then `…`):
+/// every line of a worker's or srun's the user is shown.
+pub fn one_line(s: &str) -> String {
     let first = s.lines().next().unwrap_or("").trim();
     let mut out: String = first
         .chars()
