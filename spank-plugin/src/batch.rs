@@ -6,7 +6,7 @@
 //! `srun --nccl-check=off --nodes=N --ntasks=N --ntasks-per-node=1 WORKER ARGS`: one worker per
 //! node of the job, ranks, world and rendezvous from that step's Slurm environment, a fresh
 //! secret for it, all under [`nccl_check_host::supervise`] with a deadline of the worker's timeout +
-//! grace + [`STEP_SETUP`] for srun to create the step. `--nccl-check=off` keeps that srun's own
+//! grace + `STEP_SETUP` for srun to create the step. `--nccl-check=off` keeps that srun's own
 //! tasks from checking again. FAIL or ERROR fails the batch task (the script never starts) in
 //! the enforcing modes; `warn` reports and runs the script. Steps the script starts with srun
 //! inherit the option as before and are checked again (`srun --nccl-check=off` skips that);

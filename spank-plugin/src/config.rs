@@ -1,5 +1,5 @@
 //! Site policy from the plugin's plugstack.conf arguments: one strict `key=value` parser, the
-//! defaults in one place ([`Config::default`]), unknown keys rejected by name.
+//! defaults in one place ([`PluginConfig::default`]), unknown keys rejected by name.
 //!
 //! ```text
 //! required /usr/lib/x86_64-linux-gnu/slurm/nccl_check.so worker=/usr/libexec/nccl-check/nccl-check timeout=120

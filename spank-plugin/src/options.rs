@@ -148,9 +148,9 @@ pub fn validate(config: &LoadedConfig) -> Result<(), Error> {
 }
 
 /// The mode that runs and the site config it runs under, or `None` when nothing is to run (the
-/// option absent, or `off`); cheap: no IO. The site's policy ([`check_allowed`]) applies here,
-/// so srun, sbatch and salloc refuse before any allocation, and the step again in case the
-/// option came through the environment from elsewhere.
+/// option absent, or `off`); cheap: no IO. The site's policy applies here (`check_allowed`:
+/// `sharp` only with `allow_sharp=1`), so srun, sbatch and salloc refuse before any allocation,
+/// and the step again in case the option came through the environment from elsewhere.
 pub fn requested<'a>(
     config: &'a LoadedConfig,
     raw: &Raw,

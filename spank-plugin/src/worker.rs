@@ -4,7 +4,9 @@
 //! kill, stderr tail, no threads) is [`nccl_check_host::supervise`], and the details come
 //! from the worker's JSON report ([`nccl_check_contract::report::read`]); the verdict is the contract's
 //! one rule over both ([`nccl_check_contract::outcome`]: 0 PASS and 1 FAIL when the report
-//! agrees, anything else, a signal or a contradiction ERROR).
+//! agrees, anything else, a signal or a contradiction ERROR). The worker's own lines are read
+//! here too: its verdict line ([`verdict_line`]: left out of the live copy, read back by the
+//! batch check from srun's), and how any line of it or of srun is shown ([`one_line`]).
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
@@ -126,7 +128,7 @@ pub fn verdict_line(line: &str) -> Option<(Verdict, &str)> {
 
 /// Left out of the live copy of the worker's stderr: its verdict line, which the plugin's own
 /// line (or table row) says with the node and rank.
-pub fn is_verdict_line(line: &[u8]) -> bool {
+fn is_verdict_line(line: &[u8]) -> bool {
     verdict_line(&String::from_utf8_lossy(line)).is_some()
 }
 
@@ -213,7 +215,7 @@ pub fn last_words(text: &str) -> Option<String> {
         .map(one_line)
 }
 
-/// First line, control characters removed, at most [`MAX_SUMMARY_CHARS`] characters (then `…`):
+/// First line, control characters removed, at most 400 characters (then `…`):
 /// every line of a worker's or srun's the user is shown.
 pub fn one_line(s: &str) -> String {
     let first = s.lines().next().unwrap_or("").trim();
