@@ -49,6 +49,10 @@ step "bench-core's stages: no import that runs backwards beyond the shrinking al
 python3 tests/tools/stage-imports.py --selftest
 python3 tests/tools/stage-imports.py --allow tests/tools/stage-imports.allow
 
+step "the SPANK plugin: no import circle (modules that name each other, directly or through others)"
+python3 tests/tools/import-circles.py --selftest
+python3 tests/tools/import-circles.py spank-plugin/src
+
 step "committed results stay lean: each run folder a README, a summary and raw.tar.xz (<= 10 files)"
 python3 tests/tools/pack-run.py --selftest
 python3 tests/tools/pack-run.py --check

@@ -8,11 +8,12 @@
 //! starts no step on its nodes (its command runs here, on the login node), so nothing can check
 //! the allocation itself: salloc says so once, and what is checked instead (every srun inside).
 
-use crate::config::{ConfigError, PluginConfig};
-use crate::{options, Error};
+use crate::callback_error::Error;
+use crate::config::LoadedConfig;
+use crate::options;
 
 /// `slurm_spank_init_post_opt` in sbatch/salloc.
-pub fn init_post_opt(config: &Result<PluginConfig, ConfigError>) -> Result<(), Error> {
+pub fn init_post_opt(config: &LoadedConfig) -> Result<(), Error> {
     options::validate(config)?;
     if let Some(line) = salloc_note(&options::own_argv(), config) {
         nccl_check_host::errln!("{line}");
@@ -21,7 +22,7 @@ pub fn init_post_opt(config: &Result<PluginConfig, ConfigError>) -> Result<(), E
 }
 
 /// The line salloc prints when a check was asked for; None in sbatch, or without a check.
-fn salloc_note(argv: &[String], config: &Result<PluginConfig, ConfigError>) -> Option<String> {
+fn salloc_note(argv: &[String], config: &LoadedConfig) -> Option<String> {
     // The process's own program (a fact of this process, not of the user's input).
     let prog = argv.first()?.rsplit('/').next()?;
     if prog != "salloc" {
@@ -40,6 +41,7 @@ fn salloc_note(argv: &[String], config: &Result<PluginConfig, ConfigError>) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PluginConfig;
 
     #[test]
     fn sbatch_and_a_salloc_without_the_option_say_nothing() {

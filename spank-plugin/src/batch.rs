@@ -6,7 +6,7 @@
 //! `srun --nccl-check=off --nodes=N --ntasks=N --ntasks-per-node=1 WORKER ARGS`: one worker per
 //! node of the job, ranks, world and rendezvous from that step's Slurm environment, a fresh
 //! secret for it, all under [`nccl_check_host::supervise`] with a deadline of the worker's timeout +
-//! grace + [`STEP_SETUP`] for srun to create the step. `--nccl-check=off` keeps that srun's own
+//! grace + `STEP_SETUP` for srun to create the step. `--nccl-check=off` keeps that srun's own
 //! tasks from checking again. FAIL or ERROR fails the batch task (the script never starts) in
 //! the enforcing modes; `warn` reports and runs the script. Steps the script starts with srun
 //! inherit the option as before and are checked again (`srun --nccl-check=off` skips that);
@@ -22,10 +22,13 @@ use nccl_check_contract::verdict::Verdict;
 use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use slurm_spank::SpankHandle;
 
+use crate::callback_error::Error;
 use crate::config::PluginConfig;
-use crate::options::Mode;
-use crate::slurmstepd::{say, worker_env};
-use crate::Error;
+use crate::mode::Mode;
+use crate::present::{nccl_lib_hint, say};
+use crate::secret::fresh_secret;
+use crate::worker::{last_words, one_line, verdict_line};
+use crate::worker_env::{user_nccl_lib, worker_env};
 
 /// Time allowed for srun to create the check's step, on top of the worker's deadline.
 const STEP_SETUP: Duration = Duration::from_secs(30);
@@ -53,7 +56,7 @@ pub fn check_allocation(
         .and_then(|n| n.parse::<u32>().ok())
         .filter(|&n| n > 0)
         .ok_or_else(|| Error::Check("SLURM_JOB_NUM_NODES is not set in the batch step".into()))?;
-    let secret = crate::srun::fresh_secret()?;
+    let secret = fresh_secret()?;
     let env = worker_env(spank, config, Some(secret.into()))?;
     let plan = mode.plan().unwrap_or_else(PlanName::quick);
     let spec = Spec {
@@ -77,13 +80,11 @@ pub fn check_allocation(
         Err(e) => (Verdict::Error, format!("cannot start srun: {}", e.error)),
     };
     if detail.contains(NCCL_LIB_HINT) {
-        let user_lib = spank
-            .getenv("NCCL_CHECK_NCCL_LIB")
-            .ok()
-            .flatten()
-            .filter(|v| !v.is_empty());
-        detail =
-            crate::present::nccl_lib_hint(&detail, user_lib.as_deref(), config.nccl_lib.as_deref());
+        detail = nccl_lib_hint(
+            &detail,
+            user_nccl_lib(spank).as_deref(),
+            config.nccl_lib.as_deref(),
+        );
     }
     let took = t0.elapsed().as_secs_f64();
     match (verdict, mode.enforcing()) {
@@ -164,18 +165,6 @@ fn tee_stderr() -> Output {
 /// detail is the deciding line, else srun's exit and its last line.
 fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Verdict, String) {
     let text = String::from_utf8_lossy(stderr);
-    let printable = |l: &str| -> String {
-        l.trim()
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(400)
-            .collect()
-    };
-    let last_line = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
     match ending {
         Ending::Exited(0) => (Verdict::Pass, String::new()),
         Ending::Exited(code) => {
@@ -187,7 +176,7 @@ fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Ver
                     Verdict::Fail,
                     format!(
                         "{} (the worker's FAIL; its message did not reach srun)",
-                        printable(task)
+                        one_line(task)
                     ),
                 );
             }
@@ -197,7 +186,7 @@ fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Ver
                 format!(
                     "srun exited with code {code} ({}); last output: {}",
                     ExitCode::meaning_of(code),
-                    printable(last_line)
+                    last_words(&text).unwrap_or_default()
                 )
             });
             (verdict, detail)
@@ -221,7 +210,7 @@ fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Ver
 fn in_the_verdict(line: &[u8]) -> bool {
     let text = String::from_utf8_lossy(line);
     let text = text.trim();
-    crate::present::verdict_line(text).is_some()
+    verdict_line(text).is_some()
         || text.strip_prefix("srun: error: ").is_some_and(|t| {
             t.contains(": task ")
                 && (t.contains(": Exited with exit code ")
@@ -230,12 +219,12 @@ fn in_the_verdict(line: &[u8]) -> bool {
         })
 }
 
-/// The summary of the last worker verdict line with this verdict, printable.
+/// The summary of the last worker verdict line with this verdict, as one printable line.
 fn last_summary(text: &str, want: Verdict) -> Option<String> {
     text.lines().rev().find_map(|l| {
-        crate::present::verdict_line(l)
+        verdict_line(l)
             .filter(|(v, _)| *v == want)
-            .map(|(_, s)| s.chars().filter(|c| !c.is_control()).take(400).collect())
+            .map(|(_, s)| one_line(s))
     })
 }
 

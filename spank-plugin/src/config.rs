@@ -1,5 +1,5 @@
 //! Site policy from the plugin's plugstack.conf arguments: one strict `key=value` parser, the
-//! defaults in one place ([`Config::default`]), unknown keys rejected by name.
+//! defaults in one place ([`PluginConfig::default`]), unknown keys rejected by name.
 //!
 //! ```text
 //! required /usr/lib/x86_64-linux-gnu/slurm/nccl_check.so worker=/usr/libexec/nccl-check/nccl-check timeout=120
@@ -33,7 +33,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::options::Mode;
+use crate::mode::Mode;
 use nccl_check_contract::slurm_rendezvous::PortRange;
 
 /// Seconds between the worker's own `--timeout` and the plugin's SIGKILL of its process group.
@@ -133,13 +133,6 @@ impl PluginConfig {
                 return Err(err(format!("'{key}' given twice")));
             }
             match key {
-                "worker" => {
-                    let path = PathBuf::from(value);
-                    if !path.is_absolute() {
-                        return Err(err("worker must be an absolute path".into()));
-                    }
-                    config.worker = path;
-                }
                 "timeout" => {
                     let secs = value
                         .parse::<u64>()
@@ -164,32 +157,29 @@ impl PluginConfig {
                         )
                     })?;
                 }
-                "allow_sharp" => {
-                    config.allow_sharp =
-                        parse_bool(value).ok_or_else(|| err("allow_sharp must be 0 or 1".into()))?
+                "allow_sharp" | "allow_container" | "verbose" | "batch_check" => {
+                    let flag = match value {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(err(format!("{key} must be 0 or 1"))),
+                    };
+                    *(match key {
+                        "allow_sharp" => &mut config.allow_sharp,
+                        "allow_container" => &mut config.allow_container,
+                        "verbose" => &mut config.verbose,
+                        _ => &mut config.batch_check,
+                    }) = flag;
                 }
-                "allow_container" => {
-                    config.allow_container = parse_bool(value)
-                        .ok_or_else(|| err("allow_container must be 0 or 1".into()))?
-                }
-                "nccl_lib" | "report_dir" => {
+                "worker" | "nccl_lib" | "report_dir" => {
                     let path = PathBuf::from(value);
                     if !path.is_absolute() {
                         return Err(err(format!("{key} must be an absolute path")));
                     }
-                    *(if key == "nccl_lib" {
-                        &mut config.nccl_lib
-                    } else {
-                        &mut config.report_dir
-                    }) = Some(path);
-                }
-                "verbose" => {
-                    config.verbose =
-                        parse_bool(value).ok_or_else(|| err("verbose must be 0 or 1".into()))?
-                }
-                "batch_check" => {
-                    config.batch_check =
-                        parse_bool(value).ok_or_else(|| err("batch_check must be 0 or 1".into()))?
+                    match key {
+                        "worker" => config.worker = path,
+                        "nccl_lib" => config.nccl_lib = Some(path),
+                        _ => config.report_dir = Some(path),
+                    }
                 }
                 _ => return Err(err(unknown(key))),
             }
@@ -218,13 +208,9 @@ fn unknown(key: &str) -> String {
     }
 }
 
-fn parse_bool(value: &str) -> Option<bool> {
-    match value {
-        "0" => Some(false),
-        "1" => Some(true),
-        _ => None,
-    }
-}
+/// The plugstack arguments as `slurm_spank_init` read them: a rejected one is kept as its error
+/// and reported where a check is asked for, so a broken line never stops a plain job.
+pub type LoadedConfig = Result<PluginConfig, ConfigError>;
 
 /// One rejected plugstack.conf argument.
 #[derive(Debug, Clone, PartialEq, Eq)]

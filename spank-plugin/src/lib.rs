@@ -13,7 +13,6 @@
 //! touched, so listing the plugin as `required` costs plain jobs nothing measurable.
 
 use std::ffi::{c_char, c_int, c_uint};
-use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 
@@ -21,14 +20,21 @@ use slurm_spank::{spank_sys, Context, LogLevel, OptionCache, SpankHandle};
 
 pub mod alloc;
 pub mod batch;
+pub mod callback_error;
 pub mod compat;
 pub mod config;
+pub mod mode;
 pub mod options;
 pub mod plugstack;
 pub mod present;
+pub mod secret;
 pub mod slurmstepd;
 pub mod srun;
 pub mod worker;
+pub mod worker_env;
+
+use callback_error::Error;
+use config::{ConfigError, LoadedConfig, PluginConfig};
 
 mod version {
     include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
@@ -48,48 +54,11 @@ pub static plugin_type: [u8; 6] = *b"spank\0";
 #[no_mangle]
 pub static plugin_version: c_uint = SLURM_VERSION_NUMBER;
 
-/// Everything that can stop a callback; shown once, prefixed `nccl-check:`.
-#[derive(Debug)]
-pub enum Error {
-    /// A plugstack.conf argument is invalid.
-    PluginConfig(config::ConfigError),
-    /// An invalid `--nccl-check` value.
-    Mode(options::ModeError),
-    /// A valid mode the site's policy does not allow (`sharp` without `allow_sharp=1`).
-    NotAllowed(String),
-    /// Slurm refused a SPANK call.
-    Spank(String),
-    /// The check could not be prepared.
-    Check(String),
-    /// The check ran and did not pass; the user has already been told on the task's stderr.
-    Reported(String),
-    /// `--nccl-check=help`: the text to show; the command stops there.
-    Help(String),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::PluginConfig(e) => write!(f, "nccl-check: {e}"),
-            Error::Mode(e) => write!(f, "nccl-check: {e}"),
-            Error::Spank(e)
-            | Error::Check(e)
-            | Error::Reported(e)
-            | Error::NotAllowed(e)
-            | Error::Help(e) => {
-                write!(f, "nccl-check: {e}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
 /// Per-process state. Each Slurm process (srun, sbatch, slurmstepd, each task child) has its own
 /// copy; the task child inherits slurmstepd's through fork.
 #[derive(Debug, Default)]
 struct State {
-    config: Option<Result<config::PluginConfig, config::ConfigError>>,
+    config: Option<LoadedConfig>,
     task: slurmstepd::TaskState,
 }
 
@@ -124,42 +93,36 @@ fn dispatch(hook: Hook, raw: spank_sys::spank_t, spank: &mut SpankHandle) -> Res
             }
             Ok(())
         }
-        (Hook::InitPostOpt, Context::Local) => srun::init_post_opt(config_of(state)),
-        (Hook::InitPostOpt, Context::Allocator) => alloc::init_post_opt(config_of(state)),
+        (Hook::InitPostOpt, Context::Local) => srun::init_post_opt(config_ref(&state.config)),
+        (Hook::InitPostOpt, Context::Allocator) => alloc::init_post_opt(config_ref(&state.config)),
         (Hook::TaskInitPrivileged, Context::Remote) => {
             let State { config, task } = state;
             slurmstepd::task_init_privileged(config_ref(config), task)
         }
         (Hook::TaskInit, Context::Remote) => {
-            slurmstepd::task_init(spank, config_of(state), &state.task)
+            slurmstepd::task_init(spank, config_ref(&state.config), &state.task)
         }
         _ => Ok(()),
     }
 }
 
-fn load_config(spank: &SpankHandle) -> Result<config::PluginConfig, config::ConfigError> {
+fn load_config(spank: &SpankHandle) -> LoadedConfig {
     match spank.plugin_argv() {
-        Ok(args) => config::PluginConfig::parse(&args),
-        Err(e) => Err(config::ConfigError {
+        Ok(args) => PluginConfig::parse(&args),
+        Err(e) => Err(ConfigError {
             arg: String::from("<argv>"),
             reason: format!("unreadable plugstack.conf arguments: {e}"),
         }),
     }
 }
 
-static NOT_LOADED: Result<config::PluginConfig, config::ConfigError> = Err(config::ConfigError {
+static NOT_LOADED: LoadedConfig = Err(ConfigError {
     arg: String::new(),
     reason: String::new(),
 });
 
-fn config_ref(
-    config: &Option<Result<config::PluginConfig, config::ConfigError>>,
-) -> &Result<config::PluginConfig, config::ConfigError> {
+fn config_ref(config: &Option<LoadedConfig>) -> &LoadedConfig {
     config.as_ref().unwrap_or(&NOT_LOADED)
-}
-
-fn config_of(state: &State) -> &Result<config::PluginConfig, config::ConfigError> {
-    config_ref(&state.config)
 }
 
 fn hook(which: Hook, raw: spank_sys::spank_t, ac: c_int, av: *const *const c_char) -> c_int {
@@ -240,24 +203,5 @@ mod tests {
         assert_eq!(ty.to_str(), Ok("spank"));
         // The calls used here exist unchanged from Slurm 22.05 on (README: Building).
         assert!(plugin_version >= 0x16_05_00, "{plugin_version:#x}");
-    }
-
-    /// The user sees each message once, with one `nccl-check:` lead, whatever its source.
-    #[test]
-    fn every_error_is_shown_with_exactly_one_lead() {
-        let mode = options::Mode::parse("bogus").expect_err("invalid");
-        let config = config::PluginConfig::parse(&["treshold=3"]).expect_err("invalid");
-        for e in [
-            Error::PluginConfig(config),
-            Error::Mode(mode),
-            Error::NotAllowed("x".into()),
-            Error::Spank("x".into()),
-            Error::Check("x".into()),
-            Error::Reported("FAIL on n1: busbw 1.0 < 2.0 GB/s".into()),
-        ] {
-            let text = e.to_string();
-            assert!(text.starts_with("nccl-check: "), "{text}");
-            assert_eq!(text.matches("nccl-check:").count(), 1, "{text}");
-        }
     }
 }

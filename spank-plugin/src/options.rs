@@ -1,21 +1,22 @@
 //! The `--nccl-check[=MODE]` option: registration with Slurm, the raw value Slurm hands over, and
-//! the one place where that raw value becomes a [`Mode`] (parse low, then high). Besides the five
-//! named modes, `plan=NAME` asks for a plan of the worker's config (a site's own plan): its
-//! syntax is checked here, before any allocation; whether the worker knows it, the worker says.
+//! the one place where that raw value, with the site's config, becomes the requested [`Mode`]
+//! ([`requested`]: parse low, then high). The modes themselves are [`crate::mode`]'s; a
+//! `plan=NAME` is checked for its syntax here, before any allocation; whether the worker knows
+//! it, the worker says.
 //!
 //! slurm-spank 0.4.1's `register_option` can only declare "no value" or "value required"; a
 //! required value would make `srun --nccl-check hostname` swallow `hostname` as the mode. So the
 //! option is registered here with `has_arg = 2` (optional value, spank.h) and its own callback.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::fmt;
 use std::sync::Mutex;
 
-use nccl_check_contract::args::{PlanName, PlanNameError};
 use slurm_spank::spank_sys;
 
-/// Name of the option as users type it (`--nccl-check`).
-pub const OPTION_NAME: &str = "nccl-check";
+use crate::callback_error::Error;
+use crate::config::{LoadedConfig, PluginConfig};
+use crate::mode::{Mode, ModeError, OPTION_NAME};
+
 const NAME_C: &CStr = c"nccl-check";
 const ARGINFO_C: &CStr = c"mode";
 const USAGE_C: &CStr = c"Before the tasks start, check the NCCL bandwidth of the step's GPUs \
@@ -26,115 +27,6 @@ warn (report but never fail), off, or plan=NAME (a plan of the site's worker con
 
 /// `has_arg` value meaning "optional argument" (spank.h: 0 none, 1 required, 2 optional).
 const OPTIONAL_ARGUMENT: c_int = 2;
-
-/// What each `--nccl-check` mode asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mode {
-    /// The short check; FAIL or ERROR fails the step.
-    Quick,
-    /// The long check; FAIL or ERROR fails the step.
-    Full,
-    /// The short check with SHARP (NCCL CollNet) on; FAIL when CollNet did not carry the
-    /// collectives. Only where the site allows it (plugstack `allow_sharp=1`): SHARP takes
-    /// aggregation resources of the switches.
-    Sharp,
-    /// The short check; FAIL or ERROR is reported and the tasks run anyway.
-    Warn,
-    /// No check (switches off a value inherited from sbatch/salloc).
-    Off,
-    /// `plan=NAME`: this plan of the worker's config; FAIL or ERROR fails the step. A plan the
-    /// worker does not know is its usage ERROR, which lists the plans it has.
-    Plan(PlanName),
-}
-
-/// How `plan=NAME` is spelled.
-const PLAN_PREFIX: &str = "plan=";
-
-impl Mode {
-    /// The modes with a name of their own.
-    pub const NAMED: [Mode; 5] = [Mode::Quick, Mode::Full, Mode::Sharp, Mode::Warn, Mode::Off];
-
-    /// Exact names, in any case (`FULL` is `full`): a typo must not silently pick a mode. Plan
-    /// names themselves are lower case (the worker's config defines them so).
-    pub fn parse(value: &str) -> Result<Mode, ModeError> {
-        let err = |plan: Option<PlanNameError>| ModeError {
-            value: value.to_string(),
-            plan,
-        };
-        let prefix = value.get(..PLAN_PREFIX.len());
-        if prefix.is_some_and(|p| p.eq_ignore_ascii_case(PLAN_PREFIX)) {
-            return PlanName::new(&value[PLAN_PREFIX.len()..])
-                .map(Mode::Plan)
-                .map_err(|e| err(Some(e)));
-        }
-        Mode::NAMED
-            .into_iter()
-            .find(|m| m.to_string().eq_ignore_ascii_case(value))
-            .ok_or_else(|| err(None))
-    }
-
-    /// The worker's `--plan` for this mode; `None` when nothing runs.
-    pub fn plan(&self) -> Option<PlanName> {
-        match self {
-            Mode::Quick | Mode::Warn | Mode::Sharp => Some(PlanName::quick()),
-            Mode::Full => Some(PlanName::full()),
-            Mode::Plan(p) => Some(p.clone()),
-            Mode::Off => None,
-        }
-    }
-
-    /// Whether the worker must prove that CollNet (SHARP) carried the collectives
-    /// (`--expect-collnet`).
-    pub fn expect_collnet(&self) -> bool {
-        matches!(self, Mode::Sharp)
-    }
-
-    /// Whether a FAIL or ERROR fails the step (everything but warn).
-    pub fn enforcing(&self) -> bool {
-        !matches!(self, Mode::Warn)
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Mode::Quick => f.write_str("quick"),
-            Mode::Full => f.write_str("full"),
-            Mode::Sharp => f.write_str("sharp"),
-            Mode::Warn => f.write_str("warn"),
-            Mode::Off => f.write_str("off"),
-            Mode::Plan(p) => write!(f, "{PLAN_PREFIX}{p}"),
-        }
-    }
-}
-
-/// An unknown `--nccl-check` value, or `plan=` with a name that cannot be a plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModeError {
-    pub value: String,
-    pub plan: Option<PlanNameError>,
-}
-
-impl fmt::Display for ModeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The value once, capped; the plan's error would repeat its name.
-        write!(
-            f,
-            "invalid --{OPTION_NAME} value '{}': ",
-            nccl_check_contract::args::echo(&self.value)
-        )?;
-        match &self.plan {
-            Some(_) => write!(f, "invalid plan name: {}", PlanNameError::syntax()),
-            None => write!(
-                f,
-                "expected one of quick, full, sharp, warn, off, or plan=NAME for a plan of the \
-                 worker's config (or no value for the site default)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ModeError {}
 
 /// The option as Slurm handed it over, before any interpretation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,34 +125,53 @@ pub fn own_argv() -> Vec<String> {
 
 /// Checks the option given in this process (srun, sbatch, salloc) against the site config.
 /// Absent option: nothing is checked, so a broken config cannot break plain jobs.
-pub fn validate(
-    config: &Result<crate::config::PluginConfig, crate::config::ConfigError>,
-) -> Result<(), crate::Error> {
+pub fn validate(config: &LoadedConfig) -> Result<(), Error> {
     let raw = raw();
     if raw == Raw::Absent {
         return Ok(());
     }
-    let config = config
+    let site = config
         .as_ref()
-        .map_err(|e| crate::Error::PluginConfig(e.clone()))?;
+        .map_err(|e| Error::PluginConfig(e.clone()))?;
     if raw == Raw::Bare {
         if let Some(word) = detached_value(&own_argv()) {
-            return Err(crate::Error::Check(format!(
+            return Err(Error::Check(format!(
                 "'--{OPTION_NAME} {word}' would run the check and then a program named '{word}': \
                  did you mean --{OPTION_NAME}={word}?"
             )));
         }
     }
     if matches!(&raw, Raw::Value(v) if v.eq_ignore_ascii_case("help")) {
-        return Err(crate::Error::Help(help(config)));
+        return Err(Error::Help(help(site)));
     }
-    let mode = raw.mode(&config.default_mode).map_err(crate::Error::Mode)?;
-    check_allowed(mode.as_ref(), config)
+    requested(config, &raw).map(drop)
+}
+
+/// The mode that runs and the site config it runs under, or `None` when nothing is to run (the
+/// option absent, or `off`); cheap: no IO. The site's policy applies here (`check_allowed`:
+/// `sharp` only with `allow_sharp=1`), so srun, sbatch and salloc refuse before any allocation,
+/// and the step again in case the option came through the environment from elsewhere.
+pub fn requested<'a>(
+    config: &'a LoadedConfig,
+    raw: &Raw,
+) -> Result<Option<(Mode, &'a PluginConfig)>, Error> {
+    if *raw == Raw::Absent {
+        return Ok(None);
+    }
+    let config = config
+        .as_ref()
+        .map_err(|e| Error::PluginConfig(e.clone()))?;
+    let mode = raw.mode(&config.default_mode).map_err(Error::Mode)?;
+    check_allowed(mode.as_ref(), config)?;
+    match mode {
+        Some(Mode::Off) | None => Ok(None),
+        Some(mode) => Ok(Some((mode, config))),
+    }
 }
 
 /// `--nccl-check=help`: the modes, the suffix, what the site set and the user's variables.
 /// Printed instead of running anything (the command stops: it was a question).
-pub fn help(config: &crate::config::PluginConfig) -> String {
+pub fn help(config: &PluginConfig) -> String {
     let usage = USAGE_C.to_string_lossy();
     format!(
         "--{OPTION_NAME}[=MODE][,verbose]: {usage}.\n\
@@ -279,12 +190,9 @@ pub fn help(config: &crate::config::PluginConfig) -> String {
 
 /// Site policy on modes: `sharp` only with plugstack `allow_sharp=1`. Checked in srun, sbatch
 /// and salloc (before any allocation) and again in the step.
-pub fn check_allowed(
-    mode: Option<&Mode>,
-    config: &crate::config::PluginConfig,
-) -> Result<(), crate::Error> {
+fn check_allowed(mode: Option<&Mode>, config: &PluginConfig) -> Result<(), Error> {
     if mode == Some(&Mode::Sharp) && !config.allow_sharp {
-        return Err(crate::Error::NotAllowed(format!(
+        return Err(Error::NotAllowed(format!(
             "--{OPTION_NAME}=sharp is not allowed on this cluster (the site's plugstack.conf has \
              allow_sharp=0); use --{OPTION_NAME} or --{OPTION_NAME}=full"
         )));
@@ -376,7 +284,7 @@ mod tests {
 
     #[test]
     fn help_lists_the_modes_the_default_and_the_variables() {
-        let c = crate::config::PluginConfig::parse::<&str>(&[]).expect("defaults");
+        let c = PluginConfig::parse::<&str>(&[]).expect("defaults");
         let h = help(&c);
         for w in [
             "quick, full, warn, off",
@@ -387,40 +295,6 @@ mod tests {
             "sharp: not allowed",
         ] {
             assert!(h.contains(w), "{w}: {h}");
-        }
-    }
-
-    #[test]
-    fn every_mode_name_parses_back_to_itself() {
-        let names: Vec<String> = Mode::NAMED.iter().map(Mode::to_string).collect();
-        assert_eq!(names, ["quick", "full", "sharp", "warn", "off"]);
-        for m in Mode::NAMED {
-            assert_eq!(Mode::parse(&m.to_string()), Ok(m));
-        }
-    }
-
-    #[test]
-    fn a_sites_own_plan_passes_through_by_name_and_enforces() {
-        let m = Mode::parse("plan=nvlink_only-2").expect("valid");
-        assert_eq!(m.to_string(), "plan=nvlink_only-2");
-        assert_eq!(
-            m.plan().map(|p| p.to_string()).as_deref(),
-            Some("nvlink_only-2")
-        );
-        assert!(m.enforcing() && !m.expect_collnet());
-        // `plan=quick` is the quick plan, spelled out.
-        assert_eq!(
-            Mode::parse("plan=quick").expect("valid").plan(),
-            Mode::Quick.plan()
-        );
-    }
-
-    #[test]
-    fn a_plan_name_that_cannot_be_one_is_rejected_before_allocation() {
-        for bad in ["plan=", "plan=Nvlink", "plan=-x", "plan=a b", "plan=a=b"] {
-            let err = Mode::parse(bad).expect_err(bad).to_string();
-            assert!(err.starts_with("invalid --nccl-check value"), "{err}");
-            assert!(err.contains("invalid plan name"), "{err}");
         }
     }
 
@@ -473,18 +347,6 @@ mod tests {
                 .to_string()
                 .contains("expected one of quick, full, sharp, warn, off"));
         }
-    }
-
-    /// Regression: `--nccl-check=FULL` was refused.
-    #[test]
-    fn mode_names_are_case_insensitive_plan_names_are_not() {
-        assert_eq!(Mode::parse("FULL"), Ok(Mode::Full));
-        assert_eq!(Mode::parse("Quick"), Ok(Mode::Quick));
-        assert_eq!(
-            Mode::parse("PLAN=site").map(|m| m.to_string()),
-            Ok("plan=site".into())
-        );
-        assert!(Mode::parse("plan=Site").is_err());
     }
 
     #[test]
@@ -544,20 +406,8 @@ mod tests {
     }
 
     #[test]
-    fn sharp_runs_the_quick_plan_expecting_collnet_and_enforces() {
-        assert_eq!(Mode::parse("sharp"), Ok(Mode::Sharp));
-        assert_eq!(Mode::Sharp.plan(), Some(PlanName::quick()));
-        assert!(Mode::Sharp.expect_collnet());
-        assert!(Mode::Sharp.enforcing());
-        assert!(Mode::NAMED
-            .iter()
-            .filter(|m| m.expect_collnet())
-            .eq([&Mode::Sharp]));
-    }
-
-    #[test]
     fn sharp_is_refused_unless_the_site_allows_it() {
-        let mut config = crate::config::PluginConfig::default();
+        let mut config = PluginConfig::default();
         let err = check_allowed(Some(&Mode::Sharp), &config).expect_err("not allowed");
         assert!(
             err.to_string()
@@ -568,13 +418,5 @@ mod tests {
         assert!(check_allowed(None, &config).is_ok());
         config.allow_sharp = true;
         assert!(check_allowed(Some(&Mode::Sharp), &config).is_ok());
-    }
-
-    #[test]
-    fn warn_runs_the_quick_plan_without_enforcing() {
-        assert_eq!(Mode::Warn.plan(), Some(PlanName::quick()));
-        assert!(!Mode::Warn.enforcing());
-        assert_eq!(Mode::Full.plan(), Some(PlanName::full()));
-        assert_eq!(Mode::Off.plan(), None);
     }
 }

@@ -1,7 +1,7 @@
 //! The plugin's lines as Slurm reads them, for `nccl-check-plugstack --check` on any node (a
 //! login node too: no slurmd, no GPU) and `nccl-check-prolog --check-config`: plugstack.conf where
 //! this node's Slurm config puts it, every `include` followed as Slurm's spank.c does, and each
-//! `nccl_check.so` line's arguments checked by the plugin's own parser ([`Config::parse`]), so
+//! `nccl_check.so` line's arguments checked by the plugin's own parser ([`PluginConfig::parse`]), so
 //! an admin finds `timout=120` before a user's `--nccl-check` does.
 //!
 //! The file format (Slurm `src/common/spank.c`, `_plugin_stack_parse_line`,
@@ -133,23 +133,6 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
     for (i, line) in text.lines().enumerate() {
         let w = words(line);
         match w.first().copied() {
-            None => {
-                // A commented-out line of ours: `#required /usr/lib/.../nccl_check.so ...`.
-                let body = line.trim_start().trim_start_matches('#');
-                let w = words(body);
-                if let [kind @ ("required" | "optional"), plugin, args @ ..] = w.as_slice() {
-                    if is_ours(plugin) {
-                        stack.entries.push(Entry {
-                            file: path.to_path_buf(),
-                            line: i + 1,
-                            required: *kind == "required",
-                            plugin: plugin.to_string(),
-                            args: args.iter().map(|a| a.to_string()).collect(),
-                            enabled: false,
-                        });
-                    }
-                }
-            }
             Some("include") => {
                 let Some(pattern) = w.get(1) else {
                     stack.notes.push(format!(
@@ -168,23 +151,32 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
                     read_into(&f, depth + 1, stack);
                 }
             }
-            Some(kind @ ("required" | "optional")) => match w.get(1) {
-                Some(plugin) if is_ours(plugin) => stack.entries.push(Entry {
+            Some(kind @ ("required" | "optional")) if w.len() < 2 => stack.notes.push(format!(
+                "{}:{}: '{kind}' without a plugin: Slurm ignores this line",
+                path.display(),
+                i + 1
+            )),
+            None | Some("required" | "optional") => {}
+            Some(other) => ignored.push((i + 1, other)),
+        }
+        // A line of ours, or one commented out: `#required /usr/lib/.../nccl_check.so ...`.
+        let enabled = !w.is_empty();
+        let w = if enabled {
+            w
+        } else {
+            words(line.trim_start().trim_start_matches('#'))
+        };
+        if let [kind @ ("required" | "optional"), plugin, args @ ..] = w.as_slice() {
+            if is_ours(plugin) {
+                stack.entries.push(Entry {
                     file: path.to_path_buf(),
                     line: i + 1,
-                    required: kind == "required",
+                    required: *kind == "required",
                     plugin: plugin.to_string(),
-                    args: w[2..].iter().map(|a| a.to_string()).collect(),
-                    enabled: true,
-                }),
-                Some(_) => {}
-                None => stack.notes.push(format!(
-                    "{}:{}: '{kind}' without a plugin: Slurm ignores this line",
-                    path.display(),
-                    i + 1
-                )),
-            },
-            Some(other) => ignored.push((i + 1, other)),
+                    args: args.iter().map(|a| a.to_string()).collect(),
+                    enabled,
+                });
+            }
         }
     }
     if let Some(note) = ignored_note(path, &ignored) {

@@ -1,14 +1,13 @@
 //! What the user reads about a check: the per-node result table of `--nccl-check=...,verbose`
 //! (or plugstack `verbose=1`: rank 0 prints the header, every task its own row as soon as its
-//! worker ends, so the rows of a step arrive together on srun's stderr, one line each), which of
-//! the worker's own lines are left out of the live copy (the plugin says the verdict itself,
-//! once), and the hint for a missing NCCL that fits a user who runs through srun.
+//! worker ends, so the rows of a step arrive together on srun's stderr, one line each), the
+//! plugin's own lines on the task's stderr ([`say`]), and the hint for a missing NCCL that fits
+//! a user who runs through srun.
 
+use std::io::Write;
 use std::path::Path;
 
 use nccl_check_contract::exit::NCCL_LIB_HINT;
-use nccl_check_contract::line;
-use nccl_check_contract::verdict::Verdict;
 
 use crate::worker::TaskOutcome;
 
@@ -33,26 +32,12 @@ pub fn row(node: &str, rank: u32, world: u32, outcome: &TaskOutcome, note: &str)
     )
 }
 
-/// The worker's own verdict line (`nccl-check: FAIL <summary>`, written by
-/// `nccl_check_contract::line`), also behind srun's `--label` (`1: `): its verdict and summary.
-/// Only at the start of the line (after a label), so a line that quotes one is not taken for it;
-/// the contract's parser reads it.
-pub fn verdict_line(line: &str) -> Option<(Verdict, &str)> {
-    let line = line.trim();
-    let unlabelled = line
-        .split_once(": ")
-        .filter(|(label, _)| !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit()))
-        .map_or(line, |(_, rest)| rest);
-    if !unlabelled.starts_with(line::PREFIX) {
-        return None;
-    }
-    line::parse(unlabelled).map(|f| (f.verdict, f.summary))
-}
-
-/// Left out of the live copy of the worker's stderr: its verdict line, which the plugin's own
-/// line (or table row) says with the node and rank.
-pub fn is_verdict_line(line: &[u8]) -> bool {
-    verdict_line(&String::from_utf8_lossy(line)).is_some()
+/// Writes one line to the task's stderr, which slurmstepd has already connected to srun's
+/// stderr before any task callback runs (mgr.c `prepare_stdio` precedes `exec_task`).
+pub fn say(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+    let _ = err.flush();
 }
 
 /// The detail of a worker that could not load NCCL, with the worker's hint (`--nccl-lib`, which
@@ -122,6 +107,7 @@ fn with_hint(detail: &str, hint: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nccl_check_contract::verdict::Verdict;
     use std::time::Duration;
 
     fn outcome(verdict: Verdict, detail: &str) -> TaskOutcome {
@@ -160,28 +146,6 @@ mod tests {
         );
         let r = row("n1", 0, 1, &outcome(Verdict::Error, &long), " (warn)");
         assert!(r.ends_with(&format!("{long} (warn)")), "{r}");
-    }
-
-    #[test]
-    fn the_workers_verdict_lines_are_known_with_or_without_a_label() {
-        assert_eq!(
-            verdict_line("nccl-check: FAIL busbw 12.3 < 300.0 GB/s"),
-            Some((Verdict::Fail, "busbw 12.3 < 300.0 GB/s"))
-        );
-        assert_eq!(
-            verdict_line("1: nccl-check: ERROR rendezvous: no peer\n"),
-            Some((Verdict::Error, "rendezvous: no peer"))
-        );
-        assert!(is_verdict_line(b"nccl-check: PASS 8 x H100 on 1 node(s)\n"));
-        for other in [
-            "nccl-check: running 3 s of 4 s budget: loading NCCL",
-            "nccl-check: PASSED",
-            "fake worker: all_reduce 256 MiB ok",
-            "x1: nccl-check: FAIL y",
-            "srun: error: n1: task 0: Exited with exit code 1",
-        ] {
-            assert!(!is_verdict_line(other.as_bytes()), "{other}");
-        }
     }
 
     /// Regression: an srun user was told to use --nccl-lib, which srun cannot pass on.

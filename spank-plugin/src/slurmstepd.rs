@@ -9,8 +9,6 @@
 //! whole step and doubles as the barrier between nodes.
 
 use std::ffi::OsString;
-use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
@@ -20,12 +18,14 @@ use nccl_check_contract::verdict::Verdict;
 use nccl_check_host::supervise::Ending;
 use slurm_spank::SpankHandle;
 
-use crate::config::PluginConfig;
-use crate::options::{self, Mode};
-use crate::present;
-use crate::srun::SECRET_TRANSPORT;
+use crate::callback_error::{spank_err, Error};
+use crate::config::{LoadedConfig, PluginConfig};
+use crate::mode::Mode;
+use crate::options::{self, requested};
+use crate::present::{self, say};
+use crate::secret::SECRET_TRANSPORT;
 use crate::worker::{self, Invocation};
-use crate::Error;
+use crate::worker_env::{user_nccl_lib, worker_env};
 
 /// Step ids from here up are Slurm's special steps (interactive 0xfffffffa, batch 0xfffffffb,
 /// extern 0xfffffffc, ...; slurm.h): no check there, the steps inside the job are checked.
@@ -47,32 +47,8 @@ fn mount_ns() -> Option<u64> {
     std::fs::metadata("/proc/self/ns/mnt").ok().map(|m| m.ino())
 }
 
-/// The requested mode in this step, or `None` when nothing is to run (cheap: no IO).
-fn requested<'a>(
-    config: &'a Result<PluginConfig, crate::config::ConfigError>,
-    raw: &options::Raw,
-) -> Result<Option<(Mode, &'a PluginConfig)>, Error> {
-    if *raw == options::Raw::Absent {
-        return Ok(None);
-    }
-    let config = config
-        .as_ref()
-        .map_err(|e| Error::PluginConfig(e.clone()))?;
-    let mode = raw.mode(&config.default_mode).map_err(Error::Mode)?;
-    // srun/sbatch/salloc refused it already; the step checks again in case the option came
-    // through the environment from elsewhere.
-    options::check_allowed(mode.as_ref(), config)?;
-    match mode {
-        Some(Mode::Off) | None => Ok(None),
-        Some(mode) => Ok(Some((mode, config))),
-    }
-}
-
 /// `slurm_spank_task_init_privileged` (root, in the task process, before any task_init).
-pub fn task_init_privileged(
-    config: &Result<PluginConfig, crate::config::ConfigError>,
-    state: &mut TaskState,
-) -> Result<(), Error> {
+pub fn task_init_privileged(config: &LoadedConfig, state: &mut TaskState) -> Result<(), Error> {
     if let Ok(Some(_)) = requested(config, &options::raw()) {
         state.host_mnt_ns = mount_ns();
     }
@@ -82,7 +58,7 @@ pub fn task_init_privileged(
 /// `slurm_spank_task_init` (the user, in the task process, just before exec).
 pub fn task_init(
     spank: &SpankHandle,
-    config: &Result<PluginConfig, crate::config::ConfigError>,
+    config: &LoadedConfig,
     state: &TaskState,
 ) -> Result<(), Error> {
     let mut raw = options::raw();
@@ -124,7 +100,7 @@ pub fn task_init(
         return Ok(());
     }
     let task = Task::of(spank, rank, step_id)?;
-    let user_lib = task.getenv(spank, NCCL_LIB_VAR).filter(|v| !v.is_empty());
+    let user_lib = user_nccl_lib(spank);
     let inv = invocation(spank, config, &mode, &task, secret)?;
     if verbose && rank == 0 {
         say(&present::header());
@@ -182,10 +158,6 @@ impl Task {
             node,
         })
     }
-
-    fn getenv(&self, spank: &SpankHandle, name: &str) -> Option<String> {
-        spank.getenv(name).ok().flatten()
-    }
 }
 
 /// The worker's command line, environment, deadline and report place for this task.
@@ -197,8 +169,10 @@ fn invocation(
     secret: Option<OsString>,
 ) -> Result<Invocation, Error> {
     let env = worker_env(spank, config, secret)?;
-    let tmp_dir = task
-        .getenv(spank, "TMPDIR")
+    let tmp_dir = spank
+        .getenv("TMPDIR")
+        .ok()
+        .flatten()
         .map(PathBuf::from)
         .filter(|p| p.is_absolute() && p.is_dir())
         .unwrap_or_else(|| PathBuf::from("/tmp"));
@@ -212,8 +186,10 @@ fn invocation(
     args.port_range = Some(config.ports);
     args.progress = task.rank == 0;
     args.expect_collnet = mode.expect_collnet();
-    let report_dir = task
-        .getenv(spank, REPORT_DIR_VAR)
+    let report_dir = spank
+        .getenv(REPORT_DIR_VAR)
+        .ok()
+        .flatten()
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
         .or_else(|| config.report_dir.clone());
@@ -281,11 +257,6 @@ fn tell(
 
 /// The user's own directory for kept reports (wins over plugstack `report_dir=`).
 pub const REPORT_DIR_VAR: &str = "NCCL_CHECK_REPORT_DIR";
-/// The worker's variable for the NCCL library (the user's wins over plugstack `nccl_lib=`).
-const NCCL_LIB_VAR: &str = "NCCL_CHECK_NCCL_LIB";
-/// The worker's variable for the rendezvous secret.
-const SECRET_VAR: &str = "NCCL_CHECK_SECRET";
-
 /// `nccl-check-JOB.STEP-NODE-rankR.json`, with only `[A-Za-z0-9._-]` of the node name.
 fn report_name(job: u32, step: u32, node: &str, rank: u32) -> String {
     let node: String = node
@@ -301,107 +272,9 @@ fn report_name(job: u32, step: u32, node: &str, rank: u32) -> String {
     format!("nccl-check-{job}.{step}-{node}-rank{rank}.json")
 }
 
-/// The worker's environment: the task's, with the site's SHARP policy, the step's secret under
-/// the worker's name for it, and the site's NCCL library unless the user names one.
-pub fn worker_env(
-    spank: &SpankHandle,
-    config: &PluginConfig,
-    secret: Option<OsString>,
-) -> Result<Vec<(OsString, OsString)>, Error> {
-    let mut env: Vec<(OsString, OsString)> = spank
-        .job_env_os()
-        .map_err(spank_err("S_JOB_ENV"))?
-        .into_iter()
-        .filter_map(|kv| {
-            let bytes = kv.as_bytes();
-            let eq = bytes.iter().position(|&b| b == b'=')?;
-            Some((
-                std::ffi::OsStr::from_bytes(&bytes[..eq]).to_os_string(),
-                std::ffi::OsStr::from_bytes(&bytes[eq + 1..]).to_os_string(),
-            ))
-        })
-        .collect();
-    adjust_env(&mut env, config, secret);
-    Ok(env)
-}
-
-/// The policy part of [`worker_env`] (pure).
-fn adjust_env(
-    env: &mut Vec<(OsString, OsString)>,
-    config: &PluginConfig,
-    secret: Option<OsString>,
-) {
-    if !config.allow_sharp {
-        env.retain(|(k, _)| k != "NCCL_COLLNET_ENABLE");
-        env.push(("NCCL_COLLNET_ENABLE".into(), "0".into()));
-    }
-    let transported = env
-        .iter()
-        .position(|(k, _)| k == SECRET_TRANSPORT)
-        .map(|i| env.remove(i).1);
-    if let Some(secret) = secret.or(transported) {
-        env.retain(|(k, _)| k != SECRET_VAR);
-        env.push((SECRET_VAR.into(), secret));
-    }
-    let user_lib = env.iter().any(|(k, v)| k == NCCL_LIB_VAR && !v.is_empty());
-    if let (Some(lib), false) = (&config.nccl_lib, user_lib) {
-        env.retain(|(k, _)| k != NCCL_LIB_VAR);
-        env.push((NCCL_LIB_VAR.into(), lib.clone().into_os_string()));
-    }
-}
-
-pub(crate) fn spank_err(item: &'static str) -> impl Fn(slurm_spank::SpankError) -> Error {
-    move |e| Error::Check(format!("cannot read {item}: {e}"))
-}
-
-/// Writes one line to the task's stderr, which slurmstepd has already connected to srun's
-/// stderr before any task callback runs (mgr.c `prepare_stdio` precedes `exec_task`).
-pub(crate) fn say(line: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{line}");
-    let _ = err.flush();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn get<'a>(env: &'a [(OsString, OsString)], k: &str) -> Option<&'a str> {
-        env.iter()
-            .find(|(n, _)| n == k)
-            .and_then(|(_, v)| v.to_str())
-    }
-
-    /// srun's per-step secret reaches the worker under the worker's name, and only there; so
-    /// does the site's NCCL library, unless the user names one.
-    #[test]
-    fn the_worker_gets_the_steps_secret_and_the_sites_library_unless_the_user_names_one() {
-        let mut config = PluginConfig {
-            nccl_lib: Some(PathBuf::from("/opt/nccl/libnccl.so.2")),
-            ..PluginConfig::default()
-        };
-        let mut env: Vec<(OsString, OsString)> = vec![
-            (SECRET_TRANSPORT.into(), "feed".into()),
-            (SECRET_VAR.into(), "users-own".into()),
-            ("NCCL_COLLNET_ENABLE".into(), "1".into()),
-        ];
-        adjust_env(&mut env, &config, Some("cafe".into()));
-        assert_eq!(get(&env, SECRET_VAR), Some("cafe"));
-        assert_eq!(get(&env, SECRET_TRANSPORT), None);
-        assert_eq!(get(&env, NCCL_LIB_VAR), Some("/opt/nccl/libnccl.so.2"));
-        assert_eq!(get(&env, "NCCL_COLLNET_ENABLE"), Some("0"));
-        assert_eq!(env.iter().filter(|(k, _)| k == SECRET_VAR).count(), 1);
-
-        let mut env: Vec<(OsString, OsString)> = vec![
-            (SECRET_TRANSPORT.into(), "feed".into()),
-            (NCCL_LIB_VAR.into(), "/home/me/libnccl.so.2".into()),
-        ];
-        config.allow_sharp = true;
-        adjust_env(&mut env, &config, None);
-        assert_eq!(get(&env, SECRET_VAR), Some("feed"));
-        assert_eq!(get(&env, NCCL_LIB_VAR), Some("/home/me/libnccl.so.2"));
-        assert_eq!(get(&env, "NCCL_COLLNET_ENABLE"), None);
-    }
 
     #[test]
     fn kept_report_names_are_one_plain_file_name() {

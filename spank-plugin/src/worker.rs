@@ -4,7 +4,9 @@
 //! kill, stderr tail, no threads) is [`nccl_check_host::supervise`], and the details come
 //! from the worker's JSON report ([`nccl_check_contract::report::read`]); the verdict is the contract's
 //! one rule over both ([`nccl_check_contract::outcome`]: 0 PASS and 1 FAIL when the report
-//! agrees, anything else, a signal or a contradiction ERROR).
+//! agrees, anything else, a signal or a contradiction ERROR). The worker's own lines are read
+//! here too: its verdict line ([`verdict_line`]: left out of the live copy, read back by the
+//! batch check from srun's), and how any line of it or of srun is shown ([`one_line`]).
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use nccl_check_contract::args::WorkerArgs;
 use nccl_check_contract::exit::ExitCode;
+use nccl_check_contract::line;
 use nccl_check_contract::report::read::{read_report, ReportError};
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
@@ -75,7 +78,7 @@ pub fn run(inv: &Invocation) -> TaskOutcome {
         Some(copy) => Output::TeeLines {
             max_bytes: STDERR_TAIL_BYTES,
             copy,
-            skip: crate::present::is_verdict_line,
+            skip: is_verdict_line,
         },
         None => Output::Tail {
             max_bytes: STDERR_TAIL_BYTES,
@@ -105,6 +108,28 @@ pub fn run(inv: &Invocation) -> TaskOutcome {
     }
     drop(json_dir);
     outcome
+}
+
+/// The worker's own verdict line (`nccl-check: FAIL <summary>`, written by
+/// `nccl_check_contract::line`), also behind srun's `--label` (`1: `): its verdict and summary.
+/// Only at the start of the line (after a label), so a line that quotes one is not taken for it;
+/// the contract's parser reads it.
+pub fn verdict_line(line: &str) -> Option<(Verdict, &str)> {
+    let line = line.trim();
+    let unlabelled = line
+        .split_once(": ")
+        .filter(|(label, _)| !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(line, |(_, rest)| rest);
+    if !unlabelled.starts_with(line::PREFIX) {
+        return None;
+    }
+    line::parse(unlabelled).map(|f| (f.verdict, f.summary))
+}
+
+/// Left out of the live copy of the worker's stderr: its verdict line, which the plugin's own
+/// line (or table row) says with the node and rank.
+fn is_verdict_line(line: &[u8]) -> bool {
+    verdict_line(&String::from_utf8_lossy(line)).is_some()
 }
 
 /// Copies the report to `dst`: a new file (`O_EXCL`, never through a symlink), at most
@@ -148,11 +173,7 @@ pub fn outcome(
         .filter(|s| !s.is_empty());
     // Without a report, the worker's last words are all there is.
     let tail = String::from_utf8_lossy(stderr_tail);
-    let last_output = tail
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .map(one_line)
+    let last_output = last_words(&tail)
         .map(|l| format!("; last output: {l}"))
         .unwrap_or_default();
     let mut detail = match (&ending, summary) {
@@ -186,8 +207,17 @@ pub fn outcome(
     }
 }
 
-/// First line, control characters removed, at most [`MAX_SUMMARY_CHARS`] characters.
-fn one_line(s: &str) -> String {
+/// The last line of `text` that is not blank, as [`one_line`]: what a process said last.
+pub fn last_words(text: &str) -> Option<String> {
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(one_line)
+}
+
+/// First line, control characters removed, at most 400 characters (then `…`):
+/// every line of a worker's or srun's the user is shown.
+pub fn one_line(s: &str) -> String {
     let first = s.lines().next().unwrap_or("").trim();
     let mut out: String = first
         .chars()
@@ -478,5 +508,27 @@ mod tests {
             one_line(&"a".repeat(1000)).chars().count(),
             MAX_SUMMARY_CHARS + 1
         );
+    }
+
+    #[test]
+    fn the_workers_verdict_lines_are_known_with_or_without_a_label() {
+        assert_eq!(
+            verdict_line("nccl-check: FAIL busbw 12.3 < 300.0 GB/s"),
+            Some((Verdict::Fail, "busbw 12.3 < 300.0 GB/s"))
+        );
+        assert_eq!(
+            verdict_line("1: nccl-check: ERROR rendezvous: no peer\n"),
+            Some((Verdict::Error, "rendezvous: no peer"))
+        );
+        assert!(is_verdict_line(b"nccl-check: PASS 8 x H100 on 1 node(s)\n"));
+        for other in [
+            "nccl-check: running 3 s of 4 s budget: loading NCCL",
+            "nccl-check: PASSED",
+            "fake worker: all_reduce 256 MiB ok",
+            "x1: nccl-check: FAIL y",
+            "srun: error: n1: task 0: Exited with exit code 1",
+        ] {
+            assert!(!is_verdict_line(other.as_bytes()), "{other}");
+        }
     }
 }
