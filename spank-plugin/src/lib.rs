@@ -23,6 +23,7 @@ pub mod alloc;
 pub mod batch;
 pub mod compat;
 pub mod config;
+pub mod container;
 pub mod options;
 pub mod plugstack;
 pub mod present;
