@@ -126,12 +126,10 @@ pub fn unshared_network(world: u32, interfaces: &[Interface]) -> String {
         (false, false) => seen.join(", "),
         (false, true) => format!("{}, ...", seen.join(", ")),
     };
-    let others = world.saturating_sub(1);
-    let ranks = if others == 1 { "rank" } else { "ranks" };
     format!(
         "the container's network is unshared (srun --container-unshare=net): its network \
-         namespace has no interface up but loopback (seen: {seen}), so this rank cannot reach \
-         the step's {others} other {ranks}; the check did not run. Run it in a step without \
+         namespace has no interface up but loopback (seen: {seen}), so the step's {world} ranks \
+         cannot meet over the network; the check did not run. Run it in a step without \
          --container-unshare=net"
     )
 }
@@ -190,11 +188,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("(seen: lo, sit0\\u{1b}[2J down)"), "{text}");
-        assert!(text.contains("the step's 1 other rank;"), "{text}");
+        assert!(
+            text.contains(
+                "so the step's 2 ranks cannot meet over the network; the check did not run"
+            ),
+            "{text}"
+        );
         assert!(text.contains("without --container-unshare=net"), "{text}");
         assert!(!text.contains('\x1b'), "{text}");
-        assert!(unshared_network(8, &[])
-            .contains("(seen: none), so this rank cannot reach the step's 7 other ranks"));
+        assert!(unshared_network(8, &[]).contains("(seen: none), so the step's 8 ranks cannot"));
         let many: Vec<Interface> = (0..20)
             .map(|i| iface(&format!("t{i}"), false, false))
             .collect();
