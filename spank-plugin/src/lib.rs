@@ -23,6 +23,7 @@ pub mod batch;
 pub mod callback_error;
 pub mod compat;
 pub mod config;
+pub mod container;
 pub mod mode;
 pub mod options;
 pub mod plugstack;

@@ -9,7 +9,6 @@
 //! whole step and doubles as the barrier between nodes.
 
 use std::ffi::OsString;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use nccl_check_contract::args::{PlanName, WorkerArgs};
@@ -20,6 +19,7 @@ use slurm_spank::SpankHandle;
 
 use crate::callback_error::{spank_err, Error};
 use crate::config::{LoadedConfig, PluginConfig};
+use crate::container::{self, Namespaces};
 use crate::mode::Mode;
 use crate::options::{self, requested};
 use crate::present::{self, say};
@@ -37,20 +37,17 @@ const BATCH_STEP: u32 = 0xffff_fffb;
 /// State kept between the two task callbacks (both run in the same task process).
 #[derive(Debug, Default)]
 pub struct TaskState {
-    /// Inode of the mount namespace before any plugin's task_init (i.e. before pyxis moved the
-    /// task into a container); recorded when a check is requested: `allow_container=0` skips
-    /// container steps by it, and a missing NCCL is then the image's to fix.
-    host_mnt_ns: Option<u64>,
-}
-
-fn mount_ns() -> Option<u64> {
-    std::fs::metadata("/proc/self/ns/mnt").ok().map(|m| m.ino())
+    /// The task's namespaces before any plugin's task_init (i.e. before pyxis moved the task
+    /// into a container); recorded when a check is requested: `allow_container=0` skips
+    /// container steps by the mount namespace, a missing NCCL is then the image's to fix, and a
+    /// network namespace of the container's own with only loopback is an ERROR at once.
+    host: Option<Namespaces>,
 }
 
 /// `slurm_spank_task_init_privileged` (root, in the task process, before any task_init).
 pub fn task_init_privileged(config: &LoadedConfig, state: &mut TaskState) -> Result<(), Error> {
     if let Ok(Some(_)) = requested(config, &options::raw()) {
-        state.host_mnt_ns = mount_ns();
+        state.host = Some(Namespaces::now());
     }
     Ok(())
 }
@@ -105,6 +102,9 @@ pub fn task_init(
     if verbose && rank == 0 {
         say(&present::header());
     }
+    if let Some(cut_off) = network_cut_off(state, task.world) {
+        return tell(&task, &mode, verbose, &cut_off);
+    }
     let mut outcome = worker::run(&inv);
     if outcome.ending == Ok(Ending::Exited(ExitCode::NcclLibrary.code())) {
         let hint = if in_container {
@@ -127,7 +127,33 @@ pub fn task_init(
 /// Whether a plugin before this one (pyxis) moved the task into another mount namespace since
 /// `task_init_privileged`.
 fn moved_into_a_container(state: &TaskState) -> bool {
-    matches!((state.host_mnt_ns, mount_ns()), (Some(host), Some(now)) if host != now)
+    state
+        .host
+        .is_some_and(|host| Namespaces::now().container_since(&host))
+}
+
+/// The ERROR for a task that a plugin before this one moved into a network namespace with no
+/// interface up but loopback (pyxis `--container-unshare=net`), where its ranks cannot meet;
+/// `None` where the check can run: one rank alone (no rendezvous, no network), the host's
+/// network, an interface up, or interfaces that cannot be read (the worker's own deadline then
+/// bounds the wait).
+fn network_cut_off(state: &TaskState, world: u32) -> Option<worker::TaskOutcome> {
+    let host = state.host?;
+    if world < 2 || !Namespaces::now().network_since(&host) {
+        return None;
+    }
+    let interfaces = container::interfaces().ok()?;
+    if container::reaches_out(&interfaces) {
+        return None;
+    }
+    Some(worker::TaskOutcome {
+        verdict: Verdict::Error,
+        ending: Err(String::from("not started: the task's network is unshared")),
+        detail: container::unshared_network(world, &interfaces),
+        host: None,
+        elapsed: std::time::Duration::ZERO,
+        keep_problem: None,
+    })
 }
 
 /// Who this task is in its step.

@@ -18,7 +18,10 @@
 #   4. Tests (as an unprivileged user): both plugins' options in srun --help; the check runs in
 #      the container with the image's NCCL (where-worker records /etc/os-release, the marker and
 #      the report's library path); the reversed order checks the host instead; a missing or a
-#      corrupt .sqsh ends in an ERROR for the job and never drains a node.
+#      corrupt .sqsh ends in an ERROR for the job and never drains a node; --container-unshare=net
+#      is refused by pyxis over enroot 4.1.2, and with a network namespace of loopback alone
+#      (enroot-switchroot-unshare-net, as an enroot honouring ENROOT_UNSHARE_NET makes it) is the
+#      plugin's ERROR naming it at once, never FAIL, no drain.
 #
 # Needs root on Debian 12 (apt: squashfs-tools, parallel, pigz, jq, zstd, libbsd-dev, gcc, make,
 # debootstrap). Usage: bash tests/pyxis/run.sh [TEST_NAME_SUBSTRING]
@@ -221,6 +224,19 @@ plugstack_order() { # documented | reversed
 }
 plugstack_order documented
 
+# enroot 4.1.2 ignores ENROOT_UNSHARE_NET (pyxis's --container-unshare=net); the stand-in in front
+# of its enroot-switchroot gives the container the network namespace a later enroot would
+# (tests/pyxis/enroot-switchroot-unshare-net). Off (the real enroot alone) unless a test asks.
+mv "$ENR/bin/enroot-switchroot" "$ENR/bin/enroot-switchroot.real" || die "no enroot-switchroot in $ENR/bin"
+enroot_unshares_net() { # yes | no
+    rm -f "$ENR/bin/enroot-switchroot"
+    case "$1" in
+        yes) install -m 0755 tests/pyxis/enroot-switchroot-unshare-net "$ENR/bin/enroot-switchroot" ;;
+        no) ln -sf enroot-switchroot.real "$ENR/bin/enroot-switchroot" ;;
+    esac
+}
+enroot_unshares_net no
+
 # The image: base root + the image's NCCL + a marker only the image has.
 TOKEN=image-$RANDOM$RANDOM
 IMG_ROOT=$CL/image-root
@@ -275,6 +291,7 @@ run_test() { # name function
     local name=$1
     [ -n "$FILTER" ] && [[ "$name" != *"$FILTER"* ]] && return 0
     plugstack_order documented
+    ( cd "$REPO" && enroot_unshares_net no )
     fresh_results
     harness_run "$name" "$2"
 }
@@ -382,6 +399,54 @@ t_corrupt_image_is_an_error_not_a_drain() {
     no_drain
 }
 
+t_unshare_net_refused_by_this_enroot() {
+    # The vendored pair as it is: enroot 4.1.2 does not act on ENROOT_UNSHARE_NET, so pyxis finds
+    # the container in the host's network namespace and refuses the step itself; the check never
+    # runs and no node drains.
+    as_user "${SRUN_C[@]}" --container-unshare=net --nccl-check hostname
+    [ "$RC" != 0 ] || fail "srun succeeded although pyxis cannot unshare the network"
+    expect_err "pyxis: error: --container-unshare=net requested but the container is not in a separate network namespace"
+    echo "    stderr: $(grep -m1 -F 'container-unshare' "$ERR")"
+    [ -s "$OUT" ] && fail "the task ran: $(cat "$OUT")"
+    [ -e "$RES/where" ] && fail "the check ran although pyxis refused the step"
+    no_drain
+}
+
+t_unshared_network_is_an_error_naming_it() {
+    ( cd "$REPO" && enroot_unshares_net yes )
+    # The control: with the stand-in, real pyxis joins the task to a network namespace of the
+    # container's own, with loopback only.
+    local host_net t0 dt n
+    host_net=$(readlink /proc/self/ns/net)
+    as_user "${SRUN_C[@]}" --container-unshare=net sh -c 'readlink /proc/self/ns/net; cat /proc/net/dev'
+    [ "$RC" = 0 ] || { fail "srun --container-unshare=net failed (rc $RC): $(tail -5 "$ERR")"; return; }
+    grep -qx 'net:\[[0-9]*\]' "$OUT" || fail "no network namespace read in the container: $(cat "$OUT")"
+    grep -qxF "$host_net" "$OUT" && fail "the container is in the host's network namespace ($host_net)"
+    # /proc/net/dev: the namespace's interfaces, lo and at most the kernel's fallback tunnels.
+    grep -q '^ *lo:' "$OUT" || fail "no loopback in the container: $(cat "$OUT")"
+    n=$(grep ':' "$OUT" | grep -v '^net:' | grep -cvE '^ *(lo|sit0|tunl0|ip6tnl0|gre0|gretap0|erspan0|ip6gre0|ip_vti0|ip6_vti0):')
+    [ "$n" = 0 ] || fail "interfaces other than loopback in the container: $(cat "$OUT")"
+    # The check, 2 ranks (one node: two slurmd of one machine would share enroot's data path for
+    # pyxis's container name pyxis_JOB.STEP; the plugin decides per task alike on any node). The
+    # ERROR names the option on every rank at once (the worker's timeout is 30 s; it never
+    # starts), no FAIL, no drain.
+    t0=$SECONDS
+    as_user srun -N1 -n2 "--container-image=$IMAGE" "--container-mounts=$RES:$RES" --container-unshare=net \
+        --nccl-check hostname
+    dt=$((SECONDS - t0))
+    echo "    srun -n2 --container-unshare=net --nccl-check: rc $RC in $dt s; stderr: $(grep -m1 'nccl-check: ERROR' "$ERR")"
+    [ "$RC" != 0 ] || fail "srun succeeded although the check cannot reach its peers"
+    expect_err "nccl-check: ERROR on n1 (rank 0 of 2): the container's network is unshared (srun --container-unshare=net)"
+    expect_err "nccl-check: ERROR on n1 (rank 1 of 2): the container's network is unshared (srun --container-unshare=net)"
+    expect_err "no interface up but loopback (seen: lo"
+    expect_err "so the step's 2 ranks cannot meet over the network; the check did not run"
+    grep -q 'nccl-check: FAIL' "$ERR" && fail "a FAIL: $(grep -m1 'nccl-check: FAIL' "$ERR")"
+    [ "$dt" -lt 25 ] || fail "took $dt s: the check waited for its peers instead of seeing the cut"
+    [ -s "$OUT" ] && fail "the task ran: $(cat "$OUT")"
+    [ -e "$RES/where" ] && fail "the worker ran: $(tr '\n' ' ' <"$RES/where")"
+    no_drain
+}
+
 run_test "srun --help lists --container-image [pyxis] and --nccl-check" t_help_lists_both_plugins
 run_test "control: pyxis + enroot start the $SUITE image, the worker is mounted in by mounts.d" t_container_starts_without_the_check
 run_test "--container-image --nccl-check: the worker runs in the image with the image's NCCL; ERROR no GPU" t_check_runs_in_the_container_with_its_nccl
@@ -389,6 +454,8 @@ run_test "plugstack order reversed (nccl-check.conf before pyxis.conf): the chec
 run_test "an image whose NCCL the loader cannot load: ERROR naming the container image" t_image_without_nccl_is_named
 run_test "a missing .sqsh: ERROR for the job, no node drained" t_missing_image_is_an_error_not_a_drain
 run_test "a corrupt .sqsh: ERROR for the job, no node drained" t_corrupt_image_is_an_error_not_a_drain
+run_test "--container-unshare=net with enroot 4.1.2: pyxis refuses the step, the check never runs, no drain" t_unshare_net_refused_by_this_enroot
+run_test "--container-unshare=net (a network namespace of loopback alone): ERROR naming it at once on every rank, no FAIL, no drain" t_unshared_network_is_an_error_naming_it
 
 say "wall time $((SECONDS - T0)) s"
 harness_tally pyxis/run.sh
