@@ -825,7 +825,7 @@ t_a_prolog_longer_than_batch_start_timeout() {
     wait "$sp"; local src=$?
     timeout 30 bash -c "until grep -Eq '(Job |JobId=)$a already killed' '$CL/log/slurmd-n1.log'; do sleep 0.5; done"
     new_ctld | grep -q "Batch JobId=$a missing from batch node n1 (not found BatchStartTime after startup), Requeuing job" \
-        && new_ctld | grep -q "JobId=$a cancelled by node failure" \
+        && new_ctld | grep -q "requeue JobId=$a due to node failure" \
         || fail "slurmctld on job $a: $(new_ctld | grep "JobId=$a" | tr '\n' '|')"
     scontrol show job -o "$a" | grep -q 'Restarts=1' || fail "job $a was not requeued: $(scontrol show job -o "$a" | grep -o 'JobState=[^ ]*\|Restarts=[^ ]*' | tr '\n' ' ')"
     tail -n +"$((d1 + 1))" "$CL/log/slurmd-n1.log" | grep -Eq "(Job |JobId=)$a already killed, do not launch batch job" \
