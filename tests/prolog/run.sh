@@ -823,12 +823,12 @@ t_a_prolog_longer_than_batch_start_timeout() {
     local killed=$((SECONDS - t0))
     rm -f "$T/slow/n1"
     wait "$sp"; local src=$?
-    timeout 30 bash -c "until grep -Eq '(Job |JobId=)$a already killed' '$CL/log/slurmd-n1.log'; do sleep 0.5; done"
+    timeout 30 bash -c "until grep -Eq '(Job |JobId=)$a( SLUID=[^ ]*)? already killed' '$CL/log/slurmd-n1.log'; do sleep 0.5; done"
     new_ctld | grep -q "Batch JobId=$a missing from batch node n1 (not found BatchStartTime after startup), Requeuing job" \
         && new_ctld | grep -q "requeue JobId=$a due to node failure" \
         || fail "slurmctld on job $a: $(new_ctld | grep "JobId=$a" | tr '\n' '|')"
     scontrol show job -o "$a" | grep -q 'Restarts=1' || fail "job $a was not requeued: $(scontrol show job -o "$a" | grep -o 'JobState=[^ ]*\|Restarts=[^ ]*' | tr '\n' ' ')"
-    tail -n +"$((d1 + 1))" "$CL/log/slurmd-n1.log" | grep -Eq "(Job |JobId=)$a already killed, do not launch batch job" \
+    tail -n +"$((d1 + 1))" "$CL/log/slurmd-n1.log" | grep -Eq "(Job |JobId=)$a( SLUID=[^ ]*)? already killed, do not launch batch job" \
         || fail "slurmd n1 launched job $a's script: $(tail -n +"$((d1 + 1))" "$CL/log/slurmd-n1.log" | grep -i "prolog\|launch" | tail -5 | tr '\n' '|')"
     drained n1 && fail "n1 drained: '$(reason_of n1)'"
     [ "$src" = 0 ] && grep -q '^ran on n1$' "$T/work/srun.out" || fail "srun (Alloc) under the same prolog: rc $src, $(cat "$T/work/srun.out" "$T/work/srun.err")"
