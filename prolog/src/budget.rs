@@ -1,10 +1,15 @@
 //! The prolog's one time budget: `budget_seconds` from its start covers the worker, every
 //! `scontrol` call and every lock wait, so slurmd sees the prolog end within `budget_seconds`
 //! plus a moment (the test: + 2 s), whatever hangs. Each step gets what is left, never a fixed
-//! allowance of its own. `budget_seconds` itself is cut below Slurm's `PrologEpilogTimeout`
-//! ([`effective`]), read at every run from the slurm.conf slurmd uses and from the controller,
-//! the stricter of the two ([`stricter`]).
+//! allowance of its own. `budget_seconds` itself is cut below the limits Slurm sets on the run
+//! ([`Limits`]): `PrologEpilogTimeout` (slurmd kills the prolog or epilog, [`effective`]), for the
+//! prolog also `BatchStartTimeout` (slurmctld ends a batch job whose prolog outlasts it as
+//! missing, [`batch_start_limit`]), for `--recheck` `HealthCheckTimeout` (slurmd kills its
+//! HealthCheckProgram). Each is read at every run from the slurm.conf slurmd uses and from the
+//! controller, the stricter of the two ([`stricter`]).
 
+use crate::decide::Mode;
+use nccl_check_host::slurm_config::Settings;
 use std::time::{Duration, Instant};
 
 /// The smallest time a step that must still happen (a drain after a FAIL) is given, even when
@@ -28,13 +33,42 @@ pub struct Budget {
 
 /// `budget_seconds` against `timeout` (seconds, None = no limit) read at `source`.
 pub fn effective(budget_seconds: u64, timeout: Option<u64>, source: &str) -> Budget {
-    let Some(t) = timeout else {
+    let limits: Vec<SlurmLimit> = timeout
+        .map(|t| SlurmLimit::prolog_epilog(t, source))
+        .into_iter()
+        .collect();
+    within(budget_seconds, &limits)
+}
+
+/// One limit Slurm sets on a run of the gate: past `seconds` from its start, Slurm acts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlurmLimit {
+    pub seconds: u64,
+    /// The setting and where it was read, as the cut says it.
+    pub said: String,
+    /// What the cut spares: `slurmd never kills the gate`.
+    pub spares: &'static str,
+}
+
+impl SlurmLimit {
+    pub fn prolog_epilog(t: u64, source: &str) -> SlurmLimit {
+        SlurmLimit {
+            seconds: t,
+            said: format!("PrologEpilogTimeout = {t} ({source})"),
+            spares: "slurmd never kills the gate",
+        }
+    }
+}
+
+/// `budget_seconds` against the smallest of `limits`: cut to it less [`GRACE`] and [`MARGIN`].
+pub fn within(budget_seconds: u64, limits: &[SlurmLimit]) -> Budget {
+    let Some(l) = limits.iter().min_by_key(|l| l.seconds) else {
         return Budget {
             seconds: budget_seconds,
             cut: None,
         };
     };
-    let most = Duration::from_secs(t)
+    let most = Duration::from_secs(l.seconds)
         .saturating_sub(GRACE + MARGIN)
         .as_secs();
     if budget_seconds <= most {
@@ -46,12 +80,160 @@ pub fn effective(budget_seconds: u64, timeout: Option<u64>, source: &str) -> Bud
     Budget {
         seconds: most,
         cut: Some(format!(
-            "budget_seconds = {budget_seconds} cut to {most} s by PrologEpilogTimeout = {t} ({source}): \
-             {:.1} s kept for a drain and the exit, so slurmd never kills the gate",
-            (GRACE + MARGIN).as_secs_f64()
+            "budget_seconds = {budget_seconds} cut to {most} s by {}: {:.1} s kept for a drain and \
+             the exit, so {}",
+            l.said,
+            (GRACE + MARGIN).as_secs_f64(),
+            l.spares
         )),
     }
 }
+
+/// Slurm's `DEFAULT_MSG_TIMEOUT`: slurmctld gives a batch job's launch `BatchStartTimeout` plus
+/// `MessageTimeout`, at most this much of it (`src/slurmctld/job_mgr.c`, `_purge_missing_jobs`,
+/// the same in 22.05, 24.11 and 26.05).
+pub const MESSAGE_TIMEOUT_COUNTED: u64 = 10;
+
+/// How long a batch job's prolog may run before slurmctld may end the job: when the job's node
+/// registers (every 20th ping of SlurmdTimeout/3 s, and on 22.05 at each reconfigure) and the
+/// job has been allocated longer than this without its batch step reported, slurmctld logs
+/// `Batch JobId=N missing from batch node` and ends it (NODE_FAIL; requeued where it may be).
+/// `BatchStartTimeout + min(MessageTimeout, 10)` seconds.
+pub fn batch_start_limit(s: &Settings) -> u64 {
+    s.batch_start_timeout + s.message_timeout.min(MESSAGE_TIMEOUT_COUNTED)
+}
+
+/// Slurm's limits on a run of the gate, each as the gate goes by it ([`stricter`] of this node's
+/// file and the controller's); None: neither source could say.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Limits {
+    pub prolog_epilog: Option<SlurmTimeout>,
+    /// [`batch_start_limit`], with the two settings as the chosen source has them.
+    pub batch_start: Option<(SlurmTimeout, u64, u64)>,
+    pub health_check: Option<SlurmTimeout>,
+}
+
+impl Limits {
+    /// From the file slurmd uses and the controller's answer.
+    pub fn read(file: &Result<Settings, String>, live: &Result<Settings, String>) -> Limits {
+        let on_file = |key: &str, v: fn(&Settings) -> Option<u64>| {
+            file.as_ref()
+                .map(|s| (v(s), s.origin_of(key)))
+                .map_err(Clone::clone)
+        };
+        let on_live = |v: fn(&Settings) -> Option<u64>| live.as_ref().map(v).map_err(Clone::clone);
+        let pet = |s: &Settings| s.prolog_epilog_timeout;
+        let batch = |s: &Settings| Some(batch_start_limit(s));
+        let health = |s: &Settings| s.health_check_timeout;
+        let batch_start = stricter_of(
+            BATCH_START,
+            &on_file("BatchStartTimeout", batch),
+            &on_live(batch),
+        )
+        .and_then(|t| {
+            let from = if t.source == LIVE { live } else { file };
+            let s = from.as_ref().ok()?;
+            Some((t, s.batch_start_timeout, s.message_timeout))
+        });
+        // 26.05's controller may print `HealthCheckTimeout = 0 sec`, which no slurmd runs with:
+        // then the file's (or the default) is the one.
+        let live_health = match live {
+            Ok(s) if s.health_check_timeout.is_none() => Err("not shown".to_string()),
+            l => l.as_ref().map(health).map_err(Clone::clone),
+        };
+        Limits {
+            prolog_epilog: stricter(&on_file("PrologEpilogTimeout", pet), &on_live(pet)),
+            batch_start,
+            health_check: stricter_of(
+                HEALTH_CHECK,
+                &on_file("HealthCheckTimeout", health),
+                &live_health,
+            ),
+        }
+    }
+
+    /// The limits a run in `mode` is held to: the prolog by PrologEpilogTimeout and
+    /// BatchStartTimeout, the epilog by PrologEpilogTimeout, `--recheck` (slurmd's
+    /// HealthCheckProgram, or by hand: one rule) by HealthCheckTimeout.
+    pub fn for_mode(&self, mode: Mode) -> Vec<SlurmLimit> {
+        let mut out = Vec::new();
+        if mode != Mode::Recheck {
+            if let Some(t) = &self.prolog_epilog {
+                out.extend(t.seconds.map(|s| SlurmLimit::prolog_epilog(s, &t.source)));
+            }
+        }
+        if let (Mode::Prolog, Some((t, bst, msg))) = (mode, &self.batch_start) {
+            out.extend(t.seconds.map(|s| SlurmLimit {
+                seconds: s,
+                said: format!(
+                    "BatchStartTimeout = {bst} + MessageTimeout = {msg} (at most \
+                     {MESSAGE_TIMEOUT_COUNTED} counts) = {s} s ({})",
+                    t.source
+                ),
+                spares: "slurmctld never ends a batch job as missing (NODE_FAIL) while its gate \
+                         runs",
+            }));
+        }
+        if let (Mode::Recheck, Some(t)) = (mode, &self.health_check) {
+            out.extend(t.seconds.map(|s| SlurmLimit {
+                seconds: s,
+                said: format!("HealthCheckTimeout = {s} ({})", t.source),
+                spares: "slurmd never kills the recheck (its worker would be left running)",
+            }));
+        }
+        out
+    }
+
+    /// Each limit not known here taken from `s`, the one source there is (the controller's
+    /// settings or the file's, as `s.source` says).
+    pub fn or_from(&self, s: &Settings) -> Limits {
+        let none = Err(String::new());
+        let one = if s.source == LIVE {
+            Limits::read(&none, &Ok(s.clone()))
+        } else {
+            Limits::read(&Ok(s.clone()), &none)
+        };
+        Limits {
+            prolog_epilog: self.prolog_epilog.clone().or(one.prolog_epilog),
+            batch_start: self.batch_start.clone().or(one.batch_start),
+            health_check: self.health_check.clone().or(one.health_check),
+        }
+    }
+
+    /// Every difference between the file and the controller, for the log and `--check-config`.
+    pub fn differences(&self) -> Vec<&str> {
+        [
+            self.prolog_epilog.as_ref(),
+            self.batch_start.as_ref().map(|(t, _, _)| t),
+            self.health_check.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.differs.as_deref())
+        .collect()
+    }
+}
+
+const LIVE: &str = "scontrol show config";
+
+/// What each limit is called and who acts on it, for [`stricter_of`]'s message.
+pub struct LimitName {
+    name: &'static str,
+    acts: &'static str,
+}
+
+const PROLOG_EPILOG: LimitName = LimitName {
+    name: "PrologEpilogTimeout",
+    acts: "slurmd kills the prolog at the value it loaded",
+};
+const BATCH_START: LimitName = LimitName {
+    name: "BatchStartTimeout + MessageTimeout",
+    acts: "slurmctld ends a batch job by the values it loaded",
+};
+const HEALTH_CHECK: LimitName = LimitName {
+    name: "HealthCheckTimeout",
+    acts: "slurmd kills its HealthCheckProgram at the value it loaded",
+};
 
 /// Slurm's `PrologEpilogTimeout` as the gate goes by it ([`stricter`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -74,8 +256,17 @@ pub fn stricter(
     file: &Result<(Option<u64>, String), String>,
     live: &Result<Option<u64>, String>,
 ) -> Option<SlurmTimeout> {
+    stricter_of(PROLOG_EPILOG, file, live)
+}
+
+/// [`stricter`] for any of Slurm's limits (`key` names it in the message).
+pub fn stricter_of(
+    key: LimitName,
+    file: &Result<(Option<u64>, String), String>,
+    live: &Result<Option<u64>, String>,
+) -> Option<SlurmTimeout> {
     let shown = |t: Option<u64>| t.map_or("unset (no limit)".to_string(), |t| format!("{t}"));
-    let live_source = "scontrol show config".to_string();
+    let live_source = LIVE.to_string();
     match (file, live) {
         (Ok((f, at)), Ok(l)) if f == l => Some(SlurmTimeout {
             seconds: *f,
@@ -96,12 +287,13 @@ pub fn stricter(
             Some(SlurmTimeout {
                 seconds,
                 differs: Some(format!(
-                    "PrologEpilogTimeout differs: the controller has {} (scontrol show config), \
-                     this node's slurm.conf {} ({at}): a 'scontrol reconfigure' is pending (or \
-                     this node's file is not the controller's); slurmd kills the prolog at the \
-                     value it loaded, so the gate goes by the stricter, {}",
+                    "{} differs: the controller has {} (scontrol show config), this node's \
+                     slurm.conf {} ({at}): a 'scontrol reconfigure' is pending (or this node's \
+                     file is not the controller's); {}, so the gate goes by the stricter, {}",
+                    key.name,
                     shown(*l),
                     shown(*f),
+                    key.acts,
                     shown(seconds)
                 )),
                 source,
@@ -233,6 +425,119 @@ mod tests {
             Some(Some(9))
         );
         assert_eq!(stricter(&Err("a".into()), &Err("b".into())), None);
+    }
+
+    fn with(bst: u64, msg: u64, pet: Option<u64>, health: Option<u64>, source: &str) -> Settings {
+        Settings {
+            source: source.into(),
+            batch_start_timeout: bst,
+            message_timeout: msg,
+            prolog_epilog_timeout: pet,
+            health_check_timeout: health,
+            ..Settings::default()
+        }
+    }
+
+    /// slurmctld's rule (`_purge_missing_jobs`): BatchStartTimeout plus MessageTimeout, of
+    /// which 10 s at most.
+    #[test]
+    fn a_batch_job_s_launch_gets_batch_start_timeout_and_at_most_10_s_of_message_timeout() {
+        assert_eq!(batch_start_limit(&with(10, 10, None, None, "x")), 20);
+        assert_eq!(batch_start_limit(&with(1, 10, None, None, "x")), 11);
+        assert_eq!(batch_start_limit(&with(1, 60, None, None, "x")), 11);
+        assert_eq!(batch_start_limit(&with(0, 3, None, None, "x")), 3);
+    }
+
+    /// The prolog is held to PrologEpilogTimeout and BatchStartTimeout (the smaller cuts), the
+    /// epilog to PrologEpilogTimeout alone, the recheck to HealthCheckTimeout alone.
+    #[test]
+    fn each_run_is_held_to_its_own_limits_and_the_smallest_cuts() {
+        let live = with(1, 10, Some(60), Some(60), "scontrol show config");
+        let l = Limits::read(&Err("no file".into()), &Ok(live));
+        let b = within(36, &l.for_mode(Mode::Prolog));
+        assert_eq!(b.seconds, 4);
+        let why = b.cut.expect("cut");
+        assert!(
+            why.starts_with(
+                "budget_seconds = 36 cut to 4 s by BatchStartTimeout = 1 + MessageTimeout = 10 \
+                 (at most 10 counts) = 11 s (scontrol show config): 6.5 s kept"
+            ) && why.ends_with(
+                "slurmctld never ends a batch job as missing (NODE_FAIL) while its gate runs"
+            ),
+            "{why}"
+        );
+        let e = within(36, &l.for_mode(Mode::Epilog));
+        assert_eq!(
+            e,
+            Budget {
+                seconds: 36,
+                cut: None
+            }
+        );
+        let r = within(60, &l.for_mode(Mode::Recheck));
+        assert_eq!(r.seconds, 53);
+        assert!(r
+            .cut
+            .expect("cut")
+            .contains("by HealthCheckTimeout = 60 (scontrol show config)"));
+        // PrologEpilogTimeout the stricter: its cut, in its own words.
+        let l = Limits::read(&Err("x".into()), &Ok(with(30, 10, Some(15), None, LIVE)));
+        assert_eq!(
+            within(36, &l.for_mode(Mode::Prolog)),
+            effective(36, Some(15), "scontrol show config")
+        );
+        // Slurm's defaults (10 + 10): the default budget of 30 s is cut to 13.
+        let l = Limits::read(
+            &Ok(Settings {
+                source: "/etc/slurm/slurm.conf".into(),
+                ..Settings::default()
+            }),
+            &Err("down".into()),
+        );
+        assert_eq!(within(30, &l.for_mode(Mode::Prolog)).seconds, 13);
+        assert_eq!(within(13, &l.for_mode(Mode::Prolog)).cut, None);
+        assert_eq!(
+            within(30, &[]),
+            Budget {
+                seconds: 30,
+                cut: None
+            }
+        );
+    }
+
+    /// BatchStartTimeout raised in the file before a reconfigure: slurmctld still goes by the
+    /// controller's, the stricter; 26.05's `HealthCheckTimeout = 0 sec` leaves the file's.
+    #[test]
+    fn the_controller_s_batch_start_timeout_wins_until_the_reconfigure_and_is_said() {
+        let file = Ok(Settings {
+            origin: vec![("BatchStartTimeout".into(), "/etc/slurm/slurm.conf:9".into())],
+            ..with(40, 10, Some(120), Some(45), "/etc/slurm/slurm.conf")
+        });
+        let live = Ok(with(10, 10, Some(120), None, LIVE));
+        let l = Limits::read(&file, &live);
+        let (t, bst, msg) = l.batch_start.clone().expect("known");
+        assert_eq!(
+            (t.seconds, t.source.as_str(), bst, msg),
+            (Some(20), LIVE, 10, 10)
+        );
+        let d = l.differences();
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(
+            d[0].starts_with(
+                "BatchStartTimeout + MessageTimeout differs: the controller has 20 \
+                 (scontrol show config), this node's slurm.conf 50 (/etc/slurm/slurm.conf:9)"
+            ) && d[0].ends_with("stricter, 20"),
+            "{d:?}"
+        );
+        let h = l.health_check.expect("file's");
+        assert_eq!(
+            (h.seconds, h.source.as_str(), h.differs),
+            (Some(45), "/etc/slurm/slurm.conf", None)
+        );
+        assert_eq!(
+            Limits::read(&Err("a".into()), &Err("b".into())),
+            Limits::default()
+        );
     }
 
     #[test]

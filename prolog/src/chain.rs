@@ -4,8 +4,9 @@
 //! the worker config the prolog passes on (valid file, NCCL loadable where the node has GPUs).
 //! Each finding is a problem (the gate would be a no-op or a drain: exit 2) or a note.
 
-use crate::budget::{self, SlurmTimeout, GRACE, MARGIN};
+use crate::budget::{self, Limits, GRACE, MARGIN};
 use crate::config::{GateConfig, GpuPolicy};
+use crate::decide::Mode;
 use crate::slurm_uses::INSTALLED;
 use nccl_check_contract::check_line::{CheckProblem, CheckProblemKind};
 use nccl_check_host::slurm_config::{Settings, Sources};
@@ -81,9 +82,9 @@ pub struct SlurmView<'a> {
     /// The settings there are (the controller's, else the file in use); None: none, `why`.
     pub settings: Option<&'a Settings>,
     pub why: &'a str,
-    /// `PrologEpilogTimeout` as the gate goes by it at run time ([`budget::stricter`] of the
-    /// file and the controller); None: neither could be read.
-    pub timeout: Option<SlurmTimeout>,
+    /// Slurm's limits as the gate goes by them at run time ([`budget::stricter`] of the file
+    /// and the controller, each); a None among them: taken from `settings`.
+    pub limits: Limits,
     /// The slurm.conf in use when `settings` are the controller's: its entries are what the
     /// next reconfigure gives slurmd.
     pub file: Option<&'a Settings>,
@@ -108,13 +109,13 @@ pub fn slurm(c: &GateConfig, v: &SlurmView, file: &Path) -> Findings {
         return f;
     };
     // The gate's own reading, so what is said here is what the next run does.
-    let (timeout, source) = match &v.timeout {
+    let limits = v.limits.or_from(s);
+    let (timeout, source) = match &limits.prolog_epilog {
         Some(t) => (t.seconds, t.source.clone()),
         None => (s.prolog_epilog_timeout, s.source.clone()),
     };
-    if let Some(d) = v.timeout.as_ref().and_then(|t| t.differs.as_ref()) {
-        f.notes.push(d.clone());
-    }
+    f.notes
+        .extend(limits.differences().into_iter().map(str::to_string));
     let b = budget::effective(c.budget_seconds, timeout, &source);
     let runs_at = gate_entries(s, v.root);
     match (&b.cut, timeout) {
@@ -148,6 +149,15 @@ pub fn slurm(c: &GateConfig, v: &SlurmView, file: &Path) -> Findings {
             c.budget_seconds
         )),
     }
+    batch_start(c, &limits, b.seconds, file, &mut f);
+    if s.health_check_running(
+        &Path::new(INSTALLED).with_file_name("nccl-check-recheck"),
+        v.root,
+    )
+    .is_some()
+    {
+        health_check(c, &limits, &mut f);
+    }
     f.problems.extend(
         s.entry_problems(Path::new(INSTALLED), v.root)
             .into_iter()
@@ -178,6 +188,75 @@ pub fn slurm(c: &GateConfig, v: &SlurmView, file: &Path) -> Findings {
         ));
     }
     f
+}
+
+/// The prolog's cut below BatchStartTimeout ([`budget::batch_start_limit`]), as the gate makes
+/// it at every prolog run; `after_timeout`: the budget PrologEpilogTimeout leaves.
+fn batch_start(c: &GateConfig, limits: &Limits, after_timeout: u64, file: &Path, f: &mut Findings) {
+    let Some((t, bst, msg)) = &limits.batch_start else {
+        return;
+    };
+    let Some(limit) = t.seconds else {
+        return;
+    };
+    let b = budget::within(c.budget_seconds, &limits.for_mode(Mode::Prolog));
+    let counted = (*msg).min(budget::MESSAGE_TIMEOUT_COUNTED);
+    // The smallest BatchStartTimeout that leaves budget_seconds as written.
+    let needed = ((Duration::from_secs(c.budget_seconds) + GRACE + MARGIN)
+        .as_secs_f64()
+        .ceil() as u64)
+        .saturating_sub(counted);
+    let what = "slurmctld ends a batch job whose prolog has run longer than that when the job's \
+                node registers (every 20th ping, SlurmdTimeout/3 s apart; on 22.05 also at each \
+                'scontrol reconfigure') as missing, NODE_FAIL, requeued where it may be";
+    match &b.cut {
+        Some(why) if b.seconds < after_timeout && b.seconds == 0 => f.problems.push(NotReady::new(
+            Effect::Unchecked,
+            format!(
+                "{why}: no time is left for a check in the prolog, so every job's check ends in \
+                 ERROR at once (not drained); raise BatchStartTimeout to {needed} or more"
+            ),
+        )),
+        Some(why) if b.seconds < after_timeout => f.notes.push(format!(
+            "{why}. The prolog gate gets {} s ({what}): a slower check ends in the gate's ERROR \
+             (not drained). Set budget_seconds <= {} in {} or raise BatchStartTimeout to {needed} \
+             to have the budget as written",
+            b.seconds,
+            b.seconds,
+            file.display()
+        )),
+        _ => f.notes.push(format!(
+            "BatchStartTimeout = {bst} + MessageTimeout = {msg} (at most {} counts) = {limit} s \
+             ({}): {what}; the prolog gate's {} s fit",
+            budget::MESSAGE_TIMEOUT_COUNTED,
+            t.source,
+            b.seconds
+        )),
+    }
+}
+
+/// The recheck's cut below HealthCheckTimeout, where HealthCheckProgram runs it.
+fn health_check(c: &GateConfig, limits: &Limits, f: &mut Findings) {
+    let Some(t) = limits
+        .health_check
+        .as_ref()
+        .and_then(|t| t.seconds.map(|s| (s, t)))
+    else {
+        return;
+    };
+    let b = budget::within(c.budget_seconds, &limits.for_mode(Mode::Recheck));
+    f.notes.push(match &b.cut {
+        Some(why) => format!(
+            "{why}. Each recheck (HealthCheckProgram) gets {} s: a slower one ends in ERROR, \
+             nothing drained or resumed",
+            b.seconds
+        ),
+        None => format!(
+            "HealthCheckTimeout = {} ({}): each recheck (HealthCheckProgram) gets its \
+             budget_seconds = {} s",
+            t.0, t.1.source, c.budget_seconds
+        ),
+    });
 }
 
 /// The file's Prolog=/Epilog= when they are not the controller's: what the next reconfigure
@@ -231,8 +310,8 @@ pub struct SlurmRead {
     pub file: Option<Settings>,
     /// Why there are no settings.
     pub why: String,
-    /// `PrologEpilogTimeout` as the controller has it, or why it is not known.
-    pub live_timeout: Result<Option<u64>, String>,
+    /// The controller's settings, or why there are none.
+    pub live: Result<Settings, String>,
     /// The layout's problems: a local slurm.conf shadowing a configless cache.
     pub problems: Vec<NotReady>,
     pub notes: Vec<String>,
@@ -258,10 +337,7 @@ pub fn read_slurm(c: &GateConfig, slurm_conf: Option<&str>) -> SlurmRead {
         settings: s.effective().cloned(),
         file: s.live.as_ref().and(s.files.first().cloned()),
         why,
-        live_timeout: match &s.live {
-            Some(l) => Ok(l.prolog_epilog_timeout),
-            None => Err(live_error),
-        },
+        live: s.live.clone().ok_or(live_error),
         problems: s
             .notes
             .iter()
@@ -408,7 +484,7 @@ mod tests {
         SlurmView {
             settings: s,
             why,
-            timeout: None,
+            limits: Limits::default(),
             file: None,
             root: Path::new("/nonexistent-root"),
         }
@@ -438,10 +514,13 @@ mod tests {
         // The file raised to 60 before a reconfigure: the controller's 15 is what slurmd
         // has, the stricter; the cut is the same and the pending reconfigure is said.
         let v = SlurmView {
-            timeout: budget::stricter(
-                &Ok((Some(60), "/run/slurm/conf/slurm.conf:4".into())),
-                &Ok(Some(15)),
-            ),
+            limits: Limits {
+                prolog_epilog: budget::stricter(
+                    &Ok((Some(60), "/run/slurm/conf/slurm.conf:4".into())),
+                    &Ok(Some(15)),
+                ),
+                ..Limits::default()
+            },
             ..view(Some(&s15), "")
         };
         let f = slurm(&c, &v, file);
@@ -462,6 +541,93 @@ mod tests {
         assert!(slurm(&c, &view(Some(&s_unset), ""), file)
             .problems
             .is_empty());
+    }
+
+    /// The prolog's cut below BatchStartTimeout (+ MessageTimeout, at most 10) is said with
+    /// the value that gives the budget back; none left is NOT READY (every check an ERROR); a
+    /// budget that fits says so. The recheck's HealthCheckTimeout, where HealthCheckProgram
+    /// runs it.
+    #[test]
+    fn a_budget_above_batch_start_timeout_is_said_as_the_prolog_cuts_it() {
+        let file = Path::new("/etc/nccl-check/prolog.toml");
+        let c = GateConfig {
+            budget_seconds: 36,
+            gpus: GpuPolicy::All,
+            ..GateConfig::default()
+        };
+        let s = Settings {
+            batch_start_timeout: 1,
+            health_check_program: Some("/usr/sbin/nccl-check-recheck".into()),
+            ..settings(Some(60), &[])
+        };
+        let f = slurm(&c, &view(Some(&s), ""), file);
+        assert!(f.problems.is_empty(), "{f:?}");
+        let n = f
+            .notes
+            .iter()
+            .find(|n| n.contains("BatchStartTimeout"))
+            .expect("said");
+        assert!(
+            n.starts_with(
+                "budget_seconds = 36 cut to 4 s by BatchStartTimeout = 1 + MessageTimeout = 10"
+            ) && n.contains("The prolog gate gets 4 s")
+                && n.contains("missing, NODE_FAIL")
+                && n.contains("raise BatchStartTimeout to 33 to have the budget as written"),
+            "{n}"
+        );
+        // The epilog is not held to it: the PrologEpilogTimeout line gives the whole budget.
+        assert!(
+            f.notes[0].contains("gets its budget_seconds = 36 s"),
+            "{f:?}"
+        );
+        let h = f
+            .notes
+            .iter()
+            .find(|n| n.contains("HealthCheckTimeout"))
+            .expect("said");
+        assert!(
+            h.starts_with("HealthCheckTimeout = 60 (scontrol show config): each recheck"),
+            "{h}"
+        );
+        let fits = Settings {
+            batch_start_timeout: 33,
+            ..s.clone()
+        };
+        let f = slurm(&c, &view(Some(&fits), ""), file);
+        assert!(
+            f.notes.iter().any(|n| n.starts_with(
+                "BatchStartTimeout = 33 + MessageTimeout = 10 (at most 10 counts) = 43 s (scontrol show config)"
+            ) && n.ends_with("the prolog gate's 36 s fit")),
+            "{f:?}"
+        );
+        let none = Settings {
+            batch_start_timeout: 0,
+            message_timeout: 3,
+            ..s.clone()
+        };
+        let f = slurm(&c, &view(Some(&none), ""), file);
+        assert_eq!(f.problems.len(), 1, "{f:?}");
+        assert!(
+            f.problems[0].effect == Effect::Unchecked
+                && f.problems[0].contains("no time is left for a check in the prolog")
+                && f.problems[0].contains("raise BatchStartTimeout to 40 or more"),
+            "{f:?}"
+        );
+        let long = GateConfig {
+            budget_seconds: 90,
+            ..c.clone()
+        };
+        let fits = Settings {
+            batch_start_timeout: 100,
+            ..s.clone()
+        };
+        let f = slurm(&long, &view(Some(&fits), ""), file);
+        assert!(
+            f.notes.iter().any(|n| n.starts_with(
+                "budget_seconds = 90 cut to 53 s by HealthCheckTimeout = 60 (scontrol show config)"
+            ) && n.contains("Each recheck (HealthCheckProgram) gets 53 s")),
+            "{f:?}"
+        );
     }
 
     #[test]

@@ -190,11 +190,11 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
     }
     let read = crate::chain::read_slurm(&cfg, slurm_conf);
     let root = Path::new("/");
-    let file_timeout = nccl_check_host::slurm_config::prolog_epilog_timeout_now(root, slurm_conf);
+    let in_file = nccl_check_host::slurm_config::settings_now(root, slurm_conf);
     let view = crate::chain::SlurmView {
         settings: read.settings.as_ref(),
         why: &read.why,
-        timeout: crate::budget::stricter(&file_timeout, &read.live_timeout),
+        limits: crate::budget::Limits::read(&in_file, &read.live),
         file: read.file.as_ref(),
         root,
     };

@@ -156,11 +156,7 @@ fn run(cli: Cli) -> i32 {
     let mut log = Log::open(&cfg.syslog_facility, &cfg.syslog_socket, cli.dry_run);
     // The budget counts from here: asking the controller for its timeout is part of the run.
     let start = std::time::Instant::now();
-    let (cfg, budget_cut) = if mode == Mode::Recheck {
-        (cfg, None)
-    } else {
-        within_slurm_timeout(cfg, &facts, &mut log)
-    };
+    let (cfg, budget_cut) = within_slurm_timeout(cfg, &facts, mode, &mut log);
     gate::Gate {
         cfg: &cfg,
         facts: &facts,
@@ -178,40 +174,40 @@ fn run(cli: Cli) -> i32 {
     .run()
 }
 
-/// How long the controller is asked for its PrologEpilogTimeout at each run: within the time
-/// [`budget::MARGIN`] keeps free below the timeout, and counted in the budget.
-const LIVE_TIMEOUT_WAIT: Duration = Duration::from_secs(2);
+/// How long the controller is asked for its settings at each run: within the time
+/// [`budget::MARGIN`] keeps free below the limits, and counted in the budget.
+const LIVE_SETTINGS_WAIT: Duration = Duration::from_secs(2);
 
-/// The config with `budget_seconds` cut below the `PrologEpilogTimeout` slurmd on this node has
-/// now ([`budget::effective`]): the stricter of its slurm.conf (a configless node's cache, which
-/// a reconfigure rewrites) and the controller's ([`budget::stricter`]), so a timeout raised in the
-/// file before `scontrol reconfigure` does not give the gate time slurmd will not. Neither
-/// readable: the budget as written.
+/// The config with `budget_seconds` cut below the limits Slurm holds this run to
+/// ([`budget::Limits::for_mode`]: PrologEpilogTimeout, for the prolog BatchStartTimeout, for
+/// `--recheck` HealthCheckTimeout), each the stricter of the slurm.conf slurmd uses (a configless
+/// node's cache, which a reconfigure rewrites) and the controller's ([`budget::stricter`]), so a
+/// timeout raised in the file before `scontrol reconfigure` does not give the gate time Slurm
+/// will not. Neither readable: the budget as written.
 fn within_slurm_timeout(
     cfg: GateConfig,
     facts: &Facts,
+    mode: Mode,
     log: &mut Log,
 ) -> (GateConfig, Option<String>) {
     let conf = facts.slurm_conf.as_deref();
-    let file = nccl_check_host::slurm_config::prolog_epilog_timeout_now(Path::new("/"), conf);
-    let live = nccl_check_host::slurm_config::prolog_epilog_timeout_live(
-        &cfg.scontrol,
-        conf,
-        LIVE_TIMEOUT_WAIT,
-    );
-    let Some(t) = budget::stricter(&file, &live) else {
+    let file = nccl_check_host::slurm_config::settings_now(Path::new("/"), conf);
+    let live =
+        nccl_check_host::slurm_config::settings_live(&cfg.scontrol, conf, LIVE_SETTINGS_WAIT);
+    let limits = budget::Limits::read(&file, &live);
+    if limits.prolog_epilog.is_none() {
         log.info(&format!(
-            "PrologEpilogTimeout unknown ({}; {}): budget_seconds = {} as written",
+            "Slurm's limits unknown ({}; {}): budget_seconds = {} as written",
             file.err().unwrap_or_default(),
             live.err().unwrap_or_default(),
             cfg.budget_seconds
         ));
         return (cfg, None);
-    };
-    if let Some(why) = &t.differs {
+    }
+    for why in limits.differences() {
         log.warn(&format!("{}: {why}", facts.node));
     }
-    let b = budget::effective(cfg.budget_seconds, t.seconds, &t.source);
+    let b = budget::within(cfg.budget_seconds, &limits.for_mode(mode));
     if let Some(why) = &b.cut {
         log.warn(&format!("{}: {why}", facts.node));
     }

@@ -105,7 +105,16 @@ if [ -n "${NCCL_CHECK_FAKE_NVML_SO:-}" ]; then
 else
     cc -shared -fPIC -o "$T/nvml/libnvidia-ml.so.1" "$REPO/prolog/tests/data/fake-nvml.c" || { say "cc fake-nvml.c failed"; exit 1; }
 fi
-printf '#!/bin/sh\n[ -e %s ] && export LD_LIBRARY_PATH=%s\nexec %s --config %s\n' \
+# A test that creates $T/slow/NODE makes the wrapper a slow site prolog on that node first: it
+# waits (at most 40 s) while the file stands, then records the job and runs the gate.
+printf '#!/bin/sh
+if [ -e %s/"$SLURMD_NODENAME" ]; then
+    i=0; while [ -e %s/"$SLURMD_NODENAME" ] && [ $i -lt 80 ]; do sleep 0.5; i=$((i + 1)); done
+    echo "$SLURM_JOB_ID" >> %s
+fi
+[ -e %s ] && export LD_LIBRARY_PATH=%s
+exec %s --config %s
+' "$T/slow" "$T/slow" "$T/slow-ended" \
     "$T/nvml-on" "$T/nvml" "$T/bin/nccl-check-prolog" "$CONF" > "$T/bin/prolog.sh"
 chmod 755 "$T/bin/prolog.sh"
 # Epilog=: the same binary, told apart by SLURM_SCRIPT_CONTEXT=epilog_slurmd (which slurmd sets;
@@ -151,7 +160,7 @@ wait_done() { # JOB SECONDS: until the job left the queue
 ran_on() { cat "$T/work/job-$1.out" 2>/dev/null | sed -n 's/^ran on //p'; }
 reset() { # every node resumed and idle, no state, every node passes
     scontrol update nodename=n1,n2 state=resume >/dev/null 2>&1
-    rm -rf "$T/state" "$T/mode"/* "$T/metrics"/* "$T/bin/data" "$T/faults" "$T/epilog-on" "$T/nvml-on" && : > "$MARKER"
+    rm -rf "$T/state" "$T/mode"/* "$T/metrics"/* "$T/bin/data" "$T/faults" "$T/epilog-on" "$T/nvml-on" "$T/slow" "$T/slow-ended" && : > "$MARKER"
     # fault_root: a kernel log without records and no PCI devices, unless a test fills it (no
     # kernel log at all is said as unreadable on every run: prolog/tests/faults.rs tests that).
     mkdir -p "$T/faults/dev" && : > "$T/faults/dev/kmsg"
@@ -787,6 +796,52 @@ t_a_timeout_raised_in_the_file_before_a_reconfigure() {
     slurm_conf_restore
 }
 
+# Issue 46, item 3: BatchStartTimeout, measured. slurmctld checks a batch job's launch only when
+# the job's node registers (every 20th ping, a ping every SlurmdTimeout/3 s: here SlurmdTimeout=3,
+# about every 20 s; on 22.05 also at each reconfigure): a batch job whose batch step is not
+# running BatchStartTimeout + MessageTimeout (at most 10 s) after it started is "missing from
+# batch node" and ended by node failure, requeued; the node is not drained. Here 1 + 10 = 11 s.
+# n1: a slow site prolog ($T/slow/n1, until the test removes it) under a batch job A (ended and
+# requeued: Slurm's side) and an srun job S (PrologFlags=Alloc: srun waits, the job runs); n2:
+# the gate alone, its worker hung, budget_seconds = 36, under a batch job G. The gate cuts its
+# prolog below the 11 s (to 4 s), so G runs; the old gate ran the 36 s and G was ended as A is.
+t_a_prolog_longer_than_batch_start_timeout() {
+    slurm_conf_edit '$a BatchStartTimeout=1\nSlurmdTimeout=3'
+    slurm_conf_shows '^BatchStartTimeout *= 1 sec'
+    slurm_conf_shows '^SlurmdTimeout *= 3 sec'
+    conf "budget_seconds = 36"
+    mode n2 hang
+    mkdir -p "$T/slow" && : > "$T/slow/n1"
+    local ctld d1 a g sp t0=$SECONDS
+    ctld=$(wc -l < "$CL/log/slurmctld.log"); d1=$(wc -l < "$CL/log/slurmd-n1.log")
+    a=$(submit -w n1) && g=$(submit -w n2) || { fail "sbatch"; rm -f "$T/slow/n1"; slurm_conf_restore; return; }
+    timeout 70 srun -w n1 -N1 -n1 sh -c 'echo "ran on $SLURMD_NODENAME"' >"$T/work/srun.out" 2>"$T/work/srun.err" &
+    sp=$!
+    new_ctld() { tail -n +"$((ctld + 1))" "$CL/log/slurmctld.log"; }
+    timeout 45 bash -c "until tail -n +$((ctld + 1)) '$CL/log/slurmctld.log' | grep -q 'JobId=$a missing'; do sleep 0.5; done" \
+        || fail "job $a (slow site prolog) was not ended as missing in 45 s: $(new_ctld | grep -v debug | tail -5)"
+    local killed=$((SECONDS - t0))
+    rm -f "$T/slow/n1"
+    wait "$sp"; local src=$?
+    timeout 30 bash -c "until grep -Eq '(Job |JobId=)$a( SLUID=[^ ]*)? already killed' '$CL/log/slurmd-n1.log'; do sleep 0.5; done"
+    new_ctld | grep -q "Batch JobId=$a missing from batch node n1 (not found BatchStartTime after startup), Requeuing job" \
+        && new_ctld | grep -q "requeue JobId=$a due to node failure" \
+        || fail "slurmctld on job $a: $(new_ctld | grep "JobId=$a" | tr '\n' '|')"
+    scontrol show job -o "$a" | grep -q 'Restarts=1' || fail "job $a was not requeued: $(scontrol show job -o "$a" | grep -o 'JobState=[^ ]*\|Restarts=[^ ]*' | tr '\n' ' ')"
+    tail -n +"$((d1 + 1))" "$CL/log/slurmd-n1.log" | grep -Eq "(Job |JobId=)$a( SLUID=[^ ]*)? already killed, do not launch batch job" \
+        || fail "slurmd n1 launched job $a's script: $(tail -n +"$((d1 + 1))" "$CL/log/slurmd-n1.log" | grep -i "prolog\|launch" | tail -5 | tr '\n' '|')"
+    drained n1 && fail "n1 drained: '$(reason_of n1)'"
+    [ "$src" = 0 ] && grep -q '^ran on n1$' "$T/work/srun.out" || fail "srun (Alloc) under the same prolog: rc $src, $(cat "$T/work/srun.out" "$T/work/srun.err")"
+    wait_done "$g" 30
+    [ "$(ran_on "$g")" = n2 ] || fail "job $g (the gate, hung) did not run on n2: $(new_ctld | grep "JobId=$g" | tr '\n' '|')"
+    new_ctld | grep -q "JobId=$g missing" && fail "job $g was ended as missing: the gate outlasted BatchStartTimeout"
+    grep -q "ERROR job $g on n2: .*budget of 4 s.*(budget_seconds = 36 cut to 4 s by BatchStartTimeout = 1 + MessageTimeout = 10 (at most 10 counts) = 11 s ($CL/slurm.conf:[0-9]*)" "$T/state/n2/gate.json" \
+        || fail "gate.json n2: $(cat "$T/state/n2/gate.json" 2>&1)"
+    say "job $a ended as missing $killed s after submission; srun rc $src; job $g ran on n2"
+    scancel "$a" 2>/dev/null; wait_done "$a" 30
+    slurm_conf_restore
+}
+
 # Issue 46, S2: --check-config said ready when no Slurm configuration could be read at all, and
 # when a local /etc/slurm/slurm.conf (no ClusterName: scontrol, srun and sinfo fail on the node)
 # shadows a configless node's cache.
@@ -879,6 +934,7 @@ run_test "budget_seconds above PrologEpilogTimeout (Include'd, lowered live): a 
 run_test "--check-config: a Prolog= typo on the controller is NOT READY; the epilog gate is shown" t_check_config_names_a_prolog_entry_slurm_cannot_run
 run_test "a Prolog= glob whose only file is the gate: the refusal says to remove the line too; the glob left empty is NOT READY and drains the next job" t_a_glob_whose_only_file_is_the_gate
 run_test "PrologEpilogTimeout raised in the file before a reconfigure: the controller's stricter value cuts the budget, slurmd drains nothing" t_a_timeout_raised_in_the_file_before_a_reconfigure
+run_test "a prolog longer than BatchStartTimeout (+ MessageTimeout): slurmctld ends the batch job as missing at the node's registration and requeues it, srun (Alloc) runs, nothing drains; the gate ends first" t_a_prolog_longer_than_batch_start_timeout
 run_test "--check-config: no Slurm configuration at all, or a local slurm.conf shadowing the configless cache, is NOT READY" t_no_slurm_config_or_a_shadowing_slurm_conf_is_not_ready
 run_test "a closed pipe (| head -1): --check-config keeps exit 2, --recheck --dry-run, the worker and nccl-check-plugstack never panic" t_a_closed_pipe_keeps_the_exit_code_and_never_panics
 run_test "another user's busy loops of no job and another job's busy task beside a starting job never drain; named by listpids, the comm escaped" t_another_users_busy_cpus_never_drain
@@ -1007,7 +1063,7 @@ if [ -z "$FILTER" ] || [[ "a shared node" == *"$FILTER"* ]]; then
 fi
 
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 28 ]; then
-    say "only $STARTED of 28 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 29 ]; then
+    say "only $STARTED of 29 tests ran"; exit 1
 fi
 exit 0

@@ -18,7 +18,7 @@ use std::time::Duration;
 const NO_VAL16: u64 = 65534;
 
 /// The settings this project depends on, from one source.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// `scontrol show config`, or the file (with `file:line` per setting in `origin`).
     pub source: String,
@@ -31,13 +31,53 @@ pub struct Settings {
     pub slurmd_spool_dir: Option<String>,
     /// `HealthCheckProgram` (one program; the package ships `nccl-check-recheck` for it).
     pub health_check_program: Option<String>,
+    /// `BatchStartTimeout` (seconds; Slurm's default 10 when not set).
+    pub batch_start_timeout: u64,
+    /// `MessageTimeout` (seconds; default 10).
+    pub message_timeout: u64,
+    /// `HealthCheckTimeout` (26.05+; default 60). Before 26.05 there is no such setting and
+    /// slurmd kills the health check at a fixed 60 s, the same number. None: the controller
+    /// printed `0 sec` (seen on Debian sid's 26.05), which slurmd never runs with.
+    pub health_check_timeout: Option<u64>,
     /// Where each setting came from, for messages (`Prolog: /etc/slurm/conf.d/x.conf:3`).
     pub origin: Vec<(String, String)>,
+}
+
+/// Nothing read yet, the timeouts at Slurm's defaults.
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            source: String::new(),
+            prologs: Vec::new(),
+            epilogs: Vec::new(),
+            prolog_epilog_timeout: None,
+            prolog_flags: Vec::new(),
+            gres_types: Vec::new(),
+            slurmd_spool_dir: None,
+            health_check_program: None,
+            batch_start_timeout: DEFAULT_BATCH_START_TIMEOUT,
+            message_timeout: DEFAULT_MESSAGE_TIMEOUT,
+            health_check_timeout: Some(DEFAULT_HEALTH_CHECK_TIMEOUT),
+            origin: Vec::new(),
+        }
+    }
 }
 
 fn timeout_value(v: &str) -> Option<u64> {
     let n: u64 = v.split_whitespace().next()?.parse().ok()?;
     (n != NO_VAL16 && n != 0).then_some(n)
+}
+
+/// Slurm's defaults for the timeouts read here (`read_config.h`: DEFAULT_BATCH_START_TIMEOUT,
+/// DEFAULT_MSG_TIMEOUT; slurm.conf(5) for HealthCheckTimeout).
+pub const DEFAULT_BATCH_START_TIMEOUT: u64 = 10;
+pub const DEFAULT_MESSAGE_TIMEOUT: u64 = 10;
+pub const DEFAULT_HEALTH_CHECK_TIMEOUT: u64 = 60;
+
+/// A number of seconds as Slurm prints it (`10 sec`) or as slurm.conf has it (`10`); 0 is a
+/// value here (`BatchStartTimeout=0` is allowed).
+fn seconds_value(v: &str) -> Option<u64> {
+    v.split_whitespace().next()?.parse().ok()
 }
 
 impl Settings {
@@ -54,6 +94,19 @@ impl Settings {
                 .get("HealthCheckProgram")
                 .filter(|v| v.starts_with('/'))
                 .map(str::to_string),
+            batch_start_timeout: c
+                .get("BatchStartTimeout")
+                .and_then(seconds_value)
+                .unwrap_or(DEFAULT_BATCH_START_TIMEOUT),
+            message_timeout: c
+                .get("MessageTimeout")
+                .and_then(seconds_value)
+                .unwrap_or(DEFAULT_MESSAGE_TIMEOUT),
+            // Absent before 26.05: the fixed 60 s of those releases.
+            health_check_timeout: match c.get("HealthCheckTimeout").map(seconds_value) {
+                None => Some(DEFAULT_HEALTH_CHECK_TIMEOUT),
+                Some(t) => t.filter(|t| *t > 0),
+            },
             origin: Vec::new(),
         }
     }
@@ -81,13 +134,33 @@ impl Settings {
             .get("PrologFlags")
             .map(|(v, _)| show::split_list(&v))
             .unwrap_or_default();
+        let prolog_epilog_timeout = c.get("PrologEpilogTimeout").and_then(|(v, l)| {
+            origin.push((
+                "PrologEpilogTimeout".to_string(),
+                format!("{}:{}", l.file.display(), l.line),
+            ));
+            timeout_value(&v)
+        });
+        let mut seconds = |key: &str, default: u64| -> u64 {
+            let Some((v, l)) = c.get(key) else {
+                return default;
+            };
+            origin.push((key.to_string(), format!("{}:{}", l.file.display(), l.line)));
+            seconds_value(&v).unwrap_or(default)
+        };
+        let batch_start_timeout = seconds("BatchStartTimeout", DEFAULT_BATCH_START_TIMEOUT);
+        let message_timeout = seconds("MessageTimeout", DEFAULT_MESSAGE_TIMEOUT);
+        // Slurm resets 0 to the default ("A value of 0 is not allowed").
+        let health_check_timeout = match seconds("HealthCheckTimeout", DEFAULT_HEALTH_CHECK_TIMEOUT)
+        {
+            0 => DEFAULT_HEALTH_CHECK_TIMEOUT,
+            t => t,
+        };
         Settings {
             source: c.main.display().to_string(),
             prologs,
             epilogs,
-            prolog_epilog_timeout: c
-                .get("PrologEpilogTimeout")
-                .and_then(|(v, _)| timeout_value(&v)),
+            prolog_epilog_timeout,
             prolog_flags,
             gres_types: c
                 .get("GresTypes")
@@ -95,8 +168,20 @@ impl Settings {
                 .unwrap_or_default(),
             slurmd_spool_dir: c.get("SlurmdSpoolDir").map(|(v, _)| v),
             health_check_program,
+            batch_start_timeout,
+            message_timeout,
+            health_check_timeout: Some(health_check_timeout),
             origin,
         }
+    }
+
+    /// Where `key` was set (`file:line`), else this source (the file, or `scontrol show
+    /// config`).
+    pub fn origin_of(&self, key: &str) -> String {
+        self.origin
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map_or_else(|| self.source.clone(), |(_, o)| o.clone())
     }
 
     pub fn has_prolog_flag(&self, flag: &str) -> bool {
@@ -445,37 +530,35 @@ pub fn in_use(
     }
 }
 
-/// `PrologEpilogTimeout` as slurmd on this node has it now, read from the slurm.conf it uses
-/// (with its includes; a configless node's cache, which slurmd rewrites at each reconfigure) with
-/// no call to the controller: the prolog asks it at every run. `Ok((None, _))`: unset (no
-/// limit); the string says where it came from. Err: no slurm.conf could be read.
-pub fn prolog_epilog_timeout_now(
-    root: &Path,
-    slurm_conf: Option<&str>,
-) -> Result<(Option<u64>, String), String> {
+/// The settings of the slurm.conf slurmd on this node uses now (with its includes; a configless
+/// node's cache, which slurmd rewrites at each reconfigure), with no call to the controller: the
+/// prolog reads it at every run. Err: no slurm.conf could be read.
+pub fn settings_now(root: &Path, slurm_conf: Option<&str>) -> Result<Settings, String> {
     let all = files::candidates(root, slurm_conf, &[]);
     let (path, _) = in_use(root, slurm_conf, &all);
     let path = path.ok_or_else(|| "no slurm.conf found on this node".to_string())?;
     let conf = files::read(&path).map_err(|e| e.to_string())?;
-    Ok(match conf.get("PrologEpilogTimeout") {
-        Some((v, l)) => (
-            timeout_value(&v),
-            format!("{}:{}", l.file.display(), l.line),
-        ),
-        None => (None, conf.main.display().to_string()),
-    })
+    Ok(Settings::from_file(&conf))
 }
 
-/// `PrologEpilogTimeout` as the controller has it (`scontrol show config`, bounded by
-/// `deadline`): what slurmd has too since the last `scontrol reconfigure`, whatever the files say
-/// now. `Ok(None)`: unset (no limit).
-pub fn prolog_epilog_timeout_live(
+/// The controller's settings (`scontrol show config`, bounded by `deadline`): what slurmd and
+/// slurmctld have since the last `scontrol reconfigure`, whatever the files say now.
+pub fn settings_live(
     scontrol: &Path,
     slurm_conf: Option<&str>,
     deadline: Duration,
-) -> Result<Option<u64>, String> {
-    scontrol_show_config(scontrol, slurm_conf, deadline)
-        .map(|c| c.get("PrologEpilogTimeout").and_then(timeout_value))
+) -> Result<Settings, String> {
+    scontrol_show_config(scontrol, slurm_conf, deadline).map(|c| Settings::from_show(&c))
+}
+
+/// `PrologEpilogTimeout` as slurmd on this node has it now ([`settings_now`]). `Ok((None, _))`:
+/// unset (no limit); the string says where it came from (`file:line`, else the file).
+pub fn prolog_epilog_timeout_now(
+    root: &Path,
+    slurm_conf: Option<&str>,
+) -> Result<(Option<u64>, String), String> {
+    settings_now(root, slurm_conf)
+        .map(|s| (s.prolog_epilog_timeout, s.origin_of("PrologEpilogTimeout")))
 }
 
 impl Sources {
@@ -580,6 +663,69 @@ mod tests {
             assert_eq!(s.prolog_epilog_timeout, None, "{mm}: unset = no limit");
             assert_eq!(s.entries_running(prog, Path::new("/")).len(), 1, "{mm}");
         }
+    }
+
+    /// BatchStartTimeout and MessageTimeout as every major prints them (`10 sec`); no
+    /// HealthCheckTimeout before 26.05 is Slurm's fixed 60 s; 26.05's `0 sec` is not a value
+    /// slurmd runs with (unknown).
+    #[test]
+    fn every_major_s_output_gives_the_batch_start_message_and_health_check_timeouts() {
+        for mm in ["22.05", "24.11", "26.05"] {
+            let s = Settings::from_show(&ShowConfig::parse(&data(&format!("{mm}-single.txt"))));
+            assert_eq!((s.batch_start_timeout, s.message_timeout), (10, 10), "{mm}");
+            let health = if mm == "26.05" { None } else { Some(60) };
+            assert_eq!(s.health_check_timeout, health, "{mm}");
+        }
+        let s = Settings::from_show(&ShowConfig::parse(
+            "BatchStartTimeout       = 0 sec\nMessageTimeout          = 30 sec\n\
+             HealthCheckTimeout      = 20 sec\n",
+        ));
+        assert_eq!(
+            (
+                s.batch_start_timeout,
+                s.message_timeout,
+                s.health_check_timeout
+            ),
+            (0, 30, Some(20))
+        );
+    }
+
+    /// In a slurm.conf: each value with its file:line; unset are Slurm's defaults; a
+    /// HealthCheckTimeout of 0 is reset to 60 as Slurm does.
+    #[test]
+    fn the_file_s_timeouts_come_with_their_lines_and_slurm_s_defaults() {
+        let d = scratch_dir("slurm-config-timeouts");
+        std::fs::create_dir_all(d.join("etc/slurm")).expect("mkdir");
+        let conf = d.join("etc/slurm/slurm.conf");
+        std::fs::write(
+            &conf,
+            "ClusterName=c\nBatchStartTimeout=1\nHealthCheckTimeout=0\nPrologEpilogTimeout=90\n",
+        )
+        .expect("w");
+        let s = settings_now(&d, None).expect("read");
+        assert_eq!(
+            (
+                s.batch_start_timeout,
+                s.message_timeout,
+                s.health_check_timeout
+            ),
+            (1, 10, Some(60))
+        );
+        assert!(s
+            .origin_of("BatchStartTimeout")
+            .ends_with("etc/slurm/slurm.conf:2"));
+        assert!(s.origin_of("PrologEpilogTimeout").ends_with("slurm.conf:4"));
+        assert_eq!(s.origin_of("MessageTimeout"), s.source, "unset: the file");
+        std::fs::write(&conf, "ClusterName=c\n").expect("w");
+        let s = settings_now(&d, None).expect("read");
+        assert_eq!(
+            s,
+            Settings {
+                source: s.source.clone(),
+                ..Settings::default()
+            }
+        );
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]
