@@ -29,6 +29,8 @@ pub struct StepBudget {
     pub seconds: f64,
     /// The largest size it may choose (the plan's `bytes`; floors stated at it hold there).
     pub max_bytes: u64,
+    /// The smallest size it may choose (`MIN_BYTES`, or a step's own; the plan's if smaller).
+    pub min_bytes: u64,
     /// The most samples it takes (the plan's `iters`).
     pub max_samples: u32,
     /// Operations a step runs beyond its samples (warm-up, untimed, check), per placement.
@@ -95,7 +97,7 @@ impl StopWhy {
 /// The size and samples for `budget` on a path that moved `rate` bytes a second (by the
 /// probe: its bytes over the slowest rank's seconds, latency included, so the rate is
 /// pessimistic and the step comes in under its budget). The size is a power of two (as
-/// nccl-tests' sweeps), at most the plan's and at least `MIN_BYTES` (or the plan's, if
+/// nccl-tests' sweeps), at most the plan's and at least the budget's `min_bytes` (or the plan's, if
 /// smaller); the samples as many as the budget pays for at that size, between `MIN_SAMPLES`
 /// and the plan's count.
 pub fn choose(budget: &StepBudget, rate: f64) -> Choice {
@@ -110,7 +112,7 @@ pub fn choose(budget: &StepBudget, rate: f64) -> Choice {
     let ops = |samples: u32| f64::from(budget.placements.max(1) * (samples + budget.extra_ops));
     // The size whose operations, at the most samples, fill the budget.
     let fits = rate * budget.seconds / ops(most);
-    let smallest = MIN_BYTES.min(budget.max_bytes);
+    let smallest = budget.min_bytes.min(budget.max_bytes);
     let (bytes, why) = if fits >= budget.max_bytes as f64 {
         (budget.max_bytes, SizeWhy::PlanSize)
     } else if fits < smallest as f64 {
@@ -214,6 +216,7 @@ mod tests {
         StepBudget {
             seconds: 0.5,
             max_bytes: 256 * MIB,
+            min_bytes: MIN_BYTES,
             max_samples: 5,
             extra_ops: 2,
             placements: 2,
@@ -251,6 +254,13 @@ mod tests {
             ..quick()
         };
         assert_eq!(choose(&tiny, 1.0).bytes, 4096);
+        // A step's own floor (the localizer's rounds: 16 MiB) holds, its samples paid at it.
+        let rounds = StepBudget {
+            min_bytes: 16 * MIB,
+            ..quick()
+        };
+        let c = choose(&rounds, 1e6);
+        assert_eq!((c.bytes, c.samples, c.why), (16 * MIB, 3, SizeWhy::Smallest));
     }
 
     #[test]

@@ -142,19 +142,15 @@ impl Measurer<'_> {
         );
         // No rule covers one GPU pair across two nodes: node pairs are judged by their peers.
         let held = |_: u64| false;
-        let (mut sized, mut sizing) = sized_by_rate(
+        // Never below ROUND_MIN_BYTES: a round's pairs are judged against each other, and small
+        // exchanges on a busy host read its scheduler, not the link.
+        let (sized, sizing) = sized_by_rate(
             "localization_rounds",
             (busbw * 1e9, from),
-            plan,
+            (plan, ROUND_MIN_BYTES),
             seconds,
             &held,
         );
-        // Never below ROUND_MIN_BYTES: a round's pairs are judged against each other, and small
-        // exchanges on a busy host read its scheduler, not the link.
-        if sized.0 < ROUND_MIN_BYTES && plan.0 >= ROUND_MIN_BYTES {
-            sized.0 = ROUND_MIN_BYTES;
-            sizing.bytes = ROUND_MIN_BYTES;
-        }
         if start.printer {
             start.show.line(&super::timed::sizing_line(&sizing));
         }

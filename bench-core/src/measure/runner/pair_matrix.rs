@@ -214,18 +214,19 @@ pub(super) fn node_rows(
 pub(super) type RoundSize = (u64, (u32, u32));
 
 /// The size and exchanges of a budgeted round (`seconds` each) of a step that may measure up
-/// to `plan`, on a path that moved `rate` bytes a second (`from` says what read it), and the
+/// to `plan` and at least `min_bytes`, on a path that moved `rate` bytes a second (`from` says what read it), and the
 /// report's record of it. The probe connected the pairs: one warm-up exchange is left.
 pub(super) fn sized_by_rate(
     step: &str,
     (rate, from): (f64, String),
-    plan: RoundSize,
+    (plan, min_bytes): (RoundSize, u64),
     seconds: f64,
     floor_held: &dyn Fn(u64) -> bool,
 ) -> (RoundSize, Sizing) {
     let b = StepBudget {
         seconds,
         max_bytes: plan.0,
+        min_bytes,
         max_samples: plan.1 .1,
         extra_ops: 1,
         placements: 1,
@@ -298,7 +299,13 @@ impl Measurer<'_> {
         );
         let floors = start.floors();
         let held = |b: u64| floors.floor(SendRecv.name(), 2, b).is_some();
-        let (sized, sizing) = sized_by_rate(step, (rate, from), plan, seconds, &held);
+        let (sized, sizing) = sized_by_rate(
+            step,
+            (rate, from),
+            (plan, time_budget::MIN_BYTES),
+            seconds,
+            &held,
+        );
         if start.printer {
             start.show.line(&super::timed::sizing_line(&sizing));
         }
@@ -613,15 +620,33 @@ mod tests {
         let plan = (256 << 20, (2, 5));
         let held = |b: u64| b >= 256 << 20;
         // 0.5 GB/s over sockets, 0.15 s a round of 1 warm-up + 5 exchanges: 12.5 MB: 8 MiB.
-        let (sized, s) = sized_by_rate("node_pairs", (0.5e9, "x".into()), plan, 0.15, &held);
+        let (sized, s) = sized_by_rate(
+            "node_pairs",
+            (0.5e9, "x".into()),
+            (plan, time_budget::MIN_BYTES),
+            0.15,
+            &held,
+        );
         assert_eq!(sized, (8 << 20, (1, 5)));
         assert_eq!((s.bytes, s.samples, s.floor_held), (8 << 20, 5, false));
         assert!(6.0 * (8 << 20) as f64 / 0.5e9 <= 0.15);
         // NVLink: the plan's size (its floor holds), one warm-up fewer (the probe connected).
-        let (fast, s) = sized_by_rate("gpu_pairs", (200e9, "x".into()), plan, 0.15, &held);
+        let (fast, s) = sized_by_rate(
+            "gpu_pairs",
+            (200e9, "x".into()),
+            (plan, time_budget::MIN_BYTES),
+            0.15,
+            &held,
+        );
         assert_eq!((fast, s.floor_held), ((256 << 20, (1, 5)), true));
         // No rate: the plan as written.
-        let (none, s) = sized_by_rate("node_pairs", (0.0, "x".into()), plan, 0.15, &held);
+        let (none, s) = sized_by_rate(
+            "node_pairs",
+            (0.0, "x".into()),
+            (plan, time_budget::MIN_BYTES),
+            0.15,
+            &held,
+        );
         assert_eq!((none, s.why), (plan, time_budget::SizeWhy::NoRate));
     }
 

@@ -420,6 +420,7 @@ impl Measurer<'_> {
         let b = StepBudget {
             seconds,
             max_bytes,
+            min_bytes: time_budget::MIN_BYTES,
             max_samples: most,
             extra_ops: 1 + self.opts().check as u32,
             placements: 2,
