@@ -260,7 +260,10 @@ mod tests {
             ..quick()
         };
         let c = choose(&rounds, 1e6);
-        assert_eq!((c.bytes, c.samples, c.why), (16 * MIB, 3, SizeWhy::Smallest));
+        assert_eq!(
+            (c.bytes, c.samples, c.why),
+            (16 * MIB, 3, SizeWhy::Smallest)
+        );
     }
 
     #[test]
