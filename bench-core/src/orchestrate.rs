@@ -28,6 +28,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod gather_facts;
+mod loading;
+mod meeting;
+
+use loading::{explain_check, identify, load, read_gpus};
+use meeting::meet;
+pub use meeting::{rendezvous_deadline, rendezvous_setup};
 
 /// How a run ended without error.
 pub enum Ran {
@@ -50,7 +56,7 @@ pub fn run(
 ) -> (Measured, Result<Ran, RunError>) {
     if opts.explain_thresholds && opts.gpu_model.is_some() {
         // Another GPU model, or a login node: no GPU, no NCCL.
-        let text = explain(opts, None, None);
+        let text = explain_check(opts, None, None);
         return (Measured::default(), Ok(Ran::Explained(text)));
     }
     let (reached, ran) = match measure(opts, t0, status, host, nccl_log) {
@@ -75,7 +81,7 @@ fn measure(
     let loaded = load(opts, status).map_err(|(l, e)| (Reached::so_far(l, None, None), e))?;
     if opts.explain_thresholds {
         let nvml = health.resolve(deadline).facts;
-        let text = explain(opts, Some(&loaded.devices), Some(&nvml));
+        let text = explain_check(opts, Some(&loaded.devices), Some(&nvml));
         return Ok((Reached::default(), Ran::Explained(text)));
     }
     let so_far = |node: Option<&Node>, m| Reached::so_far(loaded.record.clone(), node, m);
@@ -383,283 +389,6 @@ fn after_the_team(
         )),
         (gathered, None) => gathered.unwrap_or(Ok(())),
     }
-}
-
-/// dlopen NCCL while the driver starts (both take a while, neither needs the other); NCCL, the
-/// visible GPUs and the devices this process drives, or how far it got and why not.
-fn load(opts: &Options, status: &Status) -> Result<Loaded, (Loading, RunError)> {
-    // What the progress line and the watchdog name while the libraries load.
-    *status.lock().unwrap_or_else(|p| p.into_inner()) =
-        vec!["loading NCCL and the CUDA driver".to_string()];
-    let lib_path = opts.nccl_lib.clone();
-    let loader = std::thread::spawn(move || {
-        let t = Instant::now();
-        (Nccl::load(lib_path.as_deref()), t.elapsed())
-    });
-    let t = Instant::now();
-    let driver = cuda::init_driver(opts.cuda_visible_devices.as_deref());
-    let mut record = Loading {
-        cuda_init_ms: ms(t.elapsed()),
-        ..Loading::default()
-    };
-    let Ok((nccl, load_time)) = loader.join() else {
-        let e = RunError::Runtime("NCCL loader thread panicked".into());
-        return Err((record, e));
-    };
-    record.nccl_load_ms = ms(load_time);
-    let nccl: &'static Nccl = match nccl {
-        Ok(nccl) => Box::leak(Box::new(nccl)),
-        Err(e) => return Err((record, RunError::Library(e.to_string()))),
-    };
-    record.nccl = Some(NcclInfo {
-        version: nccl.version_string(),
-        version_code: nccl.version,
-        library: nccl.path.display().to_string(),
-    });
-    let visible = driver.map_err(|e| RunError::NoGpu(e.to_string()));
-    match visible.and_then(|visible| Ok((visible, devices(opts, visible)?))) {
-        Ok((visible, devices)) => Ok(Loaded {
-            nccl,
-            visible,
-            devices,
-            record,
-        }),
-        Err(e) => Err((record, e)),
-    }
-}
-
-/// The devices this process drives: `--gpus`, else every visible one.
-fn devices(opts: &Options, visible: usize) -> Result<Vec<usize>, RunError> {
-    match &opts.gpus {
-        None => Ok((0..visible).collect()),
-        Some(list) => match list.iter().find(|&&g| g >= visible) {
-            Some(bad) => Err(RunError::NoGpu(format!(
-                "no usable GPU: --gpus names device {bad}, but only {visible} are visible"
-            ))),
-            None => Ok(list.clone()),
-        },
-    }
-}
-
-/// The text of `--explain-thresholds`: for this node's GPUs (`devices`), or for
-/// `--gpu-model NAME --gpus N` without asking CUDA.
-fn explain(
-    opts: &Options,
-    devices: Option<&[usize]>,
-    nvml: Option<&crate::facts::gpu_health::HealthFacts>,
-) -> String {
-    let (name, count, device_id, interconnect) = match (&opts.gpu_model, devices, nvml) {
-        (None, Some(devices), Some(nvml)) => {
-            let (name, id, interconnect) = read_gpus(devices, nvml);
-            (name, devices.len() as u32, id, interconnect)
-        }
-        (Some((model, count)), ..) => {
-            // Offline: the SKU by its whole name, the interconnect its form factor implies.
-            let interconnect = match crate::model::sku::sku_named(model) {
-                Some(s) => Interconnect::assumed(s.form, s.nvlink.map_or(0, |l| l.links), *count),
-                None => Interconnect::unknown(
-                    "the name is no whole name of the SKU table, so its form factor is unknown",
-                ),
-            };
-            (model.clone(), *count, None, interconnect)
-        }
-        _ => (String::new(), 0, None, Interconnect::unknown("no GPU")),
-    };
-    let (model, identity) = identify(name, device_id, &interconnect);
-    let rules = crate::model::thresholds::explain(
-        &opts.config.thresholds,
-        &model.gpu(),
-        &identity,
-        &interconnect.to_string(),
-        count,
-        1,
-    );
-    let node = gather_facts::explain_node(
-        opts,
-        device_id,
-        &model.name,
-        &crate::measure::nccl_env::hostname(),
-    );
-    format!(
-        "{rules}{node}Outlier rule: a GPU, pair or node below {:.2} x its peers' median is FAIL; retest: {}.\nConfig: {}\n",
-        opts.config.outliers.fraction,
-        opts.config.outliers.retest,
-        opts.config.path.as_ref().map_or("built-in defaults only".to_string(), |p| format!(
-            "{} over the built-in defaults",
-            p.display()
-        ))
-    )
-}
-
-/// The GPU model of a first GPU's driver name and PCI device ID and of the GPUs' interconnect
-/// (its SKU by device ID, else by the whole name), and its identity as the report shows it.
-fn identify(
-    name: String,
-    device_id: Option<u16>,
-    interconnect: &Interconnect,
-) -> (GpuModel, String) {
-    let identity = crate::model::sku::Identity::resolve(device_id, &name);
-    let model = GpuModel {
-        name,
-        sku: identity.sku(),
-        interconnect: interconnect.class,
-    };
-    (model, identity.to_string())
-}
-
-/// This process's GPUs as the node reports them: the first one's driver name and PCI device ID
-/// (sysfs, else NVML's), and how they reach each other (NVML's links).
-fn read_gpus(
-    devices: &[usize],
-    nvml: &crate::facts::gpu_health::HealthFacts,
-) -> (String, Option<u16>, Interconnect) {
-    let infos: Vec<_> = devices
-        .iter()
-        .filter_map(|&d| cuda::gpu_info(d).ok())
-        .collect();
-    let buses: Vec<String> = infos.iter().map(|i| i.pci_bus_id.clone()).collect();
-    let interconnect = crate::facts::interconnect::of_node(nvml, &buses);
-    let first = infos.first();
-    let id = first.and_then(|i| i.pci_device_id).or_else(|| match nvml {
-        crate::facts::gpu_health::HealthFacts::Available { gpus, .. } => gpus
-            .iter()
-            .find(|g| crate::config::expected_gpus::bus_id(&g.bus_id) == buses.first().cloned())
-            .and_then(|g| g.pci_device_id),
-        _ => None,
-    });
-    let name = first.map(|i| i.name.clone()).unwrap_or_default();
-    (name, id, interconnect)
-}
-
-/// The rendezvous, then each GPU thread gets its rank and the check's topology (built here,
-/// once, from the members; returned for the verdict). On an error the threads are told to stop
-/// and waited for; what the meeting got to is returned with the error.
-fn meet(
-    opts: &'static Options,
-    loaded: &Loaded,
-    host: &str,
-    deadline: Instant,
-    threads: GpuThreads,
-    gpu: &Arc<GpuModel>,
-) -> Result<Met, (Meeting, RunError)> {
-    let t = Instant::now();
-    let me = Member {
-        proc_rank: opts.rank,
-        host: opts.node_or_host(host),
-        pid: std::process::id(),
-        ngpus: loaded.devices.len() as u32,
-        first_rank: 0,
-    };
-    let joined = opts
-        .credential
-        .authenticator(opts.munge_socket.clone())
-        .and_then(|auth| {
-            let setup = rendezvous_setup(opts, auth.as_ref(), deadline);
-            rendezvous::join(&setup, me, || {
-                loaded
-                    .nccl
-                    .unique_id()
-                    .map(|id| id.internal)
-                    .map_err(|e| e.to_string())
-            })
-        });
-    let mut record = Meeting {
-        rendezvous_ms: ms(t.elapsed()),
-        ..Meeting::default()
-    };
-    let started = joined.map_err(RunError::Rendezvous).and_then(|joined| {
-        record.nranks = joined.nranks();
-        record.processes = joined.members.clone();
-        start_team(opts, joined, deadline, &threads.senders, gpu)
-    });
-    match started {
-        Ok((team, topology)) => Ok(Met {
-            team,
-            topology,
-            running: threads.handles,
-            record,
-        }),
-        Err(e) => {
-            drop(threads.senders);
-            for h in threads.handles {
-                let _ = h.join();
-            }
-            Err((record, e))
-        }
-    }
-}
-
-/// The team of the joined processes, watched; each GPU thread's [`Start`] sent.
-fn start_team(
-    opts: &'static Options,
-    joined: rendezvous::Joined,
-    deadline: Instant,
-    senders: &[Sender<Start>],
-    gpu: &Arc<GpuModel>,
-) -> Result<(Arc<Team>, Arc<Topology>), RunError> {
-    let nranks = joined.nranks();
-    let first_rank = joined.members[opts.rank as usize].first_rank;
-    let topology = Arc::new(Topology::new(&joined.members));
-    let team = Arc::new(Team::new(senders.len(), joined.plane, deadline));
-    team.watch(rendezvous::plane::Liveness::for_budget(opts.timeout))
-        .map_err(|e| RunError::Runtime(format!("cannot start the control plane's watch: {e}")))?;
-    let id = UniqueId {
-        internal: joined.unique_id,
-    };
-    let show: Arc<dyn crate::measure::runner::sink::Show> =
-        Arc::new(crate::render::output::Console);
-    for (slot, tx) in senders.iter().enumerate() {
-        let rank = first_rank + slot as u32;
-        let _ = tx.send(Start {
-            team: team.clone(),
-            id,
-            rank,
-            nranks,
-            printer: rank == 0 && !opts.quiet,
-            recorder: slot == 0,
-            topology: topology.clone(),
-            gpu: gpu.clone(),
-            opts,
-            show: show.clone(),
-            slow_pairs: |rows, fraction, floor| {
-                !crate::judge::analysis::slow_pairs(rows, fraction, floor).is_empty()
-            },
-        });
-    }
-    Ok((team, topology))
-}
-
-/// How this process meets the others, from its options and the Slurm step's layout (the nodes
-/// and task counts the coordinator names when a process never comes).
-pub fn rendezvous_setup<'a>(
-    opts: &Options,
-    auth: &'a dyn rendezvous::auth::Authenticator,
-    deadline: Instant,
-) -> rendezvous::Setup<'a> {
-    rendezvous::Setup {
-        host: opts
-            .rendezvous
-            .as_deref()
-            .and_then(|r| r.rsplit_once(':'))
-            .map(|(h, _)| h.to_string())
-            .unwrap_or_default(),
-        ports: opts.ports.clone(),
-        label: opts.label.clone(),
-        world: opts.world,
-        coordinator: opts.coordinator,
-        auth,
-        deadline: rendezvous_deadline(deadline, opts.timeout),
-        expected: crate::meet::slurm_layout::expected(&|k| opts.env.get(k), opts.world),
-    }
-}
-
-/// The rendezvous gives up a little before the check's deadline, so that the coordinator can
-/// still name the nodes that never came (`rendezvous::absent`) before the watchdog ends the
-/// process with a bare timeout: 8 emulated nodes with one never started ended in "no progress
-/// within --timeout" naming no node (tests/gpu/results/fabric). A tenth of the budget, 1-5 s.
-pub fn rendezvous_deadline(deadline: Instant, timeout: Duration) -> Instant {
-    let margin = (timeout / 10).clamp(Duration::from_secs(1), Duration::from_secs(5));
-    deadline.checked_sub(margin).unwrap_or(deadline)
 }
 
 /// How long the GPU threads get to come back once the watch has named a lost process.
