@@ -323,7 +323,7 @@ fn wait_for_gpus(
     }
     // Every process of the check is its own load, not another's (emulated nodes share a
     // host; seen at 16: the check's workers named as the top consumers of a busy host).
-    node.facts.host = own.load_so_far(topology.pids());
+    node.facts.host = own.load_for_report(topology.pids());
     Outcomes {
         gathered,
         node,

@@ -44,6 +44,9 @@ pub struct ThisNode {
     off_cpu: Arc<SoFar>,
     /// The host's `/proc` at the start of the measurement ([`ThisNode::watch`]).
     load_start: OnceLock<HostSample>,
+    /// The last busy load this process told the other nodes (`findings_now`): its own
+    /// verdict judges the node by the same evidence (`load_for_report`).
+    told_busy: Mutex<Option<HostLoad>>,
 }
 
 impl ThisNode {
@@ -72,6 +75,22 @@ impl ThisNode {
     pub fn load_so_far(&self, check: &[u32]) -> Option<HostLoad> {
         host_load::load_since(self.load_start.get()?, check)
     }
+
+    /// The host load the report keeps: the load so far, unless it no longer reads busy where
+    /// this process told the other nodes its host was busy; then that load. Why: the peers
+    /// judged this node by what it told them (one H200, 8 emulated nodes, one node's worker
+    /// confined with busy loops: its threads waited 0.5x the rounds' window for a CPU, 0.44x
+    /// the whole check's, and its own verdict blamed its network where every peer's said its
+    /// host was busy).
+    pub fn load_for_report(&self, check: &[u32]) -> Option<HostLoad> {
+        let now = self.load_so_far(check);
+        let told = self.told_busy.lock().ok().and_then(|t| t.clone());
+        match (now, told) {
+            (Some(now), _) if now.busy() => Some(now),
+            (_, Some(told)) => Some(told),
+            (now, None) => now,
+        }
+    }
 }
 
 impl crate::measure::runner::OwnNode for ThisNode {
@@ -90,9 +109,18 @@ impl crate::measure::runner::OwnNode for ThisNode {
         let none = KnownBefore::default();
         let known = self.before.get().unwrap_or(&none);
         let host = self.load_so_far(t.pids());
+        if let (Some(h), Ok(mut told)) = (host.as_ref().filter(|h| h.busy()), self.told_busy.lock())
+        {
+            *told = Some(h.clone());
+        }
         let starved = self.off_cpu.share();
         let probed = self.probed.lock().map(|p| p.clone()).unwrap_or_default();
         findings_of(known, &probed, t, first_rank, starved, host.as_ref())
+    }
+
+    fn busy_by_others(&self, t: &Topology) -> bool {
+        let host = self.load_so_far(t.pids());
+        host.is_some_and(|h| h.busy() && !h.only_the_checks_own())
     }
 }
 
@@ -266,6 +294,25 @@ mod tests {
             findings_of(&unknown_model, &[(3, 600.0)], &t, 2, None, None)[..],
             [OwnFinding::GpuBusy { probe: None, .. }]
         ));
+    }
+
+    #[test]
+    fn the_report_keeps_the_busy_load_this_node_told_its_peers() {
+        let node = ThisNode::default();
+        assert_eq!(node.load_for_report(&[]), None);
+        // Its threads waited 0.6x the rounds' window for a CPU when it told the others; the
+        // whole check's window, read later, may have fallen below the rule.
+        let told = HostLoad {
+            window_s: 3.0,
+            cpus: 16,
+            others_share: 0.14,
+            check_share: 0.5,
+            own_wait_share: Some(0.6),
+            top: Vec::new(),
+        };
+        assert!(told.busy());
+        *node.told_busy.lock().unwrap() = Some(told.clone());
+        assert_eq!(node.load_for_report(&[]), Some(told));
     }
 
     /// What a check knows of its node is a value of its own, handed to its GPU threads: another

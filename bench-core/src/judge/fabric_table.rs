@@ -51,6 +51,11 @@ enum TableLoad {
 
 /// How fast a node whose CPUs are confined with busy loops exchanges (`TableLoad::Only`).
 const CONFINED_FACTOR: f64 = 0.4;
+/// What one busy loop per core or two leave of the collectives over every rank, against the
+/// idle host's all_reduce: 0.03 of 0.19 GB/s at 8 emulated nodes on one H200
+/// (bench-core/benchmarks/results/2026-12-02-h200x1-fabric-budgeted), and the alltoall the
+/// same (`Fault::HostBusy`).
+const LOADED_PACE: f64 = 0.16;
 
 #[derive(Debug, Clone)]
 struct Row {
@@ -273,11 +278,16 @@ fn replay(row: &Row, seed: u64) -> SimAnswer {
             TableFault::Down { .. } | TableFault::Absent { .. } => continue,
         });
     }
-    if let TableLoad::Only { node } = row.load {
-        fabric.inject(Fault::NodeNet {
-            node,
-            factor: CONFINED_FACTOR,
-        });
+    match row.load {
+        TableLoad::None => {}
+        TableLoad::All => fabric.inject(Fault::HostBusy { pace: LOADED_PACE }),
+        TableLoad::Only { node } => {
+            fabric.inject(Fault::NodeNet {
+                node,
+                factor: CONFINED_FACTOR,
+            });
+            fabric.inject(Fault::HostBusy { pace: 1.0 });
+        }
     }
     let cfg = with_alltoall(LocalizeConfig::default(), &mut fabric, FABRIC_ALLTOALL);
     let verdict: LocalizeVerdict = match Localizer::new(row.nodes, 1, cfg)

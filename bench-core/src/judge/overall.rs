@@ -520,6 +520,7 @@ mod tests {
             pair_groups: 32,
             reasons_omitted: 0,
             round_times: Vec::new(),
+            paths: None,
             reasons: vec![reason.clone()],
         });
         let marginal = r.clone();

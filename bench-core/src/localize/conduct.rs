@@ -171,6 +171,7 @@ impl Conductor {
             reasons: reasons::reasons(&verdict),
             reasons_omitted: 0,
             round_times: Vec::new(),
+            paths: None,
         };
         Ok((0..self.node_of_process.len())
             .map(|p| match p == self.coordinator as usize {

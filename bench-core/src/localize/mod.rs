@@ -186,9 +186,13 @@ pub struct LocalizeConfig {
     /// path is as often noise as a bad link (8 emulated nodes on one H100: 4 of 10 healthy
     /// checks FAILed on a single slow pair before this, tests/gpu/results/fabric).
     pub retest: bool,
-    /// The alltoall measured beside the all_reduce was slow (`paths::alltoall_slow`): after
-    /// rounds that name nothing, every node pair is measured (`paths`).
+    /// The alltoall measured beside the all_reduce was slow (`paths::alltoall_slow`), or a
+    /// host busy (`paths::decide`): after rounds that name nothing, every node pair is
+    /// measured (`paths`).
     pub paths: bool,
+    /// The other rounds' node-pair median at and above which the alltoall reads slow against
+    /// them (`paths::pairs_limit`): then every node pair is measured too.
+    pub paths_above: Option<f64>,
 }
 
 impl Default for LocalizeConfig {
@@ -200,6 +204,7 @@ impl Default for LocalizeConfig {
             plan: LocalizePlan::Adaptive,
             retest: true,
             paths: false,
+            paths_above: None,
         }
     }
 }

@@ -17,7 +17,8 @@
 //!   It slows the alltoall only when R is below a flow's share of a node's NICs (about
 //!   1/(N-1) of them): a path faster than that is no fault for an alltoall job either.
 //! - The alltoall is slow when it is below `[outliers] alltoall_fraction` (0.5 built in) of that
-//!   expectation, by both clocks (the host's and the GPUs'). Only then are the node pairs measured ([`Paths`]): a
+//!   expectation, by both clocks (the host's and the GPUs'). Only then, or where some node's host
+//!   is busy (its scheduler paces both collectives alike: [`decide`]), are the node pairs measured ([`Paths`]): a
 //!   round-robin tournament, every node pair once, G node matchings a round (one a rail), at
 //!   the alltoall's size.
 //!
@@ -37,7 +38,7 @@
 //! screening judge nodes.
 //!
 //! Cost of a healthy check: one alltoall (two untimed and six timed operations at a quarter of
-//! the pair size), no pair round. The fabric simulation (`sim`) models the alltoall from the
+//! the pair size), no pair round on an idle host; under a busy host the tournament too. The fabric simulation (`sim`) models the alltoall from the
 //! same per-pair rates as its pairs, with no dependence on message size or timing: it shows the
 //! decisions, not that real readings behave.
 
@@ -67,9 +68,51 @@ pub fn alltoall_size(bytes: u64) -> u64 {
     (bytes / 4).max(1 << 20).min(bytes)
 }
 
-/// The tournament's rounds: the message size and the (warm-up, timed) exchanges.
+/// The tournament's smallest exchange. Why: under a busy host a 4 MiB exchange reads the
+/// scheduler as much as the path (one H200, 8 emulated nodes, two busy loops per core: healthy
+/// pairs at 4 MiB spread over 0.13-0.26 GB/s, bench-core/benchmarks/results/
+/// 2026-12-02-h200x1-fabric-budgeted), and the tournament runs under a busy host ([`decide`]).
+const PATH_MIN_BYTES: u64 = 8 << 20;
+
+/// The tournament's rounds: the message size (the alltoall's, at least [`PATH_MIN_BYTES`],
+/// never more than the plan's) and the (warm-up, timed) exchanges.
 pub fn path_round(bytes: u64) -> (u64, (u32, u32)) {
-    (alltoall_size(bytes), (1, 3))
+    (alltoall_size(bytes).max(PATH_MIN_BYTES).min(bytes), (1, 3))
+}
+
+/// The node-pair median at and above which the alltoall (busbw `alltoall`) is slow against
+/// the localizer's other rounds: below `fraction` x what those pairs predict
+/// (`expected_alltoall_ratio` x `gpus` x their median: a node's all_reduce rides all its
+/// GPUs' NICs, a node pair's sendrecv one). Why a second reference: the all_reduce can be
+/// bound by its ring's steps, not the NICs, where the alltoall and the pairs (one exchange
+/// each) are not (one H200, 8 emulated nodes, no load: the all_reduce at 4 MiB read 0.12
+/// GB/s, the node pairs at 16 MiB 0.37-0.40, the alltoall over a path shaped to 60 Mbit/s
+/// 0.072: 0.59x the all_reduce, not slow; 0.19x the pairs). None where not judged.
+pub fn pairs_limit(alltoall: f64, (nodes, gpus): (usize, usize), fraction: f64) -> Option<f64> {
+    let per = fraction * expected_alltoall_ratio(nodes, gpus) * gpus.max(1) as f64;
+    (checks_paths(nodes) && alltoall.is_finite() && alltoall >= 0.0 && per > 0.0)
+        .then(|| alltoall / per)
+}
+
+/// Whether the node pairs measured so far (`pairs`, busbw) put the alltoall below its share
+/// of them: their median at or above `limit` (`pairs_limit`).
+pub fn slow_against_pairs(limit: Option<f64>, pairs: impl Iterator<Item = f64>) -> bool {
+    let median = quantile(pairs, 0.5);
+    matches!((limit, median), (Some(l), Some(m)) if m >= l)
+}
+
+/// Whether every node pair is measured (the [`PathsDecision`]'s `measured`): when the alltoall
+/// is slow against the all_reduce (`alltoall_slow`), or when some node's host is busy
+/// (`host_busy`, agreed over every process). Why the second: a busy host paces both
+/// collectives by its scheduler, so the alltoall reads like the all_reduce whatever one path
+/// delivers (one H200, 8 emulated nodes, one or two busy loops per core: the all_reduce read
+/// 0.03 GB/s, the alltoall over a path shaped to 60 Mbit/s 1.1-2.4x it, and the far path
+/// PASSed). A fast-looking alltoall there is no evidence that every path is healthy, so the
+/// paths are measured directly, each against the others of the same rounds.
+///
+/// [`PathsDecision`]: crate::model::localization::PathsDecision
+pub fn decide(alltoall_slow: bool, host_busy: bool) -> bool {
+    alltoall_slow || host_busy
 }
 
 /// The alltoall's busbw per unit of the all_reduce's on a fabric bounded by each node's NICs
@@ -470,5 +513,45 @@ pub(crate) mod tests {
         assert_eq!(alltoall_size(2 << 20), 1 << 20);
         assert_eq!(alltoall_size(1 << 19), 1 << 19);
         assert_eq!(path_round(32 << 20), (8 << 20, (1, 3)));
+        // The tournament never below 8 MiB (a busy host's scheduler), never above the plan's.
+        assert_eq!(path_round(16 << 20), (8 << 20, (1, 3)));
+        assert_eq!(path_round(4 << 20), (4 << 20, (1, 3)));
+        assert_eq!(path_round(256 << 20), (64 << 20, (1, 3)));
+    }
+
+    #[test]
+    fn the_alltoall_is_slow_against_pairs_that_predict_more_than_twice_it() {
+        // One H200, 8 emulated nodes, no load: the alltoall over a far path at 0.072 GB/s,
+        // the node pairs at 0.37-0.40 (the all_reduce's 0.12 did not see it).
+        let limit = pairs_limit(0.072, (8, 1), 0.5);
+        assert!((limit.unwrap() - 0.144).abs() < 1e-9, "{limit:?}");
+        assert!(slow_against_pairs(limit, [0.396, 0.372].into_iter()));
+        // A healthy alltoall reads about the pairs' rate: not slow.
+        assert!(!slow_against_pairs(
+            pairs_limit(0.35, (8, 1), 0.5),
+            [0.396, 0.372].into_iter()
+        ));
+        // 8-GPU nodes: the pairs are one NIC's, the alltoall's share of all eight.
+        let r = expected_alltoall_ratio(4, 8);
+        assert!(!slow_against_pairs(
+            pairs_limit(370.0 * r, (4, 8), 0.5),
+            [48.0].into_iter()
+        ));
+        assert!(slow_against_pairs(
+            pairs_limit(20.0 * r, (4, 8), 0.5),
+            [48.0].into_iter()
+        ));
+        // Not judged: no pairs, 3 nodes, no reading.
+        assert!(!slow_against_pairs(limit, std::iter::empty()));
+        assert_eq!(pairs_limit(0.01, (3, 1), 0.5), None);
+        assert_eq!(pairs_limit(f64::NAN, (8, 1), 0.5), None);
+    }
+
+    #[test]
+    fn every_path_is_measured_after_a_slow_alltoall_or_under_a_busy_host() {
+        assert!(!decide(false, false));
+        assert!(decide(true, false));
+        assert!(decide(false, true));
+        assert!(decide(true, true));
     }
 }

@@ -270,11 +270,14 @@ impl Localizer {
     }
 
     /// The tournament's next round (`localize::paths`): decided once, when the other rounds are
-    /// done, and only when the alltoall was slow and they named nothing (a slow node or ring
-    /// edge slows the alltoall too, and is already named).
+    /// done, and only when the alltoall was slow (against the all_reduce, a busy host, or
+    /// against these rounds' node pairs) and they named nothing (a slow node or ring edge slows
+    /// the alltoall too, and is already named).
     fn paths_round(&mut self) -> Option<(Phase, Vec<Group>)> {
         if self.paths.is_none() {
-            let wanted = self.cfg.paths
+            let pairs = self.pairs.iter().map(|m| m.busbw);
+            let wanted = (self.cfg.paths
+                || super::paths::slow_against_pairs(self.cfg.paths_above, pairs))
                 && self.cfg.plan == LocalizePlan::Adaptive
                 && checks_paths(self.n)
                 && assess::findings(&self.inputs()).is_empty();

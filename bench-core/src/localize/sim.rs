@@ -42,6 +42,11 @@ pub enum Fault {
     NodeNet { node: usize, factor: f64 },
     /// The path between two nodes, on every rail.
     Link { a: usize, b: usize, factor: f64 },
+    /// Others' processes keep the host's CPUs busy (what every process's `host_busy` fact
+    /// says), and its scheduler paces every collective over every rank to at most `pace` x
+    /// the healthy allocation-wide busbw (the all_reduce and the alltoall alike: what one H200
+    /// with one or two busy loops per core showed; 1.0 where the load paces nothing).
+    HostBusy { pace: f64 },
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +65,8 @@ pub struct Fabric {
     nic: Vec<f64>,
     nvlink: HashMap<(usize, usize, usize), f64>,
     link: HashMap<(usize, usize), f64>,
+    /// `Fault::HostBusy`'s pace, when injected.
+    busy_pace: Option<f64>,
     rng: u64,
 }
 
@@ -79,6 +86,7 @@ impl Fabric {
             nic: vec![1.0; nodes * gpus],
             nvlink: HashMap::new(),
             link: HashMap::new(),
+            busy_pace: None,
             rng: seed,
         }
     }
@@ -98,7 +106,20 @@ impl Fabric {
             Fault::Link { a, b, factor } => {
                 *self.link.entry((a.min(b), a.max(b))).or_insert(1.0) *= factor;
             }
+            Fault::HostBusy { pace } => {
+                self.busy_pace = Some(self.busy_pace.map_or(pace, |p| p.min(pace)));
+            }
         }
+    }
+
+    /// Whether others' processes keep the host busy (`Fault::HostBusy`).
+    pub fn host_busy(&self) -> bool {
+        self.busy_pace.is_some()
+    }
+
+    /// The most a collective over every rank reads on this host, GB/s.
+    fn paced(&self) -> f64 {
+        self.allocation_nominal * self.busy_pace.unwrap_or(f64::INFINITY)
     }
 
     /// What every group of `round` measures, in order.
@@ -135,7 +156,7 @@ impl Fabric {
         let flows = n.saturating_sub(1).max(1) as f64;
         let path = self.link.values().map(|&f| f * flows).fold(1.0, f64::min);
         let share = super::paths::expected_alltoall_ratio(n, self.gpus);
-        let exact = self.allocation_nominal * share * nic.min(gpu).min(path);
+        let exact = (self.allocation_nominal * share * nic.min(gpu).min(path)).min(self.paced());
         exact * (1.0 + self.noise * (2.0 * self.uniform() - 1.0))
     }
 
@@ -169,7 +190,9 @@ impl Fabric {
         let edge = |(x, r)| self.pair(x, r, (x + 1) % n, r) / self.nic_nominal;
         let worst = edges.map(edge).fold(1.0f64, f64::min);
         let local = (0..n).map(|x| self.local(x)).fold(f64::INFINITY, f64::min);
-        (self.allocation_nominal * worst).min(local)
+        (self.allocation_nominal * worst)
+            .min(local)
+            .min(self.paced())
     }
 
     /// splitmix64: a fixed, seeded sequence in [0, 1).
@@ -183,8 +206,9 @@ impl Fabric {
     }
 }
 
-/// `cfg` with `paths` set as the runner sets it: the fabric's alltoall against its
-/// allocation-wide collective (`paths::alltoall_slow` below `fraction`).
+/// `cfg` with `paths` and `paths_above` set as the runner sets them (`paths::decide`,
+/// `paths::pairs_limit`): the fabric's alltoall against its allocation-wide collective
+/// (`paths::alltoall_slow` below `fraction`), a busy host, and the limit for the pairs.
 pub fn with_alltoall(
     mut cfg: super::LocalizeConfig,
     fabric: &mut Fabric,
@@ -193,7 +217,9 @@ pub fn with_alltoall(
     let all_reduce = fabric.measure_group(&Group::Allocation);
     let alltoall = fabric.alltoall();
     let shape = (fabric.nodes, fabric.gpus);
-    cfg.paths = super::paths::alltoall_slow(alltoall, all_reduce, shape, fraction);
+    let slow = super::paths::alltoall_slow(alltoall, all_reduce, shape, fraction);
+    cfg.paths = super::paths::decide(slow, fabric.host_busy());
+    cfg.paths_above = super::paths::pairs_limit(alltoall, shape, fraction);
     cfg
 }
 

@@ -55,6 +55,31 @@ pub struct LocalizeSummary {
     /// constants are calibrated from (tests/gpu/fabric.sh's committed reports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub round_times: Vec<RoundTime>,
+    /// Whether every node pair was measured, and why (`localize::paths`): what the alltoall
+    /// read against the all_reduce, and whether a node's host was busy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<PathsDecision>,
+}
+
+/// The alltoall beside the all_reduce, and what it decided (`localize::paths::decide`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathsDecision {
+    /// The alltoall's size and busbw (GB/s, by the faster of the two clocks), and the
+    /// all_reduce's busbw it was held against.
+    pub alltoall_bytes: u64,
+    pub alltoall_busbw: f64,
+    pub all_reduce_busbw: f64,
+    /// The alltoall below its share of the all_reduce (`paths::alltoall_slow`).
+    pub alltoall_slow: bool,
+    /// Some node's host was busy when the alltoall ran (its own `host_busy` fact).
+    pub host_busy: bool,
+    /// Every node pair measured: the alltoall slow, or a host busy (where both collectives
+    /// read the scheduler's pace, a fast-looking alltoall is no evidence of every path).
+    pub measured: bool,
+    /// Else measured where the other rounds' node-pair median reaches this (GB/s,
+    /// `paths::pairs_limit`); the rounds in `round_times` say whether it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs_limit: Option<f64>,
 }
 
 /// One round's time in one process, and what the pairs its ranks led read.

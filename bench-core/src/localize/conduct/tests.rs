@@ -332,6 +332,7 @@ fn a_follower_sends_only_the_groups_it_leads() {
             reasons: vec![],
             reasons_omitted: 0,
             round_times: Vec::new(),
+            paths: None,
         }),
     ];
     let mut steps = steps.into_iter();

@@ -315,6 +315,7 @@ mod every_process {
             reasons,
             reasons_omitted: 0,
             round_times: Vec::new(),
+            paths: None,
         }
     }
 

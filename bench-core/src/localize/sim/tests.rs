@@ -397,6 +397,40 @@ fn a_link_off_the_ring_that_slows_an_alltoall_is_named_by_every_pair_once() {
 }
 
 #[test]
+fn a_far_path_an_all_reduce_bound_by_its_ring_misses_is_measured_against_the_rounds_pairs() {
+    // One H200, 8 emulated nodes, no load: the all_reduce's ring at 4 MiB read 0.12 GB/s where
+    // the node pairs read 0.37-0.40, and the alltoall over a path shaped to 60 Mbit/s read 0.59x
+    // the all_reduce (not slow) and 0.19x the pairs. Here the runner's all_reduce verdict is
+    // that "not slow" (`paths: false`); 1-GPU nodes ride one NIC each.
+    let run = |paths_above: Option<f64>| {
+        let mut fabric = Fabric::healthy(8, 1, 15);
+        fabric.allocation_nominal = fabric.nic_nominal;
+        fabric.inject(Fault::Link {
+            a: 1,
+            b: 6,
+            factor: 0.05,
+        });
+        let limit = crate::localize::paths::pairs_limit(fabric.alltoall(), (8, 1), 0.5);
+        let cfg = LocalizeConfig {
+            paths: false,
+            paths_above: paths_above.and(limit),
+            ..LocalizeConfig::default()
+        };
+        let mut l = Localizer::new(8, 1, cfg).unwrap();
+        while let Some(round) = l.next_round() {
+            let results = fabric.measure(&round);
+            l.record(&results).unwrap();
+        }
+        l.finish()
+    };
+    let v = run(Some(0.0));
+    assert_eq!(v.findings.len(), 1, "{:#?}", v.findings);
+    assert_eq!(v.findings[0].nodes, vec![1, 6]);
+    // With the all_reduce alone deciding, the path goes unmeasured.
+    assert!(run(None).pass());
+}
+
+#[test]
 fn a_healthy_allocation_runs_no_pair_round_and_a_path_above_a_flows_share_is_no_fault() {
     for n in [4, 8, 16, 32] {
         let v = check_with_alltoall(n, &mut Fabric::healthy(n, G, 12));

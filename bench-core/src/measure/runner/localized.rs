@@ -22,7 +22,7 @@ use crate::measure::rows::PairRow;
 use crate::model::datatype::{DataType, RedOp};
 use crate::model::floors::PairFloors;
 use crate::model::localization::NodeFindings;
-use crate::model::localization::{LocalizeSummary, Phase};
+use crate::model::localization::{LocalizeSummary, PathsDecision, Phase};
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
 /// be slow on its own: it gets the best value, so it neither fails nor lowers the reference.
@@ -62,8 +62,10 @@ impl Measurer<'_> {
         // Every node pair at once: when the alltoall is slow, the localizer measures each
         // (`localize::paths`).
         let shape = (layout.names.len(), layout.rails.max(1));
+        let paths = self.paths_wanted(bytes, shape, start, out)?;
         let cfg = LocalizeConfig {
-            paths: self.paths_wanted(bytes, shape, start, out)?,
+            paths: paths.as_ref().is_some_and(|p| p.measured),
+            paths_above: paths.as_ref().and_then(|p| p.pairs_limit),
             ..cfg
         };
         // Every process has every node's rows (phase A's all_reduce), so every copy of the
@@ -80,6 +82,7 @@ impl Measurer<'_> {
             retest_more: budget.is_some(),
         };
         let (mut summary, noise) = self.conduct_rounds(bytes, loops, start, out, &setup)?;
+        summary.paths = paths;
         // The run's own noise: the widest spread any rank's retest read (every rank joins).
         let noise = self.slowest(noise)?;
         out.localization_noise = (noise > 0.0).then_some(noise);
@@ -160,37 +163,67 @@ impl Measurer<'_> {
         sized
     }
 
-    /// Whether every node pair is measured after the localizer's other rounds: the alltoall
-    /// beside the all_reduce (`all_paths`) slow against it (`localize::paths`), the same in
-    /// every process (both readings are the team's sums; the decision is agreed by one more, as
-    /// each process reads its own `alltoall_fraction`). `false` without measuring when the
-    /// check's node count is outside `paths::checks_paths` or its last collective was not an
-    /// all_reduce over every rank.
+    /// Whether every node pair is measured after the localizer's other rounds
+    /// (`localize::paths::decide`): the alltoall beside the all_reduce (`all_paths`) slow
+    /// against it, or some node's host busy (its own `host_busy` fact: a busy scheduler paces
+    /// both collectives alike). Both readings are the team's sums and both flags are agreed by
+    /// one more sum, as each process reads its own `alltoall_fraction` and its own host. None
+    /// without measuring when the check's node count is outside `paths::checks_paths` or its
+    /// last collective was not an all_reduce over every rank.
     fn paths_wanted(
         &self,
         bytes: u64,
         (nodes, gpus): (usize, usize),
         start: &Start,
         out: &mut GpuOutcome,
-    ) -> Result<bool, RunError> {
-        use crate::localize::paths::{alltoall_size, alltoall_slow, checks_paths};
+    ) -> Result<Option<PathsDecision>, RunError> {
+        use crate::localize::paths::{alltoall_size, alltoall_slow, checks_paths, decide};
         use crate::model::collectives::{AllReduce, Collective};
         let all_reduce = match out.last_collective {
             Some((c, _, busbw)) if c == AllReduce.name() && checks_paths(nodes) => busbw,
-            _ => return Ok(false),
+            _ => return Ok(None),
         };
         let began = std::time::Instant::now();
         let a2a = self.alltoall_reading(alltoall_size(bytes), start, out)?;
         let fraction = self.opts().config.outliers.alltoall_fraction;
         let slow = alltoall_slow(a2a.delivered, all_reduce, (nodes, gpus), fraction);
-        let slow = self.agree_slow(slow)?;
-        // What the step costs a healthy check (no pair round follows it there).
+        // Others' load only: the check's own processes outnumbering the cores (emulated
+        // nodes) pace nothing a real allocation's would.
+        let busy = self.thread.own.busy_by_others(&start.topology);
+        // The pairs' limit as the coordinator's recorder computes it (one value plus zeros), so
+        // every copy of the localizer decides alike whatever each process's fraction.
+        let limit = crate::localize::paths::pairs_limit(a2a.delivered, (nodes, gpus), fraction);
+        let speaks = self.team.coordinates() && start.recorder;
+        let limit_slots = match (speaks, limit) {
+            (true, Some(l)) => [1.0, l],
+            _ => [0.0, 0.0],
+        };
+        let flags = [slow as u8 as f64, busy as u8 as f64];
+        let agreed = (self.team.sum(&[flags.as_slice(), &limit_slots].concat()))
+            .map_err(|e| self.team_err(e))?;
+        let (slow, busy) = (agreed[0] > 0.0, agreed[1] > 0.0);
+        let pairs_limit = (agreed[2] > 0.0).then_some(agreed[3]);
+        let decision = PathsDecision {
+            alltoall_bytes: a2a.size,
+            alltoall_busbw: a2a.delivered,
+            all_reduce_busbw: all_reduce,
+            alltoall_slow: slow,
+            host_busy: busy,
+            measured: decide(slow, busy),
+            pairs_limit,
+        };
+        // What the step costs a healthy check (no pair round follows it on an idle host).
         let ms = began.elapsed().as_secs_f64() * 1e3;
         if start.printer {
             let ratio = crate::localize::paths::expected_alltoall_ratio(nodes, gpus);
+            let then = match (slow, busy) {
+                (true, _) => "every node pair measured",
+                (false, true) => "not slow, but a host is busy: every node pair measured",
+                (false, false) => "not slow against it; against the node pairs after the rounds",
+            };
             start.show.line(&format!(
                 "# alltoall {}: busbw {:.4} GB/s (host clock {:.4}, GPU clock {:.4}), {:.2} x the \
-                 all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {}; \
+                 all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {then}; \
                  {ms:.0} ms\n",
                 crate::model::size::human(a2a.size),
                 a2a.delivered,
@@ -199,14 +232,9 @@ impl Measurer<'_> {
                 a2a.delivered / all_reduce,
                 all_reduce,
                 fraction * ratio * all_reduce,
-                if slow {
-                    "every node pair measured"
-                } else {
-                    "not slow"
-                }
             ));
         }
-        Ok(slow)
+        Ok(Some(decision))
     }
 
     /// The sum over every rank of this rank's round vector (see `conduct::slots`): one NCCL

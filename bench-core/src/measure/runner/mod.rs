@@ -69,6 +69,8 @@ pub trait OwnNode: Send + Sync {
     fn starved_share(&self) -> Option<f64>;
     /// This process's findings now (`first_rank`: its first GPU's rank).
     fn findings_now(&self, t: &Topology, first_rank: usize) -> Vec<OwnFinding>;
+    /// Whether others' processes (not the check's: `t`'s) have made the host busy so far.
+    fn busy_by_others(&self, t: &Topology) -> bool;
 }
 
 /// Whether any pair of `rows` is slow (the outlier fraction; the floor of (collective, GPUs,
