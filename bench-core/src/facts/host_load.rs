@@ -44,6 +44,8 @@ pub struct HostSample {
     procs: HashMap<u32, u64>,
     /// This process's threads' nanoseconds runnable but not running.
     own_wait_ns: Option<u64>,
+    /// The CPUs this process may run on (`Cpus_allowed_list`: its cgroup's cpuset, taskset).
+    own_cpus: Option<Vec<u32>>,
 }
 
 /// A process that used CPU time while the check measured.
@@ -74,6 +76,12 @@ pub struct HostLoad {
     /// kernel keeps no schedstat).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub own_wait_share: Option<f64>,
+    /// Share of the CPUs this process may run on that went to others' processes (each one's
+    /// CPU time spread over the CPUs it may run on, counted where those overlap this
+    /// process's): what a job confined to its cpuset feels. None where the CPU lists could
+    /// not be read; then `others_share` stands for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub others_on_own_cpus: Option<f64>,
     /// The largest consumers outside the check, largest first.
     pub top: Vec<Consumer>,
 }
@@ -112,7 +120,52 @@ pub fn sample(proc_root: &Path, own: u32) -> Option<HostSample> {
         cpus,
         procs,
         own_wait_ns: own_wait(&proc_root.join(own.to_string()).join("task")),
+        own_cpus: allowed_cpus(&proc_root.join(own.to_string())),
     })
+}
+
+/// Most CPUs read from one `Cpus_allowed_list`.
+const MAX_CPUS: u32 = 8192;
+
+/// `Cpus_allowed_list:\t0-3,8,10-11` of `/proc/PID/status`: the CPUs, ascending; None when
+/// unreadable or empty.
+fn allowed_cpus(pid_dir: &Path) -> Option<Vec<u32>> {
+    let status = std::fs::read_to_string(pid_dir.join("status")).ok()?;
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+    parse_cpu_list(list.trim())
+}
+
+/// `0-3,8,10-11` -> [0, 1, 2, 3, 8, 10, 11], at most [`MAX_CPUS`]; None when malformed.
+pub(crate) fn parse_cpu_list(list: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
+            None => {
+                let a = part.parse::<u32>().ok()?;
+                (a, a)
+            }
+        };
+        if a > b || b >= MAX_CPUS {
+            return None;
+        }
+        cpus.extend(a..=b);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+/// Of `ticks` a process used on `theirs` (its allowed CPUs), the share that fell on `mine`,
+/// taking its time as spread evenly over the CPUs it may run on.
+fn on_mine(ticks: f64, theirs: &[u32], mine: &[u32]) -> f64 {
+    let overlap = theirs
+        .iter()
+        .filter(|c| mine.binary_search(c).is_ok())
+        .count();
+    ticks * overlap as f64 / theirs.len().max(1) as f64
 }
 
 /// `cpu  user nice system idle iowait irq softirq steal ...`: (busy, total) ticks and the
@@ -202,17 +255,30 @@ pub fn between_for(
         (Some(x), Some(y)) if window_s > 0.0 => Some(y.saturating_sub(x) as f64 / 1e9 / window_s),
         _ => None,
     };
-    let mut used: Vec<(u32, f64)> = b
-        .procs
-        .iter()
+    let others: Vec<(u32, f64)> = (b.procs.iter())
         .filter(|(pid, _)| !check.contains(pid) && a.procs.contains_key(pid))
-        .map(|(pid, t)| {
+        .map(|(pid, t)| (*pid, delta(pid, t) as f64))
+        .filter(|&(_, ticks)| ticks > 0.0)
+        .collect();
+    let others_on_own_cpus = b.own_cpus.as_ref().and_then(|mine| {
+        let capacity = total * mine.len() as f64 / f64::from(b.cpus.max(1));
+        let all: Vec<u32> = (0..b.cpus).collect();
+        let used: f64 = (others.iter())
+            .map(|&(pid, ticks)| {
+                let theirs = allowed_cpus(&proc_root.join(pid.to_string()));
+                on_mine(ticks, theirs.as_deref().unwrap_or(&all), mine)
+            })
+            .sum();
+        (capacity > 0.0).then(|| (used / capacity).clamp(0.0, 1.0))
+    });
+    let mut used: Vec<(u32, f64)> = (others.into_iter())
+        .map(|(pid, ticks)| {
             let cpus = if window_s > 0.0 {
-                delta(pid, t) as f64 / ticks_per_s / window_s
+                ticks / ticks_per_s / window_s
             } else {
                 0.0
             };
-            (*pid, cpus)
+            (pid, cpus)
         })
         .filter(|&(_, c)| c >= MIN_NAMED)
         .collect();
@@ -228,6 +294,7 @@ pub fn between_for(
         others_share,
         check_share,
         own_wait_share,
+        others_on_own_cpus,
         top,
     }
 }
@@ -264,16 +331,31 @@ pub fn slurm_job(cgroup: &str) -> Option<String> {
 }
 
 impl HostLoad {
-    /// Whether the host was busy enough to slow the check (see the module comment).
-    pub fn busy(&self) -> bool {
-        self.others_share >= BUSY_SHARE || self.own_wait_share.is_some_and(|w| w >= WAIT_SHARE)
+    /// Others' share of the CPUs this check may run on: `others_on_own_cpus` where known, else
+    /// of every CPU.
+    pub fn others_here(&self) -> f64 {
+        self.others_on_own_cpus.unwrap_or(self.others_share)
     }
 
-    /// Whether what made the host busy is this check alone: its threads waited for a CPU
+    /// Whether others' processes made the host busy enough to slow the check (see the module
+    /// comment): never where the load is the check's own ([`HostLoad::only_the_checks_own`]).
+    pub fn busy(&self) -> bool {
+        self.loaded() && self.others_here() >= MIN_OTHERS
+    }
+
+    /// Whether the check's CPUs were loaded at all, by anyone.
+    fn loaded(&self) -> bool {
+        self.others_here() >= BUSY_SHARE || self.own_wait_share.is_some_and(|w| w >= WAIT_SHARE)
+    }
+
+    /// Whether what loaded the check's CPUs is this check alone: its threads waited for a CPU
     /// while others used less than [`MIN_OTHERS`] of them (emulated nodes, more ranks than
-    /// cores).
+    /// cores). Said in the host fact; no host is busy by it, as every peer of the check is
+    /// loaded by the check alike (one H200, 16 emulated nodes on 16 cores, one node's worker
+    /// confined with busy loops: every node's threads waited for a CPU, and that node's slow
+    /// pairs stood as hardware against 15 "equally busy" peers).
     pub fn only_the_checks_own(&self) -> bool {
-        self.busy() && self.others_share < MIN_OTHERS
+        self.loaded() && self.others_here() < MIN_OTHERS
     }
 
     /// `host busy: 97% of 64 CPUs used by other processes, the check's threads waited 1.8x
@@ -285,6 +367,12 @@ impl HostLoad {
             self.cpus,
             self.check_share * 100.0
         );
+        if let Some(mine) = self.others_on_own_cpus {
+            s += &format!(
+                ", others {:.0}% of the CPUs this check may run on",
+                mine * 100.0
+            );
+        }
         if self.only_the_checks_own() {
             s += " (the load is the check's own: more of its processes and threads than CPUs)";
         }

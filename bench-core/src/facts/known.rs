@@ -308,6 +308,7 @@ mod tests {
             others_share: 0.14,
             check_share: 0.5,
             own_wait_share: Some(0.6),
+            others_on_own_cpus: None,
             top: Vec::new(),
         };
         assert!(told.busy());

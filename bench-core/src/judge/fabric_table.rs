@@ -373,6 +373,7 @@ fn judged(row: &Row, verdict: &LocalizeVerdict) -> (&'static str, BTreeSet<Strin
         others_share: 0.95,
         check_share: 0.05,
         own_wait_share: None,
+        others_on_own_cpus: None,
         top: Vec::new(),
     });
     let conditions = Conditions {

@@ -18,6 +18,7 @@
 //! | yes | a node, pair or rail outlier | none (the load is on its nodes only) | `host_busy` of its busy nodes |
 //! | yes | below a floor only, not an outlier (`busbw_below_threshold`, `suspects_unresolved`), or a starved worker | - | `host_busy` of its busy nodes |
 //! | this node busy, nothing slow | - | - | PASS with a `host_busy` warning |
+//! | this node loaded by the check's own processes only (`only_the_checks_own`) | any | - | stands; a `host_busy` warning says whose load it was |
 //!
 //! Slow only by the host's clock (fast by the GPUs'): a `host_interference` warning before this
 //! table is reached (`evidence::host_interference`). Facts the node reports itself (a link down,
@@ -78,7 +79,7 @@ impl Conditions<'_> {
                 code: ReasonCode::HostBusy,
                 message: format!("{node}: {}", load.describe()),
                 subject: Some(Culprit::Node(node.to_string())),
-                measured: Some(load.others_share),
+                measured: Some(load.others_here()),
                 limit: Some(BUSY_SHARE),
             });
         }
@@ -88,6 +89,23 @@ impl Conditions<'_> {
             .iter()
             .find(|r| r.code == ReasonCode::HostBusy)
             .cloned()
+    }
+
+    /// A warning where this node's CPUs were loaded by the check alone (emulated nodes, more
+    /// ranks than cores): said, never weighed as load, as every peer carries the same.
+    fn own_load_only(&self) -> Option<Reason> {
+        let load = self.load.filter(|l| l.only_the_checks_own())?;
+        Some(Reason {
+            code: ReasonCode::HostBusy,
+            message: format!(
+                "{}: {} (not weighed as load: every node of the check carries its own alike)",
+                self.here,
+                load.describe()
+            ),
+            subject: Some(Culprit::Node(self.here.to_string())),
+            measured: Some(load.others_here()),
+            limit: Some(crate::facts::host_load::MIN_OTHERS),
+        })
     }
 
     fn busy_nodes(&self) -> Vec<&str> {
@@ -120,7 +138,7 @@ impl Conditions<'_> {
 pub fn weigh(reasons: Vec<Reason>, c: &Conditions) -> (Vec<Reason>, Vec<Reason>) {
     let busy = c.busy_nodes();
     if busy.is_empty() {
-        return (reasons, Vec::new());
+        return (reasons, c.own_load_only().into_iter().collect());
     }
     // Every node a slow reading names: a busy node among them is no peer that measured fine.
     let slow: Vec<String> = reasons

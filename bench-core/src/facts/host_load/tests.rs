@@ -105,6 +105,7 @@ fn the_decision_table_of_the_host_rule() {
         others_share: others,
         check_share: 0.0,
         own_wait_share: wait,
+        others_on_own_cpus: None,
         top: Vec::new(),
     };
     // (others' share, own wait share) -> busy
@@ -115,11 +116,27 @@ fn the_decision_table_of_the_host_rule() {
         (0.75, None, true),
         (1.0, Some(0.0), true),
         (0.2, Some(0.5), true),
-        (0.0, Some(2.0), true),
+        // The check's threads waited, others used next to nothing: the check's own load.
+        (0.0, Some(2.0), false),
+        (0.09, Some(0.6), false),
+        (0.1, Some(0.6), true),
     ];
     for (others, wait, busy) in table {
         assert_eq!(load(others, wait).busy(), busy, "{others} {wait:?}");
     }
+    // Others' share of this process's own CPUs decides where it is known: 14% of the host
+    // (busy loops confined to 2 of 16 CPUs) is all of the 2 CPUs of the worker confined with
+    // them, and none of the others'.
+    let confined = HostLoad {
+        others_on_own_cpus: Some(0.9),
+        ..load(0.14, Some(0.65))
+    };
+    assert!(confined.busy());
+    let beside = HostLoad {
+        others_on_own_cpus: Some(0.0),
+        ..load(0.14, Some(0.65))
+    };
+    assert!(!beside.busy() && beside.only_the_checks_own());
 }
 
 #[test]
@@ -242,9 +259,10 @@ fn a_host_busy_with_the_check_alone_says_so() {
         others_share: 0.02,
         check_share: 0.97,
         own_wait_share: Some(1.4),
+        others_on_own_cpus: None,
         top: Vec::new(),
     };
-    assert!(load.busy() && load.only_the_checks_own());
+    assert!(!load.busy() && load.only_the_checks_own());
     let text = load.describe();
     assert!(
         text.contains("2% of 16 CPUs used by other processes, 97% by this check's own")
@@ -256,4 +274,62 @@ fn a_host_busy_with_the_check_alone_says_so() {
         ..load
     };
     assert!(!others.only_the_checks_own());
+}
+
+/// Others' time counted on this process's CPUs only where theirs overlap (one H200, 16
+/// emulated nodes: 6 busy loops confined to 2 CPUs loaded the worker confined with them, not
+/// the workers beside them).
+#[test]
+fn others_load_on_this_process_cpus_counts_where_their_cpus_overlap() {
+    let d = fixture(
+        "cpuset",
+        "cpu  0 0 0 0 0 0 0 0",
+        &[
+            (7, "loop", 0, ""),
+            (8, "spread", 0, ""),
+            (9, "nccl-check", 0, ""),
+        ],
+    );
+    let status = |pid: u32, list: &str| {
+        let text = format!("Name:\tx\nUid:\t0\t0\t0\t0\nCpus_allowed_list:\t{list}\n");
+        std::fs::write(d.join(pid.to_string()).join("status"), text).expect("status");
+    };
+    // 4 CPUs: the loop may run on CPU 3 only, "spread" anywhere, the check on CPUs 0-2.
+    status(7, "3");
+    status(8, "0-3");
+    status(9, "0-2");
+    let a = sample(&d, 9).expect("a");
+    assert_eq!(a.own_cpus, Some(vec![0, 1, 2]));
+    let mut b = shifted(&a, 1.0);
+    // In 1 s at 100 ticks/s on 4 CPUs: the loop used all of CPU 3, "spread" 0.4 CPU.
+    (b.busy_ticks, b.total_ticks) = (140, 400);
+    b.procs.insert(7, 100);
+    b.procs.insert(8, 40);
+    let load = between(&a, &b, 9, 100.0, &d);
+    assert!((load.others_share - 0.35).abs() < 1e-9, "{load:?}");
+    // On CPUs 0-2 (300 ticks): 3/4 of "spread"'s 40 ticks, none of the loop's.
+    let mine = load.others_on_own_cpus.expect("known");
+    assert!((mine - 0.1).abs() < 1e-9, "{mine}");
+    // Confined with the loop (CPU 3): all of it and a quarter of "spread".
+    status(9, "3");
+    let a = sample(&d, 9).expect("a");
+    let mut b = shifted(&a, 1.0);
+    (b.busy_ticks, b.total_ticks) = (140, 400);
+    b.procs.insert(7, 100);
+    b.procs.insert(8, 40);
+    let load = between(&a, &b, 9, 100.0, &d);
+    assert_eq!(load.others_on_own_cpus, Some(1.0));
+}
+
+#[test]
+fn a_cpu_list_reads_ranges_and_refuses_what_is_malformed() {
+    assert_eq!(
+        parse_cpu_list("0-3,8,10-11"),
+        Some(vec![0, 1, 2, 3, 8, 10, 11])
+    );
+    assert_eq!(parse_cpu_list("5"), Some(vec![5]));
+    assert_eq!(parse_cpu_list(""), None);
+    assert_eq!(parse_cpu_list("3-1"), None);
+    assert_eq!(parse_cpu_list("0-99999"), None);
+    assert_eq!(parse_cpu_list("x"), None);
 }

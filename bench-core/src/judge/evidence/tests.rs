@@ -404,6 +404,7 @@ fn load(others: f64) -> HostLoad {
         others_share: others,
         check_share: 0.0,
         own_wait_share: Some(0.0),
+        others_on_own_cpus: None,
         top: vec![crate::facts::host_load::Consumer {
             pid: 4242,
             user: "alice".into(),

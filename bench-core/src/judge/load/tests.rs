@@ -8,6 +8,7 @@ fn busy_load() -> HostLoad {
         others_share: 0.97,
         check_share: 0.02,
         own_wait_share: Some(0.9),
+        others_on_own_cpus: None,
         top: vec![crate::facts::host_load::Consumer {
             pid: 4242,
             user: "alice".into(),
@@ -278,4 +279,42 @@ fn a_fact_or_wrong_data_is_no_speed_reading_and_stands_under_any_load() {
         let (got, _) = weighed(Load::Here, vec![reading(code, None)]);
         assert_eq!(got, [(code, String::new())]);
     }
+}
+
+/// The check's own load (more ranks than cores) is said, never weighed: a slow node stands.
+#[test]
+fn a_node_loaded_by_the_check_alone_is_no_busy_peer_and_excuses_nothing() {
+    let own_only = HostLoad {
+        others_share: 0.02,
+        check_share: 0.97,
+        own_wait_share: Some(1.4),
+        others_on_own_cpus: Some(0.0),
+        top: Vec::new(),
+        ..busy_load()
+    };
+    let nodes: Vec<String> = ["e0", "e1", "e2"].map(String::from).to_vec();
+    let slow = Reason {
+        code: ReasonCode::NodeSlow,
+        message: "e1: every node pair it is in is slow".into(),
+        subject: Some(Culprit::Node("e1".into())),
+        measured: Some(0.1),
+        limit: Some(0.3),
+    };
+    let c = Conditions {
+        nodes: &nodes,
+        here: "e0",
+        load: Some(&own_only),
+        others: &[],
+    };
+    let (kept, warnings) = weigh(vec![slow.clone()], &c);
+    assert_eq!(kept, vec![slow]);
+    let [w] = warnings.as_slice() else {
+        panic!("{warnings:?}")
+    };
+    assert_eq!(w.code, ReasonCode::HostBusy);
+    assert!(
+        w.message.contains("the load is the check's own"),
+        "{}",
+        w.message
+    );
 }
