@@ -187,7 +187,7 @@ pub struct LocalizeConfig {
     /// checks FAILed on a single slow pair before this, tests/gpu/results/fabric).
     pub retest: bool,
     /// The alltoall measured beside the all_reduce was slow (`paths::alltoall_slow`), or a
-    /// host busy (`paths::decide`): after rounds that name nothing, every node pair is
+    /// host busy (`paths::measures_every_path`): after rounds that name nothing, every node pair is
     /// measured (`paths`).
     pub paths: bool,
     /// The other rounds' node-pair median at and above which the alltoall reads slow against

@@ -18,7 +18,7 @@
 //!   1/(N-1) of them): a path faster than that is no fault for an alltoall job either.
 //! - The alltoall is slow when it is below `[outliers] alltoall_fraction` (0.5 built in) of that
 //!   expectation, by both clocks (the host's and the GPUs'). Only then, or where some node's host
-//!   is busy (its scheduler paces both collectives alike: [`decide`]), are the node pairs measured ([`Paths`]): a
+//!   is busy (its scheduler paces both collectives alike: [`measures_every_path`]), are the node pairs measured ([`Paths`]): a
 //!   round-robin tournament, every node pair once, G node matchings a round (one a rail), at
 //!   the alltoall's size.
 //!
@@ -71,7 +71,7 @@ pub fn alltoall_size(bytes: u64) -> u64 {
 /// The tournament's smallest exchange. Why: under a busy host a 4 MiB exchange reads the
 /// scheduler as much as the path (one H200, 8 emulated nodes, two busy loops per core: healthy
 /// pairs at 4 MiB spread over 0.13-0.26 GB/s, bench-core/benchmarks/results/
-/// 2026-12-02-h200x1-fabric-budgeted), and the tournament runs under a busy host ([`decide`]).
+/// 2026-12-02-h200x1-fabric-budgeted), and the tournament runs under a busy host ([`measures_every_path`]).
 const PATH_MIN_BYTES: u64 = 8 << 20;
 
 /// The tournament's rounds: the message size (the alltoall's, at least [`PATH_MIN_BYTES`],
@@ -111,7 +111,7 @@ pub fn slow_against_pairs(limit: Option<f64>, pairs: impl Iterator<Item = f64>) 
 /// paths are measured directly, each against the others of the same rounds.
 ///
 /// [`PathsDecision`]: crate::model::localization::PathsDecision
-pub fn decide(alltoall_slow: bool, host_busy: bool) -> bool {
+pub fn measures_every_path(alltoall_slow: bool, host_busy: bool) -> bool {
     alltoall_slow || host_busy
 }
 
@@ -549,9 +549,9 @@ pub(crate) mod tests {
 
     #[test]
     fn every_path_is_measured_after_a_slow_alltoall_or_under_a_busy_host() {
-        assert!(!decide(false, false));
-        assert!(decide(true, false));
-        assert!(decide(false, true));
-        assert!(decide(true, true));
+        assert!(!measures_every_path(false, false));
+        assert!(measures_every_path(true, false));
+        assert!(measures_every_path(false, true));
+        assert!(measures_every_path(true, true));
     }
 }

@@ -206,7 +206,7 @@ impl Fabric {
     }
 }
 
-/// `cfg` with `paths` and `paths_above` set as the runner sets them (`paths::decide`,
+/// `cfg` with `paths` and `paths_above` set as the runner sets them (`paths::measures_every_path`,
 /// `paths::pairs_limit`): the fabric's alltoall against its allocation-wide collective
 /// (`paths::alltoall_slow` below `fraction`), a busy host, and the limit for the pairs.
 pub fn with_alltoall(
@@ -218,7 +218,7 @@ pub fn with_alltoall(
     let alltoall = fabric.alltoall();
     let shape = (fabric.nodes, fabric.gpus);
     let slow = super::paths::alltoall_slow(alltoall, all_reduce, shape, fraction);
-    cfg.paths = super::paths::decide(slow, fabric.host_busy());
+    cfg.paths = super::paths::measures_every_path(slow, fabric.host_busy());
     cfg.paths_above = super::paths::pairs_limit(alltoall, shape, fraction);
     cfg
 }

@@ -61,7 +61,7 @@ pub struct LocalizeSummary {
     pub paths: Option<PathsDecision>,
 }
 
-/// The alltoall beside the all_reduce, and what it decided (`localize::paths::decide`).
+/// The alltoall beside the all_reduce, and what it decided (`localize::paths::measures_every_path`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PathsDecision {
     /// The alltoall's size and busbw (GB/s, by the faster of the two clocks), and the

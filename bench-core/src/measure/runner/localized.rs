@@ -164,7 +164,7 @@ impl Measurer<'_> {
     }
 
     /// Whether every node pair is measured after the localizer's other rounds
-    /// (`localize::paths::decide`): the alltoall beside the all_reduce (`all_paths`) slow
+    /// (`localize::paths::measures_every_path`): the alltoall beside the all_reduce (`all_paths`) slow
     /// against it, or some node's host busy (its own `host_busy` fact: a busy scheduler paces
     /// both collectives alike). Both readings are the team's sums and both flags are agreed by
     /// one more sum, as each process reads its own `alltoall_fraction` and its own host. None
@@ -177,7 +177,9 @@ impl Measurer<'_> {
         start: &Start,
         out: &mut GpuOutcome,
     ) -> Result<Option<PathsDecision>, RunError> {
-        use crate::localize::paths::{alltoall_size, alltoall_slow, checks_paths, decide};
+        use crate::localize::paths::{
+            alltoall_size, alltoall_slow, checks_paths, measures_every_path,
+        };
         use crate::model::collectives::{AllReduce, Collective};
         let all_reduce = match out.last_collective {
             Some((c, _, busbw)) if c == AllReduce.name() && checks_paths(nodes) => busbw,
@@ -209,7 +211,7 @@ impl Measurer<'_> {
             all_reduce_busbw: all_reduce,
             alltoall_slow: slow,
             host_busy: busy,
-            measured: decide(slow, busy),
+            measured: measures_every_path(slow, busy),
             pairs_limit,
         };
         // What the step costs a healthy check (no pair round follows it on an idle host).
