@@ -157,6 +157,7 @@ fn run(cli: Cli) -> i32 {
     // The budget counts from here: asking the controller for its timeout is part of the run.
     let start = std::time::Instant::now();
     let (cfg, budget_cut) = within_slurm_timeout(cfg, &facts, mode, &mut log);
+    let nccl_hint = words::nccl_lib_hint(&cfg, &path);
     gate::Gate {
         cfg: &cfg,
         facts: &facts,
@@ -165,6 +166,7 @@ fn run(cli: Cli) -> i32 {
         log: &mut log,
         faults: None,
         budget_cut,
+        nccl_hint: &nccl_hint,
         // Everything, the drain included, within the budget and a moment (budget::GRACE).
         deadline: budget::Deadline::since(
             start,

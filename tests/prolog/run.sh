@@ -74,7 +74,7 @@ make_gpus
 CONF=$T/prolog.toml
 MARKER=$T/marker
 # conf ["key = value"...]: the prolog config, re-read by every prolog run: the suite's defaults,
-# each replaced by a given line with the same key.
+# each replaced by a given line with the same key; $CONF_ENV (`K = "v"`) joins the env table.
 conf() {
     local defaults=(
         "worker = \"$T/bin/fake-worker\""
@@ -92,7 +92,7 @@ conf() {
             echo "$d"
         done
         printf '%s\n' "$@"
-        echo "env = { NCCL_CHECK_FAKE_MODE_DIR = \"$T/mode\", NCCL_CHECK_FAKE_MARKER = \"$MARKER\" }"
+        echo "env = { NCCL_CHECK_FAKE_MODE_DIR = \"$T/mode\", NCCL_CHECK_FAKE_MARKER = \"$MARKER\"${CONF_ENV:+, $CONF_ENV} }"
     } > "$CONF"
 }
 # slurmd runs Prolog= without arguments: a wrapper names the suite's config. No GPU here: a test
@@ -361,6 +361,13 @@ t_check_config_checks_the_budget_gres_and_the_worker_config() {
     rm -f "$T/nccl-check.toml"
     [ "$RC" = 2 ] && grep -q "^NOT READY $T/bin/nccl-check --check-config: INVALID .*fracton" "$OUT" \
         || fail "a worker config typo: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    # The library named by the prolog's own env (which wins over nccl_lib in any file) is said to
+    # be there, in this file; the old hint said to set nccl_lib in /etc/nccl-check/nccl-check.toml.
+    CONF_ENV='NCCL_CHECK_NCCL_LIB = "/nonexistent/libnccl.so.2"' conf "worker = \"$T/bin/nccl-check\""
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -q "^worker: NOT READY NCCL (/nonexistent/libnccl.so.2): no such file; .*: NCCL_CHECK_NCCL_LIB in \`env\` of $CONF names it" "$OUT" \
+        || fail "the prolog's env naming a missing NCCL: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    grep -q "nccl-check/nccl-check.toml" <(grep NCCL "$OUT" | grep -v '^env = ') && fail "a file that does not fix it is named: $(grep NCCL "$OUT")"
 }
 
 t_dry_run_without_a_job_says_so_once() {
