@@ -300,6 +300,7 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
                         margins: &empty,
                         finished_unix: gate::now_unix(),
                         duration_s: 0.0,
+                        cache_seconds: None,
                     },
                 );
             }
