@@ -350,7 +350,7 @@ pub fn read_slurm(c: &GateConfig, slurm_conf: Option<&str>) -> SlurmRead {
 /// The worker's `--check-config` on the config the prolog passes on, run as the prolog runs the
 /// worker (fixed PATH, the config's `env` table). Its lines come back prefixed `worker: `.
 /// Where it says the environment's NCCL_CHECK_NCCL_LIB names a library that fails, that is this
-/// prolog's `env` in `config`, its file: said so ([`crate::words::nccl_lib_hint`]).
+/// prolog's `env` in `config`, its file: said so ([`crate::words::missing_nccl_fix`]).
 pub fn worker(c: &GateConfig, config: &Path) -> (Vec<String>, Findings) {
     let mut f = Findings::default();
     let mut args = vec!["--check-config".into()];
@@ -382,7 +382,7 @@ pub fn worker(c: &GateConfig, config: &Path) -> (Vec<String>, Findings) {
         String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
     let text = text.replace(
         nccl_check_contract::exit::NCCL_LIB_FROM_ENV,
-        &crate::words::nccl_lib_hint(c, config),
+        &crate::words::missing_nccl_fix(c, config),
     );
     let lines: Vec<String> = text.lines().map(|l| format!("worker: {l}")).collect();
     let bad: Vec<CheckProblem> = text.lines().filter_map(CheckProblem::read_line).collect();

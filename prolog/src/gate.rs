@@ -41,7 +41,7 @@ pub struct Gate<'a> {
     pub budget_cut: Option<String>,
     /// The hardware fault pass of this run (set by the run; `gate.json` shows it).
     pub faults: Option<faults::Summary>,
-    /// What an ERROR for a missing NCCL tells the admin ([`crate::words::nccl_lib_hint`]).
+    /// What an ERROR for a missing NCCL tells the admin ([`crate::words::missing_nccl_fix`]).
     pub nccl_hint: &'a str,
 }
 

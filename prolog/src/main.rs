@@ -157,7 +157,7 @@ fn run(cli: Cli) -> i32 {
     // The budget counts from here: asking the controller for its timeout is part of the run.
     let start = std::time::Instant::now();
     let (cfg, budget_cut) = within_slurm_timeout(cfg, &facts, mode, &mut log);
-    let nccl_hint = words::nccl_lib_hint(&cfg, &path);
+    let nccl_hint = words::missing_nccl_fix(&cfg, &path);
     gate::Gate {
         cfg: &cfg,
         facts: &facts,

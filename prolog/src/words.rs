@@ -46,7 +46,7 @@ pub struct Line<'a> {
     pub label: &'a str,
     pub mode: Mode,
     pub exit_code: i32,
-    /// What replaces the worker's hint for a missing NCCL ([`nccl_lib_hint`]).
+    /// What replaces the worker's hint for a missing NCCL ([`missing_nccl_fix`]).
     pub nccl_hint: &'a str,
 }
 
@@ -170,7 +170,7 @@ impl Line<'_> {
 /// prolog's `env` (in `config`, the prolog's file) wins over the worker's config where it names
 /// `NCCL_CHECK_NCCL_LIB`; otherwise `nccl_lib` in `worker_config`, the file the gate hands the
 /// worker (one place for srun's checks too, where that is the default path).
-pub fn nccl_lib_hint(cfg: &GateConfig, config: &Path) -> String {
+pub fn missing_nccl_fix(cfg: &GateConfig, config: &Path) -> String {
     if cfg.env.contains_key("NCCL_CHECK_NCCL_LIB") {
         format!(
             "NCCL_CHECK_NCCL_LIB in `env` of {} names it and wins over nccl_lib: correct it \
@@ -319,14 +319,14 @@ mod tests {
         };
         let prolog = Path::new("/site/prolog.toml");
         assert_eq!(
-            nccl_lib_hint(&cfg, prolog),
+            missing_nccl_fix(&cfg, prolog),
             "give its path as nccl_lib = \"/path/to/libnccl.so.2\" in /site/nccl-check.toml"
         );
         cfg.env.insert(
             "NCCL_CHECK_NCCL_LIB".into(),
             "/opt/gone/libnccl.so.2".into(),
         );
-        let h = nccl_lib_hint(&cfg, prolog);
+        let h = missing_nccl_fix(&cfg, prolog);
         assert!(
             h.starts_with("NCCL_CHECK_NCCL_LIB in `env` of /site/prolog.toml names it and wins"),
             "{h}"
