@@ -13,6 +13,13 @@ use serde::{Deserialize, Serialize};
 /// such command line (the SPANK plugin's srun user) replaces exactly this with its own hint.
 pub const NCCL_LIB_HINT: &str = "give its path with --nccl-lib or NCCL_CHECK_NCCL_LIB";
 
+/// What `nccl-check --check-config` says where the environment's `NCCL_CHECK_NCCL_LIB` names a
+/// library that does not load: it wins over `nccl_lib` in any config file, so editing a file
+/// fixes nothing. A caller that set it for the worker (the prolog's `env`) replaces exactly this
+/// with where it set it.
+pub const NCCL_LIB_FROM_ENV: &str = "NCCL_CHECK_NCCL_LIB in this environment names it and wins \
+     over nccl_lib in any config file: correct it, or unset it, where it is set";
+
 /// Documented exit codes of `nccl-check`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -349,7 +349,9 @@ pub fn read_slurm(c: &GateConfig, slurm_conf: Option<&str>) -> SlurmRead {
 
 /// The worker's `--check-config` on the config the prolog passes on, run as the prolog runs the
 /// worker (fixed PATH, the config's `env` table). Its lines come back prefixed `worker: `.
-pub fn worker(c: &GateConfig) -> (Vec<String>, Findings) {
+/// Where it says the environment's NCCL_CHECK_NCCL_LIB names a library that fails, that is this
+/// prolog's `env` in `config`, its file: said so ([`crate::words::missing_nccl_fix`]).
+pub fn worker(c: &GateConfig, config: &Path) -> (Vec<String>, Findings) {
     let mut f = Findings::default();
     let mut args = vec!["--check-config".into()];
     if c.worker_config.exists() {
@@ -378,6 +380,10 @@ pub fn worker(c: &GateConfig) -> (Vec<String>, Findings) {
     };
     let text =
         String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
+    let text = text.replace(
+        nccl_check_contract::exit::NCCL_LIB_FROM_ENV,
+        &crate::words::missing_nccl_fix(c, config),
+    );
     let lines: Vec<String> = text.lines().map(|l| format!("worker: {l}")).collect();
     let bad: Vec<CheckProblem> = text.lines().filter_map(CheckProblem::read_line).collect();
     match done.ending {
@@ -739,7 +745,7 @@ mod tests {
             worker_config: d.join("w.toml"),
             ..GateConfig::default()
         };
-        let (lines, f) = worker(&c);
+        let (lines, f) = worker(&c, Path::new("/p.toml"));
         assert_eq!(f.problems.len(), 1, "{f:?}");
         // A note that mentions ERROR (a node without GPUs) from a worker that exits 0 is fine.
         std::fs::write(
@@ -752,9 +758,48 @@ mod tests {
             worker: ok.clone(),
             ..c.clone()
         };
-        assert_eq!(worker(&c2).1, Findings::default());
+        assert_eq!(worker(&c2, Path::new("/p.toml")).1, Findings::default());
         assert!(f.problems[0].contains("unknown field 'fracton'"), "{f:?}");
         assert!(lines[0].starts_with("worker: INVALID "), "{lines:?}");
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    /// Regression (issue 46): the worker said to set nccl_lib in its config where the prolog's
+    /// own `env` names NCCL_CHECK_NCCL_LIB, which wins over any config: the prolog names its
+    /// `env`, in the file it read.
+    #[test]
+    fn a_library_the_prologs_env_names_is_said_to_be_the_prologs_env() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = nccl_check_host::test_support::scratch_dir("chain-worker-env");
+        let w = d.join("nccl-check");
+        std::fs::write(
+            &w,
+            format!(
+                "#!/bin/sh\necho \"NOT READY NCCL ($NCCL_CHECK_NCCL_LIB): no such file; every check \
+                 would end in ERROR: {}\"\nexit 2\n",
+                nccl_check_contract::exit::NCCL_LIB_FROM_ENV
+            ),
+        )
+        .expect("w");
+        std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut c = GateConfig {
+            worker: w,
+            worker_config: d.join("absent.toml"),
+            ..GateConfig::default()
+        };
+        c.env.insert(
+            "NCCL_CHECK_NCCL_LIB".into(),
+            "/opt/gone/libnccl.so.2".into(),
+        );
+        let (lines, f) = worker(&c, Path::new("/site/prolog.toml"));
+        let want =
+            "NCCL_CHECK_NCCL_LIB in `env` of /site/prolog.toml names it and wins over nccl_lib";
+        assert!(
+            lines[0].starts_with("worker: NOT READY NCCL (/opt/gone/libnccl.so.2): no such file")
+                && lines[0].contains(want),
+            "{lines:?}"
+        );
+        assert!(f.problems[0].contains(want), "{f:?}");
         std::fs::remove_dir_all(&d).ok();
     }
 

@@ -184,7 +184,7 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
     nccl_check_host::out!("{}", render(&cfg, text.as_deref().map(|t| (path, t))));
     let mut problems = problems(&cfg, node);
     // The chain beyond this file: the worker's config and NCCL, then Slurm's settings.
-    let (worker_lines, w) = crate::chain::worker(&cfg);
+    let (worker_lines, w) = crate::chain::worker(&cfg, path);
     for l in &worker_lines {
         nccl_check_host::outln!("{l}");
     }

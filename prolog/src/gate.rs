@@ -41,6 +41,8 @@ pub struct Gate<'a> {
     pub budget_cut: Option<String>,
     /// The hardware fault pass of this run (set by the run; `gate.json` shows it).
     pub faults: Option<faults::Summary>,
+    /// What an ERROR for a missing NCCL tells the admin ([`crate::words::missing_nccl_fix`]).
+    pub nccl_hint: &'a str,
 }
 
 /// Where the run may write its state: the directories that passed [`secure`]'s checks.
@@ -86,6 +88,7 @@ impl<'a> Gate<'a> {
             label,
             mode: self.mode,
             exit_code: a.exit_code,
+            nccl_hint: self.nccl_hint,
         }
     }
 

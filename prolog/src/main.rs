@@ -157,6 +157,7 @@ fn run(cli: Cli) -> i32 {
     // The budget counts from here: asking the controller for its timeout is part of the run.
     let start = std::time::Instant::now();
     let (cfg, budget_cut) = within_slurm_timeout(cfg, &facts, mode, &mut log);
+    let nccl_hint = words::missing_nccl_fix(&cfg, &path);
     gate::Gate {
         cfg: &cfg,
         facts: &facts,
@@ -165,6 +166,7 @@ fn run(cli: Cli) -> i32 {
         log: &mut log,
         faults: None,
         budget_cut,
+        nccl_hint: &nccl_hint,
         // Everything, the drain included, within the budget and a moment (budget::GRACE).
         deadline: budget::Deadline::since(
             start,
@@ -298,6 +300,7 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
                         margins: &empty,
                         finished_unix: gate::now_unix(),
                         duration_s: 0.0,
+                        cache_seconds: None,
                     },
                 );
             }

@@ -2,7 +2,9 @@
 //! the gate's state (`nccl_check_gate_state`: pass, fail, error, or disabled when the config
 //! cannot be used), the last measured verdict, busbw per collective, when and how long. Written atomically (temp
 //! file + rename in the same directory), as the collector requires. A cached pass does not
-//! rewrite it: the numbers stay those of the last real measurement.
+//! rewrite it: the numbers stay those of the last real measurement, and `cache_seconds` says
+//! how long after it such a pass may answer (the NcclCheckNoGateRunOnAllocatedNode alert waits
+//! that long).
 
 use crate::status::GateState;
 use nccl_check_contract::verdict::Verdict;
@@ -20,6 +22,10 @@ pub struct Sample<'a> {
     pub margins: &'a BTreeMap<String, f64>,
     pub finished_unix: f64,
     pub duration_s: f64,
+    /// The config's `cache_seconds` (None: no config could be read): how long after
+    /// `finished_unix` a cached pass may still answer a prolog without rewriting this file, so
+    /// an alert on a stale timestamp can wait that long.
+    pub cache_seconds: Option<u64>,
 }
 
 /// The file's text.
@@ -94,6 +100,15 @@ pub fn render(s: &Sample) -> String {
     );
     let _ = writeln!(t, "# TYPE nccl_check_duration_seconds gauge");
     let _ = writeln!(t, "nccl_check_duration_seconds {:.3}", s.duration_s);
+    if let Some(c) = s.cache_seconds {
+        let _ = writeln!(
+            t,
+            "# HELP nccl_check_cache_seconds The gate's cache_seconds: a pass this recent \
+             answers a prolog without measuring or rewriting this file."
+        );
+        let _ = writeln!(t, "# TYPE nccl_check_cache_seconds gauge");
+        let _ = writeln!(t, "nccl_check_cache_seconds {c}");
+    }
     t
 }
 
@@ -204,6 +219,7 @@ mod tests {
             margins: &BTreeMap::from([("all_reduce".to_string(), 1.07)]),
             finished_unix: 1_790_000_000.5,
             duration_s: 2.1,
+            cache_seconds: Some(7200),
         });
         assert!(
             t.contains("nccl_check_verdict{verdict=\"FAIL\"} 1\n"),
@@ -227,6 +243,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("nccl_check_exit_code 1\n"), "{t}");
+        assert!(t.contains("nccl_check_cache_seconds 7200\n"), "{t}");
         assert!(
             t.contains("nccl_check_gate_state{state=\"fail\"} 1\n"),
             "{t}"

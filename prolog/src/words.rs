@@ -1,10 +1,12 @@
 //! What the prolog says: the one verdict line (stderr, syslog, `gate.json`) composed from what
 //! actually happened (a drain is "drained" only after scontrol succeeded), and the dry run's plan.
 
+use crate::config::GateConfig;
 use crate::decide::{Actions, CacheAction, Mode};
 use crate::drain::{self, DrainOutcome};
 use crate::worker::Run;
 use nccl_check_contract::report::Report;
+use std::path::Path;
 
 /// What came of a drain request, for the verdict line.
 pub fn drain_outcome(o: &DrainOutcome, node: &str) -> String {
@@ -44,6 +46,8 @@ pub struct Line<'a> {
     pub label: &'a str,
     pub mode: Mode,
     pub exit_code: i32,
+    /// What replaces the worker's hint for a missing NCCL ([`missing_nccl_fix`]).
+    pub nccl_hint: &'a str,
 }
 
 impl Line<'_> {
@@ -137,7 +141,7 @@ impl Line<'_> {
                     .filter(|s| !s.is_empty())
             })
             .or_else(|| (!run.output_tail.is_empty()).then(|| run.output_tail.clone()));
-        let what = match detail.map(|d| for_the_admin(&d)) {
+        let what = match detail.map(|d| for_the_admin(&d, self.nccl_hint)) {
             Some(d) if d != run.ended => format!("{}: {d}", run.ended),
             _ => run.ended.clone(),
         };
@@ -162,15 +166,28 @@ impl Line<'_> {
 }
 
 /// The prolog's hint where the worker's own one names its command line (`--nccl-lib`), which
-/// nobody passes to the root prolog: the admin sets the worker's environment in prolog.toml.
-pub const ADMIN_NCCL_LIB_HINT: &str = "give its path in /etc/nccl-check/prolog.toml: \
-     env = { NCCL_CHECK_NCCL_LIB = \"/path/to/libnccl.so.2\" }";
+/// nobody passes to the root prolog: the setting that fixes it, in the file that has it. The
+/// prolog's `env` (in `config`, the prolog's file) wins over the worker's config where it names
+/// `NCCL_CHECK_NCCL_LIB`; otherwise `nccl_lib` in `worker_config`, the file the gate hands the
+/// worker (one place for srun's checks too, where that is the default path).
+pub fn missing_nccl_fix(cfg: &GateConfig, config: &Path) -> String {
+    if cfg.env.contains_key("NCCL_CHECK_NCCL_LIB") {
+        format!(
+            "NCCL_CHECK_NCCL_LIB in `env` of {} names it and wins over nccl_lib: correct it \
+             there, or remove it and set nccl_lib in {}",
+            config.display(),
+            cfg.worker_config.display()
+        )
+    } else {
+        format!(
+            "give its path as nccl_lib = \"/path/to/libnccl.so.2\" in {}",
+            cfg.worker_config.display()
+        )
+    }
+}
 
-fn for_the_admin(detail: &str) -> String {
-    detail.replace(
-        nccl_check_contract::exit::NCCL_LIB_HINT,
-        ADMIN_NCCL_LIB_HINT,
-    )
+fn for_the_admin(detail: &str, hint: &str) -> String {
+    detail.replace(nccl_check_contract::exit::NCCL_LIB_HINT, hint)
 }
 
 /// The dry run's plan, on stdout.
@@ -231,6 +248,7 @@ mod tests {
             label: "GPUs 0,1",
             mode,
             exit_code,
+            nccl_hint: "HINT",
         }
     }
 
@@ -286,6 +304,33 @@ mod tests {
         let s = line(Mode::Prolog, 0).error(&r, None);
         assert!(!s.contains("--nccl-lib"), "{s}");
         assert!(s.contains("NCCL library not found"), "{s}");
-        assert!(s.contains(ADMIN_NCCL_LIB_HINT), "{s}");
+        assert!(s.contains("nope); HINT; not drained"), "{s}");
+    }
+
+    /// Regression (issue 46): the hint sent the admin to `env` in /etc/nccl-check/prolog.toml
+    /// whatever file the prolog reads and wherever the library was named. It names the setting
+    /// that wins: the prolog's own `env` where that sets NCCL_CHECK_NCCL_LIB (in the file the
+    /// prolog read), else `nccl_lib` in the worker's config the gate passes on.
+    #[test]
+    fn the_missing_nccl_hint_names_the_setting_that_wins_in_its_file() {
+        let mut cfg = GateConfig {
+            worker_config: "/site/nccl-check.toml".into(),
+            ..GateConfig::default()
+        };
+        let prolog = Path::new("/site/prolog.toml");
+        assert_eq!(
+            missing_nccl_fix(&cfg, prolog),
+            "give its path as nccl_lib = \"/path/to/libnccl.so.2\" in /site/nccl-check.toml"
+        );
+        cfg.env.insert(
+            "NCCL_CHECK_NCCL_LIB".into(),
+            "/opt/gone/libnccl.so.2".into(),
+        );
+        let h = missing_nccl_fix(&cfg, prolog);
+        assert!(
+            h.starts_with("NCCL_CHECK_NCCL_LIB in `env` of /site/prolog.toml names it and wins"),
+            "{h}"
+        );
+        assert!(!h.contains("/etc/nccl-check"), "{h}");
     }
 }

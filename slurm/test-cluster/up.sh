@@ -19,6 +19,8 @@
 # --munge-socket starts a private munged on PATH (its files beside it; stopped by down.sh) and sets
 # AuthInfo=socket=PATH (unless a --conf AuthInfo= line is given: it must then name the socket), so no
 # other cluster's munged matters.
+# NCCL_CHECK_CLUSTER_PROCTRACK="proctrack/cgroup" replaces the default proctrack/linuxproc (a
+# cgroup.conf beside slurm.conf in $CLUSTER_DIR goes with it).
 # NCCL_CHECK_CLUSTER_NODE_EXTRA="Gres=gpu:1" appends to every node's NodeName line (the GPU
 # machine's end-to-end test; a gres.conf beside slurm.conf in $CLUSTER_DIR goes with it).
 # Nothing under /etc is written: slurm.conf and plugstack.conf live in $CLUSTER_DIR.
@@ -95,7 +97,7 @@ SlurmctldLogFile=$CLUSTER_DIR/log/slurmctld.log
 SlurmdLogFile=$CLUSTER_DIR/log/slurmd-%n.log
 SlurmdDebug=debug
 PlugStackConfig=${PLUGSTACK:-$CLUSTER_DIR/plugstack.conf}
-ProctrackType=proctrack/linuxproc
+ProctrackType=${NCCL_CHECK_CLUSTER_PROCTRACK:-proctrack/linuxproc}
 TaskPlugin=task/none
 SwitchType=switch/none
 MpiDefault=none

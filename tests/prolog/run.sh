@@ -47,6 +47,7 @@ fi
 cleanup() {
     declare -F shadow_undo >/dev/null && shadow_undo     # defined below: an early exit comes first
     bash "$REPO/slurm/test-cluster/down.sh" --purge
+    declare -F cgroup_dirs_undo >/dev/null && cgroup_dirs_undo     # after slurmd stopped
     [ -n "$CREATED_EVIL" ] && userdel "$EVIL" 2>/dev/null
     true
 }
@@ -74,7 +75,7 @@ make_gpus
 CONF=$T/prolog.toml
 MARKER=$T/marker
 # conf ["key = value"...]: the prolog config, re-read by every prolog run: the suite's defaults,
-# each replaced by a given line with the same key.
+# each replaced by a given line with the same key; $CONF_ENV (`K = "v"`) joins the env table.
 conf() {
     local defaults=(
         "worker = \"$T/bin/fake-worker\""
@@ -92,7 +93,7 @@ conf() {
             echo "$d"
         done
         printf '%s\n' "$@"
-        echo "env = { NCCL_CHECK_FAKE_MODE_DIR = \"$T/mode\", NCCL_CHECK_FAKE_MARKER = \"$MARKER\" }"
+        echo "env = { NCCL_CHECK_FAKE_MODE_DIR = \"$T/mode\", NCCL_CHECK_FAKE_MARKER = \"$MARKER\"${CONF_ENV:+, $CONF_ENV} }"
     } > "$CONF"
 }
 # slurmd runs Prolog= without arguments: a wrapper names the suite's config. No GPU here: a test
@@ -361,6 +362,13 @@ t_check_config_checks_the_budget_gres_and_the_worker_config() {
     rm -f "$T/nccl-check.toml"
     [ "$RC" = 2 ] && grep -q "^NOT READY $T/bin/nccl-check --check-config: INVALID .*fracton" "$OUT" \
         || fail "a worker config typo: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    # The library named by the prolog's own env (which wins over nccl_lib in any file) is said to
+    # be there, in this file; the old hint said to set nccl_lib in /etc/nccl-check/nccl-check.toml.
+    CONF_ENV='NCCL_CHECK_NCCL_LIB = "/nonexistent/libnccl.so.2"' conf "worker = \"$T/bin/nccl-check\""
+    prolog_direct --check-config
+    [ "$RC" = 2 ] && grep -q "^worker: NOT READY NCCL (/nonexistent/libnccl.so.2): no such file; .*: NCCL_CHECK_NCCL_LIB in \`env\` of $CONF names it" "$OUT" \
+        || fail "the prolog's env naming a missing NCCL: rc $RC, $(grep -v '^[a-z_]* = ' "$OUT")"
+    grep -q "nccl-check/nccl-check.toml" <(grep NCCL "$OUT" | grep -v '^env = ') && fail "a file that does not fix it is named: $(grep NCCL "$OUT")"
 }
 
 t_dry_run_without_a_job_says_so_once() {
@@ -1062,8 +1070,96 @@ if [ -z "$FILTER" ] || [[ "a shared node" == *"$FILTER"* ]]; then
     fi
 fi
 
+# --- proctrack/cgroup: the cluster again, job processes in the job's cgroup --------------------
+# Issue 46's audit: with proctrack/cgroup another job's load is in that job's cgroup, and Slurm's
+# `scontrol listpids` reads it from there. Which cgroup plugin slurmd can run depends on the
+# machine: where /sys/fs/cgroup is cgroup2 (unified), cgroup/v2 with IgnoreSystemd=yes (no
+# systemd here; 26.05 then names the job's directory by its SLUID); where it is a tmpfs of v1
+# hierarchies (this machine and CI: the v2 hierarchy beside them at /sys/fs/cgroup/unified has
+# no controller but hugetlb), cgroup/v1, the freezer's /slurm_nN/uid_U/job_J. cgroup/v2 cannot
+# run on such a machine on any major: tests/README.md says Slurm's words.
+CGROUP_PLUGIN=cgroup/v1
+[ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] && CGROUP_PLUGIN=cgroup/v2
+cgroup_cluster_up() {
+    bash "$REPO/slurm/test-cluster/down.sh" >/dev/null 2>&1
+    rm -f "$CL/gres.conf"
+    printf 'CgroupPlugin=%s\nIgnoreSystemd=yes\n' "$CGROUP_PLUGIN" > "$CL/cgroup.conf"
+    NCCL_CHECK_CLUSTER_PROCTRACK=proctrack/cgroup bash "$REPO/slurm/test-cluster/up.sh" --nodes 2 \
+        --prolog "$T/bin/prolog.sh" --munge-socket "$CL/munge/munge.socket.2" \
+        --conf "AuthInfo=socket=$CL/munge/munge.socket.2,cred_expire=10" \
+        --conf "SchedulerParameters=nohold_on_prolog_fail" --conf "PrologEpilogTimeout=60" \
+        --conf "Epilog=$T/bin/epilog.sh"
+}
+# The v1 plugin leaves its empty per-node directories (slurm_n1, slurm_n2) in the machine's
+# hierarchies after slurmd stops: removed (rmdir: only empty ones) once the cluster is down.
+cgroup_dirs_undo() {
+    local d
+    for d in /sys/fs/cgroup/*/slurm_n[12] /sys/fs/cgroup/system.slice/n[12]_slurmstepd.scope; do
+        [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+    true
+}
+
+# Another user's CPU-only job whose task is a busy loop, under proctrack/cgroup: its process
+# lies in that job's cgroup (asserted: the path Slurm wrote names job_J or, 26.05 with cgroup/v2,
+# the job's SLUID). Starting jobs' prologs (real process table) pass and drain nothing, naming the
+# loop as that job's: first as `scontrol listpids` says, then with listpids failing (a wrapper),
+# from the cgroup path alone (host/src/slurm_job.rs::job_of_cgroup on what real Slurm wrote);
+# a real job started on n1 beside it runs there.
+t_another_jobs_busy_task_under_proctrack_cgroup_never_drains() {
+    local link j jl cg b real
+    mkdir -p "$T/evil" && chmod 1777 "$T/evil" && rm -f "$T/evil/cg-loop" "$T/no-listpids"
+    link="$T/evil/burn"
+    ln -sfn /bin/bash "$link"
+    real=$(command -v scontrol)
+    printf '#!/bin/sh\nprintf "%%s\\n" "$*" >> %s\n[ "$1" = listpids ] && [ -e %s ] && { echo "listpids: broken on purpose" >&2; exit 1; }\nexec %s "$@"\n' \
+        "$T/scontrol-args" "$T/no-listpids" "$real" > "$T/bin/scontrol-rec"
+    chmod 755 "$T/bin/scontrol-rec" && ln -sfn "$(command -v squeue)" "$T/bin/squeue" && : > "$T/scontrol-args"
+    conf 'fault_root = "/"' 'cache_seconds = 0' "scontrol = \"$T/bin/scontrol-rec\""
+    j=$(cd /tmp && timeout 20 runuser -u "$EVIL" -- env SLURM_CONF="$SLURM_CONF" sbatch --parsable -w n1 -n1 \
+        -o /dev/null --wrap "exec \"$link\" -c 'echo \$\$ > $T/evil/cg-loop; while :; do :; done'") \
+        || { fail "sbatch as $EVIL failed"; return; }
+    timeout 30 bash -c "until [ -s $T/evil/cg-loop ]; do sleep 0.3; done" \
+        || { fail "job $j's loop did not start: $(squeue -h -j "$j" -o '%T %R' 2>&1), n1: $(reason_of n1)"; scancel "$j"; return; }
+    jl=$(cat "$T/evil/cg-loop")
+    cg=$(cat "/proc/$jl/cgroup")
+    echo "    $CGROUP_PLUGIN: job $j's loop (pid $jl) in $(grep -E 'job_|/s[0-9A-Z]{13}/' <<<"$cg" | tr '\n' ' ')"
+    grep -Eq "/job_$j/|/s[0-9A-HJKMNP-TV-Z]{13}/" <<<"$cg" || fail "job $j's loop is in no job's cgroup: $(tr '\n' ' ' <<<"$cg")"
+    renice -n -10 -p "$jl" >/dev/null || fail "renice $jl"
+    [ -e "/proc/$jl/autogroup" ] && echo -10 > "/proc/$jl/autogroup"
+    sleep 1
+    # Up to 6 starting jobs each: on a loaded 2-core machine the loop may miss the half CPU that
+    # counts as busy in one run (a run that drains, or does not PASS, fails at once).
+    local pat="pid $jl (burn), user $EVIL, job $j, "
+    starting_jobs_never_drain 9201 "$pat" || starting_jobs_never_drain 9204 "$pat" \
+        || fail "job $j's loop was never named as its job's (listpids): $(cat -v "$ERR")"
+    grep -q "^listpids \* n1$" "$T/scontrol-args" || fail "scontrol listpids was not asked: $(cat "$T/scontrol-args")"
+    touch "$T/no-listpids"
+    starting_jobs_never_drain 9211 "$pat" || starting_jobs_never_drain 9214 "$pat" \
+        || fail "with listpids failing, job $j's loop was never named from its cgroup: $(cat -v "$ERR")"
+    rm -f "$T/no-listpids"
+    b=$(submit -w n1) && wait_done "$b" 60
+    [ "$(ran_on "$b")" = n1 ] || fail "job $b did not run on n1: $(reason_of n1)"
+    drained n1 && fail "job $b's prolog drained n1: $(reason_of n1)"
+    scancel "$j"; wait_done "$j" 30
+    rm -f "$T/bin/squeue" "$T/bin/scontrol-rec"
+}
+
+if [ -z "$FILTER" ] || [[ "proctrack/cgroup" == *"$FILTER"* ]]; then
+    if cgroup_cluster_up; then
+        run_test "proctrack/cgroup ($CGROUP_PLUGIN): another job's busy task is named as that job's by listpids and by its cgroup path alone, never drains" \
+            t_another_jobs_busy_task_under_proctrack_cgroup_never_drains
+    else
+        say "the cluster with proctrack/cgroup ($CGROUP_PLUGIN) did not come up:"
+        grep -h -E 'fatal|error: .*cgroup' "$CL"/log/slurmd-n*.log | tail -4 >&2
+        STARTED=$((STARTED + 1))
+    fi
+    bash "$REPO/slurm/test-cluster/down.sh" >/dev/null 2>&1
+    cgroup_dirs_undo
+fi
+
 harness_tally "prolog suite" || exit 1
-if [ -z "$FILTER" ] && [ "$STARTED" != 29 ]; then
-    say "only $STARTED of 29 tests ran"; exit 1
+if [ -z "$FILTER" ] && [ "$STARTED" != 30 ]; then
+    say "only $STARTED of 30 tests ran"; exit 1
 fi
 exit 0

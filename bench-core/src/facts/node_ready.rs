@@ -19,10 +19,68 @@ pub struct NodeReady {
     pub not_ready: bool,
 }
 
-/// `nccl_lib`: `NCCL_CHECK_NCCL_LIB`, else the config's, else the library path (as a check loads it).
-pub fn probe_node(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
+/// Where the library a check loads is named, so that a NOT READY says the one setting that
+/// changes it: the environment's `NCCL_CHECK_NCCL_LIB` wins over the config's `nccl_lib`, so
+/// telling the admin to edit the config while the environment names the library fixes nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LibFrom {
+    /// `NCCL_CHECK_NCCL_LIB` of the environment the check starts with.
+    Env(PathBuf),
+    /// `nccl_lib` of the config file, and where in it (`FILE:LINE`).
+    Config { lib: PathBuf, at: String },
+    /// Named nowhere: `libnccl.so.2` on the library path; the config file a check reads
+    /// (the one given, else the default path), where `nccl_lib` would go.
+    Nowhere { config: PathBuf },
+}
+
+impl LibFrom {
+    /// From the environment and the loaded config, in the order a check takes them.
+    pub fn of(env: &Environment, cfg: &WorkerConfig) -> LibFrom {
+        if let Some(lib) = env.get_os("NCCL_CHECK_NCCL_LIB").filter(|v| !v.is_empty()) {
+            return LibFrom::Env(PathBuf::from(lib));
+        }
+        let config = cfg
+            .path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(crate::config::worker::DEFAULT_PATH));
+        match &cfg.nccl_lib {
+            Some(lib) => LibFrom::Config {
+                lib: lib.clone(),
+                at: nccl_check_host::config_file::find_key_line(&cfg.text, "nccl_lib").map_or_else(
+                    || config.display().to_string(),
+                    |l| format!("{}:{l}", config.display()),
+                ),
+            },
+            None => LibFrom::Nowhere { config },
+        }
+    }
+
+    fn lib(&self) -> Option<&Path> {
+        match self {
+            LibFrom::Env(l) | LibFrom::Config { lib: l, .. } => Some(l),
+            LibFrom::Nowhere { .. } => None,
+        }
+    }
+
+    /// What the admin changes so that the check finds NCCL.
+    pub fn fix(&self) -> String {
+        match self {
+            LibFrom::Env(_) => nccl_check_contract::exit::NCCL_LIB_FROM_ENV.to_string(),
+            LibFrom::Config { at, .. } => {
+                format!("correct nccl_lib at {at} to the library's path")
+            }
+            LibFrom::Nowhere { config } => format!(
+                "set nccl_lib = \"/path/libnccl.so.2\" in {}",
+                config.display()
+            ),
+        }
+    }
+}
+
+/// Whether this node can run a check with the library `from` names (else the library path).
+pub fn probe_node(root: &Path, from: &LibFrom) -> NodeReady {
     let gpus = inventory::driver_gpus(root).unwrap_or_default();
-    let lib = nccl_lib.map(Path::to_path_buf);
+    let lib = from.lib().map(Path::to_path_buf);
     let shown = lib
         .as_ref()
         .map_or("libnccl.so.2 on the library path".to_string(), |p| {
@@ -38,9 +96,9 @@ pub fn probe_node(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
         };
         return NodeReady {
             lines: vec![CheckProblem::not_ready(format!(
-                "NCCL ({}): {why}; every check would end in ERROR. Set nccl_lib = \
-                 \"/path/libnccl.so.2\" in /etc/nccl-check/nccl-check.toml to the library's path",
-                l.display()
+                "NCCL ({}): {why}; every check would end in ERROR: {}",
+                l.display(),
+                from.fix()
             ))
             .to_string()],
             not_ready: true,
@@ -65,23 +123,20 @@ pub fn probe_node(root: &Path, nccl_lib: Option<&Path>) -> NodeReady {
             )
         }
         Err(e) => {
+            // The loader's own hint is for a command line: what to change follows instead.
+            let e = e.to_string().replace(
+                &format!("; {}", nccl_check_contract::exit::NCCL_LIB_HINT),
+                "",
+            );
             let problem = CheckProblem::not_ready(format!(
-                "NCCL ({shown}): {e}; every check on this node would end in ERROR. \
-                 Set nccl_lib = \"/path/libnccl.so.2\" in /etc/nccl-check/nccl-check.toml"
+                "NCCL ({shown}): {e}; every check on this node would end in ERROR: {}",
+                from.fix()
             ));
             (problem.to_string(), true)
         }
     };
     lines.push(line);
     NodeReady { lines, not_ready }
-}
-
-/// The library a check would load: the environment's, else the config's.
-pub fn nccl_lib(env: &Environment, config: Option<PathBuf>) -> Option<PathBuf> {
-    env.get_os("NCCL_CHECK_NCCL_LIB")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or(config)
 }
 
 /// What `--check-config` prints (stdout) and its exit code.
@@ -105,7 +160,7 @@ pub fn check_file(path: Option<&Path>, root: &Path, env: &Environment) -> Checke
     };
     let mut lines = crate::config::check::effective_lines(&cfg);
     // Whether this node can run a check: GPUs listed, NCCL loadable (none: cannot tell).
-    let ready = probe_node(root, nccl_lib(env, cfg.nccl_lib.clone()).as_deref());
+    let ready = probe_node(root, &LibFrom::of(env, &cfg));
     lines.extend(ready.lines);
     Checked {
         lines,
@@ -117,9 +172,22 @@ pub fn check_file(path: Option<&Path>, root: &Path, env: &Environment) -> Checke
 mod tests {
     use super::*;
 
+    fn nowhere() -> LibFrom {
+        LibFrom::Nowhere {
+            config: PathBuf::from(crate::config::worker::DEFAULT_PATH),
+        }
+    }
+
+    fn named(lib: &Path) -> LibFrom {
+        LibFrom::Config {
+            lib: lib.to_path_buf(),
+            at: "/etc/nccl-check/nccl-check.toml:3".into(),
+        }
+    }
+
     #[test]
     fn a_node_without_gpus_cannot_tell_and_is_not_failed() {
-        let r = probe_node(Path::new("/nonexistent-root"), None);
+        let r = probe_node(Path::new("/nonexistent-root"), &nowhere());
         assert!(!r.not_ready, "{r:?}");
         assert!(r.lines[0].contains("no GPU listed by the driver"), "{r:?}");
     }
@@ -130,14 +198,20 @@ mod tests {
     fn a_named_library_that_is_not_there_is_not_ready_without_gpus() {
         let r = probe_node(
             Path::new("/nonexistent-root"),
-            Some(Path::new("/nope/libnccl.so.2")),
+            &named(Path::new("/nope/libnccl.so.2")),
         );
         assert!(r.not_ready, "{r:?}");
         assert!(
             r.lines[0].starts_with("NOT READY NCCL (/nope/libnccl.so.2): no such file"),
             "{r:?}"
         );
-        let r = probe_node(Path::new("/nonexistent-root"), Some(Path::new("/")));
+        assert!(
+            r.lines[0].ends_with(
+                ": correct nccl_lib at /etc/nccl-check/nccl-check.toml:3 to the library's path"
+            ),
+            "{r:?}"
+        );
+        let r = probe_node(Path::new("/nonexistent-root"), &named(Path::new("/")));
         assert!(r.not_ready && r.lines[0].contains("not a file"), "{r:?}");
     }
 
@@ -148,13 +222,60 @@ mod tests {
         // A file that is there but no library: only loading it tells.
         let lib = root.join("libnccl.so.2");
         std::fs::write(&lib, "not an ELF").expect("write");
-        let r = probe_node(&root, Some(&lib));
+        let r = probe_node(&root, &named(&lib));
         assert!(r.not_ready, "{r:?}");
         assert!(
             r.lines[1].starts_with(&format!("NOT READY NCCL ({}): ", lib.display())),
             "{r:?}"
         );
         std::fs::remove_dir_all(&root).ok();
+    }
+
+    /// Regression (issue 46): the hint said `Set nccl_lib = ... in
+    /// /etc/nccl-check/nccl-check.toml` whatever named the library. Where the environment's
+    /// NCCL_CHECK_NCCL_LIB names it (the prolog's `env`), that file changes nothing (the
+    /// variable wins); where the config given is another file, the default path is not read.
+    /// The hint names the setting that wins, in the file that is read.
+    #[test]
+    fn the_hint_names_the_setting_that_wins_in_the_file_that_is_read() {
+        let d = nccl_check_host::test_support::scratch_dir("node-ready-hint");
+        let f = d.join("site.toml");
+        std::fs::write(&f, "# site\n\nnccl_lib = \"/opt/nope/libnccl.so.2\"\n").expect("write");
+        let c = check_file(Some(&f), &d, &Environment::default());
+        let last = c.lines.last().expect("a line");
+        assert_eq!(c.code, 2, "{c:?}");
+        assert!(
+            last.ends_with(&format!(
+                "no such file; every check would end in ERROR: correct nccl_lib at {}:3 to the \
+                 library's path",
+                f.display()
+            )),
+            "{last}"
+        );
+        let env = Environment::of_pairs([("NCCL_CHECK_NCCL_LIB", "/env/nope/libnccl.so.2")]);
+        let c = check_file(Some(&f), &d, &env);
+        let last = c.lines.last().expect("a line");
+        assert!(
+            last.starts_with("NOT READY NCCL (/env/nope/libnccl.so.2): no such file"),
+            "{last}"
+        );
+        assert!(
+            last.ends_with(nccl_check_contract::exit::NCCL_LIB_FROM_ENV) && !last.contains(".toml"),
+            "{last}"
+        );
+        // Named nowhere, on a GPU node whose library path has no NCCL: the file given.
+        std::fs::create_dir_all(d.join("proc/driver/nvidia/gpus/0000:19:00.0")).expect("mkdir");
+        std::fs::write(&f, "# site\n").expect("write");
+        let from = LibFrom::of(
+            &Environment::default(),
+            &WorkerConfig::load(Some(&f)).expect("load"),
+        );
+        assert_eq!(from, LibFrom::Nowhere { config: f.clone() });
+        assert_eq!(
+            from.fix(),
+            format!("set nccl_lib = \"/path/libnccl.so.2\" in {}", f.display())
+        );
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]

@@ -389,6 +389,7 @@ impl Gate<'_> {
             margins: &margins,
             finished_unix: now_unix(),
             duration_s: j.run.elapsed.as_secs_f64(),
+            cache_seconds: Some(self.cfg.cache_seconds),
         };
         self.publish(places, &st, &sample);
     }

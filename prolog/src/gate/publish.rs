@@ -69,6 +69,7 @@ impl Gate<'_> {
             margins: &empty,
             finished_unix: now_unix(),
             duration_s: 0.0,
+            cache_seconds: Some(self.cfg.cache_seconds),
         };
         self.publish(places, &st, &sample);
     }
