@@ -130,20 +130,19 @@ fn hook(which: Hook, raw: spank_sys::spank_t, ac: c_int, av: *const *const c_cha
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut cache = OptionCache::default();
         let mut spank = slurm_spank::init_spank_handle(raw, ac, av, &mut cache);
-        let ctx = spank.context().ok();
-        (ctx, dispatch(which, raw, &mut spank))
+        dispatch(which, raw, &mut spank)
     }));
     match result {
-        Ok((_, Ok(()))) => 0,
-        Ok((ctx, Err(Error::Reported(msg)))) => {
+        Ok(Ok(())) => 0,
+        Ok(Err(Error::Reported(msg))) => {
             // Already on the user's stderr; keep a copy in the slurmd log for the admin.
             slurm_spank::spank_log(LogLevel::Info, &format!("nccl-check: {msg}"));
-            end_as_slurm_would(which, ctx)
+            -1
         }
-        Ok((_, Err(Error::Help(text)))) => answer_help(&text),
-        Ok((ctx, Err(e))) => {
+        Ok(Err(Error::Help(text))) => answer_help(&text),
+        Ok(Err(e)) => {
             slurm_spank::spank_log(LogLevel::Error, &e.to_string());
-            end_as_slurm_would(which, ctx)
+            -1
         }
         Err(_) => {
             slurm_spank::spank_log(
@@ -153,40 +152,6 @@ fn hook(which: Hook, raw: spank_sys::spank_t, ac: c_int, av: *const *const c_cha
             -1
         }
     }
-}
-
-/// A failed hook whose caller ends the process right away: ended here the same way, so that
-/// the user's stderr ends with our line instead of Slurm's two generic ones after it. A
-/// `required` plugin's non-zero return is always followed by `spank: required plugin
-/// nccl_check.so: init_post_opt() failed with rc=-1` (`_do_call_stack`, the same in 22.05,
-/// 24.11 and 26.05) and then, in srun, sbatch and salloc, `Plugin stack post-option processing
-/// failed` and `exit(error_exit)` (nothing allocated yet; `error_exit` is 1 or
-/// `SLURM_EXIT_ERROR`), in the task (slurmstepd's child, just before exec) `Failed to invoke
-/// spank plugin stack` and `_exit(1)` (task.c `exec_task`). Elsewhere -1, as before.
-/// Under an `optional` plugin line Slurm ignored the -1 and ran the command or task anyway; ended
-/// here, a check the user asked for fails it there too.
-fn end_as_slurm_would(which: Hook, ctx: Option<Context>) -> c_int {
-    match (which, ctx) {
-        (Hook::InitPostOpt, Some(Context::Local | Context::Allocator)) => std::process::exit(
-            slurm_error_exit(std::env::var("SLURM_EXIT_ERROR").ok().as_deref()),
-        ),
-        (Hook::TaskInit, Some(Context::Remote)) => {
-            use std::io::Write;
-            let _ = std::io::stderr().flush();
-            // SAFETY: _exit(2) ends the task process at once, as exec_task would right after
-            // this hook; nothing of ours is left to run or to clean up in it.
-            unsafe { libc::_exit(1) }
-        }
-        _ => -1,
-    }
-}
-
-/// srun's, sbatch's and salloc's exit code for an error: `SLURM_EXIT_ERROR` when it is a
-/// non-zero integer (`atoi`, as srun.c `_set_exit_code` reads it), else 1.
-fn slurm_error_exit(var: Option<&str>) -> i32 {
-    var.and_then(|v| v.trim().parse::<i32>().ok())
-        .filter(|&c| c != 0)
-        .unwrap_or(1)
 }
 
 /// `--nccl-check=help` in srun, sbatch or salloc (init_post_opt: before any allocation, job or
@@ -228,14 +193,6 @@ export_hook!(slurm_spank_task_init, Hook::TaskInit);
 mod tests {
     use super::*;
     use std::ffi::CStr;
-
-    #[test]
-    fn an_ended_client_exits_with_slurms_error_code() {
-        assert_eq!(slurm_error_exit(None), 1);
-        assert_eq!(slurm_error_exit(Some("7")), 7);
-        assert_eq!(slurm_error_exit(Some("0")), 1, "srun refuses a zero value");
-        assert_eq!(slurm_error_exit(Some("x")), 1);
-    }
 
     /// What Slurm's plugin loader reads (plugin.c `_verify_syms`): a NUL-terminated name, the
     /// type `spank`, and a version; the plugstack line names the library file, `nccl_check.so`.
