@@ -284,7 +284,9 @@ fn join(
     {
         setup.host = h;
     }
-    let joined = rendezvous::join(&setup, me, || Ok([0u8; 128])).map_err(RunError::Rendezvous)?;
+    let joined = setup
+        .join(me, || Ok([0u8; 128]))
+        .map_err(RunError::Rendezvous)?;
     Ok((joined, t.elapsed().as_secs_f64() * 1e3, gpus))
 }
 

@@ -6,7 +6,10 @@
 use super::absent;
 use super::auth::{self, Authenticator};
 use super::door::{self, Door};
-use super::messages::{self, Greeting, Hello, Opening, Proof, Version, Welcome};
+use super::messages::{
+    self, addr_text, transcript_of, Greeting, Hello, Opening, Proof, Version, Welcome,
+    HANDSHAKE_TIMEOUT,
+};
 use super::plane::ControlPlane;
 use super::session::{self, KeyPair, Keys, Role, Session};
 use super::wire;
@@ -16,9 +19,6 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Longest one handshake may take (challenge to accepted): a real member answers in
-/// milliseconds; a stranger holds a slot at most this long.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Handshakes served at once; connections beyond this are closed at once (a real member retries).
 pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 
@@ -160,24 +160,6 @@ pub(super) struct Arrival {
     session: Session,
 }
 
-/// A socket address as both sides write it into the transcript (IPv4-mapped IPv6 as IPv4).
-pub(super) fn addr_text(a: SocketAddr) -> String {
-    SocketAddr::new(a.ip().to_canonical(), a.port()).to_string()
-}
-
-/// The handshake's transcript, as both sides hash it: the step's label, the nonces and keys of
-/// the greeting `g` and the opening `o`, and the connection's two ends as the coordinator saw
-/// them (`from`, `to`).
-pub(super) fn transcript_of(
-    label: &str,
-    g: &Greeting,
-    o: &Opening,
-    from: &str,
-    to: &str,
-) -> [u8; 32] {
-    session::transcript(&[label, &g.nonce, &g.key, &o.nonce, &o.key, from, to])
-}
-
 /// Binds the first free candidate port on the rendezvous host's address; also the candidates
 /// before it that another process holds.
 fn bind(setup: &Setup) -> Result<(TcpListener, u16, Vec<u16>), String> {
@@ -222,7 +204,7 @@ fn bind_address(host: &str, deadline: Instant) -> Result<IpAddr, String> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(ip);
     }
-    let ips: Vec<IpAddr> = super::member::resolve_host(host, 0, deadline)
+    let ips: Vec<IpAddr> = super::resolve::resolve_host(host, 0, deadline)
         .map_err(|e| format!("the rendezvous host: {e}"))?
         .into_iter()
         .map(|a| a.ip())
@@ -684,6 +666,33 @@ impl<'a> Admission<'a> {
     }
 }
 
+impl Setup<'_> {
+    /// Joins `world` processes: the coordinator serves ([`serve`]), every other process
+    /// connects ([`super::member::connect`]). The coordinator calls `make_id` once everyone is
+    /// in.
+    pub fn join(
+        &self,
+        me: Member,
+        make_id: impl FnOnce() -> Result<[u8; 128], String>,
+    ) -> Result<Joined, String> {
+        if self.world == 1 {
+            return Ok(Joined {
+                unique_id: make_id()?,
+                members: vec![Member {
+                    first_rank: 0,
+                    ..me
+                }],
+                plane: ControlPlane::Alone,
+            });
+        }
+        if self.coordinator {
+            serve(self, me, make_id)
+        } else {
+            super::member::connect(self, me)
+        }
+    }
+}
+
 /// Serves the rendezvous until every other process has joined, or the deadline.
 pub fn serve(
     setup: &Setup,
@@ -862,7 +871,7 @@ mod tests {
                 ngpus: 1,
                 first_rank: 0,
             };
-            super::super::join(&s, me, || Err("not the coordinator".into())).err()
+            s.join(me, || Err("not the coordinator".into())).err()
         });
         let (stream, _) = l.accept().unwrap();
         let a = secret();

@@ -13,16 +13,16 @@
 //! ([`super::beacon`]), never on silence: a coordinator that starts late is waited for.
 
 use super::auth;
-use super::coordinator::{addr_text, transcript_of, HANDSHAKE_TIMEOUT};
 use super::messages::{
-    self, Greeting, Hello, HelloBody, Opening, Proof, TicketOffer, Version, Welcome,
+    self, addr_text, transcript_of, Greeting, Hello, HelloBody, Opening, Proof, TicketOffer,
+    Version, Welcome, HANDSHAKE_TIMEOUT,
 };
 use super::plane::ControlPlane;
 use super::session::{self, KeyPair, Keys, Role, Session};
 use super::wire::{self, WireError};
 use super::{Joined, Member, Setup};
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
@@ -79,40 +79,8 @@ const ANSWER_WAIT: Duration = Duration::from_millis(1500);
 /// Pause after a try found the port held.
 const HELD_RETRY: Duration = Duration::from_millis(300);
 
-/// The addresses of `host`, looked up on a helper thread so that a slow resolver (a name that
-/// does not resolve can take 10 s per try) never holds this process past `deadline`.
-pub(super) fn resolve_host(
-    host: &str,
-    port: u16,
-    deadline: Instant,
-) -> Result<Vec<SocketAddr>, String> {
-    // An address as given needs no resolver, and no thread per try.
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    let left = deadline
-        .checked_duration_since(Instant::now())
-        .ok_or("deadline passed")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let name = host.to_string();
-    std::thread::Builder::new()
-        .name("resolve".into())
-        .spawn(move || {
-            let r = (name.as_str(), port)
-                .to_socket_addrs()
-                .map(|a| a.collect::<Vec<_>>());
-            let _ = tx.send(r);
-        })
-        .map_err(|e| format!("cannot start a resolver thread: {e}"))?;
-    match rx.recv_timeout(left) {
-        Ok(Ok(all)) => Ok(all),
-        Ok(Err(e)) => Err(format!("cannot resolve {host}: {e}")),
-        Err(_) => Err(format!("cannot resolve {host} before the deadline")),
-    }
-}
-
 fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, String> {
-    let all = resolve_host(host, port, deadline)?;
+    let all = super::resolve::resolve_host(host, port, deadline)?;
     all.iter()
         .find(|a| a.is_ipv4())
         .or(all.first())
