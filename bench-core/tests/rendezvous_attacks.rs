@@ -3,7 +3,8 @@
 //! squatters on every candidate, listeners that never speak, and under MUNGE a collector of
 //! credentials and a flood of fake ones. Each was a finding of a security audit of the rendezvous.
 
-use bench_core::meet::rendezvous::auth::{AuthError, Authenticator, Munge, SharedSecret};
+use bench_core::meet::rendezvous::auth::{AuthError, Authenticator, SharedSecret};
+use bench_core::meet::rendezvous::munge::Munge;
 use bench_core::meet::rendezvous::{Joined, Member, Setup};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -517,7 +518,7 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
     watcher.join().expect("thread");
     let most = *most.lock().expect("lock");
     assert!(
-        most <= bench_core::meet::rendezvous::auth::MUNGE_AT_ONCE,
+        most <= bench_core::meet::rendezvous::munge::MUNGE_AT_ONCE,
         "{most} munge/unmunge processes at once"
     );
     assert!(most >= 1, "the flood ran no MUNGE program at all");

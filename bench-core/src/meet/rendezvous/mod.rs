@@ -3,8 +3,9 @@
 //! may start seconds apart), everyone proves it belongs to the same job step, learns the NCCL
 //! unique id and its rank offset, and later the same connections carry barriers and sums.
 //!
-//! - [`auth`]: proofs (a per-step shared secret, or MUNGE credentials) over each connection's
-//!   transcript (nonces, key exchange, addresses);
+//! - [`auth`]: proofs (a per-step shared secret, or MUNGE credentials: [`munge`]) over each
+//!   connection's transcript (nonces, key exchange, addresses); `Credential::authenticator`
+//!   (here) picks one;
 //! - [`session`]: each connection's own keys, and every frame after the handshake sealed;
 //! - [`wire`]: length-prefixed frames with size caps and one deadline per message;
 //! - [`messages`]: the handshake's messages and the validation of every field;
@@ -29,6 +30,7 @@ pub mod coordinator;
 pub mod door;
 pub mod member;
 pub mod messages;
+pub mod munge;
 pub mod peer_uid;
 pub mod plane;
 pub mod resolve;
@@ -37,6 +39,7 @@ pub mod wire;
 
 pub use plane::{ControlPlane, PlaneError};
 
+use crate::model::credential::Credential;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -85,6 +88,29 @@ pub struct Setup<'a> {
     /// [`crate::meet::slurm_layout::expected`]), so the coordinator can name the node whose processes
     /// never joined; `None` outside Slurm. Member hosts are compared with these names.
     pub expected: Option<Vec<(String, u32)>>,
+}
+
+impl Credential {
+    /// The authenticator for this credential; `munge_socket` is munged's socket when not the
+    /// default.
+    pub fn authenticator(
+        &self,
+        munge_socket: Option<std::path::PathBuf>,
+    ) -> Result<Box<dyn auth::Authenticator>, String> {
+        match self {
+            Credential::Secret(s) => Ok(Box::new(auth::SharedSecret::new(s, "NCCL_CHECK_SECRET")?)),
+            Credential::Munge => Ok(Box::new(munge::Munge::find(munge_socket).map_err(|e| {
+                format!(
+                    "no way to authenticate the other processes: set NCCL_CHECK_SECRET or install MUNGE ({e})"
+                )
+            })?)),
+            // One process: the rendezvous returns before any proof is asked for.
+            Credential::None => Ok(Box::new(auth::SharedSecret::new(
+                "single-process-check",
+                "nobody",
+            )?)),
+        }
+    }
 }
 
 #[cfg(test)]
