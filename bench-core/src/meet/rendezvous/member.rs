@@ -652,9 +652,10 @@ mod tests {
         let coordinator = std::thread::spawn(move || {
             let (stream, _) = listener.accept().unwrap();
             let a = SharedSecret::new("test-secret-0123456789", "test").unwrap();
-            let r = coordinator::handshake_late(stream, "slurm-7.0", &a, deadline, || {
-                std::thread::sleep(Duration::from_millis(2500))
-            });
+            let r =
+                coordinator::handshake::handshake_late(stream, "slurm-7.0", &a, deadline, || {
+                    std::thread::sleep(Duration::from_millis(2500))
+                });
             // Any second connection is a member that gave up on the first.
             listener.set_nonblocking(true).unwrap();
             (r, listener.accept().is_ok())

@@ -426,7 +426,7 @@ mod tests {
     }
 
     fn coordinator_handshake_for_test(stream: TcpStream, s: &Setup) -> Result<(), String> {
-        coordinator::handshake(stream, s.world, &s.label, s.auth, s.deadline)
+        coordinator::handshake::handshake(stream, s.world, &s.label, s.auth, s.deadline)
             .map(|_| ())
             .map_err(|(_, e)| e)
     }
