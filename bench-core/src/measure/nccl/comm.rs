@@ -83,6 +83,9 @@ impl Issue<'_> {
         c: &dyn crate::model::collectives::Collective,
     ) -> Result<(), NcclError> {
         use crate::model::collectives::Call;
+        let (nccl, raw, stream) = (self.comm.nccl, self.comm.raw, self.stream);
+        let (send, recv) = (self.send as *const c_void, self.recv as *mut c_void);
+        let (count, dtype) = (self.count as usize, self.dtype as i32);
         match c.call() {
             Call::AllReduce => self.comm.all_reduce(
                 self.send,
@@ -92,26 +95,23 @@ impl Issue<'_> {
                 self.op,
                 self.stream,
             ),
+            // SAFETY (the three calls below): send and recv are device buffers of this comm's
+            // GPU holding what the collective's counts say (`Collective::counts`).
             Call::AllGather => {
-                self.comm
-                    .all_gather(self.send, self.recv, self.count, self.dtype, self.stream)
+                let rc = unsafe { (nccl.all_gather)(send, recv, count, dtype, raw, stream) };
+                self.comm.settle(rc, "ncclAllGather")
             }
-            Call::ReduceScatter => self.comm.reduce_scatter(
-                self.send,
-                self.recv,
-                self.count,
-                self.dtype,
-                self.op,
-                self.stream,
-            ),
-            Call::Broadcast => self.comm.broadcast(
-                self.send,
-                self.recv,
-                self.count,
-                self.dtype,
-                self.root,
-                self.stream,
-            ),
+            Call::ReduceScatter => {
+                let op = self.op as i32;
+                let rc =
+                    unsafe { (nccl.reduce_scatter)(send, recv, count, dtype, op, raw, stream) };
+                self.comm.settle(rc, "ncclReduceScatter")
+            }
+            Call::Broadcast => {
+                let root = self.root as i32;
+                let rc = unsafe { (nccl.broadcast)(send, recv, count, dtype, root, raw, stream) };
+                self.comm.settle(rc, "ncclBroadcast")
+            }
             // `ncclAlltoAll` where the library has it (2.28+), else one send and one receive per
             // peer in a group, exactly as nccl-tests 2.19.6 chooses.
             Call::AlltoAll => self.comm.alltoall(
@@ -413,76 +413,6 @@ impl<'a> Comm<'a> {
             )
         };
         self.settle(rc, "ncclAllReduce")
-    }
-
-    pub fn all_gather(
-        &self,
-        send: u64,
-        recv: u64,
-        count: u64,
-        dtype: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: send holds count elements, recv count*nranks, on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.all_gather)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count as usize,
-                dtype as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclAllGather")
-    }
-
-    pub fn reduce_scatter(
-        &self,
-        send: u64,
-        recv: u64,
-        count: u64,
-        dtype: u32,
-        op: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: send holds count*nranks elements, recv count, on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.reduce_scatter)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count as usize,
-                dtype as i32,
-                op as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclReduceScatter")
-    }
-
-    pub fn broadcast(
-        &self,
-        send: u64,
-        recv: u64,
-        count: u64,
-        dtype: u32,
-        root: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: send/recv hold count elements on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.broadcast)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count as usize,
-                dtype as i32,
-                root as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclBroadcast")
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -96,15 +96,8 @@ pub(super) type FnReduce = unsafe extern "C" fn(
 ) -> c_int;
 pub(super) type FnGather =
     unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, RawStream) -> c_int;
-pub(super) type FnBroadcast = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    c_int,
-    c_int,
-    RawComm,
-    RawStream,
-) -> c_int;
+/// `ncclBroadcast`: `ncclAllReduce`'s signature, with the root where the op is.
+pub(super) type FnBroadcast = FnReduce;
 pub(super) type FnSend =
     unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, RawStream) -> c_int;
 pub(super) type FnRecv =
