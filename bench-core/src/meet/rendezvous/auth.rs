@@ -137,8 +137,6 @@ pub trait Authenticator: Send + Sync {
     fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, AuthError>;
     /// Ok if `proof` was made for `context` by a holder of the step's credential.
     fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), AuthError>;
-    /// How peers are authenticated, for messages and the report.
-    fn describe(&self) -> String;
     /// Key material every process of the step holds and nobody else does, mixed into each
     /// connection's keys; empty where there is none (MUNGE: the proofs cover the key exchange).
     fn psk(&self) -> &[u8];
@@ -152,7 +150,6 @@ pub trait Authenticator: Send + Sync {
 /// HMAC-SHA256 with a shared secret.
 pub struct SharedSecret {
     key: Vec<u8>,
-    source: String,
 }
 
 /// Shortest secret accepted: 16 characters (128 bits as hex would be 32; a pass phrase of 16
@@ -170,7 +167,6 @@ impl SharedSecret {
         }
         Ok(SharedSecret {
             key: secret.as_bytes().to_vec(),
-            source: source.to_string(),
         })
     }
 }
@@ -189,10 +185,6 @@ impl Authenticator for SharedSecret {
         hmac(&self.key, context)
             .verify_slice(&tag)
             .map_err(|_| refused("proof does not match this step's secret"))
-    }
-
-    fn describe(&self) -> String {
-        format!("HMAC-SHA256 with the shared secret from {}", self.source)
     }
 
     fn psk(&self) -> &[u8] {

@@ -336,10 +336,6 @@ impl Authenticator for Munge {
         Ok(())
     }
 
-    fn describe(&self) -> String {
-        format!("MUNGE credentials of uid {}", self.uid)
-    }
-
     fn psk(&self) -> &[u8] {
         &[]
     }
