@@ -141,10 +141,8 @@ impl Comm<'_> {
         stream: RawStream,
     ) -> Result<(), NcclError> {
         self.group_start()?;
-        let sent = self.send(send, to, count, dtype, stream);
-        let received = self.recv(recv, from, count, dtype, stream);
-        let ended = self.group_end();
-        sent.and(received).and(ended)
+        let exchanged = self.send_and_recv((send, to), (recv, from), count, dtype, stream);
+        exchanged.and(self.group_end())
     }
 
     /// One byte each way with every peer of `peers` at once, in one group (the k-th peer's
@@ -161,55 +159,29 @@ impl Comm<'_> {
         let mut result = Ok(());
         for (k, &peer) in peers.iter().enumerate() {
             let off = k as u64;
-            result = result
-                .and(self.send(send + off, peer, 1, 0, stream))
-                .and(self.recv(recv + off, peer, 1, 0, stream));
+            let both = ((send + off, peer), (recv + off, peer));
+            result = result.and(self.send_and_recv(both.0, both.1, 1, 0, stream));
         }
         result.and(self.group_end())
     }
 
-    fn send(
+    /// One send of `count` elements at `send` to rank `to` and one receive at `recv` from
+    /// rank `from`, both made whatever the other returned (the caller groups them).
+    fn send_and_recv(
         &self,
-        buf: u64,
-        peer: u32,
+        (send, to): (u64, u32),
+        (recv, from): (u64, u32),
         count: u64,
         dtype: u32,
         stream: RawStream,
     ) -> Result<(), NcclError> {
-        // SAFETY: buf holds count elements on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.send)(
-                buf as *const c_void,
-                count as usize,
-                dtype as i32,
-                peer as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclSend")
-    }
-
-    fn recv(
-        &self,
-        buf: u64,
-        peer: u32,
-        count: u64,
-        dtype: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: buf holds count elements on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.recv)(
-                buf as *mut c_void,
-                count as usize,
-                dtype as i32,
-                peer as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclRecv")
+        let (n, dt, raw) = (count as usize, dtype as i32, self.raw);
+        // SAFETY: send holds count elements on this comm's GPU.
+        let rc = unsafe { (self.nccl.send)(send as *const c_void, n, dt, to as i32, raw, stream) };
+        let sent = self.settle(rc, "ncclSend");
+        // SAFETY: recv holds count elements on this comm's GPU.
+        let rc = unsafe { (self.nccl.recv)(recv as *mut c_void, n, dt, from as i32, raw, stream) };
+        sent.and(self.settle(rc, "ncclRecv"))
     }
 
     /// `ncclAlltoAll` when the library has it, else one send and one receive per peer, grouped.
@@ -243,9 +215,8 @@ impl Comm<'_> {
         let mut result = Ok(());
         for peer in 0..nranks {
             let off = peer as u64 * chunk;
-            result = result
-                .and(self.send(send + off, peer, count, dtype, stream))
-                .and(self.recv(recv + off, peer, count, dtype, stream));
+            let both = ((send + off, peer), (recv + off, peer));
+            result = result.and(self.send_and_recv(both.0, both.1, count, dtype, stream));
         }
         result.and(self.group_end())
     }
