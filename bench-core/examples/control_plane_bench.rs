@@ -141,7 +141,7 @@ fn join(a: &Args, rank: u32) -> rendezvous::Joined {
         ngpus: 8,
         first_rank: 0,
     };
-    let joined = rendezvous::join(&setup, me, || Ok([1u8; 128]));
+    let joined = setup.join(me, || Ok([1u8; 128]));
     let join_s = unix_now() - a.t0;
     match joined {
         Ok(mut j) => {

@@ -171,7 +171,7 @@ fn finish(opts: &Options, report: &Report, code: ExitCode, nccl_log: &nccl_env::
         *done = true;
         nccl_env::remove_log_dir(nccl_log);
         if let Some(path) = &opts.json {
-            if let Err(e) = write_json(path, report) {
+            if let Err(e) = report.write(path) {
                 nccl_check_host::errln!(
                     "nccl-check: cannot write the report to {}: {e}",
                     path.display()
@@ -185,21 +185,6 @@ fn finish(opts: &Options, report: &Report, code: ExitCode, nccl_log: &nccl_env::
         let _ = std::io::stderr().flush();
     }
     exit(code.code())
-}
-
-fn write_json(path: &std::path::Path, report: &Report) -> std::io::Result<()> {
-    let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
-    if path == std::path::Path::new("-") {
-        // `--json -`: the report is stdout's only content (options.rs turns the table off).
-        let mut out = std::io::stdout().lock();
-        out.write_all(text.as_bytes())?;
-        out.write_all(b"\n")?;
-        return out.flush();
-    }
-    // Write then rename, so a reader never sees half a report.
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text + "\n")?;
-    std::fs::rename(&tmp, path)
 }
 
 fn exit(code: i32) -> ! {

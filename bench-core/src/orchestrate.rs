@@ -11,18 +11,15 @@ use crate::facts::node::NodeFacts;
 use crate::facts::transport::{TransportInfo, TransportSummary};
 use crate::judge::overall::{self, Basis, Judging};
 use crate::measure::cuda;
-use crate::measure::nccl::{Nccl, UniqueId};
 use crate::measure::nccl_env::LogPlace;
 use crate::measure::rows::Phases;
-use crate::measure::runner::{GpuOutcome, GpuThread, RunError, Start, Status};
-use crate::meet::rendezvous::{self, Member};
+use crate::measure::runner::{GpuOutcome, GpuThread, RunError, Status};
 use crate::meet::team::Team;
 use crate::meet::topology::Topology;
 use crate::model::thresholds::GpuModel;
 use crate::report::assemble::{Judgement, Measured};
-use crate::report::json::{GpuEntry, NcclInfo, Report};
+use crate::report::json::{GpuEntry, Report};
 use crate::settings::options::Options;
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -31,8 +28,8 @@ mod gather_facts;
 mod loading;
 mod meeting;
 
-use loading::{explain_check, identify, load, read_gpus};
-use meeting::meet;
+use loading::{explain_check, identify, load, read_gpus, Loaded, Loading};
+use meeting::{meet, GpuThreads, Meeting};
 pub use meeting::{rendezvous_deadline, rendezvous_setup};
 
 /// How a run ended without error.
@@ -160,22 +157,6 @@ impl Reached {
     }
 }
 
-/// What the report records of loading CUDA and NCCL, as far as it got.
-#[derive(Debug, Clone, Default)]
-struct Loading {
-    cuda_init_ms: f64,
-    nccl_load_ms: f64,
-    nccl: Option<NcclInfo>,
-}
-
-/// CUDA and NCCL loaded: NCCL, how many GPUs are visible, which of them this process drives.
-struct Loaded {
-    nccl: &'static Nccl,
-    visible: usize,
-    devices: Vec<usize>,
-    record: Loading,
-}
-
 /// This process's GPUs as the floors and the verdict know them, read once while the contexts
 /// start: the GPU model (the floors' key), NVML's facts, and what the report shows: the node's
 /// facts (the inventory, then what the watches saw and the NICs NCCL used), the first GPU's
@@ -189,35 +170,12 @@ struct Node {
     interconnect: Interconnect,
 }
 
-/// What the report records of the meeting: how long it took, then (once joined) every rank and
-/// which process holds which.
-#[derive(Debug, Default)]
-struct Meeting {
-    rendezvous_ms: f64,
-    nranks: u32,
-    processes: Vec<Member>,
-}
-
-/// The processes met: the team, the topology, the GPU threads running with their ranks.
-struct Met {
-    team: Arc<Team>,
-    topology: Arc<Topology>,
-    running: Vec<JoinHandle<GpuOutcome>>,
-    record: Meeting,
-}
-
 /// The GPU threads' outcomes as far as they came back, the node with what the off-CPU and
 /// host-load watches saw meanwhile, and how the threads ended.
 struct Outcomes {
     gathered: Measured,
     node: Node,
     ended: Result<(), RunError>,
-}
-
-/// One thread per GPU, each starting its context and waiting for its [`Start`].
-struct GpuThreads {
-    senders: Vec<Sender<Start>>,
-    handles: Vec<JoinHandle<GpuOutcome>>,
 }
 
 fn spawn_gpu_threads(
@@ -520,10 +478,6 @@ pub fn plot(opts: &Options, report: &Report, basis: &Basis) {
         Ok(()) => nccl_check_host::errln!("nccl-check: plot written to {}", path.display()),
         Err(e) => nccl_check_host::errln!("nccl-check: WARNING no plot: {e}"),
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 //! squatters on every candidate, listeners that never speak, and under MUNGE a collector of
 //! credentials and a flood of fake ones. Each was a finding of a security audit of the rendezvous.
 
-use bench_core::meet::rendezvous::auth::{AuthError, Authenticator, Munge, SharedSecret};
-use bench_core::meet::rendezvous::{join, Joined, Member, Setup};
+use bench_core::meet::rendezvous::auth::{AuthError, Authenticator, SharedSecret};
+use bench_core::meet::rendezvous::munge::Munge;
+use bench_core::meet::rendezvous::{Joined, Member, Setup};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -67,7 +68,7 @@ fn member_joins_and_sums(
     secs: u64,
 ) -> Result<([u8; 128], Vec<f64>), String> {
     let s = setup(auth, ports, false, secs);
-    let mut j: Joined = join(&s, member(1), || Err("not the coordinator".into()))?;
+    let mut j: Joined = s.join(member(1), || Err("not the coordinator".into()))?;
     let sum = j
         .plane
         .sum(1, &[2.0, 1.0], s.deadline)
@@ -83,7 +84,7 @@ fn coordinator(
 ) -> std::thread::JoinHandle<Result<Vec<f64>, String>> {
     std::thread::spawn(move || {
         let s = setup(auth.as_ref(), ports, true, secs);
-        let mut j = join(&s, member(0), || Ok(ID))?;
+        let mut j = s.join(member(0), || Ok(ID))?;
         j.plane
             .sum(1, &[1.0, 2.0], s.deadline)
             .map_err(|e| e.to_string())
@@ -180,7 +181,7 @@ fn squatter(port: u16, secs: u64) -> std::thread::JoinHandle<()> {
             SharedSecret::new("an-attackers-guess-0123456789", "squatter").expect("test setup");
         let mut s = setup(&wrong, vec![port], true, secs);
         s.world = 3; // never complete
-        let _ = join(&s, member(0), || Ok([0; 128]));
+        let _ = s.join(member(0), || Ok([0; 128]));
     })
 }
 
@@ -517,7 +518,7 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
     watcher.join().expect("thread");
     let most = *most.lock().expect("lock");
     assert!(
-        most <= bench_core::meet::rendezvous::auth::MUNGE_AT_ONCE,
+        most <= bench_core::meet::rendezvous::munge::MUNGE_AT_ONCE,
         "{most} munge/unmunge processes at once"
     );
     assert!(most >= 1, "the flood ran no MUNGE program at all");
@@ -989,7 +990,8 @@ fn bound_ports_seen_from_another_node(
     let joiner = TwoNodes::run(&nodes.b, move || {
         let start = Instant::now();
         let s = far_setup(a.as_ref(), p, false);
-        let e = join(&s, member(1), || Err("not the coordinator".into()))
+        let e = s
+            .join(member(1), || Err("not the coordinator".into()))
             .err()
             .unwrap_or_default();
         (e, start.elapsed())
@@ -997,7 +999,7 @@ fn bound_ports_seen_from_another_node(
     std::thread::sleep(Duration::from_millis(500));
     let coordinator = TwoNodes::run(&nodes.a, move || {
         let s = far_setup(auth.as_ref(), ports, true);
-        join(&s, member(0), || Ok(ID)).err().unwrap_or_default()
+        s.join(member(0), || Ok(ID)).err().unwrap_or_default()
     });
     let (e, took) = joiner.join().expect("thread");
     assert!(took < Duration::from_secs(5), "gave up after {took:?}: {e}");
@@ -1064,7 +1066,7 @@ fn a_coordinator_that_starts_late_on_another_node_is_waited_for() {
     let coordinator = TwoNodes::run(&nodes.a, move || {
         let a = secret();
         let s = far_setup(&a, ports, true);
-        let mut j = join(&s, member(0), || Ok(ID))?;
+        let mut j = s.join(member(0), || Ok(ID))?;
         j.plane
             .sum(1, &[1.0, 2.0], s.deadline)
             .map_err(|e| e.to_string())
@@ -1083,7 +1085,7 @@ fn a_coordinator_that_starts_late_on_another_node_is_waited_for() {
 fn member_far(ports: Vec<u16>) -> Result<([u8; 128], Vec<f64>), String> {
     let a = secret();
     let s = far_setup(&a, ports, false);
-    let mut j = join(&s, member(1), || Err("not the coordinator".into()))?;
+    let mut j = s.join(member(1), || Err("not the coordinator".into()))?;
     let sum = j
         .plane
         .sum(1, &[2.0, 1.0], s.deadline)
@@ -1103,7 +1105,7 @@ fn under_munge_members_on_one_node_all_open_the_same_ticket() {
         std::thread::spawn(move || {
             let mut s = setup(a.as_ref(), vec![port], rank == 0, 30);
             s.world = 3;
-            let mut j = join(&s, member(rank), || Ok(ID))?;
+            let mut j = s.join(member(rank), || Ok(ID))?;
             j.plane
                 .sum(1, &[1.0], s.deadline)
                 .map_err(|e| e.to_string())
@@ -1217,7 +1219,7 @@ fn held_seen_from_another_node(h: Hold, tag: &str) -> String {
         let a = secret();
         let mut s = far_setup(&a, ports, true);
         s.deadline = Instant::now() + Duration::from_secs(6);
-        join(&s, member(0), || Ok(ID)).err().unwrap_or_default()
+        s.join(member(0), || Ok(ID)).err().unwrap_or_default()
     });
     let p: Vec<u16> = (29601..29609).collect();
     let e = TwoNodes::run(&nodes.b, move || {

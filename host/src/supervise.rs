@@ -12,17 +12,19 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod capped;
+mod guard;
 mod lines;
+mod pipes;
 use capped::CappedLog;
+use guard::Guard;
 use lines::LineCopy;
+use pipes::{pump, Copy, Pipe, Stream};
 
 /// Most bytes [`Spec::stdin`] may hold: POSIX's `PIPE_BUF`, what a write into a new, empty pipe
 /// takes whole without blocking (Linux's pipe holds 64 KiB), so feeding the child cannot hang.
@@ -189,7 +191,7 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
         Ok(c) => c,
         Err(error) => {
             if let Some(g) = guard {
-                g.dismiss();
+                g.dismiss(REAP_GRACE);
             }
             return Err(SpawnError {
                 program: spec.program,
@@ -232,7 +234,7 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
         libc::killpg(group, libc::SIGKILL);
     }
     if let Some(g) = guard {
-        g.dismiss();
+        g.dismiss(REAP_GRACE);
     }
     pump(&mut pipes, Duration::ZERO);
     let status = reap(&mut child, Instant::now() + REAP_GRACE);
@@ -243,7 +245,7 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
         // exec): a line copy's last line without its newline goes out now, not never.
         p.close();
         if let Some(log) = &mut p.log {
-            log.finish(&p.tail, p.stream);
+            log.finish(&p.tail, p.stream.name());
         }
         match p.stream {
             Stream::Stdout => stdout = p.tail,
@@ -284,112 +286,6 @@ fn spawn(cmd: &mut Command, deadline: Instant) -> std::io::Result<Child> {
     }
 }
 
-/// The watcher of [`run_guarded`]: a forked process that leads a new process group, blocked
-/// reading its end of a socket pair whose other end only we hold. The child is then started in
-/// that group, so the watcher knows the group before the child exists. Our death closes the
-/// socket: the watcher then kills the group, itself and the child's descendants included. At a
-/// normal end we kill the group ourselves and reap the watcher ([`Guard::dismiss`]).
-struct Guard {
-    pid: libc::pid_t,
-    fd: libc::c_int,
-}
-
-impl Guard {
-    fn arm() -> Option<Guard> {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: socketpair fills two descriptors; CLOEXEC keeps them from later children.
-        let rc = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        if rc != 0 {
-            return None;
-        }
-        // SAFETY: between fork and _exit the watcher makes only async-signal-safe calls.
-        match unsafe { libc::fork() } {
-            0 => unsafe {
-                libc::close(fds[1]);
-                // Nothing else of ours stays open in the watcher: a copy of a descriptor keeps
-                // its file's flock and its pipe's write end alive for as long as the child runs
-                // (another thread's lock seemed held; another child's output never ended).
-                close_all_but(fds[0]);
-                // A group of its own (the parent sets it too, whichever runs first): a kill of
-                // our group (slurmd's) does not reach it, and the child joins it.
-                libc::setpgid(0, 0);
-                let mut b = 0u8;
-                let n = loop {
-                    let n = libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
-                    if n < 0 && *libc::__errno_location() == libc::EINTR {
-                        continue;
-                    }
-                    break n;
-                };
-                if n <= 0 {
-                    libc::kill(0, libc::SIGKILL);
-                }
-                libc::_exit(0)
-            },
-            -1 => {
-                // SAFETY: closing the descriptors we just made.
-                unsafe {
-                    libc::close(fds[0]);
-                    libc::close(fds[1]);
-                }
-                None
-            }
-            pid => {
-                // SAFETY: the watcher's own group before the child is told to join it (EACCES
-                // cannot happen: the watcher has not exec'd); closing its end in our process.
-                unsafe {
-                    libc::setpgid(pid, pid);
-                    libc::close(fds[0]);
-                }
-                Some(Guard { pid, fd: fds[1] })
-            }
-        }
-    }
-
-    /// The end, normal or not: the group has been killed (or the child never started); tells
-    /// the watcher to leave, if it is still there, and reaps it (bounded).
-    fn dismiss(self) {
-        // SAFETY: send on our socket (MSG_NOSIGNAL: a watcher already gone is no SIGPIPE), then
-        // close it and reap the watcher without blocking past REAP_GRACE.
-        unsafe {
-            libc::send(self.fd, b"x".as_ptr().cast(), 1, libc::MSG_NOSIGNAL);
-            libc::close(self.fd);
-            let until = Instant::now() + REAP_GRACE;
-            while libc::waitpid(self.pid, std::ptr::null_mut(), libc::WNOHANG) == 0
-                && Instant::now() < until
-            {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    }
-}
-
-/// Closes every descriptor from 3 up except `keep` (in a forked child: close_range(2) and
-/// close(2) are async-signal-safe). Without close_range (Linux before 5.9) each is closed in turn.
-unsafe fn close_all_but(keep: libc::c_int) {
-    let range = |lo: libc::c_int, hi: libc::c_uint| {
-        // SAFETY: closes descriptors of this (forked) process only.
-        unsafe { libc::syscall(libc::SYS_close_range, lo as libc::c_uint, hi, 0) == 0 }
-    };
-    let below = keep <= 3 || range(3, (keep - 1) as libc::c_uint);
-    let above = range(keep + 1, libc::c_uint::MAX);
-    if !(below && above) {
-        for fd in 3..65536 {
-            if fd != keep {
-                // SAFETY: as above; EBADF for a descriptor not open is fine.
-                unsafe { libc::close(fd) };
-            }
-        }
-    }
-}
-
 /// The child's command; `group` 0 gives it a process group of its own, else it joins `group`.
 fn command(spec: &Spec, group: libc::pid_t) -> Command {
     let mut cmd = Command::new(&spec.program);
@@ -422,12 +318,6 @@ fn command(spec: &Spec, group: libc::pid_t) -> Command {
         });
     }
     cmd
-}
-
-/// Where a live copy of a stream goes.
-enum Copy {
-    Raw(File),
-    Lines(LineCopy),
 }
 
 /// The tail size, the copy and the capped log of a stream read through a pipe.
@@ -502,125 +392,13 @@ fn reap(child: &mut Child, until: Instant) -> Option<Ending> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Stream {
-    Stdout,
-    Stderr,
-}
-
-/// One pipe from the child, non-blocking, with the tail of what came through it.
-struct Pipe {
-    reader: Box<dyn ReadFd>,
-    stream: Stream,
-    tail: Vec<u8>,
-    max: usize,
-    open: bool,
-    copy: Option<Copy>,
-    log: Option<CappedLog>,
-}
-
-trait ReadFd: Read + AsRawFd {}
-impl<T: Read + AsRawFd> ReadFd for T {}
-
-impl Pipe {
-    fn new(
-        reader: Box<dyn ReadFd>,
-        stream: Stream,
-        max: usize,
-        copy: Option<Copy>,
-        log: Option<CappedLog>,
-    ) -> Pipe {
-        // SAFETY: fcntl on a pipe descriptor we own.
-        unsafe {
-            let fd = reader.as_raw_fd();
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-        }
-        Pipe {
-            reader,
-            stream,
-            tail: Vec::new(),
-            max,
-            open: true,
-            copy,
-            log,
-        }
-    }
-
-    /// Reads what is there now; marks the pipe closed at EOF.
-    fn drain(&mut self) {
-        let mut buf = [0u8; 8192];
-        while self.open {
-            match self.reader.read(&mut buf) {
-                Ok(0) => self.close(),
-                Ok(n) => {
-                    match &mut self.copy {
-                        // Best effort: a closed terminal must not end the supervision.
-                        Some(Copy::Raw(c)) => {
-                            use std::io::Write;
-                            let _ = c.write_all(&buf[..n]);
-                        }
-                        Some(Copy::Lines(c)) => c.write(&buf[..n]),
-                        None => {}
-                    }
-                    if let Some(log) = &mut self.log {
-                        log.write(&buf[..n]);
-                    }
-                    push_tail(&mut self.tail, &buf[..n], self.max)
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(_) => self.close(),
-            }
-        }
-    }
-
-    fn close(&mut self) {
-        self.open = false;
-        if let Some(Copy::Lines(c)) = &mut self.copy {
-            c.finish();
-        }
-    }
-}
-
-/// Appends `bytes`, keeping the last `max`.
-fn push_tail(tail: &mut Vec<u8>, bytes: &[u8], max: usize) {
-    tail.extend_from_slice(bytes);
-    if tail.len() > max {
-        tail.drain(..tail.len() - max);
-    }
-}
-
-/// Waits up to `wait` for output on the open pipes and reads it; sleeps when none is open.
-fn pump(pipes: &mut [Pipe], wait: Duration) {
-    let mut fds: Vec<libc::pollfd> = pipes
-        .iter()
-        .filter(|p| p.open)
-        .map(|p| libc::pollfd {
-            fd: p.reader.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    if fds.is_empty() {
-        std::thread::sleep(wait);
-        return;
-    }
-    let ms = wait.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: `fds` is a valid array of fds.len() pollfds.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    if n > 0 || wait.is_zero() {
-        for p in pipes.iter_mut().filter(|p| p.open) {
-            p.drain();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::pipes::push_tail;
     use super::*;
     use crate::test_support::scratch_dir;
     use crate::test_support::{assert_process_gone, write_executable};
+    use std::os::fd::AsRawFd;
 
     fn sh(dir: &std::path::Path, body: &str, deadline_ms: u64) -> Spec {
         let p = dir.join("child.sh");

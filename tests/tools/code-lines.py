@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Non-test code lines of the workspace (issue 48's measure): every tracked `.rs` file except
-those under a `tests/` folder and those named `tests.rs` or `*_tests.rs`, each cut at its test
-module (the first `#[cfg(test)]` followed by a `mod` item), blank lines and `//` lines (comments,
-doc comments) not counted.
+those under a `tests/` folder, those named `tests.rs`, `*_tests.rs` or `*_test.rs`, and the files
+of a `#[cfg(test)] mod NAME;` (test modules in a file of their own: longest-fns.py skips the same
+files), each cut at its test module (the first `#[cfg(test)]` followed by a `mod` item), blank
+lines and `//` lines (comments, doc comments) not counted.
 
   python3 tests/tools/code-lines.py [--by-dir] [--selftest]
 """
@@ -20,7 +21,18 @@ def counted(path: str) -> bool:
     p = Path(path)
     if p.suffix != ".rs" or "tests" in p.parts[:-1]:
         return False
-    return not (p.name == "tests.rs" or p.name.endswith("_tests.rs"))
+    return not (p.name == "tests.rs" or p.name.endswith(("_tests.rs", "_test.rs")))
+
+
+TEST_MOD_FILE = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
+
+
+def test_module_files(path: str, text: str) -> set:
+    """The files that `path`'s `#[cfg(test)] mod NAME;` items declare (NAME.rs or NAME/mod.rs,
+    beside a mod.rs/lib.rs/main.rs, else in the folder named after the file)."""
+    p = Path(path)
+    base = p.parent if p.name in ("mod.rs", "lib.rs", "main.rs") else p.parent / p.stem
+    return {str(base / f"{n}{tail}") for n in TEST_MOD_FILE.findall(text) for tail in (".rs", "/mod.rs")}
 
 
 def code_lines(text: str) -> int:
@@ -39,7 +51,11 @@ def code_lines(text: str) -> int:
 
 def tracked(root: Path) -> list:
     out = subprocess.run(["git", "-C", str(root), "ls-files", "*.rs"], capture_output=True, text=True, check=True)
-    return [f for f in out.stdout.split() if counted(f)]
+    files = [f for f in out.stdout.split() if counted(f)]
+    tests = set()
+    for f in files:
+        tests |= test_module_files(f, (root / f).read_text(errors="replace"))
+    return [f for f in files if f not in tests]
 
 
 def selftest() -> None:
@@ -48,6 +64,11 @@ def selftest() -> None:
     assert code_lines("#[cfg(test)]\nmod fakes;\nfn b() {}\n") == 3  # a `mod x;` is no cut
     assert not counted("bench-core/tests/cli.rs") and not counted("a/src/x_tests.rs")
     assert not counted("a/src/load/tests.rs") and counted("a/src/load.rs")
+    assert not counted("a/src/table_test.rs")
+    decl = "#[cfg(test)]\nmod table;\n#[cfg(test)]\n#[allow(dead_code)]\nmod other;\nmod real;\n"
+    assert test_module_files("a/src/judge/mod.rs", decl) >= {"a/src/judge/table.rs", "a/src/judge/other.rs"}
+    assert "a/src/judge/real.rs" not in test_module_files("a/src/judge/mod.rs", decl)
+    assert test_module_files("a/src/model/thresholds.rs", decl) >= {"a/src/model/thresholds/table.rs"}
     print("code-lines.py: selftest passed")
 
 

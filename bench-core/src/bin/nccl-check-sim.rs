@@ -76,13 +76,9 @@ fn main() {
     };
     report.record_total(t0.elapsed());
     if let Some(path) = &opts.json {
-        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-        let tmp = path.with_extension("json.tmp");
-        if std::fs::write(&tmp, text + "\n")
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .is_err()
-        {
-            nccl_check_host::errln!("nccl-check: cannot write the report to {}", path.display());
+        if let Err(e) = report.write(path) {
+            let path = path.display();
+            nccl_check_host::errln!("nccl-check: cannot write the report to {path}: {e}");
         }
     }
     let _ = std::io::stdout().flush();
@@ -284,7 +280,9 @@ fn join(
     {
         setup.host = h;
     }
-    let joined = rendezvous::join(&setup, me, || Ok([0u8; 128])).map_err(RunError::Rendezvous)?;
+    let joined = setup
+        .join(me, || Ok([0u8; 128]))
+        .map_err(RunError::Rendezvous)?;
     Ok((joined, t.elapsed().as_secs_f64() * 1e3, gpus))
 }
 

@@ -4,11 +4,12 @@
 //! node); every bad key is an error with file, line and key.
 //!
 //! Configuration files: the shared loader (`nccl_check_host::config_file`), which jobs an entry
-//! applies to (`selector`), the worker's own config (thresholds, outlier rule, plans), and
-//! `--check-config`'s report on it (`check`).
+//! applies to (`selector`), the worker's own config (thresholds, outlier rule, plans: `worker`,
+//! the plans' steps read by `plans`), and `--check-config`'s report on it (`check`).
 
 pub mod check;
 pub mod expected_gpus;
 pub mod network;
+pub mod plans;
 pub mod selector;
 pub mod worker;

@@ -6,12 +6,13 @@
 use crate::model::collectives;
 use crate::model::node_count::NodeCount;
 use crate::model::size::parse_size;
-use crate::model::step::Step;
 use crate::model::thresholds::Threshold;
 use nccl_check_host::config_file::{self, ConfigError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use super::plans::{resolve_plan, Plan, RawPlan};
 
 /// Where the admin's file is looked for when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/nccl-check/nccl-check.toml";
@@ -63,28 +64,6 @@ struct RawThreshold {
     source: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPlan {
-    description: Option<String>,
-    steps: Vec<RawStep>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStep {
-    collective: Option<String>,
-    #[serde(default)]
-    pairs: bool,
-    bytes: Option<String>,
-    min_bytes: Option<String>,
-    max_bytes: Option<String>,
-    warmup: Option<u32>,
-    iters: Option<u32>,
-    /// Seconds the step should take (`model::time_budget`); absent: its sizes and counts as given.
-    budget_s: Option<f64>,
-}
-
 /// The outlier rule.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Outliers {
@@ -93,13 +72,6 @@ pub struct Outliers {
     /// The alltoall beside a multi-node all_reduce is slow below this fraction of what the
     /// all_reduce predicts (`localize::paths`).
     pub alltoall_fraction: f64,
-}
-
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub name: String,
-    pub description: String,
-    pub steps: Vec<Step>,
 }
 
 /// The merged, validated config.
@@ -241,7 +213,7 @@ fn validate(
     }
     let mut plans = BTreeMap::new();
     for (name, p) in raw.plans {
-        let p = plan(path, text, name.clone(), p)?;
+        let p = resolve_plan(path, text, name.clone(), p)?;
         plans.insert(name, p);
     }
     Ok(Validated {
@@ -353,141 +325,6 @@ fn threshold_bytes(
     )
 }
 
-/// One `[plans.<name>]` with its steps; errors name `plans.<name>.<key>`.
-fn plan(path: &Path, text: &str, name: String, p: RawPlan) -> Result<Plan, ConfigError> {
-    if p.steps.is_empty() {
-        return Err(config_file::invalid(
-            path,
-            text,
-            &format!("plans.{name}.steps"),
-            "a plan needs at least one step",
-        ));
-    }
-    let mut steps = Vec::new();
-    for (i, s) in p.steps.into_iter().enumerate() {
-        steps.push(plan_step(path, text, &name, i, s)?);
-    }
-    Ok(Plan {
-        name,
-        description: p.description.unwrap_or_default(),
-        steps,
-    })
-}
-
-/// One step of a plan: either the pair matrix or one collective over a doubling size range.
-fn plan_step(
-    path: &Path,
-    text: &str,
-    name: &str,
-    i: usize,
-    s: RawStep,
-) -> Result<Step, ConfigError> {
-    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
-    let plan_field = |k: String| format!("plans.{name}.{k}");
-    let f = |k: &str| plan_field(format!("steps[{i}].{k}"));
-    let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
-        v.as_deref()
-            .map(|b| parse_size(b).map_err(|e| bad(f(k), e)))
-            .transpose()
-    };
-    let bytes = size("bytes", &s.bytes)?;
-    let min = size("min_bytes", &s.min_bytes)?;
-    let max = size("max_bytes", &s.max_bytes)?;
-    let iters = s.iters.unwrap_or(5);
-    if iters == 0 {
-        return Err(bad(
-            f("iters"),
-            "at least one timed iteration is needed".into(),
-        ));
-    }
-    let warmup = s.warmup.unwrap_or(2);
-    let budget = match s.budget_s {
-        Some(b) if !(b.is_finite() && b > 0.0) => {
-            return Err(bad(
-                f("budget_s"),
-                format!("{b} is not a positive number of seconds"),
-            ))
-        }
-        b => b,
-    };
-    if budget.is_some() && s.bytes.is_none() {
-        return Err(bad(
-            f("budget_s"),
-            "a budgeted step measures one size: give `bytes` (the largest it may choose)".into(),
-        ));
-    }
-    Ok(match (s.pairs, &s.collective) {
-        (true, Some(_)) => {
-            return Err(bad(
-                f("pairs"),
-                "a step is either `pairs = true` or a `collective`, not both".into(),
-            ))
-        }
-        (false, None) => {
-            return Err(bad(
-                plan_field(format!("steps[{i}]")),
-                "a step needs `collective = \"...\"` or `pairs = true`".into(),
-            ))
-        }
-        (true, None) => Step::Pairs {
-            bytes: bytes
-                .or(max)
-                .ok_or_else(|| bad(f("bytes"), "a pair step needs `bytes`".into()))?,
-            warmup,
-            iters,
-            budget,
-        },
-        (false, Some(c)) => {
-            let collective =
-                collectives::collective_named(c).map_err(|e| bad(f("collective"), e))?;
-            let (lo, hi) = step_range(bytes, min, max)
-                .map_err(|(k, m)| bad(plan_field(format!("steps[{i}]{k}")), m))?;
-            Step::Collective {
-                collective,
-                sizes: doubling(lo, hi),
-                warmup,
-                iters,
-                budget,
-            }
-        }
-    })
-}
-
-/// A collective step's size range from `bytes` (one size) or `min_bytes` and `max_bytes`; on
-/// error, the key under `steps[i]` to name (`.min_bytes`, or empty for the step) and the message.
-fn step_range(
-    bytes: Option<u64>,
-    min: Option<u64>,
-    max: Option<u64>,
-) -> Result<(u64, u64), (&'static str, String)> {
-    match (bytes, min, max) {
-        (Some(b), None, None) => Ok((b, b)),
-        (None, Some(lo), Some(hi)) if lo <= hi => Ok((lo, hi)),
-        (None, Some(lo), Some(hi)) => Err((
-            ".min_bytes",
-            format!("min_bytes {lo} is larger than max_bytes {hi}"),
-        )),
-        _ => Err((
-            "",
-            "give `bytes`, or both `min_bytes` and `max_bytes`".into(),
-        )),
-    }
-}
-
-/// `lo, 2lo, 4lo, ... <= hi` (nccl-tests' -f 2).
-pub fn doubling(lo: u64, hi: u64) -> Vec<u64> {
-    let mut sizes = Vec::new();
-    let mut s = lo;
-    while s <= hi {
-        sizes.push(s);
-        if s == 0 {
-            break;
-        }
-        s = s.saturating_mul(2);
-    }
-    sizes
-}
-
 /// A rule's `gpu`, `sku` and `interconnect` keys, validated: `gpu` must be a whole driver
 /// name (a part of one, like "H100", would match the H100 PCIe as well as the SXM part: the
 /// false drain this rule replaces), `sku` a key of the table, `interconnect` a class name.
@@ -560,6 +397,7 @@ fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::step::Step;
 
     fn admin(text: &str) -> Result<WorkerConfig, ConfigError> {
         WorkerConfig::from_texts(Some((Path::new("/etc/nccl-check/nccl-check.toml"), text)))

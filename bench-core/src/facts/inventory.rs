@@ -15,7 +15,7 @@
 //! `Include` lines and `AutoDetect=nvml` without `Count=` give no count (the next source is used).
 
 use crate::config::expected_gpus::{is_bus_id, ExpectedGpus};
-use crate::config::network::hostlist_matches;
+use crate::config::selector::hostlist_matches;
 use crate::model::finding::Finding;
 use nccl_check_contract::report::reason::ReasonCode;
 use nccl_check_host::read::{attr, entries, small, under};

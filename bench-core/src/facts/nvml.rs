@@ -3,9 +3,9 @@
 //! when it does not answer in time, the facts say so (`NVML not available: <why>`); nothing
 //! here is an error, and a fact one GPU cannot give is recorded in its `errors`.
 //!
-//! NVML can block for seconds on a GPU in a bad state, so `read_within` runs the reading on its
-//! own thread and stops waiting at the deadline (the thread is left to finish or to die with the
-//! process; the worker never runs inside a task process).
+//! NVML can block for seconds on a GPU in a bad state, so the check runs [`read_health`] on its
+//! own thread and stops waiting at its budget (`orchestrate/gather_facts.rs`; the thread is left
+//! to finish or to die with the process; the worker never runs inside a task process).
 
 use super::gpu_health::{
     Clocks, GpuHealth, HealthFacts, LinkFact, NvLinks, Pcie, Remote, RowRemap, Throttle,
@@ -15,31 +15,9 @@ use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
-use std::sync::mpsc;
-use std::time::Duration;
 
 /// NVML's largest NVLink count per GPU (`NVML_NVLINK_MAX_LINKS`).
 const MAX_LINKS: u32 = 18;
-
-/// The facts of every GPU NVML sees, or why there are none, within `deadline`.
-pub fn read_within(deadline: Duration) -> HealthFacts {
-    let (tx, rx) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("nvml-facts".into())
-        .spawn(move || {
-            // The receiver may be gone after the deadline: nothing to do then.
-            let _ = tx.send(read_health());
-        });
-    if let Err(e) = spawned {
-        return HealthFacts::unavailable(format!("cannot start a thread: {e}"));
-    }
-    rx.recv_timeout(deadline).unwrap_or_else(|_| {
-        HealthFacts::unavailable(format!(
-            "no answer within {:.1} s (a GPU may be hung)",
-            deadline.as_secs_f64()
-        ))
-    })
-}
 
 /// The facts, read on the calling thread (may block as long as NVML does).
 pub fn read_health() -> HealthFacts {
@@ -255,7 +233,11 @@ mod tests {
     #[test]
     fn without_nvml_the_facts_say_why_and_nothing_fails() {
         // This machine has no NVIDIA driver; on a GPU machine NVML answers instead.
-        let facts = read_within(Duration::from_secs(20));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(read_health()));
+        let facts = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("NVML answers or says why not within 20 s");
         // Shown with --nocapture: the answers of a real GPU machine, to record as fixtures.
         nccl_check_host::errln!(
             "{}",

@@ -356,11 +356,11 @@ fn unresolved_finding(
     }
     let names: Vec<String> = unresolved.keys().take(16).map(|&z| inp.name(z)).collect();
     let more = unresolved.len().saturating_sub(16);
-    // Whole names, as many as a shared reason's subject holds (`conduct::MAX_REASON_CHARS`).
+    // Whole names, as many as a shared reason's subject holds (`reasons::MAX_REASON_CHARS`).
     let mut chars = 0;
     let fit = names.iter().take_while(|n| {
         chars += n.chars().count() + 1;
-        chars <= super::conduct::MAX_REASON_CHARS + 1
+        chars <= super::reasons::MAX_REASON_CHARS + 1
     });
     Some(LocalizeFinding {
         code: Code::SuspectsUnresolved,

@@ -12,7 +12,7 @@
 //! summed vectors alone.
 
 use super::layout::Layout;
-use super::reasons;
+use super::reasons::{self, MAX_REASON_CHARS};
 use super::{Group, LocalizeError, Localizer, Round};
 use crate::model::localization::{LocalizeSummary, Phase};
 use serde::{Deserialize, Serialize};
@@ -20,9 +20,6 @@ use serde::{Deserialize, Serialize};
 /// Reasons a process is told at the end: its own node's first, then the others, up to this many
 /// (the coordinator's report keeps them all).
 pub const MAX_SHARED_REASONS: usize = 16;
-/// Longest message or subject of a shared reason, in characters (a subject is kept within it
-/// where it is built: `assess::unresolved_finding`).
-pub(super) const MAX_REASON_CHARS: usize = 1000;
 
 /// One rank's place in a round: the group it is in, the rank it exchanges with, and whether it
 /// reports the group's result (the first end of a pair does).

@@ -4,6 +4,10 @@
 use super::{Code, LocalizeVerdict};
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
 
+/// Longest message or subject of a shared reason, in characters (a subject is kept within it
+/// where it is built: `assess::unresolved_finding`).
+pub(super) const MAX_REASON_CHARS: usize = 1000;
+
 /// The verdict's findings as reasons (named as the localizer names the nodes: the topology's
 /// names, `Localizer::named`); none for `allocation_slow`, which the allocation-wide
 /// collective's own row already reports (`busbw_below_threshold`, the same floor).

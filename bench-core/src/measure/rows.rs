@@ -93,12 +93,6 @@ pub struct Row {
     pub in_place: Placement,
 }
 
-impl Row {
-    pub fn wrong(&self) -> u64 {
-        self.out_of_place.wrong.unwrap_or(0) + self.in_place.wrong.unwrap_or(0)
-    }
-}
-
 /// What a pair of the pair matrix joins, as the report writes it (`kind`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -4,7 +4,8 @@
 //! watch thread ([`Team::watch`]) tends the plane's connections, so a process that stops
 //! answering mid-collective ends the check in an ERROR naming its node, not in a bare timeout.
 
-use crate::meet::rendezvous::plane::{Decide, Liveness, Op};
+use crate::meet::rendezvous::plane::frame::Op;
+use crate::meet::rendezvous::plane::{Decide, Liveness};
 use crate::meet::rendezvous::{ControlPlane, PlaneError};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;

@@ -28,12 +28,3 @@ pub enum Step {
         budget: Option<f64>,
     },
 }
-
-impl Step {
-    pub fn max_bytes(&self) -> u64 {
-        match self {
-            Step::Collective { sizes, .. } => sizes.iter().copied().max().unwrap_or(0),
-            Step::Pairs { bytes, .. } => *bytes,
-        }
-    }
-}

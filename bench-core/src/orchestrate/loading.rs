@@ -1,7 +1,31 @@
 //! Before any peer is met: CUDA and NCCL loaded side by side, the devices this process drives,
 //! and what is read of them alone (their identity, `--explain`).
 
-use super::*;
+use super::gather_facts;
+use crate::facts::interconnect::Interconnect;
+use crate::measure::cuda;
+use crate::measure::nccl::Nccl;
+use crate::measure::runner::{RunError, Status};
+use crate::model::thresholds::GpuModel;
+use crate::report::json::NcclInfo;
+use crate::settings::options::Options;
+use std::time::Instant;
+
+/// What the report records of loading CUDA and NCCL, as far as it got.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Loading {
+    pub(super) cuda_init_ms: f64,
+    pub(super) nccl_load_ms: f64,
+    pub(super) nccl: Option<NcclInfo>,
+}
+
+/// CUDA and NCCL loaded: NCCL, how many GPUs are visible, which of them this process drives.
+pub(super) struct Loaded {
+    pub(super) nccl: &'static Nccl,
+    pub(super) visible: usize,
+    pub(super) devices: Vec<usize>,
+    pub(super) record: Loading,
+}
 
 /// dlopen NCCL while the driver starts (both take a while, neither needs the other); NCCL, the
 /// visible GPUs and the devices this process drives, or how far it got and why not.
@@ -17,14 +41,14 @@ pub(super) fn load(opts: &Options, status: &Status) -> Result<Loaded, (Loading, 
     let t = Instant::now();
     let driver = cuda::init_driver(opts.cuda_visible_devices.as_deref());
     let mut record = Loading {
-        cuda_init_ms: ms(t.elapsed()),
+        cuda_init_ms: t.elapsed().as_secs_f64() * 1e3,
         ..Loading::default()
     };
     let Ok((nccl, load_time)) = loader.join() else {
         let e = RunError::Runtime("NCCL loader thread panicked".into());
         return Err((record, e));
     };
-    record.nccl_load_ms = ms(load_time);
+    record.nccl_load_ms = load_time.as_secs_f64() * 1e3;
     let nccl: &'static Nccl = match nccl {
         Ok(nccl) => Box::leak(Box::new(nccl)),
         Err(e) => return Err((record, RunError::Library(e.to_string()))),

@@ -1,7 +1,41 @@
 //! The meeting: the rendezvous with the other processes, then the team and the topology each
 //! GPU thread is handed.
 
-use super::*;
+use super::loading::Loaded;
+use crate::measure::nccl::UniqueId;
+use crate::measure::runner::{GpuOutcome, RunError, Start};
+use crate::meet::rendezvous::{self, Member};
+use crate::meet::team::Team;
+use crate::meet::topology::Topology;
+use crate::model::thresholds::GpuModel;
+use crate::settings::options::Options;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the report records of the meeting: how long it took, then (once joined) every rank and
+/// which process holds which.
+#[derive(Debug, Default)]
+pub(super) struct Meeting {
+    pub(super) rendezvous_ms: f64,
+    pub(super) nranks: u32,
+    pub(super) processes: Vec<Member>,
+}
+
+/// The processes met: the team, the topology, the GPU threads running with their ranks.
+pub(super) struct Met {
+    pub(super) team: Arc<Team>,
+    pub(super) topology: Arc<Topology>,
+    pub(super) running: Vec<JoinHandle<GpuOutcome>>,
+    pub(super) record: Meeting,
+}
+
+/// One thread per GPU, each starting its context and waiting for its [`Start`].
+pub(super) struct GpuThreads {
+    pub(super) senders: Vec<Sender<Start>>,
+    pub(super) handles: Vec<JoinHandle<GpuOutcome>>,
+}
 
 /// The rendezvous, then each GPU thread gets its rank and the check's topology (built here,
 /// once, from the members; returned for the verdict). On an error the threads are told to stop
@@ -27,7 +61,7 @@ pub(super) fn meet(
         .authenticator(opts.munge_socket.clone())
         .and_then(|auth| {
             let setup = rendezvous_setup(opts, auth.as_ref(), deadline);
-            rendezvous::join(&setup, me, || {
+            setup.join(me, || {
                 loaded
                     .nccl
                     .unique_id()
@@ -36,7 +70,7 @@ pub(super) fn meet(
             })
         });
     let mut record = Meeting {
-        rendezvous_ms: ms(t.elapsed()),
+        rendezvous_ms: t.elapsed().as_secs_f64() * 1e3,
         ..Meeting::default()
     };
     let started = joined.map_err(RunError::Rendezvous).and_then(|joined| {

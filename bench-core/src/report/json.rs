@@ -187,6 +187,22 @@ impl Report {
         self.set_outcome(code, message.to_string());
         code
     }
+
+    /// Writes the report to `path`, whole (written, then renamed: a reader never sees half of
+    /// one), or to stdout for `-` (`--json -`: options.rs turns the table off, so the report is
+    /// stdout's only content).
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write;
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)? + "\n";
+        if path == std::path::Path::new("-") {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            return out.flush();
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, path)
+    }
 }
 /// The `NCCL_*` variables for the report: never the rendezvous secret (reports are kept and
 /// shared), and never a panic on a non-UTF-8 variable (the standard library's `vars` panics;

@@ -46,6 +46,20 @@ impl std::fmt::Display for CauseClass {
     }
 }
 
+impl ReasonCode {
+    /// What class of cause the code names (the one table: [`cause_class`]).
+    pub fn cause_class(self) -> CauseClass {
+        cause_class(self)
+    }
+}
+
+impl Reason {
+    /// Which class of cause the reason names: hardware, busy, missing or setup.
+    pub fn cause(&self) -> CauseClass {
+        self.code.cause_class()
+    }
+}
+
 /// The class of every reason code: the one table.
 pub fn cause_class(code: ReasonCode) -> CauseClass {
     use ReasonCode as C;

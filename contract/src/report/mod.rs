@@ -108,17 +108,6 @@ pub struct Body {
 }
 
 impl Report {
-    /// The report from a JSON value whose head [`read::report_value`] checked; a field missing
-    /// or of the wrong type is named by its path, the head's first. (The head is read from a
-    /// copy: the owned value's deserializer, the one the body takes, is the only one the plugin
-    /// carries.)
-    pub fn deserialize_value(value: serde_json::Value) -> Result<Report, read::ReportError> {
-        Ok(Report {
-            head: serde_path_to_error::deserialize(value.clone()).map_err(read::not_a_report)?,
-            body: serde_path_to_error::deserialize(value).map_err(read::not_a_report)?,
-        })
-    }
-
     /// Per collective, the smallest margin of its results over the floor that judged them
     /// (busbw / floor; 1.0 is at the floor). Collectives no floor judged are absent.
     pub fn margins(&self) -> BTreeMap<String, f64> {

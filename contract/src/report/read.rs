@@ -10,6 +10,18 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+impl Report {
+    /// The report from a JSON value whose head [`report_value`] checked; a field missing or of
+    /// the wrong type is named by its path, the head's first. (The head is read from a copy: the
+    /// owned value's deserializer, the one the body takes, is the only one the plugin carries.)
+    pub fn deserialize_value(value: serde_json::Value) -> Result<Report, ReportError> {
+        Ok(Report {
+            head: serde_path_to_error::deserialize(value.clone()).map_err(not_a_report)?,
+            body: serde_path_to_error::deserialize(value).map_err(not_a_report)?,
+        })
+    }
+}
+
 /// Why a report cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReportError {

@@ -92,11 +92,6 @@ impl ReasonCode {
         self.into()
     }
 
-    /// What class of cause the code names (the one table: [`super::cause::cause_class`]).
-    pub fn cause_class(self) -> super::cause::CauseClass {
-        super::cause::cause_class(self)
-    }
-
     /// Whether a node fact produces this code (bench-core's `model::finding::Finding` carries it typed).
     pub fn is_fact(self) -> bool {
         FACT_CODES.contains(&self)
@@ -191,11 +186,6 @@ impl Serialize for Reason {
 }
 
 impl Reason {
-    /// Which class of cause the reason names: hardware, busy, missing or setup.
-    pub fn cause(&self) -> super::cause::CauseClass {
-        self.code.cause_class()
-    }
-
     /// What the reason blames, as the report writes it; None when it names nothing.
     pub fn subject_text(&self) -> Option<String> {
         self.subject.as_ref().map(Culprit::to_string)

@@ -35,11 +35,8 @@ impl CappedLog {
 
     /// At the end: the part of `tail` (the stream's last bytes) not in the head yet, after a line
     /// that says how many bytes were cut (nothing when the whole stream fit in the head).
-    pub(super) fn finish(&mut self, tail: &[u8], stream: super::Stream) {
-        let stream = match stream {
-            super::Stream::Stdout => "standard output",
-            super::Stream::Stderr => "standard error",
-        };
+    /// `stream` names it ("standard output").
+    pub(super) fn finish(&mut self, tail: &[u8], stream: &str) {
         let unwritten = self.total - self.written;
         if unwritten == 0 {
             return;
@@ -67,7 +64,7 @@ mod tests {
         let mut log = CappedLog::new(&file, 4).expect("a handle");
         log.write(b"abcdefgh");
         log.write(b"ijkl");
-        log.finish(b"jkl", crate::supervise::Stream::Stdout);
+        log.finish(b"jkl", "standard output");
         let text = std::fs::read_to_string(&path).expect("read");
         assert_eq!(
             text,
@@ -76,7 +73,7 @@ mod tests {
         let file = File::create(&path).expect("create");
         let mut short = CappedLog::new(&file, 100).expect("a handle");
         short.write(b"all of it");
-        short.finish(b"all of it", crate::supervise::Stream::Stderr);
+        short.finish(b"all of it", "standard error");
         assert_eq!(std::fs::read_to_string(&path).expect("read"), "all of it");
         std::fs::remove_dir_all(&dir).ok();
     }

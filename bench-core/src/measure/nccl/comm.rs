@@ -9,20 +9,20 @@
 //! and the abort, and every call on a [`Comm`] returns through `Comm::settle`, which polls until
 //! the call's work is confirmed done, so no operation of a `Comm` is pending between two calls.
 //! A split counts as an operation of its parent: done when the parent says so, not when the
-//! child's handle appears (NCCL writes that first).
+//! child's handle appears (NCCL writes that first). The operations themselves: `ops.rs`.
 
 // Stream handles are opaque CUDA handles passed through to NCCL, never dereferenced here.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::error::{NcclError, IN_PROGRESS};
-use super::library::{Nccl, NcclConfig, RawComm, RawStream, UniqueId};
+use super::library::{Nccl, NcclConfig, RawComm, UniqueId};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 /// A communicator of one GPU, owned by the thread that drives that GPU.
 pub struct Comm<'a> {
-    nccl: &'a Nccl,
-    raw: RawComm,
+    pub(super) nccl: &'a Nccl,
+    pub(super) raw: RawComm,
     /// Every wait on this communicator ends by this instant.
     pub deadline: Instant,
 }
@@ -58,86 +58,6 @@ pub enum WaitError {
     Deadline,
     /// The caller's `stop` said so (another process is gone: the init cannot finish).
     Stopped,
-}
-
-/// The arguments of one collective on one rank, shared by every [`crate::model::collectives::Collective`].
-pub struct Issue<'a> {
-    pub comm: &'a Comm<'a>,
-    pub send: u64,
-    pub recv: u64,
-    pub count: u64,
-    pub elt: u64,
-    pub dtype: u32,
-    pub op: u32,
-    pub root: u32,
-    pub rank: u32,
-    pub nranks: u32,
-    pub stream: RawStream,
-}
-
-impl Issue<'_> {
-    /// Issues collective `c` on this communicator (the caller groups and waits): the NCCL call
-    /// each collective of [`crate::model::collectives::COLLECTIVES`] makes.
-    pub fn collective(
-        &self,
-        c: &dyn crate::model::collectives::Collective,
-    ) -> Result<(), NcclError> {
-        use crate::model::collectives::Call;
-        match c.call() {
-            Call::AllReduce => self.comm.all_reduce(
-                self.send,
-                self.recv,
-                self.count,
-                self.dtype,
-                self.op,
-                self.stream,
-            ),
-            Call::AllGather => {
-                self.comm
-                    .all_gather(self.send, self.recv, self.count, self.dtype, self.stream)
-            }
-            Call::ReduceScatter => self.comm.reduce_scatter(
-                self.send,
-                self.recv,
-                self.count,
-                self.dtype,
-                self.op,
-                self.stream,
-            ),
-            Call::Broadcast => self.comm.broadcast(
-                self.send,
-                self.recv,
-                self.count,
-                self.dtype,
-                self.root,
-                self.stream,
-            ),
-            // `ncclAlltoAll` where the library has it (2.28+), else one send and one receive per
-            // peer in a group, exactly as nccl-tests 2.19.6 chooses.
-            Call::AlltoAll => self.comm.alltoall(
-                self.send,
-                self.recv,
-                self.count,
-                self.dtype,
-                self.elt,
-                self.nranks,
-                self.stream,
-            ),
-            Call::SendRecv => {
-                // Each rank sends to rank+1 and receives from rank-1 in one group (a ring of pairs).
-                let n = self.nranks;
-                self.comm.send_recv(
-                    self.send,
-                    (self.rank + 1) % n,
-                    self.recv,
-                    (self.rank + n - 1) % n,
-                    self.count,
-                    self.dtype,
-                    self.stream,
-                )
-            }
-        }
-    }
 }
 
 impl<'a> Comm<'a> {
@@ -360,7 +280,7 @@ impl<'a> Comm<'a> {
     /// call's work is not done yet, and NCCL refuses any other call on the communicator until
     /// `ncclCommGetAsyncError` says so; this polls until then (bounded by the deadline), so no
     /// method returns with an operation of this communicator still pending.
-    fn settle(&self, rc: i32, call: &'static str) -> Result<(), NcclError> {
+    pub(super) fn settle(&self, rc: i32, call: &'static str) -> Result<(), NcclError> {
         self.nccl.check(rc, call, self.raw)?;
         if rc == IN_PROGRESS {
             match self.wait_ready() {
@@ -376,233 +296,5 @@ impl<'a> Comm<'a> {
             }
         }
         Ok(())
-    }
-
-    pub fn group_start(&self) -> Result<(), NcclError> {
-        // SAFETY: no arguments.
-        let rc = unsafe { (self.nccl.group_start)() };
-        self.settle(rc, "ncclGroupStart")
-    }
-
-    pub fn group_end(&self) -> Result<(), NcclError> {
-        // SAFETY: no arguments.
-        let rc = unsafe { (self.nccl.group_end)() };
-        self.settle(rc, "ncclGroupEnd")
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn all_reduce(
-        &self,
-        send: u64,
-        recv: u64,
-        count: u64,
-        dtype: u32,
-        op: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: send/recv are device buffers of at least count elements on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.all_reduce)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count as usize,
-                dtype as i32,
-                op as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclAllReduce")
-    }
-
-    pub fn all_gather(
-        &self,
-        send: u64,
-        recv: u64,
-        count: u64,
-        dtype: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: send holds count elements, recv count*nranks, on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.all_gather)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count as usize,
-                dtype as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclAllGather")
-    }
-
-    pub fn reduce_scatter(
-        &self,
-        send: u64,
-        recv: u64,
-        count: u64,
-        dtype: u32,
-        op: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: send holds count*nranks elements, recv count, on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.reduce_scatter)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count as usize,
-                dtype as i32,
-                op as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclReduceScatter")
-    }
-
-    pub fn broadcast(
-        &self,
-        send: u64,
-        recv: u64,
-        count: u64,
-        dtype: u32,
-        root: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: send/recv hold count elements on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.broadcast)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count as usize,
-                dtype as i32,
-                root as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclBroadcast")
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn send_recv(
-        &self,
-        send: u64,
-        to: u32,
-        recv: u64,
-        from: u32,
-        count: u64,
-        dtype: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        self.group_start()?;
-        let sent = self.send(send, to, count, dtype, stream);
-        let received = self.recv(recv, from, count, dtype, stream);
-        let ended = self.group_end();
-        sent.and(received).and(ended)
-    }
-
-    /// One byte each way with every peer of `peers` at once, in one group (the k-th peer's
-    /// byte at offset k of `send` and `recv`): NCCL connects a peer's point-to-point channels
-    /// at the first operation with it, so this connects every peer in one step.
-    pub fn connect_peers(
-        &self,
-        peers: &[u32],
-        send: u64,
-        recv: u64,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        self.group_start()?;
-        let mut result = Ok(());
-        for (k, &peer) in peers.iter().enumerate() {
-            let off = k as u64;
-            result = result
-                .and(self.send(send + off, peer, 1, 0, stream))
-                .and(self.recv(recv + off, peer, 1, 0, stream));
-        }
-        result.and(self.group_end())
-    }
-
-    fn send(
-        &self,
-        buf: u64,
-        peer: u32,
-        count: u64,
-        dtype: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: buf holds count elements on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.send)(
-                buf as *const c_void,
-                count as usize,
-                dtype as i32,
-                peer as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclSend")
-    }
-
-    fn recv(
-        &self,
-        buf: u64,
-        peer: u32,
-        count: u64,
-        dtype: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        // SAFETY: buf holds count elements on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.recv)(
-                buf as *mut c_void,
-                count as usize,
-                dtype as i32,
-                peer as i32,
-                self.raw,
-                stream,
-            )
-        };
-        self.settle(rc, "ncclRecv")
-    }
-
-    /// `ncclAlltoAll` when the library has it, else one send and one receive per peer, grouped.
-    #[allow(clippy::too_many_arguments)]
-    pub fn alltoall(
-        &self,
-        send: u64,
-        recv: u64,
-        count: u64,
-        dtype: u32,
-        elt: u64,
-        nranks: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        if let Some(f) = self.nccl.alltoall {
-            // SAFETY: send/recv hold count*nranks elements on this comm's GPU.
-            let rc = unsafe {
-                f(
-                    send as *const c_void,
-                    recv as *mut c_void,
-                    count as usize,
-                    dtype as i32,
-                    self.raw,
-                    stream,
-                )
-            };
-            return self.settle(rc, "ncclAlltoAll");
-        }
-        let chunk = count * elt;
-        self.group_start()?;
-        let mut result = Ok(());
-        for peer in 0..nranks {
-            let off = peer as u64 * chunk;
-            result = result
-                .and(self.send(send + off, peer, count, dtype, stream))
-                .and(self.recv(recv + off, peer, count, dtype, stream));
-        }
-        result.and(self.group_end())
     }
 }

@@ -226,7 +226,6 @@ pub fn nccl() -> &'static Nccl {
         error_string,
         last_error: Some(last_error),
         mem_alloc: None,
-        mem_free: None,
         group_start: group_call,
         group_end: group_call,
         all_reduce,

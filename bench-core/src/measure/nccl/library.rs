@@ -84,7 +84,6 @@ type FnComm = unsafe extern "C" fn(RawComm) -> c_int;
 type FnErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 type FnLastError = unsafe extern "C" fn(RawComm) -> *const c_char;
 type FnMemAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-type FnMemFree = unsafe extern "C" fn(*mut c_void) -> c_int;
 pub(super) type FnReduce = unsafe extern "C" fn(
     *const c_void,
     *mut c_void,
@@ -96,15 +95,8 @@ pub(super) type FnReduce = unsafe extern "C" fn(
 ) -> c_int;
 pub(super) type FnGather =
     unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, RawStream) -> c_int;
-pub(super) type FnBroadcast = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    c_int,
-    c_int,
-    RawComm,
-    RawStream,
-) -> c_int;
+/// `ncclBroadcast`: `ncclAllReduce`'s signature, with the root where the op is.
+pub(super) type FnBroadcast = FnReduce;
 pub(super) type FnSend =
     unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, RawStream) -> c_int;
 pub(super) type FnRecv =
@@ -128,7 +120,6 @@ pub struct Nccl {
     pub(super) error_string: FnErrorString,
     pub(super) last_error: Option<FnLastError>,
     pub(super) mem_alloc: Option<FnMemAlloc>,
-    pub(super) mem_free: Option<FnMemFree>,
     pub(super) group_start: FnVoid,
     pub(super) group_end: FnVoid,
     pub(super) all_reduce: FnReduce,
@@ -237,7 +228,6 @@ impl Nccl {
             error_string: sym(&lib, &shown, "ncclGetErrorString")?,
             last_error: sym(&lib, &shown, "ncclGetLastError").ok(),
             mem_alloc: sym(&lib, &shown, "ncclMemAlloc").ok(),
-            mem_free: sym(&lib, &shown, "ncclMemFree").ok(),
             group_start: sym(&lib, &shown, "ncclGroupStart")?,
             group_end: sym(&lib, &shown, "ncclGroupEnd")?,
             all_reduce: sym(&lib, &shown, "ncclAllReduce")?,
@@ -280,13 +270,6 @@ impl Nccl {
             self.check(rc, "ncclMemAlloc", std::ptr::null_mut())
                 .map(|_| p as u64),
         )
-    }
-
-    pub fn mem_free(&self, ptr: u64) {
-        if let Some(f) = self.mem_free {
-            // SAFETY: ptr came from ncclMemAlloc on this thread's context.
-            unsafe { f(ptr as *mut c_void) };
-        }
     }
 
     /// Turns a return code into a result, with NCCL's own error text.

@@ -11,9 +11,11 @@ mod error;
 #[cfg(test)]
 pub mod fake;
 mod library;
+mod ops;
 mod pending;
 
-pub use comm::{Comm, Connecting, Issue, WaitError};
+pub use comm::{Comm, Connecting, WaitError};
 pub use error::{NcclError, IN_PROGRESS};
 pub use library::{LoadError, Nccl, UniqueId};
+pub use ops::Issue;
 pub use pending::PendingComm;

@@ -21,8 +21,15 @@
 //! Counts, ranks, sizes and names from a peer are validated with checked arithmetic; a value
 //! that would make this process allocate or index beyond the limits below is refused by name.
 
+use super::session;
 use super::Member;
 use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Longest one handshake may take (challenge to accepted): a real member answers in
+/// milliseconds; a stranger holds a slot at most this long.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Most GPUs one process drives.
 pub const MAX_GPUS_PER_PROCESS: u32 = 64;
@@ -296,6 +303,18 @@ pub fn check_welcome(
         return Err("the member list does not describe this process as it joined".into());
     }
     Ok((id, members))
+}
+
+/// A socket address as both sides write it into the transcript (IPv4-mapped IPv6 as IPv4).
+pub fn addr_text(a: SocketAddr) -> String {
+    SocketAddr::new(a.ip().to_canonical(), a.port()).to_string()
+}
+
+/// The handshake's transcript, as both sides hash it: the step's label, the nonces and keys of
+/// the greeting `g` and the opening `o`, and the connection's two ends as the coordinator saw
+/// them (`from`, `to`).
+pub fn transcript_of(label: &str, g: &Greeting, o: &Opening, from: &str, to: &str) -> [u8; 32] {
+    session::transcript(&[label, &g.nonce, &g.key, &o.nonce, &o.key, from, to])
 }
 
 #[cfg(test)]

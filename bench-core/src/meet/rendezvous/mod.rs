@@ -3,13 +3,16 @@
 //! may start seconds apart), everyone proves it belongs to the same job step, learns the NCCL
 //! unique id and its rank offset, and later the same connections carry barriers and sums.
 //!
-//! - [`auth`]: proofs (a per-step shared secret, or MUNGE credentials) over each connection's
-//!   transcript (nonces, key exchange, addresses);
+//! - [`auth`]: proofs (a per-step shared secret, or MUNGE credentials: [`munge`]) over each
+//!   connection's transcript (nonces, key exchange, addresses); `Credential::authenticator`
+//!   (here) picks one;
 //! - [`session`]: each connection's own keys, and every frame after the handshake sealed;
 //! - [`wire`]: length-prefixed frames with size caps and one deadline per message;
 //! - [`messages`]: the handshake's messages and the validation of every field;
-//! - [`coordinator`] and [`member`]: the two sides of the handshake; [`door`]: where the
-//!   coordinator's connections wait, without a thread, until they speak;
+//! - [`coordinator`] and [`member`]: the two sides of the handshake (`Setup::join`, in
+//!   `coordinator.rs`, picks one); [`door`]: where the coordinator's connections wait, without a
+//!   thread, until they speak;
+//! - [`resolve`]: a host's addresses within the deadline;
 //! - [`peer_uid`]: whose process a connection from this node is (another user's is refused before
 //!   any credential work);
 //! - [`beacon`]: a coordinator that can listen on no candidate port says so to the members on
@@ -27,13 +30,16 @@ pub mod coordinator;
 pub mod door;
 pub mod member;
 pub mod messages;
+pub mod munge;
 pub mod peer_uid;
 pub mod plane;
+pub mod resolve;
 pub mod session;
 pub mod wire;
 
 pub use plane::{ControlPlane, PlaneError};
 
+use crate::model::credential::Credential;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -84,26 +90,26 @@ pub struct Setup<'a> {
     pub expected: Option<Vec<(String, u32)>>,
 }
 
-/// Joins `setup.world` processes. The coordinator calls `make_id` once everyone is in.
-pub fn join(
-    setup: &Setup,
-    me: Member,
-    make_id: impl FnOnce() -> Result<[u8; 128], String>,
-) -> Result<Joined, String> {
-    if setup.world == 1 {
-        return Ok(Joined {
-            unique_id: make_id()?,
-            members: vec![Member {
-                first_rank: 0,
-                ..me
-            }],
-            plane: ControlPlane::Alone,
-        });
-    }
-    if setup.coordinator {
-        coordinator::serve(setup, me, make_id)
-    } else {
-        member::connect(setup, me)
+impl Credential {
+    /// The authenticator for this credential; `munge_socket` is munged's socket when not the
+    /// default.
+    pub fn authenticator(
+        &self,
+        munge_socket: Option<std::path::PathBuf>,
+    ) -> Result<Box<dyn auth::Authenticator>, String> {
+        match self {
+            Credential::Secret(s) => Ok(Box::new(auth::SharedSecret::new(s, "NCCL_CHECK_SECRET")?)),
+            Credential::Munge => Ok(Box::new(munge::Munge::find(munge_socket).map_err(|e| {
+                format!(
+                    "no way to authenticate the other processes: set NCCL_CHECK_SECRET or install MUNGE ({e})"
+                )
+            })?)),
+            // One process: the rendezvous returns before any proof is asked for.
+            Credential::None => Ok(Box::new(auth::SharedSecret::new(
+                "single-process-check",
+                "nobody",
+            )?)),
+        }
     }
 }
 
@@ -175,7 +181,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(delay_ms));
             let a = secret();
             let s = setup(&a, ports, world, false, deadline);
-            let mut j = join(&s, member(r, ngpus), || Err("not the coordinator".into()))?;
+            let mut j = s.join(member(r, ngpus), || Err("not the coordinator".into()))?;
             let sum = j
                 .plane
                 .sum(1, &[r as f64, 1.0], deadline)
@@ -193,12 +199,9 @@ mod tests {
         let t1 = spawn_member(1, 2, vec![port], 3, 400, deadline);
         std::thread::sleep(Duration::from_millis(200));
         let a = secret();
-        let mut root = join(
-            &setup(&a, vec![port], 3, true, deadline),
-            member(0, 1),
-            || Ok([7u8; 128]),
-        )
-        .unwrap();
+        let mut root = setup(&a, vec![port], 3, true, deadline)
+            .join(member(0, 1), || Ok([7u8; 128]))
+            .unwrap();
         assert_eq!(root.unique_id, [7u8; 128]);
         let s = root.plane.sum(1, &[0.0, 1.0], deadline).unwrap();
         assert_eq!(s, vec![3.0, 3.0]);
@@ -216,12 +219,9 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         let t0 = spawn_member(0, 1, vec![port], 2, 0, deadline);
         let a = secret();
-        let mut c = join(
-            &setup(&a, vec![port], 2, true, deadline),
-            member(1, 2),
-            || Ok([1u8; 128]),
-        )
-        .unwrap();
+        let mut c = setup(&a, vec![port], 2, true, deadline)
+            .join(member(1, 2), || Ok([1u8; 128]))
+            .unwrap();
         assert_eq!(
             c.plane.sum(1, &[1.0, 1.0], deadline).unwrap(),
             vec![1.0, 2.0]
@@ -238,13 +238,10 @@ mod tests {
         let deadline = start + Duration::from_millis(800);
         let t1 = spawn_member(1, 1, vec![port], 3, 0, deadline);
         let a = secret();
-        let e = join(
-            &setup(&a, vec![port], 3, true, deadline),
-            member(0, 1),
-            || Ok([0; 128]),
-        )
-        .err()
-        .unwrap_or_default();
+        let e = setup(&a, vec![port], 3, true, deadline)
+            .join(member(0, 1), || Ok([0; 128]))
+            .err()
+            .unwrap_or_default();
         assert!(e.contains("process rank(s) 2 of 3 never joined"), "{e}");
         let e1 = t1.join().unwrap().err().unwrap_or_default();
         assert!(e1.contains("rendezvous at 127.0.0.1"), "{e1}");
@@ -264,7 +261,8 @@ mod tests {
         let a = secret();
         let mut s = setup(&a, vec![port], world, true, deadline);
         s.expected = expected;
-        let e = join(&s, member(0, 1), || Ok([0; 128]))
+        let e = s
+            .join(member(0, 1), || Ok([0; 128]))
             .err()
             .unwrap_or_default();
         for m in members {
@@ -336,8 +334,8 @@ mod tests {
     #[test]
     fn name_lookups_answer_within_the_deadline() {
         let soon = Instant::now() + Duration::from_secs(5);
-        assert!(member::resolve_host("localhost", 1, soon).is_ok_and(|a| !a.is_empty()));
-        let e = member::resolve_host("localhost", 1, Instant::now()).unwrap_err();
+        assert!(resolve::resolve_host("localhost", 1, soon).is_ok_and(|a| !a.is_empty()));
+        let e = resolve::resolve_host("localhost", 1, Instant::now()).unwrap_err();
         assert!(e.contains("deadline"), "{e}");
     }
 
@@ -357,11 +355,7 @@ mod tests {
     /// Plays rank 1 with the wrong secret, as another user's process would.
     fn impostor(port: u16, deadline: Instant) -> Result<Joined, String> {
         let wrong = auth::SharedSecret::new("slurm-7.0-guessed-secret", "attacker").unwrap();
-        join(
-            &setup(&wrong, vec![port], 2, false, deadline),
-            member(1, 1),
-            || Err("x".into()),
-        )
+        setup(&wrong, vec![port], 2, false, deadline).join(member(1, 1), || Err("x".into()))
     }
 
     #[test]
@@ -371,22 +365,16 @@ mod tests {
         let a = secret();
         let coordinator = std::thread::spawn(move || {
             let a = secret();
-            join(
-                &setup(&a, vec![port], 2, true, deadline),
-                member(0, 1),
-                || Ok([9; 128]),
-            )
-            .map(|j| j.members)
+            setup(&a, vec![port], 2, true, deadline)
+                .join(member(0, 1), || Ok([9; 128]))
+                .map(|j| j.members)
         });
         // The impostor comes first and gets nothing, not even an answer it could trust.
         let bad = impostor(port, Instant::now() + Duration::from_millis(600));
         assert!(bad.is_err());
-        let real = join(
-            &setup(&a, vec![port], 2, false, deadline),
-            member(1, 1),
-            || Err("x".into()),
-        )
-        .unwrap();
+        let real = setup(&a, vec![port], 2, false, deadline)
+            .join(member(1, 1), || Err("x".into()))
+            .unwrap();
         assert_eq!(real.unique_id, [9; 128]);
         let members = coordinator.join().unwrap().unwrap();
         assert_eq!(members[1].pid, 1, "the real rank 1 is the member");
@@ -428,12 +416,9 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(6);
         let m = spawn_member(1, 1, vec![p1, p2], 2, 0, deadline);
         let a = secret();
-        let mut c = join(
-            &setup(&a, vec![p1, p2], 2, true, deadline),
-            member(0, 1),
-            || Ok([3; 128]),
-        )
-        .unwrap();
+        let mut c = setup(&a, vec![p1, p2], 2, true, deadline)
+            .join(member(0, 1), || Ok([3; 128]))
+            .unwrap();
         c.plane.sum(1, &[0.0, 0.0], deadline).unwrap();
         let (n, _, _) = m.join().unwrap().unwrap();
         assert_eq!(n, 2);
@@ -441,7 +426,7 @@ mod tests {
     }
 
     fn coordinator_handshake_for_test(stream: TcpStream, s: &Setup) -> Result<(), String> {
-        coordinator::handshake(stream, s.world, &s.label, s.auth, s.deadline)
+        coordinator::handshake::handshake(stream, s.world, &s.label, s.auth, s.deadline)
             .map(|_| ())
             .map_err(|(_, e)| e)
     }
@@ -453,11 +438,8 @@ mod tests {
         let deadline = start + Duration::from_secs(8);
         let coordinator = std::thread::spawn(move || {
             let a = secret();
-            let mut j = join(
-                &setup(&a, vec![port], 2, true, deadline),
-                member(0, 1),
-                || Ok([5; 128]),
-            )?;
+            let mut j =
+                setup(&a, vec![port], 2, true, deadline).join(member(0, 1), || Ok([5; 128]))?;
             j.plane
                 .sum(1, &[0.0, 1.0], deadline)
                 .map_err(|e| e.to_string())?;
@@ -502,12 +484,9 @@ mod tests {
         let deadline = Instant::now() + Duration::from_millis(900);
         let c = std::thread::spawn(move || {
             let a = secret();
-            join(
-                &setup(&a, vec![port], 2, true, deadline),
-                member(0, 1),
-                || Ok([0; 128]),
-            )
-            .err()
+            setup(&a, vec![port], 2, true, deadline)
+                .join(member(0, 1), || Ok([0; 128]))
+                .err()
         });
         std::thread::sleep(Duration::from_millis(200));
         // 127.0.0.2 is this machine too, but not the address given.

@@ -22,53 +22,17 @@
 use super::session::Session;
 use super::wire::WireError;
 use super::Member;
+use frame::{Frame, Op};
 use link::Link;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
+pub mod frame;
 pub mod link;
 pub mod lost;
 mod wait;
 
 pub use link::Liveness;
-
-/// How `reduce` combines the processes' vectors, element by element.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Op {
-    #[default]
-    Sum,
-    Min,
-    /// Sparse entries up, one reply per process down.
-    Gather,
-}
-
-/// One message of the plane, either way. Fields an operation does not use stay empty.
-#[derive(Default, Serialize, Deserialize)]
-struct Frame {
-    seq: u64,
-    #[serde(default)]
-    op: Op,
-    /// `reduce`: the vector (up) or the result (down).
-    #[serde(default)]
-    values: Vec<f64>,
-    /// `gather`: the vector's length, which every process must agree on.
-    #[serde(default)]
-    len: u64,
-    /// `gather`, up: (index, value) entries; several for one index are added.
-    #[serde(default)]
-    entries: Vec<(u64, f64)>,
-    /// `gather`, down: this process's reply.
-    #[serde(default)]
-    reply: Option<Value>,
-    /// Set by a process that gives up, so the others stop at once instead of at their deadline.
-    #[serde(default)]
-    abort: Option<String>,
-    /// Only says the sender lives ([`link`]); carries nothing else and is never answered.
-    #[serde(default)]
-    beat: bool,
-}
 
 /// The coordinator's decision in a gather: the whole vector in, one reply per process out.
 pub type Decide<'a> = &'a mut dyn FnMut(&[f64]) -> Result<Vec<Value>, String>;

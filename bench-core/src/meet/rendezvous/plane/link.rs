@@ -10,7 +10,7 @@
 //! for [`Liveness::silence`] is a process that stopped answering. Beats are sealed frames of the
 //! authenticated session like any other: nobody without the connection's keys can send one.
 
-use super::Frame;
+use super::frame::Frame;
 use crate::meet::rendezvous::session::Session;
 use crate::meet::rendezvous::wire::WireError;
 use std::os::fd::AsRawFd;

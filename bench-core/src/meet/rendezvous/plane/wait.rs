@@ -2,9 +2,10 @@
 //! collection, and the watch's pass while no operation runs; beats go out meanwhile, and a
 //! process that stops answering is named ([`super::lost`]).
 
+use super::frame::{Frame, Op};
 use super::link::{Gone, Link, Liveness, Waited};
 use super::MAX_GATHER_FRAME;
-use super::{gave_up, lost, out_of_step, peer_error, who, ControlPlane, Frame, Op, PlaneError};
+use super::{gave_up, lost, out_of_step, peer_error, who, ControlPlane, PlaneError};
 use crate::meet::rendezvous::wire::WireError;
 use crate::meet::rendezvous::Member;
 use std::time::Instant;

@@ -1,0 +1,417 @@
+//! One try at one candidate port: connect (the name resolved within the deadline), the opening
+//! (with the proof of the job's ticket once it is known, else the offer taken), the
+//! coordinator's greeting and proof insisted on before this process shows a credential, the
+//! hello, the sealed acceptance; what a holder that is not the coordinator was (a [`Miss`]).
+
+use crate::meet::rendezvous::auth;
+use crate::meet::rendezvous::messages::{
+    self, addr_text, transcript_of, Greeting, Hello, HelloBody, Opening, Proof, TicketOffer,
+    Version, HANDSHAKE_TIMEOUT,
+};
+use crate::meet::rendezvous::session::{self, KeyPair, Keys, Role, Session};
+use crate::meet::rendezvous::wire::{self, WireError};
+use crate::meet::rendezvous::{Member, Setup};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A session with the step's authenticated coordinator, before the welcome.
+pub(super) struct Admitted {
+    pub(super) session: Session,
+    pub(super) port: u16,
+}
+
+/// Why one try at a candidate port did not reach the coordinator.
+#[derive(Debug, Clone)]
+pub(super) enum Miss {
+    /// Nothing listens there (yet), or it closed at once: the coordinator may be starting, or
+    /// busy with others; worth trying again.
+    Open(String),
+    /// Something holds the port and is not this step's coordinator: it answered and could not
+    /// prove itself, relays the connection, or said nothing for [`ANSWER_WAIT`] (or, after
+    /// its greeting, for a handshake's time).
+    Held(String),
+    /// The coordinator proved itself and then closed the connection before accepting this
+    /// process (busy with a flood of connections, or it refused this proof): said once, and
+    /// tried again.
+    Dropped(String),
+    /// The coordinator said, proven over UDP ([`crate::meet::rendezvous::beacon`]), that it can listen on no
+    /// candidate port: the member ends at once.
+    Failed(String),
+}
+
+/// Least time between two asks at one port's UDP twin while its connections are refused: a
+/// datagram of 1 KiB a second per candidate port and member while the coordinator is not up
+/// (about what its refused TCP tries send), and an ERROR a second after the coordinator fails.
+const ASK_EVERY: Duration = Duration::from_secs(1);
+/// Longest wait for an answer to one ask.
+const ASK_WAIT: Duration = Duration::from_millis(100);
+
+/// Longest wait for the coordinator's first answer (its greeting) on a connection it accepted.
+/// The coordinator greets at its door, on the thread that accepts, as soon as the opening is in
+/// (a key pair and a nonce, no credential work), however many handshakes are under way; the
+/// slow part (proofs, MUNGE) comes after, within [`HANDSHAKE_TIMEOUT`]. So a port where nothing
+/// answers within this is held by a listener that is not this step's coordinator: a silent
+/// holder of every candidate ends the member in about twice this ([`super::HELD_TRIES`]), not
+/// 20 s as when the greeting waited for a handshake thread (and the member 10 s for it).
+const ANSWER_WAIT: Duration = Duration::from_millis(1500);
+
+fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, String> {
+    let all = crate::meet::rendezvous::resolve::resolve_host(host, port, deadline)?;
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or(all.first())
+        .copied()
+        .ok_or_else(|| format!("{host} resolves to no address"))
+}
+
+/// A wire error while the port's holder is expected to speak, after waiting `waited`;
+/// `greeted`: it had sent a greeting.
+fn silence(e: WireError, waited: Duration, greeted: bool) -> Miss {
+    match e {
+        WireError::Deadline if greeted => Miss::Held(format!(
+            "greeted, then said nothing for {:.1} s (not this step's coordinator, or one too busy to prove itself)",
+            waited.as_secs_f64()
+        )),
+        WireError::Deadline => Miss::Held(format!(
+            "accepted the connection and said nothing for {:.1} s (a silent listener, not this step's coordinator)",
+            waited.as_secs_f64()
+        )),
+        WireError::Closed | WireError::Io(_) => Miss::Open(e.to_string()),
+        other => Miss::Held(format!("not an nccl-check coordinator: {other}")),
+    }
+}
+
+/// One try at one port: connect, read the greeting, check the coordinator's proof, and only then
+/// send this process's own. `track` keeps a handle on the socket so that another thread can cut
+/// the try short once the coordinator is found elsewhere (false: it was found already).
+/// What a refused connection to `addr` means: on the coordinator's node, whether the port is
+/// bound by a process that does not listen; elsewhere, whether the coordinator says (proven,
+/// over UDP, asked at most every [`ASK_EVERY`]) that it can listen on no candidate. Otherwise
+/// nothing listens there yet, which is no reason to give up.
+fn refused(
+    setup: &Setup,
+    addr: SocketAddr,
+    e: std::io::Error,
+    asked: &mut Option<Instant>,
+) -> Miss {
+    if e.kind() != std::io::ErrorKind::ConnectionRefused {
+        return Miss::Open(e.to_string());
+    }
+    if bound_without_listener(addr) {
+        return Miss::Held(
+            "bound by another process that does not listen on it (so the coordinator cannot listen there)"
+                .into(),
+        );
+    }
+    if asked.is_none_or(|t| t.elapsed() >= ASK_EVERY) {
+        *asked = Some(Instant::now());
+        let wait = ASK_WAIT.min(setup.deadline.saturating_duration_since(Instant::now()));
+        let until = setup.deadline.min(Instant::now() + Duration::from_secs(2));
+        // The first candidate's thread asks at the step's spread ports too (a stranger may
+        // hold the twins as well).
+        let mut at = vec![addr];
+        if setup.ports.first() == Some(&addr.port()) {
+            let spread = crate::meet::rendezvous::beacon::beacon_ports(&setup.label, setup.auth);
+            at.extend(spread.into_iter().map(|p| SocketAddr::new(addr.ip(), p)));
+        }
+        if let Some(why) =
+            crate::meet::rendezvous::beacon::inquire(&at, &setup.label, setup.auth, wait, until)
+        {
+            return Miss::Failed(why);
+        }
+    }
+    Miss::Open(e.to_string())
+}
+
+pub(super) fn attempt(
+    setup: &Setup,
+    me: &Member,
+    port: u16,
+    track: &dyn Fn(Option<&TcpStream>) -> bool,
+    known: &TicketKey,
+    asked: &mut Option<Instant>,
+) -> Result<Admitted, Miss> {
+    let left = setup
+        .deadline
+        .checked_duration_since(Instant::now())
+        .ok_or_else(|| Miss::Open("deadline passed".into()))?;
+    let addr = resolve(&setup.host, port, setup.deadline).map_err(Miss::Open)?;
+    let mut stream = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
+        .map_err(|e| refused(setup, addr, e, asked))?;
+    if !track(Some(&stream)) {
+        return Err(Miss::Open(
+            "the coordinator was found on another port".into(),
+        ));
+    }
+    let r = attempt_on(setup, me, &mut stream, known).and_then(|keys| {
+        let mut session = Session::new(stream, keys);
+        accepted(setup, &mut session)?;
+        Ok(session)
+    });
+    let _ = track(None);
+    r.map(|session| Admitted { session, port })
+}
+
+/// Waits for the coordinator's word that this process is in (it may first wait for a free
+/// MUNGE slot for as long as a handshake may take).
+fn accepted(setup: &Setup, session: &mut Session) -> Result<(), Miss> {
+    let deadline = setup
+        .deadline
+        .min(Instant::now() + HANDSHAKE_TIMEOUT + Duration::from_secs(1));
+    match session.recv::<messages::Accepted>(wire::MAX_HELLO_FRAME, deadline) {
+        Ok(a) if a.accepted => Ok(()),
+        Ok(_) => Err(Miss::Held("the coordinator did not accept this process".into())),
+        Err(WireError::Closed | WireError::Io(_)) => Err(Miss::Dropped(
+            "the coordinator closed the connection before accepting this process (busy with other connections, or it refused this process's proof: its own output says which)".into(),
+        )),
+        Err(WireError::Deadline) => Err(Miss::Dropped(
+            "the coordinator did not accept this process in time (busy with other connections?)"
+                .into(),
+        )),
+        Err(e) => Err(Miss::Held(format!("after the handshake: {e}"))),
+    }
+}
+
+/// Whether `addr`, which refused a connection, is bound by a socket that does not listen: tried
+/// as the coordinator binds (SO_REUSEADDR, the same address), so it fails exactly where the
+/// coordinator could not listen. Answers only on the coordinator's own node (elsewhere the
+/// address is not this machine's, and a refused connection may be a coordinator not started
+/// yet); the probe socket never listens and is closed at once, so it never keeps the
+/// coordinator from binding (two SO_REUSEADDR sockets that do not listen may share a port).
+fn bound_without_listener(addr: SocketAddr) -> bool {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket(2) with constant arguments; the descriptor is owned below.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: a valid descriptor and a live c_int of the size given.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    // SAFETY: bind(2) with a sockaddr built for the family, and its size.
+    let r = unsafe {
+        match addr {
+            SocketAddr::V4(a) => {
+                let mut sa: libc::sockaddr_in = std::mem::zeroed();
+                sa.sin_family = libc::AF_INET as libc::sa_family_t;
+                sa.sin_port = a.port().to_be();
+                sa.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
+                libc::bind(
+                    fd.as_raw_fd(),
+                    &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            }
+            SocketAddr::V6(a) => {
+                let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+                sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sa.sin6_port = a.port().to_be();
+                sa.sin6_addr.s6_addr = a.ip().octets();
+                sa.sin6_scope_id = a.scope_id();
+                libc::bind(
+                    fd.as_raw_fd(),
+                    &sa as *const libc::sockaddr_in6 as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                )
+            }
+        }
+    };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EADDRINUSE)
+}
+
+/// A port held by the coordinator of the step labelled `label`.
+fn other_step(label: &str) -> Miss {
+    Miss::Held(format!(
+        "the coordinator of another job step ('{}')",
+        nccl_check_host::text::escape_clipped(label, 60)
+    ))
+}
+
+/// The coordinator's first message, if it is this step's coordinator's greeting: the same
+/// protocol version (else named: another nccl-check version, or not nccl-check) and this step's
+/// label (else the coordinator of another step holds the port).
+fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
+    let version: Version = wire::decode(first)
+        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
+    if version.protocol != auth::PROTOCOL {
+        return Err(Miss::Held(format!(
+            "a process speaking protocol '{}', not {} (a worker of another nccl-check version, or not nccl-check)",
+            nccl_check_host::text::escape_clipped(&version.protocol, 40),
+            auth::PROTOCOL
+        )));
+    }
+    let greeting: Greeting = wire::decode(first)
+        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
+    if greeting.label != setup.label {
+        return Err(other_step(&greeting.label));
+    }
+    Ok(greeting)
+}
+
+/// The key of the job's ticket, once a coordinator's offer was opened (MUNGE).
+pub(super) type TicketKey = Mutex<Option<Vec<u8>>>;
+
+/// A coordinator's [`TicketOffer`] in `first`, if that is what it is: the key inside is kept
+/// for the next try (the connection is closed after an offer). Another step's label, a ticket
+/// that does not open as this job's user's, or one that changes nothing is a held port.
+fn take_offer(
+    setup: &Setup,
+    first: &[u8],
+    known: &TicketKey,
+    deadline: Instant,
+    proved: bool,
+) -> Option<Miss> {
+    let offer: TicketOffer = wire::decode(first).ok()?;
+    if offer.label != setup.label {
+        return Some(other_step(&offer.label));
+    }
+    let key = match setup.auth.open_ticket(&offer.ticket, deadline) {
+        Ok(k) => k,
+        // This node's MUNGE busy or slow: nothing said about the port's holder yet.
+        Err(e @ auth::AuthError::Busy(_)) => {
+            return Some(Miss::Open(format!("opening the coordinator's ticket: {e}")))
+        }
+        Err(e) => {
+            return Some(Miss::Held(format!(
+                "not this step's coordinator: {}: a squatter",
+                nccl_check_host::text::escape_control(&e.to_string())
+            )))
+        }
+    };
+    let mut k = known.lock().unwrap_or_else(|p| p.into_inner());
+    // The same key again, after an opening that proved it: refused for another reason. (An
+    // opening sent before another port's thread learnt the key proved nothing.)
+    if proved && k.as_ref() == Some(&key) {
+        return Some(Miss::Held(
+            "the coordinator refused this process's proof of its own ticket".into(),
+        ));
+    }
+    *k = Some(key);
+    Some(Miss::Open(
+        "the coordinator answered with the job's ticket; trying again with it".into(),
+    ))
+}
+
+/// This process's opening, with its proof of the job's ticket once it knows the key.
+fn opening_of(
+    label: &str,
+    keys: &KeyPair,
+    local: &str,
+    peer: &str,
+    known: &TicketKey,
+) -> Result<Opening, String> {
+    let mut opening = Opening {
+        protocol: auth::PROTOCOL.into(),
+        nonce: auth::nonce()?,
+        key: keys.public_hex(),
+        from: local.into(),
+        to: peer.into(),
+        ticket: None,
+    };
+    if let Some(k) = known.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        opening.ticket = Some(auth::ticket_proof(k, label, &opening.ticket_fields()));
+    }
+    Ok(opening)
+}
+
+fn attempt_on(
+    setup: &Setup,
+    me: &Member,
+    stream: &mut TcpStream,
+    known: &TicketKey,
+) -> Result<Keys, Miss> {
+    let open = |e: String| Miss::Open(e);
+    stream.set_nodelay(true).map_err(|e| open(e.to_string()))?;
+    let answer_by = setup.deadline.min(Instant::now() + ANSWER_WAIT);
+    // The connection's two ends, as the transcript writes them.
+    let local = addr_text(stream.local_addr().map_err(|e| open(e.to_string()))?);
+    let peer = addr_text(stream.peer_addr().map_err(|e| open(e.to_string()))?);
+    let keys = KeyPair::new().map_err(open)?;
+    // Sent at once: the coordinator answers it with its greeting.
+    let opening = opening_of(&setup.label, &keys, &local, &peer, known).map_err(open)?;
+    let quiet = |e| silence(e, ANSWER_WAIT, false);
+    wire::send(stream, &opening, answer_by).map_err(quiet)?;
+    let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, answer_by).map_err(quiet)?;
+    // From its greeting on, the coordinator's handshake runs on its own clock.
+    let deadline = setup.deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+    let late = |e| silence(e, HANDSHAKE_TIMEOUT, true);
+    if let Some(miss) = take_offer(setup, &first, known, deadline, opening.ticket.is_some()) {
+        return Err(miss);
+    }
+    let greeting = greeting_of(setup, &first)?;
+    let held = |e: String| Miss::Held(format!("not this step's coordinator: {e}"));
+    messages::check_nonce(&greeting.nonce).map_err(held)?;
+    let their_key = session::check_key(&greeting.key).map_err(held)?;
+    let proof: Proof = wire::recv(stream, wire::MAX_HELLO_FRAME, deadline).map_err(late)?;
+    messages::check_proof(&proof.proof).map_err(held)?;
+    messages::check_addr(&proof.from).map_err(held)?;
+    messages::check_addr(&proof.to).map_err(held)?;
+    // The transcript as the coordinator saw the connection: its proof says whether that is
+    // really the coordinator; then whether it saw the same connection says whether anything
+    // sits between the two.
+    let transcript = transcript_of(&setup.label, &greeting, &opening, &proof.from, &proof.to);
+    let t_hex = hex::encode(transcript);
+    setup
+        .auth
+        .verify(
+            &auth::context("coordinator", &setup.label, &t_hex, b""),
+            &proof.proof,
+            deadline,
+        )
+        .map_err(|e| {
+            Miss::Held(format!(
+                "answers like a coordinator but cannot prove it is this step's ({e}): a squatter"
+            ))
+        })?;
+    if proof.from != local || proof.to != peer {
+        return Err(Miss::Held(format!(
+            "held by a process that relays connections to this step's coordinator at {} (it sees this connection arrive from {}, this process left {local} for {peer})",
+            proof.to, proof.from
+        )));
+    }
+    let body = HelloBody {
+        world: setup.world,
+        member: me.clone(),
+    };
+    let bytes = serde_json::to_vec(&body).map_err(|e| open(e.to_string()))?;
+    let my_proof = setup
+        .auth
+        .prove(
+            &auth::context("member", &setup.label, &t_hex, &bytes),
+            deadline,
+        )
+        .map_err(|e| open(e.to_string()))?;
+    wire::send(
+        stream,
+        &Hello {
+            body,
+            proof: my_proof,
+        },
+        deadline,
+    )
+    .map_err(late)?;
+    Keys::derive(
+        &keys,
+        &their_key,
+        setup.auth.psk(),
+        &transcript,
+        Role::Member,
+    )
+    .map_err(held)
+}
