@@ -178,6 +178,9 @@ pub fn slurm(c: &GateConfig, v: &SlurmView, file: &Path) -> Findings {
             ),
         ));
     }
+    if let Some(proctrack) = &s.proctrack {
+        f.notes.push(proctrack_note(proctrack, &s.source));
+    }
     if !s.prolog_flags.is_empty() || !s.prologs.is_empty() {
         f.notes.push(format!(
             "Prolog = {}, Epilog = {}, PrologFlags = {} ({})",
@@ -188,6 +191,22 @@ pub fn slurm(c: &GateConfig, v: &SlurmView, file: &Path) -> Findings {
         ));
     }
     f
+}
+
+/// What the proctrack plugin means for whose a process is (`stray::owner`): slurmd's own list
+/// (`scontrol listpids`) decides under every plugin; the job's cgroup is read only where slurmd
+/// cannot answer, and only `proctrack/cgroup` puts a job's processes there.
+fn proctrack_note(proctrack: &str, source: &str) -> String {
+    let fallback = if proctrack.eq_ignore_ascii_case("proctrack/cgroup") {
+        "else by the job's cgroup"
+    } else {
+        "its processes lie in no job's cgroup, so where slurmd cannot answer their owner is \
+         unknown, which never drains"
+    };
+    format!(
+        "ProctrackType = {proctrack} ({source}): another job's processes are told by \
+         `scontrol listpids`; {fallback}"
+    )
 }
 
 /// The prolog's cut below BatchStartTimeout ([`budget::batch_start_limit`]), as the gate makes
@@ -494,6 +513,36 @@ mod tests {
             file: None,
             root: Path::new("/nonexistent-root"),
         }
+    }
+
+    /// `--check-config` says what the proctrack plugin means for whose a process is (issue 46's
+    /// audit: it said nothing, and linuxproc left every job's process in no job's cgroup).
+    #[test]
+    fn the_proctrack_plugin_is_said_with_what_it_means_for_ownership() {
+        let c = GateConfig::default();
+        let note = |proctrack: Option<&str>| {
+            let s = Settings {
+                proctrack: proctrack.map(str::to_string),
+                ..settings(None, &[])
+            };
+            let f = slurm(
+                &c,
+                &view(Some(&s), ""),
+                Path::new("/etc/nccl-check/prolog.toml"),
+            );
+            (f.notes.into_iter()).find(|n| n.starts_with("ProctrackType"))
+        };
+        let linuxproc = note(Some("proctrack/linuxproc")).expect("said");
+        assert!(
+            linuxproc.contains("scontrol listpids") && linuxproc.contains("never drains"),
+            "{linuxproc}"
+        );
+        let cgroup = note(Some("proctrack/cgroup")).expect("said");
+        assert!(
+            cgroup.contains("job's cgroup") && !cgroup.contains("never drains"),
+            "{cgroup}"
+        );
+        assert_eq!(note(None), None);
     }
 
     /// A budget above PrologEpilogTimeout is what the gate does with it (cut

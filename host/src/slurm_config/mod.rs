@@ -39,6 +39,10 @@ pub struct Settings {
     /// slurmd kills the health check at a fixed 60 s, the same number. None: the controller
     /// printed `0 sec` (seen on Debian sid's 26.05), which slurmd never runs with.
     pub health_check_timeout: Option<u64>,
+    /// `ProctrackType` (`proctrack/cgroup`, `proctrack/linuxproc`, ...), when set: whether a
+    /// job's processes lie in a job's cgroup, where the prolog looks when slurmd cannot say
+    /// whose a process is.
+    pub proctrack: Option<String>,
     /// Where each setting came from, for messages (`Prolog: /etc/slurm/conf.d/x.conf:3`).
     pub origin: Vec<(String, String)>,
 }
@@ -58,6 +62,7 @@ impl Default for Settings {
             batch_start_timeout: DEFAULT_BATCH_START_TIMEOUT,
             message_timeout: DEFAULT_MESSAGE_TIMEOUT,
             health_check_timeout: Some(DEFAULT_HEALTH_CHECK_TIMEOUT),
+            proctrack: None,
             origin: Vec::new(),
         }
     }
@@ -107,6 +112,7 @@ impl Settings {
                 None => Some(DEFAULT_HEALTH_CHECK_TIMEOUT),
                 Some(t) => t.filter(|t| *t > 0),
             },
+            proctrack: c.get("ProctrackType").map(str::to_string),
             origin: Vec::new(),
         }
     }
@@ -171,6 +177,7 @@ impl Settings {
             batch_start_timeout,
             message_timeout,
             health_check_timeout: Some(health_check_timeout),
+            proctrack: c.get("ProctrackType").map(|(v, _)| v),
             origin,
         }
     }
