@@ -269,8 +269,9 @@ fn alltoall_phase(n: usize, g: usize, w: &Workload) -> Option<PhaseModel> {
         seconds: c("connect_all_s") + data_s + control,
         what: format!(
             "alltoall {} over all {} GPUs beside the all_reduce: only when it reads below \
-             [outliers] alltoall_fraction of what the all_reduce predicts, every node pair once \
-             ({tournament} round(s), one node pair a GPU) at its size",
+             [outliers] alltoall_fraction of what the all_reduce or the rounds' node pairs \
+             predict, or a host is busy with others' processes, every node pair once \
+             ({tournament} round(s), one node pair a GPU, at 8 MiB or more; not in this time)",
             crate::model::size::human(size as u64),
             n * g
         ),
