@@ -28,15 +28,21 @@ pub struct Sample<'a> {
     pub cache_seconds: Option<u64>,
 }
 
+/// A gauge's `# HELP` and `# TYPE` lines (`help` ends the HELP line as written).
+fn gauge(t: &mut String, name: &str, help: &str) {
+    let _ = writeln!(t, "# HELP {name} {help}");
+    let _ = writeln!(t, "# TYPE {name} gauge");
+}
+
 /// The file's text.
 pub fn render(s: &Sample) -> String {
     let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_gate_state State of the nccl-check prolog gate after its last run \
-         (1 = this state; disabled = the config cannot be used, nothing is checked)."
+    gauge(
+        &mut t,
+        "nccl_check_gate_state",
+        "State of the nccl-check prolog gate after its last run \
+         (1 = this state; disabled = the config cannot be used, nothing is checked).",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_gate_state gauge");
     for g in GateState::ALL {
         let _ = writeln!(
             t,
@@ -45,11 +51,11 @@ pub fn render(s: &Sample) -> String {
             u8::from(s.gate == g)
         );
     }
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_verdict Last nccl-check prolog verdict on this node (1 = this verdict)."
+    gauge(
+        &mut t,
+        "nccl_check_verdict",
+        "Last nccl-check prolog verdict on this node (1 = this verdict).",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_verdict gauge");
     for v in [Verdict::Pass, Verdict::Fail, Verdict::Error] {
         let _ = writeln!(
             t,
@@ -57,56 +63,56 @@ pub fn render(s: &Sample) -> String {
             u8::from(s.verdict == Some(v))
         );
     }
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_exit_code Exit code of the last worker run (-1 = killed)."
+    gauge(
+        &mut t,
+        "nccl_check_exit_code",
+        "Exit code of the last worker run (-1 = killed).",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_exit_code gauge");
     let _ = writeln!(t, "nccl_check_exit_code {}", s.exit_code.unwrap_or(-1));
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_busbw_gbps Mean bus bandwidth per collective of the last measurement, GB/s."
+    gauge(
+        &mut t,
+        "nccl_check_busbw_gbps",
+        "Mean bus bandwidth per collective of the last measurement, GB/s.",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_busbw_gbps gauge");
     for (coll, bw) in s.avg_busbw {
         if bw.is_finite() && coll.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             let _ = writeln!(t, "nccl_check_busbw_gbps{{collective=\"{coll}\"}} {bw:.3}");
         }
     }
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_busbw_margin Smallest busbw / floor per collective of the last \
-         measurement (1.0 = at the floor; only collectives a floor judged)."
+    gauge(
+        &mut t,
+        "nccl_check_busbw_margin",
+        "Smallest busbw / floor per collective of the last \
+         measurement (1.0 = at the floor; only collectives a floor judged).",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_busbw_margin gauge");
     for (coll, m) in s.margins {
         if m.is_finite() && coll.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             let _ = writeln!(t, "nccl_check_busbw_margin{{collective=\"{coll}\"}} {m:.3}");
         }
     }
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_last_run_timestamp_seconds When the last measurement ended."
+    gauge(
+        &mut t,
+        "nccl_check_last_run_timestamp_seconds",
+        "When the last measurement ended.",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_last_run_timestamp_seconds gauge");
     let _ = writeln!(
         t,
         "nccl_check_last_run_timestamp_seconds {:.3}",
         s.finished_unix
     );
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_duration_seconds Wall time of the last worker run."
+    gauge(
+        &mut t,
+        "nccl_check_duration_seconds",
+        "Wall time of the last worker run.",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_duration_seconds gauge");
     let _ = writeln!(t, "nccl_check_duration_seconds {:.3}", s.duration_s);
     if let Some(c) = s.cache_seconds {
-        let _ = writeln!(
-            t,
-            "# HELP nccl_check_cache_seconds The gate's cache_seconds: a pass this recent \
-             answers a prolog without measuring or rewriting this file."
+        gauge(
+            &mut t,
+            "nccl_check_cache_seconds",
+            "The gate's cache_seconds: a pass this recent \
+             answers a prolog without measuring or rewriting this file.",
         );
-        let _ = writeln!(t, "# TYPE nccl_check_cache_seconds gauge");
         let _ = writeln!(t, "nccl_check_cache_seconds {c}");
     }
     t
@@ -128,12 +134,14 @@ pub fn render_fallback(s: &Sample, why: &str) -> String {
         .chars()
         .map(|c| if c.is_control() || c == '\\' { ' ' } else { c })
         .collect();
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_metrics_file_error 1: metrics_file could not be written, these \
-         metrics are the fallback in the state directory. Last reason: {why}"
+    gauge(
+        &mut t,
+        "nccl_check_metrics_file_error",
+        &format!(
+            "1: metrics_file could not be written, these metrics are the fallback in the state \
+             directory. Last reason: {why}"
+        ),
     );
-    let _ = writeln!(t, "# TYPE nccl_check_metrics_file_error gauge");
     let _ = writeln!(t, "nccl_check_metrics_file_error 1");
     t
 }
@@ -158,12 +166,12 @@ pub fn node_path(metrics_file: &Path) -> PathBuf {
 /// every HealthCheckInterval), from the `scontrol show node` it asks anyway.
 pub fn render_node(allocated: bool, slurm_state: &str, now_unix: f64) -> String {
     let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_node_allocated Whether Slurm runs jobs on this node (State ALLOCATED, \
-         MIXED or COMPLETING), as nccl-check-prolog --recheck last read it."
+    gauge(
+        &mut t,
+        "nccl_check_node_allocated",
+        "Whether Slurm runs jobs on this node (State ALLOCATED, \
+         MIXED or COMPLETING), as nccl-check-prolog --recheck last read it.",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_node_allocated gauge");
     // The state word goes into a label only when it is Slurm's alphabet (IDLE+DRAIN, MIXED...).
     let state_ok = !slurm_state.is_empty()
         && slurm_state.len() <= 64
@@ -179,11 +187,11 @@ pub fn render_node(allocated: bool, slurm_state: &str, now_unix: f64) -> String 
     } else {
         let _ = writeln!(t, "nccl_check_node_allocated {}", u8::from(allocated));
     }
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_node_state_timestamp_seconds When the recheck last read Slurm's node state."
+    gauge(
+        &mut t,
+        "nccl_check_node_state_timestamp_seconds",
+        "When the recheck last read Slurm's node state.",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_node_state_timestamp_seconds gauge");
     let _ = writeln!(t, "nccl_check_node_state_timestamp_seconds {now_unix:.3}");
     t
 }
