@@ -1,9 +1,11 @@
 //! The alltoall beside the all_reduce of a multi-node check: one alltoall over every rank,
-//! whose busbw against the all_reduce's decides whether the localizer measures every node pair
-//! after its other rounds (the decision: `localized.rs` over `localize::paths`).
+//! whose busbw against the all_reduce's (and, after the rounds, the node pairs'), or a busy
+//! host, decides whether the localizer measures every node pair after its other rounds (the
+//! rules: `localize::paths`; agreed here, handed on by `localized.rs`).
 use super::timed::{Measurer, Timing};
 use super::{GpuOutcome, RunError, Start};
 use crate::model::collectives::AlltoAll;
+use crate::model::localization::PathsDecision;
 
 /// Timed operations of the alltoall, each placement (one untimed operation before them).
 const ITERS: u32 = 3;
@@ -51,5 +53,81 @@ impl Measurer<'_> {
             out.rows.push(row);
         }
         Ok(reading)
+    }
+
+    /// Whether every node pair is measured after the localizer's other rounds
+    /// (`localize::paths::measures_every_path`): the alltoall beside the all_reduce (`all_paths`) slow
+    /// against it, or some node's host busy (its own `host_busy` fact: a busy scheduler paces
+    /// both collectives alike). Both readings are the team's sums and both flags are agreed by
+    /// one more sum, as each process reads its own `alltoall_fraction` and its own host. None
+    /// without measuring when the check's node count is outside `paths::checks_paths` or its
+    /// last collective was not an all_reduce over every rank.
+    pub(super) fn paths_wanted(
+        &self,
+        bytes: u64,
+        (nodes, gpus): (usize, usize),
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<Option<PathsDecision>, RunError> {
+        use crate::localize::paths::{
+            alltoall_size, alltoall_slow, checks_paths, measures_every_path,
+        };
+        use crate::model::collectives::{AllReduce, Collective};
+        let all_reduce = match out.last_collective {
+            Some((c, _, busbw)) if c == AllReduce.name() && checks_paths(nodes) => busbw,
+            _ => return Ok(None),
+        };
+        let began = std::time::Instant::now();
+        let a2a = self.alltoall_reading(alltoall_size(bytes), start, out)?;
+        let fraction = self.opts().config.outliers.alltoall_fraction;
+        let slow = alltoall_slow(a2a.delivered, all_reduce, (nodes, gpus), fraction);
+        // Others' load only: the check's own processes outnumbering the cores (emulated
+        // nodes) pace nothing a real allocation's would.
+        let busy = self.thread.own.busy_by_others(&start.topology);
+        // The pairs' limit as the coordinator's recorder computes it (one value plus zeros), so
+        // every copy of the localizer decides alike whatever each process's fraction.
+        let limit = crate::localize::paths::pairs_limit(a2a.delivered, (nodes, gpus), fraction);
+        let speaks = self.team.coordinates() && start.recorder;
+        let limit_slots = match (speaks, limit) {
+            (true, Some(l)) => [1.0, l],
+            _ => [0.0, 0.0],
+        };
+        let flags = [slow as u8 as f64, busy as u8 as f64];
+        let agreed = (self.team.sum(&[flags.as_slice(), &limit_slots].concat()))
+            .map_err(|e| self.team_err(e))?;
+        let (slow, busy) = (agreed[0] > 0.0, agreed[1] > 0.0);
+        let pairs_limit = (agreed[2] > 0.0).then_some(agreed[3]);
+        let decision = PathsDecision {
+            alltoall_bytes: a2a.size,
+            alltoall_busbw: a2a.delivered,
+            all_reduce_busbw: all_reduce,
+            alltoall_slow: slow,
+            host_busy: busy,
+            measured: measures_every_path(slow, busy),
+            pairs_limit,
+        };
+        // What the step costs a healthy check (no pair round follows it on an idle host).
+        let ms = began.elapsed().as_secs_f64() * 1e3;
+        if start.printer {
+            let ratio = crate::localize::paths::expected_alltoall_ratio(nodes, gpus);
+            let then = match (slow, busy) {
+                (true, _) => "every node pair measured",
+                (false, true) => "not slow, but a host is busy: every node pair measured",
+                (false, false) => "not slow against it; against the node pairs after the rounds",
+            };
+            start.show.line(&format!(
+                "# alltoall {}: busbw {:.4} GB/s (host clock {:.4}, GPU clock {:.4}), {:.2} x the \
+                 all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {then}; \
+                 {ms:.0} ms\n",
+                crate::model::size::human(a2a.size),
+                a2a.delivered,
+                a2a.host,
+                a2a.gpu,
+                a2a.delivered / all_reduce,
+                all_reduce,
+                fraction * ratio * all_reduce,
+            ));
+        }
+        Ok(Some(decision))
     }
 }

@@ -22,7 +22,7 @@ use crate::measure::rows::PairRow;
 use crate::model::datatype::{DataType, RedOp};
 use crate::model::floors::PairFloors;
 use crate::model::localization::NodeFindings;
-use crate::model::localization::{LocalizeSummary, PathsDecision, Phase};
+use crate::model::localization::{LocalizeSummary, Phase};
 
 /// Node `i`'s phase-A number: its slowest GPU pair. A node with one GPU has no pair and cannot
 /// be slow on its own: it gets the best value, so it neither fails nor lowers the reference.
@@ -161,82 +161,6 @@ impl Measurer<'_> {
             out.sizing.push(sizing);
         }
         sized
-    }
-
-    /// Whether every node pair is measured after the localizer's other rounds
-    /// (`localize::paths::measures_every_path`): the alltoall beside the all_reduce (`all_paths`) slow
-    /// against it, or some node's host busy (its own `host_busy` fact: a busy scheduler paces
-    /// both collectives alike). Both readings are the team's sums and both flags are agreed by
-    /// one more sum, as each process reads its own `alltoall_fraction` and its own host. None
-    /// without measuring when the check's node count is outside `paths::checks_paths` or its
-    /// last collective was not an all_reduce over every rank.
-    fn paths_wanted(
-        &self,
-        bytes: u64,
-        (nodes, gpus): (usize, usize),
-        start: &Start,
-        out: &mut GpuOutcome,
-    ) -> Result<Option<PathsDecision>, RunError> {
-        use crate::localize::paths::{
-            alltoall_size, alltoall_slow, checks_paths, measures_every_path,
-        };
-        use crate::model::collectives::{AllReduce, Collective};
-        let all_reduce = match out.last_collective {
-            Some((c, _, busbw)) if c == AllReduce.name() && checks_paths(nodes) => busbw,
-            _ => return Ok(None),
-        };
-        let began = std::time::Instant::now();
-        let a2a = self.alltoall_reading(alltoall_size(bytes), start, out)?;
-        let fraction = self.opts().config.outliers.alltoall_fraction;
-        let slow = alltoall_slow(a2a.delivered, all_reduce, (nodes, gpus), fraction);
-        // Others' load only: the check's own processes outnumbering the cores (emulated
-        // nodes) pace nothing a real allocation's would.
-        let busy = self.thread.own.busy_by_others(&start.topology);
-        // The pairs' limit as the coordinator's recorder computes it (one value plus zeros), so
-        // every copy of the localizer decides alike whatever each process's fraction.
-        let limit = crate::localize::paths::pairs_limit(a2a.delivered, (nodes, gpus), fraction);
-        let speaks = self.team.coordinates() && start.recorder;
-        let limit_slots = match (speaks, limit) {
-            (true, Some(l)) => [1.0, l],
-            _ => [0.0, 0.0],
-        };
-        let flags = [slow as u8 as f64, busy as u8 as f64];
-        let agreed = (self.team.sum(&[flags.as_slice(), &limit_slots].concat()))
-            .map_err(|e| self.team_err(e))?;
-        let (slow, busy) = (agreed[0] > 0.0, agreed[1] > 0.0);
-        let pairs_limit = (agreed[2] > 0.0).then_some(agreed[3]);
-        let decision = PathsDecision {
-            alltoall_bytes: a2a.size,
-            alltoall_busbw: a2a.delivered,
-            all_reduce_busbw: all_reduce,
-            alltoall_slow: slow,
-            host_busy: busy,
-            measured: measures_every_path(slow, busy),
-            pairs_limit,
-        };
-        // What the step costs a healthy check (no pair round follows it on an idle host).
-        let ms = began.elapsed().as_secs_f64() * 1e3;
-        if start.printer {
-            let ratio = crate::localize::paths::expected_alltoall_ratio(nodes, gpus);
-            let then = match (slow, busy) {
-                (true, _) => "every node pair measured",
-                (false, true) => "not slow, but a host is busy: every node pair measured",
-                (false, false) => "not slow against it; against the node pairs after the rounds",
-            };
-            start.show.line(&format!(
-                "# alltoall {}: busbw {:.4} GB/s (host clock {:.4}, GPU clock {:.4}), {:.2} x the \
-                 all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {then}; \
-                 {ms:.0} ms\n",
-                crate::model::size::human(a2a.size),
-                a2a.delivered,
-                a2a.host,
-                a2a.gpu,
-                a2a.delivered / all_reduce,
-                all_reduce,
-                fraction * ratio * all_reduce,
-            ));
-        }
-        Ok(Some(decision))
     }
 
     /// The sum over every rank of this rank's round vector (see `conduct::slots`): one NCCL
