@@ -425,6 +425,12 @@ def named(r):
     text = []
     if r.get("verdict") == "PASS":
         return set()  # a PASS blames nobody (a host_busy warning names a host, not a culprit)
+    if word(r) == "BUSY":
+        # Busy only: the reasons' subjects, the busy nodes themselves (their messages cite the
+        # slow pair they explain, whose other node is no culprit).
+        subjects = set(re.findall(r"\bfab\d\d\b", " ".join(x.get("subject") or "" for x in r.get("reasons", []))))
+        if subjects:
+            return subjects
     if r.get("verdict") == "FAIL":
         for x in r.get("reasons", []):
             text += [x.get("subject") or "", x.get("message") or ""]
@@ -435,13 +441,18 @@ def named(r):
 def word(r):
     # exit 8: only a busy node found (an ERROR that names it; the hardware was not judged).
     return "BUSY" if r.get("exit_code") == 8 else r.get("verdict")
+def busy_warned(r):
+    # The hosts a report's warnings name busy by others (not the check's own load, which is
+    # said and never weighed).
+    return {x.get("subject") for x in r.get("warnings", []) if x.get("code") == "host_busy"
+            and x.get("subject") and "not weighed as load" not in (x.get("message") or "")}
 def own_named(r):
     # The check's own workers named as a host's load (a consumer "pid N (user, nccl-check...)").
     text = " ".join(x.get("message") or "" for x in r.get("reasons", []) + r.get("warnings", []))
     return re.search(r"pid \d+ \([^,()]*, nccl-check", text) is not None
 r = load(sys.argv[1])
 if r is None:
-    print("NOREPORT|-|-||0|0"); sys.exit(0)
+    print("NOREPORT|-|-||0|0|-|-"); sys.exit(0)
 verdict, names = word(r), named(r)
 reports = [r] + list(filter(None, map(load, sys.argv[2:])))
 if verdict in ("PASS", "FAIL", "BUSY"):
@@ -455,7 +466,11 @@ rounds = loc.get("localization_rounds", "-")
 nccl = (r.get("nccl") or {}).get("version", "")
 end = r.get("started_unix", 0) + (r.get("phases") or {}).get("total_ms", 0) / 1e3
 own = sum(own_named(x) for x in reports)
-print("%s|%s|%s|%s|%.3f|%d" % (verdict, ",".join(sorted(names)) or "-", rounds, nccl, end, own))
+# The nodes whose own hardware a reason blames (its cause, the report's structured field).
+hw = {n for x in r.get("reasons", []) if x.get("cause") == "hardware"
+      for n in re.findall(r"\bfab\d\d\b", x.get("subject") or "")}
+lst = lambda s: ",".join(sorted(s)) or "-"
+print("%s|%s|%s|%s|%.3f|%d|%s|%s" % (verdict, lst(names), rounds, nccl, end, own, lst(busy_warned(r)), lst(hw)))
 PY
 }
 
@@ -527,7 +542,24 @@ run_row() { # row run fault load expect culprit rounds
   local others=()
   for k in $(seq 2 "$NODES"); do others+=("$dir/$(name "$k").json"); done
   got=$(judge_report "$dir/$(name 1).json" "${others[@]}")
-  IFS='|' read -r verdict names rounds nccl end own <<<"$got"
+  local warned hw
+  IFS='|' read -r verdict names rounds nccl end own warned hw <<<"$got"
+  # HOSTBUSY: the node's host named busy, never its network: a BUSY verdict naming it, or a PASS
+  # whose warning names its host busy (its load slowed nothing past the run's own noise).
+  # Load confined to one node: its host is named busy (a reason or a warning), its network
+  # never (no reason of cause hardware names it).
+  local confined=
+  case $load in only:*) confined=${load#only:} ;; esac
+  if [ -n "$confined" ] && [ "$verdict" != PASS ] && [[ ",$warned," == *",$confined,"* ]]; then
+    names=$(printf '%s\n' ${names//,/ } "$confined" | grep -v '^-$' | sort -u | paste -sd,)
+  fi
+  local shown=$verdict
+  if [ "$expect" = HOSTBUSY ]; then
+    case $verdict in
+      BUSY) verdict=HOSTBUSY ;;
+      PASS) [ "$warned" = - ] || { verdict=HOSTBUSY names=$warned shown=PASS+host_busy; } ;;
+    esac
+  fi
   # seconds: from the first start to the coordinator's verdict (its report's own clock).
   secs=$(python3 -c "e=$end; print('%.1f' % (e - $t0 / 1e9) if e > 0 else '$all_secs')")
   if [ "$NCCL_LINE_DONE" = 0 ] && [ -n "$nccl" ]; then
@@ -539,6 +571,7 @@ run_row() { # row run fault load expect culprit rounds
   local ok=pass why=
   [ "$verdict" = "$expect" ] || { ok=fail why+="verdict $verdict; "; }
   [ "$names" = "$culprit" ] || { ok=fail why+="culprits $names; "; }
+  [ -z "$confined" ] || [[ ",$hw," != *",$confined,"* ]] || { ok=fail why+="$confined's own hardware blamed under its confined load; "; }
   if [ "$maxr" != - ]; then
     { [ "$rounds" != - ] && [ "$rounds" -le "$maxr" ]; } 2>/dev/null || { ok=fail why+="rounds $rounds > $maxr; "; }
   fi
@@ -560,7 +593,7 @@ run_row() { # row run fault load expect culprit rounds
   local ran=$fault
   [ "$load" = none ] || ran="$fault+load:$load"
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$row" "$NODES" "$run" "$ran" "$expect $culprit" \
-    "$verdict" "$names" "$rounds" "$secs" "$ok${why:+ ($why)}" >>"$SUMMARY"
+    "$shown" "$names" "$rounds" "$secs" "$ok${why:+ ($why)}" >>"$SUMMARY"
   echo "$ok n=$NODES $row#$run: expected $expect $culprit, got $verdict $names, rounds $rounds, verdict after $secs s (all ended after $all_secs s)${why:+ ($why)}; exits: ${rcs[*]}"
   # The coordinator's one-line verdict, for the console, and what its alltoall beside the
   # all_reduce read (bench-core/src/localize/paths.rs: slow or not, against what, in how long).

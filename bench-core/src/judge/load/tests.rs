@@ -134,27 +134,28 @@ fn the_decision_table_of_load_and_outliers() {
             Load::All,
             vec![reading(NodeSlow, node("e2"))],
             vec![hw(NodeSlow, "e2")],
-            vec![HostBusy],
+            vec![HostBusy; 4],
         ),
         (
             Load::All,
             vec![reading(NodePairSlow, pair.clone())],
             vec![hw(NodePairSlow, "e1<->e2")],
-            vec![HostBusy],
+            vec![HostBusy; 4],
         ),
         (
             Load::All,
             vec![reading(LinkOutlier, link.clone())],
             vec![hw(LinkOutlier, "GPU0<->GPU1")],
-            vec![HostBusy],
+            vec![HostBusy; 4],
         ),
+        // e0's own load explains the whole check's floor; the other busy hosts are said.
         (
             Load::All,
             vec![reading(BusbwBelowThreshold, None)],
             vec![busy("e0")],
-            vec![],
+            vec![HostBusy; 3],
         ),
-        (Load::All, vec![], vec![], vec![HostBusy]),
+        (Load::All, vec![], vec![], vec![HostBusy; 4]),
         // Load on e2 alone: e2's readings are its host's, never its NIC; this node's links are
         // not on e2's path.
         (
@@ -173,7 +174,7 @@ fn the_decision_table_of_load_and_outliers() {
             Load::There,
             vec![reading(LinkOutlier, link.clone())],
             vec![hw(LinkOutlier, "GPU0<->GPU1")],
-            vec![],
+            vec![HostBusy],
         ),
         (
             Load::There,
@@ -181,7 +182,9 @@ fn the_decision_table_of_load_and_outliers() {
             vec![busy("e2")],
             vec![],
         ),
-        (Load::There, vec![], vec![], vec![]),
+        // Nothing slow through e2 (or only within the run's noise): e2's host is still named
+        // busy, in a warning of every node's report.
+        (Load::There, vec![], vec![], vec![HostBusy]),
         // Load on this node alone: a slow e2 is e2's; an outlier among this node's own links
         // stands (its other links had the same load); the whole check's floor is this host's.
         (
@@ -317,4 +320,29 @@ fn a_node_loaded_by_the_check_alone_is_no_busy_peer_and_excuses_nothing() {
         "{}",
         w.message
     );
+}
+
+/// Load on one other node only and nothing slow through it beyond the run's noise (16 emulated
+/// nodes, one node's worker confined with busy loops): the coordinator names that node's host
+/// busy in a warning, and only that node's.
+#[test]
+fn a_busy_node_that_slowed_nothing_is_still_named_busy_in_every_report() {
+    let nodes: Vec<String> = NODES.iter().map(|n| n.to_string()).collect();
+    let others = vec![busy_finding("e2")];
+    let c = Conditions {
+        nodes: &nodes,
+        here: "e0",
+        load: None,
+        others: &others,
+    };
+    let (reasons, warnings) = weigh(vec![], &c);
+    assert!(reasons.is_empty());
+    let named: Vec<_> = warnings
+        .iter()
+        .map(|w| (w.code, w.subject_text()))
+        .collect();
+    assert_eq!(named, vec![(ReasonCode::HostBusy, Some("e2".to_string()))]);
+    assert!(warnings[0]
+        .message
+        .contains("not slowed below their floors"));
 }
