@@ -1,40 +1,39 @@
-//! Who may join a step's rendezvous: only a process that holds the step's credential.
+//! Who may join a step's rendezvous: only a process that holds the step's key.
 //!
-//! A proof covers a context built from the message, the step's label and a nonce chosen by the
-//! other side, so a proof is good for one connection only (no replay from another step or a
-//! recording). Two kinds of credential:
-//! - [`SharedSecret`]: HMAC-SHA256 with a secret every process of the step has and nobody else
-//!   has. The SPANK plugin makes a fresh 256-bit secret in srun and hands it to the tasks in
-//!   their environment (`NCCL_CHECK_SECRET`; readable only by the user and root); outside Slurm
-//!   the user exports one (`openssl rand -hex 32`).
-//! - [`super::munge::Munge`]: under Slurm without the plugin, a MUNGE credential (what Slurm itself trusts)
-//!   whose payload is the context's SHA-256; the receiver accepts it only if munged says it was
-//!   encoded by this same uid. MUNGE's replay cache makes each credential good once. Every
-//!   credential is restricted to this uid (munge's restrict-uid: no other user, root included,
-//!   can decode it), covers the connection's transcript (both nonces, both session keys, both
-//!   addresses), and a member sends one only after the coordinator has proved itself. Encoding
-//!   and decoding run a program each, at most [`super::munge::MUNGE_AT_ONCE`] at a time in this process, so a
-//!   stranger's flood of connections cannot make it start processes without bound; and before
-//!   any of that, an opening proves the job's [`Ticket`] (a key only the job's user can take out
-//!   of a credential), so another user's openings, from any node, cost an HMAC and no slot.
+//! The key makes the Noise pre-shared key of every connection ([`noise_psk`],
+//! [`super::session`]): only a holder can open a handshake or answer one. Two kinds of key:
+//! - [`SharedSecret`]: a secret every process of the step has and nobody else has. The SPANK
+//!   plugin makes a fresh 256-bit secret in srun and hands it to the tasks in their environment
+//!   (`NCCL_CHECK_SECRET`; readable only by the user and root); outside Slurm the user exports
+//!   one (`openssl rand -hex 32`).
+//! - [`super::munge::Munge`]: under Slurm without the plugin, the job's [`Ticket`]: a key of 32
+//!   random bytes that the coordinator makes when it starts and hands out inside a MUNGE
+//!   credential (what Slurm itself trusts) restricted to this uid (munge's restrict-uid: no
+//!   other user, root excepted, can decode it); a member takes the key only if munged says the
+//!   credential was encoded by this same uid. An opening without the ticket's key is answered
+//!   with the ticket and closed, so another user's openings, from any node, cost the
+//!   coordinator a hash and no MUNGE work, thread or slot. Encoding and decoding run a program
+//!   each, at most [`super::munge::MUNGE_AT_ONCE`] at a time in this process.
 //!
-//! The proofs authenticate the handshake; the connection's keys ([`super::session`]) protect
-//! everything after it.
+//! The same key proves the UDP beacon's answers ([`ticket_proof`], HMAC-SHA256).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::time::Instant;
 
-/// Protocol name, the first part of every proof's context.
-/// Version 6: under MUNGE, an opening proves the job's ticket before any MUNGE work
-/// ([`Ticket`], `messages::TicketOffer`). 5: the coordinator tells a member it is accepted (`messages::Accepted`), so a member
+/// Protocol name: the first field of every first message, the Noise prologue's first part, the
+/// first part of every proof's context.
+/// Version 7: the handshake is Noise's `NNpsk0` ([`super::session::NOISE`]) under the step's
+/// key, which under MUNGE is the job's ticket (no credential per connection). 6: under MUNGE,
+/// an opening proves the job's ticket before any MUNGE work ([`Ticket`],
+/// `messages::TicketOffer`). 5: the coordinator tells a member it is accepted (`messages::Accepted`), so a member
 /// dropped before that tries again. 4: the welcome lists the processes by columns (`messages::Welcome`); 3 brought
 /// sessions (sealed frames after the handshake); 2 had proofs per message only. Two versions
 /// refuse each other, and say which version the other speaks.
-pub const PROTOCOL: &str = "nccl-check-rendezvous/6";
+pub const PROTOCOL: &str = "nccl-check-rendezvous/7";
 
 /// The bytes a proof covers: protocol, purpose, step label, the other side's nonce, the message.
-pub fn context(purpose: &str, label: &str, nonce: &str, body: &[u8]) -> Vec<u8> {
+fn context(purpose: &str, label: &str, nonce: &str, body: &[u8]) -> Vec<u8> {
     let mut c = Vec::with_capacity(body.len() + 128);
     for part in [
         PROTOCOL.as_bytes(),
@@ -58,9 +57,9 @@ pub fn nonce() -> Result<String, String> {
 
 /// The job's ticket (MUNGE): a credential that only processes of the job's user (and root) can
 /// open, and the key inside it. The coordinator makes one when it starts and hands the
-/// credential to every opening that does not prove the key yet; a member opens it on its own
-/// node (`unmunge`, its own cost) and proves the key over each later opening, so the
-/// coordinator refuses another user's openings, from any node, at the cost of an HMAC, before
+/// credential to every opening not made with the key yet; a member opens it on its own node
+/// (`unmunge`, its own cost) and makes each later opening with it ([`noise_psk`]), so the
+/// coordinator refuses another user's openings, from any node, in microseconds, before
 /// any MUNGE work and outside the handshake slots (a ration per address was not enough: a
 /// stranger on a member's node shared that node's ration and starved the member).
 #[derive(Clone)]
@@ -78,9 +77,19 @@ fn hmac(key: &[u8], msg: &[u8]) -> Hmac<Sha256> {
     m
 }
 
-/// An opening's proof of the ticket's key: HMAC-SHA256 over the opening's own fields, hex.
-pub fn ticket_proof(key: &[u8], label: &str, opening: &[&str]) -> String {
-    let m = hmac(key, &context("ticket", label, &opening.join("\n"), b""));
+/// The Noise pre-shared key of the step `label` under `key` (the shared secret, or the ticket's
+/// key): HMAC-SHA256, so that a secret of any length makes 32 bytes, and one secret's steps
+/// each a key of their own.
+pub fn noise_psk(key: &[u8], label: &str) -> [u8; 32] {
+    hmac(key, &context("noise psk", label, "", b""))
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// A proof of the step's key (the beacon's answers): HMAC-SHA256 over `fields`, hex.
+pub fn ticket_proof(key: &[u8], label: &str, fields: &[&str]) -> String {
+    let m = hmac(key, &context("ticket", label, &fields.join("\n"), b""));
     hex::encode(m.finalize().into_bytes())
 }
 
@@ -88,11 +97,11 @@ pub fn ticket_proof(key: &[u8], label: &str, opening: &[&str]) -> String {
 pub fn check_ticket_proof(
     key: &[u8],
     label: &str,
-    opening: &[&str],
+    fields: &[&str],
     proof: &str,
 ) -> Result<(), String> {
     let tag = hex::decode(proof).map_err(|_| "ticket proof is not hex".to_string())?;
-    let m = hmac(key, &context("ticket", label, &opening.join("\n"), b""));
+    let m = hmac(key, &context("ticket", label, &fields.join("\n"), b""));
     m.verify_slice(&tag).map_err(|_| {
         "its proof of the job's ticket does not match (not a process of this job's user)"
             .to_string()
@@ -105,49 +114,37 @@ pub enum AuthError {
     /// No MUNGE slot was free in time, or munge or unmunge did not answer in time: this node is
     /// busy, which says nothing about the other side (a member tries again).
     Busy(String),
-    /// MUNGE's replay cache knows the credential: a recording played again.
-    Replayed(String),
-    /// The proof or credential is not good (another key, another uid, another connection), or
-    /// none could be made.
+    /// The credential is not good (another uid, not MUNGE's), or none could be made.
     Refused(String),
 }
 
 impl std::fmt::Display for AuthError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            AuthError::Busy(s) | AuthError::Replayed(s) | AuthError::Refused(s) => f.write_str(s),
+            AuthError::Busy(s) | AuthError::Refused(s) => f.write_str(s),
         }
     }
 }
 
-/// Makes and checks proofs.
+/// The step's key, and under MUNGE the ticket that carries it.
 pub trait Authenticator: Send + Sync {
-    /// The job's ticket, made once by the coordinator where proofs run programs; `None` where
-    /// proofs are cheap to check (HMAC).
+    /// The job's ticket, made once by the coordinator where the key comes in one (MUNGE);
+    /// `None` where every process holds the key already (a shared secret).
     fn ticket(&self, _deadline: Instant) -> Result<Option<Ticket>, AuthError> {
         Ok(None)
     }
     /// The key inside a coordinator's ticket credential, if it is one of this job's user.
     fn open_ticket(&self, _credential: &str, _deadline: Instant) -> Result<Vec<u8>, AuthError> {
         Err(AuthError::Refused(
-            "a ticket where this step's proofs need none".into(),
+            "a ticket where this step's key needs none".into(),
         ))
     }
-    /// A proof that this process, holding the step's credential, made `context`.
-    fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, AuthError>;
-    /// Ok if `proof` was made for `context` by a holder of the step's credential.
-    fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), AuthError>;
-    /// Key material every process of the step holds and nobody else does, mixed into each
-    /// connection's keys; empty where there is none (MUNGE: the proofs cover the key exchange).
+    /// Key material every process of the step holds and nobody else does; empty where it
+    /// comes in the job's ticket (MUNGE).
     fn psk(&self) -> &[u8];
-    /// Whether making or checking a proof runs a program (MUNGE), so that a stranger's openings
-    /// must be rationed per address; HMAC costs microseconds.
-    fn proofs_run_programs(&self) -> bool {
-        false
-    }
 }
 
-/// HMAC-SHA256 with a shared secret.
+/// A secret every process of the step holds.
 pub struct SharedSecret {
     key: Vec<u8>,
 }
@@ -172,21 +169,6 @@ impl SharedSecret {
 }
 
 impl Authenticator for SharedSecret {
-    fn prove(&self, context: &[u8], _deadline: Instant) -> Result<String, AuthError> {
-        Ok(hex::encode(
-            hmac(&self.key, context).finalize().into_bytes(),
-        ))
-    }
-
-    fn verify(&self, context: &[u8], proof: &str, _deadline: Instant) -> Result<(), AuthError> {
-        let refused = |why: &str| AuthError::Refused(why.to_string());
-        let tag = hex::decode(proof).map_err(|_| refused("proof is not hex"))?;
-        // Constant-time comparison.
-        hmac(&self.key, context)
-            .verify_slice(&tag)
-            .map_err(|_| refused("proof does not match this step's secret"))
-    }
-
     fn psk(&self) -> &[u8] {
         &self.key
     }
@@ -195,25 +177,19 @@ impl Authenticator for SharedSecret {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    fn later() -> Instant {
-        Instant::now() + Duration::from_secs(5)
-    }
 
     #[test]
-    fn a_proof_holds_only_for_its_secret_and_its_context() {
-        let a = SharedSecret::new("0123456789abcdef-a", "test").unwrap();
-        let b = SharedSecret::new("0123456789abcdef-b", "test").unwrap();
-        let ctx = context("hello", "slurm-7.0", "n1", b"{}");
-        let proof = a.prove(&ctx, later()).unwrap();
-        assert!(a.verify(&ctx, &proof, later()).is_ok());
-        assert!(b.verify(&ctx, &proof, later()).is_err());
-        let other_nonce = context("hello", "slurm-7.0", "n2", b"{}");
-        assert!(a.verify(&other_nonce, &proof, later()).is_err());
-        let other_step = context("hello", "slurm-7.1", "n1", b"{}");
-        assert!(a.verify(&other_step, &proof, later()).is_err());
-        assert!(a.verify(&ctx, "zz", later()).is_err());
+    fn a_proof_holds_only_for_its_key_and_its_fields_and_each_step_has_its_own_psk() {
+        let (a, b) = (b"0123456789abcdef-a", b"0123456789abcdef-b");
+        let proof = ticket_proof(a, "slurm-7.0", &["n1", "why"]);
+        assert!(check_ticket_proof(a, "slurm-7.0", &["n1", "why"], &proof).is_ok());
+        assert!(check_ticket_proof(b, "slurm-7.0", &["n1", "why"], &proof).is_err());
+        assert!(check_ticket_proof(a, "slurm-7.0", &["n2", "why"], &proof).is_err());
+        assert!(check_ticket_proof(a, "slurm-7.1", &["n1", "why"], &proof).is_err());
+        assert!(check_ticket_proof(a, "slurm-7.0", &["n1", "why"], "zz").is_err());
+        let psk = noise_psk(a, "slurm-7.0");
+        assert_ne!(psk, noise_psk(b, "slurm-7.0"));
+        assert_ne!(psk, noise_psk(a, "slurm-7.1"));
     }
 
     #[test]

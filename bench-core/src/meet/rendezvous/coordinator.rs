@@ -260,6 +260,69 @@ mod tests {
         assert!(abort.contains("tampered with on the way"), "{told}");
     }
 
+    /// Noise's psk0 opening can be played again by whoever recorded it. Played from the very
+    /// addresses of the recording (so the coordinator sees no relay), its greeting is answered,
+    /// and the recorded hello does not open under the new connection's keys: refused as a
+    /// replay, never accepted.
+    #[test]
+    fn a_recorded_opening_played_again_is_refused_as_a_replay() {
+        use super::handshake::{admit, door_answer, greet, handshake_opened};
+        use crate::meet::rendezvous::messages::{Endpoints, Greeting, Hello, Opening};
+        use crate::meet::rendezvous::session::{Handshake, Session};
+        use crate::meet::rendezvous::wire;
+        let label = "slurm-7.0";
+        let psk = auth::noise_psk(b"test-secret-0123456789", label);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let answer = door_answer(label, None);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let connect = || {
+            let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            (c, l.accept().unwrap().0)
+        };
+        // The recording: a member's opening and its sealed hello, read off the wire.
+        let (mut a, mut coordinator_a) = connect();
+        let mut member = Handshake::new(&psk, label, true).unwrap();
+        let ends = Endpoints {
+            from: "127.0.0.1:1".into(),
+            to: "127.0.0.1:2".into(),
+        };
+        let opening = Opening {
+            protocol: auth::PROTOCOL.into(),
+            noise: Some(member.write(&ends).unwrap()),
+        };
+        wire::send(&mut a, &opening, deadline).unwrap();
+        let first = wire::recv_frame(&mut coordinator_a, 4096, deadline).unwrap();
+        let admitted = admit(&first, label, &psk, None, &answer).map_err(|e| e.1);
+        greet(&coordinator_a, label, admitted.unwrap()).unwrap();
+        let greeting: Greeting = wire::recv(&mut a, 4096, deadline).unwrap();
+        let _: Endpoints = member.read(&greeting.noise.unwrap()).unwrap();
+        let hello = Hello {
+            world: 2,
+            member: Member {
+                proc_rank: 1,
+                host: "h1".into(),
+                pid: 1,
+                ngpus: 1,
+                first_rank: 0,
+            },
+        };
+        let mut session = Session::new(a, member.done().unwrap());
+        session.send(&hello, deadline).unwrap();
+        let sealed_hello = wire::recv_frame(&mut coordinator_a, 4096, deadline).unwrap();
+        // Played again on another connection, as if from the same addresses.
+        let (mut b, coordinator_b) = connect();
+        wire::send_frame(&mut b, &first, deadline).unwrap();
+        let admitted = admit(&first, label, &psk, None, &answer).map_err(|e| e.1);
+        let (keys, _, seen) = greet(&coordinator_b, label, admitted.unwrap()).unwrap();
+        wire::send_frame(&mut b, &sealed_hello, deadline).unwrap();
+        let opened = (keys, seen.clone(), seen);
+        let Err((kind, why)) = handshake_opened(coordinator_b, opened, 2, deadline) else {
+            panic!("a recorded opening was accepted");
+        };
+        assert_eq!(kind, Refusal::Replay, "{why}");
+        assert!(why.contains("recorded and played again"), "{why}");
+    }
+
     /// A held candidate port is passed over and reported (logged as a squatter); when every
     /// one is held the error says so.
     #[test]

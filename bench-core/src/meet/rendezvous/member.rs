@@ -238,6 +238,34 @@ mod tests {
     use crate::meet::rendezvous::auth::SharedSecret;
     use std::net::TcpListener;
 
+    fn secret() -> SharedSecret {
+        SharedSecret::new("test-secret-0123456789", "test").unwrap()
+    }
+
+    /// Process rank 1 of 2, a member, looking for its coordinator on `port` of this host.
+    fn member_setup(a: &SharedSecret, port: u16, deadline: Instant) -> Setup<'_> {
+        Setup {
+            host: "127.0.0.1".into(),
+            ports: vec![port],
+            label: "slurm-7.0".into(),
+            world: 2,
+            coordinator: false,
+            auth: a,
+            deadline,
+            expected: None,
+        }
+    }
+
+    fn member_one() -> Member {
+        Member {
+            proc_rank: 1,
+            host: "h1".into(),
+            pid: 1,
+            ngpus: 1,
+            first_rank: 0,
+        }
+    }
+
     /// Regression: a member hung up when the coordinator had not answered 3 s after accepting,
     /// and called again. A coordinator behind on its connections (128 members on a loaded
     /// 2-core host) then read only dead ones: 38 of 128 joined in 20 s, and CI's 64-node run
@@ -252,7 +280,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(12);
         let coordinator = std::thread::spawn(move || {
             let (stream, _) = listener.accept().unwrap();
-            let a = SharedSecret::new("test-secret-0123456789", "test").unwrap();
+            let a = secret();
             let r =
                 coordinator::handshake::handshake_late(stream, "slurm-7.0", &a, deadline, || {
                     std::thread::sleep(Duration::from_millis(2500))
@@ -261,29 +289,67 @@ mod tests {
             listener.set_nonblocking(true).unwrap();
             (r, listener.accept().is_ok())
         });
-        let a = SharedSecret::new("test-secret-0123456789", "test").unwrap();
-        let setup = Setup {
-            host: "127.0.0.1".into(),
-            ports: vec![port],
-            label: "slurm-7.0".into(),
-            world: 2,
-            coordinator: false,
-            auth: &a,
-            deadline,
-            expected: None,
-        };
-        let me = Member {
-            proc_rank: 1,
-            host: "h1".into(),
-            pid: 1,
-            ngpus: 1,
-            first_rank: 0,
-        };
+        let a = secret();
+        let (setup, me) = (member_setup(&a, port, deadline), member_one());
         let joined = find(&setup, &me);
         let (served, called_again) = coordinator.join().unwrap();
         served.unwrap();
         assert!(!called_again, "the member hung up and called again");
         assert_eq!(joined.map(|a| a.port).unwrap(), port);
+    }
+
+    /// A process that relays the connection (a candidate port it holds, forwarding to the real
+    /// coordinator) cannot break the handshake, but both ends see it in the addresses the other
+    /// side's handshake message carries: the coordinator refuses it as a relay, the member
+    /// names it with the coordinator's port (and looks elsewhere).
+    #[test]
+    fn a_relayed_connection_is_named_by_both_ends() {
+        use super::super::coordinator::handshake::handshake;
+        use std::io::{Read, Write};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let relay = TcpListener::bind("127.0.0.1:0").unwrap();
+        let relay_port = relay.local_addr().unwrap().port();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        std::thread::spawn(move || {
+            let (inbound, _) = relay.accept().unwrap();
+            let outbound = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            for (mut from, mut to) in [
+                (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
+                (outbound, inbound),
+            ] {
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = from.read(&mut buf) {
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        let coordinator = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let a = secret();
+            handshake(stream, 2, "slurm-7.0", &a, deadline).map(|_| ())
+        });
+        let a = secret();
+        let (setup, me) = (member_setup(&a, relay_port, deadline), member_one());
+        let known = TicketKey::default();
+        let r = attempt(&setup, &me, relay_port, &|_| true, &known, &mut None);
+        let Err(Miss::Held(why)) = r.map(|_| ()) else {
+            panic!("a relayed connection was not named held");
+        };
+        let at = format!("relays connections to this step's coordinator at 127.0.0.1:{port}");
+        assert!(why.contains(&at), "{why}");
+        let Err((_, why)) = coordinator.join().unwrap() else {
+            panic!("the coordinator accepted a relayed connection");
+        };
+        assert!(
+            why.contains("a connection relayed by another process"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -1,27 +1,27 @@
 //! The rendezvous messages and the checks every field passes before it is used.
 //!
-//! The handshake, per connection (protocol [`super::auth::PROTOCOL`]):
-//! 1. member -> coordinator [`Opening`] (protocol, its own nonce and public key, the
-//!    connection's two addresses as it sees them; under MUNGE its proof of the job's ticket,
-//!    else the coordinator answers a [`TicketOffer`] and closes: the member opens the ticket and
-//!    connects again); coordinator -> member [`Greeting`] (protocol, step label, nonce, a fresh
-//!    X25519 public key);
-//! 2. coordinator -> member: [`Proof`] (the addresses as the coordinator sees them, and its proof
-//!    over the transcript of 1 and 2): the member now knows it talks to its own step's
-//!    coordinator, directly, before it shows a credential of its own;
-//! 3. member -> coordinator: [`Hello`] (who it is, its proof over the transcript and that);
-//! 4. both derive the connection's keys ([`super::session`]); everything after this is sealed,
-//!    first, once everyone is in, coordinator -> member: [`Welcome`] (NCCL unique id, every member).
+//! The handshake, per connection (protocol [`super::auth::PROTOCOL`]; Noise's `NNpsk0`,
+//! [`super::session`]):
+//! 1. member -> coordinator [`Opening`]: the protocol and Noise's first message (`-> psk, e`),
+//!    whose payload is the connection's [`Endpoints`] as the member sees them. Under MUNGE the key is
+//!    the job's ticket: before the member has it, its opening carries no Noise message, and
+//!    the coordinator answers a [`TicketOffer`] and closes: the member opens the ticket and
+//!    connects again;
+//! 2. coordinator -> member [`Greeting`]: protocol, step label and Noise's second message
+//!    (`<- e, ee`), whose payload is the [`Endpoints`] as the coordinator sees them: the member now
+//!    knows it talks to a holder of its own step's key, and whether directly, before it says
+//!    anything about itself;
+//! 3. everything after this is sealed: member -> coordinator [`Hello`] (who it is; that it
+//!    opens proves the opening was no recording), coordinator -> member [`Accepted`], then,
+//!    once everyone is in, [`Welcome`] (NCCL unique id, every member).
 //!
 //! One round trip and a half: the member speaks first, as soon as it connects (the coordinator's
-//! door holds a connection, without a thread, until that opening is in whole). Under MUNGE a
-//! member's first contact costs one more connection: the coordinator answers a ticketless
-//! opening with the [`TicketOffer`] and closes, before any MUNGE work.
+//! door holds a connection, without a thread, until that opening is in whole, and answers it
+//! there). Under MUNGE a member's first contact costs one more connection.
 //!
 //! Counts, ranks, sizes and names from a peer are validated with checked arithmetic; a value
 //! that would make this process allocate or index beyond the limits below is refused by name.
 
-use super::session;
 use super::Member;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -37,8 +37,6 @@ pub const MAX_GPUS_PER_PROCESS: u32 = 64;
 pub const MAX_HOST_LEN: usize = 255;
 /// NCCL's unique id is 128 bytes (`NCCL_UNIQUE_ID_BYTES`).
 pub const UNIQUE_ID_BYTES: usize = 128;
-/// Longest proof (a MUNGE credential of a 64-character payload is about 200 bytes).
-pub const MAX_PROOF_LEN: usize = 4096;
 
 /// The first field of either side's first message, read before the rest so that a process of
 /// another protocol version is named as such (it is refused, and says which version it speaks).
@@ -47,42 +45,45 @@ pub struct Version {
     pub protocol: String,
 }
 
-/// Coordinator -> member, once its opening is in.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Greeting {
-    pub protocol: String,
-    pub label: String,
-    pub nonce: String,
-    /// X25519 public key, hex.
-    pub key: String,
-}
-
 /// Member -> coordinator, on connect.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Opening {
     pub protocol: String,
-    pub nonce: String,
-    /// X25519 public key, hex.
-    pub key: String,
-    /// The connection as the member sees it: its own address, and the address it connected to.
-    pub from: String,
-    pub to: String,
-    /// Under MUNGE, its proof of the job's ticket over the fields above
-    /// ([`super::auth::ticket_proof`]); absent on a member's first contact, which is answered
-    /// with a [`TicketOffer`] only.
+    /// Noise's first message, hex, its payload the member's [`Endpoints`]; absent under MUNGE on a
+    /// member's first contact (it has no key yet), which is answered with a [`TicketOffer`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ticket: Option<String>,
+    pub noise: Option<String>,
 }
 
-impl Opening {
-    /// The fields a ticket proof covers, in order.
-    pub fn ticket_fields(&self) -> [&str; 5] {
-        [&self.protocol, &self.nonce, &self.key, &self.from, &self.to]
+/// Coordinator -> member, once its opening is read: Noise's second message, hex, its payload
+/// the coordinator's [`Endpoints`]. Absent where the opening was not made with this step's key:
+/// the connection is closed, and the member names the port held.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Greeting {
+    pub protocol: String,
+    pub label: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<String>,
+}
+
+/// A connection's two addresses as one side sees them (a handshake message's payload): the
+/// member's own and the one it connected to, or where the coordinator saw it come from and
+/// arrive. Different views are a process relaying the connection.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Endpoints {
+    pub from: String,
+    pub to: String,
+}
+
+impl Endpoints {
+    /// Both addresses, checked ([`check_addr`]).
+    pub fn check(&self) -> Result<(), String> {
+        check_addr(&self.from).and_then(|()| check_addr(&self.to))
     }
 }
 
-/// Coordinator -> member, under MUNGE, to an opening without a valid proof of the job's ticket,
-/// then the connection is closed: the job's ticket credential, which only the job's user can
+/// Coordinator -> member, under MUNGE, to an opening not made with the job's ticket, then the
+/// connection is closed: the job's ticket credential, which only the job's user can
 /// open ([`super::auth::Ticket`]). Costs the coordinator no MUNGE work and no handshake slot.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TicketOffer {
@@ -91,29 +92,15 @@ pub struct TicketOffer {
     pub ticket: String,
 }
 
-/// Coordinator -> member: the connection as the coordinator sees it, and its proof.
+/// Member -> coordinator, sealed: everything it says about itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Proof {
-    pub from: String,
-    pub to: String,
-    pub proof: String,
-}
-
-/// What a member proves: everything it says about itself.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HelloBody {
+pub struct Hello {
     pub world: u32,
     pub member: Member,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Hello {
-    pub body: HelloBody,
-    pub proof: String,
-}
-
-/// Coordinator -> member, sealed, once the member's proof is verified: it is in. A connection
-/// that closes before this was dropped (a busy coordinator, or a refused proof) and the member
+/// Coordinator -> member, sealed, once the member's hello is read: it is in. A connection
+/// that closes before this was dropped (a busy coordinator, or a refused hello) and the member
 /// tries again; after it, a close means the coordinator gave up.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Accepted {
@@ -236,23 +223,13 @@ pub fn check_nonce(n: &str) -> Result<(), String> {
     }
 }
 
-pub fn check_proof(p: &str) -> Result<(), String> {
-    if p.is_empty() || p.len() > MAX_PROOF_LEN {
-        return Err(format!(
-            "proof of {} bytes (1..{MAX_PROOF_LEN} allowed)",
-            p.len()
-        ));
-    }
-    Ok(())
-}
-
 /// A host name: printable ASCII without spaces, 1..=255 bytes.
 pub fn check_host(h: &str) -> Result<(), String> {
     printable("host name", h, MAX_HOST_LEN)
 }
 
 /// Checks what a member says about itself against this step's world size.
-pub fn check_hello(body: &HelloBody, world: u32) -> Result<(), String> {
+pub fn check_hello(body: &Hello, world: u32) -> Result<(), String> {
     if body.world != world {
         return Err(format!("world size {} differs from {world}", body.world));
     }
@@ -305,16 +282,9 @@ pub fn check_welcome(
     Ok((id, members))
 }
 
-/// A socket address as both sides write it into the transcript (IPv4-mapped IPv6 as IPv4).
+/// A socket address as both sides write it into their [`Endpoints`] (IPv4-mapped IPv6 as IPv4).
 pub fn addr_text(a: SocketAddr) -> String {
     SocketAddr::new(a.ip().to_canonical(), a.port()).to_string()
-}
-
-/// The handshake's transcript, as both sides hash it: the step's label, the nonces and keys of
-/// the greeting `g` and the opening `o`, and the connection's two ends as the coordinator saw
-/// them (`from`, `to`).
-pub fn transcript_of(label: &str, g: &Greeting, o: &Opening, from: &str, to: &str) -> [u8; 32] {
-    session::transcript(&[label, &g.nonce, &g.key, &o.nonce, &o.key, from, to])
 }
 
 #[cfg(test)]
@@ -332,8 +302,8 @@ mod tests {
         }
     }
 
-    fn hello(r: u32, g: u32, world: u32) -> HelloBody {
-        HelloBody {
+    fn hello(r: u32, g: u32, world: u32) -> Hello {
+        Hello {
             world,
             member: member(r, g),
         }
@@ -431,19 +401,16 @@ mod tests {
         #[test]
         fn any_bytes_are_parsed_and_checked_without_panicking(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             if let Ok(h) = super::super::wire::decode::<Hello>(&bytes) {
-                let _ = check_hello(&h.body, 4);
-                let _ = check_proof(&h.proof);
+                let _ = check_hello(&h, 4);
             }
             if let Ok(w) = super::super::wire::decode::<Welcome>(&bytes) {
                 let _ = check_welcome(&w, 4, &member(1, 1));
             }
-            if let Ok(o) = super::super::wire::decode::<Opening>(&bytes) {
-                let _ = check_addr(&o.from);
-                let _ = check_nonce(&o.nonce);
-                let _ = super::super::session::check_key(&o.key);
+            if let Ok(e) = super::super::wire::decode::<Endpoints>(&bytes) {
+                let _ = e.check();
             }
+            let _ = super::super::wire::decode::<Opening>(&bytes);
             let _ = super::super::wire::decode::<Greeting>(&bytes);
-            let _ = super::super::wire::decode::<Proof>(&bytes);
         }
 
         /// Well-formed messages with arbitrary numbers: checks never panic, and a welcome that
@@ -456,7 +423,7 @@ mod tests {
                 prop_assert!(got.len() == world as usize && (me.proc_rank as usize) < got.len());
             }
             for m in members {
-                let _ = check_hello(&HelloBody { world, member: m }, world);
+                let _ = check_hello(&Hello { world, member: m }, world);
             }
         }
     }

@@ -3,18 +3,16 @@
 //! may start seconds apart), everyone proves it belongs to the same job step, learns the NCCL
 //! unique id and its rank offset, and later the same connections carry barriers and sums.
 //!
-//! - [`auth`]: proofs (a per-step shared secret, or MUNGE credentials: [`munge`]) over each
-//!   connection's transcript (nonces, key exchange, addresses); `Credential::authenticator`
-//!   (here) picks one;
-//! - [`session`]: each connection's own keys, and every frame after the handshake sealed;
+//! - [`auth`]: the step's key (a per-step shared secret, or under MUNGE the job's ticket:
+//!   [`munge`]); `Credential::authenticator` (here) picks one;
+//! - [`session`]: each connection's Noise handshake (`NNpsk0` under the step's key), and every
+//!   frame after it sealed;
 //! - [`wire`]: length-prefixed frames with size caps and one deadline per message;
 //! - [`messages`]: the handshake's messages and the validation of every field;
 //! - [`coordinator`] and [`member`]: the two sides of the handshake (`Setup::join`, in
 //!   `coordinator.rs`, picks one); [`door`]: where the coordinator's connections wait, without a
 //!   thread, until they speak;
 //! - [`resolve`]: a host's addresses within the deadline;
-//! - [`peer_uid`]: whose process a connection from this node is (another user's is refused before
-//!   any credential work);
 //! - [`beacon`]: a coordinator that can listen on no candidate port says so to the members on
 //!   other nodes (over UDP, proven), so they end at once instead of at the deadline;
 //! - [`absent`]: the coordinator's word on the processes that never came (nodes, then ranks);
@@ -31,7 +29,6 @@ pub mod door;
 pub mod member;
 pub mod messages;
 pub mod munge;
-pub mod peer_uid;
 pub mod plane;
 pub mod resolve;
 pub mod session;

@@ -1,10 +1,9 @@
-//! MUNGE credentials as proofs (`auth`'s second kind): through the `munge` and `unmunge`
-//! programs of root-owned system directories, each run supervised and bounded, at most
+//! The job's ticket as a MUNGE credential (`auth`'s second kind of key): through the `munge`
+//! and `unmunge` programs of root-owned system directories, each run supervised and bounded, at most
 //! [`MUNGE_AT_ONCE`] at a time in this process (one queue, first come first served), the job's
 //! [`Ticket`] made and opened, and unmunge's output read.
 
 use super::auth::{AuthError, Authenticator, Ticket};
-use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
 
 /// MUNGE credentials through the `munge` and `unmunge` programs.
@@ -199,24 +198,6 @@ impl Munge {
     }
 }
 
-/// A credential unmunge would not take, by its STATUS (MUNGE's own words, `-k STATUS`) or,
-/// where it printed none, its error line: a replay, or refused for another reason.
-fn refusal(out: &str, why: String) -> AuthError {
-    let status = out
-        .lines()
-        .find_map(|l| l.strip_prefix("STATUS:"))
-        .unwrap_or(&why);
-    if status.contains("Replayed credential") {
-        AuthError::Replayed(why)
-    } else {
-        AuthError::Refused(why)
-    }
-}
-
-fn digest(context: &[u8]) -> String {
-    hex::encode(Sha256::digest(context))
-}
-
 /// Reads `unmunge -k STATUS -k UID` output: (status text, uid, payload).
 pub fn parse_unmunge(out: &str) -> Result<(String, u32, String), String> {
     let (head, payload) = out
@@ -243,10 +224,6 @@ pub fn parse_unmunge(out: &str) -> Result<(String, u32, String), String> {
 }
 
 impl Authenticator for Munge {
-    fn proofs_run_programs(&self) -> bool {
-        true
-    }
-
     fn ticket(&self, deadline: Instant) -> Result<Option<Ticket>, AuthError> {
         let mut key = vec![0u8; 32];
         getrandom::getrandom(&mut key)
@@ -295,45 +272,6 @@ impl Authenticator for Munge {
             .ok_or_else(|| refused("its ticket holds no key".into()))?;
         *known = Some((credential.to_string(), key.clone()));
         Ok(key)
-    }
-
-    fn prove(&self, context: &[u8], deadline: Instant) -> Result<String, AuthError> {
-        self.munge(&["--string", &digest(context)], b"", deadline)
-    }
-
-    fn verify(&self, context: &[u8], proof: &str, deadline: Instant) -> Result<(), AuthError> {
-        let refused = AuthError::Refused;
-        if proof.len() > 8192 || !proof.starts_with("MUNGE:") {
-            return Err(refused("proof is not a MUNGE credential".into()));
-        }
-        let out = self
-            .unmunge(proof, deadline)?
-            .map_err(|(out, why)| refusal(&out, why))?;
-        let (status, uid, payload) = parse_unmunge(&out).map_err(refused)?;
-        if !status.starts_with("Success") {
-            let status = if status.is_empty() {
-                "no reason given"
-            } else {
-                &status
-            };
-            let why = format!(
-                "MUNGE credential refused: {}",
-                nccl_check_host::text::escape_control(status)
-            );
-            return Err(refusal(&out, why));
-        }
-        if uid != self.uid {
-            return Err(refused(format!(
-                "MUNGE credential of uid {uid}, not this job's uid {}",
-                self.uid
-            )));
-        }
-        if payload != digest(context) {
-            return Err(refused(
-                "MUNGE credential was made for another message or connection".into(),
-            ));
-        }
-        Ok(())
     }
 
     fn psk(&self) -> &[u8] {
@@ -389,9 +327,9 @@ mod tests {
             "exit 0",
         );
         let started = Instant::now();
-        let e = m
-            .prove(b"ctx", Instant::now() + Duration::from_millis(300))
-            .expect_err("no answer");
+        let Err(e) = m.ticket(Instant::now() + Duration::from_millis(300)) else {
+            panic!("a ticket from a munge that never answers");
+        };
         assert!(started.elapsed() < Duration::from_secs(10), "{e}");
         assert_eq!(
             e,
@@ -404,19 +342,20 @@ mod tests {
         std::fs::remove_dir_all(&d).ok();
     }
 
-    /// unmunge gets the credential on its stdin and the socket first; its refusal is passed on,
-    /// from stderr or from its STATUS line.
+    /// munge gets the ticket's key on its stdin (never its command line, which every user
+    /// reads), unmunge the credential; a refusal is passed on, a replayed ticket (a second
+    /// process on one node) still opens, and one of another uid does not.
     #[test]
-    fn unmunge_reads_the_credential_on_stdin_and_a_refusal_says_why() {
+    fn the_ticket_key_goes_on_stdin_and_only_this_uids_ticket_opens() {
         use nccl_check_host::test_support::scratch_dir;
         let d = scratch_dir("munge-refuse");
         let m = fake_munge(
             &d,
-            "echo \"$@\"",
+            "echo \"$@\"; cat >&2",
             r#"[ "$1 $3 $4 $5 $6" = "--socket -k STATUS -k UID" ] || exit 9
                echo "refused: $(cat)" >&2; exit 1"#,
         );
-        let e = m.verify(b"ctx", "MUNGE:abc", later()).expect_err("refused");
+        let e = m.open_ticket("MUNGE:abc", later()).expect_err("refused");
         assert_eq!(
             e,
             AuthError::Refused(format!(
@@ -424,26 +363,31 @@ mod tests {
                 d.join("unmunge").display()
             ))
         );
-        let cred = m.prove(b"ctx", later()).expect("munge answers");
-        assert!(
-            cred.starts_with(&format!(
-                "--socket {} --restrict-uid 1000 --string ",
+        let t = m.ticket(later()).expect("munge answers").expect("a ticket");
+        assert_eq!(
+            t.credential,
+            format!(
+                "--socket {} --restrict-uid 1000",
                 d.join("socket").display()
-            )),
-            "{cred}"
+            )
         );
-        let m = fake_munge(
-            &d,
-            "exit 0",
-            "echo 'STATUS: Replayed credential (15)'; exit 15",
-        );
-        let e = m.verify(b"ctx", "MUNGE:abc", later()).expect_err("refused");
+        assert_eq!(t.key.len(), 32);
+        let key = "ab".repeat(32);
+        let answer = |uid: u32| {
+            format!("echo 'STATUS: Replayed credential (15)'; echo 'UID: u ({uid})'; echo; echo {key}; exit 15")
+        };
+        let m = fake_munge(&d, "exit 0", &answer(1000));
+        assert_eq!(m.open_ticket("MUNGE:abc", later()), Ok(vec![0xab; 32]));
+        let m = fake_munge(&d, "exit 0", &answer(1001));
+        let e = m.open_ticket("MUNGE:abc", later()).expect_err("refused");
         assert!(
-            matches!(&e, AuthError::Replayed(why) if why.ends_with(": Replayed credential (15)")),
+            matches!(&e, AuthError::Refused(why) if why.contains("uid 1001, not this job's uid 1000")),
             "{e:?}"
         );
         let m = fake_munge(&d, "exit 3", "exit 0");
-        let e = m.prove(b"ctx", later()).expect_err("failed");
+        let Err(e) = m.ticket(later()) else {
+            panic!("a ticket from a munge that failed");
+        };
         assert!(
             matches!(&e, AuthError::Refused(why) if why.ends_with(": exited with exit status: 3 and said nothing")),
             "{e:?}"

@@ -397,11 +397,11 @@ fn out_of_step(theirs: u64, ours: u64) -> PlaneError {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::meet::rendezvous::session::Keys;
+    use crate::meet::rendezvous::session::tests::keys;
     use std::net::{TcpListener, TcpStream};
 
-    /// A coordinator (process rank `me`) and `world - 1` members on loopback, joined without a
-    /// handshake (the plane runs on connections the rendezvous authenticated).
+    /// A coordinator (process rank `me`) and `world - 1` members on loopback, joined with keys
+    /// of an in-memory handshake (the plane runs on connections the rendezvous authenticated).
     pub(crate) fn star(world: u32, me: u32) -> (ControlPlane, Vec<(u32, ControlPlane)>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -417,10 +417,9 @@ pub(crate) mod tests {
                 ngpus: 1,
                 first_rank: r,
             };
-            let (down, up) = ([r as u8; 32], [r as u8 + 100; 32]);
-            peers.push((m, Session::new(root_side, Keys::from_raw(down, up))));
-            let leaf = Session::new(leaf, Keys::from_raw(up, down))
-                .named(format!("the coordinator ({addr})"));
+            let (member_side, coordinator_side) = keys(&[r as u8; 32], &[r as u8; 32]).unwrap();
+            peers.push((m, Session::new(root_side, coordinator_side)));
+            let leaf = Session::new(leaf, member_side).named(format!("the coordinator ({addr})"));
             leaves.push((r, ControlPlane::leaf(leaf)));
         }
         let me = Member {

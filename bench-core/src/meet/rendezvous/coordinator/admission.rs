@@ -1,5 +1,5 @@
 //! The coordinator's door while members arrive: each opening admitted or refused, a handshake
-//! thread for each admitted one (at most so many at once, and from one address), the arrivals in
+//! thread for each admitted one (at most so many at once), the arrivals in
 //! their slots, the refusals logged, and who never came.
 
 use super::handshake::{admit, door_answer, greet, handshake_opened, Arrival};
@@ -8,41 +8,33 @@ use crate::meet::rendezvous::door::{self, Door};
 use crate::meet::rendezvous::messages::HANDSHAKE_TIMEOUT;
 use crate::meet::rendezvous::{absent, auth, Member, Setup};
 use std::io::Write;
-use std::net::{IpAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Handshakes served at once; connections beyond this are closed at once (a real member retries).
 pub const MAX_PARALLEL_HANDSHAKES: usize = 256;
 
-/// Handshakes at once from one address where proofs run programs (MUNGE): a node's processes
-/// fit (a node runs one per GPU). Only openings that proved the job's ticket reach a handshake,
-/// so another user's flood never counts here (it is refused at the door); this bounds what the
-/// job's own user's processes of one node can take from the others'. Not applied to HMAC
-/// proofs, which cost nothing to check (and where one host may run a thousand processes in a
-/// test).
-pub const MAX_HANDSHAKES_PER_ADDRESS: usize = 32;
-
 /// A handshake's result, by its id.
 type Done = (u64, Result<Arrival, (Refusal, String)>);
 
 /// The coordinator's side while members arrive: the slots of those in, the handshakes under
 /// way (by id, with a second handle to each socket, so that the ones still running when
-/// everyone is in can be cut off at once instead of holding up the welcome), how many come
-/// from each address (one address, a stranger's node, cannot take them all), and the log of
+/// everyone is in can be cut off at once instead of holding up the welcome), and the log of
 /// refusals.
 pub(super) struct Admission<'a> {
     setup: &'a Setup<'a>,
     me: &'a Member,
     port: u16,
     ticket: Option<auth::Ticket>,
+    /// The Noise pre-shared key every opening must be made with.
+    psk: [u8; 32],
     /// What the door answers an opening it refuses ([`door_answer`]).
     answer: Vec<u8>,
     pub(super) slots: Vec<Option<Arrival>>,
     missing: u32,
     pub(super) refused: Refusals,
-    pending: std::collections::HashMap<u64, (TcpStream, IpAddr)>,
-    per_address: std::collections::HashMap<IpAddr, usize>,
+    pending: std::collections::HashMap<u64, TcpStream>,
     next_id: u64,
     tx: mpsc::Sender<Done>,
     rx: mpsc::Receiver<Done>,
@@ -61,12 +53,15 @@ impl<'a> Admission<'a> {
             me,
             port,
             answer: door_answer(&setup.label, ticket.as_ref()),
+            psk: auth::noise_psk(
+                ticket.as_ref().map_or(setup.auth.psk(), |t| &t.key),
+                &setup.label,
+            ),
             ticket,
             slots: (0..setup.world).map(|_| None).collect(),
             missing: setup.world - 1,
             refused: Refusals::every(REFUSAL_INTERVAL),
             pending: Default::default(),
-            per_address: Default::default(),
             next_id: 0,
             tx,
             rx,
@@ -76,15 +71,7 @@ impl<'a> Admission<'a> {
     /// Takes every handshake that ended: a member in its slot, or a refusal logged.
     fn take_done(&mut self) {
         while let Ok((id, result)) = self.rx.try_recv() {
-            // The address as taken at the door: a closed socket no longer has one.
-            if let Some((_, ip)) = self.pending.remove(&id) {
-                if let Some(n) = self.per_address.get_mut(&ip) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.per_address.remove(&ip);
-                    }
-                }
-            }
+            self.pending.remove(&id);
             match result {
                 Ok(a) => {
                     let r = a.member.proc_rank as usize;
@@ -136,8 +123,8 @@ impl<'a> Admission<'a> {
     }
 
     /// One connection whose opening is in: refused at the door (answered with the ticket or
-    /// this side's version), closed when too many handshakes are under way (from anywhere, or
-    /// from its address where proofs run programs), or greeted and handed to a thread of its
+    /// this side's greeting without a Noise message), closed when too many handshakes are under
+    /// way, or greeted and handed to a thread of its
     /// own, which reports on `tx`.
     fn enter<'scope>(
         &mut self,
@@ -147,7 +134,8 @@ impl<'a> Admission<'a> {
     ) where
         'a: 'scope,
     {
-        let opening = match admit(first, &self.setup.label, self.ticket.as_ref(), &self.answer) {
+        let ticket = self.ticket.as_ref();
+        let opening = match admit(first, &self.setup.label, &self.psk, ticket, &self.answer) {
             Ok(o) => o,
             Err((kind, why, reply)) => {
                 let from = stream
@@ -177,14 +165,6 @@ impl<'a> Admission<'a> {
         let Some(ip) = stream.peer_addr().ok().map(|a| a.ip().to_canonical()) else {
             return;
         };
-        let here = self.per_address.get(&ip).copied().unwrap_or(0);
-        if here >= MAX_HANDSHAKES_PER_ADDRESS && self.setup.auth.proofs_run_programs() {
-            let why = format!(
-                "from {ip}: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from that address under way already (a flood of connections?)"
-            );
-            self.refused.log(Refusal::Busy, &why);
-            return;
-        }
         let opened = match greet(&stream, &self.setup.label, opening) {
             Ok(o) => o,
             Err((kind, why)) => return self.refused.log(kind, &format!("from {ip}: {why}")),
@@ -192,15 +172,13 @@ impl<'a> Admission<'a> {
         let Ok(handle) = stream.try_clone() else {
             return;
         };
-        self.per_address.insert(ip, here + 1);
         let id = self.next_id;
         self.next_id += 1;
-        self.pending.insert(id, (handle, ip));
+        self.pending.insert(id, handle);
         let tx = self.tx.clone();
-        let (world, label, auth) = (self.setup.world, &self.setup.label, self.setup.auth);
-        let deadline = self.setup.deadline;
+        let (world, deadline) = (self.setup.world, self.setup.deadline);
         scope.spawn(move || {
-            let r = handshake_opened(stream, opened, world, label, auth, deadline);
+            let r = handshake_opened(stream, opened, world, deadline);
             let _ = tx.send((id, r));
         });
     }
@@ -238,7 +216,7 @@ impl<'a> Admission<'a> {
         if let Some(line) = self.refused.unlogged() {
             nccl_check_host::errln!("{line}");
         }
-        for (_, (s, _)) in self.pending.drain() {
+        for (_, s) in self.pending.drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }

@@ -2,7 +2,6 @@
 //! at once, then one a kind per interval that counts the rest, so a flood neither fills the
 //! job's log nor hides a later squatter, relay or wrong proof.
 
-use crate::meet::rendezvous::auth;
 use std::time::{Duration, Instant};
 
 /// Refused connections of one kind logged at once, one line each; after them, that kind gets one
@@ -21,19 +20,18 @@ pub enum Refusal {
     Squatter,
     /// It arrived from another address than it left: a process relays connections.
     Relay,
-    /// Its proof is not this step's: another user's or another step's process.
+    /// Its opening was not made with this step's key: another user's or another step's process.
     WrongProof,
-    /// Its credential was used before (MUNGE's replay cache): a recording played again.
+    /// Its opening was made with the key, its hello does not open: an opening recorded and
+    /// played again (by a process that cannot make the hello).
     Replay,
     /// Another protocol version: a worker of another nccl-check version.
     OtherVersion,
-    /// No credential work was free for it in time (a flood of connections?).
+    /// Too many handshakes were under way (a flood of connections?).
     Busy,
     /// It did not complete the handshake: silent, closed early, or not the protocol.
     Incomplete,
-    /// It came from another user's process on this node (refused before any credential work).
-    OtherUser,
-    /// Under MUNGE, an opening without a proof of the job's ticket: a member's first contact
+    /// Under MUNGE, an opening without the job's ticket: a member's first contact
     /// (it gets the ticket and comes again) or another user's process, which cannot open it.
     /// Answered with the ticket and not logged (every member's first contact is one).
     NoTicket,
@@ -45,11 +43,10 @@ impl Refusal {
             Refusal::Squatter => "candidate port(s) held by another process",
             Refusal::Relay => "relayed connection(s)",
             Refusal::WrongProof => "connection(s) with a wrong proof",
-            Refusal::Replay => "connection(s) with a replayed credential",
+            Refusal::Replay => "connection(s) that replayed an opening",
             Refusal::OtherVersion => "connection(s) of another version",
             Refusal::Busy => "connection(s) refused while busy",
             Refusal::Incomplete => "connection(s) that did not complete the handshake",
-            Refusal::OtherUser => "connection(s) from another user's process on this node",
             Refusal::NoTicket => {
                 "opening(s) without the job's ticket (answered with the ticket only)"
             }
@@ -129,15 +126,6 @@ impl Refusals {
     }
 }
 
-/// The kind of a proof that did not verify.
-pub(super) fn refusal_of_verify(why: &auth::AuthError) -> Refusal {
-    match why {
-        auth::AuthError::Replayed(_) => Refusal::Replay,
-        auth::AuthError::Busy(_) => Refusal::Busy,
-        auth::AuthError::Refused(_) => Refusal::WrongProof,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,8 +149,8 @@ mod tests {
         assert!(relay.is_some_and(|l| l.contains("relayed by another process")));
         let squat = r.note(Refusal::Squatter, "candidate port 29501 is held");
         assert!(squat.is_some_and(|l| l.ends_with("candidate port 29501 is held")));
-        let replay = r.note(Refusal::Replay, "unmunge: Replayed credential");
-        assert!(replay.is_some_and(|l| l.contains("Replayed credential")));
+        let replay = r.note(Refusal::Replay, "its hello does not open");
+        assert!(replay.is_some_and(|l| l.contains("its hello does not open")));
         assert_eq!(
             r.unlogged().as_deref(),
             Some("nccl-check: rendezvous: also refused, not logged one by one: 97 connection(s) with a wrong proof")
@@ -186,21 +174,6 @@ mod tests {
         assert!(
             u.ends_with(": 3 relayed connection(s), 1 connection(s) with a wrong proof"),
             "{u}"
-        );
-    }
-
-    #[test]
-    fn a_proof_that_does_not_verify_is_classified_by_its_reason() {
-        use auth::AuthError;
-        let why = || "unmunge: Replayed credential".to_string();
-        assert_eq!(
-            refusal_of_verify(&AuthError::Replayed(why())),
-            Refusal::Replay
-        );
-        assert_eq!(refusal_of_verify(&AuthError::Busy(why())), Refusal::Busy);
-        assert_eq!(
-            refusal_of_verify(&AuthError::Refused(why())),
-            Refusal::WrongProof
         );
     }
 }

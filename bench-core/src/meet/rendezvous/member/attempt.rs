@@ -1,14 +1,13 @@
 //! One try at one candidate port: connect (the name resolved within the deadline), the opening
-//! (with the proof of the job's ticket once it is known, else the offer taken), the
-//! coordinator's greeting and proof insisted on before this process shows a credential, the
-//! hello, the sealed acceptance; what a holder that is not the coordinator was (a [`Miss`]).
+//! (made with the step's key, which under MUNGE is the job's ticket once it is known, else the
+//! offer taken), the coordinator's greeting insisted on before this process says who it is,
+//! the hello, the sealed acceptance; what a holder that is not the coordinator was (a [`Miss`]).
 
 use crate::meet::rendezvous::auth;
 use crate::meet::rendezvous::messages::{
-    self, addr_text, transcript_of, Greeting, Hello, HelloBody, Opening, Proof, TicketOffer,
-    Version, HANDSHAKE_TIMEOUT,
+    self, addr_text, Endpoints, Greeting, Hello, Opening, TicketOffer, Version, HANDSHAKE_TIMEOUT,
 };
-use crate::meet::rendezvous::session::{self, KeyPair, Keys, Role, Session};
+use crate::meet::rendezvous::session::{Handshake, Session};
 use crate::meet::rendezvous::wire::{self, WireError};
 use crate::meet::rendezvous::{Member, Setup};
 use std::net::{SocketAddr, TcpStream};
@@ -32,7 +31,7 @@ pub(super) enum Miss {
     /// its greeting, for a handshake's time).
     Held(String),
     /// The coordinator proved itself and then closed the connection before accepting this
-    /// process (busy with a flood of connections, or it refused this proof): said once, and
+    /// process (busy with a flood of connections, or it refused this hello): said once, and
     /// tried again.
     Dropped(String),
     /// The coordinator said, proven over UDP ([`crate::meet::rendezvous::beacon`]), that it can listen on no
@@ -49,8 +48,8 @@ const ASK_WAIT: Duration = Duration::from_millis(100);
 
 /// Longest wait for the coordinator's first answer (its greeting) on a connection it accepted.
 /// The coordinator greets at its door, on the thread that accepts, as soon as the opening is in
-/// (a key pair and a nonce, no credential work), however many handshakes are under way; the
-/// slow part (proofs, MUNGE) comes after, within [`HANDSHAKE_TIMEOUT`]. So a port where nothing
+/// (Noise's answer: no credential work), however many handshakes are under way; the rest comes
+/// after, within [`HANDSHAKE_TIMEOUT`]. So a port where nothing
 /// answers within this is held by a listener that is not this step's coordinator: a silent
 /// holder of every candidate ends the member in about twice this ([`super::HELD_TRIES`]), not
 /// 20 s as when the greeting waited for a handshake thread (and the member 10 s for it).
@@ -82,9 +81,6 @@ fn silence(e: WireError, waited: Duration, greeted: bool) -> Miss {
     }
 }
 
-/// One try at one port: connect, read the greeting, check the coordinator's proof, and only then
-/// send this process's own. `track` keeps a handle on the socket so that another thread can cut
-/// the try short once the coordinator is found elsewhere (false: it was found already).
 /// What a refused connection to `addr` means: on the coordinator's node, whether the port is
 /// bound by a process that does not listen; elsewhere, whether the coordinator says (proven,
 /// over UDP, asked at most every [`ASK_EVERY`]) that it can listen on no candidate. Otherwise
@@ -124,6 +120,10 @@ fn refused(
     Miss::Open(e.to_string())
 }
 
+/// One try at one port: connect, open, read the greeting (which proves the coordinator holds
+/// the step's key), and only then say who this process is. `track` keeps a handle on the socket
+/// so that another thread can cut the try short once the coordinator is found elsewhere (false:
+/// it was found already).
 pub(super) fn attempt(
     setup: &Setup,
     me: &Member,
@@ -144,26 +144,33 @@ pub(super) fn attempt(
             "the coordinator was found on another port".into(),
         ));
     }
-    let r = attempt_on(setup, me, &mut stream, known).and_then(|keys| {
+    let r = attempt_on(setup, &mut stream, known).and_then(|keys| {
         let mut session = Session::new(stream, keys);
-        accepted(setup, &mut session)?;
+        accepted(setup, me, &mut session)?;
         Ok(session)
     });
     let _ = track(None);
     r.map(|session| Admitted { session, port })
 }
 
-/// Waits for the coordinator's word that this process is in (it may first wait for a free
-/// MUNGE slot for as long as a handshake may take).
-fn accepted(setup: &Setup, session: &mut Session) -> Result<(), Miss> {
+/// Says who this process is, sealed, and waits for the coordinator's word that it is in (within
+/// the coordinator's handshake's time, on a loaded host).
+fn accepted(setup: &Setup, me: &Member, session: &mut Session) -> Result<(), Miss> {
     let deadline = setup
         .deadline
         .min(Instant::now() + HANDSHAKE_TIMEOUT + Duration::from_secs(1));
+    let hello = Hello {
+        world: setup.world,
+        member: me.clone(),
+    };
+    session
+        .send(&hello, deadline)
+        .map_err(|e| silence(e, HANDSHAKE_TIMEOUT, true))?;
     match session.recv::<messages::Accepted>(wire::MAX_HELLO_FRAME, deadline) {
         Ok(a) if a.accepted => Ok(()),
         Ok(_) => Err(Miss::Held("the coordinator did not accept this process".into())),
         Err(WireError::Closed | WireError::Io(_)) => Err(Miss::Dropped(
-            "the coordinator closed the connection before accepting this process (busy with other connections, or it refused this process's proof: its own output says which)".into(),
+            "the coordinator closed the connection before accepting this process (busy with other connections, or it refused this process's hello: its own output says which)".into(),
         )),
         Err(WireError::Deadline) => Err(Miss::Dropped(
             "the coordinator did not accept this process in time (busy with other connections?)"
@@ -244,9 +251,10 @@ fn other_step(label: &str) -> Miss {
 }
 
 /// The coordinator's first message, if it is this step's coordinator's greeting: the same
-/// protocol version (else named: another nccl-check version, or not nccl-check) and this step's
-/// label (else the coordinator of another step holds the port).
-fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
+/// protocol version (else named: another nccl-check version, or not nccl-check), this step's
+/// label (else the coordinator of another step holds the port) and Noise's answer (else it
+/// could not open this process's opening: another key's).
+fn greeting_of(setup: &Setup, first: &[u8]) -> Result<String, Miss> {
     let version: Version = wire::decode(first)
         .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
     if version.protocol != auth::PROTOCOL {
@@ -261,7 +269,12 @@ fn greeting_of(setup: &Setup, first: &[u8]) -> Result<Greeting, Miss> {
     if greeting.label != setup.label {
         return Err(other_step(&greeting.label));
     }
-    Ok(greeting)
+    greeting.noise.ok_or_else(|| {
+        Miss::Held(
+            "answers like a coordinator of this step and cannot open this process's handshake (another key's: a squatter)"
+                .into(),
+        )
+    })
 }
 
 /// The key of the job's ticket, once a coordinator's offer was opened (MUNGE).
@@ -295,11 +308,11 @@ fn take_offer(
         }
     };
     let mut k = known.lock().unwrap_or_else(|p| p.into_inner());
-    // The same key again, after an opening that proved it: refused for another reason. (An
-    // opening sent before another port's thread learnt the key proved nothing.)
+    // The same key again, after an opening made with it: refused for another reason. (An
+    // opening sent before another port's thread learnt the key had none.)
     if proved && k.as_ref() == Some(&key) {
         return Some(Miss::Held(
-            "the coordinator refused this process's proof of its own ticket".into(),
+            "the coordinator refused an opening made with its own ticket".into(),
         ));
     }
     *k = Some(key);
@@ -308,110 +321,76 @@ fn take_offer(
     ))
 }
 
-/// This process's opening, with its proof of the job's ticket once it knows the key.
+/// This process's opening and its side of the handshake: made with the step's key (under MUNGE
+/// the job's ticket's, once known; before that, no Noise message, which gets the ticket).
 fn opening_of(
-    label: &str,
-    keys: &KeyPair,
-    local: &str,
-    peer: &str,
+    setup: &Setup,
+    ends: &Endpoints,
     known: &TicketKey,
-) -> Result<Opening, String> {
-    let mut opening = Opening {
-        protocol: auth::PROTOCOL.into(),
-        nonce: auth::nonce()?,
-        key: keys.public_hex(),
-        from: local.into(),
-        to: peer.into(),
-        ticket: None,
-    };
-    if let Some(k) = known.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-        opening.ticket = Some(auth::ticket_proof(k, label, &opening.ticket_fields()));
+) -> Result<(Opening, Option<Handshake>), String> {
+    let ticket = known.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let key = ticket.as_deref().unwrap_or(setup.auth.psk());
+    if key.is_empty() {
+        let protocol = auth::PROTOCOL.into();
+        return Ok((
+            Opening {
+                protocol,
+                noise: None,
+            },
+            None,
+        ));
     }
-    Ok(opening)
+    let mut handshake = Handshake::new(&auth::noise_psk(key, &setup.label), &setup.label, true)?;
+    let opening = Opening {
+        protocol: auth::PROTOCOL.into(),
+        noise: Some(handshake.write(ends)?),
+    };
+    Ok((opening, Some(handshake)))
 }
 
 fn attempt_on(
     setup: &Setup,
-    me: &Member,
     stream: &mut TcpStream,
     known: &TicketKey,
-) -> Result<Keys, Miss> {
+) -> Result<snow::StatelessTransportState, Miss> {
     let open = |e: String| Miss::Open(e);
     stream.set_nodelay(true).map_err(|e| open(e.to_string()))?;
     let answer_by = setup.deadline.min(Instant::now() + ANSWER_WAIT);
-    // The connection's two ends, as the transcript writes them.
-    let local = addr_text(stream.local_addr().map_err(|e| open(e.to_string()))?);
-    let peer = addr_text(stream.peer_addr().map_err(|e| open(e.to_string()))?);
-    let keys = KeyPair::new().map_err(open)?;
+    // The connection's two ends, as this side sees them.
+    let mine = Endpoints {
+        from: addr_text(stream.local_addr().map_err(|e| open(e.to_string()))?),
+        to: addr_text(stream.peer_addr().map_err(|e| open(e.to_string()))?),
+    };
     // Sent at once: the coordinator answers it with its greeting.
-    let opening = opening_of(&setup.label, &keys, &local, &peer, known).map_err(open)?;
+    let (opening, handshake) = opening_of(setup, &mine, known).map_err(open)?;
     let quiet = |e| silence(e, ANSWER_WAIT, false);
     wire::send(stream, &opening, answer_by).map_err(quiet)?;
     let first = wire::recv_frame(stream, wire::MAX_HELLO_FRAME, answer_by).map_err(quiet)?;
-    // From its greeting on, the coordinator's handshake runs on its own clock.
     let deadline = setup.deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-    let late = |e| silence(e, HANDSHAKE_TIMEOUT, true);
-    if let Some(miss) = take_offer(setup, &first, known, deadline, opening.ticket.is_some()) {
+    if let Some(miss) = take_offer(setup, &first, known, deadline, handshake.is_some()) {
         return Err(miss);
     }
-    let greeting = greeting_of(setup, &first)?;
-    let held = |e: String| Miss::Held(format!("not this step's coordinator: {e}"));
-    messages::check_nonce(&greeting.nonce).map_err(held)?;
-    let their_key = session::check_key(&greeting.key).map_err(held)?;
-    let proof: Proof = wire::recv(stream, wire::MAX_HELLO_FRAME, deadline).map_err(late)?;
-    messages::check_proof(&proof.proof).map_err(held)?;
-    messages::check_addr(&proof.from).map_err(held)?;
-    messages::check_addr(&proof.to).map_err(held)?;
-    // The transcript as the coordinator saw the connection: its proof says whether that is
-    // really the coordinator; then whether it saw the same connection says whether anything
-    // sits between the two.
-    let transcript = transcript_of(&setup.label, &greeting, &opening, &proof.from, &proof.to);
-    let t_hex = hex::encode(transcript);
-    setup
-        .auth
-        .verify(
-            &auth::context("coordinator", &setup.label, &t_hex, b""),
-            &proof.proof,
-            deadline,
-        )
-        .map_err(|e| {
-            Miss::Held(format!(
-                "answers like a coordinator but cannot prove it is this step's ({e}): a squatter"
-            ))
-        })?;
-    if proof.from != local || proof.to != peer {
+    let noise = greeting_of(setup, &first)?;
+    let Some(mut handshake) = handshake else {
+        return Err(Miss::Held(
+            "greeted an opening without the job's ticket: not this step's coordinator".into(),
+        ));
+    };
+    // Only a holder of the step's key can answer so: a squatter's answer does not open. Then
+    // whether it saw the same connection says whether anything sits between the two.
+    let theirs: Endpoints = handshake.read(&noise).map_err(|e| {
+        Miss::Held(format!(
+            "answers like a coordinator but cannot prove it is this step's ({e}): a squatter"
+        ))
+    })?;
+    theirs
+        .check()
+        .map_err(|e| Miss::Held(format!("not this step's coordinator: {e}")))?;
+    if theirs != mine {
         return Err(Miss::Held(format!(
-            "held by a process that relays connections to this step's coordinator at {} (it sees this connection arrive from {}, this process left {local} for {peer})",
-            proof.to, proof.from
+            "held by a process that relays connections to this step's coordinator at {} (it sees this connection arrive from {}, this process left {} for {})",
+            theirs.to, theirs.from, mine.from, mine.to
         )));
     }
-    let body = HelloBody {
-        world: setup.world,
-        member: me.clone(),
-    };
-    let bytes = serde_json::to_vec(&body).map_err(|e| open(e.to_string()))?;
-    let my_proof = setup
-        .auth
-        .prove(
-            &auth::context("member", &setup.label, &t_hex, &bytes),
-            deadline,
-        )
-        .map_err(|e| open(e.to_string()))?;
-    wire::send(
-        stream,
-        &Hello {
-            body,
-            proof: my_proof,
-        },
-        deadline,
-    )
-    .map_err(late)?;
-    Keys::derive(
-        &keys,
-        &their_key,
-        setup.auth.psk(),
-        &transcript,
-        Role::Member,
-    )
-    .map_err(held)
+    handshake.done().map_err(open)
 }
