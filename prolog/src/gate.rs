@@ -3,7 +3,7 @@
 //! ([`crate::decide`]), update the cache under the lock, drain or resume, then say what happened
 //! (stderr, syslog, `gate.json`, metrics). Everything within one budget ([`crate::budget`]).
 //! By stage: this file the run's order, its places and the cache's answer; `fault_pass.rs` the
-//! hardware faults; `measure.rs` the worker and the consequences of its verdict; `publish.rs`
+//! hardware faults; `measurement.rs` the worker and the consequences of its verdict; `publish.rs`
 //! `gate.json`, metrics and the runs that measure nothing.
 
 use crate::budget::Deadline;
@@ -57,6 +57,16 @@ struct Places {
     /// run goes on; its metrics go to [`crate::metrics::FALLBACK`] in the state directory, with
     /// `nccl_check_metrics_file_error 1`, and `gate.json` says why.
     metrics_error: Option<String>,
+}
+
+/// What the cache is keyed by and where the run writes: the same for every stage of one run.
+struct RunKeys<'k> {
+    pub places: &'k Places,
+    pub state_dir: &'k Path,
+    pub slurm: &'k drain::Slurm,
+    pub fingerprint: &'k str,
+    pub start: f64,
+    pub whom: &'k str,
 }
 
 impl Places {
@@ -128,7 +138,7 @@ impl<'a> Gate<'a> {
             &format!("{checked:?}"),
             &[&self.cfg.worker, &self.cfg.worker_config],
         );
-        let keys = measurement::RunKeys {
+        let keys = RunKeys {
             places: &places,
             state_dir: &state_dir,
             slurm: &slurm,
@@ -286,7 +296,7 @@ impl<'a> Gate<'a> {
     }
 
     /// A prolog's answer from the cache, when every selected GPU passed recently.
-    fn cached(&mut self, sel: &Selection, k: &measurement::RunKeys) -> Option<i32> {
+    fn cached(&mut self, sel: &Selection, k: &RunKeys) -> Option<i32> {
         if self.mode != Mode::Prolog {
             return None;
         }

@@ -6,11 +6,13 @@
 //! `nccl-check:GPU2-3 slow|GPU2<->GPU3: sendrecv 256 MiB: busbw 12.3 < 300.0 GB/s (job 42)`
 //! `nccl-check:GPUs slow|all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 7)`
 
-use crate::drain::PREFIX;
 use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::reason::ReasonCode;
 use nccl_check_contract::report::Report;
 
+/// Every drain reason nccl-check sets starts with this; nothing else is ever resumed
+/// ([`crate::drain`] owns only such drains).
+pub const PREFIX: &str = "nccl-check:";
 /// Longest sentence after the `|` (the whole reason stays one line of about 200 characters).
 const MAX_SENTENCE: usize = 160;
 /// What is wrong, in one word: by the reason's class of cause first (`busy`, `missing`), then

@@ -166,7 +166,7 @@ impl Summary {
         let job = job.map(|j| format!(" (job {j})")).unwrap_or_default();
         Some(format!(
             "{}{}|{}{job}",
-            crate::drain::PREFIX,
+            crate::reason::PREFIX,
             clean(&head),
             clean(&sentence)
         ))
