@@ -191,12 +191,6 @@ impl Settings {
             .map_or_else(|| self.source.clone(), |(_, o)| o.clone())
     }
 
-    pub fn has_prolog_flag(&self, flag: &str) -> bool {
-        self.prolog_flags
-            .iter()
-            .any(|f| f.eq_ignore_ascii_case(flag))
-    }
-
     pub fn has_gres_gpu(&self) -> bool {
         self.gres_types
             .iter()
@@ -558,16 +552,6 @@ pub fn settings_live(
     scontrol_show_config(scontrol, slurm_conf, deadline).map(|c| Settings::from_show(&c))
 }
 
-/// `PrologEpilogTimeout` as slurmd on this node has it now ([`settings_now`]). `Ok((None, _))`:
-/// unset (no limit); the string says where it came from (`file:line`, else the file).
-pub fn prolog_epilog_timeout_now(
-    root: &Path,
-    slurm_conf: Option<&str>,
-) -> Result<(Option<u64>, String), String> {
-    settings_now(root, slurm_conf)
-        .map(|s| (s.prolog_epilog_timeout, s.origin_of("PrologEpilogTimeout")))
-}
-
 impl Sources {
     /// Reads them all. `scontrol`: None skips the controller (tests, or no Slurm client).
     pub fn read(
@@ -632,13 +616,6 @@ impl Sources {
         }
         out
     }
-
-    /// The directory holding the slurm.conf in use (gres.conf lives beside it).
-    pub fn conf_dir(&self) -> Option<PathBuf> {
-        self.conf
-            .as_ref()
-            .and_then(|c| c.main.parent().map(Path::to_path_buf))
-    }
 }
 
 #[cfg(test)]
@@ -658,7 +635,7 @@ mod tests {
         for mm in ["22.05", "24.11", "26.05"] {
             let s = Settings::from_show(&ShowConfig::parse(&data(&format!("{mm}-single.txt"))));
             assert_eq!(s.prolog_epilog_timeout, Some(120), "{mm}");
-            assert!(s.has_prolog_flag("alloc"), "{mm}");
+            assert_eq!(s.prolog_flags, ["Alloc"], "{mm}");
             assert_eq!(s.prologs, ["/usr/sbin/nccl-check-prolog"], "{mm}");
             let prog = Path::new("/usr/sbin/nccl-check-prolog");
             assert_eq!(
@@ -799,8 +776,11 @@ mod tests {
             "{r:?}"
         );
         let e = s.effective().expect("settings");
-        assert!(e.has_gres_gpu() && e.has_prolog_flag("Alloc"));
-        assert_eq!(s.conf_dir(), Some(cache));
+        assert!(e.has_gres_gpu() && e.prolog_flags == ["Alloc"]);
+        assert_eq!(
+            s.conf.as_ref().map(|c| c.main.clone()),
+            Some(cache.join("slurm.conf"))
+        );
         std::fs::remove_dir_all(&d).ok();
     }
 
@@ -908,17 +888,16 @@ exec /usr/sbin/nccl-check-prolg --epilog \"$@\"\n",
             "{s:?}"
         );
         // The run-time read takes the same file.
-        let (t, at) = prolog_epilog_timeout_now(&d, None).expect("read");
-        assert_eq!(t, Some(15));
+        let now = settings_now(&d, None).expect("read");
+        assert_eq!(now.prolog_epilog_timeout, Some(15));
+        let at = now.origin_of("PrologEpilogTimeout");
         assert!(at.ends_with("run/slurm/conf/slurm.conf:3"), "{at}");
         // Without a cache the local file is the one in use, and nothing is said.
         std::fs::remove_dir_all(&cache).expect("rm");
         let s = Sources::read(&d, None, None, Duration::from_secs(1));
         assert!(s.notes.is_empty(), "{s:?}");
-        assert_eq!(
-            prolog_epilog_timeout_now(&d, None).expect("read").0,
-            Some(120)
-        );
+        let now = settings_now(&d, None).expect("read");
+        assert_eq!(now.prolog_epilog_timeout, Some(120));
         std::fs::remove_dir_all(&d).ok();
     }
 
@@ -935,10 +914,11 @@ exec /usr/sbin/nccl-check-prolg --epilog \"$@\"\n",
             "ClusterName=c\nPrologEpilogTimeout=65534\n",
         )
         .expect("w");
-        let (t, _) = prolog_epilog_timeout_now(&d, Some("/etc/slurm/slurm.conf")).expect("read");
-        assert_eq!(t, None, "65534 is unset: no limit");
-        let (t, _) = prolog_epilog_timeout_now(&d, None).expect("read");
-        assert_eq!(t, Some(15), "without SLURM_CONF the cache is in use");
+        let t = settings_now(&d, Some("/etc/slurm/slurm.conf")).expect("read");
+        assert_eq!(t.prolog_epilog_timeout, None, "65534 is unset: no limit");
+        let t = settings_now(&d, None).expect("read");
+        let why = "without SLURM_CONF the cache is in use";
+        assert_eq!(t.prolog_epilog_timeout, Some(15), "{why}");
         let w = d.join("wrap.sh");
         std::fs::write(
             &w,
