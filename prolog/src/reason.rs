@@ -79,7 +79,14 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
             "the worker exited 1 (FAIL) without a report".to_string(),
         ),
     };
-    let sentence = one_line(&sentence);
+    compose(&head, &sentence, job)
+}
+
+/// The one shape of every drain reason nccl-check sets (a worker's FAIL here, a hardware fault,
+/// a stray process): `nccl-check:HEAD|SENTENCE (job J)`, both parts on one line with text that
+/// is not ours escaped, our prefix not repeated, the sentence cut at [`MAX_SENTENCE`] characters.
+pub fn compose(head: &str, sentence: &str, job: Option<&str>) -> String {
+    let sentence = one_line(sentence);
     let sentence = sentence
         .strip_prefix(PREFIX)
         .map(str::trim)
@@ -89,7 +96,7 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
         sentence = sentence.chars().take(MAX_SENTENCE - 3).collect::<String>() + "...";
     }
     let job = job.map(|j| format!(" (job {j})")).unwrap_or_default();
-    format!("{PREFIX}{}|{sentence}{job}", one_line(&head))
+    format!("{PREFIX}{}|{sentence}{job}", one_line(head))
 }
 
 #[cfg(test)]

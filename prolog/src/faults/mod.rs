@@ -137,7 +137,7 @@ impl Summary {
     }
 
     /// The drain reason of a fault FAIL: `nccl-check:Xid 79|Xid 79 GPU has fallen off the bus
-    /// on 0000:3b:00: reboot needed (+1 more) (job 42)`; `job` as [`crate::reason`] takes it.
+    /// on 0000:3b:00: reboot needed (+1 more) (job 42)`, shaped by [`crate::reason::compose`].
     pub fn drain_reason(&self, job: Option<&str>) -> Option<String> {
         let fails: Vec<&Finding> = self
             .findings
@@ -157,19 +157,7 @@ impl Summary {
         if more > 0 {
             sentence.push_str(&format!(" (+{more} more)"));
         }
-        let clean = |s: &str| -> String {
-            s.chars()
-                .map(|c| if c.is_control() || c == '|' { ' ' } else { c })
-                .take(160)
-                .collect()
-        };
-        let job = job.map(|j| format!(" (job {j})")).unwrap_or_default();
-        Some(format!(
-            "{}{}|{}{job}",
-            crate::reason::PREFIX,
-            clean(&head),
-            clean(&sentence)
-        ))
+        Some(crate::reason::compose(&head, &sentence, job))
     }
 
     /// One line for logs: `faults: 2 sources read in 1.3 ms, FAIL: ...` .
