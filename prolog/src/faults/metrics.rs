@@ -103,7 +103,8 @@ pub fn write(metrics_file: &Path, s: &Summary, now_unix: f64) -> std::io::Result
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Finding, Needs, Source};
+    use super::super::summary::{Finding, Source};
+    use super::super::xid::Needs;
     use super::*;
 
     #[test]
