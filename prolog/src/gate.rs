@@ -12,6 +12,7 @@ use crate::decide::{self, Actions, Found, Mode, Policy};
 use crate::drain;
 use crate::job_env::{self, Facts, Selection};
 use crate::log::{self, Log};
+use crate::status::{GateState, Status};
 use crate::words::Line;
 use crate::{cache, faults, gpus, secure, shared};
 use std::path::{Path, PathBuf};
@@ -86,6 +87,24 @@ impl Places {
 impl<'a> Gate<'a> {
     fn policy(&self) -> Policy {
         Policy::from(self.cfg)
+    }
+
+    /// `gate.json` of this run in `state` saying `message`: nothing drained, no run directory
+    /// (the callers that have them set them); [`Self::publish`] adds the faults and metrics error.
+    fn status(&self, state: GateState, message: &str) -> Status {
+        Status {
+            state,
+            message: message.to_string(),
+            node: self.facts.node.clone(),
+            job: self.facts.job.clone(),
+            time_unix: now_unix(),
+            drain_reason: None,
+            drain: None,
+            run_dir: None,
+            context: self.mode.as_str(),
+            faults: None,
+            metrics_error: None,
+        }
     }
 
     fn line<'b>(&self, whom: &'b str, label: &'b str, a: &Actions) -> Line<'b>

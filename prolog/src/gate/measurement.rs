@@ -357,17 +357,10 @@ impl Gate<'_> {
             (Verdict::Error, None) => GateState::Error,
         };
         let st = Status {
-            state: gate,
-            message: msg.to_string(),
-            node: self.facts.node.clone(),
-            job: self.facts.job.clone(),
-            time_unix: now_unix(),
             drain_reason: j.drain_reason.clone(),
             drain,
             run_dir: Some(dir.path.clone()),
-            context: self.mode.as_str(),
-            faults: None,
-            metrics_error: None,
+            ..self.status(gate, msg)
         };
         let empty = Default::default();
         let margins = j.report.map(Report::margins).unwrap_or_default();
