@@ -24,6 +24,25 @@ pub fn small(path: &Path, max: u64) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&buf).trim().to_string())
 }
 
+/// A config file whole, at most `max` bytes, as UTF-8 (lossy) and untrimmed, so its line
+/// numbers stay the file's. Only a regular file is opened: a FIFO planted where a config
+/// includes a directory would block the read.
+pub fn text(path: &Path, max: u64) -> io::Result<String> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut buf = Vec::new();
+    File::open(path)?.take(max + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > max {
+        let msg = format!("larger than {max} bytes");
+        return Err(io::Error::new(io::ErrorKind::InvalidData, msg));
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
 /// A sysfs attribute (one short line).
 pub fn attr(path: &Path) -> io::Result<String> {
     small(path, ATTR_MAX)

@@ -132,7 +132,7 @@ fn hint(entry: &str, program: &Path) -> String {
 /// The absolute paths of nccl-check programs a small script calls (a site's wrapper:
 /// `exec /usr/sbin/nccl-check-prolog "$@"`); none for a binary or a large file.
 pub(super) fn called_programs(f: &Path) -> Vec<String> {
-    let Ok(text) = crate::read::small(f, SCRIPT_MAX) else {
+    let Ok(text) = crate::read::text(f, SCRIPT_MAX) else {
         return Vec::new();
     };
     if !text.starts_with("#!") {
@@ -230,7 +230,7 @@ fn runs(entry: &str, program: &Path, root: &Path) -> bool {
         if std::fs::read_link(f).is_ok_and(|t| t.to_string_lossy().contains(name)) {
             return true;
         }
-        crate::read::small(f, SCRIPT_MAX).is_ok_and(|t| !name.is_empty() && t.contains(name))
+        crate::read::text(f, SCRIPT_MAX).is_ok_and(|t| !name.is_empty() && t.contains(name))
     })
 }
 
