@@ -21,7 +21,6 @@ pub mod read;
 mod summary;
 pub mod xid;
 
-use std::io::Read as _;
 use std::path::Path;
 use std::time::Instant;
 use summary::{ms, Memory};
@@ -35,29 +34,18 @@ const MAX_STATE: u64 = 4 * 1024 * 1024;
 
 /// What the last check saw, its bytes (to skip a write that changes nothing), and a problem.
 fn load(state_dir: &Path) -> (Memory, Vec<u8>, Option<String>) {
+    use nccl_check_host::read::{regular, FileError};
     let p = state_dir.join(STATE_FILE);
-    let mut bytes = Vec::new();
-    match read::open_nonblocking(&p) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return (Memory::default(), bytes, None)
+    let bytes = match regular(&p, MAX_STATE, false) {
+        Ok((bytes, _)) => bytes,
+        Err(FileError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return (Memory::default(), Vec::new(), None)
         }
         Err(e) => {
-            return (
-                Memory::default(),
-                bytes,
-                Some(format!("{}: {e}", p.display())),
-            )
+            let problem = format!("{}: {e}", p.display());
+            return (Memory::default(), Vec::new(), Some(problem));
         }
-        Ok(f) => {
-            if let Err(e) = f.take(MAX_STATE).read_to_end(&mut bytes) {
-                return (
-                    Memory::default(),
-                    Vec::new(),
-                    Some(format!("{}: {e}", p.display())),
-                );
-            }
-        }
-    }
+    };
     match serde_json::from_slice(&bytes) {
         Ok(m) => (m, bytes, None),
         Err(e) => (
