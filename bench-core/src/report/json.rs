@@ -203,6 +203,23 @@ impl Report {
         std::fs::write(&tmp, text)?;
         std::fs::rename(&tmp, path)
     }
+
+    /// The end of a run: the report written where `--json` says (a write that fails is said,
+    /// never fatal), then the contract's verdict line (one line, others' text escaped), which
+    /// callers that have no report file (the plugin's batch check, through srun) read back.
+    pub fn publish(&self, json: Option<&std::path::Path>) {
+        use std::io::Write;
+        if let Some(path) = json {
+            if let Err(e) = self.write(path) {
+                let path = path.display();
+                nccl_check_host::errln!("nccl-check: cannot write the report to {path}: {e}");
+            }
+        }
+        let _ = std::io::stdout().flush();
+        let line = nccl_check_contract::line::write(self.head.verdict, &self.head.summary);
+        nccl_check_host::errln!("{line}");
+        let _ = std::io::stderr().flush();
+    }
 }
 /// The `NCCL_*` variables for the report: never the rendezvous secret (reports are kept and
 /// shared), and never a panic on a non-UTF-8 variable (the standard library's `vars` panics;
