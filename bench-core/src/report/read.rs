@@ -9,8 +9,6 @@ use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::read::{not_a_report, report_value, ReportError};
 use nccl_check_contract::report::Head;
 
-use std::collections::BTreeMap;
-
 /// Parses the worker's own report type from its bytes, through the contract's checks of the
 /// head ([`report_value`]). Every name is read into an owned copy ([`crate::measure::rows::Name`]).
 pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
@@ -39,44 +37,6 @@ impl TryFrom<EndsWire> for Ends {
         };
         let (a, b) = (gpu(&w.a)?, gpu(&w.b)?);
         Ok(Ends::Gpus { node: w.node, a, b })
-    }
-}
-
-/// What a field missing from a report reads as.
-impl Default for Report {
-    fn default() -> Report {
-        Report {
-            head: Head::default(),
-            started_unix: 0.0,
-            host: String::new(),
-            pid: 0,
-            process_rank: 0,
-            world: 1,
-            nranks: 0,
-            rendezvous: None,
-            nccl: None,
-            nccl_env: BTreeMap::new(),
-            settings: None,
-            gpus: Vec::new(),
-            processes: Vec::new(),
-            interconnect: None,
-            shared_gpus: Vec::new(),
-            sku: None,
-            results: Vec::new(),
-            pairs: Vec::new(),
-            network_profile: None,
-            transports: None,
-            avg_busbw: BTreeMap::new(),
-            localization: None,
-            node_findings: Vec::new(),
-            sizing: Vec::new(),
-            localization_noise: None,
-            facts: None,
-            warnings: Vec::new(),
-            gpu_side: Vec::new(),
-            phases: Default::default(),
-            error: None,
-        }
     }
 }
 
@@ -160,6 +120,7 @@ mod tests {
             nccl_check_contract::report::reason::ReasonCode::Unknown
         );
         assert!(r.results.is_empty() && r.host.is_empty());
+        assert_eq!(r.world, 1, "a report that names no world is one process's");
     }
 
     /// The worker's report, written, reads as the contract's plain report that the plugin and
