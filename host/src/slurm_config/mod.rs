@@ -119,22 +119,21 @@ impl Settings {
     }
 
     pub fn from_file(c: &ConfText) -> Settings {
+        // `(key, file:line)` of a setting, for `origin`.
+        let at = |key: &str, l: &files::ConfLine| {
+            (key.to_string(), format!("{}:{}", l.file.display(), l.line))
+        };
         let mut origin = Vec::new();
         let mut list = |key: &str| -> Vec<String> {
             let all = c.all(key);
-            for (_, l) in &all {
-                origin.push((key.to_string(), format!("{}:{}", l.file.display(), l.line)));
-            }
+            origin.extend(all.iter().map(|(_, l)| at(key, l)));
             // Prolog= may be given more than once (24.11+) or as a comma list; each adds.
             all.iter().flat_map(|(v, _)| show::split_list(v)).collect()
         };
         let prologs = list("Prolog");
         let epilogs = list("Epilog");
         let health_check_program = c.get("HealthCheckProgram").map(|(v, l)| {
-            origin.push((
-                "HealthCheckProgram".to_string(),
-                format!("{}:{}", l.file.display(), l.line),
-            ));
+            origin.push(at("HealthCheckProgram", l));
             v
         });
         let prolog_flags = c
@@ -142,17 +141,14 @@ impl Settings {
             .map(|(v, _)| show::split_list(&v))
             .unwrap_or_default();
         let prolog_epilog_timeout = c.get("PrologEpilogTimeout").and_then(|(v, l)| {
-            origin.push((
-                "PrologEpilogTimeout".to_string(),
-                format!("{}:{}", l.file.display(), l.line),
-            ));
+            origin.push(at("PrologEpilogTimeout", l));
             timeout_value(&v)
         });
         let mut seconds = |key: &str, default: u64| -> u64 {
             let Some((v, l)) = c.get(key) else {
                 return default;
             };
-            origin.push((key.to_string(), format!("{}:{}", l.file.display(), l.line)));
+            origin.push(at(key, l));
             seconds_value(&v).unwrap_or(default)
         };
         let batch_start_timeout = seconds("BatchStartTimeout", DEFAULT_BATCH_START_TIMEOUT);
