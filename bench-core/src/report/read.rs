@@ -1,23 +1,10 @@
-//! Reading a report back as the worker's own type ([`parse_report`], for bench-core's tests and
-//! tools): the bounded file reader, the head checks and the errors are the contract's
-//! ([`nccl_check_contract::report::read`]), which the plugin and the prolog use with the plain
-//! report.
+//! Reading a report back as the worker's own type: a pair's ends back to their kind (what
+//! serde needs to read the worker's report). Only tests read a whole report back this way
+//! (`tests::parse_report`); the plugin and the prolog read the contract's plain report, with
+//! the contract's bounded reader, head checks and errors ([`nccl_check_contract::report::read`]).
 
-use super::json::Report;
 use crate::measure::rows::{Ends, EndsWire, PairKind};
 use nccl_check_contract::report::culprit::Culprit;
-use nccl_check_contract::report::read::{not_a_report, report_value, ReportError};
-use nccl_check_contract::report::Head;
-
-/// Parses the worker's own report type from its bytes, through the contract's checks of the
-/// head ([`report_value`]). Every name is read into an owned copy ([`crate::measure::rows::Name`]).
-pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
-    let value = report_value(bytes)?;
-    // The head first, so that a bad head field is named by its path (inside the flattened head
-    // serde names none).
-    serde_path_to_error::deserialize::<_, Head>(&value).map_err(not_a_report)?;
-    serde_path_to_error::deserialize(value).map_err(not_a_report)
-}
 
 /// A pair's ends as the report writes them, back to their kind: a GPU pair's `a` and `b` are
 /// the worker's names of its GPUs (`GPU2`), read as a reason's subject is.
@@ -42,7 +29,20 @@ impl TryFrom<EndsWire> for Ends {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::report::json::Report;
+    use nccl_check_contract::report::read::{not_a_report, report_value, ReportError};
+    use nccl_check_contract::report::Head;
+
+    /// Parses the worker's own report type from its bytes, through the contract's checks of
+    /// the head ([`report_value`]). Every name is read into an owned copy
+    /// ([`crate::measure::rows::Name`]).
+    fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
+        let value = report_value(bytes)?;
+        // The head first, so that a bad head field is named by its path (inside the flattened
+        // head serde names none).
+        serde_path_to_error::deserialize::<_, Head>(&value).map_err(not_a_report)?;
+        serde_path_to_error::deserialize(value).map_err(not_a_report)
+    }
     use nccl_check_contract::exit::ExitCode;
     use nccl_check_contract::report::reason::{Reason, ReasonCode};
     use nccl_check_contract::verdict::Verdict;
