@@ -170,19 +170,7 @@ fn finish(opts: &Options, report: &Report, code: ExitCode, nccl_log: &nccl_env::
     if !*done {
         *done = true;
         nccl_env::remove_log_dir(nccl_log);
-        if let Some(path) = &opts.json {
-            if let Err(e) = report.write(path) {
-                nccl_check_host::errln!(
-                    "nccl-check: cannot write the report to {}: {e}",
-                    path.display()
-                );
-            }
-        }
-        let _ = std::io::stdout().flush();
-        // The contract's verdict line (one line, others' text escaped), which callers that
-        // have no report file (the plugin's batch check, through srun) read back.
-        nccl_check_host::errln!("{}", line::write(report.head.verdict, &report.head.summary));
-        let _ = std::io::stderr().flush();
+        report.publish(opts.json.as_deref());
     }
     exit(code.code())
 }

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// PASS, FAIL (hardware slow or wrong) or ERROR (setup problem). Only FAIL may drain a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "UPPERCASE")]
+#[strum(serialize_all = "UPPERCASE")]
 pub enum Verdict {
     Pass,
     Fail,
@@ -12,12 +13,9 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// `PASS`, `FAIL`, `ERROR`: serde's spelling, by the same rule.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Pass => "PASS",
-            Verdict::Fail => "FAIL",
-            Verdict::Error => "ERROR",
-        }
+        self.into()
     }
 }
 

@@ -48,35 +48,15 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Only a regular file is read (opened non-blocking, so a FIFO is refused instead of waited on),
 /// and at most [`MAX_CONFIG_BYTES`] of it.
 pub fn read(path: &Path) -> Result<String, ConfigError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let err = |message: String| ConfigError {
         file: path.to_path_buf(),
         line: None,
         field: String::new(),
-        message,
+        message: format!("cannot read: {message}"),
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| err(format!("cannot read: {e}")))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| err(format!("cannot read: {e}")))?;
-    if !meta.is_file() {
-        return Err(err("cannot read: not a regular file".into()));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| err(format!("cannot read: {e}")))?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(err(format!(
-            "cannot read: larger than {MAX_CONFIG_BYTES} bytes"
-        )));
-    }
-    String::from_utf8(bytes).map_err(|_| err("cannot read: not UTF-8 text".into()))
+    let (bytes, _) =
+        crate::read::regular(path, MAX_CONFIG_BYTES, false).map_err(|e| err(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|_| err("not UTF-8 text".into()))
 }
 
 /// Parses `text` as the contents of `path` (the path only names the file in errors).

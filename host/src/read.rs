@@ -1,9 +1,12 @@
-//! Bounded reads of small kernel-provided files (sysfs, procfs, Slurm's config): a file larger
-//! than its bound is an error, never read whole, and a name that is not one path component is
-//! refused, so a directory entry cannot walk the reader out of its root.
+//! Bounded reads: of small kernel-provided files (sysfs, procfs), and of files others may have
+//! put in place ([`regular`]: configs, reports, the prolog's state and counters, a regular file
+//! only, opened non-blocking). A file larger than its bound is an error, never read whole, and a
+//! name that is not one path component is refused, so a directory entry cannot walk the reader
+//! out of its root.
 
-use std::fs::File;
+use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Largest sysfs/procfs attribute read (they are one line; the kernel caps them at a page).
@@ -22,6 +25,69 @@ pub fn small(path: &Path, max: u64) -> io::Result<String> {
         ));
     }
     Ok(String::from_utf8_lossy(&buf).trim().to_string())
+}
+
+/// Why [`regular`] read nothing.
+#[derive(Debug)]
+pub enum FileError {
+    /// Opening or reading failed: `NotFound` when absent, `ELOOP` for a link with `no_follow`.
+    Io(io::Error),
+    /// A FIFO, a device or a directory: refused, never waited on.
+    NotAFile,
+    /// Larger than the bound (the number); never read whole.
+    TooLarge(u64),
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileError::Io(e) => e.fmt(f),
+            FileError::NotAFile => f.write_str("not a regular file"),
+            FileError::TooLarge(max) => write!(f, "larger than {max} bytes"),
+        }
+    }
+}
+
+impl From<FileError> for io::Error {
+    fn from(e: FileError) -> io::Error {
+        match e {
+            FileError::Io(e) => e,
+            FileError::NotAFile => io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+            FileError::TooLarge(_) => io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+        }
+    }
+}
+
+/// The bytes of the regular file `path`, at most `max`, and its metadata: the one reader of
+/// files others may have put in place (configs, reports, counters). Opened non-blocking and
+/// checked once open, so a FIFO planted where a file should be cannot hang the reader; with
+/// `no_follow`, never through a symlink.
+pub fn regular(path: &Path, max: u64, no_follow: bool) -> Result<(Vec<u8>, Metadata), FileError> {
+    let nofollow = if no_follow { libc::O_NOFOLLOW } else { 0 };
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | nofollow)
+        .open(path)
+        .map_err(FileError::Io)?;
+    let meta = file.metadata().map_err(FileError::Io)?;
+    if !meta.is_file() {
+        return Err(FileError::NotAFile);
+    }
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(FileError::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(FileError::TooLarge(max));
+    }
+    Ok((bytes, meta))
+}
+
+/// A config file whole ([`regular`]), as UTF-8 (lossy) and untrimmed, so its line numbers stay
+/// the file's.
+pub fn text(path: &Path, max: u64) -> io::Result<String> {
+    let (bytes, _) = regular(path, max, false)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// A sysfs attribute (one short line).

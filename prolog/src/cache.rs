@@ -6,8 +6,7 @@
 use crate::budget::Deadline;
 use crate::state::Lock;
 use serde::{Deserialize, Serialize};
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 pub const FILE: &str = "last-pass.json";
@@ -40,21 +39,12 @@ const MAX_BYTES: u64 = 64 << 10;
 /// regular file (no symlink) owned by us (root) and not writable by others counts: anything
 /// else was not written by the prolog.
 pub fn read(state_dir: &Path) -> Cache {
-    let Ok(f) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path(state_dir))
-    else {
-        return Cache::default();
-    };
-    let ours = f
-        .metadata()
-        .is_ok_and(|m| m.is_file() && m.uid() == crate::secure::owner() && m.mode() & 0o022 == 0);
-    let mut bytes = Vec::new();
-    if !ours || f.take(MAX_BYTES).read_to_end(&mut bytes).is_err() {
-        return Cache::default();
+    match nccl_check_host::read::regular(&path(state_dir), MAX_BYTES, true) {
+        Ok((bytes, m)) if m.uid() == crate::secure::owner() && m.mode() & 0o022 == 0 => {
+            serde_json::from_slice(&bytes).unwrap_or_default()
+        }
+        _ => Cache::default(),
     }
-    serde_json::from_slice(&bytes).unwrap_or_default()
 }
 
 /// Writes atomically (new file, then rename), so a concurrent prolog never reads half a file.

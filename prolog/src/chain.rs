@@ -380,32 +380,22 @@ pub fn worker(c: &GateConfig, config: &Path) -> (Vec<String>, Findings) {
     for (k, v) in &c.env {
         spec = spec.env(k, v);
     }
-    spec.stdout = Output::Tail {
-        max_bytes: 64 * 1024,
-    };
-    spec.stderr = Output::Tail {
-        max_bytes: 8 * 1024,
-    };
     let what = format!("{} --check-config", c.worker.display());
-    let done = match supervise::run(spec) {
-        Ok(d) => d,
+    let (text, ending) = match captured(spec) {
+        Ok(done) => done,
         Err(e) => {
-            f.problems.push(NotReady::new(
-                Effect::Unchecked,
-                format!("{what}: {}", e.error),
-            ));
+            f.problems
+                .push(NotReady::new(Effect::Unchecked, format!("{what}: {e}")));
             return (Vec::new(), f);
         }
     };
-    let text =
-        String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
     let text = text.replace(
         nccl_check_contract::exit::NCCL_LIB_FROM_ENV,
         &crate::words::missing_nccl_fix(c, config),
     );
     let lines: Vec<String> = text.lines().map(|l| format!("worker: {l}")).collect();
     let bad: Vec<CheckProblem> = text.lines().filter_map(CheckProblem::read_line).collect();
-    match done.ending {
+    match ending {
         Ending::Exited(0) if bad.is_empty() => {}
         Ending::KilledAtDeadline => f.problems.push(NotReady::new(
             Effect::Unchecked,
@@ -440,25 +430,15 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
     if let Some(c) = slurm_conf {
         spec = spec.env("SLURM_CONF", c);
     }
-    spec.stdout = Output::Tail {
-        max_bytes: 64 * 1024,
-    };
-    spec.stderr = Output::Tail {
-        max_bytes: 8 * 1024,
-    };
     let what = format!("{} --check", program.display());
-    let done = match supervise::run(spec) {
-        Ok(d) => d,
+    let (text, ending) = match captured(spec) {
+        Ok(done) => done,
         Err(e) => {
-            f.problems.push(NotReady::new(
-                Effect::PluginFails,
-                format!("{what}: {}", e.error),
-            ));
+            f.problems
+                .push(NotReady::new(Effect::PluginFails, format!("{what}: {e}")));
             return (Vec::new(), f);
         }
     };
-    let text =
-        String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
     let lines = text.lines().map(|l| format!("plugin line: {l}")).collect();
     for bad in text.lines().filter_map(CheckProblem::read_line) {
         if bad.kind == CheckProblemKind::Invalid {
@@ -468,7 +448,7 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
             ));
         }
     }
-    match done.ending {
+    match ending {
         Ending::Exited(0) => {}
         Ending::Exited(_) if !f.problems.is_empty() => {}
         Ending::KilledAtDeadline => f.problems.push(NotReady::new(
@@ -481,6 +461,21 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
         )),
     }
     (lines, f)
+}
+
+/// Runs another program's admin check: its stdout (64 KiB at most) then its stderr (8 KiB) as one
+/// text, and how it ended; Err: it could not be started.
+fn captured(mut spec: Spec) -> Result<(String, Ending), String> {
+    spec.stdout = Output::Tail {
+        max_bytes: 64 * 1024,
+    };
+    spec.stderr = Output::Tail {
+        max_bytes: 8 * 1024,
+    };
+    let done = supervise::run(spec).map_err(|e| e.error.to_string())?;
+    let text =
+        String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
+    Ok((text, done.ending))
 }
 
 /// `nccl-check-plugstack` beside this program (both in /usr/sbin when installed).

@@ -7,13 +7,12 @@
 //! anyone, is never drained again (and an admin's reason is never overwritten).
 
 use crate::budget::Deadline;
+use crate::reason::PREFIX;
 use crate::state::{self, Lock};
 use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Every drain reason nccl-check sets starts with this; nothing else is ever resumed.
-pub const PREFIX: &str = "nccl-check:";
 /// The marker of our last drain request (time and reason).
 pub const MARKER: &str = "drained";
 /// A drain requested this recently is not requested again, and Slurm is not even asked.

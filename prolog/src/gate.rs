@@ -3,7 +3,7 @@
 //! ([`crate::decide`]), update the cache under the lock, drain or resume, then say what happened
 //! (stderr, syslog, `gate.json`, metrics). Everything within one budget ([`crate::budget`]).
 //! By stage: this file the run's order, its places and the cache's answer; `fault_pass.rs` the
-//! hardware faults; `measure.rs` the worker and the consequences of its verdict; `publish.rs`
+//! hardware faults; `measurement.rs` the worker and the consequences of its verdict; `publish.rs`
 //! `gate.json`, metrics and the runs that measure nothing.
 
 use crate::budget::Deadline;
@@ -12,6 +12,7 @@ use crate::decide::{self, Actions, Found, Mode, Policy};
 use crate::drain;
 use crate::job_env::{self, Facts, Selection};
 use crate::log::{self, Log};
+use crate::status::{GateState, Status};
 use crate::words::Line;
 use crate::{cache, faults, gpus, secure, shared};
 use std::path::{Path, PathBuf};
@@ -59,6 +60,16 @@ struct Places {
     metrics_error: Option<String>,
 }
 
+/// What the cache is keyed by and where the run writes: the same for every stage of one run.
+struct RunKeys<'k> {
+    pub places: &'k Places,
+    pub state_dir: &'k Path,
+    pub slurm: &'k drain::Slurm,
+    pub fingerprint: &'k str,
+    pub start: f64,
+    pub whom: &'k str,
+}
+
 impl Places {
     /// `metrics_file` as configured, for messages (not the path the writes go through).
     fn metrics_shown(&self) -> String {
@@ -76,6 +87,24 @@ impl Places {
 impl<'a> Gate<'a> {
     fn policy(&self) -> Policy {
         Policy::from(self.cfg)
+    }
+
+    /// `gate.json` of this run in `state` saying `message`: nothing drained, no run directory
+    /// (the callers that have them set them); [`Self::publish`] adds the faults and metrics error.
+    fn status(&self, state: GateState, message: &str) -> Status {
+        Status {
+            state,
+            message: message.to_string(),
+            node: self.facts.node.clone(),
+            job: self.facts.job.clone(),
+            time_unix: now_unix(),
+            drain_reason: None,
+            drain: None,
+            run_dir: None,
+            context: self.mode.as_str(),
+            faults: None,
+            metrics_error: None,
+        }
     }
 
     fn line<'b>(&self, whom: &'b str, label: &'b str, a: &Actions) -> Line<'b>
@@ -128,7 +157,7 @@ impl<'a> Gate<'a> {
             &format!("{checked:?}"),
             &[&self.cfg.worker, &self.cfg.worker_config],
         );
-        let keys = measurement::RunKeys {
+        let keys = RunKeys {
             places: &places,
             state_dir: &state_dir,
             slurm: &slurm,
@@ -286,7 +315,7 @@ impl<'a> Gate<'a> {
     }
 
     /// A prolog's answer from the cache, when every selected GPU passed recently.
-    fn cached(&mut self, sel: &Selection, k: &measurement::RunKeys) -> Option<i32> {
+    fn cached(&mut self, sel: &Selection, k: &RunKeys) -> Option<i32> {
         if self.mode != Mode::Prolog {
             return None;
         }

@@ -17,6 +17,7 @@ mod gpus;
 mod job_env;
 mod log;
 mod metrics;
+mod prom;
 mod reason;
 mod report;
 mod secure;

@@ -6,6 +6,7 @@
 //! how long after it such a pass may answer (the NcclCheckNoGateRunOnAllocatedNode alert waits
 //! that long).
 
+use crate::prom::gauge;
 use crate::status::GateState;
 use nccl_check_contract::verdict::Verdict;
 use std::collections::BTreeMap;
@@ -26,12 +27,6 @@ pub struct Sample<'a> {
     /// `finished_unix` a cached pass may still answer a prolog without rewriting this file, so
     /// an alert on a stale timestamp can wait that long.
     pub cache_seconds: Option<u64>,
-}
-
-/// A gauge's `# HELP` and `# TYPE` lines (`help` ends the HELP line as written).
-fn gauge(t: &mut String, name: &str, help: &str) {
-    let _ = writeln!(t, "# HELP {name} {help}");
-    let _ = writeln!(t, "# TYPE {name} gauge");
 }
 
 /// The file's text.
@@ -153,11 +148,7 @@ pub fn write_fallback(path: &Path, s: &Sample, why: &str) -> std::io::Result<()>
 /// `x.prom` → `x-node.prom`: the node's Slurm state as the last recheck read it, in its own file
 /// beside the gate's (a recheck of a busy node measures nothing and must not touch the gate's).
 pub fn node_path(metrics_file: &Path) -> PathBuf {
-    let stem = metrics_file
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    metrics_file.with_file_name(format!("{stem}-node.prom"))
+    crate::prom::beside(metrics_file, "node")
 }
 
 /// Whether Slurm has jobs on the node (State ALLOCATED, MIXED or COMPLETING), and when that was

@@ -6,11 +6,13 @@
 //! `nccl-check:GPU2-3 slow|GPU2<->GPU3: sendrecv 256 MiB: busbw 12.3 < 300.0 GB/s (job 42)`
 //! `nccl-check:GPUs slow|all_reduce 256 MiB out-of-place: busbw 25.2 < 300.0 GB/s (+1 more) (job 7)`
 
-use crate::drain::PREFIX;
 use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::reason::ReasonCode;
 use nccl_check_contract::report::Report;
 
+/// Every drain reason nccl-check sets starts with this; nothing else is ever resumed
+/// ([`crate::drain`] owns only such drains).
+pub const PREFIX: &str = "nccl-check:";
 /// Longest sentence after the `|` (the whole reason stays one line of about 200 characters).
 const MAX_SENTENCE: usize = 160;
 /// What is wrong, in one word: by the reason's class of cause first (`busy`, `missing`), then
@@ -77,7 +79,14 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
             "the worker exited 1 (FAIL) without a report".to_string(),
         ),
     };
-    let sentence = one_line(&sentence);
+    compose(&head, &sentence, job)
+}
+
+/// The one shape of every drain reason nccl-check sets (a worker's FAIL here, a hardware fault,
+/// a stray process): `nccl-check:HEAD|SENTENCE (job J)`, both parts on one line with text that
+/// is not ours escaped, our prefix not repeated, the sentence cut at [`MAX_SENTENCE`] characters.
+pub fn compose(head: &str, sentence: &str, job: Option<&str>) -> String {
+    let sentence = one_line(sentence);
     let sentence = sentence
         .strip_prefix(PREFIX)
         .map(str::trim)
@@ -87,7 +96,7 @@ pub fn drain_reason(report: Option<&Report>, job: Option<&str>) -> String {
         sentence = sentence.chars().take(MAX_SENTENCE - 3).collect::<String>() + "...";
     }
     let job = job.map(|j| format!(" (job {j})")).unwrap_or_default();
-    format!("{PREFIX}{}|{sentence}{job}", one_line(&head))
+    format!("{PREFIX}{}|{sentence}{job}", one_line(head))
 }
 
 #[cfg(test)]

@@ -106,8 +106,7 @@ pub fn drain_reason(strays: &[Stray], job: Option<&str>) -> String {
         sentence.push_str(&format!(" (+{} more GPUs)", strays.len() - 1));
     }
     sentence.push_str(": not the job's, the node is not clean");
-    let job = job.map(|j| format!(" (job {j})")).unwrap_or_default();
-    format!("nccl-check:{} busy|{sentence}{job}", first.gpu)
+    crate::reason::compose(&format!("{} busy", first.gpu), &sentence, job)
 }
 
 #[cfg(test)]

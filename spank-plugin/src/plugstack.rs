@@ -73,30 +73,6 @@ fn is_ours(plugin: &str) -> bool {
         .is_some_and(|n| n.ends_with(".so") && n.contains("nccl_check"))
 }
 
-/// A plugstack file, at most [`FILE_MAX`] bytes, as is (line numbers stay Slurm's). Only a
-/// regular file is opened: a FIFO planted in an included directory would block the read.
-fn read_text(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let meta = std::fs::metadata(path)?;
-    if !meta.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    let mut buf = Vec::new();
-    std::fs::File::open(path)?
-        .take(FILE_MAX + 1)
-        .read_to_end(&mut buf)?;
-    if buf.len() as u64 > FILE_MAX {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {FILE_MAX} bytes"),
-        ));
-    }
-    Ok(String::from_utf8_lossy(&buf).into_owned())
-}
-
 /// Reads `main` and what it includes.
 pub fn read(main: &Path) -> Stack {
     let mut stack = Stack::default();
@@ -112,7 +88,8 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
         ));
         return;
     }
-    let text = match read_text(path) {
+    // At most FILE_MAX bytes of a regular file, as is (line numbers stay Slurm's).
+    let text = match nccl_check_host::read::text(path, FILE_MAX) {
         Ok(t) => t,
         // Slurm: "A missing config file is not an error, but is equivalent to an empty file."
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && depth == 0 => {

@@ -115,7 +115,6 @@ mod tests {
             verdict,
             ending: Ok(nccl_check_host::supervise::Ending::Exited(1)),
             detail: detail.into(),
-            host: None,
             elapsed: Duration::from_millis(3140),
             keep_problem: None,
         }

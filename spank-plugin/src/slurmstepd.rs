@@ -150,7 +150,6 @@ fn network_cut_off(state: &TaskState, world: u32) -> Option<worker::TaskOutcome>
         verdict: Verdict::Error,
         ending: Err(String::from("not started: the task's network is unshared")),
         detail: container::unshared_network(world, &interfaces),
-        host: None,
         elapsed: std::time::Duration::ZERO,
         keep_problem: None,
     })

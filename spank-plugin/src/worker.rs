@@ -54,8 +54,6 @@ pub struct TaskOutcome {
     pub ending: Result<Ending, String>,
     /// One line: the report's summary, or what is known without one.
     pub detail: String,
-    /// `host` from the JSON report, if any.
-    pub host: Option<String>,
     /// How long the worker ran.
     pub elapsed: Duration,
     /// Why the report could not be kept (`keep_report`), for a note to the user.
@@ -201,7 +199,6 @@ pub fn outcome(
         verdict,
         ending,
         detail: one_line(&detail),
-        host: report.map(|r| r.body.host).filter(|h| !h.is_empty()),
         elapsed: Duration::ZERO,
         keep_problem: None,
     }
@@ -304,7 +301,6 @@ mod tests {
         assert_eq!(o.ending, Ok(Ending::Exited(0)), "{o:?}");
         assert_eq!(o.verdict, Verdict::Pass);
         assert_eq!(o.detail, "8 x H200 on 1 node(s)");
-        assert_eq!(o.host.as_deref(), Some("n2"));
     }
 
     /// The report goes to a new 0700 `nccl-check.XXXXXX` directory under the task's temporary

@@ -43,7 +43,6 @@ use bench_core::settings::options::{self, ParseExit};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::line;
 use nccl_check_contract::verdict::Verdict;
-use std::io::Write;
 use std::time::{Instant, SystemTime};
 
 fn main() {
@@ -75,14 +74,7 @@ fn main() {
         Err(e) => report.set_error(e.exit_code(), e.reason_code(), e.message()),
     };
     report.record_total(t0.elapsed());
-    if let Some(path) = &opts.json {
-        if let Err(e) = report.write(path) {
-            let path = path.display();
-            nccl_check_host::errln!("nccl-check: cannot write the report to {path}: {e}");
-        }
-    }
-    let _ = std::io::stdout().flush();
-    nccl_check_host::errln!("{}", line::write(report.head.verdict, &report.head.summary));
+    report.publish(opts.json.as_deref());
     std::process::exit(code.code());
 }
 

@@ -349,51 +349,8 @@ pub fn probe_line(report: &Report) -> String {
     }
 }
 
-/// [`judge`] with the basis the worker would have built for a report made by hand: the
-/// topology of its processes, the model of its first GPU (tests).
 #[cfg(test)]
-pub(crate) fn judge_alone(
-    mut report: Report,
-    judging: &Judging,
-    log: Option<&TransportSummary>,
-    can_access_peer: PeerAccess,
-) -> (Report, ExitCode) {
-    let topology = Arc::new(Topology::new(&report.processes));
-    let id = report.gpus.first().and_then(|g| {
-        g.info
-            .pci_device_id
-            .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id))
-    });
-    let name = gpu_name(&report).to_string();
-    let gpu = Arc::new(GpuModel {
-        sku: crate::model::sku::Identity::resolve(id, &name).sku(),
-        name,
-        interconnect: report
-            .interconnect
-            .as_ref()
-            .map_or(crate::model::link_class::Class::Unknown, |i| i.class),
-    });
-    let basis = Basis { topology, gpu };
-    let code = report.record_verdict(judge(&report, judging, &basis, log, can_access_peer));
-    (report, code)
-}
-
-/// [`judge_alone`] under `rules`, the default outlier fraction (0.85), no `--min-busbw`, no
-/// path expectation, no NCCL log and every GPU able to reach every other (tests).
-#[cfg(test)]
-pub(crate) fn judge_by(rules: &[Threshold], report: Report) -> (Report, ExitCode) {
-    let expect = TransportExpectation::default();
-    let judging = Judging {
-        thresholds: rules,
-        outlier_fraction: 0.85,
-        min_busbw: None,
-        expect: &expect,
-    };
-    judge_alone(report, &judging, None, &|_, _| true)
-}
-
-#[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::measure::gpu::GpuInfo;
     use crate::measure::rows::{Ends, PairRow, Placement};
@@ -403,6 +360,47 @@ mod tests {
     use crate::report::json::{GpuEntry, TransportInfo};
     use nccl_check_contract::report::reason::ReasonCode;
     use nccl_check_contract::verdict::Verdict;
+
+    /// [`judge`] with the basis the worker would have built for a report made by hand: the
+    /// topology of its processes, the model of its first GPU (tests).
+    pub(crate) fn judge_alone(
+        mut report: Report,
+        judging: &Judging,
+        log: Option<&TransportSummary>,
+        can_access_peer: PeerAccess,
+    ) -> (Report, ExitCode) {
+        let topology = Arc::new(Topology::new(&report.processes));
+        let id = report.gpus.first().and_then(|g| {
+            g.info
+                .pci_device_id
+                .or_else(|| g.health.as_ref().and_then(|h| h.pci_device_id))
+        });
+        let name = gpu_name(&report).to_string();
+        let gpu = Arc::new(GpuModel {
+            sku: crate::model::sku::Identity::resolve(id, &name).sku(),
+            name,
+            interconnect: report
+                .interconnect
+                .as_ref()
+                .map_or(crate::model::link_class::Class::Unknown, |i| i.class),
+        });
+        let basis = Basis { topology, gpu };
+        let code = report.record_verdict(judge(&report, judging, &basis, log, can_access_peer));
+        (report, code)
+    }
+
+    /// [`judge_alone`] under `rules`, the default outlier fraction (0.85), no `--min-busbw`, no
+    /// path expectation, no NCCL log and every GPU able to reach every other (tests).
+    pub(crate) fn judge_by(rules: &[Threshold], report: Report) -> (Report, ExitCode) {
+        let expect = TransportExpectation::default();
+        let judging = Judging {
+            thresholds: rules,
+            outlier_fraction: 0.85,
+            min_busbw: None,
+            expect: &expect,
+        };
+        judge_alone(report, &judging, None, &|_, _| true)
+    }
 
     const MIB256: u64 = 256 << 20;
 

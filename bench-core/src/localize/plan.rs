@@ -442,8 +442,35 @@ pub fn explain_plan(
 mod tests {
     use super::*;
 
+    /// The quick plan of the built-in defaults with a floor for B assumed: the model as it was
+    /// before it read a config (unit tests of the model itself).
+    fn assumed_floor() -> Workload {
+        use crate::localize::site::{AllocationRun, HealthyFloor};
+        use crate::model::collectives::{AllReduce, Collective};
+        const MIB_256: u64 = 1 << 28;
+        Workload {
+            config: "none (a floor for B assumed)".into(),
+            plan: "quick".into(),
+            gpu_model: None,
+            allocation: vec![AllocationRun {
+                collective: AllReduce.name(),
+                bytes: MIB_256,
+                iterations: 12,
+                budget_s: None,
+            }],
+            pair_bytes: MIB_256,
+            pair_iterations: 12,
+            pair_budget_s: None,
+            network_gbs: None,
+            floor: Some(HealthyFloor {
+                min_busbw_gbs: 0.0,
+                rule: "assumed".into(),
+            }),
+        }
+    }
+
     fn w() -> Workload {
-        Workload::assumed_floor()
+        assumed_floor()
     }
 
     fn defaults(nodes: usize) -> Workload {
@@ -548,10 +575,10 @@ mod tests {
 
     #[test]
     fn a_budgeted_round_takes_at_most_its_budget_beyond_its_connection_and_control() {
-        let counted = Workload::assumed_floor();
+        let counted = assumed_floor();
         let budgeted = Workload {
             pair_budget_s: Some(0.01),
-            ..Workload::assumed_floor()
+            ..assumed_floor()
         };
         let (n, g) = (64, 8);
         let control = c("connect_new_peer_s") + control_round_s(n, g);
@@ -561,7 +588,7 @@ mod tests {
         // A budget wider than the data changes nothing (a fast fabric keeps its plan).
         let wide = Workload {
             pair_budget_s: Some(10.0),
-            ..Workload::assumed_floor()
+            ..assumed_floor()
         };
         assert_eq!(pair_round_s(n, g, &wide), pair_round_s(n, g, &counted));
     }
@@ -573,7 +600,7 @@ mod tests {
         let slow = |budget: Option<f64>| Workload {
             network_gbs: Some(1.0),
             pair_budget_s: budget,
-            ..Workload::assumed_floor()
+            ..assumed_floor()
         };
         let control = c("connect_new_peer_s") + control_round_s(8, 1);
         assert!(pair_round_s(8, 1, &slow(None)) - control > 3.0);

@@ -53,36 +53,7 @@ pub struct Workload {
     pub floor: Option<HealthyFloor>,
 }
 
-#[cfg(test)]
-const MIB_256: u64 = 1 << 28;
-
 impl Workload {
-    /// The quick plan of the built-in defaults with a floor for B assumed: the model as it was
-    /// before it read a config (unit tests of the model itself).
-    #[cfg(test)]
-    pub(crate) fn assumed_floor() -> Workload {
-        use crate::model::collectives::{AllReduce, Collective};
-        Workload {
-            config: "none (a floor for B assumed)".into(),
-            plan: "quick".into(),
-            gpu_model: None,
-            allocation: vec![AllocationRun {
-                collective: AllReduce.name(),
-                bytes: MIB_256,
-                iterations: 12,
-                budget_s: None,
-            }],
-            pair_bytes: MIB_256,
-            pair_iterations: 12,
-            pair_budget_s: None,
-            network_gbs: None,
-            floor: Some(HealthyFloor {
-                min_busbw_gbs: 0.0,
-                rule: "assumed".into(),
-            }),
-        }
-    }
-
     /// `plan` of `config` for an allocation of `nodes` x `gpus_per_node` GPUs of `gpu_model`.
     /// Rules naming a GPU (`sku`, `gpu`, `interconnect`) apply only when `gpu_model` names it.
     pub fn from_config(
@@ -194,7 +165,7 @@ source = "our fleet"
             .expect("quick");
         assert!(w.floor.is_none(), "{w:?}");
         assert_eq!(w.config, "built-in defaults");
-        assert_eq!((w.allocation.len(), w.pair_bytes), (1, MIB_256));
+        assert_eq!((w.allocation.len(), w.pair_bytes), (1, 1 << 28));
         assert_eq!(w.allocation[0].iterations, 12);
     }
 

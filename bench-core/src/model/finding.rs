@@ -8,8 +8,8 @@ use serde::Serialize;
 /// One fault found in the facts, in the shape the report's reason takes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
-    /// Its reason code, one of the fact codes (`ReasonCode::FACT_CODES`-style: `GpuMissing`,
-    /// written `gpu_missing`): typed here, so no reader maps a string back.
+    /// Its reason code (`GpuMissing`, written `gpu_missing`): typed here, so no reader maps a
+    /// string back.
     pub code: ReasonCode,
     /// The part: `GPU 0000:9b:00.0`, `mlx5_0:1`, `eth0`.
     pub subject: String,

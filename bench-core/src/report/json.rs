@@ -68,8 +68,8 @@ pub struct Settings {
 
 /// Read back by callers as the contract's plain report
 /// (`nccl_check_contract::report::read::read_report`); fields missing from a report take
-/// [`Default`]'s values, except the head's (the contract's, required).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// [`Default`]'s values (one process for `world`), except the head's (the contract's, required).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Report {
     /// Schema, tool, verdict, exit code, summary, reasons: the contract's one definition,
@@ -81,6 +81,7 @@ pub struct Report {
     pub host: String,
     pub pid: u32,
     pub process_rank: u32,
+    #[serde(default = "one_process")]
     pub world: u32,
     pub nranks: u32,
     pub rendezvous: Option<String>,
@@ -143,6 +144,11 @@ pub struct Report {
     pub error: Option<String>,
 }
 
+/// A report's `world` when it names none, and a new report's before the run's is known.
+fn one_process() -> u32 {
+    1
+}
+
 impl Report {
     pub fn new(host: String, started_unix: f64) -> Report {
         Report {
@@ -150,6 +156,7 @@ impl Report {
             started_unix,
             host,
             pid: std::process::id(),
+            world: one_process(),
             // The rest empty: a run's report is made by `Report::for_run` (`assemble.rs`).
             ..Report::default()
         }
@@ -202,6 +209,23 @@ impl Report {
         let tmp = path.with_extension("json.tmp");
         std::fs::write(&tmp, text)?;
         std::fs::rename(&tmp, path)
+    }
+
+    /// The end of a run: the report written where `--json` says (a write that fails is said,
+    /// never fatal), then the contract's verdict line (one line, others' text escaped), which
+    /// callers that have no report file (the plugin's batch check, through srun) read back.
+    pub fn publish(&self, json: Option<&std::path::Path>) {
+        use std::io::Write;
+        if let Some(path) = json {
+            if let Err(e) = self.write(path) {
+                let path = path.display();
+                nccl_check_host::errln!("nccl-check: cannot write the report to {path}: {e}");
+            }
+        }
+        let _ = std::io::stdout().flush();
+        let line = nccl_check_contract::line::write(self.head.verdict, &self.head.summary);
+        nccl_check_host::errln!("{line}");
+        let _ = std::io::stderr().flush();
     }
 }
 /// The `NCCL_*` variables for the report: never the rendezvous secret (reports are kept and

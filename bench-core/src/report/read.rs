@@ -1,25 +1,10 @@
-//! Reading a report back as the worker's own type ([`parse_report`], for bench-core's tests and
-//! tools): the bounded file reader, the head checks and the errors are the contract's
-//! ([`nccl_check_contract::report::read`]), which the plugin and the prolog use with the plain
-//! report.
+//! Reading a report back as the worker's own type: a pair's ends back to their kind (what
+//! serde needs to read the worker's report). Only tests read a whole report back this way
+//! (`tests::parse_report`); the plugin and the prolog read the contract's plain report, with
+//! the contract's bounded reader, head checks and errors ([`nccl_check_contract::report::read`]).
 
-use super::json::Report;
 use crate::measure::rows::{Ends, EndsWire, PairKind};
 use nccl_check_contract::report::culprit::Culprit;
-use nccl_check_contract::report::read::{not_a_report, report_value, ReportError};
-use nccl_check_contract::report::Head;
-
-use std::collections::BTreeMap;
-
-/// Parses the worker's own report type from its bytes, through the contract's checks of the
-/// head ([`report_value`]). Every name is read into an owned copy ([`crate::measure::rows::Name`]).
-pub fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
-    let value = report_value(bytes)?;
-    // The head first, so that a bad head field is named by its path (inside the flattened head
-    // serde names none).
-    serde_path_to_error::deserialize::<_, Head>(&value).map_err(not_a_report)?;
-    serde_path_to_error::deserialize(value).map_err(not_a_report)
-}
 
 /// A pair's ends as the report writes them, back to their kind: a GPU pair's `a` and `b` are
 /// the worker's names of its GPUs (`GPU2`), read as a reason's subject is.
@@ -42,47 +27,22 @@ impl TryFrom<EndsWire> for Ends {
     }
 }
 
-/// What a field missing from a report reads as.
-impl Default for Report {
-    fn default() -> Report {
-        Report {
-            head: Head::default(),
-            started_unix: 0.0,
-            host: String::new(),
-            pid: 0,
-            process_rank: 0,
-            world: 1,
-            nranks: 0,
-            rendezvous: None,
-            nccl: None,
-            nccl_env: BTreeMap::new(),
-            settings: None,
-            gpus: Vec::new(),
-            processes: Vec::new(),
-            interconnect: None,
-            shared_gpus: Vec::new(),
-            sku: None,
-            results: Vec::new(),
-            pairs: Vec::new(),
-            network_profile: None,
-            transports: None,
-            avg_busbw: BTreeMap::new(),
-            localization: None,
-            node_findings: Vec::new(),
-            sizing: Vec::new(),
-            localization_noise: None,
-            facts: None,
-            warnings: Vec::new(),
-            gpu_side: Vec::new(),
-            phases: Default::default(),
-            error: None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::report::json::Report;
+    use nccl_check_contract::report::read::{not_a_report, report_value, ReportError};
+    use nccl_check_contract::report::Head;
+
+    /// Parses the worker's own report type from its bytes, through the contract's checks of
+    /// the head ([`report_value`]). Every name is read into an owned copy
+    /// ([`crate::measure::rows::Name`]).
+    fn parse_report(bytes: &[u8]) -> Result<Report, ReportError> {
+        let value = report_value(bytes)?;
+        // The head first, so that a bad head field is named by its path (inside the flattened
+        // head serde names none).
+        serde_path_to_error::deserialize::<_, Head>(&value).map_err(not_a_report)?;
+        serde_path_to_error::deserialize(value).map_err(not_a_report)
+    }
     use nccl_check_contract::exit::ExitCode;
     use nccl_check_contract::report::reason::{Reason, ReasonCode};
     use nccl_check_contract::verdict::Verdict;
@@ -160,6 +120,7 @@ mod tests {
             nccl_check_contract::report::reason::ReasonCode::Unknown
         );
         assert!(r.results.is_empty() && r.host.is_empty());
+        assert_eq!(r.world, 1, "a report that names no world is one process's");
     }
 
     /// The worker's report, written, reads as the contract's plain report that the plugin and

@@ -31,13 +31,6 @@ impl CauseClass {
     pub fn as_str(self) -> &'static str {
         self.into()
     }
-
-    /// Whether a FAIL of this class is the node's own fault whatever runs on it, and so
-    /// drains: hardware and missing parts. A busy node drains only as the prolog's
-    /// `stray_processes` says, and only for GPU processes Slurm says are of no job.
-    pub fn is_fault(self) -> bool {
-        matches!(self, CauseClass::Hardware | CauseClass::Missing)
-    }
 }
 
 impl std::fmt::Display for CauseClass {
@@ -195,11 +188,6 @@ mod tests {
                 "setup: nccl_library,no_gpu,rendezvous,timeout,runtime,unknown",
             ]
         );
-        let faults: Vec<&str> = CauseClass::iter()
-            .filter(|c| c.is_fault())
-            .map(CauseClass::as_str)
-            .collect();
-        assert_eq!(faults, ["hardware", "missing"]);
     }
 
     #[test]

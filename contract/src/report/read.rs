@@ -6,8 +6,6 @@
 
 use super::{Report, SCHEMA_VERSION};
 use std::fmt;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 impl Report {
@@ -66,28 +64,19 @@ pub fn read_report(path: &Path, max_bytes: u64) -> Result<Report, ReportError> {
 /// The bytes of the report at `path`: a regular file (never through a symlink, never a FIFO
 /// waited on), at most `max_bytes`.
 pub fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>, ReportError> {
-    let unreadable = |e: std::io::Error| match e.raw_os_error() {
-        Some(libc::ENOENT) => ReportError::Missing(path.to_path_buf()),
-        // O_NOFOLLOW on a symlink.
-        Some(libc::ELOOP) => ReportError::NotAFile(path.to_path_buf()),
-        _ => ReportError::Unreadable(path.to_path_buf(), e.to_string()),
-    };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(unreadable)?;
-    if !file.metadata().map_err(unreadable)?.file_type().is_file() {
-        return Err(ReportError::NotAFile(path.to_path_buf()));
+    use nccl_check_host::read::{regular, FileError};
+    let p = path.to_path_buf();
+    match regular(path, max_bytes, true) {
+        Ok((bytes, _)) => Ok(bytes),
+        Err(FileError::Io(e)) => Err(match e.raw_os_error() {
+            Some(libc::ENOENT) => ReportError::Missing(p),
+            // O_NOFOLLOW on a symlink.
+            Some(libc::ELOOP) => ReportError::NotAFile(p),
+            _ => ReportError::Unreadable(p, e.to_string()),
+        }),
+        Err(FileError::NotAFile) => Err(ReportError::NotAFile(p)),
+        Err(FileError::TooLarge(max)) => Err(ReportError::TooLarge(p, max)),
     }
-    let mut bytes = Vec::new();
-    file.take(max_bytes.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
-    if bytes.len() as u64 > max_bytes {
-        return Err(ReportError::TooLarge(path.to_path_buf(), max_bytes));
-    }
-    Ok(bytes)
 }
 
 /// The report's bytes as a JSON value whose head is a report's: an object with a

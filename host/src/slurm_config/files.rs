@@ -144,7 +144,7 @@ fn read_into(path: &Path, depth: usize, conf: &mut ConfText) -> io::Result<()> {
     if conf.files.len() >= FILES_MAX {
         return Err(bad(format!("more than {FILES_MAX} included files")));
     }
-    let text = crate::read::small(path, FILE_MAX)
+    let text = crate::read::text(path, FILE_MAX)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     conf.files.push(path.to_path_buf());
     let dir = path.parent().unwrap_or(Path::new("/"));
@@ -238,6 +238,23 @@ mod tests {
             [("Prolog".to_string(), "/a b".to_string())]
         );
         assert!(pairs("# Prolog=/x").is_empty());
+    }
+
+    /// `origin_of` says `file:line`: a file's leading blank lines count, and a FIFO planted
+    /// where an Include points is an error, never a read that blocks.
+    #[test]
+    fn line_numbers_are_the_file_s_and_only_regular_files_are_read() {
+        let d = scratch_dir("slurm-conf-lines");
+        std::fs::write(d.join("slurm.conf"), "\n\n# c\nPrologEpilogTimeout=5\n").expect("w");
+        let c = read(&d.join("slurm.conf")).expect("reads");
+        assert_eq!(c.get("PrologEpilogTimeout").expect("set").1.line, 4);
+        let fifo = d.join("fifo.conf");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        std::fs::write(d.join("slurm.conf"), "Include fifo.conf\n").expect("w");
+        let e = read(&d.join("slurm.conf")).expect_err("a FIFO is no config file");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]

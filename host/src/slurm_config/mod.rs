@@ -1,13 +1,14 @@
 //! Slurm's configuration as this node's slurmd really uses it, read in one place: the live
 //! settings from `scontrol show config` (every format of 22.05 to 26.05, [`show`]) and the files
-//! slurmd reads (configless caches, `Include` lines, [`files`]). Used by the package's refusal to
+//! slurmd reads (configless caches, `Include` lines, [`files`]); which Prolog=/Epilog= entries
+//! run a program and what slurmd would fail on in them (`entries.rs`). Used by the package's refusal to
 //! remove a prolog Slurm still runs, by `nccl-check-prolog --check-config` (PrologEpilogTimeout,
 //! PrologFlags, GresTypes) and by the worker for the gres.conf/slurm.conf of the expected GPUs.
 
+mod entries;
 pub mod files;
 pub mod show;
 
-use crate::supervise::{self, Ending, Output, Spec};
 use files::ConfText;
 use show::ShowConfig;
 use std::path::{Path, PathBuf};
@@ -118,22 +119,21 @@ impl Settings {
     }
 
     pub fn from_file(c: &ConfText) -> Settings {
+        // `(key, file:line)` of a setting, for `origin`.
+        let at = |key: &str, l: &files::ConfLine| {
+            (key.to_string(), format!("{}:{}", l.file.display(), l.line))
+        };
         let mut origin = Vec::new();
         let mut list = |key: &str| -> Vec<String> {
             let all = c.all(key);
-            for (_, l) in &all {
-                origin.push((key.to_string(), format!("{}:{}", l.file.display(), l.line)));
-            }
+            origin.extend(all.iter().map(|(_, l)| at(key, l)));
             // Prolog= may be given more than once (24.11+) or as a comma list; each adds.
             all.iter().flat_map(|(v, _)| show::split_list(v)).collect()
         };
         let prologs = list("Prolog");
         let epilogs = list("Epilog");
         let health_check_program = c.get("HealthCheckProgram").map(|(v, l)| {
-            origin.push((
-                "HealthCheckProgram".to_string(),
-                format!("{}:{}", l.file.display(), l.line),
-            ));
+            origin.push(at("HealthCheckProgram", l));
             v
         });
         let prolog_flags = c
@@ -141,17 +141,14 @@ impl Settings {
             .map(|(v, _)| show::split_list(&v))
             .unwrap_or_default();
         let prolog_epilog_timeout = c.get("PrologEpilogTimeout").and_then(|(v, l)| {
-            origin.push((
-                "PrologEpilogTimeout".to_string(),
-                format!("{}:{}", l.file.display(), l.line),
-            ));
+            origin.push(at("PrologEpilogTimeout", l));
             timeout_value(&v)
         });
         let mut seconds = |key: &str, default: u64| -> u64 {
             let Some((v, l)) = c.get(key) else {
                 return default;
             };
-            origin.push((key.to_string(), format!("{}:{}", l.file.display(), l.line)));
+            origin.push(at(key, l));
             seconds_value(&v).unwrap_or(default)
         };
         let batch_start_timeout = seconds("BatchStartTimeout", DEFAULT_BATCH_START_TIMEOUT);
@@ -191,282 +188,10 @@ impl Settings {
             .map_or_else(|| self.source.clone(), |(_, o)| o.clone())
     }
 
-    pub fn has_prolog_flag(&self, flag: &str) -> bool {
-        self.prolog_flags
-            .iter()
-            .any(|f| f.eq_ignore_ascii_case(flag))
-    }
-
     pub fn has_gres_gpu(&self) -> bool {
         self.gres_types
             .iter()
             .any(|g| g.eq_ignore_ascii_case("gpu"))
-    }
-
-    /// The Prolog= and Epilog= entries that run `program` (an installed path such as
-    /// `/usr/sbin/nccl-check-prolog`): the path itself, a wildcard or link that reaches it, or
-    /// a small script that calls it. `root` is `/` except in tests.
-    pub fn entries_running(&self, program: &Path, root: &Path) -> Vec<String> {
-        let mut out = Vec::new();
-        for (kind, list) in [("Prolog", &self.prologs), ("Epilog", &self.epilogs)] {
-            for e in list {
-                if runs(e, program, root) {
-                    out.push(format!("{kind}={e}"));
-                }
-            }
-        }
-        out
-    }
-
-    /// `HealthCheckProgram=` when it runs `program` (the same tests as [`Self::entries_running`]).
-    pub fn health_check_running(&self, program: &Path, root: &Path) -> Option<String> {
-        let h = self.health_check_program.as_deref()?;
-        runs(h, program, root).then(|| format!("HealthCheckProgram={h}"))
-    }
-}
-
-impl Settings {
-    /// What slurmd would fail on when it runs each Prolog=/Epilog= entry as it will (wildcards
-    /// expanded, links followed, a wrapper script's calls of nccl-check programs): a file that is
-    /// missing or not executable fails every job's prolog and slurmd drains the node with
-    /// 'Prolog error'. `program` names what the entries should reach (for a typo's hint); `root`
-    /// is `/` except in tests. One line per problem, naming the entry and its source.
-    pub fn entry_problems(&self, program: &Path, root: &Path) -> Vec<String> {
-        let mut out = Vec::new();
-        for (kind, list) in [("Prolog", &self.prologs), ("Epilog", &self.epilogs)] {
-            for e in list {
-                let at = self
-                    .origin
-                    .iter()
-                    .find(|(k, _)| k == kind)
-                    .map_or(self.source.as_str(), |(_, o)| o.as_str());
-                let under = crate::read::under(root, e);
-                let globbed = e.contains(['*', '?', '[']);
-                let matched = files::expand(&under);
-                if globbed && matched.is_empty() {
-                    out.push(format!(
-                        "{kind}={e} ({at}): {EMPTY_GLOB} {}",
-                        empty_glob_does(kind)
-                    ));
-                }
-                for f in matched {
-                    let shown = if globbed {
-                        format!("{kind}={e} ({})", shown_path(root, &f))
-                    } else {
-                        format!("{kind}={e}")
-                    };
-                    if let Some(why) = not_runnable(&f) {
-                        out.push(format!(
-                            "{shown} ({at}): {why}{}; slurmd fails every job's {} on it and drains \
-             the node ('Prolog error')",
-                            hint(e, program),
-                            kind.to_lowercase()
-                        ));
-                        continue;
-                    }
-                    for call in called_programs(&f) {
-                        if let Some(why) = not_runnable(&crate::read::under(root, &call)) {
-                            out.push(format!(
-                                "{shown} ({at}) calls {call}: {why}{}; every job's {} fails and \
-             slurmd drains the node ('Prolog error')",
-                                hint(&call, program),
-                                kind.to_lowercase()
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
-}
-
-/// Why a wildcard entry that matches no file is a problem (observed on 22.05: slurmd's
-/// `run_script` takes glob(3)'s GLOB_NOMATCH as 'Unable to run' and fails the script).
-const EMPTY_GLOB: &str = "matches no file:";
-
-/// What slurmd does with a `kind` (Prolog, Epilog) entry it cannot run.
-fn empty_glob_does(kind: &str) -> String {
-    format!(
-        "slurmd fails every job's {} on a pattern that matches nothing and drains the node \
-         ('{kind} error')",
-        kind.to_lowercase()
-    )
-}
-
-/// `f` as the node names it (without the test root).
-fn shown_path(root: &Path, f: &Path) -> String {
-    let rel = f.strip_prefix(root).unwrap_or(f);
-    format!("/{}", rel.display()).replace("//", "/")
-}
-
-/// Why slurmd could not run `f`; None when it is an executable file (links followed).
-fn not_runnable(f: &Path) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::metadata(f) {
-        Err(_) if std::fs::symlink_metadata(f).is_ok() => Some("a link to nothing".into()),
-        Err(_) => Some("no such file".into()),
-        Ok(m) if !m.is_file() => Some("not a file".into()),
-        Ok(m) if m.permissions().mode() & 0o111 == 0 => Some("not executable".into()),
-        Ok(_) => None,
-    }
-}
-
-/// A hint when the missing name looks like the program's with a typo.
-fn hint(entry: &str, program: &Path) -> String {
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    let base = Path::new(entry)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    match (name, base) {
-        (Some(n), Some(b)) if b != n && b.starts_with("nccl-check") => {
-            format!(" (did you mean {}?)", program.display())
-        }
-        _ => String::new(),
-    }
-}
-
-/// The absolute paths of nccl-check programs a small script calls (a site's wrapper:
-/// `exec /usr/sbin/nccl-check-prolog "$@"`); none for a binary or a large file.
-fn called_programs(f: &Path) -> Vec<String> {
-    let Ok(text) = crate::read::small(f, SCRIPT_MAX) else {
-        return Vec::new();
-    };
-    if !text.starts_with("#!") {
-        return Vec::new();
-    }
-    let mut out: Vec<String> = Vec::new();
-    for line in text.lines().skip(1) {
-        let code = line.split('#').next().unwrap_or("");
-        for w in code.split(|c: char| c.is_whitespace() || "\"';|&()`".contains(c)) {
-            let named = Path::new(w)
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("nccl-check"));
-            if w.starts_with('/') && named && !out.iter().any(|o| o == w) {
-                out.push(w.to_string());
-            }
-        }
-    }
-    out
-}
-
-/// Largest script looked into for a call of the program (a wrapper script is small).
-const SCRIPT_MAX: u64 = 256 * 1024;
-
-/// The files of a wildcard or directory entry (`Prolog=/etc/slurm/prolog.d/*`) that run
-/// `program`: a link to it or a script calling it, as paths on the node (without `root`). Empty
-/// for an entry that names the program or one file: then the entry itself is what runs it.
-pub fn reaching(entry: &str, program: &Path, root: &Path) -> Vec<PathBuf> {
-    if !entry.contains(['*', '?', '[']) {
-        return Vec::new();
-    }
-    let under = |p: &str| crate::read::under(root, p);
-    files::expand(&under(entry))
-        .into_iter()
-        .map(|f| {
-            let rel = f.strip_prefix(root).map(Path::to_path_buf).unwrap_or(f);
-            Path::new("/").join(rel)
-        })
-        .filter(|f| runs(&f.display().to_string(), program, root))
-        .collect()
-}
-
-/// The package's health check program, installed beside the prolog.
-fn recheck_beside(prolog: &Path) -> PathBuf {
-    prolog.with_file_name("nccl-check-recheck")
-}
-
-/// What the admin removes for an entry `Kind=value` that runs `program`: the link or file that
-/// reaches it from a wildcard entry (the entry itself also runs the site's own), else the line.
-fn what_to_remove(entry: &str, program: &Path, root: &Path) -> String {
-    let (kind, value) = entry.split_once('=').unwrap_or((entry, ""));
-    let through = reaching(value, program, root);
-    if !through.is_empty() {
-        let files: Vec<String> = through.iter().map(|p| p.display().to_string()).collect();
-        let all = files::expand(&crate::read::under(root, value)).len();
-        if all <= through.len() {
-            // Removing only the link would leave a pattern that matches nothing.
-            return format!(
-                " -> through {}, the only file it matches: remove that file and the {kind}= line \
-                 (or this entry of its list); a {kind}= pattern left matching nothing: {}",
-                files.join(", "),
-                empty_glob_does(kind)
-            );
-        }
-        return format!(
-            " -> through {}: remove that file, keep the {kind}= line (it runs the site's others)",
-            files.join(", ")
-        );
-    }
-    match kind {
-        "HealthCheckProgram" => {
-            " -> remove the HealthCheckProgram= line (and HealthCheckInterval=, \
-                                 HealthCheckNodeState= if only it used them)"
-                .to_string()
-        }
-        _ => format!(" -> remove that {kind}= line (or this entry of its list)"),
-    }
-}
-
-/// Whether the Prolog entry `entry` runs `program`.
-fn runs(entry: &str, program: &Path, root: &Path) -> bool {
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    let name = name.as_deref().unwrap_or("");
-    if !name.is_empty() && entry.contains(name) {
-        return true;
-    }
-    let under = |p: &str| crate::read::under(root, p);
-    let want = std::fs::canonicalize(under(&program.display().to_string())).ok();
-    files::expand(&under(entry)).iter().any(|f| {
-        if want.is_some() && std::fs::canonicalize(f).ok() == want {
-            return true;
-        }
-        // A link to the program that is already gone (a second removal attempt) still runs it.
-        if std::fs::read_link(f).is_ok_and(|t| t.to_string_lossy().contains(name)) {
-            return true;
-        }
-        crate::read::small(f, SCRIPT_MAX).is_ok_and(|t| !name.is_empty() && t.contains(name))
-    })
-}
-
-/// `scontrol show config`, bounded by `deadline`, with only `SLURM_CONF` (when given) in its
-/// environment. Err: why there is no answer (no controller, no scontrol, timeout).
-pub fn scontrol_show_config(
-    scontrol: &Path,
-    slurm_conf: Option<&str>,
-    deadline: Duration,
-) -> Result<ShowConfig, String> {
-    let what = format!("{} show config", scontrol.display());
-    let mut spec = Spec::new(scontrol, vec!["show".into(), "config".into()], deadline)
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
-    if let Some(c) = slurm_conf {
-        spec = spec.env("SLURM_CONF", c);
-    }
-    spec.stdout = Output::Tail {
-        max_bytes: show::SHOW_MAX,
-    };
-    spec.stderr = Output::Tail { max_bytes: 4096 };
-    let done = supervise::run(spec).map_err(|e| format!("{what}: {}", e.error))?;
-    let stderr = String::from_utf8_lossy(&done.stderr);
-    let last = stderr.lines().last().unwrap_or("").trim().to_string();
-    match done.ending {
-        Ending::Exited(0) => {
-            let c = ShowConfig::parse(&String::from_utf8_lossy(&done.stdout));
-            if c.is_empty() {
-                Err(format!("{what}: printed no setting"))
-            } else {
-                Ok(c)
-            }
-        }
-        Ending::KilledAtDeadline => {
-            Err(format!("{what}: no answer in {} s", deadline.as_secs_f64()))
-        }
-        Ending::Exited(c) => Err(format!("{what}: exit status {c}: {last}")),
-        Ending::Signaled(s) => Err(format!("{what}: killed by signal {s}")),
     }
 }
 
@@ -555,17 +280,7 @@ pub fn settings_live(
     slurm_conf: Option<&str>,
     deadline: Duration,
 ) -> Result<Settings, String> {
-    scontrol_show_config(scontrol, slurm_conf, deadline).map(|c| Settings::from_show(&c))
-}
-
-/// `PrologEpilogTimeout` as slurmd on this node has it now ([`settings_now`]). `Ok((None, _))`:
-/// unset (no limit); the string says where it came from (`file:line`, else the file).
-pub fn prolog_epilog_timeout_now(
-    root: &Path,
-    slurm_conf: Option<&str>,
-) -> Result<(Option<u64>, String), String> {
-    settings_now(root, slurm_conf)
-        .map(|s| (s.prolog_epilog_timeout, s.origin_of("PrologEpilogTimeout")))
+    show::scontrol_show_config(scontrol, slurm_conf, deadline).map(|c| Settings::from_show(&c))
 }
 
 impl Sources {
@@ -578,7 +293,7 @@ impl Sources {
     ) -> Sources {
         let mut s = Sources::default();
         if let Some(sc) = scontrol {
-            match scontrol_show_config(sc, slurm_conf, deadline) {
+            match show::scontrol_show_config(sc, slurm_conf, deadline) {
                 Ok(c) => s.live = Some(Settings::from_show(&c)),
                 Err(e) => s.live_error = Some(e),
             }
@@ -614,35 +329,11 @@ impl Sources {
     pub fn effective(&self) -> Option<&Settings> {
         self.live.as_ref().or_else(|| self.files.first())
     }
-
-    /// Every place that runs `program` as Prolog= or Epilog=, as `source: Prolog=...`.
-    pub fn running(&self, program: &Path, root: &Path) -> Vec<String> {
-        let mut out = Vec::new();
-        for s in self.live.iter().chain(&self.files) {
-            let health = s.health_check_running(&recheck_beside(program), root);
-            for e in s.entries_running(program, root).into_iter().chain(health) {
-                let at = s
-                    .origin
-                    .iter()
-                    .find(|(k, _)| e.starts_with(k.as_str()))
-                    .map(|(_, o)| o.clone())
-                    .unwrap_or_else(|| s.source.clone());
-                out.push(format!("{at}: {e}{}", what_to_remove(&e, program, root)));
-            }
-        }
-        out
-    }
-
-    /// The directory holding the slurm.conf in use (gres.conf lives beside it).
-    pub fn conf_dir(&self) -> Option<PathBuf> {
-        self.conf
-            .as_ref()
-            .and_then(|c| c.main.parent().map(Path::to_path_buf))
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::entries::{called_programs, reaching};
     use super::*;
     use crate::test_support::scratch_dir;
 
@@ -658,7 +349,7 @@ mod tests {
         for mm in ["22.05", "24.11", "26.05"] {
             let s = Settings::from_show(&ShowConfig::parse(&data(&format!("{mm}-single.txt"))));
             assert_eq!(s.prolog_epilog_timeout, Some(120), "{mm}");
-            assert!(s.has_prolog_flag("alloc"), "{mm}");
+            assert_eq!(s.prolog_flags, ["Alloc"], "{mm}");
             assert_eq!(s.prologs, ["/usr/sbin/nccl-check-prolog"], "{mm}");
             let prog = Path::new("/usr/sbin/nccl-check-prolog");
             assert_eq!(
@@ -799,8 +490,11 @@ mod tests {
             "{r:?}"
         );
         let e = s.effective().expect("settings");
-        assert!(e.has_gres_gpu() && e.has_prolog_flag("Alloc"));
-        assert_eq!(s.conf_dir(), Some(cache));
+        assert!(e.has_gres_gpu() && e.prolog_flags == ["Alloc"]);
+        assert_eq!(
+            s.conf.as_ref().map(|c| c.main.clone()),
+            Some(cache.join("slurm.conf"))
+        );
         std::fs::remove_dir_all(&d).ok();
     }
 
@@ -908,17 +602,16 @@ exec /usr/sbin/nccl-check-prolg --epilog \"$@\"\n",
             "{s:?}"
         );
         // The run-time read takes the same file.
-        let (t, at) = prolog_epilog_timeout_now(&d, None).expect("read");
-        assert_eq!(t, Some(15));
+        let now = settings_now(&d, None).expect("read");
+        assert_eq!(now.prolog_epilog_timeout, Some(15));
+        let at = now.origin_of("PrologEpilogTimeout");
         assert!(at.ends_with("run/slurm/conf/slurm.conf:3"), "{at}");
         // Without a cache the local file is the one in use, and nothing is said.
         std::fs::remove_dir_all(&cache).expect("rm");
         let s = Sources::read(&d, None, None, Duration::from_secs(1));
         assert!(s.notes.is_empty(), "{s:?}");
-        assert_eq!(
-            prolog_epilog_timeout_now(&d, None).expect("read").0,
-            Some(120)
-        );
+        let now = settings_now(&d, None).expect("read");
+        assert_eq!(now.prolog_epilog_timeout, Some(120));
         std::fs::remove_dir_all(&d).ok();
     }
 
@@ -935,10 +628,11 @@ exec /usr/sbin/nccl-check-prolg --epilog \"$@\"\n",
             "ClusterName=c\nPrologEpilogTimeout=65534\n",
         )
         .expect("w");
-        let (t, _) = prolog_epilog_timeout_now(&d, Some("/etc/slurm/slurm.conf")).expect("read");
-        assert_eq!(t, None, "65534 is unset: no limit");
-        let (t, _) = prolog_epilog_timeout_now(&d, None).expect("read");
-        assert_eq!(t, Some(15), "without SLURM_CONF the cache is in use");
+        let t = settings_now(&d, Some("/etc/slurm/slurm.conf")).expect("read");
+        assert_eq!(t.prolog_epilog_timeout, None, "65534 is unset: no limit");
+        let t = settings_now(&d, None).expect("read");
+        let why = "without SLURM_CONF the cache is in use";
+        assert_eq!(t.prolog_epilog_timeout, Some(15), "{why}");
         let w = d.join("wrap.sh");
         std::fs::write(
             &w,
@@ -951,7 +645,7 @@ exec /usr/sbin/nccl-check-prolg --epilog \"$@\"\n",
 
     #[test]
     fn a_missing_scontrol_is_an_error_message() {
-        let e = scontrol_show_config(
+        let e = show::scontrol_show_config(
             Path::new("/nonexistent/scontrol"),
             None,
             Duration::from_secs(2),

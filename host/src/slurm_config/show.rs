@@ -1,7 +1,12 @@
 //! `scontrol show config` as text, in each format Slurm 22.05 to 26.05 prints: `Key = value`
 //! lines after a `Configuration data as of ...` header, lists either as one comma-separated
 //! value (22.05: `Prolog = /a,/b`) or one line per item (24.11+: `Prolog[0] = /a`), `(null)` for
-//! unset, and sections of plugin settings after a blank line (the first occurrence of a key wins).
+//! unset, and sections of plugin settings after a blank line (the first occurrence of a key wins);
+//! and the one bounded call that asks the controller for it ([`scontrol_show_config`]).
+
+use crate::supervise::{self, Ending, Output, Spec};
+use std::path::Path;
+use std::time::Duration;
 
 /// The parsed output: keys in their order, values as printed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -74,6 +79,43 @@ pub fn split_list(v: &str) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+/// `scontrol show config`, bounded by `deadline`, with only `SLURM_CONF` (when given) in its
+/// environment. Err: why there is no answer (no controller, no scontrol, timeout).
+pub fn scontrol_show_config(
+    scontrol: &Path,
+    slurm_conf: Option<&str>,
+    deadline: Duration,
+) -> Result<ShowConfig, String> {
+    let what = format!("{} show config", scontrol.display());
+    let mut spec = Spec::new(scontrol, vec!["show".into(), "config".into()], deadline)
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    if let Some(c) = slurm_conf {
+        spec = spec.env("SLURM_CONF", c);
+    }
+    spec.stdout = Output::Tail {
+        max_bytes: SHOW_MAX,
+    };
+    spec.stderr = Output::Tail { max_bytes: 4096 };
+    let done = supervise::run(spec).map_err(|e| format!("{what}: {}", e.error))?;
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    let last = stderr.lines().last().unwrap_or("").trim().to_string();
+    match done.ending {
+        Ending::Exited(0) => {
+            let c = ShowConfig::parse(&String::from_utf8_lossy(&done.stdout));
+            if c.is_empty() {
+                Err(format!("{what}: printed no setting"))
+            } else {
+                Ok(c)
+            }
+        }
+        Ending::KilledAtDeadline => {
+            Err(format!("{what}: no answer in {} s", deadline.as_secs_f64()))
+        }
+        Ending::Exited(c) => Err(format!("{what}: exit status {c}: {last}")),
+        Ending::Signaled(s) => Err(format!("{what}: killed by signal {s}")),
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! source was readable, and what the pass cost. Written atomically after every pass but a dry run.
 
 use super::{Class, Summary};
+use crate::prom::gauge;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -12,21 +13,17 @@ const SOURCES: [&str; 6] = ["xid", "sxid", "aer", "ib", "kmsg", "driver"];
 
 /// `x.prom` → `x-faults.prom`.
 pub fn path_beside(metrics_file: &Path) -> PathBuf {
-    let stem = metrics_file
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    metrics_file.with_file_name(format!("{stem}-faults.prom"))
+    crate::prom::beside(metrics_file, "faults")
 }
 
 pub fn render(s: &Summary, now_unix: f64) -> String {
     let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_fault_findings Hardware faults new since the previous check, found by \
-         the last nccl-check fault pass (fail = the node was drained)."
+    gauge(
+        &mut t,
+        "nccl_check_fault_findings",
+        "Hardware faults new since the previous check, found by the last nccl-check fault pass \
+         (fail = the node was drained).",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_fault_findings gauge");
     for source in SOURCES {
         for (class, name) in [(Class::Fail, "fail"), (Class::Warn, "warn")] {
             let n = s
@@ -40,12 +37,12 @@ pub fn render(s: &Summary, now_unix: f64) -> String {
             );
         }
     }
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_fault_source_readable Whether the last fault pass could read the source \
-         (kmsg = the kernel log, Xid/SXid; aer; ib)."
+    gauge(
+        &mut t,
+        "nccl_check_fault_source_readable",
+        "Whether the last fault pass could read the source (kmsg = the kernel log, Xid/SXid; \
+         aer; ib).",
     );
-    let _ = writeln!(t, "# TYPE nccl_check_fault_source_readable gauge");
     for src in &s.sources {
         let _ = writeln!(
             t,
@@ -60,32 +57,23 @@ pub fn render(s: &Summary, now_unix: f64) -> String {
             Some(super::Lost::Records(n)) => n,
             _ => 0,
         };
-        let _ = writeln!(
-            t,
-            "# HELP nccl_check_fault_kmsg_lost_records Kernel log records overwritten since the \
-             previous check before the last fault pass read them (a flood can hide an Xid)."
+        gauge(
+            &mut t,
+            "nccl_check_fault_kmsg_lost_records",
+            "Kernel log records overwritten since the previous check before the last fault pass \
+             read them (a flood can hide an Xid).",
         );
-        let _ = writeln!(t, "# TYPE nccl_check_fault_kmsg_lost_records gauge");
         let _ = writeln!(t, "nccl_check_fault_kmsg_lost_records {lost}");
     }
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_fault_pass_seconds Wall time of the last fault pass."
-    );
-    let _ = writeln!(t, "# TYPE nccl_check_fault_pass_seconds gauge");
+    let name = "nccl_check_fault_pass_seconds";
+    gauge(&mut t, name, "Wall time of the last fault pass.");
     let _ = writeln!(
         t,
         "nccl_check_fault_pass_seconds {:.6}",
         s.total_ms / 1000.0
     );
-    let _ = writeln!(
-        t,
-        "# HELP nccl_check_fault_last_pass_timestamp_seconds When the last fault pass ran."
-    );
-    let _ = writeln!(
-        t,
-        "# TYPE nccl_check_fault_last_pass_timestamp_seconds gauge"
-    );
+    let name = "nccl_check_fault_last_pass_timestamp_seconds";
+    gauge(&mut t, name, "When the last fault pass ran.");
     let _ = writeln!(
         t,
         "nccl_check_fault_last_pass_timestamp_seconds {now_unix:.3}"
@@ -103,7 +91,8 @@ pub fn write(metrics_file: &Path, s: &Summary, now_unix: f64) -> std::io::Result
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Finding, Needs, Source};
+    use super::super::summary::{Finding, Source};
+    use super::super::xid::Needs;
     use super::*;
 
     #[test]

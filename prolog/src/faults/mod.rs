@@ -9,248 +9,43 @@
 //! directory.
 
 pub mod aer;
+mod counters;
 pub mod driver;
 pub mod ib;
+mod kernel_log;
 pub mod kmsg;
 pub mod limits;
 pub mod metrics;
 pub mod nvml_driver;
 pub mod read;
+mod summary;
 pub mod xid;
 
-use limits::{AerLimits, IbLimits};
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read as _;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-pub use xid::{Class, Needs};
+use std::path::Path;
+use std::time::Instant;
+use summary::{ms, Memory};
+pub use summary::{Lost, Settings, Summary};
+pub use xid::Class;
 
 /// The position and counters of the last check.
 pub const STATE_FILE: &str = "faults.json";
-/// The kernel log read's own time bound (the whole pass targets < 50 ms).
-const KMSG_TIME: Duration = Duration::from_millis(30);
-/// How long the driver (NVML) is waited for: asked only to confirm a record or after lost
-/// records, and a GPU in a bad state can make NVML block for seconds.
-const DRIVER_TIME: Duration = Duration::from_secs(5);
 /// The largest `faults.json` read back.
 const MAX_STATE: u64 = 4 * 1024 * 1024;
-/// Most findings kept (the first ones decide; the count of the rest is kept).
-const MAX_FINDINGS: usize = 64;
-
-/// What the pass needs from the config.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// `/` in production; a fixture tree in tests (`dev/kmsg`, `proc/...`, `sys/...` under it).
-    pub root: PathBuf,
-    /// The driver's GPU list (`/proc/driver/nvidia/gpus`, config `gpu_info_dir`): with the PCI
-    /// functions of NVIDIA's vendor id under `root`, the devices an Xid or SXid may name.
-    pub gpu_info_dir: PathBuf,
-    pub aer: AerLimits,
-    pub ib: IbLimits,
-    /// Asked what a kernel record implies before it drains ([`nvml_driver::Nvml`]; a fake in tests).
-    pub driver: Arc<dyn driver::Driver>,
-}
-
-/// One fault found.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    pub class: Class,
-    /// "xid", "sxid", "aer" or "ib".
-    pub source: &'static str,
-    /// The PCI address or the port (`mlx5_0/1`).
-    pub subject: String,
-    /// What, with the numbers: `Xid 79 GPU has fallen off the bus`.
-    pub what: String,
-    pub needs: Needs,
-    /// For a kernel record: the driver's state that confirmed it, or why it is not confirmed
-    /// and what to check; for a state read after lost records: why it was read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub evidence: Option<String>,
-}
-
-/// Kernel log records this pass could not judge (`gate.json` → `faults.kmsg_lost`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Lost {
-    /// Overwritten since the last check, before this read got them (the ring turned over).
-    Records(u64),
-    /// The log could not be read at all.
-    Unreadable(String),
-}
-
-/// What one source cost and whether it could be read.
-#[derive(Debug, Clone, Serialize)]
-pub struct Source {
-    pub name: &'static str,
-    pub path: String,
-    pub readable: bool,
-    /// Records, devices or ports read.
-    pub items: usize,
-    pub ms: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-/// The pass's result (`gate.json` → `faults`).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Summary {
-    pub findings: Vec<Finding>,
-    /// Findings beyond the first [`MAX_FINDINGS`].
-    pub more: usize,
-    pub sources: Vec<Source>,
-    /// The whole pass: reading, judging and keeping the position.
-    pub total_ms: f64,
-    /// Of which keeping the position (`faults.json`, written only when it changed, with fsync).
-    pub save_ms: f64,
-    /// Kernel records lost since the last check, or why the log could not be read; None when
-    /// every record since the last check was read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kmsg_lost: Option<Lost>,
-}
-
-/// `faults.json`: what the last check saw.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Memory {
-    boot_id: String,
-    kmsg_seq: Option<u64>,
-    aer: BTreeMap<String, aer::Counts>,
-    ib: BTreeMap<String, ib::Port>,
-}
-
-fn ms(t: Instant) -> f64 {
-    (t.elapsed().as_secs_f64() * 1e5).round() / 100.0
-}
-
-impl Summary {
-    pub fn failed(&self) -> bool {
-        self.findings.iter().any(|f| f.class == Class::Fail)
-    }
-
-    fn add(&mut self, f: Finding) {
-        if self.findings.len() < MAX_FINDINGS {
-            self.findings.push(f);
-        } else {
-            self.more += 1;
-        }
-    }
-
-    /// The drain reason of a fault FAIL: `nccl-check:Xid 79|Xid 79 GPU has fallen off the bus
-    /// on 0000:3b:00: reboot needed (+1 more) (job 42)`; `job` as [`crate::reason`] takes it.
-    pub fn drain_reason(&self, job: Option<&str>) -> Option<String> {
-        let fails: Vec<&Finding> = self
-            .findings
-            .iter()
-            .filter(|f| f.class == Class::Fail)
-            .collect();
-        let first = fails.first()?;
-        let head = first.what.split(' ').take(2).collect::<Vec<_>>().join(" ");
-        let mut sentence = format!("{} on {}", first.what, first.subject);
-        if let Some(e) = &first.evidence {
-            sentence.push_str(&format!(" ({e})"));
-        }
-        if first.needs != Needs::Nothing {
-            sentence.push_str(&format!(": {}", first.needs.words()));
-        }
-        let more = fails.len() - 1 + self.more;
-        if more > 0 {
-            sentence.push_str(&format!(" (+{more} more)"));
-        }
-        let clean = |s: &str| -> String {
-            s.chars()
-                .map(|c| if c.is_control() || c == '|' { ' ' } else { c })
-                .take(160)
-                .collect()
-        };
-        let job = job.map(|j| format!(" (job {j})")).unwrap_or_default();
-        Some(format!(
-            "{}{}|{}{job}",
-            crate::drain::PREFIX,
-            clean(&head),
-            clean(&sentence)
-        ))
-    }
-
-    /// One line for logs: `faults: 2 sources read in 1.3 ms, FAIL: ...` .
-    pub fn line(&self) -> String {
-        let read: Vec<&str> = self
-            .sources
-            .iter()
-            .filter(|s| s.readable)
-            .map(|s| s.name)
-            .collect();
-        let unread: Vec<&str> = self
-            .sources
-            .iter()
-            .filter(|s| !s.readable)
-            .map(|s| s.name)
-            .collect();
-        let found: Vec<String> = self
-            .findings
-            .iter()
-            .take(4)
-            .map(|f| {
-                let class = if f.class == Class::Fail {
-                    "FAIL"
-                } else {
-                    "WARN"
-                };
-                let evidence = f
-                    .evidence
-                    .as_ref()
-                    .map(|e| format!(" ({e})"))
-                    .unwrap_or_default();
-                format!("{class} {} on {}{evidence}", f.what, f.subject)
-            })
-            .collect();
-        format!(
-            "faults: read {} in {:.1} ms{}; {}",
-            if read.is_empty() {
-                "nothing".to_string()
-            } else {
-                read.join(", ")
-            },
-            self.total_ms,
-            if unread.is_empty() {
-                String::new()
-            } else {
-                format!(" (not readable: {})", unread.join(", "))
-            },
-            if found.is_empty() {
-                "nothing found".to_string()
-            } else {
-                found.join("; ")
-            }
-        )
-    }
-}
 
 /// What the last check saw, its bytes (to skip a write that changes nothing), and a problem.
 fn load(state_dir: &Path) -> (Memory, Vec<u8>, Option<String>) {
+    use nccl_check_host::read::{regular, FileError};
     let p = state_dir.join(STATE_FILE);
-    let mut bytes = Vec::new();
-    match read::open_nonblocking(&p) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return (Memory::default(), bytes, None)
+    let bytes = match regular(&p, MAX_STATE, false) {
+        Ok((bytes, _)) => bytes,
+        Err(FileError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return (Memory::default(), Vec::new(), None)
         }
         Err(e) => {
-            return (
-                Memory::default(),
-                bytes,
-                Some(format!("{}: {e}", p.display())),
-            )
+            let problem = format!("{}: {e}", p.display());
+            return (Memory::default(), Vec::new(), Some(problem));
         }
-        Ok(f) => {
-            if let Err(e) = f.take(MAX_STATE).read_to_end(&mut bytes) {
-                return (
-                    Memory::default(),
-                    Vec::new(),
-                    Some(format!("{}: {e}", p.display())),
-                );
-            }
-        }
-    }
+    };
     match serde_json::from_slice(&bytes) {
         Ok(m) => (m, bytes, None),
         Err(e) => (
@@ -258,15 +53,6 @@ fn load(state_dir: &Path) -> (Memory, Vec<u8>, Option<String>) {
             Vec::new(),
             Some(format!("{}: {e}; starting anew", p.display())),
         ),
-    }
-}
-
-/// How much a counter grew; a counter that went back (a reset, a reload) grew by its value.
-fn delta(now: u64, before: u64) -> u64 {
-    if now >= before {
-        now - before
-    } else {
-        now
     }
 }
 
@@ -294,11 +80,11 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
     } else {
         before.kmsg_seq.map(|k| k.saturating_add(1))
     };
-    let src = scan_kmsg(s, (after, expect), problem, &mut now, &mut out);
+    let src = kernel_log::scan_kmsg(s, (after, expect), problem, &mut now, &mut out);
     out.sources.push(src);
-    let src = scan_aer(s, &before, rebooted, &mut now, &mut out);
+    let src = counters::scan_aer(s, &before, rebooted, &mut now, &mut out);
     out.sources.push(src);
-    let src = scan_ib(s, &before, rebooted, &mut now, &mut out);
+    let src = counters::scan_ib(s, &before, rebooted, &mut now, &mut out);
     out.sources.push(src);
     let t = Instant::now();
     if save {
@@ -307,290 +93,6 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
     out.save_ms = ms(t);
     out.total_ms = ms(start);
     out
-}
-
-/// Xid and SXid: the kernel log's records after sequence number `after` (`pos`: `after`, and
-/// the first sequence number expected when no record was lost).
-fn scan_kmsg(
-    s: &Settings,
-    pos: (Option<u64>, Option<u64>),
-    problem: Option<String>,
-    now: &mut Memory,
-    out: &mut Summary,
-) -> Source {
-    let t = Instant::now();
-    let (after, expect) = pos;
-    let path = s.root.join("dev/kmsg");
-    now.kmsg_seq = after;
-    let mut src = Source {
-        name: "kmsg",
-        path: path.display().to_string(),
-        readable: false,
-        items: 0,
-        ms: 0.0,
-        note: problem,
-    };
-    let devices = nvidia_devices(s);
-    match kmsg::scan(
-        &path,
-        after,
-        &pick_driver_record,
-        kmsg::MAX_BYTES,
-        KMSG_TIME,
-    ) {
-        Ok(scan) => {
-            src.readable = true;
-            src.items = scan.records.len();
-            now.kmsg_seq = scan.last_seq.or(after);
-            let (events, not_ours) = driver_events(&scan.records, devices.as_ref());
-            // Lost before this read (the first record is past the expected one) or during it.
-            let lost = match (scan.first_seq, expect) {
-                (Some(first), Some(e)) => first.saturating_sub(e),
-                _ => 0,
-            } + scan.lost;
-            let to_confirm =
-                devices.is_some() && events.iter().any(|(e, _)| xid::assess(e).0 == Class::Fail);
-            let asked = (lost > 0 || to_confirm).then(|| ask_driver(s, devices.as_ref()));
-            if let Some(asked) = asked.as_ref().filter(|_| lost > 0) {
-                out.kmsg_lost = Some(Lost::Records(lost));
-                let what = format!(
-                    "{lost} kernel log records lost since the last check (overwritten before \
-                     they were read: the ring buffer turned over, or was flooded)"
-                );
-                lost_findings(what, &src.path, asked, out);
-            }
-            judge_xids(events, scan.dropped, devices.is_some(), asked.as_ref(), out);
-            // A problem with faults.json first, then what the read left out or ignored.
-            let mut notes: Vec<String> = src.note.take().into_iter().collect();
-            notes.extend(kmsg_notes(&scan));
-            if scan.ignored > 0 {
-                notes.push(format!(
-                    "{} records mention an Xid but are not the NVIDIA driver's own kernel records (a process, file or user message): ignored",
-                    scan.ignored
-                ));
-            }
-            if not_ours > 0 {
-                notes.push(format!(
-                    "{not_ours} Xid/SXid records name a PCI address that is not one of this node's GPUs or NVSwitches: ignored"
-                ));
-            }
-            if !notes.is_empty() {
-                src.note = Some(notes.join("; "));
-            }
-        }
-        Err(e) => {
-            // No record read is no health: the GPUs' own state is all there is to go on.
-            out.kmsg_lost = Some(Lost::Unreadable(e.to_string()));
-            let what = format!("kernel log unreadable ({e}): Xid/SXid records not judged");
-            lost_findings(what, &src.path, &ask_driver(s, devices.as_ref()), out);
-            src.note = Some(format!("{e}"));
-        }
-    }
-    src.ms = ms(t);
-    src
-}
-
-/// What the driver says of every NVIDIA device of this node, or why it cannot be asked.
-fn ask_driver(
-    s: &Settings,
-    devices: Option<&BTreeSet<String>>,
-) -> Result<BTreeMap<String, driver::Answer>, String> {
-    let d = devices.ok_or("this node's GPU list could not be read")?;
-    s.driver
-        .ask(&d.iter().cloned().collect::<Vec<_>>(), DRIVER_TIME)
-}
-
-/// Records were lost or the log is unreadable (`what`): a WARN saying so, with what the driver's
-/// state of every GPU showed instead, and a FAIL for each problem that state has.
-fn lost_findings(
-    what: String,
-    path: &str,
-    asked: &Result<BTreeMap<String, driver::Answer>, String>,
-    out: &mut Summary,
-) {
-    let mut fails = Vec::new();
-    let said = match asked {
-        Err(why) => format!(
-            "the driver's state could not be read instead ({why}): nothing says the GPUs are \
-             healthy; check nvidia-smi -q"
-        ),
-        Ok(answers) => {
-            let gpus = answers
-                .values()
-                .filter(|a| !matches!(a, driver::Answer::Unknown(_)))
-                .count();
-            for (pci, a) in answers {
-                for (p, needs) in driver::persistent_problems(a) {
-                    fails.push(Finding {
-                        class: Class::Fail,
-                        source: "driver",
-                        subject: pci.clone(),
-                        what: format!("GPU state after lost kernel records: {p}"),
-                        needs,
-                        evidence: None,
-                    });
-                }
-            }
-            if gpus == 0 {
-                format!(
-                    "NVML answers for none of this node's {} NVIDIA devices: nothing says the \
-                     GPUs are healthy; check nvidia-smi -q",
-                    answers.len()
-                )
-            } else {
-                format!(
-                    "the driver's state of {gpus} GPUs read instead: {} with a problem",
-                    fails.len()
-                )
-            }
-        }
-    };
-    out.add(Finding {
-        class: Class::Warn,
-        source: "kmsg",
-        subject: path.to_string(),
-        what,
-        needs: Needs::Nothing,
-        evidence: Some(said),
-    });
-    for f in fails {
-        out.add(f);
-    }
-}
-
-/// Evidence is the NVIDIA driver's own record: written by the kernel (facility 0, which no write
-/// to `/dev/kmsg` from user space gets, root's included) and in the driver's whole format from
-/// the message's start. A record that only mentions `Xid (PCI:` is counted and ignored.
-fn pick_driver_record(facility: u32, text: &str) -> kmsg::Pick {
-    if facility == kmsg::KERNEL && xid::parse(text).is_some() {
-        kmsg::Pick::Keep
-    } else if text.contains("Xid (PCI:") {
-        kmsg::Pick::Ignore
-    } else {
-        kmsg::Pick::Skip
-    }
-}
-
-/// This node's NVIDIA devices as `dddd:bb:dd`: the driver's GPU list and every PCI function with
-/// NVIDIA's vendor id (GPUs and NVSwitches). None when neither could be read: then no Xid can be
-/// tied to this node.
-fn nvidia_devices(s: &Settings) -> Option<BTreeSet<String>> {
-    let mut out = BTreeSet::new();
-    let listed = std::fs::read_dir(&s.gpu_info_dir).is_ok();
-    for g in crate::gpus::read(&s.gpu_info_dir) {
-        out.extend(xid::pci_device(&g.bus));
-    }
-    let (pci, readable) = aer::nvidia_functions(&s.root);
-    out.extend(pci.iter().filter_map(|a| xid::pci_device(a)));
-    (listed || readable).then_some(out)
-}
-
-/// What a scan of the kernel log left out, in words (none: it read everything).
-fn kmsg_notes(scan: &kmsg::Scan) -> Option<String> {
-    let mut notes = Vec::new();
-    if let Some(why) = scan.cut_short {
-        notes.push(format!(
-            "stopped at the {why} bound after {} bytes; the rest next check",
-            scan.bytes
-        ));
-    }
-    if scan.lost > 0 {
-        notes.push(format!(
-            "{} records overwritten before they were read",
-            scan.lost
-        ));
-    }
-    if scan.bad_lines > 0 {
-        notes.push(format!(
-            "{} lines that are not log records skipped",
-            scan.bad_lines
-        ));
-    }
-    (!notes.is_empty()).then(|| notes.join("; "))
-}
-
-/// PCIe AER counters of the NVIDIA GPUs and RDMA NICs, against the last pass's.
-fn scan_aer(
-    s: &Settings,
-    before: &Memory,
-    rebooted: bool,
-    now: &mut Memory,
-    out: &mut Summary,
-) -> Source {
-    let t = Instant::now();
-    let (devices, problems) = aer::devices(&s.root);
-    let mut src = Source {
-        name: "aer",
-        path: s.root.join("sys/bus/pci/devices").display().to_string(),
-        readable: problems.is_empty(),
-        items: 0,
-        ms: 0.0,
-        note: problems.first().cloned(),
-    };
-    for d in &devices {
-        match aer::read_device(&s.root, &d.pci) {
-            Ok(Some((c, detail))) => {
-                src.items += 1;
-                let prev = if rebooted {
-                    Some(aer::Counts::default())
-                } else {
-                    before.aer.get(&d.pci).copied()
-                };
-                if let Some(p) = prev {
-                    judge_aer(d, &c, &p, &detail, &s.aer, out);
-                }
-                now.aer.insert(d.pci.clone(), c);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                src.readable = false;
-                src.note.get_or_insert(e);
-            }
-        }
-    }
-    if src.items == 0 && src.note.is_none() {
-        src.note = Some("no NVIDIA GPU or RDMA NIC with AER counters".into());
-    }
-    src.ms = ms(t);
-    src
-}
-
-/// InfiniBand / RoCE ports: state and error counters, against the last pass's.
-fn scan_ib(
-    s: &Settings,
-    before: &Memory,
-    rebooted: bool,
-    now: &mut Memory,
-    out: &mut Summary,
-) -> Source {
-    let t = Instant::now();
-    let (ports, problems) = ib::read_ports(&s.root);
-    let src = Source {
-        name: "ib",
-        path: s.root.join("sys/class/infiniband").display().to_string(),
-        readable: problems.is_empty(),
-        items: ports.len(),
-        ms: 0.0,
-        note: problems
-            .first()
-            .cloned()
-            .or_else(|| ports.is_empty().then(|| "no RDMA port".to_string())),
-    };
-    for p in ports {
-        let prev = before.ib.get(&p.name);
-        if rebooted {
-            let zero = ib::Port {
-                counters: BTreeMap::new(),
-                active: false,
-                ..p.clone()
-            };
-            judge_port(&p, &zero, &s.ib, out);
-        } else if let Some(prev) = prev {
-            judge_port(&p, prev, &s.ib, out);
-        }
-        now.ib.insert(p.name.clone(), p);
-    }
-    Source { ms: ms(t), ..src }
 }
 
 /// Keeps the new position and counters in `faults.json` when they changed; a write that fails
@@ -607,175 +109,14 @@ fn keep(state_dir: &Path, now: &Memory, before_bytes: &[u8], out: &mut Summary) 
     }
 }
 
-/// The driver's records of this node's devices, those of one device and code as one event
-/// with a count; and how many named a device that is not this node's (ignored). With
-/// `devices` unknown, every record is kept (and judged a WARN).
-fn driver_events(
-    records: &[kmsg::Record],
-    devices: Option<&BTreeSet<String>>,
-) -> (Vec<(xid::Event, usize)>, usize) {
-    let mut seen: Vec<(xid::Event, usize)> = Vec::new();
-    let mut not_ours = 0;
-    for r in records {
-        let Some(e) = xid::parse(&r.text).filter(|_| r.facility == kmsg::KERNEL) else {
-            continue;
-        };
-        if let Some(d) = devices {
-            if !xid::pci_device(&e.pci).is_some_and(|p| d.contains(&p)) {
-                not_ours += 1;
-                continue;
-            }
-        }
-        match seen
-            .iter_mut()
-            .find(|(s, _)| s.kind == e.kind && s.code == e.code && s.pci == e.pci)
-        {
-            Some((_, n)) => *n += 1,
-            None => seen.push((e, 1)),
-        }
-    }
-    // FAILs first: they decide the drain reason.
-    seen.sort_by_key(|(e, _)| xid::assess(e).0 != Class::Fail);
-    (seen, not_ours)
-}
-
-/// Each event judged: a FAIL of the catalog's drains only when the driver's state (`asked`)
-/// confirms it, else it is a WARN naming what to check. With the devices unknown, nothing
-/// drains: each event is a WARN that says why it was not judged.
-fn judge_xids(
-    events: Vec<(xid::Event, usize)>,
-    dropped: usize,
-    devices_known: bool,
-    asked: Option<&Result<BTreeMap<String, driver::Answer>, String>>,
-    out: &mut Summary,
-) {
-    for (e, n) in events {
-        let (mut class, mut needs, mut meaning) = xid::assess(&e);
-        let mut evidence = None;
-        if !devices_known {
-            class = Class::Warn;
-            meaning.push_str(
-                " (not judged: this node's GPU list could not be read, so the address cannot be tied to it)",
-            );
-        } else if class == Class::Fail {
-            let no_answer = Err("the driver was not asked".to_string());
-            match driver::confirm(&e, asked.unwrap_or(&no_answer)) {
-                driver::Confirmation::Confirmed(state, by_state) => {
-                    evidence = Some(state);
-                    if needs == Needs::Nothing {
-                        needs = by_state;
-                    }
-                }
-                driver::Confirmation::Unconfirmed(why) => {
-                    class = Class::Warn;
-                    evidence = Some(why);
-                }
-            }
-        }
-        let (source, kind) = match e.kind {
-            xid::Kind::Xid => ("xid", "Xid"),
-            xid::Kind::SXid => ("sxid", "SXid"),
-        };
-        let times = if n > 1 {
-            format!(" (x{n})")
-        } else {
-            String::new()
-        };
-        out.add(Finding {
-            class,
-            source,
-            subject: e.pci.clone(),
-            what: format!("{kind} {} {meaning}{times}", e.code),
-            needs,
-            evidence,
-        });
-    }
-    out.more += dropped;
-}
-
-fn judge_aer(
-    d: &aer::Device,
-    now: &aer::Counts,
-    before: &aer::Counts,
-    detail: &BTreeMap<String, u64>,
-    l: &AerLimits,
-    out: &mut Summary,
-) {
-    let types: Vec<String> = detail
-        .iter()
-        .take(3)
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
-    let types = if types.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", types.join(", "))
-    };
-    for (what, n, b, limit, with_types) in [
-        ("fatal", now.fatal, before.fatal, l.fatal, true),
-        ("nonfatal", now.nonfatal, before.nonfatal, l.nonfatal, true),
-        (
-            "correctable",
-            now.correctable,
-            before.correctable,
-            l.correctable,
-            false,
-        ),
-    ] {
-        let grew = delta(n, b);
-        if grew > limit {
-            out.add(Finding {
-                class: Class::Fail,
-                source: "aer",
-                subject: format!("{} {}", d.role, d.pci),
-                what: format!(
-                    "AER {what} +{grew} > {limit}{}",
-                    if with_types { types.as_str() } else { "" }
-                ),
-                needs: Needs::Nothing,
-                evidence: None,
-            });
-        }
-    }
-}
-
-fn judge_port(now: &ib::Port, before: &ib::Port, l: &IbLimits, out: &mut Summary) {
-    let kind = if now.link_layer == "Ethernet" {
-        "RoCE"
-    } else {
-        "IB"
-    };
-    if before.active && !now.active {
-        out.add(Finding {
-            class: Class::Fail,
-            source: "ib",
-            subject: now.name.clone(),
-            what: format!("{kind} link down (ACTIVE at the last check)"),
-            needs: Needs::Nothing,
-            evidence: None,
-        });
-    }
-    for c in ib::COUNTERS {
-        let (Some(&n), Some(limit)) = (now.counters.get(c), l.of(c)) else {
-            continue;
-        };
-        let grew = delta(n, before.counters.get(c).copied().unwrap_or(0));
-        if grew > limit {
-            out.add(Finding {
-                class: Class::Fail,
-                source: "ib",
-                subject: now.name.clone(),
-                what: format!("{kind} {c} +{grew} > {limit}"),
-                needs: Needs::Nothing,
-                evidence: None,
-            });
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use limits::{AerLimits, IbLimits};
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use xid::Needs;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/faults");
 

@@ -5,7 +5,6 @@
 //! root's, mode 0444 or 0644), so a counter is the kernel's or the device's word, never a user's.
 
 use std::fs::{File, OpenOptions};
-use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -22,19 +21,10 @@ pub fn open_nonblocking(path: &Path) -> std::io::Result<File> {
 
 /// The text of a small regular file (lossy UTF-8), or why not.
 pub fn small(path: &Path) -> Result<String, String> {
-    let f = open_nonblocking(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let md = f
-        .metadata()
+    let (bytes, md) = nccl_check_host::read::regular(path, MAX_SMALL, false)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !md.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
-    }
     writable_by_others(&md).map_err(|why| format!("{}: {why}: not evidence", path.display()))?;
-    let mut buf = Vec::new();
-    f.take(MAX_SMALL)
-        .read_to_end(&mut buf)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(String::from_utf8_lossy(&buf).into_owned())
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Err when a user other than root and this process could have written the file.

@@ -4,7 +4,7 @@
 use super::{now_unix, Gate, Places};
 use crate::decide::{self, Found};
 use crate::status::{GateState, Status};
-use crate::{cache, drain, faults, metrics, words};
+use crate::{cache, drain, faults, words};
 use nccl_check_contract::verdict::Verdict;
 use std::path::Path;
 
@@ -95,30 +95,11 @@ impl Gate<'_> {
         );
         self.log.error(&msg);
         let st = Status {
-            state: GateState::Fail,
-            message: msg.clone(),
-            node,
-            job: self.facts.job.clone(),
-            time_unix: now_unix(),
             drain_reason: Some(reason),
             drain: Some(said),
-            run_dir: None,
-            context: self.mode.as_str(),
-            faults: None,
-            metrics_error: None,
+            ..self.status(GateState::Fail, &msg)
         };
-        let empty = Default::default();
-        let sample = metrics::Sample {
-            gate: GateState::Fail,
-            verdict: Some(Verdict::Fail),
-            exit_code: None,
-            avg_busbw: &empty,
-            margins: &empty,
-            finished_unix: now_unix(),
-            duration_s: 0.0,
-            cache_seconds: Some(self.cfg.cache_seconds),
-        };
-        self.publish(places, &st, &sample);
+        self.publish_unmeasured(places, &st, Some(Verdict::Fail));
         self.finish(a, &msg)
     }
 }

@@ -2,7 +2,7 @@
 //! processes on them, then the consequences of the verdict in order: the cache, the drain, the
 //! resume of our own drain, the line and `gate.json`.
 
-use super::{now_unix, Gate, Places};
+use super::{now_unix, Gate, Places, RunKeys};
 use crate::budget::Deadline;
 use crate::decide::{self, Actions, CacheAction, Mode, Whose};
 use crate::drain::{self, DrainOutcome};
@@ -17,16 +17,6 @@ use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
 use std::path::Path;
 use std::time::Duration;
-
-/// What the cache is keyed by and where the run writes: the same for every stage of one run.
-pub(super) struct RunKeys<'k> {
-    pub places: &'k Places,
-    pub state_dir: &'k Path,
-    pub slurm: &'k drain::Slurm,
-    pub fingerprint: &'k str,
-    pub start: f64,
-    pub whom: &'k str,
-}
 
 /// The worker's run, judged: the verdict after strays, and what to say and do about it.
 struct Judged<'r> {
@@ -367,17 +357,10 @@ impl Gate<'_> {
             (Verdict::Error, None) => GateState::Error,
         };
         let st = Status {
-            state: gate,
-            message: msg.to_string(),
-            node: self.facts.node.clone(),
-            job: self.facts.job.clone(),
-            time_unix: now_unix(),
             drain_reason: j.drain_reason.clone(),
             drain,
             run_dir: Some(dir.path.clone()),
-            context: self.mode.as_str(),
-            faults: None,
-            metrics_error: None,
+            ..self.status(gate, msg)
         };
         let empty = Default::default();
         let margins = j.report.map(Report::margins).unwrap_or_default();

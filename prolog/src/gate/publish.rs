@@ -38,31 +38,17 @@ impl Gate<'_> {
         }
     }
 
-    /// [`Self::publish`] for a run that measured nothing (skipped, or a setup error before the
-    /// worker): no drain, no run directory, no numbers.
+    /// [`Self::publish`] for a run that measured nothing (skipped, a setup error before the
+    /// worker, a hardware fault's FAIL): no run directory, no numbers.
     pub(super) fn publish_unmeasured(
         &mut self,
         places: &Places,
-        gate: GateState,
+        st: &Status,
         verdict: Option<Verdict>,
-        msg: &str,
     ) {
-        let st = Status {
-            state: gate,
-            message: msg.to_string(),
-            node: self.facts.node.clone(),
-            job: self.facts.job.clone(),
-            time_unix: now_unix(),
-            drain_reason: None,
-            drain: None,
-            run_dir: None,
-            context: self.mode.as_str(),
-            faults: None, // publish() fills in this run's faults and metrics_error
-            metrics_error: None,
-        };
         let empty = Default::default();
         let sample = metrics::Sample {
-            gate,
+            gate: st.state,
             verdict,
             exit_code: None,
             avg_busbw: &empty,
@@ -71,7 +57,7 @@ impl Gate<'_> {
             duration_s: 0.0,
             cache_seconds: Some(self.cfg.cache_seconds),
         };
-        self.publish(places, &st, &sample);
+        self.publish(places, st, &sample);
     }
 
     /// Nothing to check is never silent: gate.json says `skipped` and why, the metric too, and
@@ -98,7 +84,7 @@ impl Gate<'_> {
         };
         self.log.info(&msg);
         if !self.dry_run {
-            self.publish_unmeasured(places, GateState::Skipped, None, &msg);
+            self.publish_unmeasured(places, &self.status(GateState::Skipped, &msg), None);
         }
         let a = decide::decide(self.mode, Found::NothingToCheck, self.policy(), false);
         self.finish(a, &msg)
@@ -117,7 +103,8 @@ impl Gate<'_> {
         if self.dry_run {
             words::print_plan(&self.facts.node, &a, None);
         } else {
-            self.publish_unmeasured(places, GateState::Error, Some(Verdict::Error), &msg);
+            let st = self.status(GateState::Error, &msg);
+            self.publish_unmeasured(places, &st, Some(Verdict::Error));
         }
         self.finish(a, &msg)
     }

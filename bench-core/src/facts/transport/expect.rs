@@ -26,8 +26,8 @@ pub struct TransportFinding {
 }
 
 /// Holds the summary against the expectation. `same_node(a, b)` says whether ranks a and b run
-/// on one node (the caller knows: from Slurm or the rendezvous; [`TransportSummary::same_host`]
-/// is a fallback). Paths NCCL never connected are not judged (a ring connects neighbours only).
+/// on one node (the caller knows: from Slurm or the rendezvous; NCCL's host names do not, since
+/// `NCCL_HOSTID` makes one host look like several nodes). Paths NCCL never connected are not judged (a ring connects neighbours only).
 /// An empty summary gives no findings: check [`TransportSummary::has_connections`] first.
 pub fn check_transports(
     summary: &TransportSummary,

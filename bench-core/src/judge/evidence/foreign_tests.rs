@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::facts::gpu_health::GpuHealth;
-use crate::judge::overall::judge_by;
+use crate::judge::overall::tests::judge_by;
 use crate::measure::gpu::GpuInfo;
 use crate::measure::rows::{Ends, PairRow};
 use crate::meet::rendezvous::Member;

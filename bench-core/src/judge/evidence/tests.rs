@@ -3,7 +3,7 @@ use crate::facts::gpu_health::{GpuHealth, NvLinks};
 use crate::facts::host_load::HostLoad;
 use crate::facts::net::{Kind, NetFacts, Port};
 use crate::facts::node::NodeFacts;
-use crate::judge::overall::judge_by;
+use crate::judge::overall::tests::judge_by;
 use crate::measure::gpu::GpuInfo;
 use crate::measure::rows::{Ends, PairRow, Placement};
 use crate::meet::rendezvous::Member;

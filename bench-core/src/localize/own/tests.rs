@@ -251,7 +251,7 @@ fn exchanged(mine: &[Vec<OwnFinding>], include_own: bool) -> Vec<Vec<NodeFinding
 mod every_process {
     use super::*;
     use crate::facts::gpu_health::GpuHealth;
-    use crate::judge::overall::judge_by;
+    use crate::judge::overall::tests::judge_by;
     use crate::measure::gpu::GpuInfo;
     use crate::meet::rendezvous::Member;
     use crate::model::localization::LocalizeSummary;
