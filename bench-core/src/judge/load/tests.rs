@@ -156,6 +156,16 @@ fn the_decision_table_of_load_and_outliers() {
             vec![HostBusy; 3],
         ),
         (Load::All, vec![], vec![], vec![HostBusy; 4]),
+        // e2's own worker starved under the shared load: its outlier is its starvation's.
+        (
+            Load::All,
+            vec![
+                reading(WorkerStarved, node("e2")),
+                reading(NodeSlow, node("e2")),
+            ],
+            vec![busy("e2")],
+            vec![HostBusy; 3],
+        ),
         // Load on e2 alone: e2's readings are its host's, never its NIC; this node's links are
         // not on e2's path.
         (
