@@ -215,11 +215,16 @@ pub fn weigh(reasons: Vec<Reason>, c: &Conditions) -> (Vec<Reason>, Vec<Reason>)
             }
         }
     }
-    // Every busy host the verdict does not already name is said, this node's first: a node
-    // busy by others whose readings stayed within their limits (or within the run's noise of
-    // them) is still a busy host, named as such in every node's report (16 emulated nodes with
-    // one node's CPUs loaded: its readings 2% under the limit, inside the run's 3% noise, and
-    // the coordinator's report had said nothing of its host).
+    let warnings = unexplained_busy_warnings(c, &busy, &explained);
+    (explained.into_iter().chain(kept).collect(), warnings)
+}
+
+/// Every busy host the verdict does not already name, this node's first: a node busy by others
+/// whose readings stayed within their limits (or within the run's noise of them) is still a
+/// busy host, named as such in every node's report (16 emulated nodes with one node's CPUs
+/// loaded: its readings 2% under the limit, inside the run's 3% noise, and the coordinator's
+/// report had said nothing of its host).
+fn unexplained_busy_warnings(c: &Conditions, busy: &[&str], explained: &[Reason]) -> Vec<Reason> {
     let mut unexplained: Vec<&str> = busy
         .iter()
         .copied()
@@ -229,14 +234,13 @@ pub fn weigh(reasons: Vec<Reason>, c: &Conditions) -> (Vec<Reason>, Vec<Reason>)
         })
         .collect();
     unexplained.sort_by_key(|n| *n != c.here);
-    let warnings = (unexplained.iter())
+    (unexplained.iter())
         .filter_map(|n| c.busy_reason(n))
         .map(|mut w| {
             w.message += " (the check's numbers were not slowed below their floors by it)";
             w
         })
-        .collect();
-    (explained.into_iter().chain(kept).collect(), warnings)
+        .collect()
 }
 
 #[cfg(test)]

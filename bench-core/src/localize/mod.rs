@@ -32,8 +32,6 @@
 //!   matchings a round (one a rail), judged only against its own pairs' median; a slow pair is
 //!   measured once more (`PathRetest`) and named when both its nodes are fast with most of their
 //!   other partners (`paths`). A healthy check runs the alltoall and no pair round.
-//! - The full pair matrix (`LocalizePlan::FullMatrix`, `pairs::rounds`) stays available on request: N-1
-//!   rounds at the pair size, whatever B and the alltoall say, judged by the same rule as screening.
 //!
 //! # Why it does not grow with N
 //! Each round measures up to N/2 node pairs in parallel, so screening costs 2-3 rounds whatever N
@@ -66,7 +64,7 @@
 //!   it is found only through the alltoall beside B (4..=32 nodes), so only when it slows an
 //!   alltoall, i.e. when it carries less than about 1/(N-1) of a node's NIC rate (a flow's share);
 //!   a path slower than its ring neighbours but above that share slows no alltoall job and is not
-//!   named (`LocalizePlan::FullMatrix` still compares every pair at the pair size). Above 32 nodes
+//!   named. Above 32 nodes
 //!   no alltoall runs. Among the tournament's pairs, a node slow with most of its partners is not
 //!   told apart from a slow path of its: none of its pairs is named (screening and B judge nodes).
 //! - A suspect whose confirmation partner happens to share a second, independent link fault.
@@ -163,14 +161,6 @@ pub struct Round {
     pub groups: Vec<Group>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LocalizePlan {
-    /// Screening of B's ring edges, then suspects against cleared nodes (the default).
-    Adaptive,
-    /// Every node pair, rail-wise (N-1 rounds; N when N is odd), whatever B says.
-    FullMatrix,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalizeConfig {
     /// Slow = below this fraction of the reference (defaults.toml `[outliers] fraction`).
@@ -180,7 +170,6 @@ pub struct LocalizeConfig {
     /// ring needs: two bad nodes among 8 slow half of its edges.
     pub reference_quantile: f64,
     pub floors: PairFloors,
-    pub plan: LocalizePlan,
     /// A slow node pair whose ends are both fast with their other partners is measured once
     /// more before it is named (defaults.toml `[outliers] retest`): one slow reading of one
     /// path is as often noise as a bad link (8 emulated nodes on one H100: 4 of 10 healthy
@@ -201,7 +190,6 @@ impl Default for LocalizeConfig {
             fraction: 0.85,
             reference_quantile: 0.75,
             floors: PairFloors::default(),
-            plan: LocalizePlan::Adaptive,
             retest: true,
             paths: false,
             paths_above: None,

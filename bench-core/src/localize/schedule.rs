@@ -5,8 +5,7 @@
 use super::assess::{self, Assessment, Inputs, Measured};
 use super::paths::{checks_paths, Paths};
 use super::{
-    round_cap, Group, LocalizeConfig, LocalizeError, LocalizePlan, LocalizeVerdict, Round,
-    MAX_GPUS, MAX_NODES,
+    round_cap, Group, LocalizeConfig, LocalizeError, LocalizeVerdict, Round, MAX_GPUS, MAX_NODES,
 };
 use crate::model::localization::Phase;
 use std::collections::HashSet;
@@ -126,11 +125,7 @@ impl Localizer {
                 ),
                 Stage::Allocation => (Phase::Allocation, vec![Group::Allocation]),
                 Stage::NodeRounds { next } if next < self.node_rounds.len() => {
-                    let phase = match self.cfg.plan {
-                        LocalizePlan::Adaptive => Phase::Screen,
-                        LocalizePlan::FullMatrix => Phase::Matrix,
-                    };
-                    (phase, self.rail_wise(&self.node_rounds[next]))
+                    (Phase::Screen, self.rail_wise(&self.node_rounds[next]))
                 }
                 Stage::NodeRounds { .. } => {
                     self.stage = if self.cfg.retest {
@@ -200,16 +195,11 @@ impl Localizer {
                 let below = self.cfg.floors.allocation.is_some_and(|f| results[0] < f);
                 let screen = below || self.cfg.floors.allocation.is_none();
                 self.allocation = Some((results[0], below));
-                self.stage = match (self.cfg.plan, screen) {
-                    (LocalizePlan::FullMatrix, _) => {
-                        self.node_rounds = crate::model::pairs::rounds(self.n);
-                        Stage::NodeRounds { next: 0 }
-                    }
-                    (LocalizePlan::Adaptive, true) => {
-                        self.node_rounds = ring_rounds(self.n);
-                        Stage::NodeRounds { next: 0 }
-                    }
-                    (LocalizePlan::Adaptive, false) => Stage::Done,
+                self.stage = if screen {
+                    self.node_rounds = ring_rounds(self.n);
+                    Stage::NodeRounds { next: 0 }
+                } else {
+                    Stage::Done
                 };
             }
             Phase::Paths | Phase::PathRetest => {
@@ -278,7 +268,6 @@ impl Localizer {
             let pairs = self.pairs.iter().map(|m| m.busbw);
             let wanted = (self.cfg.paths
                 || super::paths::slow_against_pairs(self.cfg.paths_above, pairs))
-                && self.cfg.plan == LocalizePlan::Adaptive
                 && checks_paths(self.n)
                 && assess::findings(&self.inputs()).is_empty();
             self.paths = Some(
@@ -296,17 +285,14 @@ impl Localizer {
     }
 
     fn after_node_rounds(&self) -> Stage {
-        match self.cfg.plan {
-            LocalizePlan::FullMatrix => Stage::Done,
-            LocalizePlan::Adaptive if self.n == 2 && self.g >= 2 => {
-                let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
-                if a.undecided(&self.local_bad).is_empty() {
-                    Stage::Done
-                } else {
-                    Stage::CrossRail
-                }
-            }
-            LocalizePlan::Adaptive => Stage::Confirm,
+        if self.n != 2 || self.g < 2 {
+            return Stage::Confirm;
+        }
+        let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
+        if a.undecided(&self.local_bad).is_empty() {
+            Stage::Done
+        } else {
+            Stage::CrossRail
         }
     }
 

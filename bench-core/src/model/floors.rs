@@ -209,7 +209,7 @@ mod localization_tests {
     use super::Floors;
     use crate::config::worker::WorkerConfig;
     use crate::localize::sim::{self, Fabric, Fault};
-    use crate::localize::{Code, LocalizeConfig, LocalizePlan, LocalizeVerdict, Localizer};
+    use crate::localize::{Code, LocalizeConfig, LocalizeVerdict, Localizer};
     use crate::model::thresholds::GpuKey;
     use std::path::Path;
 
@@ -243,7 +243,6 @@ mod localization_tests {
         LocalizeConfig {
             fraction: c.outliers.fraction,
             floors: floors.localization(MIB_256, true, Some(("all_reduce", MIB_256))),
-            plan: LocalizePlan::Adaptive,
             ..LocalizeConfig::default()
         }
     }

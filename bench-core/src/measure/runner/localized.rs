@@ -17,7 +17,7 @@ use crate::localize::conduct::{
     decide_here, follow, keeper, slots, Conductor, ConductorStep, FollowError, Place,
 };
 use crate::localize::layout::Layout;
-use crate::localize::{LocalizeConfig, LocalizePlan, Localizer};
+use crate::localize::{LocalizeConfig, Localizer};
 use crate::measure::rows::PairRow;
 use crate::model::datatype::{DataType, RedOp};
 use crate::model::floors::PairFloors;
@@ -318,7 +318,6 @@ impl Measurer<'_> {
                 !rows.is_empty(),
                 allocation.map(|(c, size, _)| (c, size)),
             ),
-            plan: LocalizePlan::Adaptive,
             retest: self.opts().config.outliers.retest,
             ..LocalizeConfig::default()
         }
