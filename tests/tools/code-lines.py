@@ -24,7 +24,11 @@ def counted(path: str) -> bool:
     return not (p.name == "tests.rs" or p.name.endswith(("_tests.rs", "_test.rs")))
 
 
-TEST_MOD_FILE = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
+# A module compiled only for tests: `#[cfg(test)]`, `#[cfg(all(test, feature = ...))]` (tests of a
+# feature build) or `#[cfg(any(test, feature = "test-support"))]` (helpers other crates' tests
+# use; no product build turns that feature on).
+TEST_CFG = r"#\[cfg\((?:test|all\(test\b[^\]]*\)|any\(test\s*,\s*feature\s*=\s*\"test-support\"\s*\))\)\]"
+TEST_MOD_FILE = re.compile(TEST_CFG + r"\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
 
 
 def test_module_files(path: str, text: str) -> set:
@@ -69,6 +73,9 @@ def selftest() -> None:
     assert test_module_files("a/src/judge/mod.rs", decl) >= {"a/src/judge/table.rs", "a/src/judge/other.rs"}
     assert "a/src/judge/real.rs" not in test_module_files("a/src/judge/mod.rs", decl)
     assert test_module_files("a/src/model/thresholds.rs", decl) >= {"a/src/model/thresholds/table.rs"}
+    feat = '#[cfg(all(test, feature = "gpu"))]\nmod trip;\n#[cfg(any(test, feature = "test-support"))]\npub mod support;\n#[cfg(feature = "gpu")]\nmod gpu;\n'
+    got = test_module_files("a/src/lib.rs", feat)
+    assert {"a/src/trip.rs", "a/src/support.rs"} <= got and "a/src/gpu.rs" not in got, got
     print("code-lines.py: selftest passed")
 
 
