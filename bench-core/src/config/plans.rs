@@ -12,7 +12,9 @@ use std::path::Path;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPlan {
-    description: Option<String>,
+    /// Accepted as the admin's note on the plan; nothing reads it.
+    #[serde(rename = "description")]
+    _description: Option<String>,
     steps: Vec<RawStep>,
 }
 
@@ -33,8 +35,6 @@ struct RawStep {
 
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub name: String,
-    pub description: String,
     pub steps: Vec<Step>,
 }
 
@@ -42,7 +42,7 @@ pub struct Plan {
 pub(super) fn resolve_plan(
     path: &Path,
     text: &str,
-    name: String,
+    name: &str,
     p: RawPlan,
 ) -> Result<Plan, ConfigError> {
     if p.steps.is_empty() {
@@ -55,13 +55,9 @@ pub(super) fn resolve_plan(
     }
     let mut steps = Vec::new();
     for (i, s) in p.steps.into_iter().enumerate() {
-        steps.push(plan_step(path, text, &name, i, s)?);
+        steps.push(plan_step(path, text, name, i, s)?);
     }
-    Ok(Plan {
-        name,
-        description: p.description.unwrap_or_default(),
-        steps,
-    })
+    Ok(Plan { steps })
 }
 
 /// One step of a plan: either the pair matrix or one collective over a doubling size range.

@@ -213,7 +213,7 @@ fn validate(
     }
     let mut plans = BTreeMap::new();
     for (name, p) in raw.plans {
-        let p = resolve_plan(path, text, name.clone(), p)?;
+        let p = resolve_plan(path, text, &name, p)?;
         plans.insert(name, p);
     }
     Ok(Validated {
