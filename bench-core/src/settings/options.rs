@@ -48,7 +48,6 @@ pub struct Options {
     pub setup: Option<String>,
     /// The steps to run: the plan's, or one per command-line collective.
     pub steps: Vec<Step>,
-    pub plan: String,
     pub config: WorkerConfig,
     pub explain_thresholds: bool,
     /// `--gpu-model NAME --gpus N`: explain for this model and GPU count, asking no GPU.
@@ -283,7 +282,6 @@ fn validate(
         env: environment.clone(),
         setup: env("NCCL_CHECK_SETUP"),
         steps,
-        plan: raw.plan,
         config,
         explain_thresholds: raw.explain_thresholds,
         gpu_model,
