@@ -29,8 +29,8 @@ mod loading;
 mod meeting;
 
 use loading::{explain_check, identify, load, read_gpus, Loaded, Loading};
+pub use meeting::rendezvous_setup;
 use meeting::{meet, GpuThreads, Meeting};
-pub use meeting::{rendezvous_deadline, rendezvous_setup};
 
 /// How a run ended without error.
 pub enum Ran {
@@ -603,7 +603,7 @@ mod tests {
     #[test]
     fn the_rendezvous_ends_a_tenth_of_the_budget_early_between_1_and_5_s() {
         let d = Instant::now() + Duration::from_secs(100);
-        let at = |t: u64| d - rendezvous_deadline(d, Duration::from_secs(t));
+        let at = |t: u64| d - meeting::rendezvous_deadline(d, Duration::from_secs(t));
         assert_eq!(at(40), Duration::from_secs(4));
         assert_eq!(at(120), Duration::from_secs(5));
         assert_eq!(at(5), Duration::from_secs(1));

@@ -232,13 +232,6 @@ pub struct LocalizeVerdict {
     pub allocation_busbw: Option<f64>,
 }
 
-impl LocalizeVerdict {
-    #[cfg(test)]
-    pub fn pass(&self) -> bool {
-        self.findings.is_empty()
-    }
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub enum LocalizeError {
     Shape { nodes: usize, gpus: usize },

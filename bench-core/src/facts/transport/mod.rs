@@ -30,8 +30,8 @@
 mod expect;
 mod log;
 
-pub use expect::{check_transports, TransportFinding};
-pub use log::{parse_channel_line, parse_log};
+pub use expect::check_transports;
+pub use log::parse_log;
 
 use crate::measure::rows::Name;
 use nccl_check_contract::report::culprit::Culprit;
@@ -318,6 +318,7 @@ impl TransportInfo {
 
 #[cfg(test)]
 mod tests {
+    use super::log::parse_channel_line;
     use super::*;
     use crate::config::network::{NetExpect, TransportExpectation};
 

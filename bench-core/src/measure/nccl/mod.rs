@@ -16,6 +16,6 @@ mod pending;
 
 pub use comm::{Comm, Connecting, WaitError};
 pub use error::{NcclError, IN_PROGRESS};
-pub use library::{LoadError, Nccl, UniqueId};
+pub use library::{Nccl, UniqueId};
 pub use ops::Issue;
 pub use pending::PendingComm;
