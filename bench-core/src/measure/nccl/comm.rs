@@ -85,15 +85,12 @@ impl<'a> Comm<'a> {
         if rc != 0 && rc != IN_PROGRESS {
             return Err(nccl.error(rc, "ncclCommInitRankConfig", raw));
         }
-        Ok(Connecting(Comm {
-            nccl,
-            raw,
-            deadline,
-        }))
+        Ok(Connecting(Comm::of(nccl, raw, deadline)))
     }
 
-    /// A communicator whose blocking init returned on another thread (`pending`).
-    pub(super) fn from_ready(nccl: &'a Nccl, raw: RawComm, deadline: Instant) -> Comm<'a> {
+    /// The communicator of `raw`, a handle NCCL returned: an init started or done (here or on
+    /// another thread, `pending`), a split's child.
+    pub(super) fn of(nccl: &'a Nccl, raw: RawComm, deadline: Instant) -> Comm<'a> {
         Comm {
             nccl,
             raw,
@@ -116,11 +113,7 @@ impl<'a> Comm<'a> {
         let rc =
             unsafe { (nccl.init_rank_config)(&mut raw, nranks as i32, id, rank as i32, &mut cfg) };
         nccl.check(rc, "ncclCommInitRankConfig", raw)?;
-        Ok(Comm {
-            nccl,
-            raw,
-            deadline,
-        })
+        Ok(Comm::of(nccl, raw, deadline))
     }
 
     /// A blocking communicator over the same ranks, split from this one.
@@ -163,11 +156,7 @@ impl<'a> Comm<'a> {
             Ok(raw) => raw,
             Err(e) => return Some(Err(e)),
         };
-        let child = Comm {
-            nccl: self.nccl,
-            raw,
-            deadline: self.deadline,
-        };
+        let child = Comm::of(self.nccl, raw, self.deadline);
         Some(child.wait_ready().map(|()| child).map_err(|e| match e {
             WaitError::Nccl(e) => e,
             WaitError::Deadline | WaitError::Stopped => NcclError {

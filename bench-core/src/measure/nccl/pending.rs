@@ -77,7 +77,7 @@ impl PendingComm {
                 return Err(WaitError::Deadline);
             }
             match self.rx.recv_timeout(left.min(Duration::from_millis(5))) {
-                Ok(Ok(Handed(raw))) => return Ok(Comm::from_ready(self.nccl, raw, self.deadline)),
+                Ok(Ok(Handed(raw))) => return Ok(Comm::of(self.nccl, raw, self.deadline)),
                 Ok(Err(e)) => return Err(WaitError::Nccl(e)),
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(WaitError::Nccl(NcclError {
