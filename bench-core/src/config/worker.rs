@@ -110,6 +110,14 @@ impl WorkerConfig {
         Self::from_texts(admin.as_ref().map(|(p, t)| (p.as_path(), t.as_str())))
     }
 
+    /// The plan called `name`; else the error that lists the plans there are.
+    pub fn plan(&self, name: &str) -> Result<&Plan, String> {
+        self.plans.get(name).ok_or_else(|| {
+            let names: Vec<&str> = self.plans.keys().map(String::as_str).collect();
+            format!("unknown plan '{name}' (plans: {})", names.join(", "))
+        })
+    }
+
     /// The defaults merged with an admin file's text (for tests and `load`).
     pub fn from_texts(admin: Option<(&Path, &str)>) -> Result<WorkerConfig, ConfigError> {
         let defaults_path = Path::new(DEFAULTS_NAME);

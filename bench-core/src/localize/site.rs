@@ -63,12 +63,9 @@ impl Workload {
         nodes: usize,
         gpus_per_node: usize,
     ) -> Result<Workload, String> {
-        let p = config.plans.get(plan).ok_or_else(|| {
-            format!(
-                "--explain-plan: unknown plan '{plan}' (plans: {})",
-                config.plans.keys().cloned().collect::<Vec<_>>().join(", ")
-            )
-        })?;
+        let p = config
+            .plan(plan)
+            .map_err(|e| format!("--explain-plan: {e}"))?;
         let mut allocation = Vec::new();
         let mut pairs = None;
         for step in &p.steps {

@@ -238,13 +238,7 @@ fn validate(
     environment: &Environment,
 ) -> Result<Options, String> {
     let env = &|k: &str| environment.get(k);
-    let plan = config.plans.get(&raw.plan).ok_or_else(|| {
-        format!(
-            "unknown plan '{}' (plans: {})",
-            raw.plan,
-            config.plans.keys().cloned().collect::<Vec<_>>().join(", ")
-        )
-    })?;
+    let plan = config.plan(&raw.plan)?;
     steps::check_counts(&raw)?;
     let steps = steps::of(&raw, &plan.steps)?;
     let summary = steps::Summary::of(&steps);
