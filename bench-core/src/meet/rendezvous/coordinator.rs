@@ -206,7 +206,7 @@ fn welcome(
 
 #[cfg(test)]
 mod tests {
-    use super::handshake::handshake;
+    use super::handshake::test_handshakes::handshake;
     use super::*;
     use crate::meet::rendezvous::auth;
     use std::time::Duration;

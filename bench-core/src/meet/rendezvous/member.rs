@@ -281,10 +281,13 @@ mod tests {
         let coordinator = std::thread::spawn(move || {
             let (stream, _) = listener.accept().unwrap();
             let a = secret();
-            let r =
-                coordinator::handshake::handshake_late(stream, "slurm-7.0", &a, deadline, || {
-                    std::thread::sleep(Duration::from_millis(2500))
-                });
+            let r = coordinator::handshake::test_handshakes::handshake_late(
+                stream,
+                "slurm-7.0",
+                &a,
+                deadline,
+                || std::thread::sleep(Duration::from_millis(2500)),
+            );
             // Any second connection is a member that gave up on the first.
             listener.set_nonblocking(true).unwrap();
             (r, listener.accept().is_ok())
@@ -304,7 +307,7 @@ mod tests {
     /// names it with the coordinator's port (and looks elsewhere).
     #[test]
     fn a_relayed_connection_is_named_by_both_ends() {
-        use super::super::coordinator::handshake::handshake;
+        use super::super::coordinator::handshake::test_handshakes::handshake;
         use std::io::{Read, Write};
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -423,9 +423,11 @@ mod tests {
     }
 
     fn coordinator_handshake_for_test(stream: TcpStream, s: &Setup) -> Result<(), String> {
-        coordinator::handshake::handshake(stream, s.world, &s.label, s.auth, s.deadline)
-            .map(|_| ())
-            .map_err(|(_, e)| e)
+        coordinator::handshake::test_handshakes::handshake(
+            stream, s.world, &s.label, s.auth, s.deadline,
+        )
+        .map(|_| ())
+        .map_err(|(_, e)| e)
     }
 
     #[test]

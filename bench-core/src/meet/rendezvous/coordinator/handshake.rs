@@ -122,48 +122,6 @@ pub(super) fn greet(
     Ok((handshake.done().map_err(bad)?, theirs, seen))
 }
 
-/// One member's handshake on a connection as accepted (its opening not read yet), with no
-/// ticket: the tests' squatters and coordinators of one connection.
-#[cfg(test)]
-pub(in crate::meet::rendezvous) fn handshake(
-    mut stream: TcpStream,
-    world: u32,
-    label: &str,
-    auth: &dyn auth::Authenticator,
-    deadline: Instant,
-) -> Result<Arrival, (Refusal, String)> {
-    let until = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
-    let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, until)
-        .map_err(|e| (Refusal::Incomplete, e.to_string()))?;
-    let answer = door_answer(label, None);
-    let psk = auth::noise_psk(auth.psk(), label);
-    let opening = admit(&first, label, &psk, None, &answer).map_err(|(k, e, _)| (k, e))?;
-    let opened = greet(&stream, label, opening)?;
-    handshake_opened(stream, opened, world, deadline)
-}
-
-/// [`handshake`] of a world of 2 that greets at once and runs `busy` before the rest (a
-/// coordinator slow to accept).
-#[cfg(test)]
-pub(in crate::meet::rendezvous) fn handshake_late(
-    mut stream: TcpStream,
-    label: &str,
-    auth: &dyn auth::Authenticator,
-    deadline: Instant,
-    busy: impl FnOnce(),
-) -> Result<(), String> {
-    let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, deadline)
-        .map_err(|e| e.to_string())?;
-    let answer = door_answer(label, None);
-    let psk = auth::noise_psk(auth.psk(), label);
-    let opening = admit(&first, label, &psk, None, &answer).map_err(|(_, e, _)| e)?;
-    let opened = greet(&stream, label, opening).map_err(|(_, e)| e)?;
-    busy();
-    handshake_opened(stream, opened, 2, deadline)
-        .map(|_| ())
-        .map_err(|(_, e)| e)
-}
-
 /// One member's handshake after its opening was admitted and greeted, on its own thread; a
 /// refusal says what the connection was.
 pub(super) fn handshake_opened(
@@ -213,4 +171,51 @@ pub(super) fn handshake_opened(
         member: hello.member,
         session,
     })
+}
+
+/// Whole handshakes on the caller's thread, for the tests of the coordinator, the member and
+/// the rendezvous.
+#[cfg(test)]
+pub(in crate::meet::rendezvous) mod test_handshakes {
+    use super::*;
+
+    /// One member's handshake on a connection as accepted (its opening not read yet), with no
+    /// ticket: the tests' squatters and coordinators of one connection.
+    pub fn handshake(
+        mut stream: TcpStream,
+        world: u32,
+        label: &str,
+        auth: &dyn auth::Authenticator,
+        deadline: Instant,
+    ) -> Result<Arrival, (Refusal, String)> {
+        let until = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
+        let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, until)
+            .map_err(|e| (Refusal::Incomplete, e.to_string()))?;
+        let answer = door_answer(label, None);
+        let psk = auth::noise_psk(auth.psk(), label);
+        let opening = admit(&first, label, &psk, None, &answer).map_err(|(k, e, _)| (k, e))?;
+        let opened = greet(&stream, label, opening)?;
+        handshake_opened(stream, opened, world, deadline)
+    }
+
+    /// [`handshake`] of a world of 2 that greets at once and runs `busy` before the rest (a
+    /// coordinator slow to accept).
+    pub fn handshake_late(
+        mut stream: TcpStream,
+        label: &str,
+        auth: &dyn auth::Authenticator,
+        deadline: Instant,
+        busy: impl FnOnce(),
+    ) -> Result<(), String> {
+        let first = wire::recv_frame(&mut stream, wire::MAX_HELLO_FRAME, deadline)
+            .map_err(|e| e.to_string())?;
+        let answer = door_answer(label, None);
+        let psk = auth::noise_psk(auth.psk(), label);
+        let opening = admit(&first, label, &psk, None, &answer).map_err(|(_, e, _)| e)?;
+        let opened = greet(&stream, label, opening).map_err(|(_, e)| e)?;
+        busy();
+        handshake_opened(stream, opened, 2, deadline)
+            .map(|_| ())
+            .map_err(|(_, e)| e)
+    }
 }
