@@ -212,22 +212,10 @@ fn own_wait(task: &Path) -> Option<u64> {
     (!waits.is_empty()).then(|| waits.iter().sum())
 }
 
-/// What happened between `a` and `b`: `own` is this process's pid, `ticks_per_s` the kernel's
-/// clock tick (`sysconf(_SC_CLK_TCK)`, 100 on Linux), `proc_root` where to name the consumers.
-#[cfg(test)]
-pub fn between(
-    a: &HostSample,
-    b: &HostSample,
-    own: u32,
-    ticks_per_s: f64,
-    proc_root: &Path,
-) -> HostLoad {
-    between_for(a, b, &[own], ticks_per_s, proc_root)
-}
-
-/// [`between`] with every process of `check` counted as the check's own, not another's: the
-/// processes of one check on one host (emulated nodes; one process per GPU) load its CPUs
-/// themselves.
+/// What happened between `a` and `b`: `ticks_per_s` is the kernel's clock tick
+/// (`sysconf(_SC_CLK_TCK)`, 100 on Linux), `proc_root` where to name the consumers. Every process
+/// of `check` counts as the check's own, not another's: the processes of one check on one host
+/// (emulated nodes; one process per GPU) load its CPUs themselves.
 pub fn between_for(
     a: &HostSample,
     b: &HostSample,

@@ -10,8 +10,6 @@
 //! a deterministic noise of +-`noise` from a seeded PRNG, so the relative rule meets spread.
 
 use super::{Group, Round};
-#[cfg(test)]
-use super::{LocalizeError, LocalizeVerdict, Localizer};
 use std::collections::HashMap;
 
 /// One fault; factors multiply nominal bandwidth (0.5: half as fast).
@@ -223,18 +221,7 @@ pub fn with_alltoall(
     cfg
 }
 
-/// Drive `localizer` to its verdict with `fabric` measuring every round: the runner's loop.
-#[cfg(test)]
-pub fn simulate(
-    mut localizer: Localizer,
-    fabric: &mut Fabric,
-) -> Result<LocalizeVerdict, LocalizeError> {
-    while let Some(round) = localizer.next_round() {
-        let results = fabric.measure(&round);
-        localizer.record(&results)?;
-    }
-    Ok(localizer.finish())
-}
-
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+pub(crate) use tests::simulate;

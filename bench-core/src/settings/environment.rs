@@ -30,17 +30,6 @@ impl Environment {
         }
     }
 
-    /// An environment of exactly these variables.
-    #[cfg(test)]
-    pub fn of_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Environment {
-        Environment {
-            vars: pairs
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        }
-    }
-
     /// `key`'s value when set and UTF-8 (as `std::env::var(key).ok()`).
     pub fn get(&self, key: &str) -> Option<String> {
         self.get_os(key)?.to_str().map(str::to_string)
@@ -83,6 +72,20 @@ impl Environment {
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStringExt;
+
+    impl Environment {
+        /// An environment of exactly these variables (for the tests of every stage).
+        pub(crate) fn of_pairs<'a>(
+            pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+        ) -> Environment {
+            Environment {
+                vars: pairs
+                    .into_iter()
+                    .map(|(k, v)| (k.into(), v.into()))
+                    .collect(),
+            }
+        }
+    }
 
     #[test]
     fn a_value_that_is_not_utf8_reads_as_unset_but_stays_visible_raw() {

@@ -1,6 +1,17 @@
 use super::*;
 use std::time::Duration;
 
+/// [`between_for`] of a check of one process, `own`.
+fn between(
+    a: &HostSample,
+    b: &HostSample,
+    own: u32,
+    ticks_per_s: f64,
+    proc_root: &Path,
+) -> HostLoad {
+    between_for(a, b, &[own], ticks_per_s, proc_root)
+}
+
 /// A `/proc` tree with a 4-CPU `stat` and the given processes (pid, comm, ticks, cgroup).
 fn fixture(name: &str, cpu: &str, procs: &[(u32, &str, u64, &str)]) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("host-load-{name}-{}", std::process::id()));

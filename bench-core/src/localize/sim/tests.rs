@@ -3,10 +3,24 @@
 
 use super::*;
 use crate::localize::paths::tests::built_in_fraction;
-use crate::localize::{Code, Group, LocalizeConfig, Round};
+use crate::localize::{
+    Code, Group, LocalizeConfig, LocalizeError, LocalizeVerdict, Localizer, Round,
+};
 use crate::model::floors::PairFloors;
 use crate::model::localization::Phase;
 use std::collections::{BTreeSet, HashSet};
+
+/// Drive `localizer` to its verdict with `fabric` measuring every round: the runner's loop.
+pub(crate) fn simulate(
+    mut localizer: Localizer,
+    fabric: &mut Fabric,
+) -> Result<LocalizeVerdict, LocalizeError> {
+    while let Some(round) = localizer.next_round() {
+        let results = fabric.measure(&round);
+        localizer.record(&results)?;
+    }
+    Ok(localizer.finish())
+}
 
 impl LocalizeVerdict {
     /// No finding: what the tests here, `schedule`'s and `model::floors`' ask of a verdict.
