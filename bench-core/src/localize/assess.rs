@@ -213,7 +213,6 @@ fn local_findings(inp: &Inputs, local_bad: &[bool], local_limit: &Limit) -> Vec<
         out.push(LocalizeFinding {
             code: Code::NodeSlow,
             nodes: vec![x],
-            rail: None,
             subject: Culprit::Node(inp.name(x)),
             message: format!(
                 "{}: its own GPUs: local busbw {value} GB/s < {limit} GB/s (phase A, every node at once)",
@@ -247,7 +246,6 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<L
             out.push(LocalizeFinding {
                 code: Code::NodeSlow,
                 nodes: vec![x],
-                rail: None,
                 subject: Culprit::Node(inp.name(x)),
                 message: format!(
                     "{}: every node pair it is in is slow on all {g} NICs, with cleared partners: busbw <= {v} GB/s < {l} GB/s",
@@ -263,7 +261,6 @@ fn node_rail_findings(inp: &Inputs, a: &Assessment, local_bad: &[bool]) -> Vec<L
             out.push(LocalizeFinding {
                 code: Code::RailSlow,
                 nodes: vec![x],
-                rail: Some(r),
                 subject: Culprit::Rail {
                     node: inp.name(x),
                     gpu: r as u32,
@@ -330,7 +327,6 @@ fn link_findings(inp: &Inputs, links: SlowLinks, limit: f64) -> Vec<LocalizeFind
         out.push(LocalizeFinding {
             code: Code::NodePairSlow,
             nodes: vec![x, y],
-            rail: None,
             subject: Culprit::NodePair(inp.name(x), inp.name(y)),
             message: format!(
                 "{}<->{}: sendrecv busbw {v} GB/s < {l} GB/s on {} of {g} rails{why}",
@@ -365,7 +361,6 @@ fn unresolved_finding(
     Some(LocalizeFinding {
         code: Code::SuspectsUnresolved,
         nodes: unresolved.keys().copied().collect(),
-        rail: None,
         subject: Culprit::Nodes(fit.cloned().collect()),
         message: format!(
             "slow pairs not placed on a node, rail or link (no cleared partner left, or the round cap reached): {}{}",
@@ -404,7 +399,6 @@ fn allocation_finding(inp: &Inputs) -> Option<LocalizeFinding> {
     Some(LocalizeFinding {
         code,
         nodes,
-        rail: None,
         subject,
         message: format!("allocation-wide collective busbw {v} GB/s < floor {l} GB/s; {why}"),
         measured: Some(busbw),

@@ -210,12 +210,11 @@ pub enum Code {
 }
 
 /// One culprit. `nodes` are indices into the allocation's node list (the runner owns the names);
-/// `rail` is the GPU index whose NIC is meant.
+/// a rail is named by `subject` (`Culprit::Rail`: the GPU whose NIC is meant).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalizeFinding {
     pub code: Code,
     pub nodes: Vec<usize>,
-    pub rail: Option<usize>,
     pub subject: nccl_check_contract::report::culprit::Culprit,
     pub message: String,
     pub measured: Option<f64>,

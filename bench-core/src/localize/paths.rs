@@ -301,7 +301,6 @@ impl Paths {
             out.push(LocalizeFinding {
                 code: Code::NodePairSlow,
                 nodes: vec![x, y],
-                rail: None,
                 subject: Culprit::NodePair(name(x), name(y)),
                 message: format!(
                     "{}<->{}: sendrecv busbw {value} GB/s < {limit} GB/s ({} x the median of every \

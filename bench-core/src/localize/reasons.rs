@@ -43,7 +43,6 @@ mod tests {
         let f = |code| LocalizeFinding {
             code,
             nodes: vec![1],
-            rail: None,
             subject: nccl_check_contract::report::culprit::Culprit::Node("b".into()),
             message: "b: slow".into(),
             measured: Some(1.0),

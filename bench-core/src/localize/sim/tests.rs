@@ -8,6 +8,7 @@ use crate::localize::{
 };
 use crate::model::floors::PairFloors;
 use crate::model::localization::Phase;
+use nccl_check_contract::report::culprit::Culprit;
 use std::collections::{BTreeSet, HashSet};
 
 /// Drive `localizer` to its verdict with `fabric` measuring every round: the runner's loop.
@@ -179,7 +180,13 @@ fn check(n: usize, cfg: LocalizeConfig, fabric: &mut Fabric) -> LocalizeVerdict 
 fn named(v: &LocalizeVerdict) -> Named {
     v.findings
         .iter()
-        .map(|f| (f.code, f.nodes.clone(), f.rail))
+        .map(|f| {
+            let rail = match f.subject {
+                Culprit::Rail { gpu, .. } => Some(gpu as usize),
+                _ => None,
+            };
+            (f.code, f.nodes.clone(), rail)
+        })
         .collect()
 }
 
