@@ -11,11 +11,7 @@ use std::time::Instant;
 
 /// How much a counter grew; a counter that went back (a reset, a reload) grew by its value.
 fn delta(now: u64, before: u64) -> u64 {
-    if now >= before {
-        now - before
-    } else {
-        now
-    }
+    now.checked_sub(before).unwrap_or(now)
 }
 
 /// PCIe AER counters of the NVIDIA GPUs and RDMA NICs, against the last pass's.
