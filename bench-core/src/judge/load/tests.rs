@@ -166,6 +166,17 @@ fn the_decision_table_of_load_and_outliers() {
             vec![busy("e2")],
             vec![HostBusy; 3],
         ),
+        // ... but a real fault elsewhere under the same load still stands: e3's slow node is
+        // no starved node's.
+        (
+            Load::All,
+            vec![
+                reading(WorkerStarved, node("e2")),
+                reading(NodeSlow, node("e3")),
+            ],
+            vec![busy("e2"), hw(NodeSlow, "e3")],
+            vec![HostBusy; 3],
+        ),
         // Load on e2 alone: e2's readings are its host's, never its NIC; this node's links are
         // not on e2's path.
         (
