@@ -26,7 +26,10 @@
 //! - **Confirmation** (only if needed): a node-rail whose screening pairs are all slow, but which
 //!   has fewer than two slow pairs with cleared partners, is paired with a cleared node it has not
 //!   met yet; disjoint pairs, all suspects at once, until every suspect is decided or the round cap
-//!   `2*floor(log2 N)+4` is reached (the rest is reported as unresolved, never guessed).
+//!   `2*floor(log2 N)+4` is reached (the rest is reported as unresolved, never guessed). A node
+//!   pair the confirmations leave slow between two cleared nodes is retested as the screening's
+//!   are: no path is named on one reading (8 emulated nodes under one busy loop per core named a
+//!   healthy path from its one confirmation reading, 0.83x its limit).
 //! - **Paths** (4..=32 nodes, only after an alltoall beside B read slow against B, and only when
 //!   the rounds above named nothing): every node pair once, a round-robin tournament with G node
 //!   matchings a round (one a rail), judged only against its own pairs' median; a slow pair is
