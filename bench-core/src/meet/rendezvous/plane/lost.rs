@@ -42,8 +42,8 @@ fn nodes(members: &[&Member]) -> String {
 }
 
 /// The coordinator's sentence for `lost` (each with why), out of `peers` other processes;
-/// `me` is the coordinator.
-pub fn at_coordinator(me: &Member, lost: &[(&Member, &Gone)], peers: usize) -> String {
+/// `host` is the coordinator's node.
+pub fn at_coordinator(host: &str, lost: &[(&Member, &Gone)], peers: usize) -> String {
     let quiet = lost
         .iter()
         .filter_map(|(_, g)| match g {
@@ -58,7 +58,7 @@ pub fn at_coordinator(me: &Member, lost: &[(&Member, &Gone)], peers: usize) -> S
         return format!(
             "none of the other {peers} processes answered the control plane (for {quiet:.1} s or more): \
              this node ({}) lost its network (its link is down?) or this process was stopped",
-            escape_control(&me.host)
+            escape_control(host)
         );
     }
     let silent: Vec<&Member> = lost
@@ -123,7 +123,7 @@ mod tests {
     fn one_silent_node_is_named_with_its_rank_and_the_time() {
         let (me, f4) = (m(0, "fab01"), m(3, "fab04"));
         assert_eq!(
-            at_coordinator(&me, &[(&f4, &QUIET)], 7),
+            at_coordinator(&me.host, &[(&f4, &QUIET)], 7),
             "node fab04 (process rank 3) stopped answering the control plane for 5.2 s \
              (its link is down, it rebooted, or its process hung or was stopped)"
         );
@@ -134,11 +134,11 @@ mod tests {
         let me = m(0, "fab01");
         let others: Vec<Member> = (1..8).map(|r| m(r, &format!("fab0{}", r + 1))).collect();
         let lost: Vec<(&Member, &Gone)> = others.iter().map(|o| (o, &QUIET)).collect();
-        let s = at_coordinator(&me, &lost, 7);
+        let s = at_coordinator(&me.host, &lost, 7);
         assert!(s.contains("this node (fab01) lost its network"), "{s}");
         assert!(!s.contains("fab04"), "{s}");
         // With one other process there is no telling which side: it is named.
-        let s = at_coordinator(&me, &lost[..1], 1);
+        let s = at_coordinator(&me.host, &lost[..1], 1);
         assert!(s.starts_with("node fab02 (process rank 1) stopped"), "{s}");
     }
 
@@ -149,7 +149,7 @@ mod tests {
         let closed = Gone::Broken(WireError::Closed);
         let mut lost: Vec<(&Member, &Gone)> = many[..30].iter().map(|o| (o, &QUIET)).collect();
         lost.push((&many[30], &closed));
-        let s = at_coordinator(&me, &lost, 200);
+        let s = at_coordinator(&me.host, &lost, 200);
         assert!(
             s.starts_with("nodes h1, h2, h3, h4, h5, h6, h7, h8 and 22 more (process ranks 1, 2, 3, 4, 5, 6, 7, 8 and 22 more) stopped"),
             "{s}"
@@ -168,7 +168,7 @@ mod tests {
         let me = m(0, "fab01");
         let (a, b) = (m(1, "fab02"), m(2, "fab03"));
         let forged = Gone::Broken(WireError::Forged);
-        let s = at_coordinator(&me, &[(&a, &QUIET), (&b, &forged)], 2);
+        let s = at_coordinator(&me.host, &[(&a, &QUIET), (&b, &forged)], 2);
         assert!(!s.contains("lost its network"), "{s}");
         assert!(s.contains("node fab03 (process rank 2) went away: a message failed its integrity check: it was tampered with"), "{s}");
         assert!(
@@ -180,7 +180,7 @@ mod tests {
     #[test]
     fn a_host_name_with_control_characters_is_escaped() {
         let (me, bad) = (m(0, "h0"), m(1, "evil\x1b[2J"));
-        let s = at_coordinator(&me, &[(&bad, &QUIET)], 3);
+        let s = at_coordinator(&me.host, &[(&bad, &QUIET)], 3);
         assert!(!s.contains('\x1b'), "{s}");
     }
 

@@ -120,15 +120,8 @@ impl ControlPlane {
             }
         }
         gone.sort_by_key(|(i, _)| *i);
-        let me = Member {
-            proc_rank: u32::MAX,
-            host: host.to_string(),
-            pid: 0,
-            ngpus: 0,
-            first_rank: 0,
-        };
         let lost: Vec<(&Member, &Gone)> = gone.iter().map(|(i, g)| (&peers[*i].0, g)).collect();
-        PlaneError::Lost(lost::at_coordinator(&me, &lost, peers.len()))
+        PlaneError::Lost(lost::at_coordinator(host, &lost, peers.len()))
     }
 
     /// The watch's pass while no operation runs (the team's watch thread, every
