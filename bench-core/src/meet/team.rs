@@ -86,9 +86,7 @@ impl Pending {
                     let fill = if o == Op::Min { f64::INFINITY } else { 0.0 };
                     values.resize(v.len(), fill);
                 }
-                for (t, x) in values.iter_mut().zip(v) {
-                    *t = if o == Op::Min { t.min(x) } else { *t + x };
-                }
+                values.iter_mut().zip(v).for_each(|(t, x)| o.combine(t, x));
             }
             (Pending::Gather { len, entries }, Pending::Gather { len: l, entries: e })
                 if *len == l =>

@@ -233,14 +233,10 @@ impl ControlPlane {
                     if msg.values.len() != n {
                         return Err(format!("sent {} values, not {n}", msg.values.len()));
                     }
-                    let combine = |t: &mut f64, v: f64| match op {
-                        Op::Min => *t = t.min(v),
-                        _ => *t += v,
-                    };
                     total
                         .iter_mut()
                         .zip(msg.values)
-                        .for_each(|(t, v)| combine(t, v));
+                        .for_each(|(t, v)| op.combine(t, v));
                     Ok(())
                 });
                 if let Err(why) = gathered {

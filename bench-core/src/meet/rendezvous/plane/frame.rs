@@ -15,6 +15,16 @@ pub enum Op {
     Gather,
 }
 
+impl Op {
+    /// `v` combined into `t`: the minimum for `Min`, else the sum.
+    pub fn combine(self, t: &mut f64, v: f64) {
+        match self {
+            Op::Min => *t = t.min(v),
+            _ => *t += v,
+        }
+    }
+}
+
 /// One message of the plane, either way. Fields an operation does not use stay empty.
 #[derive(Default, Serialize, Deserialize)]
 pub(super) struct Frame {
