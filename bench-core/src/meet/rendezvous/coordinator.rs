@@ -294,7 +294,7 @@ mod tests {
         let first = wire::recv_frame(&mut coordinator_a, 4096, deadline).unwrap();
         let admitted = admit(&first, label, &psk, None, &answer).map_err(|e| e.1);
         greet(&coordinator_a, label, admitted.unwrap()).unwrap();
-        let greeting: Greeting = wire::recv(&mut a, 4096, deadline).unwrap();
+        let greeting: Greeting = wire::tests::recv(&mut a, 4096, deadline).unwrap();
         let _: Endpoints = member.read(&greeting.noise.unwrap()).unwrap();
         let hello = Hello {
             world: 2,

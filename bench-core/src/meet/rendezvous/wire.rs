@@ -105,15 +105,18 @@ pub fn send<T: Serialize>(
     send_frame(stream, &body, deadline)
 }
 
-/// Sends one frame of raw bytes.
-pub fn send_frame(stream: &mut TcpStream, body: &[u8], deadline: Instant) -> Result<(), WireError> {
+/// `body` as one frame: its 4-byte length, then itself.
+pub fn framed(body: &[u8]) -> Result<Vec<u8>, WireError> {
     let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge {
         len: body.len(),
         max: u32::MAX as usize,
     })?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(body);
+    Ok([&len.to_be_bytes()[..], body].concat())
+}
+
+/// Sends one frame of raw bytes.
+pub fn send_frame(stream: &mut TcpStream, body: &[u8], deadline: Instant) -> Result<(), WireError> {
+    let frame = framed(body)?;
     let mut done = 0;
     while done < frame.len() {
         stream
@@ -127,15 +130,6 @@ pub fn send_frame(stream: &mut TcpStream, body: &[u8], deadline: Instant) -> Res
         }
     }
     Ok(())
-}
-
-/// Receives one message of at most `max` bytes.
-pub fn recv<T: DeserializeOwned>(
-    stream: &mut TcpStream,
-    max: usize,
-    deadline: Instant,
-) -> Result<T, WireError> {
-    decode(&recv_frame(stream, max, deadline)?)
 }
 
 /// Receives one frame of at most `max` bytes.
@@ -161,9 +155,18 @@ pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::net::TcpListener;
+
+    /// Receives one message of at most `max` bytes.
+    pub(crate) fn recv<T: DeserializeOwned>(
+        stream: &mut TcpStream,
+        max: usize,
+        deadline: Instant,
+    ) -> Result<T, WireError> {
+        decode(&recv_frame(stream, max, deadline)?)
+    }
 
     fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -44,7 +44,7 @@ pub(super) fn door_answer(label: &str, ticket: Option<&auth::Ticket>) -> Vec<u8>
         }),
     }
     .unwrap_or_default();
-    [&(body.len() as u32).to_be_bytes()[..], &body].concat()
+    wire::framed(&body).unwrap_or_default()
 }
 
 /// The member's first frame, checked before the connection gets a thread (no credential work,
@@ -115,10 +115,10 @@ pub(super) fn greet(
         noise: Some(handshake.write(&seen).map_err(bad)?),
     };
     let body = serde_json::to_vec(&greeting).map_err(|e| bad(e.to_string()))?;
+    let frame = wire::framed(&body).map_err(|e| bad(e.to_string()))?;
     // A few hundred bytes to a fresh socket: never blocks, even non-blocking.
     let mut w = stream;
-    w.write_all(&[&(body.len() as u32).to_be_bytes()[..], &body].concat())
-        .map_err(|e| bad(e.to_string()))?;
+    w.write_all(&frame).map_err(|e| bad(e.to_string()))?;
     Ok((handshake.done().map_err(bad)?, theirs, seen))
 }
 
