@@ -32,20 +32,13 @@ use std::time::Instant;
 /// refuse each other, and say which version the other speaks.
 pub const PROTOCOL: &str = "nccl-check-rendezvous/7";
 
-/// The bytes a proof covers: protocol, purpose, step label, the other side's nonce, the message.
-fn context(purpose: &str, label: &str, nonce: &str, body: &[u8]) -> Vec<u8> {
-    let mut c = Vec::with_capacity(body.len() + 128);
-    for part in [
-        PROTOCOL.as_bytes(),
-        purpose.as_bytes(),
-        label.as_bytes(),
-        nonce.as_bytes(),
-    ] {
-        c.extend_from_slice(part);
-        c.push(0);
-    }
-    c.extend_from_slice(body);
-    c
+/// The bytes a key derivation or proof covers: protocol, purpose, step label and its fields,
+/// each ended by a NUL (so no part can shift into the next).
+fn context(purpose: &str, label: &str, fields: &str) -> Vec<u8> {
+    [PROTOCOL, purpose, label, fields]
+        .iter()
+        .flat_map(|part| part.bytes().chain([0]))
+        .collect()
 }
 
 /// A fresh random nonce, hex (32 bytes from the kernel's CSPRNG).
@@ -81,16 +74,20 @@ fn hmac(key: &[u8], msg: &[u8]) -> Hmac<Sha256> {
 /// key): HMAC-SHA256, so that a secret of any length makes 32 bytes, and one secret's steps
 /// each a key of their own.
 pub fn noise_psk(key: &[u8], label: &str) -> [u8; 32] {
-    hmac(key, &context("noise psk", label, "", b""))
+    hmac(key, &context("noise psk", label, ""))
         .finalize()
         .into_bytes()
         .into()
 }
 
+/// The MAC of a proof of the step's key over `fields`.
+fn ticket_mac(key: &[u8], label: &str, fields: &[&str]) -> Hmac<Sha256> {
+    hmac(key, &context("ticket", label, &fields.join("\n")))
+}
+
 /// A proof of the step's key (the beacon's answers): HMAC-SHA256 over `fields`, hex.
 pub fn ticket_proof(key: &[u8], label: &str, fields: &[&str]) -> String {
-    let m = hmac(key, &context("ticket", label, &fields.join("\n"), b""));
-    hex::encode(m.finalize().into_bytes())
+    hex::encode(ticket_mac(key, label, fields).finalize().into_bytes())
 }
 
 /// Whether `proof` is [`ticket_proof`] of the same key and fields (constant-time).
@@ -101,11 +98,12 @@ pub fn check_ticket_proof(
     proof: &str,
 ) -> Result<(), String> {
     let tag = hex::decode(proof).map_err(|_| "ticket proof is not hex".to_string())?;
-    let m = hmac(key, &context("ticket", label, &fields.join("\n"), b""));
-    m.verify_slice(&tag).map_err(|_| {
-        "its proof of the job's ticket does not match (not a process of this job's user)"
-            .to_string()
-    })
+    ticket_mac(key, label, fields)
+        .verify_slice(&tag)
+        .map_err(|_| {
+            "its proof of the job's ticket does not match (not a process of this job's user)"
+                .to_string()
+        })
 }
 
 /// Why a credential could not be made or checked, by what it says about the other side.
@@ -194,7 +192,7 @@ mod tests {
 
     #[test]
     fn context_parts_cannot_be_shifted_into_each_other() {
-        assert_ne!(context("ab", "c", "n", b""), context("a", "bc", "n", b""));
+        assert_ne!(context("ab", "c", "n"), context("a", "bc", "n"));
     }
 
     #[test]
