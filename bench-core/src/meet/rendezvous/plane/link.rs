@@ -13,7 +13,8 @@
 use super::frame::Frame;
 use crate::meet::rendezvous::session::Session;
 use crate::meet::rendezvous::wire::WireError;
-use std::os::fd::AsRawFd;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// How often beats go out, and how long a connection may carry nothing before its process
@@ -112,14 +113,9 @@ impl Link {
     /// Whether data (or the end of the connection) is there to read within `wait` (poll(2);
     /// false on error: the read that follows says what is wrong).
     fn readable(&self, wait: Duration) -> bool {
-        let mut fd = libc::pollfd {
-            fd: self.session.stream().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: `fd` is a live, exclusively borrowed pollfd, and the length given is 1.
-        unsafe { libc::poll(&mut fd, 1, ms) > 0 }
+        let fd = PollFd::new(self.session.stream().as_fd(), PollFlags::POLLIN);
+        let wait = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
+        poll(&mut [fd], wait).is_ok_and(|n| n > 0)
     }
 
     /// Reads one frame that has started to arrive: its rest must come within the silence.
