@@ -63,14 +63,10 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
                     if done.load(Ordering::Relaxed) {
                         return false;
                     }
-                    match s.and_then(|s| s.try_clone().ok()) {
-                        Some(s) => {
-                            f.insert(port, s);
-                        }
-                        None => {
-                            f.remove(&port);
-                        }
-                    }
+                    let _ = match s.and_then(|s| s.try_clone().ok()) {
+                        Some(s) => f.insert(port, s),
+                        None => f.remove(&port),
+                    };
                     true
                 };
                 let mut asked = None;
@@ -96,13 +92,10 @@ fn find(setup: &Setup, me: &Member) -> Result<Admitted, String> {
                     let Some(pause) = pause else { return };
                     // In slices, so that a thread pausing after a miss ends as soon as another
                     // port found the coordinator (the join waits for every port's thread).
-                    let until = Instant::now() + pause;
-                    while !done.load(Ordering::Relaxed) {
-                        let now = Instant::now();
-                        if now >= until || now >= setup.deadline {
-                            break;
-                        }
-                        std::thread::sleep((until - now).min(Duration::from_millis(5)));
+                    let until = setup.deadline.min(Instant::now() + pause);
+                    while !done.load(Ordering::Relaxed) && Instant::now() < until {
+                        let left = until.saturating_duration_since(Instant::now());
+                        std::thread::sleep(left.min(Duration::from_millis(5)));
                     }
                 }
             });
