@@ -5,10 +5,11 @@
 //! the opening (its version, under MUNGE its proof of the job's ticket) before it gives the
 //! connection a thread.
 
+use nix::poll::{poll, PollFd, PollFlags};
 use std::collections::VecDeque;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// Most connections waiting for their first frame; past it the oldest is closed.
@@ -99,24 +100,19 @@ impl Door {
     /// Waits up to `wait` (at most 1 s) for new connections or bytes, then takes what came; an
     /// error only from the listener itself.
     pub fn pass(&mut self, wait: Duration) -> Result<Pass, std::io::Error> {
-        let mut fds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
-            .chain(self.waiting.iter().map(|w| w.stream.as_raw_fd()))
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
+        let mut fds: Vec<PollFd> = std::iter::once(self.listener.as_fd())
+            .chain(self.waiting.iter().map(|w| w.stream.as_fd()))
+            .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
             .collect();
-        let ms = wait.as_millis().min(1000) as libc::c_int;
-        // SAFETY: a valid array of pollfd of the length given, alive for the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let n = poll(&mut fds, wait.as_millis().min(1000) as u16).unwrap_or(0);
+        let ready: Vec<bool> = fds.iter().map(|f| f.any() == Some(true)).collect();
         let mut pass = Pass::default();
         if n > 0 {
             // Readable ones read (indices shift by one for the listener's entry); whole or
             // broken ones leave the queue.
             let mut kept = VecDeque::with_capacity(self.waiting.len());
             for (i, mut w) in self.waiting.drain(..).enumerate() {
-                if fds[i + 1].revents == 0 {
+                if !ready[i + 1] {
                     kept.push_back(w);
                     continue;
                 }
@@ -137,7 +133,7 @@ impl Door {
             self.waiting.pop_front();
             pass.silent += 1;
         }
-        if n > 0 && fds[0].revents != 0 {
+        if n > 0 && ready[0] {
             self.accept_all(now, &mut pass)?;
         }
         Ok(pass)

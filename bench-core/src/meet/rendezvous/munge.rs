@@ -103,8 +103,7 @@ impl Munge {
             munge: find("munge")?,
             unmunge: find("unmunge")?,
             socket,
-            // SAFETY: geteuid cannot fail.
-            uid: unsafe { libc::geteuid() },
+            uid: nix::unistd::geteuid().as_raw(),
             opened: Default::default(),
         })
     }
