@@ -264,6 +264,17 @@ impl std::fmt::Display for LocalizeError {
 
 impl std::error::Error for LocalizeError {}
 
+impl LocalizeError {
+    /// An allocation of `nodes` x `gpus` the localizer takes (1..=[`MAX_NODES`] x
+    /// 1..=[`MAX_GPUS`]), else [`LocalizeError::Shape`].
+    pub(crate) fn check_shape(nodes: usize, gpus: usize) -> Result<(), LocalizeError> {
+        match (1..=MAX_NODES).contains(&nodes) && (1..=MAX_GPUS).contains(&gpus) {
+            true => Ok(()),
+            false => Err(LocalizeError::Shape { nodes, gpus }),
+        }
+    }
+}
+
 /// The worst-case number of localization rounds: `2*floor(log2 N)+4` (0 for one node).
 pub fn round_cap(nodes: usize) -> usize {
     if nodes < 2 {

@@ -14,7 +14,7 @@
 
 use super::schedule::ring_rounds;
 use super::site::Workload;
-use super::{round_cap, LocalizeError, MAX_GPUS, MAX_NODES};
+use super::{round_cap, LocalizeError};
 use serde::Serialize;
 
 mod constants;
@@ -113,9 +113,7 @@ pub fn plan_model(
     w: &Workload,
 ) -> Result<PlanModel, LocalizeError> {
     let (n, g) = (nodes, gpus_per_node);
-    if !(1..=MAX_NODES).contains(&n) || !(1..=MAX_GPUS).contains(&g) {
-        return Err(LocalizeError::Shape { nodes: n, gpus: g });
-    }
+    LocalizeError::check_shape(n, g)?;
     let a = phase_a(n, g);
     let (mut healthy, mut worst) = (a.seconds, a.seconds);
     let mut phases = vec![a];

@@ -4,9 +4,7 @@
 
 use super::assess::{self, Assessment, Inputs, Measured};
 use super::paths::{checks_paths, Paths};
-use super::{
-    round_cap, Group, LocalizeConfig, LocalizeError, LocalizeVerdict, Round, MAX_GPUS, MAX_NODES,
-};
+use super::{round_cap, Group, LocalizeConfig, LocalizeError, LocalizeVerdict, Round};
 use crate::model::localization::Phase;
 use std::collections::HashSet;
 
@@ -62,12 +60,7 @@ impl Localizer {
         gpus_per_node: usize,
         cfg: LocalizeConfig,
     ) -> Result<Self, LocalizeError> {
-        if !(1..=MAX_NODES).contains(&nodes) || !(1..=MAX_GPUS).contains(&gpus_per_node) {
-            return Err(LocalizeError::Shape {
-                nodes,
-                gpus: gpus_per_node,
-            });
-        }
+        LocalizeError::check_shape(nodes, gpus_per_node)?;
         if !(cfg.fraction > 0.0 && cfg.fraction <= 1.0) {
             return Err(LocalizeError::LocalizeConfig("fraction must be in (0, 1]"));
         }
@@ -415,6 +408,7 @@ pub(crate) fn ring_rounds(n: usize) -> Vec<Vec<(usize, usize)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::localize::MAX_NODES;
     use std::collections::BTreeSet;
 
     #[test]
