@@ -144,27 +144,14 @@ fn add_entries(total: &mut [f64], entries: &[(u64, f64)]) -> Result<(), String> 
 /// Raises this process's soft limit of open files to `needed` (at most the hard limit): the
 /// coordinator holds a connection to every other process. An error says which limit to raise.
 pub(super) fn ensure_open_files(needed: u64) -> Result<(), String> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a live rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource::RLIMIT_NOFILE};
+    let Ok((soft, hard)) = getrlimit(RLIMIT_NOFILE) else {
         return Ok(()); // unknown: let accept say so if it comes to that
-    }
-    if lim.rlim_cur >= needed {
-        return Ok(());
-    }
-    let want = needed.min(lim.rlim_max);
-    let raised = libc::rlimit {
-        rlim_cur: want,
-        rlim_max: lim.rlim_max,
     };
-    // SAFETY: as above.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 || want < needed {
+    let want = needed.min(hard);
+    if soft < needed && (setrlimit(RLIMIT_NOFILE, want, hard).is_err() || want < needed) {
         return Err(format!(
-            "rendezvous: coordinating this many processes needs {needed} open files, but the hard limit (ulimit -Hn) is {}: raise it for the job (e.g. Slurm PropagateResourceLimits or limits.conf)",
-            lim.rlim_max
+            "rendezvous: coordinating this many processes needs {needed} open files, but the hard limit (ulimit -Hn) is {hard}: raise it for the job (e.g. Slurm PropagateResourceLimits or limits.conf)"
         ));
     }
     Ok(())
@@ -291,14 +278,7 @@ impl ControlPlane {
         match self {
             ControlPlane::Alone => {
                 own?;
-                let mut replies = decide(&total).map_err(PlaneError::Peer)?;
-                if replies.len() != 1 {
-                    return Err(PlaneError::Peer(format!(
-                        "the coordinator made {} replies for 1 process",
-                        replies.len()
-                    )));
-                }
-                Ok(replies.swap_remove(0))
+                Ok(decided(decide, &total, 1)?.swap_remove(0))
             }
             ControlPlane::Leaf { link, live } => {
                 own?;
@@ -326,17 +306,7 @@ impl ControlPlane {
                     let cap = MAX_GATHER_FRAME;
                     Self::collect(peers, live, host, seq, Op::Gather, cap, deadline, take)
                 });
-                let replies = gathered.and_then(|()| {
-                    let replies = decide(&total).map_err(PlaneError::Peer)?;
-                    if replies.len() != world {
-                        return Err(PlaneError::Peer(format!(
-                            "the coordinator made {} replies for {world} processes",
-                            replies.len()
-                        )));
-                    }
-                    Ok(replies)
-                });
-                let mut replies = match replies {
+                let mut replies = match gathered.and_then(|()| decided(decide, &total, world)) {
                     Ok(r) => r,
                     Err(why) => {
                         self.abort(&why.to_string(), deadline);
@@ -382,6 +352,19 @@ impl ControlPlane {
             }
         }
     }
+}
+
+/// The coordinator's `decide` over the whole vector: one reply per process of `world`.
+fn decided(decide: Decide, total: &[f64], world: usize) -> Result<Vec<Value>, PlaneError> {
+    let replies = decide(total).map_err(PlaneError::Peer)?;
+    if replies.len() != world {
+        let es = if world == 1 { "" } else { "es" };
+        return Err(PlaneError::Peer(format!(
+            "the coordinator made {} replies for {world} process{es}",
+            replies.len()
+        )));
+    }
+    Ok(replies)
 }
 
 fn out_of_step(theirs: u64, ours: u64) -> PlaneError {

@@ -187,59 +187,18 @@ fn accepted(setup: &Setup, me: &Member, session: &mut Session) -> Result<(), Mis
 /// yet); the probe socket never listens and is closed at once, so it never keeps the
 /// coordinator from binding (two SO_REUSEADDR sockets that do not listen may share a port).
 fn bound_without_listener(addr: SocketAddr) -> bool {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let family = if addr.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
+    use nix::sys::socket::{self, sockopt::ReuseAddr, AddressFamily, SockFlag, SockType};
+    use std::os::fd::AsRawFd;
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
     };
-    // SAFETY: socket(2) with constant arguments; the descriptor is owned below.
-    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
+    let Ok(fd) = socket::socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None) else {
         return false;
-    }
-    // SAFETY: a fresh descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let one: libc::c_int = 1;
-    // SAFETY: a valid descriptor and a live c_int of the size given.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_REUSEADDR,
-            &one as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
-    // SAFETY: bind(2) with a sockaddr built for the family, and its size.
-    let r = unsafe {
-        match addr {
-            SocketAddr::V4(a) => {
-                let mut sa: libc::sockaddr_in = std::mem::zeroed();
-                sa.sin_family = libc::AF_INET as libc::sa_family_t;
-                sa.sin_port = a.port().to_be();
-                sa.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
-                libc::bind(
-                    fd.as_raw_fd(),
-                    &sa as *const libc::sockaddr_in as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
-            }
-            SocketAddr::V6(a) => {
-                let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
-                sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-                sa.sin6_port = a.port().to_be();
-                sa.sin6_addr.s6_addr = a.ip().octets();
-                sa.sin6_scope_id = a.scope_id();
-                libc::bind(
-                    fd.as_raw_fd(),
-                    &sa as *const libc::sockaddr_in6 as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-                )
-            }
-        }
     };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EADDRINUSE)
+    let _ = socket::setsockopt(&fd, ReuseAddr, &true);
+    let at = socket::SockaddrStorage::from(addr);
+    socket::bind(fd.as_raw_fd(), &at) == Err(nix::errno::Errno::EADDRINUSE)
 }
 
 /// A port held by the coordinator of the step labelled `label`.
