@@ -190,45 +190,38 @@ fn process_reasons(name: &str, v: &dyn Fn(usize) -> Option<f64>) -> Vec<Reason> 
             limit: slowed.map(|(_, floor)| floor),
         });
     }
+    // The node-wide findings: the node is their subject.
+    let of_node = |code: ReasonCode, message: String, measured: Option<f64>| Reason {
+        code,
+        message,
+        subject: Some(Culprit::Node(name.to_string())),
+        measured,
+        limit: None,
+    };
     if let Some(share) = v(3) {
-        reasons.push(Reason {
-            code: ReasonCode::WorkerStarved,
-            message: format!(
-                "node {name}: its worker could not run for {:.0}% of the check \
-                 (worker_starved): a starved node, not a path",
-                100.0 * share
-            ),
-            subject: Some(Culprit::Node(name.to_string())),
-            measured: Some(share),
-            limit: None,
-        });
+        let message = format!(
+            "node {name}: its worker could not run for {:.0}% of the check \
+             (worker_starved): a starved node, not a path",
+            100.0 * share
+        );
+        reasons.push(of_node(ReasonCode::WorkerStarved, message, Some(share)));
     }
     if let Some(n) = v(4) {
-        reasons.push(Reason {
-            code: ReasonCode::GpuMissing,
-            message: format!(
-                "node {name}: {} GPU(s) fewer than it should have",
-                n.round()
-            ),
-            subject: Some(Culprit::Node(name.to_string())),
-            measured: None,
-            limit: None,
-        });
+        let message = format!(
+            "node {name}: {} GPU(s) fewer than it should have",
+            n.round()
+        );
+        reasons.push(of_node(ReasonCode::GpuMissing, message, None));
     }
     if let Some(cpus) = v(5) {
         let top = v(6).zip(v(7)).map_or(String::new(), |(pid, used)| {
             format!(" (the largest: pid {}, {used:.1} CPU)", pid.round() as u64)
         });
-        reasons.push(Reason {
-            code: ReasonCode::HostBusy,
-            message: format!(
-                "node {name}: host busy: its CPUs were busy with {cpus:.1} CPUs of other \
-                 processes{top}: the node pairs it was in were slow by its host, not its network"
-            ),
-            subject: Some(Culprit::Node(name.to_string())),
-            measured: Some(cpus),
-            limit: None,
-        });
+        let message = format!(
+            "node {name}: host busy: its CPUs were busy with {cpus:.1} CPUs of other \
+             processes{top}: the node pairs it was in were slow by its host, not its network"
+        );
+        reasons.push(of_node(ReasonCode::HostBusy, message, Some(cpus)));
     }
     reasons
 }
