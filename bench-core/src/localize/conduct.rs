@@ -15,6 +15,7 @@ use super::layout::Layout;
 use super::reasons::{self, MAX_REASON_CHARS};
 use super::{Group, LocalizeError, Localizer, Round};
 use crate::model::localization::{LocalizeSummary, Phase};
+use nccl_check_contract::report::reason::Reason;
 use serde::{Deserialize, Serialize};
 
 /// Reasons a process is told at the end: its own node's first, then the others, up to this many
@@ -216,21 +217,17 @@ impl Conductor {
             .copied()
             .flatten()
             .and_then(|n| self.layout.names.get(n));
-        let names_mine = |r: &&nccl_check_contract::report::reason::Reason| {
+        let names_mine = |r: &&Reason| {
             r.subject
                 .as_ref()
                 .is_some_and(|c| node.is_some_and(|n| c.names_node(n)))
         };
-        let mut picked: Vec<_> = all.reasons.iter().filter(names_mine).collect();
-        picked.extend(all.reasons.iter().filter(|r| !names_mine(r)));
-        let cut = |s: &str| s.chars().take(MAX_REASON_CHARS).collect::<String>();
-        let reasons: Vec<_> = picked
-            .into_iter()
+        let others = all.reasons.iter().filter(|r| !names_mine(r));
+        let reasons: Vec<Reason> = (all.reasons.iter().filter(names_mine).chain(others))
             .take(MAX_SHARED_REASONS)
-            .map(|r| {
-                let mut r = r.clone();
-                r.message = cut(&r.message);
-                r
+            .map(|r| Reason {
+                message: r.message.chars().take(MAX_REASON_CHARS).collect(),
+                ..r.clone()
             })
             .collect();
         LocalizeSummary {
