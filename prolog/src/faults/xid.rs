@@ -106,197 +106,107 @@ impl Bucket {
 
 use Bucket::*;
 
-/// (code, the catalog's mnemonic, its immediate-action bucket, meaning in a few words).
-const XIDS: &[(u32, &str, Bucket, &str)] = &[
-    (
-        8,
-        "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT",
-        RestartApp,
-        "GPU stopped processing (application)",
-    ),
-    (
-        11,
-        "ROBUST_CHANNEL_GR_ERROR_MISSING_HW",
-        RestartApp,
-        "invalid push buffer stream (application)",
-    ),
-    (
-        13,
-        "ROBUST_CHANNEL_GR_EXCEPTION",
-        RestartApp,
-        "graphics engine exception (application)",
-    ),
-    (
-        31,
-        "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT",
-        RestartApp,
-        "GPU memory page fault (application)",
-    ),
-    (
-        32,
-        "ROBUST_CHANNEL_PBDMA_ERROR",
-        RestartApp,
-        "invalid push buffer stream (application)",
-    ),
-    (
-        43,
-        "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR",
-        Ignore,
-        "GPU stopped processing (application)",
-    ),
+/// (code, its immediate-action bucket, meaning in a few words), each under the catalog's mnemonic.
+const XIDS: &[(u32, Bucket, &str)] = &[
+    // ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT
+    (8, RestartApp, "GPU stopped processing (application)"),
+    // ROBUST_CHANNEL_GR_ERROR_MISSING_HW
+    (11, RestartApp, "invalid push buffer stream (application)"),
+    // ROBUST_CHANNEL_GR_EXCEPTION
+    (13, RestartApp, "graphics engine exception (application)"),
+    // ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT
+    (31, RestartApp, "GPU memory page fault (application)"),
+    // ROBUST_CHANNEL_PBDMA_ERROR
+    (32, RestartApp, "invalid push buffer stream (application)"),
+    // ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR
+    (43, Ignore, "GPU stopped processing (application)"),
+    // ROBUST_CHANNEL_PREEMPTIVE_REMOVAL
     (
         45,
-        "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
         WorkflowXid45,
         "preemptive cleanup after an earlier fault",
     ),
-    (
-        46,
-        "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR",
-        ResetGpu,
-        "GPU stopped processing (GPU timeout)",
-    ),
-    (
-        48,
-        "ROBUST_CHANNEL_GPU_ECC_DBE",
-        WorkflowXid48,
-        "double-bit ECC error",
-    ),
+    // ROBUST_CHANNEL_GPU_TIMEOUT_ERROR
+    (46, ResetGpu, "GPU stopped processing (GPU timeout)"),
+    // ROBUST_CHANNEL_GPU_ECC_DBE
+    (48, WorkflowXid48, "double-bit ECC error"),
+    // SILENT_RUNNING_PWR_REDUCED_CLOCKING
     (
         54,
-        "SILENT_RUNNING_PWR_REDUCED_CLOCKING",
         CheckMechanicals,
         "clocks reduced for power (board power or cooling)",
     ),
+    // PMU_BREAKPOINT
     (
         61,
-        "PMU_BREAKPOINT",
         ContactSupport,
         "internal micro-controller breakpoint/warning",
     ),
-    (
-        62,
-        "PMU_HALT_ERROR",
-        ResetGpu,
-        "internal micro-controller halt",
-    ),
-    (
-        63,
-        "INFOROM_DRAM_RETIREMENT_EVENT",
-        Ignore,
-        "row remapping or page retirement recorded",
-    ),
-    (
-        64,
-        "INFOROM_DRAM_RETIREMENT_FAILURE",
-        ResetGpu,
-        "row remapping or page retirement failed",
-    ),
-    (
-        68,
-        "ROBUST_CHANNEL_NVDEC0_ERROR",
-        RestartApp,
-        "video decoder exception (application)",
-    ),
-    (
-        69,
-        "ROBUST_CHANNEL_GR_CLASS_ERROR",
-        RestartApp,
-        "graphics engine class error (application)",
-    ),
-    (74, "NVLINK_ERROR", WorkflowNvlink, "NVLink error"),
-    (
-        79,
-        "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
-        RestartBm,
-        "GPU has fallen off the bus",
-    ),
-    (
-        92,
-        "EXCESSIVE_SBE_INTERRUPTS",
-        Ignore,
-        "high single-bit ECC error rate",
-    ),
+    // PMU_HALT_ERROR
+    (62, ResetGpu, "internal micro-controller halt"),
+    // INFOROM_DRAM_RETIREMENT_EVENT
+    (63, Ignore, "row remapping or page retirement recorded"),
+    // INFOROM_DRAM_RETIREMENT_FAILURE
+    (64, ResetGpu, "row remapping or page retirement failed"),
+    // ROBUST_CHANNEL_NVDEC0_ERROR
+    (68, RestartApp, "video decoder exception (application)"),
+    // ROBUST_CHANNEL_GR_CLASS_ERROR
+    (69, RestartApp, "graphics engine class error (application)"),
+    // NVLINK_ERROR
+    (74, WorkflowNvlink, "NVLink error"),
+    // ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS
+    (79, RestartBm, "GPU has fallen off the bus"),
+    // EXCESSIVE_SBE_INTERRUPTS
+    (92, Ignore, "high single-bit ECC error rate"),
+    // ROBUST_CHANNEL_CONTAINED_ERROR
     (
         94,
-        "ROBUST_CHANNEL_CONTAINED_ERROR",
         RestartApp,
         "contained ECC error (the application was stopped)",
     ),
-    (
-        95,
-        "ROBUST_CHANNEL_UNCONTAINED_ERROR",
-        ResetGpu,
-        "uncontained ECC error",
-    ),
-    (
-        109,
-        "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR",
-        ResetGpu,
-        "context switch timeout",
-    ),
-    (110, "SEC_FAULT_ERROR", ResetGpu, "security fault"),
-    (119, "GSP_RPC_TIMEOUT", ResetGpu, "GSP RPC timeout"),
-    (120, "GSP_ERROR", ResetGpu, "GSP error"),
-    (121, "C2C_ERROR", Ignore, "C2C link corrected error"),
-    (136, "ALI_TRAINING_FAIL", ResetGpu, "NVLink training failed"),
-    (
-        140,
-        "UNRECOVERABLE_ECC_ERROR_ESCAPE",
-        ResetGpu,
-        "unrecovered ECC error",
-    ),
-    (
-        143,
-        "GPU_INIT_ERROR",
-        ResetGpu,
-        "GPU initialization failure",
-    ),
-    (144, "NVLINK_SAW_ERROR", WorkflowNvlink, "NVLink SAW error"),
-    (145, "NVLINK_RLW_ERROR", WorkflowNvlink, "NVLink RLW error"),
-    (146, "NVLINK_TLW_ERROR", WorkflowNvlink, "NVLink TLW error"),
-    (
-        147,
-        "NVLINK_TREX_ERROR",
-        WorkflowNvlink,
-        "NVLink TREX error",
-    ),
-    (
-        148,
-        "NVLINK_NVLPW_CTRL_ERROR",
-        WorkflowNvlink,
-        "NVLink NVLPW error",
-    ),
-    (
-        149,
-        "NVLINK_NETIR_ERROR",
-        WorkflowNvlink,
-        "NVLink NETIR error",
-    ),
-    (150, "NVLINK_MSE_ERROR", WorkflowNvlink, "NVLink MSE error"),
-    (
-        155,
-        "NVLINK_SW_DEFINED_ERROR",
-        ResetGpu,
-        "NVLink software-defined error",
-    ),
-    (
-        156,
-        "RESOURCE_RETIREMENT_EVENT",
-        ResetGpu,
-        "resource retirement event",
-    ),
-    (158, "GPU_FATAL_TIMEOUT", ResetGpu, "GPU fatal timeout"),
-    (
-        160,
-        "CHANNEL_RETIREMENT_EVENT",
-        RestartBm,
-        "channel retirement event",
-    ),
+    // ROBUST_CHANNEL_UNCONTAINED_ERROR
+    (95, ResetGpu, "uncontained ECC error"),
+    // ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR
+    (109, ResetGpu, "context switch timeout"),
+    // SEC_FAULT_ERROR
+    (110, ResetGpu, "security fault"),
+    // GSP_RPC_TIMEOUT
+    (119, ResetGpu, "GSP RPC timeout"),
+    // GSP_ERROR
+    (120, ResetGpu, "GSP error"),
+    // C2C_ERROR
+    (121, Ignore, "C2C link corrected error"),
+    // ALI_TRAINING_FAIL
+    (136, ResetGpu, "NVLink training failed"),
+    // UNRECOVERABLE_ECC_ERROR_ESCAPE
+    (140, ResetGpu, "unrecovered ECC error"),
+    // GPU_INIT_ERROR
+    (143, ResetGpu, "GPU initialization failure"),
+    // NVLINK_SAW_ERROR
+    (144, WorkflowNvlink, "NVLink SAW error"),
+    // NVLINK_RLW_ERROR
+    (145, WorkflowNvlink, "NVLink RLW error"),
+    // NVLINK_TLW_ERROR
+    (146, WorkflowNvlink, "NVLink TLW error"),
+    // NVLINK_TREX_ERROR
+    (147, WorkflowNvlink, "NVLink TREX error"),
+    // NVLINK_NVLPW_CTRL_ERROR
+    (148, WorkflowNvlink, "NVLink NVLPW error"),
+    // NVLINK_NETIR_ERROR
+    (149, WorkflowNvlink, "NVLink NETIR error"),
+    // NVLINK_MSE_ERROR
+    (150, WorkflowNvlink, "NVLink MSE error"),
+    // NVLINK_SW_DEFINED_ERROR
+    (155, ResetGpu, "NVLink software-defined error"),
+    // RESOURCE_RETIREMENT_EVENT
+    (156, ResetGpu, "resource retirement event"),
+    // GPU_FATAL_TIMEOUT
+    (158, ResetGpu, "GPU fatal timeout"),
+    // CHANNEL_RETIREMENT_EVENT
+    (160, RestartBm, "channel retirement event"),
     // The catalog's spreadsheet names no mnemonic for 162, only its bucket (RESET_GPU, FATAL).
     (
         162,
-        "",
         ResetGpu,
         "fatal error the catalog resolves with a GPU reset",
     ),
@@ -393,7 +303,7 @@ pub fn assess(e: &Event) -> (Class, Needs, String) {
         }
         Kind::Xid if e.code == 154 => recovery_action(&e.text),
         Kind::Xid => match XIDS.iter().find(|x| x.0 == e.code) {
-            Some(&(_, _, bucket, meaning)) => {
+            Some(&(_, bucket, meaning)) => {
                 let (class, needs) = bucket.class();
                 (class, needs_from_line(e, needs), meaning.to_string())
             }
