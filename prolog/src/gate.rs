@@ -92,19 +92,7 @@ impl<'a> Gate<'a> {
     /// `gate.json` of this run in `state` saying `message`: nothing drained, no run directory
     /// (the callers that have them set them); [`Self::publish`] adds the faults and metrics error.
     fn status(&self, state: GateState, message: &str) -> Status {
-        Status {
-            state,
-            message: message.to_string(),
-            node: self.facts.node.clone(),
-            job: self.facts.job.clone(),
-            time_unix: now_unix(),
-            drain_reason: None,
-            drain: None,
-            run_dir: None,
-            context: self.mode.as_str(),
-            faults: None,
-            metrics_error: None,
-        }
+        Status::new(state, message, self.facts, self.mode)
     }
 
     fn line<'b>(&self, whom: &'b str, label: &'b str, a: &Actions) -> Line<'b>

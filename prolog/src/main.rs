@@ -225,13 +225,7 @@ fn within_slurm_timeout(
 
 /// `--faults`: one read-only fault pass, printed.
 fn fault_report(cfg: &GateConfig, node: &str) -> i32 {
-    let settings = faults::Settings {
-        root: cfg.fault_root.clone(),
-        gpu_info_dir: cfg.gpu_info_dir.clone(),
-        aer: cfg.aer_limits,
-        ib: cfg.ib_limits,
-        driver: std::sync::Arc::new(faults::nvml_driver::Nvml),
-    };
+    let settings = faults::Settings::of(cfg);
     let state_dir = match cfg.state_dir_for(node) {
         Ok(d) => d,
         Err(e) => {
@@ -271,39 +265,15 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
     if let Some((state_dir, metrics_file)) = salvaged {
         let state_dir = PathBuf::from(state_dir.replace("%n", &facts.node));
         if secure::ensure_dir(&state_dir).is_ok() {
-            let st = Status {
-                state: GateState::Disabled,
-                message: msg.clone(),
-                node: facts.node.clone(),
-                job: facts.job.clone(),
-                time_unix: gate::now_unix(),
-                drain_reason: None,
-                drain: None,
-                run_dir: None,
-                context: mode.as_str(),
-                faults: None,
-                metrics_error: None,
-            };
+            let st = Status::new(GateState::Disabled, &msg, facts, mode);
             let _ = status::write(&state_dir, &st);
         }
         if !metrics_file.is_empty() {
             let m = PathBuf::from(metrics_file.replace("%n", &facts.node));
             let dir = secure::open_textfile_dir(m.parent().unwrap_or(Path::new("/")));
             if let (Ok(dir), Some(name)) = (dir, m.file_name()) {
-                let empty = Default::default();
-                let _ = metrics::write(
-                    &dir.file(name),
-                    &metrics::Sample {
-                        gate: GateState::Disabled,
-                        verdict: None,
-                        exit_code: None,
-                        avg_busbw: &empty,
-                        margins: &empty,
-                        finished_unix: gate::now_unix(),
-                        duration_s: 0.0,
-                        cache_seconds: None,
-                    },
-                );
+                let sample = metrics::Sample::unmeasured(GateState::Disabled, None, None);
+                let _ = metrics::write(&dir.file(name), &sample);
             }
         }
     }

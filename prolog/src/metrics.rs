@@ -29,6 +29,30 @@ pub struct Sample<'a> {
     pub cache_seconds: Option<u64>,
 }
 
+/// No busbw or margins: nothing was measured.
+static NONE: BTreeMap<String, f64> = BTreeMap::new();
+
+impl Sample<'static> {
+    /// A run that measured nothing (a disabled gate, skipped, a setup error before the worker,
+    /// a hardware fault's FAIL): no numbers, finished now.
+    pub fn unmeasured(
+        gate: GateState,
+        verdict: Option<Verdict>,
+        cache_seconds: Option<u64>,
+    ) -> Self {
+        Sample {
+            gate,
+            verdict,
+            exit_code: None,
+            avg_busbw: &NONE,
+            margins: &NONE,
+            finished_unix: crate::gate::now_unix(),
+            duration_s: 0.0,
+            cache_seconds,
+        }
+    }
+}
+
 /// The file's text.
 pub fn render(s: &Sample) -> String {
     let mut t = String::new();

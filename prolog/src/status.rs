@@ -3,6 +3,8 @@
 //! run's directory) and the `nccl_check_gate_state` metric ([`crate::metrics`]). A gate that is
 //! off (broken config) or in ERROR says so there, not only in a log nobody reads.
 
+use crate::decide::Mode;
+use crate::job_env::Facts;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -68,6 +70,26 @@ pub struct Status {
     /// fallback file in the state directory).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_error: Option<String>,
+}
+
+impl Status {
+    /// This run in `state` saying `message`: nothing drained, no run directory, no faults (the
+    /// callers that have them set them).
+    pub fn new(state: GateState, message: &str, facts: &Facts, mode: Mode) -> Status {
+        Status {
+            state,
+            message: message.to_string(),
+            node: facts.node.clone(),
+            job: facts.job.clone(),
+            time_unix: crate::gate::now_unix(),
+            drain_reason: None,
+            drain: None,
+            run_dir: None,
+            context: mode.as_str(),
+            faults: None,
+            metrics_error: None,
+        }
+    }
 }
 
 pub fn write(state_dir: &Path, s: &Status) -> std::io::Result<()> {

@@ -51,6 +51,12 @@ pub struct Line<'a> {
 }
 
 impl Line<'_> {
+    /// `whom on node: label in 1.23 s`, how each measured line begins.
+    fn ran(&self, run: &Run) -> String {
+        let s = run.elapsed.as_secs_f64();
+        format!("{} on {}: {} in {s:.2} s", self.whom, self.node, self.label)
+    }
+
     pub fn pass(&self, run: &Run, report: Option<&Report>) -> String {
         let bw: Vec<String> = report
             .map(|r| {
@@ -62,11 +68,8 @@ impl Line<'_> {
             })
             .unwrap_or_default();
         format!(
-            "PASS {} on {}: {} in {:.2} s{}{}",
-            self.whom,
-            self.node,
-            self.label,
-            run.elapsed.as_secs_f64(),
+            "PASS {}{}{}",
+            self.ran(run),
             if bw.is_empty() {
                 String::new()
             } else {
@@ -81,11 +84,8 @@ impl Line<'_> {
     /// `drain`: what came of the drain request (None in a dry run).
     pub fn fail(&self, run: &Run, reason: &str, drain: Option<&str>) -> String {
         format!(
-            "FAIL {} on {}: {} in {:.2} s: {reason}; {}{}",
-            self.whom,
-            self.node,
-            self.label,
-            run.elapsed.as_secs_f64(),
+            "FAIL {}: {reason}; {}{}",
+            self.ran(run),
             drain.unwrap_or("would drain (dry run)"),
             job_fate(self.mode, self.exit_code, true)
         )
@@ -99,11 +99,8 @@ impl Line<'_> {
             .map(|s| format!(" ({s})"))
             .unwrap_or_default();
         format!(
-            "NOT JUDGED {} on {}: {} in {:.2} s: measured FAIL{found}, but {why}; not drained{}",
-            self.whom,
-            self.node,
-            self.label,
-            run.elapsed.as_secs_f64(),
+            "NOT JUDGED {}: measured FAIL{found}, but {why}; not drained{}",
+            self.ran(run),
             if self.mode == Mode::Recheck {
                 ", no verdict"
             } else {
@@ -117,12 +114,8 @@ impl Line<'_> {
     /// judged, and the job runs.
     pub fn busy(&self, run: &Run, reason: &str, why: &str) -> String {
         format!(
-            "BUSY {} on {}: {} in {:.2} s: {reason}; not drained: the node is busy, not broken \
-             ({why}){}",
-            self.whom,
-            self.node,
-            self.label,
-            run.elapsed.as_secs_f64(),
+            "BUSY {}: {reason}; not drained: the node is busy, not broken ({why}){}",
+            self.ran(run),
             if self.mode == Mode::Prolog {
                 ", the job runs"
             } else {

@@ -20,13 +20,7 @@ impl Gate<'_> {
         if !self.cfg.fault_checks {
             return None;
         }
-        let settings = faults::Settings {
-            root: self.cfg.fault_root.clone(),
-            gpu_info_dir: self.cfg.gpu_info_dir.clone(),
-            aer: self.cfg.aer_limits,
-            ib: self.cfg.ib_limits,
-            driver: std::sync::Arc::new(faults::nvml_driver::Nvml),
-        };
+        let settings = faults::Settings::of(self.cfg);
         // A dry run reads but keeps no position: the next real run judges the same events.
         let f = faults::check(&settings, state_dir, !self.dry_run);
         let line = f.line();

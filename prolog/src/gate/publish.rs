@@ -46,17 +46,7 @@ impl Gate<'_> {
         st: &Status,
         verdict: Option<Verdict>,
     ) {
-        let empty = Default::default();
-        let sample = metrics::Sample {
-            gate: st.state,
-            verdict,
-            exit_code: None,
-            avg_busbw: &empty,
-            margins: &empty,
-            finished_unix: now_unix(),
-            duration_s: 0.0,
-            cache_seconds: Some(self.cfg.cache_seconds),
-        };
+        let sample = metrics::Sample::unmeasured(st.state, verdict, Some(self.cfg.cache_seconds));
         self.publish(places, st, &sample);
     }
 
