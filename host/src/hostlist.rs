@@ -102,11 +102,6 @@ impl fmt::Display for HostlistError {
 
 impl std::error::Error for HostlistError {}
 
-/// All hosts of a Slurm hostlist expression (`a[1,3-5],b7` → `a1 a3 a4 a5 b7`), in Slurm's order.
-pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
-    Ok(Hostlist::parse(list)?.iter().collect())
-}
-
 /// The first host of a Slurm hostlist expression (`rack[2-3]-n[1-2]` → `rack2-n1`), without
 /// expanding the rest; the whole expression must be valid.
 pub fn first(list: &str) -> Result<String, HostlistError> {
@@ -501,7 +496,8 @@ mod tests {
     use proptest::prelude::*;
 
     fn hosts(list: &str) -> Vec<String> {
-        expand(list).unwrap_or_else(|e| panic!("{list}: {e}"))
+        let parsed = Hostlist::parse(list).unwrap_or_else(|e| panic!("{list}: {e}"));
+        parsed.iter().collect()
     }
 
     fn problem(list: &str) -> Problem {

@@ -59,15 +59,12 @@ pub fn check_allocation(
     let secret = fresh_secret()?;
     let env = worker_env(spank, config, Some(secret.into()))?;
     let plan = mode.plan().unwrap_or_else(PlanName::quick);
+    let deadline = config.deadline() + STEP_SETUP;
     let spec = Spec {
-        program: "srun".into(),
-        args: srun_args(config, mode, nnodes, verbose),
         env: Some(env),
         cwd: None,
-        stdin: None,
-        stdout: Output::Discard,
         stderr: tee_stderr(),
-        deadline: config.deadline() + STEP_SETUP,
+        ..Spec::new("srun", srun_args(config, mode, nnodes, verbose), deadline)
     };
     say(&format!(
         "nccl-check: checking the allocation ({plan}, {nnodes} node(s), budget {} s) before the \

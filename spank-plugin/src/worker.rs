@@ -83,14 +83,10 @@ pub fn run(inv: &Invocation) -> TaskOutcome {
         },
     };
     let spec = Spec {
-        program: inv.worker.clone(),
-        args: args.to_args(),
         env: Some(inv.env.clone()),
         cwd: None,
-        stdin: None,
-        stdout: Output::Discard,
         stderr,
-        deadline: inv.deadline,
+        ..Spec::new(&inv.worker, args.to_args(), inv.deadline)
     };
     let started = std::time::Instant::now();
     let mut outcome = match supervise::run(spec) {
