@@ -7,7 +7,8 @@ use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::verdict::Verdict;
 
 /// How the binary was started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Mode {
     /// By slurmd as `Prolog=`, for a job about to start.
     Prolog,
@@ -22,11 +23,7 @@ pub enum Mode {
 impl Mode {
     /// The context's name in `gate.json` and messages.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Prolog => "prolog",
-            Mode::Recheck => "recheck",
-            Mode::Epilog => "epilog",
-        }
+        self.into()
     }
 }
 

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 pub const FILE: &str = "gate.json";
 
 /// The gate's state after one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum GateState {
     /// The job's GPUs passed (measured or cached).
     Pass,
@@ -37,13 +38,7 @@ impl GateState {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            GateState::Pass => "pass",
-            GateState::Fail => "fail",
-            GateState::Error => "error",
-            GateState::Disabled => "disabled",
-            GateState::Skipped => "skipped",
-        }
+        self.into()
     }
 }
 
