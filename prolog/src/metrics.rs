@@ -6,7 +6,7 @@
 //! how long after it such a pass may answer (the NcclCheckNoGateRunOnAllocatedNode alert waits
 //! that long).
 
-use crate::prom::gauge;
+use crate::prom::{gauge, gauge_of};
 use crate::status::GateState;
 use nccl_check_contract::verdict::Verdict;
 use std::collections::BTreeMap;
@@ -82,57 +82,39 @@ pub fn render(s: &Sample) -> String {
             u8::from(s.verdict == Some(v))
         );
     }
-    gauge(
-        &mut t,
-        "nccl_check_exit_code",
-        "Exit code of the last worker run (-1 = killed).",
-    );
-    let _ = writeln!(t, "nccl_check_exit_code {}", s.exit_code.unwrap_or(-1));
-    gauge(
-        &mut t,
-        "nccl_check_busbw_gbps",
-        "Mean bus bandwidth per collective of the last measurement, GB/s.",
-    );
-    for (coll, bw) in s.avg_busbw {
-        if bw.is_finite() && coll.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            let _ = writeln!(t, "nccl_check_busbw_gbps{{collective=\"{coll}\"}} {bw:.3}");
+    let code = s.exit_code.unwrap_or(-1);
+    let help = "Exit code of the last worker run (-1 = killed).";
+    gauge_of(&mut t, "nccl_check_exit_code", help, code);
+    for (name, help, values) in [
+        (
+            "nccl_check_busbw_gbps",
+            "Mean bus bandwidth per collective of the last measurement, GB/s.",
+            s.avg_busbw,
+        ),
+        (
+            "nccl_check_busbw_margin",
+            "Smallest busbw / floor per collective of the last measurement (1.0 = at the \
+             floor; only collectives a floor judged).",
+            s.margins,
+        ),
+    ] {
+        gauge(&mut t, name, help);
+        for (coll, v) in values {
+            if v.is_finite() && coll.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                let _ = writeln!(t, "{name}{{collective=\"{coll}\"}} {v:.3}");
+            }
         }
     }
-    gauge(
-        &mut t,
-        "nccl_check_busbw_margin",
-        "Smallest busbw / floor per collective of the last \
-         measurement (1.0 = at the floor; only collectives a floor judged).",
-    );
-    for (coll, m) in s.margins {
-        if m.is_finite() && coll.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            let _ = writeln!(t, "nccl_check_busbw_margin{{collective=\"{coll}\"}} {m:.3}");
-        }
-    }
-    gauge(
-        &mut t,
-        "nccl_check_last_run_timestamp_seconds",
-        "When the last measurement ended.",
-    );
-    let _ = writeln!(
-        t,
-        "nccl_check_last_run_timestamp_seconds {:.3}",
-        s.finished_unix
-    );
-    gauge(
-        &mut t,
-        "nccl_check_duration_seconds",
-        "Wall time of the last worker run.",
-    );
-    let _ = writeln!(t, "nccl_check_duration_seconds {:.3}", s.duration_s);
+    let name = "nccl_check_last_run_timestamp_seconds";
+    let help = "When the last measurement ended.";
+    gauge_of(&mut t, name, help, format!("{:.3}", s.finished_unix));
+    let name = "nccl_check_duration_seconds";
+    let help = "Wall time of the last worker run.";
+    gauge_of(&mut t, name, help, format!("{:.3}", s.duration_s));
     if let Some(c) = s.cache_seconds {
-        gauge(
-            &mut t,
-            "nccl_check_cache_seconds",
-            "The gate's cache_seconds: a pass this recent \
-             answers a prolog without measuring or rewriting this file.",
-        );
-        let _ = writeln!(t, "nccl_check_cache_seconds {c}");
+        let help = "The gate's cache_seconds: a pass this recent answers a prolog without \
+                    measuring or rewriting this file.";
+        gauge_of(&mut t, "nccl_check_cache_seconds", help, c);
     }
     t
 }

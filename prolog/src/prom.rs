@@ -11,6 +11,12 @@ pub fn gauge(t: &mut String, name: &str, help: &str) {
     let _ = writeln!(t, "# TYPE {name} gauge");
 }
 
+/// A gauge of one value, no labels: its head and its line.
+pub fn gauge_of(t: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    gauge(t, name, help);
+    let _ = writeln!(t, "{name} {value}");
+}
+
 /// `x.prom` → `x-WHAT.prom`.
 pub fn beside(metrics_file: &Path, what: &str) -> PathBuf {
     let stem = metrics_file

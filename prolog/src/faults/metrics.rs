@@ -4,7 +4,7 @@
 //! source was readable, and what the pass cost. Written atomically after every pass but a dry run.
 
 use super::{Class, Summary};
-use crate::prom::gauge;
+use crate::prom::{gauge, gauge_of};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -57,27 +57,16 @@ pub fn render(s: &Summary, now_unix: f64) -> String {
             Some(super::Lost::Records(n)) => n,
             _ => 0,
         };
-        gauge(
-            &mut t,
-            "nccl_check_fault_kmsg_lost_records",
-            "Kernel log records overwritten since the previous check before the last fault pass \
-             read them (a flood can hide an Xid).",
-        );
-        let _ = writeln!(t, "nccl_check_fault_kmsg_lost_records {lost}");
+        let help = "Kernel log records overwritten since the previous check before the last \
+                    fault pass read them (a flood can hide an Xid).";
+        gauge_of(&mut t, "nccl_check_fault_kmsg_lost_records", help, lost);
     }
     let name = "nccl_check_fault_pass_seconds";
-    gauge(&mut t, name, "Wall time of the last fault pass.");
-    let _ = writeln!(
-        t,
-        "nccl_check_fault_pass_seconds {:.6}",
-        s.total_ms / 1000.0
-    );
+    let secs = format!("{:.6}", s.total_ms / 1000.0);
+    gauge_of(&mut t, name, "Wall time of the last fault pass.", secs);
     let name = "nccl_check_fault_last_pass_timestamp_seconds";
-    gauge(&mut t, name, "When the last fault pass ran.");
-    let _ = writeln!(
-        t,
-        "nccl_check_fault_last_pass_timestamp_seconds {now_unix:.3}"
-    );
+    let at = format!("{now_unix:.3}");
+    gauge_of(&mut t, name, "When the last fault pass ran.", at);
     t
 }
 
