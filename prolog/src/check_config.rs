@@ -17,78 +17,42 @@ use std::fmt::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-/// A key's effective value as TOML.
-fn value(c: &GateConfig, key: &str) -> String {
-    let q = |s: &str| format!("{s:?}");
-    let p = |p: &Path| q(&p.display().to_string());
-    match key {
-        "worker" => p(&c.worker),
-        "worker_config" => p(&c.worker_config),
-        "plan" => q(c.plan.as_str()),
-        "budget_seconds" => c.budget_seconds.to_string(),
-        "gpus" => q(match c.gpus {
-            config::GpuPolicy::Job => "job",
-            config::GpuPolicy::All => "all",
-        }),
-        "on_fail" => q(match c.on_fail {
-            config::OnFail::Requeue => "requeue",
-            config::OnFail::Run => "run",
-        }),
-        "on_error" => q(match c.on_error {
-            config::OnError::Run => "run",
-            config::OnError::FailJob => "fail-job",
-        }),
-        "auto_resume" => c.auto_resume.to_string(),
-        "cache_seconds" => c.cache_seconds.to_string(),
-        "state_dir" => q(&c.state_dir),
-        "scontrol" => p(&c.scontrol),
-        "gpu_info_dir" => p(&c.gpu_info_dir),
-        "syslog_facility" => q(&c.syslog_facility),
-        "syslog_socket" => p(&c.syslog_socket),
-        "metrics_file" => q(&c.metrics_file),
-        "fault_checks" => c.fault_checks.to_string(),
-        "stray_processes" => q(match c.stray_processes {
-            crate::stray::Policy::Fail => "fail",
-            crate::stray::Policy::Warn => "warn",
-        }),
-        "fault_root" => p(&c.fault_root),
-        "aer_limits" => inline_table(&c.aer_limits),
-        "ib_limits" => inline_table(&c.ib_limits),
-        "env" => {
-            let kv: Vec<String> = c
-                .env
-                .iter()
-                .map(|(k, v)| format!("{k} = {}", q(v)))
-                .collect();
-            if kv.is_empty() {
-                "{}".into()
-            } else {
-                format!("{{ {} }}", kv.join(", "))
-            }
-        }
-        _ => "?".into(),
+/// Each key's effective value as TOML, from the config's own serialization (the same names
+/// and spellings the file is read with).
+fn values(c: &GateConfig) -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::to_value(c) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
     }
 }
 
-/// `{ a = 1, b = 2 }`, in the struct's field order.
-fn inline_table<T: serde::Serialize>(t: &T) -> String {
-    let kv: Vec<String> = match serde_json::to_value(t) {
-        Ok(serde_json::Value::Object(m)) => m.iter().map(|(k, v)| format!("{k} = {v}")).collect(),
-        _ => Vec::new(),
-    };
-    format!("{{ {} }}", kv.join(", "))
+/// A value as TOML writes it: tables inline (`{ a = 1, b = 2 }`, `{}` when empty).
+fn toml_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Object(m) if m.is_empty() => "{}".into(),
+        serde_json::Value::Object(m) => {
+            let kv: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", toml_text(v)))
+                .collect();
+            format!("{{ {} }}", kv.join(", "))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Every key, its value and its source, one per line.
 pub fn render(c: &GateConfig, file: Option<(&Path, &str)>) -> String {
     let mut out = String::new();
+    let values = values(c);
     for key in KEYS {
         let from = file
             .and_then(|(path, text)| {
                 find_key_line(text, key).map(|l| format!("{}:{l}", path.display()))
             })
             .unwrap_or_else(|| "default".into());
-        let _ = writeln!(out, "{key} = {}    # {from}", value(c, key));
+        let value = values.get(key).map_or("?".into(), toml_text);
+        let _ = writeln!(out, "{key} = {value}    # {from}");
     }
     out
 }

@@ -10,7 +10,7 @@
 use crate::faults::limits::{AerLimits, IbLimits};
 use nccl_check_contract::args::PlanName;
 use nccl_check_host::config_file::{self, ConfigError};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_PATH: &str = "/etc/nccl-check/prolog.toml";
 
 /// Which GPUs one prolog run checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuPolicy {
     /// The job's GPUs (`CUDA_VISIBLE_DEVICES` in the prolog's environment, physical indices); a
@@ -29,7 +29,7 @@ pub enum GpuPolicy {
 }
 
 /// What a FAIL does to the job once the node is drained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnFail {
     /// Exit 1: slurmd requeues a batch job (held unless `nohold_on_prolog_fail`), kills srun/salloc.
@@ -42,7 +42,7 @@ pub enum OnFail {
 /// the site's or nccl-check's own problem (worker or library missing, timeout), and failing
 /// the job would make slurmd drain every node with "Prolog error" over one setup mistake; the
 /// ERROR is made visible instead (stderr line, `gate.json`, `nccl_check_gate_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub enum OnError {
     /// Exit 0: log it, never drain, the job runs.
     #[serde(rename = "run")]
@@ -54,7 +54,7 @@ pub enum OnError {
     FailJob,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GateConfig {
     /// The worker binary (absolute).

@@ -19,7 +19,7 @@ use owner::{Owner, Owners};
 use std::path::Path;
 
 /// What a stray process does to the verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Policy {
     Fail,
