@@ -268,12 +268,7 @@ pub fn stricter_of(
     let shown = |t: Option<u64>| t.map_or("unset (no limit)".to_string(), |t| format!("{t}"));
     let live_source = LIVE.to_string();
     match (file, live) {
-        (Ok((f, at)), Ok(l)) if f == l => Some(SlurmTimeout {
-            seconds: *f,
-            source: at.clone(),
-            differs: None,
-        }),
-        (Ok((f, at)), Ok(l)) => {
+        (Ok((f, at)), Ok(l)) if f != l => {
             let live_wins = match (f, l) {
                 (Some(f), Some(l)) => l < f,
                 (None, Some(_)) => true,
@@ -299,7 +294,7 @@ pub fn stricter_of(
                 source,
             })
         }
-        (Ok((f, at)), Err(_)) => Some(SlurmTimeout {
+        (Ok((f, at)), _) => Some(SlurmTimeout {
             seconds: *f,
             source: at.clone(),
             differs: None,

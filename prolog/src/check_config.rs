@@ -64,17 +64,13 @@ pub fn problems(c: &GateConfig, node: &str) -> Vec<NotReady> {
         std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
     let mut add = |text: String| p.push(NotReady::new(Effect::Unchecked, text));
-    if !exec(&c.worker) {
-        add(format!(
-            "worker {}: not an executable file",
-            c.worker.display()
-        ));
-    }
-    if !exec(&c.scontrol) {
-        add(format!(
-            "scontrol {}: not an executable file",
-            c.scontrol.display()
-        ));
+    for (what, program) in [("worker", &c.worker), ("scontrol", &c.scontrol)] {
+        if !exec(program) {
+            add(format!(
+                "{what} {}: not an executable file",
+                program.display()
+            ));
+        }
     }
     // A missing state_dir is created (root's, 0755) at the first run; an existing one must pass.
     match c.state_dir_for(node) {
@@ -180,10 +176,7 @@ pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) ->
     if let Some(n) = metrics_note(&cfg, node) {
         nccl_check_host::outln!("# {n}");
     }
-    problems.extend(read.problems);
-    problems.extend(w.problems);
-    problems.extend(sl.problems);
-    problems.extend(pl.problems);
+    problems.extend([read.problems, w.problems, sl.problems, pl.problems].concat());
     let (code, last) = verdict(node, &problems, view.settings, root);
     for l in &last {
         nccl_check_host::outln!("{l}");
