@@ -55,12 +55,7 @@ const RECORD_KEYS: &[&str] = &[
 impl ConfText {
     /// The text with the includes inlined (for readers of `NodeName=` lines).
     pub fn text(&self) -> String {
-        let mut s = String::new();
-        for l in &self.lines {
-            s.push_str(&l.text);
-            s.push('\n');
-        }
-        s
+        self.lines.iter().map(|l| format!("{}\n", l.text)).collect()
     }
 
     /// Every global setting of `key` (case-insensitive), in file order: `(value, line)`.
@@ -150,12 +145,8 @@ fn read_into(path: &Path, depth: usize, conf: &mut ConfText) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     for (i, line) in text.lines().enumerate() {
         if let Some(target) = include_target(line) {
-            let target = if target.starts_with('/') {
-                PathBuf::from(target)
-            } else {
-                dir.join(target)
-            };
-            for f in expand(&target) {
+            // An absolute target replaces `dir` (Path::join), a relative one is under it.
+            for f in expand(&dir.join(target)) {
                 read_into(&f, depth + 1, conf)?;
             }
             continue;
