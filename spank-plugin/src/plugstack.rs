@@ -119,12 +119,8 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
                     ));
                     continue;
                 };
-                let target = if pattern.starts_with('/') {
-                    PathBuf::from(pattern)
-                } else {
-                    dir.join(pattern)
-                };
-                for f in files::expand(&target) {
+                // An absolute pattern replaces `dir` (Path::join), a relative one is under it.
+                for f in files::expand(&dir.join(pattern)) {
                     read_into(&f, depth + 1, stack);
                 }
             }
