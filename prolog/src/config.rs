@@ -170,6 +170,17 @@ pub const FACILITIES: &[&str] = &[
 ];
 
 impl GateConfig {
+    /// The fault pass's settings, with the real driver (NVML).
+    pub fn fault_settings(&self) -> crate::faults::Settings {
+        crate::faults::Settings {
+            root: self.fault_root.clone(),
+            gpu_info_dir: self.gpu_info_dir.clone(),
+            aer: self.aer_limits,
+            ib: self.ib_limits,
+            driver: std::sync::Arc::new(crate::faults::nvml_driver::Nvml),
+        }
+    }
+
     /// Seconds passed to the worker's `--timeout`: the budget less a margin (a tenth, at least
     /// 2 s) so the worker's own watchdog reports before the group is killed.
     pub fn worker_timeout(&self) -> u64 {

@@ -16,18 +16,12 @@ use crate::status::{GateState, Status};
 use crate::words::Line;
 use crate::{cache, faults, gpus, secure, shared};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 mod fault_pass;
 mod measurement;
 mod publish;
 
-pub fn now_unix() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
+pub use crate::status::now_unix;
 
 pub struct Gate<'a> {
     pub cfg: &'a GateConfig,

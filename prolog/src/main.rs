@@ -225,7 +225,7 @@ fn within_slurm_timeout(
 
 /// `--faults`: one read-only fault pass, printed.
 fn fault_report(cfg: &GateConfig, node: &str) -> i32 {
-    let settings = faults::Settings::of(cfg);
+    let settings = cfg.fault_settings();
     let state_dir = match cfg.state_dir_for(node) {
         Ok(d) => d,
         Err(e) => {

@@ -46,7 +46,7 @@ impl Sample<'static> {
             exit_code: None,
             avg_busbw: &NONE,
             margins: &NONE,
-            finished_unix: crate::gate::now_unix(),
+            finished_unix: crate::status::now_unix(),
             duration_s: 0.0,
             cache_seconds,
         }

@@ -67,6 +67,15 @@ pub struct Status {
     pub metrics_error: Option<String>,
 }
 
+/// Now, as gate.json and the metrics record a time.
+pub fn now_unix() -> f64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
 impl Status {
     /// This run in `state` saying `message`: nothing drained, no run directory, no faults (the
     /// callers that have them set them).
@@ -76,7 +85,7 @@ impl Status {
             message: message.to_string(),
             node: facts.node.clone(),
             job: facts.job.clone(),
-            time_unix: crate::gate::now_unix(),
+            time_unix: now_unix(),
             drain_reason: None,
             drain: None,
             run_dir: None,

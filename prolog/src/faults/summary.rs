@@ -28,19 +28,6 @@ pub struct Settings {
     pub driver: Arc<dyn driver::Driver>,
 }
 
-impl Settings {
-    /// The config's fault settings, with the real driver (NVML).
-    pub fn of(cfg: &crate::config::GateConfig) -> Settings {
-        Settings {
-            root: cfg.fault_root.clone(),
-            gpu_info_dir: cfg.gpu_info_dir.clone(),
-            aer: cfg.aer_limits,
-            ib: cfg.ib_limits,
-            driver: Arc::new(super::nvml_driver::Nvml),
-        }
-    }
-}
-
 /// One fault found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {

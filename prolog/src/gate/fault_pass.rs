@@ -20,7 +20,7 @@ impl Gate<'_> {
         if !self.cfg.fault_checks {
             return None;
         }
-        let settings = faults::Settings::of(self.cfg);
+        let settings = self.cfg.fault_settings();
         // A dry run reads but keeps no position: the next real run judges the same events.
         let f = faults::check(&settings, state_dir, !self.dry_run);
         let line = f.line();
