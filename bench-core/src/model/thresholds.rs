@@ -139,15 +139,14 @@ pub fn size_range(t: &Threshold) -> String {
     }
 }
 
-/// The rule for `key`, if any.
+/// The rule for `key`, if any: the most specific, the first on a tie (`max_by_key` keeps the
+/// last of equals, so it walks the rules backwards).
 pub fn rule_for<'a>(rules: &'a [Threshold], key: &Key) -> Option<&'a Threshold> {
-    let mut best: Option<&Threshold> = None;
-    for t in rules.iter().filter(|t| applies(t, key)) {
-        if best.is_none_or(|b| specificity(t) > specificity(b)) {
-            best = Some(t);
-        }
-    }
-    best
+    rules
+        .iter()
+        .rev()
+        .filter(|t| applies(t, key))
+        .max_by_key(|t| specificity(t))
 }
 
 /// Whether a measurement is one GPU pair of the pair matrix (sendrecv between 2 GPUs).
@@ -177,10 +176,7 @@ pub fn floor<'r>(
 
 /// A rule's floor raised by `--min-busbw`, when both apply.
 pub fn with_min(rule: Option<f64>, min_busbw: Option<f64>) -> Option<f64> {
-    match (rule, min_busbw) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    }
+    rule.into_iter().chain(min_busbw).reduce(f64::max)
 }
 
 /// Every rule for this GPU model, each with whether it applies to a node of `gpus` GPUs on

@@ -118,10 +118,9 @@ pub fn choose(budget: &StepBudget, rate: f64) -> Choice {
     } else if fits < smallest as f64 {
         (smallest, SizeWhy::Smallest)
     } else {
-        (
-            prev_power_of_two(fits as u64).max(smallest),
-            SizeWhy::Budget,
-        )
+        // The largest power of two at most `fits`.
+        let power = (fits as u64).checked_ilog2().map_or(0, |b| 1 << b);
+        (power.max(smallest), SizeWhy::Budget)
     };
     let op_s = bytes as f64 / rate;
     let per_placement = budget.seconds / f64::from(budget.placements.max(1));
@@ -131,14 +130,6 @@ pub fn choose(budget: &StepBudget, rate: f64) -> Choice {
         bytes,
         samples,
         why,
-    }
-}
-
-fn prev_power_of_two(x: u64) -> u64 {
-    if x == 0 {
-        0
-    } else {
-        1 << (63 - x.leading_zeros())
     }
 }
 

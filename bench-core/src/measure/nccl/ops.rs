@@ -114,18 +114,10 @@ impl Comm<'_> {
         op: u32,
         stream: RawStream,
     ) -> Result<(), NcclError> {
+        let (send, recv) = (send as *const c_void, recv as *mut c_void);
+        let (n, dt, op, raw) = (count as usize, dtype as i32, op as i32, self.raw);
         // SAFETY: send/recv are device buffers of at least count elements on this comm's GPU.
-        let rc = unsafe {
-            (self.nccl.all_reduce)(
-                send as *const c_void,
-                recv as *mut c_void,
-                count as usize,
-                dtype as i32,
-                op as i32,
-                self.raw,
-                stream,
-            )
-        };
+        let rc = unsafe { (self.nccl.all_reduce)(send, recv, n, dt, op, raw, stream) };
         self.settle(rc, "ncclAllReduce")
     }
 
@@ -197,17 +189,9 @@ impl Comm<'_> {
         stream: RawStream,
     ) -> Result<(), NcclError> {
         if let Some(f) = self.nccl.alltoall {
+            let (s, r, n) = (send as *const c_void, recv as *mut c_void, count as usize);
             // SAFETY: send/recv hold count*nranks elements on this comm's GPU.
-            let rc = unsafe {
-                f(
-                    send as *const c_void,
-                    recv as *mut c_void,
-                    count as usize,
-                    dtype as i32,
-                    self.raw,
-                    stream,
-                )
-            };
+            let rc = unsafe { f(s, r, n, dtype as i32, self.raw, stream) };
             return self.settle(rc, "ncclAlltoAll");
         }
         let chunk = count * elt;

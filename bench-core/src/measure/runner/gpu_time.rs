@@ -82,11 +82,7 @@ pub fn faster_end(a: &[f64], b: &[f64]) -> Vec<f64> {
 /// transfer's (as long as the hosts enqueued ahead, which a loop of asynchronous launches does).
 /// With one operation there is nothing to leave out.
 pub fn settled_mean(per_op: &[f64]) -> f64 {
-    let settled = if per_op.len() > 1 {
-        &per_op[1..]
-    } else {
-        per_op
-    };
+    let settled = per_op.get(1..).filter(|s| !s.is_empty()).unwrap_or(per_op);
     if settled.is_empty() {
         0.0
     } else {

@@ -92,12 +92,8 @@ impl Measurer<'_> {
         if !summary.reasons.is_empty() {
             let starved = self.starved_nodes(start, &setup.layout.names)?;
             crate::localize::own::blame_starved(&mut summary.reasons, &starved);
-            let own = self.own_findings(start)?;
+            let own = self.keep_own_findings(start, out)?;
             crate::localize::own::own_findings_win(&mut summary.reasons, &own);
-            out.findings_shared = true;
-            if start.recorder {
-                out.node_findings = own;
-            }
         }
         // The check's last NCCL operation: a rank whose all_reduce is done may still owe its ring
         // neighbours data in flight, and a process that left now would cut it (seen on one H100 with
@@ -154,12 +150,7 @@ impl Measurer<'_> {
             seconds,
             &held,
         );
-        if start.printer {
-            start.show.line(&super::timed::sizing_line(&sizing));
-        }
-        if start.recorder {
-            out.sizing.push(sizing);
-        }
+        start.record_sizing(sizing, out);
         sized
     }
 
@@ -240,6 +231,21 @@ impl Measurer<'_> {
         crate::localize::own::exchange(process, &names, &mine, false, |v| {
             self.sum_over_ranks(v, "the nodes' own findings (all_reduce)")
         })
+    }
+
+    /// [`Measurer::own_findings`], marked shared (`findings_shared`) and kept by the recorder
+    /// thread for the report.
+    pub(super) fn keep_own_findings(
+        &self,
+        start: &Start,
+        out: &mut GpuOutcome,
+    ) -> Result<Vec<NodeFindings>, RunError> {
+        let own = self.own_findings(start)?;
+        out.findings_shared = true;
+        if start.recorder {
+            out.node_findings = own.clone();
+        }
+        Ok(own)
     }
 
     /// The coordinator's localization settings, the same bits in every process: each process

@@ -85,6 +85,20 @@ impl Start {
         }
     }
 
+    /// A budgeted step's record: its `#` line on the printer, the report's on the recorder.
+    pub(crate) fn record_sizing(
+        &self,
+        sizing: crate::model::time_budget::Sizing,
+        out: &mut GpuOutcome,
+    ) {
+        if self.printer {
+            self.show.line(&timed::sizing_line(&sizing));
+        }
+        if self.recorder {
+            out.sizing.push(sizing);
+        }
+    }
+
     /// The floors the retest holds measurements against: the verdict's (`floors`), before
     /// anyone knows whether CollNet or NVLS carried the collectives.
     pub fn floors(&self) -> Floors<'_> {
@@ -100,6 +114,7 @@ impl Start {
 }
 
 /// What a GPU thread hands back.
+#[derive(Default)]
 pub struct GpuOutcome {
     pub info: Option<GpuInfo>,
     pub rank: Option<u32>,

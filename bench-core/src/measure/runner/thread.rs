@@ -5,7 +5,6 @@
 use super::timed::{Buffer, Measurer};
 use super::{comms, ms, probe, shared, GpuOutcome, GpuThread, RunError, Start};
 use crate::measure::cuda::Gpu;
-use crate::measure::rows::Phases;
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
@@ -41,23 +40,7 @@ impl GpuThread {
     }
 
     pub fn run(self, start: Receiver<Start>) -> GpuOutcome {
-        let mut out = GpuOutcome {
-            info: None,
-            rank: None,
-            phases: Phases::default(),
-            rows: Vec::new(),
-            pairs: Vec::new(),
-            probe: None,
-            shared: None,
-            gpu_side: Vec::new(),
-            sizing: Vec::new(),
-            localization: None,
-            localization_noise: None,
-            node_findings: Vec::new(),
-            findings_shared: false,
-            last_collective: None,
-            error: None,
-        };
+        let mut out = GpuOutcome::default();
         let began = Instant::now();
         let dev = self.device;
         self.set_status(format!("GPU {dev}: creating its CUDA context"));

@@ -120,6 +120,13 @@ impl Measurer<'_> {
         self.thread.opts
     }
 
+    /// What this thread is doing now, for the watchdog's line (`GpuThread::set_status`).
+    pub(super) fn status(&self, what: &str) {
+        let (device, rank) = (self.thread.device, self.rank);
+        self.thread
+            .set_status(format!("GPU {device} (rank {rank}): {what}"));
+    }
+
     pub(super) fn err_runtime(&self, what: &str, e: impl std::fmt::Display) -> RunError {
         RunError::Runtime(format!(
             "GPU {} (rank {}): {what}: {e}",
@@ -239,10 +246,7 @@ impl Measurer<'_> {
                 crate::model::size::human(c.bytes(elt)),
                 if in_place { "in-place" } else { "out-of-place" }
             );
-            self.thread.set_status(format!(
-                "GPU {} (rank {}): {what}",
-                self.thread.device, self.rank
-            ));
+            self.status(&what);
             let loop_ = (in_place, seed, iters, gpu_timed);
             let (secs, wrong, gpu_secs, (samples, stopped)) =
                 self.measure(coll, &c, loop_, &what, out)?;

@@ -68,14 +68,7 @@ impl Measurer<'_> {
             seconds,
             &held,
         );
-        if start.printer {
-            start
-                .show
-                .line(&crate::measure::runner::timed::sizing_line(&sizing));
-        }
-        if start.recorder {
-            out.sizing.push(sizing);
-        }
+        start.record_sizing(sizing, out);
         Ok(sized)
     }
 
@@ -125,11 +118,7 @@ impl Measurer<'_> {
         let multi = start.topology.node_count() > 1;
         let agreed = (o.config.outliers.retest || multi) && self.agree_slow(slow)?;
         if multi && agreed {
-            let own = self.own_findings(start)?;
-            out.findings_shared = true;
-            if start.recorder {
-                out.node_findings = own;
-            }
+            self.keep_own_findings(start, out)?;
         }
         if o.config.outliers.retest && agreed {
             start.phase("slow pairs: measuring the pair matrix once more");
@@ -212,10 +201,7 @@ impl Measurer<'_> {
         }
         let (comm, peer_of) = self.pair_comm(true, start);
         let peers: Vec<u32> = partners.into_iter().map(peer_of).collect();
-        self.thread.set_status(format!(
-            "GPU {} (rank {}): connecting its GPU pairs",
-            self.thread.device, self.rank
-        ));
+        self.status("connecting its GPU pairs");
         let t = Instant::now();
         comm.connect_peers(&peers, self.send, self.recv, self.gpu.raw_stream())
             .map_err(|e| self.err_runtime("connecting the GPU pairs", e))?;
@@ -301,10 +287,7 @@ impl Measurer<'_> {
             Some(p) => format!("sendrecv with rank {p}"),
             None => "pair round (idle)".into(),
         };
-        self.thread.set_status(format!(
-            "GPU {} (rank {}): {what}",
-            self.thread.device, self.rank
-        ));
+        self.status(&what);
         let exchange = |iter: u64| -> Result<(), RunError> {
             let Some(p) = partner else { return Ok(()) };
             let steps = (self.opts().max_bytes / count.max(1)).max(1);

@@ -59,11 +59,7 @@ impl Measurer<'_> {
         if start.topology.node_count() < 2 || out.findings_shared {
             return Ok(());
         }
-        let own = self.own_findings(start)?;
-        out.findings_shared = true;
-        if start.recorder {
-            out.node_findings = own;
-        }
+        self.keep_own_findings(start, out)?;
         self.team.barrier().map_err(|e| self.team_err(e))
     }
 
@@ -144,12 +140,7 @@ impl Measurer<'_> {
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let elt = self.opts().datatype.size();
-        self.thread.set_status(format!(
-            "GPU {} (rank {}): {} warm-up",
-            self.thread.device,
-            self.rank,
-            coll.name()
-        ));
+        self.status(&format!("{} warm-up", coll.name()));
         let t = Instant::now();
         // nccl-tests' global warm-up (TimeTest): every size from min to max by doubling,
         // out-of-place, at rotating offsets, completing each size before the next.
