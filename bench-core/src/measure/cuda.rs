@@ -23,12 +23,10 @@ pub enum NoGpu {
 impl std::fmt::Display for NoGpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            NoGpu::DriverMissing => {
-                write!(
-                    f,
-                    "no usable GPU: the CUDA driver library (libcuda.so.1) was not found"
-                )
-            }
+            NoGpu::DriverMissing => write!(
+                f,
+                "no usable GPU: the CUDA driver library (libcuda.so.1) was not found"
+            ),
             NoGpu::Init(e) => write!(f, "no usable GPU: cuInit failed: {e}"),
             NoGpu::NoDevice(cvd) => match cvd {
                 Some(v) => write!(
@@ -93,12 +91,8 @@ pub fn gpu_info(ordinal: usize) -> Result<GpuInfo, DriverError> {
         name: device::get_name(dev)?,
         pci_bus_id,
         uuid: format!(
-            "GPU-{}-{}-{}-{}-{}",
-            hex(0..4),
-            hex(4..6),
-            hex(6..8),
-            hex(8..10),
-            hex(10..16)
+            "GPU-{}",
+            [0..4, 4..6, 6..8, 8..10, 10..16].map(hex).join("-")
         ),
         memory_bytes: unsafe { device::total_mem(dev) }? as u64,
     })

@@ -8,10 +8,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .strip_suffix("iB")
         .or_else(|| t.strip_suffix('B'))
         .unwrap_or(t);
+    let bad = || format!("malformed size '{text}': expected a number such as 8, 32M or 8G");
     if t.is_empty() {
-        return Err(format!(
-            "malformed size '{text}': expected a number such as 8, 32M or 8G"
-        ));
+        return Err(bad());
     }
     let (num, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
@@ -30,7 +29,6 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         }
         _ => (t, 1u64),
     };
-    let bad = || format!("malformed size '{text}': expected a number such as 8, 32M or 8G");
     if num.is_empty() || !num.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(bad());
     }

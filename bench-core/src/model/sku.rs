@@ -99,23 +99,13 @@ impl Identity {
     /// A device ID that is not in the table is Unknown even when the name would match: the
     /// ID is the fact, the name may belong to a sibling part.
     pub fn resolve(device_id: Option<u16>, name: &str) -> Identity {
-        match device_id {
-            Some(id) => match by_device_id(id) {
-                Some(sku) => Identity::Known {
-                    sku,
-                    by: IdentifiedBy::PciDeviceId,
-                },
-                None => Identity::Unknown {
-                    device_id: Some(id),
-                },
-            },
-            None => match sku_named(name) {
-                Some(sku) => Identity::Known {
-                    sku,
-                    by: IdentifiedBy::Name,
-                },
-                None => Identity::Unknown { device_id: None },
-            },
+        let (sku, by) = match device_id {
+            Some(id) => (by_device_id(id), IdentifiedBy::PciDeviceId),
+            None => (sku_named(name), IdentifiedBy::Name),
+        };
+        match sku {
+            Some(sku) => Identity::Known { sku, by },
+            None => Identity::Unknown { device_id },
         }
     }
 

@@ -94,7 +94,12 @@ impl PendingComm {
 }
 
 /// One blocking `ncclCommInitRankConfig`, on the calling thread.
-fn init(nccl: &Nccl, nranks: u32, id: UniqueId, rank: u32) -> Result<RawComm, NcclError> {
+pub(super) fn init(
+    nccl: &Nccl,
+    nranks: u32,
+    id: UniqueId,
+    rank: u32,
+) -> Result<RawComm, NcclError> {
     let mut cfg = NcclConfig::blocking_shared();
     let mut raw: RawComm = std::ptr::null_mut();
     // SAFETY: cfg and raw outlive the call; NCCL copies the config.

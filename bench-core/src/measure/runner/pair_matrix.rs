@@ -35,9 +35,7 @@ pub(super) fn gpu_rounds(t: &Topology) -> Vec<Vec<(usize, usize)>> {
             .into_iter()
             .enumerate()
         {
-            if gpu_rounds.len() <= k {
-                gpu_rounds.push(Vec::new());
-            }
+            gpu_rounds.resize_with(gpu_rounds.len().max(k + 1), Vec::new);
             gpu_rounds[k].extend(round.into_iter().map(|(a, b)| (locals[a], locals[b])));
         }
     }
@@ -80,7 +78,8 @@ pub(super) fn connect_first(rounds: &[Vec<(usize, usize)>], me: usize, buffer: u
     partners
 }
 
-/// GB/s of `bytes` moved in `secs` (0 when nothing was timed).
+/// GB/s of `bytes` moved in `secs` (0 when nothing was timed): a pair's bandwidth, a
+/// collective's algbw.
 pub(super) fn busbw(bytes: f64, secs: f64) -> f64 {
     if secs > 0.0 {
         bytes / 1e9 / secs

@@ -246,6 +246,7 @@ impl GpuThread {
         out: &mut GpuOutcome,
     ) -> Result<(), RunError> {
         let dev = self.device;
+        let team_err = |e| RunError::from_team(start.rank, e);
         let uuid = out
             .info
             .as_ref()
@@ -265,7 +266,7 @@ impl GpuThread {
                 &[(u64::from(start.rank), key)],
                 |keys| Ok(vec![shared::groups(keys); nprocs]),
             )
-            .map_err(|e| RunError::from_team(start.rank, e))?;
+            .map_err(team_err)?;
         let mine = sharing.group_of(start.rank).map(<[u32]>::to_vec);
         let me = procs.get(start.rank as usize).copied();
         let foreign = mine
@@ -295,19 +296,13 @@ impl GpuThread {
                 .and_then(|g| g.iter().position(|&r| r == start.rank))
                 .unwrap_or(0);
             for turn in 0..sharing.turns() {
-                start
-                    .team
-                    .barrier()
-                    .map_err(|e| RunError::from_team(start.rank, e))?;
+                start.team.barrier().map_err(team_err)?;
                 if turn == my_turn {
                     self.set_status(format!("GPU {dev}: local probe (turn {})", turn + 1));
                     self.probe(gpu, out);
                 }
             }
-            start
-                .team
-                .barrier()
-                .map_err(|e| RunError::from_team(start.rank, e))?;
+            start.team.barrier().map_err(team_err)?;
             out.shared = mine.filter(|_| foreign);
         }
         Ok(())

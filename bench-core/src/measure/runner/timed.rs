@@ -259,11 +259,7 @@ impl Measurer<'_> {
                 .sum(&[secs, wrong_val.max(0.0), (wrong_val > 0.0) as u8 as f64])
                 .map_err(|e| self.team_err(e))?;
             let time = sums[0] / self.nranks as f64;
-            let algbw = if time > 0.0 {
-                c.bytes(elt) as f64 / 1e9 / time
-            } else {
-                0.0
-            };
+            let algbw = super::pair_matrix::busbw(c.bytes(elt) as f64, time);
             let busbw = algbw * coll.bus_factor(self.nranks as u64);
             if let Some(g) = gpu_secs {
                 let fastest = self.fastest_gpu_time(&g)?;
@@ -338,14 +334,9 @@ impl Measurer<'_> {
         self.wait(what)?;
         out.phases.warmup_ms += ms(t.elapsed());
 
-        let mut timer = if gpu_timed {
-            Some(
-                GpuTimer::new(self.gpu, timing.most())
-                    .map_err(|e| self.err_runtime("creating timing events", e))?,
-            )
-        } else {
-            None
-        };
+        let mut timer = (gpu_timed.then(|| GpuTimer::new(self.gpu, timing.most())))
+            .transpose()
+            .map_err(|e| self.err_runtime("creating timing events", e))?;
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let (secs, sampled, elapsed) = match timing {
             Timing::Count(iters) => {
@@ -366,13 +357,9 @@ impl Measurer<'_> {
             }
         };
         out.phases.timed_loop_ms += ms(elapsed);
-        let gpu_secs = match &timer {
-            Some(t) => Some(
-                t.durations()
-                    .map_err(|e| self.err_runtime("reading timing events", e))?,
-            ),
-            None => None,
-        };
+        let gpu_secs = (timer.as_ref().map(GpuTimer::durations))
+            .transpose()
+            .map_err(|e| self.err_runtime("reading timing events", e))?;
 
         if !o.check || (in_place && !coll.checks_in_place()) {
             return Ok((secs, None, gpu_secs, sampled));

@@ -311,10 +311,9 @@ impl Measurer<'_> {
         out.phases.warmup_ms += ms(t.elapsed());
         let timing = |e| self.err_runtime("timing the exchange on the GPU", e);
         // Created before the barrier, so making events is not timed.
-        let mut timer = match partner {
-            Some(_) => Some(GpuTimer::new(self.gpu, iters).map_err(timing)?),
-            None => None,
-        };
+        let mut timer = (partner.map(|_| GpuTimer::new(self.gpu, iters)))
+            .transpose()
+            .map_err(timing)?;
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let t = Instant::now();
         for iter in 0..iters as u64 {
