@@ -84,8 +84,7 @@ pub(super) fn begin(
     gpu: &crate::measure::cuda::Gpu,
 ) -> Result<CommsStarted<'static>, RunError> {
     let (dev, rank, nranks) = (thread.device, start.rank, start.nranks);
-    let init_err =
-        |e: NcclError| RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"));
+    let init_err = |e| init_error(dev, rank, nranks, WaitError::Nccl(e));
     let topology = &start.topology;
     let mode = CommMode::parse(thread.opts.comm_mode.as_deref(), topology.node_count());
     let nccl = thread.nccl;
@@ -140,8 +139,7 @@ pub(super) fn finish(
     opening: CommsStarted<'static>,
 ) -> Result<Comms<'static>, RunError> {
     let (dev, rank) = (thread.device, start.rank);
-    let init_err =
-        |e: NcclError| RunError::Runtime(format!("GPU {dev} (rank {rank}): NCCL init: {e}"));
+    let init_err = |e| init_error(dev, rank, start.nranks, WaitError::Nccl(e));
     let CommsStarted {
         parent,
         mode,

@@ -37,14 +37,11 @@ impl Pair {
     fn new() -> Result<Pair, String> {
         // SAFETY: the GPU thread's context is current (Gpu::open bound it to this thread).
         let src = unsafe { cu::malloc_sync(BYTES as usize) }.map_err(|e| e.to_string())?;
-        let dst = match unsafe { cu::malloc_sync(BYTES as usize) } {
-            Ok(d) => d,
-            Err(e) => {
-                // SAFETY: src was allocated above and nothing uses it.
-                let _ = unsafe { cu::free_sync(src) };
-                return Err(e.to_string());
-            }
-        };
+        let dst = unsafe { cu::malloc_sync(BYTES as usize) }.map_err(|e| {
+            // SAFETY: src was allocated above and nothing uses it.
+            let _ = unsafe { cu::free_sync(src) };
+            e.to_string()
+        })?;
         Ok(Pair { src, dst })
     }
 

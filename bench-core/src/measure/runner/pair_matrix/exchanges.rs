@@ -87,14 +87,8 @@ impl Measurer<'_> {
             crate::model::size::human(plan.0)
         ));
         let s = schedule(&start.topology);
-        let first = |r: &[Vec<(usize, usize)>]| r.first().cloned().unwrap_or_default();
-        let gpu_round = first(&s.gpu_rounds);
-        let node_round = first(
-            &s.node_rounds
-                .iter()
-                .map(|r| r.ranks.clone())
-                .collect::<Vec<_>>(),
-        );
+        let gpu_round = s.gpu_rounds.first().cloned().unwrap_or_default();
+        let node_round = (s.node_rounds.first()).map_or(Vec::new(), |r| r.ranks.clone());
         let sizes = [
             self.budgeted_round(("gpu_pairs", &gpu_round, true), plan, budget, start, out)?,
             self.budgeted_round(("node_pairs", &node_round, false), plan, budget, start, out)?,
@@ -120,7 +114,8 @@ impl Measurer<'_> {
         if multi && agreed {
             self.keep_own_findings(start, out)?;
         }
-        if o.config.outliers.retest && agreed {
+        let retested = o.config.outliers.retest && agreed;
+        if retested {
             start.phase("slow pairs: measuring the pair matrix once more");
             // Budgeted, twice the exchanges: enough to tell the path's noise from a fault.
             let more = |(b, (w, n)): RoundSize| (b, (w, if budget.is_some() { 2 * n } else { n }));
@@ -144,11 +139,7 @@ impl Measurer<'_> {
             for (((_, (_, n)), step), spread) in last.into_iter().zip(spread) {
                 for s in out.sizing.iter_mut().filter(|s| s.step == step) {
                     s.spread = spread;
-                    s.samples = if agreed && o.config.outliers.retest {
-                        2 * n
-                    } else {
-                        n
-                    };
+                    s.samples = if retested { 2 * n } else { n };
                 }
             }
         }
