@@ -61,6 +61,24 @@ impl GpuTimer {
     }
 }
 
+/// `enqueue`d as the next operation of `timer` (its events just before and after it), or
+/// untimed without one; `timing` turns a failed event record into the caller's error.
+pub(super) fn timed_op<E>(
+    timer: &mut Option<GpuTimer>,
+    gpu: &Gpu,
+    timing: impl Fn(DriverError) -> E,
+    enqueue: impl FnOnce() -> Result<(), E>,
+) -> Result<(), E> {
+    if let Some(t) = timer.as_ref() {
+        t.before(gpu).map_err(&timing)?;
+    }
+    enqueue()?;
+    if let Some(t) = timer.as_mut() {
+        t.after(gpu).map_err(timing)?;
+    }
+    Ok(())
+}
+
 /// Per operation, the faster of a pair's two ends (`a`, `b`: each end's per-operation GPU
 /// seconds): an end whose host launched operation k late left its partner waiting inside k, so
 /// the partner's k holds that wait and its own does not. Where one end timed nothing, the other.

@@ -2,7 +2,7 @@
 //! the plan's steps through `timed::Measurer`, and giving up with the others told. The types it
 //! works on (`GpuThread`, `Start`, `GpuOutcome`) are `runner`'s, shared with `timed` and `comms`.
 
-use super::timed::{Buffer, Measurer};
+use super::timed::{buffer, Measurer};
 use super::{comms, ms, probe, shared, GpuOutcome, GpuThread, RunError, Start};
 use crate::measure::cuda::Gpu;
 use std::sync::mpsc::Receiver;
@@ -83,7 +83,7 @@ impl GpuThread {
         let t = Instant::now();
         self.set_status(format!("GPU {dev}: allocating buffers"));
         let bytes = self.opts.max_bytes.max(16);
-        let buffers = match (Buffer::new(self.nccl, bytes), Buffer::new(self.nccl, bytes)) {
+        let buffers = match (buffer(self.nccl, bytes), buffer(self.nccl, bytes)) {
             (Ok(s), Ok(r)) => (s, r),
             (Err(e), _) | (_, Err(e)) => {
                 let e = RunError::Runtime(format!("GPU {dev}: allocating 2 x {bytes} bytes: {e}"));
@@ -113,7 +113,7 @@ impl GpuThread {
             }
         };
         out.rank = Some(start.rank);
-        let result = self.measure_all(&gpu, &buffers, &start, opening, &mut out);
+        let result = self.measure_all(&gpu, buffers, &start, opening, &mut out);
         if let Err(e) = result {
             start.team.fail(e.message());
             out.error = Some(e);
@@ -175,7 +175,7 @@ impl GpuThread {
     fn measure_all(
         &self,
         gpu: &Gpu,
-        buffers: &(Buffer, Buffer),
+        (send, recv): (u64, u64),
         start: &Start,
         opening: Option<(comms::CommsStarted<'static>, Instant)>,
         out: &mut GpuOutcome,
@@ -212,8 +212,8 @@ impl GpuThread {
             comm: &comms.comm,
             node_comm: comms.node_comm.as_ref(),
             team: &start.team,
-            send: buffers.0.ptr,
-            recv: buffers.1.ptr,
+            send,
+            recv,
             rank,
             nranks,
         };

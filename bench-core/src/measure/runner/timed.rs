@@ -3,7 +3,7 @@
 //! the GPU's clock too (`gpu_time`), so the verdict can tell a slow GPU or link from a slow host.
 //! The plan's steps around it (sizes, warm-up, budgets, retests): `timed/collective_steps.rs`.
 
-use super::gpu_time::GpuTimer;
+use super::gpu_time::{timed_op, GpuTimer};
 use super::{ms, GpuOutcome, GpuThread, RunError};
 use crate::measure::cuda::{Gpu, StreamWait};
 use crate::measure::loop_probe::LoopProbe;
@@ -16,11 +16,6 @@ use crate::settings::options::Options;
 use std::time::Instant;
 
 mod collective_steps;
-
-/// One device buffer of the thread (never freed: the process exits right after the report).
-pub(super) struct Buffer {
-    pub ptr: u64,
-}
 
 /// One placement's seconds per operation by the host's clock, its wrong-element count (when
 /// checked), each operation's GPU seconds (when timed on the GPU) and, when sampled one
@@ -62,16 +57,14 @@ pub(super) struct RowSamples {
     pub stopped: Option<StopWhy>,
 }
 
-impl Buffer {
-    /// ncclMemAlloc as nccl-tests uses from NCCL 2.19 (cuMem memory, registrable), else cuMemAlloc.
-    pub fn new(nccl: &Nccl, bytes: u64) -> Result<Buffer, String> {
-        match nccl.mem_alloc(bytes as usize) {
-            Some(Ok(ptr)) => Ok(Buffer { ptr }),
-            Some(Err(e)) => Err(e.to_string()),
-            None => unsafe { cudarc::driver::result::malloc_sync(bytes as usize) }
-                .map(|ptr| Buffer { ptr })
-                .map_err(|e| e.to_string()),
-        }
+/// One device buffer of the thread, its device pointer (never freed: the process exits right
+/// after the report): ncclMemAlloc as nccl-tests uses from NCCL 2.19 (cuMem memory,
+/// registrable), else cuMemAlloc.
+pub(super) fn buffer(nccl: &Nccl, bytes: u64) -> Result<u64, String> {
+    match nccl.mem_alloc(bytes as usize) {
+        Some(allocated) => allocated.map_err(|e| e.to_string()),
+        None => unsafe { cudarc::driver::result::malloc_sync(bytes as usize) }
+            .map_err(|e| e.to_string()),
     }
 }
 
@@ -409,13 +402,9 @@ impl Measurer<'_> {
                 .map_err(|e| self.err_runtime("recording a debug event", e))?;
         }
         for iter in 0..iters as u64 {
-            if let Some(t) = &timer {
-                t.before(self.gpu).map_err(timing)?;
-            }
-            self.issue(coll, c, in_place, iter)?;
-            if let Some(t) = timer.as_mut() {
-                t.after(self.gpu).map_err(timing)?;
-            }
+            timed_op(timer, self.gpu, timing, || {
+                self.issue(coll, c, in_place, iter)
+            })?;
             if let Some(p) = probe.as_mut() {
                 p.enqueued(self.gpu)
                     .map_err(|e| self.err_runtime("recording a debug event", e))?;
@@ -447,13 +436,10 @@ impl Measurer<'_> {
         let mut spent = 0.0;
         loop {
             let t = Instant::now();
-            if let Some(g) = &timer {
-                g.before(self.gpu).map_err(timing)?;
-            }
-            self.issue(coll, c, in_place, samples.len() as u64)?;
-            if let Some(g) = timer.as_mut() {
-                g.after(self.gpu).map_err(timing)?;
-            }
+            let iter = samples.len() as u64;
+            timed_op(timer, self.gpu, timing, || {
+                self.issue(coll, c, in_place, iter)
+            })?;
             self.wait(what)?;
             let mine = t.elapsed().as_secs_f64();
             let sum = self.team.sum(&[mine]).map_err(|e| self.team_err(e))?;

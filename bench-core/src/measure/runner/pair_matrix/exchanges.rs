@@ -6,7 +6,7 @@
 use super::{connect_first, gpu_rows, node_rows, schedule, sized_by_rate, RoundSize, RoundTimes};
 use crate::measure::nccl::Comm;
 use crate::measure::rows::PairRow;
-use crate::measure::runner::gpu_time::GpuTimer;
+use crate::measure::runner::gpu_time::{timed_op, GpuTimer};
 use crate::measure::runner::timed::Measurer;
 use crate::measure::runner::{ms, GpuOutcome, RunError, Start};
 use crate::model::collectives::{Collective, SendRecv};
@@ -308,13 +308,7 @@ impl Measurer<'_> {
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let t = Instant::now();
         for iter in 0..iters as u64 {
-            if let Some(g) = &timer {
-                g.before(self.gpu).map_err(timing)?;
-            }
-            exchange(iter)?;
-            if let Some(g) = timer.as_mut() {
-                g.after(self.gpu).map_err(timing)?;
-            }
+            timed_op(&mut timer, self.gpu, timing, || exchange(iter))?;
         }
         self.wait(&what)?;
         let elapsed = t.elapsed();
