@@ -6,22 +6,10 @@
 
 use super::{FormFactor, NvLink, Sku};
 
-const NVLINK3_12: Option<NvLink> = Some(NvLink {
-    generation: 3,
-    links: 12,
-});
-const NVLINK4_18: Option<NvLink> = Some(NvLink {
-    generation: 4,
-    links: 18,
-});
-const NVLINK4_12: Option<NvLink> = Some(NvLink {
-    generation: 4,
-    links: 12,
-});
-const NVLINK5_18: Option<NvLink> = Some(NvLink {
-    generation: 5,
-    links: 18,
-});
+/// NVLink of `generation` with `links` links per GPU.
+const fn nvlink(generation: u8, links: u32) -> Option<NvLink> {
+    Some(NvLink { generation, links })
+}
 
 pub const SKUS: &[Sku] = &[
     // --- A100 (Ampere GA100) ------------------------------------------------------------------
@@ -31,7 +19,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA A100-SXM4-40GB"],
         form: FormFactor::Sxm,
         memory_gbs: Some(1555.0),
-        nvlink: NVLINK3_12,
+        nvlink: nvlink(3, 12),
         source: "NVIDIA A100 datasheet: A100 40GB SXM, HBM2 1,555 GB/s, NVLink3 600 GB/s (12 links)",
     },
     Sku {
@@ -40,7 +28,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA A100-SXM4-80GB"],
         form: FormFactor::Sxm,
         memory_gbs: Some(2039.0),
-        nvlink: NVLINK3_12,
+        nvlink: nvlink(3, 12),
         source: "NVIDIA A100 datasheet: A100 80GB SXM, HBM2e 2,039 GB/s, NVLink3 600 GB/s (12 links)",
     },
     Sku {
@@ -49,7 +37,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA A100-PCIE-40GB"],
         form: FormFactor::PcieBridged,
         memory_gbs: Some(1555.0),
-        nvlink: NVLINK3_12,
+        nvlink: nvlink(3, 12),
         source: "NVIDIA A100 datasheet: A100 40GB PCIe, HBM2 1,555 GB/s, NVLink bridge for 2 GPUs 600 GB/s",
     },
     Sku {
@@ -58,7 +46,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA A100 80GB PCIe"],
         form: FormFactor::PcieBridged,
         memory_gbs: Some(1935.0),
-        nvlink: NVLINK3_12,
+        nvlink: nvlink(3, 12),
         source: "NVIDIA A100 datasheet: A100 80GB PCIe, HBM2e 1,935 GB/s, NVLink bridge for 2 GPUs 600 GB/s",
     },
     Sku {
@@ -67,10 +55,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA A800-SXM4-80GB", "NVIDIA A800-SXM4-40GB"],
         form: FormFactor::Sxm,
         memory_gbs: None,
-        nvlink: Some(NvLink {
-            generation: 3,
-            links: 8,
-        }),
+        nvlink: nvlink(3, 8),
         source: "NVIDIA A800 (export variant of A100 SXM4): NVLink 400 GB/s (8 links); memory bandwidth differs by capacity: not assumed",
     },
     Sku {
@@ -79,10 +64,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA A30"],
         form: FormFactor::PcieBridged,
         memory_gbs: Some(933.0),
-        nvlink: Some(NvLink {
-            generation: 3,
-            links: 4,
-        }),
+        nvlink: nvlink(3, 4),
         source: "NVIDIA A30 datasheet: HBM2 933 GB/s, NVLink bridge 200 GB/s (4 links)",
     },
     // --- H100 / H800 / H20 (Hopper GH100) -----------------------------------------------------
@@ -92,7 +74,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA H100 80GB HBM3"],
         form: FormFactor::Sxm,
         memory_gbs: Some(3350.0),
-        nvlink: NVLINK4_18,
+        nvlink: nvlink(4, 18),
         source: "NVIDIA H100 datasheet: H100 SXM, HBM3 3.35 TB/s, NVLink4 900 GB/s (18 links)",
     },
     Sku {
@@ -101,7 +83,7 @@ pub const SKUS: &[Sku] = &[
         names: &[],
         form: FormFactor::Sxm,
         memory_gbs: None,
-        nvlink: NVLINK4_18,
+        nvlink: nvlink(4, 18),
         source: "pci.ids GH100 [H100 SXM5 64GB/96GB/94GB]: SXM5, NVLink4 18 links; memory bandwidth of these capacities not published: not assumed",
     },
     Sku {
@@ -110,7 +92,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA H100 PCIe"],
         form: FormFactor::PcieBridged,
         memory_gbs: Some(2000.0),
-        nvlink: NVLINK4_12,
+        nvlink: nvlink(4, 12),
         source: "NVIDIA H100 datasheet: H100 PCIe, HBM2e 2 TB/s, NVLink bridge 600 GB/s (12 links)",
     },
     Sku {
@@ -119,7 +101,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA H100 NVL"],
         form: FormFactor::PcieBridged,
         memory_gbs: Some(3900.0),
-        nvlink: NVLINK4_12,
+        nvlink: nvlink(4, 12),
         source: "NVIDIA H100 datasheet: H100 NVL, HBM3 3.9 TB/s, NVLink bridge 600 GB/s (12 links)",
     },
     Sku {
@@ -128,10 +110,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA H800"],
         form: FormFactor::Sxm,
         memory_gbs: Some(3350.0),
-        nvlink: Some(NvLink {
-            generation: 4,
-            links: 8,
-        }),
+        nvlink: nvlink(4, 8),
         source: "NVIDIA H800 (export variant of H100 SXM): HBM3 3.35 TB/s, NVLink 400 GB/s (8 links)",
     },
     Sku {
@@ -140,10 +119,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA H800 PCIe"],
         form: FormFactor::PcieBridged,
         memory_gbs: Some(2000.0),
-        nvlink: Some(NvLink {
-            generation: 4,
-            links: 8,
-        }),
+        nvlink: nvlink(4, 8),
         source: "NVIDIA H800 PCIe (export variant of H100 PCIe): HBM2e 2 TB/s, NVLink bridge 400 GB/s (8 links)",
     },
     Sku {
@@ -152,7 +128,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA H20"],
         form: FormFactor::Sxm,
         memory_gbs: Some(4000.0),
-        nvlink: NVLINK4_18,
+        nvlink: nvlink(4, 18),
         source: "NVIDIA H20 (HGX H20): HBM3 4.0 TB/s, NVLink 900 GB/s (18 links)",
     },
     // --- H200 / GH200 ------------------------------------------------------------------------
@@ -162,7 +138,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA H200"],
         form: FormFactor::Sxm,
         memory_gbs: Some(4800.0),
-        nvlink: NVLINK4_18,
+        nvlink: nvlink(4, 18),
         source: "NVIDIA H200 datasheet: H200 SXM, HBM3e 4.8 TB/s, NVLink4 900 GB/s (18 links)",
     },
     Sku {
@@ -171,7 +147,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA H200 NVL"],
         form: FormFactor::PcieBridged,
         memory_gbs: Some(4800.0),
-        nvlink: NVLINK4_18,
+        nvlink: nvlink(4, 18),
         source: "NVIDIA H200 datasheet: H200 NVL, HBM3e 4.8 TB/s, 2- or 4-way NVLink bridge 900 GB/s",
     },
     Sku {
@@ -180,7 +156,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA GH200 480GB", "NVIDIA GH200 120GB"],
         form: FormFactor::Superchip,
         memory_gbs: Some(4000.0),
-        nvlink: NVLINK4_18,
+        nvlink: nvlink(4, 18),
         source: "NVIDIA GH200 datasheet: 96GB HBM3 4 TB/s, NVLink4 900 GB/s GPU-GPU, NVLink-C2C 900 GB/s to Grace",
     },
     Sku {
@@ -189,7 +165,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA GH200 144G HBM3e"],
         form: FormFactor::Superchip,
         memory_gbs: Some(4900.0),
-        nvlink: NVLINK4_18,
+        nvlink: nvlink(4, 18),
         source: "NVIDIA GH200 datasheet: 144GB HBM3e 4.9 TB/s, NVLink4 900 GB/s GPU-GPU, NVLink-C2C 900 GB/s to Grace",
     },
     // --- Blackwell ----------------------------------------------------------------------------
@@ -199,7 +175,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA B200"],
         form: FormFactor::Sxm,
         memory_gbs: Some(8000.0),
-        nvlink: NVLINK5_18,
+        nvlink: nvlink(5, 18),
         source: "NVIDIA HGX B200 datasheet: 64 TB/s HBM3e for 8 GPUs (8 TB/s each), NVLink5 1.8 TB/s (18 links)",
     },
     Sku {
@@ -208,7 +184,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA GB200"],
         form: FormFactor::Superchip,
         memory_gbs: Some(8000.0),
-        nvlink: NVLINK5_18,
+        nvlink: nvlink(5, 18),
         source: "NVIDIA GB200 NVL72 datasheet: 576 TB/s HBM3e for 72 GPUs (8 TB/s each), NVLink5 1.8 TB/s (18 links)",
     },
     Sku {
@@ -217,7 +193,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA B300 SXM6 AC"],
         form: FormFactor::Sxm,
         memory_gbs: Some(8000.0),
-        nvlink: NVLINK5_18,
+        nvlink: nvlink(5, 18),
         source: "NVIDIA HGX B300 datasheet: HBM3e 8 TB/s per GPU, NVLink5 1.8 TB/s (18 links)",
     },
     Sku {
@@ -226,7 +202,7 @@ pub const SKUS: &[Sku] = &[
         names: &["NVIDIA GB300"],
         form: FormFactor::Superchip,
         memory_gbs: Some(8000.0),
-        nvlink: NVLINK5_18,
+        nvlink: nvlink(5, 18),
         source: "NVIDIA GB300 NVL72 datasheet: HBM3e 8 TB/s per GPU, NVLink5 1.8 TB/s (18 links)",
     },
     // --- PCIe inference parts (no NVLink) -----------------------------------------------------
