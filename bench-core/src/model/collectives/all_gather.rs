@@ -11,9 +11,6 @@ impl Collective for AllGather {
     fn call(&self) -> Call {
         Call::AllGather
     }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "all_gather_perf"
-    }
     fn counts(&self, count: u64, elt: u64, nranks: u64) -> Counts {
         let base = super::chunk_count(count, elt, nranks);
         Counts {

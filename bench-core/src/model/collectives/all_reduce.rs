@@ -11,9 +11,6 @@ impl Collective for AllReduce {
     fn call(&self) -> Call {
         Call::AllReduce
     }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "all_reduce_perf"
-    }
     fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
         Counts::same(count)
     }

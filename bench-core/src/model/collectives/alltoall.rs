@@ -11,9 +11,6 @@ impl Collective for AlltoAll {
     fn call(&self) -> Call {
         Call::AlltoAll
     }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "alltoall_perf"
-    }
     fn counts(&self, count: u64, elt: u64, nranks: u64) -> Counts {
         let per_peer = super::chunk_count(count, elt, nranks);
         Counts {

@@ -11,9 +11,6 @@ impl Collective for Broadcast {
     fn call(&self) -> Call {
         Call::Broadcast
     }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "broadcast_perf"
-    }
     fn counts(&self, count: u64, _elt: u64, _nranks: u64) -> Counts {
         Counts::same(count)
     }

@@ -90,7 +90,9 @@ pub trait Collective: Sync {
     /// The NCCL call that issues it.
     fn call(&self) -> Call;
     /// The nccl-tests binary that measures the same thing (`all_reduce_perf`).
-    fn nccl_tests_binary(&self) -> &'static str;
+    fn nccl_tests_binary(&self) -> String {
+        format!("{}_perf", self.name())
+    }
     /// Element counts for a requested size of `count` elements of `elt` bytes over `nranks`.
     fn counts(&self, count: u64, elt: u64, nranks: u64) -> Counts;
     /// busbw = algbw * factor (nccl-tests `doc/PERFORMANCE.md`).
@@ -269,6 +271,22 @@ mod tests {
                 ("broadcast", Call::Broadcast),
                 ("alltoall", Call::AlltoAll),
                 ("sendrecv", Call::SendRecv),
+            ]
+        );
+    }
+
+    #[test]
+    fn each_collective_names_the_nccl_tests_binary_that_measures_it() {
+        let binaries: Vec<_> = COLLECTIVES.iter().map(|c| c.nccl_tests_binary()).collect();
+        assert_eq!(
+            binaries,
+            [
+                "all_reduce_perf",
+                "all_gather_perf",
+                "reduce_scatter_perf",
+                "broadcast_perf",
+                "alltoall_perf",
+                "sendrecv_perf",
             ]
         );
     }

@@ -11,9 +11,6 @@ impl Collective for ReduceScatter {
     fn call(&self) -> Call {
         Call::ReduceScatter
     }
-    fn nccl_tests_binary(&self) -> &'static str {
-        "reduce_scatter_perf"
-    }
     fn counts(&self, count: u64, elt: u64, nranks: u64) -> Counts {
         let base = super::chunk_count(count, elt, nranks);
         Counts {

@@ -93,7 +93,7 @@ impl Measurer<'_> {
         if start.printer {
             let rows = (sizes.len() * 2) as f64;
             start.show.footer(
-                coll.nccl_tests_binary(),
+                &coll.nccl_tests_binary(),
                 wrong_ranks as u64,
                 busbw_sum / rows,
             );
@@ -119,7 +119,7 @@ impl Measurer<'_> {
         ));
         if start.printer {
             start.show.collective(&TableHead {
-                binary: coll.nccl_tests_binary(),
+                binary: &coll.nccl_tests_binary(),
                 nthreads: self.nranks as usize,
                 min_bytes,
                 max_bytes,
@@ -265,7 +265,7 @@ impl Measurer<'_> {
             let busbw = row.out_of_place.busbw + row.in_place.busbw;
             start
                 .show
-                .footer(coll.nccl_tests_binary(), wrong as u64, busbw / 2.0);
+                .footer(&coll.nccl_tests_binary(), wrong as u64, busbw / 2.0);
         }
         if start.recorder {
             out.rows.push(row);
