@@ -64,11 +64,7 @@ impl GpuThread {
         let opening = match &early {
             Some(s) => match self.begin_early(&gpu, s, &mut out) {
                 Ok(o) => o,
-                Err(e) => {
-                    s.team.fail(e.message());
-                    out.error = Some(e);
-                    return out;
-                }
+                Err(e) => return self.give_up(e, Some(s), None, out),
             },
             None => None,
         };
