@@ -107,7 +107,13 @@ impl<'a> Comm<'a> {
         rank: u32,
         deadline: Instant,
     ) -> Result<Comm<'a>, NcclError> {
-        super::pending::init(nccl, nranks, id, rank).map(|raw| Comm::of(nccl, raw, deadline))
+        let mut cfg = NcclConfig::blocking_shared();
+        let mut raw: RawComm = std::ptr::null_mut();
+        // SAFETY: cfg and raw outlive the call; NCCL copies the config.
+        let rc =
+            unsafe { (nccl.init_rank_config)(&mut raw, nranks as i32, id, rank as i32, &mut cfg) };
+        nccl.check(rc, "ncclCommInitRankConfig", raw)?;
+        Ok(Comm::of(nccl, raw, deadline))
     }
 
     /// A blocking communicator over the same ranks, split from this one.

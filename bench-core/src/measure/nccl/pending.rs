@@ -13,7 +13,7 @@
 
 use super::comm::{Comm, WaitError};
 use super::error::NcclError;
-use super::library::{Nccl, NcclConfig, RawComm, UniqueId};
+use super::library::{Nccl, RawComm, UniqueId};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -51,7 +51,8 @@ impl PendingComm {
                         call: "binding the GPU's context",
                         detail,
                     })
-                    .and_then(|()| init(nccl, nranks, id, rank));
+                    .and_then(|()| Comm::init_blocking(nccl, nranks, id, rank, deadline))
+                    .map(|comm| comm.raw);
                 if let Err(mpsc::SendError(Ok(Handed(raw)))) = tx.send(result.map(Handed)) {
                     // The waiter left (deadline, another process failed): nobody will use it.
                     // SAFETY: raw is a ready communicator no one else holds.
@@ -91,19 +92,4 @@ impl PendingComm {
             }
         }
     }
-}
-
-/// One blocking `ncclCommInitRankConfig`, on the calling thread.
-pub(super) fn init(
-    nccl: &Nccl,
-    nranks: u32,
-    id: UniqueId,
-    rank: u32,
-) -> Result<RawComm, NcclError> {
-    let mut cfg = NcclConfig::blocking_shared();
-    let mut raw: RawComm = std::ptr::null_mut();
-    // SAFETY: cfg and raw outlive the call; NCCL copies the config.
-    let rc = unsafe { (nccl.init_rank_config)(&mut raw, nranks as i32, id, rank as i32, &mut cfg) };
-    nccl.check(rc, "ncclCommInitRankConfig", raw)?;
-    Ok(raw)
 }

@@ -8,8 +8,9 @@
 //! all_reduce (sum, f64) on the check's communicator gives every rank the same vector, and each
 //! GPU thread's own copy of the localizer decides its next place (`conduct::decide_here`). The
 //! control plane keeps the beats, the aborts and the naming of a process that stops answering.
+use super::busbw;
 use super::gpu_time::settled_mean;
-use super::pair_matrix::{busbw, gpu_rounds, gpu_row, sized_by_rate, RoundSize, RoundTimes};
+use super::pair_matrix::{gpu_rounds, gpu_row, sized_by_rate, RoundSize, RoundTimes};
 use super::sink::Show;
 use super::timed::Measurer;
 use super::{GpuOutcome, RunError, Start};

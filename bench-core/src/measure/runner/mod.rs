@@ -85,20 +85,6 @@ impl Start {
         }
     }
 
-    /// A budgeted step's record: its `#` line on the printer, the report's on the recorder.
-    pub(crate) fn record_sizing(
-        &self,
-        sizing: crate::model::time_budget::Sizing,
-        out: &mut GpuOutcome,
-    ) {
-        if self.printer {
-            self.show.line(&timed::sizing_line(&sizing));
-        }
-        if self.recorder {
-            out.sizing.push(sizing);
-        }
-    }
-
     /// The floors the retest holds measurements against: the verdict's (`floors`), before
     /// anyone knows whether CollNet or NVLS carried the collectives.
     pub fn floors(&self) -> Floors<'_> {
@@ -159,4 +145,14 @@ pub struct GpuThread {
 
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// GB/s of `bytes` moved in `secs` (0 when nothing was timed): a pair's bandwidth, a
+/// collective's algbw.
+fn busbw(bytes: f64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes / 1e9 / secs
+    } else {
+        0.0
+    }
 }

@@ -3,6 +3,7 @@
 //! and the rows are pure functions of the topology and the measured times; the measuring is
 //! `exchanges`'.
 
+use super::busbw;
 use super::gpu_time::{faster_end, settled_mean};
 use crate::measure::rows::{Ends, PairRow};
 use crate::meet::topology::Topology;
@@ -76,16 +77,6 @@ pub(super) fn connect_first(rounds: &[Vec<(usize, usize)>], me: usize, buffer: u
         return Vec::new();
     }
     partners
-}
-
-/// GB/s of `bytes` moved in `secs` (0 when nothing was timed): a pair's bandwidth, a
-/// collective's algbw.
-pub(super) fn busbw(bytes: f64, secs: f64) -> f64 {
-    if secs > 0.0 {
-        bytes / 1e9 / secs
-    } else {
-        0.0
-    }
 }
 
 /// Each rank's seconds in one round, by both clocks (0 and nothing for ranks without a

@@ -252,7 +252,7 @@ impl Measurer<'_> {
                 .sum(&[secs, wrong_val.max(0.0), (wrong_val > 0.0) as u8 as f64])
                 .map_err(|e| self.team_err(e))?;
             let time = sums[0] / self.nranks as f64;
-            let algbw = super::pair_matrix::busbw(c.bytes(elt) as f64, time);
+            let algbw = super::busbw(c.bytes(elt) as f64, time);
             let busbw = algbw * coll.bus_factor(self.nranks as u64);
             if let Some(g) = gpu_secs {
                 let fastest = self.fastest_gpu_time(&g)?;
@@ -450,6 +450,18 @@ impl Measurer<'_> {
                 let secs = samples.iter().sum::<f64>() / samples.len() as f64;
                 return Ok((secs, (samples, Some(why))));
             }
+        }
+    }
+}
+
+impl super::Start {
+    /// A budgeted step's record: its `#` line on the printer, the report's on the recorder.
+    pub(super) fn record_sizing(&self, sizing: Sizing, out: &mut GpuOutcome) {
+        if self.printer {
+            self.show.line(&sizing_line(&sizing));
+        }
+        if self.recorder {
+            out.sizing.push(sizing);
         }
     }
 }
