@@ -16,14 +16,14 @@ enum Stage {
     NodeRounds {
         next: usize,
     },
-    /// Isolated slow node pairs measured again (`Phase::Retest`), then what follows the node
-    /// rounds.
-    Retest,
+    /// Isolated slow node pairs (both ends cleared by another pair) measured again
+    /// (`Phase::Retest`), after the node rounds and again after the confirmations: no path is
+    /// named on one reading. Then what follows the node rounds, or the end.
+    Retest {
+        after_confirm: bool,
+    },
     CrossRail,
     Confirm,
-    /// The node pairs the confirmations left slow between two cleared nodes, measured again
-    /// as the screening's are: no path is named on one reading.
-    ConfirmRetest,
     Done,
 }
 
@@ -125,16 +125,22 @@ impl Localizer {
                 }
                 Stage::NodeRounds { .. } => {
                     self.stage = if self.cfg.retest {
-                        Stage::Retest
+                        Stage::Retest {
+                            after_confirm: false,
+                        }
                     } else {
                         self.after_node_rounds()
                     };
                     continue;
                 }
-                Stage::Retest => match self.retests() {
+                Stage::Retest { after_confirm } => match self.retests() {
                     Some(groups) => (Phase::Retest, groups),
                     None => {
-                        self.stage = self.after_node_rounds();
+                        self.stage = if after_confirm {
+                            Stage::Done
+                        } else {
+                            self.after_node_rounds()
+                        };
                         continue;
                     }
                 },
@@ -143,17 +149,12 @@ impl Localizer {
                     Some(groups) => (Phase::Confirm, groups),
                     None => {
                         self.stage = if self.cfg.retest {
-                            Stage::ConfirmRetest
+                            Stage::Retest {
+                                after_confirm: true,
+                            }
                         } else {
                             Stage::Done
                         };
-                        continue;
-                    }
-                },
-                Stage::ConfirmRetest => match self.retests() {
-                    Some(groups) => (Phase::Retest, groups),
-                    None => {
-                        self.stage = Stage::Done;
                         continue;
                     }
                 },
@@ -558,6 +559,7 @@ mod tests {
         let v = l.finish();
         assert_eq!(v.findings[0].code, super::super::Code::NodePairSlow);
     }
+
     /// Replays `readings` (rounds after phase B, each as (a, b, busbw) of 1-GPU nodes) into 8
     /// nodes judged at `fraction`; the rounds the localizer asks for must be the replayed ones
     /// (in any order within a round). Returns the localizer and the round it asks for next.
