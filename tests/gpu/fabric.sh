@@ -71,7 +71,9 @@ case $NODES in [2-9]|[1-5][0-9]|6[0-4]) ;; *) say "--nodes must be 2..64"; exit 
 # and up to 2*log2(N)+4 localization rounds; ERROR rows end by it.
 # 16 nodes: a healthy check takes ~24 s, one at 500 Mbit/s ~2x that (60 s ran out at 250mbit);
 # far-path ~80 s (estimated: its pair at 12 Mbit/s in the tournament and its retest, ~45 s).
-[ -n "$TIMEOUT_S" ] || TIMEOUT_S=$((NODES <= 8 ? 40 : 100))
+# 32 nodes (2026-12-03): the 4 MiB all_reduce's warm-up and timed loop alone took 25-53 s from one
+# visit to the next on the shared GPU, and far-path (74 s in one visit) outlasted 100 s in the next.
+[ -n "$TIMEOUT_S" ] || TIMEOUT_S=$((NODES <= 8 ? 40 : NODES <= 16 ? 100 : 160))
 
 # --- iproute2: the host's, else the carried Debian 12 copy (tests/gpu/fetch-iproute2.sh) ---------
 IPDIR=$REPO/target/gpu-carry/iproute2
