@@ -3,6 +3,7 @@
 //! removes for each, and what slurmd would fail on when it runs them.
 
 use super::{files, Settings, Sources};
+use crate::read::not_runnable;
 use std::path::{Path, PathBuf};
 
 impl Settings {
@@ -10,15 +11,16 @@ impl Settings {
     /// `/usr/sbin/nccl-check-prolog`): the path itself, a wildcard or link that reaches it, or
     /// a small script that calls it. `root` is `/` except in tests.
     pub fn entries_running(&self, program: &Path, root: &Path) -> Vec<String> {
-        let mut out = Vec::new();
-        for (kind, list) in [("Prolog", &self.prologs), ("Epilog", &self.epilogs)] {
-            for e in list {
-                if runs(e, program, root) {
-                    out.push(format!("{kind}={e}"));
-                }
-            }
-        }
-        out
+        self.entries()
+            .filter(|(_, e)| runs(e, program, root))
+            .map(|(kind, e)| format!("{kind}={e}"))
+            .collect()
+    }
+
+    /// Each Prolog= and Epilog= entry with its kind, the prologs first.
+    fn entries(&self) -> impl Iterator<Item = (&'static str, &String)> {
+        let prologs = self.prologs.iter().map(|e| ("Prolog", e));
+        prologs.chain(self.epilogs.iter().map(|e| ("Epilog", e)))
     }
 
     /// `HealthCheckProgram=` when it runs `program` (the same tests as [`Self::entries_running`]).
@@ -34,46 +36,44 @@ impl Settings {
     /// is `/` except in tests. One line per problem, naming the entry and its source.
     pub fn entry_problems(&self, program: &Path, root: &Path) -> Vec<String> {
         let mut out = Vec::new();
-        for (kind, list) in [("Prolog", &self.prologs), ("Epilog", &self.epilogs)] {
-            for e in list {
-                let at = self
-                    .origin
-                    .iter()
-                    .find(|(k, _)| k == kind)
-                    .map_or(self.source.as_str(), |(_, o)| o.as_str());
-                let under = crate::read::under(root, e);
-                let globbed = e.contains(['*', '?', '[']);
-                let matched = files::expand(&under);
-                if globbed && matched.is_empty() {
+        for (kind, e) in self.entries() {
+            let at = self
+                .origin
+                .iter()
+                .find(|(k, _)| k == kind)
+                .map_or(self.source.as_str(), |(_, o)| o.as_str());
+            let under = crate::read::under(root, e);
+            let globbed = e.contains(['*', '?', '[']);
+            let matched = files::expand(&under);
+            if globbed && matched.is_empty() {
+                out.push(format!(
+                    "{kind}={e} ({at}): {EMPTY_GLOB} {}",
+                    empty_glob_does(kind)
+                ));
+            }
+            for f in matched {
+                let shown = if globbed {
+                    format!("{kind}={e} ({})", shown_path(root, &f))
+                } else {
+                    format!("{kind}={e}")
+                };
+                if let Some(why) = not_runnable(&f) {
                     out.push(format!(
-                        "{kind}={e} ({at}): {EMPTY_GLOB} {}",
-                        empty_glob_does(kind)
+                        "{shown} ({at}): {why}{}; slurmd fails every job's {} on it and drains \
+         the node ('Prolog error')",
+                        hint(e, program),
+                        kind.to_lowercase()
                     ));
+                    continue;
                 }
-                for f in matched {
-                    let shown = if globbed {
-                        format!("{kind}={e} ({})", shown_path(root, &f))
-                    } else {
-                        format!("{kind}={e}")
-                    };
-                    if let Some(why) = not_runnable(&f) {
+                for call in called_programs(&f) {
+                    if let Some(why) = not_runnable(&crate::read::under(root, &call)) {
                         out.push(format!(
-                            "{shown} ({at}): {why}{}; slurmd fails every job's {} on it and drains \
-             the node ('Prolog error')",
-                            hint(e, program),
+                            "{shown} ({at}) calls {call}: {why}{}; every job's {} fails and \
+         slurmd drains the node ('Prolog error')",
+                            hint(&call, program),
                             kind.to_lowercase()
                         ));
-                        continue;
-                    }
-                    for call in called_programs(&f) {
-                        if let Some(why) = not_runnable(&crate::read::under(root, &call)) {
-                            out.push(format!(
-                                "{shown} ({at}) calls {call}: {why}{}; every job's {} fails and \
-             slurmd drains the node ('Prolog error')",
-                                hint(&call, program),
-                                kind.to_lowercase()
-                            ));
-                        }
                     }
                 }
             }
@@ -99,18 +99,6 @@ fn empty_glob_does(kind: &str) -> String {
 fn shown_path(root: &Path, f: &Path) -> String {
     let rel = f.strip_prefix(root).unwrap_or(f);
     format!("/{}", rel.display()).replace("//", "/")
-}
-
-/// Why slurmd could not run `f`; None when it is an executable file (links followed).
-fn not_runnable(f: &Path) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::metadata(f) {
-        Err(_) if std::fs::symlink_metadata(f).is_ok() => Some("a link to nothing".into()),
-        Err(_) => Some("no such file".into()),
-        Ok(m) if !m.is_file() => Some("not a file".into()),
-        Ok(m) if m.permissions().mode() & 0o111 == 0 => Some("not executable".into()),
-        Ok(_) => None,
-    }
 }
 
 /// A hint when the missing name looks like the program's with a typo.
