@@ -393,13 +393,10 @@ pub fn plan(asked: Result<Allocation, String>, driver_gpus: usize) -> Plan {
             list(&accounted)
         ));
     }
-    if holders.is_empty() {
-        return Plan {
-            skip: holders,
-            strays_judged: Ok(()),
-        };
-    }
-    if a.node.total != driver_gpus as u64 || accounted.iter().any(|&i| i >= driver_gpus) {
+    // Only GPUs to skip need Slurm's indices to be the driver's.
+    let mismatched =
+        a.node.total != driver_gpus as u64 || accounted.iter().any(|&i| i >= driver_gpus);
+    if !holders.is_empty() && mismatched {
         return unjudged(format!(
             "other jobs hold GPUs {} but Slurm has {} GPUs on this node and the driver lists \
              {driver_gpus}: which GPU is which is not known, nothing skipped, every GPU checked",
