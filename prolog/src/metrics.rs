@@ -62,7 +62,7 @@ pub fn render(s: &Sample) -> String {
         "State of the nccl-check prolog gate after its last run \
          (1 = this state; disabled = the config cannot be used, nothing is checked).",
     );
-    for g in GateState::ALL {
+    for &g in <GateState as strum::VariantArray>::VARIANTS {
         let _ = writeln!(
             t,
             "nccl_check_gate_state{{state=\"{}\"}} {}",
