@@ -149,8 +149,8 @@ fn judge_port(now: &ib::Port, before: &ib::Port, l: &IbLimits, out: &mut Summary
         let what = format!("{kind} link down (ACTIVE at the last check)");
         out.add_fail("ib", &now.name, what);
     }
-    for c in ib::COUNTERS {
-        let (Some(&n), Some(limit)) = (now.counters.get(c), l.of(c)) else {
+    for (c, limit) in l.counters() {
+        let Some(&n) = now.counters.get(c) else {
             continue;
         };
         let grew = delta(n, before.counters.get(c).copied().unwrap_or(0));
