@@ -104,29 +104,21 @@ pub fn metrics_note(c: &GateConfig, node: &str) -> Option<String> {
 /// The command: prints the report, returns the exit code.
 pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) -> i32 {
     let exists = explicit || path.exists();
-    let text = if exists {
-        match nccl_check_host::config_file::read(path) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                nccl_check_host::outln!("INVALID {e}");
-                return NOT_READY;
-            }
+    let read = exists.then(|| nccl_check_host::config_file::read(path));
+    let text = match read.transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            nccl_check_host::outln!("INVALID {e}");
+            return NOT_READY;
         }
-    } else {
-        None
     };
-    let cfg = match &text {
-        Some(t) => match config::parse(path, t) {
-            Ok(c) => c,
-            Err(e) => {
-                nccl_check_host::outln!("INVALID {e}");
-                nccl_check_host::outln!(
-                    "The gate is off while this stands: every job runs unchecked."
-                );
-                return NOT_READY;
-            }
-        },
-        None => GateConfig::default(),
+    let cfg = match text.as_deref().map(|t| config::parse(path, t)).transpose() {
+        Ok(c) => c.unwrap_or_default(),
+        Err(e) => {
+            nccl_check_host::outln!("INVALID {e}");
+            nccl_check_host::outln!("The gate is off while this stands: every job runs unchecked.");
+            return NOT_READY;
+        }
     };
     match &text {
         Some(_) => {
