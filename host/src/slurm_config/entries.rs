@@ -101,15 +101,14 @@ fn shown_path(root: &Path, f: &Path) -> String {
     format!("/{}", rel.display()).replace("//", "/")
 }
 
+/// The last component of `p`, as text.
+fn file_name(p: &Path) -> Option<String> {
+    p.file_name().map(|n| n.to_string_lossy().into_owned())
+}
+
 /// A hint when the missing name looks like the program's with a typo.
 fn hint(entry: &str, program: &Path) -> String {
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    let base = Path::new(entry)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    match (name, base) {
+    match (file_name(program), file_name(Path::new(entry))) {
         (Some(n), Some(b)) if b != n && b.starts_with("nccl-check") => {
             format!(" (did you mean {}?)", program.display())
         }
@@ -130,9 +129,7 @@ pub(super) fn called_programs(f: &Path) -> Vec<String> {
     for line in text.lines().skip(1) {
         let code = line.split('#').next().unwrap_or("");
         for w in code.split(|c: char| c.is_whitespace() || "\"';|&()`".contains(c)) {
-            let named = Path::new(w)
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("nccl-check"));
+            let named = file_name(Path::new(w)).is_some_and(|n| n.starts_with("nccl-check"));
             if w.starts_with('/') && named && !out.iter().any(|o| o == w) {
                 out.push(w.to_string());
             }
@@ -201,10 +198,8 @@ fn what_to_remove(entry: &str, program: &Path, root: &Path) -> String {
 
 /// Whether the Prolog entry `entry` runs `program`.
 fn runs(entry: &str, program: &Path, root: &Path) -> bool {
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    let name = name.as_deref().unwrap_or("");
+    let name = file_name(program).unwrap_or_default();
+    let name = name.as_str();
     if !name.is_empty() && entry.contains(name) {
         return true;
     }
