@@ -157,11 +157,7 @@ impl Summary {
             .iter()
             .take(4)
             .map(|f| {
-                let class = if f.class == Class::Fail {
-                    "FAIL"
-                } else {
-                    "WARN"
-                };
+                let class: &str = f.class.into();
                 let evidence = f
                     .evidence
                     .as_ref()
