@@ -162,11 +162,9 @@ pub fn find_key_line(text: &str, field: &str) -> Option<usize> {
 
 fn split_indices(part: &str) -> Option<(&str, Vec<usize>)> {
     let key_end = part.find('[').unwrap_or(part.len());
-    let mut indices = Vec::new();
-    for chunk in part[key_end..].split('[').filter(|c| !c.is_empty()) {
-        indices.push(chunk.strip_suffix(']')?.parse().ok()?);
-    }
-    Some((&part[..key_end], indices))
+    let indices = part[key_end..].split('[').filter(|c| !c.is_empty());
+    let indices = indices.map(|c| c.strip_suffix(']')?.parse().ok());
+    Some((&part[..key_end], indices.collect::<Option<_>>()?))
 }
 
 #[cfg(test)]
