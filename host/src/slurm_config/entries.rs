@@ -37,11 +37,7 @@ impl Settings {
     pub fn entry_problems(&self, program: &Path, root: &Path) -> Vec<String> {
         let mut out = Vec::new();
         for (kind, e) in self.entries() {
-            let at = self
-                .origin
-                .iter()
-                .find(|(k, _)| k == kind)
-                .map_or(self.source.as_str(), |(_, o)| o.as_str());
+            let at = self.origin_of(kind);
             let under = crate::read::under(root, e);
             let globbed = e.contains(['*', '?', '[']);
             let matched = files::expand(&under);
@@ -224,12 +220,7 @@ impl Sources {
         for s in self.live.iter().chain(&self.files) {
             let health = s.health_check_running(&recheck_beside(program), root);
             for e in s.entries_running(program, root).into_iter().chain(health) {
-                let at = s
-                    .origin
-                    .iter()
-                    .find(|(k, _)| e.starts_with(k.as_str()))
-                    .map(|(_, o)| o.clone())
-                    .unwrap_or_else(|| s.source.clone());
+                let at = s.origin_of(e.split('=').next().unwrap_or_default());
                 out.push(format!("{at}: {e}{}", what_to_remove(&e, program, root)));
             }
         }
