@@ -150,10 +150,8 @@ pub fn parse_idx(list: &str) -> Result<BTreeSet<usize>, String> {
                 .filter(|&n| n <= MAX_INDEX)
                 .ok_or_else(|| format!("IDX {list:?}: {s:?} is not a GPU index"))
         };
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (num(a)?, num(b)?),
-            None => (num(part)?, num(part)?),
-        };
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b) = (num(a)?, num(b)?);
         if a > b {
             return Err(format!("IDX {list:?}: {part:?} runs backwards"));
         }
