@@ -12,6 +12,7 @@ use nccl_check_contract::verdict::Verdict;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use strum::VariantArray;
 
 pub struct Sample<'a> {
     pub gate: GateState,
@@ -62,7 +63,7 @@ pub fn render(s: &Sample) -> String {
         "State of the nccl-check prolog gate after its last run \
          (1 = this state; disabled = the config cannot be used, nothing is checked).",
     );
-    for &g in <GateState as strum::VariantArray>::VARIANTS {
+    for &g in GateState::VARIANTS {
         let _ = writeln!(
             t,
             "nccl_check_gate_state{{state=\"{}\"}} {}",
