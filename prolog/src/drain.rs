@@ -274,8 +274,7 @@ impl Slurm {
             Ok(l) => l,
             Err(e) => return DrainOutcome::Failed(format!("lock: {e}")),
         };
-        let marker = read_marker(state_dir);
-        match marker {
+        match read_marker(state_dir) {
             // Drained after this measurement started (by a concurrent prolog): that one knows
             // better.
             Some((t, _)) if t > pass_started => return DrainOutcome::Nothing,

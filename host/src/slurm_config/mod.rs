@@ -216,10 +216,9 @@ pub fn in_use(
     candidates: &[PathBuf],
 ) -> (Option<PathBuf>, Vec<String>) {
     let mut notes = Vec::new();
-    if let Some(c) = slurm_conf.map(|c| crate::read::under(root, c)) {
-        if candidates.contains(&c) {
-            return (Some(c), notes);
-        }
+    let given = slurm_conf.map(|c| crate::read::under(root, c));
+    if let Some(c) = given.filter(|c| candidates.contains(c)) {
+        return (Some(c), notes);
     }
     let local = crate::read::under(root, "/etc/slurm/slurm.conf");
     let cache = candidates
