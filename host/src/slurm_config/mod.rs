@@ -48,23 +48,13 @@ pub struct Settings {
     pub origin: Vec<(String, String)>,
 }
 
-/// Nothing read yet, the timeouts at Slurm's defaults.
+/// Nothing read yet, the timeouts at Slurm's defaults: what an answer without any setting gives
+/// (so the defaults are [`Settings::from_show`]'s, written once).
 impl Default for Settings {
     fn default() -> Settings {
         Settings {
             source: String::new(),
-            prologs: Vec::new(),
-            epilogs: Vec::new(),
-            prolog_epilog_timeout: None,
-            prolog_flags: Vec::new(),
-            gres_types: Vec::new(),
-            slurmd_spool_dir: None,
-            health_check_program: None,
-            batch_start_timeout: DEFAULT_BATCH_START_TIMEOUT,
-            message_timeout: DEFAULT_MESSAGE_TIMEOUT,
-            health_check_timeout: Some(DEFAULT_HEALTH_CHECK_TIMEOUT),
-            proctrack: None,
-            origin: Vec::new(),
+            ..Settings::from_show(&ShowConfig::default())
         }
     }
 }
@@ -334,6 +324,15 @@ mod tests {
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
 
+    #[test]
+    fn nothing_read_is_slurm_s_defaults() {
+        let d = Settings::default();
+        assert_eq!(d.source, "");
+        assert_eq!(d.prolog_epilog_timeout, None);
+        assert_eq!((d.batch_start_timeout, d.message_timeout), (10, 10));
+        assert_eq!(d.health_check_timeout, Some(60));
+        assert!(d.prologs.is_empty() && d.origin.is_empty() && d.proctrack.is_none());
+    }
     #[test]
     fn every_major_s_output_gives_the_timeout_flags_and_prologs() {
         for mm in ["22.05", "24.11", "26.05"] {
