@@ -34,6 +34,17 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+impl ConfigError {
+    fn new(file: &Path, line: Option<usize>, field: &str, message: String) -> ConfigError {
+        ConfigError {
+            file: file.to_path_buf(),
+            line,
+            field: field.to_string(),
+            message,
+        }
+    }
+}
+
 /// Reads and parses `path`. A missing file is an error too; callers that treat "absent" as
 /// "defaults" check existence first, so a typo in an explicit `--config` path is never silent.
 pub fn load<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
@@ -48,12 +59,7 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Only a regular file is read (opened non-blocking, so a FIFO is refused instead of waited on),
 /// and at most [`MAX_CONFIG_BYTES`] of it.
 pub fn read(path: &Path) -> Result<String, ConfigError> {
-    let err = |message: String| ConfigError {
-        file: path.to_path_buf(),
-        line: None,
-        field: String::new(),
-        message: format!("cannot read: {message}"),
-    };
+    let err = |message: String| ConfigError::new(path, None, "", format!("cannot read: {message}"));
     let (bytes, _) =
         crate::read::regular(path, MAX_CONFIG_BYTES, false).map_err(|e| err(e.to_string()))?;
     String::from_utf8(bytes).map_err(|_| err("not UTF-8 text".into()))
@@ -61,19 +67,13 @@ pub fn read(path: &Path) -> Result<String, ConfigError> {
 
 /// Parses `text` as the contents of `path` (the path only names the file in errors).
 pub fn parse<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigError> {
-    let err = |line: Option<usize>, field: String, message: String| ConfigError {
-        file: path.to_path_buf(),
-        line,
-        field,
-        message,
-    };
     let de = toml::Deserializer::parse(text).map_err(|e| {
         let msg = e.message().trim().to_string();
         let (field, msg) = match e.span() {
             Some(s) if msg.starts_with("duplicate key") => duplicate(text, s.start, &msg),
             _ => (String::new(), msg),
         };
-        err(e.span().map(|s| line_of(text, s.start)), field, msg)
+        ConfigError::new(path, e.span().map(|s| line_of(text, s.start)), &field, msg)
     })?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
@@ -82,20 +82,15 @@ pub fn parse<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, ConfigEr
             .span()
             .map(|s| line_of(text, s.start))
             .or_else(|| find_key_line(text, &field));
-        let field = if field == "." { String::new() } else { field };
-        err(line, field, inner.message().trim().to_string())
+        let field = if field == "." { "" } else { &field };
+        ConfigError::new(path, line, field, inner.message().trim().to_string())
     })
 }
 
 /// A semantic error found after parsing (a negative threshold, an unknown collective): the line
 /// is found from the field's dotted path, so validation code only names the field.
 pub fn invalid(path: &Path, text: &str, field: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        file: path.to_path_buf(),
-        line: find_key_line(text, field),
-        field: field.to_string(),
-        message: message.into(),
-    }
+    ConfigError::new(path, find_key_line(text, field), field, message.into())
 }
 
 /// toml's `duplicate key` at `offset` named: the key, and the line that set it first (searched
@@ -167,11 +162,9 @@ pub fn find_key_line(text: &str, field: &str) -> Option<usize> {
 
 fn split_indices(part: &str) -> Option<(&str, Vec<usize>)> {
     let key_end = part.find('[').unwrap_or(part.len());
-    let mut indices = Vec::new();
-    for chunk in part[key_end..].split('[').filter(|c| !c.is_empty()) {
-        indices.push(chunk.strip_suffix(']')?.parse().ok()?);
-    }
-    Some((&part[..key_end], indices))
+    let indices = part[key_end..].split('[').filter(|c| !c.is_empty());
+    let indices = indices.map(|c| c.strip_suffix(']')?.parse().ok());
+    Some((&part[..key_end], indices.collect::<Option<_>>()?))
 }
 
 #[cfg(test)]

@@ -115,6 +115,19 @@ pub fn entries(dir: &Path) -> io::Result<Vec<String>> {
     Ok(names)
 }
 
+/// Why `f` cannot be run (slurmd's Prolog= entries, the prolog's worker); None when it is an
+/// executable file (links followed).
+pub fn not_runnable(f: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(f) {
+        Err(_) if std::fs::symlink_metadata(f).is_ok() => Some("a link to nothing".into()),
+        Err(_) => Some("no such file".into()),
+        Ok(m) if !m.is_file() => Some("not a file".into()),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Some("not executable".into()),
+        Ok(_) => None,
+    }
+}
+
 /// `root` joined with a path given as absolute (`/sys/class/net`), so tests point it at a tree.
 pub fn under(root: &Path, abs: &str) -> PathBuf {
     root.join(abs.trim_start_matches('/'))

@@ -266,8 +266,7 @@ pub fn stricter_of(
     live: &Result<Option<u64>, String>,
 ) -> Option<SlurmTimeout> {
     let shown = |t: Option<u64>| t.map_or("unset (no limit)".to_string(), |t| format!("{t}"));
-    let live_source = LIVE.to_string();
-    match (file, live) {
+    let (seconds, source, differs) = match (file, live) {
         (Ok((f, at)), Ok(l)) if f != l => {
             let live_wins = match (f, l) {
                 (Some(f), Some(l)) => l < f,
@@ -275,37 +274,31 @@ pub fn stricter_of(
                 _ => false,
             };
             let (seconds, source) = if live_wins {
-                (*l, live_source)
+                (*l, LIVE.to_string())
             } else {
                 (*f, at.clone())
             };
-            Some(SlurmTimeout {
-                seconds,
-                differs: Some(format!(
-                    "{} differs: the controller has {} (scontrol show config), this node's \
-                     slurm.conf {} ({at}): a 'scontrol reconfigure' is pending (or this node's \
-                     file is not the controller's); {}, so the gate goes by the stricter, {}",
-                    key.name,
-                    shown(*l),
-                    shown(*f),
-                    key.acts,
-                    shown(seconds)
-                )),
-                source,
-            })
+            let differs = format!(
+                "{} differs: the controller has {} (scontrol show config), this node's \
+                 slurm.conf {} ({at}): a 'scontrol reconfigure' is pending (or this node's \
+                 file is not the controller's); {}, so the gate goes by the stricter, {}",
+                key.name,
+                shown(*l),
+                shown(*f),
+                key.acts,
+                shown(seconds)
+            );
+            (seconds, source, Some(differs))
         }
-        (Ok((f, at)), _) => Some(SlurmTimeout {
-            seconds: *f,
-            source: at.clone(),
-            differs: None,
-        }),
-        (Err(_), Ok(l)) => Some(SlurmTimeout {
-            seconds: *l,
-            source: live_source,
-            differs: None,
-        }),
-        (Err(_), Err(_)) => None,
-    }
+        (Ok((f, at)), _) => (*f, at.clone(), None),
+        (Err(_), Ok(l)) => (*l, LIVE.to_string(), None),
+        (Err(_), Err(_)) => return None,
+    };
+    Some(SlurmTimeout {
+        seconds,
+        source,
+        differs,
+    })
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -381,13 +381,8 @@ pub fn worker(c: &GateConfig, config: &Path) -> (Vec<String>, Findings) {
         spec = spec.env(k, v);
     }
     let what = format!("{} --check-config", c.worker.display());
-    let (text, ending) = match captured(spec) {
-        Ok(done) => done,
-        Err(e) => {
-            f.problems
-                .push(NotReady::new(Effect::Unchecked, format!("{what}: {e}")));
-            return (Vec::new(), f);
-        }
+    let Some((text, ending)) = captured(spec, &what, Effect::Unchecked, &mut f) else {
+        return (Vec::new(), f);
     };
     let text = text.replace(
         nccl_check_contract::exit::NCCL_LIB_FROM_ENV,
@@ -397,10 +392,7 @@ pub fn worker(c: &GateConfig, config: &Path) -> (Vec<String>, Findings) {
     let bad: Vec<CheckProblem> = text.lines().filter_map(CheckProblem::read_line).collect();
     match ending {
         Ending::Exited(0) if bad.is_empty() => {}
-        Ending::KilledAtDeadline => f.problems.push(NotReady::new(
-            Effect::Unchecked,
-            format!("{what}: no answer in {} s", WAIT.as_secs()),
-        )),
+        Ending::KilledAtDeadline => f.problems.push(no_answer(Effect::Unchecked, &what)),
         _ => f.problems.push(NotReady::new(
             Effect::Unchecked,
             format!(
@@ -431,13 +423,8 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
         spec = spec.env("SLURM_CONF", c);
     }
     let what = format!("{} --check", program.display());
-    let (text, ending) = match captured(spec) {
-        Ok(done) => done,
-        Err(e) => {
-            f.problems
-                .push(NotReady::new(Effect::PluginFails, format!("{what}: {e}")));
-            return (Vec::new(), f);
-        }
+    let Some((text, ending)) = captured(spec, &what, Effect::PluginFails, &mut f) else {
+        return (Vec::new(), f);
     };
     let lines = text.lines().map(|l| format!("plugin line: {l}")).collect();
     for bad in text.lines().filter_map(CheckProblem::read_line) {
@@ -451,10 +438,7 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
     match ending {
         Ending::Exited(0) => {}
         Ending::Exited(_) if !f.problems.is_empty() => {}
-        Ending::KilledAtDeadline => f.problems.push(NotReady::new(
-            Effect::PluginFails,
-            format!("{what}: no answer in {} s", WAIT.as_secs()),
-        )),
+        Ending::KilledAtDeadline => f.problems.push(no_answer(Effect::PluginFails, &what)),
         other => f.problems.push(NotReady::new(
             Effect::PluginFails,
             format!("{what}: {other:?}"),
@@ -463,19 +447,34 @@ pub fn plugin_line(program: &Path, slurm_conf: Option<&str>) -> (Vec<String>, Fi
     (lines, f)
 }
 
-/// Runs another program's admin check: its stdout (64 KiB at most) then its stderr (8 KiB) as one
-/// text, and how it ended; Err: it could not be started.
-fn captured(mut spec: Spec) -> Result<(String, Ending), String> {
+/// Runs another program's admin check (`what`): its stdout (64 KiB at most) then its stderr
+/// (8 KiB) as one text, and how it ended; None: it could not be started, a problem of `effect`.
+fn captured(
+    mut spec: Spec,
+    what: &str,
+    effect: Effect,
+    f: &mut Findings,
+) -> Option<(String, Ending)> {
     spec.stdout = Output::Tail {
         max_bytes: 64 * 1024,
     };
     spec.stderr = Output::Tail {
         max_bytes: 8 * 1024,
     };
-    let done = supervise::run(spec).map_err(|e| e.error.to_string())?;
+    let done = supervise::run(spec)
+        .map_err(|e| {
+            f.problems
+                .push(NotReady::new(effect, format!("{what}: {}", e.error)))
+        })
+        .ok()?;
     let text =
         String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
-    Ok((text, done.ending))
+    Some((text, done.ending))
+}
+
+/// An admin check (`what`) that gave no answer in [`WAIT`].
+fn no_answer(effect: Effect, what: &str) -> NotReady {
+    NotReady::new(effect, format!("{what}: no answer in {} s", WAIT.as_secs()))
 }
 
 /// `nccl-check-plugstack` beside this program (both in /usr/sbin when installed).

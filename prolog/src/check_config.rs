@@ -14,7 +14,6 @@ use crate::slurm_uses::INSTALLED;
 use nccl_check_host::config_file::find_key_line;
 use nccl_check_host::slurm_config::Settings;
 use std::fmt::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// Each key's effective value as TOML, from the config's own serialization (the same names
@@ -60,12 +59,9 @@ pub fn render(c: &GateConfig, file: Option<(&Path, &str)>) -> String {
 /// What would make every run of the gate on `node` an ERROR.
 pub fn problems(c: &GateConfig, node: &str) -> Vec<NotReady> {
     let mut p = Vec::new();
-    let exec = |path: &Path| {
-        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
     let mut add = |text: String| p.push(NotReady::new(Effect::Unchecked, text));
     for (what, program) in [("worker", &c.worker), ("scontrol", &c.scontrol)] {
-        if !exec(program) {
+        if nccl_check_host::read::not_runnable(program).is_some() {
             add(format!(
                 "{what} {}: not an executable file",
                 program.display()
@@ -108,29 +104,21 @@ pub fn metrics_note(c: &GateConfig, node: &str) -> Option<String> {
 /// The command: prints the report, returns the exit code.
 pub fn run(path: &Path, explicit: bool, node: &str, slurm_conf: Option<&str>) -> i32 {
     let exists = explicit || path.exists();
-    let text = if exists {
-        match nccl_check_host::config_file::read(path) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                nccl_check_host::outln!("INVALID {e}");
-                return NOT_READY;
-            }
+    let read = exists.then(|| nccl_check_host::config_file::read(path));
+    let text = match read.transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            nccl_check_host::outln!("INVALID {e}");
+            return NOT_READY;
         }
-    } else {
-        None
     };
-    let cfg = match &text {
-        Some(t) => match config::parse(path, t) {
-            Ok(c) => c,
-            Err(e) => {
-                nccl_check_host::outln!("INVALID {e}");
-                nccl_check_host::outln!(
-                    "The gate is off while this stands: every job runs unchecked."
-                );
-                return NOT_READY;
-            }
-        },
-        None => GateConfig::default(),
+    let cfg = match text.as_deref().map(|t| config::parse(path, t)).transpose() {
+        Ok(c) => c.unwrap_or_default(),
+        Err(e) => {
+            nccl_check_host::outln!("INVALID {e}");
+            nccl_check_host::outln!("The gate is off while this stands: every job runs unchecked.");
+            return NOT_READY;
+        }
     };
     match &text {
         Some(_) => {
@@ -265,6 +253,7 @@ pub fn salvage(path: &Path) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn every_key_is_printed_with_its_value_and_source() {

@@ -293,33 +293,25 @@ pub fn parse(path: &Path, text: &str) -> Result<GateConfig, ConfigError> {
         );
     }
     for key in c.env.keys() {
-        if KEYS.contains(&key.as_str()) {
-            return bad(
-                &format!("env.{key}"),
-                format!(
-                    "{key:?} is a prolog setting, not a worker environment variable: it is \
-                     inside the env table (a line after an [env] header?); move it above [env], \
-                     or write the environment as env = {{ NAME = \"value\" }}"
-                ),
-            );
-        }
-        if RESERVED_ENV.contains(&key.as_str()) {
-            return bad(
-                &format!("env.{key}"),
-                format!("{key} is set by the prolog (the run's private directory)"),
-            );
-        }
-        let ok = !key.is_empty()
+        let name = !key.is_empty()
             && !key.starts_with(|ch: char| ch.is_ascii_digit())
             && key
                 .chars()
                 .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
-        if !ok {
-            return bad(
-                &format!("env.{key}"),
-                format!("{key:?} is not an environment variable name"),
-            );
-        }
+        let why = if KEYS.contains(&key.as_str()) {
+            format!(
+                "{key:?} is a prolog setting, not a worker environment variable: it is \
+                 inside the env table (a line after an [env] header?); move it above [env], \
+                 or write the environment as env = {{ NAME = \"value\" }}"
+            )
+        } else if RESERVED_ENV.contains(&key.as_str()) {
+            format!("{key} is set by the prolog (the run's private directory)")
+        } else if !name {
+            format!("{key:?} is not an environment variable name")
+        } else {
+            continue;
+        };
+        return bad(&format!("env.{key}"), why);
     }
     Ok(c)
 }

@@ -73,9 +73,9 @@ pub fn parse_show_node(line: &str) -> Option<NodeState> {
         .to_string();
     // Reason= is free text with spaces: it runs to the next " Key=" of scontrol's fixed keys
     // that follow it, or to the end of the line.
-    let reason = match line.find(" Reason=") {
-        None => String::new(),
-        Some(i) => {
+    let reason = line
+        .find(" Reason=")
+        .map(|i| {
             let rest = &line[i + " Reason=".len()..];
             let end = [" Comment=", " Extra=", " ExtSensors", " CurrentWatts="]
                 .iter()
@@ -88,13 +88,9 @@ pub fn parse_show_node(line: &str) -> Option<NodeState> {
                 Some(j) if r.ends_with(']') => r[..j].trim().to_string(),
                 _ => r.to_string(),
             }
-        }
-    };
-    let reason = if reason == "(null)" {
-        String::new()
-    } else {
-        reason
-    };
+        })
+        .filter(|r| r != "(null)")
+        .unwrap_or_default();
     Some(NodeState { state, reason })
 }
 
@@ -126,6 +122,14 @@ pub struct Slurm {
 }
 
 impl Slurm {
+    /// The same calls, ending by `deadline` instead.
+    pub fn until(&self, deadline: Deadline) -> Slurm {
+        Slurm {
+            deadline,
+            ..self.clone()
+        }
+    }
+
     /// One scontrol call.
     fn call(&self, args: &[&str]) -> Result<String, String> {
         self.run(&self.scontrol, args, SCONTROL_OUTPUT_BYTES)
@@ -270,8 +274,7 @@ impl Slurm {
             Ok(l) => l,
             Err(e) => return DrainOutcome::Failed(format!("lock: {e}")),
         };
-        let marker = read_marker(state_dir);
-        match marker {
+        match read_marker(state_dir) {
             // Drained after this measurement started (by a concurrent prolog): that one knows
             // better.
             Some((t, _)) if t > pass_started => return DrainOutcome::Nothing,

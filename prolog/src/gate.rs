@@ -79,8 +79,9 @@ impl Places {
 }
 
 impl<'a> Gate<'a> {
-    fn policy(&self) -> Policy {
-        Policy::from(self.cfg)
+    /// What this run's mode and policy do with `found` (`all`: every GPU of the node checked).
+    fn decide(&self, found: Found, all: bool) -> Actions {
+        decide::decide(self.mode, found, Policy::from(self.cfg), all)
     }
 
     /// `gate.json` of this run in `state` saying `message`: nothing drained, no run directory
@@ -221,11 +222,7 @@ impl<'a> Gate<'a> {
     /// `Some`: the run's exit code.
     fn recheck_on_busy_node(&mut self, places: &Places, slurm: &drain::Slurm) -> Option<i32> {
         let ask = Deadline::after(self.deadline.remaining() / 4);
-        let shown = (drain::Slurm {
-            deadline: ask,
-            ..slurm.clone()
-        })
-        .show();
+        let shown = slurm.until(ask).show();
         let node = &self.facts.node;
         let (found, msg) = match shown {
             Ok(n) if n.busy() => {
@@ -260,7 +257,7 @@ impl<'a> Gate<'a> {
             Found::NothingToCheck => self.log.info(&msg),
             _ => self.log.error(&msg),
         }
-        let a = decide::decide(self.mode, found, self.policy(), false);
+        let a = self.decide(found, false);
         Some(self.finish(a, &msg))
     }
 
@@ -274,10 +271,7 @@ impl<'a> Gate<'a> {
         whom: &str,
     ) -> Result<Selection, i32> {
         let asked = shared::ask(
-            &drain::Slurm {
-                deadline: Deadline::after(self.deadline.remaining() / 4),
-                ..slurm.clone()
-            },
+            &slurm.until(Deadline::after(self.deadline.remaining() / 4)),
             self.facts.job.as_deref(),
         );
         let plan = shared::plan(asked, gpus::read(&self.cfg.gpu_info_dir).len());
@@ -309,7 +303,7 @@ impl<'a> Gate<'a> {
             k.whom, self.facts.node, sel.label, self.cfg.cache_seconds
         );
         self.log.info(&msg);
-        let a = decide::decide(self.mode, Found::CachedPass, self.policy(), sel.all);
+        let a = self.decide(Found::CachedPass, sel.all);
         Some(self.finish(a, &msg))
     }
 

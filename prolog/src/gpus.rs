@@ -70,18 +70,16 @@ pub fn parse_job_gpus(value: Option<&str>) -> Result<Vec<usize>, String> {
     let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
         return Ok(Vec::new());
     };
-    let mut out = Vec::new();
-    for part in v.split(',') {
-        let i: usize = part.trim().parse().map_err(|_| {
+    let index = |part: &str| {
+        part.trim().parse().map_err(|_| {
             format!(
                 "CUDA_VISIBLE_DEVICES={v:?}: {part:?} is not a GPU index (gres/gpu gives indices)"
             )
-        })?;
-        if !out.contains(&i) {
-            out.push(i);
-        }
-    }
+        })
+    };
+    let mut out = v.split(',').map(index).collect::<Result<Vec<usize>, _>>()?;
     out.sort_unstable();
+    out.dedup();
     Ok(out)
 }
 

@@ -25,15 +25,9 @@ impl Facts {
     pub fn read(node: Option<String>) -> Facts {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let node = node.or_else(|| var("SLURMD_NODENAME")).unwrap_or_else(|| {
-            nix::unistd::gethostname()
-                .map(|h| {
-                    h.to_string_lossy()
-                        .split('.')
-                        .next()
-                        .unwrap_or("")
-                        .to_string()
-                })
-                .unwrap_or_default()
+            let host = nix::unistd::gethostname().unwrap_or_default();
+            let short = host.to_string_lossy().split('.').next().map(str::to_string);
+            short.unwrap_or_default()
         });
         Facts {
             node,

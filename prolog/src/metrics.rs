@@ -12,6 +12,7 @@ use nccl_check_contract::verdict::Verdict;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use strum::VariantArray;
 
 pub struct Sample<'a> {
     pub gate: GateState,
@@ -62,7 +63,7 @@ pub fn render(s: &Sample) -> String {
         "State of the nccl-check prolog gate after its last run \
          (1 = this state; disabled = the config cannot be used, nothing is checked).",
     );
-    for g in GateState::ALL {
+    for &g in GateState::VARIANTS {
         let _ = writeln!(
             t,
             "nccl_check_gate_state{{state=\"{}\"}} {}",
@@ -120,7 +121,7 @@ pub fn render(s: &Sample) -> String {
 }
 
 pub fn write(path: &Path, s: &Sample) -> std::io::Result<()> {
-    crate::state::write_atomic(path, render(s).as_bytes(), 0o644)
+    crate::prom::write(path, &render(s))
 }
 
 /// The fallback file's name in the state directory: where a run's metrics go when
@@ -135,20 +136,16 @@ pub fn render_fallback(s: &Sample, why: &str) -> String {
         .chars()
         .map(|c| if c.is_control() || c == '\\' { ' ' } else { c })
         .collect();
-    gauge(
-        &mut t,
-        "nccl_check_metrics_file_error",
-        &format!(
-            "1: metrics_file could not be written, these metrics are the fallback in the state \
-             directory. Last reason: {why}"
-        ),
+    let help = format!(
+        "1: metrics_file could not be written, these metrics are the fallback in the state \
+         directory. Last reason: {why}"
     );
-    let _ = writeln!(t, "nccl_check_metrics_file_error 1");
+    gauge_of(&mut t, "nccl_check_metrics_file_error", &help, 1);
     t
 }
 
 pub fn write_fallback(path: &Path, s: &Sample, why: &str) -> std::io::Result<()> {
-    crate::state::write_atomic(path, render_fallback(s, why).as_bytes(), 0o644)
+    crate::prom::write(path, &render_fallback(s, why))
 }
 
 /// `x.prom` → `x-node.prom`: the node's Slurm state as the last recheck read it, in its own file
@@ -175,21 +172,19 @@ pub fn render_node(allocated: bool, slurm_state: &str, now_unix: f64) -> String 
         && slurm_state
             .chars()
             .all(|c| c.is_ascii_uppercase() || c == '+' || c == '_');
-    if state_ok {
-        let _ = writeln!(
-            t,
-            "nccl_check_node_allocated{{slurm_state=\"{slurm_state}\"}} {}",
-            u8::from(allocated)
-        );
+    let label = if state_ok {
+        format!("{{slurm_state=\"{slurm_state}\"}}")
     } else {
-        let _ = writeln!(t, "nccl_check_node_allocated {}", u8::from(allocated));
-    }
-    gauge(
-        &mut t,
-        "nccl_check_node_state_timestamp_seconds",
-        "When the recheck last read Slurm's node state.",
+        String::new()
+    };
+    let _ = writeln!(
+        t,
+        "nccl_check_node_allocated{label} {}",
+        u8::from(allocated)
     );
-    let _ = writeln!(t, "nccl_check_node_state_timestamp_seconds {now_unix:.3}");
+    let name = "nccl_check_node_state_timestamp_seconds";
+    let help = "When the recheck last read Slurm's node state.";
+    gauge_of(&mut t, name, help, format!("{now_unix:.3}"));
     t
 }
 
@@ -199,11 +194,8 @@ pub fn write_node(
     slurm_state: &str,
     now_unix: f64,
 ) -> std::io::Result<()> {
-    crate::state::write_atomic(
-        &node_path(metrics_file),
-        render_node(allocated, slurm_state, now_unix).as_bytes(),
-        0o644,
-    )
+    let text = render_node(allocated, slurm_state, now_unix);
+    crate::prom::write(&node_path(metrics_file), &text)
 }
 
 #[cfg(test)]

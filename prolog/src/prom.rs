@@ -17,6 +17,11 @@ pub fn gauge_of(t: &mut String, name: &str, help: &str, value: impl std::fmt::Di
     let _ = writeln!(t, "{name} {value}");
 }
 
+/// Writes a textfile atomically (the collector never reads half a file), readable by all.
+pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
+    crate::secure::write_atomic(path, text.as_bytes(), 0o644)
+}
+
 /// `x.prom` → `x-WHAT.prom`.
 pub fn beside(metrics_file: &Path, what: &str) -> PathBuf {
     let stem = metrics_file

@@ -32,6 +32,18 @@ fn unsafe_dir(path: &Path, why: impl Into<String>) -> Unsafe {
     }
 }
 
+/// `mode NNNN is writable by group or others` when it is (`sticky_ok`: unless the sticky bit is
+/// set, as on /tmp, where nobody else can rename what is in it).
+fn group_writable(m: &std::fs::Metadata, sticky_ok: bool) -> Option<String> {
+    let sticky = sticky_ok && m.mode() & 0o1000 != 0;
+    (m.mode() & 0o022 != 0 && !sticky).then(|| {
+        format!(
+            "mode {:04o} is writable by group or others",
+            m.mode() & 0o7777
+        )
+    })
+}
+
 /// The uid that must own what the prolog writes: root in production (slurmd runs it as root);
 /// the test suites' own uid otherwise.
 pub fn owner() -> u32 {
@@ -73,21 +85,14 @@ pub fn check_dir(dir: &Path) -> Result<(), Unsafe> {
             format!("owned by uid {}, not {me} (root); refused", m.uid()),
         ));
     }
-    if m.mode() & 0o022 != 0 {
-        return Err(unsafe_dir(
-            dir,
-            format!(
-                "mode {:04o} is writable by group or others; refused (chmod go-w, and check what \
-                 is in it)",
-                m.mode() & 0o7777
-            ),
-        ));
+    if let Some(w) = group_writable(&m, false) {
+        let why = format!("{w}; refused (chmod go-w, and check what is in it)");
+        return Err(unsafe_dir(dir, why));
     }
     for up in dir.ancestors().skip(1) {
         // Follows symlinks here (/var/run -> /run); the link's own directory is checked too, as
         // one of the ancestors of the path as given.
         let m = std::fs::metadata(up).map_err(|e| unsafe_dir(up, e.to_string()))?;
-        let sticky = m.mode() & 0o1000 != 0;
         if m.uid() != me && m.uid() != 0 {
             return Err(unsafe_dir(
                 up,
@@ -98,15 +103,9 @@ pub fn check_dir(dir: &Path) -> Result<(), Unsafe> {
                 ),
             ));
         }
-        if m.mode() & 0o022 != 0 && !sticky {
-            return Err(unsafe_dir(
-                up,
-                format!(
-                    "mode {:04o} is writable by group or others (above {}); refused",
-                    m.mode() & 0o7777,
-                    dir.display()
-                ),
-            ));
+        if let Some(w) = group_writable(&m, true) {
+            let why = format!("{w} (above {}); refused", dir.display());
+            return Err(unsafe_dir(up, why));
         }
     }
     Ok(())
@@ -177,14 +176,8 @@ pub fn open_textfile_dir(dir: &Path) -> Result<TextfileDir, Unsafe> {
         )
         .metadata()
         .map_err(|e| unsafe_dir(&here, e.to_string()))?;
-        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
-            return Err(unsafe_dir(
-                &here,
-                format!(
-                    "mode {:04o} is writable by group or others; refused",
-                    m.mode() & 0o7777
-                ),
-            ));
+        if let Some(w) = group_writable(&m, true) {
+            return Err(unsafe_dir(&here, format!("{w}; refused")));
         }
         if here == dir && (m.uid() != owner() || m.mode() & 0o022 != 0) {
             return Err(unsafe_dir(

@@ -150,10 +150,8 @@ pub fn parse_idx(list: &str) -> Result<BTreeSet<usize>, String> {
                 .filter(|&n| n <= MAX_INDEX)
                 .ok_or_else(|| format!("IDX {list:?}: {s:?} is not a GPU index"))
         };
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (num(a)?, num(b)?),
-            None => (num(part)?, num(part)?),
-        };
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b) = (num(a)?, num(b)?);
         if a > b {
             return Err(format!("IDX {list:?}: {part:?} runs backwards"));
         }
@@ -393,13 +391,10 @@ pub fn plan(asked: Result<Allocation, String>, driver_gpus: usize) -> Plan {
             list(&accounted)
         ));
     }
-    if holders.is_empty() {
-        return Plan {
-            skip: holders,
-            strays_judged: Ok(()),
-        };
-    }
-    if a.node.total != driver_gpus as u64 || accounted.iter().any(|&i| i >= driver_gpus) {
+    // Only GPUs to skip need Slurm's indices to be the driver's.
+    let mismatched =
+        a.node.total != driver_gpus as u64 || accounted.iter().any(|&i| i >= driver_gpus);
+    if !holders.is_empty() && mismatched {
         return unjudged(format!(
             "other jobs hold GPUs {} but Slurm has {} GPUs on this node and the driver lists \
              {driver_gpus}: which GPU is which is not known, nothing skipped, every GPU checked",

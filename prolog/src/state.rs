@@ -25,6 +25,12 @@ pub struct RunDir {
     pub path: PathBuf,
 }
 
+/// Where a run goes when the state dir cannot take it (read-only, full): root's, on tmpfs.
+pub const FALLBACK_DIR: &str = "/run/nccl-check";
+/// Free space a run needs in its directory: the report and two capped streams of worker.log
+/// (crate::worker::LOG_HEAD_BYTES, LOG_TAIL_BYTES), with room to spare.
+pub const RUN_SPACE: u64 = 16 << 20;
+
 impl RunDir {
     /// Creates `<state_dir>/runs/<tag>.<random>`; `tag` is `job-<id>`, `recheck` or `nojob`.
     pub fn create(state_dir: &Path, tag: &str) -> std::io::Result<RunDir> {
@@ -38,15 +44,7 @@ impl RunDir {
         // Kept after the run for the admin (pruned by age and count, see `prune`).
         Ok(RunDir { path: dir.keep() })
     }
-}
 
-/// Where a run goes when the state dir cannot take it (read-only, full): root's, on tmpfs.
-pub const FALLBACK_DIR: &str = "/run/nccl-check";
-/// Free space a run needs in its directory: the report and two capped streams of worker.log
-/// (crate::worker::LOG_HEAD_BYTES, LOG_TAIL_BYTES), with room to spare.
-pub const RUN_SPACE: u64 = 16 << 20;
-
-impl RunDir {
     /// [`RunDir::create`] where the file system has [`RUN_SPACE`] free; the error says what
     /// could not be written and why.
     pub fn create_with_room(state_dir: &Path, tag: &str) -> Result<RunDir, String> {

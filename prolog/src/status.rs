@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 pub const FILE: &str = "gate.json";
 
 /// The gate's state after one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr, strum::VariantArray,
+)]
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
 pub enum GateState {
@@ -29,14 +31,6 @@ pub enum GateState {
 }
 
 impl GateState {
-    pub const ALL: [GateState; 5] = [
-        GateState::Pass,
-        GateState::Fail,
-        GateState::Error,
-        GateState::Disabled,
-        GateState::Skipped,
-    ];
-
     pub fn as_str(self) -> &'static str {
         self.into()
     }

@@ -161,16 +161,13 @@ pub fn run(req: &Request) -> Run {
             .map(|(k, v)| (k.into(), v.into()))
             .collect(),
     );
-    spec.stdout = Output::Capped {
-        file: out,
+    let capped = |file| Output::Capped {
+        file,
         head: LOG_HEAD_BYTES,
         tail: LOG_TAIL_BYTES,
     };
-    spec.stderr = Output::Capped {
-        file: err,
-        head: LOG_HEAD_BYTES,
-        tail: LOG_TAIL_BYTES,
-    };
+    spec.stdout = capped(out);
+    spec.stderr = capped(err);
     // Guarded: a SIGKILL of the prolog (slurmd's PrologEpilogTimeout) takes the whole group.
     let done = match supervise::run_guarded(spec) {
         Ok(d) => d,
@@ -194,21 +191,21 @@ pub fn run(req: &Request) -> Run {
         elapsed: start.elapsed(),
         // The worker's last words are on its standard error; worker.log may end with the kept
         // tail of its standard output after a cut.
-        output_tail: last_lines(&done.stderr, 3)
+        output_tail: Some(last_lines(&done.stderr, 3))
             .filter(|t| !t.is_empty())
             .unwrap_or_else(|| tail(&req.log(), 3)),
     }
 }
 
 /// The last `n` non-empty lines of `bytes`, joined with " | " (at most 400 characters).
-fn last_lines(bytes: &[u8], n: usize) -> Option<String> {
+fn last_lines(bytes: &[u8], n: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let s = lines[lines.len().saturating_sub(n)..].join(" | ");
-    Some(s.chars().take(400).collect())
+    s.chars().take(400).collect()
 }
 
-/// The last `n` non-empty lines of `path`, joined with " | " (at most 400 characters).
+/// [`last_lines`] of the last 16 KiB of `path`.
 fn tail(path: &Path, n: usize) -> String {
     use std::io::{Read, Seek, SeekFrom};
     let mut text = Vec::new();
@@ -217,10 +214,7 @@ fn tail(path: &Path, n: usize) -> String {
         let _ = f.seek(SeekFrom::Start(len.saturating_sub(16 * 1024)));
         let _ = f.take(16 * 1024).read_to_end(&mut text);
     }
-    let text = String::from_utf8_lossy(&text);
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let s = lines[lines.len().saturating_sub(n)..].join(" | ");
-    s.chars().take(400).collect()
+    last_lines(&text, n)
 }
 
 #[cfg(test)]

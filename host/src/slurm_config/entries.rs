@@ -3,6 +3,7 @@
 //! removes for each, and what slurmd would fail on when it runs them.
 
 use super::{files, Settings, Sources};
+use crate::read::not_runnable;
 use std::path::{Path, PathBuf};
 
 impl Settings {
@@ -10,15 +11,16 @@ impl Settings {
     /// `/usr/sbin/nccl-check-prolog`): the path itself, a wildcard or link that reaches it, or
     /// a small script that calls it. `root` is `/` except in tests.
     pub fn entries_running(&self, program: &Path, root: &Path) -> Vec<String> {
-        let mut out = Vec::new();
-        for (kind, list) in [("Prolog", &self.prologs), ("Epilog", &self.epilogs)] {
-            for e in list {
-                if runs(e, program, root) {
-                    out.push(format!("{kind}={e}"));
-                }
-            }
-        }
-        out
+        self.entries()
+            .filter(|(_, e)| runs(e, program, root))
+            .map(|(kind, e)| format!("{kind}={e}"))
+            .collect()
+    }
+
+    /// Each Prolog= and Epilog= entry with its kind, the prologs first.
+    fn entries(&self) -> impl Iterator<Item = (&'static str, &String)> {
+        let prologs = self.prologs.iter().map(|e| ("Prolog", e));
+        prologs.chain(self.epilogs.iter().map(|e| ("Epilog", e)))
     }
 
     /// `HealthCheckProgram=` when it runs `program` (the same tests as [`Self::entries_running`]).
@@ -34,46 +36,40 @@ impl Settings {
     /// is `/` except in tests. One line per problem, naming the entry and its source.
     pub fn entry_problems(&self, program: &Path, root: &Path) -> Vec<String> {
         let mut out = Vec::new();
-        for (kind, list) in [("Prolog", &self.prologs), ("Epilog", &self.epilogs)] {
-            for e in list {
-                let at = self
-                    .origin
-                    .iter()
-                    .find(|(k, _)| k == kind)
-                    .map_or(self.source.as_str(), |(_, o)| o.as_str());
-                let under = crate::read::under(root, e);
-                let globbed = e.contains(['*', '?', '[']);
-                let matched = files::expand(&under);
-                if globbed && matched.is_empty() {
+        for (kind, e) in self.entries() {
+            let at = self.origin_of(kind);
+            let under = crate::read::under(root, e);
+            let globbed = e.contains(['*', '?', '[']);
+            let matched = files::expand(&under);
+            if globbed && matched.is_empty() {
+                out.push(format!(
+                    "{kind}={e} ({at}): {EMPTY_GLOB} {}",
+                    empty_glob_does(kind)
+                ));
+            }
+            for f in matched {
+                let shown = if globbed {
+                    format!("{kind}={e} ({})", shown_path(root, &f))
+                } else {
+                    format!("{kind}={e}")
+                };
+                if let Some(why) = not_runnable(&f) {
                     out.push(format!(
-                        "{kind}={e} ({at}): {EMPTY_GLOB} {}",
-                        empty_glob_does(kind)
+                        "{shown} ({at}): {why}{}; slurmd fails every job's {} on it and drains \
+         the node ('Prolog error')",
+                        hint(e, program),
+                        kind.to_lowercase()
                     ));
+                    continue;
                 }
-                for f in matched {
-                    let shown = if globbed {
-                        format!("{kind}={e} ({})", shown_path(root, &f))
-                    } else {
-                        format!("{kind}={e}")
-                    };
-                    if let Some(why) = not_runnable(&f) {
+                for call in called_programs(&f) {
+                    if let Some(why) = not_runnable(&crate::read::under(root, &call)) {
                         out.push(format!(
-                            "{shown} ({at}): {why}{}; slurmd fails every job's {} on it and drains \
-             the node ('Prolog error')",
-                            hint(e, program),
+                            "{shown} ({at}) calls {call}: {why}{}; every job's {} fails and \
+         slurmd drains the node ('Prolog error')",
+                            hint(&call, program),
                             kind.to_lowercase()
                         ));
-                        continue;
-                    }
-                    for call in called_programs(&f) {
-                        if let Some(why) = not_runnable(&crate::read::under(root, &call)) {
-                            out.push(format!(
-                                "{shown} ({at}) calls {call}: {why}{}; every job's {} fails and \
-             slurmd drains the node ('Prolog error')",
-                                hint(&call, program),
-                                kind.to_lowercase()
-                            ));
-                        }
                     }
                 }
             }
@@ -101,27 +97,14 @@ fn shown_path(root: &Path, f: &Path) -> String {
     format!("/{}", rel.display()).replace("//", "/")
 }
 
-/// Why slurmd could not run `f`; None when it is an executable file (links followed).
-fn not_runnable(f: &Path) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::metadata(f) {
-        Err(_) if std::fs::symlink_metadata(f).is_ok() => Some("a link to nothing".into()),
-        Err(_) => Some("no such file".into()),
-        Ok(m) if !m.is_file() => Some("not a file".into()),
-        Ok(m) if m.permissions().mode() & 0o111 == 0 => Some("not executable".into()),
-        Ok(_) => None,
-    }
+/// The last component of `p`, as text.
+fn file_name(p: &Path) -> Option<String> {
+    p.file_name().map(|n| n.to_string_lossy().into_owned())
 }
 
 /// A hint when the missing name looks like the program's with a typo.
 fn hint(entry: &str, program: &Path) -> String {
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    let base = Path::new(entry)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    match (name, base) {
+    match (file_name(program), file_name(Path::new(entry))) {
         (Some(n), Some(b)) if b != n && b.starts_with("nccl-check") => {
             format!(" (did you mean {}?)", program.display())
         }
@@ -142,9 +125,7 @@ pub(super) fn called_programs(f: &Path) -> Vec<String> {
     for line in text.lines().skip(1) {
         let code = line.split('#').next().unwrap_or("");
         for w in code.split(|c: char| c.is_whitespace() || "\"';|&()`".contains(c)) {
-            let named = Path::new(w)
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("nccl-check"));
+            let named = file_name(Path::new(w)).is_some_and(|n| n.starts_with("nccl-check"));
             if w.starts_with('/') && named && !out.iter().any(|o| o == w) {
                 out.push(w.to_string());
             }
@@ -213,10 +194,8 @@ fn what_to_remove(entry: &str, program: &Path, root: &Path) -> String {
 
 /// Whether the Prolog entry `entry` runs `program`.
 fn runs(entry: &str, program: &Path, root: &Path) -> bool {
-    let name = program
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    let name = name.as_deref().unwrap_or("");
+    let name = file_name(program).unwrap_or_default();
+    let name = name.as_str();
     if !name.is_empty() && entry.contains(name) {
         return true;
     }
@@ -241,12 +220,7 @@ impl Sources {
         for s in self.live.iter().chain(&self.files) {
             let health = s.health_check_running(&recheck_beside(program), root);
             for e in s.entries_running(program, root).into_iter().chain(health) {
-                let at = s
-                    .origin
-                    .iter()
-                    .find(|(k, _)| e.starts_with(k.as_str()))
-                    .map(|(_, o)| o.clone())
-                    .unwrap_or_else(|| s.source.clone());
+                let at = s.origin_of(e.split('=').next().unwrap_or_default());
                 out.push(format!("{at}: {e}{}", what_to_remove(&e, program, root)));
             }
         }

@@ -48,23 +48,13 @@ pub struct Settings {
     pub origin: Vec<(String, String)>,
 }
 
-/// Nothing read yet, the timeouts at Slurm's defaults.
+/// Nothing read yet, the timeouts at Slurm's defaults: what an answer without any setting gives
+/// (so the defaults are [`Settings::from_show`]'s, written once).
 impl Default for Settings {
     fn default() -> Settings {
         Settings {
             source: String::new(),
-            prologs: Vec::new(),
-            epilogs: Vec::new(),
-            prolog_epilog_timeout: None,
-            prolog_flags: Vec::new(),
-            gres_types: Vec::new(),
-            slurmd_spool_dir: None,
-            health_check_program: None,
-            batch_start_timeout: DEFAULT_BATCH_START_TIMEOUT,
-            message_timeout: DEFAULT_MESSAGE_TIMEOUT,
-            health_check_timeout: Some(DEFAULT_HEALTH_CHECK_TIMEOUT),
-            proctrack: None,
-            origin: Vec::new(),
+            ..Settings::from_show(&ShowConfig::default())
         }
     }
 }
@@ -88,6 +78,8 @@ fn seconds_value(v: &str) -> Option<u64> {
 
 impl Settings {
     pub fn from_show(c: &ShowConfig) -> Settings {
+        let seconds =
+            |key: &str, default: u64| c.get(key).and_then(seconds_value).unwrap_or(default);
         Settings {
             source: "scontrol show config".into(),
             prologs: c.list("Prolog"),
@@ -100,14 +92,8 @@ impl Settings {
                 .get("HealthCheckProgram")
                 .filter(|v| v.starts_with('/'))
                 .map(str::to_string),
-            batch_start_timeout: c
-                .get("BatchStartTimeout")
-                .and_then(seconds_value)
-                .unwrap_or(DEFAULT_BATCH_START_TIMEOUT),
-            message_timeout: c
-                .get("MessageTimeout")
-                .and_then(seconds_value)
-                .unwrap_or(DEFAULT_MESSAGE_TIMEOUT),
+            batch_start_timeout: seconds("BatchStartTimeout", DEFAULT_BATCH_START_TIMEOUT),
+            message_timeout: seconds("MessageTimeout", DEFAULT_MESSAGE_TIMEOUT),
             // Absent before 26.05: the fixed 60 s of those releases.
             health_check_timeout: match c.get("HealthCheckTimeout").map(seconds_value) {
                 None => Some(DEFAULT_HEALTH_CHECK_TIMEOUT),
@@ -123,6 +109,9 @@ impl Settings {
         let at = |key: &str, l: &files::ConfLine| {
             (key.to_string(), format!("{}:{}", l.file.display(), l.line))
         };
+        let value = |key: &str| c.get(key).map(|(v, _)| v);
+        // A list given once: its last line.
+        let last_list = |key: &str| value(key).map(|v| show::split_list(&v)).unwrap_or_default();
         let mut origin = Vec::new();
         let mut list = |key: &str| -> Vec<String> {
             let all = c.all(key);
@@ -136,10 +125,7 @@ impl Settings {
             origin.push(at("HealthCheckProgram", l));
             v
         });
-        let prolog_flags = c
-            .get("PrologFlags")
-            .map(|(v, _)| show::split_list(&v))
-            .unwrap_or_default();
+        let prolog_flags = last_list("PrologFlags");
         let prolog_epilog_timeout = c.get("PrologEpilogTimeout").and_then(|(v, l)| {
             origin.push(at("PrologEpilogTimeout", l));
             timeout_value(&v)
@@ -165,16 +151,13 @@ impl Settings {
             epilogs,
             prolog_epilog_timeout,
             prolog_flags,
-            gres_types: c
-                .get("GresTypes")
-                .map(|(v, _)| show::split_list(&v))
-                .unwrap_or_default(),
-            slurmd_spool_dir: c.get("SlurmdSpoolDir").map(|(v, _)| v),
+            gres_types: last_list("GresTypes"),
+            slurmd_spool_dir: value("SlurmdSpoolDir"),
             health_check_program,
             batch_start_timeout,
             message_timeout,
             health_check_timeout: Some(health_check_timeout),
-            proctrack: c.get("ProctrackType").map(|(v, _)| v),
+            proctrack: value("ProctrackType"),
             origin,
         }
     }
@@ -223,10 +206,9 @@ pub fn in_use(
     candidates: &[PathBuf],
 ) -> (Option<PathBuf>, Vec<String>) {
     let mut notes = Vec::new();
-    if let Some(c) = slurm_conf.map(|c| crate::read::under(root, c)) {
-        if candidates.contains(&c) {
-            return (Some(c), notes);
-        }
+    let given = slurm_conf.map(|c| crate::read::under(root, c));
+    if let Some(c) = given.filter(|c| candidates.contains(c)) {
+        return (Some(c), notes);
     }
     let local = crate::read::under(root, "/etc/slurm/slurm.conf");
     let cache = candidates
@@ -238,14 +220,12 @@ pub fn in_use(
         .cloned();
     match cache {
         Some(cache) if candidates.contains(&local) => {
-            let cluster = files::read(&local)
-                .ok()
-                .and_then(|c| c.get("ClusterName").map(|(v, _)| v));
-            let breaks = match cluster {
-                Some(_) => String::new(),
-                None => " It has no ClusterName, so scontrol, srun and sinfo on this node fail \
-             ('ClusterName needs to be specified')."
-                    .to_string(),
+            let named = files::read(&local).is_ok_and(|c| c.get("ClusterName").is_some());
+            let breaks = if named {
+                ""
+            } else {
+                " It has no ClusterName, so scontrol, srun and sinfo on this node fail \
+                 ('ClusterName needs to be specified')."
             };
             notes.push(format!(
                 "{} shadows the configless cache {}: slurmd uses the cache (its controller's \
@@ -293,8 +273,8 @@ impl Sources {
     ) -> Sources {
         let mut s = Sources::default();
         if let Some(sc) = scontrol {
-            match show::scontrol_show_config(sc, slurm_conf, deadline) {
-                Ok(c) => s.live = Some(Settings::from_show(&c)),
+            match settings_live(sc, slurm_conf, deadline) {
+                Ok(live) => s.live = Some(live),
                 Err(e) => s.live_error = Some(e),
             }
         }
@@ -344,6 +324,15 @@ mod tests {
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
 
+    #[test]
+    fn nothing_read_is_slurm_s_defaults() {
+        let d = Settings::default();
+        assert_eq!(d.source, "");
+        assert_eq!(d.prolog_epilog_timeout, None);
+        assert_eq!((d.batch_start_timeout, d.message_timeout), (10, 10));
+        assert_eq!(d.health_check_timeout, Some(60));
+        assert!(d.prologs.is_empty() && d.origin.is_empty() && d.proctrack.is_none());
+    }
     #[test]
     fn every_major_s_output_gives_the_timeout_flags_and_prologs() {
         for mm in ["22.05", "24.11", "26.05"] {

@@ -51,19 +51,15 @@ impl ShowConfig {
 
     /// The items of a list setting: `Key = a,b` (22.05) or `Key[0] = a`, `Key[1] = b` (24.11+).
     pub fn list(&self, key: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        for (k, v) in &self.entries {
-            let base = k.split('[').next().unwrap_or(k);
-            let indexed = k.len() > base.len() && k.ends_with(']');
-            if !base.eq_ignore_ascii_case(key) || (k.len() > base.len() && !indexed) {
-                continue;
-            }
-            if is_unset(v) {
-                continue;
-            }
-            out.extend(split_list(v));
-        }
-        out
+        self.entries
+            .iter()
+            .filter(|(k, v)| {
+                let base = k.split('[').next().unwrap_or(k);
+                let plain_or_indexed = k.len() == base.len() || k.ends_with(']');
+                base.eq_ignore_ascii_case(key) && plain_or_indexed && !is_unset(v)
+            })
+            .flat_map(|(_, v)| split_list(v))
+            .collect()
     }
 }
 

@@ -95,25 +95,24 @@ pub fn nvidia_functions(root: &Path) -> (Vec<String>, bool) {
     (out, true)
 }
 
+/// The `Name count` lines of one AER file.
+fn counts(text: &str) -> impl Iterator<Item = (&str, u64)> {
+    text.lines().filter_map(|l| {
+        let (name, n) = l.split_once(char::is_whitespace)?;
+        Some((name, n.trim().parse().ok()?))
+    })
+}
+
 /// The `TOTAL_ERR_*` line of one AER file.
 pub fn total(text: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let (name, n) = l.split_once(char::is_whitespace)?;
-        name.starts_with("TOTAL_ERR_")
-            .then(|| n.trim().parse().ok())
-            .flatten()
-    })
+    counts(text).find_map(|(name, n)| name.starts_with("TOTAL_ERR_").then_some(n))
 }
 
 /// The error types with a non-zero count in one AER file (for the message), e.g. `MalfTLP 1`.
 pub fn nonzero(text: &str) -> BTreeMap<String, u64> {
-    text.lines()
-        .filter_map(|l| {
-            let (name, n) = l.split_once(char::is_whitespace)?;
-            let n: u64 = n.trim().parse().ok()?;
-            (n > 0 && !name.starts_with("TOTAL_ERR_") && name.len() <= 32)
-                .then(|| (name.to_string(), n))
-        })
+    counts(text)
+        .filter(|&(name, n)| n > 0 && !name.starts_with("TOTAL_ERR_") && name.len() <= 32)
+        .map(|(name, n)| (name.to_string(), n))
         .collect()
 }
 

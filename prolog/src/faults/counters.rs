@@ -3,8 +3,7 @@
 //! grew since the last check against the configured limits.
 
 use super::limits::{AerLimits, IbLimits};
-use super::summary::{ms, Finding, Memory, Settings, Source, Summary};
-use super::xid::{Class, Needs};
+use super::summary::{ms, Memory, Settings, Source, Summary};
 use super::{aer, ib};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -129,17 +128,13 @@ fn judge_aer(
     ] {
         let grew = delta(n, b);
         if grew > limit {
-            out.add(Finding {
-                class: Class::Fail,
-                source: "aer",
-                subject: format!("{} {}", d.role, d.pci),
-                what: format!(
-                    "AER {what} +{grew} > {limit}{}",
-                    if with_types { types.as_str() } else { "" }
-                ),
-                needs: Needs::Nothing,
-                evidence: None,
-            });
+            let types = if with_types { types.as_str() } else { "" };
+            let subject = format!("{} {}", d.role, d.pci);
+            out.add_fail(
+                "aer",
+                &subject,
+                format!("AER {what} +{grew} > {limit}{types}"),
+            );
         }
     }
 }
@@ -151,29 +146,16 @@ fn judge_port(now: &ib::Port, before: &ib::Port, l: &IbLimits, out: &mut Summary
         "IB"
     };
     if before.active && !now.active {
-        out.add(Finding {
-            class: Class::Fail,
-            source: "ib",
-            subject: now.name.clone(),
-            what: format!("{kind} link down (ACTIVE at the last check)"),
-            needs: Needs::Nothing,
-            evidence: None,
-        });
+        let what = format!("{kind} link down (ACTIVE at the last check)");
+        out.add_fail("ib", &now.name, what);
     }
-    for c in ib::COUNTERS {
-        let (Some(&n), Some(limit)) = (now.counters.get(c), l.of(c)) else {
+    for (c, limit) in l.counters() {
+        let Some(&n) = now.counters.get(c) else {
             continue;
         };
         let grew = delta(n, before.counters.get(c).copied().unwrap_or(0));
         if grew > limit {
-            out.add(Finding {
-                class: Class::Fail,
-                source: "ib",
-                subject: now.name.clone(),
-                what: format!("{kind} {c} +{grew} > {limit}"),
-                needs: Needs::Nothing,
-                evidence: None,
-            });
+            out.add_fail("ib", &now.name, format!("{kind} {c} +{grew} > {limit}"));
         }
     }
 }

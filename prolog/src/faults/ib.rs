@@ -3,6 +3,7 @@
 //! <https://www.kernel.org/doc/Documentation/ABI/stable/sysfs-class-infiniband>) and each
 //! port's state (`4: ACTIVE`). A counter a port does not have (RoCE ports lack some) is skipped.
 
+use super::limits::IbLimits;
 use super::read;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -10,17 +11,6 @@ use std::path::Path;
 
 /// Most ports per device looked at.
 const MAX_PORTS: usize = 16;
-
-/// The error counters read, in the order messages list them.
-pub const COUNTERS: [&str; 7] = [
-    "link_downed",
-    "link_error_recovery",
-    "symbol_error",
-    "port_rcv_errors",
-    "port_rcv_remote_physical_errors",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-];
 
 /// One port as read now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,7 +45,7 @@ pub fn read_ports(root: &Path) -> (Vec<Port>, Vec<String>) {
                 .map(|s| read::cut(s.trim()))
                 .unwrap_or_default();
             let mut counters = BTreeMap::new();
-            for c in COUNTERS {
+            for (c, _) in IbLimits::default().counters() {
                 let f = p.join("counters").join(c);
                 if !f.exists() {
                     continue;

@@ -159,9 +159,7 @@ fn lost_findings(
         needs: Needs::Nothing,
         evidence: Some(said),
     });
-    for f in fails {
-        out.add(f);
-    }
+    fails.into_iter().for_each(|f| out.add(f));
 }
 
 /// Evidence is the NVIDIA driver's own record: written by the kernel (facility 0, which no write
@@ -181,13 +179,11 @@ fn pick_driver_record(facility: u32, text: &str) -> kmsg::Pick {
 /// NVIDIA's vendor id (GPUs and NVSwitches). None when neither could be read: then no Xid can be
 /// tied to this node.
 fn nvidia_devices(s: &Settings) -> Option<BTreeSet<String>> {
-    let mut out = BTreeSet::new();
     let listed = std::fs::read_dir(&s.gpu_info_dir).is_ok();
-    for g in crate::gpus::read(&s.gpu_info_dir) {
-        out.extend(xid::pci_device(&g.bus));
-    }
     let (pci, readable) = aer::nvidia_functions(&s.root);
-    out.extend(pci.iter().filter_map(|a| xid::pci_device(a)));
+    let gpus = crate::gpus::read(&s.gpu_info_dir);
+    let all = gpus.into_iter().map(|g| g.bus).chain(pci);
+    let out = all.filter_map(|a| xid::pci_device(&a)).collect();
     (listed || readable).then_some(out)
 }
 

@@ -55,18 +55,27 @@ impl Default for IbLimits {
 }
 
 impl IbLimits {
-    /// The limit of a counter of [`super::ib::COUNTERS`].
-    pub fn of(&self, counter: &str) -> Option<u64> {
-        Some(match counter {
-            "link_downed" => self.link_downed,
-            "link_error_recovery" => self.link_error_recovery,
-            "symbol_error" => self.symbol_error,
-            "port_rcv_errors" => self.port_rcv_errors,
-            "port_rcv_remote_physical_errors" => self.port_rcv_remote_physical_errors,
-            "local_link_integrity_errors" => self.local_link_integrity_errors,
-            "excessive_buffer_overrun_errors" => self.excessive_buffer_overrun_errors,
-            _ => return None,
-        })
+    /// The error counters read (sysfs `counters/` names), in the order messages list them, each
+    /// with its limit.
+    pub fn counters(&self) -> [(&'static str, u64); 7] {
+        [
+            ("link_downed", self.link_downed),
+            ("link_error_recovery", self.link_error_recovery),
+            ("symbol_error", self.symbol_error),
+            ("port_rcv_errors", self.port_rcv_errors),
+            (
+                "port_rcv_remote_physical_errors",
+                self.port_rcv_remote_physical_errors,
+            ),
+            (
+                "local_link_integrity_errors",
+                self.local_link_integrity_errors,
+            ),
+            (
+                "excessive_buffer_overrun_errors",
+                self.excessive_buffer_overrun_errors,
+            ),
+        ]
     }
 }
 
@@ -76,8 +85,14 @@ mod tests {
 
     #[test]
     fn every_counter_read_has_a_limit() {
-        for c in super::super::ib::COUNTERS {
-            assert!(IbLimits::default().of(c).is_some(), "{c}");
+        // Each key of `ib_limits` is a counter read, with its own value, and no counter is read
+        // without one.
+        let l = IbLimits::default();
+        let keys = serde_json::to_value(l).expect("json");
+        let keys = keys.as_object().expect("a table");
+        assert_eq!(keys.len(), l.counters().len());
+        for (c, limit) in l.counters() {
+            assert_eq!(keys.get(c).and_then(|v| v.as_u64()), Some(limit), "{c}");
         }
     }
 }

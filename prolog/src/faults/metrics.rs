@@ -71,11 +71,7 @@ pub fn render(s: &Summary, now_unix: f64) -> String {
 }
 
 pub fn write(metrics_file: &Path, s: &Summary, now_unix: f64) -> std::io::Result<()> {
-    crate::secure::write_atomic(
-        &path_beside(metrics_file),
-        render(s, now_unix).as_bytes(),
-        0o644,
-    )
+    crate::prom::write(&path_beside(metrics_file), &render(s, now_unix))
 }
 
 #[cfg(test)]

@@ -36,23 +36,18 @@ const MAX_STATE: u64 = 4 * 1024 * 1024;
 fn load(state_dir: &Path) -> (Memory, Vec<u8>, Option<String>) {
     use nccl_check_host::read::{regular, FileError};
     let p = state_dir.join(STATE_FILE);
-    let bytes = match regular(&p, MAX_STATE, false) {
-        Ok((bytes, _)) => bytes,
+    let read = match regular(&p, MAX_STATE, false) {
+        Ok((bytes, _)) => serde_json::from_slice(&bytes)
+            .map(|m| (m, bytes))
+            .map_err(|e| format!("{}: {e}; starting anew", p.display())),
         Err(FileError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            return (Memory::default(), Vec::new(), None)
+            return Default::default()
         }
-        Err(e) => {
-            let problem = format!("{}: {e}", p.display());
-            return (Memory::default(), Vec::new(), Some(problem));
-        }
+        Err(e) => Err(format!("{}: {e}", p.display())),
     };
-    match serde_json::from_slice(&bytes) {
-        Ok(m) => (m, bytes, None),
-        Err(e) => (
-            Memory::default(),
-            Vec::new(),
-            Some(format!("{}: {e}; starting anew", p.display())),
-        ),
+    match read {
+        Ok((m, bytes)) => (m, bytes, None),
+        Err(problem) => (Memory::default(), Vec::new(), Some(problem)),
     }
 }
 
@@ -72,13 +67,11 @@ pub fn check(s: &Settings, state_dir: &Path, save: bool) -> Summary {
         boot_id,
         ..Memory::default()
     };
-    let after = if rebooted { None } else { before.kmsg_seq };
-    // The first record this read should find: the one after the kept position, or a new
-    // boot's first (sequence number 0); on a first check, any.
-    let expect = if rebooted {
-        Some(0)
-    } else {
-        before.kmsg_seq.map(|k| k.saturating_add(1))
+    // Where to read from, and the first record this read should find: the one after the kept
+    // position, or a new boot's first (sequence number 0); on a first check, any.
+    let (after, expect) = match before.kmsg_seq {
+        _ if rebooted => (None, Some(0)),
+        kept => (kept, kept.map(|k| k.saturating_add(1))),
     };
     let src = kernel_log::scan_kmsg(s, (after, expect), problem, &mut now, &mut out);
     out.sources.push(src);

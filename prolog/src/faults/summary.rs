@@ -111,6 +111,18 @@ impl Summary {
         }
     }
 
+    /// Adds a FAIL of a counter (`source` "aer" or "ib"): nothing to reset, no evidence beside it.
+    pub(super) fn add_fail(&mut self, source: &'static str, subject: &str, what: String) {
+        self.add(Finding {
+            class: Class::Fail,
+            source,
+            subject: subject.to_string(),
+            what,
+            needs: Needs::Nothing,
+            evidence: None,
+        });
+    }
+
     /// The drain reason of a fault FAIL: `nccl-check:Xid 79|Xid 79 GPU has fallen off the bus
     /// on 0000:3b:00: reboot needed (+1 more) (job 42)`, shaped by [`crate::reason::compose`].
     pub fn drain_reason(&self, job: Option<&str>) -> Option<String> {
@@ -137,28 +149,15 @@ impl Summary {
 
     /// One line for logs: `faults: 2 sources read in 1.3 ms, FAIL: ...` .
     pub fn line(&self) -> String {
-        let read: Vec<&str> = self
-            .sources
-            .iter()
-            .filter(|s| s.readable)
-            .map(|s| s.name)
-            .collect();
-        let unread: Vec<&str> = self
-            .sources
-            .iter()
-            .filter(|s| !s.readable)
-            .map(|s| s.name)
-            .collect();
+        let (read, unread): (Vec<&Source>, Vec<&Source>) =
+            self.sources.iter().partition(|s| s.readable);
+        let names = |s: &[&Source]| s.iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
         let found: Vec<String> = self
             .findings
             .iter()
             .take(4)
             .map(|f| {
-                let class = if f.class == Class::Fail {
-                    "FAIL"
-                } else {
-                    "WARN"
-                };
+                let class: &str = f.class.into();
                 let evidence = f
                     .evidence
                     .as_ref()
@@ -172,13 +171,13 @@ impl Summary {
             if read.is_empty() {
                 "nothing".to_string()
             } else {
-                read.join(", ")
+                names(&read)
             },
             self.total_ms,
             if unread.is_empty() {
                 String::new()
             } else {
-                format!(" (not readable: {})", unread.join(", "))
+                format!(" (not readable: {})", names(&unread))
             },
             if found.is_empty() {
                 "nothing found".to_string()

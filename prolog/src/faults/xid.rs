@@ -23,9 +23,10 @@
 
 use serde::Serialize;
 
-/// How bad an event is for the next job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// How bad an event is for the next job (`FAIL`, `WARN` in log lines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "UPPERCASE")]
 pub enum Class {
     Fail,
     Warn,

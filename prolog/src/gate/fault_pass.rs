@@ -2,7 +2,7 @@
 //! limit is a FAIL that drains without measuring.
 
 use super::{now_unix, Gate, Places};
-use crate::decide::{self, Found};
+use crate::decide::Found;
 use crate::status::{GateState, Status};
 use crate::{cache, drain, faults, words};
 use nccl_check_contract::verdict::Verdict;
@@ -56,12 +56,7 @@ impl Gate<'_> {
             .as_ref()
             .and_then(|f| f.drain_reason(self.facts.job_label(self.mode).as_deref()))
             .unwrap_or_default();
-        let a = decide::decide(
-            self.mode,
-            Found::Measured(Verdict::Fail),
-            self.policy(),
-            false,
-        );
+        let a = self.decide(Found::Measured(Verdict::Fail), false);
         let node = self.facts.node.clone();
         if self.dry_run {
             let msg =
@@ -76,11 +71,7 @@ impl Gate<'_> {
                 .warn(&format!("cache {}: {e}", cache::path(state_dir).display()));
         }
         let said = words::drain_outcome(
-            &drain::Slurm {
-                deadline: late,
-                ..slurm.clone()
-            }
-            .drain(state_dir, &reason, now_unix()),
+            &slurm.until(late).drain(state_dir, &reason, now_unix()),
             &node,
         );
         let msg = format!(

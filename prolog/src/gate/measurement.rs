@@ -84,10 +84,7 @@ impl Gate<'_> {
         // The steps after the measurement must happen even when it used the whole budget.
         let late = self.deadline.with_grace();
         self.store(k, &j.actions, cacheable, &sel, late);
-        let slurm = drain::Slurm {
-            deadline: late,
-            ..k.slurm.clone()
-        };
+        let slurm = k.slurm.until(late);
         let drain_said = match (j.actions.drain, j.drain_reason.as_deref()) {
             (true, Some(r)) => Some(words::drain_outcome(
                 &slurm.drain(k.state_dir, r, now_unix()),
@@ -174,10 +171,7 @@ impl Gate<'_> {
     /// the GPUs' processes, so a process seen there that Slurm does not list is of no job), with
     /// a quarter of what is left of the budget. Asked only when there is a process to name.
     fn owners(&mut self, slurm: &drain::Slurm) -> Owners {
-        let ask = drain::Slurm {
-            deadline: Deadline::after(self.deadline.with_grace().remaining() / 4),
-            ..slurm.clone()
-        };
+        let ask = slurm.until(Deadline::after(self.deadline.with_grace().remaining() / 4));
         let owners = Owners::new(
             ask.scontrol_listpids(),
             &nccl_check_host::read::under(&self.cfg.fault_root, "/proc"),
@@ -246,7 +240,7 @@ impl Gate<'_> {
             Some(_) => decide::Found::Unjudged,
             None => decide::found(st.verdict, cause, st.whose),
         };
-        let actions = decide::decide(self.mode, found, self.policy(), sel.all);
+        let actions = self.decide(found, sel.all);
         let drain_reason = (st.verdict == Verdict::Fail && unjudged.is_none()).then(|| {
             st.drain_reason
                 .unwrap_or_else(|| reason::drain_reason(report, job.as_deref()))

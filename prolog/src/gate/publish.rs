@@ -2,7 +2,7 @@
 //! the checks, and the endings of a run that measured nothing (skipped, a setup error).
 
 use super::{now_unix, Gate, Places};
-use crate::decide::{self, Found};
+use crate::decide::Found;
 use crate::drain;
 use crate::metrics;
 use crate::status::{self, GateState, Status};
@@ -76,18 +76,13 @@ impl Gate<'_> {
         if !self.dry_run {
             self.publish_unmeasured(places, &self.status(GateState::Skipped, &msg), None);
         }
-        let a = decide::decide(self.mode, Found::NothingToCheck, self.policy(), false);
+        let a = self.decide(Found::NothingToCheck, false);
         self.finish(a, &msg)
     }
 
     /// A setup problem found before the worker could run.
     pub(super) fn error_without_run(&mut self, places: &Places, problem: &str, whom: &str) -> i32 {
-        let a = decide::decide(
-            self.mode,
-            Found::Measured(Verdict::Error),
-            self.policy(),
-            false,
-        );
+        let a = self.decide(Found::Measured(Verdict::Error), false);
         let msg = self.line(whom, "", &a).error_without_run(problem);
         self.log.error(&msg);
         if self.dry_run {

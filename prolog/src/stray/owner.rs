@@ -113,21 +113,15 @@ pub fn parse_listpids(text: &str) -> Result<BTreeMap<u32, String>, String> {
             (Some(p), Some(j)) => (p, j),
             (Some(_), None) => (line, ""),
         };
-        match (
-            pid.parse::<u32>(),
-            job.bytes().all(|b| b.is_ascii_digit()) && !job.is_empty(),
-        ) {
-            (Ok(pid), true) => {
-                out.insert(pid, job.to_string());
-            }
-            _ => {
-                return Err(format!(
-                    "scontrol listpids: line {}: not a pid and a job id: {:?}",
-                    n + 1,
-                    escape_control(line.trim())
-                ))
-            }
-        }
+        let job_id = !job.is_empty() && job.bytes().all(|b| b.is_ascii_digit());
+        let Some(pid) = pid.parse::<u32>().ok().filter(|_| job_id) else {
+            return Err(format!(
+                "scontrol listpids: line {}: not a pid and a job id: {:?}",
+                n + 1,
+                escape_control(line.trim())
+            ));
+        };
+        out.insert(pid, job.to_string());
     }
     Ok(out)
 }
