@@ -118,7 +118,7 @@ pub fn validate_profiles(
     for (i, p) in profiles.iter().enumerate() {
         let last = i + 1 == profiles.len();
         check_name(p, last, &mut names)
-            .and_then(|()| check_selectors(p))
+            .and_then(|()| super::selector::check_lists(&p.partitions, &p.nodes))
             .and_then(|()| check_env(p))
             .and_then(|()| check_expectations(p))
             .map_err(|(field, msg)| invalid(path, text, &format!("network[{i}].{field}"), msg))?;
@@ -156,11 +156,6 @@ fn check_name<'a>(
         ));
     }
     Ok(())
-}
-
-/// `partitions` and `nodes`, as every selecting entry checks them ([`super::selector`]).
-fn check_selectors(p: &NetworkProfile) -> Result<(), Bad> {
-    super::selector::check_lists(&p.partitions, &p.nodes)
 }
 
 /// `env`: only the fabric's own variables, none nccl-check sets itself, one-line values.

@@ -100,14 +100,8 @@ impl WorkerConfig {
             Some(p) => Some(p.to_path_buf()),
             None => Some(PathBuf::from(DEFAULT_PATH)).filter(|p| p.exists()),
         };
-        let admin = match admin {
-            None => None,
-            Some(p) => {
-                let text = config_file::read(&p)?;
-                Some((p, text))
-            }
-        };
-        Self::from_texts(admin.as_ref().map(|(p, t)| (p.as_path(), t.as_str())))
+        let text = admin.as_deref().map(config_file::read).transpose()?;
+        Self::from_texts(admin.as_deref().zip(text.as_deref()))
     }
 
     /// The plan called `name`; else the error that lists the plans there are.
@@ -149,19 +143,12 @@ impl WorkerConfig {
     }
 
     fn apply(&mut self, v: Validated) {
-        if let Some(f) = v.fraction {
-            self.outliers.fraction = f;
-        }
-        if let Some(r) = v.retest {
-            self.outliers.retest = r;
-        }
-        if let Some(f) = v.alltoall_fraction {
-            self.outliers.alltoall_fraction = f;
-        }
+        let o = &mut self.outliers;
+        o.fraction = v.fraction.unwrap_or(o.fraction);
+        o.retest = v.retest.unwrap_or(o.retest);
+        o.alltoall_fraction = v.alltoall_fraction.unwrap_or(o.alltoall_fraction);
         // The admin's rules go first: lookup prefers them on a tie.
-        let mut t = v.thresholds;
-        t.append(&mut self.thresholds);
-        self.thresholds = t;
+        self.thresholds.splice(0..0, v.thresholds);
         self.plans.extend(v.plans);
         if !v.network.is_empty() {
             self.network = v.network;
@@ -169,9 +156,7 @@ impl WorkerConfig {
         if !v.expected_gpus.is_empty() {
             self.expected_gpus = v.expected_gpus;
         }
-        if v.nccl_lib.is_some() {
-            self.nccl_lib = v.nccl_lib;
-        }
+        self.nccl_lib = v.nccl_lib.or(self.nccl_lib.take());
     }
 }
 
@@ -215,15 +200,12 @@ fn validate(
     }
     super::network::validate_profiles(&raw.network, path, text)?;
     super::expected_gpus::validate_expected(&mut raw.expected_gpus, path, text)?;
-    let mut thresholds = Vec::new();
-    for (i, t) in raw.thresholds.into_iter().enumerate() {
-        thresholds.push(threshold(path, text, i, t, admin)?);
-    }
-    let mut plans = BTreeMap::new();
-    for (name, p) in raw.plans {
-        let p = resolve_plan(path, text, &name, p)?;
-        plans.insert(name, p);
-    }
+    let thresholds = (raw.thresholds.into_iter().enumerate())
+        .map(|(i, t)| threshold(path, text, i, t, admin))
+        .collect::<Result<_, _>>()?;
+    let plans = (raw.plans.into_iter())
+        .map(|(name, p)| Ok((name.clone(), resolve_plan(path, text, &name, p)?)))
+        .collect::<Result<_, _>>()?;
     Ok(Validated {
         fraction,
         retest: raw.outliers.and_then(|o| o.retest),
@@ -344,62 +326,44 @@ type Selectors = (
 
 fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
     use crate::model::link_class::Class;
+    use crate::model::sku;
     let gpu = match t.gpu.as_deref().map(str::trim) {
         None => None,
         Some("") => return Err(("gpu", "empty GPU name".into())),
-        Some(g) => {
-            if let Some(whole) = crate::model::sku::partial_name(g) {
-                return Err((
-                    "gpu",
-                    format!(
-                        "'{g}' is part of a GPU name, not a whole one: a rule's gpu matches the driver's \
-                         whole name (e.g. \"{whole}\"), so that one model's floor never reaches its \
-                         PCIe or NVL sibling; to match a part by its PCI device ID write sku = \"...\" \
-                         (`nccl-check --list-skus` lists them)"
-                    ),
-                ));
-            }
-            Some(g.to_string())
-        }
-    };
-    let sku = match t.sku.as_deref() {
-        None => None,
-        Some(k) => Some(
-            crate::model::sku::by_key(k)
-                .ok_or_else(|| {
-                    (
-                        "sku",
-                        format!(
-                            "unknown SKU '{k}': one of {} (`nccl-check --list-skus`)",
-                            crate::model::sku::SKUS
-                                .iter()
-                                .map(|s| format!("\"{}\"", s.key))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    )
-                })?
-                .key,
-        ),
-    };
-    let interconnect = match t.interconnect.as_deref() {
-        None => None,
-        Some(c) => Some(Class::parse(c).ok_or_else(|| {
-            (
-                "interconnect",
+        Some(g) => match sku::partial_name(g) {
+            Some(whole) => return Err((
+                "gpu",
                 format!(
-                    "unknown interconnect '{c}': one of {}",
-                    Class::ALL
-                        .iter()
-                        .filter(|c| **c != Class::Unknown)
-                        .map(|c| format!("\"{c}\""))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "'{g}' is part of a GPU name, not a whole one: a rule's gpu matches the driver's \
+                     whole name (e.g. \"{whole}\"), so that one model's floor never reaches its \
+                     PCIe or NVL sibling; to match a part by its PCI device ID write sku = \"...\" \
+                     (`nccl-check --list-skus` lists them)"
                 ),
-            )
-        })?),
+            )),
+            None => Some(g.to_string()),
+        },
     };
-    Ok((gpu, sku, interconnect))
+    let sku = t.sku.as_deref().map(|k| {
+        sku::by_key(k).map(|s| s.key).ok_or_else(|| {
+            let keys = quoted(sku::SKUS.iter().map(|s| s.key));
+            let msg = format!("unknown SKU '{k}': one of {keys} (`nccl-check --list-skus`)");
+            ("sku", msg)
+        })
+    });
+    let interconnect = t.interconnect.as_deref().map(|c| {
+        Class::parse(c).ok_or_else(|| {
+            let names = quoted(Class::ALL.iter().filter(|c| **c != Class::Unknown));
+            let msg = format!("unknown interconnect '{c}': one of {names}");
+            ("interconnect", msg)
+        })
+    });
+    Ok((gpu, sku.transpose()?, interconnect.transpose()?))
+}
+
+/// `"a", "b"`: the values a key may take, for its error.
+fn quoted<T: std::fmt::Display>(values: impl Iterator<Item = T>) -> String {
+    let values: Vec<String> = values.map(|v| format!("\"{v}\"")).collect();
+    values.join(", ")
 }
 
 #[cfg(test)]
