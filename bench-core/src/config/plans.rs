@@ -53,11 +53,10 @@ pub(super) fn resolve_plan(
             "a plan needs at least one step",
         ));
     }
-    let mut steps = Vec::new();
-    for (i, s) in p.steps.into_iter().enumerate() {
-        steps.push(plan_step(path, text, name, i, s)?);
-    }
-    Ok(Plan { steps })
+    let steps = (p.steps.into_iter().enumerate()).map(|(i, s)| plan_step(path, text, name, i, s));
+    Ok(Plan {
+        steps: steps.collect::<Result<_, _>>()?,
+    })
 }
 
 /// One step of a plan: either the pair matrix or one collective over a doubling size range.
@@ -130,7 +129,7 @@ fn plan_step(
                 .map_err(|(k, m)| bad(plan_field(format!("steps[{i}]{k}")), m))?;
             Step::Collective {
                 collective,
-                sizes: doubling(lo, hi),
+                sizes: sweep_sizes(lo, hi, 2),
                 warmup,
                 iters,
                 budget,
@@ -160,16 +159,11 @@ fn step_range(
     }
 }
 
-/// `lo, 2lo, 4lo, ... <= hi` (nccl-tests' -f 2).
-pub fn doubling(lo: u64, hi: u64) -> Vec<u64> {
-    let mut sizes = Vec::new();
-    let mut s = lo;
-    while s <= hi {
-        sizes.push(s);
-        if s == 0 {
-            break;
-        }
-        s = s.saturating_mul(2);
-    }
-    sizes
+/// `lo, f lo, f^2 lo, ... <= hi` (nccl-tests' -f: a plan's steps double, the command line's
+/// sweep multiplies by its `-f`).
+pub fn sweep_sizes(lo: u64, hi: u64, factor: u64) -> Vec<u64> {
+    let next = |&s: &u64| (s != 0).then(|| s.saturating_mul(factor));
+    std::iter::successors(Some(lo), next)
+        .take_while(|&s| s <= hi)
+        .collect()
 }

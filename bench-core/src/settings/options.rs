@@ -254,16 +254,10 @@ fn validate(
     )?;
     let peers = peers::Peers::of(&raw, env)?;
     let timeout = timeout(&raw.timeout)?;
-    if let Some(b) = raw.min_busbw {
-        if !(b.is_finite() && b >= 0.0) {
-            return Err(format!("invalid min-busbw '{b}'"));
-        }
+    if let Some(b) = raw.min_busbw.filter(|b| !(b.is_finite() && *b >= 0.0)) {
+        return Err(format!("invalid min-busbw '{b}'"));
     }
-    let nccl_lib = raw.nccl_lib.clone().or_else(|| {
-        env("NCCL_CHECK_NCCL_LIB")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    });
+    let nccl_lib = flag_or_env(&raw.nccl_lib, env, "NCCL_CHECK_NCCL_LIB");
     let nccl_lib = nccl_lib.or_else(|| config.nccl_lib.clone()); // the site's, last
     Ok(Options {
         node_name: ["NCCL_HOSTID", "SLURMD_NODENAME"]
@@ -320,12 +314,18 @@ fn load_config(
     raw: &RawArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<WorkerConfig, String> {
-    let path = raw.config.clone().or_else(|| {
-        env("NCCL_CHECK_CONFIG")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    });
+    let path = flag_or_env(&raw.config, env, "NCCL_CHECK_CONFIG");
     WorkerConfig::load(path.as_deref()).map_err(|e| format!("config: {e}"))
+}
+
+/// A path flag, else the environment's `key` when set and not empty.
+fn flag_or_env(
+    flag: &Option<PathBuf>,
+    env: &dyn Fn(&str) -> Option<String>,
+    key: &str,
+) -> Option<PathBuf> {
+    let from_env = || env(key).filter(|s| !s.is_empty()).map(PathBuf::from);
+    flag.clone().or_else(from_env)
 }
 
 /// `--timeout`: seconds, above 0, at most a day.

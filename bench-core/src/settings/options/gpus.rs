@@ -54,10 +54,8 @@ pub fn parse_gpu_list(
     if devices.is_empty() {
         return Err("--gpus lists no GPU".into());
     }
-    let mut sorted = devices.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
-    if sorted.len() != devices.len() {
+    let distinct: std::collections::BTreeSet<_> = devices.iter().collect();
+    if distinct.len() != devices.len() {
         return Err(format!("--gpus lists a GPU twice: {devices:?}"));
     }
     Ok(GpuSelection {
