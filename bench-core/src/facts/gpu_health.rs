@@ -185,13 +185,12 @@ pub fn classify(facts: &HealthFacts, ctx: Context) -> Vec<Finding> {
 /// `nvlink_down`: fewer active links than the SKU table says, or than the GPU's siblings of the
 /// same model have; a GPU alone of its model is not judged.
 fn nvlink_down(g: &GpuHealth, gpus: &[GpuHealth], subject: &str) -> Option<Finding> {
-    let same_model = gpus.iter().filter(|o| o.name == g.name).count();
-    let l = g.nvlink.as_ref().filter(|_| same_model >= 2)?;
+    let same_model = || gpus.iter().filter(|o| o.name == g.name);
+    let l = g.nvlink.as_ref().filter(|_| same_model().count() >= 2)?;
     let (want, why) = match expected_nvlinks(g.pci_device_id, &g.name) {
         Some((n, src)) => (Some(n), src.to_string()),
         None => (
-            gpus.iter()
-                .filter(|o| o.name == g.name)
+            same_model()
                 .filter_map(|o| o.nvlink.as_ref().map(|l| l.active))
                 .max(),
             "the most active links among its siblings of the same model".to_string(),

@@ -61,7 +61,7 @@ pub fn driver_gpus(root: &Path) -> Result<Vec<DriverGpu>, String> {
 }
 
 /// What the node should have, and where that came from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeExpectation {
     pub count: u32,
     /// Bus ids of the expected GPUs, when known.
@@ -87,8 +87,8 @@ impl NodeExpectation {
         NodeExpectation {
             count: e.count,
             bus_ids: e.bus_ids.clone(),
-            minors: Vec::new(),
             source: format!("config [[expected_gpus]] for {whom}"),
+            ..NodeExpectation::default()
         }
     }
 }
@@ -178,9 +178,9 @@ pub fn from_gres_conf(text: &str, host: &str, file: &str) -> Option<NodeExpectat
     }
     any.then(|| NodeExpectation {
         count,
-        bus_ids: Vec::new(),
         minors,
         source: format!("Slurm gres.conf ({file})"),
+        ..NodeExpectation::default()
     })
 }
 
@@ -218,9 +218,8 @@ pub fn from_slurm_conf(text: &str, host: &str, file: &str) -> Option<NodeExpecta
         }
         return (count > 0).then(|| NodeExpectation {
             count,
-            bus_ids: Vec::new(),
-            minors: Vec::new(),
             source: format!("Slurm slurm.conf ({file})"),
+            ..NodeExpectation::default()
         });
     }
     None
@@ -262,9 +261,9 @@ pub fn compare_with_expected(
     let expected = match allocation {
         Some(minors) => Some(NodeExpectation {
             count: minors.len() as u32,
-            bus_ids: Vec::new(),
             minors: minors.to_vec(),
             source: "the job's allocation".to_string(),
+            ..NodeExpectation::default()
         }),
         None => expected,
     };

@@ -294,7 +294,7 @@ pub fn assess_ports(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetP
             .iter()
             .filter(|q| q.up && q.kind == p.kind && q.nic != p.nic)
             .filter_map(|q| q.rate_gbps)
-            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+            .reduce(f64::max);
         let (expected, how) = match policy.expect_rate_gbps {
             Some(e) => (Some(e), "the configured rate"),
             None => (siblings, "its sibling ports"),

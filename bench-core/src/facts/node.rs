@@ -145,9 +145,8 @@ pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
     let expected = match &alloc {
         Some(a) if a.minors.is_empty() => Some(NodeExpectation {
             count: a.count,
-            bus_ids: Vec::new(),
-            minors: Vec::new(),
             source: a.source.clone(),
+            ..NodeExpectation::default()
         }),
         _ => node,
     };

@@ -189,19 +189,11 @@ fn owner(pid: u32) -> String {
     let path = format!("/proc/{pid}/status");
     // Unreadable: no Uid line, no owner.
     let status = nccl_check_host::read::small(std::path::Path::new(&path), 64 * 1024);
-    let status = status.unwrap_or_default();
-    let Some(uid) = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|u| u.parse::<u32>().ok())
-    else {
-        return String::new();
-    };
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map_or_else(|| format!("uid {uid}"), |u| u.name)
+    match super::host_load::status_user(&status.unwrap_or_default()) {
+        Some((_, Some(name))) => name,
+        Some((uid, None)) => format!("uid {uid}"),
+        None => String::new(),
+    }
 }
 
 /// `nvmlDeviceGetRemappedRows`, which nvml-wrapper 0.13 does not wrap.

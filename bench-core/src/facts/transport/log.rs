@@ -19,13 +19,9 @@ const ALGO_NAMES: [&str; 7] = [
 /// (`NCCL_DEBUG_TIMESTAMP_FORMAT`) and `\r`.
 fn split_line(line: &str) -> Option<(Option<&str>, &'static str, &str)> {
     let line = line.trim_end_matches(['\r', '\n']);
-    let (pos, level, marker) = if let Some(p) = line.find(" NCCL INFO ") {
-        (p, "INFO", " NCCL INFO ")
-    } else if let Some(p) = line.find(" NCCL WARN ") {
-        (p, "WARN", " NCCL WARN ")
-    } else {
-        return None;
-    };
+    let markers = [("INFO", " NCCL INFO "), ("WARN", " NCCL WARN ")];
+    let (pos, level, marker) = (markers.into_iter())
+        .find_map(|(level, marker)| Some((line.find(marker)?, level, marker)))?;
     let message = line[pos + marker.len()..].trim();
     // prefix: `[timestamp] host:pid:tid [dev]`
     let prefix = line[..pos].trim_end();
