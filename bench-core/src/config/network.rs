@@ -31,7 +31,6 @@ pub struct NetworkProfile {
     /// Shown in the report (`network_profile`) and in errors.
     pub name: String,
     /// What the profile is for; free text for the admin.
-    #[serde(default)]
     pub description: Option<String>,
     /// Slurm partitions (exact names) this profile applies to; empty = any partition.
     #[serde(default)]
@@ -48,11 +47,9 @@ pub struct NetworkProfile {
     /// the rdma-sharp plugin), `socket`, or a case-insensitive part of a net plugin's name
     /// (`libfabric` for AWS EFA's aws-ofi-nccl). Anything else between nodes is a FAIL
     /// (`transport_fallback`).
-    #[serde(default)]
     pub expect_net: Option<String>,
     /// GPUs of one node talk over NVLink, so SHM or NET between them is a FAIL. Absent: the
     /// worker's default.
-    #[serde(default)]
     pub expect_nvlink: Option<bool>,
     /// CollNet (SHARP) must carry the collectives (as `--expect-collnet`).
     #[serde(default)]

@@ -21,20 +21,16 @@ pub const DEFAULTS: &str = include_str!("../../config/defaults.toml");
 const DEFAULTS_NAME: &str = "<built-in defaults.toml>";
 
 #[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 struct RawFile {
     /// The site's libnccl.so.2 (absolute), for users who do not set NCCL_CHECK_NCCL_LIB.
     nccl_lib: Option<PathBuf>,
     outliers: Option<RawOutliers>,
-    #[serde(default)]
     thresholds: Vec<RawThreshold>,
-    #[serde(default)]
     plans: BTreeMap<String, RawPlan>,
     /// Site network profiles (`config::network`).
-    #[serde(default)]
     network: Vec<super::network::NetworkProfile>,
     /// GPUs a node should have (`config::expected_gpus`).
-    #[serde(default)]
     expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
 }
 

@@ -156,10 +156,9 @@ pub fn of_node(facts: &HealthFacts, mine: &[String]) -> Interconnect {
     let full_mesh = groups.len() == 1
         && groups[0].len() == everyone
         && everyone >= 3
-        && gpus.iter().all(|g| {
-            let peers = direct_peers(g, &norm);
-            peers.len() == everyone - 1
-        });
+        && gpus
+            .iter()
+            .all(|g| direct_peers(g, &norm).len() == everyone - 1);
     Interconnect {
         class: if full_mesh {
             Class::NvlinkMesh
