@@ -185,10 +185,8 @@ fn check_env(p: &NetworkProfile) -> Result<(), Bad> {
 /// `expect_*` keys that the profile's own `env` contradicts (a check that could only FAIL).
 fn check_expectations(p: &NetworkProfile) -> Result<(), Bad> {
     let bad = |field: &str, msg: &str| Err((field.to_string(), msg.to_string()));
-    if let Some(want) = &p.expect_net {
-        if want.trim().is_empty() {
-            return bad("expect_net", "use ib, socket, or a net plugin's name");
-        }
+    if p.expect_net.as_deref().is_some_and(|w| w.trim().is_empty()) {
+        return bad("expect_net", "use ib, socket, or a net plugin's name");
     }
     let env = |k: &str| p.env.get(k).map(String::as_str);
     match p.net_expect() {
@@ -205,20 +203,18 @@ fn check_expectations(p: &NetworkProfile) -> Result<(), Bad> {
         }
         _ => {}
     }
-    if p.expect_collnet {
-        if env("NCCL_COLLNET_ENABLE") == Some("0") {
-            return bad(
-                "expect_collnet",
-                "is true but env sets NCCL_COLLNET_ENABLE=0",
-            );
-        }
-        if env("NCCL_NET_PLUGIN") == Some("none") {
-            return bad(
-                "expect_collnet",
-                "is true but env sets NCCL_NET_PLUGIN=none; SHARP needs the \
-                 nccl-rdma-sharp net plugin",
-            );
-        }
+    if p.expect_collnet && env("NCCL_COLLNET_ENABLE") == Some("0") {
+        return bad(
+            "expect_collnet",
+            "is true but env sets NCCL_COLLNET_ENABLE=0",
+        );
+    }
+    if p.expect_collnet && env("NCCL_NET_PLUGIN") == Some("none") {
+        return bad(
+            "expect_collnet",
+            "is true but env sets NCCL_NET_PLUGIN=none; SHARP needs the \
+             nccl-rdma-sharp net plugin",
+        );
     }
     if p.expect_nvls && env("NCCL_NVLS_ENABLE") == Some("0") {
         return bad("expect_nvls", "is true but env sets NCCL_NVLS_ENABLE=0");

@@ -267,9 +267,8 @@ fn hw_slowdown(g: &GpuHealth, subject: &str) -> Option<Finding> {
         (t.hw_thermal, "hardware thermal slowdown"),
         (t.hw_power_brake, "power-brake slowdown"),
     ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, name)| *name)
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
     .collect();
     if active.is_empty() {
         return None;

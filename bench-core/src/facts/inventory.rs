@@ -75,14 +75,14 @@ pub struct NodeExpectation {
 impl NodeExpectation {
     /// From the admin's matching `[[expected_gpus]]`.
     pub fn from_config(e: &ExpectedGpus) -> NodeExpectation {
-        let whom = if e.nodes.is_empty() && e.partitions.is_empty() {
+        let named = [&e.nodes, &e.partitions]
+            .into_iter()
+            .filter(|l| !l.is_empty());
+        let named: Vec<String> = named.map(|l| l.join(",")).collect();
+        let whom = if named.is_empty() {
             "every node".to_string()
         } else {
-            [e.nodes.join(","), e.partitions.join(",")]
-                .into_iter()
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-                .join(" ")
+            named.join(" ")
         };
         NodeExpectation {
             count: e.count,
@@ -113,21 +113,16 @@ fn get<'a>(w: &'a [(String, String)], key: &str) -> Option<&'a str> {
 /// Minors of a gres `File=` value: `/dev/nvidia[0-3,5]`, `/dev/nvidia0,/dev/nvidia1`.
 pub fn file_minors(value: &str) -> Option<Vec<u32>> {
     let mut out = Vec::new();
+    // The items are split at the commas outside brackets.
     let mut depth = 0;
-    let mut start = 0;
-    let mut items = Vec::new();
-    for (i, c) in value.char_indices() {
+    let items = value.split(|c| {
         match c {
             '[' => depth += 1,
             ']' => depth -= 1,
-            ',' if depth == 0 => {
-                items.push(&value[start..i]);
-                start = i + 1;
-            }
             _ => {}
         }
-    }
-    items.push(&value[start..]);
+        c == ',' && depth == 0
+    });
     for item in items {
         let rest = item.strip_prefix("/dev/nvidia")?;
         if let Some(inner) = rest.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {

@@ -31,9 +31,8 @@ impl Peers {
             job: env("SLURM_JOB_ID"),
             step: env("SLURM_STEP_ID").unwrap_or_else(|| "0".into()),
         };
-        let port_range = raw.port_range.as_deref().map(PortRange::parse);
-        let port_range = port_range
-            .unwrap_or(Ok(PortRange::DEFAULT))
+        let port_range = (raw.port_range.as_deref())
+            .map_or(Ok(PortRange::DEFAULT), PortRange::parse)
             .map_err(|e| e.to_string())?;
         let explicit = raw
             .rendezvous
