@@ -31,19 +31,15 @@ pub struct ExpectedGpus {
     pub bus_ids: Vec<String>,
 }
 
-impl ExpectedGpus {
-    pub fn matches(&self, partition: Option<&str>, host: &str) -> bool {
-        super::selector::matches(&self.partitions, &self.nodes, partition, host)
-    }
-}
-
 /// The entry for a job in `partition` on `host`: the first that matches, in file order.
 pub fn select_expected<'a>(
     list: &'a [ExpectedGpus],
     partition: Option<&str>,
     host: &str,
 ) -> Option<&'a ExpectedGpus> {
-    list.iter().find(|e| e.matches(partition, host))
+    let matches =
+        |e: &&ExpectedGpus| super::selector::matches(&e.partitions, &e.nodes, partition, host);
+    list.iter().find(matches)
 }
 
 /// A PCI bus id in the driver's form (`0000:9b:00.0`), from NVML's (`00000000:9B:00.0`) or

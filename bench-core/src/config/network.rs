@@ -68,11 +68,6 @@ pub const ENV_PREFIXES: [&str; 6] = ["NCCL_", "UCX_", "FI_", "SHARP_", "OFI_NCCL
 pub const RESERVED_ENV: [&str; 3] = ["NCCL_COMM_BLOCKING", "NCCL_COMM_ID", "NCCL_DEBUG_FILE"];
 
 impl NetworkProfile {
-    /// True when the profile applies to a job in `partition` (None: unknown) on `host`.
-    pub fn matches(&self, partition: Option<&str>, host: &str) -> bool {
-        super::selector::matches(&self.partitions, &self.nodes, partition, host)
-    }
-
     /// Whether the profile matches every job (no partition, no node constraint).
     pub fn matches_everything(&self) -> bool {
         self.partitions.is_empty() && self.nodes.is_empty()
@@ -100,7 +95,9 @@ pub fn select_profile<'a>(
     partition: Option<&str>,
     host: &str,
 ) -> Option<&'a NetworkProfile> {
-    profiles.iter().find(|p| p.matches(partition, host))
+    let matches =
+        |p: &&NetworkProfile| super::selector::matches(&p.partitions, &p.nodes, partition, host);
+    profiles.iter().find(matches)
 }
 
 /// Checks what serde cannot: names, patterns, variable names and values, contradictions, and

@@ -110,8 +110,6 @@ impl WorkerConfig {
 
     /// The defaults merged with an admin file's text (for tests and `load`).
     pub fn from_texts(admin: Option<(&Path, &str)>) -> Result<WorkerConfig, ConfigError> {
-        let defaults_path = Path::new(DEFAULTS_NAME);
-        let raw_defaults: RawFile = config_file::parse(defaults_path, DEFAULTS)?;
         let mut cfg = WorkerConfig {
             path: None,
             outliers: Outliers {
@@ -126,92 +124,64 @@ impl WorkerConfig {
             nccl_lib: None,
             text: String::new(),
         };
-        let defaults = validate(defaults_path, DEFAULTS, raw_defaults, false)?;
-        cfg.apply(defaults);
+        cfg.merge(Path::new(DEFAULTS_NAME), DEFAULTS, false)?;
         if let Some((path, text)) = admin {
-            let raw: RawFile = config_file::parse(path, text)?;
-            let mine = validate(path, text, raw, true)?;
+            cfg.merge(path, text, true)?;
             cfg.path = Some(path.to_path_buf());
             cfg.text = text.to_string();
-            cfg.apply(mine);
         }
         Ok(cfg)
     }
 
-    fn apply(&mut self, v: Validated) {
-        let o = &mut self.outliers;
-        o.fraction = v.fraction.unwrap_or(o.fraction);
-        o.retest = v.retest.unwrap_or(o.retest);
-        o.alltoall_fraction = v.alltoall_fraction.unwrap_or(o.alltoall_fraction);
-        // The admin's rules go first: lookup prefers them on a tie.
-        self.thresholds.splice(0..0, v.thresholds);
-        self.plans.extend(v.plans);
-        if !v.network.is_empty() {
-            self.network = v.network;
+    /// Parses and checks one file (the defaults or the admin's) and lays it over what is merged
+    /// so far: its outlier keys and `nccl_lib` where given, its rules first, its plans by name,
+    /// its profiles and expected GPUs where it has any.
+    fn merge(&mut self, path: &Path, text: &str, admin: bool) -> Result<(), ConfigError> {
+        let mut raw: RawFile = config_file::parse(path, text)?;
+        let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
+        let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
+        let alltoall_fraction = raw.outliers.as_ref().and_then(|o| o.alltoall_fraction);
+        for (key, value, e_g) in [
+            ("outliers.fraction", fraction, "0.85"),
+            ("outliers.alltoall_fraction", alltoall_fraction, "0.5"),
+        ] {
+            if let Some(f) = value.filter(|f| !(*f > 0.0 && *f < 1.0)) {
+                return Err(bad(
+                    key.into(),
+                    format!("{f} is not a fraction: expected a number between 0 and 1, e.g. {e_g}"),
+                ));
+            }
         }
-        if !v.expected_gpus.is_empty() {
-            self.expected_gpus = v.expected_gpus;
-        }
-        self.nccl_lib = v.nccl_lib.or(self.nccl_lib.take());
-    }
-}
-
-struct Validated {
-    fraction: Option<f64>,
-    retest: Option<bool>,
-    alltoall_fraction: Option<f64>,
-    thresholds: Vec<Threshold>,
-    plans: BTreeMap<String, Plan>,
-    network: Vec<super::network::NetworkProfile>,
-    expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
-    nccl_lib: Option<PathBuf>,
-}
-
-/// Checks one parsed file (the defaults or the admin's) and resolves it into what `apply` merges.
-fn validate(
-    path: &Path,
-    text: &str,
-    mut raw: RawFile,
-    admin: bool,
-) -> Result<Validated, ConfigError> {
-    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
-    let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
-    let alltoall_fraction = raw.outliers.as_ref().and_then(|o| o.alltoall_fraction);
-    for (key, value, e_g) in [
-        ("outliers.fraction", fraction, "0.85"),
-        ("outliers.alltoall_fraction", alltoall_fraction, "0.5"),
-    ] {
-        if let Some(f) = value.filter(|f| !(*f > 0.0 && *f < 1.0)) {
+        if let Some(lib) = raw.nccl_lib.as_ref().filter(|l| !l.is_absolute()) {
             return Err(bad(
-                key.into(),
-                format!("{f} is not a fraction: expected a number between 0 and 1, e.g. {e_g}"),
+                "nccl_lib".into(),
+                format!("'{}' must be an absolute path", lib.display()),
             ));
         }
+        super::network::validate_profiles(&raw.network, path, text)?;
+        super::expected_gpus::validate_expected(&mut raw.expected_gpus, path, text)?;
+        let thresholds: Vec<Threshold> = (raw.thresholds.into_iter().enumerate())
+            .map(|(i, t)| threshold(path, text, i, t, admin))
+            .collect::<Result<_, _>>()?;
+        let plans: Vec<(String, Plan)> = (raw.plans.into_iter())
+            .map(|(name, p)| Ok((name.clone(), resolve_plan(path, text, &name, p)?)))
+            .collect::<Result<_, _>>()?;
+        let o = &mut self.outliers;
+        o.fraction = fraction.unwrap_or(o.fraction);
+        o.retest = raw.outliers.and_then(|r| r.retest).unwrap_or(o.retest);
+        o.alltoall_fraction = alltoall_fraction.unwrap_or(o.alltoall_fraction);
+        // The admin's rules go first: lookup prefers them on a tie.
+        self.thresholds.splice(0..0, thresholds);
+        self.plans.extend(plans);
+        if !raw.network.is_empty() {
+            self.network = raw.network;
+        }
+        if !raw.expected_gpus.is_empty() {
+            self.expected_gpus = raw.expected_gpus;
+        }
+        self.nccl_lib = raw.nccl_lib.or(self.nccl_lib.take());
+        Ok(())
     }
-    if let Some(lib) = raw.nccl_lib.as_ref().filter(|l| !l.is_absolute()) {
-        return Err(bad(
-            "nccl_lib".into(),
-            format!("'{}' must be an absolute path", lib.display()),
-        ));
-    }
-    super::network::validate_profiles(&raw.network, path, text)?;
-    super::expected_gpus::validate_expected(&mut raw.expected_gpus, path, text)?;
-    let thresholds = (raw.thresholds.into_iter().enumerate())
-        .map(|(i, t)| threshold(path, text, i, t, admin))
-        .collect::<Result<_, _>>()?;
-    let plans = (raw.plans.into_iter())
-        .map(|(name, p)| Ok((name.clone(), resolve_plan(path, text, &name, p)?)))
-        .collect::<Result<_, _>>()?;
-    Ok(Validated {
-        fraction,
-        retest: raw.outliers.and_then(|o| o.retest),
-        alltoall_fraction,
-        thresholds,
-        plans,
-        network: raw.network,
-        expected_gpus: raw.expected_gpus,
-        nccl_lib: raw.nccl_lib,
-    })
 }
 
 /// One `[[thresholds]]` rule, checked and resolved; errors name `thresholds[i].<key>`.

@@ -52,9 +52,8 @@ impl Interconnect {
             class,
             gpus,
             links_per_gpu: if class == Class::Pcie { 0 } else { links },
-            groups: vec![],
-            pcie: None,
             note: format!("assumed from the SKU's form factor ({})", form.describe()),
+            ..Interconnect::unknown("")
         }
     }
 }
@@ -133,9 +132,8 @@ pub fn of_node(facts: &HealthFacts, mine: &[String]) -> Interconnect {
         class: Class::Pcie,
         gpus: selected.len() as u32,
         links_per_gpu,
-        groups: vec![],
         pcie,
-        note: String::new(),
+        ..Interconnect::unknown("")
     };
     let to_switch = |l: &LinkFact| l.remote == Remote::Switch;
     if selected.iter().any(|g| g.links.iter().any(to_switch)) {
