@@ -222,7 +222,7 @@ fn threshold(
                 .into(),
         ));
     }
-    let (min_bytes, max_bytes) = threshold_bytes(path, text, i, &t)?;
+    let (min_bytes, max_bytes) = threshold_bytes(&t).map_err(|(k, m)| bad(field(k), m))?;
     Ok(Threshold {
         gpu,
         sku,
@@ -243,42 +243,31 @@ fn threshold(
     })
 }
 
+/// What a check of a rule's keys found wrong: the key under `thresholds[i].` and the message.
+type Bad = (&'static str, String);
+
 /// The byte range a threshold rule holds for: `bytes` (one size) or `min_bytes`/`max_bytes`.
-fn threshold_bytes(
-    path: &Path,
-    text: &str,
-    i: usize,
-    t: &RawThreshold,
-) -> Result<(Option<u64>, Option<u64>), ConfigError> {
-    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
-    let field = |k: &str| format!("thresholds[{i}].{k}");
-    let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
-        v.as_deref()
-            .map(|b| parse_size(b).map_err(|e| bad(field(k), e)))
-            .transpose()
+fn threshold_bytes(t: &RawThreshold) -> Result<(Option<u64>, Option<u64>), Bad> {
+    let size = |k: &'static str, v: &Option<String>| {
+        (v.as_deref().map(|b| parse_size(b).map_err(|e| (k, e)))).transpose()
     };
-    Ok(
-        match (
-            size("bytes", &t.bytes)?,
-            size("min_bytes", &t.min_bytes)?,
-            size("max_bytes", &t.max_bytes)?,
-        ) {
-            (Some(b), None, None) => (Some(b), Some(b)),
-            (Some(_), _, _) => {
-                return Err(bad(
-                    field("bytes"),
-                    "give `bytes` (one size) or `min_bytes`/`max_bytes` (a range), not both".into(),
-                ))
-            }
-            (None, Some(lo), Some(hi)) if lo > hi => {
-                return Err(bad(
-                    field("min_bytes"),
-                    format!("min_bytes {lo} is larger than max_bytes {hi}"),
-                ))
-            }
-            (None, lo, hi) => (lo, hi),
-        },
-    )
+    let (bytes, min, max) = (
+        size("bytes", &t.bytes)?,
+        size("min_bytes", &t.min_bytes)?,
+        size("max_bytes", &t.max_bytes)?,
+    );
+    match (bytes, min, max) {
+        (Some(b), None, None) => Ok((Some(b), Some(b))),
+        (Some(_), _, _) => Err((
+            "bytes",
+            "give `bytes` (one size) or `min_bytes`/`max_bytes` (a range), not both".into(),
+        )),
+        (None, Some(lo), Some(hi)) if lo > hi => Err((
+            "min_bytes",
+            format!("min_bytes {lo} is larger than max_bytes {hi}"),
+        )),
+        (None, lo, hi) => Ok((lo, hi)),
+    }
 }
 
 /// A rule's `gpu`, `sku` and `interconnect` keys, validated: `gpu` must be a whole driver
@@ -290,7 +279,7 @@ type Selectors = (
     Option<crate::model::link_class::Class>,
 );
 
-fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
+fn selectors(t: &RawThreshold) -> Result<Selectors, Bad> {
     use crate::model::link_class::Class;
     use crate::model::sku;
     let gpu = match t.gpu.as_deref().map(str::trim) {

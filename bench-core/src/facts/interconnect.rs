@@ -63,11 +63,7 @@ impl fmt::Display for Interconnect {
     /// `8 GPUs on PCIe Gen5 x16, 4 bridged groups`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.gpus;
-        let gpus = if n == 1 {
-            "1 GPU".into()
-        } else {
-            format!("{n} GPUs")
-        };
+        let gpus = format!("{n} GPU{}", if n == 1 { "" } else { "s" });
         let pcie = self
             .pcie
             .map(|(g, w)| format!("PCIe Gen{g} x{w}"))

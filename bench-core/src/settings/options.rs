@@ -149,11 +149,9 @@ pub enum Command {
 
 impl Args {
     /// Clap's parse; `Err` carries clap's own exit (help, version) or a usage error line.
-    pub fn parse<I, T>(args: I) -> Result<Args, ParseExit>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
+    pub fn parse(
+        args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+    ) -> Result<Args, ParseExit> {
         let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
         let echo = Echo::of(&args);
         let raw = RawArgs::try_parse_from(args).map_err(|e| match e.kind() {
@@ -197,11 +195,10 @@ impl Args {
 
 /// Parses the command line into the options of a check; `Err` carries clap's own exit (help,
 /// version) or a usage error line (`--explain-plan` is one: it runs no check).
-pub fn parse<I, T>(args: I, env: &Environment) -> Result<Options, ParseExit>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
+pub fn parse(
+    args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+    env: &Environment,
+) -> Result<Options, ParseExit> {
     match Args::parse(args)?.resolve(env)? {
         Command::Check(o) => Ok(*o),
         Command::Explain(_) => Err(ParseExit::Usage(
