@@ -196,18 +196,10 @@ fn nvlink_down(g: &GpuHealth, gpus: &[GpuHealth], subject: &str) -> Option<Findi
             "the most active links among its siblings of the same model".to_string(),
         ),
     };
-    let want = want.filter(|&w| l.active < w)?;
-    Some(
-        Finding::new(
-            ReasonCode::NvlinkDown,
-            subject,
-            format!(
-                "{subject}: {} of {want} NVLinks active (expected from {why})",
-                l.active
-            ),
-        )
-        .with_values(f64::from(l.active), f64::from(want)),
-    )
+    let (want, active) = (want.filter(|&w| l.active < w)?, l.active);
+    let message = format!("{subject}: {active} of {want} NVLinks active (expected from {why})");
+    let finding = Finding::new(ReasonCode::NvlinkDown, subject, message);
+    Some(finding.with_values(f64::from(active), f64::from(want)))
 }
 
 /// `pcie_degraded`: a narrower link than the maximum, or (only under load) a lower generation.
@@ -230,14 +222,9 @@ fn pcie_degraded(g: &GpuHealth, ctx: Context, subject: &str) -> Option<Finding> 
 /// `ecc_uncorrectable`: any uncorrectable ECC error since the driver loaded.
 fn ecc_uncorrectable(g: &GpuHealth, subject: &str) -> Option<Finding> {
     let n = g.ecc_uncorrected_volatile.filter(|&n| n > 0)?;
-    Some(
-        Finding::new(
-            ReasonCode::EccUncorrectable,
-            subject,
-            format!("{subject}: {n} uncorrectable ECC error(s) since the driver loaded"),
-        )
-        .with_values(n as f64, 0.0),
-    )
+    let message = format!("{subject}: {n} uncorrectable ECC error(s) since the driver loaded");
+    let finding = Finding::new(ReasonCode::EccUncorrectable, subject, message);
+    Some(finding.with_values(n as f64, 0.0))
 }
 
 /// `row_remap_pending`: a row remapping that waits for a reset, or one that failed.
@@ -248,14 +235,11 @@ fn row_remap_pending(g: &GpuHealth, subject: &str) -> Option<Finding> {
     } else {
         "a row remapping is pending (the GPU needs a reset)"
     };
-    Some(Finding::new(
-        ReasonCode::RowRemapPending,
-        subject,
-        format!(
-            "{subject}: {what}; {} uncorrected, {} corrected rows remapped",
-            r.uncorrected_rows, r.corrected_rows
-        ),
-    ))
+    let (uncorrected, corrected) = (r.uncorrected_rows, r.corrected_rows);
+    let message = format!(
+        "{subject}: {what}; {uncorrected} uncorrected, {corrected} corrected rows remapped"
+    );
+    Some(Finding::new(ReasonCode::RowRemapPending, subject, message))
 }
 
 /// `hw_slowdown`: the hardware, thermal or power-brake slowdowns that are active (software
@@ -278,11 +262,8 @@ fn hw_slowdown(g: &GpuHealth, subject: &str) -> Option<Finding> {
         .as_ref()
         .map(|c| format!(" (SM {} of {} MHz)", c.sm_mhz, c.sm_max_mhz))
         .unwrap_or_default();
-    Some(Finding::new(
-        ReasonCode::HwSlowdown,
-        subject,
-        format!("{subject}: {} active{clocks}", active.join(", ")),
-    ))
+    let message = format!("{subject}: {} active{clocks}", active.join(", "));
+    Some(Finding::new(ReasonCode::HwSlowdown, subject, message))
 }
 
 #[cfg(test)]

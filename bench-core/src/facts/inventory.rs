@@ -262,53 +262,52 @@ pub fn compare_with_expected(
         }),
         None => expected,
     };
-    let mut findings = Vec::new();
-    if let Some(e) = &expected {
-        let have_minor = |m: u32| listed.iter().any(|g| g.minor == Some(m));
-        let absent: Vec<String> = if !e.bus_ids.is_empty() {
-            e.bus_ids
-                .iter()
-                .filter(|b| !listed.iter().any(|g| &g.bus_id == *b))
-                .cloned()
-                .collect()
-        } else {
-            e.minors
-                .iter()
-                .filter(|&&m| !have_minor(m))
-                .map(|m| format!("/dev/nvidia{m}"))
-                .collect()
-        };
-        // Under an allocation only its GPUs count; otherwise the whole list.
-        let listed_n = if allocation.is_some() {
-            e.minors.iter().filter(|&&m| have_minor(m)).count()
-        } else {
-            listed.len()
-        } as u32;
-        if listed_n < e.count || !absent.is_empty() {
-            let absent = absent.join(", ");
-            let (subject, named) = if absent.is_empty() {
-                ("GPUs".to_string(), String::new())
-            } else {
-                (format!("GPU {absent}"), format!(": {absent} absent"))
-            };
-            findings.push(
-                Finding::new(
-                    ReasonCode::GpuMissing,
-                    subject,
-                    format!(
-                        "expected {} GPUs, driver lists {listed_n}{named} (expected from {})",
-                        e.count, e.source
-                    ),
-                )
-                .with_values(f64::from(listed_n), f64::from(e.count)),
-            );
-        }
-    }
+    let findings = (expected.as_ref())
+        .and_then(|e| missing(e, &listed, allocation.is_some()))
+        .into_iter()
+        .collect();
     Inventory {
         expected,
         listed,
         findings,
     }
+}
+
+/// `gpu_missing` when the driver lists fewer GPUs than `e` says or not those it names;
+/// `allocated`: only the allocation's GPUs count, else the driver's whole list.
+fn missing(e: &NodeExpectation, listed: &[DriverGpu], allocated: bool) -> Option<Finding> {
+    let have_minor = |m: u32| listed.iter().any(|g| g.minor == Some(m));
+    let absent: Vec<String> = if !e.bus_ids.is_empty() {
+        (e.bus_ids.iter())
+            .filter(|b| !listed.iter().any(|g| &g.bus_id == *b))
+            .cloned()
+            .collect()
+    } else {
+        (e.minors.iter())
+            .filter(|&&m| !have_minor(m))
+            .map(|m| format!("/dev/nvidia{m}"))
+            .collect()
+    };
+    // Under an allocation only its GPUs count; otherwise the whole list.
+    let listed_n = if allocated {
+        e.minors.iter().filter(|&&m| have_minor(m)).count()
+    } else {
+        listed.len()
+    } as u32;
+    if listed_n >= e.count && absent.is_empty() {
+        return None;
+    }
+    let absent = absent.join(", ");
+    let (subject, named) = if absent.is_empty() {
+        ("GPUs".to_string(), String::new())
+    } else {
+        (format!("GPU {absent}"), format!(": {absent} absent"))
+    };
+    let (want, from) = (e.count, &e.source);
+    let message =
+        format!("expected {want} GPUs, driver lists {listed_n}{named} (expected from {from})");
+    let finding = Finding::new(ReasonCode::GpuMissing, subject, message);
+    Some(finding.with_values(f64::from(listed_n), f64::from(want)))
 }
 
 #[cfg(test)]

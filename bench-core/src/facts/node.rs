@@ -159,24 +159,16 @@ pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
         Err(_) => (expected, Vec::new(), Vec::new()),
     };
     let in_job = (src.env)("SLURM_JOB_ID").is_some_and(|j| !j.is_empty());
-    if let (false, Some(e), Some(n), true) = (in_job, &expected, cuda_visible, findings.is_empty())
-    {
-        if n < e.count {
-            let cvd = (src.env)("CUDA_VISIBLE_DEVICES")
-                .map(|v| format!(" with CUDA_VISIBLE_DEVICES={v}"))
-                .unwrap_or_default();
-            findings.push(
-                Finding::new(
-                    ReasonCode::GpuMissing,
-                    "GPUs",
-                    format!(
-                        "expected {} GPUs, CUDA opens {n}{cvd} (expected from {})",
-                        e.count, e.source
-                    ),
-                )
-                .with_values(f64::from(n), f64::from(e.count)),
-            );
-        }
+    let opened = cuda_visible.zip(expected.as_ref());
+    let fewer = opened.filter(|(n, e)| !in_job && findings.is_empty() && *n < e.count);
+    if let Some((n, e)) = fewer {
+        let cvd = (src.env)("CUDA_VISIBLE_DEVICES")
+            .map(|v| format!(" with CUDA_VISIBLE_DEVICES={v}"))
+            .unwrap_or_default();
+        let (want, from) = (e.count, &e.source);
+        let message = format!("expected {want} GPUs, CUDA opens {n}{cvd} (expected from {from})");
+        let finding = Finding::new(ReasonCode::GpuMissing, "GPUs", message);
+        findings.push(finding.with_values(f64::from(n), f64::from(want)));
     }
     NodeFacts {
         expected,
