@@ -138,7 +138,7 @@ impl WorkerConfig {
     /// its profiles and expected GPUs where it has any.
     fn merge(&mut self, path: &Path, text: &str, admin: bool) -> Result<(), ConfigError> {
         let mut raw: RawFile = config_file::parse(path, text)?;
-        let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
+        let bad = |field: &str, msg: &str| config_file::invalid(path, text, field, msg);
         let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
         let alltoall_fraction = raw.outliers.as_ref().and_then(|o| o.alltoall_fraction);
         for (key, value, e_g) in [
@@ -146,17 +146,14 @@ impl WorkerConfig {
             ("outliers.alltoall_fraction", alltoall_fraction, "0.5"),
         ] {
             if let Some(f) = value.filter(|f| !(*f > 0.0 && *f < 1.0)) {
-                return Err(bad(
-                    key.into(),
-                    format!("{f} is not a fraction: expected a number between 0 and 1, e.g. {e_g}"),
-                ));
+                let msg =
+                    format!("{f} is not a fraction: expected a number between 0 and 1, e.g. {e_g}");
+                return Err(bad(key, &msg));
             }
         }
         if let Some(lib) = raw.nccl_lib.as_ref().filter(|l| !l.is_absolute()) {
-            return Err(bad(
-                "nccl_lib".into(),
-                format!("'{}' must be an absolute path", lib.display()),
-            ));
+            let msg = format!("'{}' must be an absolute path", lib.display());
+            return Err(bad("nccl_lib", &msg));
         }
         super::network::validate_profiles(&raw.network, path, text)?;
         super::expected_gpus::validate_expected(&mut raw.expected_gpus, path, text)?;
@@ -192,37 +189,35 @@ fn threshold(
     t: RawThreshold,
     admin: bool,
 ) -> Result<Threshold, ConfigError> {
-    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
-    let field = |k: &str| format!("thresholds[{i}].{k}");
+    let rule = format!("thresholds[{i}]");
+    let bad =
+        |key: &str, msg: &str| config_file::invalid(path, text, &format!("{rule}.{key}"), msg);
     let collective = collectives::collective_named(&t.collective)
-        .map_err(|e| bad(field("collective"), e))?
+        .map_err(|e| bad("collective", &e))?
         .name();
     if !(t.min_busbw.is_finite() && t.min_busbw >= 0.0) {
-        return Err(bad(
-            field("min_busbw"),
-            format!("{} is not a bandwidth: expected GB/s >= 0", t.min_busbw),
-        ));
+        let msg = format!("{} is not a bandwidth: expected GB/s >= 0", t.min_busbw);
+        return Err(bad("min_busbw", &msg));
     }
-    let (gpu, sku, interconnect) = selectors(&t).map_err(|(k, m)| bad(field(k), m))?;
+    let (gpu, sku, interconnect) = selectors(&t).map_err(|(k, m)| bad(k, &m))?;
     if t.gpus == Some(0) {
-        return Err(bad(field("gpus"), "must be at least 1".into()));
+        return Err(bad("gpus", "must be at least 1"));
     }
     let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
-        .map_err(|e| bad(field(e.key), e.message))?;
+        .map_err(|e| bad(e.key, &e.message))?;
     if interconnect == Some(crate::model::link_class::Class::Bridged)
         && crate::model::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
     {
         // The pair rule would hold every pair of a bridged node, and the pairs between
         // bridge groups run over PCIe: a false FAIL for each of them.
         return Err(bad(
-            field("interconnect"),
+            "interconnect",
             "a GPU-pair rule (sendrecv, gpus = 2) cannot name \"bridged\": it would also hold \
              the pairs between bridge groups, which run over PCIe; on bridged nodes pairs are \
-             judged against each other (the outlier rule)"
-                .into(),
+             judged against each other (the outlier rule)",
         ));
     }
-    let (min_bytes, max_bytes) = threshold_bytes(&t).map_err(|(k, m)| bad(field(k), m))?;
+    let (min_bytes, max_bytes) = threshold_bytes(&t).map_err(|(k, m)| bad(k, &m))?;
     Ok(Threshold {
         gpu,
         sku,
@@ -237,7 +232,7 @@ fn threshold(
         origin: format!(
             "{}:{}",
             path.display(),
-            config_file::find_key_line(text, &format!("thresholds[{i}]")).unwrap_or(0)
+            config_file::find_key_line(text, &rule).unwrap_or(0)
         ),
         admin,
     })
