@@ -321,17 +321,13 @@ impl HostLoad {
     /// `host busy: 97% of 64 CPUs used by other processes, the check's threads waited 1.8x
     /// their time for a CPU; top: pid 4242 (alice, python, job 17) 1.0 CPU, ...`
     pub fn describe(&self) -> String {
+        let (others, own) = (self.others_share * 100.0, self.check_share * 100.0);
+        let cpus = self.cpus;
         let mut s = format!(
-            "host busy: {:.0}% of {} CPUs used by other processes, {:.0}% by this check's own",
-            self.others_share * 100.0,
-            self.cpus,
-            self.check_share * 100.0
+            "host busy: {others:.0}% of {cpus} CPUs used by other processes, {own:.0}% by this check's own"
         );
-        if let Some(mine) = self.others_on_own_cpus {
-            s += &format!(
-                ", others {:.0}% of the CPUs this check may run on",
-                mine * 100.0
-            );
+        if let Some(mine) = self.others_on_own_cpus.map(|m| m * 100.0) {
+            s += &format!(", others {mine:.0}% of the CPUs this check may run on");
         }
         if self.only_the_checks_own() {
             s += " (the load is the check's own: more of its processes and threads than CPUs)";
@@ -339,21 +335,17 @@ impl HostLoad {
         if let Some(w) = self.own_wait_share {
             s += &format!(", the check's threads waited {w:.2}x the window for a CPU");
         }
-        if !self.top.is_empty() {
-            let top: Vec<String> = self
-                .top
-                .iter()
-                .map(|c| {
-                    let job = c
-                        .job
-                        .as_ref()
-                        .map_or(String::new(), |j| format!(", job {j}"));
-                    format!(
-                        "pid {} ({}, {}{job}) {:.1} CPU",
-                        c.pid, c.user, c.command, c.cpus
-                    )
-                })
-                .collect();
+        let top: Vec<String> = (self.top.iter())
+            .map(|c| {
+                let job = c
+                    .job
+                    .as_ref()
+                    .map_or(String::new(), |j| format!(", job {j}"));
+                let (pid, user, command, cpus) = (c.pid, &c.user, &c.command, c.cpus);
+                format!("pid {pid} ({user}, {command}{job}) {cpus:.1} CPU")
+            })
+            .collect();
+        if !top.is_empty() {
             s += &format!("; top: {}", top.join(", "));
         }
         s

@@ -62,35 +62,22 @@ impl fmt::Display for Interconnect {
     /// `8 GPUs, one NVLink fabric (NVSwitch), 18 links each` or
     /// `8 GPUs on PCIe Gen5 x16, 4 bridged groups`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.gpus;
+        let (n, links, groups) = (self.gpus, self.links_per_gpu, self.groups.len());
         let gpus = format!("{n} GPU{}", if n == 1 { "" } else { "s" });
         let pcie = self
             .pcie
             .map(|(g, w)| format!("PCIe Gen{g} x{w}"))
             .unwrap_or_else(|| "PCIe".into());
+        let pairs = self.groups.iter().all(|g| g.len() == 2);
+        let bridged = if pairs { "pairs" } else { "groups" };
         match self.class {
             Class::Nvswitch => write!(
                 f,
-                "{gpus}, one NVLink fabric (NVSwitch), {} links each",
-                self.links_per_gpu
+                "{gpus}, one NVLink fabric (NVSwitch), {links} links each"
             )?,
-            Class::NvlinkMesh => write!(
-                f,
-                "{gpus}, direct NVLink mesh, {} links each",
-                self.links_per_gpu
-            )?,
-            Class::Bridged if self.groups.is_empty() => {
-                write!(f, "{gpus} on {pcie} with NVLink bridges")?
-            }
-            Class::Bridged => {
-                let pairs = self.groups.iter().all(|g| g.len() == 2);
-                write!(
-                    f,
-                    "{gpus} on {pcie}, {} NVLink-bridged {}",
-                    self.groups.len(),
-                    if pairs { "pairs" } else { "groups" }
-                )?
-            }
+            Class::NvlinkMesh => write!(f, "{gpus}, direct NVLink mesh, {links} links each")?,
+            Class::Bridged if groups == 0 => write!(f, "{gpus} on {pcie} with NVLink bridges")?,
+            Class::Bridged => write!(f, "{gpus} on {pcie}, {groups} NVLink-bridged {bridged}")?,
             Class::Pcie => write!(f, "{gpus} on {pcie}, no NVLink")?,
             Class::Unknown => write!(f, "interconnect unknown")?,
         }
