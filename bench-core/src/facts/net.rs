@@ -296,10 +296,9 @@ fn port_finding(p: &Port, ports: &[Port], policy: &NetPolicy) -> Option<Finding>
     }
     let full = policy.full_width;
     if let Some(w) = p.width.filter(|&w| w < full) {
-        let rate = p.rate_text.as_deref().unwrap_or("?");
+        let (nic, rate) = (&p.nic, p.rate_text.as_deref().unwrap_or("?"));
         let message = format!(
-            "NIC {} trained at {w}X instead of {full}X: {rate} (a cable or transceiver fault)",
-            p.nic
+            "NIC {nic} trained at {w}X instead of {full}X: {rate} (a cable or transceiver fault)"
         );
         let finding = Finding::new(ReasonCode::NetRateDegraded, &p.nic, message);
         return Some(finding.with_values(f64::from(w), f64::from(full)));
@@ -313,13 +312,10 @@ fn port_finding(p: &Port, ports: &[Port], policy: &NetPolicy) -> Option<Finding>
         None => (siblings, "its sibling ports"),
     };
     let (rate, want) = (p.rate_gbps?, expected?);
-    (rate < want).then(|| {
-        let message = format!(
-            "NIC {} runs at {rate} Gb/s, below the {want} Gb/s of {how}",
-            p.nic
-        );
-        Finding::new(ReasonCode::NetRateDegraded, &p.nic, message).with_values(rate, want)
-    })
+    let nic = &p.nic;
+    let message = format!("NIC {nic} runs at {rate} Gb/s, below the {want} Gb/s of {how}");
+    let finding = Finding::new(ReasonCode::NetRateDegraded, nic, message);
+    (rate < want).then(|| finding.with_values(rate, want))
 }
 
 #[cfg(test)]

@@ -292,20 +292,17 @@ impl TransportInfo {
 
     /// The report's entry for a parsed log.
     pub fn from_log(s: &TransportSummary) -> Self {
-        let (collnet, nvls) = (s.collnet_used(), s.nvls_used());
+        let (collnet, nvls, lines) = (s.collnet_used(), s.nvls_used(), s.connection_lines);
+        let algorithm = if collnet { "CollNet (SHARP)" } else { "NVLS" };
         Self {
             paths: s.paths(),
             network: s.network.clone(),
             collnet_used: collnet,
             nvls_used: nvls,
             busbw_note: (collnet || nvls).then(|| format!(
-                "{} carried collectives: busbw is not the ring-equivalent figure (it can exceed the link speed); only thresholds written for that algorithm apply",
-                if collnet { "CollNet (SHARP)" } else { "NVLS" }
+                "{algorithm} carried collectives: busbw is not the ring-equivalent figure (it can exceed the link speed); only thresholds written for that algorithm apply"
             )),
-            ..Self::not_recorded(format!(
-                "NCCL_DEBUG=INFO log, {} connection lines",
-                s.connection_lines
-            ))
+            ..Self::not_recorded(format!("NCCL_DEBUG=INFO log, {lines} connection lines"))
         }
     }
 }

@@ -10,11 +10,9 @@ use crate::model::step::Step;
 
 /// `-f` and `-n` values no plan can run with.
 pub(super) fn check_counts(raw: &RawArgs) -> Result<(), String> {
-    if raw.step_factor < 2 {
-        return Err(format!(
-            "invalid stepfactor {}: must be at least 2",
-            raw.step_factor
-        ));
+    let factor = raw.step_factor;
+    if factor < 2 {
+        return Err(format!("invalid stepfactor {factor}: must be at least 2"));
     }
     if raw.iters == Some(0) {
         return Err("invalid iters 0: at least one timed iteration is needed".into());
