@@ -198,19 +198,12 @@ pub fn from_slurm_conf(text: &str, host: &str, file: &str) -> Option<NodeExpecta
         }
         let gres = gres.or_else(|| default_gres.clone())?;
         // gpu:8, gpu:h100:8, gpu:h100:8(S:0-1), several comma-separated.
-        let mut count = 0u32;
-        for item in gres.split(',') {
-            let item = item.split('(').next().unwrap_or(item);
-            let mut parts = item.split(':');
-            if parts.next() != Some("gpu") {
-                continue;
-            }
-            let n = parts
-                .next_back()
-                .and_then(|n| n.parse::<u32>().ok())
-                .unwrap_or(1);
-            count = count.saturating_add(n);
-        }
+        let gpus = gres.split(',').filter_map(|item| {
+            let mut parts = item.split('(').next().unwrap_or(item).split(':');
+            let gpu = parts.next() == Some("gpu");
+            gpu.then(|| parts.next_back().and_then(|n| n.parse().ok()).unwrap_or(1))
+        });
+        let count = gpus.fold(0u32, u32::saturating_add);
         return (count > 0).then(|| NodeExpectation {
             count,
             source: format!("Slurm slurm.conf ({file})"),

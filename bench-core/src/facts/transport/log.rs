@@ -139,21 +139,16 @@ pub fn parse_log(text: &str) -> TransportSummary {
             if let Some((coll, algo)) = parse_tuning(msg) {
                 s.algorithms.entry(coll).or_default().insert(algo);
             }
-        } else if msg.starts_with("Pattern ") && msg.contains(", type ") {
-            if let Some(t) = msg
-                .split(", type ")
-                .nth(1)
-                .and_then(|r| r.split('/').next())
-            {
-                s.graph_intra_types.insert(t.trim().to_string());
-            }
+        } else if let Some(t) =
+            (msg.strip_prefix("Pattern ")).and_then(|m| m.split(", type ").nth(1))
+        {
+            let intra = t.split('/').next().unwrap_or(t);
+            s.graph_intra_types.insert(intra.trim().to_string());
         } else if msg.ends_with("Init COMPLETE") {
             // `[ncclCommInitRankConfig ]comm 0x.. rank 3 nranks 4 ...`: the printing host holds rank 3.
-            let mut words = msg.split_whitespace();
-            if words.any(|w| w == "rank") {
-                if let (Some(r), Some(h)) = (words.next().and_then(|w| w.parse().ok()), host) {
-                    s.rank_hosts.entry(r).or_insert_with(|| h.to_string());
-                }
+            let mut after_rank = msg.split_whitespace().skip_while(|w| *w != "rank").skip(1);
+            if let (Some(r), Some(h)) = (after_rank.next().and_then(|w| w.parse().ok()), host) {
+                s.rank_hosts.entry(r).or_insert_with(|| h.to_string());
             }
         }
     }
