@@ -56,16 +56,10 @@ pub fn effective_lines(cfg: &WorkerConfig) -> Vec<String> {
 
 /// How many threshold rules apply, and how many of them the file adds.
 fn thresholds(cfg: &WorkerConfig, file: Option<&str>) -> String {
-    let admin_rules = cfg
-        .text
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|t| t.get("thresholds").and_then(|v| v.as_array()).map(Vec::len))
-        .unwrap_or(0);
+    let (rules, file) = (cfg.thresholds.len(), file.unwrap_or("no file"));
+    let admin_rules = cfg.thresholds.iter().filter(|t| t.admin).count();
     format!(
-        "thresholds = {} rules    # {admin_rules} from {}, then the built-in defaults (first match wins)",
-        cfg.thresholds.len(),
-        file.unwrap_or("no file")
+        "thresholds = {rules} rules    # {admin_rules} from {file}, then the built-in defaults (first match wins)"
     )
 }
 

@@ -164,22 +164,17 @@ pub fn classify(facts: &HealthFacts, ctx: Context) -> Vec<Finding> {
     let HealthFacts::Available { gpus, .. } = facts else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for g in gpus {
+    let of_gpu = |g: &GpuHealth| {
         let subject = format!("GPU {} ({})", g.index, g.bus_id);
-        out.extend(
-            [
-                nvlink_down(g, gpus, &subject),
-                pcie_degraded(g, ctx, &subject),
-                ecc_uncorrectable(g, &subject),
-                row_remap_pending(g, &subject),
-                hw_slowdown(g, &subject),
-            ]
-            .into_iter()
-            .flatten(),
-        );
-    }
-    out
+        [
+            nvlink_down(g, gpus, &subject),
+            pcie_degraded(g, ctx, &subject),
+            ecc_uncorrectable(g, &subject),
+            row_remap_pending(g, &subject),
+            hw_slowdown(g, &subject),
+        ]
+    };
+    gpus.iter().flat_map(of_gpu).flatten().collect()
 }
 
 /// `nvlink_down`: fewer active links than the SKU table says, or than the GPU's siblings of the

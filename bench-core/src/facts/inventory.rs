@@ -220,8 +220,7 @@ pub fn from_slurm_files(
     slurm_conf: &Path,
     host: &str,
 ) -> Option<NodeExpectation> {
-    let read = |p: &Path| small(p, CONF_MAX).ok();
-    read(gres_conf)
+    (small(gres_conf, CONF_MAX).ok())
         .and_then(|t| from_gres_conf(&t, host, &gres_conf.display().to_string()))
         .or_else(|| {
             // NodeName= lines may live in an Include'd file.
