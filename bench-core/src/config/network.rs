@@ -161,13 +161,11 @@ fn check_env(p: &NetworkProfile) -> Result<(), Bad> {
                 .chars()
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
         {
-            return Err((
-                field,
-                format!(
-                    "not a variable a profile may set (upper case, starting with one of {})",
-                    ENV_PREFIXES.join(", ")
-                ),
-            ));
+            let prefixes = ENV_PREFIXES.join(", ");
+            let msg = format!(
+                "not a variable a profile may set (upper case, starting with one of {prefixes})"
+            );
+            return Err((field, msg));
         }
         if RESERVED_ENV.contains(&key.as_str()) {
             return Err((field, "is set by nccl-check itself".into()));
@@ -235,12 +233,8 @@ pub struct TransportExpectation {
 impl TransportExpectation {
     /// From the site's network profile and the worker's `--expect-collnet`/`--expect-nvls`.
     /// Without a profile saying otherwise, GPUs of one node are expected to use NVLink P2P.
-    pub fn new(
-        profile: Option<&NetworkProfile>,
-        collnet: bool,
-        nvls: bool,
-    ) -> TransportExpectation {
-        TransportExpectation {
+    pub fn new(profile: Option<&NetworkProfile>, collnet: bool, nvls: bool) -> Self {
+        Self {
             intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
             inter_node_net: profile.and_then(|p| p.net_expect()),
             collnet: collnet || profile.is_some_and(|p| p.expect_collnet),

@@ -8,7 +8,7 @@ use crate::model::collectives::Collective;
 use crate::model::credential::Credential;
 use crate::model::datatype::{DataType, RedOp};
 use crate::model::step::Step;
-use crate::settings::environment::Environment;
+use crate::settings::environment::{Environment, Lookup};
 use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -241,14 +241,8 @@ fn validate(
     let summary = steps::Summary::of(&steps);
     let datatype = DataType::parse(&raw.datatype)?;
     let op = RedOp::parse(&raw.op)?;
-    let gpus::GpuSelection {
-        devices: gpus,
-        model: gpu_model,
-    } = gpus::parse_gpu_list(
-        raw.gpus.as_deref(),
-        raw.gpu_model.as_deref(),
-        raw.explain_thresholds,
-    )?;
+    let (gpus, model) = (raw.gpus.as_deref(), raw.gpu_model.as_deref());
+    let selected = gpus::parse_gpu_list(gpus, model, raw.explain_thresholds)?;
     let peers = peers::Peers::of(&raw, env)?;
     let timeout = timeout(&raw.timeout)?;
     if let Some(b) = raw.min_busbw.filter(|b| !(b.is_finite() && *b >= 0.0)) {
@@ -269,7 +263,7 @@ fn validate(
         steps,
         config,
         explain_thresholds: raw.explain_thresholds,
-        gpu_model,
+        gpu_model: selected.model,
         expect_collnet: raw.expect_collnet,
         expect_nvls: raw.expect_nvls,
         plot: raw.plot,
@@ -284,7 +278,7 @@ fn validate(
         op,
         root: raw.root,
         check: raw.check == 1,
-        gpus,
+        gpus: selected.devices,
         rank: peers.rank,
         world: peers.world,
         rendezvous: peers.rendezvous,
@@ -307,20 +301,13 @@ fn validate(
 }
 
 /// `--config`, else `$NCCL_CHECK_CONFIG`, else the default path, over the built-in defaults.
-fn load_config(
-    raw: &RawArgs,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<WorkerConfig, String> {
+fn load_config(raw: &RawArgs, env: Lookup) -> Result<WorkerConfig, String> {
     let path = flag_or_env(&raw.config, env, "NCCL_CHECK_CONFIG");
     WorkerConfig::load(path.as_deref()).map_err(|e| format!("config: {e}"))
 }
 
 /// A path flag, else the environment's `key` when set and not empty.
-fn flag_or_env(
-    flag: &Option<PathBuf>,
-    env: &dyn Fn(&str) -> Option<String>,
-    key: &str,
-) -> Option<PathBuf> {
+fn flag_or_env(flag: &Option<PathBuf>, env: Lookup, key: &str) -> Option<PathBuf> {
     let from_env = || env(key).filter(|s| !s.is_empty()).map(PathBuf::from);
     flag.clone().or_else(from_env)
 }
