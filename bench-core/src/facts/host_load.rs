@@ -381,12 +381,8 @@ pub fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     // SAFETY: sysconf has no preconditions.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let tick = if tick > 0 { tick as f64 } else { 100.0 };
-    let mut pids = vec![own];
-    pids.extend(
-        check
-            .iter()
-            .filter(|&&p| p != own && runs_this_program(proc_root, p)),
-    );
+    let others = (check.iter().copied()).filter(|&p| p != own && runs_this_program(proc_root, p));
+    let pids: Vec<u32> = std::iter::once(own).chain(others).collect();
     Some(between_for(start, &end, &pids, tick, proc_root))
 }
 

@@ -176,18 +176,14 @@ fn groups(gpus: &[GpuHealth], norm: &dyn Fn(&str) -> String) -> Vec<Vec<String>>
         // Merge every existing group that shares a GPU with this one.
         let (joined, rest): (Vec<_>, Vec<_>) =
             groups.into_iter().partition(|grp| !grp.is_disjoint(&set));
-        for grp in joined {
-            set.extend(grp);
-        }
+        set.extend(joined.into_iter().flatten());
         groups = rest;
         groups.push(set);
     }
-    let mut out: Vec<Vec<String>> = groups
-        .into_iter()
-        .map(|s| s.into_iter().collect())
-        .collect();
-    out.sort();
-    out
+    // Sets order as their sorted lists do.
+    groups.sort();
+    let lists = groups.into_iter().map(|s| s.into_iter().collect());
+    lists.collect()
 }
 
 #[cfg(test)]

@@ -88,11 +88,8 @@ pub fn nics_from_nccl_log_line(line: &str) -> Vec<NicRef> {
     list.split_whitespace()
         .filter_map(|item| {
             let body = item.strip_prefix('[')?.split_once(']')?.1;
-            let name = if socket {
-                body.split(':').next()? // eth0:10.0.0.1<0>
-            } else {
-                body.split('/').next()? // mlx5_0:1/IB
-            };
+            // eth0:10.0.0.1<0> over sockets, mlx5_0:1/IB else.
+            let name = body.split(if socket { ':' } else { '/' }).next()?;
             NicRef::parse(name).ok()
         })
         .collect()

@@ -26,26 +26,20 @@ fn split_line(line: &str) -> Option<(Option<&str>, &'static str, &str)> {
     // prefix: `[timestamp] host:pid:tid [dev]`
     let prefix = line[..pos].trim_end();
     let mut words = prefix.rsplit(' ').filter(|w| !w.is_empty());
-    let dev_or_host = words.next();
-    let host_word = match dev_or_host {
-        Some(w) if w.starts_with('[') => words.next(),
+    let host_word = match words.next() {
+        Some(w) if w.starts_with('[') => words.next(), // the `[dev]` after the host
         other => other,
     };
-    let host = host_word.and_then(|w| {
-        let mut parts = w.rsplitn(3, ':');
-        let (_tid, _pid, host) = (parts.next()?, parts.next()?, parts.next()?);
-        (!host.is_empty()).then_some(host)
-    });
+    // `host:pid:tid`: the host is what is left before the last two colons.
+    let host = host_word.and_then(|w| w.rsplitn(3, ':').nth(2));
+    let host = host.filter(|h| !h.is_empty());
     Some((host, level, message))
 }
 
 /// `12[3]` → (12, 3).
 fn rank_dev(s: &str) -> Option<(u32, u32)> {
-    let s = s.trim();
-    let open = s.find('[')?;
-    let rank = s[..open].parse().ok()?;
-    let dev = s[open + 1..].strip_suffix(']')?.parse().ok()?;
-    Some((rank, dev))
+    let (rank, dev) = s.trim().strip_suffix(']')?.split_once('[')?;
+    Some((rank.parse().ok()?, dev.parse().ok()?))
 }
 
 /// Parses `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0` (and the SHM form without `/0`).
