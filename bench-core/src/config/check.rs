@@ -18,6 +18,11 @@ impl Source<'_> {
             _ => "built-in defaults".into(),
         }
     }
+
+    /// `key = value    # where key is set`.
+    fn line(&self, key: &str, value: impl std::fmt::Display) -> String {
+        format!("{key} = {value}    # {}", self.of(key))
+    }
 }
 
 /// The effective configuration, one key a line with where it comes from.
@@ -32,32 +37,18 @@ pub fn effective_lines(cfg: &WorkerConfig) -> Vec<String> {
         }
         None => "# no config file: the built-in defaults apply:".into(),
     }];
-    lines.push(format!(
-        "outliers.fraction = {}    # {}",
-        cfg.outliers.fraction,
-        from.of("outliers.fraction")
-    ));
-    lines.push(format!(
-        "outliers.retest = {}    # {}",
-        cfg.outliers.retest,
-        from.of("outliers.retest")
-    ));
+    lines.push(from.line("outliers.fraction", cfg.outliers.fraction));
+    lines.push(from.line("outliers.retest", cfg.outliers.retest));
     lines.push(thresholds(cfg, from.file.as_deref()));
     for (name, plan) in &cfg.plans {
-        lines.push(format!(
-            "plans.{name} = {} steps    # {}",
-            plan.steps.len(),
-            from.of(&format!("plans.{name}"))
-        ));
+        let steps = format!("{} steps", plan.steps.len());
+        lines.push(from.line(&format!("plans.{name}"), steps));
     }
-    lines.push(format!(
-        "nccl_lib = {}    # {}",
-        cfg.nccl_lib.as_ref().map_or(
-            "(unset: libnccl.so.2 on the library path)".to_string(),
-            |p| format!("{:?}", p.display().to_string())
-        ),
-        from.of("nccl_lib")
-    ));
+    let lib = cfg.nccl_lib.as_ref().map_or(
+        "(unset: libnccl.so.2 on the library path)".to_string(),
+        |p| format!("{:?}", p.display().to_string()),
+    );
+    lines.push(from.line("nccl_lib", lib));
     lines.extend(network(cfg, &from));
     lines.extend(expected_gpus(cfg, &from));
     lines
@@ -65,16 +56,10 @@ pub fn effective_lines(cfg: &WorkerConfig) -> Vec<String> {
 
 /// How many threshold rules apply, and how many of them the file adds.
 fn thresholds(cfg: &WorkerConfig, file: Option<&str>) -> String {
-    let admin_rules = cfg
-        .text
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|t| t.get("thresholds").and_then(|v| v.as_array()).map(Vec::len))
-        .unwrap_or(0);
+    let (rules, file) = (cfg.thresholds.len(), file.unwrap_or("no file"));
+    let admin_rules = cfg.thresholds.iter().filter(|t| t.admin).count();
     format!(
-        "thresholds = {} rules    # {admin_rules} from {}, then the built-in defaults (first match wins)",
-        cfg.thresholds.len(),
-        file.unwrap_or("no file")
+        "thresholds = {rules} rules    # {admin_rules} from {file}, then the built-in defaults (first match wins)"
     )
 }
 
@@ -88,44 +73,32 @@ fn list(v: &[String]) -> String {
 }
 
 fn network(cfg: &WorkerConfig, from: &Source) -> Vec<String> {
-    cfg.network
-        .iter()
-        .enumerate()
+    (cfg.network.iter().enumerate())
         .map(|(i, n)| {
             let env: Vec<String> = n.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            format!(
-                "network[{i}] = {:?}: partitions {}, nodes {}, env {}    # {}",
-                n.name,
-                list(&n.partitions),
-                list(&n.nodes),
-                if env.is_empty() {
-                    "none".into()
-                } else {
-                    env.join(" ")
-                },
-                from.of(&format!("network[{i}]"))
-            )
+            let env = if env.is_empty() {
+                "none".into()
+            } else {
+                env.join(" ")
+            };
+            let (parts, nodes) = (list(&n.partitions), list(&n.nodes));
+            let value = format!("{:?}: partitions {parts}, nodes {nodes}, env {env}", n.name);
+            from.line(&format!("network[{i}]"), value)
         })
         .collect()
 }
 
 fn expected_gpus(cfg: &WorkerConfig, from: &Source) -> Vec<String> {
-    cfg.expected_gpus
-        .iter()
-        .enumerate()
+    (cfg.expected_gpus.iter().enumerate())
         .map(|(i, e)| {
-            format!(
-                "expected_gpus[{i}] = {} GPUs: partitions {}, nodes {}{}    # {}",
-                e.count,
-                list(&e.partitions),
-                list(&e.nodes),
-                if e.bus_ids.is_empty() {
-                    String::new()
-                } else {
-                    format!(", at {}", e.bus_ids.join(","))
-                },
-                from.of(&format!("expected_gpus[{i}]"))
-            )
+            let at = if e.bus_ids.is_empty() {
+                String::new()
+            } else {
+                format!(", at {}", e.bus_ids.join(","))
+            };
+            let (parts, nodes) = (list(&e.partitions), list(&e.nodes));
+            let value = format!("{} GPUs: partitions {parts}, nodes {nodes}{at}", e.count);
+            from.line(&format!("expected_gpus[{i}]"), value)
         })
         .collect()
 }

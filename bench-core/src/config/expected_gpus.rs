@@ -31,19 +31,15 @@ pub struct ExpectedGpus {
     pub bus_ids: Vec<String>,
 }
 
-impl ExpectedGpus {
-    pub fn matches(&self, partition: Option<&str>, host: &str) -> bool {
-        super::selector::matches(&self.partitions, &self.nodes, partition, host)
-    }
-}
-
 /// The entry for a job in `partition` on `host`: the first that matches, in file order.
 pub fn select_expected<'a>(
     list: &'a [ExpectedGpus],
     partition: Option<&str>,
     host: &str,
 ) -> Option<&'a ExpectedGpus> {
-    list.iter().find(|e| e.matches(partition, host))
+    let matches =
+        |e: &&ExpectedGpus| super::selector::matches(&e.partitions, &e.nodes, partition, host);
+    list.iter().find(matches)
 }
 
 /// A PCI bus id in the driver's form (`0000:9b:00.0`), from NVML's (`00000000:9B:00.0`) or
@@ -78,47 +74,36 @@ pub fn validate_expected(
 ) -> Result<(), ConfigError> {
     let n = list.len();
     for (i, e) in list.iter_mut().enumerate() {
-        let bad = |field: &str, msg: String| {
-            Err(invalid(
-                path,
-                text,
-                &format!("expected_gpus[{i}].{field}"),
-                msg,
-            ))
-        };
+        let at = |field: &str| format!("expected_gpus[{i}].{field}");
+        let bad = |field: &str, msg: &str| Err(invalid(path, text, &at(field), msg));
         if e.count == 0 || e.count > MAX_GPUS {
             return bad(
                 "count",
-                format!("{} GPUs: expected 1..={MAX_GPUS}", e.count),
+                &format!("{} GPUs: expected 1..={MAX_GPUS}", e.count),
             );
         }
         if e.partitions.is_empty() && e.nodes.is_empty() && i + 1 < n {
             return bad(
                 "count",
                 "an entry with neither partitions nor nodes matches every node, so the entries \
-                 after it never apply (the first match wins); move it last"
-                    .into(),
+                 after it never apply (the first match wins); move it last",
             );
         }
         if let Err((field, msg)) = super::selector::check_lists(&e.partitions, &e.nodes) {
-            return bad(&field, msg);
+            return bad(&field, &msg);
         }
-        if !e.bus_ids.is_empty() && e.bus_ids.len() != e.count as usize {
-            return bad(
-                "bus_ids",
-                format!("{} bus ids for count = {}", e.bus_ids.len(), e.count),
-            );
+        let (ids, count) = (e.bus_ids.len(), e.count);
+        if ids > 0 && ids != count as usize {
+            return bad("bus_ids", &format!("{ids} bus ids for count = {count}"));
         }
-        for j in 0..e.bus_ids.len() {
-            let id = e.bus_ids[j].to_ascii_lowercase();
+        for j in 0..ids {
+            let (field, id) = (format!("bus_ids[{j}]"), e.bus_ids[j].to_ascii_lowercase());
             if !is_bus_id(&id) {
-                return bad(
-                    &format!("bus_ids[{j}]"),
-                    format!("'{id}' is not a PCI address like 0000:9b:00.0"),
-                );
+                let msg = format!("'{id}' is not a PCI address like 0000:9b:00.0");
+                return bad(&field, &msg);
             }
             if e.bus_ids[..j].contains(&id) {
-                return bad(&format!("bus_ids[{j}]"), format!("'{id}' is listed twice"));
+                return bad(&field, &format!("'{id}' is listed twice"));
             }
             e.bus_ids[j] = id;
         }

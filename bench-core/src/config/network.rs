@@ -31,7 +31,6 @@ pub struct NetworkProfile {
     /// Shown in the report (`network_profile`) and in errors.
     pub name: String,
     /// What the profile is for; free text for the admin.
-    #[serde(default)]
     pub description: Option<String>,
     /// Slurm partitions (exact names) this profile applies to; empty = any partition.
     #[serde(default)]
@@ -48,11 +47,9 @@ pub struct NetworkProfile {
     /// the rdma-sharp plugin), `socket`, or a case-insensitive part of a net plugin's name
     /// (`libfabric` for AWS EFA's aws-ofi-nccl). Anything else between nodes is a FAIL
     /// (`transport_fallback`).
-    #[serde(default)]
     pub expect_net: Option<String>,
     /// GPUs of one node talk over NVLink, so SHM or NET between them is a FAIL. Absent: the
     /// worker's default.
-    #[serde(default)]
     pub expect_nvlink: Option<bool>,
     /// CollNet (SHARP) must carry the collectives (as `--expect-collnet`).
     #[serde(default)]
@@ -71,11 +68,6 @@ pub const ENV_PREFIXES: [&str; 6] = ["NCCL_", "UCX_", "FI_", "SHARP_", "OFI_NCCL
 pub const RESERVED_ENV: [&str; 3] = ["NCCL_COMM_BLOCKING", "NCCL_COMM_ID", "NCCL_DEBUG_FILE"];
 
 impl NetworkProfile {
-    /// True when the profile applies to a job in `partition` (None: unknown) on `host`.
-    pub fn matches(&self, partition: Option<&str>, host: &str) -> bool {
-        super::selector::matches(&self.partitions, &self.nodes, partition, host)
-    }
-
     /// Whether the profile matches every job (no partition, no node constraint).
     pub fn matches_everything(&self) -> bool {
         self.partitions.is_empty() && self.nodes.is_empty()
@@ -103,7 +95,9 @@ pub fn select_profile<'a>(
     partition: Option<&str>,
     host: &str,
 ) -> Option<&'a NetworkProfile> {
-    profiles.iter().find(|p| p.matches(partition, host))
+    let matches =
+        |p: &&NetworkProfile| super::selector::matches(&p.partitions, &p.nodes, partition, host);
+    profiles.iter().find(matches)
 }
 
 /// Checks what serde cannot: names, patterns, variable names and values, contradictions, and
@@ -118,7 +112,7 @@ pub fn validate_profiles(
     for (i, p) in profiles.iter().enumerate() {
         let last = i + 1 == profiles.len();
         check_name(p, last, &mut names)
-            .and_then(|()| check_selectors(p))
+            .and_then(|()| super::selector::check_lists(&p.partitions, &p.nodes))
             .and_then(|()| check_env(p))
             .and_then(|()| check_expectations(p))
             .map_err(|(field, msg)| invalid(path, text, &format!("network[{i}].{field}"), msg))?;
@@ -158,11 +152,6 @@ fn check_name<'a>(
     Ok(())
 }
 
-/// `partitions` and `nodes`, as every selecting entry checks them ([`super::selector`]).
-fn check_selectors(p: &NetworkProfile) -> Result<(), Bad> {
-    super::selector::check_lists(&p.partitions, &p.nodes)
-}
-
 /// `env`: only the fabric's own variables, none nccl-check sets itself, one-line values.
 fn check_env(p: &NetworkProfile) -> Result<(), Bad> {
     for (key, value) in &p.env {
@@ -172,13 +161,11 @@ fn check_env(p: &NetworkProfile) -> Result<(), Bad> {
                 .chars()
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
         {
-            return Err((
-                field,
-                format!(
-                    "not a variable a profile may set (upper case, starting with one of {})",
-                    ENV_PREFIXES.join(", ")
-                ),
-            ));
+            let prefixes = ENV_PREFIXES.join(", ");
+            let msg = format!(
+                "not a variable a profile may set (upper case, starting with one of {prefixes})"
+            );
+            return Err((field, msg));
         }
         if RESERVED_ENV.contains(&key.as_str()) {
             return Err((field, "is set by nccl-check itself".into()));
@@ -193,10 +180,8 @@ fn check_env(p: &NetworkProfile) -> Result<(), Bad> {
 /// `expect_*` keys that the profile's own `env` contradicts (a check that could only FAIL).
 fn check_expectations(p: &NetworkProfile) -> Result<(), Bad> {
     let bad = |field: &str, msg: &str| Err((field.to_string(), msg.to_string()));
-    if let Some(want) = &p.expect_net {
-        if want.trim().is_empty() {
-            return bad("expect_net", "use ib, socket, or a net plugin's name");
-        }
+    if p.expect_net.as_deref().is_some_and(|w| w.trim().is_empty()) {
+        return bad("expect_net", "use ib, socket, or a net plugin's name");
     }
     let env = |k: &str| p.env.get(k).map(String::as_str);
     match p.net_expect() {
@@ -213,20 +198,18 @@ fn check_expectations(p: &NetworkProfile) -> Result<(), Bad> {
         }
         _ => {}
     }
-    if p.expect_collnet {
-        if env("NCCL_COLLNET_ENABLE") == Some("0") {
-            return bad(
-                "expect_collnet",
-                "is true but env sets NCCL_COLLNET_ENABLE=0",
-            );
-        }
-        if env("NCCL_NET_PLUGIN") == Some("none") {
-            return bad(
-                "expect_collnet",
-                "is true but env sets NCCL_NET_PLUGIN=none; SHARP needs the \
-                 nccl-rdma-sharp net plugin",
-            );
-        }
+    if p.expect_collnet && env("NCCL_COLLNET_ENABLE") == Some("0") {
+        return bad(
+            "expect_collnet",
+            "is true but env sets NCCL_COLLNET_ENABLE=0",
+        );
+    }
+    if p.expect_collnet && env("NCCL_NET_PLUGIN") == Some("none") {
+        return bad(
+            "expect_collnet",
+            "is true but env sets NCCL_NET_PLUGIN=none; SHARP needs the \
+             nccl-rdma-sharp net plugin",
+        );
     }
     if p.expect_nvls && env("NCCL_NVLS_ENABLE") == Some("0") {
         return bad("expect_nvls", "is true but env sets NCCL_NVLS_ENABLE=0");
@@ -250,12 +233,8 @@ pub struct TransportExpectation {
 impl TransportExpectation {
     /// From the site's network profile and the worker's `--expect-collnet`/`--expect-nvls`.
     /// Without a profile saying otherwise, GPUs of one node are expected to use NVLink P2P.
-    pub fn new(
-        profile: Option<&NetworkProfile>,
-        collnet: bool,
-        nvls: bool,
-    ) -> TransportExpectation {
-        TransportExpectation {
+    pub fn new(profile: Option<&NetworkProfile>, collnet: bool, nvls: bool) -> Self {
+        Self {
             intra_node_p2p: profile.and_then(|p| p.expect_nvlink).unwrap_or(true),
             inter_node_net: profile.and_then(|p| p.net_expect()),
             collnet: collnet || profile.is_some_and(|p| p.expect_collnet),

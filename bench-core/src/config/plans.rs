@@ -53,11 +53,10 @@ pub(super) fn resolve_plan(
             "a plan needs at least one step",
         ));
     }
-    let mut steps = Vec::new();
-    for (i, s) in p.steps.into_iter().enumerate() {
-        steps.push(plan_step(path, text, name, i, s)?);
-    }
-    Ok(Plan { steps })
+    let steps = (p.steps.into_iter().enumerate()).map(|(i, s)| plan_step(path, text, name, i, s));
+    Ok(Plan {
+        steps: steps.collect::<Result<_, _>>()?,
+    })
 }
 
 /// One step of a plan: either the pair matrix or one collective over a doubling size range.
@@ -68,69 +67,50 @@ fn plan_step(
     i: usize,
     s: RawStep,
 ) -> Result<Step, ConfigError> {
-    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
-    let plan_field = |k: String| format!("plans.{name}.{k}");
-    let f = |k: &str| plan_field(format!("steps[{i}].{k}"));
-    let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
-        v.as_deref()
-            .map(|b| parse_size(b).map_err(|e| bad(f(k), e)))
-            .transpose()
+    let step = format!("plans.{name}.steps[{i}]");
+    // What is wrong with `key` of the step (`.bytes`; "": the step itself).
+    let bad = |key: &str, msg: &str| config_file::invalid(path, text, &format!("{step}{key}"), msg);
+    let size = |k: &str, v: &Option<String>| {
+        (v.as_deref().map(|b| parse_size(b).map_err(|e| bad(k, &e)))).transpose()
     };
-    let bytes = size("bytes", &s.bytes)?;
-    let min = size("min_bytes", &s.min_bytes)?;
-    let max = size("max_bytes", &s.max_bytes)?;
+    let bytes = size(".bytes", &s.bytes)?;
+    let min = size(".min_bytes", &s.min_bytes)?;
+    let max = size(".max_bytes", &s.max_bytes)?;
     let iters = s.iters.unwrap_or(5);
     if iters == 0 {
-        return Err(bad(
-            f("iters"),
-            "at least one timed iteration is needed".into(),
-        ));
+        return Err(bad(".iters", "at least one timed iteration is needed"));
     }
-    let warmup = s.warmup.unwrap_or(2);
-    let budget = match s.budget_s {
-        Some(b) if !(b.is_finite() && b > 0.0) => {
-            return Err(bad(
-                f("budget_s"),
-                format!("{b} is not a positive number of seconds"),
-            ))
-        }
-        b => b,
-    };
+    let (warmup, budget) = (s.warmup.unwrap_or(2), s.budget_s);
+    if let Some(b) = budget.filter(|b| !(b.is_finite() && *b > 0.0)) {
+        let msg = format!("{b} is not a positive number of seconds");
+        return Err(bad(".budget_s", &msg));
+    }
     if budget.is_some() && s.bytes.is_none() {
-        return Err(bad(
-            f("budget_s"),
-            "a budgeted step measures one size: give `bytes` (the largest it may choose)".into(),
-        ));
+        let msg = "a budgeted step measures one size: give `bytes` (the largest it may choose)";
+        return Err(bad(".budget_s", msg));
     }
     Ok(match (s.pairs, &s.collective) {
         (true, Some(_)) => {
-            return Err(bad(
-                f("pairs"),
-                "a step is either `pairs = true` or a `collective`, not both".into(),
-            ))
+            let msg = "a step is either `pairs = true` or a `collective`, not both";
+            return Err(bad(".pairs", msg));
         }
         (false, None) => {
-            return Err(bad(
-                plan_field(format!("steps[{i}]")),
-                "a step needs `collective = \"...\"` or `pairs = true`".into(),
-            ))
+            let msg = "a step needs `collective = \"...\"` or `pairs = true`";
+            return Err(bad("", msg));
         }
         (true, None) => Step::Pairs {
-            bytes: bytes
-                .or(max)
-                .ok_or_else(|| bad(f("bytes"), "a pair step needs `bytes`".into()))?,
+            bytes: (bytes.or(max)).ok_or_else(|| bad(".bytes", "a pair step needs `bytes`"))?,
             warmup,
             iters,
             budget,
         },
         (false, Some(c)) => {
             let collective =
-                collectives::collective_named(c).map_err(|e| bad(f("collective"), e))?;
-            let (lo, hi) = step_range(bytes, min, max)
-                .map_err(|(k, m)| bad(plan_field(format!("steps[{i}]{k}")), m))?;
+                collectives::collective_named(c).map_err(|e| bad(".collective", &e))?;
+            let (lo, hi) = step_range(bytes, min, max).map_err(|(k, m)| bad(k, &m))?;
             Step::Collective {
                 collective,
-                sizes: doubling(lo, hi),
+                sizes: sweep_sizes(lo, hi, 2),
                 warmup,
                 iters,
                 budget,
@@ -160,16 +140,11 @@ fn step_range(
     }
 }
 
-/// `lo, 2lo, 4lo, ... <= hi` (nccl-tests' -f 2).
-pub fn doubling(lo: u64, hi: u64) -> Vec<u64> {
-    let mut sizes = Vec::new();
-    let mut s = lo;
-    while s <= hi {
-        sizes.push(s);
-        if s == 0 {
-            break;
-        }
-        s = s.saturating_mul(2);
-    }
-    sizes
+/// `lo, f lo, f^2 lo, ... <= hi` (nccl-tests' -f: a plan's steps double, the command line's
+/// sweep multiplies by its `-f`).
+pub fn sweep_sizes(lo: u64, hi: u64, factor: u64) -> Vec<u64> {
+    let next = |&s: &u64| (s != 0).then(|| s.saturating_mul(factor));
+    std::iter::successors(Some(lo), next)
+        .take_while(|&s| s <= hi)
+        .collect()
 }

@@ -21,20 +21,16 @@ pub const DEFAULTS: &str = include_str!("../../config/defaults.toml");
 const DEFAULTS_NAME: &str = "<built-in defaults.toml>";
 
 #[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 struct RawFile {
     /// The site's libnccl.so.2 (absolute), for users who do not set NCCL_CHECK_NCCL_LIB.
     nccl_lib: Option<PathBuf>,
     outliers: Option<RawOutliers>,
-    #[serde(default)]
     thresholds: Vec<RawThreshold>,
-    #[serde(default)]
     plans: BTreeMap<String, RawPlan>,
     /// Site network profiles (`config::network`).
-    #[serde(default)]
     network: Vec<super::network::NetworkProfile>,
     /// GPUs a node should have (`config::expected_gpus`).
-    #[serde(default)]
     expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
 }
 
@@ -100,14 +96,8 @@ impl WorkerConfig {
             Some(p) => Some(p.to_path_buf()),
             None => Some(PathBuf::from(DEFAULT_PATH)).filter(|p| p.exists()),
         };
-        let admin = match admin {
-            None => None,
-            Some(p) => {
-                let text = config_file::read(&p)?;
-                Some((p, text))
-            }
-        };
-        Self::from_texts(admin.as_ref().map(|(p, t)| (p.as_path(), t.as_str())))
+        let text = admin.as_deref().map(config_file::read).transpose()?;
+        Self::from_texts(admin.as_deref().zip(text.as_deref()))
     }
 
     /// The plan called `name`; else the error that lists the plans there are.
@@ -120,8 +110,6 @@ impl WorkerConfig {
 
     /// The defaults merged with an admin file's text (for tests and `load`).
     pub fn from_texts(admin: Option<(&Path, &str)>) -> Result<WorkerConfig, ConfigError> {
-        let defaults_path = Path::new(DEFAULTS_NAME);
-        let raw_defaults: RawFile = config_file::parse(defaults_path, DEFAULTS)?;
         let mut cfg = WorkerConfig {
             path: None,
             outliers: Outliers {
@@ -136,104 +124,61 @@ impl WorkerConfig {
             nccl_lib: None,
             text: String::new(),
         };
-        let defaults = validate(defaults_path, DEFAULTS, raw_defaults, false)?;
-        cfg.apply(defaults);
+        cfg.merge(Path::new(DEFAULTS_NAME), DEFAULTS, false)?;
         if let Some((path, text)) = admin {
-            let raw: RawFile = config_file::parse(path, text)?;
-            let mine = validate(path, text, raw, true)?;
+            cfg.merge(path, text, true)?;
             cfg.path = Some(path.to_path_buf());
             cfg.text = text.to_string();
-            cfg.apply(mine);
         }
         Ok(cfg)
     }
 
-    fn apply(&mut self, v: Validated) {
-        if let Some(f) = v.fraction {
-            self.outliers.fraction = f;
+    /// Parses and checks one file (the defaults or the admin's) and lays it over what is merged
+    /// so far: its outlier keys and `nccl_lib` where given, its rules first, its plans by name,
+    /// its profiles and expected GPUs where it has any.
+    fn merge(&mut self, path: &Path, text: &str, admin: bool) -> Result<(), ConfigError> {
+        let mut raw: RawFile = config_file::parse(path, text)?;
+        let bad = |field: &str, msg: &str| config_file::invalid(path, text, field, msg);
+        let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
+        let alltoall_fraction = raw.outliers.as_ref().and_then(|o| o.alltoall_fraction);
+        for (key, value, e_g) in [
+            ("outliers.fraction", fraction, "0.85"),
+            ("outliers.alltoall_fraction", alltoall_fraction, "0.5"),
+        ] {
+            if let Some(f) = value.filter(|f| !(*f > 0.0 && *f < 1.0)) {
+                let msg =
+                    format!("{f} is not a fraction: expected a number between 0 and 1, e.g. {e_g}");
+                return Err(bad(key, &msg));
+            }
         }
-        if let Some(r) = v.retest {
-            self.outliers.retest = r;
+        if let Some(lib) = raw.nccl_lib.as_ref().filter(|l| !l.is_absolute()) {
+            let msg = format!("'{}' must be an absolute path", lib.display());
+            return Err(bad("nccl_lib", &msg));
         }
-        if let Some(f) = v.alltoall_fraction {
-            self.outliers.alltoall_fraction = f;
-        }
+        super::network::validate_profiles(&raw.network, path, text)?;
+        super::expected_gpus::validate_expected(&mut raw.expected_gpus, path, text)?;
+        let thresholds: Vec<Threshold> = (raw.thresholds.into_iter().enumerate())
+            .map(|(i, t)| threshold(path, text, i, t, admin))
+            .collect::<Result<_, _>>()?;
+        let plans: Vec<(String, Plan)> = (raw.plans.into_iter())
+            .map(|(name, p)| Ok((name.clone(), resolve_plan(path, text, &name, p)?)))
+            .collect::<Result<_, _>>()?;
+        let o = &mut self.outliers;
+        o.fraction = fraction.unwrap_or(o.fraction);
+        o.retest = raw.outliers.and_then(|r| r.retest).unwrap_or(o.retest);
+        o.alltoall_fraction = alltoall_fraction.unwrap_or(o.alltoall_fraction);
         // The admin's rules go first: lookup prefers them on a tie.
-        let mut t = v.thresholds;
-        t.append(&mut self.thresholds);
-        self.thresholds = t;
-        self.plans.extend(v.plans);
-        if !v.network.is_empty() {
-            self.network = v.network;
+        self.thresholds.splice(0..0, thresholds);
+        self.plans.extend(plans);
+        if !raw.network.is_empty() {
+            self.network = raw.network;
         }
-        if !v.expected_gpus.is_empty() {
-            self.expected_gpus = v.expected_gpus;
+        if !raw.expected_gpus.is_empty() {
+            self.expected_gpus = raw.expected_gpus;
         }
-        if v.nccl_lib.is_some() {
-            self.nccl_lib = v.nccl_lib;
-        }
+        self.nccl_lib = raw.nccl_lib.or(self.nccl_lib.take());
+        Ok(())
     }
-}
-
-struct Validated {
-    fraction: Option<f64>,
-    retest: Option<bool>,
-    alltoall_fraction: Option<f64>,
-    thresholds: Vec<Threshold>,
-    plans: BTreeMap<String, Plan>,
-    network: Vec<super::network::NetworkProfile>,
-    expected_gpus: Vec<super::expected_gpus::ExpectedGpus>,
-    nccl_lib: Option<PathBuf>,
-}
-
-/// Checks one parsed file (the defaults or the admin's) and resolves it into what `apply` merges.
-fn validate(
-    path: &Path,
-    text: &str,
-    mut raw: RawFile,
-    admin: bool,
-) -> Result<Validated, ConfigError> {
-    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
-    let fraction = raw.outliers.as_ref().and_then(|o| o.fraction);
-    let alltoall_fraction = raw.outliers.as_ref().and_then(|o| o.alltoall_fraction);
-    for (key, value, e_g) in [
-        ("outliers.fraction", fraction, "0.85"),
-        ("outliers.alltoall_fraction", alltoall_fraction, "0.5"),
-    ] {
-        if let Some(f) = value.filter(|f| !(*f > 0.0 && *f < 1.0)) {
-            return Err(bad(
-                key.into(),
-                format!("{f} is not a fraction: expected a number between 0 and 1, e.g. {e_g}"),
-            ));
-        }
-    }
-    if let Some(lib) = raw.nccl_lib.as_ref().filter(|l| !l.is_absolute()) {
-        return Err(bad(
-            "nccl_lib".into(),
-            format!("'{}' must be an absolute path", lib.display()),
-        ));
-    }
-    super::network::validate_profiles(&raw.network, path, text)?;
-    super::expected_gpus::validate_expected(&mut raw.expected_gpus, path, text)?;
-    let mut thresholds = Vec::new();
-    for (i, t) in raw.thresholds.into_iter().enumerate() {
-        thresholds.push(threshold(path, text, i, t, admin)?);
-    }
-    let mut plans = BTreeMap::new();
-    for (name, p) in raw.plans {
-        let p = resolve_plan(path, text, &name, p)?;
-        plans.insert(name, p);
-    }
-    Ok(Validated {
-        fraction,
-        retest: raw.outliers.and_then(|o| o.retest),
-        alltoall_fraction,
-        thresholds,
-        plans,
-        network: raw.network,
-        expected_gpus: raw.expected_gpus,
-        nccl_lib: raw.nccl_lib,
-    })
 }
 
 /// One `[[thresholds]]` rule, checked and resolved; errors name `thresholds[i].<key>`.
@@ -244,37 +189,35 @@ fn threshold(
     t: RawThreshold,
     admin: bool,
 ) -> Result<Threshold, ConfigError> {
-    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
-    let field = |k: &str| format!("thresholds[{i}].{k}");
+    let rule = format!("thresholds[{i}]");
+    let bad =
+        |key: &str, msg: &str| config_file::invalid(path, text, &format!("{rule}.{key}"), msg);
     let collective = collectives::collective_named(&t.collective)
-        .map_err(|e| bad(field("collective"), e))?
+        .map_err(|e| bad("collective", &e))?
         .name();
     if !(t.min_busbw.is_finite() && t.min_busbw >= 0.0) {
-        return Err(bad(
-            field("min_busbw"),
-            format!("{} is not a bandwidth: expected GB/s >= 0", t.min_busbw),
-        ));
+        let msg = format!("{} is not a bandwidth: expected GB/s >= 0", t.min_busbw);
+        return Err(bad("min_busbw", &msg));
     }
-    let (gpu, sku, interconnect) = selectors(&t).map_err(|(k, m)| bad(field(k), m))?;
+    let (gpu, sku, interconnect) = selectors(&t).map_err(|(k, m)| bad(k, &m))?;
     if t.gpus == Some(0) {
-        return Err(bad(field("gpus"), "must be at least 1".into()));
+        return Err(bad("gpus", "must be at least 1"));
     }
     let nodes = NodeCount::from_keys(t.nodes, t.min_nodes, t.max_nodes, t.gpus)
-        .map_err(|e| bad(field(e.key), e.message))?;
+        .map_err(|e| bad(e.key, &e.message))?;
     if interconnect == Some(crate::model::link_class::Class::Bridged)
         && crate::model::thresholds::is_pair(collective, t.gpus.unwrap_or(0))
     {
         // The pair rule would hold every pair of a bridged node, and the pairs between
         // bridge groups run over PCIe: a false FAIL for each of them.
         return Err(bad(
-            field("interconnect"),
+            "interconnect",
             "a GPU-pair rule (sendrecv, gpus = 2) cannot name \"bridged\": it would also hold \
              the pairs between bridge groups, which run over PCIe; on bridged nodes pairs are \
-             judged against each other (the outlier rule)"
-                .into(),
+             judged against each other (the outlier rule)",
         ));
     }
-    let (min_bytes, max_bytes) = threshold_bytes(path, text, i, &t)?;
+    let (min_bytes, max_bytes) = threshold_bytes(&t).map_err(|(k, m)| bad(k, &m))?;
     Ok(Threshold {
         gpu,
         sku,
@@ -289,48 +232,37 @@ fn threshold(
         origin: format!(
             "{}:{}",
             path.display(),
-            config_file::find_key_line(text, &format!("thresholds[{i}]")).unwrap_or(0)
+            config_file::find_key_line(text, &rule).unwrap_or(0)
         ),
         admin,
     })
 }
 
+/// What a check of a rule's keys found wrong: the key under `thresholds[i].` and the message.
+type Bad = (&'static str, String);
+
 /// The byte range a threshold rule holds for: `bytes` (one size) or `min_bytes`/`max_bytes`.
-fn threshold_bytes(
-    path: &Path,
-    text: &str,
-    i: usize,
-    t: &RawThreshold,
-) -> Result<(Option<u64>, Option<u64>), ConfigError> {
-    let bad = |field: String, msg: String| config_file::invalid(path, text, &field, msg);
-    let field = |k: &str| format!("thresholds[{i}].{k}");
-    let size = |k: &str, v: &Option<String>| -> Result<Option<u64>, ConfigError> {
-        v.as_deref()
-            .map(|b| parse_size(b).map_err(|e| bad(field(k), e)))
-            .transpose()
+fn threshold_bytes(t: &RawThreshold) -> Result<(Option<u64>, Option<u64>), Bad> {
+    let size = |k: &'static str, v: &Option<String>| {
+        (v.as_deref().map(|b| parse_size(b).map_err(|e| (k, e)))).transpose()
     };
-    Ok(
-        match (
-            size("bytes", &t.bytes)?,
-            size("min_bytes", &t.min_bytes)?,
-            size("max_bytes", &t.max_bytes)?,
-        ) {
-            (Some(b), None, None) => (Some(b), Some(b)),
-            (Some(_), _, _) => {
-                return Err(bad(
-                    field("bytes"),
-                    "give `bytes` (one size) or `min_bytes`/`max_bytes` (a range), not both".into(),
-                ))
-            }
-            (None, Some(lo), Some(hi)) if lo > hi => {
-                return Err(bad(
-                    field("min_bytes"),
-                    format!("min_bytes {lo} is larger than max_bytes {hi}"),
-                ))
-            }
-            (None, lo, hi) => (lo, hi),
-        },
-    )
+    let (bytes, min, max) = (
+        size("bytes", &t.bytes)?,
+        size("min_bytes", &t.min_bytes)?,
+        size("max_bytes", &t.max_bytes)?,
+    );
+    match (bytes, min, max) {
+        (Some(b), None, None) => Ok((Some(b), Some(b))),
+        (Some(_), _, _) => Err((
+            "bytes",
+            "give `bytes` (one size) or `min_bytes`/`max_bytes` (a range), not both".into(),
+        )),
+        (None, Some(lo), Some(hi)) if lo > hi => Err((
+            "min_bytes",
+            format!("min_bytes {lo} is larger than max_bytes {hi}"),
+        )),
+        (None, lo, hi) => Ok((lo, hi)),
+    }
 }
 
 /// A rule's `gpu`, `sku` and `interconnect` keys, validated: `gpu` must be a whole driver
@@ -342,64 +274,46 @@ type Selectors = (
     Option<crate::model::link_class::Class>,
 );
 
-fn selectors(t: &RawThreshold) -> Result<Selectors, (&'static str, String)> {
+fn selectors(t: &RawThreshold) -> Result<Selectors, Bad> {
     use crate::model::link_class::Class;
+    use crate::model::sku;
     let gpu = match t.gpu.as_deref().map(str::trim) {
         None => None,
         Some("") => return Err(("gpu", "empty GPU name".into())),
-        Some(g) => {
-            if let Some(whole) = crate::model::sku::partial_name(g) {
-                return Err((
-                    "gpu",
-                    format!(
-                        "'{g}' is part of a GPU name, not a whole one: a rule's gpu matches the driver's \
-                         whole name (e.g. \"{whole}\"), so that one model's floor never reaches its \
-                         PCIe or NVL sibling; to match a part by its PCI device ID write sku = \"...\" \
-                         (`nccl-check --list-skus` lists them)"
-                    ),
-                ));
-            }
-            Some(g.to_string())
-        }
-    };
-    let sku = match t.sku.as_deref() {
-        None => None,
-        Some(k) => Some(
-            crate::model::sku::by_key(k)
-                .ok_or_else(|| {
-                    (
-                        "sku",
-                        format!(
-                            "unknown SKU '{k}': one of {} (`nccl-check --list-skus`)",
-                            crate::model::sku::SKUS
-                                .iter()
-                                .map(|s| format!("\"{}\"", s.key))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    )
-                })?
-                .key,
-        ),
-    };
-    let interconnect = match t.interconnect.as_deref() {
-        None => None,
-        Some(c) => Some(Class::parse(c).ok_or_else(|| {
-            (
-                "interconnect",
+        Some(g) => match sku::partial_name(g) {
+            Some(whole) => return Err((
+                "gpu",
                 format!(
-                    "unknown interconnect '{c}': one of {}",
-                    Class::ALL
-                        .iter()
-                        .filter(|c| **c != Class::Unknown)
-                        .map(|c| format!("\"{c}\""))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "'{g}' is part of a GPU name, not a whole one: a rule's gpu matches the driver's \
+                     whole name (e.g. \"{whole}\"), so that one model's floor never reaches its \
+                     PCIe or NVL sibling; to match a part by its PCI device ID write sku = \"...\" \
+                     (`nccl-check --list-skus` lists them)"
                 ),
-            )
-        })?),
+            )),
+            None => Some(g.to_string()),
+        },
     };
-    Ok((gpu, sku, interconnect))
+    let sku = t.sku.as_deref().map(|k| {
+        sku::by_key(k).map(|s| s.key).ok_or_else(|| {
+            let keys = quoted(sku::SKUS.iter().map(|s| s.key));
+            let msg = format!("unknown SKU '{k}': one of {keys} (`nccl-check --list-skus`)");
+            ("sku", msg)
+        })
+    });
+    let interconnect = t.interconnect.as_deref().map(|c| {
+        Class::parse(c).ok_or_else(|| {
+            let names = quoted(Class::ALL.iter().filter(|c| **c != Class::Unknown));
+            let msg = format!("unknown interconnect '{c}': one of {names}");
+            ("interconnect", msg)
+        })
+    });
+    Ok((gpu, sku.transpose()?, interconnect.transpose()?))
+}
+
+/// `"a", "b"`: the values a key may take, for its error.
+fn quoted<T: std::fmt::Display>(values: impl Iterator<Item = T>) -> String {
+    let values: Vec<String> = values.map(|v| format!("\"{v}\"")).collect();
+    values.join(", ")
 }
 
 #[cfg(test)]

@@ -164,51 +164,37 @@ pub fn classify(facts: &HealthFacts, ctx: Context) -> Vec<Finding> {
     let HealthFacts::Available { gpus, .. } = facts else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for g in gpus {
+    let of_gpu = |g: &GpuHealth| {
         let subject = format!("GPU {} ({})", g.index, g.bus_id);
-        out.extend(
-            [
-                nvlink_down(g, gpus, &subject),
-                pcie_degraded(g, ctx, &subject),
-                ecc_uncorrectable(g, &subject),
-                row_remap_pending(g, &subject),
-                hw_slowdown(g, &subject),
-            ]
-            .into_iter()
-            .flatten(),
-        );
-    }
-    out
+        [
+            nvlink_down(g, gpus, &subject),
+            pcie_degraded(g, ctx, &subject),
+            ecc_uncorrectable(g, &subject),
+            row_remap_pending(g, &subject),
+            hw_slowdown(g, &subject),
+        ]
+    };
+    gpus.iter().flat_map(of_gpu).flatten().collect()
 }
 
 /// `nvlink_down`: fewer active links than the SKU table says, or than the GPU's siblings of the
 /// same model have; a GPU alone of its model is not judged.
 fn nvlink_down(g: &GpuHealth, gpus: &[GpuHealth], subject: &str) -> Option<Finding> {
-    let same_model = gpus.iter().filter(|o| o.name == g.name).count();
-    let l = g.nvlink.as_ref().filter(|_| same_model >= 2)?;
+    let same_model = || gpus.iter().filter(|o| o.name == g.name);
+    let l = g.nvlink.as_ref().filter(|_| same_model().count() >= 2)?;
     let (want, why) = match expected_nvlinks(g.pci_device_id, &g.name) {
         Some((n, src)) => (Some(n), src.to_string()),
         None => (
-            gpus.iter()
-                .filter(|o| o.name == g.name)
+            same_model()
                 .filter_map(|o| o.nvlink.as_ref().map(|l| l.active))
                 .max(),
             "the most active links among its siblings of the same model".to_string(),
         ),
     };
-    let want = want.filter(|&w| l.active < w)?;
-    Some(
-        Finding::new(
-            ReasonCode::NvlinkDown,
-            subject,
-            format!(
-                "{subject}: {} of {want} NVLinks active (expected from {why})",
-                l.active
-            ),
-        )
-        .with_values(f64::from(l.active), f64::from(want)),
-    )
+    let (want, active) = (want.filter(|&w| l.active < w)?, l.active);
+    let message = format!("{subject}: {active} of {want} NVLinks active (expected from {why})");
+    let finding = Finding::new(ReasonCode::NvlinkDown, subject, message);
+    Some(finding.with_values(f64::from(active), f64::from(want)))
 }
 
 /// `pcie_degraded`: a narrower link than the maximum, or (only under load) a lower generation.
@@ -231,14 +217,9 @@ fn pcie_degraded(g: &GpuHealth, ctx: Context, subject: &str) -> Option<Finding> 
 /// `ecc_uncorrectable`: any uncorrectable ECC error since the driver loaded.
 fn ecc_uncorrectable(g: &GpuHealth, subject: &str) -> Option<Finding> {
     let n = g.ecc_uncorrected_volatile.filter(|&n| n > 0)?;
-    Some(
-        Finding::new(
-            ReasonCode::EccUncorrectable,
-            subject,
-            format!("{subject}: {n} uncorrectable ECC error(s) since the driver loaded"),
-        )
-        .with_values(n as f64, 0.0),
-    )
+    let message = format!("{subject}: {n} uncorrectable ECC error(s) since the driver loaded");
+    let finding = Finding::new(ReasonCode::EccUncorrectable, subject, message);
+    Some(finding.with_values(n as f64, 0.0))
 }
 
 /// `row_remap_pending`: a row remapping that waits for a reset, or one that failed.
@@ -249,14 +230,11 @@ fn row_remap_pending(g: &GpuHealth, subject: &str) -> Option<Finding> {
     } else {
         "a row remapping is pending (the GPU needs a reset)"
     };
-    Some(Finding::new(
-        ReasonCode::RowRemapPending,
-        subject,
-        format!(
-            "{subject}: {what}; {} uncorrected, {} corrected rows remapped",
-            r.uncorrected_rows, r.corrected_rows
-        ),
-    ))
+    let (uncorrected, corrected) = (r.uncorrected_rows, r.corrected_rows);
+    let message = format!(
+        "{subject}: {what}; {uncorrected} uncorrected, {corrected} corrected rows remapped"
+    );
+    Some(Finding::new(ReasonCode::RowRemapPending, subject, message))
 }
 
 /// `hw_slowdown`: the hardware, thermal or power-brake slowdowns that are active (software
@@ -268,9 +246,8 @@ fn hw_slowdown(g: &GpuHealth, subject: &str) -> Option<Finding> {
         (t.hw_thermal, "hardware thermal slowdown"),
         (t.hw_power_brake, "power-brake slowdown"),
     ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, name)| *name)
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
     .collect();
     if active.is_empty() {
         return None;
@@ -280,11 +257,8 @@ fn hw_slowdown(g: &GpuHealth, subject: &str) -> Option<Finding> {
         .as_ref()
         .map(|c| format!(" (SM {} of {} MHz)", c.sm_mhz, c.sm_max_mhz))
         .unwrap_or_default();
-    Some(Finding::new(
-        ReasonCode::HwSlowdown,
-        subject,
-        format!("{subject}: {} active{clocks}", active.join(", ")),
-    ))
+    let message = format!("{subject}: {} active{clocks}", active.join(", "));
+    Some(Finding::new(ReasonCode::HwSlowdown, subject, message))
 }
 
 #[cfg(test)]

@@ -92,27 +92,15 @@ pub struct HostLoad {
 pub fn sample(proc_root: &Path, own: u32) -> Option<HostSample> {
     let stat = std::fs::read_to_string(proc_root.join("stat")).ok()?;
     let (busy_ticks, total_ticks, cpus) = cpu_ticks(&stat)?;
-    let mut procs = HashMap::new();
-    if let Ok(dir) = std::fs::read_dir(proc_root) {
-        for entry in dir.flatten().take(MAX_PIDS * 2) {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if procs.len() >= MAX_PIDS {
-                break;
-            }
-            if let Some(t) = std::fs::read_to_string(entry.path().join("stat"))
-                .ok()
-                .and_then(|s| process_ticks(&s))
-            {
-                procs.insert(pid, t);
-            }
-        }
-    }
+    let entries = std::fs::read_dir(proc_root).into_iter().flatten().flatten();
+    let procs = (entries.take(MAX_PIDS * 2))
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            Some((pid, process_ticks(&stat)?))
+        })
+        .take(MAX_PIDS)
+        .collect();
     Some(HostSample {
         at: Instant::now(),
         busy_ticks,
@@ -141,13 +129,8 @@ fn allowed_cpus(pid_dir: &Path) -> Option<Vec<u32>> {
 pub(crate) fn parse_cpu_list(list: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in list.split(',').filter(|p| !p.is_empty()) {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
-            None => {
-                let a = part.parse::<u32>().ok()?;
-                (a, a)
-            }
-        };
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
         if a > b || b >= MAX_CPUS {
             return None;
         }
@@ -231,14 +214,8 @@ pub fn between_for(
         .iter()
         .filter_map(|p| b.procs.get(p).map(|t| delta(p, t) as f64))
         .sum();
-    let (others_share, check_share) = if total > 0.0 {
-        (
-            ((busy - own_ticks) / total).clamp(0.0, 1.0),
-            (own_ticks / total).clamp(0.0, 1.0),
-        )
-    } else {
-        (0.0, 0.0)
-    };
+    // No ticks counted: no share to speak of.
+    let share = |ticks: f64| (total > 0.0).then(|| (ticks / total).clamp(0.0, 1.0));
     let own_wait_share = match (a.own_wait_ns, b.own_wait_ns) {
         (Some(x), Some(y)) if window_s > 0.0 => Some(y.saturating_sub(x) as f64 / 1e9 / window_s),
         _ => None,
@@ -259,15 +236,9 @@ pub fn between_for(
             .sum();
         (capacity > 0.0).then(|| (used / capacity).clamp(0.0, 1.0))
     });
-    let mut used: Vec<(u32, f64)> = (others.into_iter())
-        .map(|(pid, ticks)| {
-            let cpus = if window_s > 0.0 {
-                ticks / ticks_per_s / window_s
-            } else {
-                0.0
-            };
-            (pid, cpus)
-        })
+    // Over no window no one used a CPU worth naming.
+    let mut used: Vec<(u32, f64)> = (others.into_iter().filter(|_| window_s > 0.0))
+        .map(|(pid, ticks)| (pid, ticks / ticks_per_s / window_s))
         .filter(|&(_, c)| c >= MIN_NAMED)
         .collect();
     used.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
@@ -279,8 +250,8 @@ pub fn between_for(
     HostLoad {
         window_s,
         cpus: b.cpus,
-        others_share,
-        check_share,
+        others_share: share(busy - own_ticks).unwrap_or(0.0),
+        check_share: share(own_ticks).unwrap_or(0.0),
         own_wait_share,
         others_on_own_cpus,
         top,
@@ -291,25 +262,26 @@ pub fn between_for(
 fn consumer(proc_root: &Path, pid: u32, cpus: f64) -> Consumer {
     let dir = proc_root.join(pid.to_string());
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
-    let uid = read("status")
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().next()?.parse::<u32>().ok());
+    let user = match status_user(&read("status")) {
+        Some((_, Some(name))) => name,
+        Some((uid, None)) => uid.to_string(),
+        None => "?".into(),
+    };
     Consumer {
         pid,
-        user: uid.map_or_else(|| "?".into(), user_name),
+        user,
         command: read("comm").trim().chars().take(64).collect(),
         job: slurm_job(&read("cgroup")),
         cpus,
     }
 }
 
-/// The user's name, else the uid as a number.
-fn user_name(uid: u32) -> String {
-    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-        Ok(Some(u)) => u.name,
-        _ => uid.to_string(),
-    }
+/// The real uid of a `/proc/PID/status` text (its `Uid:` line), and that user's name where known.
+pub(crate) fn status_user(status: &str) -> Option<(u32, Option<String>)> {
+    let uid_line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let uid = uid_line.split_whitespace().next()?.parse().ok()?;
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid));
+    Some((uid, user.ok().flatten().map(|u| u.name)))
 }
 
 /// `0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0` → `4242`; 26.05's
@@ -349,17 +321,13 @@ impl HostLoad {
     /// `host busy: 97% of 64 CPUs used by other processes, the check's threads waited 1.8x
     /// their time for a CPU; top: pid 4242 (alice, python, job 17) 1.0 CPU, ...`
     pub fn describe(&self) -> String {
+        let (others, own) = (self.others_share * 100.0, self.check_share * 100.0);
+        let cpus = self.cpus;
         let mut s = format!(
-            "host busy: {:.0}% of {} CPUs used by other processes, {:.0}% by this check's own",
-            self.others_share * 100.0,
-            self.cpus,
-            self.check_share * 100.0
+            "host busy: {others:.0}% of {cpus} CPUs used by other processes, {own:.0}% by this check's own"
         );
-        if let Some(mine) = self.others_on_own_cpus {
-            s += &format!(
-                ", others {:.0}% of the CPUs this check may run on",
-                mine * 100.0
-            );
+        if let Some(mine) = self.others_on_own_cpus.map(|m| m * 100.0) {
+            s += &format!(", others {mine:.0}% of the CPUs this check may run on");
         }
         if self.only_the_checks_own() {
             s += " (the load is the check's own: more of its processes and threads than CPUs)";
@@ -367,21 +335,17 @@ impl HostLoad {
         if let Some(w) = self.own_wait_share {
             s += &format!(", the check's threads waited {w:.2}x the window for a CPU");
         }
-        if !self.top.is_empty() {
-            let top: Vec<String> = self
-                .top
-                .iter()
-                .map(|c| {
-                    let job = c
-                        .job
-                        .as_ref()
-                        .map_or(String::new(), |j| format!(", job {j}"));
-                    format!(
-                        "pid {} ({}, {}{job}) {:.1} CPU",
-                        c.pid, c.user, c.command, c.cpus
-                    )
-                })
-                .collect();
+        let top: Vec<String> = (self.top.iter())
+            .map(|c| {
+                let job = c
+                    .job
+                    .as_ref()
+                    .map_or(String::new(), |j| format!(", job {j}"));
+                let (pid, user, command, cpus) = (c.pid, &c.user, &c.command, c.cpus);
+                format!("pid {pid} ({user}, {command}{job}) {cpus:.1} CPU")
+            })
+            .collect();
+        if !top.is_empty() {
             s += &format!("; top: {}", top.join(", "));
         }
         s
@@ -417,12 +381,8 @@ pub fn load_since(start: &HostSample, check: &[u32]) -> Option<HostLoad> {
     // SAFETY: sysconf has no preconditions.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     let tick = if tick > 0 { tick as f64 } else { 100.0 };
-    let mut pids = vec![own];
-    pids.extend(
-        check
-            .iter()
-            .filter(|&&p| p != own && runs_this_program(proc_root, p)),
-    );
+    let others = (check.iter().copied()).filter(|&p| p != own && runs_this_program(proc_root, p));
+    let pids: Vec<u32> = std::iter::once(own).chain(others).collect();
     Some(between_for(start, &end, &pids, tick, proc_root))
 }
 

@@ -52,9 +52,8 @@ impl Interconnect {
             class,
             gpus,
             links_per_gpu: if class == Class::Pcie { 0 } else { links },
-            groups: vec![],
-            pcie: None,
             note: format!("assumed from the SKU's form factor ({})", form.describe()),
+            ..Interconnect::unknown("")
         }
     }
 }
@@ -63,39 +62,22 @@ impl fmt::Display for Interconnect {
     /// `8 GPUs, one NVLink fabric (NVSwitch), 18 links each` or
     /// `8 GPUs on PCIe Gen5 x16, 4 bridged groups`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.gpus;
-        let gpus = if n == 1 {
-            "1 GPU".into()
-        } else {
-            format!("{n} GPUs")
-        };
+        let (n, links, groups) = (self.gpus, self.links_per_gpu, self.groups.len());
+        let gpus = format!("{n} GPU{}", if n == 1 { "" } else { "s" });
         let pcie = self
             .pcie
             .map(|(g, w)| format!("PCIe Gen{g} x{w}"))
             .unwrap_or_else(|| "PCIe".into());
+        let pairs = self.groups.iter().all(|g| g.len() == 2);
+        let bridged = if pairs { "pairs" } else { "groups" };
         match self.class {
             Class::Nvswitch => write!(
                 f,
-                "{gpus}, one NVLink fabric (NVSwitch), {} links each",
-                self.links_per_gpu
+                "{gpus}, one NVLink fabric (NVSwitch), {links} links each"
             )?,
-            Class::NvlinkMesh => write!(
-                f,
-                "{gpus}, direct NVLink mesh, {} links each",
-                self.links_per_gpu
-            )?,
-            Class::Bridged if self.groups.is_empty() => {
-                write!(f, "{gpus} on {pcie} with NVLink bridges")?
-            }
-            Class::Bridged => {
-                let pairs = self.groups.iter().all(|g| g.len() == 2);
-                write!(
-                    f,
-                    "{gpus} on {pcie}, {} NVLink-bridged {}",
-                    self.groups.len(),
-                    if pairs { "pairs" } else { "groups" }
-                )?
-            }
+            Class::NvlinkMesh => write!(f, "{gpus}, direct NVLink mesh, {links} links each")?,
+            Class::Bridged if groups == 0 => write!(f, "{gpus} on {pcie} with NVLink bridges")?,
+            Class::Bridged => write!(f, "{gpus} on {pcie}, {groups} NVLink-bridged {bridged}")?,
             Class::Pcie => write!(f, "{gpus} on {pcie}, no NVLink")?,
             Class::Unknown => write!(f, "interconnect unknown")?,
         }
@@ -133,9 +115,8 @@ pub fn of_node(facts: &HealthFacts, mine: &[String]) -> Interconnect {
         class: Class::Pcie,
         gpus: selected.len() as u32,
         links_per_gpu,
-        groups: vec![],
         pcie,
-        note: String::new(),
+        ..Interconnect::unknown("")
     };
     let to_switch = |l: &LinkFact| l.remote == Remote::Switch;
     if selected.iter().any(|g| g.links.iter().any(to_switch)) {
@@ -156,10 +137,9 @@ pub fn of_node(facts: &HealthFacts, mine: &[String]) -> Interconnect {
     let full_mesh = groups.len() == 1
         && groups[0].len() == everyone
         && everyone >= 3
-        && gpus.iter().all(|g| {
-            let peers = direct_peers(g, &norm);
-            peers.len() == everyone - 1
-        });
+        && gpus
+            .iter()
+            .all(|g| direct_peers(g, &norm).len() == everyone - 1);
     Interconnect {
         class: if full_mesh {
             Class::NvlinkMesh
@@ -196,18 +176,14 @@ fn groups(gpus: &[GpuHealth], norm: &dyn Fn(&str) -> String) -> Vec<Vec<String>>
         // Merge every existing group that shares a GPU with this one.
         let (joined, rest): (Vec<_>, Vec<_>) =
             groups.into_iter().partition(|grp| !grp.is_disjoint(&set));
-        for grp in joined {
-            set.extend(grp);
-        }
+        set.extend(joined.into_iter().flatten());
         groups = rest;
         groups.push(set);
     }
-    let mut out: Vec<Vec<String>> = groups
-        .into_iter()
-        .map(|s| s.into_iter().collect())
-        .collect();
-    out.sort();
-    out
+    // Sets order as their sorted lists do.
+    groups.sort();
+    let lists = groups.into_iter().map(|s| s.into_iter().collect());
+    lists.collect()
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ pub fn driver_gpus(root: &Path) -> Result<Vec<DriverGpu>, String> {
 }
 
 /// What the node should have, and where that came from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeExpectation {
     pub count: u32,
     /// Bus ids of the expected GPUs, when known.
@@ -75,20 +75,20 @@ pub struct NodeExpectation {
 impl NodeExpectation {
     /// From the admin's matching `[[expected_gpus]]`.
     pub fn from_config(e: &ExpectedGpus) -> NodeExpectation {
-        let whom = if e.nodes.is_empty() && e.partitions.is_empty() {
+        let named = [&e.nodes, &e.partitions]
+            .into_iter()
+            .filter(|l| !l.is_empty());
+        let named: Vec<String> = named.map(|l| l.join(",")).collect();
+        let whom = if named.is_empty() {
             "every node".to_string()
         } else {
-            [e.nodes.join(","), e.partitions.join(",")]
-                .into_iter()
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-                .join(" ")
+            named.join(" ")
         };
         NodeExpectation {
             count: e.count,
             bus_ids: e.bus_ids.clone(),
-            minors: Vec::new(),
             source: format!("config [[expected_gpus]] for {whom}"),
+            ..NodeExpectation::default()
         }
     }
 }
@@ -113,21 +113,16 @@ fn get<'a>(w: &'a [(String, String)], key: &str) -> Option<&'a str> {
 /// Minors of a gres `File=` value: `/dev/nvidia[0-3,5]`, `/dev/nvidia0,/dev/nvidia1`.
 pub fn file_minors(value: &str) -> Option<Vec<u32>> {
     let mut out = Vec::new();
+    // The items are split at the commas outside brackets.
     let mut depth = 0;
-    let mut start = 0;
-    let mut items = Vec::new();
-    for (i, c) in value.char_indices() {
+    let items = value.split(|c| {
         match c {
             '[' => depth += 1,
             ']' => depth -= 1,
-            ',' if depth == 0 => {
-                items.push(&value[start..i]);
-                start = i + 1;
-            }
             _ => {}
         }
-    }
-    items.push(&value[start..]);
+        c == ',' && depth == 0
+    });
     for item in items {
         let rest = item.strip_prefix("/dev/nvidia")?;
         if let Some(inner) = rest.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
@@ -178,9 +173,9 @@ pub fn from_gres_conf(text: &str, host: &str, file: &str) -> Option<NodeExpectat
     }
     any.then(|| NodeExpectation {
         count,
-        bus_ids: Vec::new(),
         minors,
         source: format!("Slurm gres.conf ({file})"),
+        ..NodeExpectation::default()
     })
 }
 
@@ -203,24 +198,16 @@ pub fn from_slurm_conf(text: &str, host: &str, file: &str) -> Option<NodeExpecta
         }
         let gres = gres.or_else(|| default_gres.clone())?;
         // gpu:8, gpu:h100:8, gpu:h100:8(S:0-1), several comma-separated.
-        let mut count = 0u32;
-        for item in gres.split(',') {
-            let item = item.split('(').next().unwrap_or(item);
-            let mut parts = item.split(':');
-            if parts.next() != Some("gpu") {
-                continue;
-            }
-            let n = parts
-                .next_back()
-                .and_then(|n| n.parse::<u32>().ok())
-                .unwrap_or(1);
-            count = count.saturating_add(n);
-        }
+        let gpus = gres.split(',').filter_map(|item| {
+            let mut parts = item.split('(').next().unwrap_or(item).split(':');
+            let gpu = parts.next() == Some("gpu");
+            gpu.then(|| parts.next_back().and_then(|n| n.parse().ok()).unwrap_or(1))
+        });
+        let count = gpus.fold(0u32, u32::saturating_add);
         return (count > 0).then(|| NodeExpectation {
             count,
-            bus_ids: Vec::new(),
-            minors: Vec::new(),
             source: format!("Slurm slurm.conf ({file})"),
+            ..NodeExpectation::default()
         });
     }
     None
@@ -233,8 +220,7 @@ pub fn from_slurm_files(
     slurm_conf: &Path,
     host: &str,
 ) -> Option<NodeExpectation> {
-    let read = |p: &Path| small(p, CONF_MAX).ok();
-    read(gres_conf)
+    (small(gres_conf, CONF_MAX).ok())
         .and_then(|t| from_gres_conf(&t, host, &gres_conf.display().to_string()))
         .or_else(|| {
             // NodeName= lines may live in an Include'd file.
@@ -262,59 +248,58 @@ pub fn compare_with_expected(
     let expected = match allocation {
         Some(minors) => Some(NodeExpectation {
             count: minors.len() as u32,
-            bus_ids: Vec::new(),
             minors: minors.to_vec(),
             source: "the job's allocation".to_string(),
+            ..NodeExpectation::default()
         }),
         None => expected,
     };
-    let mut findings = Vec::new();
-    if let Some(e) = &expected {
-        let have_minor = |m: u32| listed.iter().any(|g| g.minor == Some(m));
-        let absent: Vec<String> = if !e.bus_ids.is_empty() {
-            e.bus_ids
-                .iter()
-                .filter(|b| !listed.iter().any(|g| &g.bus_id == *b))
-                .cloned()
-                .collect()
-        } else {
-            e.minors
-                .iter()
-                .filter(|&&m| !have_minor(m))
-                .map(|m| format!("/dev/nvidia{m}"))
-                .collect()
-        };
-        // Under an allocation only its GPUs count; otherwise the whole list.
-        let listed_n = if allocation.is_some() {
-            e.minors.iter().filter(|&&m| have_minor(m)).count()
-        } else {
-            listed.len()
-        } as u32;
-        if listed_n < e.count || !absent.is_empty() {
-            let absent = absent.join(", ");
-            let (subject, named) = if absent.is_empty() {
-                ("GPUs".to_string(), String::new())
-            } else {
-                (format!("GPU {absent}"), format!(": {absent} absent"))
-            };
-            findings.push(
-                Finding::new(
-                    ReasonCode::GpuMissing,
-                    subject,
-                    format!(
-                        "expected {} GPUs, driver lists {listed_n}{named} (expected from {})",
-                        e.count, e.source
-                    ),
-                )
-                .with_values(f64::from(listed_n), f64::from(e.count)),
-            );
-        }
-    }
+    let findings = (expected.as_ref())
+        .and_then(|e| missing(e, &listed, allocation.is_some()))
+        .into_iter()
+        .collect();
     Inventory {
         expected,
         listed,
         findings,
     }
+}
+
+/// `gpu_missing` when the driver lists fewer GPUs than `e` says or not those it names;
+/// `allocated`: only the allocation's GPUs count, else the driver's whole list.
+fn missing(e: &NodeExpectation, listed: &[DriverGpu], allocated: bool) -> Option<Finding> {
+    let have_minor = |m: u32| listed.iter().any(|g| g.minor == Some(m));
+    let absent: Vec<String> = if !e.bus_ids.is_empty() {
+        (e.bus_ids.iter())
+            .filter(|b| !listed.iter().any(|g| &g.bus_id == *b))
+            .cloned()
+            .collect()
+    } else {
+        (e.minors.iter())
+            .filter(|&&m| !have_minor(m))
+            .map(|m| format!("/dev/nvidia{m}"))
+            .collect()
+    };
+    // Under an allocation only its GPUs count; otherwise the whole list.
+    let listed_n = if allocated {
+        e.minors.iter().filter(|&&m| have_minor(m)).count()
+    } else {
+        listed.len()
+    } as u32;
+    if listed_n >= e.count && absent.is_empty() {
+        return None;
+    }
+    let absent = absent.join(", ");
+    let (subject, named) = if absent.is_empty() {
+        ("GPUs".to_string(), String::new())
+    } else {
+        (format!("GPU {absent}"), format!(": {absent} absent"))
+    };
+    let (want, from) = (e.count, &e.source);
+    let message =
+        format!("expected {want} GPUs, driver lists {listed_n}{named} (expected from {from})");
+    let finding = Finding::new(ReasonCode::GpuMissing, subject, message);
+    Some(finding.with_values(f64::from(listed_n), f64::from(want)))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 
 use crate::model::finding::Finding;
 use crate::model::local_copy::LocalProbe;
+use crate::model::stats::{median, num};
 use nccl_check_contract::report::reason::ReasonCode;
 
 /// Copy rate floor as a fraction of the datasheet memory bandwidth (see the module comment).
@@ -77,10 +78,7 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
         let rate = p.probe.copy_gbs;
         let floor = copy_floor(p.device_id, p.gpu_name).filter(|(min, _)| rate < *min);
         let (limit, against) = match floor {
-            Some((min, how)) => (
-                min,
-                format!("{} GB/s ({how})", crate::model::stats::num(min)),
-            ),
+            Some((min, how)) => (min, format!("{} GB/s ({how})", num(min))),
             None => {
                 let others: Vec<f64> = probed
                     .iter()
@@ -93,18 +91,15 @@ pub fn slow_probes(probed: &[Probed], fraction: f64) -> Vec<Finding> {
                 if others.is_empty() {
                     return None;
                 }
-                let median = crate::model::stats::median(&others);
-                let (median_text, n) = (crate::model::stats::num(median), others.len());
+                let median = median(&others);
+                let (median_text, n) = (num(median), others.len());
                 let against =
                     format!("{fraction} x {median_text} GB/s, the median of its {n} sibling(s)");
                 (fraction * median, against)
             }
         };
-        let message = format!(
-            "{}device-local copy {} GB/s < {against}",
-            p.busy(),
-            crate::model::stats::num(rate)
-        );
+        let (busy, shown) = (p.busy(), num(rate));
+        let message = format!("{busy}device-local copy {shown} GB/s < {against}");
         (rate < limit).then(|| Finding::new(p.code(), &p.subject, message).with_values(rate, limit))
     };
     probed.iter().enumerate().filter_map(slow).collect()

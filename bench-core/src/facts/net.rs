@@ -88,11 +88,8 @@ pub fn nics_from_nccl_log_line(line: &str) -> Vec<NicRef> {
     list.split_whitespace()
         .filter_map(|item| {
             let body = item.strip_prefix('[')?.split_once(']')?.1;
-            let name = if socket {
-                body.split(':').next()? // eth0:10.0.0.1<0>
-            } else {
-                body.split('/').next()? // mlx5_0:1/IB
-            };
+            // eth0:10.0.0.1<0> over sockets, mlx5_0:1/IB else.
+            let name = body.split(if socket { ':' } else { '/' }).next()?;
             NicRef::parse(name).ok()
         })
         .collect()
@@ -255,90 +252,23 @@ pub fn read_nics(root: &Path, nics: &[NicRef], policy: &NetPolicy) -> NetFacts {
 
 /// The findings and the node-pair expectation of already-read ports.
 pub fn assess_ports(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetPolicy) -> NetFacts {
-    let mut findings = Vec::new();
-    for p in &ports {
-        if !p.up {
-            let phys = p
-                .phys_state
-                .as_deref()
-                .map(|s| format!(", physical state {s}"));
-            findings.push(Finding::new(
-                ReasonCode::NetPortDown,
-                &p.nic,
-                format!(
-                    "NIC {} that NCCL uses is down (state {}{})",
-                    p.nic,
-                    p.state,
-                    phys.unwrap_or_default()
-                ),
-            ));
-            continue;
-        }
-        if let Some(w) = p.width.filter(|&w| w < policy.full_width) {
-            findings.push(
-                Finding::new(
-                    ReasonCode::NetRateDegraded,
-                    &p.nic,
-                    format!(
-                        "NIC {} trained at {w}X instead of {}X: {} (a cable or transceiver fault)",
-                        p.nic,
-                        policy.full_width,
-                        p.rate_text.as_deref().unwrap_or("?")
-                    ),
-                )
-                .with_values(f64::from(w), f64::from(policy.full_width)),
-            );
-            continue;
-        }
-        let siblings = ports
-            .iter()
-            .filter(|q| q.up && q.kind == p.kind && q.nic != p.nic)
-            .filter_map(|q| q.rate_gbps)
-            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
-        let (expected, how) = match policy.expect_rate_gbps {
-            Some(e) => (Some(e), "the configured rate"),
-            None => (siblings, "its sibling ports"),
-        };
-        if let (Some(rate), Some(want)) = (p.rate_gbps, expected) {
-            if rate < want {
-                findings.push(
-                    Finding::new(
-                        ReasonCode::NetRateDegraded,
-                        &p.nic,
-                        format!(
-                            "NIC {} runs at {rate} Gb/s, below the {want} Gb/s of {how}",
-                            p.nic
-                        ),
-                    )
-                    .with_values(rate, want),
-                );
-            }
-        }
-    }
+    let findings = (ports.iter())
+        .filter_map(|p| port_finding(p, &ports, policy))
+        .collect();
     let rdma: Vec<&Port> = ports.iter().filter(|p| p.kind != Kind::Tcp).collect();
-    let line_gbps: f64 = rdma
-        .iter()
-        .filter(|p| p.up)
-        .filter_map(|p| p.rate_gbps)
-        .sum();
+    let up: Vec<&&Port> = rdma.iter().filter(|p| p.up).collect();
+    let line_gbps: f64 = up.iter().filter_map(|p| p.rate_gbps).sum();
     let (expected_pair_gbs, note) = if rdma.is_empty() {
-        (
-            None,
-            "NCCL uses sockets (or no NIC was named): no node-pair bandwidth is expected of TCP"
-                .to_string(),
-        )
+        let why =
+            "NCCL uses sockets (or no NIC was named): no node-pair bandwidth is expected of TCP";
+        (None, why.to_string())
     } else if line_gbps <= 0.0 {
         (None, "no RDMA port NCCL uses is up".to_string())
     } else {
-        let gbs = line_gbps / 8.0 * policy.pair_fraction;
-        (
-            Some(gbs),
-            format!(
-                "{} x {line_gbps} Gb/s of {} RDMA port(s) up = {gbs:.1} GB/s",
-                policy.pair_fraction,
-                rdma.iter().filter(|p| p.up).count()
-            ),
-        )
+        let (fraction, n) = (policy.pair_fraction, up.len());
+        let gbs = line_gbps / 8.0 * fraction;
+        let note = format!("{fraction} x {line_gbps} Gb/s of {n} RDMA port(s) up = {gbs:.1} GB/s");
+        (Some(gbs), note)
     };
     NetFacts {
         ports,
@@ -347,6 +277,42 @@ pub fn assess_ports(ports: Vec<Port>, unreadable: Vec<Unreadable>, policy: &NetP
         note,
         findings,
     }
+}
+
+/// What is wrong with port `p` (its siblings: the other `ports`): down, trained at fewer lanes
+/// than a healthy port, or slower than expected; one finding at most.
+fn port_finding(p: &Port, ports: &[Port], policy: &NetPolicy) -> Option<Finding> {
+    if !p.up {
+        let phys = p
+            .phys_state
+            .as_deref()
+            .map(|s| format!(", physical state {s}"));
+        let (state, phys) = (&p.state, phys.unwrap_or_default());
+        let message = format!("NIC {} that NCCL uses is down (state {state}{phys})", p.nic);
+        return Some(Finding::new(ReasonCode::NetPortDown, &p.nic, message));
+    }
+    let full = policy.full_width;
+    if let Some(w) = p.width.filter(|&w| w < full) {
+        let (nic, rate) = (&p.nic, p.rate_text.as_deref().unwrap_or("?"));
+        let message = format!(
+            "NIC {nic} trained at {w}X instead of {full}X: {rate} (a cable or transceiver fault)"
+        );
+        let finding = Finding::new(ReasonCode::NetRateDegraded, &p.nic, message);
+        return Some(finding.with_values(f64::from(w), f64::from(full)));
+    }
+    let siblings = (ports.iter())
+        .filter(|q| q.up && q.kind == p.kind && q.nic != p.nic)
+        .filter_map(|q| q.rate_gbps)
+        .reduce(f64::max);
+    let (expected, how) = match policy.expect_rate_gbps {
+        Some(e) => (Some(e), "the configured rate"),
+        None => (siblings, "its sibling ports"),
+    };
+    let (rate, want) = (p.rate_gbps?, expected?);
+    let nic = &p.nic;
+    let message = format!("NIC {nic} runs at {rate} Gb/s, below the {want} Gb/s of {how}");
+    let finding = Finding::new(ReasonCode::NetRateDegraded, nic, message);
+    (rate < want).then(|| finding.with_values(rate, want))
 }
 
 #[cfg(test)]

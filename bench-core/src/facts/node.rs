@@ -22,7 +22,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// What a check knows about its node beyond its measurements.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NodeFacts {
     /// What this node (or this job) should have, when known.
     pub expected: Option<NodeExpectation>,
@@ -134,67 +134,50 @@ pub fn node_expectation(src: &Sources) -> Option<NodeExpectation> {
 pub fn inventory(src: &Sources, cuda_visible: Option<u32>) -> NodeFacts {
     let alloc = allocation(src.env);
     let node = node_expectation(src);
-    let (listed, driver_error) = match inventory::driver_gpus(&src.root) {
-        Ok(l) => (Some(l), None),
-        Err(e) => (
-            None,
-            Some(format!("the driver's GPU list is unreadable: {e}")),
-        ),
-    };
+    let listed = inventory::driver_gpus(&src.root);
+    let driver_error =
+        (listed.as_ref().err()).map(|e| format!("the driver's GPU list is unreadable: {e}"));
     // An allocation with minors is compared minor by minor; one with only a count is a count.
     let expected = match &alloc {
         Some(a) if a.minors.is_empty() => Some(NodeExpectation {
             count: a.count,
-            bus_ids: Vec::new(),
-            minors: Vec::new(),
             source: a.source.clone(),
+            ..NodeExpectation::default()
         }),
         _ => node,
     };
     let minors = alloc.as_ref().map(|a| a.minors.as_slice());
     let minors = minors.filter(|m| !m.is_empty());
     let (expected, driver_gpus, mut findings) = match listed {
-        Some(listed) => {
+        Ok(listed) => {
             let mut inv = inventory::compare_with_expected(expected, listed, minors);
             if let (Some(a), Some(e)) = (&alloc, inv.expected.as_mut()) {
                 e.source = a.source.clone();
             }
             (inv.expected, inv.listed, inv.findings)
         }
-        None => (expected, Vec::new(), Vec::new()),
+        Err(_) => (expected, Vec::new(), Vec::new()),
     };
     let in_job = (src.env)("SLURM_JOB_ID").is_some_and(|j| !j.is_empty());
-    if let (false, Some(e), Some(n), true) = (in_job, &expected, cuda_visible, findings.is_empty())
-    {
-        if n < e.count {
-            let cvd = (src.env)("CUDA_VISIBLE_DEVICES")
-                .map(|v| format!(" with CUDA_VISIBLE_DEVICES={v}"))
-                .unwrap_or_default();
-            findings.push(
-                Finding::new(
-                    ReasonCode::GpuMissing,
-                    "GPUs",
-                    format!(
-                        "expected {} GPUs, CUDA opens {n}{cvd} (expected from {})",
-                        e.count, e.source
-                    ),
-                )
-                .with_values(f64::from(n), f64::from(e.count)),
-            );
-        }
+    let opened = cuda_visible.zip(expected.as_ref());
+    let fewer = opened.filter(|(n, e)| !in_job && findings.is_empty() && *n < e.count);
+    if let Some((n, e)) = fewer {
+        let cvd = (src.env)("CUDA_VISIBLE_DEVICES")
+            .map(|v| format!(" with CUDA_VISIBLE_DEVICES={v}"))
+            .unwrap_or_default();
+        let (want, from) = (e.count, &e.source);
+        let message = format!("expected {want} GPUs, CUDA opens {n}{cvd} (expected from {from})");
+        let finding = Finding::new(ReasonCode::GpuMissing, "GPUs", message);
+        findings.push(finding.with_values(f64::from(n), f64::from(want)));
     }
     NodeFacts {
         expected,
         driver_gpus,
         driver_error,
         cuda_visible,
-        nvml: String::new(),
-        nvml_ms: 0.0,
-        net: None,
         net_note: "not read yet".to_string(),
         findings,
-        off_cpu: None,
-        host: None,
+        ..NodeFacts::default()
     }
 }
 

@@ -80,47 +80,42 @@ impl LibFrom {
 /// Whether this node can run a check with the library `from` names (else the library path).
 pub fn probe_node(root: &Path, from: &LibFrom) -> NodeReady {
     let gpus = inventory::driver_gpus(root).unwrap_or_default();
-    let lib = from.lib().map(Path::to_path_buf);
-    let shown = lib
-        .as_ref()
-        .map_or("libnccl.so.2 on the library path".to_string(), |p| {
-            p.display().to_string()
-        });
+    let lib = from.lib();
+    let shown = lib.map_or("libnccl.so.2 on the library path".to_string(), |p| {
+        p.display().to_string()
+    });
+    let ready = |lines: Vec<String>| NodeReady {
+        lines,
+        not_ready: false,
+    };
+    let not_ready = |what: String| NodeReady {
+        lines: vec![CheckProblem::not_ready(what).to_string()],
+        not_ready: true,
+    };
     // A named library that is not there fails every check on every node; this needs no GPU
     // to tell (a file check only: nothing is loaded on a node without GPUs).
-    if let Some(l) = lib.as_ref().filter(|l| !l.is_file()) {
+    if let Some(l) = lib.filter(|l| !l.is_file()) {
         let why = if l.exists() {
             "not a file"
         } else {
             "no such file"
         };
-        return NodeReady {
-            lines: vec![CheckProblem::not_ready(format!(
-                "NCCL ({}): {why}; every check would end in ERROR: {}",
-                l.display(),
-                from.fix()
-            ))
-            .to_string()],
-            not_ready: true,
-        };
+        let (l, fix) = (l.display(), from.fix());
+        return not_ready(format!(
+            "NCCL ({l}): {why}; every check would end in ERROR: {fix}"
+        ));
     }
     if gpus.is_empty() {
-        return NodeReady {
-            lines: vec![format!(
-                "# no GPU listed by the driver on this node: NCCL ({shown}) not loaded; \
-                 a check here ends in ERROR (no GPU), never FAIL. Run this on a GPU node too"
-            )],
-            not_ready: false,
-        };
+        return ready(vec![format!(
+            "# no GPU listed by the driver on this node: NCCL ({shown}) not loaded; \
+             a check here ends in ERROR (no GPU), never FAIL. Run this on a GPU node too"
+        )]);
     }
-    let mut lines = vec![format!("# {} GPUs listed by the driver", gpus.len())];
-    let (line, not_ready) = match Nccl::load(lib.as_deref()) {
+    let listed = format!("# {} GPUs listed by the driver", gpus.len());
+    match Nccl::load(lib) {
         Ok(n) => {
-            let path = n.path.display();
-            (
-                format!("# NCCL {} loads from {path}", n.version_string()),
-                false,
-            )
+            let (version, path) = (n.version_string(), n.path.display());
+            ready(vec![listed, format!("# NCCL {version} loads from {path}")])
         }
         Err(e) => {
             // The loader's own hint is for a command line: what to change follows instead.
@@ -128,15 +123,14 @@ pub fn probe_node(root: &Path, from: &LibFrom) -> NodeReady {
                 &format!("; {}", nccl_check_contract::exit::NCCL_LIB_HINT),
                 "",
             );
-            let problem = CheckProblem::not_ready(format!(
+            let mut r = not_ready(format!(
                 "NCCL ({shown}): {e}; every check on this node would end in ERROR: {}",
                 from.fix()
             ));
-            (problem.to_string(), true)
+            r.lines.insert(0, listed);
+            r
         }
-    };
-    lines.push(line);
-    NodeReady { lines, not_ready }
+    }
 }
 
 /// What `--check-config` prints (stdout) and its exit code.

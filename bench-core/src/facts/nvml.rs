@@ -98,8 +98,7 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> GpuHealth {
         })
     })();
     let clocks = keep(&mut errors, "clocks", clocks);
-    let row_remap = remapped_rows(nvml, d);
-    let row_remap = row_remap
+    let row_remap = (remapped_rows(nvml, d))
         .map_err(|e| errors.push(format!("row remapping: {e}")))
         .ok();
     let (nvlink, links) = nvlinks(nvml, d);
@@ -128,23 +127,22 @@ fn keep<T>(errors: &mut Vec<String>, what: &str, r: Result<T, NvmlError>) -> Opt
 /// Links that answer, how many of them are active, and where each leads; None and no links
 /// when the GPU has no NVLink.
 fn nvlinks(nvml: &Nvml, d: &Device) -> (Option<NvLinks>, Vec<LinkFact>) {
-    let mut l = NvLinks {
-        present: 0,
-        active: 0,
-    };
-    let mut links = Vec::new();
-    for link in 0..MAX_LINKS {
-        let wrapper = d.link_wrapper_for(link);
-        if let Ok(active) = wrapper.is_active() {
-            l.present += 1;
-            l.active += u32::from(active);
-            links.push(LinkFact {
+    let links: Vec<LinkFact> = (0..MAX_LINKS)
+        .filter_map(|link| {
+            let wrapper = d.link_wrapper_for(link);
+            let active = wrapper.is_active().ok()?;
+            let remote = remote(nvml, d, link, &wrapper);
+            Some(LinkFact {
                 link,
                 active,
-                remote: remote(nvml, d, link, &wrapper),
-            });
-        }
-    }
+                remote,
+            })
+        })
+        .collect();
+    let l = NvLinks {
+        present: links.len() as u32,
+        active: links.iter().filter(|l| l.active).count() as u32,
+    };
     ((l.present > 0).then_some(l), links)
 }
 
@@ -189,19 +187,11 @@ fn owner(pid: u32) -> String {
     let path = format!("/proc/{pid}/status");
     // Unreadable: no Uid line, no owner.
     let status = nccl_check_host::read::small(std::path::Path::new(&path), 64 * 1024);
-    let status = status.unwrap_or_default();
-    let Some(uid) = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|u| u.parse::<u32>().ok())
-    else {
-        return String::new();
-    };
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map_or_else(|| format!("uid {uid}"), |u| u.name)
+    match super::host_load::status_user(&status.unwrap_or_default()) {
+        Some((_, Some(name))) => name,
+        Some((uid, None)) => format!("uid {uid}"),
+        None => String::new(),
+    }
 }
 
 /// `nvmlDeviceGetRemappedRows`, which nvml-wrapper 0.13 does not wrap.

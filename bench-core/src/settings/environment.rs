@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
+/// A variable by name, when set and UTF-8 (as [`Environment::get`] answers it).
+pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
 /// A snapshot of the environment; values as the OS gave them (a value that is not UTF-8 reads
 /// as unset through [`Environment::get`]; `options::env::non_utf8_env` refuses it where that
 /// would change what a check does).

@@ -8,7 +8,7 @@ use crate::model::collectives::Collective;
 use crate::model::credential::Credential;
 use crate::model::datatype::{DataType, RedOp};
 use crate::model::step::Step;
-use crate::settings::environment::Environment;
+use crate::settings::environment::{Environment, Lookup};
 use clap::Parser;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -149,11 +149,9 @@ pub enum Command {
 
 impl Args {
     /// Clap's parse; `Err` carries clap's own exit (help, version) or a usage error line.
-    pub fn parse<I, T>(args: I) -> Result<Args, ParseExit>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
+    pub fn parse(
+        args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+    ) -> Result<Args, ParseExit> {
         let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
         let echo = Echo::of(&args);
         let raw = RawArgs::try_parse_from(args).map_err(|e| match e.kind() {
@@ -197,11 +195,10 @@ impl Args {
 
 /// Parses the command line into the options of a check; `Err` carries clap's own exit (help,
 /// version) or a usage error line (`--explain-plan` is one: it runs no check).
-pub fn parse<I, T>(args: I, env: &Environment) -> Result<Options, ParseExit>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
+pub fn parse(
+    args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+    env: &Environment,
+) -> Result<Options, ParseExit> {
     match Args::parse(args)?.resolve(env)? {
         Command::Check(o) => Ok(*o),
         Command::Explain(_) => Err(ParseExit::Usage(
@@ -244,26 +241,14 @@ fn validate(
     let summary = steps::Summary::of(&steps);
     let datatype = DataType::parse(&raw.datatype)?;
     let op = RedOp::parse(&raw.op)?;
-    let gpus::GpuSelection {
-        devices: gpus,
-        model: gpu_model,
-    } = gpus::parse_gpu_list(
-        raw.gpus.as_deref(),
-        raw.gpu_model.as_deref(),
-        raw.explain_thresholds,
-    )?;
+    let (gpus, model) = (raw.gpus.as_deref(), raw.gpu_model.as_deref());
+    let selected = gpus::parse_gpu_list(gpus, model, raw.explain_thresholds)?;
     let peers = peers::Peers::of(&raw, env)?;
     let timeout = timeout(&raw.timeout)?;
-    if let Some(b) = raw.min_busbw {
-        if !(b.is_finite() && b >= 0.0) {
-            return Err(format!("invalid min-busbw '{b}'"));
-        }
+    if let Some(b) = raw.min_busbw.filter(|b| !(b.is_finite() && *b >= 0.0)) {
+        return Err(format!("invalid min-busbw '{b}'"));
     }
-    let nccl_lib = raw.nccl_lib.clone().or_else(|| {
-        env("NCCL_CHECK_NCCL_LIB")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    });
+    let nccl_lib = flag_or_env(&raw.nccl_lib, env, "NCCL_CHECK_NCCL_LIB");
     let nccl_lib = nccl_lib.or_else(|| config.nccl_lib.clone()); // the site's, last
     Ok(Options {
         node_name: ["NCCL_HOSTID", "SLURMD_NODENAME"]
@@ -278,7 +263,7 @@ fn validate(
         steps,
         config,
         explain_thresholds: raw.explain_thresholds,
-        gpu_model,
+        gpu_model: selected.model,
         expect_collnet: raw.expect_collnet,
         expect_nvls: raw.expect_nvls,
         plot: raw.plot,
@@ -293,7 +278,7 @@ fn validate(
         op,
         root: raw.root,
         check: raw.check == 1,
-        gpus,
+        gpus: selected.devices,
         rank: peers.rank,
         world: peers.world,
         rendezvous: peers.rendezvous,
@@ -316,16 +301,15 @@ fn validate(
 }
 
 /// `--config`, else `$NCCL_CHECK_CONFIG`, else the default path, over the built-in defaults.
-fn load_config(
-    raw: &RawArgs,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<WorkerConfig, String> {
-    let path = raw.config.clone().or_else(|| {
-        env("NCCL_CHECK_CONFIG")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-    });
+fn load_config(raw: &RawArgs, env: Lookup) -> Result<WorkerConfig, String> {
+    let path = flag_or_env(&raw.config, env, "NCCL_CHECK_CONFIG");
     WorkerConfig::load(path.as_deref()).map_err(|e| format!("config: {e}"))
+}
+
+/// A path flag, else the environment's `key` when set and not empty.
+fn flag_or_env(flag: &Option<PathBuf>, env: Lookup, key: &str) -> Option<PathBuf> {
+    let from_env = || env(key).filter(|s| !s.is_empty()).map(PathBuf::from);
+    flag.clone().or_else(from_env)
 }
 
 /// `--timeout`: seconds, above 0, at most a day.

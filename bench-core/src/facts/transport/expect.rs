@@ -43,10 +43,7 @@ pub fn check_transports(
             Some(want) => t.is_net() && !want.accepts(t),
             None => intra && expect.intra_node_p2p && !matches!(t, Transport::P2p { .. }),
         };
-        let bad: Vec<String> = pair
-            .transports
-            .iter()
-            .filter(wrong)
+        let bad: Vec<String> = (pair.transports.iter().filter(wrong))
             .map(|t| t.to_string())
             .collect();
         if bad.is_empty() {
@@ -62,22 +59,19 @@ pub fn check_transports(
     if expect.collnet && !summary.collnet_used() {
         let why = (summary.collnet_disabled.as_ref()).map(|w| format!(" (NCCL: {w})"));
         let why = why.unwrap_or_default();
-        out.push(TransportFinding {
-            subject: Culprit::CollNet,
-            message: format!(
-                "CollNet (SHARP) did not carry the collectives, CollNet expected{why}"
-            ),
-        });
+        let message =
+            format!("CollNet (SHARP) did not carry the collectives, CollNet expected{why}");
+        let subject = Culprit::CollNet;
+        out.push(TransportFinding { subject, message });
     }
     if expect.nvls && !summary.nvls_used() {
         let why = match summary.nvls_available {
             Some(false) => " (NCCL: NVLS multicast support is not available)",
             _ => "",
         };
-        out.push(TransportFinding {
-            subject: Culprit::Nvls,
-            message: format!("NVLS did not carry the collectives, NVLS expected{why}"),
-        });
+        let message = format!("NVLS did not carry the collectives, NVLS expected{why}");
+        let subject = Culprit::Nvls;
+        out.push(TransportFinding { subject, message });
     }
     out
 }

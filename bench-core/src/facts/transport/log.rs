@@ -19,37 +19,27 @@ const ALGO_NAMES: [&str; 7] = [
 /// (`NCCL_DEBUG_TIMESTAMP_FORMAT`) and `\r`.
 fn split_line(line: &str) -> Option<(Option<&str>, &'static str, &str)> {
     let line = line.trim_end_matches(['\r', '\n']);
-    let (pos, level, marker) = if let Some(p) = line.find(" NCCL INFO ") {
-        (p, "INFO", " NCCL INFO ")
-    } else if let Some(p) = line.find(" NCCL WARN ") {
-        (p, "WARN", " NCCL WARN ")
-    } else {
-        return None;
-    };
+    let markers = [("INFO", " NCCL INFO "), ("WARN", " NCCL WARN ")];
+    let (pos, level, marker) = (markers.into_iter())
+        .find_map(|(level, marker)| Some((line.find(marker)?, level, marker)))?;
     let message = line[pos + marker.len()..].trim();
     // prefix: `[timestamp] host:pid:tid [dev]`
     let prefix = line[..pos].trim_end();
     let mut words = prefix.rsplit(' ').filter(|w| !w.is_empty());
-    let dev_or_host = words.next();
-    let host_word = match dev_or_host {
-        Some(w) if w.starts_with('[') => words.next(),
+    let host_word = match words.next() {
+        Some(w) if w.starts_with('[') => words.next(), // the `[dev]` after the host
         other => other,
     };
-    let host = host_word.and_then(|w| {
-        let mut parts = w.rsplitn(3, ':');
-        let (_tid, _pid, host) = (parts.next()?, parts.next()?, parts.next()?);
-        (!host.is_empty()).then_some(host)
-    });
+    // `host:pid:tid`: the host is what is left before the last two colons.
+    let host = host_word.and_then(|w| w.rsplitn(3, ':').nth(2));
+    let host = host.filter(|h| !h.is_empty());
     Some((host, level, message))
 }
 
 /// `12[3]` → (12, 3).
 fn rank_dev(s: &str) -> Option<(u32, u32)> {
-    let s = s.trim();
-    let open = s.find('[')?;
-    let rank = s[..open].parse().ok()?;
-    let dev = s[open + 1..].strip_suffix(']')?.parse().ok()?;
-    Some((rank, dev))
+    let (rank, dev) = s.trim().strip_suffix(']')?.split_once('[')?;
+    Some((rank.parse().ok()?, dev.parse().ok()?))
 }
 
 /// Parses `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0` (and the SHM form without `/0`).
@@ -143,21 +133,16 @@ pub fn parse_log(text: &str) -> TransportSummary {
             if let Some((coll, algo)) = parse_tuning(msg) {
                 s.algorithms.entry(coll).or_default().insert(algo);
             }
-        } else if msg.starts_with("Pattern ") && msg.contains(", type ") {
-            if let Some(t) = msg
-                .split(", type ")
-                .nth(1)
-                .and_then(|r| r.split('/').next())
-            {
-                s.graph_intra_types.insert(t.trim().to_string());
-            }
+        } else if let Some(t) =
+            (msg.strip_prefix("Pattern ")).and_then(|m| m.split(", type ").nth(1))
+        {
+            let intra = t.split('/').next().unwrap_or(t);
+            s.graph_intra_types.insert(intra.trim().to_string());
         } else if msg.ends_with("Init COMPLETE") {
             // `[ncclCommInitRankConfig ]comm 0x.. rank 3 nranks 4 ...`: the printing host holds rank 3.
-            let mut words = msg.split_whitespace();
-            if words.any(|w| w == "rank") {
-                if let (Some(r), Some(h)) = (words.next().and_then(|w| w.parse().ok()), host) {
-                    s.rank_hosts.entry(r).or_insert_with(|| h.to_string());
-                }
+            let mut after_rank = msg.split_whitespace().skip_while(|w| *w != "rank").skip(1);
+            if let (Some(r), Some(h)) = (after_rank.next().and_then(|w| w.parse().ok()), host) {
+                s.rank_hosts.entry(r).or_insert_with(|| h.to_string());
             }
         }
     }

@@ -39,8 +39,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-/// One transport as NCCL names it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// One transport as NCCL names it; its stable machine name (`p2p`, `net_ib`: [`Transport::name`])
+/// is the variant's in snake case.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Transport {
     /// CUDA peer-to-peer: NVLink, or PCIe peer-to-peer (`mode`: `CUMEM/read`, `IPC`, `MNNVL`,
     /// `direct pointer`, `indirect/2[2]`, ...).
@@ -54,6 +56,7 @@ pub enum Transport {
     /// Any other network plugin, by the name it gives itself (`AWS Libfabric`, `UCX`, ...).
     NetOther(String),
     /// SHARP / in-network reduction through a CollNet plugin.
+    #[strum(serialize = "collnet")]
     CollNet,
     /// NVLink SHARP (NVSwitch multicast).
     Nvls,
@@ -64,16 +67,7 @@ pub enum Transport {
 impl Transport {
     /// Stable machine name, for the JSON report and configs.
     pub fn name(&self) -> &'static str {
-        match self {
-            Transport::P2p { .. } => "p2p",
-            Transport::Shm => "shm",
-            Transport::NetIb => "net_ib",
-            Transport::NetSocket => "net_socket",
-            Transport::NetOther(_) => "net_other",
-            Transport::CollNet => "collnet",
-            Transport::Nvls => "nvls",
-            Transport::Other(_) => "other",
-        }
+        self.into()
     }
 
     pub fn is_net(&self) -> bool {
@@ -298,20 +292,17 @@ impl TransportInfo {
 
     /// The report's entry for a parsed log.
     pub fn from_log(s: &TransportSummary) -> Self {
-        let (collnet, nvls) = (s.collnet_used(), s.nvls_used());
+        let (collnet, nvls, lines) = (s.collnet_used(), s.nvls_used(), s.connection_lines);
+        let algorithm = if collnet { "CollNet (SHARP)" } else { "NVLS" };
         Self {
             paths: s.paths(),
             network: s.network.clone(),
             collnet_used: collnet,
             nvls_used: nvls,
             busbw_note: (collnet || nvls).then(|| format!(
-                "{} carried collectives: busbw is not the ring-equivalent figure (it can exceed the link speed); only thresholds written for that algorithm apply",
-                if collnet { "CollNet (SHARP)" } else { "NVLS" }
+                "{algorithm} carried collectives: busbw is not the ring-equivalent figure (it can exceed the link speed); only thresholds written for that algorithm apply"
             )),
-            ..Self::not_recorded(format!(
-                "NCCL_DEBUG=INFO log, {} connection lines",
-                s.connection_lines
-            ))
+            ..Self::not_recorded(format!("NCCL_DEBUG=INFO log, {lines} connection lines"))
         }
     }
 }
@@ -361,6 +352,24 @@ mod tests {
         }
         assert_eq!(p2p("CUMEM/read").to_string(), "P2P/CUMEM/read");
         assert_eq!(Transport::NetSocket.name(), "net_socket");
+    }
+
+    /// The report's names of every transport, as they were before strum wrote them.
+    #[test]
+    fn every_transport_keeps_its_machine_name() {
+        let named = [
+            (Transport::P2p { mode: "IPC".into() }, "p2p"),
+            (Transport::Shm, "shm"),
+            (Transport::NetIb, "net_ib"),
+            (Transport::NetSocket, "net_socket"),
+            (Transport::NetOther("UCX".into()), "net_other"),
+            (Transport::CollNet, "collnet"),
+            (Transport::Nvls, "nvls"),
+            (Transport::Other("CE/future".into()), "other"),
+        ];
+        for (t, name) in named {
+            assert_eq!(t.name(), name, "{t:?}");
+        }
     }
 
     #[test]

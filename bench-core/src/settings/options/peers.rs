@@ -4,6 +4,7 @@
 
 use super::raw::RawArgs;
 use crate::model::credential::Credential;
+use crate::settings::environment::Lookup;
 use nccl_check_contract::slurm_rendezvous::{self, PortRange};
 
 /// The validated answer to "who, where, proven how".
@@ -25,15 +26,14 @@ struct Step {
 }
 
 impl Peers {
-    pub fn of(raw: &RawArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Peers, String> {
+    pub fn of(raw: &RawArgs, env: Lookup) -> Result<Peers, String> {
         let (rank, world) = rank_and_world(raw, env)?;
         let ids = Step {
             job: env("SLURM_JOB_ID"),
             step: env("SLURM_STEP_ID").unwrap_or_else(|| "0".into()),
         };
-        let port_range = raw.port_range.as_deref().map(PortRange::parse);
-        let port_range = port_range
-            .unwrap_or(Ok(PortRange::DEFAULT))
+        let port_range = (raw.port_range.as_deref())
+            .map_or(Ok(PortRange::DEFAULT), PortRange::parse)
             .map_err(|e| e.to_string())?;
         let explicit = raw
             .rendezvous
@@ -69,10 +69,7 @@ fn parse_u32(what: &str, v: &str) -> Result<u32, String> {
 }
 
 /// `--rank`/`--world`, else `SLURM_PROCID`/`SLURM_NTASKS`, else 0 of 1.
-fn rank_and_world(
-    raw: &RawArgs,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(u32, u32), String> {
+fn rank_and_world(raw: &RawArgs, env: Lookup) -> Result<(u32, u32), String> {
     let world = raw.world.clone().or_else(|| env("SLURM_NTASKS"));
     let world = world.map_or(Ok(1), |w| parse_u32("world", &w))?;
     let rank = raw.rank.clone().or_else(|| env("SLURM_PROCID"));
@@ -100,7 +97,7 @@ fn slurm_address(
     world: u32,
     ids: &Step,
     port_range: PortRange,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: Lookup,
 ) -> Result<(Option<String>, Vec<u16>, bool), String> {
     let nodes = env("SLURM_STEP_NODELIST").or_else(|| env("SLURM_JOB_NODELIST"));
     let (Some(nodes), Some(job)) = (nodes, &ids.job) else {
@@ -122,11 +119,7 @@ fn slurm_address(
 
 /// How peers prove they belong: the step's secret, else MUNGE under Slurm; a world outside
 /// Slurm without a secret is refused.
-fn credential(
-    world: u32,
-    under_slurm: bool,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Credential, String> {
+fn credential(world: u32, under_slurm: bool, env: Lookup) -> Result<Credential, String> {
     Ok(match env("NCCL_CHECK_SECRET") {
         Some(secret) => Credential::Secret(secret),
         None if under_slurm => Credential::Munge,

@@ -173,16 +173,14 @@ fn after_help() -> String {
         let mut row = line[..lead].to_string();
         for word in line[lead..].split(' ') {
             if row.len() > indent.len() && row.len() + 1 + word.len() > HELP_WIDTH {
-                table.push_str(row.trim_end());
-                table.push('\n');
+                table += &format!("{}\n", row.trim_end());
                 row = indent.clone();
             } else if row.len() > lead {
                 row.push(' ');
             }
             row.push_str(word);
         }
-        table.push_str(row.trim_end());
-        table.push('\n');
+        table += &format!("{}\n", row.trim_end());
     }
     format!("{AFTER_HELP}{table}")
 }

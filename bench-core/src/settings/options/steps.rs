@@ -3,17 +3,16 @@
 //! steps the rest of the options carry.
 
 use super::raw::RawArgs;
+use crate::config::plans::sweep_sizes;
 use crate::model::collectives::{self, AllReduce, Collective};
 use crate::model::size::parse_size;
 use crate::model::step::Step;
 
 /// `-f` and `-n` values no plan can run with.
 pub(super) fn check_counts(raw: &RawArgs) -> Result<(), String> {
-    if raw.step_factor < 2 {
-        return Err(format!(
-            "invalid stepfactor {}: must be at least 2",
-            raw.step_factor
-        ));
+    let factor = raw.step_factor;
+    if factor < 2 {
+        return Err(format!("invalid stepfactor {factor}: must be at least 2"));
     }
     if raw.iters == Some(0) {
         return Err("invalid iters 0: at least one timed iteration is needed".into());
@@ -53,18 +52,15 @@ fn sweep(raw: &RawArgs) -> Result<Vec<u64>, String> {
     let min_bytes = parse_size(raw.min_bytes.as_deref().unwrap_or("256M"))?;
     let max_bytes = match raw.max_bytes.as_deref() {
         Some(m) => parse_size(m)?,
-        // -b alone measures just that size.
-        None if raw.min_bytes.is_some() => min_bytes,
-        None => parse_size("256M")?,
+        // -b alone measures just that size (neither: the default size alone).
+        None => min_bytes,
     };
     if min_bytes > max_bytes {
         return Err(format!(
             "minbytes {min_bytes} is larger than maxbytes {max_bytes}"
         ));
     }
-    let next = |&s: &u64| (s != 0).then(|| s.saturating_mul(raw.step_factor));
-    let sizes = std::iter::successors(Some(min_bytes), next);
-    Ok(sizes.take_while(|&s| s <= max_bytes).collect())
+    Ok(sweep_sizes(min_bytes, max_bytes, raw.step_factor))
 }
 
 /// The plan's steps, with `-w` and `-n` replacing its counts where given: counts given on
