@@ -33,7 +33,8 @@
 //! - **Paths** (4..=32 nodes, only after an alltoall beside B read slow against B, and only when
 //!   the rounds above named nothing): every node pair once, a round-robin tournament with G node
 //!   matchings a round (one a rail), judged only against its own pairs' median; a slow pair is
-//!   measured once more (`PathRetest`) and named when both its nodes are fast with most of their
+//!   measured once more (`PathRetest`, beside control pairs of the nodes it leaves free, and
+//!   slow only below them too) and named when both its nodes are fast with most of their
 //!   other partners (`paths`). A healthy check runs the alltoall and no pair round.
 //!
 //! # Why it does not grow with N
