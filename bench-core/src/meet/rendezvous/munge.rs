@@ -108,28 +108,6 @@ impl Munge {
         })
     }
 
-    /// Runs munge with `args` after `--restrict-uid` (the job's uid), `input` on its stdin; the
-    /// credential, or why it failed.
-    fn munge(&self, args: &[&str], input: &[u8], deadline: Instant) -> Result<String, AuthError> {
-        let uid = self.uid.to_string();
-        let argv = [&["--restrict-uid", uid.as_str()][..], args].concat();
-        let out = self.run_output(&self.munge, &argv, input, deadline)?;
-        Ok(out
-            .map_err(|(_, why)| AuthError::Refused(why))?
-            .trim()
-            .to_string())
-    }
-
-    /// Runs unmunge on `credential` (`-k STATUS -k UID`), as [`Munge::run_output`] does.
-    fn unmunge(
-        &self,
-        credential: &str,
-        deadline: Instant,
-    ) -> Result<Result<String, (String, String)>, AuthError> {
-        let args = ["-k", "STATUS", "-k", "UID"];
-        self.run_output(&self.unmunge, &args, credential.as_bytes(), deadline)
-    }
-
     /// Runs `program` under the contract's supervision (own process group, killed with all it
     /// started at the deadline, reaped), `input` on its stdin: its stdout; a program that ran
     /// and exited non-zero gives `Ok(Err((its stdout, why)))`, so that unmunge's output for a
@@ -227,8 +205,15 @@ impl Authenticator for Munge {
         let mut key = vec![0u8; 32];
         getrandom::getrandom(&mut key)
             .map_err(|e| AuthError::Refused(format!("no random numbers from the kernel: {e}")))?;
-        // The key on munge's stdin, never on its command line (which every user can read).
-        let credential = self.munge(&[], hex::encode(&key).as_bytes(), deadline)?;
+        // The key on munge's stdin, never on its command line (which every user can read); the
+        // credential only the job's uid can open.
+        let uid = self.uid.to_string();
+        let args = ["--restrict-uid", uid.as_str()];
+        let credential = self
+            .run_output(&self.munge, &args, hex::encode(&key).as_bytes(), deadline)?
+            .map_err(|(_, why)| AuthError::Refused(why))?
+            .trim()
+            .to_string();
         Ok(Some(Ticket { credential, key }))
     }
 
@@ -241,7 +226,9 @@ impl Authenticator for Munge {
         if let Some((_, key)) = known.as_ref().filter(|(c, _)| c == credential) {
             return Ok(key.clone());
         }
-        let out = self.unmunge(credential, deadline)?.or_else(|(out, why)| {
+        let args = ["-k", "STATUS", "-k", "UID"];
+        let opened = self.run_output(&self.unmunge, &args, credential.as_bytes(), deadline)?;
+        let out = opened.or_else(|(out, why)| {
             if out.contains("\n\n") {
                 Ok(out)
             } else {

@@ -226,24 +226,13 @@ impl ControlPlane {
                         .for_each(|(t, v)| op.combine(t, v));
                     Ok(())
                 });
-                if let Err(why) = gathered {
-                    self.abort(&why.to_string(), deadline);
-                    return Err(why);
-                }
-                let ControlPlane::Root { peers, .. } = self else {
-                    unreachable!()
-                };
-                let down = Frame {
+                let down = |_: &Member, total: &mut Vec<f64>| Frame {
                     seq,
                     op,
                     values: total.clone(),
                     ..Frame::default()
                 };
-                for (m, link) in peers.iter_mut() {
-                    link.send(&down, deadline)
-                        .map_err(|e| peer_error(&who(m), e))?;
-                }
-                Ok(total)
+                self.answer(gathered.map(|()| total), deadline, down)
             }
         }
     }
@@ -306,30 +295,36 @@ impl ControlPlane {
                     let cap = MAX_GATHER_FRAME;
                     Self::collect(peers, live, host, seq, Op::Gather, cap, deadline, take)
                 });
-                let mut replies = match gathered.and_then(|()| decided(decide, &total, world)) {
-                    Ok(r) => r,
-                    Err(why) => {
-                        self.abort(&why.to_string(), deadline);
-                        return Err(why);
-                    }
+                let down = |m: &Member, replies: &mut Vec<Value>| Frame {
+                    seq,
+                    op: Op::Gather,
+                    len: len as u64,
+                    reply: replies.get_mut(m.proc_rank as usize).map(Value::take),
+                    ..Frame::default()
                 };
-                let ControlPlane::Root { peers, .. } = self else {
-                    unreachable!()
-                };
-                for (m, link) in peers.iter_mut() {
-                    let down = Frame {
-                        seq,
-                        op: Op::Gather,
-                        len: len as u64,
-                        reply: replies.get_mut(m.proc_rank as usize).map(Value::take),
-                        ..Frame::default()
-                    };
-                    link.send(&down, deadline)
-                        .map_err(|e| peer_error(&who(m), e))?;
-                }
+                let replies = gathered.and_then(|()| decided(decide, &total, world));
+                let mut replies = self.answer(replies, deadline, down)?;
                 Ok(replies.get_mut(me).map(Value::take).unwrap_or_default())
             }
         }
+    }
+
+    /// The coordinator's end of an operation that `got` its result: each other process's `down`
+    /// frame sent to it, or, where the operation failed, the reason sent to everyone instead.
+    fn answer<T>(
+        &mut self,
+        got: Result<T, PlaneError>,
+        deadline: Instant,
+        mut down: impl FnMut(&Member, &mut T) -> Frame,
+    ) -> Result<T, PlaneError> {
+        let mut got = got.inspect_err(|why| self.abort(&why.to_string(), deadline))?;
+        if let ControlPlane::Root { peers, .. } = self {
+            for (m, link) in peers.iter_mut() {
+                link.send(&down(m, &mut got), deadline)
+                    .map_err(|e| peer_error(&who(m), e))?;
+            }
+        }
+        Ok(got)
     }
 
     /// Tells the other processes to stop now (best effort, short timeout).
