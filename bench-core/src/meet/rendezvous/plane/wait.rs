@@ -110,13 +110,10 @@ impl ControlPlane {
             if i == first {
                 continue;
             }
-            match link.drain(MAX_GATHER_FRAME, live) {
-                Err(g) => gone.push((i, g)),
-                Ok(_) => {
-                    if let Some(q) = link.silent(Instant::now(), live) {
-                        gone.push((i, Gone::Silent(q)));
-                    }
-                }
+            let drained = link.drain(MAX_GATHER_FRAME, live).err();
+            let silent = link.silent(Instant::now(), live).map(Gone::Silent);
+            if let Some(g) = drained.or(silent) {
+                gone.push((i, g));
             }
         }
         gone.sort_by_key(|(i, _)| *i);
