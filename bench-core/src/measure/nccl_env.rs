@@ -6,6 +6,7 @@
 use crate::config::network::{NetworkProfile, TransportExpectation};
 use crate::settings::environment::Environment;
 use crate::settings::options::Options;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
 /// Where NCCL's log goes (a file in a private directory of its own, removed however the process
@@ -88,13 +89,10 @@ pub fn capture_nccl_log(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     ));
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("not recorded: cannot create {}: {e}", dir.display()))?;
-    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("not recorded: cannot create {}: {e}", dir.display()))?;
     let path = dir.join("nccl.log");
     env.set_for_nccl("NCCL_DEBUG", "INFO");
     env.set_for_nccl("NCCL_DEBUG_FILE", &path);

@@ -147,12 +147,9 @@ impl std::fmt::Display for LoadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LoadError::NotFound(tries) => {
-                write!(f, "NCCL library not found (tried ")?;
-                for (i, (name, why)) in tries.iter().enumerate() {
-                    let sep = if i == 0 { "" } else { "; " };
-                    write!(f, "{sep}{name}: {why}")?;
-                }
-                write!(f, "); {}", nccl_check_contract::exit::NCCL_LIB_HINT)
+                let tried: Vec<String> = tries.iter().map(|(n, w)| format!("{n}: {w}")).collect();
+                let (tried, hint) = (tried.join("; "), nccl_check_contract::exit::NCCL_LIB_HINT);
+                write!(f, "NCCL library not found (tried {tried}); {hint}")
             }
             LoadError::NotNccl { path, symbol } => {
                 write!(f, "{path} is not an NCCL library (no symbol {symbol})")
@@ -170,11 +167,8 @@ impl std::error::Error for LoadError {}
 
 /// `22809` -> `2.28.9` (the encoding since NCCL 2.9: major*10000 + minor*100 + patch).
 pub fn version_string(code: i32) -> String {
-    if code >= 10000 {
-        format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
-    } else {
-        format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
-    }
+    let major = if code >= 10000 { 10000 } else { 1000 };
+    format!("{}.{}.{}", code / major, (code % major) / 100, code % 100)
 }
 
 /// Candidate names when no path is given: the runtime package's SONAME first, then the dev link.
@@ -333,9 +327,7 @@ fn loaded_path(addr: *const c_void) -> Option<PathBuf> {
     let name = unsafe { CStr::from_ptr(info.dli_fname) }
         .to_string_lossy()
         .into_owned();
-    std::fs::canonicalize(&name)
-        .ok()
-        .or(Some(PathBuf::from(name)))
+    Some(std::fs::canonicalize(&name).unwrap_or_else(|_| PathBuf::from(name)))
 }
 
 #[cfg(test)]

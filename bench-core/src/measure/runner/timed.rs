@@ -298,11 +298,8 @@ impl Measurer<'_> {
     /// GPU seconds; the same length on every rank (the loop's iterations).
     fn fastest_gpu_time(&self, mine: &[f64]) -> Result<f64, RunError> {
         let all = self.team.min(mine).map_err(|e| self.team_err(e))?;
-        Ok(super::gpu_time::settled_mean(if all.len() == mine.len() {
-            &all
-        } else {
-            mine
-        }))
+        let all: &[f64] = if all.len() == mine.len() { &all } else { mine };
+        Ok(super::gpu_time::settled_mean(all))
     }
 
     /// One placement of one size: returns seconds per operation, the wrong-element count, and
