@@ -258,11 +258,6 @@ fn resolve(plugin: &str, plugin_dir: Option<&str>, root: &Path) -> Option<Option
     )
 }
 
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
 /// Checks every line of ours in `stack`.
 pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
     let mut f = Findings {
@@ -294,10 +289,12 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
                 located(&at, &err)
             )),
             Ok(c) => {
-                if !is_executable(&nccl_check_host::read::under(
+                if nccl_check_host::read::not_runnable(&nccl_check_host::read::under(
                     root,
                     &c.worker.display().to_string(),
-                )) {
+                ))
+                .is_some()
+                {
                     f.problems.push(format!(
                         "{at}: worker {}: not an executable file on this node (every \
                          --nccl-check task here would end in ERROR)",
