@@ -480,8 +480,16 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         drop(held);
+        // Another test's fork in this process holds a copy of every descriptor until its exec
+        // (2026-12-03 CI under load: -1 once): wait for that, well short of the child's 2 s, so
+        // a watcher that keeps the file for the child's life still fails here.
+        let f = open();
+        let until = Instant::now() + Duration::from_millis(500);
+        while flock(&f) != 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(
-            flock(&open()),
+            flock(&f),
             0,
             "the lock is still held after it was given back"
         );
