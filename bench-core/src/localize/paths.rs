@@ -45,7 +45,7 @@
 use super::assess::quantile;
 use super::{Code, Group, LocalizeFinding};
 use crate::model::localization::Phase;
-use crate::model::stats::num_vs;
+use crate::model::stats::{num, num_vs};
 use nccl_check_contract::report::culprit::Culprit;
 
 /// Fewest nodes the alltoall runs for: with 2 or 3 nodes the all_reduce's ring uses every node
@@ -356,7 +356,7 @@ impl Paths {
                 Some(c) => format!(
                     ", and {} x the {} GB/s of the pairs measured beside its retest",
                     self.fraction,
-                    num_vs(c, c).0
+                    num(c)
                 ),
                 None => String::new(),
             };
