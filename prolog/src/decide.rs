@@ -111,12 +111,6 @@ pub fn decide(mode: Mode, found: Found, policy: Policy, all_gpus: bool) -> Actio
         exit_code,
     };
     match found {
-        // A broken config never drains and never stops a job: the admin's mistake must not take
-        // nodes out of service.
-        Found::BrokenConfig => nothing(if mode == Mode::Recheck { 2 } else { 0 }),
-        // Not the node's fault as far as anyone knows: the job runs, nothing is drained or
-        // cached; a recheck (asked for a verdict) says it has none.
-        Found::Unjudged => nothing(if mode == Mode::Recheck { 2 } else { 0 }),
         Found::NothingToCheck | Found::CachedPass => nothing(0),
         Found::Measured(Verdict::Pass) => Actions {
             drain: false,
@@ -129,9 +123,13 @@ pub fn decide(mode: Mode, found: Found, policy: Policy, all_gpus: bool) -> Actio
         Found::Busy(Whose::NoJob) if policy.stray == StrayPolicy::Fail => {
             decide(mode, Found::Measured(Verdict::Fail), policy, all_gpus)
         }
-        // Busy otherwise: the hardware was not judged. Nothing drains, the pass is not
-        // recorded, the job runs; a recheck says it could not judge (2), so nothing resumes.
-        Found::Busy(_) => nothing(if mode == Mode::Recheck { 2 } else { 0 }),
+        // A broken config never drains and never stops a job: the admin's mistake must not take
+        // nodes out of service. Unjudged: not the node's fault as far as anyone knows. Busy
+        // otherwise: the hardware was not judged. In each, nothing drains, nothing is cached,
+        // the job runs; a recheck (asked for a verdict) says it has none (2), so nothing resumes.
+        Found::BrokenConfig | Found::Unjudged | Found::Busy(_) => {
+            nothing(if mode == Mode::Recheck { 2 } else { 0 })
+        }
         Found::Measured(Verdict::Fail) => Actions {
             drain: true,
             resume_own_drain: false,
