@@ -47,8 +47,7 @@ fn group_writable(m: &std::fs::Metadata, sticky_ok: bool) -> Option<String> {
 /// The uid that must own what the prolog writes: root in production (slurmd runs it as root);
 /// the test suites' own uid otherwise.
 pub fn owner() -> u32 {
-    // SAFETY: geteuid cannot fail and touches no memory of ours.
-    unsafe { libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
 /// Creates `dir` (and missing parents, mode 0755) when absent, then checks it with [`check_dir`].
@@ -204,14 +203,15 @@ fn openat_dir(
     name: &std::ffi::OsStr,
     flags: i32,
 ) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::OFlag;
     use std::os::fd::{AsRawFd, FromRawFd};
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: `dir` is an open descriptor and `c` a NUL-terminated string, both alive for the call.
-    let raw = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let flags = OFlag::from_bits_retain(flags);
+    let raw = nix::fcntl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        flags,
+        nix::sys::stat::Mode::empty(),
+    )?;
     // SAFETY: openat returned a new descriptor that nothing else owns.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
 }

@@ -66,14 +66,8 @@ impl RunDir {
 
 /// Bytes an unprivileged writer could still write on the file system of `dir`.
 fn free_bytes(dir: &Path) -> std::io::Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: statvfs fills the zeroed struct from one NUL-terminated path.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    let st = nix::sys::statvfs::statvfs(dir)?;
+    Ok((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
 }
 
 /// The tag of a run's directory and of its files: `job-<id>` (digits only, else `job-invalid`),

@@ -30,8 +30,7 @@ pub fn small(path: &Path) -> Result<String, String> {
 /// Err when a user other than root and this process could have written the file.
 fn writable_by_others(md: &std::fs::Metadata) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = nix::unistd::geteuid().as_raw();
     if md.uid() != 0 && md.uid() != me {
         return Err(format!("owned by uid {}", md.uid()));
     }
