@@ -7,15 +7,10 @@ use syslog::{Facility, Formatter3164, Logger, LoggerBackend};
 
 pub const PROCESS: &str = "nccl-check-prolog";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Info,
-    Warning,
-    Error,
-}
+type Syslog = Logger<LoggerBackend, Formatter3164>;
 
 pub struct Log {
-    syslog: Option<Logger<LoggerBackend, Formatter3164>>,
+    syslog: Option<Syslog>,
     echo: bool,
 }
 
@@ -39,29 +34,25 @@ impl Log {
         Log { syslog, echo }
     }
 
-    pub fn log(&mut self, level: Level, msg: &str) {
+    fn send(&mut self, msg: &str, to: fn(&mut Syslog, &str) -> syslog::Result<()>) {
         if self.echo {
             nccl_check_host::outln!("{PROCESS}: {msg}");
         }
         if let Some(s) = self.syslog.as_mut() {
-            let _ = match level {
-                Level::Info => s.info(msg),
-                Level::Warning => s.warning(msg),
-                Level::Error => s.err(msg),
-            };
+            let _ = to(s, msg);
         }
     }
 
     pub fn info(&mut self, msg: &str) {
-        self.log(Level::Info, msg);
+        self.send(msg, |s, m| s.info(m));
     }
 
     pub fn warn(&mut self, msg: &str) {
-        self.log(Level::Warning, msg);
+        self.send(msg, |s, m| s.warning(m));
     }
 
     pub fn error(&mut self, msg: &str) {
-        self.log(Level::Error, msg);
+        self.send(msg, |s, m| s.err(m));
     }
 }
 
