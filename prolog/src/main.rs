@@ -19,7 +19,6 @@ mod log;
 mod metrics;
 mod prom;
 mod reason;
-mod report;
 mod secure;
 mod shared;
 mod slurm_uses;
@@ -273,7 +272,7 @@ fn gate_off(path: &Path, error: &str, facts: &Facts, mode: Mode, dry_run: bool) 
             let dir = secure::open_textfile_dir(m.parent().unwrap_or(Path::new("/")));
             if let (Ok(dir), Some(name)) = (dir, m.file_name()) {
                 let sample = metrics::Sample::unmeasured(GateState::Disabled, None, None);
-                let _ = metrics::write(&dir.file(name), &sample);
+                let _ = prom::write(&dir.file(name), &metrics::render(&sample));
             }
         }
     }
