@@ -120,10 +120,6 @@ pub fn render(s: &Sample) -> String {
     t
 }
 
-pub fn write(path: &Path, s: &Sample) -> std::io::Result<()> {
-    crate::prom::write(path, &render(s))
-}
-
 /// The fallback file's name in the state directory: where a run's metrics go when
 /// `metrics_file` cannot be written (the check runs all the same).
 pub const FALLBACK: &str = "nccl_check.prom";
@@ -142,10 +138,6 @@ pub fn render_fallback(s: &Sample, why: &str) -> String {
     );
     gauge_of(&mut t, "nccl_check_metrics_file_error", &help, 1);
     t
-}
-
-pub fn write_fallback(path: &Path, s: &Sample, why: &str) -> std::io::Result<()> {
-    crate::prom::write(path, &render_fallback(s, why))
 }
 
 /// `x.prom` → `x-node.prom`: the node's Slurm state as the last recheck read it, in its own file
@@ -186,16 +178,6 @@ pub fn render_node(allocated: bool, slurm_state: &str, now_unix: f64) -> String 
     let help = "When the recheck last read Slurm's node state.";
     gauge_of(&mut t, name, help, format!("{now_unix:.3}"));
     t
-}
-
-pub fn write_node(
-    metrics_file: &Path,
-    allocated: bool,
-    slurm_state: &str,
-    now_unix: f64,
-) -> std::io::Result<()> {
-    let text = render_node(allocated, slurm_state, now_unix);
-    crate::prom::write(&node_path(metrics_file), &text)
 }
 
 #[cfg(test)]

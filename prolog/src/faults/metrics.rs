@@ -70,10 +70,6 @@ pub fn render(s: &Summary, now_unix: f64) -> String {
     t
 }
 
-pub fn write(metrics_file: &Path, s: &Summary, now_unix: f64) -> std::io::Result<()> {
-    crate::prom::write(&path_beside(metrics_file), &render(s, now_unix))
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::summary::{Finding, Source};

@@ -4,7 +4,7 @@
 use super::{now_unix, Gate, Places};
 use crate::decide::Found;
 use crate::status::{GateState, Status};
-use crate::{cache, drain, faults, words};
+use crate::{cache, drain, faults, prom, words};
 use nccl_check_contract::verdict::Verdict;
 use std::path::Path;
 
@@ -31,7 +31,10 @@ impl Gate<'_> {
             self.log.warn(&line);
         }
         if let (Some(m), false) = (&places.metrics, self.dry_run) {
-            if let Err(e) = faults::metrics::write(m, &f, now_unix()) {
+            if let Err(e) = prom::write(
+                &faults::metrics::path_beside(m),
+                &faults::metrics::render(&f, now_unix()),
+            ) {
                 let shown = places.metrics_shown();
                 self.log
                     .warn(&format!("metrics_file (faults) {shown}: {e}"));

@@ -4,9 +4,9 @@
 use super::{now_unix, Gate, Places};
 use crate::decide::Found;
 use crate::drain;
-use crate::metrics;
 use crate::status::{self, GateState, Status};
 use crate::words;
+use crate::{metrics, prom};
 use nccl_check_contract::verdict::Verdict;
 use std::path::Path;
 
@@ -25,14 +25,14 @@ impl Gate<'_> {
             }
         }
         if let Some(p) = &places.metrics {
-            if let Err(e) = metrics::write(p, sample) {
+            if let Err(e) = prom::write(p, &metrics::render(sample)) {
                 let shown = places.metrics_shown();
                 self.log.warn(&format!("metrics_file {shown}: {e}"));
             }
         }
         if let (Some(why), Some(d)) = (&places.metrics_error, &places.state_dir) {
             let p = d.join(metrics::FALLBACK);
-            if let Err(e) = metrics::write_fallback(&p, sample, why) {
+            if let Err(e) = prom::write(&p, &metrics::render_fallback(sample, why)) {
                 self.log.warn(&format!("{}: {e}", p.display()));
             }
         }
@@ -98,7 +98,10 @@ impl Gate<'_> {
     /// gate has not run on (`metrics::render_node`). Not on a dry run.
     pub(super) fn write_node_state(&mut self, places: &Places, n: &drain::NodeState) {
         if let (Some(m), false) = (&places.metrics, self.dry_run) {
-            if let Err(e) = metrics::write_node(m, n.busy(), &n.state, now_unix()) {
+            if let Err(e) = prom::write(
+                &metrics::node_path(m),
+                &metrics::render_node(n.busy(), &n.state, now_unix()),
+            ) {
                 self.log.warn(&format!(
                     "metrics_file (node state) {}: {e}",
                     metrics::node_path(Path::new(&places.metrics_shown())).display()
