@@ -36,26 +36,21 @@ pub fn devices(root: &Path) -> (Vec<Device>, Vec<String>) {
     let mut out = Vec::new();
     let mut problems = Vec::new();
     let pci = root.join("sys/bus/pci/devices");
-    match std::fs::read_dir(&pci) {
-        Ok(entries) => {
-            for e in entries.flatten().take(MAX_PCI) {
-                let dir = e.path();
-                // The vendor first: one read for every device that is not NVIDIA's.
-                if read::small(&dir.join("vendor")).map(|v| v.trim().to_string())
-                    != Ok("0x10de".into())
-                {
-                    continue;
-                }
-                let class = read::small(&dir.join("class")).unwrap_or_default();
-                // 0x0300xx VGA, 0x0302xx 3D controller (the data-centre GPUs).
-                if class.trim().starts_with("0x0300") || class.trim().starts_with("0x0302") {
-                    out.push(Device {
-                        pci: e.file_name().to_string_lossy().into_owned(),
-                        role: "GPU".into(),
-                    });
-                }
-            }
-        }
+    // The vendor first: one read for every device that is not NVIDIA's.
+    match nvidia_functions(root) {
+        Ok(functions) => out.extend(
+            functions
+                .into_iter()
+                .filter(|f| {
+                    let class = read::small(&pci.join(f).join("class")).unwrap_or_default();
+                    // 0x0300xx VGA, 0x0302xx 3D controller (the data-centre GPUs).
+                    class.trim().starts_with("0x0300") || class.trim().starts_with("0x0302")
+                })
+                .map(|pci| Device {
+                    pci,
+                    role: "GPU".into(),
+                }),
+        ),
         Err(e) => problems.push(format!("{}: {e}", pci.display())),
     }
     let ib = root.join("sys/class/infiniband");
@@ -63,14 +58,10 @@ pub fn devices(root: &Path) -> (Vec<Device>, Vec<String>) {
         for e in entries.flatten().take(MAX_RDMA) {
             let name = e.file_name().to_string_lossy().into_owned();
             match std::fs::read_link(e.path().join("device")) {
-                Ok(target) => {
-                    if let Some(addr) = target.file_name() {
-                        out.push(Device {
-                            pci: addr.to_string_lossy().into_owned(),
-                            role: format!("NIC {name}"),
-                        });
-                    }
-                }
+                Ok(target) => out.extend(target.file_name().map(|addr| Device {
+                    pci: addr.to_string_lossy().into_owned(),
+                    role: format!("NIC {name}"),
+                })),
                 Err(err) => problems.push(format!("{}/device: {err}", e.path().display())),
             }
         }
@@ -81,18 +72,14 @@ pub fn devices(root: &Path) -> (Vec<Device>, Vec<String>) {
 }
 
 /// Every PCI function under `root` with NVIDIA's vendor id (GPUs, NVSwitches, their functions),
-/// and whether the device list could be read at all.
-pub fn nvidia_functions(root: &Path) -> (Vec<String>, bool) {
-    let Ok(entries) = std::fs::read_dir(root.join("sys/bus/pci/devices")) else {
-        return (Vec::new(), false);
-    };
-    let out = entries
+/// or why the device list could not be read at all.
+pub fn nvidia_functions(root: &Path) -> std::io::Result<Vec<String>> {
+    Ok(std::fs::read_dir(root.join("sys/bus/pci/devices"))?
         .flatten()
         .take(MAX_PCI)
         .filter(|e| read::small(&e.path().join("vendor")).is_ok_and(|v| v.trim() == "0x10de"))
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    (out, true)
+        .collect())
 }
 
 /// The `Name count` lines of one AER file.

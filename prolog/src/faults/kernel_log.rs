@@ -180,9 +180,13 @@ fn pick_driver_record(facility: u32, text: &str) -> kmsg::Pick {
 /// tied to this node.
 fn nvidia_devices(s: &Settings) -> Option<BTreeSet<String>> {
     let listed = std::fs::read_dir(&s.gpu_info_dir).is_ok();
-    let (pci, readable) = aer::nvidia_functions(&s.root);
+    let pci = aer::nvidia_functions(&s.root);
+    let readable = pci.is_ok();
     let gpus = crate::gpus::read(&s.gpu_info_dir);
-    let all = gpus.into_iter().map(|g| g.bus).chain(pci);
+    let all = gpus
+        .into_iter()
+        .map(|g| g.bus)
+        .chain(pci.into_iter().flatten());
     let out = all.filter_map(|a| xid::pci_device(&a)).collect();
     (listed || readable).then_some(out)
 }
