@@ -33,11 +33,8 @@ pub struct Budget {
 
 /// `budget_seconds` against `timeout` (seconds, None = no limit) read at `source`.
 pub fn effective(budget_seconds: u64, timeout: Option<u64>, source: &str) -> Budget {
-    let limits: Vec<SlurmLimit> = timeout
-        .map(|t| SlurmLimit::prolog_epilog(t, source))
-        .into_iter()
-        .collect();
-    within(budget_seconds, &limits)
+    let limit = timeout.map(|t| SlurmLimit::prolog_epilog(t, source));
+    within(budget_seconds, limit.as_slice())
 }
 
 /// One limit Slurm sets on a run of the gate: past `seconds` from its start, Slurm acts.
@@ -62,31 +59,25 @@ impl SlurmLimit {
 
 /// `budget_seconds` against the smallest of `limits`: cut to it less [`GRACE`] and [`MARGIN`].
 pub fn within(budget_seconds: u64, limits: &[SlurmLimit]) -> Budget {
-    let Some(l) = limits.iter().min_by_key(|l| l.seconds) else {
-        return Budget {
-            seconds: budget_seconds,
-            cut: None,
-        };
-    };
-    let most = Duration::from_secs(l.seconds)
-        .saturating_sub(GRACE + MARGIN)
-        .as_secs();
-    if budget_seconds <= most {
-        return Budget {
-            seconds: budget_seconds,
-            cut: None,
-        };
-    }
-    Budget {
-        seconds: most,
-        cut: Some(format!(
-            "budget_seconds = {budget_seconds} cut to {most} s by {}: {:.1} s kept for a drain and \
-             the exit, so {}",
-            l.said,
-            (GRACE + MARGIN).as_secs_f64(),
-            l.spares
-        )),
-    }
+    let cut = limits.iter().min_by_key(|l| l.seconds).and_then(|l| {
+        let most = Duration::from_secs(l.seconds)
+            .saturating_sub(GRACE + MARGIN)
+            .as_secs();
+        (budget_seconds > most).then(|| Budget {
+            seconds: most,
+            cut: Some(format!(
+                "budget_seconds = {budget_seconds} cut to {most} s by {}: {:.1} s kept for a drain \
+                 and the exit, so {}",
+                l.said,
+                (GRACE + MARGIN).as_secs_f64(),
+                l.spares
+            )),
+        })
+    });
+    cut.unwrap_or(Budget {
+        seconds: budget_seconds,
+        cut: None,
+    })
 }
 
 /// Slurm's `DEFAULT_MSG_TIMEOUT`: slurmctld gives a batch job's launch `BatchStartTimeout` plus
