@@ -63,13 +63,6 @@ impl NotReady {
     }
 }
 
-impl std::ops::Deref for NotReady {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.text
-    }
-}
-
 /// Problems and notes, in the order they are printed.
 #[derive(Debug, Default, PartialEq)]
 pub struct Findings {
@@ -585,7 +578,7 @@ mod tests {
         let s5 = settings(Some(5), &[]);
         let f = slurm(&c, &view(Some(&s5), ""), file);
         assert_eq!(f.problems.len(), 1, "{f:?}");
-        assert!(f.problems[0].contains("no time is left"), "{f:?}");
+        assert!(f.problems[0].text.contains("no time is left"), "{f:?}");
         let s_unset = settings(None, &[]);
         assert!(slurm(&c, &view(Some(&s_unset), ""), file)
             .problems
@@ -658,8 +651,12 @@ mod tests {
         assert_eq!(f.problems.len(), 1, "{f:?}");
         assert!(
             f.problems[0].effect == Effect::Unchecked
-                && f.problems[0].contains("no time is left for a check in the prolog")
-                && f.problems[0].contains("raise BatchStartTimeout to 40 or more"),
+                && f.problems[0]
+                    .text
+                    .contains("no time is left for a check in the prolog")
+                && f.problems[0]
+                    .text
+                    .contains("raise BatchStartTimeout to 40 or more"),
             "{f:?}"
         );
         let long = GateConfig {
@@ -687,14 +684,14 @@ mod tests {
         let s = settings(Some(120), &[]);
         let f = slurm(&c, &view(Some(&s), ""), file);
         assert_eq!(f.problems.len(), 1, "{f:?}");
-        assert!(f.problems[0].contains("gpus = \"all\""), "{f:?}");
+        assert!(f.problems[0].text.contains("gpus = \"all\""), "{f:?}");
         let s = settings(Some(120), &["gpu"]);
         assert!(slurm(&c, &view(Some(&s), ""), file).problems.is_empty());
         // Nothing readable is NOT READY: nothing could be checked.
         let f = slurm(&c, &view(None, "no controller"), file);
         assert_eq!(f.problems.len(), 1, "{f:?}");
         assert!(
-            f.problems[0].effect == Effect::Unknown && f.problems[0].contains("no controller"),
+            f.problems[0].effect == Effect::Unknown && f.problems[0].text.contains("no controller"),
             "{f:?}"
         );
     }
@@ -726,7 +723,7 @@ mod tests {
         let f = slurm(&c, &v, file);
         assert_eq!(f.problems.len(), 1, "{f:?}");
         assert!(
-            f.problems[0].starts_with(
+            f.problems[0].text.starts_with(
                 "Prolog=/usr/sbin/nccl-check-prolg (scontrol show config): no such file"
             ),
             "{f:?}"
@@ -761,7 +758,9 @@ mod tests {
         );
         assert_eq!(f.problems.len(), 1, "{f:?}");
         assert!(
-            f.problems[0].starts_with("after a reconfigure: Prolog=/usr/sbin/nccl-check-prolg")
+            f.problems[0]
+                .text
+                .starts_with("after a reconfigure: Prolog=/usr/sbin/nccl-check-prolg")
                 && f.problems[0].effect == Effect::Drains,
             "{f:?}"
         );
@@ -802,7 +801,10 @@ mod tests {
             ..c.clone()
         };
         assert_eq!(worker(&c2, Path::new("/p.toml")).1, Findings::default());
-        assert!(f.problems[0].contains("unknown field 'fracton'"), "{f:?}");
+        assert!(
+            f.problems[0].text.contains("unknown field 'fracton'"),
+            "{f:?}"
+        );
         assert!(lines[0].starts_with("worker: INVALID "), "{lines:?}");
         std::fs::remove_dir_all(&d).ok();
     }
@@ -842,7 +844,7 @@ mod tests {
                 && lines[0].contains(want),
             "{lines:?}"
         );
-        assert!(f.problems[0].contains(want), "{f:?}");
+        assert!(f.problems[0].text.contains(want), "{f:?}");
         std::fs::remove_dir_all(&d).ok();
     }
 

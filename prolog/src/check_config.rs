@@ -291,7 +291,7 @@ mod tests {
             .expect("chmod");
         let p = problems(&c, "n1");
         assert_eq!(p.len(), 1, "{p:?}");
-        assert!(p[0].contains("not an executable"), "{p:?}");
+        assert!(p[0].text.contains("not an executable"), "{p:?}");
         // A refused metrics path is said, never NOT READY: the gate runs all the same.
         let n = metrics_note(&c, "n1").expect("a note");
         assert!(
