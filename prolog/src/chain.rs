@@ -369,10 +369,8 @@ pub fn worker(c: &GateConfig, config: &Path) -> (Vec<String>, Findings) {
     if c.worker_config.exists() {
         args.push(c.worker_config.clone().into_os_string());
     }
-    let mut spec = Spec::new(&c.worker, args, WAIT).env("PATH", crate::worker::WORKER_PATH);
-    for (k, v) in &c.env {
-        spec = spec.env(k, v);
-    }
+    let spec = Spec::new(&c.worker, args, WAIT).env("PATH", crate::worker::WORKER_PATH);
+    let spec = c.env.iter().fold(spec, |spec, (k, v)| spec.env(k, v));
     let what = format!("{} --check-config", c.worker.display());
     let Some((text, ending)) = captured(spec, &what, Effect::Unchecked, &mut f) else {
         return (Vec::new(), f);

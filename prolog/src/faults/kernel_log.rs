@@ -80,9 +80,7 @@ pub(super) fn scan_kmsg(
                     "{not_ours} Xid/SXid records name a PCI address that is not one of this node's GPUs or NVSwitches: ignored"
                 ));
             }
-            if !notes.is_empty() {
-                src.note = Some(notes.join("; "));
-            }
+            src.note = (!notes.is_empty()).then(|| notes.join("; "));
         }
         Err(e) => {
             // No record read is no health: the GPUs' own state is all there is to go on.
