@@ -64,6 +64,15 @@ struct RunKeys<'k> {
     pub whom: &'k str,
 }
 
+/// A stage's value, or the run's exit code where the run ends at that stage (not a failure:
+/// a cached PASS ends the run there too).
+type Stage<T> = Result<T, i32>;
+
+/// A stage that says `Some(exit code)` where the run ends there, as a [`Stage`].
+fn ends(code: Option<i32>) -> Stage<()> {
+    code.map_or(Ok(()), Err)
+}
+
 impl Places {
     /// `metrics_file` as configured, for messages (not the path the writes go through).
     fn metrics_shown(&self) -> String {
@@ -105,12 +114,14 @@ impl<'a> Gate<'a> {
     }
 
     pub fn run(mut self) -> i32 {
+        self.stages().unwrap_or_else(|code| code)
+    }
+
+    /// The run's stages in order; each may end the run with its exit code ([`Stage`]).
+    fn stages(&mut self) -> Stage<i32> {
         let start = now_unix();
         let whom = self.facts.whom(self.mode);
-        let (places, state_dir) = match self.places(&whom) {
-            Ok(p) => p,
-            Err(code) => return code,
-        };
+        let (places, state_dir) = self.places(&whom)?;
         let slurm = drain::Slurm {
             scontrol: self.cfg.scontrol.clone(),
             node: self.facts.node.clone(),
@@ -118,17 +129,13 @@ impl<'a> Gate<'a> {
             deadline: self.deadline,
         };
         if self.mode == Mode::Recheck {
-            if let Some(code) = self.recheck_on_busy_node(&places, &slurm) {
-                return code;
-            }
+            ends(self.recheck_on_busy_node(&places, &slurm))?;
         }
-        if let Some(code) = self.fault_pass(&places, &state_dir, &slurm, &whom) {
-            return code;
-        }
+        ends(self.fault_pass(&places, &state_dir, &slurm, &whom))?;
         let mut sel = match job_env::select(self.cfg, self.facts, self.mode, None) {
             Ok(Some(s)) => s,
-            Ok(None) => return self.nothing_to_check(&places, &whom, None),
-            Err(e) => return self.error_without_run(&places, &e, &whom),
+            Ok(None) => return Err(self.nothing_to_check(&places, &whom, None)),
+            Err(e) => return Err(self.error_without_run(&places, &e, &whom)),
         };
         // The budget says how long a check may take, not what it checks: a pass under a budget
         // cut by PrologEpilogTimeout (prolog, epilog) is the same pass as a recheck's.
@@ -149,20 +156,13 @@ impl<'a> Gate<'a> {
             whom: &whom,
         };
         // The cached path: a few file reads, no process started, nothing written.
-        if let Some(code) = self.cached(&sel, &keys) {
-            return code;
-        }
+        ends(self.cached(&sel, &keys))?;
         // A shared node under gpus = "all": other jobs' GPUs are left out (asked of Slurm only
         // now, so a cached pass of every GPU costs no Slurm call).
         if self.cfg.gpus == GpuPolicy::All && self.mode != Mode::Recheck {
-            sel = match self.leave_out_other_jobs(&places, &slurm, &whom) {
-                Ok(s) => s,
-                Err(code) => return code,
-            };
+            sel = self.leave_out_other_jobs(&places, &slurm, &whom)?;
             if sel.indices.is_some() {
-                if let Some(code) = self.cached(&sel, &keys) {
-                    return code;
-                }
+                ends(self.cached(&sel, &keys))?;
             }
         }
         self.measure(&keys, sel)
@@ -170,12 +170,10 @@ impl<'a> Gate<'a> {
 
     /// The state directory, created or checked, and the metrics file's directory, checked.
     /// `Err`: the run's exit code (an ERROR said with what passed so far).
-    fn places(&mut self, whom: &str) -> Result<(Places, PathBuf), i32> {
+    fn places(&mut self, whom: &str) -> Stage<(Places, PathBuf)> {
         let mut places = Places::default();
-        let state_dir = match self.cfg.state_dir_for(&self.facts.node) {
-            Ok(d) => d,
-            Err(e) => return Err(self.error_without_run(&places, &e, whom)),
-        };
+        let state_dir = (self.cfg.state_dir_for(&self.facts.node))
+            .map_err(|e| self.error_without_run(&places, &e, whom))?;
         if let Err(e) = secure::ensure_dir(&state_dir) {
             let p = format!("state_dir {e}");
             return Err(self.error_without_run(&places, &p, whom));
@@ -269,7 +267,7 @@ impl<'a> Gate<'a> {
         places: &Places,
         slurm: &drain::Slurm,
         whom: &str,
-    ) -> Result<Selection, i32> {
+    ) -> Stage<Selection> {
         let asked = shared::ask(
             &slurm.until(Deadline::after(self.deadline.remaining() / 4)),
             self.facts.job.as_deref(),

@@ -2,7 +2,7 @@
 //! processes on them, then the consequences of the verdict in order: the cache, the drain, the
 //! resume of our own drain, the line and `gate.json`.
 
-use super::{now_unix, Gate, Places, RunKeys};
+use super::{now_unix, Gate, Places, RunKeys, Stage};
 use crate::budget::Deadline;
 use crate::decide::{self, Actions, CacheAction, Mode, Whose};
 use crate::drain::{self, DrainOutcome};
@@ -43,11 +43,8 @@ struct Strays {
 }
 
 impl Gate<'_> {
-    pub(super) fn measure(&mut self, k: &RunKeys, sel: Selection) -> i32 {
-        let dir = match self.run_dir(k) {
-            Ok(d) => d,
-            Err(code) => return code,
-        };
+    pub(super) fn measure(&mut self, k: &RunKeys, sel: Selection) -> Stage<i32> {
+        let dir = self.run_dir(k)?;
         let req = self.request(&sel, &dir);
         self.log.info(&format!(
             "{} on {}: checking {}: {} {}",
@@ -79,7 +76,7 @@ impl Gate<'_> {
             };
             self.log.info(&msg);
             words::print_plan(&self.facts.node, &j.actions, j.drain_reason.as_deref());
-            return self.finish(j.actions, &msg);
+            return Ok(self.finish(j.actions, &msg));
         }
         // The steps after the measurement must happen even when it used the whole budget.
         let late = self.deadline.with_grace();
@@ -102,13 +99,13 @@ impl Gate<'_> {
             self.resume(&slurm, k.state_dir, k.start);
         }
         self.publish_measured(k.places, &j, &msg, drain_said, &dir);
-        self.finish(j.actions, &msg)
+        Ok(self.finish(j.actions, &msg))
     }
 
     /// This run's directory under the state dir. A state dir that cannot be written (read-only,
     /// full) must not turn a FAIL into an ERROR: the run goes to root's fallback directory
     /// instead, and the drain needs no file. `Err`: the run's exit code when neither works.
-    fn run_dir(&mut self, k: &RunKeys) -> Result<state::RunDir, i32> {
+    fn run_dir(&mut self, k: &RunKeys) -> Stage<state::RunDir> {
         let tag = state::tag(self.facts.job.as_deref(), self.mode == Mode::Recheck);
         let keep = Duration::from_secs(self.cfg.budget_seconds) + Duration::from_secs(60);
         state::prune(k.state_dir, keep);
