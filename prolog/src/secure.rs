@@ -34,14 +34,10 @@ fn unsafe_dir(path: &Path, why: impl Into<String>) -> Unsafe {
 
 /// `mode NNNN is writable by group or others` when it is (`sticky_ok`: unless the sticky bit is
 /// set, as on /tmp, where nobody else can rename what is in it).
-fn group_writable(m: &std::fs::Metadata, sticky_ok: bool) -> Option<String> {
-    let sticky = sticky_ok && m.mode() & 0o1000 != 0;
-    (m.mode() & 0o022 != 0 && !sticky).then(|| {
-        format!(
-            "mode {:04o} is writable by group or others",
-            m.mode() & 0o7777
-        )
-    })
+fn group_writable(mode: u32, sticky_ok: bool) -> Option<String> {
+    let sticky = sticky_ok && mode & 0o1000 != 0;
+    (mode & 0o022 != 0 && !sticky)
+        .then(|| format!("mode {:04o} is writable by group or others", mode & 0o7777))
 }
 
 /// The uid that must own what the prolog writes: root in production (slurmd runs it as root);
@@ -84,7 +80,7 @@ pub fn check_dir(dir: &Path) -> Result<(), Unsafe> {
             format!("owned by uid {}, not {me} (root); refused", m.uid()),
         ));
     }
-    if let Some(w) = group_writable(&m, false) {
+    if let Some(w) = group_writable(m.mode(), false) {
         let why = format!("{w}; refused (chmod go-w, and check what is in it)");
         return Err(unsafe_dir(dir, why));
     }
@@ -102,7 +98,7 @@ pub fn check_dir(dir: &Path) -> Result<(), Unsafe> {
                 ),
             ));
         }
-        if let Some(w) = group_writable(&m, true) {
+        if let Some(w) = group_writable(m.mode(), true) {
             let why = format!("{w} (above {}); refused", dir.display());
             return Err(unsafe_dir(up, why));
         }
@@ -169,23 +165,19 @@ pub fn open_textfile_dir(dir: &Path) -> Result<TextfileDir, Unsafe> {
                     _ => unsafe_dir(&here, e.to_string()),
                 }
             })?;
-        let m = std::fs::File::from(
-            fd.try_clone()
-                .map_err(|e| unsafe_dir(&here, e.to_string()))?,
-        )
-        .metadata()
-        .map_err(|e| unsafe_dir(&here, e.to_string()))?;
-        if let Some(w) = group_writable(&m, true) {
+        let m = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd))
+            .map_err(|e| unsafe_dir(&here, std::io::Error::from(e).to_string()))?;
+        if let Some(w) = group_writable(m.st_mode, true) {
             return Err(unsafe_dir(&here, format!("{w}; refused")));
         }
-        if here == dir && (m.uid() != owner() || m.mode() & 0o022 != 0) {
+        if here == dir && (m.st_uid != owner() || m.st_mode & 0o022 != 0) {
             return Err(unsafe_dir(
                 &here,
                 format!(
                     "owned by uid {} mode {:04o}: the textfile directory must be owned by {} \
                      (root) and not writable by group or others; refused",
-                    m.uid(),
-                    m.mode() & 0o7777,
+                    m.st_uid,
+                    m.st_mode & 0o7777,
                     owner()
                 ),
             ));

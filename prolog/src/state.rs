@@ -5,9 +5,10 @@
 //! jobs that start on the node at the same moment.
 
 use crate::budget::Deadline;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -111,13 +112,13 @@ pub fn prune(state_dir: &Path, older_than: Duration) {
 
 /// An exclusive `flock` on `<dir>/lock`, released on drop.
 pub struct Lock {
-    _file: File,
+    _file: Flock<File>,
 }
 
 impl Lock {
     /// Waits for the lock until `deadline` at the latest.
     pub fn acquire(dir: &Path, deadline: Deadline) -> std::io::Result<Lock> {
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
@@ -125,13 +126,10 @@ impl Lock {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(dir.join("lock"))?;
         loop {
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Ok(Lock { _file: file });
-            }
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(e);
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(locked) => return Ok(Lock { _file: locked }),
+                Err((f, Errno::EWOULDBLOCK)) => file = f,
+                Err((_, e)) => return Err(e.into()),
             }
             if deadline.passed() {
                 return Err(std::io::Error::new(
