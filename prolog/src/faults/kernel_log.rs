@@ -191,25 +191,20 @@ fn nvidia_devices(s: &Settings) -> Option<BTreeSet<String>> {
 
 /// What a scan of the kernel log left out, in words (none: it read everything).
 fn kmsg_notes(scan: &kmsg::Scan) -> Option<String> {
-    let mut notes = Vec::new();
-    if let Some(why) = scan.cut_short {
-        notes.push(format!(
-            "stopped at the {why} bound after {} bytes; the rest next check",
-            scan.bytes
-        ));
-    }
-    if scan.lost > 0 {
-        notes.push(format!(
-            "{} records overwritten before they were read",
-            scan.lost
-        ));
-    }
-    if scan.bad_lines > 0 {
-        notes.push(format!(
-            "{} lines that are not log records skipped",
-            scan.bad_lines
-        ));
-    }
+    let notes: Vec<String> = [
+        scan.cut_short.map(|why| {
+            format!(
+                "stopped at the {why} bound after {} bytes; the rest next check",
+                scan.bytes
+            )
+        }),
+        (scan.lost > 0).then(|| format!("{} records overwritten before they were read", scan.lost)),
+        (scan.bad_lines > 0)
+            .then(|| format!("{} lines that are not log records skipped", scan.bad_lines)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     (!notes.is_empty()).then(|| notes.join("; "))
 }
 

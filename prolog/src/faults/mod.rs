@@ -36,19 +36,17 @@ const MAX_STATE: u64 = 4 * 1024 * 1024;
 fn load(state_dir: &Path) -> (Memory, Vec<u8>, Option<String>) {
     use nccl_check_host::read::{regular, FileError};
     let p = state_dir.join(STATE_FILE);
-    let read = match regular(&p, MAX_STATE, false) {
-        Ok((bytes, _)) => serde_json::from_slice(&bytes)
-            .map(|m| (m, bytes))
-            .map_err(|e| format!("{}: {e}; starting anew", p.display())),
+    let problem = match regular(&p, MAX_STATE, false) {
+        Ok((bytes, _)) => match serde_json::from_slice(&bytes) {
+            Ok(m) => return (m, bytes, None),
+            Err(e) => format!("{}: {e}; starting anew", p.display()),
+        },
         Err(FileError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
             return Default::default()
         }
-        Err(e) => Err(format!("{}: {e}", p.display())),
+        Err(e) => format!("{}: {e}", p.display()),
     };
-    match read {
-        Ok((m, bytes)) => (m, bytes, None),
-        Err(problem) => (Memory::default(), Vec::new(), Some(problem)),
-    }
+    (Memory::default(), Vec::new(), Some(problem))
 }
 
 /// The pass: read every source, judge what is new since `faults.json`, and (with `save`) keep the
