@@ -6,7 +6,8 @@ use crate::stray::Policy as StrayPolicy;
 use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::verdict::Verdict;
 
-/// How the binary was started.
+/// How the binary was started; its lowercase name (`&'static str`, through strum) is the
+/// context in `gate.json` and messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
 #[strum(serialize_all = "lowercase")]
 pub enum Mode {
@@ -18,13 +19,6 @@ pub enum Mode {
     /// By slurmd as `Epilog=` after a job (`SLURM_SCRIPT_CONTEXT=epilog_slurmd`, or
     /// `--epilog`): the node is checked before the next job lands; a PASS refreshes the cache.
     Epilog,
-}
-
-impl Mode {
-    /// The context's name in `gate.json` and messages.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
 }
 
 /// Whose processes keep a busy node busy, as far as the prolog could tell.

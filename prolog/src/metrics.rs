@@ -67,7 +67,7 @@ pub fn render(s: &Sample) -> String {
         let _ = writeln!(
             t,
             "nccl_check_gate_state{{state=\"{}\"}} {}",
-            g.as_str(),
+            <&str>::from(g),
             u8::from(s.gate == g)
         );
     }

@@ -30,12 +30,6 @@ pub enum GateState {
     Skipped,
 }
 
-impl GateState {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
 /// The content of `gate.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -83,7 +77,7 @@ impl Status {
             drain_reason: None,
             drain: None,
             run_dir: None,
-            context: mode.as_str(),
+            context: mode.into(),
             faults: None,
             metrics_error: None,
         }
