@@ -19,50 +19,43 @@ pub const RUNS: &str = "runs";
 /// Finished run directories kept for the admin (newest first); older ones go.
 const KEEP_RUNS: usize = 32;
 
-/// One run's private directory (mode 0700, random name, created with `mkdir`'s O_EXCL
-/// semantics): `report.json`, `worker.log`, and the worker's `TMPDIR` (NCCL's log).
-#[derive(Debug)]
-pub struct RunDir {
-    pub path: PathBuf,
-}
-
 /// Where a run goes when the state dir cannot take it (read-only, full): root's, on tmpfs.
 pub const FALLBACK_DIR: &str = "/run/nccl-check";
 /// Free space a run needs in its directory: the report and two capped streams of worker.log
 /// (crate::worker::LOG_HEAD_BYTES, LOG_TAIL_BYTES), with room to spare.
 pub const RUN_SPACE: u64 = 16 << 20;
 
-impl RunDir {
-    /// Creates `<state_dir>/runs/<tag>.<random>`; `tag` is `job-<id>`, `recheck` or `nojob`.
-    pub fn create(state_dir: &Path, tag: &str) -> std::io::Result<RunDir> {
-        let runs = state_dir.join(RUNS);
-        crate::secure::ensure_dir(&runs).map_err(std::io::Error::other)?;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("{tag}."))
-            .rand_bytes(8)
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir_in(&runs)?;
-        // Kept after the run for the admin (pruned by age and count, see `prune`).
-        Ok(RunDir { path: dir.keep() })
-    }
+/// Creates `<state_dir>/runs/<tag>.<random>`, one run's private directory (mode 0700, random
+/// name, created with `mkdir`'s O_EXCL semantics): `report.json`, `worker.log`, and the
+/// worker's `TMPDIR` (NCCL's log); `tag` is `job-<id>`, `recheck` or `nojob`.
+pub fn create_run_dir(state_dir: &Path, tag: &str) -> std::io::Result<PathBuf> {
+    let runs = state_dir.join(RUNS);
+    crate::secure::ensure_dir(&runs).map_err(std::io::Error::other)?;
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{tag}."))
+        .rand_bytes(8)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(&runs)?;
+    // Kept after the run for the admin (pruned by age and count, see `prune`).
+    Ok(dir.keep())
+}
 
-    /// [`RunDir::create`] where the file system has [`RUN_SPACE`] free; the error says what
-    /// could not be written and why.
-    pub fn create_with_room(state_dir: &Path, tag: &str) -> Result<RunDir, String> {
-        let cannot = |e: String| {
-            format!(
-                "cannot write a run directory in state_dir {}: {e}",
-                state_dir.display()
-            )
-        };
-        let free = free_bytes(state_dir).map_err(|e| cannot(e.to_string()))?;
-        if free < RUN_SPACE {
-            return Err(cannot(format!(
-                "{free} bytes free, {RUN_SPACE} needed (is the file system full?)"
-            )));
-        }
-        RunDir::create(state_dir, tag).map_err(|e| cannot(e.to_string()))
+/// [`create_run_dir`] where the file system has [`RUN_SPACE`] free; the error says what
+/// could not be written and why.
+pub fn create_run_dir_with_room(state_dir: &Path, tag: &str) -> Result<PathBuf, String> {
+    let cannot = |e: String| {
+        format!(
+            "cannot write a run directory in state_dir {}: {e}",
+            state_dir.display()
+        )
+    };
+    let free = free_bytes(state_dir).map_err(|e| cannot(e.to_string()))?;
+    if free < RUN_SPACE {
+        return Err(cannot(format!(
+            "{free} bytes free, {RUN_SPACE} needed (is the file system full?)"
+        )));
     }
+    create_run_dir(state_dir, tag).map_err(|e| cannot(e.to_string()))
 }
 
 /// Bytes an unprivileged writer could still write on the file system of `dir`.
@@ -181,20 +174,12 @@ mod tests {
     #[test]
     fn run_directories_are_private_distinct_and_named_by_job() {
         let dir = scratch_dir("state-runs");
-        let a = RunDir::create(&dir, &tag(Some("42"), false)).expect("run dir");
-        let b = RunDir::create(&dir, &tag(Some("42"), false)).expect("run dir");
-        assert_ne!(a.path, b.path);
-        let name = a
-            .path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
+        let a = create_run_dir(&dir, &tag(Some("42"), false)).expect("run dir");
+        let b = create_run_dir(&dir, &tag(Some("42"), false)).expect("run dir");
+        assert_ne!(a, b);
+        let name = a.file_name().expect("name").to_string_lossy().into_owned();
         assert!(name.starts_with("job-42."), "{name}");
-        let mode = std::fs::metadata(&a.path)
-            .expect("stat")
-            .permissions()
-            .mode();
+        let mode = std::fs::metadata(&a).expect("stat").permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
         assert_eq!(tag(Some("../x"), false), "job-invalid");
         assert_eq!(tag(Some("7"), true), "recheck");
@@ -206,7 +191,7 @@ mod tests {
     fn pruning_keeps_the_newest_and_every_young_run() {
         let dir = scratch_dir("state-prune");
         for i in 0..(KEEP_RUNS + 5) {
-            RunDir::create(&dir, &format!("job-{i}")).expect("run dir");
+            create_run_dir(&dir, &format!("job-{i}")).expect("run dir");
         }
         prune(&dir, Duration::from_secs(3600));
         let n = std::fs::read_dir(dir.join(RUNS)).expect("ls").count();

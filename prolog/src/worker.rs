@@ -30,7 +30,7 @@ pub const LOG_TAIL_BYTES: usize = 1 << 20;
 pub struct Request {
     pub worker: PathBuf,
     pub plan: PlanName,
-    /// The run's private directory ([`crate::state::RunDir`]): the report, the log, and the
+    /// The run's private directory ([`crate::state::create_run_dir`]): the report, the log, and the
     /// worker's `TMPDIR` (NCCL's log goes there, never to a shared /tmp).
     pub dir: PathBuf,
     /// The worker's `--timeout`.

@@ -15,7 +15,7 @@ use crate::{cache, metrics, reason, state, stray, worker};
 use nccl_check_contract::report::cause::CauseClass;
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The worker's run, judged: the verdict after strays, and what to say and do about it.
@@ -105,21 +105,21 @@ impl Gate<'_> {
     /// This run's directory under the state dir. A state dir that cannot be written (read-only,
     /// full) must not turn a FAIL into an ERROR: the run goes to root's fallback directory
     /// instead, and the drain needs no file. `Err`: the run's exit code when neither works.
-    fn run_dir(&mut self, k: &RunKeys) -> Stage<state::RunDir> {
+    fn run_dir(&mut self, k: &RunKeys) -> Stage<PathBuf> {
         let tag = state::tag(self.facts.job.as_deref(), self.mode == Mode::Recheck);
         let keep = Duration::from_secs(self.cfg.budget_seconds) + Duration::from_secs(60);
         state::prune(k.state_dir, keep);
-        let why = match state::RunDir::create_with_room(k.state_dir, &tag) {
+        let why = match state::create_run_dir_with_room(k.state_dir, &tag) {
             Ok(d) => return Ok(d),
             Err(why) => why,
         };
         let fallback = Path::new(state::FALLBACK_DIR);
         state::prune(fallback, keep);
-        match state::RunDir::create(fallback, &tag) {
+        match state::create_run_dir(fallback, &tag) {
             Ok(d) => {
                 self.log.warn(&format!(
                     "{why}; this run's report and worker.log go to {} instead",
-                    d.path.display()
+                    d.display()
                 ));
                 Ok(d)
             }
@@ -135,12 +135,12 @@ impl Gate<'_> {
 
     /// The worker's arguments: the config's plan and worker config, the selected GPUs, what is
     /// left of the budget.
-    fn request(&self, sel: &Selection, dir: &state::RunDir) -> worker::Request {
+    fn request(&self, sel: &Selection, dir: &Path) -> worker::Request {
         let budget = Duration::from_secs(self.cfg.budget_seconds);
         worker::Request {
             worker: self.cfg.worker.clone(),
             plan: self.cfg.plan.clone(),
-            dir: dir.path.clone(),
+            dir: dir.to_path_buf(),
             timeout_s: self.cfg.worker_timeout(),
             budget: budget.min(self.deadline.remaining()),
             config: self
@@ -335,7 +335,7 @@ impl Gate<'_> {
         j: &Judged,
         msg: &str,
         drain: Option<String>,
-        dir: &state::RunDir,
+        dir: &Path,
     ) {
         let gate = match (j.verdict, &j.unjudged) {
             // Measured but not judged: no verdict of the node's to publish.
@@ -350,7 +350,7 @@ impl Gate<'_> {
         let st = Status {
             drain_reason: j.drain_reason.clone(),
             drain,
-            run_dir: Some(dir.path.clone()),
+            run_dir: Some(dir.to_path_buf()),
             ..self.status(gate, msg)
         };
         let empty = Default::default();
