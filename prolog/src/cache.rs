@@ -50,7 +50,7 @@ pub fn read(state_dir: &Path) -> Cache {
 /// Writes atomically (new file, then rename), so a concurrent prolog never reads half a file.
 fn write(state_dir: &Path, cache: &Cache) -> std::io::Result<()> {
     let text = serde_json::to_vec_pretty(cache).map_err(std::io::Error::other)?;
-    crate::state::write_atomic(&path(state_dir), &text, 0o644)
+    crate::secure::write_atomic(&path(state_dir), &text, 0o644)
 }
 
 /// Read, change and write the cache under the state directory's lock (waiting until

@@ -16,15 +16,6 @@ use nccl_check_host::slurm_config::Settings;
 use std::fmt::Write;
 use std::path::Path;
 
-/// Each key's effective value as TOML, from the config's own serialization (the same names
-/// and spellings the file is read with).
-fn values(c: &GateConfig) -> serde_json::Map<String, serde_json::Value> {
-    match serde_json::to_value(c) {
-        Ok(serde_json::Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
-    }
-}
-
 /// A value as TOML writes it: tables inline (`{ a = 1, b = 2 }`, `{}` when empty).
 fn toml_text(v: &serde_json::Value) -> String {
     match v {
@@ -43,7 +34,12 @@ fn toml_text(v: &serde_json::Value) -> String {
 /// Every key, its value and its source, one per line.
 pub fn render(c: &GateConfig, file: Option<(&Path, &str)>) -> String {
     let mut out = String::new();
-    let values = values(c);
+    // Each key's effective value, from the config's own serialization (the same names and
+    // spellings the file is read with).
+    let values = match serde_json::to_value(c) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
     for key in KEYS {
         let from = file
             .and_then(|(path, text)| {

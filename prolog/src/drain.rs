@@ -8,7 +8,7 @@
 
 use crate::budget::Deadline;
 use crate::reason::PREFIX;
-use crate::state::{self, Lock};
+use crate::state::Lock;
 use nccl_check_host::supervise::{self, Ending, Output, Spec};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -336,7 +336,7 @@ fn read_marker(state_dir: &Path) -> Option<(f64, String)> {
 }
 
 fn write_marker(state_dir: &Path, now: f64, reason: &str) {
-    let _ = state::write_atomic(
+    let _ = crate::secure::write_atomic(
         &state_dir.join(MARKER),
         format!("{now:.3} {reason}\n").as_bytes(),
         0o644,

@@ -12,8 +12,6 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-pub use crate::secure::write_atomic;
-
 /// Where the per-run directories live.
 pub const RUNS: &str = "runs";
 /// Finished run directories kept for the admin (newest first); older ones go.
@@ -141,6 +139,7 @@ impl Lock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secure::write_atomic;
     use nccl_check_host::test_support::scratch_dir;
     use std::os::unix::fs::PermissionsExt;
 

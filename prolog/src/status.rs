@@ -89,7 +89,7 @@ pub fn write(state_dir: &Path, s: &Status) -> std::io::Result<()> {
     // A text file ends with a newline: `cat gate.json` (an admin step, docs/admin.md) must not glue the
     // admin's next prompt or `sinfo -R`'s header to the closing brace.
     text.push(b'\n');
-    crate::state::write_atomic(&state_dir.join(FILE), &text, 0o644)
+    crate::secure::write_atomic(&state_dir.join(FILE), &text, 0o644)
 }
 
 #[cfg(test)]

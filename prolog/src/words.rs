@@ -5,6 +5,7 @@ use crate::config::GateConfig;
 use crate::decide::{Actions, CacheAction, Mode};
 use crate::drain::{self, DrainOutcome};
 use crate::worker::Run;
+use nccl_check_contract::exit::NCCL_LIB_HINT;
 use nccl_check_contract::report::Report;
 use std::path::Path;
 
@@ -134,7 +135,9 @@ impl Line<'_> {
                     .filter(|s| !s.is_empty())
             })
             .or_else(|| (!run.output_tail.is_empty()).then(|| run.output_tail.clone()));
-        let what = match detail.map(|d| for_the_admin(&d, self.nccl_hint)) {
+        // The worker's hint for a missing NCCL names its command line: the admin's is ours.
+        let for_the_admin = detail.map(|d| d.replace(NCCL_LIB_HINT, self.nccl_hint));
+        let what = match for_the_admin {
             Some(d) if d != run.ended => format!("{}: {d}", run.ended),
             _ => run.ended.clone(),
         };
@@ -177,10 +180,6 @@ pub fn missing_nccl_fix(cfg: &GateConfig, config: &Path) -> String {
             cfg.worker_config.display()
         )
     }
-}
-
-fn for_the_admin(detail: &str, hint: &str) -> String {
-    detail.replace(nccl_check_contract::exit::NCCL_LIB_HINT, hint)
 }
 
 /// The dry run's plan, on stdout.
