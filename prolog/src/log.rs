@@ -18,19 +18,15 @@ impl Log {
     /// Opens syslog with `facility` (validated by the config); without a syslog daemon the
     /// messages still reach stderr's final line.
     pub fn open(facility: &str, socket: &std::path::Path, echo: bool) -> Log {
-        let syslog = match facility.parse::<Facility>() {
-            Ok(facility) => syslog::unix_custom(
-                Formatter3164 {
-                    facility,
-                    hostname: None,
-                    process: PROCESS.into(),
-                    pid: std::process::id(),
-                },
-                socket,
-            )
-            .ok(),
-            _ => None,
-        };
+        let syslog = facility.parse::<Facility>().ok().and_then(|facility| {
+            let f = Formatter3164 {
+                facility,
+                hostname: None,
+                process: PROCESS.into(),
+                pid: std::process::id(),
+            };
+            syslog::unix_custom(f, socket).ok()
+        });
         Log { syslog, echo }
     }
 
