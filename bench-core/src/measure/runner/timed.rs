@@ -228,7 +228,7 @@ impl Measurer<'_> {
         let o = self.opts();
         let elt = o.datatype.size();
         let c = coll.counts(size / elt, elt, self.nranks as u64);
-        let mut placements = [None, None];
+        let mut placements = [Placement::default(); 2];
         let mut gpu_busbw = [0.0f64; 2];
         let mut taken = RowSamples::default();
         for (pi, in_place) in [false, true].into_iter().enumerate() {
@@ -261,17 +261,15 @@ impl Measurer<'_> {
                 }
             }
             *wrong_ranks += sums[2];
-            placements[pi] = Some(Placement {
+            placements[pi] = Placement {
                 time_us: time * 1e6,
                 algbw,
                 busbw,
                 wrong: wrong.map(|_| sums[1] as u64),
                 first_busbw: None,
-            });
+            };
         }
-        let [Some(oop), Some(ip)] = placements else {
-            unreachable!("both placements measured")
-        };
+        let [oop, ip] = placements;
         let gpu = gpu_timed.then(|| GpuSide {
             collective: coll.name(),
             size: c.bytes(elt),
