@@ -65,11 +65,7 @@ impl WaitError {
     fn or_in_progress(self, call: &'static str, detail: &str) -> NcclError {
         match self {
             WaitError::Nccl(e) => e,
-            WaitError::Deadline | WaitError::Stopped => NcclError {
-                code: IN_PROGRESS,
-                call,
-                detail: detail.into(),
-            },
+            WaitError::Deadline | WaitError::Stopped => NcclError::new(IN_PROGRESS, call, detail),
         }
     }
 }
@@ -186,15 +182,12 @@ impl<'a> Comm<'a> {
                 return Ok(raw);
             }
             if Instant::now() >= self.deadline {
-                return Err(NcclError {
-                    code: IN_PROGRESS,
-                    call: "ncclCommSplit",
-                    detail: if raw.is_null() {
-                        "no communicator at the deadline".into()
-                    } else {
-                        "the parent still in progress at the deadline".into()
-                    },
-                });
+                let detail = if raw.is_null() {
+                    "no communicator at the deadline"
+                } else {
+                    "the parent still in progress at the deadline"
+                };
+                return Err(NcclError::new(IN_PROGRESS, "ncclCommSplit", detail));
             }
             if began.elapsed() < Duration::from_millis(2) {
                 std::hint::spin_loop();

@@ -297,11 +297,7 @@ impl Nccl {
                 detail = format!("{detail}: {l}");
             }
         }
-        NcclError {
-            code: rc,
-            call,
-            detail,
-        }
+        NcclError::new(rc, call, detail)
     }
 }
 

@@ -387,11 +387,8 @@ impl Measurer<'_> {
                 _ => (bytes, loops),
             };
             let retest = matches!(ph, Phase::Retest | Phase::PathRetest);
-            let loops = if retest && setup.retest_more {
-                (loops.0, 2 * loops.1)
-            } else {
-                loops
-            };
+            let more = if retest && setup.retest_more { 2 } else { 1 };
+            let loops = (loops.0, more * loops.1);
             let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, false, start, out)?;
             let gpu_secs = settled_mean(&gpu_ops);
             if retest && gpu_ops.len() > 2 {
