@@ -58,7 +58,17 @@ impl Measurer<'_> {
         let rows = self.gpu_pairs_at_once(local.0, local.1, start, out)?;
         let allocation = out.last_collective;
         let (bytes, loops) = self.round_size(plan, budget, start, out);
-        let cfg = self.localization_config(local.0, start, &rows, allocation);
+        // The localizer's settings: the outlier fraction and the floors for the pairs and for
+        // the allocation-wide collective measured just before (collective, size, busbw).
+        let outliers = &self.opts().config.outliers;
+        let at = allocation.map(|(c, size, _)| (c, size));
+        let floors = start.floors().localization(local.0, !rows.is_empty(), at);
+        let cfg = LocalizeConfig {
+            fraction: outliers.fraction,
+            floors,
+            retest: outliers.retest,
+            ..LocalizeConfig::default()
+        };
         let cfg = self.agreed(cfg, start)?;
         // Every node pair at once: when the alltoall is slow, the localizer measures each
         // (`localize::paths`).
@@ -306,28 +316,6 @@ impl Measurer<'_> {
             }
         }
         Ok(rows)
-    }
-
-    /// The localizer's settings: the outlier fraction and the floors for the pairs and for the
-    /// allocation-wide collective measured just before (`allocation`: collective, size, busbw).
-    fn localization_config(
-        &self,
-        bytes: u64,
-        start: &Start,
-        rows: &[PairRow],
-        allocation: Option<(&'static str, u64, f64)>,
-    ) -> LocalizeConfig {
-        let floors = start.floors();
-        LocalizeConfig {
-            fraction: self.opts().config.outliers.fraction,
-            floors: floors.localization(
-                bytes,
-                !rows.is_empty(),
-                allocation.map(|(c, size, _)| (c, size)),
-            ),
-            retest: self.opts().config.outliers.retest,
-            ..LocalizeConfig::default()
-        }
     }
 
     /// The localizer's rounds: after each, the round's results summed over every rank, from
