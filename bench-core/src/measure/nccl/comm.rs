@@ -60,6 +60,16 @@ pub enum WaitError {
     Stopped,
 }
 
+impl WaitError {
+    /// As an error of NCCL's `call`: a deadline or a stop as `ncclInProgress` with `detail`.
+    fn or_in_progress(self, call: &'static str, detail: &str) -> NcclError {
+        match self {
+            WaitError::Nccl(e) => e,
+            WaitError::Deadline | WaitError::Stopped => NcclError::new(IN_PROGRESS, call, detail),
+        }
+    }
+}
+
 impl<'a> Comm<'a> {
     /// Starts `ncclCommInitRankConfig` non-blocking: usable once [`Connecting::ready_unless`]
     /// confirmed it.
@@ -82,9 +92,7 @@ impl<'a> Comm<'a> {
         // SAFETY: cfg and raw outlive the call; NCCL copies the config.
         let rc =
             unsafe { (nccl.init_rank_config)(&mut raw, nranks as i32, id, rank as i32, &mut cfg) };
-        if rc != 0 && rc != IN_PROGRESS {
-            return Err(nccl.error(rc, "ncclCommInitRankConfig", raw));
-        }
+        nccl.check(rc, "ncclCommInitRankConfig", raw)?;
         Ok(Connecting(Comm::of(nccl, raw, deadline)))
     }
 
@@ -157,14 +165,10 @@ impl<'a> Comm<'a> {
             Err(e) => return Some(Err(e)),
         };
         let child = Comm::of(self.nccl, raw, self.deadline);
-        Some(child.wait_ready().map(|()| child).map_err(|e| match e {
-            WaitError::Nccl(e) => e,
-            WaitError::Deadline | WaitError::Stopped => NcclError {
-                code: IN_PROGRESS,
-                call: "ncclCommSplit",
-                detail: "the child was not ready at the deadline".into(),
-            },
-        }))
+        let late = |e: WaitError| {
+            e.or_in_progress("ncclCommSplit", "the child was not ready at the deadline")
+        };
+        Some(child.wait_ready().map(|()| child).map_err(late))
     }
 
     /// Polls until a split of this communicator wrote its child's handle into `out` and this
@@ -178,15 +182,12 @@ impl<'a> Comm<'a> {
                 return Ok(raw);
             }
             if Instant::now() >= self.deadline {
-                return Err(NcclError {
-                    code: IN_PROGRESS,
-                    call: "ncclCommSplit",
-                    detail: if raw.is_null() {
-                        "no communicator at the deadline".into()
-                    } else {
-                        "the parent still in progress at the deadline".into()
-                    },
-                });
+                let detail = if raw.is_null() {
+                    "no communicator at the deadline"
+                } else {
+                    "the parent still in progress at the deadline"
+                };
+                return Err(NcclError::new(IN_PROGRESS, "ncclCommSplit", detail));
             }
             if began.elapsed() < Duration::from_millis(2) {
                 std::hint::spin_loop();
@@ -272,17 +273,8 @@ impl<'a> Comm<'a> {
     pub(super) fn settle(&self, rc: i32, call: &'static str) -> Result<(), NcclError> {
         self.nccl.check(rc, call, self.raw)?;
         if rc == IN_PROGRESS {
-            match self.wait_ready() {
-                Ok(()) => {}
-                Err(WaitError::Nccl(e)) => return Err(e),
-                Err(WaitError::Deadline | WaitError::Stopped) => {
-                    return Err(NcclError {
-                        code: IN_PROGRESS,
-                        call,
-                        detail: "still in progress at the deadline".into(),
-                    })
-                }
-            }
+            let late = |e: WaitError| e.or_in_progress(call, "still in progress at the deadline");
+            self.wait_ready().map_err(late)?;
         }
         Ok(())
     }

@@ -17,6 +17,12 @@ pub struct NcclError {
 }
 
 impl NcclError {
+    /// The error of `call` with result `code` and `detail`.
+    pub fn new(code: i32, call: &'static str, detail: impl Into<String>) -> NcclError {
+        let detail = detail.into();
+        NcclError { code, call, detail }
+    }
+
     /// The name of an `ncclResult_t` value, as in nccl.h.
     pub fn code_name(code: i32) -> &'static str {
         match code {

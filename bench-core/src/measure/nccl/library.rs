@@ -95,8 +95,6 @@ pub(super) type FnReduce = unsafe extern "C" fn(
 ) -> c_int;
 pub(super) type FnGather =
     unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, RawStream) -> c_int;
-/// `ncclBroadcast`: `ncclAllReduce`'s signature, with the root where the op is.
-pub(super) type FnBroadcast = FnReduce;
 pub(super) type FnSend =
     unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, RawStream) -> c_int;
 pub(super) type FnRecv =
@@ -125,7 +123,8 @@ pub struct Nccl {
     pub(super) all_reduce: FnReduce,
     pub(super) all_gather: FnGather,
     pub(super) reduce_scatter: FnReduce,
-    pub(super) broadcast: FnBroadcast,
+    /// `ncclBroadcast`: `ncclAllReduce`'s signature, with the root where the op is.
+    pub(super) broadcast: FnReduce,
     pub(super) send: FnSend,
     pub(super) recv: FnRecv,
     /// `ncclAlltoAll`, used from 2.28 on (as nccl-tests does); grouped send/recv before.
@@ -298,11 +297,7 @@ impl Nccl {
                 detail = format!("{detail}: {l}");
             }
         }
-        NcclError {
-            code: rc,
-            call,
-            detail,
-        }
+        NcclError::new(rc, call, detail)
     }
 }
 

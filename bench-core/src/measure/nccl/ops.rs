@@ -8,7 +8,7 @@
 
 use super::comm::Comm;
 use super::error::NcclError;
-use super::library::RawStream;
+use super::library::{FnReduce, RawStream};
 use std::ffi::c_void;
 
 /// The arguments of one collective on one rank, shared by every [`crate::model::collectives::Collective`].
@@ -34,60 +34,46 @@ impl Issue<'_> {
         c: &dyn crate::model::collectives::Collective,
     ) -> Result<(), NcclError> {
         use crate::model::collectives::Call;
-        let (nccl, raw, stream) = (self.comm.nccl, self.comm.raw, self.stream);
-        let (send, recv) = (self.send as *const c_void, self.recv as *mut c_void);
-        let (count, dtype) = (self.count as usize, self.dtype as i32);
+        let (nccl, comm, n) = (self.comm.nccl, self.comm, self.nranks);
+        let (send, recv, count, dtype) = (self.send, self.recv, self.count, self.dtype);
+        let stream = self.stream;
+        let reduce =
+            |f, call, arg| comm.reduce((f, call), (send, recv), (count, dtype, arg), stream);
         match c.call() {
-            Call::AllReduce => self.comm.all_reduce(
-                self.send,
-                self.recv,
-                self.count,
-                self.dtype,
-                self.op,
-                self.stream,
-            ),
-            // SAFETY (the three calls below): send and recv are device buffers of this comm's
-            // GPU holding what the collective's counts say (`Collective::counts`).
+            Call::AllReduce => reduce(nccl.all_reduce, "ncclAllReduce", self.op),
+            Call::ReduceScatter => reduce(nccl.reduce_scatter, "ncclReduceScatter", self.op),
+            Call::Broadcast => reduce(nccl.broadcast, "ncclBroadcast", self.root),
             Call::AllGather => {
-                let rc = unsafe { (nccl.all_gather)(send, recv, count, dtype, raw, stream) };
-                self.comm.settle(rc, "ncclAllGather")
+                let (send, recv) = (send as *const c_void, recv as *mut c_void);
+                let (count, dtype) = (count as usize, dtype as i32);
+                // SAFETY: send and recv are device buffers of this comm's GPU holding what the
+                // collective's counts say (`Collective::counts`).
+                let rc = unsafe { (nccl.all_gather)(send, recv, count, dtype, comm.raw, stream) };
+                comm.settle(rc, "ncclAllGather")
             }
-            Call::ReduceScatter => {
-                let op = self.op as i32;
-                let rc =
-                    unsafe { (nccl.reduce_scatter)(send, recv, count, dtype, op, raw, stream) };
-                self.comm.settle(rc, "ncclReduceScatter")
-            }
-            Call::Broadcast => {
-                let root = self.root as i32;
-                let rc = unsafe { (nccl.broadcast)(send, recv, count, dtype, root, raw, stream) };
-                self.comm.settle(rc, "ncclBroadcast")
-            }
-            // `ncclAlltoAll` where the library has it (2.28+), else one send and one receive per
-            // peer in a group, exactly as nccl-tests 2.19.6 chooses.
-            Call::AlltoAll => self.comm.alltoall(
-                self.send,
-                self.recv,
-                self.count,
-                self.dtype,
-                self.elt,
-                self.nranks,
-                self.stream,
-            ),
+            Call::AlltoAll => self.alltoall(),
+            // Each rank sends to rank+1 and receives from rank-1 in one group (a ring of pairs).
             Call::SendRecv => {
-                // Each rank sends to rank+1 and receives from rank-1 in one group (a ring of pairs).
-                let n = self.nranks;
-                self.comm.send_recv(
-                    self.send,
-                    (self.rank + 1) % n,
-                    self.recv,
-                    (self.rank + n - 1) % n,
-                    self.count,
-                    self.dtype,
-                    self.stream,
-                )
+                let (to, from) = ((self.rank + 1) % n, (self.rank + n - 1) % n);
+                comm.send_recv(send, to, recv, from, count, dtype, stream)
             }
         }
+    }
+
+    /// `ncclAlltoAll` where the library has it (2.28+), else one send and one receive per peer
+    /// in a group, exactly as nccl-tests 2.19.6 chooses.
+    fn alltoall(&self) -> Result<(), NcclError> {
+        let (comm, send, recv, count) = (self.comm, self.send, self.recv, self.count);
+        let (dtype, stream) = (self.dtype, self.stream);
+        if let Some(f) = comm.nccl.alltoall {
+            let (s, r, n) = (send as *const c_void, recv as *mut c_void, count as usize);
+            // SAFETY: send/recv hold count*nranks elements on this comm's GPU.
+            let rc = unsafe { f(s, r, n, dtype as i32, comm.raw, stream) };
+            return comm.settle(rc, "ncclAlltoAll");
+        }
+        let chunk = count * self.elt;
+        let peers = (0..self.nranks).map(|peer| (peer as u64 * chunk, peer));
+        comm.group_each(peers, (send, recv), (count, dtype), stream)
     }
 }
 
@@ -104,7 +90,6 @@ impl Comm<'_> {
         self.settle(rc, "ncclGroupEnd")
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn all_reduce(
         &self,
         send: u64,
@@ -114,11 +99,25 @@ impl Comm<'_> {
         op: u32,
         stream: RawStream,
     ) -> Result<(), NcclError> {
+        let all_reduce = (self.nccl.all_reduce, "ncclAllReduce");
+        self.reduce(all_reduce, (send, recv), (count, dtype, op), stream)
+    }
+
+    /// One call of `ncclAllReduce`'s shape (`ncclReduceScatter`; `ncclBroadcast` with the root
+    /// where the op is): `f`, named `call`, of `count` elements with `arg`.
+    fn reduce(
+        &self,
+        (f, call): (FnReduce, &'static str),
+        (send, recv): (u64, u64),
+        (count, dtype, arg): (u64, u32, u32),
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
         let (send, recv) = (send as *const c_void, recv as *mut c_void);
-        let (n, dt, op, raw) = (count as usize, dtype as i32, op as i32, self.raw);
-        // SAFETY: send/recv are device buffers of at least count elements on this comm's GPU.
-        let rc = unsafe { (self.nccl.all_reduce)(send, recv, n, dt, op, raw, stream) };
-        self.settle(rc, "ncclAllReduce")
+        let (n, dt, arg, raw) = (count as usize, dtype as i32, arg as i32, self.raw);
+        // SAFETY: send/recv are device buffers of this comm's GPU holding what the collective's
+        // counts say (`Collective::counts`).
+        let rc = unsafe { f(send, recv, n, dt, arg, raw, stream) };
+        self.settle(rc, call)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -147,12 +146,25 @@ impl Comm<'_> {
         recv: u64,
         stream: RawStream,
     ) -> Result<(), NcclError> {
+        let peers = peers.iter().enumerate().map(|(k, &peer)| (k as u64, peer));
+        self.group_each(peers, (send, recv), (1, 0), stream)
+    }
+
+    /// For each (offset, peer) of `peers`, one send at `send` and one receive at `recv`, both
+    /// plus the offset, of `count` elements with that peer, all in one group, each made
+    /// whatever the others returned.
+    fn group_each(
+        &self,
+        peers: impl Iterator<Item = (u64, u32)>,
+        (send, recv): (u64, u64),
+        (count, dtype): (u64, u32),
+        stream: RawStream,
+    ) -> Result<(), NcclError> {
         self.group_start()?;
         let mut result = Ok(());
-        for (k, &peer) in peers.iter().enumerate() {
-            let off = k as u64;
+        for (off, peer) in peers {
             let both = ((send + off, peer), (recv + off, peer));
-            result = result.and(self.send_and_recv(both.0, both.1, 1, 0, stream));
+            result = result.and(self.send_and_recv(both.0, both.1, count, dtype, stream));
         }
         result.and(self.group_end())
     }
@@ -174,34 +186,5 @@ impl Comm<'_> {
         // SAFETY: recv holds count elements on this comm's GPU.
         let rc = unsafe { (self.nccl.recv)(recv as *mut c_void, n, dt, from as i32, raw, stream) };
         sent.and(self.settle(rc, "ncclRecv"))
-    }
-
-    /// `ncclAlltoAll` when the library has it, else one send and one receive per peer, grouped.
-    #[allow(clippy::too_many_arguments)]
-    pub fn alltoall(
-        &self,
-        send: u64,
-        recv: u64,
-        count: u64,
-        dtype: u32,
-        elt: u64,
-        nranks: u32,
-        stream: RawStream,
-    ) -> Result<(), NcclError> {
-        if let Some(f) = self.nccl.alltoall {
-            let (s, r, n) = (send as *const c_void, recv as *mut c_void, count as usize);
-            // SAFETY: send/recv hold count*nranks elements on this comm's GPU.
-            let rc = unsafe { f(s, r, n, dtype as i32, self.raw, stream) };
-            return self.settle(rc, "ncclAlltoAll");
-        }
-        let chunk = count * elt;
-        self.group_start()?;
-        let mut result = Ok(());
-        for peer in 0..nranks {
-            let off = peer as u64 * chunk;
-            let both = ((send + off, peer), (recv + off, peer));
-            result = result.and(self.send_and_recv(both.0, both.1, count, dtype, stream));
-        }
-        result.and(self.group_end())
     }
 }

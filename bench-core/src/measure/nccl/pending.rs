@@ -46,11 +46,7 @@ impl PendingComm {
             .name(format!("nccl-init{rank}"))
             .spawn(move || {
                 let result = bind()
-                    .map_err(|detail| NcclError {
-                        code: 1,
-                        call: "binding the GPU's context",
-                        detail,
-                    })
+                    .map_err(|detail| NcclError::new(1, "binding the GPU's context", detail))
                     .and_then(|()| Comm::init_blocking(nccl, nranks, id, rank, deadline))
                     .map(|comm| comm.raw);
                 if let Err(mpsc::SendError(Ok(Handed(raw)))) = tx.send(result.map(Handed)) {
@@ -61,11 +57,11 @@ impl PendingComm {
             });
         match spawned {
             Ok(_) => Ok(PendingComm { nccl, rx, deadline }),
-            Err(e) => Err(NcclError {
-                code: 1,
-                call: "starting NCCL's init thread",
-                detail: e.to_string(),
-            }),
+            Err(e) => Err(NcclError::new(
+                1,
+                "starting NCCL's init thread",
+                e.to_string(),
+            )),
         }
     }
 
@@ -81,11 +77,12 @@ impl PendingComm {
                 Ok(Ok(Handed(raw))) => return Ok(Comm::of(self.nccl, raw, self.deadline)),
                 Ok(Err(e)) => return Err(WaitError::Nccl(e)),
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(WaitError::Nccl(NcclError {
-                        code: 1,
-                        call: "ncclCommInitRankConfig",
-                        detail: "NCCL's init thread ended without an answer".into(),
-                    }))
+                    let detail = "NCCL's init thread ended without an answer";
+                    return Err(WaitError::Nccl(NcclError::new(
+                        1,
+                        "ncclCommInitRankConfig",
+                        detail,
+                    )));
                 }
                 Err(RecvTimeoutError::Timeout) if stop() => return Err(WaitError::Stopped),
                 Err(RecvTimeoutError::Timeout) => {}

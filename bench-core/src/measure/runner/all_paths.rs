@@ -10,51 +10,7 @@ use crate::model::localization::PathsDecision;
 /// Timed operations of the alltoall, each placement (one untimed operation before them).
 const ITERS: u32 = 3;
 
-/// What the alltoall read, the same on every rank (the team's sums): busbw in GB/s.
-pub(super) struct AlltoallReading {
-    pub size: u64,
-    /// By the faster of the two clocks: slow only when slow by both (a late launch slows
-    /// only the host's).
-    pub delivered: f64,
-    pub host: f64,
-    pub gpu: f64,
-}
-
 impl Measurer<'_> {
-    /// The alltoall of `size` bytes over every rank, both placements (the slower one counts),
-    /// timed by the host and the GPUs. Its data is checked bit-exact: wrong elements put its
-    /// row in the report, where they FAIL as any collective's do.
-    pub(super) fn alltoall_reading(
-        &self,
-        size: u64,
-        start: &Start,
-        out: &mut GpuOutcome,
-    ) -> Result<AlltoallReading, RunError> {
-        start.phase(&format!(
-            "alltoall {} over every rank (every node pair at once)",
-            crate::model::size::human(size)
-        ));
-        // A step index past the plan's: its own fill seeds.
-        let at = (self.opts().steps.len(), 0, size, Timing::Count(ITERS));
-        let mut wrong = 0.0;
-        let (row, gpu, _) = self.measure_row(at, &AlltoAll, true, out, &mut wrong)?;
-        let host = row.out_of_place.busbw.min(row.in_place.busbw);
-        let gpu = gpu.map_or(0.0, |g| g.out_of_place_busbw.min(g.in_place_busbw));
-        let reading = AlltoallReading {
-            size: row.size,
-            delivered: host.max(gpu),
-            host,
-            gpu,
-        };
-        let corrupted = [row.out_of_place.wrong, row.in_place.wrong]
-            .iter()
-            .any(|w| w.is_some_and(|w| w > 0));
-        if corrupted && start.recorder {
-            out.rows.push(row);
-        }
-        Ok(reading)
-    }
-
     /// Whether every node pair is measured after the localizer's other rounds
     /// (`localize::paths::measures_every_path`): the alltoall beside the all_reduce (`all_paths`) slow
     /// against it, or some node's host busy (its own `host_busy` fact: a busy scheduler paces
@@ -78,15 +34,38 @@ impl Measurer<'_> {
             _ => return Ok(None),
         };
         let began = std::time::Instant::now();
-        let a2a = self.alltoall_reading(alltoall_size(bytes), start, out)?;
+        // The alltoall over every rank, both placements (the slower one counts), timed by the
+        // host and the GPUs; the same on every rank (the team's sums). Its data is checked
+        // bit-exact: wrong elements put its row in the report, where they FAIL as any
+        // collective's do.
+        let size = alltoall_size(bytes);
+        start.phase(&format!(
+            "alltoall {} over every rank (every node pair at once)",
+            crate::model::size::human(size)
+        ));
+        // A step index past the plan's: its own fill seeds.
+        let at = (self.opts().steps.len(), 0, size, Timing::Count(ITERS));
+        let mut wrong = 0.0;
+        let (row, gpu, _) = self.measure_row(at, &AlltoAll, true, out, &mut wrong)?;
+        let host = row.out_of_place.busbw.min(row.in_place.busbw);
+        let gpu = gpu.map_or(0.0, |g| g.out_of_place_busbw.min(g.in_place_busbw));
+        // By the faster of the two clocks: slow only when slow by both (a late launch slows
+        // only the host's).
+        let (size, delivered) = (row.size, host.max(gpu));
+        let corrupted = [row.out_of_place.wrong, row.in_place.wrong]
+            .iter()
+            .any(|w| w.is_some_and(|w| w > 0));
+        if corrupted && start.recorder {
+            out.rows.push(row);
+        }
         let fraction = self.opts().config.outliers.alltoall_fraction;
-        let slow = alltoall_slow(a2a.delivered, all_reduce, (nodes, gpus), fraction);
+        let slow = alltoall_slow(delivered, all_reduce, (nodes, gpus), fraction);
         // Others' load only: the check's own processes outnumbering the cores (emulated
         // nodes) pace nothing a real allocation's would.
         let busy = self.thread.own.busy_by_others(&start.topology);
         // The pairs' limit as the coordinator's recorder computes it (one value plus zeros), so
         // every copy of the localizer decides alike whatever each process's fraction.
-        let limit = crate::localize::paths::pairs_limit(a2a.delivered, (nodes, gpus), fraction);
+        let limit = crate::localize::paths::pairs_limit(delivered, (nodes, gpus), fraction);
         let speaks = self.team.coordinates() && start.recorder;
         let limit_slots = match (speaks, limit) {
             (true, Some(l)) => [1.0, l],
@@ -98,8 +77,8 @@ impl Measurer<'_> {
         let (slow, busy) = (agreed[0] > 0.0, agreed[1] > 0.0);
         let pairs_limit = (agreed[2] > 0.0).then_some(agreed[3]);
         let decision = PathsDecision {
-            alltoall_bytes: a2a.size,
-            alltoall_busbw: a2a.delivered,
+            alltoall_bytes: size,
+            alltoall_busbw: delivered,
             all_reduce_busbw: all_reduce,
             alltoall_slow: slow,
             host_busy: busy,
@@ -119,11 +98,11 @@ impl Measurer<'_> {
                 "# alltoall {}: busbw {:.4} GB/s (host clock {:.4}, GPU clock {:.4}), {:.2} x the \
                  all_reduce's {:.4} GB/s; slow below {:.4} ({fraction} x {ratio:.3} x it): {then}; \
                  {ms:.0} ms\n",
-                crate::model::size::human(a2a.size),
-                a2a.delivered,
-                a2a.host,
-                a2a.gpu,
-                a2a.delivered / all_reduce,
+                crate::model::size::human(size),
+                delivered,
+                host,
+                gpu,
+                delivered / all_reduce,
                 all_reduce,
                 fraction * ratio * all_reduce,
             ));

@@ -17,7 +17,8 @@ const ABORT_WITHIN: Duration = Duration::from_millis(500);
 /// `Comm::into_blocking`). `nonblocking`: the non-blocking one measures (slow enqueues).
 /// `blocking`: a blocking init on the GPU thread, bounded only by the watchdog. Set by
 /// `NCCL_CHECK_COMM_MODE`, for diagnosis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString)]
+#[strum(serialize_all = "lowercase")]
 pub(super) enum CommMode {
     Threaded,
     Split,
@@ -28,14 +29,12 @@ pub(super) enum CommMode {
 impl CommMode {
     /// From the value of `NCCL_CHECK_COMM_MODE` (anything else: the default for `nodes`).
     pub(super) fn parse(value: Option<&str>, nodes: u32) -> CommMode {
-        match value {
-            Some("threaded") => CommMode::Threaded,
-            Some("split") => CommMode::Split,
-            Some("nonblocking") => CommMode::NonBlocking,
-            Some("blocking") => CommMode::Blocking,
-            _ if nodes <= 1 => CommMode::Threaded,
-            _ => CommMode::Split,
-        }
+        let default = if nodes <= 1 {
+            CommMode::Threaded
+        } else {
+            CommMode::Split
+        };
+        value.and_then(|v| v.parse().ok()).unwrap_or(default)
     }
 }
 
@@ -97,34 +96,29 @@ pub(super) fn begin(
         let color = topology.node_index(r).unwrap_or(0);
         (color as i32, topology.local_index(r).unwrap_or(0) as i32)
     });
-    if mode == CommMode::Blocking {
-        let parent =
-            Comm::init_blocking(nccl, nranks, start.id, rank, thread.deadline).map_err(init_err)?;
-        return Ok(CommsStarted {
-            parent: Opening::Ready(parent),
-            mode,
-            node_split: None,
-        });
-    }
-    if mode == CommMode::Threaded {
-        let ctx = gpu.ctx.clone();
-        let bind = Box::new(move || ctx.bind_to_thread().map_err(|e| e.to_string()));
-        let pending = PendingComm::start(nccl, nranks, start.id, rank, thread.deadline, bind)
-            .map_err(init_err)?;
-        return Ok(CommsStarted {
-            parent: Opening::OnThread(pending),
-            mode,
-            node_split,
-        });
-    }
-    // A node-local child must not share: shared children get the parent's few
-    // point-to-point channels, sized for the network (measured on H200 with sockets
-    // between emulated nodes: an NVLink pair at 34.6 GB/s instead of ~300).
-    let share = node_split.is_none();
-    let parent =
-        Comm::start_init(nccl, nranks, start.id, rank, thread.deadline, share).map_err(init_err)?;
+    let (id, deadline) = (start.id, thread.deadline);
+    let parent = match mode {
+        CommMode::Blocking => {
+            Opening::Ready(Comm::init_blocking(nccl, nranks, id, rank, deadline).map_err(init_err)?)
+        }
+        CommMode::Threaded => {
+            let ctx = gpu.ctx.clone();
+            let bind = Box::new(move || ctx.bind_to_thread().map_err(|e| e.to_string()));
+            let pending = PendingComm::start(nccl, nranks, id, rank, deadline, bind);
+            Opening::OnThread(pending.map_err(init_err)?)
+        }
+        CommMode::Split | CommMode::NonBlocking => {
+            // A node-local child must not share: shared children get the parent's few
+            // point-to-point channels, sized for the network (measured on H200 with sockets
+            // between emulated nodes: an NVLink pair at 34.6 GB/s instead of ~300).
+            let share = node_split.is_none();
+            let parent = Comm::start_init(nccl, nranks, id, rank, deadline, share);
+            Opening::Connecting(parent.map_err(init_err)?)
+        }
+    };
+    // A blocking init's communicator splits nothing (`finish`), whatever `node_split` says.
     Ok(CommsStarted {
-        parent: Opening::Connecting(parent),
+        parent,
         mode,
         node_split,
     })
@@ -147,40 +141,29 @@ pub(super) fn finish(
     } = opening;
     // A process gone mid-init (the team's watch fails the team) ends the wait at once.
     let stop = || start.team.is_failed();
-    let parent = match parent {
-        Opening::Ready(comm) => {
-            return Ok(Comms {
-                comm,
-                node_comm: None,
-            })
-        }
+    // What is split from the ready communicator (`split_off`): a blocking one measures itself,
+    // and so does a non-blocking one outside `split` mode, which splits nothing.
+    let (parent, splits) = match parent {
+        Opening::Ready(comm) => (comm, (None, false)),
         Opening::OnThread(pending) => {
             let comm = pending
                 .wait(&stop)
                 .map_err(|e| init_error(dev, rank, start.nranks, e))?;
-            // Blocking already: it measures itself.
-            let (comm, node_comm) = split_off(comm, node_split, false).map_err(init_err)?;
-            return Ok(Comms { comm, node_comm });
+            (comm, (node_split, false))
         }
-        Opening::Connecting(parent) => parent,
+        Opening::Connecting(parent) => match parent.ready_unless(&stop) {
+            Ok(parent) if mode == CommMode::Split => (parent, (node_split, true)),
+            Ok(parent) => (parent, (None, false)),
+            Err((e, parent)) => {
+                let e = init_error(dev, rank, start.nranks, e);
+                // The others first: the abort may take its whole bound.
+                start.team.fail(e.message());
+                parent.abort_within(ABORT_WITHIN);
+                return Err(e);
+            }
+        },
     };
-    let parent = match parent.ready_unless(&stop) {
-        Ok(parent) => parent,
-        Err((e, parent)) => {
-            let e = init_error(dev, rank, start.nranks, e);
-            // The others first: the abort may take its whole bound.
-            start.team.fail(e.message());
-            parent.abort_within(ABORT_WITHIN);
-            return Err(e);
-        }
-    };
-    if mode != CommMode::Split {
-        return Ok(Comms {
-            comm: parent,
-            node_comm: None,
-        });
-    }
-    let (comm, node_comm) = split_off(parent, node_split, true).map_err(init_err)?;
+    let (comm, node_comm) = split_off(parent, splits.0, splits.1).map_err(init_err)?;
     Ok(Comms { comm, node_comm })
 }
 
@@ -196,12 +179,7 @@ fn split_off<'a>(
         Some((color, key)) => parent.split_blocking(color, key).transpose()?,
         None => None,
     };
-    let child = if to_blocking {
-        parent.into_blocking()
-    } else {
-        None
-    };
-    let comm = match child {
+    let comm = match to_blocking.then(|| parent.into_blocking()).flatten() {
         Some(child) => child?,
         None => parent,
     };

@@ -58,7 +58,17 @@ impl Measurer<'_> {
         let rows = self.gpu_pairs_at_once(local.0, local.1, start, out)?;
         let allocation = out.last_collective;
         let (bytes, loops) = self.round_size(plan, budget, start, out);
-        let cfg = self.localization_config(local.0, start, &rows, allocation);
+        // The localizer's settings: the outlier fraction and the floors for the pairs and for
+        // the allocation-wide collective measured just before (collective, size, busbw).
+        let outliers = &self.opts().config.outliers;
+        let at = allocation.map(|(c, size, _)| (c, size));
+        let floors = start.floors().localization(local.0, !rows.is_empty(), at);
+        let cfg = LocalizeConfig {
+            fraction: outliers.fraction,
+            floors,
+            retest: outliers.retest,
+            ..LocalizeConfig::default()
+        };
         let cfg = self.agreed(cfg, start)?;
         // Every node pair at once: when the alltoall is slow, the localizer measures each
         // (`localize::paths`).
@@ -308,28 +318,6 @@ impl Measurer<'_> {
         Ok(rows)
     }
 
-    /// The localizer's settings: the outlier fraction and the floors for the pairs and for the
-    /// allocation-wide collective measured just before (`allocation`: collective, size, busbw).
-    fn localization_config(
-        &self,
-        bytes: u64,
-        start: &Start,
-        rows: &[PairRow],
-        allocation: Option<(&'static str, u64, f64)>,
-    ) -> LocalizeConfig {
-        let floors = start.floors();
-        LocalizeConfig {
-            fraction: self.opts().config.outliers.fraction,
-            floors: floors.localization(
-                bytes,
-                !rows.is_empty(),
-                allocation.map(|(c, size, _)| (c, size)),
-            ),
-            retest: self.opts().config.outliers.retest,
-            ..LocalizeConfig::default()
-        }
-    }
-
     /// The localizer's rounds: after each, the round's results summed over every rank, from
     /// which this thread's own conductor (made at the first step) decides where its rank
     /// stands next; every process decides the same, so the pairs meet. A retest round of a
@@ -387,11 +375,8 @@ impl Measurer<'_> {
                 _ => (bytes, loops),
             };
             let retest = matches!(ph, Phase::Retest | Phase::PathRetest);
-            let loops = if retest && setup.retest_more {
-                (loops.0, 2 * loops.1)
-            } else {
-                loops
-            };
+            let more = if retest && setup.retest_more { 2 } else { 1 };
+            let loops = (loops.0, more * loops.1);
             let (secs, gpu_ops) = self.timed_exchange(partner, bytes, loops, false, start, out)?;
             let gpu_secs = settled_mean(&gpu_ops);
             if retest && gpu_ops.len() > 2 {

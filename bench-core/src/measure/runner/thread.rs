@@ -213,21 +213,17 @@ impl GpuThread {
             rank,
             nranks,
         };
-        match m.run_plan(start, out) {
-            Ok(()) => {
-                // Fast exit: the process ends right after the report; destroying communicators
-                // would only add NCCL's teardown (~0.4 s) to the time to verdict.
-                // (Comm has no Drop: the communicator is simply left to the process exit.)
-                Ok(())
-            }
-            Err(e) => {
-                start.team.fail(e.message());
-                comms
-                    .comm
-                    .abort_within(std::time::Duration::from_millis(500));
-                Err(e)
-            }
+        // On success, fast exit: the process ends right after the report; destroying
+        // communicators would only add NCCL's teardown (~0.4 s) to the time to verdict.
+        // (Comm has no Drop: the communicator is simply left to the process exit.)
+        let ran = m.run_plan(start, out);
+        if let Err(e) = &ran {
+            start.team.fail(e.message());
+            comms
+                .comm
+                .abort_within(std::time::Duration::from_millis(500));
         }
+        ran
     }
 }
 
@@ -243,23 +239,15 @@ impl GpuThread {
     ) -> Result<(), RunError> {
         let dev = self.device;
         let team_err = |e| RunError::from_team(start.rank, e);
-        let uuid = out
-            .info
-            .as_ref()
-            .map(|i| i.uuid.clone())
-            .unwrap_or_default();
-        let key = if uuid.is_empty() {
-            0.0
-        } else {
-            shared::uuid_key(&uuid)
-        };
+        let uuid = out.info.as_ref().map_or(String::new(), |i| i.uuid.clone());
+        let key = (!uuid.is_empty()).then(|| shared::uuid_key(&uuid));
         let procs = start.topology.processes_by_rank();
         let nprocs = procs.iter().copied().max().map_or(1, |p| p as usize + 1);
         let sharing: shared::Sharing = start
             .team
             .gather(
                 start.nranks as usize,
-                &[(u64::from(start.rank), key)],
+                &[(u64::from(start.rank), key.unwrap_or(0.0))],
                 |keys| Ok(vec![shared::groups(keys); nprocs]),
             )
             .map_err(team_err)?;

@@ -228,7 +228,7 @@ impl Measurer<'_> {
         let o = self.opts();
         let elt = o.datatype.size();
         let c = coll.counts(size / elt, elt, self.nranks as u64);
-        let mut placements = [None, None];
+        let mut placements = [Placement::default(); 2];
         let mut gpu_busbw = [0.0f64; 2];
         let mut taken = RowSamples::default();
         for (pi, in_place) in [false, true].into_iter().enumerate() {
@@ -261,17 +261,15 @@ impl Measurer<'_> {
                 }
             }
             *wrong_ranks += sums[2];
-            placements[pi] = Some(Placement {
+            placements[pi] = Placement {
                 time_us: time * 1e6,
                 algbw,
                 busbw,
                 wrong: wrong.map(|_| sums[1] as u64),
                 first_busbw: None,
-            });
+            };
         }
-        let [Some(oop), Some(ip)] = placements else {
-            unreachable!("both placements measured")
-        };
+        let [oop, ip] = placements;
         let gpu = gpu_timed.then(|| GpuSide {
             collective: coll.name(),
             size: c.bytes(elt),
@@ -330,20 +328,15 @@ impl Measurer<'_> {
         self.team.barrier().map_err(|e| self.team_err(e))?;
         let (secs, sampled, elapsed) = match timing {
             Timing::Count(iters) => {
-                let (secs, elapsed) =
-                    self.batch_loop(coll, c, (in_place, iters), &mut timer, what)?;
-                (secs, (Vec::new(), None), elapsed)
+                self.batch_loop(coll, c, (in_place, iters), &mut timer, what)?
             }
             Timing::Sampled {
                 least,
                 most,
                 allowance_s,
             } => {
-                let t = Instant::now();
                 let bounds = (least, most, allowance_s);
-                let (secs, sampled) =
-                    self.sampled_loop(coll, c, in_place, bounds, &mut timer, what)?;
-                (secs, sampled, t.elapsed())
+                self.sampled_loop(coll, c, in_place, bounds, &mut timer, what)?
             }
         };
         out.phases.timed_loop_ms += ms(elapsed);
@@ -380,8 +373,8 @@ impl Measurer<'_> {
     }
 
     /// nccl-tests' timed loop: `iters` operations back to back, one host clock around them all
-    /// (`--debug-timing` records each operation's events too). Seconds per operation and the
-    /// loop's time.
+    /// (`--debug-timing` records each operation's events too). Seconds per operation, no
+    /// samples, and the loop's time.
     fn batch_loop(
         &self,
         coll: &dyn Collective,
@@ -389,7 +382,7 @@ impl Measurer<'_> {
         (in_place, iters): (bool, u32),
         timer: &mut Option<GpuTimer>,
         what: &str,
-    ) -> Result<(f64, std::time::Duration), RunError> {
+    ) -> Result<(f64, Sampled, std::time::Duration), RunError> {
         let mut probe = LoopProbe::new(self.gpu, iters, self.opts().debug_timing)
             .map_err(|e| self.err_runtime("creating debug events", e))?;
         let timing = |e| self.err_runtime("recording a timing event", e);
@@ -412,13 +405,14 @@ impl Measurer<'_> {
         if let Some(p) = &probe {
             p.report(self.rank, what, elapsed);
         }
-        Ok((elapsed.as_secs_f64() / iters as f64, elapsed))
+        let secs = elapsed.as_secs_f64() / iters as f64;
+        Ok((secs, (Vec::new(), None), elapsed))
     }
 
     /// A budgeted placement: one operation at a time, each waited for and timed by the host's
     /// clock, the ranks' mean of each (one sum: every rank holds the same samples, so every rank
-    /// stops after the same one, `time_budget::stop`). Seconds per operation (the samples' mean), and
-    /// the samples with why they stopped.
+    /// stops after the same one, `time_budget::stop`). Seconds per operation (the samples' mean),
+    /// the samples with why they stopped, and the loop's time.
     fn sampled_loop(
         &self,
         coll: &dyn Collective,
@@ -427,7 +421,8 @@ impl Measurer<'_> {
         (least, most, allowance_s): (u32, u32, f64),
         timer: &mut Option<GpuTimer>,
         what: &str,
-    ) -> Result<(f64, Sampled), RunError> {
+    ) -> Result<(f64, Sampled, std::time::Duration), RunError> {
+        let began = Instant::now();
         let timing = |e| self.err_runtime("recording a timing event", e);
         let mut samples: Vec<f64> = Vec::new();
         let mut spent = 0.0;
@@ -445,7 +440,7 @@ impl Measurer<'_> {
             samples.push(sample);
             if let Some(why) = time_budget::stop(&samples, (least, most), spent, allowance_s) {
                 let secs = samples.iter().sum::<f64>() / samples.len() as f64;
-                return Ok((secs, (samples, Some(why))));
+                return Ok((secs, (samples, Some(why)), began.elapsed()));
             }
         }
     }
