@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nccl_check_host::read::{not_runnable, under};
 use nccl_check_host::slurm_config::{files, Sources};
 
 use crate::config::{ConfigError, PluginConfig};
@@ -71,6 +72,12 @@ fn is_ours(plugin: &str) -> bool {
         .file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.ends_with(".so") && n.contains("nccl_check"))
+}
+
+/// `a, b, c`: files as a printout lists them.
+pub fn joined(files: &[PathBuf]) -> String {
+    let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
 }
 
 /// Reads `main` and what it includes.
@@ -199,7 +206,7 @@ pub fn locate(root: &Path, slurm_conf: Option<&str>) -> Located {
     let s = Sources::read(root, slurm_conf, None, Duration::from_secs(1));
     let Some(conf) = s.conf else {
         return Located {
-            plugstack: nccl_check_host::read::under(root, "/etc/slurm/plugstack.conf"),
+            plugstack: under(root, "/etc/slurm/plugstack.conf"),
             plugin_dir: None,
             source: "no slurm.conf found: Slurm's default place".into(),
         };
@@ -209,7 +216,7 @@ pub fn locate(root: &Path, slurm_conf: Option<&str>) -> Located {
     match conf.get("PlugStackConfig") {
         Some((v, l)) => Located {
             plugstack: if v.starts_with('/') {
-                nccl_check_host::read::under(root, &v)
+                under(root, &v)
             } else {
                 dir.join(v)
             },
@@ -244,7 +251,7 @@ fn located(at: &str, e: &ConfigError) -> String {
 
 /// Where `plugin` is: as given when absolute, else the first `PluginDir` entry that has it.
 fn resolve(plugin: &str, plugin_dir: Option<&str>, root: &Path) -> Option<Option<PathBuf>> {
-    let under = |p: &str| nccl_check_host::read::under(root, p);
+    let under = |p: &str| under(root, p);
     if plugin.starts_with('/') {
         let p = under(plugin);
         return Some(p.is_file().then_some(p));
@@ -289,12 +296,7 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
                 located(&at, &err)
             )),
             Ok(c) => {
-                if nccl_check_host::read::not_runnable(&nccl_check_host::read::under(
-                    root,
-                    &c.worker.display().to_string(),
-                ))
-                .is_some()
-                {
+                if not_runnable(&under(root, &c.worker.display().to_string())).is_some() {
                     f.problems.push(format!(
                         "{at}: worker {}: not an executable file on this node (every \
                          --nccl-check task here would end in ERROR)",
@@ -315,18 +317,12 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
             ));
         }
     } else {
-        let read: Vec<String> = stack
-            .files
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
+        let read = match stack.files.as_slice() {
+            [] => "any file".to_string(),
+            files => joined(files),
+        };
         f.notes.push(format!(
-            "no enabled {PLUGIN_FILE} line in {}: --nccl-check is off on this node",
-            if read.is_empty() {
-                "any file".to_string()
-            } else {
-                read.join(", ")
-            }
+            "no enabled {PLUGIN_FILE} line in {read}: --nccl-check is off on this node"
         ));
         for e in stack.entries.iter().filter(|e| !e.enabled) {
             let state = match PluginConfig::parse(&e.args) {
