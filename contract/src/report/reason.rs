@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// .. `runtime`; WARN (never FAIL, never drains): `host_interference`, `foreign_process`; and
 /// `host_busy` (WARN, or the FAIL that names a busy host instead of the parts it slowed: never a
 /// hardware fault). What class of cause each names (hardware, busy, missing, setup):
-/// [`super::cause::cause_class`].
+/// [`ReasonCode::cause_class`].
 #[derive(
     Debug,
     Clone,
@@ -113,7 +113,7 @@ impl std::fmt::Display for ReasonCode {
 }
 
 /// A reason behind a verdict. Written with its class of cause (`"cause": "busy"`, from the
-/// code by [`super::cause::cause_class`]) beside the code, for readers that do not know the
+/// code by [`ReasonCode::cause_class`]) beside the code, for readers that do not know the
 /// codes; read back, the class comes from the code again ([`Reason::cause`]).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Reason {
