@@ -104,11 +104,9 @@ pub fn detached_value(argv: &[String]) -> Option<String> {
     let at = argv.iter().position(|a| a == "--nccl-check")?;
     let next = argv.get(at + 1)?;
     let (mode, _) = split_verbose(next).ok()?;
-    let looks_like_mode = match mode {
-        Some(m) => Mode::parse(m).is_ok(),
-        None => true,
-    };
-    looks_like_mode.then(|| next.clone())
+    // `verbose` alone reads as a mode too.
+    mode.is_none_or(|m| Mode::parse(m).is_ok())
+        .then(|| next.clone())
 }
 
 /// This process's command line (srun's or sbatch's own), bounded; empty when unreadable.

@@ -249,20 +249,14 @@ fn located(at: &str, e: &ConfigError) -> String {
     }
 }
 
-/// Where `plugin` is: as given when absolute, else the first `PluginDir` entry that has it.
-fn resolve(plugin: &str, plugin_dir: Option<&str>, root: &Path) -> Option<Option<PathBuf>> {
-    let under = |p: &str| under(root, p);
+/// Whether `plugin` is a file: as given when absolute, else in a `PluginDir` entry; None when
+/// it is searched in a PluginDir that is not known.
+fn found(plugin: &str, plugin_dir: Option<&str>, root: &Path) -> Option<bool> {
     if plugin.starts_with('/') {
-        let p = under(plugin);
-        return Some(p.is_file().then_some(p));
+        return Some(under(root, plugin).is_file());
     }
-    let dirs = plugin_dir?;
-    Some(
-        dirs.split(':')
-            .filter(|d| d.starts_with('/'))
-            .map(|d| under(d).join(plugin))
-            .find(|p| p.is_file()),
-    )
+    let mut dirs = plugin_dir?.split(':').filter(|d| d.starts_with('/'));
+    Some(dirs.any(|d| under(root, d).join(plugin).is_file()))
 }
 
 /// Checks every line of ours in `stack`.
@@ -274,14 +268,14 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
     let enabled: Vec<&Entry> = stack.entries.iter().filter(|e| e.enabled).collect();
     for e in &enabled {
         let at = e.at();
-        match resolve(&e.plugin, plugin_dir, root) {
-            Some(Some(_)) => {}
-            Some(None) if e.required => f.problems.push(format!(
+        match found(&e.plugin, plugin_dir, root) {
+            Some(true) => {}
+            Some(false) if e.required => f.problems.push(format!(
                 "{at}: {}: no such plugin file: a 'required' plugin that does not load makes \
                  every srun, sbatch and salloc on this node fail",
                 e.plugin
             )),
-            Some(None) => f.notes.push(format!(
+            Some(false) => f.notes.push(format!(
                 "{at}: {}: no such plugin file ('optional': Slurm goes on without --nccl-check)",
                 e.plugin
             )),
