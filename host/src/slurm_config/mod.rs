@@ -121,21 +121,18 @@ impl Settings {
         };
         let prologs = list("Prolog");
         let epilogs = list("Epilog");
-        let health_check_program = c.get("HealthCheckProgram").map(|(v, l)| {
-            origin.push(at("HealthCheckProgram", l));
-            v
-        });
-        let prolog_flags = last_list("PrologFlags");
-        let prolog_epilog_timeout = c.get("PrologEpilogTimeout").and_then(|(v, l)| {
-            origin.push(at("PrologEpilogTimeout", l));
-            timeout_value(&v)
-        });
-        let mut seconds = |key: &str, default: u64| -> u64 {
-            let Some((v, l)) = c.get(key) else {
-                return default;
-            };
+        // The value Slurm takes (the last line's), its line noted in `origin`.
+        let mut noted = |key: &str| {
+            let (v, l) = c.get(key)?;
             origin.push(at(key, l));
-            seconds_value(&v).unwrap_or(default)
+            Some(v)
+        };
+        let health_check_program = noted("HealthCheckProgram");
+        let prolog_flags = last_list("PrologFlags");
+        let prolog_epilog_timeout = noted("PrologEpilogTimeout").and_then(|v| timeout_value(&v));
+        let mut seconds = |key: &str, default: u64| {
+            let v = noted(key);
+            v.and_then(|v| seconds_value(&v)).unwrap_or(default)
         };
         let batch_start_timeout = seconds("BatchStartTimeout", DEFAULT_BATCH_START_TIMEOUT);
         let message_timeout = seconds("MessageTimeout", DEFAULT_MESSAGE_TIMEOUT);
