@@ -95,34 +95,29 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
         ));
         return;
     }
+    let p = path.display();
     // At most FILE_MAX bytes of a regular file, as is (line numbers stay Slurm's).
     let text = match nccl_check_host::read::text(path, FILE_MAX) {
         Ok(t) => t,
         // Slurm: "A missing config file is not an error, but is equivalent to an empty file."
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && depth == 0 => {
-            stack.notes.push(format!(
-                "{}: absent (Slurm reads no plugin)",
-                path.display()
-            ));
-            return;
+            return stack
+                .notes
+                .push(format!("{p}: absent (Slurm reads no plugin)"));
         }
-        Err(e) => {
-            stack.notes.push(format!("{}: {e}", path.display()));
-            return;
-        }
+        Err(e) => return stack.notes.push(format!("{p}: {e}")),
     };
     stack.files.push(path.to_path_buf());
     let dir = path.parent().unwrap_or(Path::new("/"));
     let mut ignored = Vec::new();
     for (i, line) in text.lines().enumerate() {
+        let at = format!("{p}:{}", i + 1);
         let w = words(line);
         match w.first().copied() {
             Some("include") => {
                 let Some(pattern) = w.get(1) else {
                     stack.notes.push(format!(
-                        "{}:{}: 'include' without a pattern (Slurm stops reading here)",
-                        path.display(),
-                        i + 1
+                        "{at}: 'include' without a pattern (Slurm stops reading here)"
                     ));
                     continue;
                 };
@@ -132,9 +127,7 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
                 }
             }
             Some(kind @ ("required" | "optional")) if w.len() < 2 => stack.notes.push(format!(
-                "{}:{}: '{kind}' without a plugin: Slurm ignores this line",
-                path.display(),
-                i + 1
+                "{at}: '{kind}' without a plugin: Slurm ignores this line"
             )),
             None | Some("required" | "optional") => {}
             Some(other) => ignored.push((i + 1, other)),
