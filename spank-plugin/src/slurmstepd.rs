@@ -244,19 +244,13 @@ fn tell(
             }
             Ok(())
         }
-        (verdict, true) => {
+        (verdict, enforcing) => {
             let msg = format!("{verdict} {where_}: {}", outcome.detail);
             if !verbose {
-                say(&format!("nccl-check: {msg}"));
+                say(&format!("nccl-check: {msg}{warn_note}"));
             }
-            Err(Error::Reported(msg))
-        }
-        (verdict, false) => {
-            if !verbose {
-                say(&format!(
-                    "nccl-check: {verdict} {where_}: {}{warn_note}",
-                    outcome.detail
-                ));
+            if enforcing {
+                return Err(Error::Reported(msg));
             }
             Ok(())
         }
