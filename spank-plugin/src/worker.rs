@@ -16,6 +16,7 @@ use std::time::Duration;
 use nccl_check_contract::args::{PlanName, WorkerArgs};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::line;
+use nccl_check_contract::outcome::of_run;
 use nccl_check_contract::report::read::{read_report, ReportError};
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
@@ -173,16 +174,11 @@ pub fn outcome(
     inv: &Invocation,
 ) -> TaskOutcome {
     // The contract's one rule (the prolog's too): exit status and report must agree.
-    let judged = match &ending {
-        Ok(e) => nccl_check_contract::outcome::of_run(*e, report.as_ref()),
-        Err(_) => nccl_check_contract::outcome::Judged {
-            verdict: Verdict::Error,
-            problem: None,
-        },
-    };
-    let verdict = judged.verdict;
+    // A worker that could not start is an ERROR.
+    let judged = ending.as_ref().ok().map(|e| of_run(*e, report.as_ref()));
+    let (verdict, report_problem) =
+        judged.map_or((Verdict::Error, None), |j| (j.verdict, j.problem));
     let report = report.and_then(Result::ok);
-    let report_problem = judged.problem;
     let summary = report
         .as_ref()
         .map(|r| one_line(&r.head.summary))
