@@ -341,14 +341,9 @@ fn kept(o: &Output) -> Option<(usize, Option<Copy>, Option<CappedLog>)> {
 fn stdio(o: &Output) -> Stdio {
     match o {
         Output::Discard => Stdio::null(),
-        Output::Tail { .. }
-        | Output::Tee { .. }
-        | Output::TeeLines { .. }
-        | Output::Capped { .. } => Stdio::piped(),
-        Output::File(f) => match f.try_clone() {
-            Ok(f) => Stdio::from(f),
-            Err(_) => Stdio::null(),
-        },
+        Output::File(f) => f.try_clone().map_or_else(|_| Stdio::null(), Stdio::from),
+        // Every other output is read through a pipe (`kept`).
+        _ => Stdio::piped(),
     }
 }
 

@@ -137,17 +137,15 @@ fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Ver
     match ending {
         Ending::Exited(0) => (Verdict::Pass, String::new()),
         Ending::Exited(code) => {
-            if let Some(fail) = last_summary(&text, Verdict::Fail) {
+            let exited_with_fail = || text.lines().rev().find_map(task_exited_with_fail);
+            let fail = last_summary(&text, Verdict::Fail).or_else(|| {
+                let task = one_line(exited_with_fail()?);
+                Some(format!(
+                    "{task} (the worker's FAIL; its message did not reach srun)"
+                ))
+            });
+            if let Some(fail) = fail {
                 return (Verdict::Fail, fail);
-            }
-            if let Some(task) = text.lines().rev().find_map(task_exited_with_fail) {
-                return (
-                    Verdict::Fail,
-                    format!(
-                        "{} (the worker's FAIL; its message did not reach srun)",
-                        one_line(task)
-                    ),
-                );
             }
             // No worker's FAIL: srun's exit alone decides, by the contract's rule.
             let verdict = outcome::of_run(Ending::Exited(code), None).verdict;
