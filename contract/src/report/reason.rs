@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
     Serialize,
     Deserialize,
     strum::IntoStaticStr,
+    strum::Display,
 )]
 #[cfg_attr(test, derive(strum::EnumIter))]
 #[serde(rename_all = "snake_case")]
@@ -87,7 +88,7 @@ pub enum ReasonCode {
 
 impl ReasonCode {
     /// The code as the report spells it: serde's name, by the same snake_case rule (a test
-    /// holds the two to each other for every variant).
+    /// holds the two to each other for every variant); `Display` writes the same.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -103,12 +104,6 @@ impl ReasonCode {
                 | ReasonCode::NodePairOutlier
                 | ReasonCode::LocalProbeSlow
         )
-    }
-}
-
-impl std::fmt::Display for ReasonCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
