@@ -275,13 +275,8 @@ impl Sources {
                 Err(e) => s.live_error = Some(e),
             }
         }
-        let spool: Vec<String> = s
-            .live
-            .as_ref()
-            .and_then(|l| l.slurmd_spool_dir.clone())
-            .into_iter()
-            .collect();
-        let all = files::candidates(root, slurm_conf, &spool);
+        let spool = s.live.as_ref().map(|l| l.slurmd_spool_dir.as_slice());
+        let all = files::candidates(root, slurm_conf, spool.unwrap_or_default());
         let (in_use, notes) = in_use(root, slurm_conf, &all);
         s.notes = notes;
         // The file in use first, so `effective` and `conf` are that file's.
@@ -292,9 +287,7 @@ impl Sources {
             match files::read(path) {
                 Ok(c) => {
                     s.files.push(Settings::from_file(&c));
-                    if s.conf.is_none() {
-                        s.conf = Some(c);
-                    }
+                    s.conf.get_or_insert(c);
                 }
                 Err(e) => s.file_errors.push(e.to_string()),
             }
