@@ -260,21 +260,20 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
     };
     let enabled: Vec<&Entry> = stack.entries.iter().filter(|e| e.enabled).collect();
     for e in &enabled {
-        let at = e.at();
-        match found(&e.plugin, plugin_dir, root) {
+        let (at, plugin) = (e.at(), &e.plugin);
+        match found(plugin, plugin_dir, root) {
             Some(true) => {}
             Some(false) if e.required => f.problems.push(format!(
-                "{at}: {}: no such plugin file: a 'required' plugin that does not load makes \
-                 every srun, sbatch and salloc on this node fail",
-                e.plugin
+                "{at}: {plugin}: no such plugin file: a 'required' plugin that does not load makes \
+                 every srun, sbatch and salloc on this node fail"
             )),
             Some(false) => f.notes.push(format!(
-                "{at}: {}: no such plugin file ('optional': Slurm goes on without --nccl-check)",
-                e.plugin
+                "{at}: {plugin}: no such plugin file ('optional': Slurm goes on without \
+                 --nccl-check)"
             )),
             None => f.notes.push(format!(
-                "{at}: {} is searched in PluginDir, which slurm.conf does not name here: not checked",
-                e.plugin
+                "{at}: {plugin} is searched in PluginDir, which slurm.conf does not name here: \
+                 not checked"
             )),
         }
         match PluginConfig::parse(&e.args) {
@@ -283,11 +282,11 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
                 located(&at, &err)
             )),
             Ok(c) => {
-                if not_runnable(&under(root, &c.worker.display().to_string())).is_some() {
+                let worker = c.worker.display();
+                if not_runnable(&under(root, &worker.to_string())).is_some() {
                     f.problems.push(format!(
-                        "{at}: worker {}: not an executable file on this node (every \
-                         --nccl-check task here would end in ERROR)",
-                        c.worker.display()
+                        "{at}: worker {worker}: not an executable file on this node (every \
+                         --nccl-check task here would end in ERROR)"
                     ));
                 }
                 f.effective.push(format!("{at}: {}", c.describe()));
