@@ -13,20 +13,15 @@
 use std::path::{Path, PathBuf};
 
 fn candidates() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Ok(dir) = std::env::var("SLURM_INCLUDE_DIR") {
-        dirs.push(PathBuf::from(dir));
-    }
-    if let Ok(args) = std::env::var("BINDGEN_EXTRA_CLANG_ARGS") {
-        for arg in args.split_whitespace() {
-            if let Some(dir) = arg.strip_prefix("-I") {
-                dirs.push(PathBuf::from(dir));
-            }
-        }
-    }
-    dirs.push(PathBuf::from("/usr/include"));
-    dirs.push(PathBuf::from("/usr/local/include"));
-    dirs
+    let given = std::env::var("SLURM_INCLUDE_DIR").ok();
+    let clang = std::env::var("BINDGEN_EXTRA_CLANG_ARGS").unwrap_or_default();
+    let from_clang = clang
+        .split_whitespace()
+        .filter_map(|a| a.strip_prefix("-I"));
+    let dirs = given.as_deref().into_iter().chain(from_clang);
+    dirs.chain(["/usr/include", "/usr/local/include"])
+        .map(PathBuf::from)
+        .collect()
 }
 
 /// `#define SLURM_VERSION_NUMBER 0x160508` → 0x160508.

@@ -41,12 +41,10 @@ impl PlanName {
             && name
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
-        if ok {
-            Ok(PlanName(name.to_string()))
-        } else {
-            Err(PlanNameError {
-                name: name.to_string(),
-            })
+        let name = name.to_string();
+        match ok {
+            true => Ok(PlanName(name)),
+            false => Err(PlanNameError { name }),
         }
     }
 
@@ -167,40 +165,35 @@ impl WorkerArgs {
 
     /// The argv after the program name, in one fixed order (logs and the suites show it).
     pub fn to_args(&self) -> Vec<OsString> {
-        let mut a: Vec<OsString> = vec!["--plan".into(), self.plan.as_str().into()];
-        if let Some(j) = &self.json {
-            a.extend(["--json".into(), j.clone().into_os_string()]);
-        }
-        a.extend(["--timeout".into(), self.timeout_s.max(1).to_string().into()]);
-        if self.quiet {
-            a.push("--quiet".into());
-        }
-        if let Some(c) = &self.config {
-            a.extend(["--config".into(), c.clone().into_os_string()]);
-        }
-        if let Some(g) = &self.gpus {
+        // Per option: None not passed, Some(None) a switch that is on, Some(Some(v)) with `v`.
+        let value = |v: Option<String>| v.map(|v| Some(OsString::from(v)));
+        let path = |p: &Option<PathBuf>| p.clone().map(|p| Some(p.into_os_string()));
+        let switch = |on: bool| on.then_some(None);
+        let gpus = self.gpus.as_ref().map(|g| {
             let list: Vec<String> = g.iter().map(|i| i.to_string()).collect();
-            a.extend(["--gpus".into(), list.join(",").into()]);
-        }
-        if let Some(r) = self.rank {
-            a.extend(["--rank".into(), r.to_string().into()]);
-        }
-        if let Some(w) = self.world {
-            a.extend(["--world".into(), w.to_string().into()]);
-        }
-        if let Some(r) = &self.rendezvous {
-            a.extend(["--rendezvous".into(), r.into()]);
-        }
-        if let Some(p) = &self.port_range {
-            a.extend(["--port-range".into(), p.to_string().into()]);
-        }
-        if self.progress {
-            a.push("--progress".into());
-        }
-        if self.expect_collnet {
-            a.push("--expect-collnet".into());
-        }
-        a
+            list.join(",")
+        });
+        let options = [
+            ("--plan", value(Some(self.plan.to_string()))),
+            ("--json", path(&self.json)),
+            ("--timeout", value(Some(self.timeout_s.max(1).to_string()))),
+            ("--quiet", switch(self.quiet)),
+            ("--config", path(&self.config)),
+            ("--gpus", value(gpus)),
+            ("--rank", value(self.rank.map(|r| r.to_string()))),
+            ("--world", value(self.world.map(|w| w.to_string()))),
+            ("--rendezvous", value(self.rendezvous.clone())),
+            (
+                "--port-range",
+                value(self.port_range.map(|p| p.to_string())),
+            ),
+            ("--progress", switch(self.progress)),
+            ("--expect-collnet", switch(self.expect_collnet)),
+        ];
+        let passed = options.into_iter().filter_map(|(name, v)| Some((name, v?)));
+        passed
+            .flat_map(|(name, v)| std::iter::once(OsString::from(name)).chain(v))
+            .collect()
     }
 
     /// The argv as one line, for logs.

@@ -90,10 +90,8 @@ impl ExitCode {
 
     /// The verdict a caller should read from a worker's exit status (`None` = killed by a signal).
     pub fn verdict_of_status(code: Option<i32>) -> Verdict {
-        match code.and_then(ExitCode::from_code) {
-            Some(c) => c.verdict(),
-            None => Verdict::Error,
-        }
+        code.and_then(ExitCode::from_code)
+            .map_or(Verdict::Error, ExitCode::verdict)
     }
 
     /// What an exit status means, for callers' messages: the table's line, or that the code is

@@ -31,17 +31,11 @@ pub fn parse(line: &str) -> Option<Found<'_>> {
         .into_iter()
         .find_map(|v| {
             let after = rest.strip_prefix(v.as_str())?;
-            match after.chars().next() {
-                None => Some(Found {
-                    verdict: v,
-                    summary: "",
-                }),
-                Some(' ') => Some(Found {
-                    verdict: v,
-                    summary: after[1..].trim_end(),
-                }),
-                Some(_) => None,
-            }
+            // The word ends the line, or a space and the summary follow it.
+            (after.is_empty() || after.starts_with(' ')).then(|| Found {
+                verdict: v,
+                summary: after.get(1..).unwrap_or("").trim_end(),
+            })
         })
 }
 

@@ -64,11 +64,8 @@ impl PortRange {
     pub fn parse(text: &str) -> Result<PortRange, PortRangeError> {
         let err = || PortRangeError(text.to_string());
         let (lo, hi) = text.split_once('-').ok_or_else(err)?;
-        let (lo, hi) = (
-            lo.parse().map_err(|_| err())?,
-            hi.parse().map_err(|_| err())?,
-        );
-        PortRange::new(lo, hi).map_err(|_| err())
+        let port = |s: &str| s.parse().map_err(|_| err());
+        PortRange::new(port(lo)?, port(hi)?).map_err(|_| err())
     }
 
     pub fn lo(&self) -> u16 {

@@ -3,7 +3,10 @@
 use serde::{Deserialize, Serialize};
 
 /// PASS, FAIL (hardware slow or wrong) or ERROR (setup problem). Only FAIL may drain a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+/// Written (`Display`, padded like any `str`) as serde spells it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display,
+)]
 #[serde(rename_all = "UPPERCASE")]
 #[strum(serialize_all = "UPPERCASE")]
 pub enum Verdict {
@@ -16,11 +19,5 @@ impl Verdict {
     /// `PASS`, `FAIL`, `ERROR`: serde's spelling, by the same rule.
     pub fn as_str(self) -> &'static str {
         self.into()
-    }
-}
-
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
     }
 }

@@ -106,10 +106,8 @@ impl std::error::Error for HostlistError {}
 /// expanding the rest; the whole expression must be valid.
 pub fn first(list: &str) -> Result<String, HostlistError> {
     let parsed = Hostlist::parse(list)?;
-    parsed
-        .iter()
-        .next()
-        .ok_or_else(|| error(list, Problem::Empty))
+    let first = parsed.iter().next();
+    first.ok_or_else(|| error(list, Problem::Empty))
 }
 
 /// A parsed Slurm hostlist expression.

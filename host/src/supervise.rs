@@ -173,14 +173,14 @@ pub fn run_guarded(spec: Spec) -> Result<Finished, SpawnError> {
 fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
     let start = Instant::now();
     let deadline = start + spec.deadline;
+    let failed = |error| SpawnError {
+        program: spec.program.clone(),
+        error,
+    };
     if spec.stdin.as_ref().is_some_and(|b| b.len() > MAX_STDIN) {
-        return Err(SpawnError {
-            program: spec.program,
-            error: std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("more than {MAX_STDIN} bytes for its stdin"),
-            ),
-        });
+        let too_many = format!("more than {MAX_STDIN} bytes for its stdin");
+        let error = std::io::Error::new(std::io::ErrorKind::InvalidInput, too_many);
+        return Err(failed(error));
     }
     // The watcher exists before the child: a caller killed right after the spawn still takes
     // the child's whole group with it (armed after the spawn, a kill in between left the
@@ -193,10 +193,7 @@ fn run_with(spec: Spec, guarded: bool) -> Result<Finished, SpawnError> {
             if let Some(g) = guard {
                 g.dismiss(REAP_GRACE);
             }
-            return Err(SpawnError {
-                program: spec.program,
-                error,
-            });
+            return Err(failed(error));
         }
     };
     if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), spec.stdin.as_deref()) {
@@ -344,14 +341,9 @@ fn kept(o: &Output) -> Option<(usize, Option<Copy>, Option<CappedLog>)> {
 fn stdio(o: &Output) -> Stdio {
     match o {
         Output::Discard => Stdio::null(),
-        Output::Tail { .. }
-        | Output::Tee { .. }
-        | Output::TeeLines { .. }
-        | Output::Capped { .. } => Stdio::piped(),
-        Output::File(f) => match f.try_clone() {
-            Ok(f) => Stdio::from(f),
-            Err(_) => Stdio::null(),
-        },
+        Output::File(f) => f.try_clone().map_or_else(|_| Stdio::null(), Stdio::from),
+        // Every other output is read through a pipe (`kept`).
+        _ => Stdio::piped(),
     }
 }
 

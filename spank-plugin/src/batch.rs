@@ -15,11 +15,11 @@
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
-use nccl_check_contract::args::{PlanName, WorkerArgs};
+use nccl_check_contract::args::PlanName;
 use nccl_check_contract::exit::{ExitCode, NCCL_LIB_HINT};
 use nccl_check_contract::outcome;
 use nccl_check_contract::verdict::Verdict;
-use nccl_check_host::supervise::{self, Ending, Output, Spec};
+use nccl_check_host::supervise::{self, Ending, Spec};
 use slurm_spank::SpankHandle;
 
 use crate::callback_error::Error;
@@ -27,13 +27,11 @@ use crate::config::PluginConfig;
 use crate::mode::Mode;
 use crate::present::{nccl_lib_hint, say};
 use crate::secret::fresh_secret;
-use crate::worker::{last_words, one_line, verdict_line};
-use crate::worker_env::{user_nccl_lib, worker_env};
+use crate::worker::{last_words, one_line, tee_stderr, verdict_line, worker_args};
+use crate::worker_env::{task_var, user_nccl_lib, worker_env};
 
 /// Time allowed for srun to create the check's step, on top of the worker's deadline.
 const STEP_SETUP: Duration = Duration::from_secs(30);
-/// Bytes of srun's stderr kept for the message.
-const TAIL_BYTES: usize = 16 << 10;
 /// How long srun lets the other workers run after the first one ends (`srun --wait`). Real
 /// workers share one verdict and end within milliseconds of each other; a peer stuck in NCCL
 /// after a rank failed or crashed is killed this long after, not at the check's deadline. Not
@@ -49,10 +47,7 @@ pub fn check_allocation(
     verbose: bool,
 ) -> Result<(), Error> {
     // The batch step itself runs on one node; the job's node count is in its environment.
-    let nnodes = spank
-        .getenv("SLURM_JOB_NUM_NODES")
-        .ok()
-        .flatten()
+    let nnodes = task_var(spank, "SLURM_JOB_NUM_NODES")
         .and_then(|n| n.parse::<u32>().ok())
         .filter(|&n| n > 0)
         .ok_or_else(|| Error::Check("SLURM_JOB_NUM_NODES is not set in the batch step".into()))?;
@@ -63,7 +58,7 @@ pub fn check_allocation(
     let spec = Spec {
         env: Some(env),
         cwd: None,
-        stderr: tee_stderr(),
+        stderr: tee_stderr(in_the_verdict),
         ..Spec::new("srun", srun_args(config, mode, nnodes, verbose), deadline)
     };
     say(&format!(
@@ -127,31 +122,8 @@ fn srun_args(config: &PluginConfig, mode: &Mode, nnodes: u32, verbose: bool) -> 
         a.push("--label".into());
     }
     a.push(config.worker.clone().into_os_string());
-    let mut w = WorkerArgs::new(
-        mode.plan().unwrap_or_else(PlanName::quick),
-        config.timeout.as_secs(),
-    );
-    w.port_range = Some(config.ports);
-    w.progress = true;
-    w.expect_collnet = mode.expect_collnet();
-    a.extend(w.to_args());
+    a.extend(worker_args(config, mode, true).to_args());
     a
-}
-
-/// The batch step's stderr (the job's error file), copied as the check's output arrives, less
-/// what the plugin's own verdict line says ([`in_the_verdict`]).
-fn tee_stderr() -> Output {
-    use std::os::fd::AsFd;
-    match std::io::stderr().as_fd().try_clone_to_owned() {
-        Ok(fd) => Output::TeeLines {
-            max_bytes: TAIL_BYTES,
-            copy: std::fs::File::from(fd),
-            skip: in_the_verdict,
-        },
-        Err(_) => Output::Tail {
-            max_bytes: TAIL_BYTES,
-        },
-    }
 }
 
 /// The verdict of the check's srun (pure). Exit 0 is PASS. Otherwise a FAIL decides: a
@@ -165,17 +137,15 @@ fn verdict_of_srun(ending: Ending, stderr: &[u8], config: &PluginConfig) -> (Ver
     match ending {
         Ending::Exited(0) => (Verdict::Pass, String::new()),
         Ending::Exited(code) => {
-            if let Some(fail) = last_summary(&text, Verdict::Fail) {
+            let exited_with_fail = || text.lines().rev().find_map(task_exited_with_fail);
+            let fail = last_summary(&text, Verdict::Fail).or_else(|| {
+                let task = one_line(exited_with_fail()?);
+                Some(format!(
+                    "{task} (the worker's FAIL; its message did not reach srun)"
+                ))
+            });
+            if let Some(fail) = fail {
                 return (Verdict::Fail, fail);
-            }
-            if let Some(task) = text.lines().rev().find_map(task_exited_with_fail) {
-                return (
-                    Verdict::Fail,
-                    format!(
-                        "{} (the worker's FAIL; its message did not reach srun)",
-                        one_line(task)
-                    ),
-                );
             }
             // No worker's FAIL: srun's exit alone decides, by the contract's rule.
             let verdict = outcome::of_run(Ending::Exited(code), None).verdict;

@@ -39,6 +39,8 @@ use nccl_check_contract::slurm_rendezvous::PortRange;
 /// Seconds between the worker's own `--timeout` and the plugin's SIGKILL of its process group.
 pub const KILL_GRACE_SECS: u64 = 5;
 const MAX_TIMEOUT_SECS: u64 = 3600;
+/// What `default_mode=` takes.
+const MODES: &str = "default_mode must be one of quick, full, sharp, warn, off, plan=NAME";
 /// Every argument the plugin line takes.
 pub const KEYS: [&str; 10] = [
     "worker",
@@ -132,6 +134,16 @@ impl PluginConfig {
             if seen.contains(&key) {
                 return Err(err(format!("'{key}' given twice")));
             }
+            let flag = || match value {
+                "0" => Ok(false),
+                "1" => Ok(true),
+                _ => Err(err(format!("{key} must be 0 or 1"))),
+            };
+            let path = || {
+                Some(PathBuf::from(value))
+                    .filter(|p| p.is_absolute())
+                    .ok_or_else(|| err(format!("{key} must be an absolute path")))
+            };
             match key {
                 "timeout" => {
                     let secs = value
@@ -146,41 +158,18 @@ impl PluginConfig {
                     config.timeout = Duration::from_secs(secs);
                 }
                 "port_range" => {
-                    config.ports = PortRange::parse(value).map_err(|e| err(e.to_string()))?;
+                    config.ports = PortRange::parse(value).map_err(|e| err(e.to_string()))?
                 }
                 "default_mode" => {
-                    config.default_mode = Mode::parse(value).map_err(|_| {
-                        err(
-                            "default_mode must be one of quick, full, sharp, warn, off, \
-                             plan=NAME"
-                                .into(),
-                        )
-                    })?;
+                    config.default_mode = Mode::parse(value).map_err(|_| err(MODES.into()))?
                 }
-                "allow_sharp" | "allow_container" | "verbose" | "batch_check" => {
-                    let flag = match value {
-                        "0" => false,
-                        "1" => true,
-                        _ => return Err(err(format!("{key} must be 0 or 1"))),
-                    };
-                    *(match key {
-                        "allow_sharp" => &mut config.allow_sharp,
-                        "allow_container" => &mut config.allow_container,
-                        "verbose" => &mut config.verbose,
-                        _ => &mut config.batch_check,
-                    }) = flag;
-                }
-                "worker" | "nccl_lib" | "report_dir" => {
-                    let path = PathBuf::from(value);
-                    if !path.is_absolute() {
-                        return Err(err(format!("{key} must be an absolute path")));
-                    }
-                    match key {
-                        "worker" => config.worker = path,
-                        "nccl_lib" => config.nccl_lib = Some(path),
-                        _ => config.report_dir = Some(path),
-                    }
-                }
+                "allow_sharp" => config.allow_sharp = flag()?,
+                "allow_container" => config.allow_container = flag()?,
+                "verbose" => config.verbose = flag()?,
+                "batch_check" => config.batch_check = flag()?,
+                "worker" => config.worker = path()?,
+                "nccl_lib" => config.nccl_lib = Some(path()?),
+                "report_dir" => config.report_dir = Some(path()?),
                 _ => return Err(err(unknown(key))),
             }
             seen.push(key);

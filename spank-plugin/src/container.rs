@@ -113,12 +113,11 @@ pub fn unshared_network(world: u32, interfaces: &[Interface]) -> String {
         .iter()
         .take(8)
         .map(|i| {
-            let name = nccl_check_host::text::escape_clipped(&i.name, 32);
-            if i.up {
-                name
-            } else {
-                format!("{name} down")
-            }
+            let state = if i.up { "" } else { " down" };
+            format!(
+                "{}{state}",
+                nccl_check_host::text::escape_clipped(&i.name, 32)
+            )
         })
         .collect();
     let seen = match (seen.is_empty(), interfaces.len() > seen.len()) {

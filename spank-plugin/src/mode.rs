@@ -9,8 +9,9 @@ use nccl_check_contract::args::{PlanName, PlanNameError};
 /// Name of the option as users type it (`--nccl-check`); its errors and help say it.
 pub const OPTION_NAME: &str = "nccl-check";
 
-/// What each `--nccl-check` mode asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What each `--nccl-check` mode asks for; written (`Display`) as it is spelled.
+#[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
+#[strum(serialize_all = "lowercase")]
 pub enum Mode {
     /// The short check; FAIL or ERROR fails the step.
     Quick,
@@ -26,10 +27,11 @@ pub enum Mode {
     Off,
     /// `plan=NAME`: this plan of the worker's config; FAIL or ERROR fails the step. A plan the
     /// worker does not know is its usage ERROR, which lists the plans it has.
+    #[strum(to_string = "plan={0}")]
     Plan(PlanName),
 }
 
-/// How `plan=NAME` is spelled.
+/// How `plan=NAME` is spelled (as `Mode::Plan` is written).
 const PLAN_PREFIX: &str = "plan=";
 
 impl Mode {
@@ -74,19 +76,6 @@ impl Mode {
     /// Whether a FAIL or ERROR fails the step (everything but warn).
     pub fn enforcing(&self) -> bool {
         !matches!(self, Mode::Warn)
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Mode::Quick => f.write_str("quick"),
-            Mode::Full => f.write_str("full"),
-            Mode::Sharp => f.write_str("sharp"),
-            Mode::Warn => f.write_str("warn"),
-            Mode::Off => f.write_str("off"),
-            Mode::Plan(p) => write!(f, "{PLAN_PREFIX}{p}"),
-        }
     }
 }
 

@@ -104,11 +104,9 @@ pub fn detached_value(argv: &[String]) -> Option<String> {
     let at = argv.iter().position(|a| a == "--nccl-check")?;
     let next = argv.get(at + 1)?;
     let (mode, _) = split_verbose(next).ok()?;
-    let looks_like_mode = match mode {
-        Some(m) => Mode::parse(m).is_ok(),
-        None => true,
-    };
-    looks_like_mode.then(|| next.clone())
+    // `verbose` alone reads as a mode too.
+    mode.is_none_or(|m| Mode::parse(m).is_ok())
+        .then(|| next.clone())
 }
 
 /// This process's command line (srun's or sbatch's own), bounded; empty when unreadable.
@@ -130,9 +128,7 @@ pub fn validate(config: &LoadedConfig) -> Result<(), Error> {
     if raw == Raw::Absent {
         return Ok(());
     }
-    let site = config
-        .as_ref()
-        .map_err(|e| Error::PluginConfig(e.clone()))?;
+    let site = site(config)?;
     if raw == Raw::Bare {
         if let Some(word) = detached_value(&own_argv()) {
             return Err(Error::Check(format!(
@@ -158,15 +154,18 @@ pub fn requested<'a>(
     if *raw == Raw::Absent {
         return Ok(None);
     }
-    let config = config
-        .as_ref()
-        .map_err(|e| Error::PluginConfig(e.clone()))?;
+    let config = site(config)?;
     let mode = raw.mode(&config.default_mode).map_err(Error::Mode)?;
     check_allowed(mode.as_ref(), config)?;
     match mode {
         Some(Mode::Off) | None => Ok(None),
         Some(mode) => Ok(Some((mode, config))),
     }
+}
+
+/// The site config, or the plugstack argument that broke it.
+fn site(config: &LoadedConfig) -> Result<&PluginConfig, Error> {
+    config.as_ref().map_err(|e| Error::PluginConfig(e.clone()))
 }
 
 /// `--nccl-check=help`: the modes, the suffix, what the site set and the user's variables.
@@ -214,11 +213,10 @@ static SEEN: Mutex<Option<Option<String>>> = Mutex::new(None);
 /// The raw option value seen so far in this process.
 pub fn raw() -> Raw {
     match SEEN.lock() {
+        // A NULL optarg is bare, as an empty value is.
         Ok(seen) => match seen.as_ref() {
             None => Raw::Absent,
-            Some(None) => Raw::Bare,
-            Some(Some(v)) if is_bare(v) => Raw::Bare,
-            Some(Some(v)) => Raw::Value(v.clone()),
+            Some(v) => Raw::from_job_env(Some(v.clone().unwrap_or_default())),
         },
         // Only a panic while holding the lock poisons it; treat the value as unreadable.
         Err(_) => Raw::Value(String::from("<unreadable>")),
@@ -228,16 +226,12 @@ pub fn raw() -> Raw {
 /// Option callback (`spank_opt_cb_f`): record the value; validation happens in init_post_opt,
 /// where the message can say what was wrong. Never unwinds into Slurm.
 extern "C" fn on_option(_val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
-    let value = if optarg.is_null() {
-        None
-    } else {
-        // SAFETY: Slurm passes a NUL-terminated string that lives for the duration of the call.
-        Some(
-            unsafe { CStr::from_ptr(optarg) }
-                .to_string_lossy()
-                .into_owned(),
-        )
-    };
+    // SAFETY: Slurm passes a NUL-terminated string that lives for the duration of the call.
+    let value = (!optarg.is_null()).then(|| {
+        unsafe { CStr::from_ptr(optarg) }
+            .to_string_lossy()
+            .into_owned()
+    });
     let stored = std::panic::catch_unwind(move || match SEEN.lock() {
         Ok(mut seen) => {
             if crate::compat::keep_remote_value(remote != 0, seen.is_some()) {
@@ -269,13 +263,11 @@ pub unsafe fn register(spank: spank_sys::spank_t) -> Result<(), String> {
     // SAFETY: the caller passes Slurm's handle; Slurm copies the struct and the strings
     // (plugstack.c `_spank_option_copy`), which are 'static anyway.
     let rc = unsafe { spank_sys::spank_option_register(spank, &mut opt) };
-    if rc == spank_sys::ESPANK_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!(
-            "cannot register --{OPTION_NAME}: spank_option_register returned {rc}"
-        ))
-    }
+    (rc == spank_sys::ESPANK_SUCCESS)
+        .then_some(())
+        .ok_or_else(|| {
+            format!("cannot register --{OPTION_NAME}: spank_option_register returned {rc}")
+        })
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nccl_check_host::read::{not_runnable, under};
 use nccl_check_host::slurm_config::{files, Sources};
 
 use crate::config::{ConfigError, PluginConfig};
@@ -73,6 +74,12 @@ fn is_ours(plugin: &str) -> bool {
         .is_some_and(|n| n.ends_with(".so") && n.contains("nccl_check"))
 }
 
+/// `a, b, c`: files as a printout lists them.
+pub fn joined(files: &[PathBuf]) -> String {
+    let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
+}
+
 /// Reads `main` and what it includes.
 pub fn read(main: &Path) -> Stack {
     let mut stack = Stack::default();
@@ -88,34 +95,29 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
         ));
         return;
     }
+    let p = path.display();
     // At most FILE_MAX bytes of a regular file, as is (line numbers stay Slurm's).
     let text = match nccl_check_host::read::text(path, FILE_MAX) {
         Ok(t) => t,
         // Slurm: "A missing config file is not an error, but is equivalent to an empty file."
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && depth == 0 => {
-            stack.notes.push(format!(
-                "{}: absent (Slurm reads no plugin)",
-                path.display()
-            ));
-            return;
+            return stack
+                .notes
+                .push(format!("{p}: absent (Slurm reads no plugin)"));
         }
-        Err(e) => {
-            stack.notes.push(format!("{}: {e}", path.display()));
-            return;
-        }
+        Err(e) => return stack.notes.push(format!("{p}: {e}")),
     };
     stack.files.push(path.to_path_buf());
     let dir = path.parent().unwrap_or(Path::new("/"));
     let mut ignored = Vec::new();
     for (i, line) in text.lines().enumerate() {
+        let at = format!("{p}:{}", i + 1);
         let w = words(line);
         match w.first().copied() {
             Some("include") => {
                 let Some(pattern) = w.get(1) else {
                     stack.notes.push(format!(
-                        "{}:{}: 'include' without a pattern (Slurm stops reading here)",
-                        path.display(),
-                        i + 1
+                        "{at}: 'include' without a pattern (Slurm stops reading here)"
                     ));
                     continue;
                 };
@@ -125,9 +127,7 @@ fn read_into(path: &Path, depth: usize, stack: &mut Stack) {
                 }
             }
             Some(kind @ ("required" | "optional")) if w.len() < 2 => stack.notes.push(format!(
-                "{}:{}: '{kind}' without a plugin: Slurm ignores this line",
-                path.display(),
-                i + 1
+                "{at}: '{kind}' without a plugin: Slurm ignores this line"
             )),
             None | Some("required" | "optional") => {}
             Some(other) => ignored.push((i + 1, other)),
@@ -199,7 +199,7 @@ pub fn locate(root: &Path, slurm_conf: Option<&str>) -> Located {
     let s = Sources::read(root, slurm_conf, None, Duration::from_secs(1));
     let Some(conf) = s.conf else {
         return Located {
-            plugstack: nccl_check_host::read::under(root, "/etc/slurm/plugstack.conf"),
+            plugstack: under(root, "/etc/slurm/plugstack.conf"),
             plugin_dir: None,
             source: "no slurm.conf found: Slurm's default place".into(),
         };
@@ -209,7 +209,7 @@ pub fn locate(root: &Path, slurm_conf: Option<&str>) -> Located {
     match conf.get("PlugStackConfig") {
         Some((v, l)) => Located {
             plugstack: if v.starts_with('/') {
-                nccl_check_host::read::under(root, &v)
+                under(root, &v)
             } else {
                 dir.join(v)
             },
@@ -242,20 +242,14 @@ fn located(at: &str, e: &ConfigError) -> String {
     }
 }
 
-/// Where `plugin` is: as given when absolute, else the first `PluginDir` entry that has it.
-fn resolve(plugin: &str, plugin_dir: Option<&str>, root: &Path) -> Option<Option<PathBuf>> {
-    let under = |p: &str| nccl_check_host::read::under(root, p);
+/// Whether `plugin` is a file: as given when absolute, else in a `PluginDir` entry; None when
+/// it is searched in a PluginDir that is not known.
+fn found(plugin: &str, plugin_dir: Option<&str>, root: &Path) -> Option<bool> {
     if plugin.starts_with('/') {
-        let p = under(plugin);
-        return Some(p.is_file().then_some(p));
+        return Some(under(root, plugin).is_file());
     }
-    let dirs = plugin_dir?;
-    Some(
-        dirs.split(':')
-            .filter(|d| d.starts_with('/'))
-            .map(|d| under(d).join(plugin))
-            .find(|p| p.is_file()),
-    )
+    let mut dirs = plugin_dir?.split(':').filter(|d| d.starts_with('/'));
+    Some(dirs.any(|d| under(root, d).join(plugin).is_file()))
 }
 
 /// Checks every line of ours in `stack`.
@@ -266,21 +260,20 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
     };
     let enabled: Vec<&Entry> = stack.entries.iter().filter(|e| e.enabled).collect();
     for e in &enabled {
-        let at = e.at();
-        match resolve(&e.plugin, plugin_dir, root) {
-            Some(Some(_)) => {}
-            Some(None) if e.required => f.problems.push(format!(
-                "{at}: {}: no such plugin file: a 'required' plugin that does not load makes \
-                 every srun, sbatch and salloc on this node fail",
-                e.plugin
+        let (at, plugin) = (e.at(), &e.plugin);
+        match found(plugin, plugin_dir, root) {
+            Some(true) => {}
+            Some(false) if e.required => f.problems.push(format!(
+                "{at}: {plugin}: no such plugin file: a 'required' plugin that does not load makes \
+                 every srun, sbatch and salloc on this node fail"
             )),
-            Some(None) => f.notes.push(format!(
-                "{at}: {}: no such plugin file ('optional': Slurm goes on without --nccl-check)",
-                e.plugin
+            Some(false) => f.notes.push(format!(
+                "{at}: {plugin}: no such plugin file ('optional': Slurm goes on without \
+                 --nccl-check)"
             )),
             None => f.notes.push(format!(
-                "{at}: {} is searched in PluginDir, which slurm.conf does not name here: not checked",
-                e.plugin
+                "{at}: {plugin} is searched in PluginDir, which slurm.conf does not name here: \
+                 not checked"
             )),
         }
         match PluginConfig::parse(&e.args) {
@@ -289,16 +282,11 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
                 located(&at, &err)
             )),
             Ok(c) => {
-                if nccl_check_host::read::not_runnable(&nccl_check_host::read::under(
-                    root,
-                    &c.worker.display().to_string(),
-                ))
-                .is_some()
-                {
+                let worker = c.worker.display();
+                if not_runnable(&under(root, &worker.to_string())).is_some() {
                     f.problems.push(format!(
-                        "{at}: worker {}: not an executable file on this node (every \
-                         --nccl-check task here would end in ERROR)",
-                        c.worker.display()
+                        "{at}: worker {worker}: not an executable file on this node (every \
+                         --nccl-check task here would end in ERROR)"
                     ));
                 }
                 f.effective.push(format!("{at}: {}", c.describe()));
@@ -315,18 +303,12 @@ pub fn check(stack: &Stack, plugin_dir: Option<&str>, root: &Path) -> Findings {
             ));
         }
     } else {
-        let read: Vec<String> = stack
-            .files
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
+        let read = match stack.files.as_slice() {
+            [] => "any file".to_string(),
+            files => joined(files),
+        };
         f.notes.push(format!(
-            "no enabled {PLUGIN_FILE} line in {}: --nccl-check is off on this node",
-            if read.is_empty() {
-                "any file".to_string()
-            } else {
-                read.join(", ")
-            }
+            "no enabled {PLUGIN_FILE} line in {read}: --nccl-check is off on this node"
         ));
         for e in stack.entries.iter().filter(|e| !e.enabled) {
             let state = match PluginConfig::parse(&e.args) {

@@ -4,7 +4,6 @@
 //! plugin's own lines on the task's stderr ([`say`]), and the hint for a missing NCCL that fits
 //! a user who runs through srun.
 
-use std::io::Write;
 use std::path::Path;
 
 use nccl_check_contract::exit::NCCL_LIB_HINT;
@@ -35,9 +34,7 @@ pub fn row(node: &str, rank: u32, world: u32, outcome: &TaskOutcome, note: &str)
 /// Writes one line to the task's stderr, which slurmstepd has already connected to srun's
 /// stderr before any task callback runs (mgr.c `prepare_stdio` precedes `exec_task`).
 pub fn say(line: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{line}");
-    let _ = err.flush();
+    nccl_check_host::errln!("{line}");
 }
 
 /// The detail of a worker that could not load NCCL, with the worker's hint (`--nccl-lib`, which

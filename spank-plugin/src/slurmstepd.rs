@@ -11,7 +11,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use nccl_check_contract::args::{PlanName, WorkerArgs};
+use nccl_check_contract::args::PlanName;
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::verdict::Verdict;
 use nccl_check_host::supervise::Ending;
@@ -25,7 +25,7 @@ use crate::options::{self, requested};
 use crate::present::{self, say};
 use crate::secret::SECRET_TRANSPORT;
 use crate::worker::{self, Invocation};
-use crate::worker_env::{user_nccl_lib, worker_env};
+use crate::worker_env::{task_var, user_nccl_lib, worker_env};
 
 /// Step ids from here up are Slurm's special steps (interactive 0xfffffffa, batch 0xfffffffb,
 /// extern 0xfffffffc, ...; slurm.h): no check there, the steps inside the job are checked.
@@ -69,7 +69,7 @@ pub fn task_init(
     if raw == options::Raw::Absent && step_id == BATCH_STEP {
         // Slurm hands no remote options to the batch step; sbatch's value is in the job's
         // environment (checked only here: cheap, no IO).
-        raw = options::Raw::from_job_env(spank.getenv(options::JOB_ENV_VAR).ok().flatten());
+        raw = options::Raw::from_job_env(task_var(spank, options::JOB_ENV_VAR));
     }
     let Some((mode, config)) = requested(config, &raw)? else {
         return Ok(());
@@ -166,21 +166,14 @@ struct Task {
 
 impl Task {
     fn of(spank: &SpankHandle, rank: u32, step_id: u32) -> Result<Task, Error> {
-        let job_id = spank.job_id().map_err(spank_err("S_JOB_ID"))?;
-        let world = spank
-            .job_total_task_count()
-            .map_err(spank_err("S_JOB_TOTAL_TASK_COUNT"))?;
-        let node = spank
-            .getenv("SLURMD_NODENAME")
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| String::from("?"));
         Ok(Task {
-            job_id,
+            job_id: spank.job_id().map_err(spank_err("S_JOB_ID"))?,
             step_id,
             rank,
-            world,
-            node,
+            world: spank
+                .job_total_task_count()
+                .map_err(spank_err("S_JOB_TOTAL_TASK_COUNT"))?,
+            node: task_var(spank, "SLURMD_NODENAME").unwrap_or_else(|| String::from("?")),
         })
     }
 }
@@ -194,27 +187,17 @@ fn invocation(
     secret: Option<OsString>,
 ) -> Result<Invocation, Error> {
     let env = worker_env(spank, config, secret)?;
-    let tmp_dir = spank
-        .getenv("TMPDIR")
-        .ok()
-        .flatten()
+    let tmp_dir = task_var(spank, "TMPDIR")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute() && p.is_dir())
         .unwrap_or_else(|| PathBuf::from("/tmp"));
-    let plan = mode.plan().unwrap_or_else(PlanName::quick);
-    let mut args = WorkerArgs::new(plan, config.timeout.as_secs());
-    args.rank = Some(task.rank);
-    args.world = Some(task.world);
     // No --rendezvous: the worker derives host, candidate ports and coordinator from the task's
     // Slurm environment (the coordinator is the first task of the step's first node, whatever
     // its rank, and a taken port is skipped); the site's range still applies.
-    args.port_range = Some(config.ports);
-    args.progress = task.rank == 0;
-    args.expect_collnet = mode.expect_collnet();
-    let report_dir = spank
-        .getenv(REPORT_DIR_VAR)
-        .ok()
-        .flatten()
+    let mut args = worker::worker_args(config, mode, task.rank == 0);
+    args.rank = Some(task.rank);
+    args.world = Some(task.world);
+    let report_dir = task_var(spank, REPORT_DIR_VAR)
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
         .or_else(|| config.report_dir.clone());
@@ -261,19 +244,13 @@ fn tell(
             }
             Ok(())
         }
-        (verdict, true) => {
+        (verdict, enforcing) => {
             let msg = format!("{verdict} {where_}: {}", outcome.detail);
             if !verbose {
-                say(&format!("nccl-check: {msg}"));
+                say(&format!("nccl-check: {msg}{warn_note}"));
             }
-            Err(Error::Reported(msg))
-        }
-        (verdict, false) => {
-            if !verbose {
-                say(&format!(
-                    "nccl-check: {verdict} {where_}: {}{warn_note}",
-                    outcome.detail
-                ));
+            if enforcing {
+                return Err(Error::Reported(msg));
             }
             Ok(())
         }

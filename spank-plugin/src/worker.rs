@@ -13,13 +13,17 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nccl_check_contract::args::WorkerArgs;
+use nccl_check_contract::args::{PlanName, WorkerArgs};
 use nccl_check_contract::exit::ExitCode;
 use nccl_check_contract::line;
+use nccl_check_contract::outcome::of_run;
 use nccl_check_contract::report::read::{read_report, ReportError};
 use nccl_check_contract::report::Report;
 use nccl_check_contract::verdict::Verdict;
 use nccl_check_host::supervise::{self, Ending, Output, Spec};
+
+use crate::config::PluginConfig;
+use crate::mode::Mode;
 
 /// Bytes of the worker's stderr kept for the message when there is no report.
 const STDERR_TAIL_BYTES: usize = 16 << 10;
@@ -27,6 +31,36 @@ const STDERR_TAIL_BYTES: usize = 16 << 10;
 const MAX_JSON_BYTES: u64 = nccl_check_contract::report::MAX_REPORT_BYTES;
 /// Longest summary shown to the user.
 const MAX_SUMMARY_CHARS: usize = 400;
+
+/// A child's stderr kept as a tail only.
+const TAIL: Output = Output::Tail {
+    max_bytes: STDERR_TAIL_BYTES,
+};
+
+/// A child's stderr copied to ours (the task's: srun's, through slurmstepd; the batch step's:
+/// the job's error file) as its lines arrive, less those `skip` takes, and kept as a tail; only
+/// the tail where ours cannot be duplicated (a dup, so closing it leaves ours open).
+pub fn tee_stderr(skip: fn(&[u8]) -> bool) -> Output {
+    match std::io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => Output::TeeLines {
+            max_bytes: STDERR_TAIL_BYTES,
+            copy: std::fs::File::from(fd),
+            skip,
+        },
+        Err(_) => TAIL,
+    }
+}
+
+/// The worker's arguments that every check of `mode` under `config` shares: plan, timeout, the
+/// site's port range, `--expect-collnet`; `progress` for the one that shows it.
+pub fn worker_args(config: &PluginConfig, mode: &Mode, progress: bool) -> WorkerArgs {
+    let plan = mode.plan().unwrap_or_else(PlanName::quick);
+    let mut args = WorkerArgs::new(plan, config.timeout.as_secs());
+    args.port_range = Some(config.ports);
+    args.progress = progress;
+    args.expect_collnet = mode.expect_collnet();
+    args
+}
 
 /// One run of the worker, as the task's rank.
 #[derive(Debug, Clone)]
@@ -65,22 +99,11 @@ pub fn run(inv: &Invocation) -> TaskOutcome {
     let json_dir = private_dir(&inv.tmp_dir);
     let mut args = inv.args.clone();
     args.json = json_dir.as_ref().map(|d| d.path().join("report.json"));
-    // The task's stderr (srun's, through slurmstepd); a dup, so closing it leaves ours open.
-    let copy = inv
-        .show_stderr
-        .then(|| std::io::stderr().as_fd().try_clone_to_owned().ok())
-        .flatten()
-        .map(std::fs::File::from);
-    let stderr = match copy {
-        // Its progress as it comes; not its verdict line: the plugin says that once, itself.
-        Some(copy) => Output::TeeLines {
-            max_bytes: STDERR_TAIL_BYTES,
-            copy,
-            skip: is_verdict_line,
-        },
-        None => Output::Tail {
-            max_bytes: STDERR_TAIL_BYTES,
-        },
+    // Its progress as it comes; not its verdict line: the plugin says that once, itself.
+    let stderr = if inv.show_stderr {
+        tee_stderr(is_verdict_line)
+    } else {
+        TAIL
     };
     let spec = Spec {
         env: Some(inv.env.clone()),
@@ -151,16 +174,11 @@ pub fn outcome(
     inv: &Invocation,
 ) -> TaskOutcome {
     // The contract's one rule (the prolog's too): exit status and report must agree.
-    let judged = match &ending {
-        Ok(e) => nccl_check_contract::outcome::of_run(*e, report.as_ref()),
-        Err(_) => nccl_check_contract::outcome::Judged {
-            verdict: Verdict::Error,
-            problem: None,
-        },
-    };
-    let verdict = judged.verdict;
+    // A worker that could not start is an ERROR.
+    let judged = ending.as_ref().ok().map(|e| of_run(*e, report.as_ref()));
+    let (verdict, report_problem) =
+        judged.map_or((Verdict::Error, None), |j| (j.verdict, j.problem));
     let report = report.and_then(Result::ok);
-    let report_problem = judged.problem;
     let summary = report
         .as_ref()
         .map(|r| one_line(&r.head.summary))

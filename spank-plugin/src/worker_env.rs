@@ -40,11 +40,12 @@ pub fn worker_env(
 /// The NCCL library the user's environment names, if any: what the worker tried when it could
 /// not load NCCL (`crate::present::nccl_lib_hint` says so).
 pub fn user_nccl_lib(spank: &SpankHandle) -> Option<String> {
-    spank
-        .getenv(NCCL_LIB_VAR)
-        .ok()
-        .flatten()
-        .filter(|v| !v.is_empty())
+    task_var(spank, NCCL_LIB_VAR).filter(|v| !v.is_empty())
+}
+
+/// A variable of the task's environment; None where it is unset or unreadable.
+pub fn task_var(spank: &SpankHandle, name: &str) -> Option<String> {
+    spank.getenv(name).ok().flatten()
 }
 
 /// The policy part of [`worker_env`] (pure).
@@ -53,22 +54,23 @@ fn adjust_env(
     config: &PluginConfig,
     secret: Option<OsString>,
 ) {
+    let set = |env: &mut Vec<(OsString, OsString)>, key: &str, value: OsString| {
+        env.retain(|(k, _)| k != key);
+        env.push((key.into(), value));
+    };
     if !config.allow_sharp {
-        env.retain(|(k, _)| k != "NCCL_COLLNET_ENABLE");
-        env.push(("NCCL_COLLNET_ENABLE".into(), "0".into()));
+        set(env, "NCCL_COLLNET_ENABLE", "0".into());
     }
     let transported = env
         .iter()
         .position(|(k, _)| k == SECRET_TRANSPORT)
         .map(|i| env.remove(i).1);
     if let Some(secret) = secret.or(transported) {
-        env.retain(|(k, _)| k != SECRET_VAR);
-        env.push((SECRET_VAR.into(), secret));
+        set(env, SECRET_VAR, secret);
     }
     let user_lib = env.iter().any(|(k, v)| k == NCCL_LIB_VAR && !v.is_empty());
     if let (Some(lib), false) = (&config.nccl_lib, user_lib) {
-        env.retain(|(k, _)| k != NCCL_LIB_VAR);
-        env.push((NCCL_LIB_VAR.into(), lib.clone().into_os_string()));
+        set(env, NCCL_LIB_VAR, lib.clone().into_os_string());
     }
 }
 

@@ -1,8 +1,8 @@
 //! Which class of cause a reason names: the hardware (a GPU, a link, a NIC, a path between
 //! nodes), something keeping the node busy (another process on a GPU, the host's CPUs), a part
-//! that is missing, or the check's setup. One table from the reason code ([`cause_class`]), so
-//! the worker writes it (`reasons[].cause`), the prolog's `decide` and drain reason read it
-//! typed, and no caller guesses it from a sentence. Only `hardware` and `missing` say "replace
+//! that is missing, or the check's setup. One table from the reason code
+//! ([`ReasonCode::cause_class`]), so the worker writes it (`reasons[].cause`), the prolog's
+//! `decide` and drain reason read it typed, and no caller guesses it from a sentence. Only `hardware` and `missing` say "replace
 //! or repair a part"; `busy` says "end a process" and is never a fault of the GPU.
 
 use super::reason::{Reason, ReasonCode};
@@ -40,9 +40,41 @@ impl std::fmt::Display for CauseClass {
 }
 
 impl ReasonCode {
-    /// What class of cause the code names (the one table: [`cause_class`]).
+    /// What class of cause the code names: the one table.
     pub fn cause_class(self) -> CauseClass {
-        cause_class(self)
+        use ReasonCode as C;
+        match self {
+            C::WrongData
+            | C::BusbwBelowThreshold
+            | C::GpuOutlier
+            | C::LinkOutlier
+            | C::NodeOutlier
+            | C::NodePairOutlier
+            | C::TransportFallback
+            | C::NodeSlow
+            | C::NodePairSlow
+            | C::RailSlow
+            | C::SuspectsUnresolved
+            | C::NvlinkDown
+            | C::PcieDegraded
+            | C::EccUncorrectable
+            | C::RowRemapPending
+            | C::HwSlowdown
+            | C::NetPortDown
+            | C::NetRateDegraded
+            | C::LocalProbeSlow => CauseClass::Hardware,
+            C::GpuBusy
+            | C::ForeignProcess
+            | C::WorkerStarved
+            | C::HostInterference
+            | C::HostBusy => CauseClass::Busy,
+            C::GpuMissing => CauseClass::Missing,
+            // ERROR codes (`no_gpu`: this process saw no GPU, e.g. an empty CUDA_VISIBLE_DEVICES),
+            // and a code of a newer worker, not known to be the node's fault: judge less.
+            C::NcclLibrary | C::NoGpu | C::Rendezvous | C::Timeout | C::Runtime | C::Unknown => {
+                CauseClass::Setup
+            }
+        }
     }
 }
 
@@ -50,41 +82,6 @@ impl Reason {
     /// Which class of cause the reason names: hardware, busy, missing or setup.
     pub fn cause(&self) -> CauseClass {
         self.code.cause_class()
-    }
-}
-
-/// The class of every reason code: the one table.
-pub fn cause_class(code: ReasonCode) -> CauseClass {
-    use ReasonCode as C;
-    match code {
-        C::WrongData
-        | C::BusbwBelowThreshold
-        | C::GpuOutlier
-        | C::LinkOutlier
-        | C::NodeOutlier
-        | C::NodePairOutlier
-        | C::TransportFallback
-        | C::NodeSlow
-        | C::NodePairSlow
-        | C::RailSlow
-        | C::SuspectsUnresolved
-        | C::NvlinkDown
-        | C::PcieDegraded
-        | C::EccUncorrectable
-        | C::RowRemapPending
-        | C::HwSlowdown
-        | C::NetPortDown
-        | C::NetRateDegraded
-        | C::LocalProbeSlow => CauseClass::Hardware,
-        C::GpuBusy | C::ForeignProcess | C::WorkerStarved | C::HostInterference | C::HostBusy => {
-            CauseClass::Busy
-        }
-        C::GpuMissing => CauseClass::Missing,
-        // ERROR codes (`no_gpu`: this process saw no GPU, e.g. an empty CUDA_VISIBLE_DEVICES),
-        // and a code of a newer worker, not known to be the node's fault: judge less.
-        C::NcclLibrary | C::NoGpu | C::Rendezvous | C::Timeout | C::Runtime | C::Unknown => {
-            CauseClass::Setup
-        }
     }
 }
 
@@ -165,7 +162,7 @@ mod tests {
         let mut by_class: Vec<(CauseClass, Vec<&str>)> =
             CauseClass::iter().map(|c| (c, Vec::new())).collect();
         for code in ReasonCode::iter() {
-            let class = cause_class(code);
+            let class = code.cause_class();
             let slot = by_class
                 .iter_mut()
                 .find(|(c, _)| *c == class)

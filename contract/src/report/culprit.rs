@@ -80,6 +80,19 @@ fn gpu_pair(s: &str) -> Option<(u32, u32, bool)> {
     Some((gpu_index(a)?, gpu_index(b)?, true))
 }
 
+/// `GPU2`, `GPU2<->GPU3` or `GPU0->GPU1`, on `node` where the subject names one.
+fn gpus(node: Option<String>, s: &str) -> Option<Culprit> {
+    match gpu_pair(s) {
+        Some((a, b, directed)) => Some(Culprit::GpuPair {
+            node,
+            a,
+            b,
+            directed,
+        }),
+        None => gpu_index(s).map(|gpu| Culprit::Gpu { node, gpu }),
+    }
+}
+
 impl Culprit {
     /// Reads a reason's subject as the worker writes it; what it does not recognise is
     /// [`Culprit::Other`], never an error.
@@ -89,18 +102,7 @@ impl Culprit {
         let parsed = match words.as_slice() {
             [one] => Self::one_word(one),
             ["process", n] => n.parse().ok().map(Culprit::Process),
-            [node, gpu] => node_name(node).and_then(|node| match gpu_pair(gpu) {
-                Some((a, b, directed)) => Some(Culprit::GpuPair {
-                    node: Some(node),
-                    a,
-                    b,
-                    directed,
-                }),
-                None => gpu_index(gpu).map(|gpu| Culprit::Gpu {
-                    node: Some(node),
-                    gpu,
-                }),
-            }),
+            [node, gpu] => node_name(node).and_then(|node| gpus(Some(node), gpu)),
             [node, gpu, "NIC"] => node_name(node)
                 .zip(gpu_index(gpu))
                 .map(|(node, gpu)| Culprit::Rail { node, gpu }),
@@ -133,16 +135,8 @@ impl Culprit {
             let names: Option<Vec<String>> = s.split(',').map(node_name).collect();
             return names.map(Culprit::Nodes);
         }
-        if let Some(gpu) = gpu_index(s) {
-            return Some(Culprit::Gpu { node: None, gpu });
-        }
-        if let Some((a, b, directed)) = gpu_pair(s) {
-            return Some(Culprit::GpuPair {
-                node: None,
-                a,
-                b,
-                directed,
-            });
+        if let Some(gpu) = gpus(None, s) {
+            return Some(gpu);
         }
         if let Some((a, b)) = s.split_once("<->") {
             return node_name(a)

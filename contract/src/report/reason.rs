@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// .. `runtime`; WARN (never FAIL, never drains): `host_interference`, `foreign_process`; and
 /// `host_busy` (WARN, or the FAIL that names a busy host instead of the parts it slowed: never a
 /// hardware fault). What class of cause each names (hardware, busy, missing, setup):
-/// [`super::cause::cause_class`].
+/// [`ReasonCode::cause_class`].
 #[derive(
     Debug,
     Clone,
@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
     Serialize,
     Deserialize,
     strum::IntoStaticStr,
+    strum::Display,
 )]
 #[cfg_attr(test, derive(strum::EnumIter))]
 #[serde(rename_all = "snake_case")]
@@ -87,7 +88,7 @@ pub enum ReasonCode {
 
 impl ReasonCode {
     /// The code as the report spells it: serde's name, by the same snake_case rule (a test
-    /// holds the two to each other for every variant).
+    /// holds the two to each other for every variant); `Display` writes the same.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -106,14 +107,8 @@ impl ReasonCode {
     }
 }
 
-impl std::fmt::Display for ReasonCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A reason behind a verdict. Written with its class of cause (`"cause": "busy"`, from the
-/// code by [`super::cause::cause_class`]) beside the code, for readers that do not know the
+/// code by [`ReasonCode::cause_class`]) beside the code, for readers that do not know the
 /// codes; read back, the class comes from the code again ([`Reason::cause`]).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Reason {

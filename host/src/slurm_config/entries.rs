@@ -38,9 +38,8 @@ impl Settings {
         let mut out = Vec::new();
         for (kind, e) in self.entries() {
             let at = self.origin_of(kind);
-            let under = crate::read::under(root, e);
             let globbed = e.contains(['*', '?', '[']);
-            let matched = files::expand(&under);
+            let matched = files::expand(&crate::read::under(root, e));
             if globbed && matched.is_empty() {
                 out.push(format!(
                     "{kind}={e} ({at}): {EMPTY_GLOB} {}",

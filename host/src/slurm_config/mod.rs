@@ -121,21 +121,18 @@ impl Settings {
         };
         let prologs = list("Prolog");
         let epilogs = list("Epilog");
-        let health_check_program = c.get("HealthCheckProgram").map(|(v, l)| {
-            origin.push(at("HealthCheckProgram", l));
-            v
-        });
-        let prolog_flags = last_list("PrologFlags");
-        let prolog_epilog_timeout = c.get("PrologEpilogTimeout").and_then(|(v, l)| {
-            origin.push(at("PrologEpilogTimeout", l));
-            timeout_value(&v)
-        });
-        let mut seconds = |key: &str, default: u64| -> u64 {
-            let Some((v, l)) = c.get(key) else {
-                return default;
-            };
+        // The value Slurm takes (the last line's), its line noted in `origin`.
+        let mut noted = |key: &str| {
+            let (v, l) = c.get(key)?;
             origin.push(at(key, l));
-            seconds_value(&v).unwrap_or(default)
+            Some(v)
+        };
+        let health_check_program = noted("HealthCheckProgram");
+        let prolog_flags = last_list("PrologFlags");
+        let prolog_epilog_timeout = noted("PrologEpilogTimeout").and_then(|v| timeout_value(&v));
+        let mut seconds = |key: &str, default: u64| {
+            let v = noted(key);
+            v.and_then(|v| seconds_value(&v)).unwrap_or(default)
         };
         let batch_start_timeout = seconds("BatchStartTimeout", DEFAULT_BATCH_START_TIMEOUT);
         let message_timeout = seconds("MessageTimeout", DEFAULT_MESSAGE_TIMEOUT);
@@ -278,13 +275,8 @@ impl Sources {
                 Err(e) => s.live_error = Some(e),
             }
         }
-        let spool: Vec<String> = s
-            .live
-            .as_ref()
-            .and_then(|l| l.slurmd_spool_dir.clone())
-            .into_iter()
-            .collect();
-        let all = files::candidates(root, slurm_conf, &spool);
+        let spool = s.live.as_ref().map(|l| l.slurmd_spool_dir.as_slice());
+        let all = files::candidates(root, slurm_conf, spool.unwrap_or_default());
         let (in_use, notes) = in_use(root, slurm_conf, &all);
         s.notes = notes;
         // The file in use first, so `effective` and `conf` are that file's.
@@ -295,9 +287,7 @@ impl Sources {
             match files::read(path) {
                 Ok(c) => {
                     s.files.push(Settings::from_file(&c));
-                    if s.conf.is_none() {
-                        s.conf = Some(c);
-                    }
+                    s.conf.get_or_insert(c);
                 }
                 Err(e) => s.file_errors.push(e.to_string()),
             }

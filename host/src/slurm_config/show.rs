@@ -98,14 +98,9 @@ pub fn scontrol_show_config(
     let stderr = String::from_utf8_lossy(&done.stderr);
     let last = stderr.lines().last().unwrap_or("").trim().to_string();
     match done.ending {
-        Ending::Exited(0) => {
-            let c = ShowConfig::parse(&String::from_utf8_lossy(&done.stdout));
-            if c.is_empty() {
-                Err(format!("{what}: printed no setting"))
-            } else {
-                Ok(c)
-            }
-        }
+        Ending::Exited(0) => Some(ShowConfig::parse(&String::from_utf8_lossy(&done.stdout)))
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| format!("{what}: printed no setting")),
         Ending::KilledAtDeadline => {
             Err(format!("{what}: no answer in {} s", deadline.as_secs_f64()))
         }

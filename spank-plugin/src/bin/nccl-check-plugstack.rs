@@ -51,11 +51,7 @@ fn main() -> ExitCode {
     let stack = plugstack::read(&main);
     nccl_check_host::outln!("# plugstack: {} ({source})", main.display());
     if stack.files.len() > 1 {
-        let rest: Vec<String> = stack.files[1..]
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        nccl_check_host::outln!("# included: {}", rest.join(", "));
+        nccl_check_host::outln!("# included: {}", plugstack::joined(&stack.files[1..]));
     }
     let f = plugstack::check(&stack, found.plugin_dir.as_deref(), root);
     for e in &f.effective {
@@ -67,9 +63,5 @@ fn main() -> ExitCode {
     for p in &f.problems {
         nccl_check_host::outln!("{}", CheckProblem::invalid(p.as_str()));
     }
-    if f.problems.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(2)
-    }
+    ExitCode::from(if f.problems.is_empty() { 0 } else { 2 })
 }
