@@ -345,41 +345,11 @@ fn main() {
         if a.dead == Some(rank) && a.dead_mode == "absent" {
             continue; // never starts: the rendezvous must name it at its deadline
         }
+        // The children take the parent's own arguments, and their rank and start time.
         let mut c = Command::new(&exe);
-        c.args([
-            "--child",
-            &rank.to_string(),
-            "--procs",
-            &a.procs.to_string(),
-        ])
-        .args([
-            "--port",
-            &a.port.to_string(),
-            "--rounds",
-            &a.rounds.to_string(),
-        ])
-        .args([
-            "--timeout",
-            &a.timeout_s.to_string(),
-            "--t0",
-            &t0.to_string(),
-        ])
-        .args(["--out-dir", &a.out_dir, "--dead-mode", &a.dead_mode])
-        .args(["--max-len", &a.max_len.to_string()])
-        .args(
-            a.silence_s
-                .map(|s| vec!["--silence".to_string(), s.to_string()])
-                .unwrap_or_default(),
-        )
-        .args(
-            a.every_s
-                .map(|s| vec!["--every".to_string(), s.to_string()])
-                .unwrap_or_default(),
-        )
-        .stdin(Stdio::null());
-        if let Some(d) = a.dead {
-            c.args(["--dead", &d.to_string()]);
-        }
+        c.args(std::env::args().skip(1))
+            .args(["--child", &rank.to_string(), "--t0", &t0.to_string()])
+            .stdin(Stdio::null());
         children.push(c.spawn().expect("spawn"));
     }
     let spawn_s = started.elapsed().as_secs_f64();
