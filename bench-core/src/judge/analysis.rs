@@ -93,11 +93,7 @@ pub fn fail_reasons(
             } else {
                 format!("; responsible: {}", culprits.join(", "))
             };
-            let retest = r
-                .out_of_place
-                .first_busbw
-                .map(|f| format!(" (first try {f:.1})"))
-                .unwrap_or_default();
+            let retest = first_try(r.out_of_place.first_busbw);
             reasons.push(Reason {
                 code: ReasonCode::BusbwBelowThreshold,
                 message: format!(
@@ -172,12 +168,14 @@ fn localize(pairs: &[PairRow], fraction: f64, floor: Floor, multi: bool) -> Loca
     }
 }
 
+/// ` (first try 12.3)` where a result was retested, else nothing.
+fn first_try(first_busbw: Option<f64>) -> String {
+    first_busbw.map_or(String::new(), |f| format!(" (first try {f:.1})"))
+}
+
 /// The sentence and limit for one slow pair, so a link reason says which rule it broke.
 fn slow_pair_sentence(p: &PairRow, why: SlowWhy, fraction: f64, multi: bool) -> (String, f64) {
-    let first = p
-        .first_busbw
-        .map(|f| format!(" (first try {f:.1})"))
-        .unwrap_or_default();
+    let first = first_try(p.first_busbw);
     let (rule, limit) = match why {
         SlowWhy::Threshold(min) => (format!(" < {min:.1} GB/s"), min),
         SlowWhy::Outlier(med) => {

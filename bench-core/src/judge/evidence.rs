@@ -48,7 +48,7 @@ pub enum Scope {
 }
 
 /// The process's GPUs in rank order (their position is the `GPUk` of the pair matrix).
-fn in_rank_order(gpus: &[GpuEntry]) -> Vec<&GpuEntry> {
+pub(crate) fn in_rank_order(gpus: &[GpuEntry]) -> Vec<&GpuEntry> {
     let mut g: Vec<&GpuEntry> = gpus.iter().collect();
     g.sort_by_key(|e| e.rank);
     g
@@ -226,11 +226,9 @@ pub fn pair_host_interference(
         .take(4)
         .map(|p| p.culprit(multi).to_string())
         .collect();
-    let more = spared.len().saturating_sub(names.len());
-    let more = if more > 0 {
-        format!(" and {more} more")
-    } else {
-        String::new()
+    let more = match spared.len() - names.len() {
+        0 => String::new(),
+        more => format!(" and {more} more"),
     };
     let warning = Reason {
         code: ReasonCode::HostInterference,
@@ -254,10 +252,8 @@ pub fn pair_host_interference(
 /// Node pairs below the share of the NICs' line rate NCCL's RDMA ports can carry
 /// (`facts::net`); nothing over sockets or on one node.
 pub fn node_pair_floor(pairs: &[PairRow], facts: Option<&NodeFacts>) -> Vec<Reason> {
-    let Some(net) = facts.and_then(|f| f.net.as_ref()) else {
-        return Vec::new();
-    };
-    let Some(min) = net.expected_pair_gbs else {
+    let net = facts.and_then(|f| f.net.as_ref());
+    let Some((net, min)) = net.and_then(|n| Some((n, n.expected_pair_gbs?))) else {
         return Vec::new();
     };
     pairs

@@ -224,10 +224,9 @@ fn expectations(
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            if p.gpus().is_some() {
-                if let Some(e) = floors.expectation(SendRecv.name(), 2, p.bytes) {
-                    return Some(Expected::new(p.busbw, e.floor, e.source));
-                }
+            let floor = (p.gpus()).and_then(|_| floors.expectation(SendRecv.name(), 2, p.bytes));
+            if let Some(e) = floor {
+                return Some(Expected::new(p.busbw, e.floor, e.source));
             }
             let peers: Vec<f64> = report
                 .pairs
@@ -328,8 +327,7 @@ pub fn summary(
 
 /// The local probe's results in one line (`facts::local_probe::results_line`).
 pub fn probe_line(report: &Report) -> String {
-    let mut gpus: Vec<_> = report.gpus.iter().collect();
-    gpus.sort_by_key(|g| g.rank);
+    let gpus = evidence::in_rank_order(&report.gpus);
     let probed: Vec<crate::facts::local_probe::Probed> = gpus
         .iter()
         .enumerate()

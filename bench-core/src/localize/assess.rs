@@ -460,10 +460,8 @@ mod tests {
     fn pair(a: usize, b: usize, r: usize, busbw: f64) -> Measured {
         Measured {
             group: Group::Pair {
-                a,
-                rail_a: r,
-                b,
-                rail_b: r,
+                a: (a, r),
+                b: (b, r),
             },
             busbw,
         }

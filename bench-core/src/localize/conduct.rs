@@ -364,13 +364,9 @@ pub fn follow<E>(
 
 /// The group a place measures, as the localizer numbers nodes and rails.
 pub fn group_of(layout: &Layout, place: &Place) -> Option<Group> {
-    let (a, rail_a) = layout.locate(place.rank as usize)?;
-    let (b, rail_b) = layout.locate(place.peer as usize)?;
     Some(Group::Pair {
-        a,
-        rail_a,
-        b,
-        rail_b,
+        a: layout.locate(place.rank as usize)?,
+        b: layout.locate(place.peer as usize)?,
     })
 }
 

@@ -84,10 +84,8 @@ mod tests {
         let layout = Layout::new(&topology(4, 2));
         assert_eq!(layout.rails, 2);
         let g = Group::Pair {
-            a: 1,
-            rail_a: 1,
-            b: 3,
-            rail_b: 1,
+            a: (1, 1),
+            b: (3, 1),
         };
         assert_eq!(layout.pair_ranks(&g), Some((3, 7)));
         assert_eq!(
@@ -97,10 +95,8 @@ mod tests {
         assert_eq!(layout.node_of_rank(6), Some(3));
         assert_eq!((layout.locate(8), layout.node_of_rank(8)), (None, None));
         let bad = Group::Pair {
-            a: 9,
-            rail_a: 0,
-            b: 0,
-            rail_b: 0,
+            a: (9, 0),
+            b: (0, 0),
         };
         assert_eq!(layout.pair_ranks(&bad), None);
     }

@@ -104,13 +104,12 @@ pub enum Group {
     Local { node: usize },
     /// Phase B: every GPU of every node, one collective.
     Allocation,
-    /// Sendrecv between GPU `rail_a` of node `a` and GPU `rail_b` of node `b`, each through its
-    /// own NIC. `rail_a == rail_b` in every plan except the two-node cross-rail round.
+    /// Sendrecv between two ends, (node, rail) each: GPU `a.1` of node `a.0` and GPU `b.1` of
+    /// node `b.0`, each through its own NIC. `a.1 == b.1` in every plan except the two-node
+    /// cross-rail round.
     Pair {
-        a: usize,
-        rail_a: usize,
-        b: usize,
-        rail_b: usize,
+        a: (usize, usize),
+        b: (usize, usize),
     },
 }
 
@@ -128,7 +127,7 @@ impl Group {
         match self {
             Group::Local { .. } => GroupKind::Local,
             Group::Allocation => GroupKind::Allocation,
-            Group::Pair { rail_a, rail_b, .. } if rail_a == rail_b => GroupKind::RailPair,
+            Group::Pair { a, b } if a.1 == b.1 => GroupKind::RailPair,
             Group::Pair { .. } => GroupKind::CrossRail,
         }
     }
@@ -136,22 +135,15 @@ impl Group {
     /// GPU `rail` of node `a` with GPU `rail` of node `b`.
     pub fn rail_pair(a: usize, b: usize, rail: usize) -> Group {
         Group::Pair {
-            a,
-            rail_a: rail,
-            b,
-            rail_b: rail,
+            a: (a, rail),
+            b: (b, rail),
         }
     }
 
     /// A pair's two ends, (node, rail) each; `None` for other groups.
     pub fn ends(&self) -> Option<((usize, usize), (usize, usize))> {
         match *self {
-            Group::Pair {
-                a,
-                rail_a,
-                b,
-                rail_b,
-            } => Some(((a, rail_a), (b, rail_b))),
+            Group::Pair { a, b } => Some((a, b)),
             _ => None,
         }
     }

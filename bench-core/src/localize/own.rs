@@ -27,6 +27,7 @@ use crate::meet::topology::Topology;
 use crate::model::localization::NodeFindings;
 use nccl_check_contract::report::culprit::Culprit;
 use nccl_check_contract::report::reason::{Reason, ReasonCode};
+use std::collections::HashSet;
 
 /// Slots per process: GPU held (its index on the node + 1), its first other pid, its GiB held,
 /// the share of the check its worker could not run, GPUs missing, host load (CPUs busy with
@@ -315,13 +316,8 @@ pub fn own_findings_win(reasons: &mut Vec<Reason>, own: &[NodeFindings]) {
 
 /// Keeps the first reason of each code and subject.
 fn first_of_each(reasons: &mut Vec<Reason>) {
-    let mut seen: Vec<(ReasonCode, Option<Culprit>)> = Vec::new();
-    reasons.retain(|r| {
-        let key = (r.code, r.subject.clone());
-        let first = !seen.contains(&key);
-        seen.push(key);
-        first
-    });
+    let mut seen = HashSet::new();
+    reasons.retain(|r| seen.insert((r.code, r.subject.clone())));
 }
 
 /// In a process's own verdict: when the node `host` has its own finding among `reasons` (a
@@ -373,17 +369,13 @@ pub fn own_node_wins(reasons: &mut Vec<Reason>, host: &str, nodes: &[String]) {
     }
     // A node-wide finding (starved, missing GPUs, busy host) this process judged and another
     // process of its node shared: the first, this process's own (its facts lead the reasons).
-    let mut seen: Vec<ReasonCode> = Vec::new();
+    let mut seen = HashSet::new();
     reasons.retain(|r| {
         let node_wide = matches!(
             r.code,
             ReasonCode::WorkerStarved | ReasonCode::GpuMissing | ReasonCode::HostBusy
         ) && matches!(&r.subject, Some(Culprit::Node(n)) if n == host);
-        let first = !(node_wide && seen.contains(&r.code));
-        if node_wide {
-            seen.push(r.code);
-        }
-        first
+        !node_wide || seen.insert(r.code)
     });
 }
 

@@ -222,7 +222,7 @@ impl Paths {
         let mut busy = vec![false; self.n];
         let mut retests = Vec::new();
         for (i, &(group, _)) in self.readings.iter().enumerate() {
-            let Group::Pair { a, b, rail_a, .. } = group else {
+            let Some(((a, rail_a), (b, _))) = group.ends() else {
                 continue;
             };
             if !isolated[i] || self.retest_of(a, b).is_some() || busy[a] || busy[b] {
@@ -234,7 +234,8 @@ impl Paths {
         }
         let fast = |a: usize, b: usize| {
             self.readings.iter().any(|&(g, v)| {
-                matches!(g, Group::Pair { a: x, b: y, .. } if (x.min(y), x.max(y)) == (a, b))
+                g.ends()
+                    .is_some_and(|(x, y)| (x.0.min(y.0), x.0.max(y.0)) == (a, b))
                     && v >= limit
             })
         };
@@ -261,10 +262,12 @@ impl Paths {
                 let control = quantile(results.iter().skip(retests).copied(), 0.5);
                 self.retest_rounds += 1;
                 for (&group, &busbw) in groups[..retests].iter().zip(results) {
-                    let Group::Pair { a, b, rail_a, .. } = group else {
+                    let Some(((a, rail_a), (b, _))) = group.ends() else {
                         continue;
                     };
-                    let same = |r: &&mut (Group, f64)| matches!(r.0, Group::Pair { a: x, b: y, .. } if (x, y) == (a, b));
+                    let same = |r: &&mut (Group, f64)| {
+                        r.0.ends().is_some_and(|(x, y)| (x.0, y.0) == (a, b))
+                    };
                     if let Some(r) = self.readings.iter_mut().find(same) {
                         r.1 = busbw;
                     }
@@ -283,7 +286,7 @@ impl Paths {
     /// measured again also `fraction` x the median of the controls beside its retest (slow only
     /// below both).
     fn limit_of(&self, group: Group, limit: f64) -> f64 {
-        let Group::Pair { a, b, .. } = group else {
+        let Some(((a, _), (b, _))) = group.ends() else {
             return limit;
         };
         match self.retest_of(a, b).and_then(|r| r.1) {
@@ -306,7 +309,7 @@ impl Paths {
         let mut pairs = vec![0u32; self.n];
         let mut fast = vec![0u32; self.n];
         for (&(group, _), &s) in self.readings.iter().zip(&slow) {
-            if let Group::Pair { a, b, .. } = group {
+            if let Some(((a, _), (b, _))) = group.ends() {
                 for x in [a, b].into_iter().filter(|&x| x < self.n) {
                     pairs[x] += 1;
                     fast[x] += u32::from(!s);
@@ -323,8 +326,8 @@ impl Paths {
             .readings
             .iter()
             .zip(&slow)
-            .map(|(&(group, _), &s)| match group {
-                Group::Pair { a, b, .. } if s && a < self.n && b < self.n => {
+            .map(|(&(group, _), &s)| match group.ends() {
+                Some(((a, _), (b, _))) if s && a < self.n && b < self.n => {
                     fast_elsewhere(a, s) && fast_elsewhere(b, s)
                 }
                 _ => false,
@@ -340,7 +343,7 @@ impl Paths {
         let name = |k: usize| names.get(k).cloned().unwrap_or_else(|| format!("node{k}"));
         let mut out = Vec::new();
         for (i, &(group, busbw)) in self.readings.iter().enumerate() {
-            let Group::Pair { a, b, rail_a, .. } = group else {
+            let Some(((a, rail_a), (b, _))) = group.ends() else {
                 continue;
             };
             let again = self.retest_of(a, b);
@@ -394,8 +397,8 @@ pub(crate) mod tests {
         while let Some((phase, groups)) = p.next_round() {
             let results: Vec<f64> = groups
                 .iter()
-                .map(|g| match *g {
-                    Group::Pair { a, b, .. } => reading(a, b),
+                .map(|g| match g.ends() {
+                    Some(((a, _), (b, _))) => reading(a, b),
                     _ => unreachable!(),
                 })
                 .collect();
@@ -424,13 +427,7 @@ pub(crate) mod tests {
             for round in &rounds {
                 let mut gpus = BTreeSet::new();
                 for group in round {
-                    let Group::Pair {
-                        a,
-                        rail_a,
-                        b,
-                        rail_b,
-                    } = *group
-                    else {
+                    let Some(((a, rail_a), (b, rail_b))) = group.ends() else {
                         panic!("not a pair")
                     };
                     assert_eq!(rail_a, rail_b);
@@ -479,8 +476,8 @@ pub(crate) mod tests {
             };
             let results: Vec<f64> = groups
                 .iter()
-                .map(|g| match *g {
-                    Group::Pair { a, b, .. } => reading(phase, a.min(b), a.max(b)),
+                .map(|g| match g.ends() {
+                    Some(((a, _), (b, _))) => reading(phase, a.min(b), a.max(b)),
                     _ => unreachable!(),
                 })
                 .collect();
@@ -514,8 +511,8 @@ pub(crate) mod tests {
             };
             let results: Vec<f64> = groups
                 .iter()
-                .map(|g| match *g {
-                    Group::Pair { a, b, .. }
+                .map(|g| match g.ends() {
+                    Some(((a, _), (b, _)))
                         if phase == Phase::PathRetest || slowish(a.min(b), a.max(b)) =>
                     {
                         0.065
@@ -582,8 +579,8 @@ pub(crate) mod tests {
             while let Some((phase, groups)) = p.next_round() {
                 let results: Vec<f64> = groups
                     .iter()
-                    .map(|g| match *g {
-                        Group::Pair { a, b, rail_a, .. } if slow(a, b, rail_a) => 5.0,
+                    .map(|g| match g.ends() {
+                        Some(((a, rail_a), (b, _))) if slow(a, b, rail_a) => 5.0,
                         _ => 45.0,
                     })
                     .collect();
@@ -604,10 +601,8 @@ pub(crate) mod tests {
         // Node 4's NIC of the rail the pair met on (fast on the next rail): not a path.
         let rail_met = tournament(6, 8)[0]
             .iter()
-            .find_map(|g| match *g {
-                Group::Pair {
-                    a: 1, b: 4, rail_a, ..
-                } => Some(rail_a),
+            .find_map(|g| match g.ends()? {
+                ((1, rail_a), (4, _)) => Some(rail_a),
                 _ => None,
             })
             .expect("the pair is met");

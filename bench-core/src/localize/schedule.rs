@@ -124,12 +124,8 @@ impl Localizer {
                     (Phase::Screen, self.rail_wise(&self.node_rounds[next]))
                 }
                 Stage::NodeRounds { .. } => {
-                    self.stage = if self.cfg.retest {
-                        Stage::Retest {
-                            after_confirm: false,
-                        }
-                    } else {
-                        self.after_node_rounds()
+                    self.stage = Stage::Retest {
+                        after_confirm: false,
                     };
                     continue;
                 }
@@ -148,12 +144,8 @@ impl Localizer {
                 Stage::Confirm => match self.confirmations() {
                     Some(groups) => (Phase::Confirm, groups),
                     None => {
-                        self.stage = if self.cfg.retest {
-                            Stage::Retest {
-                                after_confirm: true,
-                            }
-                        } else {
-                            Stage::Done
+                        self.stage = Stage::Retest {
+                            after_confirm: true,
                         };
                         continue;
                     }
@@ -226,7 +218,7 @@ impl Localizer {
             }
             _ => {
                 for (&group, &busbw) in round.groups.iter().zip(results) {
-                    if let Group::Pair { a, b, .. } = group {
+                    if let Some(((a, _), (b, _))) = group.ends() {
                         self.met.insert((a.min(b), a.max(b)));
                     }
                     self.pairs.push(Measured { group, busbw });
@@ -306,9 +298,9 @@ impl Localizer {
 
     /// The slow same-rail pairs whose two ends are cleared on that rail by another pair, not
     /// yet retested, packed so that no node is in two groups of the round; `None`: none left
-    /// (or the round cap is reached).
+    /// (retests are off, or the round cap is reached).
     fn retests(&self) -> Option<Vec<Group>> {
-        if self.localization_rounds >= round_cap(self.n) {
+        if !self.cfg.retest || self.localization_rounds >= round_cap(self.n) {
             return None;
         }
         let a = Assessment::new(self.n, self.g, &self.pairs, &self.cfg);
@@ -335,10 +327,8 @@ impl Localizer {
     fn cross_rail(&self) -> Vec<Group> {
         (0..self.g)
             .map(|r| Group::Pair {
-                a: 0,
-                rail_a: r,
-                b: 1,
-                rail_b: (r + 1) % self.g,
+                a: (0, r),
+                b: (1, (r + 1) % self.g),
             })
             .collect()
     }
@@ -526,10 +516,8 @@ mod tests {
         assert_eq!(
             retest.groups,
             vec![Group::Pair {
-                a: 0,
-                rail_a: 0,
-                b: 1,
-                rail_b: 0
+                a: (0, 0),
+                b: (1, 0)
             }]
         );
         l.record(&[10.0]).unwrap();

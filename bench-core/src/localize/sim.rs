@@ -130,12 +130,7 @@ impl Fabric {
         let exact = match *group {
             Group::Local { node } => self.local(node),
             Group::Allocation => self.allocation(),
-            Group::Pair {
-                a,
-                rail_a,
-                b,
-                rail_b,
-            } => self.pair(a, rail_a, b, rail_b),
+            Group::Pair { a, b } => self.pair(a.0, a.1, b.0, b.1),
         };
         exact * (1.0 + self.noise * (2.0 * self.uniform() - 1.0))
     }

@@ -151,14 +151,9 @@ fn assert_disjoint(round: &Round, n: usize) {
         let members: Vec<(usize, usize)> = match *g {
             Group::Local { node } => (0..G).map(|r| (node, r)).collect(),
             Group::Allocation => (0..n).flat_map(|x| (0..G).map(move |r| (x, r))).collect(),
-            Group::Pair {
-                a,
-                rail_a,
-                b,
-                rail_b,
-            } => {
-                assert_ne!(a, b, "a node paired with itself");
-                vec![(a, rail_a), (b, rail_b)]
+            Group::Pair { a, b } => {
+                assert_ne!(a.0, b.0, "a node paired with itself");
+                vec![a, b]
             }
         };
         for m in members {
