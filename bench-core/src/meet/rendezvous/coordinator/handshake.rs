@@ -58,34 +58,38 @@ pub(super) fn admit(
     answer: &[u8],
 ) -> Result<(Handshake, Endpoints), DoorRefusal> {
     let bad = |e: String| (Refusal::Incomplete, e, None);
-    let answered = |kind, why: String| (kind, why, Some(answer.to_vec()));
     let version: Version = wire::decode(first).map_err(|e| bad(e.to_string()))?;
     if version.protocol != auth::PROTOCOL {
-        let why = format!(
-            "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
-            nccl_check_host::text::escape_clipped(&version.protocol, 40),
-            auth::PROTOCOL
-        );
-        return Err(answered(Refusal::OtherVersion, why));
+        return Err((
+            Refusal::OtherVersion,
+            format!(
+                "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
+                nccl_check_host::text::escape_clipped(&version.protocol, 40),
+                auth::PROTOCOL
+            ),
+            Some(answer.to_vec()),
+        ));
     }
     let opening: Opening = wire::decode(first).map_err(|e| bad(e.to_string()))?;
     let Some(noise) = opening.noise else {
-        return Err(match ticket {
-            Some(_) => answered(
+        return match ticket {
+            Some(_) => Err((
                 Refusal::NoTicket,
                 "an opening without the job's ticket: answered with the ticket".into(),
-            ),
-            None => answered(
+                Some(answer.to_vec()),
+            )),
+            None => Err((
                 Refusal::WrongProof,
                 "an opening without a handshake (a worker under MUNGE, where this step has a secret)"
                     .into(),
-            ),
-        });
+                Some(answer.to_vec()),
+            )),
+        };
     };
     let mut handshake = Handshake::new(psk, label, false).map_err(bad)?;
     let ends: Endpoints = handshake
         .read(&noise)
-        .map_err(|e| answered(Refusal::WrongProof, e))?;
+        .map_err(|e| (Refusal::WrongProof, e, Some(answer.to_vec())))?;
     ends.check().map_err(bad)?;
     Ok((handshake, ends))
 }

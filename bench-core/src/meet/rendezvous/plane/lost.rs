@@ -8,7 +8,6 @@
 //! link that is down may be a cable, a switch port or a reboot; nothing was measured there.
 
 use super::link::Gone;
-use crate::meet::rendezvous::absent::listed;
 use crate::meet::rendezvous::Member;
 use nccl_check_host::text::escape_control;
 
@@ -25,13 +24,20 @@ fn nodes(members: &[&Member]) -> String {
             hosts.push(h);
         }
     }
-    let ranks = members.iter().map(|m| m.proc_rank.to_string());
+    let more = |n: usize| crate::meet::rendezvous::absent::more(n, MAX_NAMED);
+    let ranks: Vec<String> = members
+        .iter()
+        .take(MAX_NAMED)
+        .map(|m| m.proc_rank.to_string())
+        .collect();
     format!(
-        "{} {} (process rank{} {})",
+        "{} {}{} (process rank{} {}{})",
         if hosts.len() == 1 { "node" } else { "nodes" },
-        listed(hosts.iter().cloned(), hosts.len(), MAX_NAMED),
+        hosts[..hosts.len().min(MAX_NAMED)].join(", "),
+        more(hosts.len()),
         if members.len() == 1 { "" } else { "s" },
-        listed(ranks, members.len(), MAX_NAMED)
+        ranks.join(", "),
+        more(members.len())
     )
 }
 
