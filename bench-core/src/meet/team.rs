@@ -643,4 +643,53 @@ mod watch_tests {
         assert!(em.to_string().contains("node h2"), "{em}");
         drop(silent);
     }
+
+    /// Seen on 8 emulated nodes (tests/gpu/fabric.sh link-down, 2 of 4 runs,
+    /// bench-core/benchmarks/results/2026-12-03-h200x1-gpu-rows): the coordinator waited on a
+    /// process that lived but was stuck in NCCL with the dead node. That process's beats kept
+    /// every wait slice busy, so the coordinator beat nobody; everyone gave up on it, and the
+    /// stuck process was named instead of the dead one, which the coordinator never looked at.
+    #[test]
+    fn waiting_on_a_live_but_stuck_member_the_coordinator_still_beats_and_names_the_dead_one() {
+        let (mut root, mut leaves) = star(4, 0);
+        root.set_liveness(quick());
+        let (_, mut dead) = leaves.remove(2);
+        dead.tend(Instant::now() + Duration::from_secs(1)).unwrap();
+        root.tend(Instant::now() + Duration::from_secs(1)).unwrap(); // everyone heard once
+        let (_, mut stuck) = leaves.remove(1);
+        let (_, mut answered) = leaves.remove(0);
+        stuck.set_liveness(quick());
+        answered.set_liveness(quick());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // Alive and chatty (its watch beats), but its GPU thread never reaches the operation.
+        let stuck = std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(5));
+            if let Err(e) = stuck.tend(deadline) {
+                return e;
+            }
+        });
+        let answered = std::thread::spawn(move || answered.sum(1, &[1.0], deadline));
+        let start = Instant::now();
+        let e = root.sum(1, &[1.0], deadline).unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            matches!(&e, PlaneError::Lost(m) if m.starts_with("node h3 (process rank 3) stopped")),
+            "{e:?}"
+        );
+        for (who, e) in [
+            ("answered", answered.join().unwrap().unwrap_err()),
+            ("stuck", stuck.join().unwrap()),
+        ] {
+            let e = e.to_string();
+            assert!(
+                e.starts_with("another process gave up: node h3 "),
+                "{who}: {e}"
+            );
+        }
+        drop(dead);
+    }
 }

@@ -75,6 +75,8 @@ pub enum Waited {
     /// The operation's own deadline passed.
     Deadline,
     Gone(Gone),
+    /// The caller's `between` ended it (trouble on another connection, which it keeps).
+    Stopped,
 }
 
 impl Link {
@@ -134,26 +136,35 @@ impl Link {
         }
     }
 
-    /// The next frame that is not a beat (the early one first), waiting in slices of
-    /// `live.every` and calling `between` with this link after each empty slice (the caller's
-    /// beats). Ends
-    /// with [`Waited::Gone`] once nothing has come for `live.silence`, or at `deadline`.
+    /// The next frame that is not a beat (the early one first), calling `between` with this
+    /// link every `live.every` while it waits (the caller's beats, and its look at its other
+    /// connections: `false` ends the wait with [`Waited::Stopped`]). On time, not only after a
+    /// slice with nothing in it: the other end's own beats keep every slice busy, and a process
+    /// that waits on a live one must still be heard by everyone else. Ends with
+    /// [`Waited::Gone`] once nothing has come for `live.silence`, or at `deadline`.
     pub(super) fn next(
         &mut self,
         cap: usize,
         live: &Liveness,
         deadline: Instant,
-        between: &mut dyn FnMut(&mut Link),
+        between: &mut dyn FnMut(&mut Link) -> bool,
     ) -> Result<Frame, Waited> {
         if let Some(f) = self.early.take() {
             return Ok(f);
         }
+        let mut due = Instant::now() + live.every;
         loop {
             let now = Instant::now();
             if now >= deadline {
                 return Err(Waited::Deadline);
             }
-            if self.readable(live.every.min(deadline - now)) {
+            if now >= due {
+                if !between(self) {
+                    return Err(Waited::Stopped);
+                }
+                due = now + live.every;
+            }
+            if self.readable(due.min(deadline).saturating_duration_since(now)) {
                 match self.read_one(cap, live, deadline) {
                     Ok(f) if f.beat => continue,
                     Ok(f) => return Ok(f),
@@ -164,7 +175,6 @@ impl Link {
             if let Some(quiet) = self.silent(Instant::now(), live) {
                 return Err(Waited::Gone(Gone::Silent(quiet)));
             }
-            between(self);
         }
     }
 
@@ -237,7 +247,7 @@ mod tests {
             b
         });
         let start = Instant::now();
-        let got = a.next(4096, &live, deadline, &mut |_| {}).ok().unwrap();
+        let got = a.next(4096, &live, deadline, &mut |_| true).ok().unwrap();
         assert_eq!((got.seq, got.beat), (3, false));
         // 600 ms of beats, twice the silence: never taken for silence.
         assert!(start.elapsed() > Duration::from_millis(500));
@@ -254,7 +264,8 @@ mod tests {
         let start = Instant::now();
         let mut slices = 0;
         let r = a.next(4096, &quick(), start + Duration::from_secs(10), &mut |_| {
-            slices += 1
+            slices += 1;
+            true
         });
         assert!(matches!(r, Err(Waited::Gone(Gone::Silent(q))) if q >= quick().silence));
         assert!(
@@ -263,6 +274,37 @@ mod tests {
             start.elapsed()
         );
         assert!(slices >= 3, "the caller beats between slices ({slices})");
+    }
+
+    #[test]
+    fn a_chatty_other_end_does_not_keep_the_waiter_from_beating_on_time() {
+        // The other end beats far more often than a slice: every slice has a frame in it.
+        let (a, b) = pair();
+        let (mut a, mut b) = (Link::new(a), Link::new(b));
+        let chatty = std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_millis(600);
+            while Instant::now() < until {
+                let _ = b.beat(Instant::now() + Duration::from_secs(1));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            b
+        });
+        let start = Instant::now();
+        let (mut slices, mut stopped_at) = (0, None);
+        let r = a.next(4096, &quick(), start + Duration::from_secs(5), &mut |_| {
+            slices += 1;
+            stopped_at = Some(start.elapsed());
+            slices < 8
+        });
+        assert!(matches!(r, Err(Waited::Stopped)));
+        // Eight calls, one per 50 ms: 400 ms; when only empty slices beat, none came before the
+        // chatter stopped (600 ms) and the eighth at 1 s.
+        let took = stopped_at.unwrap();
+        assert!(
+            took >= Duration::from_millis(390) && took < Duration::from_millis(800),
+            "{took:?}"
+        );
+        drop(chatty.join().unwrap());
     }
 
     #[test]
@@ -275,7 +317,7 @@ mod tests {
             4096,
             &quick(),
             start + Duration::from_millis(900),
-            &mut |_| {},
+            &mut |_| true,
         );
         assert!(matches!(r, Err(Waited::Deadline)));
         assert!(
@@ -292,7 +334,9 @@ mod tests {
         let mut a = Link::new(a);
         drop(b);
         let start = Instant::now();
-        let r = a.next(4096, &quick(), start + Duration::from_secs(10), &mut |_| {});
+        let r = a.next(4096, &quick(), start + Duration::from_secs(10), &mut |_| {
+            true
+        });
         assert!(matches!(
             r,
             Err(Waited::Gone(Gone::Broken(WireError::Closed)))
@@ -318,7 +362,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert!(a.drain(4096, &live).unwrap().is_none());
         assert_eq!(
-            a.next(4096, &live, deadline, &mut |_| {}).ok().unwrap().seq,
+            a.next(4096, &live, deadline, &mut |_| true)
+                .ok()
+                .unwrap()
+                .seq,
             7
         );
         for seq in [8, 9] {

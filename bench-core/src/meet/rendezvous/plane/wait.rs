@@ -35,9 +35,10 @@ impl ControlPlane {
         let reply = link
             .next(cap, live, deadline, &mut |l: &mut Link| {
                 let _ = l.beat(Instant::now() + every);
+                true
             })
             .map_err(|w| match w {
-                Waited::Deadline => peer_error(link.peer(), WireError::Deadline),
+                Waited::Deadline | Waited::Stopped => peer_error(link.peer(), WireError::Deadline),
                 Waited::Gone(Gone::Broken(e)) => peer_error(link.peer(), e),
                 Waited::Gone(g) => PlaneError::Lost(lost::at_member(link.peer(), &g)),
             })?;
@@ -52,8 +53,9 @@ impl ControlPlane {
 
     /// The coordinator's half: one frame from every other process, in rank order, each handed
     /// to `take` once its step and operation are checked. While it waits for one, it beats to
-    /// all; one that stops answering ends it with every process that has ([`Self::survey`]).
-    /// The first failure names the process.
+    /// all and looks at the others as the watch does ([`pass`]): the one it waits for may live
+    /// but be stuck with one that is gone (a GPU pair's partner), and the gone one is to be
+    /// named, not the one waiting on it. The first failure names the process.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn collect(
         peers: &mut [(Member, Link)],
@@ -70,19 +72,24 @@ impl ControlPlane {
             let Some(((m, link), after)) = rest.split_first_mut() else {
                 break;
             };
-            let every = live.every;
+            let mut trouble = None;
             let waited = link.next(cap, live, deadline, &mut |l: &mut Link| {
-                let soon = Instant::now() + every;
-                let _ = l.beat(soon);
-                for (_, other) in before.iter_mut().chain(after.iter_mut()) {
-                    let _ = other.beat(soon);
-                }
+                let _ = l.beat(Instant::now() + live.every);
+                let others = before.iter_mut().enumerate();
+                let others =
+                    others.chain(after.iter_mut().enumerate().map(|(j, p)| (k + 1 + j, p)));
+                trouble = pass(others.map(|(i, (_, l))| (i, l)), live, cap);
+                trouble.is_none()
             });
             let msg = match waited {
                 Ok(msg) => msg,
                 Err(Waited::Deadline) => return Err(peer_error(&who(m), WireError::Deadline)),
                 Err(Waited::Gone(Gone::Broken(e))) => return Err(peer_error(&who(m), e)),
                 Err(Waited::Gone(g)) => return Err(Self::survey(peers, live, host, k, g)),
+                Err(Waited::Stopped) => match trouble {
+                    Some(t) => return Err(Self::blame(peers, live, host, t)),
+                    None => return Err(peer_error(&who(m), WireError::Deadline)),
+                },
             };
             let m = &peers[k].0;
             if msg.abort.is_some() {
@@ -158,29 +165,53 @@ impl ControlPlane {
         live: &Liveness,
         host: &str,
     ) -> Result<(), PlaneError> {
-        let soon = Instant::now() + live.every;
-        let mut broken = None;
-        for (i, (_, link)) in peers.iter_mut().enumerate() {
-            if let Err(e) = link.beat(soon) {
-                broken.get_or_insert((i, Gone::Broken(e)));
-            }
+        let links = peers.iter_mut().enumerate().map(|(i, (_, l))| (i, l));
+        match pass(links, live, MAX_GATHER_FRAME) {
+            None => Ok(()),
+            Some(t) => Err(Self::blame(peers, live, host, t)),
         }
-        for (i, (m, link)) in peers.iter_mut().enumerate() {
-            match link.drain(MAX_GATHER_FRAME, live) {
-                Ok(Some(abort)) => return Err(gave_up(&who(m), abort.abort)),
-                Ok(None) => {}
-                Err(g) => {
-                    broken.get_or_insert((i, g));
-                }
-            }
-        }
-        let now = Instant::now();
-        let silent = peers
-            .iter()
-            .enumerate()
-            .find_map(|(i, (_, l))| Some((i, Gone::Silent(l.silent(now, live)?))));
-        broken
-            .or(silent)
-            .map_or(Ok(()), |(i, g)| Err(Self::survey(peers, live, host, i, g)))
     }
+
+    /// The coordinator's sentence for what a [`pass`] found.
+    fn blame(peers: &mut [(Member, Link)], live: &Liveness, host: &str, t: Trouble) -> PlaneError {
+        match t {
+            Trouble::Abort(i, f) => gave_up(&who(&peers[i].0), f.abort),
+            Trouble::Gone(i, g) => Self::survey(peers, live, host, i, g),
+        }
+    }
+}
+
+/// What a [`pass`] found wrong on a connection (by its index among the coordinator's).
+enum Trouble {
+    /// The process gave up and said why.
+    Abort(usize, Frame),
+    Gone(usize, Gone),
+}
+
+/// One look at `links`: a beat on each, what has arrived read without waiting, then who has
+/// been silent too long. Another process's abort first, then the first broken connection, then
+/// the first silent one.
+fn pass<'a>(
+    links: impl Iterator<Item = (usize, &'a mut Link)>,
+    live: &Liveness,
+    cap: usize,
+) -> Option<Trouble> {
+    let soon = Instant::now() + live.every;
+    let (mut broken, mut silent) = (None, None);
+    for (i, link) in links {
+        if let Err(e) = link.beat(soon) {
+            broken.get_or_insert((i, Gone::Broken(e)));
+        }
+        match link.drain(cap, live) {
+            Ok(Some(abort)) => return Some(Trouble::Abort(i, abort)),
+            Ok(None) => {}
+            Err(g) => {
+                broken.get_or_insert((i, g));
+            }
+        }
+        if let Some(q) = link.silent(Instant::now(), live) {
+            silent.get_or_insert((i, Gone::Silent(q)));
+        }
+    }
+    broken.or(silent).map(|(i, g)| Trouble::Gone(i, g))
 }
