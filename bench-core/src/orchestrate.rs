@@ -282,10 +282,14 @@ fn wait_for_gpus(
     // Every process of the check is its own load, not another's (emulated nodes share a
     // host; seen at 16: the check's workers named as the top consumers of a busy host).
     node.facts.host = own.load_for_report(topology.pids());
+    let lost = match ended {
+        Some(Ok(())) => None,
+        _ => team.lost_or_told(LAST_WORD),
+    };
     Outcomes {
         gathered,
         node,
-        ended: after_the_team(ended, team.lost(), opts.rank),
+        ended: after_the_team(ended, lost, opts.rank),
     }
 }
 
@@ -351,6 +355,9 @@ fn after_the_team(
 
 /// How long the GPU threads get to come back once the watch has named a lost process.
 const LOST_GRACE: Duration = Duration::from_secs(2);
+/// How long a process whose GPU work failed listens for the others' reason first (the
+/// coordinator sends it before it exits, so it is there by the time NCCL sees the exit).
+const LAST_WORD: Duration = Duration::from_millis(500);
 
 /// Waits for every GPU thread to finish, unless `lost` (the team's watch named a lost process)
 /// and the threads are still not all back `grace` later: then `Err(())`, and the caller reports

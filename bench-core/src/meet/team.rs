@@ -11,7 +11,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Why a team operation failed; the kind decides the exit code, the text says where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +189,32 @@ impl Team {
     /// ended, ahead of the GPU threads' own errors (which follow from it: their peers gone).
     pub fn lost(&self) -> Option<PlaneError> {
         self.lost.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// What the watch found or, where it found nothing yet, another process's word that
+    /// arrives within `within` ([`ControlPlane::last_word`]): asked when this process's own GPU
+    /// work failed, since the others' reason may be why. The coordinator tells everyone of a
+    /// process's own failure, that process too: hearing its own reason back is no other cause.
+    pub fn lost_or_told(&self, within: Duration) -> Option<PlaneError> {
+        if let Some(lost) = self.lost() {
+            return Some(lost);
+        }
+        let own = self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failed
+            .clone();
+        let word = self
+            .plane
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_word(within)?;
+        let echo = own.is_some_and(|why| {
+            let start: String = why.chars().take(80).collect();
+            word.to_string().contains(&start)
+        });
+        (!echo).then_some(word)
     }
 
     /// Marks the team failed (first reason wins) and tells the other processes.
@@ -642,6 +668,54 @@ mod watch_tests {
         let em = member.join().unwrap().unwrap_err();
         assert!(em.to_string().contains("node h2"), "{em}");
         drop(silent);
+    }
+
+    #[test]
+    fn a_member_whose_own_work_failed_reads_the_word_the_coordinator_sent_before_it_exited() {
+        let (mut root, mut leaves) = star(2, 0);
+        let member = Team::new(
+            1,
+            leaves.remove(0).1,
+            Instant::now() + Duration::from_secs(30),
+        );
+        // Nothing said: its own error stands, after the wait.
+        let start = Instant::now();
+        assert_eq!(member.lost_or_told(Duration::from_millis(150)), None);
+        assert!(
+            start.elapsed() >= Duration::from_millis(150),
+            "{:?}",
+            start.elapsed()
+        );
+        let why = "node h9 (process rank 9) stopped answering the control plane for 12.5 s";
+        root.abort(why, Instant::now() + Duration::from_secs(1));
+        drop(root); // the coordinator exits: NCCL's sockets close, the word is already sent
+        assert_eq!(
+            member.lost_or_told(Duration::from_millis(500)),
+            Some(PlaneError::Aborted(format!(
+                "another process gave up: {why}"
+            )))
+        );
+        // A member whose own GPU failed first hears its own reason back: its error stands.
+        let (mut root, mut leaves) = star(2, 0);
+        let member = Team::new(
+            1,
+            leaves.remove(0).1,
+            Instant::now() + Duration::from_secs(30),
+        );
+        member.fail("GPU 0 (rank 1): CUDA error 999 (an Xid of this node)");
+        let e = root
+            .tend(Instant::now() + Duration::from_secs(1))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("process rank 1 (h1) gave up: GPU 0"),
+            "{e}"
+        );
+        assert_eq!(member.lost_or_told(Duration::from_millis(300)), None);
+        // The coordinator has no one above it to hear from.
+        let (root, _leaves) = star(2, 0);
+        let root = Team::new(1, root, Instant::now() + Duration::from_secs(30));
+        assert_eq!(root.lost_or_told(Duration::from_millis(50)), None);
     }
 
     /// Seen on 8 emulated nodes (tests/gpu/fabric.sh link-down, 2 of 4 runs,

@@ -8,7 +8,7 @@ use super::MAX_GATHER_FRAME;
 use super::{gave_up, lost, out_of_step, peer_error, who, ControlPlane, PlaneError};
 use crate::meet::rendezvous::wire::WireError;
 use crate::meet::rendezvous::Member;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl ControlPlane {
     /// How often beats go out and how long a silence names a process (the check's budget
@@ -158,6 +158,25 @@ impl ControlPlane {
             self.abort(&why.to_string(), deadline);
         }
         result
+    }
+
+    /// Another process's reason to stop, if it arrives within `within`; read only, nothing
+    /// sent. A member asks when its own GPU work failed, because that failure may follow from the
+    /// reason: the coordinator named a dead node, told everyone and exited, and NCCL saw its
+    /// sockets close before the watch read the word (one H200, 16 emulated nodes, link-down:
+    /// bench-core/benchmarks/results/2026-12-03-h200x1-gpu-rows).
+    pub fn last_word(&mut self, within: Duration) -> Option<PlaneError> {
+        let ControlPlane::Leaf { link, live } = self else {
+            return None;
+        };
+        let until = Instant::now() + within;
+        loop {
+            match link.drain(MAX_GATHER_FRAME, live) {
+                Ok(Some(abort)) => return Some(gave_up("another process", abort.abort)),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                _ => return None,
+            }
+        }
     }
 
     fn tend_root(
