@@ -441,6 +441,33 @@ fn munge_children() -> usize {
         .count()
 }
 
+/// `rounds` rounds of `at_once` threads opening the job's ticket together, each with its own
+/// authenticator, as another process (no cache of opened tickets): real `unmunge` programs that
+/// the MUNGE queue must hold to `MUNGE_AT_ONCE`.
+fn open_the_ticket_at_once(m: &Munged, rounds: usize, at_once: usize) {
+    let soon = Instant::now() + Duration::from_secs(20);
+    let ticket = m
+        .auth()
+        .ticket(soon)
+        .expect("munge")
+        .expect("a ticket under MUNGE");
+    for _ in 0..rounds {
+        let openers: Vec<_> = (0..at_once)
+            .map(|_| {
+                let (auth, credential) = (m.auth(), ticket.credential.clone());
+                std::thread::spawn(move || auth.open_ticket(&credential, soon).map(|_| ()))
+            })
+            .collect();
+        for o in openers {
+            // Busy is the queue refusing past its deadline: also a bound, not a failure here.
+            match o.join().expect("thread") {
+                Ok(()) | Err(AuthError::Busy(_)) => {}
+                Err(e) => panic!("opening the job's ticket: {e:?}"),
+            }
+        }
+    }
+}
+
 #[test]
 fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() {
     let _one = one_at_a_time();
@@ -515,27 +542,7 @@ fn under_munge_a_flood_of_fake_credentials_runs_a_bounded_number_of_processes() 
     // (the flood saw none in a CI run of 2026-12-03). So 3 rounds of 32 threads at once open
     // the job's ticket, each with its own authenticator (no cache): the queue must hold them to
     // MUNGE_AT_ONCE. With the queue's limit raised to 400 the watcher saw 7 and 16 at once.
-    let soon = Instant::now() + Duration::from_secs(20);
-    let ticket = auth
-        .ticket(soon)
-        .expect("munge")
-        .expect("a ticket under MUNGE");
-    for _ in 0..3 {
-        let openers: Vec<_> = (0..32)
-            .map(|_| {
-                // Another authenticator each, as another process: no cache of opened tickets.
-                let (auth, credential) = (m.auth(), ticket.credential.clone());
-                std::thread::spawn(move || auth.open_ticket(&credential, soon).map(|_| ()))
-            })
-            .collect();
-        for o in openers {
-            // Busy is the queue refusing past its deadline: also a bound, not a failure here.
-            match o.join().expect("thread") {
-                Ok(()) | Err(AuthError::Busy(_)) => {}
-                Err(e) => panic!("opening the job's ticket: {e:?}"),
-            }
-        }
-    }
+    open_the_ticket_at_once(&m, 3, 32);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     watcher.join().expect("thread");
     let most = *most.lock().expect("lock");
