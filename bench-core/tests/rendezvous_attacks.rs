@@ -758,7 +758,8 @@ fn ports_bound_without_listening_end_the_member_in_seconds() {
     let ports = free_ports(8);
     let held: Vec<_> = ports.iter().map(|&p| bound_only(p)).collect();
     let auth: Arc<dyn Authenticator> = Arc::new(secret());
-    let c = coordinator(auth.clone(), ports.clone(), 30);
+    // A short deadline of its own: it answers over UDP until then, not for 15 s.
+    let c = coordinator(auth.clone(), ports.clone(), 6);
     let start = Instant::now();
     let e = member_joins_and_sums(auth.as_ref(), ports.clone(), 30).expect_err("must fail");
     let took = start.elapsed();
@@ -1039,7 +1040,11 @@ fn bound_ports_seen_from_another_node(
     });
     std::thread::sleep(Duration::from_millis(500));
     let coordinator = TwoNodes::run(&nodes.a, move || {
-        let s = far_setup(auth.as_ref(), ports, true);
+        // A short deadline of its own: it answers over UDP until then, not for 15 s.
+        let s = Setup {
+            deadline: Instant::now() + Duration::from_secs(6),
+            ..far_setup(auth.as_ref(), ports, true)
+        };
         s.join(member(0), || Ok(ID)).err().unwrap_or_default()
     });
     let (e, took) = joiner.join().expect("thread");
@@ -1198,7 +1203,7 @@ fn held_on_this_node(h: Hold) -> String {
     let held: Vec<Held> = ports.iter().map(|&p| hold(h, [127, 0, 0, 1], p)).collect();
     let auth: Arc<dyn Authenticator> = Arc::new(secret());
     // A short deadline of its own: the coordinator then answers over UDP until it, not 15 s.
-    let c = coordinator(auth.clone(), ports.clone(), 6);
+    let c = coordinator(auth.clone(), ports.clone(), 4);
     let start = Instant::now();
     let e = member_joins_and_sums(auth.as_ref(), ports.clone(), 30).expect_err("must fail");
     let took = start.elapsed();
