@@ -14,24 +14,17 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Why a team operation failed; the kind decides the exit code, the text says where.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
 pub enum TeamError {
     /// The team had failed already (another thread or process first): this thread stops.
+    #[strum(to_string = "stopped: {0}")]
     Stopped(String),
     /// The other local GPU threads did not all arrive before the deadline.
+    #[strum(to_string = "{0}")]
     LocalDeadline(String),
     /// The sum over the processes failed.
+    #[strum(to_string = "{0}")]
     Plane(PlaneError),
-}
-
-impl std::fmt::Display for TeamError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TeamError::Stopped(why) => write!(f, "stopped: {why}"),
-            TeamError::LocalDeadline(m) => f.write_str(m),
-            TeamError::Plane(e) => write!(f, "{e}"),
-        }
-    }
 }
 
 pub struct Team {

@@ -60,16 +60,12 @@ fn name_nodes(nodes: &[(&str, u32, u32)]) -> String {
             format!("not every process of node {node} joined ({have} of {want})")
         }
         _ => {
-            let named: Vec<String> = nodes
-                .iter()
-                .take(MAX_NODES_NAMED)
-                .map(|(node, have, want)| format!("{node} ({have} of {want})"))
-                .collect();
+            let each =
+                (nodes.iter()).map(|(node, have, want)| format!("{node} ({have} of {want})"));
             format!(
-                "processes of {} nodes never joined: {}{}",
+                "processes of {} nodes never joined: {}",
                 nodes.len(),
-                named.join(", "),
-                more(nodes.len(), MAX_NODES_NAMED)
+                listed(each, nodes.len(), MAX_NODES_NAMED)
             )
         }
     }
@@ -77,23 +73,21 @@ fn name_nodes(nodes: &[(&str, u32, u32)]) -> String {
 
 /// `process rank(s) 1, 2, ... and K more of N never joined`.
 fn ranks(absent: &[u32], world: u32) -> String {
-    let named: Vec<String> = absent
-        .iter()
-        .take(MAX_RANKS_NAMED)
-        .map(|r| r.to_string())
-        .collect();
-    format!(
-        "process rank(s) {}{} of {world} never joined",
-        named.join(", "),
-        more(absent.len(), MAX_RANKS_NAMED)
-    )
+    let named = listed(
+        absent.iter().map(u32::to_string),
+        absent.len(),
+        MAX_RANKS_NAMED,
+    );
+    format!("process rank(s) {named} of {world} never joined")
 }
 
-/// " and K more" where `all` is over the `named` ones shown (also the control plane's).
-pub(super) fn more(all: usize, named: usize) -> String {
-    match all.saturating_sub(named) {
-        0 => String::new(),
-        k => format!(" and {k} more"),
+/// The first `max` of `each` (one of `all`), comma-separated, then " and K more" where `all` is
+/// over `max` (also the control plane's).
+pub(super) fn listed(each: impl Iterator<Item = String>, all: usize, max: usize) -> String {
+    let named = each.take(max).collect::<Vec<_>>().join(", ");
+    match all.saturating_sub(max) {
+        0 => named,
+        k => format!("{named} and {k} more"),
     }
 }
 

@@ -107,21 +107,15 @@ pub fn check_ticket_proof(
 }
 
 /// Why a credential could not be made or checked, by what it says about the other side.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
 pub enum AuthError {
     /// No MUNGE slot was free in time, or munge or unmunge did not answer in time: this node is
     /// busy, which says nothing about the other side (a member tries again).
+    #[strum(to_string = "{0}")]
     Busy(String),
     /// The credential is not good (another uid, not MUNGE's), or none could be made.
+    #[strum(to_string = "{0}")]
     Refused(String),
-}
-
-impl std::fmt::Display for AuthError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AuthError::Busy(s) | AuthError::Refused(s) => f.write_str(s),
-        }
-    }
 }
 
 /// The step's key, and under MUNGE the ticket that carries it.

@@ -62,17 +62,10 @@ fn bind_address(host: &str, deadline: Instant) -> Result<IpAddr, String> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(ip);
     }
-    let ips: Vec<IpAddr> = super::resolve::resolve_host(host, 0, deadline)
+    let ip = super::resolve::preferred(host, 0, deadline)
         .map_err(|e| format!("the rendezvous host: {e}"))?
-        .into_iter()
-        .map(|a| a.ip())
-        .collect();
-    let ip = ips
-        .iter()
-        .find(|i| i.is_ipv4())
-        .or(ips.first())
-        .copied()
-        .ok_or_else(|| format!("the rendezvous host {host} resolves to no address"))?;
+        .ok_or_else(|| format!("the rendezvous host {host} resolves to no address"))?
+        .ip();
     if ip.is_loopback() && host != "localhost" {
         return Ok(IpAddr::from([0, 0, 0, 0]));
     }

@@ -169,9 +169,7 @@ impl Welcome {
                 self.hosts.len()
             ));
         }
-        for h in &self.hosts {
-            check_host(h)?;
-        }
+        self.hosts.iter().try_for_each(|h| check_host(h))?;
         let mut members = Vec::with_capacity(n);
         for (i, ((&h, &ngpus), &pid)) in
             self.host.iter().zip(&self.ngpus).zip(&self.pid).enumerate()
@@ -216,11 +214,9 @@ fn printable(what: &str, text: &str, max: usize) -> Result<(), String> {
 
 /// A nonce is 64 hex digits.
 pub fn check_nonce(n: &str) -> Result<(), String> {
-    if n.len() == 64 && n.bytes().all(|b| b.is_ascii_hexdigit()) {
-        Ok(())
-    } else {
-        Err("nonce is not 64 hex digits".into())
-    }
+    let hex = n.len() == 64 && n.bytes().all(|b| b.is_ascii_hexdigit());
+    hex.then_some(())
+        .ok_or_else(|| "nonce is not 64 hex digits".into())
 }
 
 /// A host name: printable ASCII without spaces, 1..=255 bytes.

@@ -49,28 +49,21 @@ pub const MAX_GATHER_FRAME: usize = 1 << 20;
 
 /// Why an operation did not complete: the kind decides the exit code, the text (complete, shown
 /// as it is) says who.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
 pub enum PlaneError {
     /// A process did not answer before the deadline.
+    #[strum(to_string = "{0}")]
     Deadline(String),
     /// Another process gave up first (its reason is in the text).
+    #[strum(to_string = "{0}")]
     Aborted(String),
     /// A process went away, sent something malformed, or is out of step.
+    #[strum(to_string = "{0}")]
     Peer(String),
     /// Processes stopped answering (nothing, not even a beat, for the silence) or their
     /// connections broke while the check ran; the text names their nodes ([`lost`]).
+    #[strum(to_string = "{0}")]
     Lost(String),
-}
-
-impl std::fmt::Display for PlaneError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PlaneError::Deadline(m)
-            | PlaneError::Aborted(m)
-            | PlaneError::Peer(m)
-            | PlaneError::Lost(m) => f.write_str(m),
-        }
-    }
 }
 
 /// Connections for barriers, sums and gathers after the rendezvous.

@@ -31,3 +31,9 @@ pub fn resolve_host(host: &str, port: u16, deadline: Instant) -> Result<Vec<Sock
         Err(_) => Err(format!("cannot resolve {host} before the deadline")),
     }
 }
+
+/// The address of `host` to use: its first IPv4 one, else its first; `None` when it has none.
+pub fn preferred(host: &str, port: u16, deadline: Instant) -> Result<Option<SocketAddr>, String> {
+    let all = resolve_host(host, port, deadline)?;
+    Ok(all.iter().find(|a| a.is_ipv4()).or(all.first()).copied())
+}

@@ -18,48 +18,36 @@ pub const MAX_HANDSHAKE_FRAME: usize = 16 << 20;
 pub const MAX_HELLO_FRAME: usize = 4096;
 
 /// Why a frame could not be sent or received.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
 pub enum WireError {
     /// The deadline passed first.
+    #[strum(to_string = "no answer before the deadline")]
     Deadline,
     /// The peer closed the connection.
+    #[strum(
+        to_string = "the connection was closed (the process at the other end exited, was killed, or refused it)"
+    )]
     Closed,
     /// The announced length is over the cap.
+    #[strum(to_string = "message of {len} bytes is over the limit of {max}")]
     TooLarge { len: usize, max: usize },
     /// Not JSON of the expected shape.
+    #[strum(to_string = "malformed message: {0}")]
     Malformed(String),
     /// A sealed frame that does not open: changed, reordered or dropped on the way.
+    #[strum(
+        to_string = "a message failed its integrity check: it was tampered with on the way by a process \
+                 relaying the connection (not a network fault: TCP delivers bytes as sent or not at all)"
+    )]
     Forged,
     /// A sealed frame that arrived before, sent again.
+    #[strum(
+        to_string = "a message that had already arrived came again: a replay by a process relaying the connection"
+    )]
     Replayed,
     /// Any other socket error.
+    #[strum(to_string = "{0}")]
     Io(String),
-}
-
-impl std::fmt::Display for WireError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WireError::Deadline => write!(f, "no answer before the deadline"),
-            WireError::Closed => write!(
-                f,
-                "the connection was closed (the process at the other end exited, was killed, or refused it)"
-            ),
-            WireError::Forged => write!(
-                f,
-                "a message failed its integrity check: it was tampered with on the way by a process \
-                 relaying the connection (not a network fault: TCP delivers bytes as sent or not at all)"
-            ),
-            WireError::Replayed => write!(
-                f,
-                "a message that had already arrived came again: a replay by a process relaying the connection"
-            ),
-            WireError::TooLarge { len, max } => {
-                write!(f, "message of {len} bytes is over the limit of {max}")
-            }
-            WireError::Malformed(e) => write!(f, "malformed message: {e}"),
-            WireError::Io(e) => write!(f, "{e}"),
-        }
-    }
 }
 
 fn left(deadline: Instant) -> Result<Duration, WireError> {
@@ -80,12 +68,16 @@ fn io(e: std::io::Error) -> WireError {
     }
 }
 
-/// Reads exactly `buf.len()` bytes before `deadline`.
-fn read_exact(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), WireError> {
+/// Moves `len` bytes before `deadline`: `step(done, left)` arms the socket's timeout with the
+/// time left, then reads or writes once from byte `done` on.
+fn whole(
+    len: usize,
+    deadline: Instant,
+    mut step: impl FnMut(usize, Duration) -> std::io::Result<usize>,
+) -> Result<(), WireError> {
     let mut done = 0;
-    while done < buf.len() {
-        stream.set_read_timeout(Some(left(deadline)?)).map_err(io)?;
-        match stream.read(&mut buf[done..]) {
+    while done < len {
+        match step(done, left(deadline)?) {
             Ok(0) => return Err(WireError::Closed),
             Ok(n) => done += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -93,6 +85,14 @@ fn read_exact(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Resu
         }
     }
     Ok(())
+}
+
+/// Reads exactly `buf.len()` bytes before `deadline`.
+fn read_exact(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), WireError> {
+    whole(buf.len(), deadline, |done, left| {
+        stream.set_read_timeout(Some(left))?;
+        stream.read(&mut buf[done..])
+    })
 }
 
 /// Sends one message.
@@ -117,19 +117,10 @@ pub fn framed(body: &[u8]) -> Result<Vec<u8>, WireError> {
 /// Sends one frame of raw bytes.
 pub fn send_frame(stream: &mut TcpStream, body: &[u8], deadline: Instant) -> Result<(), WireError> {
     let frame = framed(body)?;
-    let mut done = 0;
-    while done < frame.len() {
-        stream
-            .set_write_timeout(Some(left(deadline)?))
-            .map_err(io)?;
-        match stream.write(&frame[done..]) {
-            Ok(0) => return Err(WireError::Closed),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(io(e)),
-        }
-    }
-    Ok(())
+    whole(frame.len(), deadline, |done, left| {
+        stream.set_write_timeout(Some(left))?;
+        stream.write(&frame[done..])
+    })
 }
 
 /// Receives one frame of at most `max` bytes.

@@ -58,38 +58,34 @@ pub(super) fn admit(
     answer: &[u8],
 ) -> Result<(Handshake, Endpoints), DoorRefusal> {
     let bad = |e: String| (Refusal::Incomplete, e, None);
+    let answered = |kind, why: String| (kind, why, Some(answer.to_vec()));
     let version: Version = wire::decode(first).map_err(|e| bad(e.to_string()))?;
     if version.protocol != auth::PROTOCOL {
-        return Err((
-            Refusal::OtherVersion,
-            format!(
-                "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
-                nccl_check_host::text::escape_clipped(&version.protocol, 40),
-                auth::PROTOCOL
-            ),
-            Some(answer.to_vec()),
-        ));
+        let why = format!(
+            "speaks protocol '{}', this worker {} (the workers of one check must be the same version)",
+            nccl_check_host::text::escape_clipped(&version.protocol, 40),
+            auth::PROTOCOL
+        );
+        return Err(answered(Refusal::OtherVersion, why));
     }
     let opening: Opening = wire::decode(first).map_err(|e| bad(e.to_string()))?;
     let Some(noise) = opening.noise else {
-        return match ticket {
-            Some(_) => Err((
+        return Err(match ticket {
+            Some(_) => answered(
                 Refusal::NoTicket,
                 "an opening without the job's ticket: answered with the ticket".into(),
-                Some(answer.to_vec()),
-            )),
-            None => Err((
+            ),
+            None => answered(
                 Refusal::WrongProof,
                 "an opening without a handshake (a worker under MUNGE, where this step has a secret)"
                     .into(),
-                Some(answer.to_vec()),
-            )),
-        };
+            ),
+        });
     };
     let mut handshake = Handshake::new(psk, label, false).map_err(bad)?;
     let ends: Endpoints = handshake
         .read(&noise)
-        .map_err(|e| (Refusal::WrongProof, e, Some(answer.to_vec())))?;
+        .map_err(|e| answered(Refusal::WrongProof, e))?;
     ends.check().map_err(bad)?;
     Ok((handshake, ends))
 }

@@ -55,15 +55,6 @@ const ASK_WAIT: Duration = Duration::from_millis(100);
 /// 20 s as when the greeting waited for a handshake thread (and the member 10 s for it).
 const ANSWER_WAIT: Duration = Duration::from_millis(1500);
 
-fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, String> {
-    let all = crate::meet::rendezvous::resolve::resolve_host(host, port, deadline)?;
-    all.iter()
-        .find(|a| a.is_ipv4())
-        .or(all.first())
-        .copied()
-        .ok_or_else(|| format!("{host} resolves to no address"))
-}
-
 /// A wire error while the port's holder is expected to speak, after waiting `waited`;
 /// `greeted`: it had sent a greeting.
 fn silence(e: WireError, waited: Duration, greeted: bool) -> Miss {
@@ -136,7 +127,10 @@ pub(super) fn attempt(
         .deadline
         .checked_duration_since(Instant::now())
         .ok_or_else(|| Miss::Open("deadline passed".into()))?;
-    let addr = resolve(&setup.host, port, setup.deadline).map_err(Miss::Open)?;
+    let host = &setup.host;
+    let addr = crate::meet::rendezvous::resolve::preferred(host, port, setup.deadline)
+        .and_then(|a| a.ok_or_else(|| format!("{host} resolves to no address")))
+        .map_err(Miss::Open)?;
     let mut stream = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1)))
         .map_err(|e| refused(setup, addr, e, asked))?;
     if !track(Some(&stream)) {
@@ -214,8 +208,8 @@ fn other_step(label: &str) -> Miss {
 /// label (else the coordinator of another step holds the port) and Noise's answer (else it
 /// could not open this process's opening: another key's).
 fn greeting_of(setup: &Setup, first: &[u8]) -> Result<String, Miss> {
-    let version: Version = wire::decode(first)
-        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
+    let foreign = |e| Miss::Held(format!("not an nccl-check coordinator ({e})"));
+    let version: Version = wire::decode(first).map_err(foreign)?;
     if version.protocol != auth::PROTOCOL {
         return Err(Miss::Held(format!(
             "a process speaking protocol '{}', not {} (a worker of another nccl-check version, or not nccl-check)",
@@ -223,8 +217,7 @@ fn greeting_of(setup: &Setup, first: &[u8]) -> Result<String, Miss> {
             auth::PROTOCOL
         )));
     }
-    let greeting: Greeting = wire::decode(first)
-        .map_err(|e| Miss::Held(format!("not an nccl-check coordinator ({e})")))?;
+    let greeting: Greeting = wire::decode(first).map_err(foreign)?;
     if greeting.label != setup.label {
         return Err(other_step(&greeting.label));
     }
@@ -289,22 +282,13 @@ fn opening_of(
 ) -> Result<(Opening, Option<Handshake>), String> {
     let ticket = known.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let key = ticket.as_deref().unwrap_or(setup.auth.psk());
-    if key.is_empty() {
-        let protocol = auth::PROTOCOL.into();
-        return Ok((
-            Opening {
-                protocol,
-                noise: None,
-            },
-            None,
-        ));
-    }
-    let mut handshake = Handshake::new(&auth::noise_psk(key, &setup.label), &setup.label, true)?;
-    let opening = Opening {
-        protocol: auth::PROTOCOL.into(),
-        noise: Some(handshake.write(ends)?),
-    };
-    Ok((opening, Some(handshake)))
+    let psk = (!key.is_empty()).then(|| auth::noise_psk(key, &setup.label));
+    let mut handshake = (psk.as_ref())
+        .map(|psk| Handshake::new(psk, &setup.label, true))
+        .transpose()?;
+    let noise = handshake.as_mut().map(|h| h.write(ends)).transpose()?;
+    let protocol = auth::PROTOCOL.into();
+    Ok((Opening { protocol, noise }, handshake))
 }
 
 fn attempt_on(

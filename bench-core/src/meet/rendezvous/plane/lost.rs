@@ -8,6 +8,7 @@
 //! link that is down may be a cable, a switch port or a reboot; nothing was measured there.
 
 use super::link::Gone;
+use crate::meet::rendezvous::absent::listed;
 use crate::meet::rendezvous::Member;
 use nccl_check_host::text::escape_control;
 
@@ -24,20 +25,13 @@ fn nodes(members: &[&Member]) -> String {
             hosts.push(h);
         }
     }
-    let more = |n: usize| crate::meet::rendezvous::absent::more(n, MAX_NAMED);
-    let ranks: Vec<String> = members
-        .iter()
-        .take(MAX_NAMED)
-        .map(|m| m.proc_rank.to_string())
-        .collect();
+    let ranks = members.iter().map(|m| m.proc_rank.to_string());
     format!(
-        "{} {}{} (process rank{} {}{})",
+        "{} {} (process rank{} {})",
         if hosts.len() == 1 { "node" } else { "nodes" },
-        hosts[..hosts.len().min(MAX_NAMED)].join(", "),
-        more(hosts.len()),
+        listed(hosts.iter().cloned(), hosts.len(), MAX_NAMED),
         if members.len() == 1 { "" } else { "s" },
-        ranks.join(", "),
-        more(members.len())
+        listed(ranks, members.len(), MAX_NAMED)
     )
 }
 
